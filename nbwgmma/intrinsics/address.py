@@ -1,0 +1,136 @@
+"""Shared-memory addresses, cluster ids and cross-CTA address mapping.
+
+PTX ISA sections: "Data Movement and Conversion Instructions: cvta", "mapa",
+and "Special Registers: %cluster_ctarank, %cluster_nctarank, %clusterid".
+
+nbwgmma passes shared memory to instructions as 32-bit ``.shared::cta``
+addresses (``u32``): what ``mbarrier``, ``ldmatrix``, ``stmatrix``, TMA and the
+``wgmma`` descriptors take.
+"""
+
+from __future__ import annotations
+
+from ._asm import ArrayPtr, Imm, Out, Reg, ptx_intrinsic, u32
+
+__all__ = [
+    "smem_addr",
+    "dynamic_smem_base",
+    "cluster_ctarank",
+    "cluster_nctarank",
+    "cluster_id",
+    "cluster_ctaid",
+    "mapa",
+]
+
+_CVTA = """{
+.reg .u64 %nbw_a;
+cvta.to.shared.u64 %nbw_a, $ptr;
+cvt.u32.u64 $addr, %nbw_a;
+}"""
+
+smem_addr = ptx_intrinsic(
+    "smem_addr",
+    _CVTA.replace("$ptr", "$array"),
+    params=[ArrayPtr("array")],
+    outs=[Out("addr", u32)],
+    memory=False,
+    side_effect=False,
+    doc="``cvta.to.shared.u64`` (PTX ISA: cvta). The 32-bit shared-memory address of the "
+    "first element of a ``cuda.shared.array``.",
+)
+
+_POW2 = Imm(
+    "align",
+    rule=lambda v: isinstance(v, int) and v >= 16 and (v & (v - 1)) == 0 and v <= 4096,
+    expect="a power of two in [16, 4096]",
+)
+
+dynamic_smem_base = ptx_intrinsic(
+    "dynamic_smem_base",
+    lambda align: f"""{{
+.reg .u64 %nbw_a;
+.reg .u32 %nbw_s;
+cvta.to.shared.u64 %nbw_a, $array;
+cvt.u32.u64 %nbw_s, %nbw_a;
+add.u32 %nbw_s, %nbw_s, {align - 1};
+and.b32 $addr, %nbw_s, {(~(align - 1)) & 0xFFFFFFFF};
+}}""",
+    params=[ArrayPtr("array"), _POW2],
+    outs=[Out("addr", u32)],
+    memory=False,
+    side_effect=False,
+    doc="``cvta.to.shared.u64`` (PTX ISA: cvta), rounded up: the 32-bit shared address of "
+    "the dynamic shared memory (``cuda.shared.array(0, ...)``) aligned to ``align`` bytes. "
+    "Launch with ``align - 1`` extra bytes (see :func:`nbwgmma.launch.dynamic_smem_bytes`); "
+    "128B-swizzled tiles need ``align=1024``.",
+)
+
+
+def _special(name, reg, doc):
+    return ptx_intrinsic(
+        name, f"mov.u32 $value, {reg};", outs=[Out("value", u32)],
+        memory=False, side_effect=False, doc=doc,
+    )
+
+
+cluster_ctarank = _special(
+    "cluster_ctarank", "%cluster_ctarank",
+    "``mov.u32 r, %cluster_ctarank`` (PTX ISA: Special Registers). This CTA's rank in its cluster.",
+)
+cluster_nctarank = _special(
+    "cluster_nctarank", "%cluster_nctarank",
+    "``mov.u32 r, %cluster_nctarank`` (PTX ISA: Special Registers). The number of CTAs in the cluster.",
+)
+
+_AXIS = Imm("axis", choices=("x", "y", "z"), default="x")
+
+cluster_id = ptx_intrinsic(
+    "cluster_id",
+    "mov.u32 $value, %clusterid.$axis;",
+    params=[_AXIS],
+    outs=[Out("value", u32)],
+    memory=False,
+    side_effect=False,
+    doc="``mov.u32 r, %clusterid.{x,y,z}`` (PTX ISA: Special Registers). The cluster's id in the grid.",
+)
+
+cluster_ctaid = ptx_intrinsic(
+    "cluster_ctaid",
+    "mov.u32 $value, %cluster_ctaid.$axis;",
+    params=[_AXIS],
+    outs=[Out("value", u32)],
+    memory=False,
+    side_effect=False,
+    doc="``mov.u32 r, %cluster_ctaid.{x,y,z}`` (PTX ISA: Special Registers). This CTA's "
+    "position inside its cluster.",
+)
+
+mapa = ptx_intrinsic(
+    "mapa",
+    "mapa.shared::cluster.u32 $remote, $addr, $cta;",
+    params=[Reg("addr", u32), Reg("cta", u32)],
+    outs=[Out("remote", u32)],
+    memory=False,
+    side_effect=False,
+    doc="``mapa.shared::cluster.u32`` (PTX ISA: mapa). Map the shared address ``addr`` of "
+    "this CTA to the ``.shared::cluster`` address of the same offset in CTA ``cta`` of the "
+    "cluster; use it with ``st.shared::cluster`` / ``ld.shared::cluster``.",
+)
+
+st_shared_cluster_u32 = ptx_intrinsic(
+    "st_shared_cluster_u32",
+    "st.shared::cluster.u32 [$addr], $value;",
+    params=[Reg("addr", u32), Reg("value", u32)],
+    doc="``st.shared::cluster.u32`` (PTX ISA: st). Store to a ``.shared::cluster`` address "
+    "(from :func:`mapa`), possibly in a peer CTA's shared memory.",
+)
+
+ld_shared_cluster_u32 = ptx_intrinsic(
+    "ld_shared_cluster_u32",
+    "ld.shared::cluster.u32 $value, [$addr];",
+    params=[Reg("addr", u32)],
+    outs=[Out("value", u32)],
+    doc="``ld.shared::cluster.u32`` (PTX ISA: ld). Load from a ``.shared::cluster`` address.",
+)
+
+__all__ += ["st_shared_cluster_u32", "ld_shared_cluster_u32"]

@@ -1,0 +1,114 @@
+"""Barriers, warp election and register reallocation.
+
+PTX ISA sections: "Parallel Synchronization and Communication Instructions:
+bar, barrier" (``bar.sync``/``bar.arrive``), "barrier.cluster", "elect.sync",
+and "Miscellaneous Instructions: setmaxnreg".
+"""
+
+from __future__ import annotations
+
+from ._asm import Imm, Out, ptx_intrinsic
+
+__all__ = [
+    "named_barrier_sync",
+    "named_barrier_arrive",
+    "cluster_arrive",
+    "cluster_arrive_relaxed",
+    "cluster_wait",
+    "cluster_sync",
+    "elect_one_sync",
+    "setmaxnreg_inc",
+    "setmaxnreg_dec",
+    "SETMAXNREG_RANGE",
+]
+
+#: Hardware named barriers are numbered 0..15; barrier 0 is ``__syncthreads``.
+_BAR_ID = Imm("barrier_id", rule=lambda v: isinstance(v, int) and 0 <= v <= 15,
+              expect="an integer barrier id in [0, 15]")
+_NTHREADS = Imm(
+    "nthreads",
+    rule=lambda v: isinstance(v, int) and 32 <= v <= 1024 and v % 32 == 0,
+    expect="a thread count that is a multiple of 32 in [32, 1024]",
+)
+
+named_barrier_sync = ptx_intrinsic(
+    "named_barrier_sync",
+    "bar.sync $barrier_id, $nthreads;",
+    params=[_BAR_ID, _NTHREADS],
+    doc="``bar.sync id, nthreads`` (PTX ISA: bar, barrier). Wait until ``nthreads`` "
+    "threads (whole warps) have arrived at named barrier ``id``.",
+)
+
+named_barrier_arrive = ptx_intrinsic(
+    "named_barrier_arrive",
+    "bar.arrive $barrier_id, $nthreads;",
+    params=[_BAR_ID, _NTHREADS],
+    doc="``bar.arrive id, nthreads`` (PTX ISA: bar, barrier). Arrive at named barrier "
+    "``id`` without waiting (the producer side of a producer/consumer pair).",
+)
+
+cluster_arrive = ptx_intrinsic(
+    "cluster_arrive",
+    "barrier.cluster.arrive.release.aligned;",
+    doc="``barrier.cluster.arrive.release.aligned`` (PTX ISA: barrier.cluster). Arrive "
+    "at the cluster barrier; all threads of the warp must execute it.",
+)
+
+cluster_arrive_relaxed = ptx_intrinsic(
+    "cluster_arrive_relaxed",
+    "barrier.cluster.arrive.relaxed.aligned;",
+    doc="``barrier.cluster.arrive.relaxed.aligned`` (PTX ISA: barrier.cluster). Arrive "
+    "with no memory ordering.",
+)
+
+cluster_wait = ptx_intrinsic(
+    "cluster_wait",
+    "barrier.cluster.wait.acquire.aligned;",
+    doc="``barrier.cluster.wait.acquire.aligned`` (PTX ISA: barrier.cluster). Wait until "
+    "every non-exited thread of the cluster has arrived.",
+)
+
+cluster_sync = ptx_intrinsic(
+    "cluster_sync",
+    "barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;",
+    doc="``barrier.cluster.arrive`` then ``barrier.cluster.wait`` (PTX ISA: "
+    "barrier.cluster): a full cluster-wide barrier.",
+)
+
+elect_one_sync = ptx_intrinsic(
+    "elect_one_sync",
+    "{\n.reg .b32 %nbw_lane;\nelect.sync %nbw_lane|$elected, 0xffffffff;\n}",
+    outs=[Out("elected", pred=True)],
+    doc="``elect.sync _|p, 0xffffffff`` (PTX ISA: elect.sync). True in exactly one "
+    "active lane of the (fully active) warp.",
+)
+
+#: ``setmaxnreg`` takes a multiple of 8 in this range (PTX ISA: setmaxnreg).
+SETMAXNREG_RANGE = (24, 256)
+
+
+def _regcount():
+    lo, hi = SETMAXNREG_RANGE
+    return Imm(
+        "count",
+        rule=lambda v: isinstance(v, int) and lo <= v <= hi and v % 8 == 0,
+        expect=f"a multiple of 8 in [{lo}, {hi}]",
+    )
+
+
+setmaxnreg_inc = ptx_intrinsic(
+    "setmaxnreg_inc",
+    "setmaxnreg.inc.sync.aligned.u32 $count;",
+    params=[_regcount()],
+    doc="``setmaxnreg.inc.sync.aligned.u32 count`` (PTX ISA: setmaxnreg). Raise this "
+    "warpgroup's per-thread register limit to ``count``. The kernel needs a register "
+    "cap at entry (launch bounds with min blocks), or ptxas ignores it (warning C7508).",
+)
+
+setmaxnreg_dec = ptx_intrinsic(
+    "setmaxnreg_dec",
+    "setmaxnreg.dec.sync.aligned.u32 $count;",
+    params=[_regcount()],
+    doc="``setmaxnreg.dec.sync.aligned.u32 count`` (PTX ISA: setmaxnreg). Lower this "
+    "warpgroup's per-thread register limit to ``count``, releasing registers.",
+)

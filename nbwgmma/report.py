@@ -1,0 +1,196 @@
+"""Compile report that needs no GPU: PTX -> ptxas -> cubin -> nvdisasm -> SASS.
+
+``compile_report(kernel, sig)`` compiles a ``@cuda.jit`` kernel for ``sm_90a``
+with Numba's NVVM, assembles it with the ``ptxas`` that matches NVVM's PTX
+version (the ``nvidia-cuda-nvcc`` wheel, found through ``cuda.pathfinder``),
+disassembles it, and returns registers, stack, spills, shared memory, a
+histogram of SASS opcodes and the assembler's warnings.
+
+Warnings that matter for Hopper kernels:
+
+* C7510, C7511, C7515: ptxas serialized ``wgmma`` (inserted waits), usually
+  because accumulator registers were touched between ``wgmma`` and its wait;
+* C7508: ``setmaxnreg`` ignored, usually because the kernel has no register cap
+  at entry (launch bounds with a minimum number of blocks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from cuda import pathfinder
+
+__all__ = ["CompileReport", "compile_report", "report_from_ptx", "find_tool", "ToolchainError"]
+
+#: ptxas warning codes that mean wgmma was serialized.
+WGMMA_SERIALIZATION_CODES = ("C7510", "C7511", "C7515")
+#: ptxas warning code for an ignored setmaxnreg.
+SETMAXNREG_IGNORED_CODE = "C7508"
+
+
+class ToolchainError(RuntimeError):
+    """ptxas or nvdisasm is missing or failed."""
+
+
+def find_tool(name: str) -> str:
+    """Path of ``ptxas`` or ``nvdisasm``: the CUDA wheels first, then CUDA_HOME and PATH."""
+    path = pathfinder.find_nvidia_binary_utility(name)
+    if path is None:
+        raise ToolchainError(
+            f"{name} not found. Install the CUDA 13 wheels that provide it: "
+            f"pip install 'cuda-toolkit[nvcc,nvdisasm]==13.*'"
+        )
+    return path
+
+
+@dataclass
+class CompileReport:
+    """What ptxas and nvdisasm say about one kernel."""
+
+    name: str
+    arch: str
+    registers: int
+    stack_frame: int
+    spill_stores: int
+    spill_loads: int
+    static_smem: int
+    barriers: int
+    sass: Counter = field(default_factory=Counter)
+    sass_full: Counter = field(default_factory=Counter)
+    warnings: list = field(default_factory=list)
+    ptx: str = field(default="", repr=False)
+    sass_text: str = field(default="", repr=False)
+
+    @property
+    def spill_bytes(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+    @property
+    def local_memory_ops(self) -> int:
+        return self.sass.get("LDL", 0) + self.sass.get("STL", 0)
+
+    def warning_codes(self) -> set:
+        return {m for w in self.warnings for m in re.findall(r"C\d{4}", w)}
+
+    @property
+    def wgmma_serialized(self) -> bool:
+        return bool(self.warning_codes() & set(WGMMA_SERIALIZATION_CODES))
+
+    @property
+    def setmaxnreg_ignored(self) -> bool:
+        return SETMAXNREG_IGNORED_CODE in self.warning_codes()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("ptx")
+        d.pop("sass_text")
+        d["sass"] = dict(sorted(self.sass.items()))
+        d["sass_full"] = dict(sorted(self.sass_full.items()))
+        d["spill_bytes"] = self.spill_bytes
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        lines = [
+            f"kernel        {self.name}",
+            f"arch          {self.arch}",
+            f"registers     {self.registers}",
+            f"stack frame   {self.stack_frame} B",
+            f"spills        {self.spill_stores} B stores, {self.spill_loads} B loads",
+            f"static smem   {self.static_smem} B",
+            f"barriers      {self.barriers}",
+            "SASS opcodes  " + ", ".join(f"{k}={v}" for k, v in self.sass.most_common()),
+        ]
+        if self.warnings:
+            lines.append("ptxas warnings:")
+            lines.extend("  " + w for w in self.warnings)
+        else:
+            lines.append("ptxas warnings: none")
+        return "\n".join(lines)
+
+
+_INT = r"(\d+)"
+
+
+def _parse_ptxas(text: str) -> dict:
+    info = dict(registers=0, stack_frame=0, spill_stores=0, spill_loads=0, static_smem=0, barriers=0)
+    m = re.search(r"Used " + _INT + r" registers", text)
+    if m:
+        info["registers"] = int(m.group(1))
+    m = re.search(_INT + r" bytes stack frame, " + _INT + r" bytes spill stores, " + _INT + r" bytes spill loads", text)
+    if m:
+        info["stack_frame"], info["spill_stores"], info["spill_loads"] = map(int, m.groups())
+    m = re.search(_INT + r" bytes smem", text)
+    if m:
+        info["static_smem"] = int(m.group(1))
+    m = re.search(r"used " + _INT + r" barriers", text)
+    if m:
+        info["barriers"] = int(m.group(1))
+    info["warnings"] = [ln.strip() for ln in text.splitlines() if "warning" in ln.lower()]
+    return info
+
+
+_SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
+
+
+def parse_sass(text: str) -> tuple[Counter, Counter]:
+    """Histogram of SASS opcodes: by base name (``HGMMA``) and by full name."""
+    base, full = Counter(), Counter()
+    for m in _SASS_LINE.finditer(text):
+        op = m.group(1)
+        full[op] += 1
+        base[op.split(".")[0]] += 1
+    return base, full
+
+
+def report_from_ptx(ptx: str, arch: str = "sm_90a", name: str | None = None) -> CompileReport:
+    """Assemble PTX with ptxas for ``arch`` and disassemble it."""
+    ptxas, nvdisasm = find_tool("ptxas"), find_tool("nvdisasm")
+    if name is None:
+        m = re.search(r"\.entry\s+(\S+?)\s*\(", ptx)
+        name = m.group(1) if m else "<module>"
+    with tempfile.TemporaryDirectory(prefix="nbwgmma-") as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        cubin = os.path.join(tmp, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        r = subprocess.run([ptxas, f"-arch={arch}", "-v", "-o", cubin, src], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ToolchainError(f"ptxas failed for {arch}:\n{r.stderr}")
+        info = _parse_ptxas(r.stderr + r.stdout)
+        d = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
+        if d.returncode != 0:
+            raise ToolchainError(f"nvdisasm failed:\n{d.stderr}")
+    base, full = parse_sass(d.stdout)
+    return CompileReport(name=name, arch=arch, sass=base, sass_full=full, ptx=ptx, sass_text=d.stdout, **info)
+
+
+def _pyfunc_and_options(kernel):
+    py_func = getattr(kernel, "py_func", kernel)
+    opts = getattr(kernel, "targetoptions", {}) or {}
+    return py_func, opts
+
+
+def compile_report(kernel, sig, *, launch_bounds=None, cc=(9, 0, "a")) -> CompileReport:
+    """Compile ``kernel`` (a ``@cuda.jit`` dispatcher or plain function) for ``sig``.
+
+    ``launch_bounds`` defaults to the dispatcher's own. Needs no GPU.
+    """
+    from numba import cuda
+
+    py_func, opts = _pyfunc_and_options(kernel)
+    if launch_bounds is None:
+        launch_bounds = opts.get("launch_bounds")
+    ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc, launch_bounds=launch_bounds)
+    arch = "sm_" + "".join(str(c) for c in cc)
+    rep = report_from_ptx(ptx, arch=arch)
+    rep.name = getattr(py_func, "__qualname__", rep.name)
+    return rep
