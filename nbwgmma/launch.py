@@ -1,0 +1,151 @@
+"""Launch ``@cuda.jit`` kernels with large dynamic shared memory and clusters.
+
+Numba's ``kernel[grid, block, stream, smem]`` has no cluster argument and
+fails above 48 KiB of dynamic shared memory until the function's
+``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` is raised. :func:`launch`
+does both, keeps Numba's own argument marshalling, and checks the request
+against the device before launching::
+
+    launch(kernel, grid=(132,), block=(384,), args=(a, b, c),
+           smem=dynamic_smem_bytes(200 * 1024), cluster=(2, 1, 1))
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+__all__ = ["launch", "dynamic_smem_bytes", "LaunchError", "device_limits"]
+
+
+class LaunchError(ValueError):
+    """The launch asks for more than the device allows."""
+
+
+def dynamic_smem_bytes(payload: int, align: int = 1024) -> int:
+    """Bytes to request so that ``payload`` bytes fit after aligning the base to ``align``.
+
+    Pairs with :func:`nbwgmma.intrinsics.dynamic_smem_base`.
+    """
+    return int(payload) + int(align) - 1
+
+
+def _dim3(d, what):
+    if isinstance(d, int):
+        d = (d,)
+    d = tuple(int(x) for x in d)
+    if not 1 <= len(d) <= 3 or any(x < 1 for x in d):
+        raise LaunchError(f"{what} must be 1 to 3 positive integers; got {d}")
+    return d + (1,) * (3 - len(d))
+
+
+def device_limits(device=None) -> dict:
+    """The limits :func:`launch` checks, read off the current device."""
+    from numba import cuda
+
+    dev = device or cuda.get_current_device()
+    return {
+        "max_threads_per_block": dev.MAX_THREADS_PER_BLOCK,
+        "max_smem_optin": dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        "compute_capability": dev.compute_capability,
+        "max_portable_cluster": 8,
+        "max_cluster": 16,
+    }
+
+
+_attr_lock = threading.Lock()
+_smem_raised: dict = {}
+
+
+def _raise_smem_limit(cufunc, nbytes, device_id):
+    from cuda.bindings import driver as drv
+
+    key = (int(cufunc.handle), device_id)
+    with _attr_lock:
+        if _smem_raised.get(key, 0) >= nbytes:
+            return
+        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        (err,) = drv.cuKernelSetAttribute(attr, nbytes, cufunc.handle, device_id)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise LaunchError(f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes}) failed: {err}")
+        _smem_raised[key] = nbytes
+
+
+def _core_stream(stream):
+    from numba import cuda
+    from numba.cuda.cudadrv import driver
+
+    if stream is None or stream == 0:
+        return driver._to_core_stream(0)
+    if hasattr(stream, "__cuda_stream__") and not isinstance(stream, type(cuda.default_stream())):
+        _, ptr = stream.__cuda_stream__()
+        return driver._to_core_stream(cuda.external_stream(ptr))
+    if isinstance(stream, int):
+        return driver._to_core_stream(cuda.external_stream(stream))
+    return driver._to_core_stream(stream)
+
+
+def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
+    """Launch ``kernel`` (a ``@cuda.jit`` dispatcher) on ``args``.
+
+    ``smem`` is the dynamic shared memory in bytes (any size up to the device's
+    opt-in limit); ``cluster`` the cluster shape (``None`` for no cluster);
+    ``stream`` a Numba stream, an object with ``__cuda_stream__`` (CuPy,
+    PyTorch, cuda.core) or a raw handle. Raises :class:`LaunchError` before
+    launching when the request exceeds the device.
+    """
+    from cuda.core import LaunchConfig
+    from cuda.core import launch as core_launch
+    from numba import cuda
+
+    grid = _dim3(grid, "grid")
+    block = _dim3(block, "block")
+    lim = device_limits()
+    nthreads = math.prod(block)
+    if nthreads > lim["max_threads_per_block"]:
+        raise LaunchError(
+            f"block of {nthreads} threads {block} exceeds the device limit of {lim['max_threads_per_block']}"
+        )
+
+    argtypes = tuple(kernel.typeof_pyval(a) for a in args)
+    kern = kernel.compile(argtypes)
+    cufunc = kern._codelibrary.get_cufunc()
+    kern.bind()
+    static = cufunc.attrs.shared
+    smem = int(smem)
+    if smem < 0:
+        raise LaunchError(f"dynamic shared memory must be >= 0 bytes; got {smem}")
+    if smem + static > lim["max_smem_optin"]:
+        raise LaunchError(
+            f"dynamic shared memory {smem} B + static {static} B exceeds the device's opt-in limit "
+            f"of {lim['max_smem_optin']} B per block"
+        )
+    if cufunc.attrs.maxthreads and nthreads > cufunc.attrs.maxthreads:
+        raise LaunchError(
+            f"block of {nthreads} threads exceeds this kernel's limit of {cufunc.attrs.maxthreads} "
+            f"(launch bounds or register use)"
+        )
+    dev = cuda.get_current_device()
+    if smem > 48 * 1024:
+        _raise_smem_limit(cufunc, smem, dev.id)
+
+    cfg = dict(grid=grid, block=block, shmem_size=smem)
+    if cluster is not None:
+        cluster = _dim3(cluster, "cluster")
+        csize = math.prod(cluster)
+        if lim["compute_capability"] < (9, 0):
+            raise LaunchError(f"clusters need compute capability 9.0; device has {lim['compute_capability']}")
+        if csize > lim["max_portable_cluster"]:
+            raise LaunchError(f"cluster of {csize} CTAs {cluster} exceeds the portable limit of 8")
+        for g, c, ax in zip(grid, cluster, "xyz"):
+            if g % c:
+                raise LaunchError(f"grid.{ax}={g} is not a multiple of cluster.{ax}={c}")
+        cfg["cluster"] = cluster
+
+    core_stream = _core_stream(stream)
+    kernelargs, retr = [], []
+    for t, v in zip(kern.argument_types, args):
+        kern._prepare_args(t, v, core_stream, retr, kernelargs)
+    core_launch(core_stream, LaunchConfig(**cfg), cufunc.kernel, *kernelargs)
+    for wb in retr:
+        wb()
