@@ -6,10 +6,17 @@ package gives the whole instruction set::
     from nbwgmma.intrinsics import *
 """
 
-from . import address, control, fence, mbarrier
+from . import address, control, descriptor, fence, fragment, matrix, mbarrier, wgmma
 from .address import *  # noqa: F401,F403
 from .control import *  # noqa: F401,F403
+from .descriptor import *  # noqa: F401,F403
 from .fence import *  # noqa: F401,F403
+from .fragment import *  # noqa: F401,F403
+from .matrix import *  # noqa: F401,F403
 from .mbarrier import *  # noqa: F401,F403
+from .wgmma import *  # noqa: F401,F403
 
-__all__ = address.__all__ + control.__all__ + fence.__all__ + mbarrier.__all__
+__all__ = (
+    address.__all__ + control.__all__ + descriptor.__all__ + fence.__all__
+    + fragment.__all__ + matrix.__all__ + mbarrier.__all__ + wgmma.__all__
+)

@@ -111,12 +111,14 @@ class ArrayPtr:
 class Frag:
     """A tuple of ``count`` registers of type ``ty``, written ``{$0, $1, ...}``.
 
-    ``count`` may be a function of the immediates (keyword arguments).
+    ``count`` may be a function of the immediates (keyword arguments), or
+    ``None`` to take the length of the tuple passed; the length is then known
+    to the other callables as the immediate ``len_<name>``.
     """
 
     name: str
-    ty: types.Type
-    count: int | Callable[..., int]
+    ty: types.Type | None
+    count: int | Callable[..., int] | None = None
 
 
 @dataclass(frozen=True)
@@ -244,9 +246,10 @@ def _emit(context, builder, sig, args, res: _Resolved, name: str, side_effect: b
             continue
         if isinstance(p, Frag):
             n = res.counts[p.name]
-            letter, llty = CONSTRAINTS[p.ty]
+            regty = p.ty if p.ty is not None else ty.dtype
+            letter, llty = CONSTRAINTS[regty]
             elems = [builder.extract_value(val, i) for i in range(n)]
-            elems = [_lower_operand_value(context, builder, e, ty.dtype, p.ty) for e in elems]
+            elems = [_lower_operand_value(context, builder, e, ty.dtype, regty) for e in elems]
             if p.name in tied_of:
                 first, _ = tied_of[p.name]
                 cons = [str(first + i) for i in range(n)]
@@ -375,11 +378,18 @@ def ptx_intrinsic(
         for p in params:
             ty = argtypes[p.name]
             if isinstance(p, Frag):
-                n = _count(p.count, imms)
+                if p.count is None:
+                    if not isinstance(ty, types.UniTuple):
+                        raise NbwgmmaTypingError(
+                            f"{name}: argument '{p.name}' must be a tuple of {p.ty} registers; got {ty}"
+                        )
+                    imms[f"len_{p.name}"] = ty.count
+                n = _count(p.count, imms) if p.count is not None else ty.count
                 counts[p.name] = n
                 if not (isinstance(ty, types.UniTuple) and ty.count == n and _is_scalar(ty.dtype)):
                     raise NbwgmmaTypingError(
-                        f"{name}: argument '{p.name}' must be a tuple of {n} {p.ty} registers; got {ty}"
+                        f"{name}: argument '{p.name}' must be a tuple of {n} {p.ty or 'scalar'} "
+                        f"registers; got {ty}"
                     )
             elif isinstance(p, ArrayPtr):
                 if not isinstance(ty, types.Array):
@@ -391,12 +401,12 @@ def ptx_intrinsic(
                 if not _is_scalar(base):
                     want = "an integer or boolean" if isinstance(p, Pred) else f"a scalar convertible to {p.ty}"
                     raise NbwgmmaTypingError(f"{name}: argument '{p.name}' must be {want}; got {ty}")
+        if validate is not None:
+            validate(imms, argtypes)
         out_list = list(outs(**imms) if callable(outs) else outs)
         for o in out_list:
             if o.count:
                 counts[o.name] = _count(o.count, imms)
-        if validate is not None:
-            validate(imms, argtypes)
         tmpl = template(**imms) if callable(template) else template
         return _Resolved(tmpl, params, out_list, counts, imms)
 

@@ -1,0 +1,252 @@
+"""wgmma register fragments: the layout model and unrolled fragment operations.
+
+PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions:
+Register Fragments" (figure "WGMMA .m64nNk16 register fragment layout for
+accumulator matrix D"). For thread ``t`` of the warpgroup (warp ``w = t // 32``,
+lane ``l = t % 32``) and accumulator value ``i`` (0 <= i < N/2)::
+
+    row = 16*w + l//4 + 8*((i//2) % 2)
+    col = 8*(i//4) + 2*(l % 4) + i % 2
+
+An ``f32``/``s32`` accumulator holds value ``i`` in register ``i``; an ``f16``
+accumulator packs values ``2j`` (low half) and ``2j+1`` (high half) in ``u32``
+register ``j``. The same map holds for every K (k8, k16, k32, k256).
+
+A fragment is a ``UniTuple`` that must stay in registers: indexing it with a
+run-time index would move it to local memory. The operations here therefore
+unroll their per-register loops while generating code, so the compiled kernel
+only ever uses constant indices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import RequireLiteralValue
+from numba.core.extending import intrinsic
+
+from ._asm import NbwgmmaTypingError
+from .wgmma import wgmma_kind
+
+__all__ = [
+    "acc_coords",
+    "acc_value_coords",
+    "acc_zeros",
+    "acc_undef",
+    "acc_store",
+    "acc_scale",
+    "acc_add",
+    "acc_to_bf16x2",
+    "acc_to_f16x2",
+]
+
+
+def acc_value_coords(t, i):
+    """(row, col) of accumulator value ``i`` held by warpgroup thread ``t``."""
+    w, lane = t // 32, t % 32
+    return 16 * w + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+def acc_coords(kind: str, n: int) -> np.ndarray:
+    """Array ``[128, N/2, 2]``: (row, col) of every accumulator value of every thread.
+
+    For ``f16`` accumulators value ``i`` sits in register ``i // 2``, half ``i % 2``.
+    """
+    k = wgmma_kind(kind)
+    if n not in k.n_values:
+        raise ValueError(f"{kind} allows N in {list(k.n_values)}; got {n}")
+    t = np.arange(128)[:, None]
+    i = np.arange(n // 2)[None, :]
+    r, c = acc_value_coords(t, i)
+    return np.stack(np.broadcast_arrays(r, c), axis=-1)
+
+
+def _lit(ty, what, name):
+    if isinstance(ty, types.Literal):
+        return ty.literal_value
+    raise RequireLiteralValue(f"{name}: argument '{what}' must be a compile-time constant; got {ty}")
+
+
+def _const_acc(name, fill):
+    @intrinsic(prefer_literal=True)
+    def make(typingctx, kind, n):
+        kind_v = _lit(kind, "kind", name)
+        n_v = _lit(n, "n", name)
+        k = wgmma_kind(kind_v)
+        if n_v not in k.n_values:
+            raise NbwgmmaTypingError(f"{name}: {kind_v} allows N in {list(k.n_values)}; got {n_v}")
+        tupty = types.UniTuple(k.acc_type, k.acc_regs(n_v))
+
+        def codegen(context, builder, sig, args):
+            llty = context.get_value_type(tupty)
+            if fill is None:
+                return ir.Constant(llty, ir.Undefined)
+            return cgutils.pack_array(builder, [context.get_constant(k.acc_type, fill)] * tupty.count)
+
+        return tupty(kind, n), codegen
+
+    make.__doc__ = None
+    return make
+
+
+acc_zeros = _const_acc("acc_zeros", 0)
+acc_zeros.__doc__ = "``acc_zeros(kind, n)``: a zeroed accumulator fragment for ``kind`` and ``N`` (literals)."
+acc_undef = _const_acc("acc_undef", None)
+acc_undef.__doc__ = (
+    "``acc_undef(kind, n)``: an uninitialized accumulator fragment; pair it with "
+    "``scale_d=0`` on the first wgmma so nothing is read from it."
+)
+
+
+def _acc_kind(kind_ty, acc_ty, name):
+    kind_v = _lit(kind_ty, "kind", name)
+    k = wgmma_kind(kind_v)
+    if not (isinstance(acc_ty, types.UniTuple) and acc_ty.dtype == k.acc_type):
+        raise NbwgmmaTypingError(f"{name}: expected a {kind_v} accumulator (tuple of {k.acc_type}); got {acc_ty}")
+    n = k.n_of(acc_ty.count)
+    if n not in k.n_values:
+        raise NbwgmmaTypingError(f"{name}: {acc_ty.count} registers is no legal N for {kind_v}")
+    return k, n
+
+
+def _values(builder, k, acc, count):
+    """The accumulator's scalar values (f16 halves unpacked), in value order."""
+    vals = [builder.extract_value(acc, i) for i in range(count)]
+    if k.dtype != "f16":
+        return vals, k.acc_type
+    out = []
+    vec = ir.VectorType(ir.HalfType(), 2)
+    for v in vals:
+        h = builder.bitcast(v, vec)
+        out += [builder.extract_element(h, ir.Constant(ir.IntType(32), 0)),
+                builder.extract_element(h, ir.Constant(ir.IntType(32), 1))]
+    return out, types.float16
+
+
+def _f32_to_bf16_bits(builder, v):
+    fnty = ir.FunctionType(ir.IntType(16), [ir.FloatType()])
+    asm = ir.InlineAsm(fnty, "cvt.rn.bf16.f32 $0, $1;", "=h,f")
+    return builder.call(asm, [v])
+
+
+@intrinsic(prefer_literal=True)
+def acc_store(typingctx, acc, kind, out, tid, row0, col0):
+    """``acc_store(acc, kind, out, tid, row0, col0)``: write the fragment into the 2-D array
+    ``out`` (global or shared) at ``out[row0 + row, col0 + col]``, skipping elements outside
+    ``out``. ``tid`` is the thread's index in its warpgroup (0..127). Values are converted to
+    ``out``'s dtype; a ``uint16`` array receives bf16 bits (round to nearest even)."""
+    k, n = _acc_kind(kind, acc, "acc_store")
+    if not (isinstance(out, types.Array) and out.ndim == 2):
+        raise NbwgmmaTypingError(f"acc_store: 'out' must be a 2-D array; got {out}")
+    for nm, ty in (("tid", tid), ("row0", row0), ("col0", col0)):
+        if not isinstance(ty, types.Integer):
+            raise NbwgmmaTypingError(f"acc_store: '{nm}' must be an integer; got {ty}")
+
+    def codegen(context, builder, sig, args):
+        acc_v, _, out_v, tid_v, r0_v, c0_v = args
+        i64 = ir.IntType(64)
+        tid_ = context.cast(builder, tid_v, sig.args[3], types.int64)
+        r0 = context.cast(builder, r0_v, sig.args[4], types.int64)
+        c0 = context.cast(builder, c0_v, sig.args[5], types.int64)
+        warp = builder.sdiv(tid_, i64(32))
+        lane = builder.srem(tid_, i64(32))
+        rbase = builder.add(r0, builder.add(builder.mul(warp, i64(16)), builder.sdiv(lane, i64(4))))
+        cbase = builder.add(c0, builder.mul(builder.srem(lane, i64(4)), i64(2)))
+        ary = context.make_array(sig.args[2])(context, builder, out_v)
+        shape = cgutils.unpack_tuple(builder, ary.shape, 2)
+        vals, vty = _values(builder, k, acc_v, sig.args[0].count)
+        dt = sig.args[2].dtype
+        for i, v in enumerate(vals):
+            dr = 8 * ((i // 2) % 2)
+            dc = 8 * (i // 4) + i % 2
+            r = builder.add(rbase, i64(dr))
+            c = builder.add(cbase, i64(dc))
+            inside = builder.and_(builder.icmp_signed("<", r, shape[0]), builder.icmp_signed("<", c, shape[1]))
+            with builder.if_then(inside, likely=True):
+                ptr = cgutils.get_item_pointer2(context, builder, data=ary.data, shape=shape,
+                                                strides=cgutils.unpack_tuple(builder, ary.strides, 2),
+                                                layout=sig.args[2].layout, inds=[r, c])
+                if dt == types.uint16 and vty == types.float32:
+                    sv = _f32_to_bf16_bits(builder, v)
+                else:
+                    sv = context.cast(builder, v, vty, dt)
+                builder.store(sv, ptr)
+        return context.get_dummy_value()
+
+    return types.void(acc, kind, out, tid, row0, col0), codegen
+
+
+def _map_acc(name, op):
+    @intrinsic(prefer_literal=True)
+    def fn(typingctx, acc, other):
+        if not (isinstance(acc, types.UniTuple) and acc.dtype in (types.float32, types.int32)):
+            raise NbwgmmaTypingError(f"{name}: expected an f32 or s32 accumulator tuple; got {acc}")
+        tuple_other = isinstance(other, types.UniTuple)
+        if tuple_other and other != acc:
+            raise NbwgmmaTypingError(f"{name}: both fragments must have the same type; got {acc} and {other}")
+        if not tuple_other and not isinstance(other, (types.Number, types.Literal)):
+            raise NbwgmmaTypingError(f"{name}: expected a fragment or a scalar; got {other}")
+
+        def codegen(context, builder, sig, args):
+            a, b = args
+            dt = sig.args[0].dtype
+            outs = []
+            for i in range(sig.args[0].count):
+                x = builder.extract_value(a, i)
+                y = builder.extract_value(b, i) if tuple_other else context.cast(builder, b, sig.args[1], dt)
+                outs.append(op(builder, x, y, dt))
+            return cgutils.pack_array(builder, outs)
+
+        return acc(acc, other), codegen
+
+    return fn
+
+
+def _add(builder, x, y, dt):
+    return builder.fadd(x, y) if dt == types.float32 else builder.add(x, y)
+
+
+def _mul(builder, x, y, dt):
+    return builder.fmul(x, y) if dt == types.float32 else builder.mul(x, y)
+
+
+acc_add = _map_acc("acc_add", _add)
+acc_add.__doc__ = "``acc_add(acc, other)``: elementwise sum with a fragment of the same type or a scalar."
+acc_scale = _map_acc("acc_scale", _mul)
+acc_scale.__doc__ = "``acc_scale(acc, s)``: elementwise product with a scalar or a fragment."
+
+
+def _pack16(name, ptx):
+    @intrinsic
+    def fn(typingctx, acc):
+        if not (isinstance(acc, types.UniTuple) and acc.dtype == types.float32 and acc.count % 2 == 0):
+            raise NbwgmmaTypingError(f"{name}: expected an f32 accumulator tuple; got {acc}")
+        outty = types.UniTuple(types.uint32, acc.count // 2)
+
+        def codegen(context, builder, sig, args):
+            (a,) = args
+            fnty = ir.FunctionType(ir.IntType(32), [ir.FloatType(), ir.FloatType()])
+            asm = ir.InlineAsm(fnty, ptx, "=r,f,f")
+            outs = []
+            for j in range(outty.count):
+                lo = builder.extract_value(a, 2 * j)
+                hi = builder.extract_value(a, 2 * j + 1)
+                # cvt.rn.*x2 puts its first source in the upper half.
+                outs.append(builder.call(asm, [hi, lo]))
+            return cgutils.pack_array(builder, outs)
+
+        return outty(acc), codegen
+
+    return fn
+
+
+acc_to_bf16x2 = _pack16("acc_to_bf16x2", "cvt.rn.bf16x2.f32 $0, $1, $2;")
+acc_to_bf16x2.__doc__ = (
+    "``cvt.rn.bf16x2.f32`` (PTX ISA: cvt) over a fragment: values 2j and 2j+1 (adjacent "
+    "columns) packed into u32 register j, low half first. The result is the A-register "
+    "layout for a following RS wgmma and the input of ``stmatrix``."
+)
+acc_to_f16x2 = _pack16("acc_to_f16x2", "cvt.rn.f16x2.f32 $0, $1, $2;")
+acc_to_f16x2.__doc__ = "``cvt.rn.f16x2.f32`` (PTX ISA: cvt) over a fragment, as :func:`acc_to_bf16x2`."
