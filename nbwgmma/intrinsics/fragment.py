@@ -250,3 +250,25 @@ acc_to_bf16x2.__doc__ = (
 )
 acc_to_f16x2 = _pack16("acc_to_f16x2", "cvt.rn.f16x2.f32 $0, $1, $2;")
 acc_to_f16x2.__doc__ = "``cvt.rn.f16x2.f32`` (PTX ISA: cvt) over a fragment, as :func:`acc_to_bf16x2`."
+
+
+def a_frag_coords(kind: str) -> np.ndarray:
+    """Array ``[128, 4, E, 2]``: (row, k) of element ``e`` of A-fragment register ``j``.
+
+    PTX ISA, "Register Fragments" (figure "WGMMA .m64nNkK register fragment
+    layout for matrix A"): register ``j`` of thread ``t`` covers row
+    ``16*w + l//4 + 8*(j%2)`` and K columns ``(j//2)*K/2 + (l%4)*E + e`` for the
+    ``E = 32 / bits`` elements it packs (low bits first).
+    """
+    k = wgmma_kind(kind)
+    e_per = 32 // k.input_bits
+    t = np.arange(128)[:, None, None]
+    j = np.arange(4)[None, :, None]
+    e = np.arange(e_per)[None, None, :]
+    w, lane = t // 32, t % 32
+    row = 16 * w + lane // 4 + 8 * (j % 2)
+    col = (j // 2) * (k.k // 2) + (lane % 4) * e_per + e
+    return np.stack(np.broadcast_arrays(row, col), axis=-1)
+
+
+__all__ += ["a_frag_coords"]

@@ -1,0 +1,166 @@
+"""A numpy model of one wgmma: operands read out of a shared-memory byte image
+through their descriptors (swizzle, LBO, SBO), exactly as the hardware reads them.
+
+Used to pack test operands, to check descriptors on CPU, and as the reference
+the GPU results are compared with. Element encodings:
+
+* ``f16``: IEEE half; ``bf16``: upper half of an f32; ``tf32``: an f32 whose
+  13 low mantissa bits the tensor core ignores;
+* ``e4m3`` (no infinities, NaN = 0x7F/0xFF) and ``e5m2`` (IEEE-like), decoded
+  by :func:`fp8_to_float`;
+* ``s8``/``u8``; ``b1``: 256 bits of K per row, D = popcount(A AND B).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .descriptor import SWIZZLE_BYTES, decode_desc, kmajor_offset, mnmajor_offset, swizzle_addr
+from .wgmma import wgmma_kind
+
+__all__ = [
+    "ELEMENT_BYTES",
+    "fp8_to_float",
+    "float_to_fp8",
+    "encode_elements",
+    "decode_elements",
+    "pack_operand",
+    "read_operand",
+    "wgmma_reference",
+]
+
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1, "b1": 1 / 8}
+
+
+def _fp8_table(fmt: str) -> np.ndarray:
+    exp_bits, man_bits, bias = (4, 3, 7) if fmt == "e4m3" else (5, 2, 15)
+    v = np.arange(256)
+    sign = np.where(v >> 7, -1.0, 1.0)
+    e = (v >> man_bits) & ((1 << exp_bits) - 1)
+    m = v & ((1 << man_bits) - 1)
+    normal = (1 + m / (1 << man_bits)) * 2.0 ** (e - bias)
+    sub = (m / (1 << man_bits)) * 2.0 ** (1 - bias)
+    out = sign * np.where(e == 0, sub, normal)
+    emax = (1 << exp_bits) - 1
+    if fmt == "e4m3":
+        out[(e == emax) & (m == (1 << man_bits) - 1)] = np.nan
+    else:
+        out[(e == emax) & (m == 0)] = sign[(e == emax) & (m == 0)] * np.inf
+        out[(e == emax) & (m != 0)] = np.nan
+    return out
+
+
+_FP8 = {f: _fp8_table(f) for f in ("e4m3", "e5m2")}
+
+
+def fp8_to_float(codes: np.ndarray, fmt: str) -> np.ndarray:
+    return _FP8[fmt][np.asarray(codes, np.uint8)]
+
+
+def float_to_fp8(x: np.ndarray, fmt: str) -> np.ndarray:
+    """Round to the nearest fp8 code (ties to the even code); exact for representable values."""
+    table = _FP8[fmt]
+    finite = np.where(np.isfinite(table), table, np.inf)
+    x = np.asarray(x, np.float64)
+    idx = np.abs(x[..., None] - finite[None, :]).argmin(-1)
+    return idx.astype(np.uint8)
+
+
+def encode_elements(x: np.ndarray, t: str) -> np.ndarray:
+    """Matrix of values -> matrix of raw bytes per row ([rows, cols * element bytes]); b1: bits."""
+    x = np.asarray(x)
+    if t == "f16":
+        raw = x.astype(np.float16).view(np.uint8)
+    elif t == "bf16":
+        f = x.astype(np.float32).view(np.uint32)
+        raw = ((f + 0x7FFF + ((f >> 16) & 1)) >> 16).astype(np.uint16).view(np.uint8)
+    elif t == "tf32":
+        raw = x.astype(np.float32).view(np.uint8)
+    elif t in _FP8:
+        raw = float_to_fp8(x, t)
+    elif t == "s8":
+        raw = x.astype(np.int8).view(np.uint8)
+    elif t == "u8":
+        raw = x.astype(np.uint8)
+    elif t == "b1":
+        raw = np.packbits(x.astype(np.uint8), axis=-1, bitorder="little")
+    else:
+        raise ValueError(f"unknown element type {t!r}")
+    return np.ascontiguousarray(raw).reshape(x.shape[0], -1)
+
+
+def decode_elements(raw: np.ndarray, t: str) -> np.ndarray:
+    """Raw bytes per row -> float64 (or int64) values, as the tensor core reads them."""
+    raw = np.ascontiguousarray(raw, np.uint8)
+    if t == "f16":
+        return raw.view(np.float16).astype(np.float64)
+    if t == "bf16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if t == "tf32":
+        return (raw.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    if t in _FP8:
+        return fp8_to_float(raw, t)
+    if t == "s8":
+        return raw.view(np.int8).astype(np.int64)
+    if t == "u8":
+        return raw.astype(np.int64)
+    if t == "b1":
+        return np.unpackbits(raw, axis=-1, bitorder="little").astype(np.int64)
+    raise ValueError(f"unknown element type {t!r}")
+
+
+def _offsets(rows: int, nbytes: int, major: str, swizzle: str, lbo: int, sbo: int, esize: float, kelems: int):
+    """Logical byte offsets [rows, nbytes] of a ``rows`` (M or N) x K operand."""
+    if major == "K":
+        r = np.arange(rows)[:, None]
+        b = np.arange(nbytes)[None, :]
+        return kmajor_offset(r, b, swizzle, sbo, lbo)
+    # MN-major: element (mn, k) of a 16-bit (or wider) type; bytes of one element contiguous.
+    es = int(esize)
+    mn = np.arange(rows)[:, None, None]
+    k = np.arange(kelems)[None, :, None]
+    byte = np.arange(es)[None, None, :]
+    off = mnmajor_offset(mn * es + byte, k, swizzle, sbo, lbo)
+    return off.reshape(rows, kelems * es)
+
+
+def pack_operand(image: np.ndarray, base: int, values: np.ndarray, t: str, major: str,
+                 swizzle: str, lbo: int, sbo: int) -> None:
+    """Write a [rows, K] operand into the shared-memory byte ``image`` at byte ``base``."""
+    raw = encode_elements(values, t)
+    rows, kelems = values.shape
+    off = _offsets(rows, raw.shape[1], major, swizzle, lbo, sbo, ELEMENT_BYTES[t], kelems)
+    image[swizzle_addr(base + off, swizzle)] = raw
+
+
+def read_operand(image: np.ndarray, desc: int, rows: int, kelems: int, t: str, major: str) -> np.ndarray:
+    """Read a [rows, K] operand through a descriptor, as wgmma does."""
+    d = decode_desc(desc)
+    if d["base_offset"]:
+        raise NotImplementedError("the model reads tiles whose start is aligned to the swizzle period")
+    esize = ELEMENT_BYTES[t]
+    nbytes = int(np.ceil(kelems * esize))
+    off = _offsets(rows, nbytes, major, d["swizzle"], d["lbo"], d["sbo"], esize, kelems)
+    raw = image[swizzle_addr(d["addr"] + off, d["swizzle"])]
+    return decode_elements(raw, t)
+
+
+def wgmma_reference(image, kind: str, n: int, desc_a: int, desc_b: int, *, trans_a=0, trans_b=0,
+                    scale_a=1, scale_b=1, d=None, a_values=None):
+    """D (64 x N, float64 or int64) of one wgmma over the image, plus ``d`` if given.
+
+    ``trans_a``/``trans_b`` select MN-major A/B. ``a_values`` replaces the A
+    operand read (A from registers).
+    """
+    k = wgmma_kind(kind)
+    a = a_values if a_values is not None else read_operand(image, desc_a, 64, k.k, k.atype, "MN" if trans_a else "K")
+    b = read_operand(image, desc_b, n, k.k, k.btype, "MN" if trans_b else "K")
+    if k.atype == "b1":
+        out = (a[:, None, :] & b[None, :, :]).sum(-1)
+    else:
+        out = (scale_a * a) @ (scale_b * b).T
+    return out if d is None else out + d
+
+
+def swizzle_span(swizzle: str) -> int:
+    return SWIZZLE_BYTES[swizzle]

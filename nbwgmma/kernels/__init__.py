@@ -1,0 +1,1 @@
+"""Kernels written with nbwgmma intrinsics."""
