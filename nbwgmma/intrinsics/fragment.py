@@ -112,12 +112,16 @@ def _acc_kind(kind_ty, acc_ty, name):
 
 
 def _values(builder, k, acc, count):
-    """The accumulator's scalar values (f16 halves unpacked), in value order."""
+    """The accumulator's scalar values (f16 halves unpacked), in value order.
+
+    Numba holds a float16 as an i16, so the halves are returned as i16 bits
+    typed ``float16``.
+    """
     vals = [builder.extract_value(acc, i) for i in range(count)]
     if k.dtype != "f16":
         return vals, k.acc_type
     out = []
-    vec = ir.VectorType(ir.HalfType(), 2)
+    vec = ir.VectorType(ir.IntType(16), 2)
     for v in vals:
         h = builder.bitcast(v, vec)
         out += [builder.extract_element(h, ir.Constant(ir.IntType(32), 0)),
@@ -170,6 +174,8 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
                                                 layout=sig.args[2].layout, inds=[r, c])
                 if dt == types.uint16 and vty == types.float32:
                     sv = _f32_to_bf16_bits(builder, v)
+                elif dt == vty:
+                    sv = v
                 else:
                     sv = context.cast(builder, v, vty, dt)
                 builder.store(sv, ptr)

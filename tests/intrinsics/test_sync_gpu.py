@@ -78,8 +78,9 @@ def _expect_tx(out):
 def test_mbarrier_test_wait_semantics():
     out = cuda.to_device(np.full(3, -1, np.int32))
     _expect_tx[1, 32](out)
-    # Phase 0 completed; parity 1 names the phase before it, also complete.
-    np.testing.assert_array_equal(out.copy_to_host(), [1, 1, 1])
+    # Phase 0 completed, so the barrier is now in phase 1: parity 0 names the
+    # completed phase, parity 1 the current, incomplete one.
+    np.testing.assert_array_equal(out.copy_to_host(), [1, 1, 0])
 
 
 @cuda.jit

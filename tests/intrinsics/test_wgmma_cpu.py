@@ -198,3 +198,15 @@ def test_ldmatrix_lane_map():
     assert m[0].tolist() == [[0, 0], [0, 1]] and m[31].tolist() == [[7, 6], [7, 7]]
     t = ldmatrix_lane_map(trans=True)
     assert t[1].tolist() == [[2, 0], [3, 0]]
+
+
+@pytest.mark.parametrize("kind, out_ty", [
+    ("f32.bf16.bf16", types.float32), ("f32.bf16.bf16", types.uint16), ("f32.bf16.bf16", types.float16),
+    ("f16.f16.f16", types.float16), ("f16.f16.f16", types.float32), ("s32.s8.s8", types.int32),
+])
+def test_acc_store_compiles_for_every_output_type(kind, out_ty):
+
+    ns = dict(globals(), KIND=kind)
+    exec("def k(out):\n    acc = acc_zeros(KIND, 64)\n    acc_store(acc, KIND, out, cuda.threadIdx.x % 128, 0, 0)", ns)
+    rep = compile_report(ns["k"], (out_ty[:, :],))
+    assert rep.local_memory_ops == 0

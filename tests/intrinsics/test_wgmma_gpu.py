@@ -46,6 +46,9 @@ def check(problem, got, *, exact, scale_a=1, scale_b=1):
     else:
         rel = np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want)
         tol = {"f16": 2e-3, "f32": 1e-5, "s32": 0}[problem.k.dtype]
+        if problem.k.input_bits == 8:
+            # fp8 wgmma adds its products with fewer bits than f32 (measured ~1.3e-4 on an H100).
+            tol = max(tol, 1e-3)
         assert rel <= tol, f"relative error {rel:.3e} > {tol}"
 
 
