@@ -6,7 +6,7 @@ package gives the whole instruction set::
     from nbwgmma.intrinsics import *
 """
 
-from . import address, control, descriptor, fence, fragment, matrix, mbarrier, wgmma
+from . import address, control, descriptor, fence, fragment, matrix, mbarrier, tma, wgmma
 from .address import *  # noqa: F401,F403
 from .control import *  # noqa: F401,F403
 from .descriptor import *  # noqa: F401,F403
@@ -14,9 +14,10 @@ from .fence import *  # noqa: F401,F403
 from .fragment import *  # noqa: F401,F403
 from .matrix import *  # noqa: F401,F403
 from .mbarrier import *  # noqa: F401,F403
+from .tma import *  # noqa: F401,F403
 from .wgmma import *  # noqa: F401,F403
 
 __all__ = (
     address.__all__ + control.__all__ + descriptor.__all__ + fence.__all__
-    + fragment.__all__ + matrix.__all__ + mbarrier.__all__ + wgmma.__all__
+    + fragment.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__ + wgmma.__all__
 )

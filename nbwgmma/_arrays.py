@@ -1,0 +1,102 @@
+"""Read pointer, shape, strides and element type off any CUDA array.
+
+CuPy, Numba device arrays and most libraries expose ``__cuda_array_interface__``;
+PyTorch does too, except for bfloat16 and the fp8 types, so torch tensors are
+read through their own accessors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ArrayInfo", "array_info"]
+
+_TORCH_TYPES = {
+    "torch.float16": "f16",
+    "torch.bfloat16": "bf16",
+    "torch.float32": "f32",
+    "torch.float64": "f64",
+    "torch.float8_e4m3fn": "e4m3",
+    "torch.float8_e5m2": "e5m2",
+    "torch.int8": "s8",
+    "torch.uint8": "u8",
+    "torch.int16": "s16",
+    "torch.int32": "s32",
+    "torch.int64": "s64",
+}
+
+_NP_TYPES = {
+    np.dtype(np.float16): "f16",
+    np.dtype(np.float32): "f32",
+    np.dtype(np.float64): "f64",
+    np.dtype(np.int8): "s8",
+    np.dtype(np.uint8): "u8",
+    np.dtype(np.int16): "s16",
+    np.dtype(np.uint16): "u16",
+    np.dtype(np.int32): "s32",
+    np.dtype(np.uint32): "u32",
+    np.dtype(np.int64): "s64",
+    np.dtype(np.uint64): "u64",
+}
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    ptr: int
+    shape: tuple
+    strides: tuple  # in bytes
+    itemsize: int
+    dtype: str  # nbwgmma type name: f16, bf16, f32, e4m3, s8, ...
+    device: int | None
+    kind: str  # "torch", "cupy", "numba", "cai"
+
+    @property
+    def contiguous(self) -> bool:
+        expect, s = [], self.itemsize
+        for d in reversed(self.shape):
+            expect.append(s)
+            s *= d
+        return all(st == e or d == 1 for st, e, d in zip(self.strides, reversed(expect), self.shape))
+
+
+def array_info(a) -> ArrayInfo:
+    """Describe a CUDA array; raise ``TypeError`` for host arrays and unknown objects."""
+    mod = type(a).__module__
+    if mod.startswith("torch"):
+        if not a.is_cuda:
+            raise TypeError(f"expected a CUDA tensor; got a torch tensor on {a.device}")
+        dt = _TORCH_TYPES.get(str(a.dtype))
+        if dt is None:
+            raise TypeError(f"unsupported torch dtype {a.dtype}")
+        es = a.element_size()
+        return ArrayInfo(a.data_ptr(), tuple(a.shape), tuple(s * es for s in a.stride()), es, dt,
+                         a.device.index, "torch")
+    if isinstance(a, np.ndarray):
+        raise TypeError("expected a CUDA array (CuPy, PyTorch, Numba device array); got a host numpy array")
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is None:
+        raise TypeError(f"expected a CUDA array with __cuda_array_interface__; got {type(a).__name__}")
+    dtype = np.dtype(cai["typestr"])
+    dt = _NP_TYPES.get(dtype)
+    if dt is None:
+        raise TypeError(f"unsupported element type {dtype}")
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    if strides is None:
+        s, st = dtype.itemsize, []
+        for d in reversed(shape):
+            st.append(s)
+            s *= d
+        strides = tuple(reversed(st))
+    ptr = cai["data"][0]
+    kind = "cupy" if mod.startswith("cupy") else ("numba" if "numba" in mod else "cai")
+    device = None
+    if kind == "cupy":
+        device = a.device.id
+    elif kind == "numba":
+        from numba import cuda
+
+        device = cuda.get_current_device().id
+    return ArrayInfo(ptr, shape, tuple(strides), dtype.itemsize, dt, device, kind)

@@ -1,0 +1,141 @@
+"""TMA: bulk tensor copies between global and shared memory, and plain bulk copies.
+
+PTX ISA, "Data Movement and Conversion Instructions: cp.async.bulk.tensor",
+"cp.reduce.async.bulk.tensor", "cp.async.bulk", "cp.async.bulk.prefetch.tensor",
+"cp.async.bulk.commit_group", "cp.async.bulk.wait_group" and "prefetch".
+
+The variants come from tables: one intrinsic per rank (1-5) and form, named
+``tma_load_2d``, ``tma_load_multicast_3d``, ``tma_store_2d``,
+``tma_reduce_2d`` (with ``op``), ``tma_prefetch_2d``. Coordinates are in
+elements, innermost dimension first (the tensor map's order). ``tmap`` is the
+64-bit global address of a tensor map (:attr:`nbwgmma.tma.TensorMap.address`),
+``dst``/``src``/``bar`` 32-bit shared addresses.
+
+A load completes on the mbarrier ``bar`` by its byte count: arm the barrier with
+``mbarrier_arrive_expect_tx(bar, box_bytes)`` in the issuing thread.
+"""
+
+from __future__ import annotations
+
+from ._asm import Imm, Reg, ptx_intrinsic, u32, u64
+from numba import types
+
+__all__ = [
+    "bulk_commit_group",
+    "bulk_wait_group",
+    "bulk_wait_group_read",
+    "prefetch_tensormap",
+    "bulk_copy_g2s",
+    "bulk_copy_s2g",
+    "TMA_REDUCE_OPS",
+]
+
+RANKS = (1, 2, 3, 4, 5)
+#: Reduction operations of cp.reduce.async.bulk.tensor (the type decides which are legal).
+TMA_REDUCE_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
+
+
+def _coords(rank):
+    return [Reg(f"c{i}", types.int32) for i in range(rank)]
+
+
+def _clist(rank):
+    return "{" + ", ".join(f"$c{i}" for i in range(rank)) + "}"
+
+
+def _define(name, template, params, doc):
+    fn = ptx_intrinsic(name, template, params=params, doc=doc)
+    globals()[name] = fn
+    __all__.append(name)
+    return fn
+
+
+for _r in RANKS:
+    _define(
+        f"tma_load_{_r}d",
+        f"cp.async.bulk.tensor.{_r}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+        f"[$dst], [$tmap, {_clist(_r)}], [$bar];",
+        [Reg("dst", u32), Reg("tmap", u64), Reg("bar", u32)] + _coords(_r),
+        f"``cp.async.bulk.tensor.{_r}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes`` "
+        f"(PTX ISA: cp.async.bulk.tensor). Copy the box at ({', '.join(f'c{i}' for i in range(_r))}) "
+        "into shared memory at ``dst``; bytes complete on the mbarrier ``bar``.",
+    )
+    _define(
+        f"tma_load_multicast_{_r}d",
+        f"cp.async.bulk.tensor.{_r}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+        f"[$dst], [$tmap, {_clist(_r)}], [$bar], $mask;",
+        [Reg("dst", u32), Reg("tmap", u64), Reg("bar", u32), Reg("mask", types.uint16)] + _coords(_r),
+        f"``cp.async.bulk.tensor.{_r}d...multicast::cluster`` (PTX ISA: cp.async.bulk.tensor). The "
+        "same box into ``dst`` of every CTA of the cluster whose bit is set in ``mask``; each "
+        "destination CTA's mbarrier at offset ``bar`` receives the bytes.",
+    )
+    _define(
+        f"tma_store_{_r}d",
+        f"cp.async.bulk.tensor.{_r}d.global.shared::cta.tile.bulk_group [$tmap, {_clist(_r)}], [$src];",
+        [Reg("src", u32), Reg("tmap", u64)] + _coords(_r),
+        f"``cp.async.bulk.tensor.{_r}d.global.shared::cta.tile.bulk_group`` (PTX ISA: "
+        "cp.async.bulk.tensor). Write the box in shared memory at ``src`` to the tensor; elements "
+        "outside the tensor are not written. Complete with ``bulk_commit_group`` / ``bulk_wait_group``.",
+    )
+    _define(
+        f"tma_reduce_{_r}d",
+        f"cp.reduce.async.bulk.tensor.{_r}d.global.shared::cta.$op.tile.bulk_group [$tmap, {_clist(_r)}], [$src];",
+        [Reg("src", u32), Reg("tmap", u64)] + _coords(_r) + [Imm("op", choices=TMA_REDUCE_OPS, default="add")],
+        f"``cp.reduce.async.bulk.tensor.{_r}d.global.shared::cta.<op>.tile.bulk_group`` (PTX ISA: "
+        "cp.reduce.async.bulk.tensor). Combine the box into the tensor with ``op``.",
+    )
+    _define(
+        f"tma_prefetch_{_r}d",
+        f"cp.async.bulk.prefetch.tensor.{_r}d.L2.global.tile [$tmap, {_clist(_r)}];",
+        [Reg("tmap", u64)] + _coords(_r),
+        f"``cp.async.bulk.prefetch.tensor.{_r}d.L2.global.tile`` (PTX ISA: "
+        "cp.async.bulk.prefetch.tensor). Bring the box into L2.",
+    )
+
+bulk_commit_group = ptx_intrinsic(
+    "bulk_commit_group",
+    "cp.async.bulk.commit_group;",
+    doc="``cp.async.bulk.commit_group`` (PTX ISA: cp.async.bulk.commit_group). Close this "
+    "thread's outstanding bulk stores into a group.",
+)
+
+_N = Imm("n", rule=lambda v: isinstance(v, int) and 0 <= v <= 63, expect="an integer in [0, 63]", default=0)
+
+bulk_wait_group = ptx_intrinsic(
+    "bulk_wait_group",
+    "cp.async.bulk.wait_group $n;",
+    params=[_N],
+    doc="``cp.async.bulk.wait_group N`` (PTX ISA: cp.async.bulk.wait_group). Wait until at most "
+    "N bulk groups of this thread are pending (their writes done).",
+)
+
+bulk_wait_group_read = ptx_intrinsic(
+    "bulk_wait_group_read",
+    "cp.async.bulk.wait_group.read $n;",
+    params=[_N],
+    doc="``cp.async.bulk.wait_group.read N`` (PTX ISA: cp.async.bulk.wait_group). Wait until the "
+    "sources of all but N pending groups have been read, so their shared memory may be reused.",
+)
+
+prefetch_tensormap = ptx_intrinsic(
+    "prefetch_tensormap",
+    "prefetch.tensormap [$tmap];",
+    params=[Reg("tmap", u64)],
+    doc="``prefetch.tensormap [tmap]`` (PTX ISA: prefetch). Fetch the tensor map into the cache.",
+)
+
+bulk_copy_g2s = ptx_intrinsic(
+    "bulk_copy_g2s",
+    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$dst], [$src], $nbytes, [$bar];",
+    params=[Reg("dst", u32), Reg("src", u64), Reg("nbytes", u32), Reg("bar", u32)],
+    doc="``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`` (PTX ISA: "
+    "cp.async.bulk). Copy ``nbytes`` (a multiple of 16) from global ``src`` to shared ``dst``.",
+)
+
+bulk_copy_s2g = ptx_intrinsic(
+    "bulk_copy_s2g",
+    "cp.async.bulk.global.shared::cta.bulk_group [$dst], [$src], $nbytes;",
+    params=[Reg("dst", u64), Reg("src", u32), Reg("nbytes", u32)],
+    doc="``cp.async.bulk.global.shared::cta.bulk_group`` (PTX ISA: cp.async.bulk). Copy ``nbytes`` "
+    "from shared ``src`` to global ``dst``; complete with the bulk group calls.",
+)

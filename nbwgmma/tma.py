@@ -1,0 +1,248 @@
+"""TMA tensor maps (``CUtensorMap``) for tiled bulk copies, validated before the driver sees them.
+
+``TensorMap(array, box, swizzle="128B")`` describes copies of ``box``-shaped
+tiles of a 1- to 5-D CUDA array. Shapes are given in array order (outermost
+first, as numpy writes them); the driver's order (innermost first) is handled
+here. Every rule of the driver documentation for ``cuTensorMapEncodeTiled`` is
+checked first, and a broken one raises :class:`TensorMapError` naming the rule
+and the value.
+
+Kernels receive the map by its global-memory address (``tmap.address``, a
+``uint64`` kernel argument): the 128-byte map is copied once into a device
+buffer. That keeps Numba's ordinary argument passing (a by-value
+``__grid_constant__`` parameter has no Numba spelling) at the cost of one
+descriptor fetch per CTA, which the TMA unit caches; ``prefetch_tensormap``
+hides it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._arrays import array_info
+
+__all__ = ["TensorMap", "TensorMapError", "TMA_DTYPES", "box_copy_model"]
+
+
+class TensorMapError(ValueError):
+    """A tensor map request breaks a rule of cuTensorMapEncodeTiled."""
+
+
+#: nbwgmma element type -> (driver data type name, bytes)
+TMA_DTYPES = {
+    "f16": ("FLOAT16", 2),
+    "bf16": ("BFLOAT16", 2),
+    "f32": ("FLOAT32", 4),
+    "tf32": ("TFLOAT32", 4),
+    "f64": ("FLOAT64", 8),
+    "e4m3": ("UINT8", 1),
+    "e5m2": ("UINT8", 1),
+    "s8": ("UINT8", 1),
+    "u8": ("UINT8", 1),
+    "u16": ("UINT16", 2),
+    "s16": ("UINT16", 2),
+    "s32": ("INT32", 4),
+    "u32": ("UINT32", 4),
+    "s64": ("INT64", 8),
+    "u64": ("UINT64", 8),
+}
+_FLOAT_TYPES = {"f16", "bf16", "f32", "tf32", "f64"}
+_SWIZZLE_BYTES = {"none": 0, "32B": 32, "64B": 64, "128B": 128}
+_L2 = {"none": "NONE", "64B": "L2_64B", "128B": "L2_128B", "256B": "L2_256B"}
+
+
+@dataclass(frozen=True)
+class TensorMapParams:
+    """What the map encodes, in the driver's order (innermost dimension first)."""
+
+    dtype: str
+    rank: int
+    address: int
+    dims: tuple
+    strides: tuple  # bytes, dimensions 1..rank-1
+    box: tuple
+    element_strides: tuple
+    swizzle: str
+    oob_fill: str
+    l2_promotion: str
+
+    @property
+    def box_bytes(self) -> int:
+        return math.prod(self.box) * TMA_DTYPES[self.dtype][1]
+
+
+def _fail(rule, value):
+    raise TensorMapError(f"tensor map: {rule}; got {value}")
+
+
+def validate(p: TensorMapParams) -> None:
+    """Every rule of cuTensorMapEncodeTiled for tiled, non-interleaved maps."""
+    es = TMA_DTYPES[p.dtype][1]
+    if not 1 <= p.rank <= 5:
+        _fail("rank must be in [1, 5]", p.rank)
+    if p.address % 16:
+        _fail("the global address must be 16-byte aligned", hex(p.address))
+    for i, d in enumerate(p.dims):
+        if not 1 <= d <= 2**32:
+            _fail(f"global dimension {i} (innermost first) must be in [1, 2^32]", d)
+    for i, s in enumerate(p.strides):
+        if s % 16:
+            _fail(f"global stride {i + 1} (bytes) must be a multiple of 16", s)
+        if s >= 2**40:
+            _fail(f"global stride {i + 1} (bytes) must be < 2^40", s)
+    # Non-overlapping: each stride covers the extent of the dimension inside it.
+    extent = p.dims[0] * es
+    for i, s in enumerate(p.strides):
+        if s < extent:
+            _fail(f"global stride {i + 1} ({s} B) overlaps dimension {i} (extent {extent} B)", s)
+        extent = s * p.dims[i + 1]
+    for i, b in enumerate(p.box):
+        if not 1 <= b <= 256:
+            _fail(f"box dimension {i} (innermost first) must be in [1, 256]", b)
+    if (p.box[0] * es) % 16:
+        _fail("the inner box dimension in bytes must be a multiple of 16", p.box[0] * es)
+    for i, e in enumerate(p.element_strides):
+        if not 1 <= e <= 8:
+            _fail(f"element stride {i} must be in [1, 8]", e)
+    if p.swizzle not in _SWIZZLE_BYTES:
+        _fail("swizzle must be one of none, 32B, 64B, 128B", p.swizzle)
+    span = _SWIZZLE_BYTES[p.swizzle]
+    if span and p.box[0] * es > span:
+        _fail(f"with the {p.swizzle} swizzle the inner box dimension must be at most {span} bytes",
+              f"{p.box[0] * es} bytes")
+    if p.oob_fill not in ("zero", "nan"):
+        _fail("oob_fill must be 'zero' or 'nan'", p.oob_fill)
+    if p.oob_fill == "nan" and p.dtype not in _FLOAT_TYPES:
+        _fail("NaN out-of-bounds fill needs a floating-point element type", p.dtype)
+    if p.l2_promotion not in _L2:
+        _fail("l2_promotion must be one of none, 64B, 128B, 256B", p.l2_promotion)
+
+
+def _encode(p: TensorMapParams) -> np.ndarray:
+    from cuda.bindings import driver as drv
+
+    dt = getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + TMA_DTYPES[p.dtype][0])
+    sw = getattr(drv.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + ("NONE" if p.swizzle == "none" else p.swizzle))
+    l2 = getattr(drv.CUtensorMapL2promotion, "CU_TENSOR_MAP_L2_PROMOTION_" + _L2[p.l2_promotion])
+    fill = drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
+    if p.oob_fill == "nan":
+        fill = drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+    err, tmap = drv.cuTensorMapEncodeTiled(
+        dt, p.rank, p.address, list(p.dims), list(p.strides), list(p.box), list(p.element_strides),
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, sw, l2, fill,
+    )
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise TensorMapError(f"cuTensorMapEncodeTiled failed: {err} for {p}")
+    return np.array(tmap.opaque, dtype=np.uint64)
+
+
+class TensorMap:
+    """A tiled TMA descriptor for ``array`` with ``box``-shaped tiles (array order).
+
+    ``dtype`` overrides the element type read off the array (e.g. ``"bf16"`` for
+    a ``uint16`` array holding bf16 bits, ``"e4m3"`` for fp8 bytes). ``shape``
+    and ``strides`` (elements, array order) override the array's own, e.g. to
+    describe a view. The map lives in device memory; kernels take ``.address``.
+    """
+
+    def __init__(self, array, box, *, dtype=None, swizzle="128B", oob_fill="zero", l2_promotion="256B",
+                 element_strides=None, shape=None, strides=None, encode=True):
+        info = array_info(array)
+        dtype = dtype or info.dtype
+        if dtype not in TMA_DTYPES:
+            raise TensorMapError(f"tensor map: element type must be one of {sorted(TMA_DTYPES)}; got {dtype}")
+        es = TMA_DTYPES[dtype][1]
+        if es != info.itemsize:
+            raise TensorMapError(f"tensor map: {dtype} has {es}-byte elements; the array has {info.itemsize}-byte ones")
+        shape = tuple(shape) if shape is not None else info.shape
+        strides_b = tuple(s * es for s in strides) if strides is not None else info.strides
+        rank = len(shape)
+        box = tuple(box)
+        if len(box) != rank:
+            raise TensorMapError(f"tensor map: box must have one entry per dimension ({rank}); got {box}")
+        if strides_b[-1] != es:
+            _fail("the innermost dimension must be contiguous (stride of one element)", f"{strides_b[-1]} bytes")
+        self.array = array
+        self.params = TensorMapParams(
+            dtype=dtype,
+            rank=rank,
+            address=info.ptr,
+            dims=tuple(int(d) for d in reversed(shape)),
+            strides=tuple(int(s) for s in reversed(strides_b[:-1])),
+            box=tuple(int(b) for b in reversed(box)),
+            element_strides=tuple(element_strides or (1,) * rank),
+            swizzle=swizzle,
+            oob_fill=oob_fill,
+            l2_promotion=l2_promotion,
+        )
+        validate(self.params)
+        self._dev = None
+        if encode:
+            from numba import cuda
+
+            self.opaque = _encode(self.params)
+            self._dev = cuda.to_device(self.opaque)  # 256-byte aligned allocation
+
+    @property
+    def address(self) -> int:
+        """Global-memory address of the 128-byte map: the kernel argument."""
+        return int(self._dev.__cuda_array_interface__["data"][0])
+
+    @property
+    def box_bytes(self) -> int:
+        """Bytes one box copy moves: the ``expect_tx`` count of a load."""
+        return self.params.box_bytes
+
+    def decode(self) -> dict:
+        """The fields of this map, in array order (outermost first)."""
+        p = self.params
+        return {
+            "dtype": p.dtype,
+            "rank": p.rank,
+            "address": p.address,
+            "shape": tuple(reversed(p.dims)),
+            "strides_bytes": tuple(reversed(p.strides)) + (TMA_DTYPES[p.dtype][1],),
+            "box": tuple(reversed(p.box)),
+            "element_strides": tuple(reversed(p.element_strides)),
+            "swizzle": p.swizzle,
+            "oob_fill": p.oob_fill,
+            "l2_promotion": p.l2_promotion,
+        }
+
+
+def box_copy_model(tensor: np.ndarray, box, coords, swizzle: str = "none", oob_fill="zero") -> np.ndarray:
+    """Shared-memory bytes of one tiled load: the box at ``coords`` (array order, may be
+    negative or past the edge), out-of-bounds elements filled, rows swizzled.
+
+    Returns a flat ``uint8`` array of ``prod(box) * itemsize`` bytes.
+    """
+    from .intrinsics.descriptor import swizzle_addr
+
+    tensor = np.asarray(tensor)
+    box = tuple(box)
+    out = np.zeros(box, tensor.dtype)
+    if oob_fill == "nan":
+        out[...] = np.nan
+    src, dst = [], []
+    for c, b, n in zip(coords, box, tensor.shape):
+        lo, hi = max(c, 0), min(c + b, n)
+        if hi <= lo:
+            return _swizzled(out, swizzle)
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - c, hi - c))
+    out[tuple(dst)] = tensor[tuple(src)]
+    return _swizzled(out, swizzle)
+
+
+def _swizzled(box_values: np.ndarray, swizzle: str) -> np.ndarray:
+    from .intrinsics.descriptor import swizzle_addr
+
+    raw = np.ascontiguousarray(box_values).view(np.uint8).reshape(-1)
+    if swizzle == "none":
+        return raw.copy()
+    out = np.empty_like(raw)
+    out[swizzle_addr(np.arange(raw.size), swizzle)] = raw
+    return out

@@ -1,0 +1,131 @@
+"""CPU tests of TMA: tensor-map validation rules, the box-copy model, and the PTX/SASS of
+every copy form."""
+
+import numpy as np
+import pytest
+from numba import cuda, types
+
+from nbwgmma.intrinsics import *  # noqa: F401,F403
+from nbwgmma.report import compile_report
+from nbwgmma.tma import TensorMap, TensorMapError, box_copy_model
+
+
+class FakeCudaArray:
+    """Just enough __cuda_array_interface__ to describe memory without a GPU."""
+
+    def __init__(self, shape, dtype, ptr=0x7F0000000000, strides=None):
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape), "typestr": np.dtype(dtype).str, "data": (ptr, False),
+            "strides": strides, "version": 3,
+        }
+
+
+def tmap(shape=(256, 128), dtype=np.uint16, box=(64, 64), **kw):
+    arr = FakeCudaArray(shape, dtype, ptr=kw.pop("ptr", 0x7F0000000000), strides=kw.pop("astrides", None))
+    kw.setdefault("dtype", "bf16" if np.dtype(dtype) == np.uint16 else None)
+    return TensorMap(arr, box, encode=False, **kw)
+
+
+RULES = [
+    (dict(ptr=0x7F0000000008), "16-byte aligned"),
+    (dict(shape=(4, 4, 4, 4, 4, 4), box=(1, 1, 1, 1, 1, 8)), "rank must be in [1, 5]"),
+    (dict(shape=(2**33, 8), box=(1, 8)), "must be in [1, 2^32]"),
+    (dict(astrides=(250, 2)), "multiple of 16"),
+    (dict(astrides=(2**41, 2)), "< 2^40"),
+    (dict(shape=(256, 128), astrides=(128, 2)), "overlaps"),
+    (dict(astrides=(256, 4)), "innermost dimension must be contiguous"),
+    (dict(box=(300, 64)), "box dimension 1"),
+    (dict(box=(64, 0)), "box dimension 0"),
+    (dict(box=(64, 4), swizzle="none"), "multiple of 16"),
+    (dict(box=(64, 128), swizzle="128B"), "at most 128 bytes"),
+    (dict(box=(64, 64), swizzle="64B"), "at most 64 bytes"),
+    (dict(box=(64, 32), swizzle="32B"), "at most 32 bytes"),
+    (dict(element_strides=(1, 9)), "element stride"),
+    (dict(dtype=np.int32, box=(8, 4), oob_fill="nan"), "floating-point"),
+    (dict(swizzle="256B"), "swizzle must be one of"),
+    (dict(box=(64,)), "one entry per dimension"),
+]
+
+
+@pytest.mark.parametrize("kw, message", RULES, ids=[m for _, m in RULES])
+def test_each_rule_rejects_its_bad_input(kw, message):
+    with pytest.raises(TensorMapError) as exc:
+        tmap(**kw)
+    assert message in str(exc.value)
+    assert "got" in str(exc.value)
+
+
+def test_wrong_element_size_and_host_arrays():
+    with pytest.raises(TensorMapError, match="2-byte elements"):
+        TensorMap(FakeCudaArray((64, 64), np.float32), (8, 8), dtype="bf16", encode=False)
+    with pytest.raises(TypeError, match="host numpy array"):
+        TensorMap(np.zeros((64, 64), np.float32), (8, 8), encode=False)
+
+
+def test_decode_round_trip():
+    t = tmap(shape=(300, 200), box=(64, 64), swizzle="128B", l2_promotion="128B")
+    d = t.decode()
+    assert d["shape"] == (300, 200) and d["box"] == (64, 64) and d["strides_bytes"] == (400, 2)
+    assert d["swizzle"] == "128B" and t.box_bytes == 64 * 64 * 2
+    assert t.params.dims == (200, 300)  # the driver's order: innermost first
+
+
+def test_box_model_fills_and_swizzles():
+    x = np.arange(16 * 64, dtype=np.uint16).reshape(16, 64)
+    raw = box_copy_model(x, (8, 64), (12, 0), swizzle="none")
+    vals = raw.view(np.uint16).reshape(8, 64)
+    np.testing.assert_array_equal(vals[:4], x[12:16])
+    assert (vals[4:] == 0).all()
+    sw = box_copy_model(x, (8, 64), (0, 0), swizzle="128B").view(np.uint16).reshape(8, 64)
+    np.testing.assert_array_equal(sw[0], x[0])  # row 0 is not permuted
+    # Row 1: 16-byte chunk j holds logical chunk j ^ 1.
+    np.testing.assert_array_equal(sw[1, 0:8], x[1, 8:16])
+
+
+FORMS = [
+    ("tma_load_{r}d(d, tm, b, {c})", "cp.async.bulk.tensor.{r}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes", "UTMALDG"),
+    ("tma_load_multicast_{r}d(d, tm, b, 3, {c})", ".multicast::cluster", "UTMALDG"),
+    ("tma_store_{r}d(d, tm, {c})", "cp.async.bulk.tensor.{r}d.global.shared::cta.tile.bulk_group", "UTMASTG"),
+    ("tma_reduce_{r}d(d, tm, {c}, 'add')", "cp.reduce.async.bulk.tensor.{r}d.global.shared::cta.add.tile", "UTMAREDG"),
+    ("tma_reduce_{r}d(d, tm, {c}, 'max')", ".max.tile.bulk_group", "UTMAREDG"),
+    ("tma_prefetch_{r}d(tm, {c})", "cp.async.bulk.prefetch.tensor.{r}d.L2.global.tile", "UTMAPF"),
+]
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("form, ptx, sass", FORMS, ids=[f[2] + f[0][:12] for f in FORMS])
+def test_tma_forms_assemble(form, ptx, sass, rank):
+    stmt = form.format(r=rank, c=", ".join(str(i) for i in range(rank)))
+    src = ("def k(t, out):\n    bar = cuda.shared.array(1, np.uint64)\n    buf = cuda.shared.array(1024, np.uint8)\n"
+           f"    b = smem_addr(bar)\n    d = smem_addr(buf)\n    tm = t[0]\n    {stmt}\n"
+           "    bulk_commit_group()\n    bulk_wait_group(0)\n")
+    ns = dict(globals())
+    exec(src, ns)
+    rep = compile_report(ns["k"], (types.uint64[:], types.float32[:]))
+    assert ptx.format(r=rank) in rep.ptx
+    assert rep.sass.get(sass, 0) >= 1, dict(rep.sass)
+
+
+@pytest.mark.parametrize("stmt, ptx, sass", [
+    ("bulk_copy_g2s(d, tm, 256, b)", "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes", "UBLKCP"),
+    ("bulk_copy_s2g(tm, d, 256)", "cp.async.bulk.global.shared::cta.bulk_group", "UBLKCP"),
+    ("prefetch_tensormap(tm)", "prefetch.tensormap", "CCTL"),
+    ("bulk_wait_group_read(1)", "cp.async.bulk.wait_group.read 1", "DEPBAR"),
+])
+def test_bulk_forms_assemble(stmt, ptx, sass):
+    src = ("def k(t, out):\n    bar = cuda.shared.array(1, np.uint64)\n    buf = cuda.shared.array(1024, np.uint8)\n"
+           f"    b = smem_addr(bar)\n    d = smem_addr(buf)\n    tm = t[0]\n    {stmt}\n"
+           "    bulk_commit_group()\n    bulk_wait_group(0)\n")
+    ns = dict(globals())
+    exec(src, ns)
+    rep = compile_report(ns["k"], (types.uint64[:], types.float32[:]))
+    assert ptx in rep.ptx and rep.sass.get(sass, 0) >= 1, dict(rep.sass)
+
+
+def test_reduce_op_is_checked():
+    src = ("def k(t, out):\n    buf = cuda.shared.array(1024, np.uint8)\n"
+           "    tma_reduce_2d(smem_addr(buf), t[0], 0, 0, 'mul')\n")
+    ns = dict(globals())
+    exec(src, ns)
+    with pytest.raises(Exception, match="one of 'add'"):
+        compile_report(ns["k"], (types.uint64[:], types.float32[:]))
