@@ -1,6 +1,8 @@
-"""Command line: ``python -m nbwgmma {demo,inspect}``.
+"""Command line: ``python -m nbwgmma {bench,demo,inspect}``.
 
-* ``demo`` (the default): a 64x256 bf16 wgmma tile with the 128-byte swizzle,
+* ``bench`` (the default): the GEMM against cuBLAS, bf16 8192^3 unless told
+  otherwise (see :mod:`nbwgmma.bench`); without a GPU, its compile report.
+* ``demo``: a 64x256 bf16 wgmma tile with the 128-byte swizzle,
   checked against the layout model on an sm_90 GPU; without one, the kernel's
   compile report.
 * ``inspect TARGET``: the compile report (registers, spills, SASS opcodes, ptxas
@@ -74,10 +76,29 @@ def cmd_demo(args):
     return 0 if rel < 1e-5 else 1
 
 
+def cmd_bench(args):
+    from .bench import run_cli
+
+    return run_cli(args)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m nbwgmma", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd")
+    p_b = sub.add_parser("bench", help="nbwgmma GEMM vs cuBLAS (the default command)")
+    p_b.add_argument("--m", type=int, default=8192)
+    p_b.add_argument("--n", type=int, default=8192)
+    p_b.add_argument("--k", type=int, default=8192)
+    p_b.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "tf32", "e4m3", "e5m2"])
+    p_b.add_argument("--layout", default="KK", choices=["KK", "KN", "MK", "MN"],
+                     help="storage of A and B: K = K-major (default KK: A row-major, B = b_nk.T)")
+    p_b.add_argument("--repeats", type=int, default=20)
+    p_b.add_argument("--warmup", type=int, default=5)
+    p_b.add_argument("--sweep", action="store_true", help="run the shape sweep")
+    p_b.add_argument("--plot", default=None, help="write a TFLOP/s bar chart (PNG)")
+    p_b.add_argument("--json", action="store_true")
+    p_b.set_defaults(func=cmd_bench)
     p_demo = sub.add_parser("demo", help="run the wgmma demo tile (compile report without a GPU)")
     p_demo.add_argument("--json", action="store_true")
     p_demo.set_defaults(func=cmd_demo)
@@ -88,7 +109,7 @@ def main(argv=None):
     p_ins.set_defaults(func=cmd_inspect)
     args = parser.parse_args(argv)
     if args.cmd is None:
-        args = parser.parse_args(["demo"] + list(argv or sys.argv[1:]))
+        args = parser.parse_args(["bench"] + list(argv or sys.argv[1:]))
     return args.func(args)
 
 

@@ -1,0 +1,162 @@
+"""``python -m nbwgmma bench``: nbwgmma's GEMM against cuBLAS, in one process, same GPU.
+
+Both run on the same random operands; each is timed with CUDA events around
+every call after warm-up, and the median is reported. cuBLAS is reached
+through PyTorch (``torch.matmul``, ``torch._scaled_mm`` for fp8) when PyTorch is
+installed, else through CuPy. The error is ``||C - C_ref|| / ||C_ref||`` against
+a float64 product of the same (rounded) operands computed on the GPU.
+
+Layouts name how A and B are stored: ``KK`` (A row-major [M, K], B as
+``b_nk.T``, both K-major: the default), ``KN`` (B row-major [K, N]), ``MK``
+(A column-major), ``MN``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+__all__ = ["bench", "DEFAULT_SWEEP"]
+
+DEFAULT_SWEEP = [
+    (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (8192, 28672, 8192),
+    (8192, 8192, 28672), (512, 8192, 8192), (128, 8192, 8192), (5000, 3000, 4000),
+]
+
+
+def _operands(torch, m, n, k, dtype, layout, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "tf32": torch.float32,
+           "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[dtype]
+    base = torch.bfloat16 if dtype in ("e4m3", "e5m2") else tdt
+    a = torch.randn(m, k, device="cuda", generator=g, dtype=torch.float32).to(base)
+    b = torch.randn(n, k, device="cuda", generator=g, dtype=torch.float32).to(base)
+    a, bt = a.to(tdt), b.to(tdt)
+    a = a if layout[0] == "K" else a.t().contiguous().t()
+    b = bt.t() if layout[1] == "K" else bt.t().contiguous()
+    return a, b
+
+
+def _time(torch, fn, warmup, repeats):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=20, seed=0):
+    """One shape: a dict with the median ms and TFLOP/s of nbwgmma and cuBLAS, their ratio, errors."""
+    import torch
+
+    from .matmul import matmul
+
+    a, b = _operands(torch, m, n, k, dtype, layout, seed)
+    fp8 = dtype in ("e4m3", "e5m2")
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    if fp8:
+        def ours():
+            return matmul(a, b, scale_a=1.0, scale_b=1.0, out_dtype="bf16")
+
+        def cublas():
+            return torch._scaled_mm(a, b if layout[1] == "K" else b.t().contiguous().t(), one, one,
+                                    out_dtype=torch.bfloat16)
+    else:
+        def ours():
+            return matmul(a, b)
+
+        def cublas():
+            return torch.matmul(a, b)
+
+    if dtype == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    c = ours()
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    err = float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref))
+    err_cublas = float(torch.linalg.norm(cublas().double() - ref) / torch.linalg.norm(ref))
+    del ref
+    t_ours = _time(torch, ours, warmup, repeats)
+    t_cublas = _time(torch, cublas, warmup, repeats)
+    flops = 2.0 * m * n * k
+    return {
+        "m": m, "n": n, "k": k, "dtype": dtype, "layout": layout,
+        "gpu": torch.cuda.get_device_name(),
+        "baseline": "cuBLAS via PyTorch " + torch.__version__,
+        "nbwgmma_ms": t_ours, "cublas_ms": t_cublas,
+        "nbwgmma_tflops": flops / t_ours / 1e9, "cublas_tflops": flops / t_cublas / 1e9,
+        "ratio": t_cublas / t_ours,
+        "rel_error": err, "cublas_rel_error": err_cublas,
+        "repeats": repeats, "warmup": warmup,
+    }
+
+
+def format_row(r):
+    return (f"{r['m']:>6} {r['n']:>6} {r['k']:>6} {r['dtype']:>5} {r['layout']:>3}  "
+            f"nbwgmma {r['nbwgmma_tflops']:7.1f} TFLOP/s  cuBLAS {r['cublas_tflops']:7.1f} TFLOP/s  "
+            f"ratio {r['ratio']:.3f}  rel.err {r['rel_error']:.2e} (cuBLAS {r['cublas_rel_error']:.2e})")
+
+
+def run_cli(args):
+    from ._examples import gpu_available
+
+    if not gpu_available():
+        from numba import types
+
+        from .kernels.gemm import GemmConfig, gemm_kernel
+        from .report import compile_report
+
+        kind = {"bf16": "f32.bf16.bf16", "f16": "f32.f16.f16", "tf32": "f32.tf32.tf32",
+                "e4m3": "f32.e4m3.e4m3", "e5m2": "f32.e5m2.e5m2"}[args.dtype]
+        cfg = GemmConfig(kind, scaled=args.dtype in ("e4m3", "e5m2"))
+        out_t = types.float32 if args.dtype == "tf32" else types.uint16
+        sig = (types.uint64, types.uint64, out_t[:, :], types.int32, types.int32, types.int32, types.float32)
+        rep = compile_report(gemm_kernel(cfg), sig)
+        if args.json:
+            print(json.dumps({"gpu": None, "message": "no sm_90 GPU found", "config": repr(cfg),
+                              "report": rep.to_dict()}, indent=2))
+        else:
+            print(f"No sm_90 GPU (H100/H200) found: compile report of the GEMM kernel {cfg} instead.\n")
+            print(rep)
+        return 0
+    shapes = DEFAULT_SWEEP if args.sweep else [(args.m, args.n, args.k)]
+    rows = []
+    for m, n, k in shapes:
+        r = bench(m, n, k, args.dtype, args.layout, args.warmup, args.repeats)
+        rows.append(r)
+        if not args.json:
+            print(format_row(r), flush=True)
+    if args.sweep and len(rows) > 1:
+        gm = statistics.geometric_mean([r["ratio"] for r in rows])
+        if not args.json:
+            print(f"geometric mean ratio {gm:.3f}")
+    if args.plot:
+        plot(rows, args.plot)
+    if args.json:
+        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=2))
+    return 0
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['m']}x{r['n']}x{r['k']}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.bar([i - 0.2 for i in x], [r["nbwgmma_tflops"] for r in rows], 0.4, label="nbwgmma")
+    ax.bar([i + 0.2 for i in x], [r["cublas_tflops"] for r in rows], 0.4, label="cuBLAS")
+    ax.set_xticks(list(x), labels, rotation=30, ha="right")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{rows[0]['dtype']} GEMM on {rows[0]['gpu']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1,0 +1,62 @@
+"""matmul's input rules, checked without a GPU (fake CUDA arrays), and the GEMM kernel's SASS."""
+
+import numpy as np
+import pytest
+from numba import types
+
+from nbwgmma import MatmulError, matmul
+from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
+from nbwgmma.report import compile_report
+
+
+class Fake:
+    _next = [0x7F0000000000]
+
+    def __init__(self, shape, dtype, device=None):
+        ptr = Fake._next[0]
+        Fake._next[0] += 1 << 30
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": np.dtype(dtype).str,
+                                         "data": (ptr, False), "strides": None, "version": 3}
+
+
+@pytest.mark.parametrize("a, b, kw, err, msg", [
+    (Fake((4, 4, 4), np.float16), Fake((4, 4), np.float16), {}, MatmulError, "must be 2-D"),
+    (Fake((8, 16), np.float16), Fake((8, 16), np.float16), {}, MatmulError, "inner dimensions differ"),
+    (Fake((8, 16), np.float16), Fake((16, 8), np.float32), {}, TypeError, "same type"),
+    (Fake((8, 16), np.int32), Fake((16, 8), np.int32), {}, TypeError, "unsupported input type"),
+    (np.zeros((8, 16), np.float16), Fake((16, 8), np.float16), {}, TypeError, "host numpy array"),
+    (Fake((8, 16), np.float16), Fake((16, 8), np.float16), {"out": Fake((8, 9), np.float16)}, MatmulError, "shape (8, 8)"),
+    (Fake((8, 16), np.float16), Fake((16, 8), np.float16), {"out": Fake((8, 8), np.float32)}, MatmulError, "type f16"),
+    (Fake((8, 16), np.float16), Fake((16, 8), np.float16), {"out_dtype": "s8"}, MatmulError, "out_dtype"),
+    (Fake((8, 16), np.float16), Fake((16, 8), np.float16), {"scale_a": 2.0}, MatmulError, "fp8 inputs only"),
+    (Fake((8, 16), np.float32), Fake((16, 8), np.float32), {"out_dtype": "bf16"}, MatmulError, "tf32"),
+    ("not an array", Fake((16, 8), np.float16), {}, TypeError, "__cuda_array_interface__"),
+])
+def test_bad_input_is_a_clear_error(a, b, kw, err, msg):
+    with pytest.raises(err) as exc:
+        matmul(a, b, **kw)
+    assert msg in str(exc.value)
+
+
+def test_out_overlapping_an_input_is_rejected():
+    a = Fake((8, 16), np.float16)
+    b = Fake((16, 8), np.float16)
+    out = Fake((8, 8), np.float16)
+    out.__cuda_array_interface__["data"] = (a.__cuda_array_interface__["data"][0] + 64, False)
+    with pytest.raises(MatmulError, match="overlaps A"):
+        matmul(a, b, out=out)
+
+
+SIG = {"bf16": types.uint16, "f16": types.float16, "f32": types.float32}
+
+
+@pytest.mark.parametrize("kind, out", [("f32.bf16.bf16", "bf16"), ("f32.f16.f16", "f16"), ("f32.tf32.tf32", "f32"),
+                                       ("f32.e4m3.e4m3", "bf16"), ("f32.e5m2.e4m3", "f32")])
+def test_gemm_kernel_sass(kind, out):
+    cfg = GemmConfig(kind, scaled="e" in kind.split(".")[1])
+    sig = (types.uint64, types.uint64, SIG[out][:, :], types.int32, types.int32, types.int32, types.float32)
+    rep = compile_report(gemm_kernel(cfg), sig)
+    op = "QGMMA" if cfg.esize == 1 else "HGMMA"
+    assert rep.sass.get(op, 0) >= 1 and rep.sass["UTMALDG"] >= 1
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored, rep.warnings

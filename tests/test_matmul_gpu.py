@@ -1,0 +1,122 @@
+"""nbwgmma.matmul on the GPU: shapes, layouts, types, padded leading dimensions, array kinds."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+from nbwgmma import matmul  # noqa: E402
+
+SIZES = [1, 8, 64, 127, 128, 129, 255, 264, 1000, 4096]
+TOL = {"bf16": 2e-2, "f16": 2e-3, "f32": 1e-2, "e4m3": 5e-2, "e5m2": 1e-1}  # out vs float64, relative norm
+
+
+def shapes():
+    rng = np.random.default_rng(7)
+    picks = set()
+    for m, n, k in itertools.product(SIZES, SIZES, SIZES):
+        if m * n * k <= 264 ** 3 and rng.random() < 0.08:
+            picks.add((m, n, k))
+    picks |= {(1, 1, 1), (129, 255, 264), (4096, 264, 1000), (1000, 4096, 127), (128, 128, 4096)}
+    return sorted(picks)
+
+
+def make(m, k, dtype, layout, gen, pad=0):
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+           "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[dtype]
+    x = torch.randn(m, k + pad, device="cuda", generator=gen)
+    if dtype in ("e4m3", "e5m2"):
+        x = x.clamp(-8, 8)
+    x = x.to(tdt)[:, :k]
+    return x if layout == "row" else x.t().contiguous().t()
+
+
+def check(c, a, b, dtype, scale=1.0):
+    ref = (a.double() @ b.double()) * scale
+    assert c.shape == ref.shape
+    got = c.double()
+    assert torch.isfinite(got).all()
+    if ref.numel() == 0:
+        return
+    denom = torch.linalg.norm(ref)
+    assert denom > 0
+    rel = float(torch.linalg.norm(got - ref) / denom)
+    assert rel <= TOL[dtype], f"relative error {rel:.3e}"
+
+
+@pytest.mark.parametrize("m, n, k", shapes())
+@pytest.mark.parametrize("layout", ["KK", "KN", "MK", "MN"])
+def test_bf16_shapes_and_layouts(m, n, k, layout):
+    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 13 + k)
+    a = make(m, k, "bf16", "row" if layout[0] == "K" else "col", g)
+    bt = make(n, k, "bf16", "row", g)
+    b = bt.t() if layout[1] == "K" else bt.t().contiguous()
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c = matmul(a, b, out=out)
+    check(c, a, b, "bf16")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32", "e4m3", "e5m2"])
+@pytest.mark.parametrize("m, n, k", [(255, 264, 1000), (128, 256, 64), (1000, 129, 127), (4096, 4096, 512)])
+def test_every_type(dtype, m, n, k):
+    g = torch.Generator(device="cuda").manual_seed(11)
+    a = make(m, k, dtype, "row", g)
+    b = make(n, k, dtype, "row", g).t()
+    if dtype in ("e4m3", "e5m2"):
+        c = matmul(a, b, scale_a=0.5, scale_b=2.0, out_dtype="f32")
+        check(c, a, b, dtype)
+    else:
+        check(matmul(a, b), a, b, dtype)
+
+
+def test_small_integers_exact():
+    g = torch.Generator(device="cuda").manual_seed(3)
+    a = torch.randint(-3, 4, (300, 200), device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randint(-3, 4, (200, 500), device="cuda", generator=g).to(torch.bfloat16)
+    c = matmul(a, b, out_dtype="f32")
+    ref = a.double() @ b.double()
+    assert torch.equal(c.double(), ref) and ref.abs().sum() > 0
+
+
+def test_padded_leading_dimensions_and_offset_views():
+    g = torch.Generator(device="cuda").manual_seed(5)
+    big = torch.randn(300, 520, device="cuda", generator=g).to(torch.bfloat16)
+    a = big[1:257, 3:259]  # offset view: not 16-byte aligned, padded pitch
+    b = torch.randn(256, 300, device="cuda", generator=g).to(torch.bfloat16)[:, :200]
+    check(matmul(a, b), a, b, "bf16")
+
+
+def test_degenerate_sizes():
+    a = torch.randn(0, 64, device="cuda").to(torch.bfloat16)
+    b = torch.randn(64, 32, device="cuda").to(torch.bfloat16)
+    assert matmul(a, b).shape == (0, 32)
+    a = torch.randn(16, 0, device="cuda").to(torch.bfloat16)
+    b = torch.randn(0, 32, device="cuda").to(torch.bfloat16)
+    c = matmul(a, b)
+    assert c.shape == (16, 32) and (c == 0).all()
+
+
+def test_cupy_and_numba_inputs():
+    cupy = pytest.importorskip("cupy")
+    from numba import cuda
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((200, 136)).astype(np.float16)
+    b = rng.standard_normal((136, 72)).astype(np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    for mk in (cupy.asarray, cuda.to_device):
+        c = matmul(mk(a), mk(b))
+        host = c.get() if hasattr(c, "get") else c.copy_to_host()
+        assert type(c).__module__.split(".")[0] == type(mk(a)).__module__.split(".")[0]
+        rel = np.linalg.norm(host.astype(np.float64) - ref) / np.linalg.norm(ref)
+        assert rel < 2e-3
+
+
+def test_host_and_cross_device_inputs_rejected():
+    a = torch.randn(8, 8).to(torch.bfloat16)
+    with pytest.raises(TypeError, match="CUDA tensor"):
+        matmul(a, a)
