@@ -121,7 +121,9 @@ def validate(p: TensorMapParams) -> None:
         _fail("l2_promotion must be one of none, 64B, 128B, 256B", p.l2_promotion)
 
 
-def _encode(p: TensorMapParams) -> np.ndarray:
+def encode_args(p: TensorMapParams) -> tuple:
+    """The arguments of ``cuTensorMapEncodeTiled`` for ``p`` (sized integers wrapped as the
+    bindings require)."""
     from cuda.bindings import driver as drv
 
     dt = getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + TMA_DTYPES[p.dtype][0])
@@ -130,10 +132,18 @@ def _encode(p: TensorMapParams) -> np.ndarray:
     fill = drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
     if p.oob_fill == "nan":
         fill = drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
-    err, tmap = drv.cuTensorMapEncodeTiled(
-        dt, p.rank, p.address, list(p.dims), list(p.strides), list(p.box), list(p.element_strides),
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    return (
+        dt, p.rank, p.address, [u64(d) for d in p.dims], [u64(s) for s in p.strides],
+        [u32(b) for b in p.box], [u32(e) for e in p.element_strides],
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, sw, l2, fill,
     )
+
+
+def _encode(p: TensorMapParams) -> np.ndarray:
+    from cuda.bindings import driver as drv
+
+    err, tmap = drv.cuTensorMapEncodeTiled(*encode_args(p))
     if err != drv.CUresult.CUDA_SUCCESS:
         raise TensorMapError(f"cuTensorMapEncodeTiled failed: {err} for {p}")
     return np.array(tmap.opaque, dtype=np.uint64)

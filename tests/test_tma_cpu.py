@@ -129,3 +129,19 @@ def test_reduce_op_is_checked():
     exec(src, ns)
     with pytest.raises(Exception, match="one of 'add'"):
         compile_report(ns["k"], (types.uint64[:], types.float32[:]))
+
+
+def test_driver_arguments_have_the_bindings_types():
+    """The bindings reject plain ints for cuuint32_t/cuuint64_t; without a driver the call
+    fails later, at loading libcuda, and never with a TypeError."""
+    from cuda.bindings import driver as drv
+
+    from nbwgmma.tma import encode_args
+
+    args = encode_args(tmap(shape=(256, 128), box=(64, 64)).params)
+    try:
+        drv.cuTensorMapEncodeTiled(*args)
+    except TypeError as exc:  # pragma: no cover - the failure this test guards against
+        pytest.fail(f"argument types rejected: {exc}")
+    except Exception:
+        pass
