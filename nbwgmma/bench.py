@@ -51,7 +51,7 @@ def _time(torch, fn, warmup, repeats):
     return statistics.median(times)
 
 
-def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=20, seed=0):
+def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=20, seed=0, config=None):
     """One shape: a dict with the median ms and TFLOP/s of nbwgmma and cuBLAS, their ratio, errors."""
     import torch
 
@@ -62,14 +62,14 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
     one = torch.ones((), device="cuda", dtype=torch.float32)
     if fp8:
         def ours():
-            return matmul(a, b, scale_a=1.0, scale_b=1.0, out_dtype="bf16")
+            return matmul(a, b, scale_a=1.0, scale_b=1.0, out_dtype="bf16", config=config)
 
         def cublas():
             return torch._scaled_mm(a, b if layout[1] == "K" else b.t().contiguous().t(), one, one,
                                     out_dtype=torch.bfloat16)
     else:
         def ours():
-            return matmul(a, b)
+            return matmul(a, b, config=config)
 
         def cublas():
             return torch.matmul(a, b)
@@ -93,7 +93,7 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
         "nbwgmma_tflops": flops / t_ours / 1e9, "cublas_tflops": flops / t_cublas / 1e9,
         "ratio": t_cublas / t_ours,
         "rel_error": err, "cublas_rel_error": err_cublas,
-        "repeats": repeats, "warmup": warmup,
+        "repeats": repeats, "warmup": warmup, "config": repr(config) if config else "default",
     }
 
 

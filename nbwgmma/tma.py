@@ -133,8 +133,11 @@ def encode_args(p: TensorMapParams) -> tuple:
     if p.oob_fill == "nan":
         fill = drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    # A rank-1 map has no strides; an empty list reaches the driver as NULL, which it
+    # rejects, so pass one (unread) stride.
+    strides = list(p.strides) or [-(-p.dims[0] * TMA_DTYPES[p.dtype][1] // 16) * 16]
     return (
-        dt, p.rank, p.address, [u64(d) for d in p.dims], [u64(s) for s in p.strides],
+        dt, p.rank, p.address, [u64(d) for d in p.dims], [u64(s) for s in strides],
         [u32(b) for b in p.box], [u32(e) for e in p.element_strides],
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, sw, l2, fill,
     )

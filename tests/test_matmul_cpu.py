@@ -60,3 +60,14 @@ def test_gemm_kernel_sass(kind, out):
     assert rep.sass.get(op, 0) >= 1 and rep.sass["UTMALDG"] >= 1
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored, rep.warnings
+
+
+def test_gemm_config_rules():
+    assert GemmConfig(bm=192, bn=128, stages=5).consumer_regs == 152
+    assert GemmConfig().consumer_regs == 232
+    with pytest.raises(ValueError, match="register file has 512"):
+        GemmConfig(bm=192, bn=128, consumer_regs=232)
+    with pytest.raises(ValueError, match="227 KiB"):
+        GemmConfig(stages=5)
+    with pytest.raises(ValueError, match="wgmma N"):
+        GemmConfig(bn=260)

@@ -60,7 +60,7 @@ class GemmConfig:
     """Compile-time parameters of one GEMM kernel."""
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=4, group_m=8, scaled=False,
-                 producer_regs=40, consumer_regs=232):
+                 producer_regs=40, consumer_regs=None):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -78,6 +78,18 @@ class GemmConfig:
         self.b_bytes = bn * 128
         self.stage_bytes = self.a_bytes + self.b_bytes
         self.smem_bytes = self.stages * self.stage_bytes
+        # The register file holds 64K registers: 512 per thread of one warpgroup, shared out
+        # among the warpgroups. setmaxnreg.inc waits until its registers are free, so an
+        # over-subscribed split would hang: check it here.
+        if consumer_regs is None:
+            consumer_regs = min(240, (512 - producer_regs) // self.consumers // 8 * 8)
+        if producer_regs + self.consumers * consumer_regs > 512:
+            raise ValueError(
+                f"setmaxnreg split needs {producer_regs} + {self.consumers} x {consumer_regs} registers per "
+                f"thread slot; the register file has 512"
+            )
+        if self.smem_bytes + 1023 > 227 * 1024:
+            raise ValueError(f"{stages} stages of {self.stage_bytes} B exceed 227 KiB of shared memory")
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
 
     def key(self):
@@ -105,7 +117,7 @@ def _build(key):
     cfg = GemmConfig(*key)
     KIND, BM, BN, BK = cfg.kind, cfg.bm, cfg.bn, cfg.bk
     STAGES, GROUP_M, NCONS = cfg.stages, cfg.group_m, cfg.consumers
-    KSTEPS = BK // cfg.k.k
+    assert BK // cfg.k.k == 4
     KSTEP_DESC = cfg.k.k * cfg.esize // 16  # descriptor units (16 B) per K step
     A_BYTES, STAGE_BYTES = cfg.a_bytes, cfg.stage_bytes
     SCALED = cfg.scaled
@@ -163,9 +175,12 @@ def _build(key):
                     da = make_desc(slot + cw * 64 * 128, 16, 1024, SW128)
                     db = make_desc(slot + A_BYTES, 16, 1024, SW128)
                     wgmma_fence()
-                    for j in range(KSTEPS):
-                        acc = wgmma_mma_async(acc, da + j * KSTEP_DESC, db + j * KSTEP_DESC, KIND,
-                                              (kb > 0) or (j > 0))
+                    # BK is one 128-byte swizzle row: always four K steps, written out so
+                    # the four wgmmas issue back to back.
+                    acc = wgmma_mma_async(acc, da, db, KIND, kb > 0)
+                    acc = wgmma_mma_async(acc, da + KSTEP_DESC, db + KSTEP_DESC, KIND)
+                    acc = wgmma_mma_async(acc, da + 2 * KSTEP_DESC, db + 2 * KSTEP_DESC, KIND)
+                    acc = wgmma_mma_async(acc, da + 3 * KSTEP_DESC, db + 3 * KSTEP_DESC, KIND)
                     wgmma_commit_group()
                     # Keep this stage's group in flight; the previous one is done: release it.
                     wgmma_wait_group(1)
