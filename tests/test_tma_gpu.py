@@ -97,15 +97,15 @@ def test_every_rank(rank, rng):
 
 
 def test_box_across_the_edge_zero_fill_and_clipped_store(rng):
-    x = rng.standard_normal((50, 70)).astype(np.float32)
+    x = rng.standard_normal((50, 72)).astype(np.float32)  # 288-byte rows: TMA needs 16-byte pitches
     box = (16, 32)
     raw, out = roundtrip(x, box, (-5, 50), "128B", store_coords=(40, 60))
     np.testing.assert_array_equal(raw, box_copy_model(x, box, (-5, 50), "128B"))
     got = np.frombuffer(box_copy_model(x, box, (-5, 50), "none").tobytes(), np.float32).reshape(box)
-    assert (got[:5] == 0).all() and (got[:, 20:] == 0).all()
-    # The store writes rows 40..49 and columns 60..69 only: the sentinel survives elsewhere.
+    assert (got[:5] == 0).all() and (got[:, 22:] == 0).all()
+    # The store writes rows 40..49 and columns 60..71 only: the sentinel survives elsewhere.
     want = np.full_like(x, 77)
-    want[40:50, 60:70] = got[:10, :10]
+    want[40:50, 60:72] = got[:10, :12]
     np.testing.assert_array_equal(out, want)
 
 
