@@ -145,3 +145,19 @@ def test_driver_arguments_have_the_bindings_types():
         pytest.fail(f"argument types rejected: {exc}")
     except Exception:
         pass
+
+
+def test_tma_wgmma_example_compiles(capsys, monkeypatch):
+    import importlib.util
+    import pathlib
+
+    import nbwgmma._examples as ex
+
+    path = pathlib.Path(__file__).parent.parent / "examples" / "tma_wgmma_tile.py"
+    spec = importlib.util.spec_from_file_location("tma_wgmma_tile", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "gpu_available", lambda: False)
+    assert mod.main() == 0.0
+    out = capsys.readouterr().out
+    assert "UTMALDG=2" in out and "UTMASTG=2" in out and "HGMMA" in out

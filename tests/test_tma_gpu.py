@@ -157,3 +157,14 @@ def test_multicast_to_every_cta_of_the_cluster(csize, rng):
     want = box_copy_model(x, (16, 64), (8, 0), "128B")
     for b in range(2 * csize):
         np.testing.assert_array_equal(raw.copy_to_host()[b], want)
+
+
+def test_tma_wgmma_example():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parent.parent / "examples" / "tma_wgmma_tile.py"
+    spec = importlib.util.spec_from_file_location("tma_wgmma_tile", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(time_it=True) == 0.0

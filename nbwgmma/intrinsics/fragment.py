@@ -278,3 +278,58 @@ def a_frag_coords(kind: str) -> np.ndarray:
 
 
 __all__ += ["a_frag_coords"]
+
+
+_SW_MASK = {"none": 0, "32B": 1, "64B": 3, "128B": 7}
+
+
+@intrinsic(prefer_literal=True)
+def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
+    """``acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle)``: write a 32-bit
+    accumulator (f32 or s32) into shared memory as column blocks of ``row_bytes // 4``
+    columns, each block 64 rows of ``row_bytes`` bytes, with the ``swizzle`` address map
+    applied: the layout a TMA store with a (64, row_bytes // 4) box and that swizzle reads.
+    ``base`` (a 32-bit shared address) must be aligned to the swizzle period.
+    (``st.shared.b32``, PTX ISA: st.)"""
+    k, n = _acc_kind(kind, acc, "acc_store_swizzled")
+    if k.dtype == "f16":
+        raise NbwgmmaTypingError("acc_store_swizzled: expected an f32 or s32 accumulator; got f16")
+    rb = _lit(row_bytes, "row_bytes", "acc_store_swizzled")
+    sw = _lit(swizzle, "swizzle", "acc_store_swizzled")
+    if sw not in _SW_MASK:
+        raise NbwgmmaTypingError(f"acc_store_swizzled: swizzle must be one of {tuple(_SW_MASK)}; got {sw!r}")
+    if rb % 16 or not 16 <= rb <= 4 * n:
+        raise NbwgmmaTypingError(f"acc_store_swizzled: row_bytes must be a multiple of 16 in [16, {4 * n}]; got {rb}")
+    cpb = rb // 4
+    mask = _SW_MASK[sw]
+
+    def codegen(context, builder, sig, args):
+        acc_v, _, base_v, tid_v = args[:4]
+        i32 = ir.IntType(32)
+        base_ = context.cast(builder, base_v, sig.args[2], types.uint32)
+        t = context.cast(builder, tid_v, sig.args[3], types.uint32)
+        warp = builder.udiv(t, i32(32))
+        lane = builder.urem(t, i32(32))
+        rbase = builder.add(builder.mul(warp, i32(16)), builder.udiv(lane, i32(4)))
+        cbase = builder.mul(builder.urem(lane, i32(4)), i32(2))
+        fnty = ir.FunctionType(ir.VoidType(), [i32, i32])
+        st = ir.InlineAsm(fnty, "st.shared.b32 [$0], $1;", "r,r,~{memory}", side_effect=True)
+        for i in range(sig.args[0].count):
+            v = builder.extract_value(acc_v, i)
+            bits = builder.bitcast(v, i32) if k.dtype == "f32" else v
+            r = builder.add(rbase, i32(8 * ((i // 2) % 2)))
+            c = builder.add(cbase, i32(8 * (i // 4) + i % 2))
+            blk = builder.udiv(c, i32(cpb))
+            cc = builder.urem(c, i32(cpb))
+            off = builder.add(builder.mul(blk, i32(64 * rb)),
+                              builder.add(builder.mul(r, i32(rb)), builder.mul(cc, i32(4))))
+            if mask:
+                x = builder.shl(builder.and_(builder.lshr(off, i32(7)), i32(mask)), i32(4))
+                off = builder.xor(off, x)
+            builder.call(st, [builder.add(base_, off), bits])
+        return context.get_dummy_value()
+
+    return types.void(acc, kind, base, tid, row_bytes, swizzle), codegen
+
+
+__all__ += ["acc_store_swizzled"]
