@@ -11,3 +11,7 @@ for d in bf16 f16 e4m3; do
   timeout 120 python3 -m nbwgmma bench --dtype $d --json > "$OUT/bench_$d.json" 2> "$OUT/bench_$d.err"; echo "bench $d rc=$?"
   python3 -c "import json,sys; r=json.load(open('$OUT/bench_$d.json')); from nbwgmma.bench import format_row; print(format_row(r))" 2>/dev/null
 done
+if [ -n "${SWEEP:-}" ]; then
+  timeout ${SWEEP_TIMEOUT:-200} python3 -m nbwgmma bench --sweep --plot "$OUT/sweep_bf16.png" --json > "$OUT/sweep_bf16.json" 2> "$OUT/sweep.err"; echo "sweep rc=$?"
+  python3 -c "import json; from nbwgmma.bench import format_row; [print(format_row(r)) for r in json.load(open('$OUT/sweep_bf16.json'))]" 2>/dev/null
+fi
