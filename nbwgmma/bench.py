@@ -1,7 +1,8 @@
 """``python -m nbwgmma bench``: nbwgmma's GEMM against cuBLAS, in one process, same GPU.
 
 Both run on the same random operands; each is timed with CUDA events around
-every call after warm-up, and the median is reported. cuBLAS is reached
+batches of ten back-to-back calls after warm-up, and the median over the
+batches is reported per call. cuBLAS is reached
 through PyTorch (``torch.matmul``, ``torch._scaled_mm`` for fp8) when PyTorch is
 installed, else through CuPy. The error is ``||C - C_ref|| / ||C_ref||`` against
 a float64 product of the same (rounded) operands computed on the GPU.
@@ -37,18 +38,39 @@ def _operands(torch, m, n, k, dtype, layout, seed):
     return a, b
 
 
-def _time(torch, fn, warmup, repeats):
+def _time(torch, fn, warmup, repeats, inner=10):
+    """Median over ``repeats`` of the device time of ``inner`` back-to-back calls, per call.
+
+    Back-to-back calls keep the GPU busy while the host prepares the next one, so
+    this measures the kernels, not the Python launch path (see ``host_overhead``).
+    """
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        fn()
+        for _ in range(inner):
+            fn()
         e.record()
         e.synchronize()
-        times.append(s.elapsed_time(e))
+        times.append(s.elapsed_time(e) / inner)
     return statistics.median(times)
+
+
+def host_overhead(fn, torch, calls=200):
+    """Host seconds per call of ``fn`` (a small problem: the launch path dominates)."""
+    import time
+
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls
 
 
 def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=20, seed=0, config=None):

@@ -12,6 +12,7 @@ against the device before launching::
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -40,11 +41,20 @@ def _dim3(d, what):
 
 
 def device_limits(device=None) -> dict:
-    """The limits :func:`launch` checks, read off the current device."""
+    """The limits :func:`launch` checks, read off the current device (cached per device)."""
     from numba import cuda
 
     dev = device or cuda.get_current_device()
+    return _limits(dev.id)
+
+
+@functools.lru_cache(maxsize=None)
+def _limits(device_id):
+    from numba import cuda
+
+    dev = cuda.get_current_device()
     return {
+        "multiprocessors": dev.MULTIPROCESSOR_COUNT,
         "max_threads_per_block": dev.MAX_THREADS_PER_BLOCK,
         "max_smem_optin": dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         "compute_capability": dev.compute_capability,
@@ -125,9 +135,8 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
             f"block of {nthreads} threads exceeds this kernel's limit of {cufunc.attrs.maxthreads} "
             f"(launch bounds or register use)"
         )
-    dev = cuda.get_current_device()
     if smem > 48 * 1024:
-        _raise_smem_limit(cufunc, smem, dev.id)
+        _raise_smem_limit(cufunc, smem, cuda.get_current_device().id)
 
     cfg = dict(grid=grid, block=block, shmem_size=smem)
     if cluster is not None:

@@ -215,7 +215,9 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     tb = _tensor_map(b_k, tma_tb, (cfg.bn, cfg.bk))
     alpha = float((1.0 if scale_a is None else float(scale_a)) * (1.0 if scale_b is None else float(scale_b)))
     kern = gemm_kernel(cfg)
-    sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+    from .launch import device_limits
+
+    sms = device_limits()["multiprocessors"]
     tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
     launch(kern, min(sms, tiles), cfg.threads,
            (ta.address, tb.address, c_view, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha)),
