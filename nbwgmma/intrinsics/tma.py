@@ -12,7 +12,16 @@ elements, innermost dimension first (the tensor map's order). ``tmap`` is the
 ``dst``/``src``/``bar`` 32-bit shared addresses.
 
 A load completes on the mbarrier ``bar`` by its byte count: arm the barrier with
-``mbarrier_arrive_expect_tx(bar, box_bytes)`` in the issuing thread.
+``mbarrier_arrive_expect_tx(bar, box_bytes)`` in the issuing thread. The count
+is the whole box, also where it hangs over the tensor's edge (those elements
+arrive as the fill value).
+
+Rules the hardware enforces at run time (measured on an H100): the innermost
+coordinate times the element size must be a multiple of 16 bytes (an unaligned
+one stops the kernel with an illegal-instruction error); ``dst``/``src`` must
+be aligned to 128 bytes, and to the swizzle period (up to 1024 bytes) with a
+swizzled map. Coordinates may be negative or past the end: such elements load
+as the fill value and are not stored.
 """
 
 from __future__ import annotations
