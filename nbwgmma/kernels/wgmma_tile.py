@@ -36,6 +36,20 @@ from ..intrinsics.wgmma_model import ELEMENT_BYTES, encode_elements, pack_operan
 __all__ = ["tile_kernel", "TileProblem", "run_tile"]
 
 
+@cuda.jit(device=True, inline=True)
+def stage_image(image):
+    """Copy a shared-memory image into 1024-byte aligned dynamic shared memory; return its
+    32-bit address. The copy is made visible to the async proxy (wgmma) before returning."""
+    dyn = cuda.shared.array(0, np.uint8)
+    base = dynamic_smem_base(dyn, 1024)
+    off = base - smem_addr(dyn)
+    for i in range(cuda.threadIdx.x, image.size, cuda.blockDim.x):
+        dyn[off + i] = image[i]
+    fence_proxy_async_shared()
+    cuda.syncthreads()
+    return base
+
+
 @functools.lru_cache(maxsize=None)
 def tile_kernel(kind: str, n: int, ksteps: int, rs: bool = False, trans_a: int = 0, trans_b: int = 0,
                 scale_a: int = 1, scale_b: int = 1):
@@ -44,14 +58,8 @@ def tile_kernel(kind: str, n: int, ksteps: int, rs: bool = False, trans_a: int =
     if rs:
         @cuda.jit(launch_bounds=(128, 1))
         def kernel(image, desc_a, desc_b, a_regs, out):
-            dyn = cuda.shared.array(0, np.uint8)
-            base = dynamic_smem_base(dyn, 1024)
-            off = base - smem_addr(dyn)
+            base = stage_image(image)
             tid = cuda.threadIdx.x
-            for i in range(tid, image.size, 128):
-                dyn[off + i] = image[i]
-            fence_proxy_async_shared()
-            cuda.syncthreads()
             acc = acc_zeros(kind, n)
             wgmma_fence()
             for s in range(ksteps):
@@ -63,14 +71,8 @@ def tile_kernel(kind: str, n: int, ksteps: int, rs: bool = False, trans_a: int =
     else:
         @cuda.jit(launch_bounds=(128, 1))
         def kernel(image, desc_a, desc_b, a_regs, out):
-            dyn = cuda.shared.array(0, np.uint8)
-            base = dynamic_smem_base(dyn, 1024)
-            off = base - smem_addr(dyn)
+            base = stage_image(image)
             tid = cuda.threadIdx.x
-            for i in range(tid, image.size, 128):
-                dyn[off + i] = image[i]
-            fence_proxy_async_shared()
-            cuda.syncthreads()
             acc = acc_zeros(kind, n)
             wgmma_fence()
             for s in range(ksteps):
