@@ -52,6 +52,11 @@ class ArrayInfo:
     device: int | None
     kind: str  # "torch", "cupy", "numba", "cai"
 
+    def byte_range(self) -> tuple:
+        """[first, last) bytes the array's elements occupy."""
+        last = self.ptr + sum((d - 1) * s for d, s in zip(self.shape, self.strides)) + self.itemsize
+        return self.ptr, last
+
     @property
     def contiguous(self) -> bool:
         expect, s = [], self.itemsize

@@ -14,7 +14,7 @@ def gpu_available() -> bool:
         return False
 
 
-def report_or_run(title, problem, kernel_sig_factory, run, *, rs=False):
+def report_or_run(title, problem, kernel_sig_factory, run):
     """Run ``run()`` on an sm_90 GPU and compare with the model; without one, print the
     kernel's compile report. Returns the max abs error (0.0 when only compiled)."""
     from .report import compile_report

@@ -185,10 +185,9 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     if io.dtype != odt and not (odt == "bf16" and io.dtype == "u16"):
         raise MatmulError(f"matmul: out must have type {odt}; got {io.dtype}")
     _check_device(io, "out", ia.device)
+    olo, ohi = io.byte_range()
     for name, iv in (("A", ia), ("B", ib)):
-        lo, hi = iv.ptr, iv.ptr + sum((d - 1) * s for d, s in zip(iv.shape, iv.strides)) + iv.itemsize
-        olo = io.ptr
-        ohi = io.ptr + sum((d - 1) * s for d, s in zip(io.shape, io.strides)) + io.itemsize
+        lo, hi = iv.byte_range()
         if m and n and k and lo < ohi and olo < hi:
             raise MatmulError(f"matmul: out overlaps {name}")
     if m == 0 or n == 0:
@@ -209,10 +208,9 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     if b_k is None:
         b_k = _kmajor_copy(b, ib, True, nb_stream)
     cfg = config or GemmConfig(kind, scaled=fp8)
-    tma_t = {"f32": "tf32"}.get(ia.dtype, ia.dtype)
-    tma_tb = {"f32": "tf32"}.get(ib.dtype, ib.dtype)
-    ta = _tensor_map(a_k, tma_t, (cfg.bm, cfg.bk))
-    tb = _tensor_map(b_k, tma_tb, (cfg.bn, cfg.bk))
+    # f32 operands are read by the tensor cores as tf32.
+    ta = _tensor_map(a_k, "tf32" if ia.dtype == "f32" else ia.dtype, (cfg.bm, cfg.bk))
+    tb = _tensor_map(b_k, "tf32" if ib.dtype == "f32" else ib.dtype, (cfg.bn, cfg.bk))
     alpha = float((1.0 if scale_a is None else float(scale_a)) * (1.0 if scale_b is None else float(scale_b)))
     kern = gemm_kernel(cfg)
     from .launch import device_limits

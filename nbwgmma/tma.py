@@ -232,8 +232,6 @@ def box_copy_model(tensor: np.ndarray, box, coords, swizzle: str = "none", oob_f
 
     Returns a flat ``uint8`` array of ``prod(box) * itemsize`` bytes.
     """
-    from .intrinsics.descriptor import swizzle_addr
-
     tensor = np.asarray(tensor)
     box = tuple(box)
     out = np.zeros(box, tensor.dtype)

@@ -129,6 +129,19 @@ def _values(builder, k, acc, count):
     return out, types.float16
 
 
+def _ir_value_coords(builder, tid, ity, count):
+    """(row, col) IR values of the ``count`` accumulator values of warpgroup thread ``tid``
+    (an IR integer of type ``ity``): :func:`acc_value_coords` with the per-value offsets
+    folded to constants, so no fragment register is ever indexed at run time."""
+    warp = builder.udiv(tid, ity(32))
+    lane = builder.urem(tid, ity(32))
+    rbase = builder.add(builder.mul(warp, ity(16)), builder.udiv(lane, ity(4)))
+    cbase = builder.mul(builder.urem(lane, ity(4)), ity(2))
+    for i in range(count):
+        yield (builder.add(rbase, ity(8 * ((i // 2) % 2))),
+               builder.add(cbase, ity(8 * (i // 4) + i % 2)))
+
+
 def _f32_to_bf16_bits(builder, v):
     fnty = ir.FunctionType(ir.IntType(16), [ir.FloatType()])
     asm = ir.InlineAsm(fnty, "cvt.rn.bf16.f32 $0, $1;", "=h,f")
@@ -154,19 +167,13 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
         tid_ = context.cast(builder, tid_v, sig.args[3], types.int64)
         r0 = context.cast(builder, r0_v, sig.args[4], types.int64)
         c0 = context.cast(builder, c0_v, sig.args[5], types.int64)
-        warp = builder.sdiv(tid_, i64(32))
-        lane = builder.srem(tid_, i64(32))
-        rbase = builder.add(r0, builder.add(builder.mul(warp, i64(16)), builder.sdiv(lane, i64(4))))
-        cbase = builder.add(c0, builder.mul(builder.srem(lane, i64(4)), i64(2)))
         ary = context.make_array(sig.args[2])(context, builder, out_v)
         shape = cgutils.unpack_tuple(builder, ary.shape, 2)
         vals, vty = _values(builder, k, acc_v, sig.args[0].count)
         dt = sig.args[2].dtype
-        for i, v in enumerate(vals):
-            dr = 8 * ((i // 2) % 2)
-            dc = 8 * (i // 4) + i % 2
-            r = builder.add(rbase, i64(dr))
-            c = builder.add(cbase, i64(dc))
+        for v, (dr, dc) in zip(vals, _ir_value_coords(builder, tid_, i64, len(vals))):
+            r = builder.add(r0, dr)
+            c = builder.add(c0, dc)
             inside = builder.and_(builder.icmp_signed("<", r, shape[0]), builder.icmp_signed("<", c, shape[1]))
             with builder.if_then(inside, likely=True):
                 ptr = cgutils.get_item_pointer2(context, builder, data=ary.data, shape=shape,
@@ -308,17 +315,12 @@ def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
         i32 = ir.IntType(32)
         base_ = context.cast(builder, base_v, sig.args[2], types.uint32)
         t = context.cast(builder, tid_v, sig.args[3], types.uint32)
-        warp = builder.udiv(t, i32(32))
-        lane = builder.urem(t, i32(32))
-        rbase = builder.add(builder.mul(warp, i32(16)), builder.udiv(lane, i32(4)))
-        cbase = builder.mul(builder.urem(lane, i32(4)), i32(2))
         fnty = ir.FunctionType(ir.VoidType(), [i32, i32])
         st = ir.InlineAsm(fnty, "st.shared.b32 [$0], $1;", "r,r,~{memory}", side_effect=True)
-        for i in range(sig.args[0].count):
+        count = sig.args[0].count
+        for i, (r, c) in enumerate(_ir_value_coords(builder, t, i32, count)):
             v = builder.extract_value(acc_v, i)
             bits = builder.bitcast(v, i32) if k.dtype == "f32" else v
-            r = builder.add(rbase, i32(8 * ((i // 2) % 2)))
-            c = builder.add(cbase, i32(8 * (i // 4) + i % 2))
             blk = builder.udiv(c, i32(cpb))
             cc = builder.urem(c, i32(cpb))
             off = builder.add(builder.mul(blk, i32(64 * rb)),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .descriptor import SWIZZLE_BYTES, decode_desc, kmajor_offset, mnmajor_offset, swizzle_addr
+from .descriptor import decode_desc, kmajor_offset, mnmajor_offset, swizzle_addr
 from .wgmma import wgmma_kind
 
 __all__ = [
@@ -161,6 +161,3 @@ def wgmma_reference(image, kind: str, n: int, desc_a: int, desc_b: int, *, trans
         out = (scale_a * a) @ (scale_b * b).T
     return out if d is None else out + d
 
-
-def swizzle_span(swizzle: str) -> int:
-    return SWIZZLE_BYTES[swizzle]

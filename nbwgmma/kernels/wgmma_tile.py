@@ -29,7 +29,7 @@ from ..intrinsics import (
     wgmma_mma_async_rs,
     wgmma_wait_group,
 )
-from ..intrinsics.descriptor import SWIZZLE_BYTES, SWIZZLE_PERIOD, encode_desc
+from ..intrinsics.descriptor import SWIZZLE_BYTES, SWIZZLE_PERIOD, canonical_strides, encode_desc
 from ..intrinsics.fragment import a_frag_coords
 from ..intrinsics.wgmma_model import ELEMENT_BYTES, encode_elements, pack_operand, wgmma_reference
 
@@ -113,11 +113,7 @@ class TileProblem:
         align = max(SWIZZLE_PERIOD[sw], 128)
         start = -(-cursor // align) * align
         if major == "K":
-            kbytes = int(kelems * es)
-            if sw == "none":
-                lbo, sbo = 128, 128 * (kbytes // 16)  # K core matrices side by side
-            else:
-                lbo, sbo = 16, 8 * SWIZZLE_BYTES[sw]  # rows of one atom; LBO unused
+            lbo, sbo = canonical_strides(sw, int(kelems * es))
             size = -(-rows // 8) * sbo
         else:
             es = int(es)
