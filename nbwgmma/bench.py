@@ -73,6 +73,19 @@ def host_overhead(fn, torch, calls=200):
     return (t1 - t0) / calls
 
 
+def overhead(size=256, dtype="bf16", calls=2000):
+    """Host microseconds per call of ``matmul`` and of ``torch.matmul`` at ``size``^3."""
+    import torch
+
+    from .matmul import matmul
+
+    a, b = _operands(torch, size, size, size, dtype, "KK", 0)
+    ours = host_overhead(lambda: matmul(a, b), torch, calls)
+    theirs = host_overhead(lambda: torch.matmul(a, b), torch, calls)
+    return {"size": size, "dtype": dtype, "gpu": torch.cuda.get_device_name(), "calls": calls,
+            "nbwgmma_us": ours * 1e6, "torch_us": theirs * 1e6, "ratio": ours / theirs}
+
+
 def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=20, seed=0, config=None):
     """One shape: a dict with the median ms and TFLOP/s of nbwgmma and cuBLAS, their ratio, errors."""
     import torch
@@ -136,9 +149,12 @@ def run_cli(args):
 
         kind = {"bf16": "f32.bf16.bf16", "f16": "f32.f16.f16", "tf32": "f32.tf32.tf32",
                 "e4m3": "f32.e4m3.e4m3", "e5m2": "f32.e5m2.e5m2"}[args.dtype]
-        cfg = GemmConfig(kind, scaled=args.dtype in ("e4m3", "e5m2"))
-        out_t = types.float32 if args.dtype == "tf32" else types.uint16
-        sig = (types.uint64, types.uint64, out_t[:, :], types.int32, types.int32, types.int32, types.float32)
+        # What matmul runs for this type on contiguous K-major operands and a new output.
+        tf32 = args.dtype == "tf32"
+        cfg = GemmConfig(kind, scaled=args.dtype in ("e4m3", "e5m2"), out="f32" if tf32 else "bf16",
+                         epilogue="direct" if tf32 else "tma")
+        c_t = types.float32[:, :] if tf32 else types.uint64  # an array, or C's tensor map
+        sig = (types.uint64, types.uint64, c_t, types.int32, types.int32, types.int32, types.float32)
         rep = compile_report(gemm_kernel(cfg), sig)
         if args.json:
             print(json.dumps({"gpu": None, "message": "no sm_90 GPU found", "config": repr(cfg),
@@ -146,6 +162,12 @@ def run_cli(args):
         else:
             print(f"No sm_90 GPU (H100/H200) found: compile report of the GEMM kernel {cfg} instead.\n")
             print(rep)
+        return 0
+    if getattr(args, "overhead", False):
+        r = overhead(dtype=args.dtype)
+        print(json.dumps(r, indent=2) if args.json else
+              f"host time per call at {r['size']}^3 {r['dtype']}: nbwgmma {r['nbwgmma_us']:.1f} us, "
+              f"torch.matmul {r['torch_us']:.1f} us, ratio {r['ratio']:.2f}")
         return 0
     shapes = DEFAULT_SWEEP if args.sweep else [(args.m, args.n, args.k)]
     rows = []

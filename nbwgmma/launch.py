@@ -16,11 +16,16 @@ import functools
 import math
 import threading
 
-__all__ = ["launch", "dynamic_smem_bytes", "LaunchError", "device_limits"]
+__all__ = ["launch", "dynamic_smem_bytes", "LaunchError", "KernelStoppedError", "device_limits"]
 
 
 class LaunchError(ValueError):
     """The launch asks for more than the device allows."""
+
+
+class KernelStoppedError(RuntimeError):
+    """In debug-wait mode (``NBWGMMA_DEBUG_WAIT=1``) a launched kernel failed, typically an
+    mbarrier wait that ran past its deadline and trapped."""
 
 
 def dynamic_smem_bytes(payload: int, align: int = 1024) -> int:
@@ -158,3 +163,21 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     core_launch(core_stream, LaunchConfig(**cfg), cufunc.kernel, *kernelargs)
     for wb in retr:
         wb()
+    if _DEBUG_WAIT is not None:
+        _sync_debug(core_stream, kernel)
+
+
+from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S as _DEBUG_WAIT  # noqa: E402
+
+
+def _sync_debug(core_stream, kernel):
+    """Debug-wait mode: wait for the kernel and name it if it stopped."""
+    try:
+        core_stream.sync()
+    except Exception as e:  # the driver's error type depends on the binding
+        name = getattr(getattr(kernel, "py_func", None), "__qualname__", repr(kernel))
+        raise KernelStoppedError(
+            f"kernel {name} stopped: {e}. In debug-wait mode this is usually an mbarrier wait that "
+            f"passed its {_DEBUG_WAIT:g} s deadline; the kernel printed which block, thread and "
+            f"barrier above. The CUDA context is unusable after a trap: restart the process."
+        ) from e

@@ -2,13 +2,18 @@
 
 Which path runs:
 
-* A must reach the kernel K-major ([M, K] with unit stride along K) and B as
-  [N, K] K-major (``b.T`` row-major), each with a 16-byte aligned base and row
-  pitch (TMA's rules). Operands that are already so are used in place; any other
-  layout, or a view that breaks the 16-byte rules (odd K, offset views), is
-  first copied into a fresh K-major buffer whose rows are padded to 16 bytes
-  with zeros. The answer is the same; the copy costs one pass over the operand.
-* ``out`` may have any strides: the kernel stores element by element.
+* Operands are read in place by TMA when one of their dimensions is contiguous
+  and the base address and the other stride are multiples of 16 bytes (TMA's
+  rules). K contiguous ("K-major": a row-major A, a column-major B) works for
+  every type; M or N contiguous ("MN-major": a column-major A, a row-major B)
+  works for bf16/f16, whose wgmma reads either layout through its transpose
+  bit. Anything else (fp8/tf32 MN-major operands, odd leading dimensions,
+  misaligned or strided views) is first copied into a fresh K-major buffer
+  whose rows are padded to 16 bytes with zeros: the same answer for one extra
+  pass over that operand.
+* ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned
+  base and row pitch) gets the TMA-store epilogue; any other ``out`` (f32, any
+  strides) gets element-wise stores from the registers.
 """
 
 from __future__ import annotations
@@ -100,10 +105,17 @@ def _stream_of(lib, stream):
     return 0
 
 
-def _tma_ready(info: ArrayInfo) -> bool:
-    """[rows, K] with unit K stride, 16-byte aligned base and row pitch."""
-    return (info.strides[1] == info.itemsize and info.ptr % 16 == 0 and info.strides[0] % 16 == 0
-            and info.strides[0] >= info.shape[1] * info.itemsize)
+def _tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride: int):
+    """(shape, strides in elements) of ``info`` seen as [rows, cols] with ``cols``
+    contiguous, if TMA can read it in place (16-byte aligned base and row pitch); else None."""
+    es = info.itemsize
+    if cols > 1 and col_stride != es:
+        return None
+    if rows == 1:  # the pitch of a single row is never used: any legal value
+        row_stride = -(-cols * es // 16) * 16
+    if info.ptr % 16 or row_stride % 16 or row_stride < cols * es:
+        return None
+    return (rows, cols), (row_stride // es, 1)
 
 
 def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
@@ -126,19 +138,48 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
 _TMAP_CACHE: collections.OrderedDict = collections.OrderedDict()
 
 
-def _tensor_map(arr, dtype, box):
+def _tensor_map(arr, dtype, box, view, keep: bool):
+    """A cached 128B-swizzle tensor map of ``arr`` seen as ``view`` = (shape, strides).
+
+    The map encodes only the address, shape and strides, so a cached map stays right
+    for any array later placed at the same address. ``keep`` holds ``arr`` alive with
+    the map: staging copies must outlive the asynchronous launch that reads them.
+    """
     from .tma import TensorMap
 
-    info = array_info(arr)
-    key = (info.ptr, info.shape, info.strides, dtype, box)
+    shape, strides = view
+    ptr = array_info(arr).ptr
+    key = (ptr, shape, strides, dtype, box, keep)
     tm = _TMAP_CACHE.get(key)
     if tm is None:
-        # The map keeps `arr` alive: staging copies must outlive the asynchronous launch.
-        tm = TensorMap(arr, box, dtype=dtype, swizzle="128B")
+        tm = TensorMap(arr, box, dtype=dtype, swizzle="128B", shape=shape, strides=strides)
+        if not keep:
+            tm.array = None
         _TMAP_CACHE[key] = tm
-        while len(_TMAP_CACHE) > 16:
+        while len(_TMAP_CACHE) > 64:
             _TMAP_CACHE.popitem(last=False)
+    else:
+        _TMAP_CACHE.move_to_end(key)
     return tm
+
+
+def _operand(x, info: ArrayInfo, is_b, transposable, tdtype, stream, box_k, box_rows):
+    """(tensor map, major) for A ([M, K]) or B ([K, N], seen as [N, K])."""
+    (rows, k), (s_rows, s_k) = info.shape, info.strides
+    if is_b:
+        (k, rows), (s_k, s_rows) = info.shape, info.strides
+    v = _tma_view(info, rows, k, s_rows, s_k)
+    if v is not None:
+        return _tensor_map(x, tdtype, (box_rows, box_k), v, keep=False), "K"
+    if transposable:
+        v = _tma_view(info, k, rows, s_k, s_rows)
+        if v is not None:
+            return _tensor_map(x, tdtype, (box_k, 64), v, keep=False), "MN"
+    # A fresh zero-padded K-major copy ([rows, K] with K contiguous).
+    cp = _kmajor_copy(x, info, is_b, stream)
+    ci = array_info(cp)
+    v = _tma_view(ci, rows, k, ci.strides[0], ci.strides[1])
+    return _tensor_map(cp, tdtype, (box_rows, box_k), v, keep=True), "K"
 
 
 def _check_device(info, name, device):
@@ -153,6 +194,10 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     PyTorch float8 tensors) take per-tensor ``scale_a``/``scale_b``. The result
     has ``out_dtype`` (default: the input type, bf16 for fp8) and the array kind
     of ``a``; it is computed on ``stream`` or the caller's current stream.
+
+    ``config`` overrides the kernel's tile parameters (a dict with keys among ``bm``,
+    ``bn``, ``stages``, ``group_m``, ``producer_regs``, ``consumer_regs``, ``epilogue``);
+    the operand layouts and the output type are always taken from the arrays.
     """
     from numba import cuda
 
@@ -194,23 +239,34 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
         return out
     st = _stream_of(lib, stream)
     nb_stream = cuda.external_stream(st) if isinstance(st, int) and st else (st if st else 0)
-    c_view = _numba_view(io, out)
     if k == 0:
         from .kernels.copy import fill_zero_kernel
 
-        fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, nb_stream](c_view)
+        fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, nb_stream](_numba_view(io, out))
         return out
 
-    # A as [M, K] K-major; B as [N, K] K-major (b.T).
-    a_k = a if _tma_ready(ia) else _kmajor_copy(a, ia, False, nb_stream)
-    bt_info = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), ib.itemsize, ib.dtype, ib.device, ib.kind)
-    b_k = b.T if (lib in ("torch", "cupy") and _tma_ready(bt_info)) else None
-    if b_k is None:
-        b_k = _kmajor_copy(b, ib, True, nb_stream)
-    cfg = config or GemmConfig(kind, scaled=fp8)
-    # f32 operands are read by the tensor cores as tf32.
-    ta = _tensor_map(a_k, "tf32" if ia.dtype == "f32" else ia.dtype, (cfg.bm, cfg.bk))
-    tb = _tensor_map(b_k, "tf32" if ib.dtype == "f32" else ib.dtype, (cfg.bn, cfg.bk))
+    from .kernels.gemm import _OUT_BYTES
+
+    opts = dict(config or {})
+    bad = set(opts) - {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue"}
+    if bad:
+        raise MatmulError(f"matmul: unknown config keys {sorted(bad)}")
+    probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})
+    transposable = probe.k.transposable
+    tdt = {"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype)
+    # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], i.e. [N, K]
+    # with strides swapped.
+    ta, a_major = _operand(a, ia, False, transposable, tdt[0], nb_stream, probe.bk, probe.bm)
+    tb, b_major = _operand(b, ib, True, transposable, tdt[1], nb_stream, probe.bk, probe.bn)
+    c_view_tma = _tma_view(io, m, n, io.strides[0], io.strides[1]) if _OUT_BYTES[odt] == 2 else None
+    epilogue = opts.pop("epilogue", "tma" if c_view_tma is not None else "direct")
+    if epilogue == "tma" and c_view_tma is None:
+        raise MatmulError("matmul: config epilogue='tma' needs a 16-bit row-major out with 16-byte aligned rows")
+    cfg = GemmConfig(kind, scaled=fp8, a_major=a_major, b_major=b_major, out=odt, epilogue=epilogue, **opts)
+    if epilogue == "tma":
+        c_arg = _tensor_map(out, odt, (64, 64), c_view_tma, keep=False).address
+    else:
+        c_arg = _numba_view(io, out)
     alpha = float((1.0 if scale_a is None else float(scale_a)) * (1.0 if scale_b is None else float(scale_b)))
     kern = gemm_kernel(cfg)
     from .launch import device_limits
@@ -218,7 +274,7 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     sms = device_limits()["multiprocessors"]
     tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
     launch(kern, min(sms, tiles), cfg.threads,
-           (ta.address, tb.address, c_view, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha)),
+           (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha)),
            stream=nb_stream, smem=cfg.smem_bytes + 1023)
     # The tensor maps must outlive the launch: keep the staging copies alive with them.
     return out

@@ -1,6 +1,12 @@
 import functools
+import os
+import subprocess
+import sys
 
 import pytest
+
+#: Set in the child process of an isolated test (see ``pytest_runtest_call``).
+CHILD_ENV = "NBWGMMA_ISOLATED_CHILD"
 
 
 @functools.lru_cache(maxsize=None)
@@ -19,7 +25,17 @@ def gpu_skip_reason():
     return None
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-sanitizer", action="store_true",
+                     help="run the tests marked 'sanitizer' (kernels under compute-sanitizer; slow)")
+
+
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--run-sanitizer"):
+        skip_san = pytest.mark.skip(reason="compute-sanitizer runs need --run-sanitizer")
+        for item in items:
+            if "sanitizer" in item.keywords:
+                item.add_marker(skip_san)
     reason = gpu_skip_reason()
     if reason is None:
         return
@@ -27,6 +43,33 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def run_isolated(nodeid: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run one test in a fresh Python process; a hang becomes a failure after ``timeout`` s."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "--no-header", "-p", "no:cacheprovider", nodeid]
+    child_env = dict(os.environ, **(env or {}), **{CHILD_ENV: "1"})
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"")[-3000:]
+        pytest.fail(f"{nodeid} hung: no result after {timeout:g} s (killed). Output so far:\n{out}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    """Tests marked ``isolated(timeout=...)`` run in a child process with a deadline, so a
+    kernel that never finishes fails that test instead of stalling the suite."""
+    mark = item.get_closest_marker("isolated")
+    if mark is None or os.environ.get(CHILD_ENV):
+        return None
+    timeout = mark.kwargs.get("timeout", 300)
+    res = run_isolated(item.nodeid, timeout)
+    if res.returncode != 0:
+        pytest.fail(f"isolated run failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-6000:]}",
+                    pytrace=False)
+    item.runtest = lambda: None  # the child ran it
+    return None
 
 
 @pytest.fixture

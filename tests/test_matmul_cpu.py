@@ -50,14 +50,27 @@ def test_out_overlapping_an_input_is_rejected():
 SIG = {"bf16": types.uint16, "f16": types.float16, "f32": types.float32}
 
 
-@pytest.mark.parametrize("kind, out", [("f32.bf16.bf16", "bf16"), ("f32.f16.f16", "f16"), ("f32.tf32.tf32", "f32"),
-                                       ("f32.e4m3.e4m3", "bf16"), ("f32.e5m2.e4m3", "f32")])
-def test_gemm_kernel_sass(kind, out):
-    cfg = GemmConfig(kind, scaled="e" in kind.split(".")[1])
-    sig = (types.uint64, types.uint64, SIG[out][:, :], types.int32, types.int32, types.int32, types.float32)
+# Every kernel configuration matmul can pick: (kind, out type, A major, B major, epilogue).
+CONFIGS = [(kind, out, am, bm_, epi)
+           for kind in ("f32.bf16.bf16", "f32.f16.f16")
+           for am in ("K", "MN") for bm_ in ("K", "MN")
+           for out, epi in (("bf16" if "bf16" in kind else "f16", "tma"), ("f32", "direct"))]
+CONFIGS += [(kind, out, "K", "K", epi) for kind in ("f32.e4m3.e4m3", "f32.e5m2.e4m3")
+            for out, epi in (("bf16", "tma"), ("f16", "tma"), ("f32", "direct"))]
+CONFIGS += [("f32.tf32.tf32", "f32", "K", "K", "direct")]
+
+
+@pytest.mark.parametrize("kind, out, a_major, b_major, epilogue", CONFIGS)
+def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue):
+    cfg = GemmConfig(kind, scaled="e" in kind.split(".")[1], out=out, a_major=a_major, b_major=b_major,
+                     epilogue=epilogue)
+    c = types.uint64 if epilogue == "tma" else SIG[out][:, :]
+    sig = (types.uint64, types.uint64, c, types.int32, types.int32, types.int32, types.float32)
     rep = compile_report(gemm_kernel(cfg), sig)
     op = "QGMMA" if cfg.esize == 1 else "HGMMA"
-    assert rep.sass.get(op, 0) >= 1 and rep.sass["UTMALDG"] >= 1
+    assert rep.sass.get(op, 0) == 4 and rep.sass["UTMALDG"] >= 1
+    if epilogue == "tma":
+        assert rep.sass["UTMASTG"] >= 1 and rep.sass["STSM"] == cfg.bn // 16 and rep.sass.get("STG", 0) == 0
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored, rep.warnings
 
@@ -71,3 +84,8 @@ def test_gemm_config_rules():
         GemmConfig(stages=5)
     with pytest.raises(ValueError, match="wgmma N"):
         GemmConfig(bn=260)
+    assert GemmConfig(epilogue="tma").stages == 3 and GemmConfig().stages == 4
+    with pytest.raises(ValueError, match="16-bit inputs"):
+        GemmConfig("f32.e4m3.e4m3", b_major="MN")
+    with pytest.raises(ValueError, match="16-bit outputs"):
+        GemmConfig(out="f32", epilogue="tma")

@@ -2,7 +2,7 @@
 
 PTX ISA sections: "Parallel Synchronization and Communication Instructions:
 bar, barrier" (``bar.sync``/``bar.arrive``), "barrier.cluster", "elect.sync",
-and "Miscellaneous Instructions: setmaxnreg".
+and "Miscellaneous Instructions: setmaxnreg, trap".
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ __all__ = [
     "setmaxnreg_inc",
     "setmaxnreg_dec",
     "SETMAXNREG_RANGE",
+    "trap",
 ]
 
 #: Hardware named barriers are numbered 0..15; barrier 0 is ``__syncthreads``.
@@ -111,4 +112,11 @@ setmaxnreg_dec = ptx_intrinsic(
     params=[_regcount()],
     doc="``setmaxnreg.dec.sync.aligned.u32 count`` (PTX ISA: setmaxnreg). Lower this "
     "warpgroup's per-thread register limit to ``count``, releasing registers.",
+)
+
+trap = ptx_intrinsic(
+    "trap",
+    "trap;",
+    doc="``trap`` (PTX ISA: trap). Abort the kernel: the launch fails with an error the host "
+    "sees at its next synchronization.",
 )

@@ -335,3 +335,137 @@ def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
 
 
 __all__ += ["acc_store_swizzled"]
+
+
+@intrinsic(prefer_literal=True)
+def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
+    """``acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle)``: store a 16-bit
+    accumulator (``regs``: the ``N/4`` packed u32 registers of :func:`acc_to_bf16x2` or
+    :func:`acc_to_f16x2`) into shared memory with ``stmatrix.x4`` (PTX ISA: stmatrix), in
+    the layout a TMA store with a (64, row_bytes // 2) box and ``swizzle`` reads: column
+    blocks of ``row_bytes // 2`` columns, each 64 rows of ``row_bytes`` bytes, swizzled.
+
+    Why stmatrix fits: packed register ``j`` of lane ``l`` holds row ``l//4 + 8*(j%2)``,
+    columns ``8*(j//2) + 2*(l%4) + {0,1}`` of its warp's 16 rows, which is the stmatrix lane
+    map of an 8x8 matrix. Registers ``4q..4q+3`` are the four 8x8 matrices of columns
+    ``16q..16q+15`` (top-left, bottom-left, top-right, bottom-right); lane ``l`` gives the
+    address of row ``l % 8`` of matrix ``l // 8``. One instruction per 16 columns replaces
+    eight scalar stores, and each 16-byte row lands whole (the swizzle moves 16-byte chunks).
+    An N that is an odd multiple of 8 ends with one ``.x2``.
+    ``base`` (a 32-bit shared address) must be aligned to the swizzle period.
+    """
+    if not (isinstance(regs, types.UniTuple) and regs.dtype == types.uint32 and regs.count % 2 == 0):
+        raise NbwgmmaTypingError(
+            f"acc_stmatrix_swizzled: 'regs' must be a tuple of 2*k u32 registers (acc_to_bf16x2 of an "
+            f"accumulator); got {regs}")
+    n = regs.count * 4
+    rb = _lit(row_bytes, "row_bytes", "acc_stmatrix_swizzled")
+    sw = _lit(swizzle, "swizzle", "acc_stmatrix_swizzled")
+    if sw not in _SW_MASK:
+        raise NbwgmmaTypingError(f"acc_stmatrix_swizzled: swizzle must be one of {tuple(_SW_MASK)}; got {sw!r}")
+    if rb % 32 or not 32 <= rb <= max(32, 2 * n):
+        raise NbwgmmaTypingError(
+            f"acc_stmatrix_swizzled: row_bytes must be a multiple of 32 in [32, {max(32, 2 * n)}]; got {rb}")
+    if sw != "none" and rb > {"32B": 32, "64B": 64, "128B": 128}[sw]:
+        raise NbwgmmaTypingError(
+            f"acc_stmatrix_swizzled: a {sw} swizzled row holds at most {sw[:-1]} bytes; got row_bytes={rb}")
+    cpb = rb // 2
+    mask = _SW_MASK[sw]
+
+    def codegen(context, builder, sig, args):
+        regs_v, base_v, tid_v = args[:3]
+        i32 = ir.IntType(32)
+        base_ = context.cast(builder, base_v, sig.args[1], types.uint32)
+        t = context.cast(builder, tid_v, sig.args[2], types.uint32)
+        st4 = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32] * 5),
+                           "stmatrix.sync.aligned.m8n8.x4.shared::cta.b16 [$0], {$1, $2, $3, $4};",
+                           "r,r,r,r,r,~{memory}", side_effect=True)
+        st2 = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32] * 3),
+                           "stmatrix.sync.aligned.m8n8.x2.shared::cta.b16 [$0], {$1, $2};",
+                           "r,r,r,~{memory}", side_effect=True)
+        lane = builder.urem(t, i32(32))
+        # This lane's row: warp's 16 rows, matrix (lane // 8) % 2 picks the lower 8.
+        row = builder.add(builder.mul(builder.udiv(t, i32(32)), i32(16)),
+                          builder.add(builder.mul(builder.and_(builder.lshr(lane, i32(3)), i32(1)), i32(8)),
+                                      builder.urem(lane, i32(8))))
+        rowoff = builder.mul(row, i32(rb))
+        # Matrices 2 and 3 sit 8 columns (16 bytes) further right.
+        colhalf = builder.mul(builder.lshr(lane, i32(4)), i32(16))
+        for q in range(-(-n // 16)):
+            c0 = 16 * q
+            width = min(4, regs.count - 4 * q)  # an odd last 8 columns: .x2 (lanes 0-15 give rows)
+            blk, cc = divmod(c0, cpb)
+            off = builder.add(builder.add(rowoff, colhalf), i32(blk * 64 * rb + cc * 2))
+            if mask:
+                x = builder.shl(builder.and_(builder.lshr(off, i32(7)), i32(mask)), i32(4))
+                off = builder.xor(off, x)
+            builder.call(st4 if width == 4 else st2,
+                         [builder.add(base_, off)] + [builder.extract_value(regs_v, 4 * q + i) for i in range(width)])
+        return context.get_dummy_value()
+
+    return types.void(regs, base, tid, row_bytes, swizzle), codegen
+
+
+__all__ += ["acc_stmatrix_swizzled"]
+
+
+def tile_block_offset(row, col, esize: int, row_bytes: int, swizzle: str):
+    """Byte offset of element (row, col) in the shared C tile that :func:`acc_store_swizzled`
+    (``esize`` 4) and :func:`acc_stmatrix_swizzled` (``esize`` 2) write: column blocks of
+    ``row_bytes // esize`` columns, each 64 rows of ``row_bytes`` bytes, swizzled (ints or
+    numpy arrays). It is the layout a TMA store with box (64, row_bytes // esize) and the
+    same swizzle reads, one box per column block."""
+    if swizzle not in _SW_MASK:
+        raise ValueError(f"swizzle must be one of {tuple(_SW_MASK)}; got {swizzle!r}")
+    cpb = row_bytes // esize
+    off = (col // cpb) * 64 * row_bytes + row * row_bytes + (col % cpb) * esize
+    return off ^ (((off >> 7) & _SW_MASK[swizzle]) << 4)
+
+
+@intrinsic(prefer_literal=True)
+def acc_load(typingctx, kind, n, src, tid, row0, col0):
+    """``acc = acc_load(kind, n, src, tid, row0, col0)``: an f32/s32 accumulator fragment read
+    from the 2-D array ``src`` (global or shared) at ``src[row0 + row, col0 + col]`` in the
+    accumulator layout (zeros outside ``src``): e.g. C for a ``beta * C`` epilogue, or known
+    values for testing a store. The inverse of :func:`acc_store`."""
+    kind_v = _lit(kind, "kind", "acc_load")
+    n_v = _lit(n, "n", "acc_load")
+    k = wgmma_kind(kind_v)
+    if k.dtype == "f16":
+        raise NbwgmmaTypingError("acc_load: expected an f32 or s32 accumulator kind; got f16")
+    if n_v not in k.n_values:
+        raise NbwgmmaTypingError(f"acc_load: {kind_v} allows N in {list(k.n_values)}; got {n_v}")
+    if not (isinstance(src, types.Array) and src.ndim == 2):
+        raise NbwgmmaTypingError(f"acc_load: 'src' must be a 2-D array; got {src}")
+    for nm, ty in (("tid", tid), ("row0", row0), ("col0", col0)):
+        if not isinstance(ty, types.Integer):
+            raise NbwgmmaTypingError(f"acc_load: '{nm}' must be an integer; got {ty}")
+    tupty = types.UniTuple(k.acc_type, k.acc_regs(n_v))
+
+    def codegen(context, builder, sig, args):
+        _, _, src_v, tid_v, r0_v, c0_v = args
+        i64 = ir.IntType(64)
+        tid_ = context.cast(builder, tid_v, sig.args[3], types.int64)
+        r0 = context.cast(builder, r0_v, sig.args[4], types.int64)
+        c0 = context.cast(builder, c0_v, sig.args[5], types.int64)
+        ary = context.make_array(sig.args[2])(context, builder, src_v)
+        shape = cgutils.unpack_tuple(builder, ary.shape, 2)
+        strides = cgutils.unpack_tuple(builder, ary.strides, 2)
+        zero = context.get_constant(k.acc_type, 0)
+        vals = []
+        for dr, dc in _ir_value_coords(builder, tid_, i64, tupty.count):
+            r = builder.add(r0, dr)
+            c = builder.add(c0, dc)
+            inside = builder.and_(builder.icmp_signed("<", r, shape[0]), builder.icmp_signed("<", c, shape[1]))
+            slot = cgutils.alloca_once_value(builder, zero)
+            with builder.if_then(inside, likely=True):
+                ptr = cgutils.get_item_pointer2(context, builder, data=ary.data, shape=shape, strides=strides,
+                                                layout=sig.args[2].layout, inds=[r, c])
+                builder.store(context.cast(builder, builder.load(ptr), sig.args[2].dtype, k.acc_type), slot)
+            vals.append(builder.load(slot))
+        return cgutils.pack_array(builder, vals)
+
+    return tupty(kind, n, src, tid, row0, col0), codegen
+
+
+__all__ += ["tile_block_offset", "acc_load"]

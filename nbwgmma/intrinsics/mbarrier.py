@@ -18,6 +18,13 @@ Typical phase-parity protocol (one producer, one consumer)::
 
 from __future__ import annotations
 
+import os
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.extending import intrinsic
+
 from ._asm import Imm, Out, Reg, ptx_intrinsic, u32, u64
 
 __all__ = [
@@ -32,6 +39,10 @@ __all__ = [
     "mbarrier_test_wait_parity",
     "mbarrier_wait",
     "mbarrier_wait_parity",
+    "mbarrier_wait_timeout",
+    "mbarrier_wait_parity_timeout",
+    "debug_wait_timeout_s",
+    "DEBUG_WAIT_TIMEOUT_S",
     "mbarrier_inval",
     "mbarrier_arrive_cluster",
     "fence_mbarrier_init",
@@ -131,7 +142,7 @@ mbarrier.try_wait$kind.acquire.$scope.shared::cta.b64 %nbw_p, [$bar], $arg;
 @!%nbw_p bra NBW_WAIT;
 }"""
 
-mbarrier_wait_parity = ptx_intrinsic(
+_plain_wait_parity = ptx_intrinsic(
     "mbarrier_wait_parity",
     _WAIT_LOOP.replace("$kind", ".parity").replace("$arg", "$parity"),
     params=[_BAR, Reg("parity", u32), _SCOPE],
@@ -139,13 +150,109 @@ mbarrier_wait_parity = ptx_intrinsic(
     "mbarrier.test_wait/mbarrier.try_wait) until the phase with parity ``parity`` completes.",
 )
 
-mbarrier_wait = ptx_intrinsic(
+_plain_wait = ptx_intrinsic(
     "mbarrier_wait",
     _WAIT_LOOP.replace("$kind", "").replace("$arg", "$state"),
     params=[_BAR, Reg("state", u64), _SCOPE],
     doc="Loop on ``mbarrier.try_wait.acquire.{scope}.shared::cta.b64`` (PTX ISA: "
     "mbarrier.test_wait/mbarrier.try_wait) until the phase recorded in ``state`` completes.",
 )
+
+# The same loop with a deadline read off %globaltimer (nanoseconds, PTX ISA "Special
+# Registers: %globaltimer"): falls through with done = false once ``timeout_ns`` passed.
+_TIMED_LOOP = """{
+.reg .pred %nbw_p;
+.reg .u64 %nbw_t0, %nbw_t;
+mov.u64 %nbw_t0, %globaltimer;
+NBW_WAIT:
+mbarrier.try_wait$kind.acquire.$scope.shared::cta.b64 %nbw_p, [$bar], $arg;
+@%nbw_p bra NBW_DONE;
+mov.u64 %nbw_t, %globaltimer;
+sub.u64 %nbw_t, %nbw_t, %nbw_t0;
+setp.lt.u64 %nbw_p, %nbw_t, $timeout_ns;
+@%nbw_p bra NBW_WAIT;
+NBW_DONE:
+mov.pred $done, %nbw_p;
+}"""
+
+mbarrier_wait_parity_timeout = ptx_intrinsic(
+    "mbarrier_wait_parity_timeout",
+    _TIMED_LOOP.replace("$kind", ".parity").replace("$arg", "$parity"),
+    params=[_BAR, Reg("parity", u32), Reg("timeout_ns", u64), _SCOPE],
+    outs=[Out("done", pred=True)],
+    doc="``mbarrier.try_wait.parity`` loop with a deadline (PTX ISA: mbarrier.test_wait/"
+    "mbarrier.try_wait, %globaltimer): True once the phase with parity ``parity`` completed, "
+    "False if ``timeout_ns`` nanoseconds passed first.",
+)
+
+mbarrier_wait_timeout = ptx_intrinsic(
+    "mbarrier_wait_timeout",
+    _TIMED_LOOP.replace("$kind", "").replace("$arg", "$state"),
+    params=[_BAR, Reg("state", u64), Reg("timeout_ns", u64), _SCOPE],
+    outs=[Out("done", pred=True)],
+    doc="``mbarrier.try_wait`` loop with a deadline (PTX ISA: mbarrier.test_wait/"
+    "mbarrier.try_wait, %globaltimer): True once the phase in ``state`` completed, False if "
+    "``timeout_ns`` nanoseconds passed first.",
+)
+
+
+def debug_wait_timeout_s() -> float | None:
+    """The debug-mode deadline of every mbarrier wait loop, or None when debug mode is off.
+
+    ``NBWGMMA_DEBUG_WAIT=1`` (read when nbwgmma is imported) turns it on;
+    ``NBWGMMA_DEBUG_WAIT_S`` sets the deadline in seconds (default 2).
+    """
+    if os.environ.get("NBWGMMA_DEBUG_WAIT", "0").strip().lower() in ("", "0", "false", "no", "off"):
+        return None
+    return float(os.environ.get("NBWGMMA_DEBUG_WAIT_S", "2"))
+
+
+def _debug_wait(name, timed, argname, argty, argfmt):
+    """``name`` in debug mode: the timed loop, and on a timeout a message and ``trap``."""
+    timeout_ns = int(DEBUG_WAIT_TIMEOUT_S * 1e9)
+
+    @intrinsic(prefer_literal=True)
+    def fn(typingctx, bar, arg, scope=types.Omitted("cta")):
+        sig_t, cg_t = timed._defn(typingctx, bar, arg, types.uint64, scope)
+        ret_sig = types.void(bar, arg, scope)
+
+        def codegen(context, builder, sig, args):
+            from numba.cuda import nvvmutils
+
+            tmo = context.get_constant(types.uint64, timeout_ns)
+            done = cg_t(context, builder, sig_t, [args[0], args[1], tmo, args[2]])
+            with builder.if_then(builder.not_(done), likely=False):
+                i32 = ir.IntType(32)
+                vals = [nvvmutils.call_sreg(builder, r) for r in ("ctaid.x", "ctaid.y", "ctaid.z", "tid.x")]
+                vals.append(builder.udiv(vals[3], i32(32)))
+                vals.append(context.cast(builder, args[0], sig.args[0], types.uint32))
+                vals.append(context.cast(builder, args[1], sig.args[1], argty))
+                fmt = context.insert_string_const_addrspace(
+                    builder,
+                    f"nbwgmma: mbarrier wait timed out after {DEBUG_WAIT_TIMEOUT_S:g} s: block (%d, %d, %d) "
+                    f"thread %d (warp %d), barrier at shared address 0x%x, waiting for {argname} {argfmt}\n")
+                arr = cgutils.alloca_once_value(builder, cgutils.make_anonymous_struct(builder, vals))
+                vprintf = nvvmutils.declare_vprint(builder.module)
+                builder.call(vprintf, (fmt, builder.bitcast(arr, ir.PointerType(ir.IntType(8)))))
+                builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "trap;", "", side_effect=True), [])
+            return context.get_dummy_value()
+
+        return ret_sig, codegen
+
+    fn.__doc__ = (f"Debug-mode ``{name}``: gives up after {DEBUG_WAIT_TIMEOUT_S:g} s, prints the block, "
+                  "thread, warp, barrier address and awaited phase, and traps.")
+    return fn
+
+
+DEBUG_WAIT_TIMEOUT_S = debug_wait_timeout_s()
+
+if DEBUG_WAIT_TIMEOUT_S is None:
+    mbarrier_wait_parity = _plain_wait_parity
+    mbarrier_wait = _plain_wait
+else:
+    mbarrier_wait_parity = _debug_wait("mbarrier_wait_parity", mbarrier_wait_parity_timeout, "parity",
+                                       types.uint32, "%u")
+    mbarrier_wait = _debug_wait("mbarrier_wait", mbarrier_wait_timeout, "state", types.uint64, "0x%llx")
 
 mbarrier_inval = ptx_intrinsic(
     "mbarrier_inval",

@@ -1,7 +1,9 @@
 """The library GEMM: persistent, warp-specialized, TMA + wgmma, written with nbwgmma.
 
-``C[M, N] = alpha * A[M, K] @ B[N, K]^T`` with A and B K-major (row-major A,
-row-major "B transposed"), any M, N, K.
+``C[M, N] = alpha * A[M, K] @ B[N, K]^T``, any M, N, K. Each operand reaches the
+kernel K-major (K contiguous) or, for 16-bit types, MN-major (a column-major A, a
+row-major B of ``a @ b``): the tile lands in shared memory as TMA wrote it and
+wgmma's transpose bit reads it, so no layout costs a copy.
 
 One CTA per SM loops over output tiles of BM x BN (grouped order, so CTAs
 running together share A rows and B columns in L2). Its warpgroups:
@@ -13,11 +15,17 @@ running together share A rows and B columns in L2). Its warpgroups:
   releases);
 * warpgroups 1.. (the consumers) take more registers (``setmaxnreg.inc``); each
   owns 64 rows of the tile and issues m64nBNkK wgmmas straight from the swizzled
-  slots, keeping one wgmma group in flight, then writes its accumulator to C
-  (converted to C's type, clipped at the edges).
+  slots, keeping one wgmma group in flight, then writes its accumulator to C.
+
+Epilogues: "tma" converts the fragment to 16-bit pairs, writes it with
+``stmatrix`` into a 128B-swizzled shared tile (one per consumer) and hands it to
+TMA stores; the consumer goes straight on to its next tile and only waits for
+those stores to have *read* the tile before it writes the tile again. "direct"
+stores each value to global memory (any output type or strides).
 
 Tails: TMA fills out-of-bounds elements of A and B with zeros, which add
-nothing, and the stores skip elements outside C.
+nothing; TMA stores clip at C's edges, and the direct stores skip elements
+outside C.
 """
 
 from __future__ import annotations
@@ -29,6 +37,15 @@ from numba import cuda
 
 from ..intrinsics import (
     acc_scale,
+    acc_stmatrix_swizzled,
+    acc_to_bf16x2,
+    acc_to_f16x2,
+    bulk_commit_group,
+    bulk_wait_group,
+    bulk_wait_group_read,
+    fence_proxy_async_shared,
+    named_barrier_sync,
+    tma_store_2d,
     acc_store,
     acc_undef,
     dynamic_smem_base,
@@ -56,20 +73,45 @@ __all__ = ["GemmConfig", "gemm_kernel", "tile_order"]
 SW128 = SWIZZLE_CODE["128B"]
 
 
-class GemmConfig:
-    """Compile-time parameters of one GEMM kernel."""
+_OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 
-    def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=4, group_m=8, scaled=False,
-                 producer_regs=40, consumer_regs=None):
+
+class GemmConfig:
+    """Compile-time parameters of one GEMM kernel.
+
+    ``a_major``/``b_major`` say how A [M, K] and B [N, K] sit in global memory: "K"
+    (K contiguous) or "MN" (M resp. N contiguous: a column-major A, a row-major B of
+    ``a @ b``); "MN" exists for 16-bit inputs only (wgmma's transpose bits).
+    ``epilogue`` "tma" writes C through a swizzled shared tile (``stmatrix``) and TMA
+    stores that overlap the next tile's main loop (16-bit outputs); "direct" stores
+    the fragments straight to global memory (any output type and strides).
+    ``stages`` defaults to the most (up to 4) that fit in shared memory.
+    """
+
+    def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
+                 producer_regs=40, consumer_regs=None, a_major="K", b_major="K", out="bf16",
+                 epilogue="direct"):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
             raise ValueError(f"the GEMM accumulates in f32; got {kind}")
         if bm % 64 or not 64 <= bm <= 256:
             raise ValueError(f"bm must be 64, 128, 192 or 256; got {bm}")
-        if bn not in self.k.n_values:
-            raise ValueError(f"bn must be a wgmma N for {kind}; got {bn}")
-        self.bm, self.bn, self.stages, self.group_m, self.scaled = bm, bn, stages, group_m, scaled
+        if bn not in self.k.n_values or bn % 64:
+            raise ValueError(f"bn must be a wgmma N for {kind} and a multiple of 64; got {bn}")
+        for name, major in (("a_major", a_major), ("b_major", b_major)):
+            if major not in ("K", "MN"):
+                raise ValueError(f"{name} must be 'K' or 'MN'; got {major!r}")
+            if major == "MN" and not self.k.transposable:
+                raise ValueError(f"{name}='MN' needs 16-bit inputs (wgmma transposes); got {kind}")
+        if out not in _OUT_BYTES:
+            raise ValueError(f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
+        if epilogue not in ("tma", "direct"):
+            raise ValueError(f"epilogue must be 'tma' or 'direct'; got {epilogue!r}")
+        if epilogue == "tma" and _OUT_BYTES[out] != 2:
+            raise ValueError(f"the TMA epilogue stores 16-bit outputs; got out={out}")
+        self.bm, self.bn, self.group_m, self.scaled = bm, bn, group_m, scaled
+        self.a_major, self.b_major, self.out, self.epilogue = a_major, b_major, out, epilogue
         self.esize = int(ELEMENT_BYTES[self.k.atype])
         self.bk = 128 // self.esize  # one 128-byte swizzle row of K per stage
         self.consumers = bm // 64
@@ -77,7 +119,17 @@ class GemmConfig:
         self.a_bytes = bm * 128
         self.b_bytes = bn * 128
         self.stage_bytes = self.a_bytes + self.b_bytes
-        self.smem_bytes = self.stages * self.stage_bytes
+        # Each consumer's C tile: 64 rows x BN columns as 64-column (128-byte) swizzled blocks.
+        self.c_bytes = self.consumers * 64 * bn * 2 if epilogue == "tma" else 0
+        budget = 227 * 1024 - 1023 - self.c_bytes
+        if stages is None:
+            stages = min(4, budget // self.stage_bytes)
+        if stages < 2 or stages * self.stage_bytes > budget:
+            raise ValueError(
+                f"{stages} stages of {self.stage_bytes} B (+ {self.c_bytes} B of C tile) exceed 227 KiB of shared memory"
+            )
+        self.stages = stages
+        self.smem_bytes = self.stages * self.stage_bytes + self.c_bytes
         # The register file holds 64K registers: 512 per thread of one warpgroup, shared out
         # among the warpgroups. setmaxnreg.inc waits until its registers are free, so an
         # over-subscribed split would hang: check it here.
@@ -88,17 +140,15 @@ class GemmConfig:
                 f"setmaxnreg split needs {producer_regs} + {self.consumers} x {consumer_regs} registers per "
                 f"thread slot; the register file has 512"
             )
-        if self.smem_bytes + 1023 > 227 * 1024:
-            raise ValueError(f"{stages} stages of {self.stage_bytes} B exceed 227 KiB of shared memory")
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
 
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
-                self.producer_regs, self.consumer_regs)
+                self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
-                f"consumers={self.consumers})")
+                f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue})")
 
 
 @cuda.jit(device=True, inline=True)
@@ -112,17 +162,90 @@ def tile_order(t, tiles_m, tiles_n, group_m):
     return first + r % rows, r // rows
 
 
+def _operand_layout(cfg, major):
+    """(LBO, SBO, descriptor units per wgmma K step) of one operand's stage slot.
+
+    Both layouts use the 128-byte swizzle, 8-row atoms of 1024 bytes.
+    K-major: one TMA box [rows, 128 bytes of K]; 8-row atoms 1024 B apart (SBO); a wgmma
+    K step is a 32-byte move inside the swizzled row (LBO unused).
+    MN-major (16-bit only): ``rows // 64`` boxes [BK K-rows, 64 elements]; the next 64
+    elements of M/N 8 KiB away (LBO), the next 8 K-rows 1024 B away (SBO); a K step of 16
+    rows is two atoms, 2048 B.
+    """
+    if major == "K":
+        return 16, 1024, cfg.k.k * cfg.esize // 16
+    return 8192, 1024, 2048 // 16
+
+
+@cuda.jit(device=True, inline=True)
+def consumer_sync(cw):
+    """Named barrier of consumer warpgroup ``cw`` (ids 1..4; 0 is ``syncthreads``)."""
+    if cw == 0:
+        named_barrier_sync(1, 128)
+    elif cw == 1:
+        named_barrier_sync(2, 128)
+    elif cw == 2:
+        named_barrier_sync(3, 128)
+    else:
+        named_barrier_sync(4, 128)
+
+
 @functools.lru_cache(maxsize=None)
 def _build(key):
     cfg = GemmConfig(*key)
     KIND, BM, BN, BK = cfg.kind, cfg.bm, cfg.bn, cfg.bk
     STAGES, GROUP_M, NCONS = cfg.stages, cfg.group_m, cfg.consumers
     assert BK // cfg.k.k == 4
-    KSTEP_DESC = cfg.k.k * cfg.esize // 16  # descriptor units (16 B) per K step
+    A_MN, B_MN = cfg.a_major == "MN", cfg.b_major == "MN"
+    A_LBO, A_SBO, A_STEP = _operand_layout(cfg, cfg.a_major)
+    B_LBO, B_SBO, B_STEP = _operand_layout(cfg, cfg.b_major)
     A_BYTES, STAGE_BYTES = cfg.a_bytes, cfg.stage_bytes
+    A_CONS = 64 * 128  # bytes between the consumers' 64-row A slices (either layout)
     SCALED = cfg.scaled
     PREGS, CREGS = cfg.producer_regs, cfg.consumer_regs
     NBARS = 2 * STAGES
+    TRANS_A, TRANS_B = int(A_MN), int(B_MN)
+    TMA_EPI = cfg.epilogue == "tma"
+    C_OFF = STAGES * STAGE_BYTES
+    C_CONS = 64 * BN * 2
+    BF16_OUT = cfg.out == "bf16"
+
+    @cuda.jit(device=True, inline=True)
+    def load_stage(slot, full, tmap_a, tmap_b, kb, pm, pn):
+        if A_MN:
+            for j in range(BM // 64):
+                tma_load_2d(slot + j * 8192, tmap_a, full, pm * BM + j * 64, kb * BK)
+        else:
+            tma_load_2d(slot, tmap_a, full, kb * BK, pm * BM)
+        if B_MN:
+            for j in range(BN // 64):
+                tma_load_2d(slot + A_BYTES + j * 8192, tmap_b, full, pn * BN + j * 64, kb * BK)
+        else:
+            tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, pn * BN)
+
+    @cuda.jit(device=True, inline=True)
+    def store_direct(acc, c, ctid, cw, row0, col0, cbase):
+        acc_store(acc, KIND, c, ctid, row0, col0)
+
+    @cuda.jit(device=True, inline=True)
+    def store_tma(acc, tmap_c, ctid, cw, row0, col0, cbase):
+        # The previous tile's TMA stores must have read the C tile before it is rewritten.
+        if ctid == 0:
+            bulk_wait_group_read(0)
+        consumer_sync(cw)
+        if BF16_OUT:
+            acc_stmatrix_swizzled(acc_to_bf16x2(acc), cbase, ctid, 128, "128B")
+        else:
+            acc_stmatrix_swizzled(acc_to_f16x2(acc), cbase, ctid, 128, "128B")
+        # Generic-proxy writes of every thread become visible to the TMA unit.
+        fence_proxy_async_shared()
+        consumer_sync(cw)
+        if ctid == 0:
+            for j in range(BN // 64):
+                tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
+            bulk_commit_group()
+
+    store = store_tma if TMA_EPI else store_direct
 
     @cuda.jit(launch_bounds=(cfg.threads, 1))
     def gemm(tmap_a, tmap_b, c, m, n, k, alpha):
@@ -155,15 +278,14 @@ def _build(key):
                         s = it % STAGES
                         mbarrier_wait_parity(empty0 + 8 * s, ((it // STAGES) & 1) ^ 1)
                         full = full0 + 8 * s
-                        slot = base + s * STAGE_BYTES
                         mbarrier_arrive_expect_tx(full, STAGE_BYTES)
-                        tma_load_2d(slot, tmap_a, full, kb * BK, pm * BM)
-                        tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, pn * BN)
+                        load_stage(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb, pm, pn)
                         it += 1
         else:
             setmaxnreg_inc(CREGS)
             cw = wg - 1
             ctid = tid % 128
+            cbase = base + C_OFF + cw * C_CONS
             it = 0
             for t in range(cuda.blockIdx.x, ntiles, cuda.gridDim.x):
                 pm, pn = tile_order(t, tiles_m, tiles_n, GROUP_M)
@@ -172,15 +294,15 @@ def _build(key):
                     s = it % STAGES
                     mbarrier_wait_parity(full0 + 8 * s, (it // STAGES) & 1)
                     slot = base + s * STAGE_BYTES
-                    da = make_desc(slot + cw * 64 * 128, 16, 1024, SW128)
-                    db = make_desc(slot + A_BYTES, 16, 1024, SW128)
+                    da = make_desc(slot + cw * A_CONS, A_LBO, A_SBO, SW128)
+                    db = make_desc(slot + A_BYTES, B_LBO, B_SBO, SW128)
                     wgmma_fence()
                     # BK is one 128-byte swizzle row: always four K steps, written out so
                     # the four wgmmas issue back to back.
-                    acc = wgmma_mma_async(acc, da, db, KIND, kb > 0)
-                    acc = wgmma_mma_async(acc, da + KSTEP_DESC, db + KSTEP_DESC, KIND)
-                    acc = wgmma_mma_async(acc, da + 2 * KSTEP_DESC, db + 2 * KSTEP_DESC, KIND)
-                    acc = wgmma_mma_async(acc, da + 3 * KSTEP_DESC, db + 3 * KSTEP_DESC, KIND)
+                    acc = wgmma_mma_async(acc, da, db, KIND, kb > 0, 1, 1, TRANS_A, TRANS_B)
+                    acc = wgmma_mma_async(acc, da + A_STEP, db + B_STEP, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                    acc = wgmma_mma_async(acc, da + 2 * A_STEP, db + 2 * B_STEP, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                    acc = wgmma_mma_async(acc, da + 3 * A_STEP, db + 3 * B_STEP, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                     wgmma_commit_group()
                     # Keep this stage's group in flight; the previous one is done: release it.
                     wgmma_wait_group(1)
@@ -192,7 +314,9 @@ def _build(key):
                     mbarrier_arrive(empty0 + 8 * ((it - 1) % STAGES))
                 if SCALED:
                     acc = acc_scale(acc, alpha)
-                acc_store(acc, KIND, c, ctid, pm * BM + cw * 64, pn * BN)
+                store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase)
+            if TMA_EPI and ctid == 0:
+                bulk_wait_group(0)
 
     return gemm
 

@@ -47,3 +47,52 @@ def test_acc_store_swizzled_rejects_bad_rows():
          "    acc_store_swizzled(acc, 'f32.bf16.bf16', 0, 0, 24, '128B')\n", ns)
     with pytest.raises(Exception, match="multiple of 16"):
         compile_report(ns["k3"], (types.float32[:],))
+
+
+@pytest.mark.parametrize("swizzle, row_bytes, n", [(sw, rb, n) for sw, rb in (("none", 128), ("32B", 32), ("64B", 64),
+                                                                              ("128B", 128))
+                                                    for n in (16, 64, 200, 256) if rb <= 2 * n])
+def test_acc_stmatrix_swizzled_compiles(swizzle, row_bytes, n):
+    ns = dict(globals(), SW=swizzle, RB=row_bytes, N=n)
+    exec("def k4(src, out):\n    t = cuda.threadIdx.x % 128\n    acc = acc_load('f32.bf16.bf16', N, src, t, 0, 0)\n"
+         "    buf = cuda.shared.array(16384, np.uint16)\n"
+         "    acc_stmatrix_swizzled(acc_to_bf16x2(acc), smem_addr(buf), t, RB, SW)\n"
+         "    out[0] = buf[cuda.threadIdx.x]\n", ns)
+    rep = compile_report(ns["k4"], (types.float32[:, :], types.uint16[:]))
+    assert rep.ptx.count("stmatrix.sync.aligned.m8n8.x4.shared::cta.b16") == n // 16
+    assert rep.ptx.count("stmatrix.sync.aligned.m8n8.x2.shared::cta.b16") == (n % 16) // 8
+    assert rep.sass["STSM"] == -(-n // 16) and rep.sass["F2FP"] == n // 4
+    assert rep.local_memory_ops == 0 and rep.spill_bytes == 0
+
+
+@pytest.mark.parametrize("stmt, message", [
+    ("acc_stmatrix_swizzled(acc_to_bf16x2(acc), 0, 0, 256, '128B')", "at most 128 bytes"),
+    ("acc_stmatrix_swizzled(acc_to_bf16x2(acc), 0, 0, 48, 'none')", "multiple of 32"),
+    ("acc_stmatrix_swizzled(acc, 0, 0, 128, '128B')", "tuple of 2\\*k u32"),
+    ("acc_stmatrix_swizzled(acc_to_bf16x2(acc), 0, 0, 128, '16B')", "swizzle must be one of"),
+])
+def test_acc_stmatrix_swizzled_typing_errors(stmt, message):
+    ns = dict(globals())
+    exec(f"def k5(out):\n    acc = acc_zeros('f32.bf16.bf16', 128)\n    {stmt}\n", ns)
+    with pytest.raises(Exception, match=message):
+        compile_report(ns["k5"], (types.float32[:],))
+
+
+@pytest.mark.parametrize("esize, row_bytes, swizzle", [(2, 128, "128B"), (2, 64, "64B"), (2, 32, "32B"),
+                                                       (4, 128, "128B"), (4, 64, "none")])
+def test_tile_block_offset_is_a_dense_bijection(esize, row_bytes, swizzle):
+    n = 256
+    r, c = np.meshgrid(np.arange(64), np.arange(n), indexing="ij")
+    off = tile_block_offset(r, c, esize, row_bytes, swizzle)
+    assert off.min() == 0 and np.all(off % esize == 0)
+    assert np.unique(off).size == off.size and off.max() == 64 * n * esize - esize
+    # Each 16-byte chunk holds 16 / esize neighbours of one row (what stmatrix and TMA move).
+    assert np.all(off[:, 1::2] - off[:, ::2] == esize) if esize == 2 else True
+
+
+def test_acc_load_compiles_without_local_memory():
+    ns = dict(globals())
+    exec("def k6(src, out):\n    acc = acc_load('f32.bf16.bf16', 256, src, cuda.threadIdx.x % 128, 0, 0)\n"
+         "    acc_store(acc, 'f32.bf16.bf16', out, cuda.threadIdx.x % 128, 0, 0)\n", ns)
+    rep = compile_report(ns["k6"], (types.float32[:, :], types.float32[:, :]))
+    assert rep.local_memory_ops == 0 and rep.spill_bytes == 0 and rep.sass["LDG"] == 128

@@ -48,3 +48,49 @@ def test_lane_maps(num, trans):
     want = np.zeros(256, np.uint16)
     want[: num * 64] = src[: num * 64]
     np.testing.assert_array_equal(back.copy_to_host(), want)  # stmatrix is ldmatrix's inverse
+
+
+_TILE_SRC = """
+def kernel(src, out):
+    buf = cuda.shared.array(BYTES, np.uint8)
+    t = cuda.threadIdx.x
+    for i in range(t, BYTES, 128):
+        buf[i] = 0xEE  # poison
+    cuda.syncthreads()
+    acc = acc_load(KIND, N, src, t, 0, 0)
+    base = smem_addr(buf)
+    if ESIZE == 2:
+        acc_stmatrix_swizzled(acc_to_bf16x2(acc), base, t, RB, SW)
+    else:
+        acc_store_swizzled(acc, KIND, base, t, RB, SW)
+    cuda.syncthreads()
+    for i in range(t, BYTES, 128):
+        out[i] = buf[i]
+"""
+
+
+@pytest.mark.parametrize("esize, rb, sw, n", [(2, 128, "128B", 256), (2, 64, "64B", 64), (2, 32, "32B", 144), (2, 64, "none", 200),
+                                              (2, 128, "none", 128), (4, 128, "128B", 64), (4, 32, "32B", 24)])
+def test_swizzled_tile_stores_match_the_model(esize, rb, sw, n):
+    from nbwgmma.intrinsics import (acc_load, acc_stmatrix_swizzled, acc_store_swizzled, acc_to_bf16x2,
+                                    tile_block_offset)
+
+    nbytes = -(-n * esize // rb) * 64 * rb  # whole column blocks; a partial last one stays poisoned
+    ns = dict(globals(), np=np, BYTES=nbytes, KIND="f32.bf16.bf16", N=n, ESIZE=esize, RB=rb, SW=sw,
+              acc_load=acc_load, acc_stmatrix_swizzled=acc_stmatrix_swizzled, acc_store_swizzled=acc_store_swizzled,
+              acc_to_bf16x2=acc_to_bf16x2)
+    exec(_TILE_SRC, ns)
+    kern = cuda.jit(ns["kernel"])
+    r, c = np.meshgrid(np.arange(64), np.arange(n), indexing="ij")
+    vals = ((r * 37 + c * 11) % 255 - 127).astype(np.float32)  # exact in bf16, never all zero
+    out = cuda.to_device(np.zeros(nbytes, np.uint8))
+    kern[1, 128](cuda.to_device(vals), out)
+    got = out.copy_to_host()
+    want = np.full(nbytes, 0xEE, np.uint8)
+    off = tile_block_offset(r, c, esize, rb, sw)
+    if esize == 2:
+        bits = (vals.view(np.uint32) >> 16).astype(np.uint16)  # exact values: truncation = rounding
+        want.view(np.uint16)[off // 2] = bits
+    else:
+        want.view(np.float32)[off // 4] = vals
+    np.testing.assert_array_equal(got, want)
