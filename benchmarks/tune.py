@@ -8,12 +8,13 @@ import argparse
 from nbwgmma.bench import bench, format_row
 
 CONFIGS = [
-    dict(epilogue="tma"),
-    dict(epilogue="direct", stages=4),
+    dict(),  # what matmul picks
+    dict(epilogue="tma", bn=192),
+    dict(epilogue="tma", c_parts=1),
+    dict(epilogue="direct"),
     dict(epilogue="tma", group_m=16),
-    dict(epilogue="tma", bn=192, stages=4),
-    dict(epilogue="direct", bm=192, bn=128, stages=5),
-    dict(epilogue="tma", bm=128, bn=128, stages=6),
+    dict(epilogue="tma", bn=192, group_m=16),
+    dict(epilogue="tma", group_m=4),
 ]
 
 

@@ -19,6 +19,7 @@ Which path runs:
 from __future__ import annotations
 
 import collections
+import ctypes
 import math
 
 import numpy as np
@@ -163,23 +164,136 @@ def _tensor_map(arr, dtype, box, view, keep: bool):
     return tm
 
 
-def _operand(x, info: ArrayInfo, is_b, transposable, tdtype, stream, box_k, box_rows):
-    """(tensor map, major) for A ([M, K]) or B ([K, N], seen as [N, K])."""
+from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S as _DEBUG_WAIT  # noqa: E402
+
+_CONFIG_KEYS = {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue", "c_parts"}
+_PLANS: dict = {}
+
+
+class _Plan:
+    """Everything about a matmul call that does not depend on the data pointers: paths,
+    kernel configuration, compiled kernel and launch configuration. The first call of a
+    plan launches through :func:`nbwgmma.launch.launch` (compiling and checking); later
+    calls launch the same function directly with pre-marshalled arguments."""
+
+    def __init__(self, kind, odt, ia, ib, io, opts, fp8):
+        from .kernels.gemm import _OUT_BYTES, GemmConfig
+
+        m, k = ia.shape
+        n = ib.shape[1]
+        self.mnk = (m, n, k)
+        probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})
+        transposable = probe.k.transposable
+        # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
+        # [N, K] with its strides swapped.
+        self.a_path = _operand_path(ia, False, transposable)
+        self.b_path = _operand_path(ib, True, transposable)
+        self.tdt = ({"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype))
+        self.c_view = _tma_view(io, m, n, io.strides[0], io.strides[1]) if _OUT_BYTES[odt] == 2 else None
+        opts = dict(opts)
+        epilogue = opts.pop("epilogue", "tma" if self.c_view is not None else "direct")
+        if epilogue == "tma" and self.c_view is None:
+            raise MatmulError("matmul: config epilogue='tma' needs a 16-bit row-major out with 16-byte aligned rows")
+        self.cfg = GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
+                              epilogue=epilogue, **opts)
+        self.odt = odt
+        self.fast = None  # (cuda.core kernel, LaunchConfig) after the first launch
+
+    def maps(self, x, info, path, is_b, tdt, stream, rows_box):
+        major, view = path
+        bk = self.cfg.bk
+        if view is not None:
+            box = (rows_box, bk) if major == "K" else (bk, 64)
+            return _tensor_map(x, tdt, box, view, keep=False)
+        cp = _kmajor_copy(x, info, is_b, stream)
+        ci = array_info(cp)
+        v = _tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
+        return _tensor_map(cp, tdt, (rows_box, bk), v, keep=True)
+
+    def __call__(self, a, ia, b, ib, out, io, alpha, nb_stream, stream_handle):
+        m, n, k = self.mnk
+        cfg = self.cfg
+        ta = self.maps(a, ia, self.a_path, False, self.tdt[0], nb_stream, cfg.bm)
+        tb = self.maps(b, ib, self.b_path, True, self.tdt[1], nb_stream, cfg.bn)
+        tma_c = cfg.epilogue == "tma"
+        c_map = _tensor_map(out, self.odt, (64, 64), self.c_view, keep=False).address if tma_c else 0
+        if self.fast is None or _DEBUG_WAIT is not None:
+            c_arg = c_map if tma_c else _numba_view(io, out)
+            self.fast = _first_launch(cfg, (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k),
+                                            np.float32(alpha)), nb_stream, m, n)
+            return
+        # Numba passes a 2-D array as (meminfo, parent, size, itemsize, data, shape, strides).
+        c_raw = ([ctypes.c_uint64(c_map)] if tma_c else
+                 [0, 0, m * n, io.itemsize, io.ptr, m, n, io.strides[0], io.strides[1]])
+        from cuda.core import launch as core_launch
+
+        kern, lc = self.fast
+        core_launch(_core_stream(stream_handle, nb_stream), lc, kern, ctypes.c_uint64(ta.address),
+                    ctypes.c_uint64(tb.address), *c_raw, ctypes.c_int32(m), ctypes.c_int32(n), ctypes.c_int32(k),
+                    ctypes.c_float(alpha))
+
+
+def _operand_path(info: ArrayInfo, is_b, transposable):
+    """("K" | "MN", TMA view or None for a staging copy) of A ([M, K]) or B ([K, N])."""
     (rows, k), (s_rows, s_k) = info.shape, info.strides
     if is_b:
         (k, rows), (s_k, s_rows) = info.shape, info.strides
     v = _tma_view(info, rows, k, s_rows, s_k)
     if v is not None:
-        return _tensor_map(x, tdtype, (box_rows, box_k), v, keep=False), "K"
+        return "K", v
     if transposable:
         v = _tma_view(info, k, rows, s_k, s_rows)
         if v is not None:
-            return _tensor_map(x, tdtype, (box_k, 64), v, keep=False), "MN"
-    # A fresh zero-padded K-major copy ([rows, K] with K contiguous).
-    cp = _kmajor_copy(x, info, is_b, stream)
-    ci = array_info(cp)
-    v = _tma_view(ci, rows, k, ci.strides[0], ci.strides[1])
-    return _tensor_map(cp, tdtype, (box_rows, box_k), v, keep=True), "K"
+            return "MN", v
+    return "K", None
+
+
+def _first_launch(cfg, args, nb_stream, m, n):
+    """Compile, check and launch through :func:`launch`; return what later launches reuse."""
+    from cuda.core import LaunchConfig
+
+    from .kernels.gemm import gemm_kernel
+    from .launch import device_limits, launch
+
+    kern = gemm_kernel(cfg)
+    sms = device_limits()["multiprocessors"]
+    grid = min(sms, math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn))
+    smem = cfg.smem_bytes + 1023
+    launch(kern, grid, cfg.threads, args, stream=nb_stream, smem=smem)
+    cufunc = kern.compile(tuple(kern.typeof_pyval(x) for x in args))._codelibrary.get_cufunc()
+    return cufunc.kernel, LaunchConfig(grid=(grid, 1, 1), block=(cfg.threads, 1, 1), shmem_size=smem)
+
+
+_CORE_STREAMS: dict = {}
+_NB_STREAMS: dict = {}
+
+
+def _nb_stream(st):
+    """A Numba stream for a raw handle (cached: creating one per call costs microseconds)."""
+    if not isinstance(st, int):
+        return st if st else 0
+    if st == 0:
+        return 0
+    s = _NB_STREAMS.get(st)
+    if s is None:
+        from numba import cuda
+
+        if len(_NB_STREAMS) > 64:
+            _NB_STREAMS.clear()
+        s = _NB_STREAMS[st] = cuda.external_stream(st)
+    return s
+
+
+def _core_stream(handle, nb_stream):
+    cs = _CORE_STREAMS.get(handle)
+    if cs is None:
+        from numba.cuda.cudadrv import driver
+
+        cs = driver._to_core_stream(nb_stream if nb_stream else 0)
+        if len(_CORE_STREAMS) > 64:
+            _CORE_STREAMS.clear()
+        _CORE_STREAMS[handle] = cs
+    return cs
 
 
 def _check_device(info, name, device):
@@ -196,14 +310,10 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     of ``a``; it is computed on ``stream`` or the caller's current stream.
 
     ``config`` overrides the kernel's tile parameters (a dict with keys among ``bm``,
-    ``bn``, ``stages``, ``group_m``, ``producer_regs``, ``consumer_regs``, ``epilogue``);
+    ``bn``, ``stages``, ``group_m``, ``producer_regs``, ``consumer_regs``, ``epilogue``,
+    ``c_parts``; see :class:`nbwgmma.kernels.gemm.GemmConfig`);
     the operand layouts and the output type are always taken from the arrays.
     """
-    from numba import cuda
-
-    from .kernels.gemm import GemmConfig, gemm_kernel
-    from .launch import launch
-
     ia, ib = array_info(a), array_info(b)
     if len(ia.shape) != 2 or len(ib.shape) != 2:
         raise MatmulError(f"matmul: A and B must be 2-D; got shapes {ia.shape} and {ib.shape}")
@@ -238,43 +348,25 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     if m == 0 or n == 0:
         return out
     st = _stream_of(lib, stream)
-    nb_stream = cuda.external_stream(st) if isinstance(st, int) and st else (st if st else 0)
+    nb_stream = _nb_stream(st)
     if k == 0:
         from .kernels.copy import fill_zero_kernel
 
         fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, nb_stream](_numba_view(io, out))
         return out
 
-    from .kernels.gemm import _OUT_BYTES
-
     opts = dict(config or {})
-    bad = set(opts) - {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue"}
+    bad = set(opts) - _CONFIG_KEYS
     if bad:
         raise MatmulError(f"matmul: unknown config keys {sorted(bad)}")
-    probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})
-    transposable = probe.k.transposable
-    tdt = {"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype)
-    # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], i.e. [N, K]
-    # with strides swapped.
-    ta, a_major = _operand(a, ia, False, transposable, tdt[0], nb_stream, probe.bk, probe.bm)
-    tb, b_major = _operand(b, ib, True, transposable, tdt[1], nb_stream, probe.bk, probe.bn)
-    c_view_tma = _tma_view(io, m, n, io.strides[0], io.strides[1]) if _OUT_BYTES[odt] == 2 else None
-    epilogue = opts.pop("epilogue", "tma" if c_view_tma is not None else "direct")
-    if epilogue == "tma" and c_view_tma is None:
-        raise MatmulError("matmul: config epilogue='tma' needs a 16-bit row-major out with 16-byte aligned rows")
-    cfg = GemmConfig(kind, scaled=fp8, a_major=a_major, b_major=b_major, out=odt, epilogue=epilogue, **opts)
-    if epilogue == "tma":
-        c_arg = _tensor_map(out, odt, (64, 64), c_view_tma, keep=False).address
-    else:
-        c_arg = _numba_view(io, out)
     alpha = float((1.0 if scale_a is None else float(scale_a)) * (1.0 if scale_b is None else float(scale_b)))
-    kern = gemm_kernel(cfg)
-    from .launch import device_limits
-
-    sms = device_limits()["multiprocessors"]
-    tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
-    launch(kern, min(sms, tiles), cfg.threads,
-           (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha)),
-           stream=nb_stream, smem=cfg.smem_bytes + 1023)
-    # The tensor maps must outlive the launch: keep the staging copies alive with them.
+    key = (kind, odt, ia.shape, ia.strides, ia.ptr % 16, ib.shape, ib.strides, ib.ptr % 16, io.strides, io.ptr % 16,
+           st, tuple(sorted(opts.items())))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _Plan(kind, odt, ia, ib, io, opts, fp8)
+        if len(_PLANS) >= 256:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    plan(a, ia, b, ib, out, io, alpha, nb_stream, st)
     return out

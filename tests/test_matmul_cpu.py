@@ -84,7 +84,9 @@ def test_gemm_config_rules():
         GemmConfig(stages=5)
     with pytest.raises(ValueError, match="wgmma N"):
         GemmConfig(bn=260)
-    assert GemmConfig(epilogue="tma").stages == 3 and GemmConfig().stages == 4
+    assert GemmConfig(epilogue="tma").stages == 4 and GemmConfig(epilogue="tma").c_parts == 2
+    assert GemmConfig(epilogue="tma", c_parts=1).stages == 3 and GemmConfig().stages == 4
+    assert GemmConfig(epilogue="tma", bn=192).c_parts == 1
     with pytest.raises(ValueError, match="16-bit inputs"):
         GemmConfig("f32.e4m3.e4m3", b_major="MN")
     with pytest.raises(ValueError, match="16-bit outputs"):

@@ -90,7 +90,7 @@ class GemmConfig:
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=40, consumer_regs=None, a_major="K", b_major="K", out="bf16",
-                 epilogue="direct"):
+                 epilogue="direct", c_parts=None):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -119,9 +119,21 @@ class GemmConfig:
         self.a_bytes = bm * 128
         self.b_bytes = bn * 128
         self.stage_bytes = self.a_bytes + self.b_bytes
-        # Each consumer's C tile: 64 rows x BN columns as 64-column (128-byte) swizzled blocks.
-        self.c_bytes = self.consumers * 64 * bn * 2 if epilogue == "tma" else 0
-        budget = 227 * 1024 - 1023 - self.c_bytes
+        # Each consumer's C tile: 64 rows x BN / c_parts columns as 64-column (128-byte)
+        # swizzled blocks; with c_parts = 2 the tile goes out in two halves through half
+        # the shared memory, which leaves room for a fourth stage at BN = 256.
+        smem = 227 * 1024 - 1023 - 64  # opt-in limit, alignment slack, the barriers
+
+        def c_bytes(parts):
+            return self.consumers * 64 * (bn // parts) * 2 if epilogue == "tma" else 0
+
+        if c_parts is None:
+            c_parts = 1 if epilogue == "direct" or 4 * self.stage_bytes + c_bytes(1) <= smem or bn % 128 else 2
+        if c_parts not in (1, 2) or (bn // c_parts) % 64:
+            raise ValueError(f"c_parts must be 1 or 2 with BN / c_parts a multiple of 64; got {c_parts} for bn={bn}")
+        self.c_parts = c_parts
+        self.c_bytes = c_bytes(c_parts)
+        budget = smem - self.c_bytes
         if stages is None:
             stages = min(4, budget // self.stage_bytes)
         if stages < 2 or stages * self.stage_bytes > budget:
@@ -144,11 +156,13 @@ class GemmConfig:
 
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
-                self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue)
+                self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
+                self.c_parts)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
-                f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue})")
+                f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue}"
+                f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''})")
 
 
 @cuda.jit(device=True, inline=True)
@@ -207,7 +221,9 @@ def _build(key):
     TRANS_A, TRANS_B = int(A_MN), int(B_MN)
     TMA_EPI = cfg.epilogue == "tma"
     C_OFF = STAGES * STAGE_BYTES
-    C_CONS = 64 * BN * 2
+    PART_COLS = BN // cfg.c_parts
+    C_CONS = 64 * PART_COLS * 2
+    PART_REGS = PART_COLS // 4  # packed 16-bit registers per part
     BF16_OUT = cfg.out == "bf16"
 
     @cuda.jit(device=True, inline=True)
@@ -228,24 +244,37 @@ def _build(key):
         acc_store(acc, KIND, c, ctid, row0, col0)
 
     @cuda.jit(device=True, inline=True)
-    def store_tma(acc, tmap_c, ctid, cw, row0, col0, cbase):
-        # The previous tile's TMA stores must have read the C tile before it is rewritten.
+    def put_part(regs, tmap_c, ctid, cw, row0, col0, cbase):
+        # The previous TMA stores must have read the C tile before it is rewritten.
         if ctid == 0:
             bulk_wait_group_read(0)
         consumer_sync(cw)
-        if BF16_OUT:
-            acc_stmatrix_swizzled(acc_to_bf16x2(acc), cbase, ctid, 128, "128B")
-        else:
-            acc_stmatrix_swizzled(acc_to_f16x2(acc), cbase, ctid, 128, "128B")
+        acc_stmatrix_swizzled(regs, cbase, ctid, 128, "128B")
         # Generic-proxy writes of every thread become visible to the TMA unit.
         fence_proxy_async_shared()
         consumer_sync(cw)
         if ctid == 0:
-            for j in range(BN // 64):
+            for j in range(PART_COLS // 64):
                 tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
             bulk_commit_group()
 
-    store = store_tma if TMA_EPI else store_direct
+    @cuda.jit(device=True, inline=True)
+    def packed(acc):
+        if BF16_OUT:
+            return acc_to_bf16x2(acc)
+        return acc_to_f16x2(acc)
+
+    @cuda.jit(device=True, inline=True)
+    def store_tma1(acc, tmap_c, ctid, cw, row0, col0, cbase):
+        put_part(packed(acc), tmap_c, ctid, cw, row0, col0, cbase)
+
+    @cuda.jit(device=True, inline=True)
+    def store_tma2(acc, tmap_c, ctid, cw, row0, col0, cbase):
+        regs = packed(acc)
+        put_part(regs[:PART_REGS], tmap_c, ctid, cw, row0, col0, cbase)
+        put_part(regs[PART_REGS:], tmap_c, ctid, cw, row0, col0 + PART_COLS, cbase)
+
+    store = (store_tma1 if cfg.c_parts == 1 else store_tma2) if TMA_EPI else store_direct
 
     @cuda.jit(launch_bounds=(cfg.threads, 1))
     def gemm(tmap_a, tmap_b, c, m, n, k, alpha):
