@@ -27,6 +27,8 @@ _TORCH_TYPES = {
     "torch.int64": "s64",
 }
 
+_TORCH_BY_DTYPE: dict = {}  # torch.dtype -> name, filled on first sight
+
 _NP_TYPES = {
     np.dtype(np.float16): "f16",
     np.dtype(np.float32): "f32",
@@ -72,12 +74,16 @@ def array_info(a) -> ArrayInfo:
     if mod.startswith("torch"):
         if not a.is_cuda:
             raise TypeError(f"expected a CUDA tensor; got a torch tensor on {a.device}")
-        dt = _TORCH_TYPES.get(str(a.dtype))
+        tdt = a.dtype
+        dt = _TORCH_BY_DTYPE.get(tdt)
         if dt is None:
-            raise TypeError(f"unsupported torch dtype {a.dtype}")
+            dt = _TORCH_BY_DTYPE[tdt] = _TORCH_TYPES.get(str(tdt))
+            if dt is None:
+                del _TORCH_BY_DTYPE[tdt]
+                raise TypeError(f"unsupported torch dtype {a.dtype}")
         es = a.element_size()
-        return ArrayInfo(a.data_ptr(), tuple(a.shape), tuple(s * es for s in a.stride()), es, dt,
-                         a.device.index, "torch")
+        return ArrayInfo(a.data_ptr(), tuple(a.shape), tuple([s * es for s in a.stride()]), es, dt,
+                         a.get_device(), "torch")
     if isinstance(a, np.ndarray):
         raise TypeError("expected a CUDA array (CuPy, PyTorch, Numba device array); got a host numpy array")
     cai = getattr(a, "__cuda_array_interface__", None)

@@ -34,3 +34,44 @@ def report_or_run(title, problem, kernel_sig_factory, run):
     if err != 0.0:
         raise SystemExit("mismatch")
     return err
+
+
+def gemm_operands(m, n, k, seed=0):
+    """bf16 A [M, K] and B [N, K] (both K-major) of random normal values, on the GPU."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+    return a, b
+
+
+def gemm_report(name, run, c, a, b, repeats=10):
+    """Check ``c`` (filled by ``run()``) against a float64 ``a @ b.T``, time ``run`` with CUDA
+    events (median of ``repeats`` after a warm-up) and print TFLOP/s and the error.
+    Returns the relative error."""
+    import statistics
+
+    import torch
+
+    c.fill_(float("nan"))
+    run()
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double().t()
+    err = float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref))
+    times = []
+    for _ in range(repeats):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        run()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e-3)
+    t = statistics.median(times)
+    m, n = c.shape
+    k = a.shape[1]
+    print(f"{name}: {m}x{n}x{k} bf16 -> {str(c.dtype).replace('torch.', '')} in {t * 1e3:.3f} ms = {2 * m * n * k / t / 1e12:.1f} TFLOP/s, "
+          f"relative error {err:.2e} vs float64")
+    if not err < 1e-2:
+        raise SystemExit("mismatch")
+    return err

@@ -98,6 +98,9 @@ def _stream_of(lib, stream):
     if lib == "torch":
         import torch
 
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle, without a Stream object
+        if raw is not None:
+            return raw(torch._C._cuda_getDevice())
         return torch.cuda.current_stream().cuda_stream
     if lib == "cupy":
         import cupy
@@ -139,7 +142,7 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
 _TMAP_CACHE: collections.OrderedDict = collections.OrderedDict()
 
 
-def _tensor_map(arr, dtype, box, view, keep: bool):
+def _tensor_map(arr, ptr, dtype, box, view, keep: bool):
     """A cached 128B-swizzle tensor map of ``arr`` seen as ``view`` = (shape, strides).
 
     The map encodes only the address, shape and strides, so a cached map stays right
@@ -149,7 +152,6 @@ def _tensor_map(arr, dtype, box, view, keep: bool):
     from .tma import TensorMap
 
     shape, strides = view
-    ptr = array_info(arr).ptr
     key = (ptr, shape, strides, dtype, box, keep)
     tm = _TMAP_CACHE.get(key)
     if tm is None:
@@ -204,11 +206,11 @@ class _Plan:
         bk = self.cfg.bk
         if view is not None:
             box = (rows_box, bk) if major == "K" else (bk, 64)
-            return _tensor_map(x, tdt, box, view, keep=False)
+            return _tensor_map(x, info.ptr, tdt, box, view, keep=False)
         cp = _kmajor_copy(x, info, is_b, stream)
         ci = array_info(cp)
         v = _tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
-        return _tensor_map(cp, tdt, (rows_box, bk), v, keep=True)
+        return _tensor_map(cp, ci.ptr, tdt, (rows_box, bk), v, keep=True)
 
     def __call__(self, a, ia, b, ib, out, io, alpha, nb_stream, stream_handle):
         m, n, k = self.mnk
@@ -216,7 +218,7 @@ class _Plan:
         ta = self.maps(a, ia, self.a_path, False, self.tdt[0], nb_stream, cfg.bm)
         tb = self.maps(b, ib, self.b_path, True, self.tdt[1], nb_stream, cfg.bn)
         tma_c = cfg.epilogue == "tma"
-        c_map = _tensor_map(out, self.odt, (64, 64), self.c_view, keep=False).address if tma_c else 0
+        c_map = _tensor_map(out, io.ptr, self.odt, (64, 64), self.c_view, keep=False).address if tma_c else 0
         if self.fast is None or _DEBUG_WAIT is not None:
             c_arg = c_map if tma_c else _numba_view(io, out)
             self.fast = _first_launch(cfg, (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k),
@@ -225,10 +227,8 @@ class _Plan:
         # Numba passes a 2-D array as (meminfo, parent, size, itemsize, data, shape, strides).
         c_raw = ([ctypes.c_uint64(c_map)] if tma_c else
                  [0, 0, m * n, io.itemsize, io.ptr, m, n, io.strides[0], io.strides[1]])
-        from cuda.core import launch as core_launch
-
         kern, lc = self.fast
-        core_launch(_core_stream(stream_handle, nb_stream), lc, kern, ctypes.c_uint64(ta.address),
+        _core_launch(_core_stream(stream_handle, nb_stream), lc, kern, ctypes.c_uint64(ta.address),
                     ctypes.c_uint64(tb.address), *c_raw, ctypes.c_int32(m), ctypes.c_int32(n), ctypes.c_int32(k),
                     ctypes.c_float(alpha))
 
@@ -265,6 +265,14 @@ def _first_launch(cfg, args, nb_stream, m, n):
 
 
 _CORE_STREAMS: dict = {}
+
+
+def _core_launch(*args):
+    from cuda.core import launch
+
+    globals()["_core_launch"] = launch  # import once
+    launch(*args)
+
 _NB_STREAMS: dict = {}
 
 
@@ -332,7 +340,8 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     if ia.dtype == "f32" and odt != "f32":
         raise MatmulError(f"matmul: f32 (tf32) inputs give f32 outputs; got out_dtype={odt}")
     lib = _lib(a)
-    if out is None:
+    fresh = out is None
+    if fresh:
         out = _empty_like_lib(lib, a, (m, n), odt)
     io = array_info(out)
     if io.shape != (m, n):
@@ -340,11 +349,12 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     if io.dtype != odt and not (odt == "bf16" and io.dtype == "u16"):
         raise MatmulError(f"matmul: out must have type {odt}; got {io.dtype}")
     _check_device(io, "out", ia.device)
-    olo, ohi = io.byte_range()
-    for name, iv in (("A", ia), ("B", ib)):
-        lo, hi = iv.byte_range()
-        if m and n and k and lo < ohi and olo < hi:
-            raise MatmulError(f"matmul: out overlaps {name}")
+    if not fresh:
+        olo, ohi = io.byte_range()
+        for name, iv in (("A", ia), ("B", ib)):
+            lo, hi = iv.byte_range()
+            if m and n and k and lo < ohi and olo < hi:
+                raise MatmulError(f"matmul: out overlaps {name}")
     if m == 0 or n == 0:
         return out
     st = _stream_of(lib, stream)

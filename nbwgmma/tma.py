@@ -198,11 +198,14 @@ class TensorMap:
 
             self.opaque = _encode(self.params)
             self._dev = cuda.to_device(self.opaque)  # 256-byte aligned allocation
+            self._address = int(self._dev.__cuda_array_interface__["data"][0])
 
     @property
     def address(self) -> int:
         """Global-memory address of the 128-byte map: the kernel argument."""
-        return int(self._dev.__cuda_array_interface__["data"][0])
+        if self._dev is None:
+            raise TensorMapError("tensor map: built with encode=False, so it has no device copy")
+        return self._address
 
     @property
     def box_bytes(self) -> int:

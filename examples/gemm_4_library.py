@@ -1,0 +1,40 @@
+"""GEMM step 4: the library kernel behind ``nbwgmma.matmul``.
+
+``nbwgmma/kernels/gemm.py`` is step 3 made persistent (one CTA per SM walking tiles in
+an L2-friendly order), with any M, N, K (TMA zero-fills the edges and clips the
+stores), bf16/f16/fp8/tf32, operands in either layout, and an epilogue that writes C
+through ``stmatrix`` into a swizzled shared tile and TMA stores that overlap the
+next tile. Here it is called the way users call it, next to cuBLAS.
+
+    python examples/gemm_4_library.py [size]
+"""
+
+import sys
+
+
+def main(size=4096):
+    from nbwgmma._examples import gemm_operands, gemm_report, gpu_available
+
+    if not gpu_available():
+        from numba import types
+
+        from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
+        from nbwgmma.report import compile_report
+
+        print("no sm_90 GPU here: compile report of the library kernel instead\n")
+        sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
+        print(compile_report(gemm_kernel(GemmConfig(epilogue="tma")), sig))
+        return 0.0
+    import torch
+
+    from nbwgmma import matmul
+
+    a, b = gemm_operands(size, size, size)
+    c = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)  # bf16 out, like cuBLAS's
+    err = gemm_report("step 4, nbwgmma.matmul", lambda: matmul(a, b.t(), out=c), c, a, b)
+    gemm_report("cuBLAS (torch.matmul, same call)", lambda: torch.matmul(a, b.t(), out=c), c, a, b)
+    return err
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 4096)
