@@ -19,6 +19,7 @@ Which path runs:
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import math
 
@@ -122,6 +123,16 @@ def _tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride
     return (rows, cols), (row_stride // es, 1)
 
 
+@contextlib.contextmanager
+def _quiet():
+    """Silence Numba's small-grid warning: these helper grids are sized to the data."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
+        yield
+
+
 def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
     """A fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of ``x`` or ``x.T``."""
     from numba import cuda
@@ -135,7 +146,8 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
     dst = cuda.device_array((rows, kpad), dtype=np.dtype(f"u{es}"), stream=stream)
     threads = 256
     blocks = min(65535, -(-rows * kpad // threads))
-    pad_transpose_kernel[blocks, threads, stream](src, dst, transpose)
+    with _quiet():
+        pad_transpose_kernel[blocks, threads, stream](src, dst, transpose)
     return dst
 
 
@@ -314,8 +326,8 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
 
     bf16/f16 inputs accumulate in f32; f32 inputs run as tf32; fp8 (e4m3/e5m2,
     PyTorch float8 tensors) take per-tensor ``scale_a``/``scale_b``. The result
-    has ``out_dtype`` (default: the input type, bf16 for fp8) and the array kind
-    of ``a``; it is computed on ``stream`` or the caller's current stream.
+    has ``out_dtype`` (default: the type of ``out`` when given, else the input type,
+    bf16 for fp8) and the array kind of ``a``; it is computed on ``stream`` or the caller's current stream.
 
     ``config`` overrides the kernel's tile parameters (a dict with keys among ``bm``,
     ``bn``, ``stages``, ``group_m``, ``producer_regs``, ``consumer_regs``, ``epilogue``,
@@ -333,17 +345,20 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     fp8 = ia.dtype in _FP8
     if (scale_a is not None or scale_b is not None) and not fp8:
         raise MatmulError("matmul: scale_a/scale_b apply to fp8 inputs only")
+    io = array_info(out) if out is not None else None
+    if out_dtype is None and io is not None:  # like torch's out=: the array says the type
+        out_dtype = {"u16": "bf16"}.get(io.dtype, io.dtype)
     odt = out_dtype or ("bf16" if fp8 else ia.dtype)
     odt = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(str(odt).replace("torch.", ""), odt)
     if odt not in _OUT_TYPES:
-        raise MatmulError(f"matmul: out_dtype must be bf16, f16 or f32; got {out_dtype}")
+        raise MatmulError(f"matmul: out_dtype (or the type of out) must be bf16, f16 or f32; got {out_dtype}")
     if ia.dtype == "f32" and odt != "f32":
         raise MatmulError(f"matmul: f32 (tf32) inputs give f32 outputs; got out_dtype={odt}")
     lib = _lib(a)
     fresh = out is None
     if fresh:
         out = _empty_like_lib(lib, a, (m, n), odt)
-    io = array_info(out)
+        io = array_info(out)
     if io.shape != (m, n):
         raise MatmulError(f"matmul: out must have shape {(m, n)}; got {io.shape}")
     if io.dtype != odt and not (odt == "bf16" and io.dtype == "u16"):
@@ -362,7 +377,8 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     if k == 0:
         from .kernels.copy import fill_zero_kernel
 
-        fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, nb_stream](_numba_view(io, out))
+        with _quiet():
+            fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, nb_stream](_numba_view(io, out))
         return out
 
     opts = dict(config or {})

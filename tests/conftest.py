@@ -47,7 +47,8 @@ def pytest_collection_modifyitems(config, items):
 
 def run_isolated(nodeid: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run one test in a fresh Python process; a hang becomes a failure after ``timeout`` s."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "--no-header", "-p", "no:cacheprovider", nodeid]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "--no-header", "-p", "no:cacheprovider", "-p", "no:warnings",
+           "--tb=short", nodeid]
     child_env = dict(os.environ, **(env or {}), **{CHILD_ENV: "1"})
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env)
