@@ -3,8 +3,12 @@
     python -m pytest -m sanitizer --run-sanitizer -q
 
 Each tool runs ``tests/sanitize_targets.py`` in a child process and must report
-zero errors. Where the installed compute-sanitizer knows them, the wgmma and
-bulk-copy checks (``--check-warpgroup-mma``, ``--check-bulk-copy``) are on.
+zero errors (racecheck: zero hazards). Where the installed compute-sanitizer
+knows them, the wgmma and bulk-copy checks (``--check-warpgroup-mma``,
+``--check-bulk-copy``) are on. memcheck runs with ``--report-api-errors no``:
+PyTorch and the CUDA Python bindings probe driver entry points with
+``cuGetProcAddress``, and the misses it returns are API return codes of those
+libraries, not memory errors of a kernel.
 """
 
 import functools
@@ -41,9 +45,12 @@ def test_zero_sanitizer_errors(tool, what):
     exe = sanitizer()
     if exe is None:
         pytest.skip("compute-sanitizer not found")
-    cmd = [exe, "--tool", tool, "--error-exitcode", "99", *extra_checks(exe), sys.executable, str(TARGETS), what]
+    api = ["--report-api-errors", "no"] if tool == "memcheck" else []
+    cmd = [exe, "--tool", tool, "--error-exitcode", "99", *api, *extra_checks(exe), sys.executable, str(TARGETS), what]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     out = res.stdout + res.stderr
-    print(" ".join(cmd[:-3]), "->", [ln for ln in out.splitlines() if "ERROR SUMMARY" in ln])
+    summary = [ln for ln in out.splitlines() if "SUMMARY" in ln]
+    print(" ".join(cmd[:-3]), "->", summary)
     assert res.returncode == 0, out[-6000:]
-    assert "ERROR SUMMARY: 0 errors" in out, out[-6000:]
+    want = "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" if tool == "racecheck" else "ERROR SUMMARY: 0 errors"
+    assert any(want in ln for ln in summary), out[-6000:]
