@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# Developer helper for a GPU machine (CI has none): the GPU tests, then the benchmark.
-# Writes gpu_tests.log, bench.jsonl, sweep_bf16.json and sweep_bf16.png under ${OUT:-/tmp/nbwgmma-out}.
+# Developer helper for a GPU machine (CI has none): the GPU tests, the fuzz count, the
+# sanitizer runs (SANITIZE=1), then every benchmark of BENCHMARKS.md (SWEEP=1 adds the sweep).
+# Writes its logs and JSON under ${OUT:-/tmp/nbwgmma-out}.
 set -uo pipefail
 OUT=${OUT:-/tmp/nbwgmma-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
-timeout ${TEST_TIMEOUT:-330} python3 -m pytest -m gpu -q --timeout=120 -p no:cacheprovider -rf ${PYTEST_ARGS:-} \
-  2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|^FAILED|^ERROR" | tail -20
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+timeout ${TEST_TIMEOUT:-570} python3 -m pytest -m gpu -q -p no:cacheprovider -rf ${PYTEST_ARGS:-} \
+  2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|^FAILED|^ERROR|fuzz:" | tail -20
+if [ -n "${SANITIZE:-}" ]; then
+  python3 -m pytest -q -s -m sanitizer --run-sanitizer tests/test_sanitizer.py 2>&1 | tee "$OUT/sanitizer.log" \
+    | grep -E "SUMMARY|passed|failed"
+fi
 : > "$OUT/bench.jsonl"
-for d in bf16 f16 e4m3; do
-  timeout 120 python3 -m nbwgmma bench --dtype $d --json 2>/dev/null | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" >> "$OUT/bench.jsonl"
+for args in "--dtype bf16" "--dtype bf16 --layout KN" "--dtype f16" "--dtype e4m3" \
+            "--dtype e4m3 --m 4096 --n 4096 --k 4096"; do
+  timeout 120 python3 -m nbwgmma bench $args --json 2>/dev/null \
+    | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" >> "$OUT/bench.jsonl"
 done
 python3 -c "
 import json; from nbwgmma.bench import format_row
 for line in open('$OUT/bench.jsonl'): print(format_row(json.loads(line)))"
+python3 -m nbwgmma bench --overhead
+python3 -c "
+import time; t = time.perf_counter()
+import torch; from nbwgmma import matmul
+a = torch.randn(256, 256, device='cuda').bfloat16(); matmul(a, a.t()); torch.cuda.synchronize()
+print(f'first call in a new process (import, compile, launch): {time.perf_counter() - t:.2f} s')"
 if [ -n "${SWEEP:-}" ]; then
-  timeout ${SWEEP_TIMEOUT:-200} python3 -m nbwgmma bench --sweep --plot "$OUT/sweep_bf16.png" --json > "$OUT/sweep_bf16.json" 2>/dev/null
+  timeout ${SWEEP_TIMEOUT:-300} python3 -m nbwgmma bench --sweep --plot "$OUT/sweep_bf16.png" --json > "$OUT/sweep_bf16.json" 2>/dev/null
   python3 -c "
 import json, statistics; from nbwgmma.bench import format_row
 rows = json.load(open('$OUT/sweep_bf16.json'))
