@@ -82,6 +82,17 @@ def cmd_bench(args):
     return run_cli(args)
 
 
+def cmd_layout(args):
+    from .plot import plot_acc_layout, plot_swizzle
+
+    if args.what == "acc":
+        plot_acc_layout(args.path, args.kind, args.n)
+    else:
+        plot_swizzle(args.path, args.swizzle)
+    print(f"wrote {args.path}")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m nbwgmma", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,6 +112,13 @@ def main(argv=None):
     p_b.add_argument("--overhead", action="store_true",
                      help="host time per call at 256^3 (nbwgmma.matmul vs torch.matmul) instead")
     p_b.set_defaults(func=cmd_bench)
+    p_l = sub.add_parser("layout", help="draw an accumulator layout or a swizzle to a PNG (needs matplotlib)")
+    p_l.add_argument("what", choices=["acc", "swizzle"])
+    p_l.add_argument("path")
+    p_l.add_argument("--kind", default="f32.bf16.bf16")
+    p_l.add_argument("--n", type=int, default=16)
+    p_l.add_argument("--swizzle", default="128B", choices=["none", "32B", "64B", "128B"])
+    p_l.set_defaults(func=cmd_layout)
     p_demo = sub.add_parser("demo", help="run the wgmma demo tile (compile report without a GPU)")
     p_demo.add_argument("--json", action="store_true")
     p_demo.set_defaults(func=cmd_demo)
