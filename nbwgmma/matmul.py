@@ -232,6 +232,7 @@ class _Plan:
         tma_c = cfg.epilogue == "tma"
         c_map = _tensor_map(out, io.ptr, self.odt, (64, 64), self.c_view, keep=False).address if tma_c else 0
         if self.fast is None or _DEBUG_WAIT is not None:
+            self._check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else _numba_view(io, out)
             self.fast = _first_launch(cfg, (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k),
                                             np.float32(alpha)), nb_stream, m, n)
@@ -243,6 +244,17 @@ class _Plan:
         _core_launch(_core_stream(stream_handle, nb_stream), lc, kern, ctypes.c_uint64(ta.address),
                     ctypes.c_uint64(tb.address), *c_raw, ctypes.c_int32(m), ctypes.c_int32(n), ctypes.c_int32(k),
                     ctypes.c_float(alpha))
+
+
+    def _check_expect_tx(self, ta, tb):
+        """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its
+        producer loads must add up to exactly that, or the consumers would wait forever."""
+        cfg = self.cfg
+        boxes_a = cfg.bm // 64 if cfg.a_major == "MN" else 1
+        boxes_b = cfg.bn // 64 if cfg.b_major == "MN" else 1
+        got = boxes_a * ta.box_bytes + boxes_b * tb.box_bytes
+        if got != cfg.stage_bytes:
+            raise RuntimeError(f"matmul: a stage loads {got} bytes but expect_tx announces {cfg.stage_bytes}")
 
 
 def _operand_path(info: ArrayInfo, is_b, transposable):

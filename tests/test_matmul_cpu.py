@@ -95,3 +95,28 @@ def test_gemm_config_rules():
         GemmConfig("f32.e4m3.e4m3", b_major="MN")
     with pytest.raises(ValueError, match="16-bit outputs"):
         GemmConfig(out="f32", epilogue="tma")
+
+
+@pytest.mark.parametrize("kind, a_major, b_major", [("f32.bf16.bf16", "K", "K"), ("f32.bf16.bf16", "MN", "MN"),
+                                                    ("f32.e4m3.e4m3", "K", "K"), ("f32.tf32.tf32", "K", "K")])
+def test_expect_tx_matches_the_boxes(kind, a_major, b_major):
+    """The protocol check matmul runs before a plan's first launch: the stage's expect_tx byte
+    count equals the bytes of the TMA boxes the producer issues."""
+    from nbwgmma.matmul import _Plan
+    from nbwgmma.tma import TensorMap
+
+    plan = _Plan.__new__(_Plan)
+    plan.cfg = GemmConfig(kind, a_major=a_major, b_major=b_major, out="f32")
+    dt = kind.split(".")[1]
+    es = {"bf16": 2, "e4m3": 1, "tf32": 4}[dt]
+    npdt = {1: np.uint8, 2: np.float16, 4: np.float32}[es]
+    big = Fake((1024, 1024), npdt)
+    bk = plan.cfg.bk
+
+    def tmap(major, rows):
+        box = (rows, bk) if major == "K" else (bk, 64)
+        return TensorMap(big, box, dtype=dt, swizzle="128B", encode=False)
+
+    plan._check_expect_tx(tmap(a_major, 128), tmap(b_major, 256))
+    with pytest.raises(RuntimeError, match="expect_tx announces"):
+        plan._check_expect_tx(TensorMap(big, (16, 16), dtype=dt, swizzle="none", encode=False), tmap(b_major, 256))
