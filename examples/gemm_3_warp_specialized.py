@@ -19,7 +19,7 @@ import sys
 import numpy as np
 from numba import cuda, types
 
-from nbwgmma._examples import gemm_operands, gemm_report, gpu_available
+from nbwgmma._examples import compile_report_instead, gpu_available, run_tma_gemm
 from nbwgmma.intrinsics import (
     acc_store, acc_undef, dynamic_smem_base, fence_mbarrier_init, make_desc, mbarrier_arrive,
     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait_parity, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
@@ -92,27 +92,9 @@ SIG = (types.uint64, types.uint64, types.float32[:, ::1], types.int32)
 
 def main(size=4096):
     if not gpu_available():
-        from nbwgmma.report import compile_report
-
-        print("no sm_90 GPU here: compile report of the kernel instead\n")
-        print(compile_report(gemm_ws, SIG))
-        return 0.0
-    import torch
-
-    from nbwgmma.launch import launch
-    from nbwgmma.tma import TensorMap
-
-    m = n = k = size
-    a, b = gemm_operands(m, n, k)
-    c = torch.empty(m, n, device="cuda")
-    ta, tb = TensorMap(a, (BM, BK), swizzle="128B"), TensorMap(b, (BN, BK), swizzle="128B")
-
-    def run():
-        launch(gemm_ws, (n // BN, m // BM), 384, (ta.address, tb.address, c, np.int32(k)),
-               smem=STAGES * STAGE + 1023)
-
-    return gemm_report("step 3, warp-specialized producer/consumers", run, c, a, b)
-
+        return compile_report_instead(gemm_ws, SIG)
+    return run_tma_gemm("step 3, warp-specialized producer/consumers", gemm_ws, size, BM, BN, BK, 384,
+                        STAGES * STAGE + 1023)
 
 if __name__ == "__main__":
     main(int(sys.argv[1]) if len(sys.argv) > 1 else 4096)

@@ -13,18 +13,15 @@ import sys
 
 
 def main(size=4096):
-    from nbwgmma._examples import gemm_operands, gemm_report, gpu_available
+    from nbwgmma._examples import compile_report_instead, gemm_operands, gemm_report, gpu_available
 
     if not gpu_available():
         from numba import types
 
         from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
-        from nbwgmma.report import compile_report
 
-        print("no sm_90 GPU here: compile report of the library kernel instead\n")
         sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
-        print(compile_report(gemm_kernel(GemmConfig(epilogue="tma")), sig))
-        return 0.0
+        return compile_report_instead(gemm_kernel(GemmConfig(epilogue="tma")), sig, "the library kernel")
     import torch
 
     from nbwgmma import matmul

@@ -10,7 +10,7 @@ import time
 import numpy as np
 from numba import cuda, types
 
-from nbwgmma._examples import gpu_available
+from nbwgmma._examples import compile_report_instead, gpu_available
 from nbwgmma.intrinsics import (
     acc_store_swizzled, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base,
     fence_mbarrier_init, fence_proxy_async_shared, make_desc, mbarrier_arrive_expect_tx, mbarrier_init,
@@ -18,7 +18,6 @@ from nbwgmma.intrinsics import (
     wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
 from nbwgmma.intrinsics.descriptor import SWIZZLE_CODE
-from nbwgmma.report import compile_report
 
 KIND = "f32.bf16.bf16"
 TILE = 64 * 64 * 2  # bytes of one bf16 64x64 tile
@@ -69,9 +68,7 @@ SIG = (types.uint64, types.uint64, types.uint64, types.int32)
 
 def main(time_it=True):
     if not gpu_available():
-        print("no sm_90 GPU here: compile report of the kernel instead\n")
-        print(compile_report(tma_wgmma, SIG))
-        return 0.0
+        return compile_report_instead(tma_wgmma, SIG)
     import torch
 
     from nbwgmma.launch import dynamic_smem_bytes, launch

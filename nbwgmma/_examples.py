@@ -14,17 +14,22 @@ def gpu_available() -> bool:
         return False
 
 
+def compile_report_instead(kernel, sig, what="the kernel"):
+    """What an example does on a machine without an sm_90 GPU: print the kernel's compile
+    report. Returns 0.0 (no error measured)."""
+    from .report import compile_report
+
+    print(f"no sm_90 GPU here: compile report of {what} instead\n")
+    print(compile_report(kernel, sig))
+    return 0.0
+
+
 def report_or_run(title, problem, kernel_sig_factory, run):
     """Run ``run()`` on an sm_90 GPU and compare with the model; without one, print the
     kernel's compile report. Returns the max abs error (0.0 when only compiled)."""
-    from .report import compile_report
-
     print(title)
     if not gpu_available():
-        kern, sig = kernel_sig_factory()
-        print("no sm_90 GPU here: compile report of the kernel instead\n")
-        print(compile_report(kern, sig))
-        return 0.0
+        return compile_report_instead(*kernel_sig_factory())
     got = run()
     want = problem.reference()
     err = float(np.max(np.abs(got.astype(np.float64) - want)))
@@ -44,6 +49,25 @@ def gemm_operands(m, n, k, seed=0):
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     b = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
     return a, b
+
+
+def run_tma_gemm(name, kernel, size, bm, bn, bk, threads, smem):
+    """Steps 2 and 3 of the GEMM ladder: ``kernel(tmap_a, tmap_b, c, k)`` on bf16 K-major A and
+    B with 128B-swizzled [bm, bk] / [bn, bk] boxes, one CTA per bm x bn tile of an f32 C."""
+    import torch
+
+    from .launch import launch
+    from .tma import TensorMap
+
+    m = n = k = size
+    a, b = gemm_operands(m, n, k)
+    c = torch.empty(m, n, device="cuda")
+    ta, tb = TensorMap(a, (bm, bk), swizzle="128B"), TensorMap(b, (bn, bk), swizzle="128B")
+
+    def run():
+        launch(kernel, (n // bn, m // bm), threads, (ta.address, tb.address, c, np.int32(k)), smem=smem)
+
+    return gemm_report(name, run, c, a, b)
 
 
 def gemm_report(name, run, c, a, b, repeats=10):

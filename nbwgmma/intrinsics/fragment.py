@@ -148,6 +148,34 @@ def _f32_to_bf16_bits(builder, v):
     return builder.call(asm, [v])
 
 
+def _check_tile_args(name, arr, arrname, tid, row0, col0):
+    """Typing rules shared by the fragment <-> 2-D array moves."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2):
+        raise NbwgmmaTypingError(f"{name}: '{arrname}' must be a 2-D array; got {arr}")
+    for nm, ty in (("tid", tid), ("row0", row0), ("col0", col0)):
+        if not isinstance(ty, types.Integer):
+            raise NbwgmmaTypingError(f"{name}: '{nm}' must be an integer; got {ty}")
+
+
+def _clipped_elements(context, builder, sig, args, count):
+    """For each of the ``count`` values of warpgroup thread ``args[3]``: yield (value index,
+    pointer to ``arr[row0 + row, col0 + col]``) with the builder inside an ``if`` that skips
+    elements outside the array (``args[2:6]`` = arr, tid, row0, col0)."""
+    i64 = ir.IntType(64)
+    tid_, r0, c0 = (context.cast(builder, args[j], sig.args[j], types.int64) for j in (3, 4, 5))
+    arrty = sig.args[2]
+    ary = context.make_array(arrty)(context, builder, args[2])
+    shape = cgutils.unpack_tuple(builder, ary.shape, 2)
+    strides = cgutils.unpack_tuple(builder, ary.strides, 2)
+    for i, (dr, dc) in enumerate(_ir_value_coords(builder, tid_, i64, count)):
+        r = builder.add(r0, dr)
+        c = builder.add(c0, dc)
+        inside = builder.and_(builder.icmp_signed("<", r, shape[0]), builder.icmp_signed("<", c, shape[1]))
+        with builder.if_then(inside, likely=True):
+            yield i, cgutils.get_item_pointer2(context, builder, data=ary.data, shape=shape, strides=strides,
+                                               layout=arrty.layout, inds=[r, c])
+
+
 @intrinsic(prefer_literal=True)
 def acc_store(typingctx, acc, kind, out, tid, row0, col0):
     """``acc_store(acc, kind, out, tid, row0, col0)``: write the fragment into the 2-D array
@@ -155,37 +183,20 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
     ``out``. ``tid`` is the thread's index in its warpgroup (0..127). Values are converted to
     ``out``'s dtype; a ``uint16`` array receives bf16 bits (round to nearest even)."""
     k, n = _acc_kind(kind, acc, "acc_store")
-    if not (isinstance(out, types.Array) and out.ndim == 2):
-        raise NbwgmmaTypingError(f"acc_store: 'out' must be a 2-D array; got {out}")
-    for nm, ty in (("tid", tid), ("row0", row0), ("col0", col0)):
-        if not isinstance(ty, types.Integer):
-            raise NbwgmmaTypingError(f"acc_store: '{nm}' must be an integer; got {ty}")
+    _check_tile_args("acc_store", out, "out", tid, row0, col0)
 
     def codegen(context, builder, sig, args):
-        acc_v, _, out_v, tid_v, r0_v, c0_v = args
-        i64 = ir.IntType(64)
-        tid_ = context.cast(builder, tid_v, sig.args[3], types.int64)
-        r0 = context.cast(builder, r0_v, sig.args[4], types.int64)
-        c0 = context.cast(builder, c0_v, sig.args[5], types.int64)
-        ary = context.make_array(sig.args[2])(context, builder, out_v)
-        shape = cgutils.unpack_tuple(builder, ary.shape, 2)
-        vals, vty = _values(builder, k, acc_v, sig.args[0].count)
+        vals, vty = _values(builder, k, args[0], sig.args[0].count)
         dt = sig.args[2].dtype
-        for v, (dr, dc) in zip(vals, _ir_value_coords(builder, tid_, i64, len(vals))):
-            r = builder.add(r0, dr)
-            c = builder.add(c0, dc)
-            inside = builder.and_(builder.icmp_signed("<", r, shape[0]), builder.icmp_signed("<", c, shape[1]))
-            with builder.if_then(inside, likely=True):
-                ptr = cgutils.get_item_pointer2(context, builder, data=ary.data, shape=shape,
-                                                strides=cgutils.unpack_tuple(builder, ary.strides, 2),
-                                                layout=sig.args[2].layout, inds=[r, c])
-                if dt == types.uint16 and vty == types.float32:
-                    sv = _f32_to_bf16_bits(builder, v)
-                elif dt == vty:
-                    sv = v
-                else:
-                    sv = context.cast(builder, v, vty, dt)
-                builder.store(sv, ptr)
+        for i, ptr in _clipped_elements(context, builder, sig, args, len(vals)):
+            v = vals[i]
+            if dt == types.uint16 and vty == types.float32:
+                sv = _f32_to_bf16_bits(builder, v)
+            elif dt == vty:
+                sv = v
+            else:
+                sv = context.cast(builder, v, vty, dt)
+            builder.store(sv, ptr)
         return context.get_dummy_value()
 
     return types.void(acc, kind, out, tid, row0, col0), codegen
@@ -435,35 +446,15 @@ def acc_load(typingctx, kind, n, src, tid, row0, col0):
         raise NbwgmmaTypingError("acc_load: expected an f32 or s32 accumulator kind; got f16")
     if n_v not in k.n_values:
         raise NbwgmmaTypingError(f"acc_load: {kind_v} allows N in {list(k.n_values)}; got {n_v}")
-    if not (isinstance(src, types.Array) and src.ndim == 2):
-        raise NbwgmmaTypingError(f"acc_load: 'src' must be a 2-D array; got {src}")
-    for nm, ty in (("tid", tid), ("row0", row0), ("col0", col0)):
-        if not isinstance(ty, types.Integer):
-            raise NbwgmmaTypingError(f"acc_load: '{nm}' must be an integer; got {ty}")
+    _check_tile_args("acc_load", src, "src", tid, row0, col0)
     tupty = types.UniTuple(k.acc_type, k.acc_regs(n_v))
 
     def codegen(context, builder, sig, args):
-        _, _, src_v, tid_v, r0_v, c0_v = args
-        i64 = ir.IntType(64)
-        tid_ = context.cast(builder, tid_v, sig.args[3], types.int64)
-        r0 = context.cast(builder, r0_v, sig.args[4], types.int64)
-        c0 = context.cast(builder, c0_v, sig.args[5], types.int64)
-        ary = context.make_array(sig.args[2])(context, builder, src_v)
-        shape = cgutils.unpack_tuple(builder, ary.shape, 2)
-        strides = cgutils.unpack_tuple(builder, ary.strides, 2)
         zero = context.get_constant(k.acc_type, 0)
-        vals = []
-        for dr, dc in _ir_value_coords(builder, tid_, i64, tupty.count):
-            r = builder.add(r0, dr)
-            c = builder.add(c0, dc)
-            inside = builder.and_(builder.icmp_signed("<", r, shape[0]), builder.icmp_signed("<", c, shape[1]))
-            slot = cgutils.alloca_once_value(builder, zero)
-            with builder.if_then(inside, likely=True):
-                ptr = cgutils.get_item_pointer2(context, builder, data=ary.data, shape=shape, strides=strides,
-                                                layout=sig.args[2].layout, inds=[r, c])
-                builder.store(context.cast(builder, builder.load(ptr), sig.args[2].dtype, k.acc_type), slot)
-            vals.append(builder.load(slot))
-        return cgutils.pack_array(builder, vals)
+        slots = [cgutils.alloca_once_value(builder, zero) for _ in range(tupty.count)]
+        for i, ptr in _clipped_elements(context, builder, sig, args, tupty.count):
+            builder.store(context.cast(builder, builder.load(ptr), sig.args[2].dtype, k.acc_type), slots[i])
+        return cgutils.pack_array(builder, [builder.load(sl) for sl in slots])
 
     return tupty(kind, n, src, tid, row0, col0), codegen
 
