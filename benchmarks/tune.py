@@ -15,6 +15,10 @@ CONFIGS = [
     dict(epilogue="tma", group_m=16),
     dict(epilogue="tma", bn=192, group_m=16),
     dict(epilogue="tma", group_m=4),
+    dict(cluster=2),
+    dict(cluster=2, group_m=16),
+    dict(cluster=4),
+    dict(cluster=2, bn=192),
 ]
 
 

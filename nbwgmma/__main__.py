@@ -109,6 +109,8 @@ def main(argv=None):
     p_b.add_argument("--sweep", action="store_true", help="run the shape sweep")
     p_b.add_argument("--plot", default=None, help="write a TFLOP/s bar chart (PNG)")
     p_b.add_argument("--json", action="store_true")
+    p_b.add_argument("--config", type=json.loads, default=None,
+                     help='kernel parameters as JSON, e.g. \'{"cluster": 2, "bn": 192}\' (see matmul)')
     p_b.add_argument("--overhead", action="store_true",
                      help="host time per call at 256^3 (nbwgmma.matmul vs torch.matmul) instead")
     p_b.set_defaults(func=cmd_bench)

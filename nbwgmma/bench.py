@@ -172,7 +172,7 @@ def run_cli(args):
     shapes = DEFAULT_SWEEP if args.sweep else [(args.m, args.n, args.k)]
     rows = []
     for m, n, k in shapes:
-        r = bench(m, n, k, args.dtype, args.layout, args.warmup, args.repeats)
+        r = bench(m, n, k, args.dtype, args.layout, args.warmup, args.repeats, config=getattr(args, "config", None))
         rows.append(r)
         if not args.json:
             print(format_row(r), flush=True)

@@ -16,7 +16,8 @@ import functools
 import math
 import threading
 
-__all__ = ["launch", "dynamic_smem_bytes", "LaunchError", "KernelStoppedError", "device_limits"]
+__all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
+           "device_limits"]
 
 
 class LaunchError(ValueError):
@@ -100,6 +101,32 @@ def _core_stream(stream):
     return driver._to_core_stream(stream)
 
 
+def _compiled(kernel, args, smem):
+    """(compiled kernel, cufunc) for ``args``, with the dynamic shared memory limit raised to ``smem``."""
+    from numba import cuda
+
+    kern = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    cufunc = kern._codelibrary.get_cufunc()
+    if smem > 48 * 1024:
+        _raise_smem_limit(cufunc, smem, cuda.get_current_device().id)
+    return kern, cufunc
+
+
+def max_active_clusters(kernel, args, block, cluster, *, smem: int = 0, stream=0) -> int:
+    """How many clusters of shape ``cluster`` of ``kernel`` (compiled for ``args``) can be
+    resident at once (``cuOccupancyMaxActiveClusters``).
+
+    A persistent grid of clusters should not exceed it: clusters are placed whole
+    inside one GPC, so on an H100 fewer than ``SMs / cluster size`` may fit.
+    """
+    from cuda.core import LaunchConfig
+
+    block, cluster = _dim3(block, "block"), _dim3(cluster, "cluster")
+    _, cufunc = _compiled(kernel, args, int(smem))
+    cfg = LaunchConfig(grid=cluster, block=block, shmem_size=int(smem), cluster=cluster)
+    return int(cufunc.kernel.occupancy.max_active_clusters(cfg, stream=_core_stream(stream)))
+
+
 def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     """Launch ``kernel`` (a ``@cuda.jit`` dispatcher) on ``args``.
 
@@ -122,12 +149,10 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
             f"block of {nthreads} threads {block} exceeds the device limit of {lim['max_threads_per_block']}"
         )
 
-    argtypes = tuple(kernel.typeof_pyval(a) for a in args)
-    kern = kernel.compile(argtypes)
-    cufunc = kern._codelibrary.get_cufunc()
+    smem = int(smem)
+    kern, cufunc = _compiled(kernel, args, min(smem, 48 * 1024))
     kern.bind()
     static = cufunc.attrs.shared
-    smem = int(smem)
     if smem < 0:
         raise LaunchError(f"dynamic shared memory must be >= 0 bytes; got {smem}")
     if smem + static > lim["max_smem_optin"]:

@@ -180,7 +180,8 @@ def _tensor_map(arr, ptr, dtype, box, view, keep: bool):
 
 from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S as _DEBUG_WAIT  # noqa: E402
 
-_CONFIG_KEYS = {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue", "c_parts"}
+_CONFIG_KEYS = {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue", "c_parts",
+                "cluster"}
 _PLANS: dict = {}
 
 
@@ -228,7 +229,7 @@ class _Plan:
         m, n, k = self.mnk
         cfg = self.cfg
         ta = self.maps(a, ia, self.a_path, False, self.tdt[0], nb_stream, cfg.bm)
-        tb = self.maps(b, ib, self.b_path, True, self.tdt[1], nb_stream, cfg.bn)
+        tb = self.maps(b, ib, self.b_path, True, self.tdt[1], nb_stream, cfg.bn // cfg.cluster)
         tma_c = cfg.epilogue == "tma"
         c_map = _tensor_map(out, io.ptr, self.odt, (64, 64), self.c_view, keep=False).address if tma_c else 0
         if self.fast is None or _DEBUG_WAIT is not None:
@@ -251,7 +252,7 @@ class _Plan:
         producer loads must add up to exactly that, or the consumers would wait forever."""
         cfg = self.cfg
         boxes_a = cfg.bm // 64 if cfg.a_major == "MN" else 1
-        boxes_b = cfg.bn // 64 if cfg.b_major == "MN" else 1
+        boxes_b = cfg.bn // 64 if cfg.b_major == "MN" else cfg.cluster  # the peers' shares arrive too
         got = boxes_a * ta.box_bytes + boxes_b * tb.box_bytes
         if got != cfg.stage_bytes:
             raise RuntimeError(f"matmul: a stage loads {got} bytes but expect_tx announces {cfg.stage_bytes}")
@@ -277,15 +278,21 @@ def _first_launch(cfg, args, nb_stream, m, n):
     from cuda.core import LaunchConfig
 
     from .kernels.gemm import gemm_kernel
-    from .launch import device_limits, launch
+    from .launch import device_limits, launch, max_active_clusters
 
     kern = gemm_kernel(cfg)
-    sms = device_limits()["multiprocessors"]
-    grid = min(sms, math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn))
+    cl = cfg.cluster
     smem = cfg.smem_bytes + 1023
-    launch(kern, grid, cfg.threads, args, stream=nb_stream, smem=smem)
+    # One CTA per SM, in whole clusters (each takes cl vertically adjacent tiles at a time).
+    slots = device_limits()["multiprocessors"] // cl
+    if cl > 1:
+        slots = max_active_clusters(kern, args, cfg.threads, (cl, 1, 1), smem=smem, stream=nb_stream)
+    grid = cl * min(slots, math.ceil(math.ceil(m / cfg.bm) / cl) * math.ceil(n / cfg.bn))
+    cluster = (cl, 1, 1) if cl > 1 else None
+    launch(kern, grid, cfg.threads, args, stream=nb_stream, smem=smem, cluster=cluster)
     cufunc = kern.compile(tuple(kern.typeof_pyval(x) for x in args))._codelibrary.get_cufunc()
-    return cufunc.kernel, LaunchConfig(grid=(grid, 1, 1), block=(cfg.threads, 1, 1), shmem_size=smem)
+    extra = {"cluster": cluster} if cluster else {}
+    return cufunc.kernel, LaunchConfig(grid=(grid, 1, 1), block=(cfg.threads, 1, 1), shmem_size=smem, **extra)
 
 
 _CORE_STREAMS: dict = {}
@@ -343,7 +350,7 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
 
     ``config`` overrides the kernel's tile parameters (a dict with keys among ``bm``,
     ``bn``, ``stages``, ``group_m``, ``producer_regs``, ``consumer_regs``, ``epilogue``,
-    ``c_parts``; see :class:`nbwgmma.kernels.gemm.GemmConfig`);
+    ``c_parts``, ``cluster``; see :class:`nbwgmma.kernels.gemm.GemmConfig`);
     the operand layouts and the output type are always taken from the arrays.
     """
     ia, ib = array_info(a), array_info(b)

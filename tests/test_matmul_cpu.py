@@ -62,12 +62,17 @@ CONFIGS = [(kind, out, am, bm_, epi)
 CONFIGS += [(kind, out, "K", "K", epi) for kind in ("f32.e4m3.e4m3", "f32.e5m2.e4m3")
             for out, epi in (("bf16", "tma"), ("f16", "tma"), ("f32", "direct"))]
 CONFIGS += [("f32.tf32.tf32", "f32", "K", "K", "direct")]
+CONFIGS = [c + (1,) for c in CONFIGS]
+# Thread-block clusters multicasting B.
+CONFIGS += [("f32.bf16.bf16", "bf16", "K", "K", "tma", 2), ("f32.bf16.bf16", "bf16", "MN", "MN", "tma", 2),
+            ("f32.f16.f16", "f16", "K", "MN", "tma", 4), ("f32.e4m3.e4m3", "bf16", "K", "K", "tma", 2),
+            ("f32.bf16.bf16", "f32", "K", "K", "direct", 2), ("f32.tf32.tf32", "f32", "K", "K", "direct", 4)]
 
 
-@pytest.mark.parametrize("kind, out, a_major, b_major, epilogue", CONFIGS)
-def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue):
+@pytest.mark.parametrize("kind, out, a_major, b_major, epilogue, cluster", CONFIGS)
+def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue, cluster):
     cfg = GemmConfig(kind, scaled="e" in kind.split(".")[1], out=out, a_major=a_major, b_major=b_major,
-                     epilogue=epilogue)
+                     epilogue=epilogue, cluster=cluster)
     c = types.uint64 if epilogue == "tma" else SIG[out][:, :]
     sig = (types.uint64, types.uint64, c, types.int32, types.int32, types.int32, types.float32)
     rep = compile_report(gemm_kernel(cfg), sig)
@@ -75,6 +80,14 @@ def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue):
     assert rep.sass.get(op, 0) == 4 and rep.sass["UTMALDG"] >= 1
     if epilogue == "tma":
         assert rep.sass["UTMASTG"] >= 1 and rep.sass["STSM"] == cfg.bn // 16 and rep.sass.get("STG", 0) == 0
+    if cluster > 1:  # multicast loads, remote releases, cluster barriers at start and end
+        assert ".multicast::cluster" in rep.ptx and "mbarrier.arrive.release.cluster.shared::cluster" in rep.ptx
+        assert rep.sass["UCGABAR_ARV"] == 2 and rep.sass["UCGABAR_WAIT"] == 2
+        # Releases are CTA-scope remote arrives: the only GPU-wide fences are the two cluster
+        # barriers' (a cluster-scope release per arrive halved the speed on an H100).
+        assert rep.sass_full.get("MEMBAR.ALL.GPU", 0) == 2
+    else:
+        assert "multicast" not in rep.ptx and rep.sass.get("UCGABAR_WAIT", 0) == 0
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored, rep.warnings
 
@@ -82,8 +95,13 @@ def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue):
 def test_gemm_config_rules():
     assert GemmConfig(bm=192, bn=128, stages=5).consumer_regs == 152
     assert GemmConfig().consumer_regs == 232
-    with pytest.raises(ValueError, match="register file has 512"):
+    with pytest.raises(ValueError, match="setmaxnreg split needs"):
         GemmConfig(bm=192, bn=128, consumer_regs=232)
+    # 384 threads launch with 168 registers each: 504 per thread slot, not 512 (48 + 2 x 232
+    # hung on an H100 in setmaxnreg.inc).
+    with pytest.raises(ValueError, match="has 504"):
+        GemmConfig(producer_regs=48, consumer_regs=232)
+    assert GemmConfig(cluster=4, b_major="MN").producer_regs == 48
     with pytest.raises(ValueError, match="227 KiB"):
         GemmConfig(stages=5)
     with pytest.raises(ValueError, match="wgmma N"):
@@ -95,18 +113,24 @@ def test_gemm_config_rules():
         GemmConfig("f32.e4m3.e4m3", b_major="MN")
     with pytest.raises(ValueError, match="16-bit outputs"):
         GemmConfig(out="f32", epilogue="tma")
+    with pytest.raises(ValueError, match="cluster must be 1, 2 or 4"):
+        GemmConfig(cluster=3)
+    with pytest.raises(ValueError, match="whole swizzle atoms"):
+        GemmConfig(bn=64, b_major="MN", cluster=2)
+    assert GemmConfig(bn=64, cluster=4).cluster == 4  # 16 K-major rows per CTA: two atoms
 
 
-@pytest.mark.parametrize("kind, a_major, b_major", [("f32.bf16.bf16", "K", "K"), ("f32.bf16.bf16", "MN", "MN"),
-                                                    ("f32.e4m3.e4m3", "K", "K"), ("f32.tf32.tf32", "K", "K")])
-def test_expect_tx_matches_the_boxes(kind, a_major, b_major):
+@pytest.mark.parametrize("kind, a_major, b_major, cluster", [
+    ("f32.bf16.bf16", "K", "K", 1), ("f32.bf16.bf16", "MN", "MN", 1), ("f32.e4m3.e4m3", "K", "K", 1),
+    ("f32.tf32.tf32", "K", "K", 1), ("f32.bf16.bf16", "K", "K", 2), ("f32.bf16.bf16", "K", "MN", 4)])
+def test_expect_tx_matches_the_boxes(kind, a_major, b_major, cluster):
     """The protocol check matmul runs before a plan's first launch: the stage's expect_tx byte
     count equals the bytes of the TMA boxes the producer issues."""
     from nbwgmma.matmul import _Plan
     from nbwgmma.tma import TensorMap
 
     plan = _Plan.__new__(_Plan)
-    plan.cfg = GemmConfig(kind, a_major=a_major, b_major=b_major, out="f32")
+    plan.cfg = GemmConfig(kind, a_major=a_major, b_major=b_major, out="f32", cluster=cluster)
     dt = kind.split(".")[1]
     es = {"bf16": 2, "e4m3": 1, "tf32": 4}[dt]
     npdt = {1: np.uint8, 2: np.float16, 4: np.float32}[es]
@@ -117,6 +141,11 @@ def test_expect_tx_matches_the_boxes(kind, a_major, b_major):
         box = (rows, bk) if major == "K" else (bk, 64)
         return TensorMap(big, box, dtype=dt, swizzle="128B", encode=False)
 
-    plan._check_expect_tx(tmap(a_major, 128), tmap(b_major, 256))
+    # With a cluster each CTA loads a 1/cluster share of B (K-major: a box of 256/cluster rows).
+    plan._check_expect_tx(tmap(a_major, 128), tmap(b_major, 256 // cluster))
     with pytest.raises(RuntimeError, match="expect_tx announces"):
-        plan._check_expect_tx(TensorMap(big, (16, 16), dtype=dt, swizzle="none", encode=False), tmap(b_major, 256))
+        plan._check_expect_tx(TensorMap(big, (16, 16), dtype=dt, swizzle="none", encode=False),
+                              tmap(b_major, 256 // cluster))
+    if cluster > 1 and b_major == "K":  # a whole B box per CTA would be counted cluster times
+        with pytest.raises(RuntimeError, match="expect_tx announces"):
+            plan._check_expect_tx(tmap(a_major, 128), tmap(b_major, 256))

@@ -120,3 +120,32 @@ def test_host_and_cross_device_inputs_rejected():
     a = torch.randn(8, 8).to(torch.bfloat16)
     with pytest.raises(TypeError, match="CUDA tensor"):
         matmul(a, a)
+
+
+@pytest.mark.parametrize("cluster", [2, 4])
+@pytest.mark.parametrize("dtype, layout", [("bf16", "KK"), ("bf16", "KN"), ("f16", "MK"), ("bf16", "MN"),
+                                           ("e4m3", "KK"), ("f32", "KK")])
+@pytest.mark.parametrize("m, n, k", [(129, 264, 1000), (300, 520, 200), (1000, 129, 127), (2048, 2048, 512)])
+def test_clusters_multicasting_b(cluster, dtype, layout, m, n, k):
+    """Clusters of CTAs along M share their B tile through multicast TMA; tile rows past M
+    (M's tile count not a multiple of the cluster) still feed their peers."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k + cluster)
+    a = make(m, k, dtype, "row" if layout[0] == "K" else "col", g)
+    bt = make(n, k, dtype, "row", g)
+    b = bt.t() if layout[1] == "K" else bt.t().contiguous()
+    odt = {"e4m3": "bf16"}.get(dtype, dtype)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype={"bf16": torch.bfloat16, "f16": torch.float16,
+                                                                "f32": torch.float32}[odt])
+    c = matmul(a, b, out=out, config={"cluster": cluster})
+    check(c, a, b, dtype)
+
+
+@pytest.mark.parametrize("cluster, bm, bn", [(2, 128, 256), (4, 64, 256), (2, 192, 128)])
+def test_clusters_small_integers_exact(cluster, bm, bn):
+    g = torch.Generator(device="cuda").manual_seed(cluster * bm)
+    a = torch.randint(-3, 4, (700, 320), device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randint(-3, 4, (320, 900), device="cuda", generator=g).to(torch.bfloat16)
+    c = torch.full((700, 900), float("nan"), device="cuda", dtype=torch.float32)
+    matmul(a, b, out=c, config={"cluster": cluster, "bm": bm, "bn": bn})
+    ref = a.double() @ b.double()
+    assert torch.equal(c.double(), ref) and ref.abs().sum() > 0

@@ -23,6 +23,12 @@ TMA stores; the consumer goes straight on to its next tile and only waits for
 those stores to have *read* the tile before it writes the tile again. "direct"
 stores each value to global memory (any output type or strides).
 
+Clusters (``cluster`` > 1): CTAs of a cluster take vertically adjacent tiles of one
+column at a time; each loads its share of the common B tile with a multicast TMA
+into every CTA's slot, so a stage's "full" barrier collects A's bytes and all the
+shares, and its "empty" barrier waits for the consumers of every CTA of the cluster
+(remote ``mbarrier.arrive`` through ``mapa``) before the slot is refilled.
+
 Tails: TMA fills out-of-bounds elements of A and B with zeros, which add
 nothing; TMA stores clip at C's edges, and the direct stores skip elements
 outside C.
@@ -43,6 +49,10 @@ from ..intrinsics import (
     bulk_commit_group,
     bulk_wait_group,
     bulk_wait_group_read,
+    cluster_ctarank,
+    cluster_sync,
+    mbarrier_arrive_cluster,
+    tma_load_multicast_2d,
     fence_proxy_async_shared,
     named_barrier_sync,
     tma_store_2d,
@@ -86,11 +96,17 @@ class GemmConfig:
     stores that overlap the next tile's main loop (16-bit outputs); "direct" stores
     the fragments straight to global memory (any output type and strides).
     ``stages`` defaults to the most (up to 4) that fit in shared memory.
+    ``cluster`` (1, 2 or 4) launches the CTAs in thread-block clusters of that many along
+    M: the cluster works on vertically adjacent tiles that share their B tile, and each
+    CTA loads 1/cluster of it and multicasts it to all (less L2 traffic for B).
+    ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
+    (default 40 for the producer, 48 for a cluster of 4 with MN-major B; the rest shared
+    out among the consumers, at most 240 each).
     """
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
-                 producer_regs=40, consumer_regs=None, a_major="K", b_major="K", out="bf16",
-                 epilogue="direct", c_parts=None):
+                 producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
+                 epilogue="direct", c_parts=None, cluster=1):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -110,6 +126,12 @@ class GemmConfig:
             raise ValueError(f"epilogue must be 'tma' or 'direct'; got {epilogue!r}")
         if epilogue == "tma" and _OUT_BYTES[out] != 2:
             raise ValueError(f"the TMA epilogue stores 16-bit outputs; got out={out}")
+        if cluster not in (1, 2, 4):
+            raise ValueError(f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
+        if (b_major == "K" and (bn // cluster) % 8) or (b_major == "MN" and (bn // 64) % cluster):
+            raise ValueError(f"a cluster of {cluster} splits B's {bn} rows into whole swizzle atoms "
+                             f"({'8 rows' if b_major == 'K' else '64-column boxes'}); it cannot")
+        self.cluster = cluster
         self.bm, self.bn, self.group_m, self.scaled = bm, bn, group_m, scaled
         self.a_major, self.b_major, self.out, self.epilogue = a_major, b_major, out, epilogue
         self.esize = int(ELEMENT_BYTES[self.k.atype])
@@ -142,27 +164,41 @@ class GemmConfig:
             )
         self.stages = stages
         self.smem_bytes = self.stages * self.stage_bytes + self.c_bytes
-        # The register file holds 64K registers: 512 per thread of one warpgroup, shared out
-        # among the warpgroups. setmaxnreg.inc waits until its registers are free, so an
-        # over-subscribed split would hang: check it here.
+        # setmaxnreg moves registers between the warpgroups of one CTA: .dec returns them to
+        # the CTA's pool and .inc waits until the pool has enough. The pool is what the CTA
+        # was launched with, (launch-bound registers per thread) x (threads), so a split
+        # that asks for more than that hangs (measured on an H100: 48 + 2 x 232 with 384
+        # threads of 168 registers, 504 per thread slot, never got past setmaxnreg.inc).
+        self.regs_per_slot = self.launch_regs() * (self.consumers + 1)
+        if producer_regs is None:
+            # A cluster of 4 with MN-major B needs 8 more for the producer's addresses (with
+            # 40, ptxas spills 24-32 bytes).
+            producer_regs = 48 if cluster == 4 and b_major == "MN" else 40
         if consumer_regs is None:
-            consumer_regs = min(240, (512 - producer_regs) // self.consumers // 8 * 8)
-        if producer_regs + self.consumers * consumer_regs > 512:
+            consumer_regs = min(240, (self.regs_per_slot - producer_regs) // self.consumers // 8 * 8)
+        if producer_regs + self.consumers * consumer_regs > self.regs_per_slot:
             raise ValueError(
                 f"setmaxnreg split needs {producer_regs} + {self.consumers} x {consumer_regs} registers per "
-                f"thread slot; the register file has 512"
+                f"thread slot; a CTA of {self.threads} threads has {self.regs_per_slot} "
+                f"({self.launch_regs()} per thread)"
             )
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+
+    def launch_regs(self):
+        """Registers per thread a CTA of ``threads`` gets with one CTA per SM (64K register
+        file, 8-register granularity, at most 255 addressable)."""
+        return min(255, 65536 // self.threads) // 8 * 8
 
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
-                self.c_parts)
+                self.c_parts, self.cluster)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
                 f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue}"
-                f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''})")
+                f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
+                f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''})")
 
 
 @cuda.jit(device=True, inline=True)
@@ -225,19 +261,41 @@ def _build(key):
     C_CONS = 64 * PART_COLS * 2
     PART_REGS = PART_COLS // 4  # packed 16-bit registers per part
     BF16_OUT = cfg.out == "bf16"
+    CL = cfg.cluster
+    CL_MASK = (1 << CL) - 1
+    GROUP_MC = max(1, GROUP_M // CL)  # tile rows per group, counted in cluster rows
+    B_BOXES = BN // 64 // CL  # MN-major B boxes per CTA (64 N-columns each)
+    B_PART_ROWS = BN // CL  # rows of B (N) per CTA
+    B_PART_BYTES = B_PART_ROWS * 128  # their bytes in the slot, in either layout
 
     @cuda.jit(device=True, inline=True)
-    def load_stage(slot, full, tmap_a, tmap_b, kb, pm, pn):
+    def load_stage(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, b_dst):
+        """One stage: A's rows from ``a_row`` and this CTA's share of B (rows from ``b_row``,
+        landing at ``slot + b_dst``); with a cluster the B share is multicast to every CTA."""
         if A_MN:
             for j in range(BM // 64):
-                tma_load_2d(slot + j * 8192, tmap_a, full, pm * BM + j * 64, kb * BK)
+                tma_load_2d(slot + j * 8192, tmap_a, full, a_row + j * 64, kcol)
         else:
-            tma_load_2d(slot, tmap_a, full, kb * BK, pm * BM)
+            tma_load_2d(slot, tmap_a, full, kcol, a_row)
         if B_MN:
-            for j in range(BN // 64):
-                tma_load_2d(slot + A_BYTES + j * 8192, tmap_b, full, pn * BN + j * 64, kb * BK)
+            for j in range(B_BOXES):
+                if CL == 1:
+                    tma_load_2d(slot + b_dst + j * 8192, tmap_b, full, b_row + j * 64, kcol)
+                else:
+                    tma_load_multicast_2d(slot + b_dst + j * 8192, tmap_b, full, CL_MASK, b_row + j * 64, kcol)
+        elif CL == 1:
+            tma_load_2d(slot + b_dst, tmap_b, full, kcol, b_row)
         else:
-            tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, pn * BN)
+            tma_load_multicast_2d(slot + b_dst, tmap_b, full, CL_MASK, kcol, b_row)
+
+    @cuda.jit(device=True, inline=True)
+    def release(bar, rank):
+        """A consumer is done with a stage: tell every producer that writes into it."""
+        if CL == 1:
+            mbarrier_arrive(bar)
+        else:
+            for r in range(CL):
+                mbarrier_arrive_cluster(bar, r)
 
     @cuda.jit(device=True, inline=True)
     def store_direct(acc, c, ctid, cw, row0, col0, cbase):
@@ -288,27 +346,41 @@ def _build(key):
         if tid == 0:
             for s in range(STAGES):
                 mbarrier_init(full0 + 8 * s, 1)
-                mbarrier_init(empty0 + 8 * s, NCONS)
+                # Every consumer of every CTA of the cluster reads what this producer writes.
+                mbarrier_init(empty0 + 8 * s, NCONS * CL)
             fence_mbarrier_init()
-        cuda.syncthreads()
+        if CL == 1:
+            cuda.syncthreads()
+        else:
+            cluster_sync()  # the peers' barriers are initialized before anyone uses them
+        rank = cluster_ctarank() if CL > 1 else 0
 
+        # A cluster of CL CTAs takes CL vertically adjacent tiles at a time (one "cluster tile").
         tiles_m = (m + BM - 1) // BM
+        tiles_mc = (tiles_m + CL - 1) // CL
         tiles_n = (n + BN - 1) // BN
-        ntiles = tiles_m * tiles_n
+        ntiles = tiles_mc * tiles_n
         kblocks = (k + BK - 1) // BK
+        first = cuda.blockIdx.x // CL
+        step = cuda.gridDim.x // CL
 
         if wg == 0:
             setmaxnreg_dec(PREGS)
             if tid == 0:
+                b_dst = A_BYTES + rank * B_PART_BYTES
                 it = 0
-                for t in range(cuda.blockIdx.x, ntiles, cuda.gridDim.x):
-                    pm, pn = tile_order(t, tiles_m, tiles_n, GROUP_M)
+                for t in range(first, ntiles, step):
+                    pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
+                    # Past M's last tile (tiles_m not a multiple of CL) a CTA still loads and
+                    # multicasts its share of B for its peers; its own A rows are a copy.
+                    pm = min(pmc * CL + rank, tiles_m - 1)
+                    b_row = pn * BN + rank * B_PART_ROWS
                     for kb in range(kblocks):
                         s = it % STAGES
                         mbarrier_wait_parity(empty0 + 8 * s, ((it // STAGES) & 1) ^ 1)
                         full = full0 + 8 * s
                         mbarrier_arrive_expect_tx(full, STAGE_BYTES)
-                        load_stage(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb, pm, pn)
+                        load_stage(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, b_row, b_dst)
                         it += 1
         else:
             setmaxnreg_inc(CREGS)
@@ -316,8 +388,9 @@ def _build(key):
             ctid = tid % 128
             cbase = base + C_OFF + cw * C_CONS
             it = 0
-            for t in range(cuda.blockIdx.x, ntiles, cuda.gridDim.x):
-                pm, pn = tile_order(t, tiles_m, tiles_n, GROUP_M)
+            for t in range(first, ntiles, step):
+                pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
+                pm = pmc * CL + rank
                 acc = acc_undef(KIND, BN)
                 for kb in range(kblocks):
                     s = it % STAGES
@@ -336,16 +409,20 @@ def _build(key):
                     # Keep this stage's group in flight; the previous one is done: release it.
                     wgmma_wait_group(1)
                     if kb > 0 and ctid == 0:
-                        mbarrier_arrive(empty0 + 8 * ((it - 1) % STAGES))
+                        release(empty0 + 8 * ((it - 1) % STAGES), rank)
                     it += 1
                 wgmma_wait_group(0)
                 if ctid == 0:
-                    mbarrier_arrive(empty0 + 8 * ((it - 1) % STAGES))
+                    release(empty0 + 8 * ((it - 1) % STAGES), rank)
                 if SCALED:
                     acc = acc_scale(acc, alpha)
-                store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase)
+                if pm < tiles_m:
+                    store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
+        if CL > 1:
+            # No CTA leaves while a peer may still arrive on its barriers.
+            cluster_sync()
 
     return gemm
 

@@ -219,3 +219,30 @@ def test_two_cta_cluster_mapa_and_cluster_barrier():
     np.testing.assert_array_equal(got[:, 3], np.arange(nblocks) // 2)
     peer_block = np.arange(nblocks) ^ 1
     np.testing.assert_array_equal(got[:, 0], 1000 + (ranks ^ 1) * 7 + peer_block)
+
+
+@cuda.jit
+def _remote_arrivals(done, timeout_ns):
+    """Lane 0 of every warp of every CTA arrives once on the barrier of every CTA of the cluster."""
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    n = cluster_nctarank()
+    nwarps = cuda.blockDim.x // 32
+    if cuda.threadIdx.x == 0:
+        mbarrier_init(bar, n * nwarps)
+        fence_mbarrier_init()
+    cluster_sync()
+    if cuda.threadIdx.x % 32 == 0:
+        for r in range(n):
+            mbarrier_arrive_cluster(bar, r)
+    ok = mbarrier_wait_parity_timeout(bar, 0, timeout_ns, "cluster")
+    if cuda.threadIdx.x == 0:
+        done[cuda.blockIdx.x] = 1 if ok else 0
+    cluster_sync()
+
+
+@pytest.mark.parametrize("csize", [2, 4])
+def test_remote_mbarrier_arrivals_complete_every_ctas_phase(csize):
+    done = cuda.to_device(np.full(2 * csize, 7, np.int32))
+    launch(_remote_arrivals, 2 * csize, 128, (done, np.uint64(2_000_000_000)), cluster=csize)
+    np.testing.assert_array_equal(done.copy_to_host(), 1)
