@@ -197,6 +197,9 @@ class _Plan:
         m, k = ia.shape
         n = ib.shape[1]
         self.mnk = (m, n, k)
+        opts = dict(opts)
+        if "bm" not in opts and "bn" not in opts:
+            opts["bm"], opts["bn"] = _pick_tile(m, n)
         probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})
         transposable = probe.k.transposable
         # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
@@ -205,7 +208,6 @@ class _Plan:
         self.b_path = _operand_path(ib, True, transposable)
         self.tdt = ({"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype))
         self.c_view = _tma_view(io, m, n, io.strides[0], io.strides[1]) if _OUT_BYTES[odt] == 2 else None
-        opts = dict(opts)
         epilogue = opts.pop("epilogue", "tma" if self.c_view is not None else "direct")
         if epilogue == "tma" and self.c_view is None:
             raise MatmulError("matmul: config epilogue='tma' needs a 16-bit row-major out with 16-byte aligned rows")
@@ -256,6 +258,23 @@ class _Plan:
         got = boxes_a * ta.box_bytes + boxes_b * tb.box_bytes
         if got != cfg.stage_bytes:
             raise RuntimeError(f"matmul: a stage loads {got} bytes but expect_tx announces {cfg.stage_bytes}")
+
+
+#: CTA tiles (BM, BN) from the largest down. The largest that still gives most SMs a tile
+#: wins; small M x N (few tiles of 128 x 256) takes smaller tiles, since a tile's K loop
+#: runs on one SM. Measured at 128 x 8192 x 8192 bf16 on an H100 (BENCHMARKS.md):
+#: 128x256 0.45x cuBLAS, 128x128 0.81x, 64x128 0.83x.
+_TILES = ((128, 256), (128, 128), (64, 128), (64, 64))
+
+
+def _pick_tile(m, n):
+    from .launch import device_limits
+
+    want = 0.75 * device_limits()["multiprocessors"]
+    for bm, bn in _TILES:
+        if math.ceil(m / bm) * math.ceil(n / bn) >= want:
+            return bm, bn
+    return _TILES[-1]
 
 
 def _operand_path(info: ArrayInfo, is_b, transposable):

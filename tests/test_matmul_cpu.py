@@ -6,6 +6,7 @@ from numba import types
 
 from nbwgmma import MatmulError, matmul
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
+from nbwgmma.matmul import _TILES
 from nbwgmma.report import compile_report
 
 
@@ -149,3 +150,24 @@ def test_expect_tx_matches_the_boxes(kind, a_major, b_major, cluster):
     if cluster > 1 and b_major == "K":  # a whole B box per CTA would be counted cluster times
         with pytest.raises(RuntimeError, match="expect_tx announces"):
             plan._check_expect_tx(tmap(a_major, 128), tmap(b_major, 256))
+
+
+@pytest.mark.parametrize("bm, bn", _TILES)
+def test_every_automatic_tile_compiles_clean(bm, bn):
+    """The tiles matmul picks by shape (smaller ones for small M x N)."""
+    cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, epilogue="tma")
+    sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
+    rep = compile_report(gemm_kernel(cfg), sig)
+    assert rep.sass["HGMMA"] == 4 and rep.sass["UTMALDG"] >= 1 and rep.sass["UTMASTG"] >= 1
+    assert rep.spill_bytes == 0 and not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+
+
+def test_tile_choice_by_shape(monkeypatch):
+    import sys
+
+    mm = sys.modules["nbwgmma.matmul"]
+    monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
+    assert mm._pick_tile(8192, 8192) == (128, 256)
+    assert mm._pick_tile(512, 8192) == (128, 256)  # 128 tiles of 128 x 256
+    assert mm._pick_tile(128, 8192) == (64, 128)  # 32 tiles of 128 x 256 would leave 100 SMs idle
+    assert mm._pick_tile(256, 256) == (64, 64)
