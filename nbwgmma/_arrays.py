@@ -87,6 +87,10 @@ def array_info(a) -> ArrayInfo:
     if isinstance(a, np.ndarray):
         raise TypeError("expected a CUDA array (CuPy, PyTorch, Numba device array); got a host numpy array")
     cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is None and type(a).__name__ == "FakeCUDAArray":  # Numba's simulator: host memory
+        h = a._ary
+        cai = {"typestr": h.dtype.str, "shape": h.shape, "strides": h.strides, "data": (h.ctypes.data, False)}
+        mod = "simulator"
     if cai is None:
         raise TypeError(f"expected a CUDA array with __cuda_array_interface__; got {type(a).__name__}")
     dtype = np.dtype(cai["typestr"])
@@ -106,7 +110,7 @@ def array_info(a) -> ArrayInfo:
     device = None
     if kind == "cupy":
         device = a.device.id
-    elif kind == "numba":
+    elif kind == "numba" and mod != "simulator":
         from numba import cuda
 
         device = cuda.get_current_device().id

@@ -136,12 +136,22 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     PyTorch, cuda.core) or a raw handle. Raises :class:`LaunchError` before
     launching when the request exceeds the device.
     """
+    from . import sim
+
+    grid = _dim3(grid, "grid")
+    block = _dim3(block, "block")
+    if sim.enabled():  # Numba's CUDA simulator: the intrinsics run as Python (nbwgmma.sim)
+        cluster = _dim3(cluster, "cluster") if cluster is not None else (1, 1, 1)
+        for g, c, ax in zip(grid, cluster, "xyz"):
+            if g % c:
+                raise LaunchError(f"grid.{ax}={g} is not a multiple of cluster.{ax}={c}")
+        sim.run(kernel, grid, block, args, smem=int(smem), cluster=cluster)
+        return
+
     from cuda.core import LaunchConfig
     from cuda.core import launch as core_launch
     from numba import cuda
 
-    grid = _dim3(grid, "grid")
-    block = _dim3(block, "block")
     lim = device_limits()
     nthreads = math.prod(block)
     if nthreads > lim["max_threads_per_block"]:

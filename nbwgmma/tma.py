@@ -193,7 +193,12 @@ class TensorMap:
         )
         validate(self.params)
         self._dev = None
-        if encode:
+        from . import sim
+
+        if encode and sim.enabled():  # the simulated TMA reads the params, not the 128 bytes
+            self._dev = True
+            self._address = sim.register_tensor_map(self)
+        elif encode:
             from numba import cuda
 
             self.opaque = _encode(self.params)

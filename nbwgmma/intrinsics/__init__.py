@@ -6,6 +6,11 @@ package gives the whole instruction set::
     from nbwgmma.intrinsics import *
 """
 
+from .. import sim as _sim
+
+if _sim.enabled():
+    _sim.install_jit_shim()
+
 from . import address, control, descriptor, fence, fragment, matrix, mbarrier, tma, wgmma
 from .address import *  # noqa: F401,F403
 from .control import *  # noqa: F401,F403
@@ -21,3 +26,8 @@ __all__ = (
     address.__all__ + control.__all__ + descriptor.__all__ + fence.__all__
     + fragment.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__ + wgmma.__all__
 )
+
+if _sim.enabled():  # the fragment helpers are Numba intrinsics on the GPU, models in the simulator
+    for _name, _f in _sim.FRAGMENT_IMPLS.items():
+        setattr(fragment, _name, _f)
+        globals()[_name] = _f

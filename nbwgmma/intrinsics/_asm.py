@@ -360,6 +360,10 @@ def ptx_intrinsic(
     stores across the instruction.
     """
     params = list(params)
+    from .. import sim
+
+    if sim.enabled():  # Numba's CUDA simulator: a Python function with the same semantics
+        return sim.declare(name, params, doc)
     imm_params = [p for p in params if isinstance(p, Imm)]
 
     def resolve(argtypes: dict):

@@ -246,7 +246,9 @@ def _debug_wait(name, timed, argname, argty, argfmt):
 
 DEBUG_WAIT_TIMEOUT_S = debug_wait_timeout_s()
 
-if DEBUG_WAIT_TIMEOUT_S is None:
+from .. import sim as _sim  # noqa: E402
+
+if DEBUG_WAIT_TIMEOUT_S is None or _sim.enabled():  # simulated waits always have a deadline
     mbarrier_wait_parity = _plain_wait_parity
     mbarrier_wait = _plain_wait
 else:
