@@ -7,6 +7,10 @@ OUT=${OUT:-/tmp/nbwgmma-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# The simulator against the GPU, bit for bit, on the examples, the library GEMM and a wrong descriptor.
+NUMBA_ENABLE_CUDASIM=1 python3 tests/sim_vs_gpu.py "$OUT/sim.npz" > /dev/null && python3 tests/sim_vs_gpu.py "$OUT/gpu.npz" > /dev/null \
+  && python3 tests/sim_vs_gpu.py --compare "$OUT/sim.npz" "$OUT/gpu.npz" | tee "$OUT/sim_vs_gpu.log"
+[ -n "${SKIP_TESTS:-}" ] || \
 timeout ${TEST_TIMEOUT:-570} python3 -m pytest -m gpu -q -p no:cacheprovider -rf ${PYTEST_ARGS:-} \
   2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|^FAILED|^ERROR|fuzz:" | tail -20
 if [ -n "${SANITIZE:-}" ]; then

@@ -66,37 +66,45 @@ def tma_wgmma(tmap_a, tmap_b, tmap_d, reps):
 SIG = (types.uint64, types.uint64, types.uint64, types.int32)
 
 
-def main(time_it=True):
-    if not gpu_available():
-        return compile_report_instead(tma_wgmma, SIG)
-    import torch
-
+def run(a, b):
+    """D = A B^T (f32) of 64x64 integer-valued A and B (N x K) through the kernel, on the GPU
+    or in the simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
+    from nbwgmma.intrinsics.wgmma_model import encode_elements
     from nbwgmma.launch import dynamic_smem_bytes, launch
     from nbwgmma.tma import TensorMap
 
-    g = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randint(-4, 5, (64, 64), device="cuda", generator=g).to(torch.bfloat16)
-    b = torch.randint(-4, 5, (64, 64), device="cuda", generator=g).to(torch.bfloat16)  # N x K
-    d = torch.full((64, 64), float("nan"), device="cuda")
-    ta = TensorMap(a, (64, 64), swizzle="128B")
-    tb = TensorMap(b, (64, 64), swizzle="128B")
-    td = TensorMap(d, (64, 32), swizzle="128B")
-    smem = dynamic_smem_bytes(4 * TILE)
-    launch(tma_wgmma, 1, 128, (ta.address, tb.address, td.address, 1), smem=smem)
-    torch.cuda.synchronize()
-    ref = a.double() @ b.double().t()
-    err = float((d.double() - ref).abs().max())
+    bits = [cuda.to_device(encode_elements(x, "bf16").view(np.uint16).reshape(64, 64)) for x in (a, b)]
+    d = cuda.to_device(np.full((64, 64), np.nan, np.float32))
+    maps = [TensorMap(x, (64, 64), dtype="bf16", swizzle="128B") for x in bits]
+    maps.append(TensorMap(d, (64, 32), swizzle="128B"))
+    launch(tma_wgmma, 1, 128, tuple(m.address for m in maps) + (1,), smem=dynamic_smem_bytes(4 * TILE))
+    return d.copy_to_host(), maps
+
+
+def main(time_it=True):
+    from nbwgmma import sim
+
+    if not gpu_available() and not sim.enabled():
+        return compile_report_instead(tma_wgmma, SIG)
+    rng = np.random.default_rng(0)
+    a = rng.integers(-4, 5, (64, 64))
+    b = rng.integers(-4, 5, (64, 64))  # N x K
+    d, maps = run(a, b)
+    err = float(np.abs(d.astype(np.float64) - a @ b.T).max())
     print(f"D[0, :6] = {d[0, :6].tolist()}\nmax |D - A B^T| = {err:g} over 4096 elements")
     if err != 0.0:
         raise SystemExit("mismatch")
-    if time_it:
+    if time_it and not sim.enabled():
+        from nbwgmma.launch import dynamic_smem_bytes, launch
+
         blocks, reps = 132 * 4, 2000
-        args = (ta.address, tb.address, td.address, reps)
+        args = tuple(m.address for m in maps) + (reps,)
+        smem = dynamic_smem_bytes(4 * TILE)
         launch(tma_wgmma, blocks, 128, args, smem=smem)
-        torch.cuda.synchronize()
+        cuda.synchronize()
         t0 = time.perf_counter()
         launch(tma_wgmma, blocks, 128, args, smem=smem)
-        torch.cuda.synchronize()
+        cuda.synchronize()
         dt = time.perf_counter() - t0
         flops = blocks * reps * 2 * 64 * 64 * 64
         print(f"{blocks} CTAs x {reps} reps of 64x64x64: {flops / dt / 1e12:.1f} TFLOP/s "

@@ -51,22 +51,28 @@ def rs_kernel(a_bits, image, desc_b, out):
 SIG = (types.uint16[:, :], types.uint8[:], types.uint64[:], types.float32[:, :])
 
 
-def main():
-    from nbwgmma.launch import dynamic_smem_bytes, launch
-
-    rng = np.random.default_rng(2)
+def problem(seed=2):
+    rng = np.random.default_rng(seed)
     a = rng.integers(-4, 5, (64, 16)).astype(np.float64)
     b = rng.integers(-4, 5, (N, 16)).astype(np.float64)
-    p = TileProblem(KIND, N, 1, a, b, swizzle="128B")
+    return TileProblem(KIND, N, 1, a, b, swizzle="128B")
 
-    def run():
-        a_bits = encode_elements(a, "bf16").view(np.uint16)
-        out = cuda.to_device(np.full((64, N), np.nan, np.float32))
-        launch(rs_kernel, 1, 128, (cuda.to_device(a_bits), cuda.to_device(p.image), cuda.to_device(p.desc_b), out),
-               smem=dynamic_smem_bytes(p.image.size))
-        return out.copy_to_host()
 
-    return report_or_run("m64n64k16 bf16, A from registers via ldmatrix.x4", p, lambda: (rs_kernel, SIG), run)
+def run(p):
+    """D of the kernel for problem ``p`` (on the GPU, or in the simulator)."""
+    from nbwgmma.launch import dynamic_smem_bytes, launch
+
+    a_bits = encode_elements(p.a, "bf16").view(np.uint16)
+    out = cuda.to_device(np.full((64, N), np.nan, np.float32))
+    launch(rs_kernel, 1, 128, (cuda.to_device(a_bits), cuda.to_device(p.image), cuda.to_device(p.desc_b), out),
+           smem=dynamic_smem_bytes(p.image.size))
+    return out.copy_to_host()
+
+
+def main():
+    p = problem()
+    return report_or_run("m64n64k16 bf16, A from registers via ldmatrix.x4", p, lambda: (rs_kernel, SIG),
+                         lambda: run(p))
 
 
 if __name__ == "__main__":

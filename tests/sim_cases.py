@@ -1,0 +1,128 @@
+"""nbwgmma kernels in Numba's CUDA simulator (run by tests/test_sim.py in a child process
+with NUMBA_ENABLE_CUDASIM=1; also by hand: NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_cases.py)."""
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from nbwgmma import sim
+from nbwgmma.intrinsics import ldmatrix, smem_addr, stmatrix
+from nbwgmma.intrinsics.wgmma_model import encode_elements
+from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile
+from nbwgmma.launch import dynamic_smem_bytes, launch
+from nbwgmma.tma import TensorMap
+
+from tests.sim_vs_gpu import run_library_gemm  # noqa: E402
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
+
+
+def _example(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("name", ["wgmma_m64n8k16", "wgmma_m64n8k32_swizzle64", "wgmma_rs_ldmatrix",
+                                  "wgmma_m64n256k16_swizzle128", "tma_wgmma_tile"])
+def test_examples_match_the_reference(name):
+    """Each example checks its own D against numpy / the layout model and returns max |error|."""
+    assert _example(name).main() == 0.0
+
+
+@pytest.mark.parametrize("cluster, epilogue", [(1, "direct"), (1, "tma"), (2, "tma")])
+def test_library_gemm_small_integers_exact(cluster, epilogue):
+    rng = np.random.default_rng(cluster)
+    a = rng.integers(-3, 4, (256, 128)).astype(np.float64)
+    b = rng.integers(-3, 4, (256, 128)).astype(np.float64)
+    got = run_library_gemm(a, b, cluster, epilogue)
+    ref = a @ b.T
+    assert np.abs(ref).sum() > 0
+    np.testing.assert_array_equal(got, ref.astype(np.float32))
+
+
+def test_library_gemm_random_tails_against_float64():
+    """Random data, M and N not multiples of the tile (TMA zero fill, clipped stores)."""
+    rng = np.random.default_rng(9)
+    a = encode_elements(rng.standard_normal((200, 72)), "bf16").view(np.uint16)
+    b = encode_elements(rng.standard_normal((136, 72)), "bf16").view(np.uint16)
+    to_f = lambda x: (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # noqa: E731
+    a, b = to_f(a).reshape(200, 72), to_f(b).reshape(136, 72)
+    got = run_library_gemm(a, b, 1, "direct", bm=64, bn=64)
+    ref = a @ b.T
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-6
+
+
+def test_a_wrong_sbo_reads_what_the_descriptor_says():
+    """With SBO halved, wgmma reads the wrong rows: the simulator gives the model's wrong
+    answer for that descriptor (checked equal to the GPU's on an H100), not the right one."""
+    rng = np.random.default_rng(4)
+    a = rng.integers(-4, 5, (64, 16)).astype(np.float64)
+    b = rng.integers(-4, 5, (8, 16)).astype(np.float64)
+    p = TileProblem("f32.bf16.bf16", 8, 1, a, b, swizzle="none")
+    p.desc_a = p.desc_a - np.uint64(8 << 32)  # SBO 256 -> 128 bytes
+    got = run_tile(p)
+    np.testing.assert_array_equal(got, p.reference())
+    assert not np.array_equal(got, a @ b.T)
+
+
+def test_a_wait_that_cannot_finish_stops_with_a_message(monkeypatch):
+    ex = _example("debug_wait_broken_expect_tx")
+    monkeypatch.setattr(sim, "_deadline_s", lambda: 0.5)
+    x = cuda.to_device(np.arange(64 * 64, dtype=np.uint16).reshape(64, 64))
+    tm = TensorMap(x, (64, 64), dtype="bf16", swizzle="128B")
+    out = cuda.to_device(np.zeros(128, np.int32))
+    with pytest.raises(sim.SimStopped, match="waiting for parity 0"):
+        launch(ex.broken_expect_tx, 1, 128, (tm.address, out), smem=dynamic_smem_bytes(ex.BOX))
+
+
+@cuda.jit
+def _ld_st(src, dst, trans):
+    a = cuda.shared.array((16, 16), np.uint16)
+    b = cuda.shared.array((16, 16), np.uint16)
+    lane = cuda.threadIdx.x
+    for i in range(lane, 256, 32):
+        a[i // 16, i % 16] = src[i // 16, i % 16]
+        b[i // 16, i % 16] = 0
+    cuda.syncthreads()
+    row, col = lane % 16, 8 * (lane // 16)
+    if trans:
+        regs = ldmatrix(smem_addr(a) + (row * 16 + col) * 2, 4, 1)
+        stmatrix(smem_addr(b) + (row * 16 + col) * 2, regs, 1)
+    else:
+        regs = ldmatrix(smem_addr(a) + (row * 16 + col) * 2, 4)
+        stmatrix(smem_addr(b) + (row * 16 + col) * 2, regs)
+    cuda.syncthreads()
+    for i in range(lane, 256, 32):
+        dst[i // 16, i % 16] = b[i // 16, i % 16]
+
+
+@pytest.mark.parametrize("trans", [0, 1])
+def test_ldmatrix_then_stmatrix_round_trips(trans):
+    src = np.arange(256, dtype=np.uint16).reshape(16, 16) * 3 + 1
+    dst = cuda.to_device(np.zeros((16, 16), np.uint16))
+    launch(_ld_st, 1, 32, (cuda.to_device(src), dst, trans))
+    np.testing.assert_array_equal(dst.copy_to_host(), src)
+
+
+def test_every_intrinsic_has_a_simulator_implementation():
+    import nbwgmma.intrinsics as intr
+
+    declared = {n for m in (intr.address, intr.control, intr.fence, intr.mbarrier, intr.tma, intr.matrix, intr.wgmma)
+                for n in m.__all__ if hasattr(getattr(m, n), "params")}
+    assert declared and declared <= set(sim.IMPLS), sorted(declared - set(sim.IMPLS))
+
+
+def test_setmaxnreg_validates_its_argument():
+    from nbwgmma.intrinsics import setmaxnreg_inc
+    from nbwgmma.intrinsics._asm import NbwgmmaTypingError
+
+    with pytest.raises(NbwgmmaTypingError, match="multiple of 8"):
+        setmaxnreg_inc(100)

@@ -1,0 +1,109 @@
+"""The simulator against the GPU, bit for bit: run the examples, the library GEMM and a
+deliberately wrong descriptor on small-integer inputs and save every output; then compare.
+
+    NUMBA_ENABLE_CUDASIM=1 python tests/sim_vs_gpu.py sim.npz   # in the simulator
+    python tests/sim_vs_gpu.py gpu.npz                          # on an H100
+    python tests/sim_vs_gpu.py --compare sim.npz gpu.npz
+"""
+
+import importlib.util
+import pathlib
+import sys
+
+import numpy as np
+from numba import cuda
+
+from nbwgmma.intrinsics.wgmma_model import encode_elements
+from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
+from nbwgmma.launch import launch
+from nbwgmma.tma import TensorMap
+
+EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
+
+
+def _example(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bf16_bits(x):
+    return encode_elements(x, "bf16").view(np.uint16).reshape(x.shape)
+
+
+def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256):
+    """C = A B^T through the library's persistent kernel (bf16 in; bf16 out for the TMA
+    epilogue, f32 for the direct one), as the simulator or the GPU computes it."""
+    m, k = a.shape
+    n = b.shape[0]
+    cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, cluster=cluster, epilogue=epilogue,
+                     out="bf16" if epilogue == "tma" else "f32")
+    ta = TensorMap(cuda.to_device(bf16_bits(a)), (cfg.bm, cfg.bk), dtype="bf16")
+    tb = TensorMap(cuda.to_device(bf16_bits(b)), (cfg.bn // cluster, cfg.bk), dtype="bf16")
+    if epilogue == "tma":
+        c = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))  # bf16 NaN
+        carg = TensorMap(c, (64, 64), dtype="bf16").address
+    else:
+        c = cuda.to_device(np.full((m, n), np.nan, np.float32))
+        carg = c
+    tiles = -(-(-(-m // cfg.bm)) // cluster) * -(-n // cfg.bn)
+    launch(gemm_kernel(cfg), cluster * tiles, cfg.threads,
+           (ta.address, tb.address, carg, np.int32(m), np.int32(n), np.int32(k), np.float32(1)),
+           smem=cfg.smem_bytes + 1023, cluster=(cluster, 1, 1) if cluster > 1 else None)
+    out = c.copy_to_host()
+    return (out.astype(np.uint32) << 16).view(np.float32) if epilogue == "tma" else out
+
+
+def outputs():
+    """{case: output array} of every case, on whatever runs the kernels (GPU or simulator)."""
+    from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile
+
+    got = {}
+
+    def capture(mod, attr, name):
+        orig = getattr(mod, attr)
+
+        def wrapper(*a, **kw):
+            got[name] = out = orig(*a, **kw)
+            return out
+        setattr(mod, attr, wrapper)
+
+    for name, attr in (("wgmma_m64n8k16", "run_tile"), ("wgmma_m64n8k32_swizzle64", "run_tile"),
+                       ("wgmma_m64n256k16_swizzle128", "run_tile"), ("wgmma_rs_ldmatrix", "run")):
+        mod = _example(name)
+        capture(mod, attr, name)
+        mod.main()
+    tma = _example("tma_wgmma_tile")
+    rng = np.random.default_rng(0)
+    got["tma_wgmma_tile"] = tma.run(rng.integers(-4, 5, (64, 64)), rng.integers(-4, 5, (64, 64)))[0]
+    for cluster, epi in ((1, "direct"), (1, "tma"), (2, "tma")):
+        rng = np.random.default_rng(cluster)
+        a = rng.integers(-3, 4, (256, 128)).astype(np.float64)
+        b = rng.integers(-3, 4, (256, 128)).astype(np.float64)
+        got[f"gemm_cluster{cluster}_{epi}"] = run_library_gemm(a, b, cluster, epi)
+    rng = np.random.default_rng(4)
+    p = TileProblem("f32.bf16.bf16", 8, 1, rng.integers(-4, 5, (64, 16)), rng.integers(-4, 5, (8, 16)), swizzle="none")
+    p.desc_a = p.desc_a - np.uint64(8 << 32)  # SBO 256 -> 128 bytes: a wrong descriptor
+    got["wrong_sbo"] = run_tile(p)
+    return got
+
+
+def main(argv):
+    if argv[0] == "--compare":
+        a, b = np.load(argv[1]), np.load(argv[2])
+        assert sorted(a.files) == sorted(b.files), (a.files, b.files)
+        bad = 0
+        for k in sorted(a.files):
+            same = a[k].tobytes() == b[k].tobytes()
+            bad += not same
+            print(f"{k:32s} {a[k].shape} {'bit-identical' if same else 'DIFFERENT'}")
+        print(f"{len(a.files) - bad} of {len(a.files)} outputs bit-identical")
+        return 1 if bad else 0
+    np.savez(argv[0], **outputs())
+    print(f"wrote {argv[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
