@@ -199,7 +199,7 @@ class _Plan:
         self.mnk = (m, n, k)
         opts = dict(opts)
         if "bm" not in opts and "bn" not in opts:
-            opts["bm"], opts["bn"] = _pick_tile(m, n)
+            opts["bm"], opts["bn"] = _pick_tile(m, n, opts.get("cluster", 1))
         probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})
         transposable = probe.k.transposable
         # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
@@ -267,14 +267,16 @@ class _Plan:
 _TILES = ((128, 256), (128, 128), (64, 128), (64, 64))
 
 
-def _pick_tile(m, n):
+def _pick_tile(m, n, cluster=1):
+    """A cluster splits B into 64-column shares: only tiles with ``bn / 64`` a multiple of it."""
     from .launch import device_limits
 
     want = 0.75 * device_limits()["multiprocessors"]
-    for bm, bn in _TILES:
+    tiles = [t for t in _TILES if (t[1] // 64) % cluster == 0]
+    for bm, bn in tiles:
         if math.ceil(m / bm) * math.ceil(n / bn) >= want:
             return bm, bn
-    return _TILES[-1]
+    return tiles[-1]
 
 
 def _operand_path(info: ArrayInfo, is_b, transposable):

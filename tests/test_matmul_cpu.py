@@ -171,3 +171,5 @@ def test_tile_choice_by_shape(monkeypatch):
     assert mm._pick_tile(512, 8192) == (128, 256)  # 128 tiles of 128 x 256
     assert mm._pick_tile(128, 8192) == (64, 128)  # 32 tiles of 128 x 256 would leave 100 SMs idle
     assert mm._pick_tile(256, 256) == (64, 64)
+    assert mm._pick_tile(256, 256, cluster=2) == (64, 128)  # B shares of whole 64-column boxes
+    assert mm._pick_tile(256, 256, cluster=4) == (128, 256)
