@@ -82,7 +82,7 @@ def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue, cluster):
     if epilogue == "tma":
         assert rep.sass["UTMASTG"] >= 1 and rep.sass["STSM"] == cfg.bn // 16 and rep.sass.get("STG", 0) == 0
     if cluster > 1:  # multicast loads, remote releases, cluster barriers at start and end
-        assert ".multicast::cluster" in rep.ptx and "mbarrier.arrive.release.cluster.shared::cluster" in rep.ptx
+        assert ".multicast::cluster" in rep.ptx and "mbarrier.arrive.release.cta.shared::cluster" in rep.ptx
         assert rep.sass["UCGABAR_ARV"] == 2 and rep.sass["UCGABAR_WAIT"] == 2
         # Releases are CTA-scope remote arrives: the only GPU-wide fences are the two cluster
         # barriers' (a cluster-scope release per arrive halved the speed on an H100).
