@@ -101,6 +101,12 @@ def _core_stream(stream):
     return driver._to_core_stream(stream)
 
 
+def _check_whole_clusters(grid, cluster):
+    for g, c, ax in zip(grid, cluster, "xyz"):
+        if g % c:
+            raise LaunchError(f"grid.{ax}={g} is not a multiple of cluster.{ax}={c}")
+
+
 def _compiled(kernel, args, smem):
     """(compiled kernel, cufunc) for ``args``, with the dynamic shared memory limit raised to ``smem``."""
     from numba import cuda
@@ -142,9 +148,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     block = _dim3(block, "block")
     if sim.enabled():  # Numba's CUDA simulator: the intrinsics run as Python (nbwgmma.sim)
         cluster = _dim3(cluster, "cluster") if cluster is not None else (1, 1, 1)
-        for g, c, ax in zip(grid, cluster, "xyz"):
-            if g % c:
-                raise LaunchError(f"grid.{ax}={g} is not a multiple of cluster.{ax}={c}")
+        _check_whole_clusters(grid, cluster)
         sim.run(kernel, grid, block, args, smem=int(smem), cluster=cluster)
         return
 
@@ -160,7 +164,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
         )
 
     smem = int(smem)
-    kern, cufunc = _compiled(kernel, args, min(smem, 48 * 1024))
+    kern, cufunc = _compiled(kernel, args, 0)  # the limit is raised once the request is checked
     kern.bind()
     static = cufunc.attrs.shared
     if smem < 0:
@@ -186,9 +190,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
             raise LaunchError(f"clusters need compute capability 9.0; device has {lim['compute_capability']}")
         if csize > lim["max_portable_cluster"]:
             raise LaunchError(f"cluster of {csize} CTAs {cluster} exceeds the portable limit of 8")
-        for g, c, ax in zip(grid, cluster, "xyz"):
-            if g % c:
-                raise LaunchError(f"grid.{ax}={g} is not a multiple of cluster.{ax}={c}")
+        _check_whole_clusters(grid, cluster)
         cfg["cluster"] = cluster
 
     core_stream = _core_stream(stream)

@@ -78,19 +78,25 @@ class _Cluster:
         self.barrier = _PhasedBarrier(self, nctas * nthreads, "cluster barrier")
         self.deadline = _deadline_s()
 
-    def wait_for(self, pred, what):
-        """Block the calling simulated thread until ``pred()`` (call with ``cond`` held)."""
-        end = time.monotonic() + self.deadline
+    def wait_for(self, pred, what, timeout_s=None):
+        """Block the calling simulated thread until ``pred()`` (call with ``cond`` held). Past
+        the simulator's deadline raise :class:`SimStopped`; past ``timeout_s`` (a timed wait
+        of the kernel) return False."""
+        limit = self.deadline if timeout_s is None else timeout_s
+        end = time.monotonic() + limit
         while not pred():
             if self.error is not None:
                 raise SimStopped("another simulated thread failed")
             left = end - time.monotonic()
             if left <= 0:
+                if timeout_s is not None:
+                    return False
                 th = threading.current_thread()
                 raise SimStopped(
                     f"simulated wait timed out after {self.deadline:g} s: block {tuple(th.blockIdx)} thread "
                     f"{th.thread_id} (warp {th.thread_id // 32}), {what}")
             self.cond.wait(min(left, 0.05))
+        return True
 
     def fail(self, exc):
         with self.cond:
@@ -400,7 +406,7 @@ def _ld_cluster(addr):
     return np.uint32(_bytes(addr, 4).view(np.uint32)[0])
 
 
-@impl("named_barrier_sync", "named_barrier_arrive")
+@impl("named_barrier_sync")
 def _named(barrier_id, nthreads, _wait=True):
     th = _me()
     with th.cl.cond:
@@ -525,16 +531,8 @@ def _mb_wait(bar, state=None, parity=None, timeout_s=None):
             + (f"parity {int(parity)}" if parity is not None else f"state 0x{int(state):x}"))
     with th.cl.cond:
         _, m = _mbar(bar)
-        if timeout_s is None:
-            th.cl.wait_for(lambda: _done(m, state, parity), what)
-            return None
-        end = time.monotonic() + timeout_s
-        while not _done(m, state, parity):
-            left = end - time.monotonic()
-            if left <= 0 or th.cl.error is not None:
-                return False
-            th.cl.cond.wait(min(left, 0.05))
-        return True
+        done = th.cl.wait_for(lambda: _done(m, state, parity), what, timeout_s)
+    return done if timeout_s is not None else None
 
 
 IMPLS["mbarrier_try_wait"] = IMPLS["mbarrier_test_wait"] = lambda bar, state, scope="cta": _mb_test(bar, state=state)
@@ -841,10 +839,17 @@ def _elements(arr, tid, row0, col0, nvals):
     return [(i, int(r[i]), int(c[i])) for i in range(nvals) if r[i] < rows and c[i] < cols]
 
 
+def _bf16_bits(x):
+    """Round-to-nearest-even bf16 bits of ``x`` (the model's encoding)."""
+    from .intrinsics.wgmma_model import encode_elements
+
+    x = np.asarray(x, np.float32)
+    return encode_elements(x.reshape(-1, 1), "bf16").view(np.uint16).reshape(x.shape)
+
+
 def _to_dtype(v, dt):
     if dt == np.uint16:  # bf16 bits
-        return np.uint16(((int(np.float32(v).view(np.uint32)) + 0x7FFF + ((int(np.float32(v).view(np.uint32)) >> 16) & 1))
-                          >> 16) & 0xFFFF)
+        return _bf16_bits(v)[()]
     return np.dtype(dt).type(v)
 
 
@@ -853,9 +858,8 @@ def acc_store(acc, kind, out, tid, row0, col0):
     vals = _acc_values(acc, k)
     if k.dtype == "f32":
         vals = vals.astype(np.float32)
-    dt = out.dtype if hasattr(out, "dtype") else np.float32
     for i, r, c in _elements(out, tid, row0, col0, len(vals)):
-        out[r, c] = _to_dtype(vals[i], dt)
+        out[r, c] = _to_dtype(vals[i], out.dtype)
 
 
 def acc_load(kind, n, src, tid, row0, col0):
@@ -881,11 +885,7 @@ acc_scale = _map(np.multiply)
 def _pack16(t):
     def fn(acc):
         a = np.asarray(acc, np.float32)
-        if t == "f16":
-            bits = a.astype(np.float16).view(np.uint16).astype(np.uint32)
-        else:
-            u = a.view(np.uint32).astype(np.uint64)
-            bits = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF).astype(np.uint32)
+        bits = (a.astype(np.float16).view(np.uint16) if t == "f16" else _bf16_bits(a)).astype(np.uint32)
         return tuple((bits[0::2] | (bits[1::2] << 16)).astype(np.uint32))
     return fn
 

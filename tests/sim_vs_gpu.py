@@ -7,6 +7,7 @@ deliberately wrong descriptor on small-integer inputs and save every output; the
 """
 
 import importlib.util
+import math
 import pathlib
 import sys
 
@@ -47,7 +48,7 @@ def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256):
     else:
         c = cuda.to_device(np.full((m, n), np.nan, np.float32))
         carg = c
-    tiles = -(-(-(-m // cfg.bm)) // cluster) * -(-n // cfg.bn)
+    tiles = math.ceil(math.ceil(m / cfg.bm) / cluster) * math.ceil(n / cfg.bn)  # cluster tiles
     launch(gemm_kernel(cfg), cluster * tiles, cfg.threads,
            (ta.address, tb.address, carg, np.int32(m), np.int32(n), np.int32(k), np.float32(1)),
            smem=cfg.smem_bytes + 1023, cluster=(cluster, 1, 1) if cluster > 1 else None)

@@ -289,7 +289,7 @@ def _build(key):
             tma_load_multicast_2d(slot + b_dst, tmap_b, full, CL_MASK, kcol, b_row)
 
     @cuda.jit(device=True, inline=True)
-    def release(bar, rank):
+    def release(bar):
         """A consumer is done with a stage: tell every producer that writes into it."""
         if CL == 1:
             mbarrier_arrive(bar)
@@ -409,11 +409,11 @@ def _build(key):
                     # Keep this stage's group in flight; the previous one is done: release it.
                     wgmma_wait_group(1)
                     if kb > 0 and ctid == 0:
-                        release(empty0 + 8 * ((it - 1) % STAGES), rank)
+                        release(empty0 + 8 * ((it - 1) % STAGES))
                     it += 1
                 wgmma_wait_group(0)
                 if ctid == 0:
-                    release(empty0 + 8 * ((it - 1) % STAGES), rank)
+                    release(empty0 + 8 * ((it - 1) % STAGES))
                 if SCALED:
                     acc = acc_scale(acc, alpha)
                 if pm < tiles_m:
