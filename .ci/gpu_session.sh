@@ -27,11 +27,7 @@ python3 -c "
 import json; from nbwgmma.bench import format_row
 for line in open('$OUT/bench.jsonl'): print(format_row(json.loads(line)))"
 python3 -m nbwgmma bench --overhead
-python3 -c "
-import time; t = time.perf_counter()
-import torch; from nbwgmma import matmul
-a = torch.randn(256, 256, device='cuda').bfloat16(); matmul(a, a.t()); torch.cuda.synchronize()
-print(f'first call in a new process (import, compile, launch): {time.perf_counter() - t:.2f} s')"
+python3 -m nbwgmma bench --first-call
 if [ -n "${SWEEP:-}" ]; then
   timeout ${SWEEP_TIMEOUT:-300} python3 -m nbwgmma bench --sweep --plot "$OUT/sweep_bf16.png" --json > "$OUT/sweep_bf16.json" 2>/dev/null
   python3 -c "

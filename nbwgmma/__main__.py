@@ -113,6 +113,8 @@ def main(argv=None):
                      help='kernel parameters as JSON, e.g. \'{"cluster": 2, "bn": 192}\' (see matmul)')
     p_b.add_argument("--overhead", action="store_true",
                      help="host time per call at 256^3 (nbwgmma.matmul vs torch.matmul) instead")
+    p_b.add_argument("--first-call", action="store_true",
+                     help="time a new process's first matmul: with an empty kernel cache, then with it filled")
     p_b.set_defaults(func=cmd_bench)
     p_l = sub.add_parser("layout", help="draw an accumulator layout or a swizzle to a PNG (needs matplotlib)")
     p_l.add_argument("what", choices=["acc", "swizzle"])

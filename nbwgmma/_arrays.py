@@ -7,7 +7,7 @@ read through their own accessors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,8 +44,7 @@ _NP_TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class ArrayInfo:
+class ArrayInfo(NamedTuple):  # a tuple: built on every matmul call, so cheap to build
     ptr: int
     shape: tuple
     strides: tuple  # in bytes

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 
-__all__ = ["bench", "DEFAULT_SWEEP"]
+__all__ = ["bench", "overhead", "first_call", "DEFAULT_SWEEP"]
 
 DEFAULT_SWEEP = [
     (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (8192, 28672, 8192),
@@ -84,6 +84,48 @@ def overhead(size=256, dtype="bf16", calls=2000):
     theirs = host_overhead(lambda: torch.matmul(a, b), torch, calls)
     return {"size": size, "dtype": dtype, "gpu": torch.cuda.get_device_name(), "calls": calls,
             "nbwgmma_us": ours * 1e6, "torch_us": theirs * 1e6, "ratio": ours / theirs}
+
+
+_FIRST_CALL = """
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+torch.zeros(1, device="cuda")  # the CUDA context, which any GPU program pays for
+t1 = time.perf_counter()
+import nbwgmma
+from nbwgmma import cache, matmul
+t2 = time.perf_counter()
+n = int(sys.argv[1])
+a = torch.randn(n, n, device="cuda").to(getattr(torch, sys.argv[2]))
+b = torch.randn(n, n, device="cuda").to(a.dtype).t()
+torch.cuda.synchronize()
+t3 = time.perf_counter()
+matmul(a, b)
+torch.cuda.synchronize()
+t4 = time.perf_counter()
+print(json.dumps({"import_torch_and_context_s": t1 - t0, "import_nbwgmma_s": t2 - t1,
+                  "first_call_s": t4 - t3, "cache_hits": cache.stats["hits"], "cache_misses": cache.stats["misses"]}))
+"""
+
+
+def first_call(size=256, dtype="bf16"):
+    """A new process's first ``matmul`` (kernel compile or cache load, tensor maps, launch),
+    timed twice in fresh processes sharing a new, empty kernel cache: cold, then cached.
+    Imports and the CUDA context are timed apart: every GPU program pays for those."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    tdt = {"bf16": "bfloat16", "f16": "float16"}[dtype]
+    out = {"size": size, "dtype": dtype}
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, NBWGMMA_CACHE_DIR=d, NBWGMMA_CACHE="1")
+        for name in ("cold", "cached"):
+            r = subprocess.run([sys.executable, "-c", _FIRST_CALL, str(size), tdt], env=env, capture_output=True,
+                               text=True, check=True)
+            out[name] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
 
 
 def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=20, seed=0, config=None):
@@ -162,6 +204,17 @@ def run_cli(args):
         else:
             print(f"No sm_90 GPU (H100/H200) found: compile report of the GEMM kernel {cfg} instead.\n")
             print(rep)
+        return 0
+    if getattr(args, "first_call", False):
+        r = first_call(dtype=args.dtype)
+        if args.json:
+            print(json.dumps(r, indent=2))
+        else:
+            for name in ("cold", "cached"):
+                x = r[name]
+                print(f"{name:>6}: first matmul {x['first_call_s']:.3f} s (cache hits {x['cache_hits']}, misses "
+                      f"{x['cache_misses']}); before it: import torch + CUDA context "
+                      f"{x['import_torch_and_context_s']:.2f} s, import nbwgmma {x['import_nbwgmma_s']:.2f} s")
         return 0
     if getattr(args, "overhead", False):
         r = overhead(dtype=args.dtype)

@@ -12,12 +12,14 @@ against the device before launching::
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
+import struct
 import threading
 
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
-           "device_limits"]
+           "device_limits", "PreparedLaunch"]
 
 
 class LaunchError(ValueError):
@@ -74,6 +76,7 @@ _smem_raised: dict = {}
 
 
 def _raise_smem_limit(cufunc, nbytes, device_id):
+    """Allow ``nbytes`` of dynamic shared memory for a Numba cufunc or a ``cuda.core`` Kernel."""
     from cuda.bindings import driver as drv
 
     key = (int(cufunc.handle), device_id)
@@ -119,18 +122,107 @@ def _compiled(kernel, args, smem):
 
 
 def max_active_clusters(kernel, args, block, cluster, *, smem: int = 0, stream=0) -> int:
-    """How many clusters of shape ``cluster`` of ``kernel`` (compiled for ``args``) can be
-    resident at once (``cuOccupancyMaxActiveClusters``).
+    """How many clusters of shape ``cluster`` of ``kernel`` (a ``@cuda.jit`` dispatcher
+    compiled for ``args``, or a ``cuda.core`` Kernel with ``args=None``) can be resident
+    at once (``cuOccupancyMaxActiveClusters``).
 
     A persistent grid of clusters should not exceed it: clusters are placed whole
     inside one GPC, so on an H100 fewer than ``SMs / cluster size`` may fit.
     """
     from cuda.core import LaunchConfig
+    from numba import cuda
 
     block, cluster = _dim3(block, "block"), _dim3(cluster, "cluster")
-    _, cufunc = _compiled(kernel, args, int(smem))
+    if args is None:
+        core_kernel = kernel
+        if smem > 48 * 1024:
+            _raise_smem_limit(core_kernel, int(smem), cuda.get_current_device().id)
+    else:
+        core_kernel = _compiled(kernel, args, int(smem))[1].kernel
     cfg = LaunchConfig(grid=cluster, block=block, shmem_size=int(smem), cluster=cluster)
-    return int(cufunc.kernel.occupancy.max_active_clusters(cfg, stream=_core_stream(stream)))
+    return int(core_kernel.occupancy.max_active_clusters(cfg, stream=_core_stream(stream)))
+
+
+#: struct codes of the argument slots of :class:`PreparedLaunch` (8-byte slots)
+_SLOT = {"u64": "Q", "i64": "q", "u32": "I4x", "i32": "i4x", "f32": "f4x", "f64": "d"}
+
+
+def param_struct(arg_types) -> struct.Struct:
+    """The packing of kernel parameters of ``arg_types`` into consecutive 8-byte slots."""
+    bad = [t for t in arg_types if t not in _SLOT]
+    if bad:
+        raise LaunchError(f"argument types must be among {sorted(_SLOT)}; got {bad}")
+    return struct.Struct("<" + "".join(_SLOT[t] for t in arg_types))
+
+
+class PreparedLaunch:
+    """Repeated launches of one ``cuda.core`` Kernel with one shape, at the cost of one
+    ``cuLaunchKernelEx`` and packing the argument values.
+
+    ``arg_types`` names each kernel parameter's C type (``"u64"``, ``"i64"``, ``"u32"``,
+    ``"i32"``, ``"f32"``, ``"f64"``), in order, as the compiled kernel takes them (a
+    Numba array parameter is 9 of them: meminfo, parent, size, itemsize, data, 2 shapes,
+    2 strides for a 2-D array). The launch's checks (shared memory against the device,
+    whole clusters, threads) run once here; a call then only writes the values into a
+    fixed parameter buffer and launches on ``stream`` (a raw ``CUstream`` handle)::
+
+        pl = PreparedLaunch(kernel, grid=132, block=384, arg_types=("u64", "i32"), smem=200_000)
+        pl(stream_handle, tensor_map_address, n)
+    """
+
+    def __init__(self, kernel, grid, block, arg_types, *, smem: int = 0, cluster=None):
+        from cuda.bindings import driver as drv
+        from numba import cuda
+
+        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        lim = device_limits()
+        attrs = kernel.attributes
+        nthreads = math.prod(block)
+        if nthreads > min(lim["max_threads_per_block"], attrs.max_threads_per_block):
+            raise LaunchError(f"block of {nthreads} threads exceeds this kernel's limit of "
+                              f"{attrs.max_threads_per_block}")
+        smem = int(smem)
+        if smem < 0 or smem + attrs.shared_size_bytes > lim["max_smem_optin"]:
+            raise LaunchError(f"dynamic shared memory {smem} B + static {attrs.shared_size_bytes} B exceeds "
+                              f"the device's opt-in limit of {lim['max_smem_optin']} B per block")
+        if smem > 48 * 1024:
+            _raise_smem_limit(kernel, smem, cuda.get_current_device().id)
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+        cfg.sharedMemBytes = smem
+        if cluster is not None:
+            cluster = _dim3(cluster, "cluster")
+            _check_whole_clusters(grid, cluster)
+            at = drv.CUlaunchAttribute()
+            at.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = cluster
+            cfg.attrs, cfg.numAttrs = [at], 1
+        self._cfg, self._kernel, self._handle = cfg, kernel, kernel.handle
+        self._launch, self._ok = drv.cuLaunchKernelEx, drv.CUresult.CUDA_SUCCESS
+        self._pack = param_struct(arg_types)
+        self._buf = ctypes.create_string_buffer(8 * len(arg_types))
+        base = ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * len(arg_types))(*(base + 8 * i for i in range(len(arg_types))))
+        self._params = ctypes.addressof(self._ptrs)
+        self._streams: dict = {}
+        self._lock = threading.Lock()
+        self.grid, self.block, self.smem, self.cluster = grid, block, smem, cluster
+
+    def __call__(self, stream: int, *values):
+        st = self._streams.get(stream)
+        if st is None:
+            from cuda.bindings import driver as drv
+
+            if len(self._streams) > 64:
+                self._streams.clear()
+            st = self._streams[stream] = drv.CUstream(stream)
+        with self._lock:  # one parameter buffer: the driver copies it during the call
+            self._pack.pack_into(self._buf, 0, *values)
+            self._cfg.hStream = st
+            (err,) = self._launch(self._cfg, self._handle, self._params, 0)
+        if err != self._ok:
+            raise LaunchError(f"cuLaunchKernelEx failed: {err}")
 
 
 def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import math
 
 import numpy as np
@@ -79,7 +78,7 @@ def _empty_like_lib(lib, ref, shape, t):
 
         tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
                "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[t]
-        return torch.empty(shape, dtype=tdt, device=ref.device)
+        return ref.new_empty(shape, dtype=tdt)  # ref's device, without building a torch.device
     if lib == "cupy":
         import cupy
 
@@ -90,12 +89,19 @@ def _empty_like_lib(lib, ref, shape, t):
     return cuda.device_array(shape, dtype=_NP_OF[t])
 
 
-def _stream_of(lib, stream):
+def _stream_of(lib, stream) -> int:
+    """The raw ``CUstream`` handle of ``stream`` (None: the current stream of ``lib``)."""
     if stream is not None:
+        if isinstance(stream, int):
+            return stream
         for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
             if hasattr(stream, attr):
                 return int(getattr(stream, attr))
-        return stream
+        if hasattr(stream, "__cuda_stream__"):  # Numba and cuda.core streams
+            return int(stream.__cuda_stream__()[1])
+        if hasattr(stream, "handle"):
+            return int(getattr(stream.handle, "value", stream.handle) or 0)
+        raise MatmulError(f"matmul: stream must be a CUDA stream object or a raw handle; got {type(stream).__name__}")
     if lib == "torch":
         import torch
 
@@ -214,7 +220,7 @@ class _Plan:
         self.cfg = GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
                               epilogue=epilogue, **opts)
         self.odt = odt
-        self.fast = None  # (cuda.core kernel, LaunchConfig) after the first launch
+        self.launcher = None  # a PreparedLaunch of the kernel after the first call
 
     def maps(self, x, info, path, is_b, tdt, stream, rows_box):
         major, view = path
@@ -222,32 +228,69 @@ class _Plan:
         if view is not None:
             box = (rows_box, bk) if major == "K" else (bk, 64)
             return _tensor_map(x, info.ptr, tdt, box, view, keep=False)
-        cp = _kmajor_copy(x, info, is_b, stream)
+        cp = _kmajor_copy(x, info, is_b, _nb_stream(stream))
         ci = array_info(cp)
         v = _tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
         return _tensor_map(cp, ci.ptr, tdt, (rows_box, bk), v, keep=True)
 
-    def __call__(self, a, ia, b, ib, out, io, alpha, nb_stream, stream_handle):
+    def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle):
         m, n, k = self.mnk
         cfg = self.cfg
-        ta = self.maps(a, ia, self.a_path, False, self.tdt[0], nb_stream, cfg.bm)
-        tb = self.maps(b, ib, self.b_path, True, self.tdt[1], nb_stream, cfg.bn // cfg.cluster)
+        ta = self.maps(a, ia, self.a_path, False, self.tdt[0], stream_handle, cfg.bm)
+        tb = self.maps(b, ib, self.b_path, True, self.tdt[1], stream_handle, cfg.bn // cfg.cluster)
         tma_c = cfg.epilogue == "tma"
         c_map = _tensor_map(out, io.ptr, self.odt, (64, 64), self.c_view, keep=False).address if tma_c else 0
-        if self.fast is None or _DEBUG_WAIT is not None:
+        if self.launcher is None or _DEBUG_WAIT is not None:  # (never set in the simulator)
             self._check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else _numba_view(io, out)
-            self.fast = _first_launch(cfg, (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k),
-                                            np.float32(alpha)), nb_stream, m, n)
-            return
-        # Numba passes a 2-D array as (meminfo, parent, size, itemsize, data, shape, strides).
-        c_raw = ([ctypes.c_uint64(c_map)] if tma_c else
-                 [0, 0, m * n, io.itemsize, io.ptr, m, n, io.strides[0], io.strides[1]])
-        kern, lc = self.fast
-        _core_launch(_core_stream(stream_handle, nb_stream), lc, kern, ctypes.c_uint64(ta.address),
-                    ctypes.c_uint64(tb.address), *c_raw, ctypes.c_int32(m), ctypes.c_int32(n), ctypes.c_int32(k),
-                    ctypes.c_float(alpha))
+            args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
+            if _DEBUG_WAIT is not None or _sim_enabled():  # checked launches that name a stopped kernel
+                from .kernels.gemm import gemm_kernel
+                from .launch import launch
 
+                kern = gemm_kernel(cfg)
+                grid, cluster, smem = self.launch_shape(kern, args)
+                launch(kern, grid, cfg.threads, args, stream=_nb_stream(stream_handle), smem=smem, cluster=cluster)
+                return
+            self.launcher = self._prepare(args)
+        # Numba passes a 2-D array as (meminfo, parent, size, itemsize, data, shape x 2, strides x 2).
+        if tma_c:
+            self.launcher(stream_handle, ta.address, tb.address, c_map, m, n, k, alpha)
+        else:
+            self.launcher(stream_handle, ta.address, tb.address, 0, 0, m * n, io.itemsize, io.ptr, m, n,
+                          io.strides[0], io.strides[1], m, n, k, alpha)
+
+    def launch_shape(self, kernel, args):
+        """(grid, cluster shape or None, dynamic shared memory bytes): one CTA per SM, in
+        whole clusters (each takes ``cluster`` vertically adjacent tiles at a time).
+        ``kernel`` and ``args`` as :func:`nbwgmma.launch.max_active_clusters` takes them."""
+        from .launch import device_limits, max_active_clusters
+
+        m, n, _ = self.mnk
+        cfg = self.cfg
+        cl = cfg.cluster
+        smem = cfg.smem_bytes + 1023
+        slots = device_limits()["multiprocessors"] // cl
+        if cl > 1 and not _sim_enabled():  # clusters sit whole in a GPC: maybe fewer fit
+            slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
+        grid = cl * min(slots, math.ceil(math.ceil(m / cfg.bm) / cl) * math.ceil(n / cfg.bn))
+        return grid, ((cl, 1, 1) if cl > 1 else None), smem
+
+    def _prepare(self, args):
+        """The GEMM kernel for this plan (from the disk cache or compiled), ready to launch."""
+        from numba import cuda
+
+        from .cache import cached_kernel
+        from .kernels.gemm import gemm_kernel
+        from .launch import PreparedLaunch
+
+        cfg = self.cfg
+        disp = gemm_kernel(cfg)
+        sig = tuple(disp.typeof_pyval(x) for x in args)
+        kern, _ = cached_kernel(disp, sig, ("gemm", cfg.key()), cuda.get_current_device().compute_capability)
+        grid, cluster, smem = self.launch_shape(kern, None)
+        return PreparedLaunch(kern, grid, cfg.threads, _TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS,
+                              smem=smem, cluster=cluster)
 
     def _check_expect_tx(self, ta, tb):
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its
@@ -294,36 +337,15 @@ def _operand_path(info: ArrayInfo, is_b, transposable):
     return "K", None
 
 
-def _first_launch(cfg, args, nb_stream, m, n):
-    """Compile, check and launch through :func:`launch`; return what later launches reuse."""
-    from cuda.core import LaunchConfig
+def _sim_enabled():
+    from . import sim
 
-    from .kernels.gemm import gemm_kernel
-    from .launch import device_limits, launch, max_active_clusters
-
-    kern = gemm_kernel(cfg)
-    cl = cfg.cluster
-    smem = cfg.smem_bytes + 1023
-    # One CTA per SM, in whole clusters (each takes cl vertically adjacent tiles at a time).
-    slots = device_limits()["multiprocessors"] // cl
-    if cl > 1:
-        slots = max_active_clusters(kern, args, cfg.threads, (cl, 1, 1), smem=smem, stream=nb_stream)
-    grid = cl * min(slots, math.ceil(math.ceil(m / cfg.bm) / cl) * math.ceil(n / cfg.bn))
-    cluster = (cl, 1, 1) if cl > 1 else None
-    launch(kern, grid, cfg.threads, args, stream=nb_stream, smem=smem, cluster=cluster)
-    cufunc = kern.compile(tuple(kern.typeof_pyval(x) for x in args))._codelibrary.get_cufunc()
-    extra = {"cluster": cluster} if cluster else {}
-    return cufunc.kernel, LaunchConfig(grid=(grid, 1, 1), block=(cfg.threads, 1, 1), shmem_size=smem, **extra)
+    return sim.enabled()
 
 
-_CORE_STREAMS: dict = {}
+_TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")
+_DIRECT_ARGS = ("u64", "u64") + ("u64", "u64", "i64", "i64", "u64", "i64", "i64", "i64", "i64") + _TMA_ARGS[3:]
 
-
-def _core_launch(*args):
-    from cuda.core import launch
-
-    globals()["_core_launch"] = launch  # import once
-    launch(*args)
 
 _NB_STREAMS: dict = {}
 
@@ -342,18 +364,6 @@ def _nb_stream(st):
             _NB_STREAMS.clear()
         s = _NB_STREAMS[st] = cuda.external_stream(st)
     return s
-
-
-def _core_stream(handle, nb_stream):
-    cs = _CORE_STREAMS.get(handle)
-    if cs is None:
-        from numba.cuda.cudadrv import driver
-
-        cs = driver._to_core_stream(nb_stream if nb_stream else 0)
-        if len(_CORE_STREAMS) > 64:
-            _CORE_STREAMS.clear()
-        _CORE_STREAMS[handle] = cs
-    return cs
 
 
 def _check_device(info, name, device):
@@ -413,26 +423,25 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     if m == 0 or n == 0:
         return out
     st = _stream_of(lib, stream)
-    nb_stream = _nb_stream(st)
     if k == 0:
         from .kernels.copy import fill_zero_kernel
 
         with _quiet():
-            fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, nb_stream](_numba_view(io, out))
+            fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, _nb_stream(st)](_numba_view(io, out))
         return out
 
-    opts = dict(config or {})
+    opts = dict(config) if config else {}
     bad = set(opts) - _CONFIG_KEYS
     if bad:
         raise MatmulError(f"matmul: unknown config keys {sorted(bad)}")
     alpha = float((1.0 if scale_a is None else float(scale_a)) * (1.0 if scale_b is None else float(scale_b)))
     key = (kind, odt, ia.shape, ia.strides, ia.ptr % 16, ib.shape, ib.strides, ib.ptr % 16, io.strides, io.ptr % 16,
-           st, tuple(sorted(opts.items())))
+           st, ia.device, tuple(sorted(opts.items())) if opts else ())
     plan = _PLANS.get(key)
     if plan is None:
         plan = _Plan(kind, odt, ia, ib, io, opts, fp8)
         if len(_PLANS) >= 256:
             _PLANS.clear()
         _PLANS[key] = plan
-    plan(a, ia, b, ib, out, io, alpha, nb_stream, st)
+    plan(a, ia, b, ib, out, io, alpha, st)
     return out

@@ -5,6 +5,10 @@ import sys
 
 import pytest
 
+# Kernels the tests compile go to a cache of their own, not the user's (nbwgmma.cache).
+os.environ.setdefault("NBWGMMA_CACHE_DIR", os.path.join(
+    os.environ.get("TMPDIR", "/tmp"), f"nbwgmma-test-cache-{os.getuid()}"))
+
 #: Set in the child process of an isolated test (see ``pytest_runtest_call``).
 CHILD_ENV = "NBWGMMA_ISOLATED_CHILD"
 

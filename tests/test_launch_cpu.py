@@ -14,3 +14,21 @@ def test_dim3():
         _dim3((0,), "block")
     with pytest.raises(LaunchError, match="1 to 3"):
         _dim3((1, 1, 1, 1), "cluster")
+
+
+def test_param_struct_packs_8_byte_slots():
+    from nbwgmma.launch import param_struct
+
+    st = param_struct(("u64", "i32", "f32", "i64", "u32", "f64"))
+    assert st.size == 48
+    raw = st.pack(2**64 - 1, -5, 1.5, -(2**63), 7, 0.25)
+    import struct
+
+    assert struct.unpack_from("<Q", raw, 0)[0] == 2**64 - 1
+    assert struct.unpack_from("<i", raw, 8)[0] == -5
+    assert struct.unpack_from("<f", raw, 16)[0] == 1.5
+    assert struct.unpack_from("<q", raw, 24)[0] == -(2**63)
+    assert struct.unpack_from("<I", raw, 32)[0] == 7
+    assert struct.unpack_from("<d", raw, 40)[0] == 0.25
+    with pytest.raises(LaunchError, match="among"):
+        param_struct(("u64", "int"))

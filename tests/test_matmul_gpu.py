@@ -149,3 +149,37 @@ def test_clusters_small_integers_exact(cluster, bm, bn):
     matmul(a, b, out=c, config={"cluster": cluster, "bm": bm, "bn": bn})
     ref = a.double() @ b.double()
     assert torch.equal(c.double(), ref) and ref.abs().sum() > 0
+
+
+_CHILD = """
+import time, torch
+from nbwgmma import cache, matmul
+g = torch.Generator(device="cuda").manual_seed(5)
+a = torch.randn(300, 200, device="cuda", generator=g).bfloat16()
+b = torch.randn(520, 200, device="cuda", generator=g).bfloat16().t()
+torch.cuda.synchronize()
+t = time.perf_counter()
+c = matmul(a, b)
+torch.cuda.synchronize()
+dt = time.perf_counter() - t
+err = float(torch.linalg.norm(c.double() - a.double() @ b.double()) / torch.linalg.norm(a.double() @ b.double()))
+print(cache.stats["hits"], cache.stats["misses"], err, float(c.double().sum()), dt)
+"""
+
+
+def test_a_new_process_loads_the_kernel_from_the_disk_cache(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NBWGMMA_CACHE_DIR=str(tmp_path))
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        hits, misses, err, total, dt = r.stdout.split()[-5:]
+        runs.append((int(hits), int(misses), float(err), float(total), float(dt)))
+    (h1, m1, e1, s1, _), (h2, m2, e2, s2, _) = runs
+    assert (h1, m1) == (0, 1) and (h2, m2) == (1, 0)
+    assert e1 <= TOL["bf16"] and s1 == s2  # the cached cubin computes bit for bit the same
+    assert list(tmp_path.glob("*.cubin"))

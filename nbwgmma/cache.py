@@ -1,0 +1,149 @@
+"""On-disk cache of compiled kernels (cubins), so a new process skips the compile.
+
+A ``@cuda.jit`` kernel is compiled by Numba (typing, LLVM, NVVM, ptxas: seconds
+for the GEMM). :func:`cached_kernel` keeps the resulting cubin in a file named by
+a hash of everything the code depends on: the key the caller gives (the kernel's
+configuration), the argument types, the compute capability, nbwgmma's own source
+files, the debug-wait setting and the versions of numba-cuda, llvmlite and the
+CUDA toolkit's compiler. A later process with the same key loads the cubin
+(``cuda.core.ObjectCode``) in milliseconds.
+
+Where: ``$NBWGMMA_CACHE_DIR``, else ``$XDG_CACHE_HOME/nbwgmma``, else
+``~/.cache/nbwgmma``. ``NBWGMMA_CACHE=0`` turns the cache off (every process
+compiles). Files are written to a temporary name and renamed, so processes that
+share the directory never read half a file; a file that does not parse is
+ignored and rewritten.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+
+__all__ = ["cache_dir", "cached_cubin", "cached_kernel", "clear", "stats"]
+
+_MAGIC = b"nbwgmma-cubin-1\n"
+
+#: this process's lookups: cubins loaded from disk ("hits") and compiled ("misses")
+stats = {"hits": 0, "misses": 0}
+
+
+def cache_dir() -> pathlib.Path | None:
+    """The cache directory, or ``None`` when ``NBWGMMA_CACHE=0``."""
+    if os.environ.get("NBWGMMA_CACHE", "1").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    d = os.environ.get("NBWGMMA_CACHE_DIR")
+    if d:
+        return pathlib.Path(d)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "nbwgmma"
+
+
+def clear() -> int:
+    """Delete every cached cubin; return how many files were removed."""
+    d = cache_dir()
+    n = 0
+    if d is not None and d.is_dir():
+        for f in d.glob("*.cubin"):
+            f.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
+@functools.lru_cache(maxsize=None)
+def _code_fingerprint() -> str:
+    """Hash of nbwgmma's sources and the compiler versions: any change makes new keys."""
+    import llvmlite
+    import numba_cuda
+
+    h = hashlib.sha256()
+    root = pathlib.Path(__file__).parent
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    h.update(f"numba-cuda {numba_cuda.__version__} llvmlite {llvmlite.__version__}".encode())
+    try:
+        from cuda.bindings import nvvm
+
+        h.update(repr(nvvm.version()).encode())
+    except Exception:  # no NVVM binding: the numba-cuda version stands for it
+        pass
+    from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
+
+    h.update(repr(DEBUG_WAIT_TIMEOUT_S).encode())
+    return h.hexdigest()
+
+
+def _arch(cc) -> tuple:
+    """Numba's target for ``cc``: (9, 0) -> (9, 0, "a"), the arch-specific sm_90a that
+    wgmma and setmaxnreg need (what Numba picks by itself for the current device)."""
+    cc = tuple(cc)
+    return cc if len(cc) == 3 else (cc[0], cc[1], "a" if cc >= (9, 0) else "")
+
+
+def _key(key, sig, cc) -> str:
+    text = json.dumps([repr(key), [str(t) for t in sig], list(cc), _code_fingerprint()])
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _read(path: pathlib.Path):
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data.startswith(_MAGIC):
+        return None
+    head, sep, cubin = data[len(_MAGIC):].partition(b"\n")
+    try:
+        name = json.loads(head)["name"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (name, cubin) if sep and cubin else None
+
+
+def _write(path: pathlib.Path, name: str, cubin: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + json.dumps({"name": name}).encode() + b"\n" + bytes(cubin))
+        os.replace(tmp, path)
+    except OSError:  # a read-only or full disk only costs the next process a compile
+        pass
+
+
+def cached_cubin(dispatcher, sig, key, cc):
+    """``(entry name, cubin, hit)`` of ``dispatcher`` compiled for ``sig`` and compute
+    capability ``cc``: from the disk cache when it holds ``key`` (any ``repr``-stable value
+    naming the kernel's code), else compiled by Numba and stored. ``None`` for a kernel
+    whose module needs Numba's load-time setup (it cannot be loaded from a bare cubin)."""
+    d = cache_dir()
+    path = d / f"{_key(key, sig, cc)}.cubin" if d is not None else None
+    found = _read(path) if path is not None else None
+    if found is not None:
+        stats["hits"] += 1
+        return (*found, True)
+    stats["misses"] += 1
+    lib = dispatcher.compile(tuple(sig))._codelibrary
+    if getattr(lib, "_setup_functions", None):
+        return None
+    cubin = lib.get_cubin(cc=_arch(cc))
+    name, cubin = lib._entry_name, bytes(getattr(cubin, "code", cubin))  # bytes or a cuda.core ObjectCode
+    if path is not None:
+        _write(path, name, cubin)
+    return name, cubin, False
+
+
+def cached_kernel(dispatcher, sig, key, cc):
+    """``(cuda.core Kernel, hit)`` for :func:`cached_cubin`'s kernel, loaded on the current device."""
+    from cuda.core import ObjectCode
+
+    found = cached_cubin(dispatcher, sig, key, cc)
+    if found is None:
+        return dispatcher.compile(tuple(sig))._codelibrary.get_cufunc().kernel, False
+    name, cubin, hit = found
+    return ObjectCode.from_cubin(cubin).get_kernel(name), hit

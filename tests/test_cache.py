@@ -1,0 +1,114 @@
+"""The on-disk kernel cache without a GPU: keys, files, bad files, switching it off."""
+
+import pytest
+
+from nbwgmma import cache
+
+
+class FakeLib:
+    def __init__(self, tag, setup=()):
+        self._entry_name = f"kernel_{tag}"
+        self._setup_functions = list(setup)
+        self.tag = tag
+
+    def get_cubin(self, cc=None):
+        return f"CUBIN<{self.tag}/{cc}>".encode() + bytes(range(256))  # binary, with newlines
+
+
+class FakeDispatcher:
+    """Counts compiles; the 'cubin' names the signature it was compiled for."""
+
+    def __init__(self, setup=()):
+        self.compiles = 0
+        self.setup = setup
+
+    def compile(self, sig):
+        self.compiles += 1
+        lib = FakeLib("-".join(sig), self.setup)
+        return type("K", (), {"_codelibrary": lib})()
+
+
+@pytest.fixture
+def cdir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.delenv("NBWGMMA_CACHE", raising=False)
+    return tmp_path / "c"
+
+
+def test_miss_then_hit_returns_the_same_cubin(cdir):
+    d = FakeDispatcher()
+    before = dict(cache.stats)
+    name, cubin, hit = cache.cached_cubin(d, ("u64", "i32"), ("gemm", 1), (9, 0))
+    assert not hit and d.compiles == 1 and name == "kernel_u64-i32"
+    assert cubin == b"CUBIN<u64-i32/(9, 0, 'a')>" + bytes(range(256))  # sm_90a
+    assert len(list(cdir.glob("*.cubin"))) == 1
+    again = cache.cached_cubin(FakeDispatcher(), ("u64", "i32"), ("gemm", 1), (9, 0))
+    assert again == (name, cubin, True)
+    assert cache.stats["hits"] == before["hits"] + 1 and cache.stats["misses"] == before["misses"] + 1
+
+
+@pytest.mark.parametrize("change", ["key", "sig", "cc"])
+def test_every_part_of_the_key_separates_entries(cdir, change):
+    base = dict(sig=("u64",), key=("gemm", 1), cc=(9, 0))
+    other = dict(base)
+    other[change] = {"key": ("gemm", 2), "sig": ("u32",), "cc": (10, 0)}[change]
+    d = FakeDispatcher()
+    cache.cached_cubin(d, base["sig"], base["key"], base["cc"])
+    _, _, hit = cache.cached_cubin(d, other["sig"], other["key"], other["cc"])
+    assert not hit and d.compiles == 2
+    assert len(list(cdir.glob("*.cubin"))) == 2
+
+
+def test_a_damaged_file_is_recompiled_and_rewritten(cdir):
+    d = FakeDispatcher()
+    cache.cached_cubin(d, ("u64",), "k", (9, 0))
+    (f,) = cdir.glob("*.cubin")
+    for junk in (b"", b"garbage", f.read_bytes()[:20], cache._MAGIC + b"{not json}\nxx", cache._MAGIC + b'{"name": "x"}\n'):
+        f.write_bytes(junk)
+        _, cubin, hit = cache.cached_cubin(d, ("u64",), "k", (9, 0))
+        assert not hit and cubin.startswith(b"CUBIN<u64")
+    assert d.compiles == 6
+    assert cache.cached_cubin(d, ("u64",), "k", (9, 0))[2]  # rewritten whole
+
+
+def test_switched_off_compiles_every_time_and_writes_nothing(cdir, monkeypatch):
+    monkeypatch.setenv("NBWGMMA_CACHE", "0")
+    assert cache.cache_dir() is None
+    d = FakeDispatcher()
+    for _ in range(2):
+        assert not cache.cached_cubin(d, ("u64",), "k", (9, 0))[2]
+    assert d.compiles == 2 and not cdir.exists()
+
+
+def test_default_directory_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv("NBWGMMA_CACHE_DIR", raising=False)
+    monkeypatch.delenv("NBWGMMA_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.cache_dir() == tmp_path / "nbwgmma"
+
+
+def test_unwritable_directory_still_compiles(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(blocker / "sub"))
+    d = FakeDispatcher()
+    assert cache.cached_cubin(d, ("u64",), "k", (9, 0))[2] is False
+    assert cache.cached_cubin(d, ("u64",), "k", (9, 0))[2] is False and d.compiles == 2
+
+
+def test_kernels_with_load_time_setup_are_not_cached(cdir):
+    d = FakeDispatcher(setup=[object()])
+    assert cache.cached_cubin(d, ("u64",), "k", (9, 0)) is None
+    assert not cdir.exists() or not list(cdir.glob("*.cubin"))
+
+
+def test_clear_removes_the_files(cdir):
+    for i in range(3):
+        cache.cached_cubin(FakeDispatcher(), ("u64",), ("k", i), (9, 0))
+    assert cache.clear() == 3
+    assert not list(cdir.glob("*.cubin"))
+
+
+def test_fingerprint_covers_the_package_sources():
+    fp = cache._code_fingerprint()
+    assert len(fp) == 64 and fp == cache._code_fingerprint()

@@ -1,0 +1,59 @@
+"""PreparedLaunch and the disk cache on the GPU: a kernel loaded from a cached cubin and
+launched with packed parameters computes what Numba's own launch computes."""
+
+import numpy as np
+import pytest
+from numba import cuda, float32, int32
+
+pytestmark = pytest.mark.gpu
+
+from nbwgmma import cache  # noqa: E402
+from nbwgmma.intrinsics import cluster_ctarank  # noqa: E402
+from nbwgmma.launch import LaunchError, PreparedLaunch  # noqa: E402
+
+# A 1-D Numba array is 7 parameters: meminfo, parent, size, itemsize, data, shape, stride.
+ARRAY_1D = ("u64", "u64", "i64", "i64", "u64", "i64", "i64")
+
+
+@cuda.jit
+def _affine(out, x, y):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x * y + i + cluster_ctarank() * 1000
+
+
+def _array_params(d):
+    return (0, 0, d.size, d.dtype.itemsize, d.__cuda_array_interface__["data"][0], d.shape[0], d.strides[0])
+
+
+def _load(tmp_path, monkeypatch, d):
+    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(tmp_path))
+    sig = (_affine.typeof_pyval(d), int32, float32)
+    return cache.cached_kernel(_affine, sig, "affine", cuda.get_current_device().compute_capability)
+
+
+@pytest.mark.parametrize("cluster", [None, (2, 1, 1)])
+def test_prepared_launch_from_the_disk_cache(tmp_path, monkeypatch, cluster):
+    d = cuda.to_device(np.full(1000, np.nan, np.float32))
+    kern, hit = _load(tmp_path, monkeypatch, d)
+    assert not hit
+    kern2, hit2 = _load(tmp_path, monkeypatch, d)  # the file this call wrote
+    assert hit2
+    pl = PreparedLaunch(kern2, grid=8, block=128, arg_types=ARRAY_1D + ("i32", "f32"), cluster=cluster)
+    for x, y in ((3, 0.5), (-7, 2.25)):
+        pl(0, *_array_params(d), x, y)
+        cuda.synchronize()
+        i = np.arange(1000)
+        rank = (i // 128) % 2 if cluster else 0
+        np.testing.assert_array_equal(d.copy_to_host(), np.float32(x * y) + i + rank * 1000)
+
+
+def test_prepared_launch_checks_the_request(tmp_path, monkeypatch):
+    d = cuda.to_device(np.zeros(4, np.float32))
+    kern, _ = _load(tmp_path, monkeypatch, d)
+    with pytest.raises(LaunchError, match="opt-in limit"):
+        PreparedLaunch(kern, 1, 32, ARRAY_1D + ("i32", "f32"), smem=300 * 1024)
+    with pytest.raises(LaunchError, match="threads"):
+        PreparedLaunch(kern, 1, 2048, ARRAY_1D + ("i32", "f32"))
+    with pytest.raises(LaunchError, match="multiple of cluster"):
+        PreparedLaunch(kern, 3, 32, ARRAY_1D + ("i32", "f32"), cluster=2)
