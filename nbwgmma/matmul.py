@@ -18,7 +18,6 @@ Which path runs:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import math
 
@@ -89,6 +88,21 @@ def _empty_like_lib(lib, ref, shape, t):
     return cuda.device_array(shape, dtype=_NP_OF[t])
 
 
+def _torch_stream() -> int:
+    """PyTorch's current stream handle (the getter is looked up once)."""
+    import torch
+
+    raw, dev = getattr(torch._C, "_cuda_getCurrentRawStream", None), torch._C._cuda_getDevice
+    if raw is None:  # public API (builds a Stream object)
+        def get():
+            return torch.cuda.current_stream().cuda_stream
+    else:  # the handle alone
+        def get():
+            return raw(dev())
+    globals()["_torch_stream"] = get
+    return get()
+
+
 def _stream_of(lib, stream) -> int:
     """The raw ``CUstream`` handle of ``stream`` (None: the current stream of ``lib``)."""
     if stream is not None:
@@ -103,12 +117,7 @@ def _stream_of(lib, stream) -> int:
             return int(getattr(stream.handle, "value", stream.handle) or 0)
         raise MatmulError(f"matmul: stream must be a CUDA stream object or a raw handle; got {type(stream).__name__}")
     if lib == "torch":
-        import torch
-
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle, without a Stream object
-        if raw is not None:
-            return raw(torch._C._cuda_getDevice())
-        return torch.cuda.current_stream().cuda_stream
+        return _torch_stream()
     if lib == "cupy":
         import cupy
 
@@ -157,7 +166,7 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
     return dst
 
 
-_TMAP_CACHE: collections.OrderedDict = collections.OrderedDict()
+_TMAP_CACHE: dict = {}
 
 
 def _tensor_map(arr, ptr, dtype, box, view, keep: bool):
@@ -169,18 +178,16 @@ def _tensor_map(arr, ptr, dtype, box, view, keep: bool):
     """
     from .tma import TensorMap
 
-    shape, strides = view
-    key = (ptr, shape, strides, dtype, box, keep)
+    key = (ptr, view, dtype, box, keep)
     tm = _TMAP_CACHE.get(key)
     if tm is None:
+        shape, strides = view
         tm = TensorMap(arr, box, dtype=dtype, swizzle="128B", shape=shape, strides=strides)
         if not keep:
             tm.array = None
+        while len(_TMAP_CACHE) >= 64:  # oldest first
+            del _TMAP_CACHE[next(iter(_TMAP_CACHE))]
         _TMAP_CACHE[key] = tm
-        while len(_TMAP_CACHE) > 64:
-            _TMAP_CACHE.popitem(last=False)
-    else:
-        _TMAP_CACHE.move_to_end(key)
     return tm
 
 
@@ -221,13 +228,23 @@ class _Plan:
                               epilogue=epilogue, **opts)
         self.odt = odt
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
+        self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
+        self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
+
+    def _map(self, slot, x, ptr, view, tdt, box):
+        """The tensor map of operand ``slot`` read in place at ``ptr`` (the last one is kept at hand)."""
+        memo = self._memo[slot]
+        if memo is not None and memo[0] == ptr:
+            return memo[1]
+        tm = _tensor_map(x, ptr, tdt, box, view, keep=False)
+        self._memo[slot] = (ptr, tm)
+        return tm
 
     def maps(self, x, info, path, is_b, tdt, stream, rows_box):
         major, view = path
         bk = self.cfg.bk
         if view is not None:
-            box = (rows_box, bk) if major == "K" else (bk, 64)
-            return _tensor_map(x, info.ptr, tdt, box, view, keep=False)
+            return self._map(int(is_b), x, info.ptr, view, tdt, (rows_box, bk) if major == "K" else (bk, 64))
         cp = _kmajor_copy(x, info, is_b, _nb_stream(stream))
         ci = array_info(cp)
         v = _tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
@@ -239,7 +256,7 @@ class _Plan:
         ta = self.maps(a, ia, self.a_path, False, self.tdt[0], stream_handle, cfg.bm)
         tb = self.maps(b, ib, self.b_path, True, self.tdt[1], stream_handle, cfg.bn // cfg.cluster)
         tma_c = cfg.epilogue == "tma"
-        c_map = _tensor_map(out, io.ptr, self.odt, (64, 64), self.c_view, keep=False).address if tma_c else 0
+        c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if tma_c else 0
         if self.launcher is None or _DEBUG_WAIT is not None:  # (never set in the simulator)
             self._check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else _numba_view(io, out)
@@ -253,12 +270,25 @@ class _Plan:
                 launch(kern, grid, cfg.threads, args, stream=_nb_stream(stream_handle), smem=smem, cluster=cluster)
                 return
             self.launcher = self._prepare(args)
-        # Numba passes a 2-D array as (meminfo, parent, size, itemsize, data, shape x 2, strides x 2).
-        if tma_c:
-            self.launcher(stream_handle, ta.address, tb.address, c_map, m, n, k, alpha)
-        else:
-            self.launcher(stream_handle, ta.address, tb.address, 0, 0, m * n, io.itemsize, io.ptr, m, n,
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha)
+
+    def _launch(self, stream_handle, ta, tb, c_map, io, alpha):
+        m, n, k = self.mnk
+        if c_map:
+            self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha)
+        else:  # Numba passes a 2-D array as (meminfo, parent, size, itemsize, data, shape x 2, strides x 2)
+            self.launcher(stream_handle, ta, tb, 0, 0, m * n, io.itemsize, io.ptr, m, n,
                           io.strides[0], io.strides[1], m, n, k, alpha)
+
+    def again(self, a, pa, b, pb, out, io, stream_handle):
+        """A repeat of an in-place plan's first call with new pointers (``alpha`` = 1)."""
+        cfg = self.cfg
+        ta = self._map(0, a, pa, self.a_path[1], self.tdt[0], (cfg.bm, cfg.bk) if self.a_path[0] == "K"
+                       else (cfg.bk, 64))
+        tb = self._map(1, b, pb, self.b_path[1], self.tdt[1], (cfg.bn // cfg.cluster, cfg.bk)
+                       if self.b_path[0] == "K" else (cfg.bk, 64))
+        c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if cfg.epilogue == "tma" else 0
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, 1.0)
 
     def launch_shape(self, kernel, args):
         """(grid, cluster shape or None, dynamic shared memory bytes): one CTA per SM, in
@@ -303,23 +333,27 @@ class _Plan:
             raise RuntimeError(f"matmul: a stage loads {got} bytes but expect_tx announces {cfg.stage_bytes}")
 
 
-#: CTA tiles (BM, BN) from the largest down. The largest that still gives most SMs a tile
-#: wins; small M x N (few tiles of 128 x 256) takes smaller tiles, since a tile's K loop
-#: runs on one SM. Measured at 128 x 8192 x 8192 bf16 on an H100 (BENCHMARKS.md):
-#: 128x256 0.45x cuBLAS, 128x128 0.81x, 64x128 0.83x.
-_TILES = ((128, 256), (128, 128), (64, 128), (64, 64))
+#: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
+#: from bf16 runs on an H100 (BENCHMARKS.md, log steps 9 and 11): smaller tiles load
+#: more bytes per FLOP and keep fewer wgmmas in flight.
+_TILES = {(128, 256): 1.0, (128, 192): 0.95, (128, 128): 0.75, (64, 128): 0.39, (64, 64): 0.30}
 
 
 def _pick_tile(m, n, cluster=1):
-    """A cluster splits B into 64-column shares: only tiles with ``bn / 64`` a multiple of it."""
+    """The tile with the most useful work per SM-slot: its throughput share times the
+    filled fraction of the waves it needs (tiles / (waves x SMs)), so a tile that leaves a
+    last wave nearly empty, or most SMs idle, loses to a smaller one. A cluster splits B
+    into 64-column shares: only tiles with ``bn / 64`` a multiple of it."""
     from .launch import device_limits
 
-    want = 0.75 * device_limits()["multiprocessors"]
-    tiles = [t for t in _TILES if (t[1] // 64) % cluster == 0]
-    for bm, bn in tiles:
-        if math.ceil(m / bm) * math.ceil(n / bn) >= want:
-            return bm, bn
-    return tiles[-1]
+    sms = device_limits()["multiprocessors"]
+
+    def score(tile):
+        (bm, bn), eff = tile
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        return eff * tiles / (math.ceil(tiles / sms) * sms)
+
+    return max(((t, e) for t, e in _TILES.items() if (t[1] // 64) % cluster == 0), key=score)[0]
 
 
 def _operand_path(info: ArrayInfo, is_b, transposable):
@@ -384,7 +418,26 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     ``c_parts``, ``cluster``; see :class:`nbwgmma.kernels.gemm.GemmConfig`);
     the operand layouts and the output type are always taken from the arrays.
     """
+    quick = out is None and out_dtype is None and scale_a is None and scale_b is None and stream is None \
+        and config is None
+    if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
+        # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
+        pa, pb = a.data_ptr(), b.data_ptr()
+        q = _QUICK.get((a.dtype, a.shape, a.stride(), pa & 15, a.get_device(),
+                        b.dtype, b.shape, b.stride(), pb & 15, b.get_device()))
+        if q is not None:
+            c = q(a, pa, b, pb)
+            if c is not None:
+                return c
     ia, ib = array_info(a), array_info(b)
+    if quick:
+        qkey = (ia.dtype, ia.shape, ia.strides, ia.ptr & 15, ia.device, ia.kind,
+                ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device)
+        q = _QUICK.get(qkey)
+        if q is not None:
+            c = q(a, ia.ptr, b, ib.ptr)
+            if c is not None:
+                return c
     if len(ia.shape) != 2 or len(ib.shape) != 2:
         raise MatmulError(f"matmul: A and B must be 2-D; got shapes {ia.shape} and {ib.shape}")
     (m, k), (k2, n) = ia.shape, ib.shape
@@ -436,7 +489,7 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
         raise MatmulError(f"matmul: unknown config keys {sorted(bad)}")
     alpha = float((1.0 if scale_a is None else float(scale_a)) * (1.0 if scale_b is None else float(scale_b)))
     key = (kind, odt, ia.shape, ia.strides, ia.ptr % 16, ib.shape, ib.strides, ib.ptr % 16, io.strides, io.ptr % 16,
-           st, ia.device, tuple(sorted(opts.items())) if opts else ())
+           ia.device, tuple(sorted(opts.items())) if opts else ())
     plan = _PLANS.get(key)
     if plan is None:
         plan = _Plan(kind, odt, ia, ib, io, opts, fp8)
@@ -444,4 +497,45 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
             _PLANS.clear()
         _PLANS[key] = plan
     plan(a, ia, b, ib, out, io, alpha, st)
+    if quick and plan.in_place and plan.launcher is not None and io.ptr % 16 == 0:
+        if len(_QUICK) >= 256:
+            _QUICK.clear()
+        q = _Quick(plan, lib, odt, io)
+        _QUICK[qkey] = q
+        if lib == "torch":
+            globals()["_TORCH_TENSOR"] = type(a) if type(a) is type(b) else _TORCH_TENSOR
+            _QUICK[(a.dtype, a.shape, a.stride(), ia.ptr & 15, a.get_device(),
+                    b.dtype, b.shape, b.stride(), ib.ptr & 15, b.get_device())] = q
     return out
+
+
+_QUICK: dict = {}
+_TORCH_TENSOR = None  # torch.Tensor once a tensor went through matmul (no torch import here)
+
+
+class _Quick:
+    """A plain ``matmul(a, b)`` whose operands' types, shapes, strides, alignment and device
+    were checked once: allocate the output, launch the plan on the current stream."""
+
+    def __init__(self, plan, lib, odt, io):
+        self.plan, self.lib, self.io_rest = plan, lib, tuple(io)[1:]
+        self.shape = plan.mnk[:2]
+        if lib == "torch":
+            import torch
+
+            tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[odt]
+            self.make = lambda a: a.new_empty(self.shape, dtype=tdt)
+            self.ptr = lambda c: c.data_ptr()
+        else:
+            self.make = lambda a: _empty_like_lib(lib, a, self.shape, odt)  # noqa: E731
+            self.ptr = lambda c: c.__cuda_array_interface__["data"][0]
+
+    def __call__(self, a, pa, b, pb):
+        """The result, or None (for the full path) if the new array is not 16-byte aligned."""
+        out = self.make(a)
+        p = self.ptr(out)
+        if p & 15:  # allocators give 256-byte alignment: not expected
+            return None
+        io = ArrayInfo(p, *self.io_rest)  # a fresh array: same shape, strides, type as the first
+        self.plan.again(a, pa, b, pb, out, io, _stream_of(self.lib, None))
+        return out

@@ -173,3 +173,8 @@ def test_tile_choice_by_shape(monkeypatch):
     assert mm._pick_tile(256, 256) == (64, 64)
     assert mm._pick_tile(256, 256, cluster=2) == (64, 128)  # B shares of whole 64-column boxes
     assert mm._pick_tile(256, 256, cluster=4) == (128, 256)
+    # 480 tiles of 128 x 256 fill 3.6 waves of 132 SMs; 640 of 128 x 192 fill 4.85
+    assert mm._pick_tile(5000, 3000) == (128, 192)
+    assert mm._pick_tile(5000, 3000, cluster=2) == (128, 256)
+    for m, n in ((4096, 4096), (16384, 16384), (8192, 28672)):
+        assert mm._pick_tile(m, n) == (128, 256)

@@ -183,3 +183,39 @@ def test_a_new_process_loads_the_kernel_from_the_disk_cache(tmp_path):
     assert (h1, m1) == (0, 1) and (h2, m2) == (1, 0)
     assert e1 <= TOL["bf16"] and s1 == s2  # the cached cubin computes bit for bit the same
     assert list(tmp_path.glob("*.cubin"))
+
+
+def test_repeated_calls_follow_new_operands_outputs_and_streams():
+    """The quick path of a repeated ``matmul(a, b)`` reads the operands of each call (new
+    addresses, same shapes) and runs on the caller's current stream; ``stream=`` takes
+    torch, CuPy and Numba streams and raw handles."""
+    from numba import cuda
+
+    g = torch.Generator(device="cuda").manual_seed(11)
+    side = torch.cuda.Stream()
+    streams = [None, side, side.cuda_stream, cuda.external_stream(side.cuda_stream)]
+    try:
+        import cupy
+
+        streams.append(cupy.cuda.ExternalStream(side.cuda_stream))
+    except ImportError:
+        pass
+    for i in range(6):
+        a = torch.randn(300, 256, device="cuda", generator=g).bfloat16()
+        b = torch.randn(256, 136, device="cuda", generator=g).bfloat16()
+        if i % 2:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # the quick path takes the current stream
+                c = matmul(a, b)
+            side.synchronize()
+        else:
+            c = matmul(a, b)
+        check(c, a, b, "bf16")
+    for st in streams:
+        a = torch.randn(300, 256, device="cuda", generator=g).bfloat16()
+        b = torch.randn(256, 136, device="cuda", generator=g).bfloat16()
+        out = torch.full((300, 136), float("nan"), device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        matmul(a, b, out=out, stream=st)
+        torch.cuda.synchronize()
+        check(out, a, b, "bf16")
