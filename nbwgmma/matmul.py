@@ -194,7 +194,7 @@ def _tensor_map(arr, ptr, dtype, box, view, keep: bool):
 from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S as _DEBUG_WAIT  # noqa: E402
 
 _CONFIG_KEYS = {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue", "c_parts",
-                "cluster"}
+                "cluster", "split"}
 _PLANS: dict = {}
 
 
@@ -212,7 +212,8 @@ class _Plan:
         self.mnk = (m, n, k)
         opts = dict(opts)
         if "bm" not in opts and "bn" not in opts:
-            opts["bm"], opts["bn"] = _pick_tile(m, n, opts.get("cluster", 1))
+            opts["bm"], opts["bn"], split = _pick_tile(m, n, k, opts.get("cluster", 1), _ESIZE[ia.dtype])
+            opts.setdefault("split", split)
         probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})
         transposable = probe.k.transposable
         # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
@@ -228,6 +229,7 @@ class _Plan:
                               epilogue=epilogue, **opts)
         self.odt = odt
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
+        self.workspaces = {}  # split-K: stream handle -> (f32 partial tiles, int32 tile counters)
         self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
         self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
 
@@ -261,6 +263,8 @@ class _Plan:
             self._check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else _numba_view(io, out)
             args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
+            if cfg.split > 1:
+                args += self.workspace(stream_handle)[:2]
             if _DEBUG_WAIT is not None or _sim_enabled():  # checked launches that name a stopped kernel
                 from .kernels.gemm import gemm_kernel
                 from .launch import launch
@@ -274,11 +278,32 @@ class _Plan:
 
     def _launch(self, stream_handle, ta, tb, c_map, io, alpha):
         m, n, k = self.mnk
+        ws = self.workspace(stream_handle)[2] if self.cfg.split > 1 else ()
         if c_map:
-            self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha)
+            self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha, *ws)
         else:  # Numba passes a 2-D array as (meminfo, parent, size, itemsize, data, shape x 2, strides x 2)
             self.launcher(stream_handle, ta, tb, 0, 0, m * n, io.itemsize, io.ptr, m, n,
-                          io.strides[0], io.strides[1], m, n, k, alpha)
+                          io.strides[0], io.strides[1], m, n, k, alpha, *ws)
+
+    def workspace(self, stream_handle):
+        """Split-K scratch of this plan on one stream (launches on a stream run in order, so
+        they can share it): (partials, counters, their launch parameter values)."""
+        w = self.workspaces.get(stream_handle)
+        if w is None:
+            from numba import cuda
+
+            cfg = self.cfg
+            m, n, _ = self.mnk
+            tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
+            part = cuda.device_array(tiles * cfg.split * cfg.bm * cfg.bn, dtype=np.float32)
+            counters = cuda.to_device(np.zeros(tiles, dtype=np.int32))  # the kernel leaves them at zero
+
+            def raw(x):  # a 1-D Numba array: meminfo, parent, size, itemsize, data, shape, stride
+                return (0, 0, x.size, x.dtype.itemsize, x.__cuda_array_interface__["data"][0], x.shape[0],
+                        x.strides[0])
+
+            w = self.workspaces[stream_handle] = (part, counters, raw(part) + raw(counters))
+        return w
 
     def again(self, a, pa, b, pb, out, io, stream_handle):
         """A repeat of an in-place plan's first call with new pointers (``alpha`` = 1)."""
@@ -303,7 +328,9 @@ class _Plan:
         slots = device_limits()["multiprocessors"] // cl
         if cl > 1 and not _sim_enabled():  # clusters sit whole in a GPC: maybe fewer fit
             slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
-        grid = cl * min(slots, math.ceil(math.ceil(m / cfg.bm) / cl) * math.ceil(n / cfg.bn))
+        kblocks = math.ceil(self.mnk[2] / cfg.bk)
+        units = math.ceil(math.ceil(m / cfg.bm) / cl) * math.ceil(n / cfg.bn) * min(cfg.split, kblocks)
+        grid = cl * min(slots, units)
         return grid, ((cl, 1, 1) if cl > 1 else None), smem
 
     def _prepare(self, args):
@@ -319,8 +346,8 @@ class _Plan:
         sig = tuple(disp.typeof_pyval(x) for x in args)
         kern, _ = cached_kernel(disp, sig, ("gemm", cfg.key()), cuda.get_current_device().compute_capability)
         grid, cluster, smem = self.launch_shape(kern, None)
-        return PreparedLaunch(kern, grid, cfg.threads, _TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS,
-                              smem=smem, cluster=cluster)
+        arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + (_WS_ARGS if cfg.split > 1 else ())
+        return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster)
 
     def _check_expect_tx(self, ta, tb):
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its
@@ -337,23 +364,33 @@ class _Plan:
 #: from bf16 runs on an H100 (BENCHMARKS.md, log steps 9 and 11): smaller tiles load
 #: more bytes per FLOP and keep fewer wgmmas in flight.
 _TILES = {(128, 256): 1.0, (128, 192): 0.95, (128, 128): 0.75, (64, 128): 0.39, (64, 64): 0.30}
+_SPLITS = (1, 2, 3, 4)
+_MIN_SLICE_STAGES = 8  # a K slice shorter than this many stages spends too long filling the pipeline
 
 
-def _pick_tile(m, n, cluster=1):
-    """The tile with the most useful work per SM-slot: its throughput share times the
-    filled fraction of the waves it needs (tiles / (waves x SMs)), so a tile that leaves a
-    last wave nearly empty, or most SMs idle, loses to a smaller one. A cluster splits B
-    into 64-column shares: only tiles with ``bn / 64`` a multiple of it."""
+def _pick_tile(m, n, k, cluster=1, esize=2):
+    """(BM, BN, split): the choice with the most useful work per SM-slot, its tile's
+    throughput share times the filled fraction of the waves its work units need (units /
+    (waves x SMs)), so a tile that leaves a last wave nearly empty, or most SMs idle, loses
+    to a smaller tile or to split-K. Split-K costs the partial tiles' round trip, counted as
+    bytes next to the operand bytes of a slice (16-bit inputs only). A cluster splits B into
+    64-column shares: only tiles with ``bn / 64`` a multiple of it, and no split-K."""
     from .launch import device_limits
 
     sms = device_limits()["multiprocessors"]
+    kblocks = math.ceil(k * esize / 128)
 
-    def score(tile):
-        (bm, bn), eff = tile
-        tiles = math.ceil(m / bm) * math.ceil(n / bn)
-        return eff * tiles / (math.ceil(tiles / sms) * sms)
+    def score(choice):
+        (bm, bn), eff, split = choice
+        units = math.ceil(m / bm) * math.ceil(n / bn) * split
+        slice_bytes = (bm + bn) * k / split * esize
+        overhead = 0 if split == 1 else 2 * bm * bn * 4 / slice_bytes  # write a partial, read them back
+        return eff * units / (math.ceil(units / sms) * sms) / (1 + overhead)
 
-    return max(((t, e) for t, e in _TILES.items() if (t[1] // 64) % cluster == 0), key=score)[0]
+    choices = [(t, e, s) for t, e in _TILES.items() if (t[1] // 64) % cluster == 0
+               for s in _SPLITS if s == 1 or (cluster == 1 and esize == 2 and kblocks // s >= _MIN_SLICE_STAGES)]
+    (bm, bn), _, split = max(choices, key=score)
+    return bm, bn, split
 
 
 def _operand_path(info: ArrayInfo, is_b, transposable):
@@ -379,6 +416,7 @@ def _sim_enabled():
 
 _TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")
 _DIRECT_ARGS = ("u64", "u64") + ("u64", "u64", "i64", "i64", "u64", "i64", "i64", "i64", "i64") + _TMA_ARGS[3:]
+_WS_ARGS = ("u64", "u64", "i64", "i64", "u64", "i64", "i64") * 2  # split-K: partials, counters (1-D arrays)
 
 
 _NB_STREAMS: dict = {}

@@ -167,14 +167,49 @@ def test_tile_choice_by_shape(monkeypatch):
 
     mm = sys.modules["nbwgmma.matmul"]
     monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
-    assert mm._pick_tile(8192, 8192) == (128, 256)
-    assert mm._pick_tile(512, 8192) == (128, 256)  # 128 tiles of 128 x 256
-    assert mm._pick_tile(128, 8192) == (64, 128)  # 32 tiles of 128 x 256 would leave 100 SMs idle
-    assert mm._pick_tile(256, 256) == (64, 64)
-    assert mm._pick_tile(256, 256, cluster=2) == (64, 128)  # B shares of whole 64-column boxes
-    assert mm._pick_tile(256, 256, cluster=4) == (128, 256)
+    pick = mm._pick_tile
+    assert pick(8192, 8192, 8192) == (128, 256, 1)
+    assert pick(512, 8192, 8192) == (128, 256, 1)  # 128 tiles of 128 x 256
+    # 32 tiles of 128 x 256 would leave 100 SMs idle: 43 tiles of 128 x 192 in 3 K slices
+    # make 129 work units
+    assert pick(128, 8192, 8192) == (128, 192, 3)
+    assert pick(128, 8192, 8192, cluster=2) == (64, 128, 1)  # no split-K with clusters
+    assert pick(128, 8192, 1024) == (128, 128, 2)  # 16 stages of K: two slices of 8
+    assert pick(128, 8192, 512) == (64, 128, 1)  # slices under 8 stages are not worth it
+    assert pick(256, 256, 256) == (64, 64, 1)
+    assert pick(256, 256, 256, cluster=2) == (64, 128, 1)  # B shares of whole 64-column boxes
+    assert pick(256, 256, 256, cluster=4) == (128, 256, 1)
     # 480 tiles of 128 x 256 fill 3.6 waves of 132 SMs; 640 of 128 x 192 fill 4.85
-    assert mm._pick_tile(5000, 3000) == (128, 192)
-    assert mm._pick_tile(5000, 3000, cluster=2) == (128, 256)
+    assert pick(5000, 3000, 4000) == (128, 192, 1)
+    assert pick(5000, 3000, 4000, cluster=2) == (128, 256, 1)
     for m, n in ((4096, 4096), (16384, 16384), (8192, 28672)):
-        assert mm._pick_tile(m, n) == (128, 256)
+        assert pick(m, n, 8192) == (128, 256, 1)
+    assert pick(128, 8192, 8192, esize=1)[2] == 1  # fp8: no split-K
+
+
+@pytest.mark.parametrize("kind, out, epilogue, bm, bn, split", [
+    ("f32.bf16.bf16", "bf16", "tma", 128, 256, 4), ("f32.bf16.bf16", "bf16", "tma", 64, 128, 2),
+    ("f32.f16.f16", "f32", "direct", 128, 256, 3), ("f32.bf16.bf16", "bf16", "tma", 128, 192, 3),
+])
+def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split):
+    """Split-K: the same main loop (4 HGMMA, no spills), one atomic per slice for the tile
+    count, and the partial tiles moved as coalesced f32 rows (no local memory)."""
+    cfg = GemmConfig(kind, bm=bm, bn=bn, out=out, epilogue=epilogue, split=split, scaled="e4m3" in kind)
+    c_t = types.uint64 if epilogue == "tma" else types.float32[:, :]
+    sig = (types.uint64, types.uint64, c_t, types.int32, types.int32, types.int32, types.float32,
+           types.float32[::1], types.int32[::1])
+    rep = compile_report(gemm_kernel(cfg), sig)
+    assert rep.sass["HGMMA"] == 4
+    assert rep.sass.get("ATOMG", 0) + rep.sass.get("RED", 0) >= 1
+    assert rep.spill_bytes == 0 and rep.stack_frame == 0 and rep.local_memory_ops == 0
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+
+
+def test_split_k_config_rules():
+    with pytest.raises(ValueError, match="split must be"):
+        GemmConfig("f32.bf16.bf16", split=5)
+    with pytest.raises(ValueError, match="without clusters"):
+        GemmConfig("f32.bf16.bf16", split=2, cluster=2)
+    with pytest.raises(ValueError, match="16-bit inputs"):
+        GemmConfig("f32.e4m3.e4m3", split=2, scaled=True)
+    assert GemmConfig("f32.bf16.bf16", split=2).key() != GemmConfig("f32.bf16.bf16").key()

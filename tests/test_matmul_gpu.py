@@ -219,3 +219,37 @@ def test_repeated_calls_follow_new_operands_outputs_and_streams():
         matmul(a, b, out=out, stream=st)
         torch.cuda.synchronize()
         check(out, a, b, "bf16")
+
+
+@pytest.mark.parametrize("split, bm, bn", [(2, 128, 256), (3, 128, 192), (4, 64, 128)])
+@pytest.mark.parametrize("m, n, k", [(129, 300, 1000), (128, 512, 4096), (1000, 129, 520)])
+@pytest.mark.parametrize("layout", ["KK", "KN"])
+def test_split_k(split, bm, bn, m, n, k, layout):
+    """K in slices: every tile summed from its partials (tails in M, N and K, uneven slices),
+    the same bits on a second launch (in-order sums; the tile counters reset themselves)."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k + split)
+    a = make(m, k, "bf16", "row", g)
+    b = make(n, k, "bf16", "row", g).t()
+    b = b if layout == "KK" else b.contiguous()
+    cfg = {"bm": bm, "bn": bn, "split": split}
+    c1 = matmul(a, b, config=cfg)
+    check(c1, a, b, "bf16")
+    c2 = matmul(a, b, config=cfg)
+    assert torch.equal(c1, c2)
+    out = torch.full((m, n), float("nan"), device="cuda")
+    matmul(a, b, out=out, config=cfg)  # f32 out: the direct epilogue
+    check(out, a, b, "f32")
+
+
+def test_split_k_small_integers_exact_and_automatic():
+    """128 x 4096 x 8192: the automatic choice splits K; small integers make every
+    partial and every sum exact, so any lost or doubled slice shows."""
+    import sys
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    a = torch.randint(-3, 4, (128, 8192), device="cuda", generator=g).bfloat16()
+    b = torch.randint(-3, 4, (8192, 4096), device="cuda", generator=g).bfloat16()
+    c = matmul(a, b, out=torch.empty(128, 4096, device="cuda"))
+    assert torch.equal(c.double(), a.double() @ b.double())
+    plans = [p for p in sys.modules["nbwgmma.matmul"]._PLANS.values() if p.mnk == (128, 4096, 8192)]
+    assert plans and all(p.cfg.split > 1 for p in plans)

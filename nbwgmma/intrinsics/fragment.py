@@ -459,4 +459,57 @@ def acc_load(typingctx, kind, n, src, tid, row0, col0):
     return tupty(kind, n, src, tid, row0, col0), codegen
 
 
-__all__ += ["tile_block_offset", "acc_load"]
+def _check_strided(name, acc, arr, start, stride):
+    if not (isinstance(acc, types.UniTuple) and acc.dtype in (types.float32, types.int32)):
+        raise NbwgmmaTypingError(f"{name}: expected an f32 or s32 accumulator tuple; got {acc}")
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == acc.dtype):
+        raise NbwgmmaTypingError(f"{name}: expected a 1-D {acc.dtype} array; got {arr}")
+    for nm, ty in (("start", start), ("stride", stride)):
+        if not isinstance(ty, types.Integer):
+            raise NbwgmmaTypingError(f"{name}: '{nm}' must be an integer; got {ty}")
+
+
+def _strided_pointers(context, builder, sig, args, count):
+    """Pointers to ``arr[start + i * stride]`` for i < count (``args[1:4]``), unchecked."""
+    arr = context.make_array(sig.args[1])(context, builder, args[1])
+    start, stride = (context.cast(builder, args[j], sig.args[j], types.int64) for j in (2, 3))
+    i64 = ir.IntType(64)
+    for i in range(count):
+        idx = builder.add(start, builder.mul(stride, i64(i)))
+        yield builder.gep(arr.data, [idx])
+
+
+@intrinsic
+def acc_store_strided(typingctx, acc, out, start, stride):
+    """``acc_store_strided(acc, out, start, stride)``: value ``i`` of this thread's fragment
+    to ``out[start + i * stride]`` (a 1-D array of the accumulator's type, no bounds check).
+    With ``start = block + tid`` and ``stride = 128`` a warpgroup writes its fragments as
+    contiguous 128-byte rows: a scratch layout for values the same threads read back with
+    :func:`acc_add_strided` (e.g. split-K partial tiles)."""
+    _check_strided("acc_store_strided", acc, out, start, stride)
+
+    def codegen(context, builder, sig, args):
+        for i, ptr in enumerate(_strided_pointers(context, builder, sig, args, sig.args[0].count)):
+            builder.store(builder.extract_value(args[0], i), ptr)
+        return context.get_dummy_value()
+
+    return types.void(acc, out, start, stride), codegen
+
+
+@intrinsic
+def acc_add_strided(typingctx, acc, src, start, stride):
+    """``acc = acc_add_strided(acc, src, start, stride)``: ``acc`` plus ``src[start + i * stride]``
+    for each value ``i`` (the inverse layout of :func:`acc_store_strided`), one value at a
+    time, so no second fragment's registers are live."""
+    _check_strided("acc_add_strided", acc, src, start, stride)
+
+    def codegen(context, builder, sig, args):
+        dt = sig.args[0].dtype
+        outs = [_add(builder, builder.extract_value(args[0], i), builder.load(ptr), dt)
+                for i, ptr in enumerate(_strided_pointers(context, builder, sig, args, sig.args[0].count))]
+        return cgutils.pack_array(builder, outs)
+
+    return acc(acc, src, start, stride), codegen
+
+
+__all__ += ["tile_block_offset", "acc_load", "acc_store_strided", "acc_add_strided"]

@@ -42,6 +42,8 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
+    acc_add_strided,
+    acc_store_strided,
     acc_scale,
     acc_stmatrix_swizzled,
     acc_to_bf16x2,
@@ -58,6 +60,7 @@ from ..intrinsics import (
     tma_store_2d,
     acc_store,
     acc_undef,
+    acc_zeros,
     dynamic_smem_base,
     fence_mbarrier_init,
     make_desc,
@@ -99,14 +102,21 @@ class GemmConfig:
     ``cluster`` (1, 2 or 4) launches the CTAs in thread-block clusters of that many along
     M: the cluster works on vertically adjacent tiles that share their B tile, and each
     CTA loads 1/cluster of it and multicasts it to all (less L2 traffic for B).
+    ``split`` (1-4) cuts K into that many slices, each a separate work unit (more units
+    than tiles for small M x N): every slice writes its f32 partial tile to a workspace,
+    and the last one to finish a tile (a per-tile counter) sums the slices in order and
+    stores C, so results do not depend on which finished first. The kernel then takes two
+    more arguments: ``ws``, a 1-D f32 array of at least ``tiles x split x BM x BN``
+    elements, and ``counters``, an int32 array of one zero per tile (each count is reset to zero by
+    the tile's last slice, ready for the next launch).
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
-    (default 40 for the producer, 48 for a cluster of 4 with MN-major B; the rest shared
+    (default 40 for the producer, 48 for a cluster of 4 with MN-major B, 56 for some split-K kernels; the rest shared
     out among the consumers, at most 240 each).
     """
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
-                 epilogue="direct", c_parts=None, cluster=1):
+                 epilogue="direct", c_parts=None, cluster=1, split=1):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -131,7 +141,13 @@ class GemmConfig:
         if (b_major == "K" and (bn // cluster) % 8) or (b_major == "MN" and (bn // 64) % cluster):
             raise ValueError(f"a cluster of {cluster} splits B's {bn} rows into whole swizzle atoms "
                              f"({'8 rows' if b_major == 'K' else '64-column boxes'}); it cannot")
-        self.cluster = cluster
+        if split not in (1, 2, 3, 4):
+            raise ValueError(f"split must be 1, 2, 3 or 4 K slices; got {split}")
+        if split > 1 and cluster > 1:
+            raise ValueError(f"split-K works without clusters; got split={split}, cluster={cluster}")
+        if split > 1 and ELEMENT_BYTES[self.k.atype] != 2:
+            raise ValueError(f"split-K is built for 16-bit inputs (fp8's scaled path spills); got {kind}")
+        self.cluster, self.split = cluster, split
         self.bm, self.bn, self.group_m, self.scaled = bm, bn, group_m, scaled
         self.a_major, self.b_major, self.out, self.epilogue = a_major, b_major, out, epilogue
         self.esize = int(ELEMENT_BYTES[self.k.atype])
@@ -172,8 +188,13 @@ class GemmConfig:
         self.regs_per_slot = self.launch_regs() * (self.consumers + 1)
         if producer_regs is None:
             # A cluster of 4 with MN-major B needs 8 more for the producer's addresses (with
-            # 40, ptxas spills 24-32 bytes).
-            producer_regs = 48 if cluster == 4 and b_major == "MN" else 40
+            # 40, ptxas spills 24-32 bytes). With split-K ptxas spills 136-140 bytes in the
+            # producer at 40 for one consumer or the direct epilogue (56 is clean), and 48 bytes
+            # in the consumers of 128x256 with the TMA epilogue at 56 (224 each; 40 is clean).
+            if split > 1 and (self.consumers == 1 or epilogue == "direct"):
+                producer_regs = 56
+            else:
+                producer_regs = 48 if cluster == 4 and b_major == "MN" else 40
         if consumer_regs is None:
             consumer_regs = min(240, (self.regs_per_slot - producer_regs) // self.consumers // 8 * 8)
         if producer_regs + self.consumers * consumer_regs > self.regs_per_slot:
@@ -192,13 +213,14 @@ class GemmConfig:
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
-                self.c_parts, self.cluster)
+                self.c_parts, self.cluster, self.split)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
                 f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue}"
                 f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
-                f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''})")
+                f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
+                f"{', split=' + str(self.split) if self.split > 1 else ''})")
 
 
 @cuda.jit(device=True, inline=True)
@@ -267,6 +289,10 @@ def _build(key):
     B_BOXES = BN // 64 // CL  # MN-major B boxes per CTA (64 N-columns each)
     B_PART_ROWS = BN // CL  # rows of B (N) per CTA
     B_PART_BYTES = B_PART_ROWS * 128  # their bytes in the slot, in either layout
+    SPLIT = cfg.split
+    ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
+    TILE_FLOATS = BM * BN
+    CONS_FLOATS = 64 * BN
 
     @cuda.jit(device=True, inline=True)
     def load_stage(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, b_dst):
@@ -334,10 +360,45 @@ def _build(key):
 
     store = (store_tma1 if cfg.c_parts == 1 else store_tma2) if TMA_EPI else store_direct
 
-    @cuda.jit(launch_bounds=(cfg.threads, 1))
-    def gemm(tmap_a, tmap_b, c, m, n, k, alpha):
+    @cuda.jit(device=True, inline=True)
+    def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase):
+        store(acc, c, ctid, cw, row0, col0, cbase)
+
+    @cuda.jit(device=True, inline=True)
+    def finish_slice(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase):
+        """Split-K: park this slice's partial tile in ``ws``; the tile's last slice sums all
+        of them in slice order (deterministic) and stores C."""
+        last = True
+        if nsplit > 1:
+            # Slice s of tile t: BM x BN floats at (t * nsplit + s) * TILE_FLOATS, each
+            # consumer's fragments as rows of 128 threads (coalesced; read back by the same
+            # thread layout).
+            mine = (t * nsplit) * TILE_FLOATS + cw * CONS_FLOATS + ctid
+            acc_store_strided(acc, ws, mine + sp * TILE_FLOATS, 128)
+            cuda.threadfence()  # the partial is visible GPU-wide before the count says so
+            named_barrier_sync(5, ALL_CONS)
+            if tid == 128:
+                done = cuda.atomic.add(counters, t, 1)
+                flag[0] = 1 if done == nsplit - 1 else 0
+                if done == nsplit - 1:
+                    counters[t] = 0  # every slice has counted: ready for the next launch
+            named_barrier_sync(5, ALL_CONS)
+            last = flag[0] != 0
+            if last:
+                cuda.threadfence()
+                acc = acc_zeros(KIND, BN)
+                for s in range(nsplit):  # 0 + p0 + p1 + ...: the same sum whichever slice is last
+                    acc = acc_add_strided(acc, ws, mine + s * TILE_FLOATS, 128)
+        if last:
+            store(acc, c, ctid, cw, row0, col0, cbase)
+
+    finish = finish_slice if SPLIT > 1 else finish_tile
+
+    @cuda.jit(device=True, inline=True)
+    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
+        flag = cuda.shared.array(1, np.int32)
         base = dynamic_smem_base(dyn, 1024)
         full0 = smem_addr(bars)
         empty0 = full0 + 8 * STAGES
@@ -361,6 +422,9 @@ def _build(key):
         tiles_n = (n + BN - 1) // BN
         ntiles = tiles_mc * tiles_n
         kblocks = (k + BK - 1) // BK
+        # Work units: (tile, K slice); a tile's slices are neighbours, so they run together.
+        nsplit = 1 if SPLIT == 1 else min(SPLIT, kblocks)
+        nunits = ntiles * nsplit
         first = cuda.blockIdx.x // CL
         step = cuda.gridDim.x // CL
 
@@ -369,13 +433,15 @@ def _build(key):
             if tid == 0:
                 b_dst = A_BYTES + rank * B_PART_BYTES
                 it = 0
-                for t in range(first, ntiles, step):
+                for u in range(first, nunits, step):
+                    t = u // nsplit
+                    sp = u - t * nsplit
                     pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
                     # Past M's last tile (tiles_m not a multiple of CL) a CTA still loads and
                     # multicasts its share of B for its peers; its own A rows are a copy.
                     pm = min(pmc * CL + rank, tiles_m - 1)
                     b_row = pn * BN + rank * B_PART_ROWS
-                    for kb in range(kblocks):
+                    for kb in range(sp * kblocks // nsplit, (sp + 1) * kblocks // nsplit):
                         s = it % STAGES
                         mbarrier_wait_parity(empty0 + 8 * s, ((it // STAGES) & 1) ^ 1)
                         full = full0 + 8 * s
@@ -388,11 +454,14 @@ def _build(key):
             ctid = tid % 128
             cbase = base + C_OFF + cw * C_CONS
             it = 0
-            for t in range(first, ntiles, step):
+            for u in range(first, nunits, step):
+                t = u // nsplit
+                sp = u - t * nsplit
                 pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
                 pm = pmc * CL + rank
                 acc = acc_undef(KIND, BN)
-                for kb in range(kblocks):
+                kb0 = sp * kblocks // nsplit
+                for kb in range(kb0, (sp + 1) * kblocks // nsplit):
                     s = it % STAGES
                     mbarrier_wait_parity(full0 + 8 * s, (it // STAGES) & 1)
                     slot = base + s * STAGE_BYTES
@@ -401,14 +470,14 @@ def _build(key):
                     wgmma_fence()
                     # BK is one 128-byte swizzle row: always four K steps, written out so
                     # the four wgmmas issue back to back.
-                    acc = wgmma_mma_async(acc, da, db, KIND, kb > 0, 1, 1, TRANS_A, TRANS_B)
+                    acc = wgmma_mma_async(acc, da, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
                     acc = wgmma_mma_async(acc, da + A_STEP, db + B_STEP, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                     acc = wgmma_mma_async(acc, da + 2 * A_STEP, db + 2 * B_STEP, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                     acc = wgmma_mma_async(acc, da + 3 * A_STEP, db + 3 * B_STEP, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                     wgmma_commit_group()
                     # Keep this stage's group in flight; the previous one is done: release it.
                     wgmma_wait_group(1)
-                    if kb > 0 and ctid == 0:
+                    if kb > kb0 and ctid == 0:
                         release(empty0 + 8 * ((it - 1) % STAGES))
                     it += 1
                 wgmma_wait_group(0)
@@ -417,12 +486,21 @@ def _build(key):
                 if SCALED:
                     acc = acc_scale(acc, alpha)
                 if pm < tiles_m:
-                    store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase)
+                    finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, pm * BM + cw * 64, pn * BN, cbase)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
         if CL > 1:
             # No CTA leaves while a peer may still arrive on its barriers.
             cluster_sync()
+
+    if SPLIT == 1:
+        @cuda.jit(launch_bounds=(cfg.threads, 1))
+        def gemm(tmap_a, tmap_b, c, m, n, k, alpha):
+            body(tmap_a, tmap_b, c, m, n, k, alpha, c, m)  # no workspace: unused stand-ins
+    else:
+        @cuda.jit(launch_bounds=(cfg.threads, 1))
+        def gemm(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters):
+            body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters)
 
     return gemm
 
