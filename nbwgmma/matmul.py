@@ -212,8 +212,7 @@ class _Plan:
         self.mnk = (m, n, k)
         opts = dict(opts)
         if "bm" not in opts and "bn" not in opts:
-            opts["bm"], opts["bn"], split = _pick_tile(m, n, k, opts.get("cluster", 1), _ESIZE[ia.dtype])
-            opts.setdefault("split", split)
+            opts["bm"], opts["bn"] = _pick_tile(m, n, opts.get("cluster", 1))
         probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})
         transposable = probe.k.transposable
         # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
@@ -364,33 +363,26 @@ class _Plan:
 #: from bf16 runs on an H100 (BENCHMARKS.md, log steps 9 and 11): smaller tiles load
 #: more bytes per FLOP and keep fewer wgmmas in flight.
 _TILES = {(128, 256): 1.0, (128, 192): 0.95, (128, 128): 0.75, (64, 128): 0.39, (64, 64): 0.30}
-_SPLITS = (1, 2, 3, 4)
-_MIN_SLICE_STAGES = 8  # a K slice shorter than this many stages spends too long filling the pipeline
 
 
-def _pick_tile(m, n, k, cluster=1, esize=2):
-    """(BM, BN, split): the choice with the most useful work per SM-slot, its tile's
-    throughput share times the filled fraction of the waves its work units need (units /
-    (waves x SMs)), so a tile that leaves a last wave nearly empty, or most SMs idle, loses
-    to a smaller tile or to split-K. Split-K costs the partial tiles' round trip, counted as
-    bytes next to the operand bytes of a slice (16-bit inputs only). A cluster splits B into
-    64-column shares: only tiles with ``bn / 64`` a multiple of it, and no split-K."""
+def _pick_tile(m, n, cluster=1):
+    """The tile with the most useful work per SM-slot: its throughput share times the
+    filled fraction of the waves it needs (tiles / (waves x SMs)), so a tile that leaves a
+    last wave nearly empty, or most SMs idle, loses to a smaller one. A cluster splits B
+    into 64-column shares: only tiles with ``bn / 64`` a multiple of it.
+
+    Split-K is not picked automatically: at 128 x 8192 x 8192 (bandwidth-bound) 4 slices
+    of 128 x 256 measured 0.75x cuBLAS against 0.87x for 64 x 128 tiles (BENCHMARKS.md)."""
     from .launch import device_limits
 
     sms = device_limits()["multiprocessors"]
-    kblocks = math.ceil(k * esize / 128)
 
-    def score(choice):
-        (bm, bn), eff, split = choice
-        units = math.ceil(m / bm) * math.ceil(n / bn) * split
-        slice_bytes = (bm + bn) * k / split * esize
-        overhead = 0 if split == 1 else 2 * bm * bn * 4 / slice_bytes  # write a partial, read them back
-        return eff * units / (math.ceil(units / sms) * sms) / (1 + overhead)
+    def score(tile):
+        (bm, bn), eff = tile
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        return eff * tiles / (math.ceil(tiles / sms) * sms)
 
-    choices = [(t, e, s) for t, e in _TILES.items() if (t[1] // 64) % cluster == 0
-               for s in _SPLITS if s == 1 or (cluster == 1 and esize == 2 and kblocks // s >= _MIN_SLICE_STAGES)]
-    (bm, bn), _, split = max(choices, key=score)
-    return bm, bn, split
+    return max(((t, e) for t, e in _TILES.items() if (t[1] // 64) % cluster == 0), key=score)[0]
 
 
 def _operand_path(info: ArrayInfo, is_b, transposable):

@@ -168,23 +168,17 @@ def test_tile_choice_by_shape(monkeypatch):
     mm = sys.modules["nbwgmma.matmul"]
     monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
     pick = mm._pick_tile
-    assert pick(8192, 8192, 8192) == (128, 256, 1)
-    assert pick(512, 8192, 8192) == (128, 256, 1)  # 128 tiles of 128 x 256
-    # 32 tiles of 128 x 256 would leave 100 SMs idle: 43 tiles of 128 x 192 in 3 K slices
-    # make 129 work units
-    assert pick(128, 8192, 8192) == (128, 192, 3)
-    assert pick(128, 8192, 8192, cluster=2) == (64, 128, 1)  # no split-K with clusters
-    assert pick(128, 8192, 1024) == (128, 128, 2)  # 16 stages of K: two slices of 8
-    assert pick(128, 8192, 512) == (64, 128, 1)  # slices under 8 stages are not worth it
-    assert pick(256, 256, 256) == (64, 64, 1)
-    assert pick(256, 256, 256, cluster=2) == (64, 128, 1)  # B shares of whole 64-column boxes
-    assert pick(256, 256, 256, cluster=4) == (128, 256, 1)
+    assert pick(8192, 8192) == (128, 256)
+    assert pick(512, 8192) == (128, 256)  # 128 tiles of 128 x 256
+    assert pick(128, 8192) == (64, 128)  # 32 tiles of 128 x 256 would leave 100 SMs idle
+    assert pick(256, 256) == (64, 64)
+    assert pick(256, 256, cluster=2) == (64, 128)  # B shares of whole 64-column boxes
+    assert pick(256, 256, cluster=4) == (128, 256)
     # 480 tiles of 128 x 256 fill 3.6 waves of 132 SMs; 640 of 128 x 192 fill 4.85
-    assert pick(5000, 3000, 4000) == (128, 192, 1)
-    assert pick(5000, 3000, 4000, cluster=2) == (128, 256, 1)
+    assert pick(5000, 3000) == (128, 192)
+    assert pick(5000, 3000, cluster=2) == (128, 256)
     for m, n in ((4096, 4096), (16384, 16384), (8192, 28672)):
-        assert pick(m, n, 8192) == (128, 256, 1)
-    assert pick(128, 8192, 8192, esize=1)[2] == 1  # fp8: no split-K
+        assert pick(m, n) == (128, 256)
 
 
 @pytest.mark.parametrize("kind, out, epilogue, bm, bn, split", [
