@@ -34,7 +34,6 @@ class MatmulError(ValueError):
 
 _FP8 = ("e4m3", "e5m2")
 _OUT_TYPES = {"bf16", "f16", "f32"}
-_ESIZE = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
 
 
 def _kind(ta: str, tb: str) -> str:
