@@ -200,8 +200,10 @@ _PLANS: dict = {}
 class _Plan:
     """Everything about a matmul call that does not depend on the data pointers: paths,
     kernel configuration, compiled kernel and launch configuration. The first call of a
-    plan launches through :func:`nbwgmma.launch.launch` (compiling and checking); later
-    calls launch the same function directly with pre-marshalled arguments."""
+    plan loads the kernel from the disk cache (:mod:`nbwgmma.cache`, compiling it on a miss)
+    and prepares a :class:`nbwgmma.launch.PreparedLaunch`, which every call then uses. In
+    debug-wait mode and in the CUDA simulator each call goes through
+    :func:`nbwgmma.launch.launch` instead (checked, synchronized, named on failure)."""
 
     def __init__(self, kind, odt, ia, ib, io, opts, fp8):
         from .kernels.gemm import _OUT_BYTES, GemmConfig
