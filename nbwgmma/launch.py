@@ -19,7 +19,7 @@ import struct
 import threading
 
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
-           "device_limits", "PreparedLaunch"]
+           "device_limits", "PreparedLaunch", "array_arg_types", "array_arg_values"]
 
 
 class LaunchError(ValueError):
@@ -75,10 +75,15 @@ _attr_lock = threading.Lock()
 _smem_raised: dict = {}
 
 
-def _raise_smem_limit(cufunc, nbytes, device_id):
-    """Allow ``nbytes`` of dynamic shared memory for a Numba cufunc or a ``cuda.core`` Kernel."""
+def _raise_smem_limit(cufunc, nbytes):
+    """Allow ``nbytes`` of dynamic shared memory for a Numba cufunc or a ``cuda.core`` Kernel
+    on the current device (nothing to do up to the default 48 KiB)."""
     from cuda.bindings import driver as drv
+    from numba import cuda
 
+    if nbytes <= 48 * 1024:
+        return
+    device_id = cuda.get_current_device().id
     key = (int(cufunc.handle), device_id)
     with _attr_lock:
         if _smem_raised.get(key, 0) >= nbytes:
@@ -112,13 +117,44 @@ def _check_whole_clusters(grid, cluster):
 
 def _compiled(kernel, args, smem):
     """(compiled kernel, cufunc) for ``args``, with the dynamic shared memory limit raised to ``smem``."""
-    from numba import cuda
-
     kern = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
     cufunc = kern._codelibrary.get_cufunc()
-    if smem > 48 * 1024:
-        _raise_smem_limit(cufunc, smem, cuda.get_current_device().id)
+    _raise_smem_limit(cufunc, smem)
     return kern, cufunc
+
+
+def _check_request(grid, block, smem, static_smem, kernel_max_threads, cluster):
+    """The checks every launch path makes before launching: threads against the device and
+    the kernel, dynamic + static shared memory against the opt-in limit, clusters against
+    the device and the grid. Returns ``(smem, cluster as a 3-tuple or None)``."""
+    lim = device_limits()
+    nthreads = math.prod(block)
+    if nthreads > lim["max_threads_per_block"]:
+        raise LaunchError(
+            f"block of {nthreads} threads {block} exceeds the device limit of {lim['max_threads_per_block']}"
+        )
+    smem = int(smem)
+    if smem < 0:
+        raise LaunchError(f"dynamic shared memory must be >= 0 bytes; got {smem}")
+    if smem + static_smem > lim["max_smem_optin"]:
+        raise LaunchError(
+            f"dynamic shared memory {smem} B + static {static_smem} B exceeds the device's opt-in limit "
+            f"of {lim['max_smem_optin']} B per block"
+        )
+    if kernel_max_threads and nthreads > kernel_max_threads:
+        raise LaunchError(
+            f"block of {nthreads} threads exceeds this kernel's limit of {kernel_max_threads} "
+            f"(launch bounds or register use)"
+        )
+    if cluster is not None:
+        cluster = _dim3(cluster, "cluster")
+        csize = math.prod(cluster)
+        if lim["compute_capability"] < (9, 0):
+            raise LaunchError(f"clusters need compute capability 9.0; device has {lim['compute_capability']}")
+        if csize > lim["max_portable_cluster"]:
+            raise LaunchError(f"cluster of {csize} CTAs {cluster} exceeds the portable limit of 8")
+        _check_whole_clusters(grid, cluster)
+    return smem, cluster
 
 
 def max_active_clusters(kernel, args, block, cluster, *, smem: int = 0, stream=0) -> int:
@@ -130,13 +166,11 @@ def max_active_clusters(kernel, args, block, cluster, *, smem: int = 0, stream=0
     inside one GPC, so on an H100 fewer than ``SMs / cluster size`` may fit.
     """
     from cuda.core import LaunchConfig
-    from numba import cuda
 
     block, cluster = _dim3(block, "block"), _dim3(cluster, "cluster")
     if args is None:
         core_kernel = kernel
-        if smem > 48 * 1024:
-            _raise_smem_limit(core_kernel, int(smem), cuda.get_current_device().id)
+        _raise_smem_limit(core_kernel, int(smem))
     else:
         core_kernel = _compiled(kernel, args, int(smem))[1].kernel
     cfg = LaunchConfig(grid=cluster, block=block, shmem_size=int(smem), cluster=cluster)
@@ -145,6 +179,17 @@ def max_active_clusters(kernel, args, block, cluster, *, smem: int = 0, stream=0
 
 #: struct codes of the argument slots of :class:`PreparedLaunch` (8-byte slots)
 _SLOT = {"u64": "Q", "i64": "q", "u32": "I4x", "i32": "i4x", "f32": "f4x", "f64": "d"}
+
+
+def array_arg_types(ndim: int) -> tuple:
+    """The parameter slots of one Numba array argument of ``ndim`` dimensions, as a compiled
+    ``@cuda.jit`` kernel takes it: meminfo, parent, size, itemsize, data, shapes, strides."""
+    return ("u64", "u64", "i64", "i64", "u64") + ("i64",) * (2 * ndim)
+
+
+def array_arg_values(ptr: int, shape, strides, itemsize: int) -> tuple:
+    """The values for :func:`array_arg_types` of an array at ``ptr`` (strides in bytes)."""
+    return (0, 0, math.prod(shape), itemsize, ptr, *shape, *strides)
 
 
 def param_struct(arg_types) -> struct.Struct:
@@ -161,8 +206,8 @@ class PreparedLaunch:
 
     ``arg_types`` names each kernel parameter's C type (``"u64"``, ``"i64"``, ``"u32"``,
     ``"i32"``, ``"f32"``, ``"f64"``), in order, as the compiled kernel takes them (a
-    Numba array parameter is 9 of them: meminfo, parent, size, itemsize, data, 2 shapes,
-    2 strides for a 2-D array). The launch's checks (shared memory against the device,
+    Numba array parameter is several: :func:`array_arg_types`, :func:`array_arg_values`).
+    The launch's checks (shared memory against the device,
     whole clusters, threads) run once here; a call then only writes the values into a
     fixed parameter buffer and launches on ``stream`` (a raw ``CUstream`` handle)::
 
@@ -172,28 +217,17 @@ class PreparedLaunch:
 
     def __init__(self, kernel, grid, block, arg_types, *, smem: int = 0, cluster=None):
         from cuda.bindings import driver as drv
-        from numba import cuda
 
         grid, block = _dim3(grid, "grid"), _dim3(block, "block")
-        lim = device_limits()
         attrs = kernel.attributes
-        nthreads = math.prod(block)
-        if nthreads > min(lim["max_threads_per_block"], attrs.max_threads_per_block):
-            raise LaunchError(f"block of {nthreads} threads exceeds this kernel's limit of "
-                              f"{attrs.max_threads_per_block}")
-        smem = int(smem)
-        if smem < 0 or smem + attrs.shared_size_bytes > lim["max_smem_optin"]:
-            raise LaunchError(f"dynamic shared memory {smem} B + static {attrs.shared_size_bytes} B exceeds "
-                              f"the device's opt-in limit of {lim['max_smem_optin']} B per block")
-        if smem > 48 * 1024:
-            _raise_smem_limit(kernel, smem, cuda.get_current_device().id)
+        smem, cluster = _check_request(grid, block, smem, attrs.shared_size_bytes, attrs.max_threads_per_block,
+                                       cluster)
+        _raise_smem_limit(kernel, smem)
         cfg = drv.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
         cfg.sharedMemBytes = smem
         if cluster is not None:
-            cluster = _dim3(cluster, "cluster")
-            _check_whole_clusters(grid, cluster)
             at = drv.CUlaunchAttribute()
             at.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = cluster
@@ -246,43 +280,13 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
 
     from cuda.core import LaunchConfig
     from cuda.core import launch as core_launch
-    from numba import cuda
 
-    lim = device_limits()
-    nthreads = math.prod(block)
-    if nthreads > lim["max_threads_per_block"]:
-        raise LaunchError(
-            f"block of {nthreads} threads {block} exceeds the device limit of {lim['max_threads_per_block']}"
-        )
-
-    smem = int(smem)
     kern, cufunc = _compiled(kernel, args, 0)  # the limit is raised once the request is checked
     kern.bind()
-    static = cufunc.attrs.shared
-    if smem < 0:
-        raise LaunchError(f"dynamic shared memory must be >= 0 bytes; got {smem}")
-    if smem + static > lim["max_smem_optin"]:
-        raise LaunchError(
-            f"dynamic shared memory {smem} B + static {static} B exceeds the device's opt-in limit "
-            f"of {lim['max_smem_optin']} B per block"
-        )
-    if cufunc.attrs.maxthreads and nthreads > cufunc.attrs.maxthreads:
-        raise LaunchError(
-            f"block of {nthreads} threads exceeds this kernel's limit of {cufunc.attrs.maxthreads} "
-            f"(launch bounds or register use)"
-        )
-    if smem > 48 * 1024:
-        _raise_smem_limit(cufunc, smem, cuda.get_current_device().id)
-
+    smem, cluster = _check_request(grid, block, smem, cufunc.attrs.shared, cufunc.attrs.maxthreads, cluster)
+    _raise_smem_limit(cufunc, smem)
     cfg = dict(grid=grid, block=block, shmem_size=smem)
     if cluster is not None:
-        cluster = _dim3(cluster, "cluster")
-        csize = math.prod(cluster)
-        if lim["compute_capability"] < (9, 0):
-            raise LaunchError(f"clusters need compute capability 9.0; device has {lim['compute_capability']}")
-        if csize > lim["max_portable_cluster"]:
-            raise LaunchError(f"cluster of {csize} CTAs {cluster} exceeds the portable limit of 8")
-        _check_whole_clusters(grid, cluster)
         cfg["cluster"] = cluster
 
     core_stream = _core_stream(stream)

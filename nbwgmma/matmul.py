@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from ._arrays import ArrayInfo, array_info
+from .launch import array_arg_types, array_arg_values
 
 __all__ = ["matmul", "MatmulError"]
 
@@ -70,13 +71,16 @@ def _numba_view(info: ArrayInfo, owner, dtype=None):
     return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)
 
 
+def _torch_dtype(t):
+    import torch
+
+    return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+            "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[t]
+
+
 def _empty_like_lib(lib, ref, shape, t):
     if lib == "torch":
-        import torch
-
-        tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
-               "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[t]
-        return ref.new_empty(shape, dtype=tdt)  # ref's device, without building a torch.device
+        return ref.new_empty(shape, dtype=_torch_dtype(t))  # ref's device, without building a torch.device
     if lib == "cupy":
         import cupy
 
@@ -231,6 +235,10 @@ class _Plan:
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
         self.workspaces = {}  # split-K: stream handle -> (f32 partial tiles, int32 tile counters)
         self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
+        # TMA boxes: K-major [rows, BK] (B: this CTA's share of the tile's rows), MN-major [BK, 64]
+        cfg = self.cfg
+        self.boxes = tuple((rows, cfg.bk) if path[0] == "K" else (cfg.bk, 64)
+                           for path, rows in ((self.a_path, cfg.bm), (self.b_path, cfg.bn // cfg.cluster)))
         self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
 
     def _map(self, slot, x, ptr, view, tdt, box):
@@ -242,21 +250,22 @@ class _Plan:
         self._memo[slot] = (ptr, tm)
         return tm
 
-    def maps(self, x, info, path, is_b, tdt, stream, rows_box):
-        major, view = path
-        bk = self.cfg.bk
-        if view is not None:
-            return self._map(int(is_b), x, info.ptr, view, tdt, (rows_box, bk) if major == "K" else (bk, 64))
+    def maps(self, x, info, is_b, stream):
+        """The tensor map of A or B: read in place, or of a K-major staging copy."""
+        i = int(is_b)
+        path, tdt, box = (self.a_path, self.b_path)[i], self.tdt[i], self.boxes[i]
+        if path[1] is not None:
+            return self._map(i, x, info.ptr, path[1], tdt, box)
         cp = _kmajor_copy(x, info, is_b, _nb_stream(stream))
         ci = array_info(cp)
         v = _tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
-        return _tensor_map(cp, ci.ptr, tdt, (rows_box, bk), v, keep=True)
+        return _tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
 
     def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle):
         m, n, k = self.mnk
         cfg = self.cfg
-        ta = self.maps(a, ia, self.a_path, False, self.tdt[0], stream_handle, cfg.bm)
-        tb = self.maps(b, ib, self.b_path, True, self.tdt[1], stream_handle, cfg.bn // cfg.cluster)
+        ta = self.maps(a, ia, False, stream_handle)
+        tb = self.maps(b, ib, True, stream_handle)
         tma_c = cfg.epilogue == "tma"
         c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if tma_c else 0
         if self.launcher is None or _DEBUG_WAIT is not None:  # (never set in the simulator)
@@ -281,9 +290,9 @@ class _Plan:
         ws = self.workspace(stream_handle)[2] if self.cfg.split > 1 else ()
         if c_map:
             self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha, *ws)
-        else:  # Numba passes a 2-D array as (meminfo, parent, size, itemsize, data, shape x 2, strides x 2)
-            self.launcher(stream_handle, ta, tb, 0, 0, m * n, io.itemsize, io.ptr, m, n,
-                          io.strides[0], io.strides[1], m, n, k, alpha, *ws)
+        else:
+            self.launcher(stream_handle, ta, tb, *array_arg_values(io.ptr, (m, n), io.strides[:2], io.itemsize),
+                          m, n, k, alpha, *ws)
 
     def workspace(self, stream_handle):
         """Split-K scratch of this plan on one stream (launches on a stream run in order, so
@@ -297,22 +306,16 @@ class _Plan:
             tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
             part = cuda.device_array(tiles * cfg.split * cfg.bm * cfg.bn, dtype=np.float32)
             counters = cuda.to_device(np.zeros(tiles, dtype=np.int32))  # the kernel leaves them at zero
-
-            def raw(x):  # a 1-D Numba array: meminfo, parent, size, itemsize, data, shape, stride
-                return (0, 0, x.size, x.dtype.itemsize, x.__cuda_array_interface__["data"][0], x.shape[0],
-                        x.strides[0])
-
-            w = self.workspaces[stream_handle] = (part, counters, raw(part) + raw(counters))
+            values = tuple(v for x in (part, counters) for v in array_arg_values(
+                x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))
+            w = self.workspaces[stream_handle] = (part, counters, values)
         return w
 
     def again(self, a, pa, b, pb, out, io, stream_handle):
         """A repeat of an in-place plan's first call with new pointers (``alpha`` = 1)."""
-        cfg = self.cfg
-        ta = self._map(0, a, pa, self.a_path[1], self.tdt[0], (cfg.bm, cfg.bk) if self.a_path[0] == "K"
-                       else (cfg.bk, 64))
-        tb = self._map(1, b, pb, self.b_path[1], self.tdt[1], (cfg.bn // cfg.cluster, cfg.bk)
-                       if self.b_path[0] == "K" else (cfg.bk, 64))
-        c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if cfg.epilogue == "tma" else 0
+        ta = self._map(0, a, pa, self.a_path[1], self.tdt[0], self.boxes[0])
+        tb = self._map(1, b, pb, self.b_path[1], self.tdt[1], self.boxes[1])
+        c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if self.cfg.epilogue == "tma" else 0
         self._launch(stream_handle, ta.address, tb.address, c_map, io, 1.0)
 
     def launch_shape(self, kernel, args):
@@ -407,9 +410,9 @@ def _sim_enabled():
     return sim.enabled()
 
 
-_TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")
-_DIRECT_ARGS = ("u64", "u64") + ("u64", "u64", "i64", "i64", "u64", "i64", "i64", "i64", "i64") + _TMA_ARGS[3:]
-_WS_ARGS = ("u64", "u64", "i64", "i64", "u64", "i64", "i64") * 2  # split-K: partials, counters (1-D arrays)
+_TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")  # maps of A, B, C; m, n, k; alpha
+_DIRECT_ARGS = _TMA_ARGS[:2] + array_arg_types(2) + _TMA_ARGS[3:]  # C a 2-D array
+_WS_ARGS = array_arg_types(1) * 2  # split-K: partials, counters
 
 
 _NB_STREAMS: dict = {}
@@ -552,9 +555,7 @@ class _Quick:
         self.plan, self.lib, self.io_rest = plan, lib, tuple(io)[1:]
         self.shape = plan.mnk[:2]
         if lib == "torch":
-            import torch
-
-            tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[odt]
+            tdt = _torch_dtype(odt)
             self.make = lambda a: a.new_empty(self.shape, dtype=tdt)
             self.ptr = lambda c: c.data_ptr()
         else:

@@ -32,3 +32,11 @@ def test_param_struct_packs_8_byte_slots():
     assert struct.unpack_from("<d", raw, 40)[0] == 0.25
     with pytest.raises(LaunchError, match="among"):
         param_struct(("u64", "int"))
+
+
+def test_array_parameters_follow_numbas_layout():
+    from nbwgmma.launch import array_arg_types, array_arg_values
+
+    assert array_arg_types(1) == ("u64", "u64", "i64", "i64", "u64", "i64", "i64")
+    assert len(array_arg_types(2)) == 9
+    assert array_arg_values(4096, (3, 5), (40, 4), 4) == (0, 0, 15, 4, 4096, 3, 5, 40, 4)

@@ -9,10 +9,9 @@ pytestmark = pytest.mark.gpu
 
 from nbwgmma import cache  # noqa: E402
 from nbwgmma.intrinsics import cluster_ctarank  # noqa: E402
-from nbwgmma.launch import LaunchError, PreparedLaunch  # noqa: E402
+from nbwgmma.launch import LaunchError, PreparedLaunch, array_arg_types, array_arg_values  # noqa: E402
 
-# A 1-D Numba array is 7 parameters: meminfo, parent, size, itemsize, data, shape, stride.
-ARRAY_1D = ("u64", "u64", "i64", "i64", "u64", "i64", "i64")
+ARRAY_1D = array_arg_types(1)
 
 
 @cuda.jit
@@ -23,7 +22,7 @@ def _affine(out, x, y):
 
 
 def _array_params(d):
-    return (0, 0, d.size, d.dtype.itemsize, d.__cuda_array_interface__["data"][0], d.shape[0], d.strides[0])
+    return array_arg_values(d.__cuda_array_interface__["data"][0], d.shape, d.strides, d.dtype.itemsize)
 
 
 def _load(tmp_path, monkeypatch, d):

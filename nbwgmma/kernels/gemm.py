@@ -378,10 +378,10 @@ def _build(key):
             cuda.threadfence()  # the partial is visible GPU-wide before the count says so
             named_barrier_sync(5, ALL_CONS)
             if tid == 128:
-                done = cuda.atomic.add(counters, t, 1)
-                flag[0] = 1 if done == nsplit - 1 else 0
-                if done == nsplit - 1:
+                is_last = cuda.atomic.add(counters, t, 1) == nsplit - 1
+                if is_last:
                     counters[t] = 0  # every slice has counted: ready for the next launch
+                flag[0] = 1 if is_last else 0
             named_barrier_sync(5, ALL_CONS)
             last = flag[0] != 0
             if last:
