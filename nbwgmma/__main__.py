@@ -111,6 +111,8 @@ def main(argv=None):
     p_b.add_argument("--json", action="store_true")
     p_b.add_argument("--config", type=json.loads, default=None,
                      help='kernel parameters as JSON, e.g. \'{"cluster": 2, "bn": 192}\' (see matmul)')
+    p_b.add_argument("--autotune", action="store_true",
+                     help='run matmul with config="auto": the tuned configuration (tuned now if unknown)')
     p_b.add_argument("--overhead", action="store_true",
                      help="host time per call at 256^3 (nbwgmma.matmul vs torch.matmul) instead")
     p_b.add_argument("--first-call", action="store_true",

@@ -1,8 +1,8 @@
 """``python -m nbwgmma bench``: nbwgmma's GEMM against cuBLAS, in one process, same GPU.
 
 Both run on the same random operands; each is timed with CUDA events around
-batches of ten back-to-back calls after warm-up, and the median over the
-batches is reported per call. cuBLAS is reached
+batches of ten back-to-back calls after warm-up, the two libraries' batches taking
+turns, and the median over the batches is reported per call. cuBLAS is reached
 through PyTorch (``torch.matmul``, ``torch._scaled_mm`` for fp8) when PyTorch is
 installed, else through CuPy. The error is ``||C - C_ref|| / ||C_ref||`` against
 a float64 product of the same (rounded) operands computed on the GPU.
@@ -38,24 +38,29 @@ def _operands(torch, m, n, k, dtype, layout, seed):
     return a, b
 
 
-def _time(torch, fn, warmup, repeats, inner=10):
-    """Median over ``repeats`` of the device time of ``inner`` back-to-back calls, per call.
+def _time(torch, fns, warmup, repeats, inner=10):
+    """Per-call device time of each of ``fns``: the median over ``repeats`` rounds, each
+    timing ``inner`` back-to-back calls of every function in turn (CUDA events).
 
     Back-to-back calls keep the GPU busy while the host prepares the next one, so
     this measures the kernels, not the Python launch path (see ``host_overhead``).
+    Taking the functions in turn, round after round, exposes them alike to the clock
+    and temperature drift of a GPU running near its power limit.
     """
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(inner):
+    for fn in fns:
+        for _ in range(warmup):
             fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / inner)
-    return statistics.median(times)
+    times = [[] for _ in fns]
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(repeats):
+        for fn, t in zip(fns, times):
+            s.record()
+            for _ in range(inner):
+                fn()
+            e.record()
+            e.synchronize()
+            t.append(s.elapsed_time(e) / inner)
+    return [statistics.median(t) for t in times]
 
 
 def host_overhead(fn, torch, calls=200):
@@ -155,12 +160,22 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
         torch.backends.cuda.matmul.allow_tf32 = True
     c = ours()
     torch.cuda.synchronize()
+    if config == "auto":
+        from . import autotune
+
+        last = autotune.last or {}
+        used = last.get("config") if last.get("key", "").endswith(f"|{m}x{n}x{k}") else None
+    else:
+        from .matmul import _pick_tile
+
+        used = dict(config or {})
+        if "bm" not in used and "bn" not in used:
+            used["bm"], used["bn"] = _pick_tile(m, n, used.get("cluster", 1))
     ref = a.double() @ b.double()
     err = float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref))
     err_cublas = float(torch.linalg.norm(cublas().double() - ref) / torch.linalg.norm(ref))
     del ref
-    t_ours = _time(torch, ours, warmup, repeats)
-    t_cublas = _time(torch, cublas, warmup, repeats)
+    t_ours, t_cublas = _time(torch, (ours, cublas), warmup, repeats)
     flops = 2.0 * m * n * k
     return {
         "m": m, "n": n, "k": k, "dtype": dtype, "layout": layout,
@@ -170,14 +185,24 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
         "nbwgmma_tflops": flops / t_ours / 1e9, "cublas_tflops": flops / t_cublas / 1e9,
         "ratio": t_cublas / t_ours,
         "rel_error": err, "cublas_rel_error": err_cublas,
-        "repeats": repeats, "warmup": warmup, "config": repr(config) if config else "default",
+        "repeats": repeats, "warmup": warmup, "config": "auto" if config == "auto" else "given" if config else "default",
+        "kernel": used,
     }
 
 
 def format_row(r):
     return (f"{r['m']:>6} {r['n']:>6} {r['k']:>6} {r['dtype']:>5} {r['layout']:>3}  "
             f"nbwgmma {r['nbwgmma_tflops']:7.1f} TFLOP/s  cuBLAS {r['cublas_tflops']:7.1f} TFLOP/s  "
-            f"ratio {r['ratio']:.3f}  rel.err {r['rel_error']:.2e} (cuBLAS {r['cublas_rel_error']:.2e})")
+            f"ratio {r['ratio']:.3f}  rel.err {r['rel_error']:.2e} (cuBLAS {r['cublas_rel_error']:.2e})  "
+            f"{_kernel_text(r.get('kernel'))}")
+
+
+def _kernel_text(cfg):
+    if not cfg:
+        return ""
+    cfg = dict(cfg)
+    tile = f"{cfg.pop('bm', '?')}x{cfg.pop('bn', '?')}"
+    return " ".join([tile] + [f"{k}={v}" for k, v in sorted(cfg.items())])
 
 
 def run_cli(args):
@@ -225,7 +250,8 @@ def run_cli(args):
     shapes = DEFAULT_SWEEP if args.sweep else [(args.m, args.n, args.k)]
     rows = []
     for m, n, k in shapes:
-        r = bench(m, n, k, args.dtype, args.layout, args.warmup, args.repeats, config=getattr(args, "config", None))
+        config = "auto" if getattr(args, "autotune", False) else getattr(args, "config", None)
+        r = bench(m, n, k, args.dtype, args.layout, args.warmup, args.repeats, config=config)
         rows.append(r)
         if not args.json:
             print(format_row(r), flush=True)

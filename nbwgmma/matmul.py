@@ -379,6 +379,14 @@ def _pick_tile(m, n, cluster=1):
     of 128 x 256 measured 0.75x cuBLAS against 0.87x for 64 x 128 tiles (BENCHMARKS.md)."""
     from .launch import device_limits
 
+    return _rank_tiles(m, n, cluster)[0]
+
+
+def _rank_tiles(m, n, cluster=1):
+    """Every tile of ``_TILES`` a cluster of ``cluster`` can use, best score first (see
+    :func:`_pick_tile`; ties keep the larger tile)."""
+    from .launch import device_limits
+
     sms = device_limits()["multiprocessors"]
 
     def score(tile):
@@ -386,7 +394,8 @@ def _pick_tile(m, n, cluster=1):
         tiles = math.ceil(m / bm) * math.ceil(n / bn)
         return eff * tiles / (math.ceil(tiles / sms) * sms)
 
-    return max(((t, e) for t, e in _TILES.items() if (t[1] // 64) % cluster == 0), key=score)[0]
+    usable = [(t, e) for t, e in _TILES.items() if (t[1] // 64) % cluster == 0]
+    return [t for t, _ in sorted(usable, key=score, reverse=True)]
 
 
 def _operand_path(info: ArrayInfo, is_b, transposable):
@@ -402,6 +411,26 @@ def _operand_path(info: ArrayInfo, is_b, transposable):
         if v is not None:
             return "MN", v
     return "K", None
+
+
+def _autotune_enabled():
+    from .autotune import enabled
+
+    return enabled()
+
+
+def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
+    """``config="auto"``: the configuration tuned for this problem class (timed now with
+    ``run(config)`` on the call's arrays if no choice is known; see :mod:`nbwgmma.autotune`)."""
+    from . import autotune
+
+    if _sim_enabled():  # nothing to time: the tile model's pick
+        return {}
+    probe = _Plan(kind, odt, ia, ib, io, {}, fp8)  # paths and epilogue (no compile)
+    m, n, k = probe.mnk
+    key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], probe.cfg.epilogue, m, n, k)
+    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, probe.cfg.epilogue), run,
+                           _nb_stream(st))
 
 
 def _sim_enabled():
@@ -449,8 +478,11 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
 
     ``config`` overrides the kernel's tile parameters (a dict with keys among ``bm``,
     ``bn``, ``stages``, ``group_m``, ``producer_regs``, ``consumer_regs``, ``epilogue``,
-    ``c_parts``, ``cluster``; see :class:`nbwgmma.kernels.gemm.GemmConfig`);
-    the operand layouts and the output type are always taken from the arrays.
+    ``c_parts``, ``cluster``, ``split``; see :class:`nbwgmma.kernels.gemm.GemmConfig`),
+    or is ``"auto"``: the configuration tuned for this problem class, timed on the first
+    such call and kept on disk (:mod:`nbwgmma.autotune`; ``NBWGMMA_AUTOTUNE=1`` makes
+    ``"auto"`` the default). The operand layouts and the output type are always taken
+    from the arrays.
     """
     quick = out is None and out_dtype is None and scale_a is None and scale_b is None and stream is None \
         and config is None
@@ -480,6 +512,13 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     _check_device(ib, "B", ia.device)
     kind = _kind(ia.dtype, ib.dtype)
     fp8 = ia.dtype in _FP8
+    auto = config == "auto" or (config is None and _autotune_enabled())
+    if isinstance(config, str) and not auto:
+        raise MatmulError(f"matmul: config must be a dict or 'auto'; got {config!r}")
+    opts = dict(config) if config and not auto else {}
+    bad = set(opts) - _CONFIG_KEYS
+    if bad:
+        raise MatmulError(f"matmul: unknown config keys {sorted(bad)}")
     if (scale_a is not None or scale_b is not None) and not fp8:
         raise MatmulError("matmul: scale_a/scale_b apply to fp8 inputs only")
     io = array_info(out) if out is not None else None
@@ -517,15 +556,15 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
             fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, _nb_stream(st)](_numba_view(io, out))
         return out
 
-    opts = dict(config) if config else {}
-    bad = set(opts) - _CONFIG_KEYS
-    if bad:
-        raise MatmulError(f"matmul: unknown config keys {sorted(bad)}")
     alpha = float((1.0 if scale_a is None else float(scale_a)) * (1.0 if scale_b is None else float(scale_b)))
     key = (kind, odt, ia.shape, ia.strides, ia.ptr % 16, ib.shape, ib.strides, ib.ptr % 16, io.strides, io.ptr % 16,
-           ia.device, tuple(sorted(opts.items())) if opts else ())
+           ia.device, "auto" if auto else tuple(sorted(opts.items())) if opts else ())
     plan = _PLANS.get(key)
     if plan is None:
+        if auto:
+            opts = _tuned_config(kind, odt, ia, ib, io, fp8, st,
+                                 lambda cfg: matmul(a, b, out=out, scale_a=scale_a, scale_b=scale_b, stream=st,
+                                                    config=cfg))
         plan = _Plan(kind, odt, ia, ib, io, opts, fp8)
         if len(_PLANS) >= 256:
             _PLANS.clear()

@@ -250,3 +250,42 @@ def test_split_k_small_integers_exact(split):
     b = torch.randint(-3, 4, (8192, 4096), device="cuda", generator=g).bfloat16()
     c = matmul(a, b, out=torch.full((128, 4096), float("nan"), device="cuda"), config={"split": split})
     assert torch.equal(c.double(), a.double() @ b.double())
+
+
+def test_autotuned_config_is_correct_kept_and_found_again(tmp_path, monkeypatch):
+    """``config="auto"`` times the candidates on the call's arrays, keeps the fastest (in
+    memory and in a file) and computes with it; a later process finds it in the file;
+    ``NBWGMMA_AUTOTUNE=1`` makes it the default of a plain call."""
+    import sys
+
+    from nbwgmma import autotune
+
+    store = tmp_path / "autotune-test.json"
+    monkeypatch.setattr(autotune, "_path", lambda: store)
+    monkeypatch.setattr(autotune, "_MEMO", {})
+    monkeypatch.setattr(autotune, "_LOADED", [False])
+    g = torch.Generator(device="cuda").manual_seed(21)
+    a = make(1000, 520, "bf16", "row", g)
+    b = make(700, 520, "bf16", "row", g).t()
+    out = torch.full((1000, 700), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c = matmul(a, b, out=out, config="auto")
+    check(c, a, b, "bf16")
+    first = dict(autotune.last)
+    assert first["source"] == "tuned"
+    assert first["key"].endswith("|f32.bf16.bf16->bf16|KK-major|tma|1000x700x520")
+    ran = [(cfg, t) for cfg, t in first["ms"] if t is not None]
+    assert len(ran) >= 3 and all(t > 0 for _, t in ran)
+    assert first["config"] == min(ran, key=lambda x: x[1])[0]
+    assert store.exists()
+    # as a new process would: nothing in memory, no plans
+    monkeypatch.setattr(autotune, "_MEMO", {})
+    monkeypatch.setattr(autotune, "_LOADED", [False])
+    sys.modules["nbwgmma.matmul"]._PLANS.clear()
+    again = torch.full_like(out, float("nan"))
+    matmul(a, b, out=again, config="auto")
+    assert autotune.last["source"] == "cached" and autotune.last["config"] == first["config"]
+    assert torch.equal(again, c)  # the same kernel, the same bits
+    monkeypatch.setenv("NBWGMMA_AUTOTUNE", "1")
+    sys.modules["nbwgmma.matmul"]._QUICK.clear()
+    plain = matmul(a, b)
+    assert autotune.last["config"] == first["config"] and torch.equal(plain, c)

@@ -1,0 +1,125 @@
+"""nbwgmma.autotune without a GPU: candidate sets, the choice, its file."""
+
+import json
+import sys
+
+import pytest
+from numba import types
+
+from nbwgmma import autotune
+from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
+from nbwgmma.report import compile_report
+
+SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
+          (1, 1, 1)]
+
+
+@pytest.fixture
+def sms_132(monkeypatch):
+    monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """An empty choice store in a cache directory of this test's own."""
+    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "_MEMO", {})
+    monkeypatch.setattr(autotune, "_LOADED", [False])
+    return tmp_path
+
+
+@pytest.mark.parametrize("m, n, k", SHAPES)
+@pytest.mark.parametrize("kind, epilogue", [("f32.bf16.bf16", "tma"), ("f32.e4m3.e4m3", "tma"),
+                                            ("f32.f16.f16", "direct")])
+def test_candidates_are_valid_distinct_and_start_with_the_model_pick(sms_132, m, n, k, kind, epilogue):
+    mm = sys.modules["nbwgmma.matmul"]
+    cands = autotune.candidates(kind, m, n, k, epilogue)
+    assert 3 <= len(cands) <= 7
+    assert cands[0] == dict(zip(("bm", "bn"), mm._pick_tile(m, n)))
+    assert len({tuple(sorted(c.items())) for c in cands}) == len(cands)
+    out = "bf16" if epilogue == "tma" else "f32"
+    for c in cands:
+        assert set(c) <= mm._CONFIG_KEYS
+        GemmConfig(kind, epilogue=epilogue, out=out, **c)  # raises if the kernel could not be built
+
+
+def test_candidates_for_a_bandwidth_bound_shape_include_deeper_pipelines(sms_132):
+    cands = autotune.candidates("f32.bf16.bf16", 128, 8192, 8192)
+    assert {"bm": 64, "bn": 128, "stages": 8} in cands
+    assert {"bm": 64, "bn": 128, "cluster": 2} in cands
+    big = autotune.candidates("f32.bf16.bf16", 8192, 8192, 8192)
+    assert {"bm": 128, "bn": 256, "cluster": 2} in big and {"bm": 128, "bn": 256, "group_m": 16} in big
+
+
+@pytest.mark.parametrize("bm, bn, stages", [(64, 128, 8), (128, 128, 6), (64, 64, 8)])
+def test_deeper_pipelines_compile_clean(bm, bn, stages):
+    cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, stages=stages, epilogue="tma")
+    sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
+    rep = compile_report(gemm_kernel(cfg), sig)
+    assert rep.sass["HGMMA"] == 4 and rep.spill_bytes == 0 and rep.local_memory_ops == 0
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+
+
+def test_the_fastest_candidate_is_chosen_kept_and_found_again(fresh, monkeypatch):
+    configs = [{"bm": 128, "bn": 256}, {"bm": 128, "bn": 192}, {"bm": 64, "bn": 128}]
+    timed = []
+
+    def fake_time(run, cfgs, stream):
+        timed.append(list(cfgs))
+        return [1.5, None, 1.25][:len(cfgs)]  # the second failed to run
+
+    monkeypatch.setattr(autotune, "time_candidates", fake_time)
+    got = autotune.choose("k1", lambda: configs, None, 0)
+    assert got == {"bm": 64, "bn": 128} and autotune.last["source"] == "tuned"
+    files = list(fresh.glob("autotune-*.json"))
+    assert len(files) == 1
+    saved = json.loads(files[0].read_text())["k1"]
+    assert saved["config"] == got and saved["ms"][1] == [configs[1], None]
+    # a new process (empty memory) reads the file and times nothing
+    monkeypatch.setattr(autotune, "_MEMO", {})
+    monkeypatch.setattr(autotune, "_LOADED", [False])
+    assert autotune.choose("k1", lambda: pytest.fail("no candidates needed"), None, 0) == got
+    assert autotune.last["source"] == "cached" and len(timed) == 1
+    # another class is tuned and added to the same file
+    autotune.choose("k2", lambda: configs[:2], None, 0)
+    assert set(json.loads(files[0].read_text())) == {"k1", "k2"}
+    assert set(autotune.choices()) == {"k1", "k2"}
+    autotune.clear()
+    assert not list(fresh.glob("autotune-*.json")) and autotune.choices() == {}
+
+
+def test_no_candidate_ran_is_an_error(fresh, monkeypatch):
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: [None] * len(cfgs))
+    with pytest.raises(RuntimeError, match="no candidate configuration ran"):
+        autotune.choose("k", lambda: [{"bm": 128, "bn": 256}], None, 0)
+    assert "k" not in autotune.choices()
+
+
+def test_a_damaged_file_is_ignored_and_rewritten(fresh, monkeypatch):
+    path = autotune._path()
+    path.write_text("{not json")
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: [2.0])
+    assert autotune.choose("k", lambda: [{"bm": 64, "bn": 64}], None, 0) == {"bm": 64, "bn": 64}
+    assert json.loads(path.read_text())["k"]["config"] == {"bm": 64, "bn": 64}
+
+
+def test_with_the_cache_off_choices_stay_in_memory(fresh, monkeypatch):
+    monkeypatch.setenv("NBWGMMA_CACHE", "0")
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: [2.0])
+    autotune.choose("k", lambda: [{"bm": 64, "bn": 64}], None, 0)
+    assert "k" in autotune.choices() and not list(fresh.iterdir())
+
+
+def test_enabled_by_environment(monkeypatch):
+    for value, on in (("1", True), ("on", True), ("0", False), ("", False)):
+        monkeypatch.setenv("NBWGMMA_AUTOTUNE", value)
+        assert autotune.enabled() is on
+
+
+def test_config_string_other_than_auto_is_an_error():
+    from nbwgmma import MatmulError, matmul
+
+    from .test_matmul_cpu import Fake
+
+    with pytest.raises(MatmulError, match="'auto'"):
+        matmul(Fake((8, 16), "f2"), Fake((16, 8), "f2"), config="fast")
