@@ -266,13 +266,13 @@ def test_autotuned_config_is_correct_kept_and_found_again(tmp_path, monkeypatch)
     monkeypatch.setattr(autotune, "_LOADED", [False])
     g = torch.Generator(device="cuda").manual_seed(21)
     a = make(1000, 520, "bf16", "row", g)
-    b = make(700, 520, "bf16", "row", g).t()
-    out = torch.full((1000, 700), float("nan"), device="cuda", dtype=torch.bfloat16)
+    b = make(712, 520, "bf16", "row", g).t()
+    out = torch.full((1000, 712), float("nan"), device="cuda", dtype=torch.bfloat16)
     c = matmul(a, b, out=out, config="auto")
     check(c, a, b, "bf16")
     first = dict(autotune.last)
     assert first["source"] == "tuned"
-    assert first["key"].endswith("|f32.bf16.bf16->bf16|KK-major|tma|1000x700x520")
+    assert first["key"].endswith("|f32.bf16.bf16->bf16|KK-major|tma|1000x712x520")
     ran = [(cfg, t) for cfg, t in first["ms"] if t is not None]
     assert len(ran) >= 3 and all(t > 0 for _, t in ran)
     assert first["config"] == min(ran, key=lambda x: x[1])[0]
@@ -289,3 +289,19 @@ def test_autotuned_config_is_correct_kept_and_found_again(tmp_path, monkeypatch)
     sys.modules["nbwgmma.matmul"]._QUICK.clear()
     plain = matmul(a, b)
     assert autotune.last["config"] == first["config"] and torch.equal(plain, c)
+
+
+@pytest.mark.parametrize("stagger", [1, 2])
+@pytest.mark.parametrize("m, n, k, bn", [(1000, 712, 520, 256), (129, 300, 64, 256), (300, 129, 100, 192),
+                                         (4096, 2048, 1024, 256), (64, 64, 4096, 256)])
+def test_staggered_consumers(stagger, m, n, k, bn):
+    """The first consumer runs ahead by ``stagger`` k-blocks: small integers give exact
+    results, with fewer k-blocks than the lead (k = 64), CTAs without tiles and tails."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k + stagger)
+    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).bfloat16()
+    b = torch.randint(-3, 4, (k, n), device="cuda", generator=g).bfloat16()
+    for out in (torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16),
+                torch.full((m, n), float("nan"), device="cuda")):
+        matmul(a, b, out=out, config={"bm": 128, "bn": bn, "stagger": stagger})
+        ref = a.double() @ b.double()
+        assert torch.equal(out.double(), ref.to(out.dtype).double())
