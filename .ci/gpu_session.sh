@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Developer helper for a GPU machine (CI has none): the GPU tests, the fuzz count, the
-# sanitizer runs (SANITIZE=1), then every benchmark of BENCHMARKS.md (SWEEP=1 adds the sweep).
+# sanitizer runs (SANITIZE=1), then every benchmark of BENCHMARKS.md (SWEEP=1 adds the sweep), with
+# autotuned configurations unless BENCH_ARGS says otherwise (BENCH_ARGS=" " for the tile model's pick).
 # Writes its logs and JSON under ${OUT:-/tmp/nbwgmma-out}.
 set -uo pipefail
 OUT=${OUT:-/tmp/nbwgmma-out}
@@ -20,7 +21,7 @@ fi
 : > "$OUT/bench.jsonl"
 for args in "--dtype bf16" "--dtype bf16 --layout KN" "--dtype f16" "--dtype e4m3" \
             "--dtype e4m3 --m 4096 --n 4096 --k 4096"; do
-  timeout 120 python3 -m nbwgmma bench $args --json 2>/dev/null \
+  timeout 180 python3 -m nbwgmma bench $args ${BENCH_ARGS:---autotune} --json 2>/dev/null \
     | python3 -c "import json,sys; print(json.dumps(json.load(sys.stdin)))" >> "$OUT/bench.jsonl"
 done
 python3 -c "
@@ -29,7 +30,7 @@ for line in open('$OUT/bench.jsonl'): print(format_row(json.loads(line)))"
 python3 -m nbwgmma bench --overhead
 python3 -m nbwgmma bench --first-call
 if [ -n "${SWEEP:-}" ]; then
-  timeout ${SWEEP_TIMEOUT:-300} python3 -m nbwgmma bench --sweep --plot "$OUT/sweep_bf16.png" --json > "$OUT/sweep_bf16.json" 2>/dev/null
+  timeout ${SWEEP_TIMEOUT:-300} python3 -m nbwgmma bench --sweep ${BENCH_ARGS:---autotune} --plot "$OUT/sweep_bf16.png" --json > "$OUT/sweep_bf16.json" 2>/dev/null
   python3 -c "
 import json, statistics; from nbwgmma.bench import format_row
 rows = json.load(open('$OUT/sweep_bf16.json'))

@@ -197,7 +197,7 @@ def _tensor_map(arr, ptr, dtype, box, view, keep: bool):
 from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S as _DEBUG_WAIT  # noqa: E402
 
 _CONFIG_KEYS = {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue", "c_parts",
-                "cluster", "split", "stagger"}
+                "cluster", "split"}
 _PLANS: dict = {}
 
 

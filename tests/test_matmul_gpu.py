@@ -290,18 +290,3 @@ def test_autotuned_config_is_correct_kept_and_found_again(tmp_path, monkeypatch)
     plain = matmul(a, b)
     assert autotune.last["config"] == first["config"] and torch.equal(plain, c)
 
-
-@pytest.mark.parametrize("stagger", [1, 2])
-@pytest.mark.parametrize("m, n, k, bn", [(1000, 712, 520, 256), (129, 300, 64, 256), (300, 129, 100, 192),
-                                         (4096, 2048, 1024, 256), (64, 64, 4096, 256)])
-def test_staggered_consumers(stagger, m, n, k, bn):
-    """The first consumer runs ahead by ``stagger`` k-blocks: small integers give exact
-    results, with fewer k-blocks than the lead (k = 64), CTAs without tiles and tails."""
-    g = torch.Generator(device="cuda").manual_seed(m + n + k + stagger)
-    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).bfloat16()
-    b = torch.randint(-3, 4, (k, n), device="cuda", generator=g).bfloat16()
-    for out in (torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16),
-                torch.full((m, n), float("nan"), device="cuda")):
-        matmul(a, b, out=out, config={"bm": 128, "bn": bn, "stagger": stagger})
-        ref = a.double() @ b.double()
-        assert torch.equal(out.double(), ref.to(out.dtype).double())

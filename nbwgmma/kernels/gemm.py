@@ -56,7 +56,6 @@ from ..intrinsics import (
     mbarrier_arrive_cluster,
     tma_load_multicast_2d,
     fence_proxy_async_shared,
-    named_barrier_arrive,
     named_barrier_sync,
     tma_store_2d,
     acc_store,
@@ -110,10 +109,6 @@ class GemmConfig:
     more arguments: ``ws``, a 1-D f32 array of at least ``tiles x split x BM x BN``
     elements, and ``counters``, an int32 array of one zero per tile (each count is reset to zero by
     the tile's last slice, ready for the next launch).
-    ``stagger`` (0-2): the first consumer starts that many k-blocks ahead of the others
-    (they wait on a named barrier once), so the consumers reach their epilogues at
-    different times and one keeps the tensor cores busy while another stores C; with a
-    lead smaller than ``stages`` - 1 the leader never waits on the laggards' releases.
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 48 for a cluster of 4 with MN-major B, 56 for some split-K kernels; the rest shared
     out among the consumers, at most 240 each).
@@ -121,7 +116,7 @@ class GemmConfig:
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
-                 epilogue="direct", c_parts=None, cluster=1, split=1, stagger=0):
+                 epilogue="direct", c_parts=None, cluster=1, split=1):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -153,11 +148,6 @@ class GemmConfig:
         if split > 1 and ELEMENT_BYTES[self.k.atype] != 2:
             raise ValueError(f"split-K is built for 16-bit inputs (fp8's scaled path spills); got {kind}")
         self.cluster, self.split = cluster, split
-        if not (isinstance(stagger, int) and 0 <= stagger <= 2):
-            raise ValueError(f"stagger must be 0, 1 or 2 k-blocks; got {stagger!r}")
-        if stagger and (split > 1 or bm < 128):
-            raise ValueError(f"stagger needs two consumers (bm >= 128) and no split-K; got bm={bm}, split={split}")
-        self.stagger = stagger
         self.bm, self.bn, self.group_m, self.scaled = bm, bn, group_m, scaled
         self.a_major, self.b_major, self.out, self.epilogue = a_major, b_major, out, epilogue
         self.esize = int(ELEMENT_BYTES[self.k.atype])
@@ -223,15 +213,14 @@ class GemmConfig:
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
-                self.c_parts, self.cluster, self.split, self.stagger)
+                self.c_parts, self.cluster, self.split)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
                 f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue}"
                 f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
                 f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
-                f"{', split=' + str(self.split) if self.split > 1 else ''}"
-                f"{', stagger=' + str(self.stagger) if self.stagger else ''})")
+                f"{', split=' + str(self.split) if self.split > 1 else ''})")
 
 
 @cuda.jit(device=True, inline=True)
@@ -304,7 +293,6 @@ def _build(key):
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
-    LEAD = cfg.stagger
 
     @cuda.jit(device=True, inline=True)
     def load_stage(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, b_dst):
@@ -466,8 +454,6 @@ def _build(key):
             ctid = tid % 128
             cbase = base + C_OFF + cw * C_CONS
             it = 0
-            if LEAD and cw > 0 and first < nunits:
-                named_barrier_sync(6, ALL_CONS)  # start behind the first consumer
             for u in range(first, nunits, step):
                 t = u // nsplit
                 sp = u - t * nsplit
@@ -493,8 +479,6 @@ def _build(key):
                     wgmma_wait_group(1)
                     if kb > kb0 and ctid == 0:
                         release(empty0 + 8 * ((it - 1) % STAGES))
-                    if LEAD and cw == 0 and it == LEAD - 1:
-                        named_barrier_arrive(6, ALL_CONS)  # LEAD k-blocks issued: the others may start
                     it += 1
                 wgmma_wait_group(0)
                 if ctid == 0:
@@ -503,8 +487,6 @@ def _build(key):
                     acc = acc_scale(acc, alpha)
                 if pm < tiles_m:
                     finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, pm * BM + cw * 64, pn * BN, cbase)
-            if LEAD and cw == 0 and first < nunits and it < LEAD:
-                named_barrier_arrive(6, ALL_CONS)  # fewer k-blocks in all than the lead
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
         if CL > 1:
