@@ -97,7 +97,7 @@ def problem_key(kind, odt, a_major, b_major, epilogue, m, n, k) -> str:
 
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-    return (f"{name}/{device_limits()['multiprocessors']}sm|{kind}->{odt}|{a_major}{b_major}-major|"
+    return (f"{name}/{device_limits()['multiprocessors']}sm|{kind}->{odt}|{a_major}/{b_major}-major|"
             f"{epilogue}|{m}x{n}x{k}")
 
 

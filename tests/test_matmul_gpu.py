@@ -272,7 +272,7 @@ def test_autotuned_config_is_correct_kept_and_found_again(tmp_path, monkeypatch)
     check(c, a, b, "bf16")
     first = dict(autotune.last)
     assert first["source"] == "tuned"
-    assert first["key"].endswith("|f32.bf16.bf16->bf16|KK-major|tma|1000x712x520")
+    assert first["key"].endswith("|f32.bf16.bf16->bf16|K/K-major|tma|1000x712x520")
     ran = [(cfg, t) for cfg, t in first["ms"] if t is not None]
     assert len(ran) >= 3 and all(t > 0 for _, t in ran)
     assert first["config"] == min(ran, key=lambda x: x[1])[0]
