@@ -91,9 +91,9 @@ def candidates(kind, m, n, k, epilogue="tma") -> list:
 
 def problem_key(kind, odt, a_major, b_major, epilogue, m, n, k) -> str:
     """The problem class a choice is kept for (see the module docstring)."""
-    from .launch import device_limits
-
     from numba import cuda
+
+    from .launch import device_limits
 
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
