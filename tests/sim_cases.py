@@ -1,9 +1,6 @@
 """nbwgmma kernels in Numba's CUDA simulator (run by tests/test_sim.py in a child process
 with NUMBA_ENABLE_CUDASIM=1; also by hand: NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_cases.py)."""
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 from numba import config, cuda
@@ -15,25 +12,15 @@ from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
-from tests.sim_vs_gpu import run_library_gemm  # noqa: E402
+from tests.sim_vs_gpu import load_example, run_library_gemm  # noqa: E402
 
 assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
-
-EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
-
-
-def _example(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 @pytest.mark.parametrize("name", ["wgmma_m64n8k16", "wgmma_m64n8k32_swizzle64", "wgmma_rs_ldmatrix",
                                   "wgmma_m64n256k16_swizzle128", "tma_wgmma_tile"])
 def test_examples_match_the_reference(name):
     """Each example checks its own D against numpy / the layout model and returns max |error|."""
-    assert _example(name).main() == 0.0
+    assert load_example(name).main() == 0.0
 
 
 @pytest.mark.parametrize("cluster, epilogue", [(1, "direct"), (1, "tma"), (2, "tma")])
@@ -74,7 +61,7 @@ def test_a_wrong_sbo_reads_what_the_descriptor_says():
 
 
 def test_a_wait_that_cannot_finish_stops_with_a_message(monkeypatch):
-    ex = _example("debug_wait_broken_expect_tx")
+    ex = load_example("debug_wait_broken_expect_tx")
     monkeypatch.setattr(sim, "_deadline_s", lambda: 0.5)
     x = cuda.to_device(np.arange(64 * 64, dtype=np.uint16).reshape(64, 64))
     tm = TensorMap(x, (64, 64), dtype="bf16", swizzle="128B")

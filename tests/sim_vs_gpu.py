@@ -22,7 +22,8 @@ from nbwgmma.tma import TensorMap
 EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
 
 
-def _example(name):
+def load_example(name):
+    """The module ``examples/<name>.py``, loaded from its file (the examples are scripts)."""
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -72,10 +73,10 @@ def outputs():
 
     for name, attr in (("wgmma_m64n8k16", "run_tile"), ("wgmma_m64n8k32_swizzle64", "run_tile"),
                        ("wgmma_m64n256k16_swizzle128", "run_tile"), ("wgmma_rs_ldmatrix", "run")):
-        mod = _example(name)
+        mod = load_example(name)
         capture(mod, attr, name)
         mod.main()
-    tma = _example("tma_wgmma_tile")
+    tma = load_example("tma_wgmma_tile")
     rng = np.random.default_rng(0)
     got["tma_wgmma_tile"] = tma.run(rng.integers(-4, 5, (64, 64)), rng.integers(-4, 5, (64, 64)))[0]
     for cluster, epi in ((1, "direct"), (1, "tma"), (2, "tma")):

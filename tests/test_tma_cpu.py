@@ -147,15 +147,9 @@ def test_driver_arguments_have_the_bindings_types():
 
 
 def test_tma_wgmma_example_compiles(capsys, monkeypatch):
-    import importlib.util
-    import pathlib
+    from tests.sim_vs_gpu import load_example
 
-    import nbwgmma._examples as ex
-
-    path = pathlib.Path(__file__).parent.parent / "examples" / "tma_wgmma_tile.py"
-    spec = importlib.util.spec_from_file_location("tma_wgmma_tile", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_example("tma_wgmma_tile")
     monkeypatch.setattr(mod, "gpu_available", lambda: False)
     assert mod.main() == 0.0
     out = capsys.readouterr().out

@@ -162,11 +162,6 @@ def test_multicast_to_every_cta_of_the_cluster(csize, rng):
 
 
 def test_tma_wgmma_example():
-    import importlib.util
-    import pathlib
+    from tests.sim_vs_gpu import load_example
 
-    path = pathlib.Path(__file__).parent.parent / "examples" / "tma_wgmma_tile.py"
-    spec = importlib.util.spec_from_file_location("tma_wgmma_tile", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.main(time_it=True) == 0.0
+    assert load_example("tma_wgmma_tile").main(time_it=True) == 0.0
