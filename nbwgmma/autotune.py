@@ -28,7 +28,6 @@ import json
 import math
 import os
 import statistics
-import tempfile
 import time
 
 __all__ = ["candidates", "enabled", "choices", "clear", "last"]
@@ -127,19 +126,15 @@ def _load():
 
 
 def _save(key, entry):
+    from .cache import write_atomic
+
     path = _path()
     if path is None:
         return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = _read_file(path)  # other processes may have added classes meanwhile
-        data[key] = entry
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:  # a read-only or full disk: the choice lives in this process only
-        pass
+    data = _read_file(path)  # other processes may have added classes meanwhile
+    data[key] = entry
+    # a read-only or full disk: the choice lives in this process only
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 def choices() -> dict:

@@ -24,7 +24,7 @@ import os
 import pathlib
 import tempfile
 
-__all__ = ["cache_dir", "cached_cubin", "cached_kernel", "clear", "stats"]
+__all__ = ["cache_dir", "cached_cubin", "cached_kernel", "clear", "stats", "write_atomic"]
 
 _MAGIC = b"nbwgmma-cubin-1\n"
 
@@ -105,15 +105,24 @@ def _read(path: pathlib.Path):
     return (name, cubin) if sep and cubin else None
 
 
-def _write(path: pathlib.Path, name: str, cubin: bytes) -> None:
+def write_atomic(path: pathlib.Path, data: bytes) -> bool:
+    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``, so
+    readers in other processes see the old file or the new one, never half of one.
+    False (nothing written) on a read-only or full disk."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".cubin")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
         with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + json.dumps({"name": name}).encode() + b"\n" + bytes(cubin))
+            f.write(data)
         os.replace(tmp, path)
-    except OSError:  # a read-only or full disk only costs the next process a compile
-        pass
+        return True
+    except OSError:
+        return False
+
+
+def _write(path: pathlib.Path, name: str, cubin: bytes) -> None:
+    # a failed write only costs the next process a compile
+    write_atomic(path, _MAGIC + json.dumps({"name": name}).encode() + b"\n" + bytes(cubin))
 
 
 def cached_cubin(dispatcher, sig, key, cc):
