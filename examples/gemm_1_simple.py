@@ -17,8 +17,8 @@ from numba import cuda, types
 
 from nbwgmma._examples import compile_report_instead, gemm_operands, gemm_report, gpu_available
 from nbwgmma.intrinsics import (
-    acc_store, acc_zeros, dynamic_smem_base, fence_proxy_async_shared, make_desc, smem_addr, wgmma_commit_group,
-    wgmma_fence, wgmma_mma_async, wgmma_wait_group,
+    acc_store, acc_zeros, desc_advance, dynamic_smem_base, fence_proxy_async_shared, make_desc, smem_addr,
+    wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
 from nbwgmma.intrinsics.descriptor import SWIZZLE_CODE
 
@@ -58,9 +58,9 @@ def gemm_simple(a, b, c):
         db = make_desc(base + BM * 128, 16, 1024, SW128)
         wgmma_fence()
         acc = wgmma_mma_async(acc, da, db, KIND)
-        acc = wgmma_mma_async(acc, da + 2, db + 2, KIND)
-        acc = wgmma_mma_async(acc, da + 4, db + 4, KIND)
-        acc = wgmma_mma_async(acc, da + 6, db + 6, KIND)
+        acc = wgmma_mma_async(acc, desc_advance(da, 32), desc_advance(db, 32), KIND)
+        acc = wgmma_mma_async(acc, desc_advance(da, 64), desc_advance(db, 64), KIND)
+        acc = wgmma_mma_async(acc, desc_advance(da, 96), desc_advance(db, 96), KIND)
         wgmma_commit_group()
         wgmma_wait_group(0)
         cuda.syncthreads()  # everyone is done reading before the next copy overwrites

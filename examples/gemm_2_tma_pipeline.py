@@ -18,7 +18,7 @@ from numba import cuda, types
 
 from nbwgmma._examples import compile_report_instead, gpu_available, run_tma_gemm
 from nbwgmma.intrinsics import (
-    acc_store, acc_zeros, dynamic_smem_base, fence_mbarrier_init, make_desc, mbarrier_arrive_expect_tx,
+    acc_store, acc_zeros, dynamic_smem_base, fence_mbarrier_init, desc_advance, make_desc, mbarrier_arrive_expect_tx,
     mbarrier_init, mbarrier_wait_parity, smem_addr, tma_load_2d, wgmma_commit_group, wgmma_fence,
     wgmma_mma_async, wgmma_wait_group,
 )
@@ -63,9 +63,9 @@ def gemm_tma(tmap_a, tmap_b, c, k):
         db = make_desc(slot + A_BYTES, 16, 1024, SW128)
         wgmma_fence()
         acc = wgmma_mma_async(acc, da, db, KIND)
-        acc = wgmma_mma_async(acc, da + 2, db + 2, KIND)
-        acc = wgmma_mma_async(acc, da + 4, db + 4, KIND)
-        acc = wgmma_mma_async(acc, da + 6, db + 6, KIND)
+        acc = wgmma_mma_async(acc, desc_advance(da, 32), desc_advance(db, 32), KIND)
+        acc = wgmma_mma_async(acc, desc_advance(da, 64), desc_advance(db, 64), KIND)
+        acc = wgmma_mma_async(acc, desc_advance(da, 96), desc_advance(db, 96), KIND)
         wgmma_commit_group()
         wgmma_wait_group(0)
         cuda.syncthreads()  # nobody reads the slot any more: refill it

@@ -21,7 +21,7 @@ from numba import cuda, types
 
 from nbwgmma._examples import compile_report_instead, gpu_available, run_tma_gemm
 from nbwgmma.intrinsics import (
-    acc_store, acc_undef, dynamic_smem_base, fence_mbarrier_init, make_desc, mbarrier_arrive,
+    acc_store, acc_undef, dynamic_smem_base, fence_mbarrier_init, desc_advance, make_desc, mbarrier_arrive,
     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait_parity, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
     tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
@@ -76,9 +76,9 @@ def gemm_ws(tmap_a, tmap_b, c, k):
             db = make_desc(slot + A_BYTES, 16, 1024, SW128)
             wgmma_fence()
             acc = wgmma_mma_async(acc, da, db, KIND, kb > 0)  # scale-d = 0 first: no zero fill
-            acc = wgmma_mma_async(acc, da + 2, db + 2, KIND)
-            acc = wgmma_mma_async(acc, da + 4, db + 4, KIND)
-            acc = wgmma_mma_async(acc, da + 6, db + 6, KIND)
+            acc = wgmma_mma_async(acc, desc_advance(da, 32), desc_advance(db, 32), KIND)
+            acc = wgmma_mma_async(acc, desc_advance(da, 64), desc_advance(db, 64), KIND)
+            acc = wgmma_mma_async(acc, desc_advance(da, 96), desc_advance(db, 96), KIND)
             wgmma_commit_group()
             wgmma_wait_group(1)  # this k-block's group may still run; the previous one is done
             if kb > 0 and ct == 0:

@@ -13,7 +13,7 @@ from numba import cuda, types
 from nbwgmma._examples import compile_report_instead, gpu_available
 from nbwgmma.intrinsics import (
     acc_store_swizzled, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base,
-    fence_mbarrier_init, fence_proxy_async_shared, make_desc, mbarrier_arrive_expect_tx, mbarrier_init,
+    fence_mbarrier_init, fence_proxy_async_shared, desc_advance, make_desc, mbarrier_arrive_expect_tx, mbarrier_init,
     mbarrier_wait_parity, named_barrier_sync, smem_addr, tma_load_2d, tma_store_2d, wgmma_commit_group,
     wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
@@ -47,9 +47,9 @@ def tma_wgmma(tmap_a, tmap_b, tmap_d, reps):
     for _ in range(reps):
         wgmma_fence()
         acc = wgmma_mma_async(acc, da, db, KIND)
-        acc = wgmma_mma_async(acc, da + 2, db + 2, KIND)
-        acc = wgmma_mma_async(acc, da + 4, db + 4, KIND)
-        acc = wgmma_mma_async(acc, da + 6, db + 6, KIND)
+        acc = wgmma_mma_async(acc, desc_advance(da, 32), desc_advance(db, 32), KIND)
+        acc = wgmma_mma_async(acc, desc_advance(da, 64), desc_advance(db, 64), KIND)
+        acc = wgmma_mma_async(acc, desc_advance(da, 96), desc_advance(db, 96), KIND)
         wgmma_commit_group()
         wgmma_wait_group(0)
     # Two 64x32 f32 halves of 128-byte rows, swizzled as the D tensor map expects.

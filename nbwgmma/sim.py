@@ -371,6 +371,21 @@ def _dyn_base(array, align):
     return np.uint32(-(-a // align) * align)
 
 
+@impl("make_desc")
+def _make_desc(addr, lbo, sbo, swizzle_code):
+    from .intrinsics.descriptor import encode_desc
+
+    sw = {0: "none", 1: "128B", 2: "64B", 3: "32B"}[int(swizzle_code) & 3]
+    field = lambda v: ((int(v) >> 4) & 0x3FFF) << 4  # noqa: E731  the bits the descriptor keeps
+    return np.uint64(encode_desc(field(addr), field(lbo), field(sbo), sw))
+
+
+@impl("desc_advance")
+def _desc_advance(desc, nbytes):
+    lo = (int(desc) + (int(nbytes) >> 4)) & 0xFFFFFFFF  # a 32-bit add on the low word
+    return np.uint64((int(desc) & ~0xFFFFFFFF) | lo)
+
+
 @impl("cluster_ctarank")
 def _ctarank():
     return np.uint32(_me().cta.rank)

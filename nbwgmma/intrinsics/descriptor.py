@@ -32,8 +32,7 @@ swizzled tiles start on a multiple of that period.
 
 from __future__ import annotations
 
-import numpy as np
-from numba import cuda
+from ._asm import Out, Reg, ptx_intrinsic, u32, u64
 
 __all__ = [
     "SWIZZLES",
@@ -139,19 +138,43 @@ def canonical_strides(swizzle: str, kbytes: int):
     return 16, 8 * s
 
 
-@cuda.jit(device=True, inline=True)
-def make_desc(addr, lbo, sbo, swizzle_code):
-    """Device-side descriptor: ``addr``, ``lbo``, ``sbo`` in bytes, ``swizzle_code`` from
-    :data:`SWIZZLE_CODE` (0 none, 1 128B, 2 64B, 3 32B). Same bits as :func:`encode_desc`."""
-    d = (np.uint64(addr) >> np.uint64(4)) & np.uint64(0x3FFF)
-    d |= ((np.uint64(lbo) >> np.uint64(4)) & np.uint64(0x3FFF)) << np.uint64(16)
-    d |= ((np.uint64(sbo) >> np.uint64(4)) & np.uint64(0x3FFF)) << np.uint64(32)
-    d |= (np.uint64(swizzle_code) & np.uint64(3)) << np.uint64(62)
-    return d
+# Device side: 32-bit arithmetic in PTX. Written in Python, the fields would be computed
+# in 64-bit integers (Numba widens every integer operation), and each wgmma K step would
+# cost a 64-bit add with carry; here the high word (SBO, swizzle) is built once and ptxas
+# folds constant fields away, so a K step is one 32-bit add on the low word.
+make_desc = ptx_intrinsic(
+    "make_desc",
+    """{
+.reg .b32 %nbw_lo, %nbw_hi, %nbw_t;
+bfe.u32 %nbw_lo, $addr, 4, 14;
+bfe.u32 %nbw_t, $lbo, 4, 14;
+bfi.b32 %nbw_lo, %nbw_t, %nbw_lo, 16, 14;
+bfe.u32 %nbw_hi, $sbo, 4, 14;
+bfi.b32 %nbw_hi, $swizzle_code, %nbw_hi, 30, 2;
+mov.b64 $desc, {%nbw_lo, %nbw_hi};
+}""",
+    params=[Reg("addr", u32), Reg("lbo", u32), Reg("sbo", u32), Reg("swizzle_code", u32)],
+    outs=[Out("desc", u64)],
+    memory=False,
+    side_effect=False,
+    doc="Device-side descriptor (PTX ISA: \"Matrix Descriptor Format\"): ``addr``, ``lbo``, "
+    "``sbo`` in bytes, ``swizzle_code`` from :data:`SWIZZLE_CODE` (0 none, 1 128B, 2 64B, 3 32B). "
+    "Same bits as :func:`encode_desc` (base offset 0).",
+)
 
-
-@cuda.jit(device=True, inline=True)
-def desc_advance(desc, nbytes):
-    """Move a descriptor's start address by ``nbytes`` (a multiple of 16), e.g. one K step
-    inside a swizzled atom."""
-    return np.uint64(desc) + (np.uint64(nbytes) >> np.uint64(4))
+desc_advance = ptx_intrinsic(
+    "desc_advance",
+    """{
+.reg .b32 %nbw_lo, %nbw_hi, %nbw_t;
+mov.b64 {%nbw_lo, %nbw_hi}, $desc;
+shr.u32 %nbw_t, $nbytes, 4;
+add.u32 %nbw_lo, %nbw_lo, %nbw_t;
+mov.b64 $out, {%nbw_lo, %nbw_hi};
+}""",
+    params=[Reg("desc", u64), Reg("nbytes", u32)],
+    outs=[Out("out", u64)],
+    memory=False,
+    side_effect=False,
+    doc="Move a descriptor's start address by ``nbytes`` (a multiple of 16, within the 14-bit "
+    "field), e.g. one K step inside a swizzled atom: a 32-bit add on the low word.",
+)
