@@ -22,6 +22,7 @@ import contextlib
 import math
 
 import numpy as np
+import numba.cuda  # noqa: F401  every call needs it: imported with the package, not by the first call
 
 from ._arrays import ArrayInfo, array_info
 from .launch import array_arg_types, array_arg_values
