@@ -122,3 +122,15 @@ def test_accumulator_layout_on_hardware():
     b = np.where(b < 256, b, 0)
     p = TileProblem("f32.bf16.bf16", n, KSTEPS, a, b, swizzle="128B")
     check(p, run_tile(p), exact=True)
+
+
+def test_device_descriptor_matches_host():
+    """make_desc / desc_advance (32-bit PTX) give the host encoding, bit for bit."""
+    from numba import cuda
+
+    from tests.intrinsics.test_wgmma_cpu import DESC_FIELDS, _desc_kernel, expected_descs
+
+    f = cuda.to_device(np.array(DESC_FIELDS, np.uint32))
+    out = cuda.to_device(np.full((len(DESC_FIELDS), 3), 0xDEADBEEFDEADBEEF, np.uint64))  # poisoned
+    cuda.jit(_desc_kernel)[1, 32](out, f)
+    np.testing.assert_array_equal(out.copy_to_host(), expected_descs(DESC_FIELDS))
