@@ -469,7 +469,7 @@ def _build(key):
                     slot = base + s * STAGE_BYTES
                     # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
                     # separates the four wgmmas. (Built with 64-bit integer math, 64-bit adds
-                    # between them, the same kernel was 4-6% slower on an H100.)
+                    # between them, the same kernel was 4-7% slower on an H100.)
                     da = make_desc(slot + cw * A_CONS, A_LBO, A_SBO, SW128)
                     db = make_desc(slot + A_BYTES, B_LBO, B_SBO, SW128)
                     da1, db1 = desc_advance(da, A_STEP), desc_advance(db, B_STEP)
