@@ -373,11 +373,10 @@ def _dyn_base(array, align):
 
 @impl("make_desc")
 def _make_desc(addr, lbo, sbo, swizzle_code):
-    from .intrinsics.descriptor import encode_desc
+    from .intrinsics.descriptor import SWIZZLE_NAME, encode_desc
 
-    sw = {0: "none", 1: "128B", 2: "64B", 3: "32B"}[int(swizzle_code) & 3]
     field = lambda v: ((int(v) >> 4) & 0x3FFF) << 4  # noqa: E731  the bits the descriptor keeps
-    return np.uint64(encode_desc(field(addr), field(lbo), field(sbo), sw))
+    return np.uint64(encode_desc(field(addr), field(lbo), field(sbo), SWIZZLE_NAME[int(swizzle_code) & 3]))
 
 
 @impl("desc_advance")

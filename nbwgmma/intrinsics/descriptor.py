@@ -37,6 +37,7 @@ from ._asm import Out, Reg, ptx_intrinsic, u32, u64
 __all__ = [
     "SWIZZLES",
     "SWIZZLE_CODE",
+    "SWIZZLE_NAME",
     "SWIZZLE_BYTES",
     "SWIZZLE_PERIOD",
     "encode_desc",
@@ -52,6 +53,8 @@ __all__ = [
 SWIZZLES = ("none", "32B", "64B", "128B")
 #: Descriptor encoding of the swizzle mode (bits 62-63).
 SWIZZLE_CODE = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
+#: The swizzle mode of each descriptor code (the inverse of :data:`SWIZZLE_CODE`).
+SWIZZLE_NAME = {code: name for name, code in SWIZZLE_CODE.items()}
 #: Bytes of a swizzled row (for "none": one core-matrix row).
 SWIZZLE_BYTES = {"none": 16, "32B": 32, "64B": 64, "128B": 128}
 #: Bytes after which the swizzle pattern repeats: tiles start on a multiple.
@@ -84,7 +87,7 @@ def encode_desc(addr: int, lbo: int, sbo: int, swizzle: str = "none", base_offse
 def decode_desc(desc: int) -> dict:
     """Fields of a descriptor, in bytes, for tests and debugging."""
     code = (desc >> 62) & 3
-    swizzle = {v: k for k, v in SWIZZLE_CODE.items()}[code]
+    swizzle = SWIZZLE_NAME[code]
     return {
         "addr": (desc & 0x3FFF) << 4,
         "lbo": ((desc >> 16) & 0x3FFF) << 4,

@@ -6,7 +6,7 @@ import pytest
 from numba import cuda, types
 
 from nbwgmma.intrinsics import *  # noqa: F401,F403
-from nbwgmma.intrinsics.descriptor import decode_desc, encode_desc, swizzle_addr
+from nbwgmma.intrinsics.descriptor import SWIZZLE_NAME, decode_desc, encode_desc, swizzle_addr
 from nbwgmma.intrinsics.fragment import a_frag_coords, acc_coords
 from nbwgmma.report import compile_report
 
@@ -161,11 +161,10 @@ def _desc_kernel(out, f):
 def expected_descs(fields):
     """What make_desc / desc_advance(32, 2048) must give: the host encoding of each field's
     bits 4-17 (the descriptor keeps addresses in 16-byte units)."""
-    names = {0: "none", 1: "128B", 2: "64B", 3: "32B"}
     f16 = lambda v: ((v >> 4) & 0x3FFF) << 4  # noqa: E731
     rows = []
     for addr, lbo, sbo, code in fields:
-        d = encode_desc(f16(addr), f16(lbo), f16(sbo), names[code])
+        d = encode_desc(f16(addr), f16(lbo), f16(sbo), SWIZZLE_NAME[code])
         rows.append([d, (d & ~0xFFFFFFFF) | ((d + 2) & 0xFFFFFFFF), (d & ~0xFFFFFFFF) | ((d + 128) & 0xFFFFFFFF)])
     return np.array(rows, np.uint64)
 
@@ -187,7 +186,7 @@ def test_simulator_descriptor_matches_host():
         assert [int(d), int(IMPLS["desc_advance"](d, 32)), int(IMPLS["desc_advance"](d, 2048))] == [int(x) for x in row]
     # The host twin agrees with the ISA table.
     for addr, lbo, sbo, code in DESC_FIELDS[:3]:
-        d = encode_desc(addr, lbo, sbo, {0: "none", 1: "128B", 2: "64B", 3: "32B"}[code])
+        d = encode_desc(addr, lbo, sbo, {0: "none", 1: "128B", 2: "64B", 3: "32B"}[code])  # the ISA's table
         assert d & 0x3FFF == (addr >> 4) & 0x3FFF and (d >> 62) == code
 
 
