@@ -22,7 +22,7 @@ import contextlib
 import math
 
 import numpy as np
-import numba.cuda  # noqa: F401  every call needs it: imported with the package, not by the first call
+from numba import cuda  # every call needs it: imported with the package, not by the first call
 
 from ._arrays import ArrayInfo, array_info
 from .launch import array_arg_types, array_arg_values
@@ -64,8 +64,6 @@ _NP_OF = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.ui
 
 def _numba_view(info: ArrayInfo, owner, dtype=None):
     """A Numba device array over ``info``'s memory (bf16 and fp8 as raw integers)."""
-    from numba import cuda
-
     dt = np.dtype(dtype or _NP_OF.get(info.dtype, None) or info.dtype)
     desc = {"shape": info.shape, "strides": info.strides, "typestr": dt.str,
             "data": (info.ptr, False), "version": 3}
@@ -87,8 +85,6 @@ def _empty_like_lib(lib, ref, shape, t):
 
         with cupy.cuda.Device(ref.device.id):
             return cupy.empty(shape, dtype=_NP_OF[t])
-    from numba import cuda
-
     return cuda.device_array(shape, dtype=_NP_OF[t])
 
 
@@ -154,8 +150,6 @@ def _quiet():
 
 def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
     """A fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of ``x`` or ``x.T``."""
-    from numba import cuda
-
     from .kernels.copy import pad_transpose_kernel
 
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
@@ -302,8 +296,6 @@ class _Plan:
         they can share it): (partials, counters, their launch parameter values)."""
         w = self.workspaces.get(stream_handle)
         if w is None:
-            from numba import cuda
-
             cfg = self.cfg
             m, n, _ = self.mnk
             tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
@@ -341,8 +333,6 @@ class _Plan:
 
     def _prepare(self, args):
         """The GEMM kernel for this plan (from the disk cache or compiled), ready to launch."""
-        from numba import cuda
-
         from .cache import cached_kernel
         from .kernels.gemm import gemm_kernel
         from .launch import PreparedLaunch
@@ -458,8 +448,6 @@ def _nb_stream(st):
         return 0
     s = _NB_STREAMS.get(st)
     if s is None:
-        from numba import cuda
-
         if len(_NB_STREAMS) > 64:
             _NB_STREAMS.clear()
         s = _NB_STREAMS[st] = cuda.external_stream(st)
