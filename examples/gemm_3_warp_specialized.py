@@ -21,7 +21,7 @@ from numba import cuda, types
 
 from nbwgmma._examples import compile_report_instead, gpu_available, run_tma_gemm
 from nbwgmma.intrinsics import (
-    acc_store, acc_undef, dynamic_smem_base, fence_mbarrier_init, desc_advance, make_desc, mbarrier_arrive,
+    acc_store, acc_undef, desc_advance, dynamic_smem_base, fence_mbarrier_init, make_desc, mbarrier_arrive,
     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait_parity, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
     tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )

@@ -12,8 +12,8 @@ from numba import cuda, types
 
 from nbwgmma._examples import compile_report_instead, gpu_available
 from nbwgmma.intrinsics import (
-    acc_store_swizzled, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base,
-    fence_mbarrier_init, fence_proxy_async_shared, desc_advance, make_desc, mbarrier_arrive_expect_tx, mbarrier_init,
+    acc_store_swizzled, acc_zeros, bulk_commit_group, bulk_wait_group, desc_advance, dynamic_smem_base,
+    fence_mbarrier_init, fence_proxy_async_shared, make_desc, mbarrier_arrive_expect_tx, mbarrier_init,
     mbarrier_wait_parity, named_barrier_sync, smem_addr, tma_load_2d, tma_store_2d, wgmma_commit_group,
     wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )

@@ -433,6 +433,9 @@ def _build(key):
             setmaxnreg_dec(PREGS)
             if tid == 0:
                 b_dst = A_BYTES + rank * B_PART_BYTES
+                # One k-block count, slot and phase derived from it (the consumers keep the
+                # two as counters; here those cost ptxas an 8-byte spill in the producer's 40
+                # registers with clusters).
                 it = 0
                 for u in range(first, nunits, step):
                     t = u // nsplit
