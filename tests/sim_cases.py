@@ -62,7 +62,7 @@ def test_a_wrong_sbo_reads_what_the_descriptor_says():
 
 def test_a_wait_that_cannot_finish_stops_with_a_message(monkeypatch):
     ex = load_example("debug_wait_broken_expect_tx")
-    monkeypatch.setattr(sim, "_deadline_s", lambda: 0.5)
+    monkeypatch.setattr(sim.core, "deadline_s", lambda: 0.5)
     x = cuda.to_device(np.arange(64 * 64, dtype=np.uint16).reshape(64, 64))
     tm = TensorMap(x, (64, 64), dtype="bf16", swizzle="128B")
     out = cuda.to_device(np.zeros(128, np.int32))

@@ -46,6 +46,7 @@ __all__ = [
     "mbarrier_inval",
     "mbarrier_arrive_cluster",
     "fence_mbarrier_init",
+    "mbarrier_name",
 ]
 
 _BAR = Reg("bar", u32)
@@ -285,4 +286,16 @@ fence_mbarrier_init = ptx_intrinsic(
     "fence.mbarrier_init.release.cluster;",
     doc="``fence.mbarrier_init.release.cluster`` (PTX ISA: membar/fence). Make prior "
     "``mbarrier.init`` visible to other threads of the cluster and to the async proxy.",
+)
+
+mbarrier_name = ptx_intrinsic(
+    "mbarrier_name",
+    "// nbwgmma: mbarrier $name",
+    params=[_BAR, Imm("name", rule=lambda v: isinstance(v, str) and v.isprintable() and "\n" not in v,
+                      expect="a string literal"), Reg("index", types.int32, default=-1)],
+    side_effect=False,
+    memory=False,
+    doc="``mbarrier_name(bar, name, index=-1)``: give the barrier at ``bar`` a name for the "
+    "simulator's reports (``name`` or ``name[index]``, e.g. ``mbarrier_name(full, 'full', s)``). "
+    "Emits no instruction on the GPU: an asm comment without effects, which LLVM removes.",
 )

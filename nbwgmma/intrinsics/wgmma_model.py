@@ -25,6 +25,7 @@ __all__ = [
     "encode_elements",
     "decode_elements",
     "pack_operand",
+    "operand_addresses",
     "read_operand",
     "wgmma_reference",
 ]
@@ -133,16 +134,20 @@ def pack_operand(image: np.ndarray, base: int, values: np.ndarray, t: str, major
     image[swizzle_addr(base + off, swizzle)] = raw
 
 
-def read_operand(image: np.ndarray, desc: int, rows: int, kelems: int, t: str, major: str) -> np.ndarray:
-    """Read a [rows, K] operand through a descriptor, as wgmma does."""
+def operand_addresses(desc: int, rows: int, kelems: int, t: str, major: str) -> np.ndarray:
+    """Shared-memory byte addresses [rows, K bytes] a wgmma reads a [rows, K] operand from."""
     d = decode_desc(desc)
     if d["base_offset"]:
         raise NotImplementedError("the model reads tiles whose start is aligned to the swizzle period")
     esize = ELEMENT_BYTES[t]
     nbytes = int(np.ceil(kelems * esize))
     off = _offsets(rows, nbytes, major, d["swizzle"], d["lbo"], d["sbo"], esize, kelems)
-    raw = image[swizzle_addr(d["addr"] + off, d["swizzle"])]
-    return decode_elements(raw, t)
+    return swizzle_addr(d["addr"] + off, d["swizzle"])
+
+
+def read_operand(image: np.ndarray, desc: int, rows: int, kelems: int, t: str, major: str) -> np.ndarray:
+    """Read a [rows, K] operand through a descriptor, as wgmma does."""
+    return decode_elements(image[operand_addresses(desc, rows, kelems, t, major)], t)
 
 
 def wgmma_reference(image, kind: str, n: int, desc_a: int, desc_b: int, *, trans_a=0, trans_b=0,

@@ -1,0 +1,160 @@
+"""nbwgmma kernels in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), thread by thread.
+
+With the simulator on, every nbwgmma intrinsic is a Python function with the hardware's
+semantics, built from the same models the GPU tests check:
+
+* shared memory is one byte image per CTA; ``smem_addr`` / ``dynamic_smem_base`` return
+  offsets into it (CTA rank ``r`` of a cluster in bits 24-31, as an H100 shows them), so
+  descriptors, ``mapa`` and swizzles mean what they mean on the GPU;
+* collective instructions are executed by their group together: the wgmma family
+  (``fence``, ``mma_async``, ``commit_group``, ``wait_group``) and ``setmaxnreg`` by the 128
+  threads of the warpgroup, ``ldmatrix``, ``stmatrix``, ``elect.sync`` and Numba's shuffles
+  and votes by the threads of the warp, so no thread runs ahead of its warpgroup. Threads
+  of one group reaching different collectives are reported;
+* ``wgmma_mma_async`` reads A and B out of the image through swizzle, LBO and SBO
+  (:func:`nbwgmma.intrinsics.wgmma_model.wgmma_reference`) once for the warpgroup and
+  hands each thread its fragment; ``wgmma_wait_group(n)`` completes all but the ``n``
+  newest groups;
+* TMA copies go through the tensor map (box, swizzle, out-of-bounds fill, multicast to
+  every CTA in the mask) and complete on the mbarrier with their byte count; mbarriers keep
+  phases, pending arrivals and transaction counts; named barriers, ``syncthreads`` and
+  cluster barriers block the simulated threads.
+
+The simulator reports what the hardware leaves undefined (:class:`SimHazard`), whatever
+order the Python threads run in, because it tracks happens-before with vector clocks
+(:mod:`nbwgmma.sim.core`) and the last writer and in-flight readers of every shared byte
+(:mod:`nbwgmma.sim.shadow`):
+
+* shared memory written (TMA, bulk copy, generic store, ``stmatrix``, fragment stores)
+  while a wgmma or TMA store that reads it is not complete, or completed by a wait that is
+  not ordered before the write (a stage released before its ``wgmma_wait_group``);
+* an accumulator read before the ``wgmma_wait_group`` that covers its wgmma;
+* generic stores read by wgmma or a TMA store without ``fence_proxy_async`` by the writer,
+  or with no barrier ordering the write before the read;
+* shared memory a TMA load writes, read before the reader observed the barrier phase the
+  load completes on;
+* an mbarrier given more transaction bytes than its phase expects, or more arrivals than
+  it has pending.
+
+What it does not model: register writes that Python cannot see (rebinding a fragment
+variable while its wgmma is in flight is not flagged), races between two generic stores,
+and memory ordering weaker than sequential consistency (fences other than the proxy fence
+are no-ops). Kernels are launched with :func:`nbwgmma.launch.launch`, which runs the CTAs
+of one cluster at a time. Every wait has a deadline (``NBWGMMA_DEBUG_WAIT_S`` in
+debug-wait mode, else 60 s): a kernel that would hang on the GPU raises
+:class:`SimStopped` naming the thread, its kernel line, the barrier (with the name given by
+``mbarrier_name``), its phase, pending arrivals and pending transaction bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+
+import numpy as np
+
+from . import copy as _copy
+from . import sync as _sync  # noqa: F401  registers its implementations
+from . import wgmma as _wgmma  # noqa: F401  registers its implementations
+from .core import IMPLS, CTA, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled
+from .fragment import FRAGMENT_IMPLS
+from .warp import WARP_FUNCTIONS
+
+__all__ = ["enabled", "SimError", "SimStopped", "SimHazard", "run", "register_tensor_map", "declare", "IMPLS",
+           "FRAGMENT_IMPLS", "install_jit_shim"]
+
+register_tensor_map = _copy.register_tensor_map
+
+
+class _Shared:
+    def array(self, shape, dtype, alignment=None):
+        from numba.cuda import types as nbtypes
+        from numba.cuda.np import numpy_support
+
+        if isinstance(dtype, nbtypes.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        f = sys._getframe(1)
+        return threading.current_thread().cta.array(shape, dtype, (f.f_code.co_filename, f.f_lineno))
+
+
+def _module_class():
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+
+    class SimCUDAModule(FakeCUDAModule):
+        """Numba's in-kernel ``cuda`` module with per-CTA shared memory and warp collectives."""
+
+        _nbw_shared = _Shared()
+
+        @property
+        def shared(self):
+            return self._nbw_shared
+
+    for name, f in WARP_FUNCTIONS.items():
+        setattr(SimCUDAModule, name, staticmethod(f))
+    return SimCUDAModule
+
+
+def _kernel_arg(a):
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
+
+    if isinstance(a, FakeCUDAArray):
+        return FakeWithinKernelCUDAArray(a)
+    if isinstance(a, np.ndarray) and a.ndim > 0:
+        return FakeWithinKernelCUDAArray(FakeCUDAArray(a))
+    return a
+
+
+def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
+    """Run a ``@cuda.jit`` kernel (the simulator's ``FakeCUDAKernel``) on ``args``: one
+    cluster at a time, all threads of its CTAs concurrently. Raises the first exception of
+    any simulated thread (:class:`SimHazard` for a hazard, :class:`SimStopped` for a wait
+    past its deadline)."""
+    from numba.cuda.simulator.kernel import _push_kernel_context
+    from numba.cuda.simulator.kernelapi import swapped_cuda_module
+
+    fn = kernel.py_func
+    mod = _module_class()(grid, block, 0)
+    kargs = [_kernel_arg(a) for a in args]
+    nthreads = int(np.prod(block))
+    ncl = [g // c for g, c in zip(grid, cluster)]
+    with _push_kernel_context(mod), swapped_cuda_module(fn, mod):
+        for cidx in itertools.product(*(range(n) for n in reversed(ncl))):
+            cidx = tuple(reversed(cidx))
+            cl = Cluster(int(np.prod(cluster)), nthreads)
+            threads = []
+            ctas = []
+            for local in itertools.product(*(range(c) for c in reversed(cluster))):
+                local = tuple(reversed(local))
+                rank = local[0] + cluster[0] * (local[1] + cluster[1] * local[2])
+                ctas.append((rank, local))
+            for rank, local in sorted(ctas):
+                cta = CTA(cl, rank, nthreads, int(smem))
+                cta.cluster_idx, cta.local = cidx, local
+                cl.ctas.append(cta)
+                bidx = tuple(c * s + l for c, s, l in zip(cidx, cluster, local))
+                for t in itertools.product(*(range(b) for b in reversed(block))):
+                    threads.append(SimThread(fn, kargs, cta, bidx, tuple(reversed(t)), block))
+            cl.dims = tuple(cluster)
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            if cl.error is not None:
+                raise cl.error
+
+
+def install_jit_shim():
+    """The simulator's ``cuda.jit`` lacks ``launch_bounds``: accept and ignore it, so kernel
+    sources run unchanged."""
+    from numba import cuda
+
+    jit = cuda.jit
+    if getattr(jit, "_nbw_shim", False):
+        return
+
+    def shim(*args, launch_bounds=None, **kwargs):
+        return jit(*args, **kwargs)
+
+    shim._nbw_shim = True
+    cuda.jit = shim

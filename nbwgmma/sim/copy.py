@@ -1,0 +1,216 @@
+"""Simulated bulk copies: TMA tensor loads (multicast too), stores and reductions, and the
+plain bulk copies, through the tensor maps registered by :class:`nbwgmma.tma.TensorMap`.
+
+A load lands when issued and completes its bytes on the destination CTA's mbarrier; its
+bytes are marked as written by that copy, so a read before the barrier phase is observed is
+reported. A store reads its shared source when issued and stays in flight in the issuing
+thread's bulk async-group until ``bulk_wait_group_read`` / ``bulk_wait_group`` covers it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+
+import numpy as np
+
+from .core import IMPLS, RANK_SHIFT, SimStopped, addr_of, impl, me, split
+from .shadow import AsyncRead
+from .sync import complete_tx, mbar
+
+_TMAPS: dict = {}
+_TMAP_NEXT = itertools.count(0x7E0000000000, 256)
+
+
+def register_tensor_map(tm) -> int:
+    """A fake global address under which the simulated TMA finds ``tm``."""
+    addr = next(_TMAP_NEXT)
+    _TMAPS[addr] = tm
+    return addr
+
+
+def _tmap(addr):
+    tm = _TMAPS.get(int(addr))
+    if tm is None:
+        th = me()
+        raise SimStopped(f"thread {th.thread_id} at {th.where}: no tensor map at 0x{int(addr):x} "
+                         f"(pass TensorMap(...).address)")
+    return tm
+
+
+def _tensor(tm):
+    """The tensor a map describes, as raw elements (array order) over the host memory."""
+    from ..tma import TMA_DTYPES
+
+    p = tm.params
+    es = TMA_DTYPES[p.dtype][1]
+    shape = tuple(reversed(p.dims))
+    strides = tuple(reversed(p.strides)) + (es,)
+    span = sum((d - 1) * s for d, s in zip(shape, strides)) + es
+    buf = (ctypes.c_uint8 * span).from_address(p.address)
+    flat = np.frombuffer(buf, np.dtype(f"u{es}") if es > 1 else np.uint8)
+    return np.lib.stride_tricks.as_strided(flat, shape, strides), es
+
+
+def _coords_of(kw, rank):
+    return tuple(int(kw[f"c{i}"]) for i in reversed(range(rank)))  # array order
+
+
+class _BulkState:
+    def __init__(self):
+        self.open = []
+        self.groups = []
+
+
+def _bulk(th):
+    if th.bulk is None:
+        th.bulk = _BulkState()
+    return th.bulk
+
+
+def _land(th, cta, off, raw, bar_off, what):
+    """Bytes ``raw`` of a copy issued by ``th`` land at ``off`` of ``cta`` and complete on its
+    mbarrier at ``bar_off`` (call with the lock held)."""
+    m = mbar(addr_of(cta, bar_off))
+    idx = np.arange(off, off + raw.size)
+    cta.shadow.async_write(th, idx, what, m)
+    cta.image[off:off + raw.size] = raw
+    complete_tx(th, m, raw.size)
+
+
+def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
+    from ..intrinsics.descriptor import SWIZZLE_PERIOD
+    from ..tma import box_copy_model
+
+    th = me()
+    tm = _tmap(tmap)
+    p = tm.params
+    if int(dst) % max(128, SWIZZLE_PERIOD[p.swizzle]):
+        raise SimStopped(f"thread {th.thread_id} at {th.where}: TMA load to 0x{int(dst):x}: the shared destination "
+                         f"must be aligned to {max(128, SWIZZLE_PERIOD[p.swizzle])} bytes")
+    tensor, _ = _tensor(tm)
+    raw = box_copy_model(tensor, tuple(reversed(p.box)), _coords_of(kw, rank), p.swizzle, p.oob_fill)
+    off = int(dst) & ((1 << RANK_SHIFT) - 1)
+    boff = int(bar) & ((1 << RANK_SHIFT) - 1)
+    targets = [c for c in th.cl.ctas if (int(mask) >> c.rank) & 1] if multicast else [split(dst)[0]]
+    with th.cl.lock:
+        for cta in targets:
+            _land(th, cta, off, raw, boff, "a TMA load")
+
+
+def _box_bytes(tm, src):
+    """(CTA, byte addresses in box order) of the shared box a TMA store reads."""
+    from ..intrinsics.descriptor import swizzle_addr
+
+    p = tm.params
+    cta, off = split(src)
+    pos = np.arange(p.box_bytes)
+    return cta, off + (swizzle_addr(pos, p.swizzle) if p.swizzle != "none" else pos)
+
+
+def _tma_store(rank, src, tmap, op=None, **kw):
+    th = me()
+    tm = _tmap(tmap)
+    p = tm.params
+    tensor, es = _tensor(tm)
+    box = tuple(reversed(p.box))
+    with th.cl.lock:
+        cta, idx = _box_bytes(tm, src)
+        what = "a TMA store" if op is None else f"a TMA reduce-{op}"
+        cta.shadow.check_observed(th, idx, what)
+        cta.shadow.check_proxy(th, idx, what)
+        vals = np.ascontiguousarray(cta.image[idx]).view(tensor.dtype).reshape(box)
+        rd = AsyncRead(f"{what} of thread {th.thread_id}", th.where)
+        cta.shadow.async_read(("bulk", th.gid), idx, rd)
+        _bulk(th).open.append(rd)
+    src_sl, dst_sl = [], []
+    for c, b, n in zip(_coords_of(kw, rank), box, tensor.shape):
+        lo, hi = max(c, 0), min(c + b, n)
+        if hi <= lo:
+            return
+        dst_sl.append(slice(lo, hi))
+        src_sl.append(slice(lo - c, hi - c))
+    piece = vals[tuple(src_sl)]
+    view = tensor[tuple(dst_sl)]
+    if op is None:
+        view[...] = piece
+        return
+    view[...] = _reduce(view, piece, op, p.dtype)
+
+
+def _reduce(old, new, op, dtype):
+    from ..intrinsics.wgmma_model import decode_elements, encode_elements
+
+    if dtype in ("f16", "bf16", "f32", "tf32"):
+        t = {"f32": "f32", "tf32": "f32"}.get(dtype, dtype)
+        dec = (lambda x: x.view(np.float32).astype(np.float64)) if t == "f32" else (
+            lambda x: decode_elements(x.view(np.uint8), t).reshape(x.shape))
+        a, b = dec(np.ascontiguousarray(old)), dec(np.ascontiguousarray(new))
+        r = {"add": a + b, "min": np.minimum(a, b), "max": np.maximum(a, b)}.get(op)
+        if r is None:
+            raise SimStopped(f"TMA reduce '{op}' is not defined for {dtype}")
+        if t == "f32":
+            return r.astype(np.float32).view(old.dtype)
+        return encode_elements(r.reshape(-1, 1), t).view(old.dtype).reshape(old.shape)
+    a, b = old.astype(np.int64), new.astype(np.int64)
+    ops = {"add": a + b, "min": np.minimum(a, b), "max": np.maximum(a, b), "and": a & b, "or": a | b, "xor": a ^ b}
+    if op not in ops:
+        raise SimStopped(f"TMA reduce '{op}' is not simulated")
+    return ops[op].astype(old.dtype)
+
+
+def _declare_tma():
+    for r in (1, 2, 3, 4, 5):  # the ranks of nbwgmma.intrinsics.tma
+        IMPLS[f"tma_load_{r}d"] = (lambda r: lambda dst, tmap, bar, **kw: _tma_load(r, False, dst, tmap, bar, **kw))(r)
+        IMPLS[f"tma_load_multicast_{r}d"] = (
+            lambda r: lambda dst, tmap, bar, mask, **kw: _tma_load(r, True, dst, tmap, bar, mask, **kw))(r)
+        IMPLS[f"tma_store_{r}d"] = (lambda r: lambda src, tmap, **kw: _tma_store(r, src, tmap, **kw))(r)
+        IMPLS[f"tma_reduce_{r}d"] = (lambda r: lambda src, tmap, op="add", **kw: _tma_store(r, src, tmap, op, **kw))(r)
+        IMPLS[f"tma_prefetch_{r}d"] = (lambda r: lambda tmap, **kw: (_tmap(tmap), None)[1])(r)
+
+
+_declare_tma()
+
+
+@impl("bulk_copy_g2s")
+def _bulk_g2s(dst, src, nbytes, bar):
+    th = me()
+    data = np.frombuffer(ctypes.string_at(int(src), int(nbytes)), np.uint8)
+    cta, off = split(dst)
+    with th.cl.lock:
+        _land(th, cta, off, data, int(bar) & ((1 << RANK_SHIFT) - 1), "a bulk copy")
+
+
+@impl("bulk_copy_s2g")
+def _bulk_s2g(dst, src, nbytes):
+    th = me()
+    cta, off = split(src)
+    idx = np.arange(off, off + int(nbytes))
+    with th.cl.lock:
+        cta.shadow.check_observed(th, idx, "a bulk copy to global memory")
+        cta.shadow.check_proxy(th, idx, "a bulk copy to global memory")
+        data = np.ascontiguousarray(cta.image[idx])
+        rd = AsyncRead(f"the bulk copy of thread {th.thread_id}", th.where)
+        cta.shadow.async_read(("bulk", th.gid), idx, rd)
+        _bulk(th).open.append(rd)
+    ctypes.memmove(int(dst), data.ctypes.data, int(nbytes))
+
+
+@impl("bulk_commit_group")
+def _bulk_commit():
+    st = _bulk(me())
+    st.groups.append(st.open)
+    st.open = []
+
+
+def _bulk_wait(n):
+    th = me()
+    st = _bulk(th)
+    with th.cl.lock:
+        while len(st.groups) > int(n):
+            for rd in st.groups.pop(0):
+                rd.complete(th)
+
+
+IMPLS["bulk_wait_group"] = lambda n: _bulk_wait(n)
+IMPLS["bulk_wait_group_read"] = lambda n: _bulk_wait(n)

@@ -1,0 +1,510 @@
+"""The simulator's machine: clusters of CTAs whose threads are Python threads, rendezvous
+for warp- and warpgroup-collective instructions, vector clocks for happens-before, and the
+registry of intrinsic implementations.
+
+Happens-before is tracked with one vector clock per simulated thread (one entry per thread
+of the cluster plus one per mbarrier). A thread publishes its clock and then advances its
+own entry whenever it releases (arrives on a barrier, joins a collective, fences); it takes
+the maximum with a clock it acquires (a completed barrier phase or generation, a finished
+collective). Two events are ordered when the later thread's clock has seen the earlier
+thread's epoch: that is how the hazard checks (:mod:`nbwgmma.sim.shadow`) tell a correct
+release from one that comes too early, whatever order the Python threads happened to run in.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+#: Bytes of shared memory per simulated CTA (the 14-bit descriptor address space).
+SMEM_BYTES = 1 << 18
+#: Offset of dynamic shared memory in the image (static arrays follow it).
+DYN_BASE = 1024
+RANK_SHIFT = 24
+#: Clock entries kept for mbarriers per cluster (each mbarrier_init takes one).
+BARRIER_SLOTS = 1024
+_POLL_S = 0.2
+
+
+class SimError(RuntimeError):
+    """Base of the simulator's reports."""
+
+
+class SimStopped(SimError):
+    """A simulated kernel waited past its deadline (it would hang on the GPU), a thread of a
+    warp or warpgroup left before a collective instruction, or the kernel hit ``trap``."""
+
+
+class SimHazard(SimError):
+    """The kernel does something whose result the hardware does not define: shared memory
+    rewritten while an asynchronous read of it is in flight, an accumulator read before the
+    ``wgmma_wait_group`` that covers it, generic stores read by the async proxy without
+    ``fence.proxy.async``, a TMA destination read before its barrier phase completes, an
+    mbarrier given more bytes or arrivals than its phase expects, or threads of one warp or
+    warpgroup reaching different collective instructions."""
+
+
+def enabled() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def deadline_s() -> float:
+    from ..intrinsics.mbarrier import debug_wait_timeout_s
+
+    t = debug_wait_timeout_s()
+    return t if t is not None else 60.0
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SKIP = (_HERE, os.path.dirname(threading.__file__) + os.sep + "threading.py")
+
+
+def where() -> str:
+    """``file:line`` of the innermost kernel frame (outside the simulator and Numba)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP) and f"{os.sep}numba{os.sep}" not in fn and "numba_cuda" not in fn:
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"
+
+
+# ---------------------------------------------------------------------------------------
+# Clocks
+
+
+def release(th, into):
+    """``th`` publishes its clock into ``into`` and advances its own entry."""
+    np.maximum(into, th.clock, out=into)
+    th.clock[th.gid] += 1
+
+
+def acquire(th, clock):
+    if clock is not None:
+        np.maximum(th.clock, clock, out=th.clock)
+
+
+# ---------------------------------------------------------------------------------------
+# Clusters, CTAs, threads
+
+
+class Cluster:
+    def __init__(self, nctas, nthreads):
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)  # the default wait queue
+        self.conds = [self.cond]
+        self.ctas = []
+        self.error = None
+        self.nthreads = nthreads
+        self.clock_len = nctas * nthreads + BARRIER_SLOTS
+        self.slots = itertools.count(nctas * nthreads)
+        self.barrier = PhasedBarrier(self, nctas * nthreads, "cluster barrier")
+        self.deadline = deadline_s()
+        self.fence_epoch = np.full(nctas * nthreads, -1, np.int64)  # own clock entry at the last fence.proxy.async
+
+    def new_clock(self):
+        return np.zeros(self.clock_len, np.int64)
+
+    def new_cond(self):
+        c = threading.Condition(self.lock)
+        self.conds.append(c)
+        return c
+
+    def new_slot(self):
+        s = next(self.slots)
+        if s >= self.clock_len:
+            raise SimStopped(f"more than {BARRIER_SLOTS} mbarriers initialized in one cluster")
+        return s
+
+    def wait_for(self, pred, what, timeout_s=None, cond=None):
+        """Block the calling simulated thread until ``pred()`` (call with the lock held). Past
+        the simulator's deadline raise :class:`SimStopped` with ``what()`` (a string or a
+        callable giving one, evaluated then); past ``timeout_s`` (a timed wait of the
+        kernel) return False."""
+        cond = cond or self.cond
+        limit = self.deadline if timeout_s is None else timeout_s
+        end = time.monotonic() + limit
+        while not pred():
+            if self.error is not None:
+                raise SimStopped("another simulated thread failed")
+            left = end - time.monotonic()
+            if left <= 0:
+                if timeout_s is not None:
+                    return False
+                th = threading.current_thread()
+                text = what() if callable(what) else what
+                raise SimStopped(
+                    f"simulated wait timed out after {self.deadline:g} s: block {tuple(th.blockIdx)} thread "
+                    f"{th.thread_id} (warp {th.thread_id // 32}) at {th.where or where()}: {text}")
+            cond.wait(min(left, _POLL_S))
+        return True
+
+    def wait_woken(self, th, ready, what):
+        """Like :meth:`wait_for` without the lock: sleep on the thread's own gate until
+        ``ready()`` (another thread calls ``th.wake()`` after making it true). One gate per
+        thread, so a finished collective wakes its members without a herd on one lock."""
+        end = time.monotonic() + self.deadline
+        while not ready():
+            if self.error is not None:
+                raise SimStopped("another simulated thread failed")
+            left = end - time.monotonic()
+            if left <= 0:
+                text = what() if callable(what) else what
+                raise SimStopped(
+                    f"simulated wait timed out after {self.deadline:g} s: block {tuple(th.blockIdx)} thread "
+                    f"{th.thread_id} (warp {th.thread_id // 32}) at {th.where or where()}: {text}")
+            th.gate.acquire(timeout=min(left, _POLL_S))
+
+    def fail(self, exc):
+        with self.lock:
+            if self.error is None:
+                self.error = exc
+            for c in self.conds:
+                c.notify_all()
+
+
+class PhasedBarrier:
+    """Arrive/wait barrier of ``parties`` threads (``syncthreads``, named and cluster
+    barriers); exited threads count as arrived. Each generation carries the join of its
+    arrivers' clocks to its waiters."""
+
+    def __init__(self, cluster, parties, name):
+        self.cl, self.parties, self.name = cluster, parties, name
+        self.count = self.gen = self.exited = 0
+        self.cond = cluster.new_cond()
+        self.clock = cluster.new_clock()
+        self.done = {}  # generation -> clock
+
+    def _check(self):
+        if self.count and self.count + self.exited >= self.parties:
+            self.done[self.gen] = self.clock
+            self.done.pop(self.gen - 64, None)
+            self.clock = self.cl.new_clock()
+            self.gen += 1
+            self.count = 0
+            self.cond.notify_all()
+
+    def arrive(self):
+        th = threading.current_thread()
+        with self.cl.lock:
+            tok = self.gen
+            self.count += 1
+            release(th, self.clock)
+            self._check()
+            return tok
+
+    def wait(self, tok):
+        th = threading.current_thread()
+        with self.cl.lock:
+            self.cl.wait_for(lambda: self.gen > tok, f"waiting at the {self.name}", cond=self.cond)
+            acquire(th, self.done.get(tok))
+
+    def sync(self):
+        self.wait(self.arrive())
+
+    def exit(self):
+        with self.cl.lock:
+            self.exited += 1
+            self._check()
+
+
+class CTA:
+    def __init__(self, cluster, rank, nthreads, dyn_bytes):
+        from .shadow import Shadow
+
+        self.cl, self.rank = cluster, rank
+        self.image = np.zeros(SMEM_BYTES, np.uint8)
+        self.shadow = Shadow(self)
+        self.dyn_bytes = dyn_bytes
+        self.next_static = -(-(DYN_BASE + dyn_bytes) // 1024) * 1024
+        self.static = {}
+        self.mbarriers = {}
+        self.barrier_names = {}
+        self.named = {}
+        self.rendezvous = {}
+        self.exited = set()
+        self.wgmma = {}  # warpgroup -> wgmma issue state (nbwgmma.sim.wgmma)
+        self.syncthreads = PhasedBarrier(cluster, nthreads, "syncthreads barrier")
+
+    def array(self, shape, dtype, caller):
+        """A shared array over this CTA's image: dynamic (shape 0) or one static array per
+        source line, as Numba's simulator identifies them."""
+        from .shadow import SharedArray
+
+        dtype = np.dtype(dtype)
+        if shape == 0:
+            return self.image[DYN_BASE:DYN_BASE + self.dyn_bytes].view(dtype).view(SharedArray)
+        arr = self.static.get(caller)
+        if arr is None:
+            shape = (shape,) if np.isscalar(shape) else tuple(shape)
+            nbytes = int(np.prod(shape)) * dtype.itemsize
+            start = -(-self.next_static // 128) * 128
+            if start + nbytes > SMEM_BYTES:
+                raise MemoryError("simulated shared memory exhausted")
+            self.next_static = start + nbytes
+            raw = self.image[start:start + nbytes].view(dtype).reshape(shape)
+            arr = self.static[caller] = raw.view(SharedArray)
+        return arr
+
+    def offset_of(self, arr) -> int:
+        off = arr.__array_interface__["data"][0] - self.image.__array_interface__["data"][0]
+        if not 0 <= off < SMEM_BYTES:
+            raise ValueError("smem_addr: the array is not in this CTA's shared memory")
+        return off
+
+
+class SimThread(threading.Thread):
+    def __init__(self, fn, args, cta, block_idx, thread_idx, block_dim):
+        from numba.cuda.simulator.kernelapi import Dim3
+
+        super().__init__(daemon=True)
+        self.fn, self.args, self.cta, self.cl = fn, args, cta, cta.cl
+        self.blockIdx, self.threadIdx = Dim3(*block_idx), Dim3(*thread_idx)
+        bx, by, _ = block_dim
+        self.thread_id = thread_idx[0] + bx * (thread_idx[1] + by * thread_idx[2])
+        self.gid = cta.rank * cta.cl.nthreads + self.thread_id
+        self.clock = cta.cl.new_clock()
+        self.rounds = {}
+        self.cluster_token = None
+        self.where = None  # the kernel line of the intrinsic being run
+        self.bulk = None  # this thread's bulk async-group state (nbwgmma.sim.copy)
+        self.gate = threading.Lock()  # a binary semaphore: wake() opens it, wait_woken() takes it
+        self.gate.acquire()
+
+    def wake(self):
+        try:
+            self.gate.release()
+        except RuntimeError:  # already open: a wake-up is pending
+            pass
+
+    def run(self):
+        try:
+            self.fn(*self.args)
+        except BaseException as e:  # reported by run()
+            self.cl.fail(e if isinstance(e, Exception) else RuntimeError(repr(e)))
+        finally:
+            with self.cl.lock:
+                self.cta.exited.add(self.thread_id)
+            self.cta.syncthreads.exit()
+            self.cl.barrier.exit()
+
+    def syncthreads(self):
+        self.cta.syncthreads.sync()
+
+    def _syncthreads_reduce(self, val, op):
+        vals = collective_values(("syncthreads", 0), range(self.cl.nthreads), ("syncthreads_reduce", op), val)
+        return op(vals)
+
+    def syncthreads_count(self, val):
+        return self._syncthreads_reduce(bool(val), lambda v: sum(bool(x) for x in v))
+
+    def syncthreads_and(self, val):
+        return self._syncthreads_reduce(val, lambda v: int(all(v)))
+
+    def syncthreads_or(self, val):
+        return self._syncthreads_reduce(val, lambda v: int(any(v)))
+
+
+def me() -> SimThread:
+    th = threading.current_thread()
+    if not isinstance(th, SimThread):
+        raise RuntimeError("nbwgmma intrinsics run in the simulator only inside kernels launched with "
+                           "nbwgmma.launch.launch")
+    return th
+
+
+# ---------------------------------------------------------------------------------------
+# Collectives: the threads of a warp or warpgroup execute one instruction together
+
+
+class _Rendezvous:
+    def __init__(self):
+        self.rounds = {}
+
+
+def collective(key, members, op, value, compute=None):
+    """The calling thread's part of one collective instruction ``op`` (a hashable: name and
+    immediates) executed by the threads ``members`` (thread ids of the CTA) together.
+
+    Every member passes ``value``; once all have arrived, ``compute(values in member
+    order)`` runs once and every member gets its result (default: the list of values).
+    Members reaching different instructions, or one that exited, are reported. The clocks
+    of all members are joined (a collective orders what each member did before it)."""
+    th = me()
+    cta, cl = th.cta, th.cl
+    members = tuple(members)
+    if members[-1] >= cl.nthreads:
+        raise SimHazard(f"thread {th.thread_id} at {th.where or where()}: {_op_text(op)} is collective over the "
+                        f"{_group_name(len(members))} of threads {members[0]}..{members[-1]}, but the block has "
+                        f"{cl.nthreads} threads")
+    with cl.lock:
+        rz = cta.rendezvous.get(key)
+        if rz is None:
+            rz = cta.rendezvous[key] = _Rendezvous()
+        n = th.rounds[key] = th.rounds.get(key, 0) + 1
+        r = rz.rounds.get(n)
+        if r is None:
+            r = rz.rounds[n] = {"vals": {}, "ops": {}, "clock": cl.new_clock(), "waiters": []}
+        r["vals"][th.thread_id] = value
+        r["ops"][th.thread_id] = (op, th.where)
+        np.maximum(r["clock"], th.clock, out=r["clock"])
+        last = len(r["vals"]) == len(members)
+        if last:
+            _check_same_op(r, len(members))
+            vals = [r["vals"][m] for m in members]
+            acquire(th, r["clock"])  # compute() sees what every member did before
+            r["result"] = compute(vals) if compute is not None else vals
+            del rz.rounds[n]
+        else:
+            r["waiters"].append(th)
+    if last:
+        for w in r["waiters"]:
+            w.wake()
+    else:
+        def missing_text():
+            gone = [m for m in members if m not in r["vals"] and m in cta.exited]
+            late = [m for m in members if m not in r["vals"]]
+            head = f"{_op_text(op)} is collective over the {_group_name(len(members))}; "
+            if gone:
+                return head + f"thread(s) {gone[:8]} exited without reaching it"
+            return head + f"thread(s) {late[:8]} never reached it"
+
+        def ready():
+            if "result" in r:
+                return True
+            if any(m in cta.exited for m in members if m not in r["vals"]):
+                raise SimStopped(f"block {tuple(th.blockIdx)} thread {th.thread_id} at {th.where or where()}: "
+                                 + missing_text())
+            return False
+
+        cl.wait_woken(th, ready, missing_text)
+    acquire(th, r["clock"])
+    th.clock[th.gid] += 1
+    return r["result"]
+
+
+def _check_same_op(r, size):
+    ops = {o for o, _ in r["ops"].values()}
+    if len(ops) > 1:
+        seen = sorted(((t, o, w) for t, (o, w) in r["ops"].items()), key=lambda x: x[0])
+        first = seen[0]
+        other = next(s for s in seen if s[1] != first[1])
+        raise SimHazard(
+            f"threads of one {_group_name(size)} reached different collective instructions: "
+            f"thread {first[0]} {_op_text(first[1])} at {first[2]}, thread {other[0]} {_op_text(other[1])} "
+            f"at {other[2]}; every thread of the group must execute the same one")
+
+
+def collective_values(key, members, op, value):
+    return collective(key, members, op, value)
+
+
+def _group_name(size):
+    return {32: "warp", 128: "warpgroup"}.get(size, f"group of {size} threads")
+
+
+def _op_text(op):
+    return op[0] if isinstance(op, tuple) else str(op)
+
+
+def warp_members(th):
+    w = th.thread_id // 32
+    return ("warp", w), range(32 * w, 32 * w + 32)
+
+
+def warpgroup_members(th):
+    g = th.thread_id // 128
+    return ("warpgroup", g), range(128 * g, 128 * g + 128)
+
+
+# ---------------------------------------------------------------------------------------
+# Shared addresses
+
+
+def split(addr):
+    """(CTA, offset) of a shared address (own CTA's, or a ``mapa`` one)."""
+    th = me()
+    addr = int(addr)
+    rank = (addr >> RANK_SHIFT) & 0xFF
+    ctas = th.cl.ctas
+    if rank >= len(ctas):
+        raise ValueError(f"shared address 0x{addr:x} names CTA rank {rank}; the cluster has {len(ctas)}")
+    return ctas[rank], addr & ((1 << RANK_SHIFT) - 1)
+
+
+def addr_of(cta, off):
+    return (cta.rank << RANK_SHIFT) | off if len(cta.cl.ctas) > 1 else off
+
+
+# ---------------------------------------------------------------------------------------
+# Intrinsic implementations, by the name the intrinsic is declared under
+
+IMPLS: dict = {}
+
+
+def impl(*names):
+    def deco(f):
+        for n in names:
+            IMPLS[n] = f
+        return f
+    return deco
+
+
+def declare(name, params, doc):
+    """A Python function for intrinsic ``name``: binds the arguments like the compiled
+    intrinsic (defaults, literal checks of immediates), then runs ``IMPLS[name]``."""
+    from ..intrinsics._asm import Imm
+
+    sig = inspect.Signature([
+        inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                          default=getattr(p, "default", inspect.Parameter.empty))
+        for p in params])
+    imms = [p for p in params if isinstance(p, Imm)]
+
+    def fn(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        for p in imms:
+            p.check(bound.arguments[p.name], name)
+        f = IMPLS.get(name)
+        if f is None:
+            raise NotImplementedError(f"{name} has no simulator implementation")
+        th = threading.current_thread()
+        if isinstance(th, SimThread):
+            outer, th.where = th.where, where()
+            try:
+                return f(**bound.arguments)
+            finally:
+                th.where = outer
+        return f(**bound.arguments)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    fn.params = params
+    return fn
+
+
+def located(f):
+    """Run ``f`` (a fragment helper of the simulator) with the kernel line recorded."""
+    def wrapper(*args, **kwargs):
+        th = threading.current_thread()
+        if not isinstance(th, SimThread):
+            return f(*args, **kwargs)
+        outer, th.where = th.where, where()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            th.where = outer
+
+    wrapper.__name__ = wrapper.__qualname__ = f.__name__
+    wrapper.__doc__ = f.__doc__
+    return wrapper

@@ -1,0 +1,157 @@
+"""The fragment helpers of :mod:`nbwgmma.intrinsics.fragment` (Numba intrinsics on the GPU)
+as Python over the layout models. Each reads its accumulator through
+:func:`nbwgmma.sim.wgmma.read_acc` (a fragment still being written by a wgmma is a hazard)
+and writes shared memory through the shadow (a store over memory an async read holds is one)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .core import located, me, split
+from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
+
+
+def _kind_n(kind, n):
+    from ..intrinsics.wgmma import wgmma_kind
+
+    k = wgmma_kind(kind)
+    if n not in k.n_values:
+        raise ValueError(f"{kind} allows N in {list(k.n_values)}; got {n}")
+    return k
+
+
+def _kind_of_acc(kind, acc):
+    from ..intrinsics.wgmma import wgmma_kind
+
+    k = wgmma_kind(kind)
+    return k, k.n_of(len(acc))
+
+
+def _values(acc, k, what):
+    a = np.asarray(read_acc(acc, what))
+    if k.dtype == "f16":
+        return a.astype(np.uint32).view(np.float16).astype(np.float64)
+    return a.astype(np.float64)
+
+
+def acc_zeros(kind, n):
+    k = _kind_n(kind, n)
+    return acc_pack(np.zeros(n // 2), k)
+
+
+def acc_undef(kind, n):
+    k = _kind_n(kind, n)
+    return acc_pack(np.full(n // 2, np.nan if k.is_float else 0x5A5A5A5A), k)  # poison
+
+
+def _elements(arr, tid, row0, col0, nvals):
+    r, c = thread_coords(int(tid), nvals)
+    r, c = r + int(row0), c + int(col0)
+    rows, cols = arr.shape
+    return [(i, int(r[i]), int(c[i])) for i in range(nvals) if r[i] < rows and c[i] < cols]
+
+
+def _bf16_bits(x):
+    """Round-to-nearest-even bf16 bits of ``x`` (the model's encoding)."""
+    from ..intrinsics.wgmma_model import encode_elements
+
+    x = np.asarray(x, np.float32)
+    return encode_elements(x.reshape(-1, 1), "bf16").view(np.uint16).reshape(x.shape)
+
+
+def _to_dtype(v, dt):
+    if dt == np.uint16:  # bf16 bits
+        return _bf16_bits(v)[()]
+    return np.dtype(dt).type(v)
+
+
+def acc_store(acc, kind, out, tid, row0, col0):
+    k, n = _kind_of_acc(kind, acc)
+    vals = _values(acc, k, "acc_store")
+    if k.dtype == "f32":
+        vals = vals.astype(np.float32)
+    for i, r, c in _elements(out, tid, row0, col0, len(vals)):
+        out[r, c] = _to_dtype(vals[i], out.dtype)
+
+
+def acc_load(kind, n, src, tid, row0, col0):
+    k = _kind_n(kind, n)
+    vals = np.zeros(n // 2)
+    for i, r, c in _elements(src, tid, row0, col0, n // 2):
+        vals[i] = src[r, c]
+    return acc_pack(vals, k)
+
+
+def _map(name, op):
+    def fn(acc, other):
+        a = np.asarray(read_acc(acc, name))
+        if not np.isscalar(other):
+            other = read_acc(other, name)
+        b = np.asarray(other, a.dtype) if not np.isscalar(other) else a.dtype.type(other)
+        return tuple(op(a, b).astype(a.dtype))
+    fn.__name__ = name
+    return fn
+
+
+acc_add = _map("acc_add", np.add)
+acc_scale = _map("acc_scale", np.multiply)
+
+
+def _pack16(name, t):
+    def fn(acc):
+        a = np.asarray(read_acc(acc, name), np.float32)
+        bits = (a.astype(np.float16).view(np.uint16) if t == "f16" else _bf16_bits(a)).astype(np.uint32)
+        return tuple((bits[0::2] | (bits[1::2] << 16)).astype(np.uint32))
+    fn.__name__ = name
+    return fn
+
+
+acc_to_bf16x2 = _pack16("acc_to_bf16x2", "bf16")
+acc_to_f16x2 = _pack16("acc_to_f16x2", "f16")
+
+
+def _store_smem(th, base, offs, esize, vals, dtype, what):
+    cta, off0 = split(int(base))
+    idx = (off0 + np.asarray(offs, np.int64))[:, None] + np.arange(esize)
+    with th.cl.lock:
+        cta.shadow.generic_write(th, idx.reshape(-1), what)
+        for i, row in enumerate(idx):
+            cta.image[row[0]:row[0] + esize].view(dtype)[0] = vals[i]
+
+
+def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):
+    from ..intrinsics.fragment import tile_block_offset
+
+    th = me()
+    _kind_of_acc(kind, acc)
+    vals = np.asarray(read_acc(acc, "acc_store_swizzled"))
+    r, c = thread_coords(int(tid), len(vals))
+    _store_smem(th, base, tile_block_offset(r, c, 4, row_bytes, swizzle), 4, vals, vals.dtype, "acc_store_swizzled")
+
+
+def acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle):
+    from ..intrinsics.fragment import tile_block_offset
+
+    th = me()
+    bits = np.asarray(raw_acc(regs), np.uint32)
+    halves = np.stack([bits & 0xFFFF, bits >> 16], -1).reshape(-1).astype(np.uint16)
+    r, c = thread_coords(int(tid), len(halves))
+    _store_smem(th, base, tile_block_offset(r, c, 2, row_bytes, swizzle), 2, halves, np.uint16,
+                "acc_stmatrix_swizzled")
+
+
+def acc_store_strided(acc, out, start, stride):
+    vals = read_acc(acc, "acc_store_strided")
+    for i, v in enumerate(vals):
+        out[int(start) + i * int(stride)] = v
+
+
+def acc_add_strided(acc, src, start, stride):
+    a = np.asarray(read_acc(acc, "acc_add_strided"))
+    add = np.array([src[int(start) + i * int(stride)] for i in range(len(a))], a.dtype)
+    return tuple((a + add).astype(a.dtype))
+
+
+FRAGMENT_IMPLS = {f.__name__: located(f) for f in (
+    acc_zeros, acc_undef, acc_store, acc_load, acc_store_swizzled, acc_stmatrix_swizzled, acc_to_bf16x2,
+    acc_to_f16x2, acc_add, acc_scale, acc_store_strided, acc_add_strided)}

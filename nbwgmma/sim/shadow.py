@@ -1,0 +1,226 @@
+"""Shadow memory of a simulated CTA's shared memory: who last wrote each byte, and which
+asynchronous reads of it are in flight. The hazard checks live here.
+
+Per byte the shadow keeps
+
+* the last generic-proxy writer (thread and its clock epoch), so that an async-proxy read
+  (wgmma operand, TMA store source) can require ``fence.proxy.async`` by that writer and
+  the write ordered before the read;
+* the last TMA / bulk copy that wrote it, so that a read can require the phase of the
+  mbarrier that copy completes on to have been observed;
+* per async reader (a warpgroup's wgmmas, a thread's bulk stores) the sequence number of
+  the latest read of it, so that a write can require that read to be complete (waited
+  for) and its completion ordered before the write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+from .core import SMEM_BYTES, SimHazard, SimThread, me, where
+
+
+class AsyncRead:
+    """One asynchronous read of shared memory (a wgmma's operands, a TMA store's source)."""
+
+    __slots__ = ("what", "where", "done", "done_gid", "done_epoch", "done_where")
+
+    def __init__(self, what, where):
+        self.what, self.where = what, where
+        self.done = False
+        self.done_gid = self.done_epoch = None
+        self.done_where = None
+
+    def complete(self, th):
+        self.done, self.done_gid, self.done_epoch, self.done_where = True, th.gid, int(th.clock[th.gid]), th.where
+
+
+class AsyncWrite:
+    """One TMA load / bulk copy into shared memory, completing on an mbarrier phase."""
+
+    __slots__ = ("where", "slot", "phase", "name")
+
+    def __init__(self, where, slot, phase, name):
+        self.where, self.slot, self.phase, self.name = where, slot, phase, name
+
+
+class Shadow:
+    def __init__(self, cta):
+        self.cta = cta
+        self.gw_tid = np.zeros(SMEM_BYTES, np.int32)  # generic writer's cluster thread id + 1
+        self.gw_epoch = np.zeros(SMEM_BYTES, np.int64)
+        self.aw = np.zeros(SMEM_BYTES, np.int32)  # index + 1 into self.writes
+        self.writes = []
+        self.readers = {}  # key -> (seq per byte, [AsyncRead, ...] with index = seq - 1)
+
+    # -- records -------------------------------------------------------------------------
+
+    def generic_write(self, th, idx, what):
+        self.check_write(th, idx, what)
+        self.gw_tid[idx] = th.gid + 1
+        self.gw_epoch[idx] = th.clock[th.gid]
+        self.aw[idx] = 0
+
+    def async_write(self, th, idx, what, mbar):
+        """A copy issued by ``th`` lands on ``idx`` and completes on ``mbar`` (its current phase)."""
+        self.check_write(th, idx, what)
+        self.writes.append(AsyncWrite(th.where, mbar.slot, mbar.phase, mbar.label()))
+        self.aw[idx] = len(self.writes)
+        self.gw_tid[idx] = 0
+
+    def async_read(self, key, idx, op: AsyncRead):
+        seqs, ops = self.readers.get(key) or self.readers.setdefault(key, (np.zeros(SMEM_BYTES, np.int32), []))
+        ops.append(op)
+        seqs[idx] = len(ops)
+
+    # -- checks --------------------------------------------------------------------------
+
+    def check_write(self, th, idx, what):
+        """Writing ``idx`` must wait for every async read of it to be complete and ordered."""
+        for key, (seqs, ops) in self.readers.items():
+            q = int(seqs[idx].max()) if np.size(idx) else 0
+            if not q:
+                continue
+            op = ops[q - 1]
+            if not op.done:
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at "
+                    f"{self._addr(idx, seqs, q)} while {op.what} issued at {op.where} still reads it: "
+                    f"{_finish_advice(key)} before the memory is released for rewriting")
+            if th.clock[op.done_gid] < op.done_epoch:
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at "
+                    f"{self._addr(idx, seqs, q)} that {op.what} issued at {op.where} reads; that read is "
+                    f"waited for at {op.done_where}, but nothing orders that wait before this write "
+                    f"(the release that let this write happen comes before the wait)")
+
+    def check_observed(self, th, idx, what):
+        """Reading ``idx`` (generic or async proxy) needs every TMA write of it observed."""
+        w = self.aw[idx]
+        hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
+        for i in np.unique(hit):
+            aw = self.writes[int(i) - 1]
+            if th.clock[aw.slot] < aw.phase + 1:
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
+                    f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, without having "
+                    f"waited for phase {aw.phase} of {aw.name}, on which that copy completes")
+
+    def check_proxy(self, th, idx, what):
+        """An async-proxy read of ``idx`` needs its generic writes fenced and ordered before it."""
+        tids = self.gw_tid[idx]
+        sel = tids > 0
+        if not np.any(sel):
+            return
+        writers = tids[sel] - 1
+        epochs = self.gw_epoch[idx][sel]
+        fenced = self.cta.cl.fence_epoch[writers] >= epochs
+        ordered = th.clock[writers] >= epochs
+        if fenced.all() and ordered.all():
+            return
+        for w, e, f, o in zip(writers.tolist(), epochs.tolist(), fenced.tolist(), ordered.tolist()):
+            if not f:
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
+                    f"{self._first_writer(idx, w + 1)} through the async proxy, but thread {self._local(w)} wrote it "
+                    f"with generic stores and issued no fence_proxy_async after them")
+            if not o:
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
+                    f"{self._first_writer(idx, w + 1)} that thread {self._local(w)} wrote, with nothing ordering "
+                    f"that write before this read (a barrier between them is missing)")
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _local(self, gid):
+        n = self.cta.cl.nthreads
+        r, t = divmod(gid, n)
+        return f"{t}" if len(self.cta.cl.ctas) == 1 else f"{t} of CTA rank {r}"
+
+    def _addr(self, idx, seqs, q):
+        return self._first(idx, seqs, q)
+
+    def _first(self, idx, arr, value):
+        idx = np.atleast_1d(idx)
+        hit = idx[np.atleast_1d(arr[idx]) == value]
+        return f"0x{int(hit[0] if hit.size else idx[0]):x}"
+
+    def _first_writer(self, idx, tid1):
+        return self._first(idx, self.gw_tid, tid1)
+
+
+def _finish_advice(key):
+    if key[0] == "wgmma":
+        return "wgmma_wait_group must cover that wgmma"
+    return "bulk_wait_group_read must cover that store"
+
+
+def byte_range(off, n):
+    return np.arange(off, off + n)
+
+
+class SharedArray(np.ndarray):
+    """A shared-memory array of a simulated CTA: loads and stores go through the hazard
+    checks (a generic load must have observed the TMA writes it reads; a generic store must
+    not hit memory an async read still holds)."""
+
+    def _bytes(self, index):
+        cta = me().cta
+        base = self.__array_interface__["data"][0] - cta.image.__array_interface__["data"][0]
+        if not 0 <= base < SMEM_BYTES:
+            return None, cta
+        v = np.ndarray.__getitem__(self.view(np.ndarray), index)
+        size = self.itemsize
+        if isinstance(v, np.ndarray):
+            if v.size == 0:
+                return np.zeros(0, np.int64), cta
+            start = v.__array_interface__["data"][0] - cta.image.__array_interface__["data"][0]
+            grid = np.zeros(v.shape, np.int64) + start
+            for ax, st in enumerate(v.strides):
+                shape = [1] * v.ndim
+                shape[ax] = v.shape[ax]
+                grid = grid + (np.arange(v.shape[ax]) * st).reshape(shape)
+            return (grid.reshape(-1, 1) + np.arange(size)).reshape(-1), cta
+        idx = index if isinstance(index, tuple) else (index,)
+        off = base
+        for i, st, n in zip(idx, self.strides, self.shape):
+            i = int(i)
+            off += (i + n if i < 0 else i) * st
+        return np.arange(off, off + size), cta
+
+    def __getitem__(self, index):
+        th = _sim_thread()
+        if th is not None:
+            idx, cta = self._bytes(index)
+            if idx is not None:
+                with _located(th), th.cl.lock:
+                    cta.shadow.check_observed(th, idx, "a shared-memory load")
+        return super().__getitem__(index)
+
+    def __setitem__(self, index, value):
+        th = _sim_thread()
+        if th is not None:
+            idx, cta = self._bytes(index)
+            if idx is not None:
+                with _located(th), th.cl.lock:
+                    cta.shadow.generic_write(th, idx, "a shared-memory store")
+        super().__setitem__(index, value)
+
+
+def _sim_thread():
+    th = threading.current_thread()
+    return th if isinstance(th, SimThread) else None
+
+
+@contextlib.contextmanager
+def _located(th):
+    outer = th.where
+    if outer is None:
+        th.where = where()
+    try:
+        yield
+    finally:
+        th.where = outer

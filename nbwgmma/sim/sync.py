@@ -1,0 +1,319 @@
+"""Simulated synchronization: mbarriers (phases, arrivals, transaction bytes), named, CTA and
+cluster barriers, fences, ``elect.sync``, cluster ids and addresses, ``setmaxnreg``, ``trap``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .core import (RANK_SHIFT, IMPLS, PhasedBarrier, SimHazard, SimStopped, acquire, addr_of, collective, impl, me,
+                   release, split, warp_members, warpgroup_members)
+
+
+def _noop(**_):
+    return None
+
+
+for _n in ("fence_acq_rel_cluster", "fence_acq_rel_cta", "fence_mbarrier_init", "fence_proxy_tensormap_acquire",
+           "fence_proxy_tensormap_release", "prefetch_tensormap"):
+    IMPLS[_n] = _noop
+
+
+@impl("fence_proxy_async", "fence_proxy_async_shared", "fence_proxy_async_global")
+def _fence_proxy_async():
+    """Generic-proxy writes of this thread before the fence become visible to the async proxy."""
+    th = me()
+    with th.cl.lock:
+        th.cl.fence_epoch[th.gid] = th.clock[th.gid]
+        th.clock[th.gid] += 1
+
+
+@impl("smem_addr")
+def _smem_addr(array):
+    th = me()
+    return np.uint32(addr_of(th.cta, th.cta.offset_of(np.asarray(array))))
+
+
+@impl("dynamic_smem_base")
+def _dyn_base(array, align):
+    a = int(_smem_addr(array))
+    return np.uint32(-(-a // align) * align)
+
+
+@impl("make_desc")
+def _make_desc(addr, lbo, sbo, swizzle_code):
+    from ..intrinsics.descriptor import SWIZZLE_NAME, encode_desc
+
+    field = lambda v: ((int(v) >> 4) & 0x3FFF) << 4  # noqa: E731  the bits the descriptor keeps
+    return np.uint64(encode_desc(field(addr), field(lbo), field(sbo), SWIZZLE_NAME[int(swizzle_code) & 3]))
+
+
+@impl("desc_advance")
+def _desc_advance(desc, nbytes):
+    lo = (int(desc) + (int(nbytes) >> 4)) & 0xFFFFFFFF  # a 32-bit add on the low word
+    return np.uint64((int(desc) & ~0xFFFFFFFF) | lo)
+
+
+@impl("cluster_ctarank")
+def _ctarank():
+    return np.uint32(me().cta.rank)
+
+
+@impl("cluster_nctarank")
+def _nctarank():
+    return np.uint32(len(me().cl.ctas))
+
+
+@impl("cluster_id")
+def _cluster_id(axis):
+    return np.uint32(me().cta.cluster_idx["xyz".index(axis)])
+
+
+@impl("cluster_ctaid")
+def _cluster_ctaid(axis):
+    return np.uint32(me().cta.local["xyz".index(axis)])
+
+
+@impl("mapa")
+def mapa(addr, cta):
+    return np.uint32((int(cta) << RANK_SHIFT) | (int(addr) & ((1 << RANK_SHIFT) - 1)))
+
+
+@impl("st_shared_cluster_u32")
+def _st_cluster(addr, value):
+    th = me()
+    cta, off = split(addr)
+    with th.cl.lock:
+        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared::cluster")
+    cta.image[off:off + 4].view(np.uint32)[0] = np.uint32(value)
+
+
+@impl("ld_shared_cluster_u32")
+def _ld_cluster(addr):
+    th = me()
+    cta, off = split(addr)
+    with th.cl.lock:
+        cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared::cluster")
+    return np.uint32(cta.image[off:off + 4].view(np.uint32)[0])
+
+
+@impl("named_barrier_sync")
+def _named(barrier_id, nthreads, _wait=True):
+    th = me()
+    barrier_id, nthreads = int(barrier_id), int(nthreads)
+    with th.cl.lock:
+        bar = th.cta.named.get(barrier_id)
+        if bar is None or bar.parties != nthreads:
+            if bar is not None and bar.count:
+                raise SimHazard(f"thread {th.thread_id} at {th.where}: named barrier {barrier_id} is in use with "
+                                f"{bar.parties} threads; this call says {nthreads}")
+            bar = th.cta.named[barrier_id] = PhasedBarrier(th.cl, nthreads, f"named barrier {barrier_id}")
+    tok = bar.arrive()
+    if _wait:
+        bar.wait(tok)
+
+
+IMPLS["named_barrier_arrive"] = lambda barrier_id, nthreads: _named(barrier_id, nthreads, _wait=False)
+
+
+@impl("cluster_arrive", "cluster_arrive_relaxed")
+def _cluster_arrive():
+    th = me()
+    th.cluster_token = th.cl.barrier.arrive()
+
+
+@impl("cluster_wait")
+def _cluster_wait():
+    th = me()
+    if th.cluster_token is None:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cluster_wait without a preceding cluster_arrive")
+    th.cl.barrier.wait(th.cluster_token)
+    th.cluster_token = None
+
+
+@impl("cluster_sync")
+def _cluster_sync():
+    me().cl.barrier.sync()
+
+
+@impl("elect_one_sync")
+def _elect():
+    th = me()
+    collective(*warp_members(th), ("elect_one_sync",), None)
+    return th.thread_id % 32 == 0  # the lowest lane of a full warp
+
+
+@impl("setmaxnreg_inc", "setmaxnreg_dec")
+def _setmaxnreg(count):
+    collective(*warpgroup_members(me()), ("setmaxnreg", int(count)), None)
+
+
+@impl("trap")
+def _trap():
+    th = me()
+    raise SimStopped(f"trap at {th.where} (block {tuple(th.blockIdx)} thread {th.thread_id})")
+
+
+# mbarriers ------------------------------------------------------------------------------
+
+
+class MBarrier:
+    """An mbarrier's state: phase (completed phases so far), pending arrivals, transaction
+    bytes, and the clocks that carry happens-before from arrivers to waiters."""
+
+    def __init__(self, cta, off, count):
+        self.cta, self.off = cta, off
+        self.expected = self.pending = int(count)
+        self.tx = 0
+        self.expected_bytes = self.arrived_bytes = 0
+        self.phase = 0
+        self.slot = cta.cl.new_slot()
+        self.clock = cta.cl.new_clock()
+        self.done = {}  # completed phase -> clock
+        self.cond = cta.cl.new_cond()
+
+    def label(self):
+        name = self.cta.barrier_names.get(self.off)
+        at = f"shared address 0x{addr_of(self.cta, self.off):x}"
+        return f"mbarrier '{name}' at {at}" if name else f"mbarrier at {at}"
+
+    def state(self):
+        return (f"its current phase is {self.phase} (parity {self.phase & 1}), with {self.pending} of "
+                f"{self.expected} arrivals pending and {self.tx} transaction bytes pending "
+                f"({self.expected_bytes} expected, {self.arrived_bytes} arrived in this phase)")
+
+    def _check(self, th):
+        if self.pending == 0 and self.tx < 0:
+            raise SimHazard(
+                f"thread {th.thread_id} at {th.where}: {self.label()} received {-self.tx} more transaction bytes "
+                f"than its phase {self.phase} expects ({self.arrived_bytes} arrived, {self.expected_bytes} expected, "
+                f"every arrival made): on the GPU the phase completes while bytes are still landing")
+        if self.pending == 0 and self.tx == 0:
+            c = self.clock
+            c[self.slot] = self.phase + 1
+            self.done[self.phase] = c
+            self.done.pop(self.phase - 4, None)
+            self.clock = self.cta.cl.new_clock()
+            self.phase += 1
+            self.pending = self.expected
+            self.expected_bytes = self.arrived_bytes = 0
+            self.cond.notify_all()
+
+    def update(self, th, arrivals=0, tx=0, joins=True):
+        state = self.phase
+        if arrivals > self.pending:
+            raise SimHazard(
+                f"thread {th.thread_id} at {th.where}: {arrivals} arrival(s) on {self.label()} whose phase "
+                f"{self.phase} has only {self.pending} of {self.expected} pending")
+        if tx > 0:
+            self.expected_bytes += tx
+        else:
+            self.arrived_bytes -= tx
+        self.tx += tx
+        self.pending -= arrivals
+        if joins:
+            if arrivals:
+                release(th, self.clock)
+            else:
+                np.maximum(self.clock, th.clock, out=self.clock)
+        self._check(th)
+        return np.uint64(state)
+
+    def completed(self, state=None, parity=None):
+        """The completed phase a wait for ``state``/``parity`` returns on, or None."""
+        if parity is None:
+            return int(state) if self.phase != int(state) else None
+        if (self.phase & 1) != (int(parity) & 1):
+            return self.phase - 1  # -1: the phase "before phase 0", complete from the start
+        return None
+
+
+def mbar(bar, create=None):
+    cta, off = split(bar)
+    if off % 8:
+        th = me()
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: mbarrier address 0x{int(bar):x} is not 8-byte aligned")
+    if create is not None:
+        cta.mbarriers[off] = MBarrier(cta, off, create)
+    m = cta.mbarriers.get(off)
+    if m is None:
+        th = me()
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: mbarrier at 0x{int(bar):x} used before mbarrier_init")
+    return m
+
+
+@impl("mbarrier_init")
+def _mb_init(bar, count):
+    th = me()
+    with th.cl.lock:
+        mbar(bar, create=count)
+
+
+@impl("mbarrier_name")
+def _mb_name(bar, name, index=-1):
+    th = me()
+    cta, off = split(bar)
+    with th.cl.lock:
+        cta.barrier_names[off] = name if int(index) < 0 else f"{name}[{int(index)}]"
+
+
+def mb_update(bar, arrivals=0, tx=0):
+    th = me()
+    with th.cl.lock:
+        return mbar(bar).update(th, arrivals, tx)
+
+
+def complete_tx(th, m, nbytes):
+    """A copy issued by ``th`` delivers ``nbytes`` on ``m`` (call with the lock held)."""
+    m.update(th, tx=-int(nbytes), joins=True)
+
+
+IMPLS["mbarrier_arrive"] = lambda bar, scope="cta": mb_update(bar, arrivals=1)
+IMPLS["mbarrier_arrive_count"] = lambda bar, count, scope="cta": mb_update(bar, arrivals=int(count))
+IMPLS["mbarrier_arrive_expect_tx"] = lambda bar, tx, scope="cta": mb_update(bar, arrivals=1, tx=int(tx))
+IMPLS["mbarrier_expect_tx"] = lambda bar, tx, scope="cta": (mb_update(bar, tx=int(tx)), None)[1]
+IMPLS["mbarrier_arrive_cluster"] = lambda bar, cta, scope="cta": (mb_update(mapa(bar, cta), arrivals=1), None)[1]
+
+
+def _observe(th, m, done):
+    if done is not None and done >= 0:
+        acquire(th, m.done.get(done))
+
+
+def _mb_test(bar, state=None, parity=None):
+    th = me()
+    with th.cl.lock:
+        m = mbar(bar)
+        done = m.completed(state, parity)
+        _observe(th, m, done)
+        return done is not None
+
+
+def _mb_wait(bar, state=None, parity=None, timeout_s=None):
+    th = me()
+    with th.cl.lock:
+        m = mbar(bar)
+        want = f"parity {int(parity)}" if parity is not None else f"state 0x{int(state):x}"
+        ok = th.cl.wait_for(lambda: m.completed(state, parity) is not None,
+                            lambda: f"{m.label()}, waiting for {want}; {m.state()}", timeout_s, cond=m.cond)
+        if ok:
+            _observe(th, m, m.completed(state, parity))
+    return ok if timeout_s is not None else None
+
+
+IMPLS["mbarrier_try_wait"] = IMPLS["mbarrier_test_wait"] = lambda bar, state, scope="cta": _mb_test(bar, state=state)
+IMPLS["mbarrier_try_wait_parity"] = IMPLS["mbarrier_test_wait_parity"] = (
+    lambda bar, parity, scope="cta": _mb_test(bar, parity=parity))
+IMPLS["mbarrier_wait"] = lambda bar, state, scope="cta": _mb_wait(bar, state=state)
+IMPLS["mbarrier_wait_parity"] = lambda bar, parity, scope="cta": _mb_wait(bar, parity=parity)
+IMPLS["mbarrier_wait_timeout"] = (
+    lambda bar, state, timeout_ns, scope="cta": _mb_wait(bar, state=state, timeout_s=int(timeout_ns) / 1e9))
+IMPLS["mbarrier_wait_parity_timeout"] = (
+    lambda bar, parity, timeout_ns, scope="cta": _mb_wait(bar, parity=parity, timeout_s=int(timeout_ns) / 1e9))
+
+
+@impl("mbarrier_inval")
+def _mb_inval(bar):
+    th = me()
+    with th.cl.lock:
+        cta, off = split(bar)
+        cta.mbarriers.pop(off, None)

@@ -1,0 +1,181 @@
+"""Simulated wgmma: ``wgmma.fence``, ``mma_async``, ``commit_group`` and ``wait_group`` are
+executed by the 128 threads of a warpgroup together (PTX ISA, "Asynchronous Warpgroup Level
+Matrix Multiply-Accumulate": every one is ``.sync.aligned``).
+
+An ``mma_async`` reads its operands when the warpgroup issues it and returns each thread's
+fragment as an :class:`Acc`, which stays *in flight* until a ``wait_group`` completes its
+group: reading it before then, or rewriting the shared memory it read before that wait is
+ordered before the write, is a :class:`~nbwgmma.sim.core.SimHazard`. For a kernel without
+such hazards, reading the operands at issue time is what the hardware computes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .core import IMPLS, SimHazard, collective, me, warpgroup_members
+from .shadow import AsyncRead
+
+
+class Acc(tuple):
+    """A wgmma's result fragment: a tuple that refuses to be read while its wgmma is in flight."""
+
+    def __new__(cls, values, op):
+        t = tuple.__new__(cls, values)
+        t.op = op
+        return t
+
+    def check(self, what):
+        if not self.op.done:
+            th = me()
+            raise SimHazard(
+                f"thread {th.thread_id} ({what} at {th.where}) reads an accumulator that {self.op.what} issued at "
+                f"{self.op.where} is still writing: no wgmma_wait_group has covered it yet (commit its group, "
+                f"then wait with wgmma_wait_group(n) for n smaller than the number of groups issued after it)")
+
+    def __getitem__(self, i):
+        self.check("an accumulator register read")
+        return tuple.__getitem__(self, i)
+
+    def __iter__(self):
+        self.check("an accumulator register read")
+        return tuple.__iter__(self)
+
+
+def read_acc(acc, what):
+    """The values of fragment ``acc`` as a list, after checking that its wgmma is complete."""
+    if isinstance(acc, Acc):
+        acc.check(what)
+    return list(tuple.__iter__(acc))
+
+
+def raw_acc(acc):
+    return list(tuple.__iter__(acc))
+
+
+class _WarpgroupState:
+    def __init__(self):
+        self.open = []  # issued, not committed
+        self.groups = []  # committed, not complete
+
+
+def _state(th):
+    g = th.thread_id // 128
+    return th.cta.wgmma.setdefault(g, _WarpgroupState())
+
+
+def _acc_values(vals, k):
+    """Accumulator registers -> values in value order (f16 halves unpacked)."""
+    a = np.asarray(vals)
+    if k.dtype == "f16":
+        return a.astype(np.uint32).view(np.float16).astype(np.float64)
+    return a.astype(np.float64)
+
+
+def acc_pack(vals, k):
+    if k.dtype == "f16":
+        return tuple(np.asarray(vals, np.float16).view(np.uint32))
+    if k.dtype == "s32":
+        return tuple(np.asarray(np.asarray(vals, np.int64) & 0xFFFFFFFF, np.uint32).view(np.int32))
+    return tuple(np.asarray(vals, np.float32))
+
+
+def thread_coords(t, nvals):
+    from ..intrinsics.fragment import acc_value_coords
+
+    return acc_value_coords(t, np.arange(nvals))
+
+
+def _uniform(vals, i, what):
+    first = vals[0][i]
+    for t, v in enumerate(vals):
+        if v[i] != first:
+            th = me()
+            raise SimHazard(f"wgmma_mma_async at {th.where}: the warpgroup's threads pass different {what} "
+                            f"(thread 0: 0x{int(first):x}, thread {t}: 0x{int(v[i]):x}); it must be uniform")
+    return int(first)
+
+
+def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=0, satfinite=0, rs=False):
+    from ..intrinsics.fragment import a_frag_coords
+    from ..intrinsics.wgmma import wgmma_kind
+    from ..intrinsics.wgmma_model import decode_elements, operand_addresses, wgmma_reference
+
+    th = me()
+    k = wgmma_kind(kind)
+    n = k.n_of(len(acc))
+    imms = ("wgmma_mma_async_rs" if rs else "wgmma_mma_async", kind, n, scale_a, scale_b, trans_a, trans_b, satfinite)
+    a_val = tuple(int(x) for x in a) if rs else int(a)
+    mine = (raw_acc(acc), a_val, int(b), bool(scale_d))
+
+    def compute(vals):
+        me_ = me()
+        cta = me_.cta
+        db = _uniform(vals, 2, "B descriptors")
+        if any(v[3] != vals[0][3] for v in vals):
+            raise SimHazard(f"wgmma_mma_async at {me_.where}: scale-d differs between the warpgroup's threads")
+        reads = [operand_addresses(db, n, k.k, k.btype, "MN" if trans_b else "K")]
+        a_values = None
+        if rs:
+            frags = np.array([v[1] for v in vals], np.uint32)  # [128, registers]
+            dec = decode_elements(frags.reshape(-1, 1).view(np.uint8).reshape(-1, 4), k.atype)
+            coords = a_frag_coords(kind)
+            a_values = np.zeros((64, k.k))
+            a_values[coords[..., 0], coords[..., 1]] = dec.reshape(coords.shape[:-1])
+            da = 0
+        else:
+            da = _uniform(vals, 1, "A descriptors")
+            reads.append(operand_addresses(da, 64, k.k, k.atype, "MN" if trans_a else "K"))
+        idx = np.unique(np.concatenate([r.reshape(-1) for r in reads]))
+        cta.shadow.check_observed(me_, idx, "wgmma_mma_async")
+        cta.shadow.check_proxy(me_, idx, "wgmma_mma_async")
+        d = wgmma_reference(cta.image, kind, n, da, db, trans_a=trans_a, trans_b=trans_b,
+                            scale_a=scale_a, scale_b=scale_b, a_values=a_values)
+        op = AsyncRead(f"the wgmma_mma_async ({kind}, N={n}) of warpgroup {me_.thread_id // 128}", me_.where)
+        cta.shadow.async_read(("wgmma", me_.thread_id // 128), idx, op)
+        _state(me_).open.append(op)
+        r, c = thread_coords(np.arange(128)[:, None], n // 2)
+        out = d[r, c]
+        if vals[0][3]:
+            out = out + np.array([_acc_values(v[0], k) for v in vals])
+        if satfinite and k.dtype == "s32":
+            out = np.clip(out, -(2 ** 31), 2 ** 31 - 1)
+        return [Acc(acc_pack(row, k), op) for row in out]
+
+    res = collective(*warpgroup_members(th), imms, mine, compute)
+    return res[th.thread_id % 128]
+
+
+IMPLS["wgmma_mma_async"] = lambda acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=0, \
+    satfinite=0: _wgmma(acc, a, b, kind, scale_d, scale_a, scale_b, trans_a, trans_b, satfinite)
+IMPLS["wgmma_mma_async_rs"] = lambda acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_b=0, \
+    satfinite=0: _wgmma(acc, a, b, kind, scale_d, scale_a, scale_b, 0, trans_b, satfinite, rs=True)
+
+
+def _fence():
+    collective(*warpgroup_members(me()), ("wgmma_fence",), None)
+
+
+def _commit():
+    def compute(vals):
+        st = _state(me())
+        st.groups.append(st.open)  # an empty group counts for wait_group too
+        st.open = []
+    collective(*warpgroup_members(me()), ("wgmma_commit_group",), None, compute)
+
+
+def _wait(n):
+    n = int(n)
+
+    def compute(vals):
+        th = me()
+        st = _state(th)
+        while len(st.groups) > n:
+            for op in st.groups.pop(0):
+                op.complete(th)
+    collective(*warpgroup_members(me()), ("wgmma_wait_group", n), None, compute)
+
+
+IMPLS["wgmma_fence"] = _fence
+IMPLS["wgmma_commit_group"] = _commit
+IMPLS["wgmma_wait_group"] = lambda n: _wait(n)
