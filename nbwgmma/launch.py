@@ -19,7 +19,7 @@ import struct
 import threading
 
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
-           "device_limits", "PreparedLaunch", "array_arg_types", "array_arg_values"]
+           "device_limits", "H100_LIMITS", "PreparedLaunch", "array_arg_types", "array_arg_values"]
 
 
 class LaunchError(ValueError):
@@ -48,10 +48,27 @@ def _dim3(d, what):
     return d + (1,) * (3 - len(d))
 
 
+#: The limits of an H100 SXM (an H200 has the same), which the CUDA simulator enforces so
+#: that a launch it accepts is one the GPU accepts too.
+H100_LIMITS = {
+    "multiprocessors": 132,
+    "max_threads_per_block": 1024,
+    "max_smem_optin": 232448,  # 227 KiB: the per-block opt-in maximum of sm_90
+    "compute_capability": (9, 0),
+    "max_portable_cluster": 8,
+    "max_cluster": 16,
+}
+
+
 def device_limits(device=None) -> dict:
-    """The limits :func:`launch` checks, read off the current device (cached per device)."""
+    """The limits :func:`launch` checks, read off the current device (cached per device);
+    in Numba's CUDA simulator those of an H100 (:data:`H100_LIMITS`)."""
     from numba import cuda
 
+    from . import sim
+
+    if sim.enabled():  # the simulator's device has no limits of its own: hold kernels to an H100's
+        return dict(H100_LIMITS)
     dev = device or cuda.get_current_device()
     return _limits(dev.id)
 
@@ -273,9 +290,11 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     grid = _dim3(grid, "grid")
     block = _dim3(block, "block")
     if sim.enabled():  # Numba's CUDA simulator: the intrinsics run as Python (nbwgmma.sim)
-        cluster = _dim3(cluster, "cluster") if cluster is not None else (1, 1, 1)
-        _check_whole_clusters(grid, cluster)
-        sim.run(kernel, grid, block, args, smem=int(smem), cluster=cluster)
+        # The GPU's checks against an H100's limits. The simulator does not compile, so
+        # static shared memory (a few mbarriers in nbwgmma's kernels) and launch bounds
+        # are unknown: taken as 0 and none.
+        smem, cluster = _check_request(grid, block, smem, 0, 0, cluster)
+        sim.run(kernel, grid, block, args, smem=smem, cluster=cluster or (1, 1, 1))
         return
 
     from cuda.core import LaunchConfig
