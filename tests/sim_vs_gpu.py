@@ -57,6 +57,19 @@ def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256):
     return (out.astype(np.uint32) << 16).view(np.float32) if epilogue == "tma" else out
 
 
+def run_ws_example(mod, k, seed=0):
+    """(C, float64 reference) of ``examples/gemm_3_warp_specialized.py``'s kernel (or a
+    variant ``mod`` of it) on one 128x256 tile of small integers with K = ``k``."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-3, 4, (128, k)).astype(np.float64)
+    b = rng.integers(-3, 4, (256, k)).astype(np.float64)
+    ta = TensorMap(cuda.to_device(bf16_bits(a)), (mod.BM, mod.BK), dtype="bf16", swizzle="128B")
+    tb = TensorMap(cuda.to_device(bf16_bits(b)), (mod.BN, mod.BK), dtype="bf16", swizzle="128B")
+    c = cuda.to_device(np.full((128, 256), np.nan, np.float32))
+    launch(mod.gemm_ws, (1, 1), 384, (ta.address, tb.address, c, np.int32(k)), smem=mod.STAGES * mod.STAGE + 1023)
+    return c.copy_to_host(), a @ b.T
+
+
 def outputs():
     """{case: output array} of every case, on whatever runs the kernels (GPU or simulator)."""
     from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile
@@ -84,6 +97,9 @@ def outputs():
         a = rng.integers(-3, 4, (256, 128)).astype(np.float64)
         b = rng.integers(-3, 4, (256, 128)).astype(np.float64)
         got[f"gemm_cluster{cluster}_{epi}"] = run_library_gemm(a, b, cluster, epi)
+    ws = load_example("gemm_3_warp_specialized")
+    for k in (1024, 4096):
+        got[f"gemm_3_warp_specialized_k{k}"] = run_ws_example(ws, k)[0]
     rng = np.random.default_rng(4)
     p = TileProblem("f32.bf16.bf16", 8, 1, rng.integers(-4, 5, (64, 16)), rng.integers(-4, 5, (8, 16)), swizzle="none")
     p.desc_a = p.desc_a - np.uint64(8 << 32)  # SBO 256 -> 128 bytes: a wrong descriptor

@@ -1,17 +1,25 @@
-"""Runs tests/sim_cases.py in a child process under Numba's CUDA simulator (the switch must
-be set before Numba is imported): nbwgmma kernels, thread by thread, with no GPU."""
+"""Runs the simulator's test files in child processes under Numba's CUDA simulator (the switch
+must be set before Numba is imported): nbwgmma kernels, thread by thread, with no GPU.
+
+``tests/sim_hazard_cases.py`` runs the warp-specialized example NBWGMMA_SIM_WS_RUNS times at
+K=1024 (3 here by default, to keep the suite quick; CI sets 20)."""
 
 import os
 import pathlib
 import subprocess
 import sys
 
+import pytest
 
-def test_kernels_in_the_cuda_simulator():
-    here = pathlib.Path(__file__).parent
+HERE = pathlib.Path(__file__).parent
+
+
+@pytest.mark.parametrize("cases", ["sim_cases.py", "sim_hazard_cases.py"])
+def test_in_the_cuda_simulator(cases):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env.setdefault("NBWGMMA_SIM_WS_RUNS", "3")
     env.pop("NBWGMMA_DEBUG_WAIT", None)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(here / "sim_cases.py")],
-                       env=env, capture_output=True, text=True, timeout=900, cwd=here.parent)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
+                        str(HERE / cases)], env=env, capture_output=True, text=True, timeout=1800, cwd=HERE.parent)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "failed" not in r.stdout

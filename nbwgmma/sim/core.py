@@ -64,7 +64,7 @@ def deadline_s() -> float:
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SKIP = (_HERE, os.path.dirname(threading.__file__) + os.sep + "threading.py")
+_SKIP = (_HERE, os.path.dirname(threading.__file__) + os.sep)  # the simulator and the standard library
 
 
 def where() -> str:
@@ -241,8 +241,9 @@ class CTA:
         from .shadow import SharedArray
 
         dtype = np.dtype(dtype)
-        if shape == 0:
-            return self.image[DYN_BASE:DYN_BASE + self.dyn_bytes].view(dtype).view(SharedArray)
+        if shape == 0:  # as many whole elements as the dynamic bytes hold
+            n = self.dyn_bytes - self.dyn_bytes % dtype.itemsize
+            return self.image[DYN_BASE:DYN_BASE + n].view(dtype).view(SharedArray)
         arr = self.static.get(caller)
         if arr is None:
             shape = (shape,) if np.isscalar(shape) else tuple(shape)
@@ -300,18 +301,18 @@ class SimThread(threading.Thread):
     def syncthreads(self):
         self.cta.syncthreads.sync()
 
-    def _syncthreads_reduce(self, val, op):
-        vals = collective_values(("syncthreads", 0), range(self.cl.nthreads), ("syncthreads_reduce", op), val)
+    def _syncthreads_reduce(self, name, val, op):
+        vals = collective(("syncthreads", 0), range(self.cl.nthreads), (name,), val)
         return op(vals)
 
     def syncthreads_count(self, val):
-        return self._syncthreads_reduce(bool(val), lambda v: sum(bool(x) for x in v))
+        return self._syncthreads_reduce("syncthreads_count", bool(val), lambda v: sum(bool(x) for x in v))
 
     def syncthreads_and(self, val):
-        return self._syncthreads_reduce(val, lambda v: int(all(v)))
+        return self._syncthreads_reduce("syncthreads_and", val, lambda v: int(all(v)))
 
     def syncthreads_or(self, val):
-        return self._syncthreads_reduce(val, lambda v: int(any(v)))
+        return self._syncthreads_reduce("syncthreads_or", val, lambda v: int(any(v)))
 
 
 def me() -> SimThread:
@@ -402,10 +403,6 @@ def _check_same_op(r, size):
             f"threads of one {_group_name(size)} reached different collective instructions: "
             f"thread {first[0]} {_op_text(first[1])} at {first[2]}, thread {other[0]} {_op_text(other[1])} "
             f"at {other[2]}; every thread of the group must execute the same one")
-
-
-def collective_values(key, members, op, value):
-    return collective(key, members, op, value)
 
 
 def _group_name(size):

@@ -1,0 +1,313 @@
+"""The simulator's collective semantics and hazard reports (run by tests/test_sim.py in a
+child process with NUMBA_ENABLE_CUDASIM=1; also by hand:
+NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_hazard_cases.py).
+
+Each hazard has a deliberately broken kernel that the simulator must report, with the
+message described in nbwgmma.sim, and the fixed kernel, which must give the exact answer."""
+
+import os
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from nbwgmma import sim
+from nbwgmma.intrinsics import (
+    acc_store, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base, fence_proxy_async_shared,
+    mbarrier_arrive_count, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
+    tma_load_2d, tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
+)
+from nbwgmma.kernels.wgmma_tile import TileProblem
+from nbwgmma.launch import dynamic_smem_bytes, launch
+from nbwgmma.tma import TensorMap
+
+from tests.sim_vs_gpu import EXAMPLES, load_example, run_ws_example
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+KIND = "f32.bf16.bf16"
+
+
+# --- the warp-specialized example: collective wgmma, and its release moved too early ------
+
+
+def _run_ws(mod, k, seed=0):
+    return run_ws_example(mod, k, seed)
+
+
+WS_RUNS = int(os.environ.get("NBWGMMA_SIM_WS_RUNS", "20"))
+
+
+@pytest.mark.parametrize("k, runs", [(1024, WS_RUNS), (4096, 1)])
+def test_warp_specialized_example_is_exact_every_run(k, runs):
+    """Before warpgroup-collective wgmma, about one run in three of this kernel at K=1024
+    stopped or gave wrong sums; now every run is exact."""
+    mod = load_example("gemm_3_warp_specialized")
+    for r in range(runs):
+        got, ref = _run_ws(mod, k, seed=r)
+        assert np.abs(ref).sum() > 0
+        np.testing.assert_array_equal(got, ref.astype(np.float32), err_msg=f"run {r}")
+
+
+def _ws_with_early_release():
+    """The example with each consumer's release moved before its wgmma_wait_group(1)."""
+    import types
+
+    src = (EXAMPLES / "gemm_3_warp_specialized.py").read_text()
+    wait = "            wgmma_wait_group(1)  # this k-block's group may still run; the previous one is done\n"
+    release = ("            if kb > 0 and ct == 0:\n"
+               "                mbarrier_arrive(empty + 8 * ((kb - 1) % STAGES))\n")
+    assert wait + release in src, "the example's consumer loop changed: update this test"
+    mod = types.ModuleType("gemm_3_early_release")
+    mod.__file__ = str(EXAMPLES / "gemm_3_warp_specialized.py")
+    exec(compile(src.replace(wait + release, release + wait), mod.__file__, "exec"), mod.__dict__)
+    return mod
+
+
+def test_release_before_wait_group_is_a_hazard_not_a_wrong_answer():
+    with pytest.raises(sim.SimHazard, match=r"writes shared memory at 0x[0-9a-f]+ .*wgmma_mma_async"):
+        _run_ws(_ws_with_early_release(), 1024)
+
+
+# --- one warpgroup, one tile: accumulator and proxy-fence hazards -------------------------
+
+
+def _tile_problem():
+    rng = np.random.default_rng(3)
+    return TileProblem(KIND, 8, 2, rng.integers(-4, 5, (64, 32)), rng.integers(-4, 5, (8, 32)), swizzle="none")
+
+
+def _tile_kernel(fence=True, wait=True, peek=False):
+    @cuda.jit
+    def kernel(image, desc_a, desc_b, out):
+        dyn = cuda.shared.array(0, np.uint8)
+        base = dynamic_smem_base(dyn, 1024)
+        off = base - smem_addr(dyn)
+        for i in range(cuda.threadIdx.x, image.size, 128):
+            dyn[off + i] = image[i]
+        if fence:
+            fence_proxy_async_shared()
+        cuda.syncthreads()
+        acc = acc_zeros(KIND, 8)
+        wgmma_fence()
+        for s in range(2):
+            acc = wgmma_mma_async(acc, desc_a[s] + (base >> 4), desc_b[s] + (base >> 4), KIND)
+        wgmma_commit_group()
+        if peek:
+            out[0, 0] = acc[0]
+        if wait:
+            wgmma_wait_group(0)
+        acc_store(acc, KIND, out, cuda.threadIdx.x, 0, 0)
+    return kernel
+
+
+def _run_tile(**flags):
+    p = _tile_problem()
+    out = cuda.to_device(np.full((64, 8), np.nan, np.float32))
+    launch(_tile_kernel(**flags), 1, 128, (cuda.to_device(p.image), cuda.to_device(p.desc_a),
+                                           cuda.to_device(p.desc_b), out), smem=dynamic_smem_bytes(p.image.size))
+    return out.copy_to_host(), p.reference()
+
+
+def test_fixed_tile_kernel_is_exact():
+    got, ref = _run_tile()
+    assert np.abs(ref).sum() > 0
+    np.testing.assert_array_equal(got, ref.astype(np.float32))
+
+
+def test_accumulator_stored_before_wait_group_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"acc_store at .*sim_hazard_cases.py:\d+\) reads an accumulator that "
+                                            r"the wgmma_mma_async .* is still writing"):
+        _run_tile(wait=False)
+
+
+def test_accumulator_register_read_before_wait_group_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"an accumulator register read at .*sim_hazard_cases.py:\d+"):
+        _run_tile(peek=True)
+
+
+def test_generic_stores_read_by_wgmma_without_proxy_fence_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"wgmma_mma_async at .*through the async proxy, but thread \d+ wrote it "
+                                            r"with generic stores and issued no fence_proxy_async"):
+        _run_tile(fence=False)
+
+
+# --- TMA: a destination read too early, bytes the barrier does not expect -----------------
+
+BOX = (64, 64)
+BOX_BYTES = 64 * 64 * 2
+
+
+def _tma_kernel(wait=True, expect=BOX_BYTES, name=True):
+    @cuda.jit
+    def kernel(tmap, out):
+        dyn = cuda.shared.array(0, np.uint8)
+        bars = cuda.shared.array(1, np.uint64)
+        base = dynamic_smem_base(dyn, 1024)
+        bar = smem_addr(bars)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            mbarrier_init(bar, 1)
+            if name:
+                mbarrier_name(bar, "full", 0)
+        cuda.syncthreads()
+        if tid == 0:
+            mbarrier_arrive_expect_tx(bar, expect)
+            tma_load_2d(base, tmap, bar, 0, 0)
+        if wait:
+            mbarrier_wait_parity(bar, 0)
+        off = base - smem_addr(dyn)
+        out[tid] = int(dyn[off + 2 * tid]) | (int(dyn[off + 2 * tid + 1]) << 8)
+    return kernel
+
+
+def _run_tma(**flags):
+    x = (np.arange(64 * 64, dtype=np.uint16) * 7 + 3).reshape(64, 64)
+    tm = TensorMap(cuda.to_device(x), BOX, dtype="bf16", swizzle="none")
+    out = cuda.to_device(np.full(128, 0xFFFF, np.int32))
+    launch(_tma_kernel(**flags), 1, 128, (tm.address, out), smem=dynamic_smem_bytes(BOX_BYTES))
+    return out.copy_to_host(), x.reshape(-1)[:128].astype(np.int32)
+
+
+def test_fixed_tma_kernel_is_exact():
+    got, want = _run_tma()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_tma_destination_read_before_its_phase_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"a shared-memory load at .*sim_hazard_cases.py:\d+\) reads shared memory "
+                                            r"at 0x[0-9a-f]+ that a copy issued at .* without having waited for "
+                                            r"phase 0 of mbarrier 'full\[0\]'"):
+        _run_tma(wait=False)
+
+
+def test_more_bytes_than_the_phase_expects_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"mbarrier 'full\[0\]' at shared address 0x[0-9a-f]+ received 4096 more "
+                                            r"transaction bytes than its phase 0 expects"):
+        _run_tma(expect=BOX_BYTES - 4096)
+
+
+def test_fewer_bytes_than_expected_stops_with_the_barrier_state(monkeypatch):
+    monkeypatch.setattr(sim.core, "deadline_s", lambda: 0.5)
+    with pytest.raises(sim.SimStopped, match=r"mbarrier 'full\[0\]' at shared address 0x[0-9a-f]+, waiting for "
+                                             r"parity 0; its current phase is 0 \(parity 0\), with 0 of 1 arrivals "
+                                             r"pending and 4096 transaction bytes pending"):
+        _run_tma(expect=BOX_BYTES + 4096)
+
+
+@cuda.jit
+def _too_many_arrivals(out):
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    if cuda.threadIdx.x == 0:
+        mbarrier_init(bar, 2)
+        mbarrier_arrive_count(bar, 3)
+    out[0] = 1
+
+
+def test_more_arrivals_than_pending_is_a_hazard():
+    out = cuda.to_device(np.zeros(1, np.int32))
+    with pytest.raises(sim.SimHazard, match=r"3 arrival\(s\) on mbarrier at shared address 0x[0-9a-f]+ whose phase 0 "
+                                            r"has only 2 of 2 pending"):
+        launch(_too_many_arrivals, 1, 32, (out,))
+
+
+# --- TMA store: generic stores must be fenced and ordered; the source stays in flight -----
+
+
+def _store_kernel(fence=True, barrier=True, rewrite_early=False):
+    @cuda.jit
+    def kernel(tmap, vals):
+        dyn = cuda.shared.array(0, np.uint16)
+        base = dynamic_smem_base(dyn, 1024)
+        off = (base - smem_addr(dyn)) // 2
+        tid = cuda.threadIdx.x
+        for i in range(tid, 64 * 64, 128):
+            dyn[off + i] = vals[i]
+        if fence:
+            fence_proxy_async_shared()
+        if barrier:
+            cuda.syncthreads()
+        if tid == 0:
+            tma_store_2d(base, tmap, 0, 0)
+            bulk_commit_group()
+            if rewrite_early:
+                dyn[off] = 0
+            bulk_wait_group(0)
+    return kernel
+
+
+def _run_store(**flags):
+    vals = (np.arange(64 * 64, dtype=np.uint16) * 5 + 1)
+    y = cuda.to_device(np.zeros((64, 64), np.uint16))
+    tm = TensorMap(y, BOX, dtype="bf16", swizzle="none")
+    launch(_store_kernel(**flags), 1, 128, (tm.address, cuda.to_device(vals)), smem=dynamic_smem_bytes(BOX_BYTES))
+    return y.copy_to_host(), vals.reshape(64, 64)
+
+
+def test_fixed_tma_store_kernel_is_exact():
+    got, want = _run_store()
+    np.testing.assert_array_equal(got, want)
+
+
+def test_tma_store_of_unfenced_generic_stores_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"a TMA store at .* through the async proxy, .* issued no "
+                                            r"fence_proxy_async"):
+        _run_store(fence=False)
+
+
+def test_tma_store_without_a_barrier_after_the_stores_is_a_hazard():
+    """Whichever way the threads interleave, the race is reported: the store reads a write
+    nothing orders before it, or a later write hits the source the store reads."""
+    with pytest.raises(sim.SimHazard, match=r"a TMA store at .* that thread \d+ wrote, with nothing ordering that "
+                                            r"write before this read|a shared-memory store at .* writes shared memory "
+                                            r"at 0x[0-9a-f]+ (while|that) a TMA store of thread 0"):
+        _run_store(barrier=False)
+
+
+def test_rewriting_a_tma_store_source_before_its_read_completes_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"a shared-memory store at .* writes shared memory at 0x[0-9a-f]+ while "
+                                            r"a TMA store of thread 0 issued at .* still reads it: "
+                                            r"bulk_wait_group_read must cover that store"):
+        _run_store(rewrite_early=True)
+
+
+# --- collectives: a warpgroup split between two instructions ------------------------------
+
+
+@cuda.jit
+def _divergent_wait(out):
+    acc = acc_zeros(KIND, 8)
+    wgmma_commit_group()
+    if cuda.threadIdx.x < 64:
+        wgmma_wait_group(0)
+    else:
+        wgmma_wait_group(1)
+    acc_store(acc, KIND, out, cuda.threadIdx.x, 0, 0)
+
+
+def test_warpgroup_threads_at_different_collectives_is_a_hazard():
+    out = cuda.to_device(np.zeros((64, 8), np.float32))
+    with pytest.raises(sim.SimHazard, match=r"threads of one warpgroup reached different collective instructions: "
+                                            r"thread 0 wgmma_wait_group at .*, thread 64 wgmma_wait_group"):
+        launch(_divergent_wait, 1, 128, (out,))
+
+
+@cuda.jit
+def _shuffle(out):
+    lane = cuda.threadIdx.x % 32
+    v = cuda.shfl_xor_sync(0xFFFFFFFF, lane * 10, 1)
+    b = cuda.ballot_sync(0xFFFFFFFF, lane % 3 == 0)
+    out[cuda.threadIdx.x, 0] = v
+    out[cuda.threadIdx.x, 1] = b
+    out[cuda.threadIdx.x, 2] = cuda.syncthreads_count(lane < 5)
+
+
+def test_warp_shuffles_and_votes_run_collectively():
+    out = cuda.to_device(np.full((64, 3), -1, np.int64))
+    launch(_shuffle, 1, 64, (out,))
+    got = out.copy_to_host()
+    lanes = np.arange(64) % 32
+    np.testing.assert_array_equal(got[:, 0], (lanes ^ 1) * 10)
+    assert (got[:, 1] == sum(1 << i for i in range(32) if i % 3 == 0)).all()
+    assert (got[:, 2] == 10).all()
