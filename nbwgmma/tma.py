@@ -18,7 +18,9 @@ hides it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -74,7 +76,7 @@ class TensorMapParams:
         return math.prod(self.box) * TMA_DTYPES[self.dtype][1]
 
 
-def _fail(rule, value):
+def _fail(rule: str, value: Any) -> NoReturn:
     raise TensorMapError(f"tensor map: {rule}; got {value}")
 
 
@@ -121,7 +123,7 @@ def validate(p: TensorMapParams) -> None:
         _fail("l2_promotion must be one of none, 64B, 128B, 256B", p.l2_promotion)
 
 
-def encode_args(p: TensorMapParams) -> tuple:
+def encode_args(p: TensorMapParams) -> tuple[Any, ...]:
     """The arguments of ``cuTensorMapEncodeTiled`` for ``p`` (sized integers wrapped as the
     bindings require)."""
     from cuda.bindings import driver as drv
@@ -161,8 +163,10 @@ class TensorMap:
     describe a view. The map lives in device memory; kernels take ``.address``.
     """
 
-    def __init__(self, array, box, *, dtype=None, swizzle="128B", oob_fill="zero", l2_promotion="256B",
-                 element_strides=None, shape=None, strides=None, encode=True):
+    def __init__(self, array: Any, box: Sequence[int], *, dtype: str | None = None, swizzle: str = "128B",
+                 oob_fill: str = "zero", l2_promotion: str = "256B", element_strides: Sequence[int] | None = None,
+                 shape: Sequence[int] | None = None, strides: Sequence[int] | None = None,
+                 encode: bool = True) -> None:
         info = array_info(array)
         dtype = dtype or info.dtype
         if dtype not in TMA_DTYPES:
@@ -217,7 +221,7 @@ class TensorMap:
         """Bytes one box copy moves: the ``expect_tx`` count of a load."""
         return self.params.box_bytes
 
-    def decode(self) -> dict:
+    def decode(self) -> dict[str, Any]:
         """The fields of this map, in array order (outermost first)."""
         p = self.params
         return {
@@ -234,7 +238,8 @@ class TensorMap:
         }
 
 
-def box_copy_model(tensor: np.ndarray, box, coords, swizzle: str = "none", oob_fill="zero") -> np.ndarray:
+def box_copy_model(tensor: np.ndarray, box: Sequence[int], coords: Sequence[int], swizzle: str = "none",
+                   oob_fill: str = "zero") -> np.ndarray:
     """Shared-memory bytes of one tiled load: the box at ``coords`` (array order, may be
     negative or past the edge), out-of-bounds elements filled, rows swizzled.
 

@@ -32,7 +32,15 @@ swizzled tiles start on a multiple of that period.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
 from ._asm import Out, Reg, ptx_intrinsic, u32, u64
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: An int, or a numpy integer array of addresses or offsets (the maps work elementwise).
+Addr = TypeVar("Addr", int, "np.ndarray")
 
 __all__ = [
     "SWIZZLES",
@@ -62,7 +70,7 @@ SWIZZLE_PERIOD = {"none": 16, "32B": 256, "64B": 512, "128B": 1024}
 _MASK = {"none": 0, "32B": 1, "64B": 3, "128B": 7}
 
 
-def _check_swizzle(swizzle):
+def _check_swizzle(swizzle: str) -> None:
     if swizzle not in SWIZZLE_CODE:
         raise ValueError(f"swizzle must be one of {SWIZZLES}; got {swizzle!r}")
 
@@ -84,7 +92,7 @@ def encode_desc(addr: int, lbo: int, sbo: int, swizzle: str = "none", base_offse
     )
 
 
-def decode_desc(desc: int) -> dict:
+def decode_desc(desc: int) -> dict[str, int | str]:
     """Fields of a descriptor, in bytes, for tests and debugging."""
     code = (desc >> 62) & 3
     swizzle = SWIZZLE_NAME[code]
@@ -97,14 +105,14 @@ def decode_desc(desc: int) -> dict:
     }
 
 
-def swizzle_addr(addr, swizzle: str):
+def swizzle_addr(addr: Addr, swizzle: str) -> Addr:
     """Physical shared-memory byte address of logical address ``addr`` (ints or numpy arrays)."""
     _check_swizzle(swizzle)
     m = _MASK[swizzle]
     return addr ^ (((addr >> 7) & m) << 4)
 
 
-def kmajor_offset(row, kbyte, swizzle: str, sbo: int, lbo: int = 0):
+def kmajor_offset(row: Addr, kbyte: Addr, swizzle: str, sbo: int, lbo: int = 0) -> Addr:
     """Logical byte offset (before swizzling) of byte ``kbyte`` of row ``row`` in a K-major tile."""
     _check_swizzle(swizzle)
     if swizzle == "none":
@@ -113,7 +121,7 @@ def kmajor_offset(row, kbyte, swizzle: str, sbo: int, lbo: int = 0):
     return (row // 8) * sbo + (row % 8) * s + kbyte
 
 
-def mnmajor_offset(mnbyte, k, swizzle: str, sbo: int, lbo: int):
+def mnmajor_offset(mnbyte: Addr, k: Addr, swizzle: str, sbo: int, lbo: int) -> Addr:
     """Logical byte offset of byte ``mnbyte`` (along M/N) of K-row ``k`` in an MN-major tile."""
     _check_swizzle(swizzle)
     if swizzle == "none":
@@ -122,7 +130,7 @@ def mnmajor_offset(mnbyte, k, swizzle: str, sbo: int, lbo: int):
     return (mnbyte // s) * lbo + (k // 8) * sbo + (k % 8) * s + mnbyte % s
 
 
-def canonical_strides(swizzle: str, kbytes: int):
+def canonical_strides(swizzle: str, kbytes: int) -> tuple[int, int]:
     """(LBO, SBO) of a densely packed K-major tile whose rows hold ``kbytes`` bytes of K.
 
     Dense means: for "none", the K core matrices of each 8 rows side by side
