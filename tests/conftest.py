@@ -29,12 +29,29 @@ def gpu_skip_reason():
     return None
 
 
+#: Modules whose tests run child processes for tens of seconds: scheduled first, so that under
+#: pytest-xdist (``-n auto`` in pyproject.toml) the other workers share out the rest meanwhile.
+SLOW_FIRST = ("test_sim.py", "test_sim_frontend.py", "test_debug_wait.py")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """A pytest started by a test (an isolated test's child, the simulator's child run) runs its
+    tests in that one process: the parent run already spreads the work over the CPUs."""
+    if (os.environ.get(CHILD_ENV) or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1") \
+            and getattr(config.option, "numprocesses", None):
+        config.option.numprocesses = 0
+        config.option.dist = "no"
+
+
 def pytest_addoption(parser):
     parser.addoption("--run-sanitizer", action="store_true",
                      help="run the tests marked 'sanitizer' (kernels under compute-sanitizer; slow)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name not in SLOW_FIRST)  # stable: the rest keep their order
     if not config.getoption("--run-sanitizer"):
         skip_san = pytest.mark.skip(reason="compute-sanitizer runs need --run-sanitizer")
         for item in items:
@@ -42,6 +59,11 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip_san)
     reason = gpu_skip_reason()
     if reason is None:
+        # One GPU: its tests run one after another in one worker (--dist loadgroup), as in a
+        # serial run, so that no two processes time or fill the GPU at once.
+        for item in items:
+            if "gpu" in item.keywords or "sanitizer" in item.keywords:
+                item.add_marker(pytest.mark.xdist_group("gpu"))
         return
     skip = pytest.mark.skip(reason=reason)
     for item in items:
@@ -51,6 +73,8 @@ def pytest_collection_modifyitems(config, items):
 
 def run_isolated(nodeid: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run one test in a fresh Python process; a hang becomes a failure after ``timeout`` s."""
+    if "@" in nodeid and "]" not in nodeid.rpartition("@")[2]:  # pytest-xdist's "@group" suffix
+        nodeid = nodeid.rpartition("@")[0]
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "--no-header", "-p", "no:cacheprovider", "-p", "no:warnings",
            "--tb=short", nodeid]
     child_env = dict(os.environ, **(env or {}), **{CHILD_ENV: "1"})
@@ -75,6 +99,29 @@ def pytest_runtest_call(item):
                     pytrace=False)
     item.runtest = lambda: None  # the child ran it
     return None
+
+
+_REPORTS = {}
+
+
+@pytest.fixture(scope="session")
+def report_once():
+    """``compile_report`` that compiles each (kernel, signature) once per test process.
+
+    ``gemm_kernel(cfg)`` returns one dispatcher per configuration, so tests (and the examples
+    and CLI commands they run, through ``monkeypatch.setattr(nbwgmma.report, "compile_report",
+    report_once)``) that check the same GEMM configuration share its compile. Tests that
+    share a kernel this way also share an ``xdist_group``, so that they run in one worker.
+    """
+    from nbwgmma.report import compile_report
+
+    def report(kernel, sig, *, launch_bounds=None, cc=(9, 0, "a")):
+        key = (kernel, tuple(sig), launch_bounds, tuple(cc))
+        if key not in _REPORTS:
+            _REPORTS[key] = compile_report(kernel, sig, launch_bounds=launch_bounds, cc=cc)
+        return _REPORTS[key]
+
+    return report
 
 
 @pytest.fixture

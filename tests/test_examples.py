@@ -6,6 +6,11 @@ import pytest
 from tests.sim_vs_gpu import EXAMPLES as _EXAMPLES_DIR, load_example
 
 EXAMPLES = sorted(_EXAMPLES_DIR.glob("wgmma_*.py"))
+GEMMS = sorted(_EXAMPLES_DIR.glob("gemm_*.py"))
+
+#: Examples whose kernel other tests compile too (conftest.report_once): the library's default
+#: GEMM (tests/test_matmul_cpu.py). Such a group runs in one worker and compiles once.
+SHARED = {"gemm_4_library": "gemm-128x256-bf16-tma"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -25,14 +30,15 @@ def test_example_runs_on_gpu(path, capsys):
     assert "max |D - ref| = 0 over" in capsys.readouterr().out
 
 
-GEMMS = sorted(_EXAMPLES_DIR.glob("gemm_*.py"))
-
-
-@pytest.mark.parametrize("path", GEMMS, ids=[p.stem for p in GEMMS])
-def test_gemm_example_compiles_without_gpu(path, monkeypatch, capsys):
+@pytest.mark.parametrize("path", [
+    pytest.param(p, id=p.stem, marks=[pytest.mark.xdist_group(SHARED[p.stem])] if p.stem in SHARED else [])
+    for p in GEMMS])
+def test_gemm_example_compiles_without_gpu(path, monkeypatch, capsys, report_once):
     import nbwgmma._examples as ex
+    import nbwgmma.report
 
     monkeypatch.setattr(ex, "gpu_available", lambda: False)
+    monkeypatch.setattr(nbwgmma.report, "compile_report", report_once)
     assert load_example(path.stem).main() == 0.0
     out = capsys.readouterr().out
     assert "HGMMA=" in out and "spills        0 B stores, 0 B loads" in out and "ptxas warnings: none" in out

@@ -7,7 +7,6 @@ from numba import types
 from nbwgmma import MatmulError, matmul
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 from nbwgmma.matmul import _TILES
-from nbwgmma.report import compile_report
 
 
 class Fake:
@@ -64,6 +63,11 @@ CONFIGS += [(kind, out, "K", "K", epi) for kind in ("f32.e4m3.e4m3", "f32.e5m2.e
             for out, epi in (("bf16", "tma"), ("f16", "tma"), ("f32", "direct"))]
 CONFIGS += [("f32.tf32.tf32", "f32", "K", "K", "direct")]
 CONFIGS = [c + (1,) for c in CONFIGS]
+#: The library's default kernel (128x256, bf16, TMA epilogue), which test_every_automatic_tile_compiles_clean
+#: and the gemm_4_library example compile too: one worker, one compile (conftest.report_once).
+DEFAULT_GEMM = pytest.mark.xdist_group("gemm-128x256-bf16-tma")
+CONFIGS = [pytest.param(*c, marks=DEFAULT_GEMM) if c == ("f32.bf16.bf16", "bf16", "K", "K", "tma", 1) else c
+           for c in CONFIGS]
 # Thread-block clusters multicasting B.
 CONFIGS += [("f32.bf16.bf16", "bf16", "K", "K", "tma", 2), ("f32.bf16.bf16", "bf16", "MN", "MN", "tma", 2),
             ("f32.f16.f16", "f16", "K", "MN", "tma", 4), ("f32.e4m3.e4m3", "bf16", "K", "K", "tma", 2),
@@ -71,12 +75,12 @@ CONFIGS += [("f32.bf16.bf16", "bf16", "K", "K", "tma", 2), ("f32.bf16.bf16", "bf
 
 
 @pytest.mark.parametrize("kind, out, a_major, b_major, epilogue, cluster", CONFIGS)
-def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue, cluster):
+def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue, cluster, report_once):
     cfg = GemmConfig(kind, scaled="e" in kind.split(".")[1], out=out, a_major=a_major, b_major=b_major,
                      epilogue=epilogue, cluster=cluster)
     c = types.uint64 if epilogue == "tma" else SIG[out][:, :]
     sig = (types.uint64, types.uint64, c, types.int32, types.int32, types.int32, types.float32)
-    rep = compile_report(gemm_kernel(cfg), sig)
+    rep = report_once(gemm_kernel(cfg), sig)
     op = "QGMMA" if cfg.esize == 1 else "HGMMA"
     assert rep.sass.get(op, 0) == 4 and rep.sass["UTMALDG"] >= 1
     if epilogue == "tma":
@@ -152,12 +156,12 @@ def test_expect_tx_matches_the_boxes(kind, a_major, b_major, cluster):
             plan._check_expect_tx(tmap(a_major, 128), tmap(b_major, 256))
 
 
-@pytest.mark.parametrize("bm, bn", _TILES)
-def test_every_automatic_tile_compiles_clean(bm, bn):
+@pytest.mark.parametrize("bm, bn", [pytest.param(*t, marks=DEFAULT_GEMM) if t == (128, 256) else t for t in _TILES])
+def test_every_automatic_tile_compiles_clean(bm, bn, report_once):
     """The tiles matmul picks by shape (smaller ones for small M x N)."""
     cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, epilogue="tma")
     sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
-    rep = compile_report(gemm_kernel(cfg), sig)
+    rep = report_once(gemm_kernel(cfg), sig)
     assert rep.sass["HGMMA"] == 4 and rep.sass["UTMALDG"] >= 1 and rep.sass["UTMASTG"] >= 1
     assert rep.spill_bytes == 0 and not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 
@@ -185,14 +189,14 @@ def test_tile_choice_by_shape(monkeypatch):
     ("f32.bf16.bf16", "bf16", "tma", 128, 256, 4), ("f32.bf16.bf16", "bf16", "tma", 64, 128, 2),
     ("f32.f16.f16", "f32", "direct", 128, 256, 3), ("f32.bf16.bf16", "bf16", "tma", 128, 192, 3),
 ])
-def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split):
+def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, report_once):
     """Split-K: the same main loop (4 HGMMA, no spills), one atomic per slice for the tile
     count, and the partial tiles moved as coalesced f32 rows (no local memory)."""
     cfg = GemmConfig(kind, bm=bm, bn=bn, out=out, epilogue=epilogue, split=split, scaled="e4m3" in kind)
     c_t = types.uint64 if epilogue == "tma" else types.float32[:, :]
     sig = (types.uint64, types.uint64, c_t, types.int32, types.int32, types.int32, types.float32,
            types.float32[::1], types.int32[::1])
-    rep = compile_report(gemm_kernel(cfg), sig)
+    rep = report_once(gemm_kernel(cfg), sig)
     assert rep.sass["HGMMA"] == 4
     assert rep.sass.get("ATOMG", 0) + rep.sass.get("RED", 0) >= 1
     assert rep.spill_bytes == 0 and rep.stack_frame == 0 and rep.local_memory_ops == 0
