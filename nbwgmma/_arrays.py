@@ -2,7 +2,8 @@
 
 CuPy, Numba device arrays and most libraries expose ``__cuda_array_interface__``;
 PyTorch does too, except for bfloat16 and the fp8 types, so torch tensors are
-read through their own accessors.
+read through their own accessors. In Numba's CUDA simulator "device" arrays are
+numpy arrays in host memory, and only those can be read by the simulated threads.
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba import config
 
-__all__ = ["ArrayInfo", "array_info"]
+__all__ = ["ArrayInfo", "array_info", "host_view", "numpy_dtype"]
+
+#: Numba's CUDA simulator is chosen once, when Numba is imported.
+_SIM = bool(config.ENABLE_CUDASIM)
 
 _TORCH_TYPES = {
     "torch.float16": "f16",
@@ -44,6 +49,14 @@ _NP_TYPES = {
 }
 
 
+_NP_OF_NAME = {name: dt for dt, name in _NP_TYPES.items()}
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy type of an nbwgmma type name among NumPy's own (``"u16"``: uint16)."""
+    return _NP_OF_NAME[name]
+
+
 class ArrayInfo(NamedTuple):  # a tuple: built on every matmul call, so cheap to build
     ptr: int
     shape: tuple
@@ -70,6 +83,11 @@ class ArrayInfo(NamedTuple):  # a tuple: built on every matmul call, so cheap to
 def array_info(a) -> ArrayInfo:
     """Describe a CUDA array; raise ``TypeError`` for host arrays and unknown objects."""
     mod = type(a).__module__
+    if _SIM and type(a).__name__ != "FakeCUDAArray" and not isinstance(a, np.ndarray):
+        raise TypeError(
+            f"in Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) arrays must be the simulator's own "
+            f"(numba.cuda.to_device, numba.cuda.device_array): simulated threads read host memory; "
+            f"got {_lib_name(mod, a)}")
     if mod.startswith("torch"):
         if not a.is_cuda:
             raise TypeError(f"expected a CUDA tensor; got a torch tensor on {a.device}")
@@ -114,3 +132,16 @@ def array_info(a) -> ArrayInfo:
 
         device = cuda.get_current_device().id
     return ArrayInfo(ptr, shape, tuple(strides), dtype.itemsize, dt, device, kind)
+
+
+def _lib_name(mod, a):
+    return {"cupy": "a CuPy array", "torch": "a PyTorch tensor"}.get(mod.split(".")[0], f"a {type(a).__name__}")
+
+
+def host_view(a, dtype):
+    """In the CUDA simulator: the simulator array ``a`` with its elements seen as ``dtype``
+    (same size), sharing its memory; the counterpart of a Numba device array built from
+    ``a``'s ``__cuda_array_interface__`` on the GPU."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray(a._ary.view(dtype))

@@ -14,6 +14,11 @@ Which path runs:
 * ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned
   base and row pitch) gets the TMA-store epilogue; any other ``out`` (f32, any
   strides) gets element-wise stores from the registers.
+* In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same plan runs through
+  :func:`nbwgmma.launch.launch`, thread by thread, on the simulator's host-memory
+  arrays; staging copies are made with numpy there (the copy kernel would run a
+  Python thread per element). Nothing is timed, so ``config="auto"`` takes the tile
+  model's pick.
 """
 
 from __future__ import annotations
@@ -24,105 +29,25 @@ import math
 import numpy as np
 from numba import cuda  # every call needs it: imported with the package, not by the first call
 
-from ._arrays import ArrayInfo, array_info
+from . import sim
+from ._arrays import ArrayInfo, array_info, host_view, numpy_dtype
+from ._matmul_args import CONFIG_KEYS as _CONFIG_KEYS  # noqa: F401  (the config keys, as tests know them)
+from ._matmul_args import NP_OF, MatmulError, check_call, check_out, empty_like_lib, lib_of, stream_of, torch_dtype
 from .launch import array_arg_types, array_arg_values
 
 __all__ = ["matmul", "MatmulError"]
 
-
-class MatmulError(ValueError):
-    """Bad input to :func:`matmul`."""
-
-
-_FP8 = ("e4m3", "e5m2")
-_OUT_TYPES = {"bf16", "f16", "f32"}
-
-
-def _kind(ta: str, tb: str) -> str:
-    if ta in _FP8 and tb in _FP8:
-        return f"f32.{ta}.{tb}"
-    if ta != tb:
-        raise TypeError(f"matmul: A and B must have the same type (or both fp8); got {ta} and {tb}")
-    if ta in ("bf16", "f16"):
-        return f"f32.{ta}.{ta}"
-    if ta == "f32":
-        return "f32.tf32.tf32"
-    raise TypeError(f"matmul: unsupported input type {ta}; expected bf16, f16, f32 (tf32) or fp8 e4m3/e5m2")
-
-
-def _lib(a):
-    mod = type(a).__module__
-    if mod.startswith("torch"):
-        return "torch"
-    if mod.startswith("cupy"):
-        return "cupy"
-    return "numba"
-
-
-_NP_OF = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}
+_SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
 
 def _numba_view(info: ArrayInfo, owner, dtype=None):
     """A Numba device array over ``info``'s memory (bf16 and fp8 as raw integers)."""
-    dt = np.dtype(dtype or _NP_OF.get(info.dtype, None) or info.dtype)
+    dt = np.dtype(dtype or NP_OF.get(info.dtype, None) or numpy_dtype(info.dtype))  # "u16": a bf16 out
+    if _SIM:  # the simulator's arrays have no __cuda_array_interface__
+        return host_view(owner, dt)
     desc = {"shape": info.shape, "strides": info.strides, "typestr": dt.str,
             "data": (info.ptr, False), "version": 3}
     return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)
-
-
-def _torch_dtype(t):
-    import torch
-
-    return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
-            "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[t]
-
-
-def _empty_like_lib(lib, ref, shape, t):
-    if lib == "torch":
-        return ref.new_empty(shape, dtype=_torch_dtype(t))  # ref's device, without building a torch.device
-    if lib == "cupy":
-        import cupy
-
-        with cupy.cuda.Device(ref.device.id):
-            return cupy.empty(shape, dtype=_NP_OF[t])
-    return cuda.device_array(shape, dtype=_NP_OF[t])
-
-
-def _torch_stream() -> int:
-    """PyTorch's current stream handle (the getter is looked up once)."""
-    import torch
-
-    raw, dev = getattr(torch._C, "_cuda_getCurrentRawStream", None), torch._C._cuda_getDevice
-    if raw is None:  # public API (builds a Stream object)
-        def get():
-            return torch.cuda.current_stream().cuda_stream
-    else:  # the handle alone
-        def get():
-            return raw(dev())
-    globals()["_torch_stream"] = get
-    return get()
-
-
-def _stream_of(lib, stream) -> int:
-    """The raw ``CUstream`` handle of ``stream`` (None: the current stream of ``lib``)."""
-    if stream is not None:
-        if isinstance(stream, int):
-            return stream
-        for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
-            if hasattr(stream, attr):
-                return int(getattr(stream, attr))
-        if hasattr(stream, "__cuda_stream__"):  # Numba and cuda.core streams
-            return int(stream.__cuda_stream__()[1])
-        if hasattr(stream, "handle"):
-            return int(getattr(stream.handle, "value", stream.handle) or 0)
-        raise MatmulError(f"matmul: stream must be a CUDA stream object or a raw handle; got {type(stream).__name__}")
-    if lib == "torch":
-        return _torch_stream()
-    if lib == "cupy":
-        import cupy
-
-        return cupy.cuda.get_current_stream().ptr
-    return 0
 
 
 def _tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride: int):
@@ -155,6 +80,11 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
     es = info.itemsize
     kpad = -(-cols * es // 16) * 16 // es
+    if _SIM:  # host memory: numpy copies it at once, the copy kernel would take a Python thread per element
+        h = x.copy_to_host().view(f"u{es}")
+        dst = np.zeros((rows, kpad), h.dtype)
+        dst[:, :cols] = h.T if transpose else h
+        return cuda.to_device(dst)
     src = _numba_view(info, x, dtype=np.dtype(f"u{es}"))
     dst = cuda.device_array((rows, kpad), dtype=np.dtype(f"u{es}"), stream=stream)
     threads = 256
@@ -192,8 +122,6 @@ def _tensor_map(arr, ptr, dtype, box, view, keep: bool):
 from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S as _DEBUG_WAIT  # noqa: E402
 
 _LAST_PLAN = [None]  # the plan of the last call that took the full path (benchmarks report its config)
-_CONFIG_KEYS = {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue", "c_parts",
-                "cluster", "split"}
 _PLANS: dict = {}
 
 
@@ -271,7 +199,7 @@ class _Plan:
             args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
             if cfg.split > 1:
                 args += self.workspace(stream_handle)[:2]
-            if _DEBUG_WAIT is not None or _sim_enabled():  # checked launches that name a stopped kernel
+            if _DEBUG_WAIT is not None or _SIM:  # checked launches that name a stopped kernel
                 from .kernels.gemm import gemm_kernel
                 from .launch import launch
 
@@ -301,8 +229,8 @@ class _Plan:
             tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
             part = cuda.device_array(tiles * cfg.split * cfg.bm * cfg.bn, dtype=np.float32)
             counters = cuda.to_device(np.zeros(tiles, dtype=np.int32))  # the kernel leaves them at zero
-            values = tuple(v for x in (part, counters) for v in array_arg_values(
-                x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))
+            values = () if _SIM else tuple(v for x in (part, counters) for v in array_arg_values(
+                x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))  # prepared launches
             w = self.workspaces[stream_handle] = (part, counters, values)
         return w
 
@@ -324,7 +252,7 @@ class _Plan:
         cl = cfg.cluster
         smem = cfg.smem_bytes + 1023
         slots = device_limits()["multiprocessors"] // cl
-        if cl > 1 and not _sim_enabled():  # clusters sit whole in a GPC: maybe fewer fit
+        if cl > 1 and not _SIM:  # clusters sit whole in a GPC: maybe fewer fit
             slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
         kblocks = math.ceil(self.mnk[2] / cfg.bk)
         units = math.ceil(math.ceil(m / cfg.bm) / cl) * math.ceil(n / cfg.bn) * min(cfg.split, kblocks)
@@ -370,8 +298,6 @@ def _pick_tile(m, n, cluster=1):
 
     Split-K is not picked automatically: at 128 x 8192 x 8192 (bandwidth-bound) 4 slices
     of 128 x 256 measured 0.75x cuBLAS against 0.87x for 64 x 128 tiles (BENCHMARKS.md)."""
-    from .launch import device_limits
-
     return _rank_tiles(m, n, cluster)[0]
 
 
@@ -417,19 +343,13 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
     ``run(config)`` on the call's arrays if no choice is known; see :mod:`nbwgmma.autotune`)."""
     from . import autotune
 
-    if _sim_enabled():  # nothing to time: the tile model's pick
+    if _SIM:  # nothing to time: the tile model's pick
         return {}
     probe = _Plan(kind, odt, ia, ib, io, {}, fp8)  # paths and epilogue (no compile)
     m, n, k = probe.mnk
     key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], probe.cfg.epilogue, m, n, k)
     return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, probe.cfg.epilogue), run,
                            _nb_stream(st))
-
-
-def _sim_enabled():
-    from . import sim
-
-    return sim.enabled()
 
 
 _TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")  # maps of A, B, C; m, n, k; alpha
@@ -454,16 +374,11 @@ def _nb_stream(st):
     return s
 
 
-def _check_device(info, name, device):
-    if device is not None and info.device is not None and info.device != device:
-        raise MatmulError(f"matmul: {name} is on device {info.device}, A on device {device}")
-
-
-def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream=None, config=None):
+def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream=None, config=None, in_dtype=None):
     """``a @ b`` for 2-D CUDA arrays (CuPy, PyTorch, Numba), computed by the nbwgmma GEMM.
 
     bf16/f16 inputs accumulate in f32; f32 inputs run as tf32; fp8 (e4m3/e5m2,
-    PyTorch float8 tensors) take per-tensor ``scale_a``/``scale_b``. The result
+    PyTorch float8 tensors or raw bytes with ``in_dtype``) take per-tensor ``scale_a``/``scale_b``. The result
     has ``out_dtype`` (default: the type of ``out`` when given, else the input type,
     bf16 for fp8) and the array kind of ``a``; it is computed on ``stream`` or the caller's current stream.
 
@@ -474,9 +389,16 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
     such call and kept on disk (:mod:`nbwgmma.autotune`; ``NBWGMMA_AUTOTUNE=1`` makes
     ``"auto"`` the default). The operand layouts and the output type are always taken
     from the arrays.
+
+    ``in_dtype`` names the element type of A and B (or a pair, A's and B's) where their
+    arrays hold raw bits: NumPy, hence Numba and CuPy, has no bf16 or fp8 type, so a
+    ``uint16`` array of bf16 bits is ``in_dtype="bf16"``, ``uint8`` fp8 bytes ``"e4m3"`` or
+    ``"e5m2"``. In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) A, B and ``out``
+    are the simulator's arrays and the kernel runs thread by thread (slow: keep problems
+    to a few tiles), with the same checks as on the GPU.
     """
     quick = out is None and out_dtype is None and scale_a is None and scale_b is None and stream is None \
-        and config is None
+        and config is None and in_dtype is None
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
         # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
         pa, pb = a.data_ptr(), b.data_ptr()
@@ -495,51 +417,20 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
             c = q(a, ia.ptr, b, ib.ptr)
             if c is not None:
                 return c
-    if len(ia.shape) != 2 or len(ib.shape) != 2:
-        raise MatmulError(f"matmul: A and B must be 2-D; got shapes {ia.shape} and {ib.shape}")
-    (m, k), (k2, n) = ia.shape, ib.shape
-    if k != k2:
-        raise MatmulError(f"matmul: inner dimensions differ: A is {ia.shape}, B is {ib.shape}")
-    _check_device(ib, "B", ia.device)
-    kind = _kind(ia.dtype, ib.dtype)
-    fp8 = ia.dtype in _FP8
-    auto = config == "auto" or (config is None and _autotune_enabled())
-    if isinstance(config, str) and not auto:
-        raise MatmulError(f"matmul: config must be a dict or 'auto'; got {config!r}")
-    opts = dict(config) if config and not auto else {}
-    bad = set(opts) - _CONFIG_KEYS
-    if bad:
-        raise MatmulError(f"matmul: unknown config keys {sorted(bad)}")
-    if (scale_a is not None or scale_b is not None) and not fp8:
-        raise MatmulError("matmul: scale_a/scale_b apply to fp8 inputs only")
     io = array_info(out) if out is not None else None
-    if out_dtype is None and io is not None:  # like torch's out=: the array says the type
-        out_dtype = {"u16": "bf16"}.get(io.dtype, io.dtype)
-    odt = out_dtype or ("bf16" if fp8 else ia.dtype)
-    odt = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(str(odt).replace("torch.", ""), odt)
-    if odt not in _OUT_TYPES:
-        raise MatmulError(f"matmul: out_dtype (or the type of out) must be bf16, f16 or f32; got {out_dtype}")
-    if ia.dtype == "f32" and odt != "f32":
-        raise MatmulError(f"matmul: f32 (tf32) inputs give f32 outputs; got out_dtype={odt}")
-    lib = _lib(a)
+    ia, ib, kind, fp8, auto, opts, odt = check_call(ia, ib, io, in_dtype=in_dtype, out_dtype=out_dtype,
+                                                    scale_a=scale_a, scale_b=scale_b, config=config,
+                                                    autotune_default=config is None and _autotune_enabled())
+    (m, k), n = ia.shape, ib.shape[1]
+    lib = lib_of(a)
     fresh = out is None
     if fresh:
-        out = _empty_like_lib(lib, a, (m, n), odt)
+        out = empty_like_lib(lib, a, (m, n), odt)
         io = array_info(out)
-    if io.shape != (m, n):
-        raise MatmulError(f"matmul: out must have shape {(m, n)}; got {io.shape}")
-    if io.dtype != odt and not (odt == "bf16" and io.dtype == "u16"):
-        raise MatmulError(f"matmul: out must have type {odt}; got {io.dtype}")
-    _check_device(io, "out", ia.device)
-    if not fresh:
-        olo, ohi = io.byte_range()
-        for name, iv in (("A", ia), ("B", ib)):
-            lo, hi = iv.byte_range()
-            if m and n and k and lo < ohi and olo < hi:
-                raise MatmulError(f"matmul: out overlaps {name}")
+    check_out(io, ia, ib, odt, fresh)
     if m == 0 or n == 0:
         return out
-    st = _stream_of(lib, stream)
+    st = stream_of(lib, stream)
     if k == 0:
         from .kernels.copy import fill_zero_kernel
 
@@ -586,11 +477,11 @@ class _Quick:
         self.plan, self.lib, self.io_rest = plan, lib, tuple(io)[1:]
         self.shape = plan.mnk[:2]
         if lib == "torch":
-            tdt = _torch_dtype(odt)
+            tdt = torch_dtype(odt)
             self.make = lambda a: a.new_empty(self.shape, dtype=tdt)
             self.ptr = lambda c: c.data_ptr()
         else:
-            self.make = lambda a: _empty_like_lib(lib, a, self.shape, odt)  # noqa: E731
+            self.make = lambda a: empty_like_lib(lib, a, self.shape, odt)  # noqa: E731
             self.ptr = lambda c: c.__cuda_array_interface__["data"][0]
 
     def __call__(self, a, pa, b, pb):
@@ -600,5 +491,5 @@ class _Quick:
         if p & 15:  # allocators give 256-byte alignment: not expected
             return None
         io = ArrayInfo(p, *self.io_rest)  # a fresh array: same shape, strides, type as the first
-        self.plan.again(a, pa, b, pb, out, io, _stream_of(self.lib, None))
+        self.plan.again(a, pa, b, pb, out, io, stream_of(self.lib, None))
         return out
