@@ -35,7 +35,8 @@ SETMAXNREG_IGNORED_CODE = "C7508"
 
 
 class ToolchainError(RuntimeError):
-    """ptxas or nvdisasm is missing or failed."""
+    """ptxas or nvdisasm is missing or failed, or Numba's CUDA compiler is not there (in its
+    CUDA simulator)."""
 
 
 def find_tool(name: str) -> str:
@@ -182,9 +183,14 @@ def _pyfunc_and_options(kernel):
 def compile_report(kernel, sig, *, launch_bounds=None, cc=(9, 0, "a")) -> CompileReport:
     """Compile ``kernel`` (a ``@cuda.jit`` dispatcher or plain function) for ``sig``.
 
-    ``launch_bounds`` defaults to the dispatcher's own. Needs no GPU.
+    ``launch_bounds`` defaults to the dispatcher's own. Needs no GPU, but Numba's CUDA
+    target: in its simulator (``NUMBA_ENABLE_CUDASIM=1``) this raises :class:`ToolchainError`.
     """
-    from numba import cuda
+    from numba import config, cuda
+
+    if config.ENABLE_CUDASIM:  # the simulator replaces the compiler (cuda.compile_ptx is None)
+        raise ToolchainError("compile reports need Numba's CUDA compiler, which NUMBA_ENABLE_CUDASIM=1 replaces "
+                             "with the simulator: run without NUMBA_ENABLE_CUDASIM")
 
     py_func, opts = _pyfunc_and_options(kernel)
     if launch_bounds is None:
