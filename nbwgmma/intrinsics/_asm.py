@@ -27,6 +27,9 @@ leaves registers. The template, the output list and the fragment lengths may be
 functions of the immediates, so one declaration covers a whole instruction
 family.
 
+Typing errors are :class:`NbwgmmaTypingError` (:mod:`.errors`), reported at the
+kernel's call.
+
 LLVM inline-asm operand numbering: outputs first (``$0..$n-1``), then inputs in
 order; tied inputs use the output's index as their constraint.
 """
@@ -41,8 +44,10 @@ from typing import Any, Callable, Sequence
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.core.errors import NumbaTypeError, RequireLiteralValue
 from numba.core.extending import intrinsic
+
+from . import errors
+from .errors import NbwgmmaLiteralError, NbwgmmaTypingError
 
 __all__ = [
     "ArrayPtr",
@@ -54,7 +59,12 @@ __all__ = [
     "ptx_intrinsic",
     "CONSTRAINTS",
     "NbwgmmaTypingError",
+    "NbwgmmaLiteralError",
 ]
+
+# Typing errors of every intrinsic (declared here or by hand with @intrinsic) are
+# reported at the kernel's call: see errors.py.
+errors.install()
 
 i32 = types.int32
 u32 = types.uint32
@@ -74,10 +84,6 @@ CONSTRAINTS = {
     types.float32: ("f", ir.FloatType()),
     types.float64: ("d", ir.DoubleType()),
 }
-
-
-class NbwgmmaTypingError(NumbaTypeError):
-    """An intrinsic was called with arguments PTX does not allow."""
 
 
 _NO_DEFAULT = inspect.Parameter.empty
@@ -372,7 +378,7 @@ def ptx_intrinsic(
             ty = argtypes[p.name]
             is_lit, value = _literal(ty)
             if not is_lit:
-                raise RequireLiteralValue(
+                raise NbwgmmaLiteralError(
                     f"{name}: argument '{p.name}' must be a compile-time constant "
                     f"({p.describe()}); got a run-time value of type {ty}"
                 )

@@ -24,10 +24,9 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.core.errors import RequireLiteralValue
 from numba.core.extending import intrinsic
 
-from ._asm import NbwgmmaTypingError
+from .errors import NbwgmmaLiteralError, NbwgmmaTypingError
 from .wgmma import wgmma_kind
 
 __all__ = [
@@ -66,7 +65,7 @@ def acc_coords(kind: str, n: int) -> np.ndarray:
 def _lit(ty, what, name):
     if isinstance(ty, types.Literal):
         return ty.literal_value
-    raise RequireLiteralValue(f"{name}: argument '{what}' must be a compile-time constant; got {ty}")
+    raise NbwgmmaLiteralError(f"{name}: argument '{what}' must be a compile-time constant; got {ty}")
 
 
 def _const_acc(name, fill):

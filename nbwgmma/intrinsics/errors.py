@@ -1,0 +1,175 @@
+"""Typing errors of the intrinsics, reported at the line of the kernel that made them.
+
+An intrinsic that is called with arguments PTX does not allow raises
+:class:`NbwgmmaTypingError` while Numba types the kernel. Left to Numba, that
+message would reach the user buried in a "No implementation of function ...
+There are 2 candidate implementations" report: Numba tries every intrinsic twice
+(``prefer_literal``: once with the literal argument types, once without), lists
+both failures - the second one a misleading "must be a compile-time constant"
+even when a literal was given - and names only this package's source files,
+never the kernel's line. (numba-cuda types kernels with its own error classes,
+so the ``numba.core`` error that the intrinsic machinery raises escapes type
+inference without the "typing of call at" location Numba adds to its own.)
+
+:func:`install` wraps the one place where Numba types a call and knows the
+call's source location, ``CallConstraint.resolve`` of numba-cuda's type
+inference. Every :class:`NbwgmmaTypingError` made while a call is typed is
+noted; when the call then fails, the first one noted (the literal attempt's,
+which Numba makes first) is raised again as a short error that leads with the
+kernel's file and line::
+
+    kernel.py:12: setmaxnreg_inc: argument 'count' must be a multiple of 8 in [24, 256]; got 100
+        setmaxnreg_inc(100)
+    (while typing 'kernel'; NBWGMMA_FULL_TYPING_ERRORS=1 adds Numba's full report)
+
+With ``NBWGMMA_FULL_TYPING_ERRORS=1`` in the environment (read when the error
+is raised), Numba's own report follows. Calls that fail without an nbwgmma
+error (a misuse of Numba's own functions) keep Numba's error unchanged.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import threading
+
+from numba.core.errors import NumbaTypeError, RequireLiteralValue, TypingError
+
+__all__ = ["NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install"]
+
+#: Environment variable that appends Numba's full typing report to nbwgmma's errors.
+FULL_ERRORS_ENV = "NBWGMMA_FULL_TYPING_ERRORS"
+
+# One list per call being typed, innermost last: typing a call can type a device
+# function, whose calls are typed (and may fail) inside the outer one. Per thread,
+# as Numba compiles on whichever thread calls it.
+_state = threading.local()
+
+
+def _open_calls() -> list:
+    stack = getattr(_state, "stack", None)
+    if stack is None:
+        stack = _state.stack = []
+    return stack
+
+
+class NbwgmmaTypingError(NumbaTypeError):
+    """An intrinsic was called with arguments PTX does not allow.
+
+    This is the error a kernel's compilation raises for such a call (from
+    ``cuda.compile_ptx``, ``@cuda.jit`` on first launch, or
+    :func:`nbwgmma.report.compile_report`). It is a Numba typing error
+    (``numba.core.errors.NumbaTypeError``, hence a
+    ``numba.core.errors.TypingError``), so code that catches Numba's typing
+    errors catches it too. ``str(err)`` leads with ``<file>:<line>:`` of the
+    offending call in the kernel, then nbwgmma's message, then the call's source
+    line. Attributes: ``message`` (nbwgmma's message alone); ``filename``,
+    ``line`` and ``function`` (the call and the Python function it is in; None
+    until the error has been located); ``callers`` (``(filename, line,
+    function)`` of the calls that led there, innermost first, when the call is in
+    a device function); ``numba_report`` (Numba's full text, which the message
+    includes only when the environment variable ``NBWGMMA_FULL_TYPING_ERRORS`` is
+    set to 1).
+    """
+
+    def __init__(self, msg, loc=None, highlighting=True):
+        super().__init__(msg, loc=loc, highlighting=highlighting)
+        self.message = msg
+        self.filename = None
+        self.line = None
+        self.function = None
+        self.callers = []
+        self.numba_report = None
+        # Noted for the call being typed, if any (none outside kernel typing,
+        # e.g. in the CUDA simulator or in host-side helpers).
+        stack = _open_calls()
+        if stack:
+            stack[-1].append(self)
+
+
+class NbwgmmaLiteralError(NbwgmmaTypingError, RequireLiteralValue):
+    """A compile-time constant (a literal) was required and a run-time value was given.
+
+    Also a ``numba.core.errors.RequireLiteralValue``, the class Numba uses for
+    this case.
+    """
+
+
+def _full_errors_wanted() -> bool:
+    return os.environ.get(FULL_ERRORS_ENV, "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _render(err: NbwgmmaTypingError) -> str:
+    lines = [f"{err.filename}:{err.line}: {err.message}"]
+    source = linecache.getline(err.filename, err.line).strip()
+    if source:
+        lines.append(f"    {source}")
+    where = f"while typing '{err.function}'"
+    for filename, line, function in err.callers:
+        where += f", called at {filename}:{line} in '{function}'"
+    full = _full_errors_wanted()
+    if not full:
+        where += f"; {FULL_ERRORS_ENV}=1 adds Numba's full report"
+    lines.append(f"({where})")
+    if full:
+        lines += ["", "Numba's report:", err.numba_report]
+    return "\n".join(lines)
+
+
+def _located(first: NbwgmmaTypingError, loc, function: str, numba_error: Exception) -> NbwgmmaTypingError:
+    """``first`` as raised by the call at ``loc`` (a Numba ``Loc``) in ``function``."""
+    err = type(first)(first.message, highlighting=False)
+    err.filename, err.line, err.function = loc.filename, loc.line, function
+    err.numba_report = str(numba_error)
+    err.args = (_render(err),)
+    return err
+
+
+def _wrap_resolve(resolve, typing_errors):
+    def resolve_with_location(self, typeinfer, typevars, fnty):
+        noted: list = []
+        stack = _open_calls()
+        stack.append(noted)
+        try:
+            return resolve(self, typeinfer, typevars, fnty)
+        except typing_errors as e:
+            if not noted:
+                raise
+            error = e
+        finally:
+            stack.pop()
+        function = getattr(typeinfer.func_id, "func_qualname", "?")
+        # An error already located at an inner call (in a device function this call
+        # typed) is the precise one: pass it on, naming this call as its caller.
+        inner = [n for n in noted if n.line is not None]
+        if inner:
+            err = inner[0]
+            err.callers.append((self.loc.filename, self.loc.line, function))
+            err.args = (_render(err),)
+            raise err from None
+        # Otherwise the first noted error is the literal attempt's (Numba tries the
+        # literal argument types first), the one that saw the arguments as written.
+        # Made after the pop, so an enclosing call (typing the device function this
+        # call is in) notes it as its own error.
+        raise _located(noted[0], self.loc, function, error) from None
+
+    resolve_with_location.wrapped_resolve = resolve
+    return resolve_with_location
+
+
+def install() -> None:
+    """Wrap numba-cuda's ``CallConstraint.resolve`` (once) so nbwgmma's typing errors
+    are reported at the kernel's call. Without numba-cuda's type inference (the CUDA
+    simulator runs kernels as Python) there is nothing to wrap."""
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        return
+    from numba.cuda.core import errors as cuda_errors
+    from numba.cuda.core.typeinfer import CallConstraint
+
+    if not hasattr(CallConstraint.resolve, "wrapped_resolve"):
+        # numba.core's TypingError (raised by the intrinsic machinery) and numba-cuda's
+        # own; never ForceLiteralArg, with which Numba asks to retype with literals.
+        typing_errors = (TypingError, cuda_errors.TypingError)
+        CallConstraint.resolve = _wrap_resolve(CallConstraint.resolve, typing_errors)
