@@ -12,6 +12,7 @@ The template names its operands ``$name``. Each parameter is one of
 
 * :class:`Reg` - a run-time value in a register, cast to the declared type
   (constraint chosen from :data:`CONSTRAINTS` by the type, never by branches);
+  an integer register refuses a float, which the cast would truncate;
 * :class:`Imm` - a compile-time literal that PTX needs as an immediate; a
   non-literal or out-of-range value is a typing error saying what was expected
   and what was given. Its text is pasted into the template;
@@ -91,7 +92,11 @@ _NO_DEFAULT = inspect.Parameter.empty
 
 @dataclass(frozen=True)
 class Reg:
-    """A run-time operand held in one register of type ``ty``."""
+    """A run-time operand held in one register of type ``ty``.
+
+    Any scalar converts to it, except a float to an integer register: that is a
+    typing error (a descriptor, address or count given as a float is a mistake).
+    """
 
     name: str
     ty: types.Type
@@ -206,6 +211,17 @@ _PLACEHOLDER = re.compile(r"\$([A-Za-z_]\w*)")
 
 def _is_scalar(ty):
     return isinstance(ty, (types.Integer, types.Float, types.Boolean))
+
+
+def _reject_float(name, argname, given, regty, what, shown):
+    """A float where an integer register is wanted is an error, not a conversion: the
+    value would be truncated (a descriptor of 1.5 becomes 1), which is never what a
+    register operand (an address, a count, a descriptor) means."""
+    if isinstance(given, types.Float) and isinstance(regty, types.Integer):
+        raise NbwgmmaTypingError(
+            f"{name}: argument '{argname}' must be {what}; got {shown} "
+            f"(no implicit float conversion: convert it explicitly if that is meant)"
+        )
 
 
 def _lower_operand_value(context, builder, val, fromty, toty):
@@ -401,6 +417,7 @@ def ptx_intrinsic(
                         f"{name}: argument '{p.name}' must be a tuple of {n} {p.ty or 'scalar'} "
                         f"registers; got {ty}"
                     )
+                _reject_float(name, p.name, ty.dtype, p.ty, f"a tuple of {n} integer ({p.ty}) registers", ty)
             elif isinstance(p, ArrayPtr):
                 if not isinstance(ty, types.Array):
                     raise NbwgmmaTypingError(f"{name}: argument '{p.name}' must be an array; got {ty}")
@@ -411,6 +428,10 @@ def ptx_intrinsic(
                 if not _is_scalar(base):
                     want = "an integer or boolean" if isinstance(p, Pred) else f"a scalar convertible to {p.ty}"
                     raise NbwgmmaTypingError(f"{name}: argument '{p.name}' must be {want}; got {ty}")
+                if isinstance(p, Pred):
+                    _reject_float(name, p.name, base, types.uint32, "an integer or boolean", ty)
+                else:
+                    _reject_float(name, p.name, base, p.ty, f"an integer (a {p.ty} register)", ty)
         if validate is not None:
             validate(imms, argtypes)
         out_list = list(outs(**imms) if callable(outs) else outs)

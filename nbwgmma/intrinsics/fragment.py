@@ -68,6 +68,13 @@ def _lit(ty, what, name):
     raise NbwgmmaLiteralError(f"{name}: argument '{what}' must be a compile-time constant; got {ty}")
 
 
+def _check_ints(name, **args):
+    """Run-time integer arguments (addresses, thread indices): a float is refused, not truncated."""
+    for nm, ty in args.items():
+        if not isinstance(ty, types.Integer):
+            raise NbwgmmaTypingError(f"{name}: '{nm}' must be an integer; got {ty}")
+
+
 def _const_acc(name, fill):
     @intrinsic(prefer_literal=True)
     def make(typingctx, kind, n):
@@ -309,6 +316,7 @@ def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
     ``base`` (a 32-bit shared address) must be aligned to the swizzle period.
     (``st.shared.b32``, PTX ISA: st.)"""
     k, n = _acc_kind(kind, acc, "acc_store_swizzled")
+    _check_ints("acc_store_swizzled", base=base, tid=tid)
     if k.dtype == "f16":
         raise NbwgmmaTypingError("acc_store_swizzled: expected an f32 or s32 accumulator; got f16")
     rb = _lit(row_bytes, "row_bytes", "acc_store_swizzled")
@@ -368,6 +376,7 @@ def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
         raise NbwgmmaTypingError(
             f"acc_stmatrix_swizzled: 'regs' must be a tuple of 2*k u32 registers (acc_to_bf16x2 of an "
             f"accumulator); got {regs}")
+    _check_ints("acc_stmatrix_swizzled", base=base, tid=tid)
     n = regs.count * 4
     rb = _lit(row_bytes, "row_bytes", "acc_stmatrix_swizzled")
     sw = _lit(swizzle, "swizzle", "acc_stmatrix_swizzled")
