@@ -15,7 +15,9 @@ import sys
 import numpy as np
 from numba import cuda, types
 
-from nbwgmma._examples import compile_report_instead, gemm_operands, gemm_report, gpu_available
+from nbwgmma._examples import (
+    compile_report_instead, gemm_operands, gemm_report, gpu_available, sim_check, sim_operands, simulated,
+)
 from nbwgmma.intrinsics import (
     acc_store, acc_zeros, desc_advance, dynamic_smem_base, fence_proxy_async_shared, make_desc, smem_addr,
     wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
@@ -70,7 +72,24 @@ def gemm_simple(a, b, c):
 SIG = (types.uint32[:, ::1], types.uint32[:, ::1], types.float32[:, ::1])
 
 
+def simulate():
+    """In the CUDA simulator: one tile, two k-blocks (``launch`` gives each CTA its shared memory)."""
+    from nbwgmma.launch import launch
+
+    a, b, a_bits, b_bits = sim_operands(BM, BN, 2 * BK)
+    au, bu = (cuda.to_device(x.copy_to_host().view(np.uint32)) for x in (a_bits, b_bits))
+    c = cuda.device_array((BM, BN), np.float32)
+    smem = SMEM + 1024  # whole words: the simulator shapes the dynamic uint32 array from the byte count
+
+    def run():
+        launch(gemm_simple, (1, 1), 128, (au, bu, c), smem=smem)
+
+    return sim_check("step 1, simple wgmma GEMM", run, c, a, b)
+
+
 def main(size=4096):
+    if simulated():
+        return simulate()
     if not gpu_available():
         return compile_report_instead(gemm_simple, SIG)
     import torch

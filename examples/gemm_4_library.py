@@ -12,9 +12,24 @@ next tile. Here it is called the way users call it, next to cuBLAS.
 import sys
 
 
-def main(size=4096):
-    from nbwgmma._examples import compile_report_instead, gemm_operands, gemm_report, gpu_available
+def simulate():
+    """In the CUDA simulator: ``matmul`` on one 128x256 tile of small integers, bf16 bits in
+    Numba's arrays (``in_dtype``), bf16 out; no cuBLAS to compare with."""
+    from numba import cuda
 
+    from nbwgmma import matmul
+    from nbwgmma._examples import sim_check, sim_operands
+
+    a, b, a_bits, b_bits = sim_operands(128, 256, 64)  # |C| <= 256: exact in bf16
+    c = cuda.device_array((128, 256), "uint16")  # bf16 bits: the TMA-store epilogue
+    return sim_check("step 4, nbwgmma.matmul", lambda: matmul(a_bits, b_bits.T, out=c, in_dtype="bf16"), c, a, b)
+
+
+def main(size=4096):
+    from nbwgmma._examples import compile_report_instead, gemm_operands, gemm_report, gpu_available, simulated
+
+    if simulated():
+        return simulate()
     if not gpu_available():
         from numba import types
 

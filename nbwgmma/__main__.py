@@ -1,14 +1,19 @@
 """Command line: ``python -m nbwgmma {bench,demo,inspect}``.
 
 * ``bench`` (the default): the GEMM against cuBLAS, bf16 8192^3 unless told
-  otherwise (see :mod:`nbwgmma.bench`); without a GPU, its compile report.
+  otherwise (see :mod:`nbwgmma.bench`); without a GPU, its compile report; in
+  Numba's CUDA simulator, one small untimed problem checked against float64.
 * ``demo``: a 64x256 bf16 wgmma tile with the 128-byte swizzle,
-  checked against the layout model on an sm_90 GPU; without one, the kernel's
-  compile report.
+  checked against the layout model on an sm_90 GPU or in the CUDA simulator;
+  without either, the kernel's compile report.
 * ``inspect TARGET``: the compile report (registers, spills, SASS opcodes, ptxas
-  warnings) of a kernel, with no GPU needed. TARGET is ``tile`` (the demo
-  kernel) or ``path/to/file.py:kernel`` / ``package.module:kernel`` with
-  ``--sig`` (a Numba signature; defaults to the module's ``SIG``).
+  warnings) of a kernel, with no GPU needed (but not in the CUDA simulator, which
+  has no compiler). TARGET is ``tile`` (the demo kernel) or ``path/to/file.py:kernel``
+  / ``package.module:kernel`` with ``--sig`` (a Numba signature; defaults to the
+  module's ``SIG``).
+* ``layout``: draw an accumulator layout or a swizzle (needs matplotlib).
+
+A command that cannot run here says why in one line and exits with status 1.
 """
 
 from __future__ import annotations
@@ -47,21 +52,30 @@ def _load_target(target: str, sig: str | None):
 
 
 def cmd_inspect(args):
-    from .report import compile_report
+    from .report import ToolchainError, compile_report
 
     kern, sig = _load_target(args.target, args.sig)
-    rep = compile_report(kern, sig)
+    try:
+        rep = compile_report(kern, sig)
+    except ToolchainError as e:  # no ptxas, or the CUDA simulator: nothing to compile with
+        return _cannot("inspect", e)
     print(rep.to_json() if args.json else rep)
     return 0
+
+
+def _cannot(cmd, why):
+    """A command that cannot run here: one line on stderr (its first), status 1."""
+    print(f"{cmd}: {str(why).strip().splitlines()[0]}", file=sys.stderr)
+    return 1
 
 
 def cmd_demo(args):
     import numpy as np
 
-    from ._examples import gpu_available
+    from ._examples import gpu_available, simulated
     from .kernels.wgmma_tile import TileProblem, run_tile
 
-    if not gpu_available():
+    if not gpu_available() and not simulated():
         print("No sm_90 GPU (H100/H200) found: printing the compile report of the demo kernel instead.\n")
         args.target, args.sig = "tile", None
         return cmd_inspect(args)
@@ -72,7 +86,8 @@ def cmd_demo(args):
     got = run_tile(p).astype(np.float64)
     want = p.reference()
     rel = float(np.linalg.norm(got - want) / np.linalg.norm(want))
-    print(f"64x256x64 bf16 wgmma tile, 128B swizzle: relative error {rel:.2e} vs the float64 model")
+    where = " (CUDA simulator)" if simulated() else ""
+    print(f"64x256x64 bf16 wgmma tile, 128B swizzle{where}: relative error {rel:.2e} vs the float64 model")
     return 0 if rel < 1e-5 else 1
 
 
@@ -83,6 +98,10 @@ def cmd_bench(args):
 
 
 def cmd_layout(args):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return _cannot("layout", "needs matplotlib: pip install 'nbwgmma[plot]'")
     from .plot import plot_acc_layout, plot_swizzle
 
     if args.what == "acc":

@@ -1,4 +1,6 @@
-"""Shared plumbing of the runnable examples: GPU detection and reporting."""
+"""Shared plumbing of the runnable examples: GPU detection and reporting, and what the
+GEMM examples do in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): run once on
+a problem of a tile or two with small-integer operands, exact against float64, untimed."""
 
 from __future__ import annotations
 
@@ -12,6 +14,13 @@ def gpu_available() -> bool:
         return cuda.is_available() and cuda.get_current_device().compute_capability >= (9, 0)
     except Exception:
         return False
+
+
+def simulated() -> bool:
+    """Whether kernels run in Numba's CUDA simulator (then nothing is compiled or timed)."""
+    from . import sim
+
+    return sim.enabled()
 
 
 def compile_report_instead(kernel, sig, what="the kernel"):
@@ -56,10 +65,18 @@ def gemm_operands(m, n, k, seed=0):
 def run_tma_gemm(name, kernel, size, bm, bn, bk, threads, smem):
     """Steps 2 and 3 of the GEMM ladder: ``kernel(tmap_a, tmap_b, c, k)`` on bf16 K-major A and
     B with 128B-swizzled [bm, bk] / [bn, bk] boxes, one CTA per bm x bn tile of an f32 C."""
-    import torch
-
     from .launch import launch
     from .tma import TensorMap
+
+    if simulated():  # one CTA's tile, two k-blocks
+        from numba import cuda
+
+        a, b, a_bits, b_bits = sim_operands(bm, bn, 2 * bk)
+        c = cuda.device_array((bm, bn), np.float32)
+        ta, tb = TensorMap(a_bits, (bm, bk), dtype="bf16"), TensorMap(b_bits, (bn, bk), dtype="bf16")
+        return sim_check(name, lambda: launch(kernel, (1, 1), threads, (ta.address, tb.address, c, np.int32(2 * bk)),
+                                              smem=smem), c, a, b)
+    import torch
 
     m = n = k = size
     a, b = gemm_operands(m, n, k)
@@ -99,5 +116,39 @@ def gemm_report(name, run, c, a, b, repeats=10):
     print(f"{name}: {m}x{n}x{k} bf16 -> {str(c.dtype).replace('torch.', '')} in {t * 1e3:.3f} ms = {2 * m * n * k / t / 1e12:.1f} TFLOP/s, "
           f"relative error {err:.2e} vs float64")
     if not err < 1e-2:
+        raise SystemExit("mismatch")
+    return err
+
+
+def sim_operands(m, n, k, hi=2, seed=0):
+    """Integer A [M, K] and B [N, K] in [-hi, hi] (float64) and their bf16 bits as simulator
+    arrays: products and sums of small integers are exact in f32 (and in bf16 up to 256)."""
+    from numba import cuda
+
+    from .intrinsics.wgmma_model import encode_elements
+
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-hi, hi + 1, (m, k)).astype(np.float64)
+    b = rng.integers(-hi, hi + 1, (n, k)).astype(np.float64)
+    bits = [cuda.to_device(encode_elements(x, "bf16").view(np.uint16).reshape(x.shape)) for x in (a, b)]
+    return a, b, bits[0], bits[1]
+
+
+def sim_check(name, run, c, a, b):
+    """In the simulator: run ``run()`` once, filling the simulator array ``c`` (poisoned with
+    NaN here; bf16 bits if it is uint16), and check it equals ``a @ b.T`` exactly.
+    Returns the max abs error (0.0)."""
+    bf16 = c.dtype == np.uint16
+    c.copy_to_device(np.full(c.shape, 0x7FC0 if bf16 else np.nan, c.dtype))
+    run()
+    got = c.copy_to_host()
+    if bf16:
+        got = (got.astype(np.uint32) << 16).view(np.float32)
+    ref = a @ b.T
+    err = float(np.max(np.abs(got.astype(np.float64) - ref)))  # NaN if any element was left unwritten
+    m, n = c.shape
+    print(f"{name}: {m}x{n}x{a.shape[1]} bf16 -> {'bf16' if bf16 else 'f32'} in the CUDA simulator "
+          f"(untimed), small integers: max |C - A B^T| = {err:g}")
+    if err != 0.0:
         raise SystemExit("mismatch")
     return err

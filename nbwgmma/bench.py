@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 
-__all__ = ["bench", "overhead", "first_call", "DEFAULT_SWEEP"]
+__all__ = ["bench", "overhead", "first_call", "simulated_check", "DEFAULT_SWEEP"]
 
 DEFAULT_SWEEP = [
     (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (8192, 28672, 8192),
@@ -198,14 +199,77 @@ def _kernel_text(cfg):
     return " ".join([tile] + [f"{k}={v}" for k, v in sorted(cfg.items())])
 
 
-def run_cli(args):
-    from ._examples import gpu_available
+#: Timing options of ``bench``: meaningless in the simulator, which runs threads as Python
+_TIMED = ("sweep", "plot", "autotune", "overhead", "first_call")
 
+
+def simulated_check(m, n, k, dtype="bf16", layout="KK", seed=0):
+    """What ``bench`` does in Numba's CUDA simulator, where nothing can be timed: one
+    ``matmul`` of ``dtype`` and ``layout`` on random normal operands (rounded to the
+    type), its relative error against float64. The operands are Numba's (simulator)
+    arrays, bf16/fp8 as raw bits with ``in_dtype``."""
+    import numpy as np
+    from numba import cuda
+
+    from .intrinsics.wgmma_model import decode_elements, encode_elements
+    from .matmul import matmul
+
+    t = {"tf32": "f32"}.get(dtype, dtype)
+    raw = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}[t]
+    rng = np.random.default_rng(seed)
+
+    def operand(rows, cols, k_major):  # [rows, K] values, stored K- or MN-major
+        x = rng.standard_normal((rows, cols))
+        if t == "f32":  # f32 in, read as tf32 by the tensor cores: the reference takes the f32 values
+            bits = x.astype(np.float32)
+            vals = bits.astype(np.float64)
+        else:
+            bits = encode_elements(x, t).view(raw).reshape(rows, cols)
+            vals = decode_elements(bits.view(np.uint8).reshape(rows, -1), t).reshape(rows, cols)
+        dev = cuda.to_device(bits) if k_major else cuda.to_device(np.ascontiguousarray(bits.T)).T
+        return vals, dev
+
+    a, da = operand(m, k, layout[0] == "K")
+    b, db = operand(n, k, layout[1] == "K")
+    odt = "f32" if t == "f32" else "f16" if t == "f16" else "bf16"
+    c = matmul(da, db.T, in_dtype=t if t in ("bf16", "e4m3", "e5m2") else None, out_dtype=odt).copy_to_host()
+    got = (c.astype(np.uint32) << 16).view(np.float32) if c.dtype == np.uint16 else c
+    ref = a @ b.T
+    err = float(np.linalg.norm(got.astype(np.float64) - ref) / np.linalg.norm(ref))
+    return {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "gpu": None, "simulator": True,
+            "out": odt, "rel_error": err}
+
+
+def _run_simulated(args):
+    asked = [f"--{f.replace('_', '-')}" for f in _TIMED if getattr(args, f, False)]
+    if asked:
+        print(f"bench {' '.join(asked)}: times kernels on an H100; the CUDA simulator (NUMBA_ENABLE_CUDASIM=1) "
+              f"cannot", file=sys.stderr)
+        return 1
+    m, n, k = args.m, args.n, args.k
+    note = ""
+    if m * n * k > 256 ** 3:  # every simulated thread is a Python thread
+        note = f" ({m}x{n}x{k} is too large to simulate)"
+        m = n = k = 64
+    r = simulated_check(m, n, k, args.dtype, args.layout)
+    if args.json:
+        print(json.dumps(r, indent=2))
+    else:
+        print(f"CUDA simulator: nothing to time; {m}x{n}x{k} {args.dtype} {args.layout} through matmul instead{note}: "
+              f"relative error {r['rel_error']:.2e} ({r['out']} out) vs float64")
+    return 0 if r["rel_error"] < 1e-2 else 1
+
+
+def run_cli(args):
+    from ._examples import gpu_available, simulated
+
+    if simulated():
+        return _run_simulated(args)
     if not gpu_available():
         from numba import types
 
         from .kernels.gemm import GemmConfig, gemm_kernel
-        from .report import compile_report
+        from .report import ToolchainError, compile_report
 
         kind = {"bf16": "f32.bf16.bf16", "f16": "f32.f16.f16", "tf32": "f32.tf32.tf32",
                 "e4m3": "f32.e4m3.e4m3", "e5m2": "f32.e5m2.e5m2"}[args.dtype]
@@ -215,7 +279,11 @@ def run_cli(args):
                          epilogue="direct" if tf32 else "tma")
         c_t = types.float32[:, :] if tf32 else types.uint64  # an array, or C's tensor map
         sig = (types.uint64, types.uint64, c_t, types.int32, types.int32, types.int32, types.float32)
-        rep = compile_report(gemm_kernel(cfg), sig)
+        try:
+            rep = compile_report(gemm_kernel(cfg), sig)
+        except ToolchainError as e:
+            print(f"bench: no sm_90 GPU, and no compile report either: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 1
         if args.json:
             print(json.dumps({"gpu": None, "message": "no sm_90 GPU found", "config": repr(cfg),
                               "report": rep.to_dict()}, indent=2))
