@@ -1,0 +1,180 @@
+"""``nbwgmma.matmul``, ``launch``'s limits and ``compile_report`` in Numba's CUDA simulator
+(run by tests/test_sim_frontend.py in a child process with NUMBA_ENABLE_CUDASIM=1; also by
+hand: NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_frontend_cases.py).
+
+Every output is poisoned (NaN) before the call and compared with a float64 product of the
+operands; small integers make every type's answer exact."""
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from nbwgmma import MatmulError, matmul
+from nbwgmma.intrinsics.wgmma_model import decode_elements, encode_elements
+from nbwgmma.launch import LaunchError, device_limits, launch
+from nbwgmma.report import ToolchainError, compile_report
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+RAW = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}
+BF16_NAN = 0x7FC0
+
+
+def bits(x, t):
+    """Host array of ``x`` (exactly representable values) in type ``t`` (bf16/fp8 as raw bits)."""
+    if t in ("f16", "f32"):
+        return x.astype(RAW[t])
+    return encode_elements(x, t).view(RAW[t]).reshape(x.shape)
+
+
+def operand(x, t, k_major, is_b):
+    """``x`` (A: [M, K], B: [K, N]) as a simulator array with K contiguous or not (a transposed view)."""
+    h = bits(x, t)
+    contiguous_k = k_major if not is_b else not k_major  # B [K, N] row-major has N contiguous
+    return cuda.to_device(h) if contiguous_k else cuda.to_device(np.ascontiguousarray(h.T)).T
+
+
+def poisoned(m, n, odt):
+    return cuda.to_device(np.full((m, n), BF16_NAN, np.uint16) if odt == "bf16" else np.full((m, n), np.nan, RAW[odt]))
+
+
+def host(c, odt):
+    h = c.copy_to_host()
+    return decode_elements(h.view(np.uint8).reshape(h.shape[0], -1), "bf16") if odt == "bf16" else h.astype(np.float64)
+
+
+def run(t, m, k, n, a_k_major=True, b_k_major=True, odt=None, hi=3, seed=0, tb=None, **kw):
+    """matmul of integer operands in [-hi, hi] of type ``t`` (B of ``tb``): (got, want)."""
+    rng = np.random.default_rng(seed)
+    tb = tb or t
+    a = rng.integers(-hi, hi + 1, (m, k)).astype(np.float64)
+    b = rng.integers(-hi, hi + 1, (k, n)).astype(np.float64)
+    odt = odt or {"f16": "f16", "f32": "f32"}.get(t, "bf16")
+    raw = t in ("bf16", "e4m3", "e5m2")
+    out = poisoned(m, n, odt)
+    c = matmul(operand(a, t, a_k_major, False), operand(b, tb, b_k_major, True), out=out,
+               in_dtype=(t, tb) if raw else None, **kw)
+    assert c is out
+    want = a @ b
+    assert np.abs(want).sum() > 0
+    return host(c, odt), want
+
+
+LAYOUTS = [(True, True), (True, False), (False, True), (False, False)]
+LAYOUT_IDS = ["KK", "KN", "MK", "MN"]
+
+
+@pytest.mark.parametrize("a_k, b_k", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("t", ["bf16", "f16", "f32", "e4m3", "e5m2"])
+def test_every_type_and_layout_small_integers_exact(t, a_k, b_k):
+    """5x7 @ 7x3: one tile, mostly out of bounds (TMA zero fill, clipped stores). 16-bit
+    MN-major operands are read in place (wgmma transposes), the others staged K-major."""
+    got, want = run(t, 5, 7, 3, a_k, b_k)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("t, tb, a_k, b_k, odt", [
+    ("bf16", None, True, True, "bf16"),   # in place, the TMA-store epilogue
+    ("f16", None, False, False, "f32"),   # both MN-major in place, direct f32 stores
+    ("e4m3", "e5m2", False, True, "f32"),  # mixed fp8, A staged
+    ("f32", None, True, False, "f32"),    # tf32, B staged
+], ids=["bf16-KK-tma", "f16-MN-direct", "e4m3xe5m2-MK", "tf32-KN"])
+def test_ragged_sizes_small_integers_exact(t, tb, a_k, b_k, odt):
+    """100x72 @ 72x136: several tiles, ragged at both edges; |C| <= 72 is exact in bf16 too."""
+    got, want = run(t, 100, 72, 136, a_k, b_k, odt=odt, hi=1, tb=tb)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("cfg", [{"bm": 64, "bn": 64}, {"cluster": 2}, {"split": 2, "bm": 64, "bn": 64}],
+                         ids=["tile64", "cluster2", "split2"])
+def test_explicit_configs(cfg):
+    got, want = run("bf16", 96, 128, 64, odt="f32", config=cfg, seed=3)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_fp8_scales_and_a_fresh_output():
+    rng = np.random.default_rng(5)
+    a = rng.integers(-3, 4, (16, 32)).astype(np.float64)
+    b = rng.integers(-3, 4, (32, 24)).astype(np.float64)
+    c = matmul(operand(a, "e4m3", True, False), operand(b, "e4m3", True, True), in_dtype="e4m3",
+               scale_a=2.0, scale_b=0.5, out_dtype="f32")
+    assert type(c).__name__ == "FakeCUDAArray" and c.dtype == np.float32 and c.shape == (16, 24)
+    np.testing.assert_array_equal(c.copy_to_host(), a @ b)
+
+
+def test_empty_inner_dimension_gives_zeros():
+    out = poisoned(6, 10, "f16")
+    c = matmul(cuda.to_device(np.ones((6, 0), np.float16)), cuda.to_device(np.ones((0, 10), np.float16)), out=out)
+    np.testing.assert_array_equal(c.copy_to_host(), np.zeros((6, 10)))
+
+
+class _CupyLike:
+    """Looks like a CuPy array (its module) with a device pointer the simulator cannot read."""
+
+    __module__ = "cupy._core.core"
+
+    def __init__(self):
+        self.__cuda_array_interface__ = {"shape": (8, 8), "typestr": "<f2", "data": (1 << 40, False),
+                                         "strides": None, "version": 3}
+
+
+def _a(t="f16", shape=(8, 16)):
+    return cuda.to_device(np.zeros(shape, RAW[t]))
+
+
+@pytest.mark.parametrize("args, kw, err, msg", [
+    (lambda: (_a(), _a("f16", (8, 16))), {}, MatmulError, "inner dimensions differ"),
+    (lambda: (_a(), _a("f32", (16, 8))), {}, TypeError, "same type"),
+    (lambda: (_a("bf16"), _a("bf16", (16, 8))), {}, TypeError, "in_dtype="),
+    (lambda: (_a("bf16"), _a("bf16", (16, 8))), {"in_dtype": "e4m3"}, MatmulError, "raw 1-byte integers"),
+    (lambda: (_a(), _a("f16", (16, 8))), {"in_dtype": "bf16"}, MatmulError, "A holds f16"),
+    (lambda: (_a(), _a("f16", (16, 8))), {"in_dtype": "f64"}, MatmulError, "in_dtype must be"),
+    (lambda: (np.zeros((8, 16), np.float16), _a("f16", (16, 8))), {}, TypeError, "host numpy array"),
+    (lambda: (_CupyLike(), _a("f16", (8, 8))), {}, TypeError, "got a CuPy array"),
+    (lambda: (_a(), _a("f16", (16, 8))), {"config": {"bm": 96}}, ValueError, "bm must be"),
+    (lambda: (_a(), _a("f16", (16, 8))), {"config": {"tile": 1}}, MatmulError, "unknown config keys"),
+    (lambda: (_a(), _a("f16", (16, 8))), {"out": _a("f16", (8, 9))}, MatmulError, "shape (8, 8)"),
+], ids=["inner", "types", "bf16-needs-in_dtype", "in_dtype-size", "in_dtype-float", "in_dtype-name", "host",
+        "cupy", "config-value", "config-key", "out-shape"])
+def test_bad_input_is_the_gpu_paths_error(args, kw, err, msg):
+    a, b = args()
+    with pytest.raises(err) as exc:
+        matmul(a, b, **kw)
+    assert msg in str(exc.value) and "\n" not in str(exc.value)
+
+
+@cuda.jit
+def _write_one(x):
+    x[0] = 1
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"block": 2048}, "exceeds the device limit of 1024"),
+    ({"smem": 300 * 1024}, "opt-in limit of 232448 B"),
+    ({"grid": 3, "cluster": 2}, "not a multiple of cluster"),
+    ({"grid": 16, "cluster": 16}, "portable limit of 8"),
+])
+def test_launch_holds_kernels_to_an_h100s_limits(kw, msg):
+    x = cuda.to_device(np.zeros(4, np.int32))
+    with pytest.raises(LaunchError, match=msg):
+        launch(_write_one, kw.pop("grid", 1), kw.pop("block", 32), (x,), **kw)
+    assert x.copy_to_host()[0] == 0  # refused before running
+
+
+def test_launch_at_an_h100s_limits_runs():
+    x = cuda.to_device(np.zeros(4, np.int32))
+    launch(_write_one, 1, 1024, (x,), smem=232448)
+    launch(_write_one, 8, 32, (x,), cluster=(8, 1, 1))
+    assert x.copy_to_host()[0] == 1
+
+
+def test_device_limits_are_an_h100s():
+    lim = device_limits()
+    assert lim["multiprocessors"] == 132 and lim["compute_capability"] == (9, 0)
+    assert lim["max_smem_optin"] == 232448 and lim["max_threads_per_block"] == 1024
+
+
+def test_compile_report_says_it_needs_the_cuda_target():
+    with pytest.raises(ToolchainError, match="NUMBA_ENABLE_CUDASIM") as exc:
+        compile_report(_write_one, "(int32[:],)")
+    assert "\n" not in str(exc.value)
