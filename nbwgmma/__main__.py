@@ -1,4 +1,4 @@
-"""Command line: ``python -m nbwgmma {bench,demo,inspect}``.
+"""Command line: ``python -m nbwgmma {bench,demo,inspect,layout}``.
 
 * ``bench`` (the default): the GEMM against cuBLAS, bf16 8192^3 unless told
   otherwise (see :mod:`nbwgmma.bench`); without a GPU, its compile report; in
