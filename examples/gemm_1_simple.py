@@ -79,10 +79,8 @@ def simulate():
     a, b, a_bits, b_bits = sim_operands(BM, BN, 2 * BK)
     au, bu = (cuda.to_device(x.copy_to_host().view(np.uint32)) for x in (a_bits, b_bits))
     c = cuda.device_array((BM, BN), np.float32)
-    smem = SMEM + 1024  # whole words: the simulator shapes the dynamic uint32 array from the byte count
-
     def run():
-        launch(gemm_simple, (1, 1), 128, (au, bu, c), smem=smem)
+        launch(gemm_simple, (1, 1), 128, (au, bu, c), smem=SMEM + 1023)
 
     return sim_check("step 1, simple wgmma GEMM", run, c, a, b)
 
