@@ -79,6 +79,7 @@ def simulate():
     a, b, a_bits, b_bits = sim_operands(BM, BN, 2 * BK)
     au, bu = (cuda.to_device(x.copy_to_host().view(np.uint32)) for x in (a_bits, b_bits))
     c = cuda.device_array((BM, BN), np.float32)
+
     def run():
         launch(gemm_simple, (1, 1), 128, (au, bu, c), smem=SMEM + 1023)
 
