@@ -53,7 +53,6 @@ from ..intrinsics import (
     bulk_wait_group_read,
     cluster_ctarank,
     cluster_sync,
-    mbarrier_arrive_cluster,
     tma_load_multicast_2d,
     fence_proxy_async_shared,
     named_barrier_sync,
@@ -62,12 +61,7 @@ from ..intrinsics import (
     acc_undef,
     acc_zeros,
     dynamic_smem_base,
-    fence_mbarrier_init,
     make_desc,
-    mbarrier_arrive,
-    mbarrier_arrive_expect_tx,
-    mbarrier_init,
-    mbarrier_wait_parity,
     desc_advance,
     setmaxnreg_dec,
     setmaxnreg_inc,
@@ -81,8 +75,11 @@ from ..intrinsics import (
 )
 from ..intrinsics.descriptor import SWIZZLE_CODE
 from ..intrinsics.wgmma_model import ELEMENT_BYTES
+from ..kit.pipeline import TmaPipeline
+from ..kit.scheduler import TileScheduler
+from ..kit.warpgroup import warpgroup_sync
 
-__all__ = ["GemmConfig", "gemm_kernel", "tile_order"]
+__all__ = ["GemmConfig", "gemm_kernel"]
 
 SW128 = SWIZZLE_CODE["128B"]
 
@@ -224,17 +221,6 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''})")
 
 
-@cuda.jit(device=True, inline=True)
-def tile_order(t, tiles_m, tiles_n, group_m):
-    """Tile ``t`` -> (tile row, tile col), walking ``group_m`` tile rows at a time."""
-    per_group = group_m * tiles_n
-    g = t // per_group
-    first = g * group_m
-    rows = min(tiles_m - first, group_m)
-    r = t % per_group
-    return first + r % rows, r // rows
-
-
 def _operand_layout(cfg, major):
     """(LBO, SBO, bytes per wgmma K step) of one operand's stage slot.
 
@@ -250,19 +236,6 @@ def _operand_layout(cfg, major):
     return 8192, 1024, 2048
 
 
-@cuda.jit(device=True, inline=True)
-def consumer_sync(cw):
-    """Named barrier of consumer warpgroup ``cw`` (ids 1..4; 0 is ``syncthreads``)."""
-    if cw == 0:
-        named_barrier_sync(1, 128)
-    elif cw == 1:
-        named_barrier_sync(2, 128)
-    elif cw == 2:
-        named_barrier_sync(3, 128)
-    else:
-        named_barrier_sync(4, 128)
-
-
 @functools.lru_cache(maxsize=None)
 def _build(key):
     cfg = GemmConfig(*key)
@@ -276,7 +249,6 @@ def _build(key):
     A_CONS = 64 * 128  # bytes between the consumers' 64-row A slices (either layout)
     SCALED = cfg.scaled
     PREGS, CREGS = cfg.producer_regs, cfg.consumer_regs
-    NBARS = 2 * STAGES
     TRANS_A, TRANS_B = int(A_MN), int(B_MN)
     TMA_EPI = cfg.epilogue == "tma"
     C_OFF = STAGES * STAGE_BYTES
@@ -286,7 +258,9 @@ def _build(key):
     BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
     CL_MASK = (1 << CL) - 1
-    GROUP_MC = max(1, GROUP_M // CL)  # tile rows per group, counted in cluster rows
+    pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
+    sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split)
+    NBARS = pipe.barrier_words
     B_BOXES = BN // 64 // CL  # MN-major B boxes per CTA (64 N-columns each)
     B_PART_ROWS = BN // CL  # rows of B (N) per CTA
     B_PART_BYTES = B_PART_ROWS * 128  # their bytes in the slot, in either layout
@@ -316,15 +290,6 @@ def _build(key):
             tma_load_multicast_2d(slot + b_dst, tmap_b, full, CL_MASK, kcol, b_row)
 
     @cuda.jit(device=True, inline=True)
-    def release(bar):
-        """A consumer is done with a stage: tell every producer that writes into it."""
-        if CL == 1:
-            mbarrier_arrive(bar)
-        else:
-            for r in range(CL):
-                mbarrier_arrive_cluster(bar, r)
-
-    @cuda.jit(device=True, inline=True)
     def store_direct(acc, c, ctid, cw, row0, col0, cbase):
         acc_store(acc, KIND, c, ctid, row0, col0)
 
@@ -333,11 +298,11 @@ def _build(key):
         # The previous TMA stores must have read the C tile before it is rewritten.
         if ctid == 0:
             bulk_wait_group_read(0)
-        consumer_sync(cw)
+        warpgroup_sync(cw)
         acc_stmatrix_swizzled(regs, cbase, ctid, 128, "128B")
         # Generic-proxy writes of every thread become visible to the TMA unit.
         fence_proxy_async_shared()
-        consumer_sync(cw)
+        warpgroup_sync(cw)
         if ctid == 0:
             for j in range(PART_COLS // 64):
                 tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
@@ -401,55 +366,43 @@ def _build(key):
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
         base = dynamic_smem_base(dyn, 1024)
-        full0 = smem_addr(bars)
-        empty0 = full0 + 8 * STAGES
+        ring = smem_addr(bars)
         tid = cuda.threadIdx.x
         wg = tid // 128
         if tid == 0:
-            for s in range(STAGES):
-                mbarrier_init(full0 + 8 * s, 1)
-                # Every consumer of every CTA of the cluster reads what this producer writes.
-                mbarrier_init(empty0 + 8 * s, NCONS * CL)
-            fence_mbarrier_init()
+            pipe.init(ring)
         if CL == 1:
             cuda.syncthreads()
         else:
             cluster_sync()  # the peers' barriers are initialized before anyone uses them
         rank = cluster_ctarank() if CL > 1 else 0
 
-        # A cluster of CL CTAs takes CL vertically adjacent tiles at a time (one "cluster tile").
-        tiles_m = (m + BM - 1) // BM
-        tiles_mc = (tiles_m + CL - 1) // CL
-        tiles_n = (n + BN - 1) // BN
-        ntiles = tiles_mc * tiles_n
-        kblocks = (k + BK - 1) // BK
-        # Work units: (tile, K slice); a tile's slices are neighbours, so they run together.
-        nsplit = 1 if SPLIT == 1 else min(SPLIT, kblocks)
-        nunits = ntiles * nsplit
-        first = cuda.blockIdx.x // CL
-        step = cuda.gridDim.x // CL
+        # A cluster of CL CTAs takes CL vertically adjacent tiles at a time (one "cluster tile");
+        # work units are (tile, K slice), a tile's slices neighbours, so they run together.
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        first = sched.first()
+        step = sched.step()
 
         if wg == 0:
             setmaxnreg_dec(PREGS)
             if tid == 0:
                 b_dst = A_BYTES + rank * B_PART_BYTES
-                # One k-block count, slot and phase derived from it (the consumers keep the
+                # One k-block count, slot and phase derived from it (the consumers advance the
                 # two as counters; here those cost ptxas an 8-byte spill in the producer's 40
                 # registers with clusters).
                 it = 0
                 for u in range(first, nunits, step):
-                    t = u // nsplit
-                    sp = u - t * nsplit
-                    pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
+                    t, sp = sched.split_unit(u, nsplit)
+                    pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
                     # Past M's last tile (tiles_m not a multiple of CL) a CTA still loads and
                     # multicasts its share of B for its peers; its own A rows are a copy.
-                    pm = min(pmc * CL + rank, tiles_m - 1)
+                    if pm >= tiles_m:
+                        pm = tiles_m - 1
                     b_row = pn * BN + rank * B_PART_ROWS
-                    for kb in range(sp * kblocks // nsplit, (sp + 1) * kblocks // nsplit):
-                        s = it % STAGES
-                        mbarrier_wait_parity(empty0 + 8 * s, ((it // STAGES) & 1) ^ 1)
-                        full = full0 + 8 * s
-                        mbarrier_arrive_expect_tx(full, STAGE_BYTES)
+                    kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
+                    for kb in range(kb0, kb1):
+                        s, ph = pipe.stage_of(it)
+                        full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
                         load_stage(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, b_row, b_dst)
                         it += 1
         else:
@@ -461,14 +414,12 @@ def _build(key):
             ph = 0
             prev = 0
             for u in range(first, nunits, step):
-                t = u // nsplit
-                sp = u - t * nsplit
-                pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
-                pm = pmc * CL + rank
+                t, sp = sched.split_unit(u, nsplit)
+                pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
                 acc = acc_undef(KIND, BN)
-                kb0 = sp * kblocks // nsplit
-                for kb in range(kb0, (sp + 1) * kblocks // nsplit):
-                    mbarrier_wait_parity(full0 + 8 * s, ph)
+                kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
+                for kb in range(kb0, kb1):
+                    pipe.consumer_wait(ring, s, ph)
                     slot = base + s * STAGE_BYTES
                     # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
                     # separates the four wgmmas. (Built with 64-bit integer math, 64-bit adds
@@ -489,15 +440,12 @@ def _build(key):
                     # Keep this stage's group in flight; the previous one is done: release it.
                     wgmma_wait_group(1)
                     if kb > kb0 and ctid == 0:
-                        release(empty0 + 8 * prev)
+                        pipe.consumer_release(ring, prev)
                     prev = s
-                    s += 1
-                    if s == STAGES:
-                        s = 0
-                        ph ^= 1
+                    s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(0)
                 if ctid == 0:
-                    release(empty0 + 8 * prev)
+                    pipe.consumer_release(ring, prev)
                 if SCALED:
                     acc = acc_scale(acc, alpha)
                 if pm < tiles_m:

@@ -1,0 +1,25 @@
+"""The authoring kit: the blocks the library GEMM is built from, for writing your own kernels.
+
+* :mod:`~nbwgmma.kit.pipeline`: :class:`TmaPipeline`, the TMA producer / wgmma consumer ring
+  of ``stages`` shared-memory slots with its "full" and "empty" mbarriers;
+* :mod:`~nbwgmma.kit.scheduler`: :class:`TileScheduler`, a persistent grid's walk over output
+  tiles (grouped rasterization, clusters, K slices);
+* :mod:`~nbwgmma.kit.epilogue`: device functions over accumulator fragments (a user function
+  mapped over every value with its row and column, bias, activations);
+* :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier.
+
+Each block is a host-side object built once with compile-time constants; its device
+functions are attributes, inlined into the kernels that call them, so a kernel written with
+the kit compiles to the same instructions as one written out by hand. (The pipeline and
+the scheduler are namespaces that Numba types as modules: a kernel calls ``pipe.advance(s,
+ph)`` on a global ``pipe`` as it calls ``math.exp``. A shared-array shape must still be one
+constant name: write ``NBARS = pipe.barrier_words`` at module level.)
+"""
+
+from .epilogue import ACTIVATIONS, acc_map, activation
+from .pipeline import TmaPipeline
+from .scheduler import TileScheduler
+from .warpgroup import warpgroup_index, warpgroup_sync, warpgroup_thread
+
+__all__ = ["TmaPipeline", "TileScheduler", "acc_map", "activation", "ACTIVATIONS", "warpgroup_index",
+           "warpgroup_thread", "warpgroup_sync"]

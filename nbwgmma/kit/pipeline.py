@@ -1,0 +1,131 @@
+"""The TMA producer / wgmma consumer ring: ``stages`` shared-memory slots, each guarded by a
+"full" mbarrier (the producer's arrival plus the TMA transaction bytes) and an "empty" one
+(one arrival per consumer warpgroup of every CTA of the cluster).
+
+The position in the ring is two small integers, the slot ``s`` and the phase ``ph``, kept in
+registers by the kernel and moved on with :attr:`TmaPipeline.advance` (or derived from a
+running count with :attr:`TmaPipeline.stage_of`); the phase flip lives here and nowhere else.
+Both sides start at ``(0, 0)``::
+
+    pipe = TmaPipeline(stages=4, consumers=2)
+
+    @cuda.jit
+    def kernel(...):
+        bars = cuda.shared.array(pipe.barrier_words, np.uint64)
+        ring = smem_addr(bars)
+        if cuda.threadIdx.x == 0:
+            pipe.init(ring)
+        cuda.syncthreads()
+        s, ph = 0, 0
+        if producer:                                   # one thread
+            for kb in range(nk):
+                full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
+                tma_load_2d(slot_address(s), tmap_a, full, ...)
+                s, ph = pipe.advance(s, ph)
+        else:                                          # each consumer warpgroup
+            for kb in range(nk):
+                pipe.consumer_wait(ring, s, ph)
+                ... wgmma on slot s, commit, wgmma_wait_group(1) ...
+                if kb > 0 and elected:
+                    pipe.consumer_release(ring, prev)  # the slot of the group now complete
+                prev = s
+                s, ph = pipe.advance(s, ph)
+
+The "empty" wait of the first round passes at once: the producer waits for parity
+``ph ^ 1``, and parity 1 is the phase before phase 0. With ``cluster`` > 1 a release arrives
+on the "empty" barrier of every CTA of the cluster (each producer multicasts into all of
+them), and :attr:`init` must be followed by ``cluster_sync()`` instead of ``syncthreads()``.
+The simulator names the barriers ``full[s]`` and ``empty[s]`` in its reports.
+"""
+
+from __future__ import annotations
+
+import types
+
+from numba import cuda
+
+from ..intrinsics import (
+    fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_arrive_expect_tx, mbarrier_init,
+    mbarrier_name, mbarrier_wait_parity,
+)
+
+__all__ = ["TmaPipeline"]
+
+
+class TmaPipeline(types.ModuleType):
+    """A ring of ``stages`` slots filled by TMA and drained by ``consumers`` warpgroups per
+    CTA, in clusters of ``cluster`` CTAs. Device functions (all inlined):
+
+    * ``init(ring)``: one thread initializes the ``2 * stages`` barriers at shared address
+      ``ring`` (``barrier_words`` u64 words: full[0..S-1], then empty[0..S-1]);
+    * ``producer_acquire(ring, s, ph, nbytes) -> full``: wait until slot ``s`` is empty, arm
+      its "full" barrier for ``nbytes`` transaction bytes; returns the barrier's address for
+      the TMA loads of the stage;
+    * ``consumer_wait(ring, s, ph)``: wait until slot ``s`` is full;
+    * ``consumer_release(ring, s)``: one thread per consumer warpgroup marks slot ``s`` empty
+      (after the ``wgmma_wait_group`` that completes the wgmmas reading it);
+    * ``advance(s, ph) -> (s, ph)``: the next slot and its phase;
+    * ``stage_of(it) -> (s, ph)``: slot and phase of the ``it``-th fill (for a loop that keeps
+      one running count instead of two counters).
+    """
+
+    def __init__(self, stages: int, consumers: int, *, cluster: int = 1):
+        for name, v, lo, hi in (("stages", stages, 1, 32), ("consumers", consumers, 1, 8), ("cluster", cluster, 1, 16)):
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                raise ValueError(f"TmaPipeline: {name} must be an integer in [{lo}, {hi}]; got {v!r}")
+        super().__init__(f"TmaPipeline({stages}, {consumers}, cluster={cluster})")
+        self.stages, self.consumers, self.cluster = stages, consumers, cluster
+        self.barrier_words = 2 * stages
+        self._build()
+
+    def __repr__(self):
+        return f"TmaPipeline(stages={self.stages}, consumers={self.consumers}, cluster={self.cluster})"
+
+    def _build(self):
+        S, CL = self.stages, self.cluster
+        RELEASES = self.consumers * CL
+
+        @cuda.jit(device=True, inline=True)
+        def init(ring):
+            for s in range(S):
+                mbarrier_init(ring + 8 * s, 1)  # the producer's arrive.expect_tx; TMA adds the bytes
+                mbarrier_name(ring + 8 * s, "full", s)
+                mbarrier_init(ring + 8 * S + 8 * s, RELEASES)
+                mbarrier_name(ring + 8 * S + 8 * s, "empty", s)
+            fence_mbarrier_init()
+
+        @cuda.jit(device=True, inline=True)
+        def producer_acquire(ring, s, ph, nbytes):
+            mbarrier_wait_parity(ring + 8 * S + 8 * s, ph ^ 1)
+            full = ring + 8 * s
+            mbarrier_arrive_expect_tx(full, nbytes)
+            return full
+
+        @cuda.jit(device=True, inline=True)
+        def consumer_wait(ring, s, ph):
+            mbarrier_wait_parity(ring + 8 * s, ph)
+
+        if CL == 1:
+            @cuda.jit(device=True, inline=True)
+            def consumer_release(ring, s):
+                mbarrier_arrive(ring + 8 * S + 8 * s)
+        else:
+            @cuda.jit(device=True, inline=True)
+            def consumer_release(ring, s):
+                for r in range(CL):
+                    mbarrier_arrive_cluster(ring + 8 * S + 8 * s, r)
+
+        @cuda.jit(device=True, inline=True)
+        def advance(s, ph):
+            s += 1
+            if s == S:
+                s = 0
+                ph ^= 1
+            return s, ph
+
+        @cuda.jit(device=True, inline=True)
+        def stage_of(it):
+            return it % S, (it // S) & 1
+
+        self.init, self.producer_acquire, self.consumer_wait = init, producer_acquire, consumer_wait
+        self.consumer_release, self.advance, self.stage_of = consumer_release, advance, stage_of

@@ -1,0 +1,123 @@
+"""A persistent grid's walk over output tiles: grouped rasterization, clusters, K slices.
+
+A persistent kernel launches about one CTA per SM and loops over *work units*. A unit is
+one (tile, K slice): tile ``t`` of ``tiles`` in grouped order (``group_m`` tile rows at a
+time, so the CTAs running together share rows of A and columns of B in L2), slice ``sp`` of
+``nsplit`` of its K blocks. With clusters of ``cluster`` CTAs along M, a unit is a *cluster
+tile*: ``cluster`` vertically adjacent tiles, one per CTA (the CTA's rank picks its row)::
+
+    sched = TileScheduler(128, 256, group_m=8)
+
+    @cuda.jit
+    def kernel(..., m, n, k):
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        for u in range(sched.first(), nunits, sched.step()):
+            t, sp = sched.split_unit(u, nsplit)
+            tm, tn = sched.tile(t, tiles_mc, tiles_n, rank)
+            kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
+            ...
+
+On the host, :meth:`TileScheduler.units` counts the units and :meth:`TileScheduler.grid`
+sizes a persistent grid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import types
+
+from numba import cuda
+
+__all__ = ["TileScheduler", "tile_order"]
+
+
+@cuda.jit(device=True, inline=True)
+def tile_order(t, tiles_m, tiles_n, group_m):
+    """Tile ``t`` -> (tile row, tile col), walking ``group_m`` tile rows at a time."""
+    per_group = group_m * tiles_n
+    g = t // per_group
+    first = g * group_m
+    rows = min(tiles_m - first, group_m)
+    r = t % per_group
+    return first + r % rows, r // rows
+
+
+class TileScheduler(types.ModuleType):
+    """Tiles of ``bm`` x ``bn`` over K blocks of ``bk`` elements, walked in groups of
+    ``group_m`` tile rows, by clusters of ``cluster`` CTAs, each tile's K cut into up to
+    ``split`` slices. Device functions (all inlined):
+
+    * ``shape(m, n, k) -> (tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits)``;
+    * ``first()``, ``step()``: this CTA's first unit and the stride between its units;
+    * ``split_unit(u, nsplit) -> (t, sp)``: unit ``u``'s (cluster) tile and K slice;
+    * ``tile(t, tiles_mc, tiles_n, rank) -> (tile_m, tile_n)``: the tile of (cluster) tile
+      ``t`` for the CTA of cluster rank ``rank`` (0 without clusters);
+    * ``k_range(sp, kblocks, nsplit) -> (kb0, kb1)``: the K blocks of slice ``sp``.
+
+    ``tile_m`` may be past M's last tile when ``tiles_m`` is not a multiple of ``cluster``:
+    such a CTA still takes part in the cluster's multicasts and stores nothing.
+    """
+
+    def __init__(self, bm: int, bn: int, bk: int, *, group_m: int = 8, cluster: int = 1, split: int = 1):
+        for name, v in (("bm", bm), ("bn", bn), ("bk", bk), ("group_m", group_m), ("cluster", cluster),
+                        ("split", split)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"TileScheduler: {name} must be a positive integer; got {v!r}")
+        super().__init__(f"TileScheduler({bm}x{bn}x{bk})")
+        self.bm, self.bn, self.bk = bm, bn, bk
+        self.group_m, self.cluster, self.split = group_m, cluster, split
+        self._build()
+
+    def __repr__(self):
+        return (f"TileScheduler({self.bm}x{self.bn}x{self.bk}, group_m={self.group_m}, cluster={self.cluster}, "
+                f"split={self.split})")
+
+    def units(self, m: int, n: int, k: int) -> int:
+        """Work units of an M x N x K problem (cluster tiles times K slices)."""
+        tiles_mc = math.ceil(math.ceil(m / self.bm) / self.cluster)
+        kblocks = math.ceil(k / self.bk)
+        return tiles_mc * math.ceil(n / self.bn) * min(self.split, max(kblocks, 1))
+
+    def grid(self, m: int, n: int, k: int, ctas: int) -> int:
+        """CTAs of a persistent grid of at most ``ctas`` (whole clusters, no idle cluster)."""
+        clusters = max(1, min(ctas // self.cluster, self.units(m, n, k)))
+        return clusters * self.cluster
+
+    def _build(self):
+        BM, BN, BK, CL, SPLIT = self.bm, self.bn, self.bk, self.cluster, self.split
+        GROUP_MC = max(1, self.group_m // CL)  # tile rows per group, counted in cluster rows
+
+        @cuda.jit(device=True, inline=True)
+        def shape(m, n, k):
+            tiles_m = (m + BM - 1) // BM
+            tiles_mc = (tiles_m + CL - 1) // CL
+            tiles_n = (n + BN - 1) // BN
+            kblocks = (k + BK - 1) // BK
+            nsplit = 1 if SPLIT == 1 else min(SPLIT, kblocks)
+            return tiles_m, tiles_mc, tiles_n, kblocks, nsplit, tiles_mc * tiles_n * nsplit
+
+        @cuda.jit(device=True, inline=True)
+        def first():
+            return cuda.blockIdx.x // CL
+
+        @cuda.jit(device=True, inline=True)
+        def step():
+            return cuda.gridDim.x // CL
+
+        @cuda.jit(device=True, inline=True)
+        def split_unit(u, nsplit):
+            t = u // nsplit
+            return t, u - t * nsplit
+
+        @cuda.jit(device=True, inline=True)
+        def tile(t, tiles_mc, tiles_n, rank):
+            pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
+            return pmc * CL + rank, pn
+
+        @cuda.jit(device=True, inline=True)
+        def k_range(sp, kblocks, nsplit):
+            return sp * kblocks // nsplit, (sp + 1) * kblocks // nsplit
+
+        self.shape, self.first, self.step, self.split_unit = shape, first, step, split_unit
+        self.tile, self.k_range = tile, k_range
