@@ -18,8 +18,10 @@ import math
 import struct
 import threading
 
+from .fastlaunch import LaunchCache, array_arg_types, array_arg_values, pack, slots_of, stream_handle
+
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
-           "device_limits", "H100_LIMITS", "PreparedLaunch", "array_arg_types", "array_arg_values"]
+           "device_limits", "H100_LIMITS", "PreparedLaunch", "array_arg_types", "array_arg_values", "LAUNCH_CACHE"]
 
 
 class LaunchError(ValueError):
@@ -198,17 +200,6 @@ def max_active_clusters(kernel, args, block, cluster, *, smem: int = 0, stream=0
 _SLOT = {"u64": "Q", "i64": "q", "u32": "I4x", "i32": "i4x", "f32": "f4x", "f64": "d"}
 
 
-def array_arg_types(ndim: int) -> tuple:
-    """The parameter slots of one Numba array argument of ``ndim`` dimensions, as a compiled
-    ``@cuda.jit`` kernel takes it: meminfo, parent, size, itemsize, data, shapes, strides."""
-    return ("u64", "u64", "i64", "i64", "u64") + ("i64",) * (2 * ndim)
-
-
-def array_arg_values(ptr: int, shape, strides, itemsize: int) -> tuple:
-    """The values for :func:`array_arg_types` of an array at ``ptr`` (strides in bytes)."""
-    return (0, 0, math.prod(shape), itemsize, ptr, *shape, *strides)
-
-
 def param_struct(arg_types) -> struct.Struct:
     """The packing of kernel parameters of ``arg_types`` into consecutive 8-byte slots."""
     bad = [t for t in arg_types if t not in _SLOT]
@@ -284,6 +275,13 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     ``stream`` a Numba stream, an object with ``__cuda_stream__`` (CuPy,
     PyTorch, cuda.core) or a raw handle. Raises :class:`LaunchError` before
     launching when the request exceeds the device.
+
+    The first launch of a signature (kernel, grid, block, ``smem``, ``cluster`` and the
+    kinds of ``args``: array element types, dimensions and layouts, scalar types) goes
+    through Numba's argument handling; later ones reuse a :class:`PreparedLaunch` and cost
+    a few microseconds of host time (:mod:`nbwgmma.fastlaunch`). They are ordered on
+    ``stream`` only, like a PyTorch operator: Numba's synchronization of the stream an
+    array's ``__cuda_array_interface__`` names is skipped.
     """
     from . import sim
 
@@ -296,6 +294,12 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
         smem, cluster = _check_request(grid, block, smem, 0, 0, cluster)
         sim.run(kernel, grid, block, args, smem=smem, cluster=cluster or (1, 1, 1))
         return
+
+    fast = None
+    if _DEBUG_WAIT is None:  # a repeated launch of the same signature skips Numba's argument path
+        fast = _repeat_launch(kernel, grid, block, args, stream, smem, cluster)
+        if fast is True:
+            return
 
     from cuda.core import LaunchConfig
     from cuda.core import launch as core_launch
@@ -317,6 +321,38 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
         wb()
     if _DEBUG_WAIT is not None:
         _sync_debug(core_stream, kernel)
+    elif fast is not None:  # remember this signature: the next launch of it takes the short path
+        key, packers = fast
+        slots = slots_of(kern.argument_types)
+        if slots is not None:
+            prepared = PreparedLaunch(cufunc.kernel, grid, block, slots, smem=smem, cluster=cluster)
+            LAUNCH_CACHE.put(key, kernel, prepared, packers)
+
+
+#: Prepared launches of the signatures launched so far (see :mod:`nbwgmma.fastlaunch`).
+LAUNCH_CACHE = LaunchCache()
+
+
+def _repeat_launch(kernel, grid, block, args, stream, smem, cluster):
+    """Launch through the cache of prepared launches (:mod:`nbwgmma.fastlaunch`): True when
+    done; else (key, packers) to remember after Numba's path has launched, or None when this
+    launch cannot be cached (an argument or stream kind it does not take)."""
+    handle = stream_handle(stream)
+    if handle is None:
+        return None
+    key, packers = LaunchCache.key(kernel, grid, block, int(smem),
+                                   None if cluster is None else _dim3(cluster, "cluster"), args)
+    if key is None:
+        return None
+    hit = LAUNCH_CACHE.get(key)
+    if hit is None:
+        return key, packers
+    _, prepared, packs = hit
+    values = []
+    for spec, a in zip(packs, args):
+        values.extend(pack(spec, a))
+    prepared(handle, *values)
+    return True
 
 
 from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S as _DEBUG_WAIT  # noqa: E402

@@ -154,13 +154,48 @@ def _encode(p: TensorMapParams) -> np.ndarray:
     return np.array(tmap.opaque, dtype=np.uint64)
 
 
+def _int_tuple(name: str, value: Any) -> tuple:
+    """``value`` as a tuple of Python ints: integers only (no floats, no bare int)."""
+    if isinstance(value, (int, np.integer)) or not hasattr(value, "__iter__"):
+        raise TensorMapError(f"tensor map: {name} must be a sequence of integers, one per dimension; got {value!r}")
+    out = tuple(value)
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in out):
+        raise TensorMapError(f"tensor map: {name} must hold integers; got {out!r}")
+    return tuple(int(v) for v in out)
+
+
+#: Device copies of encoded maps, by their parameters. The 128 bytes depend on nothing
+#: else, so a map made again for the same tensor (every call of a user's launch function,
+#: say) reuses the copy: no allocation and no synchronous host-to-device copy, which would
+#: wait for all the GPU's queued work. Entries are kept for the process (a few hundred
+#: bytes each); a copy is never freed while a kernel might still read it.
+_DEVICE_MAPS: dict = {}
+_DEVICE_MAPS_LIMIT = 4096
+
+
+def _device_map(params: TensorMapParams) -> tuple:
+    """(opaque 128 bytes, device array, address) of the map for ``params``."""
+    hit = _DEVICE_MAPS.get(params)
+    if hit is None:
+        from numba import cuda
+
+        opaque = _encode(params)
+        dev = cuda.to_device(opaque)  # 256-byte aligned allocation
+        hit = (opaque, dev, int(dev.__cuda_array_interface__["data"][0]))
+        if len(_DEVICE_MAPS) < _DEVICE_MAPS_LIMIT:
+            _DEVICE_MAPS[params] = hit
+    return hit
+
+
 class TensorMap:
     """A tiled TMA descriptor for ``array`` with ``box``-shaped tiles (array order).
 
     ``dtype`` overrides the element type read off the array (e.g. ``"bf16"`` for
     a ``uint16`` array holding bf16 bits, ``"e4m3"`` for fp8 bytes). ``shape``
     and ``strides`` (elements, array order) override the array's own, e.g. to
-    describe a view. The map lives in device memory; kernels take ``.address``.
+    describe a view. The map lives in device memory; kernels take ``.address``. Maps with
+    the same parameters share one device copy, so building one per launch costs no
+    synchronization after the first.
     """
 
     def __init__(self, array: Any, box: Sequence[int], *, dtype: str | None = None, swizzle: str = "128B",
@@ -177,7 +212,7 @@ class TensorMap:
         shape = tuple(shape) if shape is not None else info.shape
         strides_b = tuple(s * es for s in strides) if strides is not None else info.strides
         rank = len(shape)
-        box = tuple(box)
+        box = _int_tuple("box", box)
         if len(box) != rank:
             raise TensorMapError(f"tensor map: box must have one entry per dimension ({rank}); got {box}")
         if strides_b[-1] != es:
@@ -203,11 +238,7 @@ class TensorMap:
             self._dev = True
             self._address = sim.register_tensor_map(self)
         elif encode:
-            from numba import cuda
-
-            self.opaque = _encode(self.params)
-            self._dev = cuda.to_device(self.opaque)  # 256-byte aligned allocation
-            self._address = int(self._dev.__cuda_array_interface__["data"][0])
+            self.opaque, self._dev, self._address = _device_map(self.params)
 
     @property
     def address(self) -> int:

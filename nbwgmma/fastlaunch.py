@@ -1,0 +1,176 @@
+"""The repeat-launch cache behind :func:`nbwgmma.launch.launch`.
+
+Launching a ``@cuda.jit`` kernel through Numba costs 150-200 us of host time per call: the
+arguments are typed (``typeof`` of every array), the compiled kernel is looked up, and each
+array is wrapped and its stream synchronized. A kernel launched again with the same grid,
+block, shared memory, cluster and kinds of arguments needs none of that: this module keeps,
+per such *launch signature*, a :class:`~nbwgmma.launch.PreparedLaunch` and one small packer
+per argument, so a repeated call only reads each argument's pointer, shape and strides and
+calls ``cuLaunchKernelEx``.
+
+An argument kind is what fixes its Numba type: for an array its element type, number of
+dimensions and layout (C-contiguous, Fortran-contiguous or neither); for a scalar its Python
+or NumPy type. Arrays are PyTorch tensors, Numba device arrays or any object with
+``__cuda_array_interface__``; scalars are ``int``, ``float`` and NumPy integers and floats.
+Anything else (records, booleans, host arrays) takes Numba's own path every time.
+
+Unlike Numba's path, a repeated launch does not synchronize the stream an array's
+``__cuda_array_interface__`` names: like a PyTorch operator, it is ordered on the launch
+stream only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["arg_kind", "stream_handle", "LaunchCache", "array_arg_types", "array_arg_values"]
+
+#: Numba scalar type name -> PreparedLaunch slot code.
+_SCALAR_SLOTS = {"int64": "i64", "uint64": "u64", "int32": "i32", "uint32": "u32", "float32": "f32",
+                 "float64": "f64"}
+_PY_SCALARS = {int: "int64", float: "float64"}
+
+
+def _layout(shape, strides, itemsize):
+    """Numba's array layout letter for these byte strides: 'C', 'F' or 'A'."""
+    c = f = True
+    expect = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != expect:
+            c = False
+        expect *= n
+    expect = itemsize
+    for n, s in zip(shape, strides):
+        if n != 1 and s != expect:
+            f = False
+        expect *= n
+    return "C" if c else ("F" if f else "A")
+
+
+def _torch_view(a):
+    es = a.element_size()
+    shape = tuple(a.shape)
+    strides = tuple(s * es for s in a.stride())
+    return a.data_ptr(), shape, strides, es
+
+
+def _cai_view(a):
+    cai = a.__cuda_array_interface__
+    dt = np.dtype(cai["typestr"])
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    if strides is None:
+        strides, s = [], dt.itemsize
+        for n in reversed(shape):
+            strides.append(s)
+            s *= n
+        strides = tuple(reversed(strides))
+    return cai["data"][0], shape, tuple(strides), dt.itemsize
+
+
+def arg_kind(a):
+    """(kind key, packer) of a launch argument, or None where Numba's path must take it."""
+    t = type(a)
+    if t in _PY_SCALARS:
+        name = _PY_SCALARS[t]
+        return ("scalar", name), ("scalar", name)
+    if isinstance(a, (np.integer, np.floating)) and a.dtype.name in _SCALAR_SLOTS:
+        return ("scalar", a.dtype.name), ("scalar", a.dtype.name)
+    if t.__module__.startswith("torch") and hasattr(a, "data_ptr"):
+        if not a.is_cuda:
+            return None
+        ptr, shape, strides, es = _torch_view(a)
+        return ("torch", str(a.dtype), len(shape), _layout(shape, strides, es), a.get_device()), ("torch", len(shape))
+    if hasattr(a, "__cuda_array_interface__"):
+        ptr, shape, strides, es = _cai_view(a)
+        typestr = a.__cuda_array_interface__["typestr"]
+        return ("cai", t, typestr, len(shape), _layout(shape, strides, es)), ("cai", len(shape))
+    return None
+
+
+def array_arg_types(ndim: int) -> tuple:
+    """The parameter slots of one Numba array argument of ``ndim`` dimensions, as a compiled
+    ``@cuda.jit`` kernel takes it: meminfo, parent, size, itemsize, data, shapes, strides."""
+    return ("u64", "u64", "i64", "i64", "u64") + ("i64",) * (2 * ndim)
+
+
+def array_arg_values(ptr: int, shape, strides, itemsize: int) -> tuple:
+    """The values for :func:`array_arg_types` of an array at ``ptr`` (strides in bytes)."""
+    return (0, 0, math.prod(shape), itemsize, ptr, *shape, *strides)
+
+
+def pack(spec, a):
+    """The slot values of argument ``a`` for its packer ``spec`` (see :func:`arg_kind`)."""
+    kind = spec[0]
+    if kind == "scalar":
+        return (a,)
+    ptr, shape, strides, es = _torch_view(a) if kind == "torch" else _cai_view(a)
+    n = 1
+    for d in shape:
+        n *= d
+    return array_arg_values(ptr, shape, strides, es)
+
+
+def stream_handle(stream):
+    """The raw ``CUstream`` of ``stream`` (0, None, an int, an object with
+    ``__cuda_stream__``, a PyTorch stream), or None for other objects."""
+    if stream is None or (type(stream) is int and stream == 0):
+        return 0
+    if type(stream) is int:
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None and callable(proto):
+        return int(proto()[1])
+    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
+    if isinstance(handle, int):
+        return handle
+    return None
+
+
+class LaunchCache:
+    """Prepared launches by launch signature (kernel, grid, block, smem, cluster, argument
+    kinds). :meth:`get` returns the entry or None; :meth:`put` stores one."""
+
+    def __init__(self, limit: int = 1024):
+        self.entries: dict = {}
+        self.limit = limit
+
+    @staticmethod
+    def key(kernel, grid, block, smem, cluster, args):
+        kinds, packers = [], []
+        for a in args:
+            k = arg_kind(a)
+            if k is None:
+                return None, None
+            kinds.append(k[0])
+            packers.append(k[1])
+        return (id(kernel), grid, block, smem, cluster, tuple(kinds)), packers
+
+    def get(self, key):
+        return self.entries.get(key)
+
+    def put(self, key, kernel, prepared, packers):
+        if len(self.entries) >= self.limit:
+            self.entries.clear()
+        # The kernel object is kept with the entry so that its id cannot be reused.
+        self.entries[key] = (kernel, prepared, tuple(packers))
+
+
+def slots_of(numba_types) -> tuple | None:
+    """PreparedLaunch slot codes of a compiled kernel's argument types, or None if one of
+    them is not an array of numbers or a supported scalar."""
+    out = []
+    for t in numba_types:
+        ndim = getattr(t, "ndim", None)
+        if ndim is not None and hasattr(t, "dtype"):
+            if str(t.dtype) not in ("float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
+                                    "uint32", "int64", "uint64"):
+                return None
+            out.extend(array_arg_types(ndim))
+        elif str(t) in _SCALAR_SLOTS:
+            out.append(_SCALAR_SLOTS[str(t)])
+        else:
+            return None
+    return tuple(out)
