@@ -10,4 +10,5 @@ __version__ = "0.1.0"
 
 from .launch import launch  # noqa: E402,F401
 from .report import compile_report  # noqa: E402,F401
-from .matmul import MatmulError, matmul  # noqa: E402,F401
+from .errors import MatmulError, MatmulTypeError, NbwgmmaError  # noqa: E402,F401  (see nbwgmma.errors)
+from .matmul import matmul  # noqa: E402,F401

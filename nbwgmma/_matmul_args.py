@@ -1,21 +1,22 @@
 """The arguments of :func:`nbwgmma.matmul`: checks, element types, output allocation,
-streams. Each check raises :class:`MatmulError` (or ``TypeError`` for an unsupported
-type) with one line that says what was expected and what was given, the same on the
-GPU and in Numba's CUDA simulator."""
+streams. Each check raises :class:`~nbwgmma.errors.MatmulError` (its subclass
+:class:`~nbwgmma.errors.MatmulTypeError` for a wrong array kind, element type or argument
+type) with one line that says what was expected and what was given, the same on the GPU
+and in Numba's CUDA simulator."""
 
 from __future__ import annotations
+
+import numbers
 
 import numpy as np
 from numba import cuda
 
-from ._arrays import ArrayInfo
+from ._arrays import ArrayInfo, array_info
+from .errors import ConfigError, MatmulError, MatmulTypeError
 
-__all__ = ["MatmulError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_out", "lib_of", "empty_like_lib",
-           "torch_dtype", "stream_of"]
-
-
-class MatmulError(ValueError):
-    """Bad input to :func:`nbwgmma.matmul`."""
+__all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
+           "check_out", "array_error", "config_error", "scale_product", "lib_of", "empty_like_lib", "torch_dtype",
+           "stream_of"]
 
 
 FP8 = ("e4m3", "e5m2")
@@ -25,18 +26,20 @@ _IN_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
 NP_OF = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}
 CONFIG_KEYS = {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue", "c_parts",
                "cluster", "split"}
+#: config keys whose value is a string; the others are integers
+_STR_KEYS = {"epilogue"}
 
 
 def _kind(ta: str, tb: str) -> str:
     if ta in FP8 and tb in FP8:
         return f"f32.{ta}.{tb}"
     if ta != tb:
-        raise TypeError(f"matmul: A and B must have the same type (or both fp8); got {ta} and {tb}")
+        raise MatmulTypeError(f"matmul: A and B must have the same type (or both fp8); got {ta} and {tb}")
     if ta in ("bf16", "f16"):
         return f"f32.{ta}.{ta}"
     if ta == "f32":
         return "f32.tf32.tf32"
-    raise TypeError(f"matmul: unsupported input type {ta}; expected bf16, f16, f32 (tf32) or fp8 e4m3/e5m2 "
+    raise MatmulTypeError(f"matmul: unsupported input type {ta}; expected bf16, f16, f32 (tf32) or fp8 e4m3/e5m2 "
                     f"(raw uint16/uint8 arrays with in_dtype=)")
 
 
@@ -45,10 +48,10 @@ def _typed(info: ArrayInfo, name: str, t) -> ArrayInfo:
     integers of the same size (NumPy, hence Numba and CuPy, has no bf16 or fp8 type)."""
     if t is None or t == info.dtype:
         return info
-    if t not in _IN_BYTES:
-        raise MatmulError(f"matmul: in_dtype must be among {sorted(_IN_BYTES)} (or a pair of them); got {t!r}")
+    if not isinstance(t, str) or t not in _IN_BYTES:
+        raise MatmulTypeError(f"matmul: in_dtype must be among {sorted(_IN_BYTES)} (or a pair of them); got {t!r}")
     if info.dtype[0] not in "us" or info.itemsize != _IN_BYTES[t]:
-        raise MatmulError(f"matmul: in_dtype={t} reads raw {_IN_BYTES[t]}-byte integers; {name} holds {info.dtype}")
+        raise MatmulTypeError(f"matmul: in_dtype={t} reads raw {_IN_BYTES[t]}-byte integers; {name} holds {info.dtype}")
     return info._replace(dtype=t)
 
 
@@ -66,17 +69,18 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
     if ia.shape[1] != ib.shape[0]:
         raise MatmulError(f"matmul: inner dimensions differ: A is {ia.shape}, B is {ib.shape}")
     _check_device(ib, "B", ia.device)
-    ta, tb = in_dtype if isinstance(in_dtype, (tuple, list)) else (in_dtype, in_dtype)
+    if isinstance(in_dtype, (tuple, list)):
+        if len(in_dtype) != 2:
+            raise MatmulTypeError(f"matmul: in_dtype must be a type name or a pair of them (A's, B's); "
+                                  f"got {in_dtype!r}")
+        ta, tb = in_dtype
+    else:
+        ta = tb = in_dtype
     ia, ib = _typed(ia, "A", ta), _typed(ib, "B", tb)
     kind = _kind(ia.dtype, ib.dtype)
     fp8 = ia.dtype in FP8
     auto = config == "auto" or (config is None and autotune_default)
-    if isinstance(config, str) and not auto:
-        raise MatmulError(f"matmul: config must be a dict or 'auto'; got {config!r}")
-    opts = dict(config) if config and not auto else {}
-    bad = set(opts) - CONFIG_KEYS
-    if bad:
-        raise MatmulError(f"matmul: unknown config keys {sorted(bad)}")
+    opts = {} if auto or config is None else check_config(config)
     if (scale_a is not None or scale_b is not None) and not fp8:
         raise MatmulError("matmul: scale_a/scale_b apply to fp8 inputs only")
     if out_dtype is None and io is not None:  # like torch's out=: the array says the type
@@ -84,10 +88,78 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
     odt = out_dtype or ("bf16" if fp8 else ia.dtype)
     odt = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(str(odt).replace("torch.", ""), odt)
     if odt not in _OUT_TYPES:
-        raise MatmulError(f"matmul: out_dtype (or the type of out) must be bf16, f16 or f32; got {out_dtype}")
+        raise MatmulTypeError(f"matmul: out_dtype (or the type of out) must be bf16, f16 or f32; got {out_dtype}")
     if ia.dtype == "f32" and odt != "f32":
-        raise MatmulError(f"matmul: f32 (tf32) inputs give f32 outputs; got out_dtype={odt}")
+        raise MatmulTypeError(f"matmul: f32 (tf32) inputs give f32 outputs; got out_dtype={odt}")
     return ia, ib, kind, fp8, auto, opts, odt
+
+
+def check_config(config) -> dict:
+    """A ``config`` dict's keys and the Python types of its values (``GemmConfig`` checks
+    the values when the plan is built: :func:`config_error`). Returns a copy, integers as
+    ``int`` (a NumPy integer would give the kernel cache another key for the same kernel)."""
+    if isinstance(config, str):
+        raise MatmulError(f"matmul: config must be a dict or 'auto'; got {config!r}")
+    if not isinstance(config, dict):
+        raise MatmulTypeError(f"matmul: config must be a dict or 'auto'; got {type(config).__name__}")
+    bad = set(config) - CONFIG_KEYS
+    if bad:
+        raise MatmulError(f"matmul: unknown config keys {sorted(bad, key=str)}; expected among {sorted(CONFIG_KEYS)}")
+    opts = {}
+    for key, v in config.items():
+        if key in _STR_KEYS:
+            if not isinstance(v, str):
+                raise MatmulTypeError(f"matmul: config[{key!r}] must be a string; got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise MatmulTypeError(f"matmul: config[{key!r}] must be an integer; got {v!r}")
+        else:
+            v = int(v)
+        opts[key] = v
+    return opts
+
+
+def config_error(e: ConfigError, given: dict) -> MatmulError:
+    """``GemmConfig``'s objection to a call's ``config`` (``given``), naming the entry at fault
+    (or the whole config when the parameter at fault took its default)."""
+    msg = str(e)
+    if e.key in given:
+        where = f"config[{e.key!r}]"
+        if msg.startswith(e.key + " "):  # "bm must be ...": "config['bm'] must be ..."
+            return MatmulError(f"matmul: {where}{msg[len(e.key):]}")
+    else:
+        where = f"config {given}"
+    return MatmulError(f"matmul: {where}: {msg}")
+
+
+def array_error(named, err: TypeError) -> MatmulTypeError:
+    """The error for ``array_info``'s ``err`` about one of ``named`` ((name, array) pairs):
+    the message names the argument (the first of them that ``array_info`` rejects)."""
+    for name, x in named:
+        try:
+            array_info(x)
+        except TypeError as e:
+            return MatmulTypeError(f"matmul: {name}: {e}")
+    return MatmulTypeError(f"matmul: {err}")
+
+
+def scale_product(scale_a, scale_b) -> float:
+    """``alpha``: the product of the fp8 scales (None: 1)."""
+    try:
+        sa = 1.0 if scale_a is None else float(scale_a)
+        sb = 1.0 if scale_b is None else float(scale_b)
+    except (TypeError, ValueError):
+        bad = scale_a if not _is_number(scale_a) else scale_b
+        raise MatmulTypeError(f"matmul: scale_a and scale_b must be numbers (or one-element tensors); "
+                              f"got {bad!r}") from None
+    return float(sa * sb)
+
+
+def _is_number(x) -> bool:
+    try:
+        float(x)
+    except (TypeError, ValueError):
+        return x is None
+    return True
 
 
 def check_out(io, ia, ib, odt, fresh):
@@ -97,7 +169,7 @@ def check_out(io, ia, ib, odt, fresh):
     if io.shape != (m, n):
         raise MatmulError(f"matmul: out must have shape {(m, n)}; got {io.shape}")
     if io.dtype != odt and not (odt == "bf16" and io.dtype == "u16"):
-        raise MatmulError(f"matmul: out must have type {odt}; got {io.dtype}")
+        raise MatmulTypeError(f"matmul: out must have type {odt}; got {io.dtype}")
     _check_device(io, "out", ia.device)
     if not fresh:
         olo, ohi = io.byte_range()
@@ -161,7 +233,8 @@ def stream_of(lib, stream) -> int:
             return int(stream.__cuda_stream__()[1])
         if hasattr(stream, "handle"):
             return int(getattr(stream.handle, "value", stream.handle) or 0)
-        raise MatmulError(f"matmul: stream must be a CUDA stream object or a raw handle; got {type(stream).__name__}")
+        raise MatmulTypeError(f"matmul: stream must be a CUDA stream object or a raw handle; "
+                              f"got {type(stream).__name__}")
     if lib == "torch":
         return _torch_stream()
     if lib == "cupy":

@@ -32,10 +32,12 @@ from numba import cuda  # every call needs it: imported with the package, not by
 from . import sim
 from ._arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from ._matmul_args import CONFIG_KEYS as _CONFIG_KEYS  # noqa: F401  (the config keys, as tests know them)
-from ._matmul_args import NP_OF, MatmulError, check_call, check_out, empty_like_lib, lib_of, stream_of, torch_dtype
+from ._matmul_args import (NP_OF, array_error, check_call, check_out, config_error, empty_like_lib, lib_of,
+                           scale_product, stream_of, torch_dtype)
+from .errors import ConfigError, MatmulError, MatmulTypeError
 from .launch import array_arg_types, array_arg_values
 
-__all__ = ["matmul", "MatmulError"]
+__all__ = ["matmul", "MatmulError", "MatmulTypeError"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
@@ -134,14 +136,32 @@ class _Plan:
     :func:`nbwgmma.launch.launch` instead (checked, synchronized, named on failure)."""
 
     def __init__(self, kind, odt, ia, ib, io, opts, fp8):
-        from .kernels.gemm import _OUT_BYTES, GemmConfig
-
         m, k = ia.shape
         n = ib.shape[1]
         self.mnk = (m, n, k)
+        given = opts
         opts = dict(opts)
         if "bm" not in opts and "bn" not in opts:
             opts["bm"], opts["bn"] = _pick_tile(m, n, opts.get("cluster", 1))
+        try:
+            self._configure(kind, odt, ia, ib, io, opts, fp8)
+        except ConfigError as e:  # the caller's config: name its entry at fault
+            raise config_error(e, given) from None
+        cfg = self.cfg
+        self.odt = odt
+        self.launcher = None  # a PreparedLaunch of the kernel after the first call
+        self.workspaces = {}  # split-K: stream handle -> (f32 partial tiles, int32 tile counters)
+        self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
+        # TMA boxes: K-major [rows, BK] (B: this CTA's share of the tile's rows), MN-major [BK, 64]
+        self.boxes = tuple((rows, cfg.bk) if path[0] == "K" else (cfg.bk, 64)
+                           for path, rows in ((self.a_path, cfg.bm), (self.b_path, cfg.bn // cfg.cluster)))
+        self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
+
+    def _configure(self, kind, odt, ia, ib, io, opts, fp8):
+        """Operand paths, output view and kernel configuration (``GemmConfig`` checks ``opts``)."""
+        from .kernels.gemm import _OUT_BYTES, GemmConfig
+
+        m, n, _ = self.mnk
         probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})
         transposable = probe.k.transposable
         # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
@@ -152,19 +172,11 @@ class _Plan:
         self.c_view = _tma_view(io, m, n, io.strides[0], io.strides[1]) if _OUT_BYTES[odt] == 2 else None
         epilogue = opts.pop("epilogue", "tma" if self.c_view is not None else "direct")
         if epilogue == "tma" and self.c_view is None:
-            raise MatmulError("matmul: config epilogue='tma' needs a 16-bit row-major out with 16-byte aligned rows")
+            raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a 16-bit row-major out with 16-byte aligned "
+                              f"rows; got {odt} with strides {io.strides} at {io.ptr:#x}")
         self.config = dict(opts)  # the tile and the given parameters (the epilogue follows from out)
         self.cfg = GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
                               epilogue=epilogue, **opts)
-        self.odt = odt
-        self.launcher = None  # a PreparedLaunch of the kernel after the first call
-        self.workspaces = {}  # split-K: stream handle -> (f32 partial tiles, int32 tile counters)
-        self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
-        # TMA boxes: K-major [rows, BK] (B: this CTA's share of the tile's rows), MN-major [BK, 64]
-        cfg = self.cfg
-        self.boxes = tuple((rows, cfg.bk) if path[0] == "K" else (cfg.bk, 64)
-                           for path, rows in ((self.a_path, cfg.bm), (self.b_path, cfg.bn // cfg.cluster)))
-        self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
 
     def _map(self, slot, x, ptr, view, tdt, box):
         """The tensor map of operand ``slot`` read in place at ``ptr`` (the last one is kept at hand)."""
@@ -408,7 +420,10 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
             c = q(a, pa, b, pb)
             if c is not None:
                 return c
-    ia, ib = array_info(a), array_info(b)
+    try:
+        ia, ib = array_info(a), array_info(b)
+    except TypeError as e:  # a host array, an unknown object, an element type nothing here reads
+        raise array_error((("A", a), ("B", b)), e) from None
     if quick:
         qkey = (ia.dtype, ia.shape, ia.strides, ia.ptr & 15, ia.device, ia.kind,
                 ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device)
@@ -417,7 +432,10 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
             c = q(a, ia.ptr, b, ib.ptr)
             if c is not None:
                 return c
-    io = array_info(out) if out is not None else None
+    try:
+        io = array_info(out) if out is not None else None
+    except TypeError as e:
+        raise array_error((("out", out),), e) from None
     ia, ib, kind, fp8, auto, opts, odt = check_call(ia, ib, io, in_dtype=in_dtype, out_dtype=out_dtype,
                                                     scale_a=scale_a, scale_b=scale_b, config=config,
                                                     autotune_default=config is None and _autotune_enabled())
@@ -438,7 +456,7 @@ def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream
             fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, _nb_stream(st)](_numba_view(io, out))
         return out
 
-    alpha = float((1.0 if scale_a is None else float(scale_a)) * (1.0 if scale_b is None else float(scale_b)))
+    alpha = scale_product(scale_a, scale_b)
     key = (kind, odt, ia.shape, ia.strides, ia.ptr % 16, ib.shape, ib.strides, ib.ptr % 16, io.strides, io.ptr % 16,
            ia.device, "auto" if auto else tuple(sorted(opts.items())) if opts else ())
     plan = _PLANS.get(key)

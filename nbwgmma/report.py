@@ -26,17 +26,14 @@ from dataclasses import asdict, dataclass, field
 
 from cuda import pathfinder
 
+from .errors import ToolchainError  # defined with nbwgmma's other errors; importable from here as before
+
 __all__ = ["CompileReport", "compile_report", "report_from_ptx", "find_tool", "ToolchainError"]
 
 #: ptxas warning codes that mean wgmma was serialized.
 WGMMA_SERIALIZATION_CODES = ("C7510", "C7511", "C7515")
 #: ptxas warning code for an ignored setmaxnreg.
 SETMAXNREG_IGNORED_CODE = "C7508"
-
-
-class ToolchainError(RuntimeError):
-    """ptxas or nvdisasm is missing or failed, or Numba's CUDA compiler is not there (in its
-    CUDA simulator)."""
 
 
 def find_tool(name: str) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import config, cuda
 
-from nbwgmma import MatmulError, matmul
+from nbwgmma import MatmulError, MatmulTypeError, matmul
 from nbwgmma.intrinsics.wgmma_model import decode_elements, encode_elements
 from nbwgmma.launch import LaunchError, device_limits, launch
 from nbwgmma.report import ToolchainError, compile_report
@@ -125,14 +125,14 @@ def _a(t="f16", shape=(8, 16)):
 
 @pytest.mark.parametrize("args, kw, err, msg", [
     (lambda: (_a(), _a("f16", (8, 16))), {}, MatmulError, "inner dimensions differ"),
-    (lambda: (_a(), _a("f32", (16, 8))), {}, TypeError, "same type"),
-    (lambda: (_a("bf16"), _a("bf16", (16, 8))), {}, TypeError, "in_dtype="),
+    (lambda: (_a(), _a("f32", (16, 8))), {}, MatmulTypeError, "same type"),
+    (lambda: (_a("bf16"), _a("bf16", (16, 8))), {}, MatmulTypeError, "in_dtype="),
     (lambda: (_a("bf16"), _a("bf16", (16, 8))), {"in_dtype": "e4m3"}, MatmulError, "raw 1-byte integers"),
     (lambda: (_a(), _a("f16", (16, 8))), {"in_dtype": "bf16"}, MatmulError, "A holds f16"),
     (lambda: (_a(), _a("f16", (16, 8))), {"in_dtype": "f64"}, MatmulError, "in_dtype must be"),
-    (lambda: (np.zeros((8, 16), np.float16), _a("f16", (16, 8))), {}, TypeError, "host numpy array"),
-    (lambda: (_CupyLike(), _a("f16", (8, 8))), {}, TypeError, "got a CuPy array"),
-    (lambda: (_a(), _a("f16", (16, 8))), {"config": {"bm": 96}}, ValueError, "bm must be"),
+    (lambda: (np.zeros((8, 16), np.float16), _a("f16", (16, 8))), {}, MatmulTypeError, "host numpy array"),
+    (lambda: (_CupyLike(), _a("f16", (8, 8))), {}, MatmulTypeError, "got a CuPy array"),
+    (lambda: (_a(), _a("f16", (16, 8))), {"config": {"bm": 96}}, MatmulError, "config['bm'] must be"),
     (lambda: (_a(), _a("f16", (16, 8))), {"config": {"tile": 1}}, MatmulError, "unknown config keys"),
     (lambda: (_a(), _a("f16", (16, 8))), {"out": _a("f16", (8, 9))}, MatmulError, "shape (8, 8)"),
 ], ids=["inner", "types", "bf16-needs-in_dtype", "in_dtype-size", "in_dtype-float", "in_dtype-name", "host",

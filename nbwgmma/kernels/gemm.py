@@ -74,6 +74,7 @@ from ..intrinsics import (
     wgmma_wait_group,
 )
 from ..intrinsics.descriptor import SWIZZLE_CODE
+from ..errors import ConfigError
 from ..intrinsics.wgmma_model import ELEMENT_BYTES
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler
@@ -118,33 +119,37 @@ class GemmConfig:
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
-            raise ValueError(f"the GEMM accumulates in f32; got {kind}")
+            raise ConfigError("kind", f"the GEMM accumulates in f32; got {kind}")
         if bm % 64 or not 64 <= bm <= 256:
-            raise ValueError(f"bm must be 64, 128, 192 or 256; got {bm}")
+            raise ConfigError("bm", f"bm must be 64, 128, 192 or 256; got {bm}")
         if bn not in self.k.n_values or bn % 64:
-            raise ValueError(f"bn must be a wgmma N for {kind} and a multiple of 64; got {bn}")
+            raise ConfigError("bn", f"bn must be a wgmma N for {kind} and a multiple of 64; got {bn}")
         for name, major in (("a_major", a_major), ("b_major", b_major)):
             if major not in ("K", "MN"):
-                raise ValueError(f"{name} must be 'K' or 'MN'; got {major!r}")
+                raise ConfigError(name, f"{name} must be 'K' or 'MN'; got {major!r}")
             if major == "MN" and not self.k.transposable:
-                raise ValueError(f"{name}='MN' needs 16-bit inputs (wgmma transposes); got {kind}")
+                raise ConfigError(name, f"{name}='MN' needs 16-bit inputs (wgmma transposes); got {kind}")
         if out not in _OUT_BYTES:
-            raise ValueError(f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
+            raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
         if epilogue not in ("tma", "direct"):
-            raise ValueError(f"epilogue must be 'tma' or 'direct'; got {epilogue!r}")
+            raise ConfigError("epilogue", f"epilogue must be 'tma' or 'direct'; got {epilogue!r}")
         if epilogue == "tma" and _OUT_BYTES[out] != 2:
-            raise ValueError(f"the TMA epilogue stores 16-bit outputs; got out={out}")
+            raise ConfigError("epilogue", f"the TMA epilogue stores 16-bit outputs; got out={out}")
         if cluster not in (1, 2, 4):
-            raise ValueError(f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
+            raise ConfigError("cluster", f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
         if (b_major == "K" and (bn // cluster) % 8) or (b_major == "MN" and (bn // 64) % cluster):
-            raise ValueError(f"a cluster of {cluster} splits B's {bn} rows into whole swizzle atoms "
-                             f"({'8 rows' if b_major == 'K' else '64-column boxes'}); it cannot")
+            raise ConfigError("cluster", f"a cluster of {cluster} splits B's {bn} rows into whole swizzle atoms "
+                                         f"({'8 rows' if b_major == 'K' else '64-column boxes'}); it cannot")
         if split not in (1, 2, 3, 4):
-            raise ValueError(f"split must be 1, 2, 3 or 4 K slices; got {split}")
+            raise ConfigError("split", f"split must be 1, 2, 3 or 4 K slices; got {split}")
         if split > 1 and cluster > 1:
-            raise ValueError(f"split-K works without clusters; got split={split}, cluster={cluster}")
+            raise ConfigError("split",
+                              f"split-K works without clusters; got split={split}, cluster={cluster}")
         if split > 1 and ELEMENT_BYTES[self.k.atype] != 2:
-            raise ValueError(f"split-K is built for 16-bit inputs (fp8's scaled path spills); got {kind}")
+            raise ConfigError("split",
+                              f"split-K is built for 16-bit inputs (fp8's scaled path spills); got {kind}")
+        if group_m < 1:
+            raise ConfigError("group_m", f"group_m must be 1 or more tile rows; got {group_m}")
         self.cluster, self.split = cluster, split
         self.bm, self.bn, self.group_m, self.scaled = bm, bn, group_m, scaled
         self.a_major, self.b_major, self.out, self.epilogue = a_major, b_major, out, epilogue
@@ -166,16 +171,18 @@ class GemmConfig:
         if c_parts is None:
             c_parts = 1 if epilogue == "direct" or 4 * self.stage_bytes + c_bytes(1) <= smem or bn % 128 else 2
         if c_parts not in (1, 2) or (bn // c_parts) % 64:
-            raise ValueError(f"c_parts must be 1 or 2 with BN / c_parts a multiple of 64; got {c_parts} for bn={bn}")
+            raise ConfigError("c_parts",
+                              f"c_parts must be 1 or 2 with BN / c_parts a multiple of 64; got {c_parts} for bn={bn}")
         self.c_parts = c_parts
         self.c_bytes = c_bytes(c_parts)
         budget = smem - self.c_bytes
         if stages is None:
             stages = min(4, budget // self.stage_bytes)
         if stages < 2 or stages * self.stage_bytes > budget:
-            raise ValueError(
-                f"{stages} stages of {self.stage_bytes} B (+ {self.c_bytes} B of C tile) exceed 227 KiB of shared memory"
-            )
+            most = budget // self.stage_bytes
+            fits = f"2 to {most}" if most >= 2 else "2, which does not fit either"
+            raise ConfigError("stages", f"stages must be {fits} for a {bm}x{bn} tile ({self.stage_bytes} B each + "
+                                        f"{self.c_bytes} B of C tile in 227 KiB of shared memory); got {stages}")
         self.stages = stages
         self.smem_bytes = self.stages * self.stage_bytes + self.c_bytes
         # setmaxnreg moves registers between the warpgroups of one CTA: .dec returns them to
@@ -195,8 +202,12 @@ class GemmConfig:
                 producer_regs = 48 if cluster == 4 and b_major == "MN" else 40
         if consumer_regs is None:
             consumer_regs = min(240, (self.regs_per_slot - producer_regs) // self.consumers // 8 * 8)
+        for name, regs in (("producer_regs", producer_regs), ("consumer_regs", consumer_regs)):
+            if regs % 8 or not 24 <= regs <= 256:  # setmaxnreg's operand
+                raise ConfigError(name, f"{name} must be a multiple of 8 from 24 to 256 (setmaxnreg); got {regs}")
         if producer_regs + self.consumers * consumer_regs > self.regs_per_slot:
-            raise ValueError(
+            raise ConfigError(
+                "consumer_regs",
                 f"setmaxnreg split needs {producer_regs} + {self.consumers} x {consumer_regs} registers per "
                 f"thread slot; a CTA of {self.threads} threads has {self.regs_per_slot} "
                 f"({self.launch_regs()} per thread)"

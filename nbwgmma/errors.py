@@ -1,0 +1,89 @@
+"""nbwgmma's exceptions, in one place.
+
+Every bad input to :func:`nbwgmma.matmul` raises a :class:`MatmulError` with one line
+that says what was expected and what was given. The classes also derive from the
+built-in exception a caller would catch without knowing nbwgmma (``ValueError`` for
+bad values, shapes and configurations, ``TypeError`` for wrong types), so existing
+``except ValueError`` / ``except TypeError`` clauses keep working::
+
+    NbwgmmaError(Exception)              anything nbwgmma rejects on purpose
+    +-- MatmulError(ValueError)          a bad value, shape, device or config given to matmul
+    |   +-- MatmulTypeError(TypeError)   a wrong array kind, element type or argument type
+    +-- ConfigError(ValueError)          a GemmConfig the GEMM kernel cannot be built with
+    +-- ToolchainError(RuntimeError)     no ptxas/nvdisasm, or no compiler (CUDA simulator)
+
+:class:`ConfigError` has a ``key`` naming the parameter at fault; ``matmul`` reports it as
+a :class:`MatmulError` that names ``config['key']``.
+
+Older exceptions stay where they are defined and are re-exported here (on first use, so
+that importing this module imports nothing else):
+
+* ``LaunchError`` (``ValueError``, :mod:`nbwgmma.launch`): a launch asks for more than the
+  device allows; ``KernelStoppedError`` (``RuntimeError``): a debug-wait launch trapped;
+* ``TensorMapError`` (``ValueError``, :mod:`nbwgmma.tma`): a tensor map breaks a TMA rule;
+* ``NbwgmmaTypingError`` (Numba's ``NumbaTypeError``, :mod:`nbwgmma.intrinsics.errors`):
+  an intrinsic called with the wrong arguments inside a kernel;
+* ``SimStopped`` / ``SimHazard`` (``RuntimeError``, :mod:`nbwgmma.sim`): a simulated kernel
+  would hang, or does what the hardware leaves undefined.
+"""
+
+from __future__ import annotations
+
+__all__ = ["NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError", "LaunchError",
+           "KernelStoppedError", "TensorMapError", "NbwgmmaTypingError", "SimError", "SimStopped", "SimHazard"]
+
+
+class NbwgmmaError(Exception):
+    """Base of the errors nbwgmma raises on purpose."""
+
+
+class MatmulError(NbwgmmaError, ValueError):
+    """Bad input to :func:`nbwgmma.matmul`: a value, shape, device or ``config``."""
+
+
+class MatmulTypeError(MatmulError, TypeError):
+    """An operand of :func:`nbwgmma.matmul` of the wrong kind (a host array, an unknown
+    object), an unsupported element type, or an argument of the wrong Python type."""
+
+
+class ConfigError(NbwgmmaError, ValueError):
+    """A :class:`nbwgmma.kernels.gemm.GemmConfig` the GEMM kernel cannot be built with.
+    ``key`` names the parameter at fault (the one to change)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+class ToolchainError(NbwgmmaError, RuntimeError):
+    """ptxas or nvdisasm is missing or failed, or Numba's CUDA compiler is not there (in its
+    CUDA simulator)."""
+
+
+# The older exceptions live beside the code that raises them; importing those modules here
+# would make ``import nbwgmma.errors`` pull in Numba's CUDA target, so they are looked up
+# when first asked for.
+_ELSEWHERE = {
+    "LaunchError": "nbwgmma.launch",
+    "KernelStoppedError": "nbwgmma.launch",
+    "TensorMapError": "nbwgmma.tma",
+    "NbwgmmaTypingError": "nbwgmma.intrinsics.errors",
+    "SimError": "nbwgmma.sim",
+    "SimStopped": "nbwgmma.sim",
+    "SimHazard": "nbwgmma.sim",
+}
+
+
+def __getattr__(name):
+    mod = _ELSEWHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ELSEWHERE))

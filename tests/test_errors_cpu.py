@@ -1,0 +1,206 @@
+"""nbwgmma's exception family and every bad input to ``matmul``, without a GPU.
+
+The operands are fake CUDA arrays (a ``__cuda_array_interface__`` and nothing behind
+it): every check below runs before anything touches a device, so each case says which
+error class comes out and that its message is one line naming what was wrong.
+"""
+
+import sys
+
+import numpy as np
+import pytest
+
+import nbwgmma
+from nbwgmma import errors, matmul
+from nbwgmma.errors import ConfigError, MatmulError, MatmulTypeError, NbwgmmaError
+
+
+class Fake:
+    """A CUDA array as far as ``matmul``'s checks can tell (its pointer is never read)."""
+
+    _next = [0x7F0000000000]
+
+    def __init__(self, shape, dtype):
+        ptr = Fake._next[0]
+        Fake._next[0] += 1 << 30
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": np.dtype(dtype).str,
+                                         "data": (ptr, False), "strides": None, "version": 3}
+
+
+class _Device:
+    def __init__(self, i):
+        self.id = i
+
+
+class FakeCupy(Fake):
+    """A CuPy array on device ``dev`` (its module and ``.device.id`` are all that is read)."""
+
+    __module__ = "cupy._core.core"
+
+    def __init__(self, shape, dtype, dev):
+        super().__init__(shape, dtype)
+        self.device = _Device(dev)
+
+
+class FakeHostTensor:
+    """A PyTorch tensor in host memory, as far as ``array_info`` asks."""
+
+    __module__ = "torch"
+    is_cuda = False
+    device = "cpu"
+
+
+def f16(*shape):
+    return Fake(shape, np.float16)
+
+
+def _out():
+    return f16(8, 8)
+
+
+@pytest.fixture(autouse=True)
+def _h100(monkeypatch):
+    """The tile model asks the device for its SM count: an H100's, with no GPU here."""
+    monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
+
+
+# (A, B, keyword arguments, error class, text the one-line message holds). Each keyword set
+# gives ``out`` where the call would otherwise allocate one (that needs a device).
+CASES = {
+    # operands that are not CUDA arrays, or hold types nothing here reads: MatmulTypeError
+    "host-numpy-A": (np.zeros((8, 16), np.float16), f16(16, 8), {}, MatmulTypeError,
+                     "matmul: A: expected a CUDA array (CuPy, PyTorch, Numba device array); got a host numpy array"),
+    "object-B": (f16(8, 16), "not an array", {}, MatmulTypeError, "matmul: B: expected a CUDA array with "
+                 "__cuda_array_interface__; got str"),
+    "host-torch-A": (FakeHostTensor(), f16(16, 8), {}, MatmulTypeError, "matmul: A: expected a CUDA tensor; got a "
+                     "torch tensor on cpu"),
+    "host-out": (f16(8, 16), f16(16, 8), {"out": np.zeros((8, 8), np.float16)}, MatmulTypeError,
+                 "matmul: out: expected a CUDA array"),
+    "element-type": (Fake((8, 16), np.complex64), f16(16, 8), {}, MatmulTypeError,
+                     "matmul: A: unsupported element type complex64"),
+    "mixed-types": (f16(8, 16), Fake((16, 8), np.float32), {}, MatmulTypeError,
+                    "A and B must have the same type (or both fp8); got f16 and f32"),
+    "int-inputs": (Fake((8, 16), np.int32), Fake((16, 8), np.int32), {}, MatmulTypeError,
+                   "unsupported input type s32; expected bf16, f16, f32"),
+    "in_dtype-name": (f16(8, 16), f16(16, 8), {"in_dtype": "f64"}, MatmulTypeError, "in_dtype must be among"),
+    "in_dtype-pair": (f16(8, 16), f16(16, 8), {"in_dtype": ("bf16",)}, MatmulTypeError,
+                      "in_dtype must be a type name or a pair of them (A's, B's); got ('bf16',)"),
+    "in_dtype-size": (Fake((8, 16), np.uint16), Fake((16, 8), np.uint16), {"in_dtype": "e4m3"}, MatmulTypeError,
+                      "in_dtype=e4m3 reads raw 1-byte integers; A holds u16"),
+    "out_dtype": (f16(8, 16), f16(16, 8), {"out_dtype": "s8", "out": _out()}, MatmulTypeError,
+                  "out_dtype (or the type of out) must be bf16, f16 or f32; got s8"),
+    "tf32-out": (Fake((8, 16), np.float32), Fake((16, 8), np.float32), {"out_dtype": "bf16"}, MatmulTypeError,
+                 "f32 (tf32) inputs give f32 outputs; got out_dtype=bf16"),
+    "out-type": (f16(8, 16), f16(16, 8), {"out": Fake((8, 8), np.float32), "out_dtype": "f16"}, MatmulTypeError,
+                 "out must have type f16; got f32"),
+    "scale-type": (Fake((8, 16), np.uint8), Fake((16, 8), np.uint8), {"in_dtype": "e4m3", "scale_a": "two",
+                   "out": Fake((8, 8), np.uint16)}, MatmulTypeError, "scale_a and scale_b must be numbers"),
+    "stream-type": (f16(8, 16), f16(16, 8), {"stream": "default", "out": _out()}, MatmulTypeError,
+                    "stream must be a CUDA stream object or a raw handle; got str"),
+    # values, shapes, devices: MatmulError
+    "3-D": (f16(4, 4, 4), f16(4, 4), {}, MatmulError, "A and B must be 2-D; got shapes (4, 4, 4) and (4, 4)"),
+    "inner": (f16(8, 16), f16(8, 16), {}, MatmulError, "inner dimensions differ: A is (8, 16), B is (8, 16)"),
+    "devices": (FakeCupy((8, 16), np.float16, 0), FakeCupy((16, 8), np.float16, 1), {}, MatmulError,
+                "B is on device 1, A on device 0"),
+    "out-device": (FakeCupy((8, 16), np.float16, 0), FakeCupy((16, 8), np.float16, 0),
+                   {"out": FakeCupy((8, 8), np.float16, 1)}, MatmulError, "out is on device 1, A on device 0"),
+    "out-shape": (f16(8, 16), f16(16, 8), {"out": f16(8, 9)}, MatmulError, "out must have shape (8, 8); got (8, 9)"),
+    "scale-not-fp8": (f16(8, 16), f16(16, 8), {"scale_a": 2.0, "out": _out()}, MatmulError,
+                      "scale_a/scale_b apply to fp8 inputs only"),
+    # config: its type, its keys, the Python types of its values, then GemmConfig's rules
+    "config-str": (f16(8, 16), f16(16, 8), {"config": "fast", "out": _out()}, MatmulError,
+                   "config must be a dict or 'auto'; got 'fast'"),
+    "config-type": (f16(8, 16), f16(16, 8), {"config": 5, "out": _out()}, MatmulTypeError,
+                    "config must be a dict or 'auto'; got int"),
+    "config-key": (f16(8, 16), f16(16, 8), {"config": {"tile": 1}, "out": _out()}, MatmulError,
+                   "unknown config keys ['tile']; expected among"),
+    "config-int": (f16(8, 16), f16(16, 8), {"config": {"bm": "128"}, "out": _out()}, MatmulTypeError,
+                   "config['bm'] must be an integer; got '128'"),
+    "config-bool": (f16(8, 16), f16(16, 8), {"config": {"cluster": True}, "out": _out()}, MatmulTypeError,
+                    "config['cluster'] must be an integer; got True"),
+    "config-str-value": (f16(8, 16), f16(16, 8), {"config": {"epilogue": 1}, "out": _out()}, MatmulTypeError,
+                         "config['epilogue'] must be a string; got 1"),
+    "config-bm": (f16(8, 16), f16(16, 8), {"config": {"bm": 100}, "out": _out()}, MatmulError,
+                  "matmul: config['bm'] must be 64, 128, 192 or 256; got 100"),
+    "config-bn": (f16(8, 16), f16(16, 8), {"config": {"bn": 100}, "out": _out()}, MatmulError,
+                  "config['bn'] must be a wgmma N"),
+    "config-stages": (f16(8, 16), f16(16, 8), {"config": {"bm": 128, "bn": 256, "stages": 9}, "out": _out()},
+                      MatmulError, "config['stages'] must be 2 to 4 for a 128x256 tile"),
+    "config-cluster": (f16(8, 16), f16(16, 8), {"config": {"cluster": 3}, "out": _out()}, MatmulError,
+                       "config['cluster'] must be 1, 2 or 4 CTAs; got 3"),
+    "config-split": (f16(8, 16), f16(16, 8), {"config": {"split": 2, "cluster": 2}, "out": _out()}, MatmulError,
+                     "config['split']: split-K works without clusters"),
+    "config-group_m": (f16(8, 16), f16(16, 8), {"config": {"group_m": 0}, "out": _out()}, MatmulError,
+                       "config['group_m'] must be 1 or more tile rows; got 0"),
+    "config-regs": (f16(8, 16), f16(16, 8), {"config": {"producer_regs": 41}, "out": _out()}, MatmulError,
+                    "config['producer_regs'] must be a multiple of 8 from 24 to 256"),
+    "config-epilogue": (f16(8, 16), f16(16, 8), {"config": {"epilogue": "fast"}, "out": _out()}, MatmulError,
+                        "config['epilogue'] must be 'tma' or 'direct'; got 'fast'"),
+    "config-tma-f32-out": (f16(8, 16), f16(16, 8), {"config": {"epilogue": "tma"}, "out": Fake((8, 8), np.float32)},
+                           MatmulError, "config['epilogue'] 'tma' needs a 16-bit row-major out"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_bad_input_raises_a_documented_error_in_one_line(name):
+    a, b, kw, cls, text = CASES[name]
+    with pytest.raises(NbwgmmaError) as exc:
+        matmul(a, b, **kw)
+    e = exc.value
+    assert type(e) is cls, (type(e), e)
+    msg = str(e)
+    assert msg.startswith("matmul: ") and "\n" not in msg, msg
+    assert text in msg, msg
+
+
+def test_the_family_keeps_the_builtin_bases():
+    """``except ValueError`` / ``except TypeError`` written before the family still catch."""
+    assert issubclass(MatmulError, ValueError) and issubclass(MatmulError, NbwgmmaError)
+    assert issubclass(MatmulTypeError, TypeError) and issubclass(MatmulTypeError, MatmulError)
+    assert issubclass(ConfigError, ValueError) and issubclass(ConfigError, NbwgmmaError)
+    assert issubclass(errors.ToolchainError, RuntimeError) and issubclass(errors.ToolchainError, NbwgmmaError)
+    with pytest.raises(TypeError):
+        matmul(f16(8, 16), Fake((16, 8), np.float32))
+    with pytest.raises(ValueError):
+        matmul(f16(8, 16), f16(16, 8), config={"bm": 100}, out=_out())
+
+
+def test_the_errors_are_importable_where_they_were():
+    import nbwgmma.intrinsics.errors
+    import nbwgmma.launch
+    import nbwgmma.report
+    import nbwgmma.sim
+    import nbwgmma.tma
+
+    mm = sys.modules["nbwgmma.matmul"]
+    assert nbwgmma.MatmulError is mm.MatmulError is MatmulError
+    assert nbwgmma.MatmulTypeError is mm.MatmulTypeError is MatmulTypeError and nbwgmma.NbwgmmaError is NbwgmmaError
+    assert nbwgmma.report.ToolchainError is errors.ToolchainError
+    assert errors.LaunchError is nbwgmma.launch.LaunchError
+    assert errors.KernelStoppedError is nbwgmma.launch.KernelStoppedError
+    assert errors.TensorMapError is nbwgmma.tma.TensorMapError
+    assert errors.NbwgmmaTypingError is nbwgmma.intrinsics.errors.NbwgmmaTypingError
+    assert errors.SimStopped is nbwgmma.sim.SimStopped and errors.SimHazard is nbwgmma.sim.SimHazard
+    assert set(errors.__all__) <= set(dir(errors))
+    with pytest.raises(AttributeError):
+        errors.NoSuchError  # noqa: B018
+
+
+def test_gemm_config_names_the_parameter_at_fault():
+    from nbwgmma.kernels.gemm import GemmConfig
+
+    for kw, key in (({"bm": 96}, "bm"), ({"stages": 5}, "stages"), ({"cluster": 3}, "cluster"),
+                    ({"split": 2, "cluster": 2}, "split"),
+                    ({"producer_regs": 48, "consumer_regs": 232}, "consumer_regs"),
+                    ({"out": "f32", "epilogue": "tma"}, "epilogue"), ({"group_m": 0}, "group_m")):
+        with pytest.raises(ConfigError) as exc:
+            GemmConfig(**kw)
+        assert exc.value.key == key and "\n" not in str(exc.value), (kw, exc.value)
+
+
+def test_a_config_fault_in_a_defaulted_parameter_names_the_whole_config():
+    """A given parameter can make a defaulted one impossible: the message then shows the config."""
+    from nbwgmma._matmul_args import config_error
+
+    e = config_error(ConfigError("stages", "stages must be 2 to 1; got 1"), {"bm": 256})
+    assert type(e) is MatmulError and str(e) == "matmul: config {'bm': 256}: stages must be 2 to 1; got 1"
