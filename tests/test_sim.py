@@ -2,7 +2,8 @@
 must be set before Numba is imported): nbwgmma kernels, thread by thread, with no GPU.
 
 ``tests/sim_hazard_cases.py`` runs the warp-specialized example NBWGMMA_SIM_WS_RUNS times at
-K=1024 (3 here by default, to keep the suite quick; CI sets 20)."""
+K=1024 and NBWGMMA_SIM_WS_RUNS_LONG times at K=4096 (3 and 1 here by default, to keep the
+suite quick; CI sets both to 20)."""
 
 import os
 import pathlib
@@ -18,6 +19,7 @@ HERE = pathlib.Path(__file__).parent
 def test_in_the_cuda_simulator(cases):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env.setdefault("NBWGMMA_SIM_WS_RUNS", "3")
+    env.setdefault("NBWGMMA_SIM_WS_RUNS_LONG", "1")
     env.pop("NBWGMMA_DEBUG_WAIT", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider",
                         str(HERE / cases)], env=env, capture_output=True, text=True, timeout=1800, cwd=HERE.parent)
