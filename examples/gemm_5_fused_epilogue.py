@@ -47,7 +47,7 @@ def make_kernel(act):
             v += bias[col]
         return act(v)
 
-    half = acc_map(bias_act, BN // 2, nextra=2, pack="bf16")  # 128 columns -> packed bf16 pairs
+    part = acc_map(bias_act, 64, nextra=2, pack="bf16")  # 64 columns -> packed bf16 pairs
 
     @cuda.jit(launch_bounds=(384, 1))
     def gemm_bias_act(tmap_a, tmap_b, tmap_c, bias, m, n, k):
@@ -103,10 +103,12 @@ def make_kernel(act):
                 if ct == 0:
                     bulk_wait_group_read(0)  # the last tile's TMA stores have read the C tile
                 warpgroup_sync(cw)
-                # Two halves of 128 columns: each is stored before the next is computed, so
-                # the epilogue never needs registers for more than half the tile's results.
-                acc_stmatrix_swizzled(half(acc[:64], ct, row0, col0, bias, n), ctile, ct, 128, "128B")
-                acc_stmatrix_swizzled(half(acc[64:], ct, row0, col0 + 128, bias, n), ctile + 16384, ct, 128, "128B")
+                # 64 columns at a time, each part stored before the next is computed, so the
+                # epilogue never holds more than a quarter of the tile's results.
+                acc_stmatrix_swizzled(part(acc[:32], ct, row0, col0, bias, n), ctile, ct, 128, "128B")
+                acc_stmatrix_swizzled(part(acc[32:64], ct, row0, col0 + 64, bias, n), ctile + 8192, ct, 128, "128B")
+                acc_stmatrix_swizzled(part(acc[64:96], ct, row0, col0 + 128, bias, n), ctile + 16384, ct, 128, "128B")
+                acc_stmatrix_swizzled(part(acc[96:], ct, row0, col0 + 192, bias, n), ctile + 24576, ct, 128, "128B")
                 fence_proxy_async_shared()  # generic writes -> the TMA unit
                 warpgroup_sync(cw)
                 if ct == 0:
@@ -184,14 +186,16 @@ def benchmark(m, n, k, repeats=20):
     for _ in range(3):
         for f in peers.values():
             f()
+    inner = 10  # launches per timing: the host stays ahead of the GPU for every contender
     for _ in range(repeats):  # the contenders take turns
         for name, f in peers.items():
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-            f()
+            for _ in range(inner):
+                f()
             e.record()
             e.synchronize()
-            times[name].append(s.elapsed_time(e) * 1e-3)
+            times[name].append(s.elapsed_time(e) * 1e-3 / inner)
     flops = 2 * m * n * k
     med = {name: statistics.median(t) for name, t in times.items()}
     for name, t in med.items():

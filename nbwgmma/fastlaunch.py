@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-__all__ = ["arg_kind", "stream_handle", "LaunchCache", "array_arg_types", "array_arg_values"]
+__all__ = ["arg_kind", "stream_handle", "LaunchCache", "array_arg_types", "array_arg_values", "packer"]
 
 #: Numba scalar type name -> PreparedLaunch slot code.
 _SCALAR_SLOTS = {"int64": "i64", "uint64": "u64", "int32": "i32", "uint32": "u32", "float32": "f32",
@@ -111,6 +111,26 @@ def pack(spec, a):
     for d in shape:
         n *= d
     return array_arg_values(ptr, shape, strides, es)
+
+
+def packer(spec, a):
+    """A function of one argument giving its slot values, specialized for the kind of the
+    example argument ``a`` (``spec`` from :func:`arg_kind`): what a prepared kernel calls
+    per argument per launch, so it does as little as the kind allows."""
+    kind = spec[0]
+    if kind == "scalar":
+        return lambda v: (v,)
+    if kind == "torch":
+        es = a.element_size()
+        if spec[1] == 1:
+            return lambda t: (0, 0, t.shape[0], es, t.data_ptr(), t.shape[0], t.stride(0) * es)
+        if spec[1] == 2:
+            def torch2(t):
+                r, c = t.shape
+                sr, sc = t.stride()
+                return (0, 0, r * c, es, t.data_ptr(), r, c, sr * es, sc * es)
+            return torch2
+    return lambda v: pack(spec, v)
 
 
 def stream_handle(stream):

@@ -18,10 +18,11 @@ import math
 import struct
 import threading
 
-from .fastlaunch import LaunchCache, array_arg_types, array_arg_values, pack, slots_of, stream_handle
+from .fastlaunch import LaunchCache, arg_kind, array_arg_types, array_arg_values, pack, packer, slots_of, stream_handle
 
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
-           "device_limits", "H100_LIMITS", "PreparedLaunch", "array_arg_types", "array_arg_values", "LAUNCH_CACHE"]
+           "device_limits", "H100_LIMITS", "PreparedLaunch", "array_arg_types", "array_arg_values", "LAUNCH_CACHE",
+           "prepare", "PreparedKernel"]
 
 
 class LaunchError(ValueError):
@@ -289,9 +290,11 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     block = _dim3(block, "block")
     if sim.enabled():  # Numba's CUDA simulator: the intrinsics run as Python (nbwgmma.sim)
         # The GPU's checks against an H100's limits. The simulator does not compile, so
-        # static shared memory (a few mbarriers in nbwgmma's kernels) and launch bounds
-        # are unknown: taken as 0 and none.
-        smem, cluster = _check_request(grid, block, smem, 0, 0, cluster)
+        # static shared memory (a few mbarriers in nbwgmma's kernels) is unknown (taken as
+        # 0); the launch bounds are those the kernel was declared with.
+        bounds = getattr(kernel, "launch_bounds", None)
+        max_threads = (bounds if isinstance(bounds, int) else bounds[0]) if bounds else 0
+        smem, cluster = _check_request(grid, block, smem, 0, max_threads, cluster)
         sim.run(kernel, grid, block, args, smem=smem, cluster=cluster or (1, 1, 1))
         return
 
@@ -369,3 +372,58 @@ def _sync_debug(core_stream, kernel):
             f"passed its {_DEBUG_WAIT:g} s deadline; the kernel printed which block, thread and "
             f"barrier above. The CUDA context is unusable after a trap: restart the process."
         ) from e
+
+
+class PreparedKernel:
+    """A ``@cuda.jit`` kernel compiled for the argument kinds of an example call, with its
+    grid, block, shared memory and cluster fixed: ``pk(*args, stream=0)`` launches it with
+    new arguments of the same kinds for a few microseconds of host time (the way
+    :func:`nbwgmma.matmul` launches its GEMM). Build it with :func:`prepare`.
+
+    Each call checks only the number of arguments; arrays of another element type, number
+    of dimensions or layout than the example's are not detected (use :func:`launch`, which
+    keys its cache on them, where that can happen).
+    """
+
+    def __init__(self, kernel, grid, block, args, *, smem: int = 0, cluster=None):
+        from . import sim
+
+        if sim.enabled():
+            raise LaunchError("prepare() needs the GPU: in Numba's CUDA simulator use launch()")
+        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        kinds = [arg_kind(a) for a in args]
+        bad = [i for i, k in enumerate(kinds) if k is None]
+        if bad:
+            raise LaunchError(f"prepare(): argument {bad[0]} ({type(args[bad[0]]).__name__}) is not a CUDA array or "
+                              f"an int/float/NumPy number; launch() takes it")
+        kern, cufunc = _compiled(kernel, args, 0)
+        slots = slots_of(kern.argument_types)
+        if slots is None:
+            raise LaunchError(f"prepare(): the kernel's argument types {kern.argument_types} include one it cannot "
+                              f"pack (arrays of numbers and int/float scalars only); launch() takes them")
+        self.launcher = PreparedLaunch(cufunc.kernel, grid, block, slots, smem=smem, cluster=cluster)
+        self.packers = tuple(packer(k[1], a) for k, a in zip(kinds, args))
+        self.nargs = len(args)
+        self.kernel = kernel
+
+    def __call__(self, *args, stream=0):
+        if len(args) != self.nargs:
+            raise LaunchError(f"prepared kernel takes {self.nargs} arguments; got {len(args)}")
+        values = []
+        for p, a in zip(self.packers, args):
+            values.extend(p(a))
+        handle = stream if type(stream) is int else stream_handle(stream)
+        if handle is None:
+            raise LaunchError(f"stream must be 0, a raw handle, a PyTorch stream or have __cuda_stream__; got {stream!r}")
+        self.launcher(handle, *values)
+
+
+def prepare(kernel, grid, block, args, *, smem: int = 0, cluster=None) -> PreparedKernel:
+    """``kernel`` compiled for the kinds of ``args`` and ready to launch on ``grid`` x ``block``
+    with ``smem`` bytes of dynamic shared memory and ``cluster``: see :class:`PreparedKernel`::
+
+        gemm = prepare(my_kernel, grid, 384, (ta.address, tb.address, c, m, n, k), smem=SMEM)
+        for step in range(1000):
+            gemm(ta.address, tb.address, c, m, n, k)
+    """
+    return PreparedKernel(kernel, grid, block, args, smem=smem, cluster=cluster)

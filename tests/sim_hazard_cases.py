@@ -312,3 +312,17 @@ def test_warp_shuffles_and_votes_run_collectively():
     np.testing.assert_array_equal(got[:, 0], (lanes ^ 1) * 10)
     assert (got[:, 1] == sum(1 << i for i in range(32) if i % 3 == 0)).all()
     assert (got[:, 2] == 10).all()
+
+
+@cuda.jit(launch_bounds=(128, 1))
+def _bounded(out):
+    out[cuda.threadIdx.x] = 1
+
+
+def test_a_block_above_the_kernel_s_launch_bounds_is_refused():
+    from nbwgmma.launch import LaunchError
+
+    out = cuda.to_device(np.zeros(256, np.int32))
+    launch(_bounded, 1, 128, (out,))
+    with pytest.raises(LaunchError, match="block of 256 threads exceeds this kernel's limit of 128"):
+        launch(_bounded, 1, 256, (out,))

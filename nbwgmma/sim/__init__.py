@@ -145,16 +145,25 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
 
 
 def install_jit_shim():
-    """The simulator's ``cuda.jit`` lacks ``launch_bounds``: accept and ignore it, so kernel
-    sources run unchanged."""
+    """The simulator's ``cuda.jit`` lacks ``launch_bounds``: accept it, so kernel sources run
+    unchanged, and keep it on the kernel as ``launch_bounds`` so that
+    :func:`nbwgmma.launch.launch` refuses a block larger than the bound, as the GPU does."""
     from numba import cuda
 
     jit = cuda.jit
     if getattr(jit, "_nbw_shim", False):
         return
 
+    def keep(kernel, bounds):
+        if bounds is not None and not isinstance(kernel, type) and hasattr(kernel, "py_func"):
+            kernel.launch_bounds = bounds
+        return kernel
+
     def shim(*args, launch_bounds=None, **kwargs):
-        return jit(*args, **kwargs)
+        out = jit(*args, **kwargs)
+        if args and callable(args[0]) or launch_bounds is None:
+            return keep(out, launch_bounds)
+        return lambda fn: keep(out(fn), launch_bounds)
 
     shim._nbw_shim = True
     cuda.jit = shim
