@@ -3,8 +3,8 @@
 Both run on the same random operands; each is timed with CUDA events around
 batches of ten back-to-back calls after warm-up, the two libraries' batches taking
 turns, and the median over the batches is reported per call. cuBLAS is reached
-through PyTorch (``torch.matmul``, ``torch._scaled_mm`` for fp8) when PyTorch is
-installed, else through CuPy. The error is ``||C - C_ref|| / ||C_ref||`` against
+through PyTorch (``torch.matmul``, ``torch._scaled_mm`` for fp8), which the timed
+runs need (``pip install 'nbwgmma[bench]'``). The error is ``||C - C_ref|| / ||C_ref||`` against
 a float64 product of the same (rounded) operands computed on the GPU.
 
 Layouts name how A and B are stored: ``KK`` (A row-major [M, K], B as
@@ -14,16 +14,34 @@ Layouts name how A and B are stored: ``KK`` (A row-major [M, K], B as
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 import sys
 
-__all__ = ["bench", "overhead", "first_call", "simulated_check", "DEFAULT_SWEEP"]
+from .errors import MatmulError, MatmulTypeError, NbwgmmaError
+
+__all__ = ["bench", "overhead", "first_call", "simulated_check", "DEFAULT_SWEEP", "DTYPES", "LAYOUTS"]
+
+#: input types and operand layouts ``bench`` knows (see the module docstring)
+DTYPES = ("bf16", "f16", "tf32", "e4m3", "e5m2")
+LAYOUTS = ("KK", "KN", "MK", "MN")
 
 DEFAULT_SWEEP = [
     (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (8192, 28672, 8192),
     (8192, 8192, 28672), (512, 8192, 8192), (128, 8192, 8192), (5000, 3000, 4000),
 ]
+
+
+def _check(dtype, layout="KK", dims=()):
+    """The benchmark's own arguments, before any array exists (each a one-line error)."""
+    if dtype not in DTYPES:
+        raise MatmulTypeError(f"bench: dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    if layout not in LAYOUTS:
+        raise MatmulError(f"bench: layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+    for name, v in zip("mnk", dims):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise MatmulError(f"bench: {name} must be a positive integer; got {v!r}")
 
 
 def _operands(torch, m, n, k, dtype, layout, seed):
@@ -81,6 +99,8 @@ def host_overhead(fn, torch, calls=200):
 
 def overhead(size=256, dtype="bf16", calls=2000):
     """Host microseconds per call of ``matmul`` and of ``torch.matmul`` at ``size``^3."""
+    if dtype not in _OVERHEAD_TYPES:  # torch.matmul has no fp8 product to compare with
+        raise MatmulTypeError(f"bench --overhead: dtype must be one of {', '.join(_OVERHEAD_TYPES)}; got {dtype!r}")
     import torch
 
     from .matmul import matmul
@@ -123,6 +143,9 @@ def first_call(size=256, dtype="bf16"):
     import sys
     import tempfile
 
+    if dtype not in _FIRST_CALL_TYPES:
+        raise MatmulTypeError(f"bench --first-call: dtype must be one of {', '.join(_FIRST_CALL_TYPES)}; "
+                              f"got {dtype!r}")
     tdt = {"bf16": "bfloat16", "f16": "float16"}[dtype]
     out = {"size": size, "dtype": dtype}
     with tempfile.TemporaryDirectory() as d:
@@ -136,6 +159,7 @@ def first_call(size=256, dtype="bf16"):
 
 def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=20, seed=0, config=None):
     """One shape: a dict with the median ms and TFLOP/s of nbwgmma and cuBLAS, their ratio, errors."""
+    _check(dtype, layout, (m, n, k))
     import torch
 
     from .matmul import matmul
@@ -208,6 +232,7 @@ def simulated_check(m, n, k, dtype="bf16", layout="KK", seed=0):
     ``matmul`` of ``dtype`` and ``layout`` on random normal operands (rounded to the
     type), its relative error against float64. The operands are Numba's (simulator)
     arrays, bf16/fp8 as raw bits with ``in_dtype``."""
+    _check(dtype, layout, (m, n, k))
     import numpy as np
     from numba import cuda
 
@@ -260,9 +285,27 @@ def _run_simulated(args):
     return 0 if r["rel_error"] < 1e-2 else 1
 
 
+_OVERHEAD_TYPES = ("bf16", "f16", "tf32")
+_FIRST_CALL_TYPES = ("bf16", "f16")
+
+
+def _check_cli(args):
+    """Option combinations the parser cannot judge alone: refused before any GPU work (one
+    line each through :func:`nbwgmma.__main__.main`)."""
+    first_call, overhead = getattr(args, "first_call", False), getattr(args, "overhead", False)
+    if first_call and overhead:
+        raise NbwgmmaError("--first-call and --overhead are separate runs: give one")
+    if first_call and args.dtype not in _FIRST_CALL_TYPES:
+        raise NbwgmmaError(f"--first-call times {' or '.join(_FIRST_CALL_TYPES)}; got --dtype {args.dtype}")
+    if overhead and args.dtype not in _OVERHEAD_TYPES:
+        raise NbwgmmaError(f"--overhead compares with torch.matmul, which takes {', '.join(_OVERHEAD_TYPES)}; "
+                           f"got --dtype {args.dtype}")
+
+
 def run_cli(args):
     from ._examples import gpu_available, simulated
 
+    _check_cli(args)
     if simulated():
         return _run_simulated(args)
     if not gpu_available():
@@ -282,8 +325,7 @@ def run_cli(args):
         try:
             rep = compile_report(gemm_kernel(cfg), sig)
         except ToolchainError as e:
-            print(f"bench: no sm_90 GPU, and no compile report either: {str(e).splitlines()[0]}", file=sys.stderr)
-            return 1
+            raise NbwgmmaError(f"no sm_90 GPU, and no compile report either: {str(e).splitlines()[0]}") from None
         if args.json:
             print(json.dumps({"gpu": None, "message": "no sm_90 GPU found", "config": repr(cfg),
                               "report": rep.to_dict()}, indent=2))
@@ -291,6 +333,10 @@ def run_cli(args):
             print(f"No sm_90 GPU (H100/H200) found: compile report of the GEMM kernel {cfg} instead.\n")
             print(rep)
         return 0
+    if importlib.util.find_spec("torch") is None:  # cuBLAS is reached through PyTorch
+        raise NbwgmmaError("needs PyTorch to reach cuBLAS: pip install 'nbwgmma[bench]'")
+    if getattr(args, "plot", None) and importlib.util.find_spec("matplotlib") is None:  # before, not after, the runs
+        raise NbwgmmaError("--plot needs matplotlib: pip install 'nbwgmma[plot]'")
     if getattr(args, "first_call", False):
         r = first_call(dtype=args.dtype)
         if args.json:
