@@ -2,13 +2,16 @@
 
 * :mod:`nbwgmma.intrinsics` - inline-PTX intrinsics for ``@cuda.jit`` kernels;
 * :mod:`nbwgmma.report` - compile report (registers, spills, SASS) without a GPU;
-* :mod:`nbwgmma.launch` - launches with large dynamic shared memory and clusters;
+* :mod:`nbwgmma.launch` - launches with large dynamic shared memory and clusters
+  (``from nbwgmma.launch import launch``; the module, not the function, is
+  ``nbwgmma.launch``, so ``help(nbwgmma.launch)`` shows ``PreparedLaunch``, the errors...);
+* :mod:`nbwgmma.kit` - the authoring kit: pipeline, tile scheduler, epilogue and warpgroup helpers;
 * :mod:`nbwgmma.kernels` - kernels written with them.
 """
 
 __version__ = "0.1.0"
 
-from .launch import launch  # noqa: E402,F401
+from . import launch  # noqa: E402,F401  the module (its function is nbwgmma.launch.launch)
 from .report import compile_report  # noqa: E402,F401
 from .errors import MatmulError, MatmulTypeError, NbwgmmaError  # noqa: E402,F401  (see nbwgmma.errors)
 from .matmul import matmul  # noqa: E402,F401
