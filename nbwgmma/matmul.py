@@ -142,7 +142,8 @@ class _Plan:
         given = opts
         opts = dict(opts)
         if "bm" not in opts and "bn" not in opts:
-            opts["bm"], opts["bn"] = _pick_tile(m, n, opts.get("cluster", 1))
+            cluster = opts.get("cluster", 1)  # one GemmConfig rejects below: pick as for no cluster
+            opts["bm"], opts["bn"] = _pick_tile(m, n, cluster if cluster in (1, 2, 4) else 1)
         try:
             self._configure(kind, odt, ia, ib, io, opts, fp8)
         except ConfigError as e:  # the caller's config: name its entry at fault
