@@ -18,9 +18,11 @@ a :class:`MatmulError` that names ``config['key']``.
 Older exceptions stay where they are defined and are re-exported here (on first use, so
 that importing this module imports nothing else):
 
-* ``LaunchError`` (``ValueError``, :mod:`nbwgmma.launch`): a launch asks for more than the
-  device allows; ``KernelStoppedError`` (``RuntimeError``): a debug-wait launch trapped;
-* ``TensorMapError`` (``ValueError``, :mod:`nbwgmma.tma`): a tensor map breaks a TMA rule;
+* ``LaunchError`` (``NbwgmmaError``, ``ValueError``, :mod:`nbwgmma.launch`): a launch asks for
+  more than the device allows; ``KernelStoppedError`` (``NbwgmmaError``, ``RuntimeError``): a
+  debug-wait launch trapped;
+* ``TensorMapError`` (``NbwgmmaError``, ``ValueError``, :mod:`nbwgmma.tma`): a tensor map breaks
+  a TMA rule or gets arguments of the wrong type;
 * ``NbwgmmaTypingError`` (Numba's ``NumbaTypeError``, :mod:`nbwgmma.intrinsics.errors`):
   an intrinsic called with the wrong arguments inside a kernel;
 * ``SimStopped`` / ``SimHazard`` (``RuntimeError``, :mod:`nbwgmma.sim`): a simulated kernel

@@ -18,6 +18,7 @@ import math
 import struct
 import threading
 
+from .errors import NbwgmmaError
 from .fastlaunch import LaunchCache, arg_kind, array_arg_types, array_arg_values, pack, packer, slots_of, stream_handle
 
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
@@ -25,11 +26,12 @@ __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError",
            "prepare", "PreparedKernel"]
 
 
-class LaunchError(ValueError):
-    """The launch asks for more than the device allows."""
+class LaunchError(NbwgmmaError, ValueError):
+    """The launch asks for more than the device allows, or its arguments are of a kind the
+    call cannot take (one of nbwgmma's errors: :mod:`nbwgmma.errors`)."""
 
 
-class KernelStoppedError(RuntimeError):
+class KernelStoppedError(NbwgmmaError, RuntimeError):
     """In debug-wait mode (``NBWGMMA_DEBUG_WAIT=1``) a launched kernel failed, typically an
     mbarrier wait that ran past its deadline and trapped."""
 

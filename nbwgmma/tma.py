@@ -25,12 +25,14 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ._arrays import array_info
+from .errors import NbwgmmaError
 
 __all__ = ["TensorMap", "TensorMapError", "TMA_DTYPES", "box_copy_model"]
 
 
-class TensorMapError(ValueError):
-    """A tensor map request breaks a rule of cuTensorMapEncodeTiled."""
+class TensorMapError(NbwgmmaError, ValueError):
+    """A tensor map request breaks a rule of cuTensorMapEncodeTiled, or its arguments have
+    the wrong types (one of nbwgmma's errors: :mod:`nbwgmma.errors`)."""
 
 
 #: nbwgmma element type -> (driver data type name, bytes)

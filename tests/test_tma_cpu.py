@@ -154,3 +154,16 @@ def test_tma_wgmma_example_compiles(capsys, monkeypatch):
     assert mod.main() == 0.0
     out = capsys.readouterr().out
     assert "UTMALDG=2" in out and "UTMASTG=2" in out and "HGMMA" in out
+
+
+@pytest.mark.parametrize("box, message", [
+    (64, "box must be a sequence of integers, one per dimension; got 64"),
+    ((64.0, 64.0), "box must hold integers; got (64.0, 64.0)"),
+    ((True, 8), "box must hold integers; got (True, 8)"),
+])
+def test_a_box_of_the_wrong_type_is_refused(box, message):
+    from nbwgmma.errors import NbwgmmaError
+
+    with pytest.raises(TensorMapError, match=message.replace("(", r"\(").replace(")", r"\)")) as exc:
+        TensorMap(FakeCudaArray((64, 64), np.uint16), box, dtype="bf16", encode=False)
+    assert isinstance(exc.value, (NbwgmmaError, ValueError)) and "\n" not in str(exc.value)
