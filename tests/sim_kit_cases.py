@@ -1,0 +1,135 @@
+"""The authoring kit's device functions in Numba's CUDA simulator (run by tests/test_sim.py in
+a child process with NUMBA_ENABLE_CUDASIM=1): acc_map's coordinates, the tile scheduler's
+walk, the pipeline's phases, against host models."""
+
+import math
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from nbwgmma.intrinsics import acc_store, acc_zeros
+from nbwgmma.intrinsics.fragment import acc_value_coords
+from nbwgmma.kit import ACTIVATIONS, TileScheduler, TmaPipeline, acc_map
+from nbwgmma.launch import launch
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+
+@cuda.jit(device=True, inline=True)
+def _where(v, row, col, scale):
+    return v + row * scale + col
+
+
+@pytest.mark.parametrize("n", [8, 64, 256])
+def test_acc_map_gives_each_value_its_row_and_column(n):
+    mapped = acc_map(_where, n, nextra=1)
+
+    @cuda.jit
+    def kernel(out):
+        t = cuda.threadIdx.x
+        acc = mapped(acc_zeros("f32.bf16.bf16", n), t, 64, 8, 1000)
+        acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+    out = cuda.to_device(np.full((64, n), np.nan, np.float32))
+    launch(kernel, 1, 128, (out,))
+    rows, cols = np.indices((64, n))
+    np.testing.assert_array_equal(out.copy_to_host(), (rows + 64) * 1000 + cols + 8)
+
+
+@pytest.mark.parametrize("pack", ["bf16", "f16"])
+def test_acc_map_packs_pairs_like_the_conversion_helpers(pack):
+    from nbwgmma.intrinsics import acc_to_bf16x2, acc_to_f16x2
+
+    mapped = acc_map(_where, 16, nextra=1, pack=pack)
+    conv = acc_to_bf16x2 if pack == "bf16" else acc_to_f16x2
+    plain = acc_map(_where, 16, nextra=1)
+
+    @cuda.jit
+    def kernel(out):
+        t = cuda.threadIdx.x
+        a = mapped(acc_zeros("f32.bf16.bf16", 16), t, 0, 0, 10)
+        b = conv(plain(acc_zeros("f32.bf16.bf16", 16), t, 0, 0, 10))
+        for i in range(4):
+            out[t, i] = a[i]
+            out[t, 4 + i] = b[i]
+
+    out = cuda.to_device(np.zeros((128, 8), np.uint32))
+    launch(kernel, 1, 128, (out,))
+    got = out.copy_to_host()
+    np.testing.assert_array_equal(got[:, :4], got[:, 4:])
+    assert got.any()
+
+
+def test_acc_map_checks_its_arguments():
+    for kw, msg in ((dict(n=12), "wgmma N"), (dict(n=64, dtype="f16"), "dtype"), (dict(n=64, pack="e4m3"), "pack"),
+                    (dict(n=64, nextra=9), "nextra")):
+        with pytest.raises(ValueError, match=msg):
+            acc_map(_where, **kw)
+
+
+def test_activations_match_their_definitions():
+    from math import erf, exp, tanh
+
+    x = np.linspace(-6, 6, 49).astype(np.float32)
+    ref = {"relu": np.maximum(x, 0), "gelu": [0.5 * v * (1 + erf(v / math.sqrt(2))) for v in x],
+           "gelu_tanh": [0.5 * v * (1 + tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))) for v in x],
+           "silu": [v / (1 + exp(-v)) for v in x], "sigmoid": [1 / (1 + exp(-v)) for v in x]}
+    for name, f in ACTIVATIONS.items():
+        got = np.array([float(f(np.float32(v))) for v in x])
+        np.testing.assert_allclose(got, np.asarray(ref[name], np.float64), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def _host_walk(bm, bn, bk, group_m, m, n, k, grid):
+    """(cta, tile row, tile col, slice, kb0, kb1) for every unit, in each CTA's order."""
+    tiles_m, tiles_n, kblocks = math.ceil(m / bm), math.ceil(n / bn), math.ceil(k / bk)
+    out = []
+    for cta in range(grid):
+        for t in range(cta, tiles_m * tiles_n, grid):
+            per_group = group_m * tiles_n
+            first = t // per_group * group_m
+            rows = min(tiles_m - first, group_m)
+            r = t % per_group
+            out.append((cta, first + r % rows, r // rows, 0, 0, kblocks))
+    return out
+
+
+@pytest.mark.parametrize("m, n, k, grid", [(1000, 700, 300, 5), (128, 256, 64, 1), (4096, 512, 128, 7)])
+def test_the_scheduler_walks_every_tile_once_in_grouped_order(m, n, k, grid):
+    sched = TileScheduler(128, 256, 64, group_m=8)
+    units = sched.units(m, n, k)
+    assert sched.grid(m, n, k, 132) == min(132, units)
+
+    @cuda.jit
+    def kernel(out, m, n, k):
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        j = 0
+        if cuda.threadIdx.x == 0:
+            for u in range(sched.first(), nunits, sched.step()):
+                t, sp = sched.split_unit(u, nsplit)
+                tm, tn = sched.tile(t, tiles_mc, tiles_n, 0)
+                kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
+                row = out[cuda.blockIdx.x, j]
+                row[0], row[1], row[2], row[3], row[4] = tm, tn, sp, kb0, kb1
+                j += 1
+
+    out = cuda.to_device(np.full((grid, 64, 5), -1, np.int64))
+    launch(kernel, grid, 32, (out, m, n, k))
+    got = out.copy_to_host()
+    walked = [(c, *map(int, got[c, j])) for c in range(grid) for j in range(64) if got[c, j, 0] >= 0]
+    assert walked == _host_walk(128, 256, 64, 8, m, n, k, grid)
+    assert len({(w[1], w[2]) for w in walked}) == units
+
+
+def test_the_pipeline_s_phases_follow_the_ring():
+    pipe = TmaPipeline(3, consumers=1)
+    assert pipe.barrier_words == 6
+    s, ph, seen = 0, 0, []
+    for it in range(8):
+        assert pipe.stage_of(it) == (s, ph)
+        seen.append((s, ph))
+        s, ph = pipe.advance(s, ph)
+    assert seen == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (0, 0), (1, 0)]
+    for bad in (dict(stages=0, consumers=1), dict(stages=2, consumers=0), dict(stages=2, consumers=1, cluster=0)):
+        with pytest.raises(ValueError, match="TmaPipeline"):
+            TmaPipeline(**bad)
