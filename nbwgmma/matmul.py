@@ -310,8 +310,12 @@ def _pick_tile(m, n, cluster=1):
     into 64-column shares: only tiles with ``bn / 64`` a multiple of it.
 
     Split-K is not picked automatically: at 128 x 8192 x 8192 (bandwidth-bound) 4 slices
-    of 128 x 256 measured 0.75x cuBLAS against 0.87x for 64 x 128 tiles (BENCHMARKS.md)."""
-    return _rank_tiles(m, n, cluster)[0]
+    of 128 x 256 measured 0.75x cuBLAS against 0.87x for 64 x 128 tiles (BENCHMARKS.md).
+
+    In the simulator, where every thread is a Python thread and nothing is timed, the
+    smallest usable tile (fewest threads and the least wgmma work per tile)."""
+    ranked = _rank_tiles(m, n, cluster)
+    return min(ranked, key=lambda t: t[0] * t[1]) if _SIM else ranked[0]
 
 
 def _rank_tiles(m, n, cluster=1):
