@@ -54,17 +54,14 @@ import threading
 
 import numpy as np
 
-from . import copy as _copy
-from . import sync as _sync  # noqa: F401  registers its implementations
-from . import wgmma as _wgmma  # noqa: F401  registers its implementations
+from . import sync, wgmma  # noqa: F401  importing them registers their implementations
+from .copy import register_tensor_map
 from .core import IMPLS, CTA, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled
 from .fragment import FRAGMENT_IMPLS
 from .warp import WARP_FUNCTIONS
 
 __all__ = ["enabled", "SimError", "SimStopped", "SimHazard", "run", "register_tensor_map", "declare", "IMPLS",
            "FRAGMENT_IMPLS", "install_jit_shim"]
-
-register_tensor_map = _copy.register_tensor_map
 
 
 class _Shared:
