@@ -14,7 +14,8 @@ from numba import config, cuda
 from nbwgmma import sim
 from nbwgmma.intrinsics import (
     acc_store, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base, fence_proxy_async_shared,
-    mbarrier_arrive_count, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
+    mbarrier_arrive_count, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity,
+    named_barrier_sync_id, smem_addr,
     tma_load_2d, tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
 from nbwgmma.kernels.wgmma_tile import TileProblem
@@ -328,3 +329,21 @@ def test_a_block_above_the_kernel_s_launch_bounds_is_refused():
     launch(_bounded, 1, 128, (out,))
     with pytest.raises(LaunchError, match="block of 256 threads exceeds this kernel's limit of 128"):
         launch(_bounded, 1, 256, (out,))
+
+
+@cuda.jit
+def _per_warpgroup_barrier(out, bad):
+    buf = cuda.shared.array(256, np.int32)
+    t = cuda.threadIdx.x
+    buf[t] = t * 3
+    named_barrier_sync_id(16 if bad else 1 + t // 128, 128)
+    out[t] = buf[(t // 128) * 128 + (t + 1) % 128]
+
+
+def test_a_run_time_barrier_id_orders_each_warpgroup():
+    out = cuda.to_device(np.full(256, -1, np.int32))
+    launch(_per_warpgroup_barrier, 1, 256, (out, 0))
+    t = np.arange(256)
+    np.testing.assert_array_equal(out.copy_to_host(), ((t // 128) * 128 + (t + 1) % 128) * 3)
+    with pytest.raises(sim.SimHazard, match="named barrier id 16 is outside"):
+        launch(_per_warpgroup_barrier, 1, 256, (out, 1))

@@ -7,11 +7,12 @@ and "Miscellaneous Instructions: setmaxnreg, trap".
 
 from __future__ import annotations
 
-from ._asm import Imm, Out, ptx_intrinsic
+from ._asm import Imm, Out, Reg, ptx_intrinsic, u32
 
 __all__ = [
     "named_barrier_sync",
     "named_barrier_arrive",
+    "named_barrier_sync_id",
     "cluster_arrive",
     "cluster_arrive_relaxed",
     "cluster_wait",
@@ -38,6 +39,16 @@ named_barrier_sync = ptx_intrinsic(
     params=[_BAR_ID, _NTHREADS],
     doc="``bar.sync id, nthreads`` (PTX ISA: bar, barrier). Wait until ``nthreads`` "
     "threads (whole warps) have arrived at named barrier ``id``.",
+)
+
+named_barrier_sync_id = ptx_intrinsic(
+    "named_barrier_sync_id",
+    "bar.sync $barrier_id, $nthreads;",
+    params=[Reg("barrier_id", u32), _NTHREADS],
+    doc="``bar.sync id, nthreads`` with the barrier id in a register (PTX ISA: bar, barrier: "
+    "operand ``a`` may be a register), e.g. ``named_barrier_sync_id(1 + warpgroup, 128)``: one "
+    "barrier per warpgroup without a branch per id. The id must be in [0, 15] and the same "
+    "for all threads of a warp (not checked at run time).",
 )
 
 named_barrier_arrive = ptx_intrinsic(

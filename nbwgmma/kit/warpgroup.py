@@ -33,8 +33,8 @@ def warpgroup_thread():
 @cuda.jit(device=True, inline=True)
 def warpgroup_sync(g):
     """Barrier of the 128 threads of warpgroup ``g`` (0-3): named barrier ``1 + g``."""
-    # bar.sync takes its id from a register in PTX; the intrinsic takes a literal, so each
-    # warpgroup's branch names its own (a uniform branch: one warpgroup, one path).
+    # A uniform branch per id (one warpgroup, one path), as the library GEMM was measured
+    # with; named_barrier_sync_id(1 + g, 128) does the same with the id in a register.
     if g == 0:
         named_barrier_sync(1, 128)
     elif g == 1:

@@ -115,6 +115,14 @@ def _named(barrier_id, nthreads, _wait=True):
 IMPLS["named_barrier_arrive"] = lambda barrier_id, nthreads: _named(barrier_id, nthreads, _wait=False)
 
 
+@impl("named_barrier_sync_id")
+def _named_id(barrier_id, nthreads):
+    if not 0 <= int(barrier_id) <= 15:
+        th = me()
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: named barrier id {int(barrier_id)} is outside [0, 15]")
+    _named(int(barrier_id), nthreads)
+
+
 @impl("cluster_arrive", "cluster_arrive_relaxed")
 def _cluster_arrive():
     th = me()

@@ -47,6 +47,7 @@ CASES = {
     "fence_acq_rel_cta": ("fence_acq_rel_cta()", "fence.acq_rel.cta", None),
     "named_barrier_sync": ("named_barrier_sync(1, 256)", "bar.sync 1, 256", "BAR.SYNC"),
     "named_barrier_arrive": ("named_barrier_arrive(2, 128)", "bar.arrive 2, 128", "BAR.ARV"),
+    "named_barrier_sync_id": ("named_barrier_sync_id(1 + st[0] % 4, 128)", "bar.sync %r", "BAR.SYNC"),
     "cluster_arrive": ("cluster_arrive()", "barrier.cluster.arrive.release.aligned", "UCGABAR_ARV"),
     "cluster_arrive_relaxed": ("cluster_arrive_relaxed()", "barrier.cluster.arrive.relaxed.aligned", "UCGABAR_ARV"),
     "cluster_wait": ("cluster_wait()", "barrier.cluster.wait.acquire.aligned", "UCGABAR_WAIT"),
