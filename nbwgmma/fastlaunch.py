@@ -4,9 +4,9 @@ Launching a ``@cuda.jit`` kernel through Numba costs 150-200 us of host time per
 arguments are typed (``typeof`` of every array), the compiled kernel is looked up, and each
 array is wrapped and its stream synchronized. A kernel launched again with the same grid,
 block, shared memory, cluster and kinds of arguments needs none of that: this module keeps,
-per such *launch signature*, a :class:`~nbwgmma.launch.PreparedLaunch` and one small packer
-per argument, so a repeated call only reads each argument's pointer, shape and strides and
-calls ``cuLaunchKernelEx``.
+per such *launch signature*, a :class:`~nbwgmma.launch.PreparedLaunch`, so a repeated call only
+reads each argument's pointer, shape and strides (once, while forming the key) and calls
+``cuLaunchKernelEx``.
 
 An argument kind is what fixes its Numba type: for an array its element type, number of
 dimensions and layout (C-contiguous, Fortran-contiguous or neither); for a scalar its Python
@@ -56,8 +56,8 @@ def _torch_view(a):
     return a.data_ptr(), shape, strides, es
 
 
-def _cai_view(a):
-    cai = a.__cuda_array_interface__
+def _cai_view(a, cai=None):
+    cai = cai or a.__cuda_array_interface__
     dt = np.dtype(cai["typestr"])
     shape = tuple(cai["shape"])
     strides = cai.get("strides")
@@ -71,22 +71,25 @@ def _cai_view(a):
 
 
 def arg_kind(a):
-    """(kind key, packer) of a launch argument, or None where Numba's path must take it."""
+    """(kind key, packer spec, slot values) of a launch argument, or None where Numba's path
+    must take it. The values are those :func:`pack` would give: each argument is read once."""
     t = type(a)
     if t in _PY_SCALARS:
         name = _PY_SCALARS[t]
-        return ("scalar", name), ("scalar", name)
+        return ("scalar", name), ("scalar", name), (a,)
     if isinstance(a, (np.integer, np.floating)) and a.dtype.name in _SCALAR_SLOTS:
-        return ("scalar", a.dtype.name), ("scalar", a.dtype.name)
+        return ("scalar", a.dtype.name), ("scalar", a.dtype.name), (a,)
     if t.__module__.startswith("torch") and hasattr(a, "data_ptr"):
         if not a.is_cuda:
             return None
         ptr, shape, strides, es = _torch_view(a)
-        return ("torch", str(a.dtype), len(shape), _layout(shape, strides, es), a.get_device()), ("torch", len(shape))
-    if hasattr(a, "__cuda_array_interface__"):
-        ptr, shape, strides, es = _cai_view(a)
-        typestr = a.__cuda_array_interface__["typestr"]
-        return ("cai", t, typestr, len(shape), _layout(shape, strides, es)), ("cai", len(shape))
+        kind = ("torch", str(a.dtype), len(shape), _layout(shape, strides, es), a.get_device())
+        return kind, ("torch", len(shape)), array_arg_values(ptr, shape, strides, es)
+    cai = getattr(a, "__cuda_array_interface__", None)  # a property: Numba builds it anew each time
+    if cai is not None:
+        ptr, shape, strides, es = _cai_view(a, cai)
+        kind = ("cai", t, cai["typestr"], len(shape), _layout(shape, strides, es))
+        return kind, ("cai", len(shape)), array_arg_values(ptr, shape, strides, es)
     return None
 
 
@@ -107,9 +110,6 @@ def pack(spec, a):
     if kind == "scalar":
         return (a,)
     ptr, shape, strides, es = _torch_view(a) if kind == "torch" else _cai_view(a)
-    n = 1
-    for d in shape:
-        n *= d
     return array_arg_values(ptr, shape, strides, es)
 
 
@@ -159,23 +159,24 @@ class LaunchCache:
 
     @staticmethod
     def key(kernel, grid, block, smem, cluster, args):
-        kinds, packers = [], []
+        """(key, slot values of ``args``), or (None, None) where an argument is not cached."""
+        kinds, values = [], []
         for a in args:
             k = arg_kind(a)
             if k is None:
                 return None, None
             kinds.append(k[0])
-            packers.append(k[1])
-        return (id(kernel), grid, block, smem, cluster, tuple(kinds)), packers
+            values.extend(k[2])
+        return (id(kernel), grid, block, smem, cluster, tuple(kinds)), values
 
     def get(self, key):
         return self.entries.get(key)
 
-    def put(self, key, kernel, prepared, packers):
+    def put(self, key, kernel, prepared):
         if len(self.entries) >= self.limit:
             self.entries.clear()
         # The kernel object is kept with the entry so that its id cannot be reused.
-        self.entries[key] = (kernel, prepared, tuple(packers))
+        self.entries[key] = (kernel, prepared)
 
 
 def slots_of(numba_types) -> tuple | None:

@@ -19,7 +19,7 @@ import struct
 import threading
 
 from .errors import NbwgmmaError
-from .fastlaunch import LaunchCache, arg_kind, array_arg_types, array_arg_values, pack, packer, slots_of, stream_handle
+from .fastlaunch import LaunchCache, arg_kind, array_arg_types, array_arg_values, packer, slots_of, stream_handle
 
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
            "device_limits", "H100_LIMITS", "PreparedLaunch", "array_arg_types", "array_arg_values", "LAUNCH_CACHE",
@@ -327,11 +327,10 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     if _DEBUG_WAIT is not None:
         _sync_debug(core_stream, kernel)
     elif fast is not None:  # remember this signature: the next launch of it takes the short path
-        key, packers = fast
         slots = slots_of(kern.argument_types)
         if slots is not None:
             prepared = PreparedLaunch(cufunc.kernel, grid, block, slots, smem=smem, cluster=cluster)
-            LAUNCH_CACHE.put(key, kernel, prepared, packers)
+            LAUNCH_CACHE.put(fast, kernel, prepared)
 
 
 #: Prepared launches of the signatures launched so far (see :mod:`nbwgmma.fastlaunch`).
@@ -340,23 +339,19 @@ LAUNCH_CACHE = LaunchCache()
 
 def _repeat_launch(kernel, grid, block, args, stream, smem, cluster):
     """Launch through the cache of prepared launches (:mod:`nbwgmma.fastlaunch`): True when
-    done; else (key, packers) to remember after Numba's path has launched, or None when this
+    done; else the key to remember after Numba's path has launched, or None when this
     launch cannot be cached (an argument or stream kind it does not take)."""
     handle = stream_handle(stream)
     if handle is None:
         return None
-    key, packers = LaunchCache.key(kernel, grid, block, int(smem),
-                                   None if cluster is None else _dim3(cluster, "cluster"), args)
+    key, values = LaunchCache.key(kernel, grid, block, int(smem),
+                                  None if cluster is None else _dim3(cluster, "cluster"), args)
     if key is None:
         return None
     hit = LAUNCH_CACHE.get(key)
     if hit is None:
-        return key, packers
-    _, prepared, packs = hit
-    values = []
-    for spec, a in zip(packs, args):
-        values.extend(pack(spec, a))
-    prepared(handle, *values)
+        return key
+    hit[1](handle, *values)
     return True
 
 

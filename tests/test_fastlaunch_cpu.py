@@ -17,8 +17,9 @@ class _CAI:
     ((1, 5), (999, 4), "C"),
 ])
 def test_array_kinds_carry_what_fixes_numba_s_type(shape, strides, layout):
-    kind, spec = arg_kind(_CAI(shape, strides))
+    kind, spec, first = arg_kind(_CAI(shape, strides))
     assert kind[2:] == ("<f4", len(shape), layout)
+    assert first == pack(spec, _CAI(shape, strides))  # the key's values are the packer's
     values = pack(spec, _CAI(shape, strides, ptr=8192))
     assert len(values) == len(array_arg_types(len(shape)))
     assert values[4] == 8192 and values[5:5 + len(shape)] == shape

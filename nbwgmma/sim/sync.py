@@ -206,7 +206,7 @@ class MBarrier:
             self.expected_bytes = self.arrived_bytes = 0
             self.cond.notify_all()
 
-    def update(self, th, arrivals=0, tx=0, joins=True):
+    def update(self, th, arrivals=0, tx=0):
         state = self.phase
         if arrivals > self.pending:
             raise SimHazard(
@@ -218,11 +218,10 @@ class MBarrier:
             self.arrived_bytes -= tx
         self.tx += tx
         self.pending -= arrivals
-        if joins:
-            if arrivals:
-                release(th, self.clock)
-            else:
-                np.maximum(self.clock, th.clock, out=self.clock)
+        if arrivals:
+            release(th, self.clock)
+        else:  # bytes or expect_tx alone: the issuer's past joins the phase, no release of its own
+            np.maximum(self.clock, th.clock, out=self.clock)
         self._check(th)
         return np.uint64(state)
 
@@ -272,7 +271,7 @@ def mb_update(bar, arrivals=0, tx=0):
 
 def complete_tx(th, m, nbytes):
     """A copy issued by ``th`` delivers ``nbytes`` on ``m`` (call with the lock held)."""
-    m.update(th, tx=-int(nbytes), joins=True)
+    m.update(th, tx=-int(nbytes))
 
 
 IMPLS["mbarrier_arrive"] = lambda bar, scope="cta": mb_update(bar, arrivals=1)
