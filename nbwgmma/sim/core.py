@@ -140,11 +140,7 @@ class Cluster:
             if left <= 0:
                 if timeout_s is not None:
                     return False
-                th = threading.current_thread()
-                text = what() if callable(what) else what
-                raise SimStopped(
-                    f"simulated wait timed out after {self.deadline:g} s: block {tuple(th.blockIdx)} thread "
-                    f"{th.thread_id} (warp {th.thread_id // 32}) at {th.where or where()}: {text}")
+                raise self.timed_out(threading.current_thread(), what)
             cond.wait(min(left, _POLL_S))
         return True
 
@@ -158,11 +154,15 @@ class Cluster:
                 raise SimStopped("another simulated thread failed")
             left = end - time.monotonic()
             if left <= 0:
-                text = what() if callable(what) else what
-                raise SimStopped(
-                    f"simulated wait timed out after {self.deadline:g} s: block {tuple(th.blockIdx)} thread "
-                    f"{th.thread_id} (warp {th.thread_id // 32}) at {th.where or where()}: {text}")
+                raise self.timed_out(th, what)
             th.gate.acquire(timeout=min(left, _POLL_S))
+
+    def timed_out(self, th, what):
+        """The :class:`SimStopped` of thread ``th`` waiting past the deadline for ``what``."""
+        text = what() if callable(what) else what
+        return SimStopped(
+            f"simulated wait timed out after {self.deadline:g} s: block {tuple(th.blockIdx)} thread "
+            f"{th.thread_id} (warp {th.thread_id // 32}) at {th.where or where()}: {text}")
 
     def fail(self, exc):
         with self.lock:
