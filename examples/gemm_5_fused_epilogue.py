@@ -31,9 +31,9 @@ from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
 KIND = "f32.bf16.bf16"
-BM, BN, BK, STAGES = 128, 256, 64, 3
+BM, BN, BK, STAGES = 128, 256, 64, 4
 A_BYTES, STAGE = BM * 128, (BM + BN) * 128  # one 128-byte swizzled row of K per operand row
-C_OFF, C_CONS = STAGES * STAGE, 64 * BN * 2  # each consumer's 64 x 256 bf16 C tile
+C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # a 64 x 64 bf16 block of C: two per consumer
 SW128 = SWIZZLE_CODE["128B"]
 pipe = TmaPipeline(STAGES, consumers=2)
 sched = TileScheduler(BM, BN, BK, group_m=8)
@@ -42,12 +42,23 @@ NBARS = pipe.barrier_words
 
 def make_kernel(act):
     @cuda.jit(device=True, inline=True)
-    def bias_act(v, row, col, bias, n):  # the user's epilogue: any scalar device code
-        if col < n:
-            v += bias[col]
-        return act(v)
+    def bias_act(v, row, col, b):  # the user's epilogue: any scalar device code; b = bias[col]
+        return act(v + b)
 
-    part = acc_map(bias_act, 64, nextra=2, pack="bf16")  # 64 columns -> packed bf16 pairs
+    part = acc_map(bias_act, 64, cols=1, pack="bf16")  # 64 columns -> packed bf16 pairs
+
+    @cuda.jit(device=True, inline=True)
+    def store_part(regs, buf, ct, cw, tmap_c, col, row):
+        """One 64 x 64 part: registers -> swizzled shared block -> TMA store. The block was
+        last read by the store before the previous one (waited for in the previous call)."""
+        acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
+        fence_proxy_async_shared()  # generic writes -> the TMA unit
+        if ct == 0:
+            bulk_wait_group_read(0)  # the previous part's store has read the other block
+        warpgroup_sync(cw)
+        if ct == 0:
+            tma_store_2d(buf, tmap_c, col, row)
+            bulk_commit_group()
 
     @cuda.jit(launch_bounds=(384, 1))
     def gemm_bias_act(tmap_a, tmap_b, tmap_c, bias, m, n, k):
@@ -75,7 +86,8 @@ def make_kernel(act):
         else:  # two consumer warpgroups, 64 rows each
             setmaxnreg_inc(232)
             cw, ct = tid // 128 - 1, tid % 128
-            ctile = base + C_OFF + cw * C_CONS
+            c0 = base + C_OFF + cw * 2 * C_PART
+            c1 = c0 + C_PART
             prev = 0
             for u in range(sched.first(), nunits, sched.step()):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
@@ -100,28 +112,22 @@ def make_kernel(act):
                 if ct == 0:
                     pipe.consumer_release(ring, prev)
                 row0, col0 = tm * BM + cw * 64, tn * BN
-                if ct == 0:
-                    bulk_wait_group_read(0)  # the last tile's TMA stores have read the C tile
-                warpgroup_sync(cw)
-                # 64 columns at a time, each part stored before the next is computed, so the
-                # epilogue never holds more than a quarter of the tile's results.
-                acc_stmatrix_swizzled(part(acc[:32], ct, row0, col0, bias, n), ctile, ct, 128, "128B")
-                acc_stmatrix_swizzled(part(acc[32:64], ct, row0, col0 + 64, bias, n), ctile + 8192, ct, 128, "128B")
-                acc_stmatrix_swizzled(part(acc[64:96], ct, row0, col0 + 128, bias, n), ctile + 16384, ct, 128, "128B")
-                acc_stmatrix_swizzled(part(acc[96:], ct, row0, col0 + 192, bias, n), ctile + 24576, ct, 128, "128B")
-                fence_proxy_async_shared()  # generic writes -> the TMA unit
-                warpgroup_sync(cw)
-                if ct == 0:
-                    for j in range(BN // 64):
-                        tma_store_2d(ctile + j * 8192, tmap_c, col0 + j * 64, row0)
-                    bulk_commit_group()
+                # 64 columns at a time through two shared blocks, each part stored while the
+                # next is computed: the epilogue never holds more than a quarter of the results.
+                store_part(part(acc[:32], ct, row0, col0, bias[col0:n]), c0, ct, cw, tmap_c, col0, row0)
+                store_part(part(acc[32:64], ct, row0, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
+                           col0 + 64, row0)
+                store_part(part(acc[64:96], ct, row0, col0 + 128, bias[col0 + 128:n]), c0, ct, cw, tmap_c,
+                           col0 + 128, row0)
+                store_part(part(acc[96:], ct, row0, col0 + 192, bias[col0 + 192:n]), c1, ct, cw, tmap_c,
+                           col0 + 192, row0)
             if ct == 0:
                 bulk_wait_group(0)
 
     return gemm_bias_act
 
 
-SMEM = dynamic_smem_bytes(C_OFF + 2 * C_CONS)
+SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
 SIG = (types.uint64, types.uint64, types.uint64, types.float32[::1], types.int32, types.int32, types.int32)
 
 

@@ -133,3 +133,60 @@ def test_the_pipeline_s_phases_follow_the_ring():
     for bad in (dict(stages=0, consumers=1), dict(stages=2, consumers=0), dict(stages=2, consumers=1, cluster=0)):
         with pytest.raises(ValueError, match="TmaPipeline"):
             TmaPipeline(**bad)
+
+
+def test_advance_by_lands_where_repeated_advances_do():
+    pipe = TmaPipeline(5, consumers=1)
+    for s0, ph0 in ((0, 0), (3, 1), (4, 0)):
+        for n in (0, 1, 4, 5, 6, 13, 128):
+            s, ph = s0, ph0
+            for _ in range(n):
+                s, ph = pipe.advance(s, ph)
+            assert pipe.advance_by(s0, ph0, n) == (s, ph), (s0, ph0, n)
+
+
+@cuda.jit(device=True, inline=True)
+def _vectors(v, row, col, b, r, scale):
+    return v + b * scale + r
+
+
+@pytest.mark.parametrize("ncols, nrows", [(64, 64), (37, 64), (0, 9), (64, 0)])
+def test_acc_map_reads_column_and_row_vectors_once_and_zero_past_their_end(ncols, nrows):
+    """A per-column and a per-row vector, each starting at the tile's first column (row),
+    shorter than the tile where C ends: values past the end read as zero."""
+    mapped = acc_map(_vectors, 64, cols=1, rows=1, nextra=1)
+    col_vec = np.arange(1, 65, dtype=np.float32) * 100
+    row_vec = -np.arange(1, 65, dtype=np.float32)
+
+    @cuda.jit
+    def kernel(out, cv, rv, nc, nr):
+        t = cuda.threadIdx.x
+        acc = mapped(acc_zeros("f32.bf16.bf16", 64), t, 0, 0, cv[:nc], rv[:nr], 2.0)
+        acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+    out = cuda.to_device(np.full((64, 64), np.nan, np.float32))
+    launch(kernel, 1, 128, (out, cuda.to_device(col_vec), cuda.to_device(row_vec), ncols, nrows))
+    cv = np.where(np.arange(64) < ncols, col_vec, 0)
+    rv = np.where(np.arange(64) < nrows, row_vec, 0)
+    np.testing.assert_array_equal(out.copy_to_host(), 2 * cv[None, :] + rv[:, None])
+
+
+def test_two_warpgroups_taking_turns_alternate():
+    """turn_wait / turn_pass: warpgroups 0 and 1 write their turns in strict alternation."""
+    from nbwgmma.kit import turn_pass, turn_wait
+
+    @cuda.jit
+    def kernel(log, rounds):
+        g, t = cuda.threadIdx.x // 128, cuda.threadIdx.x % 128
+        for r in range(rounds):
+            if g == 1 or r > 0:
+                turn_wait(g)
+            if t == 0:  # the next free entry: in turn order only if the turns alternate
+                log[log[8]] = g
+                log[8] += 1
+            if g == 0 or r + 1 < rounds:
+                turn_pass(g)
+
+    log = cuda.to_device(np.array([-1] * 8 + [0], np.int64))
+    launch(kernel, 1, 256, (log, 4))
+    assert log.copy_to_host().tolist() == [0, 1] * 4 + [8]

@@ -11,10 +11,11 @@ from .. import sim as _sim
 if _sim.enabled():
     _sim.install_jit_shim()
 
-from . import address, control, descriptor, fence, fragment, matrix, mbarrier, tma, wgmma
+from . import address, control, descriptor, fastmath, fence, fragment, matrix, mbarrier, tma, wgmma
 from .address import *  # noqa: F401,F403
 from .control import *  # noqa: F401,F403
 from .descriptor import *  # noqa: F401,F403
+from .fastmath import *  # noqa: F401,F403
 from .fence import *  # noqa: F401,F403
 from .fragment import *  # noqa: F401,F403
 from .matrix import *  # noqa: F401,F403
@@ -23,7 +24,7 @@ from .tma import *  # noqa: F401,F403
 from .wgmma import *  # noqa: F401,F403
 
 __all__ = (
-    address.__all__ + control.__all__ + descriptor.__all__ + fence.__all__
+    address.__all__ + control.__all__ + descriptor.__all__ + fastmath.__all__ + fence.__all__
     + fragment.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__ + wgmma.__all__
 )
 

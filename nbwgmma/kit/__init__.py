@@ -6,7 +6,8 @@
   tiles (grouped rasterization, clusters, K slices);
 * :mod:`~nbwgmma.kit.epilogue`: device functions over accumulator fragments (a user function
   mapped over every value with its row and column, bias, activations);
-* :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier.
+* :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier; the turn two consumer
+  warpgroups pass between their main loops.
 
 Each block is a host-side object built once with compile-time constants; its device
 functions are attributes, inlined into the kernels that call them, so a kernel written with
@@ -19,7 +20,7 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 from .epilogue import ACTIVATIONS, acc_map, activation
 from .pipeline import TmaPipeline
 from .scheduler import TileScheduler
-from .warpgroup import warpgroup_index, warpgroup_sync, warpgroup_thread
+from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "TileScheduler", "acc_map", "activation", "ACTIVATIONS", "warpgroup_index",
-           "warpgroup_thread", "warpgroup_sync"]
+           "warpgroup_thread", "warpgroup_sync", "turn_wait", "turn_pass"]

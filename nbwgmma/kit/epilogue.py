@@ -10,17 +10,19 @@ a base plus a constant, so the fragment stays in registers (no local memory) and
 and column cost one add each::
 
     @cuda.jit(device=True, inline=True)
-    def bias_gelu(v, row, col, bias, n):
-        if col < n:
-            v += bias[col]
-        return gelu_tanh(v)
+    def bias_gelu(v, row, col, b):       # b: the bias of this value's column
+        return gelu_tanh(v + b)
 
-    epilogue = acc_map(bias_gelu, 256, nextra=2, pack="bf16")
+    epilogue = acc_map(bias_gelu, 256, cols=1, pack="bf16")
     ...
-    regs = epilogue(acc, tid, row0, col0, bias, n)   # inside the kernel, after wgmma_wait_group
+    # inside the kernel, after wgmma_wait_group: bias[col0:n] is the tile's part of the bias
+    regs = epilogue(acc, tid, row0, col0, bias[col0:n])
 
-Row and column are signed integers: compare them with the kernel's int32 sizes as they are.
-With ``pack="bf16"`` the results come out as packed bf16 pairs, ready for ``stmatrix``.
+Per-column and per-row vectors (``cols=``, ``rows=``) are loaded once per thread and column
+(row), with no compare where the vector covers the tile; other extra arguments
+(``nextra=``) reach ``fn`` as they are. Row and column are signed integers: compare them
+with the kernel's int32 sizes as they are. With ``pack="bf16"`` the results come out as
+packed bf16 pairs, ready for ``stmatrix``.
 The activations are device functions of one value.
 """
 
@@ -31,17 +33,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from ..intrinsics import acc_to_bf16x2, acc_to_f16x2
-from .. import sim
-
-if sim.enabled():  # the simulator runs device code as Python: the exact functions stand in
-    def fast_expf(x):
-        return np.float32(math.exp(x))
-
-    def fast_fdividef(x, y):
-        return np.float32(x / y)
-else:
-    from numba.cuda.libdevice import fast_expf, fast_fdividef
+from ..intrinsics import acc_to_bf16x2, acc_to_f16x2, ex2_approx, rcp_approx
 
 __all__ = ["acc_map", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh", "silu", "sigmoid",
            "value_coords"]
@@ -58,24 +50,34 @@ def gelu(v):
     return np.float32(0.5) * v * (np.float32(1.0) + math.erf(v * np.float32(0.7071067811865476)))
 
 
+_LOG2E = 1.4426950408889634
+# gelu_tanh(v) = v * sigmoid(2u), u = sqrt(2/pi) (v + 0.044715 v^3), as v / (1 + 2**(v * (G1 + G2 v^2)))
+_G1 = np.float32(-2 * 0.7978845608028654 * _LOG2E)
+_G2 = np.float32(-2 * 0.7978845608028654 * 0.044715 * _LOG2E)
+_NLOG2E = np.float32(-_LOG2E)
+
+
 @cuda.jit(device=True, inline=True)
 def gelu_tanh(v):
     """The tanh approximation (PyTorch's ``gelu(approximate='tanh')``), written as
     ``x * sigmoid(2u)`` with ``u = sqrt(2/pi) (x + 0.044715 x^3)``: the same function
-    (0.5 (1 + tanh u) = sigmoid(2u)) with one fast exp and one fast division (``ex2.approx``,
-    ``div.approx``: a few ulp of f32, far below the bf16 or f16 the result is stored in)."""
-    u2 = np.float32(1.5957691216057308) * v * (np.float32(1.0) + np.float32(0.044715) * v * v)
-    return fast_fdividef(v, np.float32(1.0) + fast_expf(-u2))
+    (``0.5 (1 + tanh u) = sigmoid(2u)``), accurate in relative terms on both sides (no
+    ``1 + tanh`` cancellation for negative x), in two multiplies, a fused multiply-add, an
+    ``ex2``, an add, an ``rcp`` and a multiply (:mod:`nbwgmma.intrinsics.fastmath`: a few
+    ulp of f32, far below the bf16 or f16 the result is usually stored in)."""
+    return v * rcp_approx(np.float32(1.0) + ex2_approx(v * (_G1 + _G2 * (v * v))))
 
 
 @cuda.jit(device=True, inline=True)
 def sigmoid(v):
-    return np.float32(1.0) / (np.float32(1.0) + math.exp(-v))
+    """``1 / (1 + exp(-x))`` with ``ex2`` and ``rcp`` (a few ulp of f32)."""
+    return rcp_approx(np.float32(1.0) + ex2_approx(v * _NLOG2E))
 
 
 @cuda.jit(device=True, inline=True)
 def silu(v):
-    return v / (np.float32(1.0) + math.exp(-v))
+    """``x * sigmoid(x)`` with ``ex2`` and ``rcp`` (a few ulp of f32)."""
+    return v * rcp_approx(np.float32(1.0) + ex2_approx(v * _NLOG2E))
 
 
 ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "sigmoid": sigmoid}
@@ -102,11 +104,20 @@ _DTYPES = {"f32": np.float32, "s32": np.int32}
 _PACKS = {None: None, "bf16": acc_to_bf16x2, "f16": acc_to_f16x2}
 
 
-def acc_map(fn, n: int, *, nextra: int = 0, dtype: str = "f32", pack: str | None = None):
-    """A device function ``(acc, tid, row0, col0, *extra) -> fragment`` applying the device
-    function ``fn(value, row, col, *extra)`` to every value of a 64 x ``n`` accumulator
-    fragment of thread ``tid`` (0-127 in its warpgroup) whose tile starts at (``row0``,
-    ``col0``). ``nextra`` extra arguments (vectors, scalars) are passed through to ``fn``.
+def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype: str = "f32",
+            pack: str | None = None):
+    """A device function ``(acc, tid, row0, col0, *vectors, *extra) -> fragment`` applying the
+    device function ``fn(value, row, col, *vector_values, *extra)`` to every value of a 64 x
+    ``n`` accumulator fragment of thread ``tid`` (0-127 in its warpgroup) whose tile starts at
+    (``row0``, ``col0``).
+
+    ``cols`` per-column vectors, then ``rows`` per-row vectors, come first among the extra
+    arguments: each is a 1-D array whose element 0 belongs to the tile's first column (row),
+    such as ``bias[col0:n]``. ``fn`` receives the *value* at its column (row), converted to
+    the accumulator's type, or zero past the vector's end (outside C): each is loaded once
+    per thread and column (the two values of a column pair share a load), not once per
+    value, and a tile that the vector covers loads without compares. ``nextra`` further
+    arguments (arrays, scalars) are passed through to ``fn`` as they are.
 
     Each result is converted back to the accumulator's type (``dtype`` "f32" or "s32"); with
     ``pack`` "bf16" or "f16" adjacent results are packed into 32-bit registers as they are
@@ -118,20 +129,34 @@ def acc_map(fn, n: int, *, nextra: int = 0, dtype: str = "f32", pack: str | None
         raise ValueError(f"acc_map: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if pack not in _PACKS or (pack and dtype != "f32"):
         raise ValueError(f"acc_map: pack must be None, 'bf16' or 'f16' (f32 accumulators); got {pack!r}")
-    if not isinstance(nextra, int) or not 0 <= nextra <= 8:
-        raise ValueError(f"acc_map: nextra must be an integer in [0, 8]; got {nextra!r}")
-    extra = "".join(f", e{j}" for j in range(nextra))
-    # Coordinates are signed (int64): comparing them with an int32 bound stays an integer
-    # compare (an unsigned one against a signed bound would go through float64).
-    lines = [f"def mapped(acc, tid, row0, col0{extra}):",
-             "    lane = tid % 32",
-             "    r = row0 + 16 * (tid // 32) + lane // 4",
-             "    c = col0 + 2 * (lane % 4)",
-             "    return ("]
+    for name, count in (("cols", cols), ("rows", rows), ("nextra", nextra)):
+        if not isinstance(count, int) or not 0 <= count <= 8:
+            raise ValueError(f"acc_map: {name} must be an integer in [0, 8]; got {count!r}")
+    vecs = [f"v{j}" for j in range(cols + rows)]
+    extra = [f"e{j}" for j in range(nextra)]
+    params = "".join(f", {x}" for x in vecs + extra)
+    # The thread's place from bit operations on tid: LLVM then knows every local index is
+    # non-negative and drops the negative-index wrap of each vector load.
+    lines = [f"def mapped(acc, tid, row0, col0{params}):",
+             "    lr = ((tid >> 5) << 4) + ((tid >> 2) & 7)",
+             "    lc = (tid & 3) << 1",
+             "    r = row0 + lr",
+             "    c = col0 + lc"]
+    for j in range(cols):  # value pair i, i+1 sits in columns lc + 8 * (i // 4) + {0, 1}
+        lines.append(f"    if len(v{j}) >= {n}:")
+        lines += [f"        v{j}_{k} = T(v{j}[lc + {k // 2 * 8 + k % 2}])" for k in range(n // 4)]
+        lines.append("    else:")
+        lines += [f"        v{j}_{k} = T(v{j}[lc + {k // 2 * 8 + k % 2}]) if lc + {k // 2 * 8 + k % 2} < len(v{j}) "
+                  f"else T(0)" for k in range(n // 4)]
+    for j in range(cols, cols + rows):  # rows lr and lr + 8
+        lines += [f"    v{j}_{k} = T(v{j}[lr + {8 * k}]) if lr + {8 * k} < len(v{j}) else T(0)" for k in (0, 1)]
+    lines.append("    return (")
 
     def value(i):
         dr, dc = 8 * ((i // 2) % 2), 8 * (i // 4) + i % 2
-        return f"T(fn(acc[{i}], r + {dr}, c + {dc}{extra}))"
+        args = [f"v{j}_{i // 4 * 2 + i % 2}" for j in range(cols)]
+        args += [f"v{j}_{(i // 2) % 2}" for j in range(cols, cols + rows)]
+        return f"T(fn(acc[{i}], r + {dr}, c + {dc}{''.join(', ' + a for a in args + extra)}))"
 
     for i in range(0, n // 2, 2):
         if pack:

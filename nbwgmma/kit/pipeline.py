@@ -65,6 +65,8 @@ class TmaPipeline(types.ModuleType):
     * ``consumer_release(ring, s)``: one thread per consumer warpgroup marks slot ``s`` empty
       (after the ``wgmma_wait_group`` that completes the wgmmas reading it);
     * ``advance(s, ph) -> (s, ph)``: the next slot and its phase;
+    * ``advance_by(s, ph, n) -> (s, ph)``: the slot and phase ``n`` fills later (a consumer
+      that skips the fills meant for another, as warpgroups taking tiles in turn do);
     * ``stage_of(it) -> (s, ph)``: slot and phase of the ``it``-th fill (for a loop that keeps
       one running count instead of two counters).
     """
@@ -124,8 +126,14 @@ class TmaPipeline(types.ModuleType):
             return s, ph
 
         @cuda.jit(device=True, inline=True)
+        def advance_by(s, ph, n):
+            t = s + n
+            return t % S, ph ^ ((t // S) & 1)
+
+        @cuda.jit(device=True, inline=True)
         def stage_of(it):
             return it % S, (it // S) & 1
 
         self.init, self.producer_acquire, self.consumer_wait = init, producer_acquire, consumer_wait
         self.consumer_release, self.advance, self.stage_of = consumer_release, advance, stage_of
+        self.advance_by = advance_by

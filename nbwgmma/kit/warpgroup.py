@@ -4,15 +4,21 @@ A warpgroup is four consecutive warps (128 threads) whose first warp is a multip
 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": warpgroup). Named
 barrier 0 is ``syncthreads``; :func:`warpgroup_sync` gives warpgroup ``g`` barrier ``1 + g``,
 so warpgroups synchronize among themselves without stopping the others.
+
+Two consumer warpgroups that take tiles in turn (one's epilogue under the other's main
+loop) pass a turn between them: :func:`turn_wait` before a main loop, :func:`turn_pass`
+after it (named barriers 5 and 6, each completed by one warpgroup's ``bar.arrive`` and the
+other's ``bar.sync``).
 """
 
 from __future__ import annotations
 
 from numba import cuda
 
-from ..intrinsics import named_barrier_sync
+from ..intrinsics import named_barrier_arrive, named_barrier_sync
 
-__all__ = ["warpgroup_index", "warpgroup_thread", "warpgroup_sync", "WARPGROUP_BARRIERS"]
+__all__ = ["warpgroup_index", "warpgroup_thread", "warpgroup_sync", "WARPGROUP_BARRIERS", "turn_wait",
+           "turn_pass", "TURN_BARRIERS"]
 
 #: Warpgroups :func:`warpgroup_sync` serves (named barrier ids 1-4).
 WARPGROUP_BARRIERS = 4
@@ -43,3 +49,26 @@ def warpgroup_sync(g):
         named_barrier_sync(3, 128)
     else:
         named_barrier_sync(4, 128)
+
+
+#: Named barrier ids of :func:`turn_wait` / :func:`turn_pass` (warpgroup 0 waits on the first).
+TURN_BARRIERS = (5, 6)
+
+
+@cuda.jit(device=True, inline=True)
+def turn_wait(g):
+    """Consumer warpgroup ``g`` (0 or 1) waits until the other passed it the turn."""
+    if g == 0:
+        named_barrier_sync(5, 256)
+    else:
+        named_barrier_sync(6, 256)
+
+
+@cuda.jit(device=True, inline=True)
+def turn_pass(g):
+    """Consumer warpgroup ``g`` (0 or 1) passes the turn to the other (does not wait). Pass
+    only a turn the other will take: a barrier left half-arrived at exit is undefined."""
+    if g == 0:
+        named_barrier_arrive(6, 256)
+    else:
+        named_barrier_arrive(5, 256)

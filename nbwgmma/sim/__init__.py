@@ -54,7 +54,7 @@ import threading
 
 import numpy as np
 
-from . import sync, wgmma  # noqa: F401  importing them registers their implementations
+from . import arith, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
 from .core import IMPLS, CTA, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled
 from .fragment import FRAGMENT_IMPLS

@@ -1,0 +1,29 @@
+"""Simulated approximate math (:mod:`nbwgmma.intrinsics.fastmath`): the correctly rounded
+f32 function with the hardware's flushing of subnormal inputs and results (``.ftz``), which
+lies within the instruction's documented error of the GPU's result."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .core import impl
+
+_TINY = np.float32(2.0 ** -126)
+
+
+def _ftz(x):
+    x = np.float32(x)
+    return np.float32(0.0) * np.sign(x) if abs(x) < _TINY else x
+
+
+@impl("ex2_approx")
+def _ex2_approx(x):
+    with np.errstate(over="ignore"):
+        return _ftz(np.float32(np.exp2(np.float64(_ftz(x)))))
+
+
+@impl("rcp_approx")
+def _rcp_approx(x):
+    x = _ftz(x)
+    with np.errstate(divide="ignore"):
+        return _ftz(np.float32(1.0 / np.float64(x)) if x != 0 else np.float32(np.copysign(np.inf, x)))
