@@ -19,7 +19,8 @@ import struct
 import threading
 
 from .errors import NbwgmmaError
-from .fastlaunch import LaunchCache, arg_kind, array_arg_types, array_arg_values, packer, slots_of, stream_handle
+from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
+                         stream_handle)
 
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
            "device_limits", "H100_LIMITS", "PreparedLaunch", "array_arg_types", "array_arg_values", "LAUNCH_CACHE",
@@ -211,6 +212,43 @@ def param_struct(arg_types) -> struct.Struct:
     return struct.Struct("<" + "".join(_SLOT[t] for t in arg_types))
 
 
+class _LaunchConfig(ctypes.Structure):
+    """The driver's ``CUlaunchConfig``."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("numAttrs", ctypes.c_uint)]
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """The driver's ``CUlaunchAttribute`` holding a cluster shape (its 64-byte value union
+    starts with ``clusterDim``)."""
+
+    _fields_ = [("id", ctypes.c_int), ("_pad", ctypes.c_char * 4), ("x", ctypes.c_uint), ("y", ctypes.c_uint),
+                ("z", ctypes.c_uint), ("_rest", ctypes.c_char * 52)]
+
+
+@functools.lru_cache(maxsize=None)
+def _driver_launch():
+    """``cuLaunchKernelEx`` of the CUDA driver called through ctypes (about a microsecond a
+    call, a few times less than the ``cuda.bindings`` wrapper), or None where the driver
+    library cannot be opened this way."""
+    import os
+    import sys
+
+    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    try:
+        lib = ctypes.CDLL(name)
+        ptsz = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+        fn = getattr(lib, "cuLaunchKernelEx_ptsz" if ptsz else "cuLaunchKernelEx")
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    fn.restype = ctypes.c_int
+    return fn
+
+
 class PreparedLaunch:
     """Repeated launches of one ``cuda.core`` Kernel with one shape, at the cost of one
     ``cuLaunchKernelEx`` and packing the argument values.
@@ -224,16 +262,50 @@ class PreparedLaunch:
 
         pl = PreparedLaunch(kernel, grid=132, block=384, arg_types=("u64", "i32"), smem=200_000)
         pl(stream_handle, tensor_map_address, n)
+
+    The driver is called through ctypes with a launch configuration and a parameter-pointer
+    array built here (``binding`` says ``"ctypes"``), or through ``cuda.bindings`` where the
+    driver library cannot be opened that way (``"cuda.bindings"``).
     """
 
     def __init__(self, kernel, grid, block, arg_types, *, smem: int = 0, cluster=None):
-        from cuda.bindings import driver as drv
-
         grid, block = _dim3(grid, "grid"), _dim3(block, "block")
         attrs = kernel.attributes
         smem, cluster = _check_request(grid, block, smem, attrs.shared_size_bytes, attrs.max_threads_per_block,
                                        cluster)
         _raise_smem_limit(kernel, smem)
+        self._kernel, self._handle = kernel, kernel.handle
+        self._pack = param_struct(arg_types).pack_into
+        n = max(1, len(arg_types))
+        self._buf = ctypes.create_string_buffer(8 * n)
+        base = ctypes.addressof(self._buf)
+        self._ptrs = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
+        self._params = ctypes.addressof(self._ptrs)
+        self._lock = threading.Lock()
+        self.grid, self.block, self.smem, self.cluster = grid, block, smem, cluster
+        fn = _driver_launch()
+        if fn is not None:
+            cfg = _LaunchConfig(*grid, *block, smem, None, None, 0)
+            if cluster is not None:
+                from cuda.bindings import driver as drv
+
+                self._attr = _LaunchAttribute(int(drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
+                                              b"", *cluster)
+                cfg.attrs, cfg.numAttrs = ctypes.addressof(self._attr), 1
+            self._ccfg, self._fn = cfg, fn
+            # The call's arguments, converted once: configuration, function, parameter pointers.
+            self._cargs = (ctypes.c_void_p(ctypes.addressof(cfg)), ctypes.c_void_p(int(self._handle)),
+                           ctypes.c_void_p(self._params), None)
+            self.binding = "ctypes"
+            self.launch_values = self._launch_ctypes
+        else:
+            self._setup_bindings(grid, block, smem, cluster)
+            self.binding = "cuda.bindings"
+            self.launch_values = self._launch_bindings
+
+    def _setup_bindings(self, grid, block, smem, cluster):
+        from cuda.bindings import driver as drv
+
         cfg = drv.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
@@ -243,18 +315,24 @@ class PreparedLaunch:
             at.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = cluster
             cfg.attrs, cfg.numAttrs = [at], 1
-        self._cfg, self._kernel, self._handle = cfg, kernel, kernel.handle
-        self._launch, self._ok = drv.cuLaunchKernelEx, drv.CUresult.CUDA_SUCCESS
-        self._pack = param_struct(arg_types)
-        self._buf = ctypes.create_string_buffer(8 * len(arg_types))
-        base = ctypes.addressof(self._buf)
-        self._ptrs = (ctypes.c_void_p * len(arg_types))(*(base + 8 * i for i in range(len(arg_types))))
-        self._params = ctypes.addressof(self._ptrs)
+        self._cfg, self._launch, self._ok = cfg, drv.cuLaunchKernelEx, drv.CUresult.CUDA_SUCCESS
         self._streams: dict = {}
-        self._lock = threading.Lock()
-        self.grid, self.block, self.smem, self.cluster = grid, block, smem, cluster
 
     def __call__(self, stream: int, *values):
+        self.launch_values(stream, values)
+
+    def _launch_ctypes(self, stream: int, values):
+        """Launch on the raw ``CUstream`` ``stream`` with the parameter ``values`` (a sequence)."""
+        with self._lock:  # one parameter buffer and configuration: the driver copies them during the call
+            self._pack(self._buf, 0, *values)
+            self._ccfg.hStream = stream
+            err = self._fn(*self._cargs)
+        if err:
+            from cuda.bindings import driver as drv
+
+            raise LaunchError(f"cuLaunchKernelEx failed: {drv.CUresult(err)}")
+
+    def _launch_bindings(self, stream: int, values):
         st = self._streams.get(stream)
         if st is None:
             from cuda.bindings import driver as drv
@@ -262,8 +340,8 @@ class PreparedLaunch:
             if len(self._streams) > 64:
                 self._streams.clear()
             st = self._streams[stream] = drv.CUstream(stream)
-        with self._lock:  # one parameter buffer: the driver copies it during the call
-            self._pack.pack_into(self._buf, 0, *values)
+        with self._lock:
+            self._pack(self._buf, 0, *values)
             self._cfg.hStream = st
             (err,) = self._launch(self._cfg, self._handle, self._params, 0)
         if err != self._ok:
@@ -281,11 +359,28 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
 
     The first launch of a signature (kernel, grid, block, ``smem``, ``cluster`` and the
     kinds of ``args``: array element types, dimensions and layouts, scalar types) goes
-    through Numba's argument handling; later ones reuse a :class:`PreparedLaunch` and cost
-    a few microseconds of host time (:mod:`nbwgmma.fastlaunch`). They are ordered on
-    ``stream`` only, like a PyTorch operator: Numba's synchronization of the stream an
-    array's ``__cuda_array_interface__`` names is skipped.
+    through Numba's argument handling and keeps a :class:`PreparedKernel` for it; later
+    ones find it by the arguments' Python types, check their kinds as a prepared kernel
+    does, and cost a few microseconds of host time (:mod:`nbwgmma.fastlaunch`). They are
+    ordered on ``stream`` only, like a PyTorch operator: Numba's synchronization of the
+    stream an array's ``__cuda_array_interface__`` names is skipped.
     """
+    try:  # the repeat path: prepared kernels by kernel, launch shape as given and argument types
+        quick_key = (id(kernel), grid, block, smem, cluster, *map(type, args))
+        hits = _QUICK.get(quick_key)
+    except TypeError:  # an unhashable grid, block or cluster (a list): the path below
+        quick_key = hits = None
+    if hits is not None:
+        handle = stream if type(stream) is int else stream_handle(stream)
+        if handle is not None:
+            for pk in hits:
+                try:
+                    values = pk.values(args)
+                except Mismatch:  # another element type, dimension count or layout
+                    continue
+                pk._launch(handle, values)
+                return
+
     from . import sim
 
     grid = _dim3(grid, "grid")
@@ -302,7 +397,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
 
     fast = None
     if _DEBUG_WAIT is None:  # a repeated launch of the same signature skips Numba's argument path
-        fast = _repeat_launch(kernel, grid, block, args, stream, smem, cluster)
+        fast = _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key)
         if fast is True:
             return
 
@@ -327,20 +422,40 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     if _DEBUG_WAIT is not None:
         _sync_debug(core_stream, kernel)
     elif fast is not None:  # remember this signature: the next launch of it takes the short path
-        slots = slots_of(kern.argument_types)
-        if slots is not None:
-            prepared = PreparedLaunch(cufunc.kernel, grid, block, slots, smem=smem, cluster=cluster)
-            LAUNCH_CACHE.put(fast, kernel, prepared)
+        key = fast
+        prepared = PreparedKernel._of_compiled(kernel, kern, cufunc, grid, block, args, key[-1], smem, cluster)
+        if prepared is not None:
+            LAUNCH_CACHE.put(key, kernel, prepared)
+            _remember(quick_key, prepared)
 
 
-#: Prepared launches of the signatures launched so far (see :mod:`nbwgmma.fastlaunch`).
+#: Prepared kernels of the signatures launched so far (see :mod:`nbwgmma.fastlaunch`),
+#: by (kernel, grid, block, smem, cluster, argument kinds).
 LAUNCH_CACHE = LaunchCache()
 
+#: The same prepared kernels by (kernel id, grid, block, smem and cluster as the caller gave
+#: them, argument Python types): a short list each, tried in turn, the first whose readers
+#: take the arguments launching them.
+_QUICK: dict = {}
 
-def _repeat_launch(kernel, grid, block, args, stream, smem, cluster):
-    """Launch through the cache of prepared launches (:mod:`nbwgmma.fastlaunch`): True when
-    done; else the key to remember after Numba's path has launched, or None when this
-    launch cannot be cached (an argument or stream kind it does not take)."""
+
+def _remember(quick_key, prepared):
+    if quick_key is None:
+        return
+    if len(_QUICK) >= 1024:
+        _QUICK.clear()
+    hits = _QUICK.setdefault(quick_key, [])
+    if prepared not in hits:
+        if len(hits) >= 8:
+            del hits[0]
+        hits.append(prepared)
+
+
+def _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key):
+    """Launch through the cache of prepared kernels by argument kinds
+    (:mod:`nbwgmma.fastlaunch`): True when done (the kernel is then also remembered under
+    ``quick_key``); else the kind key to remember after Numba's path has launched, or None
+    when this launch cannot be cached (an argument or stream kind it does not take)."""
     handle = stream_handle(stream)
     if handle is None:
         return None
@@ -351,7 +466,8 @@ def _repeat_launch(kernel, grid, block, args, stream, smem, cluster):
     hit = LAUNCH_CACHE.get(key)
     if hit is None:
         return key
-    hit[1](handle, *values)
+    hit[1]._launch(handle, values)
+    _remember(quick_key, hit[1])
     return True
 
 
@@ -377,9 +493,14 @@ class PreparedKernel:
     new arguments of the same kinds for a few microseconds of host time (the way
     :func:`nbwgmma.matmul` launches its GEMM). Build it with :func:`prepare`.
 
-    Each call checks only the number of arguments; arrays of another element type, number
-    of dimensions or layout than the example's are not detected (use :func:`launch`, which
-    keys its cache on them, where that can happen).
+    Arrays may be PyTorch tensors, CuPy arrays, Numba device arrays or any object with
+    ``__cuda_array_interface__``; scalars ``int``, ``float`` or NumPy numbers. Each call
+    checks, per argument, what fixes the compiled code: an array's element type, number of
+    dimensions and layout (C-contiguous, Fortran-contiguous or any, as in the example; a
+    PyTorch tensor's device too) and that a scalar is a number that fits its parameter.
+    Shapes, strides, pointers and scalar values are free to change. A wrong argument raises
+    :class:`LaunchError` naming it, before anything is launched. The call is ordered on
+    ``stream`` only, like a PyTorch operator (see :func:`launch`).
     """
 
     def __init__(self, kernel, grid, block, args, *, smem: int = 0, cluster=None):
@@ -394,25 +515,69 @@ class PreparedKernel:
             raise LaunchError(f"prepare(): argument {bad[0]} ({type(args[bad[0]]).__name__}) is not a CUDA array or "
                               f"an int/float/NumPy number; launch() takes it")
         kern, cufunc = _compiled(kernel, args, 0)
+        self._setup(kernel, kern, cufunc, grid, block, args, [k[0] for k in kinds], smem, cluster, exact=False)
+
+    @classmethod
+    def _of_compiled(cls, kernel, kern, cufunc, grid, block, args, kinds, smem, cluster):
+        """The prepared kernel :func:`launch` keeps for a signature it launched through Numba
+        (``kern``, ``cufunc`` compiled for ``args`` of ``kinds``), or None where its
+        argument types cannot be packed."""
+        self = cls.__new__(cls)
+        return self if self._setup(kernel, kern, cufunc, grid, block, args, kinds, smem, cluster, exact=True) else None
+
+    def _setup(self, kernel, kern, cufunc, grid, block, args, kinds, smem, cluster, exact):
         slots = slots_of(kern.argument_types)
         if slots is None:
+            if exact:
+                return False
             raise LaunchError(f"prepare(): the kernel's argument types {kern.argument_types} include one it cannot "
                               f"pack (arrays of numbers and int/float scalars only); launch() takes them")
         self.launcher = PreparedLaunch(cufunc.kernel, grid, block, slots, smem=smem, cluster=cluster)
-        self.packers = tuple(packer(k[1], a) for k, a in zip(kinds, args))
+        self.readers = tuple(reader(k, a, i, exact) for i, (k, a) in enumerate(zip(kinds, args)))
+        self._slots = slots
         self.nargs = len(args)
         self.kernel = kernel
+        self._launch = self.launcher.launch_values
+        return True
+
+    def values(self, args) -> list:
+        """The parameter values of ``args``; raises :class:`nbwgmma.fastlaunch.Mismatch` for an
+        argument of another kind than the example's."""
+        values = []
+        for r, a in zip(self.readers, args):
+            values.extend(r(a))
+        return values
 
     def __call__(self, *args, stream=0):
         if len(args) != self.nargs:
             raise LaunchError(f"prepared kernel takes {self.nargs} arguments; got {len(args)}")
-        values = []
-        for p, a in zip(self.packers, args):
-            values.extend(p(a))
+        try:
+            values = []
+            for r, a in zip(self.readers, args):
+                values.extend(r(a))
+        except Mismatch as e:
+            raise LaunchError(f"prepared kernel: {e}") from None
         handle = stream if type(stream) is int else stream_handle(stream)
         if handle is None:
             raise LaunchError(f"stream must be 0, a raw handle, a PyTorch stream or have __cuda_stream__; got {stream!r}")
-        self.launcher(handle, *values)
+        try:
+            self._launch(handle, values)
+        except struct.error:
+            raise LaunchError(f"prepared kernel: {self._unfit(args)}") from None
+
+    def _unfit(self, args) -> str:
+        """Which scalar argument does not fit its parameter (after ``struct`` refused one)."""
+        pos = 0
+        for i, (r, a) in enumerate(zip(self.readers, args)):
+            n = len(r(a))
+            if n == 1:
+                code = self._slots[pos]
+                try:
+                    param_struct((code,)).pack(a)
+                except struct.error as e:
+                    return f"argument {i} ({a!r}) does not fit the kernel's {code} parameter: {e}"
+            pos += n
+        return "an argument does not fit its parameter"
 
 
 def prepare(kernel, grid, block, args, *, smem: int = 0, cluster=None) -> PreparedKernel:

@@ -40,3 +40,30 @@ def test_array_parameters_follow_numbas_layout():
     assert array_arg_types(1) == ("u64", "u64", "i64", "i64", "u64", "i64", "i64")
     assert len(array_arg_types(2)) == 9
     assert array_arg_values(4096, (3, 5), (40, 4), 4) == (0, 0, 15, 4, 4096, 3, 5, 40, 4)
+
+
+# --- the driver's launch structures, as PreparedLaunch passes them through ctypes -----------------
+
+import ctypes  # noqa: E402
+
+
+def test_launch_config_structs_match_the_driver_s():
+    from cuda.bindings import driver as drv
+
+    from nbwgmma.launch import _LaunchAttribute, _LaunchConfig
+
+    cfg = drv.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = 3, 5, 7
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = 11, 13, 17
+    cfg.sharedMemBytes, cfg.hStream = 123456, drv.CUstream(0xBEEF)
+    at = drv.CUlaunchAttribute()
+    at.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = 2, 3, 4
+    cfg.attrs, cfg.numAttrs = [at], 1
+    assert ctypes.sizeof(_LaunchConfig) == 56 and ctypes.sizeof(_LaunchAttribute) == 72
+    ours = _LaunchConfig.from_buffer_copy(ctypes.string_at(cfg.getPtr(), ctypes.sizeof(_LaunchConfig)))
+    assert (ours.gridDimX, ours.gridDimY, ours.gridDimZ, ours.blockDimX, ours.blockDimY, ours.blockDimZ) == \
+        (3, 5, 7, 11, 13, 17)
+    assert (ours.sharedMemBytes, ours.hStream, ours.numAttrs) == (123456, 0xBEEF, 1)
+    a = _LaunchAttribute.from_buffer_copy(ctypes.string_at(ours.attrs, ctypes.sizeof(_LaunchAttribute)))
+    assert (a.id, a.x, a.y, a.z) == (4, 2, 3, 4)
