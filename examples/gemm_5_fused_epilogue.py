@@ -1,18 +1,21 @@
 """GEMM step 5: your own fused GEMM on the authoring kit, ``C = gelu_tanh(A @ B^T + bias)``.
 
-The library kernel's structure in a page, with every host step in the open: a persistent
-grid walks 128x256 tiles in grouped order (``TileScheduler``); one producer thread feeds a
-ring of 3 TMA stages (``TmaPipeline``); two consumer warpgroups each own 64 rows, issue
-four m64n256k16 wgmmas per stage and keep one group in flight; the epilogue is a user
-function of (value, row, col, bias, n) mapped over the accumulator (``acc_map``), written
-to shared memory with ``stmatrix`` and stored by TMA while the next tile's loop runs.
+The kernel a user writes for a fused epilogue, with every host step in the open. One
+producer thread feeds a ring of 6 TMA stages (``TmaPipeline``); two consumer warpgroups
+each compute a whole 128 x 128 tile and take tiles in turn ("ping-pong"): while one runs
+its main loop on the tensor cores, the other runs its epilogue, so the epilogue's math
+(a bias, an activation, any user function mapped with ``acc_map``) costs no tensor-core
+time. A persistent grid walks pairs of vertically adjacent tiles in grouped order
+(``TileScheduler``), one tile of each pair per consumer. The epilogue goes out in 64 x 64
+parts through two shared blocks per consumer (``stmatrix``, then a TMA store that runs
+while the next part is computed).
 
     python examples/gemm_5_fused_epilogue.py [M [N K]]
 
 On an H100: checks C against float64 and times it against PyTorch's fused cuBLASLt epilogue
-(``torch._addmm_activation(..., use_gelu=True)``) and the unfused expression. Without a GPU
-it prints the compile report; in the simulator (``NUMBA_ENABLE_CUDASIM=1``) it runs one
-tile of small integers with ReLU (exact) instead.
+(``torch._addmm_activation(..., use_gelu=True)``), the unfused expression and the plain
+library product. Without a GPU it prints the compile report; in the simulator
+(``NUMBA_ENABLE_CUDASIM=1``) it runs one pair of tiles of small integers with ReLU (exact).
 """
 
 import sys
@@ -26,16 +29,16 @@ from nbwgmma.intrinsics import (
     tma_load_2d, tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
 from nbwgmma.intrinsics.descriptor import SWIZZLE_CODE
-from nbwgmma.kit import TileScheduler, TmaPipeline, acc_map, activation, warpgroup_sync
+from nbwgmma.kit import TileScheduler, TmaPipeline, acc_map, activation, turn_pass, turn_wait, warpgroup_sync
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
 KIND = "f32.bf16.bf16"
-BM, BN, BK, STAGES = 128, 256, 64, 4
-A_BYTES, STAGE = BM * 128, (BM + BN) * 128  # one 128-byte swizzled row of K per operand row
-C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # a 64 x 64 bf16 block of C: two per consumer
+BM, BN, BK, STAGES = 128, 128, 64, 6  # one warpgroup's tile; the two consumers take tiles in turn
+A_BYTES, STAGE = BM * 128, (BM + BN) * 128
+C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2
 SW128 = SWIZZLE_CODE["128B"]
-pipe = TmaPipeline(STAGES, consumers=2)
+pipe = TmaPipeline(STAGES, consumers=1)
 sched = TileScheduler(BM, BN, BK, group_m=8)
 NBARS = pipe.barrier_words
 
@@ -71,56 +74,66 @@ def make_kernel(act):
             pipe.init(ring)
         cuda.syncthreads()
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
-        s, ph = 0, 0
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
             setmaxnreg_dec(40)
             if tid == 0:
-                for u in range(sched.first(), nunits, sched.step()):
-                    tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    for kb in range(kblocks):
-                        full = pipe.producer_acquire(ring, s, ph, STAGE)
-                        slot = base + s * STAGE
-                        tma_load_2d(slot, tmap_a, full, kb * BK, tm * BM)
-                        tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, tn * BN)
-                        s, ph = pipe.advance(s, ph)
-        else:  # two consumer warpgroups, 64 rows each
+                s, ph = 0, 0
+                for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
+                    for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
+                        tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                        for kb in range(kblocks):
+                            full = pipe.producer_acquire(ring, s, ph, STAGE)
+                            slot = base + s * STAGE
+                            tma_load_2d(slot, tmap_a, full, kb * BK, tm * BM)
+                            tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, tn * BN)
+                            s, ph = pipe.advance(s, ph)
+        else:  # two consumer warpgroups, each a whole 128 x 128 tile, taking tiles in turn
             setmaxnreg_inc(232)
             cw, ct = tid // 128 - 1, tid % 128
             c0 = base + C_OFF + cw * 2 * C_PART
             c1 = c0 + C_PART
+            s, ph = pipe.advance_by(0, 0, cw * kblocks)  # the other's first tile comes first
             prev = 0
-            for u in range(sched.first(), nunits, sched.step()):
+            for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                acc = acc_undef(KIND, BN)
+                acc0 = acc_undef(KIND, BN)
+                acc1 = acc_undef(KIND, BN)
+                if u != 2 * sched.first():
+                    turn_wait(cw)  # the other's main loop has waited on every stage before ours
                 for kb in range(kblocks):
                     pipe.consumer_wait(ring, s, ph)
                     slot = base + s * STAGE
-                    da = make_desc(slot + cw * 64 * 128, 16, 1024, SW128)
+                    da = make_desc(slot, 16, 1024, SW128)
+                    da1 = make_desc(slot + 64 * 128, 16, 1024, SW128)
                     db = make_desc(slot + A_BYTES, 16, 1024, SW128)
                     wgmma_fence()
-                    acc = wgmma_mma_async(acc, da, db, KIND, kb > 0)  # scale-d 0 first: no zero fill
-                    acc = wgmma_mma_async(acc, desc_advance(da, 32), desc_advance(db, 32), KIND)
-                    acc = wgmma_mma_async(acc, desc_advance(da, 64), desc_advance(db, 64), KIND)
-                    acc = wgmma_mma_async(acc, desc_advance(da, 96), desc_advance(db, 96), KIND)
+                    acc0 = wgmma_mma_async(acc0, da, db, KIND, kb > 0)
+                    acc1 = wgmma_mma_async(acc1, da1, db, KIND, kb > 0)
+                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 32), desc_advance(db, 32), KIND)
+                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 32), desc_advance(db, 32), KIND)
+                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 64), desc_advance(db, 64), KIND)
+                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 64), desc_advance(db, 64), KIND)
+                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 96), desc_advance(db, 96), KIND)
+                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 96), desc_advance(db, 96), KIND)
                     wgmma_commit_group()
-                    wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
+                    wgmma_wait_group(1)
                     if kb > 0 and ct == 0:
                         pipe.consumer_release(ring, prev)
                     prev = s
                     s, ph = pipe.advance(s, ph)
+                if (u + 1 if cw == 0 else u + 2 * sched.step() - 1) < nunits:  # the other has a next tile
+                    turn_pass(cw)  # our stages are all waited for: the other may start its main loop
                 wgmma_wait_group(0)
                 if ct == 0:
                     pipe.consumer_release(ring, prev)
-                row0, col0 = tm * BM + cw * 64, tn * BN
-                # 64 columns at a time through two shared blocks, each part stored while the
-                # next is computed: the epilogue never holds more than a quarter of the results.
-                store_part(part(acc[:32], ct, row0, col0, bias[col0:n]), c0, ct, cw, tmap_c, col0, row0)
-                store_part(part(acc[32:64], ct, row0, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
+                s, ph = pipe.advance_by(s, ph, kblocks)  # skip the other warpgroup's tile
+                row0, col0 = tm * BM, tn * BN
+                store_part(part(acc0[:32], ct, row0, col0, bias[col0:n]), c0, ct, cw, tmap_c, col0, row0)
+                store_part(part(acc0[32:], ct, row0, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
                            col0 + 64, row0)
-                store_part(part(acc[64:96], ct, row0, col0 + 128, bias[col0 + 128:n]), c0, ct, cw, tmap_c,
-                           col0 + 128, row0)
-                store_part(part(acc[96:], ct, row0, col0 + 192, bias[col0 + 192:n]), c1, ct, cw, tmap_c,
-                           col0 + 192, row0)
+                store_part(part(acc1[:32], ct, row0 + 64, col0, bias[col0:n]), c0, ct, cw, tmap_c, col0, row0 + 64)
+                store_part(part(acc1[32:], ct, row0 + 64, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
+                           col0 + 64, row0 + 64)
             if ct == 0:
                 bulk_wait_group(0)
 
@@ -139,25 +152,26 @@ def run(kernel, a, b, bias, c, ctas):
     ta = TensorMap(a, (BM, BK), dtype="bf16")  # 128-byte swizzle, the layout the descriptors read
     tb = TensorMap(b, (BN, BK), dtype="bf16")
     tc = TensorMap(c, (64, 64), dtype="bf16")  # 64-column blocks of the swizzled C tile
-    grid = sched.grid(m, n, k, ctas)
+    grid = sched.grid(m, n, k, ctas, at_once=2)  # a pair of tiles per CTA at a time
     launch(kernel, grid, 384, (ta.address, tb.address, tc.address, bias, np.int32(m), np.int32(n), np.int32(k)),
            smem=SMEM)
 
 
 def simulate():
-    """One 128x256 tile of small integers, ReLU epilogue, exact (Numba's CUDA simulator)."""
+    """One pair of 128x128 tiles (one per consumer) of small integers, ReLU epilogue, exact
+    (Numba's CUDA simulator)."""
     from nbwgmma.intrinsics.wgmma_model import encode_elements
 
     rng = np.random.default_rng(0)
-    a, b = rng.integers(-2, 3, (BM, 2 * BK)).astype(np.float64), rng.integers(-2, 3, (BN, 2 * BK)).astype(np.float64)
+    a, b = rng.integers(-2, 3, (2 * BM, 2 * BK)).astype(np.float64), rng.integers(-2, 3, (BN, 2 * BK)).astype(np.float64)
     bias = rng.integers(-8, 9, BN).astype(np.float32)
     bits = [cuda.to_device(encode_elements(x, "bf16").view(np.uint16).reshape(x.shape)) for x in (a, b)]
-    c = cuda.to_device(np.full((BM, BN), 0x7FC0, np.uint16))  # bf16 NaN: every element must be written
+    c = cuda.to_device(np.full((2 * BM, BN), 0x7FC0, np.uint16))  # bf16 NaN: every element must be written
     run(make_kernel(activation("relu")), bits[0], bits[1], cuda.to_device(bias), c, 1)
     got = (c.copy_to_host().astype(np.uint32) << 16).view(np.float32)
     ref = np.maximum(a @ b.T + bias, 0)
     err = float(np.max(np.abs(got - ref)))
-    print(f"simulated {BM}x{BN}x{2 * BK} relu(A @ B^T + bias): max |C - ref| = {err:g}")
+    print(f"simulated {2 * BM}x{BN}x{2 * BK} relu(A @ B^T + bias): max |C - ref| = {err:g}")
     if err != 0.0:
         raise SystemExit("mismatch")
     return err

@@ -1,6 +1,7 @@
-"""The authoring kit's device functions in Numba's CUDA simulator (run by tests/test_sim.py in
-a child process with NUMBA_ENABLE_CUDASIM=1): acc_map's coordinates, the tile scheduler's
-walk, the pipeline's phases, against host models."""
+"""The authoring kit's device functions against host models: acc_map's coordinates and
+vectors, the tile scheduler's walk, the pipeline's phases, the turn barriers. Run in Numba's
+CUDA simulator by tests/test_sim.py (a child process with NUMBA_ENABLE_CUDASIM=1) and on the
+GPU by tests/test_kit_gpu.py."""
 
 import math
 
@@ -13,7 +14,8 @@ from nbwgmma.intrinsics.fragment import acc_value_coords
 from nbwgmma.kit import ACTIVATIONS, TileScheduler, TmaPipeline, acc_map
 from nbwgmma.launch import launch
 
-assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+SIM_ONLY = pytest.mark.skipif(not config.ENABLE_CUDASIM,
+                              reason="calls device functions from the host, which only the simulator allows")
 
 
 @cuda.jit(device=True, inline=True)
@@ -68,6 +70,7 @@ def test_acc_map_checks_its_arguments():
             acc_map(_where, **kw)
 
 
+@SIM_ONLY
 def test_activations_match_their_definitions():
     from math import erf, exp, tanh
 
@@ -121,6 +124,7 @@ def test_the_scheduler_walks_every_tile_once_in_grouped_order(m, n, k, grid):
     assert len({(w[1], w[2]) for w in walked}) == units
 
 
+@SIM_ONLY
 def test_the_pipeline_s_phases_follow_the_ring():
     pipe = TmaPipeline(3, consumers=1)
     assert pipe.barrier_words == 6
@@ -135,6 +139,7 @@ def test_the_pipeline_s_phases_follow_the_ring():
             TmaPipeline(**bad)
 
 
+@SIM_ONLY
 def test_advance_by_lands_where_repeated_advances_do():
     pipe = TmaPipeline(5, consumers=1)
     for s0, ph0 in ((0, 0), (3, 1), (4, 0)):

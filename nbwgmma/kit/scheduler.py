@@ -79,9 +79,12 @@ class TileScheduler(types.ModuleType):
         kblocks = math.ceil(k / self.bk)
         return tiles_mc * math.ceil(n / self.bn) * min(self.split, max(kblocks, 1))
 
-    def grid(self, m: int, n: int, k: int, ctas: int) -> int:
-        """CTAs of a persistent grid of at most ``ctas`` (whole clusters, no idle cluster)."""
-        clusters = max(1, min(ctas // self.cluster, self.units(m, n, k)))
+    def grid(self, m: int, n: int, k: int, ctas: int, *, at_once: int = 1) -> int:
+        """CTAs of a persistent grid of at most ``ctas`` (whole clusters, no idle cluster),
+        for CTAs that take ``at_once`` units at a time (2 for consumers taking tiles in turn)."""
+        if not isinstance(at_once, int) or at_once < 1:
+            raise ValueError(f"TileScheduler.grid: at_once must be a positive integer; got {at_once!r}")
+        clusters = max(1, min(ctas // self.cluster, -(-self.units(m, n, k) // at_once)))
         return clusters * self.cluster
 
     def _build(self):

@@ -1,0 +1,67 @@
+"""The authoring kit's device functions on the GPU: the simulator's kit cases
+(tests/sim_kit_cases.py: acc_map's coordinates, packing and vectors, the scheduler's walk,
+the turn barriers) run as compiled kernels, and the activations against float64."""
+
+import math
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from nbwgmma.kit import ACTIVATIONS, TmaPipeline
+from nbwgmma.launch import launch
+
+from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
+    test_acc_map_gives_each_value_its_row_and_column, test_acc_map_packs_pairs_like_the_conversion_helpers,
+    test_acc_map_reads_column_and_row_vectors_once_and_zero_past_their_end,
+    test_the_scheduler_walks_every_tile_once_in_grouped_order, test_two_warpgroups_taking_turns_alternate,
+)
+
+pytestmark = pytest.mark.gpu
+
+
+def _reference(name, x):
+    x = x.astype(np.float64)
+    u = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+    erf = np.vectorize(math.erf)
+    return {"relu": np.maximum(x, 0), "gelu": 0.5 * x * (1 + erf(x / math.sqrt(2))),
+            "gelu_tanh": 0.5 * x * (1 + np.tanh(u)), "silu": x / (1 + np.exp(-x)),
+            "sigmoid": 1 / (1 + np.exp(-x))}[name]
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activations_match_float64(name):
+    f = ACTIVATIONS[name]
+
+    @cuda.jit
+    def kernel(x, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = f(x[i])
+
+    x = np.concatenate([np.linspace(-12, 12, 4097), np.random.default_rng(0).normal(0, 3, 1 << 14)]).astype(np.float32)
+    y = cuda.to_device(np.full(x.size, np.nan, np.float32))
+    launch(kernel, (x.size + 255) // 256, 256, (cuda.to_device(x), y))
+    ref = _reference(name, x)
+    got = y.copy_to_host().astype(np.float64)
+    # relative where the result is not tiny, absolute near zero (a few f32 ulps either way)
+    np.testing.assert_allclose(got, ref, rtol=4e-6, atol=1e-30 if name == "relu" else 2e-7, err_msg=name)
+
+
+def test_advance_by_matches_repeated_advances_on_the_gpu():
+    pipe = TmaPipeline(5, consumers=1)
+
+    @cuda.jit
+    def kernel(out):
+        t = cuda.threadIdx.x
+        s, ph = pipe.advance_by(t % 5, (t // 5) % 2, t)
+        out[t, 0], out[t, 1] = s, ph
+        s, ph = t % 5, (t // 5) % 2
+        for _ in range(t):
+            s, ph = pipe.advance(s, ph)
+        out[t, 2], out[t, 3] = s, ph
+
+    out = cuda.to_device(np.full((64, 4), -1, np.int64))
+    launch(kernel, 1, 64, (out,))
+    got = out.copy_to_host()
+    np.testing.assert_array_equal(got[:, :2], got[:, 2:])
