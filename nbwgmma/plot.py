@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .intrinsics.descriptor import SWIZZLE_BYTES, swizzle_addr
-from .intrinsics.fragment import acc_coords
+from .layout.descriptor import SWIZZLE_BYTES, swizzle_addr
+from .layout.fragment import acc_coords
 
 __all__ = ["plot_acc_layout", "plot_swizzle"]
 
