@@ -3,7 +3,7 @@
 * :func:`plot_acc_layout`: which thread and register hold each element of a wgmma
   accumulator tile (from :func:`nbwgmma.intrinsics.acc_coords`).
 * :func:`plot_swizzle`: where each 16-byte chunk of a swizzled tile lands
-  (from :func:`nbwgmma.intrinsics.descriptor.swizzle_addr`).
+  (from :func:`nbwgmma.layout.descriptor.swizzle_addr`).
 
     python -m nbwgmma layout acc --n 16 acc.png
     python -m nbwgmma layout swizzle --swizzle 128B sw.png

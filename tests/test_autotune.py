@@ -1,4 +1,4 @@
-"""nbwgmma.autotune without a GPU: candidate sets, the choice, its file."""
+"""nbwgmma.frontend.autotune without a GPU: candidate sets, the choice, its file."""
 
 import json
 import sys
