@@ -1,7 +1,7 @@
 """Draw layouts to PNG files (needs matplotlib: ``pip install 'nbwgmma[plot]'``).
 
 * :func:`plot_acc_layout`: which thread and register hold each element of a wgmma
-  accumulator tile (from :func:`nbwgmma.intrinsics.acc_coords`).
+  accumulator tile (from :func:`nbwgmma.layout.fragment.acc_coords`).
 * :func:`plot_swizzle`: where each 16-byte chunk of a swizzled tile lands
   (from :func:`nbwgmma.layout.descriptor.swizzle_addr`).
 
