@@ -15,14 +15,14 @@ import sys
 import numpy as np
 from numba import cuda, types
 
-from nbwgmma._examples import (
+from nbwgmma.demo import (
     compile_report_instead, gemm_operands, gemm_report, gpu_available, sim_check, sim_operands, simulated,
 )
 from nbwgmma.intrinsics import (
     acc_store, acc_zeros, desc_advance, dynamic_smem_base, fence_proxy_async_shared, make_desc, smem_addr,
     wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
-from nbwgmma.intrinsics.descriptor import SWIZZLE_CODE
+from nbwgmma.layout import SWIZZLE_CODE
 
 KIND = "f32.bf16.bf16"
 BM, BN, BK = 64, 128, 64  # BK bf16 = 128 bytes: one swizzled row per tile row

@@ -19,13 +19,13 @@ import sys
 import numpy as np
 from numba import cuda, types
 
-from nbwgmma._examples import compile_report_instead, gpu_available, run_tma_gemm, simulated
+from nbwgmma.demo import compile_report_instead, gpu_available, run_tma_gemm, simulated
 from nbwgmma.intrinsics import (
     acc_store, acc_undef, desc_advance, dynamic_smem_base, fence_mbarrier_init, make_desc, mbarrier_arrive,
     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait_parity, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
     tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
-from nbwgmma.intrinsics.descriptor import SWIZZLE_CODE
+from nbwgmma.layout import SWIZZLE_CODE
 
 KIND = "f32.bf16.bf16"
 BM, BN, BK, STAGES = 128, 256, 64, 4

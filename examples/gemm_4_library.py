@@ -18,7 +18,7 @@ def simulate():
     from numba import cuda
 
     from nbwgmma import matmul
-    from nbwgmma._examples import sim_check, sim_operands
+    from nbwgmma.demo import sim_check, sim_operands
 
     a, b, a_bits, b_bits = sim_operands(128, 256, 64)  # |C| <= 256: exact in bf16
     c = cuda.device_array((128, 256), "uint16")  # bf16 bits: the TMA-store epilogue
@@ -26,7 +26,7 @@ def simulate():
 
 
 def main(size=4096):
-    from nbwgmma._examples import compile_report_instead, gemm_operands, gemm_report, gpu_available, simulated
+    from nbwgmma.demo import compile_report_instead, gemm_operands, gemm_report, gpu_available, simulated
 
     if simulated():
         return simulate()

@@ -28,7 +28,7 @@ from nbwgmma.intrinsics import (
     desc_advance, dynamic_smem_base, fence_proxy_async_shared, make_desc, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
     tma_load_2d, tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
-from nbwgmma.intrinsics.descriptor import SWIZZLE_CODE
+from nbwgmma.layout import SWIZZLE_CODE
 from nbwgmma.kit import TileScheduler, TmaPipeline, acc_map, activation, turn_pass, turn_wait, warpgroup_sync
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
@@ -160,7 +160,7 @@ def run(kernel, a, b, bias, c, ctas):
 def simulate():
     """One pair of 128x128 tiles (one per consumer) of small integers, ReLU epilogue, exact
     (Numba's CUDA simulator)."""
-    from nbwgmma.intrinsics.wgmma_model import encode_elements
+    from nbwgmma.layout.wgmma_model import encode_elements
 
     rng = np.random.default_rng(0)
     a, b = rng.integers(-2, 3, (2 * BM, 2 * BK)).astype(np.float64), rng.integers(-2, 3, (BN, 2 * BK)).astype(np.float64)
@@ -232,7 +232,7 @@ def main(m=8192, n=None, k=None):
     n = m if n is None else n
     k = m if k is None else k
     from nbwgmma import sim
-    from nbwgmma._examples import gpu_available
+    from nbwgmma.demo import gpu_available
     from nbwgmma.report import compile_report
 
     if sim.enabled():

@@ -10,14 +10,14 @@ import time
 import numpy as np
 from numba import cuda, types
 
-from nbwgmma._examples import compile_report_instead, gpu_available
+from nbwgmma.demo import compile_report_instead, gpu_available
 from nbwgmma.intrinsics import (
     acc_store_swizzled, acc_zeros, bulk_commit_group, bulk_wait_group, desc_advance, dynamic_smem_base,
     fence_mbarrier_init, fence_proxy_async_shared, make_desc, mbarrier_arrive_expect_tx, mbarrier_init,
     mbarrier_wait_parity, named_barrier_sync, smem_addr, tma_load_2d, tma_store_2d, wgmma_commit_group,
     wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
-from nbwgmma.intrinsics.descriptor import SWIZZLE_CODE
+from nbwgmma.layout import SWIZZLE_CODE
 
 KIND = "f32.bf16.bf16"
 TILE = 64 * 64 * 2  # bytes of one bf16 64x64 tile
@@ -69,7 +69,7 @@ SIG = (types.uint64, types.uint64, types.uint64, types.int32)
 def run(a, b):
     """D = A B^T (f32) of 64x64 integer-valued A and B (N x K) through the kernel, on the GPU
     or in the simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
-    from nbwgmma.intrinsics.wgmma_model import encode_elements
+    from nbwgmma.layout.wgmma_model import encode_elements
     from nbwgmma.launch import dynamic_smem_bytes, launch
     from nbwgmma.tma import TensorMap
 

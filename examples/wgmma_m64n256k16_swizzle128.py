@@ -10,7 +10,7 @@ accumulators, which stay in registers.
 import numpy as np
 from numba import types
 
-from nbwgmma._examples import report_or_run
+from nbwgmma.demo import report_or_run
 from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile, tile_kernel
 
 KIND, N, KSTEPS = "f32.bf16.bf16", 256, 4

@@ -12,8 +12,8 @@ offset, because the hardware applies the swizzle to the address it forms.
 import numpy as np
 from numba import types
 
-from nbwgmma._examples import report_or_run
-from nbwgmma.intrinsics.descriptor import decode_desc
+from nbwgmma.demo import report_or_run
+from nbwgmma.layout import decode_desc
 from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile, tile_kernel
 
 KIND, N, KSTEPS = "f32.bf16.bf16", 8, 2

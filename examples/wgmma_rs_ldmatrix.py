@@ -12,12 +12,12 @@ registers it returns are exactly the wgmma A fragment: (rows 0-7, cols 0-7),
 import numpy as np
 from numba import cuda, types
 
-from nbwgmma._examples import report_or_run
+from nbwgmma.demo import report_or_run
 from nbwgmma.intrinsics import (
     acc_store, acc_zeros, dynamic_smem_base, fence_proxy_async_shared, ldmatrix, smem_addr,
     wgmma_commit_group, wgmma_fence, wgmma_mma_async_rs, wgmma_wait_group,
 )
-from nbwgmma.intrinsics.wgmma_model import encode_elements
+from nbwgmma.layout.wgmma_model import encode_elements
 from nbwgmma.kernels.wgmma_tile import TileProblem
 
 KIND, N = "f32.bf16.bf16", 64

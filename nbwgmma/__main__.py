@@ -147,7 +147,7 @@ def cmd_inspect(args):
 def cmd_demo(args):
     import numpy as np
 
-    from ._examples import gpu_available, simulated
+    from .demo import gpu_available, simulated
     from .kernels.wgmma_tile import TileProblem, run_tile
 
     if not gpu_available() and not simulated():
@@ -173,7 +173,7 @@ def cmd_bench(args):
 
 
 def cmd_layout(args):
-    from .intrinsics.fragment import acc_coords
+    from .layout.fragment import acc_coords
 
     if args.what == "acc":  # the arguments first: a mistake is worth hearing about without matplotlib too
         try:
@@ -228,7 +228,7 @@ def _count(text):
 def _config(text):
     """``--config``: a JSON object of matmul config entries (keys and value types checked here;
     the values themselves by matmul, which names the entry at fault)."""
-    from ._matmul_args import check_config
+    from .frontend.args import check_config
 
     try:
         d = json.loads(text)

@@ -103,7 +103,7 @@ def overhead(size=256, dtype="bf16", calls=2000):
         raise MatmulTypeError(f"bench --overhead: dtype must be one of {', '.join(_OVERHEAD_TYPES)}; got {dtype!r}")
     import torch
 
-    from .matmul import matmul
+    from .frontend.matmul import matmul
 
     a, b = _operands(torch, size, size, size, dtype, "KK", 0)
     ours = host_overhead(lambda: matmul(a, b), torch, calls)
@@ -162,7 +162,7 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
     _check(dtype, layout, (m, n, k))
     import torch
 
-    from .matmul import matmul
+    from .frontend.matmul import matmul
 
     a, b = _operands(torch, m, n, k, dtype, layout, seed)
     fp8 = dtype in ("e4m3", "e5m2")
@@ -185,9 +185,9 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
         torch.backends.cuda.matmul.allow_tf32 = True
     c = ours()
     torch.cuda.synchronize()
-    from .matmul import _LAST_PLAN
+    from .frontend.matmul import last_plan
 
-    plan = _LAST_PLAN[0]  # the plan of this shape's first call (a repeat of an earlier one may not say)
+    plan = last_plan()  # the plan of this shape's first call (a repeat of an earlier one may not say)
     used = plan.config if plan is not None and plan.mnk == (m, n, k) else None
     ref = a.double() @ b.double()
     err = float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref))
@@ -236,8 +236,8 @@ def simulated_check(m, n, k, dtype="bf16", layout="KK", seed=0):
     import numpy as np
     from numba import cuda
 
-    from .intrinsics.wgmma_model import decode_elements, encode_elements
-    from .matmul import matmul
+    from .layout.wgmma_model import decode_elements, encode_elements
+    from .frontend.matmul import matmul
 
     t = {"tf32": "f32"}.get(dtype, dtype)
     raw = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}[t]
@@ -303,7 +303,7 @@ def _check_cli(args):
 
 
 def run_cli(args):
-    from ._examples import gpu_available, simulated
+    from .demo import gpu_available, simulated
 
     _check_cli(args)
     if simulated():

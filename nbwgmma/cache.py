@@ -24,7 +24,7 @@ import os
 import pathlib
 import tempfile
 
-__all__ = ["cache_dir", "cached_cubin", "cached_kernel", "clear", "stats", "write_atomic"]
+__all__ = ["cache_dir", "cached_cubin", "cached_kernel", "clear", "code_fingerprint", "stats", "write_atomic"]
 
 _MAGIC = b"nbwgmma-cubin-1\n"
 
@@ -55,7 +55,7 @@ def clear() -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _code_fingerprint() -> str:
+def code_fingerprint() -> str:
     """Hash of nbwgmma's sources and the compiler versions: any change makes new keys."""
     import llvmlite
     import numba_cuda
@@ -86,7 +86,7 @@ def _arch(cc) -> tuple:
 
 
 def _key(key, sig, cc) -> str:
-    text = json.dumps([repr(key), [str(t) for t in sig], list(cc), _code_fingerprint()])
+    text = json.dumps([repr(key), [str(t) for t in sig], list(cc), code_fingerprint()])
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 

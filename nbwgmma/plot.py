@@ -1,9 +1,9 @@
 """Draw layouts to PNG files (needs matplotlib: ``pip install 'nbwgmma[plot]'``).
 
 * :func:`plot_acc_layout`: which thread and register hold each element of a wgmma
-  accumulator tile (from :func:`nbwgmma.intrinsics.acc_coords`).
+  accumulator tile (from :func:`nbwgmma.layout.fragment.acc_coords`).
 * :func:`plot_swizzle`: where each 16-byte chunk of a swizzled tile lands
-  (from :func:`nbwgmma.intrinsics.descriptor.swizzle_addr`).
+  (from :func:`nbwgmma.layout.descriptor.swizzle_addr`).
 
     python -m nbwgmma layout acc --n 16 acc.png
     python -m nbwgmma layout swizzle --swizzle 128B sw.png
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .intrinsics.descriptor import SWIZZLE_BYTES, swizzle_addr
-from .intrinsics.fragment import acc_coords
+from .layout.descriptor import SWIZZLE_BYTES, swizzle_addr
+from .layout.fragment import acc_coords
 
 __all__ = ["plot_acc_layout", "plot_swizzle"]
 

@@ -24,10 +24,11 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ._arrays import array_info
 from .errors import NbwgmmaError
+from .frontend.arrays import array_info
+from .layout.tma import TMA_DTYPES
 
-__all__ = ["TensorMap", "TensorMapError", "TMA_DTYPES", "box_copy_model"]
+__all__ = ["TensorMap", "TensorMapError"]
 
 
 class TensorMapError(NbwgmmaError, ValueError):
@@ -35,24 +36,6 @@ class TensorMapError(NbwgmmaError, ValueError):
     the wrong types (one of nbwgmma's errors: :mod:`nbwgmma.errors`)."""
 
 
-#: nbwgmma element type -> (driver data type name, bytes)
-TMA_DTYPES = {
-    "f16": ("FLOAT16", 2),
-    "bf16": ("BFLOAT16", 2),
-    "f32": ("FLOAT32", 4),
-    "tf32": ("TFLOAT32", 4),
-    "f64": ("FLOAT64", 8),
-    "e4m3": ("UINT8", 1),
-    "e5m2": ("UINT8", 1),
-    "s8": ("UINT8", 1),
-    "u8": ("UINT8", 1),
-    "u16": ("UINT16", 2),
-    "s16": ("UINT16", 2),
-    "s32": ("INT32", 4),
-    "u32": ("UINT32", 4),
-    "s64": ("INT64", 8),
-    "u64": ("UINT64", 8),
-}
 _FLOAT_TYPES = {"f16", "bf16", "f32", "tf32", "f64"}
 _SWIZZLE_BYTES = {"none": 0, "32B": 32, "64B": 64, "128B": 128}
 _L2 = {"none": "NONE", "64B": "L2_64B", "128B": "L2_128B", "256B": "L2_256B"}
@@ -269,37 +252,3 @@ class TensorMap:
             "oob_fill": p.oob_fill,
             "l2_promotion": p.l2_promotion,
         }
-
-
-def box_copy_model(tensor: np.ndarray, box: Sequence[int], coords: Sequence[int], swizzle: str = "none",
-                   oob_fill: str = "zero") -> np.ndarray:
-    """Shared-memory bytes of one tiled load: the box at ``coords`` (array order, may be
-    negative or past the edge), out-of-bounds elements filled, rows swizzled.
-
-    Returns a flat ``uint8`` array of ``prod(box) * itemsize`` bytes.
-    """
-    tensor = np.asarray(tensor)
-    box = tuple(box)
-    out = np.zeros(box, tensor.dtype)
-    if oob_fill == "nan":
-        out[...] = np.nan
-    src, dst = [], []
-    for c, b, n in zip(coords, box, tensor.shape):
-        lo, hi = max(c, 0), min(c + b, n)
-        if hi <= lo:
-            return _swizzled(out, swizzle)
-        src.append(slice(lo, hi))
-        dst.append(slice(lo - c, hi - c))
-    out[tuple(dst)] = tensor[tuple(src)]
-    return _swizzled(out, swizzle)
-
-
-def _swizzled(box_values: np.ndarray, swizzle: str) -> np.ndarray:
-    from .intrinsics.descriptor import swizzle_addr
-
-    raw = np.ascontiguousarray(box_values).view(np.uint8).reshape(-1)
-    if swizzle == "none":
-        return raw.copy()
-    out = np.empty_like(raw)
-    out[swizzle_addr(np.arange(raw.size), swizzle)] = raw
-    return out

@@ -7,7 +7,7 @@ from numba import config, cuda
 
 from nbwgmma import sim
 from nbwgmma.intrinsics import ldmatrix, smem_addr, stmatrix
-from nbwgmma.intrinsics.wgmma_model import encode_elements
+from nbwgmma.layout.wgmma_model import encode_elements
 from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
@@ -109,7 +109,7 @@ def test_every_intrinsic_has_a_simulator_implementation():
 
 def test_setmaxnreg_validates_its_argument():
     from nbwgmma.intrinsics import setmaxnreg_inc
-    from nbwgmma.intrinsics._asm import NbwgmmaTypingError
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
 
     with pytest.raises(NbwgmmaTypingError, match="multiple of 8"):
         setmaxnreg_inc(100)

@@ -10,7 +10,7 @@ import pytest
 from numba import config, cuda
 
 from nbwgmma import MatmulError, MatmulTypeError, matmul
-from nbwgmma.intrinsics.wgmma_model import decode_elements, encode_elements
+from nbwgmma.layout.wgmma_model import decode_elements, encode_elements
 from nbwgmma.launch import LaunchError, device_limits, launch
 from nbwgmma.report import ToolchainError, compile_report
 

@@ -10,7 +10,7 @@ import pytest
 from numba import config, cuda
 
 from nbwgmma.intrinsics import acc_store, acc_zeros
-from nbwgmma.intrinsics.fragment import acc_value_coords
+from nbwgmma.layout import acc_value_coords
 from nbwgmma.kit import ACTIVATIONS, TileScheduler, TmaPipeline, acc_map
 from nbwgmma.launch import launch
 

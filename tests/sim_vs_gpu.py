@@ -14,7 +14,7 @@ import sys
 import numpy as np
 from numba import cuda
 
-from nbwgmma.intrinsics.wgmma_model import encode_elements
+from nbwgmma.layout.wgmma_model import encode_elements
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 from nbwgmma.launch import launch
 from nbwgmma.tma import TensorMap

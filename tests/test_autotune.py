@@ -1,4 +1,4 @@
-"""nbwgmma.autotune without a GPU: candidate sets, the choice, its file."""
+"""nbwgmma.frontend.autotune without a GPU: candidate sets, the choice, its file."""
 
 import json
 import sys
@@ -6,7 +6,9 @@ import sys
 import pytest
 from numba import types
 
-from nbwgmma import autotune
+from nbwgmma.frontend import autotune
+from nbwgmma.frontend.args import CONFIG_KEYS
+from nbwgmma.frontend.tiles import pick_tile
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 from nbwgmma.report import compile_report
 
@@ -32,14 +34,13 @@ def fresh(tmp_path, monkeypatch):
 @pytest.mark.parametrize("kind, epilogue", [("f32.bf16.bf16", "tma"), ("f32.e4m3.e4m3", "tma"),
                                             ("f32.f16.f16", "direct")])
 def test_candidates_are_valid_distinct_and_start_with_the_model_pick(sms_132, m, n, k, kind, epilogue):
-    mm = sys.modules["nbwgmma.matmul"]
     cands = autotune.candidates(kind, m, n, k, epilogue)
     assert 3 <= len(cands) <= 7
-    assert cands[0] == dict(zip(("bm", "bn"), mm._pick_tile(m, n)))
+    assert cands[0] == dict(zip(("bm", "bn"), pick_tile(m, n)))
     assert len({tuple(sorted(c.items())) for c in cands}) == len(cands)
     out = "bf16" if epilogue == "tma" else "f32"
     for c in cands:
-        assert set(c) <= mm._CONFIG_KEYS
+        assert set(c) <= CONFIG_KEYS
         GemmConfig(kind, epilogue=epilogue, out=out, **c)  # raises if the kernel could not be built
 
 
@@ -96,7 +97,7 @@ def test_no_candidate_ran_is_an_error(fresh, monkeypatch):
 
 
 def test_a_damaged_file_is_ignored_and_rewritten(fresh, monkeypatch):
-    path = autotune._path()
+    path = autotune.choices_path()
     path.write_text("{not json")
     monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: [2.0])
     assert autotune.choose("k", lambda: [{"bm": 64, "bn": 64}], None, 0) == {"bm": 64, "bn": 64}

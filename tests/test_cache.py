@@ -110,5 +110,5 @@ def test_clear_removes_the_files(cdir):
 
 
 def test_fingerprint_covers_the_package_sources():
-    fp = cache._code_fingerprint()
-    assert len(fp) == 64 and fp == cache._code_fingerprint()
+    fp = cache.code_fingerprint()
+    assert len(fp) == 64 and fp == cache.code_fingerprint()

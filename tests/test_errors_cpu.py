@@ -172,11 +172,10 @@ def test_the_family_keeps_the_builtin_bases():
 def test_the_errors_are_importable_where_they_were():
     import importlib
 
-    # modules by name: a package attribute can be a function of the same name (nbwgmma.matmul)
-    mod = {n: importlib.import_module(f"nbwgmma.{n}") for n in ("matmul", "report", "launch", "tma", "sim",
+    mod = {n: importlib.import_module(f"nbwgmma.{n}") for n in ("frontend.args", "report", "launch", "tma", "sim",
                                                                  "intrinsics.errors")}
-    assert nbwgmma.MatmulError is mod["matmul"].MatmulError is MatmulError
-    assert nbwgmma.MatmulTypeError is mod["matmul"].MatmulTypeError is MatmulTypeError
+    assert nbwgmma.MatmulError is mod["frontend.args"].MatmulError is MatmulError
+    assert nbwgmma.MatmulTypeError is mod["frontend.args"].MatmulTypeError is MatmulTypeError
     assert nbwgmma.NbwgmmaError is NbwgmmaError
     assert mod["report"].ToolchainError is errors.ToolchainError
     assert errors.LaunchError is mod["launch"].LaunchError
@@ -203,7 +202,7 @@ def test_gemm_config_names_the_parameter_at_fault():
 
 def test_a_config_fault_in_a_defaulted_parameter_names_the_whole_config():
     """A given parameter can make a defaulted one impossible: the message then shows the config."""
-    from nbwgmma._matmul_args import config_error
+    from nbwgmma.frontend.args import config_error
 
     e = config_error(ConfigError("stages", "stages must be 2 to 1; got 1"), {"bm": 256})
     assert type(e) is MatmulError and str(e) == "matmul: config {'bm': 256}: stages must be 2 to 1; got 1"

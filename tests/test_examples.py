@@ -17,7 +17,7 @@ SHARED = {"gemm_4_library": "gemm-128x256-bf16-tma"}
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_compiles_without_gpu(path, monkeypatch, capsys):
-    import nbwgmma._examples as ex
+    import nbwgmma.demo as ex
 
     monkeypatch.setattr(ex, "gpu_available", lambda: False)
     assert load_example(path.stem).main() == 0.0
@@ -36,7 +36,7 @@ def test_example_runs_on_gpu(path, capsys):
     pytest.param(p, id=p.stem, marks=[pytest.mark.xdist_group(SHARED[p.stem])] if p.stem in SHARED else [])
     for p in GEMMS])
 def test_gemm_example_compiles_without_gpu(path, monkeypatch, capsys, report_once):
-    import nbwgmma._examples as ex
+    import nbwgmma.demo as ex
     import nbwgmma.report
 
     monkeypatch.setattr(ex, "gpu_available", lambda: False)

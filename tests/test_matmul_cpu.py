@@ -6,7 +6,7 @@ from numba import types
 
 from nbwgmma import MatmulError, matmul
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
-from nbwgmma.matmul import _TILES
+from nbwgmma.frontend.tiles import TILES, pick_tile
 
 
 class Fake:
@@ -131,10 +131,10 @@ def test_gemm_config_rules():
 def test_expect_tx_matches_the_boxes(kind, a_major, b_major, cluster):
     """The protocol check matmul runs before a plan's first launch: the stage's expect_tx byte
     count equals the bytes of the TMA boxes the producer issues."""
-    from nbwgmma.matmul import _Plan
+    from nbwgmma.frontend.plan import Plan
     from nbwgmma.tma import TensorMap
 
-    plan = _Plan.__new__(_Plan)
+    plan = Plan.__new__(Plan)
     plan.cfg = GemmConfig(kind, a_major=a_major, b_major=b_major, out="f32", cluster=cluster)
     dt = kind.split(".")[1]
     es = {"bf16": 2, "e4m3": 1, "tf32": 4}[dt]
@@ -147,16 +147,16 @@ def test_expect_tx_matches_the_boxes(kind, a_major, b_major, cluster):
         return TensorMap(big, box, dtype=dt, swizzle="128B", encode=False)
 
     # With a cluster each CTA loads a 1/cluster share of B (K-major: a box of 256/cluster rows).
-    plan._check_expect_tx(tmap(a_major, 128), tmap(b_major, 256 // cluster))
+    plan.check_expect_tx(tmap(a_major, 128), tmap(b_major, 256 // cluster))
     with pytest.raises(RuntimeError, match="expect_tx announces"):
-        plan._check_expect_tx(TensorMap(big, (16, 16), dtype=dt, swizzle="none", encode=False),
+        plan.check_expect_tx(TensorMap(big, (16, 16), dtype=dt, swizzle="none", encode=False),
                               tmap(b_major, 256 // cluster))
     if cluster > 1 and b_major == "K":  # a whole B box per CTA would be counted cluster times
         with pytest.raises(RuntimeError, match="expect_tx announces"):
-            plan._check_expect_tx(tmap(a_major, 128), tmap(b_major, 256))
+            plan.check_expect_tx(tmap(a_major, 128), tmap(b_major, 256))
 
 
-@pytest.mark.parametrize("bm, bn", [pytest.param(*t, marks=DEFAULT_GEMM) if t == (128, 256) else t for t in _TILES])
+@pytest.mark.parametrize("bm, bn", [pytest.param(*t, marks=DEFAULT_GEMM) if t == (128, 256) else t for t in TILES])
 def test_every_automatic_tile_compiles_clean(bm, bn, report_once):
     """The tiles matmul picks by shape (smaller ones for small M x N)."""
     cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, epilogue="tma")
@@ -169,9 +169,8 @@ def test_every_automatic_tile_compiles_clean(bm, bn, report_once):
 def test_tile_choice_by_shape(monkeypatch):
     import sys
 
-    mm = sys.modules["nbwgmma.matmul"]
     monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
-    pick = mm._pick_tile
+    pick = pick_tile
     assert pick(8192, 8192) == (128, 256)
     assert pick(512, 8192) == (128, 256)  # 128 tiles of 128 x 256
     assert pick(128, 8192) == (64, 128)  # 32 tiles of 128 x 256 would leave 100 SMs idle

@@ -258,10 +258,10 @@ def test_autotuned_config_is_correct_kept_and_found_again(tmp_path, monkeypatch)
     ``NBWGMMA_AUTOTUNE=1`` makes it the default of a plain call."""
     import sys
 
-    from nbwgmma import autotune
+    from nbwgmma.frontend import autotune
 
     store = tmp_path / "autotune-test.json"
-    monkeypatch.setattr(autotune, "_path", lambda: store)
+    monkeypatch.setattr(autotune, "choices_path", lambda: store)
     monkeypatch.setattr(autotune, "_MEMO", {})
     monkeypatch.setattr(autotune, "_LOADED", [False])
     g = torch.Generator(device="cuda").manual_seed(21)
@@ -280,13 +280,13 @@ def test_autotuned_config_is_correct_kept_and_found_again(tmp_path, monkeypatch)
     # as a new process would: nothing in memory, no plans
     monkeypatch.setattr(autotune, "_MEMO", {})
     monkeypatch.setattr(autotune, "_LOADED", [False])
-    sys.modules["nbwgmma.matmul"]._PLANS.clear()
+    sys.modules["nbwgmma.frontend.matmul"]._PLANS.clear()
     again = torch.full_like(out, float("nan"))
     matmul(a, b, out=again, config="auto")
     assert autotune.last["source"] == "cached" and autotune.last["config"] == first["config"]
     assert torch.equal(again, c)  # the same kernel, the same bits
     monkeypatch.setenv("NBWGMMA_AUTOTUNE", "1")
-    sys.modules["nbwgmma.matmul"]._QUICK.clear()
+    sys.modules["nbwgmma.frontend.matmul"]._QUICK.clear()
     plain = matmul(a, b)
     assert autotune.last["config"] == first["config"] and torch.equal(plain, c)
 

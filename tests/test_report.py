@@ -48,7 +48,7 @@ def test_inspect_cli_json(capsys):
 
 
 def test_demo_without_gpu_prints_report(monkeypatch, capsys):
-    import nbwgmma._examples as ex
+    import nbwgmma.demo as ex
 
     monkeypatch.setattr(ex, "gpu_available", lambda: False)
     assert main(["demo"]) == 0

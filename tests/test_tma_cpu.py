@@ -7,7 +7,8 @@ from numba import cuda, types
 
 from nbwgmma.intrinsics import *  # noqa: F401,F403
 from nbwgmma.report import compile_report
-from nbwgmma.tma import TensorMap, TensorMapError, box_copy_model
+from nbwgmma.layout import box_copy_model
+from nbwgmma.tma import TensorMap, TensorMapError
 
 
 class FakeCudaArray:

@@ -9,7 +9,8 @@ from numba import cuda
 
 from nbwgmma.intrinsics import *  # noqa: F401,F403
 from nbwgmma.launch import dynamic_smem_bytes, launch
-from nbwgmma.tma import TensorMap, box_copy_model
+from nbwgmma.layout import box_copy_model
+from nbwgmma.tma import TensorMap
 
 pytestmark = pytest.mark.gpu
 

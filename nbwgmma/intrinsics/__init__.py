@@ -1,15 +1,16 @@
 """Inline-PTX intrinsics for Hopper (sm_90a), one module per PTX family.
 
-Everything here is usable inside ``@cuda.jit`` kernels. Star-importing this
+Everything here is usable inside ``@cuda.jit`` kernels (device functions and compile-time
+constants such as :data:`~nbwgmma.intrinsics.tma.TMA_REDUCE_OPS`). Star-importing this
 package gives the whole instruction set::
 
     from nbwgmma.intrinsics import *
+
+The host-side models these intrinsics follow (descriptor encoding, swizzles, fragment
+coordinates, the numpy wgmma, the TMA box) are in :mod:`nbwgmma.layout`. In Numba's CUDA
+simulator each intrinsic is the Python function :mod:`nbwgmma.sim` registers for it
+(:mod:`nbwgmma.backend`).
 """
-
-from .. import sim as _sim
-
-if _sim.enabled():
-    _sim.install_jit_shim()
 
 from . import address, control, descriptor, fastmath, fence, fragment, matrix, mbarrier, tma, wgmma
 from .address import *  # noqa: F401,F403
@@ -27,8 +28,3 @@ __all__ = (
     address.__all__ + control.__all__ + descriptor.__all__ + fastmath.__all__ + fence.__all__
     + fragment.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__ + wgmma.__all__
 )
-
-if _sim.enabled():  # the fragment helpers are Numba intrinsics on the GPU, models in the simulator
-    for _name, _f in _sim.FRAGMENT_IMPLS.items():
-        setattr(fragment, _name, _f)
-        globals()[_name] = _f

@@ -47,6 +47,7 @@ from numba import types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
+from .. import backend
 from . import errors
 from .errors import NbwgmmaLiteralError, NbwgmmaTypingError
 
@@ -382,11 +383,10 @@ def ptx_intrinsic(
     stores across the instruction.
     """
     params = list(params)
-    from .. import sim
-
-    if sim.enabled():  # Numba's CUDA simulator: a Python function with the same semantics
-        return sim.declare(name, params, doc)
     imm_params = [p for p in params if isinstance(p, Imm)]
+    simulated = backend.python_intrinsic(name, params, imm_params, doc)
+    if simulated is not None:  # Numba's CUDA simulator: a Python function with the same semantics
+        return simulated
 
     def resolve(argtypes: dict):
         imms = {}

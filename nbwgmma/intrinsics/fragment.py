@@ -1,16 +1,7 @@
-"""wgmma register fragments: the layout model and unrolled fragment operations.
+"""wgmma register fragments: unrolled fragment operations.
 
-PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions:
-Register Fragments" (figure "WGMMA .m64nNk16 register fragment layout for
-accumulator matrix D"). For thread ``t`` of the warpgroup (warp ``w = t // 32``,
-lane ``l = t % 32``) and accumulator value ``i`` (0 <= i < N/2)::
-
-    row = 16*w + l//4 + 8*((i//2) % 2)
-    col = 8*(i//4) + 2*(l % 4) + i % 2
-
-An ``f32``/``s32`` accumulator holds value ``i`` in register ``i``; an ``f16``
-accumulator packs values ``2j`` (low half) and ``2j+1`` (high half) in ``u32``
-register ``j``. The same map holds for every K (k8, k16, k32, k256).
+Value ``i`` of warpgroup thread ``t`` sits where :func:`nbwgmma.layout.acc_value_coords`
+says (the PTX ISA's "Register Fragments" figures, modelled in :mod:`nbwgmma.layout.fragment`).
 
 A fragment is a ``UniTuple`` that must stay in registers: indexing it with a
 run-time index would move it to local memory. The operations here therefore
@@ -20,18 +11,17 @@ only ever uses constant indices.
 
 from __future__ import annotations
 
-import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
+from .. import backend
+from ..layout.descriptor import SWIZZLE_BYTES, SWIZZLE_MASK
+from ..layout.kinds import WGMMA_KINDS, WgmmaKind
 from .errors import NbwgmmaLiteralError, NbwgmmaTypingError
-from .wgmma import wgmma_kind
 
 __all__ = [
-    "acc_coords",
-    "acc_value_coords",
     "acc_zeros",
     "acc_undef",
     "acc_store",
@@ -42,30 +32,19 @@ __all__ = [
 ]
 
 
-def acc_value_coords(t, i):
-    """(row, col) of accumulator value ``i`` held by warpgroup thread ``t``."""
-    w, lane = t // 32, t % 32
-    return 16 * w + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
-
-
-def acc_coords(kind: str, n: int) -> np.ndarray:
-    """Array ``[128, N/2, 2]``: (row, col) of every accumulator value of every thread.
-
-    For ``f16`` accumulators value ``i`` sits in register ``i // 2``, half ``i % 2``.
-    """
-    k = wgmma_kind(kind)
-    if n not in k.n_values:
-        raise ValueError(f"{kind} allows N in {list(k.n_values)}; got {n}")
-    t = np.arange(128)[:, None]
-    i = np.arange(n // 2)[None, :]
-    r, c = acc_value_coords(t, i)
-    return np.stack(np.broadcast_arrays(r, c), axis=-1)
-
-
 def _lit(ty, what, name):
     if isinstance(ty, types.Literal):
         return ty.literal_value
     raise NbwgmmaLiteralError(f"{name}: argument '{what}' must be a compile-time constant; got {ty}")
+
+
+def _kind(kind_v, name) -> WgmmaKind:
+    """The wgmma kind named by a literal; an unknown one is a typing error of ``name``."""
+    k = WGMMA_KINDS.get(kind_v)
+    if k is None:
+        raise NbwgmmaTypingError(f"{name}: unknown wgmma type combination {kind_v!r}; expected one of "
+                                 f"{', '.join(WGMMA_KINDS)}")
+    return k
 
 
 def _check_ints(name, **args):
@@ -80,7 +59,7 @@ def _const_acc(name, fill):
     def make(typingctx, kind, n):
         kind_v = _lit(kind, "kind", name)
         n_v = _lit(n, "n", name)
-        k = wgmma_kind(kind_v)
+        k = _kind(kind_v, name)
         if n_v not in k.n_values:
             raise NbwgmmaTypingError(f"{name}: {kind_v} allows N in {list(k.n_values)}; got {n_v}")
         tupty = types.UniTuple(k.acc_type, k.acc_regs(n_v))
@@ -108,7 +87,7 @@ acc_undef.__doc__ = (
 
 def _acc_kind(kind_ty, acc_ty, name):
     kind_v = _lit(kind_ty, "kind", name)
-    k = wgmma_kind(kind_v)
+    k = _kind(kind_v, name)
     if not (isinstance(acc_ty, types.UniTuple) and acc_ty.dtype == k.acc_type):
         raise NbwgmmaTypingError(f"{name}: expected a {kind_v} accumulator (tuple of {k.acc_type}); got {acc_ty}")
     n = k.n_of(acc_ty.count)
@@ -137,7 +116,7 @@ def _values(builder, k, acc, count):
 
 def _ir_value_coords(builder, tid, ity, count):
     """(row, col) IR values of the ``count`` accumulator values of warpgroup thread ``tid``
-    (an IR integer of type ``ity``): :func:`acc_value_coords` with the per-value offsets
+    (an IR integer of type ``ity``): :func:`nbwgmma.layout.acc_value_coords` with the per-value offsets
     folded to constants, so no fragment register is ever indexed at run time."""
     warp = builder.udiv(tid, ity(32))
     lane = builder.urem(tid, ity(32))
@@ -282,31 +261,6 @@ acc_to_f16x2 = _pack16("acc_to_f16x2", "cvt.rn.f16x2.f32 $0, $1, $2;")
 acc_to_f16x2.__doc__ = "``cvt.rn.f16x2.f32`` (PTX ISA: cvt) over a fragment, as :func:`acc_to_bf16x2`."
 
 
-def a_frag_coords(kind: str) -> np.ndarray:
-    """Array ``[128, 4, E, 2]``: (row, k) of element ``e`` of A-fragment register ``j``.
-
-    PTX ISA, "Register Fragments" (figure "WGMMA .m64nNkK register fragment
-    layout for matrix A"): register ``j`` of thread ``t`` covers row
-    ``16*w + l//4 + 8*(j%2)`` and K columns ``(j//2)*K/2 + (l%4)*E + e`` for the
-    ``E = 32 / bits`` elements it packs (low bits first).
-    """
-    k = wgmma_kind(kind)
-    e_per = 32 // k.input_bits
-    t = np.arange(128)[:, None, None]
-    j = np.arange(4)[None, :, None]
-    e = np.arange(e_per)[None, None, :]
-    w, lane = t // 32, t % 32
-    row = 16 * w + lane // 4 + 8 * (j % 2)
-    col = (j // 2) * (k.k // 2) + (lane % 4) * e_per + e
-    return np.stack(np.broadcast_arrays(row, col), axis=-1)
-
-
-__all__ += ["a_frag_coords"]
-
-
-_SW_MASK = {"none": 0, "32B": 1, "64B": 3, "128B": 7}
-
-
 @intrinsic(prefer_literal=True)
 def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
     """``acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle)``: write a 32-bit
@@ -321,12 +275,12 @@ def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
         raise NbwgmmaTypingError("acc_store_swizzled: expected an f32 or s32 accumulator; got f16")
     rb = _lit(row_bytes, "row_bytes", "acc_store_swizzled")
     sw = _lit(swizzle, "swizzle", "acc_store_swizzled")
-    if sw not in _SW_MASK:
-        raise NbwgmmaTypingError(f"acc_store_swizzled: swizzle must be one of {tuple(_SW_MASK)}; got {sw!r}")
+    if sw not in SWIZZLE_MASK:
+        raise NbwgmmaTypingError(f"acc_store_swizzled: swizzle must be one of {tuple(SWIZZLE_MASK)}; got {sw!r}")
     if rb % 16 or not 16 <= rb <= 4 * n:
         raise NbwgmmaTypingError(f"acc_store_swizzled: row_bytes must be a multiple of 16 in [16, {4 * n}]; got {rb}")
     cpb = rb // 4
-    mask = _SW_MASK[sw]
+    mask = SWIZZLE_MASK[sw]
 
     def codegen(context, builder, sig, args):
         acc_v, _, base_v, tid_v = args[:4]
@@ -380,16 +334,16 @@ def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
     n = regs.count * 4
     rb = _lit(row_bytes, "row_bytes", "acc_stmatrix_swizzled")
     sw = _lit(swizzle, "swizzle", "acc_stmatrix_swizzled")
-    if sw not in _SW_MASK:
-        raise NbwgmmaTypingError(f"acc_stmatrix_swizzled: swizzle must be one of {tuple(_SW_MASK)}; got {sw!r}")
+    if sw not in SWIZZLE_MASK:
+        raise NbwgmmaTypingError(f"acc_stmatrix_swizzled: swizzle must be one of {tuple(SWIZZLE_MASK)}; got {sw!r}")
     if rb % 32 or not 32 <= rb <= max(32, 2 * n):
         raise NbwgmmaTypingError(
             f"acc_stmatrix_swizzled: row_bytes must be a multiple of 32 in [32, {max(32, 2 * n)}]; got {rb}")
-    if sw != "none" and rb > {"32B": 32, "64B": 64, "128B": 128}[sw]:
+    if sw != "none" and rb > SWIZZLE_BYTES[sw]:
         raise NbwgmmaTypingError(
             f"acc_stmatrix_swizzled: a {sw} swizzled row holds at most {sw[:-1]} bytes; got row_bytes={rb}")
     cpb = rb // 2
-    mask = _SW_MASK[sw]
+    mask = SWIZZLE_MASK[sw]
 
     def codegen(context, builder, sig, args):
         regs_v, base_v, tid_v = args[:3]
@@ -428,19 +382,6 @@ def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
 __all__ += ["acc_stmatrix_swizzled"]
 
 
-def tile_block_offset(row, col, esize: int, row_bytes: int, swizzle: str):
-    """Byte offset of element (row, col) in the shared C tile that :func:`acc_store_swizzled`
-    (``esize`` 4) and :func:`acc_stmatrix_swizzled` (``esize`` 2) write: column blocks of
-    ``row_bytes // esize`` columns, each 64 rows of ``row_bytes`` bytes, swizzled (ints or
-    numpy arrays). It is the layout a TMA store with box (64, row_bytes // esize) and the
-    same swizzle reads, one box per column block."""
-    if swizzle not in _SW_MASK:
-        raise ValueError(f"swizzle must be one of {tuple(_SW_MASK)}; got {swizzle!r}")
-    cpb = row_bytes // esize
-    off = (col // cpb) * 64 * row_bytes + row * row_bytes + (col % cpb) * esize
-    return off ^ (((off >> 7) & _SW_MASK[swizzle]) << 4)
-
-
 @intrinsic(prefer_literal=True)
 def acc_load(typingctx, kind, n, src, tid, row0, col0):
     """``acc = acc_load(kind, n, src, tid, row0, col0)``: an f32/s32 accumulator fragment read
@@ -449,7 +390,7 @@ def acc_load(typingctx, kind, n, src, tid, row0, col0):
     values for testing a store. The inverse of :func:`acc_store`."""
     kind_v = _lit(kind, "kind", "acc_load")
     n_v = _lit(n, "n", "acc_load")
-    k = wgmma_kind(kind_v)
+    k = _kind(kind_v, "acc_load")
     if k.dtype == "f16":
         raise NbwgmmaTypingError("acc_load: expected an f32 or s32 accumulator kind; got f16")
     if n_v not in k.n_values:
@@ -520,4 +461,8 @@ def acc_add_strided(typingctx, acc, src, start, stride):
     return acc(acc, src, start, stride), codegen
 
 
-__all__ += ["tile_block_offset", "acc_load", "acc_store_strided", "acc_add_strided"]
+__all__ += ["acc_load", "acc_store_strided", "acc_add_strided"]
+
+# In Numba's CUDA simulator the fragment operations are Python functions over the layout
+# models, registered by nbwgmma.sim.
+globals().update(backend.python_functions(__all__))

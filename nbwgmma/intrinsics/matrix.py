@@ -4,7 +4,7 @@ PTX ISA, "Warp Level Matrix Load Instruction: ldmatrix" and "Warp Level Matrix
 Store Instruction: stmatrix" (16-bit elements, shape ``.m8n8``, ``.x1/.x2/.x4``,
 optional ``.trans``; stmatrix needs sm_90).
 
-Lane map (:func:`ldmatrix_lane_map`): lanes ``8j..8j+7`` give the row addresses
+Lane map (:func:`nbwgmma.layout.ldmatrix_lane_map`): lanes ``8j..8j+7`` give the row addresses
 of matrix ``j``; afterwards lane ``l`` holds, in register ``j``, elements
 ``(l // 4, 2 * (l % 4))`` and ``(l // 4, 2 * (l % 4) + 1)`` of matrix ``j``
 (low half first). ``.trans`` delivers the transpose: lane ``l`` then holds
@@ -13,11 +13,9 @@ of matrix ``j``; afterwards lane ``l`` holds, in register ``j``, elements
 
 from __future__ import annotations
 
-import numpy as np
-
 from ._asm import Frag, Imm, NbwgmmaTypingError, Out, Reg, ptx_intrinsic, u32
 
-__all__ = ["ldmatrix", "stmatrix", "ldmatrix_lane_map", "MATRIX_COUNTS"]
+__all__ = ["ldmatrix", "stmatrix", "MATRIX_COUNTS"]
 
 MATRIX_COUNTS = (1, 2, 4)
 
@@ -50,12 +48,3 @@ stmatrix = ptx_intrinsic(
     "``stmatrix(addr, regs, trans=0)``: the inverse of :func:`ldmatrix`; ``regs`` is a tuple "
     "of 1, 2 or 4 u32 registers.",
 )
-
-
-def ldmatrix_lane_map(trans: bool = False) -> np.ndarray:
-    """``[32, 2, 2]``: (row, col) inside an 8x8 matrix of the two halves lane ``l`` receives."""
-    lane = np.arange(32)
-    r, c = lane // 4, 2 * (lane % 4)
-    lo, hi = np.stack([r, c], -1), np.stack([r, c + 1], -1)
-    out = np.stack([lo, hi], 1)
-    return out[..., ::-1] if trans else out

@@ -25,6 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
+from .. import backend
 from ._asm import Imm, Out, Reg, ptx_intrinsic, u32, u64
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
     "mbarrier_wait_parity",
     "mbarrier_wait_timeout",
     "mbarrier_wait_parity_timeout",
-    "debug_wait_timeout_s",
     "DEBUG_WAIT_TIMEOUT_S",
     "mbarrier_inval",
     "mbarrier_arrive_cluster",
@@ -247,9 +247,7 @@ def _debug_wait(name, timed, argname, argty, argfmt):
 
 DEBUG_WAIT_TIMEOUT_S = debug_wait_timeout_s()
 
-from .. import sim as _sim  # noqa: E402
-
-if DEBUG_WAIT_TIMEOUT_S is None or _sim.enabled():  # simulated waits always have a deadline
+if DEBUG_WAIT_TIMEOUT_S is None or backend.active():  # simulated waits always have a deadline
     mbarrier_wait_parity = _plain_wait_parity
     mbarrier_wait = _plain_wait
 else:

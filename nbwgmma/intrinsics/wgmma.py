@@ -4,7 +4,7 @@ PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"
 (docs anchor ``#asynchronous-warpgroup-level-matrix-instructions``):
 ``wgmma.mma_async``, ``wgmma.fence``, ``wgmma.commit_group``, ``wgmma.wait_group``.
 
-Every legal form comes from one table, :data:`WGMMA_KINDS`, keyed by the PTX
+Every legal form comes from one table, :data:`nbwgmma.layout.kinds.WGMMA_KINDS`, keyed by the PTX
 type string ``"<dtype>.<atype>.<btype>"``:
 
 =================  ====  ==============  =======================  ==========
@@ -34,103 +34,16 @@ Call sequence (all 128 threads of the warpgroup, converged)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from numba import types
-
+from ..layout.kinds import INT8_TYPES, WGMMA_KINDS, wgmma_kind
 from ._asm import Frag, Imm, NbwgmmaTypingError, Out, Pred, Reg, ptx_intrinsic, u32, u64
 
 __all__ = [
-    "WgmmaKind",
-    "WGMMA_KINDS",
     "wgmma_mma_async",
     "wgmma_mma_async_rs",
     "wgmma_fence",
     "wgmma_commit_group",
     "wgmma_wait_group",
-    "wgmma_kind",
-    "acc_regs",
 ]
-
-_N_FLOAT = tuple(range(8, 257, 8))
-# Integer and single-bit forms: N = 8, 16, 24, 32, then multiples of 16.
-_N_INT = (8, 16, 24) + tuple(range(32, 257, 16))
-
-_FP8 = ("e4m3", "e5m2")
-_INT8 = ("s8", "u8")
-
-
-@dataclass(frozen=True)
-class WgmmaKind:
-    """One row of the wgmma type table."""
-
-    dtype: str
-    atype: str
-    btype: str
-    k: int
-    n_values: tuple
-
-    @property
-    def key(self) -> str:
-        return f"{self.dtype}.{self.atype}.{self.btype}"
-
-    @property
-    def input_bits(self) -> int:
-        return {"f16": 16, "bf16": 16, "tf32": 32, "b1": 1}.get(self.atype, 8)
-
-    @property
-    def transposable(self) -> bool:
-        """``imm-trans-a/b`` exist only for 16-bit inputs."""
-        return self.input_bits == 16
-
-    @property
-    def is_float(self) -> bool:
-        return self.dtype != "s32"
-
-    @property
-    def acc_type(self) -> types.Type:
-        return {"f32": types.float32, "f16": types.uint32, "s32": types.int32}[self.dtype]
-
-    def acc_regs(self, n: int) -> int:
-        """Accumulator registers per thread: 64*N/128 values, two f16 per register."""
-        return n // 4 if self.dtype == "f16" else n // 2
-
-    def n_of(self, regs: int) -> int:
-        return regs * 4 if self.dtype == "f16" else regs * 2
-
-    def instruction(self, n: int) -> str:
-        return f"m64n{n}k{self.k}"
-
-
-def _table():
-    kinds = [
-        WgmmaKind("f16", "f16", "f16", 16, _N_FLOAT),
-        WgmmaKind("f32", "f16", "f16", 16, _N_FLOAT),
-        WgmmaKind("f32", "bf16", "bf16", 16, _N_FLOAT),
-        WgmmaKind("f32", "tf32", "tf32", 8, _N_FLOAT),
-    ]
-    kinds += [WgmmaKind(d, a, b, 32, _N_FLOAT) for d in ("f16", "f32") for a in _FP8 for b in _FP8]
-    kinds += [WgmmaKind("s32", a, b, 32, _N_INT) for a in _INT8 for b in _INT8]
-    kinds.append(WgmmaKind("s32", "b1", "b1", 256, _N_INT))
-    return {k.key: k for k in kinds}
-
-
-#: Every wgmma type combination the PTX ISA allows on sm_90a.
-WGMMA_KINDS: dict = _table()
-
-
-def wgmma_kind(key: str) -> WgmmaKind:
-    try:
-        return WGMMA_KINDS[key]
-    except KeyError:
-        raise NbwgmmaTypingError(
-            f"wgmma: unknown type combination {key!r}; expected one of {', '.join(WGMMA_KINDS)}"
-        ) from None
-
-
-def acc_regs(key: str, n: int) -> int:
-    """Accumulator registers per thread for ``kind`` and ``N``."""
-    return wgmma_kind(key).acc_regs(n)
 
 
 def _validate(rs: bool):
@@ -160,7 +73,7 @@ def _validate(rs: bool):
                 f"{name}: imm-scale-a/b exist only for floating-point types; got "
                 f"scale_a={imms['scale_a']}, scale_b={imms['scale_b']} with {kind.key}"
             )
-        if imms["satfinite"] and kind.atype not in _INT8:
+        if imms["satfinite"] and kind.atype not in INT8_TYPES:
             raise NbwgmmaTypingError(f"{name}: .satfinite exists only for s8/u8 inputs; got {kind.key}")
 
     return check

@@ -69,13 +69,13 @@ from ..intrinsics import (
     tma_load_2d,
     wgmma_commit_group,
     wgmma_fence,
-    wgmma_kind,
     wgmma_mma_async,
     wgmma_wait_group,
 )
-from ..intrinsics.descriptor import SWIZZLE_CODE
+from ..layout.descriptor import SWIZZLE_CODE
 from ..errors import ConfigError
-from ..intrinsics.wgmma_model import ELEMENT_BYTES
+from ..layout.kinds import wgmma_kind
+from ..layout.wgmma_model import ELEMENT_BYTES
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler
 from ..kit.warpgroup import warpgroup_sync

@@ -1,7 +1,7 @@
 """One warpgroup, one 64xN tile: a chain of wgmmas over operands placed in shared memory.
 
 The host lays A and B out in a shared-memory byte image with the layout model
-(:mod:`nbwgmma.intrinsics.wgmma_model`), with any swizzle, major-ness and
+(:mod:`nbwgmma.layout.wgmma_model`), with any swizzle, major-ness and
 strides, and passes one descriptor per K step. The kernel copies the image to
 1024-byte aligned dynamic shared memory, issues the wgmmas and stores D. The
 teaching examples and the wgmma tests run on it, and its result is compared
@@ -24,14 +24,14 @@ from ..intrinsics import (
     smem_addr,
     wgmma_commit_group,
     wgmma_fence,
-    wgmma_kind,
     wgmma_mma_async,
     wgmma_mma_async_rs,
     wgmma_wait_group,
 )
-from ..intrinsics.descriptor import SWIZZLE_BYTES, SWIZZLE_PERIOD, canonical_strides, encode_desc
-from ..intrinsics.fragment import a_frag_coords
-from ..intrinsics.wgmma_model import ELEMENT_BYTES, encode_elements, pack_operand, wgmma_reference
+from ..layout.descriptor import SWIZZLE_BYTES, SWIZZLE_PERIOD, canonical_strides, encode_desc
+from ..layout.fragment import a_frag_coords
+from ..layout.kinds import wgmma_kind
+from ..layout.wgmma_model import ELEMENT_BYTES, encode_elements, pack_operand, wgmma_reference
 
 __all__ = ["tile_kernel", "TileProblem", "run_tile"]
 

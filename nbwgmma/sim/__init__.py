@@ -12,7 +12,7 @@ semantics, built from the same models the GPU tests check:
   and votes by the threads of the warp, so no thread runs ahead of its warpgroup. Threads
   of one group reaching different collectives are reported;
 * ``wgmma_mma_async`` reads A and B out of the image through swizzle, LBO and SBO
-  (:func:`nbwgmma.intrinsics.wgmma_model.wgmma_reference`) once for the warpgroup and
+  (:func:`nbwgmma.layout.wgmma_model.wgmma_reference`) once for the warpgroup and
   hands each thread its fragment; ``wgmma_wait_group(n)`` completes all but the ``n``
   newest groups;
 * TMA copies go through the tensor map (box, swizzle, out-of-bounds fill, multicast to
@@ -56,12 +56,13 @@ import numpy as np
 
 from . import arith, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
-from .core import IMPLS, CTA, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled
+from .core import IMPLS, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled
 from .fragment import FRAGMENT_IMPLS
+from .shadow import CTA
 from .warp import WARP_FUNCTIONS
 
 __all__ = ["enabled", "SimError", "SimStopped", "SimHazard", "run", "register_tensor_map", "declare", "IMPLS",
-           "FRAGMENT_IMPLS", "install_jit_shim"]
+           "FRAGMENT_IMPLS", "install", "install_jit_shim"]
 
 
 class _Shared:
@@ -139,6 +140,16 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
                 th.join()
             if cl.error is not None:
                 raise cl.error
+
+
+def install():
+    """Make nbwgmma run in Numba's CUDA simulator: register the simulator's implementations of
+    the intrinsics (:mod:`nbwgmma.backend`) and its ``cuda.jit`` shim. nbwgmma's package runs
+    this first thing when the simulator is on, before anything imports the intrinsics."""
+    from .. import backend
+
+    backend.register(declare, FRAGMENT_IMPLS)
+    install_jit_shim()
 
 
 def install_jit_shim():

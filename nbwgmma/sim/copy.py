@@ -40,7 +40,7 @@ def _tmap(addr):
 
 def _tensor(tm):
     """The tensor a map describes, as raw elements (array order) over the host memory."""
-    from ..tma import TMA_DTYPES
+    from ..layout.tma import TMA_DTYPES
 
     p = tm.params
     es = TMA_DTYPES[p.dtype][1]
@@ -79,8 +79,8 @@ def _land(th, cta, off, raw, bar_off, what):
 
 
 def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
-    from ..intrinsics.descriptor import SWIZZLE_PERIOD
-    from ..tma import box_copy_model
+    from ..layout.descriptor import SWIZZLE_PERIOD
+    from ..layout.tma import box_copy_model
 
     th = me()
     tm = _tmap(tmap)
@@ -100,7 +100,7 @@ def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
 
 def _box_bytes(tm, src):
     """(CTA, byte addresses in box order) of the shared box a TMA store reads."""
-    from ..intrinsics.descriptor import swizzle_addr
+    from ..layout.descriptor import swizzle_addr
 
     p = tm.params
     cta, off = split(src)
@@ -139,7 +139,7 @@ def _tma_store(rank, src, tmap, op=None, **kw):
 
 
 def _reduce(old, new, op, dtype):
-    from ..intrinsics.wgmma_model import decode_elements, encode_elements
+    from ..layout.wgmma_model import decode_elements, encode_elements
 
     if dtype in ("f16", "bf16", "f32", "tf32"):
         t = {"f32": "f32", "tf32": "f32"}.get(dtype, dtype)

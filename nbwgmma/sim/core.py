@@ -217,52 +217,6 @@ class PhasedBarrier:
             self._check()
 
 
-class CTA:
-    def __init__(self, cluster, rank, nthreads, dyn_bytes):
-        from .shadow import Shadow
-
-        self.cl, self.rank = cluster, rank
-        self.image = np.zeros(SMEM_BYTES, np.uint8)
-        self.shadow = Shadow(self)
-        self.dyn_bytes = dyn_bytes
-        self.next_static = -(-(DYN_BASE + dyn_bytes) // 1024) * 1024
-        self.static = {}
-        self.mbarriers = {}
-        self.barrier_names = {}
-        self.named = {}
-        self.rendezvous = {}
-        self.exited = set()
-        self.wgmma = {}  # warpgroup -> wgmma issue state (nbwgmma.sim.wgmma)
-        self.syncthreads = PhasedBarrier(cluster, nthreads, "syncthreads barrier")
-
-    def array(self, shape, dtype, caller):
-        """A shared array over this CTA's image: dynamic (shape 0) or one static array per
-        source line, as Numba's simulator identifies them."""
-        from .shadow import SharedArray
-
-        dtype = np.dtype(dtype)
-        if shape == 0:  # as many whole elements as the dynamic bytes hold
-            n = self.dyn_bytes - self.dyn_bytes % dtype.itemsize
-            return self.image[DYN_BASE:DYN_BASE + n].view(dtype).view(SharedArray)
-        arr = self.static.get(caller)
-        if arr is None:
-            shape = (shape,) if np.isscalar(shape) else tuple(shape)
-            nbytes = int(np.prod(shape)) * dtype.itemsize
-            start = -(-self.next_static // 128) * 128
-            if start + nbytes > SMEM_BYTES:
-                raise MemoryError("simulated shared memory exhausted")
-            self.next_static = start + nbytes
-            raw = self.image[start:start + nbytes].view(dtype).reshape(shape)
-            arr = self.static[caller] = raw.view(SharedArray)
-        return arr
-
-    def offset_of(self, arr) -> int:
-        off = arr.__array_interface__["data"][0] - self.image.__array_interface__["data"][0]
-        if not 0 <= off < SMEM_BYTES:
-            raise ValueError("smem_addr: the array is not in this CTA's shared memory")
-        return off
-
-
 class SimThread(threading.Thread):
     def __init__(self, fn, args, cta, block_idx, thread_idx, block_dim):
         from numba.cuda.simulator.kernelapi import Dim3
@@ -456,16 +410,14 @@ def impl(*names):
     return deco
 
 
-def declare(name, params, doc):
-    """A Python function for intrinsic ``name``: binds the arguments like the compiled
-    intrinsic (defaults, literal checks of immediates), then runs ``IMPLS[name]``."""
-    from ..intrinsics._asm import Imm
-
+def declare(name, params, imms, doc):
+    """A Python function for intrinsic ``name`` (operand spec ``params``, the compile-time
+    ones among them ``imms``): binds the arguments like the compiled intrinsic (defaults,
+    literal checks of immediates), then runs ``IMPLS[name]``."""
     sig = inspect.Signature([
         inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                           default=getattr(p, "default", inspect.Parameter.empty))
         for p in params])
-    imms = [p for p in params if isinstance(p, Imm)]
 
     def fn(*args, **kwargs):
         bound = sig.bind(*args, **kwargs)

@@ -12,7 +12,7 @@ from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
 
 
 def _kind_n(kind, n):
-    from ..intrinsics.wgmma import wgmma_kind
+    from ..layout.kinds import wgmma_kind
 
     k = wgmma_kind(kind)
     if n not in k.n_values:
@@ -21,7 +21,7 @@ def _kind_n(kind, n):
 
 
 def _kind_of_acc(kind, acc):
-    from ..intrinsics.wgmma import wgmma_kind
+    from ..layout.kinds import wgmma_kind
 
     k = wgmma_kind(kind)
     return k, k.n_of(len(acc))
@@ -53,7 +53,7 @@ def _elements(arr, tid, row0, col0, nvals):
 
 def _bf16_bits(x):
     """Round-to-nearest-even bf16 bits of ``x`` (the model's encoding)."""
-    from ..intrinsics.wgmma_model import encode_elements
+    from ..layout.wgmma_model import encode_elements
 
     x = np.asarray(x, np.float32)
     return encode_elements(x.reshape(-1, 1), "bf16").view(np.uint16).reshape(x.shape)
@@ -120,7 +120,7 @@ def _store_smem(th, base, offs, esize, vals, dtype, what):
 
 
 def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):
-    from ..intrinsics.fragment import tile_block_offset
+    from ..layout.fragment import tile_block_offset
 
     th = me()
     _kind_of_acc(kind, acc)
@@ -130,7 +130,7 @@ def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):
 
 
 def acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle):
-    from ..intrinsics.fragment import tile_block_offset
+    from ..layout.fragment import tile_block_offset
 
     th = me()
     bits = np.asarray(raw_acc(regs), np.uint32)

@@ -1,5 +1,6 @@
-"""Shadow memory of a simulated CTA's shared memory: who last wrote each byte, and which
-asynchronous reads of it are in flight. The hazard checks live here.
+"""A simulated CTA's shared memory (:class:`CTA`: its byte image and arrays) and the image's
+shadow: who last wrote each byte, and which asynchronous reads of it are in flight. The
+hazard checks live here.
 
 Per byte the shadow keeps
 
@@ -20,7 +21,7 @@ import threading
 
 import numpy as np
 
-from .core import SMEM_BYTES, SimHazard, SimThread, me, where
+from .core import DYN_BASE, SMEM_BYTES, PhasedBarrier, SimHazard, SimThread, me, where
 
 
 class AsyncRead:
@@ -224,3 +225,48 @@ def _located(th):
         yield
     finally:
         th.where = outer
+
+
+class CTA:
+    """One simulated CTA: its shared-memory image with the image's shadow, its static and
+    dynamic shared arrays, mbarriers, named barriers and collective rendezvous."""
+
+    def __init__(self, cluster, rank, nthreads, dyn_bytes):
+        self.cl, self.rank = cluster, rank
+        self.image = np.zeros(SMEM_BYTES, np.uint8)
+        self.shadow = Shadow(self)
+        self.dyn_bytes = dyn_bytes
+        self.next_static = -(-(DYN_BASE + dyn_bytes) // 1024) * 1024
+        self.static = {}
+        self.mbarriers = {}
+        self.barrier_names = {}
+        self.named = {}
+        self.rendezvous = {}
+        self.exited = set()
+        self.wgmma = {}  # warpgroup -> wgmma issue state (nbwgmma.sim.wgmma)
+        self.syncthreads = PhasedBarrier(cluster, nthreads, "syncthreads barrier")
+
+    def array(self, shape, dtype, caller):
+        """A shared array over this CTA's image: dynamic (shape 0) or one static array per
+        source line, as Numba's simulator identifies them."""
+        dtype = np.dtype(dtype)
+        if shape == 0:  # as many whole elements as the dynamic bytes hold
+            n = self.dyn_bytes - self.dyn_bytes % dtype.itemsize
+            return self.image[DYN_BASE:DYN_BASE + n].view(dtype).view(SharedArray)
+        arr = self.static.get(caller)
+        if arr is None:
+            shape = (shape,) if np.isscalar(shape) else tuple(shape)
+            nbytes = int(np.prod(shape)) * dtype.itemsize
+            start = -(-self.next_static // 128) * 128
+            if start + nbytes > SMEM_BYTES:
+                raise MemoryError("simulated shared memory exhausted")
+            self.next_static = start + nbytes
+            raw = self.image[start:start + nbytes].view(dtype).reshape(shape)
+            arr = self.static[caller] = raw.view(SharedArray)
+        return arr
+
+    def offset_of(self, arr) -> int:
+        off = arr.__array_interface__["data"][0] - self.image.__array_interface__["data"][0]
+        if not 0 <= off < SMEM_BYTES:
+            raise ValueError("smem_addr: the array is not in this CTA's shared memory")
+        return off

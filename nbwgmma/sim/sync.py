@@ -41,7 +41,7 @@ def _dyn_base(array, align):
 
 @impl("make_desc")
 def _make_desc(addr, lbo, sbo, swizzle_code):
-    from ..intrinsics.descriptor import SWIZZLE_NAME, encode_desc
+    from ..layout.descriptor import SWIZZLE_NAME, encode_desc
 
     field = lambda v: ((int(v) >> 4) & 0x3FFF) << 4  # noqa: E731  the bits the descriptor keeps
     return np.uint64(encode_desc(field(addr), field(lbo), field(sbo), SWIZZLE_NAME[int(swizzle_code) & 3]))

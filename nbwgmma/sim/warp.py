@@ -10,7 +10,7 @@ from .core import collective, impl, me, split, warp_members
 
 
 def _lane_elements(trans):
-    from ..intrinsics.matrix import ldmatrix_lane_map
+    from ..layout.fragment import ldmatrix_lane_map
 
     return ldmatrix_lane_map(bool(trans))  # [32, 2 halves, (row, col)]
 

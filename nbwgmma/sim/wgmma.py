@@ -81,7 +81,7 @@ def acc_pack(vals, k):
 
 
 def thread_coords(t, nvals):
-    from ..intrinsics.fragment import acc_value_coords
+    from ..layout.fragment import acc_value_coords
 
     return acc_value_coords(t, np.arange(nvals))
 
@@ -97,9 +97,9 @@ def _uniform(vals, i, what):
 
 
 def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=0, satfinite=0, rs=False):
-    from ..intrinsics.fragment import a_frag_coords
-    from ..intrinsics.wgmma import wgmma_kind
-    from ..intrinsics.wgmma_model import decode_elements, operand_addresses, wgmma_reference
+    from ..layout.fragment import a_frag_coords
+    from ..layout.kinds import wgmma_kind
+    from ..layout.wgmma_model import decode_elements, operand_addresses, wgmma_reference
 
     th = me()
     k = wgmma_kind(kind)

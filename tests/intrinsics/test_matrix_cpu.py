@@ -6,6 +6,7 @@ import pytest
 from numba import cuda, types
 
 from nbwgmma.intrinsics import *  # noqa: F401,F403
+from nbwgmma.layout import tile_block_offset
 from nbwgmma.report import compile_report
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from nbwgmma.intrinsics import ldmatrix, ldmatrix_lane_map, smem_addr, stmatrix
+from nbwgmma.intrinsics import ldmatrix, smem_addr, stmatrix
+from nbwgmma.layout import ldmatrix_lane_map
 
 pytestmark = pytest.mark.gpu
 
@@ -72,8 +73,8 @@ def kernel(src, out):
 @pytest.mark.parametrize("esize, rb, sw, n", [(2, 128, "128B", 256), (2, 64, "64B", 64), (2, 32, "32B", 144), (2, 64, "none", 200),
                                               (2, 128, "none", 128), (4, 128, "128B", 64), (4, 32, "32B", 24)])
 def test_swizzled_tile_stores_match_the_model(esize, rb, sw, n):
-    from nbwgmma.intrinsics import (acc_load, acc_stmatrix_swizzled, acc_store_swizzled, acc_to_bf16x2,
-                                    tile_block_offset)
+    from nbwgmma.intrinsics import acc_load, acc_stmatrix_swizzled, acc_store_swizzled, acc_to_bf16x2
+    from nbwgmma.layout import tile_block_offset
 
     nbytes = -(-n * esize // rb) * 64 * rb  # whole column blocks; a partial last one stays poisoned
     ns = dict(globals(), np=np, BYTES=nbytes, KIND="f32.bf16.bf16", N=n, ESIZE=esize, RB=rb, SW=sw,

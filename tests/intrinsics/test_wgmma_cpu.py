@@ -6,8 +6,8 @@ import pytest
 from numba import cuda, types
 
 from nbwgmma.intrinsics import *  # noqa: F401,F403
-from nbwgmma.intrinsics.descriptor import SWIZZLE_NAME, decode_desc, encode_desc, swizzle_addr
-from nbwgmma.intrinsics.fragment import a_frag_coords, acc_coords
+from nbwgmma.layout import (SWIZZLE_NAME, WGMMA_KINDS, a_frag_coords, acc_coords, decode_desc, encode_desc,
+                            ldmatrix_lane_map, swizzle_addr, wgmma_kind)
 from nbwgmma.report import compile_report
 
 SIG = (types.float32[:], types.uint64[:], types.uint64[:], types.uint32[:])

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from nbwgmma.intrinsics import WGMMA_KINDS, wgmma_kind
-from nbwgmma.intrinsics.descriptor import decode_desc, encode_desc
-from nbwgmma.intrinsics.wgmma_model import wgmma_reference
+from nbwgmma.layout import WGMMA_KINDS, wgmma_kind
+from nbwgmma.layout import decode_desc, encode_desc
+from nbwgmma.layout.wgmma_model import wgmma_reference
 from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile
 
 pytestmark = pytest.mark.gpu

@@ -1,10 +1,15 @@
-"""Shared plumbing of the runnable examples: GPU detection and reporting, and what the
-GEMM examples do in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): run once on
-a problem of a tile or two with small-integer operands, exact against float64, untimed."""
+"""What the runnable examples (``examples/``) and the command line share: GPU detection, a
+compile report where no sm_90 GPU is present, operands, checks against float64 and timing,
+and what the GEMM examples do in Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): run
+once on a problem of a tile or two with small-integer operands, exact against float64,
+untimed. Use it to write an example of your own the same way."""
 
 from __future__ import annotations
 
 import numpy as np
+
+__all__ = ["gpu_available", "simulated", "compile_report_instead", "report_or_run", "gemm_operands",
+           "run_tma_gemm", "gemm_report", "sim_operands", "sim_check"]
 
 
 def gpu_available() -> bool:
@@ -125,7 +130,7 @@ def sim_operands(m, n, k, hi=2, seed=0):
     arrays: products and sums of small integers are exact in f32 (and in bf16 up to 256)."""
     from numba import cuda
 
-    from .intrinsics.wgmma_model import encode_elements
+    from .layout.wgmma_model import encode_elements
 
     rng = np.random.default_rng(seed)
     a = rng.integers(-hi, hi + 1, (m, k)).astype(np.float64)

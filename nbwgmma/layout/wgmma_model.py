@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .descriptor import decode_desc, kmajor_offset, mnmajor_offset, swizzle_addr
-from .wgmma import wgmma_kind
+from .kinds import wgmma_kind
 
 __all__ = [
     "ELEMENT_BYTES",

@@ -30,7 +30,10 @@ import os
 import statistics
 import time
 
-__all__ = ["candidates", "enabled", "choices", "clear", "last"]
+from .tiles import rank_tiles
+
+__all__ = ["candidates", "enabled", "choices", "choices_path", "clear", "last", "problem_key", "choose",
+           "time_candidates"]
 
 #: the most recent choice made or found: {"key", "config", "ms", "source"} (None before any)
 last = None
@@ -46,7 +49,7 @@ def enabled() -> bool:
 
 def _stages_that_fit(kind, bm, bn, epilogue, upto=8):
     """The deepest pipeline (at most ``upto`` stages) a tile fits in shared memory."""
-    from .kernels.gemm import GemmConfig
+    from ..kernels.gemm import GemmConfig
 
     for s in range(upto, 1, -1):
         try:
@@ -59,16 +62,15 @@ def _stages_that_fit(kind, bm, bn, epilogue, upto=8):
 
 def candidates(kind, m, n, k, epilogue="tma") -> list:
     """The configurations (``matmul`` ``config`` dicts) tried for one problem, best guess
-    first: the tile model's three best tiles (:func:`nbwgmma.matmul._rank_tiles`); the best
+    first: the tile model's three best tiles (:func:`nbwgmma.frontend.tiles.rank_tiles`); the best
     of them that can pair up in 2-CTA clusters (two tile rows or more, B's tile in 64-column
     shares); the best one with groups of 16 tile rows (when it has more than 8); one-consumer
     tiles (BM = 64) among the three with as many stages as fit, up to 8 (more bytes in flight
     for bandwidth-bound shapes: 128 x 8192 x 8192 ran 9% faster with 8 than with 4 on an H100).
     """
-    from .kernels.gemm import GemmConfig
-    from .matmul import _rank_tiles
+    from ..kernels.gemm import GemmConfig
 
-    tiles = _rank_tiles(m, n)[:3]
+    tiles = rank_tiles(m, n)[:3]
     out = [{"bm": bm, "bn": bn} for bm, bn in tiles]
     # each CTA of a cluster multicasts whole 64-column shares of B
     pairable = [(bm, bn) for bm, bn in tiles if (bn // 64) % 2 == 0 and math.ceil(m / bm) >= 2]
@@ -92,7 +94,7 @@ def problem_key(kind, odt, a_major, b_major, epilogue, m, n, k) -> str:
     """The problem class a choice is kept for (see the module docstring)."""
     from numba import cuda
 
-    from .launch import device_limits
+    from ..launch import device_limits
 
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
@@ -100,11 +102,12 @@ def problem_key(kind, odt, a_major, b_major, epilogue, m, n, k) -> str:
             f"{epilogue}|{m}x{n}x{k}")
 
 
-def _path():
-    from .cache import _code_fingerprint, cache_dir
+def choices_path():
+    """The file the choices of the current code are kept in (None when the kernel cache is off)."""
+    from ..cache import cache_dir, code_fingerprint
 
     d = cache_dir()
-    return None if d is None else d / f"autotune-{_code_fingerprint()[:16]}.json"
+    return None if d is None else d / f"autotune-{code_fingerprint()[:16]}.json"
 
 
 def _read_file(path) -> dict:
@@ -118,7 +121,7 @@ def _read_file(path) -> dict:
 def _load():
     if not _LOADED[0]:
         _LOADED[0] = True
-        path = _path()
+        path = choices_path()
         if path is not None:
             for key, entry in _read_file(path).items():
                 if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
@@ -126,9 +129,9 @@ def _load():
 
 
 def _save(key, entry):
-    from .cache import write_atomic
+    from ..cache import write_atomic
 
-    path = _path()
+    path = choices_path()
     if path is None:
         return
     data = _read_file(path)  # other processes may have added classes meanwhile
@@ -147,7 +150,7 @@ def clear() -> None:
     """Forget the choices, in memory and on disk (for the current code)."""
     _MEMO.clear()
     _LOADED[0] = True
-    path = _path()
+    path = choices_path()
     if path is not None:
         try:
             path.unlink()

@@ -11,8 +11,8 @@ import numbers
 import numpy as np
 from numba import cuda
 
-from ._arrays import ArrayInfo, array_info
-from .errors import ConfigError, MatmulError, MatmulTypeError
+from ..errors import ConfigError, MatmulError, MatmulTypeError
+from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
            "check_out", "array_error", "config_error", "scale_product", "lib_of", "empty_like_lib", "torch_dtype",

@@ -1,0 +1,46 @@
+"""Which implementation the intrinsics are built with: inline PTX for Numba's CUDA target (the
+default), or Python functions that a simulator registers here.
+
+:mod:`nbwgmma.intrinsics` never imports a simulator: when Numba's CUDA simulator is on
+(``NUMBA_ENABLE_CUDASIM=1``), the package's ``__init__`` runs :func:`nbwgmma.sim.install`
+first thing, before anything imports the intrinsics, and the simulator registers its
+implementations with :func:`register`. Each intrinsic then asks this module while it is
+declared: :func:`python_intrinsic` for one declared from a PTX template, :func:`python_functions`
+for the hand-written Numba intrinsics (the fragment operations).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+__all__ = ["register", "active", "python_intrinsic", "python_functions"]
+
+# (declare, functions) once a simulator has registered, else None
+_registered: list = [None]
+
+
+def register(declare: Callable, functions: dict) -> None:
+    """Build every intrinsic as Python: ``declare(name, params, imms, doc)`` makes the
+    function for a PTX-template intrinsic (its operand spec ``params``, the compile-time
+    ones among them ``imms``); ``functions`` replace hand-written intrinsics by name."""
+    _registered[0] = (declare, dict(functions))
+
+
+def active() -> bool:
+    """Whether a simulator has registered its implementations."""
+    return _registered[0] is not None
+
+
+def python_intrinsic(name: str, params: list, imms: list, doc: str | None):
+    """The registered Python implementation of intrinsic ``name``, or None (inline PTX)."""
+    if _registered[0] is None:
+        return None
+    return _registered[0][0](name, params, imms, doc)
+
+
+def python_functions(names) -> dict:
+    """The registered replacements among ``names`` (empty with no simulator)."""
+    if _registered[0] is None:
+        return {}
+    functions = _registered[0][1]
+    return {n: functions[n] for n in names if n in functions}

@@ -1,0 +1,175 @@
+"""``nbwgmma.matmul(a, b)``: the library GEMM behind a NumPy-like call.
+
+A call's arguments are checked (:mod:`~nbwgmma.frontend.args`, over the arrays'
+descriptions: :mod:`~nbwgmma.frontend.arrays`); the :class:`~nbwgmma.frontend.plan.Plan`
+for its kind of call (types, shapes, strides, alignment, config) is made once and kept
+(which path runs: :mod:`nbwgmma.frontend.plan`), with the tile of the tile model
+(:mod:`~nbwgmma.frontend.tiles`) or of autotuning (:mod:`~nbwgmma.frontend.autotune`). A plain
+``matmul(a, b)`` of arrays like ones seen before skips the checks they passed.
+
+In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) nothing is timed, so ``config="auto"``
+takes the tile model's pick.
+"""
+
+from __future__ import annotations
+
+from .. import sim
+from .args import array_error, check_call, check_out, empty_like_lib, lib_of, scale_product, stream_of, torch_dtype
+from .arrays import ArrayInfo, array_info
+from .plan import Plan, nb_stream, zero_fill
+
+__all__ = ["matmul", "last_plan"]
+
+_SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
+_PLANS: dict = {}
+_LAST = [None]  # the plan of the last call that took the full path
+
+
+def last_plan():
+    """The :class:`~nbwgmma.frontend.plan.Plan` of the last call that took the full path (not
+    the fast path of a repeated plain call), or None: benchmarks report its config."""
+    return _LAST[0]
+
+
+def _autotune_enabled():
+    from .autotune import enabled
+
+    return enabled()
+
+
+def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
+    """``config="auto"``: the configuration tuned for this problem class (timed now with
+    ``run(config)`` on the call's arrays if no choice is known; see :mod:`nbwgmma.frontend.autotune`)."""
+    from . import autotune
+
+    if _SIM:  # nothing to time: the tile model's pick
+        return {}
+    probe = Plan(kind, odt, ia, ib, io, {}, fp8)  # paths and epilogue (no compile)
+    m, n, k = probe.mnk
+    key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], probe.cfg.epilogue, m, n, k)
+    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, probe.cfg.epilogue), run,
+                           nb_stream(st))
+
+
+def matmul(a, b, *, out=None, out_dtype=None, scale_a=None, scale_b=None, stream=None, config=None, in_dtype=None):
+    """``a @ b`` for 2-D CUDA arrays (CuPy, PyTorch, Numba), computed by the nbwgmma GEMM.
+
+    bf16/f16 inputs accumulate in f32; f32 inputs run as tf32; fp8 (e4m3/e5m2,
+    PyTorch float8 tensors or raw bytes with ``in_dtype``) take per-tensor ``scale_a``/``scale_b``. The result
+    has ``out_dtype`` (default: the type of ``out`` when given, else the input type,
+    bf16 for fp8) and the array kind of ``a``; it is computed on ``stream`` or the caller's current stream.
+
+    ``config`` overrides the kernel's tile parameters (a dict with keys among ``bm``,
+    ``bn``, ``stages``, ``group_m``, ``producer_regs``, ``consumer_regs``, ``epilogue``,
+    ``c_parts``, ``cluster``, ``split``; see :class:`nbwgmma.kernels.gemm.GemmConfig`),
+    or is ``"auto"``: the configuration tuned for this problem class, timed on the first
+    such call and kept on disk (:mod:`nbwgmma.frontend.autotune`; ``NBWGMMA_AUTOTUNE=1`` makes
+    ``"auto"`` the default). The operand layouts and the output type are always taken
+    from the arrays.
+
+    ``in_dtype`` names the element type of A and B (or a pair, A's and B's) where their
+    arrays hold raw bits: NumPy, hence Numba and CuPy, has no bf16 or fp8 type, so a
+    ``uint16`` array of bf16 bits is ``in_dtype="bf16"``, ``uint8`` fp8 bytes ``"e4m3"`` or
+    ``"e5m2"``. In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) A, B and ``out``
+    are the simulator's arrays and the kernel runs thread by thread (slow: keep problems
+    to a few tiles), with the same checks as on the GPU.
+    """
+    quick = out is None and out_dtype is None and scale_a is None and scale_b is None and stream is None \
+        and config is None and in_dtype is None
+    if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
+        # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
+        pa, pb = a.data_ptr(), b.data_ptr()
+        q = _QUICK.get((a.dtype, a.shape, a.stride(), pa & 15, a.get_device(),
+                        b.dtype, b.shape, b.stride(), pb & 15, b.get_device()))
+        if q is not None:
+            c = q(a, pa, b, pb)
+            if c is not None:
+                return c
+    try:
+        ia, ib = array_info(a), array_info(b)
+    except TypeError as e:  # a host array, an unknown object, an element type nothing here reads
+        raise array_error((("A", a), ("B", b)), e) from None
+    if quick:
+        qkey = (ia.dtype, ia.shape, ia.strides, ia.ptr & 15, ia.device, ia.kind,
+                ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device)
+        q = _QUICK.get(qkey)
+        if q is not None:
+            c = q(a, ia.ptr, b, ib.ptr)
+            if c is not None:
+                return c
+    try:
+        io = array_info(out) if out is not None else None
+    except TypeError as e:
+        raise array_error((("out", out),), e) from None
+    ia, ib, kind, fp8, auto, opts, odt = check_call(ia, ib, io, in_dtype=in_dtype, out_dtype=out_dtype,
+                                                    scale_a=scale_a, scale_b=scale_b, config=config,
+                                                    autotune_default=config is None and _autotune_enabled())
+    (m, k), n = ia.shape, ib.shape[1]
+    lib = lib_of(a)
+    fresh = out is None
+    if fresh:
+        out = empty_like_lib(lib, a, (m, n), odt)
+        io = array_info(out)
+    check_out(io, ia, ib, odt, fresh)
+    if m == 0 or n == 0:
+        return out
+    st = stream_of(lib, stream)
+    if k == 0:
+        zero_fill(io, out, st)
+        return out
+
+    alpha = scale_product(scale_a, scale_b)
+    key = (kind, odt, ia.shape, ia.strides, ia.ptr % 16, ib.shape, ib.strides, ib.ptr % 16, io.strides, io.ptr % 16,
+           ia.device, "auto" if auto else tuple(sorted(opts.items())) if opts else ())
+    plan = _PLANS.get(key)
+    if plan is None:
+        if auto:
+            opts = _tuned_config(kind, odt, ia, ib, io, fp8, st,
+                                 lambda cfg: matmul(a, b, out=out, scale_a=scale_a, scale_b=scale_b, stream=st,
+                                                    config=cfg))
+        plan = Plan(kind, odt, ia, ib, io, opts, fp8)
+        if len(_PLANS) >= 256:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    _LAST[0] = plan
+    plan(a, ia, b, ib, out, io, alpha, st)
+    if quick and plan.in_place and plan.launcher is not None and io.ptr % 16 == 0:
+        if len(_QUICK) >= 256:
+            _QUICK.clear()
+        q = _Quick(plan, lib, odt, io)
+        _QUICK[qkey] = q
+        if lib == "torch":
+            globals()["_TORCH_TENSOR"] = type(a) if type(a) is type(b) else _TORCH_TENSOR
+            _QUICK[(a.dtype, a.shape, a.stride(), ia.ptr & 15, a.get_device(),
+                    b.dtype, b.shape, b.stride(), ib.ptr & 15, b.get_device())] = q
+    return out
+
+
+_QUICK: dict = {}
+_TORCH_TENSOR = None  # torch.Tensor once a tensor went through matmul (no torch import here)
+
+
+class _Quick:
+    """A plain ``matmul(a, b)`` whose operands' types, shapes, strides, alignment and device
+    were checked once: allocate the output, launch the plan on the current stream."""
+
+    def __init__(self, plan, lib, odt, io):
+        self.plan, self.lib, self.io_rest = plan, lib, tuple(io)[1:]
+        self.shape = plan.mnk[:2]
+        if lib == "torch":
+            tdt = torch_dtype(odt)
+            self.make = lambda a: a.new_empty(self.shape, dtype=tdt)
+            self.ptr = lambda c: c.data_ptr()
+        else:
+            self.make = lambda a: empty_like_lib(lib, a, self.shape, odt)  # noqa: E731
+            self.ptr = lambda c: c.__cuda_array_interface__["data"][0]
+
+    def __call__(self, a, pa, b, pb):
+        """The result, or None (for the full path) if the new array is not 16-byte aligned."""
+        out = self.make(a)
+        p = self.ptr(out)
+        if p & 15:  # allocators give 256-byte alignment: not expected
+            return None
+        io = ArrayInfo(p, *self.io_rest)  # a fresh array: same shape, strides, type as the first
+        self.plan.again(a, pa, b, pb, out, io, stream_of(self.lib, None))
+        return out
