@@ -21,24 +21,25 @@ from ._asm import Out, Reg, f32, ptx_intrinsic
 
 __all__ = ["ex2_approx", "rcp_approx"]
 
-ex2_approx = ptx_intrinsic(
-    "ex2_approx",
-    "ex2.approx.ftz.f32 $y, $x;",
-    params=[Reg("x", f32)],
-    outs=[Out("y", f32)],
-    side_effect=False,
-    memory=False,
-    doc="``ex2.approx.ftz.f32`` (PTX ISA: ex2): ``2**x`` in f32, one MUFU.EX2; relative "
-    "error about 2**-22; subnormal inputs and results flush to zero.",
-)
+# name: (PTX opcode, what it computes, its SASS, its error bound per the PTX ISA)
+_OPS = {
+    "ex2_approx": ("ex2", "``2**x``", "MUFU.EX2", "relative error about 2**-22"),
+    "rcp_approx": ("rcp", "``1/x``", "MUFU.RCP", "at most 1 ulp"),
+}
 
-rcp_approx = ptx_intrinsic(
-    "rcp_approx",
-    "rcp.approx.ftz.f32 $y, $x;",
-    params=[Reg("x", f32)],
-    outs=[Out("y", f32)],
-    side_effect=False,
-    memory=False,
-    doc="``rcp.approx.ftz.f32`` (PTX ISA: rcp): ``1/x`` in f32, one MUFU.RCP, at most 1 ulp; "
-    "subnormal inputs and results flush to zero.",
-)
+
+def _declare(name, op, what, sass, error):
+    return ptx_intrinsic(
+        name,
+        f"{op}.approx.ftz.f32 $y, $x;",
+        params=[Reg("x", f32)],
+        outs=[Out("y", f32)],
+        side_effect=False,
+        memory=False,
+        doc=f"``{op}.approx.ftz.f32`` (PTX ISA: {op}): {what} in f32, one {sass}; {error}; "
+        "subnormal inputs and results flush to zero.",
+    )
+
+
+ex2_approx = _declare("ex2_approx", *_OPS["ex2_approx"])
+rcp_approx = _declare("rcp_approx", *_OPS["rcp_approx"])
