@@ -1,0 +1,54 @@
+"""matmul with a fused bias + activation against PyTorch's fused cuBLASLt epilogue
+(``torch._addmm_activation``) and the unfused expression, bf16, in one process: every
+contender in batches of 10 calls, taking turns, 15 rounds, median.
+
+    python benchmarks/fused.py [MxNxK ...]
+"""
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from nbwgmma import matmul
+
+
+def bench(m, n, k, rounds=15, inner=10):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(n, device="cuda", generator=g).bfloat16()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    plain = torch.empty_like(out)
+    matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out)
+    ref = F.gelu(x.double() @ w.double().t() + bias.double(), approximate="tanh")
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    del ref
+    peers = {"nbwgmma.matmul(bias, gelu_tanh)": lambda: matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out),
+             "cuBLASLt _addmm_activation(gelu)": lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=True),
+             "unfused F.gelu(x @ w.T + bias)": lambda: F.gelu(x @ w.t() + bias, approximate="tanh"),
+             "nbwgmma.matmul, no epilogue": lambda: matmul(x, w.t(), out=plain)}
+    times = {name: [] for name in peers}
+    for f in peers.values():
+        f(), f()
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for name, f in peers.items():
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(inner):
+                f()
+            e.record()
+            e.synchronize()
+            times[name].append(s.elapsed_time(e) * 1e-3 / inner)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    ours = med["nbwgmma.matmul(bias, gelu_tanh)"]
+    for name, t in med.items():
+        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e12:7.1f} TFLOP/s  (nbwgmma fused is {t / ours:.3f}x)")
+    print(f"{m}x{n}x{k} relative error of the fused result vs float64: {err:.2e}")
+
+
+if __name__ == "__main__":
+    print(torch.cuda.get_device_name(), torch.__version__)
+    for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
+        bench(*(int(v) for v in s.split("x")))

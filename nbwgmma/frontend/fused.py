@@ -1,0 +1,114 @@
+"""``matmul(a, b, bias=..., activation=...)``: calls with a fused epilogue.
+
+They run the fused-epilogue GEMM (:mod:`nbwgmma.kernels.fused`, the ping-pong schedule on
+the kit). What it takes so far: bf16 or f16 A and B, A row-major (K contiguous) and B the
+transpose of a row-major weight (``x @ w.T``: B [K, N] with K contiguous), the output of
+the input type with N contiguous, every row 16-byte aligned (TMA). Other layouts and types
+are refused with a :class:`~nbwgmma.errors.MatmulError` that says what is taken.
+
+The bias is a 1-D vector of N values (one per column of C, PyTorch's ``addmm`` bias), or a
+column vector of shape (M, 1) (one per row); f32, or bf16/f16 (converted to f32 once per
+call by the array's own library).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .. import sim
+from ..errors import MatmulError, MatmulTypeError
+from ..kernels.fused import SMEM, THREADS, FusedConfig, fused_kernel
+from ..kit import ACTIVATIONS
+from .arrays import ArrayInfo, array_info
+from .args import array_error
+
+__all__ = ["fused_call", "check_epilogue"]
+
+_SIM = sim.enabled()
+_DUMMY = {}  # device -> a one-element f32 array standing in for "no bias"
+
+
+def check_epilogue(activation, bias_info: ArrayInfo | None, m: int, n: int, device) -> str | None:
+    """The bias kind ("col", "row" or None) after checking ``activation`` and the bias."""
+    if activation is not None and activation not in ACTIVATIONS:
+        raise MatmulError(f"matmul: activation must be one of {sorted(ACTIVATIONS)} or None; got {activation!r}")
+    if bias_info is None:
+        return None
+    if bias_info.dtype not in ("f32", "bf16", "f16"):
+        raise MatmulTypeError(f"matmul: bias must be f32, bf16 or f16; got {bias_info.dtype}")
+    if bias_info.device != device:
+        raise MatmulError(f"matmul: bias must be on device {device} like A; got device {bias_info.device}")
+    shape = bias_info.shape
+    if shape in ((n,), (1, n)):
+        return "col"
+    if shape == (m, 1):
+        return "row"
+    raise MatmulError(f"matmul: bias must have shape ({n},) or (1, {n}) (one per column of C) or ({m}, 1) "
+                      f"(one per row); got {shape}")
+
+
+def _row_major(info: ArrayInfo) -> bool:
+    """[rows, cols] with cols contiguous and a 16-byte aligned row pitch (TMA)."""
+    es = info.itemsize
+    rows, cols = info.shape
+    return (cols == 1 or info.strides[1] == es) and (rows == 1 or info.strides[0] % 16 == 0) \
+        and info.ptr % 16 == 0 and (cols * es) % 16 == 0
+
+
+def _bias_f32(bias, info, lib):
+    """The bias as a 1-D f32 array the kernel reads."""
+    if info.dtype == "f32" and len(info.shape) == 1:
+        return bias
+    if lib == "torch":
+        return bias.reshape(-1).float().contiguous()
+    if lib == "cupy":
+        return bias.reshape(-1).astype(np.float32)
+    if info.dtype != "f32":
+        raise MatmulTypeError(f"matmul: a Numba bias must be f32 (its library cannot convert it here); got {info.dtype}")
+    return bias.reshape(info.shape[0] * info.shape[-1])
+
+
+def _no_bias(device):
+    d = _DUMMY.get(device)
+    if d is None:
+        d = _DUMMY[device] = cuda.to_device(np.zeros(1, np.float32))
+    return d
+
+
+def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream):
+    """Run ``out = act(alpha * a @ b + bias)`` (operands already checked by ``matmul``)."""
+    from ..launch import launch
+    from ..tma import TensorMap
+
+    (m, k), n = ia.shape, ib.shape[1]
+    dt = kind.split(".")[1]
+    if dt not in ("bf16", "f16") or odt != dt:
+        raise MatmulTypeError(f"matmul: bias/activation take bf16 or f16 inputs with an output of the same type "
+                              f"so far; got {dt} inputs, {odt} output")
+    try:
+        bi = array_info(bias) if bias is not None else None
+    except TypeError as e:
+        raise array_error((("bias", bias),), e) from None
+    where = check_epilogue(activation, bi, m, n, ia.device)
+    bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
+    for name, info in (("A", ia), ("B^T (the weight w of a @ w.T)", bt), ("out", io)):
+        if not _row_major(info):
+            raise MatmulError(f"matmul: with bias/activation, {name} must be row-major with 16-byte aligned rows "
+                              f"(K contiguous for A and B^T, N for out) so far; got shape {info.shape}, "
+                              f"strides {info.strides} bytes")
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        raise MatmulError("matmul: bias/activation need K > 0 so far; got K = 0")
+    vec = _bias_f32(bias, bi, lib) if bi is not None else _no_bias(ia.device)
+    cfg = FusedConfig(dt, where, activation)
+    es = ia.itemsize
+    ta = TensorMap(a, (128, 64), dtype=dt, shape=(m, k), strides=(ia.strides[0] // es, 1))
+    tb = TensorMap(b, (128, 64), dtype=dt, shape=(n, k), strides=(bt.strides[0] // es, 1))
+    tc = TensorMap(out, (64, 64), dtype=dt, shape=(m, n), strides=(io.strides[0] // es, 1))
+    sms = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
+    launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS,
+           (ta.address, tb.address, tc.address, vec, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha)),
+           stream=stream, smem=SMEM)
+    return out

@@ -1,0 +1,216 @@
+"""The fused-epilogue GEMM: ``C = act(alpha * A @ B^T + bias)``, written with the kit.
+
+The ping-pong schedule of ``examples/gemm_5_fused_epilogue.py``: one producer thread feeds
+a ring of 6 TMA stages of 32 KiB; two consumer warpgroups each compute a whole 128 x 128
+tile and take tiles in turn (``turn_wait`` / ``turn_pass``), so one's epilogue (the scale,
+the bias, the activation, the conversion) runs while the other's main loop keeps the tensor
+cores busy. A CTA walks pairs of adjacent tiles in grouped order, one per consumer. The
+epilogue goes out in 64 x 64 parts through two shared blocks per consumer (``stmatrix``,
+then a TMA store that runs while the next part is computed).
+
+A [M, K] and B [N, K] are 16-bit (bf16 or f16), K contiguous (B is the weight of
+``x @ w.T``); C [M, N] has their type, N contiguous. TMA fills A's and B's tails with zeros
+and clips C's stores, so any M, N, K (with 16-byte aligned rows) works.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda
+
+from ..intrinsics import (
+    acc_stmatrix_swizzled, acc_undef, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, desc_advance,
+    dynamic_smem_base, fence_proxy_async_shared, make_desc, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d,
+    tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
+)
+from ..kit import TileScheduler, TmaPipeline, acc_map, activation, turn_pass, turn_wait, warpgroup_sync
+from ..launch import dynamic_smem_bytes
+from ..layout import SWIZZLE_CODE
+
+__all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES"]
+
+#: Where a bias vector runs: one value per column of C (length N) or per row (length M).
+BIASES = (None, "col", "row")
+#: Input (and output) element types.
+TYPES = ("bf16", "f16")
+
+BM = BN = 128  # one consumer's tile
+BK = 64  # one 128-byte swizzle row of 16-bit K per stage
+STAGES = 6
+A_BYTES, STAGE = BM * 128, (BM + BN) * 128
+C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer
+THREADS = 384
+SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
+SW128 = SWIZZLE_CODE["128B"]
+
+
+class FusedConfig:
+    """Compile-time choices of a fused GEMM: element type ``dtype`` ("bf16" or "f16", inputs
+    and output), ``bias`` (None, "col" or "row"), ``act`` (None or an activation name of
+    :data:`nbwgmma.kit.ACTIVATIONS`) and ``group_m`` (tile rows per group of the walk)."""
+
+    def __init__(self, dtype: str = "bf16", bias: str | None = None, act: str | None = None, group_m: int = 8):
+        if dtype not in TYPES:
+            raise ValueError(f"FusedConfig: dtype must be one of {TYPES}; got {dtype!r}")
+        if bias not in BIASES:
+            raise ValueError(f"FusedConfig: bias must be one of {BIASES}; got {bias!r}")
+        if act is not None:
+            activation(act)  # a ValueError naming the choices
+        if not isinstance(group_m, int) or group_m < 1:
+            raise ValueError(f"FusedConfig: group_m must be a positive integer; got {group_m!r}")
+        self.dtype, self.bias, self.act, self.group_m = dtype, bias, act, group_m
+        self.sched = TileScheduler(BM, BN, BK, group_m=group_m)
+
+    def key(self):
+        return (self.dtype, self.bias, self.act, self.group_m)
+
+    def grid(self, m: int, n: int, k: int, sms: int) -> int:
+        """CTAs of the persistent grid on a GPU of ``sms`` SMs (a pair of tiles per CTA)."""
+        return self.sched.grid(m, n, k, sms, at_once=2)
+
+    def __repr__(self):
+        return f"FusedConfig({self.dtype}, bias={self.bias}, act={self.act}, group_m={self.group_m})"
+
+
+@cuda.jit(device=True, inline=True)
+def _identity(v):
+    return v
+
+
+def _value_fn(bias, act):
+    """The scalar epilogue ``fn(v, row, col, [b,] alpha)`` for ``acc_map``."""
+    f = activation(act) if act else _identity
+    if bias is None:
+        @cuda.jit(device=True, inline=True)
+        def value(v, row, col, alpha):
+            return f(v * alpha)
+    else:
+        @cuda.jit(device=True, inline=True)
+        def value(v, row, col, b, alpha):
+            return f(v * alpha + b)
+    return value
+
+
+def fused_kernel(cfg: FusedConfig):
+    """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
+    ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha)``: tensor-map addresses of A [M, K]
+    (box 128 x 64), B [N, K] (box 128 x 64) and C [M, N] (box 64 x 64), all with the 128-byte
+    swizzle; ``vec`` the f32 bias (any f32 array where there is none); int32 sizes; f32
+    ``alpha``. Launch it with :data:`THREADS` threads, :data:`SMEM` bytes of dynamic shared
+    memory and ``cfg.grid(...)`` CTAs."""
+    return _build(cfg.key())
+
+
+@functools.lru_cache(maxsize=None)
+def _build(key):
+    cfg = FusedConfig(*key)
+    KIND = f"f32.{cfg.dtype}.{cfg.dtype}"
+    ROW_BIAS = cfg.bias == "row"
+    pipe = TmaPipeline(STAGES, consumers=1)
+    sched = cfg.sched
+    NBARS = pipe.barrier_words
+    part = acc_map(_value_fn(cfg.bias, cfg.act), 64, cols=int(cfg.bias == "col"), rows=int(ROW_BIAS), nextra=1,
+                   pack=cfg.dtype)
+
+    if ROW_BIAS:
+        @cuda.jit(device=True, inline=True)
+        def epilogue(acc, ct, row0, col0, vec, m, n, alpha):
+            return part(acc, ct, row0, col0, vec[row0:m], alpha)
+    elif cfg.bias is None:
+        @cuda.jit(device=True, inline=True)
+        def epilogue(acc, ct, row0, col0, vec, m, n, alpha):
+            return part(acc, ct, row0, col0, alpha)
+    else:
+        @cuda.jit(device=True, inline=True)
+        def epilogue(acc, ct, row0, col0, vec, m, n, alpha):
+            return part(acc, ct, row0, col0, vec[col0:n], alpha)
+
+    @cuda.jit(device=True, inline=True)
+    def store_part(regs, buf, ct, cw, tmap_c, col, row):
+        """One 64 x 64 part: registers -> swizzled shared block -> TMA store. The block was
+        last read by the store before the previous one (waited for in the previous call)."""
+        acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
+        fence_proxy_async_shared()  # generic writes -> the TMA unit
+        if ct == 0:
+            bulk_wait_group_read(0)  # the previous part's store has read the other block
+        warpgroup_sync(cw)
+        if ct == 0:
+            tma_store_2d(buf, tmap_c, col, row)
+            bulk_commit_group()
+
+    @cuda.jit(launch_bounds=(THREADS, 1))
+    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha):
+        dyn = cuda.shared.array(0, np.uint8)
+        bars = cuda.shared.array(NBARS, np.uint64)
+        base = dynamic_smem_base(dyn, 1024)
+        ring = smem_addr(bars)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            pipe.init(ring)
+        cuda.syncthreads()
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
+            setmaxnreg_dec(40)
+            if tid == 0:
+                s, ph = 0, 0
+                for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
+                    for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
+                        tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                        for kb in range(kblocks):
+                            full = pipe.producer_acquire(ring, s, ph, STAGE)
+                            slot = base + s * STAGE
+                            tma_load_2d(slot, tmap_a, full, kb * BK, tm * BM)
+                            tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, tn * BN)
+                            s, ph = pipe.advance(s, ph)
+        else:  # two consumer warpgroups, each a whole 128 x 128 tile, taking tiles in turn
+            setmaxnreg_inc(232)
+            cw, ct = tid // 128 - 1, tid % 128
+            c0 = base + C_OFF + cw * 2 * C_PART
+            c1 = c0 + C_PART
+            s, ph = pipe.advance_by(0, 0, cw * kblocks)  # the other's first tile comes first
+            prev = 0
+            for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
+                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                acc0 = acc_undef(KIND, BN)
+                acc1 = acc_undef(KIND, BN)
+                if u != 2 * sched.first():
+                    turn_wait(cw)  # the other's main loop has waited on every stage before ours
+                for kb in range(kblocks):
+                    pipe.consumer_wait(ring, s, ph)
+                    slot = base + s * STAGE
+                    da = make_desc(slot, 16, 1024, SW128)
+                    da1 = make_desc(slot + 64 * 128, 16, 1024, SW128)
+                    db = make_desc(slot + A_BYTES, 16, 1024, SW128)
+                    wgmma_fence()
+                    acc0 = wgmma_mma_async(acc0, da, db, KIND, kb > 0)  # scale-d 0 first: no zero fill
+                    acc1 = wgmma_mma_async(acc1, da1, db, KIND, kb > 0)
+                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 32), desc_advance(db, 32), KIND)
+                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 32), desc_advance(db, 32), KIND)
+                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 64), desc_advance(db, 64), KIND)
+                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 64), desc_advance(db, 64), KIND)
+                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 96), desc_advance(db, 96), KIND)
+                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 96), desc_advance(db, 96), KIND)
+                    wgmma_commit_group()
+                    wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
+                    if kb > 0 and ct == 0:
+                        pipe.consumer_release(ring, prev)
+                    prev = s
+                    s, ph = pipe.advance(s, ph)
+                if (u + 1 if cw == 0 else u + 2 * sched.step() - 1) < nunits:  # the other has a next tile
+                    turn_pass(cw)  # our stages are all waited for: the other may start its main loop
+                wgmma_wait_group(0)
+                if ct == 0:
+                    pipe.consumer_release(ring, prev)
+                s, ph = pipe.advance_by(s, ph, kblocks)  # skip the other warpgroup's tile
+                r0, c0_ = tm * BM, tn * BN
+                store_part(epilogue(acc0[:32], ct, r0, c0_, vec, m, n, alpha), c0, ct, cw, tmap_c, c0_, r0)
+                store_part(epilogue(acc0[32:], ct, r0, c0_ + 64, vec, m, n, alpha), c1, ct, cw, tmap_c, c0_ + 64, r0)
+                store_part(epilogue(acc1[:32], ct, r0 + 64, c0_, vec, m, n, alpha), c0, ct, cw, tmap_c, c0_, r0 + 64)
+                store_part(epilogue(acc1[32:], ct, r0 + 64, c0_ + 64, vec, m, n, alpha), c1, ct, cw, tmap_c,
+                           c0_ + 64, r0 + 64)
+            if ct == 0:
+                bulk_wait_group(0)
+
+    return fused_gemm

@@ -1,0 +1,67 @@
+"""matmul with a fused epilogue (bias, activation) in Numba's CUDA simulator (run by
+tests/test_sim.py in a child process with NUMBA_ENABLE_CUDASIM=1): exact on small integers
+against float64, and the bad inputs refused before any launch."""
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from nbwgmma import MatmulError, matmul
+from nbwgmma.layout.wgmma_model import encode_elements
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+RNG = np.random.default_rng(7)
+
+
+def _bits(x, t):
+    return cuda.to_device(encode_elements(x, t).view(np.uint16 if t == "bf16" else np.float16).reshape(x.shape))
+
+
+def _host(c, t):
+    h = c.copy_to_host()
+    return (h.astype(np.uint32) << 16).view(np.float32) if t == "bf16" else h.astype(np.float32)
+
+
+@pytest.mark.parametrize("m, n, k, where, act, t", [
+    (200, 136, 72, "col", "relu", "bf16"),   # ragged M, N and K; tiles of two pairs
+    (256, 128, 64, "row", "relu", "f16"),
+    (130, 256, 200, None, "relu", "bf16"),
+    (128, 64, 128, "col", None, "f16"),      # bias alone
+])
+def test_fused_matmul_is_exact_on_small_integers(m, n, k, where, act, t):
+    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
+    bias = None
+    ref = a @ w.T
+    if where == "col":
+        bias = RNG.integers(-8, 9, n).astype(np.float32)
+    elif where == "row":
+        bias = RNG.integers(-8, 9, (m, 1)).astype(np.float32)
+    if bias is not None:
+        ref = ref + bias
+    if act == "relu":
+        ref = np.maximum(ref, 0)
+    out = cuda.to_device(np.full((m, n), 0x7FC0 if t == "bf16" else np.nan, np.uint16 if t == "bf16" else np.float16))
+    matmul(_bits(a, t), _bits(w, t).T, bias=None if bias is None else cuda.to_device(bias), activation=act, out=out,
+           in_dtype=t)
+    np.testing.assert_array_equal(_host(out, t), ref)
+
+
+def test_bad_epilogue_inputs_are_refused_before_launch():
+    a, w = _bits(np.ones((64, 32)), "bf16"), _bits(np.ones((48, 32)), "bf16")
+    bias = cuda.to_device(np.ones(48, np.float32))
+    cases = [
+        (dict(bias=cuda.to_device(np.ones(47, np.float32))), r"bias must have shape \(48,\) or \(1, 48\).*got \(47,\)"),
+        (dict(bias=cuda.to_device(np.ones((48, 1), np.float32))), r"or \(64, 1\) \(one per row\); got \(48, 1\)"),
+        (dict(bias=cuda.to_device(np.ones(48, np.int32))), "bias must be f32, bf16 or f16; got s32"),
+        (dict(bias=np.ones(48, np.float32)), "bias"),
+        (dict(activation="tanh"), r"activation must be one of \['gelu', 'gelu_tanh', 'relu', 'sigmoid', 'silu'\]"),
+        (dict(bias=bias, config={"bm": 128}), "config applies to calls without bias/activation"),
+    ]
+    for kw, msg in cases:
+        with pytest.raises(MatmulError, match=msg):
+            matmul(a, w.T, in_dtype="bf16", **kw)
+    with pytest.raises(MatmulError, match="B\\^T .* must be row-major"):  # B row-major: w itself, not w.T
+        matmul(a, _bits(np.ones((32, 48)), "bf16"), bias=bias, in_dtype="bf16")
+    with pytest.raises(MatmulError, match="out of the same type|same type"):
+        matmul(a, w.T, bias=bias, in_dtype="bf16", out_dtype="f32")

@@ -1,0 +1,75 @@
+"""matmul with a fused epilogue (bias, activation) on the GPU: PyTorch tensors against a
+float64 reference, every activation, both bias kinds and none, bf16 and f16, ragged shapes,
+long K; small integers exact; bad input refused."""
+
+import math
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+from nbwgmma import MatmulError, matmul  # noqa: E402
+
+TOL = {"bf16": 1e-2, "f16": 2e-3}  # relative norm against float64: the rounding of C
+TDT = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def _act(name, x):
+    if name is None:
+        return x
+    return {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+            "sigmoid": torch.sigmoid,
+            "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[name](x)
+
+
+CASES = [("bf16", "col", "gelu_tanh", "f32"), ("bf16", "row", "relu", "bf16"), ("bf16", None, "silu", None),
+         ("f16", "col", "gelu", "f16"), ("f16", "row", "sigmoid", "f32"), ("f16", "col", None, "f32")]
+SHAPES = [(1000, 520, 328), (256, 384, 4096), (1, 128, 64), (8, 8, 8), (2048, 1032, 512)]
+
+
+@pytest.mark.parametrize("t, where, act, bias_t", CASES)
+def test_fused_matmul_matches_float64(t, where, act, bias_t):
+    for m, n, k in SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k)
+        x = torch.randn(m, k, device="cuda", generator=g).to(TDT[t])
+        w = torch.randn(n, k, device="cuda", generator=g).to(TDT[t])
+        bias = None
+        x = (x.double() / math.sqrt(k)).to(TDT[t])  # keep the activations' inputs near 1
+        ref = x.double() @ w.double().t()
+        if where:
+            shape = (n,) if where == "col" else (m, 1)
+            bias = torch.randn(*shape, device="cuda", generator=g).to(getattr(torch, {"f32": "float32",
+                                                                                     "bf16": "bfloat16",
+                                                                                     "f16": "float16"}[bias_t]))
+            ref = ref + bias.double()
+        ref = _act(act, ref)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=TDT[t])
+        c = matmul(x, w.t(), bias=bias, activation=act, out=out)
+        assert c is out and torch.isfinite(c).all(), (m, n, k)
+        rel = float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref))
+        assert rel <= TOL[t], f"{(m, n, k)}: relative error {rel:.3e}"
+
+
+def test_fused_matmul_is_exact_on_small_integers_and_allocates_its_output():
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randint(-2, 3, (300, 192), device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randint(-2, 3, (136, 192), device="cuda", generator=g).to(torch.bfloat16)
+    bias = torch.randint(-8, 9, (136,), device="cuda", generator=g).float()
+    c = matmul(x, w.t(), bias=bias, activation="relu")
+    assert c.dtype == torch.bfloat16 and c.shape == (300, 136)
+    ref = torch.relu(x.double() @ w.double().t() + bias.double())
+    assert torch.equal(c.double(), ref)
+
+
+def test_bad_bias_is_refused():
+    x = torch.randn(64, 32, device="cuda").bfloat16()
+    w = torch.randn(48, 32, device="cuda").bfloat16()
+    with pytest.raises(MatmulError, match=r"bias must have shape \(48,\)"):
+        matmul(x, w.t(), bias=torch.zeros(47, device="cuda"))
+    with pytest.raises(MatmulError, match="bias"):
+        matmul(x, w.t(), bias=torch.zeros(48))  # a host tensor
+    with pytest.raises(MatmulError, match="activation must be one of"):
+        matmul(x, w.t(), activation="tanh")
