@@ -22,11 +22,14 @@ from ..kernels.fused import SMEM, THREADS, FusedConfig, fused_kernel
 from ..kit import ACTIVATIONS
 from .arrays import ArrayInfo, array_info
 from .args import array_error
+from .plan import tensor_map
 
 __all__ = ["fused_call", "check_epilogue"]
 
 _SIM = sim.enabled()
 _DUMMY = {}  # device -> a one-element f32 array standing in for "no bias"
+_CONFIGS = {}  # (type, bias kind, activation) -> FusedConfig (its scheduler's device functions built once)
+_SMS = {}  # device -> multiprocessor count
 
 
 def check_epilogue(activation, bias_info: ArrayInfo | None, m: int, n: int, device) -> str | None:
@@ -79,7 +82,6 @@ def _no_bias(device):
 def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream):
     """Run ``out = act(alpha * a @ b + bias)`` (operands already checked by ``matmul``)."""
     from ..launch import launch
-    from ..tma import TensorMap
 
     (m, k), n = ia.shape, ib.shape[1]
     dt = kind.split(".")[1]
@@ -102,12 +104,17 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     if k == 0:
         raise MatmulError("matmul: bias/activation need K > 0 so far; got K = 0")
     vec = _bias_f32(bias, bi, lib) if bi is not None else _no_bias(ia.device)
-    cfg = FusedConfig(dt, where, activation)
+    cfg = _CONFIGS.get((dt, where, activation))
+    if cfg is None:
+        cfg = _CONFIGS[(dt, where, activation)] = FusedConfig(dt, where, activation)
+    sms = _SMS.get(ia.device)
+    if sms is None:
+        sms = _SMS[ia.device] = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
     es = ia.itemsize
-    ta = TensorMap(a, (128, 64), dtype=dt, shape=(m, k), strides=(ia.strides[0] // es, 1))
-    tb = TensorMap(b, (128, 64), dtype=dt, shape=(n, k), strides=(bt.strides[0] // es, 1))
-    tc = TensorMap(out, (64, 64), dtype=dt, shape=(m, n), strides=(io.strides[0] // es, 1))
-    sms = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
+    # Maps cached by address and view (frontend.plan): a repeated call encodes none.
+    ta = tensor_map(a, ia.ptr, dt, (128, 64), ((m, k), (ia.strides[0] // es, 1)), keep=False)
+    tb = tensor_map(b, ib.ptr, dt, (128, 64), ((n, k), (bt.strides[0] // es, 1)), keep=False)
+    tc = tensor_map(out, io.ptr, dt, (64, 64), ((m, n), (io.strides[0] // es, 1)), keep=False)
     launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS,
            (ta.address, tb.address, tc.address, vec, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha)),
            stream=stream, smem=SMEM)

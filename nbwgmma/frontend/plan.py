@@ -38,7 +38,7 @@ from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_tile
 
-__all__ = ["Plan", "nb_stream", "zero_fill"]
+__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
@@ -100,7 +100,7 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
 _TMAP_CACHE: dict = {}
 
 
-def _tensor_map(arr, ptr, dtype, box, view, keep: bool):
+def tensor_map(arr, ptr, dtype, box, view, keep: bool):
     """A cached 128B-swizzle tensor map of ``arr`` seen as ``view`` = (shape, strides).
 
     The map encodes only the address, shape and strides, so a cached map stays right
@@ -179,7 +179,7 @@ class Plan:
         memo = self._memo[slot]
         if memo is not None and memo[0] == ptr:
             return memo[1]
-        tm = _tensor_map(x, ptr, tdt, box, view, keep=False)
+        tm = tensor_map(x, ptr, tdt, box, view, keep=False)
         self._memo[slot] = (ptr, tm)
         return tm
 
@@ -192,7 +192,7 @@ class Plan:
         cp = _kmajor_copy(x, info, is_b, nb_stream(stream))
         ci = array_info(cp)
         v = _tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
-        return _tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
+        return tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
 
     def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle):
         m, n, k = self.mnk
