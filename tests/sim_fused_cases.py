@@ -65,3 +65,46 @@ def test_bad_epilogue_inputs_are_refused_before_launch():
         matmul(a, _bits(np.ones((32, 48)), "bf16"), bias=bias, in_dtype="bf16")
     with pytest.raises(MatmulError, match="out of the same type|same type"):
         matmul(a, w.T, bias=bias, in_dtype="bf16", out_dtype="f32")
+
+
+@cuda.jit(device=True, inline=True)
+def _user(v, row, col, scale, colvec, rowvec):
+    return v * scale + colvec - rowvec + (row % 3) - (col % 5)
+
+
+def _plain_user(v, row, col, shift):  # a plain Python function: matmul compiles it
+    return v + shift if (row + col) % 2 == 0 else v - shift
+
+
+@pytest.mark.parametrize("t", ["bf16", "f16"])
+def test_user_epilogue_gets_row_col_and_its_extras_in_order(t):
+    m, n, k = 200, 136, 72
+    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
+    bias = RNG.integers(-8, 9, n).astype(np.float32)
+    cv = RNG.integers(-4, 5, n).astype(np.float32)
+    rv = RNG.integers(-4, 5, (m, 1)).astype(np.float32)
+    rows, cols = np.indices((m, n))
+    ref = np.maximum(a @ w.T + bias, 0) * 2 + cv - rv + rows % 3 - cols % 5
+    out = cuda.to_device(np.full((m, n), 0x7FC0 if t == "bf16" else np.nan, np.uint16 if t == "bf16" else np.float16))
+    matmul(_bits(a, t), _bits(w, t).T, bias=cuda.to_device(bias), activation="relu", epilogue=_user,
+           epilogue_args=(2, cuda.to_device(cv), cuda.to_device(rv)), out=out, in_dtype=t)
+    np.testing.assert_array_equal(_host(out, t), ref)
+    out2 = cuda.to_device(np.full((m, n), 0x7FC0 if t == "bf16" else np.nan, np.uint16 if t == "bf16" else np.float16))
+    matmul(_bits(a, t), _bits(w, t).T, epilogue=_plain_user, epilogue_args=(1.5,), out=out2, in_dtype=t)
+    np.testing.assert_array_equal(_host(out2, t), np.where((rows + cols) % 2 == 0, a @ w.T + 1.5, a @ w.T - 1.5))
+
+
+def test_bad_epilogue_arguments_are_refused():
+    a, w = _bits(np.ones((64, 32)), "bf16"), _bits(np.ones((48, 32)), "bf16")
+    cases = [
+        (dict(epilogue_args=(1.0,)), "epilogue_args are the extra arguments of an epilogue function"),
+        (dict(epilogue=3), "epilogue must be a function"),
+        (dict(epilogue=_plain_user, epilogue_args=(1, 2, 3, 4, 5)), "up to 4 extras; got 5"),
+        (dict(epilogue=_plain_user, epilogue_args=(cuda.to_device(np.ones(7, np.float32)),)),
+         r"epilogue_args\[0\] must be a number or a vector of shape \(48,\)"),
+        (dict(epilogue=_plain_user, epilogue_args=(cuda.to_device(np.ones(48, np.int32)),)),
+         r"epilogue_args\[0\] must be f32, bf16 or f16; got s32"),
+    ]
+    for kw, msg in cases:
+        with pytest.raises(MatmulError, match=msg):
+            matmul(a, w.T, in_dtype="bf16", **kw)

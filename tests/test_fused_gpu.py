@@ -73,3 +73,42 @@ def test_bad_bias_is_refused():
         matmul(x, w.t(), bias=torch.zeros(48))  # a host tensor
     with pytest.raises(MatmulError, match="activation must be one of"):
         matmul(x, w.t(), activation="tanh")
+
+
+def test_user_epilogue_with_extras_matches_float64():
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def scale_shift(v, row, col, s, shift, rowterm):
+        return v * s + shift - rowterm
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    m, n, k = 1000, 520, 328
+    x = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).bfloat16()
+    w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(n, device="cuda", generator=g)
+    shift = torch.randn(n, device="cuda", generator=g)
+    rowterm = torch.randn(m, 1, device="cuda", generator=g).half()
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    matmul(x, w.t(), bias=bias, activation="gelu_tanh", epilogue=scale_shift, epilogue_args=(0.5, shift, rowterm),
+           out=out)
+    ref = torch.nn.functional.gelu(x.double() @ w.double().t() + bias.double(), approximate="tanh") * 0.5 \
+        + shift.double() - rowterm.double()
+    rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert rel <= TOL["bf16"], rel
+
+
+def test_an_epilogue_that_does_not_compile_is_a_matmul_error_before_launch():
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def broken(v, row, col):
+        return v + undefined_name  # noqa: F821
+
+    x = torch.randn(64, 32, device="cuda").bfloat16()
+    w = torch.randn(48, 32, device="cuda").bfloat16()
+    out = torch.full((64, 48), float("nan"), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(MatmulError, match="the epilogue function broken does not compile"):
+        matmul(x, w.t(), epilogue=broken, out=out)
+    torch.cuda.synchronize()
+    assert torch.isnan(out.float()).all()  # nothing ran

@@ -9,27 +9,35 @@ are refused with a :class:`~nbwgmma.errors.MatmulError` that says what is taken.
 The bias is a 1-D vector of N values (one per column of C, PyTorch's ``addmm`` bias), or a
 column vector of shape (M, 1) (one per row); f32, or bf16/f16 (converted to f32 once per
 call by the array's own library).
+
+A user epilogue (``epilogue=fn``) is a device function ``fn(value, row, col, *extra) ->
+value`` (a plain Python function is compiled as one), applied after the bias and the
+activation; ``epilogue_args`` are its extras, up to four: vectors shaped like a bias (one
+value per column or per row, read as f32) or real numbers (f32). The kernel is compiled once
+per function and kinds of extras.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import cuda
+from numba.core.errors import NumbaError
 
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
-from ..kernels.fused import SMEM, THREADS, FusedConfig, fused_kernel
+from ..kernels.fused import MAX_EXTRAS, SMEM, THREADS, FusedConfig, fused_kernel
 from ..kit import ACTIVATIONS
 from .arrays import ArrayInfo, array_info
 from .args import array_error
 from .plan import tensor_map
 
-__all__ = ["fused_call", "check_epilogue"]
+__all__ = ["fused_call", "check_epilogue", "user_epilogue"]
 
 _SIM = sim.enabled()
 _DUMMY = {}  # device -> a one-element f32 array standing in for "no bias"
 _CONFIGS = {}  # (type, bias kind, activation) -> FusedConfig (its scheduler's device functions built once)
 _SMS = {}  # device -> multiprocessor count
+_DEVICE_FNS = {}  # a plain Python epilogue -> its device function
 
 
 def check_epilogue(activation, bias_info: ArrayInfo | None, m: int, n: int, device) -> str | None:
@@ -43,12 +51,59 @@ def check_epilogue(activation, bias_info: ArrayInfo | None, m: int, n: int, devi
     if bias_info.device != device:
         raise MatmulError(f"matmul: bias must be on device {device} like A; got device {bias_info.device}")
     shape = bias_info.shape
+    kind = _vector_kind(shape, m, n)
+    if kind is not None:
+        return kind
+    raise MatmulError(f"matmul: bias must have shape ({n},) or (1, {n}) (one per column of C) or ({m}, 1) "
+                      f"(one per row); got {shape}")
+
+
+def _vector_kind(shape, m, n) -> str | None:
     if shape in ((n,), (1, n)):
         return "col"
     if shape == (m, 1):
         return "row"
-    raise MatmulError(f"matmul: bias must have shape ({n},) or (1, {n}) (one per column of C) or ({m}, 1) "
-                      f"(one per row); got {shape}")
+    return None
+
+
+def user_epilogue(fn, args, m, n, device):
+    """``(device function, extras kinds, infos)`` of an ``epilogue=`` and its ``epilogue_args``."""
+    if fn is None:
+        if args:
+            raise MatmulError("matmul: epilogue_args are the extra arguments of an epilogue function; got no epilogue")
+        return None, (), ()
+    if not callable(fn):
+        raise MatmulTypeError(f"matmul: epilogue must be a function (value, row, col, *extra) -> value; "
+                              f"got {type(fn).__name__}")
+    if not hasattr(fn, "py_func"):  # a plain Python function: compile it as an inlined device function
+        dev = _DEVICE_FNS.get(fn)
+        if dev is None:
+            dev = _DEVICE_FNS[fn] = cuda.jit(device=True, inline=True)(fn)
+        fn = dev
+    args = tuple(args)
+    if len(args) > MAX_EXTRAS:
+        raise MatmulError(f"matmul: epilogue_args takes up to {MAX_EXTRAS} extras; got {len(args)}")
+    kinds, infos = [], []
+    for i, x in enumerate(args):
+        if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
+            kinds.append("scalar")
+            infos.append(None)
+            continue
+        try:
+            info = array_info(x)
+        except TypeError as e:
+            raise array_error(((f"epilogue_args[{i}]", x),), e) from None
+        kind = _vector_kind(info.shape, m, n)
+        if kind is None:
+            raise MatmulError(f"matmul: epilogue_args[{i}] must be a number or a vector of shape ({n},) or (1, {n}) "
+                              f"(per column) or ({m}, 1) (per row); got shape {info.shape}")
+        if info.dtype not in ("f32", "bf16", "f16"):
+            raise MatmulTypeError(f"matmul: epilogue_args[{i}] must be f32, bf16 or f16; got {info.dtype}")
+        if info.device != device:
+            raise MatmulError(f"matmul: epilogue_args[{i}] must be on device {device} like A; got device {info.device}")
+        kinds.append(kind)
+        infos.append(info)
+    return fn, tuple(kinds), tuple(infos)
 
 
 def _row_major(info: ArrayInfo) -> bool:
@@ -79,8 +134,10 @@ def _no_bias(device):
     return d
 
 
-def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream):
-    """Run ``out = act(alpha * a @ b + bias)`` (operands already checked by ``matmul``)."""
+def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream, epilogue=None,
+               epilogue_args=()):
+    """Run ``out = epilogue(act(alpha * a @ b + bias), row, col, *epilogue_args)`` (operands
+    already checked by ``matmul``)."""
     from ..launch import launch
 
     (m, k), n = ia.shape, ib.shape[1]
@@ -93,6 +150,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     except TypeError as e:
         raise array_error((("bias", bias),), e) from None
     where = check_epilogue(activation, bi, m, n, ia.device)
+    ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
     bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
     for name, info in (("A", ia), ("B^T (the weight w of a @ w.T)", bt), ("out", io)):
         if not _row_major(info):
@@ -104,9 +162,13 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     if k == 0:
         raise MatmulError("matmul: bias/activation need K > 0 so far; got K = 0")
     vec = _bias_f32(bias, bi, lib) if bi is not None else _no_bias(ia.device)
-    cfg = _CONFIGS.get((dt, where, activation))
+    extras = [np.float32(0.0)] * MAX_EXTRAS
+    for i, (x, info) in enumerate(zip(epilogue_args, infos)):
+        extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
+    ckey = (dt, where, activation, ufn, kinds)
+    cfg = _CONFIGS.get(ckey)
     if cfg is None:
-        cfg = _CONFIGS[(dt, where, activation)] = FusedConfig(dt, where, activation)
+        cfg = _CONFIGS[ckey] = FusedConfig(dt, where, activation, epilogue=ufn, extras=kinds)
     sms = _SMS.get(ia.device)
     if sms is None:
         sms = _SMS[ia.device] = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
@@ -115,7 +177,16 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     ta = tensor_map(a, ia.ptr, dt, (128, 64), ((m, k), (ia.strides[0] // es, 1)), keep=False)
     tb = tensor_map(b, ib.ptr, dt, (128, 64), ((n, k), (bt.strides[0] // es, 1)), keep=False)
     tc = tensor_map(out, io.ptr, dt, (64, 64), ((m, n), (io.strides[0] // es, 1)), keep=False)
-    launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS,
-           (ta.address, tb.address, tc.address, vec, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha)),
-           stream=stream, smem=SMEM)
+    args = (ta.address, tb.address, tc.address, vec, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha),
+            *extras)
+    try:
+        launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream, smem=SMEM)
+    except NumbaError as e:  # a user epilogue that does not compile: nothing was launched
+        if ufn is None:
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise MatmulError(f"matmul: the epilogue function {getattr(ufn, '__name__', ufn)!s} does not compile with "
+                          f"arguments (value: f32, row: int64, col: int64"
+                          f"{''.join(', ' + ('f32' if k == 'scalar' else 'f32 (its ' + k + ')') for k in kinds)}): "
+                          f"{first}") from e
     return out

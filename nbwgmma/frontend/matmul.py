@@ -53,15 +53,17 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
                            nb_stream(st))
 
 
-def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_a=None, scale_b=None, stream=None,
-           config=None, in_dtype=None):
+def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(), out=None, out_dtype=None,
+           scale_a=None, scale_b=None, stream=None, config=None, in_dtype=None):
     """``a @ b`` for 2-D CUDA arrays (CuPy, PyTorch, Numba), computed by the nbwgmma GEMM.
 
     With ``bias`` and/or ``activation`` the epilogue computes ``activation(a @ b + bias)``
     before C is written (:mod:`nbwgmma.frontend.fused`): ``bias`` of shape (N,) or (1, N)
     adds one value per column, (M, 1) one per row; ``activation`` is one of ``relu``,
-    ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``. So far for bf16/f16 A row-major and B
-    the transpose of a row-major weight (``x @ w.T``), out of the input type.
+    ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``. ``epilogue`` is your own function
+    ``(value, row, col, *epilogue_args) -> value`` applied last (extras: vectors of one
+    value per column or row, or numbers). So far for bf16/f16 A row-major and B the
+    transpose of a row-major weight (``x @ w.T``), out of the input type.
 
     bf16/f16 inputs accumulate in f32; f32 inputs run as tf32; fp8 (e4m3/e5m2,
     PyTorch float8 tensors or raw bytes with ``in_dtype``) take per-tensor ``scale_a``/``scale_b``. The result
@@ -84,7 +86,7 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     to a few tiles), with the same checks as on the GPU.
     """
     quick = out is None and out_dtype is None and scale_a is None and scale_b is None and stream is None \
-        and config is None and in_dtype is None and bias is None and activation is None
+        and config is None and in_dtype is None and bias is None and activation is None and epilogue is None
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
         # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
         pa, pb = a.data_ptr(), b.data_ptr()
@@ -121,11 +123,12 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
         io = array_info(out)
     check_out(io, ia, ib, odt, fresh)
     st = stream_of(lib, stream)
-    if bias is not None or activation is not None:
+    if bias is not None or activation is not None or epilogue is not None or epilogue_args:
         if config is not None:
-            raise MatmulError("matmul: config applies to calls without bias/activation so far; got both")
+            raise MatmulError("matmul: config applies to calls without bias/activation/epilogue so far; got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
-                          alpha=scale_product(scale_a, scale_b), lib=lib, stream=st)
+                          alpha=scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
+                          epilogue_args=epilogue_args)
     if m == 0 or n == 0:
         return out
     if k == 0:

@@ -46,12 +46,22 @@ SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
 SW128 = SWIZZLE_CODE["128B"]
 
 
+#: Kinds of the extra arguments of a user epilogue: a vector of one value per column, per row,
+#: or a scalar (each read as f32); at most :data:`MAX_EXTRAS` of them.
+EXTRA_KINDS = ("col", "row", "scalar")
+MAX_EXTRAS = 4
+
+
 class FusedConfig:
     """Compile-time choices of a fused GEMM: element type ``dtype`` ("bf16" or "f16", inputs
     and output), ``bias`` (None, "col" or "row"), ``act`` (None or an activation name of
-    :data:`nbwgmma.kit.ACTIVATIONS`) and ``group_m`` (tile rows per group of the walk)."""
+    :data:`nbwgmma.kit.ACTIVATIONS`), ``group_m`` (tile rows per group of the walk), and a
+    user ``epilogue``: a ``@cuda.jit(device=True)`` function ``(value, row, col, *extra) ->
+    value`` applied last, whose extra arguments have the kinds ``extras`` (:data:`EXTRA_KINDS`,
+    in the function's order)."""
 
-    def __init__(self, dtype: str = "bf16", bias: str | None = None, act: str | None = None, group_m: int = 8):
+    def __init__(self, dtype: str = "bf16", bias: str | None = None, act: str | None = None, group_m: int = 8,
+                 epilogue=None, extras: tuple = ()):
         if dtype not in TYPES:
             raise ValueError(f"FusedConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if bias not in BIASES:
@@ -60,11 +70,17 @@ class FusedConfig:
             activation(act)  # a ValueError naming the choices
         if not isinstance(group_m, int) or group_m < 1:
             raise ValueError(f"FusedConfig: group_m must be a positive integer; got {group_m!r}")
+        extras = tuple(extras)
+        if len(extras) > MAX_EXTRAS or any(e not in EXTRA_KINDS for e in extras):
+            raise ValueError(f"FusedConfig: extras must be up to {MAX_EXTRAS} of {EXTRA_KINDS}; got {extras!r}")
+        if extras and epilogue is None:
+            raise ValueError("FusedConfig: extras are the arguments of an epilogue function; got no epilogue")
         self.dtype, self.bias, self.act, self.group_m = dtype, bias, act, group_m
+        self.epilogue, self.extras = epilogue, extras
         self.sched = TileScheduler(BM, BN, BK, group_m=group_m)
 
     def key(self):
-        return (self.dtype, self.bias, self.act, self.group_m)
+        return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (a pair of tiles per CTA)."""
@@ -79,26 +95,45 @@ def _identity(v):
     return v
 
 
-def _value_fn(bias, act):
-    """The scalar epilogue ``fn(v, row, col, [b,] alpha)`` for ``acc_map``."""
-    f = activation(act) if act else _identity
-    if bias is None:
-        @cuda.jit(device=True, inline=True)
-        def value(v, row, col, alpha):
-            return f(v * alpha)
-    else:
-        @cuda.jit(device=True, inline=True)
-        def value(v, row, col, b, alpha):
-            return f(v * alpha + b)
-    return value
+def _epilogue(cfg):
+    """The device function the kernel calls per 64 x 64 part, ``(acc, ct, row0, col0, vec, m,
+    n, alpha, e0, e1, e2, e3) -> packed registers``, generated for ``cfg``: the scalar function
+    mapped by ``acc_map`` (which takes column vectors, then row vectors, then pass-through
+    arguments) calls the user's function with its extras in its own order."""
+    cols = ["b"] if cfg.bias == "col" else []
+    rows = ["b"] if cfg.bias == "row" else []
+    user = [f"x{i}" for i in range(len(cfg.extras))]
+    for name, kind in zip(user, cfg.extras):
+        (cols if kind == "col" else rows if kind == "row" else []).append(name)
+    scalars = [x for x, kind in zip(user, cfg.extras) if kind == "scalar"]
+    params = ", ".join(["v", "row", "col"] + cols + rows + ["alpha"] + scalars)
+    x = "v * alpha" + (" + b" if cfg.bias else "")
+    body = f"f({x})" if cfg.epilogue is None else f"u(f({x}), row, col{''.join(', ' + a for a in user)})"
+    src = [f"def value({params}):", f"    return {body}"]
+    ns = {"f": activation(cfg.act) if cfg.act else _identity, "u": cfg.epilogue}
+    exec(compile("\n".join(src), "<nbwgmma.kernels.fused epilogue>", "exec"), ns)
+    value = cuda.jit(device=True, inline=True)(ns["value"])
+
+    def sliced(name, kind):
+        arr = "vec" if name == "b" else "e" + name[1:]
+        return f"{arr}[col0:n]" if kind == "col" else f"{arr}[row0:m]"
+
+    args = [sliced(c, "col") for c in cols] + [sliced(r, "row") for r in rows] + ["alpha"]
+    args += ["e" + x[1:] for x in scalars]
+    ns["part"] = acc_map(value, 64, cols=len(cols), rows=len(rows), nextra=1 + len(scalars), pack=cfg.dtype)
+    src = ["def epilogue(acc, ct, row0, col0, vec, m, n, alpha, e0, e1, e2, e3):",
+           f"    return part(acc, ct, row0, col0, {', '.join(args)})"]
+    exec(compile("\n".join(src), "<nbwgmma.kernels.fused parts>", "exec"), ns)
+    return cuda.jit(device=True, inline=True)(ns["epilogue"])
 
 
 def fused_kernel(cfg: FusedConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
-    ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha)``: tensor-map addresses of A [M, K]
-    (box 128 x 64), B [N, K] (box 128 x 64) and C [M, N] (box 64 x 64), all with the 128-byte
-    swizzle; ``vec`` the f32 bias (any f32 array where there is none); int32 sizes; f32
-    ``alpha``. Launch it with :data:`THREADS` threads, :data:`SMEM` bytes of dynamic shared
+    ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3)``: tensor-map addresses of
+    A [M, K] (box 128 x 64), B [N, K] (box 128 x 64) and C [M, N] (box 64 x 64), all with the
+    128-byte swizzle; ``vec`` the f32 bias (any f32 array where there is none); int32 sizes;
+    f32 ``alpha``; the user epilogue's extras (1-D f32 vectors whole, or f32 scalars; an f32
+    zero in the slots it does not use). Launch it with :data:`THREADS` threads, :data:`SMEM` bytes of dynamic shared
     memory and ``cfg.grid(...)`` CTAs."""
     return _build(cfg.key())
 
@@ -107,25 +142,10 @@ def fused_kernel(cfg: FusedConfig):
 def _build(key):
     cfg = FusedConfig(*key)
     KIND = f"f32.{cfg.dtype}.{cfg.dtype}"
-    ROW_BIAS = cfg.bias == "row"
     pipe = TmaPipeline(STAGES, consumers=1)
     sched = cfg.sched
     NBARS = pipe.barrier_words
-    part = acc_map(_value_fn(cfg.bias, cfg.act), 64, cols=int(cfg.bias == "col"), rows=int(ROW_BIAS), nextra=1,
-                   pack=cfg.dtype)
-
-    if ROW_BIAS:
-        @cuda.jit(device=True, inline=True)
-        def epilogue(acc, ct, row0, col0, vec, m, n, alpha):
-            return part(acc, ct, row0, col0, vec[row0:m], alpha)
-    elif cfg.bias is None:
-        @cuda.jit(device=True, inline=True)
-        def epilogue(acc, ct, row0, col0, vec, m, n, alpha):
-            return part(acc, ct, row0, col0, alpha)
-    else:
-        @cuda.jit(device=True, inline=True)
-        def epilogue(acc, ct, row0, col0, vec, m, n, alpha):
-            return part(acc, ct, row0, col0, vec[col0:n], alpha)
+    epilogue = _epilogue(cfg)
 
     @cuda.jit(device=True, inline=True)
     def store_part(regs, buf, ct, cw, tmap_c, col, row):
@@ -141,7 +161,7 @@ def _build(key):
             bulk_commit_group()
 
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha):
+    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         base = dynamic_smem_base(dyn, 1024)
@@ -205,11 +225,14 @@ def _build(key):
                     pipe.consumer_release(ring, prev)
                 s, ph = pipe.advance_by(s, ph, kblocks)  # skip the other warpgroup's tile
                 r0, c0_ = tm * BM, tn * BN
-                store_part(epilogue(acc0[:32], ct, r0, c0_, vec, m, n, alpha), c0, ct, cw, tmap_c, c0_, r0)
-                store_part(epilogue(acc0[32:], ct, r0, c0_ + 64, vec, m, n, alpha), c1, ct, cw, tmap_c, c0_ + 64, r0)
-                store_part(epilogue(acc1[:32], ct, r0 + 64, c0_, vec, m, n, alpha), c0, ct, cw, tmap_c, c0_, r0 + 64)
-                store_part(epilogue(acc1[32:], ct, r0 + 64, c0_ + 64, vec, m, n, alpha), c1, ct, cw, tmap_c,
-                           c0_ + 64, r0 + 64)
+                p = epilogue(acc0[:32], ct, r0, c0_, vec, m, n, alpha, e0, e1, e2, e3)
+                store_part(p, c0, ct, cw, tmap_c, c0_, r0)
+                p = epilogue(acc0[32:], ct, r0, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3)
+                store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0)
+                p = epilogue(acc1[:32], ct, r0 + 64, c0_, vec, m, n, alpha, e0, e1, e2, e3)
+                store_part(p, c0, ct, cw, tmap_c, c0_, r0 + 64)
+                p = epilogue(acc1[32:], ct, r0 + 64, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3)
+                store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0 + 64)
             if ct == 0:
                 bulk_wait_group(0)
 
