@@ -31,9 +31,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda
+from numba import cuda, types
+from numba.core.extending import intrinsic
 
+from .. import backend
 from ..intrinsics import acc_to_bf16x2, acc_to_f16x2, ex2_approx, rcp_approx
+from ..intrinsics.errors import NbwgmmaTypingError
 
 __all__ = ["acc_map", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh", "silu", "sigmoid",
            "value_coords"]
@@ -104,6 +107,31 @@ _DTYPES = {"f32": np.float32, "s32": np.int32}
 _PACKS = {None: None, "bf16": acc_to_bf16x2, "f16": acc_to_f16x2}
 
 
+def _fragment_check(what: str, count: int):
+    """A no-op that refuses, at typing, a fragment that is not a tuple of ``count`` values."""
+    def message(got):
+        return f"{what}: the fragment must be a tuple of {count} values (one thread's share of the accumulator); got {got}"
+
+    if backend.active():  # the simulator runs the generated code as Python
+        def check(acc):
+            if not isinstance(acc, tuple) or len(acc) != count:
+                raise TypeError(message(f"{type(acc).__name__} of {len(acc) if isinstance(acc, tuple) else '?'}"))
+        return check
+
+    @intrinsic
+    def check(typingctx, acc):
+        if not isinstance(acc, types.BaseTuple) or len(acc) != count:
+            got = f"a tuple of {len(acc)}" if isinstance(acc, types.BaseTuple) else str(acc)
+            raise NbwgmmaTypingError(message(got))
+
+        def codegen(context, builder, sig, args):
+            return context.get_dummy_value()
+
+        return types.none(acc), codegen
+
+    return check
+
+
 def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype: str = "f32",
             pack: str | None = None):
     """A device function ``(acc, tid, row0, col0, *vectors, *extra) -> fragment`` applying the
@@ -138,6 +166,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     # The thread's place from bit operations on tid: LLVM then knows every local index is
     # non-negative and drops the negative-index wrap of each vector load.
     lines = [f"def mapped(acc, tid, row0, col0{params}):",
+             "    check(acc)",
              "    lr = ((tid >> 5) << 4) + ((tid >> 2) & 7)",
              "    lc = (tid & 3) << 1",
              "    r = row0 + lr",
@@ -164,6 +193,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         else:
             lines.append(f"        {value(i)}, {value(i + 1)},")
     lines.append("    )")
-    ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack]}
-    exec(compile("\n".join(lines), f"<nbwgmma.kit.acc_map {getattr(fn, '__name__', 'fn')} n={n}>", "exec"), ns)
+    name = f"acc_map({getattr(fn, '__name__', 'fn')}, n={n})"
+    ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": _fragment_check(name, n // 2)}
+    exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
     return cuda.jit(device=True, inline=True)(ns["mapped"])

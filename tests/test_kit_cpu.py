@@ -1,0 +1,100 @@
+"""The authoring kit on CPU: what the pipeline, the scheduler and acc_map compile to for
+sm_90a (PTX, SASS after ptxas), and their typing errors. Small kernels: seconds each."""
+
+import numpy as np
+import pytest
+from numba import cuda, types
+
+from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
+from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+from nbwgmma.kit import TileScheduler, TmaPipeline, acc_map
+from nbwgmma.report import compile_report
+
+PIPE = TmaPipeline(4, consumers=2)
+NBARS = PIPE.barrier_words
+SCHED = TileScheduler(128, 256, 64, group_m=8)
+
+
+@cuda.jit
+def _ring(out, n):
+    bars = cuda.shared.array(NBARS, np.uint64)
+    ring = smem_addr(bars)
+    if cuda.threadIdx.x == 0:
+        PIPE.init(ring)
+    cuda.syncthreads()
+    s, ph = 0, 0
+    for i in range(n):
+        if cuda.threadIdx.x == 0:
+            out[i] = PIPE.producer_acquire(ring, s, ph, 49152)
+        PIPE.consumer_wait(ring, s, ph)
+        if cuda.threadIdx.x % 128 == 0:
+            PIPE.consumer_release(ring, s)
+        s, ph = PIPE.advance(s, ph)
+    s, ph = PIPE.advance_by(s, ph, n)
+    out[n] = s + 8 * ph
+
+
+def test_the_pipeline_is_mbarrier_waits_and_arrivals_in_registers():
+    rep = compile_report(_ring, (types.uint64[::1], types.int32))
+    ptx = rep.ptx
+    assert ptx.count("mbarrier.init.shared::cta.b64") == 2 * 4  # full[s] and empty[s]
+    assert "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64" in ptx and "49152" in ptx
+    assert ptx.count("mbarrier.try_wait.parity.acquire.cta.shared::cta.b64") >= 2  # producer (empty), consumer (full)
+    assert "mbarrier.arrive.release.cta.shared::cta.b64" in ptx  # the release
+    assert rep.sass_full.get("SYNCS.ARRIVE.TRANS64", 0) + rep.sass_full.get("SYNCS.ARRIVE.TRANS64.A1T0", 0) >= 1
+    assert rep.local_memory_ops == 0 and rep.spill_bytes == 0
+
+
+@cuda.jit
+def _walk(out, m, n, k):
+    tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = SCHED.shape(m, n, k)
+    j = 0
+    for u in range(SCHED.first(), nunits, SCHED.step()):
+        tm, tn = SCHED.tile(u, tiles_mc, tiles_n, 0)
+        out[j] = tm * 65536 + tn
+        j += 1
+
+
+def test_the_scheduler_compiles_to_integer_code_without_local_memory():
+    rep = compile_report(_walk, (types.int32[::1], types.int32, types.int32, types.int32))
+    assert "%ctaid.x" in rep.ptx and "%nctaid.x" in rep.ptx  # first() and step()
+    # integer arithmetic only (the I2F/MUFU.RCP/F2I of integer division aside): no float
+    # compare or arithmetic from mixed signedness
+    assert not {"FADD", "FMUL", "FFMA", "FSETP", "DADD", "DMUL", "DFMA", "DSETP"} & set(rep.sass), rep.sass
+    assert rep.local_memory_ops == 0
+
+
+@cuda.jit(device=True, inline=True)
+def _add_bias(v, row, col, b):
+    return v + b
+
+
+_BIASED = acc_map(_add_bias, 64, cols=1)
+
+
+@cuda.jit
+def _bias_kernel(out, bias, n):
+    t = cuda.threadIdx.x
+    acc = _BIASED(acc_zeros("f32.bf16.bf16", 64), t, 0, 0, bias[0:n])
+    acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+
+def test_acc_map_loads_a_column_vector_once_per_column_pair():
+    rep = compile_report(_bias_kernel, (types.float32[:, ::1], types.float32[::1], types.int32))
+    # 64 columns: a thread's 16 columns, once where the vector covers the tile and once
+    # with a compare where it may not (the two paths of the generated code)
+    assert rep.sass.get("LDG") == 2 * 16, rep.sass
+    assert rep.local_memory_ops == 0 and rep.spill_bytes == 0
+
+
+@cuda.jit
+def _short_fragment(out, bias, n):
+    t = cuda.threadIdx.x
+    acc = _BIASED(acc_zeros("f32.bf16.bf16", 32), t, 0, 0, bias[0:n])  # 16 values, not 32
+    acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+
+def test_a_fragment_of_the_wrong_length_is_a_typing_error_naming_acc_map():
+    with pytest.raises(NbwgmmaTypingError, match=r"acc_map\(_add_bias, n=64\): the fragment must be a tuple of 32 "
+                                                 r"values .*got a tuple of 16"):
+        compile_report(_short_fragment, (types.float32[:, ::1], types.float32[::1], types.int32))
