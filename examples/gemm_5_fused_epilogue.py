@@ -2,7 +2,7 @@
 
 The kernel a user writes for a fused epilogue, with every host step in the open. One
 producer thread feeds a ring of 6 TMA stages (``TmaPipeline``); two consumer warpgroups
-each compute a whole 128 x 128 tile and take tiles in turn ("ping-pong"): while one runs
+each compute a whole 128 x 128 tile and take tiles in turn (``PingPong``): while one runs
 its main loop on the tensor cores, the other runs its epilogue, so the epilogue's math
 (a bias, an activation, any user function mapped with ``acc_map``) costs no tensor-core
 time. A persistent grid walks pairs of vertically adjacent tiles in grouped order
@@ -24,12 +24,10 @@ import numpy as np
 from numba import cuda, types
 
 from nbwgmma.intrinsics import (
-    acc_stmatrix_swizzled, acc_undef, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
-    desc_advance, dynamic_smem_base, fence_proxy_async_shared, make_desc, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
-    tma_load_2d, tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
+    acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, dynamic_smem_base,
+    fence_proxy_async_shared, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d, tma_store_2d,
 )
-from nbwgmma.layout import SWIZZLE_CODE
-from nbwgmma.kit import TileScheduler, TmaPipeline, acc_map, activation, turn_pass, turn_wait, warpgroup_sync
+from nbwgmma.kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, warpgroup_sync
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
@@ -37,8 +35,8 @@ KIND = "f32.bf16.bf16"
 BM, BN, BK, STAGES = 128, 128, 64, 6  # one warpgroup's tile; the two consumers take tiles in turn
 A_BYTES, STAGE = BM * 128, (BM + BN) * 128
 C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2
-SW128 = SWIZZLE_CODE["128B"]
 pipe = TmaPipeline(STAGES, consumers=1)
+pp = PingPong(KIND, pipe)  # the consumers' side: main loop of a 128 x 128 tile, turns, ring
 sched = TileScheduler(BM, BN, BK, group_m=8)
 NBARS = pipe.barrier_words
 
@@ -92,41 +90,13 @@ def make_kernel(act):
             cw, ct = tid // 128 - 1, tid % 128
             c0 = base + C_OFF + cw * 2 * C_PART
             c1 = c0 + C_PART
-            s, ph = pipe.advance_by(0, 0, cw * kblocks)  # the other's first tile comes first
-            prev = 0
+            s, ph = pp.start(cw, kblocks)
             for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                acc0 = acc_undef(KIND, BN)
-                acc1 = acc_undef(KIND, BN)
-                if u != 2 * sched.first():
-                    turn_wait(cw)  # the other's main loop has waited on every stage before ours
-                for kb in range(kblocks):
-                    pipe.consumer_wait(ring, s, ph)
-                    slot = base + s * STAGE
-                    da = make_desc(slot, 16, 1024, SW128)
-                    da1 = make_desc(slot + 64 * 128, 16, 1024, SW128)
-                    db = make_desc(slot + A_BYTES, 16, 1024, SW128)
-                    wgmma_fence()
-                    acc0 = wgmma_mma_async(acc0, da, db, KIND, kb > 0)
-                    acc1 = wgmma_mma_async(acc1, da1, db, KIND, kb > 0)
-                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 32), desc_advance(db, 32), KIND)
-                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 32), desc_advance(db, 32), KIND)
-                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 64), desc_advance(db, 64), KIND)
-                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 64), desc_advance(db, 64), KIND)
-                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 96), desc_advance(db, 96), KIND)
-                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 96), desc_advance(db, 96), KIND)
-                    wgmma_commit_group()
-                    wgmma_wait_group(1)
-                    if kb > 0 and ct == 0:
-                        pipe.consumer_release(ring, prev)
-                    prev = s
-                    s, ph = pipe.advance(s, ph)
-                if (u + 1 if cw == 0 else u + 2 * sched.step() - 1) < nunits:  # the other has a next tile
-                    turn_pass(cw)  # our stages are all waited for: the other may start its main loop
-                wgmma_wait_group(0)
-                if ct == 0:
-                    pipe.consumer_release(ring, prev)
-                s, ph = pipe.advance_by(s, ph, kblocks)  # skip the other warpgroup's tile
+                other_next = u + 1 if cw == 0 else u + 2 * sched.step() - 1  # the other's next tile
+                # wait for the turn, main loop, pass the turn if the other has a tile left
+                acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
+                                            other_next < nunits)
                 row0, col0 = tm * BM, tn * BN
                 store_part(part(acc0[:32], ct, row0, col0, bias[col0:n]), c0, ct, cw, tmap_c, col0, row0)
                 store_part(part(acc0[32:], ct, row0, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,

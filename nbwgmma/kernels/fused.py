@@ -21,13 +21,11 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_stmatrix_swizzled, acc_undef, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, desc_advance,
-    dynamic_smem_base, fence_proxy_async_shared, make_desc, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d,
-    tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
+    acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, dynamic_smem_base,
+    fence_proxy_async_shared, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d, tma_store_2d,
 )
-from ..kit import TileScheduler, TmaPipeline, acc_map, activation, turn_pass, turn_wait, warpgroup_sync
+from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, warpgroup_sync
 from ..launch import dynamic_smem_bytes
-from ..layout import SWIZZLE_CODE
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES"]
 
@@ -43,7 +41,6 @@ A_BYTES, STAGE = BM * 128, (BM + BN) * 128
 C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer
 THREADS = 384
 SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
-SW128 = SWIZZLE_CODE["128B"]
 
 
 #: Kinds of the extra arguments of a user epilogue: a vector of one value per column, per row,
@@ -143,6 +140,7 @@ def _build(key):
     cfg = FusedConfig(*key)
     KIND = f"f32.{cfg.dtype}.{cfg.dtype}"
     pipe = TmaPipeline(STAGES, consumers=1)
+    pp = PingPong(KIND, pipe)
     sched = cfg.sched
     NBARS = pipe.barrier_words
     epilogue = _epilogue(cfg)
@@ -189,41 +187,12 @@ def _build(key):
             cw, ct = tid // 128 - 1, tid % 128
             c0 = base + C_OFF + cw * 2 * C_PART
             c1 = c0 + C_PART
-            s, ph = pipe.advance_by(0, 0, cw * kblocks)  # the other's first tile comes first
-            prev = 0
+            s, ph = pp.start(cw, kblocks)
             for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                acc0 = acc_undef(KIND, BN)
-                acc1 = acc_undef(KIND, BN)
-                if u != 2 * sched.first():
-                    turn_wait(cw)  # the other's main loop has waited on every stage before ours
-                for kb in range(kblocks):
-                    pipe.consumer_wait(ring, s, ph)
-                    slot = base + s * STAGE
-                    da = make_desc(slot, 16, 1024, SW128)
-                    da1 = make_desc(slot + 64 * 128, 16, 1024, SW128)
-                    db = make_desc(slot + A_BYTES, 16, 1024, SW128)
-                    wgmma_fence()
-                    acc0 = wgmma_mma_async(acc0, da, db, KIND, kb > 0)  # scale-d 0 first: no zero fill
-                    acc1 = wgmma_mma_async(acc1, da1, db, KIND, kb > 0)
-                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 32), desc_advance(db, 32), KIND)
-                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 32), desc_advance(db, 32), KIND)
-                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 64), desc_advance(db, 64), KIND)
-                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 64), desc_advance(db, 64), KIND)
-                    acc0 = wgmma_mma_async(acc0, desc_advance(da, 96), desc_advance(db, 96), KIND)
-                    acc1 = wgmma_mma_async(acc1, desc_advance(da1, 96), desc_advance(db, 96), KIND)
-                    wgmma_commit_group()
-                    wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
-                    if kb > 0 and ct == 0:
-                        pipe.consumer_release(ring, prev)
-                    prev = s
-                    s, ph = pipe.advance(s, ph)
-                if (u + 1 if cw == 0 else u + 2 * sched.step() - 1) < nunits:  # the other has a next tile
-                    turn_pass(cw)  # our stages are all waited for: the other may start its main loop
-                wgmma_wait_group(0)
-                if ct == 0:
-                    pipe.consumer_release(ring, prev)
-                s, ph = pipe.advance_by(s, ph, kblocks)  # skip the other warpgroup's tile
+                other_next = u + 1 if cw == 0 else u + 2 * sched.step() - 1  # the other's next tile
+                acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
+                                            other_next < nunits)
                 r0, c0_ = tm * BM, tn * BN
                 p = epilogue(acc0[:32], ct, r0, c0_, vec, m, n, alpha, e0, e1, e2, e3)
                 store_part(p, c0, ct, cw, tmap_c, c0_, r0)

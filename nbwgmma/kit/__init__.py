@@ -6,6 +6,8 @@
   tiles (grouped rasterization, clusters, K slices);
 * :mod:`~nbwgmma.kit.epilogue`: device functions over accumulator fragments (a user function
   mapped over every value with its row and column, bias, activations);
+* :mod:`~nbwgmma.kit.pingpong`: :class:`PingPong`, two consumer warpgroups taking 128 x 128
+  tiles in turn (one's epilogue under the other's main loop);
 * :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier; the turn two consumer
   warpgroups pass between their main loops.
 
@@ -19,8 +21,9 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 
 from .epilogue import ACTIVATIONS, acc_map, activation
 from .pipeline import TmaPipeline
+from .pingpong import PingPong
 from .scheduler import TileScheduler
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "TileScheduler", "acc_map", "activation", "ACTIVATIONS", "warpgroup_index",
+__all__ = ["TmaPipeline", "PingPong", "TileScheduler", "acc_map", "activation", "ACTIVATIONS", "warpgroup_index",
            "warpgroup_thread", "warpgroup_sync", "turn_wait", "turn_pass"]

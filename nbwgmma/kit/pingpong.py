@@ -1,0 +1,112 @@
+"""Ping-pong consumers: two warpgroups that take 128 x 128 tiles in turn.
+
+The consumer side of the schedule in ``examples/gemm_5_fused_epilogue.py`` as one block:
+each consumer warpgroup computes a whole 128 x 128 tile (two m64n128 accumulators over a
+stage of 128 x 64 A rows and 128 x 64 B rows, 128-byte swizzle, K contiguous) and the two
+take tiles in turn, so one's epilogue runs under the other's main loop. The producer fills
+the ring with the tiles in the order the consumers take them: tile ``2p`` for warpgroup
+0, ``2p + 1`` for warpgroup 1.
+
+    pp = PingPong("f32.bf16.bf16", TmaPipeline(6, consumers=1))
+    ...
+    s, ph = pp.start(cw, kblocks)            # each consumer warpgroup, once
+    for u in range(...):                     # its tiles
+        acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != first, other_has_next)
+        ...                                  # epilogue of rows 0-63 (acc0) and 64-127 (acc1)
+
+``tile`` waits for the turn (unless ``wait_turn`` is false: the first tile of warpgroup 0
+has nobody to wait for), runs the main loop with one wgmma group in flight, releases each
+stage after the ``wgmma_wait_group`` that completes it, passes the turn when ``pass_turn``
+(the other warpgroup has a tile left: a turn passed to nobody leaves a named barrier
+half-arrived), and skips the other warpgroup's stages (``advance_by``). The turn is what
+keeps the ring's parities right: a consumer waits on a "full" barrier only after every
+earlier fill was waited for (see the guide, "Two schedules").
+"""
+
+from __future__ import annotations
+
+import types
+
+from numba import cuda
+
+from ..intrinsics import acc_undef, desc_advance, make_desc, wgmma_commit_group, wgmma_fence, wgmma_mma_async, \
+    wgmma_wait_group
+from ..layout import SWIZZLE_CODE, wgmma_kind
+from .pipeline import TmaPipeline
+from .warpgroup import turn_pass, turn_wait
+
+__all__ = ["PingPong"]
+
+_SW128 = SWIZZLE_CODE["128B"]
+
+
+class PingPong(types.ModuleType):
+    """Consumer warpgroups of ``kind`` (a 16-bit wgmma kind, K-major operands) taking 128 x
+    128 tiles in turn over ``pipe`` (a :class:`TmaPipeline` with ``consumers=1``: each stage
+    belongs to one warpgroup). A stage holds A's 128 rows (16 KiB), then B's 128 rows.
+    Device functions: ``start(cw, kblocks) -> (s, ph)`` and ``tile(ring, base, s, ph,
+    kblocks, ct, cw, wait_turn, pass_turn) -> (acc0, acc1, s, ph)``."""
+
+    BM = BN = 128
+    BK = 64
+    A_BYTES = 128 * 128
+    STAGE_BYTES = 2 * 128 * 128
+
+    def __init__(self, kind: str, pipe: TmaPipeline):
+        k = wgmma_kind(kind)
+        if k.dtype != "f32" or not k.transposable:
+            raise ValueError(f"PingPong: kind must be f32.bf16.bf16 or f32.f16.f16; got {kind!r}")
+        if not isinstance(pipe, TmaPipeline) or pipe.consumers != 1 or pipe.cluster != 1:
+            raise ValueError(f"PingPong: pipe must be a TmaPipeline with consumers=1 and no cluster; got {pipe!r}")
+        super().__init__(f"PingPong({kind})")
+        self.kind, self.pipe = kind, pipe
+        self._build()
+
+    def __repr__(self):
+        return f"PingPong({self.kind}, {self.pipe!r})"
+
+    def _build(self):
+        KIND, pipe = self.kind, self.pipe
+        A_BYTES, STAGE = self.A_BYTES, self.STAGE_BYTES
+
+        @cuda.jit(device=True, inline=True)
+        def start(cw, kblocks):
+            return pipe.advance_by(0, 0, cw * kblocks)  # the other's first tile comes first
+
+        @cuda.jit(device=True, inline=True)
+        def tile(ring, base, s, ph, kblocks, ct, cw, wait_turn, pass_turn):
+            acc0 = acc_undef(KIND, 128)
+            acc1 = acc_undef(KIND, 128)
+            if wait_turn:
+                turn_wait(cw)  # the other's main loop has waited on every stage before ours
+            prev = 0
+            for kb in range(kblocks):
+                pipe.consumer_wait(ring, s, ph)
+                slot = base + s * STAGE
+                da = make_desc(slot, 16, 1024, _SW128)
+                da1 = make_desc(slot + 64 * 128, 16, 1024, _SW128)
+                db = make_desc(slot + A_BYTES, 16, 1024, _SW128)
+                wgmma_fence()
+                acc0 = wgmma_mma_async(acc0, da, db, KIND, kb > 0)  # scale-d 0 first: no zero fill
+                acc1 = wgmma_mma_async(acc1, da1, db, KIND, kb > 0)
+                acc0 = wgmma_mma_async(acc0, desc_advance(da, 32), desc_advance(db, 32), KIND)
+                acc1 = wgmma_mma_async(acc1, desc_advance(da1, 32), desc_advance(db, 32), KIND)
+                acc0 = wgmma_mma_async(acc0, desc_advance(da, 64), desc_advance(db, 64), KIND)
+                acc1 = wgmma_mma_async(acc1, desc_advance(da1, 64), desc_advance(db, 64), KIND)
+                acc0 = wgmma_mma_async(acc0, desc_advance(da, 96), desc_advance(db, 96), KIND)
+                acc1 = wgmma_mma_async(acc1, desc_advance(da1, 96), desc_advance(db, 96), KIND)
+                wgmma_commit_group()
+                wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
+                if kb > 0 and ct == 0:
+                    pipe.consumer_release(ring, prev)
+                prev = s
+                s, ph = pipe.advance(s, ph)
+            if pass_turn:
+                turn_pass(cw)  # our stages are all waited for: the other may start its main loop
+            wgmma_wait_group(0)
+            if ct == 0:
+                pipe.consumer_release(ring, prev)
+            s, ph = pipe.advance_by(s, ph, kblocks)  # skip the other warpgroup's tile
+            return acc0, acc1, s, ph
+
+        self.start, self.tile = start, tile
