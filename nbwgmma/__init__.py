@@ -25,3 +25,4 @@ from . import launch  # noqa: E402,F401  the module (its function is nbwgmma.lau
 from .report import compile_report  # noqa: E402,F401
 from .errors import MatmulError, MatmulTypeError, NbwgmmaError  # noqa: E402,F401  (see nbwgmma.errors)
 from .frontend.matmul import matmul  # noqa: E402,F401
+from .frontend.grouped import grouped_matmul  # noqa: E402,F401

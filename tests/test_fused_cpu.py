@@ -1,4 +1,4 @@
-"""The fused-epilogue GEMM kernel on CPU: ptxas's view of one configuration (the bf16 /
+"""The fused-epilogue and grouped GEMM kernels on CPU: ptxas's view of one configuration each (the bf16 /
 column bias / gelu_tanh one is the example's kernel, compiled by tests/test_examples.py)."""
 
 from numba import cuda, types
@@ -34,3 +34,12 @@ def test_config_checks_its_arguments():
                     (dict(epilogue=_scale_shift, extras=("diag",)), "extras")):
         with pytest.raises(ValueError, match=msg):
             FusedConfig(**kw)
+
+
+def test_grouped_kernel_compiles_clean():
+    from nbwgmma.kernels.grouped import grouped_kernel
+
+    sig = (types.uint64, types.uint64, types.uint16[:, ::1], types.int32[::1], types.int32, types.int32)
+    rep = compile_report(grouped_kernel("bf16"), sig)
+    assert rep.sass.get("HGMMA") == 8 and rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+    assert not rep.warnings, rep.warnings

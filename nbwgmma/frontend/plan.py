@@ -38,12 +38,12 @@ from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_tile
 
-__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map"]
+__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "numba_view"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
 
-def _numba_view(info: ArrayInfo, owner, dtype=None):
+def numba_view(info: ArrayInfo, owner, dtype=None):
     """A Numba device array over ``info``'s memory (bf16 and fp8 as raw integers)."""
     dt = np.dtype(dtype or NP_OF.get(info.dtype, None) or numpy_dtype(info.dtype))  # "u16": a bf16 out
     if _SIM:  # the simulator's arrays have no __cuda_array_interface__
@@ -88,7 +88,7 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
         dst = np.zeros((rows, kpad), h.dtype)
         dst[:, :cols] = h.T if transpose else h
         return cuda.to_device(dst)
-    src = _numba_view(info, x, dtype=np.dtype(f"u{es}"))
+    src = numba_view(info, x, dtype=np.dtype(f"u{es}"))
     dst = cuda.device_array((rows, kpad), dtype=np.dtype(f"u{es}"), stream=stream)
     threads = 256
     blocks = min(65535, -(-rows * kpad // threads))
@@ -203,7 +203,7 @@ class Plan:
         c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if tma_c else 0
         if self.launcher is None or DEBUG_WAIT_TIMEOUT_S is not None:  # (never set in the simulator)
             self.check_expect_tx(ta, tb)
-            c_arg = c_map if tma_c else _numba_view(io, out)
+            c_arg = c_map if tma_c else numba_view(io, out)
             args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
             if cfg.split > 1:
                 args += self.workspace(stream_handle)[:2]
@@ -335,4 +335,4 @@ def zero_fill(io: ArrayInfo, out, stream) -> None:
 
     m, n = io.shape
     with _quiet():
-        fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, nb_stream(stream)](_numba_view(io, out))
+        fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, nb_stream(stream)](numba_view(io, out))

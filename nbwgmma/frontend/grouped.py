@@ -1,0 +1,115 @@
+"""``nbwgmma.grouped_matmul(a, b, offs)``: one GEMM per group of rows, in one launch.
+
+The meaning of PyTorch's ``torch._grouped_mm`` for a 2-D A and a 3-D B: A [total, K] holds
+the groups' rows one after another, ``offs`` [G] (int32, on A's device) their running ends,
+B [G, K, N] one matrix per group; ``out[offs[g-1]:offs[g]] = A[offs[g-1]:offs[g]] @ B[g]``.
+So far: bf16 or f16, A row-major, B the transpose of a row-major weight stack
+(``w.transpose(1, 2)`` for w [G, N, K], the experts' weights of ``x @ w[g].T``), out of the
+input type (:mod:`nbwgmma.kernels.grouped`). Empty groups are allowed, and groups of any size.
+
+The host never reads ``offs`` (no synchronization): its type, shape and device are checked
+before the launch, and the kernel clamps its values into [0, total] and makes them
+non-decreasing, so bad values cannot reach memory outside A or ``out``; rows past the last
+offset are left as they are. ``validate=True`` also reads ``offs`` on the host (a
+synchronization) and refuses decreasing values or an end past A's rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .. import sim
+from ..errors import MatmulError, MatmulTypeError
+from ..kernels.grouped import SMEM, THREADS, grouped_kernel, units_bound
+from .args import array_error, empty_like_lib, lib_of, stream_of
+from .arrays import ArrayInfo, array_info
+from .plan import numba_view, tensor_map
+
+__all__ = ["grouped_matmul"]
+
+_SIM = sim.enabled()
+_NAMES = {"u16": "bf16"}
+
+
+def _info(x, name):
+    try:
+        return array_info(x)
+    except TypeError as e:
+        raise array_error(((name, x),), e) from None
+
+
+def _row_major(info: ArrayInfo) -> bool:
+    es = info.itemsize
+    return info.strides[-1] == es and all(s % 16 == 0 for s in info.strides[:-1]) and info.ptr % 16 == 0 \
+        and (info.shape[-1] * es) % 16 == 0
+
+
+def _host_offs(offs, lib):
+    if lib == "torch":
+        return offs.cpu().numpy()
+    if lib == "cupy":
+        return offs.get()
+    return offs.copy_to_host()
+
+
+def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, stream=None, validate=False):
+    """``out[rows of group g] = a[rows of group g] @ b[g]`` for the groups of rows ``offs``
+    delimits (see the module's text); returns ``out`` (allocated when not given)."""
+    ia, ib, io_ = _info(a, "A"), _info(b, "B"), _info(offs, "offs")
+    if len(ia.shape) != 2 or len(ib.shape) != 3:
+        raise MatmulError(f"grouped_matmul: A must be 2-D (total, K) and B 3-D (G, K, N); got shapes {ia.shape} "
+                          f"and {ib.shape}")
+    (total, k), (groups, kb, n) = ia.shape, ib.shape
+    if kb != k:
+        raise MatmulError(f"grouped_matmul: inner dimensions differ: A is {ia.shape}, B is {ib.shape}")
+    ta = in_dtype or _NAMES.get(ia.dtype, ia.dtype)
+    tb = in_dtype or _NAMES.get(ib.dtype, ib.dtype)
+    if ta not in ("bf16", "f16") or tb != ta:
+        raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16 so far; got {ta} and {tb}")
+    if io_.dtype != "s32" or io_.shape != (groups,):
+        raise MatmulTypeError(f"grouped_matmul: offs must be int32 of shape ({groups},) (one end per group of B); "
+                              f"got {io_.dtype} of shape {io_.shape}")
+    for name, info in (("B", ib), ("offs", io_)):
+        if info.device != ia.device:
+            raise MatmulError(f"grouped_matmul: {name} must be on device {ia.device} like A; got {info.device}")
+    odt = out_dtype or ta
+    if odt != ta:
+        raise MatmulTypeError(f"grouped_matmul: the output has the input type so far; got out_dtype={odt}")
+    wt = ArrayInfo(ib.ptr, (groups * n, k), (ib.strides[2], ib.strides[1]), *tuple(ib)[3:])  # B[g]^T stacked
+    if ib.strides[1] != ib.itemsize or ib.strides[0] != n * ib.strides[2] or not _row_major(wt):
+        raise MatmulError(f"grouped_matmul: B must be the transpose of a contiguous (G, N, K) weight stack "
+                          f"(w.transpose(1, 2)) with 16-byte aligned rows so far; got strides {ib.strides} bytes")
+    if not _row_major(ia):
+        raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows; got strides {ia.strides} "
+                          f"bytes")
+    lib = lib_of(a)
+    if out is None:
+        out = empty_like_lib(lib, a, (total, n), odt)
+    io = _info(out, "out")
+    if io.shape != (total, n) or _NAMES.get(io.dtype, io.dtype) != odt or not _row_major(io):
+        raise MatmulError(f"grouped_matmul: out must be a row-major ({total}, {n}) {odt} array with 16-byte aligned "
+                          f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")
+    if validate:
+        ends = np.asarray(_host_offs(offs, lib), np.int64)
+        bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
+        if bad.size:
+            raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
+                              f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
+        if groups and ends[-1] > total:
+            raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past A's {total} rows")
+    if total == 0 or n == 0 or groups == 0:
+        return out
+    if k == 0:
+        raise MatmulError("grouped_matmul: K = 0 is not supported so far")
+    es = ia.itemsize
+    tma_a = tensor_map(a, ia.ptr, ta, (128, 64), ((total, k), (ia.strides[0] // es, 1)), keep=False)
+    tma_b = tensor_map(b, ib.ptr, ta, (128, 64), ((groups * n, k), (wt.strides[0] // es, 1)), keep=False)
+    sms = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
+    grid = max(1, min(sms, -(-units_bound(total, groups, n) // 2)))
+    from ..launch import launch
+
+    launch(grouped_kernel(ta), grid, THREADS,
+           (tma_a.address, tma_b.address, numba_view(io, out, np.uint16 if odt == "bf16" else np.float16), offs,
+            np.int32(n), np.int32(k)), stream=stream_of(lib, stream), smem=SMEM)
+    return out

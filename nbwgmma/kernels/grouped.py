@@ -1,0 +1,134 @@
+"""The grouped GEMM of mixture-of-experts layers, written with the kit.
+
+``out[r] = A[r] @ B[g]^T`` for every row ``r`` of group ``g``: A [total, K] holds the
+groups' rows one after another, ``offs`` [G] (int32, on the device) their running ends
+(group ``g`` is rows ``offs[g-1]`` .. ``offs[g]``, from 0 for the first), B [G, N, K] one
+weight per group (K contiguous), out [total, N]. One launch for all groups, and the host
+never reads ``offs``: every thread walks the groups on the device.
+
+The schedule is the fused kernel's (:class:`~nbwgmma.kit.PingPong`, 6 stages): work units
+are the 128 x 128 tiles of every group in order (within a group, down a column of tiles
+first, so neighbouring units share B's tile), a CTA takes pairs of units, one per consumer.
+A's rows past a group's end belong to the next group: their results are computed and not
+stored (each group's rows are stored through a slice of ``out`` that ends with the group).
+B's rows past N are the next group's weight: their columns fall outside ``out``. Values of
+``offs`` are clamped to [0, total] and made non-decreasing, so bad offsets cannot make the
+kernel touch memory outside A or ``out``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda
+
+from ..intrinsics import acc_store, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d
+from ..kit import PingPong, TmaPipeline
+from ..launch import dynamic_smem_bytes
+
+__all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
+
+TYPES = ("bf16", "f16")
+BM = BN = 128
+BK = 64
+STAGES = 6
+THREADS = 384
+SMEM = dynamic_smem_bytes(STAGES * PingPong.STAGE_BYTES)
+
+
+def units_bound(total: int, groups: int, n: int) -> int:
+    """At most this many 128 x 128 tiles over ``groups`` groups of ``total`` rows in all (each
+    group's last tile may be partial)."""
+    return (-(-total // BM) + groups) * -(-n // BN)
+
+
+def grouped_kernel(dtype: str):
+    """The ``@cuda.jit`` kernel for ``dtype`` ("bf16" or "f16"): arguments ``(tmap_a, tmap_b,
+    out, offs, n, k)``: tensor maps of A [total, K] and of B seen as [G * N, K] (box 128 x 64,
+    128-byte swizzle), ``out`` a 2-D array (uint16 for bf16 bits, or float16), ``offs`` int32
+    [G], int32 ``n`` and ``k`` (k >= 1). :data:`THREADS` threads, :data:`SMEM` bytes of
+    dynamic shared memory, at most ``ceil(units_bound(...) / 2)`` CTAs."""
+    if dtype not in TYPES:
+        raise ValueError(f"grouped_kernel: dtype must be one of {TYPES}; got {dtype!r}")
+    return _build(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _build(dtype):
+    KIND = f"f32.{dtype}.{dtype}"
+    pipe = TmaPipeline(STAGES, consumers=1)
+    pp = PingPong(KIND, pipe)
+    NBARS = pipe.barrier_words
+    STAGE, A_BYTES = PingPong.STAGE_BYTES, PingPong.A_BYTES
+
+    @cuda.jit(device=True, inline=True)
+    def group_rows(offs, g, total):
+        """Rows [start, end) of group ``g``, clamped into [0, total] and non-decreasing."""
+        start = 0 if g == 0 else min(max(offs[g - 1], 0), total)
+        end = min(max(offs[g], start), total)
+        return start, end
+
+    @cuda.jit(device=True, inline=True)
+    def locate(u, g, gbase, offs, total, tiles_n):
+        """Group, its first unit and its rows for unit ``u`` (``u`` never decreases between
+        calls: the walk goes on from the group of the last call)."""
+        start, end = group_rows(offs, g, total)
+        tiles = (end - start + BM - 1) // BM * tiles_n
+        while u >= gbase + tiles:
+            gbase += tiles
+            g += 1
+            start, end = group_rows(offs, g, total)
+            tiles = (end - start + BM - 1) // BM * tiles_n
+        return g, gbase, start, end
+
+    @cuda.jit(launch_bounds=(THREADS, 1))
+    def grouped_gemm(tmap_a, tmap_b, out, offs, n, k):
+        dyn = cuda.shared.array(0, np.uint8)
+        bars = cuda.shared.array(NBARS, np.uint64)
+        base = dynamic_smem_base(dyn, 1024)
+        ring = smem_addr(bars)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            pipe.init(ring)
+        cuda.syncthreads()
+        total = out.shape[0]
+        groups = offs.shape[0]
+        tiles_n = (n + BN - 1) // BN
+        kblocks = (k + BK - 1) // BK
+        nunits = 0
+        for g in range(groups):
+            start, end = group_rows(offs, g, total)
+            nunits += (end - start + BM - 1) // BM * tiles_n
+        first, step = cuda.blockIdx.x, cuda.gridDim.x
+        g, gbase = 0, 0
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
+            setmaxnreg_dec(40)
+            if tid == 0:
+                s, ph = 0, 0
+                for pair in range(first, (nunits + 1) // 2, step):
+                    for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
+                        g, gbase, start, end = locate(u, g, gbase, offs, total, tiles_n)
+                        rows = (end - start + BM - 1) // BM
+                        tm, tn = (u - gbase) % rows, (u - gbase) // rows
+                        for kb in range(kblocks):
+                            full = pipe.producer_acquire(ring, s, ph, STAGE)
+                            slot = base + s * STAGE
+                            tma_load_2d(slot, tmap_a, full, kb * BK, start + tm * BM)
+                            tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, g * n + tn * BN)
+                            s, ph = pipe.advance(s, ph)
+        else:  # two consumer warpgroups taking tiles in turn
+            setmaxnreg_inc(232)
+            cw, ct = tid // 128 - 1, tid % 128
+            s, ph = pp.start(cw, kblocks)
+            for u in range(2 * first + cw, nunits, 2 * step):
+                g, gbase, start, end = locate(u, g, gbase, offs, total, tiles_n)
+                rows = (end - start + BM - 1) // BM
+                tm, tn = (u - gbase) % rows, (u - gbase) // rows
+                other_next = u + 1 if cw == 0 else u + 2 * step - 1
+                acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * first, other_next < nunits)
+                mine = out[start:end]  # this group's rows: the next group's are not ours to write
+                acc_store(acc0, KIND, mine, ct, tm * BM, tn * BN)
+                acc_store(acc1, KIND, mine, ct, tm * BM + 64, tn * BN)
+
+    return grouped_gemm

@@ -1,0 +1,74 @@
+"""grouped_matmul in Numba's CUDA simulator (run by tests/test_sim.py in a child process with
+NUMBA_ENABLE_CUDASIM=1): uneven groups, an empty one, offsets that are not multiples of the
+tile, exact on small integers against the per-group products; bad input refused."""
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from nbwgmma import MatmulError, grouped_matmul
+from nbwgmma.layout.wgmma_model import encode_elements
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+RNG = np.random.default_rng(11)
+
+
+def _bits(x):
+    return cuda.to_device(encode_elements(x, "bf16").view(np.uint16).reshape(x.shape))
+
+
+def _bf16(c):
+    return (c.copy_to_host().astype(np.uint32) << 16).view(np.float32)
+
+
+def test_four_uneven_groups_one_empty_equal_the_per_group_products():
+    sizes = [70, 0, 200, 33]  # the empty group and ends that are no multiple of 128
+    total, n, k = sum(sizes), 136, 96
+    ends = np.cumsum(sizes).astype(np.int32)
+    a = RNG.integers(-2, 3, (total, k)).astype(np.float64)
+    w = RNG.integers(-2, 3, (len(sizes), n, k)).astype(np.float64)
+    dw = _bits(w.reshape(-1, k)).reshape(len(sizes), n, k)
+    out = cuda.to_device(np.full((total, n), 0x7FC0, np.uint16))  # NaN: every row must be written
+    grouped_matmul(_bits(a), _swap(dw), cuda.to_device(ends), out=out,
+                   in_dtype="bf16", validate=True)
+    ref = np.concatenate([a[e - s:e] @ w[g].T for g, (s, e) in enumerate(zip(sizes, ends))])
+    np.testing.assert_array_equal(_bf16(out), ref)
+
+
+def _swap(dw):
+    """B[g] = w[g]^T as a view (G, K, N) of the (G, N, K) stack."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray(dw._ary.transpose(0, 2, 1))
+
+
+def test_bad_offsets_and_layouts_are_refused():
+    a = _bits(np.ones((64, 32)))
+    w = _bits(np.ones((3 * 48, 32))).reshape(3, 48, 32)
+    b = _swap(w)
+    cases = [
+        (dict(offs=cuda.to_device(np.array([10, 5, 64], np.int32)), validate=True), r"must not decrease; offs\[1\] = 5"),
+        (dict(offs=cuda.to_device(np.array([10, 20, 65], np.int32)), validate=True), "past A's 64 rows"),
+        (dict(offs=cuda.to_device(np.array([10, 20, 64], np.int64))), "offs must be int32 of shape"),
+        (dict(offs=cuda.to_device(np.array([10, 64], np.int32))), r"offs must be int32 of shape \(3,\)"),
+        (dict(offs=np.array([10, 20, 64], np.int32)), "offs"),
+    ]
+    for kw, msg in cases:
+        with pytest.raises(MatmulError, match=msg):
+            grouped_matmul(a, b, in_dtype="bf16", **kw)
+    with pytest.raises(MatmulError, match="B must be the transpose of a contiguous"):
+        grouped_matmul(a, _bits(np.ones((3 * 32, 48))).reshape(3, 32, 48), cuda.to_device(np.array([1, 2, 3], np.int32)),
+                       in_dtype="bf16")
+
+
+def test_offsets_past_the_end_are_clamped_not_followed():
+    """Without validate, a last offset past A's rows cannot make the kernel read or write
+    outside A and out: the group ends with A."""
+    total, n, k = 100, 48, 32
+    a = RNG.integers(-2, 3, (total, k)).astype(np.float64)
+    w = RNG.integers(-2, 3, (2, n, k)).astype(np.float64)
+    out = cuda.to_device(np.full((total, n), 0x7FC0, np.uint16))
+    grouped_matmul(_bits(a), _swap(_bits(w.reshape(-1, k)).reshape(2, n, k)),
+                   cuda.to_device(np.array([40, 1000], np.int32)), out=out, in_dtype="bf16")
+    np.testing.assert_array_equal(_bf16(out), np.concatenate([a[:40] @ w[0].T, a[40:] @ w[1].T]))
