@@ -72,3 +72,22 @@ def test_offsets_past_the_end_are_clamped_not_followed():
     grouped_matmul(_bits(a), _swap(_bits(w.reshape(-1, k)).reshape(2, n, k)),
                    cuda.to_device(np.array([40, 1000], np.int32)), out=out, in_dtype="bf16")
     np.testing.assert_array_equal(_bf16(out), np.concatenate([a[:40] @ w[0].T, a[40:] @ w[1].T]))
+
+
+def test_masked_groups_compute_only_their_counted_rows():
+    """A [G, T, K] with counts [G]: each group's first counts[g] rows, the rest untouched."""
+    groups, t, n, k = 3, 150, 64, 48
+    counts = np.array([150, 0, 61], np.int32)
+    a = RNG.integers(-2, 3, (groups, t, k)).astype(np.float64)
+    w = RNG.integers(-2, 3, (groups, n, k)).astype(np.float64)
+    out = cuda.to_device(np.full((groups, t, n), 0x7FC0, np.uint16))
+    grouped_matmul(_bits(a.reshape(-1, k)).reshape(groups, t, k), _swap(_bits(w.reshape(-1, k)).reshape(groups, n, k)),
+                   cuda.to_device(counts), out=out, in_dtype="bf16", validate=True)
+    got = _bf16(out)
+    for g in range(groups):
+        np.testing.assert_array_equal(got[g, :counts[g]], a[g, :counts[g]] @ w[g].T)
+        assert np.isnan(got[g, counts[g]:]).all()  # not computed, not written
+    with pytest.raises(MatmulError, match=r"counts must be in \[0, 150\]"):
+        grouped_matmul(_bits(a.reshape(-1, k)).reshape(groups, t, k),
+                       _swap(_bits(w.reshape(-1, k)).reshape(groups, n, k)),
+                       cuda.to_device(np.array([1, 151, 0], np.int32)), in_dtype="bf16", validate=True)

@@ -39,7 +39,8 @@ def test_config_checks_its_arguments():
 def test_grouped_kernel_compiles_clean():
     from nbwgmma.kernels.grouped import grouped_kernel
 
-    sig = (types.uint64, types.uint64, types.uint16[:, ::1], types.int32[::1], types.int32, types.int32)
-    rep = compile_report(grouped_kernel("bf16"), sig)
-    assert rep.sass.get("HGMMA") == 8 and rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
-    assert not rep.warnings, rep.warnings
+    sig = (types.uint64, types.uint64, types.uint16[:, ::1], types.int32[::1], types.int32, types.int32, types.int32)
+    for masked in (False, True):
+        rep = compile_report(grouped_kernel("bf16", masked), sig)
+        assert rep.sass.get("HGMMA") == 8 and rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+        assert not rep.warnings, rep.warnings

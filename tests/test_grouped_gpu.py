@@ -26,3 +26,28 @@ def test_grouped_matmul_matches_the_per_group_products(sizes, n, k):
     if hasattr(torch, "_grouped_mm"):
         peer = torch._grouped_mm(x, w.transpose(1, 2), offs=offs)
         assert float(torch.linalg.norm(peer.double() - ref) / torch.linalg.norm(ref)) <= 1e-2
+
+
+def test_masked_layout_in_a_cuda_graph_follows_changing_counts():
+    g_, t, n, k = 4, 256, 384, 512
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = (torch.randn(g_, t, k, device="cuda", generator=gen) / k ** 0.5).bfloat16()
+    w = torch.randn(g_, n, k, device="cuda", generator=gen).bfloat16()
+    counts = torch.tensor([256, 0, 17, 130], device="cuda", dtype=torch.int32)
+    out = torch.full((g_, t, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    grouped_matmul(x, w.transpose(1, 2), counts, out=out)  # compile and warm up outside the graph
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grouped_matmul(x, w.transpose(1, 2), counts, out=out)
+    for new in ([3, 256, 0, 128], [256, 255, 1, 0]):
+        out.fill_(float("nan"))
+        counts.copy_(torch.tensor(new, device="cuda", dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        for g in range(g_):
+            c = new[g]
+            ref = x[g, :c].double() @ w[g].double().t()
+            if c:
+                rel = float(torch.linalg.norm(out[g, :c].double() - ref) / torch.linalg.norm(ref))
+                assert rel <= 1e-2, (new, g, rel)
+            assert torch.isnan(out[g, c:].float()).all(), (new, g)

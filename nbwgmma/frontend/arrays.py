@@ -138,10 +138,11 @@ def _lib_name(mod, a):
     return {"cupy": "a CuPy array", "torch": "a PyTorch tensor"}.get(mod.split(".")[0], f"a {type(a).__name__}")
 
 
-def host_view(a, dtype):
+def host_view(a, dtype, shape=None):
     """In the CUDA simulator: the simulator array ``a`` with its elements seen as ``dtype``
-    (same size), sharing its memory; the counterpart of a Numba device array built from
-    ``a``'s ``__cuda_array_interface__`` on the GPU."""
+    (same size), sharing its memory, reshaped to ``shape`` if given; the counterpart of a
+    Numba device array built from ``a``'s ``__cuda_array_interface__`` on the GPU."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-    return FakeCUDAArray(a._ary.view(dtype))
+    v = a._ary.view(dtype)
+    return FakeCUDAArray(v if shape is None or v.shape == tuple(shape) else v.reshape(shape))

@@ -12,6 +12,11 @@ before the launch, and the kernel clamps its values into [0, total] and makes th
 non-decreasing, so bad values cannot reach memory outside A or ``out``; rows past the last
 offset are left as they are. ``validate=True`` also reads ``offs`` on the host (a
 synchronization) and refuses decreasing values or an end past A's rows.
+
+The masked layout, for decoding under CUDA graphs (shapes fixed, counts changing on the
+device): a 3-D A [G, T, K] and ``offs`` holding each group's count of valid rows; out is
+[G, T, N], and only each group's first ``offs[g]`` rows are computed and written (counts
+clamped into [0, T]; ``validate=True`` refuses counts outside it).
 """
 
 from __future__ import annotations
@@ -57,9 +62,19 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     """``out[rows of group g] = a[rows of group g] @ b[g]`` for the groups of rows ``offs``
     delimits (see the module's text); returns ``out`` (allocated when not given)."""
     ia, ib, io_ = _info(a, "A"), _info(b, "B"), _info(offs, "offs")
+    masked = len(ia.shape) == 3
+    if masked:  # [G, T, K] seen as [G * T, K]
+        if ia.shape[0] != (ib.shape[0] if len(ib.shape) == 3 else None):
+            raise MatmulError(f"grouped_matmul: a 3-D A (G, T, K) needs B of (G, K, N) with the same G; got shapes "
+                              f"{ia.shape} and {ib.shape}")
+        t = ia.shape[1]
+        if ia.strides[0] != t * ia.strides[1]:
+            raise MatmulError(f"grouped_matmul: a 3-D A must have its groups' rows one after another; got strides "
+                              f"{ia.strides} bytes")
+        ia = ArrayInfo(ia.ptr, (ia.shape[0] * t, ia.shape[2]), ia.strides[1:], *tuple(ia)[3:])
     if len(ia.shape) != 2 or len(ib.shape) != 3:
-        raise MatmulError(f"grouped_matmul: A must be 2-D (total, K) and B 3-D (G, K, N); got shapes {ia.shape} "
-                          f"and {ib.shape}")
+        raise MatmulError(f"grouped_matmul: A must be 2-D (total, K) or 3-D (G, T, K) and B 3-D (G, K, N); got "
+                          f"shapes {ia.shape} and {ib.shape}")
     (total, k), (groups, kb, n) = ia.shape, ib.shape
     if kb != k:
         raise MatmulError(f"grouped_matmul: inner dimensions differ: A is {ia.shape}, B is {ib.shape}")
@@ -84,20 +99,30 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows; got strides {ia.strides} "
                           f"bytes")
     lib = lib_of(a)
+    shape = (groups, total // groups, n) if masked else (total, n)
     if out is None:
-        out = empty_like_lib(lib, a, (total, n), odt)
+        out = empty_like_lib(lib, a, shape, odt)
     io = _info(out, "out")
-    if io.shape != (total, n) or _NAMES.get(io.dtype, io.dtype) != odt or not _row_major(io):
-        raise MatmulError(f"grouped_matmul: out must be a row-major ({total}, {n}) {odt} array with 16-byte aligned "
+    if io.shape != shape or _NAMES.get(io.dtype, io.dtype) != odt or not _row_major(io) \
+            or (masked and io.strides[0] != io.shape[1] * io.strides[1]):
+        raise MatmulError(f"grouped_matmul: out must be a row-major {shape} {odt} array with 16-byte aligned "
                           f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")
+    if masked:
+        io = ArrayInfo(io.ptr, (total, n), io.strides[1:], *tuple(io)[3:])
     if validate:
         ends = np.asarray(_host_offs(offs, lib), np.int64)
-        bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
-        if bad.size:
-            raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
-                              f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
-        if groups and ends[-1] > total:
-            raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past A's {total} rows")
+        if masked:
+            bad = np.flatnonzero((ends < 0) | (ends > total // max(groups, 1)))
+            if bad.size:
+                raise MatmulError(f"grouped_matmul: counts must be in [0, {total // groups}] (the rows per group of "
+                                  f"A); offs[{bad[0]}] = {ends[bad[0]]}")
+        else:
+            bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
+            if bad.size:
+                raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
+                                  f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
+            if groups and ends[-1] > total:
+                raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past A's {total} rows")
     if total == 0 or n == 0 or groups == 0:
         return out
     if k == 0:
@@ -109,7 +134,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     grid = max(1, min(sms, -(-units_bound(total, groups, n) // 2)))
     from ..launch import launch
 
-    launch(grouped_kernel(ta), grid, THREADS,
-           (tma_a.address, tma_b.address, numba_view(io, out, np.uint16 if odt == "bf16" else np.float16), offs,
-            np.int32(n), np.int32(k)), stream=stream_of(lib, stream), smem=SMEM)
+    view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
+    launch(grouped_kernel(ta, masked), grid, THREADS,
+           (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups)),
+           stream=stream_of(lib, stream), smem=SMEM)
     return out

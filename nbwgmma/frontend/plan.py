@@ -47,7 +47,7 @@ def numba_view(info: ArrayInfo, owner, dtype=None):
     """A Numba device array over ``info``'s memory (bf16 and fp8 as raw integers)."""
     dt = np.dtype(dtype or NP_OF.get(info.dtype, None) or numpy_dtype(info.dtype))  # "u16": a bf16 out
     if _SIM:  # the simulator's arrays have no __cuda_array_interface__
-        return host_view(owner, dt)
+        return host_view(owner, dt, info.shape)
     desc = {"shape": info.shape, "strides": info.strides, "typestr": dt.str,
             "data": (info.ptr, False), "version": 3}
     return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)

@@ -14,6 +14,11 @@ stored (each group's rows are stored through a slice of ``out`` that ends with t
 B's rows past N are the next group's weight: their columns fall outside ``out``. Values of
 ``offs`` are clamped to [0, total] and made non-decreasing, so bad offsets cannot make the
 kernel touch memory outside A or ``out``.
+
+The masked layout (decoding under CUDA graphs, fixed shapes): A [G, T, K] and out [G, T, N],
+seen as [G * T, K] and [G * T, N], with ``counts`` [G] in place of ``offs``: group ``g`` is
+rows ``g * T`` .. ``g * T + counts[g]`` (counts clamped into [0, T]); the rows past a
+group's count are neither computed nor written.
 """
 
 from __future__ import annotations
@@ -43,47 +48,53 @@ def units_bound(total: int, groups: int, n: int) -> int:
     return (-(-total // BM) + groups) * -(-n // BN)
 
 
-def grouped_kernel(dtype: str):
+def grouped_kernel(dtype: str, masked: bool = False):
     """The ``@cuda.jit`` kernel for ``dtype`` ("bf16" or "f16"): arguments ``(tmap_a, tmap_b,
-    out, offs, n, k)``: tensor maps of A [total, K] and of B seen as [G * N, K] (box 128 x 64,
-    128-byte swizzle), ``out`` a 2-D array (uint16 for bf16 bits, or float16), ``offs`` int32
-    [G], int32 ``n`` and ``k`` (k >= 1). :data:`THREADS` threads, :data:`SMEM` bytes of
+    out, offs, n, k, t)``: tensor maps of A [total, K] and of B seen as [G * N, K] (box 128 x
+    64, 128-byte swizzle), ``out`` a 2-D array (uint16 for bf16 bits, or float16), ``offs``
+    int32 [G] (the counts when ``masked``), int32 ``n``, ``k`` (k >= 1) and ``t`` (rows per
+    group when ``masked``, else unused). :data:`THREADS` threads, :data:`SMEM` bytes of
     dynamic shared memory, at most ``ceil(units_bound(...) / 2)`` CTAs."""
     if dtype not in TYPES:
         raise ValueError(f"grouped_kernel: dtype must be one of {TYPES}; got {dtype!r}")
-    return _build(dtype)
+    return _build(dtype, bool(masked))
 
 
 @functools.lru_cache(maxsize=None)
-def _build(dtype):
+def _build(dtype, masked):
     KIND = f"f32.{dtype}.{dtype}"
     pipe = TmaPipeline(STAGES, consumers=1)
     pp = PingPong(KIND, pipe)
     NBARS = pipe.barrier_words
     STAGE, A_BYTES = PingPong.STAGE_BYTES, PingPong.A_BYTES
 
-    @cuda.jit(device=True, inline=True)
-    def group_rows(offs, g, total):
-        """Rows [start, end) of group ``g``, clamped into [0, total] and non-decreasing."""
-        start = 0 if g == 0 else min(max(offs[g - 1], 0), total)
-        end = min(max(offs[g], start), total)
-        return start, end
+    if masked:
+        @cuda.jit(device=True, inline=True)
+        def group_rows(offs, g, total, t):
+            """Rows [start, end) of group ``g``: its ``counts[g]`` first rows, clamped to [0, t]."""
+            return g * t, g * t + min(max(offs[g], 0), t)
+    else:
+        @cuda.jit(device=True, inline=True)
+        def group_rows(offs, g, total, t):
+            """Rows [start, end) of group ``g``, clamped into [0, total] and non-decreasing."""
+            start = 0 if g == 0 else min(max(offs[g - 1], 0), total)
+            return start, min(max(offs[g], start), total)
 
     @cuda.jit(device=True, inline=True)
-    def locate(u, g, gbase, offs, total, tiles_n):
+    def locate(u, g, gbase, offs, total, t, tiles_n):
         """Group, its first unit and its rows for unit ``u`` (``u`` never decreases between
         calls: the walk goes on from the group of the last call)."""
-        start, end = group_rows(offs, g, total)
+        start, end = group_rows(offs, g, total, t)
         tiles = (end - start + BM - 1) // BM * tiles_n
         while u >= gbase + tiles:
             gbase += tiles
             g += 1
-            start, end = group_rows(offs, g, total)
+            start, end = group_rows(offs, g, total, t)
             tiles = (end - start + BM - 1) // BM * tiles_n
         return g, gbase, start, end
 
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def grouped_gemm(tmap_a, tmap_b, out, offs, n, k):
+    def grouped_gemm(tmap_a, tmap_b, out, offs, n, k, t):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         base = dynamic_smem_base(dyn, 1024)
@@ -98,7 +109,7 @@ def _build(dtype):
         kblocks = (k + BK - 1) // BK
         nunits = 0
         for g in range(groups):
-            start, end = group_rows(offs, g, total)
+            start, end = group_rows(offs, g, total, t)
             nunits += (end - start + BM - 1) // BM * tiles_n
         first, step = cuda.blockIdx.x, cuda.gridDim.x
         g, gbase = 0, 0
@@ -108,7 +119,7 @@ def _build(dtype):
                 s, ph = 0, 0
                 for pair in range(first, (nunits + 1) // 2, step):
                     for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                        g, gbase, start, end = locate(u, g, gbase, offs, total, tiles_n)
+                        g, gbase, start, end = locate(u, g, gbase, offs, total, t, tiles_n)
                         rows = (end - start + BM - 1) // BM
                         tm, tn = (u - gbase) % rows, (u - gbase) // rows
                         for kb in range(kblocks):
@@ -122,7 +133,7 @@ def _build(dtype):
             cw, ct = tid // 128 - 1, tid % 128
             s, ph = pp.start(cw, kblocks)
             for u in range(2 * first + cw, nunits, 2 * step):
-                g, gbase, start, end = locate(u, g, gbase, offs, total, tiles_n)
+                g, gbase, start, end = locate(u, g, gbase, offs, total, t, tiles_n)
                 rows = (end - start + BM - 1) // BM
                 tm, tn = (u - gbase) % rows, (u - gbase) // rows
                 other_next = u + 1 if cw == 0 else u + 2 * step - 1
