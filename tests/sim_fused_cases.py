@@ -30,6 +30,16 @@ def _host(c, t):
     (128, 64, 128, "col", None, "f16"),      # bias alone
 ])
 def test_fused_matmul_is_exact_on_small_integers(m, n, k, where, act, t):
+    _exact(m, n, k, where, act, t, b_row_major=False)
+
+
+@pytest.mark.parametrize("m, n, k, where, t", [(200, 136, 72, "col", "bf16"), (130, 64, 136, None, "f16")])
+def test_fused_matmul_of_a_row_major_b_is_exact(m, n, k, where, t):
+    """B [K, N] with N contiguous (x @ w), read with wgmma's transpose bit."""
+    _exact(m, n, k, where, "relu", t, b_row_major=True)
+
+
+def _exact(m, n, k, where, act, t, b_row_major):
     a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
     bias = None
     ref = a @ w.T
@@ -42,8 +52,8 @@ def test_fused_matmul_is_exact_on_small_integers(m, n, k, where, act, t):
     if act == "relu":
         ref = np.maximum(ref, 0)
     out = cuda.to_device(np.full((m, n), 0x7FC0 if t == "bf16" else np.nan, np.uint16 if t == "bf16" else np.float16))
-    matmul(_bits(a, t), _bits(w, t).T, bias=None if bias is None else cuda.to_device(bias), activation=act, out=out,
-           in_dtype=t)
+    b = _bits(np.ascontiguousarray(w.T), t) if b_row_major else _bits(w, t).T
+    matmul(_bits(a, t), b, bias=None if bias is None else cuda.to_device(bias), activation=act, out=out, in_dtype=t)
     np.testing.assert_array_equal(_host(out, t), ref)
 
 
@@ -61,8 +71,8 @@ def test_bad_epilogue_inputs_are_refused_before_launch():
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):
             matmul(a, w.T, in_dtype="bf16", **kw)
-    with pytest.raises(MatmulError, match="B\\^T .* must be row-major"):  # B row-major: w itself, not w.T
-        matmul(a, _bits(np.ones((32, 48)), "bf16"), bias=bias, in_dtype="bf16")
+    with pytest.raises(MatmulError, match="must be row-major with 16-byte aligned rows"):  # B of neither layout
+        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=bias, in_dtype="bf16")
     with pytest.raises(MatmulError, match="out of the same type|same type"):
         matmul(a, w.T, bias=bias, in_dtype="bf16", out_dtype="f32")
 

@@ -53,6 +53,18 @@ def test_fused_matmul_matches_float64(t, where, act, bias_t):
         assert rel <= TOL[t], f"{(m, n, k)}: relative error {rel:.3e}"
 
 
+def test_row_major_weight_x_at_w_matches_float64():
+    g = torch.Generator(device="cuda").manual_seed(9)
+    for m, n, k in ((1000, 520, 328), (256, 384, 4096)):
+        x = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).bfloat16()
+        w = torch.randn(k, n, device="cuda", generator=g).bfloat16()  # [K, N], N contiguous
+        bias = torch.randn(n, device="cuda", generator=g)
+        c = matmul(x, w, bias=bias, activation="silu")
+        ref = torch.nn.functional.silu(x.double() @ w.double() + bias.double())
+        rel = float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref))
+        assert rel <= TOL["bf16"], ((m, n, k), rel)
+
+
 def test_fused_matmul_is_exact_on_small_integers_and_allocates_its_output():
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randint(-2, 3, (300, 192), device="cuda", generator=g).to(torch.bfloat16)

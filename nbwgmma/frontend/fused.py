@@ -1,9 +1,10 @@
 """``matmul(a, b, bias=..., activation=...)``: calls with a fused epilogue.
 
 They run the fused-epilogue GEMM (:mod:`nbwgmma.kernels.fused`, the ping-pong schedule on
-the kit). What it takes so far: bf16 or f16 A and B, A row-major (K contiguous) and B the
-transpose of a row-major weight (``x @ w.T``: B [K, N] with K contiguous), the output of
-the input type with N contiguous, every row 16-byte aligned (TMA). Other layouts and types
+the kit). What it takes so far: bf16 or f16 A and B, A row-major (K contiguous), B [K, N]
+either the transpose of a row-major weight (``x @ w.T``: K contiguous) or row-major itself
+(``x @ w``: N contiguous), the output of the input type with N contiguous, every row
+16-byte aligned (TMA). Other layouts and types
 are refused with a :class:`~nbwgmma.errors.MatmulError` that says what is taken.
 
 The bias is a 1-D vector of N values (one per column of C, PyTorch's ``addmm`` bias), or a
@@ -152,11 +153,12 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     where = check_epilogue(activation, bi, m, n, ia.device)
     ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
     bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
-    for name, info in (("A", ia), ("B^T (the weight w of a @ w.T)", bt), ("out", io)):
+    b_major = "K" if _row_major(bt) else "MN"
+    for name, info in (("A", ia), ("B (as w.T with w [N, K] row-major, or [K, N] row-major)", bt if b_major == "K" else ib),
+                       ("out", io)):
         if not _row_major(info):
-            raise MatmulError(f"matmul: with bias/activation, {name} must be row-major with 16-byte aligned rows "
-                              f"(K contiguous for A and B^T, N for out) so far; got shape {info.shape}, "
-                              f"strides {info.strides} bytes")
+            raise MatmulError(f"matmul: with bias/activation/epilogue, {name} must be row-major with 16-byte aligned "
+                              f"rows so far; got shape {info.shape}, strides {info.strides} bytes")
     if m == 0 or n == 0:
         return out
     if k == 0:
@@ -165,17 +167,20 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
         extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
-    ckey = (dt, where, activation, ufn, kinds)
+    ckey = (dt, where, activation, ufn, kinds, b_major)
     cfg = _CONFIGS.get(ckey)
     if cfg is None:
-        cfg = _CONFIGS[ckey] = FusedConfig(dt, where, activation, epilogue=ufn, extras=kinds)
+        cfg = _CONFIGS[ckey] = FusedConfig(dt, where, activation, epilogue=ufn, extras=kinds, b_major=b_major)
     sms = _SMS.get(ia.device)
     if sms is None:
         sms = _SMS[ia.device] = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
     es = ia.itemsize
     # Maps cached by address and view (frontend.plan): a repeated call encodes none.
     ta = tensor_map(a, ia.ptr, dt, (128, 64), ((m, k), (ia.strides[0] // es, 1)), keep=False)
-    tb = tensor_map(b, ib.ptr, dt, (128, 64), ((n, k), (bt.strides[0] // es, 1)), keep=False)
+    if b_major == "K":
+        tb = tensor_map(b, ib.ptr, dt, (128, 64), ((n, k), (bt.strides[0] // es, 1)), keep=False)
+    else:  # [K, N] row-major: 64 x 64 boxes, two per stage
+        tb = tensor_map(b, ib.ptr, dt, (64, 64), ((k, n), (ib.strides[0] // es, 1)), keep=False)
     tc = tensor_map(out, io.ptr, dt, (64, 64), ((m, n), (io.strides[0] // es, 1)), keep=False)
     args = (ta.address, tb.address, tc.address, vec, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha),
             *extras)

@@ -8,8 +8,9 @@ cores busy. A CTA walks pairs of adjacent tiles in grouped order, one per consum
 epilogue goes out in 64 x 64 parts through two shared blocks per consumer (``stmatrix``,
 then a TMA store that runs while the next part is computed).
 
-A [M, K] and B [N, K] are 16-bit (bf16 or f16), K contiguous (B is the weight of
-``x @ w.T``); C [M, N] has their type, N contiguous. TMA fills A's and B's tails with zeros
+A [M, K] is 16-bit (bf16 or f16), K contiguous; B is [N, K] with K contiguous (the weight of
+``x @ w.T``) or [K, N] with N contiguous (``x @ w``, read with wgmma's transpose bit); C
+[M, N] has their type, N contiguous. TMA fills A's and B's tails with zeros
 and clips C's stores, so any M, N, K (with 16-byte aligned rows) works.
 """
 
@@ -22,7 +23,7 @@ from numba import cuda
 
 from ..intrinsics import (
     acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, dynamic_smem_base,
-    fence_proxy_async_shared, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d, tma_store_2d,
+    fence_proxy_async_shared, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_store_2d,
 )
 from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, warpgroup_sync
 from ..launch import dynamic_smem_bytes
@@ -37,7 +38,7 @@ TYPES = ("bf16", "f16")
 BM = BN = 128  # one consumer's tile
 BK = 64  # one 128-byte swizzle row of 16-bit K per stage
 STAGES = 6
-A_BYTES, STAGE = BM * 128, (BM + BN) * 128
+STAGE = (BM + BN) * 128
 C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer
 THREADS = 384
 SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
@@ -55,10 +56,11 @@ class FusedConfig:
     :data:`nbwgmma.kit.ACTIVATIONS`), ``group_m`` (tile rows per group of the walk), and a
     user ``epilogue``: a ``@cuda.jit(device=True)`` function ``(value, row, col, *extra) ->
     value`` applied last, whose extra arguments have the kinds ``extras`` (:data:`EXTRA_KINDS`,
-    in the function's order)."""
+    in the function's order); ``b_major`` "K" (B [N, K], the weight of ``x @ w.T``) or "MN"
+    (B [K, N] row-major, ``x @ w``)."""
 
     def __init__(self, dtype: str = "bf16", bias: str | None = None, act: str | None = None, group_m: int = 8,
-                 epilogue=None, extras: tuple = ()):
+                 epilogue=None, extras: tuple = (), b_major: str = "K"):
         if dtype not in TYPES:
             raise ValueError(f"FusedConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if bias not in BIASES:
@@ -73,11 +75,14 @@ class FusedConfig:
         if extras and epilogue is None:
             raise ValueError("FusedConfig: extras are the arguments of an epilogue function; got no epilogue")
         self.dtype, self.bias, self.act, self.group_m = dtype, bias, act, group_m
-        self.epilogue, self.extras = epilogue, extras
+        if b_major not in ("K", "MN"):
+            raise ValueError(f"FusedConfig: b_major must be 'K' (B [N, K], K contiguous) or 'MN' (B [K, N], N "
+                             f"contiguous); got {b_major!r}")
+        self.epilogue, self.extras, self.b_major = epilogue, extras, b_major
         self.sched = TileScheduler(BM, BN, BK, group_m=group_m)
 
     def key(self):
-        return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras)
+        return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras, self.b_major)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (a pair of tiles per CTA)."""
@@ -127,8 +132,8 @@ def _epilogue(cfg):
 def fused_kernel(cfg: FusedConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
     ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3)``: tensor-map addresses of
-    A [M, K] (box 128 x 64), B [N, K] (box 128 x 64) and C [M, N] (box 64 x 64), all with the
-    128-byte swizzle; ``vec`` the f32 bias (any f32 array where there is none); int32 sizes;
+    A [M, K] (box 128 x 64), B [N, K] (box 128 x 64; with ``b_major="MN"`` B [K, N], box 64 x
+    64) and C [M, N] (box 64 x 64), all with the 128-byte swizzle; ``vec`` the f32 bias (any f32 array where there is none); int32 sizes;
     f32 ``alpha``; the user epilogue's extras (1-D f32 vectors whole, or f32 scalars; an f32
     zero in the slots it does not use). Launch it with :data:`THREADS` threads, :data:`SMEM` bytes of dynamic shared
     memory and ``cfg.grid(...)`` CTAs."""
@@ -140,7 +145,7 @@ def _build(key):
     cfg = FusedConfig(*key)
     KIND = f"f32.{cfg.dtype}.{cfg.dtype}"
     pipe = TmaPipeline(STAGES, consumers=1)
-    pp = PingPong(KIND, pipe)
+    pp = PingPong(KIND, pipe, b_major=cfg.b_major)
     sched = cfg.sched
     NBARS = pipe.barrier_words
     epilogue = _epilogue(cfg)
@@ -178,9 +183,7 @@ def _build(key):
                         tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
-                            slot = base + s * STAGE
-                            tma_load_2d(slot, tmap_a, full, kb * BK, tm * BM)
-                            tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, tn * BN)
+                            pp.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
                             s, ph = pipe.advance(s, ph)
         else:  # two consumer warpgroups, each a whole 128 x 128 tile, taking tiles in turn
             setmaxnreg_inc(232)

@@ -28,7 +28,7 @@ import functools
 import numpy as np
 from numba import cuda
 
-from ..intrinsics import acc_store, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d
+from ..intrinsics import acc_store, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr
 from ..kit import PingPong, TmaPipeline
 from ..launch import dynamic_smem_bytes
 
@@ -66,7 +66,7 @@ def _build(dtype, masked):
     pipe = TmaPipeline(STAGES, consumers=1)
     pp = PingPong(KIND, pipe)
     NBARS = pipe.barrier_words
-    STAGE, A_BYTES = PingPong.STAGE_BYTES, PingPong.A_BYTES
+    STAGE = PingPong.STAGE_BYTES
 
     if masked:
         @cuda.jit(device=True, inline=True)
@@ -124,9 +124,7 @@ def _build(dtype, masked):
                         tm, tn = (u - gbase) % rows, (u - gbase) // rows
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
-                            slot = base + s * STAGE
-                            tma_load_2d(slot, tmap_a, full, kb * BK, start + tm * BM)
-                            tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, g * n + tn * BN)
+                            pp.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g * n + tn * BN)
                             s, ph = pipe.advance(s, ph)
         else:  # two consumer warpgroups taking tiles in turn
             setmaxnreg_inc(232)

@@ -9,6 +9,8 @@ the ring with the tiles in the order the consumers take them: tile ``2p`` for wa
 
     pp = PingPong("f32.bf16.bf16", TmaPipeline(6, consumers=1))
     ...
+    pp.load(slot, full, tmap_a, tmap_b, kb * 64, a_row, b_row)   # the producer, per stage
+    ...
     s, ph = pp.start(cw, kblocks)            # each consumer warpgroup, once
     for u in range(...):                     # its tiles
         acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != first, other_has_next)
@@ -29,8 +31,8 @@ import types
 
 from numba import cuda
 
-from ..intrinsics import acc_undef, desc_advance, make_desc, wgmma_commit_group, wgmma_fence, wgmma_mma_async, \
-    wgmma_wait_group
+from ..intrinsics import acc_undef, desc_advance, make_desc, tma_load_2d, wgmma_commit_group, wgmma_fence, \
+    wgmma_mma_async, wgmma_wait_group
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from .pipeline import TmaPipeline
 from .warpgroup import turn_pass, turn_wait
@@ -41,33 +43,53 @@ _SW128 = SWIZZLE_CODE["128B"]
 
 
 class PingPong(types.ModuleType):
-    """Consumer warpgroups of ``kind`` (a 16-bit wgmma kind, K-major operands) taking 128 x
-    128 tiles in turn over ``pipe`` (a :class:`TmaPipeline` with ``consumers=1``: each stage
-    belongs to one warpgroup). A stage holds A's 128 rows (16 KiB), then B's 128 rows.
-    Device functions: ``start(cw, kblocks) -> (s, ph)`` and ``tile(ring, base, s, ph,
-    kblocks, ct, cw, wait_turn, pass_turn) -> (acc0, acc1, s, ph)``."""
+    """Consumer warpgroups of ``kind`` (a 16-bit wgmma kind) taking 128 x 128 tiles in turn
+    over ``pipe`` (a :class:`TmaPipeline` with ``consumers=1``: each stage belongs to one
+    warpgroup). A stage holds A's 128 rows x 64 K (16 KiB, K contiguous), then B's 128
+    columns x 64 K: K contiguous (``b_major="K"``: one box of B [N, K]) or N contiguous
+    (``b_major="MN"``: two 64 x 64 boxes of B [K, N], read with wgmma's transpose bit).
+    Device functions: ``load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row)`` (the
+    producer's TMA loads of one stage), ``start(cw, kblocks) -> (s, ph)`` and ``tile(ring,
+    base, s, ph, kblocks, ct, cw, wait_turn, pass_turn) -> (acc0, acc1, s, ph)`` (kblocks >= 1)."""
 
     BM = BN = 128
     BK = 64
     A_BYTES = 128 * 128
     STAGE_BYTES = 2 * 128 * 128
 
-    def __init__(self, kind: str, pipe: TmaPipeline):
+    def __init__(self, kind: str, pipe: TmaPipeline, *, b_major: str = "K"):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or not k.transposable:
             raise ValueError(f"PingPong: kind must be f32.bf16.bf16 or f32.f16.f16; got {kind!r}")
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != 1 or pipe.cluster != 1:
             raise ValueError(f"PingPong: pipe must be a TmaPipeline with consumers=1 and no cluster; got {pipe!r}")
+        if b_major not in ("K", "MN"):
+            raise ValueError(f"PingPong: b_major must be 'K' or 'MN'; got {b_major!r}")
         super().__init__(f"PingPong({kind})")
-        self.kind, self.pipe = kind, pipe
+        self.kind, self.pipe, self.b_major = kind, pipe, b_major
         self._build()
 
     def __repr__(self):
-        return f"PingPong({self.kind}, {self.pipe!r})"
+        return f"PingPong({self.kind}, {self.pipe!r}, b_major={self.b_major!r})"
 
     def _build(self):
         KIND, pipe = self.kind, self.pipe
         A_BYTES, STAGE = self.A_BYTES, self.STAGE_BYTES
+        B_MN = self.b_major == "MN"
+        TRANS_B = int(B_MN)
+        # B in the stage: K-major, 8-row atoms 1024 B apart, a K step 32 B along the row; MN-major,
+        # two boxes of 64 columns 8 KiB apart (LBO), 8 K-rows 1024 B apart (SBO), a K step 2048 B.
+        B_LBO, B_STEP = (8192, 2048) if B_MN else (16, 32)
+        B1, B2, B3 = B_STEP, 2 * B_STEP, 3 * B_STEP
+
+        @cuda.jit(device=True, inline=True)
+        def load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row):
+            tma_load_2d(slot, tmap_a, full, kcol, a_row)
+            if B_MN:
+                tma_load_2d(slot + A_BYTES, tmap_b, full, b_row, kcol)
+                tma_load_2d(slot + A_BYTES + 8192, tmap_b, full, b_row + 64, kcol)
+            else:
+                tma_load_2d(slot + A_BYTES, tmap_b, full, kcol, b_row)
 
         @cuda.jit(device=True, inline=True)
         def start(cw, kblocks):
@@ -85,16 +107,16 @@ class PingPong(types.ModuleType):
                 slot = base + s * STAGE
                 da = make_desc(slot, 16, 1024, _SW128)
                 da1 = make_desc(slot + 64 * 128, 16, 1024, _SW128)
-                db = make_desc(slot + A_BYTES, 16, 1024, _SW128)
+                db = make_desc(slot + A_BYTES, B_LBO, 1024, _SW128)
                 wgmma_fence()
-                acc0 = wgmma_mma_async(acc0, da, db, KIND, kb > 0)  # scale-d 0 first: no zero fill
-                acc1 = wgmma_mma_async(acc1, da1, db, KIND, kb > 0)
-                acc0 = wgmma_mma_async(acc0, desc_advance(da, 32), desc_advance(db, 32), KIND)
-                acc1 = wgmma_mma_async(acc1, desc_advance(da1, 32), desc_advance(db, 32), KIND)
-                acc0 = wgmma_mma_async(acc0, desc_advance(da, 64), desc_advance(db, 64), KIND)
-                acc1 = wgmma_mma_async(acc1, desc_advance(da1, 64), desc_advance(db, 64), KIND)
-                acc0 = wgmma_mma_async(acc0, desc_advance(da, 96), desc_advance(db, 96), KIND)
-                acc1 = wgmma_mma_async(acc1, desc_advance(da1, 96), desc_advance(db, 96), KIND)
+                acc0 = wgmma_mma_async(acc0, da, db, KIND, kb > 0, 1, 1, 0, TRANS_B)  # scale-d 0 first: no fill
+                acc1 = wgmma_mma_async(acc1, da1, db, KIND, kb > 0, 1, 1, 0, TRANS_B)
+                acc0 = wgmma_mma_async(acc0, desc_advance(da, 32), desc_advance(db, B1), KIND, 1, 1, 1, 0, TRANS_B)
+                acc1 = wgmma_mma_async(acc1, desc_advance(da1, 32), desc_advance(db, B1), KIND, 1, 1, 1, 0, TRANS_B)
+                acc0 = wgmma_mma_async(acc0, desc_advance(da, 64), desc_advance(db, B2), KIND, 1, 1, 1, 0, TRANS_B)
+                acc1 = wgmma_mma_async(acc1, desc_advance(da1, 64), desc_advance(db, B2), KIND, 1, 1, 1, 0, TRANS_B)
+                acc0 = wgmma_mma_async(acc0, desc_advance(da, 96), desc_advance(db, B3), KIND, 1, 1, 1, 0, TRANS_B)
+                acc1 = wgmma_mma_async(acc1, desc_advance(da1, 96), desc_advance(db, B3), KIND, 1, 1, 1, 0, TRANS_B)
                 wgmma_commit_group()
                 wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
                 if kb > 0 and ct == 0:
@@ -109,4 +131,4 @@ class PingPong(types.ModuleType):
             s, ph = pipe.advance_by(s, ph, kblocks)  # skip the other warpgroup's tile
             return acc0, acc1, s, ph
 
-        self.start, self.tile = start, tile
+        self.load, self.start, self.tile = load, start, tile
