@@ -8,7 +8,6 @@ package-relative imports made absolute, so both kernels use today's intrinsics."
 import importlib.util
 import pathlib
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,7 @@ import tempfile
 import numpy as np
 import torch
 
+from nbwgmma.bench import device_times  # noqa: E402
 from nbwgmma.kernels import gemm as gemm_new  # noqa: E402
 
 
@@ -58,22 +58,9 @@ def run(kind, m=8192, n=8192, k=8192, rounds=15, inner=10):
     same = torch.equal(outs["old"].view(torch.int16), outs["new"].view(torch.int16))
     ref = a.double() @ b.double().t()
     err = float(torch.linalg.norm(outs["new"].double() - ref) / torch.linalg.norm(ref))
-    times = {k_: [] for k_ in kerns}
-    for _ in range(2):
-        for f in kerns.values():
-            f()
-    for _ in range(rounds):
-        for name, f in kerns.items():
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(inner):
-                f()
-            e.record()
-            e.synchronize()
-            times[name].append(s.elapsed_time(e) * 1e-3 / inner)
-    med = {k_: statistics.median(v) for k_, v in times.items()}
+    med = dict(zip(kerns, device_times(torch, list(kerns.values()), 2, rounds)))
     fl = 2 * m * n * k
-    print(f"A/B {kind} {m}x{n}x{k}: old {fl / med['old'] / 1e12:.1f} TFLOP/s, new {fl / med['new'] / 1e12:.1f} TFLOP/s, "
+    print(f"A/B {kind} {m}x{n}x{k}: old {fl / med['old'] / 1e9:.1f} TFLOP/s, new {fl / med['new'] / 1e9:.1f} TFLOP/s, "
           f"new/old speed {med['old'] / med['new']:.4f}; outputs bit-identical: {same}; rel err new {err:.2e}", flush=True)
 
 

@@ -4,13 +4,13 @@ contender in batches of 10 calls, taking turns, 15 rounds, median.
 
     python benchmarks/fused.py [MxNxK ...]
 """
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
 from nbwgmma import matmul
+from nbwgmma.bench import device_times
 
 
 def bench(m, n, k, rounds=15, inner=10):
@@ -28,23 +28,10 @@ def bench(m, n, k, rounds=15, inner=10):
              "cuBLASLt _addmm_activation(gelu)": lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=True),
              "unfused F.gelu(x @ w.T + bias)": lambda: F.gelu(x @ w.t() + bias, approximate="tanh"),
              "nbwgmma.matmul, no epilogue": lambda: matmul(x, w.t(), out=plain)}
-    times = {name: [] for name in peers}
-    for f in peers.values():
-        f(), f()
-    torch.cuda.synchronize()
-    for _ in range(rounds):
-        for name, f in peers.items():
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(inner):
-                f()
-            e.record()
-            e.synchronize()
-            times[name].append(s.elapsed_time(e) * 1e-3 / inner)
-    med = {name: statistics.median(t) for name, t in times.items()}
+    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
     ours = med["nbwgmma.matmul(bias, gelu_tanh)"]
     for name, t in med.items():
-        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e12:7.1f} TFLOP/s  (nbwgmma fused is {t / ours:.3f}x)")
+        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e9:7.1f} TFLOP/s  (nbwgmma fused is {t / ours:.3f}x)")
     print(f"{m}x{n}x{k} relative error of the fused result vs float64: {err:.2e}")
 
 

@@ -4,12 +4,12 @@ size, in one process: batches of 10 calls taking turns, 15 rounds, median.
 
     python benchmarks/grouped.py [GxTOKENSxNxK ...]     (default: the three shapes of the issue)
 """
-import statistics
 import sys
 
 import torch
 
 from nbwgmma import grouped_matmul, matmul
+from nbwgmma.bench import device_times
 
 
 def bench(groups, tokens, n, k, rounds=15, inner=10):
@@ -23,24 +23,11 @@ def bench(groups, tokens, n, k, rounds=15, inner=10):
     peers = {"nbwgmma.grouped_matmul": lambda: grouped_matmul(x, w.transpose(1, 2), offs, out=out),
              "torch._grouped_mm": lambda: torch._grouped_mm(x, w.transpose(1, 2), offs=offs),
              "nbwgmma.matmul, dense, same size": lambda: matmul(x, dense_w.t(), out=dense_out)}
-    times = {name: [] for name in peers}
-    for f in peers.values():
-        f(), f()
-    torch.cuda.synchronize()
-    for _ in range(rounds):
-        for name, f in peers.items():
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(inner):
-                f()
-            e.record()
-            e.synchronize()
-            times[name].append(s.elapsed_time(e) * 1e-3 / inner)
+    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
     flops = 2 * groups * tokens * n * k
-    ours = statistics.median(times["nbwgmma.grouped_matmul"])
-    for name, t in times.items():
-        t = statistics.median(t)
-        print(f"{groups}x{tokens}x{n}x{k} {name:34s} {flops / t / 1e12:7.1f} TFLOP/s  (grouped_matmul is {t / ours:.3f}x)")
+    ours = med["nbwgmma.grouped_matmul"]
+    for name, t in med.items():
+        print(f"{groups}x{tokens}x{n}x{k} {name:34s} {flops / t / 1e9:7.1f} TFLOP/s  (grouped_matmul is {t / ours:.3f}x)")
 
 
 if __name__ == "__main__":

@@ -148,12 +148,11 @@ def simulate():
 
 
 def benchmark(m, n, k, repeats=20):
-    import statistics
-
     import torch
     import torch.nn.functional as F
 
     from nbwgmma import matmul
+    from nbwgmma.bench import device_times
 
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
@@ -172,24 +171,11 @@ def benchmark(m, n, k, repeats=20):
              "nbwgmma.matmul, no epilogue": lambda: matmul(a, b.t(), out=plain),
              "cuBLASLt fused (_addmm_activation)": lambda: torch._addmm_activation(bias16, a, b.t(), use_gelu=True),
              "unfused F.gelu(a @ b.T + bias)": lambda: F.gelu(a @ b.t() + bias16, approximate="tanh")}
-    times = {name: [] for name in peers}
-    for _ in range(3):
-        for f in peers.values():
-            f()
-    inner = 10  # launches per timing: the host stays ahead of the GPU for every contender
-    for _ in range(repeats):  # the contenders take turns
-        for name, f in peers.items():
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(inner):
-                f()
-            e.record()
-            e.synchronize()
-            times[name].append(s.elapsed_time(e) * 1e-3 / inner)
+    # batches of 10 back-to-back calls, the contenders taking turns, median of the rounds
+    med = dict(zip(peers, device_times(torch, list(peers.values()), 3, repeats)))
     flops = 2 * m * n * k
-    med = {name: statistics.median(t) for name, t in times.items()}
     for name, t in med.items():
-        print(f"{name:36s} {m}x{n}x{k}: {t * 1e3:.3f} ms = {flops / t / 1e12:.1f} TFLOP/s "
+        print(f"{name:36s} {m}x{n}x{k}: {t:.3f} ms = {flops / t / 1e9:.1f} TFLOP/s "
               f"({med[name] / med['nbwgmma']:.3f}x nbwgmma's time)")
     print(f"relative error vs float64: {err:.2e}")
     if not err < 1e-2:

@@ -57,9 +57,10 @@ def _operands(torch, m, n, k, dtype, layout, seed):
     return a, b
 
 
-def _time(torch, fns, warmup, repeats, inner=10):
-    """Per-call device time of each of ``fns``: the median over ``repeats`` rounds, each
-    timing ``inner`` back-to-back calls of every function in turn (CUDA events).
+def device_times(torch, fns, warmup=2, repeats=15, inner=10):
+    """Per-call device time of each of ``fns`` in milliseconds: the median over ``repeats``
+    rounds, each timing ``inner`` back-to-back calls of every function in turn (CUDA events).
+    The benchmark scripts and examples time their contenders with it.
 
     Back-to-back calls keep the GPU busy while the host prepares the next one, so
     this measures the kernels, not the Python launch path (see ``host_overhead``).
@@ -193,7 +194,7 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
     err = float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref))
     err_cublas = float(torch.linalg.norm(cublas().double() - ref) / torch.linalg.norm(ref))
     del ref
-    t_ours, t_cublas = _time(torch, (ours, cublas), warmup, repeats)
+    t_ours, t_cublas = device_times(torch, (ours, cublas), warmup, repeats)
     flops = 2.0 * m * n * k
     return {
         "m": m, "n": n, "k": k, "dtype": dtype, "layout": layout,
