@@ -118,3 +118,31 @@ def test_bad_epilogue_arguments_are_refused():
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):
             matmul(a, w.T, in_dtype="bf16", **kw)
+
+
+def test_alpha_beta_c_any_strides_and_in_place():
+    t, (m, n, k) = "bf16", (200, 136, 72)  # |results| < 256: integers exact in bf16
+    a, w = RNG.integers(-1, 2, (m, k)).astype(np.float64), RNG.integers(-1, 2, (n, k)).astype(np.float64)
+    bias = RNG.integers(-8, 9, n).astype(np.float32)
+    c = RNG.integers(-4, 5, (m, n)).astype(np.float32)
+    da, db = _bits(a, t), _bits(w, t).T
+    # C of f32 with transposed strides, alpha and beta
+    ct = cuda.to_device(np.ascontiguousarray(c.T))
+    out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
+    matmul(da, db, bias=cuda.to_device(bias), c=ct.T, alpha=2, beta=-1, out=out, in_dtype=t)
+    np.testing.assert_array_equal(_host(out, t), 2 * (a @ w.T) - c + bias)
+    # in place: C is the output (bf16), beta 1 by default
+    acc = cuda.to_device(encode_elements(c.astype(np.float64), "bf16").view(np.uint16).reshape(m, n))
+    matmul(da, db, c=acc, out=acc, in_dtype=t)
+    np.testing.assert_array_equal(_host(acc, t), a @ w.T + c)
+
+
+def test_bad_c_and_beta_are_refused():
+    a, w = _bits(np.ones((64, 32)), "bf16"), _bits(np.ones((48, 32)), "bf16")
+    for kw, msg in ((dict(c=cuda.to_device(np.ones((64, 47), np.float32))), r"c must have shape \(64, 48\)"),
+                    (dict(beta=2.0), "beta scales C; got beta=2.0 and no c"),
+                    (dict(c=cuda.to_device(np.ones((64, 48), np.int32))), "c must be bf16, f16 or f32; got s32"),
+                    (dict(c=cuda.to_device(np.ones((64, 48), np.float32)), beta="1"), "beta must be a real number"),
+                    (dict(alpha="2"), "alpha must be a real number")):
+        with pytest.raises(MatmulError, match=msg):
+            matmul(a, w.T, in_dtype="bf16", **kw)

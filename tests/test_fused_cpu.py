@@ -7,9 +7,10 @@ from nbwgmma.kernels.fused import FusedConfig, fused_kernel
 from nbwgmma.report import compile_report
 
 F32 = types.float32
-# maps of A, B, C; the bias; m, n, k; alpha; the user epilogue's extras (a scalar, a column vector, two unused)
+# maps of A, B, C; the bias; m, n, k; alpha; the user epilogue's extras (a scalar, a column vector, two
+# unused); no C to add (a stand-in 2-D array) and beta
 SIG = (types.uint64, types.uint64, types.uint64, F32[::1], types.int32, types.int32, types.int32, F32,
-       F32, F32[::1], F32, F32)
+       F32, F32[::1], F32, F32, F32[:, ::1], F32)
 
 
 @cuda.jit(device=True, inline=True)

@@ -124,3 +124,18 @@ def test_an_epilogue_that_does_not_compile_is_a_matmul_error_before_launch():
         matmul(x, w.t(), epilogue=broken, out=out)
     torch.cuda.synchronize()
     assert torch.isnan(out.float()).all()  # nothing ran
+
+
+def test_alpha_beta_c_match_torch_addmm_and_work_in_place():
+    g = torch.Generator(device="cuda").manual_seed(2)
+    m, n, k = 1000, 520, 328
+    x = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).bfloat16()
+    w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
+    c = torch.randn(m, n, device="cuda", generator=g).bfloat16()
+    got = matmul(x, w.t(), c=c.t().contiguous().t(), alpha=0.5, beta=-2.0)
+    ref = 0.5 * (x.double() @ w.double().t()) - 2.0 * c.double()
+    assert float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)) <= TOL["bf16"]
+    acc = c.clone()
+    matmul(x, w.t(), c=acc, out=acc)  # accumulate in place, beta 1
+    ref = x.double() @ w.double().t() + c.double()
+    assert float(torch.linalg.norm(acc.double() - ref) / torch.linalg.norm(ref)) <= TOL["bf16"]

@@ -30,9 +30,10 @@ from ..kernels.fused import MAX_EXTRAS, SMEM, THREADS, FusedConfig, fused_kernel
 from ..kit import ACTIVATIONS
 from .arrays import ArrayInfo, array_info
 from .args import array_error
-from .plan import tensor_map
+from .args import NP_OF
+from .plan import numba_view, tensor_map
 
-__all__ = ["fused_call", "check_epilogue", "user_epilogue"]
+__all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c"]
 
 _SIM = sim.enabled()
 _DUMMY = {}  # device -> a one-element f32 array standing in for "no bias"
@@ -128,6 +129,40 @@ def _bias_f32(bias, info, lib):
     return bias.reshape(info.shape[0] * info.shape[-1])
 
 
+_C_TYPES = {"bf16": "bf16", "u16": "bf16", "f16": "f16", "f32": "f32"}
+
+
+def check_c(c, beta, m, n, device):
+    """``(info of C or None, beta as a float)``: C of shape (M, N) on A's device, bf16, f16 or
+    f32, any strides; ``beta`` a real number, 1 by default where C is given."""
+    if c is None:
+        if beta not in (None, 0, 0.0):
+            raise MatmulError(f"matmul: beta scales C; got beta={beta!r} and no c")
+        return None, 0.0
+    try:
+        info = array_info(c)
+    except TypeError as e:
+        raise array_error((("c", c),), e) from None
+    if info.shape != (m, n):
+        raise MatmulError(f"matmul: c must have shape {(m, n)} like the output; got {info.shape}")
+    if info.dtype not in _C_TYPES:
+        raise MatmulTypeError(f"matmul: c must be bf16, f16 or f32; got {info.dtype}")
+    if info.device != device:
+        raise MatmulError(f"matmul: c must be on device {device} like A; got device {info.device}")
+    if beta is None:
+        beta = 1.0
+    if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
+        raise MatmulTypeError(f"matmul: beta must be a real number; got {type(beta).__name__}")
+    return info, float(beta)
+
+
+def _no_c(device):
+    d = _DUMMY.get(("c", device))
+    if d is None:
+        d = _DUMMY[("c", device)] = cuda.to_device(np.zeros((1, 1), np.float32))
+    return d
+
+
 def _no_bias(device):
     d = _DUMMY.get(device)
     if d is None:
@@ -136,9 +171,9 @@ def _no_bias(device):
 
 
 def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream, epilogue=None,
-               epilogue_args=()):
-    """Run ``out = epilogue(act(alpha * a @ b + bias), row, col, *epilogue_args)`` (operands
-    already checked by ``matmul``)."""
+               epilogue_args=(), c=None, beta=None):
+    """Run ``out = epilogue(act(alpha * a @ b + beta * c + bias), row, col, *epilogue_args)``
+    (operands already checked by ``matmul``)."""
     from ..launch import launch
 
     (m, k), n = ia.shape, ib.shape[1]
@@ -152,6 +187,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
         raise array_error((("bias", bias),), e) from None
     where = check_epilogue(activation, bi, m, n, ia.device)
     ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
+    ic, beta = check_c(c, beta, m, n, ia.device)
     bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
     b_major = "K" if _row_major(bt) else "MN"
     for name, info in (("A", ia), ("B (as w.T with w [N, K] row-major, or [K, N] row-major)", bt if b_major == "K" else ib),
@@ -167,10 +203,11 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
         extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
-    ckey = (dt, where, activation, ufn, kinds, b_major)
+    ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None)
     cfg = _CONFIGS.get(ckey)
     if cfg is None:
-        cfg = _CONFIGS[ckey] = FusedConfig(dt, where, activation, epilogue=ufn, extras=kinds, b_major=b_major)
+        cfg = _CONFIGS[ckey] = FusedConfig(dt, where, activation, epilogue=ufn, extras=kinds, b_major=b_major,
+                                           with_c=ic is not None)
     sms = _SMS.get(ia.device)
     if sms is None:
         sms = _SMS[ia.device] = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
@@ -182,8 +219,9 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     else:  # [K, N] row-major: 64 x 64 boxes, two per stage
         tb = tensor_map(b, ib.ptr, dt, (64, 64), ((k, n), (ib.strides[0] // es, 1)), keep=False)
     tc = tensor_map(out, io.ptr, dt, (64, 64), ((m, n), (io.strides[0] // es, 1)), keep=False)
+    cmat = _no_c(ia.device) if ic is None else numba_view(ic, c, NP_OF[_C_TYPES[ic.dtype]])
     args = (ta.address, tb.address, tc.address, vec, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha),
-            *extras)
+            *extras, cmat, np.float32(beta))
     try:
         launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream, smem=SMEM)
     except NumbaError as e:  # a user epilogue that does not compile: nothing was launched

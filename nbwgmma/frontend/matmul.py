@@ -13,8 +13,10 @@ takes the tile model's pick.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import sim
-from ..errors import MatmulError
+from ..errors import MatmulError, MatmulTypeError
 from .args import array_error, check_call, check_out, empty_like_lib, lib_of, scale_product, stream_of, torch_dtype
 from .arrays import ArrayInfo, array_info
 from .fused import fused_call
@@ -53,8 +55,8 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
                            nb_stream(st))
 
 
-def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(), out=None, out_dtype=None,
-           scale_a=None, scale_b=None, stream=None, config=None, in_dtype=None):
+def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(), c=None, alpha=1.0, beta=None,
+           out=None, out_dtype=None, scale_a=None, scale_b=None, stream=None, config=None, in_dtype=None):
     """``a @ b`` for 2-D CUDA arrays (CuPy, PyTorch, Numba), computed by the nbwgmma GEMM.
 
     With ``bias`` and/or ``activation`` the epilogue computes ``activation(a @ b + bias)``
@@ -62,8 +64,11 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     adds one value per column, (M, 1) one per row; ``activation`` is one of ``relu``,
     ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``. ``epilogue`` is your own function
     ``(value, row, col, *epilogue_args) -> value`` applied last (extras: vectors of one
-    value per column or row, or numbers). So far for bf16/f16 A row-major and B the
-    transpose of a row-major weight (``x @ w.T``), out of the input type.
+    value per column or row, or numbers). ``c`` (shape (M, N), any strides, may be ``out``
+    itself) is added as ``beta * c`` (``beta`` 1 by default where ``c`` is given), and the
+    product is scaled by ``alpha``: ``out = epilogue(activation(alpha * a @ b + beta * c +
+    bias))``. So far for bf16/f16 A row-major and B the transpose of a row-major weight
+    (``x @ w.T``) or row-major (``x @ w``), out of the input type.
 
     bf16/f16 inputs accumulate in f32; f32 inputs run as tf32; fp8 (e4m3/e5m2,
     PyTorch float8 tensors or raw bytes with ``in_dtype``) take per-tensor ``scale_a``/``scale_b``. The result
@@ -86,7 +91,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     to a few tiles), with the same checks as on the GPU.
     """
     quick = out is None and out_dtype is None and scale_a is None and scale_b is None and stream is None \
-        and config is None and in_dtype is None and bias is None and activation is None and epilogue is None
+        and config is None and in_dtype is None and bias is None and activation is None and epilogue is None \
+        and c is None and beta is None and alpha == 1.0
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
         # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
         pa, pb = a.data_ptr(), b.data_ptr()
@@ -123,12 +129,16 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         io = array_info(out)
     check_out(io, ia, ib, odt, fresh)
     st = stream_of(lib, stream)
-    if bias is not None or activation is not None or epilogue is not None or epilogue_args:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
+        raise MatmulTypeError(f"matmul: alpha must be a real number; got {type(alpha).__name__}")
+    if bias is not None or activation is not None or epilogue is not None or epilogue_args or c is not None \
+            or beta is not None or alpha != 1.0:
         if config is not None:
-            raise MatmulError("matmul: config applies to calls without bias/activation/epilogue so far; got both")
+            raise MatmulError("matmul: config applies to calls without bias/activation/epilogue/c/alpha so far; "
+                              "got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
-                          alpha=scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
-                          epilogue_args=epilogue_args)
+                          alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
+                          epilogue_args=epilogue_args, c=c, beta=beta)
     if m == 0 or n == 0:
         return out
     if k == 0:

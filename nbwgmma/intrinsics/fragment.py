@@ -387,7 +387,8 @@ def acc_load(typingctx, kind, n, src, tid, row0, col0):
     """``acc = acc_load(kind, n, src, tid, row0, col0)``: an f32/s32 accumulator fragment read
     from the 2-D array ``src`` (global or shared) at ``src[row0 + row, col0 + col]`` in the
     accumulator layout (zeros outside ``src``): e.g. C for a ``beta * C`` epilogue, or known
-    values for testing a store. The inverse of :func:`acc_store`."""
+    values for testing a store. The inverse of :func:`acc_store`: a ``uint16`` source holds
+    bf16 bits."""
     kind_v = _lit(kind, "kind", "acc_load")
     n_v = _lit(n, "n", "acc_load")
     k = _kind(kind_v, "acc_load")
@@ -401,8 +402,15 @@ def acc_load(typingctx, kind, n, src, tid, row0, col0):
     def codegen(context, builder, sig, args):
         zero = context.get_constant(k.acc_type, 0)
         slots = [cgutils.alloca_once_value(builder, zero) for _ in range(tupty.count)]
+        sdt = sig.args[2].dtype
         for i, ptr in _clipped_elements(context, builder, sig, args, tupty.count):
-            builder.store(context.cast(builder, builder.load(ptr), sig.args[2].dtype, k.acc_type), slots[i])
+            v = builder.load(ptr)
+            if sdt == types.uint16 and k.acc_type == types.float32:  # bf16 bits, as acc_store writes them
+                v = builder.bitcast(builder.shl(builder.zext(v, ir.IntType(32)), ir.Constant(ir.IntType(32), 16)),
+                                    ir.FloatType())
+            else:
+                v = context.cast(builder, v, sdt, k.acc_type)
+            builder.store(v, slots[i])
         return cgutils.pack_array(builder, [builder.load(sl) for sl in slots])
 
     return tupty(kind, n, src, tid, row0, col0), codegen

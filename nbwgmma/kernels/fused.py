@@ -22,7 +22,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, dynamic_smem_base,
+    acc_add, acc_load, acc_scale, acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, dynamic_smem_base,
     fence_proxy_async_shared, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_store_2d,
 )
 from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, warpgroup_sync
@@ -32,8 +32,9 @@ __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES"]
 
 #: Where a bias vector runs: one value per column of C (length N) or per row (length M).
 BIASES = (None, "col", "row")
-#: Input (and output) element types.
+#: Input (and output) element types, and the wgmma kind of each.
 TYPES = ("bf16", "f16")
+KIND_OF = {t: f"f32.{t}.{t}" for t in TYPES}
 
 BM = BN = 128  # one consumer's tile
 BK = 64  # one 128-byte swizzle row of 16-bit K per stage
@@ -57,10 +58,11 @@ class FusedConfig:
     user ``epilogue``: a ``@cuda.jit(device=True)`` function ``(value, row, col, *extra) ->
     value`` applied last, whose extra arguments have the kinds ``extras`` (:data:`EXTRA_KINDS`,
     in the function's order); ``b_major`` "K" (B [N, K], the weight of ``x @ w.T``) or "MN"
-    (B [K, N] row-major, ``x @ w``)."""
+    (B [K, N] row-major, ``x @ w``); ``with_c``: ``beta * C`` is added (C read in the
+    epilogue, any strides, so it may be the output itself)."""
 
     def __init__(self, dtype: str = "bf16", bias: str | None = None, act: str | None = None, group_m: int = 8,
-                 epilogue=None, extras: tuple = (), b_major: str = "K"):
+                 epilogue=None, extras: tuple = (), b_major: str = "K", with_c: bool = False):
         if dtype not in TYPES:
             raise ValueError(f"FusedConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if bias not in BIASES:
@@ -78,11 +80,11 @@ class FusedConfig:
         if b_major not in ("K", "MN"):
             raise ValueError(f"FusedConfig: b_major must be 'K' (B [N, K], K contiguous) or 'MN' (B [K, N], N "
                              f"contiguous); got {b_major!r}")
-        self.epilogue, self.extras, self.b_major = epilogue, extras, b_major
+        self.epilogue, self.extras, self.b_major, self.with_c = epilogue, extras, b_major, bool(with_c)
         self.sched = TileScheduler(BM, BN, BK, group_m=group_m)
 
     def key(self):
-        return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras, self.b_major)
+        return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras, self.b_major, self.with_c)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (a pair of tiles per CTA)."""
@@ -99,8 +101,9 @@ def _identity(v):
 
 def _epilogue(cfg):
     """The device function the kernel calls per 64 x 64 part, ``(acc, ct, row0, col0, vec, m,
-    n, alpha, e0, e1, e2, e3) -> packed registers``, generated for ``cfg``: the scalar function
-    mapped by ``acc_map`` (which takes column vectors, then row vectors, then pass-through
+    n, alpha, e0, e1, e2, e3, cmat, beta) -> packed registers``, generated for ``cfg``: with C,
+    the part's C values (``acc_load``) are added to the scaled accumulator first; the scalar
+    function mapped by ``acc_map`` (which takes column vectors, row vectors, then pass-through
     arguments) calls the user's function with its extras in its own order."""
     cols = ["b"] if cfg.bias == "col" else []
     rows = ["b"] if cfg.bias == "row" else []
@@ -108,11 +111,13 @@ def _epilogue(cfg):
     for name, kind in zip(user, cfg.extras):
         (cols if kind == "col" else rows if kind == "row" else []).append(name)
     scalars = [x for x, kind in zip(user, cfg.extras) if kind == "scalar"]
-    params = ", ".join(["v", "row", "col"] + cols + rows + ["alpha"] + scalars)
+    passed = ["alpha"] + scalars
+    params = ", ".join(["v", "row", "col"] + cols + rows + passed)
     x = "v * alpha" + (" + b" if cfg.bias else "")
     body = f"f({x})" if cfg.epilogue is None else f"u(f({x}), row, col{''.join(', ' + a for a in user)})"
     src = [f"def value({params}):", f"    return {body}"]
-    ns = {"f": activation(cfg.act) if cfg.act else _identity, "u": cfg.epilogue}
+    ns = {"f": activation(cfg.act) if cfg.act else _identity, "u": cfg.epilogue, "acc_load": acc_load,
+          "acc_add": acc_add, "acc_scale": acc_scale, "ONE": np.float32(1.0)}
     exec(compile("\n".join(src), "<nbwgmma.kernels.fused epilogue>", "exec"), ns)
     value = cuda.jit(device=True, inline=True)(ns["value"])
 
@@ -120,23 +125,27 @@ def _epilogue(cfg):
         arr = "vec" if name == "b" else "e" + name[1:]
         return f"{arr}[col0:n]" if kind == "col" else f"{arr}[row0:m]"
 
-    args = [sliced(c, "col") for c in cols] + [sliced(r, "row") for r in rows] + ["alpha"]
-    args += ["e" + x[1:] for x in scalars]
-    ns["part"] = acc_map(value, 64, cols=len(cols), rows=len(rows), nextra=1 + len(scalars), pack=cfg.dtype)
-    src = ["def epilogue(acc, ct, row0, col0, vec, m, n, alpha, e0, e1, e2, e3):",
-           f"    return part(acc, ct, row0, col0, {', '.join(args)})"]
+    args = [sliced(c, "col") for c in cols] + [sliced(r, "row") for r in rows]
+    args += ["ONE" if cfg.with_c else "alpha"] + ["e" + x[1:] for x in scalars]  # with C, alpha is applied first
+    ns["part"] = acc_map(value, 64, cols=len(cols), rows=len(rows), nextra=len(passed), pack=cfg.dtype)
+    # beta * C: the part's C values (acc_load) added to the scaled accumulator before the map
+    acc = (f"acc_add(acc_scale(acc, alpha), acc_scale(acc_load('{KIND_OF[cfg.dtype]}', 64, cmat, ct, row0, col0), "
+           f"beta))")
+    src = ["def epilogue(acc, ct, row0, col0, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta):",
+           f"    return part({acc if cfg.with_c else 'acc'}, ct, row0, col0, {', '.join(args)})"]
     exec(compile("\n".join(src), "<nbwgmma.kernels.fused parts>", "exec"), ns)
     return cuda.jit(device=True, inline=True)(ns["epilogue"])
 
 
 def fused_kernel(cfg: FusedConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
-    ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3)``: tensor-map addresses of
-    A [M, K] (box 128 x 64), B [N, K] (box 128 x 64; with ``b_major="MN"`` B [K, N], box 64 x
+    ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta)``: tensor-map
+    addresses of A [M, K] (box 128 x 64), B [N, K] (box 128 x 64; with ``b_major="MN"`` B [K, N], box 64 x
     64) and C [M, N] (box 64 x 64), all with the 128-byte swizzle; ``vec`` the f32 bias (any f32 array where there is none); int32 sizes;
     f32 ``alpha``; the user epilogue's extras (1-D f32 vectors whole, or f32 scalars; an f32
-    zero in the slots it does not use). Launch it with :data:`THREADS` threads, :data:`SMEM` bytes of dynamic shared
-    memory and ``cfg.grid(...)`` CTAs."""
+    zero in the slots it does not use); ``cmat`` C as a 2-D array (bf16 as uint16 bits; any 2-D
+    array without C) and f32 ``beta``. Launch it with :data:`THREADS` threads, :data:`SMEM`
+    bytes of dynamic shared memory and ``cfg.grid(...)`` CTAs."""
     return _build(cfg.key())
 
 
@@ -164,7 +173,7 @@ def _build(key):
             bulk_commit_group()
 
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3):
+    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         base = dynamic_smem_base(dyn, 1024)
@@ -197,13 +206,13 @@ def _build(key):
                 acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
                                             other_next < nunits)
                 r0, c0_ = tm * BM, tn * BN
-                p = epilogue(acc0[:32], ct, r0, c0_, vec, m, n, alpha, e0, e1, e2, e3)
+                p = epilogue(acc0[:32], ct, r0, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
                 store_part(p, c0, ct, cw, tmap_c, c0_, r0)
-                p = epilogue(acc0[32:], ct, r0, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3)
+                p = epilogue(acc0[32:], ct, r0, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
                 store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0)
-                p = epilogue(acc1[:32], ct, r0 + 64, c0_, vec, m, n, alpha, e0, e1, e2, e3)
+                p = epilogue(acc1[:32], ct, r0 + 64, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
                 store_part(p, c0, ct, cw, tmap_c, c0_, r0 + 64)
-                p = epilogue(acc1[32:], ct, r0 + 64, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3)
+                p = epilogue(acc1[32:], ct, r0 + 64, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
                 store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0 + 64)
             if ct == 0:
                 bulk_wait_group(0)

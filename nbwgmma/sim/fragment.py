@@ -77,8 +77,9 @@ def acc_store(acc, kind, out, tid, row0, col0):
 def acc_load(kind, n, src, tid, row0, col0):
     k = _kind_n(kind, n)
     vals = np.zeros(n // 2)
+    bits = np.dtype(src.dtype) == np.uint16 and k.dtype == "f32"  # bf16 bits, as acc_store writes them
     for i, r, c in _elements(src, tid, row0, col0, n // 2):
-        vals[i] = src[r, c]
+        vals[i] = (np.array(src[r, c], np.uint32) << 16).view(np.float32)[()] if bits else src[r, c]
     return acc_pack(vals, k)
 
 
