@@ -29,9 +29,23 @@ def gpu_skip_reason():
     return None
 
 
-#: Modules whose tests run child processes for tens of seconds: scheduled first, so that under
-#: pytest-xdist (``-n auto`` in pyproject.toml) the other workers share out the rest meanwhile.
-SLOW_FIRST = ("test_sim.py", "test_sim_frontend.py", "test_debug_wait.py")
+#: Modules whose tests run kernels in Numba's CUDA simulator in child processes (tens of seconds
+#: each, hundreds of Python threads that keep more than one core busy): one xdist group, so that
+#: they run one after another in one worker while the other workers compile.
+SIMULATED = ("test_sim.py", "test_sim_frontend.py")
+#: Single tests scheduled first, so that under pytest-xdist (``-n auto`` in pyproject.toml) the
+#: workers share out the short rest at the end and finish together: the fused-epilogue example's
+#: kernel (about 25 s of Numba). (xdist's loadgroup hands out its groups before any single test,
+#: largest first: the simulator's tests, then the batches of compiles, ``BATCHED``.)
+SLOW_FIRST = ("test_gemm_example_compiles_without_gpu[gemm_5_fused_epilogue]", "test_debug_wait.py")
+
+
+def _schedule_rank(item) -> int:
+    name = item.nodeid.rpartition("/")[2]
+    for rank, slow in enumerate(SLOW_FIRST):
+        if name == slow or name.startswith(slow + "::") or name.endswith("::" + slow):
+            return rank
+    return len(SLOW_FIRST)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -51,8 +65,11 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.name not in SLOW_FIRST)  # stable: the rest keep their order
+    items.sort(key=_schedule_rank)  # stable: the rest keep their order
     _batch_items(items)
+    for item in items:
+        if item.path.name in SIMULATED:
+            item.add_marker(pytest.mark.xdist_group("simulator"))
     if not config.getoption("--run-sanitizer"):
         skip_san = pytest.mark.skip(reason="compute-sanitizer runs need --run-sanitizer")
         for item in items:
@@ -129,17 +146,17 @@ def report_once():
 #: Each batch is one ``xdist_group`` (one worker compiles it; see ``report_batch``), and its
 #: kernels share one ``ptxas`` and one ``nvdisasm`` run (nbwgmma.report.compile_reports).
 BATCHED = {
+    "tests/test_matmul_cpu.py::test_gemm_kernel_sass": 5,
+    "tests/test_matmul_cpu.py::test_split_k_kernels_compile_clean": 2,
+    "tests/test_matmul_cpu.py::test_every_automatic_tile_compiles_clean": 1,
+    "tests/test_autotune.py::test_deeper_pipelines_compile_clean": 1,
     "tests/intrinsics/test_wgmma_cpu.py::test_every_legal_form_assembles": 6,
     "tests/intrinsics/test_sync_cpu.py::test_ptx_and_sass": 3,
+    "tests/test_tma_cpu.py::test_tma_forms_assemble": 3,
+    "tests/test_tma_cpu.py::test_bulk_forms_assemble": 1,
     "tests/intrinsics/test_matrix_cpu.py::test_ldmatrix_stmatrix_forms": 1,
     "tests/intrinsics/test_matrix_cpu.py::test_acc_store_swizzled_compiles": 1,
     "tests/intrinsics/test_matrix_cpu.py::test_acc_stmatrix_swizzled_compiles": 1,
-    "tests/test_tma_cpu.py::test_tma_forms_assemble": 3,
-    "tests/test_tma_cpu.py::test_bulk_forms_assemble": 1,
-    "tests/test_matmul_cpu.py::test_gemm_kernel_sass": 5,
-    "tests/test_matmul_cpu.py::test_every_automatic_tile_compiles_clean": 1,
-    "tests/test_matmul_cpu.py::test_split_k_kernels_compile_clean": 2,
-    "tests/test_autotune.py::test_deeper_pipelines_compile_clean": 1,
 }
 _MEMBERS: dict = {}  # batch -> the parameters of its tests
 _BATCHES: dict = {}  # batch -> {parameters: report}, in this process
