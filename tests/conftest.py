@@ -29,15 +29,13 @@ def gpu_skip_reason():
     return None
 
 
-#: Modules whose tests run kernels in Numba's CUDA simulator in child processes (tens of seconds
-#: each, hundreds of Python threads that keep more than one core busy): one xdist group, so that
-#: they run one after another in one worker while the other workers compile.
-SIMULATED = ("test_sim.py", "test_sim_frontend.py")
 #: Single tests scheduled first, so that under pytest-xdist (``-n auto`` in pyproject.toml) the
 #: workers share out the short rest at the end and finish together: the fused-epilogue example's
-#: kernel (about 25 s of Numba). (xdist's loadgroup hands out its groups before any single test,
-#: largest first: the simulator's tests, then the batches of compiles, ``BATCHED``.)
-SLOW_FIRST = ("test_gemm_example_compiles_without_gpu[gemm_5_fused_epilogue]", "test_debug_wait.py")
+#: kernel (about 25 s of Numba) and the modules whose tests run child processes for tens of
+#: seconds. (xdist's loadgroup hands out its groups, the batches of compiles (``BATCHED``),
+#: before any single test, largest first.)
+SLOW_FIRST = ("test_gemm_example_compiles_without_gpu[gemm_5_fused_epilogue]", "test_sim.py",
+              "test_sim_frontend.py", "test_debug_wait.py")
 
 
 def _schedule_rank(item) -> int:
@@ -67,9 +65,6 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_schedule_rank)  # stable: the rest keep their order
     _batch_items(items)
-    for item in items:
-        if item.path.name in SIMULATED:
-            item.add_marker(pytest.mark.xdist_group("simulator"))
     if not config.getoption("--run-sanitizer"):
         skip_san = pytest.mark.skip(reason="compute-sanitizer runs need --run-sanitizer")
         for item in items:
