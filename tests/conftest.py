@@ -29,9 +29,21 @@ def gpu_skip_reason():
     return None
 
 
-#: Modules whose tests run child processes for tens of seconds: scheduled first, so that under
-#: pytest-xdist (``-n auto`` in pyproject.toml) the other workers share out the rest meanwhile.
-SLOW_FIRST = ("test_sim.py", "test_sim_frontend.py", "test_debug_wait.py")
+#: Single tests scheduled first, so that under pytest-xdist (``-n auto`` in pyproject.toml) the
+#: workers share out the short rest at the end and finish together: the fused-epilogue example's
+#: kernel (about 25 s of Numba) and the modules whose tests run child processes for tens of
+#: seconds. (xdist's loadgroup hands out its groups, the batches of compiles (``BATCHED``),
+#: before any single test, largest first.)
+SLOW_FIRST = ("test_gemm_example_compiles_without_gpu[gemm_5_fused_epilogue]", "test_sim.py",
+              "test_sim_frontend.py", "test_debug_wait.py")
+
+
+def _schedule_rank(item) -> int:
+    name = item.nodeid.rpartition("/")[2]
+    for rank, slow in enumerate(SLOW_FIRST):
+        if name == slow or name.startswith(slow + "::") or name.endswith("::" + slow):
+            return rank
+    return len(SLOW_FIRST)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -51,7 +63,8 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.name not in SLOW_FIRST)  # stable: the rest keep their order
+    items.sort(key=_schedule_rank)  # stable: the rest keep their order
+    _batch_items(items)
     if not config.getoption("--run-sanitizer"):
         skip_san = pytest.mark.skip(reason="compute-sanitizer runs need --run-sanitizer")
         for item in items:
@@ -122,6 +135,77 @@ def report_once():
         return _REPORTS[key]
 
     return report
+
+
+#: Parametrized tests whose kernels are compiled in batches: test function -> number of batches.
+#: Each batch is one ``xdist_group`` (one worker compiles it; see ``report_batch``), and its
+#: kernels share one ``ptxas`` and one ``nvdisasm`` run (nbwgmma.report.compile_reports).
+BATCHED = {
+    "tests/test_matmul_cpu.py::test_gemm_kernel_sass": 5,
+    "tests/test_matmul_cpu.py::test_split_k_kernels_compile_clean": 2,
+    "tests/test_matmul_cpu.py::test_every_automatic_tile_compiles_clean": 1,
+    "tests/test_autotune.py::test_deeper_pipelines_compile_clean": 1,
+    "tests/intrinsics/test_wgmma_cpu.py::test_every_legal_form_assembles": 6,
+    "tests/intrinsics/test_sync_cpu.py::test_ptx_and_sass": 3,
+    "tests/test_tma_cpu.py::test_tma_forms_assemble": 3,
+    "tests/test_tma_cpu.py::test_bulk_forms_assemble": 1,
+    "tests/intrinsics/test_matrix_cpu.py::test_ldmatrix_stmatrix_forms": 1,
+    "tests/intrinsics/test_matrix_cpu.py::test_acc_store_swizzled_compiles": 1,
+    "tests/intrinsics/test_matrix_cpu.py::test_acc_stmatrix_swizzled_compiles": 1,
+}
+_MEMBERS: dict = {}  # batch -> the parameters of its tests
+_BATCHES: dict = {}  # batch -> {parameters: report}, in this process
+
+
+def _batch_items(items):
+    """Spread each ``BATCHED`` test's cases over its batches, round-robin (a case already in
+    an ``xdist_group`` stays in it)."""
+    seen: dict = {}
+    for item in items:
+        func = item.nodeid.partition("[")[0]
+        n = BATCHED.get(func)
+        if n is None or not hasattr(item, "callspec") or item.get_closest_marker("xdist_group"):
+            continue
+        i = seen[func] = seen.get(func, -1) + 1
+        group = f"{func.rpartition('::')[2]}-batch{i % n}"
+        item.add_marker(pytest.mark.xdist_group(group))
+        _MEMBERS.setdefault(group, []).append(dict(item.callspec.params))
+
+
+@pytest.fixture
+def report_batch(request):
+    """``report_batch(job)``: the compile report of this test's kernel, ``job(**params)`` =
+    ``(kernel, sig, launch_bounds)`` for the test's parameters.
+
+    The first test of a batch (``BATCHED``) in a test process compiles the kernels of every
+    test of the batch with :func:`nbwgmma.report.compile_reports`: one ``ptxas`` and one
+    ``nvdisasm`` run for all (``nvdisasm`` alone spends about 0.3 s of set-up on every run);
+    the others read their reports. Where a kernel of the batch does not compile, each test
+    compiles its own, and that test alone fails.
+    """
+    from nbwgmma.report import compile_report, compile_reports
+
+    params = dict(request.node.callspec.params)
+    mark = request.node.get_closest_marker("xdist_group")
+    group = mark.args[0] if mark else None
+
+    def get(job):
+        key = tuple(sorted(params.items(), key=str))
+        batch = _BATCHES.get(group) if group in _MEMBERS else {}
+        if batch is None:
+            members = _MEMBERS[group]
+            try:
+                reports = compile_reports([job(**p) for p in members])
+                batch = {tuple(sorted(p.items(), key=str)): r for p, r in zip(members, reports)}
+            except Exception:  # noqa: BLE001 - reported by the test of the kernel at fault, below
+                batch = {}
+            _BATCHES[group] = batch
+        if key not in batch:
+            kernel, sig, bounds = job(**params)
+            batch[key] = compile_report(kernel, sig, launch_bounds=bounds)
+        return batch[key]
+
+    return get
 
 
 @pytest.fixture

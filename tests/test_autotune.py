@@ -10,7 +10,6 @@ from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
 from nbwgmma.frontend.tiles import pick_tile
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
-from nbwgmma.report import compile_report
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
           (1, 1, 1)]
@@ -53,10 +52,13 @@ def test_candidates_for_a_bandwidth_bound_shape_include_deeper_pipelines(sms_132
 
 
 @pytest.mark.parametrize("bm, bn, stages", [(64, 128, 8), (64, 64, 8)])
-def test_deeper_pipelines_compile_clean(bm, bn, stages):
-    cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, stages=stages, epilogue="tma")
-    sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
-    rep = compile_report(gemm_kernel(cfg), sig)
+def test_deeper_pipelines_compile_clean(bm, bn, stages, report_batch):
+    def job(bm, bn, stages):
+        cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, stages=stages, epilogue="tma")
+        return gemm_kernel(cfg), (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32,
+                                  types.float32), None
+
+    rep = report_batch(job)  # both compiled together (tests/conftest.py)
     assert rep.sass["HGMMA"] == 4 and rep.spill_bytes == 0 and rep.local_memory_ops == 0
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 

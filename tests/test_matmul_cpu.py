@@ -74,13 +74,23 @@ CONFIGS += [("f32.bf16.bf16", "bf16", "K", "K", "tma", 2), ("f32.bf16.bf16", "bf
             ("f32.bf16.bf16", "f32", "K", "K", "direct", 2), ("f32.tf32.tf32", "f32", "K", "K", "direct", 4)]
 
 
-@pytest.mark.parametrize("kind, out, a_major, b_major, epilogue, cluster", CONFIGS)
-def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue, cluster, report_once):
+def gemm_job(kind, out, a_major, b_major, epilogue, cluster):
+    """(kernel, signature, launch bounds) of one configuration of CONFIGS."""
     cfg = GemmConfig(kind, scaled="e" in kind.split(".")[1], out=out, a_major=a_major, b_major=b_major,
                      epilogue=epilogue, cluster=cluster)
     c = types.uint64 if epilogue == "tma" else SIG[out][:, :]
-    sig = (types.uint64, types.uint64, c, types.int32, types.int32, types.int32, types.float32)
-    rep = report_once(gemm_kernel(cfg), sig)
+    return gemm_kernel(cfg), (types.uint64, types.uint64, c, types.int32, types.int32, types.int32, types.float32), None
+
+
+@pytest.mark.parametrize("kind, out, a_major, b_major, epilogue, cluster", CONFIGS)
+def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue, cluster, report_once, report_batch):
+    cfg = GemmConfig(kind, scaled="e" in kind.split(".")[1], out=out, a_major=a_major, b_major=b_major,
+                     epilogue=epilogue, cluster=cluster)
+    if (kind, out, a_major, b_major, epilogue, cluster) == ("f32.bf16.bf16", "bf16", "K", "K", "tma", 1):
+        # the default kernel: shared with other tests (DEFAULT_GEMM)
+        rep = report_once(*gemm_job(kind, out, a_major, b_major, epilogue, cluster)[:2])
+    else:  # compiled with the other configurations of its batch (tests/conftest.py)
+        rep = report_batch(gemm_job)
     op = "QGMMA" if cfg.esize == 1 else "HGMMA"
     assert rep.sass.get(op, 0) == 4 and rep.sass["UTMALDG"] >= 1
     if epilogue == "tma":
@@ -157,11 +167,15 @@ def test_expect_tx_matches_the_boxes(kind, a_major, b_major, cluster):
 
 
 @pytest.mark.parametrize("bm, bn", [pytest.param(*t, marks=DEFAULT_GEMM) if t == (128, 256) else t for t in TILES])
-def test_every_automatic_tile_compiles_clean(bm, bn, report_once):
+def test_every_automatic_tile_compiles_clean(bm, bn, report_once, report_batch):
     """The tiles matmul picks by shape (smaller ones for small M x N)."""
-    cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, epilogue="tma")
     sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
-    rep = report_once(gemm_kernel(cfg), sig)
+
+    def job(bm, bn):
+        return gemm_kernel(GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, epilogue="tma")), sig, None
+
+    # the default tile is shared with other tests; the others compile together (tests/conftest.py)
+    rep = report_once(*job(bm, bn)[:2]) if (bm, bn) == (128, 256) else report_batch(job)
     assert rep.sass["HGMMA"] == 4 and rep.sass["UTMALDG"] >= 1 and rep.sass["UTMASTG"] >= 1
     assert rep.spill_bytes == 0 and not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 
@@ -188,14 +202,16 @@ def test_tile_choice_by_shape(monkeypatch):
     ("f32.bf16.bf16", "bf16", "tma", 128, 256, 4), ("f32.bf16.bf16", "bf16", "tma", 64, 128, 2),
     ("f32.f16.f16", "f32", "direct", 128, 256, 3), ("f32.bf16.bf16", "bf16", "tma", 128, 192, 3),
 ])
-def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, report_once):
+def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, report_batch):
     """Split-K: the same main loop (4 HGMMA, no spills), one atomic per slice for the tile
     count, and the partial tiles moved as coalesced f32 rows (no local memory)."""
-    cfg = GemmConfig(kind, bm=bm, bn=bn, out=out, epilogue=epilogue, split=split, scaled="e4m3" in kind)
-    c_t = types.uint64 if epilogue == "tma" else types.float32[:, :]
-    sig = (types.uint64, types.uint64, c_t, types.int32, types.int32, types.int32, types.float32,
-           types.float32[::1], types.int32[::1])
-    rep = report_once(gemm_kernel(cfg), sig)
+    def job(kind, out, epilogue, bm, bn, split):
+        cfg = GemmConfig(kind, bm=bm, bn=bn, out=out, epilogue=epilogue, split=split, scaled="e4m3" in kind)
+        c_t = types.uint64 if epilogue == "tma" else types.float32[:, :]
+        return gemm_kernel(cfg), (types.uint64, types.uint64, c_t, types.int32, types.int32, types.int32,
+                                  types.float32, types.float32[::1], types.int32[::1]), None
+
+    rep = report_batch(job)  # compiled with the other configurations of its batch (tests/conftest.py)
     assert rep.sass["HGMMA"] == 4
     assert rep.sass.get("ATOMG", 0) + rep.sass.get("RED", 0) >= 1
     assert rep.spill_bytes == 0 and rep.stack_frame == 0 and rep.local_memory_ops == 0

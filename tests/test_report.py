@@ -4,7 +4,7 @@ import numpy as np
 from numba import cuda, types
 
 from nbwgmma.__main__ import main
-from nbwgmma.report import compile_report, parse_sass
+from nbwgmma.report import compile_report, compile_reports, parse_sass, report_from_ptx, reports_from_ptx
 
 
 def test_report_on_a_small_kernel():
@@ -32,6 +32,43 @@ def test_report_sees_local_memory():
 
     rep = compile_report(kernel, (types.float32[:], types.float32[:], types.int32[:]))
     assert rep.local_memory_ops > 0
+
+
+def test_reports_made_together_are_the_reports_made_alone():
+    """compile_reports assembles and disassembles its kernels in one ptxas and one nvdisasm
+    run: every field is what a kernel's own run gives (a spilling kernel among them too)."""
+    def k_small(x, y):
+        y[0] = x[0] * 2.0
+
+    def k_shared(x, y):
+        buf = cuda.shared.array(256, np.float32)
+        buf[cuda.threadIdx.x] = x[cuda.threadIdx.x]
+        cuda.syncthreads()
+        y[cuda.threadIdx.x] = buf[255 - cuda.threadIdx.x]
+
+    def k_local(x, y, k):
+        buf = cuda.local.array(64, np.float32)
+        for i in range(64):
+            buf[i] = x[i]
+        y[0] = buf[k]
+
+    sig = (types.float32[:], types.float32[:])
+    jobs = [(k_small, sig), (k_shared, sig, (256, 1)), (k_local, sig + (types.int32,))]
+    together = compile_reports(jobs)
+    alone = [compile_report(*job[:2], launch_bounds=job[2] if len(job) > 2 else None) for job in jobs]
+    for t, a in zip(together, alone):
+        assert t.to_dict() == a.to_dict()
+    assert together[2].local_memory_ops > 0 and together[1].static_smem == 1024
+
+
+def test_modules_that_cannot_share_a_cubin_are_reported_one_by_one():
+    def kernel(x, y):
+        y[0] = x[0] + 1.0
+
+    ptx, _ = cuda.compile_ptx(kernel, (types.float32[:], types.float32[:]), cc=(9, 0, "a"))
+    one = report_from_ptx(ptx)
+    both = reports_from_ptx([ptx, ptx])  # one entry name twice: no merged module
+    assert [r.to_dict() for r in both] == [one.to_dict()] * 2
 
 
 def test_sass_parser_handles_predicates():

@@ -83,14 +83,19 @@ def test_box_model_fills_and_swizzles():
     np.testing.assert_array_equal(sw[1, 0:8], x[1, 8:16])
 
 
-def compile_stmt(stmt):
-    """Compile-report a kernel running ``stmt`` with a barrier ``b``, a buffer ``d`` and a map ``tm``."""
+def stmt_kernel(stmt):
+    """(kernel, signature, launch bounds) of a kernel running ``stmt`` with a barrier ``b``, a
+    buffer ``d`` and a map ``tm``."""
     src = ("def k(t, out):\n    bar = cuda.shared.array(1, np.uint64)\n    buf = cuda.shared.array(1024, np.uint8)\n"
            f"    b = smem_addr(bar)\n    d = smem_addr(buf)\n    tm = t[0]\n    {stmt}\n"
            "    bulk_commit_group()\n    bulk_wait_group(0)\n")
     ns = dict(globals())
     exec(src, ns)
-    return compile_report(ns["k"], (types.uint64[:], types.float32[:]))
+    return ns["k"], (types.uint64[:], types.float32[:]), None
+
+
+def form_stmt(form, rank):
+    return form.format(r=rank, c=", ".join(str(i) for i in range(rank)))
 
 
 FORMS = [
@@ -105,8 +110,8 @@ FORMS = [
 
 @pytest.mark.parametrize("rank", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("form, ptx, sass", FORMS, ids=[f[2] + f[0][:12] for f in FORMS])
-def test_tma_forms_assemble(form, ptx, sass, rank):
-    rep = compile_stmt(form.format(r=rank, c=", ".join(str(i) for i in range(rank))))
+def test_tma_forms_assemble(form, ptx, sass, rank, report_batch):
+    rep = report_batch(lambda form, ptx, sass, rank: stmt_kernel(form_stmt(form, rank)))  # with its batch
     assert ptx.format(r=rank) in rep.ptx
     assert rep.sass.get(sass, 0) >= 1, dict(rep.sass)
 
@@ -117,8 +122,8 @@ def test_tma_forms_assemble(form, ptx, sass, rank):
     ("prefetch_tensormap(tm)", "prefetch.tensormap", "CCTL"),
     ("bulk_wait_group_read(1)", "cp.async.bulk.wait_group.read 1", "DEPBAR"),
 ])
-def test_bulk_forms_assemble(stmt, ptx, sass):
-    rep = compile_stmt(stmt)
+def test_bulk_forms_assemble(stmt, ptx, sass, report_batch):
+    rep = report_batch(lambda stmt, ptx, sass: stmt_kernel(stmt))  # with its batch (tests/conftest.py)
     assert ptx in rep.ptx and rep.sass.get(sass, 0) >= 1, dict(rep.sass)
 
 

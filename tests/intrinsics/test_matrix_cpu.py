@@ -10,9 +10,7 @@ from nbwgmma.layout import tile_block_offset
 from nbwgmma.report import compile_report
 
 
-@pytest.mark.parametrize("num", [1, 2, 4])
-@pytest.mark.parametrize("trans", [0, 1])
-def test_ldmatrix_stmatrix_forms(num, trans):
+def ldmatrix_kernel(num, trans):
     src = f"""
 def k(out):
     buf = cuda.shared.array(512, np.uint16)
@@ -23,7 +21,13 @@ def k(out):
 """
     ns = dict(globals())
     exec(src, ns)
-    rep = compile_report(ns["k"], (types.uint32[:],))
+    return ns["k"], (types.uint32[:],), None
+
+
+@pytest.mark.parametrize("num", [1, 2, 4])
+@pytest.mark.parametrize("trans", [0, 1])
+def test_ldmatrix_stmatrix_forms(num, trans, report_batch):
+    rep = report_batch(ldmatrix_kernel)  # compiled with the other forms (tests/conftest.py)
     t = ".trans" if trans else ""
     assert f"ldmatrix.sync.aligned.m8n8.x{num}{t}.shared::cta.b16" in rep.ptx
     assert f"stmatrix.sync.aligned.m8n8.x{num}{t}.shared::cta.b16" in rep.ptx
@@ -31,13 +35,17 @@ def k(out):
     assert rep.local_memory_ops == 0
 
 
-@pytest.mark.parametrize("swizzle", ["none", "32B", "64B", "128B"])
-def test_acc_store_swizzled_compiles(swizzle):
+def store_swizzled_kernel(swizzle):
     ns = dict(globals(), SW=swizzle)
     exec("def k2(out):\n    acc = acc_zeros('f32.bf16.bf16', 64)\n    buf = cuda.shared.array(4096, np.float32)\n"
          "    acc_store_swizzled(acc, 'f32.bf16.bf16', smem_addr(buf), cuda.threadIdx.x % 128, 128, SW)\n"
          "    out[0] = buf[cuda.threadIdx.x]\n", ns)
-    rep = compile_report(ns["k2"], (types.float32[:],))
+    return ns["k2"], (types.float32[:],), None
+
+
+@pytest.mark.parametrize("swizzle", ["none", "32B", "64B", "128B"])
+def test_acc_store_swizzled_compiles(swizzle, report_batch):
+    rep = report_batch(store_swizzled_kernel)  # compiled with the other swizzles (tests/conftest.py)
     assert rep.ptx.count("st.shared.b32") == 32 and rep.sass["STS"] >= 1
     assert rep.local_memory_ops == 0
 
@@ -50,16 +58,20 @@ def test_acc_store_swizzled_rejects_bad_rows():
         compile_report(ns["k3"], (types.float32[:],))
 
 
-@pytest.mark.parametrize("swizzle, row_bytes, n", [(sw, rb, n) for sw, rb in (("none", 128), ("32B", 32), ("64B", 64),
-                                                                              ("128B", 128))
-                                                    for n in (16, 64, 200, 256) if rb <= 2 * n])
-def test_acc_stmatrix_swizzled_compiles(swizzle, row_bytes, n):
+def stmatrix_swizzled_kernel(swizzle, row_bytes, n):
     ns = dict(globals(), SW=swizzle, RB=row_bytes, N=n)
     exec("def k4(src, out):\n    t = cuda.threadIdx.x % 128\n    acc = acc_load('f32.bf16.bf16', N, src, t, 0, 0)\n"
          "    buf = cuda.shared.array(16384, np.uint16)\n"
          "    acc_stmatrix_swizzled(acc_to_bf16x2(acc), smem_addr(buf), t, RB, SW)\n"
          "    out[0] = buf[cuda.threadIdx.x]\n", ns)
-    rep = compile_report(ns["k4"], (types.float32[:, :], types.uint16[:]))
+    return ns["k4"], (types.float32[:, :], types.uint16[:]), None
+
+
+@pytest.mark.parametrize("swizzle, row_bytes, n", [(sw, rb, n) for sw, rb in (("none", 128), ("32B", 32), ("64B", 64),
+                                                                              ("128B", 128))
+                                                    for n in (16, 64, 200, 256) if rb <= 2 * n])
+def test_acc_stmatrix_swizzled_compiles(swizzle, row_bytes, n, report_batch):
+    rep = report_batch(stmatrix_swizzled_kernel)  # compiled with the other cases (tests/conftest.py)
     assert rep.ptx.count("stmatrix.sync.aligned.m8n8.x4.shared::cta.b16") == n // 16
     assert rep.ptx.count("stmatrix.sync.aligned.m8n8.x2.shared::cta.b16") == (n % 16) // 8
     assert rep.sass["STSM"] == -(-n // 16) and rep.sass["F2FP"] == n // 4

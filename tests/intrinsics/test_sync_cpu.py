@@ -83,9 +83,9 @@ def kernel(out, st):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_ptx_and_sass(name):
+def test_ptx_and_sass(name, report_batch):
     stmt, ptx_text, sass_op = CASES[name]
-    rep = compile_report(make_kernel(stmt), SIG, launch_bounds=(128, 1))
+    rep = report_batch(lambda name: (make_kernel(CASES[name][0]), SIG, (128, 1)))  # with its batch (conftest.py)
     assert ptx_text in rep.ptx, f"{ptx_text!r} not in the PTX of {name}"
     assert rep.arch == "sm_90a"
     assert rep.local_memory_ops == 0 and rep.spill_bytes == 0

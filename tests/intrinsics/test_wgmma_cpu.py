@@ -59,14 +59,20 @@ def variants():
             yield pytest.param(kind, True, 0, 0, 1, ", 1", id=f"{kind}-rs-satfinite")
 
 
-@pytest.mark.parametrize("kind, rs, trans_a, trans_b, scale, extra", list(variants()))
-def test_every_legal_form_assembles(kind, rs, trans_a, trans_b, scale, extra):
-    k = wgmma_kind(kind)
+def form_kernel(kind, rs, trans_a, trans_b, scale, extra):
+    """(kernel, signature, launch bounds) of one wgmma form over every legal N."""
     if extra:
         extra = ", 1"  # satfinite=1
+    kern = build(kind, list(wgmma_kind(kind).n_values), rs=rs, trans_a=trans_a, trans_b=trans_b, scale=scale,
+                 extra=extra)
+    return kern, SIG, (128, 1)
+
+
+@pytest.mark.parametrize("kind, rs, trans_a, trans_b, scale, extra", list(variants()))
+def test_every_legal_form_assembles(kind, rs, trans_a, trans_b, scale, extra, report_batch):
+    k = wgmma_kind(kind)
     ns = list(k.n_values)
-    kern = build(kind, ns, rs=rs, trans_a=trans_a, trans_b=trans_b, scale=scale, extra=extra)
-    rep = compile_report(kern, SIG, launch_bounds=(128, 1))
+    rep = report_batch(form_kernel)  # compiled with the other forms of its batch (tests/conftest.py)
     op = sass_op(kind)
     assert rep.sass.get(op, 0) == len(ns), (op, dict(rep.sass))
     assert rep.local_memory_ops == 0 and rep.spill_bytes == 0 and rep.stack_frame == 0
