@@ -135,7 +135,10 @@ def _parse_ptxas(text: str) -> dict:
     m = re.search(r"used " + _INT + r" barriers", text)
     if m:
         info["barriers"] = int(m.group(1))
-    info["warnings"] = [ln.strip() for ln in text.splitlines() if "warning" in ln.lower()]
+    # Warnings, and the diagnostics ptxas prints as "info" with a code: it reports wgmma
+    # serialization (C7511, "insufficient register resources") as an info line.
+    info["warnings"] = [ln.strip() for ln in text.splitlines()
+                        if "warning" in ln.lower() or re.search(r"\(C\d{4}\)", ln)]
     return info
 
 
@@ -204,15 +207,16 @@ def _shared(ptxs: list, arch: str, tmp: str):
     """One cubin of every module in ``ptxs``, disassembled: ``[(ptxas text, SASS text)]`` per
     module, or None where that would not give what each module's own run gives: modules with
     different headers, clashing symbols (ptxas refuses the merged module), functions other
-    than their entries, or warnings (they could not be told apart by kernel)."""
+    than their entries, or warnings and coded diagnostics (they could not be told apart by
+    kernel)."""
     names = [_entry_name(p) for p in ptxs]
     headers = {tuple(m.group(0).strip() for m in _HEADER.finditer(p)) for p in ptxs}
     if len(headers) != 1 or len(set(names)) != len(names) or "<module>" in names:
         return None
     merged = ptxs[0] + "".join(_HEADER.sub("", p) for p in ptxs[1:])
     cubin, text = _assemble(tmp, merged, arch, "all")
-    if cubin is None or "warning" in text.lower():
-        return None
+    if cubin is None or "warning" in text.lower() or re.search(r"\(C\d{4}\)", text):
+        return None  # (a coded diagnostic comes before its function's block: it cannot be attributed)
     blocks = re.split(r"(?=^ptxas info\s*: Compiling entry function ')", text, flags=re.M)
     by_name = {}
     for b in blocks[1:]:

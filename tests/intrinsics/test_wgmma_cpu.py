@@ -26,17 +26,16 @@ def sass_op(kind):
 def build(kind, ns, rs=False, trans_a=0, trans_b=0, scale=1, extra=""):
     """One kernel issuing one wgmma per N in ``ns``."""
     lines = ["def kernel(out, da, db, regs):", "    a = (regs[0], regs[1], regs[2], regs[3])"]
-    for n in ns:
-        lines.append(f"    acc{n} = acc_zeros(KIND, {n})")
-    lines.append("    wgmma_fence()")
     for i, n in enumerate(ns):
+        # Each accumulator made, used and consumed before the next, so one is live at a time
+        # (all made up front, ptxas serializes the wgmmas for lack of registers: C7511).
+        lines += [f"    acc{n} = acc_zeros(KIND, {n})", "    wgmma_fence()"]
         if rs:
             call = f"wgmma_mma_async_rs(acc{n}, a, db[{i}], KIND, da[{i}] > 0, {scale}, {scale}, {trans_b}{extra})"
         else:
             call = (f"wgmma_mma_async(acc{n}, da[{i}], db[{i}], KIND, da[{i}] > 0, {scale}, {scale}, "
                     f"{trans_a}, {trans_b}{extra})")
         lines.append(f"    acc{n} = {call}")
-        # Wait and consume each accumulator before the next, so one is live at a time.
         lines += ["    wgmma_commit_group()", "    wgmma_wait_group(0)"]
         last = n // 4 - 1 if kind.startswith("f16") else n // 2 - 1
         lines.append(f"    out[{i}] = acc{n}[0] + acc{n}[{last}]")
