@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from .frontend.matmul import matmul as _matmul
+from .frontend.matmul import matmul as library_matmul
 
 __all__ = ["matmul", "Linear", "activation_grad"]
 
@@ -33,7 +33,7 @@ _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
            activation: Optional[str] = None) -> torch.Tensor:
     """``activation(a @ b + bias)`` by nbwgmma (see :func:`nbwgmma.matmul`)."""
-    return _matmul(a, b, bias=bias, activation=activation)
+    return library_matmul(a, b, bias=bias, activation=activation)
 
 
 @matmul.register_fake
