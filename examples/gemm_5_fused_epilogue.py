@@ -24,10 +24,9 @@ import numpy as np
 from numba import cuda, types
 
 from nbwgmma.intrinsics import (
-    acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, dynamic_smem_base,
-    fence_proxy_async_shared, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d, tma_store_2d,
+    bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d,
 )
-from nbwgmma.kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, warpgroup_sync
+from nbwgmma.kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, tma_store_part
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
@@ -47,19 +46,6 @@ def make_kernel(act):
         return act(v + b)
 
     part = acc_map(bias_act, 64, cols=1, pack="bf16")  # 64 columns -> packed bf16 pairs
-
-    @cuda.jit(device=True, inline=True)
-    def store_part(regs, buf, ct, cw, tmap_c, col, row):
-        """One 64 x 64 part: registers -> swizzled shared block -> TMA store. The block was
-        last read by the store before the previous one (waited for in the previous call)."""
-        acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
-        fence_proxy_async_shared()  # generic writes -> the TMA unit
-        if ct == 0:
-            bulk_wait_group_read(0)  # the previous part's store has read the other block
-        warpgroup_sync(cw)
-        if ct == 0:
-            tma_store_2d(buf, tmap_c, col, row)
-            bulk_commit_group()
 
     @cuda.jit(launch_bounds=(384, 1))
     def gemm_bias_act(tmap_a, tmap_b, tmap_c, bias, m, n, k):
@@ -98,12 +84,14 @@ def make_kernel(act):
                 acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
                                             other_next < nunits)
                 row0, col0 = tm * BM, tn * BN
-                store_part(part(acc0[:32], ct, row0, col0, bias[col0:n]), c0, ct, cw, tmap_c, col0, row0)
-                store_part(part(acc0[32:], ct, row0, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
-                           col0 + 64, row0)
-                store_part(part(acc1[:32], ct, row0 + 64, col0, bias[col0:n]), c0, ct, cw, tmap_c, col0, row0 + 64)
-                store_part(part(acc1[32:], ct, row0 + 64, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
-                           col0 + 64, row0 + 64)
+                # 64 columns at a time through the consumer's two shared blocks, in turn
+                tma_store_part(part(acc0[:32], ct, row0, col0, bias[col0:n]), c0, ct, cw, tmap_c, col0, row0)
+                tma_store_part(part(acc0[32:], ct, row0, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
+                               col0 + 64, row0)
+                tma_store_part(part(acc1[:32], ct, row0 + 64, col0, bias[col0:n]), c0, ct, cw, tmap_c,
+                               col0, row0 + 64)
+                tma_store_part(part(acc1[32:], ct, row0 + 64, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
+                               col0 + 64, row0 + 64)
             if ct == 0:
                 bulk_wait_group(0)
 
@@ -133,7 +121,8 @@ def simulate():
     from nbwgmma.layout.wgmma_model import encode_elements
 
     rng = np.random.default_rng(0)
-    a, b = rng.integers(-2, 3, (2 * BM, 2 * BK)).astype(np.float64), rng.integers(-2, 3, (BN, 2 * BK)).astype(np.float64)
+    a = rng.integers(-2, 3, (2 * BM, 2 * BK)).astype(np.float64)
+    b = rng.integers(-2, 3, (BN, 2 * BK)).astype(np.float64)
     bias = rng.integers(-8, 9, BN).astype(np.float32)
     bits = [cuda.to_device(encode_elements(x, "bf16").view(np.uint16).reshape(x.shape)) for x in (a, b)]
     c = cuda.to_device(np.full((2 * BM, BN), 0x7FC0, np.uint16))  # bf16 NaN: every element must be written

@@ -119,6 +119,9 @@ class CompileReport:
 
 
 _INT = r"(\d+)"
+#: A ptxas diagnostic with a code, "warning" or "info" alike: ptxas prints wgmma serialization
+#: (C7511, "insufficient register resources") as an info line.
+_CODED = re.compile(r"\(C\d{4}\)")
 
 
 def _parse_ptxas(text: str) -> dict:
@@ -135,10 +138,7 @@ def _parse_ptxas(text: str) -> dict:
     m = re.search(r"used " + _INT + r" barriers", text)
     if m:
         info["barriers"] = int(m.group(1))
-    # Warnings, and the diagnostics ptxas prints as "info" with a code: it reports wgmma
-    # serialization (C7511, "insufficient register resources") as an info line.
-    info["warnings"] = [ln.strip() for ln in text.splitlines()
-                        if "warning" in ln.lower() or re.search(r"\(C\d{4}\)", ln)]
+    info["warnings"] = [ln.strip() for ln in text.splitlines() if "warning" in ln.lower() or _CODED.search(ln)]
     return info
 
 
@@ -215,7 +215,7 @@ def _shared(ptxs: list, arch: str, tmp: str):
         return None
     merged = ptxs[0] + "".join(_HEADER.sub("", p) for p in ptxs[1:])
     cubin, text = _assemble(tmp, merged, arch, "all")
-    if cubin is None or "warning" in text.lower() or re.search(r"\(C\d{4}\)", text):
+    if cubin is None or "warning" in text.lower() or _CODED.search(text):
         return None  # (a coded diagnostic comes before its function's block: it cannot be attributed)
     blocks = re.split(r"(?=^ptxas info\s*: Compiling entry function ')", text, flags=re.M)
     by_name = {}

@@ -48,7 +48,8 @@ def test_bad_offsets_and_layouts_are_refused():
     w = _bits(np.ones((3 * 48, 32))).reshape(3, 48, 32)
     b = _swap(w)
     cases = [
-        (dict(offs=cuda.to_device(np.array([10, 5, 64], np.int32)), validate=True), r"must not decrease; offs\[1\] = 5"),
+        (dict(offs=cuda.to_device(np.array([10, 5, 64], np.int32)), validate=True),
+         r"must not decrease; offs\[1\] = 5"),
         (dict(offs=cuda.to_device(np.array([10, 20, 65], np.int32)), validate=True), "past A's 64 rows"),
         (dict(offs=cuda.to_device(np.array([10, 20, 64], np.int64))), "offs must be int32 of shape"),
         (dict(offs=cuda.to_device(np.array([10, 64], np.int32))), r"offs must be int32 of shape \(3,\)"),
@@ -58,8 +59,8 @@ def test_bad_offsets_and_layouts_are_refused():
         with pytest.raises(MatmulError, match=msg):
             grouped_matmul(a, b, in_dtype="bf16", **kw)
     with pytest.raises(MatmulError, match="B must be the transpose of a contiguous"):
-        grouped_matmul(a, _bits(np.ones((3 * 32, 48))).reshape(3, 32, 48), cuda.to_device(np.array([1, 2, 3], np.int32)),
-                       in_dtype="bf16")
+        grouped_matmul(a, _bits(np.ones((3 * 32, 48))).reshape(3, 32, 48),
+                       cuda.to_device(np.array([1, 2, 3], np.int32)), in_dtype="bf16")
 
 
 def test_offsets_past_the_end_are_clamped_not_followed():

@@ -15,7 +15,7 @@ from ..errors import ConfigError, MatmulError, MatmulTypeError
 from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
-           "check_out", "array_error", "config_error", "scale_product", "lib_of", "empty_like_lib", "torch_dtype",
+           "check_out", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "torch_dtype",
            "stream_of"]
 
 
@@ -140,6 +140,14 @@ def array_error(named, err: TypeError) -> MatmulTypeError:
         except TypeError as e:
             return MatmulTypeError(f"matmul: {name}: {e}")
     return MatmulTypeError(f"matmul: {err}")
+
+
+def described(x, name: str) -> ArrayInfo:
+    """``array_info(x)``; what it rejects is a :class:`MatmulTypeError` naming the argument."""
+    try:
+        return array_info(x)
+    except TypeError as e:
+        raise MatmulTypeError(f"matmul: {name}: {e}") from None
 
 
 def scale_product(scale_a, scale_b) -> float:

@@ -28,17 +28,16 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.fused import MAX_EXTRAS, SMEM, THREADS, FusedConfig, fused_kernel
 from ..kit import ACTIVATIONS
-from .arrays import ArrayInfo, array_info
-from .args import array_error
-from .args import NP_OF
+from ..launch import device_limits
+from .args import NP_OF, described
+from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
 
 __all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c"]
 
 _SIM = sim.enabled()
-_DUMMY = {}  # device -> a one-element f32 array standing in for "no bias"
+_DUMMY = {}  # (device, shape) -> a zero f32 array standing in for an unused argument
 _CONFIGS = {}  # (type, bias kind, activation) -> FusedConfig (its scheduler's device functions built once)
-_SMS = {}  # device -> multiprocessor count
 _DEVICE_FNS = {}  # a plain Python epilogue -> its device function
 
 
@@ -91,10 +90,7 @@ def user_epilogue(fn, args, m, n, device):
             kinds.append("scalar")
             infos.append(None)
             continue
-        try:
-            info = array_info(x)
-        except TypeError as e:
-            raise array_error(((f"epilogue_args[{i}]", x),), e) from None
+        info = described(x, f"epilogue_args[{i}]")
         kind = _vector_kind(info.shape, m, n)
         if kind is None:
             raise MatmulError(f"matmul: epilogue_args[{i}] must be a number or a vector of shape ({n},) or (1, {n}) "
@@ -125,7 +121,8 @@ def _bias_f32(bias, info, lib):
     if lib == "cupy":
         return bias.reshape(-1).astype(np.float32)
     if info.dtype != "f32":
-        raise MatmulTypeError(f"matmul: a Numba bias must be f32 (its library cannot convert it here); got {info.dtype}")
+        raise MatmulTypeError(f"matmul: a Numba bias must be f32 (its library cannot convert it here); "
+                              f"got {info.dtype}")
     return bias.reshape(info.shape[0] * info.shape[-1])
 
 
@@ -139,10 +136,7 @@ def check_c(c, beta, m, n, device):
         if beta not in (None, 0, 0.0):
             raise MatmulError(f"matmul: beta scales C; got beta={beta!r} and no c")
         return None, 0.0
-    try:
-        info = array_info(c)
-    except TypeError as e:
-        raise array_error((("c", c),), e) from None
+    info = described(c, "c")
     if info.shape != (m, n):
         raise MatmulError(f"matmul: c must have shape {(m, n)} like the output; got {info.shape}")
     if info.dtype not in _C_TYPES:
@@ -156,17 +150,12 @@ def check_c(c, beta, m, n, device):
     return info, float(beta)
 
 
-def _no_c(device):
-    d = _DUMMY.get(("c", device))
+def _stand_in(device, shape):
+    """A zero f32 array of ``shape`` on ``device`` for a kernel argument the call does not use
+    (made once)."""
+    d = _DUMMY.get((device, shape))
     if d is None:
-        d = _DUMMY[("c", device)] = cuda.to_device(np.zeros((1, 1), np.float32))
-    return d
-
-
-def _no_bias(device):
-    d = _DUMMY.get(device)
-    if d is None:
-        d = _DUMMY[device] = cuda.to_device(np.zeros(1, np.float32))
+        d = _DUMMY[(device, shape)] = cuda.to_device(np.zeros(shape, np.float32))
     return d
 
 
@@ -181,17 +170,14 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     if dt not in ("bf16", "f16") or odt != dt:
         raise MatmulTypeError(f"matmul: bias/activation take bf16 or f16 inputs with an output of the same type "
                               f"so far; got {dt} inputs, {odt} output")
-    try:
-        bi = array_info(bias) if bias is not None else None
-    except TypeError as e:
-        raise array_error((("bias", bias),), e) from None
+    bi = described(bias, "bias") if bias is not None else None
     where = check_epilogue(activation, bi, m, n, ia.device)
     ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
     ic, beta = check_c(c, beta, m, n, ia.device)
     bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
     b_major = "K" if _row_major(bt) else "MN"
-    for name, info in (("A", ia), ("B (as w.T with w [N, K] row-major, or [K, N] row-major)", bt if b_major == "K" else ib),
-                       ("out", io)):
+    b_name = "B (as w.T with w [N, K] row-major, or [K, N] row-major)"
+    for name, info in (("A", ia), (b_name, bt if b_major == "K" else ib), ("out", io)):
         if not _row_major(info):
             raise MatmulError(f"matmul: with bias/activation/epilogue, {name} must be row-major with 16-byte aligned "
                               f"rows so far; got shape {info.shape}, strides {info.strides} bytes")
@@ -199,7 +185,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
         return out
     if k == 0:
         raise MatmulError("matmul: bias/activation need K > 0 so far; got K = 0")
-    vec = _bias_f32(bias, bi, lib) if bi is not None else _no_bias(ia.device)
+    vec = _bias_f32(bias, bi, lib) if bi is not None else _stand_in(ia.device, (1,))
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
         extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
@@ -208,9 +194,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     if cfg is None:
         cfg = _CONFIGS[ckey] = FusedConfig(dt, where, activation, epilogue=ufn, extras=kinds, b_major=b_major,
                                            with_c=ic is not None)
-    sms = _SMS.get(ia.device)
-    if sms is None:
-        sms = _SMS[ia.device] = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
+    sms = 1 if _SIM else device_limits()["multiprocessors"]
     es = ia.itemsize
     # Maps cached by address and view (frontend.plan): a repeated call encodes none.
     ta = tensor_map(a, ia.ptr, dt, (128, 64), ((m, k), (ia.strides[0] // es, 1)), keep=False)
@@ -219,7 +203,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     else:  # [K, N] row-major: 64 x 64 boxes, two per stage
         tb = tensor_map(b, ib.ptr, dt, (64, 64), ((k, n), (ib.strides[0] // es, 1)), keep=False)
     tc = tensor_map(out, io.ptr, dt, (64, 64), ((m, n), (io.strides[0] // es, 1)), keep=False)
-    cmat = _no_c(ia.device) if ic is None else numba_view(ic, c, NP_OF[_C_TYPES[ic.dtype]])
+    cmat = _stand_in(ia.device, (1, 1)) if ic is None else numba_view(ic, c, NP_OF[_C_TYPES[ic.dtype]])
     args = (ta.address, tb.address, tc.address, vec, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha),
             *extras, cmat, np.float32(beta))
     try:

@@ -22,26 +22,18 @@ clamped into [0, T]; ``validate=True`` refuses counts outside it).
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
 
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped import SMEM, THREADS, grouped_kernel, units_bound
-from .args import array_error, empty_like_lib, lib_of, stream_of
-from .arrays import ArrayInfo, array_info
+from .args import described, empty_like_lib, lib_of, stream_of
+from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
 
 __all__ = ["grouped_matmul"]
 
 _SIM = sim.enabled()
 _NAMES = {"u16": "bf16"}
-
-
-def _info(x, name):
-    try:
-        return array_info(x)
-    except TypeError as e:
-        raise array_error(((name, x),), e) from None
 
 
 def _row_major(info: ArrayInfo) -> bool:
@@ -61,7 +53,7 @@ def _host_offs(offs, lib):
 def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, stream=None, validate=False):
     """``out[rows of group g] = a[rows of group g] @ b[g]`` for the groups of rows ``offs``
     delimits (see the module's text); returns ``out`` (allocated when not given)."""
-    ia, ib, io_ = _info(a, "A"), _info(b, "B"), _info(offs, "offs")
+    ia, ib, io_ = described(a, "A"), described(b, "B"), described(offs, "offs")
     masked = len(ia.shape) == 3
     if masked:  # [G, T, K] seen as [G * T, K]
         if ia.shape[0] != (ib.shape[0] if len(ib.shape) == 3 else None):
@@ -102,7 +94,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     shape = (groups, total // groups, n) if masked else (total, n)
     if out is None:
         out = empty_like_lib(lib, a, shape, odt)
-    io = _info(out, "out")
+    io = described(out, "out")
     if io.shape != shape or _NAMES.get(io.dtype, io.dtype) != odt or not _row_major(io) \
             or (masked and io.strides[0] != io.shape[1] * io.strides[1]):
         raise MatmulError(f"grouped_matmul: out must be a row-major {shape} {odt} array with 16-byte aligned "
@@ -130,9 +122,10 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     es = ia.itemsize
     tma_a = tensor_map(a, ia.ptr, ta, (128, 64), ((total, k), (ia.strides[0] // es, 1)), keep=False)
     tma_b = tensor_map(b, ib.ptr, ta, (128, 64), ((groups * n, k), (wt.strides[0] // es, 1)), keep=False)
-    sms = 1 if _SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT
+    from ..launch import device_limits, launch
+
+    sms = 1 if _SIM else device_limits()["multiprocessors"]
     grid = max(1, min(sms, -(-units_bound(total, groups, n) // 2)))
-    from ..launch import launch
 
     view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
     launch(grouped_kernel(ta, masked), grid, THREADS,

@@ -22,10 +22,9 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add, acc_load, acc_scale, acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, dynamic_smem_base,
-    fence_proxy_async_shared, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_store_2d,
+    acc_add, acc_load, acc_scale, bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
 )
-from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, warpgroup_sync
+from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, tma_store_part
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES"]
@@ -39,7 +38,7 @@ KIND_OF = {t: f"f32.{t}.{t}" for t in TYPES}
 BM = BN = 128  # one consumer's tile
 BK = 64  # one 128-byte swizzle row of 16-bit K per stage
 STAGES = 6
-STAGE = (BM + BN) * 128
+STAGE = PingPong.STAGE_BYTES
 C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer
 THREADS = 384
 SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
@@ -140,10 +139,11 @@ def _epilogue(cfg):
 def fused_kernel(cfg: FusedConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
     ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta)``: tensor-map
-    addresses of A [M, K] (box 128 x 64), B [N, K] (box 128 x 64; with ``b_major="MN"`` B [K, N], box 64 x
-    64) and C [M, N] (box 64 x 64), all with the 128-byte swizzle; ``vec`` the f32 bias (any f32 array where there is none); int32 sizes;
-    f32 ``alpha``; the user epilogue's extras (1-D f32 vectors whole, or f32 scalars; an f32
-    zero in the slots it does not use); ``cmat`` C as a 2-D array (bf16 as uint16 bits; any 2-D
+    addresses of A [M, K] (box 128 x 64), B [N, K] (box 128 x 64; with ``b_major="MN"`` B
+    [K, N], box 64 x 64) and C [M, N] (box 64 x 64), all with the 128-byte swizzle; ``vec`` the
+    f32 bias (any f32 array where there is none); int32 sizes; f32 ``alpha``; the user
+    epilogue's extras (1-D f32 vectors whole, or f32 scalars; an f32 zero in the slots it does
+    not use); ``cmat`` C as a 2-D array (bf16 as uint16 bits; any 2-D
     array without C) and f32 ``beta``. Launch it with :data:`THREADS` threads, :data:`SMEM`
     bytes of dynamic shared memory and ``cfg.grid(...)`` CTAs."""
     return _build(cfg.key())
@@ -152,25 +152,12 @@ def fused_kernel(cfg: FusedConfig):
 @functools.lru_cache(maxsize=None)
 def _build(key):
     cfg = FusedConfig(*key)
-    KIND = f"f32.{cfg.dtype}.{cfg.dtype}"
+    KIND = KIND_OF[cfg.dtype]
     pipe = TmaPipeline(STAGES, consumers=1)
     pp = PingPong(KIND, pipe, b_major=cfg.b_major)
     sched = cfg.sched
     NBARS = pipe.barrier_words
     epilogue = _epilogue(cfg)
-
-    @cuda.jit(device=True, inline=True)
-    def store_part(regs, buf, ct, cw, tmap_c, col, row):
-        """One 64 x 64 part: registers -> swizzled shared block -> TMA store. The block was
-        last read by the store before the previous one (waited for in the previous call)."""
-        acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
-        fence_proxy_async_shared()  # generic writes -> the TMA unit
-        if ct == 0:
-            bulk_wait_group_read(0)  # the previous part's store has read the other block
-        warpgroup_sync(cw)
-        if ct == 0:
-            tma_store_2d(buf, tmap_c, col, row)
-            bulk_commit_group()
 
     @cuda.jit(launch_bounds=(THREADS, 1))
     def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta):
@@ -207,13 +194,13 @@ def _build(key):
                                             other_next < nunits)
                 r0, c0_ = tm * BM, tn * BN
                 p = epilogue(acc0[:32], ct, r0, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                store_part(p, c0, ct, cw, tmap_c, c0_, r0)
+                tma_store_part(p, c0, ct, cw, tmap_c, c0_, r0)
                 p = epilogue(acc0[32:], ct, r0, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0)
+                tma_store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0)
                 p = epilogue(acc1[:32], ct, r0 + 64, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                store_part(p, c0, ct, cw, tmap_c, c0_, r0 + 64)
+                tma_store_part(p, c0, ct, cw, tmap_c, c0_, r0 + 64)
                 p = epilogue(acc1[32:], ct, r0 + 64, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0 + 64)
+                tma_store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0 + 64)
             if ct == 0:
                 bulk_wait_group(0)
 

@@ -19,11 +19,12 @@ ph)`` on a global ``pipe`` as it calls ``math.exp``. A shared-array shape must s
 constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 """
 
-from .epilogue import ACTIVATIONS, acc_map, activation
+from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_part
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .scheduler import TileScheduler
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "PingPong", "TileScheduler", "acc_map", "activation", "ACTIVATIONS", "warpgroup_index",
+__all__ = ["TmaPipeline", "PingPong", "TileScheduler", "acc_map", "tma_store_part", "activation", "ACTIVATIONS",
+           "warpgroup_index",
            "warpgroup_thread", "warpgroup_sync", "turn_wait", "turn_pass"]

@@ -35,10 +35,14 @@ from numba import cuda, types
 from numba.core.extending import intrinsic
 
 from .. import backend
-from ..intrinsics import acc_to_bf16x2, acc_to_f16x2, ex2_approx, rcp_approx
+from ..intrinsics import (
+    acc_stmatrix_swizzled, acc_to_bf16x2, acc_to_f16x2, bulk_commit_group, bulk_wait_group_read, ex2_approx,
+    fence_proxy_async_shared, rcp_approx, tma_store_2d,
+)
 from ..intrinsics.errors import NbwgmmaTypingError
+from .warpgroup import warpgroup_sync
 
-__all__ = ["acc_map", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh", "silu", "sigmoid",
+__all__ = ["acc_map", "tma_store_part", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh", "silu", "sigmoid",
            "value_coords"]
 
 
@@ -103,6 +107,23 @@ def value_coords(tid, i):
     return 16 * w + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
 
 
+@cuda.jit(device=True, inline=True)
+def tma_store_part(regs, buf, ct, cw, tmap_c, col, row):
+    """Store one 64 x 64 part of C: warpgroup ``cw``'s packed 16-bit registers ``regs`` (thread
+    ``ct``, as ``acc_map(..., 64, pack=...)`` gives them) go through the 128B-swizzled shared
+    block ``buf`` (8 KiB) to a TMA store at (``col``, ``row``) of ``tmap_c`` (box 64 x 64).
+    Meant for two blocks used in turn: before the store is issued, thread 0 waits until the
+    previous call's store has read its block, so the next call may write that one."""
+    acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
+    fence_proxy_async_shared()  # generic writes -> the TMA unit
+    if ct == 0:
+        bulk_wait_group_read(0)  # the previous part's store has read the other block
+    warpgroup_sync(cw)
+    if ct == 0:
+        tma_store_2d(buf, tmap_c, col, row)
+        bulk_commit_group()
+
+
 _DTYPES = {"f32": np.float32, "s32": np.int32}
 _PACKS = {None: None, "bf16": acc_to_bf16x2, "f16": acc_to_f16x2}
 
@@ -110,7 +131,8 @@ _PACKS = {None: None, "bf16": acc_to_bf16x2, "f16": acc_to_f16x2}
 def _fragment_check(what: str, count: int):
     """A no-op that refuses, at typing, a fragment that is not a tuple of ``count`` values."""
     def message(got):
-        return f"{what}: the fragment must be a tuple of {count} values (one thread's share of the accumulator); got {got}"
+        return (f"{what}: the fragment must be a tuple of {count} values (one thread's share of the "
+                f"accumulator); got {got}")
 
     if backend.active():  # the simulator runs the generated code as Python
         def check(acc):
