@@ -2,6 +2,8 @@
 (``torch._addmm_activation``) and the unfused expression, bf16, in one process: every
 contender in batches of 10 calls, taking turns, 15 rounds, median.
 
+Then ``out = A @ B + 0.5 * C`` against ``torch.addmm(C, A, B, beta=0.5)``.
+
     python benchmarks/fused.py [MxNxK ...]
 """
 import sys
@@ -35,7 +37,29 @@ def bench(m, n, k, rounds=15, inner=10):
     print(f"{m}x{n}x{k} relative error of the fused result vs float64: {err:.2e}")
 
 
+def bench_beta(m, n, k, rounds=15, inner=10):
+    """out = A @ B + 0.5 * C against torch.addmm(C, A, B, beta=0.5), bf16."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
+    c = torch.randn(m, n, device="cuda", generator=g).bfloat16()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    matmul(x, w.t(), c=c, beta=0.5, out=out)
+    ref = x.double() @ w.double().t() + 0.5 * c.double()
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    del ref
+    peers = {"nbwgmma.matmul(c, beta=0.5)": lambda: matmul(x, w.t(), c=c, beta=0.5, out=out),
+             "cuBLAS torch.addmm(c, beta=0.5)": lambda: torch.addmm(c, x, w.t(), beta=0.5)}
+    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
+    ours = med["nbwgmma.matmul(c, beta=0.5)"]
+    for name, t in med.items():
+        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e9:7.1f} TFLOP/s  (nbwgmma is {t / ours:.3f}x)")
+    print(f"{m}x{n}x{k} relative error of the beta result vs float64: {err:.2e}")
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
     for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
         bench(*(int(v) for v in s.split("x")))
+    for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
+        bench_beta(*(int(v) for v in s.split("x")))
