@@ -142,23 +142,52 @@ def _check_tile_args(name, arr, arrname, tid, row0, col0):
             raise NbwgmmaTypingError(f"{name}: '{nm}' must be an integer; got {ty}")
 
 
-def _clipped_elements(context, builder, sig, args, count):
-    """For each of the ``count`` values of warpgroup thread ``args[3]``: yield (value index,
-    pointer to ``arr[row0 + row, col0 + col]``) with the builder inside an ``if`` that skips
-    elements outside the array (``args[2:6]`` = arr, tid, row0, col0)."""
+def _clipped_access(context, builder, sig, args, count, one, pair):
+    """Visit the ``count`` values of warpgroup thread ``args[3]`` at ``arr[row0 + row, col0 + col]``
+    (``args[2:6]`` = arr, tid, row0, col0), skipping elements outside the array. Values ``i`` and
+    ``i + 1`` (i even) are row neighbours. Where all of the thread's values lie inside, the
+    array's rows are contiguous and every pair's address is aligned to the pair's size (tested
+    once), ``pair(i, ptr)`` moves each pair at once (``ptr`` a pointer to a 2-element vector) with
+    no test per element; otherwise ``one(i, ptr)`` is called per element inside."""
     i64 = ir.IntType(64)
     tid_, r0, c0 = (context.cast(builder, args[j], sig.args[j], types.int64) for j in (3, 4, 5))
     arrty = sig.args[2]
     ary = context.make_array(arrty)(context, builder, args[2])
     shape = cgutils.unpack_tuple(builder, ary.shape, 2)
     strides = cgutils.unpack_tuple(builder, ary.strides, 2)
-    for i, (dr, dc) in enumerate(_ir_value_coords(builder, tid_, i64, count)):
-        r = builder.add(r0, dr)
-        c = builder.add(c0, dc)
-        inside = builder.and_(builder.icmp_signed("<", r, shape[0]), builder.icmp_signed("<", c, shape[1]))
-        with builder.if_then(inside, likely=True):
-            yield i, cgutils.get_item_pointer2(context, builder, data=ary.data, shape=shape, strides=strides,
-                                               layout=arrty.layout, inds=[r, c])
+    coords = [(builder.add(r0, dr), builder.add(c0, dc)) for dr, dc in _ir_value_coords(builder, tid_, i64, count)]
+
+    def item(r, c):
+        return cgutils.get_item_pointer2(context, builder, data=ary.data, shape=shape, strides=strides,
+                                         layout=arrty.layout, inds=[r, c])
+
+    def clipped():
+        for i, (r, c) in enumerate(coords):
+            inside = builder.and_(builder.icmp_signed("<", r, shape[0]), builder.icmp_signed("<", c, shape[1]))
+            with builder.if_then(inside, likely=True):
+                one(i, item(r, c))
+
+    if arrty.layout != "C" or count % 4:
+        clipped()
+        return
+    esize = context.get_abi_sizeof(context.get_data_type(arrty.dtype))
+    vptr_ty = ir.VectorType(context.get_data_type(arrty.dtype), 2).as_pointer()
+    addr = builder.ptrtoint(ary.data, i64)
+    low = builder.or_(builder.or_(addr, strides[0]), builder.mul(c0, ir.Constant(i64, esize)))
+    fast = builder.icmp_unsigned("==", builder.and_(low, ir.Constant(i64, 2 * esize - 1)), ir.Constant(i64, 0))
+    lo_r, lo_c = coords[0]
+    hi_r, hi_c = coords[2][0], coords[count - 1][1]  # the thread's last row and column
+    for v, lim in ((lo_r, None), (lo_c, None), (hi_r, shape[0]), (hi_c, shape[1])):
+        if lim is None:  # no negative index takes the fast path
+            fast = builder.and_(fast, builder.icmp_signed(">=", v, ir.Constant(i64, 0)))
+        else:
+            fast = builder.and_(fast, builder.icmp_signed("<", v, lim))
+    with builder.if_else(fast, likely=True) as (whole, parts):
+        with whole:
+            for i in range(0, count, 2):
+                pair(i, builder.bitcast(item(*coords[i]), vptr_ty))
+        with parts:
+            clipped()
 
 
 @intrinsic(prefer_literal=True)
@@ -173,15 +202,29 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
     def codegen(context, builder, sig, args):
         vals, vty = _values(builder, k, args[0], sig.args[0].count)
         dt = sig.args[2].dtype
-        for i, ptr in _clipped_elements(context, builder, sig, args, len(vals)):
-            v = vals[i]
+
+        def conv(v):
             if dt == types.uint16 and vty == types.float32:
-                sv = _f32_to_bf16_bits(builder, v)
-            elif dt == vty:
-                sv = v
-            else:
-                sv = context.cast(builder, v, vty, dt)
-            builder.store(sv, ptr)
+                return _f32_to_bf16_bits(builder, v)
+            return v if dt == vty else context.cast(builder, v, vty, dt)
+
+        def one(i, ptr):
+            builder.store(conv(vals[i]), ptr)
+
+        def pair(i, vptr):
+            if vty == types.float32 and dt in (types.uint16, types.float16):  # one cvt packs both
+                fnty = ir.FunctionType(ir.IntType(32), [ir.FloatType(), ir.FloatType()])
+                op = "bf16x2" if dt == types.uint16 else "f16x2"
+                cvt = ir.InlineAsm(fnty, f"cvt.rn.{op}.f32 $0, $1, $2;", "=r,f,f")
+                packed = builder.call(cvt, [vals[i + 1], vals[i]])  # the second value in the high half
+                builder.store(packed, builder.bitcast(vptr, ir.IntType(32).as_pointer()), align=4)
+                return
+            vec = ir.Constant(vptr.type.pointee, ir.Undefined)
+            for j in (0, 1):
+                vec = builder.insert_element(vec, conv(vals[i + j]), ir.Constant(ir.IntType(32), j))
+            builder.store(vec, vptr, align=2 * context.get_abi_sizeof(vptr.type.pointee.element))
+
+        _clipped_access(context, builder, sig, args, len(vals), one, pair)
         return context.get_dummy_value()
 
     return types.void(acc, kind, out, tid, row0, col0), codegen
@@ -403,14 +446,22 @@ def acc_load(typingctx, kind, n, src, tid, row0, col0):
         zero = context.get_constant(k.acc_type, 0)
         slots = [cgutils.alloca_once_value(builder, zero) for _ in range(tupty.count)]
         sdt = sig.args[2].dtype
-        for i, ptr in _clipped_elements(context, builder, sig, args, tupty.count):
-            v = builder.load(ptr)
+
+        def conv(v):
             if sdt == types.uint16 and k.acc_type == types.float32:  # bf16 bits, as acc_store writes them
-                v = builder.bitcast(builder.shl(builder.zext(v, ir.IntType(32)), ir.Constant(ir.IntType(32), 16)),
-                                    ir.FloatType())
-            else:
-                v = context.cast(builder, v, sdt, k.acc_type)
-            builder.store(v, slots[i])
+                return builder.bitcast(builder.shl(builder.zext(v, ir.IntType(32)), ir.Constant(ir.IntType(32), 16)),
+                                       ir.FloatType())
+            return context.cast(builder, v, sdt, k.acc_type)
+
+        def one(i, ptr):
+            builder.store(conv(builder.load(ptr)), slots[i])
+
+        def pair(i, vptr):
+            vec = builder.load(vptr, align=2 * context.get_abi_sizeof(vptr.type.pointee.element))
+            for j in (0, 1):
+                builder.store(conv(builder.extract_element(vec, ir.Constant(ir.IntType(32), j))), slots[i + j])
+
+        _clipped_access(context, builder, sig, args, tupty.count, one, pair)
         return cgutils.pack_array(builder, [builder.load(sl) for sl in slots])
 
     return tupty(kind, n, src, tid, row0, col0), codegen

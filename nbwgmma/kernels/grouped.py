@@ -7,8 +7,8 @@ weight per group (K contiguous), out [total, N]. One launch for all groups, and 
 never reads ``offs``: every thread walks the groups on the device.
 
 The schedule is the fused kernel's (:class:`~nbwgmma.kit.PingPong`, 6 stages): work units
-are the 128 x 128 tiles of every group in order (within a group, down a column of tiles
-first, so neighbouring units share B's tile), a CTA takes pairs of units, one per consumer.
+are the 128 x 128 tiles of every group in order (within a group, ``group_m`` tile rows at a
+time, as the library GEMM walks its tiles), a CTA takes pairs of units, one per consumer.
 A's rows past a group's end belong to the next group: their results are computed and not
 stored (each group's rows are stored through a slice of ``out`` that ends with the group).
 B's rows past N are the next group's weight: their columns fall outside ``out``. Values of
@@ -29,7 +29,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import acc_store, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr
-from ..kit import PingPong, TmaPipeline
+from ..kit import PingPong, TmaPipeline, tile_order
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
@@ -48,20 +48,23 @@ def units_bound(total: int, groups: int, n: int) -> int:
     return (-(-total // BM) + groups) * -(-n // BN)
 
 
-def grouped_kernel(dtype: str, masked: bool = False):
+def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 8):
     """The ``@cuda.jit`` kernel for ``dtype`` ("bf16" or "f16"): arguments ``(tmap_a, tmap_b,
     out, offs, n, k, t)``: tensor maps of A [total, K] and of B seen as [G * N, K] (box 128 x
     64, 128-byte swizzle), ``out`` a 2-D array (uint16 for bf16 bits, or float16), ``offs``
     int32 [G] (the counts when ``masked``), int32 ``n``, ``k`` (k >= 1) and ``t`` (rows per
     group when ``masked``, else unused). :data:`THREADS` threads, :data:`SMEM` bytes of
-    dynamic shared memory, at most ``ceil(units_bound(...) / 2)`` CTAs."""
+    dynamic shared memory, at most ``ceil(units_bound(...) / 2)`` CTAs. Within a group, tiles
+    are walked ``group_m`` tile rows at a time (:func:`~nbwgmma.kit.tile_order`)."""
     if dtype not in TYPES:
         raise ValueError(f"grouped_kernel: dtype must be one of {TYPES}; got {dtype!r}")
-    return _build(dtype, bool(masked))
+    if not isinstance(group_m, int) or group_m < 1:
+        raise ValueError(f"grouped_kernel: group_m must be a positive integer; got {group_m!r}")
+    return _build(dtype, bool(masked), group_m)
 
 
 @functools.lru_cache(maxsize=None)
-def _build(dtype, masked):
+def _build(dtype, masked, GROUP_M):
     KIND = f"f32.{dtype}.{dtype}"
     pipe = TmaPipeline(STAGES, consumers=1)
     pp = PingPong(KIND, pipe)
@@ -121,7 +124,7 @@ def _build(dtype, masked):
                     for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
                         g, gbase, start, end = locate(u, g, gbase, offs, total, t, tiles_n)
                         rows = (end - start + BM - 1) // BM
-                        tm, tn = (u - gbase) % rows, (u - gbase) // rows
+                        tm, tn = tile_order(u - gbase, rows, tiles_n, GROUP_M)
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
                             pp.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g * n + tn * BN)
@@ -131,11 +134,12 @@ def _build(dtype, masked):
             cw, ct = tid // 128 - 1, tid % 128
             s, ph = pp.start(cw, kblocks)
             for u in range(2 * first + cw, nunits, 2 * step):
-                g, gbase, start, end = locate(u, g, gbase, offs, total, t, tiles_n)
-                rows = (end - start + BM - 1) // BM
-                tm, tn = (u - gbase) % rows, (u - gbase) // rows
                 other_next = u + 1 if cw == 0 else u + 2 * step - 1
                 acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * first, other_next < nunits)
+                # where the tile goes, found after the main loop (fewer registers live across it)
+                g, gbase, start, end = locate(u, g, gbase, offs, total, t, tiles_n)
+                rows = (end - start + BM - 1) // BM
+                tm, tn = tile_order(u - gbase, rows, tiles_n, GROUP_M)
                 mine = out[start:end]  # this group's rows: the next group's are not ours to write
                 acc_store(acc0, KIND, mine, ct, tm * BM, tn * BN)
                 acc_store(acc1, KIND, mine, ct, tm * BM + 64, tn * BN)

@@ -109,3 +109,15 @@ def test_acc_load_compiles_without_local_memory():
          "    acc_store(acc, 'f32.bf16.bf16', out, cuda.threadIdx.x % 128, 0, 0)\n", ns)
     rep = compile_report(ns["k6"], (types.float32[:, :], types.float32[:, :]))
     assert rep.local_memory_ops == 0 and rep.spill_bytes == 0 and rep.sass["LDG"] == 128
+
+
+def test_acc_load_and_store_move_row_neighbours_in_pairs_on_contiguous_rows():
+    ns = dict(globals())
+    exec("def k7(src, out):\n    acc = acc_load('f32.bf16.bf16', 64, src, cuda.threadIdx.x % 128, 0, 0)\n"
+         "    acc_store(acc, 'f32.bf16.bf16', out, cuda.threadIdx.x % 128, 0, 0)\n", ns)
+    rep = compile_report(ns["k7"], (types.float32[:, ::1], types.uint16[:, ::1]))
+    # 32 values per thread: 16 pairs (one 8-byte load, one 4-byte store of two bf16 each) where the
+    # thread's whole part lies inside and is aligned, else 32 single-element accesses
+    assert rep.sass_full.get("LDG.E.64") == 16 and rep.sass_full.get("STG.E") == 16, rep.sass_full
+    assert rep.sass_full.get("LDG.E") == 32 and rep.sass_full.get("STG.E.U16") == 32, rep.sass_full
+    assert rep.sass_full.get("F2FP.BF16.F32.PACK_AB", 0) >= 16 and rep.local_memory_ops == 0
