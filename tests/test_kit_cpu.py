@@ -98,3 +98,21 @@ def test_a_fragment_of_the_wrong_length_is_a_typing_error_naming_acc_map():
     with pytest.raises(NbwgmmaTypingError, match=r"acc_map\(_add_bias, n=64\): the fragment must be a tuple of 32 "
                                                  r"values .*got a tuple of 16"):
         compile_report(_short_fragment, (types.float32[:, ::1], types.float32[::1], types.int32))
+
+
+@pytest.mark.parametrize("nunits, ctas", [(1, 1), (7, 2), (264, 132), (300, 132), (1000, 132), (17, 4)])
+def test_wave_order_is_a_bijection_running_neighbours_together(nunits, ctas):
+    from nbwgmma.kit import wave_order
+
+    order = wave_order.py_func
+    tiles = [order(u, nunits, ctas) for u in range(nunits)]
+    assert sorted(tiles) == list(range(nunits))
+    for p in range(ctas):  # every consumer's tiles and every CTA's pairs increase
+        for cw in (0, 1):
+            mine = [order(u, nunits, ctas) for u in range(2 * p + cw, nunits, 2 * ctas)]
+            assert mine == sorted(mine)
+        pairs = [order(u, nunits, ctas) for q in range(p, (nunits + 1) // 2, ctas)
+                 for u in range(2 * q, min(2 * q + 2, nunits))]
+        assert pairs == sorted(pairs)
+    first = sorted(order(u, nunits, ctas) for u in range(0, min(nunits, 2 * ctas), 2))
+    assert first == list(range(len(first)))  # the first consumers of the first wave: tiles 0, 1, 2 ...

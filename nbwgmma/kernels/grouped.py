@@ -29,7 +29,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import acc_store, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr
-from ..kit import PingPong, TmaPipeline, tile_order
+from ..kit import PingPong, TmaPipeline, tile_order, wave_order
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
@@ -122,9 +122,10 @@ def _build(dtype, masked, GROUP_M):
                 s, ph = 0, 0
                 for pair in range(first, (nunits + 1) // 2, step):
                     for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                        g, gbase, start, end = locate(u, g, gbase, offs, total, t, tiles_n)
+                        w = wave_order(u, nunits, step)
+                        g, gbase, start, end = locate(w, g, gbase, offs, total, t, tiles_n)
                         rows = (end - start + BM - 1) // BM
-                        tm, tn = tile_order(u - gbase, rows, tiles_n, GROUP_M)
+                        tm, tn = tile_order(w - gbase, rows, tiles_n, GROUP_M)
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
                             pp.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g * n + tn * BN)
@@ -137,9 +138,10 @@ def _build(dtype, masked, GROUP_M):
                 other_next = u + 1 if cw == 0 else u + 2 * step - 1
                 acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * first, other_next < nunits)
                 # where the tile goes, found after the main loop (fewer registers live across it)
-                g, gbase, start, end = locate(u, g, gbase, offs, total, t, tiles_n)
+                w = wave_order(u, nunits, step)
+                g, gbase, start, end = locate(w, g, gbase, offs, total, t, tiles_n)
                 rows = (end - start + BM - 1) // BM
-                tm, tn = tile_order(u - gbase, rows, tiles_n, GROUP_M)
+                tm, tn = tile_order(w - gbase, rows, tiles_n, GROUP_M)
                 mine = out[start:end]  # this group's rows: the next group's are not ours to write
                 acc_store(acc0, KIND, mine, ct, tm * BM, tn * BN)
                 acc_store(acc1, KIND, mine, ct, tm * BM + 64, tn * BN)

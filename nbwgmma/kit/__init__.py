@@ -22,10 +22,10 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_part
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
-from .scheduler import TileScheduler, tile_order
+from .scheduler import TileScheduler, tile_order, wave_order
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "PingPong", "TileScheduler", "tile_order",
+__all__ = ["TmaPipeline", "PingPong", "TileScheduler", "tile_order", "wave_order",
            "acc_map", "tma_store_part", "activation", "ACTIVATIONS",
            "warpgroup_index",
            "warpgroup_thread", "warpgroup_sync", "turn_wait", "turn_pass"]

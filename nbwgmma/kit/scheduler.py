@@ -29,7 +29,7 @@ import types
 
 from numba import cuda
 
-__all__ = ["TileScheduler", "tile_order"]
+__all__ = ["TileScheduler", "tile_order", "wave_order"]
 
 
 @cuda.jit(device=True, inline=True)
@@ -41,6 +41,21 @@ def tile_order(t, tiles_m, tiles_n, group_m):
     rows = min(tiles_m - first, group_m)
     r = t % per_group
     return first + r % rows, r // rows
+
+
+@cuda.jit(device=True, inline=True)
+def wave_order(u, nunits, ctas):
+    """Unit ``u`` -> the tile (position in tile order) it runs, for ``ctas`` CTAs that take units
+    two at a time, one per consumer in turn (CTA ``p`` takes units ``2p`` and ``2p + 1``, then
+    ``2p + 2 * ctas`` ...). The tiles running together are then the first consumers' tiles of
+    all CTAs, then the second consumers': each set a run of neighbours in tile order, so they
+    share A's rows and B's columns in L2 (with units taken in plain order, the first consumers
+    would run every other tile). A bijection on ``[0, nunits)``, increasing along each
+    consumer's units and along each CTA's pairs."""
+    wave = 2 * ctas
+    base = u // wave * wave
+    half = (min(wave, nunits - base) + 1) // 2
+    return base + (u % 2) * half + (u - base) // 2
 
 
 class TileScheduler(types.ModuleType):
