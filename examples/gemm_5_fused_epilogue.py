@@ -5,9 +5,8 @@ producer thread feeds a ring of 6 TMA stages (``TmaPipeline``); two consumer war
 each compute a whole 128 x 128 tile and take tiles in turn (``PingPong``): while one runs
 its main loop on the tensor cores, the other runs its epilogue, so the epilogue's math
 (a bias, an activation, any user function mapped with ``acc_map``) costs no tensor-core
-time. A persistent grid walks the tiles in grouped order (``TileScheduler``), two at a
-time per CTA, one per consumer; ``wave_order`` makes the tiles running together (every
-CTA's first consumer, then every second one) neighbours, so they share operands in L2. The epilogue goes out in 64 x 64
+time. A persistent grid walks pairs of vertically adjacent tiles in grouped order
+(``TileScheduler``), one tile of each pair per consumer. The epilogue goes out in 64 x 64
 parts through two shared blocks per consumer (``stmatrix``, then a TMA store that runs
 while the next part is computed).
 
@@ -27,7 +26,7 @@ from numba import cuda, types
 from nbwgmma.intrinsics import (
     bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d,
 )
-from nbwgmma.kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, tma_store_part, wave_order
+from nbwgmma.kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, tma_store_part
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
@@ -65,7 +64,7 @@ def make_kernel(act):
                 s, ph = 0, 0
                 for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
                     for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                        tm, tn = sched.tile(wave_order(u, nunits, sched.step()), tiles_mc, tiles_n, 0)
+                        tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
                             slot = base + s * STAGE
@@ -79,7 +78,7 @@ def make_kernel(act):
             c1 = c0 + C_PART
             s, ph = pp.start(cw, kblocks)
             for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
-                tm, tn = sched.tile(wave_order(u, nunits, sched.step()), tiles_mc, tiles_n, 0)
+                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 other_next = u + 1 if cw == 0 else u + 2 * sched.step() - 1  # the other's next tile
                 # wait for the turn, main loop, pass the turn if the other has a tile left
                 acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),

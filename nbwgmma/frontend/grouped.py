@@ -128,7 +128,12 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     grid = max(1, min(sms, -(-units_bound(total, groups, n) // 2)))
 
     view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
-    launch(grouped_kernel(ta, masked), grid, THREADS,
+    # Groups of at most 4 tile rows on average (few tokens per expert): CTAs take units in wave
+    # order, so a column's tiles run together and read their B once (on an H100, 32 groups of 256
+    # rows: 0.91x torch._grouped_mm instead of 0.58x). Larger groups keep the plain order, whose
+    # pairs share B inside the CTA (measured 5-10% faster there; see BENCHMARKS.md).
+    kernel = grouped_kernel(ta, masked, wave=total // groups <= 512)
+    launch(kernel, grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups)),
            stream=stream_of(lib, stream), smem=SMEM)
     return out

@@ -24,7 +24,7 @@ from numba import cuda
 from ..intrinsics import (
     acc_add, acc_load, acc_scale, bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
 )
-from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, tma_store_part, wave_order
+from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, tma_store_part
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES"]
@@ -176,7 +176,7 @@ def _build(key):
                 s, ph = 0, 0
                 for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
                     for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                        tm, tn = sched.tile(wave_order(u, nunits, sched.step()), tiles_mc, tiles_n, 0)
+                        tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
                             pp.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
@@ -188,7 +188,7 @@ def _build(key):
             c1 = c0 + C_PART
             s, ph = pp.start(cw, kblocks)
             for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
-                tm, tn = sched.tile(wave_order(u, nunits, sched.step()), tiles_mc, tiles_n, 0)
+                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 other_next = u + 1 if cw == 0 else u + 2 * sched.step() - 1  # the other's next tile
                 acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
                                             other_next < nunits)

@@ -8,7 +8,8 @@ never reads ``offs``: every thread walks the groups on the device.
 
 The schedule is the fused kernel's (:class:`~nbwgmma.kit.PingPong`, 6 stages): work units
 are the 128 x 128 tiles of every group in order (within a group, ``group_m`` tile rows at a
-time, as the library GEMM walks its tiles), a CTA takes pairs of units, one per consumer.
+time, as the library GEMM walks its tiles), a CTA takes pairs of units, one per consumer
+(for groups of few rows, in :func:`~nbwgmma.kit.wave_order`).
 A's rows past a group's end belong to the next group: their results are computed and not
 stored (each group's rows are stored through a slice of ``out`` that ends with the group).
 B's rows past N are the next group's weight: their columns fall outside ``out``. Values of
@@ -48,23 +49,25 @@ def units_bound(total: int, groups: int, n: int) -> int:
     return (-(-total // BM) + groups) * -(-n // BN)
 
 
-def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 8):
+def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: bool = False):
     """The ``@cuda.jit`` kernel for ``dtype`` ("bf16" or "f16"): arguments ``(tmap_a, tmap_b,
     out, offs, n, k, t)``: tensor maps of A [total, K] and of B seen as [G * N, K] (box 128 x
     64, 128-byte swizzle), ``out`` a 2-D array (uint16 for bf16 bits, or float16), ``offs``
     int32 [G] (the counts when ``masked``), int32 ``n``, ``k`` (k >= 1) and ``t`` (rows per
     group when ``masked``, else unused). :data:`THREADS` threads, :data:`SMEM` bytes of
     dynamic shared memory, at most ``ceil(units_bound(...) / 2)`` CTAs. Within a group, tiles
-    are walked ``group_m`` tile rows at a time (:func:`~nbwgmma.kit.tile_order`)."""
+    are walked ``group_m`` tile rows at a time (:func:`~nbwgmma.kit.tile_order`); with ``wave``,
+    CTAs take units in :func:`~nbwgmma.kit.wave_order` (for groups of few rows: the CTAs
+    computing a column's tiles then run together and share its B in L2)."""
     if dtype not in TYPES:
         raise ValueError(f"grouped_kernel: dtype must be one of {TYPES}; got {dtype!r}")
     if not isinstance(group_m, int) or group_m < 1:
         raise ValueError(f"grouped_kernel: group_m must be a positive integer; got {group_m!r}")
-    return _build(dtype, bool(masked), group_m)
+    return _build(dtype, bool(masked), group_m, bool(wave))
 
 
 @functools.lru_cache(maxsize=None)
-def _build(dtype, masked, GROUP_M):
+def _build(dtype, masked, GROUP_M, WAVE):
     KIND = f"f32.{dtype}.{dtype}"
     pipe = TmaPipeline(STAGES, consumers=1)
     pp = PingPong(KIND, pipe)
@@ -122,7 +125,7 @@ def _build(dtype, masked, GROUP_M):
                 s, ph = 0, 0
                 for pair in range(first, (nunits + 1) // 2, step):
                     for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                        w = wave_order(u, nunits, step)
+                        w = wave_order(u, nunits, step) if WAVE else u
                         g, gbase, start, end = locate(w, g, gbase, offs, total, t, tiles_n)
                         rows = (end - start + BM - 1) // BM
                         tm, tn = tile_order(w - gbase, rows, tiles_n, GROUP_M)
@@ -138,7 +141,7 @@ def _build(dtype, masked, GROUP_M):
                 other_next = u + 1 if cw == 0 else u + 2 * step - 1
                 acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * first, other_next < nunits)
                 # where the tile goes, found after the main loop (fewer registers live across it)
-                w = wave_order(u, nunits, step)
+                w = wave_order(u, nunits, step) if WAVE else u
                 g, gbase, start, end = locate(w, g, gbase, offs, total, t, tiles_n)
                 rows = (end - start + BM - 1) // BM
                 tm, tn = tile_order(w - gbase, rows, tiles_n, GROUP_M)
