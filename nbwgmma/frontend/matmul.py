@@ -21,6 +21,7 @@ from .args import array_error, check_call, check_out, empty_like_lib, lib_of, sc
 from .arrays import ArrayInfo, array_info
 from .fused import fused_call
 from .plan import Plan, nb_stream, zero_fill
+from .scaled import is_tensor_scale, scaled_matmul
 
 __all__ = ["matmul", "last_plan"]
 
@@ -71,7 +72,9 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     (``x @ w.T``) or row-major (``x @ w``), out of the input type.
 
     bf16/f16 inputs accumulate in f32; f32 inputs run as tf32; fp8 (e4m3/e5m2,
-    PyTorch float8 tensors or raw bytes with ``in_dtype``) take per-tensor ``scale_a``/``scale_b``. The result
+    PyTorch float8 tensors or raw bytes with ``in_dtype``) take per-tensor ``scale_a``/``scale_b``, or f32
+    arrays of scales per row (A), per column (B), per 1 x 128 block (A) or 128 x 128 block (B), as
+    ``torch._scaled_mm`` takes them (:mod:`nbwgmma.frontend.scaled` lists the layouts). The result
     has ``out_dtype`` (default: the type of ``out`` when given, else the input type,
     bf16 for fp8) and the array kind of ``a``; it is computed on ``stream`` or the caller's current stream.
 
@@ -121,6 +124,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     ia, ib, kind, fp8, auto, opts, odt = check_call(ia, ib, io, in_dtype=in_dtype, out_dtype=out_dtype,
                                                     scale_a=scale_a, scale_b=scale_b, config=config,
                                                     autotune_default=config is None and _autotune_enabled())
+    if is_tensor_scale(scale_a) or is_tensor_scale(scale_b):  # per row, column or block: nbwgmma.frontend.scaled
+        fused = any(x is not None for x in (bias, activation, epilogue, c, beta)) or bool(epilogue_args)
+        return scaled_matmul(a, ia, b, ib, out, io, kind=kind, odt=odt, scale_a=scale_a, scale_b=scale_b,
+                             alpha=alpha, stream=stream, config=config, fused=fused)
     (m, k), n = ia.shape, ib.shape[1]
     lib = lib_of(a)
     fresh = out is None

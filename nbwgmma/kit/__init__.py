@@ -8,6 +8,9 @@
   mapped over every value with its row and column, bias, activations);
 * :mod:`~nbwgmma.kit.pingpong`: :class:`PingPong`, two consumer warpgroups taking 128 x 128
   tiles in turn (one's epilogue under the other's main loop);
+* :mod:`~nbwgmma.kit.scaling`: :class:`BlockScaled`, two consumer warpgroups of a block-scaled
+  fp8 GEMM (each 128-K block summed by the wgmma, then scaled and added in registers:
+  promotion), and :func:`acc_promote`;
 * :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier; the turn two consumer
   warpgroups pass between their main loops.
 
@@ -22,10 +25,11 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_part
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
+from .scaling import SCALE_BLOCK, BlockScaled, acc_promote
 from .scheduler import TileScheduler, tile_order, wave_order
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "PingPong", "TileScheduler", "tile_order", "wave_order",
-           "acc_map", "tma_store_part", "activation", "ACTIVATIONS",
+           "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part", "activation", "ACTIVATIONS",
            "warpgroup_index",
            "warpgroup_thread", "warpgroup_sync", "turn_wait", "turn_pass"]

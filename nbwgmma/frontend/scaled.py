@@ -1,0 +1,216 @@
+"""``matmul(a, b, scale_a=..., scale_b=...)`` with scales that are tensors: scaled fp8.
+
+They run the block-scaled fp8 GEMM (:mod:`nbwgmma.kernels.scaled`). The product is
+``out = alpha * (sa * A) @ (B * sb)`` with A [M, K] and B [K, N] fp8 (e4m3 or e5m2 each),
+the scales f32 CUDA arrays on A's device (any strides) of these shapes (KB = ceil(K / 128),
+NB = ceil(N / 128)):
+
+============  ===========================================  =================================
+side          shape                                        meaning
+============  ===========================================  =================================
+A, per row    (M,) or (M, 1)                               ``sa[m]`` scales row m of A
+A, 1 x 128    (M, KB)                                      ``sa[m, kb]``: row m, K block kb
+B, per col    (N,) or (1, N)                               ``sb[n]`` scales column n of B
+B, 128 x 128  (KB, NB), as ``b`` = w.T is [K, N]            ``sb[kb, nb]``: a 128 x 128 block
+B, 128 x 128  (NB, KB), the weight w [N, K]'s own order    ``sb[nb, kb]`` (where NB != KB)
+either        a number, or an array of one element         per tensor (folded into alpha)
+============  ===========================================  =================================
+
+These are ``torch._scaled_mm``'s layouts: its rowwise scales ((M, 1) and (1, N)) and its
+blockwise ones (scale_a (M, KB) with strides (1, M), scale_b (KB, NB) with strides (1, KB):
+the transpose of a row-major (NB, KB) weight scale) are read as they are; so are row-major
+ones. A square B scale (NB == KB) is read in ``b``'s order, [kb, nb]: pass a weight's (NB,
+KB) scale as its transpose ``sw.T`` (a view). Any 1 x 128 or 128 x 128 scale makes the
+kernel promote each 128-K block into f32 (see the guide); rowwise and per-tensor scales alone
+run the fp8 fast path (the tensor cores accumulate the whole K; ``promote=True`` in
+:class:`~nbwgmma.kernels.scaled.ScaledConfig` keeps promotion's accuracy for them).
+
+What the kernel takes so far: A row-major (K contiguous) and B the transpose of a row-major
+weight (``x @ w.T``: K contiguous), each with 16-byte aligned rows (K a multiple of 16 for
+contiguous operands), no bias, activation, user epilogue or C. Anything else is a
+:class:`~nbwgmma.errors.MatmulError` (a :class:`~nbwgmma.errors.MatmulTypeError` for a wrong
+type) raised before anything is launched; so is a scale of the wrong shape, type, layout
+(negative or unaligned strides) or device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import sim
+from ..errors import MatmulError, MatmulTypeError
+from ..kernels.scaled import SMEM, THREADS, ScaledConfig, scaled_kernel
+from ..kit import SCALE_BLOCK
+from ..launch import device_limits
+from .args import NP_OF, check_out, described, empty_like_lib, lib_of, stream_of
+from .arrays import ArrayInfo, array_info
+from .plan import numba_view, tensor_map, zero_fill
+
+__all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul"]
+
+_SIM = sim.enabled()
+_STAND_IN = {}  # device -> a (1, 1) f32 array for a side without a scale array
+_CONFIGS = {}
+
+
+def is_tensor_scale(x) -> bool:
+    """Whether ``x`` is a scale array of more than one element or of two dimensions (the
+    scaled path); numbers, 0-d arrays and one-element vectors are per-tensor scales."""
+    if x is None or isinstance(x, (int, float, np.integer, np.floating)):
+        return False
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        return False
+    return len(shape) == 2 or int(np.prod(shape)) > 1
+
+
+def scale_kinds(scale, info: ArrayInfo | None, side: str, m: int, n: int, k: int):
+    """``(kind, view shape, view strides in bytes)`` of one side's scale (``side`` "A" or "B"),
+    the view indexed [row, k block] for A and [n block, k block] (or [0, column]) for B; kind
+    None where the scale is a number (or absent)."""
+    if info is None:
+        return None, None, None
+    name = f"scale_{side.lower()}"
+    if info.dtype != "f32":
+        raise MatmulTypeError(f"matmul: {name} must be f32; got {info.dtype}")
+    if any(s < 0 or s % 4 for s in info.strides):
+        raise MatmulError(f"matmul: {name} must have non-negative strides of whole f32 elements; got strides "
+                          f"{info.strides} bytes")
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    shape, st = info.shape, info.strides
+    if side == "A":
+        if shape in ((m,), (m, 1)):
+            return "row", (m, 1), (st[0], 4)
+        if shape == (m, kb):
+            return "block", shape, st
+        want = f"({m},) or ({m}, 1) (per row) or ({m}, {kb}) (1 x 128: per row and 128-K block)"
+    else:
+        if shape in ((n,), (1, n)):
+            return "col", (1, n), (4, st[-1])
+        if shape == (kb, nb):  # b's order [kb, nb] (torch._scaled_mm's), seen as [nb, kb]
+            return "block", (nb, kb), (st[1], st[0])
+        if shape == (nb, kb):  # the weight's order
+            return "block", shape, st
+        want = f"({n},) or (1, {n}) (per column) or ({kb}, {nb}) / ({nb}, {kb}) (128 x 128 blocks)"
+    raise MatmulError(f"matmul: {name} must be a number or an f32 array of shape {want} for A {m}x{k}, B {k}x{n}; "
+                      f"got shape {shape}")
+
+
+def _scale_info(x, name, device):
+    info = described(x, name)
+    if info.device != device:
+        raise MatmulError(f"matmul: {name} must be on device {device} like A; got device {info.device}")
+    return info
+
+
+def _per_tensor(x, info, name) -> float:
+    """A per-tensor scale's value (a number, or an array of one element: read once)."""
+    if info is None:
+        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+            raise MatmulTypeError(f"matmul: {name} must be a number or an f32 CUDA array; got {type(x).__name__}")
+        return float(x)
+    if info.dtype != "f32":
+        raise MatmulTypeError(f"matmul: {name} must be f32; got {info.dtype}")
+    if _SIM:
+        return float(x.copy_to_host().reshape(-1)[0])
+    return float(x.reshape(-1)[0]) if info.kind == "torch" else float(x.reshape(-1)[0].get()) \
+        if info.kind == "cupy" else float(x.copy_to_host().reshape(-1)[0])
+
+
+def _view(x, info: ArrayInfo, shape, strides):
+    """A Numba (or simulator) f32 array over ``x``'s memory with ``shape`` and byte ``strides``."""
+    if _SIM:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        host = getattr(x, "_ary")  # the simulator's host memory
+        return FakeCUDAArray(np.lib.stride_tricks.as_strided(host.view(np.float32), shape, strides))
+    return numba_view(info._replace(shape=shape, strides=strides), x, np.float32)
+
+
+def _stand_in(device):
+    from numba import cuda
+
+    d = _STAND_IN.get(device)
+    if d is None:
+        d = _STAND_IN[device] = cuda.to_device(np.ones((1, 1), np.float32))
+    return d
+
+
+def _pitch(info: ArrayInfo) -> int:
+    """Elements between rows for a tensor map (a single row's pitch is never used: any legal one)."""
+    rows, cols = info.shape
+    if rows <= 1:
+        return -(-cols * info.itemsize // 16) * 16 // info.itemsize
+    return info.strides[0] // info.itemsize
+
+
+def _tma_rows(info: ArrayInfo) -> bool:
+    """[rows, cols] with cols contiguous, a 16-byte aligned base and row pitch (TMA)."""
+    rows, cols = info.shape
+    return (cols <= 1 or info.strides[1] == info.itemsize) and info.ptr % 16 == 0 \
+        and (rows <= 1 or (info.strides[0] % 16 == 0 and info.strides[0] >= cols * info.itemsize))
+
+
+def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, stream, config, fused):
+    """``matmul`` with a tensor scale (``ia``/``ib`` checked by ``check_call``; ``out``/``io``
+    the caller's or None; ``fused`` whether bias/activation/epilogue/C were given): every
+    check, then the output, then one launch."""
+    from ..launch import launch
+
+    (m, k), n = ia.shape, ib.shape[1]
+    if fused:
+        raise MatmulError("matmul: bias/activation/epilogue/c do not take tensor scales yet; got both")
+    if config is not None:
+        raise MatmulError("matmul: config applies to calls without tensor scales so far; got both")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
+        raise MatmulTypeError(f"matmul: alpha must be a real number; got {type(alpha).__name__}")
+    dev = ia.device
+    infos = [None if x is None or not hasattr(x, "shape") else _scale_info(x, f"scale_{side}", dev)
+             for x, side in ((scale_a, "a"), (scale_b, "b"))]
+    kinds = []
+    for x, info, side in ((scale_a, infos[0], "A"), (scale_b, infos[1], "B")):
+        if x is None:
+            kinds.append((None, None, None))
+        elif is_tensor_scale(x):
+            kinds.append(scale_kinds(x, info, side, m, n, k))
+        else:
+            alpha = float(alpha) * _per_tensor(x, info, f"scale_{side.lower()}")
+            kinds.append((None, None, None))
+    bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
+    for name, info in (("A", ia), ("B (as w.T with w [N, K] row-major)", bt)):
+        if not _tma_rows(info):
+            raise MatmulError(f"matmul: with tensor scales, {name} must be row-major with a 16-byte aligned base and "
+                              f"rows (K a multiple of 16) so far; got shape {info.shape}, strides {info.strides} "
+                              f"bytes")
+    lib = lib_of(a)
+    fresh = out is None
+    if fresh:
+        out = empty_like_lib(lib, a, (m, n), odt)
+        io = array_info(out)
+    check_out(io, ia, ib, odt, fresh)
+    st = stream_of(lib, stream)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        zero_fill(io, out, st)
+        return out
+    tma = odt != "f32" and _tma_rows(io)
+    key = (kind, odt, kinds[0][0], kinds[1][0], tma)
+    cfg = _CONFIGS.get(key)
+    if cfg is None:
+        _, ta, tb = kind.split(".")
+        cfg = _CONFIGS[key] = ScaledConfig(ta, tb, odt, kinds[0][0], kinds[1][0], epilogue="tma" if tma else "direct")
+    sa, sb = (_view(x, info, shp, strd) if kd is not None else _stand_in(dev)
+              for x, info, (kd, shp, strd) in zip((scale_a, scale_b), infos, kinds))
+    ta = tensor_map(a, ia.ptr, ia.dtype, (128, 128), ((m, k), (_pitch(ia), 1)), keep=False)
+    tb = tensor_map(b, ib.ptr, ib.dtype, (128, 128), ((n, k), (_pitch(bt), 1)), keep=False)
+    if tma:
+        tc = tensor_map(out, io.ptr, odt, (64, 64), ((m, n), (_pitch(io), 1)), keep=False).address
+        c = _stand_in(dev)
+    else:
+        tc, c = 0, numba_view(io, out, NP_OF[odt])
+    sms = 1 if _SIM else device_limits()["multiprocessors"]
+    args = (np.uint64(ta.address), np.uint64(tb.address), np.uint64(tc), c, sa, sb, np.int32(m), np.int32(n),
+            np.int32(k), np.float32(alpha))
+    launch(scaled_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=st, smem=SMEM)
+    return out

@@ -1,0 +1,188 @@
+"""The block-scaled fp8 GEMM: ``C = alpha * sum_kb (A_kb @ B_kb^T) * sa[row, kb] * sb[nb, kb]``.
+
+fp8 A [M, K] (K contiguous) times B [N, K] (K contiguous: the weight of ``x @ w.T``), e4m3
+or e5m2 each, written with the kit: a persistent grid (:class:`~nbwgmma.kit.TileScheduler`,
+tiles of 128 x 128 in grouped order), one producer thread streaming 128-K stages of 32 KiB
+through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), and two consumer warpgroups sharing
+each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block, the consumer
+scales it and adds it into its f32 accumulator: promotion, every block, in registers).
+
+Scales, chosen at compile time per side:
+
+* A: ``"block"`` one per row and 128-K block (1 x 128), ``sa`` [M, ceil(K/128)]; ``"row"``
+  one per row, ``sa`` [M, 1] (applied in the epilogue); None: only ``alpha``.
+* B: ``"block"`` one per 128 x 128 block of the weight, ``sb`` [ceil(N/128), ceil(K/128)];
+  ``"col"`` one per column of C, ``sb`` [1, N] (epilogue); None.
+
+Either side's block scales make the kernel promote; with neither (``promote`` false) the
+tensor cores accumulate the whole K (the fp8 fast path) and every scale goes in the
+epilogue. ``promote=True`` without block scales keeps the accuracy of promotion for
+per-tensor or rowwise scales.
+
+The epilogue applies ``alpha`` and the row / column scales and writes C: bf16/f16 through
+two swizzled 64 x 64 shared blocks per consumer and TMA stores (``"tma"``), or any type and
+strides straight from the registers (``"direct"``). TMA fills A's and B's tails with zeros,
+so any M, N and K (with 16-byte aligned rows) works; a block scale past the end of K meets
+zeros.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda
+
+from ..intrinsics import acc_store, bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr
+from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, tma_store_part
+from ..launch import dynamic_smem_bytes
+
+__all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS", "SMEM"]
+
+A_SCALES = (None, "row", "block")
+B_SCALES = (None, "col", "block")
+OUTS = ("bf16", "f16", "f32")
+FP8 = ("e4m3", "e5m2")
+
+BM = BN = BK = 128
+STAGES = 6
+STAGE = BlockScaled.STAGE_BYTES
+C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer
+THREADS = 384
+SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
+
+
+class ScaledConfig:
+    """Compile-time choices of a block-scaled fp8 GEMM: ``a_type``/``b_type`` ("e4m3" or
+    "e5m2"), ``out`` ("bf16", "f16", "f32"), the scale kinds ``a_scale`` (:data:`A_SCALES`)
+    and ``b_scale`` (:data:`B_SCALES`), ``promote`` (None: where a side has block scales;
+    True with none keeps per-tensor or rowwise products accurate over long K), ``epilogue``
+    ("tma": 16-bit C row-major with 16-byte aligned rows; "direct": any), ``group_m``."""
+
+    def __init__(self, a_type: str = "e4m3", b_type: str = "e4m3", out: str = "bf16", a_scale: str | None = "block",
+                 b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8):
+        for name, v, ok in (("a_type", a_type, FP8), ("b_type", b_type, FP8), ("out", out, OUTS),
+                            ("a_scale", a_scale, A_SCALES), ("b_scale", b_scale, B_SCALES),
+                            ("epilogue", epilogue, ("tma", "direct"))):
+            if v not in ok:
+                raise ValueError(f"ScaledConfig: {name} must be one of {ok}; got {v!r}")
+        blocks = a_scale == "block" or b_scale == "block"
+        if promote is None:
+            promote = blocks
+        if blocks and not promote:
+            raise ValueError("ScaledConfig: block scales need promotion (each 128-K block has its own scale); "
+                             "got promote=False")
+        if epilogue == "tma" and out == "f32":
+            raise ValueError("ScaledConfig: the 'tma' epilogue writes 16-bit C; got out='f32' (use 'direct')")
+        if not isinstance(group_m, int) or group_m < 1:
+            raise ValueError(f"ScaledConfig: group_m must be a positive integer; got {group_m!r}")
+        self.a_type, self.b_type, self.out = a_type, b_type, out
+        self.a_scale, self.b_scale, self.promote = a_scale, b_scale, bool(promote)
+        self.epilogue, self.group_m = epilogue, group_m
+        self.kind = f"f32.{a_type}.{b_type}"
+        self.sched = TileScheduler(BM, BN, BK, group_m=group_m)
+
+    def key(self):
+        return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
+                self.group_m)
+
+    def grid(self, m: int, n: int, k: int, sms: int) -> int:
+        """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA)."""
+        return self.sched.grid(m, n, k, sms)
+
+    def __repr__(self):
+        return (f"ScaledConfig({self.kind} -> {self.out}, a_scale={self.a_scale}, b_scale={self.b_scale}, "
+                f"promote={self.promote}, epilogue={self.epilogue})")
+
+
+def _epilogue(cfg: ScaledConfig):
+    """``(acc, ct, row0, col0, sa, sb, m, n, alpha) -> fragment`` of one 64 x (64 or 128) part:
+    ``alpha`` times the row scale (A "row") and the column scale (B "col"), packed to 16-bit
+    pairs for the "tma" epilogue."""
+    rows, cols = cfg.a_scale == "row", cfg.b_scale == "col"
+    params = ["v", "row", "col"] + (["cb"] if cols else []) + (["ra"] if rows else []) + ["alpha"]
+    body = "v * alpha" + (" * ra" if rows else "") + (" * cb" if cols else "")
+    ns: dict = {}
+    exec(compile(f"def value({', '.join(params)}):\n    return {body}\n", "<nbwgmma.kernels.scaled value>", "exec"),
+         ns)
+    value = cuda.jit(device=True, inline=True)(ns["value"])
+    tma = cfg.epilogue == "tma"
+    ns["part"] = acc_map(value, 64 if tma else 128, cols=int(cols), rows=int(rows), nextra=1,
+                         pack=cfg.out if tma else None)
+    args = (["sb[0, col0:n]"] if cols else []) + (["sa[row0:m, 0]"] if rows else []) + ["alpha"]
+    src = f"def epilogue(acc, ct, row0, col0, sa, sb, m, n, alpha):\n    return part(acc, ct, row0, col0, " \
+          f"{', '.join(args)})\n"
+    exec(compile(src, "<nbwgmma.kernels.scaled epilogue>", "exec"), ns)
+    return cuda.jit(device=True, inline=True)(ns["epilogue"])
+
+
+def scaled_kernel(cfg: ScaledConfig):
+    """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
+    ``(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha)``: tensor-map addresses of A [M, K]
+    and B [N, K] (fp8, box 128 x 128, 128-byte swizzle) and, for the "tma" epilogue, of C
+    [M, N] (box 64 x 64; 0 otherwise); ``c`` C as a 2-D array for the "direct" epilogue (bf16
+    as uint16 bits; any 2-D array otherwise); ``sa`` and ``sb`` the 2-D f32 scales of the
+    module docstring (any strides; a stand-in where a side has none); int32 sizes; f32
+    ``alpha``. Launch it with :data:`THREADS` threads, :data:`SMEM` bytes of dynamic shared
+    memory and ``cfg.grid(...)`` CTAs."""
+    return _build(cfg.key())
+
+
+@functools.lru_cache(maxsize=None)
+def _build(key):
+    cfg = ScaledConfig(*key)
+    pipe = TmaPipeline(STAGES, consumers=2)
+    bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
+                     promote=cfg.promote)
+    sched = cfg.sched
+    NBARS = pipe.barrier_words
+    epilogue = _epilogue(cfg)
+    TMA = cfg.epilogue == "tma"
+    KIND = cfg.kind
+
+    @cuda.jit(launch_bounds=(THREADS, 1))
+    def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha):
+        dyn = cuda.shared.array(0, np.uint8)
+        bars = cuda.shared.array(NBARS, np.uint64)
+        base = dynamic_smem_base(dyn, 1024)
+        ring = smem_addr(bars)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            pipe.init(ring)
+        cuda.syncthreads()
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
+            setmaxnreg_dec(40)
+            if tid == 0:
+                s, ph = 0, 0
+                for u in range(sched.first(), nunits, sched.step()):
+                    tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                    for kb in range(kblocks):
+                        full = pipe.producer_acquire(ring, s, ph, STAGE)
+                        bs.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
+                        s, ph = pipe.advance(s, ph)
+        else:  # two consumer warpgroups, 64 rows of each tile each
+            setmaxnreg_inc(232)
+            cw, ct = tid // 128 - 1, tid % 128
+            c0 = base + C_OFF + cw * 2 * C_PART
+            c1 = c0 + C_PART
+            lr = ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in its 64 (fragment layout)
+            s, ph = 0, 0
+            for u in range(sched.first(), nunits, sched.step()):
+                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                r0, col0 = tm * BM + cw * 64, tn * BN
+                ra0 = min(r0 + lr, m - 1)  # scale rows inside A (rows past M hold zeros)
+                ra1 = min(r0 + lr + 8, m - 1)
+                acc, s, ph = bs.tile(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, tn)
+                if TMA:
+                    p = epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha)
+                    tma_store_part(p, c0, ct, cw, tmap_c, col0, r0)
+                    p = epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha)
+                    tma_store_part(p, c1, ct, cw, tmap_c, col0 + 64, r0)
+                else:
+                    acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha), KIND, c, ct, r0, col0)
+            if TMA and ct == 0:
+                bulk_wait_group(0)
+
+    return scaled_gemm
+

@@ -1,0 +1,143 @@
+"""matmul with scale arrays (rowwise, 1 x 128, 128 x 128) in Numba's CUDA simulator (run by
+tests/test_sim.py in a child process with NUMBA_ENABLE_CUDASIM=1): exact on small integers with
+power-of-two scales against float64 (the f32 accumulator holds every partial sum exactly, so
+the output is the float64 product rounded once to its type), and bad scales refused before
+any launch. Problems stay a few tiles: the simulator runs every thread in Python."""
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from nbwgmma import MatmulError, MatmulTypeError, matmul
+from nbwgmma.layout.wgmma_model import decode_elements, encode_elements
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+RAW = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32}
+POISON = {"bf16": 0x7FC0, "f16": np.nan, "f32": np.nan}
+
+
+def fp8(x, t):
+    return cuda.to_device(encode_elements(x, t).reshape(x.shape))
+
+
+def rounded(x, t):
+    """float64 values as the output type stores them (round to nearest even)."""
+    if t == "f32":
+        return x.astype(np.float32).astype(np.float64)
+    return decode_elements(encode_elements(x, t), t).reshape(x.shape)
+
+
+def host(c, t):
+    h = c.copy_to_host()
+    return decode_elements(h.view(np.uint8).reshape(h.shape[0], -1), "bf16") if t == "bf16" else h.astype(np.float64)
+
+
+def pow2(rng, shape):
+    return np.exp2(rng.integers(-2, 3, shape)).astype(np.float32)
+
+
+def reference(a, w, sa, sw):
+    """float64 ``sum_kb (a_kb @ w_kb^T) * sa[:, kb] * sw[nb, kb]``; ``sa`` [M, KB] and ``sw``
+    [NB, KB] (block scales: per row and per weight block, broadcast here)."""
+    m, k = a.shape
+    n = w.shape[0]
+    out = np.zeros((m, n))
+    for kb in range(-(-k // 128)):
+        blk = slice(128 * kb, 128 * kb + 128)
+        s = sa[:, kb][:, None] * np.repeat(sw[:, kb], 128)[:n][None, :]
+        out += (a[:, blk] @ w[:, blk].T) * s
+    return out
+
+
+def _operands(m, n, k, seed, ta="e4m3", tb="e4m3"):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-2, 3, (m, k)).astype(np.float64)
+    w = rng.integers(-2, 3, (n, k)).astype(np.float64)
+    return rng, a, w, fp8(a, ta), fp8(w, tb).T  # B = w.T: [K, N], K contiguous
+
+
+def _run(a_dev, b_dev, m, n, t, **kw):
+    out = cuda.to_device(np.full((m, n), POISON[t], RAW[t]))
+    got = matmul(a_dev, b_dev, out=out, in_dtype=kw.pop("in_dtype", "e4m3"), **kw)
+    assert got is out
+    return host(out, t)
+
+
+def test_1x128_a_and_128x128_b_in_torch_layouts():
+    """scale_a (M, KB) with strides (1, M), scale_b (KB, NB) with strides (1, KB) (torch._scaled_mm's
+    blockwise layouts); two N tiles (the second partial), three K blocks (the last partial)."""
+    m, n, k = 72, 136, 288
+    rng, a, w, ad, bd = _operands(m, n, k, 1)
+    sa, sw = pow2(rng, (m, 3)), pow2(rng, (2, 3))
+    sa_dev = cuda.to_device(np.ascontiguousarray(sa.T)).T  # M-major
+    sb_dev = cuda.to_device(sw).T  # (KB, NB), the transpose of the weight's row-major scale
+    got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=sb_dev)
+    np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
+
+
+def test_row_scales_with_weight_blocks_f32_out_mixed_fp8():
+    """A per row (M,), B's scale in the weight's own order (NB, KB); e5m2 x e4m3, f32 out (direct)."""
+    m, n, k = 40, 200, 288  # NB = 2, KB = 3 (a square scale would be read in b's order)
+    rng, a, w, ad, bd = _operands(m, n, k, 2, ta="e5m2")
+    ra, sw = pow2(rng, m), pow2(rng, (2, 3))
+    got = _run(ad, bd, m, n, "f32", scale_a=cuda.to_device(ra), scale_b=cuda.to_device(sw), alpha=0.5,
+               in_dtype=("e5m2", "e4m3"))
+    np.testing.assert_array_equal(got, reference(a, w, np.repeat(ra[:, None], 3, 1) * 0.5, sw))
+
+
+def test_1x128_a_with_column_scales_f16_out_and_a_number():
+    m, n, k = 24, 72, 256
+    rng, a, w, ad, bd = _operands(m, n, k, 3)
+    sa, cb = pow2(rng, (m, 2)), pow2(rng, n)
+    got = _run(ad, bd, m, n, "f16", scale_a=cuda.to_device(sa), scale_b=cuda.to_device(cb.reshape(1, n)))
+    np.testing.assert_array_equal(got, rounded(reference(a, w, sa, np.ones((1, 2))) * cb, "f16"))
+    got = _run(ad, bd, m, n, "f16", scale_a=cuda.to_device(sa), scale_b=2.0)  # a per-tensor number with blocks
+    np.testing.assert_array_equal(got, rounded(reference(a, w, sa, np.ones((1, 2))) * 2, "f16"))
+
+
+def test_rowwise_scales_run_the_fast_path():
+    """(M, 1) and (1, N), torch._scaled_mm's rowwise: no promotion, the scales in the epilogue."""
+    m, n, k = 20, 48, 64
+    rng, a, w, ad, bd = _operands(m, n, k, 4)
+    ra, cb = pow2(rng, (m, 1)), pow2(rng, (1, n))
+    got = _run(ad, bd, m, n, "bf16", scale_a=cuda.to_device(ra), scale_b=cuda.to_device(cb))
+    np.testing.assert_array_equal(got, rounded((a @ w.T) * ra * cb, "bf16"))
+
+
+def test_one_row_and_an_odd_n_store_directly():
+    """M = 1 (decoding), N = 20 (bf16 rows of 40 bytes: no TMA store), K not a multiple of 128."""
+    m, n, k = 1, 20, 144
+    rng, a, w, ad, bd = _operands(m, n, k, 5)
+    sa, sw = pow2(rng, (m, 2)), pow2(rng, (1, 2))
+    got = _run(ad, bd, m, n, "bf16", scale_a=cuda.to_device(sa), scale_b=cuda.to_device(sw))
+    np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
+
+
+def test_bad_scales_and_operands_are_refused_before_launch():
+    m, n, k = 16, 48, 160  # KB = 2, NB = 1
+    _, _, _, ad, bd = _operands(m, n, k, 6)
+    good_a, good_b = cuda.to_device(np.ones((m, 2), np.float32)), cuda.to_device(np.ones((1, 2), np.float32))
+    out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
+    cases = [
+        (dict(scale_a=cuda.to_device(np.ones((m, 3), np.float32))), MatmulError,
+         r"scale_a must be a number or an f32 array of shape \(16,\) or \(16, 1\) .* got shape \(16, 3\)"),
+        (dict(scale_b=cuda.to_device(np.ones((2, 2), np.float32))), MatmulError,
+         r"scale_b must be .*\(2, 1\) / \(1, 2\) \(128 x 128 blocks\) .* got shape \(2, 2\)"),
+        (dict(scale_a=cuda.to_device(np.ones((m, 2), np.float16))), MatmulTypeError, "scale_a must be f32; got f16"),
+        (dict(scale_a=np.ones((m, 2), np.float32)), MatmulTypeError, "scale_a"),
+        (dict(scale_b=good_b, bias=cuda.to_device(np.ones(n, np.float32))), MatmulError,
+         "do not take tensor scales yet"),
+        (dict(scale_b=good_b, config={"bm": 128}), MatmulError, "config applies to calls without tensor scales"),
+        (dict(scale_a=good_a, alpha="2"), MatmulTypeError, "alpha must be a real number"),
+    ]
+    for kw, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            matmul(ad, bd, in_dtype="e4m3", out=out, **kw)
+    row_major_b = fp8(np.ones((k, n)), "e4m3")  # [K, N] with N contiguous: fp8 wgmma reads K-major B only
+    with pytest.raises(MatmulError, match=r"B \(as w.T with w \[N, K\] row-major\) must be row-major"):
+        matmul(ad, row_major_b, in_dtype="e4m3", scale_a=good_a)
+    odd_k = fp8(np.ones((m, 40)), "e4m3")  # rows of 40 bytes: TMA needs 16-byte multiples
+    with pytest.raises(MatmulError, match="A must be row-major with a 16-byte aligned base"):
+        matmul(odd_k, fp8(np.ones((n, 40)), "e4m3").T, in_dtype="e4m3", scale_a=cuda.to_device(np.ones(m, np.float32)))
+    np.testing.assert_array_equal(out.copy_to_host(), np.full((m, n), 0x7FC0))  # nothing ran
