@@ -1,0 +1,122 @@
+"""Block-scaled fp8 (1 x 128 activations, 128 x 128 weights, bf16 out) against cuBLASLt's
+blockwise product (``torch._scaled_mm``) and nbwgmma's own per-tensor fp8 GEMM, in one process:
+every contender in batches of 10 calls, taking turns, 15 rounds, median (``device_times``).
+cuBLASLt refuses some shapes (N = 2112): the refusal is printed and the others still run.
+
+``torch._scaled_mm``'s blockwise mode (PyTorch 2.9+) takes ``scale_a`` of shape (M, K/128)
+with strides (1, M) ("outer-dim-major") and ``scale_b`` of shape (K/128, N/128) with strides
+(1, K/128): the transpose of a row-major (N/128, K/128) weight scale. nbwgmma reads the same
+tensors.
+
+Then the accuracy table: the relative error (Frobenius norm) against float64 of the same fp8
+values and scales, f32 out, at K = 7168 and 16384, for per-tensor scales accumulated by the
+tensor cores over the whole K (nbwgmma's per-tensor path), per-tensor scales promoted every
+128 K (the block-scaled kernel with constant scales), block scales promoted (nbwgmma) and
+cuBLASLt's blockwise product.
+
+    python benchmarks/scaled.py [MxNxK ...]
+"""
+import sys
+
+import torch
+
+from nbwgmma import matmul
+from nbwgmma.bench import device_times
+
+SHAPES = ["4096x7168x7168", "4096x24576x1536", "128x7168x7168", "4096x2112x7168", "4096x7168x16384"]
+E4M3 = torch.float8_e4m3fn
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def quantized(m, n, k, seed=0):
+    """x [M, K] per 1 x 128 and w [N, K] per 128 x 128 (e4m3, amax scaling): (xq, sx M-major, wq, sw (NB, KB))."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", generator=g) * (torch.rand(m, 1, device="cuda", generator=g) * 4 + 0.1)
+    w = torch.randn(n, k, device="cuda", generator=g) * 0.05
+    kb, nb = cdiv(k, 128), cdiv(n, 128)
+    xp = torch.nn.functional.pad(x, (0, kb * 128 - k)).view(m, kb, 128)
+    sx = xp.abs().amax(-1).clamp(min=1e-4) / 448.0
+    xq = (xp / sx[..., None]).to(E4M3).view(m, kb * 128)[:, :k].contiguous()
+    wp = torch.nn.functional.pad(w, (0, kb * 128 - k, 0, nb * 128 - n)).view(nb, 128, kb, 128)
+    sw = wp.abs().amax((1, 3)).clamp(min=1e-4) / 448.0
+    wq = (wp / sw[:, None, :, None]).to(E4M3).view(nb * 128, kb * 128)[:n, :k].contiguous()
+    return x, w, xq, sx.float().t().contiguous().t(), wq, sw.float().contiguous()
+
+
+def cublaslt(xq, sx, wq, sw, out_dtype=torch.bfloat16):
+    return torch._scaled_mm(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out_dtype=out_dtype)
+
+
+def refusal(fn):
+    """None if ``fn()`` runs, else the first line of the error it raises."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        return str(e).strip().splitlines()[0][:160]
+    return None
+
+
+def bench(m, n, k, rounds=15, inner=10):
+    _, _, xq, sx, wq, sw = quantized(m, n, k)
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    plain = torch.empty_like(out)
+    one = torch.ones((), device="cuda")
+    peers = {"nbwgmma block-scaled (promoted)": lambda: matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out),
+             "cuBLASLt _scaled_mm blockwise": lambda: cublaslt(xq, sx, wq, sw),
+             "nbwgmma per-tensor fp8": lambda: matmul(xq, wq.t(), scale_a=1.0, scale_b=1.0, out=plain),
+             "cuBLASLt _scaled_mm per-tensor": lambda: torch._scaled_mm(xq, wq.t(), scale_a=one, scale_b=one,
+                                                                         out_dtype=torch.bfloat16)}
+    for name in list(peers):
+        why = refusal(peers[name])
+        if why is not None:
+            print(f"{m}x{n}x{k} {name:34s} refused: {why}")
+            del peers[name]
+    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
+    ours = med["nbwgmma block-scaled (promoted)"]
+    for name, t in med.items():
+        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e9:7.1f} TFLOP/s  (nbwgmma block-scaled is "
+              f"{t / ours:.3f}x)")
+
+
+def accuracy(m=2048, n=2048, ks=(7168, 16384)):
+    """Relative errors against float64 of each product's own fp8 values and scales (f32 out)."""
+    print(f"\nrelative error vs float64 of the same fp8 inputs and scales, {m}x{n}xK, f32 out")
+    print(f"{'K':>6s}  {'per-tensor, fp8 accum':>22s}  {'per-tensor, promoted':>21s}  {'block, promoted':>16s}  "
+          f"{'cuBLASLt blockwise':>19s}")
+    for k in ks:
+        x, w, xq, sx, wq, sw = quantized(m, n, k, seed=1)
+        kb, nb = cdiv(k, 128), cdiv(n, 128)
+
+        def rel(got, ref):
+            return f"{float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)):.2e}"
+
+        # per tensor: one scale per operand
+        tx, tw = float(x.abs().max()) / 448.0, float(w.abs().max()) / 448.0
+        xt, wt = (x / tx).to(E4M3), (w / tw).to(E4M3)
+        ref_t = (xt.double() @ wt.double().t()) * (tx * tw)
+        fast = matmul(xt, wt.t(), scale_a=tx, scale_b=tw, out_dtype="f32")
+        promoted = matmul(xt, wt.t(), scale_a=torch.full((m, kb), tx, device="cuda"),
+                          scale_b=torch.full((nb, kb), tw, device="cuda"), out_dtype="f32")
+        # per block
+        a64 = xq.double() * sx.double().repeat_interleave(128, 1)[:, :k]
+        b64 = wq.double() * sw.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+        ref_b = a64 @ b64.t()
+        ours = matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out_dtype="f32")
+        theirs = None
+        for dt in (torch.float32, torch.bfloat16):  # f32 out where cuBLASLt takes it
+            if refusal(lambda: cublaslt(xq, sx, wq, sw, dt)) is None:
+                theirs = f"{rel(cublaslt(xq, sx, wq, sw, dt), ref_b)}{'' if dt == torch.float32 else ' (bf16)'}"
+                break
+        print(f"{k:6d}  {rel(fast, ref_t):>22s}  {rel(promoted, ref_t):>21s}  {rel(ours, ref_b):>16s}  "
+              f"{theirs or 'refused':>19s}")
+
+
+if __name__ == "__main__":
+    print(torch.cuda.get_device_name(), torch.__version__)
+    for s in sys.argv[1:] or SHAPES:
+        bench(*(int(v) for v in s.split("x")))
+    accuracy()

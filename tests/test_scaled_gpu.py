@@ -1,0 +1,149 @@
+"""matmul with scale arrays (block-scaled fp8) on the GPU: PyTorch tensors quantized per 1 x 128
+(activations) and 128 x 128 (weights) as DeepSeek-V3 does, against a float64 product of the same
+fp8 values and scales; small integers with power-of-two scales exact at long K; decoding shapes
+(M = 1 ... 64), N = 2112, K not a multiple of 128; every scale kind and layout; bad scales
+refused. Outputs are poisoned (NaN) before each call."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+from nbwgmma import MatmulError, MatmulTypeError, matmul  # noqa: E402
+
+TDT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+F8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+F8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
+TOL = {"bf16": 1e-2, "f16": 2e-3, "f32": 1e-3}  # relative norm against float64: C's rounding, the fp8 block sums
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def quantize_rows(x, t):
+    """x [M, K] -> (fp8 x, scales (M, KB) M-major as torch._scaled_mm takes them): one scale per
+    row and 128-K block."""
+    m, k = x.shape
+    kb = cdiv(k, 128)
+    xp = torch.nn.functional.pad(x, (0, kb * 128 - k)).view(m, kb, 128)
+    s = (xp.abs().amax(-1).clamp(min=1e-4) / F8_MAX[t]).float()
+    q = (xp / s[..., None]).to(F8[t]).view(m, kb * 128)[:, :k].contiguous()
+    return q, s.t().contiguous().t()
+
+
+def quantize_blocks(w, t):
+    """w [N, K] -> (fp8 w, scales (NB, KB) row-major): one scale per 128 x 128 block."""
+    n, k = w.shape
+    nb, kb = cdiv(n, 128), cdiv(k, 128)
+    wp = torch.nn.functional.pad(w, (0, kb * 128 - k, 0, nb * 128 - n)).view(nb, 128, kb, 128)
+    s = (wp.abs().amax((1, 3)).clamp(min=1e-4) / F8_MAX[t]).float()
+    q = (wp / s[:, None, :, None]).to(F8[t]).view(nb * 128, kb * 128)[:n, :k].contiguous()
+    return q, s
+
+
+def dequant(q, s_rows, s_cols):
+    """float64 values of fp8 ``q`` [R, K] scaled by ``s_rows`` [R, KB] (expanded along K)."""
+    r, k = q.shape
+    return q.double() * s_rows.double().repeat_interleave(128, 1)[:, :k] * s_cols
+
+
+def reference(xq, sx, wq, sw):
+    n = wq.shape[0]
+    a = dequant(xq, sx, 1.0)
+    b = dequant(wq, sw.repeat_interleave(128, 0)[:n], 1.0)
+    return a @ b.t()
+
+
+def rel(got, ref):
+    return float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+
+
+SHAPES = [(4096, 2112, 7168 + 64), (1, 2112, 7168 + 64), (64, 7168, 2048), (33, 256, 4096), (1000, 520, 336),
+          (300, 2112, 7232)]
+
+
+@pytest.mark.parametrize("out_t", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("ta, tb", [("e4m3", "e4m3"), ("e5m2", "e4m3")])
+def test_block_scaled_matches_float64(ta, tb, out_t):
+    for m, n, k in SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k)
+        x = torch.randn(m, k, device="cuda", generator=g) * torch.rand(m, 1, device="cuda", generator=g) * 4
+        w = torch.randn(n, k, device="cuda", generator=g) * 0.05
+        xq, sx = quantize_rows(x, ta)
+        wq, sw = quantize_blocks(w, tb)
+        ref = reference(xq, sx, wq, sw)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=TDT[out_t])
+        c = matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)  # torch._scaled_mm's layouts
+        assert c is out and not torch.isnan(out).any()
+        assert rel(out, ref) < TOL[out_t], (m, n, k, rel(out, ref))
+        fresh = matmul(xq, wq.t(), scale_a=sx.contiguous(), scale_b=sw, out_dtype=out_t)  # row-major scales
+        assert fresh.dtype == TDT[out_t] and rel(fresh, ref) < TOL[out_t]
+
+
+@pytest.mark.parametrize("m", [1, 2, 7, 16, 33, 64])
+def test_decoding_shapes_exact_on_small_integers(m):
+    """Integers in [-1, 1] and scales in {1/2, 1, 2}: every block sum and their scaled total are
+    exact in f32, so the f32 output equals float64 at K = 7232 (57 blocks, the last half full)."""
+    n, k = 2112, 7168 + 64
+    g = torch.Generator(device="cuda").manual_seed(m)
+    x = torch.randint(-1, 2, (m, k), device="cuda", generator=g)
+    w = torch.randint(-1, 2, (n, k), device="cuda", generator=g)
+    sx = torch.exp2(torch.randint(-1, 2, (m, cdiv(k, 128)), device="cuda", generator=g).float())
+    sw = torch.exp2(torch.randint(-1, 2, (cdiv(n, 128), cdiv(k, 128)), device="cuda", generator=g).float())
+    xq, wq = x.float().to(torch.float8_e4m3fn), w.float().to(torch.float8_e4m3fn)
+    out = torch.full((m, n), float("nan"), device="cuda")
+    matmul(xq, wq.t(), scale_a=sx, scale_b=sw, out=out)
+    assert torch.equal(out.double(), reference(xq, sx, wq, sw))
+
+
+def test_every_scale_kind():
+    m, n, k = 200, 264, 1000 + 8  # K a multiple of 16, not of 128
+    g = torch.Generator(device="cuda").manual_seed(5)
+    xq = (torch.randn(m, k, device="cuda", generator=g) * 8).to(torch.float8_e4m3fn)
+    wq = (torch.randn(n, k, device="cuda", generator=g) * 8).to(torch.float8_e4m3fn)
+    kb, nb = cdiv(k, 128), cdiv(n, 128)
+    ra, cb = torch.rand(m, 1, device="cuda", generator=g) + 0.5, torch.rand(1, n, device="cuda", generator=g) + 0.5
+    sa = torch.rand(m, kb, device="cuda", generator=g) + 0.5
+    sw = torch.rand(nb, kb, device="cuda", generator=g) + 0.5
+    plain = xq.double() @ wq.double().t()
+    # rowwise alone: the tensor cores accumulate the whole K (fp8 accumulation: a looser bound)
+    for kw in (dict(scale_a=ra, scale_b=cb), dict(scale_a=ra.view(m), scale_b=cb.view(n))):
+        out = torch.full((m, n), float("nan"), device="cuda")
+        matmul(xq, wq.t(), out=out, **kw)
+        assert rel(out, plain * ra.double() * cb.double()) < 1e-2
+    cases = [
+        (dict(scale_a=sa, scale_b=cb), reference(xq, sa, wq, torch.ones(nb, kb, device="cuda")) * cb.double()),
+        (dict(scale_a=ra, scale_b=sw), reference(xq, ra.expand(m, kb), wq, sw)),
+        (dict(scale_a=sa, scale_b=sw, alpha=0.25), reference(xq, sa, wq, sw) * 0.25),
+        (dict(scale_a=2.0, scale_b=sw.t()), reference(xq, torch.full((m, kb), 2.0, device="cuda"), wq, sw)),
+        (dict(scale_a=torch.tensor([0.5], device="cuda"), scale_b=sw), reference(xq, torch.full((m, kb), 0.5,
+                                                                                              device="cuda"), wq, sw)),
+    ]
+    for kw, ref in cases:
+        out = torch.full((m, n), float("nan"), device="cuda")
+        matmul(xq, wq.t(), out=out, **kw)
+        assert rel(out, ref) < 1e-3, (list(kw), rel(out, ref))
+
+
+def test_bad_scales_are_refused_before_launch():
+    m, n, k = 64, 256, 512
+    xq = torch.ones(m, k, device="cuda").to(torch.float8_e4m3fn)
+    wq = torch.ones(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa, sw = torch.ones(m, 4, device="cuda"), torch.ones(2, 4, device="cuda")
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    cases = [
+        (dict(scale_a=torch.ones(m, 5, device="cuda"), scale_b=sw), MatmulError, r"scale_a must be .* got shape"),
+        (dict(scale_a=sa, scale_b=torch.ones(3, 4, device="cuda")), MatmulError, r"scale_b must be .* got shape"),
+        (dict(scale_a=sa.half(), scale_b=sw), MatmulTypeError, "scale_a must be f32; got f16"),
+        (dict(scale_a=sa.cpu(), scale_b=sw), MatmulTypeError, "scale_a"),
+        (dict(scale_a=sa, scale_b=sw, activation="relu"), MatmulError, "do not take tensor scales yet"),
+    ]
+    for kw, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            matmul(xq, wq.t(), out=out, **kw)
+    with pytest.raises(MatmulError, match="must be row-major"):  # B [K, N] row-major: fp8 wgmma reads K-major B
+        matmul(xq, wq.t().contiguous(), scale_a=sa, scale_b=sw)
+    torch.cuda.synchronize()
+    assert torch.isnan(out.float()).all()  # nothing ran
