@@ -54,17 +54,17 @@ _CONFIGS = {}
 
 
 def is_tensor_scale(x) -> bool:
-    """Whether ``x`` is a scale array of more than one element or of two dimensions (the
-    scaled path); numbers, 0-d arrays and one-element vectors are per-tensor scales."""
+    """Whether ``x`` is a scale array of more than one element (the scaled path); numbers and
+    arrays of one element (any shape) are per-tensor scales."""
     if x is None or isinstance(x, (int, float, np.integer, np.floating)):
         return False
     shape = getattr(x, "shape", None)
     if shape is None:
         return False
-    return len(shape) == 2 or int(np.prod(shape)) > 1
+    return int(np.prod(shape)) > 1
 
 
-def scale_kinds(scale, info: ArrayInfo | None, side: str, m: int, n: int, k: int):
+def scale_kinds(info: ArrayInfo | None, side: str, m: int, n: int, k: int):
     """``(kind, view shape, view strides in bytes)`` of one side's scale (``side`` "A" or "B"),
     the view indexed [row, k block] for A and [n block, k block] (or [0, column]) for B; kind
     None where the scale is a number (or absent)."""
@@ -172,7 +172,7 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         if x is None:
             kinds.append((None, None, None))
         elif is_tensor_scale(x):
-            kinds.append(scale_kinds(x, info, side, m, n, k))
+            kinds.append(scale_kinds(info, side, m, n, k))
         else:
             alpha = float(alpha) * _per_tensor(x, info, f"scale_{side.lower()}")
             kinds.append((None, None, None))
