@@ -1,8 +1,11 @@
-"""The wgmma type table: every legal ``"<dtype>.<atype>.<btype>"`` combination of sm_90a,
+"""The wgmma type tables: every legal ``"<dtype>.<atype>.<btype>"`` combination of sm_90a,
 with its K, its accumulator registers and its legal N (PTX ISA, "Asynchronous Warpgroup Level
-Matrix Multiply-Accumulate Instructions"). Host-side: the intrinsics check their arguments
-against it while Numba types a kernel, and the models (:mod:`~nbwgmma.layout.fragment`,
-:mod:`~nbwgmma.layout.wgmma_model`) read it."""
+Matrix Multiply-Accumulate Instructions"), for the dense ``wgmma.mma_async``
+(:data:`WGMMA_KINDS`) and for ``wgmma.mma_async.sp`` with a 2:4-sparse A
+(:data:`WGMMA_SP_KINDS`: the same types but ``b1``, twice the K, PTX ISA section
+"wgmma.mma_async.sp"). Host-side: the intrinsics check their arguments against them while
+Numba types a kernel, and the models (:mod:`~nbwgmma.layout.fragment`,
+:mod:`~nbwgmma.layout.wgmma_model`, :mod:`~nbwgmma.layout.sparse`) read them."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ from dataclasses import dataclass
 
 from numba import types
 
-__all__ = ["WgmmaKind", "WGMMA_KINDS", "wgmma_kind", "acc_regs", "FP8_TYPES", "INT8_TYPES"]
+__all__ = ["WgmmaKind", "WGMMA_KINDS", "wgmma_kind", "acc_regs", "FP8_TYPES", "INT8_TYPES", "WGMMA_SP_KINDS",
+           "wgmma_sp_kind"]
 
 _N_FLOAT = tuple(range(8, 257, 8))
 # Integer and single-bit forms: N = 8, 16, 24, 32, then multiples of 16.
@@ -30,6 +34,9 @@ class WgmmaKind:
     btype: str
     k: int
     n_values: tuple
+    #: A row of the ``wgmma.mma_async.sp`` table: A is 2:4 sparse (1:2 for tf32), stored with
+    #: K/2 columns, and ``k`` is the K of the product.
+    sparse: bool = False
 
     @property
     def key(self) -> str:
@@ -62,6 +69,24 @@ class WgmmaKind:
     def instruction(self, n: int) -> str:
         return f"m64n{n}k{self.k}"
 
+    @property
+    def a_cols(self) -> int:
+        """Columns of A as stored (shared memory or registers): K, or K/2 for a sparse A."""
+        return self.k // 2 if self.sparse else self.k
+
+    @property
+    def chunk(self) -> int:
+        """Sparse A: elements of one metadata chunk of a row (4; 2 for tf32, whose 1:2 sparsity
+        the ISA states on pairs), each chunk described by 4 bits of metadata."""
+        return 2 if self.atype == "tf32" else 4
+
+    @property
+    def spsel_values(self) -> tuple:
+        """Sparse A: the legal sparsity selectors (PTX ISA, "Sparse matrix storage"): a thread
+        pair of each quad holds the metadata for 16- and 32-bit types (0: T0,T1; 1: T2,T3),
+        all four threads for 8-bit types (0 only)."""
+        return (0,) if self.input_bits == 8 else (0, 1)
+
 
 def _table():
     kinds = [
@@ -80,6 +105,17 @@ def _table():
 WGMMA_KINDS: dict = _table()
 
 
+def _sparse_table():
+    # PTX ISA, "wgmma.mma_async.sp": every dense type but b1, K doubled (m64nNk32 for
+    # f16/bf16, k16 for tf32, k64 for fp8 and s8/u8), the same N per type.
+    return {key: WgmmaKind(k.dtype, k.atype, k.btype, 2 * k.k, k.n_values, sparse=True)
+            for key, k in WGMMA_KINDS.items() if k.atype != "b1"}
+
+
+#: Every ``wgmma.mma_async.sp`` type combination of sm_90a (keys as in :data:`WGMMA_KINDS`).
+WGMMA_SP_KINDS: dict = _sparse_table()
+
+
 def wgmma_kind(key: str) -> WgmmaKind:
     """The row of the table for ``key`` (``"f32.bf16.bf16"``); ``ValueError`` for a combination
     PTX does not have."""
@@ -88,6 +124,17 @@ def wgmma_kind(key: str) -> WgmmaKind:
     except KeyError:
         raise ValueError(
             f"wgmma: unknown type combination {key!r}; expected one of {', '.join(WGMMA_KINDS)}"
+        ) from None
+
+
+def wgmma_sp_kind(key: str) -> WgmmaKind:
+    """The row of the sparse table for ``key``; ``ValueError`` for a combination
+    ``wgmma.mma_async.sp`` does not have."""
+    try:
+        return WGMMA_SP_KINDS[key]
+    except KeyError:
+        raise ValueError(
+            f"wgmma.mma_async.sp: unknown type combination {key!r}; expected one of {', '.join(WGMMA_SP_KINDS)}"
         ) from None
 
 

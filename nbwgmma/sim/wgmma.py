@@ -2,6 +2,11 @@
 executed by the 128 threads of a warpgroup together (PTX ISA, "Asynchronous Warpgroup Level
 Matrix Multiply-Accumulate": every one is ``.sync.aligned``).
 
+``wgmma.mma_async.sp`` (the ``_sp`` intrinsics) runs the same way through
+:func:`nbwgmma.layout.sparse.wgmma_sp_reference`: the metadata registers of the threads the
+selector names are gathered from the warpgroup; metadata or a selector that the ISA leaves
+undefined is a :class:`~nbwgmma.sim.core.SimHazard`.
+
 An ``mma_async`` reads its operands when the warpgroup issues it and returns each thread's
 fragment as an :class:`Acc`, which stays *in flight* until a ``wait_group`` completes its
 group: reading it before then, or rewriting the shared memory it read before that wait is
@@ -96,42 +101,59 @@ def _uniform(vals, i, what):
     return int(first)
 
 
-def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=0, satfinite=0, rs=False):
+def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=0, satfinite=0, rs=False,
+           sparse=None):
+    """One wgmma of the calling thread's warpgroup; ``sparse`` = (this thread's metadata
+    register, sp-sel) for ``wgmma.mma_async.sp``."""
     from ..layout.fragment import a_frag_coords
-    from ..layout.kinds import wgmma_kind
+    from ..layout.kinds import wgmma_kind, wgmma_sp_kind
+    from ..layout.sparse import read_sparse_a_registers, wgmma_sp_reference
     from ..layout.wgmma_model import decode_elements, operand_addresses, wgmma_reference
 
     th = me()
-    k = wgmma_kind(kind)
+    k = wgmma_sp_kind(kind) if sparse else wgmma_kind(kind)
     n = k.n_of(len(acc))
-    imms = ("wgmma_mma_async_rs" if rs else "wgmma_mma_async", kind, n, scale_a, scale_b, trans_a, trans_b, satfinite)
+    name = "wgmma_mma_async" + ("_sp" if sparse else "") + ("_rs" if rs else "")
+    spsel = sparse[1] if sparse else 0
+    imms = (name, kind, n, scale_a, scale_b, trans_a, trans_b, satfinite, spsel)
     a_val = tuple(int(x) for x in a) if rs else int(a)
-    mine = (raw_acc(acc), a_val, int(b), bool(scale_d))
+    mine = (raw_acc(acc), a_val, int(b), bool(scale_d), int(sparse[0]) & 0xFFFFFFFF if sparse else 0)
 
     def compute(vals):
         me_ = me()
         cta = me_.cta
         db = _uniform(vals, 2, "B descriptors")
         if any(v[3] != vals[0][3] for v in vals):
-            raise SimHazard(f"wgmma_mma_async at {me_.where}: scale-d differs between the warpgroup's threads")
+            raise SimHazard(f"{name} at {me_.where}: scale-d differs between the warpgroup's threads")
         reads = [operand_addresses(db, n, k.k, k.btype, "MN" if trans_b else "K")]
         a_values = None
         if rs:
             frags = np.array([v[1] for v in vals], np.uint32)  # [128, registers]
-            dec = decode_elements(frags.reshape(-1, 1).view(np.uint8).reshape(-1, 4), k.atype)
-            coords = a_frag_coords(kind)
-            a_values = np.zeros((64, k.k))
-            a_values[coords[..., 0], coords[..., 1]] = dec.reshape(coords.shape[:-1])
+            if sparse:
+                a_values = read_sparse_a_registers(frags, kind)
+            else:
+                dec = decode_elements(frags.reshape(-1, 1).view(np.uint8).reshape(-1, 4), k.atype)
+                coords = a_frag_coords(kind)
+                a_values = np.zeros((64, k.k))
+                a_values[coords[..., 0], coords[..., 1]] = dec.reshape(coords.shape[:-1])
             da = 0
         else:
             da = _uniform(vals, 1, "A descriptors")
-            reads.append(operand_addresses(da, 64, k.k, k.atype, "MN" if trans_a else "K"))
+            reads.append(operand_addresses(da, 64, k.a_cols, k.atype, "MN" if trans_a else "K"))
         idx = np.unique(np.concatenate([r.reshape(-1) for r in reads]))
-        cta.shadow.check_observed(me_, idx, "wgmma_mma_async")
-        cta.shadow.check_proxy(me_, idx, "wgmma_mma_async")
-        d = wgmma_reference(cta.image, kind, n, da, db, trans_a=trans_a, trans_b=trans_b,
-                            scale_a=scale_a, scale_b=scale_b, a_values=a_values)
-        op = AsyncRead(f"the wgmma_mma_async ({kind}, N={n}) of warpgroup {me_.thread_id // 128}", me_.where)
+        cta.shadow.check_observed(me_, idx, name)
+        cta.shadow.check_proxy(me_, idx, name)
+        if sparse:
+            try:
+                d = wgmma_sp_reference(cta.image, kind, n, da, db, [v[4] for v in vals], spsel=spsel,
+                                       trans_a=trans_a, trans_b=trans_b, scale_a=scale_a, scale_b=scale_b,
+                                       a_values=a_values)
+            except ValueError as e:  # metadata the ISA leaves undefined
+                raise SimHazard(f"{name} at {me_.where}: {e}") from None
+        else:
+            d = wgmma_reference(cta.image, kind, n, da, db, trans_a=trans_a, trans_b=trans_b,
+                                scale_a=scale_a, scale_b=scale_b, a_values=a_values)
+        op = AsyncRead(f"the {name} ({kind}, N={n}) of warpgroup {me_.thread_id // 128}", me_.where)
         cta.shadow.async_read(("wgmma", me_.thread_id // 128), idx, op)
         _state(me_).open.append(op)
         r, c = thread_coords(np.arange(128)[:, None], n // 2)
@@ -150,6 +172,12 @@ IMPLS["wgmma_mma_async"] = lambda acc, a, b, kind, scale_d=1, scale_a=1, scale_b
     satfinite=0: _wgmma(acc, a, b, kind, scale_d, scale_a, scale_b, trans_a, trans_b, satfinite)
 IMPLS["wgmma_mma_async_rs"] = lambda acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_b=0, \
     satfinite=0: _wgmma(acc, a, b, kind, scale_d, scale_a, scale_b, 0, trans_b, satfinite, rs=True)
+IMPLS["wgmma_mma_async_sp"] = lambda acc, a, b, meta, kind, spsel=0, scale_d=1, scale_a=1, scale_b=1, trans_a=0, \
+    trans_b=0, satfinite=0: _wgmma(acc, a, b, kind, scale_d, scale_a, scale_b, trans_a, trans_b, satfinite,
+                                   sparse=(meta, spsel))
+IMPLS["wgmma_mma_async_sp_rs"] = lambda acc, a, b, meta, kind, spsel=0, scale_d=1, scale_a=1, scale_b=1, \
+    trans_b=0, satfinite=0: _wgmma(acc, a, b, kind, scale_d, scale_a, scale_b, 0, trans_b, satfinite, rs=True,
+                                   sparse=(meta, spsel))
 
 
 def _fence():
