@@ -171,9 +171,9 @@ def sp_tile_kernel(kind, n, ksteps, rs=False, spsel="0", trans_a=0, trans_b=0, s
             base = stage_image(image)
             tid = cuda.threadIdx.x
             acc = acc_zeros(kind, n)
-            wgmma_fence()
             for s in range(ksteps):
                 a = (a_regs[s, tid, 0], a_regs[s, tid, 1], a_regs[s, tid, 2], a_regs[s, tid, 3])
+                wgmma_fence()  # orders the loads of A and the metadata before the wgmma reads them
                 if s % 2 == 0:
                     acc = wgmma_mma_async_sp_rs(acc, a, desc_b[s] + (base >> 4), meta[s, tid], kind, sel_even, 1,
                                                 scale_a, scale_b, trans_b)
@@ -189,9 +189,9 @@ def sp_tile_kernel(kind, n, ksteps, rs=False, spsel="0", trans_a=0, trans_b=0, s
             base = stage_image(image)
             tid = cuda.threadIdx.x
             acc = acc_zeros(kind, n)
-            wgmma_fence()
             for s in range(ksteps):
                 da, db = desc_a[s] + (base >> 4), desc_b[s] + (base >> 4)
+                wgmma_fence()  # orders the load of the metadata before the wgmma reads it
                 if s % 2 == 0:
                     acc = wgmma_mma_async_sp(acc, da, db, meta[s, tid], kind, sel_even, 1, scale_a, scale_b,
                                              trans_a, trans_b)

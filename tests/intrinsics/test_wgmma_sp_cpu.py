@@ -12,7 +12,7 @@ from nbwgmma.layout import (WGMMA_KINDS, WGMMA_SP_KINDS, compress_24, decompress
                             meta_registers, meta_registers_pair, prune_24, read_meta_registers,
                             read_sparse_a_registers, sparse_a_registers, sparse_violations, wgmma_sp_kind)
 from nbwgmma.report import compile_report
-from tests.wgmma_sp_tile import SparseTileProblem, sparse_operands
+from tests.wgmma_sp_tile import SparseTileProblem, sp_tile_kernel, sparse_operands
 
 SIG = (types.float32[:], types.uint64[:], types.uint64[:], types.uint32[:])
 
@@ -292,3 +292,17 @@ def test_model_refuses_what_it_cannot_say():
     with pytest.raises(NotImplementedError, match="32B swizzle row"):
         wgmma_sp_reference(image, "f32.f16.f16", 8, encode_desc(0, 16, 256, "32B"), encode_desc(1024, 16, 256, "32B"),
                            np.full(128, 0x44444444, np.uint32))
+
+
+@pytest.mark.parametrize("kind, n, rs, spsel, trans_a, trans_b", [
+    ("f32.bf16.bf16", 64, True, "pair", 0, 1), ("f16.f16.f16", 32, False, "1", 1, 1), ("s32.s8.u8", 256, False, "0", 0, 0),
+])
+def test_gpu_tile_kernel_compiles_clean(kind, n, rs, spsel, trans_a, trans_b):
+    """The kernel of the GPU tests (tests/wgmma_sp_tile.py) compiles for sm_90a with the sparse
+    instruction and no local memory."""
+    out = {"f32": types.float32, "f16": types.float16, "s32": types.int32}[wgmma_sp_kind(kind).dtype]
+    sig = (types.uint8[:], types.uint64[:], types.uint64[:], types.uint32[:, :, :], types.uint32[:, :], out[:, :])
+    rep = compile_report(sp_tile_kernel(kind, n, 4, rs, spsel, trans_a, trans_b), sig)
+    op = sass_op(kind)
+    assert any(name.startswith(op + ".SP.") for name in rep.sass_full), dict(rep.sass_full)
+    assert rep.local_memory_ops == 0 and rep.spill_bytes == 0
