@@ -18,6 +18,7 @@ Warnings that matter for Hopper kernels:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -260,8 +261,28 @@ def _ptx(kernel, sig, launch_bounds, cc):
     py_func, opts = _pyfunc_and_options(kernel)
     if launch_bounds is None:
         launch_bounds = opts.get("launch_bounds")
-    ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc, launch_bounds=launch_bounds)
+    with _device_functions_for(cc):
+        ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc, launch_bounds=launch_bounds)
     return ptx, getattr(py_func, "__qualname__", None)
+
+
+@contextlib.contextmanager
+def _device_functions_for(cc):
+    """Numba compiles a device function that is called (not inlined into its caller's Numba IR,
+    e.g. ``nbwgmma.kit.inlined``) for the current device, which it asks the driver for: a
+    report compiles them for ``cc`` instead, with or without a GPU. (Numba's dispatcher module
+    keeps that query as a module attribute; numba-cuda's version is pinned in pyproject.toml.)"""
+    from numba.cuda import dispatcher
+
+    class Target:
+        compute_capability = tuple(cc[:2])
+
+    saved = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: Target
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = saved
 
 
 def compile_report(kernel, sig, *, launch_bounds=None, cc=(9, 0, "a")) -> CompileReport:

@@ -24,7 +24,7 @@ from numba import cuda
 from ..intrinsics import (
     acc_add, acc_load, acc_scale, bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
 )
-from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, tma_store_part
+from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tma_store_part
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES"]
@@ -93,7 +93,7 @@ class FusedConfig:
         return f"FusedConfig({self.dtype}, bias={self.bias}, act={self.act}, group_m={self.group_m})"
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def _identity(v):
     return v
 
@@ -118,7 +118,7 @@ def _epilogue(cfg):
     ns = {"f": activation(cfg.act) if cfg.act else _identity, "u": cfg.epilogue, "acc_load": acc_load,
           "acc_add": acc_add, "acc_scale": acc_scale, "ONE": np.float32(1.0)}
     exec(compile("\n".join(src), "<nbwgmma.kernels.fused epilogue>", "exec"), ns)
-    value = cuda.jit(device=True, inline=True)(ns["value"])
+    value = inlined(ns["value"])
 
     def sliced(name, kind):
         arr = "vec" if name == "b" else "e" + name[1:]
@@ -133,7 +133,7 @@ def _epilogue(cfg):
     src = ["def epilogue(acc, ct, row0, col0, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta):",
            f"    return part({acc if cfg.with_c else 'acc'}, ct, row0, col0, {', '.join(args)})"]
     exec(compile("\n".join(src), "<nbwgmma.kernels.fused parts>", "exec"), ns)
-    return cuda.jit(device=True, inline=True)(ns["epilogue"])
+    return inlined(ns["epilogue"])
 
 
 def fused_kernel(cfg: FusedConfig):

@@ -79,6 +79,7 @@ from ..layout.wgmma_model import ELEMENT_BYTES
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler
 from ..kit.warpgroup import warpgroup_sync
+from ..kit.device import inlined
 
 __all__ = ["GemmConfig", "gemm_kernel"]
 
@@ -280,7 +281,7 @@ def _build(key):
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def load_stage(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, b_dst):
         """One stage: A's rows from ``a_row`` and this CTA's share of B (rows from ``b_row``,
         landing at ``slot + b_dst``); with a cluster the B share is multicast to every CTA."""
@@ -300,11 +301,11 @@ def _build(key):
         else:
             tma_load_multicast_2d(slot + b_dst, tmap_b, full, CL_MASK, kcol, b_row)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_direct(acc, c, ctid, cw, row0, col0, cbase):
         acc_store(acc, KIND, c, ctid, row0, col0)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def put_part(regs, tmap_c, ctid, cw, row0, col0, cbase):
         # The previous TMA stores must have read the C tile before it is rewritten.
         if ctid == 0:
@@ -319,17 +320,17 @@ def _build(key):
                 tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
             bulk_commit_group()
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def packed(acc):
         if BF16_OUT:
             return acc_to_bf16x2(acc)
         return acc_to_f16x2(acc)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_tma1(acc, tmap_c, ctid, cw, row0, col0, cbase):
         put_part(packed(acc), tmap_c, ctid, cw, row0, col0, cbase)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_tma2(acc, tmap_c, ctid, cw, row0, col0, cbase):
         regs = packed(acc)
         put_part(regs[:PART_REGS], tmap_c, ctid, cw, row0, col0, cbase)
@@ -337,11 +338,11 @@ def _build(key):
 
     store = (store_tma1 if cfg.c_parts == 1 else store_tma2) if TMA_EPI else store_direct
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase):
         store(acc, c, ctid, cw, row0, col0, cbase)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def finish_slice(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase):
         """Split-K: park this slice's partial tile in ``ws``; the tile's last slice sums all
         of them in slice order (deterministic) and stores C."""
@@ -371,7 +372,7 @@ def _build(key):
 
     finish = finish_slice if SPLIT > 1 else finish_tile
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)

@@ -32,6 +32,7 @@ from numba import cuda
 from ..intrinsics import acc_store, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr
 from ..kit import PingPong, TmaPipeline, tile_order, wave_order
 from ..launch import dynamic_smem_bytes
+from ..kit import inlined
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
 
@@ -75,18 +76,18 @@ def _build(dtype, masked, GROUP_M, WAVE):
     STAGE = PingPong.STAGE_BYTES
 
     if masked:
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def group_rows(offs, g, total, t):
             """Rows [start, end) of group ``g``: its ``counts[g]`` first rows, clamped to [0, t]."""
             return g * t, g * t + min(max(offs[g], 0), t)
     else:
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def group_rows(offs, g, total, t):
             """Rows [start, end) of group ``g``, clamped into [0, total] and non-decreasing."""
             start = 0 if g == 0 else min(max(offs[g - 1], 0), total)
             return start, min(max(offs[g], start), total)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def locate(u, g, gbase, offs, total, t, tiles_n):
         """Group, its first unit and its rows for unit ``u`` (``u`` never decreases between
         calls: the walk goes on from the group of the last call)."""

@@ -34,7 +34,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import acc_store, bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr
-from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, tma_store_part
+from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, inlined, tma_store_part
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS", "SMEM"]
@@ -105,7 +105,7 @@ def _epilogue(cfg: ScaledConfig):
     ns: dict = {}
     exec(compile(f"def value({', '.join(params)}):\n    return {body}\n", "<nbwgmma.kernels.scaled value>", "exec"),
          ns)
-    value = cuda.jit(device=True, inline=True)(ns["value"])
+    value = inlined(ns["value"])
     tma = cfg.epilogue == "tma"
     ns["part"] = acc_map(value, 64 if tma else 128, cols=int(cols), rows=int(rows), nextra=1,
                          pack=cfg.out if tma else None)
@@ -113,7 +113,7 @@ def _epilogue(cfg: ScaledConfig):
     src = f"def epilogue(acc, ct, row0, col0, sa, sb, m, n, alpha):\n    return part(acc, ct, row0, col0, " \
           f"{', '.join(args)})\n"
     exec(compile(src, "<nbwgmma.kernels.scaled epilogue>", "exec"), ns)
-    return cuda.jit(device=True, inline=True)(ns["epilogue"])
+    return inlined(ns["epilogue"])
 
 
 def scaled_kernel(cfg: ScaledConfig):

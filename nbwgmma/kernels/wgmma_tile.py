@@ -32,11 +32,12 @@ from ..layout.descriptor import SWIZZLE_BYTES, SWIZZLE_PERIOD, canonical_strides
 from ..layout.fragment import a_frag_coords
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES, encode_elements, pack_operand, wgmma_reference
+from ..kit import inlined
 
 __all__ = ["tile_kernel", "TileProblem", "run_tile"]
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def stage_image(image):
     """Copy a shared-memory image into 1024-byte aligned dynamic shared memory; return its
     32-bit address. The copy is made visible to the async proxy (wgmma) before returning."""

@@ -11,6 +11,8 @@
 * :mod:`~nbwgmma.kit.scaling`: :class:`BlockScaled`, two consumer warpgroups of a block-scaled
   fp8 GEMM (each 128-K block summed by the wgmma, then scaled and added in registers:
   promotion), and :func:`acc_promote`;
+* :mod:`~nbwgmma.kit.device`: :func:`inlined`, device functions the compiler inlines
+  (quick to compile; Numba's ``inline=True`` copies their IR at every call);
 * :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier; the turn two consumer
   warpgroups pass between their main loops.
 
@@ -22,6 +24,7 @@ ph)`` on a global ``pipe`` as it calls ``math.exp``. A shared-array shape must s
 constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 """
 
+from .device import inlined
 from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_part
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
@@ -29,7 +32,7 @@ from .scaling import SCALE_BLOCK, BlockScaled, acc_promote
 from .scheduler import TileScheduler, tile_order, wave_order
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "PingPong", "TileScheduler", "tile_order", "wave_order",
+__all__ = ["TmaPipeline", "PingPong", "TileScheduler", "tile_order", "wave_order", "inlined",
            "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part", "activation", "ACTIVATIONS",
            "warpgroup_index",
            "warpgroup_thread", "warpgroup_sync", "turn_wait", "turn_pass"]

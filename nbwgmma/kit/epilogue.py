@@ -9,7 +9,7 @@ its generated source indexes the tuple with constants only and computes each coo
 a base plus a constant, so the fragment stays in registers (no local memory) and the row
 and column cost one add each::
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def bias_gelu(v, row, col, b):       # b: the bias of this value's column
         return gelu_tanh(v + b)
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda, types
+from numba import types
 from numba.core.extending import intrinsic
 
 from .. import backend
@@ -40,18 +40,19 @@ from ..intrinsics import (
     fence_proxy_async_shared, rcp_approx, tma_store_2d,
 )
 from ..intrinsics.errors import NbwgmmaTypingError
+from .device import inlined
 from .warpgroup import warpgroup_sync
 
 __all__ = ["acc_map", "tma_store_part", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh", "silu", "sigmoid",
            "value_coords"]
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def relu(v):
     return max(v, np.float32(0.0))
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def gelu(v):
     """x * Phi(x), with the error function (PyTorch's ``gelu``, approximate='none')."""
     return np.float32(0.5) * v * (np.float32(1.0) + math.erf(v * np.float32(0.7071067811865476)))
@@ -64,7 +65,7 @@ _G2 = np.float32(-2 * 0.7978845608028654 * 0.044715 * _LOG2E)
 _NLOG2E = np.float32(-_LOG2E)
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def gelu_tanh(v):
     """The tanh approximation (PyTorch's ``gelu(approximate='tanh')``), written as
     ``x * sigmoid(2u)`` with ``u = sqrt(2/pi) (x + 0.044715 x^3)``: the same function
@@ -75,13 +76,13 @@ def gelu_tanh(v):
     return v * rcp_approx(np.float32(1.0) + ex2_approx(v * (_G1 + _G2 * (v * v))))
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def sigmoid(v):
     """``1 / (1 + exp(-x))`` with ``ex2`` and ``rcp`` (a few ulp of f32)."""
     return rcp_approx(np.float32(1.0) + ex2_approx(v * _NLOG2E))
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def silu(v):
     """``x * sigmoid(x)`` with ``ex2`` and ``rcp`` (a few ulp of f32)."""
     return v * rcp_approx(np.float32(1.0) + ex2_approx(v * _NLOG2E))
@@ -98,7 +99,7 @@ def activation(name: str):
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}; got {name!r}") from None
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def value_coords(tid, i):
     """(row, col) of accumulator value ``i`` held by warpgroup thread ``tid`` (``i`` a constant
     where the fragment is indexed, so both fold to a base plus a constant)."""
@@ -107,7 +108,7 @@ def value_coords(tid, i):
     return 16 * w + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def tma_store_part(regs, buf, ct, cw, tmap_c, col, row):
     """Store one 64 x 64 part of C: warpgroup ``cw``'s packed 16-bit registers ``regs`` (thread
     ``ct``, as ``acc_map(..., 64, pack=...)`` gives them) go through the 128B-swizzled shared
@@ -218,4 +219,4 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     name = f"acc_map({getattr(fn, '__name__', 'fn')}, n={n})"
     ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": _fragment_check(name, n // 2)}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
-    return cuda.jit(device=True, inline=True)(ns["mapped"])
+    return inlined(ns["mapped"])

@@ -82,6 +82,8 @@ class PingPong(types.ModuleType):
         B_LBO, B_STEP = (8192, 2048) if B_MN else (16, 32)
         B1, B2, B3 = B_STEP, 2 * B_STEP, 3 * B_STEP
 
+        # Numba-inlined (inline=True), not kit.inlined: as called functions, the epilogue that
+        # follows a tile grew by 88 integer instructions (the same main loop).
         @cuda.jit(device=True, inline=True)
         def load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row):
             tma_load_2d(slot, tmap_a, full, kcol, a_row)

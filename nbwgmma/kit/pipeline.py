@@ -48,6 +48,7 @@ from ..intrinsics import (
     fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_arrive_expect_tx, mbarrier_init,
     mbarrier_name, mbarrier_wait_parity,
 )
+from .device import inlined
 
 __all__ = ["TmaPipeline"]
 
@@ -87,7 +88,7 @@ class TmaPipeline(types.ModuleType):
         S, CL = self.stages, self.cluster
         RELEASES = self.consumers * CL
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def init(ring):
             for s in range(S):
                 mbarrier_init(ring + 8 * s, 1)  # the producer's arrive.expect_tx; TMA adds the bytes
@@ -96,28 +97,28 @@ class TmaPipeline(types.ModuleType):
                 mbarrier_name(ring + 8 * S + 8 * s, "empty", s)
             fence_mbarrier_init()
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def producer_acquire(ring, s, ph, nbytes):
             mbarrier_wait_parity(ring + 8 * S + 8 * s, ph ^ 1)
             full = ring + 8 * s
             mbarrier_arrive_expect_tx(full, nbytes)
             return full
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def consumer_wait(ring, s, ph):
             mbarrier_wait_parity(ring + 8 * s, ph)
 
         if CL == 1:
-            @cuda.jit(device=True, inline=True)
+            @inlined
             def consumer_release(ring, s):
                 mbarrier_arrive(ring + 8 * S + 8 * s)
         else:
-            @cuda.jit(device=True, inline=True)
+            @inlined
             def consumer_release(ring, s):
                 for r in range(CL):
                     mbarrier_arrive_cluster(ring + 8 * S + 8 * s, r)
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def advance(s, ph):
             s += 1
             if s == S:
@@ -125,12 +126,12 @@ class TmaPipeline(types.ModuleType):
                 ph ^= 1
             return s, ph
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def advance_by(s, ph, n):
             t = s + n
             return t % S, ph ^ ((t // S) & 1)
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def stage_of(it):
             return it % S, (it // S) & 1
 

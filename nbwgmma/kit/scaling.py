@@ -36,6 +36,7 @@ from numba import cuda
 from ..intrinsics import acc_undef, acc_zeros, desc_advance, make_desc, tma_load_2d, wgmma_commit_group, \
     wgmma_fence, wgmma_mma_async, wgmma_wait_group
 from ..layout import SWIZZLE_CODE, wgmma_kind
+from .device import inlined
 from .pipeline import TmaPipeline
 
 __all__ = ["BlockScaled", "acc_promote", "SCALE_BLOCK"]
@@ -62,7 +63,7 @@ def acc_promote(n: int):
         ns: dict = {}
         exec(compile(f"def promote(acc, tmp, s0, s1):\n    return ({body},)\n", f"<nbwgmma.kit.acc_promote({n})>",
                      "exec"), ns)
-        fn = _PROMOTES[n] = cuda.jit(device=True, inline=True)(ns["promote"])
+        fn = _PROMOTES[n] = inlined(ns["promote"])
     return fn
 
 
@@ -111,12 +112,12 @@ class BlockScaled(types.ModuleType):
         promote = acc_promote(128)
         ONE = np.float32(1.0)
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row):
             tma_load_2d(slot, tmap_a, full, kcol, a_row)
             tma_load_2d(slot + A_BYTES, tmap_b, full, kcol, b_row)
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def block(tmp, slot, cw, first):
             """The four m64n128k32 wgmmas of one stage into ``tmp`` (from zero where ``first``)."""
             da = make_desc(slot + cw * A_CONS, 16, 1024, _SW128)
@@ -129,6 +130,8 @@ class BlockScaled(types.ModuleType):
             wgmma_commit_group()
             return tmp
 
+        # The main loops stay Numba-inlined (inline=True), as PingPong.tile: as called functions
+        # the epilogue after them grew by 32 integer instructions.
         @cuda.jit(device=True, inline=True)
         def tile_promoted(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb):
             acc = acc_zeros(KIND, 128)

@@ -28,11 +28,12 @@ import math
 import types
 
 from numba import cuda
+from .device import inlined
 
 __all__ = ["TileScheduler", "tile_order", "wave_order"]
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def tile_order(t, tiles_m, tiles_n, group_m):
     """Tile ``t`` -> (tile row, tile col), walking ``group_m`` tile rows at a time."""
     per_group = group_m * tiles_n
@@ -43,7 +44,7 @@ def tile_order(t, tiles_m, tiles_n, group_m):
     return first + r % rows, r // rows
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def wave_order(u, nunits, ctas):
     """Unit ``u`` -> the tile (position in tile order) it runs, for ``ctas`` CTAs that take units
     two at a time, one per consumer in turn (CTA ``p`` takes units ``2p`` and ``2p + 1``, then
@@ -106,7 +107,7 @@ class TileScheduler(types.ModuleType):
         BM, BN, BK, CL, SPLIT = self.bm, self.bn, self.bk, self.cluster, self.split
         GROUP_MC = max(1, self.group_m // CL)  # tile rows per group, counted in cluster rows
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def shape(m, n, k):
             tiles_m = (m + BM - 1) // BM
             tiles_mc = (tiles_m + CL - 1) // CL
@@ -115,25 +116,25 @@ class TileScheduler(types.ModuleType):
             nsplit = 1 if SPLIT == 1 else min(SPLIT, kblocks)
             return tiles_m, tiles_mc, tiles_n, kblocks, nsplit, tiles_mc * tiles_n * nsplit
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def first():
             return cuda.blockIdx.x // CL
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def step():
             return cuda.gridDim.x // CL
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def split_unit(u, nsplit):
             t = u // nsplit
             return t, u - t * nsplit
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def tile(t, tiles_mc, tiles_n, rank):
             pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
             return pmc * CL + rank, pn
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def k_range(sp, kblocks, nsplit):
             return sp * kblocks // nsplit, (sp + 1) * kblocks // nsplit
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from numba import cuda
 
 from ..intrinsics import named_barrier_arrive, named_barrier_sync
+from .device import inlined
 
 __all__ = ["warpgroup_index", "warpgroup_thread", "warpgroup_sync", "WARPGROUP_BARRIERS", "turn_wait",
            "turn_pass", "TURN_BARRIERS"]
@@ -24,19 +25,19 @@ __all__ = ["warpgroup_index", "warpgroup_thread", "warpgroup_sync", "WARPGROUP_B
 WARPGROUP_BARRIERS = 4
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def warpgroup_index():
     """This thread's warpgroup in the block (threadIdx.x // 128; a 1-D block)."""
     return cuda.threadIdx.x // 128
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def warpgroup_thread():
     """This thread's index in its warpgroup (0-127), the ``tid`` of the fragment helpers."""
     return cuda.threadIdx.x % 128
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def warpgroup_sync(g):
     """Barrier of the 128 threads of warpgroup ``g`` (0-3): named barrier ``1 + g``."""
     # A uniform branch per id (one warpgroup, one path), as the library GEMM was measured
@@ -55,7 +56,7 @@ def warpgroup_sync(g):
 TURN_BARRIERS = (5, 6)
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def turn_wait(g):
     """Consumer warpgroup ``g`` (0 or 1) waits until the other passed it the turn."""
     if g == 0:
@@ -64,7 +65,7 @@ def turn_wait(g):
         named_barrier_sync(6, 256)
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def turn_pass(g):
     """Consumer warpgroup ``g`` (0 or 1) passes the turn to the other (does not wait). Pass
     only a turn the other will take: a barrier left half-arrived at exit is undefined."""
