@@ -26,7 +26,7 @@ from numba import cuda, types
 from nbwgmma.intrinsics import (
     bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d,
 )
-from nbwgmma.kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, tma_store_part
+from nbwgmma.kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tma_store_part
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
@@ -41,7 +41,7 @@ NBARS = pipe.barrier_words
 
 
 def make_kernel(act):
-    @cuda.jit(device=True, inline=True)
+    @inlined  # compiled once, inlined by the compiler (Numba's inline=True copies it 32 times)
     def bias_act(v, row, col, b):  # the user's epilogue: any scalar device code; b = bias[col]
         return act(v + b)
 
