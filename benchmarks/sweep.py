@@ -1,0 +1,75 @@
+"""The broad sweep: matmul's default path (no ``config``) against cuBLAS on problems users run,
+in one process on one GPU (``nbwgmma.bench.bench`` per problem: batches of 10 calls taking
+turns, median). LLM projections and MLPs from decoding (M = 16) to prefill (M = 16384),
+K-heavy and N-ragged shapes, squares, the four operand layouts, bf16, f16, fp8 and tf32.
+Prints one row per problem, then the geometric mean and the worst ratio; writes the rows as
+JSON and, with matplotlib, a plot of the ratios.
+
+    python benchmarks/sweep.py [--json sweep.json] [--plot sweep.png] [--repeats 10]
+"""
+import argparse
+import json
+import statistics
+
+from nbwgmma.bench import bench, format_row
+
+#: (dtype, layout, M, N, K): Llama-style 8B (hidden 4096, MLP 14336) and 70B (8192, 28672)
+#: projections over batch * sequence, DeepSeek-style 7168 shapes, squares, K-heavy, ragged N.
+SWEEP = [
+    ("bf16", "KK", 16, 4096, 4096), ("bf16", "KK", 32, 8192, 8192), ("bf16", "KK", 128, 4096, 4096),
+    ("bf16", "KK", 256, 4096, 14336), ("bf16", "KK", 512, 14336, 4096), ("bf16", "KK", 1024, 1024, 1024),
+    ("bf16", "KK", 2048, 2048, 2048), ("bf16", "KK", 2048, 4096, 14336), ("bf16", "KK", 4096, 4096, 4096),
+    ("bf16", "KK", 6144, 6144, 6144), ("bf16", "KK", 8192, 8192, 8192), ("bf16", "KK", 8192, 28672, 8192),
+    ("bf16", "KK", 16384, 8192, 8192), ("bf16", "KK", 2048, 2048, 32768), ("bf16", "KK", 4096, 3000, 4096),
+    ("bf16", "KK", 5000, 3000, 4000), ("bf16", "KK", 4096, 1000, 8192), ("bf16", "KN", 4096, 4096, 4096),
+    ("bf16", "KN", 2048, 14336, 4096), ("bf16", "MK", 4096, 4096, 4096), ("bf16", "MN", 4096, 4096, 4096),
+    ("f16", "KK", 64, 8192, 8192), ("f16", "KK", 2048, 14336, 4096), ("f16", "KK", 8192, 8192, 8192),
+    ("f16", "KK", 16384, 4096, 4096), ("f16", "KN", 1024, 4096, 4096), ("f16", "MN", 512, 8192, 8192),
+    ("e4m3", "KK", 128, 8192, 8192), ("e4m3", "KK", 512, 4096, 14336), ("e4m3", "KK", 2048, 7168, 7168),
+    ("e4m3", "KK", 4096, 14336, 4096), ("e4m3", "KK", 8192, 8192, 8192), ("e5m2", "KK", 4096, 4096, 4096),
+    ("tf32", "KK", 1024, 1024, 1024), ("tf32", "KK", 2048, 2048, 8192), ("tf32", "KK", 4096, 4096, 4096),
+]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--plot", help="write a plot of the ratios to this file (needs matplotlib)")
+    p.add_argument("--repeats", type=int, default=10)
+    args = p.parse_args()
+    rows = []
+    for dtype, layout, m, n, k in SWEEP:
+        r = bench(m, n, k, dtype, layout, warmup=3, repeats=args.repeats)
+        rows.append(r)
+        print(format_row(r), flush=True)
+    ratios = [r["ratio"] for r in rows]
+    worst = min(rows, key=lambda r: r["ratio"])
+    print(f"{len(rows)} problems on {rows[0]['gpu']}: geometric mean {statistics.geometric_mean(ratios):.3f}, worst "
+          f"{worst['ratio']:.3f} ({worst['dtype']} {worst['layout']} {worst['m']}x{worst['n']}x{worst['k']})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['dtype']} {r['layout']} {r['m']}x{r['n']}x{r['k']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    ax.bar(range(len(rows)), [r["ratio"] for r in rows], color=["C0" if r["ratio"] >= 1 else "C3" for r in rows])
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("cuBLAS time / nbwgmma time")
+    ax.set_title(f"matmul's default path against cuBLAS, {rows[0]['gpu']} "
+                 f"(geometric mean {statistics.geometric_mean([r['ratio'] for r in rows]):.3f})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
