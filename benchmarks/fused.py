@@ -2,7 +2,8 @@
 (``torch._addmm_activation``) and the unfused expression, bf16, in one process: every
 contender in batches of 10 calls, taking turns, 15 rounds, median.
 
-Then ``out = A @ B + 0.5 * C`` against ``torch.addmm(C, A, B, beta=0.5)``.
+Then ``out = A @ B + 0.5 * C`` against ``torch.addmm(C, A, B, beta=0.5)``, and an e4m3 output
+with its scale and amax against PyTorch's fused bias + GELU followed by amax and the cast.
 
     python benchmarks/fused.py [MxNxK ...]
 """
@@ -57,9 +58,34 @@ def bench_beta(m, n, k, rounds=15, inner=10):
     print(f"{m}x{n}x{k} relative error of the beta result vs float64: {err:.2e}")
 
 
+def bench_fp8_out(m, n, k, rounds=15, inner=10):
+    """bias + gelu_tanh, e4m3 out with a scale and amax in one pass, against PyTorch's unfused
+    recipe (cuBLASLt's fused bias + GELU, then amax and the scaled cast)."""
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(n, device="cuda", generator=g).bfloat16()
+    out = torch.empty(m, n, device="cuda", dtype=torch.float8_e4m3fn)
+    amax = torch.zeros(1, device="cuda")
+
+    def torch_recipe():
+        y = torch._addmm_activation(bias, x, w.t(), use_gelu=True)
+        return (y.float() * 0.25).to(torch.float8_e4m3fn), y.abs().max()
+
+    peers = {"nbwgmma.matmul(e4m3 out, amax)": lambda: matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out,
+                                                             scale_out=0.25, amax=amax),
+             "cuBLASLt fused, then amax + cast": torch_recipe}
+    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
+    ours = med["nbwgmma.matmul(e4m3 out, amax)"]
+    for name, t in med.items():
+        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e9:7.1f} TFLOP/s  (nbwgmma is {t / ours:.3f}x)")
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
     for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
         bench(*(int(v) for v in s.split("x")))
     for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
         bench_beta(*(int(v) for v in s.split("x")))
+    for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
+        bench_fp8_out(*(int(v) for v in s.split("x")))

@@ -146,3 +146,39 @@ def test_bad_c_and_beta_are_refused():
                     (dict(alpha="2"), "alpha must be a real number")):
         with pytest.raises(MatmulError, match=msg):
             matmul(a, w.T, in_dtype="bf16", **kw)
+
+
+def _row_shift(v, row, col):  # grows with the row: padding rows past M would raise amax
+    return v + row
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_output_and_amax_are_exact(fmt):
+    """Codes equal the model's rounding of the float64 result times scale_out; amax is the largest
+    |result| inside C (rows past M hold larger padding values: they must not count)."""
+    from nbwgmma.layout.wgmma_model import float_to_fp8
+
+    t, (m, n, k) = "bf16", (136, 72, 72)
+    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
+    bias = RNG.integers(-8, 9, n).astype(np.float32)
+    ref = np.maximum(a @ w.T + bias, 0) + np.arange(m)[:, None]
+    out = cuda.to_device(np.full((m, n), 0xAA, np.uint8))
+    amax = cuda.to_device(np.full(1, 0.0, np.float32))
+    matmul(_bits(a, t), _bits(w, t).T, bias=cuda.to_device(bias), activation="relu", epilogue=_row_shift, out=out,
+           out_dtype=fmt, in_dtype=t, scale_out=0.5, amax=amax)
+    np.testing.assert_array_equal(out.copy_to_host(), float_to_fp8(ref * 0.5, fmt))
+    assert amax.copy_to_host()[0] == np.abs(ref).max()
+
+
+def test_bad_fp8_output_arguments_are_refused():
+    a, w = _bits(np.ones((64, 32)), "bf16"), _bits(np.ones((48, 32)), "bf16")
+    out8 = cuda.to_device(np.zeros((64, 48), np.uint8))
+    cases = [
+        (dict(scale_out=2.0), "scale_out and amax go with an fp8 output"),
+        (dict(out=out8, out_dtype="e4m3", amax=cuda.to_device(np.zeros(2, np.float32))),
+         r"amax must be a one-element f32 array"),
+        (dict(out=out8, out_dtype="e4m3", scale_out="2"), "scale_out must be a real number"),
+    ]
+    for kw, msg in cases:
+        with pytest.raises(MatmulError, match=msg):
+            matmul(a, w.T, in_dtype="bf16", **kw)

@@ -88,7 +88,7 @@ CASES = {
     "in_dtype-size": (Fake((8, 16), np.uint16), Fake((16, 8), np.uint16), {"in_dtype": "e4m3"}, MatmulTypeError,
                       "in_dtype=e4m3 reads raw 1-byte integers; A holds u16"),
     "out_dtype": (f16(8, 16), f16(16, 8), {"out_dtype": "s8", "out": _out()}, MatmulTypeError,
-                  "out_dtype (or the type of out) must be bf16, f16 or f32; got s8"),
+                  "out_dtype (or the type of out) must be bf16, f16, f32, e4m3 or e5m2; got s8"),
     "tf32-out": (Fake((8, 16), np.float32), Fake((16, 8), np.float32), {"out_dtype": "bf16"}, MatmulTypeError,
                  "f32 (tf32) inputs give f32 outputs; got out_dtype=bf16"),
     "out-type": (f16(8, 16), f16(16, 8), {"out": Fake((8, 8), np.float32), "out_dtype": "f16"}, MatmulTypeError,

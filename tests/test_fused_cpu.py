@@ -8,9 +8,9 @@ from nbwgmma.report import compile_report
 
 F32 = types.float32
 # maps of A, B, C; the bias; m, n, k; alpha; the user epilogue's extras (a scalar, a column vector, two
-# unused); no C to add (a stand-in 2-D array) and beta
+# unused); no C to add (a stand-in 2-D array) and beta; the fp8 output's codes, scale and amax
 SIG = (types.uint64, types.uint64, types.uint64, F32[::1], types.int32, types.int32, types.int32, F32,
-       F32, F32[::1], F32, F32, F32[:, ::1], F32)
+       F32, F32[::1], F32, F32, F32[:, ::1], F32, types.uint8[:, ::1], F32, F32[::1])
 
 
 @cuda.jit(device=True, inline=True)
@@ -27,12 +27,27 @@ def test_row_bias_silu_user_epilogue_f16_kernel_compiles_clean():
     assert rep.sass_full.get("MUFU.EX2", 0) >= 64 and rep.sass_full.get("MUFU.RCP", 0) >= 64  # silu per value
 
 
+def test_fp8_output_with_amax_kernel_compiles_clean():
+    """bf16 in, e4m3 out: the scaled results converted two at a time (F2FP ... E4M3 pack) and
+    stored 16 bits at a time; amax reduced per warp (SHFL) and one atomic per warp."""
+    rep = compile_report(fused_kernel(FusedConfig("bf16", "col", "gelu_tanh", out="e4m3", amax=True)), SIG)
+    assert rep.sass.get("HGMMA") == 8 and not rep.wgmma_serialized and not rep.warnings, rep
+    assert rep.sass_full.get("F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C", 0) >= 64
+    assert rep.sass_full.get("STG.E.U16") == 64 and rep.sass_full.get("SHFL.BFLY") == 10, rep.sass_full
+    assert rep.sass.get("UTMASTG", 0) == 0
+    lines = rep.sass_text.splitlines()  # a few registers spill in the epilogue, none in the main loop
+    hgmma = [i for i, line in enumerate(lines) if "HGMMA" in line]
+    wait = max(i for i, line in enumerate(lines[:hgmma[0]]) if "SYNCS.PHASECHK" in line)
+    assert not any("LDL" in line or "STL" in line for line in lines[wait:hgmma[-1]])
+
+
 def test_config_checks_its_arguments():
     import pytest
 
     for kw, msg in ((dict(dtype="f32"), "dtype"), (dict(bias="both"), "bias"), (dict(act="tanh"), "activation"),
                     (dict(group_m=0), "group_m"), (dict(extras=("col",)), "no epilogue"),
-                    (dict(epilogue=_scale_shift, extras=("diag",)), "extras")):
+                    (dict(epilogue=_scale_shift, extras=("diag",)), "extras"), (dict(out="f32"), "out must be"),
+                    (dict(amax=True), "amax goes with an fp8 out")):
         with pytest.raises(ValueError, match=msg):
             FusedConfig(**kw)
 

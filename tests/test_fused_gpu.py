@@ -139,3 +139,34 @@ def test_alpha_beta_c_match_torch_addmm_and_work_in_place():
     matmul(x, w.t(), c=acc, out=acc)  # accumulate in place, beta 1
     ref = x.double() @ w.double().t() + c.double()
     assert float(torch.linalg.norm(acc.double() - ref) / torch.linalg.norm(ref)) <= TOL["bf16"]
+
+
+@pytest.mark.parametrize("fmt, tdt", [("e4m3", "float8_e4m3fn"), ("e5m2", "float8_e5m2")])
+def test_fp8_output_with_scale_and_amax(fmt, tdt):
+    """bf16 x @ w.T + bias, gelu_tanh, times scale_out, rounded to fp8: each code is the float64
+    result's rounding or a neighbour (the kernel rounds its f32 value); amax is the largest
+    |result| within f32 precision; small integers are exact."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    m, n, k = 1000, 520, 4096
+    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(n, device="cuda", generator=g).bfloat16()
+    ref = torch.nn.functional.gelu(x.double() @ w.double().t() + bias.double(), approximate="tanh")
+    amax = torch.full((1,), 0.0, device="cuda")
+    out = torch.full((m, n), float("nan"), device="cuda").to(getattr(torch, tdt))
+    got = matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out, scale_out=0.25, amax=amax)
+    assert got is out
+    want = (ref * 0.25).float()
+    err = (got.double() - want.double()).abs()
+    ulp = {"e4m3": 2.0 ** -3, "e5m2": 2.0 ** -2}[fmt]  # one code's step, relative
+    assert torch.all(err <= want.abs().double() * ulp + 2.0 ** -9), float(err.max())
+    assert float((err == 0).double().mean()) > 0.95
+    assert abs(float(amax) - float(ref.abs().max())) <= 1e-4 * float(ref.abs().max())
+    # exact: small integers, scale 1, results within the format's integers
+    xi = torch.randint(-2, 3, (200, 64), device="cuda", generator=g).bfloat16()
+    wi = torch.randint(-2, 3, (72, 64), device="cuda", generator=g).bfloat16()
+    amax.zero_()
+    got = matmul(xi, wi.t(), out_dtype=fmt, amax=amax)
+    exact = xi.double() @ wi.double().t()
+    assert got.dtype == getattr(torch, tdt) and torch.equal(got.double(), exact.to(getattr(torch, tdt)).double())
+    assert float(amax) == float(exact.abs().max())

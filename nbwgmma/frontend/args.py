@@ -20,7 +20,7 @@ __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "che
 
 
 FP8 = ("e4m3", "e5m2")
-_OUT_TYPES = {"bf16", "f16", "f32"}
+_OUT_TYPES = {"bf16", "f16", "f32", "e4m3", "e5m2"}  # fp8 outputs: the fused kernel
 _IN_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
 #: numpy element type of each nbwgmma type in Numba and CuPy arrays (bf16 and fp8 as raw bits)
 NP_OF = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}
@@ -86,9 +86,11 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
     if out_dtype is None and io is not None:  # like torch's out=: the array says the type
         out_dtype = {"u16": "bf16"}.get(io.dtype, io.dtype)
     odt = out_dtype or ("bf16" if fp8 else ia.dtype)
-    odt = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(str(odt).replace("torch.", ""), odt)
+    odt = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "e4m3",
+           "float8_e5m2": "e5m2"}.get(str(odt).replace("torch.", ""), odt)
     if odt not in _OUT_TYPES:
-        raise MatmulTypeError(f"matmul: out_dtype (or the type of out) must be bf16, f16 or f32; got {out_dtype}")
+        raise MatmulTypeError(f"matmul: out_dtype (or the type of out) must be bf16, f16, f32, e4m3 or e5m2; got "
+                              f"{out_dtype}")
     if ia.dtype == "f32" and odt != "f32":
         raise MatmulTypeError(f"matmul: f32 (tf32) inputs give f32 outputs; got out_dtype={odt}")
     return ia, ib, kind, fp8, auto, opts, odt
@@ -176,7 +178,7 @@ def check_out(io, ia, ib, odt, fresh):
     (m, k), n = ia.shape, ib.shape[1]
     if io.shape != (m, n):
         raise MatmulError(f"matmul: out must have shape {(m, n)}; got {io.shape}")
-    if io.dtype != odt and not (odt == "bf16" and io.dtype == "u16"):
+    if io.dtype != odt and not (odt == "bf16" and io.dtype == "u16") and not (odt in FP8 and io.dtype == "u8"):
         raise MatmulTypeError(f"matmul: out must have type {odt}; got {io.dtype}")
     _check_device(io, "out", ia.device)
     if not fresh:

@@ -26,14 +26,14 @@ from numba.core.errors import NumbaError
 
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
-from ..kernels.fused import MAX_EXTRAS, SMEM, THREADS, FusedConfig, fused_kernel
+from ..kernels.fused import FP8_OUTS, MAX_EXTRAS, SMEM, THREADS, FusedConfig, fused_kernel
 from ..kit import ACTIVATIONS
 from ..launch import device_limits
 from .args import NP_OF, described
 from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
 
-__all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c"]
+__all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_OUTS"]
 
 _SIM = sim.enabled()
 _DUMMY = {}  # (device, shape) -> a zero f32 array standing in for an unused argument
@@ -150,26 +150,46 @@ def check_c(c, beta, m, n, device):
     return info, float(beta)
 
 
-def _stand_in(device, shape):
-    """A zero f32 array of ``shape`` on ``device`` for a kernel argument the call does not use
+def _stand_in(device, shape, dtype=np.float32):
+    """A zero array of ``shape`` on ``device`` for a kernel argument the call does not use
     (made once)."""
-    d = _DUMMY.get((device, shape))
+    d = _DUMMY.get((device, shape, dtype))
     if d is None:
-        d = _DUMMY[(device, shape)] = cuda.to_device(np.zeros(shape, np.float32))
+        d = _DUMMY[(device, shape, dtype)] = cuda.to_device(np.zeros(shape, dtype))
     return d
 
 
+def check_fp8_out(odt, scale_out, amax, device):
+    """``scale_out`` and ``amax`` of an fp8 output: ``(scale, amax info or None)``."""
+    if odt not in FP8_OUTS:
+        if scale_out is not None or amax is not None:
+            raise MatmulError(f"matmul: scale_out and amax go with an fp8 output (out_dtype e4m3 or e5m2); got an "
+                              f"output of {odt}")
+        return 1.0, None
+    scale = 1.0 if scale_out is None else scale_out
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise MatmulTypeError(f"matmul: scale_out must be a real number; got {type(scale_out).__name__}")
+    if amax is None:
+        return float(scale), None
+    info = described(amax, "amax")
+    if info.dtype != "f32" or info.shape not in ((1,), ()) or info.device != device:
+        raise MatmulError(f"matmul: amax must be a one-element f32 array on device {device}; got {info.dtype} of "
+                          f"shape {info.shape} on device {info.device}")
+    return float(scale), info
+
+
 def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream, epilogue=None,
-               epilogue_args=(), c=None, beta=None):
+               epilogue_args=(), c=None, beta=None, scale_out=None, amax=None):
     """Run ``out = epilogue(act(alpha * a @ b + beta * c + bias), row, col, *epilogue_args)``
     (operands already checked by ``matmul``)."""
     from ..launch import launch
 
     (m, k), n = ia.shape, ib.shape[1]
     dt = kind.split(".")[1]
-    if dt not in ("bf16", "f16") or odt != dt:
-        raise MatmulTypeError(f"matmul: bias/activation take bf16 or f16 inputs with an output of the same type "
-                              f"so far; got {dt} inputs, {odt} output")
+    if dt not in ("bf16", "f16") or odt not in (dt,) + FP8_OUTS:
+        raise MatmulTypeError(f"matmul: bias/activation/epilogue/c and fp8 outputs take bf16 or f16 inputs with an "
+                              f"output of the same type or fp8 so far; got {dt} inputs, {odt} output")
+    scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
     bi = described(bias, "bias") if bias is not None else None
     where = check_epilogue(activation, bi, m, n, ia.device)
     ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
@@ -177,7 +197,8 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
     b_major = "K" if _row_major(bt) else "MN"
     b_name = "B (as w.T with w [N, K] row-major, or [K, N] row-major)"
-    for name, info in (("A", ia), (b_name, bt if b_major == "K" else ib), ("out", io)):
+    checked = (("A", ia), (b_name, bt if b_major == "K" else ib)) + ((("out", io),) if odt not in FP8_OUTS else ())
+    for name, info in checked:  # (an fp8 out is written by plain stores: any strides)
         if not _row_major(info):
             raise MatmulError(f"matmul: with bias/activation/epilogue, {name} must be row-major with 16-byte aligned "
                               f"rows so far; got shape {info.shape}, strides {info.strides} bytes")
@@ -189,11 +210,11 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
         extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
-    ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None)
+    ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None)
     cfg = _CONFIGS.get(ckey)
     if cfg is None:
         cfg = _CONFIGS[ckey] = FusedConfig(dt, where, activation, epilogue=ufn, extras=kinds, b_major=b_major,
-                                           with_c=ic is not None)
+                                           with_c=ic is not None, out=odt, amax=iamax is not None)
     sms = 1 if _SIM else device_limits()["multiprocessors"]
     es = ia.itemsize
     # Maps cached by address and view (frontend.plan): a repeated call encodes none.
@@ -202,10 +223,17 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
         tb = tensor_map(b, ib.ptr, dt, (128, 64), ((n, k), (bt.strides[0] // es, 1)), keep=False)
     else:  # [K, N] row-major: 64 x 64 boxes, two per stage
         tb = tensor_map(b, ib.ptr, dt, (64, 64), ((k, n), (ib.strides[0] // es, 1)), keep=False)
-    tc = tensor_map(out, io.ptr, dt, (64, 64), ((m, n), (io.strides[0] // es, 1)), keep=False)
+    if odt in FP8_OUTS:  # stored as codes, no tensor map
+        tc, cout = None, numba_view(io, out, np.uint8)
+        vamax = _stand_in(ia.device, (1,)) if iamax is None else numba_view(iamax, amax, np.float32)
+        if len(vamax.shape) == 0:
+            vamax = vamax.reshape(1)
+    else:
+        tc = tensor_map(out, io.ptr, dt, (64, 64), ((m, n), (io.strides[0] // es, 1)), keep=False)
+        cout, vamax = _stand_in(ia.device, (1, 1), np.uint8), _stand_in(ia.device, (1,))
     cmat = _stand_in(ia.device, (1, 1)) if ic is None else numba_view(ic, c, NP_OF[_C_TYPES[ic.dtype]])
-    args = (ta.address, tb.address, tc.address, vec, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha),
-            *extras, cmat, np.float32(beta))
+    args = (ta.address, tb.address, 0 if tc is None else tc.address, vec, np.int32(m), np.int32(n), np.int32(k),
+            np.float32(alpha), *extras, cmat, np.float32(beta), cout, np.float32(scale), vamax)
     try:
         launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream, smem=SMEM)
     except NumbaError as e:  # a user epilogue that does not compile: nothing was launched

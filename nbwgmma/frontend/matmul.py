@@ -19,7 +19,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from .args import array_error, check_call, check_out, empty_like_lib, lib_of, scale_product, stream_of, torch_dtype
 from .arrays import ArrayInfo, array_info
-from .fused import fused_call
+from .fused import FP8_OUTS, fused_call
 from .plan import Plan, nb_stream, zero_fill
 from .scaled import is_tensor_scale, scaled_matmul
 
@@ -57,7 +57,8 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
 
 
 def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(), c=None, alpha=1.0, beta=None,
-           out=None, out_dtype=None, scale_a=None, scale_b=None, stream=None, config=None, in_dtype=None):
+           out=None, out_dtype=None, scale_a=None, scale_b=None, stream=None, config=None, in_dtype=None,
+           scale_out=None, amax=None):
     """``a @ b`` for 2-D CUDA arrays (CuPy, PyTorch, Numba), computed by the nbwgmma GEMM.
 
     With ``bias`` and/or ``activation`` the epilogue computes ``activation(a @ b + bias)``
@@ -69,7 +70,12 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     itself) is added as ``beta * c`` (``beta`` 1 by default where ``c`` is given), and the
     product is scaled by ``alpha``: ``out = epilogue(activation(alpha * a @ b + beta * c +
     bias))``. So far for bf16/f16 A row-major and B the transpose of a row-major weight
-    (``x @ w.T``) or row-major (``x @ w``), out of the input type.
+    (``x @ w.T``) or row-major (``x @ w``), out of the input type or fp8: with ``out_dtype``
+    ``"e4m3"``/``"e5m2"`` (or an fp8 ``out``; a ``uint8`` ``out`` holds the codes) each result is
+    multiplied by ``scale_out`` (a number, default 1) and rounded to fp8 (nearest even,
+    saturated to the largest finite value); ``amax``, a one-element f32 array, receives the
+    largest |result| before the scale (an atomic max into its current value: zero it first),
+    the recipe of fp8 training (next ``scale_out = fp8 max / amax``) in the same pass.
 
     bf16/f16 inputs accumulate in f32; f32 inputs run as tf32; fp8 (e4m3/e5m2,
     PyTorch float8 tensors or raw bytes with ``in_dtype``) take per-tensor ``scale_a``/``scale_b``, or f32
@@ -95,7 +101,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     """
     quick = out is None and out_dtype is None and scale_a is None and scale_b is None and stream is None \
         and config is None and in_dtype is None and bias is None and activation is None and epilogue is None \
-        and c is None and beta is None and alpha == 1.0
+        and c is None and beta is None and alpha == 1.0 and scale_out is None and amax is None
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
         # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
         pa, pb = a.data_ptr(), b.data_ptr()
@@ -139,13 +145,13 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
         raise MatmulTypeError(f"matmul: alpha must be a real number; got {type(alpha).__name__}")
     if bias is not None or activation is not None or epilogue is not None or epilogue_args or c is not None \
-            or beta is not None or alpha != 1.0:
+            or beta is not None or alpha != 1.0 or odt in FP8_OUTS or scale_out is not None or amax is not None:
         if config is not None:
             raise MatmulError("matmul: config applies to calls without bias/activation/epilogue/c/alpha so far; "
                               "got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
                           alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
-                          epilogue_args=epilogue_args, c=c, beta=beta)
+                          epilogue_args=epilogue_args, c=c, beta=beta, scale_out=scale_out, amax=amax)
     if m == 0 or n == 0:
         return out
     if k == 0:

@@ -230,6 +230,47 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
     return types.void(acc, kind, out, tid, row0, col0), codegen
 
 
+#: fp8 output formats of :func:`acc_store_fp8` and their largest finite value.
+FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
+
+
+@intrinsic(prefer_literal=True)
+def acc_store_fp8(typingctx, acc, kind, out, tid, row0, col0, fmt):
+    """``acc_store_fp8(acc, kind, out, tid, row0, col0, fmt)``: write an f32 fragment into the
+    2-D ``uint8`` array ``out`` as fp8 codes of ``fmt`` ("e4m3" or "e5m2", a literal) at
+    ``out[row0 + row, col0 + col]``, skipping elements outside ``out``: round to nearest even
+    and saturate to the largest finite value (NaN stays NaN), two values per ``cvt.rn.satfinite
+    .e4m3x2.f32`` (PTX ISA 8.x, "cvt": the f32 -> f8x2 form, sm_89+). As :func:`acc_store`,
+    row neighbours go out as one 16-bit store where the rows are contiguous and aligned."""
+    k, n = _acc_kind(kind, acc, "acc_store_fp8")
+    _check_tile_args("acc_store_fp8", out, "out", tid, row0, col0)
+    fmt_v = _lit(fmt, "fmt", "acc_store_fp8")
+    if fmt_v not in FP8_MAX:
+        raise NbwgmmaTypingError(f"acc_store_fp8: fmt must be one of {sorted(FP8_MAX)}; got {fmt_v!r}")
+    if k.acc_type != types.float32:
+        raise NbwgmmaTypingError(f"acc_store_fp8: expected an f32 accumulator fragment; got {kind.literal_value}")
+    if out.dtype != types.uint8:
+        raise NbwgmmaTypingError(f"acc_store_fp8: 'out' must be a uint8 array (fp8 codes); got {out}")
+
+    def codegen(context, builder, sig, args):
+        vals, _ = _values(builder, k, args[0], sig.args[0].count)
+        fnty = ir.FunctionType(ir.IntType(16), [ir.FloatType(), ir.FloatType()])
+        cvt = ir.InlineAsm(fnty, f"cvt.rn.satfinite.{fmt_v}x2.f32 $0, $1, $2;", "=h,f,f")
+        zero = ir.Constant(ir.FloatType(), 0.0)
+
+        def one(i, ptr):  # the code of value i in the low byte
+            builder.store(builder.trunc(builder.call(cvt, [zero, vals[i]]), ir.IntType(8)), ptr)
+
+        def pair(i, vptr):  # value i in the low byte, at the lower address
+            packed = builder.call(cvt, [vals[i + 1], vals[i]])
+            builder.store(packed, builder.bitcast(vptr, ir.IntType(16).as_pointer()), align=2)
+
+        _clipped_access(context, builder, sig, args, len(vals), one, pair)
+        return context.get_dummy_value()
+
+    return types.void(acc, kind, out, tid, row0, col0, fmt), codegen
+
+
 def _map_acc(name, op):
     @intrinsic(prefer_literal=True)
     def fn(typingctx, acc, other):
@@ -520,7 +561,7 @@ def acc_add_strided(typingctx, acc, src, start, stride):
     return acc(acc, src, start, stride), codegen
 
 
-__all__ += ["acc_load", "acc_store_strided", "acc_add_strided"]
+__all__ += ["acc_load", "acc_store_strided", "acc_add_strided", "acc_store_fp8", "FP8_MAX"]
 
 # In Numba's CUDA simulator the fragment operations are Python functions over the layout
 # models, registered by nbwgmma.sim.

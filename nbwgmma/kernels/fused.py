@@ -22,18 +22,21 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add, acc_load, acc_scale, bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
+    acc_add, acc_load, acc_scale, acc_store_fp8, bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc,
+    smem_addr,
 )
 from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tma_store_part
 from ..launch import dynamic_smem_bytes
 
-__all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES"]
+__all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS"]
 
 #: Where a bias vector runs: one value per column of C (length N) or per row (length M).
 BIASES = (None, "col", "row")
 #: Input (and output) element types, and the wgmma kind of each.
 TYPES = ("bf16", "f16")
 KIND_OF = {t: f"f32.{t}.{t}" for t in TYPES}
+#: fp8 output types: the epilogue's result times a scale, rounded (nearest even, saturated).
+FP8_OUTS = ("e4m3", "e5m2")
 
 BM = BN = 128  # one consumer's tile
 BK = 64  # one 128-byte swizzle row of 16-bit K per stage
@@ -58,10 +61,14 @@ class FusedConfig:
     value`` applied last, whose extra arguments have the kinds ``extras`` (:data:`EXTRA_KINDS`,
     in the function's order); ``b_major`` "K" (B [N, K], the weight of ``x @ w.T``) or "MN"
     (B [K, N] row-major, ``x @ w``); ``with_c``: ``beta * C`` is added (C read in the
-    epilogue, any strides, so it may be the output itself)."""
+    epilogue, any strides, so it may be the output itself); ``out``: the output type, the input
+    type (default) or fp8 (:data:`FP8_OUTS`: each result times ``scale_out``, stored as fp8
+    codes); ``amax``: with fp8 out, the largest |result| of C (before the scale) is also
+    written, by an atomic max into a one-element f32 array."""
 
     def __init__(self, dtype: str = "bf16", bias: str | None = None, act: str | None = None, group_m: int = 8,
-                 epilogue=None, extras: tuple = (), b_major: str = "K", with_c: bool = False):
+                 epilogue=None, extras: tuple = (), b_major: str = "K", with_c: bool = False, out: str | None = None,
+                 amax: bool = False):
         if dtype not in TYPES:
             raise ValueError(f"FusedConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if bias not in BIASES:
@@ -80,17 +87,25 @@ class FusedConfig:
             raise ValueError(f"FusedConfig: b_major must be 'K' (B [N, K], K contiguous) or 'MN' (B [K, N], N "
                              f"contiguous); got {b_major!r}")
         self.epilogue, self.extras, self.b_major, self.with_c = epilogue, extras, b_major, bool(with_c)
+        out = dtype if out is None else out
+        if out not in (dtype,) + FP8_OUTS:
+            raise ValueError(f"FusedConfig: out must be {dtype!r} (the input type) or one of {FP8_OUTS}; got {out!r}")
+        if amax and out not in FP8_OUTS:
+            raise ValueError("FusedConfig: amax goes with an fp8 out so far")
+        self.out, self.amax = out, bool(amax)
         self.sched = TileScheduler(BM, BN, BK, group_m=group_m)
 
     def key(self):
-        return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras, self.b_major, self.with_c)
+        return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras, self.b_major, self.with_c,
+                self.out, self.amax)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (a pair of tiles per CTA)."""
         return self.sched.grid(m, n, k, sms, at_once=2)
 
     def __repr__(self):
-        return f"FusedConfig({self.dtype}, bias={self.bias}, act={self.act}, group_m={self.group_m})"
+        return (f"FusedConfig({self.dtype}, bias={self.bias}, act={self.act}, group_m={self.group_m}, out={self.out}, "
+                f"amax={self.amax})")
 
 
 @inlined
@@ -126,7 +141,8 @@ def _epilogue(cfg):
 
     args = [sliced(c, "col") for c in cols] + [sliced(r, "row") for r in rows]
     args += ["ONE" if cfg.with_c else "alpha"] + ["e" + x[1:] for x in scalars]  # with C, alpha is applied first
-    ns["part"] = acc_map(value, 64, cols=len(cols), rows=len(rows), nextra=len(passed), pack=cfg.dtype)
+    pack = cfg.dtype if cfg.out == cfg.dtype else None  # fp8 out: f32 values, scaled and converted by the store
+    ns["part"] = acc_map(value, 64, cols=len(cols), rows=len(rows), nextra=len(passed), pack=pack)
     # beta * C: the part's C values (acc_load) added to the scaled accumulator before the map
     acc = (f"acc_add(acc_scale(acc, alpha), acc_scale(acc_load('{KIND_OF[cfg.dtype]}', 64, cmat, ct, row0, col0), "
            f"beta))")
@@ -136,15 +152,66 @@ def _epilogue(cfg):
     return inlined(ns["epilogue"])
 
 
+def _output(cfg):
+    """``store(part, buf, ct, cw, tmap_c, row0, col0, cout, scale_out, m, n, big) -> big`` and
+    ``finish(big, amax)`` for ``cfg``'s output: 16-bit parts through shared memory and TMA
+    (``tma_store_part``); fp8 parts scaled and stored as codes (``acc_store_fp8``), with amax
+    the running largest |value| inside C, then one atomic max per warp."""
+    if cfg.out not in FP8_OUTS:
+        @inlined
+        def store(part, buf, ct, cw, tmap_c, row0, col0, cout, scale_out, m, n, big):
+            tma_store_part(part, buf, ct, cw, tmap_c, col0, row0)
+            return big
+
+        @inlined
+        def finish(big, amax):
+            pass
+
+        return store, finish
+    fmt, kind = cfg.out, KIND_OF[cfg.dtype]
+    # |value| of each of the part's 32 values that lies inside C (the tile's rows past M and
+    # columns past N hold epilogue results of padding: a bias, an activation of zero)
+    lines = ["def largest(v, ct, row0, col0, m, n, big):",
+             "    r = row0 + ct // 32 * 16 + ct % 32 // 4", "    c = col0 + ct % 4 * 2"]
+    for i in range(32):
+        dr, dc = 8 * ((i // 2) % 2), 8 * (i // 4) + i % 2
+        lines.append(f"    if r + {dr} < m and c + {dc} < n:")
+        lines.append(f"        big = max(big, abs(v[{i}]))")
+    lines.append("    return big")
+    ns = {}
+    exec(compile("\n".join(lines), "<nbwgmma.kernels.fused amax>", "exec"), ns)
+    largest = inlined(ns["largest"])
+    track = cfg.amax
+
+    @inlined
+    def store(part, buf, ct, cw, tmap_c, row0, col0, cout, scale_out, m, n, big):
+        acc_store_fp8(acc_scale(part, scale_out), kind, cout, ct, row0, col0, fmt)
+        if track:
+            big = largest(part, ct, row0, col0, m, n, big)
+        return big
+
+    @inlined
+    def finish(big, amax):
+        if track:
+            for off in (16, 8, 4, 2, 1):
+                big = max(big, cuda.shfl_xor_sync(0xFFFFFFFF, big, off))
+            if cuda.laneid == 0:
+                cuda.atomic.max(amax, 0, big)
+
+    return store, finish
+
+
 def fused_kernel(cfg: FusedConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
-    ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta)``: tensor-map
+    ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out, amax)``: tensor-map
     addresses of A [M, K] (box 128 x 64), B [N, K] (box 128 x 64; with ``b_major="MN"`` B
     [K, N], box 64 x 64) and C [M, N] (box 64 x 64), all with the 128-byte swizzle; ``vec`` the
     f32 bias (any f32 array where there is none); int32 sizes; f32 ``alpha``; the user
     epilogue's extras (1-D f32 vectors whole, or f32 scalars; an f32 zero in the slots it does
     not use); ``cmat`` C as a 2-D array (bf16 as uint16 bits; any 2-D
-    array without C) and f32 ``beta``. Launch it with :data:`THREADS` threads, :data:`SMEM`
+    array without C) and f32 ``beta``; with fp8 out, ``cout`` C as a 2-D uint8 array of fp8
+    codes (``tmap_c`` unused), f32 ``scale_out`` and ``amax`` a one-element f32 array (any
+    of each otherwise). Launch it with :data:`THREADS` threads, :data:`SMEM`
     bytes of dynamic shared memory and ``cfg.grid(...)`` CTAs."""
     return _build(cfg.key())
 
@@ -158,9 +225,10 @@ def _build(key):
     sched = cfg.sched
     NBARS = pipe.barrier_words
     epilogue = _epilogue(cfg)
+    store, finish = _output(cfg)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta):
+    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out, amax):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         base = dynamic_smem_base(dyn, 1024)
@@ -187,6 +255,7 @@ def _build(key):
             c0 = base + C_OFF + cw * 2 * C_PART
             c1 = c0 + C_PART
             s, ph = pp.start(cw, kblocks)
+            big = np.float32(0.0)  # the largest |result| this thread stored (with amax)
             for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 other_next = u + 1 if cw == 0 else u + 2 * sched.step() - 1  # the other's next tile
@@ -194,13 +263,14 @@ def _build(key):
                                             other_next < nunits)
                 r0, c0_ = tm * BM, tn * BN
                 p = epilogue(acc0[:32], ct, r0, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                tma_store_part(p, c0, ct, cw, tmap_c, c0_, r0)
+                big = store(p, c0, ct, cw, tmap_c, r0, c0_, cout, scale_out, m, n, big)
                 p = epilogue(acc0[32:], ct, r0, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                tma_store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0)
+                big = store(p, c1, ct, cw, tmap_c, r0, c0_ + 64, cout, scale_out, m, n, big)
                 p = epilogue(acc1[:32], ct, r0 + 64, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                tma_store_part(p, c0, ct, cw, tmap_c, c0_, r0 + 64)
+                big = store(p, c0, ct, cw, tmap_c, r0 + 64, c0_, cout, scale_out, m, n, big)
                 p = epilogue(acc1[32:], ct, r0 + 64, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                tma_store_part(p, c1, ct, cw, tmap_c, c0_ + 64, r0 + 64)
+                big = store(p, c1, ct, cw, tmap_c, r0 + 64, c0_ + 64, cout, scale_out, m, n, big)
+            finish(big, amax)
             if ct == 0:
                 bulk_wait_group(0)
 

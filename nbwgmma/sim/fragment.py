@@ -153,6 +153,20 @@ def acc_add_strided(acc, src, start, stride):
     return tuple((a + add).astype(a.dtype))
 
 
+def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
+    from ..layout.wgmma_model import float_to_fp8
+
+    k, n = _kind_of_acc(kind, acc)
+    if fmt not in ("e4m3", "e5m2"):
+        raise TypeError(f"acc_store_fp8: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r}")
+    if np.dtype(out.dtype) != np.uint8 or k.dtype != "f32":
+        raise TypeError(f"acc_store_fp8: expected an f32 fragment and a uint8 array; got {kind}, {out.dtype}")
+    vals = _values(acc, k, "acc_store_fp8").astype(np.float32)
+    nan = 0x7F  # a NaN code of both formats (e4m3: S.1111.111; e5m2: S.11111.11)
+    for i, r, c in _elements(out, tid, row0, col0, len(vals)):
+        out[r, c] = nan if np.isnan(vals[i]) else int(float_to_fp8(np.array([vals[i]], np.float64), fmt)[0])
+
+
 FRAGMENT_IMPLS = {f.__name__: located(f) for f in (
     acc_zeros, acc_undef, acc_store, acc_load, acc_store_swizzled, acc_stmatrix_swizzled, acc_to_bf16x2,
-    acc_to_f16x2, acc_add, acc_scale, acc_store_strided, acc_add_strided)}
+    acc_to_f16x2, acc_add, acc_scale, acc_store_strided, acc_add_strided, acc_store_fp8)}
