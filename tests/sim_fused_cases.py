@@ -182,3 +182,27 @@ def test_bad_fp8_output_arguments_are_refused():
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):
             matmul(a, w.T, in_dtype="bf16", **kw)
+
+
+@pytest.mark.parametrize("t", ["e4m3", "e5m2"])
+def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t):
+    """fp8 A and B with per-tensor scales (folded into alpha), bias and ReLU; bf16 out, then
+    e4m3 out with scale_out and amax."""
+    from nbwgmma.layout.wgmma_model import float_to_fp8
+
+    m, n, k = 136, 72, 208
+    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
+    bias = RNG.integers(-8, 9, n).astype(np.float32)
+    ref = np.maximum(2.0 * (a @ w.T) + bias, 0)
+    da, dw = cuda.to_device(encode_elements(a, t)), cuda.to_device(encode_elements(w, t))
+    out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
+    matmul(da, dw.T, bias=cuda.to_device(bias), activation="relu", out=out, in_dtype=t, scale_a=0.5, scale_b=4.0)
+    np.testing.assert_array_equal(_host(out, "bf16"), ref)
+    out8, amax = cuda.to_device(np.full((m, n), 0xAA, np.uint8)), cuda.to_device(np.zeros(1, np.float32))
+    matmul(da, dw.T, bias=cuda.to_device(bias), activation="relu", out=out8, in_dtype=t, out_dtype="e4m3",
+           scale_out=0.125, amax=amax, scale_a=0.5, scale_b=4.0)
+    np.testing.assert_array_equal(out8.copy_to_host(), float_to_fp8(ref * 0.125, "e4m3"))
+    assert amax.copy_to_host()[0] == ref.max()
+    with pytest.raises(MatmulError, match="the fp8 wgmma has no transpose"):
+        matmul(da, cuda.to_device(np.ascontiguousarray(encode_elements(w.T, t))), bias=cuda.to_device(bias),
+               in_dtype=t)

@@ -41,12 +41,20 @@ def test_fp8_output_with_amax_kernel_compiles_clean():
     assert not any("LDL" in line or "STL" in line for line in lines[wait:hgmma[-1]])
 
 
+def test_fp8_inputs_with_an_epilogue_compile_clean():
+    """e4m3 A and B (128 K per stage: the same 128-byte rows), bf16 out through TMA."""
+    rep = compile_report(fused_kernel(FusedConfig("e4m3", "col", "relu")), SIG)
+    assert rep.sass.get("QGMMA") == 8 and rep.sass.get("UTMASTG") == 4, rep.sass
+    assert rep.spill_bytes == 0 and not rep.wgmma_serialized and not rep.warnings, rep
+
+
 def test_config_checks_its_arguments():
     import pytest
 
     for kw, msg in ((dict(dtype="f32"), "dtype"), (dict(bias="both"), "bias"), (dict(act="tanh"), "activation"),
                     (dict(group_m=0), "group_m"), (dict(extras=("col",)), "no epilogue"),
                     (dict(epilogue=_scale_shift, extras=("diag",)), "extras"), (dict(out="f32"), "out must be"),
+                    (dict(dtype="e4m3", b_major="MN"), "no transpose"), (dict(dtype="e5m2", out="e5m2x"), "out must"),
                     (dict(amax=True), "amax goes with an fp8 out")):
         with pytest.raises(ValueError, match=msg):
             FusedConfig(**kw)

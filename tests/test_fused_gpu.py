@@ -170,3 +170,23 @@ def test_fp8_output_with_scale_and_amax(fmt, tdt):
     exact = xi.double() @ wi.double().t()
     assert got.dtype == getattr(torch, tdt) and torch.equal(got.double(), exact.to(getattr(torch, tdt)).double())
     assert float(amax) == float(exact.abs().max())
+
+
+@pytest.mark.parametrize("fp8, out_dtype", [("float8_e4m3fn", None), ("float8_e5m2", "f16"),
+                                            ("float8_e4m3fn", "e4m3")])
+def test_fp8_inputs_with_bias_and_activation(fp8, out_dtype):
+    """fp8 x @ w.T with per-tensor scales, a column bias and gelu_tanh, against float64 of the same
+    fp8 values; bf16 (default), f16 or e4m3 out; ragged M and N, K a multiple of 16."""
+    g = torch.Generator(device="cuda").manual_seed(9)
+    m, n, k = 1000, 520, 4112
+    tdt = getattr(torch, fp8)
+    x = (torch.randn(m, k, device="cuda", generator=g) * 2).to(tdt)
+    w = (torch.randn(n, k, device="cuda", generator=g) * 2).to(tdt)
+    bias = torch.randn(n, device="cuda", generator=g).bfloat16()
+    sa, sb = 0.5, 0.125
+    ref = torch.nn.functional.gelu(sa * sb * (x.double() @ w.double().t()) + bias.double(), approximate="tanh")
+    got = matmul(x, w.t(), bias=bias, activation="gelu_tanh", scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+    assert got.dtype == {None: torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[out_dtype]
+    tol = {None: 1e-2, "f16": 2e-3, "e4m3": 7e-2}[out_dtype]
+    err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+    assert err < tol, err

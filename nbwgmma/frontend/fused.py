@@ -26,7 +26,7 @@ from numba.core.errors import NumbaError
 
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
-from ..kernels.fused import FP8_OUTS, MAX_EXTRAS, SMEM, THREADS, FusedConfig, fused_kernel
+from ..kernels.fused import FP8_OUTS, MAX_EXTRAS, OUTS_16, SMEM, THREADS, TYPES, FusedConfig, fused_kernel
 from ..kit import ACTIVATIONS
 from ..launch import device_limits
 from .args import NP_OF, described
@@ -185,10 +185,13 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     from ..launch import launch
 
     (m, k), n = ia.shape, ib.shape[1]
-    dt = kind.split(".")[1]
-    if dt not in ("bf16", "f16") or odt not in (dt,) + FP8_OUTS:
-        raise MatmulTypeError(f"matmul: bias/activation/epilogue/c and fp8 outputs take bf16 or f16 inputs with an "
-                              f"output of the same type or fp8 so far; got {dt} inputs, {odt} output")
+    _, dt, dt_b = kind.split(".")
+    fp8_in = dt in FP8_OUTS
+    outs = (OUTS_16 if fp8_in else (dt,)) + FP8_OUTS
+    if dt not in TYPES or dt_b != dt or odt not in outs:
+        raise MatmulTypeError(f"matmul: bias/activation/epilogue/c and fp8 outputs take bf16, f16, e4m3 or e5m2 "
+                              f"inputs (A and B of one type) with an output of the same type (bf16 or f16 for fp8 "
+                              f"inputs) or fp8 so far; got {dt} x {dt_b} inputs, {odt} output")
     scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
     bi = described(bias, "bias") if bias is not None else None
     where = check_epilogue(activation, bi, m, n, ia.device)
@@ -196,6 +199,9 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     ic, beta = check_c(c, beta, m, n, ia.device)
     bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
     b_major = "K" if _row_major(bt) else "MN"
+    if fp8_in and b_major != "K":
+        raise MatmulError("matmul: with fp8 inputs and an epilogue, B must be the transpose of a row-major weight "
+                          "(x @ w.T, K contiguous, 16-byte aligned rows; the fp8 wgmma has no transpose) so far")
     b_name = "B (as w.T with w [N, K] row-major, or [K, N] row-major)"
     checked = (("A", ia), (b_name, bt if b_major == "K" else ib)) + ((("out", io),) if odt not in FP8_OUTS else ())
     for name, info in checked:  # (an fp8 out is written by plain stores: any strides)
@@ -218,9 +224,10 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     sms = 1 if _SIM else device_limits()["multiprocessors"]
     es = ia.itemsize
     # Maps cached by address and view (frontend.plan): a repeated call encodes none.
-    ta = tensor_map(a, ia.ptr, dt, (128, 64), ((m, k), (ia.strides[0] // es, 1)), keep=False)
+    row = 128 // es  # K elements in a 128-byte swizzle row
+    ta = tensor_map(a, ia.ptr, dt, (128, row), ((m, k), (ia.strides[0] // es, 1)), keep=False)
     if b_major == "K":
-        tb = tensor_map(b, ib.ptr, dt, (128, 64), ((n, k), (bt.strides[0] // es, 1)), keep=False)
+        tb = tensor_map(b, ib.ptr, dt, (128, row), ((n, k), (bt.strides[0] // es, 1)), keep=False)
     else:  # [K, N] row-major: 64 x 64 boxes, two per stage
         tb = tensor_map(b, ib.ptr, dt, (64, 64), ((k, n), (ib.strides[0] // es, 1)), keep=False)
     if odt in FP8_OUTS:  # stored as codes, no tensor map
@@ -229,7 +236,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
         if len(vamax.shape) == 0:
             vamax = vamax.reshape(1)
     else:
-        tc = tensor_map(out, io.ptr, dt, (64, 64), ((m, n), (io.strides[0] // es, 1)), keep=False)
+        tc = tensor_map(out, io.ptr, odt, (64, 64), ((m, n), (io.strides[0] // io.itemsize, 1)), keep=False)
         cout, vamax = _stand_in(ia.device, (1, 1), np.uint8), _stand_in(ia.device, (1,))
     cmat = _stand_in(ia.device, (1, 1)) if ic is None else numba_view(ic, c, NP_OF[_C_TYPES[ic.dtype]])
     args = (ta.address, tb.address, 0 if tc is None else tc.address, vec, np.int32(m), np.int32(n), np.int32(k),

@@ -28,18 +28,20 @@ from ..intrinsics import (
 from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tma_store_part
 from ..launch import dynamic_smem_bytes
 
-__all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS"]
+__all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS", "OUTS_16"]
 
 #: Where a bias vector runs: one value per column of C (length N) or per row (length M).
 BIASES = (None, "col", "row")
-#: Input (and output) element types, and the wgmma kind of each.
-TYPES = ("bf16", "f16")
+#: Input element types (A's and B's), and the wgmma kind of each; 16-bit inputs give their
+#: own type out by default, fp8 inputs bf16.
+TYPES = ("bf16", "f16", "e4m3", "e5m2")
 KIND_OF = {t: f"f32.{t}.{t}" for t in TYPES}
+OUTS_16 = ("bf16", "f16")
 #: fp8 output types: the epilogue's result times a scale, rounded (nearest even, saturated).
 FP8_OUTS = ("e4m3", "e5m2")
 
 BM = BN = 128  # one consumer's tile
-BK = 64  # one 128-byte swizzle row of 16-bit K per stage
+ROW = 128  # bytes of K per stage: one 128-byte swizzle row (64 K of 16-bit inputs, 128 of fp8)
 STAGES = 6
 STAGE = PingPong.STAGE_BYTES
 C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer
@@ -69,7 +71,7 @@ class FusedConfig:
     def __init__(self, dtype: str = "bf16", bias: str | None = None, act: str | None = None, group_m: int = 8,
                  epilogue=None, extras: tuple = (), b_major: str = "K", with_c: bool = False, out: str | None = None,
                  amax: bool = False):
-        if dtype not in TYPES:
+        if dtype not in TYPES:  # (checked first: the output's default depends on it)
             raise ValueError(f"FusedConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if bias not in BIASES:
             raise ValueError(f"FusedConfig: bias must be one of {BIASES}; got {bias!r}")
@@ -87,13 +89,19 @@ class FusedConfig:
             raise ValueError(f"FusedConfig: b_major must be 'K' (B [N, K], K contiguous) or 'MN' (B [K, N], N "
                              f"contiguous); got {b_major!r}")
         self.epilogue, self.extras, self.b_major, self.with_c = epilogue, extras, b_major, bool(with_c)
-        out = dtype if out is None else out
-        if out not in (dtype,) + FP8_OUTS:
-            raise ValueError(f"FusedConfig: out must be {dtype!r} (the input type) or one of {FP8_OUTS}; got {out!r}")
+        fp8_in = dtype not in OUTS_16
+        out = ("bf16" if fp8_in else dtype) if out is None else out
+        outs = (OUTS_16 if fp8_in else (dtype,)) + FP8_OUTS
+        if out not in outs:
+            raise ValueError(f"FusedConfig: out must be one of {outs} for {dtype} inputs; got {out!r}")
+        if fp8_in and b_major != "K":
+            raise ValueError("FusedConfig: fp8 inputs need B [N, K] with K contiguous (b_major='K'): the fp8 wgmma "
+                             "has no transpose")
         if amax and out not in FP8_OUTS:
             raise ValueError("FusedConfig: amax goes with an fp8 out so far")
         self.out, self.amax = out, bool(amax)
-        self.sched = TileScheduler(BM, BN, BK, group_m=group_m)
+        self.bk = ROW // (1 if fp8_in else 2)  # K elements per stage
+        self.sched = TileScheduler(BM, BN, self.bk, group_m=group_m)
 
     def key(self):
         return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras, self.b_major, self.with_c,
@@ -141,7 +149,7 @@ def _epilogue(cfg):
 
     args = [sliced(c, "col") for c in cols] + [sliced(r, "row") for r in rows]
     args += ["ONE" if cfg.with_c else "alpha"] + ["e" + x[1:] for x in scalars]  # with C, alpha is applied first
-    pack = cfg.dtype if cfg.out == cfg.dtype else None  # fp8 out: f32 values, scaled and converted by the store
+    pack = cfg.out if cfg.out in OUTS_16 else None  # fp8 out: f32 values, scaled and converted by the store
     ns["part"] = acc_map(value, 64, cols=len(cols), rows=len(rows), nextra=len(passed), pack=pack)
     # beta * C: the part's C values (acc_load) added to the scaled accumulator before the map
     acc = (f"acc_add(acc_scale(acc, alpha), acc_scale(acc_load('{KIND_OF[cfg.dtype]}', 64, cmat, ct, row0, col0), "
@@ -220,6 +228,7 @@ def fused_kernel(cfg: FusedConfig):
 def _build(key):
     cfg = FusedConfig(*key)
     KIND = KIND_OF[cfg.dtype]
+    BK = cfg.bk
     pipe = TmaPipeline(STAGES, consumers=1)
     pp = PingPong(KIND, pipe, b_major=cfg.b_major)
     sched = cfg.sched

@@ -43,10 +43,11 @@ _SW128 = SWIZZLE_CODE["128B"]
 
 
 class PingPong(types.ModuleType):
-    """Consumer warpgroups of ``kind`` (a 16-bit wgmma kind) taking 128 x 128 tiles in turn
-    over ``pipe`` (a :class:`TmaPipeline` with ``consumers=1``: each stage belongs to one
-    warpgroup). A stage holds A's 128 rows x 64 K (16 KiB, K contiguous), then B's 128
-    columns x 64 K: K contiguous (``b_major="K"``: one box of B [N, K]) or N contiguous
+    """Consumer warpgroups of ``kind`` (a 16-bit or fp8 wgmma kind, f32 accumulators) taking
+    128 x 128 tiles in turn over ``pipe`` (a :class:`TmaPipeline` with ``consumers=1``: each
+    stage belongs to one warpgroup). A stage holds A's 128 rows x 128 bytes of K (64 K of
+    16-bit inputs, 128 of fp8; 16 KiB, K contiguous), then B's 128 columns x 128 bytes of K:
+    K contiguous (``b_major="K"``: one box of B [N, K]) or N contiguous
     (``b_major="MN"``: two 64 x 64 boxes of B [K, N], read with wgmma's transpose bit).
     Device functions: ``load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row)`` (the
     producer's TMA loads of one stage), ``start(cw, kblocks) -> (s, ph)`` and ``tile(ring,
@@ -59,8 +60,11 @@ class PingPong(types.ModuleType):
 
     def __init__(self, kind: str, pipe: TmaPipeline, *, b_major: str = "K"):
         k = wgmma_kind(kind)
-        if k.dtype != "f32" or not k.transposable:
-            raise ValueError(f"PingPong: kind must be f32.bf16.bf16 or f32.f16.f16; got {kind!r}")
+        if k.dtype != "f32" or k.input_bits not in (8, 16) or k.atype in ("s8", "u8"):
+            raise ValueError(f"PingPong: kind must be a 16-bit or fp8 kind with f32 accumulators (f32.bf16.bf16, "
+                             f"f32.f16.f16, f32.e4m3.e4m3, ...); got {kind!r}")
+        if b_major == "MN" and not k.transposable:
+            raise ValueError(f"PingPong: {kind} has no transpose: B must be K-major (b_major='K')")
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != 1 or pipe.cluster != 1:
             raise ValueError(f"PingPong: pipe must be a TmaPipeline with consumers=1 and no cluster; got {pipe!r}")
         if b_major not in ("K", "MN"):
