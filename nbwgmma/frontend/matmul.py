@@ -70,7 +70,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     itself) is added as ``beta * c`` (``beta`` 1 by default where ``c`` is given), and the
     product is scaled by ``alpha``: ``out = epilogue(activation(alpha * a @ b + beta * c +
     bias))``. So far for bf16/f16 A row-major and B the transpose of a row-major weight
-    (``x @ w.T``) or row-major (``x @ w``), out of the input type or fp8: with ``out_dtype``
+    (``x @ w.T``) or row-major (``x @ w``), or fp8 A and B of one type (e4m3 or e5m2, ``x @ w.T``,
+    per-tensor scales), out of the input type (bf16 or f16 for fp8 inputs) or fp8: with ``out_dtype``
     ``"e4m3"``/``"e5m2"`` (or an fp8 ``out``; a ``uint8`` ``out`` holds the codes) each result is
     multiplied by ``scale_out`` (a number, default 1) and rounded to fp8 (nearest even,
     saturated to the largest finite value); ``amax``, a one-element f32 array, receives the
