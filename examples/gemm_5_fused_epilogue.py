@@ -24,7 +24,7 @@ import numpy as np
 from numba import cuda, types
 
 from nbwgmma.intrinsics import (
-    bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_load_2d,
+    bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d,
 )
 from nbwgmma.kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tma_store_part
 from nbwgmma.launch import dynamic_smem_bytes, launch
@@ -37,7 +37,6 @@ C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2
 pipe = TmaPipeline(STAGES, consumers=1)
 pp = PingPong(KIND, pipe)  # the consumers' side: main loop of a 128 x 128 tile, turns, ring
 sched = TileScheduler(BM, BN, BK, group_m=8)
-NBARS = pipe.barrier_words
 
 
 def make_kernel(act):
@@ -49,14 +48,8 @@ def make_kernel(act):
 
     @cuda.jit(launch_bounds=(384, 1))
     def gemm_bias_act(tmap_a, tmap_b, tmap_c, bias, m, n, k):
-        dyn = cuda.shared.array(0, np.uint8)
-        bars = cuda.shared.array(NBARS, np.uint64)
-        base = dynamic_smem_base(dyn, 1024)
-        ring = smem_addr(bars)
+        base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         tid = cuda.threadIdx.x
-        if tid == 0:
-            pipe.init(ring)
-        cuda.syncthreads()
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
             setmaxnreg_dec(40)

@@ -22,8 +22,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add, acc_load, acc_scale, acc_store_fp8, bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc,
-    smem_addr,
+    acc_add, acc_load, acc_scale, acc_store_fp8, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc,
 )
 from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tma_store_part
 from ..launch import dynamic_smem_bytes
@@ -232,20 +231,13 @@ def _build(key):
     pipe = TmaPipeline(STAGES, consumers=1)
     pp = PingPong(KIND, pipe, b_major=cfg.b_major)
     sched = cfg.sched
-    NBARS = pipe.barrier_words
     epilogue = _epilogue(cfg)
     store, finish = _output(cfg)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
     def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out, amax):
-        dyn = cuda.shared.array(0, np.uint8)
-        bars = cuda.shared.array(NBARS, np.uint64)
-        base = dynamic_smem_base(dyn, 1024)
-        ring = smem_addr(bars)
+        base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         tid = cuda.threadIdx.x
-        if tid == 0:
-            pipe.init(ring)
-        cuda.syncthreads()
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
             setmaxnreg_dec(40)

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda
 
-from ..intrinsics import acc_store, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr
-from ..kit import PingPong, TmaPipeline, tile_order, wave_order
+from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc
+from ..kit import PingPong, TmaPipeline, inlined, tile_order, wave_order
 from ..launch import dynamic_smem_bytes
-from ..kit import inlined
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
 
@@ -72,7 +70,6 @@ def _build(dtype, masked, GROUP_M, WAVE):
     KIND = f"f32.{dtype}.{dtype}"
     pipe = TmaPipeline(STAGES, consumers=1)
     pp = PingPong(KIND, pipe)
-    NBARS = pipe.barrier_words
     STAGE = PingPong.STAGE_BYTES
 
     if masked:
@@ -102,14 +99,8 @@ def _build(dtype, masked, GROUP_M, WAVE):
 
     @cuda.jit(launch_bounds=(THREADS, 1))
     def grouped_gemm(tmap_a, tmap_b, out, offs, n, k, t):
-        dyn = cuda.shared.array(0, np.uint8)
-        bars = cuda.shared.array(NBARS, np.uint64)
-        base = dynamic_smem_base(dyn, 1024)
-        ring = smem_addr(bars)
+        base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         tid = cuda.threadIdx.x
-        if tid == 0:
-            pipe.init(ring)
-        cuda.syncthreads()
         total = out.shape[0]
         groups = offs.shape[0]
         tiles_n = (n + BN - 1) // BN

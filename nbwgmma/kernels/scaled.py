@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda
 
-from ..intrinsics import acc_store, bulk_wait_group, dynamic_smem_base, setmaxnreg_dec, setmaxnreg_inc, smem_addr
+from ..intrinsics import acc_store, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc
 from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, inlined, tma_store_part
 from ..launch import dynamic_smem_bytes
 
@@ -135,21 +134,14 @@ def _build(key):
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote)
     sched = cfg.sched
-    NBARS = pipe.barrier_words
     epilogue = _epilogue(cfg)
     TMA = cfg.epilogue == "tma"
     KIND = cfg.kind
 
     @cuda.jit(launch_bounds=(THREADS, 1))
     def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha):
-        dyn = cuda.shared.array(0, np.uint8)
-        bars = cuda.shared.array(NBARS, np.uint64)
-        base = dynamic_smem_base(dyn, 1024)
-        ring = smem_addr(bars)
+        base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         tid = cuda.threadIdx.x
-        if tid == 0:
-            pipe.init(ring)
-        cuda.syncthreads()
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
             setmaxnreg_dec(40)

@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster, mbarrier_arrive_expect_tx, mbarrier_init,
-    mbarrier_name, mbarrier_wait_parity,
+    cluster_sync, dynamic_smem_base, fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster,
+    mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
 )
 from .device import inlined
 
@@ -69,7 +70,12 @@ class TmaPipeline(types.ModuleType):
     * ``advance_by(s, ph, n) -> (s, ph)``: the slot and phase ``n`` fills later (a consumer
       that skips the fills meant for another, as warpgroups taking tiles in turn do);
     * ``stage_of(it) -> (s, ph)``: slot and phase of the ``it``-th fill (for a loop that keeps
-      one running count instead of two counters).
+      one running count instead of two counters);
+    * ``setup() -> (base, ring)``: a kernel's start, by every thread: the dynamic shared
+      memory's address aligned to 1024 bytes (for the stages: launch with 1 KiB more than they
+      need, as :func:`nbwgmma.launch.dynamic_smem_bytes` counts), the ring's barriers in static
+      shared memory initialized by thread 0, then a barrier of the CTA (of the cluster with
+      ``cluster`` > 1).
     """
 
     def __init__(self, stages: int, consumers: int, *, cluster: int = 1):
@@ -135,6 +141,22 @@ class TmaPipeline(types.ModuleType):
         def stage_of(it):
             return it % S, (it // S) & 1
 
+        NWORDS = self.barrier_words
+
+        @cuda.jit(device=True, inline=True)  # Numba-inlined: its shared arrays become the kernel's
+        def setup():
+            dyn = cuda.shared.array(0, np.uint8)
+            bars = cuda.shared.array(NWORDS, np.uint64)
+            base = dynamic_smem_base(dyn, 1024)
+            ring = smem_addr(bars)
+            if cuda.threadIdx.x == 0:
+                init(ring)
+            if CL == 1:
+                cuda.syncthreads()
+            else:
+                cluster_sync()
+            return base, ring
+
         self.init, self.producer_acquire, self.consumer_wait = init, producer_acquire, consumer_wait
         self.consumer_release, self.advance, self.stage_of = consumer_release, advance, stage_of
-        self.advance_by = advance_by
+        self.advance_by, self.setup = advance_by, setup
