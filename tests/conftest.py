@@ -30,12 +30,10 @@ def gpu_skip_reason():
 
 
 #: Single tests scheduled first, so that under pytest-xdist (``-n auto`` in pyproject.toml) the
-#: workers share out the short rest at the end and finish together: the fused-epilogue example's
-#: kernel (about 25 s of Numba) and the modules whose tests run child processes for tens of
-#: seconds. (xdist's loadgroup hands out its groups, the batches of compiles (``BATCHED``),
-#: before any single test, largest first.)
-SLOW_FIRST = ("test_gemm_example_compiles_without_gpu[gemm_5_fused_epilogue]", "test_sim.py",
-              "test_sim_frontend.py", "test_debug_wait.py")
+#: workers share out the short rest at the end and finish together: the modules whose tests
+#: run child processes for tens of seconds. (xdist's loadgroup hands out its groups, the
+#: batches of compiles (``BATCHED``), before any single test, largest first.)
+SLOW_FIRST = ("test_sim.py", "test_sim_frontend.py", "test_debug_wait.py")
 
 
 def _schedule_rank(item) -> int:
