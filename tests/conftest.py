@@ -82,12 +82,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+#: pytest plugins the tests do not use (as in pyproject.toml's addopts), for child runs that
+#: replace the addopts: each costs start-up time where it is installed.
+UNUSED_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
+
+
 def run_isolated(nodeid: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run one test in a fresh Python process; a hang becomes a failure after ``timeout`` s."""
     if "@" in nodeid and "]" not in nodeid.rpartition("@")[2]:  # pytest-xdist's "@group" suffix
         nodeid = nodeid.rpartition("@")[0]
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "--no-header", "-p", "no:cacheprovider", "-p", "no:warnings",
-           "--tb=short", nodeid]
+           *UNUSED_PLUGINS, "--tb=short", nodeid]
     child_env = dict(os.environ, **(env or {}), **{CHILD_ENV: "1"})
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env)

@@ -12,6 +12,9 @@ import sys
 
 import pytest
 
+#: pytest plugins the child runs do not use (pyproject.toml's addopts, replaced here, names them too)
+UNUSED_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
+
 HERE = pathlib.Path(__file__).parent
 
 
@@ -23,7 +26,7 @@ def test_in_the_cuda_simulator(cases):
     env.setdefault("NBWGMMA_SIM_WS_RUNS_LONG", "0")
     env.pop("NBWGMMA_DEBUG_WAIT", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-o", "addopts=", "-p", "no:cacheprovider",
-                        str(HERE / cases)], env=env, capture_output=True, text=True, timeout=1800, cwd=HERE.parent)
+                        *UNUSED_PLUGINS, str(HERE / cases)], env=env, capture_output=True, text=True, timeout=1800, cwd=HERE.parent)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "failed" not in r.stdout
     if "skipped" in r.stdout:  # only the long simulator runs may be left to CI
