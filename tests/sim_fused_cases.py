@@ -152,10 +152,11 @@ def _row_shift(v, row, col):  # grows with the row: padding rows past M would ra
     return v + row
 
 
-@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("fmt", ["e4m3"])
 def test_fp8_output_and_amax_are_exact(fmt):
     """Codes equal the model's rounding of the float64 result times scale_out; amax is the largest
-    |result| inside C (rows past M hold larger padding values: they must not count)."""
+    |result| inside C (rows past M hold larger padding values: they must not count). e5m2 differs
+    only in the conversion's name (tests/test_fused_gpu.py runs both on the GPU)."""
     from nbwgmma.layout.wgmma_model import float_to_fp8
 
     t, (m, n, k) = "bf16", (136, 72, 72)
@@ -198,6 +199,8 @@ def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t):
     out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
     matmul(da, dw.T, bias=cuda.to_device(bias), activation="relu", out=out, in_dtype=t, scale_a=0.5, scale_b=4.0)
     np.testing.assert_array_equal(_host(out, "bf16"), ref)
+    if t == "e5m2":  # the fp8 output once, with e4m3 inputs
+        return
     out8, amax = cuda.to_device(np.full((m, n), 0xAA, np.uint8)), cuda.to_device(np.zeros(1, np.float32))
     matmul(da, dw.T, bias=cuda.to_device(bias), activation="relu", out=out8, in_dtype=t, out_dtype="e4m3",
            scale_out=0.125, amax=amax, scale_a=0.5, scale_b=4.0)

@@ -14,6 +14,9 @@ import itertools
 
 import numpy as np
 
+from ..layout.descriptor import SWIZZLE_PERIOD, swizzle_addr
+from ..layout.tma import TMA_DTYPES, box_copy_model
+from ..layout.wgmma_model import decode_elements, encode_elements
 from .core import IMPLS, RANK_SHIFT, SimStopped, addr_of, impl, me, split
 from .shadow import AsyncRead
 from .sync import complete_tx, mbar
@@ -40,7 +43,6 @@ def _tmap(addr):
 
 def _tensor(tm):
     """The tensor a map describes, as raw elements (array order) over the host memory."""
-    from ..layout.tma import TMA_DTYPES
 
     p = tm.params
     es = TMA_DTYPES[p.dtype][1]
@@ -79,8 +81,6 @@ def _land(th, cta, off, raw, bar_off, what):
 
 
 def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
-    from ..layout.descriptor import SWIZZLE_PERIOD
-    from ..layout.tma import box_copy_model
 
     th = me()
     tm = _tmap(tmap)
@@ -100,7 +100,6 @@ def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
 
 def _box_bytes(tm, src):
     """(CTA, byte addresses in box order) of the shared box a TMA store reads."""
-    from ..layout.descriptor import swizzle_addr
 
     p = tm.params
     cta, off = split(src)
@@ -139,7 +138,6 @@ def _tma_store(rank, src, tmap, op=None, **kw):
 
 
 def _reduce(old, new, op, dtype):
-    from ..layout.wgmma_model import decode_elements, encode_elements
 
     if dtype in ("f16", "bf16", "f32", "tf32"):
         t = {"f32": "f32", "tf32": "f32"}.get(dtype, dtype)

@@ -21,6 +21,7 @@ import threading
 import time
 
 import numpy as np
+from numba.cuda.simulator.kernelapi import Dim3
 
 #: Bytes of shared memory per simulated CTA (the 14-bit descriptor address space).
 SMEM_BYTES = 1 << 18
@@ -219,8 +220,6 @@ class PhasedBarrier:
 
 class SimThread(threading.Thread):
     def __init__(self, fn, args, cta, block_idx, thread_idx, block_dim):
-        from numba.cuda.simulator.kernelapi import Dim3
-
         super().__init__(daemon=True)
         self.fn, self.args, self.cta, self.cl = fn, args, cta, cta.cl
         self.blockIdx, self.threadIdx = Dim3(*block_idx), Dim3(*thread_idx)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layout.fragment import tile_block_offset
+from ..layout.kinds import wgmma_kind
+from ..layout.wgmma_model import encode_elements, float_to_fp8
 from .core import located, me, split
 from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
 
 
 def _kind_n(kind, n):
-    from ..layout.kinds import wgmma_kind
 
     k = wgmma_kind(kind)
     if n not in k.n_values:
@@ -21,7 +23,6 @@ def _kind_n(kind, n):
 
 
 def _kind_of_acc(kind, acc):
-    from ..layout.kinds import wgmma_kind
 
     k = wgmma_kind(kind)
     return k, k.n_of(len(acc))
@@ -53,7 +54,6 @@ def _elements(arr, tid, row0, col0, nvals):
 
 def _bf16_bits(x):
     """Round-to-nearest-even bf16 bits of ``x`` (the model's encoding)."""
-    from ..layout.wgmma_model import encode_elements
 
     x = np.asarray(x, np.float32)
     return encode_elements(x.reshape(-1, 1), "bf16").view(np.uint16).reshape(x.shape)
@@ -121,7 +121,6 @@ def _store_smem(th, base, offs, esize, vals, dtype, what):
 
 
 def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):
-    from ..layout.fragment import tile_block_offset
 
     th = me()
     _kind_of_acc(kind, acc)
@@ -131,7 +130,6 @@ def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):
 
 
 def acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle):
-    from ..layout.fragment import tile_block_offset
 
     th = me()
     bits = np.asarray(raw_acc(regs), np.uint32)
@@ -154,7 +152,6 @@ def acc_add_strided(acc, src, start, stride):
 
 
 def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
-    from ..layout.wgmma_model import float_to_fp8
 
     k, n = _kind_of_acc(kind, acc)
     if fmt not in ("e4m3", "e5m2"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layout.descriptor import SWIZZLE_NAME, encode_desc
 from .core import (RANK_SHIFT, IMPLS, PhasedBarrier, SimHazard, SimStopped, acquire, addr_of, collective, impl, me,
                    release, split, warp_members, warpgroup_members)
 
@@ -41,7 +42,6 @@ def _dyn_base(array, align):
 
 @impl("make_desc")
 def _make_desc(addr, lbo, sbo, swizzle_code):
-    from ..layout.descriptor import SWIZZLE_NAME, encode_desc
 
     field = lambda v: ((int(v) >> 4) & 0x3FFF) << 4  # noqa: E731  the bits the descriptor keeps
     return np.uint64(encode_desc(field(addr), field(lbo), field(sbo), SWIZZLE_NAME[int(swizzle_code) & 3]))

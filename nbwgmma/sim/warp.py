@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layout.fragment import ldmatrix_lane_map
 from .core import collective, impl, me, split, warp_members
 
 
 def _lane_elements(trans):
-    from ..layout.fragment import ldmatrix_lane_map
 
     return ldmatrix_lane_map(bool(trans))  # [32, 2 halves, (row, col)]
 

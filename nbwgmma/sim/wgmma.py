@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layout.fragment import a_frag_coords, acc_value_coords
+from ..layout.kinds import wgmma_kind, wgmma_sp_kind
+from ..layout.sparse import read_sparse_a_registers, wgmma_sp_reference
+from ..layout.wgmma_model import decode_elements, operand_addresses, wgmma_reference
 from .core import IMPLS, SimHazard, collective, me, warpgroup_members
 from .shadow import AsyncRead
 
@@ -86,7 +90,6 @@ def acc_pack(vals, k):
 
 
 def thread_coords(t, nvals):
-    from ..layout.fragment import acc_value_coords
 
     return acc_value_coords(t, np.arange(nvals))
 
@@ -105,10 +108,6 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
            sparse=None):
     """One wgmma of the calling thread's warpgroup; ``sparse`` = (this thread's metadata
     register, sp-sel) for ``wgmma.mma_async.sp``."""
-    from ..layout.fragment import a_frag_coords
-    from ..layout.kinds import wgmma_kind, wgmma_sp_kind
-    from ..layout.sparse import read_sparse_a_registers, wgmma_sp_reference
-    from ..layout.wgmma_model import decode_elements, operand_addresses, wgmma_reference
 
     th = me()
     k = wgmma_sp_kind(kind) if sparse else wgmma_kind(kind)
