@@ -133,6 +133,14 @@ def _f32_to_bf16_bits(builder, v):
     return builder.call(asm, [v])
 
 
+def _cvt_pair(builder, op, lo, hi, bits=32):
+    """``cvt.<op>.f32`` of two f32 values into one ``bits``-bit register, ``lo`` in the low half
+    (the instruction puts its first source in the upper half; PTX ISA: cvt)."""
+    fnty = ir.FunctionType(ir.IntType(bits), [ir.FloatType(), ir.FloatType()])
+    asm = ir.InlineAsm(fnty, f"cvt.{op}.f32 $0, $1, $2;", "=r,f,f" if bits == 32 else "=h,f,f")
+    return builder.call(asm, [hi, lo])
+
+
 def _check_tile_args(name, arr, arrname, tid, row0, col0):
     """Typing rules shared by the fragment <-> 2-D array moves."""
     if not (isinstance(arr, types.Array) and arr.ndim == 2):
@@ -213,10 +221,7 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
 
         def pair(i, vptr):
             if vty == types.float32 and dt in (types.uint16, types.float16):  # one cvt packs both
-                fnty = ir.FunctionType(ir.IntType(32), [ir.FloatType(), ir.FloatType()])
-                op = "bf16x2" if dt == types.uint16 else "f16x2"
-                cvt = ir.InlineAsm(fnty, f"cvt.rn.{op}.f32 $0, $1, $2;", "=r,f,f")
-                packed = builder.call(cvt, [vals[i + 1], vals[i]])  # the second value in the high half
+                packed = _cvt_pair(builder, "rn.bf16x2" if dt == types.uint16 else "rn.f16x2", vals[i], vals[i + 1])
                 builder.store(packed, builder.bitcast(vptr, ir.IntType(32).as_pointer()), align=4)
                 return
             vec = ir.Constant(vptr.type.pointee, ir.Undefined)
@@ -230,8 +235,8 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
     return types.void(acc, kind, out, tid, row0, col0), codegen
 
 
-#: fp8 output formats of :func:`acc_store_fp8` and their largest finite value.
-FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
+#: fp8 formats :func:`acc_store_fp8` writes.
+FP8_FORMATS = ("e4m3", "e5m2")
 
 
 @intrinsic(prefer_literal=True)
@@ -245,8 +250,8 @@ def acc_store_fp8(typingctx, acc, kind, out, tid, row0, col0, fmt):
     k, n = _acc_kind(kind, acc, "acc_store_fp8")
     _check_tile_args("acc_store_fp8", out, "out", tid, row0, col0)
     fmt_v = _lit(fmt, "fmt", "acc_store_fp8")
-    if fmt_v not in FP8_MAX:
-        raise NbwgmmaTypingError(f"acc_store_fp8: fmt must be one of {sorted(FP8_MAX)}; got {fmt_v!r}")
+    if fmt_v not in FP8_FORMATS:
+        raise NbwgmmaTypingError(f"acc_store_fp8: fmt must be one of {list(FP8_FORMATS)}; got {fmt_v!r}")
     if k.acc_type != types.float32:
         raise NbwgmmaTypingError(f"acc_store_fp8: expected an f32 accumulator fragment; got {kind.literal_value}")
     if out.dtype != types.uint8:
@@ -254,15 +259,14 @@ def acc_store_fp8(typingctx, acc, kind, out, tid, row0, col0, fmt):
 
     def codegen(context, builder, sig, args):
         vals, _ = _values(builder, k, args[0], sig.args[0].count)
-        fnty = ir.FunctionType(ir.IntType(16), [ir.FloatType(), ir.FloatType()])
-        cvt = ir.InlineAsm(fnty, f"cvt.rn.satfinite.{fmt_v}x2.f32 $0, $1, $2;", "=h,f,f")
+        op = f"rn.satfinite.{fmt_v}x2"
         zero = ir.Constant(ir.FloatType(), 0.0)
 
         def one(i, ptr):  # the code of value i in the low byte
-            builder.store(builder.trunc(builder.call(cvt, [zero, vals[i]]), ir.IntType(8)), ptr)
+            builder.store(builder.trunc(_cvt_pair(builder, op, vals[i], zero, 16), ir.IntType(8)), ptr)
 
         def pair(i, vptr):  # value i in the low byte, at the lower address
-            packed = builder.call(cvt, [vals[i + 1], vals[i]])
+            packed = _cvt_pair(builder, op, vals[i], vals[i + 1], 16)
             builder.store(packed, builder.bitcast(vptr, ir.IntType(16).as_pointer()), align=2)
 
         _clipped_access(context, builder, sig, args, len(vals), one, pair)
@@ -311,7 +315,7 @@ acc_scale = _map_acc("acc_scale", _mul)
 acc_scale.__doc__ = "``acc_scale(acc, s)``: elementwise product with a scalar or a fragment."
 
 
-def _pack16(name, ptx):
+def _pack16(name, op):
     @intrinsic
     def fn(typingctx, acc):
         if not (isinstance(acc, types.UniTuple) and acc.dtype == types.float32 and acc.count % 2 == 0):
@@ -320,14 +324,8 @@ def _pack16(name, ptx):
 
         def codegen(context, builder, sig, args):
             (a,) = args
-            fnty = ir.FunctionType(ir.IntType(32), [ir.FloatType(), ir.FloatType()])
-            asm = ir.InlineAsm(fnty, ptx, "=r,f,f")
-            outs = []
-            for j in range(outty.count):
-                lo = builder.extract_value(a, 2 * j)
-                hi = builder.extract_value(a, 2 * j + 1)
-                # cvt.rn.*x2 puts its first source in the upper half.
-                outs.append(builder.call(asm, [hi, lo]))
+            outs = [_cvt_pair(builder, op, builder.extract_value(a, 2 * j), builder.extract_value(a, 2 * j + 1))
+                    for j in range(outty.count)]
             return cgutils.pack_array(builder, outs)
 
         return outty(acc), codegen
@@ -335,13 +333,13 @@ def _pack16(name, ptx):
     return fn
 
 
-acc_to_bf16x2 = _pack16("acc_to_bf16x2", "cvt.rn.bf16x2.f32 $0, $1, $2;")
+acc_to_bf16x2 = _pack16("acc_to_bf16x2", "rn.bf16x2")
 acc_to_bf16x2.__doc__ = (
     "``cvt.rn.bf16x2.f32`` (PTX ISA: cvt) over a fragment: values 2j and 2j+1 (adjacent "
     "columns) packed into u32 register j, low half first. The result is the A-register "
     "layout for a following RS wgmma and the input of ``stmatrix``."
 )
-acc_to_f16x2 = _pack16("acc_to_f16x2", "cvt.rn.f16x2.f32 $0, $1, $2;")
+acc_to_f16x2 = _pack16("acc_to_f16x2", "rn.f16x2")
 acc_to_f16x2.__doc__ = "``cvt.rn.f16x2.f32`` (PTX ISA: cvt) over a fragment, as :func:`acc_to_bf16x2`."
 
 
@@ -561,7 +559,7 @@ def acc_add_strided(typingctx, acc, src, start, stride):
     return acc(acc, src, start, stride), codegen
 
 
-__all__ += ["acc_load", "acc_store_strided", "acc_add_strided", "acc_store_fp8", "FP8_MAX"]
+__all__ += ["acc_load", "acc_store_strided", "acc_add_strided", "acc_store_fp8", "FP8_FORMATS"]
 
 # In Numba's CUDA simulator the fragment operations are Python functions over the layout
 # models, registered by nbwgmma.sim.
