@@ -16,7 +16,7 @@ from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
            "check_out", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "torch_dtype",
-           "stream_of"]
+           "stream_of", "is_real", "real_arg"]
 
 
 FP8 = ("e4m3", "e5m2")
@@ -142,6 +142,18 @@ def array_error(named, err: TypeError) -> MatmulTypeError:
         except TypeError as e:
             return MatmulTypeError(f"matmul: {name}: {e}")
     return MatmulTypeError(f"matmul: {err}")
+
+
+def is_real(x) -> bool:
+    """Whether ``x`` is a real number (Python's or NumPy's; a bool is not)."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def real_arg(x, name: str) -> float:
+    """``x`` as a float, or the :class:`MatmulTypeError` naming the argument ``name``."""
+    if not is_real(x):
+        raise MatmulTypeError(f"matmul: {name} must be a real number; got {type(x).__name__}")
+    return float(x)
 
 
 def described(x, name: str) -> ArrayInfo:

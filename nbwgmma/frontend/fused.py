@@ -29,7 +29,7 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.fused import FP8_OUTS, MAX_EXTRAS, OUTS_16, SMEM, THREADS, TYPES, FusedConfig, fused_kernel
 from ..kit import ACTIVATIONS
 from ..launch import device_limits
-from .args import NP_OF, described
+from .args import NP_OF, described, is_real, real_arg
 from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
 
@@ -86,7 +86,7 @@ def user_epilogue(fn, args, m, n, device):
         raise MatmulError(f"matmul: epilogue_args takes up to {MAX_EXTRAS} extras; got {len(args)}")
     kinds, infos = [], []
     for i, x in enumerate(args):
-        if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
+        if is_real(x):
             kinds.append("scalar")
             infos.append(None)
             continue
@@ -143,11 +143,7 @@ def check_c(c, beta, m, n, device):
         raise MatmulTypeError(f"matmul: c must be bf16, f16 or f32; got {info.dtype}")
     if info.device != device:
         raise MatmulError(f"matmul: c must be on device {device} like A; got device {info.device}")
-    if beta is None:
-        beta = 1.0
-    if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
-        raise MatmulTypeError(f"matmul: beta must be a real number; got {type(beta).__name__}")
-    return info, float(beta)
+    return info, real_arg(1.0 if beta is None else beta, "beta")
 
 
 def _stand_in(device, shape, dtype=np.float32):
@@ -166,16 +162,14 @@ def check_fp8_out(odt, scale_out, amax, device):
             raise MatmulError(f"matmul: scale_out and amax go with an fp8 output (out_dtype e4m3 or e5m2); got an "
                               f"output of {odt}")
         return 1.0, None
-    scale = 1.0 if scale_out is None else scale_out
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise MatmulTypeError(f"matmul: scale_out must be a real number; got {type(scale_out).__name__}")
+    scale = real_arg(1.0 if scale_out is None else scale_out, "scale_out")
     if amax is None:
-        return float(scale), None
+        return scale, None
     info = described(amax, "amax")
     if info.dtype != "f32" or info.shape not in ((1,), ()) or info.device != device:
         raise MatmulError(f"matmul: amax must be a one-element f32 array on device {device}; got {info.dtype} of "
                           f"shape {info.shape} on device {info.device}")
-    return float(scale), info
+    return scale, info
 
 
 def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream, epilogue=None,

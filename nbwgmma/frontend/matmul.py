@@ -13,11 +13,11 @@ takes the tile model's pick.
 
 from __future__ import annotations
 
-import numpy as np
-
 from .. import sim
-from ..errors import MatmulError, MatmulTypeError
-from .args import array_error, check_call, check_out, empty_like_lib, lib_of, scale_product, stream_of, torch_dtype
+from ..errors import MatmulError
+from .args import (
+    array_error, check_call, check_out, empty_like_lib, lib_of, real_arg, scale_product, stream_of, torch_dtype,
+)
 from .arrays import ArrayInfo, array_info
 from .fused import FP8_OUTS, fused_call
 from .plan import Plan, nb_stream, zero_fill
@@ -143,8 +143,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         io = array_info(out)
     check_out(io, ia, ib, odt, fresh)
     st = stream_of(lib, stream)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
-        raise MatmulTypeError(f"matmul: alpha must be a real number; got {type(alpha).__name__}")
+    alpha = real_arg(alpha, "alpha")
     if bias is not None or activation is not None or epilogue is not None or epilogue_args or c is not None \
             or beta is not None or alpha != 1.0 or odt in FP8_OUTS or scale_out is not None or amax is not None:
         if config is not None:
