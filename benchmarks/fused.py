@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from nbwgmma import matmul
-from nbwgmma.bench import device_times
+from nbwgmma.bench import side_by_side
 
 
 def bench(m, n, k, rounds=15, inner=10):
@@ -31,10 +31,7 @@ def bench(m, n, k, rounds=15, inner=10):
              "cuBLASLt _addmm_activation(gelu)": lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=True),
              "unfused F.gelu(x @ w.T + bias)": lambda: F.gelu(x @ w.t() + bias, approximate="tanh"),
              "nbwgmma.matmul, no epilogue": lambda: matmul(x, w.t(), out=plain)}
-    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
-    ours = med["nbwgmma.matmul(bias, gelu_tanh)"]
-    for name, t in med.items():
-        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e9:7.1f} TFLOP/s  (nbwgmma fused is {t / ours:.3f}x)")
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "nbwgmma fused", rounds, inner)
     print(f"{m}x{n}x{k} relative error of the fused result vs float64: {err:.2e}")
 
 
@@ -51,10 +48,7 @@ def bench_beta(m, n, k, rounds=15, inner=10):
     del ref
     peers = {"nbwgmma.matmul(c, beta=0.5)": lambda: matmul(x, w.t(), c=c, beta=0.5, out=out),
              "cuBLAS torch.addmm(c, beta=0.5)": lambda: torch.addmm(c, x, w.t(), beta=0.5)}
-    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
-    ours = med["nbwgmma.matmul(c, beta=0.5)"]
-    for name, t in med.items():
-        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e9:7.1f} TFLOP/s  (nbwgmma is {t / ours:.3f}x)")
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "nbwgmma", rounds, inner)
     print(f"{m}x{n}x{k} relative error of the beta result vs float64: {err:.2e}")
 
 
@@ -75,10 +69,7 @@ def bench_fp8_out(m, n, k, rounds=15, inner=10):
     peers = {"nbwgmma.matmul(e4m3 out, amax)": lambda: matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out,
                                                              scale_out=0.25, amax=amax),
              "cuBLASLt fused, then amax + cast": torch_recipe}
-    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
-    ours = med["nbwgmma.matmul(e4m3 out, amax)"]
-    for name, t in med.items():
-        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e9:7.1f} TFLOP/s  (nbwgmma is {t / ours:.3f}x)")
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "nbwgmma", rounds, inner)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import sys
 import torch
 
 from nbwgmma import grouped_matmul, matmul
-from nbwgmma.bench import device_times
+from nbwgmma.bench import side_by_side
 
 
 def bench(groups, tokens, n, k, rounds=15, inner=10):
@@ -23,11 +23,8 @@ def bench(groups, tokens, n, k, rounds=15, inner=10):
     peers = {"nbwgmma.grouped_matmul": lambda: grouped_matmul(x, w.transpose(1, 2), offs, out=out),
              "torch._grouped_mm": lambda: torch._grouped_mm(x, w.transpose(1, 2), offs=offs),
              "nbwgmma.matmul, dense, same size": lambda: matmul(x, dense_w.t(), out=dense_out)}
-    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
-    flops = 2 * groups * tokens * n * k
-    ours = med["nbwgmma.grouped_matmul"]
-    for name, t in med.items():
-        print(f"{groups}x{tokens}x{n}x{k} {name:34s} {flops / t / 1e9:7.1f} TFLOP/s  (grouped_matmul is {t / ours:.3f}x)")
+    side_by_side(torch, peers, 2 * groups * tokens * n * k, f"{groups}x{tokens}x{n}x{k}", "grouped_matmul", rounds,
+                 inner)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import sys
 import torch
 
 from nbwgmma import matmul
-from nbwgmma.bench import device_times
+from nbwgmma.bench import side_by_side
 
 SHAPES = ["4096x7168x7168", "4096x24576x1536", "128x7168x7168", "4096x2112x7168", "4096x7168x16384"]
 E4M3 = torch.float8_e4m3fn
@@ -75,11 +75,7 @@ def bench(m, n, k, rounds=15, inner=10):
         if why is not None:
             print(f"{m}x{n}x{k} {name:34s} refused: {why}")
             del peers[name]
-    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
-    ours = med["nbwgmma block-scaled (promoted)"]
-    for name, t in med.items():
-        print(f"{m}x{n}x{k} {name:34s} {2 * m * n * k / t / 1e9:7.1f} TFLOP/s  (nbwgmma block-scaled is "
-              f"{t / ours:.3f}x)")
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "nbwgmma block-scaled", rounds, inner)
 
 
 def accuracy(m=2048, n=2048, ks=(7168, 16384)):

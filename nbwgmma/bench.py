@@ -21,7 +21,8 @@ import sys
 
 from .errors import MatmulError, MatmulTypeError, NbwgmmaError
 
-__all__ = ["bench", "overhead", "first_call", "simulated_check", "DEFAULT_SWEEP", "DTYPES", "LAYOUTS"]
+__all__ = ["bench", "overhead", "first_call", "simulated_check", "side_by_side", "DEFAULT_SWEEP", "DTYPES",
+           "LAYOUTS"]
 
 #: input types and operand layouts ``bench`` knows (see the module docstring)
 DTYPES = ("bf16", "f16", "tf32", "e4m3", "e5m2")
@@ -81,6 +82,17 @@ def device_times(torch, fns, warmup=2, repeats=15, inner=10):
             e.synchronize()
             t.append(s.elapsed_time(e) / inner)
     return [statistics.median(t) for t in times]
+
+
+def side_by_side(torch, peers: dict, flops: float, label: str, who: str, rounds=15, inner=10) -> dict:
+    """Time ``peers`` (name -> callable; the first is ours) with :func:`device_times` and print
+    a line per peer: ``label``, its TFLOP/s for ``flops`` and its time over ours, as "(``who``
+    is 1.234x)". Returns name -> median milliseconds. The benchmark scripts report with it."""
+    med = dict(zip(peers, device_times(torch, list(peers.values()), 2, rounds, inner)))
+    ours = next(iter(med.values()))
+    for name, t in med.items():
+        print(f"{label} {name:34s} {flops / t / 1e9:7.1f} TFLOP/s  ({who} is {t / ours:.3f}x)")
+    return med
 
 
 def host_overhead(fn, torch, calls=200):
