@@ -152,16 +152,16 @@ def acc_add_strided(acc, src, start, stride):
 
 
 def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
-
     k, n = _kind_of_acc(kind, acc)
     if fmt not in ("e4m3", "e5m2"):
         raise TypeError(f"acc_store_fp8: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r}")
     if np.dtype(out.dtype) != np.uint8 or k.dtype != "f32":
         raise TypeError(f"acc_store_fp8: expected an f32 fragment and a uint8 array; got {kind}, {out.dtype}")
-    vals = _values(acc, k, "acc_store_fp8").astype(np.float32)
-    nan = 0x7F  # a NaN code of both formats (e4m3: S.1111.111; e5m2: S.11111.11)
+    vals = _values(acc, k, "acc_store_fp8").astype(np.float32).astype(np.float64)
+    # 0x7F: a NaN code of both formats (e4m3: S.1111.111; e5m2: S.11111.11)
+    codes = np.where(np.isnan(vals), 0x7F, float_to_fp8(np.nan_to_num(vals), fmt)).astype(np.uint8)
     for i, r, c in _elements(out, tid, row0, col0, len(vals)):
-        out[r, c] = nan if np.isnan(vals[i]) else int(float_to_fp8(np.array([vals[i]], np.float64), fmt)[0])
+        out[r, c] = codes[i]
 
 
 FRAGMENT_IMPLS = {f.__name__: located(f) for f in (
