@@ -97,6 +97,15 @@ def _build(dtype, masked, GROUP_M, WAVE):
             tiles = (end - start + BM - 1) // BM * tiles_n
         return g, gbase, start, end
 
+    @inlined
+    def place(u, g, gbase, offs, total, t, tiles_n, nunits, step):
+        """Unit ``u`` -> ``(g, gbase, start, end, tm, tn)``: its group (``locate`` after the
+        unit's position in the walk) and its tile within the group."""
+        w = wave_order(u, nunits, step) if WAVE else u
+        g, gbase, start, end = locate(w, g, gbase, offs, total, t, tiles_n)
+        tm, tn = tile_order(w - gbase, (end - start + BM - 1) // BM, tiles_n, GROUP_M)
+        return g, gbase, start, end, tm, tn
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def grouped_gemm(tmap_a, tmap_b, out, offs, n, k, t):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
@@ -117,10 +126,7 @@ def _build(dtype, masked, GROUP_M, WAVE):
                 s, ph = 0, 0
                 for pair in range(first, (nunits + 1) // 2, step):
                     for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                        w = wave_order(u, nunits, step) if WAVE else u
-                        g, gbase, start, end = locate(w, g, gbase, offs, total, t, tiles_n)
-                        rows = (end - start + BM - 1) // BM
-                        tm, tn = tile_order(w - gbase, rows, tiles_n, GROUP_M)
+                        g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
                             pp.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g * n + tn * BN)
@@ -133,10 +139,7 @@ def _build(dtype, masked, GROUP_M, WAVE):
                 other_next = u + 1 if cw == 0 else u + 2 * step - 1
                 acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * first, other_next < nunits)
                 # where the tile goes, found after the main loop (fewer registers live across it)
-                w = wave_order(u, nunits, step) if WAVE else u
-                g, gbase, start, end = locate(w, g, gbase, offs, total, t, tiles_n)
-                rows = (end - start + BM - 1) // BM
-                tm, tn = tile_order(w - gbase, rows, tiles_n, GROUP_M)
+                g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
                 mine = out[start:end]  # this group's rows: the next group's are not ours to write
                 acc_store(acc0, KIND, mine, ct, tm * BM, tn * BN)
                 acc_store(acc1, KIND, mine, ct, tm * BM + 64, tn * BN)
