@@ -16,7 +16,7 @@ from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
            "check_out", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "torch_dtype",
-           "stream_of", "is_real", "real_arg"]
+           "stream_of", "is_real", "real_arg", "output"]
 
 
 FP8 = ("e4m3", "e5m2")
@@ -182,6 +182,18 @@ def _is_number(x) -> bool:
     except (TypeError, ValueError):
         return x is None
     return True
+
+
+def output(lib, a, out, io, ia, ib, odt):
+    """``(out, io)``: the given output checked (:func:`check_out`), or a new one of ``odt``
+    and ``a``'s array kind."""
+    fresh = out is None
+    if fresh:
+        (m, _), n = ia.shape, ib.shape[1]
+        out = empty_like_lib(lib, a, (m, n), odt)
+        io = array_info(out)
+    check_out(io, ia, ib, odt, fresh)
+    return out, io
 
 
 def check_out(io, ia, ib, odt, fresh):

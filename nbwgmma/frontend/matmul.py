@@ -16,7 +16,7 @@ from __future__ import annotations
 from .. import sim
 from ..errors import MatmulError
 from .args import (
-    array_error, check_call, check_out, empty_like_lib, lib_of, real_arg, scale_product, stream_of, torch_dtype,
+    array_error, check_call, empty_like_lib, lib_of, output, real_arg, scale_product, stream_of, torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
 from .fused import FP8_OUTS, fused_call
@@ -137,11 +137,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                              alpha=alpha, stream=stream, config=config, fused=fused)
     (m, k), n = ia.shape, ib.shape[1]
     lib = lib_of(a)
-    fresh = out is None
-    if fresh:
-        out = empty_like_lib(lib, a, (m, n), odt)
-        io = array_info(out)
-    check_out(io, ia, ib, odt, fresh)
+    out, io = output(lib, a, out, io, ia, ib, odt)
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
     if bias is not None or activation is not None or epilogue is not None or epilogue_args or c is not None \

@@ -42,8 +42,8 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.scaled import SMEM, THREADS, ScaledConfig, scaled_kernel
 from ..kit import SCALE_BLOCK
 from ..launch import device_limits
-from .args import NP_OF, check_out, described, empty_like_lib, lib_of, stream_of
-from .arrays import ArrayInfo, array_info
+from .args import NP_OF, described, lib_of, output, stream_of
+from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map, zero_fill
 
 __all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul"]
@@ -183,11 +183,7 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
                               f"rows (K a multiple of 16) so far; got shape {info.shape}, strides {info.strides} "
                               f"bytes")
     lib = lib_of(a)
-    fresh = out is None
-    if fresh:
-        out = empty_like_lib(lib, a, (m, n), odt)
-        io = array_info(out)
-    check_out(io, ia, ib, odt, fresh)
+    out, io = output(lib, a, out, io, ia, ib, odt)
     st = stream_of(lib, stream)
     if m == 0 or n == 0:
         return out
