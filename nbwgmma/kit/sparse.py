@@ -1,0 +1,140 @@
+"""Sparse consumers: warpgroups that multiply a 2:4-sparse A by a dense B with
+``wgmma.mma_async.sp`` (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate with
+sparse A": ``wgmma.mma_async.sp``, "Sparse matrix storage").
+
+The consumer side of the sparse GEMM (:mod:`nbwgmma.kernels.sparse`) as one block, with the
+producer's loads of a stage. A stage covers 128 bytes of dense K (64 K of 16-bit inputs, 128 of
+fp8: two sparse K steps) and holds, for a CTA tile of 128 rows of A by ``bn`` columns:
+
+* A compressed: 128 rows x 64 bytes (the kept half of 128 bytes of K), one TMA box with the
+  64-byte swizzle, 8 KiB; each consumer warpgroup reads its 64 rows through a descriptor
+  (SBO 512: 8-row atoms of 64 bytes), the second K step 32 bytes along the row;
+* B: ``bn`` rows x 128 bytes of K (``b_major="K"``: one box of B [N, K], the 128-byte swizzle,
+  the second K step 64 bytes along the row) or 64-column boxes of B [K, N] (``b_major="MN"``,
+  16-bit only, read with the transpose bit: LBO 8 KiB between boxes, SBO 1 KiB between 8-row
+  groups of K, the second K step 32 rows = 4 KiB on);
+* the metadata registers of both 64-row blocks (:func:`nbwgmma.layout.sparse_gemm.gemm_meta`):
+  ``R`` x 128 words per block, R = 1 for 16-bit inputs (one register, ``spsel`` 0 then 1), 2 for
+  fp8 (one register per K step); each thread loads its word(s) with one coalesced shared load.
+
+    sc = SparseConsumers("f32.bf16.bf16", TmaPipeline(5, consumers=2))
+    ...
+    sc.load(slot, full, tmap_a, tmap_b, tmap_meta, kb, a_row, b_row, mblocks)   # producer, per stage
+    ...
+    acc, s, ph = sc.tile(ring, base, s, ph, kblocks, ct, cw)   # each consumer, per tile
+
+``tile`` runs the main loop of consumer ``cw``'s 64 rows with one wgmma group in flight and
+releases each stage after the ``wgmma_wait_group`` that completes the wgmmas reading it.
+"""
+
+from __future__ import annotations
+
+import types
+
+from numba import cuda
+
+from ..intrinsics import (acc_undef, desc_advance, ld_shared_cluster_u32, make_desc, tma_load_2d,
+                          wgmma_commit_group, wgmma_fence, wgmma_mma_async_sp, wgmma_wait_group)
+from ..layout import SWIZZLE_CODE, wgmma_sp_kind
+from ..layout.sparse_gemm import STAGE_BYTES_K, meta_regs_per_stage
+from .pipeline import TmaPipeline
+
+__all__ = ["SparseConsumers"]
+
+_SW64, _SW128 = SWIZZLE_CODE["64B"], SWIZZLE_CODE["128B"]
+
+
+class SparseConsumers(types.ModuleType):
+    """Two consumer warpgroups of a sparse GEMM of ``kind`` (f32 accumulators; f16, bf16, e4m3
+    or e5m2 inputs), each owning 64 rows of a 128 x ``bn`` CTA tile, over ``pipe`` (a
+    :class:`TmaPipeline` with ``consumers=2``). Constants: ``BM`` (128), ``bn``, ``bk`` (dense K
+    per stage), ``a_cols`` (compressed A elements per stage and row), ``stage_bytes``,
+    ``meta_regs``. Device functions: ``load(slot, full, tmap_a, tmap_b, tmap_meta, kb, a_row,
+    b_row, mblocks)`` (the producer's TMA loads of stage ``kb``: A [rows, K/2] compressed, B,
+    the metadata [kblocks * mblocks, R * 128] as ``int32``) and ``tile(ring, base, s, ph,
+    kblocks, ct, cw) -> (acc, s, ph)`` (kblocks >= 1)."""
+
+    BM = 128
+    A_BYTES = 128 * 64
+
+    def __init__(self, kind: str, pipe: TmaPipeline, *, bn: int = 256, b_major: str = "K"):
+        k = wgmma_sp_kind(kind)
+        ok = ("f16", "bf16") if k.input_bits == 16 else ("e4m3", "e5m2")
+        if k.dtype != "f32" or k.atype not in ok or k.btype not in ok or (k.input_bits == 16 and k.atype != k.btype):
+            raise ValueError(f"SparseConsumers: kind must be a 16-bit or fp8 sparse kind with f32 accumulators "
+                             f"(f32.bf16.bf16, f32.f16.f16, f32.e4m3.e4m3, ...); got {kind!r}")
+        if bn not in (64, 128, 192, 256):
+            raise ValueError(f"SparseConsumers: bn must be 64, 128, 192 or 256; got {bn!r}")
+        if b_major not in ("K", "MN"):
+            raise ValueError(f"SparseConsumers: b_major must be 'K' or 'MN'; got {b_major!r}")
+        if b_major == "MN" and not k.transposable:
+            raise ValueError(f"SparseConsumers: {kind} has no transpose: B must be K-major (b_major='K')")
+        if not isinstance(pipe, TmaPipeline) or pipe.consumers != 2 or pipe.cluster != 1:
+            raise ValueError(f"SparseConsumers: pipe must be a TmaPipeline with consumers=2 and no cluster; "
+                             f"got {pipe!r}")
+        super().__init__(f"SparseConsumers({kind})")
+        self.kind, self.pipe, self.bn, self.b_major = kind, pipe, bn, b_major
+        esize = k.input_bits // 8
+        self.bk = STAGE_BYTES_K // esize
+        self.a_cols = self.bk // 2
+        self.meta_regs = meta_regs_per_stage(esize)
+        self.b_bytes = bn * STAGE_BYTES_K
+        self.meta_offset = self.A_BYTES + self.b_bytes
+        self.stage_bytes = self.meta_offset + 2 * self.meta_regs * 512
+        self._build()
+
+    def __repr__(self):
+        return f"SparseConsumers({self.kind}, {self.pipe!r}, bn={self.bn}, b_major={self.b_major!r})"
+
+    def _build(self):
+        KIND, pipe, BN, BK, A_COLS = self.kind, self.pipe, self.bn, self.bk, self.a_cols
+        A_BYTES, META, STAGE, R = self.A_BYTES, self.meta_offset, self.stage_bytes, self.meta_regs
+        B_MN = self.b_major == "MN"
+        TRANS_B = int(B_MN)
+        FP8 = R == 2
+        # B's second K step: 64 bytes along the K-major row; 32 K-rows of 128 bytes MN-major.
+        B_LBO, B_STEP = (8192, 4096) if B_MN else (16, 64)
+        B_BOXES = BN // 64
+
+        @cuda.jit(device=True, inline=True)
+        def load(slot, full, tmap_a, tmap_b, tmap_meta, kb, a_row, b_row, mblocks):
+            tma_load_2d(slot, tmap_a, full, kb * A_COLS, a_row)
+            if B_MN:
+                for j in range(B_BOXES):
+                    tma_load_2d(slot + A_BYTES + j * 8192, tmap_b, full, b_row + j * 64, kb * BK)
+            else:
+                tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, b_row)
+            tma_load_2d(slot + META, tmap_meta, full, 0, kb * mblocks + a_row // 64)
+
+        @cuda.jit(device=True, inline=True)
+        def tile(ring, base, s, ph, kblocks, ct, cw):
+            acc = acc_undef(KIND, BN)
+            prev = 0
+            for kb in range(kblocks):
+                pipe.consumer_wait(ring, s, ph)
+                slot = base + s * STAGE
+                mw = slot + META + cw * (R * 512) + ct * 4
+                meta0 = ld_shared_cluster_u32(mw)  # (a CTA's own shared address is a cluster one)
+                meta1 = ld_shared_cluster_u32(mw + 512) if FP8 else meta0
+                da = make_desc(slot + cw * 4096, 16, 512, _SW64)
+                db = make_desc(slot + A_BYTES, B_LBO, 1024, _SW128)
+                wgmma_fence()  # the metadata loads are complete before the wgmmas read them
+                acc = wgmma_mma_async_sp(acc, da, db, meta0, KIND, 0, kb > 0, 1, 1, 0, TRANS_B)  # no fill first
+                if FP8:
+                    acc = wgmma_mma_async_sp(acc, desc_advance(da, 32), desc_advance(db, B_STEP), meta1, KIND, 0, 1,
+                                             1, 1, 0, TRANS_B)
+                else:  # T2, T3 of each quad hold the second step's codes
+                    acc = wgmma_mma_async_sp(acc, desc_advance(da, 32), desc_advance(db, B_STEP), meta0, KIND, 1, 1,
+                                             1, 1, 0, TRANS_B)
+                wgmma_commit_group()
+                wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
+                if kb > 0 and ct == 0:
+                    pipe.consumer_release(ring, prev)
+                prev = s
+                s, ph = pipe.advance(s, ph)
+            wgmma_wait_group(0)
+            if ct == 0:
+                pipe.consumer_release(ring, prev)
+            return acc, s, ph
+
+        self.load, self.tile = load, tile
