@@ -26,3 +26,4 @@ from .report import compile_report  # noqa: E402,F401
 from .errors import MatmulError, MatmulTypeError, NbwgmmaError  # noqa: E402,F401  (see nbwgmma.errors)
 from .frontend.matmul import matmul  # noqa: E402,F401
 from .frontend.grouped import grouped_matmul  # noqa: E402,F401
+from .frontend.sparse24 import Sparse24  # noqa: E402,F401

@@ -22,6 +22,7 @@ from .arrays import ArrayInfo, array_info
 from .fused import FP8_OUTS, fused_call
 from .plan import Plan, nb_stream, zero_fill
 from .scaled import is_tensor_scale, scaled_matmul
+from .sparse import SPARSE_TYPES, sparse_matmul
 
 __all__ = ["matmul", "last_plan"]
 
@@ -100,6 +101,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     are the simulator's arrays and the kernel runs thread by thread (slow: keep problems
     to a few tiles), with the same checks as on the GPU.
     """
+    if type(a) in SPARSE_TYPES or type(b) in SPARSE_TYPES:  # a 2:4-sparse weight: nbwgmma.frontend.sparse
+        return sparse_matmul(**locals())
     quick = out is None and out_dtype is None and scale_a is None and scale_b is None and stream is None \
         and config is None and in_dtype is None and bias is None and activation is None and epilogue is None \
         and c is None and beta is None and alpha == 1.0 and scale_out is None and amax is None

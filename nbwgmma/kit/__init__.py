@@ -11,6 +11,8 @@
 * :mod:`~nbwgmma.kit.scaling`: :class:`BlockScaled`, two consumer warpgroups of a block-scaled
   fp8 GEMM (each 128-K block summed by the wgmma, then scaled and added in registers:
   promotion), and :func:`acc_promote`;
+* :mod:`~nbwgmma.kit.sparse`: :class:`SparseConsumers`, two consumer warpgroups of a 2:4-sparse
+  GEMM (``wgmma.mma_async.sp``, the metadata staged with the stage), and its producer's loads;
 * :mod:`~nbwgmma.kit.device`: :func:`inlined`, device functions the compiler inlines
   (quick to compile; Numba's ``inline=True`` copies their IR at every call);
 * :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier; the turn two consumer
@@ -30,9 +32,10 @@ from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .scaling import SCALE_BLOCK, BlockScaled, acc_promote
 from .scheduler import TileScheduler, tile_order, wave_order
+from .sparse import SparseConsumers
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "PingPong", "TileScheduler", "tile_order", "wave_order", "inlined",
+__all__ = ["TmaPipeline", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order", "inlined",
            "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part", "activation", "ACTIVATIONS",
            "warpgroup_index",
            "warpgroup_thread", "warpgroup_sync", "turn_wait", "turn_pass"]

@@ -1,0 +1,157 @@
+"""``matmul`` with a 2:4-sparse weight (:class:`~nbwgmma.frontend.sparse24.Sparse24`): the
+sparse GEMM (:mod:`nbwgmma.kernels.sparse`).
+
+The weight sits on either side as ``F.linear`` uses it:
+
+* ``matmul(w24, y)``: ``W @ y``, y [K, N] (N or K contiguous), out [M, N];
+* ``matmul(x, w24.t())``: ``x @ W^T``, x [T, K] (K or T contiguous), out [T, M]. The kernel
+  computes ``out^T = W @ x^T`` (the sparse operand of ``wgmma.mma_async.sp`` is always A) and
+  stores the accumulator transposed.
+
+The dense operand has the weight's type (bf16, f16, e4m3 or e5m2; fp8 K contiguous), rows 16-byte aligned (TMA); the output has the weight's type (bf16 for
+fp8), any strides. ``out``, ``out_dtype``, ``stream``, ``in_dtype`` (raw bits of the dense
+operand) and ``config`` (``bn``, ``stages``, ``group_m``) apply; the rest of ``matmul``'s
+options are refused. Every check raises a :class:`~nbwgmma.errors.MatmulError` before launch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import sim
+from ..errors import MatmulError, MatmulTypeError
+from ..kernels.sparse import THREADS, SparseConfig, sparse_kernel
+from .args import NP_OF, described, empty_like_lib, lib_of, stream_of
+from .arrays import ArrayInfo
+from .plan import numba_view, tensor_map
+from .sparse24 import SPARSE_TYPES, Sparse24
+
+__all__ = ["sparse_matmul", "Sparse24"]
+
+_SIM = sim.enabled()
+#: ``matmul``'s options a sparse call leaves at their defaults.
+_DEFAULTS = {"bias": None, "activation": None, "epilogue": None, "epilogue_args": (), "c": None, "alpha": 1.0,
+             "beta": None, "scale_a": None, "scale_b": None, "scale_out": None, "amax": None}
+_CONFIG_KEYS = ("bn", "stages", "group_m")
+_CONFIGS: dict = {}
+_RAW_OK = {"bf16": "u16", "e4m3": "u8", "e5m2": "u8"}
+_FP8 = ("e4m3", "e5m2")
+
+
+def _options(config, **given):
+    for name, v in given.items():
+        if v is not _DEFAULTS[name] and v != _DEFAULTS[name]:
+            raise MatmulError(f"matmul: with a Sparse24 operand, {name} is not taken so far (out, out_dtype, "
+                              f"stream, in_dtype, config are); got {name}={v!r}")
+    if config is None:
+        return {}
+    if not isinstance(config, dict) or set(config) - set(_CONFIG_KEYS):
+        raise MatmulError(f"matmul: with a Sparse24 operand, config is a dict with keys among {list(_CONFIG_KEYS)}; "
+                          f"got {config!r}")
+    return dict(config)
+
+
+def _b_view(ib: ArrayInfo, rows_axis: int, es: int, fp8: bool):
+    """(b_major, (shape, strides in elements)) of the dense operand seen as B [n, k] K-major, or
+    as [k, n] N-major; MatmulError where TMA cannot read it in place."""
+    n, k = ib.shape[rows_axis], ib.shape[1 - rows_axis]
+    sn, sk = ib.strides[rows_axis], ib.strides[1 - rows_axis]
+    if ib.ptr % 16 == 0:
+        if (sk == es or k == 1) and (sn % 16 == 0 or n == 1) and (k * es) % 16 == 0:
+            return "K", ((n, k), (max(sn // es, k), 1))
+        if not fp8 and (sn == es or n == 1) and (sk % 16 == 0 or k == 1) and (n * es) % 16 == 0:
+            return "MN", ((k, n), (max(sk // es, n), 1))
+    need = "K contiguous (the fp8 sparse wgmma has no transpose)" if fp8 else "K or the other dimension contiguous"
+    raise MatmulError(f"matmul: the dense operand of a sparse product must have {need}, 16-byte aligned rows and "
+                      f"address; got shape {ib.shape}, strides {ib.strides} bytes at {ib.ptr:#x}")
+
+
+def _config(dtype, b_major, n, opts):
+    bn = opts.get("bn", 64 if n <= 64 else 128 if n <= 128 else 256)
+    key = (dtype, b_major, bn, opts.get("stages"), opts.get("group_m", 8))
+    cfg = _CONFIGS.get(key)
+    if cfg is None:
+        try:
+            cfg = SparseConfig(dtype, bn, b_major, key[4], key[3])
+        except ValueError as e:
+            raise MatmulError(f"matmul: config {opts}: {e}") from None
+        _CONFIGS[key] = cfg
+    return cfg
+
+
+def _d_view(io: ArrayInfo, out, transposed: bool, odt: str):
+    """The kernel's D [M, N]: ``out`` itself, or its transpose (a view with swapped strides)."""
+    dt = np.dtype(NP_OF[odt])
+    if not transposed:
+        return numba_view(io, out, dt)
+    if _SIM:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return FakeCUDAArray(out._ary.view(dt).T)
+    swapped = io._replace(shape=io.shape[::-1], strides=io.strides[::-1])
+    return numba_view(swapped, out, dt)
+
+
+def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, in_dtype=None, **rest):
+    """``matmul(a, b, ...)`` where ``a`` or ``b`` is a :class:`Sparse24` (see the module)."""
+    opts = _options(config, **rest)
+    left = type(a) in SPARSE_TYPES
+    if left and type(b) in SPARSE_TYPES:
+        raise MatmulError("matmul: one operand may be a Sparse24, the other a dense CUDA array; got two Sparse24")
+    w, x = (a, b) if left else (b, a)
+    if w.transposed == left:
+        raise MatmulError(f"matmul: a Sparse24 goes on the left as is (w24 @ y) or on the right transposed, as "
+                          f"F.linear uses a weight (x @ w24.t()); got {w!r} on the {'left' if left else 'right'}")
+    name = "B" if left else "A"
+    ix = described(x, name)
+    if in_dtype is not None:
+        if in_dtype != w.dtype or ix.dtype != _RAW_OK.get(in_dtype):
+            raise MatmulTypeError(f"matmul: in_dtype names the raw bits of the dense operand of a {w.dtype} Sparse24 "
+                                  f"(uint16 for bf16, uint8 for fp8); got in_dtype={in_dtype!r} with {ix.dtype}")
+        ix = ix._replace(dtype=in_dtype)
+    fp8 = w.dtype in _FP8
+    if ix.dtype != w.dtype:
+        raise MatmulTypeError(f"matmul: the dense operand must have the Sparse24's type {w.dtype}; got {name} of "
+                              f"{ix.dtype}")
+    if len(ix.shape) != 2:
+        raise MatmulError(f"matmul: {name} must be 2-D; got shape {ix.shape}")
+    if w.device is not None and ix.device != w.device:
+        raise MatmulError(f"matmul: {name} is on device {ix.device}, the Sparse24 on device {w.device}")
+    inner = ix.shape[0] if left else ix.shape[1]
+    if inner != w.k:
+        sa, sb = (w.shape, ix.shape) if left else (ix.shape, w.shape)
+        raise MatmulError(f"matmul: inner dimensions differ: A is {sa}, B is {sb}")
+    m, k = w.rows, w.k
+    n = ix.shape[1] if left else ix.shape[0]
+    odt = "bf16" if fp8 else w.dtype
+    lib = lib_of(x)
+    if out is None:
+        if out_dtype is not None and str(out_dtype).replace("torch.", "") not in (odt, {"bf16": "bfloat16",
+                                                                                        "f16": "float16"}[odt]):
+            raise MatmulTypeError(f"matmul: a {w.dtype} Sparse24 product is {odt}; got out_dtype={out_dtype!r}")
+        out = empty_like_lib(lib, x, (m, n) if left else (n, m), odt)
+    io = described(out, "out")
+    if io.shape != ((m, n) if left else (n, m)):
+        raise MatmulError(f"matmul: out must have shape {(m, n) if left else (n, m)}; got {io.shape}")
+    if io.dtype != odt and not (odt == "bf16" and io.dtype == "u16"):
+        raise MatmulTypeError(f"matmul: out must have type {odt}; got {io.dtype}")
+    if io.device != ix.device:
+        raise MatmulError(f"matmul: out is on device {io.device}, {name} on device {ix.device}")
+    es = ix.itemsize
+    b_major, view = _b_view(ix, 1 if left else 0, es, fp8)
+    if m == 0 or n == 0:
+        return out
+    from ..launch import device_limits, launch
+
+    cfg = _config(w.dtype, b_major, n, opts)
+    box = (cfg.bn, cfg.bk) if b_major == "K" else (cfg.bk, 64)
+    tb = tensor_map(x, ix.ptr, ix.dtype, box, view, keep=False)
+    ta, tm = w.maps()
+    sms = 1 if _SIM else device_limits()["multiprocessors"]
+    args = (ta.address, tb.address, tm.address, _d_view(io, out, not left, odt), np.int32(m), np.int32(n),
+            np.int32(k), np.int32(w.mblocks))
+    launch(sparse_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream_of(lib, stream), smem=cfg.smem)
+    return out
+
+
+__all__ += ["SPARSE_TYPES"]
