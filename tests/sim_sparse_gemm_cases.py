@@ -1,0 +1,111 @@
+"""The sparse GEMM (``matmul`` with a ``Sparse24``) in Numba's CUDA simulator (run by
+tests/test_sparse_gemm_cpu.py in a child process with NUMBA_ENABLE_CUDASIM=1; also by hand:
+NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_sparse_gemm_cases.py): thread by thread, exact
+on small integers against float64 products of the decompressed weight, both sides, every
+operand layout, ragged M, N and K, outputs poisoned (NaN) before the run."""
+
+import numpy as np
+import pytest
+from numba import config, cuda
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+import nbwgmma
+from nbwgmma import MatmulError, Sparse24
+from nbwgmma.layout import encode_elements, prune_24
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+RAW = {"bf16": np.uint16, "f16": np.uint16, "e4m3": np.uint8}
+NAN = {"bf16": 0x7FC0, "f16": 0x7E00}
+
+
+def ints(rng, shape, lo=-3, hi=4):
+    v = rng.integers(lo, hi, shape).astype(np.float64)
+    return np.where(v == 0, 1, v)  # no zeros: every product term counts
+
+
+def sim_array(x, t, transpose=False):
+    """``x`` (float64) as a simulator array of ``t``'s raw bits (``transpose``: the transpose of a
+    row-major array of ``x.T``, so the first dimension is contiguous)."""
+    src = np.ascontiguousarray(x.T if transpose else x)
+    raw = encode_elements(src, t).view(RAW[t]).reshape(src.shape)
+    return FakeCUDAArray(raw.T) if transpose else cuda.to_device(raw)
+
+
+def poisoned(shape):
+    return cuda.to_device(np.full(shape, NAN["bf16"], np.uint16))
+
+
+def values(out, t="bf16"):
+    h = out.copy_to_host()
+    if t == "f16":
+        return h.view(np.float16).astype(np.float64)
+    return (h.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def weight(rng, m, k, t):
+    dense = prune_24(ints(rng, (m, k)))
+    w24 = Sparse24.from_dense(sim_array(dense, t), dtype=t if t != "f16" else None)
+    back = w24.to_dense().copy_to_host()
+    got = (back.astype(np.uint32) << 16).view(np.float32) if t == "bf16" else back
+    if t == "e4m3":
+        got = dense  # (fp8 codes: checked through the product)
+    np.testing.assert_array_equal(np.asarray(got, np.float64), dense)  # to_dense is the inverse
+    return w24, dense
+
+
+def test_right_side_bf16_ragged_and_n_contiguous_x():
+    """``x @ w24.t()``: M = 100 weight rows (one partial tile), K = 80 (a partial second stage),
+    x [40, K] row-major (B K-major), then x with its 40 rows contiguous (B N-major)."""
+    rng = np.random.default_rng(1)
+    w24, w = weight(rng, 100, 80, "bf16")
+    x = ints(rng, (40, 80))
+    for transpose in (False, True):
+        out = poisoned((40, 100))
+        got = nbwgmma.matmul(sim_array(x, "bf16", transpose), w24.t(), in_dtype="bf16", out=out)
+        assert got is out
+        np.testing.assert_array_equal(values(out), x @ w.T)
+
+
+def test_left_side_f16_two_tile_rows_row_major_y():
+    """``w24 @ y``: M = 130 (a second tile row of 2 rows: the metadata's padding blocks), y [48, 72]
+    row-major (B N-major, read with the transpose bit), one CTA walking both tiles."""
+    rng = np.random.default_rng(2)
+    dense = prune_24(ints(rng, (130, 48)))
+    w24 = Sparse24.from_dense(cuda.to_device(dense.astype(np.float16)))
+    np.testing.assert_array_equal(w24.to_dense().copy_to_host(), dense)
+    y = ints(rng, (48, 72))
+    out = nbwgmma.matmul(w24, cuda.to_device(y.astype(np.float16)))
+    np.testing.assert_array_equal(values(out, "f16"), dense @ y)
+
+
+def test_left_side_bf16_k_contiguous_y():
+    """``w24 @ x.T`` with x [N, K] row-major: B K-major."""
+    rng = np.random.default_rng(3)
+    w24, w = weight(rng, 64, 64, "bf16")
+    y = ints(rng, (64, 24))
+    out = poisoned((64, 24))
+    nbwgmma.matmul(w24, sim_array(y, "bf16", transpose=True), in_dtype="bf16", out=out)
+    np.testing.assert_array_equal(values(out), w @ y)
+
+
+def test_right_side_e4m3_bf16_out():
+    """fp8: k64 sparse wgmmas, two metadata registers per stage, K = 160 (a partial stage of 128)."""
+    rng = np.random.default_rng(4)
+    w24, w = weight(rng, 64, 160, "e4m3")
+    x = ints(rng, (24, 160))
+    out = poisoned((24, 64))
+    nbwgmma.matmul(sim_array(x, "e4m3"), w24.t(), in_dtype="e4m3", out=out)
+    np.testing.assert_array_equal(values(out), x @ w.T)
+
+
+def test_not_24_is_refused_with_its_row_and_prune_keeps_the_largest_two():
+    w = np.zeros((8, 16))
+    w[:, :2] = 1
+    w[5, 9:12] = (1, -4, 2)  # row 5, columns 8..11: three nonzeros
+    with pytest.raises(MatmulError, match=r"row 5 is not 2:4 sparse: columns 8\.\.11 hold 3 nonzeros"):
+        Sparse24.from_dense(cuda.to_device(w.astype(np.float16)))
+    w24 = Sparse24.from_dense(cuda.to_device(w.astype(np.float16)), prune=True)
+    want = w.copy()
+    want[5, 9] = 0
+    np.testing.assert_array_equal(w24.to_dense().copy_to_host(), want)
