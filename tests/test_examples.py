@@ -11,8 +11,8 @@ EXAMPLES = sorted(_EXAMPLES_DIR.glob("wgmma_*.py"))
 GEMMS = sorted(_EXAMPLES_DIR.glob("gemm_*.py"))
 
 #: Examples whose kernel other tests compile too (conftest.report_once): the library's default
-#: GEMM (tests/test_matmul_cpu.py). Such a group runs in one worker and compiles once.
-SHARED = {"gemm_4_library": "gemm-128x256-bf16-tma"}
+#: GEMM (tests/test_matmul_cpu.py), the sparse GEMM (tests/test_sparse_gemm_cpu.py). Such a group runs in one worker and compiles once.
+SHARED = {"gemm_4_library": "gemm-128x256-bf16-tma", "gemm_6_sparse": "sparse-gemm-bf16"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])

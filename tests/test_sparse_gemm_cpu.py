@@ -18,17 +18,17 @@ from nbwgmma.kernels.sparse import SparseConfig, sparse_kernel
 from nbwgmma.kit import SparseConsumers, TmaPipeline
 from nbwgmma.layout import compress_24, meta_registers, meta_registers_pair, prune_24
 from nbwgmma.layout.sparse_gemm import PAD_CODE, compress_bits, decompress_bits, gemm_meta, prune_bits, stage_k
-from nbwgmma.report import compile_report
 
 HERE = pathlib.Path(__file__).parent
 
 
-def test_kernel_compiles_clean():
+@pytest.mark.xdist_group("sparse-gemm-bf16")  # compiled once with the example (tests/test_examples.py)
+def test_kernel_compiles_clean(report_once):
     """The ``x @ w24.t()`` kernel (bf16, B K-major, D a transposed view): two sparse HGMMAs per
     stage, one metadata load, no spills, no local memory, no serialized wgmma."""
     sig = (types.uint64, types.uint64, types.uint64, types.Array(types.uint16, 2, "A"), types.int32, types.int32,
            types.int32, types.int32)
-    rep = compile_report(sparse_kernel(SparseConfig("bf16")), sig)
+    rep = report_once(sparse_kernel(SparseConfig("bf16")), sig)
     assert rep.sass_full.get("HGMMA.SP.64x256x32.F32.BF16") == 2, rep.sass_full
     assert rep.sass.get("HGMMA") == 2 and rep.sass_full.get("LD.E") == 1, rep.sass
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep

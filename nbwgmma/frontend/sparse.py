@@ -8,7 +8,9 @@ The weight sits on either side as ``F.linear`` uses it:
   computes ``out^T = W @ x^T`` (the sparse operand of ``wgmma.mma_async.sp`` is always A) and
   stores the accumulator transposed.
 
-The dense operand has the weight's type (bf16, f16, e4m3 or e5m2; fp8 K contiguous), rows 16-byte aligned (TMA); the output has the weight's type (bf16 for
+The dense operand has the weight's type (bf16, f16, e4m3 or e5m2); it is read in place where
+K or its other dimension is contiguous (K only for fp8) with 16-byte aligned rows (TMA), else a
+PyTorch or CuPy operand is copied K-major first; the output has the weight's type (bf16 for
 fp8), any strides. ``out``, ``out_dtype``, ``stream``, ``in_dtype`` (raw bits of the dense
 operand) and ``config`` (``bn``, ``stages``, ``group_m``) apply; the rest of ``matmul``'s
 options are refused. Every check raises a :class:`~nbwgmma.errors.MatmulError` before launch.
@@ -64,6 +66,27 @@ def _b_view(ib: ArrayInfo, rows_axis: int, es: int, fp8: bool):
     need = "K contiguous (the fp8 sparse wgmma has no transpose)" if fp8 else "K or the other dimension contiguous"
     raise MatmulError(f"matmul: the dense operand of a sparse product must have {need}, 16-byte aligned rows and "
                       f"address; got shape {ib.shape}, strides {ib.strides} bytes at {ib.ptr:#x}")
+
+
+def _staged(x, ix: ArrayInfo, lib: str, left: bool):
+    """``(copy, its info)``: the dense operand copied with K contiguous (rows padded to 16 bytes)
+    for TMA, by its own library (PyTorch or CuPy); ``(None, None)`` for other arrays."""
+    if lib not in ("torch", "cupy"):
+        return None, None
+    xt = x.T if left else x  # [n, k]
+    n, k = xt.shape
+    pad = -(-k * ix.itemsize // 16) * 16 // ix.itemsize
+    if lib == "torch":
+        buf = xt.new_zeros((n, pad))
+    else:
+        import cupy
+
+        with cupy.cuda.Device(ix.device):
+            buf = cupy.zeros((n, pad), dtype=xt.dtype)
+    buf[:, :k] = xt
+    cp = buf[:, :k]
+    cp = cp.T if left else cp
+    return cp, described(cp, "A")._replace(dtype=ix.dtype)
 
 
 def _config(dtype, b_major, n, opts):
@@ -138,14 +161,22 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
     if io.device != ix.device:
         raise MatmulError(f"matmul: out is on device {io.device}, {name} on device {ix.device}")
     es = ix.itemsize
-    b_major, view = _b_view(ix, 1 if left else 0, es, fp8)
+    staged = False
+    try:
+        b_major, view = _b_view(ix, 1 if left else 0, es, fp8)
+    except MatmulError:
+        x, ix = _staged(x, ix, lib, left)  # a K-major copy, where the library can make one
+        if x is None:
+            raise
+        staged = True
+        b_major, view = _b_view(ix, 1 if left else 0, es, fp8)
     if m == 0 or n == 0:
         return out
     from ..launch import device_limits, launch
 
     cfg = _config(w.dtype, b_major, n, opts)
     box = (cfg.bn, cfg.bk) if b_major == "K" else (cfg.bk, 64)
-    tb = tensor_map(x, ix.ptr, ix.dtype, box, view, keep=False)
+    tb = tensor_map(x, ix.ptr, ix.dtype, box, view, keep=staged)  # (a copy lives while the launch reads it)
     ta, tm = w.maps()
     sms = 1 if _SIM else device_limits()["multiprocessors"]
     args = (ta.address, tb.address, tm.address, _d_view(io, out, not left, odt), np.int32(m), np.int32(n),

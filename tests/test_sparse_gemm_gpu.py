@@ -1,0 +1,89 @@
+"""The sparse GEMM on the GPU: ``matmul`` with a ``Sparse24`` weight on either side, PyTorch tensors
+against float64 products of the decompressed weight; small integers exact (bf16, f16, e4m3),
+random data within the output type's rounding; ragged shapes, long K, every operand layout;
+outputs poisoned (NaN) before each run."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+from nbwgmma import MatmulError, Sparse24, matmul  # noqa: E402
+
+TDT = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}
+TOL = {"bf16": 1e-2, "f16": 2e-3}  # relative norm against float64: the rounding of the output
+SHAPES = [(1000, 520, 328), (256, 384, 4096), (1, 128, 64), (8, 8, 8), (2048, 1032, 512), (300, 4100, 136)]
+
+
+def _ints(g, shape, t):
+    v = torch.randint(-3, 4, shape, device="cuda", generator=g).double()
+    return torch.where(v == 0, torch.ones_like(v), v).to(TDT[t])
+
+
+def _weight(g, n, k, t, ints=True):
+    w = _ints(g, (n, k), t) if ints else torch.randn(n, k, device="cuda", generator=g).to(TDT[t])
+    w24 = Sparse24.from_dense(w, prune=True)
+    dense = w24.to_dense()
+    assert dense.dtype == w.dtype and dense.shape == w.shape
+    kept = (dense.double() != 0).reshape(n, -1, 4).sum(-1)
+    assert int(kept.max()) <= 2 and int((dense.double() != w.double()).sum()) <= n * k // 2
+    return w24, dense.double()
+
+
+def _poisoned(shape, t):
+    return torch.full(shape, float("nan"), device="cuda", dtype=TDT[t])
+
+
+@pytest.mark.parametrize("t", ["bf16", "f16"])
+def test_small_integers_exact_both_sides_every_layout(t):
+    for m, n, k in SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k)
+        w24, w = _weight(g, n, k, t)
+        x = _ints(g, (m, k), t)
+        want = x.double() @ w.t()
+        for xin in (x, x.t().contiguous().t()):  # K contiguous, then M contiguous
+            out = _poisoned((m, n), t)
+            assert matmul(xin, w24.t(), out=out) is out
+            assert torch.equal(out.double(), want), (t, m, n, k)
+        y = x.t()  # w24 @ y with y [K, M]: M contiguous (a view), then row-major
+        for yin in (y, y.contiguous()):
+            out = _poisoned((n, m), t)
+            matmul(w24, yin, out=out)
+            assert torch.equal(out.double(), want.t()), (t, m, n, k)
+
+
+def test_fp8_small_integers_exact():
+    for m, n, k in ((1000, 520, 328), (128, 256, 1024), (8, 8, 16)):
+        g = torch.Generator(device="cuda").manual_seed(m + n + k)
+        w24, w = _weight(g, n, k, "e4m3")
+        x = _ints(g, (m, k), "e4m3")
+        out = _poisoned((m, n), "bf16")
+        matmul(x, w24.t(), out=out)
+        assert out.dtype == torch.bfloat16 and torch.equal(out.double(), x.double() @ w.t()), (m, n, k)
+
+
+@pytest.mark.parametrize("t", ["bf16", "f16"])
+def test_random_data_within_rounding(t):
+    for m, n, k in ((2048, 1032, 512), (512, 4096, 4096), (1000, 520, 328)):
+        g = torch.Generator(device="cuda").manual_seed(k)
+        w24, w = _weight(g, n, k, t, ints=False)
+        x = torch.randn(m, k, device="cuda", generator=g).to(TDT[t])
+        got = matmul(x, w24.t())
+        ref = x.double() @ w.t()
+        err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+        assert got.dtype == TDT[t] and got.shape == (m, n) and err < TOL[t], (t, m, n, k, err)
+        got = matmul(w24, x.t())
+        err = float(torch.linalg.norm(got.double() - ref.t()) / torch.linalg.norm(ref))
+        assert err < TOL[t], (t, m, n, k, err)
+
+
+def test_a_weight_that_is_not_24_is_refused_with_its_row():
+    w = torch.zeros(16, 32, device="cuda", dtype=torch.bfloat16)
+    w[:, 0] = 1
+    w[9, 12:15] = 1
+    with pytest.raises(MatmulError, match=r"row 9 is not 2:4 sparse: columns 12\.\.15 hold 3 nonzeros"):
+        Sparse24.from_dense(w)
+    x = torch.ones(4, 16, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(MatmulError, match="inner dimensions differ"):
+        matmul(x, Sparse24.from_dense(w, prune=True).t())
