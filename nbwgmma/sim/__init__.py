@@ -57,6 +57,7 @@ import numpy as np
 from . import arith, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
 from .core import IMPLS, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled
+from .device import device_modules_held, fast_device_function
 from .fragment import FRAGMENT_IMPLS
 from .shadow import CTA
 from .warp import WARP_FUNCTIONS
@@ -116,7 +117,7 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
     kargs = [_kernel_arg(a) for a in args]
     nthreads = int(np.prod(block))
     ncl = [g // c for g, c in zip(grid, cluster)]
-    with _push_kernel_context(mod), swapped_cuda_module(fn, mod):
+    with _push_kernel_context(mod), swapped_cuda_module(fn, mod), device_modules_held(mod):
         for cidx in itertools.product(*(range(n) for n in reversed(ncl))):
             cidx = tuple(reversed(cidx))
             cl = Cluster(int(np.prod(cluster)), nthreads)
@@ -155,8 +156,11 @@ def install():
 def install_jit_shim():
     """The simulator's ``cuda.jit`` lacks ``launch_bounds``: accept it, so kernel sources run
     unchanged, and keep it on the kernel as ``launch_bounds`` so that
-    :func:`nbwgmma.launch.launch` refuses a block larger than the bound, as the GPU does."""
+    :func:`nbwgmma.launch.launch` refuses a block larger than the bound, as the GPU does.
+    Device functions become :class:`~nbwgmma.sim.device.SimDeviceFunction` (plain calls
+    during a launch)."""
     from numba import cuda
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
 
     jit = cuda.jit
     if getattr(jit, "_nbw_shim", False):
@@ -165,13 +169,13 @@ def install_jit_shim():
     def keep(kernel, bounds):
         if bounds is not None and not isinstance(kernel, type) and hasattr(kernel, "py_func"):
             kernel.launch_bounds = bounds
-        return kernel
+        return fast_device_function(kernel)
 
     def shim(*args, launch_bounds=None, **kwargs):
         out = jit(*args, **kwargs)
-        if args and callable(args[0]) or launch_bounds is None:
+        if isinstance(out, FakeCUDAKernel):  # cuda.jit(fn)
             return keep(out, launch_bounds)
-        return lambda fn: keep(out(fn), launch_bounds)
+        return lambda fn: keep(out(fn), launch_bounds)  # a decorator: cuda.jit(device=True), ...
 
     shim._nbw_shim = True
     cuda.jit = shim

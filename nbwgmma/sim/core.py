@@ -335,7 +335,8 @@ def collective(key, members, op, value, compute=None):
         def ready():
             if "result" in r:
                 return True
-            if any(m in cta.exited for m in members if m not in r["vals"]):
+            # (set operations first: a thread's exit is the rare case to look for)
+            if not cta.exited.isdisjoint(members) and any(m not in r["vals"] for m in cta.exited.intersection(members)):
                 raise SimStopped(f"block {tuple(th.blockIdx)} thread {th.thread_id} at {th.where or where()}: "
                                  + missing_text())
             return False
@@ -417,12 +418,26 @@ def declare(name, params, imms, doc):
         inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                           default=getattr(p, "default", inspect.Parameter.empty))
         for p in params])
+    names = [p.name for p in params]
+    defaults = [getattr(p, "default", inspect.Parameter.empty) for p in params]
+    required = next((i for i, d in enumerate(defaults) if d is not inspect.Parameter.empty), len(names))
+    if any(d is inspect.Parameter.empty for d in defaults[required:]):
+        required = -1  # a required parameter after a default one: always bind by the signature
 
-    def fn(*args, **kwargs):
+    def bind(args, kwargs):
+        if not kwargs and required <= len(args) <= len(names):  # positional: no Signature.bind
+            arguments = dict(zip(names, args))
+            for i in range(len(args), len(names)):
+                arguments[names[i]] = defaults[i]
+            return arguments
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
+        return bound.arguments
+
+    def fn(*args, **kwargs):
+        arguments = bind(args, kwargs)
         for p in imms:
-            p.check(bound.arguments[p.name], name)
+            p.check(arguments[p.name], name)
         f = IMPLS.get(name)
         if f is None:
             raise NotImplementedError(f"{name} has no simulator implementation")
@@ -430,10 +445,10 @@ def declare(name, params, imms, doc):
         if isinstance(th, SimThread):
             outer, th.where = th.where, where()
             try:
-                return f(**bound.arguments)
+                return f(**arguments)
             finally:
                 th.where = outer
-        return f(**bound.arguments)
+        return f(**arguments)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc

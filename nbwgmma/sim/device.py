@@ -1,0 +1,55 @@
+"""Device functions in the simulator, called without Numba's per-call module swap.
+
+Numba's simulator runs a ``@cuda.jit(device=True)`` function by pointing the ``cuda`` names
+of the function's module at the launch's fake CUDA module for the call (a lock, a scan of
+the module's globals and a context manager per call), which made up most of the run time of
+epilogue-heavy kernels (a call per accumulator value). Here the swap of every module that
+defines device functions is held for a whole launch (:func:`device_modules_held`, entered by
+:func:`nbwgmma.sim.run`), and a call inside it is a plain call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from numba.cuda.simulator.kernel import FakeCUDAKernel
+from numba.cuda.simulator.kernelapi import swapped_cuda_module
+
+__all__ = ["SimDeviceFunction", "fast_device_function", "device_modules_held"]
+
+_MODULES: dict = {}  # id(a module's globals) -> a device function defined there
+_HELD: set = set()  # the ids of the modules whose swap the running launch holds
+
+
+class SimDeviceFunction(FakeCUDAKernel):
+    """A device function: a plain call while :func:`device_modules_held` holds its module,
+    else Numba's call."""
+
+    def __call__(self, *args):
+        if id(self.fn.__globals__) in _HELD:
+            return self.fn(*args)
+        return super().__call__(*args)
+
+
+def fast_device_function(kernel):
+    """``kernel`` (what the simulator's ``cuda.jit`` made) as a :class:`SimDeviceFunction`
+    where it is a device function; its module is registered for :func:`device_modules_held`."""
+    if type(kernel) is FakeCUDAKernel and kernel._device:
+        kernel.__class__ = SimDeviceFunction
+        _MODULES.setdefault(id(kernel.fn.__globals__), kernel.fn)
+    return kernel
+
+
+@contextlib.contextmanager
+def device_modules_held(fake_cuda):
+    """Point the ``cuda`` names of every module with device functions at ``fake_cuda`` (the
+    launch's CUDA module) until the launch ends."""
+    with contextlib.ExitStack() as stack:
+        held = list(_MODULES.items())
+        for _, fn in held:
+            stack.enter_context(swapped_cuda_module(fn, fake_cuda))
+        _HELD.update(gid for gid, _ in held)
+        try:
+            yield
+        finally:
+            _HELD.clear()
