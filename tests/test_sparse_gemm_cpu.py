@@ -30,13 +30,13 @@ def test_kernel_compiles_clean(report_once):
            types.int32, types.int32)
     rep = report_once(sparse_kernel(SparseConfig("bf16")), sig)
     assert rep.sass_full.get("HGMMA.SP.64x256x32.F32.BF16") == 2, rep.sass_full
-    assert rep.sass.get("HGMMA") == 2 and rep.sass_full.get("LD.E") == 1, rep.sass
+    assert rep.sass.get("HGMMA") == 2 and rep.sass.get("LDS") == 1, rep.sass
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
     assert not rep.wgmma_serialized and not rep.warnings, rep.warnings
     lines = rep.sass_text.splitlines()  # the k-loop: a "full" wait, the metadata load, both sparse wgmmas
     first = min(i for i, line in enumerate(lines) if "HGMMA.SP" in line)
     wait = max(i for i, line in enumerate(lines[:first]) if "SYNCS.PHASECHK" in line)
-    assert any("LD.E" in line for line in lines[wait:first])
+    assert any("LDS" in line for line in lines[wait:first])
     assert rep.registers <= 168
 
 
@@ -103,7 +103,7 @@ class Fake:
 
 def _w24(m=64, k=64, dtype="f16"):
     """A Sparse24 over fake arrays (nothing is uploaded or launched by the checks)."""
-    return Sparse24(Fake((m, k // 2), np.float16), Fake((2, 128), np.int32), None, (m, k), 2, dtype, "numba", None)
+    return Sparse24(Fake((m, k // 2), np.float16), Fake((2, 128), np.int32), None, (m, k), 2, 1, dtype, "numba", None)
 
 
 def test_a_weight_that_is_not_24_names_its_first_row_and_columns():

@@ -89,13 +89,13 @@ def _staged(x, ix: ArrayInfo, lib: str, left: bool):
     return cp, described(cp, "A")._replace(dtype=ix.dtype)
 
 
-def _config(dtype, b_major, n, opts):
+def _config(dtype, b_major, n, opts, paired):
     bn = opts.get("bn", 64 if n <= 64 else 128 if n <= 128 else 256)
-    key = (dtype, b_major, bn, opts.get("stages"), opts.get("group_m", 8))
+    key = (dtype, b_major, bn, opts.get("stages"), opts.get("group_m", 8), paired)
     cfg = _CONFIGS.get(key)
     if cfg is None:
         try:
-            cfg = SparseConfig(dtype, bn, b_major, key[4], key[3])
+            cfg = SparseConfig(dtype, bn, b_major, key[4], key[3], paired)
         except ValueError as e:
             raise MatmulError(f"matmul: config {opts}: {e}") from None
         _CONFIGS[key] = cfg
@@ -174,7 +174,7 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
         return out
     from ..launch import device_limits, launch
 
-    cfg = _config(w.dtype, b_major, n, opts)
+    cfg = _config(w.dtype, b_major, n, opts, w.meta_regs == 1 or fp8)
     box = (cfg.bn, cfg.bk) if b_major == "K" else (cfg.bk, 64)
     tb = tensor_map(x, ix.ptr, ix.dtype, box, view, keep=staged)  # (a copy lives while the launch reads it)
     ta, tm = w.maps()

@@ -25,7 +25,7 @@ from numba import cuda
 
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
-from ..layout.sparse_gemm import compress_bits, decompress_bits, gemm_meta, meta_regs_per_stage, prune_bits
+from ..layout.sparse_gemm import compress_bits, decompress_bits, gemm_meta, prune_bits
 from .args import NP_OF, lib_of, torch_dtype
 from .arrays import array_info
 
@@ -34,6 +34,9 @@ __all__ = ["Sparse24", "SPARSE_TYPES"]
 _SIM = sim.enabled()
 _ESIZE = {"f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
 _RAW = {"u16": 2, "s16": 2, "u8": 1, "s8": 1}
+#: 16-bit weights: one metadata register carries both K steps of a stage (T0, T1 of each quad the
+#: first, T2, T3 the second); false: one register per K step.
+PAIRED = True
 
 
 def _host_bits(w, info, lib, esize):
@@ -74,11 +77,10 @@ class Sparse24:
     object stands for W^T [K, M] (made by :meth:`t`, sharing the arrays). Build it with
     :meth:`from_dense`."""
 
-    def __init__(self, values, meta, codes, shape, mblocks, dtype, lib, device, transposed=False):
-        self.values, self.meta, self.codes, self.mblocks = values, meta, codes, mblocks
+    def __init__(self, values, meta, codes, shape, mblocks, meta_regs, dtype, lib, device, transposed=False):
+        self.values, self.meta, self.codes, self.mblocks, self.meta_regs = values, meta, codes, mblocks, meta_regs
         self.rows, self.k = shape
         self.dtype, self.lib, self.device, self.transposed = dtype, lib, device, transposed
-        self.meta_regs = meta_regs_per_stage(_ESIZE[dtype])
         self._maps = None
 
     @classmethod
@@ -117,10 +119,10 @@ class Sparse24:
         per_row = 16 // esize  # elements per 16 bytes: TMA row pitches
         padded = np.zeros((m, -(-(k // 2) // per_row) * per_row), values.dtype)
         padded[:, :k // 2] = values
-        meta = gemm_meta(codes, esize)
-        kblocks, mblocks = meta.shape[:2]
+        meta = gemm_meta(codes, esize, PAIRED)
+        kblocks, mblocks, regs = meta.shape[:3]
         meta = meta.reshape(kblocks * mblocks, -1).view(np.int32)
-        return cls(_device(lib, w, padded, t), _device(lib, w, meta, None), codes, (m, k), mblocks, t, lib,
+        return cls(_device(lib, w, padded, t), _device(lib, w, meta, None), codes, (m, k), mblocks, regs, t, lib,
                    info.device)
 
     @property
@@ -130,8 +132,8 @@ class Sparse24:
 
     def t(self) -> "Sparse24":
         """The transposed weight (the same arrays): ``matmul(x, w24.t())`` is ``x @ w.T``."""
-        other = Sparse24(self.values, self.meta, self.codes, (self.rows, self.k), self.mblocks, self.dtype, self.lib,
-                         self.device, not self.transposed)
+        other = Sparse24(self.values, self.meta, self.codes, (self.rows, self.k), self.mblocks, self.meta_regs,
+                         self.dtype, self.lib, self.device, not self.transposed)
         other._maps = self._maps
         return other
 

@@ -48,14 +48,17 @@ class SparseConfig:
     ``group_m`` (tile rows per group of the walk) and ``stages`` (default: as many as fit,
     at most 6)."""
 
-    def __init__(self, dtype: str = "bf16", bn: int = 256, b_major: str = "K", group_m: int = 8, stages=None):
+    def __init__(self, dtype: str = "bf16", bn: int = 256, b_major: str = "K", group_m: int = 8, stages=None,
+                 paired: bool = True):
         if dtype not in TYPES:
             raise ValueError(f"SparseConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if not isinstance(group_m, int) or group_m < 1:
             raise ValueError(f"SparseConfig: group_m must be a positive integer; got {group_m!r}")
         self.dtype, self.bn, self.b_major, self.group_m = dtype, bn, b_major, group_m
         self.kind = f"f32.{dtype}.{dtype}"
-        probe = SparseConsumers(self.kind, TmaPipeline(2, consumers=2), bn=bn, b_major=b_major)  # checks the rest
+        self.paired = bool(paired)
+        probe = SparseConsumers(self.kind, TmaPipeline(2, consumers=2), bn=bn, b_major=b_major,
+                                paired=self.paired)  # checks the rest
         self.bk, self.stage_bytes, self.meta_regs = probe.bk, probe.stage_bytes, probe.meta_regs
         most = min(6, (_SMEM_LIMIT - 1024 - 64) // self.stage_bytes)
         stages = most if stages is None else stages
@@ -67,7 +70,7 @@ class SparseConfig:
         self.sched = TileScheduler(SparseConsumers.BM, bn, self.bk, group_m=group_m)
 
     def key(self):
-        return (self.dtype, self.bn, self.b_major, self.group_m, self.stages)
+        return (self.dtype, self.bn, self.b_major, self.group_m, self.stages, self.paired)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs."""
@@ -95,7 +98,7 @@ def _build(key):
     cfg = SparseConfig(*key)
     KIND, BM, BN = cfg.kind, SparseConsumers.BM, cfg.bn
     pipe = TmaPipeline(cfg.stages, consumers=2)
-    sc = SparseConsumers(KIND, pipe, bn=BN, b_major=cfg.b_major)
+    sc = SparseConsumers(KIND, pipe, bn=BN, b_major=cfg.b_major, paired=cfg.paired)
     sched = cfg.sched
     STAGE = sc.stage_bytes
 

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 from numba import cuda
 
-from ..intrinsics import (acc_undef, desc_advance, ld_shared_cluster_u32, make_desc, tma_load_2d,
-                          wgmma_commit_group, wgmma_fence, wgmma_mma_async_sp, wgmma_wait_group)
+from ..intrinsics import (acc_undef, desc_advance, make_desc, smem_addr, tma_load_2d, wgmma_commit_group,
+                          wgmma_fence, wgmma_mma_async_sp, wgmma_wait_group)
 from ..layout import SWIZZLE_CODE, wgmma_sp_kind
 from ..layout.sparse_gemm import STAGE_BYTES_K, meta_regs_per_stage
 from .pipeline import TmaPipeline
@@ -57,7 +58,7 @@ class SparseConsumers(types.ModuleType):
     BM = 128
     A_BYTES = 128 * 64
 
-    def __init__(self, kind: str, pipe: TmaPipeline, *, bn: int = 256, b_major: str = "K"):
+    def __init__(self, kind: str, pipe: TmaPipeline, *, bn: int = 256, b_major: str = "K", paired: bool = True):
         k = wgmma_sp_kind(kind)
         ok = ("f16", "bf16") if k.input_bits == 16 else ("e4m3", "e5m2")
         if k.dtype != "f32" or k.atype not in ok or k.btype not in ok or (k.input_bits == 16 and k.atype != k.btype):
@@ -77,21 +78,23 @@ class SparseConsumers(types.ModuleType):
         esize = k.input_bits // 8
         self.bk = STAGE_BYTES_K // esize
         self.a_cols = self.bk // 2
-        self.meta_regs = meta_regs_per_stage(esize)
+        self.paired = bool(paired)
+        self.meta_regs = meta_regs_per_stage(esize, self.paired)
         self.b_bytes = bn * STAGE_BYTES_K
         self.meta_offset = self.A_BYTES + self.b_bytes
         self.stage_bytes = self.meta_offset + 2 * self.meta_regs * 512
         self._build()
 
     def __repr__(self):
-        return f"SparseConsumers({self.kind}, {self.pipe!r}, bn={self.bn}, b_major={self.b_major!r})"
+        return (f"SparseConsumers({self.kind}, {self.pipe!r}, bn={self.bn}, b_major={self.b_major!r}, "
+                f"paired={self.paired})")
 
     def _build(self):
         KIND, pipe, BN, BK, A_COLS = self.kind, self.pipe, self.bn, self.bk, self.a_cols
         A_BYTES, META, STAGE, R = self.A_BYTES, self.meta_offset, self.stage_bytes, self.meta_regs
         B_MN = self.b_major == "MN"
         TRANS_B = int(B_MN)
-        FP8 = R == 2
+        TWO = R == 2  # one register per K step (fp8; 16-bit unpaired), both read with spsel 0
         # B's second K step: 64 bytes along the K-major row; 32 K-rows of 128 bytes MN-major.
         B_LBO, B_STEP = (8192, 4096) if B_MN else (16, 64)
         B_BOXES = BN // 64
@@ -109,18 +112,19 @@ class SparseConsumers(types.ModuleType):
         @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kblocks, ct, cw):
             acc = acc_undef(KIND, BN)
+            words = cuda.shared.array(0, np.uint32)  # the dynamic shared memory, as 32-bit words
+            mw = (base - smem_addr(words) + META + cw * (R * 512)) // 4 + ct  # this thread's word, stage 0
             prev = 0
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
                 slot = base + s * STAGE
-                mw = slot + META + cw * (R * 512) + ct * 4
-                meta0 = ld_shared_cluster_u32(mw)  # (a CTA's own shared address is a cluster one)
-                meta1 = ld_shared_cluster_u32(mw + 512) if FP8 else meta0
+                meta0 = words[mw + s * (STAGE // 4)]
+                meta1 = words[mw + s * (STAGE // 4) + 128] if TWO else meta0
                 da = make_desc(slot + cw * 4096, 16, 512, _SW64)
                 db = make_desc(slot + A_BYTES, B_LBO, 1024, _SW128)
                 wgmma_fence()  # the metadata loads are complete before the wgmmas read them
                 acc = wgmma_mma_async_sp(acc, da, db, meta0, KIND, 0, kb > 0, 1, 1, 0, TRANS_B)  # no fill first
-                if FP8:
+                if TWO:
                     acc = wgmma_mma_async_sp(acc, desc_advance(da, 32), desc_advance(db, B_STEP), meta1, KIND, 0, 1,
                                              1, 1, 0, TRANS_B)
                 else:  # T2, T3 of each quad hold the second step's codes

@@ -49,9 +49,10 @@ def stage_k(esize: int) -> int:
     return STAGE_BYTES_K // esize
 
 
-def meta_regs_per_stage(esize: int) -> int:
-    """Metadata registers per thread and stage: 1 (16-bit, a pair of K steps), 2 (fp8)."""
-    return 1 if esize == 2 else 2
+def meta_regs_per_stage(esize: int, paired: bool = True) -> int:
+    """Metadata registers per thread and stage: 1 (16-bit, a pair of K steps in one), 2 (fp8,
+    or 16-bit with ``paired`` false: one register per K step, read with ``spsel=0``)."""
+    return 1 if esize == 2 and paired else 2
 
 
 def _kept_table():
@@ -134,14 +135,16 @@ def decompress_bits(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
     return out.reshape(rows, 4 * chunks)
 
 
-def gemm_meta(codes: np.ndarray, esize: int) -> np.ndarray:
+def gemm_meta(codes: np.ndarray, esize: int, paired: bool = True) -> np.ndarray:
     """``uint32 [kblocks, mblocks, R, 128]``: the metadata registers of every stage and 64-row
-    block of a weight with codes ``[rows, K/4]`` (the module docstring gives the layout)."""
+    block of a weight with codes ``[rows, K/4]`` (the module docstring gives the layout;
+    ``paired`` false: 16-bit types too get one register per K step, every thread holding its
+    rows' codes, :func:`~nbwgmma.layout.sparse.meta_registers`)."""
     codes = np.asarray(codes, np.uint8)
     rows, chunks = codes.shape
     sk = stage_k(esize) // 4  # chunks per stage
     per_step = sk // 2  # chunks per K step
-    regs = meta_regs_per_stage(esize)
+    regs = meta_regs_per_stage(esize, paired)
     mb = max(2, -(-rows // 128) * 2)
     kb = max(1, -(-chunks // sk))
     padded = np.full((mb * 64, kb * sk), PAD_CODE, np.uint8)
@@ -153,7 +156,7 @@ def gemm_meta(codes: np.ndarray, esize: int) -> np.ndarray:
     for j in range(regs):
         # 16-bit: T2, T3 of each quad hold the second K step's codes (their coords repeat
         # T0, T1's); fp8: register j is K step j, held by all four threads.
-        step = q // 2 if esize == 2 else j
+        step = q // 2 if regs == 1 else j
         chunk = step * per_step + coords[..., 1]
         codes_ti = blocks[:, coords[..., 0], :, chunk].astype(np.uint32)  # [128, 8, mb, kb]
         shifts = (4 * np.arange(8, dtype=np.uint32))[None, :, None, None]
