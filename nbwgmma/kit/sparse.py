@@ -23,8 +23,9 @@ fp8: two sparse K steps) and holds, for a CTA tile of 128 rows of A by ``bn`` co
     ...
     acc, s, ph = sc.tile(ring, base, s, ph, kblocks, ct, cw)   # each consumer, per tile
 
-``tile`` runs the main loop of consumer ``cw``'s 64 rows with one wgmma group in flight and
-releases each stage after the ``wgmma_wait_group`` that completes the wgmmas reading it.
+``tile`` runs the main loop of consumer ``cw``'s 64 rows and releases each stage after the
+``wgmma_wait_group(0)`` that completes the wgmmas reading it (the sparse wgmma reads its metadata
+register after issue, so a stage's group completes before the next stage's words are loaded).
 """
 
 from __future__ import annotations
@@ -114,7 +115,9 @@ class SparseConsumers(types.ModuleType):
             acc = acc_undef(KIND, BN)
             words = cuda.shared.array(0, np.uint32)  # the dynamic shared memory, as 32-bit words
             mw = (base - smem_addr(words) + META + cw * (R * 512)) // 4 + ct  # this thread's word, stage 0
-            prev = 0
+            # wgmma reads its metadata register after issue (measured on an H100: a stage's second
+            # sparse wgmma read the next stage's codes once the next load reused its register, and
+            # ptxas reuses it), so each stage's group completes before the next stage's words load.
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
                 slot = base + s * STAGE
@@ -131,14 +134,10 @@ class SparseConsumers(types.ModuleType):
                     acc = wgmma_mma_async_sp(acc, desc_advance(da, 32), desc_advance(db, B_STEP), meta0, KIND, 1, 1,
                                              1, 1, 0, TRANS_B)
                 wgmma_commit_group()
-                wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
-                if kb > 0 and ct == 0:
-                    pipe.consumer_release(ring, prev)
-                prev = s
+                wgmma_wait_group(0)  # this stage's wgmmas are done: its slot and registers are free
+                if ct == 0:
+                    pipe.consumer_release(ring, s)
                 s, ph = pipe.advance(s, ph)
-            wgmma_wait_group(0)
-            if ct == 0:
-                pipe.consumer_release(ring, prev)
             return acc, s, ph
 
         self.load, self.tile = load, tile
