@@ -2,8 +2,10 @@
 (``torch._addmm_activation``) and the unfused expression, bf16, in one process: every
 contender in batches of 10 calls, taking turns, 15 rounds, median.
 
-Then ``out = A @ B + 0.5 * C`` against ``torch.addmm(C, A, B, beta=0.5)``, and an e4m3 output
-with its scale and amax against PyTorch's fused bias + GELU followed by amax and the cast.
+Then ``out = A @ B + 0.5 * C`` against ``torch.addmm(C, A, B, beta=0.5)``, an e4m3 output
+with its scale and amax against PyTorch's fused bias + GELU followed by amax and the cast, and
+e4m3 inputs to an e4m3 output (per-tensor scales) against ``torch._scaled_mm`` with an fp8
+output (cuBLASLt's own fp8-out epilogue, no amax).
 
     python benchmarks/fused.py [MxNxK ...]
 """
@@ -72,6 +74,41 @@ def bench_fp8_out(m, n, k, rounds=15, inner=10):
     side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "nbwgmma", rounds, inner)
 
 
+def bench_fp8_to_fp8(m, n, k, rounds=15, inner=10):
+    """e4m3 A and B (per-tensor scales) to an e4m3 C with an output scale: nbwgmma (without and
+    with the amax) against ``torch._scaled_mm(..., out_dtype=float8_e4m3fn, scale_result=)``."""
+    g = torch.Generator(device="cuda").manual_seed(3)
+    e4 = torch.float8_e4m3fn
+    x = (torch.randn(m, k, device="cuda", generator=g) * 4).to(e4)
+    w = (torch.randn(n, k, device="cuda", generator=g) * 4).to(e4)
+    sa, sb, so = 0.25, 0.125, 0.5
+    ta, tb, to = (torch.tensor(v, device="cuda") for v in (sa, sb, so))
+    out = torch.empty(m, n, device="cuda", dtype=e4)
+    amax = torch.zeros(1, device="cuda")
+    matmul(x, w.t(), scale_a=sa, scale_b=sb, out=out, scale_out=so, amax=amax)
+    ref = (x.double() @ w.double().t()) * (sa * sb)
+    theirs = torch._scaled_mm(x, w.t(), scale_a=ta, scale_b=tb, scale_result=to, out_dtype=e4)
+    # Each result against the float64 product (the largest error over the largest |result|:
+    # fp8 inputs accumulate in the tensor core's reduced precision, then one e4m3 rounding),
+    # and against cuBLASLt's result (scale_result multiplying, as its D scale does).
+    want = (ref * so).clamp(-448, 448)
+    big = float(want.abs().max())
+    err = float((out.double() - want).abs().max()) / big
+    err_theirs = float((theirs.double() - want).abs().max()) / big
+    same = float((out.view(torch.uint8) == theirs.view(torch.uint8)).double().mean())
+    amax_err = abs(float(amax[0]) / float(ref.abs().max()) - 1)
+    del ref
+    peers = {"nbwgmma.matmul(e4m3 -> e4m3)": lambda: matmul(x, w.t(), scale_a=sa, scale_b=sb, out=out, scale_out=so),
+             "cuBLASLt _scaled_mm(e4m3 out)": lambda: torch._scaled_mm(x, w.t(), scale_a=ta, scale_b=tb,
+                                                                    scale_result=to, out_dtype=e4),
+             "nbwgmma.matmul(e4m3 -> e4m3, amax)": lambda: matmul(x, w.t(), scale_a=sa, scale_b=sb, out=out,
+                                                                 scale_out=so, amax=amax),
+             "nbwgmma.matmul(e4m3 -> bf16)": lambda: matmul(x, w.t(), scale_a=sa, scale_b=sb, out_dtype="bf16")}
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "nbwgmma", rounds, inner)
+    print(f"{m}x{n}x{k} e4m3 out: largest error over largest |result| {err:.2e} (cuBLASLt {err_theirs:.2e}), "
+          f"{same:.2%} of codes equal to cuBLASLt's, amax relative error {amax_err:.1e}")
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
     for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
@@ -80,3 +117,5 @@ if __name__ == "__main__":
         bench_beta(*(int(v) for v in s.split("x")))
     for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
         bench_fp8_out(*(int(v) for v in s.split("x")))
+    for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
+        bench_fp8_to_fp8(*(int(v) for v in s.split("x")))
