@@ -6,7 +6,7 @@ from numba import types
 
 from nbwgmma import MatmulError, matmul
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
-from nbwgmma.frontend.tiles import TILES, pick_tile
+from nbwgmma.frontend.tiles import TILES, pick_small_m, pick_tile
 
 
 class Fake:
@@ -198,8 +198,26 @@ def test_tile_choice_by_shape(monkeypatch):
         assert pick(m, n) == (128, 256)
 
 
+def test_small_m_choice(monkeypatch):
+    """At most 256 rows of 16-bit inputs whose 128-column tiles fit one wave: 64-row tiles (128
+    above 128 rows) and as many K slices as still fit the SMs (at least 4 k-blocks each)."""
+    import sys
+
+    monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
+    assert pick_small_m(16, 4096, 4096, 16) == (64, 128, 4)  # 32 tiles x 4 slices
+    assert pick_small_m(32, 8192, 8192, 16) == (64, 128, 2)  # 64 tiles x 2
+    assert pick_small_m(128, 4096, 4096, 16) == (64, 128, 2)
+    assert pick_small_m(256, 4096, 14336, 16) == (128, 128, 2)
+    assert pick_small_m(200, 1024, 512, 16) == (128, 128, 2)  # 8 k-blocks: two slices of 4
+    assert pick_small_m(64, 8192, 128, 16) == (64, 128, 1)  # 2 k-blocks: no slices
+    assert pick_small_m(128, 14336, 4096, 16) is None  # 224 tiles: more than a wave, the tile model decides
+    assert pick_small_m(512, 4096, 4096, 16) is None
+    assert pick_small_m(128, 8192, 8192, 8) is None  # fp8: no split-K
+    assert pick_small_m(32, 8192, 8192, 16, cluster=2) is None
+
+
 @pytest.mark.parametrize("kind, out, epilogue, bm, bn, split", [
-    ("f32.bf16.bf16", "bf16", "tma", 128, 256, 4), ("f32.bf16.bf16", "bf16", "tma", 64, 128, 2),
+    ("f32.bf16.bf16", "bf16", "tma", 128, 256, 4), ("f32.bf16.bf16", "bf16", "tma", 128, 128, 2),
     ("f32.f16.f16", "f32", "direct", 128, 256, 3), ("f32.bf16.bf16", "bf16", "tma", 128, 192, 3),
 ])
 def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, report_batch):

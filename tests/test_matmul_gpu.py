@@ -221,7 +221,7 @@ def test_repeated_calls_follow_new_operands_outputs_and_streams():
         check(out, a, b, "bf16")
 
 
-@pytest.mark.parametrize("split, bm, bn", [(2, 128, 256), (3, 128, 192), (4, 64, 128)])
+@pytest.mark.parametrize("split, bm, bn", [(2, 128, 256), (3, 128, 192), (4, 64, 128), (2, 128, 128)])
 @pytest.mark.parametrize("m, n, k", [(129, 300, 1000), (128, 512, 4096), (1000, 129, 520)])
 @pytest.mark.parametrize("layout", ["KK", "KN"])
 def test_split_k(split, bm, bn, m, n, k, layout):
@@ -238,6 +238,22 @@ def test_split_k(split, bm, bn, m, n, k, layout):
     assert torch.equal(c1, c2)
     out = torch.full((m, n), float("nan"), device="cuda")
     matmul(a, b, out=out, config=cfg)  # f32 out: the direct epilogue
+    check(out, a, b, "f32")
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (32, 1024, 8192), (200, 1024, 520), (256, 2048, 14336)])
+def test_small_m_default_path(m, n, k):
+    """matmul without a config on few rows: the small-M choice (64- or 128-row tiles, K in
+    slices where the tiles leave SMs idle), bf16 and f32 out, against float64."""
+    from nbwgmma.frontend.tiles import pick_small_m
+
+    assert pick_small_m(m, n, k, 16) is not None
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = make(m, k, "bf16", "row", g)
+    b = make(n, k, "bf16", "row", g).t()
+    check(matmul(a, b), a, b, "bf16")
+    out = torch.full((m, n), float("nan"), device="cuda")
+    matmul(a, b, out=out)
     check(out, a, b, "f32")
 
 

@@ -36,7 +36,8 @@ from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..launch import array_arg_types, array_arg_values
 from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
-from .tiles import pick_tile
+from ..layout.kinds import wgmma_kind
+from .tiles import pick_small_m, pick_tile
 
 __all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "numba_view"]
 
@@ -138,7 +139,13 @@ class Plan:
         opts = dict(opts)
         if "bm" not in opts and "bn" not in opts:
             cluster = opts.get("cluster", 1)  # one GemmConfig rejects below: pick as for no cluster
-            opts["bm"], opts["bn"] = pick_tile(m, n, cluster if cluster in (1, 2, 4) else 1)
+            small = None if "split" in opts else pick_small_m(m, n, k, wgmma_kind(kind).input_bits, cluster)
+            if small is not None:
+                opts["bm"], opts["bn"], split = small
+                if split > 1:
+                    opts["split"] = split
+            else:
+                opts["bm"], opts["bn"] = pick_tile(m, n, cluster if cluster in (1, 2, 4) else 1)
         try:
             self._configure(kind, odt, ia, ib, io, opts, fp8)
         except ConfigError as e:  # the caller's config: name its entry at fault
