@@ -9,7 +9,7 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
-from nbwgmma import matmul  # noqa: E402
+from nbwgmma import MatmulError, matmul  # noqa: E402
 
 SIZES = [1, 8, 64, 127, 128, 129, 255, 264, 1000, 4096]
 TOL = {"bf16": 2e-2, "f16": 2e-3, "f32": 1e-2, "e4m3": 5e-2, "e5m2": 1e-1}  # out vs float64, relative norm
@@ -239,6 +239,22 @@ def test_split_k(split, bm, bn, m, n, k, layout):
     out = torch.full((m, n), float("nan"), device="cuda")
     matmul(a, b, out=out, config=cfg)  # f32 out: the direct epilogue
     check(out, a, b, "f32")
+
+
+def test_repeated_fp8_calls_take_their_own_scales():
+    """Repeated fp8 calls with numbers for scales and an output type take the quick path: each
+    applies its own scales and output type; scales on 16-bit inputs still fail after plain calls."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    a, b = make(256, 512, "e4m3", "row", g), make(384, 512, "e4m3", "row", g).t()
+    for sa, sb, odt in ((1.0, 1.0, "bf16"), (0.5, 4.0, "bf16"), (2, 1, "bf16"), (0.25, None, "f32"), (3.0, 0.5, "f32")):
+        c = matmul(a, b, scale_a=sa, scale_b=sb, out_dtype=odt)
+        assert c.dtype == {"bf16": torch.bfloat16, "f32": torch.float32}[odt]
+        check(c, a, b, odt if odt == "f32" else "bf16", scale=sa * (1.0 if sb is None else sb))
+    x, y = make(64, 128, "bf16", "row", g), make(128, 64, "bf16", "row", g)
+    matmul(x, y)
+    matmul(x, y)
+    with pytest.raises(MatmulError, match="fp8 inputs only"):
+        matmul(x, y, scale_a=2.0)
 
 
 @pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (32, 1024, 8192), (200, 1024, 520), (256, 2048, 14336)])

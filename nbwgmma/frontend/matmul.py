@@ -103,16 +103,22 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     """
     if type(a) in SPARSE_TYPES or type(b) in SPARSE_TYPES:  # a 2:4-sparse weight: nbwgmma.frontend.sparse
         return sparse_matmul(**locals())
-    quick = out is None and out_dtype is None and scale_a is None and scale_b is None and stream is None \
-        and config is None and in_dtype is None and bias is None and activation is None and epilogue is None \
-        and c is None and beta is None and alpha == 1.0 and scale_out is None and amax is None
+    # A plain product: no output array, stream, config or epilogue; fp8 scales as plain numbers.
+    quick = out is None and stream is None and config is None and in_dtype is None and bias is None \
+        and activation is None and epilogue is None and c is None and beta is None and alpha == 1.0 \
+        and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
+        and (out_dtype is None or type(out_dtype) is str)
+    if quick:
+        # the call's kind beyond its arrays: the output type asked for, which scales are given
+        variant = (out_dtype, scale_a is None, scale_b is None)
+        scale = float((1.0 if scale_a is None else scale_a) * (1.0 if scale_b is None else scale_b))
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
         # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
         pa, pb = a.data_ptr(), b.data_ptr()
         q = _QUICK.get((a.dtype, a.shape, a.stride(), pa & 15, a.get_device(),
-                        b.dtype, b.shape, b.stride(), pb & 15, b.get_device()))
+                        b.dtype, b.shape, b.stride(), pb & 15, b.get_device(), variant))
         if q is not None:
-            c = q(a, pa, b, pb)
+            c = q(a, pa, b, pb, scale)
             if c is not None:
                 return c
     try:
@@ -121,10 +127,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         raise array_error((("A", a), ("B", b)), e) from None
     if quick:
         qkey = (ia.dtype, ia.shape, ia.strides, ia.ptr & 15, ia.device, ia.kind,
-                ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device)
+                ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device, variant)
         q = _QUICK.get(qkey)
         if q is not None:
-            c = q(a, ia.ptr, b, ib.ptr)
+            c = q(a, ia.ptr, b, ib.ptr, scale)
             if c is not None:
                 return c
     try:
@@ -180,17 +186,19 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         if lib == "torch":
             globals()["_TORCH_TENSOR"] = type(a) if type(a) is type(b) else _TORCH_TENSOR
             _QUICK[(a.dtype, a.shape, a.stride(), ia.ptr & 15, a.get_device(),
-                    b.dtype, b.shape, b.stride(), ib.ptr & 15, b.get_device())] = q
+                    b.dtype, b.shape, b.stride(), ib.ptr & 15, b.get_device(), variant)] = q
     return out
 
 
 _QUICK: dict = {}
+_PLAIN_SCALES = (type(None), float, int)  # fp8 scales the quick path takes (tensors of scales: the full path)
 _TORCH_TENSOR = None  # torch.Tensor once a tensor went through matmul (no torch import here)
 
 
 class _Quick:
-    """A plain ``matmul(a, b)`` whose operands' types, shapes, strides, alignment and device
-    were checked once: allocate the output, launch the plan on the current stream."""
+    """A plain ``matmul(a, b)`` (fp8: with numbers for scales and an output type) whose operands'
+    types, shapes, strides, alignment and device were checked once: allocate the output, launch
+    the plan on the current stream with the scales' product as alpha."""
 
     def __init__(self, plan, lib, odt, io):
         self.plan, self.lib, self.io_rest = plan, lib, tuple(io)[1:]
@@ -203,12 +211,12 @@ class _Quick:
             self.make = lambda a: empty_like_lib(lib, a, self.shape, odt)  # noqa: E731
             self.ptr = lambda c: c.__cuda_array_interface__["data"][0]
 
-    def __call__(self, a, pa, b, pb):
+    def __call__(self, a, pa, b, pb, alpha):
         """The result, or None (for the full path) if the new array is not 16-byte aligned."""
         out = self.make(a)
         p = self.ptr(out)
         if p & 15:  # allocators give 256-byte alignment: not expected
             return None
         io = ArrayInfo(p, *self.io_rest)  # a fresh array: same shape, strides, type as the first
-        self.plan.again(a, pa, b, pb, out, io, stream_of(self.lib, None))
+        self.plan.again(a, pa, b, pb, out, io, stream_of(self.lib, None), alpha)
         return out

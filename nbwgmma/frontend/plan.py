@@ -249,12 +249,12 @@ class Plan:
             w = self.workspaces[stream_handle] = (part, counters, values)
         return w
 
-    def again(self, a, pa, b, pb, out, io, stream_handle):
-        """A repeat of an in-place plan's first call with new pointers (``alpha`` = 1)."""
+    def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0):
+        """A repeat of an in-place plan's first call with new pointers."""
         ta = self._map(0, a, pa, self.a_path[1], self.tdt[0], self.boxes[0])
         tb = self._map(1, b, pb, self.b_path[1], self.tdt[1], self.boxes[1])
         c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if self.cfg.epilogue == "tma" else 0
-        self._launch(stream_handle, ta.address, tb.address, c_map, io, 1.0)
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha)
 
     def launch_shape(self, kernel, args):
         """(grid, cluster shape or None, dynamic shared memory bytes): one CTA per SM, in
