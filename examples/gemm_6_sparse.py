@@ -146,19 +146,10 @@ SIG = (types.uint64, types.uint64, types.uint64, types.Array(types.uint16, 2, "A
 
 def main(m=8192, n=None, k=None):
     """Returns the relative error of the GEMM against float64 (0.0 where nothing ran on a GPU)."""
-    n = m if n is None else n
-    k = m if k is None else k
-    from nbwgmma import sim
-    from nbwgmma.demo import gpu_available
-    from nbwgmma.report import compile_report
+    from nbwgmma.demo import run_example
 
-    if sim.enabled():
-        return simulate()
-    if not gpu_available():  # an sm_90 GPU
-        print("no sm_90 GPU here: compile report of the sparse GEMM kernel instead\n")
-        print(compile_report(sparse_kernel(SparseConfig("bf16")), SIG))
-        return 0.0
-    return benchmark(m, n, k)
+    return run_example("the sparse GEMM kernel", simulate, lambda: (sparse_kernel(SparseConfig("bf16")), SIG),
+                       benchmark, m, n, k)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["gpu_available", "simulated", "compile_report_instead", "report_or_run", "gemm_operands",
+__all__ = ["gpu_available", "simulated", "compile_report_instead", "report_or_run", "run_example", "gemm_operands",
            "run_tma_gemm", "gemm_report", "sim_operands", "sim_check"]
 
 
@@ -55,6 +55,18 @@ def report_or_run(title, problem, kernel_sig_factory, run):
     if err != 0.0:
         raise SystemExit("mismatch")
     return err
+
+
+def run_example(what, simulate, kernel_sig, benchmark, m=8192, n=None, k=None):
+    """The main of the examples with a kernel of their own: ``simulate()`` in Numba's CUDA
+    simulator; without an sm_90 GPU the compile report of ``kernel_sig() -> (kernel, sig)``
+    (``what`` names it); else ``benchmark(m, n, k)`` (N and K default to M). Returns what
+    ``simulate`` or ``benchmark`` returns (0.0 where only compiled)."""
+    if simulated():
+        return simulate()
+    if not gpu_available():
+        return compile_report_instead(*kernel_sig(), what=what)
+    return benchmark(m, m if n is None else n, m if k is None else k)
 
 
 def gemm_operands(m, n, k, seed=0):

@@ -21,6 +21,8 @@ import os
 import numpy as np
 import pytest
 
+from tests.fuzzing import run_seeded
+
 pytestmark = [pytest.mark.gpu, pytest.mark.isolated(timeout=900)]
 
 CASES = int(os.environ.get("NBWGMMA_FUZZ_CASES", "160"))
@@ -215,15 +217,4 @@ def _activation(torch, v, act):
 
 def test_fuzz_fused_epilogues():
     torch = pytest.importorskip("torch")
-    nonzero, failures = 0, []
-    for i in range(CASES):
-        c = draw(SEED + i)
-        try:
-            nonzero += run_case(torch, c)
-        except Exception as e:  # collect, then report every failing seed
-            failures.append(f"seed {c['seed']}: {type(e).__name__}: {e}")
-            if len(failures) >= 10:
-                break
-    print(f"fused fuzz: {CASES} cases from seed {SEED}, {len(failures)} failed, {nonzero} with a nonzero reference")
-    assert not failures, "replay with NBWGMMA_FUZZ_SEED=<seed> NBWGMMA_FUZZ_CASES=1:\n" + "\n".join(failures)
-    assert nonzero >= CASES * 0.9
+    run_seeded(torch, draw, run_case, CASES, SEED, "fused fuzz")
