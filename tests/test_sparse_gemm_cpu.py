@@ -5,6 +5,7 @@ per-tile model of :mod:`nbwgmma.layout.sparse`, every bad input to ``matmul`` wi
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -24,19 +25,39 @@ HERE = pathlib.Path(__file__).parent
 
 @pytest.mark.xdist_group("sparse-gemm-bf16")  # compiled once with the example (tests/test_examples.py)
 def test_kernel_compiles_clean(report_once):
-    """The ``x @ w24.t()`` kernel (bf16, B K-major, D a transposed view): two sparse HGMMAs per
-    stage, one metadata load, no spills, no local memory, no serialized wgmma."""
+    """The ``x @ w24.t()`` kernel (bf16, B K-major, D a transposed view): two stages per wgmma group
+    (four sparse HGMMAs) and a last odd stage (two), one metadata load per stage after its "full"
+    wait, no spills, no local memory, no serialized wgmma; and no metadata register is written
+    between a group's first sparse wgmma and the wait that completes it, nor a group left in
+    flight (the sparse wgmma reads its metadata register after issue)."""
     sig = (types.uint64, types.uint64, types.uint64, types.Array(types.uint16, 2, "A"), types.int32, types.int32,
            types.int32, types.int32)
     rep = report_once(sparse_kernel(SparseConfig("bf16")), sig)
-    assert rep.sass_full.get("HGMMA.SP.64x256x32.F32.BF16") == 2, rep.sass_full
-    assert rep.sass.get("HGMMA") == 2 and rep.sass.get("LDS") == 1, rep.sass
+    assert rep.sass_full.get("HGMMA.SP.64x256x32.F32.BF16") == 6, rep.sass_full
+    assert rep.sass.get("HGMMA") == 6 and rep.sass.get("LDS") == 3, rep.sass
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
     assert not rep.wgmma_serialized and not rep.warnings, rep.warnings
-    lines = rep.sass_text.splitlines()  # the k-loop: a "full" wait, the metadata load, both sparse wgmmas
+    lines = rep.sass_text.splitlines()  # the k-loop: a "full" wait, the metadata load, the sparse wgmmas
     first = min(i for i, line in enumerate(lines) if "HGMMA.SP" in line)
     wait = max(i for i, line in enumerate(lines[:first]) if "SYNCS.PHASECHK" in line)
     assert any("LDS" in line for line in lines[wait:first])
+    groups = 0
+    for i, line in enumerate(lines):
+        if "HGMMA.SP" not in line or "WARPGROUP.ARRIVE" not in lines[i - 1]:
+            continue
+        groups += 1
+        metas = set()
+        for later in lines[i:]:
+            if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in later:  # every group in flight is done
+                break
+            op = re.search(r"\*/\s+(?:@!?U?P\w+ )?(\S+) (R\d+)?,?(.*)", later)
+            if op and op.group(1).startswith("HGMMA.SP"):
+                metas.add(re.findall(r"R\d+", op.group(3))[-1])  # d, a, c, then the metadata register
+            elif op and op.group(2) in metas:
+                raise AssertionError(f"metadata register {op.group(2)} written while its wgmma runs: {later}")
+    assert groups == 2 and metas
+    # and no group is left in flight past its stages (a later metadata load could take its registers)
+    assert not any("WARPGROUP.DEPBAR.LE gsb0, 0x1" in line for line in lines)
     assert rep.registers <= 168
 
 

@@ -23,9 +23,9 @@ fp8: two sparse K steps) and holds, for a CTA tile of 128 rows of A by ``bn`` co
     ...
     acc, s, ph = sc.tile(ring, base, s, ph, kblocks, ct, cw)   # each consumer, per tile
 
-``tile`` runs the main loop of consumer ``cw``'s 64 rows and releases each stage after the
-``wgmma_wait_group(0)`` that completes the wgmmas reading it (the sparse wgmma reads its metadata
-register after issue, so a stage's group completes before the next stage's words are loaded).
+``tile`` runs the main loop of consumer ``cw``'s 64 rows, two stages per wgmma group, and releases
+both after the ``wgmma_wait_group(0)`` that completes the wgmmas reading them (the sparse wgmma
+reads its metadata register after issue, so a group completes before new words are loaded).
 """
 
 from __future__ import annotations
@@ -111,30 +111,55 @@ class SparseConsumers(types.ModuleType):
             tma_load_2d(slot + META, tmap_meta, full, 0, kb * mblocks + a_row // 64)
 
         @cuda.jit(device=True, inline=True)
+        def issue(acc, slot, meta0, meta1, cw, scale_d):
+            """The two sparse wgmmas of one stage (scale_d 0: the first of a tile, no fill)."""
+            da = make_desc(slot + cw * 4096, 16, 512, _SW64)
+            db = make_desc(slot + A_BYTES, B_LBO, 1024, _SW128)
+            acc = wgmma_mma_async_sp(acc, da, db, meta0, KIND, 0, scale_d, 1, 1, 0, TRANS_B)
+            if TWO:
+                acc = wgmma_mma_async_sp(acc, desc_advance(da, 32), desc_advance(db, B_STEP), meta1, KIND, 0, 1,
+                                         1, 1, 0, TRANS_B)
+            else:  # T2, T3 of each quad hold the second step's codes
+                acc = wgmma_mma_async_sp(acc, desc_advance(da, 32), desc_advance(db, B_STEP), meta0, KIND, 1, 1,
+                                         1, 1, 0, TRANS_B)
+            return acc
+
+        W = STAGE // 4  # 32-bit words per stage
+
+        @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kblocks, ct, cw):
             acc = acc_undef(KIND, BN)
             words = cuda.shared.array(0, np.uint32)  # the dynamic shared memory, as 32-bit words
             mw = (base - smem_addr(words) + META + cw * (R * 512)) // 4 + ct  # this thread's word, stage 0
-            # wgmma reads its metadata register after issue (measured on an H100: a stage's second
-            # sparse wgmma read the next stage's codes once the next load reused its register, and
-            # ptxas reuses it), so each stage's group completes before the next stage's words load.
-            for kb in range(kblocks):
+            # The sparse wgmma reads its metadata register after issue (measured on an H100: a
+            # stage's second wgmma read the next stage's codes once ptxas gave the next load the same
+            # register), so a group completes before new metadata loads: two stages per group halve
+            # the drains of the tensor pipe that costs.
+            for p in range(kblocks // 2):
                 pipe.consumer_wait(ring, s, ph)
-                slot = base + s * STAGE
-                meta0 = words[mw + s * (STAGE // 4)]
-                meta1 = words[mw + s * (STAGE // 4) + 128] if TWO else meta0
-                da = make_desc(slot + cw * 4096, 16, 512, _SW64)
-                db = make_desc(slot + A_BYTES, B_LBO, 1024, _SW128)
+                s1, ph1 = pipe.advance(s, ph)
+                pipe.consumer_wait(ring, s1, ph1)
+                a0 = words[mw + s * W]
+                a1 = words[mw + s * W + 128] if TWO else a0
+                b0 = words[mw + s1 * W]
+                b1 = words[mw + s1 * W + 128] if TWO else b0
                 wgmma_fence()  # the metadata loads are complete before the wgmmas read them
-                acc = wgmma_mma_async_sp(acc, da, db, meta0, KIND, 0, kb > 0, 1, 1, 0, TRANS_B)  # no fill first
-                if TWO:
-                    acc = wgmma_mma_async_sp(acc, desc_advance(da, 32), desc_advance(db, B_STEP), meta1, KIND, 0, 1,
-                                             1, 1, 0, TRANS_B)
-                else:  # T2, T3 of each quad hold the second step's codes
-                    acc = wgmma_mma_async_sp(acc, desc_advance(da, 32), desc_advance(db, B_STEP), meta0, KIND, 1, 1,
-                                             1, 1, 0, TRANS_B)
+                acc = issue(acc, base + s * STAGE, a0, a1, cw, p > 0)
+                acc = issue(acc, base + s1 * STAGE, b0, b1, cw, 1)
                 wgmma_commit_group()
-                wgmma_wait_group(0)  # this stage's wgmmas are done: its slot and registers are free
+                wgmma_wait_group(0)  # both stages' wgmmas are done: their slots and registers are free
+                if ct == 0:
+                    pipe.consumer_release(ring, s)
+                    pipe.consumer_release(ring, s1)
+                s, ph = pipe.advance(s1, ph1)
+            if kblocks % 2:  # the last stage alone
+                pipe.consumer_wait(ring, s, ph)
+                a0 = words[mw + s * W]
+                a1 = words[mw + s * W + 128] if TWO else a0
+                wgmma_fence()
+                acc = issue(acc, base + s * STAGE, a0, a1, cw, kblocks > 1)
+                wgmma_commit_group()
+                wgmma_wait_group(0)
                 if ct == 0:
                     pipe.consumer_release(ring, s)
                 s, ph = pipe.advance(s, ph)
