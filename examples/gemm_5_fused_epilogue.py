@@ -134,7 +134,7 @@ def benchmark(m, n, k, repeats=20):
     import torch.nn.functional as F
 
     from nbwgmma import matmul
-    from nbwgmma.bench import device_times
+    from nbwgmma.bench import side_by_side
 
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
@@ -154,11 +154,7 @@ def benchmark(m, n, k, repeats=20):
              "cuBLASLt fused (_addmm_activation)": lambda: torch._addmm_activation(bias16, a, b.t(), use_gelu=True),
              "unfused F.gelu(a @ b.T + bias)": lambda: F.gelu(a @ b.t() + bias16, approximate="tanh")}
     # batches of 10 back-to-back calls, the contenders taking turns, median of the rounds
-    med = dict(zip(peers, device_times(torch, list(peers.values()), 3, repeats)))
-    flops = 2 * m * n * k
-    for name, t in med.items():
-        print(f"{name:36s} {m}x{n}x{k}: {t:.3f} ms = {flops / t / 1e9:.1f} TFLOP/s "
-              f"({med[name] / med['nbwgmma']:.3f}x nbwgmma's time)")
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "nbwgmma", repeats)
     print(f"relative error vs float64: {err:.2e}")
     if not err < 1e-2:
         raise SystemExit("mismatch")

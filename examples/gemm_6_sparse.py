@@ -106,7 +106,7 @@ def simulate():
 def benchmark(m, n, k, repeats=15):
     import torch
 
-    from nbwgmma.bench import device_times
+    from nbwgmma.bench import side_by_side
 
     run_tile()
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -127,11 +127,7 @@ def benchmark(m, n, k, repeats=15):
         peers["cuSPARSELt F.linear(x, ws)"] = lambda: torch.nn.functional.linear(x, ws)
     except (RuntimeError, ImportError):
         pass
-    med = dict(zip(peers, device_times(torch, list(peers.values()), 3, repeats)))
-    first = next(iter(med.values()))
-    for name, t in med.items():
-        print(f"{name:36s} {m}x{n}x{k}: {t:.3f} ms = {2 * m * n * k / t / 1e9:.1f} TFLOP/s "
-              f"({t / first:.3f}x the sparse GEMM's time)")
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the sparse GEMM", repeats)
     print(f"relative error vs float64: {err:.2e}")
     if not err < 1e-2:
         raise SystemExit("mismatch")
