@@ -26,7 +26,8 @@ from numba import cuda, types
 from nbwgmma.intrinsics import (
     bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d,
 )
-from nbwgmma.kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tma_store_part
+from nbwgmma.kit import (PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tile_producer,
+                         tma_store_part)
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
@@ -37,6 +38,16 @@ C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2
 pipe = TmaPipeline(STAGES, consumers=1)
 pp = PingPong(KIND, pipe)  # the consumers' side: main loop of a 128 x 128 tile, turns, ring
 sched = TileScheduler(BM, BN, BK, group_m=8)
+
+
+@cuda.jit(device=True, inline=True)
+def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage: A's rows, then B's
+    tmap_a, tmap_b = maps
+    tma_load_2d(slot, tmap_a, full, kb * BK, tm * BM)
+    tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, tn * BN)
+
+
+produce = tile_producer(pipe, sched, STAGE, load, pairs=True)  # the producer thread's walk over pairs of tiles
 
 
 def make_kernel(act):
@@ -54,16 +65,7 @@ def make_kernel(act):
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
             setmaxnreg_dec(40)
             if tid == 0:
-                s, ph = 0, 0
-                for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
-                    for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                        tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                        for kb in range(kblocks):
-                            full = pipe.producer_acquire(ring, s, ph, STAGE)
-                            slot = base + s * STAGE
-                            tma_load_2d(slot, tmap_a, full, kb * BK, tm * BM)
-                            tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, tn * BN)
-                            s, ph = pipe.advance(s, ph)
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
         else:  # two consumer warpgroups, each a whole 128 x 128 tile, taking tiles in turn
             setmaxnreg_inc(232)
             cw, ct = tid // 128 - 1, tid % 128

@@ -116,3 +116,18 @@ def test_wave_order_is_a_bijection_running_neighbours_together(nunits, ctas):
         assert pairs == sorted(pairs)
     first = sorted(order(u, nunits, ctas) for u in range(0, min(nunits, 2 * ctas), 2))
     assert first == list(range(len(first)))  # the first consumers of the first wave: tiles 0, 1, 2 ...
+
+
+def test_tile_producer_checks_its_blocks():
+    from nbwgmma.kit import TileScheduler, TmaPipeline, tile_producer
+
+    pipe, sched = TmaPipeline(4, consumers=2), TileScheduler(128, 256, 64)
+
+    def load(slot, full, kb, tm, tn, args):
+        pass
+
+    assert callable(tile_producer(pipe, sched, 48 * 1024, load, pairs=True))
+    with pytest.raises(ValueError, match="stage_bytes must be a positive multiple of 1024"):
+        tile_producer(pipe, sched, 1000, load)
+    with pytest.raises(ValueError, match="pipe must be a TmaPipeline"):
+        tile_producer(sched, pipe, 49152, load)

@@ -24,7 +24,7 @@ from numba import cuda
 from ..intrinsics import (
     FP8_FORMATS, acc_add, acc_load, acc_scale, acc_store_fp8, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc,
 )
-from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tma_store_part
+from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tile_producer, tma_store_part
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS", "OUTS_16"]
@@ -236,6 +236,13 @@ def _build(key):
     epilogue = _epilogue(cfg)
     store, finish = _output(cfg)
 
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
+        tmap_a, tmap_b = maps
+        pp.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
+
+    produce = tile_producer(pipe, sched, STAGE, load, pairs=True)  # the walk over pairs of tiles
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out, amax):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
@@ -244,14 +251,7 @@ def _build(key):
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
             setmaxnreg_dec(40)
             if tid == 0:
-                s, ph = 0, 0
-                for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
-                    for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                        tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                        for kb in range(kblocks):
-                            full = pipe.producer_acquire(ring, s, ph, STAGE)
-                            pp.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
-                            s, ph = pipe.advance(s, ph)
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
         else:  # two consumer warpgroups, each a whole 128 x 128 tile, taking tiles in turn
             setmaxnreg_inc(232)
             cw, ct = tid // 128 - 1, tid % 128

@@ -33,7 +33,7 @@ import functools
 from numba import cuda
 
 from ..intrinsics import acc_store, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc
-from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, inlined, tma_store_part
+from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, inlined, tile_producer, tma_store_part
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS", "SMEM"]
@@ -138,6 +138,13 @@ def _build(key):
     TMA = cfg.epilogue == "tma"
     KIND = cfg.kind
 
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
+        tmap_a, tmap_b = maps
+        bs.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
+
+    produce = tile_producer(pipe, sched, STAGE, load)
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
@@ -146,13 +153,7 @@ def _build(key):
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
             setmaxnreg_dec(40)
             if tid == 0:
-                s, ph = 0, 0
-                for u in range(sched.first(), nunits, sched.step()):
-                    tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    for kb in range(kblocks):
-                        full = pipe.producer_acquire(ring, s, ph, STAGE)
-                        bs.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
-                        s, ph = pipe.advance(s, ph)
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
         else:  # two consumer warpgroups, 64 rows of each tile each
             setmaxnreg_inc(232)
             cw, ct = tid // 128 - 1, tid % 128

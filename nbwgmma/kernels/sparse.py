@@ -30,7 +30,7 @@ import functools
 from numba import cuda
 
 from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc
-from ..kit import TileScheduler, TmaPipeline
+from ..kit import TileScheduler, TmaPipeline, tile_producer
 from ..kit.sparse import SparseConsumers
 from ..launch import dynamic_smem_bytes
 
@@ -102,6 +102,13 @@ def _build(key):
     sched = cfg.sched
     STAGE = sc.stage_bytes
 
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, args):  # the producer's TMA loads of one stage
+        tmap_a, tmap_b, tmap_meta, mblocks = args
+        sc.load(slot, full, tmap_a, tmap_b, tmap_meta, kb, tm * BM, tn * BN, mblocks)
+
+    produce = tile_producer(pipe, sched, STAGE, load)
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def sparse_gemm(tmap_a, tmap_b, tmap_meta, d, m, n, k, mblocks):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
@@ -110,13 +117,7 @@ def _build(key):
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
             setmaxnreg_dec(40)
             if tid == 0:
-                s, ph = 0, 0
-                for u in range(sched.first(), nunits, sched.step()):
-                    tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    for kb in range(kblocks):
-                        full = pipe.producer_acquire(ring, s, ph, STAGE)
-                        sc.load(base + s * STAGE, full, tmap_a, tmap_b, tmap_meta, kb, tm * BM, tn * BN, mblocks)
-                        s, ph = pipe.advance(s, ph)
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b, tmap_meta, mblocks))
         else:  # two consumer warpgroups, 64 rows of the tile each
             setmaxnreg_inc(232)
             cw, ct = tid // 128 - 1, tid % 128

@@ -6,6 +6,8 @@
   tiles (grouped rasterization, clusters, K slices);
 * :mod:`~nbwgmma.kit.epilogue`: device functions over accumulator fragments (a user function
   mapped over every value with its row and column, bias, activations);
+* :mod:`~nbwgmma.kit.producer`: :func:`tile_producer`, the producer thread's walk over the CTA's
+  tiles (each k-block: a slot of the ring, your TMA loads of the stage);
 * :mod:`~nbwgmma.kit.pingpong`: :class:`PingPong`, two consumer warpgroups taking 128 x 128
   tiles in turn (one's epilogue under the other's main loop);
 * :mod:`~nbwgmma.kit.scaling`: :class:`BlockScaled`, two consumer warpgroups of a block-scaled
@@ -30,12 +32,14 @@ from .device import inlined
 from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_part
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
+from .producer import tile_producer
 from .scaling import SCALE_BLOCK, BlockScaled, acc_promote
 from .scheduler import TileScheduler, tile_order, wave_order
 from .sparse import SparseConsumers
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order", "inlined",
+__all__ = ["TmaPipeline", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order", "tile_producer",
+           "inlined",
            "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part", "activation", "ACTIVATIONS",
            "warpgroup_index",
            "warpgroup_thread", "warpgroup_sync", "turn_wait", "turn_pass"]

@@ -1,0 +1,72 @@
+"""The producer thread of a persistent warp-specialized kernel: :func:`tile_producer`.
+
+One thread walks the CTA's output tiles in the scheduler's order and fills the ring: for each
+tile and each k-block it takes the next slot (``pipe.producer_acquire``: the "empty" wait and
+the "full" barrier armed with the stage's bytes), issues the stage's TMA loads (your
+``load``) and moves on (``pipe.advance``). The consumers take the stages in the same order::
+
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, args):   # the TMA loads of one stage
+        tmap_a, tmap_b = args
+        tma_load_2d(slot, tmap_a, full, kb * BK, tm * BM)
+        tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, tn * BN)
+
+    produce = tile_producer(pipe, sched, STAGE, load)
+    ...
+    if tid == 0:                                  # in the kernel: the producer thread
+        produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
+
+With ``pairs=True`` (two ping-pong consumer warpgroups, :class:`~nbwgmma.kit.PingPong`) the
+CTA's units are pairs of adjacent tiles, ``2p`` for the first consumer and ``2p + 1`` for
+the second, and the walk goes over the pairs.
+"""
+
+from __future__ import annotations
+
+from numba import cuda
+
+from .pipeline import TmaPipeline
+from .scheduler import TileScheduler
+
+__all__ = ["tile_producer"]
+
+
+def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, load, *, pairs: bool = False):
+    """The device function ``produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args)`` of
+    one producer thread (see the module's text): ``load(slot, full, kb, tm, tn, args)`` is a
+    device function issuing the TMA loads of k-block ``kb`` of tile (``tm``, ``tn``) into the
+    slot at shared address ``slot`` on barrier ``full``; ``args`` (a tuple: tensor maps, sizes)
+    reaches it unchanged. Slots are ``stage_bytes`` apart from ``base``. The walk is
+    ``sched``'s (one cluster rank; units without K slices), over pairs with ``pairs``."""
+    if not isinstance(pipe, TmaPipeline) or not isinstance(sched, TileScheduler):
+        raise ValueError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
+                         f"{sched!r}")
+    if not isinstance(stage_bytes, int) or stage_bytes <= 0 or stage_bytes % 1024:
+        raise ValueError(f"tile_producer: stage_bytes must be a positive multiple of 1024 (the slots' "
+                         f"alignment); got {stage_bytes!r}")
+    STAGE = stage_bytes
+
+    @cuda.jit(device=True, inline=True)
+    def stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args):
+        tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+        for kb in range(kblocks):
+            full = pipe.producer_acquire(ring, s, ph, STAGE)
+            load(base + s * STAGE, full, kb, tm, tn, args)
+            s, ph = pipe.advance(s, ph)
+        return s, ph
+
+    if pairs:
+        @cuda.jit(device=True, inline=True)
+        def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args):
+            s, ph = 0, 0
+            for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
+                for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
+                    s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
+    else:
+        @cuda.jit(device=True, inline=True)
+        def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args):
+            s, ph = 0, 0
+            for u in range(sched.first(), nunits, sched.step()):
+                s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
+
+    return produce
