@@ -154,6 +154,8 @@ BAD = {
     "inner-left": (lambda w: (w, Fake((32, 8), np.float16)), {}, MatmulError, r"inner dimensions differ"),
     "bias": (lambda w: (Fake((8, 64), np.float16), w.t()), {"bias": Fake((64,), np.float32)}, MatmulError,
              "bias is not taken so far"),
+    "bias-host": (lambda w: (Fake((8, 64), np.float16), w.t()), {"bias": np.ones(64, np.float32)}, MatmulError,
+                  "bias is not taken so far .*got bias=a ndarray"),  # (its == is elementwise)
     "alpha": (lambda w: (w, Fake((64, 8), np.float16)), {"alpha": 2.0}, MatmulError, "alpha is not taken"),
     "out-shape": (lambda w: (Fake((8, 64), np.float16), w.t()), {"out": Fake((64, 8), np.float16)}, MatmulError,
                   r"out must have shape \(8, 64\)"),

@@ -34,9 +34,9 @@ from .. import sim
 from ..errors import ConfigError, MatmulError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..launch import array_arg_types, array_arg_values
+from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
-from ..layout.kinds import wgmma_kind
 from .tiles import pick_small_m, pick_tile
 
 __all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "numba_view"]

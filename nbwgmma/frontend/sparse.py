@@ -28,7 +28,7 @@ from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
 from .sparse24 import SPARSE_TYPES, Sparse24
 
-__all__ = ["sparse_matmul", "Sparse24"]
+__all__ = ["sparse_matmul", "Sparse24", "SPARSE_TYPES"]
 
 _SIM = sim.enabled()
 #: ``matmul``'s options a sparse call leaves at their defaults.
@@ -42,9 +42,13 @@ _FP8 = ("e4m3", "e5m2")
 
 def _options(config, **given):
     for name, v in given.items():
-        if v is not _DEFAULTS[name] and v != _DEFAULTS[name]:
+        default = _DEFAULTS[name]
+        # (an array is compared by identity: its == is elementwise)
+        same = v is default or (type(v) in (int, float, tuple) and type(default) in (float, tuple) and v == default)
+        if not same:
+            shown = repr(v) if type(v) in (int, float, tuple, str, bool) else f"a {type(v).__name__}"
             raise MatmulError(f"matmul: with a Sparse24 operand, {name} is not taken so far (out, out_dtype, "
-                              f"stream, in_dtype, config are); got {name}={v!r}")
+                              f"stream, in_dtype, config are); got {name}={shown}")
     if config is None:
         return {}
     if not isinstance(config, dict) or set(config) - set(_CONFIG_KEYS):
@@ -184,5 +188,3 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
     launch(sparse_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream_of(lib, stream), smem=cfg.smem)
     return out
 
-
-__all__ += ["SPARSE_TYPES"]
