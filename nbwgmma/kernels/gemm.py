@@ -42,49 +42,21 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add_strided,
-    acc_store_strided,
-    acc_scale,
-    acc_stmatrix_swizzled,
-    acc_to_bf16x2,
-    acc_to_f16x2,
-    bulk_commit_group,
-    bulk_wait_group,
-    bulk_wait_group_read,
-    cluster_ctarank,
-    cluster_sync,
-    tma_load_multicast_2d,
-    fence_proxy_async_shared,
-    named_barrier_sync,
+    acc_add_strided, acc_scale, acc_stmatrix_swizzled, acc_store, acc_store_strided, acc_to_bf16x2, acc_to_f16x2,
+    acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, cluster_ctarank, cluster_sync,
+    dynamic_smem_base, fence_proxy_async_shared, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
     tma_store_2d,
-    acc_store,
-    acc_undef,
-    acc_zeros,
-    dynamic_smem_base,
-    make_desc,
-    desc_advance,
-    setmaxnreg_dec,
-    setmaxnreg_inc,
-    smem_addr,
-    tma_load_2d,
-    wgmma_commit_group,
-    wgmma_fence,
-    wgmma_mma_async,
-    wgmma_wait_group,
 )
-from ..layout.descriptor import SWIZZLE_CODE
 from ..errors import ConfigError
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
+from ..kit.cooperative import Cooperative
+from ..kit.device import inlined
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler
 from ..kit.warpgroup import warpgroup_sync
-from ..kit.device import inlined
 
 __all__ = ["GemmConfig", "gemm_kernel"]
-
-SW128 = SWIZZLE_CODE["128B"]
-
 
 _OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 
@@ -233,35 +205,15 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''})")
 
 
-def _operand_layout(cfg, major):
-    """(LBO, SBO, bytes per wgmma K step) of one operand's stage slot.
-
-    Both layouts use the 128-byte swizzle, 8-row atoms of 1024 bytes.
-    K-major: one TMA box [rows, 128 bytes of K]; 8-row atoms 1024 B apart (SBO); a wgmma
-    K step is a 32-byte move inside the swizzled row (LBO unused).
-    MN-major (16-bit only): ``rows // 64`` boxes [BK K-rows, 64 elements]; the next 64
-    elements of M/N 8 KiB away (LBO), the next 8 K-rows 1024 B away (SBO); a K step of 16
-    rows is two atoms, 2048 B.
-    """
-    if major == "K":
-        return 16, 1024, cfg.k.k * cfg.esize
-    return 8192, 1024, 2048
-
-
 @functools.lru_cache(maxsize=None)
 def _build(key):
     cfg = GemmConfig(*key)
     KIND, BM, BN, BK = cfg.kind, cfg.bm, cfg.bn, cfg.bk
     STAGES, GROUP_M, NCONS = cfg.stages, cfg.group_m, cfg.consumers
     assert BK // cfg.k.k == 4
-    A_MN, B_MN = cfg.a_major == "MN", cfg.b_major == "MN"
-    A_LBO, A_SBO, A_STEP = _operand_layout(cfg, cfg.a_major)
-    B_LBO, B_SBO, B_STEP = _operand_layout(cfg, cfg.b_major)
     A_BYTES, STAGE_BYTES = cfg.a_bytes, cfg.stage_bytes
-    A_CONS = 64 * 128  # bytes between the consumers' 64-row A slices (either layout)
     SCALED = cfg.scaled
     PREGS, CREGS = cfg.producer_regs, cfg.consumer_regs
-    TRANS_A, TRANS_B = int(A_MN), int(B_MN)
     TMA_EPI = cfg.epilogue == "tma"
     C_OFF = STAGES * STAGE_BYTES
     PART_COLS = BN // cfg.c_parts
@@ -269,37 +221,16 @@ def _build(key):
     PART_REGS = PART_COLS // 4  # packed 16-bit registers per part
     BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
-    CL_MASK = (1 << CL) - 1
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
+    coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major)
     sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split)
     NBARS = pipe.barrier_words
-    B_BOXES = BN // 64 // CL  # MN-major B boxes per CTA (64 N-columns each)
     B_PART_ROWS = BN // CL  # rows of B (N) per CTA
-    B_PART_BYTES = B_PART_ROWS * 128  # their bytes in the slot, in either layout
+    B_PART_BYTES = coop.b_share_bytes  # their bytes in the slot, in either layout
     SPLIT = cfg.split
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
-
-    @inlined
-    def load_stage(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, b_dst):
-        """One stage: A's rows from ``a_row`` and this CTA's share of B (rows from ``b_row``,
-        landing at ``slot + b_dst``); with a cluster the B share is multicast to every CTA."""
-        if A_MN:
-            for j in range(BM // 64):
-                tma_load_2d(slot + j * 8192, tmap_a, full, a_row + j * 64, kcol)
-        else:
-            tma_load_2d(slot, tmap_a, full, kcol, a_row)
-        if B_MN:
-            for j in range(B_BOXES):
-                if CL == 1:
-                    tma_load_2d(slot + b_dst + j * 8192, tmap_b, full, b_row + j * 64, kcol)
-                else:
-                    tma_load_multicast_2d(slot + b_dst + j * 8192, tmap_b, full, CL_MASK, b_row + j * 64, kcol)
-        elif CL == 1:
-            tma_load_2d(slot + b_dst, tmap_b, full, kcol, b_row)
-        else:
-            tma_load_multicast_2d(slot + b_dst, tmap_b, full, CL_MASK, kcol, b_row)
 
     @inlined
     def store_direct(acc, c, ctid, cw, row0, col0, cbase):
@@ -415,7 +346,7 @@ def _build(key):
                     for kb in range(kb0, kb1):
                         s, ph = pipe.stage_of(it)
                         full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
-                        load_stage(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, b_row, b_dst)
+                        coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, b_row, b_dst)
                         it += 1
         else:
             setmaxnreg_inc(CREGS)
@@ -424,40 +355,11 @@ def _build(key):
             cbase = base + C_OFF + cw * C_CONS
             s = 0  # the slot of the next k-block, and the parity of its "full" phase
             ph = 0
-            prev = 0
             for u in range(first, nunits, step):
                 t, sp = sched.split_unit(u, nsplit)
                 pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
-                acc = acc_undef(KIND, BN)
                 kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
-                for kb in range(kb0, kb1):
-                    pipe.consumer_wait(ring, s, ph)
-                    slot = base + s * STAGE_BYTES
-                    # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
-                    # separates the four wgmmas. (Built with 64-bit integer math, 64-bit adds
-                    # between them, the same kernel was 4-7% slower on an H100.)
-                    da = make_desc(slot + cw * A_CONS, A_LBO, A_SBO, SW128)
-                    db = make_desc(slot + A_BYTES, B_LBO, B_SBO, SW128)
-                    da1, db1 = desc_advance(da, A_STEP), desc_advance(db, B_STEP)
-                    da2, db2 = desc_advance(da, 2 * A_STEP), desc_advance(db, 2 * B_STEP)
-                    da3, db3 = desc_advance(da, 3 * A_STEP), desc_advance(db, 3 * B_STEP)
-                    wgmma_fence()
-                    # BK is one 128-byte swizzle row: always four K steps, written out so
-                    # the four wgmmas issue back to back.
-                    acc = wgmma_mma_async(acc, da, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
-                    acc = wgmma_mma_async(acc, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                    acc = wgmma_mma_async(acc, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                    acc = wgmma_mma_async(acc, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                    wgmma_commit_group()
-                    # Keep this stage's group in flight; the previous one is done: release it.
-                    wgmma_wait_group(1)
-                    if kb > kb0 and ctid == 0:
-                        pipe.consumer_release(ring, prev)
-                    prev = s
-                    s, ph = pipe.advance(s, ph)
-                wgmma_wait_group(0)
-                if ctid == 0:
-                    pipe.consumer_release(ring, prev)
+                acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
                 if SCALED:
                     acc = acc_scale(acc, alpha)
                 if pm < tiles_m:

@@ -8,6 +8,8 @@
   mapped over every value with its row and column, bias, activations);
 * :mod:`~nbwgmma.kit.producer`: :func:`tile_producer`, the producer thread's walk over the CTA's
   tiles (each k-block: a slot of the ring, your TMA loads of the stage);
+* :mod:`~nbwgmma.kit.cooperative`: :class:`Cooperative`, consumer warpgroups sharing one tile,
+  64 rows each (the library GEMM's: the largest tiles, the epilogue after the main loop);
 * :mod:`~nbwgmma.kit.pingpong`: :class:`PingPong`, two consumer warpgroups taking 128 x 128
   tiles in turn (one's epilogue under the other's main loop);
 * :mod:`~nbwgmma.kit.scaling`: :class:`BlockScaled`, two consumer warpgroups of a block-scaled
@@ -28,6 +30,7 @@ ph)`` on a global ``pipe`` as it calls ``math.exp``. A shared-array shape must s
 constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 """
 
+from .cooperative import Cooperative
 from .device import inlined
 from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_part
 from .pipeline import TmaPipeline
@@ -38,7 +41,7 @@ from .scheduler import TileScheduler, tile_order, wave_order
 from .sparse import SparseConsumers
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order", "tile_producer",
+__all__ = ["TmaPipeline", "Cooperative", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order", "tile_producer",
            "inlined",
            "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part", "activation", "ACTIVATIONS",
            "warpgroup_index",

@@ -1,0 +1,163 @@
+"""Cooperative consumers: warpgroups that share one BM x BN tile, 64 rows each.
+
+The consumer side of the library GEMM (:mod:`nbwgmma.kernels.gemm`) as one block: a stage
+holds A's BM rows and B's BN rows (or columns) of 128 bytes of K, 128-byte swizzle; each of
+the ``BM / 64`` consumer warpgroups issues four m64nBNkK wgmmas per stage on its 64 rows of
+A and the whole B, keeps one wgmma group in flight and releases a stage once the group that
+read it is complete. Both warpgroups work on the same tile at the same time, so each holds
+a 64 x BN accumulator (BN / 2 registers per thread: 128 at BN = 256) and the epilogue runs
+after the main loop, with the tensor cores idle: the schedule of the largest tiles (the
+fewest bytes loaded per FLOP), where :class:`~nbwgmma.kit.PingPong` hides the epilogue under
+the other warpgroup's main loop with tiles of half the size.
+
+    coop = Cooperative("f32.bf16.bf16", TmaPipeline(4, consumers=2), bm=128, bn=256)
+    ...
+    coop.load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, b_dst)  # the producer, per stage
+    ...
+    acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ct)     # each consumer warpgroup
+    ...                                                               # epilogue of rows 64 cw ...
+
+Operands are K-major (K contiguous: one box [rows, 128 bytes of K]) or, for 16-bit inputs,
+MN-major (M or N contiguous: boxes of [BK K-rows, 64 elements], read with wgmma's transpose
+bits). With ``cluster`` > 1 each CTA loads 1/cluster of B's rows at ``b_dst`` (its share's
+offset in the stage) and multicasts them into every CTA of the cluster.
+"""
+
+from __future__ import annotations
+
+import types
+
+from numba import cuda
+
+from ..intrinsics import (
+    acc_undef, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group, wgmma_fence,
+    wgmma_mma_async, wgmma_wait_group,
+)
+from ..layout import SWIZZLE_CODE, wgmma_kind
+from ..layout.wgmma_model import ELEMENT_BYTES
+from .pipeline import TmaPipeline
+
+__all__ = ["Cooperative"]
+
+_SW128 = SWIZZLE_CODE["128B"]
+
+
+class Cooperative(types.ModuleType):
+    """``bm / 64`` consumer warpgroups of ``kind`` (f32 accumulators) sharing each ``bm`` x
+    ``bn`` tile over ``pipe`` (a :class:`TmaPipeline` with ``consumers=bm // 64``), A and B
+    ``"K"``- or ``"MN"``-major (:data:`a_major`, :data:`b_major`), B's rows shared out over a
+    cluster of ``pipe.cluster`` CTAs. A stage is ``stage_bytes`` = (bm + bn) x 128 bytes: A's
+    rows first (``a_bytes``), then B's. Device functions: ``load(slot, full, tmap_a, tmap_b,
+    kcol, a_row, b_row, b_dst)`` (the producer's TMA loads of one stage: A's ``bm`` rows from
+    ``a_row``, this CTA's share of B from ``b_row`` landing at ``slot + b_dst``) and
+    ``tile(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph)`` (warpgroup ``cw``'s
+    accumulator of k-blocks ``kb0 .. kb1 - 1``, ``kb1 > kb0``, every stage released)."""
+
+    def __init__(self, kind: str, pipe: TmaPipeline, bm: int, bn: int, *, a_major: str = "K", b_major: str = "K"):
+        k = wgmma_kind(kind)
+        if k.dtype != "f32":
+            raise ValueError(f"Cooperative: kind must have f32 accumulators; got {kind!r}")
+        for name, major in (("a_major", a_major), ("b_major", b_major)):
+            if major not in ("K", "MN"):
+                raise ValueError(f"Cooperative: {name} must be 'K' or 'MN'; got {major!r}")
+            if major == "MN" and not k.transposable:
+                raise ValueError(f"Cooperative: {name}='MN' needs 16-bit inputs (wgmma transposes); got {kind!r}")
+        if bm % 64 or not 64 <= bm <= 256:
+            raise ValueError(f"Cooperative: bm must be 64, 128, 192 or 256; got {bm!r}")
+        if bn not in k.n_values or bn % 64:
+            raise ValueError(f"Cooperative: bn must be a wgmma N for {kind} and a multiple of 64; got {bn!r}")
+        if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // 64:
+            raise ValueError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // 64} (one per 64 rows); "
+                             f"got {pipe!r}")
+        cl = pipe.cluster
+        if (b_major == "K" and (bn // cl) % 8) or (b_major == "MN" and (bn // 64) % cl):
+            raise ValueError(f"Cooperative: a cluster of {cl} splits B's {bn} rows into whole swizzle atoms "
+                             f"({'8 rows' if b_major == 'K' else '64-column boxes'}); it cannot")
+        super().__init__(f"Cooperative({kind})")
+        self.kind, self.pipe, self.bm, self.bn, self.a_major, self.b_major = kind, pipe, bm, bn, a_major, b_major
+        self.esize = int(ELEMENT_BYTES[k.atype])
+        self.bk = 128 // self.esize  # K elements per stage: one 128-byte swizzle row
+        self.a_bytes = bm * 128
+        self.stage_bytes = (bm + bn) * 128
+        self.b_share_bytes = bn // cl * 128  # this CTA's share of B in the stage
+        self._build(k.k)
+
+    def __repr__(self):
+        return (f"Cooperative({self.kind}, {self.pipe!r}, bm={self.bm}, bn={self.bn}, a_major={self.a_major!r}, "
+                f"b_major={self.b_major!r})")
+
+    def _layout(self, major, kstep):
+        """(LBO, SBO, bytes per wgmma K step) of one operand in the stage. K-major: 8-row atoms
+        1024 B apart (SBO), a K step a 32-byte move inside the swizzled row (LBO unused).
+        MN-major: the next 64 elements of M/N 8 KiB away (LBO), the next 8 K-rows 1024 B away
+        (SBO); a K step of 16 rows is two atoms, 2048 B."""
+        if major == "K":
+            return 16, 1024, kstep * self.esize
+        return 8192, 1024, 2048
+
+    def _build(self, kstep):
+        KIND, pipe = self.kind, self.pipe
+        BM, BN, A_BYTES, STAGE = self.bm, self.bn, self.a_bytes, self.stage_bytes
+        A_MN, B_MN = self.a_major == "MN", self.b_major == "MN"
+        TRANS_A, TRANS_B = int(A_MN), int(B_MN)
+        A_LBO, A_SBO, A_STEP = self._layout(self.a_major, kstep)
+        B_LBO, B_SBO, B_STEP = self._layout(self.b_major, kstep)
+        A_CONS = 64 * 128  # bytes between the consumers' 64-row A slices (either layout)
+        CL = self.pipe.cluster
+        CL_MASK = (1 << CL) - 1
+        B_BOXES = BN // 64 // CL  # MN-major B boxes per CTA (64 N-columns each)
+
+        # Numba-inlined (inline=True), as the library GEMM's loop was written out in its kernel.
+        @cuda.jit(device=True, inline=True)
+        def load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, b_dst):
+            if A_MN:
+                for j in range(BM // 64):
+                    tma_load_2d(slot + j * 8192, tmap_a, full, a_row + j * 64, kcol)
+            else:
+                tma_load_2d(slot, tmap_a, full, kcol, a_row)
+            if B_MN:
+                for j in range(B_BOXES):
+                    if CL == 1:
+                        tma_load_2d(slot + b_dst + j * 8192, tmap_b, full, b_row + j * 64, kcol)
+                    else:
+                        tma_load_multicast_2d(slot + b_dst + j * 8192, tmap_b, full, CL_MASK, b_row + j * 64, kcol)
+            elif CL == 1:
+                tma_load_2d(slot + b_dst, tmap_b, full, kcol, b_row)
+            else:
+                tma_load_multicast_2d(slot + b_dst, tmap_b, full, CL_MASK, kcol, b_row)
+
+        @cuda.jit(device=True, inline=True)
+        def tile(ring, base, s, ph, kb0, kb1, cw, ct):
+            acc = acc_undef(KIND, BN)
+            prev = 0
+            for kb in range(kb0, kb1):
+                pipe.consumer_wait(ring, s, ph)
+                slot = base + s * STAGE
+                # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
+                # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
+                # them, the library GEMM was 4-7% slower on an H100).
+                da = make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128)
+                db = make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128)
+                da1, db1 = desc_advance(da, A_STEP), desc_advance(db, B_STEP)
+                da2, db2 = desc_advance(da, 2 * A_STEP), desc_advance(db, 2 * B_STEP)
+                da3, db3 = desc_advance(da, 3 * A_STEP), desc_advance(db, 3 * B_STEP)
+                wgmma_fence()
+                # A stage is one 128-byte swizzle row of K: always four K steps, written out so
+                # the four wgmmas issue back to back; scale-d 0 at the first (no fill needed).
+                acc = wgmma_mma_async(acc, da, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
+                acc = wgmma_mma_async(acc, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                acc = wgmma_mma_async(acc, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                acc = wgmma_mma_async(acc, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                wgmma_commit_group()
+                # Keep this stage's group in flight; the previous one is done: release it.
+                wgmma_wait_group(1)
+                if kb > kb0 and ct == 0:
+                    pipe.consumer_release(ring, prev)
+                prev = s
+                s, ph = pipe.advance(s, ph)
+            wgmma_wait_group(0)
+            if ct == 0:
+                pipe.consumer_release(ring, prev)
+            return acc, s, ph
+
+        self.load, self.tile = load, tile
