@@ -209,3 +209,38 @@ def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t):
     with pytest.raises(MatmulError, match="the fp8 wgmma has no transpose"):
         matmul(da, cuda.to_device(np.ascontiguousarray(encode_elements(w.T, t))), bias=cuda.to_device(bias),
                in_dtype=t)
+
+
+@pytest.fixture
+def cooperative(monkeypatch):
+    """The cooperative schedule (128 x 256 tiles, kit.Cooperative) for every call of the test."""
+    import nbwgmma.frontend.fused as fused
+
+    monkeypatch.setattr(fused, "schedule_for", lambda *a: "cooperative")
+
+
+@pytest.mark.parametrize("m, n, k, where, t, b_row_major", [
+    (200, 264, 136, "col", "bf16", False),  # ragged M, N and K: two tile columns, the second partial
+    (136, 72, 72, "row", "f16", True),      # B [K, N] row-major: MN-major boxes
+])
+def test_cooperative_schedule_is_exact(cooperative, m, n, k, where, t, b_row_major):
+    _exact(m, n, k, where, "relu", t, b_row_major=b_row_major)
+
+
+def test_cooperative_schedule_with_c_user_epilogue_and_fp8_out(cooperative):
+    """beta * C in place, then an e4m3 output with amax (padding rows past M must not count)."""
+    from nbwgmma.layout.wgmma_model import float_to_fp8
+
+    t, (m, n, k) = "bf16", (136, 72, 72)
+    a, w = RNG.integers(-1, 2, (m, k)).astype(np.float64), RNG.integers(-1, 2, (n, k)).astype(np.float64)
+    c = RNG.integers(-4, 5, (m, n)).astype(np.float64)
+    da, db = _bits(a, t), _bits(w, t).T
+    acc = cuda.to_device(encode_elements(c, "bf16").view(np.uint16).reshape(m, n))
+    matmul(da, db, c=acc, out=acc, alpha=2, in_dtype=t)
+    np.testing.assert_array_equal(_host(acc, t), 2 * (a @ w.T) + c)
+    out = cuda.to_device(np.full((m, n), 0xAA, np.uint8))
+    amax = cuda.to_device(np.full(1, 0.0, np.float32))
+    matmul(da, db, epilogue=_row_shift, out=out, out_dtype="e4m3", in_dtype=t, scale_out=0.5, amax=amax)
+    ref = a @ w.T + np.arange(m)[:, None]
+    np.testing.assert_array_equal(out.copy_to_host(), float_to_fp8(ref * 0.5, "e4m3"))
+    assert amax.copy_to_host()[0] == np.abs(ref).max()

@@ -48,6 +48,21 @@ def test_fp8_inputs_with_an_epilogue_compile_clean():
     assert rep.spill_bytes == 0 and not rep.wgmma_serialized and not rep.warnings, rep
 
 
+def test_cooperative_schedule_compiles_clean():
+    """128 x 256 tiles on kit.Cooperative: four m64n256 wgmmas per stage and warpgroup, no spills;
+    16-bit C through stmatrix and TMA, or fp8 codes stored directly."""
+    from nbwgmma.report import compile_reports
+
+    cfgs = (FusedConfig("bf16", "col", "gelu_tanh", schedule="cooperative"),
+            FusedConfig("e4m3", None, None, out="e4m3", amax=True, schedule="cooperative"))
+    bf16, fp8 = compile_reports([(fused_kernel(c), SIG) for c in cfgs])
+    assert bf16.sass.get("HGMMA") == 4 and bf16.sass.get("UTMASTG") == 4 and bf16.sass.get("STSM") == 16, bf16.sass
+    assert fp8.sass.get("QGMMA") == 4 and fp8.sass_full.get("STG.E.U16") == 64, fp8.sass_full
+    for rep in (bf16, fp8):
+        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0 and not rep.wgmma_serialized, rep
+    assert fused_kernel(cfgs[0]) is not fused_kernel(FusedConfig("bf16", "col", "gelu_tanh"))
+
+
 def test_config_checks_its_arguments():
     import pytest
 
@@ -55,7 +70,7 @@ def test_config_checks_its_arguments():
                     (dict(group_m=0), "group_m"), (dict(extras=("col",)), "no epilogue"),
                     (dict(epilogue=_scale_shift, extras=("diag",)), "extras"), (dict(out="f32"), "out must be"),
                     (dict(dtype="e4m3", b_major="MN"), "no transpose"), (dict(dtype="e5m2", out="e5m2x"), "out must"),
-                    (dict(amax=True), "amax goes with an fp8 out")):
+                    (dict(amax=True), "amax goes with an fp8 out"), (dict(schedule="coop"), "schedule")):
         with pytest.raises(ValueError, match=msg):
             FusedConfig(**kw)
 

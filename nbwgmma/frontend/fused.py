@@ -26,14 +26,14 @@ from numba.core.errors import NumbaError
 
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
-from ..kernels.fused import FP8_OUTS, MAX_EXTRAS, OUTS_16, SMEM, THREADS, TYPES, FusedConfig, fused_kernel
+from ..kernels.fused import FP8_OUTS, MAX_EXTRAS, OUTS_16, THREADS, TYPES, FusedConfig, fused_kernel
 from ..kit import ACTIVATIONS
 from ..launch import device_limits
 from .args import NP_OF, described, is_real, real_arg
 from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
 
-__all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_OUTS"]
+__all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_OUTS", "schedule_for"]
 
 _SIM = sim.enabled()
 _DUMMY = {}  # (device, shape) -> a zero f32 array standing in for an unused argument
@@ -172,6 +172,18 @@ def check_fp8_out(odt, scale_out, amax, device):
     return scale, info
 
 
+def schedule_for(dt: str, odt: str, m: int, n: int, k: int) -> str:
+    """The fused kernel's schedule for a problem (:data:`nbwgmma.kernels.fused.SCHEDULES`):
+    ping-pong, except fp8 inputs with an fp8 output and at least 2^26 outputs, where the
+    cooperative 128 x 256 tiles were faster on an H100 (e4m3 in and out, TFLOP/s, cooperative /
+    ping-pong: 8192^3 1119 / 958, 16384 x 4096 x 4096 1023 / 992; below that size 4096 x 14336
+    x 4096 951 / 949 and 4096^3 969 / 1015; with bf16 in and out ping-pong was ahead at every
+    size measured, 2-7%: see BENCHMARKS.md)."""
+    if dt in FP8_OUTS and odt in FP8_OUTS and m * n >= 1 << 26:
+        return "cooperative"
+    return "pingpong"
+
+
 def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream, epilogue=None,
                epilogue_args=(), c=None, beta=None, scale_out=None, amax=None):
     """Run ``out = epilogue(act(alpha * a @ b + beta * c + bias), row, col, *epilogue_args)``
@@ -210,18 +222,19 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
         extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
-    ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None)
+    schedule = schedule_for(dt, odt, m, n, k)
+    ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None, schedule)
     cfg = _CONFIGS.get(ckey)
     if cfg is None:
         cfg = _CONFIGS[ckey] = FusedConfig(dt, where, activation, epilogue=ufn, extras=kinds, b_major=b_major,
-                                           with_c=ic is not None, out=odt, amax=iamax is not None)
+                                           with_c=ic is not None, out=odt, amax=iamax is not None, schedule=schedule)
     sms = 1 if _SIM else device_limits()["multiprocessors"]
     es = ia.itemsize
     # Maps cached by address and view (frontend.plan): a repeated call encodes none.
     row = 128 // es  # K elements in a 128-byte swizzle row
     ta = tensor_map(a, ia.ptr, dt, (128, row), ((m, k), (ia.strides[0] // es, 1)), keep=False)
     if b_major == "K":
-        tb = tensor_map(b, ib.ptr, dt, (128, row), ((n, k), (bt.strides[0] // es, 1)), keep=False)
+        tb = tensor_map(b, ib.ptr, dt, (cfg.b_box, row), ((n, k), (bt.strides[0] // es, 1)), keep=False)
     else:  # [K, N] row-major: 64 x 64 boxes, two per stage
         tb = tensor_map(b, ib.ptr, dt, (64, 64), ((k, n), (ib.strides[0] // es, 1)), keep=False)
     if odt in FP8_OUTS:  # stored as codes, no tensor map
@@ -236,7 +249,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     args = (ta.address, tb.address, 0 if tc is None else tc.address, vec, np.int32(m), np.int32(n), np.int32(k),
             np.float32(alpha), *extras, cmat, np.float32(beta), cout, np.float32(scale), vamax)
     try:
-        launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream, smem=SMEM)
+        launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream, smem=cfg.smem)
     except NumbaError as e:  # a user epilogue that does not compile: nothing was launched
         if ufn is None:
             raise

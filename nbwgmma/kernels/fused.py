@@ -1,11 +1,19 @@
 """The fused-epilogue GEMM: ``C = act(alpha * A @ B^T + bias)``, written with the kit.
 
-The ping-pong schedule of ``examples/gemm_5_fused_epilogue.py``: one producer thread feeds
-a ring of 6 TMA stages of 32 KiB; two consumer warpgroups each compute a whole 128 x 128
-tile and take tiles in turn (``turn_wait`` / ``turn_pass``), so one's epilogue (the scale,
-the bias, the activation, the conversion) runs while the other's main loop keeps the tensor
-cores busy. A CTA walks pairs of adjacent tiles in grouped order, one per consumer. The
-epilogue goes out in 64 x 64 parts through two shared blocks per consumer (``stmatrix``,
+Two schedules (``FusedConfig(schedule=...)``), one epilogue:
+
+* "pingpong", that of ``examples/gemm_5_fused_epilogue.py``: one producer thread feeds a ring
+  of 6 TMA stages of 32 KiB; two consumer warpgroups each compute a whole 128 x 128 tile
+  and take tiles in turn (``turn_wait`` / ``turn_pass``), so one's epilogue (the scale, the
+  bias, the activation, the conversion) runs while the other's main loop keeps the tensor
+  cores busy. A CTA walks pairs of adjacent tiles in grouped order, one per consumer.
+* "cooperative", the library GEMM's (:class:`~nbwgmma.kit.Cooperative`): 128 x 256 tiles,
+  each consumer warpgroup 64 rows of it, 4 stages of 48 KiB. Half the bytes loaded per
+  FLOP of the 128 x 128 tiles, but the epilogue runs with the tensor cores idle: the
+  better choice where the main loop is long against the epilogue (large K) or the loads
+  bound the ping-pong tiles (fp8).
+
+The epilogue goes out in 64 x 64 parts through two shared blocks per consumer (``stmatrix``,
 then a TMA store that runs while the next part is computed).
 
 A [M, K] is 16-bit (bf16 or f16), K contiguous; B is [N, K] with K contiguous (the weight of
@@ -24,10 +32,11 @@ from numba import cuda
 from ..intrinsics import (
     FP8_FORMATS, acc_add, acc_load, acc_scale, acc_store_fp8, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc,
 )
-from ..kit import PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tile_producer, tma_store_part
+from ..kit import (Cooperative, PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tile_producer,
+                   tma_store_part)
 from ..launch import dynamic_smem_bytes
 
-__all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS", "OUTS_16"]
+__all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS", "OUTS_16", "SCHEDULES", "THREADS"]
 
 #: Where a bias vector runs: one value per column of C (length N) or per row (length M).
 BIASES = (None, "col", "row")
@@ -39,13 +48,11 @@ OUTS_16 = ("bf16", "f16")
 #: fp8 output types: the epilogue's result times a scale, rounded (nearest even, saturated).
 FP8_OUTS = FP8_FORMATS
 
-BM = BN = 128  # one consumer's tile
+#: The schedules: name -> (tile rows, tile columns, stages, stage bytes).
+SCHEDULES = {"pingpong": (128, 128, 6, PingPong.STAGE_BYTES), "cooperative": (128, 256, 4, (128 + 256) * 128)}
 ROW = 128  # bytes of K per stage: one 128-byte swizzle row (64 K of 16-bit inputs, 128 of fp8)
-STAGES = 6
-STAGE = PingPong.STAGE_BYTES
-C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer
+C_PART = 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer after the stages
 THREADS = 384
-SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
 
 
 #: Kinds of the extra arguments of a user epilogue: a vector of one value per column, per row,
@@ -65,11 +72,14 @@ class FusedConfig:
     epilogue, any strides, so it may be the output itself); ``out``: the output type, the input
     type (default) or fp8 (:data:`FP8_OUTS`: each result times ``scale_out``, stored as fp8
     codes); ``amax``: with fp8 out, the largest |result| of C (before the scale) is also
-    written, by an atomic max into a one-element f32 array."""
+    written, by an atomic max into a one-element f32 array; ``schedule``: "pingpong" or
+    "cooperative" (:data:`SCHEDULES`, see the module's text).
+    ``bm``, ``bn``: the tile; ``b_box``: the rows of B's tensor-map box (K-major B);
+    ``smem``: the dynamic shared memory a launch takes."""
 
     def __init__(self, dtype: str = "bf16", bias: str | None = None, act: str | None = None, group_m: int = 8,
                  epilogue=None, extras: tuple = (), b_major: str = "K", with_c: bool = False, out: str | None = None,
-                 amax: bool = False):
+                 amax: bool = False, schedule: str = "pingpong"):
         if dtype not in TYPES:  # (checked first: the output's default depends on it)
             raise ValueError(f"FusedConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if bias not in BIASES:
@@ -99,20 +109,27 @@ class FusedConfig:
         if amax and out not in FP8_OUTS:
             raise ValueError("FusedConfig: amax goes with an fp8 out so far")
         self.out, self.amax = out, bool(amax)
+        if schedule not in SCHEDULES:
+            raise ValueError(f"FusedConfig: schedule must be one of {tuple(SCHEDULES)}; got {schedule!r}")
+        self.schedule = schedule
+        self.bm, self.bn, self.stages, self.stage_bytes = SCHEDULES[schedule]
+        self.b_box = self.bn if schedule == "cooperative" else 128
+        self.c_off = self.stages * self.stage_bytes
+        self.smem = dynamic_smem_bytes(self.c_off + 4 * C_PART)
         self.bk = ROW // (1 if fp8_in else 2)  # K elements per stage
-        self.sched = TileScheduler(BM, BN, self.bk, group_m=group_m)
+        self.sched = TileScheduler(self.bm, self.bn, self.bk, group_m=group_m)
 
     def key(self):
         return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras, self.b_major, self.with_c,
-                self.out, self.amax)
+                self.out, self.amax, self.schedule)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
-        """CTAs of the persistent grid on a GPU of ``sms`` SMs (a pair of tiles per CTA)."""
-        return self.sched.grid(m, n, k, sms, at_once=2)
+        """CTAs of the persistent grid on a GPU of ``sms`` SMs (ping-pong: a pair of tiles per CTA)."""
+        return self.sched.grid(m, n, k, sms, at_once=2 if self.schedule == "pingpong" else 1)
 
     def __repr__(self):
         return (f"FusedConfig({self.dtype}, bias={self.bias}, act={self.act}, group_m={self.group_m}, out={self.out}, "
-                f"amax={self.amax})")
+                f"amax={self.amax}, schedule={self.schedule})")
 
 
 @inlined
@@ -214,23 +231,23 @@ def fused_kernel(cfg: FusedConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
     ``(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out,
     amax)``: tensor-map addresses of A [M, K] (box 128 rows x 128 bytes: 64 K of 16-bit inputs,
-    128 of fp8), B [N, K] (the same box; with ``b_major="MN"`` B [K, N], box 64 x 64) and C [M,
-    N] (box 64 x 64), all with the 128-byte swizzle; ``vec`` the f32 bias (any f32 array where
+    128 of fp8), B [N, K] (box ``cfg.b_box`` rows x 128 bytes; with ``b_major="MN"`` B [K, N],
+    box 64 x 64) and C [M, N] (box 64 x 64), all with the 128-byte swizzle; ``vec`` the f32 bias (any f32 array where
     there is none); int32 sizes; f32 ``alpha``; the user epilogue's extras (1-D f32 vectors
     whole, or f32 scalars; an f32 zero in the slots it does not use); ``cmat`` C as a 2-D array
     (bf16 as uint16 bits; any 2-D array without C) and f32 ``beta``; with fp8 out, ``cout`` C
     as a 2-D uint8 array of fp8 codes (``tmap_c`` unused), f32 ``scale_out`` and ``amax`` a
     one-element f32 array (any of each otherwise). Launch it with :data:`THREADS` threads,
-    :data:`SMEM` bytes of dynamic shared memory and ``cfg.grid(...)`` CTAs."""
-    return _build(cfg.key())
+    ``cfg.smem`` bytes of dynamic shared memory and ``cfg.grid(...)`` CTAs."""
+    return (_build if cfg.schedule == "pingpong" else _build_cooperative)(cfg.key())
 
 
 @functools.lru_cache(maxsize=None)
 def _build(key):
     cfg = FusedConfig(*key)
     KIND = KIND_OF[cfg.dtype]
-    BK = cfg.bk
-    pipe = TmaPipeline(STAGES, consumers=1)
+    BK, BM, BN, STAGE, C_OFF = cfg.bk, cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off
+    pipe = TmaPipeline(cfg.stages, consumers=1)
     pp = PingPong(KIND, pipe, b_major=cfg.b_major)
     sched = cfg.sched
     epilogue = _epilogue(cfg)
@@ -273,6 +290,60 @@ def _build(key):
                 big = store(p, c0, ct, cw, tmap_c, r0 + 64, c0_, cout, scale_out, m, n, big)
                 p = epilogue(acc1[32:], ct, r0 + 64, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
                 big = store(p, c1, ct, cw, tmap_c, r0 + 64, c0_ + 64, cout, scale_out, m, n, big)
+            finish(big, amax)
+            if ct == 0:
+                bulk_wait_group(0)
+
+    return fused_gemm
+
+
+@functools.lru_cache(maxsize=None)
+def _build_cooperative(key):
+    cfg = FusedConfig(*key)
+    KIND = KIND_OF[cfg.dtype]
+    BK, BM, BN, C_OFF = cfg.bk, cfg.bm, cfg.bn, cfg.c_off
+    pipe = TmaPipeline(cfg.stages, consumers=2)
+    coop = Cooperative(KIND, pipe, BM, BN, b_major=cfg.b_major)
+    A_BYTES, STAGE = coop.a_bytes, coop.stage_bytes
+    sched = cfg.sched
+    epilogue = _epilogue(cfg)
+    store, finish = _output(cfg)
+
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
+        tmap_a, tmap_b = maps
+        coop.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN, A_BYTES)
+
+    produce = tile_producer(pipe, sched, STAGE, load)
+
+    @cuda.jit(launch_bounds=(THREADS, 1))
+    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out, amax):
+        base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
+        tid = cuda.threadIdx.x
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
+            setmaxnreg_dec(40)
+            if tid == 0:
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
+        else:  # two consumer warpgroups, 64 rows of each 128 x 256 tile each
+            setmaxnreg_inc(232)
+            cw, ct = tid // 128 - 1, tid % 128
+            c0 = base + C_OFF + cw * 2 * C_PART
+            c1 = c0 + C_PART
+            s, ph = 0, 0
+            big = np.float32(0.0)  # the largest |result| this thread stored (with amax)
+            for u in range(sched.first(), nunits, sched.step()):
+                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                acc, s, ph = coop.tile(ring, base, s, ph, 0, kblocks, cw, ct)
+                r0, c0_ = tm * BM + cw * 64, tn * BN
+                p = epilogue(acc[:32], ct, r0, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
+                big = store(p, c0, ct, cw, tmap_c, r0, c0_, cout, scale_out, m, n, big)
+                p = epilogue(acc[32:64], ct, r0, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
+                big = store(p, c1, ct, cw, tmap_c, r0, c0_ + 64, cout, scale_out, m, n, big)
+                p = epilogue(acc[64:96], ct, r0, c0_ + 128, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
+                big = store(p, c0, ct, cw, tmap_c, r0, c0_ + 128, cout, scale_out, m, n, big)
+                p = epilogue(acc[96:], ct, r0, c0_ + 192, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
+                big = store(p, c1, ct, cw, tmap_c, r0, c0_ + 192, cout, scale_out, m, n, big)
             finish(big, amax)
             if ct == 0:
                 bulk_wait_group(0)
