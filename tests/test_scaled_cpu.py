@@ -3,6 +3,8 @@ scales, 128 x 128 B scales, bf16 out through TMA stores) and of the rowwise fast
 configuration's and the kit block's argument checks."""
 
 import pytest
+import re
+
 from numba import types
 
 from nbwgmma.kernels.scaled import ScaledConfig, scaled_kernel
@@ -31,13 +33,26 @@ def test_block_scaled_and_rowwise_kernels_compile_clean():
     for r in (rep, rep_row):
         assert r.spill_bytes == 0 and r.local_memory_ops == 0, r
         assert not r.wgmma_serialized and not r.warnings, r.warnings
-    # four m64n128k32 per 128-K stage
-    assert rep.sass.get("QGMMA") == 4 and rep_row.sass.get("QGMMA") == 4, (rep.sass, rep_row.sass)
+    # four m64n128k32 per 128-K stage; the promoted loop is unrolled by two (two sets of scales)
+    assert rep.sass.get("QGMMA") == 8 and rep_row.sass.get("QGMMA") == 4, (rep.sass, rep_row.sass)
     loop = _main_loop(rep.sass_text)
     assert "F32.E4M3.E4M3" in loop and "LDL" not in loop and "STL" not in loop, loop
     # promotion: one FFMA per accumulator value (64 per thread), after the wait that completes the block
     assert rep.sass_full.get("FFMA", 0) >= 64, rep.sass_full
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x0" in loop
+    # The block scales are loaded ahead: no global load is issued between a block's first and last
+    # wgmma (a loaded value used there would hold up the last one), and none feeds the loop's FMULs
+    # in the block that loads it.
+    lines = rep.sass_text.splitlines()
+    q = [i for i, line in enumerate(lines) if "QGMMA" in line]
+    assert not any(re.search(r"\bLDG?\.E", line) for line in lines[q[0]:q[3]]), loop
+    loaded = set()  # registers whose last value came from a global load
+    for i in range(q[0] - 80, q[3]):
+        regs = re.findall(r"\bR\d+\b", lines[i].split("*/", 1)[-1].split(";")[0])
+        if i >= q[0]:
+            assert not set(regs[1:]) & loaded, (lines[i], loaded)
+        if regs:
+            (loaded.add if re.search(r"\bLDG?\.E", lines[i]) else loaded.discard)(regs[0])
     assert rep_row.sass_full.get("FFMA", 0) < 64  # the fast path accumulates in the tensor cores
 
 

@@ -133,27 +133,47 @@ class BlockScaled(types.ModuleType):
         # The main loops stay Numba-inlined (inline=True), as PingPong.tile: as called functions
         # the epilogue after them grew by 32 integer instructions.
         @cuda.jit(device=True, inline=True)
+        def scales(sa, sb, ra0, ra1, nb, kb):
+            """Block ``kb``'s scales as loaded (A's on the thread's two rows, B's), one where a
+            side has none."""
+            a0 = ONE
+            a1 = ONE
+            b = ONE
+            if A_BLOCK:
+                a0 = sa[ra0, kb]
+                a1 = sa[ra1, kb]
+            if B_BLOCK:
+                b = sb[nb, kb]
+            return a0, a1, b
+
+        @cuda.jit(device=True, inline=True)
+        def promoted_block(ring, base, s, ph, acc, tmp, ct, cw, s0, s1):
+            """One block: its wgmmas into ``tmp`` (from zero), the wait, its stage freed, and
+            ``acc += tmp * s`` (``s0``, ``s1`` on the thread's two rows)."""
+            pipe.consumer_wait(ring, s, ph)
+            tmp = block(tmp, base + s * STAGE, cw, 0)
+            wgmma_wait_group(0)  # the block is summed: promote it, free its stage
+            if ct == 0:
+                pipe.consumer_release(ring, s)
+            s, ph = pipe.advance(s, ph)
+            return promote(acc, tmp, s0, s1), tmp, s, ph
+
+        @cuda.jit(device=True, inline=True)
         def tile_promoted(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb):
             acc = acc_zeros(KIND, 128)
             tmp = acc_undef(KIND, 128)
-            for kb in range(kblocks):
-                # The block's scales, loaded before the wait: their latency hides under it.
-                s0 = ONE
-                s1 = ONE
-                if A_BLOCK:
-                    s0 = sa[ra0, kb]
-                    s1 = sa[ra1, kb]
-                if B_BLOCK:
-                    sbk = sb[nb, kb]
-                    s0 = s0 * sbk
-                    s1 = s1 * sbk
-                pipe.consumer_wait(ring, s, ph)
-                tmp = block(tmp, base + s * STAGE, cw, 0)
-                wgmma_wait_group(0)  # the block is summed: promote it, free its stage
-                if ct == 0:
-                    pipe.consumer_release(ring, s)
-                s, ph = pipe.advance(s, ph)
-                acc = promote(acc, tmp, s0, s1)
+            # Each block's scales are loaded two blocks ahead, in two sets taking blocks in turn
+            # (the loop unrolled by two: no register copies). Loaded in their own block, the
+            # loads' latency (an L2 round trip) held up the block's last wgmma, which ptxas
+            # placed after the multiply that needs them.
+            a0, a1, b = scales(sa, sb, ra0, ra1, nb, 0)
+            c0, c1, d = scales(sa, sb, ra0, ra1, nb, min(1, kblocks - 1))
+            for j in range(0, kblocks, 2):
+                acc, tmp, s, ph = promoted_block(ring, base, s, ph, acc, tmp, ct, cw, a0 * b, a1 * b)
+                a0, a1, b = scales(sa, sb, ra0, ra1, nb, min(j + 2, kblocks - 1))
+                if j + 1 < kblocks:
+                    acc, tmp, s, ph = promoted_block(ring, base, s, ph, acc, tmp, ct, cw, c0 * d, c1 * d)
+                    c0, c1, d = scales(sa, sb, ra0, ra1, nb, min(j + 3, kblocks - 1))
             return acc, s, ph
 
         @cuda.jit(device=True, inline=True)
