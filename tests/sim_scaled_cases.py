@@ -76,6 +76,19 @@ def test_1x128_a_and_128x128_b_in_torch_layouts():
     np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
 
 
+@pytest.mark.parametrize("k", [112, 384, 512, 640])
+def test_every_block_count_promotes_each_block_once(k):
+    """1, 3, 4 and 5 K blocks: the promoted loop takes two blocks per turn (two temporaries),
+    then one or two more; distinct scales per block catch a block promoted twice or with
+    another's scale."""
+    m, n = 24, 40
+    kb = -(-k // 128)
+    rng, a, w, ad, bd = _operands(m, n, k, 5)
+    sa, sw = pow2(rng, (m, kb)), pow2(rng, (1, kb))
+    got = _run(ad, bd, m, n, "f32", scale_a=cuda.to_device(sa), scale_b=cuda.to_device(sw).T)
+    np.testing.assert_array_equal(got, reference(a, w, sa, sw))
+
+
 def test_row_scales_with_weight_blocks_f32_out_mixed_fp8():
     """A per row (M,), B's scale in the weight's own order (NB, KB); e5m2 x e4m3, f32 out (direct)."""
     m, n, k = 40, 200, 288  # NB = 2, KB = 3 (a square scale would be read in b's order)

@@ -131,6 +131,9 @@ def scaled_kernel(cfg: ScaledConfig):
 def _build(key):
     cfg = ScaledConfig(*key)
     pipe = TmaPipeline(STAGES, consumers=2)
+    # Promotion keeps three 64-register fragments per consumer thread (the sum and two blocks in
+    # turn): the producer gives up all it can (24: one thread issuing TMA), the consumers take 240.
+    PREGS, CREGS = (24, 240) if cfg.promote else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote)
     sched = cfg.sched
@@ -151,11 +154,11 @@ def _build(key):
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
-            setmaxnreg_dec(40)
+            setmaxnreg_dec(PREGS)
             if tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
         else:  # two consumer warpgroups, 64 rows of each tile each
-            setmaxnreg_inc(232)
+            setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
             c0 = base + C_OFF + cw * 2 * C_PART
             c1 = c0 + C_PART

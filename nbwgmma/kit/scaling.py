@@ -7,7 +7,8 @@ fewer bits than an f32 add keeps, so a long K loses accuracy even with one scale
 (see the guide, "Block-scaled fp8"). Both are fixed by *promotion*: the wgmma accumulates one
 128-K block (one stage: 128 bytes of fp8 K, one 128-byte swizzle row) into a temporary
 fragment, from zero, and the consumer adds ``tmp * scale`` into the main f32 accumulator with
-ordinary fused multiply-adds, in registers, before the next block::
+ordinary fused multiply-adds, in registers. Two temporaries take the blocks in turn: block
+``j``'s promotion runs while block ``j + 1``'s wgmmas keep the tensor cores busy::
 
     bs = BlockScaled("f32.e4m3.e4m3", TmaPipeline(6, consumers=2), a_block=True, b_block=True)
     ...
@@ -133,47 +134,73 @@ class BlockScaled(types.ModuleType):
         # The main loops stay Numba-inlined (inline=True), as PingPong.tile: as called functions
         # the epilogue after them grew by 32 integer instructions.
         @cuda.jit(device=True, inline=True)
-        def scales(sa, sb, ra0, ra1, nb, kb):
+        def scales(sa0, sa1, sbn, kb):
             """Block ``kb``'s scales as loaded (A's on the thread's two rows, B's), one where a
             side has none."""
             a0 = ONE
             a1 = ONE
             b = ONE
             if A_BLOCK:
-                a0 = sa[ra0, kb]
-                a1 = sa[ra1, kb]
+                a0 = sa0[kb]
+                a1 = sa1[kb]
             if B_BLOCK:
-                b = sb[nb, kb]
+                b = sbn[kb]
             return a0, a1, b
 
         @cuda.jit(device=True, inline=True)
-        def promoted_block(ring, base, s, ph, acc, tmp, ct, cw, s0, s1):
-            """One block: its wgmmas into ``tmp`` (from zero), the wait, its stage freed, and
-            ``acc += tmp * s`` (``s0``, ``s1`` on the thread's two rows)."""
+        def issue(ring, base, s, ph, tmp, cw):
+            """Block at stage ``s``: wait for its data, its wgmmas into ``tmp`` (from zero)."""
             pipe.consumer_wait(ring, s, ph)
-            tmp = block(tmp, base + s * STAGE, cw, 0)
-            wgmma_wait_group(0)  # the block is summed: promote it, free its stage
+            return block(tmp, base + s * STAGE, cw, 0)
+
+        @cuda.jit(device=True, inline=True)
+        def retire(ring, acc, tmp, prev, ct, s0, s1):
+            """The block in ``tmp`` (stage ``prev``) is complete: free its stage, promote it."""
             if ct == 0:
-                pipe.consumer_release(ring, s)
-            s, ph = pipe.advance(s, ph)
-            return promote(acc, tmp, s0, s1), tmp, s, ph
+                pipe.consumer_release(ring, prev)
+            return promote(acc, tmp, s0, s1)
 
         @cuda.jit(device=True, inline=True)
         def tile_promoted(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb):
+            # Two temporaries take the blocks in turn (the loop unrolled by two, so each stays in
+            # its registers): block j is promoted while block j + 1's wgmmas run. Each block's
+            # scales are loaded two blocks ahead, in two sets (no register copies): loaded in
+            # their own block, their latency (an L2 round trip) held up the block's last wgmma,
+            # which ptxas placed after the multiply that needs them.
             acc = acc_zeros(KIND, 128)
-            tmp = acc_undef(KIND, 128)
-            # Each block's scales are loaded two blocks ahead, in two sets taking blocks in turn
-            # (the loop unrolled by two: no register copies). Loaded in their own block, the
-            # loads' latency (an L2 round trip) held up the block's last wgmma, which ptxas
-            # placed after the multiply that needs them.
-            a0, a1, b = scales(sa, sb, ra0, ra1, nb, 0)
-            c0, c1, d = scales(sa, sb, ra0, ra1, nb, min(1, kblocks - 1))
-            for j in range(0, kblocks, 2):
-                acc, tmp, s, ph = promoted_block(ring, base, s, ph, acc, tmp, ct, cw, a0 * b, a1 * b)
-                a0, a1, b = scales(sa, sb, ra0, ra1, nb, min(j + 2, kblocks - 1))
-                if j + 1 < kblocks:
-                    acc, tmp, s, ph = promoted_block(ring, base, s, ph, acc, tmp, ct, cw, c0 * d, c1 * d)
-                    c0, c1, d = scales(sa, sb, ra0, ra1, nb, min(j + 3, kblocks - 1))
+            t0 = acc_undef(KIND, 128)
+            t1 = acc_undef(KIND, 128)
+            sa0, sa1, sbn = sa[ra0], sa[ra1], sb[nb]  # the scale rows this thread reads (views)
+            a0, a1, b = scales(sa0, sa1, sbn, 0)
+            c0, c1, d = scales(sa0, sa1, sbn, min(1, kblocks - 1))
+            t0 = issue(ring, base, s, ph, t0, cw)
+            p0 = s
+            s, ph = pipe.advance(s, ph)
+            last = (kblocks - 1) // 2 * 2  # the even block t0 holds after the loop
+            for j in range(0, last, 2):  # t0: block j, in flight; blocks j + 1 and j + 2 exist
+                t1 = issue(ring, base, s, ph, t1, cw)
+                p1 = s
+                s, ph = pipe.advance(s, ph)
+                wgmma_wait_group(1)
+                acc = retire(ring, acc, t0, p0, ct, a0 * b, a1 * b)
+                a0, a1, b = scales(sa0, sa1, sbn, j + 2)
+                t0 = issue(ring, base, s, ph, t0, cw)
+                p0 = s
+                s, ph = pipe.advance(s, ph)
+                wgmma_wait_group(1)
+                acc = retire(ring, acc, t1, p1, ct, c0 * d, c1 * d)
+                c0, c1, d = scales(sa0, sa1, sbn, min(j + 3, kblocks - 1))
+            if last + 1 < kblocks:  # one odd block after t0's
+                t1 = issue(ring, base, s, ph, t1, cw)
+                p1 = s
+                s, ph = pipe.advance(s, ph)
+                wgmma_wait_group(1)
+                acc = retire(ring, acc, t0, p0, ct, a0 * b, a1 * b)
+                wgmma_wait_group(0)
+                acc = retire(ring, acc, t1, p1, ct, c0 * d, c1 * d)
+            else:
+                wgmma_wait_group(0)
+                acc = retire(ring, acc, t0, p0, ct, a0 * b, a1 * b)
             return acc, s, ph
 
         @cuda.jit(device=True, inline=True)
