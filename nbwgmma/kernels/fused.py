@@ -239,113 +239,111 @@ def fused_kernel(cfg: FusedConfig):
     as a 2-D uint8 array of fp8 codes (``tmap_c`` unused), f32 ``scale_out`` and ``amax`` a
     one-element f32 array (any of each otherwise). Launch it with :data:`THREADS` threads,
     ``cfg.smem`` bytes of dynamic shared memory and ``cfg.grid(...)`` CTAs."""
-    return (_build if cfg.schedule == "pingpong" else _build_cooperative)(cfg.key())
+    return _build(cfg.key())
 
 
 @functools.lru_cache(maxsize=None)
 def _build(key):
     cfg = FusedConfig(*key)
-    KIND = KIND_OF[cfg.dtype]
-    BK, BM, BN, STAGE, C_OFF = cfg.bk, cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off
-    pipe = TmaPipeline(cfg.stages, consumers=1)
-    pp = PingPong(KIND, pipe, b_major=cfg.b_major)
+    C_OFF = cfg.c_off
     sched = cfg.sched
     epilogue = _epilogue(cfg)
     store, finish = _output(cfg)
+
+    @cuda.jit(device=True, inline=True)
+    def put(frag, buf, ct, cw, row, col, big, ea):
+        """One 64 x 64 part of C: the epilogue of ``frag`` (its rows from ``row``, columns from
+        ``col``), stored through the shared block ``buf``; ``ea`` the kernel's epilogue arguments."""
+        tmap_c, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out = ea
+        p = epilogue(frag, ct, row, col, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
+        return store(p, buf, ct, cw, tmap_c, row, col, cout, scale_out, m, n, big)
+
+    pipe, produce, consume = (_pingpong if cfg.schedule == "pingpong" else _cooperative)(cfg, put)
+
+    @cuda.jit(launch_bounds=(THREADS, 1))
+    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out, amax):
+        base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
+        tid = cuda.threadIdx.x
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
+            setmaxnreg_dec(40)
+            if tid == 0:
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
+        else:  # two consumer warpgroups
+            setmaxnreg_inc(232)
+            cw, ct = tid // 128 - 1, tid % 128
+            c0 = base + C_OFF + cw * 2 * C_PART  # the warpgroup's two shared blocks of C
+            big = consume(ring, base, cw, ct, c0, nunits, kblocks, tiles_mc, tiles_n,
+                          (tmap_c, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out))
+            finish(big, amax)  # with amax: the largest |result| this thread stored
+            if ct == 0:
+                bulk_wait_group(0)
+
+    return fused_gemm
+
+
+def _pingpong(cfg, put):
+    """``(pipe, produce, consume)`` of the ping-pong schedule: each consumer warpgroup a whole
+    128 x 128 tile, the two taking tiles in turn (pairs of adjacent tiles per CTA)."""
+    KIND = KIND_OF[cfg.dtype]
+    BK, BM, BN, STAGE = cfg.bk, cfg.bm, cfg.bn, cfg.stage_bytes
+    pipe = TmaPipeline(cfg.stages, consumers=1)
+    pp = PingPong(KIND, pipe, b_major=cfg.b_major)
+    sched = cfg.sched
 
     @cuda.jit(device=True, inline=True)
     def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
         tmap_a, tmap_b = maps
         pp.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
 
-    produce = tile_producer(pipe, sched, STAGE, load, pairs=True)  # the walk over pairs of tiles
+    @cuda.jit(device=True, inline=True)
+    def consume(ring, base, cw, ct, c0, nunits, kblocks, tiles_mc, tiles_n, ea):
+        c1 = c0 + C_PART
+        s, ph = pp.start(cw, kblocks)
+        big = np.float32(0.0)
+        for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
+            tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+            other_next = u + 1 if cw == 0 else u + 2 * sched.step() - 1  # the other's next tile
+            acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
+                                        other_next < nunits)
+            r0, col = tm * BM, tn * BN
+            big = put(acc0[:32], c0, ct, cw, r0, col, big, ea)
+            big = put(acc0[32:], c1, ct, cw, r0, col + 64, big, ea)
+            big = put(acc1[:32], c0, ct, cw, r0 + 64, col, big, ea)
+            big = put(acc1[32:], c1, ct, cw, r0 + 64, col + 64, big, ea)
+        return big
 
-    @cuda.jit(launch_bounds=(THREADS, 1))
-    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out, amax):
-        base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
-        tid = cuda.threadIdx.x
-        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
-        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
-            setmaxnreg_dec(40)
-            if tid == 0:
-                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
-        else:  # two consumer warpgroups, each a whole 128 x 128 tile, taking tiles in turn
-            setmaxnreg_inc(232)
-            cw, ct = tid // 128 - 1, tid % 128
-            c0 = base + C_OFF + cw * 2 * C_PART
-            c1 = c0 + C_PART
-            s, ph = pp.start(cw, kblocks)
-            big = np.float32(0.0)  # the largest |result| this thread stored (with amax)
-            for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
-                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                other_next = u + 1 if cw == 0 else u + 2 * sched.step() - 1  # the other's next tile
-                acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
-                                            other_next < nunits)
-                r0, c0_ = tm * BM, tn * BN
-                p = epilogue(acc0[:32], ct, r0, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                big = store(p, c0, ct, cw, tmap_c, r0, c0_, cout, scale_out, m, n, big)
-                p = epilogue(acc0[32:], ct, r0, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                big = store(p, c1, ct, cw, tmap_c, r0, c0_ + 64, cout, scale_out, m, n, big)
-                p = epilogue(acc1[:32], ct, r0 + 64, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                big = store(p, c0, ct, cw, tmap_c, r0 + 64, c0_, cout, scale_out, m, n, big)
-                p = epilogue(acc1[32:], ct, r0 + 64, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                big = store(p, c1, ct, cw, tmap_c, r0 + 64, c0_ + 64, cout, scale_out, m, n, big)
-            finish(big, amax)
-            if ct == 0:
-                bulk_wait_group(0)
-
-    return fused_gemm
+    return pipe, tile_producer(pipe, sched, STAGE, load, pairs=True), consume
 
 
-@functools.lru_cache(maxsize=None)
-def _build_cooperative(key):
-    cfg = FusedConfig(*key)
+def _cooperative(cfg, put):
+    """``(pipe, produce, consume)`` of the cooperative schedule: the two consumer warpgroups
+    share each 128 x 256 tile, 64 rows each (:class:`~nbwgmma.kit.Cooperative`)."""
     KIND = KIND_OF[cfg.dtype]
-    BK, BM, BN, C_OFF = cfg.bk, cfg.bm, cfg.bn, cfg.c_off
+    BK, BM, BN = cfg.bk, cfg.bm, cfg.bn
     pipe = TmaPipeline(cfg.stages, consumers=2)
     coop = Cooperative(KIND, pipe, BM, BN, b_major=cfg.b_major)
-    A_BYTES, STAGE = coop.a_bytes, coop.stage_bytes
+    A_BYTES = coop.a_bytes
     sched = cfg.sched
-    epilogue = _epilogue(cfg)
-    store, finish = _output(cfg)
 
     @cuda.jit(device=True, inline=True)
     def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
         tmap_a, tmap_b = maps
         coop.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN, A_BYTES)
 
-    produce = tile_producer(pipe, sched, STAGE, load)
+    @cuda.jit(device=True, inline=True)
+    def consume(ring, base, cw, ct, c0, nunits, kblocks, tiles_mc, tiles_n, ea):
+        c1 = c0 + C_PART
+        s, ph = 0, 0
+        big = np.float32(0.0)
+        for u in range(sched.first(), nunits, sched.step()):
+            tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+            acc, s, ph = coop.tile(ring, base, s, ph, 0, kblocks, cw, ct)
+            r0, col = tm * BM + cw * 64, tn * BN
+            big = put(acc[:32], c0, ct, cw, r0, col, big, ea)
+            big = put(acc[32:64], c1, ct, cw, r0, col + 64, big, ea)
+            big = put(acc[64:96], c0, ct, cw, r0, col + 128, big, ea)
+            big = put(acc[96:], c1, ct, cw, r0, col + 192, big, ea)
+        return big
 
-    @cuda.jit(launch_bounds=(THREADS, 1))
-    def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out, amax):
-        base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
-        tid = cuda.threadIdx.x
-        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
-        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
-            setmaxnreg_dec(40)
-            if tid == 0:
-                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
-        else:  # two consumer warpgroups, 64 rows of each 128 x 256 tile each
-            setmaxnreg_inc(232)
-            cw, ct = tid // 128 - 1, tid % 128
-            c0 = base + C_OFF + cw * 2 * C_PART
-            c1 = c0 + C_PART
-            s, ph = 0, 0
-            big = np.float32(0.0)  # the largest |result| this thread stored (with amax)
-            for u in range(sched.first(), nunits, sched.step()):
-                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                acc, s, ph = coop.tile(ring, base, s, ph, 0, kblocks, cw, ct)
-                r0, c0_ = tm * BM + cw * 64, tn * BN
-                p = epilogue(acc[:32], ct, r0, c0_, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                big = store(p, c0, ct, cw, tmap_c, r0, c0_, cout, scale_out, m, n, big)
-                p = epilogue(acc[32:64], ct, r0, c0_ + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                big = store(p, c1, ct, cw, tmap_c, r0, c0_ + 64, cout, scale_out, m, n, big)
-                p = epilogue(acc[64:96], ct, r0, c0_ + 128, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                big = store(p, c0, ct, cw, tmap_c, r0, c0_ + 128, cout, scale_out, m, n, big)
-                p = epilogue(acc[96:], ct, r0, c0_ + 192, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-                big = store(p, c1, ct, cw, tmap_c, r0, c0_ + 192, cout, scale_out, m, n, big)
-            finish(big, amax)
-            if ct == 0:
-                bulk_wait_group(0)
-
-    return fused_gemm
+    return pipe, tile_producer(pipe, sched, coop.stage_bytes, load), consume
