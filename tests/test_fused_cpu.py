@@ -41,6 +41,16 @@ def test_fp8_output_with_amax_kernel_compiles_clean():
     assert not any("LDL" in line or "STL" in line for line in lines[wait:hgmma[-1]])
 
 
+def test_fp8_output_through_tma_compiles_clean():
+    """An fp8 C with 16-byte aligned rows: codes converted in pairs into a 64B-swizzled shared
+    block (STS.U16) and stored by TMA, no plain global stores, no spills (the plain-store
+    epilogue spills 240 bytes)."""
+    rep = compile_report(fused_kernel(FusedConfig("bf16", "col", "gelu_tanh", out="e4m3", amax=True, fp8_tma=True)),
+                         SIG)
+    assert rep.sass.get("HGMMA") == 8 and rep.sass.get("UTMASTG") == 4 and rep.sass_full.get("STS.U16") == 64, rep
+    assert rep.sass_full.get("STG.E.U16", 0) == 0 and rep.spill_bytes == 0 and not rep.warnings, rep
+
+
 def test_fp8_inputs_with_an_epilogue_compile_clean():
     """e4m3 A and B (128 K per stage: the same 128-byte rows), bf16 out through TMA."""
     rep = compile_report(fused_kernel(FusedConfig("e4m3", "col", "relu")), SIG)
@@ -70,7 +80,8 @@ def test_config_checks_its_arguments():
                     (dict(group_m=0), "group_m"), (dict(extras=("col",)), "no epilogue"),
                     (dict(epilogue=_scale_shift, extras=("diag",)), "extras"), (dict(out="f32"), "out must be"),
                     (dict(dtype="e4m3", b_major="MN"), "no transpose"), (dict(dtype="e5m2", out="e5m2x"), "out must"),
-                    (dict(amax=True), "amax goes with an fp8 out"), (dict(schedule="coop"), "schedule")):
+                    (dict(amax=True), "amax goes with an fp8 out"), (dict(schedule="coop"), "schedule"),
+                    (dict(fp8_tma=True), "fp8_tma")):
         with pytest.raises(ValueError, match=msg):
             FusedConfig(**kw)
 

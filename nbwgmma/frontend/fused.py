@@ -39,6 +39,7 @@ _SIM = sim.enabled()
 _DUMMY = {}  # (device, shape) -> a zero f32 array standing in for an unused argument
 _CONFIGS = {}  # (type, bias kind, activation) -> FusedConfig (its scheduler's device functions built once)
 _DEVICE_FNS = {}  # a plain Python epilogue -> its device function
+_FP8_MAPS = {}  # (pointer, shape, strides) of an fp8 output -> its tensor map
 
 
 def check_epilogue(activation, bias_info: ArrayInfo | None, m: int, n: int, device) -> str | None:
@@ -172,6 +173,21 @@ def check_fp8_out(odt, scale_out, amax, device):
     return scale, info
 
 
+def _fp8_map(out, io: ArrayInfo):
+    """The tensor map of an fp8 output C [M, N] (box 64 x 64, 64B swizzle), cached by view."""
+    from ..tma import TensorMap
+
+    key = (io.ptr, io.shape, io.strides)
+    tm = _FP8_MAPS.get(key)
+    if tm is None:
+        tm = TensorMap(out, (64, 64), dtype="e4m3", swizzle="64B", shape=io.shape, strides=(io.strides[0], 1))
+        tm.array = None
+        if len(_FP8_MAPS) >= 32:
+            _FP8_MAPS.clear()
+        _FP8_MAPS[key] = tm
+    return tm
+
+
 def schedule_for(dt: str, odt: str, m: int, n: int, k: int) -> str:
     """The fused kernel's schedule for a problem (:data:`nbwgmma.kernels.fused.SCHEDULES`):
     ping-pong, except fp8 inputs with an fp8 output and at least 2^26 outputs, where the
@@ -223,11 +239,13 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
         extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
     schedule = schedule_for(dt, odt, m, n, k)
-    ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None, schedule)
+    fp8_tma = odt in FP8_OUTS and _row_major(io)  # fp8 codes through TMA where C's rows allow it
+    ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None, schedule, fp8_tma)
     cfg = _CONFIGS.get(ckey)
     if cfg is None:
         cfg = _CONFIGS[ckey] = FusedConfig(dt, where, activation, epilogue=ufn, extras=kinds, b_major=b_major,
-                                           with_c=ic is not None, out=odt, amax=iamax is not None, schedule=schedule)
+                                           with_c=ic is not None, out=odt, amax=iamax is not None, schedule=schedule,
+                                           fp8_tma=fp8_tma)
     sms = 1 if _SIM else device_limits()["multiprocessors"]
     es = ia.itemsize
     # Maps cached by address and view (frontend.plan): a repeated call encodes none.
@@ -237,8 +255,8 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
         tb = tensor_map(b, ib.ptr, dt, (cfg.b_box, row), ((n, k), (bt.strides[0] // es, 1)), keep=False)
     else:  # [K, N] row-major: 64 x 64 boxes, two per stage
         tb = tensor_map(b, ib.ptr, dt, (64, 64), ((k, n), (ib.strides[0] // es, 1)), keep=False)
-    if odt in FP8_OUTS:  # stored as codes, no tensor map
-        tc, cout = None, numba_view(io, out, np.uint8)
+    if odt in FP8_OUTS:  # codes: through TMA (a one-byte map, 64-byte rows, the 64B swizzle) or plain stores
+        tc, cout = _fp8_map(out, io) if fp8_tma else None, numba_view(io, out, np.uint8)
         vamax = _stand_in(ia.device, (1,)) if iamax is None else numba_view(iamax, amax, np.float32)
         if len(vamax.shape) == 0:
             vamax = vamax.reshape(1)

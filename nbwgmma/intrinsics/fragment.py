@@ -392,6 +392,59 @@ __all__ += ["acc_store_swizzled"]
 
 
 @intrinsic(prefer_literal=True)
+def acc_store_fp8_swizzled(typingctx, acc, base, tid, row_bytes, swizzle, fmt):
+    """``acc_store_fp8_swizzled(acc, base, tid, row_bytes, swizzle, fmt)``: write an f32
+    accumulator into shared memory as fp8 codes of ``fmt`` ("e4m3" or "e5m2"), in column blocks
+    of ``row_bytes`` columns (one byte each), each block 64 rows of ``row_bytes`` bytes with the
+    ``swizzle`` address map applied: the layout a TMA store of a one-byte tensor with a (64,
+    row_bytes) box and that swizzle reads. Row neighbours go as one ``cvt.rn.satfinite.<fmt>x2
+    .f32`` (round to nearest even, saturated to the largest finite value; PTX ISA: cvt) and one
+    ``st.shared.b16`` (PTX ISA: st). ``base`` (a 32-bit shared address) must be aligned to the
+    swizzle period."""
+    if not (isinstance(acc, types.UniTuple) and acc.dtype == types.float32 and acc.count % 4 == 0):
+        raise NbwgmmaTypingError(f"acc_store_fp8_swizzled: expected an f32 accumulator fragment; got {acc}")
+    _check_ints("acc_store_fp8_swizzled", base=base, tid=tid)
+    n = acc.count * 2
+    rb = _lit(row_bytes, "row_bytes", "acc_store_fp8_swizzled")
+    sw = _lit(swizzle, "swizzle", "acc_store_fp8_swizzled")
+    fmt_v = _lit(fmt, "fmt", "acc_store_fp8_swizzled")
+    if fmt_v not in FP8_FORMATS:
+        raise NbwgmmaTypingError(f"acc_store_fp8_swizzled: fmt must be one of {list(FP8_FORMATS)}; got {fmt_v!r}")
+    if sw not in SWIZZLE_MASK:
+        raise NbwgmmaTypingError(f"acc_store_fp8_swizzled: swizzle must be one of {tuple(SWIZZLE_MASK)}; got {sw!r}")
+    if rb % 16 or not 16 <= rb <= n or (sw != "none" and rb > SWIZZLE_BYTES[sw]):
+        raise NbwgmmaTypingError(f"acc_store_fp8_swizzled: row_bytes must be a multiple of 16 in [16, {n}] and at "
+                                 f"most the swizzle's span; got {rb} with {sw}")
+    mask = SWIZZLE_MASK[sw]
+    op = f"rn.satfinite.{fmt_v}x2"
+
+    def codegen(context, builder, sig, args):
+        acc_v, base_v, tid_v = args[:3]
+        i32 = ir.IntType(32)
+        base_ = context.cast(builder, base_v, sig.args[1], types.uint32)
+        t = context.cast(builder, tid_v, sig.args[2], types.uint32)
+        st = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, ir.IntType(16)]), "st.shared.b16 [$0], $1;",
+                          "r,h,~{memory}", side_effect=True)
+        count = sig.args[0].count
+        for i, (r, c) in enumerate(_ir_value_coords(builder, t, i32, count)):
+            if i % 2:
+                continue  # value i + 1 is the next column of the same row: one 16-bit store for both
+            blk = builder.udiv(c, i32(rb))
+            off = builder.add(builder.mul(blk, i32(64 * rb)), builder.add(builder.mul(r, i32(rb)),
+                                                                          builder.urem(c, i32(rb))))
+            if mask:
+                off = builder.xor(off, builder.shl(builder.and_(builder.lshr(off, i32(7)), i32(mask)), i32(4)))
+            packed = _cvt_pair(builder, op, builder.extract_value(acc_v, i), builder.extract_value(acc_v, i + 1), 16)
+            builder.call(st, [builder.add(base_, off), packed])
+        return context.get_dummy_value()
+
+    return types.void(acc, base, tid, row_bytes, swizzle, fmt), codegen
+
+
+__all__ += ["acc_store_fp8_swizzled"]
+
+
+@intrinsic(prefer_literal=True)
 def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
     """``acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle)``: store a 16-bit
     accumulator (``regs``: the ``N/4`` packed u32 registers of :func:`acc_to_bf16x2` or

@@ -30,10 +30,11 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    FP8_FORMATS, acc_add, acc_load, acc_scale, acc_store_fp8, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc,
+    FP8_FORMATS, acc_add, acc_load, acc_scale, acc_store_fp8, acc_store_fp8_swizzled, bulk_commit_group,
+    bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared, setmaxnreg_dec, setmaxnreg_inc, tma_store_2d,
 )
 from ..kit import (Cooperative, PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tile_producer,
-                   tma_store_part)
+                   tma_store_part, warpgroup_sync)
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS", "OUTS_16", "SCHEDULES", "THREADS"]
@@ -72,14 +73,16 @@ class FusedConfig:
     epilogue, any strides, so it may be the output itself); ``out``: the output type, the input
     type (default) or fp8 (:data:`FP8_OUTS`: each result times ``scale_out``, stored as fp8
     codes); ``amax``: with fp8 out, the largest |result| of C (before the scale) is also
-    written, by an atomic max into a one-element f32 array; ``schedule``: "pingpong" or
+    written, by an atomic max into a one-element f32 array; ``fp8_tma``: with an fp8 out, the
+    codes go through shared memory and TMA stores (C row-major, 16-byte aligned rows) instead
+    of plain stores (any strides); ``schedule``: "pingpong" or
     "cooperative" (:data:`SCHEDULES`, see the module's text).
     ``bm``, ``bn``: the tile; ``b_box``: the rows of B's tensor-map box (K-major B);
     ``smem``: the dynamic shared memory a launch takes."""
 
     def __init__(self, dtype: str = "bf16", bias: str | None = None, act: str | None = None, group_m: int = 8,
                  epilogue=None, extras: tuple = (), b_major: str = "K", with_c: bool = False, out: str | None = None,
-                 amax: bool = False, schedule: str = "pingpong"):
+                 amax: bool = False, schedule: str = "pingpong", fp8_tma: bool = False):
         if dtype not in TYPES:  # (checked first: the output's default depends on it)
             raise ValueError(f"FusedConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if bias not in BIASES:
@@ -108,7 +111,9 @@ class FusedConfig:
                              "has no transpose")
         if amax and out not in FP8_OUTS:
             raise ValueError("FusedConfig: amax goes with an fp8 out so far")
-        self.out, self.amax = out, bool(amax)
+        if fp8_tma and out not in FP8_OUTS:
+            raise ValueError("FusedConfig: fp8_tma (fp8 codes stored through TMA) goes with an fp8 out")
+        self.out, self.amax, self.fp8_tma = out, bool(amax), bool(fp8_tma)
         if schedule not in SCHEDULES:
             raise ValueError(f"FusedConfig: schedule must be one of {tuple(SCHEDULES)}; got {schedule!r}")
         self.schedule = schedule
@@ -121,7 +126,7 @@ class FusedConfig:
 
     def key(self):
         return (self.dtype, self.bias, self.act, self.group_m, self.epilogue, self.extras, self.b_major, self.with_c,
-                self.out, self.amax, self.schedule)
+                self.out, self.amax, self.schedule, self.fp8_tma)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (ping-pong: a pair of tiles per CTA)."""
@@ -129,7 +134,7 @@ class FusedConfig:
 
     def __repr__(self):
         return (f"FusedConfig({self.dtype}, bias={self.bias}, act={self.act}, group_m={self.group_m}, out={self.out}, "
-                f"amax={self.amax}, schedule={self.schedule})")
+                f"amax={self.amax}, schedule={self.schedule}{', fp8 through TMA' if self.fp8_tma else ''})")
 
 
 @inlined
@@ -179,8 +184,9 @@ def _epilogue(cfg):
 def _output(cfg):
     """``store(part, buf, ct, cw, tmap_c, row0, col0, cout, scale_out, m, n, big) -> big`` and
     ``finish(big, amax)`` for ``cfg``'s output: 16-bit parts through shared memory and TMA
-    (``tma_store_part``); fp8 parts scaled and stored as codes (``acc_store_fp8``), with amax
-    the running largest |value| inside C, then one atomic max per warp."""
+    (``tma_store_part``); fp8 parts scaled and stored as codes (``acc_store_fp8``, or with
+    ``fp8_tma`` through a 64B-swizzled shared block and a TMA store), with amax the running
+    largest |value| inside C, then one atomic max per warp."""
     if cfg.out not in FP8_OUTS:
         @inlined
         def store(part, buf, ct, cw, tmap_c, row0, col0, cout, scale_out, m, n, big):
@@ -208,10 +214,21 @@ def _output(cfg):
     exec(compile("\n".join(lines), "<nbwgmma.kernels.fused amax>", "exec"), ns)
     largest = inlined(ns["largest"])
     track = cfg.amax
+    TMA = cfg.fp8_tma
 
     @inlined
     def store(part, buf, ct, cw, tmap_c, row0, col0, cout, scale_out, m, n, big):
-        acc_store_fp8(acc_scale(part, scale_out), kind, cout, ct, row0, col0, fmt)
+        if TMA:  # as tma_store_part: two blocks in turn, each store overlapping the next part
+            acc_store_fp8_swizzled(acc_scale(part, scale_out), buf, ct, 64, "64B", fmt)
+            fence_proxy_async_shared()  # generic writes -> the TMA unit
+            if ct == 0:
+                bulk_wait_group_read(0)  # the previous part's store has read the other block
+            warpgroup_sync(cw)
+            if ct == 0:
+                tma_store_2d(buf, tmap_c, col0, row0)
+                bulk_commit_group()
+        else:
+            acc_store_fp8(acc_scale(part, scale_out), kind, cout, ct, row0, col0, fmt)
         if track:
             big = largest(part, ct, row0, col0, m, n, big)
         return big

@@ -129,6 +129,17 @@ def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):
     _store_smem(th, base, tile_block_offset(r, c, 4, row_bytes, swizzle), 4, vals, vals.dtype, "acc_store_swizzled")
 
 
+def acc_store_fp8_swizzled(acc, base, tid, row_bytes, swizzle, fmt):
+    th = me()
+    if fmt not in ("e4m3", "e5m2"):
+        raise TypeError(f"acc_store_fp8_swizzled: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r}")
+    vals = np.asarray(read_acc(acc, "acc_store_fp8_swizzled")).astype(np.float32).astype(np.float64)
+    codes = np.where(np.isnan(vals), 0x7F, float_to_fp8(np.nan_to_num(vals), fmt)).astype(np.uint8)
+    r, c = thread_coords(int(tid), len(vals))
+    _store_smem(th, base, tile_block_offset(r, c, 1, row_bytes, swizzle), 1, codes, np.uint8,
+                "acc_store_fp8_swizzled")
+
+
 def acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle):
 
     th = me()
@@ -166,4 +177,4 @@ def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
 
 FRAGMENT_IMPLS = {f.__name__: located(f) for f in (
     acc_zeros, acc_undef, acc_store, acc_load, acc_store_swizzled, acc_stmatrix_swizzled, acc_to_bf16x2,
-    acc_to_f16x2, acc_add, acc_scale, acc_store_strided, acc_add_strided, acc_store_fp8)}
+    acc_to_f16x2, acc_add, acc_scale, acc_store_strided, acc_add_strided, acc_store_fp8, acc_store_fp8_swizzled)}

@@ -58,6 +58,32 @@ def test_acc_store_swizzled_rejects_bad_rows():
         compile_report(ns["k3"], (types.float32[:],))
 
 
+def store_fp8_swizzled_kernel(fmt):
+    ns = dict(globals(), FMT=fmt)
+    exec("def k5(out):\n    acc = acc_zeros('f32.bf16.bf16', 64)\n    buf = cuda.shared.array(4096, np.uint8)\n"
+         "    acc_store_fp8_swizzled(acc, smem_addr(buf), cuda.threadIdx.x % 128, 64, '64B', FMT)\n"
+         "    out[0] = buf[cuda.threadIdx.x]\n", ns)
+    return ns["k5"], (types.uint8[:],), None
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_acc_store_fp8_swizzled_compiles(fmt, report_batch):
+    """A 64 x 64 f32 fragment as fp8 codes: 16 pair conversions and 16 16-bit shared stores."""
+    rep = report_batch(store_fp8_swizzled_kernel)  # compiled with the other format (tests/conftest.py)
+    assert rep.ptx.count(f"cvt.rn.satfinite.{fmt}x2.f32") == 16 and rep.ptx.count("st.shared.b16") == 16
+    assert rep.sass_full.get("STS.U16") == 16 and rep.local_memory_ops == 0, rep.sass_full
+
+
+def test_acc_store_fp8_swizzled_rejects_bad_arguments():
+    for args, msg in (("64, '64B', 'e4m4'", "fmt must be one of"), ("128, '64B', 'e4m3'", "at most the swizzle"),
+                      ("24, 'none', 'e4m3'", "multiple of 16")):
+        ns = dict(globals())
+        exec(f"def k6(out):\n    acc = acc_zeros('f32.bf16.bf16', 64)\n    acc_store_fp8_swizzled(acc, 0, 0, {args})\n",
+             ns)
+        with pytest.raises(Exception, match=msg):
+            compile_report(ns["k6"], (types.float32[:],))
+
+
 def stmatrix_swizzled_kernel(swizzle, row_bytes, n):
     ns = dict(globals(), SW=swizzle, RB=row_bytes, N=n)
     exec("def k4(src, out):\n    t = cuda.threadIdx.x % 128\n    acc = acc_load('f32.bf16.bf16', N, src, t, 0, 0)\n"
