@@ -190,13 +190,11 @@ def _fp8_map(out, io: ArrayInfo):
 
 def schedule_for(dt: str, odt: str, m: int, n: int, k: int) -> str:
     """The fused kernel's schedule for a problem (:data:`nbwgmma.kernels.fused.SCHEDULES`):
-    ping-pong, except fp8 inputs with an fp8 output and at least 2^26 outputs, where the
-    cooperative 128 x 256 tiles were faster on an H100 (e4m3 in and out, TFLOP/s, cooperative /
-    ping-pong: 8192^3 1119 / 958, 16384 x 4096 x 4096 1023 / 992; below that size 4096 x 14336
-    x 4096 951 / 949 and 4096^3 969 / 1015; with bf16 in and out ping-pong was ahead at every
-    size measured, 2-7%: see BENCHMARKS.md)."""
-    if dt in FP8_OUTS and odt in FP8_OUTS and m * n >= 1 << 26:
-        return "cooperative"
+    ping-pong. Measured on an H100 against the cooperative schedule (TFLOP/s, cooperative /
+    ping-pong): bf16 in and out with bias + gelu_tanh, ping-pong ahead by 2-7% at every size
+    measured (8192^3 649 / 662, 4096 x 14336 x 4096 598 / 641); e4m3 in and out, with the codes
+    stored through TMA, 8192^3 1230 / 1257, 4096 x 14336 x 4096 1175 / 1219, 4096^3 1164 /
+    1196, 16384 x 4096 x 4096 1200 / 1185 (BENCHMARKS.md)."""
     return "pingpong"
 
 
