@@ -36,6 +36,33 @@ def test_four_uneven_groups_one_empty_equal_the_per_group_products():
     np.testing.assert_array_equal(_bf16(out), ref)
 
 
+@pytest.mark.parametrize("per_group", [True, False])
+def test_bias_per_group_and_relu(per_group):
+    """relu(A_g @ B_g + bias[g]) with a bias row per group (an expert's), or one for all."""
+    sizes = [70, 0, 150]
+    total, n, k = sum(sizes), 72, 64
+    ends = np.cumsum(sizes).astype(np.int32)
+    a = RNG.integers(-2, 3, (total, k)).astype(np.float64)
+    w = RNG.integers(-2, 3, (len(sizes), n, k)).astype(np.float64)
+    bias = RNG.integers(-8, 9, (len(sizes), n) if per_group else (n,)).astype(np.float32)
+    dw = _bits(w.reshape(-1, k)).reshape(len(sizes), n, k)
+    out = cuda.to_device(np.full((total, n), 0x7FC0, np.uint16))
+    grouped_matmul(_bits(a), _swap(dw), cuda.to_device(ends), out=out, in_dtype="bf16", bias=cuda.to_device(bias),
+                   activation="relu")
+    rows = [a[e - s:e] @ w[g].T + (bias[g] if per_group else bias) for g, (s, e) in enumerate(zip(sizes, ends))]
+    np.testing.assert_array_equal(_bf16(out), np.maximum(np.concatenate(rows), 0))
+
+
+def test_bad_bias_and_activation_are_refused():
+    a, w = _bits(np.ones((8, 16))), _bits(np.ones((2 * 24, 16))).reshape(2, 24, 16)
+    ends = cuda.to_device(np.array([4, 8], np.int32))
+    for kw, msg in ((dict(activation="tanh"), "activation must be one of"),
+                    (dict(bias=cuda.to_device(np.ones((3, 24), np.float32))), r"bias must have shape \(2, 24\)"),
+                    (dict(bias=cuda.to_device(np.ones(24, np.int32))), "bias must be f32, bf16 or f16")):
+        with pytest.raises(MatmulError, match=msg):
+            grouped_matmul(a, _swap(w), ends, in_dtype="bf16", **kw)
+
+
 def _swap(dw):
     """B[g] = w[g]^T as a view (G, K, N) of the (G, N, K) stack."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray

@@ -89,11 +89,17 @@ def test_config_checks_its_arguments():
 def test_grouped_kernel_compiles_clean():
     from nbwgmma.kernels.grouped import grouped_kernel
 
-    sig = (types.uint64, types.uint64, types.uint16[:, ::1], types.int32[::1], types.int32, types.int32, types.int32)
-    # The kernels spill a few scalars of the group walk per tile, outside the main loop, never inside it.
-    for masked, budget in ((False, 384), (True, 384)):
-        rep = compile_report(grouped_kernel("bf16", masked), sig)
-        assert rep.sass.get("HGMMA") == 8 and rep.spill_bytes <= budget, rep
+    sig = (types.uint64, types.uint64, types.uint16[:, ::1], types.int32[::1], types.int32, types.int32, types.int32,
+           types.float32[:, ::1], types.int32)
+    # The kernels spill a few scalars of the group walk per tile, outside the main loop, never inside it;
+    # the epilogue (a bias per group and column, an activation) goes in 64 x 64 parts and adds none.
+    from nbwgmma.report import compile_reports
+
+    jobs = [(grouped_kernel("bf16", masked, bias=bias, act=act), sig)
+            for masked, bias, act in ((False, False, None), (True, False, None), (False, True, "silu"))]
+    for rep, epi in zip(compile_reports(jobs), (False, False, True)):
+        assert rep.sass.get("HGMMA") == 8 and rep.spill_bytes <= 384, rep
+        assert (rep.sass_full.get("MUFU.EX2", 0) >= 128) == epi, rep.sass_full
         assert not rep.warnings, rep.warnings
         lines = rep.sass_text.splitlines()
         hgmma = [i for i, line in enumerate(lines) if "HGMMA" in line]

@@ -51,3 +51,23 @@ def test_masked_layout_in_a_cuda_graph_follows_changing_counts():
                 rel = float(torch.linalg.norm(out[g, :c].double() - ref) / torch.linalg.norm(ref))
                 assert rel <= 1e-2, (new, g, rel)
             assert torch.isnan(out[g, c:].float()).all(), (new, g)
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_bias_per_expert_and_activation(act):
+    """act(x_g @ w_g^T + bias[g]): the gate projection of an MoE layer, uneven and empty groups."""
+    sizes, n, k = [300, 0, 700, 45], 392, 256
+    g = torch.Generator(device="cuda").manual_seed(7)
+    total = sum(sizes)
+    x = (torch.randn(total, k, device="cuda", generator=g) / k ** 0.5).bfloat16()
+    w = torch.randn(len(sizes), n, k, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(len(sizes), n, device="cuda", generator=g).bfloat16()
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).int()
+    out = torch.full((total, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    grouped_matmul(x, w.transpose(1, 2), offs, out=out, bias=bias, activation=act)
+    f = {"silu": torch.nn.functional.silu, "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[act]
+    ends = offs.tolist()
+    ref = torch.cat([f(x[e - s:e].double() @ w[i].double().t() + bias[i].double())
+                     for i, (s, e) in enumerate(zip(sizes, ends))])
+    rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert torch.isfinite(out).all() and rel <= 1e-2, rel

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
+from ..kit import ACTIVATIONS
 from ..kernels.grouped import SMEM, THREADS, grouped_kernel, units_bound
 from .args import described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
@@ -34,12 +35,23 @@ __all__ = ["grouped_matmul"]
 
 _SIM = sim.enabled()
 _NAMES = {"u16": "bf16"}
+_STAND_INS: dict = {}  # device -> a zero f32 array standing in for an absent bias
 
 
 def _row_major(info: ArrayInfo) -> bool:
     es = info.itemsize
     return info.strides[-1] == es and all(s % 16 == 0 for s in info.strides[:-1]) and info.ptr % 16 == 0 \
         and (info.shape[-1] * es) % 16 == 0
+
+
+def _stand_in(device):
+    """A one-element 2-D f32 array on ``device`` for the bias argument of a call without one."""
+    d = _STAND_INS.get(device)
+    if d is None:
+        from numba import cuda
+
+        d = _STAND_INS[device] = cuda.to_device(np.zeros((1, 1), np.float32))
+    return d
 
 
 def _host_offs(offs, lib):
@@ -50,10 +62,43 @@ def _host_offs(offs, lib):
     return offs.copy_to_host()
 
 
-def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, stream=None, validate=False):
-    """``out[rows of group g] = a[rows of group g] @ b[g]`` for the groups of rows ``offs``
-    delimits (see the module's text); returns ``out`` (allocated when not given)."""
+def _group_bias(bias, groups, n, device, lib):
+    """``(2-D f32 bias, gb)`` for the kernel: one row per group (shape (G, N), ``gb`` 1) or one
+    row for all (shape (N,) or (1, N), ``gb`` 0); a stand-in and 0 without a bias."""
+    if bias is None:
+        return None, 0
+    info = described(bias, "bias")
+    if info.dtype not in ("f32", "bf16", "f16"):
+        raise MatmulTypeError(f"grouped_matmul: bias must be f32, bf16 or f16; got {info.dtype}")
+    if info.device != device:
+        raise MatmulError(f"grouped_matmul: bias must be on device {device} like A; got device {info.device}")
+    if info.shape not in ((groups, n), (n,), (1, n)):
+        raise MatmulError(f"grouped_matmul: bias must have shape ({groups}, {n}) (one row per group) or ({n},) (one "
+                          f"for all groups); got {info.shape}")
+    rows = groups if info.shape == (groups, n) and groups != 1 else 1
+    if lib == "torch":
+        f32 = bias.reshape(rows, n).float().contiguous()
+    elif lib == "cupy":
+        f32 = bias.reshape(rows, n).astype(np.float32)
+    elif info.dtype != "f32":
+        raise MatmulTypeError(f"grouped_matmul: a Numba bias must be f32 (its library cannot convert it here); got "
+                              f"{info.dtype}")
+    else:
+        f32 = bias.reshape(rows, n)
+    return f32, int(rows > 1)
+
+
+def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, stream=None, validate=False, bias=None,
+                   activation=None):
+    """``out[rows of group g] = activation(a[rows of group g] @ b[g] + bias[g])`` for the groups
+    of rows ``offs`` delimits (see the module's text); returns ``out`` (allocated when not
+    given). ``bias``: (G, N) (one row per group: each expert's bias) or (N,) (one for all), f32,
+    bf16 or f16; ``activation``: one of ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``
+    (after the bias, in f32, before the rounding to the output type)."""
     ia, ib, io_ = described(a, "A"), described(b, "B"), described(offs, "offs")
+    if activation is not None and activation not in ACTIVATIONS:
+        raise MatmulError(f"grouped_matmul: activation must be one of {sorted(ACTIVATIONS)} or None; got "
+                          f"{activation!r}")
     masked = len(ia.shape) == 3
     if masked:  # [G, T, K] seen as [G * T, K]
         if ia.shape[0] != (ib.shape[0] if len(ib.shape) == 3 else None):
@@ -128,12 +173,14 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     grid = max(1, min(sms, -(-units_bound(total, groups, n) // 2)))
 
     view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
+    bias32, gb = _group_bias(bias, groups, n, ia.device, lib)
+    bias_arg = _stand_in(ia.device) if bias32 is None else bias32
     # Groups of at most 4 tile rows on average (few tokens per expert): CTAs take units in wave
     # order, so a column's tiles run together and read their B once (on an H100, 32 groups of 256
     # rows: 0.91x torch._grouped_mm instead of 0.58x). Larger groups keep the plain order, whose
     # pairs share B inside the CTA (measured 5-10% faster there; see BENCHMARKS.md).
-    kernel = grouped_kernel(ta, masked, wave=total // groups <= 512)
+    kernel = grouped_kernel(ta, masked, wave=total // groups <= 512, bias=bias32 is not None, act=activation)
     launch(kernel, grid, THREADS,
-           (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups)),
-           stream=stream_of(lib, stream), smem=SMEM)
+           (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups), bias_arg,
+            np.int32(gb)), stream=stream_of(lib, stream), smem=SMEM)
     return out

@@ -29,7 +29,7 @@ import functools
 from numba import cuda
 
 from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc
-from ..kit import PingPong, TmaPipeline, inlined, tile_order, wave_order
+from ..kit import PingPong, TmaPipeline, acc_map, activation, inlined, tile_order, wave_order
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
@@ -48,29 +48,77 @@ def units_bound(total: int, groups: int, n: int) -> int:
     return (-(-total // BM) + groups) * -(-n // BN)
 
 
-def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: bool = False):
+def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: bool = False, bias: bool = False,
+                   act: str | None = None):
     """The ``@cuda.jit`` kernel for ``dtype`` ("bf16" or "f16"): arguments ``(tmap_a, tmap_b,
-    out, offs, n, k, t)``: tensor maps of A [total, K] and of B seen as [G * N, K] (box 128 x
-    64, 128-byte swizzle), ``out`` a 2-D array (uint16 for bf16 bits, or float16), ``offs``
-    int32 [G] (the counts when ``masked``), int32 ``n``, ``k`` (k >= 1) and ``t`` (rows per
-    group when ``masked``, else unused). :data:`THREADS` threads, :data:`SMEM` bytes of
-    dynamic shared memory, at most ``ceil(units_bound(...) / 2)`` CTAs. Within a group, tiles
-    are walked ``group_m`` tile rows at a time (:func:`~nbwgmma.kit.tile_order`); with ``wave``,
-    CTAs take units in :func:`~nbwgmma.kit.wave_order` (for groups of few rows: the CTAs
-    computing a column's tiles then run together and share its B in L2)."""
+    out, offs, n, k, t, bias, gb)``: tensor maps of A [total, K] and of B seen as [G * N, K]
+    (box 128 x 64, 128-byte swizzle), ``out`` a 2-D array (uint16 for bf16 bits, or float16),
+    ``offs`` int32 [G] (the counts when ``masked``), int32 ``n``, ``k`` (k >= 1) and ``t``
+    (rows per group when ``masked``, else unused); with ``bias``, ``bias`` a 2-D f32 array whose
+    row ``g * gb`` is group ``g``'s bias per column (``gb`` 1 for one row per group, 0 for one
+    row shared; any 2-D f32 array and 0 without a bias); ``act`` an activation of
+    :data:`nbwgmma.kit.ACTIVATIONS` applied after the bias. :data:`THREADS` threads,
+    :data:`SMEM` bytes of dynamic shared memory, at most ``ceil(units_bound(...) / 2)`` CTAs.
+    Within a group, tiles are walked ``group_m`` tile rows at a time
+    (:func:`~nbwgmma.kit.tile_order`); with ``wave``, CTAs take units in
+    :func:`~nbwgmma.kit.wave_order` (for groups of few rows: the CTAs computing a column's
+    tiles then run together and share its B in L2)."""
     if dtype not in TYPES:
         raise ValueError(f"grouped_kernel: dtype must be one of {TYPES}; got {dtype!r}")
     if not isinstance(group_m, int) or group_m < 1:
         raise ValueError(f"grouped_kernel: group_m must be a positive integer; got {group_m!r}")
-    return _build(dtype, bool(masked), group_m, bool(wave))
+    if act is not None:
+        activation(act)  # a ValueError naming the choices
+    return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act)
+
+
+def _epilogue(bias, act):
+    """``(frag, ct, row0, col0, bvec) -> frag`` over a 64 x 64 part: the bias of each value's
+    column (``bvec`` the group's bias from the part's first column) and the activation, or None
+    for neither."""
+    if not bias and act is None:
+        return None
+    f = activation(act) if act is not None else None
+    if bias:
+        if f is None:
+            @inlined
+            def value(v, row, col, b):
+                return v + b
+        else:
+            @inlined
+            def value(v, row, col, b):
+                return f(v + b)
+    else:
+        @inlined
+        def value(v, row, col):
+            return f(v)
+    part = acc_map(value, 64, cols=int(bias))
+
+    if bias:
+        @inlined
+        def epilogue(acc, ct, row0, col0, bvec):
+            return part(acc, ct, row0, col0, bvec)
+    else:
+        @inlined
+        def epilogue(acc, ct, row0, col0, bvec):
+            return part(acc, ct, row0, col0)
+    return epilogue
 
 
 @functools.lru_cache(maxsize=None)
-def _build(dtype, masked, GROUP_M, WAVE):
+def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT):
     KIND = f"f32.{dtype}.{dtype}"
     pipe = TmaPipeline(STAGES, consumers=1)
     pp = PingPong(KIND, pipe)
     STAGE = PingPong.STAGE_BYTES
+    epilogue = _epilogue(BIAS, ACT)
+    EPI = epilogue is not None
+
+    @inlined
+    def store_part(frag, bias, brow, mine, ct, row0, col0, n):
+        """The epilogue of a 64 x 64 part (``bias[brow]`` sliced from the part's first column)
+        and its store into the group's rows."""
+        acc_store(epilogue(frag, ct, row0, col0, bias[brow, col0:n]), KIND, mine, ct, row0, col0)
 
     if masked:
         @inlined
@@ -107,7 +155,7 @@ def _build(dtype, masked, GROUP_M, WAVE):
         return g, gbase, start, end, tm, tn
 
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def grouped_gemm(tmap_a, tmap_b, out, offs, n, k, t):
+    def grouped_gemm(tmap_a, tmap_b, out, offs, n, k, t, bias, gb):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         tid = cuda.threadIdx.x
         total = out.shape[0]
@@ -141,7 +189,14 @@ def _build(dtype, masked, GROUP_M, WAVE):
                 # where the tile goes, found after the main loop (fewer registers live across it)
                 g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
                 mine = out[start:end]  # this group's rows: the next group's are not ours to write
-                acc_store(acc0, KIND, mine, ct, tm * BM, tn * BN)
-                acc_store(acc1, KIND, mine, ct, tm * BM + 64, tn * BN)
+                r0, c0 = tm * BM, tn * BN
+                if EPI:  # in 64 x 64 parts, each stored before the next is computed (no spills)
+                    store_part(acc0[:32], bias, g * gb, mine, ct, r0, c0, n)
+                    store_part(acc0[32:], bias, g * gb, mine, ct, r0, c0 + 64, n)
+                    store_part(acc1[:32], bias, g * gb, mine, ct, r0 + 64, c0, n)
+                    store_part(acc1[32:], bias, g * gb, mine, ct, r0 + 64, c0 + 64, n)
+                else:
+                    acc_store(acc0, KIND, mine, ct, r0, c0)
+                    acc_store(acc1, KIND, mine, ct, r0 + 64, c0)
 
     return grouped_gemm
