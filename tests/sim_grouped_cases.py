@@ -53,6 +53,21 @@ def test_bias_per_group_and_relu(per_group):
     np.testing.assert_array_equal(_bf16(out), np.maximum(np.concatenate(rows), 0))
 
 
+def test_row_major_b_with_k_not_a_multiple_of_the_stage():
+    """B (G, K, N) with N contiguous: a 3-D map, so the K tail of group g reads zeros, not group
+    g + 1's first rows (K = 80: the second stage holds 16 rows of K)."""
+    sizes = [130, 20, 0, 64]
+    total, n, k = sum(sizes), 136, 80
+    ends = np.cumsum(sizes).astype(np.int32)
+    a = RNG.integers(-2, 3, (total, k)).astype(np.float64)
+    bmat = RNG.integers(-2, 3, (len(sizes), k, n)).astype(np.float64)
+    db = _bits(bmat.reshape(-1, n)).reshape(len(sizes), k, n)
+    out = cuda.to_device(np.full((total, n), 0x7FC0, np.uint16))
+    grouped_matmul(_bits(a), db, cuda.to_device(ends), out=out, in_dtype="bf16")
+    ref = np.concatenate([a[e - s:e] @ bmat[g] for g, (s, e) in enumerate(zip(sizes, ends))])
+    np.testing.assert_array_equal(_bf16(out), ref)
+
+
 def test_bad_bias_and_activation_are_refused():
     a, w = _bits(np.ones((8, 16))), _bits(np.ones((2 * 24, 16))).reshape(2, 24, 16)
     ends = cuda.to_device(np.array([4, 8], np.int32))
@@ -85,9 +100,11 @@ def test_bad_offsets_and_layouts_are_refused():
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):
             grouped_matmul(a, b, in_dtype="bf16", **kw)
-    with pytest.raises(MatmulError, match="B must be the transpose of a contiguous"):
-        grouped_matmul(a, _bits(np.ones((3 * 32, 48))).reshape(3, 32, 48),
-                       cuda.to_device(np.array([1, 2, 3], np.int32)), in_dtype="bf16")
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    strided = FakeCUDAArray(_bits(np.ones((3 * 32, 96))).reshape(3, 32, 96)._ary[:, :, ::2])  # neither K nor N
+    with pytest.raises(MatmulError, match=r"B \(G, K, N\) must have N contiguous"):
+        grouped_matmul(a, strided, cuda.to_device(np.array([1, 2, 3], np.int32)), in_dtype="bf16")
 
 
 def test_offsets_past_the_end_are_clamped_not_followed():

@@ -95,9 +95,10 @@ def test_grouped_kernel_compiles_clean():
     # the epilogue (a bias per group and column, an activation) goes in 64 x 64 parts and adds none.
     from nbwgmma.report import compile_reports
 
-    jobs = [(grouped_kernel("bf16", masked, bias=bias, act=act), sig)
-            for masked, bias, act in ((False, False, None), (True, False, None), (False, True, "silu"))]
-    for rep, epi in zip(compile_reports(jobs), (False, False, True)):
+    jobs = [(grouped_kernel("bf16", masked, bias=bias, act=act, b_major=bm), sig)
+            for masked, bias, act, bm in ((False, False, None, "K"), (True, False, None, "K"), (False, True, "silu", "K"),
+                                          (False, False, None, "MN"))]
+    for rep, epi in zip(compile_reports(jobs), (False, False, True, False)):
         assert rep.sass.get("HGMMA") == 8 and rep.spill_bytes <= 384, rep
         assert (rep.sass_full.get("MUFU.EX2", 0) >= 128) == epi, rep.sass_full
         assert not rep.warnings, rep.warnings

@@ -3,9 +3,11 @@
 The meaning of PyTorch's ``torch._grouped_mm`` for a 2-D A and a 3-D B: A [total, K] holds
 the groups' rows one after another, ``offs`` [G] (int32, on A's device) their running ends,
 B [G, K, N] one matrix per group; ``out[offs[g-1]:offs[g]] = A[offs[g-1]:offs[g]] @ B[g]``.
-So far: bf16 or f16, A row-major, B the transpose of a row-major weight stack
-(``w.transpose(1, 2)`` for w [G, N, K], the experts' weights of ``x @ w[g].T``), out of the
-input type (:mod:`nbwgmma.kernels.grouped`). Empty groups are allowed, and groups of any size.
+So far: bf16 or f16, A row-major, B either the transpose of a row-major weight stack
+(``w.transpose(1, 2)`` for w [G, N, K], the experts' weights of ``x @ w[g].T``: K contiguous)
+or (G, K, N) with N contiguous (each B[g] row-major), out of the input type, with an optional
+bias per group and column and an activation (:mod:`nbwgmma.kernels.grouped`). Empty groups
+are allowed, and groups of any size.
 
 The host never reads ``offs`` (no synchronization): its type, shape and device are checked
 before the launch, and the kernel clamps its values into [0, total] and makes them
@@ -128,10 +130,16 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     odt = out_dtype or ta
     if odt != ta:
         raise MatmulTypeError(f"grouped_matmul: the output has the input type so far; got out_dtype={odt}")
+    es = ib.itemsize
     wt = ArrayInfo(ib.ptr, (groups * n, k), (ib.strides[2], ib.strides[1]), *tuple(ib)[3:])  # B[g]^T stacked
-    if ib.strides[1] != ib.itemsize or ib.strides[0] != n * ib.strides[2] or not _row_major(wt):
-        raise MatmulError(f"grouped_matmul: B must be the transpose of a contiguous (G, N, K) weight stack "
-                          f"(w.transpose(1, 2)) with 16-byte aligned rows so far; got strides {ib.strides} bytes")
+    if ib.strides[1] == es and ib.strides[0] == n * ib.strides[2] and _row_major(wt):
+        b_major = "K"  # the transpose of a contiguous (G, N, K) weight stack: w.transpose(1, 2)
+    elif ib.strides[2] == es and all(st % 16 == 0 for st in ib.strides[:2]) and ib.ptr % 16 == 0 and (n * es) % 16 == 0:
+        b_major = "MN"  # (G, K, N) with N contiguous: each B[g] row-major
+    else:
+        raise MatmulError(f"grouped_matmul: B (G, K, N) must have N contiguous (each B[g] row-major) or K "
+                          f"contiguous (the transpose of a contiguous (G, N, K) weight stack, w.transpose(1, 2)), "
+                          f"16-byte aligned; got strides {ib.strides} bytes")
     if not _row_major(ia):
         raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows; got strides {ia.strides} "
                           f"bytes")
@@ -166,7 +174,11 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         raise MatmulError("grouped_matmul: K = 0 is not supported so far")
     es = ia.itemsize
     tma_a = tensor_map(a, ia.ptr, ta, (128, 64), ((total, k), (ia.strides[0] // es, 1)), keep=False)
-    tma_b = tensor_map(b, ib.ptr, ta, (128, 64), ((groups * n, k), (wt.strides[0] // es, 1)), keep=False)
+    if b_major == "K":
+        tma_b = tensor_map(b, ib.ptr, ta, (128, 64), ((groups * n, k), (wt.strides[0] // es, 1)), keep=False)
+    else:  # a 3-D map, so that K past a group's end reads zeros
+        tma_b = tensor_map(b, ib.ptr, ta, (1, 64, 64), ((groups, k, n), (ib.strides[0] // es, ib.strides[1] // es, 1)),
+                           keep=False)
     from ..launch import device_limits, launch
 
     sms = 1 if _SIM else device_limits()["multiprocessors"]
@@ -179,7 +191,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     # order, so a column's tiles run together and read their B once (on an H100, 32 groups of 256
     # rows: 0.91x torch._grouped_mm instead of 0.58x). Larger groups keep the plain order, whose
     # pairs share B inside the CTA (measured 5-10% faster there; see BENCHMARKS.md).
-    kernel = grouped_kernel(ta, masked, wave=total // groups <= 512, bias=bias32 is not None, act=activation)
+    kernel = grouped_kernel(ta, masked, wave=total // groups <= 512, bias=bias32 is not None, act=activation,
+                            b_major=b_major)
     launch(kernel, grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups), bias_arg,
             np.int32(gb)), stream=stream_of(lib, stream), smem=SMEM)

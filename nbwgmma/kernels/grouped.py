@@ -28,7 +28,7 @@ import functools
 
 from numba import cuda
 
-from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc
+from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d
 from ..kit import PingPong, TmaPipeline, acc_map, activation, inlined, tile_order, wave_order
 from ..launch import dynamic_smem_bytes
 
@@ -49,10 +49,13 @@ def units_bound(total: int, groups: int, n: int) -> int:
 
 
 def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: bool = False, bias: bool = False,
-                   act: str | None = None):
+                   act: str | None = None, b_major: str = "K"):
     """The ``@cuda.jit`` kernel for ``dtype`` ("bf16" or "f16"): arguments ``(tmap_a, tmap_b,
-    out, offs, n, k, t, bias, gb)``: tensor maps of A [total, K] and of B seen as [G * N, K]
-    (box 128 x 64, 128-byte swizzle), ``out`` a 2-D array (uint16 for bf16 bits, or float16),
+    out, offs, n, k, t, bias, gb)``: tensor maps of A [total, K] and of B, all with the 128-byte
+    swizzle: with ``b_major="K"`` (each B[g] the transpose of a row-major weight [N, K]) B seen as
+    [G * N, K], box 128 x 64; with ``b_major="MN"`` (B [G, K, N] with N contiguous) a 3-D map
+    [G, K, N], box 1 x 64 x 64 (K past a group's end is zeros, not the next group's rows);
+    ``out`` a 2-D array (uint16 for bf16 bits, or float16),
     ``offs`` int32 [G] (the counts when ``masked``), int32 ``n``, ``k`` (k >= 1) and ``t``
     (rows per group when ``masked``, else unused); with ``bias``, ``bias`` a 2-D f32 array whose
     row ``g * gb`` is group ``g``'s bias per column (``gb`` 1 for one row per group, 0 for one
@@ -69,7 +72,9 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
         raise ValueError(f"grouped_kernel: group_m must be a positive integer; got {group_m!r}")
     if act is not None:
         activation(act)  # a ValueError naming the choices
-    return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act)
+    if b_major not in ("K", "MN"):
+        raise ValueError(f"grouped_kernel: b_major must be 'K' or 'MN'; got {b_major!r}")
+    return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major)
 
 
 def _epilogue(bias, act):
@@ -106,11 +111,23 @@ def _epilogue(bias, act):
 
 
 @functools.lru_cache(maxsize=None)
-def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT):
+def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR):
     KIND = f"f32.{dtype}.{dtype}"
     pipe = TmaPipeline(STAGES, consumers=1)
-    pp = PingPong(KIND, pipe)
+    pp = PingPong(KIND, pipe, b_major=B_MAJOR)
     STAGE = PingPong.STAGE_BYTES
+    A_BYTES = PingPong.A_BYTES
+    B_MN = B_MAJOR == "MN"
+
+    @inlined
+    def load(slot, full, tmap_a, tmap_b, kcol, a_row, g, n, ncol):
+        """One stage: A's 128 rows from ``a_row``; B[g]'s 128 columns from ``ncol``."""
+        if B_MN:  # two 64 x 64 boxes of the 3-D map [G, K, N]
+            tma_load_2d(slot, tmap_a, full, kcol, a_row)
+            tma_load_3d(slot + A_BYTES, tmap_b, full, ncol, kcol, g)
+            tma_load_3d(slot + A_BYTES + 8192, tmap_b, full, ncol + 64, kcol, g)
+        else:  # [G * N, K]: group g's rows from g * n
+            pp.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol)
     epilogue = _epilogue(BIAS, ACT)
     EPI = epilogue is not None
 
@@ -177,7 +194,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT):
                         g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
-                            pp.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g * n + tn * BN)
+                            load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g, n, tn * BN)
                             s, ph = pipe.advance(s, ph)
         else:  # two consumer warpgroups taking tiles in turn
             setmaxnreg_inc(232)
