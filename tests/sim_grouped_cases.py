@@ -136,3 +136,20 @@ def test_masked_groups_compute_only_their_counted_rows():
         grouped_matmul(_bits(a.reshape(-1, k)).reshape(groups, t, k),
                        _swap(_bits(w.reshape(-1, k)).reshape(groups, n, k)),
                        cuda.to_device(np.array([1, 151, 0], np.int32)), in_dtype="bf16", validate=True)
+
+
+@pytest.fixture
+def cooperative(monkeypatch):
+    """The cooperative schedule (128 x 256 tiles, kit.Cooperative) for groups of any size."""
+    import nbwgmma.frontend.grouped as grouped
+
+    monkeypatch.setattr(grouped, "COOPERATIVE_ROWS", 0)
+
+
+def test_cooperative_schedule_uneven_groups_bias_relu(cooperative):
+    test_bias_per_group_and_relu(True)
+    test_four_uneven_groups_one_empty_equal_the_per_group_products()
+
+
+def test_cooperative_schedule_row_major_b(cooperative):
+    test_row_major_b_with_k_not_a_multiple_of_the_stage()

@@ -95,11 +95,15 @@ def test_grouped_kernel_compiles_clean():
     # the epilogue (a bias per group and column, an activation) goes in 64 x 64 parts and adds none.
     from nbwgmma.report import compile_reports
 
-    jobs = [(grouped_kernel("bf16", masked, bias=bias, act=act, b_major=bm), sig)
-            for masked, bias, act, bm in ((False, False, None, "K"), (True, False, None, "K"), (False, True, "silu", "K"),
-                                          (False, False, None, "MN"))]
-    for rep, epi in zip(compile_reports(jobs), (False, False, True, False)):
-        assert rep.sass.get("HGMMA") == 8 and rep.spill_bytes <= 384, rep
+    cases = ((False, False, None, "K", "pingpong"), (True, False, None, "K", "pingpong"),
+             (False, True, "silu", "K", "pingpong"), (False, False, None, "MN", "pingpong"),
+             (False, True, "silu", "K", "cooperative"), (True, False, None, "MN", "cooperative"))
+    jobs = [(grouped_kernel("bf16", masked, bias=bias, act=act, b_major=bm, schedule=sch), sig)
+            for masked, bias, act, bm, sch in cases]
+    for rep, (_, _, act, _, sch) in zip(compile_reports(jobs), cases):
+        epi = act is not None
+        # ping-pong: two m64n128 wgmmas per K step; cooperative: one m64n256
+        assert rep.sass.get("HGMMA") == (8 if sch == "pingpong" else 4) and rep.spill_bytes <= 384, rep
         assert (rep.sass_full.get("MUFU.EX2", 0) >= 128) == epi, rep.sass_full
         assert not rep.warnings, rep.warnings
         lines = rep.sass_text.splitlines()

@@ -28,7 +28,7 @@ import numpy as np
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS
-from ..kernels.grouped import SMEM, THREADS, grouped_kernel, units_bound
+from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
 from .args import described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
@@ -38,6 +38,8 @@ __all__ = ["grouped_matmul"]
 _SIM = sim.enabled()
 _NAMES = {"u16": "bf16"}
 _STAND_INS: dict = {}  # device -> a zero f32 array standing in for an absent bias
+#: From this many rows per group on average, the cooperative schedule (128 x 256 tiles).
+COOPERATIVE_ROWS = 1024
 
 
 def _row_major(info: ArrayInfo) -> bool:
@@ -174,15 +176,20 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         raise MatmulError("grouped_matmul: K = 0 is not supported so far")
     es = ia.itemsize
     tma_a = tensor_map(a, ia.ptr, ta, (128, 64), ((total, k), (ia.strides[0] // es, 1)), keep=False)
+    # Groups of 1024 rows or more on average: the cooperative 128 x 256 tiles (both consumers on
+    # one tile, in step: on an H100 the ping-pong 128 x 128 tiles ran at 0.70x torch._grouped_mm
+    # for 8 groups of 4096 rows, DRAM-bound; see BENCHMARKS.md); fewer: ping-pong.
+    schedule = "cooperative" if total // groups >= COOPERATIVE_ROWS else "pingpong"
+    bn, _, at_once = SCHEDULES[schedule]
     if b_major == "K":
-        tma_b = tensor_map(b, ib.ptr, ta, (128, 64), ((groups * n, k), (wt.strides[0] // es, 1)), keep=False)
+        tma_b = tensor_map(b, ib.ptr, ta, (bn, 64), ((groups * n, k), (wt.strides[0] // es, 1)), keep=False)
     else:  # a 3-D map, so that K past a group's end reads zeros
         tma_b = tensor_map(b, ib.ptr, ta, (1, 64, 64), ((groups, k, n), (ib.strides[0] // es, ib.strides[1] // es, 1)),
                            keep=False)
     from ..launch import device_limits, launch
 
     sms = 1 if _SIM else device_limits()["multiprocessors"]
-    grid = max(1, min(sms, -(-units_bound(total, groups, n) // 2)))
+    grid = max(1, min(sms, -(-units_bound(total, groups, n, schedule) // at_once)))
 
     view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
     bias32, gb = _group_bias(bias, groups, n, ia.device, lib)
@@ -192,8 +199,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     # rows: 0.91x torch._grouped_mm instead of 0.58x). Larger groups keep the plain order, whose
     # pairs share B inside the CTA (measured 5-10% faster there; see BENCHMARKS.md).
     kernel = grouped_kernel(ta, masked, wave=total // groups <= 512, bias=bias32 is not None, act=activation,
-                            b_major=b_major)
+                            b_major=b_major, schedule=schedule)
     launch(kernel, grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups), bias_arg,
-            np.int32(gb)), stream=stream_of(lib, stream), smem=SMEM)
+            np.int32(gb)), stream=stream_of(lib, stream), smem=SMEM[schedule])
     return out

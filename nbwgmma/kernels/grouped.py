@@ -29,31 +29,35 @@ import functools
 from numba import cuda
 
 from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d
-from ..kit import PingPong, TmaPipeline, acc_map, activation, inlined, tile_order, wave_order
+from ..kit import Cooperative, PingPong, TmaPipeline, acc_map, activation, inlined, tile_order, wave_order
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
 
 TYPES = ("bf16", "f16")
-BM = BN = 128
+BM = 128
 BK = 64
-STAGES = 6
 THREADS = 384
-SMEM = dynamic_smem_bytes(STAGES * PingPong.STAGE_BYTES)
+#: The schedules: name -> (tile columns, stages, tiles a CTA holds at a time); tiles of 128 rows.
+SCHEDULES = {"pingpong": (128, 6, 2), "cooperative": (256, 4, 1)}
+#: Dynamic shared memory of a launch, per schedule.
+SMEM = {"pingpong": dynamic_smem_bytes(6 * PingPong.STAGE_BYTES),
+        "cooperative": dynamic_smem_bytes(4 * (128 + 256) * 128)}
 
 
-def units_bound(total: int, groups: int, n: int) -> int:
-    """At most this many 128 x 128 tiles over ``groups`` groups of ``total`` rows in all (each
-    group's last tile may be partial)."""
-    return (-(-total // BM) + groups) * -(-n // BN)
+def units_bound(total: int, groups: int, n: int, schedule: str = "pingpong") -> int:
+    """At most this many tiles over ``groups`` groups of ``total`` rows in all (each group's
+    last tile may be partial), with ``schedule``'s tiles."""
+    return (-(-total // BM) + groups) * -(-n // SCHEDULES[schedule][0])
 
 
 def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: bool = False, bias: bool = False,
-                   act: str | None = None, b_major: str = "K"):
+                   act: str | None = None, b_major: str = "K", schedule: str = "pingpong"):
     """The ``@cuda.jit`` kernel for ``dtype`` ("bf16" or "f16"): arguments ``(tmap_a, tmap_b,
     out, offs, n, k, t, bias, gb)``: tensor maps of A [total, K] and of B, all with the 128-byte
     swizzle: with ``b_major="K"`` (each B[g] the transpose of a row-major weight [N, K]) B seen as
-    [G * N, K], box 128 x 64; with ``b_major="MN"`` (B [G, K, N] with N contiguous) a 3-D map
+    [G * N, K], box BN x 64 (BN the schedule's tile columns); with ``b_major="MN"`` (B [G, K, N]
+    with N contiguous) a 3-D map
     [G, K, N], box 1 x 64 x 64 (K past a group's end is zeros, not the next group's rows);
     ``out`` a 2-D array (uint16 for bf16 bits, or float16),
     ``offs`` int32 [G] (the counts when ``masked``), int32 ``n``, ``k`` (k >= 1) and ``t``
@@ -61,7 +65,10 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     row ``g * gb`` is group ``g``'s bias per column (``gb`` 1 for one row per group, 0 for one
     row shared; any 2-D f32 array and 0 without a bias); ``act`` an activation of
     :data:`nbwgmma.kit.ACTIVATIONS` applied after the bias. :data:`THREADS` threads,
-    :data:`SMEM` bytes of dynamic shared memory, at most ``ceil(units_bound(...) / 2)`` CTAs.
+    ``SMEM[schedule]`` bytes of dynamic shared memory, at most ``ceil(units_bound(...) / h)``
+    CTAs, h the tiles a CTA holds at a time (:data:`SCHEDULES`). ``schedule`` "pingpong" (two
+    consumer warpgroups taking 128 x 128 tiles in turn) or "cooperative" (both on each 128 x 256
+    tile, :class:`~nbwgmma.kit.Cooperative`: the library GEMM's main loop, the epilogue after it).
     Within a group, tiles are walked ``group_m`` tile rows at a time
     (:func:`~nbwgmma.kit.tile_order`); with ``wave``, CTAs take units in
     :func:`~nbwgmma.kit.wave_order` (for groups of few rows: the CTAs computing a column's
@@ -74,7 +81,9 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
         activation(act)  # a ValueError naming the choices
     if b_major not in ("K", "MN"):
         raise ValueError(f"grouped_kernel: b_major must be 'K' or 'MN'; got {b_major!r}")
-    return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"grouped_kernel: schedule must be one of {tuple(SCHEDULES)}; got {schedule!r}")
+    return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major, schedule)
 
 
 def _epilogue(bias, act):
@@ -111,22 +120,30 @@ def _epilogue(bias, act):
 
 
 @functools.lru_cache(maxsize=None)
-def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR):
+def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
     KIND = f"f32.{dtype}.{dtype}"
-    pipe = TmaPipeline(STAGES, consumers=1)
-    pp = PingPong(KIND, pipe, b_major=B_MAJOR)
-    STAGE = PingPong.STAGE_BYTES
-    A_BYTES = PingPong.A_BYTES
+    BN, STAGES, _ = SCHEDULES[SCHEDULE]
+    COOP = SCHEDULE == "cooperative"
+    if COOP:
+        pipe = TmaPipeline(STAGES, consumers=2)
+        coop = Cooperative(KIND, pipe, BM, BN, b_major=B_MAJOR)
+        STAGE, A_BYTES = coop.stage_bytes, coop.a_bytes
+    else:
+        pipe = TmaPipeline(STAGES, consumers=1)
+        pp = PingPong(KIND, pipe, b_major=B_MAJOR)
+        STAGE, A_BYTES = PingPong.STAGE_BYTES, PingPong.A_BYTES
     B_MN = B_MAJOR == "MN"
 
     @inlined
     def load(slot, full, tmap_a, tmap_b, kcol, a_row, g, n, ncol):
-        """One stage: A's 128 rows from ``a_row``; B[g]'s 128 columns from ``ncol``."""
-        if B_MN:  # two 64 x 64 boxes of the 3-D map [G, K, N]
+        """One stage: A's 128 rows from ``a_row``; B[g]'s BN columns from ``ncol``."""
+        if B_MN:  # 64 x 64 boxes of the 3-D map [G, K, N]
             tma_load_2d(slot, tmap_a, full, kcol, a_row)
-            tma_load_3d(slot + A_BYTES, tmap_b, full, ncol, kcol, g)
-            tma_load_3d(slot + A_BYTES + 8192, tmap_b, full, ncol + 64, kcol, g)
-        else:  # [G * N, K]: group g's rows from g * n
+            for j in range(BN // 64):
+                tma_load_3d(slot + A_BYTES + j * 8192, tmap_b, full, ncol + j * 64, kcol, g)
+        elif COOP:  # [G * N, K]: group g's rows from g * n
+            coop.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol, A_BYTES)
+        else:
             pp.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol)
     epilogue = _epilogue(BIAS, ACT)
     EPI = epilogue is not None
@@ -171,6 +188,28 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR):
         tm, tn = tile_order(w - gbase, (end - start + BM - 1) // BM, tiles_n, GROUP_M)
         return g, gbase, start, end, tm, tn
 
+    if COOP:
+        @inlined
+        def store_tile(acc, bias, brow, mine, ct, r0, c0, n):
+            """A warpgroup's 64 x 256 fragment into the group's rows: the epilogue in 64 x 64
+            parts, each stored before the next is computed (no spills), or the plain store."""
+            if EPI:
+                store_part(acc[:32], bias, brow, mine, ct, r0, c0, n)
+                store_part(acc[32:64], bias, brow, mine, ct, r0, c0 + 64, n)
+                store_part(acc[64:96], bias, brow, mine, ct, r0, c0 + 128, n)
+                store_part(acc[96:], bias, brow, mine, ct, r0, c0 + 192, n)
+            else:
+                acc_store(acc, KIND, mine, ct, r0, c0)
+    else:
+        @inlined
+        def store_tile(acc, bias, brow, mine, ct, r0, c0, n):
+            """A 64 x 128 fragment into the group's rows, as above."""
+            if EPI:
+                store_part(acc[:32], bias, brow, mine, ct, r0, c0, n)
+                store_part(acc[32:], bias, brow, mine, ct, r0, c0 + 64, n)
+            else:
+                acc_store(acc, KIND, mine, ct, r0, c0)
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def grouped_gemm(tmap_a, tmap_b, out, offs, n, k, t, bias, gb):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
@@ -189,13 +228,30 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR):
             setmaxnreg_dec(40)
             if tid == 0:
                 s, ph = 0, 0
-                for pair in range(first, (nunits + 1) // 2, step):
-                    for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
+                if COOP:  # one tile at a time, both consumers on it
+                    for u in range(first, nunits, step):
                         g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
                             load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g, n, tn * BN)
                             s, ph = pipe.advance(s, ph)
+                else:
+                    for pair in range(first, (nunits + 1) // 2, step):
+                        for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
+                            g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
+                            for kb in range(kblocks):
+                                full = pipe.producer_acquire(ring, s, ph, STAGE)
+                                load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g, n,
+                                     tn * BN)
+                                s, ph = pipe.advance(s, ph)
+        elif COOP:  # two consumer warpgroups, 64 rows of each 128 x 256 tile each
+            setmaxnreg_inc(232)
+            cw, ct = tid // 128 - 1, tid % 128
+            s, ph = 0, 0
+            for u in range(first, nunits, step):
+                acc, s, ph = coop.tile(ring, base, s, ph, 0, kblocks, cw, ct)
+                g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
+                store_tile(acc, bias, g * gb, out[start:end], ct, tm * BM + cw * 64, tn * BN, n)
         else:  # two consumer warpgroups taking tiles in turn
             setmaxnreg_inc(232)
             cw, ct = tid // 128 - 1, tid % 128
@@ -206,14 +262,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR):
                 # where the tile goes, found after the main loop (fewer registers live across it)
                 g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
                 mine = out[start:end]  # this group's rows: the next group's are not ours to write
-                r0, c0 = tm * BM, tn * BN
-                if EPI:  # in 64 x 64 parts, each stored before the next is computed (no spills)
-                    store_part(acc0[:32], bias, g * gb, mine, ct, r0, c0, n)
-                    store_part(acc0[32:], bias, g * gb, mine, ct, r0, c0 + 64, n)
-                    store_part(acc1[:32], bias, g * gb, mine, ct, r0 + 64, c0, n)
-                    store_part(acc1[32:], bias, g * gb, mine, ct, r0 + 64, c0 + 64, n)
-                else:
-                    acc_store(acc0, KIND, mine, ct, r0, c0)
-                    acc_store(acc1, KIND, mine, ct, r0 + 64, c0)
+                store_tile(acc0, bias, g * gb, mine, ct, tm * BM, tn * BN, n)
+                store_tile(acc1, bias, g * gb, mine, ct, tm * BM + 64, tn * BN, n)
 
     return grouped_gemm
