@@ -60,17 +60,12 @@ def test_fp8_inputs_with_an_epilogue_compile_clean():
 
 def test_cooperative_schedule_compiles_clean():
     """128 x 256 tiles on kit.Cooperative: four m64n256 wgmmas per stage and warpgroup, no spills;
-    16-bit C through stmatrix and TMA, or fp8 codes stored directly."""
-    from nbwgmma.report import compile_reports
-
-    cfgs = (FusedConfig("bf16", "col", "gelu_tanh", schedule="cooperative"),
-            FusedConfig("e4m3", None, None, out="e4m3", amax=True, schedule="cooperative"))
-    bf16, fp8 = compile_reports([(fused_kernel(c), SIG) for c in cfgs])
-    assert bf16.sass.get("HGMMA") == 4 and bf16.sass.get("UTMASTG") == 4 and bf16.sass.get("STSM") == 16, bf16.sass
-    assert fp8.sass.get("QGMMA") == 4 and fp8.sass_full.get("STG.E.U16") == 64, fp8.sass_full
-    for rep in (bf16, fp8):
-        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0 and not rep.wgmma_serialized, rep
-    assert fused_kernel(cfgs[0]) is not fused_kernel(FusedConfig("bf16", "col", "gelu_tanh"))
+    16-bit C through stmatrix and TMA (the simulator runs it with C and an fp8 output)."""
+    cfg = FusedConfig("bf16", "col", "gelu_tanh", schedule="cooperative")
+    rep = compile_report(fused_kernel(cfg), SIG)
+    assert rep.sass.get("HGMMA") == 4 and rep.sass.get("UTMASTG") == 4 and rep.sass.get("STSM") == 16, rep.sass
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0 and not rep.wgmma_serialized, rep
+    assert fused_kernel(cfg) is not fused_kernel(FusedConfig("bf16", "col", "gelu_tanh"))
 
 
 def test_config_checks_its_arguments():
@@ -95,8 +90,8 @@ def test_grouped_kernel_compiles_clean():
     # the epilogue (a bias per group and column, an activation) goes in 64 x 64 parts and adds none.
     from nbwgmma.report import compile_reports
 
-    cases = ((False, False, None, "K", "pingpong"), (True, True, "silu", "MN", "pingpong"),
-             (False, True, "silu", "K", "cooperative"), (True, False, None, "MN", "cooperative"))
+    cases = ((True, True, "silu", "MN", "pingpong"), (False, True, "silu", "K", "cooperative"),
+             (True, False, None, "MN", "cooperative"))
     jobs = [(grouped_kernel("bf16", masked, bias=bias, act=act, b_major=bm, schedule=sch), sig)
             for masked, bias, act, bm, sch in cases]
     for rep, (_, _, act, _, sch) in zip(compile_reports(jobs), cases):
