@@ -30,11 +30,11 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    FP8_FORMATS, acc_add, acc_load, acc_scale, acc_store_fp8, acc_store_fp8_swizzled, bulk_commit_group,
-    bulk_wait_group, bulk_wait_group_read, fence_proxy_async_shared, setmaxnreg_dec, setmaxnreg_inc, tma_store_2d,
+    FP8_FORMATS, acc_add, acc_load, acc_scale, acc_store_fp8, acc_store_fp8_swizzled, bulk_wait_group, setmaxnreg_dec,
+    setmaxnreg_inc,
 )
 from ..kit import (Cooperative, PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tile_producer,
-                   tma_store_part, warpgroup_sync)
+                   tma_store_block, tma_store_part)
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS", "OUTS_16", "SCHEDULES", "THREADS"]
@@ -220,13 +220,7 @@ def _output(cfg):
     def store(part, buf, ct, cw, tmap_c, row0, col0, cout, scale_out, m, n, big):
         if TMA:  # as tma_store_part: two blocks in turn, each store overlapping the next part
             acc_store_fp8_swizzled(acc_scale(part, scale_out), buf, ct, 64, "64B", fmt)
-            fence_proxy_async_shared()  # generic writes -> the TMA unit
-            if ct == 0:
-                bulk_wait_group_read(0)  # the previous part's store has read the other block
-            warpgroup_sync(cw)
-            if ct == 0:
-                tma_store_2d(buf, tmap_c, col0, row0)
-                bulk_commit_group()
+            tma_store_block(buf, ct, cw, tmap_c, col0, row0)
         else:
             acc_store_fp8(acc_scale(part, scale_out), kind, cout, ct, row0, col0, fmt)
         if track:

@@ -32,7 +32,7 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 
 from .cooperative import Cooperative
 from .device import inlined
-from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_part
+from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_block, tma_store_part
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .producer import tile_producer
@@ -41,8 +41,7 @@ from .scheduler import TileScheduler, tile_order, wave_order
 from .sparse import SparseConsumers
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "Cooperative", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order", "tile_producer",
-           "inlined",
-           "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part", "activation", "ACTIVATIONS",
-           "warpgroup_index",
-           "warpgroup_thread", "warpgroup_sync", "turn_wait", "turn_pass"]
+__all__ = ["TmaPipeline", "Cooperative", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order",
+           "tile_producer", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part",
+           "tma_store_block", "activation", "ACTIVATIONS", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
+           "turn_wait", "turn_pass"]

@@ -43,8 +43,8 @@ from ..intrinsics.errors import NbwgmmaTypingError
 from .device import inlined
 from .warpgroup import warpgroup_sync
 
-__all__ = ["acc_map", "tma_store_part", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh", "silu", "sigmoid",
-           "value_coords"]
+__all__ = ["acc_map", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
+           "silu", "sigmoid", "value_coords"]
 
 
 @inlined
@@ -116,6 +116,15 @@ def tma_store_part(regs, buf, ct, cw, tmap_c, col, row):
     Meant for two blocks used in turn: before the store is issued, thread 0 waits until the
     previous call's store has read its block, so the next call may write that one."""
     acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
+    tma_store_block(buf, ct, cw, tmap_c, col, row)
+
+
+@inlined
+def tma_store_block(buf, ct, cw, tmap_c, col, row):
+    """The TMA store of a shared block ``buf`` that warpgroup ``cw``'s threads have just written
+    (with ``stmatrix``, ``acc_store_fp8_swizzled``, ...) at (``col``, ``row``) of ``tmap_c``: the
+    proxy fence, thread 0's wait until the previous store has read its block, the warpgroup's
+    barrier, then thread 0 issues and commits the store (as :func:`tma_store_part`)."""
     fence_proxy_async_shared()  # generic writes -> the TMA unit
     if ct == 0:
         bulk_wait_group_read(0)  # the previous part's store has read the other block
