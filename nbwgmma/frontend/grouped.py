@@ -170,6 +170,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                                   f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
             if groups and ends[-1] > total:
                 raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past A's {total} rows")
+    bias32, gb = _group_bias(bias, groups, n, ia.device, lib)  # (checked before anything returns)
     if total == 0 or n == 0 or groups == 0:
         return out
     if k == 0:
@@ -192,7 +193,6 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     grid = max(1, min(sms, -(-units_bound(total, groups, n, schedule) // at_once)))
 
     view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
-    bias32, gb = _group_bias(bias, groups, n, ia.device, lib)
     bias_arg = _stand_in(ia.device) if bias32 is None else bias32
     # Groups of at most 4 tile rows on average (few tokens per expert): CTAs take units in wave
     # order, so a column's tiles run together and read their B once (on an H100, 32 groups of 256
