@@ -12,13 +12,14 @@ simulator each intrinsic is the Python function :mod:`nbwgmma.sim` registers for
 (:mod:`nbwgmma.backend`).
 """
 
-from . import address, control, descriptor, fastmath, fence, fragment, matrix, mbarrier, tma, wgmma
+from . import address, control, descriptor, fastmath, fence, fragment, fragment_smem, matrix, mbarrier, tma, wgmma
 from .address import *  # noqa: F401,F403
 from .control import *  # noqa: F401,F403
 from .descriptor import *  # noqa: F401,F403
 from .fastmath import *  # noqa: F401,F403
 from .fence import *  # noqa: F401,F403
 from .fragment import *  # noqa: F401,F403
+from .fragment_smem import *  # noqa: F401,F403
 from .matrix import *  # noqa: F401,F403
 from .mbarrier import *  # noqa: F401,F403
 from .tma import *  # noqa: F401,F403
@@ -26,5 +27,5 @@ from .wgmma import *  # noqa: F401,F403
 
 __all__ = (
     address.__all__ + control.__all__ + descriptor.__all__ + fastmath.__all__ + fence.__all__
-    + fragment.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__ + wgmma.__all__
+    + fragment.__all__ + fragment_smem.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__ + wgmma.__all__
 )

@@ -17,7 +17,6 @@ from numba.core import cgutils
 from numba.core.extending import intrinsic
 
 from .. import backend
-from ..layout.descriptor import SWIZZLE_BYTES, SWIZZLE_MASK
 from ..layout.kinds import WGMMA_KINDS, WgmmaKind
 from .errors import NbwgmmaLiteralError, NbwgmmaTypingError
 
@@ -32,7 +31,7 @@ __all__ = [
 ]
 
 
-def _lit(ty, what, name):
+def literal_arg(ty, what, name):
     if isinstance(ty, types.Literal):
         return ty.literal_value
     raise NbwgmmaLiteralError(f"{name}: argument '{what}' must be a compile-time constant; got {ty}")
@@ -47,7 +46,7 @@ def _kind(kind_v, name) -> WgmmaKind:
     return k
 
 
-def _check_ints(name, **args):
+def check_int_args(name, **args):
     """Run-time integer arguments (addresses, thread indices): a float is refused, not truncated."""
     for nm, ty in args.items():
         if not isinstance(ty, types.Integer):
@@ -57,8 +56,8 @@ def _check_ints(name, **args):
 def _const_acc(name, fill):
     @intrinsic(prefer_literal=True)
     def make(typingctx, kind, n):
-        kind_v = _lit(kind, "kind", name)
-        n_v = _lit(n, "n", name)
+        kind_v = literal_arg(kind, "kind", name)
+        n_v = literal_arg(n, "n", name)
         k = _kind(kind_v, name)
         if n_v not in k.n_values:
             raise NbwgmmaTypingError(f"{name}: {kind_v} allows N in {list(k.n_values)}; got {n_v}")
@@ -85,8 +84,8 @@ acc_undef.__doc__ = (
 )
 
 
-def _acc_kind(kind_ty, acc_ty, name):
-    kind_v = _lit(kind_ty, "kind", name)
+def acc_kind_of(kind_ty, acc_ty, name):
+    kind_v = literal_arg(kind_ty, "kind", name)
     k = _kind(kind_v, name)
     if not (isinstance(acc_ty, types.UniTuple) and acc_ty.dtype == k.acc_type):
         raise NbwgmmaTypingError(f"{name}: expected a {kind_v} accumulator (tuple of {k.acc_type}); got {acc_ty}")
@@ -114,7 +113,7 @@ def _values(builder, k, acc, count):
     return out, types.float16
 
 
-def _ir_value_coords(builder, tid, ity, count):
+def ir_value_coords(builder, tid, ity, count):
     """(row, col) IR values of the ``count`` accumulator values of warpgroup thread ``tid``
     (an IR integer of type ``ity``): :func:`nbwgmma.layout.acc_value_coords` with the per-value offsets
     folded to constants, so no fragment register is ever indexed at run time."""
@@ -133,7 +132,7 @@ def _f32_to_bf16_bits(builder, v):
     return builder.call(asm, [v])
 
 
-def _cvt_pair(builder, op, lo, hi, bits=32):
+def cvt_pair(builder, op, lo, hi, bits=32):
     """``cvt.<op>.f32`` of two f32 values into one ``bits``-bit register, ``lo`` in the low half
     (the instruction puts its first source in the upper half; PTX ISA: cvt)."""
     fnty = ir.FunctionType(ir.IntType(bits), [ir.FloatType(), ir.FloatType()])
@@ -163,7 +162,7 @@ def _clipped_access(context, builder, sig, args, count, one, pair):
     ary = context.make_array(arrty)(context, builder, args[2])
     shape = cgutils.unpack_tuple(builder, ary.shape, 2)
     strides = cgutils.unpack_tuple(builder, ary.strides, 2)
-    coords = [(builder.add(r0, dr), builder.add(c0, dc)) for dr, dc in _ir_value_coords(builder, tid_, i64, count)]
+    coords = [(builder.add(r0, dr), builder.add(c0, dc)) for dr, dc in ir_value_coords(builder, tid_, i64, count)]
 
     def item(r, c):
         return cgutils.get_item_pointer2(context, builder, data=ary.data, shape=shape, strides=strides,
@@ -204,7 +203,7 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
     ``out`` (global or shared) at ``out[row0 + row, col0 + col]``, skipping elements outside
     ``out``. ``tid`` is the thread's index in its warpgroup (0..127). Values are converted to
     ``out``'s dtype; a ``uint16`` array receives bf16 bits (round to nearest even)."""
-    k, n = _acc_kind(kind, acc, "acc_store")
+    k, n = acc_kind_of(kind, acc, "acc_store")
     _check_tile_args("acc_store", out, "out", tid, row0, col0)
 
     def codegen(context, builder, sig, args):
@@ -221,7 +220,7 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
 
         def pair(i, vptr):
             if vty == types.float32 and dt in (types.uint16, types.float16):  # one cvt packs both
-                packed = _cvt_pair(builder, "rn.bf16x2" if dt == types.uint16 else "rn.f16x2", vals[i], vals[i + 1])
+                packed = cvt_pair(builder, "rn.bf16x2" if dt == types.uint16 else "rn.f16x2", vals[i], vals[i + 1])
                 builder.store(packed, builder.bitcast(vptr, ir.IntType(32).as_pointer()), align=4)
                 return
             vec = ir.Constant(vptr.type.pointee, ir.Undefined)
@@ -247,9 +246,9 @@ def acc_store_fp8(typingctx, acc, kind, out, tid, row0, col0, fmt):
     and saturate to the largest finite value (NaN stays NaN), two values per ``cvt.rn.satfinite
     .e4m3x2.f32`` (PTX ISA 8.x, "cvt": the f32 -> f8x2 form, sm_89+). As :func:`acc_store`,
     row neighbours go out as one 16-bit store where the rows are contiguous and aligned."""
-    k, n = _acc_kind(kind, acc, "acc_store_fp8")
+    k, n = acc_kind_of(kind, acc, "acc_store_fp8")
     _check_tile_args("acc_store_fp8", out, "out", tid, row0, col0)
-    fmt_v = _lit(fmt, "fmt", "acc_store_fp8")
+    fmt_v = literal_arg(fmt, "fmt", "acc_store_fp8")
     if fmt_v not in FP8_FORMATS:
         raise NbwgmmaTypingError(f"acc_store_fp8: fmt must be one of {list(FP8_FORMATS)}; got {fmt_v!r}")
     if k.acc_type != types.float32:
@@ -263,10 +262,10 @@ def acc_store_fp8(typingctx, acc, kind, out, tid, row0, col0, fmt):
         zero = ir.Constant(ir.FloatType(), 0.0)
 
         def one(i, ptr):  # the code of value i in the low byte
-            builder.store(builder.trunc(_cvt_pair(builder, op, vals[i], zero, 16), ir.IntType(8)), ptr)
+            builder.store(builder.trunc(cvt_pair(builder, op, vals[i], zero, 16), ir.IntType(8)), ptr)
 
         def pair(i, vptr):  # value i in the low byte, at the lower address
-            packed = _cvt_pair(builder, op, vals[i], vals[i + 1], 16)
+            packed = cvt_pair(builder, op, vals[i], vals[i + 1], 16)
             builder.store(packed, builder.bitcast(vptr, ir.IntType(16).as_pointer()), align=2)
 
         _clipped_access(context, builder, sig, args, len(vals), one, pair)
@@ -324,7 +323,7 @@ def _pack16(name, op):
 
         def codegen(context, builder, sig, args):
             (a,) = args
-            outs = [_cvt_pair(builder, op, builder.extract_value(a, 2 * j), builder.extract_value(a, 2 * j + 1))
+            outs = [cvt_pair(builder, op, builder.extract_value(a, 2 * j), builder.extract_value(a, 2 * j + 1))
                     for j in range(outty.count)]
             return cgutils.pack_array(builder, outs)
 
@@ -344,188 +343,14 @@ acc_to_f16x2.__doc__ = "``cvt.rn.f16x2.f32`` (PTX ISA: cvt) over a fragment, as 
 
 
 @intrinsic(prefer_literal=True)
-def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
-    """``acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle)``: write a 32-bit
-    accumulator (f32 or s32) into shared memory as column blocks of ``row_bytes // 4``
-    columns, each block 64 rows of ``row_bytes`` bytes, with the ``swizzle`` address map
-    applied: the layout a TMA store with a (64, row_bytes // 4) box and that swizzle reads.
-    ``base`` (a 32-bit shared address) must be aligned to the swizzle period.
-    (``st.shared.b32``, PTX ISA: st.)"""
-    k, n = _acc_kind(kind, acc, "acc_store_swizzled")
-    _check_ints("acc_store_swizzled", base=base, tid=tid)
-    if k.dtype == "f16":
-        raise NbwgmmaTypingError("acc_store_swizzled: expected an f32 or s32 accumulator; got f16")
-    rb = _lit(row_bytes, "row_bytes", "acc_store_swizzled")
-    sw = _lit(swizzle, "swizzle", "acc_store_swizzled")
-    if sw not in SWIZZLE_MASK:
-        raise NbwgmmaTypingError(f"acc_store_swizzled: swizzle must be one of {tuple(SWIZZLE_MASK)}; got {sw!r}")
-    if rb % 16 or not 16 <= rb <= 4 * n:
-        raise NbwgmmaTypingError(f"acc_store_swizzled: row_bytes must be a multiple of 16 in [16, {4 * n}]; got {rb}")
-    cpb = rb // 4
-    mask = SWIZZLE_MASK[sw]
-
-    def codegen(context, builder, sig, args):
-        acc_v, _, base_v, tid_v = args[:4]
-        i32 = ir.IntType(32)
-        base_ = context.cast(builder, base_v, sig.args[2], types.uint32)
-        t = context.cast(builder, tid_v, sig.args[3], types.uint32)
-        fnty = ir.FunctionType(ir.VoidType(), [i32, i32])
-        st = ir.InlineAsm(fnty, "st.shared.b32 [$0], $1;", "r,r,~{memory}", side_effect=True)
-        count = sig.args[0].count
-        for i, (r, c) in enumerate(_ir_value_coords(builder, t, i32, count)):
-            v = builder.extract_value(acc_v, i)
-            bits = builder.bitcast(v, i32) if k.dtype == "f32" else v
-            blk = builder.udiv(c, i32(cpb))
-            cc = builder.urem(c, i32(cpb))
-            off = builder.add(builder.mul(blk, i32(64 * rb)),
-                              builder.add(builder.mul(r, i32(rb)), builder.mul(cc, i32(4))))
-            if mask:
-                x = builder.shl(builder.and_(builder.lshr(off, i32(7)), i32(mask)), i32(4))
-                off = builder.xor(off, x)
-            builder.call(st, [builder.add(base_, off), bits])
-        return context.get_dummy_value()
-
-    return types.void(acc, kind, base, tid, row_bytes, swizzle), codegen
-
-
-__all__ += ["acc_store_swizzled"]
-
-
-@intrinsic(prefer_literal=True)
-def acc_store_fp8_swizzled(typingctx, acc, base, tid, row_bytes, swizzle, fmt):
-    """``acc_store_fp8_swizzled(acc, base, tid, row_bytes, swizzle, fmt)``: write an f32
-    accumulator into shared memory as fp8 codes of ``fmt`` ("e4m3" or "e5m2"), in column blocks
-    of ``row_bytes`` columns (one byte each), each block 64 rows of ``row_bytes`` bytes with the
-    ``swizzle`` address map applied: the layout a TMA store of a one-byte tensor with a (64,
-    row_bytes) box and that swizzle reads. Row neighbours go as one ``cvt.rn.satfinite.<fmt>x2
-    .f32`` (round to nearest even, saturated to the largest finite value; PTX ISA: cvt) and one
-    ``st.shared.b16`` (PTX ISA: st). ``base`` (a 32-bit shared address) must be aligned to the
-    swizzle period."""
-    if not (isinstance(acc, types.UniTuple) and acc.dtype == types.float32 and acc.count % 4 == 0):
-        raise NbwgmmaTypingError(f"acc_store_fp8_swizzled: expected an f32 accumulator fragment; got {acc}")
-    _check_ints("acc_store_fp8_swizzled", base=base, tid=tid)
-    n = acc.count * 2
-    rb = _lit(row_bytes, "row_bytes", "acc_store_fp8_swizzled")
-    sw = _lit(swizzle, "swizzle", "acc_store_fp8_swizzled")
-    fmt_v = _lit(fmt, "fmt", "acc_store_fp8_swizzled")
-    if fmt_v not in FP8_FORMATS:
-        raise NbwgmmaTypingError(f"acc_store_fp8_swizzled: fmt must be one of {list(FP8_FORMATS)}; got {fmt_v!r}")
-    if sw not in SWIZZLE_MASK:
-        raise NbwgmmaTypingError(f"acc_store_fp8_swizzled: swizzle must be one of {tuple(SWIZZLE_MASK)}; got {sw!r}")
-    if rb % 16 or not 16 <= rb <= n or (sw != "none" and rb > SWIZZLE_BYTES[sw]):
-        raise NbwgmmaTypingError(f"acc_store_fp8_swizzled: row_bytes must be a multiple of 16 in [16, {n}] and at "
-                                 f"most the swizzle's span; got {rb} with {sw}")
-    mask = SWIZZLE_MASK[sw]
-    op = f"rn.satfinite.{fmt_v}x2"
-
-    def codegen(context, builder, sig, args):
-        acc_v, base_v, tid_v = args[:3]
-        i32 = ir.IntType(32)
-        base_ = context.cast(builder, base_v, sig.args[1], types.uint32)
-        t = context.cast(builder, tid_v, sig.args[2], types.uint32)
-        st = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, ir.IntType(16)]), "st.shared.b16 [$0], $1;",
-                          "r,h,~{memory}", side_effect=True)
-        count = sig.args[0].count
-        for i, (r, c) in enumerate(_ir_value_coords(builder, t, i32, count)):
-            if i % 2:
-                continue  # value i + 1 is the next column of the same row: one 16-bit store for both
-            blk = builder.udiv(c, i32(rb))
-            off = builder.add(builder.mul(blk, i32(64 * rb)), builder.add(builder.mul(r, i32(rb)),
-                                                                          builder.urem(c, i32(rb))))
-            if mask:
-                off = builder.xor(off, builder.shl(builder.and_(builder.lshr(off, i32(7)), i32(mask)), i32(4)))
-            packed = _cvt_pair(builder, op, builder.extract_value(acc_v, i), builder.extract_value(acc_v, i + 1), 16)
-            builder.call(st, [builder.add(base_, off), packed])
-        return context.get_dummy_value()
-
-    return types.void(acc, base, tid, row_bytes, swizzle, fmt), codegen
-
-
-__all__ += ["acc_store_fp8_swizzled"]
-
-
-@intrinsic(prefer_literal=True)
-def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
-    """``acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle)``: store a 16-bit
-    accumulator (``regs``: the ``N/4`` packed u32 registers of :func:`acc_to_bf16x2` or
-    :func:`acc_to_f16x2`) into shared memory with ``stmatrix.x4`` (PTX ISA: stmatrix), in
-    the layout a TMA store with a (64, row_bytes // 2) box and ``swizzle`` reads: column
-    blocks of ``row_bytes // 2`` columns, each 64 rows of ``row_bytes`` bytes, swizzled.
-
-    Why stmatrix fits: packed register ``j`` of lane ``l`` holds row ``l//4 + 8*(j%2)``,
-    columns ``8*(j//2) + 2*(l%4) + {0,1}`` of its warp's 16 rows, which is the stmatrix lane
-    map of an 8x8 matrix. Registers ``4q..4q+3`` are the four 8x8 matrices of columns
-    ``16q..16q+15`` (top-left, bottom-left, top-right, bottom-right); lane ``l`` gives the
-    address of row ``l % 8`` of matrix ``l // 8``. One instruction per 16 columns replaces
-    eight scalar stores, and each 16-byte row lands whole (the swizzle moves 16-byte chunks).
-    An N that is an odd multiple of 8 ends with one ``.x2``.
-    ``base`` (a 32-bit shared address) must be aligned to the swizzle period.
-    """
-    if not (isinstance(regs, types.UniTuple) and regs.dtype == types.uint32 and regs.count % 2 == 0):
-        raise NbwgmmaTypingError(
-            f"acc_stmatrix_swizzled: 'regs' must be a tuple of 2*k u32 registers (acc_to_bf16x2 of an "
-            f"accumulator); got {regs}")
-    _check_ints("acc_stmatrix_swizzled", base=base, tid=tid)
-    n = regs.count * 4
-    rb = _lit(row_bytes, "row_bytes", "acc_stmatrix_swizzled")
-    sw = _lit(swizzle, "swizzle", "acc_stmatrix_swizzled")
-    if sw not in SWIZZLE_MASK:
-        raise NbwgmmaTypingError(f"acc_stmatrix_swizzled: swizzle must be one of {tuple(SWIZZLE_MASK)}; got {sw!r}")
-    if rb % 32 or not 32 <= rb <= max(32, 2 * n):
-        raise NbwgmmaTypingError(
-            f"acc_stmatrix_swizzled: row_bytes must be a multiple of 32 in [32, {max(32, 2 * n)}]; got {rb}")
-    if sw != "none" and rb > SWIZZLE_BYTES[sw]:
-        raise NbwgmmaTypingError(
-            f"acc_stmatrix_swizzled: a {sw} swizzled row holds at most {sw[:-1]} bytes; got row_bytes={rb}")
-    cpb = rb // 2
-    mask = SWIZZLE_MASK[sw]
-
-    def codegen(context, builder, sig, args):
-        regs_v, base_v, tid_v = args[:3]
-        i32 = ir.IntType(32)
-        base_ = context.cast(builder, base_v, sig.args[1], types.uint32)
-        t = context.cast(builder, tid_v, sig.args[2], types.uint32)
-        st4 = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32] * 5),
-                           "stmatrix.sync.aligned.m8n8.x4.shared::cta.b16 [$0], {$1, $2, $3, $4};",
-                           "r,r,r,r,r,~{memory}", side_effect=True)
-        st2 = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32] * 3),
-                           "stmatrix.sync.aligned.m8n8.x2.shared::cta.b16 [$0], {$1, $2};",
-                           "r,r,r,~{memory}", side_effect=True)
-        lane = builder.urem(t, i32(32))
-        # This lane's row: warp's 16 rows, matrix (lane // 8) % 2 picks the lower 8.
-        row = builder.add(builder.mul(builder.udiv(t, i32(32)), i32(16)),
-                          builder.add(builder.mul(builder.and_(builder.lshr(lane, i32(3)), i32(1)), i32(8)),
-                                      builder.urem(lane, i32(8))))
-        rowoff = builder.mul(row, i32(rb))
-        # Matrices 2 and 3 sit 8 columns (16 bytes) further right.
-        colhalf = builder.mul(builder.lshr(lane, i32(4)), i32(16))
-        for q in range(-(-n // 16)):
-            c0 = 16 * q
-            width = min(4, regs.count - 4 * q)  # an odd last 8 columns: .x2 (lanes 0-15 give rows)
-            blk, cc = divmod(c0, cpb)
-            off = builder.add(builder.add(rowoff, colhalf), i32(blk * 64 * rb + cc * 2))
-            if mask:
-                x = builder.shl(builder.and_(builder.lshr(off, i32(7)), i32(mask)), i32(4))
-                off = builder.xor(off, x)
-            builder.call(st4 if width == 4 else st2,
-                         [builder.add(base_, off)] + [builder.extract_value(regs_v, 4 * q + i) for i in range(width)])
-        return context.get_dummy_value()
-
-    return types.void(regs, base, tid, row_bytes, swizzle), codegen
-
-
-__all__ += ["acc_stmatrix_swizzled"]
-
-
-@intrinsic(prefer_literal=True)
 def acc_load(typingctx, kind, n, src, tid, row0, col0):
     """``acc = acc_load(kind, n, src, tid, row0, col0)``: an f32/s32 accumulator fragment read
     from the 2-D array ``src`` (global or shared) at ``src[row0 + row, col0 + col]`` in the
     accumulator layout (zeros outside ``src``): e.g. C for a ``beta * C`` epilogue, or known
     values for testing a store. The inverse of :func:`acc_store`: a ``uint16`` source holds
     bf16 bits."""
-    kind_v = _lit(kind, "kind", "acc_load")
-    n_v = _lit(n, "n", "acc_load")
+    kind_v = literal_arg(kind, "kind", "acc_load")
+    n_v = literal_arg(n, "n", "acc_load")
     k = _kind(kind_v, "acc_load")
     if k.dtype == "f16":
         raise NbwgmmaTypingError("acc_load: expected an f32 or s32 accumulator kind; got f16")
