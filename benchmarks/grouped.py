@@ -3,6 +3,12 @@
 size, in one process: batches of 10 calls taking turns, 15 rounds, median.
 
     python benchmarks/grouped.py [GxTOKENSxNxK ...]     (default: the three shapes of the issue)
+    python benchmarks/grouped.py --wgrad [GxTOKENSxNxK ...]
+
+``--wgrad``: the weight-gradient form, dW_g = dy_g^T @ x_g (dy (G * TOKENS, N), x (G * TOKENS,
+K), both row-major; out (G, N, K)): ``grouped_matmul(dy.t(), x, offs)`` against
+``torch._grouped_mm(dy.t(), x, offs=offs)`` (where PyTorch runs it) and a loop of
+``torch.matmul`` per group.
 """
 import sys
 
@@ -27,7 +33,40 @@ def bench(groups, tokens, n, k, rounds=15, inner=10):
                  inner)
 
 
+def bench_wgrad(groups, tokens, n, k, rounds=15, inner=10):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    dy = torch.randn(groups * tokens, n, device="cuda", generator=g).bfloat16()
+    x = torch.randn(groups * tokens, k, device="cuda", generator=g).bfloat16()
+    offs = torch.arange(1, groups + 1, device="cuda", dtype=torch.int32) * tokens
+    out = torch.empty(groups, n, k, device="cuda", dtype=torch.bfloat16)
+    loop_out = torch.empty_like(out)
+
+    def loop():
+        for e in range(groups):
+            torch.matmul(dy[e * tokens:(e + 1) * tokens].t(), x[e * tokens:(e + 1) * tokens], out=loop_out[e])
+
+    peers = {"nbwgmma.grouped_matmul(dy.t(), x)": lambda: grouped_matmul(dy.t(), x, offs, out=out)}
+    try:
+        ref = torch._grouped_mm(dy.t(), x, offs=offs)
+        peers["torch._grouped_mm(dy.t(), x)"] = lambda: torch._grouped_mm(dy.t(), x, offs=offs)
+    except (AttributeError, RuntimeError) as e:  # no such form in this PyTorch
+        print(f"torch._grouped_mm(dy.t(), x, offs=offs): {str(e).splitlines()[0]}")
+        loop()
+        ref = loop_out.clone()
+    peers["loop of torch.matmul"] = loop
+    grouped_matmul(dy.t(), x, offs, out=out)
+    rel = float(torch.linalg.norm(out.float() - ref.float()) / torch.linalg.norm(ref.float()))
+    print(f"{groups}x{tokens}x{n}x{k} wgrad: relative difference to the reference {rel:.2e}")
+    side_by_side(torch, peers, 2 * groups * tokens * n * k, f"{groups}x{tokens}x{n}x{k} wgrad", "grouped_matmul",
+                 rounds, inner)
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
-    for s in sys.argv[1:] or ["8x4096x4096x7168", "32x256x4096x7168", "4x8192x7168x2048"]:
-        bench(*(int(v) for v in s.split("x")))
+    args = sys.argv[1:]
+    if args[:1] == ["--wgrad"]:
+        for s in args[1:] or ["8x4096x4096x7168", "32x256x4096x7168"]:
+            bench_wgrad(*(int(v) for v in s.split("x")))
+    else:
+        for s in args or ["8x4096x4096x7168", "32x256x4096x7168", "4x8192x7168x2048"]:
+            bench(*(int(v) for v in s.split("x")))

@@ -31,6 +31,7 @@ from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
 from .args import described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
+from .grouped_wgrad import grouped_matmul_wgrad
 from .plan import numba_view, tensor_map
 
 __all__ = ["grouped_matmul"]
@@ -103,6 +104,12 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if activation is not None and activation not in ACTIVATIONS:
         raise MatmulError(f"grouped_matmul: activation must be one of {sorted(ACTIVATIONS)} or None; got "
                           f"{activation!r}")
+    if len(ia.shape) == 2 and len(ib.shape) == 2:  # the K-grouped form (weight gradients)
+        if bias is not None or activation is not None:
+            raise MatmulError("grouped_matmul: bias and activation apply to a 3-D B so far; the 2-D x 2-D form "
+                              "takes neither")
+        return grouped_matmul_wgrad(a, b, offs, ia, ib, io_, lib_of(a), out=out, out_dtype=out_dtype,
+                                    in_dtype=in_dtype, stream=stream, validate=validate)
     masked = len(ia.shape) == 3
     if masked:  # [G, T, K] seen as [G * T, K]
         if ia.shape[0] != (ib.shape[0] if len(ib.shape) == 3 else None):
@@ -114,8 +121,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                               f"{ia.strides} bytes")
         ia = ArrayInfo(ia.ptr, (ia.shape[0] * t, ia.shape[2]), ia.strides[1:], *tuple(ia)[3:])
     if len(ia.shape) != 2 or len(ib.shape) != 3:
-        raise MatmulError(f"grouped_matmul: A must be 2-D (total, K) or 3-D (G, T, K) and B 3-D (G, K, N); got "
-                          f"shapes {ia.shape} and {ib.shape}")
+        raise MatmulError(f"grouped_matmul: A must be 2-D (total, K) or 3-D (G, T, K) and B 3-D (G, K, N), or both "
+                          f"2-D: A (M, total) and B (total, N); got shapes {ia.shape} and {ib.shape}")
     (total, k), (groups, kb, n) = ia.shape, ib.shape
     if kb != k:
         raise MatmulError(f"grouped_matmul: inner dimensions differ: A is {ia.shape}, B is {ib.shape}")

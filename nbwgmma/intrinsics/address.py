@@ -133,4 +133,13 @@ ld_shared_cluster_u32 = ptx_intrinsic(
     doc="``ld.shared::cluster.u32`` (PTX ISA: ld). Load from a ``.shared::cluster`` address.",
 )
 
-__all__ += ["st_shared_cluster_u32", "ld_shared_cluster_u32"]
+st_shared_v4_b32 = ptx_intrinsic(
+    "st_shared_v4_b32",
+    "st.shared.v4.b32 [$addr], {$x, $y, $z, $w};",
+    params=[Reg("addr", u32), Reg("x", u32), Reg("y", u32), Reg("z", u32), Reg("w", u32)],
+    doc="``st.shared.v4.b32`` (PTX ISA: st). Store 16 bytes (four 32-bit values) at the 16-byte "
+    "aligned ``.shared::cta`` address ``addr`` (clearing part of a TMA stage, say; follow it with "
+    "``fence_proxy_async_shared`` and a barrier before wgmma or TMA reads the bytes).",
+)
+
+__all__ += ["st_shared_cluster_u32", "ld_shared_cluster_u32", "st_shared_v4_b32"]

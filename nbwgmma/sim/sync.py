@@ -87,6 +87,18 @@ def _st_cluster(addr, value):
     cta.image[off:off + 4].view(np.uint32)[0] = np.uint32(value)
 
 
+@impl("st_shared_v4_b32")
+def _st_v4(addr, x, y, z, w):
+    th = me()
+    cta, off = split(addr)
+    if off % 16:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: st.shared.v4.b32 needs a 16-byte aligned address; "
+                        f"got 0x{int(addr):x}")
+    with th.cl.lock:
+        cta.shadow.generic_write(th, np.arange(off, off + 16), "st.shared.v4.b32")
+    cta.image[off:off + 16].view(np.uint32)[:] = np.array([x, y, z, w], np.uint32)
+
+
 @impl("ld_shared_cluster_u32")
 def _ld_cluster(addr):
     th = me()

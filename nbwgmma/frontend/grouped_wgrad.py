@@ -1,0 +1,171 @@
+"""``grouped_matmul(a, b, offs)`` with a 2-D A and a 2-D B: the K-grouped product of
+mixture-of-experts weight gradients (``torch._grouped_mm``'s 2-D x 2-D form).
+
+A [M, total] and B [total, N] share the grouped dimension; ``offs`` [G] (int32, on A's device)
+holds the groups' running ends along it; out is [G, M, N] with ``out[g] = A[:, s:e] @ B[s:e, :]``
+(``s = offs[g-1]``, 0 for the first group, ``e = offs[g]``). An empty group gives ``out[g] = 0``,
+as ``torch._grouped_mm`` does (its loop of ``mm`` over an empty K, and its Hopper kernel).
+:func:`nbwgmma.grouped_matmul` documents the call; the kernel is
+:mod:`nbwgmma.kernels.grouped_wgrad`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from numba import cuda
+
+from .. import sim
+from ..errors import MatmulError, MatmulTypeError
+from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
+from .args import described, empty_like_lib, stream_of
+from .arrays import ArrayInfo
+from .plan import nb_stream, numba_view, tensor_map
+
+__all__ = ["grouped_matmul_wgrad"]
+
+_SIM = sim.enabled()
+_NAMES = {"u16": "bf16"}
+
+
+def _in_place(info: ArrayInfo, inner: int, outer: int):
+    """(shape, strides in elements) of a 2-D operand seen as [rows, cols] with ``cols`` along
+    its dimension ``inner`` (contiguous) and ``rows`` along ``outer``, if TMA reads it in place
+    (16-byte aligned base and pitch); else None."""
+    es = info.itemsize
+    cols, rows = info.shape[inner], info.shape[outer]
+    pitch = info.strides[outer]
+    if cols > 1 and info.strides[inner] != es:
+        return None
+    if rows == 1:  # the pitch of one row is never used: any legal value
+        pitch = -(-cols * es // 16) * 16
+    if info.ptr % 16 or pitch % 16 or pitch < cols * es:
+        return None
+    return (rows, cols), (pitch // es, 1)
+
+
+def _copied(x, info: ArrayInfo, transpose: bool, stream):
+    """A fresh [rows, cols_pad] copy of ``x`` (or ``x.T`` with ``transpose``), its rows padded
+    to 16 bytes with zeros, and its TMA view."""
+    from ..kernels.copy import pad_transpose_kernel
+
+    rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
+    es = info.itemsize
+    pad = -(-cols * es // 16) * 16 // es
+    if _SIM:  # host memory: numpy copies it at once (the copy kernel would take a Python thread per element)
+        h = x.copy_to_host().view(f"u{es}")
+        dst = np.zeros((rows, pad), h.dtype)
+        dst[:, :cols] = h.T if transpose else h
+        return cuda.to_device(dst), ((rows, cols), (pad, 1))
+    src = numba_view(info, x, dtype=np.dtype(f"u{es}"))
+    st = nb_stream(stream)
+    dst = cuda.device_array((rows, pad), dtype=np.dtype(f"u{es}"), stream=st)
+    with warnings.catch_warnings():  # a grid sized to the data
+        warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
+        pad_transpose_kernel[max(1, min(65535, -(-rows * pad // 256))), 256, st](src, dst, transpose)
+    return dst, ((rows, cols), (pad, 1))
+
+
+def _host_offs(offs, lib):
+    if lib == "torch":
+        return offs.cpu().numpy()
+    if lib == "cupy":
+        return offs.get()
+    return offs.copy_to_host()
+
+
+def _zero(out, io: ArrayInfo, lib, stream):
+    """out = 0 (a problem whose groups are all empty, ``total`` = 0)."""
+    if lib == "torch":
+        out.zero_()
+    elif lib == "cupy":
+        out.fill(0)
+    elif _SIM:
+        out._ary[...] = 0
+    else:
+        from ..kernels.copy import fill_zero_kernel
+
+        st = nb_stream(stream)
+        for g in range(io.shape[0]):
+            part = numba_view(ArrayInfo(io.ptr + g * io.strides[0], io.shape[1:], io.strides[1:], *tuple(io)[3:]),
+                              out)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
+                fill_zero_kernel[max(1, min(65535, -(-io.shape[1] * io.shape[2] // 256))), 256, st](part)
+
+
+def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInfo, lib, *, out, out_dtype, in_dtype,
+                         stream, validate):
+    """:func:`nbwgmma.grouped_matmul` for a 2-D A [M, total] and a 2-D B [total, N] (see the
+    module's text); ``ia``, ``ib``, ``io_`` describe ``a``, ``b``, ``offs``."""
+    (m, total), (tb_, n) = ia.shape, ib.shape
+    if tb_ != total:
+        raise MatmulError(f"grouped_matmul: A (M, total) and B (total, N) must share the grouped dimension; got "
+                          f"shapes {ia.shape} and {ib.shape}")
+    ta = in_dtype or _NAMES.get(ia.dtype, ia.dtype)
+    tb = in_dtype or _NAMES.get(ib.dtype, ib.dtype)
+    if ta not in ("bf16", "f16") or tb != ta:
+        raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16 so far; got {ta} and {tb}")
+    if io_.dtype != "s32" or len(io_.shape) != 1:
+        raise MatmulTypeError(f"grouped_matmul: offs must be a 1-D int32 array (the groups' ends along A's columns "
+                              f"and B's rows); got {io_.dtype} of shape {io_.shape}")
+    for name, info in (("B", ib), ("offs", io_)):
+        if info.device != ia.device:
+            raise MatmulError(f"grouped_matmul: {name} must be on device {ia.device} like A; got {info.device}")
+    odt = out_dtype or ta
+    odt = {"bfloat16": "bf16", "float16": "f16"}.get(str(odt).replace("torch.", ""), odt)
+    if odt != ta:
+        raise MatmulTypeError(f"grouped_matmul: the output has the input type so far; got out_dtype={odt}")
+    groups = io_.shape[0]
+    es = ia.itemsize
+    shape = (groups, m, n)
+    if out is None:
+        pad = -(-n * es // 16) * 16 // es  # 16-byte rows, as TMA stores need (torch._grouped_mm pads too)
+        out = empty_like_lib(lib, a, (groups, m, pad), odt)
+        if pad != n:
+            out = out[:, :, :n]
+    io = described(out, "out")
+    if io.shape != shape or _NAMES.get(io.dtype, io.dtype) != odt or (n > 1 and io.strides[2] != es) \
+            or io.ptr % 16 or any(s % 16 for s in io.strides[:2]) or io.strides[1] < n * es \
+            or io.strides[0] < m * io.strides[1]:
+        raise MatmulError(f"grouped_matmul: out must be a {shape} {odt} array with N contiguous and 16-byte aligned "
+                          f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")
+    if validate:
+        ends = np.asarray(_host_offs(offs, lib), np.int64)
+        bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
+        if bad.size:
+            raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
+                              f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
+        if groups and ends[-1] > total:
+            raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past the {total} columns of A (rows of B)")
+    if groups == 0 or m == 0 or n == 0:
+        return out
+    st = stream_of(lib, stream)
+    if total == 0:
+        _zero(out, io, lib, st)
+        return out
+    # A [M, total] read as [total, M] with M contiguous (dy.t() of a row-major dy): in place, or a
+    # copy in that layout; likewise B [total, N] with N contiguous (a row-major x).
+    view_a = _in_place(ia, 0, 1)
+    src_a, keep_a = a, view_a is None
+    if keep_a:
+        src_a, view_a = _copied(a, ia, True, st)
+    view_b = _in_place(ib, 1, 0)
+    src_b, keep_b = b, view_b is None
+    if keep_b:
+        src_b, view_b = _copied(b, ib, False, st)
+    ptr_a = ia.ptr if not keep_a else described(src_a, "A").ptr
+    ptr_b = ib.ptr if not keep_b else described(src_b, "B").ptr
+    tma_a = tensor_map(src_a, ptr_a, ta, (64, 64), view_a, keep=keep_a)
+    tma_b = tensor_map(src_b, ptr_b, ta, (64, 64), view_b, keep=keep_b)
+    tma_c = tensor_map(out, io.ptr, ta, (1, 64, 64), (shape, (io.strides[0] // es, io.strides[1] // es, 1)),
+                       keep=False)
+    from ..launch import device_limits, launch
+
+    sms = 1 if _SIM else device_limits()["multiprocessors"]
+    grid = max(1, min(sms, -(-units(groups, m, n) // 2)))
+    launch(grouped_wgrad_kernel(ta), grid, THREADS,
+           (tma_a.address, tma_b.address, tma_c.address, offs, np.int32(m), np.int32(n), np.int32(total)),
+           stream=st, smem=SMEM)
+    return out
