@@ -104,3 +104,26 @@ def test_bad_input_is_refused_naming_the_argument():
     for args, kw, exc, msg in cases:
         with pytest.raises(exc, match=msg):
             grouped_matmul(*args, **kw)  # uint16 arrays: bf16 bits
+
+
+def test_several_ctas_walk_the_units_in_pairs():
+    """The kernel launched directly with 2 CTAs (the front end launches one in the simulator):
+    5 groups of one tile each, so CTA 0 takes pairs 0 and 2 (the last pair has one tile: its
+    second consumer has none and passes no turn) and CTA 1 pair 1."""
+    from nbwgmma.kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel
+    from nbwgmma.launch import launch
+    from nbwgmma.tma import TensorMap
+
+    sizes = [10, 70, 0, 64, 3]
+    ends = np.cumsum(sizes).astype(np.int32)
+    total, m, n = int(ends[-1]), 72, 40
+    dy = RNG.integers(-2, 3, (total, m)).astype(np.float64)
+    x = RNG.integers(-2, 3, (total, n)).astype(np.float64)
+    d_dy, d_x = cuda.to_device(_bits(dy)), cuda.to_device(_bits(x))
+    out = cuda.to_device(np.full((len(sizes), m, n), 0x7FC0, np.uint16))
+    maps = [TensorMap(d_dy, (64, 64), dtype="bf16"), TensorMap(d_x, (64, 64), dtype="bf16"),
+            TensorMap(out, (1, 64, 64), dtype="bf16")]
+    launch(grouped_wgrad_kernel("bf16"), 2, THREADS,
+           tuple(t.address for t in maps) + (cuda.to_device(ends), np.int32(m), np.int32(n), np.int32(total)),
+           smem=SMEM)
+    np.testing.assert_array_equal(_value(out.copy_to_host()), _reference(dy.T, x, ends))

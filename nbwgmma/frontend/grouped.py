@@ -19,6 +19,9 @@ The masked layout, for decoding under CUDA graphs (shapes fixed, counts changing
 device): a 3-D A [G, T, K] and ``offs`` holding each group's count of valid rows; out is
 [G, T, N], and only each group's first ``offs[g]`` rows are computed and written (counts
 clamped into [0, T]; ``validate=True`` refuses counts outside it).
+The K-grouped form (MoE weight gradients, ``torch._grouped_mm``'s 2-D x 2-D meaning): A [M, total]
+and B [total, N], ``offs`` the groups' running ends along ``total``, out [G, M, N]
+(:mod:`nbwgmma.frontend.grouped_wgrad`).
 """
 
 from __future__ import annotations
@@ -99,7 +102,21 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     of rows ``offs`` delimits (see the module's text); returns ``out`` (allocated when not
     given). ``bias``: (G, N) (one row per group: each expert's bias) or (N,) (one for all), f32,
     bf16 or f16; ``activation``: one of ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``
-    (after the bias, in f32, before the rounding to the output type)."""
+    (after the bias, in f32, before the rounding to the output type).
+
+    With ``a`` 2-D (M, total) and ``b`` 2-D (total, N): the K-grouped product of MoE weight
+    gradients, ``torch._grouped_mm``'s 2-D x 2-D form. ``offs`` (int32 [G], on the device) holds
+    the groups' running ends along ``total``; out is (G, M, N) with ``out[g] = a[:, s:e] @ b[s:e]``
+    (``s = offs[g-1]``, 0 for ``g = 0``; ``e = offs[g]``). An empty group gives ``out[g] = 0``, as
+    ``torch._grouped_mm`` does. ``dW_g = dy_g^T @ x_g`` is ``grouped_matmul(dy.t(), x, offs)``
+    with ``dy`` (total, M) and ``x`` (total, N) row-major: A M-contiguous and B N-contiguous
+    (16-byte aligned rows) are read in place, with no copy; any other layout of A or B (a
+    row-major A, a K-contiguous B, unaligned rows) is first copied into that one (one extra
+    pass over the operand), never refused. bf16 or f16, out of the input type: a given ``out``
+    must be (G, M, N) with N contiguous and 16-byte aligned rows (an allocated one pads its rows
+    to 16 bytes, as PyTorch's does). One launch, ``offs`` read on the device only (clamped into
+    [0, total] and made non-decreasing, as above; ``validate=True`` checks it on the host);
+    ``bias`` and ``activation`` are refused in this form."""
     ia, ib, io_ = described(a, "A"), described(b, "B"), described(offs, "offs")
     if activation is not None and activation not in ACTIVATIONS:
         raise MatmulError(f"grouped_matmul: activation must be one of {sorted(ACTIVATIONS)} or None; got "
