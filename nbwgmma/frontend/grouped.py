@@ -34,7 +34,7 @@ from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
 from .args import described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
-from .grouped_wgrad import grouped_matmul_wgrad
+from .grouped_wgrad import grouped_matmul_wgrad, host_offs
 from .plan import numba_view, tensor_map
 
 __all__ = ["grouped_matmul"]
@@ -60,14 +60,6 @@ def _stand_in(device):
 
         d = _STAND_INS[device] = cuda.to_device(np.zeros((1, 1), np.float32))
     return d
-
-
-def _host_offs(offs, lib):
-    if lib == "torch":
-        return offs.cpu().numpy()
-    if lib == "cupy":
-        return offs.get()
-    return offs.copy_to_host()
 
 
 def _group_bias(bias, groups, n, device, lib):
@@ -181,7 +173,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if masked:
         io = ArrayInfo(io.ptr, (total, n), io.strides[1:], *tuple(io)[3:])
     if validate:
-        ends = np.asarray(_host_offs(offs, lib), np.int64)
+        ends = np.asarray(host_offs(offs, lib), np.int64)
         if masked:
             bad = np.flatnonzero((ends < 0) | (ends > total // max(groups, 1)))
             if bad.size:

@@ -23,7 +23,7 @@ from .args import described, empty_like_lib, stream_of
 from .arrays import ArrayInfo
 from .plan import nb_stream, numba_view, tensor_map
 
-__all__ = ["grouped_matmul_wgrad"]
+__all__ = ["grouped_matmul_wgrad", "host_offs"]
 
 _SIM = sim.enabled()
 _NAMES = {"u16": "bf16"}
@@ -67,7 +67,8 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream):
     return dst, ((rows, cols), (pad, 1))
 
 
-def _host_offs(offs, lib):
+def host_offs(offs, lib):
+    """``offs`` copied to the host as a numpy array (a synchronization: ``validate=True`` only)."""
     if lib == "torch":
         return offs.cpu().numpy()
     if lib == "cupy":
@@ -132,7 +133,7 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
         raise MatmulError(f"grouped_matmul: out must be a {shape} {odt} array with N contiguous and 16-byte aligned "
                           f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")
     if validate:
-        ends = np.asarray(_host_offs(offs, lib), np.int64)
+        ends = np.asarray(host_offs(offs, lib), np.int64)
         bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
         if bad.size:
             raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
