@@ -6,12 +6,16 @@ Prints one row per problem, then the geometric mean and the worst ratio; writes 
 JSON and, with matplotlib, a plot of the ratios.
 
     python benchmarks/sweep.py [--json sweep.json] [--plot sweep.png] [--repeats 10]
+
+``--auto``: instead, per problem, the default path against ``config="auto"`` (tuned in this
+process, with its seconds) and cuBLAS; then the worst ``auto`` / default ratio and the longest
+tuning.
 """
 import argparse
 import json
 import statistics
 
-from nbwgmma.bench import bench, format_row
+from nbwgmma.bench import bench, bench_auto, format_row
 
 #: (dtype, layout, M, N, K): Llama-style 8B (hidden 4096, MLP 14336) and 70B (8192, 28672)
 #: projections over batch * sequence, DeepSeek-style 7168 shapes, squares, K-heavy, ragged N.
@@ -36,7 +40,10 @@ def main():
     p.add_argument("--json", help="write the rows to this file")
     p.add_argument("--plot", help="write a plot of the ratios to this file (needs matplotlib)")
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--auto", action="store_true", help="the default path against config='auto'")
     args = p.parse_args()
+    if args.auto:
+        return main_auto(args)
     rows = []
     for dtype, layout, m, n, k in SWEEP:
         r = bench(m, n, k, dtype, layout, warmup=3, repeats=args.repeats)
@@ -51,6 +58,26 @@ def main():
             json.dump(rows, f, indent=1)
     if args.plot:
         plot(rows, args.plot)
+
+
+def main_auto(args):
+    rows = []
+    for dtype, layout, m, n, k in SWEEP:
+        r = bench_auto(m, n, k, dtype, layout, repeats=args.repeats)
+        rows.append(r)
+        print(f"{m:>6} {n:>6} {k:>6} {dtype:>5} {layout:>3}  default {r['ratio_default']:.3f}x cuBLAS, auto "
+              f"{r['ratio_auto']:.3f}x (auto/default {r['auto_over_default']:.3f}, tuned in {r['tune_seconds']:.2f} s,"
+              f" margin {r['margin'] or 0:.3f}, A/A {r['default_a_a']:.3f}) {r['config']}", flush=True)
+    worst = min(rows, key=lambda r: r["auto_over_default"])
+    slowest = max(rows, key=lambda r: r["tune_seconds"])
+    geo = statistics.geometric_mean
+    print(f"{len(rows)} problems on {rows[0]['gpu']}: geometric mean default {geo([r['ratio_default'] for r in rows]):.3f},"
+          f" auto {geo([r['ratio_auto'] for r in rows]):.3f}; worst auto/default {worst['auto_over_default']:.3f} "
+          f"({worst['dtype']} {worst['m']}x{worst['n']}x{worst['k']}); longest tuning {slowest['tune_seconds']:.2f} s "
+          f"({slowest['dtype']} {slowest['m']}x{slowest['n']}x{slowest['k']})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 def plot(rows, path):

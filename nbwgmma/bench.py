@@ -58,29 +58,58 @@ def _operands(torch, m, n, k, dtype, layout, seed):
     return a, b
 
 
+def _contenders(torch, matmul, a, b, dtype, layout, config):
+    """(nbwgmma's call with ``config``, cuBLAS's call) of one problem; fp8 gives bf16 out."""
+    if dtype == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    if dtype in ("e4m3", "e5m2"):
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        b_kmajor = b if layout[1] == "K" else b.t().contiguous().t()
+        return (lambda: matmul(a, b, scale_a=1.0, scale_b=1.0, out_dtype="bf16", config=config),
+                lambda: torch._scaled_mm(a, b_kmajor, one, one, out_dtype=torch.bfloat16))
+    return lambda: matmul(a, b, config=config), lambda: torch.matmul(a, b)
+
+
 def device_times(torch, fns, warmup=2, repeats=15, inner=10):
     """Per-call device time of each of ``fns`` in milliseconds: the median over ``repeats``
     rounds, each timing ``inner`` back-to-back calls of every function in turn (CUDA events).
     The benchmark scripts and examples time their contenders with it.
 
-    Back-to-back calls keep the GPU busy while the host prepares the next one, so
-    this measures the kernels, not the Python launch path (see ``host_overhead``).
-    Taking the functions in turn, round after round, exposes them alike to the clock
-    and temperature drift of a GPU running near its power limit.
+    Each batch is enqueued behind a busy-wait kernel (``torch.cuda._sleep``) that lasts
+    longer than the host takes to enqueue the batch (a batch the host was slower than the
+    wait is timed again with a wait twice as long), so the events see the kernels back to back
+    even where one call costs the host more than the GPU (small problems): this measures the
+    kernels, not the Python launch path (``host_overhead`` measures that). Taking the functions
+    in turn, round after round, exposes them alike to the clock and temperature drift of a GPU
+    running near its power limit.
     """
+    import time
+
     for fn in fns:
         for _ in range(warmup):
             fn()
     times = [[] for _ in fns]
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(repeats):
-        for fn, t in zip(fns, times):
+    w, s, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    cycles = [1 << 20]  # about 0.5 ms at the H100's clock
+
+    def batch(fn):
+        while True:
+            w.record()
+            torch.cuda._sleep(cycles[0])
             s.record()
+            h = time.perf_counter()
             for _ in range(inner):
                 fn()
+            h = (time.perf_counter() - h) * 1e3
             e.record()
             e.synchronize()
-            t.append(s.elapsed_time(e) / inner)
+            if h + 0.05 < w.elapsed_time(s) or cycles[0] >= 1 << 28:
+                return s.elapsed_time(e) / inner
+            cycles[0] *= 2
+
+    for _ in range(repeats):
+        for fn, t in zip(fns, times):
+            t.append(batch(fn))
     return [statistics.median(t) for t in times]
 
 
@@ -178,24 +207,7 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
     from .frontend.matmul import matmul
 
     a, b = _operands(torch, m, n, k, dtype, layout, seed)
-    fp8 = dtype in ("e4m3", "e5m2")
-    one = torch.ones((), device="cuda", dtype=torch.float32)
-    if fp8:
-        def ours():
-            return matmul(a, b, scale_a=1.0, scale_b=1.0, out_dtype="bf16", config=config)
-
-        def cublas():
-            return torch._scaled_mm(a, b if layout[1] == "K" else b.t().contiguous().t(), one, one,
-                                    out_dtype=torch.bfloat16)
-    else:
-        def ours():
-            return matmul(a, b, config=config)
-
-        def cublas():
-            return torch.matmul(a, b)
-
-    if dtype == "tf32":
-        torch.backends.cuda.matmul.allow_tf32 = True
+    ours, cublas = _contenders(torch, matmul, a, b, dtype, layout, config)
     c = ours()
     torch.cuda.synchronize()
     from .frontend.matmul import last_plan
@@ -219,6 +231,38 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
         "repeats": repeats, "warmup": warmup, "config": "auto" if config == "auto" else "given" if config else "default",
         "kernel": used,
     }
+
+
+def bench_auto(m, n, k, dtype="bf16", layout="KK", repeats=10, seed=0):
+    """One shape: ``matmul``'s default path, ``config="auto"`` (tuned by this call: its seconds,
+    after the default's kernel is built) and cuBLAS, timed side by side (:func:`device_times`),
+    with the default timed twice (``default_a_a``, the two times' ratio: the noise)."""
+    _check(dtype, layout, (m, n, k))
+    import time
+
+    import torch
+
+    from .frontend import autotune
+    from .frontend.matmul import matmul
+
+    a, b = _operands(torch, m, n, k, dtype, layout, seed)
+    default, cublas = _contenders(torch, matmul, a, b, dtype, layout, None)
+    auto, _ = _contenders(torch, matmul, a, b, dtype, layout, "auto")
+    c = default()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    tuned = auto()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t
+    chosen = dict(autotune.last)
+    # the default twice: how far two timings of one kernel differ (the noise)
+    t_def, t_auto, t_cublas, t_def2 = device_times(torch, (default, auto, cublas, default), 3, repeats)
+    return {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "gpu": torch.cuda.get_device_name(),
+            "default_ms": t_def, "auto_ms": t_auto, "cublas_ms": t_cublas, "auto_over_default": t_def / t_auto,
+            "default_a_a": t_def / t_def2,
+            "ratio_default": t_cublas / t_def, "ratio_auto": t_cublas / t_auto, "tune_seconds": seconds,
+            "config": chosen["config"], "source": chosen["source"], "margin": chosen.get("margin"),
+            "timed": chosen.get("ms"), "same_bits": bool(torch.equal(c, tuned)) if chosen["config"] == {} else None}
 
 
 def format_row(r):

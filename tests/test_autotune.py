@@ -32,13 +32,14 @@ def fresh(tmp_path, monkeypatch):
 @pytest.mark.parametrize("m, n, k", SHAPES)
 @pytest.mark.parametrize("kind, epilogue", [("f32.bf16.bf16", "tma"), ("f32.e4m3.e4m3", "tma"),
                                             ("f32.f16.f16", "direct")])
-def test_candidates_are_valid_distinct_and_start_with_the_model_pick(sms_132, m, n, k, kind, epilogue):
-    cands = autotune.candidates(kind, m, n, k, epilogue)
+def test_candidates_are_valid_distinct_and_start_with_the_default(sms_132, m, n, k, kind, epilogue):
+    default = dict(zip(("bm", "bn"), pick_tile(m, n)))
+    cands = autotune.candidates(kind, m, n, k, epilogue, default)
     assert 3 <= len(cands) <= 7
-    assert cands[0] == dict(zip(("bm", "bn"), pick_tile(m, n)))
+    assert cands[0] == {} and default not in cands  # the default path itself, then challengers
     assert len({tuple(sorted(c.items())) for c in cands}) == len(cands)
     out = "bf16" if epilogue == "tma" else "f32"
-    for c in cands:
+    for c in cands[1:]:
         assert set(c) <= CONFIG_KEYS
         GemmConfig(kind, epilogue=epilogue, out=out, **c)  # raises if the kernel could not be built
 
@@ -69,7 +70,8 @@ def test_the_fastest_candidate_is_chosen_kept_and_found_again(fresh, monkeypatch
 
     def fake_time(run, cfgs, stream):
         timed.append(list(cfgs))
-        return [1.5, None, 1.25][:len(cfgs)]  # the second failed to run
+        ms = [1.5, None, 1.25][:len(cfgs)]  # the second failed to run
+        return ms, [[t] * 7 if t else [] for t in ms]
 
     monkeypatch.setattr(autotune, "time_candidates", fake_time)
     got = autotune.choose("k1", lambda: configs, None, 0)
@@ -92,7 +94,7 @@ def test_the_fastest_candidate_is_chosen_kept_and_found_again(fresh, monkeypatch
 
 
 def test_no_candidate_ran_is_an_error(fresh, monkeypatch):
-    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: [None] * len(cfgs))
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: ([None] * len(cfgs), [[]] * len(cfgs)))
     with pytest.raises(RuntimeError, match="no candidate configuration ran"):
         autotune.choose("k", lambda: [{"bm": 128, "bn": 256}], None, 0)
     assert "k" not in autotune.choices()
@@ -101,16 +103,93 @@ def test_no_candidate_ran_is_an_error(fresh, monkeypatch):
 def test_a_damaged_file_is_ignored_and_rewritten(fresh, monkeypatch):
     path = autotune.choices_path()
     path.write_text("{not json")
-    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: [2.0])
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: ([2.0], [[2.0]]))
     assert autotune.choose("k", lambda: [{"bm": 64, "bn": 64}], None, 0) == {"bm": 64, "bn": 64}
     assert json.loads(path.read_text())["k"]["config"] == {"bm": 64, "bn": 64}
 
 
 def test_with_the_cache_off_choices_stay_in_memory(fresh, monkeypatch):
     monkeypatch.setenv("NBWGMMA_CACHE", "0")
-    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: [2.0])
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: ([2.0], [[2.0]]))
     autotune.choose("k", lambda: [{"bm": 64, "bn": 64}], None, 0)
     assert "k" in autotune.choices() and not list(fresh.iterdir())
+
+
+def test_a_challenger_must_beat_the_default_by_more_than_its_noise():
+    steady = [1.0, 1.0, 1.001, 0.999, 1.0, 1.0, 1.0]
+    assert autotune.pick([1.0, 0.995, 1.2], [steady, [0.995] * 7, [1.2] * 7]) == (0, autotune.MIN_MARGIN)
+    assert autotune.pick([1.0, 0.98, 1.2], [steady, [0.98] * 7, [1.2] * 7])[0] == 1
+    noisy = [1.0, 0.95, 1.05, 0.96, 1.04, 1.0, 1.0]  # median absolute deviation 0.04: margin 8%
+    idx, margin = autotune.pick([1.0, 0.93, None], [noisy, [0.93] * 7, []])
+    assert idx == 0 and margin == pytest.approx(0.08)
+    assert autotune.pick([1.0, 0.9, None], [noisy, [0.9] * 7, []])[0] == 1
+    assert autotune.pick([None, 2.0, 1.5], [[], [2.0], [1.5]])[0] == 2  # the default did not run
+    assert autotune.pick([None, None], [[], []]) == (None, None)
+
+
+def test_the_budget_stops_the_compiles_after_the_default(monkeypatch):
+    monkeypatch.setattr(autotune, "COMPILE_S", 0.0)  # no prior: the compiles seen decide
+    now = [0.0]
+    compile_s = {"a": 1.2, "b": 1.0, "c": 0.9, "d": 0.01}
+    seen = []
+
+    def run(cfg):  # the first run of a config compiles it
+        if cfg["name"] not in seen:
+            seen.append(cfg["name"])
+            now[0] += compile_s[cfg["name"]]
+        now[0] += 1e-4
+
+    cfgs = [{"name": x} for x in "abcd"]
+    ok = autotune.warm_within_budget(run, cfgs, 3.0, clock=lambda: now[0])
+    # a (1.2 s), b (spent 1.2, + 1.25 * 1.2 <= 3), c (spent 2.2, + 1.5 > 3: left out)
+    assert [c["name"] for c in ok] == ["a", "b"]
+    now[0], seen[:] = 0.0, []
+    assert autotune.warm_within_budget(run, cfgs, 0.0, clock=lambda: now[0]) == cfgs[:1]  # the default always runs
+
+    def failing(cfg):
+        if cfg["name"] == "a":
+            raise RuntimeError("cannot build")
+        run(cfg)
+
+    now[0], seen[:] = 0.0, []
+    # a fails at once, b (1.0 s), c (spent 1.0, + 1.25), d (spent 1.9, + 1.25 > 3: left out)
+    assert [c["name"] for c in autotune.warm_within_budget(failing, cfgs, 3.0, clock=lambda: now[0])] == ["b", "c"]
+
+
+def test_no_challenger_is_started_late_on_the_hope_it_is_cached():
+    now, seen = [0.0], set()
+
+    def run(cfg):  # the first run costs cfg["s"] (a load from the cache, or a compile)
+        if id(cfg) not in seen:
+            seen.add(id(cfg))
+            now[0] += cfg["s"]
+
+    cfgs = [{"s": 0.01}, {"s": 0.01}, {"s": 0.01}, {"s": 2.4}, {"s": 0.01}]
+    # each start needs spent + 1.25 * 2.0 <= 3: the cached ones go, the compile ends it
+    got = autotune.warm_within_budget(run, cfgs, 3.0, clock=lambda: now[0])
+    assert got == cfgs[:4]
+    now[0] = 0.0
+    assert autotune.warm_within_budget(run, [{"s": 0.6}, {"s": 0.01}], 3.0, clock=lambda: now[0]) == [{"s": 0.6}]
+
+
+def test_precompile_lists_every_challenger(sms_132):
+    from nbwgmma import precompile
+
+    listed = {(dt, lay, tuple(sorted(c.items()))) for dt, lay, c in precompile.kernel_list(autotune=True)}
+    kinds = {"bf16": "f32.bf16.bf16", "f16": "f32.f16.f16", "e4m3": "f32.e4m3.e4m3", "tf32": "f32.tf32.tf32"}
+    for dt, kind in kinds.items():
+        epilogue = "direct" if dt == "tf32" else "tma"
+        for m, n, k in SHAPES + [(64, 8192, 8192), (1000, 1000, 1000), (16384, 4096, 4096)]:
+            for c in autotune.candidates(kind, m, n, k, epilogue)[1:]:
+                assert (dt, "KK", tuple(sorted(c.items()))) in listed, (dt, m, n, c)
+
+
+def test_budget_from_environment(monkeypatch):
+    for value, got in (("1.5", 1.5), ("0", 0.0), ("-2", 0.0), ("x", 3.0)):
+        monkeypatch.setenv("NBWGMMA_AUTOTUNE_BUDGET", value)
+        assert autotune.budget() == got
+    monkeypatch.delenv("NBWGMMA_AUTOTUNE_BUDGET")
+    assert autotune.budget() == 3.0
 
 
 def test_enabled_by_environment(monkeypatch):

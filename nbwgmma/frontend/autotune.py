@@ -1,25 +1,37 @@
-"""Autotuning: time a few kernel configurations on the caller's operands, keep the fastest.
+"""Autotuning: time the default configuration against a few others, keep a faster one.
 
 ``matmul(a, b, config="auto")`` (or every ``matmul`` without a ``config`` when the
 environment sets ``NBWGMMA_AUTOTUNE=1``) looks up the configuration tuned for the
 call's *problem class*: GPU (name and SM count), operand types, operand layouts
 (K- or MN-major), output type and epilogue, and the exact M, N, K. The first time a
-class is seen, :func:`candidates` lists a small set of configurations (the tile
-model's three best tiles, a 2-CTA cluster, a wider tile-row group, a deeper
-pipeline for one-consumer tiles), each is compiled and timed on the call's own arrays, on
-its stream, and the fastest is kept in memory and in ``autotune-<code hash>.json``
-in the kernel cache directory (:mod:`nbwgmma.cache`; nothing is written when that
-cache is off). Later calls and later processes reuse the choice; a change to
+class is seen, :func:`candidates` lists the default (``{}``: what ``matmul`` runs
+without a ``config``) and a few challengers (the tile model's other good tiles, a 2-CTA
+cluster, a wider tile-row group, a deeper pipeline for one-consumer tiles); each is
+compiled and timed on the call's own arrays, on its stream, and the choice is kept in
+memory and in ``autotune-<code hash>.json`` in the kernel cache directory
+(:mod:`nbwgmma.cache`; nothing is written when that cache is off). Later calls and later
+processes reuse it (and take ``matmul``'s fast path for repeated calls); a change to
 nbwgmma's sources starts a new file, since timings belong to the code that made them.
 
-Timing: every candidate is launched twice (compile, warm-up); then ``rounds``
-rounds each time ``inner`` back-to-back launches of every candidate in turn
-(CUDA events), so a clock or temperature drift during tuning hits all of them
-alike; a candidate's time is its median over the rounds. The tuning call blocks
-until its timings are in (the first call of a class only). Candidates that fail to
-build or launch are skipped and recorded as such.
+Tuning only ever helps: a challenger replaces the default only when its median time is
+below the default's by more than the measured noise (twice the default's median absolute
+deviation over the rounds, at least :data:`MIN_MARGIN`). It costs at most
+``NBWGMMA_AUTOTUNE_BUDGET`` seconds per class (default 3, compiles included): the default
+always runs; a challenger is started only while the time spent plus a quarter more than the
+longest compile yet (at least :data:`COMPILE_S`) fits the budget. A compile takes 1.5-3 s, so
+with an empty kernel cache about one challenger gets its turn (and the class may take one
+compile longer than the budget); a challenger in the kernel cache (``python -m nbwgmma
+precompile --autotune`` builds them all) costs milliseconds.
 
-In the CUDA simulator nothing is timed: ``"auto"`` means the tile model's pick.
+Timing is device time: each round launches a busy-wait kernel first, then the batch of
+launches with CUDA events around it, so the host enqueues the batch while the GPU is
+still waiting and the events see the kernels back to back even where one launch takes
+the host longer than the kernel takes the GPU (small problems). A round whose batch took
+the host longer to enqueue than the wait lasted is discarded and the wait doubled.
+Rounds take the candidates in turn, so a clock or temperature drift hits all alike.
+Candidates that fail to build or launch are skipped and recorded as such.
+
+In the CUDA simulator nothing is timed: ``"auto"`` means the default.
 """
 
 from __future__ import annotations
@@ -30,10 +42,17 @@ import os
 import statistics
 import time
 
-from .tiles import rank_tiles
+from .tiles import TILES, rank_tiles
 
-__all__ = ["candidates", "enabled", "choices", "choices_path", "clear", "last", "problem_key", "choose",
-           "time_candidates"]
+__all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key", "choose",
+           "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S"]
+
+#: the least relative gain over the default for which a challenger is kept
+MIN_MARGIN = 0.01
+
+#: seconds a kernel's compile is expected to take at least (1.5-3 s on an H100 machine): a
+#: challenger is not started late in the budget on the hope that it is in the kernel cache
+COMPILE_S = 2.0
 
 #: the most recent choice made or found: {"key", "config", "ms", "source"} (None before any)
 last = None
@@ -45,6 +64,14 @@ _LOADED = [False]
 def enabled() -> bool:
     """``NBWGMMA_AUTOTUNE`` set to 1/on/true/yes: ``matmul`` without ``config`` tunes."""
     return os.environ.get("NBWGMMA_AUTOTUNE", "").strip().lower() in ("1", "on", "true", "yes")
+
+
+def budget() -> float:
+    """Seconds a class's tuning may take (``NBWGMMA_AUTOTUNE_BUDGET``, default 3)."""
+    try:
+        return max(0.0, float(os.environ.get("NBWGMMA_AUTOTUNE_BUDGET", "3")))
+    except ValueError:
+        return 3.0
 
 
 def _stages_that_fit(kind, bm, bn, epilogue, upto=8):
@@ -60,13 +87,16 @@ def _stages_that_fit(kind, bm, bn, epilogue, upto=8):
     return None
 
 
-def candidates(kind, m, n, k, epilogue="tma") -> list:
-    """The configurations (``matmul`` ``config`` dicts) tried for one problem, best guess
-    first: the tile model's three best tiles (:func:`nbwgmma.frontend.tiles.rank_tiles`); the best
-    of them that can pair up in 2-CTA clusters (two tile rows or more, B's tile in 64-column
-    shares); the best one with groups of 16 tile rows (when it has more than 8); one-consumer
-    tiles (BM = 64) among the three with as many stages as fit, up to 8 (more bytes in flight
-    for bandwidth-bound shapes: 128 x 8192 x 8192 ran 9% faster with 8 than with 4 on an H100).
+def candidates(kind, m, n, k, epilogue="tma", default=None) -> list:
+    """The configurations (``matmul`` ``config`` dicts) timed for one problem: ``{}`` first
+    (the default path's own choice, ``default`` = its config when known, e.g. ``{"bm": 128,
+    "bn": 256}``), then challengers, most promising first (the budget may stop before the
+    last): the tile model's three best tiles (:func:`nbwgmma.frontend.tiles.rank_tiles`) other
+    than the default's; the best of them that can pair up in 2-CTA clusters (two tile rows or
+    more, B's tile in 64-column shares); the best one with groups of 16 tile rows (when it has
+    more than 8); one-consumer tiles (BM = 64) among the three with as many stages as fit, up to
+    8 (more bytes in flight for bandwidth-bound shapes: 128 x 8192 x 8192 ran 9% faster with 8
+    than with 4 on an H100).
     """
     from ..kernels.gemm import GemmConfig
 
@@ -82,11 +112,26 @@ def candidates(kind, m, n, k, epilogue="tma") -> list:
     for bm, bn in tiles:
         if bm > 64:  # two consumers: 6 stages of 128 x 128 measured 10-45% slower than 4 on an H100
             continue
-        default = GemmConfig(kind, bm=bm, bn=bn, epilogue=epilogue,
-                             out="bf16" if epilogue == "tma" else "f32").stages
+        default_stages = GemmConfig(kind, bm=bm, bn=bn, epilogue=epilogue,
+                                    out="bf16" if epilogue == "tma" else "f32").stages
         deepest = _stages_that_fit(kind, bm, bn, epilogue)
-        if deepest is not None and deepest > default:
+        if deepest is not None and deepest > default_stages:
             out.append({"bm": bm, "bn": bn, "stages": deepest})
+    return [{}] + [c for c in out if c != default]
+
+
+def challengers(kind, epilogue="tma") -> list:
+    """Every challenger :func:`candidates` can list for any shape, beyond the plain tiles of
+    the tile model (``python -m nbwgmma precompile --autotune`` builds them ahead of time)."""
+    out = []
+    for bm, bn in TILES:
+        if (bn // 64) % 2 == 0:
+            out.append({"bm": bm, "bn": bn, "cluster": 2})
+        out.append({"bm": bm, "bn": bn, "group_m": 16})
+        if bm == 64:
+            deepest = _stages_that_fit(kind, bm, bn, epilogue)
+            if deepest is not None:
+                out.append({"bm": bm, "bn": bn, "stages": deepest})
     return out
 
 
@@ -158,52 +203,122 @@ def clear() -> None:
             pass
 
 
-def time_candidates(run, configs, stream, inner=3, rounds=7):
-    """Milliseconds per launch of ``run(config)`` for each config (None where it failed),
-    measured as the module docstring says; ``stream`` a Numba stream or 0."""
-    from numba import cuda
+def _busy_wait(stream, sleeps):
+    from ..kernels.copy import busy_wait_kernel
 
+    busy_wait_kernel[1, 1, stream](sleeps)
+
+
+def warm_within_budget(run, configs, budget_s, clock=time.perf_counter) -> list:
+    """The configs, in order, that compiled and ran twice (``run(config)``) before the budget
+    ran out: the first always gets its turn; a later one only while the seconds spent plus a
+    quarter more than the longest first run yet (a compile, or a load from the kernel cache),
+    or than :data:`COMPILE_S` if longer, fit in ``budget_s``."""
+    t0, longest = clock(), COMPILE_S
     ok = []
-    for cfg in configs:
+    for i, cfg in enumerate(configs):
+        if i and clock() - t0 + 1.25 * longest > budget_s:
+            break
+        t = clock()
         try:
-            run(cfg)
+            run(cfg)  # compile (or load from the kernel cache) and a first launch
+            longest = max(longest, clock() - t)
             run(cfg)
             ok.append(cfg)
         except Exception:  # noqa: BLE001 - a candidate this problem cannot run is skipped
-            continue
+            longest = max(longest, clock() - t)
+    return ok
+
+
+def time_candidates(run, configs, stream, budget_s=None, rounds=7, batch_ms=0.2, clock=time.perf_counter):
+    """``(ms, rounds_ms)``: milliseconds per launch of ``run(config)`` for each config (None
+    where it failed or the budget left it out: see the module docstring) and each one's time
+    per round (empty where None). ``stream`` a Numba stream or 0."""
+    from numba import cuda
+
+    # what the timing itself takes (7 rounds of a few ms per candidate) is kept out of the compiles' share
+    ok = warm_within_budget(run, configs, (budget() if budget_s is None else budget_s) - 0.3, clock)
+    if not ok:
+        return [None] * len(configs), [[] for _ in configs]
+    e0, e1, e2 = (cuda.event(timing=True) for _ in range(3))
+    wait = [64]  # nanosleeps of about 1 us each ahead of a batch; doubled while the host falls behind
+
+    def batch(cfg, inner):
+        """(device ms per launch, host ms to enqueue) of ``inner`` launches behind a busy wait;
+        device None where the GPU may have waited for the host (the wait is doubled then)."""
+        e0.record(stream)
+        _busy_wait(stream, wait[0])
+        e1.record(stream)
+        h = clock()
+        for _ in range(inner):
+            run(cfg)
+        h = (clock() - h) * 1e3
+        e2.record(stream)
+        e2.synchronize()
+        if h + 0.05 >= cuda.event_elapsed_time(e0, e1) and wait[0] < _MAX_WAIT:
+            wait[0] = min(2 * wait[0], _MAX_WAIT)
+            return None, h
+        return cuda.event_elapsed_time(e1, e2) / inner, h
+
+    one, host = None, 0.0
+    while one is None:  # one launch of the first config sets the batch size and the wait
+        one, host = batch(ok[0], 1)
+    inner = max(2, min(64, math.ceil(batch_ms / max(one, 1e-4))))
+    wait[0] = max(wait[0], min(_MAX_WAIT, math.ceil(2e3 * host * inner)))
     times = {id(c): [] for c in ok}
-    start, end = cuda.event(timing=True), cuda.event(timing=True)
     for _ in range(rounds):
         for cfg in ok:
-            start.record(stream)
-            for _ in range(inner):
-                run(cfg)
-            end.record(stream)
-            end.synchronize()
-            times[id(cfg)].append(cuda.event_elapsed_time(start, end) / inner)
-    return [statistics.median(times[id(c)]) if id(c) in times else None for c in configs]
+            t = None
+            while t is None:
+                t, _ = batch(cfg, inner)
+            times[id(cfg)].append(t)
+    ms = [statistics.median(times[id(c)]) if id(c) in times else None for c in configs]
+    return ms, [times.get(id(c), []) for c in configs]
+
+
+_MAX_WAIT = 1 << 16  # about 65 ms
+
+
+def pick(ms, rounds_ms) -> tuple:
+    """``(index, margin)``: the config kept among timed ones, the first being the default: the
+    fastest, if its median is below the default's by more than ``margin`` (twice the default's
+    median absolute deviation over its rounds, relative, at least :data:`MIN_MARGIN`), else the
+    default (index 0; the fastest if the default did not run)."""
+    timed = [(t, i) for i, t in enumerate(ms) if t is not None]
+    if not timed:
+        return None, None
+    if ms[0] is None:
+        return min(timed)[1], None
+    d = ms[0]
+    mad = statistics.median(abs(x - d) for x in rounds_ms[0]) if rounds_ms and rounds_ms[0] else 0.0
+    margin = max(MIN_MARGIN, 2 * mad / d)
+    best_t, best = min(timed)
+    return (best if best_t < d * (1 - margin) else 0), margin
 
 
 def choose(key, make_configs, run, stream):
-    """The tuned config for ``key``: known already, or the fastest of ``make_configs()``
-    timed now with ``run(config)`` on ``stream``."""
+    """The tuned config for ``key``: known already, or chosen now among ``make_configs()``
+    (the default ``{}`` first) timed with ``run(config)`` on ``stream``."""
     global last
     _load()
     entry = _MEMO.get(key)
     if entry is None:
         configs = make_configs()
-        ms = time_candidates(run, configs, stream)
-        timed = [(t, i) for i, t in enumerate(ms) if t is not None]
-        if not timed:
+        t = time.perf_counter()
+        ms, rounds_ms = time_candidates(run, configs, stream)
+        best, margin = pick(ms, rounds_ms)
+        if best is None:
             raise RuntimeError(f"autotune: no candidate configuration ran for {key}: {configs}")
-        best = min(timed)[1]
         entry = {"config": configs[best],
-                 "ms": [[c, t] for c, t in zip(configs, ms)],
+                 "ms": [[c, t_] for c, t_ in zip(configs, ms)],
+                 "margin": margin,
+                 "seconds": round(time.perf_counter() - t, 3),
                  "date": time.strftime("%Y-%m-%d")}
         _MEMO[key] = entry
         _save(key, entry)
         source = "tuned"
     else:
         source = "cached"
-    last = {"key": key, "config": dict(entry["config"]), "ms": entry.get("ms"), "source": source}
+    last = {"key": key, "config": dict(entry["config"]), "ms": entry.get("ms"), "source": source,
+            "seconds": entry.get("seconds"), "margin": entry.get("margin")}
     return dict(entry["config"])

@@ -53,7 +53,7 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
     probe = Plan(kind, odt, ia, ib, io, {}, fp8)  # paths and epilogue (no compile)
     m, n, k = probe.mnk
     key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], probe.cfg.epilogue, m, n, k)
-    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, probe.cfg.epilogue), run,
+    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, probe.cfg.epilogue, probe.config), run,
                            nb_stream(st))
 
 
@@ -103,14 +103,15 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     """
     if type(a) in SPARSE_TYPES or type(b) in SPARSE_TYPES:  # a 2:4-sparse weight: nbwgmma.frontend.sparse
         return sparse_matmul(**locals())
-    # A plain product: no output array, stream, config or epilogue; fp8 scales as plain numbers.
-    quick = out is None and stream is None and config is None and in_dtype is None and bias is None \
+    # A plain product: no output array, stream, config (but "auto") or epilogue; fp8 scales as plain numbers.
+    quick = out is None and stream is None and (config is None or config == "auto") and in_dtype is None \
+        and bias is None \
         and activation is None and epilogue is None and c is None and beta is None and alpha == 1.0 \
         and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
         and (out_dtype is None or type(out_dtype) is str)
     if quick:
         # the call's kind beyond its arrays: the output type asked for, which scales are given
-        variant = (out_dtype, scale_a is None, scale_b is None)
+        variant = (out_dtype, scale_a is None, scale_b is None, config is None)
         scale = float((1.0 if scale_a is None else scale_a) * (1.0 if scale_b is None else scale_b))
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
         # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.

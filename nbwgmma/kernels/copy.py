@@ -1,4 +1,5 @@
-"""Small helper kernels of the matmul front end: layout-changing copies and fills."""
+"""Small helper kernels of the matmul front end: layout-changing copies, fills, and a busy wait
+for timing (autotuning)."""
 
 from numba import cuda
 
@@ -24,3 +25,12 @@ def fill_zero_kernel(out):
     rows, cols = out.shape
     for idx in range(cuda.grid(1), rows * cols, cuda.gridsize(1)):
         out[idx // cols, idx % cols] = 0
+
+
+@cuda.jit
+def busy_wait_kernel(sleeps):
+    """Keeps the GPU busy for about ``sleeps`` microseconds (``nanosleep`` of 1 us each, which
+    the hardware may cut short or stretch up to twice): the host can enqueue a batch of
+    launches behind it, so events around the batch time the kernels, not the host."""
+    for _ in range(sleeps):
+        cuda.nanosleep(1000)
