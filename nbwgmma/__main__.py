@@ -12,6 +12,8 @@
   / ``package.module:kernel`` with ``--sig`` (a Numba signature; defaults to the
   module's ``SIG``).
 * ``layout``: draw an accumulator layout or a swizzle (needs matplotlib).
+* ``precompile``: build every kernel ``matmul``'s default path can pick into the disk
+  cache, in parallel (:mod:`nbwgmma.precompile`), so first calls load instead of compiling.
 
 A bad argument, or a command that cannot run here, ends with one line on stderr and
 a non-zero status (2 for arguments the parser rejects, 1 otherwise), no traceback:
@@ -34,7 +36,8 @@ from .errors import NbwgmmaError
 #: what ``--help`` prints above the commands (the module docstring is reStructuredText)
 _DESCRIPTION = """\
 Hopper wgmma/TMA GEMM for Numba-CUDA: benchmark it, run a demo tile, read a kernel's
-compile report, draw layouts. Without a command, runs bench.
+compile report, draw layouts, build matmul's kernels ahead of time. Without a command,
+runs bench.
 
 A bad argument, or a command that cannot run here, ends with one line on stderr and a
 non-zero exit status. Run "{prog} COMMAND --help" for a command's options."""
@@ -60,6 +63,12 @@ matplotlib (pip install 'nbwgmma[plot]')."""
 _DEMO = """\
 A 64x256 bf16 wgmma tile with the 128-byte swizzle, checked against the layout model
 on an sm_90 GPU or in the CUDA simulator; without either, the kernel's compile report."""
+
+_PRECOMPILE = """\
+Build every kernel matmul's default path can pick for plain products (each input type and
+operand layout, each tile of the tile model, each small-M split) into the disk kernel
+cache, in worker processes on the current GPU, so that a new process's first call of a
+class loads its kernel instead of compiling it. Run once per machine and nbwgmma version."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -172,6 +181,26 @@ def cmd_bench(args):
     return run_cli(args)
 
 
+def cmd_precompile(args):
+    from . import precompile
+    from .demo import gpu_available, simulated
+
+    dtypes, layouts = args.dtypes.split(","), args.layouts.split(",")
+    try:
+        precompile.kernel_list(dtypes, layouts, args.autotune)  # the arguments first
+    except ValueError as e:
+        raise NbwgmmaError(str(e).removeprefix("precompile: ")) from None
+    if simulated():
+        raise NbwgmmaError("nothing to build in Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
+    if not gpu_available():
+        raise NbwgmmaError("needs the sm_90 GPU (H100/H200) the kernels are built for; none found")
+    try:
+        summary = precompile.run(dtypes, layouts, args.jobs, args.autotune)
+    except RuntimeError as e:
+        raise NbwgmmaError(str(e).removeprefix("precompile: ")) from None
+    return 1 if summary["failed"] else 0
+
+
 def cmd_layout(args):
     from .layout.fragment import acc_coords
 
@@ -242,7 +271,7 @@ def _config(text):
         raise argparse.ArgumentTypeError(str(e).removeprefix("matmul: ")) from None
 
 
-COMMANDS = ("bench", "demo", "inspect", "layout")
+COMMANDS = ("bench", "demo", "inspect", "layout", "precompile")
 
 
 def _prog() -> str:
@@ -314,6 +343,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p_l.add_argument("--swizzle", default="128B", choices=["none", "32B", "64B", "128B"],
                      help="swizzle: the mode (default 128B)")
     p_l.set_defaults(func=cmd_layout)
+
+    p_p = sub.add_parser("precompile", help="build matmul's kernels into the disk cache ahead of first calls",
+                         description=_PRECOMPILE, formatter_class=raw)
+    p_p.add_argument("--dtypes", default="bf16,f16,e4m3,tf32",
+                     help="input types, comma-separated, among bf16, f16, e4m3, e5m2, tf32 (default bf16,f16,e4m3,tf32)")
+    p_p.add_argument("--layouts", default="KK,KN,MK,MN",
+                     help="operand layouts, as bench's --layout, comma-separated (default all four)")
+    p_p.add_argument("--jobs", type=_positive, default=None, help="worker processes (default: one per CPU core)")
+    p_p.add_argument("--autotune", action="store_true",
+                     help='also every challenger config="auto" may time, so that tuning costs its timing only')
+    p_p.set_defaults(func=cmd_precompile)
     return parser
 
 

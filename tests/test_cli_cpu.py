@@ -43,8 +43,8 @@ def test_help_lists_every_command_in_plain_text():
     rc, out, err = _run(["--help"])
     assert rc == 0 and not err
     assert out.startswith("usage: python -m nbwgmma ")
-    for cmd in ("bench", "demo", "inspect", "layout"):
-        assert f"    {cmd} " in out, out
+    for cmd in ("bench", "demo", "inspect", "layout", "precompile"):
+        assert f"    {cmd} " in out or f"    {cmd}\n" in out, out
     assert "``" not in out and ":mod:" not in out  # no reStructuredText
 
 
@@ -56,14 +56,14 @@ def test_every_command_and_option_has_help():
     parser = build_parser("nbwgmma")
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {c.dest: c.help for c in subs._choices_actions}
-    assert set(helps) == {"bench", "demo", "inspect", "layout"} and all(helps.values()), helps
+    assert set(helps) == {"bench", "demo", "inspect", "layout", "precompile"} and all(helps.values()), helps
     for cmd, sub in subs.choices.items():
         assert sub.description and "``" not in sub.description, cmd
         for action in sub._actions:
             assert action.help and action.help.strip(), f"{cmd}: {action.option_strings or action.dest} has no help"
 
 
-@pytest.mark.parametrize("cmd", ["bench", "demo", "inspect", "layout"])
+@pytest.mark.parametrize("cmd", ["bench", "demo", "inspect", "layout", "precompile"])
 def test_command_help_is_plain_text(cmd):
     rc, out, err = _run([cmd, "--help"])
     assert rc == 0 and not err and out.startswith(f"usage: python -m nbwgmma {cmd} ")
@@ -109,6 +109,9 @@ MISTAKES = {
                     "layout: --kind f32.x.y --n 16: wgmma: unknown type combination 'f32.x.y'"),
     "layout-n": (["layout", "acc", "out.png", "--n", "12"], 1, "f32.bf16.bf16 allows N in"),
     "layout-swizzle": (["layout", "swizzle", "out.png", "--swizzle", "16B"], 2, "argument --swizzle: invalid choice"),
+    "precompile-dtype": (["precompile", "--dtypes", "bf16,f64"], 1, "dtype must be among bf16, f16, e4m3"),
+    "precompile-layout": (["precompile", "--layouts", "KK,NN"], 1, "layout must be among KK, KN, MK, MN; got 'NN'"),
+    "precompile-jobs": (["precompile", "--jobs", "0"], 2, "argument --jobs: expected a positive integer; got 0"),
 }
 
 

@@ -199,21 +199,29 @@ def test_tile_choice_by_shape(monkeypatch):
 
 
 def test_small_m_choice(monkeypatch):
-    """At most 256 rows of 16-bit inputs whose 128-column tiles fit one wave: 64-row tiles (128
-    above 128 rows) and as many K slices as still fit the SMs (at least 4 k-blocks each)."""
+    """At most 256 rows of 16-bit inputs whose 64 x 128 tiles fit one wave: those tiles with 8
+    stages, K in 4 slices (2 for fewer k-blocks) where 4 slices of every tile fit the SMs."""
     import sys
 
     monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
-    assert pick_small_m(16, 4096, 4096, 16) == (64, 128, 4)  # 32 tiles x 4 slices
-    assert pick_small_m(32, 8192, 8192, 16) == (64, 128, 2)  # 64 tiles x 2
-    assert pick_small_m(128, 4096, 4096, 16) == (64, 128, 2)
-    assert pick_small_m(256, 4096, 14336, 16) == (128, 128, 2)
-    assert pick_small_m(200, 1024, 512, 16) == (128, 128, 2)  # 8 k-blocks: two slices of 4
-    assert pick_small_m(64, 8192, 128, 16) == (64, 128, 1)  # 2 k-blocks: no slices
+    t = {"bm": 64, "bn": 128, "stages": 8}
+    assert pick_small_m(16, 4096, 4096, 16) == t | {"split": 4}  # 32 tiles x 4 slices of 16 k-blocks
+    assert pick_small_m(16, 4096, 2048, 16) == t | {"split": 2}  # 32 k-blocks: 2 slices
+    assert pick_small_m(16, 4096, 1024, 16) == t  # 16 k-blocks: uncut
+    assert pick_small_m(32, 8192, 8192, 16) == t  # 64 tiles: uncut
+    assert pick_small_m(128, 4096, 4096, 16) == t
+    assert pick_small_m(256, 4096, 14336, 16) == t  # 128 tiles
+    assert pick_small_m(200, 1024, 8192, 16) == t | {"split": 4}  # 32 tiles
     assert pick_small_m(128, 14336, 4096, 16) is None  # 224 tiles: more than a wave, the tile model decides
     assert pick_small_m(512, 4096, 4096, 16) is None
-    assert pick_small_m(128, 8192, 8192, 8) is None  # fp8: no split-K
+    assert pick_small_m(128, 8192, 8192, 8) == t  # fp8: the same tiles, never cut
+    assert pick_small_m(16, 4096, 4096, 8) == t
+    assert pick_small_m(16, 4096, 4096, 32) is None  # tf32: the tile model
     assert pick_small_m(32, 8192, 8192, 16, cluster=2) is None
+    for m, n, k in ((16, 4096, 4096), (200, 1024, 8192), (256, 4096, 14336)):
+        c = pick_small_m(m, n, k, 16)
+        GemmConfig("f32.bf16.bf16", epilogue="tma", **c)
+        GemmConfig("f32.bf16.bf16", epilogue="direct", out="f32", a_major="MN", b_major="MN", **c)
 
 
 @pytest.mark.parametrize("kind, out, epilogue, bm, bn, split", [

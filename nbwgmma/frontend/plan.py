@@ -141,9 +141,7 @@ class Plan:
             cluster = opts.get("cluster", 1)  # one GemmConfig rejects below: pick as for no cluster
             small = None if "split" in opts else pick_small_m(m, n, k, wgmma_kind(kind).input_bits, cluster)
             if small is not None:
-                opts["bm"], opts["bn"], split = small
-                if split > 1:
-                    opts["split"] = split
+                opts.update({key: v for key, v in small.items() if key not in opts})
             else:
                 opts["bm"], opts["bn"] = pick_tile(m, n, cluster if cluster in (1, 2, 4) else 1)
         try:

@@ -53,25 +53,32 @@ SMALL_M = 256
 
 
 def pick_small_m(m, n, k, input_bits, cluster=1):
-    """``(bm, bn, split)`` for a 16-bit problem of at most :data:`SMALL_M` rows whose 128-column
-    tiles fit in one wave of the SMs, else None (the tile model decides).
+    """The config (``{"bm": 64, "bn": 128, "stages": 8}``, with ``"split"`` where K is cut) for
+    a 16-bit or fp8 problem of at most :data:`SMALL_M` rows whose 64 x 128 tiles fit in one wave
+    of the SMs, else None (the tile model decides).
 
-    Such problems are bound by reading B, and what counts is how many SMs stream it: tiles of
-    64 rows (128 for more than 128 rows: a 64-row tile would read B twice per SM pair), 128
-    columns, and the most K slices (split-K: 1, 2 or 4, at least 4 k-blocks each) that still fit
-    the SMs in one wave. Measured on an H100 (kernel time, BENCHMARKS.md): 32 x 8192 x 8192 at
-    0.90x cuBLAS (0.68x with the tile model's 128 x 128), 256 x 4096 x 14336 at 0.91x (0.79x),
-    16 x 4096 x 4096 at 0.55x (0.34x). Split-K is built for 16-bit inputs only; the tile
-    model's efficiencies hold for fp8 (64 x 128 was best at 128 x 8192 x 8192)."""
-    if sim.enabled() or input_bits != 16 or cluster != 1 or m > SMALL_M:
+    Such problems are bound by reading B: 64-row tiles keep the most SMs streaming it, and 8
+    stages keep the most bytes in flight per SM. K is cut in 4 slices (split-K, at least 16
+    k-blocks each) where 4 slices of every tile still fit the SMs, in 2 where only 2 fit the
+    k-blocks; a tile count between a quarter and a whole wave runs uncut (two slices measured
+    slower there at 16-64 x 8192 x 8192). Measured on an H100 in device time against the
+    earlier choice (128-row tiles above 128 rows, 4 stages, slices wherever they fit;
+    BENCHMARKS.md, 2026-11-24): 256 x 4096 x 14336 0.95 -> 1.10x cuBLAS, 192 x 4096 x 4096 0.67
+    -> 1.01x, 32 x 8192 x 8192 0.90 -> 0.98x; 16 x 4096 x 4096 stays at 0.58x (bound by fixed
+    costs: cuBLAS takes 10 us). Split-K is built for 16-bit inputs only: fp8 runs uncut (against
+    cuBLASLt: 128 x 8192 x 8192 0.92 -> 1.00x, 256 x 4096 x 14336 0.83 -> 1.09x)."""
+    if sim.enabled() or input_bits not in (8, 16) or cluster != 1 or m > SMALL_M:
         return None
     from ..launch import device_limits
 
     sms = device_limits()["multiprocessors"]
-    bm, bn = (64 if m <= 128 else 128), 128
-    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+    tiles = math.ceil(m / 64) * math.ceil(n / 128)
     if tiles > sms:
         return None
+    cfg = {"bm": 64, "bn": 128, "stages": 8}
     kblocks = math.ceil(k / 64)
-    split = max(s for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 4 * s))
-    return bm, bn, split
+    if 4 * tiles <= sms and input_bits == 16:
+        split = 4 if kblocks >= 64 else 2 if kblocks >= 32 else 1
+        if split > 1:
+            cfg["split"] = split
+    return cfg

@@ -1,0 +1,152 @@
+"""Build ``matmul``'s kernels ahead of time: ``python -m nbwgmma precompile``.
+
+A new problem class costs its first call a compile (2-3 s on an H100 machine, see
+BENCHMARKS.md); a kernel in the disk cache (:mod:`nbwgmma.cache`) costs 0.03-0.05 s. This
+command fills the cache with every kernel ``matmul``'s default path can pick for plain
+products (no ``config``, no epilogue): for each input type and operand layout, each tile of
+the tile model (:data:`nbwgmma.frontend.tiles.TILES`) and each choice of
+:func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
+fp8, f32 for tf32). Worker processes share the list (one per CPU core by default), each
+running small products with an explicit ``config`` on the current GPU, which compiles
+exactly the kernel (configuration and argument types) a large product of the class runs.
+Run it once per machine and nbwgmma version (the cache is keyed by both), e.g. when
+building a container image on the GPU machine.
+
+With ``--autotune`` it also builds every challenger ``config="auto"`` may time (2-CTA clusters,
+groups of 16 tile rows, deeper pipelines), so that tuning a class costs its timing only.
+
+Fused epilogues, block-scaled, grouped and sparse kernels are not covered: their first
+call still compiles.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from .frontend.tiles import TILES
+
+__all__ = ["DTYPES", "LAYOUTS", "kernel_list", "run", "worker"]
+
+#: input types covered, and the operand layouts of each (fp8 and tf32 operands that are not
+#: K-major are copied to K-major first, so they run the K-major kernels)
+DTYPES = ("bf16", "f16", "e4m3", "e5m2", "tf32")
+LAYOUTS = ("KK", "KN", "MK", "MN")
+#: pick_small_m's choices
+_SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 else {}) for s in (1, 2, 4))
+
+
+def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotune=False) -> list:
+    """``(dtype, layout, config)`` for each kernel the default path can pick (see the module
+    docstring); with ``autotune`` also every challenger ``config="auto"`` may time
+    (:func:`nbwgmma.frontend.autotune.challengers`)."""
+    from .frontend.autotune import challengers
+
+    kinds = {"bf16": "f32.bf16.bf16", "f16": "f32.f16.f16", "e4m3": "f32.e4m3.e4m3", "e5m2": "f32.e5m2.e5m2",
+             "tf32": "f32.tf32.tf32"}
+    out = []
+    for dt in dtypes:
+        if dt not in DTYPES:
+            raise ValueError(f"precompile: dtype must be among {', '.join(DTYPES)}; got {dt!r}")
+        sixteen = dt in ("bf16", "f16")
+        configs = [{"bm": bm, "bn": bn} for bm, bn in TILES]
+        if sixteen:
+            configs += [dict(c) for c in _SMALL_M]
+        elif dt in ("e4m3", "e5m2"):
+            configs.append(dict(_SMALL_M[0]))
+        if autotune:
+            configs += [c for c in challengers(kinds[dt], "direct" if dt == "tf32" else "tma") if c not in configs]
+        for lay in layouts:
+            if lay not in LAYOUTS:
+                raise ValueError(f"precompile: layout must be among {', '.join(LAYOUTS)}; got {lay!r}")
+            if not sixteen and lay != "KK":
+                continue
+            out += [(dt, lay, c) for c in configs]
+    return out
+
+
+def _operands(dtype, layout, m, n, k):
+    """Uninitialised Numba device arrays A [m, k], B [k, n] in ``layout`` (views with the
+    strides of that layout: Numba's ``.T`` of a device array copies) and ``in_dtype``."""
+    import numpy as np
+    from numba import cuda
+
+    np_dt = np.dtype({"bf16": np.uint16, "f16": np.float16, "e4m3": np.uint8, "e5m2": np.uint8,
+                      "tf32": np.float32}[dtype])
+
+    def view(rows, cols, row_major):
+        base = cuda.device_array(rows * cols, np_dt)
+        es = np_dt.itemsize
+        strides = (cols * es, es) if row_major else (es, rows * es)
+        return cuda.from_cuda_array_interface(
+            {"shape": (rows, cols), "strides": strides, "typestr": np_dt.str, "version": 3,
+             "data": (base.__cuda_array_interface__["data"][0], False)}, owner=base, sync=False)
+
+    a = view(m, k, layout[0] == "K")  # K-major A: row-major
+    b = view(k, n, layout[1] != "K")  # K-major B: column-major
+    return a, b, ({"in_dtype": dtype} if dtype in ("bf16", "e4m3", "e5m2") else {})
+
+
+def worker(items) -> tuple:
+    """Run one small product per item (compiling its kernel or finding it cached):
+    ``(compiled, found in the cache, failures as (item, message))``."""
+    from numba import cuda
+
+    from . import cache
+    from .frontend.matmul import matmul
+
+    failed = []
+    for dtype, layout, cfg in items:
+        a, b, kw = _operands(dtype, layout, 256, 256, 1024)
+        if dtype in ("e4m3", "e5m2"):
+            kw.update(scale_a=1.0, scale_b=1.0, out_dtype="bf16")
+        try:
+            matmul(a, b, config=cfg, **kw)
+        except Exception as e:  # noqa: BLE001 - reported, the others still build
+            failed.append(((dtype, layout, cfg), f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+    cuda.synchronize()
+    return cache.stats["misses"], cache.stats["hits"], failed
+
+
+def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, autotune=False, echo=print) -> dict:
+    """Build :func:`kernel_list`'s kernels in ``jobs`` worker processes (default: one per CPU
+    core); returns a summary (kernels, compiled, cached, failures, seconds, cache directory)."""
+    import json
+
+    from .cache import cache_dir
+
+    d = cache_dir()
+    if d is None:
+        raise RuntimeError("precompile: the kernel cache is off (NBWGMMA_CACHE=0): nothing would be kept")
+    items = kernel_list(tuple(dtypes), tuple(layouts), autotune)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(items)))
+    t = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-m", "nbwgmma.precompile", json.dumps(items[i::jobs])],
+                              stdout=subprocess.PIPE, text=True) for i in range(jobs)]
+    compiled = cached = 0
+    failed = []
+    for p in procs:
+        stdout, _ = p.communicate()
+        lines = stdout.strip().splitlines()
+        if p.returncode or not lines:
+            failed.append((None, f"a worker process ended with status {p.returncode}"))
+            continue
+        got = json.loads(lines[-1])
+        compiled, cached = compiled + got["compiled"], cached + got["cached"]
+        failed += [tuple(f) for f in got["failed"]]
+    summary = {"kernels": len(items), "compiled": compiled, "cached": cached, "failed": failed,
+               "seconds": round(time.perf_counter() - t, 2), "jobs": jobs, "cache_dir": str(d)}
+    echo(f"precompile: {len(items)} kernels ({compiled} compiled, {cached} already cached) in "
+         f"{summary['seconds']:.1f} s with {jobs} processes into {d}")
+    for item, why in failed:
+        echo(f"  failed: {item}: {why}")
+    return summary
+
+
+if __name__ == "__main__":  # a worker: python -m nbwgmma.precompile '<json list of items>'
+    import json
+
+    done, hits, bad = worker([tuple(x) for x in json.loads(sys.argv[1])])
+    print(json.dumps({"compiled": done, "cached": hits, "failed": bad}))
