@@ -4,11 +4,16 @@ size, in one process: batches of 10 calls taking turns, 15 rounds, median.
 
     python benchmarks/grouped.py [GxTOKENSxNxK ...]     (default: the three shapes of the issue)
     python benchmarks/grouped.py --wgrad [GxTOKENSxNxK ...]
+    python benchmarks/grouped.py --fp8 [GxTOKENSxNxK ...]
 
 ``--wgrad``: the weight-gradient form, dW_g = dy_g^T @ x_g (dy (G * TOKENS, N), x (G * TOKENS,
 K), both row-major; out (G, N, K)): ``grouped_matmul(dy.t(), x, offs)`` against
 ``torch._grouped_mm(dy.t(), x, offs=offs)`` (where PyTorch runs it) and a loop of
 ``torch.matmul`` per group.
+
+``--fp8``: block-scaled e4m3 (scales per row and 128-K block for A, per 128 x 128 block of each
+weight), bf16 out: ``grouped_matmul(x8, w8.transpose(1, 2), offs, scale_a=, scale_b=)`` against
+nbwgmma's dense block-scaled ``matmul`` of the same total size.
 """
 import sys
 
@@ -61,10 +66,41 @@ def bench_wgrad(groups, tokens, n, k, rounds=15, inner=10):
                  rounds, inner)
 
 
+def bench_fp8(groups, tokens, n, k, rounds=15, inner=10):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    total, kb, nb = groups * tokens, -(-k // 128), -(-n // 128)
+    x = torch.randn(total, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    w = torch.randn(groups, n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    sa = torch.rand(total, kb, device="cuda", generator=g) + 0.5
+    sw = torch.rand(groups, nb, kb, device="cuda", generator=g) + 0.5
+    offs = torch.arange(1, groups + 1, device="cuda", dtype=torch.int32) * tokens
+    out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
+    got = grouped_matmul(x, w.transpose(1, 2), offs, scale_a=sa, scale_b=sw, out=out)
+    i = groups // 2  # one group against float64
+    rows = slice(i * tokens, (i + 1) * tokens)
+    ref = torch.zeros(tokens, n, device="cuda", dtype=torch.float64)
+    for b in range(kb):
+        blk = slice(128 * b, 128 * b + 128)
+        ref += (x[rows, blk].double() @ w[i][:, blk].double().t()) * sa[rows, b, None].double() \
+            * sw[i, :, b].double().repeat_interleave(128)[:n]
+    rel = float(torch.linalg.norm(got[rows].double() - ref) / torch.linalg.norm(ref))
+    print(f"{groups}x{tokens}x{n}x{k} fp8: relative error of group {i} against float64 {rel:.2e}")
+    dense_w, dense_sw = w[0], sw[0]
+    dense_out = torch.empty_like(out)
+    peers = {"nbwgmma.grouped_matmul, block-scaled": lambda: grouped_matmul(x, w.transpose(1, 2), offs, scale_a=sa,
+                                                                           scale_b=sw, out=out),
+             "nbwgmma.matmul, dense, same size": lambda: matmul(x, dense_w.t(), scale_a=sa, scale_b=dense_sw,
+                                                                out=dense_out)}
+    side_by_side(torch, peers, 2 * total * n * k, f"{groups}x{tokens}x{n}x{k} fp8", "grouped_matmul", rounds, inner)
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
     args = sys.argv[1:]
-    if args[:1] == ["--wgrad"]:
+    if args[:1] == ["--fp8"]:
+        for s in args[1:] or ["8x4096x4096x7168", "32x256x4096x7168", "4x8192x7168x2048"]:
+            bench_fp8(*(int(v) for v in s.split("x")))
+    elif args[:1] == ["--wgrad"]:
         for s in args[1:] or ["8x4096x4096x7168", "32x256x4096x7168"]:
             bench_wgrad(*(int(v) for v in s.split("x")))
     else:

@@ -88,3 +88,48 @@ def test_row_major_b_and_k_not_a_multiple_of_64():
     ref = torch.cat([x[e - s:e].double() @ b[i].double() for i, (s, e) in enumerate(zip(sizes, ends))])
     rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert torch.isfinite(out).all() and rel <= 1e-2, rel
+
+
+def _block_ref(x, w, sa, sw):
+    """float64 ``sum_kb (x_kb @ w_kb^T) * sa[:, kb] * sw[nb, kb]`` of one group."""
+    n, k = w.shape
+    ref = torch.zeros(x.shape[0], n, device="cuda", dtype=torch.float64)
+    for b in range(-(-k // 128)):
+        blk = slice(128 * b, 128 * b + 128)
+        ref += (x[:, blk].double() @ w[:, blk].double().t()) * sa[:, b, None].double() \
+            * sw[:, b].double().repeat_interleave(128)[:n]
+    return ref
+
+
+@pytest.mark.parametrize("sizes, n, k, exact", [([300, 0, 1000, 17], 520, 336, True), ([2048] * 3, 384, 7168, False),
+                                                ([1] * 9, 128, 128, True)])
+def test_block_scaled_fp8_grouped_matches_the_per_group_products(sizes, n, k, exact):
+    """e4m3 with scales per row and 128-K block (A) and per 128 x 128 block (each weight): small
+    integers and power-of-two scales exact in f32 out; random values and scales against float64
+    (bf16 out) over a long K."""
+    g = torch.Generator(device="cuda").manual_seed(sum(sizes) + n + k)
+    total, kb, nb = sum(sizes), -(-k // 128), -(-n // 128)
+    if exact:
+        x = torch.randint(-2, 3, (total, k), device="cuda", generator=g).float()
+        w = torch.randint(-2, 3, (len(sizes), n, k), device="cuda", generator=g).float()
+        sa = torch.exp2(torch.randint(-2, 3, (total, kb), device="cuda", generator=g).float())
+        sw = torch.exp2(torch.randint(-2, 3, (len(sizes), nb, kb), device="cuda", generator=g).float())
+    else:
+        x = torch.randn(total, k, device="cuda", generator=g)
+        w = torch.randn(len(sizes), n, k, device="cuda", generator=g)
+        sa = torch.rand(total, kb, device="cuda", generator=g) + 0.5
+        sw = torch.rand(len(sizes), nb, kb, device="cuda", generator=g) + 0.5
+    x, w = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).int()
+    odt = torch.float32 if exact else torch.bfloat16
+    out = torch.full((total, n), float("nan"), device="cuda", dtype=odt)
+    got = grouped_matmul(x, w.transpose(1, 2), offs, scale_a=sa, scale_b=sw, out=out,
+                         out_dtype="f32" if exact else "bf16")
+    assert got is out
+    ends = offs.tolist()
+    ref = torch.cat([_block_ref(x[e - s:e], w[i], sa[e - s:e], sw[i]) for i, (s, e) in enumerate(zip(sizes, ends))])
+    if exact:
+        assert torch.equal(out.double(), ref)
+    else:
+        rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+        assert torch.isfinite(out).all() and rel <= 1e-2, rel

@@ -66,3 +66,20 @@ def test_configs_check_their_arguments():
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=1), a_block=True, b_block=True)
     with pytest.raises(ValueError, match="wgmma N"):
         acc_promote(100)
+
+
+def test_block_scaled_grouped_kernel_compiles_clean():
+    """The fp8 grouped GEMM: the block-scaled consumers' 16 QGMMAs (a loop unrolled by two, first
+    and last block apart), no spills or local memory, for the 2-D and masked walks and e5m2 x e4m3."""
+    from nbwgmma.kernels.grouped_scaled import grouped_scaled_kernel
+
+    sig = (types.uint64, types.uint64, types.uint16[:, ::1], types.int32[::1], types.float32[:, :],
+           types.float32[:, :, :], types.int32, types.int32, types.int32)
+    f32_out = sig[:2] + (types.float32[:, ::1],) + sig[3:]
+    jobs = [(grouped_scaled_kernel("e4m3", "e4m3"), sig), (grouped_scaled_kernel("e5m2", "e4m3", masked=True), f32_out)]
+    for rep in compile_reports(jobs):
+        assert sum(v for op, v in rep.sass.items() if "GMMA" in op) == 16, rep.sass
+        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+        assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep
+    with pytest.raises(ValueError, match="a_type must be one of"):
+        grouped_scaled_kernel("bf16", "e4m3")

@@ -34,6 +34,7 @@ from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
 from .args import described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
+from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
 from .grouped_wgrad import grouped_matmul_wgrad, host_offs
 from .plan import numba_view, tensor_map
 
@@ -88,8 +89,26 @@ def _group_bias(bias, groups, n, device, lib):
     return f32, int(rows > 1)
 
 
+def _validate(offs, lib, masked, total, groups):
+    """``validate=True``: ``offs`` read on the host (a synchronization), refused where it decreases
+    or ends past A's rows (masked: a count outside [0, T])."""
+    ends = np.asarray(host_offs(offs, lib), np.int64)
+    if masked:
+        bad = np.flatnonzero((ends < 0) | (ends > total // max(groups, 1)))
+        if bad.size:
+            raise MatmulError(f"grouped_matmul: counts must be in [0, {total // groups}] (the rows per group of "
+                              f"A); offs[{bad[0]}] = {ends[bad[0]]}")
+    else:
+        bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
+        if bad.size:
+            raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
+                              f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
+        if groups and ends[-1] > total:
+            raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past A's {total} rows")
+
+
 def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, stream=None, validate=False, bias=None,
-                   activation=None):
+                   activation=None, scale_a=None, scale_b=None):
     """``out[rows of group g] = activation(a[rows of group g] @ b[g] + bias[g])`` for the groups
     of rows ``offs`` delimits (see the module's text); returns ``out`` (allocated when not
     given). ``bias``: (G, N) (one row per group: each expert's bias) or (N,) (one for all), f32,
@@ -108,7 +127,14 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     must be (G, M, N) with N contiguous and 16-byte aligned rows (an allocated one pads its rows
     to 16 bytes, as PyTorch's does). One launch, ``offs`` read on the device only (clamped into
     [0, total] and made non-decreasing, as above; ``validate=True`` checks it on the host);
-    ``bias`` and ``activation`` are refused in this form."""
+    ``bias`` and ``activation`` are refused in this form.
+
+    fp8 A and B (e4m3 or e5m2; PyTorch float8 tensors, or uint8 bytes with ``in_dtype``) run the
+    block-scaled grouped GEMM: ``scale_a`` f32 (total, ceil(K/128)) (one scale per row and
+    128-K block), ``scale_b`` f32 (G, ceil(N/128), ceil(K/128)) (one per 128 x 128 block of each
+    weight [N, K]), B the transpose of a contiguous (G, N, K) fp8 weight stack, out bf16 (or
+    ``out_dtype`` f16 / f32); no bias or activation so far
+    (:mod:`nbwgmma.frontend.grouped_scaled`)."""
     ia, ib, io_ = described(a, "A"), described(b, "B"), described(offs, "offs")
     if activation is not None and activation not in ACTIVATIONS:
         raise MatmulError(f"grouped_matmul: activation must be one of {sorted(ACTIVATIONS)} or None; got "
@@ -137,14 +163,30 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         raise MatmulError(f"grouped_matmul: inner dimensions differ: A is {ia.shape}, B is {ib.shape}")
     ta = in_dtype or _NAMES.get(ia.dtype, ia.dtype)
     tb = in_dtype or _NAMES.get(ib.dtype, ib.dtype)
-    if ta not in ("bf16", "f16") or tb != ta:
-        raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16 so far; got {ta} and {tb}")
     if io_.dtype != "s32" or io_.shape != (groups,):
         raise MatmulTypeError(f"grouped_matmul: offs must be int32 of shape ({groups},) (one end per group of B); "
                               f"got {io_.dtype} of shape {io_.shape}")
     for name, info in (("B", ib), ("offs", io_)):
         if info.device != ia.device:
             raise MatmulError(f"grouped_matmul: {name} must be on device {ia.device} like A; got {info.device}")
+
+    def check_offs(total):
+        if validate:
+            _validate(offs, lib_of(a), masked, total, groups)
+
+    if ta in FP8_TYPES:
+        if bias is not None or activation is not None:
+            raise MatmulError("grouped_matmul: bias and activation apply to bf16/f16 operands so far; got fp8")
+        return grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib_of(a), masked=masked,
+                                     t=total // max(groups, 1) if masked else 0, ta=ta, tb=tb, out=out,
+                                     out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, stream=stream,
+                                     check_offs=check_offs)
+    if scale_a is not None or scale_b is not None:
+        raise MatmulError("grouped_matmul: scale_a and scale_b apply to fp8 operands; got "
+                          f"{ta} and {tb}")
+    if ta not in ("bf16", "f16") or tb != ta:
+        raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16, or both fp8; got {ta} and "
+                              f"{tb}")
     odt = out_dtype or ta
     if odt != ta:
         raise MatmulTypeError(f"grouped_matmul: the output has the input type so far; got out_dtype={odt}")
@@ -172,20 +214,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                           f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")
     if masked:
         io = ArrayInfo(io.ptr, (total, n), io.strides[1:], *tuple(io)[3:])
-    if validate:
-        ends = np.asarray(host_offs(offs, lib), np.int64)
-        if masked:
-            bad = np.flatnonzero((ends < 0) | (ends > total // max(groups, 1)))
-            if bad.size:
-                raise MatmulError(f"grouped_matmul: counts must be in [0, {total // groups}] (the rows per group of "
-                                  f"A); offs[{bad[0]}] = {ends[bad[0]]}")
-        else:
-            bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
-            if bad.size:
-                raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
-                                  f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
-            if groups and ends[-1] > total:
-                raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past A's {total} rows")
+    check_offs(total)
     bias32, gb = _group_bias(bias, groups, n, ia.device, lib)  # (checked before anything returns)
     if total == 0 or n == 0 or groups == 0:
         return out

@@ -9,7 +9,8 @@ never reads ``offs``: every thread walks the groups on the device.
 The schedule is the fused kernel's (:class:`~nbwgmma.kit.PingPong`, 6 stages): work units
 are the 128 x 128 tiles of every group in order (within a group, ``group_m`` tile rows at a
 time, as the library GEMM walks its tiles), a CTA takes pairs of units, one per consumer
-(for groups of few rows, in :func:`~nbwgmma.kit.wave_order`).
+(for groups of few rows, in :func:`~nbwgmma.kit.wave_order`); the walk over the groups is
+:func:`~nbwgmma.kit.group_walk`.
 A's rows past a group's end belong to the next group: their results are computed and not
 stored (each group's rows are stored through a slice of ``out`` that ends with the group).
 B's rows past N are the next group's weight: their columns fall outside ``out``. Values of
@@ -29,7 +30,7 @@ import functools
 from numba import cuda
 
 from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d
-from ..kit import Cooperative, PingPong, TmaPipeline, acc_map, activation, inlined, tile_order, wave_order
+from ..kit import Cooperative, PingPong, TmaPipeline, acc_map, activation, group_walk, inlined
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
@@ -154,39 +155,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
         and its store into the group's rows."""
         acc_store(epilogue(frag, ct, row0, col0, bias[brow, col0:n]), KIND, mine, ct, row0, col0)
 
-    if masked:
-        @inlined
-        def group_rows(offs, g, total, t):
-            """Rows [start, end) of group ``g``: its ``counts[g]`` first rows, clamped to [0, t]."""
-            return g * t, g * t + min(max(offs[g], 0), t)
-    else:
-        @inlined
-        def group_rows(offs, g, total, t):
-            """Rows [start, end) of group ``g``, clamped into [0, total] and non-decreasing."""
-            start = 0 if g == 0 else min(max(offs[g - 1], 0), total)
-            return start, min(max(offs[g], start), total)
-
-    @inlined
-    def locate(u, g, gbase, offs, total, t, tiles_n):
-        """Group, its first unit and its rows for unit ``u`` (``u`` never decreases between
-        calls: the walk goes on from the group of the last call)."""
-        start, end = group_rows(offs, g, total, t)
-        tiles = (end - start + BM - 1) // BM * tiles_n
-        while u >= gbase + tiles:
-            gbase += tiles
-            g += 1
-            start, end = group_rows(offs, g, total, t)
-            tiles = (end - start + BM - 1) // BM * tiles_n
-        return g, gbase, start, end
-
-    @inlined
-    def place(u, g, gbase, offs, total, t, tiles_n, nunits, step):
-        """Unit ``u`` -> ``(g, gbase, start, end, tm, tn)``: its group (``locate`` after the
-        unit's position in the walk) and its tile within the group."""
-        w = wave_order(u, nunits, step) if WAVE else u
-        g, gbase, start, end = locate(w, g, gbase, offs, total, t, tiles_n)
-        tm, tn = tile_order(w - gbase, (end - start + BM - 1) // BM, tiles_n, GROUP_M)
-        return g, gbase, start, end, tm, tn
+    group_rows, place = group_walk(masked, BM, GROUP_M, WAVE)
 
     if COOP:
         @inlined

@@ -6,6 +6,8 @@
   tiles (grouped rasterization, clusters, K slices);
 * :mod:`~nbwgmma.kit.epilogue`: device functions over accumulator fragments (a user function
   mapped over every value with its row and column, bias, activations);
+* :mod:`~nbwgmma.kit.groups`: :func:`group_walk`, a grouped GEMM's walk over its groups of rows
+  (mixture-of-experts layers; ``offs`` read on the device);
 * :mod:`~nbwgmma.kit.producer`: :func:`tile_producer`, the producer thread's walk over the CTA's
   tiles (each k-block: a slot of the ring, your TMA loads of the stage);
 * :mod:`~nbwgmma.kit.cooperative`: :class:`Cooperative`, consumer warpgroups sharing one tile,
@@ -33,6 +35,7 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 from .cooperative import Cooperative
 from .device import inlined
 from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_block, tma_store_part
+from .groups import group_walk
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .producer import tile_producer
@@ -42,6 +45,6 @@ from .sparse import SparseConsumers
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "Cooperative", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order",
-           "tile_producer", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part",
+           "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part",
            "tma_store_block", "activation", "ACTIVATIONS", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

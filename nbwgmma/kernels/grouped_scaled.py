@@ -1,0 +1,104 @@
+"""The block-scaled fp8 grouped GEMM (mixture-of-experts layers in the DeepSeek-V3 recipe).
+
+``out[r] = sum_kb (A[r, kb] @ B[g][:, kb]^T) * sa[r, kb] * sb[g, nb, kb]`` for every row ``r``
+of group ``g``: A [total, K] fp8 (the groups' rows one after another, K contiguous) with one
+f32 scale per row and 128-K block, ``sa`` [total, ceil(K/128)]; B one fp8 weight [N, K] per
+group (K contiguous; the kernel reads B as [G * N, K]) with one scale per 128 x 128 block,
+``sb`` [G, ceil(N/128), ceil(K/128)]; ``offs`` [G] int32 on the device, their running ends (or
+the masked layout's counts, :func:`~nbwgmma.kit.group_walk`). One launch, the host never reads
+``offs``.
+
+Written with the kit: the grouped walk (:func:`~nbwgmma.kit.group_walk`, 128-row tiles of
+each group in order) feeds the block-scaled consumers of the dense kernel
+(:class:`~nbwgmma.kit.BlockScaled`: two consumer warpgroups on each 128 x 128 tile, every 128-K
+block summed by the wgmma, then scaled and added into an f32 accumulator in registers), one
+producer thread streaming 128-K stages through a ring of 6. The results go from the registers
+into the group's rows of ``out`` (bf16, f16 or f32): rows of a tile past its group's end
+belong to the next group and are computed but not stored; B's rows past N (the next group's
+weight) give columns outside ``out``. TMA fills K's tail with zeros and a block scale past it
+meets zeros, so any K (16-byte aligned rows) works.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from numba import cuda
+
+from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc
+from ..kit import BlockScaled, TmaPipeline, group_walk
+from ..launch import dynamic_smem_bytes
+
+__all__ = ["grouped_scaled_kernel", "THREADS", "SMEM", "BM", "BN"]
+
+BM = BN = BK = 128
+STAGES = 6
+STAGE = BlockScaled.STAGE_BYTES
+THREADS = 384
+SMEM = dynamic_smem_bytes(STAGES * STAGE)
+FP8 = ("e4m3", "e5m2")
+
+
+def grouped_scaled_kernel(a_type: str = "e4m3", b_type: str = "e4m3", masked: bool = False, group_m: int = 4):
+    """The ``@cuda.jit`` kernel (built once per choice): arguments ``(tmap_a, tmap_b, out, offs,
+    sa, sb, n, k, t)``: tensor maps of A [total, K] and of B seen as [G * N, K] (fp8, box 128 x
+    128, 128-byte swizzle); ``out`` [total, N] (a 2-D array: uint16 for bf16 bits, float16 or
+    float32); ``offs`` int32 [G] (the counts when ``masked``); ``sa`` [total, ceil(K/128)] and
+    ``sb`` [G, ceil(N/128), ceil(K/128)] f32 (any strides); int32 ``n``, ``k`` (k >= 1) and
+    ``t`` (rows per group when ``masked``, else unused). :data:`THREADS` threads, :data:`SMEM`
+    bytes of dynamic shared memory, at most one CTA per 128 x 128 tile. ``group_m``: the walk's
+    order (:func:`~nbwgmma.kit.group_walk`; the wave order is not offered: its indices, live
+    across the main loop beside three 64-register fragments, spilled 536 bytes)."""
+    for name, v in (("a_type", a_type), ("b_type", b_type)):
+        if v not in FP8:
+            raise ValueError(f"grouped_scaled_kernel: {name} must be one of {FP8}; got {v!r}")
+    if not isinstance(group_m, int) or group_m < 1:
+        raise ValueError(f"grouped_scaled_kernel: group_m must be a positive integer; got {group_m!r}")
+    return _build(a_type, b_type, bool(masked), group_m)
+
+
+@functools.lru_cache(maxsize=None)
+def _build(a_type, b_type, masked, group_m):
+    KIND = f"f32.{a_type}.{b_type}"
+    pipe = TmaPipeline(STAGES, consumers=2)
+    bs = BlockScaled(KIND, pipe, a_block=True, b_block=True)
+    group_rows, place = group_walk(masked, BM, group_m, False)
+
+    @cuda.jit(launch_bounds=(THREADS, 1))
+    def grouped_scaled_gemm(tmap_a, tmap_b, out, offs, sa, sb, n, k, t):
+        base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
+        tid = cuda.threadIdx.x
+        total = out.shape[0]
+        groups = offs.shape[0]
+        tiles_n = (n + BN - 1) // BN
+        kblocks = (k + BK - 1) // BK
+        nunits = 0
+        for g in range(groups):
+            start, end = group_rows(offs, g, total, t)
+            nunits += (end - start + BM - 1) // BM * tiles_n
+        first, step = cuda.blockIdx.x, cuda.gridDim.x
+        g, gbase = 0, 0
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
+            setmaxnreg_dec(24)
+            if tid == 0:
+                s, ph = 0, 0
+                for u in range(first, nunits, step):
+                    g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
+                    for kb in range(kblocks):
+                        full = pipe.producer_acquire(ring, s, ph, STAGE)
+                        bs.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g * n + tn * BN)
+                        s, ph = pipe.advance(s, ph)
+        else:  # two consumer warpgroups, 64 rows of each tile each
+            setmaxnreg_inc(240)
+            cw, ct = tid // 128 - 1, tid % 128
+            lr = ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in its 64 (fragment layout)
+            s, ph = 0, 0
+            for u in range(first, nunits, step):
+                g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
+                r0 = tm * BM + cw * 64  # within the group
+                ra0 = min(start + r0 + lr, total - 1)  # scale rows inside A (past the group: not stored)
+                ra1 = min(start + r0 + lr + 8, total - 1)
+                acc, s, ph = bs.tile(ring, base, s, ph, kblocks, ct, cw, sa, sb[g], ra0, ra1, tn)
+                acc_store(acc, KIND, out[start:end], ct, r0, tn * BN)
+
+    return grouped_scaled_gemm
