@@ -188,13 +188,23 @@ def _fp8_map(out, io: ArrayInfo):
     return tm
 
 
-def schedule_for(dt: str, odt: str, m: int, n: int, k: int) -> str:
-    """The fused kernel's schedule for a problem (:data:`nbwgmma.kernels.fused.SCHEDULES`):
-    ping-pong. Measured on an H100 against the cooperative schedule (TFLOP/s, cooperative /
-    ping-pong): bf16 in and out with bias + gelu_tanh, ping-pong ahead by 2-7% at every size
-    measured (8192^3 649 / 662, 4096 x 14336 x 4096 598 / 641); e4m3 in and out, with the codes
-    stored through TMA, 8192^3 1230 / 1257, 4096 x 14336 x 4096 1175 / 1219, 4096^3 1164 /
-    1196, 16384 x 4096 x 4096 1200 / 1185 (BENCHMARKS.md)."""
+def schedule_for(dt: str, odt: str, m: int, n: int, k: int, amax: bool = False) -> str:
+    """The fused kernel's schedule for a problem (:data:`nbwgmma.kernels.fused.SCHEDULES`).
+
+    fp8 outputs: cooperative (128 x 256 tiles, the epilogue after the main loop), but with
+    ``amax`` below 2^26 outputs ping-pong. Measured on an H100 in device time, e4m3 in and out,
+    TFLOP/s, ping-pong / cooperative / the same with amax / ``torch._scaled_mm``'s e4m3 output
+    (BENCHMARKS.md, 2026-11-24): 8192^3 1406 / 1499 / 1393 / 1426 / 1465; 16384 x 4096 x 4096
+    1266 / 1502 / 1321 / 1401 / 1472; 4096 x 14336 x 4096 1440 / 1479 / 1428 / 1376 / 1443;
+    4096^3 1451 / 1486 / 1408 / 1370 / 1395; 2048 x 8192 x 4096 1441 / 1463 / 1396 / 1358 / 1427.
+
+    Everything else: ping-pong (128 x 128 tiles per consumer, each epilogue under the other's
+    main loop). bf16 with bias + gelu_tanh on the same machine: cooperative ahead by 2-6% at K =
+    4096 (4096^3 710 / 730) and at 4096^3 x 8192, behind by 3-7% at 4096 x 14336 x 8192 and
+    8192^3 (702 / 657); on another H100 ping-pong led at every size (8192^3 662 / 649, 4096 x 14336
+    x 4096 641 / 598): no rule that holds on both."""
+    if odt in FP8_OUTS and (not amax or m * n >= 1 << 26):
+        return "cooperative"
     return "pingpong"
 
 
@@ -236,7 +246,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
         extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
-    schedule = schedule_for(dt, odt, m, n, k)
+    schedule = schedule_for(dt, odt, m, n, k, iamax is not None)
     fp8_tma = odt in FP8_OUTS and _row_major(io)  # fp8 codes through TMA where C's rows allow it
     ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None, schedule, fp8_tma)
     cfg = _CONFIGS.get(ckey)
