@@ -35,7 +35,8 @@ __all__ = ["DTYPES", "LAYOUTS", "kernel_list", "run", "worker"]
 DTYPES = ("bf16", "f16", "e4m3", "e5m2", "tf32")
 LAYOUTS = ("KK", "KN", "MK", "MN")
 #: pick_small_m's choices
-_SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 else {}) for s in (1, 2, 4))
+_SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 else {}) for s in (1, 2, 4)) \
+    + ({"bm": 64, "bn": 64, "stages": 8},)
 
 
 def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotune=False) -> list:
@@ -55,7 +56,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
         if sixteen:
             configs += [dict(c) for c in _SMALL_M]
         elif dt in ("e4m3", "e5m2"):
-            configs.append(dict(_SMALL_M[0]))
+            configs += [dict(_SMALL_M[0]), dict(_SMALL_M[-1])]
         if autotune:
             configs += [c for c in challengers(kinds[dt], "direct" if dt == "tf32" else "tma") if c not in configs]
         for lay in layouts:

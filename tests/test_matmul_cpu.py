@@ -208,8 +208,9 @@ def test_small_m_choice(monkeypatch):
     assert pick_small_m(16, 4096, 4096, 16) == t | {"split": 4}  # 32 tiles x 4 slices of 16 k-blocks
     assert pick_small_m(16, 4096, 2048, 16) == t | {"split": 2}  # 32 k-blocks: 2 slices
     assert pick_small_m(16, 4096, 1024, 16) == t  # 16 k-blocks: uncut
-    assert pick_small_m(32, 8192, 8192, 16) == t  # 64 tiles: uncut
-    assert pick_small_m(128, 4096, 4096, 16) == t
+    assert pick_small_m(32, 8192, 8192, 16) == t  # 64 tiles: uncut (32 rows: 64 x 128 tiles stay)
+    assert pick_small_m(128, 4096, 4096, 16) == t | {"bn": 64}  # 64 tiles: 128 of 64 columns fit
+    assert pick_small_m(64, 8192, 8192, 8) == t | {"bn": 64}
     assert pick_small_m(256, 4096, 14336, 16) == t  # 128 tiles
     assert pick_small_m(200, 1024, 8192, 16) == t | {"split": 4}  # 32 tiles
     assert pick_small_m(128, 14336, 4096, 16) is None  # 224 tiles: more than a wave, the tile model decides

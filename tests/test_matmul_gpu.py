@@ -257,10 +257,11 @@ def test_repeated_fp8_calls_take_their_own_scales():
         matmul(x, y, scale_a=2.0)
 
 
-@pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (32, 1024, 8192), (200, 1024, 520), (256, 2048, 14336)])
+@pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (32, 1024, 8192), (200, 1024, 520), (256, 2048, 14336),
+                                     (128, 4096, 1032)])
 def test_small_m_default_path(m, n, k):
-    """matmul without a config on few rows: the small-M choice (64- or 128-row tiles, K in
-    slices where the tiles leave SMs idle), bf16 and f32 out, against float64."""
+    """matmul without a config on few rows: the small-M choice (64-row tiles of 128 or 64
+    columns, K in slices where the tiles leave SMs idle), bf16 and f32 out, against float64."""
     from nbwgmma.frontend.tiles import pick_small_m
 
     assert pick_small_m(m, n, k, 16) is not None

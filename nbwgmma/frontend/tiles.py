@@ -61,7 +61,9 @@ def pick_small_m(m, n, k, input_bits, cluster=1):
     stages keep the most bytes in flight per SM. K is cut in 4 slices (split-K, at least 16
     k-blocks each) where 4 slices of every tile still fit the SMs, in 2 where only 2 fit the
     k-blocks; a tile count between a quarter and a whole wave runs uncut (two slices measured
-    slower there at 16-64 x 8192 x 8192). Measured on an H100 in device time against the
+    slower there at 16-64 x 8192 x 8192), in 64 x 64 tiles where twice as many still fit one
+    wave and the rows fill a 64-row tile (128 x 4096 x 4096: 1.00-1.07x cuBLAS against 0.93-0.98x
+    with 64 x 128; at 16-32 rows 64 x 64 tiles were 3-9% slower). Measured on an H100 in device time against the
     earlier choice (128-row tiles above 128 rows, 4 stages, slices wherever they fit;
     BENCHMARKS.md, 2026-11-24): 256 x 4096 x 14336 0.95 -> 1.10x cuBLAS, 192 x 4096 x 4096 0.67
     -> 1.01x, 32 x 8192 x 8192 0.90 -> 0.98x; 16 x 4096 x 4096 stays at 0.58x (bound by fixed
@@ -81,4 +83,7 @@ def pick_small_m(m, n, k, input_bits, cluster=1):
         split = 4 if kblocks >= 64 else 2 if kblocks >= 32 else 1
         if split > 1:
             cfg["split"] = split
+            return cfg
+    if 2 * tiles <= sms and m >= 64:  # full 64-row tiles: twice as many of 64 columns still fit
+        cfg["bn"] = 64
     return cfg
