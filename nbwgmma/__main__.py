@@ -347,10 +347,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p_p = sub.add_parser("precompile", help="build matmul's kernels into the disk cache ahead of first calls",
                          description=_PRECOMPILE, formatter_class=raw)
     p_p.add_argument("--dtypes", default="bf16,f16,e4m3,tf32",
-                     help="input types, comma-separated, among bf16, f16, e4m3, e5m2, tf32 (default bf16,f16,e4m3,tf32)")
+                     help="input types, comma-separated, among bf16, f16, e4m3, e5m2, tf32 "
+                          "(default bf16,f16,e4m3,tf32)")
     p_p.add_argument("--layouts", default="KK,KN,MK,MN",
                      help="operand layouts, as bench's --layout, comma-separated (default all four)")
-    p_p.add_argument("--jobs", type=_positive, default=None, help="worker processes (default: one per CPU core)")
+    p_p.add_argument("--jobs", type=_positive, default=None,
+                     help="worker processes (default: one per CPU core, at most 16)")
     p_p.add_argument("--autotune", action="store_true",
                      help='also every challenger config="auto" may time, so that tuning costs its timing only')
     p_p.set_defaults(func=cmd_precompile)

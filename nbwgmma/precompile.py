@@ -6,8 +6,8 @@ command fills the cache with every kernel ``matmul``'s default path can pick for
 products (no ``config``, no epilogue): for each input type and operand layout, each tile of
 the tile model (:data:`nbwgmma.frontend.tiles.TILES`) and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
-fp8, f32 for tf32). Worker processes share the list (one per CPU core by default), each
-running small products with an explicit ``config`` on the current GPU, which compiles
+fp8, f32 for tf32). Worker processes share the list (one per CPU core by default, at most
+16), each running small products with an explicit ``config`` on the current GPU, which compiles
 exactly the kernel (configuration and argument types) a large product of the class runs.
 Run it once per machine and nbwgmma version (the cache is keyed by both), e.g. when
 building a container image on the GPU machine.
@@ -113,7 +113,8 @@ def worker(items) -> tuple:
 
 def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, autotune=False, echo=print) -> dict:
     """Build :func:`kernel_list`'s kernels in ``jobs`` worker processes (default: one per CPU
-    core); returns a summary (kernels, compiled, cached, failures, seconds, cache directory)."""
+    core, at most 16: each holds a CUDA context and about 0.5 GB of host memory); returns a
+    summary (kernels, compiled, cached, failures, seconds, cache directory)."""
     import json
 
     from .cache import cache_dir
@@ -122,7 +123,7 @@ def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, auto
     if d is None:
         raise RuntimeError("precompile: the kernel cache is off (NBWGMMA_CACHE=0): nothing would be kept")
     items = kernel_list(tuple(dtypes), tuple(layouts), autotune)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(items)))
+    jobs = max(1, min(jobs or min(os.cpu_count() or 1, 16), len(items)))
     t = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, "-m", "nbwgmma.precompile", json.dumps(items[i::jobs])],
                               stdout=subprocess.PIPE, text=True) for i in range(jobs)]

@@ -44,8 +44,8 @@ import time
 
 from .tiles import TILES, rank_tiles
 
-__all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key", "choose",
-           "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S"]
+__all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
+           "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S"]
 
 #: the least relative gain over the default for which a challenger is kept
 MIN_MARGIN = 0.01
