@@ -35,7 +35,7 @@ from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bo
 from .args import described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
-from .grouped_wgrad import grouped_matmul_wgrad, host_offs
+from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs
 from .plan import numba_view, tensor_map
 
 __all__ = ["grouped_matmul"]
@@ -92,19 +92,14 @@ def _group_bias(bias, groups, n, device, lib):
 def _validate(offs, lib, masked, total, groups):
     """``validate=True``: ``offs`` read on the host (a synchronization), refused where it decreases
     or ends past A's rows (masked: a count outside [0, T])."""
-    ends = np.asarray(host_offs(offs, lib), np.int64)
     if masked:
+        ends = np.asarray(host_offs(offs, lib), np.int64)
         bad = np.flatnonzero((ends < 0) | (ends > total // max(groups, 1)))
         if bad.size:
             raise MatmulError(f"grouped_matmul: counts must be in [0, {total // groups}] (the rows per group of "
                               f"A); offs[{bad[0]}] = {ends[bad[0]]}")
     else:
-        bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
-        if bad.size:
-            raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
-                              f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
-        if groups and ends[-1] > total:
-            raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past A's {total} rows")
+        check_ends(offs, lib, total, groups, f"A's {total} rows")
 
 
 def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, stream=None, validate=False, bias=None,

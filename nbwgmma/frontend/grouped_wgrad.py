@@ -23,7 +23,7 @@ from .args import described, empty_like_lib, stream_of
 from .arrays import ArrayInfo
 from .plan import nb_stream, numba_view, tensor_map
 
-__all__ = ["grouped_matmul_wgrad", "host_offs"]
+__all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends"]
 
 _SIM = sim.enabled()
 _NAMES = {"u16": "bf16"}
@@ -74,6 +74,18 @@ def host_offs(offs, lib):
     if lib == "cupy":
         return offs.get()
     return offs.copy_to_host()
+
+
+def check_ends(offs, lib, total, groups, past):
+    """``validate=True``: the running ends ``offs`` read on the host (a synchronization) must not
+    decrease nor pass ``total``; ``past`` names what ``total`` counts ("A's 100 rows")."""
+    ends = np.asarray(host_offs(offs, lib), np.int64)
+    bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
+    if bad.size:
+        raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
+                          f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
+    if groups and ends[-1] > total:
+        raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past {past}")
 
 
 def _zero(out, io: ArrayInfo, lib, stream):
@@ -133,13 +145,7 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
         raise MatmulError(f"grouped_matmul: out must be a {shape} {odt} array with N contiguous and 16-byte aligned "
                           f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")
     if validate:
-        ends = np.asarray(host_offs(offs, lib), np.int64)
-        bad = np.flatnonzero(np.diff(np.concatenate([[0], ends])) < 0)
-        if bad.size:
-            raise MatmulError(f"grouped_matmul: offs must not decrease; offs[{bad[0]}] = {ends[bad[0]]} follows "
-                              f"{0 if bad[0] == 0 else ends[bad[0] - 1]}")
-        if groups and ends[-1] > total:
-            raise MatmulError(f"grouped_matmul: offs[-1] = {ends[-1]} is past the {total} columns of A (rows of B)")
+        check_ends(offs, lib, total, groups, f"the {total} columns of A (rows of B)")
     if groups == 0 or m == 0 or n == 0:
         return out
     st = stream_of(lib, stream)

@@ -155,7 +155,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
         and its store into the group's rows."""
         acc_store(epilogue(frag, ct, row0, col0, bias[brow, col0:n]), KIND, mine, ct, row0, col0)
 
-    group_rows, place = group_walk(masked, BM, GROUP_M, WAVE)
+    _, units, place = group_walk(masked, BM, GROUP_M, WAVE)
 
     if COOP:
         @inlined
@@ -184,13 +184,9 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         tid = cuda.threadIdx.x
         total = out.shape[0]
-        groups = offs.shape[0]
         tiles_n = (n + BN - 1) // BN
         kblocks = (k + BK - 1) // BK
-        nunits = 0
-        for g in range(groups):
-            start, end = group_rows(offs, g, total, t)
-            nunits += (end - start + BM - 1) // BM * tiles_n
+        nunits = units(offs, total, t, tiles_n)
         first, step = cuda.blockIdx.x, cuda.gridDim.x
         g, gbase = 0, 0
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy

@@ -62,20 +62,16 @@ def _build(a_type, b_type, masked, group_m):
     KIND = f"f32.{a_type}.{b_type}"
     pipe = TmaPipeline(STAGES, consumers=2)
     bs = BlockScaled(KIND, pipe, a_block=True, b_block=True)
-    group_rows, place = group_walk(masked, BM, group_m, False)
+    _, units, place = group_walk(masked, BM, group_m, False)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
     def grouped_scaled_gemm(tmap_a, tmap_b, out, offs, sa, sb, n, k, t):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         tid = cuda.threadIdx.x
         total = out.shape[0]
-        groups = offs.shape[0]
         tiles_n = (n + BN - 1) // BN
         kblocks = (k + BK - 1) // BK
-        nunits = 0
-        for g in range(groups):
-            start, end = group_rows(offs, g, total, t)
-            nunits += (end - start + BM - 1) // BM * tiles_n
+        nunits = units(offs, total, t, tiles_n)
         first, step = cuda.blockIdx.x, cuda.gridDim.x
         g, gbase = 0, 0
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy

@@ -11,8 +11,9 @@ a group they are walked ``group_m`` tile rows at a time (:func:`~nbwgmma.kit.til
 with ``wave``, CTAs take units in :func:`~nbwgmma.kit.wave_order`. The host never reads
 ``offs``: every thread walks the groups itself::
 
-    group_rows, place = group_walk(masked=False, bm=128, group_m=4, wave=False)
+    group_rows, units, place = group_walk(masked=False, bm=128, group_m=4, wave=False)
     ...
+    nunits = units(offs, total, t, tiles_n)
     g, gbase = 0, 0
     for u in range(first, nunits, step):
         g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
@@ -31,8 +32,9 @@ __all__ = ["group_walk"]
 
 @functools.lru_cache(maxsize=None)
 def group_walk(masked: bool, bm: int, group_m: int, wave: bool):
-    """``(group_rows, place)`` device functions: ``group_rows(offs, g, total, t) -> (start,
+    """``(group_rows, units, place)`` device functions: ``group_rows(offs, g, total, t) -> (start,
     end)``, group ``g``'s rows (``t`` the rows per group of the masked layout, else unused);
+    ``units(offs, total, t, tiles_n)``, the work units of all groups;
     ``place(u, g, gbase, offs, total, t, tiles_n, nunits, step) -> (g, gbase, start, end, tm,
     tn)``, unit ``u``'s group, that group's first unit, its rows and the unit's tile in it (``u``
     must never decrease between the calls a thread makes: the walk goes on from the ``g`` and
@@ -49,6 +51,15 @@ def group_walk(masked: bool, bm: int, group_m: int, wave: bool):
             """Rows [start, end) of group ``g``, clamped into [0, total] and non-decreasing."""
             start = 0 if g == 0 else min(max(offs[g - 1], 0), total)
             return start, min(max(offs[g], start), total)
+
+    @inlined
+    def units(offs, total, t, tiles_n):
+        """Work units of every group: its tile rows times ``tiles_n``."""
+        nunits = 0
+        for g in range(offs.shape[0]):
+            start, end = group_rows(offs, g, total, t)
+            nunits += (end - start + BM - 1) // BM * tiles_n
+        return nunits
 
     @inlined
     def locate(u, g, gbase, offs, total, t, tiles_n):
@@ -72,4 +83,4 @@ def group_walk(masked: bool, bm: int, group_m: int, wave: bool):
         tm, tn = tile_order(w - gbase, (end - start + BM - 1) // BM, tiles_n, GROUP_M)
         return g, gbase, start, end, tm, tn
 
-    return group_rows, place
+    return group_rows, units, place
