@@ -236,3 +236,36 @@ def test_cooperative_schedule_with_c_user_epilogue_and_fp8_out(cooperative):
     ref = a @ w.T + np.arange(m)[:, None]
     np.testing.assert_array_equal(out.copy_to_host(), float_to_fp8(ref * 0.5, "e4m3"))
     assert amax.copy_to_host()[0] == np.abs(ref).max()
+
+
+@pytest.fixture
+def epilogue_warps(monkeypatch):
+    """The epilogue_warps schedule (kit.EpilogueWarps: the activation applied by the producer
+    warpgroup's idle warps to a staged 128 x 256 tile) for every call of the test."""
+    import nbwgmma.frontend.fused as fused
+
+    monkeypatch.setattr(fused, "schedule_for", lambda *a: "epilogue_warps")
+
+
+@pytest.mark.parametrize("m, n, k, where, act, t, b_row_major", [
+    (136, 264, 72, "col", "relu", "bf16", False),  # 2 x 2 tiles on one CTA: the tile buffer passes 4 times
+    (72, 200, 136, "row", "relu", "f16", True),    # x @ w, a row bias, ragged everything
+])
+def test_epilogue_warps_schedule_is_exact(epilogue_warps, m, n, k, where, act, t, b_row_major):
+    _exact(m, n, k, where, act, t, b_row_major=b_row_major)
+
+
+def test_epilogue_warps_schedule_gelu_tanh_with_c(epilogue_warps):
+    """beta * C and alpha on the consumers, gelu_tanh on the epilogue warps (of the bf16-rounded
+    value): within two bf16 roundings of the float64 result."""
+    t, (m, n, k) = "bf16", (130, 72, 64)
+    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
+    c = RNG.integers(-4, 5, (m, n)).astype(np.float64) / 4
+    bias = RNG.integers(-8, 9, n).astype(np.float32) / 8
+    cd = cuda.to_device(encode_elements(c, "bf16").view(np.uint16).reshape(m, n))
+    out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
+    matmul(_bits(a, t), _bits(w, t).T, bias=cuda.to_device(bias), activation="gelu_tanh", c=cd, beta=0.5, alpha=0.25,
+           out=out, in_dtype=t)
+    x = 0.25 * (a @ w.T) + 0.5 * c + bias
+    ref = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    np.testing.assert_allclose(_host(out, t), ref, rtol=2 ** -7, atol=2 ** -10)

@@ -143,3 +143,16 @@ st_shared_v4_b32 = ptx_intrinsic(
 )
 
 __all__ += ["st_shared_cluster_u32", "ld_shared_cluster_u32", "st_shared_v4_b32"]
+
+ld_shared_v4_b32 = ptx_intrinsic(
+    "ld_shared_v4_b32",
+    "ld.shared.v4.b32 $v, [$addr];",
+    params=[Reg("addr", u32)],
+    outs=[Out("v", u32, count=4)],
+    doc="``ld.shared.v4.b32`` (PTX ISA: ld). ``(x, y, z, w) = ld_shared_v4_b32(addr)``: load 16 "
+    "bytes (four 32-bit values) from the 16-byte aligned ``.shared::cta`` address ``addr`` (a pass "
+    "over a staged tile, as :class:`nbwgmma.kit.EpilogueWarps` makes; pair with "
+    ":func:`st_shared_v4_b32`).",
+)
+
+__all__ += ["ld_shared_v4_b32"]

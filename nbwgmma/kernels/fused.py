@@ -12,9 +12,14 @@ Two schedules (``FusedConfig(schedule=...)``), one epilogue:
   FLOP of the 128 x 128 tiles, but the epilogue runs with the tensor cores idle: the
   better choice where the main loop is long against the epilogue (large K) or the loads
   bound the ping-pong tiles (fp8).
+* "epilogue_warps": the cooperative main loop with 3 stages and a whole 128 x 256 C tile in
+  shared memory (:class:`~nbwgmma.kit.EpilogueWarps`): the consumers add the scale, the bias
+  and ``beta * C``, convert and write the tile, and go on; the producer warpgroup's idle warps
+  apply the activation to the 16-bit values and store the tile with TMA. 16-bit outputs with
+  an activation and no user function.
 
 The epilogue goes out in 64 x 64 parts through two shared blocks per consumer (``stmatrix``,
-then a TMA store that runs while the next part is computed).
+then a TMA store that runs while the next part is computed), or (epilogue_warps) as one tile.
 
 A [M, K] is 16-bit (bf16 or f16), K contiguous; B is [N, K] with K contiguous (the weight of
 ``x @ w.T``) or [K, N] with N contiguous (``x @ w``, read with wgmma's transpose bit); C
@@ -33,8 +38,8 @@ from ..intrinsics import (
     FP8_FORMATS, acc_add, acc_load, acc_scale, acc_store_fp8, acc_store_fp8_swizzled, bulk_wait_group, setmaxnreg_dec,
     setmaxnreg_inc,
 )
-from ..kit import (Cooperative, PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tile_producer,
-                   tma_store_block, tma_store_part)
+from ..kit import (Cooperative, EpilogueWarps, PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined,
+                   tile_producer, tma_store_block, tma_store_part)
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS", "OUTS_16", "SCHEDULES", "THREADS"]
@@ -50,7 +55,8 @@ OUTS_16 = ("bf16", "f16")
 FP8_OUTS = FP8_FORMATS
 
 #: The schedules: name -> (tile rows, tile columns, stages, stage bytes).
-SCHEDULES = {"pingpong": (128, 128, 6, PingPong.STAGE_BYTES), "cooperative": (128, 256, 4, (128 + 256) * 128)}
+SCHEDULES = {"pingpong": (128, 128, 6, PingPong.STAGE_BYTES), "cooperative": (128, 256, 4, (128 + 256) * 128),
+             "epilogue_warps": (128, 256, 3, (128 + 256) * 128)}
 ROW = 128  # bytes of K per stage: one 128-byte swizzle row (64 K of 16-bit inputs, 128 of fp8)
 C_PART = 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer after the stages
 THREADS = 384
@@ -116,11 +122,15 @@ class FusedConfig:
         self.out, self.amax, self.fp8_tma = out, bool(amax), bool(fp8_tma)
         if schedule not in SCHEDULES:
             raise ValueError(f"FusedConfig: schedule must be one of {tuple(SCHEDULES)}; got {schedule!r}")
+        if schedule == "epilogue_warps" and (out not in OUTS_16 or act is None or epilogue is not None):
+            raise ValueError("FusedConfig: the epilogue_warps schedule takes a 16-bit out with an activation and no "
+                             f"user epilogue; got out={out!r}, act={act!r}, epilogue={epilogue!r}")
         self.schedule = schedule
         self.bm, self.bn, self.stages, self.stage_bytes = SCHEDULES[schedule]
-        self.b_box = self.bn if schedule == "cooperative" else 128
+        self.b_box = 128 if schedule == "pingpong" else self.bn
         self.c_off = self.stages * self.stage_bytes
-        self.smem = dynamic_smem_bytes(self.c_off + 4 * C_PART)
+        self.smem = dynamic_smem_bytes(self.c_off + (self.bm * self.bn * 2 if schedule == "epilogue_warps"
+                                                     else 4 * C_PART))
         self.bk = ROW // (1 if fp8_in else 2)  # K elements per stage
         self.sched = TileScheduler(self.bm, self.bn, self.bk, group_m=group_m)
 
@@ -142,7 +152,7 @@ def _identity(v):
     return v
 
 
-def _epilogue(cfg):
+def _epilogue(cfg, act):
     """The device function the kernel calls per 64 x 64 part, ``(acc, ct, row0, col0, vec, m,
     n, alpha, e0, e1, e2, e3, cmat, beta) -> packed registers``, generated for ``cfg``: with C,
     the part's C values (``acc_load``) are added to the scaled accumulator first; the scalar
@@ -159,7 +169,7 @@ def _epilogue(cfg):
     x = "v * alpha" + (" + b" if cfg.bias else "")
     body = f"f({x})" if cfg.epilogue is None else f"u(f({x}), row, col{''.join(', ' + a for a in user)})"
     src = [f"def value({params}):", f"    return {body}"]
-    ns = {"f": activation(cfg.act) if cfg.act else _identity, "u": cfg.epilogue, "acc_load": acc_load,
+    ns = {"f": activation(act) if act else _identity, "u": cfg.epilogue, "acc_load": acc_load,
           "acc_add": acc_add, "acc_scale": acc_scale, "ONE": np.float32(1.0)}
     exec(compile("\n".join(src), "<nbwgmma.kernels.fused epilogue>", "exec"), ns)
     value = inlined(ns["value"])
@@ -258,7 +268,11 @@ def _build(key):
     cfg = FusedConfig(*key)
     C_OFF = cfg.c_off
     sched = cfg.sched
-    epilogue = _epilogue(cfg)
+    EW = cfg.schedule == "epilogue_warps"
+    epilogue = _epilogue(cfg, None if EW else cfg.act)  # with epilogue warps the activation is theirs
+    # setmaxnreg: 40 + 2 x 232 of the 504 registers per thread slot; the epilogue warps' loop
+    # needs 48 (at 40 ptxas spilled 52 bytes around it), which leaves the consumers 224.
+    PREGS, CREGS = (48, 224) if EW else (40, 232)
     store, finish = _output(cfg)
 
     @cuda.jit(device=True, inline=True)
@@ -269,22 +283,25 @@ def _build(key):
         p = epilogue(frag, ct, row, col, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
         return store(p, buf, ct, cw, tmap_c, row, col, cout, scale_out, m, n, big)
 
-    pipe, produce, consume = (_pingpong if cfg.schedule == "pingpong" else _cooperative)(cfg, put)
+    schedule = {"pingpong": _pingpong, "cooperative": _cooperative, "epilogue_warps": _epilogue_warps}
+    pipe, produce, consume, esetup, drain = schedule[cfg.schedule](cfg, put, epilogue)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
     def fused_gemm(tmap_a, tmap_b, tmap_c, vec, m, n, k, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out, amax):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
+        ebar = esetup()  # the epilogue warps' barriers (0 without them)
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
-            setmaxnreg_dec(40)
+            setmaxnreg_dec(PREGS)
             if tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
+            elif EW and tid >= 32:  # warps 1-3: the epilogue warps, if the schedule has them
+                drain(ebar, base + C_OFF, tid - 32, nunits, tiles_mc, tiles_n, tmap_c)
         else:  # two consumer warpgroups
-            setmaxnreg_inc(232)
+            setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
-            c0 = base + C_OFF + cw * 2 * C_PART  # the warpgroup's two shared blocks of C
-            big = consume(ring, base, cw, ct, c0, nunits, kblocks, tiles_mc, tiles_n,
+            big = consume(ring, base, cw, ct, base + C_OFF, ebar, nunits, kblocks, tiles_mc, tiles_n,
                           (tmap_c, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out))
             finish(big, amax)  # with amax: the largest |result| this thread stored
             if ct == 0:
@@ -293,8 +310,18 @@ def _build(key):
     return fused_gemm
 
 
-def _pingpong(cfg, put):
-    """``(pipe, produce, consume)`` of the ping-pong schedule: each consumer warpgroup a whole
+@cuda.jit(device=True, inline=True)
+def _no_setup():
+    return 0
+
+
+@inlined
+def _no_drain(ebar, cbase, ht, nunits, tiles_mc, tiles_n, tmap_c):
+    pass
+
+
+def _pingpong(cfg, put, epilogue):
+    """``(pipe, produce, consume, esetup, drain)`` of the ping-pong schedule: each consumer warpgroup a whole
     128 x 128 tile, the two taking tiles in turn (pairs of adjacent tiles per CTA)."""
     KIND = KIND_OF[cfg.dtype]
     BK, BM, BN, STAGE = cfg.bk, cfg.bm, cfg.bn, cfg.stage_bytes
@@ -308,7 +335,8 @@ def _pingpong(cfg, put):
         pp.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
 
     @cuda.jit(device=True, inline=True)
-    def consume(ring, base, cw, ct, c0, nunits, kblocks, tiles_mc, tiles_n, ea):
+    def consume(ring, base, cw, ct, cbase, ebar, nunits, kblocks, tiles_mc, tiles_n, ea):
+        c0 = cbase + cw * 2 * C_PART  # the warpgroup's two shared blocks of C
         c1 = c0 + C_PART
         s, ph = pp.start(cw, kblocks)
         big = np.float32(0.0)
@@ -324,11 +352,11 @@ def _pingpong(cfg, put):
             big = put(acc1[32:], c1, ct, cw, r0 + 64, col + 64, big, ea)
         return big
 
-    return pipe, tile_producer(pipe, sched, STAGE, load, pairs=True), consume
+    return pipe, tile_producer(pipe, sched, STAGE, load, pairs=True), consume, _no_setup, _no_drain
 
 
-def _cooperative(cfg, put):
-    """``(pipe, produce, consume)`` of the cooperative schedule: the two consumer warpgroups
+def _cooperative(cfg, put, epilogue):
+    """``(pipe, produce, consume, esetup, drain)`` of the cooperative schedule: the two consumer warpgroups
     share each 128 x 256 tile, 64 rows each (:class:`~nbwgmma.kit.Cooperative`)."""
     KIND = KIND_OF[cfg.dtype]
     BK, BM, BN = cfg.bk, cfg.bm, cfg.bn
@@ -343,7 +371,8 @@ def _cooperative(cfg, put):
         coop.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN, A_BYTES)
 
     @cuda.jit(device=True, inline=True)
-    def consume(ring, base, cw, ct, c0, nunits, kblocks, tiles_mc, tiles_n, ea):
+    def consume(ring, base, cw, ct, cbase, ebar, nunits, kblocks, tiles_mc, tiles_n, ea):
+        c0 = cbase + cw * 2 * C_PART  # the warpgroup's two shared blocks of C
         c1 = c0 + C_PART
         s, ph = 0, 0
         big = np.float32(0.0)
@@ -357,4 +386,52 @@ def _cooperative(cfg, put):
             big = put(acc[96:], c1, ct, cw, r0, col + 192, big, ea)
         return big
 
-    return pipe, tile_producer(pipe, sched, coop.stage_bytes, load), consume
+    return pipe, tile_producer(pipe, sched, coop.stage_bytes, load), consume, _no_setup, _no_drain
+
+
+def _epilogue_warps(cfg, put, epilogue):
+    """``(pipe, produce, consume, esetup, drain)`` of the epilogue_warps schedule: the
+    cooperative main loop; the consumers write the whole 16-bit tile (scale, bias, C added)
+    into shared memory and go on, the epilogue warps apply the activation and store it."""
+    KIND = KIND_OF[cfg.dtype]
+    BK, BM, BN = cfg.bk, cfg.bm, cfg.bn
+    pipe = TmaPipeline(cfg.stages, consumers=2)
+    coop = Cooperative(KIND, pipe, BM, BN, b_major=cfg.b_major)
+    ew = EpilogueWarps(activation(cfg.act), BM, BN, cfg.out)
+    A_BYTES = coop.a_bytes
+    sched = cfg.sched
+
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
+        tmap_a, tmap_b = maps
+        coop.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN, A_BYTES)
+
+    @cuda.jit(device=True, inline=True)
+    def consume(ring, base, cw, ct, cbase, ebar, nunits, kblocks, tiles_mc, tiles_n, ea):
+        tmap_c, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta, cout, scale_out = ea
+        s, ph, eph = 0, 0, 0
+        for u in range(sched.first(), nunits, sched.step()):
+            tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+            acc, s, ph = coop.tile(ring, base, s, ph, 0, kblocks, cw, ct)
+            r0, col = tm * BM + cw * 64, tn * BN
+            p0 = epilogue(acc[:32], ct, r0, col, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
+            p1 = epilogue(acc[32:64], ct, r0, col + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
+            p2 = epilogue(acc[64:96], ct, r0, col + 128, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
+            p3 = epilogue(acc[96:], ct, r0, col + 192, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
+            eph = ew.acquire(ebar, eph)  # the epilogue warps have stored the previous tile
+            ew.write(p0, cbase, cw, 0, ct)
+            ew.write(p1, cbase, cw, 1, ct)
+            ew.write(p2, cbase, cw, 2, ct)
+            ew.write(p3, cbase, cw, 3, ct)
+            ew.commit(ebar)
+        return np.float32(0.0)
+
+    @cuda.jit(device=True, inline=True)
+    def drain(ebar, cbase, ht, nunits, tiles_mc, tiles_n, tmap_c):
+        eph = 0
+        for u in range(sched.first(), nunits, sched.step()):
+            tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+            eph = ew.drain(ebar, cbase, tmap_c, eph, ht, tm * BM, tn * BN)
+        ew.finish(ht)
+
+    return pipe, tile_producer(pipe, sched, coop.stage_bytes, load), consume, ew.setup, drain

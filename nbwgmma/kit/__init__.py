@@ -12,6 +12,9 @@
   tiles (each k-block: a slot of the ring, your TMA loads of the stage);
 * :mod:`~nbwgmma.kit.cooperative`: :class:`Cooperative`, consumer warpgroups sharing one tile,
   64 rows each (the library GEMM's: the largest tiles, the epilogue after the main loop);
+* :mod:`~nbwgmma.kit.epilogue_warps`: :class:`EpilogueWarps`, the producer warpgroup's idle
+  warps applying an activation to the consumers' staged C tile and storing it (the
+  cooperative epilogue off the tensor cores' critical path);
 * :mod:`~nbwgmma.kit.pingpong`: :class:`PingPong`, two consumer warpgroups taking 128 x 128
   tiles in turn (one's epilogue under the other's main loop);
 * :mod:`~nbwgmma.kit.scaling`: :class:`BlockScaled`, two consumer warpgroups of a block-scaled
@@ -34,6 +37,7 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 
 from .cooperative import Cooperative
 from .device import inlined
+from .epilogue_warps import EpilogueWarps
 from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_block, tma_store_part
 from .groups import group_walk
 from .pipeline import TmaPipeline
@@ -44,7 +48,7 @@ from .scheduler import TileScheduler, tile_order, wave_order
 from .sparse import SparseConsumers
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "Cooperative", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order",
+__all__ = ["TmaPipeline", "Cooperative", "EpilogueWarps", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order",
            "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part",
            "tma_store_block", "activation", "ACTIVATIONS", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

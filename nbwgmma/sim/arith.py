@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layout.wgmma_model import decode_elements, encode_elements
 from .core import impl
 
 _TINY = np.float32(2.0 ** -126)
@@ -27,3 +28,24 @@ def _rcp_approx(x):
     x = _ftz(x)
     with np.errstate(divide="ignore"):
         return _ftz(np.float32(1.0 / np.float64(x)) if x != 0 else np.float32(np.copysign(np.inf, x)))
+
+
+def _half_bits(x, fmt):
+    return int(encode_elements(np.array([[np.float32(x)]]), fmt).view(np.uint16)[0, 0])
+
+
+def _half_value(bits, fmt):
+    raw = np.array([[bits]], np.uint16).view(np.uint8)
+    return np.float32(decode_elements(raw, fmt)[0, 0])
+
+
+@impl("x2_to_f32")
+def _x2_to_f32(w, fmt):
+    w = int(w)
+    return _half_value(w & 0xFFFF, fmt), _half_value(w >> 16, fmt)
+
+
+@impl("f32_to_x2")
+def _f32_to_x2(lo, hi, fmt):
+    with np.errstate(over="ignore"):
+        return np.uint32(_half_bits(lo, fmt) | (_half_bits(hi, fmt) << 16))

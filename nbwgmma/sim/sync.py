@@ -99,6 +99,18 @@ def _st_v4(addr, x, y, z, w):
     cta.image[off:off + 16].view(np.uint32)[:] = np.array([x, y, z, w], np.uint32)
 
 
+@impl("ld_shared_v4_b32")
+def _ld_v4(addr):
+    th = me()
+    cta, off = split(addr)
+    if off % 16:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: ld.shared.v4.b32 needs a 16-byte aligned address; "
+                        f"got 0x{int(addr):x}")
+    with th.cl.lock:
+        cta.shadow.check_observed(th, np.arange(off, off + 16), "ld.shared.v4.b32")
+    return tuple(np.uint32(v) for v in cta.image[off:off + 16].view(np.uint32))
+
+
 @impl("ld_shared_cluster_u32")
 def _ld_cluster(addr):
     th = me()

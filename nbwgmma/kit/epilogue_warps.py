@@ -1,0 +1,172 @@
+"""Epilogue warps: the producer warpgroup's idle warps finish the consumers' C tile.
+
+With :class:`~nbwgmma.kit.Cooperative` consumers (both warpgroups on one tile, the largest
+tiles) the epilogue runs while the tensor cores idle. :class:`EpilogueWarps` moves its
+elementwise part (an activation, any function of one value) to warps that have nothing else
+to do: warps 1-3 of the producer warpgroup (96 threads; warp 0 holds the TMA producer
+thread). The consumers do what needs the f32 value and its row and column (a scale, a bias,
+``beta * C``), convert their accumulator to 16-bit pairs, write it with ``stmatrix`` into one
+shared C tile (``bm`` x ``bn``, 64 x 64 blocks with the 128-byte swizzle a TMA store reads),
+arrive on its "full" barrier and go on to their next main loop. The epilogue warps wait for
+it, apply ``fn`` to every value in place (16 bytes a load, order free: the function sees no
+coordinates), store the tile with TMA and, once the stores have read it, arrive on the
+"empty" barrier the consumers wait on before writing their next tile::
+
+    ew = EpilogueWarps(activation("gelu_tanh"), 128, 256, "bf16")
+
+    @cuda.jit(launch_bounds=(384, 1))
+    def kernel(...):
+        base, ring = pipe.setup()
+        ebar = ew.setup()                        # two mbarriers, initialized; every thread
+        cbuf = base + C_OFF                      # ew.tile_bytes of shared memory, 1 KiB aligned
+        ...
+        if tid < 128:
+            setmaxnreg_dec(40)
+            if tid == 0: ...                     # the TMA producer
+            elif tid >= 32:                      # the epilogue warps, over the same tiles
+                eph = 0
+                for u in ...:
+                    eph = ew.drain(ebar, cbuf, tmap_c, eph, tid - 32, row0, col0)
+                ew.finish(tid - 32)
+        else:                                    # consumer warpgroup cw, thread ct
+            eph = 0
+            for u in ...:
+                acc, s, ph = coop.tile(...)
+                eph = ew.acquire(ebar, eph)      # the C tile is free
+                for j in range(bn // 64):        # (written out: constant slices)
+                    ew.write(regs_j, cbuf, cw, j, ct)   # 16 packed registers of 64 columns
+                ew.commit(ebar)
+
+``fn`` sees each value as rounded to the tile's 16-bit type (PyTorch's unfused
+``F.gelu(x @ w.T + b)`` rounds there too) and its result is rounded again. The epilogue warps
+need only a few registers (the producer warpgroup's 40 suffice), use named barrier
+:data:`BARRIER` among themselves, and cost the consumers the 16-bit tile's ``stmatrix`` and a
+barrier per tile. One tile buffer: the consumers wait for it only if the epilogue warps have
+not stored the previous tile by the end of the next main loop (a few thousand cycles of
+work against a main loop of 16 k-blocks or more).
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+from numba import cuda
+
+from ..intrinsics import (
+    X2_FORMATS, acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, f32_to_x2,
+    fence_mbarrier_init, fence_proxy_async_shared, ld_shared_v4_b32, mbarrier_arrive, mbarrier_init, mbarrier_name,
+    mbarrier_wait_parity, named_barrier_sync, smem_addr, st_shared_v4_b32, tma_store_2d, x2_to_f32,
+)
+from .device import inlined
+
+__all__ = ["EpilogueWarps", "BARRIER", "THREADS"]
+
+#: Named barrier id the epilogue warps synchronize on (0 is syncthreads, 1-4 the warpgroups'
+#: barriers, 5 and 6 the ping-pong turns).
+BARRIER = 7
+#: Threads of the epilogue warps: warps 1-3 of warpgroup 0, threads 32-127 of the block.
+THREADS = 96
+_BLOCK = 64 * 64 * 2  # one 64 x 64 16-bit block of the tile, 128-byte swizzle
+
+
+class EpilogueWarps(types.ModuleType):
+    """Epilogue warps applying ``fn`` (a device function of one f32 value) to a ``bm`` x ``bn``
+    C tile of 16-bit ``dtype`` that ``consumers`` warpgroups (64 rows each) write. The tile
+    takes :attr:`tile_bytes` of shared memory (1 KiB aligned). Device functions (inlined):
+
+    * ``setup() -> ebar``: every thread; thread 0 initializes the two mbarriers (in static
+      shared memory, at ``ebar``), then a barrier of the CTA;
+    * consumers: ``acquire(ebar, eph) -> eph`` (wait until the tile is free; every consumer
+      thread), ``write(regs, cbuf, cw, j, ct)`` (warpgroup ``cw``'s 16 packed registers of
+      its 64-column part ``j``, as ``acc_map(..., 64, pack=dtype)`` or ``acc_to_bf16x2`` of a
+      64-column slice gives them), ``commit(ebar)`` (every consumer thread, after its writes);
+    * epilogue warps: ``drain(ebar, cbuf, tmap_c, eph, ht, row0, col0) -> eph`` (thread ``ht``
+      = 0-95 of them: wait for the tile, ``fn`` over it, TMA stores at (``col0``, ``row0``) of
+      ``tmap_c``, a map of C with 64 x 64 boxes and the 128-byte swizzle), and ``finish(ht)``
+      at the end (the last stores complete).
+
+    Both sides start with ``eph = 0`` and walk the same tiles in the same order."""
+
+    def __init__(self, fn, bm: int, bn: int, dtype: str = "bf16", *, consumers: int | None = None):
+        if dtype not in X2_FORMATS:
+            raise ValueError(f"EpilogueWarps: dtype must be one of {X2_FORMATS}; got {dtype!r}")
+        if bm % 64 or not 64 <= bm <= 256:
+            raise ValueError(f"EpilogueWarps: bm must be 64, 128, 192 or 256 (64 rows per consumer); got {bm!r}")
+        if bn % 64 or not 64 <= bn <= 256:
+            raise ValueError(f"EpilogueWarps: bn must be a multiple of 64 up to 256; got {bn!r}")
+        if consumers is None:
+            consumers = bm // 64
+        if consumers != bm // 64:
+            raise ValueError(f"EpilogueWarps: consumers must be bm / 64 = {bm // 64} (64 rows each); got {consumers!r}")
+        if not callable(fn):
+            raise ValueError(f"EpilogueWarps: fn must be a device function of one value; got {fn!r}")
+        super().__init__(f"EpilogueWarps({getattr(fn, '__name__', fn)}, {bm}x{bn}, {dtype})")
+        self.fn, self.bm, self.bn, self.dtype, self.consumers = fn, bm, bn, dtype, consumers
+        self.tile_bytes = bm * bn * 2
+        self._build()
+
+    def __repr__(self):
+        return f"EpilogueWarps({getattr(self.fn, '__name__', self.fn)}, bm={self.bm}, bn={self.bn}, dtype={self.dtype!r})"
+
+    def _build(self):
+        fn, FMT = self.fn, self.dtype
+        ARRIVALS = 128 * self.consumers
+        PARTS = self.bn // 64  # 64-column blocks per consumer
+        CHUNKS = self.tile_bytes // 16
+
+        @inlined
+        def one(w):
+            lo, hi = x2_to_f32(w, FMT)
+            return f32_to_x2(fn(lo), fn(hi), FMT)
+
+        @cuda.jit(device=True, inline=True)  # Numba-inlined: its shared array becomes the kernel's
+        def setup():
+            bars = cuda.shared.array(2, np.uint64)
+            ebar = smem_addr(bars)
+            if cuda.threadIdx.x == 0:
+                mbarrier_init(ebar, ARRIVALS)
+                mbarrier_name(ebar, "c_full", 0)
+                mbarrier_init(ebar + 8, 1)
+                mbarrier_name(ebar + 8, "c_empty", 0)
+                fence_mbarrier_init()
+            cuda.syncthreads()
+            return ebar
+
+        @inlined
+        def acquire(ebar, eph):
+            mbarrier_wait_parity(ebar + 8, eph ^ 1)  # parity 1 is the phase before the first
+            return eph ^ 1
+
+        @inlined
+        def write(regs, cbuf, cw, j, ct):
+            acc_stmatrix_swizzled(regs, cbuf + (cw * PARTS + j) * _BLOCK, ct, 128, "128B")
+
+        @inlined
+        def commit(ebar):
+            mbarrier_arrive(ebar)
+
+        @inlined
+        def drain(ebar, cbuf, tmap_c, eph, ht, row0, col0):
+            mbarrier_wait_parity(ebar, eph)
+            for i in range(ht, CHUNKS, THREADS):
+                a = cbuf + 16 * i
+                x, y, z, w = ld_shared_v4_b32(a)
+                st_shared_v4_b32(a, one(x), one(y), one(z), one(w))
+            fence_proxy_async_shared()  # this thread's generic writes -> the TMA unit
+            named_barrier_sync(BARRIER, THREADS)
+            if ht == 0:
+                for b in range(ARRIVALS // 128 * PARTS):
+                    tma_store_2d(cbuf + b * _BLOCK, tmap_c, col0 + (b % PARTS) * 64, row0 + (b // PARTS) * 64)
+                bulk_commit_group()
+                bulk_wait_group_read(0)  # the stores have read the tile: the consumers may rewrite it
+                mbarrier_arrive(ebar + 8)
+            return eph ^ 1
+
+        @inlined
+        def finish(ht):
+            if ht == 0:
+                bulk_wait_group(0)
+
+        self.setup, self.acquire, self.write, self.commit = setup, acquire, write, commit
+        self.drain, self.finish = drain, finish
