@@ -105,3 +105,39 @@ def test_grouped_kernel_compiles_clean():
         wait = max(i for i, line in enumerate(lines[:hgmma[0]]) if "SYNCS.PHASECHK" in line)
         loop = "\n".join(lines[wait:hgmma[-1]])
         assert "LDL" not in loop and "STL" not in loop, loop
+
+
+def test_epilogue_warps_schedule_compiles_clean():
+    """The cooperative main loop with the activation on the producer warpgroup's warps 1-3
+    (kit.EpilogueWarps): the consumers' stmatrix of the whole 128 x 256 tile; the epilogue
+    warps' 16-byte shared loads and stores, gelu_tanh's ex2 per value, eight TMA stores per
+    tile; no spills at 48 registers for them."""
+    cfg = FusedConfig("bf16", "col", "gelu_tanh", schedule="epilogue_warps")
+    rep = compile_report(fused_kernel(cfg), SIG)
+    assert rep.sass.get("HGMMA") == 4 and rep.sass.get("UTMASTG") == 8 and rep.sass.get("STSM") == 16, rep.sass
+    assert rep.sass_full.get("LDS.128", 0) >= 1 and rep.sass_full.get("STS.128", 0) >= 1, rep.sass_full
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0 and not rep.wgmma_serialized and not rep.warnings, rep
+    assert "USETMAXREG.DEALLOC.CTAPOOL 0x30" in rep.sass_text  # the producer warpgroup keeps 48 registers
+    # the epilogue warps' loop over 16-byte chunks (8 values each, ptxas unrolls it a few times),
+    # not the consumers' 128 values per thread of the cooperative schedule
+    assert 8 <= rep.sass_full.get("MUFU.EX2", 0) <= 32, rep.sass_full
+
+
+def test_epilogue_warps_schedule_is_refused_where_it_cannot_run():
+    import pytest
+
+    for kw in ({"act": None}, {"out": "e4m3"}, {"epilogue": _scale_shift}):
+        with pytest.raises(ValueError, match="epilogue_warps"):
+            FusedConfig(**{"dtype": "bf16", "bias": "col", "act": "relu", "schedule": "epilogue_warps", **kw})
+
+
+def test_schedule_rule():
+    from nbwgmma.frontend.fused import schedule_for
+
+    assert schedule_for("bf16", "bf16", 8192, 8192, 8192, False, "gelu_tanh", False) == "epilogue_warps"
+    assert schedule_for("f16", "f16", 4096, 14336, 4096, False, "silu", False) == "epilogue_warps"
+    assert schedule_for("bf16", "bf16", 4096, 4096, 4096, False, "gelu_tanh", False) == "pingpong"  # M x N < 2^25
+    assert schedule_for("bf16", "bf16", 8192, 8192, 2048, False, "gelu_tanh", False) == "pingpong"  # K < 4096
+    assert schedule_for("bf16", "bf16", 8192, 8192, 8192, False, None, False) == "pingpong"  # nothing to offload
+    assert schedule_for("bf16", "bf16", 8192, 8192, 8192, False, "relu", True) == "pingpong"  # a user function
+    assert schedule_for("bf16", "e4m3", 8192, 8192, 8192, False, "relu", False) == "cooperative"

@@ -192,3 +192,34 @@ def test_fp8_inputs_with_bias_and_activation(fp8, out_dtype):
     tol = {None: 1e-2, "f16": 2e-3, "e4m3": 7e-2}[out_dtype]
     err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
     assert err < tol, err
+
+
+@pytest.mark.parametrize("t, where, act", [("bf16", "col", "gelu_tanh"), ("f16", "row", "silu"),
+                                           ("bf16", None, "gelu")])
+def test_epilogue_warps_schedule_matches_float64(monkeypatch, t, where, act):
+    """kit.EpilogueWarps through matmul, forced for small and ragged problems (many tiles per CTA,
+    C's edges, padded rows of C left alone), K up to 4096; and exact with small integers."""
+    import nbwgmma.frontend.fused as fused
+
+    monkeypatch.setattr(fused, "schedule_for", lambda *a: "epilogue_warps")
+    for m, n, k in [(1000, 520, 328), (3000, 2056, 4096), (130, 8, 64)]:
+        g = torch.Generator(device="cuda").manual_seed(m + n + k)
+        x = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).to(TDT[t])
+        w = torch.randn(n, k, device="cuda", generator=g).to(TDT[t])
+        bias = None if where is None else torch.randn(n if where == "col" else m, device="cuda", generator=g)
+        big = torch.full((m, n + 8), float("nan"), device="cuda", dtype=TDT[t])
+        out = big[:, :n]
+        matmul(x, w.t(), bias=None if bias is None else (bias if where == "col" else bias[:, None]), activation=act,
+               out=out)
+        ref = x.double() @ w.double().t()
+        if bias is not None:
+            ref = ref + (bias.double() if where == "col" else bias.double()[:, None])
+        ref = _act(act, ref)
+        err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+        assert err < TOL[t], (m, n, k, err)
+        assert torch.isnan(big[:, n:]).all()
+    a = torch.randint(-2, 3, (600, 200), device="cuda").to(TDT[t])
+    b = torch.randint(-2, 3, (264, 200), device="cuda").to(TDT[t])
+    bias = torch.randint(-8, 9, (264,), device="cuda").float()
+    got = matmul(a, b.t(), bias=bias, activation="relu")
+    assert torch.equal(got.double(), torch.relu(a.double() @ b.double().t() + bias.double()))

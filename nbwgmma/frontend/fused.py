@@ -188,7 +188,8 @@ def _fp8_map(out, io: ArrayInfo):
     return tm
 
 
-def schedule_for(dt: str, odt: str, m: int, n: int, k: int, amax: bool = False) -> str:
+def schedule_for(dt: str, odt: str, m: int, n: int, k: int, amax: bool = False, act: str | None = None,
+                 user: bool = False) -> str:
     """The fused kernel's schedule for a problem (:data:`nbwgmma.kernels.fused.SCHEDULES`).
 
     fp8 outputs: cooperative (128 x 256 tiles, the epilogue after the main loop), but with
@@ -202,9 +203,21 @@ def schedule_for(dt: str, odt: str, m: int, n: int, k: int, amax: bool = False) 
     main loop). bf16 with bias + gelu_tanh on the same machine: cooperative ahead by 2-6% at K =
     4096 (4096^3 710 / 730) and at 4096^3 x 8192, behind by 3-7% at 4096 x 14336 x 8192 and
     8192^3 (702 / 657); on another H100 ping-pong led at every size (8192^3 662 / 649, 4096 x 14336
-    x 4096 641 / 598): no rule that holds on both."""
+    x 4096 641 / 598): no rule that holds on both.
+
+    16-bit outputs with an activation ``act`` and no user function (``user``), K >= 4096 and
+    M x N >= 2^25: epilogue_warps (the cooperative main loop with 3 stages; the activation on
+    the producer warpgroup's idle warps, :class:`~nbwgmma.kit.EpilogueWarps`). bf16, bias +
+    gelu_tanh, over ping-pong in three runs on three H100s (BENCHMARKS.md, 2026-11-25; the
+    second run with the epilogue warps storing by plain 16-byte stores instead of TMA):
+    4096 x 14336 x 4096 1.035 / 1.017 / 1.008x, 8192^3 1.077 / 0.990 / 1.042x, 16384 x 4096 x
+    4096 1.034 / 1.008 / 1.030x, 4096 x 14336 x 8192 1.075 / 0.998 / 1.036x, f16 8192^3 1.033 /
+    1.051 / 1.076x; below that size it trails (4096^3 0.992-1.017x, 2048 x 8192 x 4096 0.99-1.00x,
+    4096^2 x 1024 0.76-0.87x: 16 k-blocks leave the consumers waiting for the epilogue warps)."""
     if odt in FP8_OUTS and (not amax or m * n >= 1 << 26):
         return "cooperative"
+    if odt not in FP8_OUTS and act is not None and not user and k >= 4096 and m * n >= 1 << 25:
+        return "epilogue_warps"
     return "pingpong"
 
 
@@ -246,7 +259,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
         extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
-    schedule = schedule_for(dt, odt, m, n, k, iamax is not None)
+    schedule = schedule_for(dt, odt, m, n, k, iamax is not None, activation, ufn is not None)
     fp8_tma = odt in FP8_OUTS and _row_major(io)  # fp8 codes through TMA where C's rows allow it
     ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None, schedule, fp8_tma)
     cfg = _CONFIGS.get(ckey)

@@ -12,7 +12,8 @@ simulator each intrinsic is the Python function :mod:`nbwgmma.sim` registers for
 (:mod:`nbwgmma.backend`).
 """
 
-from . import address, control, convert, descriptor, fastmath, fence, fragment, fragment_smem, matrix, mbarrier, tma, wgmma
+from . import (address, control, convert, descriptor, fastmath, fence, fragment, fragment_smem, matrix, mbarrier, tma,
+               wgmma)
 from .address import *  # noqa: F401,F403
 from .control import *  # noqa: F401,F403
 from .convert import *  # noqa: F401,F403

@@ -107,7 +107,8 @@ class EpilogueWarps(types.ModuleType):
         self._build()
 
     def __repr__(self):
-        return f"EpilogueWarps({getattr(self.fn, '__name__', self.fn)}, bm={self.bm}, bn={self.bn}, dtype={self.dtype!r})"
+        name = getattr(self.fn, "__name__", self.fn)
+        return f"EpilogueWarps({name}, bm={self.bm}, bn={self.bn}, dtype={self.dtype!r})"
 
     def _build(self):
         fn, FMT = self.fn, self.dtype
