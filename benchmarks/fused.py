@@ -8,6 +8,11 @@ e4m3 inputs to an e4m3 output (per-tensor scales) against ``torch._scaled_mm`` w
 output (cuBLASLt's own fp8-out epilogue, no amax).
 
     python benchmarks/fused.py [MxNxK ...]
+    python benchmarks/fused.py --schedules [MxNxK ...]   # bias + gelu_tanh on each fused schedule
+
+``--schedules`` times the fused kernel's schedules (``nbwgmma.kernels.fused.SCHEDULES``, each
+forced through ``nbwgmma.frontend.fused.schedule_for``) side by side with cuBLASLt's fused
+epilogue, the unfused expression and the plain product, bf16.
 """
 import sys
 
@@ -109,8 +114,46 @@ def bench_fp8_to_fp8(m, n, k, rounds=15, inner=10):
           f"{same:.2%} of codes equal to cuBLASLt's, amax relative error {amax_err:.1e}")
 
 
+def bench_schedules(m, n, k, rounds=15, inner=10):
+    import nbwgmma.frontend.fused as fused
+    from nbwgmma.kernels.fused import SCHEDULES
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(n, device="cuda", generator=g).bfloat16()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    rule = fused.schedule_for
+
+    def forced(name):
+        def call():
+            fused.schedule_for = lambda *a: name
+            try:
+                matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out)
+            finally:
+                fused.schedule_for = rule
+        return call
+
+    ref = F.gelu(x.double() @ w.double().t() + bias.double(), approximate="tanh")
+    for name in SCHEDULES:
+        forced(name)()
+        err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+        print(f"{m}x{n}x{k} {name}: relative error vs float64 {err:.2e}")
+    del ref
+    peers = {f"fused {name}": forced(name) for name in SCHEDULES}
+    peers["cuBLASLt _addmm_activation(gelu)"] = lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=True)
+    peers["unfused F.gelu(x @ w.T + bias)"] = lambda: F.gelu(x @ w.t() + bias, approximate="tanh")
+    peers["nbwgmma.matmul, no epilogue"] = lambda: matmul(x, w.t(), out=out)
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the first", rounds, inner)
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
+    if sys.argv[1:2] == ["--schedules"]:
+        for s in sys.argv[2:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096", "4096x14336x8192",
+                                  "4096x4096x4096", "2048x8192x4096", "4096x4096x1024"]:
+            bench_schedules(*(int(v) for v in s.split("x")))
+        sys.exit()
     for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
         bench(*(int(v) for v in s.split("x")))
     for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
