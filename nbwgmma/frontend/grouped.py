@@ -221,6 +221,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     # one tile, in step: on an H100 the ping-pong 128 x 128 tiles ran at 0.70x torch._grouped_mm
     # for 8 groups of 4096 rows, DRAM-bound; see BENCHMARKS.md); fewer: ping-pong.
     schedule = "cooperative" if total // groups >= COOPERATIVE_ROWS else "pingpong"
+    if io.ptr % 16 or (total > 1 and io.strides[0] % 16):  # the epilogue warps store 16 bytes at a time
+        schedule = "pingpong"
     bn, _, at_once = SCHEDULES[schedule]
     if b_major == "K":
         tma_b = tensor_map(b, ib.ptr, ta, (bn, 64), ((groups * n, k), (wt.strides[0] // es, 1)), keep=False)
@@ -232,7 +234,11 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     sms = 1 if _SIM else device_limits()["multiprocessors"]
     grid = max(1, min(sms, -(-units_bound(total, groups, n, schedule) // at_once)))
 
-    view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
+    if schedule == "cooperative":  # its epilogue warps store C's rows as bytes
+        view = numba_view(ArrayInfo(io.ptr, (total, 2 * n), (io.strides[0], 1), 1, "u8", *tuple(io)[5:]), out,
+                          np.uint8)
+    else:
+        view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
     bias_arg = _stand_in(ia.device) if bias32 is None else bias32
     # Groups of at most 4 tile rows on average (few tokens per expert): CTAs take units in wave
     # order, so a column's tiles run together and read their B once (on an H100, 32 groups of 256

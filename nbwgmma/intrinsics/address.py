@@ -10,7 +10,7 @@ addresses (``u32``): what ``mbarrier``, ``ldmatrix``, ``stmatrix``, TMA and the
 
 from __future__ import annotations
 
-from ._asm import ArrayPtr, Imm, Out, Reg, ptx_intrinsic, u32
+from ._asm import ArrayPtr, Imm, Out, Reg, ptx_intrinsic, u32, u64
 
 __all__ = [
     "smem_addr",
@@ -156,3 +156,20 @@ ld_shared_v4_b32 = ptx_intrinsic(
 )
 
 __all__ += ["ld_shared_v4_b32"]
+
+st_global_v4_b32 = ptx_intrinsic(
+    "st_global_v4_b32",
+    """{
+.reg .u64 %nbw_g;
+cvta.to.global.u64 %nbw_g, $array;
+add.u64 %nbw_g, %nbw_g, $offset;
+st.global.v4.b32 [%nbw_g], {$x, $y, $z, $w};
+}""",
+    params=[ArrayPtr("array"), Reg("offset", u64), Reg("x", u32), Reg("y", u32), Reg("z", u32), Reg("w", u32)],
+    doc="``st.global.v4.b32`` (PTX ISA: st; ``cvta.to.global`` of the array's address). Store 16 bytes "
+    "(four 32-bit values) at byte ``offset`` from the first element of the global array ``array`` "
+    "(16-byte aligned; no bounds check: the caller keeps it inside the array, as "
+    ":class:`nbwgmma.kit.EpilogueWarps` does for rows of C).",
+)
+
+__all__ += ["st_global_v4_b32"]

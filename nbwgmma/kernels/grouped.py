@@ -29,8 +29,10 @@ import functools
 
 from numba import cuda
 
-from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d
-from ..kit import Cooperative, PingPong, TmaPipeline, acc_map, activation, group_walk, inlined
+from ..intrinsics import (
+    acc_store, acc_to_bf16x2, acc_to_f16x2, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d,
+)
+from ..kit import Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, activation, group_walk, inlined
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
@@ -40,10 +42,11 @@ BM = 128
 BK = 64
 THREADS = 384
 #: The schedules: name -> (tile columns, stages, tiles a CTA holds at a time); tiles of 128 rows.
-SCHEDULES = {"pingpong": (128, 6, 2), "cooperative": (256, 4, 1)}
+SCHEDULES = {"pingpong": (128, 6, 2), "cooperative": (256, 3, 1)}
+_C_TILE = 128 * 256 * 2  # the cooperative schedule's 16-bit C tile in shared memory
 #: Dynamic shared memory of a launch, per schedule.
 SMEM = {"pingpong": dynamic_smem_bytes(6 * PingPong.STAGE_BYTES),
-        "cooperative": dynamic_smem_bytes(4 * (128 + 256) * 128)}
+        "cooperative": dynamic_smem_bytes(3 * (128 + 256) * 128 + _C_TILE)}
 
 
 def units_bound(total: int, groups: int, n: int, schedule: str = "pingpong") -> int:
@@ -60,7 +63,8 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     [G * N, K], box BN x 64 (BN the schedule's tile columns); with ``b_major="MN"`` (B [G, K, N]
     with N contiguous) a 3-D map
     [G, K, N], box 1 x 64 x 64 (K past a group's end is zeros, not the next group's rows);
-    ``out`` a 2-D array (uint16 for bf16 bits, or float16),
+    ``out`` a 2-D array (uint16 for bf16 bits, or float16; with the cooperative schedule its
+    bytes, uint8 [rows, 2 N], 16-byte aligned rows),
     ``offs`` int32 [G] (the counts when ``masked``), int32 ``n``, ``k`` (k >= 1) and ``t``
     (rows per group when ``masked``, else unused); with ``bias``, ``bias`` a 2-D f32 array whose
     row ``g * gb`` is group ``g``'s bias per column (``gb`` 1 for one row per group, 0 for one
@@ -69,7 +73,9 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     ``SMEM[schedule]`` bytes of dynamic shared memory, at most ``ceil(units_bound(...) / h)``
     CTAs, h the tiles a CTA holds at a time (:data:`SCHEDULES`). ``schedule`` "pingpong" (two
     consumer warpgroups taking 128 x 128 tiles in turn) or "cooperative" (both on each 128 x 256
-    tile, :class:`~nbwgmma.kit.Cooperative`: the library GEMM's main loop, the epilogue after it).
+    tile, :class:`~nbwgmma.kit.Cooperative`: the library GEMM's main loop; the consumers add the
+    bias and write the tile into shared memory, and the producer warpgroup's idle warps apply
+    the activation and store its rows inside the group, :class:`~nbwgmma.kit.EpilogueWarps`).
     Within a group, tiles are walked ``group_m`` tile rows at a time
     (:func:`~nbwgmma.kit.tile_order`); with ``wave``, CTAs take units in
     :func:`~nbwgmma.kit.wave_order` (for groups of few rows: the CTAs computing a column's
@@ -120,6 +126,34 @@ def _epilogue(bias, act):
     return epilogue
 
 
+@cuda.jit(device=True, inline=True)
+def _no_setup():
+    return 0
+
+
+def _packed(dtype, bias):
+    """``(frag, bias, brow, ct, r0, c0, n) -> packed`` of a 64 x 64 part: the group's bias
+    (``bias[brow]`` from column ``c0``) added where there is one, the values packed in 16-bit
+    pairs for ``stmatrix``."""
+    if bias:
+        @inlined
+        def plus(v, row, col, b):
+            return v + b
+
+        part = acc_map(plus, 64, cols=1, pack=dtype)
+
+        @inlined
+        def packed(frag, bias, brow, ct, r0, c0, n):
+            return part(frag, ct, r0, c0, bias[brow, c0:n])
+    else:
+        pack = acc_to_bf16x2 if dtype == "bf16" else acc_to_f16x2
+
+        @inlined
+        def packed(frag, bias, brow, ct, r0, c0, n):
+            return pack(frag)
+    return packed
+
+
 @functools.lru_cache(maxsize=None)
 def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
     KIND = f"f32.{dtype}.{dtype}"
@@ -129,10 +163,14 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
         pipe = TmaPipeline(STAGES, consumers=2)
         coop = Cooperative(KIND, pipe, BM, BN, b_major=B_MAJOR)
         STAGE, A_BYTES = coop.stage_bytes, coop.a_bytes
+        ew = EpilogueWarps(activation(ACT) if ACT is not None else None, BM, BN, dtype, store="global")
+        esetup = ew.setup
+        C_OFF = STAGES * STAGE
     else:
         pipe = TmaPipeline(STAGES, consumers=1)
         pp = PingPong(KIND, pipe, b_major=B_MAJOR)
         STAGE, A_BYTES = PingPong.STAGE_BYTES, PingPong.A_BYTES
+        esetup, C_OFF = _no_setup, 0
     B_MN = B_MAJOR == "MN"
 
     @inlined
@@ -148,6 +186,10 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
             pp.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol)
     epilogue = _epilogue(BIAS, ACT)
     EPI = epilogue is not None
+    # setmaxnreg: the epilogue warps with the group walk take 56 registers (at 48, 80 bytes of
+    # its scalars spilled per tile; 40 for a producer alone), the consumers the rest of the 504
+    # per thread slot
+    PREGS, CREGS = (56, 224) if COOP else (40, 232)
 
     @inlined
     def store_part(frag, bias, brow, mine, ct, row0, col0, n):
@@ -158,17 +200,23 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
     _, units, place = group_walk(masked, BM, GROUP_M, WAVE)
 
     if COOP:
+        packed = _packed(dtype, BIAS)
+
         @inlined
-        def store_tile(acc, bias, brow, mine, ct, r0, c0, n):
-            """A warpgroup's 64 x 256 fragment into the group's rows: the epilogue in 64 x 64
-            parts, each stored before the next is computed (no spills), or the plain store."""
-            if EPI:
-                store_part(acc[:32], bias, brow, mine, ct, r0, c0, n)
-                store_part(acc[32:64], bias, brow, mine, ct, r0, c0 + 64, n)
-                store_part(acc[64:96], bias, brow, mine, ct, r0, c0 + 128, n)
-                store_part(acc[96:], bias, brow, mine, ct, r0, c0 + 192, n)
-            else:
-                acc_store(acc, KIND, mine, ct, r0, c0)
+        def stage_tile(acc, bias, brow, ebar, eph, cbuf, cw, ct, r0, c0, n):
+            """A warpgroup's 64 x 256 fragment, the bias added, as 16-bit values into the shared
+            C tile for the epilogue warps (in 64 x 64 parts: no spills)."""
+            p0 = packed(acc[:32], bias, brow, ct, r0, c0, n)
+            p1 = packed(acc[32:64], bias, brow, ct, r0, c0 + 64, n)
+            p2 = packed(acc[64:96], bias, brow, ct, r0, c0 + 128, n)
+            p3 = packed(acc[96:], bias, brow, ct, r0, c0 + 192, n)
+            eph = ew.acquire(ebar, eph)  # the epilogue warps have read the previous tile
+            ew.write(p0, cbuf, cw, 0, ct)
+            ew.write(p1, cbuf, cw, 1, ct)
+            ew.write(p2, cbuf, cw, 2, ct)
+            ew.write(p3, cbuf, cw, 3, ct)
+            ew.commit(ebar)
+            return eph
     else:
         @inlined
         def store_tile(acc, bias, brow, mine, ct, r0, c0, n):
@@ -182,6 +230,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
     @cuda.jit(launch_bounds=(THREADS, 1))
     def grouped_gemm(tmap_a, tmap_b, out, offs, n, k, t, bias, gb):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
+        ebar = esetup()  # the epilogue warps' barriers (cooperative; 0 otherwise)
         tid = cuda.threadIdx.x
         total = out.shape[0]
         tiles_n = (n + BN - 1) // BN
@@ -190,7 +239,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
         first, step = cuda.blockIdx.x, cuda.gridDim.x
         g, gbase = 0, 0
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
-            setmaxnreg_dec(40)
+            setmaxnreg_dec(PREGS)
             if tid == 0:
                 s, ph = 0, 0
                 if COOP:  # one tile at a time, both consumers on it
@@ -209,16 +258,22 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
                                 load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g, n,
                                      tn * BN)
                                 s, ph = pipe.advance(s, ph)
+            elif COOP and tid >= 32:  # warps 1-3: the epilogue warps, storing each tile's rows in its group
+                eph = 0
+                for u in range(first, nunits, step):
+                    g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
+                    eph = ew.drain_to(ebar, base + C_OFF, out[start:end], eph, tid - 32, tm * BM, tn * BN,
+                                      end - start, n)
         elif COOP:  # two consumer warpgroups, 64 rows of each 128 x 256 tile each
-            setmaxnreg_inc(232)
+            setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
-            s, ph = 0, 0
+            s, ph, eph = 0, 0, 0
             for u in range(first, nunits, step):
                 acc, s, ph = coop.tile(ring, base, s, ph, 0, kblocks, cw, ct)
                 g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
-                store_tile(acc, bias, g * gb, out[start:end], ct, tm * BM + cw * 64, tn * BN, n)
+                eph = stage_tile(acc, bias, g * gb, ebar, eph, base + C_OFF, cw, ct, tm * BM + cw * 64, tn * BN, n)
         else:  # two consumer warpgroups taking tiles in turn
-            setmaxnreg_inc(232)
+            setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
             s, ph = pp.start(cw, kblocks)
             for u in range(2 * first + cw, nunits, 2 * step):

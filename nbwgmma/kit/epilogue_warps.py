@@ -54,17 +54,21 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    X2_FORMATS, acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, f32_to_x2,
+    X2_FORMATS, st_global_v4_b32, acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, f32_to_x2,
     fence_mbarrier_init, fence_proxy_async_shared, ld_shared_v4_b32, mbarrier_arrive, mbarrier_init, mbarrier_name,
     mbarrier_wait_parity, named_barrier_sync, smem_addr, st_shared_v4_b32, tma_store_2d, x2_to_f32,
 )
 from .device import inlined
 
-__all__ = ["EpilogueWarps", "BARRIER", "THREADS"]
+__all__ = ["EpilogueWarps", "BARRIER", "THREADS", "STORES"]
 
 #: Named barrier id the epilogue warps synchronize on (0 is syncthreads, 1-4 the warpgroups'
 #: barriers, 5 and 6 the ping-pong turns).
 BARRIER = 7
+#: How the epilogue warps store the tile: TMA stores (``drain``, C's edges clipped by the tensor
+#: map) or their own 16-byte stores (``drain_to``, bounded by any row and column count: a
+#: grouped GEMM's group that ends inside a tile).
+STORES = ("tma", "global")
 #: Threads of the epilogue warps: warps 1-3 of warpgroup 0, threads 32-127 of the block.
 THREADS = 96
 _BLOCK = 64 * 64 * 2  # one 64 x 64 16-bit block of the tile, 128-byte swizzle
@@ -88,7 +92,8 @@ class EpilogueWarps(types.ModuleType):
 
     Both sides start with ``eph = 0`` and walk the same tiles in the same order."""
 
-    def __init__(self, fn, bm: int, bn: int, dtype: str = "bf16", *, consumers: int | None = None):
+    def __init__(self, fn, bm: int, bn: int, dtype: str = "bf16", *, consumers: int | None = None,
+                 store: str = "tma"):
         if dtype not in X2_FORMATS:
             raise ValueError(f"EpilogueWarps: dtype must be one of {X2_FORMATS}; got {dtype!r}")
         if bm % 64 or not 64 <= bm <= 256:
@@ -99,27 +104,37 @@ class EpilogueWarps(types.ModuleType):
             consumers = bm // 64
         if consumers != bm // 64:
             raise ValueError(f"EpilogueWarps: consumers must be bm / 64 = {bm // 64} (64 rows each); got {consumers!r}")
-        if not callable(fn):
-            raise ValueError(f"EpilogueWarps: fn must be a device function of one value; got {fn!r}")
-        super().__init__(f"EpilogueWarps({getattr(fn, '__name__', fn)}, {bm}x{bn}, {dtype})")
-        self.fn, self.bm, self.bn, self.dtype, self.consumers = fn, bm, bn, dtype, consumers
+        if fn is not None and not callable(fn):
+            raise ValueError(f"EpilogueWarps: fn must be a device function of one value or None; got {fn!r}")
+        if store not in STORES:
+            raise ValueError(f"EpilogueWarps: store must be one of {STORES}; got {store!r}")
+        super().__init__(f"EpilogueWarps({getattr(fn, '__name__', fn)}, {bm}x{bn}, {dtype}, {store})")
+        self.fn, self.bm, self.bn, self.dtype, self.consumers, self.store = fn, bm, bn, dtype, consumers, store
         self.tile_bytes = bm * bn * 2
         self._build()
 
     def __repr__(self):
         name = getattr(self.fn, "__name__", self.fn)
-        return f"EpilogueWarps({name}, bm={self.bm}, bn={self.bn}, dtype={self.dtype!r})"
+        return f"EpilogueWarps({name}, bm={self.bm}, bn={self.bn}, dtype={self.dtype!r}, store={self.store!r})"
 
     def _build(self):
         fn, FMT = self.fn, self.dtype
         ARRIVALS = 128 * self.consumers
+        # "empty": one arrival after the TMA stores have read the tile, or each epilogue
+        # thread's own after it has read its chunks
+        RELEASES = 1 if self.store == "tma" else THREADS
         PARTS = self.bn // 64  # 64-column blocks per consumer
         CHUNKS = self.tile_bytes // 16
 
-        @inlined
-        def one(w):
-            lo, hi = x2_to_f32(w, FMT)
-            return f32_to_x2(fn(lo), fn(hi), FMT)
+        if fn is None:
+            @inlined
+            def one(w):
+                return w
+        else:
+            @inlined
+            def one(w):
+                lo, hi = x2_to_f32(w, FMT)
+                return f32_to_x2(fn(lo), fn(hi), FMT)
 
         @cuda.jit(device=True, inline=True)  # Numba-inlined: its shared array becomes the kernel's
         def setup():
@@ -128,7 +143,7 @@ class EpilogueWarps(types.ModuleType):
             if cuda.threadIdx.x == 0:
                 mbarrier_init(ebar, ARRIVALS)
                 mbarrier_name(ebar, "c_full", 0)
-                mbarrier_init(ebar + 8, 1)
+                mbarrier_init(ebar + 8, RELEASES)
                 mbarrier_name(ebar + 8, "c_empty", 0)
                 fence_mbarrier_init()
             cuda.syncthreads()
@@ -169,5 +184,37 @@ class EpilogueWarps(types.ModuleType):
             if ht == 0:
                 bulk_wait_group(0)
 
+        @inlined
+        def put(c, row, col, n, x, y, z, w):
+            """Eight 16-bit values (x..w, low halves first) at bytes ``[row, 2 col ...)`` of ``c``;
+            past C's last whole 16 bytes, only those left of column ``n``."""
+            if col + 8 <= n:
+                st_global_v4_b32(c, row * c.strides[0] + 2 * col, x, y, z, w)
+            else:
+                for e in range(8):
+                    if col + e < n:
+                        v = (x if e < 2 else y if e < 4 else z if e < 6 else w) >> (16 * (e % 2))
+                        c[row, 2 * (col + e)] = v & 0xFF
+                        c[row, 2 * (col + e) + 1] = (v >> 8) & 0xFF
+
+        @inlined
+        def drain_to(ebar, cbuf, c, eph, ht, row0, col0, m, n):
+            mbarrier_wait_parity(ebar, eph)
+            for i in range(ht, CHUNKS, THREADS):
+                # chunk i: 16 bytes of block b at row r of the block, physical chunk q % 8 of the
+                # 128-byte row, which holds the row's logical chunk (q % 8) ^ (r % 8) (128B swizzle)
+                b, q = i >> 9, i & 511
+                r = q >> 3
+                row = row0 + b // PARTS * 64 + r
+                col = col0 + b % PARTS * 64 + (((q & 7) ^ (r & 7)) << 3)
+                x, y, z, w = ld_shared_v4_b32(cbuf + 16 * i)
+                if row < m and col < n:
+                    put(c, row, col, n, one(x), one(y), one(z), one(w))
+            mbarrier_arrive(ebar + 8)  # this thread has read its chunks: the consumers may rewrite them
+            return eph ^ 1
+
         self.setup, self.acquire, self.write, self.commit = setup, acquire, write, commit
-        self.drain, self.finish = drain, finish
+        if self.store == "tma":
+            self.drain, self.finish = drain, finish
+        else:
+            self.drain_to = drain_to

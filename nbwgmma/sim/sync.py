@@ -111,6 +111,22 @@ def _ld_v4(addr):
     return tuple(np.uint32(v) for v in cta.image[off:off + 16].view(np.uint32))
 
 
+@impl("st_global_v4_b32")
+def _st_global_v4(array, offset, x, y, z, w):
+    a = np.asarray(array)
+    off = int(offset)
+    if off % 16 or a.ctypes.data % 16:
+        raise SimHazard(f"thread {me().thread_id} at {me().where}: st.global.v4.b32 needs a 16-byte aligned address; "
+                        f"got byte {off} of an array at 0x{a.ctypes.data:x}")
+    idx, rest = [], off
+    for st in a.strides:  # the element holding the first byte (row-major strides, as kernels index)
+        idx.append(rest // st)
+        rest %= st
+    row = a[tuple(idx[:-1])] if a.ndim > 1 else a
+    start = idx[-1] * a.strides[-1]
+    row.view(np.uint8)[start:start + 16] = np.array([x, y, z, w], np.uint32).view(np.uint8)
+
+
 @impl("ld_shared_cluster_u32")
 def _ld_cluster(addr):
     th = me()

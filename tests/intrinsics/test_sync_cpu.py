@@ -64,6 +64,7 @@ CASES = {
     "mapa": ("out[1] = mapa(a, 1)", "mapa.shared::cluster.u32", "PRMT"),
     "st_shared_v4_b32": ("st_shared_v4_b32(a, 0, 1, 2, st[0])", "st.shared.v4.b32", "STS.128"),
     "ld_shared_v4_b32": ("x, y, z, w = ld_shared_v4_b32(a)\n    out[1] = x ^ y ^ z ^ w", "ld.shared.v4.b32", "LDS.128"),
+    "st_global_v4_b32": ("st_global_v4_b32(out, 16, 1, 2, 3, st[0])", "st.global.v4.b32", "STG.E.128"),
     "st_shared_cluster_u32": ("st_shared_cluster_u32(mapa(a, 1), 7)", "st.shared::cluster.u32", "ST.E"),
     "ld_shared_cluster_u32": ("out[1] = ld_shared_cluster_u32(mapa(a, 1))", "ld.shared::cluster.u32", "LD.E"),
 }
