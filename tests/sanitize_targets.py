@@ -1,5 +1,5 @@
-"""The kernels the compute-sanitizer tests run: every example and the library GEMM in each
-path matmul can take, on small problems. ``python tests/sanitize_targets.py`` runs them all."""
+"""The kernels the compute-sanitizer tests run: every example, the library GEMM in each
+path matmul can take, the fused matmul's and the grouped GEMM's schedules, on small problems. ``python tests/sanitize_targets.py`` runs them all."""
 
 import importlib.util
 import pathlib
@@ -48,7 +48,49 @@ def gemms():
         print(f"ran matmul {dt} {layout}: rel.err {rel:.2e}", flush=True)
 
 
+def fused():
+    """The fused matmul on each of its schedules and the grouped GEMM on both of its own, with
+    more tiles than SMs (each CTA walks several: the epilogue warps' tile buffer is reused)."""
+    import torch
+
+    import nbwgmma.frontend.fused as fused_front
+    import nbwgmma.frontend.grouped as grouped_front
+    from nbwgmma import grouped_matmul, matmul
+    from nbwgmma.kernels.fused import SCHEDULES
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(2048, 128, device="cuda", generator=g).bfloat16()
+    w = torch.randn(4096, 128, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(4096, device="cuda", generator=g).bfloat16()
+    ref = torch.nn.functional.gelu(a.double() @ w.double().t() + bias.double(), approximate="tanh")
+    rule = fused_front.schedule_for
+    for name in SCHEDULES:
+        fused_front.schedule_for = lambda *args: name
+        try:
+            c = matmul(a, w.t(), bias=bias, activation="gelu_tanh")
+        finally:
+            fused_front.schedule_for = rule
+        torch.cuda.synchronize()
+        rel = float((c.double() - ref).norm() / ref.norm())
+        assert rel < 0.02, (name, rel)
+        print(f"ran fused {name}: rel.err {rel:.2e}", flush=True)
+    offs = torch.tensor([700, 700, 2048], device="cuda", dtype=torch.int32)  # an empty group
+    ws = torch.randn(3, 4096, 128, device="cuda", generator=g).bfloat16()
+    rows = grouped_front.COOPERATIVE_ROWS
+    for name, threshold in (("pingpong", 1 << 30), ("cooperative", 0)):
+        grouped_front.COOPERATIVE_ROWS = threshold
+        try:
+            c = grouped_matmul(a, ws.transpose(1, 2), offs)
+        finally:
+            grouped_front.COOPERATIVE_ROWS = rows
+        torch.cuda.synchronize()
+        ref = torch.cat([a[:700].double() @ ws[0].double().t(), a[700:].double() @ ws[2].double().t()])
+        rel = float((c.double() - ref).norm() / ref.norm())
+        assert rel < 0.02, (name, rel)
+        print(f"ran grouped {name}: rel.err {rel:.2e}", flush=True)
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["examples", "gemms"]
+    which = sys.argv[1:] or ["examples", "gemms", "fused"]
     for w in which:
         globals()[w]()
