@@ -140,10 +140,11 @@ def test_epilogue_warps_schedule_is_refused_where_it_cannot_run():
 def test_schedule_rule():
     from nbwgmma.frontend.fused import schedule_for
 
-    assert schedule_for("bf16", "bf16", 8192, 8192, 8192, False, "gelu_tanh", False) == "epilogue_warps"
-    assert schedule_for("f16", "f16", 4096, 14336, 4096, False, "silu", False) == "epilogue_warps"
-    assert schedule_for("bf16", "bf16", 4096, 4096, 4096, False, "gelu_tanh", False) == "pingpong"  # M x N < 2^25
-    assert schedule_for("bf16", "bf16", 8192, 8192, 2048, False, "gelu_tanh", False) == "pingpong"  # K < 4096
-    assert schedule_for("bf16", "bf16", 8192, 8192, 8192, False, None, False) == "pingpong"  # nothing to offload
-    assert schedule_for("bf16", "bf16", 8192, 8192, 8192, False, "relu", True) == "pingpong"  # a user function
-    assert schedule_for("bf16", "e4m3", 8192, 8192, 8192, False, "relu", False) == "cooperative"
+    assert schedule_for("bf16", "bf16", 8192, 8192, 8192, "gelu_tanh", False) == "epilogue_warps"
+    assert schedule_for("f16", "f16", 4096, 14336, 4096, "silu", False) == "epilogue_warps"
+    assert schedule_for("bf16", "bf16", 4096, 4096, 4096, "gelu_tanh", False) == "pingpong"  # M x N < 2^25
+    assert schedule_for("bf16", "bf16", 8192, 8192, 2048, "gelu_tanh", False) == "pingpong"  # K < 4096
+    assert schedule_for("bf16", "bf16", 8192, 8192, 8192, None, False) == "pingpong"  # nothing to offload
+    assert schedule_for("bf16", "bf16", 8192, 8192, 8192, "relu", True) == "pingpong"  # a user function
+    assert schedule_for("bf16", "e4m3", 8192, 8192, 8192, "relu", False) == "cooperative"
+    assert schedule_for("bf16", "e4m3", 256, 256, 128, None, False) == "cooperative"  # fp8 out, any size

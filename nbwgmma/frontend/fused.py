@@ -188,16 +188,16 @@ def _fp8_map(out, io: ArrayInfo):
     return tm
 
 
-def schedule_for(dt: str, odt: str, m: int, n: int, k: int, amax: bool = False, act: str | None = None,
-                 user: bool = False) -> str:
+def schedule_for(dt: str, odt: str, m: int, n: int, k: int, act: str | None = None, user: bool = False) -> str:
     """The fused kernel's schedule for a problem (:data:`nbwgmma.kernels.fused.SCHEDULES`).
 
-    fp8 outputs: cooperative (128 x 256 tiles, the epilogue after the main loop), but with
-    ``amax`` below 2^26 outputs ping-pong. Measured on an H100 in device time, e4m3 in and out,
-    TFLOP/s, ping-pong / cooperative / the same with amax / ``torch._scaled_mm``'s e4m3 output
-    (BENCHMARKS.md, 2026-11-24): 8192^3 1406 / 1499 / 1393 / 1426 / 1465; 16384 x 4096 x 4096
-    1266 / 1502 / 1321 / 1401 / 1472; 4096 x 14336 x 4096 1440 / 1479 / 1428 / 1376 / 1443;
-    4096^3 1451 / 1486 / 1408 / 1370 / 1395; 2048 x 8192 x 4096 1441 / 1463 / 1396 / 1358 / 1427.
+    fp8 outputs: cooperative (128 x 256 tiles, the epilogue after the main loop). Measured on an
+    H100 in device time, e4m3 in and out, TFLOP/s, ping-pong / cooperative / ``torch._scaled_mm``'s
+    e4m3 output (BENCHMARKS.md, 2026-11-24): 8192^3 1406 / 1499 / 1465; 16384 x 4096 x 4096 1266 /
+    1502 / 1472; 4096 x 14336 x 4096 1440 / 1479 / 1443. With ``amax`` (its |value| maxima taken
+    without compares inside C since 2026-11-25), cooperative / ping-pong: 1.004-1.19x over seven
+    sizes from 2048 x 2048 x 4096 to 16384 x 4096 x 4096 (before that change ping-pong led below
+    2^26 outputs).
 
     Everything else: ping-pong (128 x 128 tiles per consumer, each epilogue under the other's
     main loop). bf16 with bias + gelu_tanh on the same machine: cooperative ahead by 2-6% at K =
@@ -214,7 +214,7 @@ def schedule_for(dt: str, odt: str, m: int, n: int, k: int, amax: bool = False, 
     4096 1.034 / 1.008 / 1.030x, 4096 x 14336 x 8192 1.075 / 0.998 / 1.036x, f16 8192^3 1.033 /
     1.051 / 1.076x; below that size it trails (4096^3 0.992-1.017x, 2048 x 8192 x 4096 0.99-1.00x,
     4096^2 x 1024 0.76-0.87x: 16 k-blocks leave the consumers waiting for the epilogue warps)."""
-    if odt in FP8_OUTS and (not amax or m * n >= 1 << 26):
+    if odt in FP8_OUTS:
         return "cooperative"
     if odt not in FP8_OUTS and act is not None and not user and k >= 4096 and m * n >= 1 << 25:
         return "epilogue_warps"
@@ -259,7 +259,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
         extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
-    schedule = schedule_for(dt, odt, m, n, k, iamax is not None, activation, ufn is not None)
+    schedule = schedule_for(dt, odt, m, n, k, activation, ufn is not None)
     fp8_tma = odt in FP8_OUTS and _row_major(io)  # fp8 codes through TMA where C's rows allow it
     ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None, schedule, fp8_tma)
     cfg = _CONFIGS.get(ckey)
