@@ -270,20 +270,23 @@ def _build(key):
     store = (store_tma1 if cfg.c_parts == 1 else store_tma2) if TMA_EPI else store_direct
 
     @inlined
-    def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase):
+    def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
         store(acc, c, ctid, cw, row0, col0, cbase)
 
     @inlined
-    def finish_slice(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase):
+    def finish_slice(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
         """Split-K: park this slice's partial tile in ``ws``; the tile's last slice sums all
         of them in slice order (deterministic) and stores C."""
         last = True
         if nsplit > 1:
             # Slice s of tile t: BM x BN floats at (t * nsplit + s) * TILE_FLOATS, each
             # consumer's fragments as rows of 128 threads (coalesced; read back by the same
-            # thread layout).
+            # thread layout). A warp holds 16 rows of the fragment: one whose rows all lie
+            # past M (a small M's padding) neither parks nor sums anything.
             mine = (t * nsplit) * TILE_FLOATS + cw * CONS_FLOATS + ctid
-            acc_store_strided(acc, ws, mine + sp * TILE_FLOATS, 128)
+            real = 16 * (ctid // 32) < m - row0
+            if real:
+                acc_store_strided(acc, ws, mine + sp * TILE_FLOATS, 128)
             cuda.threadfence()  # the partial is visible GPU-wide before the count says so
             named_barrier_sync(5, ALL_CONS)
             if tid == 128:
@@ -296,8 +299,9 @@ def _build(key):
             if last:
                 cuda.threadfence()
                 acc = acc_zeros(KIND, BN)
-                for s in range(nsplit):  # 0 + p0 + p1 + ...: the same sum whichever slice is last
-                    acc = acc_add_strided(acc, ws, mine + s * TILE_FLOATS, 128)
+                if real:
+                    for s in range(nsplit):  # 0 + p0 + p1 + ...: the same sum whichever slice is last
+                        acc = acc_add_strided(acc, ws, mine + s * TILE_FLOATS, 128)
         if last:
             store(acc, c, ctid, cw, row0, col0, cbase)
 
@@ -363,7 +367,8 @@ def _build(key):
                 if SCALED:
                     acc = acc_scale(acc, alpha)
                 if pm < tiles_m:
-                    finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, pm * BM + cw * 64, pn * BN, cbase)
+                    finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, pm * BM + cw * 64, pn * BN, cbase,
+                           m)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
         if CL > 1:
