@@ -359,20 +359,28 @@ def _pingpong(cfg, put, epilogue):
     return pipe, tile_producer(pipe, sched, STAGE, load, pairs=True), consume, _no_setup, _no_drain
 
 
-def _cooperative(cfg, put, epilogue):
-    """``(pipe, produce, consume, esetup, drain)`` of the cooperative schedule: the two consumer warpgroups
-    share each 128 x 256 tile, 64 rows each (:class:`~nbwgmma.kit.Cooperative`)."""
-    KIND = KIND_OF[cfg.dtype]
+def _coop_ring(cfg):
+    """``(pipe, coop, produce)`` of the schedules on :class:`~nbwgmma.kit.Cooperative`: the ring,
+    the consumers' block and the producer thread's walk with its stage loads."""
     BK, BM, BN = cfg.bk, cfg.bm, cfg.bn
     pipe = TmaPipeline(cfg.stages, consumers=2)
-    coop = Cooperative(KIND, pipe, BM, BN, b_major=cfg.b_major)
+    coop = Cooperative(KIND_OF[cfg.dtype], pipe, BM, BN, b_major=cfg.b_major)
     A_BYTES = coop.a_bytes
-    sched = cfg.sched
 
     @cuda.jit(device=True, inline=True)
     def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
         tmap_a, tmap_b = maps
         coop.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN, A_BYTES)
+
+    return pipe, coop, tile_producer(pipe, cfg.sched, coop.stage_bytes, load)
+
+
+def _cooperative(cfg, put, epilogue):
+    """``(pipe, produce, consume, esetup, drain)`` of the cooperative schedule: the two consumer warpgroups
+    share each 128 x 256 tile, 64 rows each (:class:`~nbwgmma.kit.Cooperative`)."""
+    BM, BN = cfg.bm, cfg.bn
+    pipe, coop, produce = _coop_ring(cfg)
+    sched = cfg.sched
 
     @cuda.jit(device=True, inline=True)
     def consume(ring, base, cw, ct, cbase, ebar, nunits, kblocks, tiles_mc, tiles_n, ea):
@@ -390,25 +398,17 @@ def _cooperative(cfg, put, epilogue):
             big = put(acc[96:], c1, ct, cw, r0, col + 192, big, ea)
         return big
 
-    return pipe, tile_producer(pipe, sched, coop.stage_bytes, load), consume, _no_setup, _no_drain
+    return pipe, produce, consume, _no_setup, _no_drain
 
 
 def _epilogue_warps(cfg, put, epilogue):
     """``(pipe, produce, consume, esetup, drain)`` of the epilogue_warps schedule: the
     cooperative main loop; the consumers write the whole 16-bit tile (scale, bias, C added)
     into shared memory and go on, the epilogue warps apply the activation and store it."""
-    KIND = KIND_OF[cfg.dtype]
-    BK, BM, BN = cfg.bk, cfg.bm, cfg.bn
-    pipe = TmaPipeline(cfg.stages, consumers=2)
-    coop = Cooperative(KIND, pipe, BM, BN, b_major=cfg.b_major)
+    BM, BN = cfg.bm, cfg.bn
+    pipe, coop, produce = _coop_ring(cfg)
     ew = EpilogueWarps(activation(cfg.act), BM, BN, cfg.out)
-    A_BYTES = coop.a_bytes
     sched = cfg.sched
-
-    @cuda.jit(device=True, inline=True)
-    def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
-        tmap_a, tmap_b = maps
-        coop.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN, A_BYTES)
 
     @cuda.jit(device=True, inline=True)
     def consume(ring, base, cw, ct, cbase, ebar, nunits, kblocks, tiles_mc, tiles_n, ea):
@@ -422,12 +422,7 @@ def _epilogue_warps(cfg, put, epilogue):
             p1 = epilogue(acc[32:64], ct, r0, col + 64, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
             p2 = epilogue(acc[64:96], ct, r0, col + 128, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
             p3 = epilogue(acc[96:], ct, r0, col + 192, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
-            eph = ew.acquire(ebar, eph)  # the epilogue warps have stored the previous tile
-            ew.write(p0, cbase, cw, 0, ct)
-            ew.write(p1, cbase, cw, 1, ct)
-            ew.write(p2, cbase, cw, 2, ct)
-            ew.write(p3, cbase, cw, 3, ct)
-            ew.commit(ebar)
+            eph = ew.stage(p0 + p1 + p2 + p3, cbase, ebar, eph, cw, ct)  # once the previous tile is stored
         return np.float32(0.0)
 
     @cuda.jit(device=True, inline=True)
@@ -438,4 +433,4 @@ def _epilogue_warps(cfg, put, epilogue):
             eph = ew.drain(ebar, cbase, tmap_c, eph, ht, tm * BM, tn * BN)
         ew.finish(ht)
 
-    return pipe, tile_producer(pipe, sched, coop.stage_bytes, load), consume, ew.setup, drain
+    return pipe, produce, consume, ew.setup, drain

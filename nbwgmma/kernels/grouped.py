@@ -210,13 +210,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
             p1 = packed(acc[32:64], bias, brow, ct, r0, c0 + 64, n)
             p2 = packed(acc[64:96], bias, brow, ct, r0, c0 + 128, n)
             p3 = packed(acc[96:], bias, brow, ct, r0, c0 + 192, n)
-            eph = ew.acquire(ebar, eph)  # the epilogue warps have read the previous tile
-            ew.write(p0, cbuf, cw, 0, ct)
-            ew.write(p1, cbuf, cw, 1, ct)
-            ew.write(p2, cbuf, cw, 2, ct)
-            ew.write(p3, cbuf, cw, 3, ct)
-            ew.commit(ebar)
-            return eph
+            return ew.stage(p0 + p1 + p2 + p3, cbuf, ebar, eph, cw, ct)  # once the previous tile is read
     else:
         @inlined
         def store_tile(acc, bias, brow, mine, ct, r0, c0, n):

@@ -85,6 +85,8 @@ class EpilogueWarps(types.ModuleType):
       thread), ``write(regs, cbuf, cw, j, ct)`` (warpgroup ``cw``'s 16 packed registers of
       its 64-column part ``j``, as ``acc_map(..., 64, pack=dtype)`` or ``acc_to_bf16x2`` of a
       64-column slice gives them), ``commit(ebar)`` (every consumer thread, after its writes);
+      ``stage(regs, cbuf, ebar, eph, cw, ct) -> eph`` the three at once, ``regs`` the
+      warpgroup's ``bn / 4`` packed registers (its parts one after another);
     * epilogue warps: ``drain(ebar, cbuf, tmap_c, eph, ht, row0, col0) -> eph`` (thread ``ht``
       = 0-95 of them: wait for the tile, ``fn`` over it, TMA stores at (``col0``, ``row0``) of
       ``tmap_c``, a map of C with 64 x 64 boxes and the 128-byte swizzle), and ``finish(ht)``
@@ -162,6 +164,15 @@ class EpilogueWarps(types.ModuleType):
         def commit(ebar):
             mbarrier_arrive(ebar)
 
+        # stage: acquire, the parts written out with constant slices (a tuple indexed at run
+        # time would go to local memory), commit
+        src = ["def stage(regs, cbuf, ebar, eph, cw, ct):", "    eph = acquire(ebar, eph)"]
+        src += [f"    write(regs[{16 * j}:{16 * (j + 1)}], cbuf, cw, {j}, ct)" for j in range(PARTS)]
+        src += ["    commit(ebar)", "    return eph"]
+        ns = {"acquire": acquire, "write": write, "commit": commit}
+        exec(compile("\n".join(src), f"<nbwgmma.kit.EpilogueWarps stage, {PARTS} parts>", "exec"), ns)
+        stage = inlined(ns["stage"])
+
         @inlined
         def drain(ebar, cbuf, tmap_c, eph, ht, row0, col0):
             mbarrier_wait_parity(ebar, eph)
@@ -213,7 +224,7 @@ class EpilogueWarps(types.ModuleType):
             mbarrier_arrive(ebar + 8)  # this thread has read its chunks: the consumers may rewrite them
             return eph ^ 1
 
-        self.setup, self.acquire, self.write, self.commit = setup, acquire, write, commit
+        self.setup, self.acquire, self.write, self.commit, self.stage = setup, acquire, write, commit, stage
         if self.store == "tma":
             self.drain, self.finish = drain, finish
         else:
