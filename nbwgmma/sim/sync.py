@@ -87,13 +87,19 @@ def _st_cluster(addr, value):
     cta.image[off:off + 4].view(np.uint32)[0] = np.uint32(value)
 
 
-@impl("st_shared_v4_b32")
-def _st_v4(addr, x, y, z, w):
+def _v4_place(addr, op):
+    """(thread, CTA, offset) of a 16-byte shared access, which must be 16-byte aligned."""
     th = me()
     cta, off = split(addr)
     if off % 16:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: st.shared.v4.b32 needs a 16-byte aligned address; "
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} needs a 16-byte aligned address; "
                         f"got 0x{int(addr):x}")
+    return th, cta, off
+
+
+@impl("st_shared_v4_b32")
+def _st_v4(addr, x, y, z, w):
+    th, cta, off = _v4_place(addr, "st.shared.v4.b32")
     with th.cl.lock:
         cta.shadow.generic_write(th, np.arange(off, off + 16), "st.shared.v4.b32")
     cta.image[off:off + 16].view(np.uint32)[:] = np.array([x, y, z, w], np.uint32)
@@ -101,11 +107,7 @@ def _st_v4(addr, x, y, z, w):
 
 @impl("ld_shared_v4_b32")
 def _ld_v4(addr):
-    th = me()
-    cta, off = split(addr)
-    if off % 16:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: ld.shared.v4.b32 needs a 16-byte aligned address; "
-                        f"got 0x{int(addr):x}")
+    th, cta, off = _v4_place(addr, "ld.shared.v4.b32")
     with th.cl.lock:
         cta.shadow.check_observed(th, np.arange(off, off + 16), "ld.shared.v4.b32")
     return tuple(np.uint32(v) for v in cta.image[off:off + 16].view(np.uint32))
