@@ -131,3 +131,17 @@ def test_tile_producer_checks_its_blocks():
         tile_producer(pipe, sched, 1000, load)
     with pytest.raises(ValueError, match="pipe must be a TmaPipeline"):
         tile_producer(sched, pipe, 49152, load)
+
+
+def test_epilogue_warps_check_their_arguments():
+    from nbwgmma.kit import EpilogueWarps, activation
+
+    relu = activation("relu")
+    ew = EpilogueWarps(relu, 128, 256, "f16", store="global")
+    assert ew.tile_bytes == 64 * 1024 and hasattr(ew, "drain_to") and not hasattr(ew, "drain")
+    assert hasattr(EpilogueWarps(None, 64, 64), "drain")  # TMA stores, values as they are
+    for args, kw, what in [((relu, 128, 256, "f32"), {}, "dtype must be"), ((relu, 96, 256), {}, "bm must be"),
+                           ((relu, 128, 320), {}, "bn must be"), ((relu, 128, 256), {"consumers": 1}, "consumers"),
+                           ((3, 128, 256), {}, "fn must be"), ((relu, 128, 256), {"store": "stg"}, "store must be")]:
+        with pytest.raises(ValueError, match=what):
+            EpilogueWarps(*args, **kw)

@@ -10,7 +10,10 @@ shared C tile (``bm`` x ``bn``, 64 x 64 blocks with the 128-byte swizzle a TMA s
 arrive on its "full" barrier and go on to their next main loop. The epilogue warps wait for
 it, apply ``fn`` to every value in place (16 bytes a load, order free: the function sees no
 coordinates), store the tile with TMA and, once the stores have read it, arrive on the
-"empty" barrier the consumers wait on before writing their next tile::
+"empty" barrier the consumers wait on before writing their next tile. With
+``store="global"`` they store the values themselves instead, 16 bytes at a time, only rows
+and columns below the counts they are given (``drain_to``): a tile may end anywhere, as a
+grouped GEMM's group does, where a TMA store clips only at the edges of its tensor map::
 
     ew = EpilogueWarps(activation("gelu_tanh"), 128, 256, "bf16")
 
@@ -21,7 +24,7 @@ coordinates), store the tile with TMA and, once the stores have read it, arrive 
         cbuf = base + C_OFF                      # ew.tile_bytes of shared memory, 1 KiB aligned
         ...
         if tid < 128:
-            setmaxnreg_dec(40)
+            setmaxnreg_dec(48)
             if tid == 0: ...                     # the TMA producer
             elif tid >= 32:                      # the epilogue warps, over the same tiles
                 eph = 0
@@ -32,18 +35,17 @@ coordinates), store the tile with TMA and, once the stores have read it, arrive 
             eph = 0
             for u in ...:
                 acc, s, ph = coop.tile(...)
-                eph = ew.acquire(ebar, eph)      # the C tile is free
-                for j in range(bn // 64):        # (written out: constant slices)
-                    ew.write(regs_j, cbuf, cw, j, ct)   # 16 packed registers of 64 columns
-                ew.commit(ebar)
+                regs = ...                       # bn / 4 packed 16-bit registers (acc_map, pack=)
+                eph = ew.stage(regs, cbuf, ebar, eph, cw, ct)   # wait for the tile, write, arrive
 
 ``fn`` sees each value as rounded to the tile's 16-bit type (PyTorch's unfused
 ``F.gelu(x @ w.T + b)`` rounds there too) and its result is rounded again. The epilogue warps
-need only a few registers (the producer warpgroup's 40 suffice), use named barrier
-:data:`BARRIER` among themselves, and cost the consumers the 16-bit tile's ``stmatrix`` and a
-barrier per tile. One tile buffer: the consumers wait for it only if the epilogue warps have
-not stored the previous tile by the end of the next main loop (a few thousand cycles of
-work against a main loop of 16 k-blocks or more).
+take 48 registers (``setmaxnreg_dec(48)``: at 40 ptxas spilled around their loop; 56 with a
+grouped GEMM's walk), use named barrier :data:`BARRIER` among themselves, and cost the
+consumers the tile's ``stmatrix`` and a barrier per tile. One tile buffer: the consumers wait
+for it only if the epilogue warps have not finished the previous tile by the end of the next
+main loop (on an H100 they kept up at 64 k-blocks per tile; at 16, K = 1024, the consumers
+waited: BENCHMARKS.md, 2026-11-25).
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    X2_FORMATS, st_global_v4_b32, acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, f32_to_x2,
+    X2_FORMATS, acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, f32_to_x2,
     fence_mbarrier_init, fence_proxy_async_shared, ld_shared_v4_b32, mbarrier_arrive, mbarrier_init, mbarrier_name,
-    mbarrier_wait_parity, named_barrier_sync, smem_addr, st_shared_v4_b32, tma_store_2d, x2_to_f32,
+    mbarrier_wait_parity, named_barrier_sync, smem_addr, st_global_v4_b32, st_shared_v4_b32, tma_store_2d, x2_to_f32,
 )
 from .device import inlined
 
@@ -75,8 +77,9 @@ _BLOCK = 64 * 64 * 2  # one 64 x 64 16-bit block of the tile, 128-byte swizzle
 
 
 class EpilogueWarps(types.ModuleType):
-    """Epilogue warps applying ``fn`` (a device function of one f32 value) to a ``bm`` x ``bn``
-    C tile of 16-bit ``dtype`` that ``consumers`` warpgroups (64 rows each) write. The tile
+    """Epilogue warps applying ``fn`` (a device function of one f32 value, or None to store the
+    values as they are) to a ``bm`` x ``bn`` C tile of 16-bit ``dtype`` that ``consumers``
+    warpgroups (64 rows each) write, storing it the ``store`` way (:data:`STORES`). The tile
     takes :attr:`tile_bytes` of shared memory (1 KiB aligned). Device functions (inlined):
 
     * ``setup() -> ebar``: every thread; thread 0 initializes the two mbarriers (in static
@@ -90,7 +93,10 @@ class EpilogueWarps(types.ModuleType):
     * epilogue warps: ``drain(ebar, cbuf, tmap_c, eph, ht, row0, col0) -> eph`` (thread ``ht``
       = 0-95 of them: wait for the tile, ``fn`` over it, TMA stores at (``col0``, ``row0``) of
       ``tmap_c``, a map of C with 64 x 64 boxes and the 128-byte swizzle), and ``finish(ht)``
-      at the end (the last stores complete).
+      at the end (the last stores complete); with ``store="global"`` instead
+      ``drain_to(ebar, cbuf, c, eph, ht, row0, col0, m, n) -> eph`` (the tile's values inside
+      rows ``m`` and columns ``n`` stored at (``row0``, ``col0``) of ``c``, C's bytes as a 2-D
+      uint8 array with 16-byte aligned rows).
 
     Both sides start with ``eph = 0`` and walk the same tiles in the same order."""
 
