@@ -23,21 +23,35 @@ from nbwgmma import matmul
 from nbwgmma.bench import side_by_side
 
 
-def bench(m, n, k, rounds=15, inner=10):
+def _gelu_problem(m, n, k):
+    """bf16 x [m, k], w [n, k], bias [n], an output [m, n], and the contenders besides nbwgmma's
+    fused call: cuBLASLt's fused epilogue, the unfused expression, the plain product."""
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
     w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
     bias = torch.randn(n, device="cuda", generator=g).bfloat16()
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     plain = torch.empty_like(out)
+    others = {"cuBLASLt _addmm_activation(gelu)": lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=True),
+              "unfused F.gelu(x @ w.T + bias)": lambda: F.gelu(x @ w.t() + bias, approximate="tanh"),
+              "nbwgmma.matmul, no epilogue": lambda: matmul(x, w.t(), out=plain)}
+    return x, w, bias, out, others
+
+
+def _rel_error(out, ref):
+    return float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+
+
+def _reference(x, w, bias):
+    return F.gelu(x.double() @ w.double().t() + bias.double(), approximate="tanh")
+
+
+def bench(m, n, k, rounds=15, inner=10):
+    x, w, bias, out, others = _gelu_problem(m, n, k)
     matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out)
-    ref = F.gelu(x.double() @ w.double().t() + bias.double(), approximate="tanh")
-    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
-    del ref
+    err = _rel_error(out, _reference(x, w, bias))
     peers = {"nbwgmma.matmul(bias, gelu_tanh)": lambda: matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out),
-             "cuBLASLt _addmm_activation(gelu)": lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=True),
-             "unfused F.gelu(x @ w.T + bias)": lambda: F.gelu(x @ w.t() + bias, approximate="tanh"),
-             "nbwgmma.matmul, no epilogue": lambda: matmul(x, w.t(), out=plain)}
+             **others}
     side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "nbwgmma fused", rounds, inner)
     print(f"{m}x{n}x{k} relative error of the fused result vs float64: {err:.2e}")
 
@@ -51,7 +65,7 @@ def bench_beta(m, n, k, rounds=15, inner=10):
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     matmul(x, w.t(), c=c, beta=0.5, out=out)
     ref = x.double() @ w.double().t() + 0.5 * c.double()
-    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    err = _rel_error(out, ref)
     del ref
     peers = {"nbwgmma.matmul(c, beta=0.5)": lambda: matmul(x, w.t(), c=c, beta=0.5, out=out),
              "cuBLAS torch.addmm(c, beta=0.5)": lambda: torch.addmm(c, x, w.t(), beta=0.5)}
@@ -118,11 +132,7 @@ def bench_schedules(m, n, k, rounds=15, inner=10):
     import nbwgmma.frontend.fused as fused
     from nbwgmma.kernels.fused import SCHEDULES
 
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
-    w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
-    bias = torch.randn(n, device="cuda", generator=g).bfloat16()
-    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    x, w, bias, out, others = _gelu_problem(m, n, k)
     rule = fused.schedule_for
 
     def forced(name):
@@ -134,16 +144,12 @@ def bench_schedules(m, n, k, rounds=15, inner=10):
                 fused.schedule_for = rule
         return call
 
-    ref = F.gelu(x.double() @ w.double().t() + bias.double(), approximate="tanh")
+    ref = _reference(x, w, bias)
     for name in SCHEDULES:
         forced(name)()
-        err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
-        print(f"{m}x{n}x{k} {name}: relative error vs float64 {err:.2e}")
+        print(f"{m}x{n}x{k} {name}: relative error vs float64 {_rel_error(out, ref):.2e}")
     del ref
-    peers = {f"fused {name}": forced(name) for name in SCHEDULES}
-    peers["cuBLASLt _addmm_activation(gelu)"] = lambda: torch._addmm_activation(bias, x, w.t(), use_gelu=True)
-    peers["unfused F.gelu(x @ w.T + bias)"] = lambda: F.gelu(x @ w.t() + bias, approximate="tanh")
-    peers["nbwgmma.matmul, no epilogue"] = lambda: matmul(x, w.t(), out=out)
+    peers = {**{f"fused {name}": forced(name) for name in SCHEDULES}, **others}
     side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the first", rounds, inner)
 
 

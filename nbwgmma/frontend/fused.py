@@ -216,7 +216,7 @@ def schedule_for(dt: str, odt: str, m: int, n: int, k: int, act: str | None = No
     4096^2 x 1024 0.76-0.87x: 16 k-blocks leave the consumers waiting for the epilogue warps)."""
     if odt in FP8_OUTS:
         return "cooperative"
-    if odt not in FP8_OUTS and act is not None and not user and k >= 4096 and m * n >= 1 << 25:
+    if act is not None and not user and k >= 4096 and m * n >= 1 << 25:
         return "epilogue_warps"
     return "pingpong"
 

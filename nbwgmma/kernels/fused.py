@@ -39,7 +39,7 @@ from ..intrinsics import (
     setmaxnreg_inc,
 )
 from ..kit import (Cooperative, EpilogueWarps, PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined,
-                   tile_producer, tma_store_block, tma_store_part)
+                   no_epilogue_warps, tile_producer, tma_store_block, tma_store_part)
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS", "OUTS_16", "SCHEDULES", "THREADS"]
@@ -314,11 +314,6 @@ def _build(key):
     return fused_gemm
 
 
-@cuda.jit(device=True, inline=True)
-def _no_setup():
-    return 0
-
-
 @inlined
 def _no_drain(ebar, cbase, ht, nunits, tiles_mc, tiles_n, tmap_c):
     pass
@@ -356,7 +351,7 @@ def _pingpong(cfg, put, epilogue):
             big = put(acc1[32:], c1, ct, cw, r0 + 64, col + 64, big, ea)
         return big
 
-    return pipe, tile_producer(pipe, sched, STAGE, load, pairs=True), consume, _no_setup, _no_drain
+    return pipe, tile_producer(pipe, sched, STAGE, load, pairs=True), consume, no_epilogue_warps, _no_drain
 
 
 def _coop_ring(cfg):
@@ -398,7 +393,7 @@ def _cooperative(cfg, put, epilogue):
             big = put(acc[96:], c1, ct, cw, r0, col + 192, big, ea)
         return big
 
-    return pipe, produce, consume, _no_setup, _no_drain
+    return pipe, produce, consume, no_epilogue_warps, _no_drain
 
 
 def _epilogue_warps(cfg, put, epilogue):

@@ -32,7 +32,8 @@ from numba import cuda
 from ..intrinsics import (
     acc_store, acc_to_bf16x2, acc_to_f16x2, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d,
 )
-from ..kit import Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, activation, group_walk, inlined
+from ..kit import (Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, activation, group_walk, inlined,
+                   no_epilogue_warps)
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
@@ -126,11 +127,6 @@ def _epilogue(bias, act):
     return epilogue
 
 
-@cuda.jit(device=True, inline=True)
-def _no_setup():
-    return 0
-
-
 def _packed(dtype, bias):
     """``(frag, bias, brow, ct, r0, c0, n) -> packed`` of a 64 x 64 part: the group's bias
     (``bias[brow]`` from column ``c0``) added where there is one, the values packed in 16-bit
@@ -170,7 +166,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
         pipe = TmaPipeline(STAGES, consumers=1)
         pp = PingPong(KIND, pipe, b_major=B_MAJOR)
         STAGE, A_BYTES = PingPong.STAGE_BYTES, PingPong.A_BYTES
-        esetup, C_OFF = _no_setup, 0
+        esetup, C_OFF = no_epilogue_warps, 0
     B_MN = B_MAJOR == "MN"
 
     @inlined

@@ -37,7 +37,7 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 
 from .cooperative import Cooperative
 from .device import inlined
-from .epilogue_warps import EpilogueWarps
+from .epilogue_warps import EpilogueWarps, no_epilogue_warps
 from .epilogue import ACTIVATIONS, acc_map, activation, tma_store_block, tma_store_part
 from .groups import group_walk
 from .pipeline import TmaPipeline
@@ -48,7 +48,7 @@ from .scheduler import TileScheduler, tile_order, wave_order
 from .sparse import SparseConsumers
 from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "Cooperative", "EpilogueWarps", "PingPong", "SparseConsumers", "TileScheduler", "tile_order", "wave_order",
-           "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part",
+__all__ = ["TmaPipeline", "Cooperative", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
+           "TileScheduler", "tile_order", "wave_order", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part",
            "tma_store_block", "activation", "ACTIVATIONS", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

@@ -62,7 +62,7 @@ from ..intrinsics import (
 )
 from .device import inlined
 
-__all__ = ["EpilogueWarps", "BARRIER", "THREADS", "STORES"]
+__all__ = ["EpilogueWarps", "BARRIER", "THREADS", "STORES", "no_epilogue_warps"]
 
 #: Named barrier id the epilogue warps synchronize on (0 is syncthreads, 1-4 the warpgroups'
 #: barriers, 5 and 6 the ping-pong turns).
@@ -74,6 +74,13 @@ STORES = ("tma", "global")
 #: Threads of the epilogue warps: warps 1-3 of warpgroup 0, threads 32-127 of the block.
 THREADS = 96
 _BLOCK = 64 * 64 * 2  # one 64 x 64 16-bit block of the tile, 128-byte swizzle
+
+
+@cuda.jit(device=True, inline=True)
+def no_epilogue_warps():
+    """The stand-in for ``ew.setup()`` in a kernel built with and without epilogue warps: no
+    barriers, 0 for their address."""
+    return 0
 
 
 class EpilogueWarps(types.ModuleType):
