@@ -102,7 +102,8 @@ def test_ldmatrix_then_stmatrix_round_trips(trans):
 def test_every_intrinsic_has_a_simulator_implementation():
     import nbwgmma.intrinsics as intr
 
-    declared = {n for m in (intr.address, intr.control, intr.fence, intr.mbarrier, intr.tma, intr.matrix, intr.wgmma)
+    declared = {n for m in (intr.address, intr.async_copy, intr.control, intr.fence, intr.mbarrier, intr.tma, intr.matrix,
+                                 intr.wgmma)
                 for n in m.__all__ if hasattr(getattr(m, n), "params")}
     assert declared and declared <= set(sim.IMPLS), sorted(declared - set(sim.IMPLS))
 

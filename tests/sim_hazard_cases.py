@@ -347,3 +347,56 @@ def test_a_run_time_barrier_id_orders_each_warpgroup():
     np.testing.assert_array_equal(out.copy_to_host(), ((t // 128) * 128 + (t + 1) % 128) * 3)
     with pytest.raises(sim.SimHazard, match="named barrier id 16 is outside"):
         launch(_per_warpgroup_barrier, 1, 256, (out, 1))
+
+
+def _cp_async_kernel(arrive):
+    from nbwgmma.intrinsics import cp_async, cp_async_mbarrier_arrive_noinc, cp_async_zfill, ld_shared_f32
+
+    @cuda.jit
+    def kernel(src, col, out):
+        dyn = cuda.shared.array(0, np.uint8)
+        bars = cuda.shared.array(1, np.uint64)
+        base = dynamic_smem_base(dyn, 1024)
+        bar = smem_addr(bars)
+        t = cuda.threadIdx.x
+        if t == 0:
+            mbarrier_init(bar, 32 + 1)  # the 32 copying threads' arrivals and thread 32's
+            mbarrier_name(bar, "scales", 0)
+        cuda.syncthreads()
+        if t < 32:  # a warp gathers column 1 of src, a row apart, and 30 values of col, 16 bytes a thread
+            cp_async(base + 4 * t, src, (t * src.shape[1] + 1) * 4, 4)
+            if t < 8:
+                cp_async_zfill(base + 128 + 16 * t, col, 16 * t, np.uint32(16 if t < 7 else 8))
+            if arrive:
+                cp_async_mbarrier_arrive_noinc(bar)
+            else:
+                mbarrier_arrive_count(bar, 1)
+        elif t == 32:
+            mbarrier_arrive_count(bar, 1)
+        mbarrier_wait_parity(bar, 0)
+        if t < 32:
+            out[t] = ld_shared_f32(base + 4 * t)
+            out[32 + t] = ld_shared_f32(base + 128 + 4 * t)
+    return kernel
+
+
+def _run_cp_async(arrive=True):
+    src = np.arange(32 * 4, dtype=np.float32).reshape(32, 4) * 0.5 + 1
+    col = np.zeros(32, np.float32)
+    col[:30] = np.arange(30, dtype=np.float32) * 3 - 7
+    out = cuda.to_device(np.full(64, np.nan, np.float32))
+    col_dev = cuda.to_device(np.concatenate([col[:30], np.full(2, 99, np.float32)]))  # past the 30: not read
+    launch(_cp_async_kernel(arrive), 1, 64, (cuda.to_device(src), col_dev, out), smem=dynamic_smem_bytes(1024))
+    return out.copy_to_host(), src, col
+
+
+def test_cp_async_copies_land_on_their_barrier():
+    got, src, col = _run_cp_async()
+    np.testing.assert_array_equal(got[:32], src[:, 1])  # 4-byte copies, a row apart
+    np.testing.assert_array_equal(got[32:], col)  # 16-byte vectors, the last one half zero-filled
+
+
+def test_cp_async_data_read_without_the_copies_arrival_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"reads shared memory at 0x[0-9a-f]+ that a copy issued at .* without "
+                                            r"having waited for phase .* cp.async's arrival"):
+        _run_cp_async(arrive=False)

@@ -144,6 +144,11 @@ def _pitch(info: ArrayInfo) -> int:
     return info.strides[0] // info.itemsize
 
 
+def _columns(info: ArrayInfo, strides) -> bool:
+    """A [row, k block] scale whose rows are contiguous, its columns 16-byte aligned."""
+    return strides[0] == 4 and info.ptr % 16 == 0 and (info.shape[-1] <= 1 or strides[1] % 16 == 0)
+
+
 def _tma_rows(info: ArrayInfo) -> bool:
     """[rows, cols] with cols contiguous, a 16-byte aligned base and row pitch (TMA)."""
     rows, cols = info.shape
@@ -191,11 +196,15 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         zero_fill(io, out, st)
         return out
     tma = odt != "f32" and _tma_rows(io)
-    key = (kind, odt, kinds[0][0], kinds[1][0], tma)
+    # A's 1 x 128 scales with rows contiguous (torch's layout) and 16-byte aligned columns: the
+    # kernel copies four rows at a time
+    a_cols = kinds[0][0] == "block" and _columns(infos[0], kinds[0][2])
+    key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols)
     cfg = _CONFIGS.get(key)
     if cfg is None:
         _, ta, tb = kind.split(".")
-        cfg = _CONFIGS[key] = ScaledConfig(ta, tb, odt, kinds[0][0], kinds[1][0], epilogue="tma" if tma else "direct")
+        cfg = _CONFIGS[key] = ScaledConfig(ta, tb, odt, kinds[0][0], kinds[1][0], epilogue="tma" if tma else "direct",
+                                           a_columns=a_cols)
     sa, sb = (_view(x, info, shp, strd) if kd is not None else _stand_in(dev)
               for x, info, (kd, shp, strd) in zip((scale_a, scale_b), infos, kinds))
     ta = tensor_map(a, ia.ptr, ia.dtype, (128, 128), ((m, k), (_pitch(ia), 1)), keep=False)

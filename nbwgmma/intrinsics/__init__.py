@@ -12,9 +12,10 @@ simulator each intrinsic is the Python function :mod:`nbwgmma.sim` registers for
 (:mod:`nbwgmma.backend`).
 """
 
-from . import (address, control, convert, descriptor, fastmath, fence, fragment, fragment_smem, matrix, mbarrier, tma,
-               wgmma)
+from . import (address, async_copy, control, convert, descriptor, fastmath, fence, fragment, fragment_smem, matrix,
+               mbarrier, tma, wgmma)
 from .address import *  # noqa: F401,F403
+from .async_copy import *  # noqa: F401,F403
 from .control import *  # noqa: F401,F403
 from .convert import *  # noqa: F401,F403
 from .descriptor import *  # noqa: F401,F403
@@ -28,6 +29,6 @@ from .tma import *  # noqa: F401,F403
 from .wgmma import *  # noqa: F401,F403
 
 __all__ = (
-    address.__all__ + control.__all__ + convert.__all__ + descriptor.__all__ + fastmath.__all__ + fence.__all__
-    + fragment.__all__ + fragment_smem.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__ + wgmma.__all__
+    address.__all__ + async_copy.__all__ + control.__all__ + convert.__all__ + descriptor.__all__ + fastmath.__all__
+    + fence.__all__ + fragment.__all__ + fragment_smem.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__ + wgmma.__all__
 )

@@ -10,7 +10,7 @@ addresses (``u32``): what ``mbarrier``, ``ldmatrix``, ``stmatrix``, TMA and the
 
 from __future__ import annotations
 
-from ._asm import ArrayPtr, Imm, Out, Reg, ptx_intrinsic, u32, u64
+from ._asm import ArrayPtr, Imm, Out, Reg, f32, ptx_intrinsic, u32, u64
 
 __all__ = [
     "smem_addr",
@@ -156,6 +156,18 @@ ld_shared_v4_b32 = ptx_intrinsic(
 )
 
 __all__ += ["ld_shared_v4_b32"]
+
+ld_shared_f32 = ptx_intrinsic(
+    "ld_shared_f32",
+    "ld.shared.f32 $v, [$addr];",
+    params=[Reg("addr", u32)],
+    outs=[Out("v", f32)],
+    doc="``ld.shared.f32`` (PTX ISA: ld). Load one f32 from the 4-byte aligned ``.shared::cta`` "
+    "address ``addr`` (a scale a producer staged beside a pipeline's stage, as "
+    ":class:`nbwgmma.kit.BlockScaled` reads them).",
+)
+
+__all__ += ["ld_shared_f32"]
 
 st_global_v4_b32 = ptx_intrinsic(
     "st_global_v4_b32",

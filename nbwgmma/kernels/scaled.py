@@ -3,9 +3,11 @@
 fp8 A [M, K] (K contiguous) times B [N, K] (K contiguous: the weight of ``x @ w.T``), e4m3
 or e5m2 each, written with the kit: a persistent grid (:class:`~nbwgmma.kit.TileScheduler`,
 tiles of 128 x 128 in grouped order), one producer thread streaming 128-K stages of 32 KiB
-through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), and two consumer warpgroups sharing
-each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block, the consumer
-scales it and adds it into its f32 accumulator: promotion, every block, in registers).
+through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), with block scales a second warp of the
+producer warpgroup copying each stage's scales beside it, and two consumer
+warpgroups sharing each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block,
+the consumer scales it and adds it into its f32 accumulator: promotion, every block, in
+registers).
 
 Scales, chosen at compile time per side:
 
@@ -20,7 +22,7 @@ epilogue. ``promote=True`` without block scales keeps the accuracy of promotion 
 per-tensor or rowwise scales.
 
 The epilogue applies ``alpha`` and the row / column scales and writes C: bf16/f16 through
-two swizzled 64 x 64 shared blocks per consumer and TMA stores (``"tma"``), or any type and
+a swizzled 64 x 64 shared block per consumer (its two halves in turn) and TMA stores (``"tma"``), or any type and
 strides straight from the registers (``"direct"``). TMA fills A's and B's tails with zeros,
 so any M, N and K (with 16-byte aligned rows) works; a block scale past the end of K meets
 zeros.
@@ -32,8 +34,9 @@ import functools
 
 from numba import cuda
 
-from ..intrinsics import acc_store, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc
-from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, inlined, tile_producer, tma_store_part
+from ..intrinsics import acc_store, bulk_wait_group, bulk_wait_group_read, setmaxnreg_dec, setmaxnreg_inc
+from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, inlined, tile_producer, tma_store_part, \
+    warpgroup_sync
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS", "SMEM"]
@@ -46,9 +49,12 @@ FP8 = ("e4m3", "e5m2")
 BM = BN = BK = 128
 STAGES = 6
 STAGE = BlockScaled.STAGE_BYTES
-C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer
+# 64 x 64 16-bit blocks of C, one per consumer, its two halves of the tile in turn, then the
+# block scales' slots: 212 KiB (two blocks per consumer would not fit beside the slots).
+C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2
+S_OFF = C_OFF + 2 * C_PART
 THREADS = 384
-SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
+SMEM = dynamic_smem_bytes(S_OFF + STAGES * BlockScaled.SCALE_SLOT_BYTES)
 
 
 class ScaledConfig:
@@ -56,10 +62,13 @@ class ScaledConfig:
     "e5m2"), ``out`` ("bf16", "f16", "f32"), the scale kinds ``a_scale`` (:data:`A_SCALES`)
     and ``b_scale`` (:data:`B_SCALES`), ``promote`` (None: where a side has block scales;
     True with none keeps per-tensor or rowwise products accurate over long K), ``epilogue``
-    ("tma": 16-bit C row-major with 16-byte aligned rows; "direct": any), ``group_m``."""
+    ("tma": 16-bit C row-major with 16-byte aligned rows; "direct": any), ``group_m``,
+    ``a_columns`` (A's block scales with contiguous rows and 16-byte aligned columns, copied
+    four rows at a time: :class:`~nbwgmma.kit.BlockScaled`)."""
 
     def __init__(self, a_type: str = "e4m3", b_type: str = "e4m3", out: str = "bf16", a_scale: str | None = "block",
-                 b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8):
+                 b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8,
+                 a_columns: bool = False):
         for name, v, ok in (("a_type", a_type, FP8), ("b_type", b_type, FP8), ("out", out, OUTS),
                             ("a_scale", a_scale, A_SCALES), ("b_scale", b_scale, B_SCALES),
                             ("epilogue", epilogue, ("tma", "direct"))):
@@ -78,12 +87,13 @@ class ScaledConfig:
         self.a_type, self.b_type, self.out = a_type, b_type, out
         self.a_scale, self.b_scale, self.promote = a_scale, b_scale, bool(promote)
         self.epilogue, self.group_m = epilogue, group_m
+        self.a_columns = bool(a_columns) and a_scale == "block"
         self.kind = f"f32.{a_type}.{b_type}"
         self.sched = TileScheduler(BM, BN, BK, group_m=group_m)
 
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
-                self.group_m)
+                self.group_m, self.a_columns)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA)."""
@@ -130,12 +140,13 @@ def scaled_kernel(cfg: ScaledConfig):
 @functools.lru_cache(maxsize=None)
 def _build(key):
     cfg = ScaledConfig(*key)
-    pipe = TmaPipeline(STAGES, consumers=2)
+    staged = cfg.a_scale == "block" or cfg.b_scale == "block"
+    pipe = TmaPipeline(STAGES, consumers=2, producers=BlockScaled.PRODUCERS if staged else 1)
     # Promotion keeps three 64-register fragments per consumer thread (the sum and two blocks in
-    # turn): the producer gives up all it can (24: one thread issuing TMA), the consumers take 240.
-    PREGS, CREGS = (24, 240) if cfg.promote else (40, 232)
+    # turn): the consumers take 232, the producer warpgroup 40 (168 x 384 registers at launch: 40 x 128 + 232 x 256 fit).
+    PREGS, CREGS = 40, 232
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
-                     promote=cfg.promote)
+                     promote=cfg.promote, a_columns=cfg.a_columns)
     sched = cfg.sched
     epilogue = _epilogue(cfg)
     TMA = cfg.epilogue == "tma"
@@ -148,37 +159,48 @@ def _build(key):
 
     produce = tile_producer(pipe, sched, STAGE, load)
 
+    @inlined
+    def half(p, cbuf, ct, cw, tmap_c, col, row):  # one 64 x 64 part through the warpgroup's block
+        if ct == 0:
+            bulk_wait_group_read(0)  # the previous part's store has read the block
+        warpgroup_sync(cw)
+        tma_store_part(p, cbuf, ct, cw, tmap_c, col, row)
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
+        sbase = base + S_OFF
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
-        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy, warp 1 copies the block scales
             setmaxnreg_dec(PREGS)
             if tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
+            elif staged and tid // 32 == 1:
+                lane = tid % 32
+                s, ph = 0, 0
+                for u in range(sched.first(), nunits, sched.step()):
+                    tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                    rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[tn]
+                    for kb in range(kblocks):
+                        bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
+                        s, ph = pipe.advance(s, ph)
         else:  # two consumer warpgroups, 64 rows of each tile each
             setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
-            c0 = base + C_OFF + cw * 2 * C_PART
-            c1 = c0 + C_PART
-            lr = ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in its 64 (fragment layout)
+            cbuf = base + C_OFF + cw * C_PART
             s, ph = 0, 0
             for u in range(sched.first(), nunits, sched.step()):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 r0, col0 = tm * BM + cw * 64, tn * BN
-                ra0 = min(r0 + lr, m - 1)  # scale rows inside A (rows past M hold zeros)
-                ra1 = min(r0 + lr + 8, m - 1)
-                acc, s, ph = bs.tile(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, tn)
-                if TMA:
-                    p = epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha)
-                    tma_store_part(p, c0, ct, cw, tmap_c, col0, r0)
-                    p = epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha)
-                    tma_store_part(p, c1, ct, cw, tmap_c, col0 + 64, r0)
+                acc, s, ph = bs.tile(ring, base, sbase, s, ph, kblocks, ct, cw)
+                if TMA:  # the two halves through one block: wait until the last store has read it
+                    half(epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha), cbuf, ct, cw, tmap_c, col0, r0)
+                    half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha), cbuf, ct, cw, tmap_c,
+                         col0 + 64, r0)
                 else:
                     acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha), KIND, c, ct, r0, col0)
             if TMA and ct == 0:
                 bulk_wait_group(0)
 
     return scaled_gemm
-

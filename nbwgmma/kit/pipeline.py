@@ -31,6 +31,11 @@ Both sides start at ``(0, 0)``::
                 prev = s
                 s, ph = pipe.advance(s, ph)
 
+A slot may also be filled in part by threads that store or copy into it themselves (scales a
+warp gathers): ``TmaPipeline(..., producers=1 + 32)`` counts one more arrival on "full" per
+such thread, each of which waits with ``producer_wait`` and then calls ``producer_arrive``
+after its stores or ``producer_arrive_copies`` after its ``cp_async`` copies.
+
 The "empty" wait of the first round passes at once: the producer waits for parity
 ``ph ^ 1``, and parity 1 is the phase before phase 0. With ``cluster`` > 1 a release arrives
 on the "empty" barrier of every CTA of the cluster (each producer multicasts into all of
@@ -46,7 +51,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    cluster_sync, dynamic_smem_base, fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster,
+    cluster_sync, cp_async_mbarrier_arrive_noinc, dynamic_smem_base, fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster,
     mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
 )
 from .device import inlined
@@ -56,13 +61,19 @@ __all__ = ["TmaPipeline"]
 
 class TmaPipeline(types.ModuleType):
     """A ring of ``stages`` slots filled by TMA and drained by ``consumers`` warpgroups per
-    CTA, in clusters of ``cluster`` CTAs. Device functions (all inlined):
+    CTA, in clusters of ``cluster`` CTAs; ``producers`` arrivals complete a fill (the TMA
+    thread's, plus one per thread storing into the slot itself). Device functions (all inlined):
 
     * ``init(ring)``: one thread initializes the ``2 * stages`` barriers at shared address
       ``ring`` (``barrier_words`` u64 words: full[0..S-1], then empty[0..S-1]);
     * ``producer_acquire(ring, s, ph, nbytes) -> full``: wait until slot ``s`` is empty, arm
       its "full" barrier for ``nbytes`` transaction bytes; returns the barrier's address for
       the TMA loads of the stage;
+    * ``producer_wait(ring, s, ph)``: wait until slot ``s`` is empty (without arming it: a
+      thread that fills part of the slot with ordinary stores);
+    * ``producer_arrive(ring, s)``: that thread's arrival on slot ``s``'s "full" barrier after
+      its stores (``producers`` counts it); ``producer_arrive_copies(ring, s)``: the same
+      arrival once the thread's ``cp_async`` copies into the slot have landed;
     * ``consumer_wait(ring, s, ph)``: wait until slot ``s`` is full;
     * ``consumer_release(ring, s)``: one thread per consumer warpgroup marks slot ``s`` empty
       (after the ``wgmma_wait_group`` that completes the wgmmas reading it);
@@ -78,26 +89,29 @@ class TmaPipeline(types.ModuleType):
       ``cluster`` > 1).
     """
 
-    def __init__(self, stages: int, consumers: int, *, cluster: int = 1):
-        for name, v, lo, hi in (("stages", stages, 1, 32), ("consumers", consumers, 1, 8), ("cluster", cluster, 1, 16)):
+    def __init__(self, stages: int, consumers: int, *, cluster: int = 1, producers: int = 1):
+        for name, v, lo, hi in (("stages", stages, 1, 32), ("consumers", consumers, 1, 8), ("cluster", cluster, 1, 16),
+                                ("producers", producers, 1, 1024)):
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise ValueError(f"TmaPipeline: {name} must be an integer in [{lo}, {hi}]; got {v!r}")
         super().__init__(f"TmaPipeline({stages}, {consumers}, cluster={cluster})")
-        self.stages, self.consumers, self.cluster = stages, consumers, cluster
+        self.stages, self.consumers, self.cluster, self.producers = stages, consumers, cluster, producers
         self.barrier_words = 2 * stages
         self._build()
 
     def __repr__(self):
-        return f"TmaPipeline(stages={self.stages}, consumers={self.consumers}, cluster={self.cluster})"
+        more = f", producers={self.producers}" if self.producers != 1 else ""
+        return f"TmaPipeline(stages={self.stages}, consumers={self.consumers}, cluster={self.cluster}{more})"
 
     def _build(self):
         S, CL = self.stages, self.cluster
         RELEASES = self.consumers * CL
+        FILLS = self.producers
 
         @inlined
         def init(ring):
             for s in range(S):
-                mbarrier_init(ring + 8 * s, 1)  # the producer's arrive.expect_tx; TMA adds the bytes
+                mbarrier_init(ring + 8 * s, FILLS)  # the producer's arrive.expect_tx (TMA adds the bytes), storers
                 mbarrier_name(ring + 8 * s, "full", s)
                 mbarrier_init(ring + 8 * S + 8 * s, RELEASES)
                 mbarrier_name(ring + 8 * S + 8 * s, "empty", s)
@@ -109,6 +123,18 @@ class TmaPipeline(types.ModuleType):
             full = ring + 8 * s
             mbarrier_arrive_expect_tx(full, nbytes)
             return full
+
+        @inlined
+        def producer_wait(ring, s, ph):
+            mbarrier_wait_parity(ring + 8 * S + 8 * s, ph ^ 1)
+
+        @inlined
+        def producer_arrive(ring, s):
+            mbarrier_arrive(ring + 8 * s)
+
+        @inlined
+        def producer_arrive_copies(ring, s):
+            cp_async_mbarrier_arrive_noinc(ring + 8 * s)
 
         @inlined
         def consumer_wait(ring, s, ph):
@@ -160,3 +186,5 @@ class TmaPipeline(types.ModuleType):
         self.init, self.producer_acquire, self.consumer_wait = init, producer_acquire, consumer_wait
         self.consumer_release, self.advance, self.stage_of = consumer_release, advance, stage_of
         self.advance_by, self.setup = advance_by, setup
+        self.producer_wait, self.producer_arrive = producer_wait, producer_arrive
+        self.producer_arrive_copies = producer_arrive_copies

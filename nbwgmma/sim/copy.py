@@ -3,7 +3,8 @@ plain bulk copies, through the tensor maps registered by :class:`nbwgmma.tma.Ten
 
 A load lands when issued and completes its bytes on the destination CTA's mbarrier; its
 bytes are marked as written by that copy, so a read before the barrier phase is observed is
-reported. A store reads its shared source when issued and stays in flight in the issuing
+reported. A non-bulk ``cp_async`` lands at its thread's ``cp_async_mbarrier_arrive_noinc``
+(one arrival on that barrier), its bytes unreadable until then. A store reads its shared source when issued and stays in flight in the issuing
 thread's bulk async-group until ``bulk_wait_group_read`` / ``bulk_wait_group`` covers it.
 """
 
@@ -17,8 +18,8 @@ import numpy as np
 from ..layout.descriptor import SWIZZLE_PERIOD, swizzle_addr
 from ..layout.tma import TMA_DTYPES, box_copy_model
 from ..layout.wgmma_model import decode_elements, encode_elements
-from .core import IMPLS, RANK_SHIFT, SimStopped, addr_of, impl, me, split
-from .shadow import AsyncRead
+from .core import IMPLS, RANK_SHIFT, SimHazard, SimStopped, addr_of, impl, me, split
+from .shadow import AsyncRead, AsyncWrite
 from .sync import complete_tx, mbar
 
 _TMAPS: dict = {}
@@ -212,3 +213,60 @@ def _bulk_wait(n):
 
 IMPLS["bulk_wait_group"] = lambda n: _bulk_wait(n)
 IMPLS["bulk_wait_group_read"] = lambda n: _bulk_wait(n)
+
+
+@impl("cp_async")
+def _cp_async(dst, array, offset, size):
+    """A non-bulk copy: its bytes are read now and land at the thread's next
+    ``cp_async_mbarrier_arrive_noinc``; until then a read of them is reported (their write
+    completes on no barrier phase anyone can have observed)."""
+    th = me()
+    a = np.asarray(array)
+    n, off_src = int(size), int(offset)
+    cta, off = split(dst)
+    if off % n or (a.ctypes.data + off_src) % n:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async of {n} bytes needs both addresses aligned "
+                        f"to {n}; got shared 0x{int(dst):x} and byte {off_src} of an array at 0x{a.ctypes.data:x}")
+    data = np.frombuffer(ctypes.string_at(a.ctypes.data + off_src, n), np.uint8)
+    _pending(th, cta, off, data)
+
+
+def _pending(th, cta, off, data):
+    """A cp.async's bytes, read now, waiting for the thread's arrival to land."""
+    n = data.size
+    with th.cl.lock:
+        idx = np.arange(off, off + n)
+        cta.shadow.check_write(th, idx, "cp.async")
+        cta.shadow.writes.append(AsyncWrite(th.where, 0, 1 << 62, f"the cp.async's arrival (thread {th.thread_id} "
+                                            f"has not called cp_async_mbarrier_arrive_noinc after it)"))
+        cta.shadow.aw[idx] = len(cta.shadow.writes)
+        cta.shadow.gw_tid[idx] = 0
+    th.cp_async = (th.cp_async or []) + [(cta, off, data)]
+
+
+@impl("cp_async_zfill")
+def _cp_async_zfill(dst, array, offset, nvalid):
+    th = me()
+    a = np.asarray(array)
+    n = int(nvalid)
+    if not 0 <= n <= 16:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async's source size must be in [0, 16]; got {n}")
+    cta, off = split(dst)
+    if off % 16 or (a.ctypes.data + int(offset)) % 16:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async of 16 bytes needs both addresses 16-byte "
+                        f"aligned; got shared 0x{int(dst):x} and byte {int(offset)} of an array at 0x{a.ctypes.data:x}")
+    data = np.zeros(16, np.uint8)
+    data[:n] = np.frombuffer(ctypes.string_at(a.ctypes.data + int(offset), n), np.uint8) if n else ()
+    _pending(th, cta, off, data)
+
+
+@impl("cp_async_mbarrier_arrive_noinc")
+def _cp_async_arrive(bar):
+    th = me()
+    with th.cl.lock:
+        m = mbar(bar)
+        for cta, off, data in th.cp_async or ():  # the bytes land, completing on this phase of m
+            cta.shadow.async_write(th, np.arange(off, off + data.size), "cp.async", m)
+            cta.image[off:off + data.size] = data
+        m.update(th, arrivals=1)
+    th.cp_async = None

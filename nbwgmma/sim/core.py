@@ -231,6 +231,7 @@ class SimThread(threading.Thread):
         self.cluster_token = None
         self.where = None  # the kernel line of the intrinsic being run
         self.bulk = None  # this thread's bulk async-group state (nbwgmma.sim.copy)
+        self.cp_async = None  # its cp.async copies not yet landed (nbwgmma.sim.copy)
         self.gate = threading.Lock()  # a binary semaphore: wake() opens it, wait_woken() takes it
         self.gate.acquire()
 

@@ -129,6 +129,18 @@ def _st_global_v4(array, offset, x, y, z, w):
     row.view(np.uint8)[start:start + 16] = np.array([x, y, z, w], np.uint32).view(np.uint8)
 
 
+@impl("ld_shared_f32")
+def _ld_f32(addr):
+    th = me()
+    cta, off = split(addr)
+    if off % 4:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: ld.shared.f32 needs a 4-byte aligned address; "
+                        f"got 0x{int(addr):x}")
+    with th.cl.lock:
+        cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared.f32")
+    return np.float32(cta.image[off:off + 4].view(np.float32)[0])
+
+
 @impl("ld_shared_cluster_u32")
 def _ld_cluster(addr):
     th = me()

@@ -1,4 +1,4 @@
-"""CPU tests of the synchronization, control and address intrinsics.
+"""CPU tests of the synchronization, control, address and cp.async intrinsics.
 
 For each intrinsic: its PTX text, and the SASS instruction ptxas makes of it
 for sm_90a (None where the instruction has no opcode of its own, e.g. a special
@@ -67,6 +67,11 @@ CASES = {
     "st_global_v4_b32": ("st_global_v4_b32(out, 16, 1, 2, 3, st[0])", "st.global.v4.b32", "STG.E.128"),
     "st_shared_cluster_u32": ("st_shared_cluster_u32(mapa(a, 1), 7)", "st.shared::cluster.u32", "ST.E"),
     "ld_shared_cluster_u32": ("out[1] = ld_shared_cluster_u32(mapa(a, 1))", "ld.shared::cluster.u32", "LD.E"),
+    "ld_shared_f32": ("out[1] = ld_shared_f32(a) > 1", "ld.shared.f32", "LDS"),
+    "cp_async": ("cp_async(a, out, 4, 4)", "cp.async.ca.shared::cta.global", "LDGSTS.E"),
+    "cp_async_zfill": ("cp_async_zfill(a, out, 16, st[0])", "cp.async.cg.shared::cta.global", "LDGSTS.E.BYPASS.128.ZFILL"),
+    "cp_async_mbarrier_arrive_noinc": ("cp_async_mbarrier_arrive_noinc(a)", "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+                                       "ARRIVES.LDGSTSBAR"),
 }
 
 
@@ -102,7 +107,7 @@ def test_ptx_and_sass(name, report_batch):
 def test_every_public_intrinsic_is_covered():
     import nbwgmma.intrinsics as intr
 
-    sync_modules = [intr.address, intr.control, intr.fence, intr.mbarrier]
+    sync_modules = [intr.address, intr.async_copy, intr.control, intr.fence, intr.mbarrier]
     host_only = {"mbarrier_name"}  # emits no instruction: tests/intrinsics/test_mbarrier_name_cpu.py
     # Intrinsics that emit no instruction, each tested by a file of its own.
     elsewhere = {"mbarrier_name": "test_mbarrier_name_cpu.py"}
@@ -129,6 +134,7 @@ def test_every_public_intrinsic_is_covered():
         ("out[1] = cluster_id('w')", "one of 'x', 'y', 'z'"),
         ("out[1] = smem_addr(s)", "must be an array"),
         ("mbarrier_init(a, bar)", "scalar convertible"),
+        ("cp_async(a, out, 0, 2)", "one of 4, 8, 16"),
     ],
 )
 def test_typing_errors(stmt, message):
