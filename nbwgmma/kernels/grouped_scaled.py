@@ -12,8 +12,8 @@ Written with the kit: the grouped walk (:func:`~nbwgmma.kit.group_walk`, 128-row
 each group in order) feeds the block-scaled consumers of the dense kernel
 (:class:`~nbwgmma.kit.BlockScaled`: two consumer warpgroups on each 128 x 128 tile, every 128-K
 block summed by the wgmma, then scaled and added into an f32 accumulator in registers), one
-producer thread streaming 128-K stages through a ring of 6, and a second warp of the producer
-warpgroup copying each stage's scales beside it (rows past a group's end take the next group's
+producer thread streaming 128-K stages through a ring of 6, and the producer warpgroup's other
+three warps copying each stage's scales beside it (the stages in turn) (rows past a group's end take the next group's
 A scales with this group's B scale: those rows are not stored). The results go from the registers
 into the group's rows of ``out`` (bf16, f16 or f32): rows of a tile past its group's end
 belong to the next group and are computed but not stored; B's rows past N (the next group's
@@ -64,6 +64,7 @@ def _build(a_type, b_type, masked, group_m):
     KIND = f"f32.{a_type}.{b_type}"
     pipe = TmaPipeline(STAGES, consumers=2, producers=BlockScaled.PRODUCERS)
     bs = BlockScaled(KIND, pipe, a_block=True, b_block=True)
+    NSW = BlockScaled.SCALE_WARPS
     _, units, place = group_walk(masked, BM, group_m, False)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
@@ -87,14 +88,16 @@ def _build(a_type, b_type, masked, group_m):
                         full = pipe.producer_acquire(ring, s, ph, STAGE)
                         bs.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g * n + tn * BN)
                         s, ph = pipe.advance(s, ph)
-            elif tid // 32 == 1:  # the scale warp
-                lane = tid % 32
-                s, ph = 0, 0
+            elif tid >= 32:  # the scale warps take the fills in turn
+                w, lane = tid // 32 - 1, tid % 32
+                s, ph, turn = 0, 0, 0
                 for u in range(first, nunits, step):
                     g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
                     rows, sbr = bs.scale_rows(sa, start + tm * BM, total, lane), sb[g, tn]
                     for kb in range(kblocks):
-                        bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
+                        if turn == w:
+                            bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
+                        turn = 0 if turn == NSW - 1 else turn + 1
                         s, ph = pipe.advance(s, ph)
         else:  # two consumer warpgroups, 64 rows of each tile each
             setmaxnreg_inc(232)

@@ -3,8 +3,9 @@
 fp8 A [M, K] (K contiguous) times B [N, K] (K contiguous: the weight of ``x @ w.T``), e4m3
 or e5m2 each, written with the kit: a persistent grid (:class:`~nbwgmma.kit.TileScheduler`,
 tiles of 128 x 128 in grouped order), one producer thread streaming 128-K stages of 32 KiB
-through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), with block scales a second warp of the
-producer warpgroup copying each stage's scales beside it, and two consumer
+through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), with block scales the producer
+warpgroup's other three warps copying each stage's scales beside it (taking the stages in
+turn), and two consumer
 warpgroups sharing each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block,
 the consumer scales it and adds it into its f32 accumulator: promotion, every block, in
 registers).
@@ -151,6 +152,7 @@ def _build(key):
     epilogue = _epilogue(cfg)
     TMA = cfg.epilogue == "tma"
     KIND = cfg.kind
+    NSW = BlockScaled.SCALE_WARPS
 
     @cuda.jit(device=True, inline=True)
     def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
@@ -172,18 +174,20 @@ def _build(key):
         sbase = base + S_OFF
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
-        if tid < 128:  # producer warpgroup: one thread keeps TMA busy, warp 1 copies the block scales
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy, warps 1-3 copy the block scales
             setmaxnreg_dec(PREGS)
             if tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
-            elif staged and tid // 32 == 1:
-                lane = tid % 32
-                s, ph = 0, 0
+            elif staged and tid >= 32:  # the scale warps take the fills in turn
+                w, lane = tid // 32 - 1, tid % 32
+                s, ph, turn = 0, 0, 0
                 for u in range(sched.first(), nunits, sched.step()):
                     tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                     rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[tn]
                     for kb in range(kblocks):
-                        bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
+                        if turn == w:
+                            bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
+                        turn = 0 if turn == NSW - 1 else turn + 1
                         s, ph = pipe.advance(s, ph)
         else:  # two consumer warpgroups, 64 rows of each tile each
             setmaxnreg_inc(CREGS)
