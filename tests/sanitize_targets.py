@@ -1,5 +1,6 @@
 """The kernels the compute-sanitizer tests run: every example, the library GEMM in each
-path matmul can take, the fused matmul's and the grouped GEMM's schedules, on small problems. ``python tests/sanitize_targets.py`` runs them all."""
+path matmul can take, the fused matmul's and the grouped GEMM's schedules, the block-scaled
+fp8 GEMM's two ways with the scales, on small problems. ``python tests/sanitize_targets.py`` runs them all."""
 
 import importlib.util
 import pathlib
@@ -90,7 +91,34 @@ def fused():
         print(f"ran grouped {name}: rel.err {rel:.2e}", flush=True)
 
 
+def scaled():
+    """Block-scaled fp8 with A's scales in torch's layout (the scale warps copy them beside each
+    stage) and row-major (the consumers read them), over several tiles and K blocks."""
+    import torch
+
+    from nbwgmma import matmul
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    m, n, k = 260, 264, 1024
+    kb, nb = k // 128, -(-n // 128)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    w = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    sw = torch.rand(nb, kb, device="cuda", generator=g) + 0.5
+    ref = None
+    sa = (torch.rand(kb, m, device="cuda", generator=g) + 0.5).t()  # M-major (torch's layout)
+    for name, s in (("staged", sa), ("direct", sa.contiguous())):  # the same values, row-major
+        c = matmul(a, w.t(), scale_a=s, scale_b=sw, out_dtype="f32")
+        torch.cuda.synchronize()
+        if ref is None:
+            a64 = (a.double().view(m, kb, 128) * sa.double()[:, :, None]).view(m, k)
+            w64 = w.double() * sw.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+            ref = a64 @ w64.t()
+        rel = float((c.double() - ref).norm() / ref.norm())
+        assert rel < 1e-3, (name, rel)  # the fp8 tensor cores sum a 128-K block with fewer bits than f32
+        print(f"ran block-scaled {name}: rel.err {rel:.2e}", flush=True)
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["examples", "gemms", "fused"]
+    which = sys.argv[1:] or ["examples", "gemms", "fused", "scaled"]
     for w in which:
         globals()[w]()

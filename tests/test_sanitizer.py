@@ -39,7 +39,7 @@ def extra_checks(exe):
     return [flag for opt in ("--check-warpgroup-mma", "--check-bulk-copy") if opt in text for flag in (opt, "yes")]
 
 
-@pytest.mark.parametrize("what", ["examples", "gemms", "fused"])
+@pytest.mark.parametrize("what", ["examples", "gemms", "fused", "scaled"])
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck", "synccheck"])
 def test_zero_sanitizer_errors(tool, what):
     exe = sanitizer()

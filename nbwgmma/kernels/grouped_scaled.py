@@ -11,10 +11,10 @@ the masked layout's counts, :func:`~nbwgmma.kit.group_walk`). One launch, the ho
 Written with the kit: the grouped walk (:func:`~nbwgmma.kit.group_walk`, 128-row tiles of
 each group in order) feeds the block-scaled consumers of the dense kernel
 (:class:`~nbwgmma.kit.BlockScaled`: two consumer warpgroups on each 128 x 128 tile, every 128-K
-block summed by the wgmma, then scaled and added into an f32 accumulator in registers), one
-producer thread streaming 128-K stages through a ring of 6, and the producer warpgroup's other
-three warps copying each stage's scales beside it (the stages in turn) (rows past a group's end take the next group's
-A scales with this group's B scale: those rows are not stored). The results go from the registers
+block summed by the wgmma, then scaled and added into an f32 accumulator in registers; the
+consumers read the scales from global memory, ``direct``: a group's rows start anywhere, and
+staged row by row the scales were slower), one producer thread streaming 128-K stages through
+a ring of 6. The results go from the registers
 into the group's rows of ``out`` (bf16, f16 or f32): rows of a tile past its group's end
 belong to the next group and are computed but not stored; B's rows past N (the next group's
 weight) give columns outside ``out``. TMA fills K's tail with zeros and a block scale past it
@@ -37,7 +37,7 @@ BM = BN = BK = 128
 STAGES = 6
 STAGE = BlockScaled.STAGE_BYTES
 THREADS = 384
-SMEM = dynamic_smem_bytes(STAGES * STAGE + STAGES * BlockScaled.SCALE_SLOT_BYTES)  # the stages, the scales' slots
+SMEM = dynamic_smem_bytes(STAGES * STAGE)
 FP8 = ("e4m3", "e5m2")
 
 
@@ -62,15 +62,13 @@ def grouped_scaled_kernel(a_type: str = "e4m3", b_type: str = "e4m3", masked: bo
 @functools.lru_cache(maxsize=None)
 def _build(a_type, b_type, masked, group_m):
     KIND = f"f32.{a_type}.{b_type}"
-    pipe = TmaPipeline(STAGES, consumers=2, producers=BlockScaled.PRODUCERS)
-    bs = BlockScaled(KIND, pipe, a_block=True, b_block=True)
-    NSW = BlockScaled.SCALE_WARPS
+    pipe = TmaPipeline(STAGES, consumers=2)
+    bs = BlockScaled(KIND, pipe, a_block=True, b_block=True, direct=True)  # rows start anywhere: read directly
     _, units, place = group_walk(masked, BM, group_m, False)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
     def grouped_scaled_gemm(tmap_a, tmap_b, out, offs, sa, sb, n, k, t):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
-        sbase = base + STAGES * STAGE
         tid = cuda.threadIdx.x
         total = out.shape[0]
         tiles_n = (n + BN - 1) // BN
@@ -78,8 +76,8 @@ def _build(a_type, b_type, masked, group_m):
         nunits = units(offs, total, t, tiles_n)
         first, step = cuda.blockIdx.x, cuda.gridDim.x
         g, gbase = 0, 0
-        if tid < 128:  # producer warpgroup: one thread keeps TMA busy, three warps store the scales
-            setmaxnreg_dec(40)
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy
+            setmaxnreg_dec(24)
             if tid == 0:
                 s, ph = 0, 0
                 for u in range(first, nunits, step):
@@ -88,25 +86,17 @@ def _build(a_type, b_type, masked, group_m):
                         full = pipe.producer_acquire(ring, s, ph, STAGE)
                         bs.load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g * n + tn * BN)
                         s, ph = pipe.advance(s, ph)
-            elif tid >= 32:  # the scale warps take the fills in turn
-                w, lane = tid // 32 - 1, tid % 32
-                s, ph, turn = 0, 0, 0
-                for u in range(first, nunits, step):
-                    g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
-                    rows, sbr = bs.scale_rows(sa, start + tm * BM, total, lane), sb[g, tn]
-                    for kb in range(kblocks):
-                        if turn == w:
-                            bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
-                        turn = 0 if turn == NSW - 1 else turn + 1
-                        s, ph = pipe.advance(s, ph)
         else:  # two consumer warpgroups, 64 rows of each tile each
-            setmaxnreg_inc(232)
+            setmaxnreg_inc(240)
             cw, ct = tid // 128 - 1, tid % 128
+            lr = ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in its 64 (fragment layout)
             s, ph = 0, 0
             for u in range(first, nunits, step):
                 g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
                 r0 = tm * BM + cw * 64  # within the group
-                acc, s, ph = bs.tile(ring, base, sbase, s, ph, kblocks, ct, cw)
+                ra0 = min(start + r0 + lr, total - 1)  # scale rows inside A (past the group: not stored)
+                ra1 = min(start + r0 + lr + 8, total - 1)
+                acc, s, ph = bs.tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb[g], ra0, ra1, tn)
                 acc_store(acc, KIND, out[start:end], ct, r0, tn * BN)
 
     return grouped_scaled_gemm

@@ -3,9 +3,9 @@
 fp8 A [M, K] (K contiguous) times B [N, K] (K contiguous: the weight of ``x @ w.T``), e4m3
 or e5m2 each, written with the kit: a persistent grid (:class:`~nbwgmma.kit.TileScheduler`,
 tiles of 128 x 128 in grouped order), one producer thread streaming 128-K stages of 32 KiB
-through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), with block scales the producer
-warpgroup's other three warps copying each stage's scales beside it (taking the stages in
-turn), and two consumer
+through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), with block scales whose rows are
+contiguous (``a_columns``) the producer warpgroup's other three warps copying each stage's
+scales beside it (taking the stages in turn), and two consumer
 warpgroups sharing each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block,
 the consumer scales it and adds it into its f32 accumulator: promotion, every block, in
 registers).
@@ -23,7 +23,7 @@ epilogue. ``promote=True`` without block scales keeps the accuracy of promotion 
 per-tensor or rowwise scales.
 
 The epilogue applies ``alpha`` and the row / column scales and writes C: bf16/f16 through
-a swizzled 64 x 64 shared block per consumer (its two halves in turn) and TMA stores (``"tma"``), or any type and
+swizzled 64 x 64 shared blocks (two per consumer, one with staged scales) and TMA stores (``"tma"``), or any type and
 strides straight from the registers (``"direct"``). TMA fills A's and B's tails with zeros,
 so any M, N and K (with 16-byte aligned rows) works; a block scale past the end of K meets
 zeros.
@@ -50,12 +50,13 @@ FP8 = ("e4m3", "e5m2")
 BM = BN = BK = 128
 STAGES = 6
 STAGE = BlockScaled.STAGE_BYTES
-# 64 x 64 16-bit blocks of C, one per consumer, its two halves of the tile in turn, then the
-# block scales' slots: 212 KiB (two blocks per consumer would not fit beside the slots).
+# 64 x 64 16-bit blocks of C, two per consumer taking the tile's halves in turn; with staged
+# block scales one per consumer (both halves through it) and the scales' slots after them (two
+# blocks per consumer would not fit beside the slots).
 C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2
 S_OFF = C_OFF + 2 * C_PART
 THREADS = 384
-SMEM = dynamic_smem_bytes(S_OFF + STAGES * BlockScaled.SCALE_SLOT_BYTES)
+SMEM = dynamic_smem_bytes(max(C_OFF + 4 * C_PART, S_OFF + STAGES * BlockScaled.SCALE_SLOT_BYTES))
 
 
 class ScaledConfig:
@@ -141,13 +142,19 @@ def scaled_kernel(cfg: ScaledConfig):
 @functools.lru_cache(maxsize=None)
 def _build(key):
     cfg = ScaledConfig(*key)
-    staged = cfg.a_scale == "block" or cfg.b_scale == "block"
-    pipe = TmaPipeline(STAGES, consumers=2, producers=BlockScaled.PRODUCERS if staged else 1)
+    # Block scales are staged with the stage (scale warps, cp.async) where A's are column vectors,
+    # else the consumers read them from global memory (direct: faster for row-major A scales).
+    blocks = cfg.a_scale == "block" or cfg.b_scale == "block"
+    staged = blocks and cfg.a_columns
+    direct = blocks and not staged
+    pipe = TmaPipeline(STAGES, consumers=BlockScaled.STAGED_RELEASES if staged else 2,
+                       producers=BlockScaled.PRODUCERS if staged else 1)
     # Promotion keeps three 64-register fragments per consumer thread (the sum and two blocks in
-    # turn): the consumers take 232, the producer warpgroup 40 (168 x 384 registers at launch: 40 x 128 + 232 x 256 fit).
-    PREGS, CREGS = 40, 232
+    # turn). 168 x 384 registers are allocated at launch, so 128 x PREGS + 256 x CREGS must fit:
+    # the scale warps need 40, which leaves the consumers 232; without them 24 and 240.
+    PREGS, CREGS = (40, 232) if staged else (24, 240)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
-                     promote=cfg.promote, a_columns=cfg.a_columns)
+                     promote=cfg.promote, a_columns=cfg.a_columns, direct=direct)
     sched = cfg.sched
     epilogue = _epilogue(cfg)
     TMA = cfg.epilogue == "tma"
@@ -161,11 +168,14 @@ def _build(key):
 
     produce = tile_producer(pipe, sched, STAGE, load)
 
+    CP = 1 if staged else 2  # C blocks per consumer
+
     @inlined
-    def half(p, cbuf, ct, cw, tmap_c, col, row):  # one 64 x 64 part through the warpgroup's block
-        if ct == 0:
-            bulk_wait_group_read(0)  # the previous part's store has read the block
-        warpgroup_sync(cw)
+    def half(p, cbuf, ct, cw, tmap_c, col, row):  # one 64 x 64 part through a block of the warpgroup
+        if CP == 1:  # one block: the previous part's store must have read it
+            if ct == 0:
+                bulk_wait_group_read(0)
+            warpgroup_sync(cw)
         tma_store_part(p, cbuf, ct, cw, tmap_c, col, row)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
@@ -192,16 +202,22 @@ def _build(key):
         else:  # two consumer warpgroups, 64 rows of each tile each
             setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
-            cbuf = base + C_OFF + cw * C_PART
+            cbuf = base + C_OFF + cw * CP * C_PART
+            lr = ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in its 64 (fragment layout)
             s, ph = 0, 0
             for u in range(sched.first(), nunits, sched.step()):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 r0, col0 = tm * BM + cw * 64, tn * BN
-                acc, s, ph = bs.tile(ring, base, sbase, s, ph, kblocks, ct, cw)
-                if TMA:  # the two halves through one block: wait until the last store has read it
+                if direct:
+                    ra0 = min(r0 + lr, m - 1)  # scale rows inside A (rows past M hold zeros)
+                    ra1 = min(r0 + lr + 8, m - 1)
+                    acc, s, ph = bs.tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, tn)
+                else:
+                    acc, s, ph = bs.tile(ring, base, sbase, s, ph, kblocks, ct, cw)
+                if TMA:
                     half(epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha), cbuf, ct, cw, tmap_c, col0, r0)
-                    half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha), cbuf, ct, cw, tmap_c,
-                         col0 + 64, r0)
+                    half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha), cbuf + (CP - 1) * C_PART, ct,
+                         cw, tmap_c, col0 + 64, r0)
                 else:
                     acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha), KIND, c, ct, r0, col0)
             if TMA and ct == 0:

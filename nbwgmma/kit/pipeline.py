@@ -90,7 +90,7 @@ class TmaPipeline(types.ModuleType):
     """
 
     def __init__(self, stages: int, consumers: int, *, cluster: int = 1, producers: int = 1):
-        for name, v, lo, hi in (("stages", stages, 1, 32), ("consumers", consumers, 1, 8), ("cluster", cluster, 1, 16),
+        for name, v, lo, hi in (("stages", stages, 1, 32), ("consumers", consumers, 1, 1024), ("cluster", cluster, 1, 16),
                                 ("producers", producers, 1, 1024)):
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise ValueError(f"TmaPipeline: {name} must be an integer in [{lo}, {hi}]; got {v!r}")

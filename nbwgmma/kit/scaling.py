@@ -10,7 +10,7 @@ fragment, from zero, and the consumer adds ``tmp * scale`` into the main f32 acc
 ordinary fused multiply-adds, in registers. Two temporaries take the blocks in turn: block
 ``j``'s promotion runs while block ``j + 1``'s wgmmas keep the tensor cores busy::
 
-    pipe = TmaPipeline(6, consumers=2, producers=BlockScaled.PRODUCERS)
+    pipe = TmaPipeline(6, consumers=BlockScaled.STAGED_RELEASES, producers=BlockScaled.PRODUCERS)
     bs = BlockScaled("f32.e4m3.e4m3", pipe, a_block=True, b_block=True)
     ...
     bs.load(slot, full, tmap_a, tmap_b, kb * 128, a_row, b_row)          # the TMA thread, per stage
@@ -74,7 +74,8 @@ def acc_promote(n: int):
 
 class BlockScaled(types.ModuleType):
     """Two consumer warpgroups of ``kind`` (an fp8 kind, f32 accumulator) sharing 128 x 128
-    tiles over ``pipe`` (a :class:`TmaPipeline` with ``consumers=2``), each stage one 128-K
+    tiles over ``pipe`` (a :class:`TmaPipeline`, ``consumers=2``: see below where the scales
+    are staged), each stage one 128-K
     block: A's 128 rows x 128 bytes (16 KiB), then B's 128 rows x 128 bytes, both K
     contiguous with the 128-byte swizzle. ``a_block``/``b_block``: A (B) has a scale per row
     (per 128 x 128 block) and per K block; ``promote`` (default: where there are block
@@ -86,7 +87,8 @@ class BlockScaled(types.ModuleType):
     :attr:`SCALE_SLOT_BYTES` of shared memory at ``sbase`` with ``cp_async`` and arrives on
     the stage's "full" barrier when they land (so ``pipe`` counts its 32 threads:
     ``producers=`` :attr:`PRODUCERS`). The consumers read three words a block from shared
-    memory. (Read from global memory in the main loop, a scale held the promotion up by an L2
+    memory, so every consumer thread releases the stage (``consumers=``
+    :attr:`STAGED_RELEASES`). (Read from global memory in the main loop, a scale held the promotion up by an L2
     round trip, and the consumer's release of the stage waited for its loads; stored by the
     scale warps through registers, the loads' latency kept them behind the consumers.)
 
@@ -103,7 +105,16 @@ class BlockScaled(types.ModuleType):
     after ``sa[r, kb]``: torch's layout) and 16-byte aligned columns, so each thread copies
     its four rows as one 16-byte vector (rows past ``m`` zero-filled) and ``scale_rows``
     gives ``(sa, byte offset, valid bytes)`` instead of row views (measured at 4096 x 7168 x
-    7168 on an H100: 1146 TFLOP/s against 1075 with four 4-byte copies)."""
+    7168 on an H100: 1146 TFLOP/s against 1075 with four 4-byte copies).
+
+    ``direct=True`` keeps the scales out of the pipeline: ``tile_direct(ring, base, s, ph,
+    kblocks, ct, cw, sa, sb, ra0, ra1, nb)`` has the consumers read them from global memory,
+    two blocks ahead (``sa`` rows ``ra0`` and ``ra1``, the thread's two rows clamped inside
+    A; ``sb`` row ``nb``), and ``pipe`` counts the TMA thread only. Where A's scales are
+    row-major (each row's K blocks contiguous) the scale warps would copy 128 rows a block
+    from 128 lines: measured on an H100, the grouped GEMM (its rows start anywhere, so never
+    the 16-byte vectors) ran at 0.81-0.92x the direct reads; so the kernels stage the scales
+    only with ``a_columns``."""
 
     BM = BN = 128
     BK = 128
@@ -112,6 +123,9 @@ class BlockScaled(types.ModuleType):
     #: arrivals per fill on the pipeline's "full" barriers where a side has block scales: the
     #: TMA thread's and the 32 threads of the scale warp that copies the fill's scales.
     PRODUCERS = 1 + 32
+    #: releases per fill on the pipeline's "empty" barriers where the scales are staged: every
+    #: consumer thread releases the stage it read scales from (256; else one per warpgroup).
+    STAGED_RELEASES = 256
     #: the producer warpgroup's warps that copy the scales, taking the fills in turn (warp 0's
     #: thread issues the TMA loads); measured on an H100 at 4096 x 7168 x 7168: 1173 TFLOP/s
     #: with three, 1151 with one (4096 x 24576 x 1536: 995 and 999).
@@ -121,13 +135,13 @@ class BlockScaled(types.ModuleType):
     SCALE_SLOT_BYTES = 640
 
     def __init__(self, kind: str, pipe: TmaPipeline, *, a_block: bool, b_block: bool, promote: bool | None = None,
-                 a_columns: bool = False):
+                 a_columns: bool = False, direct: bool = False):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or k.atype not in ("e4m3", "e5m2") or k.btype not in ("e4m3", "e5m2"):
             raise ValueError(f"BlockScaled: kind must be an fp8 kind with an f32 accumulator (f32.e4m3.e4m3, ...); "
                              f"got {kind!r}")
-        if not isinstance(pipe, TmaPipeline) or pipe.consumers != 2 or pipe.cluster != 1:
-            raise ValueError(f"BlockScaled: pipe must be a TmaPipeline with consumers=2 and no cluster; got {pipe!r}")
+        if not isinstance(pipe, TmaPipeline) or pipe.cluster != 1:
+            raise ValueError(f"BlockScaled: pipe must be a TmaPipeline with no cluster; got {pipe!r}")
         super().__init__(f"BlockScaled({kind})")
         self.kind, self.pipe = kind, pipe
         self.a_block, self.b_block = bool(a_block), bool(b_block)
@@ -136,12 +150,14 @@ class BlockScaled(types.ModuleType):
         if (self.a_block or self.b_block) and not promote:
             raise ValueError("BlockScaled: block scales need promotion (each 128-K block has its own scale); "
                              "got promote=False")
-        self.staged = self.a_block or self.b_block
-        self.a_columns = bool(a_columns) and self.a_block
-        want = self.PRODUCERS if self.staged else 1
-        if pipe.producers != want:
-            raise ValueError(f"BlockScaled: with{'' if self.staged else 'out'} block scales the pipe must count "
-                             f"producers={want} (the TMA thread{' and a scale warp' if self.staged else ''}); "
+        self.direct = bool(direct) and (self.a_block or self.b_block)
+        self.staged = (self.a_block or self.b_block) and not self.direct
+        self.a_columns = bool(a_columns) and self.a_block and self.staged
+        want = (self.PRODUCERS, self.STAGED_RELEASES) if self.staged else (1, 2)
+        if (pipe.producers, pipe.consumers) != want:
+            raise ValueError(f"BlockScaled: with{'' if self.staged else 'out'} staged block scales the pipe must "
+                             f"count producers={want[0]} (the TMA thread{' and a scale warp' if self.staged else ''}) "
+                             f"and consumers={want[1]} (the {'consumer threads' if self.staged else 'two warpgroups'}); "
                              f"got {pipe!r}")
         self.promotes = bool(promote)
         #: bytes of shared memory the scales' slots take (16-byte aligned; 0 without block scales)
@@ -237,8 +253,13 @@ class BlockScaled(types.ModuleType):
         def retire(ring, acc, tmp, prev, ct, a0, a1, b):
             """The block in ``tmp`` (stage ``prev``) is complete: free its stage, promote it.
             (The scales are multiplied here, a block after their loads: multiplied as loaded,
-            the wait for the loads held up the next block's wgmmas.)"""
-            if ct == 0:
+            the wait for the loads held up the next block's wgmmas.) With staged scales every
+            thread has read the slot's scales itself, so every thread releases the stage after
+            its reads (``pipe`` counts 256 consumers; compute-sanitizer's racecheck reports a
+            warp released by one lane after ``syncwarp`` as a race with the next copy)."""
+            if STAGED:
+                pipe.consumer_release(ring, prev)
+            elif ct == 0:
                 pipe.consumer_release(ring, prev)
             return promote(acc, tmp, a0 * b, a1 * b)
 
@@ -279,6 +300,76 @@ class BlockScaled(types.ModuleType):
             return acc, s, ph
 
         @cuda.jit(device=True, inline=True)
+        def scales(sa0, sa1, sbn, kb):
+            """Block ``kb``'s scales read from global memory (A's on the thread's two rows,
+            B's), one where a side has none."""
+            a0 = ONE
+            a1 = ONE
+            b = ONE
+            if A_BLOCK:
+                a0 = sa0[kb]
+                a1 = sa1[kb]
+            if B_BLOCK:
+                b = sbn[kb]
+            return a0, a1, b
+
+        @cuda.jit(device=True, inline=True)
+        def start(ring, base, s, ph, tmp, cw):
+            """Block at stage ``s``: wait for its data, its wgmmas into ``tmp`` (from zero)."""
+            pipe.consumer_wait(ring, s, ph)
+            return block(tmp, base + s * STAGE, cw, 0)
+
+        @cuda.jit(device=True, inline=True)
+        def settle(ring, acc, tmp, prev, ct, s0, s1):
+            """As ``retire``, the scales multiplied by the caller (the two products live, not
+            three factors: fewer registers beside the fragments)."""
+            if ct == 0:
+                pipe.consumer_release(ring, prev)
+            return promote(acc, tmp, s0, s1)
+
+        @cuda.jit(device=True, inline=True)
+        def tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb):
+            # As tile_promoted, the scales read by the consumers themselves, two blocks ahead in
+            # two sets (no register copies): read in their own block, their latency (an L2 round
+            # trip) held up the block's last wgmma, which ptxas placed after the multiply that
+            # needs them.
+            acc = acc_zeros(KIND, 128)
+            t0 = acc_undef(KIND, 128)
+            t1 = acc_undef(KIND, 128)
+            sa0, sa1, sbn = sa[ra0], sa[ra1], sb[nb]  # the scale rows this thread reads (views)
+            a0, a1, b = scales(sa0, sa1, sbn, 0)
+            c0, c1, d = scales(sa0, sa1, sbn, min(1, kblocks - 1))
+            t0 = start(ring, base, s, ph, t0, cw)
+            p0 = s
+            s, ph = pipe.advance(s, ph)
+            last = (kblocks - 1) // 2 * 2
+            for j in range(0, last, 2):
+                t1 = start(ring, base, s, ph, t1, cw)
+                p1 = s
+                s, ph = pipe.advance(s, ph)
+                wgmma_wait_group(1)
+                acc = settle(ring, acc, t0, p0, ct, a0 * b, a1 * b)
+                a0, a1, b = scales(sa0, sa1, sbn, j + 2)
+                t0 = start(ring, base, s, ph, t0, cw)
+                p0 = s
+                s, ph = pipe.advance(s, ph)
+                wgmma_wait_group(1)
+                acc = settle(ring, acc, t1, p1, ct, c0 * d, c1 * d)
+                c0, c1, d = scales(sa0, sa1, sbn, min(j + 3, kblocks - 1))
+            if last + 1 < kblocks:
+                t1 = start(ring, base, s, ph, t1, cw)
+                p1 = s
+                s, ph = pipe.advance(s, ph)
+                wgmma_wait_group(1)
+                acc = settle(ring, acc, t0, p0, ct, a0 * b, a1 * b)
+                wgmma_wait_group(0)
+                acc = settle(ring, acc, t1, p1, ct, c0 * d, c1 * d)
+            else:
+                wgmma_wait_group(0)
+                acc = settle(ring, acc, t0, p0, ct, a0 * b, a1 * b)
+            return acc, s, ph
+
+        @cuda.jit(device=True, inline=True)
         def tile_plain(ring, base, sbase, s, ph, kblocks, ct, cw):
             acc = acc_undef(KIND, 128)
             prev = 0
@@ -297,3 +388,4 @@ class BlockScaled(types.ModuleType):
 
         self.load, self.scale_rows, self.put_scales = load, scale_rows, put_scales
         self.tile = tile_promoted if self.promotes else tile_plain
+        self.tile_direct = tile_direct
