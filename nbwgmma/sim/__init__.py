@@ -31,14 +31,18 @@ order the Python threads run in, because it tracks happens-before with vector cl
 * an accumulator read before the ``wgmma_wait_group`` that covers its wgmma;
 * generic stores read by wgmma or a TMA store without ``fence_proxy_async`` by the writer,
   or with no barrier ordering the write before the read;
-* shared memory a TMA load writes, read before the reader observed the barrier phase the
-  load completes on;
+* shared memory a TMA load or a ``cp_async`` writes, read before the reader observed the
+  barrier phase the copy completes on (a ``cp_async``'s bytes land at its thread's
+  ``cp_async_mbarrier_arrive_noinc``);
 * an mbarrier given more transaction bytes than its phase expects, or more arrivals than
   it has pending.
 
 What it does not model: register writes that Python cannot see (rebinding a fragment
 variable while its wgmma is in flight is not flagged), races between two generic stores,
-and memory ordering weaker than sequential consistency (fences other than the proxy fence
+a generic load followed by a copy's write with nothing ordering the load first (a stage
+released by one thread while the others still read it: compute-sanitizer's racecheck
+reports it), the ``setmaxnreg`` register budget (a split needing more registers than the
+launch allocated hangs on the GPU: 128 x 48 + 256 x 232 > 168 x 384 does), and memory ordering weaker than sequential consistency (fences other than the proxy fence
 are no-ops). Kernels are launched with :func:`nbwgmma.launch.launch`, which runs the CTAs
 of one cluster at a time. Every wait has a deadline (``NBWGMMA_DEBUG_WAIT_S`` in
 debug-wait mode, else 60 s): a kernel that would hang on the GPU raises
