@@ -400,3 +400,31 @@ def test_cp_async_data_read_without_the_copies_arrival_is_a_hazard():
     with pytest.raises(sim.SimHazard, match=r"reads shared memory at 0x[0-9a-f]+ that a copy issued at .* without "
                                             r"having waited for phase .* cp.async's arrival"):
         _run_cp_async(arrive=False)
+
+
+def _register_split(dec, inc):
+    from nbwgmma.intrinsics import setmaxnreg_dec, setmaxnreg_inc
+
+    @cuda.jit(launch_bounds=(384, 1))
+    def kernel(out):
+        t = cuda.threadIdx.x
+        if t < 128:
+            setmaxnreg_dec(dec)
+        else:
+            setmaxnreg_inc(inc)
+        out[t] = t
+    return kernel
+
+
+def test_a_register_split_the_launch_holds_runs():
+    out = cuda.to_device(np.full(384, -1, np.int32))
+    launch(_register_split(40, 232), 1, 384, (out,))  # 128 x 40 + 256 x 232 = 168 x 384
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(384))
+
+
+def test_a_register_split_past_the_launch_waits_forever(monkeypatch):
+    monkeypatch.setattr(sim.core, "deadline_s", lambda: 0.5)
+    out = cuda.to_device(np.full(384, -1, np.int32))
+    with pytest.raises(sim.SimStopped, match=r"setmaxnreg_inc\(232\) waits for registers the CTA's pool never frees: "
+                                             r"the launch allocated 168 per thread \(64512 for 384 threads\)"):
+        launch(_register_split(48, 232), 1, 384, (out,))  # 128 x 48 + 256 x 232 > 168 x 384

@@ -35,14 +35,17 @@ order the Python threads run in, because it tracks happens-before with vector cl
   barrier phase the copy completes on (a ``cp_async``'s bytes land at its thread's
   ``cp_async_mbarrier_arrive_noinc``);
 * an mbarrier given more transaction bytes than its phase expects, or more arrivals than
-  it has pending.
+  it has pending;
+* a ``setmaxnreg_inc`` the CTA's register pool never satisfies (with launch bounds, the pool
+  is ``65536 / threads`` rounded down to 8, times the threads: 168 x 384 for 384 threads, so
+  128 x 48 + 256 x 232 registers wait forever): it waits, and past the deadline stops with
+  the counts.
 
 What it does not model: register writes that Python cannot see (rebinding a fragment
 variable while its wgmma is in flight is not flagged), races between two generic stores,
 a generic load followed by a copy's write with nothing ordering the load first (a stage
 released by one thread while the others still read it: compute-sanitizer's racecheck
-reports it), the ``setmaxnreg`` register budget (a split needing more registers than the
-launch allocated hangs on the GPU: 128 x 48 + 256 x 232 > 168 x 384 does), and memory ordering weaker than sequential consistency (fences other than the proxy fence
+reports it), and memory ordering weaker than sequential consistency (fences other than the proxy fence
 are no-ops). Kernels are launched with :func:`nbwgmma.launch.launch`, which runs the CTAs
 of one cluster at a time. Every wait has a deadline (``NBWGMMA_DEBUG_WAIT_S`` in
 debug-wait mode, else 60 s): a kernel that would hang on the GPU raises
@@ -108,6 +111,16 @@ def _kernel_arg(a):
     return a
 
 
+def _launch_registers(kernel):
+    """The most registers per thread a kernel's launch bounds allow (168 for 384 threads), or
+    None without bounds: what a ``setmaxnreg`` increase past it starts from (sim.sync)."""
+    bounds = getattr(kernel, "launch_bounds", None)
+    if not bounds:
+        return None
+    threads, blocks = (bounds, 1) if isinstance(bounds, int) else (bounds[0], bounds[1] if len(bounds) > 1 else 1)
+    return min(255, 65536 // (threads * max(1, blocks))) // 8 * 8
+
+
 def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
     """Run a ``@cuda.jit`` kernel (the simulator's ``FakeCUDAKernel``) on ``args``: one
     cluster at a time, all threads of its CTAs concurrently. Raises the first exception of
@@ -133,6 +146,8 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
                 ctas.append((rank, local))
             for rank, local in sorted(ctas):
                 cta = CTA(cl, rank, nthreads, int(smem))
+                cta.reg_start = _launch_registers(kernel)
+                cta.reg_pool = None if cta.reg_start is None else cta.reg_start * nthreads
                 cta.cluster_idx, cta.local = cidx, local
                 cl.ctas.append(cta)
                 bidx = tuple(c * s + l for c, s, l in zip(cidx, cluster, local))

@@ -245,6 +245,8 @@ class CTA:
         self.exited = set()
         self.wgmma = {}  # warpgroup -> wgmma issue state (nbwgmma.sim.wgmma)
         self.syncthreads = PhasedBarrier(cluster, nthreads, "syncthreads barrier")
+        self.reg_start = self.reg_pool = None  # setmaxnreg's pool (nbwgmma.sim.sync): set by run()
+        self.reg_of, self.reg_done = {}, set()
 
     def array(self, shape, dtype, caller):
         """A shared array over this CTA's image: dynamic (shape 0) or one static array per

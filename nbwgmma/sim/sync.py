@@ -204,9 +204,52 @@ def _elect():
     return th.thread_id % 32 == 0  # the lowest lane of a full warp
 
 
-@impl("setmaxnreg_inc", "setmaxnreg_dec")
-def _setmaxnreg(count):
-    collective(*warpgroup_members(me()), ("setmaxnreg", int(count)), None)
+def _registers(th, count, inc):
+    """The warpgroup's register count becomes ``count`` in its CTA's pool, ``launch
+    registers x threads``. ptxas gives a kernel with ``setmaxnreg`` the largest count it
+    names, at most what the launch bounds allow (``65536 / threads`` rounded down to 8: 168
+    for 384 threads); so an increase past that bound starts every warpgroup at the bound, and
+    waits until the pool holds it, as on the GPU (a split asking for more than the launch
+    allocated waits forever). Smaller increases cannot wait."""
+    cta, cl = th.cta, th.cl
+    if cta.reg_pool is None:  # no launch bounds: the launch's registers are unknown
+        return
+    wg = th.thread_id // 128
+    n = th.rounds[("setmaxnreg", wg)] = th.rounds.get(("setmaxnreg", wg), 0) + 1
+    key = (wg, n)
+    with cl.lock:
+        if key in cta.reg_done:
+            return
+        nwg = -(-cl.nthreads // 128)
+
+        def used(new):
+            return 128 * sum(new if w == wg else cta.reg_of.get(w, cta.reg_start) for w in range(nwg))
+
+        if inc and count > cta.reg_start:
+            cl.wait_for(lambda: key in cta.reg_done or used(count) <= cta.reg_pool,
+                        lambda: f"setmaxnreg_inc({count}) waits for registers the CTA's pool never frees: the "
+                                f"launch allocated {cta.reg_start} per thread ({cta.reg_pool} for {cl.nthreads} "
+                                f"threads) and the warpgroups' counts " + ", ".join(
+                                    f"{cta.reg_of.get(w, cta.reg_start)}" for w in range(nwg)) +
+                                f" with this one at {count} need {used(count)}")
+        if key not in cta.reg_done:
+            cta.reg_done.add(key)
+            cta.reg_of[wg] = int(count)
+            cl.cond.notify_all()
+
+
+@impl("setmaxnreg_inc")
+def _setmaxnreg_inc(count):
+    th = me()
+    collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None)
+    _registers(th, int(count), True)
+
+
+@impl("setmaxnreg_dec")
+def _setmaxnreg_dec(count):
+    th = me()
+    collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None)
+    _registers(th, int(count), False)
 
 
 @impl("trap")
