@@ -86,9 +86,9 @@ def test_configs_check_their_arguments():
     with pytest.raises(ValueError, match="fp8 kind"):
         BlockScaled("f32.bf16.bf16", TmaPipeline(4, consumers=2), a_block=True, b_block=True)
     with pytest.raises(ValueError, match="producers=33 .* and consumers=256"):  # staged: each consumer thread releases
-        BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True)
+        BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, a_columns=True)
     with pytest.raises(ValueError, match="producers=1 .* and consumers=2"):  # read directly
-        BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=1), a_block=True, b_block=True, direct=True)
+        BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=1), a_block=True, b_block=True)
     with pytest.raises(ValueError, match="wgmma N"):
         acc_promote(100)
 

@@ -30,5 +30,6 @@ from .wgmma import *  # noqa: F401,F403
 
 __all__ = (
     address.__all__ + async_copy.__all__ + control.__all__ + convert.__all__ + descriptor.__all__ + fastmath.__all__
-    + fence.__all__ + fragment.__all__ + fragment_smem.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__ + wgmma.__all__
+    + fence.__all__ + fragment.__all__ + fragment_smem.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__
+    + wgmma.__all__
 )

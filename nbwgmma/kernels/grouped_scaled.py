@@ -12,8 +12,8 @@ Written with the kit: the grouped walk (:func:`~nbwgmma.kit.group_walk`, 128-row
 each group in order) feeds the block-scaled consumers of the dense kernel
 (:class:`~nbwgmma.kit.BlockScaled`: two consumer warpgroups on each 128 x 128 tile, every 128-K
 block summed by the wgmma, then scaled and added into an f32 accumulator in registers; the
-consumers read the scales from global memory, ``direct``: a group's rows start anywhere, and
-staged row by row the scales were slower), one producer thread streaming 128-K stages through
+consumers read the scales from global memory: a group's rows start anywhere, and staged row
+by row the scales were slower), one producer thread streaming 128-K stages through
 a ring of 6. The results go from the registers
 into the group's rows of ``out`` (bf16, f16 or f32): rows of a tile past its group's end
 belong to the next group and are computed but not stored; B's rows past N (the next group's
@@ -63,7 +63,7 @@ def grouped_scaled_kernel(a_type: str = "e4m3", b_type: str = "e4m3", masked: bo
 def _build(a_type, b_type, masked, group_m):
     KIND = f"f32.{a_type}.{b_type}"
     pipe = TmaPipeline(STAGES, consumers=2)
-    bs = BlockScaled(KIND, pipe, a_block=True, b_block=True, direct=True)  # rows start anywhere: read directly
+    bs = BlockScaled(KIND, pipe, a_block=True, b_block=True)  # group rows start anywhere: scales read directly
     _, units, place = group_walk(masked, BM, group_m, False)
 
     @cuda.jit(launch_bounds=(THREADS, 1))

@@ -65,8 +65,8 @@ class ScaledConfig:
     and ``b_scale`` (:data:`B_SCALES`), ``promote`` (None: where a side has block scales;
     True with none keeps per-tensor or rowwise products accurate over long K), ``epilogue``
     ("tma": 16-bit C row-major with 16-byte aligned rows; "direct": any), ``group_m``,
-    ``a_columns`` (A's block scales with contiguous rows and 16-byte aligned columns, copied
-    four rows at a time: :class:`~nbwgmma.kit.BlockScaled`)."""
+    ``a_columns`` (A's block scales with contiguous rows and 16-byte aligned columns, which the
+    caller guarantees: staged beside each stage, :class:`~nbwgmma.kit.BlockScaled`)."""
 
     def __init__(self, a_type: str = "e4m3", b_type: str = "e4m3", out: str = "bf16", a_scale: str | None = "block",
                  b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8,
@@ -144,17 +144,17 @@ def _build(key):
     cfg = ScaledConfig(*key)
     # Block scales are staged with the stage (scale warps, cp.async) where A's are column vectors,
     # else the consumers read them from global memory (direct: faster for row-major A scales).
-    blocks = cfg.a_scale == "block" or cfg.b_scale == "block"
-    staged = blocks and cfg.a_columns
-    direct = blocks and not staged
+    staged = cfg.a_columns
+    direct = (cfg.a_scale == "block" or cfg.b_scale == "block") and not staged
     pipe = TmaPipeline(STAGES, consumers=BlockScaled.STAGED_RELEASES if staged else 2,
                        producers=BlockScaled.PRODUCERS if staged else 1)
     # Promotion keeps three 64-register fragments per consumer thread (the sum and two blocks in
     # turn). 168 x 384 registers are allocated at launch, so 128 x PREGS + 256 x CREGS must fit:
-    # the scale warps need 40, which leaves the consumers 232; without them 24 and 240.
-    PREGS, CREGS = (40, 232) if staged else (24, 240)
+    # the scale warps need 40, which leaves the consumers 232; promoting without them, 24 and
+    # 240; the fast path (one fragment) 40 and 232.
+    PREGS, CREGS = (24, 240) if cfg.promote and not staged else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
-                     promote=cfg.promote, a_columns=cfg.a_columns, direct=direct)
+                     promote=cfg.promote, a_columns=staged)
     sched = cfg.sched
     epilogue = _epilogue(cfg)
     TMA = cfg.epilogue == "tma"
@@ -188,7 +188,7 @@ def _build(key):
             setmaxnreg_dec(PREGS)
             if tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
-            elif staged and tid >= 32:  # the scale warps take the fills in turn
+            elif staged and 32 <= tid < 32 * (1 + NSW):  # the scale warps take the fills in turn
                 w, lane = tid // 32 - 1, tid % 32
                 s, ph, turn = 0, 0, 0
                 for u in range(sched.first(), nunits, sched.step()):

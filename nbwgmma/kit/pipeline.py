@@ -1,6 +1,7 @@
 """The TMA producer / wgmma consumer ring: ``stages`` shared-memory slots, each guarded by a
 "full" mbarrier (the producer's arrival plus the TMA transaction bytes) and an "empty" one
-(one arrival per consumer warpgroup of every CTA of the cluster).
+(one arrival per consumer of every CTA of the cluster: usually a warpgroup, whose wgmmas read
+the slot; every thread where the threads read it themselves).
 
 The position in the ring is two small integers, the slot ``s`` and the phase ``ph``, kept in
 registers by the kernel and moved on with :attr:`TmaPipeline.advance` (or derived from a
@@ -33,8 +34,9 @@ Both sides start at ``(0, 0)``::
 
 A slot may also be filled in part by threads that store or copy into it themselves (scales a
 warp gathers): ``TmaPipeline(..., producers=1 + 32)`` counts one more arrival on "full" per
-such thread, each of which waits with ``producer_wait`` and then calls ``producer_arrive``
-after its stores or ``producer_arrive_copies`` after its ``cp_async`` copies.
+such thread, each of which waits with ``producer_wait`` and calls ``producer_arrive_copies``
+after its ``cp_async`` copies. Consumers that read such data themselves must each release
+the slot: count them all in ``consumers``.
 
 The "empty" wait of the first round passes at once: the producer waits for parity
 ``ph ^ 1``, and parity 1 is the phase before phase 0. With ``cluster`` > 1 a release arrives
@@ -51,8 +53,8 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    cluster_sync, cp_async_mbarrier_arrive_noinc, dynamic_smem_base, fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_cluster,
-    mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
+    cluster_sync, cp_async_mbarrier_arrive_noinc, dynamic_smem_base, fence_mbarrier_init, mbarrier_arrive,
+    mbarrier_arrive_cluster, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
 )
 from .device import inlined
 
@@ -60,9 +62,10 @@ __all__ = ["TmaPipeline"]
 
 
 class TmaPipeline(types.ModuleType):
-    """A ring of ``stages`` slots filled by TMA and drained by ``consumers`` warpgroups per
-    CTA, in clusters of ``cluster`` CTAs; ``producers`` arrivals complete a fill (the TMA
-    thread's, plus one per thread storing into the slot itself). Device functions (all inlined):
+    """A ring of ``stages`` slots filled by TMA and drained by ``consumers`` (warpgroups, or
+    threads) per CTA, in clusters of ``cluster`` CTAs; ``producers`` arrivals complete a fill
+    (the TMA thread's, plus one per thread copying into the slot itself). Device functions
+    (all inlined):
 
     * ``init(ring)``: one thread initializes the ``2 * stages`` barriers at shared address
       ``ring`` (``barrier_words`` u64 words: full[0..S-1], then empty[0..S-1]);
@@ -71,11 +74,10 @@ class TmaPipeline(types.ModuleType):
       the TMA loads of the stage;
     * ``producer_wait(ring, s, ph)``: wait until slot ``s`` is empty (without arming it: a
       thread that fills part of the slot with ordinary stores);
-    * ``producer_arrive(ring, s)``: that thread's arrival on slot ``s``'s "full" barrier after
-      its stores (``producers`` counts it); ``producer_arrive_copies(ring, s)``: the same
-      arrival once the thread's ``cp_async`` copies into the slot have landed;
+    * ``producer_arrive_copies(ring, s)``: that thread's arrival on slot ``s``'s "full"
+      barrier once its ``cp_async`` copies into the slot have landed (``producers`` counts it);
     * ``consumer_wait(ring, s, ph)``: wait until slot ``s`` is full;
-    * ``consumer_release(ring, s)``: one thread per consumer warpgroup marks slot ``s`` empty
+    * ``consumer_release(ring, s)``: one thread per consumer (warpgroup) marks slot ``s`` empty
       (after the ``wgmma_wait_group`` that completes the wgmmas reading it);
     * ``advance(s, ph) -> (s, ph)``: the next slot and its phase;
     * ``advance_by(s, ph, n) -> (s, ph)``: the slot and phase ``n`` fills later (a consumer
@@ -90,8 +92,8 @@ class TmaPipeline(types.ModuleType):
     """
 
     def __init__(self, stages: int, consumers: int, *, cluster: int = 1, producers: int = 1):
-        for name, v, lo, hi in (("stages", stages, 1, 32), ("consumers", consumers, 1, 1024), ("cluster", cluster, 1, 16),
-                                ("producers", producers, 1, 1024)):
+        for name, v, lo, hi in (("stages", stages, 1, 32), ("consumers", consumers, 1, 1024),
+                                ("cluster", cluster, 1, 16), ("producers", producers, 1, 1024)):
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise ValueError(f"TmaPipeline: {name} must be an integer in [{lo}, {hi}]; got {v!r}")
         super().__init__(f"TmaPipeline({stages}, {consumers}, cluster={cluster})")
@@ -127,10 +129,6 @@ class TmaPipeline(types.ModuleType):
         @inlined
         def producer_wait(ring, s, ph):
             mbarrier_wait_parity(ring + 8 * S + 8 * s, ph ^ 1)
-
-        @inlined
-        def producer_arrive(ring, s):
-            mbarrier_arrive(ring + 8 * s)
 
         @inlined
         def producer_arrive_copies(ring, s):
@@ -186,5 +184,4 @@ class TmaPipeline(types.ModuleType):
         self.init, self.producer_acquire, self.consumer_wait = init, producer_acquire, consumer_wait
         self.consumer_release, self.advance, self.stage_of = consumer_release, advance, stage_of
         self.advance_by, self.setup = advance_by, setup
-        self.producer_wait, self.producer_arrive = producer_wait, producer_arrive
-        self.producer_arrive_copies = producer_arrive_copies
+        self.producer_wait, self.producer_arrive_copies = producer_wait, producer_arrive_copies

@@ -11,7 +11,7 @@ ordinary fused multiply-adds, in registers. Two temporaries take the blocks in t
 ``j``'s promotion runs while block ``j + 1``'s wgmmas keep the tensor cores busy::
 
     pipe = TmaPipeline(6, consumers=BlockScaled.STAGED_RELEASES, producers=BlockScaled.PRODUCERS)
-    bs = BlockScaled("f32.e4m3.e4m3", pipe, a_block=True, b_block=True)
+    bs = BlockScaled("f32.e4m3.e4m3", pipe, a_block=True, b_block=True, a_columns=True)
     ...
     bs.load(slot, full, tmap_a, tmap_b, kb * 128, a_row, b_row)          # the TMA thread, per stage
     rows = bs.scale_rows(sa, a_row, m, lane)                             # a scale warp, per tile
@@ -20,13 +20,15 @@ ordinary fused multiply-adds, in registers. Two temporaries take the blocks in t
 
 Two consumer warpgroups share a 128 x 128 tile (warpgroup ``cw`` holds rows ``64 cw`` to
 ``64 cw + 63``); while one scales its block, the other's wgmmas keep the tensor cores busy.
-``sa`` is A's scale, a 2-D f32 array ``[row, k block]`` (any strides); ``sb[nb]`` the row of
-B's ``[n block, k block]`` scales for the tile's columns. A scale warp (warps 1-3 of the
-producer warpgroup; the three take the stages in turn) copies each block's scales for the
-tile's 128 rows and its B scale into shared memory beside the stage (``cp_async``, landing on the stage's "full" barrier); the
-consumers read their two rows' scales and B's there. A side without block scales (``a_block`` or ``b_block`` false) reads
-nothing; with neither, ``tile`` is the plain loop (the tensor cores accumulate the whole K:
-the fp8 fast path) and the scales go in the epilogue.
+``sa`` is A's scale, a 2-D f32 array ``[row, k block]``; ``sb[nb]`` the row of B's ``[n block,
+k block]`` scales for the tile's columns. With ``a_columns`` (A's scales in torch's layout:
+rows contiguous, 16-byte aligned columns) the scales are *staged*: a scale warp (warps 1-3 of
+the producer warpgroup, taking the stages in turn) copies each block's 128 row scales and its
+B scale into shared memory beside the stage with ``cp_async``, landing on the stage's "full"
+barrier, and the consumers read them there. Otherwise the consumers read them from global
+memory themselves (``tile_direct``). A side without block scales reads nothing; with neither,
+``tile`` is the plain loop (the tensor cores accumulate the whole K: the fp8 fast path) and
+the scales go in the epilogue.
 
 :func:`acc_promote` is the promotion itself, a device function over a fragment.
 """
@@ -38,8 +40,10 @@ import types
 import numpy as np
 from numba import cuda
 
-from ..intrinsics import acc_undef, acc_zeros, cp_async, cp_async_zfill, desc_advance, ld_shared_f32, make_desc, tma_load_2d, \
-    wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group
+from ..intrinsics import (
+    acc_undef, acc_zeros, cp_async, cp_async_zfill, desc_advance, ld_shared_f32, make_desc, tma_load_2d,
+    wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
+)
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from .device import inlined
 from .pipeline import TmaPipeline
@@ -74,53 +78,43 @@ def acc_promote(n: int):
 
 class BlockScaled(types.ModuleType):
     """Two consumer warpgroups of ``kind`` (an fp8 kind, f32 accumulator) sharing 128 x 128
-    tiles over ``pipe`` (a :class:`TmaPipeline`, ``consumers=2``: see below where the scales
-    are staged), each stage one 128-K
-    block: A's 128 rows x 128 bytes (16 KiB), then B's 128 rows x 128 bytes, both K
-    contiguous with the 128-byte swizzle. ``a_block``/``b_block``: A (B) has a scale per row
-    (per 128 x 128 block) and per K block; ``promote`` (default: where there are block
-    scales) promotes every block, with unit scales where there are none.
+    tiles over ``pipe`` (a :class:`TmaPipeline`), each stage one 128-K block: A's 128 rows x 128
+    bytes (16 KiB), then B's 128 rows x 128 bytes, both K contiguous with the 128-byte swizzle.
+    ``a_block``/``b_block``: A (B) has a scale per row (per 128 x 128 block) and per K block;
+    ``promote`` (default: where there are block scales) promotes every block, with unit scales
+    where there are none.
 
-    Block scales travel with the stage: for every fill, one of the producer warpgroup's warps
-    1-3 (the *scale warps*, :attr:`SCALE_WARPS`, taking the fills in turn) gathers the 128
-    rows' A scales and the B scale into the slot's
-    :attr:`SCALE_SLOT_BYTES` of shared memory at ``sbase`` with ``cp_async`` and arrives on
-    the stage's "full" barrier when they land (so ``pipe`` counts its 32 threads:
-    ``producers=`` :attr:`PRODUCERS`). The consumers read three words a block from shared
-    memory, so every consumer thread releases the stage (``consumers=``
-    :attr:`STAGED_RELEASES`). (Read from global memory in the main loop, a scale held the promotion up by an L2
-    round trip, and the consumer's release of the stage waited for its loads; stored by the
-    scale warps through registers, the loads' latency kept them behind the consumers.)
+    *Staged* scales (``a_columns`` with A's block scales: each column of A's scales, one K
+    block's rows, contiguous and 16-byte aligned, as torch lays them out; the caller
+    guarantees it) travel with the stage: for every fill, one of the producer warpgroup's warps
+    1-3 (the *scale warps*, :attr:`SCALE_WARPS`, taking the fills in turn) copies the 128 rows'
+    A scales (one 16-byte ``cp_async_zfill`` per thread, rows past ``m`` zero-filled) and B's
+    scale into the slot's :attr:`SCALE_SLOT_BYTES` of shared memory at ``sbase``, and arrives on
+    the stage's "full" barrier when they land; ``pipe`` counts its 32 threads (``producers=``
+    :attr:`PRODUCERS`), and since every consumer thread reads the slot, every one releases it
+    (``consumers=`` :attr:`STAGED_RELEASES`). Measured on an H100 at 4096 x 7168 x 7168: 1173
+    TFLOP/s against 1016 with the scales read from global memory in the main loop (a scale
+    held the promotion up by an L2 round trip, and a stage's release waited for the loads).
+    Otherwise ``pipe`` counts the TMA thread and two warpgroups, and ``tile_direct`` has the
+    consumers read the scales from global memory, two blocks ahead: staged row by row (128
+    lines a block where each row's K blocks are contiguous) they were slower (the grouped GEMM,
+    whose group rows start anywhere: 0.81-0.92x).
 
     Device functions: ``load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row)`` (the producer's
-    TMA loads of one stage); ``scale_rows(sa, row0, m, lane) -> rows`` (the four rows of A's
-    scales ``sa`` that thread ``lane`` of a scale warp copies for the tile's rows from
-    ``row0``, clamped inside ``m``: views, once per tile); ``put_scales(ring, sbase, s, ph,
-    lane, rows, sbr, kb)`` (a scale warp's fill of slot ``s``: those rows' scales of K block
-    ``kb`` and ``sbr[kb]``, B's scale for the tile's columns, then the arrival);
-    ``tile(ring, base, sbase, s, ph, kblocks, ct, cw) -> (acc, s, ph)``: warpgroup ``cw``'s
-    64 x 128 f32 accumulator of the tile over ``kblocks`` stages. :attr:`scale_bytes` is the
-    shared memory the slots take (``stages`` x :attr:`SCALE_SLOT_BYTES`, 0 without block
-    scales). ``a_columns``: A's scales have their rows contiguous (``sa[r + 1, kb]`` right
-    after ``sa[r, kb]``: torch's layout) and 16-byte aligned columns, so each thread copies
-    its four rows as one 16-byte vector (rows past ``m`` zero-filled) and ``scale_rows``
-    gives ``(sa, byte offset, valid bytes)`` instead of row views (measured at 4096 x 7168 x
-    7168 on an H100: 1146 TFLOP/s against 1075 with four 4-byte copies).
-
-    ``direct=True`` keeps the scales out of the pipeline: ``tile_direct(ring, base, s, ph,
-    kblocks, ct, cw, sa, sb, ra0, ra1, nb)`` has the consumers read them from global memory,
-    two blocks ahead (``sa`` rows ``ra0`` and ``ra1``, the thread's two rows clamped inside
-    A; ``sb`` row ``nb``), and ``pipe`` counts the TMA thread only. Where A's scales are
-    row-major (each row's K blocks contiguous) the scale warps would copy 128 rows a block
-    from 128 lines: measured on an H100, the grouped GEMM (its rows start anywhere, so never
-    the 16-byte vectors) ran at 0.81-0.92x the direct reads; so the kernels stage the scales
-    only with ``a_columns``."""
+    TMA loads of one stage); staged: ``scale_rows(sa, row0, m, lane) -> rows`` (what thread
+    ``lane`` of a scale warp copies for the tile's rows from ``row0``: once per tile) and
+    ``put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)`` (a scale warp's fill of slot ``s``:
+    K block ``kb``'s scales and ``sbr[kb]``, B's for the tile's columns, then the arrival),
+    ``tile(ring, base, sbase, s, ph, kblocks, ct, cw) -> (acc, s, ph)``: warpgroup ``cw``'s 64
+    x 128 f32 accumulator of the tile over ``kblocks`` stages; direct: ``tile`` is
+    ``tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb)`` (``sa`` rows
+    ``ra0`` and ``ra1``, the thread's two rows clamped inside A; ``sb`` row ``nb``)."""
 
     BM = BN = 128
     BK = 128
     A_BYTES = 128 * 128
     STAGE_BYTES = 2 * 128 * 128
-    #: arrivals per fill on the pipeline's "full" barriers where a side has block scales: the
+    #: arrivals per fill on the pipeline's "full" barriers where the scales are staged: the
     #: TMA thread's and the 32 threads of the scale warp that copies the fill's scales.
     PRODUCERS = 1 + 32
     #: releases per fill on the pipeline's "empty" barriers where the scales are staged: every
@@ -135,7 +129,7 @@ class BlockScaled(types.ModuleType):
     SCALE_SLOT_BYTES = 640
 
     def __init__(self, kind: str, pipe: TmaPipeline, *, a_block: bool, b_block: bool, promote: bool | None = None,
-                 a_columns: bool = False, direct: bool = False):
+                 a_columns: bool = False):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or k.atype not in ("e4m3", "e5m2") or k.btype not in ("e4m3", "e5m2"):
             raise ValueError(f"BlockScaled: kind must be an fp8 kind with an f32 accumulator (f32.e4m3.e4m3, ...); "
@@ -150,18 +144,14 @@ class BlockScaled(types.ModuleType):
         if (self.a_block or self.b_block) and not promote:
             raise ValueError("BlockScaled: block scales need promotion (each 128-K block has its own scale); "
                              "got promote=False")
-        self.direct = bool(direct) and (self.a_block or self.b_block)
-        self.staged = (self.a_block or self.b_block) and not self.direct
-        self.a_columns = bool(a_columns) and self.a_block and self.staged
+        self.staged = self.a_block and bool(a_columns)
         want = (self.PRODUCERS, self.STAGED_RELEASES) if self.staged else (1, 2)
         if (pipe.producers, pipe.consumers) != want:
-            raise ValueError(f"BlockScaled: with{'' if self.staged else 'out'} staged block scales the pipe must "
-                             f"count producers={want[0]} (the TMA thread{' and a scale warp' if self.staged else ''}) "
-                             f"and consumers={want[1]} (the {'consumer threads' if self.staged else 'two warpgroups'}); "
-                             f"got {pipe!r}")
+            who = ("the TMA thread and a scale warp", "the consumer threads") if self.staged else \
+                ("the TMA thread", "two warpgroups")
+            raise ValueError(f"BlockScaled: with{'' if self.staged else 'out'} staged scales the pipe must count "
+                             f"producers={want[0]} ({who[0]}) and consumers={want[1]} ({who[1]}); got {pipe!r}")
         self.promotes = bool(promote)
-        #: bytes of shared memory the scales' slots take (16-byte aligned; 0 without block scales)
-        self.scale_bytes = pipe.stages * self.SCALE_SLOT_BYTES if self.staged else 0
         self._build()
 
     def __repr__(self):
@@ -170,7 +160,7 @@ class BlockScaled(types.ModuleType):
     def _build(self):
         KIND, pipe = self.kind, self.pipe
         A_BYTES, STAGE = self.A_BYTES, self.STAGE_BYTES
-        A_BLOCK, B_BLOCK, STAGED, A_COLS = self.a_block, self.b_block, self.staged, self.a_columns
+        A_BLOCK, B_BLOCK, STAGED = self.a_block, self.b_block, self.staged
         SLOT = self.SCALE_SLOT_BYTES
         A_CONS = 64 * 128  # bytes between the two warpgroups' 64-row halves of A
         promote = acc_promote(128)
@@ -181,36 +171,19 @@ class BlockScaled(types.ModuleType):
             tma_load_2d(slot, tmap_a, full, kcol, a_row)
             tma_load_2d(slot + A_BYTES, tmap_b, full, kcol, b_row)
 
-        if A_COLS:
-            @cuda.jit(device=True, inline=True)
-            def scale_rows(sa, row0, m, lane):
-                """What thread ``lane`` of the scale warp copies of ``sa`` for a tile from
-                ``row0``: its four rows of each column (one 16-byte vector, its rows past
-                ``m`` zero-filled)."""
-                r = row0 + 4 * lane
-                return sa, r * 4, np.uint32(max(0, min(16, 4 * (m - r))))
-        else:
-            @cuda.jit(device=True, inline=True)
-            def scale_rows(sa, row0, m, lane):
-                """The rows of ``sa`` a scale warp's thread ``lane`` reads for a tile from
-                ``row0`` (four, clamped inside ``m``; views, taken once per tile)."""
-                r = min(row0 + 4 * lane, m - 1)
-                last = m - 1
-                return sa[r], sa[min(r + 1, last)], sa[min(r + 2, last)], sa[min(r + 3, last)]
+        @cuda.jit(device=True, inline=True)
+        def scale_rows(sa, row0, m, lane):
+            """What thread ``lane`` of a scale warp copies of ``sa`` for a tile from ``row0``:
+            its four rows of each column (one 16-byte vector; rows past ``m`` zero-filled)."""
+            r = row0 + 4 * lane
+            return sa, r * 4, np.uint32(max(0, min(16, 4 * (m - r))))
 
         @cuda.jit(device=True, inline=True)
         def put_scales(ring, sbase, s, ph, lane, rows, sbr, kb):
             pipe.producer_wait(ring, s, ph)
             slot = sbase + s * SLOT
-            if A_COLS:
-                sa, off, nvalid = rows
-                cp_async_zfill(slot + 16 * lane, sa, off + kb * sa.strides[1], nvalid)
-            elif A_BLOCK:
-                r0, r1, r2, r3 = rows
-                cp_async(slot + 16 * lane, r0, kb * r0.strides[0], 4)
-                cp_async(slot + 16 * lane + 4, r1, kb * r1.strides[0], 4)
-                cp_async(slot + 16 * lane + 8, r2, kb * r2.strides[0], 4)
-                cp_async(slot + 16 * lane + 12, r3, kb * r3.strides[0], 4)
+            sa, off, nvalid = rows
+            cp_async_zfill(slot + 16 * lane, sa, off + kb * sa.strides[1], nvalid)
             if B_BLOCK:  # every thread copies B's scale, to a word of its own (no divergent branch)
                 cp_async(slot + 512 + 4 * lane, sbr, kb * sbr.strides[0], 4)
             pipe.producer_arrive_copies(ring, s)
@@ -242,10 +215,10 @@ class BlockScaled(types.ModuleType):
             a1 = ONE
             b = ONE
             slot = sbase + s * SLOT
-            if A_BLOCK:
+            if STAGED:
                 a0 = ld_shared_f32(slot + 4 * o)
                 a1 = ld_shared_f32(slot + 4 * o + 32)
-            if B_BLOCK:
+            if STAGED and B_BLOCK:
                 b = ld_shared_f32(slot + 512)
             return tmp, a0, a1, b
 
@@ -387,5 +360,6 @@ class BlockScaled(types.ModuleType):
             return acc, s, ph
 
         self.load, self.scale_rows, self.put_scales = load, scale_rows, put_scales
-        self.tile = tile_promoted if self.promotes else tile_plain
+        direct = (A_BLOCK or B_BLOCK) and not STAGED
         self.tile_direct = tile_direct
+        self.tile = tile_direct if direct else tile_promoted if self.promotes else tile_plain

@@ -118,7 +118,7 @@ def _launch_registers(kernel):
     if not bounds:
         return None
     threads, blocks = (bounds, 1) if isinstance(bounds, int) else (bounds[0], bounds[1] if len(bounds) > 1 else 1)
-    return min(255, 65536 // (threads * max(1, blocks))) // 8 * 8
+    return min(256, 65536 // (threads * max(1, blocks))) // 8 * 8  # 256: never below the GPU's
 
 
 def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):

@@ -4,8 +4,9 @@ plain bulk copies, through the tensor maps registered by :class:`nbwgmma.tma.Ten
 A load lands when issued and completes its bytes on the destination CTA's mbarrier; its
 bytes are marked as written by that copy, so a read before the barrier phase is observed is
 reported. A non-bulk ``cp_async`` lands at its thread's ``cp_async_mbarrier_arrive_noinc``
-(one arrival on that barrier), its bytes unreadable until then. A store reads its shared source when issued and stays in flight in the issuing
-thread's bulk async-group until ``bulk_wait_group_read`` / ``bulk_wait_group`` covers it.
+(one arrival on that barrier), its bytes unreadable until then. A store reads its shared
+source when issued and stays in flight in the issuing thread's bulk async-group until
+``bulk_wait_group_read`` / ``bulk_wait_group`` covers it.
 """
 
 from __future__ import annotations
@@ -227,8 +228,17 @@ def _cp_async(dst, array, offset, size):
     if off % n or (a.ctypes.data + off_src) % n:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async of {n} bytes needs both addresses aligned "
                         f"to {n}; got shared 0x{int(dst):x} and byte {off_src} of an array at 0x{a.ctypes.data:x}")
+    _in_source(th, a, off_src, n)
     data = np.frombuffer(ctypes.string_at(a.ctypes.data + off_src, n), np.uint8)
     _pending(th, cta, off, data)
+
+
+def _in_source(th, a, off, n):
+    """A cp.async's ``n`` source bytes from byte ``off`` must lie inside its array."""
+    span = (sum((d - 1) * st for d, st in zip(a.shape, a.strides)) + a.itemsize) if a.size else 0
+    if n and not (0 <= off and off + n <= span and all(st >= 0 for st in a.strides)):
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async reads bytes {off}..{off + n - 1} of an array "
+                        f"of {span} bytes (shape {a.shape}, strides {a.strides})")
 
 
 def _pending(th, cta, off, data):
@@ -255,6 +265,7 @@ def _cp_async_zfill(dst, array, offset, nvalid):
     if off % 16 or (a.ctypes.data + int(offset)) % 16:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async of 16 bytes needs both addresses 16-byte "
                         f"aligned; got shared 0x{int(dst):x} and byte {int(offset)} of an array at 0x{a.ctypes.data:x}")
+    _in_source(th, a, int(offset), n)
     data = np.zeros(16, np.uint8)
     data[:n] = np.frombuffer(ctypes.string_at(a.ctypes.data + int(offset), n), np.uint8) if n else ()
     _pending(th, cta, off, data)

@@ -223,7 +223,8 @@ def _registers(th, count, inc):
         nwg = -(-cl.nthreads // 128)
 
         def used(new):
-            return 128 * sum(new if w == wg else cta.reg_of.get(w, cta.reg_start) for w in range(nwg))
+            return sum(min(128, cl.nthreads - 128 * w) * (new if w == wg else cta.reg_of.get(w, cta.reg_start))
+                       for w in range(nwg))
 
         if inc and count > cta.reg_start:
             cl.wait_for(lambda: key in cta.reg_done or used(count) <= cta.reg_pool,
