@@ -118,6 +118,22 @@ def test_wave_order_is_a_bijection_running_neighbours_together(nunits, ctas):
     assert first == list(range(len(first)))  # the first consumers of the first wave: tiles 0, 1, 2 ...
 
 
+def test_pipeline_counts_its_arrivals():
+    """``producers`` and ``consumers`` are the arrivals a fill and a release take (threads that
+    copy into a slot themselves, threads that read it themselves); out of range is refused."""
+    from nbwgmma.kit import TmaPipeline
+
+    pipe = TmaPipeline(6, consumers=256, producers=33)
+    assert (pipe.stages, pipe.consumers, pipe.producers) == (6, 256, 33) and "producers=33" in repr(pipe)
+    assert "producers" not in repr(TmaPipeline(4, consumers=2))
+    for kw, name in ((dict(producers=0), "producers"), (dict(producers=2000), "producers"),
+                     (dict(consumers=0), "consumers"), (dict(consumers=True), "consumers")):
+        args = dict(consumers=2)
+        args.update(kw)
+        with pytest.raises(ValueError, match=f"{name} must be an integer in"):
+            TmaPipeline(4, **args)
+
+
 def test_tile_producer_checks_its_blocks():
     from nbwgmma.kit import TileScheduler, TmaPipeline, tile_producer
 
