@@ -5,10 +5,9 @@ or e5m2 each, written with the kit: a persistent grid (:class:`~nbwgmma.kit.Tile
 tiles of 128 x 128 in grouped order), one producer thread streaming 128-K stages of 32 KiB
 through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), with block scales whose rows are
 contiguous (``a_columns``) the producer warpgroup's other three warps copying each stage's
-scales beside it (taking the stages in turn), and two consumer
-warpgroups sharing each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block,
-the consumer scales it and adds it into its f32 accumulator: promotion, every block, in
-registers).
+scales beside it (taking the stages in turn), and two consumer warpgroups sharing each tile
+(:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block, the consumer scales it and
+adds it into its f32 accumulator: promotion, every block, in registers).
 
 Scales, chosen at compile time per side:
 
@@ -23,8 +22,8 @@ epilogue. ``promote=True`` without block scales keeps the accuracy of promotion 
 per-tensor or rowwise scales.
 
 The epilogue applies ``alpha`` and the row / column scales and writes C: bf16/f16 through
-swizzled 64 x 64 shared blocks (two per consumer, one with staged scales) and TMA stores (``"tma"``), or any type and
-strides straight from the registers (``"direct"``). TMA fills A's and B's tails with zeros,
+swizzled 64 x 64 shared blocks (two per consumer, one with staged scales) and TMA stores
+(``"tma"``), or any type and strides straight from the registers (``"direct"``). TMA fills A's and B's tails with zeros,
 so any M, N and K (with 16-byte aligned rows) works; a block scale past the end of K meets
 zeros.
 """

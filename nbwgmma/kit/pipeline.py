@@ -32,8 +32,8 @@ Both sides start at ``(0, 0)``::
                 prev = s
                 s, ph = pipe.advance(s, ph)
 
-A slot may also be filled in part by threads that store or copy into it themselves (scales a
-warp gathers): ``TmaPipeline(..., producers=1 + 32)`` counts one more arrival on "full" per
+A slot may also be filled in part by threads that copy into it themselves (scales a warp
+gathers): ``TmaPipeline(..., producers=1 + 32)`` counts one more arrival on "full" per
 such thread, each of which waits with ``producer_wait`` and calls ``producer_arrive_copies``
 after its ``cp_async`` copies. Consumers that read such data themselves must each release
 the slot: count them all in ``consumers``.
@@ -73,7 +73,7 @@ class TmaPipeline(types.ModuleType):
       its "full" barrier for ``nbytes`` transaction bytes; returns the barrier's address for
       the TMA loads of the stage;
     * ``producer_wait(ring, s, ph)``: wait until slot ``s`` is empty (without arming it: a
-      thread that fills part of the slot with ordinary stores);
+      thread that fills part of the slot with ``cp_async`` copies);
     * ``producer_arrive_copies(ring, s)``: that thread's arrival on slot ``s``'s "full"
       barrier once its ``cp_async`` copies into the slot have landed (``producers`` counts it);
     * ``consumer_wait(ring, s, ph)``: wait until slot ``s`` is full;
@@ -113,22 +113,22 @@ class TmaPipeline(types.ModuleType):
         @inlined
         def init(ring):
             for s in range(S):
-                mbarrier_init(ring + 8 * s, FILLS)  # the producer's arrive.expect_tx (TMA adds the bytes), storers
+                mbarrier_init(ring + 8 * s, FILLS)  # arrive.expect_tx (TMA adds the bytes), copying threads
                 mbarrier_name(ring + 8 * s, "full", s)
                 mbarrier_init(ring + 8 * S + 8 * s, RELEASES)
                 mbarrier_name(ring + 8 * S + 8 * s, "empty", s)
             fence_mbarrier_init()
 
         @inlined
-        def producer_acquire(ring, s, ph, nbytes):
+        def producer_wait(ring, s, ph):
             mbarrier_wait_parity(ring + 8 * S + 8 * s, ph ^ 1)
+
+        @inlined
+        def producer_acquire(ring, s, ph, nbytes):
+            producer_wait(ring, s, ph)
             full = ring + 8 * s
             mbarrier_arrive_expect_tx(full, nbytes)
             return full
-
-        @inlined
-        def producer_wait(ring, s, ph):
-            mbarrier_wait_parity(ring + 8 * S + 8 * s, ph ^ 1)
 
         @inlined
         def producer_arrive_copies(ring, s):

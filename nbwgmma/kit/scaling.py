@@ -230,9 +230,7 @@ class BlockScaled(types.ModuleType):
             thread has read the slot's scales itself, so every thread releases the stage after
             its reads (``pipe`` counts 256 consumers; compute-sanitizer's racecheck reports a
             warp released by one lane after ``syncwarp`` as a race with the next copy)."""
-            if STAGED:
-                pipe.consumer_release(ring, prev)
-            elif ct == 0:
+            if STAGED or ct == 0:
                 pipe.consumer_release(ring, prev)
             return promote(acc, tmp, a0 * b, a1 * b)
 
@@ -293,19 +291,11 @@ class BlockScaled(types.ModuleType):
             return block(tmp, base + s * STAGE, cw, 0)
 
         @cuda.jit(device=True, inline=True)
-        def settle(ring, acc, tmp, prev, ct, s0, s1):
-            """As ``retire``, the scales multiplied by the caller (the two products live, not
-            three factors: fewer registers beside the fragments)."""
-            if ct == 0:
-                pipe.consumer_release(ring, prev)
-            return promote(acc, tmp, s0, s1)
-
-        @cuda.jit(device=True, inline=True)
         def tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb):
             # As tile_promoted, the scales read by the consumers themselves, two blocks ahead in
             # two sets (no register copies): read in their own block, their latency (an L2 round
             # trip) held up the block's last wgmma, which ptxas placed after the multiply that
-            # needs them.
+            # needs them. The products go to retire (times one): two live values, not three.
             acc = acc_zeros(KIND, 128)
             t0 = acc_undef(KIND, 128)
             t1 = acc_undef(KIND, 128)
@@ -321,25 +311,25 @@ class BlockScaled(types.ModuleType):
                 p1 = s
                 s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(1)
-                acc = settle(ring, acc, t0, p0, ct, a0 * b, a1 * b)
+                acc = retire(ring, acc, t0, p0, ct, a0 * b, a1 * b, ONE)
                 a0, a1, b = scales(sa0, sa1, sbn, j + 2)
                 t0 = start(ring, base, s, ph, t0, cw)
                 p0 = s
                 s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(1)
-                acc = settle(ring, acc, t1, p1, ct, c0 * d, c1 * d)
+                acc = retire(ring, acc, t1, p1, ct, c0 * d, c1 * d, ONE)
                 c0, c1, d = scales(sa0, sa1, sbn, min(j + 3, kblocks - 1))
             if last + 1 < kblocks:
                 t1 = start(ring, base, s, ph, t1, cw)
                 p1 = s
                 s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(1)
-                acc = settle(ring, acc, t0, p0, ct, a0 * b, a1 * b)
+                acc = retire(ring, acc, t0, p0, ct, a0 * b, a1 * b, ONE)
                 wgmma_wait_group(0)
-                acc = settle(ring, acc, t1, p1, ct, c0 * d, c1 * d)
+                acc = retire(ring, acc, t1, p1, ct, c0 * d, c1 * d, ONE)
             else:
                 wgmma_wait_group(0)
-                acc = settle(ring, acc, t0, p0, ct, a0 * b, a1 * b)
+                acc = retire(ring, acc, t0, p0, ct, a0 * b, a1 * b, ONE)
             return acc, s, ph
 
         @cuda.jit(device=True, inline=True)

@@ -133,6 +133,7 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
     mod = _module_class()(grid, block, 0)
     kargs = [_kernel_arg(a) for a in args]
     nthreads = int(np.prod(block))
+    regs = _launch_registers(kernel)
     ncl = [g // c for g, c in zip(grid, cluster)]
     with _push_kernel_context(mod), swapped_cuda_module(fn, mod), device_modules_held(mod):
         for cidx in itertools.product(*(range(n) for n in reversed(ncl))):
@@ -146,8 +147,7 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
                 ctas.append((rank, local))
             for rank, local in sorted(ctas):
                 cta = CTA(cl, rank, nthreads, int(smem))
-                cta.reg_start = _launch_registers(kernel)
-                cta.reg_pool = None if cta.reg_start is None else cta.reg_start * nthreads
+                cta.reg_start = regs
                 cta.cluster_idx, cta.local = cidx, local
                 cl.ctas.append(cta)
                 bidx = tuple(c * s + l for c, s, l in zip(cidx, cluster, local))

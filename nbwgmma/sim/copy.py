@@ -221,29 +221,28 @@ def _cp_async(dst, array, offset, size):
     """A non-bulk copy: its bytes are read now and land at the thread's next
     ``cp_async_mbarrier_arrive_noinc``; until then a read of them is reported (their write
     completes on no barrier phase anyone can have observed)."""
+    _copy(dst, array, offset, int(size), int(size))
+
+
+def _copy(dst, array, offset, size, nvalid):
+    """A cp.async of ``size`` bytes whose first ``nvalid`` come from byte ``offset`` of
+    ``array`` (the rest zeros): both addresses aligned to ``size``, the source inside the
+    array. Its bytes are read now and wait for the thread's arrival to land."""
     th = me()
     a = np.asarray(array)
-    n, off_src = int(size), int(offset)
+    off_src = int(offset)
     cta, off = split(dst)
-    if off % n or (a.ctypes.data + off_src) % n:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async of {n} bytes needs both addresses aligned "
-                        f"to {n}; got shared 0x{int(dst):x} and byte {off_src} of an array at 0x{a.ctypes.data:x}")
-    _in_source(th, a, off_src, n)
-    data = np.frombuffer(ctypes.string_at(a.ctypes.data + off_src, n), np.uint8)
-    _pending(th, cta, off, data)
-
-
-def _in_source(th, a, off, n):
-    """A cp.async's ``n`` source bytes from byte ``off`` must lie inside its array."""
+    if off % size or (a.ctypes.data + off_src) % size:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async of {size} bytes needs both addresses aligned "
+                        f"to {size}; got shared 0x{int(dst):x} and byte {off_src} of an array at 0x{a.ctypes.data:x}")
     span = (sum((d - 1) * st for d, st in zip(a.shape, a.strides)) + a.itemsize) if a.size else 0
-    if n and not (0 <= off and off + n <= span and all(st >= 0 for st in a.strides)):
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async reads bytes {off}..{off + n - 1} of an array "
-                        f"of {span} bytes (shape {a.shape}, strides {a.strides})")
-
-
-def _pending(th, cta, off, data):
-    """A cp.async's bytes, read now, waiting for the thread's arrival to land."""
-    n = data.size
+    if nvalid and not (0 <= off_src and off_src + nvalid <= span and all(st >= 0 for st in a.strides)):
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async reads bytes {off_src}..{off_src + nvalid - 1} "
+                        f"of an array of {span} bytes (shape {a.shape}, strides {a.strides})")
+    data = np.zeros(size, np.uint8)
+    if nvalid:
+        data[:nvalid] = np.frombuffer(ctypes.string_at(a.ctypes.data + off_src, nvalid), np.uint8)
+    n = size
     with th.cl.lock:
         idx = np.arange(off, off + n)
         cta.shadow.check_write(th, idx, "cp.async")
@@ -256,19 +255,11 @@ def _pending(th, cta, off, data):
 
 @impl("cp_async_zfill")
 def _cp_async_zfill(dst, array, offset, nvalid):
-    th = me()
-    a = np.asarray(array)
     n = int(nvalid)
     if not 0 <= n <= 16:
+        th = me()
         raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async's source size must be in [0, 16]; got {n}")
-    cta, off = split(dst)
-    if off % 16 or (a.ctypes.data + int(offset)) % 16:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async of 16 bytes needs both addresses 16-byte "
-                        f"aligned; got shared 0x{int(dst):x} and byte {int(offset)} of an array at 0x{a.ctypes.data:x}")
-    _in_source(th, a, int(offset), n)
-    data = np.zeros(16, np.uint8)
-    data[:n] = np.frombuffer(ctypes.string_at(a.ctypes.data + int(offset), n), np.uint8) if n else ()
-    _pending(th, cta, off, data)
+    _copy(dst, array, offset, 16, n)
 
 
 @impl("cp_async_mbarrier_arrive_noinc")

@@ -245,7 +245,7 @@ class CTA:
         self.exited = set()
         self.wgmma = {}  # warpgroup -> wgmma issue state (nbwgmma.sim.wgmma)
         self.syncthreads = PhasedBarrier(cluster, nthreads, "syncthreads barrier")
-        self.reg_start = self.reg_pool = None  # setmaxnreg's pool (nbwgmma.sim.sync): set by run()
+        self.reg_start = None  # registers per thread at launch, setmaxnreg's pool (nbwgmma.sim.sync): set by run()
         self.reg_of, self.reg_done = {}, set()
 
     def array(self, shape, dtype, caller):

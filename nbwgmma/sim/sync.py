@@ -212,8 +212,9 @@ def _registers(th, count, inc):
     waits until the pool holds it, as on the GPU (a split asking for more than the launch
     allocated waits forever). Smaller increases cannot wait."""
     cta, cl = th.cta, th.cl
-    if cta.reg_pool is None:  # no launch bounds: the launch's registers are unknown
+    if cta.reg_start is None:  # no launch bounds: the launch's registers are unknown
         return
+    pool = cta.reg_start * cl.nthreads
     wg = th.thread_id // 128
     n = th.rounds[("setmaxnreg", wg)] = th.rounds.get(("setmaxnreg", wg), 0) + 1
     key = (wg, n)
@@ -227,9 +228,9 @@ def _registers(th, count, inc):
                        for w in range(nwg))
 
         if inc and count > cta.reg_start:
-            cl.wait_for(lambda: key in cta.reg_done or used(count) <= cta.reg_pool,
+            cl.wait_for(lambda: key in cta.reg_done or used(count) <= pool,
                         lambda: f"setmaxnreg_inc({count}) waits for registers the CTA's pool never frees: the "
-                                f"launch allocated {cta.reg_start} per thread ({cta.reg_pool} for {cl.nthreads} "
+                                f"launch allocated {cta.reg_start} per thread ({pool} for {cl.nthreads} "
                                 f"threads) and the warpgroups' counts " + ", ".join(
                                     f"{cta.reg_of.get(w, cta.reg_start)}" for w in range(nwg)) +
                                 f" with this one at {count} need {used(count)}")
