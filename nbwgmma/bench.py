@@ -213,7 +213,7 @@ def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=2
     from .frontend.matmul import last_plan
 
     plan = last_plan()  # the plan of this shape's first call (a repeat of an earlier one may not say)
-    used = plan.config if plan is not None and plan.mnk == (m, n, k) else None
+    used = plan.config if plan is not None and plan.out_shape + plan.mnk[2:] == (m, n, k) else None
     ref = a.double() @ b.double()
     err = float(torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref))
     err_cublas = float(torch.linalg.norm(cublas().double() - ref) / torch.linalg.norm(ref))

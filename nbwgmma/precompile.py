@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from .frontend.tiles import TILES
+from .frontend.tiles import SWAP_BN, TILES, swapped_config
 
 __all__ = ["DTYPES", "LAYOUTS", "kernel_list", "run", "worker"]
 
@@ -37,6 +37,8 @@ LAYOUTS = ("KK", "KN", "MK", "MN")
 #: pick_small_m's choices
 _SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 else {}) for s in (1, 2, 4)) \
     + ({"bm": 64, "bn": 64, "stages": 8},)
+#: and its swapped choices for 16-bit inputs (one per narrow tile width and number of K slices)
+_SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4))
 
 
 def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotune=False) -> list:
@@ -65,6 +67,8 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             if not sixteen and lay != "KK":
                 continue
             out += [(dt, lay, c) for c in configs]
+            if sixteen and lay[0] == "K":  # swapped small-M products: A's rows are the narrow tile's K-major B
+                out += [(dt, lay, dict(c)) for c in _SWAPPED]
     return out
 
 

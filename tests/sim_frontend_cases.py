@@ -100,6 +100,18 @@ def test_split_k_with_a_small_m():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("m, b_k, cfg", [
+    (13, True, {"bn": 16, "stages": 4}), (24, False, {"bn": 32, "stages": 3, "split": 2}),
+    (5, True, {"bn": 16, "stages": 2, "split": 3})], ids=["bn16", "bn32-Bmn-split2", "bn16-split3"])
+def test_swapped_small_m(m, b_k, cfg):
+    """Few rows swapped (C^T = B^T A^T: B's columns in 64-row tiles, A's rows the narrow
+    tile's N; the output a transposed view written element by element): exact, ragged N."""
+    got, want = run("bf16", m, 192, 136, b_k_major=b_k, odt="f32", config={"swap": 1, "bm": 64} | cfg, seed=m)
+    np.testing.assert_array_equal(got, want)
+    got, want = run("f16", m, 64, 72, b_k_major=b_k, config={"swap": 1, "bm": 64} | cfg, seed=m + 1)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_fp8_scales_and_a_fresh_output():
     rng = np.random.default_rng(5)
     a = rng.integers(-3, 4, (16, 32)).astype(np.float64)

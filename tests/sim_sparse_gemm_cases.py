@@ -79,11 +79,13 @@ def test_left_side_f16_two_tile_rows_row_major_y():
     np.testing.assert_array_equal(values(out, "f16"), dense @ y)
 
 
-def test_left_side_bf16_k_contiguous_y():
-    """``w24 @ x.T`` with x [N, K] row-major: B K-major."""
-    rng = np.random.default_rng(3)
-    w24, w = weight(rng, 64, 64, "bf16")
-    y = ints(rng, (64, 24))
+@pytest.mark.parametrize("k", [64, 256, 320])
+def test_left_side_bf16_k_contiguous_y(k):
+    """``w24 @ x.T`` with x [N, K] row-major: B K-major; 1, 4 and 5 stages (the first stage
+    alone, the loop's two-stage trips, a last odd stage)."""
+    rng = np.random.default_rng(3 + k)
+    w24, w = weight(rng, 64, k, "bf16")
+    y = ints(rng, (k, 24))
     out = poisoned((64, 24))
     nbwgmma.matmul(w24, sim_array(y, "bf16", transpose=True), in_dtype="bf16", out=out)
     np.testing.assert_array_equal(values(out), w @ y)

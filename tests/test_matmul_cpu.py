@@ -205,10 +205,20 @@ def test_small_m_choice(monkeypatch):
 
     monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
     t = {"bm": 64, "bn": 128, "stages": 8}
-    assert pick_small_m(16, 4096, 4096, 16) == t | {"split": 4}  # 32 tiles x 4 slices of 16 k-blocks
-    assert pick_small_m(16, 4096, 2048, 16) == t | {"split": 2}  # 32 k-blocks: 2 slices
-    assert pick_small_m(16, 4096, 1024, 16) == t  # 16 k-blocks: uncut
-    assert pick_small_m(32, 8192, 8192, 16) == t  # 64 tiles: uncut (32 rows: 64 x 128 tiles stay)
+    a_mn = {"a_kmajor": False}  # a column-major A: no swap
+    assert pick_small_m(16, 4096, 4096, 16, **a_mn) == t | {"split": 4}  # 32 tiles x 4 slices of 16 k-blocks
+    assert pick_small_m(16, 4096, 2048, 16, **a_mn) == t | {"split": 2}  # 32 k-blocks: 2 slices
+    assert pick_small_m(16, 4096, 1024, 16, **a_mn) == t  # 16 k-blocks: uncut
+    assert pick_small_m(32, 8192, 8192, 16, **a_mn) == t  # 64 tiles: uncut (32 rows: 64 x 128 tiles stay)
+    # Swapped (C^T = B^T A^T): N in 64-row tiles, the rows in a 16-, 32- or 64-wide tile.
+    sw = {"swap": 1, "bm": 64, "stages": 16}
+    assert pick_small_m(16, 4096, 4096, 16) == sw | {"bn": 16, "split": 2}  # 64 tiles x 2 slices
+    assert pick_small_m(1, 4096, 1024, 16) == sw | {"bn": 16}  # 16 k-blocks: uncut
+    assert pick_small_m(32, 8192, 8192, 16) == sw | {"bn": 32}  # 128 tiles: uncut
+    assert pick_small_m(16, 14336, 4096, 16) == sw | {"bn": 16}  # 224 tiles: within two waves
+    assert pick_small_m(64, 2048, 8192, 16) == sw | {"bn": 64, "stages": 14, "split": 4}
+    assert pick_small_m(16, 28672, 8192, 16) is None  # 448 tiles: the tile model
+    assert pick_small_m(16, 4096, 4096, 8) == t  # fp8: not swapped
     assert pick_small_m(128, 4096, 4096, 16) == t | {"bn": 64}  # 64 tiles: 128 of 64 columns fit
     assert pick_small_m(64, 8192, 8192, 8) == t | {"bn": 64}
     assert pick_small_m(256, 4096, 14336, 16) == t  # 128 tiles
@@ -220,7 +230,7 @@ def test_small_m_choice(monkeypatch):
     assert pick_small_m(16, 4096, 4096, 32) is None  # tf32: the tile model
     assert pick_small_m(32, 8192, 8192, 16, cluster=2) is None
     for m, n, k in ((16, 4096, 4096), (200, 1024, 8192), (256, 4096, 14336)):
-        c = pick_small_m(m, n, k, 16)
+        c = pick_small_m(m, n, k, 16, a_kmajor=False)
         GemmConfig("f32.bf16.bf16", epilogue="tma", **c)
         GemmConfig("f32.bf16.bf16", epilogue="direct", out="f32", a_major="MN", b_major="MN", **c)
 

@@ -258,20 +258,37 @@ def test_repeated_fp8_calls_take_their_own_scales():
 
 
 @pytest.mark.parametrize("m, n, k", [(16, 4096, 4096), (32, 1024, 8192), (200, 1024, 520), (256, 2048, 14336),
-                                     (128, 4096, 1032)])
+                                     (128, 4096, 1032), (1, 4096, 4096), (13, 1000, 3000), (64, 2048, 8192),
+                                     (40, 14336, 4096)])
 def test_small_m_default_path(m, n, k):
     """matmul without a config on few rows: the small-M choice (64-row tiles of 128 or 64
-    columns, K in slices where the tiles leave SMs idle), bf16 and f32 out, against float64."""
-    from nbwgmma.frontend.tiles import pick_small_m
+    columns, K in slices where the tiles leave SMs idle; at most 64 rows swapped, C^T = B^T
+    A^T in 16- to 64-wide tiles), bf16 and f32 out, against float64; the second bf16 call
+    takes the quick host path."""
+    from nbwgmma.frontend.tiles import SWAP_M, pick_small_m
 
-    assert pick_small_m(m, n, k, 16) is not None
+    assert (pick_small_m(m, n, k, 16) or {}).get("swap", 0) == (m <= SWAP_M)
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
     a = make(m, k, "bf16", "row", g)
     b = make(n, k, "bf16", "row", g).t()
     check(matmul(a, b), a, b, "bf16")
+    check(matmul(a, b), a, b, "bf16")
     out = torch.full((m, n), float("nan"), device="cuda")
     matmul(a, b, out=out)
     check(out, a, b, "f32")
+
+
+@pytest.mark.parametrize("split", [2, 4])
+def test_swapped_small_integers_exact(split):
+    """16 x 2048 x 8192 swapped (the kernel's A is B^T, its 16-wide B is A^T), uncut and in
+    K slices, into a poisoned f32 out: small integers make every sum exact."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    a = torch.randint(-3, 4, (16, 8192), device="cuda", generator=g).bfloat16()
+    w = torch.randint(-3, 4, (2048, 8192), device="cuda", generator=g).bfloat16()
+    for sp in (1, split):
+        cfg = {"swap": 1, "bm": 64, "bn": 16, "stages": 16} | ({"split": sp} if sp > 1 else {})
+        c = matmul(a, w.t(), out=torch.full((16, 2048), float("nan"), device="cuda"), config=cfg)
+        assert torch.equal(c.double(), a.double() @ w.double().t())
 
 
 @pytest.mark.parametrize("split", [2, 4])

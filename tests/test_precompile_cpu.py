@@ -19,12 +19,9 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
     seen = set()
     for dt, bits in (("bf16", 16), ("f16", 16), ("e4m3", 8), ("tf32", 32)):
         for m, n, k in itertools.product(DIMS, DIMS, (64, 512, 4096, 16384)):
-            small = pick_small_m(m, n, k, bits)
-            if small is not None:
-                cfg = small
-            else:
-                cfg = dict(zip(("bm", "bn"), pick_tile(m, n)))
             for lay in (("KK", "KN", "MK", "MN") if bits == 16 else ("KK",)):
+                small = pick_small_m(m, n, k, bits, a_kmajor=lay[0] == "K")
+                cfg = small if small is not None else dict(zip(("bm", "bn"), pick_tile(m, n)))
                 key = (dt, lay, tuple(sorted(cfg.items())))
                 assert key in listed, key
                 seen.add(key)
@@ -39,7 +36,13 @@ def test_the_list_builds_valid_configs_once_each(autotune):
              "tf32": "f32.tf32.tf32"}
     for dt, lay, c in items:
         tf32 = dt == "tf32"
-        GemmConfig(kinds[dt], a_major="K" if lay[0] == "K" else "MN", b_major="K" if lay[1] == "K" else "MN",
+        c = dict(c)
+        majors = ["K" if x == "K" else "MN" for x in lay]
+        if c.pop("swap", 0):  # the kernel's A is B^T, its B is A^T; the output a transposed view
+            assert lay[0] == "K" and dt in ("bf16", "f16")
+            GemmConfig(kinds[dt], a_major=majors[1], b_major=majors[0], out="bf16", epilogue="direct", **c)
+            continue
+        GemmConfig(kinds[dt], a_major=majors[0], b_major=majors[1],
                    scaled=dt in ("e4m3", "e5m2"), out="f32" if tf32 else "bf16", epilogue="direct" if tf32 else "tma",
                    **c)
     assert {lay for dt, lay, _ in items if dt in ("e4m3", "e5m2", "tf32")} == {"KK"}  # the others are copied

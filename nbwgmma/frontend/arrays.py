@@ -138,11 +138,15 @@ def _lib_name(mod, a):
     return {"cupy": "a CuPy array", "torch": "a PyTorch tensor"}.get(mod.split(".")[0], f"a {type(a).__name__}")
 
 
-def host_view(a, dtype, shape=None):
+def host_view(a, dtype, shape=None, strides=None):
     """In the CUDA simulator: the simulator array ``a`` with its elements seen as ``dtype``
-    (same size), sharing its memory, reshaped to ``shape`` if given; the counterpart of a
-    Numba device array built from ``a``'s ``__cuda_array_interface__`` on the GPU."""
+    (same size), sharing its memory, reshaped to ``shape`` if given, or its transpose where
+    ``shape`` and ``strides`` (bytes) are ``a``'s reversed; the counterpart of a Numba device
+    array built from ``a``'s ``__cuda_array_interface__`` on the GPU."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
     v = a._ary.view(dtype)
+    if strides is not None and v.ndim == 2 and tuple(strides) != v.strides and tuple(strides) == v.strides[::-1] \
+            and tuple(shape) == v.shape[::-1]:
+        return FakeCUDAArray(v.T)
     return FakeCUDAArray(v if shape is None or v.shape == tuple(shape) else v.reshape(shape))

@@ -50,7 +50,7 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
 
     if _SIM:  # nothing to time: the tile model's pick
         return {}
-    probe = Plan(kind, odt, ia, ib, io, {}, fp8)  # paths and epilogue (no compile)
+    probe = Plan(kind, odt, ia, ib, io, {"swap": 0}, fp8)  # paths and epilogue (no compile), unswapped
     m, n, k = probe.mnk
     key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], probe.cfg.epilogue, m, n, k)
     return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, probe.cfg.epilogue, probe.config), run,
@@ -203,7 +203,7 @@ class _Quick:
 
     def __init__(self, plan, lib, odt, io):
         self.plan, self.lib, self.io_rest = plan, lib, tuple(io)[1:]
-        self.shape = plan.mnk[:2]
+        self.shape = plan.out_shape
         if lib == "torch":
             tdt = torch_dtype(odt)
             self.make = lambda a: a.new_empty(self.shape, dtype=tdt)

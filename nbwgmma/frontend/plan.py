@@ -48,7 +48,7 @@ def numba_view(info: ArrayInfo, owner, dtype=None):
     """A Numba device array over ``info``'s memory (bf16 and fp8 as raw integers)."""
     dt = np.dtype(dtype or NP_OF.get(info.dtype, None) or numpy_dtype(info.dtype))  # "u16": a bf16 out
     if _SIM:  # the simulator's arrays have no __cuda_array_interface__
-        return host_view(owner, dt, info.shape)
+        return host_view(owner, dt, info.shape, info.strides)
     desc = {"shape": info.shape, "strides": info.strides, "typestr": dt.str,
             "data": (info.ptr, False), "version": 3}
     return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)
@@ -85,7 +85,7 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
     es = info.itemsize
     kpad = -(-cols * es // 16) * 16 // es
     if _SIM:  # host memory: numpy copies it at once, the copy kernel would take a Python thread per element
-        h = x.copy_to_host().view(f"u{es}")
+        h = host_view(x, np.dtype(f"u{es}"), info.shape, info.strides).copy_to_host()  # x, or x.T: as ``info``
         dst = np.zeros((rows, kpad), h.dtype)
         dst[:, :cols] = h.T if transpose else h
         return cuda.to_device(dst)
@@ -134,20 +134,31 @@ class Plan:
     def __init__(self, kind, odt, ia, ib, io, opts, fp8):
         m, k = ia.shape
         n = ib.shape[1]
-        self.mnk = (m, n, k)
         given = opts
         opts = dict(opts)
         if "bm" not in opts and "bn" not in opts:
             cluster = opts.get("cluster", 1)  # one GemmConfig rejects below: pick as for no cluster
-            small = None if "split" in opts else pick_small_m(m, n, k, wgmma_kind(kind).input_bits, cluster)
+            wk = wgmma_kind(kind)
+            swappable = opts.get("swap", 1) != 0 and "epilogue" not in opts \
+                and _operand_path(ia, False, wk.transposable)[0] == "K"
+            small = None if "split" in opts else pick_small_m(m, n, k, wk.input_bits, cluster, a_kmajor=swappable)
             if small is not None:
                 opts.update({key: v for key, v in small.items() if key not in opts})
             else:
                 opts["bm"], opts["bn"] = pick_tile(m, n, cluster if cluster in (1, 2, 4) else 1)
+        # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
+        # A's few rows its N): every call swaps its operands and transposes its output view.
+        self.swap = bool(opts.pop("swap", 0))
+        self.out_shape = (m, n)  # the caller's [M, N]; ``mnk`` is the kernel's (swapped: N, M, K)
+        if self.swap:
+            ia, ib, io, m, n = transposed(ib), transposed(ia), transposed(io), n, m
+        self.mnk = (m, n, k)
         try:
             self._configure(kind, odt, ia, ib, io, opts, fp8)
         except ConfigError as e:  # the caller's config: name its entry at fault
             raise config_error(e, given) from None
+        if self.swap:
+            self.config["swap"] = 1
         cfg = self.cfg
         self.odt = odt
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
@@ -200,6 +211,8 @@ class Plan:
         return tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
 
     def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle):
+        if self.swap:
+            a, ia, b, ib, io = b, transposed(ib), a, transposed(ia), transposed(io)
         m, n, k = self.mnk
         cfg = self.cfg
         ta = self.maps(a, ia, False, stream_handle)
@@ -249,6 +262,8 @@ class Plan:
 
     def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0):
         """A repeat of an in-place plan's first call with new pointers."""
+        if self.swap:
+            a, pa, b, pb, io = b, pb, a, pa, transposed(io)
         ta = self._map(0, a, pa, self.a_path[1], self.tdt[0], self.boxes[0])
         tb = self._map(1, b, pb, self.b_path[1], self.tdt[1], self.boxes[1])
         c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if self.cfg.epilogue == "tma" else 0
@@ -295,6 +310,11 @@ class Plan:
         got = boxes_a * ta.box_bytes + boxes_b * tb.box_bytes
         if got != cfg.stage_bytes:
             raise RuntimeError(f"matmul: a stage loads {got} bytes but expect_tx announces {cfg.stage_bytes}")
+
+
+def transposed(info: ArrayInfo) -> ArrayInfo:
+    """The transpose of a 2-D array as a view: shape and strides reversed, same memory."""
+    return info._replace(shape=info.shape[::-1], strides=info.strides[::-1])
 
 
 def _operand_path(info: ArrayInfo, is_b, transposable):

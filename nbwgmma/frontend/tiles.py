@@ -9,7 +9,7 @@ import math
 
 from .. import sim
 
-__all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m"]
+__all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M", "SWAP_BN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -50,12 +50,44 @@ def rank_tiles(m, n, cluster=1):
 
 #: Rows up to which :func:`pick_small_m` decides.
 SMALL_M = 256
+#: Rows up to which 16-bit products swap their operands (:func:`swapped_small_m`).
+SWAP_M = 64
+#: The narrow tiles' widths (the tokens' side of a swapped product).
+SWAP_BN = (16, 32, 64)
+#: Shared memory for a swapped product's stages (the opt-in 227 KiB less alignment slack and barriers).
+SWAP_STAGE_BUDGET = 227 * 1024 - 1023 - 64
 
 
-def pick_small_m(m, n, k, input_bits, cluster=1):
+def swapped_small_m(m, n, k, sms):
+    """The swapped config for a 16-bit product of at most :data:`SWAP_M` rows: the kernel
+    computes C^T = B^T A^T, so B's N columns fill 64-row wgmma blocks and A's few rows are
+    the wgmma's N, a tile 16, 32 or 64 wide (the smallest of :data:`SWAP_BN` that holds
+    them). Such a product only streams B: 64-row tiles spread it over the most SMs, its
+    stages are small (10-16 KiB), so up to 16 of them keep the most bytes in flight, and K is
+    cut in 2 or 4 slices (of at least 16 k-blocks) where that many slices of every tile still
+    fit one wave. Measured on an H100 against the unswapped choice (64 x 128 tiles for the
+    few rows; BENCHMARKS.md, 2026-11-25): 16 x 4096 x 4096 0.73 -> 1.07x cuBLAS, 1 x 4096 x
+    4096 0.78 -> 1.18x, 64 x 4096 x 4096 0.81 -> 0.94x, 16 x 8192 x 8192 0.98 -> 1.02x."""
+    tiles = math.ceil(n / 64)
+    kblocks = math.ceil(k / 64)
+    split = max(s for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 16 * s))
+    return swapped_config(next(w for w in SWAP_BN if w >= m), split)
+
+
+def swapped_config(bn, split):
+    """The swapped small-M config of tile width ``bn`` (one of :data:`SWAP_BN`) and ``split``
+    K slices: 64 x ``bn`` tiles, as many stages as fit up to 16."""
+    cfg = {"swap": 1, "bm": 64, "bn": bn, "stages": min(16, SWAP_STAGE_BUDGET // ((64 + bn) * 128))}
+    return cfg | ({"split": split} if split > 1 else {})
+
+
+
+def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
     """The config (``{"bm": 64, "bn": 128, "stages": 8}``, with ``"split"`` where K is cut) for
     a 16-bit or fp8 problem of at most :data:`SMALL_M` rows whose 64 x 128 tiles fit in one wave
-    of the SMs, else None (the tile model decides).
+    of the SMs, else None (the tile model decides). 16-bit problems of at most :data:`SWAP_M`
+    rows with a K-major (row-major) A whose N fills at most two waves of 64-row tiles take
+    :func:`swapped_small_m` instead.
 
     Such problems are bound by reading B: 64-row tiles keep the most SMs streaming it, and 8
     stages keep the most bytes in flight per SM. K is cut in 4 slices (split-K, at least 16
@@ -74,6 +106,8 @@ def pick_small_m(m, n, k, input_bits, cluster=1):
     from ..launch import device_limits
 
     sms = device_limits()["multiprocessors"]
+    if input_bits == 16 and a_kmajor and m <= SWAP_M and math.ceil(n / 64) <= 2 * sms:
+        return swapped_small_m(m, n, k, sms)
     tiles = math.ceil(m / 64) * math.ceil(n / 128)
     if tiles > sms:
         return None

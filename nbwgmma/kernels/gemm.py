@@ -95,8 +95,14 @@ class GemmConfig:
             raise ConfigError("kind", f"the GEMM accumulates in f32; got {kind}")
         if bm % 64 or not 64 <= bm <= 256:
             raise ConfigError("bm", f"bm must be 64, 128, 192 or 256; got {bm}")
-        if bn not in self.k.n_values or bn % 64:
-            raise ConfigError("bn", f"bn must be a wgmma N for {kind} and a multiple of 64; got {bn}")
+        if epilogue not in ("tma", "direct"):
+            raise ConfigError("epilogue", f"epilogue must be 'tma' or 'direct'; got {epilogue!r}")
+        # 64-column multiples for the TMA epilogue's blocks and MN-major B's boxes; with K-major B
+        # and the direct epilogue any multiple of 8 (narrow tiles for a few rows of tokens).
+        step = 8 if b_major == "K" and epilogue == "direct" else 64
+        if bn not in self.k.n_values or bn % step:
+            raise ConfigError("bn", f"bn must be a wgmma N for {kind} and a multiple of {step}"
+                                    f"{' (64 with the TMA epilogue or MN-major B)' if step == 64 else ''}; got {bn}")
         for name, major in (("a_major", a_major), ("b_major", b_major)):
             if major not in ("K", "MN"):
                 raise ConfigError(name, f"{name} must be 'K' or 'MN'; got {major!r}")
@@ -104,8 +110,6 @@ class GemmConfig:
                 raise ConfigError(name, f"{name}='MN' needs 16-bit inputs (wgmma transposes); got {kind}")
         if out not in _OUT_BYTES:
             raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
-        if epilogue not in ("tma", "direct"):
-            raise ConfigError("epilogue", f"epilogue must be 'tma' or 'direct'; got {epilogue!r}")
         if epilogue == "tma" and _OUT_BYTES[out] != 2:
             raise ConfigError("epilogue", f"the TMA epilogue stores 16-bit outputs; got out={out}")
         if cluster not in (1, 2, 4):
@@ -143,7 +147,7 @@ class GemmConfig:
 
         if c_parts is None:
             c_parts = 1 if epilogue == "direct" or 4 * self.stage_bytes + c_bytes(1) <= smem or bn % 128 else 2
-        if c_parts not in (1, 2) or (bn // c_parts) % 64:
+        if c_parts not in (1, 2) or (epilogue == "tma" and (bn // c_parts) % 64):
             raise ConfigError("c_parts",
                               f"c_parts must be 1 or 2 with BN / c_parts a multiple of 64; got {c_parts} for bn={bn}")
         self.c_parts = c_parts

@@ -64,8 +64,13 @@ class Cooperative(types.ModuleType):
                 raise ValueError(f"Cooperative: {name}='MN' needs 16-bit inputs (wgmma transposes); got {kind!r}")
         if bm % 64 or not 64 <= bm <= 256:
             raise ValueError(f"Cooperative: bm must be 64, 128, 192 or 256; got {bm!r}")
-        if bn not in k.n_values or bn % 64:
-            raise ValueError(f"Cooperative: bn must be a wgmma N for {kind} and a multiple of 64; got {bn!r}")
+        # K-major B is a stack of 8-row swizzle atoms: any wgmma N that is a multiple of 8 (a
+        # narrow tile of a few rows, as the tokens of a decoding step); MN-major B comes in
+        # 64-column boxes.
+        step = 8 if b_major == "K" else 64
+        if bn not in k.n_values or bn % step:
+            raise ValueError(f"Cooperative: bn must be a wgmma N for {kind} and a multiple of {step} with "
+                             f"{b_major}-major B; got {bn!r}")
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // 64:
             raise ValueError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // 64} (one per 64 rows); "
                              f"got {pipe!r}")

@@ -23,9 +23,9 @@ fp8: two sparse K steps) and holds, for a CTA tile of 128 rows of A by ``bn`` co
     ...
     acc, s, ph = sc.tile(ring, base, s, ph, kblocks, ct, cw)   # each consumer, per tile
 
-``tile`` runs the main loop of consumer ``cw``'s 64 rows, two stages per wgmma group, and releases
-both after the ``wgmma_wait_group(0)`` that completes the wgmmas reading them (the sparse wgmma
-reads its metadata register after issue, so a group completes before new words are loaded).
+``tile`` runs the main loop of consumer ``cw``'s 64 rows with one wgmma group in flight,
+releasing each stage after the ``wgmma_wait_group(1)`` that completes the wgmmas reading it; two
+stages per trip of the loop keep each stage's metadata in registers of its own until then.
 """
 
 from __future__ import annotations
@@ -129,40 +129,59 @@ class SparseConsumers(types.ModuleType):
         @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kblocks, ct, cw):
             acc = acc_undef(KIND, BN)
-            words = cuda.shared.array(0, np.uint32)  # the dynamic shared memory, as 32-bit words
+            words = cuda.shared.array(0, np.uint32)
             mw = (base - smem_addr(words) + META + cw * (R * 512)) // 4 + ct  # this thread's word, stage 0
-            # The sparse wgmma reads its metadata register after issue (measured on an H100: a
-            # stage's second wgmma read the next stage's codes once ptxas gave the next load the same
-            # register), so a group completes before new metadata loads: two stages per group halve
-            # the drains of the tensor pipe that costs.
-            for p in range(kblocks // 2):
+            # One group in flight: a stage's wgmmas run while the next stage's are issued, and
+            # complete (wgmma_wait_group(1)) before its slot is released. A wgmma's metadata
+            # register must not be written before its group completes (a rolled loop reloads the
+            # same PTX register one stage on: wrong products on an H100), so the loop runs two
+            # stages per trip, each on metadata variables of its own.
+            pipe.consumer_wait(ring, s, ph)
+            a0 = words[mw + s * W]
+            a1 = words[mw + s * W + 128] if TWO else a0
+            wgmma_fence()
+            acc = issue(acc, base + s * STAGE, a0, a1, cw, 0)
+            wgmma_commit_group()
+            prev = s
+            s, ph = pipe.advance(s, ph)
+            for p in range((kblocks - 1) // 2):
                 pipe.consumer_wait(ring, s, ph)
-                s1, ph1 = pipe.advance(s, ph)
-                pipe.consumer_wait(ring, s1, ph1)
-                a0 = words[mw + s * W]
-                a1 = words[mw + s * W + 128] if TWO else a0
-                b0 = words[mw + s1 * W]
-                b1 = words[mw + s1 * W + 128] if TWO else b0
-                wgmma_fence()  # the metadata loads are complete before the wgmmas read them
-                acc = issue(acc, base + s * STAGE, a0, a1, cw, p > 0)
-                acc = issue(acc, base + s1 * STAGE, b0, b1, cw, 1)
+                b0 = words[mw + s * W]
+                b1 = words[mw + s * W + 128] if TWO else b0
+                wgmma_fence()
+                acc = issue(acc, base + s * STAGE, b0, b1, cw, 1)
                 wgmma_commit_group()
-                wgmma_wait_group(0)  # both stages' wgmmas are done: their slots and registers are free
+                wgmma_wait_group(1)  # the (a0, a1) group is done: its slot and registers are free
                 if ct == 0:
-                    pipe.consumer_release(ring, s)
-                    pipe.consumer_release(ring, s1)
-                s, ph = pipe.advance(s1, ph1)
-            if kblocks % 2:  # the last stage alone
+                    pipe.consumer_release(ring, prev)
+                prev = s
+                s, ph = pipe.advance(s, ph)
                 pipe.consumer_wait(ring, s, ph)
                 a0 = words[mw + s * W]
                 a1 = words[mw + s * W + 128] if TWO else a0
                 wgmma_fence()
-                acc = issue(acc, base + s * STAGE, a0, a1, cw, kblocks > 1)
+                acc = issue(acc, base + s * STAGE, a0, a1, cw, 1)
                 wgmma_commit_group()
-                wgmma_wait_group(0)
+                wgmma_wait_group(1)  # the (b0, b1) group is done
                 if ct == 0:
-                    pipe.consumer_release(ring, s)
+                    pipe.consumer_release(ring, prev)
+                prev = s
                 s, ph = pipe.advance(s, ph)
+            if (kblocks - 1) % 2:  # one stage more, on (b0, b1)
+                pipe.consumer_wait(ring, s, ph)
+                b0 = words[mw + s * W]
+                b1 = words[mw + s * W + 128] if TWO else b0
+                wgmma_fence()
+                acc = issue(acc, base + s * STAGE, b0, b1, cw, 1)
+                wgmma_commit_group()
+                wgmma_wait_group(1)
+                if ct == 0:
+                    pipe.consumer_release(ring, prev)
+                prev = s
+                s, ph = pipe.advance(s, ph)
+            wgmma_wait_group(0)
+            if ct == 0:
+                pipe.consumer_release(ring, prev)
             return acc, s, ph
 
         self.load, self.tile = load, tile
