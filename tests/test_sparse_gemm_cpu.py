@@ -64,7 +64,7 @@ def _metadata_writes_in_flight(sass):
                 continue  # at most n groups younger than this one are left: it is complete
             if dest(ins[pc]) == reg:
                 bad.append(line)
-            if op2.startswith("HGMMA") and "gsb0" in args2:
+            if op2.startswith(("HGMMA", "QGMMA", "IGMMA")) and "gsb0" in args2:
                 closed += 1
             if op2 == "EXIT" and not pred:
                 continue
@@ -97,6 +97,16 @@ def test_kernel_compiles_clean(report_once):
     checked, bad = _metadata_writes_in_flight(rep.sass_text)
     assert checked == 8 and not bad, bad
     assert rep.registers <= 168
+
+
+def test_fp8_kernel_keeps_both_metadata_registers(report_once):
+    """e4m3: two metadata registers per stage (one per k64 step), each unwritten on every path
+    until its group's wait; no spills."""
+    sig = (types.uint64, types.uint64, types.uint64, types.Array(types.uint16, 2, "A"), types.int32, types.int32,
+           types.int32, types.int32)
+    rep = report_once(sparse_kernel(SparseConfig("e4m3")), sig)
+    assert rep.sass.get("LDS") == 8 and rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep.sass
+    assert _metadata_writes_in_flight(rep.sass_text) == (8, [])
 
 
 def test_metadata_check_sees_a_rolled_loop_reusing_the_register():

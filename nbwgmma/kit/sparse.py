@@ -127,56 +127,48 @@ class SparseConsumers(types.ModuleType):
         W = STAGE // 4  # 32-bit words per stage
 
         @cuda.jit(device=True, inline=True)
+        def stage(acc, ring, base, s, ph, mw, cw, scale_d):
+            """Wait for stage ``s``, load its metadata words and issue its wgmmas as one group."""
+            words = cuda.shared.array(0, np.uint32)  # the dynamic shared memory, as 32-bit words
+            pipe.consumer_wait(ring, s, ph)
+            m0 = words[mw + s * W]
+            m1 = words[mw + s * W + 128] if TWO else m0
+            wgmma_fence()  # the metadata loads are complete before the wgmmas read them
+            acc = issue(acc, base + s * STAGE, m0, m1, cw, scale_d)
+            wgmma_commit_group()
+            return acc
+
+        @cuda.jit(device=True, inline=True)
+        def retire(ring, prev, ct):
+            """The group before the last one is done: release its stage."""
+            wgmma_wait_group(1)
+            if ct == 0:
+                pipe.consumer_release(ring, prev)
+
+        @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kblocks, ct, cw):
             acc = acc_undef(KIND, BN)
-            words = cuda.shared.array(0, np.uint32)
-            mw = (base - smem_addr(words) + META + cw * (R * 512)) // 4 + ct  # this thread's word, stage 0
+            mw = (base - smem_addr(cuda.shared.array(0, np.uint32)) + META + cw * (R * 512)) // 4 + ct
             # One group in flight: a stage's wgmmas run while the next stage's are issued, and
-            # complete (wgmma_wait_group(1)) before its slot is released. A wgmma's metadata
-            # register must not be written before its group completes (a rolled loop reloads the
-            # same PTX register one stage on: wrong products on an H100), so the loop runs two
-            # stages per trip, each on metadata variables of its own.
-            pipe.consumer_wait(ring, s, ph)
-            a0 = words[mw + s * W]
-            a1 = words[mw + s * W + 128] if TWO else a0
-            wgmma_fence()
-            acc = issue(acc, base + s * STAGE, a0, a1, cw, 0)
-            wgmma_commit_group()
+            # complete (retire: wgmma_wait_group(1)) before its slot is released. A wgmma's
+            # metadata register must not be written before its group completes (a rolled loop
+            # reloads the same PTX register one stage on: wrong products on an H100), so the loop
+            # runs two stages per trip, each inlined ``stage`` with metadata variables of its own.
+            acc = stage(acc, ring, base, s, ph, mw, cw, 0)
             prev = s
             s, ph = pipe.advance(s, ph)
             for p in range((kblocks - 1) // 2):
-                pipe.consumer_wait(ring, s, ph)
-                b0 = words[mw + s * W]
-                b1 = words[mw + s * W + 128] if TWO else b0
-                wgmma_fence()
-                acc = issue(acc, base + s * STAGE, b0, b1, cw, 1)
-                wgmma_commit_group()
-                wgmma_wait_group(1)  # the (a0, a1) group is done: its slot and registers are free
-                if ct == 0:
-                    pipe.consumer_release(ring, prev)
+                acc = stage(acc, ring, base, s, ph, mw, cw, 1)
+                retire(ring, prev, ct)
                 prev = s
                 s, ph = pipe.advance(s, ph)
-                pipe.consumer_wait(ring, s, ph)
-                a0 = words[mw + s * W]
-                a1 = words[mw + s * W + 128] if TWO else a0
-                wgmma_fence()
-                acc = issue(acc, base + s * STAGE, a0, a1, cw, 1)
-                wgmma_commit_group()
-                wgmma_wait_group(1)  # the (b0, b1) group is done
-                if ct == 0:
-                    pipe.consumer_release(ring, prev)
+                acc = stage(acc, ring, base, s, ph, mw, cw, 1)
+                retire(ring, prev, ct)
                 prev = s
                 s, ph = pipe.advance(s, ph)
-            if (kblocks - 1) % 2:  # one stage more, on (b0, b1)
-                pipe.consumer_wait(ring, s, ph)
-                b0 = words[mw + s * W]
-                b1 = words[mw + s * W + 128] if TWO else b0
-                wgmma_fence()
-                acc = issue(acc, base + s * STAGE, b0, b1, cw, 1)
-                wgmma_commit_group()
-                wgmma_wait_group(1)
-                if ct == 0:
-                    pipe.consumer_release(ring, prev)
+            if (kblocks - 1) % 2:  # one stage more
+                acc = stage(acc, ring, base, s, ph, mw, cw, 1)
+                retire(ring, prev, ct)
                 prev = s
                 s, ph = pipe.advance(s, ph)
             wgmma_wait_group(0)
