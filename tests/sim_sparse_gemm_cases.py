@@ -111,3 +111,17 @@ def test_not_24_is_refused_with_its_row_and_prune_keeps_the_largest_two():
     want = w.copy()
     want[5, 9] = 0
     np.testing.assert_array_equal(w24.to_dense().copy_to_host(), want)
+
+
+@pytest.mark.parametrize("blocks, bn", [(1, 128), (2, 128), (1, 64)])
+def test_right_side_bf16_transposed_tma_stores(blocks, bn):
+    """``x @ w24.t()`` into a row-major out with 16-byte aligned rows: D's tile goes transposed
+    through shared memory (stmatrix.trans) to TMA stores, one or two 64 x 64 blocks per consumer
+    taking turns; M = 136 weight rows (a partial tile), 72 or 130 rows of x (ragged N), 3 stages."""
+    rng = np.random.default_rng(10 + blocks + bn)
+    w24, w = weight(rng, 136, 192, "bf16")
+    n = 130 if blocks == 2 else 72
+    x = ints(rng, (n, 192))
+    out = poisoned((n, 136))
+    nbwgmma.matmul(sim_array(x, "bf16"), w24.t(), in_dtype="bf16", out=out, config={"bn": bn, "out_blocks": blocks})
+    np.testing.assert_array_equal(values(out), x @ w.T)

@@ -109,6 +109,21 @@ def test_fp8_kernel_keeps_both_metadata_registers(report_once):
     assert _metadata_writes_in_flight(rep.sass_text) == (8, [])
 
 
+def test_transposed_tma_store_kernel_compiles_clean(report_once):
+    """``x @ w24.t()`` into a row-major out: each consumer's 64 x 256 rows leave as four
+    transposed 64 x 64 blocks (one ``stmatrix.trans`` x4 per 16 columns, one TMA store per
+    block), no element-wise global stores, no spills, 5 stages beside the one block."""
+    cfg = SparseConfig("bf16", out_blocks=1)
+    sig = (types.uint64,) * 4 + (types.int32,) * 4
+    rep = report_once(sparse_kernel(cfg), sig)
+    assert cfg.stages == 5 and "stmatrix.sync.aligned.m8n8.x4.trans" in rep.ptx
+    assert rep.sass.get("STSM") == 16 and rep.sass.get("UTMASTG") == 4 and rep.sass.get("STG", 0) == 0, rep.sass
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0 and not rep.warnings, rep.warnings
+    assert _metadata_writes_in_flight(rep.sass_text) == (8, [])
+    with pytest.raises(ValueError, match="bn must be 128 or 256"):
+        SparseConfig("bf16", bn=192, out_blocks=2)
+
+
 def test_metadata_check_sees_a_rolled_loop_reusing_the_register():
     """The path check itself: a rolled loop whose next load rewrites the register of a wgmma still
     in flight (the form that gave wrong products) is caught across the back edge."""

@@ -39,7 +39,7 @@ from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_small_m, pick_tile
 
-__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "numba_view"]
+__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "tma_view", "numba_view"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
@@ -54,7 +54,7 @@ def numba_view(info: ArrayInfo, owner, dtype=None):
     return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)
 
 
-def _tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride: int):
+def tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride: int):
     """(shape, strides in elements) of ``info`` seen as [rows, cols] with ``cols``
     contiguous, if TMA can read it in place (16-byte aligned base and row pitch); else None."""
     es = info.itemsize
@@ -181,7 +181,7 @@ class Plan:
         self.a_path = _operand_path(ia, False, transposable)
         self.b_path = _operand_path(ib, True, transposable)
         self.tdt = ({"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype))
-        self.c_view = _tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 else None
+        self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 else None
         epilogue = opts.pop("epilogue", "tma" if self.c_view is not None else "direct")
         if epilogue == "tma" and self.c_view is None:
             raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a 16-bit row-major out with 16-byte aligned "
@@ -207,7 +207,7 @@ class Plan:
             return self._map(i, x, info.ptr, path[1], tdt, box)
         cp = _kmajor_copy(x, info, is_b, nb_stream(stream))
         ci = array_info(cp)
-        v = _tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
+        v = tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
         return tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
 
     def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle):
@@ -322,11 +322,11 @@ def _operand_path(info: ArrayInfo, is_b, transposable):
     (rows, k), (s_rows, s_k) = info.shape, info.strides
     if is_b:
         (k, rows), (s_k, s_rows) = info.shape, info.strides
-    v = _tma_view(info, rows, k, s_rows, s_k)
+    v = tma_view(info, rows, k, s_rows, s_k)
     if v is not None:
         return "K", v
     if transposable:
-        v = _tma_view(info, k, rows, s_k, s_rows)
+        v = tma_view(info, k, rows, s_k, s_rows)
         if v is not None:
             return "MN", v
     return "K", None

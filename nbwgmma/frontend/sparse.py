@@ -6,13 +6,15 @@ The weight sits on either side as ``F.linear`` uses it:
 * ``matmul(w24, y)``: ``W @ y``, y [K, N] (N or K contiguous), out [M, N];
 * ``matmul(x, w24.t())``: ``x @ W^T``, x [T, K] (K or T contiguous), out [T, M]. The kernel
   computes ``out^T = W @ x^T`` (the sparse operand of ``wgmma.mma_async.sp`` is always A) and
-  stores the accumulator transposed.
+  stores the accumulator transposed: through shared memory and TMA stores where out is
+  row-major with 16-byte aligned rows (``config["out_blocks"]``: 1 by default, 2, or 0 for
+  element-wise stores), else element by element.
 
 The dense operand has the weight's type (bf16, f16, e4m3 or e5m2); it is read in place where
 K or its other dimension is contiguous (K only for fp8) with 16-byte aligned rows (TMA), else a
 PyTorch or CuPy operand is copied K-major first; the output has the weight's type (bf16 for
 fp8), any strides. ``out``, ``out_dtype``, ``stream``, ``in_dtype`` (raw bits of the dense
-operand) and ``config`` (``bn``, ``stages``, ``group_m``) apply; the rest of ``matmul``'s
+operand) and ``config`` (``bn``, ``stages``, ``group_m``, ``out_blocks``) apply; the rest of ``matmul``'s
 options are refused. Every check raises a :class:`~nbwgmma.errors.MatmulError` before launch.
 """
 
@@ -25,7 +27,7 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.sparse import THREADS, SparseConfig, sparse_kernel
 from .args import NP_OF, described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
-from .plan import numba_view, tensor_map
+from .plan import numba_view, tensor_map, tma_view
 from .sparse24 import SPARSE_TYPES, Sparse24
 
 __all__ = ["sparse_matmul", "Sparse24", "SPARSE_TYPES"]
@@ -34,9 +36,11 @@ _SIM = sim.enabled()
 #: ``matmul``'s options a sparse call leaves at their defaults.
 _DEFAULTS = {"bias": None, "activation": None, "epilogue": None, "epilogue_args": (), "c": None, "alpha": 1.0,
              "beta": None, "scale_a": None, "scale_b": None, "scale_out": None, "amax": None}
-_CONFIG_KEYS = ("bn", "stages", "group_m")
+_CONFIG_KEYS = ("bn", "stages", "group_m", "out_blocks")
 _CONFIGS: dict = {}
 _RAW_OK = {"bf16": "u16", "e4m3": "u8", "e5m2": "u8"}
+#: transposed output blocks per consumer of the x @ w24.t() form (kernels.sparse.SparseConfig.out_blocks)
+OUT_BLOCKS = 1
 _FP8 = ("e4m3", "e5m2")
 
 
@@ -93,13 +97,19 @@ def _staged(x, ix: ArrayInfo, lib: str, left: bool):
     return cp, described(cp, "A")._replace(dtype=ix.dtype)
 
 
-def _config(dtype, b_major, n, opts, paired):
+def _config(dtype, b_major, n, opts, paired, tma_out):
     bn = opts.get("bn", 64 if n <= 64 else 128 if n <= 128 else 256)
-    key = (dtype, b_major, bn, opts.get("stages"), opts.get("group_m", 8), paired)
+    blocks = opts.get("out_blocks", OUT_BLOCKS if tma_out else 0)
+    if blocks and not tma_out:
+        raise MatmulError(f"matmul: config {opts}: out_blocks needs the x @ w24.t() form with a row-major out "
+                          f"whose rows are 16-byte aligned")
+    if blocks == 2 and bn % 128:
+        blocks = 1
+    key = (dtype, b_major, bn, opts.get("stages"), opts.get("group_m", 8), paired, blocks)
     cfg = _CONFIGS.get(key)
     if cfg is None:
         try:
-            cfg = SparseConfig(dtype, bn, b_major, key[4], key[3], paired)
+            cfg = SparseConfig(dtype, bn, b_major, key[4], key[3], paired, blocks)
         except ValueError as e:
             raise MatmulError(f"matmul: config {opts}: {e}") from None
         _CONFIGS[key] = cfg
@@ -178,13 +188,17 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
         return out
     from ..launch import device_limits, launch
 
-    cfg = _config(w.dtype, b_major, n, opts, w.meta_regs == 1 or fp8)
+    # x @ w24.t(): D is out^T; a row-major out with 16-byte aligned rows gets D's tile transposed
+    # in shared memory and stored by TMA (else each value is stored from the registers).
+    c_view = None if left else tma_view(io, n, m, io.strides[0], io.strides[1])
+    cfg = _config(w.dtype, b_major, n, opts, w.meta_regs == 1 or fp8, c_view is not None)
     box = (cfg.bn, cfg.bk) if b_major == "K" else (cfg.bk, 64)
     tb = tensor_map(x, ix.ptr, ix.dtype, box, view, keep=staged)  # (a copy lives while the launch reads it)
     ta, tm = w.maps()
     sms = 1 if _SIM else device_limits()["multiprocessors"]
-    args = (ta.address, tb.address, tm.address, _d_view(io, out, not left, odt), np.int32(m), np.int32(n),
-            np.int32(k), np.int32(w.mblocks))
+    d = tensor_map(out, io.ptr, odt, (64, 64), c_view, keep=False).address if cfg.out_blocks else \
+        _d_view(io, out, not left, odt)
+    args = (ta.address, tb.address, tm.address, d, np.int32(m), np.int32(n), np.int32(k), np.int32(w.mblocks))
     launch(sparse_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream_of(lib, stream), smem=cfg.smem)
     return out
 

@@ -194,5 +194,51 @@ def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
 
 __all__ += ["acc_stmatrix_swizzled"]
 
+@intrinsic
+def acc_stmatrix_transposed(typingctx, regs, base, tid):
+    """``acc_stmatrix_transposed(regs, base, tid)``: store a 16-bit accumulator (``regs``: the
+    ``N/4`` packed u32 registers of :func:`acc_to_bf16x2` or :func:`acc_to_f16x2`, a multiple of
+    four) transposed into shared memory with ``stmatrix.x4.trans`` (PTX ISA: stmatrix): column
+    ``c`` of the warpgroup's 64 x N fragment becomes row ``c`` of an N x 64 tile, 128 bytes a
+    row, with the 128-byte swizzle (the 16-byte chunk ``j`` of row ``c`` at chunk ``j ^ (c % 8)``):
+    what a TMA store with a (N, 64) box and the 128-byte swizzle writes into the transpose of
+    the output, e.g. ``out`` of ``x @ w.T`` where the kernel's D is ``out.T``.
+
+    Registers ``4q..4q+3`` are the four 8x8 matrices of columns ``16q..16q+15`` (see
+    :func:`acc_stmatrix_swizzled`); ``.trans`` stores each transposed, so row ``i`` of a stored
+    matrix is its column ``i``: 8 rows of the fragment, one 16-byte chunk. ``base`` (a 32-bit
+    shared address) must be aligned to 1024 bytes."""
+    if not (isinstance(regs, types.UniTuple) and regs.dtype == types.uint32 and regs.count % 4 == 0):
+        raise NbwgmmaTypingError(
+            f"acc_stmatrix_transposed: 'regs' must be a tuple of 4*k u32 registers (acc_to_bf16x2 of an "
+            f"accumulator whose N is a multiple of 16); got {regs}")
+    check_int_args("acc_stmatrix_transposed", base=base, tid=tid)
+
+    def codegen(context, builder, sig, args):
+        regs_v, base_v, tid_v = args
+        i32 = ir.IntType(32)
+        base_ = context.cast(builder, base_v, sig.args[1], types.uint32)
+        t = context.cast(builder, tid_v, sig.args[2], types.uint32)
+        st4 = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32] * 5),
+                           "stmatrix.sync.aligned.m8n8.x4.trans.shared::cta.b16 [$0], {$1, $2, $3, $4};",
+                           "r,r,r,r,r,~{memory}", side_effect=True)
+        lane = builder.urem(t, i32(32))
+        mat = builder.lshr(lane, i32(3))  # the matrix this lane addresses: k = 0..3
+        # Its stored row is fragment column 16q + 8 (k // 2) + lane % 8; its 8 rows start at
+        # 16 * warp + 8 * (k % 2): chunk 2 * warp + k % 2 of the 128-byte row.
+        col_in = builder.add(builder.mul(builder.lshr(mat, i32(1)), i32(8)), builder.urem(lane, i32(8)))
+        chunk = builder.add(builder.mul(builder.udiv(t, i32(32)), i32(2)), builder.and_(mat, i32(1)))
+        for q in range(regs.count // 4):
+            c = builder.add(col_in, i32(16 * q))
+            sw = builder.xor(chunk, builder.urem(c, i32(8)))
+            off = builder.add(builder.mul(c, i32(128)), builder.mul(sw, i32(16)))
+            builder.call(st4, [builder.add(base_, off)] + [builder.extract_value(regs_v, 4 * q + i) for i in range(4)])
+        return context.get_dummy_value()
+
+    return types.void(regs, base, tid), codegen
+
+
+__all__ += ["acc_stmatrix_transposed"]
+
 # In Numba's CUDA simulator: the Python implementations it registered (nbwgmma.backend).
 globals().update(backend.python_functions(__all__))

@@ -18,6 +18,13 @@ twice the math of the dense one per instruction over the same B bytes, so a stag
 B bytes lasts half as long; half of A's bytes (and 1/8 of them in metadata) is what the ring
 carries for it, which leaves shared memory for 5 stages of 41 KiB.
 
+The epilogue: for ``x @ w.T`` into a row-major out (``out_blocks`` 1 or 2), each consumer's
+64 x ``bn`` rows of D = out^T leave as transposed 64 x 64 blocks: ``stmatrix.trans`` into a
+shared block (:func:`~nbwgmma.intrinsics.acc_stmatrix_transposed`), then a TMA store into out,
+which clips at its edges; the next tile's main loop starts while the store reads. Otherwise
+(``out_blocks`` 0) the values go to D's view one by one from the registers (measured on an H100,
+the transposed blocks ran 1.13-1.36x faster: BENCHMARKS.md, 2026-11-25).
+
 Tails: TMA fills A, B and the metadata past their edges with zeros (the metadata array is
 padded so that no box reaches past it: a zero code is undefined), and the stores skip elements
 outside D.
@@ -29,8 +36,9 @@ import functools
 
 from numba import cuda
 
-from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc
-from ..kit import TileScheduler, TmaPipeline, tile_producer
+from ..intrinsics import (acc_stmatrix_transposed, acc_store, acc_to_bf16x2, acc_to_f16x2, bulk_wait_group,
+                          bulk_wait_group_read, setmaxnreg_dec, setmaxnreg_inc)
+from ..kit import TileScheduler, TmaPipeline, tile_producer, tma_store_block, warpgroup_sync
 from ..kit.sparse import SparseConsumers
 from ..launch import dynamic_smem_bytes
 
@@ -40,18 +48,28 @@ __all__ = ["SparseConfig", "sparse_kernel", "THREADS", "TYPES"]
 TYPES = ("bf16", "f16", "e4m3", "e5m2")
 THREADS = 384
 _SMEM_LIMIT = 227 * 1024
+_OUT_BLOCK = 64 * 64 * 2  # one transposed 64 x 64 block of 16-bit outputs
 
 
 class SparseConfig:
     """Compile-time choices of a sparse GEMM: ``dtype`` (the weight's and B's element type),
     ``bn`` (columns of D per CTA tile: 64, 128, 192 or 256), ``b_major`` ("K" or "MN"),
     ``group_m`` (tile rows per group of the walk) and ``stages`` (default: as many as fit,
-    at most 6)."""
+    at most 6) and ``out_blocks`` (0: D stored from the registers; 1 or 2: transposed 64 x 64
+    blocks per consumer through shared memory and TMA stores, ``d`` then the tensor map of
+    out = D^T with a 64 x 64 box and the 128-byte swizzle; 2 blocks take turns, for ``bn`` 128
+    or 256)."""
 
     def __init__(self, dtype: str = "bf16", bn: int = 256, b_major: str = "K", group_m: int = 8, stages=None,
-                 paired: bool = True):
+                 paired: bool = True, out_blocks: int = 0):
         if dtype not in TYPES:
             raise ValueError(f"SparseConfig: dtype must be one of {TYPES}; got {dtype!r}")
+        if out_blocks not in (0, 1, 2):
+            raise ValueError(f"SparseConfig: out_blocks must be 0 (direct stores), 1 or 2; got {out_blocks!r}")
+        if out_blocks == 2 and bn % 128:
+            raise ValueError(f"SparseConfig: two output blocks take turns over a tile's 64-column blocks: bn must be "
+                             f"128 or 256; got bn={bn}")
+        self.out_blocks = out_blocks
         if not isinstance(group_m, int) or group_m < 1:
             raise ValueError(f"SparseConfig: group_m must be a positive integer; got {group_m!r}")
         self.dtype, self.bn, self.b_major, self.group_m = dtype, bn, b_major, group_m
@@ -60,17 +78,18 @@ class SparseConfig:
         probe = SparseConsumers(self.kind, TmaPipeline(2, consumers=2), bn=bn, b_major=b_major,
                                 paired=self.paired)  # checks the rest
         self.bk, self.stage_bytes, self.meta_regs = probe.bk, probe.stage_bytes, probe.meta_regs
-        most = min(6, (_SMEM_LIMIT - 1024 - 64) // self.stage_bytes)
+        self.out_bytes = 2 * out_blocks * _OUT_BLOCK  # each consumer's transposed 64 x 64 blocks
+        most = min(6, (_SMEM_LIMIT - 1024 - 64 - self.out_bytes) // self.stage_bytes)
         stages = most if stages is None else stages
         if not isinstance(stages, int) or not 2 <= stages <= most:
             raise ValueError(f"SparseConfig: stages must be 2 to {most} for stages of {self.stage_bytes} bytes; "
                              f"got {stages!r}")
         self.stages = stages
-        self.smem = dynamic_smem_bytes(stages * self.stage_bytes)
+        self.smem = dynamic_smem_bytes(stages * self.stage_bytes + self.out_bytes)
         self.sched = TileScheduler(SparseConsumers.BM, bn, self.bk, group_m=group_m)
 
     def key(self):
-        return (self.dtype, self.bn, self.b_major, self.group_m, self.stages, self.paired)
+        return (self.dtype, self.bn, self.b_major, self.group_m, self.stages, self.paired, self.out_blocks)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs."""
@@ -109,6 +128,35 @@ def _build(key):
 
     produce = tile_producer(pipe, sched, STAGE, load)
 
+    OUT_BLOCKS = cfg.out_blocks
+    OUT_OFF = cfg.stages * STAGE
+    F16_OUT = cfg.dtype == "f16"
+
+    @cuda.jit(device=True, inline=True)
+    def put_block(regs, base, ct, cw, tmap_d, row0, col, j):
+        """The ``j``-th transposed 64 x 64 block of this consumer's rows: stmatrix.trans into its
+        shared block, then a TMA store at (row0, col) of the output (rows: D's columns)."""
+        buf = base + OUT_OFF + (cw * OUT_BLOCKS + j % OUT_BLOCKS) * 8192
+        if OUT_BLOCKS == 1:  # one block: the previous store has read it before it is rewritten
+            if ct == 0:
+                bulk_wait_group_read(0)
+            warpgroup_sync(cw)
+        acc_stmatrix_transposed(regs, buf, ct)
+        tma_store_block(buf, ct, cw, tmap_d, row0, col)
+
+    @cuda.jit(device=True, inline=True)
+    def store_transposed(acc, base, ct, cw, tmap_d, row0, col0):
+        """D's 64 x BN rows of consumer ``cw`` as 64-column blocks of ``out`` = D^T (TMA clips
+        them at its edges)."""
+        regs = acc_to_f16x2(acc) if F16_OUT else acc_to_bf16x2(acc)
+        put_block(regs[0:16], base, ct, cw, tmap_d, row0, col0, 0)
+        if BN >= 128:
+            put_block(regs[16:32], base, ct, cw, tmap_d, row0, col0 + 64, 1)
+        if BN >= 192:
+            put_block(regs[32:48], base, ct, cw, tmap_d, row0, col0 + 128, 2)
+        if BN >= 256:
+            put_block(regs[48:64], base, ct, cw, tmap_d, row0, col0 + 192, 3)
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def sparse_gemm(tmap_a, tmap_b, tmap_meta, d, m, n, k, mblocks):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
@@ -125,6 +173,11 @@ def _build(key):
             for u in range(sched.first(), nunits, sched.step()):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 acc, s, ph = sc.tile(ring, base, s, ph, kblocks, ct, cw)
-                acc_store(acc, KIND, d, ct, tm * BM + cw * 64, tn * BN)
+                if OUT_BLOCKS:
+                    store_transposed(acc, base, ct, cw, d, tm * BM + cw * 64, tn * BN)
+                else:
+                    acc_store(acc, KIND, d, ct, tm * BM + cw * 64, tn * BN)
+            if OUT_BLOCKS and ct == 0:
+                bulk_wait_group(0)  # the last stores have read their blocks before the CTA ends
 
     return sparse_gemm

@@ -150,6 +150,19 @@ def acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle):
                 "acc_stmatrix_swizzled")
 
 
+def acc_stmatrix_transposed(regs, base, tid):
+
+    th = me()
+    bits = np.asarray(raw_acc(regs), np.uint32)
+    if len(bits) % 4:
+        raise TypeError(f"acc_stmatrix_transposed: 'regs' must be 4*k packed registers; got {len(bits)}")
+    halves = np.stack([bits & 0xFFFF, bits >> 16], -1).reshape(-1).astype(np.uint16)
+    r, c = thread_coords(int(tid), len(halves))
+    r, c = np.asarray(r), np.asarray(c)
+    offs = c * 128 + ((r // 8) ^ (c % 8)) * 16 + (r % 8) * 2
+    _store_smem(th, base, offs, 2, halves, np.uint16, "acc_stmatrix_transposed")
+
+
 def acc_store_strided(acc, out, start, stride):
     vals = read_acc(acc, "acc_store_strided")
     for i, v in enumerate(vals):
@@ -176,5 +189,5 @@ def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
 
 
 FRAGMENT_IMPLS = {f.__name__: located(f) for f in (
-    acc_zeros, acc_undef, acc_store, acc_load, acc_store_swizzled, acc_stmatrix_swizzled, acc_to_bf16x2,
+    acc_zeros, acc_undef, acc_store, acc_load, acc_store_swizzled, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_to_bf16x2,
     acc_to_f16x2, acc_add, acc_scale, acc_store_strided, acc_add_strided, acc_store_fp8, acc_store_fp8_swizzled)}
