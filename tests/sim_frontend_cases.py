@@ -198,3 +198,10 @@ def test_compile_report_says_it_needs_the_cuda_target():
     with pytest.raises(ToolchainError, match="NUMBA_ENABLE_CUDASIM") as exc:
         compile_report(_write_one, "(int32[:],)")
     assert "\n" not in str(exc.value)
+
+
+def test_swapped_single_column():
+    """One column of out swapped: out^T is a single contiguous row, still written from the
+    registers (the narrow tile has no TMA epilogue)."""
+    got, want = run("bf16", 5, 64, 1, config={"swap": 1, "bm": 64, "bn": 16, "stages": 2}, seed=9)
+    np.testing.assert_array_equal(got, want)

@@ -152,6 +152,9 @@ class Plan:
         self.out_shape = (m, n)  # the caller's [M, N]; ``mnk`` is the kernel's (swapped: N, M, K)
         if self.swap:
             ia, ib, io, m, n = transposed(ib), transposed(ia), transposed(io), n, m
+            # the transposed out is written from the registers (narrow tiles; one row of out^T
+            # for a single column of out would otherwise take the TMA epilogue's 64-column blocks)
+            opts.setdefault("epilogue", "direct")
         self.mnk = (m, n, k)
         try:
             self._configure(kind, odt, ia, ib, io, opts, fp8)
