@@ -122,6 +122,14 @@ def acc_store_fp8_swizzled(typingctx, acc, base, tid, row_bytes, swizzle, fmt):
 __all__ += ["acc_store_fp8_swizzled"]
 
 
+def _stmatrix_asm(count, trans=""):
+    """``stmatrix.sync.aligned.m8n8.x{count}{trans}.shared::cta.b16 [addr], {regs}`` as inline asm."""
+    regs = ", ".join(f"${i + 1}" for i in range(count))
+    return ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(32)] * (count + 1)),
+                        f"stmatrix.sync.aligned.m8n8.x{count}{trans}.shared::cta.b16 [$0], {{{regs}}};",
+                        ",".join(["r"] * (count + 1)) + ",~{memory}", side_effect=True)
+
+
 @intrinsic(prefer_literal=True)
 def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
     """``acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle)``: store a 16-bit
@@ -163,12 +171,7 @@ def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
         i32 = ir.IntType(32)
         base_ = context.cast(builder, base_v, sig.args[1], types.uint32)
         t = context.cast(builder, tid_v, sig.args[2], types.uint32)
-        st4 = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32] * 5),
-                           "stmatrix.sync.aligned.m8n8.x4.shared::cta.b16 [$0], {$1, $2, $3, $4};",
-                           "r,r,r,r,r,~{memory}", side_effect=True)
-        st2 = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32] * 3),
-                           "stmatrix.sync.aligned.m8n8.x2.shared::cta.b16 [$0], {$1, $2};",
-                           "r,r,r,~{memory}", side_effect=True)
+        st4, st2 = _stmatrix_asm(4), _stmatrix_asm(2)
         lane = builder.urem(t, i32(32))
         # This lane's row: warp's 16 rows, matrix (lane // 8) % 2 picks the lower 8.
         row = builder.add(builder.mul(builder.udiv(t, i32(32)), i32(16)),
@@ -219,9 +222,7 @@ def acc_stmatrix_transposed(typingctx, regs, base, tid):
         i32 = ir.IntType(32)
         base_ = context.cast(builder, base_v, sig.args[1], types.uint32)
         t = context.cast(builder, tid_v, sig.args[2], types.uint32)
-        st4 = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32] * 5),
-                           "stmatrix.sync.aligned.m8n8.x4.trans.shared::cta.b16 [$0], {$1, $2, $3, $4};",
-                           "r,r,r,r,r,~{memory}", side_effect=True)
+        st4 = _stmatrix_asm(4, ".trans")
         lane = builder.urem(t, i32(32))
         mat = builder.lshr(lane, i32(3))  # the matrix this lane addresses: k = 0..3
         # Its stored row is fragment column 16q + 8 (k // 2) + lane % 8; its 8 rows start at
