@@ -205,3 +205,11 @@ def test_swapped_single_column():
     registers (the narrow tile has no TMA epilogue)."""
     got, want = run("bf16", 5, 64, 1, config={"swap": 1, "bm": 64, "bn": 16, "stages": 2}, seed=9)
     np.testing.assert_array_equal(got, want)
+
+
+def test_swapped_mixed_fp8():
+    """e4m3 A, e5m2 B swapped: the kernel's A is B^T (e5m2), its B is A^T (e4m3), so the kind's
+    types trade places with the operands; K in 2 slices."""
+    got, want = run("e4m3", 9, 128, 40, tb="e5m2", odt="f32",
+                    config={"swap": 1, "bm": 64, "bn": 16, "stages": 2, "split": 2}, seed=12)
+    np.testing.assert_array_equal(got, want)

@@ -218,15 +218,16 @@ def test_small_m_choice(monkeypatch):
     assert pick_small_m(16, 14336, 4096, 16) == sw | {"bn": 16}  # 224 tiles: within two waves
     assert pick_small_m(64, 2048, 8192, 16) == sw | {"bn": 64, "stages": 14, "split": 4}
     assert pick_small_m(16, 28672, 8192, 16) is None  # 448 tiles: the tile model
-    assert pick_small_m(16, 4096, 4096, 8) == t  # fp8: not swapped
+    assert pick_small_m(16, 4096, 4096, 8) == sw | {"bn": 16, "split": 2}  # fp8 too (narrow tiles: no spills)
     assert pick_small_m(128, 4096, 4096, 16) == t | {"bn": 64}  # 64 tiles: 128 of 64 columns fit
-    assert pick_small_m(64, 8192, 8192, 8) == t | {"bn": 64}
+    assert pick_small_m(64, 8192, 8192, 8) == sw | {"bn": 64, "stages": 14}
+    assert pick_small_m(64, 8192, 8192, 8, a_kmajor=False) == t | {"bn": 64}
     assert pick_small_m(256, 4096, 14336, 16) == t  # 128 tiles
     assert pick_small_m(200, 1024, 8192, 16) == t | {"split": 4}  # 32 tiles
     assert pick_small_m(128, 14336, 4096, 16) is None  # 224 tiles: more than a wave, the tile model decides
     assert pick_small_m(512, 4096, 4096, 16) is None
     assert pick_small_m(128, 8192, 8192, 8) == t  # fp8: the same tiles, never cut
-    assert pick_small_m(16, 4096, 4096, 8) == t
+    assert pick_small_m(16, 4096, 4096, 8, a_kmajor=False) == t
     assert pick_small_m(16, 4096, 4096, 32) is None  # tf32: the tile model
     assert pick_small_m(32, 8192, 8192, 16, cluster=2) is None
     for m, n, k in ((16, 4096, 4096), (200, 1024, 8192), (256, 4096, 14336)):
@@ -262,4 +263,5 @@ def test_split_k_config_rules():
         GemmConfig("f32.bf16.bf16", split=2, cluster=2)
     with pytest.raises(ValueError, match="16-bit inputs"):
         GemmConfig("f32.e4m3.e4m3", split=2, scaled=True)
+    assert GemmConfig("f32.e4m3.e4m3", bm=64, bn=16, split=2, scaled=True).split == 2  # narrow fp8 tiles: no spills
     assert GemmConfig("f32.bf16.bf16", split=2).key() != GemmConfig("f32.bf16.bf16").key()

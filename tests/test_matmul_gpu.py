@@ -278,6 +278,28 @@ def test_small_m_default_path(m, n, k):
     check(out, a, b, "f32")
 
 
+@pytest.mark.parametrize("ta, tb, m, n, k", [("e4m3", "e4m3", 16, 4096, 4096), ("e4m3", "e5m2", 5, 1000, 3008),
+                                             ("e5m2", "e4m3", 64, 2048, 8192), ("e4m3", "e4m3", 1, 14336, 4096)])
+def test_fp8_small_m_swapped_small_integers_exact(ta, tb, m, n, k):
+    """fp8 products of at most 64 rows take the swapped kernel (C^T = B^T A^T, the mixed kind's
+    types trade places too, K slices where the tile count leaves SMs idle), scaled, into a
+    poisoned f32 out, then through the quick path with a fresh bf16 out: exact on small
+    integers."""
+    from nbwgmma.frontend.tiles import pick_small_m
+
+    assert pick_small_m(m, n, k, 8)["swap"] == 1
+    fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+    g = torch.Generator(device="cuda").manual_seed(m + n)
+    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).float().to(fp8[ta])
+    w = torch.randint(-3, 4, (n, k), device="cuda", generator=g).float().to(fp8[tb])
+    ref = 0.5 * (a.double() @ w.double().t())
+    out = torch.full((m, n), float("nan"), device="cuda")
+    assert torch.equal(matmul(a, w.t(), scale_a=0.25, scale_b=2.0, out=out).double(), ref)
+    for _ in range(2):
+        c = matmul(a, w.t(), scale_a=0.25, scale_b=2.0, out_dtype="bf16")
+        assert c.shape == (m, n) and torch.equal(c.double(), ref.bfloat16().double())
+
+
 @pytest.mark.parametrize("split", [2, 4])
 def test_swapped_small_integers_exact(split):
     """16 x 2048 x 8192 swapped (the kernel's A is B^T, its 16-wide B is A^T), uncut and in

@@ -152,6 +152,8 @@ class Plan:
         self.out_shape = (m, n)  # the caller's [M, N]; ``mnk`` is the kernel's (swapped: N, M, K)
         if self.swap:
             ia, ib, io, m, n = transposed(ib), transposed(ia), transposed(io), n, m
+            acc, ta, tb = kind.split(".")
+            kind = f"{acc}.{tb}.{ta}"  # mixed fp8 (e4m3 x e5m2): the types trade places too
             # the transposed out is written from the registers (narrow tiles; one row of out^T
             # for a single column of out would otherwise take the TMA epilogue's 64-column blocks)
             opts.setdefault("epilogue", "direct")

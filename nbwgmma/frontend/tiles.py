@@ -59,7 +59,7 @@ SWAP_STAGE_BUDGET = 227 * 1024 - 1023 - 64
 
 
 def swapped_small_m(m, n, k, sms):
-    """The swapped config for a 16-bit product of at most :data:`SWAP_M` rows: the kernel
+    """The swapped config for a 16-bit or fp8 product of at most :data:`SWAP_M` rows: the kernel
     computes C^T = B^T A^T, so B's N columns fill 64-row wgmma blocks and A's few rows are
     the wgmma's N, a tile 16, 32 or 64 wide (the smallest of :data:`SWAP_BN` that holds
     them). Such a product only streams B: 64-row tiles spread it over the most SMs, its
@@ -85,8 +85,8 @@ def swapped_config(bn, split):
 def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
     """The config (``{"bm": 64, "bn": 128, "stages": 8}``, with ``"split"`` where K is cut) for
     a 16-bit or fp8 problem of at most :data:`SMALL_M` rows whose 64 x 128 tiles fit in one wave
-    of the SMs, else None (the tile model decides). 16-bit problems of at most :data:`SWAP_M`
-    rows with a K-major (row-major) A whose N fills at most two waves of 64-row tiles take
+    of the SMs, else None (the tile model decides). Problems of at most :data:`SWAP_M` rows
+    with a K-major (row-major) A whose N fills at most two waves of 64-row tiles take
     :func:`swapped_small_m` instead.
 
     Such problems are bound by reading B: 64-row tiles keep the most SMs streaming it, and 8
@@ -106,7 +106,7 @@ def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
     from ..launch import device_limits
 
     sms = device_limits()["multiprocessors"]
-    if input_bits == 16 and a_kmajor and m <= SWAP_M and math.ceil(n / 64) <= 2 * sms:
+    if a_kmajor and m <= SWAP_M and math.ceil(n / 64) <= 2 * sms:
         return swapped_small_m(m, n, k, sms)
     tiles = math.ceil(m / 64) * math.ceil(n / 128)
     if tiles > sms:

@@ -122,9 +122,10 @@ class GemmConfig:
         if split > 1 and cluster > 1:
             raise ConfigError("split",
                               f"split-K works without clusters; got split={split}, cluster={cluster}")
-        if split > 1 and ELEMENT_BYTES[self.k.atype] != 2:
+        if split > 1 and ELEMENT_BYTES[self.k.atype] != 2 and bn > 64:
             raise ConfigError("split",
-                              f"split-K is built for 16-bit inputs (fp8's scaled path spills); got {kind}")
+                              f"split-K is built for 16-bit inputs and for fp8 tiles of at most 64 columns (wider "
+                              f"fp8 tiles spill); got {kind} with bn={bn}")
         if group_m < 1:
             raise ConfigError("group_m", f"group_m must be 1 or more tile rows; got {group_m}")
         self.cluster, self.split = cluster, split
