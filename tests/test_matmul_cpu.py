@@ -220,8 +220,8 @@ def test_small_m_choice(monkeypatch):
     assert pick_small_m(16, 28672, 8192, 16) is None  # 448 tiles: the tile model
     assert pick_small_m(16, 4096, 4096, 8) == sw | {"bn": 16, "split": 2}  # fp8 too (narrow tiles: no spills)
     assert pick_small_m(128, 4096, 4096, 16) == t | {"bn": 64}  # 64 tiles: 128 of 64 columns fit
-    assert pick_small_m(64, 8192, 8192, 8) == sw | {"bn": 64, "stages": 14}
-    assert pick_small_m(64, 8192, 8192, 8, a_kmajor=False) == t | {"bn": 64}
+    assert pick_small_m(64, 8192, 8192, 8) == t | {"bn": 64}  # fp8 swaps up to 32 rows only
+    assert pick_small_m(32, 8192, 8192, 8) == sw | {"bn": 32}
     assert pick_small_m(256, 4096, 14336, 16) == t  # 128 tiles
     assert pick_small_m(200, 1024, 8192, 16) == t | {"split": 4}  # 32 tiles
     assert pick_small_m(128, 14336, 4096, 16) is None  # 224 tiles: more than a wave, the tile model decides

@@ -9,7 +9,7 @@ import math
 
 from .. import sim
 
-__all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M", "SWAP_BN"]
+__all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M", "SWAP_M_FP8", "SWAP_BN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -50,8 +50,10 @@ def rank_tiles(m, n, cluster=1):
 
 #: Rows up to which :func:`pick_small_m` decides.
 SMALL_M = 256
-#: Rows up to which 16-bit products swap their operands (:func:`swapped_small_m`).
+#: Rows up to which 16-bit products swap their operands (:func:`swapped_small_m`), and fp8
+#: ones (at 64 rows the unswapped 64 x 64 tiles measured 1.12x faster for fp8 on an H100).
 SWAP_M = 64
+SWAP_M_FP8 = 32
 #: The narrow tiles' widths (the tokens' side of a swapped product).
 SWAP_BN = (16, 32, 64)
 #: Shared memory for a swapped product's stages (the opt-in 227 KiB less alignment slack and barriers).
@@ -67,7 +69,8 @@ def swapped_small_m(m, n, k, sms):
     cut in 2 or 4 slices (of at least 16 k-blocks) where that many slices of every tile still
     fit one wave. Measured on an H100 against the unswapped choice (64 x 128 tiles for the
     few rows; BENCHMARKS.md, 2026-11-25): 16 x 4096 x 4096 0.73 -> 1.07x cuBLAS, 1 x 4096 x
-    4096 0.78 -> 1.18x, 64 x 4096 x 4096 0.81 -> 0.94x, 16 x 8192 x 8192 0.98 -> 1.02x."""
+    4096 0.78 -> 1.18x, 64 x 4096 x 4096 0.81 -> 0.94x, 16 x 8192 x 8192 0.98 -> 1.02x; e4m3 against
+    cuBLASLt: 16 x 4096 x 4096 0.53 -> 0.74x, 1 x 4096 x 4096 0.56 -> 0.75x."""
     tiles = math.ceil(n / 64)
     kblocks = math.ceil(k / 64)
     split = max(s for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 16 * s))
@@ -86,8 +89,8 @@ def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
     """The config (``{"bm": 64, "bn": 128, "stages": 8}``, with ``"split"`` where K is cut) for
     a 16-bit or fp8 problem of at most :data:`SMALL_M` rows whose 64 x 128 tiles fit in one wave
     of the SMs, else None (the tile model decides). Problems of at most :data:`SWAP_M` rows
-    with a K-major (row-major) A whose N fills at most two waves of 64-row tiles take
-    :func:`swapped_small_m` instead.
+    (fp8: :data:`SWAP_M_FP8`) with a K-major (row-major) A whose N fills at most two waves of
+    64-row tiles take :func:`swapped_small_m` instead.
 
     Such problems are bound by reading B: 64-row tiles keep the most SMs streaming it, and 8
     stages keep the most bytes in flight per SM. K is cut in 4 slices (split-K, at least 16
@@ -106,7 +109,7 @@ def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
     from ..launch import device_limits
 
     sms = device_limits()["multiprocessors"]
-    if a_kmajor and m <= SWAP_M and math.ceil(n / 64) <= 2 * sms:
+    if a_kmajor and m <= (SWAP_M if input_bits == 16 else SWAP_M_FP8) and math.ceil(n / 64) <= 2 * sms:
         return swapped_small_m(m, n, k, sms)
     tiles = math.ceil(m / 64) * math.ceil(n / 128)
     if tiles > sms:
