@@ -37,7 +37,7 @@ LAYOUTS = ("KK", "KN", "MK", "MN")
 #: pick_small_m's choices
 _SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 else {}) for s in (1, 2, 4)) \
     + ({"bm": 64, "bn": 64, "stages": 8},)
-#: and its swapped choices for 16-bit inputs (one per narrow tile width and number of K slices)
+#: and its swapped choices (one per narrow tile width and number of K slices; 16-bit and fp8)
 _SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4))
 
 
@@ -104,13 +104,16 @@ def worker(items) -> tuple:
 
     failed = []
     for dtype, layout, cfg in items:
-        a, b, kw = _operands(dtype, layout, 256, 256, 1024)
-        if dtype in ("e4m3", "e5m2"):
-            kw.update(scale_a=1.0, scale_b=1.0, out_dtype="bf16")
-        try:
-            matmul(a, b, config=cfg, **kw)
-        except Exception as e:  # noqa: BLE001 - reported, the others still build
-            failed.append(((dtype, layout, cfg), f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+        # a swapped plan writes out^T, which Numba types as contiguous ('C') for one row of out,
+        # as Fortran-ordered ('F') for more: both signatures
+        for rows in ((256, 1) if cfg.get("swap") else (256,)):
+            a, b, kw = _operands(dtype, layout, rows, 256, 1024)
+            if dtype in ("e4m3", "e5m2"):
+                kw.update(scale_a=1.0, scale_b=1.0, out_dtype="bf16")
+            try:
+                matmul(a, b, config=cfg, **kw)
+            except Exception as e:  # noqa: BLE001 - reported, the others still build
+                failed.append(((dtype, layout, cfg), f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
     cuda.synchronize()
     return cache.stats["misses"], cache.stats["hits"], failed
 

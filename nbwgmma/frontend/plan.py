@@ -13,9 +13,12 @@ Which path runs:
   misaligned or strided views) is first copied into a fresh K-major buffer
   whose rows are padded to 16 bytes with zeros: the same answer for one extra
   pass over that operand.
-* ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned
-  base and row pitch) gets the TMA-store epilogue; any other ``out`` (f32, any
-  strides) gets element-wise stores from the registers.
+* ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned base and row
+  pitch) gets the TMA-store epilogue; any other ``out`` (f32, any strides), and every
+  swapped plan, gets element-wise stores from the registers.
+* Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`)
+  compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
+  written through its transposed view.
 * In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same plan runs through
   :func:`nbwgmma.launch.launch`, thread by thread, on the simulator's host-memory
   arrays; staging copies are made with numpy there (the copy kernel would run a
@@ -144,8 +147,9 @@ class Plan:
             small = None if "split" in opts else pick_small_m(m, n, k, wk.input_bits, cluster, a_kmajor=swappable)
             if small is not None:
                 opts.update({key: v for key, v in small.items() if key not in opts})
-            else:
-                opts["bm"], opts["bn"] = pick_tile(m, n, cluster if cluster in (1, 2, 4) else 1)
+            else:  # (a forced swap tiles the swapped problem, N x M)
+                rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
+                opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1)
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
         self.swap = bool(opts.pop("swap", 0))
@@ -161,7 +165,11 @@ class Plan:
         try:
             self._configure(kind, odt, ia, ib, io, opts, fp8)
         except ConfigError as e:  # the caller's config: name its entry at fault
-            raise config_error(e, given) from None
+            err = config_error(e, given)
+            if self.swap:
+                err = MatmulError(f"{err} (swapped: the kernel computes C^T = B^T A^T, so its A is your B^T, its B "
+                                  f"your A^T, its C your out^T)")
+            raise err from None
         if self.swap:
             self.config["swap"] = 1
         cfg = self.cfg

@@ -103,8 +103,8 @@ def _config(dtype, b_major, n, opts, paired, tma_out):
     if blocks and not tma_out:
         raise MatmulError(f"matmul: config {opts}: out_blocks needs the x @ w24.t() form with a row-major out "
                           f"whose rows are 16-byte aligned")
-    if blocks == 2 and bn % 128:
-        blocks = 1
+    if blocks == 2 and bn % 128 and "out_blocks" not in opts:
+        blocks = 1  # (the default's two blocks take turns over an even number of 64-column blocks)
     key = (dtype, b_major, bn, opts.get("stages"), opts.get("group_m", 8), paired, blocks)
     cfg = _CONFIGS.get(key)
     if cfg is None:

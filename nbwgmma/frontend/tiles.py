@@ -60,8 +60,9 @@ SWAP_BN = (16, 32, 64)
 SWAP_STAGE_BUDGET = 227 * 1024 - 1023 - 64
 
 
-def swapped_small_m(m, n, k, sms):
-    """The swapped config for a 16-bit or fp8 product of at most :data:`SWAP_M` rows: the kernel
+def swapped_small_m(m, n, k, sms, input_bits=16):
+    """The swapped config for a 16-bit product of at most :data:`SWAP_M` rows (fp8:
+    :data:`SWAP_M_FP8`; ``input_bits`` 16 or 8): the kernel
     computes C^T = B^T A^T, so B's N columns fill 64-row wgmma blocks and A's few rows are
     the wgmma's N, a tile 16, 32 or 64 wide (the smallest of :data:`SWAP_BN` that holds
     them). Such a product only streams B: 64-row tiles spread it over the most SMs, its
@@ -72,7 +73,7 @@ def swapped_small_m(m, n, k, sms):
     4096 0.78 -> 1.18x, 64 x 4096 x 4096 0.81 -> 0.94x, 16 x 8192 x 8192 0.98 -> 1.02x; e4m3 against
     cuBLASLt: 16 x 4096 x 4096 0.53 -> 0.74x, 1 x 4096 x 4096 0.56 -> 0.75x."""
     tiles = math.ceil(n / 64)
-    kblocks = math.ceil(k / 64)
+    kblocks = math.ceil(k * input_bits / 1024)  # 128-byte stages: 64 K of 16-bit inputs, 128 of fp8
     split = max(s for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 16 * s))
     return swapped_config(next(w for w in SWAP_BN if w >= m), split)
 
@@ -102,7 +103,7 @@ def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
     earlier choice (128-row tiles above 128 rows, 4 stages, slices wherever they fit;
     BENCHMARKS.md, 2026-11-24): 256 x 4096 x 14336 0.95 -> 1.10x cuBLAS, 192 x 4096 x 4096 0.67
     -> 1.01x, 32 x 8192 x 8192 0.90 -> 0.98x; 16 x 4096 x 4096 stays at 0.58x (bound by fixed
-    costs: cuBLAS takes 10 us). Split-K is built for 16-bit inputs only: fp8 runs uncut (against
+    costs: cuBLAS takes 10 us). Split-K is built for 16-bit inputs only: unswapped fp8 runs uncut (against
     cuBLASLt: 128 x 8192 x 8192 0.92 -> 1.00x, 256 x 4096 x 14336 0.83 -> 1.09x)."""
     if sim.enabled() or input_bits not in (8, 16) or cluster != 1 or m > SMALL_M:
         return None
@@ -110,7 +111,7 @@ def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
 
     sms = device_limits()["multiprocessors"]
     if a_kmajor and m <= (SWAP_M if input_bits == 16 else SWAP_M_FP8) and math.ceil(n / 64) <= 2 * sms:
-        return swapped_small_m(m, n, k, sms)
+        return swapped_small_m(m, n, k, sms, input_bits)
     tiles = math.ceil(m / 64) * math.ceil(n / 128)
     if tiles > sms:
         return None

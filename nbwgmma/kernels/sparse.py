@@ -97,7 +97,7 @@ class SparseConfig:
 
     def __repr__(self):
         return (f"SparseConfig({self.dtype}, 128x{self.bn}x{self.bk}, b_major={self.b_major}, stages={self.stages}, "
-                f"group_m={self.group_m})")
+                f"group_m={self.group_m}, out_blocks={self.out_blocks})")
 
 
 def sparse_kernel(cfg: SparseConfig):
@@ -106,7 +106,8 @@ def sparse_kernel(cfg: SparseConfig):
     W [M, K/2] (box 128 x 64 bytes, 64-byte swizzle), of B ([N, K], box ``bn`` x 128 bytes; with
     ``b_major="MN"`` [K, N], box 64 x 64; 128-byte swizzle) and of the metadata (int32
     [kblocks * mblocks, R * 128], box 2 x R * 128, no swizzle); ``d`` the 2-D output [M, N] (any
-    strides; bf16 as uint16 bits); int32 sizes and ``mblocks``, the metadata's 64-row blocks.
+    strides; bf16 as uint16 bits), or with ``cfg.out_blocks`` the tensor-map address of out =
+    D^T (box 64 x 64, 128-byte swizzle); int32 sizes and ``mblocks``, the metadata's 64-row blocks.
     Launch it with :data:`THREADS` threads, ``cfg.smem`` bytes of dynamic shared memory and
     ``cfg.grid(...)`` CTAs."""
     return _build(cfg.key())
