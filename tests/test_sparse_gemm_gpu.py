@@ -89,3 +89,19 @@ def test_a_weight_that_is_not_24_is_refused_with_its_row():
     x = torch.ones(4, 16, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(MatmulError, match="inner dimensions differ"):
         matmul(x, Sparse24.from_dense(w, prune=True).t())
+
+
+@pytest.mark.parametrize("t, cfg", [("bf16", {"bn": 256, "out_blocks": 2}), ("f16", {"bn": 192, "out_blocks": 1}),
+                                    ("bf16", {"bn": 128, "out_blocks": 2}), ("f16", {"out_blocks": 0})])
+def test_transposed_stores_every_block_count(t, cfg):
+    """``x @ w24.t()`` into a row-major out: the transposed 64 x 64 blocks through shared memory
+    and TMA stores, one or two per consumer (taking turns across the tiles of a CTA), or the
+    element-wise stores; ragged edges; exact on small integers and against the default."""
+    g = torch.Generator(device="cuda").manual_seed(len(str(cfg)))
+    m, n, k = 3000, 2120, 1024  # 17 x 12-24 tiles of D: more than a wave, the last ones ragged
+    w24, w = _weight(g, n, k, t)
+    x = _ints(g, (m, k), t)
+    want = (x.double() @ w.t()).to(TDT[t]).double()
+    out = _poisoned((m, n), t)
+    matmul(x, w24.t(), out=out, config=cfg)
+    assert torch.equal(out.double(), want), cfg
