@@ -156,6 +156,7 @@ BATCHED = {
     "tests/intrinsics/test_matrix_cpu.py::test_ldmatrix_stmatrix_forms": 1,
     "tests/intrinsics/test_matrix_cpu.py::test_acc_store_swizzled_compiles": 1,
     "tests/intrinsics/test_matrix_cpu.py::test_acc_stmatrix_swizzled_compiles": 1,
+    "tests/intrinsics/test_matrix_cpu.py::test_acc_stmatrix_transposed_compiles": 1,
 }
 _MEMBERS: dict = {}  # batch -> the parameters of its tests
 _BATCHES: dict = {}  # batch -> {parameters: report}, in this process

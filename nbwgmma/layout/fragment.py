@@ -22,7 +22,8 @@ import numpy as np
 from .descriptor import SWIZZLE_MASK
 from .kinds import wgmma_kind
 
-__all__ = ["acc_value_coords", "acc_coords", "a_frag_coords", "tile_block_offset", "ldmatrix_lane_map"]
+__all__ = ["acc_value_coords", "acc_coords", "a_frag_coords", "tile_block_offset", "transposed_block_offset",
+           "ldmatrix_lane_map"]
 
 
 def acc_value_coords(t, i):
@@ -75,6 +76,14 @@ def tile_block_offset(row, col, esize: int, row_bytes: int, swizzle: str):
     cpb = row_bytes // esize
     off = (col // cpb) * 64 * row_bytes + row * row_bytes + (col % cpb) * esize
     return off ^ (((off >> 7) & SWIZZLE_MASK[swizzle]) << 4)
+
+
+def transposed_block_offset(row, col):
+    """Byte offset of 16-bit element (row, col) of a warpgroup's 64 x N fragment in the shared
+    tile that :func:`nbwgmma.intrinsics.acc_stmatrix_transposed` writes: the N x 64 transpose,
+    128 bytes a row, with the 128-byte swizzle (ints or numpy arrays); what a TMA store with a
+    (N, 64) box and that swizzle reads."""
+    return tile_block_offset(col, row, 2, 128, "128B")
 
 
 def ldmatrix_lane_map(trans: bool = False) -> np.ndarray:

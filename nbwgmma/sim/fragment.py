@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout.fragment import tile_block_offset
+from ..layout.fragment import tile_block_offset, transposed_block_offset
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import encode_elements, float_to_fp8
 from .core import located, me, split
@@ -158,8 +158,7 @@ def acc_stmatrix_transposed(regs, base, tid):
         raise TypeError(f"acc_stmatrix_transposed: 'regs' must be 4*k packed registers; got {len(bits)}")
     halves = np.stack([bits & 0xFFFF, bits >> 16], -1).reshape(-1).astype(np.uint16)
     r, c = thread_coords(int(tid), len(halves))
-    r, c = np.asarray(r), np.asarray(c)
-    offs = c * 128 + ((r // 8) ^ (c % 8)) * 16 + (r % 8) * 2
+    offs = transposed_block_offset(np.asarray(r), np.asarray(c))
     _store_smem(th, base, offs, 2, halves, np.uint16, "acc_stmatrix_transposed")
 
 

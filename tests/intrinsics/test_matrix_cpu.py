@@ -6,7 +6,7 @@ import pytest
 from numba import cuda, types
 
 from nbwgmma.intrinsics import *  # noqa: F401,F403
-from nbwgmma.layout import tile_block_offset
+from nbwgmma.layout import tile_block_offset, transposed_block_offset
 from nbwgmma.report import compile_report
 
 
@@ -115,6 +115,39 @@ def test_acc_stmatrix_swizzled_typing_errors(stmt, message):
     exec(f"def k5(out):\n    acc = acc_zeros('f32.bf16.bf16', 128)\n    {stmt}\n", ns)
     with pytest.raises(Exception, match=message):
         compile_report(ns["k5"], (types.float32[:],))
+
+
+def stmatrix_transposed_kernel(n):
+    ns = dict(globals(), N=n)
+    exec("def k7(src, out):\n    t = cuda.threadIdx.x % 128\n    acc = acc_load('f32.bf16.bf16', N, src, t, 0, 0)\n"
+         "    buf = cuda.shared.array(16384, np.uint16)\n"
+         "    acc_stmatrix_transposed(acc_to_bf16x2(acc), smem_addr(buf), t)\n"
+         "    out[0] = buf[cuda.threadIdx.x]\n", ns)
+    return ns["k7"], (types.float32[:, :], types.uint16[:]), None
+
+
+@pytest.mark.parametrize("n", [16, 64, 256])
+def test_acc_stmatrix_transposed_compiles(n, report_batch):
+    """One ``stmatrix.x4.trans`` per 16 columns, no local memory."""
+    rep = report_batch(stmatrix_transposed_kernel)  # compiled with the other widths (tests/conftest.py)
+    assert rep.ptx.count("stmatrix.sync.aligned.m8n8.x4.trans.shared::cta.b16") == n // 16
+    assert rep.sass["STSM"] == n // 16 and rep.local_memory_ops == 0 and rep.spill_bytes == 0
+
+
+def test_acc_stmatrix_transposed_typing_errors():
+    ns = dict(globals())
+    exec("def k8(out):\n    acc = acc_zeros('f32.bf16.bf16', 24)\n"
+         "    acc_stmatrix_transposed(acc_to_bf16x2(acc), 0, 0)\n", ns)
+    with pytest.raises(Exception, match="multiple of 16"):
+        compile_report(ns["k8"], (types.float32[:],))
+
+
+def test_transposed_block_offset_is_the_swizzled_transpose():
+    r, c = np.meshgrid(np.arange(64), np.arange(256), indexing="ij")
+    off = transposed_block_offset(r, c)
+    assert np.unique(off).size == off.size and off.min() == 0 and off.max() == 256 * 128 - 2
+    assert np.all(off // 128 == c)  # column c of the fragment: row c of the tile
+    assert np.all((off % 128) // 16 == (r // 8) ^ (c % 8)) and np.all(off % 16 == (r % 8) * 2)
 
 
 @pytest.mark.parametrize("esize, row_bytes, swizzle", [(2, 128, "128B"), (2, 64, "64B"), (2, 32, "32B"),

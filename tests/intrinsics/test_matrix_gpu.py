@@ -95,3 +95,39 @@ def test_swizzled_tile_stores_match_the_model(esize, rb, sw, n):
     else:
         want.view(np.float32)[off // 4] = vals
     np.testing.assert_array_equal(got, want)
+
+
+_TRANSPOSED_SRC = """
+def kernel(src, out):
+    t = cuda.threadIdx.x
+    buf = cuda.shared.array(BYTES, np.uint8)
+    for i in range(t, BYTES, 128):
+        buf[i] = 0xEE  # poison
+    cuda.syncthreads()
+    acc = acc_load(KIND, N, src, t, 0, 0)
+    acc_stmatrix_transposed(acc_to_bf16x2(acc), smem_addr(buf), t)
+    cuda.syncthreads()
+    for i in range(t, BYTES, 128):
+        out[i] = buf[i]
+"""
+
+
+@pytest.mark.parametrize("n", [16, 64, 256])
+def test_transposed_tile_stores_match_the_model(n):
+    """``acc_stmatrix_transposed`` on the GPU writes every element where
+    ``layout.transposed_block_offset`` (the simulator's model) says, and nothing else."""
+    from nbwgmma.intrinsics import acc_load, acc_stmatrix_transposed, acc_to_bf16x2
+    from nbwgmma.layout import transposed_block_offset
+
+    nbytes = 128 * n
+    ns = dict(globals(), np=np, BYTES=nbytes, KIND="f32.bf16.bf16", N=n, acc_load=acc_load,
+              acc_stmatrix_transposed=acc_stmatrix_transposed, acc_to_bf16x2=acc_to_bf16x2)
+    exec(_TRANSPOSED_SRC, ns)
+    kern = cuda.jit(ns["kernel"])
+    r, c = np.meshgrid(np.arange(64), np.arange(n), indexing="ij")
+    vals = ((r * 37 + c * 11) % 255 - 127).astype(np.float32)  # exact in bf16, never all zero
+    out = cuda.to_device(np.zeros(nbytes, np.uint8))
+    kern[1, 128](cuda.to_device(vals), out)
+    want = np.full(nbytes, 0xEE, np.uint8)
+    want.view(np.uint16)[transposed_block_offset(r, c) // 2] = (vals.view(np.uint32) >> 16).astype(np.uint16)
+    np.testing.assert_array_equal(out.copy_to_host(), want)
