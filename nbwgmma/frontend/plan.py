@@ -42,7 +42,7 @@ from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_small_m, pick_tile
 
-__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "tma_view", "numba_view"]
+__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "tma_view", "numba_view", "transposed"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 

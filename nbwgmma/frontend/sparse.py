@@ -27,7 +27,7 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.sparse import THREADS, SparseConfig, sparse_kernel
 from .args import NP_OF, described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
-from .plan import numba_view, tensor_map, tma_view
+from .plan import numba_view, tensor_map, tma_view, transposed
 from .sparse24 import SPARSE_TYPES, Sparse24
 
 __all__ = ["sparse_matmul", "Sparse24", "SPARSE_TYPES"]
@@ -116,17 +116,9 @@ def _config(dtype, b_major, n, opts, paired, tma_out):
     return cfg
 
 
-def _d_view(io: ArrayInfo, out, transposed: bool, odt: str):
+def _d_view(io: ArrayInfo, out, transpose: bool, odt: str):
     """The kernel's D [M, N]: ``out`` itself, or its transpose (a view with swapped strides)."""
-    dt = np.dtype(NP_OF[odt])
-    if not transposed:
-        return numba_view(io, out, dt)
-    if _SIM:
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-        return FakeCUDAArray(out._ary.view(dt).T)
-    swapped = io._replace(shape=io.shape[::-1], strides=io.strides[::-1])
-    return numba_view(swapped, out, dt)
+    return numba_view(transposed(io) if transpose else io, out, np.dtype(NP_OF[odt]))
 
 
 def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, in_dtype=None, **rest):

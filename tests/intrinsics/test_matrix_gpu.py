@@ -60,74 +60,63 @@ def kernel(src, out):
     cuda.syncthreads()
     acc = acc_load(KIND, N, src, t, 0, 0)
     base = smem_addr(buf)
-    if ESIZE == 2:
-        acc_stmatrix_swizzled(acc_to_bf16x2(acc), base, t, RB, SW)
-    else:
-        acc_store_swizzled(acc, KIND, base, t, RB, SW)
+    STORE
     cuda.syncthreads()
     for i in range(t, BYTES, 128):
         out[i] = buf[i]
 """
 
 
-@pytest.mark.parametrize("esize, rb, sw, n", [(2, 128, "128B", 256), (2, 64, "64B", 64), (2, 32, "32B", 144), (2, 64, "none", 200),
-                                              (2, 128, "none", 128), (4, 128, "128B", 64), (4, 32, "32B", 24)])
-def test_swizzled_tile_stores_match_the_model(esize, rb, sw, n):
-    from nbwgmma.intrinsics import acc_load, acc_stmatrix_swizzled, acc_store_swizzled, acc_to_bf16x2
-    from nbwgmma.layout import tile_block_offset
+def _stored_tile(store, n, nbytes, **names):
+    """Run ``store`` (a statement on ``acc``, ``base``, ``t``) in a warpgroup over a 64 x ``n``
+    bf16 fragment of exact values, into ``nbytes`` of poisoned shared memory: (the bytes, the
+    values, their rows, their columns)."""
+    from nbwgmma.intrinsics import acc_load
 
-    nbytes = -(-n * esize // rb) * 64 * rb  # whole column blocks; a partial last one stays poisoned
-    ns = dict(globals(), np=np, BYTES=nbytes, KIND="f32.bf16.bf16", N=n, ESIZE=esize, RB=rb, SW=sw,
-              acc_load=acc_load, acc_stmatrix_swizzled=acc_stmatrix_swizzled, acc_store_swizzled=acc_store_swizzled,
-              acc_to_bf16x2=acc_to_bf16x2)
-    exec(_TILE_SRC, ns)
+    ns = dict(globals(), np=np, BYTES=nbytes, KIND="f32.bf16.bf16", N=n, acc_load=acc_load, **names)
+    exec(_TILE_SRC.replace("STORE", store), ns)
     kern = cuda.jit(ns["kernel"])
     r, c = np.meshgrid(np.arange(64), np.arange(n), indexing="ij")
     vals = ((r * 37 + c * 11) % 255 - 127).astype(np.float32)  # exact in bf16, never all zero
     out = cuda.to_device(np.zeros(nbytes, np.uint8))
     kern[1, 128](cuda.to_device(vals), out)
-    got = out.copy_to_host()
+    return out.copy_to_host(), vals, r, c
+
+
+def _bf16_bits(vals):
+    return (vals.view(np.uint32) >> 16).astype(np.uint16)  # exact values: truncation = rounding
+
+
+@pytest.mark.parametrize("esize, rb, sw, n", [(2, 128, "128B", 256), (2, 64, "64B", 64), (2, 32, "32B", 144), (2, 64, "none", 200),
+                                              (2, 128, "none", 128), (4, 128, "128B", 64), (4, 32, "32B", 24)])
+def test_swizzled_tile_stores_match_the_model(esize, rb, sw, n):
+    from nbwgmma.intrinsics import acc_stmatrix_swizzled, acc_store_swizzled, acc_to_bf16x2
+    from nbwgmma.layout import tile_block_offset
+
+    nbytes = -(-n * esize // rb) * 64 * rb  # whole column blocks; a partial last one stays poisoned
+    store = ("acc_stmatrix_swizzled(acc_to_bf16x2(acc), base, t, RB, SW)" if esize == 2 else
+             "acc_store_swizzled(acc, KIND, base, t, RB, SW)")
+    got, vals, r, c = _stored_tile(store, n, nbytes, RB=rb, SW=sw, acc_stmatrix_swizzled=acc_stmatrix_swizzled,
+                                   acc_store_swizzled=acc_store_swizzled, acc_to_bf16x2=acc_to_bf16x2)
     want = np.full(nbytes, 0xEE, np.uint8)
     off = tile_block_offset(r, c, esize, rb, sw)
     if esize == 2:
-        bits = (vals.view(np.uint32) >> 16).astype(np.uint16)  # exact values: truncation = rounding
-        want.view(np.uint16)[off // 2] = bits
+        want.view(np.uint16)[off // 2] = _bf16_bits(vals)
     else:
         want.view(np.float32)[off // 4] = vals
     np.testing.assert_array_equal(got, want)
-
-
-_TRANSPOSED_SRC = """
-def kernel(src, out):
-    t = cuda.threadIdx.x
-    buf = cuda.shared.array(BYTES, np.uint8)
-    for i in range(t, BYTES, 128):
-        buf[i] = 0xEE  # poison
-    cuda.syncthreads()
-    acc = acc_load(KIND, N, src, t, 0, 0)
-    acc_stmatrix_transposed(acc_to_bf16x2(acc), smem_addr(buf), t)
-    cuda.syncthreads()
-    for i in range(t, BYTES, 128):
-        out[i] = buf[i]
-"""
 
 
 @pytest.mark.parametrize("n", [16, 64, 256])
 def test_transposed_tile_stores_match_the_model(n):
     """``acc_stmatrix_transposed`` on the GPU writes every element where
     ``layout.transposed_block_offset`` (the simulator's model) says, and nothing else."""
-    from nbwgmma.intrinsics import acc_load, acc_stmatrix_transposed, acc_to_bf16x2
+    from nbwgmma.intrinsics import acc_stmatrix_transposed, acc_to_bf16x2
     from nbwgmma.layout import transposed_block_offset
 
     nbytes = 128 * n
-    ns = dict(globals(), np=np, BYTES=nbytes, KIND="f32.bf16.bf16", N=n, acc_load=acc_load,
-              acc_stmatrix_transposed=acc_stmatrix_transposed, acc_to_bf16x2=acc_to_bf16x2)
-    exec(_TRANSPOSED_SRC, ns)
-    kern = cuda.jit(ns["kernel"])
-    r, c = np.meshgrid(np.arange(64), np.arange(n), indexing="ij")
-    vals = ((r * 37 + c * 11) % 255 - 127).astype(np.float32)  # exact in bf16, never all zero
-    out = cuda.to_device(np.zeros(nbytes, np.uint8))
-    kern[1, 128](cuda.to_device(vals), out)
+    got, vals, r, c = _stored_tile("acc_stmatrix_transposed(acc_to_bf16x2(acc), base, t)", n, nbytes,
+                                   acc_stmatrix_transposed=acc_stmatrix_transposed, acc_to_bf16x2=acc_to_bf16x2)
     want = np.full(nbytes, 0xEE, np.uint8)
-    want.view(np.uint16)[transposed_block_offset(r, c) // 2] = (vals.view(np.uint32) >> 16).astype(np.uint16)
-    np.testing.assert_array_equal(out.copy_to_host(), want)
+    want.view(np.uint16)[transposed_block_offset(r, c) // 2] = _bf16_bits(vals)
+    np.testing.assert_array_equal(got, want)
