@@ -85,7 +85,6 @@ def swapped_config(bn, split):
     return cfg | ({"split": split} if split > 1 else {})
 
 
-
 def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
     """The config (``{"bm": 64, "bn": 128, "stages": 8}``, with ``"split"`` where K is cut) for
     a 16-bit or fp8 problem of at most :data:`SMALL_M` rows whose 64 x 128 tiles fit in one wave

@@ -140,11 +140,16 @@ def acc_store_fp8_swizzled(acc, base, tid, row_bytes, swizzle, fmt):
                 "acc_store_fp8_swizzled")
 
 
+def _halves(regs):
+    """The 16-bit values of packed registers (low half first): the fragment's order."""
+    bits = np.asarray(raw_acc(regs), np.uint32)
+    return np.stack([bits & 0xFFFF, bits >> 16], -1).reshape(-1).astype(np.uint16)
+
+
 def acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle):
 
     th = me()
-    bits = np.asarray(raw_acc(regs), np.uint32)
-    halves = np.stack([bits & 0xFFFF, bits >> 16], -1).reshape(-1).astype(np.uint16)
+    halves = _halves(regs)
     r, c = thread_coords(int(tid), len(halves))
     _store_smem(th, base, tile_block_offset(r, c, 2, row_bytes, swizzle), 2, halves, np.uint16,
                 "acc_stmatrix_swizzled")
@@ -153,10 +158,9 @@ def acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle):
 def acc_stmatrix_transposed(regs, base, tid):
 
     th = me()
-    bits = np.asarray(raw_acc(regs), np.uint32)
-    if len(bits) % 4:
-        raise TypeError(f"acc_stmatrix_transposed: 'regs' must be 4*k packed registers; got {len(bits)}")
-    halves = np.stack([bits & 0xFFFF, bits >> 16], -1).reshape(-1).astype(np.uint16)
+    halves = _halves(regs)
+    if len(halves) % 8:
+        raise TypeError(f"acc_stmatrix_transposed: 'regs' must be 4*k packed registers; got {len(halves) // 2}")
     r, c = thread_coords(int(tid), len(halves))
     offs = transposed_block_offset(np.asarray(r), np.asarray(c))
     _store_smem(th, base, offs, 2, halves, np.uint16, "acc_stmatrix_transposed")
