@@ -125,3 +125,27 @@ def test_right_side_bf16_transposed_tma_stores(blocks, bn):
     out = poisoned((n, 136))
     nbwgmma.matmul(sim_array(x, "bf16"), w24.t(), in_dtype="bf16", out=out, config={"bn": bn, "out_blocks": blocks})
     np.testing.assert_array_equal(values(out), x @ w.T)
+
+
+@pytest.mark.parametrize("cluster, m, bn, blocks", [(2, 264, 64, 1), (4, 136, 64, 0)])
+def test_right_side_bf16_clusters_multicast_b(cluster, m, bn, blocks):
+    """Clusters of 2 and 4 CTAs along M share B's tile, each loading its share and multicasting it;
+    tile rows past M (3 tile rows in clusters of 2, 2 in clusters of 4) still load and store nothing."""
+    rng = np.random.default_rng(20 + cluster)
+    w24, w = weight(rng, m, 128, "bf16")
+    x = ints(rng, (72, 128))
+    out = poisoned((72, m))
+    nbwgmma.matmul(sim_array(x, "bf16"), w24.t(), in_dtype="bf16", out=out,
+                   config={"bn": bn, "out_blocks": blocks, "cluster": cluster})
+    np.testing.assert_array_equal(values(out), x @ w.T)
+
+
+def test_left_side_f16_cluster_of_two_row_major_y():
+    """``w24 @ y`` with y row-major (B N-major): each CTA of a pair loads one 64-column box of B's
+    128 and multicasts it; M = 130 (two tile rows, one per CTA)."""
+    rng = np.random.default_rng(30)
+    dense = prune_24(ints(rng, (130, 64)))
+    w24 = Sparse24.from_dense(cuda.to_device(dense.astype(np.float16)))
+    y = ints(rng, (64, 136))
+    out = nbwgmma.matmul(w24, cuda.to_device(y.astype(np.float16)), config={"bn": 128, "cluster": 2})
+    np.testing.assert_array_equal(values(out, "f16"), dense @ y)

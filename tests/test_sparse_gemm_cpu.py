@@ -124,6 +124,25 @@ def test_transposed_tma_store_kernel_compiles_clean(report_once):
         SparseConfig("bf16", bn=192, out_blocks=2)
 
 
+@pytest.mark.parametrize("dtype, cluster, b_major", [("f16", 2, "K"), ("bf16", 4, "K"), ("bf16", 2, "MN")])
+def test_cluster_kernels_multicast_b_without_spills(report_once, dtype, cluster, b_major):
+    """Clusters along M: B's share loaded with a multicast TMA (a box of bn / cluster rows, or
+    64-column boxes MN-major), the producer's walk over its rank's tiles in its registers (no
+    spills: 56 or 64 of them, the consumers' counts within the launch's pool), the same wgmmas."""
+    cfg = SparseConfig(dtype, b_major=b_major, cluster=cluster, out_blocks=int(b_major == "K"))
+    d = types.uint64 if b_major == "K" else types.Array(types.uint16, 2, "A")
+    rep = report_once(sparse_kernel(cfg), (types.uint64,) * 3 + (d,) + (types.int32,) * 4)
+    assert cfg.b_rows == (256 // cluster if b_major == "K" else 64)
+    assert "2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster" in rep.ptx
+    assert "barrier.cluster.arrive" in rep.ptx and "setmaxnreg.inc.sync.aligned.u32" in rep.ptx
+    assert rep.sass.get("HGMMA") == 8 and rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep.sass
+    assert _metadata_writes_in_flight(rep.sass_text) == (8, [])
+    with pytest.raises(ValueError, match="whole swizzle atoms"):
+        SparseConfig("f16", bn=64, b_major="MN", cluster=2)
+    with pytest.raises(ValueError, match="cluster must be 1, 2 or 4"):
+        SparseConfig("f16", cluster=3)
+
+
 def test_metadata_check_sees_a_rolled_loop_reusing_the_register():
     """The path check itself: a rolled loop whose next load rewrites the register of a wgmma still
     in flight (the form that gave wrong products) is caught across the back edge."""

@@ -105,3 +105,25 @@ def test_transposed_stores_every_block_count(t, cfg):
     out = _poisoned((m, n), t)
     matmul(x, w24.t(), out=out, config=cfg)
     assert torch.equal(out.double(), want), cfg
+
+
+@pytest.mark.parametrize("t, cluster, side", [("bf16", 2, "right"), ("f16", 4, "right"), ("e4m3", 2, "right"),
+                                              ("f16", 2, "left")])
+def test_clusters_multicast_b_exact(t, cluster, side):
+    """Clusters of 2 and 4 CTAs along the weight's rows share the dense operand's tile, each loading
+    its share and multicasting it; 2120 weight rows (17 tile rows: the last cluster's ranks past
+    them load and store nothing), exact on small integers, both sides (w24 @ y row-major: B N-major)."""
+    g = torch.Generator(device="cuda").manual_seed(cluster + len(t))
+    m, n, k = 1000, 2120, 1024
+    w24, w = _weight(g, n, k, t)
+    x = _ints(g, (m, k), t)
+    odt = "bf16" if t == "e4m3" else t
+    want = (x.double() @ w.t()).to(TDT[odt]).double()
+    if side == "right":
+        out = _poisoned((m, n), odt)
+        matmul(x, w24.t(), out=out, config={"cluster": cluster})
+        assert torch.equal(out.double(), want), (t, cluster)
+    else:
+        out = _poisoned((n, m), odt)
+        matmul(w24, x.t().contiguous(), out=out, config={"cluster": cluster})
+        assert torch.equal(out.double(), want.t()), (t, cluster)

@@ -14,7 +14,7 @@ The dense operand has the weight's type (bf16, f16, e4m3 or e5m2); it is read in
 K or its other dimension is contiguous (K only for fp8) with 16-byte aligned rows (TMA), else a
 PyTorch or CuPy operand is copied K-major first; the output has the weight's type (bf16 for
 fp8), any strides. ``out``, ``out_dtype``, ``stream``, ``in_dtype`` (raw bits of the dense
-operand) and ``config`` (``bn``, ``stages``, ``group_m``, ``out_blocks``) apply; the rest of ``matmul``'s
+operand) and ``config`` (``bn``, ``stages``, ``group_m``, ``out_blocks``, ``cluster``) apply; the rest of ``matmul``'s
 options are refused. Every check raises a :class:`~nbwgmma.errors.MatmulError` before launch.
 """
 
@@ -36,11 +36,14 @@ _SIM = sim.enabled()
 #: ``matmul``'s options a sparse call leaves at their defaults.
 _DEFAULTS = {"bias": None, "activation": None, "epilogue": None, "epilogue_args": (), "c": None, "alpha": 1.0,
              "beta": None, "scale_a": None, "scale_b": None, "scale_out": None, "amax": None}
-_CONFIG_KEYS = ("bn", "stages", "group_m", "out_blocks")
+_CONFIG_KEYS = ("bn", "stages", "group_m", "out_blocks", "cluster")
 _CONFIGS: dict = {}
+_CLUSTER_CTAS: dict = {}  # (config key, SMs) -> CTAs of the clusters that fit at once
 _RAW_OK = {"bf16": "u16", "e4m3": "u8", "e5m2": "u8"}
 #: transposed output blocks per consumer of the x @ w24.t() form (kernels.sparse.SparseConfig.out_blocks)
 OUT_BLOCKS = 1
+#: CTAs per cluster sharing B's tile (kernels.sparse.SparseConfig.cluster)
+CLUSTER = 1
 _FP8 = ("e4m3", "e5m2")
 
 
@@ -105,11 +108,11 @@ def _config(dtype, b_major, n, opts, paired, tma_out):
                           f"whose rows are 16-byte aligned")
     if blocks == 2 and bn % 128 and "out_blocks" not in opts:
         blocks = 1  # (the default's two blocks take turns over an even number of 64-column blocks)
-    key = (dtype, b_major, bn, opts.get("stages"), opts.get("group_m", 8), paired, blocks)
+    key = (dtype, b_major, bn, opts.get("stages"), opts.get("group_m", 8), paired, blocks, opts.get("cluster", CLUSTER))
     cfg = _CONFIGS.get(key)
     if cfg is None:
         try:
-            cfg = SparseConfig(dtype, bn, b_major, key[4], key[3], paired, blocks)
+            cfg = SparseConfig(dtype, bn, b_major, key[4], key[3], paired, blocks, key[7])
         except ValueError as e:
             raise MatmulError(f"matmul: config {opts}: {e}") from None
         _CONFIGS[key] = cfg
@@ -178,19 +181,26 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
         b_major, view = _b_view(ix, 1 if left else 0, es, fp8)
     if m == 0 or n == 0:
         return out
-    from ..launch import device_limits, launch
+    from ..launch import device_limits, launch, max_active_clusters
 
     # x @ w24.t(): D is out^T; a row-major out with 16-byte aligned rows gets D's tile transposed
     # in shared memory and stored by TMA (else each value is stored from the registers).
     c_view = None if left else tma_view(io, n, m, io.strides[0], io.strides[1])
     cfg = _config(w.dtype, b_major, n, opts, w.meta_regs == 1 or fp8, c_view is not None)
-    box = (cfg.bn, cfg.bk) if b_major == "K" else (cfg.bk, 64)
+    box = (cfg.b_rows, cfg.bk) if b_major == "K" else (cfg.bk, 64)
     tb = tensor_map(x, ix.ptr, ix.dtype, box, view, keep=staged)  # (a copy lives while the launch reads it)
     ta, tm = w.maps()
-    sms = 1 if _SIM else device_limits()["multiprocessors"]
     d = tensor_map(out, io.ptr, odt, (64, 64), c_view, keep=False).address if cfg.out_blocks else \
         _d_view(io, out, not left, odt)
     args = (ta.address, tb.address, tm.address, d, np.int32(m), np.int32(n), np.int32(k), np.int32(w.mblocks))
-    launch(sparse_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream_of(lib, stream), smem=cfg.smem)
+    kern, cl = sparse_kernel(cfg), cfg.cluster
+    ctas = cl if _SIM else device_limits()["multiprocessors"]
+    if cl > 1 and not _SIM:  # clusters sit whole in a GPC: maybe fewer CTAs fit at once
+        key = (cfg.key(), ctas)
+        if key not in _CLUSTER_CTAS:
+            _CLUSTER_CTAS[key] = cl * max_active_clusters(kern, args, THREADS, (cl, 1, 1), smem=cfg.smem)
+        ctas = _CLUSTER_CTAS[key]
+    launch(kern, cfg.grid(m, n, k, ctas), THREADS, args, stream=stream_of(lib, stream), smem=cfg.smem,
+           cluster=(cl, 1, 1) if cl > 1 else None)
     return out
 

@@ -8,8 +8,9 @@ row-major ``y`` [K, N] of ``w @ y``). D is written into any 2-D array view of th
 ``x @ w.T`` stores the transposed accumulator (D = out^T, a view with swapped strides).
 
 Persistent and warp-specialized: one CTA per SM walks 128 x ``bn`` tiles in grouped order
-(:class:`~nbwgmma.kit.TileScheduler`); warpgroup 0 gives registers back and one of its
-threads streams stages through a ring of :data:`STAGES` slots (:class:`~nbwgmma.kit.TmaPipeline`):
+(:class:`~nbwgmma.kit.TileScheduler`), alone or in clusters of 2 or 4 CTAs along M that share
+B's tile, each loading its share and multicasting it to the others (``cluster``); warpgroup 0
+gives registers back and one of its threads streams stages through a ring of :data:`STAGES` slots (:class:`~nbwgmma.kit.TmaPipeline`):
 per 128 bytes of dense K, the compressed A (8 KiB), B (``bn`` x 128 bytes) and the metadata of
 the tile's two 64-row blocks (1 or 2 KiB). The two consumer warpgroups
 (:class:`~nbwgmma.kit.sparse.SparseConsumers`) each issue two m64n``bn``k32 (k64 for fp8) sparse
@@ -37,7 +38,7 @@ import functools
 from numba import cuda
 
 from ..intrinsics import (acc_stmatrix_transposed, acc_store, acc_to_bf16x2, acc_to_f16x2, bulk_wait_group,
-                          bulk_wait_group_read, setmaxnreg_dec, setmaxnreg_inc)
+                          bulk_wait_group_read, cluster_ctarank, cluster_sync, setmaxnreg_dec, setmaxnreg_inc)
 from ..kit import TileScheduler, TmaPipeline, tile_producer, tma_store_block, warpgroup_sync
 from ..kit.sparse import SparseConsumers
 from ..launch import dynamic_smem_bytes
@@ -58,10 +59,10 @@ class SparseConfig:
     at most 6) and ``out_blocks`` (0: D stored from the registers; 1 or 2: transposed 64 x 64
     blocks per consumer through shared memory and TMA stores, ``d`` then the tensor map of
     out = D^T with a 64 x 64 box and the 128-byte swizzle; 2 blocks take turns, for ``bn`` 128
-    or 256)."""
+    or 256) and ``cluster`` (1, 2 or 4 CTAs along M sharing B's tile)."""
 
     def __init__(self, dtype: str = "bf16", bn: int = 256, b_major: str = "K", group_m: int = 8, stages=None,
-                 paired: bool = True, out_blocks: int = 0):
+                 paired: bool = True, out_blocks: int = 0, cluster: int = 1):
         if dtype not in TYPES:
             raise ValueError(f"SparseConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if out_blocks not in (0, 1, 2):
@@ -75,9 +76,13 @@ class SparseConfig:
         self.dtype, self.bn, self.b_major, self.group_m = dtype, bn, b_major, group_m
         self.kind = f"f32.{dtype}.{dtype}"
         self.paired = bool(paired)
-        probe = SparseConsumers(self.kind, TmaPipeline(2, consumers=2), bn=bn, b_major=b_major,
+        if cluster not in (1, 2, 4):
+            raise ValueError(f"SparseConfig: cluster must be 1, 2 or 4 CTAs; got {cluster!r}")
+        self.cluster = cluster
+        probe = SparseConsumers(self.kind, TmaPipeline(2, consumers=2, cluster=cluster), bn=bn, b_major=b_major,
                                 paired=self.paired)  # checks the rest
         self.bk, self.stage_bytes, self.meta_regs = probe.bk, probe.stage_bytes, probe.meta_regs
+        self.b_rows = probe.b_rows
         self.out_bytes = 2 * out_blocks * _OUT_BLOCK  # each consumer's transposed 64 x 64 blocks
         most = min(6, (_SMEM_LIMIT - 1024 - 64 - self.out_bytes) // self.stage_bytes)
         stages = most if stages is None else stages
@@ -86,18 +91,19 @@ class SparseConfig:
                              f"got {stages!r}")
         self.stages = stages
         self.smem = dynamic_smem_bytes(stages * self.stage_bytes + self.out_bytes)
-        self.sched = TileScheduler(SparseConsumers.BM, bn, self.bk, group_m=group_m)
+        self.sched = TileScheduler(SparseConsumers.BM, bn, self.bk, group_m=group_m, cluster=cluster)
 
     def key(self):
-        return (self.dtype, self.bn, self.b_major, self.group_m, self.stages, self.paired, self.out_blocks)
+        return (self.dtype, self.bn, self.b_major, self.group_m, self.stages, self.paired, self.out_blocks,
+                self.cluster)
 
-    def grid(self, m: int, n: int, k: int, sms: int) -> int:
-        """CTAs of the persistent grid on a GPU of ``sms`` SMs."""
-        return self.sched.grid(m, n, k, sms)
+    def grid(self, m: int, n: int, k: int, ctas: int) -> int:
+        """CTAs of the persistent grid where ``ctas`` CTAs fit at once (whole clusters)."""
+        return self.sched.grid(m, n, k, ctas)
 
     def __repr__(self):
         return (f"SparseConfig({self.dtype}, 128x{self.bn}x{self.bk}, b_major={self.b_major}, stages={self.stages}, "
-                f"group_m={self.group_m}, out_blocks={self.out_blocks})")
+                f"group_m={self.group_m}, out_blocks={self.out_blocks}, cluster={self.cluster})")
 
 
 def sparse_kernel(cfg: SparseConfig):
@@ -109,7 +115,8 @@ def sparse_kernel(cfg: SparseConfig):
     strides; bf16 as uint16 bits), or with ``cfg.out_blocks`` the tensor-map address of out =
     D^T (box 64 x 64, 128-byte swizzle); int32 sizes and ``mblocks``, the metadata's 64-row blocks.
     Launch it with :data:`THREADS` threads, ``cfg.smem`` bytes of dynamic shared memory and
-    ``cfg.grid(...)`` CTAs."""
+    ``cfg.grid(...)`` CTAs (in clusters of ``(cfg.cluster, 1, 1)``); B's box has
+    ``cfg.b_rows`` rows."""
     return _build(cfg.key())
 
 
@@ -117,7 +124,13 @@ def sparse_kernel(cfg: SparseConfig):
 def _build(key):
     cfg = SparseConfig(*key)
     KIND, BM, BN = cfg.kind, SparseConsumers.BM, cfg.bn
-    pipe = TmaPipeline(cfg.stages, consumers=2)
+    CL = cfg.cluster
+    pipe = TmaPipeline(cfg.stages, consumers=2, cluster=CL)
+    # Registers per thread: the launch gives 168 x 384 (64512); a producer warpgroup's and two
+    # consumers' counts must fit that pool. With clusters the producer's walk over its rank's tiles
+    # takes 56 registers (64 with MN-major B's boxes; 40 or 48 spill).
+    PRODUCER_REGS = 40 if CL == 1 else 64 if cfg.b_major == "MN" else 56
+    CONSUMER_REGS = (64512 // 128 - PRODUCER_REGS) // 2 // 8 * 8
     sc = SparseConsumers(KIND, pipe, bn=BN, b_major=cfg.b_major, paired=cfg.paired)
     sched = cfg.sched
     STAGE = sc.stage_bytes
@@ -125,7 +138,11 @@ def _build(key):
     @cuda.jit(device=True, inline=True)
     def load(slot, full, kb, tm, tn, args):  # the producer's TMA loads of one stage
         tmap_a, tmap_b, tmap_meta, mblocks = args
-        sc.load(slot, full, tmap_a, tmap_b, tmap_meta, kb, tm * BM, tn * BN, mblocks)
+        a_row = tm * BM
+        if a_row >= mblocks * 64:  # past M's last tile in a cluster: a copy of the last one's A
+            a_row = (mblocks - 1) // 2 * BM
+        sc.load(slot, full, tmap_a, tmap_b, tmap_meta, kb, a_row, tn * BN, mblocks,
+                cluster_ctarank() if CL > 1 else 0)
 
     produce = tile_producer(pipe, sched, STAGE, load)
 
@@ -164,21 +181,25 @@ def _build(key):
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
-            setmaxnreg_dec(40)
+            setmaxnreg_dec(PRODUCER_REGS)
             if tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b, tmap_meta, mblocks))
         else:  # two consumer warpgroups, 64 rows of the tile each
-            setmaxnreg_inc(232)
+            setmaxnreg_inc(CONSUMER_REGS)
             cw, ct = tid // 128 - 1, tid % 128
+            rank = cluster_ctarank() if CL > 1 else 0
             s, ph = 0, 0
             for u in range(sched.first(), nunits, sched.step()):
-                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                tm, tn = sched.tile(u, tiles_mc, tiles_n, rank)
                 acc, s, ph = sc.tile(ring, base, s, ph, kblocks, ct, cw)
-                if OUT_BLOCKS:
-                    store_transposed(acc, base, ct, cw, d, tm * BM + cw * 64, tn * BN)
-                else:
-                    acc_store(acc, KIND, d, ct, tm * BM + cw * 64, tn * BN)
+                if tm < tiles_m:
+                    if OUT_BLOCKS:
+                        store_transposed(acc, base, ct, cw, d, tm * BM + cw * 64, tn * BN)
+                    else:
+                        acc_store(acc, KIND, d, ct, tm * BM + cw * 64, tn * BN)
             if OUT_BLOCKS and ct == 0:
                 bulk_wait_group(0)  # the last stores have read their blocks before the CTA ends
+        if CL > 1:
+            cluster_sync()  # no CTA leaves while a peer may still multicast into it or arrive on its barriers
 
     return sparse_gemm

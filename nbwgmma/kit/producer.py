@@ -16,6 +16,11 @@ the "full" barrier armed with the stage's bytes), issues the stage's TMA loads (
     if tid == 0:                                  # in the kernel: the producer thread
         produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
 
+With clusters (``sched.cluster`` > 1) each CTA's producer walks the tiles of its own rank
+(:func:`~nbwgmma.intrinsics.cluster_ctarank`): ``tm`` may then lie past M's last tile, where
+the CTA still loads (its share of a multicast B is its peers' too) and its consumers store
+nothing; ``load`` finds its rank the same way.
+
 With ``pairs=True`` (two ping-pong consumer warpgroups, :class:`~nbwgmma.kit.PingPong`) the
 CTA's units are pairs of adjacent tiles, ``2p`` for the first consumer and ``2p + 1`` for
 the second, and the walk goes over the pairs.
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from numba import cuda
 
+from ..intrinsics import cluster_ctarank
 from .pipeline import TmaPipeline
 from .scheduler import TileScheduler
 
@@ -37,18 +43,21 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     device function issuing the TMA loads of k-block ``kb`` of tile (``tm``, ``tn``) into the
     slot at shared address ``slot`` on barrier ``full``; ``args`` (a tuple: tensor maps, sizes)
     reaches it unchanged. Slots are ``stage_bytes`` apart from ``base``. The walk is
-    ``sched``'s (one cluster rank; units without K slices), over pairs with ``pairs``."""
+    ``sched``'s (the CTA's cluster rank; units without K slices), over pairs with ``pairs``."""
     if not isinstance(pipe, TmaPipeline) or not isinstance(sched, TileScheduler):
         raise ValueError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
                          f"{sched!r}")
     if not isinstance(stage_bytes, int) or stage_bytes <= 0 or stage_bytes % 1024:
         raise ValueError(f"tile_producer: stage_bytes must be a positive multiple of 1024 (the slots' "
                          f"alignment); got {stage_bytes!r}")
+    if pairs and sched.cluster > 1:
+        raise ValueError(f"tile_producer: pairs of tiles take no clusters; got {sched!r}")
     STAGE = stage_bytes
+    CL = sched.cluster
 
     @cuda.jit(device=True, inline=True)
     def stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args):
-        tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+        tm, tn = sched.tile(u, tiles_mc, tiles_n, cluster_ctarank() if CL > 1 else 0)
         for kb in range(kblocks):
             full = pipe.producer_acquire(ring, s, ph, STAGE)
             load(base + s * STAGE, full, kb, tm, tn, args)

@@ -19,9 +19,14 @@ fp8: two sparse K steps) and holds, for a CTA tile of 128 rows of A by ``bn`` co
 
     sc = SparseConsumers("f32.bf16.bf16", TmaPipeline(5, consumers=2))
     ...
-    sc.load(slot, full, tmap_a, tmap_b, tmap_meta, kb, a_row, b_row, mblocks)   # producer, per stage
+    sc.load(slot, full, tmap_a, tmap_b, tmap_meta, kb, a_row, b_row, mblocks, rank)   # producer, per stage
     ...
     acc, s, ph = sc.tile(ring, base, s, ph, kblocks, ct, cw)   # each consumer, per tile
+
+With a pipe of ``cluster`` CTAs (2 or 4, along M: vertically adjacent tiles sharing their B
+tile), each CTA's producer loads its share of B, ``bn / cluster`` rows (K-major) or 64-column
+boxes (MN-major), and multicasts it into the same place of every CTA of the cluster (less L2
+traffic for the operand a sparse wgmma reads most of); ``rank`` is the CTA's rank in it.
 
 ``tile`` runs the main loop of consumer ``cw``'s 64 rows with one wgmma group in flight,
 releasing each stage after the ``wgmma_wait_group(1)`` that completes the wgmmas reading it; two
@@ -35,8 +40,8 @@ import types
 import numpy as np
 from numba import cuda
 
-from ..intrinsics import (acc_undef, desc_advance, make_desc, smem_addr, tma_load_2d, wgmma_commit_group,
-                          wgmma_fence, wgmma_mma_async_sp, wgmma_wait_group)
+from ..intrinsics import (acc_undef, desc_advance, make_desc, smem_addr, tma_load_2d, tma_load_multicast_2d,
+                          wgmma_commit_group, wgmma_fence, wgmma_mma_async_sp, wgmma_wait_group)
 from ..layout import SWIZZLE_CODE, wgmma_sp_kind
 from ..layout.sparse_gemm import STAGE_BYTES_K, meta_regs_per_stage
 from .pipeline import TmaPipeline
@@ -49,12 +54,14 @@ _SW64, _SW128 = SWIZZLE_CODE["64B"], SWIZZLE_CODE["128B"]
 class SparseConsumers(types.ModuleType):
     """Two consumer warpgroups of a sparse GEMM of ``kind`` (f32 accumulators; f16, bf16, e4m3
     or e5m2 inputs), each owning 64 rows of a 128 x ``bn`` CTA tile, over ``pipe`` (a
-    :class:`TmaPipeline` with ``consumers=2``). Constants: ``BM`` (128), ``bn``, ``bk`` (dense K
-    per stage), ``a_cols`` (compressed A elements per stage and row), ``stage_bytes``,
-    ``meta_regs``. Device functions: ``load(slot, full, tmap_a, tmap_b, tmap_meta, kb, a_row,
-    b_row, mblocks)`` (the producer's TMA loads of stage ``kb``: A [rows, K/2] compressed, B,
-    the metadata [kblocks * mblocks, R * 128] as ``int32``) and ``tile(ring, base, s, ph,
-    kblocks, ct, cw) -> (acc, s, ph)`` (kblocks >= 1)."""
+    :class:`TmaPipeline` with ``consumers=2`` and ``cluster`` 1, 2 or 4). Constants: ``BM``
+    (128), ``bn``, ``bk`` (dense K per stage), ``a_cols`` (compressed A elements per stage and
+    row), ``b_rows`` (rows of B's tensor-map box: ``bn / cluster`` K-major, else 64),
+    ``stage_bytes``, ``meta_regs``. Device functions: ``load(slot, full, tmap_a, tmap_b,
+    tmap_meta, kb, a_row, b_row, mblocks, rank)`` (the producer's TMA loads of stage ``kb``: A
+    [rows, K/2] compressed, the CTA's share of B (the tile's from row ``b_row``), multicast
+    with clusters, the metadata [kblocks * mblocks, R * 128] as ``int32``) and ``tile(ring,
+    base, s, ph, kblocks, ct, cw) -> (acc, s, ph)`` (kblocks >= 1)."""
 
     BM = 128
     A_BYTES = 128 * 64
@@ -71,9 +78,13 @@ class SparseConsumers(types.ModuleType):
             raise ValueError(f"SparseConsumers: b_major must be 'K' or 'MN'; got {b_major!r}")
         if b_major == "MN" and not k.transposable:
             raise ValueError(f"SparseConsumers: {kind} has no transpose: B must be K-major (b_major='K')")
-        if not isinstance(pipe, TmaPipeline) or pipe.consumers != 2 or pipe.cluster != 1:
-            raise ValueError(f"SparseConsumers: pipe must be a TmaPipeline with consumers=2 and no cluster; "
-                             f"got {pipe!r}")
+        if not isinstance(pipe, TmaPipeline) or pipe.consumers != 2 or pipe.cluster not in (1, 2, 4):
+            raise ValueError(f"SparseConsumers: pipe must be a TmaPipeline with consumers=2 and a cluster of 1, 2 "
+                             f"or 4; got {pipe!r}")
+        cl = pipe.cluster
+        if (b_major == "K" and (bn // cl) % 8) or (b_major == "MN" and (bn // 64) % cl):
+            raise ValueError(f"SparseConsumers: a cluster of {cl} splits B's {bn} rows into whole swizzle atoms "
+                             f"({'8 rows' if b_major == 'K' else '64-column boxes'}) per CTA; got bn={bn}")
         super().__init__(f"SparseConsumers({kind})")
         self.kind, self.pipe, self.bn, self.b_major = kind, pipe, bn, b_major
         esize = k.input_bits // 8
@@ -82,6 +93,7 @@ class SparseConsumers(types.ModuleType):
         self.paired = bool(paired)
         self.meta_regs = meta_regs_per_stage(esize, self.paired)
         self.b_bytes = bn * STAGE_BYTES_K
+        self.b_rows = bn // cl if b_major == "K" else 64
         self.meta_offset = self.A_BYTES + self.b_bytes
         self.stage_bytes = self.meta_offset + 2 * self.meta_regs * 512
         self._build()
@@ -98,16 +110,27 @@ class SparseConsumers(types.ModuleType):
         TWO = R == 2  # one register per K step (fp8; 16-bit unpaired), both read with spsel 0
         # B's second K step: 64 bytes along the K-major row; 32 K-rows of 128 bytes MN-major.
         B_LBO, B_STEP = (8192, 4096) if B_MN else (16, 64)
-        B_BOXES = BN // 64
+        CL = pipe.cluster
+        CL_MASK = (1 << CL) - 1
+        B_PART_ROWS = BN // CL  # each CTA's share of B: rows (K-major) or columns (MN-major)
+        B_PART_BYTES = self.b_bytes // CL
+        B_BOXES = B_PART_ROWS // 64
 
         @cuda.jit(device=True, inline=True)
-        def load(slot, full, tmap_a, tmap_b, tmap_meta, kb, a_row, b_row, mblocks):
+        def load(slot, full, tmap_a, tmap_b, tmap_meta, kb, a_row, b_row, mblocks, rank):
             tma_load_2d(slot, tmap_a, full, kb * A_COLS, a_row)
+            b_dst = slot + A_BYTES + rank * B_PART_BYTES
+            b_row += rank * B_PART_ROWS
             if B_MN:
                 for j in range(B_BOXES):
-                    tma_load_2d(slot + A_BYTES + j * 8192, tmap_b, full, b_row + j * 64, kb * BK)
+                    if CL == 1:
+                        tma_load_2d(b_dst + j * 8192, tmap_b, full, b_row + j * 64, kb * BK)
+                    else:
+                        tma_load_multicast_2d(b_dst + j * 8192, tmap_b, full, CL_MASK, b_row + j * 64, kb * BK)
+            elif CL == 1:
+                tma_load_2d(b_dst, tmap_b, full, kb * BK, b_row)
             else:
-                tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, b_row)
+                tma_load_multicast_2d(b_dst, tmap_b, full, CL_MASK, kb * BK, b_row)
             tma_load_2d(slot + META, tmap_meta, full, 0, kb * mblocks + a_row // 64)
 
         @cuda.jit(device=True, inline=True)
