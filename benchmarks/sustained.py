@@ -1,0 +1,77 @@
+"""Sustained runs under the board's power limit: each contender alone for a few seconds (after a
+warm-up), while ``nvidia-smi`` samples the SM clock, the board power and the throttle reasons
+every 100 ms; per contender the time per call (CUDA events over the whole run), the median
+clock and power, and their product, the energy per call. Large products on an H100 run against
+the power cap, so their sustained speed is the cap divided by the energy each product costs
+(BENCHMARKS.md, "The power cap").
+
+Contenders at each size: nbwgmma's dense ``matmul(x, w.t())`` and cuBLAS's ``x @ w.t()``, the
+2:4-sparse ``matmul(x, w24.t())`` and cuSPARSELt's ``F.linear`` on the same pruned weight; f16
+and bf16, random normal data.
+
+    python benchmarks/sustained.py [--seconds 3] [N ...]       (N^3 products; default 8192)
+"""
+import argparse
+import subprocess
+import time
+
+import torch
+import torch.nn.functional as F
+
+from nbwgmma import Sparse24, matmul
+
+TDT = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def sustained(fn, seconds):
+    """(us per call, median MHz, median W, the throttle reasons most sampled) of ``fn`` run alone."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active",
+                            "--format=csv,noheader,nounits", "-lms", "100"], stdout=subprocess.PIPE, text=True)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    calls, t0 = 0, time.time()
+    start.record()
+    while time.time() - t0 < seconds:
+        for _ in range(20):
+            fn()
+        calls += 20
+        torch.cuda.synchronize()
+    end.record()
+    torch.cuda.synchronize()
+    smi.terminate()
+    rows = [r.split(", ") for r in smi.communicate()[0].strip().splitlines()]
+    rows = rows[len(rows) // 10: len(rows) - len(rows) // 10] or rows  # the run's steady middle
+    clock = sorted(float(r[0]) for r in rows)[len(rows) // 2]
+    power = sorted(float(r[1]) for r in rows)[len(rows) // 2]
+    reasons = max(set(r[2] for r in rows), key=[r[2] for r in rows].count)
+    return start.elapsed_time(end) / calls * 1e3, clock, power, reasons
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("sizes", nargs="*", type=int, default=[8192])
+    p.add_argument("--seconds", type=float, default=3.0)
+    a = p.parse_args()
+    from torch.sparse import to_sparse_semi_structured
+
+    print(f"{'product':42s} {'us/call':>9s} {'MHz':>6s} {'W':>5s} {'J/call':>7s}  throttle")
+    for size in a.sizes:
+        for t in ("f16", "bf16"):
+            g = torch.Generator(device="cuda").manual_seed(0)
+            x = torch.randn(size, size, device="cuda", generator=g).to(TDT[t])
+            w24 = Sparse24.from_dense(torch.randn(size, size, device="cuda", generator=g).to(TDT[t]), prune=True)
+            w = w24.to_dense()
+            out = torch.empty(size, size, device="cuda", dtype=TDT[t])
+            ws = to_sparse_semi_structured(w)
+            for name, fn in ((f"{t} {size}^3 dense nbwgmma", lambda: matmul(x, w.t(), out=out)),
+                             (f"{t} {size}^3 dense cuBLAS", lambda: x @ w.t()),
+                             (f"{t} {size}^3 sparse nbwgmma", lambda: matmul(x, w24.t(), out=out)),
+                             (f"{t} {size}^3 sparse cuSPARSELt", lambda: F.linear(x, ws))):
+                us, mhz, watts, why = sustained(fn, a.seconds)
+                print(f"{name:42s} {us:9.1f} {mhz:6.0f} {watts:5.0f} {watts * us * 1e-6:7.3f}  {why}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
