@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from .frontend.tiles import SWAP_BN, TILES, swapped_config
+from .frontend.tiles import NARROW_STAGES, SWAP_BN, TILES, swapped_config
 
 __all__ = ["DTYPES", "LAYOUTS", "kernel_list", "run", "worker"]
 
@@ -37,6 +37,8 @@ LAYOUTS = ("KK", "KN", "MK", "MN")
 #: pick_small_m's choices
 _SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 else {}) for s in (1, 2, 4)) \
     + ({"bm": 64, "bn": 64, "stages": 8},)
+#: pick_narrow's choice (K-major B only)
+_NARROW = {"bm": 128, "bn": 96, "epilogue": "direct", "stages": NARROW_STAGES[96]}
 #: and its swapped choices (one per narrow tile width and number of K slices; 16-bit and fp8)
 _SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4))
 
@@ -54,7 +56,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
         if dt not in DTYPES:
             raise ValueError(f"precompile: dtype must be among {', '.join(DTYPES)}; got {dt!r}")
         sixteen = dt in ("bf16", "f16")
-        configs = [{"bm": bm, "bn": bn} for bm, bn in TILES]
+        configs = [{"bm": bm, "bn": bn} for bm, bn in TILES] + [dict(_NARROW)]
         if sixteen:
             configs += [dict(c) for c in _SMALL_M]
         elif dt in ("e4m3", "e5m2"):
@@ -66,7 +68,8 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
                 raise ValueError(f"precompile: layout must be among {', '.join(LAYOUTS)}; got {lay!r}")
             if not sixteen and lay != "KK":
                 continue
-            out += [(dt, lay, c) for c in configs]
+            # (tiles whose N is not a multiple of 64 read B K-major only)
+            out += [(dt, lay, c) for c in configs if lay[1] == "K" or c.get("bn", 64) % 64 == 0]
             if dt != "tf32" and lay[0] == "K":  # swapped small-M products: A's rows are the narrow tile's K-major B
                 out += [(dt, lay, dict(c)) for c in _SWAPPED]
     return out

@@ -85,8 +85,9 @@ def test_ragged_sizes_small_integers_exact(t, tb, a_k, b_k, odt):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("cfg", [{"bm": 64, "bn": 64}, {"cluster": 2}, {"split": 2, "bm": 64, "bn": 64}, "auto"],
-                         ids=["tile64", "cluster2", "split2", "auto"])
+@pytest.mark.parametrize("cfg", [{"bm": 64, "bn": 64}, {"cluster": 2}, {"split": 2, "bm": 64, "bn": 64}, "auto",
+                                 {"bm": 128, "bn": 96, "epilogue": "direct", "stages": 8}],
+                         ids=["tile64", "cluster2", "split2", "auto", "narrow96"])
 def test_explicit_configs(cfg):
     """A given configuration runs as given; "auto" (nothing to time here) the tile model's pick."""
     got, want = run("bf16", 96, 128, 64, odt="f32", config=cfg, seed=3)

@@ -8,7 +8,7 @@ from numba import types
 
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
-from nbwgmma.frontend.tiles import pick_tile
+from nbwgmma.frontend.tiles import narrow_config, pick_narrow, pick_tile
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -35,13 +35,33 @@ def fresh(tmp_path, monkeypatch):
 def test_candidates_are_valid_distinct_and_start_with_the_default(sms_132, m, n, k, kind, epilogue):
     default = dict(zip(("bm", "bn"), pick_tile(m, n)))
     cands = autotune.candidates(kind, m, n, k, epilogue, default)
-    assert 3 <= len(cands) <= 7
+    assert 3 <= len(cands) <= 8
     assert cands[0] == {} and default not in cands  # the default path itself, then challengers
     assert len({tuple(sorted(c.items())) for c in cands}) == len(cands)
     out = "bf16" if epilogue == "tma" else "f32"
     for c in cands[1:]:
         assert set(c) <= CONFIG_KEYS
-        GemmConfig(kind, epilogue=epilogue, out=out, **c)  # raises if the kernel could not be built
+        GemmConfig(kind, **({"epilogue": epilogue, "out": out} | c))  # raises if the kernel could not be built
+    for c in autotune.candidates(kind, m, n, k, epilogue, default, b_major="MN")[1:]:
+        assert c.get("bn", 64) % 64 == 0  # narrow tiles read B K-major only
+
+
+def test_narrow_tiles_where_the_default_fills_its_waves_poorly(sms_132):
+    """384 x 4096 (128 x 128: 96 tiles on 132 SMs) and 512 x 3008 try 128 x 96 tiles with the
+    direct epilogue and 8 stages (129 and 128 tiles), second; 8192^3 and 5000 x 3000 (their
+    tiles fill the waves) do not; MN-major B never does."""
+    narrow = {"bm": 128, "bn": 96, "epilogue": "direct", "stages": 8}
+    for m, n in ((384, 4096), (512, 3008)):
+        assert autotune.candidates("f32.bf16.bf16", m, n, 4096, "tma", {"bm": 128, "bn": 128})[1] == narrow
+        assert narrow not in autotune.candidates("f32.bf16.bf16", m, n, 4096, "tma", {"bm": 128, "bn": 128}, "MN")
+    for m, n, dflt in ((8192, 8192, {"bm": 128, "bn": 256}), (5000, 3000, {"bm": 128, "bn": 192})):
+        assert not any(c.get("epilogue") for c in autotune.candidates("f32.bf16.bf16", m, n, 4096, "tma", dflt))
+    assert narrow_config(384, 4096, (128, 128), 132) == narrow
+    assert narrow_config(384, 6144, (128, 192), 132) == {"bm": 128, "bn": 160, "epilogue": "direct", "stages": 6}
+    # the default path's own pick: in place of one wave of 128 x 128 tiles only
+    assert pick_narrow(384, 4096, (128, 128), 132) == narrow and pick_narrow(640, 2048, (128, 128), 132) == narrow
+    assert pick_narrow(384, 6144, (128, 192), 132) is None and pick_narrow(1536, 7168, (128, 256), 132) is None
+    assert pick_narrow(2048, 2048, (128, 128), 132) is None  # two waves of 128 x 96
 
 
 def test_candidates_for_a_bandwidth_bound_shape_include_deeper_pipelines(sms_132):
@@ -61,6 +81,23 @@ def test_deeper_pipelines_compile_clean(bm, bn, stages, report_batch):
 
     rep = report_batch(job)  # both compiled together (tests/conftest.py)
     assert rep.sass["HGMMA"] == 4 and rep.spill_bytes == 0 and rep.local_memory_ops == 0
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+
+
+@pytest.mark.parametrize("kind, bn", [("f32.bf16.bf16", 96), ("f32.e4m3.e4m3", 160)])
+def test_narrow_tiles_compile_clean(kind, bn, report_batch):
+    """The narrow challengers (N 96 or 160, direct epilogue, as many stages as fit): the wgmmas of
+    that N, no spills, no serialization."""
+    def job(kind, bn):
+        c = narrow_config(384, 4096, (128, 128), 132) if bn == 96 else narrow_config(384, 6144, (128, 192), 132)
+        cfg = GemmConfig(kind, scaled=kind.endswith("e4m3"), **c)
+        return gemm_kernel(cfg), (types.uint64, types.uint64, types.Array(types.uint16, 2, "A"), types.int32,
+                                  types.int32, types.int32, types.float32), None
+
+    rep = report_batch(job)
+    gmma = "QGMMA" if kind.endswith("e4m3") else "HGMMA"
+    assert any(f"{gmma}.64x{bn}x" in op for op in rep.sass_full), rep.sass_full
+    assert rep.sass[gmma] == 4 and rep.spill_bytes == 0 and rep.local_memory_ops == 0
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 
 

@@ -151,6 +151,42 @@ def test_clusters_small_integers_exact(cluster, bm, bn):
     assert torch.equal(c.double(), ref) and ref.abs().sum() > 0
 
 
+@pytest.mark.parametrize("dtype, bn", [("bf16", 96), ("f16", 160), ("e4m3", 96), ("f32", 96)])
+def test_narrow_tiles_small_integers_exact(dtype, bn):
+    """The autotuner's narrow challengers (N 96 or 160, the direct epilogue, 8 or 6 stages) on a
+    ragged problem of several waves' tiles, row-major bf16 out: exact on small integers."""
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn, "f32": torch.float32}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(bn)
+    a = torch.randint(-3, 4, (1000, 512), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (3008, 512), device="cuda", generator=g).to(tdt).t()  # K-major B
+    out = torch.full((1000, 3008), float("nan"), device="cuda", dtype=torch.float32 if dtype == "f32" else
+                     torch.bfloat16)
+    cfg = {"bm": 128, "bn": bn, "epilogue": "direct", "stages": 8 if bn == 96 else 6}
+    kw = {"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}
+    matmul(a, b, out=out, config=cfg, **kw)
+    ref = a.double() @ b.double()
+    want = ref if dtype == "f32" else ref.to(torch.bfloat16).double()
+    assert torch.equal(out.double(), want) and ref.abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype, m, n", [("bf16", 640, 2048), ("f16", 384, 4096), ("e4m3", 768, 1536)])
+def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n):
+    """Where one wave of 128 x 128 tiles leaves SMs idle and B is K-major, the default path runs
+    128 x 96 tiles (direct epilogue, 8 stages): exact on small integers."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(m)
+    a = torch.randint(-3, 4, (m, 520), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, 520), device="cuda", generator=g).to(tdt).t()
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
+    cfg = last_plan().cfg
+    assert (cfg.bm, cfg.bn, cfg.epilogue) == (128, 96, "direct"), cfg
+    ref = a.double() @ b.double()
+    assert torch.equal(out.double(), ref.to(torch.bfloat16).double()) and ref.abs().sum() > 0
+
+
 _CHILD = """
 import time, torch
 from nbwgmma import cache, matmul

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from nbwgmma import precompile
-from nbwgmma.frontend.tiles import pick_small_m, pick_tile
+from nbwgmma.frontend.tiles import pick_narrow, pick_small_m, pick_tile
 from nbwgmma.kernels.gemm import GemmConfig
 
 DIMS = (1, 16, 64, 100, 128, 200, 256, 300, 512, 1000, 1024, 2048, 3000, 4096, 5000, 8192, 14336, 16384, 28672)
@@ -22,6 +22,8 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
             for lay in (("KK", "KN", "MK", "MN") if bits == 16 else ("KK",)):
                 small = pick_small_m(m, n, k, bits, a_kmajor=lay[0] == "K")
                 cfg = small if small is not None else dict(zip(("bm", "bn"), pick_tile(m, n)))
+                narrow = None if small is not None or lay[1] != "K" else pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms)
+                cfg = narrow or cfg
                 key = (dt, lay, tuple(sorted(cfg.items())))
                 assert key in listed, key
                 seen.add(key)
@@ -43,9 +45,8 @@ def test_the_list_builds_valid_configs_once_each(autotune):
             GemmConfig(kinds[dt], a_major=majors[1], b_major=majors[0], scaled=dt in ("e4m3", "e5m2"), out="bf16",
                        epilogue="direct", **c)
             continue
-        GemmConfig(kinds[dt], a_major=majors[0], b_major=majors[1],
-                   scaled=dt in ("e4m3", "e5m2"), out="f32" if tf32 else "bf16", epilogue="direct" if tf32 else "tma",
-                   **c)
+        GemmConfig(kinds[dt], **({"a_major": majors[0], "b_major": majors[1], "scaled": dt in ("e4m3", "e5m2"),
+                                  "out": "f32" if tf32 else "bf16", "epilogue": "direct" if tf32 else "tma"} | c))
     assert {lay for dt, lay, _ in items if dt in ("e4m3", "e5m2", "tf32")} == {"KK"}  # the others are copied
 
 

@@ -42,7 +42,7 @@ import os
 import statistics
 import time
 
-from .tiles import TILES, rank_tiles
+from .tiles import NARROW_BN, NARROW_STAGES, TILES, narrow_config, rank_tiles
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
            "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S"]
@@ -87,7 +87,7 @@ def _stages_that_fit(kind, bm, bn, epilogue, upto=8):
     return None
 
 
-def candidates(kind, m, n, k, epilogue="tma", default=None) -> list:
+def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K") -> list:
     """The configurations (``matmul`` ``config`` dicts) timed for one problem: ``{}`` first
     (the default path's own choice, ``default`` = its config when known, e.g. ``{"bm": 128,
     "bn": 256}``), then challengers, most promising first (the budget may stop before the
@@ -96,12 +96,20 @@ def candidates(kind, m, n, k, epilogue="tma", default=None) -> list:
     more, B's tile in 64-column shares); the best one with groups of 16 tile rows (when it has
     more than 8); one-consumer tiles (BM = 64) among the three with as many stages as fit, up to
     8 (more bytes in flight for bandwidth-bound shapes: 128 x 8192 x 8192 ran 9% faster with 8
-    than with 4 on an H100).
+    than with 4 on an H100); with K-major B (``b_major``), second, a narrow tile where it fills
+    the waves better than the default's (:func:`nbwgmma.frontend.tiles.narrow_config`: where the
+    default path has not taken it itself, :func:`nbwgmma.frontend.tiles.pick_narrow`).
     """
     from ..kernels.gemm import GemmConfig
+    from ..launch import device_limits
 
     tiles = rank_tiles(m, n)[:3]
     out = [{"bm": bm, "bn": bn} for bm, bn in tiles]
+    if b_major == "K":
+        dflt = (default["bm"], default["bn"]) if default and {"bm", "bn"} <= set(default) else tiles[0]
+        narrow = narrow_config(m, n, dflt, device_limits()["multiprocessors"])
+        if narrow is not None:
+            out.insert(1, narrow)
     # each CTA of a cluster multicasts whole 64-column shares of B
     pairable = [(bm, bn) for bm, bn in tiles if (bn // 64) % 2 == 0 and math.ceil(m / bm) >= 2]
     if pairable:
@@ -124,6 +132,8 @@ def challengers(kind, epilogue="tma") -> list:
     """Every challenger :func:`candidates` can list for any shape, beyond the plain tiles of
     the tile model (``python -m nbwgmma precompile --autotune`` builds them ahead of time)."""
     out = []
+    out += [{"bm": 128, "bn": bn, "epilogue": "direct", "stages": NARROW_STAGES[bn]}
+            for bn in NARROW_BN]  # (K-major B only)
     for bm, bn in TILES:
         if (bn // 64) % 2 == 0:
             out.append({"bm": bm, "bn": bn, "cluster": 2})

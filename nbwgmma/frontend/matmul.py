@@ -53,7 +53,8 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
     probe = Plan(kind, odt, ia, ib, io, {"swap": 0}, fp8)  # paths and epilogue (no compile), unswapped
     m, n, k = probe.mnk
     key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], probe.cfg.epilogue, m, n, k)
-    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, probe.cfg.epilogue, probe.config), run,
+    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, probe.cfg.epilogue, probe.config,
+                                                                      probe.cfg.b_major), run,
                            nb_stream(st))
 
 

@@ -40,7 +40,7 @@ from ..launch import array_arg_types, array_arg_values
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
-from .tiles import pick_small_m, pick_tile
+from .tiles import pick_narrow, pick_small_m, pick_tile
 
 __all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "tma_view", "numba_view", "transposed"]
 
@@ -150,6 +150,13 @@ class Plan:
             else:  # (a forced swap tiles the swapped problem, N x M)
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
                 opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1)
+                # one wave of 128 x 128 tiles that leaves SMs idle: 128 x 96 (direct epilogue, B K-major)
+                free = not ({"cluster", "split", "epilogue", "stages"} & set(given) or given.get("swap") or _SIM)
+                if free and _operand_path(ib, True, wk.transposable)[0] == "K":
+                    from ..launch import device_limits
+
+                    narrow = pick_narrow(m, n, (opts["bm"], opts["bn"]), device_limits()["multiprocessors"])
+                    opts.update(narrow or {})
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
         self.swap = bool(opts.pop("swap", 0))

@@ -9,7 +9,8 @@ import math
 
 from .. import sim
 
-__all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M", "SWAP_M_FP8", "SWAP_BN"]
+__all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
+           "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_STAGES", "NARROW_GAIN", "narrow_config", "wave_fill", "pick_narrow"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -30,6 +31,44 @@ def pick_tile(m, n, cluster=1):
     smallest usable tile (fewest threads and the least wgmma work per tile)."""
     ranked = rank_tiles(m, n, cluster)
     return min(ranked, key=lambda t: t[0] * t[1]) if sim.enabled() else ranked[0]
+
+
+#: Narrow tiles: 128 rows by an N that is not a multiple of 64, stored by the direct epilogue (the
+#: TMA store takes 64-column blocks), B K-major only; with the most stages that fit beside no C
+#: tile (128 bytes of K per row and stage whatever the type: 28 KiB x 8, 36 KiB x 6).
+NARROW_BN = (96, 160)
+NARROW_STAGES = {96: 8, 160: 6}
+#: How much more of its waves a narrow tile must fill than another tile to be considered.
+NARROW_GAIN = 0.1
+
+
+def wave_fill(m, n, bm, bn, sms):
+    """The share of the waves' SM slots an M x N problem in bm x bn tiles fills."""
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+    return tiles / (math.ceil(tiles / sms) * sms)
+
+
+def narrow_config(m, n, tile, sms):
+    """The narrow tile (``{"bm": 128, "bn": 96 or 160, "epilogue": "direct", "stages": ...}``,
+    the one of :data:`NARROW_BN` filling the waves best) where it fills them at least
+    :data:`NARROW_GAIN` more than ``tile`` (bm, bn) does; else None. ``config="auto"`` times it
+    beside the default (:func:`nbwgmma.frontend.autotune.candidates`)."""
+    fills = {bn: wave_fill(m, n, 128, bn, sms) for bn in NARROW_BN}
+    bn = max(NARROW_BN, key=lambda b: (fills[b], b))
+    if fills[bn] < wave_fill(m, n, *tile, sms) + NARROW_GAIN:
+        return None
+    return {"bm": 128, "bn": bn, "epilogue": "direct", "stages": NARROW_STAGES[bn]}
+
+
+def pick_narrow(m, n, tile, sms):
+    """The default path's narrow tile: 128 x 96 in place of a 128 x 128 ``tile`` where the
+    problem fits one wave of either and the narrow tiles fill it at least :data:`NARROW_GAIN`
+    more (measured on an H100: 1.06-1.12x at 384 x 4096, 512 x 3008, 640 x 2048 and 768 x 1536
+    (K 4096-8192); on problems of several waves 128 x 96 lost, 0.64-0.91x); else None."""
+    if tuple(tile) != (128, 128) or math.ceil(m / 128) * math.ceil(n / 96) > sms:
+        return None
+    narrow = narrow_config(m, n, tile, sms)
+    return narrow if narrow is not None and narrow["bn"] == 96 else None
 
 
 def rank_tiles(m, n, cluster=1):
