@@ -265,3 +265,35 @@ def test_split_k_config_rules():
         GemmConfig("f32.e4m3.e4m3", split=2, scaled=True)
     assert GemmConfig("f32.e4m3.e4m3", bm=64, bn=16, split=2, scaled=True).split == 2  # narrow fp8 tiles: no spills
     assert GemmConfig("f32.bf16.bf16", split=2).key() != GemmConfig("f32.bf16.bf16").key()
+
+
+class _Strided:
+    def __init__(self, shape, dtype, strides=None):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": np.dtype(dtype).str,
+                                         "data": (0x7F0000000000, False), "strides": strides, "version": 3}
+
+
+def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
+    """One wave of 128 x 128 tiles leaving SMs idle (640 x 2048 on 132 SMs: 80 tiles) becomes 128 x 96
+    tiles (110) with the direct epilogue and 8 stages where B is K-major; not with B N-major, not
+    for several waves, not where the caller set the stages, the epilogue, a cluster or K slices."""
+    import nbwgmma.launch
+    from nbwgmma.frontend.args import described
+    from nbwgmma.frontend.plan import Plan
+
+    monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {"multiprocessors": 132})
+
+    def plan(m, n, b_kmajor=True, **opts):
+        ia = described(_Strided((m, 512), np.uint16), "A")._replace(dtype="bf16")
+        ib = described(_Strided((512, n), np.uint16, (2, 1024) if b_kmajor else None), "B")._replace(dtype="bf16")
+        io = described(_Strided((m, n), np.uint16), "out")._replace(dtype="bf16")
+        return Plan("f32.bf16.bf16", "bf16", ia, ib, io, opts, False)
+
+    p = plan(640, 2048)
+    assert (p.cfg.bm, p.cfg.bn, p.cfg.stages, p.cfg.epilogue) == (128, 96, 8, "direct")
+    assert p.config == {"bm": 128, "bn": 96, "stages": 8, "epilogue": "direct"}
+    assert plan(640, 2048, swap=0).cfg.bn == 96  # (the autotuner's probe)
+    for p in (plan(640, 2048, b_kmajor=False), plan(640, 2048, stages=4), plan(640, 2048, cluster=2)):
+        assert (p.cfg.bm, p.cfg.bn) == (128, 128), p.cfg
+    assert plan(640, 2048, epilogue="tma").cfg.epilogue == "tma"
+    assert (plan(2048, 2048).cfg.bn, plan(8192, 8192).cfg.bn) == (256, 256)

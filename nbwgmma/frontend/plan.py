@@ -139,6 +139,7 @@ class Plan:
         n = ib.shape[1]
         given = opts
         opts = dict(opts)
+        narrow = None
         if "bm" not in opts and "bn" not in opts:
             cluster = opts.get("cluster", 1)  # one GemmConfig rejects below: pick as for no cluster
             wk = wgmma_kind(kind)
@@ -179,6 +180,8 @@ class Plan:
             raise err from None
         if self.swap:
             self.config["swap"] = 1
+        if narrow:  # (its epilogue does not follow from out)
+            self.config["epilogue"] = "direct"
         cfg = self.cfg
         self.odt = odt
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
