@@ -35,7 +35,7 @@ from ..intrinsics import (
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
-from .pipeline import TmaPipeline
+from .pipeline import TmaPipeline, check_b_shares
 
 __all__ = ["Cooperative"]
 
@@ -74,17 +74,14 @@ class Cooperative(types.ModuleType):
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // 64:
             raise ValueError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // 64} (one per 64 rows); "
                              f"got {pipe!r}")
-        cl = pipe.cluster
-        if (b_major == "K" and (bn // cl) % 8) or (b_major == "MN" and (bn // 64) % cl):
-            raise ValueError(f"Cooperative: a cluster of {cl} splits B's {bn} rows into whole swizzle atoms "
-                             f"({'8 rows' if b_major == 'K' else '64-column boxes'}); it cannot")
+        check_b_shares("Cooperative", bn, b_major, pipe.cluster)
         super().__init__(f"Cooperative({kind})")
         self.kind, self.pipe, self.bm, self.bn, self.a_major, self.b_major = kind, pipe, bm, bn, a_major, b_major
         self.esize = int(ELEMENT_BYTES[k.atype])
         self.bk = 128 // self.esize  # K elements per stage: one 128-byte swizzle row
         self.a_bytes = bm * 128
         self.stage_bytes = (bm + bn) * 128
-        self.b_share_bytes = bn // cl * 128  # this CTA's share of B in the stage
+        self.b_share_bytes = bn // pipe.cluster * 128  # this CTA's share of B in the stage
         self._build(k.k)
 
     def __repr__(self):

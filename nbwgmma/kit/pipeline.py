@@ -58,7 +58,7 @@ from ..intrinsics import (
 )
 from .device import inlined
 
-__all__ = ["TmaPipeline"]
+__all__ = ["TmaPipeline", "check_b_shares"]
 
 
 class TmaPipeline(types.ModuleType):
@@ -185,3 +185,12 @@ class TmaPipeline(types.ModuleType):
         self.consumer_release, self.advance, self.stage_of = consumer_release, advance, stage_of
         self.advance_by, self.setup = advance_by, setup
         self.producer_wait, self.producer_arrive_copies = producer_wait, producer_arrive_copies
+
+
+def check_b_shares(owner: str, bn: int, b_major: str, cluster: int):
+    """ValueError (naming ``owner``) unless a cluster of ``cluster`` CTAs can split a B tile of
+    ``bn`` rows into whole swizzle atoms per CTA (8 rows K-major, 64-column boxes MN-major), each
+    CTA loading its share and multicasting it."""
+    if (b_major == "K" and (bn // cluster) % 8) or (b_major == "MN" and (bn // 64) % cluster):
+        raise ValueError(f"{owner}: a cluster of {cluster} splits B's {bn} rows into whole swizzle atoms "
+                         f"({'8 rows' if b_major == 'K' else '64-column boxes'}) per CTA; got bn={bn}")

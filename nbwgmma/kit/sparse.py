@@ -44,7 +44,7 @@ from ..intrinsics import (acc_undef, desc_advance, make_desc, smem_addr, tma_loa
                           wgmma_commit_group, wgmma_fence, wgmma_mma_async_sp, wgmma_wait_group)
 from ..layout import SWIZZLE_CODE, wgmma_sp_kind
 from ..layout.sparse_gemm import STAGE_BYTES_K, meta_regs_per_stage
-from .pipeline import TmaPipeline
+from .pipeline import TmaPipeline, check_b_shares
 
 __all__ = ["SparseConsumers"]
 
@@ -81,10 +81,7 @@ class SparseConsumers(types.ModuleType):
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != 2 or pipe.cluster not in (1, 2, 4):
             raise ValueError(f"SparseConsumers: pipe must be a TmaPipeline with consumers=2 and a cluster of 1, 2 "
                              f"or 4; got {pipe!r}")
-        cl = pipe.cluster
-        if (b_major == "K" and (bn // cl) % 8) or (b_major == "MN" and (bn // 64) % cl):
-            raise ValueError(f"SparseConsumers: a cluster of {cl} splits B's {bn} rows into whole swizzle atoms "
-                             f"({'8 rows' if b_major == 'K' else '64-column boxes'}) per CTA; got bn={bn}")
+        check_b_shares("SparseConsumers", bn, b_major, pipe.cluster)
         super().__init__(f"SparseConsumers({kind})")
         self.kind, self.pipe, self.bn, self.b_major = kind, pipe, bn, b_major
         esize = k.input_bits // 8
@@ -93,7 +90,7 @@ class SparseConsumers(types.ModuleType):
         self.paired = bool(paired)
         self.meta_regs = meta_regs_per_stage(esize, self.paired)
         self.b_bytes = bn * STAGE_BYTES_K
-        self.b_rows = bn // cl if b_major == "K" else 64
+        self.b_rows = bn // pipe.cluster if b_major == "K" else 64
         self.meta_offset = self.A_BYTES + self.b_bytes
         self.stage_bytes = self.meta_offset + 2 * self.meta_regs * 512
         self._build()
