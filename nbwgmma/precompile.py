@@ -4,7 +4,8 @@ A new problem class costs its first call a compile (2-3 s on an H100 machine, se
 BENCHMARKS.md); a kernel in the disk cache (:mod:`nbwgmma.cache`) costs 0.03-0.05 s. This
 command fills the cache with every kernel ``matmul``'s default path can pick for plain
 products (no ``config``, no epilogue): for each input type and operand layout, each tile of
-the tile model (:data:`nbwgmma.frontend.tiles.TILES`) and each choice of
+the tile model (:data:`nbwgmma.frontend.tiles.TILES`), the narrow tile of
+:func:`nbwgmma.frontend.tiles.pick_narrow` (K-major B) and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
 fp8, f32 for tf32). Worker processes share the list (one per CPU core by default, at most
 16), each running small products with an explicit ``config`` on the current GPU, which compiles
@@ -13,7 +14,7 @@ Run it once per machine and nbwgmma version (the cache is keyed by both), e.g. w
 building a container image on the GPU machine.
 
 With ``--autotune`` it also builds every challenger ``config="auto"`` may time (2-CTA clusters,
-groups of 16 tile rows, deeper pipelines), so that tuning a class costs its timing only.
+groups of 16 tile rows, deeper pipelines, narrow tiles), so that tuning a class costs its timing only.
 
 Fused epilogues, block-scaled, grouped and sparse kernels are not covered: their first
 call still compiles.

@@ -5,8 +5,9 @@ environment sets ``NBWGMMA_AUTOTUNE=1``) looks up the configuration tuned for th
 call's *problem class*: GPU (name and SM count), operand types, operand layouts
 (K- or MN-major), output type and epilogue, and the exact M, N, K. The first time a
 class is seen, :func:`candidates` lists the default (``{}``: what ``matmul`` runs
-without a ``config``) and a few challengers (the tile model's other good tiles, a 2-CTA
-cluster, a wider tile-row group, a deeper pipeline for one-consumer tiles); each is
+without a ``config``) and a few challengers (the tile model's other good tiles, a narrow
+tile that fills the waves better, a 2-CTA cluster, a wider tile-row group, a deeper pipeline
+for one-consumer tiles); each is
 compiled and timed on the call's own arrays, on its stream, and the choice is kept in
 memory and in ``autotune-<code hash>.json`` in the kernel cache directory
 (:mod:`nbwgmma.cache`; nothing is written when that cache is off). Later calls and later

@@ -52,10 +52,11 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
         return {}
     probe = Plan(kind, odt, ia, ib, io, {"swap": 0}, fp8)  # paths and epilogue (no compile), unswapped
     m, n, k = probe.mnk
-    key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], probe.cfg.epilogue, m, n, k)
-    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, probe.cfg.epilogue, probe.config,
-                                                                      probe.cfg.b_major), run,
-                           nb_stream(st))
+    # the class's epilogue is the one its out can take (the default's narrow tile stores directly)
+    epilogue = "tma" if probe.c_view is not None else "direct"
+    key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], epilogue, m, n, k)
+    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, epilogue, probe.config, probe.cfg.b_major),
+                           run, nb_stream(st))
 
 
 def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(), c=None, alpha=1.0, beta=None,

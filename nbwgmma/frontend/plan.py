@@ -14,8 +14,9 @@ Which path runs:
   whose rows are padded to 16 bytes with zeros: the same answer for one extra
   pass over that operand.
 * ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned base and row
-  pitch) gets the TMA-store epilogue; any other ``out`` (f32, any strides), and every
-  swapped plan, gets element-wise stores from the registers.
+  pitch) gets the TMA-store epilogue; any other ``out`` (f32, any strides), every
+  swapped plan and every narrow tile (128 x 96 in place of one wave of 128 x 128 tiles:
+  :func:`.tiles.pick_narrow`) gets element-wise stores from the registers.
 * Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`)
   compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
   written through its transposed view.

@@ -38,7 +38,7 @@ _DEFAULTS = {"bias": None, "activation": None, "epilogue": None, "epilogue_args"
              "beta": None, "scale_a": None, "scale_b": None, "scale_out": None, "amax": None}
 _CONFIG_KEYS = ("bn", "stages", "group_m", "out_blocks", "cluster")
 _CONFIGS: dict = {}
-_CLUSTER_CTAS: dict = {}  # (config key, SMs) -> CTAs of the clusters that fit at once
+_CLUSTER_CTAS: dict = {}  # (config key, device) -> CTAs of the clusters that fit at once
 _RAW_OK = {"bf16": "u16", "e4m3": "u8", "e5m2": "u8"}
 #: transposed output blocks per consumer of the x @ w24.t() form (kernels.sparse.SparseConfig.out_blocks)
 OUT_BLOCKS = 1
@@ -196,10 +196,13 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
     kern, cl = sparse_kernel(cfg), cfg.cluster
     ctas = cl if _SIM else device_limits()["multiprocessors"]
     if cl > 1 and not _SIM:  # clusters sit whole in a GPC: maybe fewer CTAs fit at once
-        key = (cfg.key(), ctas)
+        key = (cfg.key(), ix.device)
         if key not in _CLUSTER_CTAS:
             _CLUSTER_CTAS[key] = cl * max_active_clusters(kern, args, THREADS, (cl, 1, 1), smem=cfg.smem)
         ctas = _CLUSTER_CTAS[key]
+        if ctas == 0:
+            raise MatmulError(f"matmul: config {opts}: no cluster of {cl} CTAs of the sparse kernel fits this GPU "
+                              f"at once; use a smaller cluster")
     launch(kern, cfg.grid(m, n, k, ctas), THREADS, args, stream=stream_of(lib, stream), smem=cfg.smem,
            cluster=(cl, 1, 1) if cl > 1 else None)
     return out

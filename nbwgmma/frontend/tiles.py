@@ -10,7 +10,8 @@ import math
 from .. import sim
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
-           "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_STAGES", "NARROW_GAIN", "narrow_config", "wave_fill", "pick_narrow"]
+           "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_STAGES", "NARROW_GAIN", "narrow_config", "wave_fill",
+           "pick_narrow"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,

@@ -51,6 +51,7 @@ from ..errors import ConfigError
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
 from ..kit.cooperative import Cooperative
+from ..kit.pipeline import check_b_shares
 from ..kit.device import inlined
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler
@@ -119,9 +120,10 @@ class GemmConfig:
             raise ConfigError("epilogue", f"the TMA epilogue stores 16-bit outputs; got out={out}")
         if cluster not in (1, 2, 4):
             raise ConfigError("cluster", f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
-        if (b_major == "K" and (bn // cluster) % 8) or (b_major == "MN" and (bn // 64) % cluster):
-            raise ConfigError("cluster", f"a cluster of {cluster} splits B's {bn} rows into whole swizzle atoms "
-                                         f"({'8 rows' if b_major == 'K' else '64-column boxes'}); it cannot")
+        try:
+            check_b_shares("GemmConfig", bn, b_major, cluster)
+        except ValueError as e:
+            raise ConfigError("cluster", str(e)) from None
         if split not in (1, 2, 3, 4):
             raise ConfigError("split", f"split must be 1, 2, 3 or 4 K slices; got {split}")
         if split > 1 and cluster > 1:

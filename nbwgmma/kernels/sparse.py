@@ -7,10 +7,11 @@ activations ``x`` [tokens, K] of ``x @ w.T``) or N contiguous (``"MN"``, 16-bit 
 row-major ``y`` [K, N] of ``w @ y``). D is written into any 2-D array view of the output, so
 ``x @ w.T`` stores the transposed accumulator (D = out^T, a view with swapped strides).
 
-Persistent and warp-specialized: one CTA per SM walks 128 x ``bn`` tiles in grouped order
-(:class:`~nbwgmma.kit.TileScheduler`), alone or in clusters of 2 or 4 CTAs along M that share
-B's tile, each loading its share and multicasting it to the others (``cluster``); warpgroup 0
-gives registers back and one of its threads streams stages through a ring of :data:`STAGES` slots (:class:`~nbwgmma.kit.TmaPipeline`):
+Persistent and warp-specialized: one CTA per SM (with clusters, as many as fit whole) walks
+128 x ``bn`` tiles in grouped order (:class:`~nbwgmma.kit.TileScheduler`), alone or in
+clusters of 2 or 4 CTAs along M that share B's tile, each loading its share and multicasting it
+to the others (``cluster``); warpgroup 0 gives registers back and one of its threads streams
+stages through a ring of ``stages`` slots (:class:`~nbwgmma.kit.TmaPipeline`):
 per 128 bytes of dense K, the compressed A (8 KiB), B (``bn`` x 128 bytes) and the metadata of
 the tile's two 64-row blocks (1 or 2 KiB). The two consumer warpgroups
 (:class:`~nbwgmma.kit.sparse.SparseConsumers`) each issue two m64n``bn``k32 (k64 for fp8) sparse
@@ -126,11 +127,11 @@ def _build(key):
     KIND, BM, BN = cfg.kind, SparseConsumers.BM, cfg.bn
     CL = cfg.cluster
     pipe = TmaPipeline(cfg.stages, consumers=2, cluster=CL)
-    # Registers per thread: the launch gives 168 x 384 (64512); a producer warpgroup's and two
-    # consumers' counts must fit that pool. With clusters the producer's walk over its rank's tiles
-    # takes 56 registers (64 with MN-major B's boxes; 40 or 48 spill).
+    # Registers per thread: the launch gives 168 x 384 (the 64 K register file in steps of 8); a
+    # producer warpgroup's and two consumers' counts must fit that pool. With clusters the
+    # producer's walk over its rank's tiles takes 56 registers (64 with MN-major B; 40 or 48 spill).
     PRODUCER_REGS = 40 if CL == 1 else 64 if cfg.b_major == "MN" else 56
-    CONSUMER_REGS = (64512 // 128 - PRODUCER_REGS) // 2 // 8 * 8
+    CONSUMER_REGS = (65536 // THREADS // 8 * 8 * THREADS // 128 - PRODUCER_REGS) // 2 // 8 * 8
     sc = SparseConsumers(KIND, pipe, bn=BN, b_major=cfg.b_major, paired=cfg.paired)
     sched = cfg.sched
     STAGE = sc.stage_bytes

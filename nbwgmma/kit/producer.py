@@ -50,6 +50,9 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     if not isinstance(stage_bytes, int) or stage_bytes <= 0 or stage_bytes % 1024:
         raise ValueError(f"tile_producer: stage_bytes must be a positive multiple of 1024 (the slots' "
                          f"alignment); got {stage_bytes!r}")
+    if pipe.cluster != sched.cluster:
+        raise ValueError(f"tile_producer: the pipe's cluster ({pipe.cluster}) and the scheduler's ({sched.cluster}) "
+                         f"must be the same")
     if pairs and sched.cluster > 1:
         raise ValueError(f"tile_producer: pairs of tiles take no clusters; got {sched!r}")
     STAGE = stage_bytes
