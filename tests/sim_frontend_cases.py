@@ -214,3 +214,16 @@ def test_swapped_mixed_fp8():
     got, want = run("e4m3", 9, 128, 40, tb="e5m2", odt="f32",
                     config={"swap": 1, "bm": 64, "bn": 16, "stages": 2, "split": 2}, seed=12)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("sms, k", [(3, 128), (5, 192)])
+def test_stream_k_parts_summed_in_k_order(monkeypatch, sms, k):
+    """Stream-K on a GPU of 3 (then 5) SMs: 4 tiles of 2 (3) k-blocks cut evenly over the CTAs,
+    so shares cover whole tiles and parts of others; the parts are parked and the last CTA of
+    each tile sums them (small integers: exact)."""
+    import nbwgmma.launch
+
+    real = nbwgmma.launch.device_limits
+    monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {**real(device), "multiprocessors": sms})
+    got, want = run("bf16", 96, k, 128, odt="f32", config={"stream_k": 1, "bm": 64, "bn": 64}, seed=5)
+    np.testing.assert_array_equal(got, want)

@@ -256,6 +256,27 @@ def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, repor
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 
 
+def test_stream_k_kernels_compile_clean():
+    """Stream-K (128 x 128 with the TMA epilogue, 128 x 96 with the direct one): one main loop
+    (4 HGMMA), the tile count's atomic, no spills; the config's rules."""
+    from nbwgmma.report import compile_reports
+
+    jobs = []
+    for bn, epilogue in ((128, "tma"), (96, "direct")):
+        cfg = GemmConfig("f32.bf16.bf16", bm=128, bn=bn, out="bf16", epilogue=epilogue, stream_k=1)
+        c_t = types.uint64 if epilogue == "tma" else types.uint16[:, :]
+        jobs.append((gemm_kernel(cfg), (types.uint64, types.uint64, c_t, types.int32, types.int32, types.int32,
+                                        types.float32, types.float32[::1], types.int32[::1])))
+    for rep in compile_reports(jobs):
+        assert rep.sass["HGMMA"] == 4 and rep.sass.get("ATOMG", 0) + rep.sass.get("RED", 0) == 1, rep.sass
+        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
+        assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+    for kw, msg in ((dict(split=2), "without K slices"), (dict(cluster=2), "without K slices or clusters"),
+                    (dict(bn=256, epilogue="tma"), "at most 128 columns")):
+        with pytest.raises(ValueError, match=msg):
+            GemmConfig("f32.bf16.bf16", stream_k=1, **kw)
+
+
 def test_split_k_config_rules():
     with pytest.raises(ValueError, match="split must be"):
         GemmConfig("f32.bf16.bf16", split=5)

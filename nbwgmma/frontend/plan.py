@@ -247,7 +247,7 @@ class Plan:
             self.check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else numba_view(io, out)
             args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
-            if cfg.split > 1:
+            if cfg.split > 1 or cfg.stream_k:
                 args += self.workspace(stream_handle)[:2]
             if DEBUG_WAIT_TIMEOUT_S is not None or _SIM:  # checked launches that name a stopped kernel
                 from ..kernels.gemm import gemm_kernel
@@ -262,7 +262,7 @@ class Plan:
 
     def _launch(self, stream_handle, ta, tb, c_map, io, alpha):
         m, n, k = self.mnk
-        ws = self.workspace(stream_handle)[2] if self.cfg.split > 1 else ()
+        ws = self.workspace(stream_handle)[2] if self.cfg.split > 1 or self.cfg.stream_k else ()
         if c_map:
             self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha, *ws)
         else:
@@ -270,14 +270,15 @@ class Plan:
                           m, n, k, alpha, *ws)
 
     def workspace(self, stream_handle):
-        """Split-K scratch of this plan on one stream (launches on a stream run in order, so
-        they can share it): (partials, counters, their launch parameter values)."""
+        """Split-K or stream-K scratch of this plan on one stream (launches on a stream run in
+        order, so they can share it): (partials, counters, their launch parameter values)."""
         w = self.workspaces.get(stream_handle)
         if w is None:
             cfg = self.cfg
             m, n, _ = self.mnk
             tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
-            part = cuda.device_array(tiles * cfg.split * cfg.bm * cfg.bn, dtype=np.float32)
+            parts = 2 * self.launch_shape(None, None)[0] if cfg.stream_k else tiles * cfg.split  # (2 per CTA)
+            part = cuda.device_array(parts * cfg.bm * cfg.bn, dtype=np.float32)
             counters = cuda.to_device(np.zeros(tiles, dtype=np.int32))  # the kernel leaves them at zero
             values = () if _SIM else tuple(v for x in (part, counters) for v in array_arg_values(
                 x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))  # prepared launches
@@ -308,6 +309,8 @@ class Plan:
             slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
         kblocks = math.ceil(self.mnk[2] / cfg.bk)
         units = math.ceil(math.ceil(m / cfg.bm) / cl) * math.ceil(n / cfg.bn) * min(cfg.split, kblocks)
+        if cfg.stream_k:  # every CTA takes at least one k-block
+            units = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn) * kblocks
         grid = cl * min(slots, units)
         return grid, ((cl, 1, 1) if cl > 1 else None), smem
 
@@ -322,7 +325,8 @@ class Plan:
         sig = tuple(disp.typeof_pyval(x) for x in args)
         kern, _ = cached_kernel(disp, sig, ("gemm", cfg.key()), cuda.get_current_device().compute_capability)
         grid, cluster, smem = self.launch_shape(kern, None)
-        arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + (_WS_ARGS if cfg.split > 1 else ())
+        ws = _WS_ARGS if cfg.split > 1 or cfg.stream_k else ()
+        arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws
         return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster)
 
     def check_expect_tx(self, ta, tb):

@@ -51,10 +51,9 @@ from ..errors import ConfigError
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
 from ..kit.cooperative import Cooperative
-from ..kit.pipeline import check_b_shares
 from ..kit.device import inlined
-from ..kit.pipeline import TmaPipeline
-from ..kit.scheduler import TileScheduler
+from ..kit.pipeline import TmaPipeline, check_b_shares
+from ..kit.scheduler import TileScheduler, stream_owner, stream_range
 from ..kit.warpgroup import warpgroup_sync
 
 __all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES"]
@@ -87,6 +86,13 @@ class GemmConfig:
     more arguments: ``ws``, a 1-D f32 array of at least ``tiles x split x BM x BN``
     elements, and ``counters``, an int32 array of one zero per tile (each count is reset to zero by
     the tile's last slice, ready for the next launch).
+    ``stream_k`` (no clusters, no ``split``) cuts the tiles' k-blocks, in tile order, evenly
+    over the CTAs of the grid (stream-K: a problem of few tiles still fills every SM). A CTA
+    stores the tiles its share covers whole; a tile shared by several CTAs gets each one's
+    partial tile parked in ``ws`` (two slots per CTA: its share's first and last tiles), and the
+    CTA that counts last sums them in K order and stores C. The grid must be at most the
+    number of k-blocks (``tiles x ceil(K / BK)``); ``ws`` holds ``2 x grid x BM x BN`` f32
+    elements, ``counters`` one zero per tile, as for ``split``.
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 48 for a cluster of 4 with MN-major B, 56 for some split-K kernels; the rest shared
     out among the consumers, at most 240 each).
@@ -94,7 +100,7 @@ class GemmConfig:
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
-                 epilogue="direct", c_parts=None, cluster=1, split=1):
+                 epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -129,10 +135,19 @@ class GemmConfig:
         if split > 1 and cluster > 1:
             raise ConfigError("split",
                               f"split-K works without clusters; got split={split}, cluster={cluster}")
-        if split > 1 and ELEMENT_BYTES[self.k.atype] != 2 and bn > 64:
-            raise ConfigError("split",
-                              f"split-K is built for 16-bit inputs and for fp8 tiles of at most 64 columns (wider "
-                              f"fp8 tiles spill); got {kind} with bn={bn}")
+        if stream_k not in (0, 1, False, True):
+            raise ConfigError("stream_k", f"stream_k must be 0 or 1; got {stream_k!r}")
+        if stream_k and (split > 1 or cluster > 1):
+            raise ConfigError("stream_k", f"stream-K works without K slices or clusters; got split={split}, "
+                                          f"cluster={cluster}")
+        if stream_k and epilogue == "tma" and bn > 128:
+            raise ConfigError("stream_k", f"stream-K with the TMA epilogue takes tiles of at most 128 columns (wider "
+                                          f"ones spill in the consumers); got bn={bn}")
+        self.stream_k = int(stream_k)
+        if (split > 1 or stream_k) and ELEMENT_BYTES[self.k.atype] != 2 and bn > 64:
+            raise ConfigError("stream_k" if stream_k else "split",
+                              f"split-K and stream-K are built for 16-bit inputs and for fp8 tiles of at most 64 "
+                              f"columns (wider fp8 tiles spill); got {kind} with bn={bn}")
         if group_m < 1:
             raise ConfigError("group_m", f"group_m must be 1 or more tile rows; got {group_m}")
         self.cluster, self.split = cluster, split
@@ -181,7 +196,7 @@ class GemmConfig:
             # 40, ptxas spills 24-32 bytes). With split-K ptxas spills 136-140 bytes in the
             # producer at 40 for one consumer or the direct epilogue (56 is clean), and 48 bytes
             # in the consumers of 128x256 with the TMA epilogue at 56 (224 each; 40 is clean).
-            if split > 1 and (self.consumers == 1 or epilogue == "direct"):
+            if (split > 1 or stream_k) and (self.consumers == 1 or epilogue == "direct"):
                 producer_regs = 56
             else:
                 producer_regs = 48 if cluster == 4 and b_major == "MN" else 40
@@ -207,14 +222,15 @@ class GemmConfig:
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
-                self.c_parts, self.cluster, self.split)
+                self.c_parts, self.cluster, self.split, self.stream_k)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
                 f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue}"
                 f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
                 f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
-                f"{', split=' + str(self.split) if self.split > 1 else ''})")
+                f"{', split=' + str(self.split) if self.split > 1 else ''}"
+                f"{', stream_k' if self.stream_k else ''})")
 
 
 @functools.lru_cache(maxsize=None)
@@ -240,6 +256,7 @@ def _build(key):
     B_PART_ROWS = BN // CL  # rows of B (N) per CTA
     B_PART_BYTES = coop.b_share_bytes  # their bytes in the slot, in either layout
     SPLIT = cfg.split
+    STREAM = cfg.stream_k
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
@@ -320,6 +337,41 @@ def _build(key):
     finish = finish_slice if SPLIT > 1 else finish_tile
 
     @inlined
+    def finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, first_seg, whole, row0,
+                      col0, cbase, m):
+        """Stream-K: a tile this CTA's share covers whole is stored; a part of one is parked in
+        the CTA's slot (0: its share's first tile, 1: its last), and the tile's last CTA to
+        count sums the parts of every CTA sharing it in K order (deterministic) and stores C."""
+        last = whole
+        if not whole:
+            real = 16 * (ctid // 32) < m - row0  # (a warp of padding rows parks and sums nothing)
+            slot = 2 * cta + (0 if first_seg else 1)
+            if real:
+                acc_store_strided(acc, ws, slot * TILE_FLOATS + cw * CONS_FLOATS + ctid, 128)
+            cuda.threadfence()  # the part is visible GPU-wide before the count says so
+            c0 = stream_owner(t * kblocks, ctas, total)
+            c1 = stream_owner((t + 1) * kblocks - 1, ctas, total)
+            named_barrier_sync(5, ALL_CONS)
+            if tid == 128:
+                is_last = cuda.atomic.add(counters, t, 1) == c1 - c0
+                if is_last:
+                    counters[t] = 0  # every part has counted: ready for the next launch
+                flag[0] = 1 if is_last else 0
+            named_barrier_sync(5, ALL_CONS)
+            last = flag[0] != 0
+            if last:
+                cuda.threadfence()
+                acc = acc_zeros(KIND, BN)
+                if real:
+                    for o in range(c0, c1 + 1):  # 0 + part of c0 + part of c0 + 1 + ...
+                        # the part's slot: 0 where tile t is the first of CTA o's share
+                        first_of_o = stream_range(o, ctas, total)[0] // kblocks == t
+                        acc = acc_add_strided(acc, ws, (2 * o + (0 if first_of_o else 1)) * TILE_FLOATS
+                                              + cw * CONS_FLOATS + ctid, 128)
+        if last:
+            store(acc, c, ctid, cw, row0, col0, cbase)
+
+    @inlined
     def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
@@ -350,20 +402,35 @@ def _build(key):
                 # two as counters; here those cost ptxas an 8-byte spill in the producer's 40
                 # registers with clusters).
                 it = 0
-                for u in range(first, nunits, step):
-                    t, sp = sched.split_unit(u, nsplit)
-                    pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
-                    # Past M's last tile (tiles_m not a multiple of CL) a CTA still loads and
-                    # multicasts its share of B for its peers; its own A rows are a copy.
-                    if pm >= tiles_m:
-                        pm = tiles_m - 1
-                    b_row = pn * BN + rank * B_PART_ROWS
-                    kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
-                    for kb in range(kb0, kb1):
-                        s, ph = pipe.stage_of(it)
-                        full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
-                        coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, b_row, b_dst)
-                        it += 1
+                if STREAM:  # this CTA's share of the tiles' k-blocks, tile by tile
+                    total = tiles_m * tiles_n * kblocks
+                    g, g1 = stream_range(cuda.blockIdx.x, cuda.gridDim.x, total)
+                    while g < g1:
+                        t = g // kblocks
+                        kb0 = g - t * kblocks
+                        kb1 = min(kblocks, kb0 + g1 - g)
+                        pm, pn = sched.tile(t, tiles_mc, tiles_n, 0)
+                        for kb in range(kb0, kb1):
+                            s, ph = pipe.stage_of(it)
+                            full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
+                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, pn * BN, b_dst)
+                            it += 1
+                        g += kb1 - kb0
+                else:
+                    for u in range(first, nunits, step):
+                        t, sp = sched.split_unit(u, nsplit)
+                        pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
+                        # Past M's last tile (tiles_m not a multiple of CL) a CTA still loads and
+                        # multicasts its share of B for its peers; its own A rows are a copy.
+                        if pm >= tiles_m:
+                            pm = tiles_m - 1
+                        b_row = pn * BN + rank * B_PART_ROWS
+                        kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
+                        for kb in range(kb0, kb1):
+                            s, ph = pipe.stage_of(it)
+                            full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
+                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, b_row, b_dst)
+                            it += 1
         else:
             setmaxnreg_inc(CREGS)
             cw = wg - 1
@@ -371,23 +438,40 @@ def _build(key):
             cbase = base + C_OFF + cw * C_CONS
             s = 0  # the slot of the next k-block, and the parity of its "full" phase
             ph = 0
-            for u in range(first, nunits, step):
-                t, sp = sched.split_unit(u, nsplit)
-                pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
-                kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
-                acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
-                if SCALED:
-                    acc = acc_scale(acc, alpha)
-                if pm < tiles_m:
-                    finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, pm * BM + cw * 64, pn * BN, cbase,
-                           m)
+            if STREAM:
+                total = tiles_m * tiles_n * kblocks
+                cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
+                g0, g1 = stream_range(cta, ctas, total)
+                g = g0
+                while g < g1:
+                    t = g // kblocks
+                    kb0 = g - t * kblocks
+                    kb1 = min(kblocks, kb0 + g1 - g)
+                    pm, pn = sched.tile(t, tiles_mc, tiles_n, 0)
+                    acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
+                    if SCALED:
+                        acc = acc_scale(acc, alpha)
+                    finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, g == g0,
+                                  kb0 == 0 and kb1 == kblocks, pm * BM + cw * 64, pn * BN, cbase, m)
+                    g += kb1 - kb0
+            else:
+                for u in range(first, nunits, step):
+                    t, sp = sched.split_unit(u, nsplit)
+                    pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
+                    kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
+                    acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
+                    if SCALED:
+                        acc = acc_scale(acc, alpha)
+                    if pm < tiles_m:
+                        finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, pm * BM + cw * 64, pn * BN,
+                               cbase, m)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
         if CL > 1:
             # No CTA leaves while a peer may still arrive on its barriers.
             cluster_sync()
 
-    if SPLIT == 1:
+    if SPLIT == 1 and not STREAM:
         @cuda.jit(launch_bounds=(cfg.threads, 1))
         def gemm(tmap_a, tmap_b, c, m, n, k, alpha):
             body(tmap_a, tmap_b, c, m, n, k, alpha, c, m)  # no workspace: unused stand-ins

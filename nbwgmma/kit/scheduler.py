@@ -30,7 +30,7 @@ import types
 from numba import cuda
 from .device import inlined
 
-__all__ = ["TileScheduler", "tile_order", "wave_order"]
+__all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner"]
 
 
 @inlined
@@ -42,6 +42,20 @@ def tile_order(t, tiles_m, tiles_n, group_m):
     rows = min(tiles_m - first, group_m)
     r = t % per_group
     return first + r % rows, r // rows
+
+
+@inlined
+def stream_range(c, ctas, total):
+    """Stream-K: CTA ``c``'s share ``[g0, g1)`` of ``total`` iterations (the tiles' k-blocks in
+    tile order, tile ``g // kblocks``, k-block ``g % kblocks``) cut evenly over ``ctas`` CTAs
+    (``ctas <= total``: every share holds at least one)."""
+    return c * total // ctas, (c + 1) * total // ctas
+
+
+@inlined
+def stream_owner(g, ctas, total):
+    """Stream-K: the CTA whose share (:func:`stream_range`) holds iteration ``g``."""
+    return ((g + 1) * ctas - 1) // total
 
 
 @inlined
