@@ -303,6 +303,24 @@ def _build(key):
         store(acc, c, ctid, cw, row0, col0, cbase)
 
     @inlined
+    def counted_last(counters, t, others, flag, tid):
+        """After the CTA's part of tile ``t`` is parked: count it; True in every consumer
+        thread of the CTA whose count completes the tile (``others`` parts counted before),
+        which resets the count for the next launch."""
+        cuda.threadfence()  # the part is visible GPU-wide before the count says so
+        named_barrier_sync(5, ALL_CONS)
+        if tid == 128:
+            is_last = cuda.atomic.add(counters, t, 1) == others
+            if is_last:
+                counters[t] = 0  # every part has counted: ready for the next launch
+            flag[0] = 1 if is_last else 0
+        named_barrier_sync(5, ALL_CONS)
+        last = flag[0] != 0
+        if last:
+            cuda.threadfence()
+        return last
+
+    @inlined
     def finish_slice(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
         """Split-K: park this slice's partial tile in ``ws``; the tile's last slice sums all
         of them in slice order (deterministic) and stores C."""
@@ -316,17 +334,8 @@ def _build(key):
             real = 16 * (ctid // 32) < m - row0
             if real:
                 acc_store_strided(acc, ws, mine + sp * TILE_FLOATS, 128)
-            cuda.threadfence()  # the partial is visible GPU-wide before the count says so
-            named_barrier_sync(5, ALL_CONS)
-            if tid == 128:
-                is_last = cuda.atomic.add(counters, t, 1) == nsplit - 1
-                if is_last:
-                    counters[t] = 0  # every slice has counted: ready for the next launch
-                flag[0] = 1 if is_last else 0
-            named_barrier_sync(5, ALL_CONS)
-            last = flag[0] != 0
+            last = counted_last(counters, t, nsplit - 1, flag, tid)
             if last:
-                cuda.threadfence()
                 acc = acc_zeros(KIND, BN)
                 if real:
                     for s in range(nsplit):  # 0 + p0 + p1 + ...: the same sum whichever slice is last
@@ -346,21 +355,12 @@ def _build(key):
         if not whole:
             real = 16 * (ctid // 32) < m - row0  # (a warp of padding rows parks and sums nothing)
             slot = 2 * cta + (0 if first_seg else 1)
-            if real:
-                acc_store_strided(acc, ws, slot * TILE_FLOATS + cw * CONS_FLOATS + ctid, 128)
-            cuda.threadfence()  # the part is visible GPU-wide before the count says so
             c0 = stream_owner(t * kblocks, ctas, total)
             c1 = stream_owner((t + 1) * kblocks - 1, ctas, total)
-            named_barrier_sync(5, ALL_CONS)
-            if tid == 128:
-                is_last = cuda.atomic.add(counters, t, 1) == c1 - c0
-                if is_last:
-                    counters[t] = 0  # every part has counted: ready for the next launch
-                flag[0] = 1 if is_last else 0
-            named_barrier_sync(5, ALL_CONS)
-            last = flag[0] != 0
+            if real:
+                acc_store_strided(acc, ws, slot * TILE_FLOATS + cw * CONS_FLOATS + ctid, 128)
+            last = counted_last(counters, t, c1 - c0, flag, tid)
             if last:
-                cuda.threadfence()
                 acc = acc_zeros(KIND, BN)
                 if real:
                     for o in range(c0, c1 + 1):  # 0 + part of c0 + part of c0 + 1 + ...
