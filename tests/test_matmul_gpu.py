@@ -187,6 +187,22 @@ def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n):
     assert torch.equal(out.double(), ref.to(torch.bfloat16).double()) and ref.abs().sum() > 0
 
 
+@pytest.mark.parametrize("m, n, k, cfg", [(768, 1536, 520, {"stream_k": 1, "bm": 128, "bn": 128}),
+                                          (384, 4096, 1000, {"stream_k": 1, "bm": 128, "bn": 96, "epilogue": "direct"}),
+                                          (100, 200, 4096, {"stream_k": 1, "bm": 64, "bn": 64})])
+def test_stream_k_small_integers_exact(m, n, k, cfg):
+    """Stream-K: the tiles' k-blocks cut evenly over the SMs, shares covering whole tiles and
+    parts of others; small integers make every part and sum exact, so a lost or doubled part
+    shows; repeated calls reuse the counters (reset by each tile's last CTA)."""
+    g = torch.Generator(device="cuda").manual_seed(m + n)
+    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).bfloat16()
+    b = torch.randint(-3, 4, (n, k), device="cuda", generator=g).bfloat16().t()
+    ref = a.double() @ b.double()
+    for odt in (torch.float32, torch.bfloat16, torch.float32):  # bf16 out: the TMA epilogue where the tile takes it
+        c = matmul(a, b, out=torch.full((m, n), float("nan"), device="cuda", dtype=odt), config=cfg)
+        assert torch.equal(c.double(), ref.to(odt).double()) and ref.abs().sum() > 0
+
+
 _CHILD = """
 import time, torch
 from nbwgmma import cache, matmul
