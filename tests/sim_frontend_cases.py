@@ -216,14 +216,16 @@ def test_swapped_mixed_fp8():
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("sms, k", [(3, 128), (5, 192)])
-def test_stream_k_parts_summed_in_k_order(monkeypatch, sms, k):
-    """Stream-K on a GPU of 3 (then 5) SMs: 4 tiles of 2 (3) k-blocks cut evenly over the CTAs,
-    so shares cover whole tiles and parts of others; the parts are parked and the last CTA of
-    each tile sums them (small integers: exact)."""
+@pytest.mark.parametrize("sms, m, n, k, bm", [(3, 96, 128, 128, 64), (5, 96, 128, 192, 64), (3, 64, 64, 320, 64),
+                                              (3, 96, 128, 64, 64), (4, 130, 64, 192, 128)])
+def test_stream_k_parts_summed_in_k_order(monkeypatch, sms, m, n, k, bm):
+    """Stream-K on a GPU of a few SMs: the tiles' k-blocks cut evenly over the CTAs, so shares
+    cover whole tiles and parts of others (4 tiles of 2 or 3 k-blocks on 3 or 5 SMs; one tile of
+    5 k-blocks shared by 3 CTAs; single k-blocks, all whole; 128-row tiles, the second
+    consumer's part); the parts are parked and each tile's last CTA sums them (exact)."""
     import nbwgmma.launch
 
     real = nbwgmma.launch.device_limits
     monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {**real(device), "multiprocessors": sms})
-    got, want = run("bf16", 96, k, 128, odt="f32", config={"stream_k": 1, "bm": 64, "bn": 64}, seed=5)
+    got, want = run("bf16", m, k, n, odt="f32", config={"stream_k": 1, "bm": bm, "bn": 64}, seed=5)
     np.testing.assert_array_equal(got, want)

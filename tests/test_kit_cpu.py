@@ -161,3 +161,44 @@ def test_epilogue_warps_check_their_arguments():
                            ((3, 128, 256), {}, "fn must be"), ((relu, 128, 256), {"store": "stg"}, "store must be")]:
         with pytest.raises(ValueError, match=what):
             EpilogueWarps(*args, **kw)
+
+
+def test_stream_k_shares_store_every_tile_once_with_its_parts_in_k_order():
+    """A model of the GEMM's stream-K walk and reduction over many (tiles, k-blocks, CTAs), with
+    the kit's own share and owner functions: every tile is stored exactly once, from its whole
+    k-range or from the parts of the CTAs sharing it (K order, each part once), and no
+    workspace slot (2 per CTA: the share's first tile, its last) is written twice."""
+    from nbwgmma.kit import stream_owner, stream_range
+
+    share, owner = stream_range.py_func, stream_owner.py_func
+    for tiles in range(1, 13):
+        for kblocks in range(1, 9):
+            total = tiles * kblocks
+            for ctas in range(1, total + 1):
+                stored, slots, parts = {}, {}, {}
+                for c in range(ctas):
+                    g0, g1 = share(c, ctas, total)
+                    assert g1 > g0  # every CTA has work (the host keeps ctas <= total)
+                    g = g0
+                    while g < g1:
+                        t, kb0 = divmod(g, kblocks)
+                        kb1 = min(kblocks, kb0 + g1 - g)
+                        if kb0 == 0 and kb1 == kblocks:
+                            assert t not in stored
+                            stored[t] = [(0, kblocks)]
+                        else:
+                            slot = 2 * c + (0 if g == g0 else 1)
+                            assert slot not in slots
+                            slots[slot] = (t, kb0, kb1)
+                            parts.setdefault(t, 0)
+                            parts[t] += 1
+                        g += kb1 - kb0
+                for t, n in parts.items():  # the last to count sums every sharer's slot in K order
+                    c0, c1 = owner(t * kblocks, ctas, total), owner((t + 1) * kblocks - 1, ctas, total)
+                    assert n == c1 - c0 + 1 and t not in stored
+                    ranges = [slots[2 * o + (0 if share(o, ctas, total)[0] // kblocks == t else 1)] for o in
+                              range(c0, c1 + 1)]
+                    assert all(r[0] == t for r in ranges)
+                    assert [r[1] for r in ranges] == [0] + [r[2] for r in ranges[:-1]] and ranges[-1][2] == kblocks
+                    stored[t] = [r[1:] for r in ranges]
+                assert sorted(stored) == list(range(tiles))

@@ -272,7 +272,8 @@ def test_stream_k_kernels_compile_clean():
         assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
         assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
     for kw, msg in ((dict(split=2), "without K slices"), (dict(cluster=2), "without K slices or clusters"),
-                    (dict(bn=256, epilogue="tma"), "at most 128 columns")):
+                    (dict(bn=256, epilogue="tma"), "at most 128 columns"),
+                    (dict(bn=192, epilogue="direct"), "at most 128 columns")):
         with pytest.raises(ValueError, match=msg):
             GemmConfig("f32.bf16.bf16", stream_k=1, **kw)
 
@@ -318,3 +319,19 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
         assert (p.cfg.bm, p.cfg.bn) == (128, 128), p.cfg
     assert plan(640, 2048, epilogue="tma").cfg.epilogue == "tma"
     assert (plan(2048, 2048).cfg.bn, plan(8192, 8192).cfg.bn) == (256, 256)
+
+
+def test_a_plain_stream_k_config_takes_128_column_tiles(monkeypatch):
+    """``config={"stream_k": 1}`` alone: 128 x 128 tiles (64 x 128 for at most 64 rows), no K
+    slices or swap from the small-M choice, no narrow tile; with the TMA epilogue where out takes it."""
+    import nbwgmma.launch
+    from nbwgmma.frontend.args import described
+    from nbwgmma.frontend.plan import Plan
+
+    monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {"multiprocessors": 132})
+    for m, n, k in ((8192, 8192, 4096), (2048, 2048, 4096), (200, 1024, 8192), (16, 4096, 4096), (640, 2048, 4096)):
+        ia = described(_Strided((m, k), np.uint16), "A")._replace(dtype="bf16")
+        ib = described(_Strided((k, n), np.uint16, (2, 2 * k)), "B")._replace(dtype="bf16")
+        io = described(_Strided((m, n), np.uint16), "out")._replace(dtype="bf16")
+        cfg = Plan("f32.bf16.bf16", "bf16", ia, ib, io, {"stream_k": 1}, False).cfg
+        assert (cfg.bm, cfg.bn, cfg.stream_k, cfg.split, cfg.epilogue) == (64 if m <= 64 else 128, 128, 1, 1, "tma")

@@ -141,6 +141,9 @@ class Plan:
         given = opts
         opts = dict(opts)
         narrow = None
+        if opts.get("stream_k") and "bm" not in opts and "bn" not in opts:
+            # stream-K balances the SMs itself: 128 x 128 tiles (64 rows for a few), no swap, no K slices
+            opts["bm"], opts["bn"] = (64 if m <= 64 else 128), 128
         if "bm" not in opts and "bn" not in opts:
             cluster = opts.get("cluster", 1)  # one GemmConfig rejects below: pick as for no cluster
             wk = wgmma_kind(kind)

@@ -140,9 +140,9 @@ class GemmConfig:
         if stream_k and (split > 1 or cluster > 1):
             raise ConfigError("stream_k", f"stream-K works without K slices or clusters; got split={split}, "
                                           f"cluster={cluster}")
-        if stream_k and epilogue == "tma" and bn > 128:
-            raise ConfigError("stream_k", f"stream-K with the TMA epilogue takes tiles of at most 128 columns (wider "
-                                          f"ones spill in the consumers); got bn={bn}")
+        if stream_k and bn > 128:
+            raise ConfigError("stream_k", f"stream-K takes tiles of at most 128 columns (wider ones spill in the "
+                                          f"consumers); got bn={bn}")
         self.stream_k = int(stream_k)
         if (split > 1 or stream_k) and ELEMENT_BYTES[self.k.atype] != 2 and bn > 64:
             raise ConfigError("stream_k" if stream_k else "split",
