@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from .frontend.tiles import NARROW_STAGES, SWAP_BN, TILES, swapped_config
+from .frontend.tiles import SWAP_BN, TILES, narrow_tile, swapped_config
 
 __all__ = ["DTYPES", "LAYOUTS", "kernel_list", "run", "worker"]
 
@@ -39,7 +39,7 @@ LAYOUTS = ("KK", "KN", "MK", "MN")
 _SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 else {}) for s in (1, 2, 4)) \
     + ({"bm": 64, "bn": 64, "stages": 8},)
 #: pick_narrow's choice (K-major B only)
-_NARROW = {"bm": 128, "bn": 96, "epilogue": "direct", "stages": NARROW_STAGES[96]}
+_NARROW = narrow_tile(96)
 #: and its swapped choices (one per narrow tile width and number of K slices; 16-bit and fp8)
 _SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4))
 

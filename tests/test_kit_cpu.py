@@ -168,9 +168,9 @@ def test_stream_k_shares_store_every_tile_once_with_its_parts_in_k_order():
     the kit's own share and owner functions: every tile is stored exactly once, from its whole
     k-range or from the parts of the CTAs sharing it (K order, each part once), and no
     workspace slot (2 per CTA: the share's first tile, its last) is written twice."""
-    from nbwgmma.kit import stream_owner, stream_range
+    from nbwgmma.kit import stream_owner, stream_range, stream_segment
 
-    share, owner = stream_range.py_func, stream_owner.py_func
+    share, owner, segment = stream_range.py_func, stream_owner.py_func, stream_segment.py_func
     for tiles in range(1, 13):
         for kblocks in range(1, 9):
             total = tiles * kblocks
@@ -181,8 +181,7 @@ def test_stream_k_shares_store_every_tile_once_with_its_parts_in_k_order():
                     assert g1 > g0  # every CTA has work (the host keeps ctas <= total)
                     g = g0
                     while g < g1:
-                        t, kb0 = divmod(g, kblocks)
-                        kb1 = min(kblocks, kb0 + g1 - g)
+                        t, kb0, kb1 = segment(g, g1, kblocks)
                         if kb0 == 0 and kb1 == kblocks:
                             assert t not in stored
                             stored[t] = [(0, kblocks)]

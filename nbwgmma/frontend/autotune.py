@@ -43,7 +43,7 @@ import os
 import statistics
 import time
 
-from .tiles import NARROW_BN, NARROW_STAGES, TILES, narrow_config, rank_tiles
+from .tiles import NARROW_BN, TILES, narrow_config, narrow_tile, rank_tiles
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
            "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S"]
@@ -133,8 +133,7 @@ def challengers(kind, epilogue="tma") -> list:
     """Every challenger :func:`candidates` can list for any shape, beyond the plain tiles of
     the tile model (``python -m nbwgmma precompile --autotune`` builds them ahead of time)."""
     out = []
-    out += [{"bm": 128, "bn": bn, "epilogue": "direct", "stages": NARROW_STAGES[bn]}
-            for bn in NARROW_BN]  # (K-major B only)
+    out += [narrow_tile(bn) for bn in NARROW_BN]  # (K-major B only)
     for bm, bn in TILES:
         if (bn // 64) % 2 == 0:
             out.append({"bm": bm, "bn": bn, "cluster": 2})

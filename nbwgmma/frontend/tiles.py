@@ -10,7 +10,7 @@ import math
 from .. import sim
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
-           "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_STAGES", "NARROW_GAIN", "narrow_config", "wave_fill",
+           "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_GAIN", "narrow_tile", "narrow_config", "wave_fill",
            "pick_narrow"]
 
 
@@ -38,7 +38,7 @@ def pick_tile(m, n, cluster=1):
 #: TMA store takes 64-column blocks), B K-major only; with the most stages that fit beside no C
 #: tile (128 bytes of K per row and stage whatever the type: 28 KiB x 8, 36 KiB x 6).
 NARROW_BN = (96, 160)
-NARROW_STAGES = {96: 8, 160: 6}
+_NARROW_STAGES = {96: 8, 160: 6}
 #: How much more of its waves a narrow tile must fill than another tile to be considered.
 NARROW_GAIN = 0.1
 
@@ -47,6 +47,11 @@ def wave_fill(m, n, bm, bn, sms):
     """The share of the waves' SM slots an M x N problem in bm x bn tiles fills."""
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
     return tiles / (math.ceil(tiles / sms) * sms)
+
+
+def narrow_tile(bn):
+    """The config of the narrow tile of ``bn`` columns (one of :data:`NARROW_BN`)."""
+    return {"bm": 128, "bn": bn, "epilogue": "direct", "stages": _NARROW_STAGES[bn]}
 
 
 def narrow_config(m, n, tile, sms):
@@ -58,7 +63,7 @@ def narrow_config(m, n, tile, sms):
     bn = max(NARROW_BN, key=lambda b: (fills[b], b))
     if fills[bn] < wave_fill(m, n, *tile, sms) + NARROW_GAIN:
         return None
-    return {"bm": 128, "bn": bn, "epilogue": "direct", "stages": NARROW_STAGES[bn]}
+    return narrow_tile(bn)
 
 
 def pick_narrow(m, n, tile, sms):

@@ -53,8 +53,8 @@ from ..layout.wgmma_model import ELEMENT_BYTES
 from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
 from ..kit.pipeline import TmaPipeline, check_b_shares
-from ..kit.scheduler import TileScheduler, stream_owner, stream_range
-from ..kit.warpgroup import warpgroup_sync
+from ..kit.scheduler import TileScheduler, stream_owner, stream_range, stream_segment
+from ..kit.warpgroup import launch_regs, warpgroup_sync
 
 __all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES"]
 
@@ -217,7 +217,7 @@ class GemmConfig:
     def launch_regs(self):
         """Registers per thread a CTA of ``threads`` gets with one CTA per SM (64K register
         file, 8-register granularity, at most 255 addressable)."""
-        return min(255, 65536 // self.threads) // 8 * 8
+        return launch_regs(self.threads)
 
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
@@ -406,9 +406,7 @@ def _build(key):
                     total = tiles_m * tiles_n * kblocks
                     g, g1 = stream_range(cuda.blockIdx.x, cuda.gridDim.x, total)
                     while g < g1:
-                        t = g // kblocks
-                        kb0 = g - t * kblocks
-                        kb1 = min(kblocks, kb0 + g1 - g)
+                        t, kb0, kb1 = stream_segment(g, g1, kblocks)
                         pm, pn = sched.tile(t, tiles_mc, tiles_n, 0)
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
@@ -444,9 +442,7 @@ def _build(key):
                 g0, g1 = stream_range(cta, ctas, total)
                 g = g0
                 while g < g1:
-                    t = g // kblocks
-                    kb0 = g - t * kblocks
-                    kb1 = min(kblocks, kb0 + g1 - g)
+                    t, kb0, kb1 = stream_segment(g, g1, kblocks)
                     pm, pn = sched.tile(t, tiles_mc, tiles_n, 0)
                     acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
                     if SCALED:

@@ -40,7 +40,7 @@ from numba import cuda
 
 from ..intrinsics import (acc_stmatrix_transposed, acc_store, acc_to_bf16x2, acc_to_f16x2, bulk_wait_group,
                           bulk_wait_group_read, cluster_ctarank, cluster_sync, setmaxnreg_dec, setmaxnreg_inc)
-from ..kit import TileScheduler, TmaPipeline, tile_producer, tma_store_block, warpgroup_sync
+from ..kit import TileScheduler, TmaPipeline, launch_regs, tile_producer, tma_store_block, warpgroup_sync
 from ..kit.sparse import SparseConsumers
 from ..launch import dynamic_smem_bytes
 
@@ -127,11 +127,11 @@ def _build(key):
     KIND, BM, BN = cfg.kind, SparseConsumers.BM, cfg.bn
     CL = cfg.cluster
     pipe = TmaPipeline(cfg.stages, consumers=2, cluster=CL)
-    # Registers per thread: the launch gives 168 x 384 (the 64 K register file in steps of 8); a
-    # producer warpgroup's and two consumers' counts must fit that pool. With clusters the
-    # producer's walk over its rank's tiles takes 56 registers (64 with MN-major B; 40 or 48 spill).
+    # Registers per thread: a producer warpgroup's and two consumers' counts must fit the launch's
+    # pool (168 x 384). With clusters the producer's walk over its rank's tiles takes 56
+    # registers (64 with MN-major B; 40 or 48 spill).
     PRODUCER_REGS = 40 if CL == 1 else 64 if cfg.b_major == "MN" else 56
-    CONSUMER_REGS = (65536 // THREADS // 8 * 8 * THREADS // 128 - PRODUCER_REGS) // 2 // 8 * 8
+    CONSUMER_REGS = (launch_regs(THREADS) * THREADS // 128 - PRODUCER_REGS) // 2 // 8 * 8
     sc = SparseConsumers(KIND, pipe, bn=BN, b_major=cfg.b_major, paired=cfg.paired)
     sched = cfg.sched
     STAGE = sc.stage_bytes

@@ -44,11 +44,11 @@ from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .producer import tile_producer
 from .scaling import SCALE_BLOCK, BlockScaled, acc_promote
-from .scheduler import TileScheduler, stream_owner, stream_range, tile_order, wave_order
+from .scheduler import TileScheduler, stream_owner, stream_range, stream_segment, tile_order, wave_order
 from .sparse import SparseConsumers
-from .warpgroup import turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
+from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "Cooperative", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
-           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part",
-           "tma_store_block", "activation", "ACTIVATIONS", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
+           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part",
+           "tma_store_block", "activation", "ACTIVATIONS", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

@@ -30,7 +30,7 @@ import types
 from numba import cuda
 from .device import inlined
 
-__all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner"]
+__all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment"]
 
 
 @inlined
@@ -50,6 +50,15 @@ def stream_range(c, ctas, total):
     tile order, tile ``g // kblocks``, k-block ``g % kblocks``) cut evenly over ``ctas`` CTAs
     (``ctas <= total``: every share holds at least one)."""
     return c * total // ctas, (c + 1) * total // ctas
+
+
+@inlined
+def stream_segment(g, g1, kblocks):
+    """Stream-K: the next piece of a share whose iterations ``[g, g1)`` remain: ``(t, kb0,
+    kb1)``, tile ``t``'s k-blocks ``kb0 .. kb1 - 1`` (the walk goes on at ``g + kb1 - kb0``)."""
+    t = g // kblocks
+    kb0 = g - t * kblocks
+    return t, kb0, min(kblocks, kb0 + g1 - g)
 
 
 @inlined

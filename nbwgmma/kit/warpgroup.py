@@ -18,11 +18,18 @@ from numba import cuda
 from ..intrinsics import named_barrier_arrive, named_barrier_sync
 from .device import inlined
 
-__all__ = ["warpgroup_index", "warpgroup_thread", "warpgroup_sync", "WARPGROUP_BARRIERS", "turn_wait",
+__all__ = ["launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync", "WARPGROUP_BARRIERS", "turn_wait",
            "turn_pass", "TURN_BARRIERS"]
 
 #: Warpgroups :func:`warpgroup_sync` serves (named barrier ids 1-4).
 WARPGROUP_BARRIERS = 4
+
+
+def launch_regs(threads: int) -> int:
+    """Registers per thread a CTA of ``threads`` gets with one CTA per SM (64K register file,
+    8-register granularity, at most 255 addressable): the pool ``setmaxnreg`` redistributes
+    among the warpgroups is this times ``threads``. Host-side."""
+    return min(255, 65536 // threads) // 8 * 8
 
 
 @inlined
