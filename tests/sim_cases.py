@@ -114,3 +114,27 @@ def test_setmaxnreg_validates_its_argument():
 
     with pytest.raises(NbwgmmaTypingError, match="multiple of 8"):
         setmaxnreg_inc(100)
+
+
+@cuda.jit
+def _static_address(out):
+    bars = cuda.shared.array(2, np.uint64)
+    out[cuda.threadIdx.x] = smem_addr(bars)
+
+
+def test_a_static_shared_array_has_one_address_for_all_threads():
+    """Every thread reaching a ``cuda.shared.array`` line at once gets the same array (a race
+    once gave two threads arrays of their own: an mbarrier initialized by thread 0 was then
+    "used before init" by another). Thread switches every microsecond make the race likely."""
+    import sys
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(8):
+            out = cuda.to_device(np.full(384, 0xFFFFFFFF, np.uint32))
+            launch(_static_address, 1, 384, (out,))
+            got = out.copy_to_host()
+            assert (got == got[0]).all() and got[0] != 0xFFFFFFFF, np.unique(got)
+    finally:
+        sys.setswitchinterval(old)
