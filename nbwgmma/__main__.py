@@ -68,7 +68,10 @@ _PRECOMPILE = """\
 Build every kernel matmul's default path can pick for plain products (each input type and
 operand layout, each tile of the tile model, each small-M split) into the disk kernel
 cache, in worker processes on the current GPU, so that a new process's first call of a
-class loads its kernel instead of compiling it. Run once per machine and nbwgmma version."""
+class loads its kernel instead of compiling it. Run once per machine and nbwgmma version.
+With --arch sm_90a no GPU is needed (a build machine filling a container image or a
+shared cache directory: NBWGMMA_CACHE_DIR); the compilers there must be the ones the GPU
+machines run, as nbwgmma's version must."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -192,10 +195,11 @@ def cmd_precompile(args):
         raise NbwgmmaError(str(e).removeprefix("precompile: ")) from None
     if simulated():
         raise NbwgmmaError("nothing to build in Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
-    if not gpu_available():
-        raise NbwgmmaError("needs the sm_90 GPU (H100/H200) the kernels are built for; none found")
+    if args.arch is None and not gpu_available():
+        raise NbwgmmaError("needs the sm_90 GPU (H100/H200) the kernels are built for; none found "
+                           "(--arch sm_90a builds them without one)")
     try:
-        summary = precompile.run(dtypes, layouts, args.jobs, args.autotune)
+        summary = precompile.run(dtypes, layouts, args.jobs, args.autotune, arch=args.arch)
     except RuntimeError as e:
         raise NbwgmmaError(str(e).removeprefix("precompile: ")) from None
     return 1 if summary["failed"] else 0
@@ -355,6 +359,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                      help="worker processes (default: one per CPU core, at most 16)")
     p_p.add_argument("--autotune", action="store_true",
                      help='also every challenger config="auto" may time, so that tuning costs its timing only')
+    p_p.add_argument("--arch", choices=["sm_90a"], default=None,
+                     help="build for this target without a GPU (Numba's PTX through ptxas; tiles chosen "
+                          "as on a 132-SM H100)")
     p_p.set_defaults(func=cmd_precompile)
     return parser
 

@@ -24,7 +24,8 @@ import os
 import pathlib
 import tempfile
 
-__all__ = ["cache_dir", "cached_cubin", "cached_kernel", "clear", "code_fingerprint", "stats", "write_atomic"]
+__all__ = ["cache_dir", "cached_cubin", "cached_kernel", "clear", "code_fingerprint", "lookup", "stats", "store",
+           "write_atomic"]
 
 _MAGIC = b"nbwgmma-cubin-1\n"
 
@@ -125,13 +126,34 @@ def _write(path: pathlib.Path, name: str, cubin: bytes) -> None:
     write_atomic(path, _MAGIC + json.dumps({"name": name}).encode() + b"\n" + bytes(cubin))
 
 
+def _path(key, sig, cc) -> pathlib.Path | None:
+    d = cache_dir()
+    return d / f"{_key(key, sig, cc)}.cubin" if d is not None else None
+
+
+def lookup(key, sig, cc):
+    """``(entry name, cubin)`` stored for ``key``, ``sig`` and compute capability ``cc``
+    (as the GPU reports it, e.g. (9, 0)), or None."""
+    path = _path(key, sig, cc)
+    return _read(path) if path is not None else None
+
+
+def store(key, sig, cc, name: str, cubin: bytes) -> bool:
+    """Keep a cubin built elsewhere (``precompile --arch``, no GPU) where :func:`cached_cubin`
+    looks for ``key``, ``sig`` and ``cc``; False where the cache is off or not writable."""
+    path = _path(key, sig, cc)
+    if path is None:
+        return False
+    _write(path, name, cubin)
+    return path.is_file()
+
+
 def cached_cubin(dispatcher, sig, key, cc):
     """``(entry name, cubin, hit)`` of ``dispatcher`` compiled for ``sig`` and compute
     capability ``cc``: from the disk cache when it holds ``key`` (any ``repr``-stable value
     naming the kernel's code), else compiled by Numba and stored. ``None`` for a kernel
     whose module needs Numba's load-time setup (it cannot be loaded from a bare cubin)."""
-    d = cache_dir()
-    path = d / f"{_key(key, sig, cc)}.cubin" if d is not None else None
+    path = _path(key, sig, cc)
     found = _read(path) if path is not None else None
     if found is not None:
         stats["hits"] += 1

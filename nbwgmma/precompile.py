@@ -16,6 +16,14 @@ building a container image on the GPU machine.
 With ``--autotune`` it also builds every challenger ``config="auto"`` may time (2-CTA clusters,
 groups of 16 tile rows, deeper pipelines, narrow tiles), so that tuning a class costs its timing only.
 
+With ``--arch sm_90a`` it needs no GPU: each worker builds the plan of a product from array
+descriptions alone (:func:`cpu_plan`), compiles the plan's kernel for its argument types
+(:meth:`nbwgmma.frontend.plan.Plan.signature`) to PTX with Numba and to a cubin with ``ptxas``
+(:func:`nbwgmma.report.compile_cubin`), and stores it under the key a GPU process looks up. So a
+container image or a cache directory shared by GPU machines can be filled on a build machine
+without a GPU (the compilers and nbwgmma's sources must be the same as where it runs: they are
+in the key).
+
 Fused epilogues, block-scaled, grouped and sparse kernels are not covered: their first
 call still compiles.
 """
@@ -29,7 +37,10 @@ import time
 
 from .frontend.tiles import SWAP_BN, TILES, narrow_tile, swapped_config
 
-__all__ = ["DTYPES", "LAYOUTS", "kernel_list", "run", "worker"]
+__all__ = ["ARCHS", "DTYPES", "LAYOUTS", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
+
+#: targets ``--arch`` builds for without a GPU: name -> (Numba's compute capability, the one a GPU reports)
+ARCHS = {"sm_90a": ((9, 0, "a"), (9, 0))}
 
 #: input types covered, and the operand layouts of each (fp8 and tf32 operands that are not
 #: K-major are copied to K-major first, so they run the K-major kernels)
@@ -122,10 +133,66 @@ def worker(items) -> tuple:
     return cache.stats["misses"], cache.stats["hits"], failed
 
 
-def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, autotune=False, echo=print) -> dict:
+def cpu_plan(dtype, layout, cfg, rows=256, n=256, k=1024):
+    """The :class:`nbwgmma.frontend.plan.Plan` that :func:`worker`'s product of ``rows`` x ``n`` x
+    ``k`` builds, from descriptions of its arrays alone (no GPU, no memory): A, B in ``layout``,
+    a new row-major out of the default output type."""
+    from .frontend.args import check_call
+    from .frontend.arrays import ArrayInfo
+    from .frontend.plan import Plan
+
+    es = {"bf16": 2, "f16": 2, "e4m3": 1, "e5m2": 1, "tf32": 4}[dtype]
+    name = "f32" if dtype == "tf32" else dtype
+
+    def info(ptr, r, c, row_major, itemsize, dt):
+        return ArrayInfo(ptr, (r, c), (c * itemsize, itemsize) if row_major else (itemsize, r * itemsize),
+                         itemsize, dt, 0, "numba")
+
+    fp8 = dtype in ("e4m3", "e5m2")
+    ia = info(1 << 40, rows, k, layout[0] == "K", es, name)
+    ib = info(2 << 40, k, n, layout[1] != "K", es, name)
+    ia, ib, kind, fp8, _, opts, odt = check_call(
+        ia, ib, None, in_dtype=None, out_dtype="bf16" if fp8 else None, scale_a=1.0 if fp8 else None,
+        scale_b=1.0 if fp8 else None, config=dict(cfg), autotune_default=False)
+    oes = 4 if odt == "f32" else 2
+    return Plan(kind, odt, ia, ib, info(3 << 40, rows, n, True, oes, odt), opts, fp8)
+
+
+def cpu_worker(items, arch="sm_90a", sms=132) -> tuple:
+    """Build :func:`worker`'s kernels without a GPU (see the module docstring), for ``arch`` (one of
+    :data:`ARCHS`) and a GPU of ``sms`` multiprocessors (the tile choice of a config without a tile
+    depends on it): ``(compiled, found in the cache, failures as (item, message))``. Run it in a
+    process of its own: it sets the device limits plans read."""
+    from . import cache, launch
+    from .kernels.gemm import gemm_kernel
+    from .report import compile_cubin
+
+    cc, reported = ARCHS[arch]
+    launch.device_limits = lambda device=None: dict(launch.H100_LIMITS, multiprocessors=sms)
+    compiled = hits = 0
+    failed = []
+    for dtype, layout, cfg in items:
+        for rows in ((256, 1) if cfg.get("swap") else (256,)):  # (as worker: both types of a swapped out)
+            try:
+                plan = cpu_plan(dtype, layout, cfg, rows)
+                key, sig = ("gemm", plan.cfg.key()), plan.signature()
+                if cache.lookup(key, sig, reported) is not None:
+                    hits += 1
+                    continue
+                name, cubin = compile_cubin(gemm_kernel(plan.cfg), sig, cc)
+                cache.store(key, sig, reported, name, cubin)
+                compiled += 1
+            except Exception as e:  # noqa: BLE001 - reported, the others still build
+                failed.append(((dtype, layout, cfg), f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+    return compiled, hits, failed
+
+
+def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, autotune=False, echo=print,
+        arch=None) -> dict:
     """Build :func:`kernel_list`'s kernels in ``jobs`` worker processes (default: one per CPU
-    core, at most 16: each holds a CUDA context and about 0.5 GB of host memory); returns a
-    summary (kernels, compiled, cached, failures, seconds, cache directory)."""
+    core, at most 16: each holds a CUDA context and about 0.5 GB of host memory), on the
+    current GPU or, with ``arch`` (one of :data:`ARCHS`), without one (:func:`cpu_worker`);
+    returns a summary (kernels, compiled, cached, failures, seconds, cache directory)."""
     import json
 
     from .cache import cache_dir
@@ -136,7 +203,10 @@ def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, auto
     items = kernel_list(tuple(dtypes), tuple(layouts), autotune)
     jobs = max(1, min(jobs or min(os.cpu_count() or 1, 16), len(items)))
     t = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-m", "nbwgmma.precompile", json.dumps(items[i::jobs])],
+    if arch is not None and arch not in ARCHS:
+        raise ValueError(f"precompile: arch must be one of {', '.join(ARCHS)}; got {arch!r}")
+    where = [] if arch is None else ["--arch", arch]
+    procs = [subprocess.Popen([sys.executable, "-m", "nbwgmma.precompile", *where, json.dumps(items[i::jobs])],
                               stdout=subprocess.PIPE, text=True) for i in range(jobs)]
     compiled = cached = 0
     failed = []
@@ -152,14 +222,15 @@ def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, auto
     summary = {"kernels": len(items), "compiled": compiled, "cached": cached, "failed": failed,
                "seconds": round(time.perf_counter() - t, 2), "jobs": jobs, "cache_dir": str(d)}
     echo(f"precompile: {len(items)} kernels ({compiled} compiled, {cached} already cached) in "
-         f"{summary['seconds']:.1f} s with {jobs} processes into {d}")
+         f"{summary['seconds']:.1f} s with {jobs} processes{' for ' + arch if arch else ''} into {d}")
     for item, why in failed:
         echo(f"  failed: {item}: {why}")
     return summary
 
 
-if __name__ == "__main__":  # a worker: python -m nbwgmma.precompile '<json list of items>'
+if __name__ == "__main__":  # a worker: python -m nbwgmma.precompile [--arch sm_90a] '<json list of items>'
     import json
 
-    done, hits, bad = worker([tuple(x) for x in json.loads(sys.argv[1])])
+    todo = [tuple(x) for x in json.loads(sys.argv[-1])]
+    done, hits, bad = worker(todo) if len(sys.argv) == 2 else cpu_worker(todo, sys.argv[2])
     print(json.dumps({"compiled": done, "cached": hits, "failed": bad}))

@@ -31,7 +31,7 @@ from cuda import pathfinder
 
 from .errors import ToolchainError  # defined with nbwgmma's other errors; importable from here as before
 
-__all__ = ["CompileReport", "compile_report", "compile_reports", "report_from_ptx", "reports_from_ptx", "find_tool",
+__all__ = ["CompileReport", "compile_cubin", "compile_report", "compile_reports", "report_from_ptx", "reports_from_ptx", "find_tool",
            "ToolchainError"]
 
 #: ptxas warning codes that mean wgmma was serialized.
@@ -244,6 +244,20 @@ def reports_from_ptx(ptxs: list, arch: str = "sm_90a") -> list:
     if shared is None:
         return [report_from_ptx(p, arch) for p in ptxs]
     return [_report(_entry_name(p), arch, p, text, sass) for p, (text, sass) in zip(ptxs, shared)]
+
+
+def compile_cubin(kernel, sig, cc=(9, 0, "a")) -> tuple:
+    """``(entry name, cubin bytes)`` of ``kernel`` (a ``@cuda.jit`` dispatcher) compiled for the
+    argument types ``sig`` and ``cc`` with no GPU: Numba's PTX (its launch bounds included)
+    assembled by ``ptxas``, the step Numba's linker takes on a GPU machine."""
+    ptx, _ = _ptx(kernel, sig, None, cc)
+    arch = "sm_" + "".join(str(c) for c in cc)
+    with tempfile.TemporaryDirectory(prefix="nbwgmma-") as tmp:
+        cubin, text = _assemble(tmp, ptx, arch, "k")
+        if cubin is None:
+            raise ToolchainError(f"ptxas failed for {arch}:\n{text}")
+        with open(cubin, "rb") as f:
+            return _entry_name(ptx), f.read()
 
 
 def _pyfunc_and_options(kernel):

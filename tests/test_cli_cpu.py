@@ -112,6 +112,7 @@ MISTAKES = {
     "precompile-dtype": (["precompile", "--dtypes", "bf16,f64"], 1, "dtype must be among bf16, f16, e4m3"),
     "precompile-layout": (["precompile", "--layouts", "KK,NN"], 1, "layout must be among KK, KN, MK, MN; got 'NN'"),
     "precompile-jobs": (["precompile", "--jobs", "0"], 2, "argument --jobs: expected a positive integer; got 0"),
+    "precompile-arch": (["precompile", "--arch", "sm_80"], 2, "argument --arch: invalid choice: 'sm_80'"),
 }
 
 

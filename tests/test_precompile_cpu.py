@@ -55,3 +55,53 @@ def test_bad_names_are_refused():
         precompile.kernel_list(("bf16", "int8"))
     with pytest.raises(ValueError, match="layout must be among"):
         precompile.kernel_list(("bf16",), ("KK", "kk"))
+
+
+def test_every_item_plans_without_a_gpu(monkeypatch):
+    """``precompile --arch`` builds each item's plan from array descriptions: its tile is the item's,
+    and its kernel takes C's map (TMA epilogue) or C as an array: row-major, or column-major where
+    the product is swapped (out^T), one row of out typed row-major as Numba types it."""
+    from numba import types
+
+    monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
+    for dt, lay, cfg in precompile.kernel_list(precompile.DTYPES, autotune=True):
+        for rows in ((256, 1) if cfg.get("swap") else (256,)):
+            plan = precompile.cpu_plan(dt, lay, cfg, rows)
+            assert (plan.cfg.bm, plan.cfg.bn) == (cfg["bm"], cfg["bn"]) and plan.swap == bool(cfg.get("swap"))
+            sig = plan.signature()
+            assert sig[:2] == (types.int64,) * 2 and sig[3:7] == (types.int32,) * 3 + (types.float32,)
+            workspaces = plan.cfg.split > 1 or plan.cfg.stream_k
+            assert len(sig) == (9 if workspaces else 7)
+            if plan.cfg.epilogue == "tma":
+                assert sig[2] == types.int64
+            else:
+                assert sig[2].ndim == 2 and sig[2].layout == ("F" if plan.swap and rows > 1 else "C"), (dt, lay, cfg)
+
+
+def test_a_kernel_built_without_a_gpu_is_stored_under_its_key(tmp_path):
+    """One worker of ``precompile --arch sm_90a``: the cubin (an ELF file holding the kernel's entry)
+    lands where a GPU process of compute capability 9.0 looks for the plan's kernel; a second run finds it."""
+    import json
+    import os
+    import subprocess
+
+    from nbwgmma import cache
+
+    item = ("bf16", "KK", {"bm": 64, "bn": 64})
+    env = dict(os.environ, NBWGMMA_CACHE_DIR=str(tmp_path))
+
+    def build():
+        r = subprocess.run([sys.executable, "-m", "nbwgmma.precompile", "--arch", "sm_90a", json.dumps([item])],
+                           capture_output=True, text=True, env=env, check=True)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    assert build() == {"compiled": 1, "cached": 0, "failed": []}
+    plan = precompile.cpu_plan(*item)
+    os.environ["NBWGMMA_CACHE_DIR"] = str(tmp_path)
+    try:
+        name, cubin = cache.lookup(("gemm", plan.cfg.key()), plan.signature(), (9, 0))
+    finally:
+        del os.environ["NBWGMMA_CACHE_DIR"]
+    assert cubin[:4] == b"\x7fELF" and name.encode() in cubin
+    assert len(list(tmp_path.glob("*.cubin"))) == 1
+    assert build() == {"compiled": 0, "cached": 1, "failed": []}

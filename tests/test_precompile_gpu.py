@@ -1,5 +1,9 @@
 """``python -m nbwgmma precompile`` on the GPU: the kernels it builds are the ones first calls load."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -7,19 +11,15 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from nbwgmma import cache, matmul, precompile  # noqa: E402
+from nbwgmma.frontend.tiles import narrow_tile, swapped_config  # noqa: E402
 
 
-@pytest.mark.parametrize("dtype, layout", [("bf16", "KK"), ("f16", "KN"), ("bf16", "MN"), ("e4m3", "KK"),
-                                           ("tf32", "KK")])
-def test_a_precompiled_kernel_is_what_a_first_call_of_its_class_loads(tmp_path, monkeypatch, dtype, layout):
-    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(tmp_path))
-    cfg = {"bm": 128, "bn": 128}
-    compiled, hits, failed = precompile.worker([(dtype, layout, cfg)])
-    assert not failed and len(list(tmp_path.glob("*.cubin"))) == 1
+def _first_call_of_the_class(dtype, layout, cfg, m=304):
+    """A product of ``cfg``'s class at another shape (a new plan, its kernel from the disk cache;
+    M a multiple of 8, so that a column-major A is read in place): it hits the cache, compiles
+    nothing, and is exact."""
     g = torch.Generator(device="cuda").manual_seed(5)
-    # another shape of the class (a new plan, its kernel from the disk cache); M a multiple of 8, so
-    # that a column-major A is read in place
-    m, n, k = 304, 520, 200
+    n, k = 520, 200
     base = torch.float32 if dtype == "tf32" else torch.bfloat16 if dtype in ("bf16", "e4m3") else torch.float16
     a = torch.randint(-1, 2, (m, k), device="cuda", generator=g).to(base)  # |sums| <= 200: exact in bf16
     b = torch.randint(-1, 2, (n, k), device="cuda", generator=g).to(base)
@@ -34,3 +34,28 @@ def test_a_precompiled_kernel_is_what_a_first_call_of_its_class_loads(tmp_path, 
     c = matmul(a, b, config=cfg, **kw)
     assert cache.stats["hits"] == before["hits"] + 1 and cache.stats["misses"] == before["misses"]
     assert torch.equal(c.double(), want)  # small integers: exact in every type here
+
+
+@pytest.mark.parametrize("dtype, layout", [("bf16", "KK"), ("f16", "KN"), ("bf16", "MN"), ("e4m3", "KK"),
+                                           ("tf32", "KK")])
+def test_a_precompiled_kernel_is_what_a_first_call_of_its_class_loads(tmp_path, monkeypatch, dtype, layout):
+    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(tmp_path))
+    cfg = {"bm": 128, "bn": 128}
+    compiled, hits, failed = precompile.worker([(dtype, layout, cfg)])
+    assert not failed and len(list(tmp_path.glob("*.cubin"))) == 1
+    _first_call_of_the_class(dtype, layout, cfg)
+
+
+@pytest.mark.parametrize("dtype, layout, cfg, m", [
+    ("bf16", "KK", {"bm": 128, "bn": 128}, 304), ("f16", "MN", {"bm": 128, "bn": 256}, 304),
+    ("e4m3", "KK", {"bm": 128, "bn": 128}, 304), ("tf32", "KK", {"bm": 128, "bn": 128}, 304),
+    ("bf16", "KK", narrow_tile(96), 304), ("bf16", "KK", {"bm": 64, "bn": 128, "stages": 8, "split": 2}, 304),
+    ("bf16", "KK", swapped_config(16, 2), 40), ("bf16", "KK", swapped_config(16, 1), 1)])
+def test_a_kernel_built_without_a_gpu_is_what_a_first_call_loads(tmp_path, monkeypatch, dtype, layout, cfg, m):
+    """``precompile --arch sm_90a`` (Numba's PTX through ptxas, the plan's signature from array
+    descriptions): the GPU process finds the kernel under the key it computes, and it is right."""
+    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "nbwgmma.precompile", "--arch", "sm_90a",
+                        json.dumps([(dtype, layout, cfg)])], capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout.strip().splitlines()[-1])["failed"] == []
+    _first_call_of_the_class(dtype, layout, cfg, m)

@@ -174,6 +174,7 @@ class Plan:
             # for a single column of out would otherwise take the TMA epilogue's 64-column blocks)
             opts.setdefault("epilogue", "direct")
         self.mnk = (m, n, k)
+        self.c_info = io  # C as the kernel sees it (swapped: out^T)
         try:
             self._configure(kind, odt, ia, ib, io, opts, fp8)
         except ConfigError as e:  # the caller's config: name its entry at fault
@@ -318,19 +319,47 @@ class Plan:
         return grid, ((cl, 1, 1) if cl > 1 else None), smem
 
     def _prepare(self, args):
-        """The GEMM kernel for this plan (from the disk cache or compiled), ready to launch."""
+        """The GEMM kernel for this plan (from the disk cache or compiled), ready to launch
+        (``args``: the first call's; their Numba types are :meth:`signature`'s)."""
         from ..cache import cached_kernel
         from ..kernels.gemm import gemm_kernel
         from ..launch import PreparedLaunch
 
         cfg = self.cfg
         disp = gemm_kernel(cfg)
-        sig = tuple(disp.typeof_pyval(x) for x in args)
+        sig = self.signature()
+        typed = tuple(disp.typeof_pyval(x) for x in args)
+        if sig != typed:  # (a layout rule of Numba's that signature() missed: the kernel must fit the arrays)
+            sig = typed
         kern, _ = cached_kernel(disp, sig, ("gemm", cfg.key()), cuda.get_current_device().compute_capability)
         grid, cluster, smem = self.launch_shape(kern, None)
         ws = _WS_ARGS if cfg.split > 1 or cfg.stream_k else ()
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws
         return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster)
+
+    def signature(self) -> tuple:
+        """The Numba types of the kernel's arguments as :meth:`__call__` passes them, which the
+        kernel is compiled for and cached under (:mod:`nbwgmma.cache`): the tensor maps' addresses
+        (Python ints), C's map or C itself as an array typed as Numba types a device array of its
+        shape and strides, M, N, K, alpha, and split-K's or stream-K's workspaces. Known from the
+        plan alone, so kernels can be built without a GPU (``precompile --arch``)."""
+        from numba import types
+        from numba.cuda.cudadrv.dummyarray import Array
+        from numba.cuda.np.numpy_support import from_dtype
+
+        scalars = (types.int32,) * 3 + (types.float32,)
+        if self.cfg.epilogue == "tma":
+            c = types.int64
+        else:  # the rule of Numba's DeviceNDArray type: C before F, neither with a zero stride
+            io = self.c_info
+            dt = np.dtype(NP_OF.get(io.dtype, None) or numpy_dtype(io.dtype))
+            flags = Array.from_desc(0, io.shape, io.strides, dt.itemsize).flags
+            plain = 0 not in io.strides
+            layout = "C" if flags["C_CONTIGUOUS"] and plain else "F" if flags["F_CONTIGUOUS"] and plain else "A"
+            c = types.Array(from_dtype(dt), 2, layout)
+        ws = (types.Array(types.float32, 1, "C"), types.Array(types.int32, 1, "C")) \
+            if self.cfg.split > 1 or self.cfg.stream_k else ()
+        return (types.int64, types.int64, c) + scalars + ws
 
     def check_expect_tx(self, ta, tb):
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its
