@@ -71,7 +71,9 @@ cache, in worker processes on the current GPU, so that a new process's first cal
 class loads its kernel instead of compiling it. Run once per machine and nbwgmma version.
 With --arch sm_90a no GPU is needed (a build machine filling a container image or a
 shared cache directory: NBWGMMA_CACHE_DIR); the compilers there must be the ones the GPU
-machines run, as nbwgmma's version must."""
+machines run, as nbwgmma's version must. With --arch sm_90a --prebuilt the kernels go into
+the package itself (nbwgmma/prebuilt), shipped in a wheel built after it: looked up after
+the user's cache, whichever compilers the machine has."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -191,6 +193,8 @@ def cmd_precompile(args):
     dtypes, layouts = args.dtypes.split(","), args.layouts.split(",")
     try:
         precompile.kernel_list(dtypes, layouts, args.autotune)  # the arguments first
+        if args.prebuilt and args.arch is None:
+            raise ValueError("precompile: --prebuilt kernels are built without a GPU: give --arch sm_90a as well")
     except ValueError as e:
         raise NbwgmmaError(str(e).removeprefix("precompile: ")) from None
     if simulated():
@@ -199,7 +203,7 @@ def cmd_precompile(args):
         raise NbwgmmaError("needs the sm_90 GPU (H100/H200) the kernels are built for; none found "
                            "(--arch sm_90a builds them without one)")
     try:
-        summary = precompile.run(dtypes, layouts, args.jobs, args.autotune, arch=args.arch)
+        summary = precompile.run(dtypes, layouts, args.jobs, args.autotune, arch=args.arch, prebuilt=args.prebuilt)
     except RuntimeError as e:
         raise NbwgmmaError(str(e).removeprefix("precompile: ")) from None
     return 1 if summary["failed"] else 0
@@ -362,6 +366,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p_p.add_argument("--arch", choices=["sm_90a"], default=None,
                      help="build for this target without a GPU (Numba's PTX through ptxas; tiles chosen "
                           "as on a 132-SM H100)")
+    p_p.add_argument("--prebuilt", action="store_true",
+                     help="with --arch: into the package's shipped kernels (nbwgmma/prebuilt) instead of "
+                          "the cache, before building a wheel")
     p_p.set_defaults(func=cmd_precompile)
     return parser
 

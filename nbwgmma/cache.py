@@ -13,6 +13,14 @@ Where: ``$NBWGMMA_CACHE_DIR``, else ``$XDG_CACHE_HOME/nbwgmma``, else
 compiles). Files are written to a temporary name and renamed, so processes that
 share the directory never read half a file; a file that does not parse is
 ignored and rewritten.
+
+Kernels shipped with the package (:data:`PREBUILT`, filled by ``python -m nbwgmma
+precompile --arch sm_90a --prebuilt`` before a wheel is built) are looked up after the
+user's cache. Their key leaves out the compiler versions: a cubin is finished machine
+code for its architecture, whichever NVVM and llvmlite built it; it keeps nbwgmma's
+sources, the debug-wait setting and numba-cuda's version (the kernels' parameter layout).
+A shipped cubin the driver cannot load (built by a newer toolkit than the driver knows)
+is compiled here instead.
 """
 
 from __future__ import annotations
@@ -24,13 +32,18 @@ import os
 import pathlib
 import tempfile
 
-__all__ = ["cache_dir", "cached_cubin", "cached_kernel", "clear", "code_fingerprint", "lookup", "stats", "store",
-           "write_atomic"]
+__all__ = ["PREBUILT", "cache_dir", "cached_cubin", "cached_kernel", "clear", "code_fingerprint", "lookup",
+           "source_fingerprint", "stats", "store", "write_atomic"]
 
 _MAGIC = b"nbwgmma-cubin-1\n"
 
-#: this process's lookups: cubins loaded from disk ("hits") and compiled ("misses")
-stats = {"hits": 0, "misses": 0}
+#: this process's lookups: cubins loaded from disk ("hits", of which "prebuilt" shipped with the
+#: package) and compiled ("misses")
+stats = {"hits": 0, "prebuilt": 0, "misses": 0}
+
+#: the kernels shipped with the package (see the module's text; empty in a source checkout), or
+#: ``$NBWGMMA_PREBUILT_DIR`` (a packager's staging directory, a test's)
+PREBUILT = pathlib.Path(os.environ.get("NBWGMMA_PREBUILT_DIR") or pathlib.Path(__file__).parent / "prebuilt")
 
 
 def cache_dir() -> pathlib.Path | None:
@@ -56,26 +69,36 @@ def clear() -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def code_fingerprint() -> str:
-    """Hash of nbwgmma's sources and the compiler versions: any change makes new keys."""
-    import llvmlite
+def source_fingerprint() -> str:
+    """Hash of what a built kernel depends on wherever it was built: nbwgmma's sources, the
+    debug-wait setting and numba-cuda's version (the kernels' parameter layout)."""
     import numba_cuda
+
+    from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 
     h = hashlib.sha256()
     root = pathlib.Path(__file__).parent
     for f in sorted(root.rglob("*.py")):
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
-    h.update(f"numba-cuda {numba_cuda.__version__} llvmlite {llvmlite.__version__}".encode())
+    h.update(f"numba-cuda {numba_cuda.__version__}".encode())
+    h.update(repr(DEBUG_WAIT_TIMEOUT_S).encode())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def code_fingerprint() -> str:
+    """:func:`source_fingerprint` and the compiler versions: any change makes new keys."""
+    import llvmlite
+
+    h = hashlib.sha256(source_fingerprint().encode())
+    h.update(f"llvmlite {llvmlite.__version__}".encode())
     try:
         from cuda.bindings import nvvm
 
         h.update(repr(nvvm.version()).encode())
     except Exception:  # no NVVM binding: the numba-cuda version stands for it
         pass
-    from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
-
-    h.update(repr(DEBUG_WAIT_TIMEOUT_S).encode())
     return h.hexdigest()
 
 
@@ -86,8 +109,9 @@ def _arch(cc) -> tuple:
     return cc if len(cc) == 3 else (cc[0], cc[1], "a" if cc >= (9, 0) else "")
 
 
-def _key(key, sig, cc) -> str:
-    text = json.dumps([repr(key), [str(t) for t in sig], list(cc), code_fingerprint()])
+def _key(key, sig, cc, prebuilt=False) -> str:
+    text = json.dumps([repr(key), [str(t) for t in sig], list(cc),
+                       source_fingerprint() if prebuilt else code_fingerprint()])
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
@@ -126,22 +150,24 @@ def _write(path: pathlib.Path, name: str, cubin: bytes) -> None:
     write_atomic(path, _MAGIC + json.dumps({"name": name}).encode() + b"\n" + bytes(cubin))
 
 
-def _path(key, sig, cc) -> pathlib.Path | None:
-    d = cache_dir()
-    return d / f"{_key(key, sig, cc)}.cubin" if d is not None else None
+def _path(key, sig, cc, prebuilt=False) -> pathlib.Path | None:
+    d = PREBUILT if prebuilt else cache_dir()
+    return d / f"{_key(key, sig, cc, prebuilt)}.cubin" if d is not None else None
 
 
-def lookup(key, sig, cc):
+def lookup(key, sig, cc, prebuilt=False):
     """``(entry name, cubin)`` stored for ``key``, ``sig`` and compute capability ``cc``
-    (as the GPU reports it, e.g. (9, 0)), or None."""
-    path = _path(key, sig, cc)
+    (as the GPU reports it, e.g. (9, 0)) in the user's cache, or with ``prebuilt`` among the
+    package's shipped kernels; None where there is none."""
+    path = _path(key, sig, cc, prebuilt)
     return _read(path) if path is not None else None
 
 
-def store(key, sig, cc, name: str, cubin: bytes) -> bool:
+def store(key, sig, cc, name: str, cubin: bytes, prebuilt=False) -> bool:
     """Keep a cubin built elsewhere (``precompile --arch``, no GPU) where :func:`cached_cubin`
-    looks for ``key``, ``sig`` and ``cc``; False where the cache is off or not writable."""
-    path = _path(key, sig, cc)
+    looks for ``key``, ``sig`` and ``cc``: the user's cache, or with ``prebuilt`` the package's
+    shipped kernels (:data:`PREBUILT`); False where the cache is off or not writable."""
+    path = _path(key, sig, cc, prebuilt)
     if path is None:
         return False
     _write(path, name, cubin)
@@ -155,9 +181,16 @@ def cached_cubin(dispatcher, sig, key, cc):
     whose module needs Numba's load-time setup (it cannot be loaded from a bare cubin)."""
     path = _path(key, sig, cc)
     found = _read(path) if path is not None else None
+    if found is None and PREBUILT.is_dir():
+        found = lookup(key, sig, cc, prebuilt=True)
+        stats["prebuilt"] += found is not None
     if found is not None:
         stats["hits"] += 1
         return (*found, True)
+    return _compiled(dispatcher, sig, cc, path)
+
+
+def _compiled(dispatcher, sig, cc, path):
     stats["misses"] += 1
     lib = dispatcher.compile(tuple(sig))._codelibrary
     if getattr(lib, "_setup_functions", None):
@@ -177,4 +210,11 @@ def cached_kernel(dispatcher, sig, key, cc):
     if found is None:
         return dispatcher.compile(tuple(sig))._codelibrary.get_cufunc().kernel, False
     name, cubin, hit = found
-    return ObjectCode.from_cubin(cubin).get_kernel(name), hit
+    try:
+        return ObjectCode.from_cubin(cubin).get_kernel(name), hit
+    except Exception:  # noqa: BLE001 - a stored cubin this driver cannot load (a newer toolkit built it)
+        if not hit:
+            raise
+    stats["hits"] -= 1  # compiled here and kept in the user's cache, which is looked up first
+    name, cubin, _ = _compiled(dispatcher, sig, cc, _path(key, sig, cc))
+    return ObjectCode.from_cubin(cubin).get_kernel(name), False

@@ -158,11 +158,12 @@ def cpu_plan(dtype, layout, cfg, rows=256, n=256, k=1024):
     return Plan(kind, odt, ia, ib, info(3 << 40, rows, n, True, oes, odt), opts, fp8)
 
 
-def cpu_worker(items, arch="sm_90a", sms=132) -> tuple:
+def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False) -> tuple:
     """Build :func:`worker`'s kernels without a GPU (see the module docstring), for ``arch`` (one of
     :data:`ARCHS`) and a GPU of ``sms`` multiprocessors (the tile choice of a config without a tile
-    depends on it): ``(compiled, found in the cache, failures as (item, message))``. Run it in a
-    process of its own: it sets the device limits plans read."""
+    depends on it), into the user's cache or with ``prebuilt`` among the kernels shipped with
+    the package (:data:`nbwgmma.cache.PREBUILT`): ``(compiled, found in the cache, failures as
+    (item, message))``. Run it in a process of its own: it sets the device limits plans read."""
     from . import cache, launch
     from .kernels.gemm import gemm_kernel
     from .report import compile_cubin
@@ -176,11 +177,12 @@ def cpu_worker(items, arch="sm_90a", sms=132) -> tuple:
             try:
                 plan = cpu_plan(dtype, layout, cfg, rows)
                 key, sig = ("gemm", plan.cfg.key()), plan.signature()
-                if cache.lookup(key, sig, reported) is not None:
+                if cache.lookup(key, sig, reported, prebuilt) is not None:
                     hits += 1
                     continue
                 name, cubin = compile_cubin(gemm_kernel(plan.cfg), sig, cc)
-                cache.store(key, sig, reported, name, cubin)
+                if not cache.store(key, sig, reported, name, cubin, prebuilt):
+                    raise OSError("the cubin could not be written")
                 compiled += 1
             except Exception as e:  # noqa: BLE001 - reported, the others still build
                 failed.append(((dtype, layout, cfg), f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
@@ -188,24 +190,29 @@ def cpu_worker(items, arch="sm_90a", sms=132) -> tuple:
 
 
 def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, autotune=False, echo=print,
-        arch=None) -> dict:
+        arch=None, prebuilt=False) -> dict:
     """Build :func:`kernel_list`'s kernels in ``jobs`` worker processes (default: one per CPU
     core, at most 16: each holds a CUDA context and about 0.5 GB of host memory), on the
-    current GPU or, with ``arch`` (one of :data:`ARCHS`), without one (:func:`cpu_worker`);
-    returns a summary (kernels, compiled, cached, failures, seconds, cache directory)."""
+    current GPU or, with ``arch`` (one of :data:`ARCHS`), without one (:func:`cpu_worker`),
+    with ``prebuilt`` (``arch`` only) into the package's shipped kernels; returns a summary
+    (kernels, compiled, cached, failures, seconds, cache directory)."""
     import json
 
     from .cache import cache_dir
 
-    d = cache_dir()
+    from .cache import PREBUILT
+
+    if arch is not None and arch not in ARCHS:
+        raise ValueError(f"precompile: arch must be one of {', '.join(ARCHS)}; got {arch!r}")
+    if prebuilt and arch is None:
+        raise ValueError("precompile: prebuilt kernels are built without a GPU: give arch as well")
+    d = PREBUILT if prebuilt else cache_dir()
     if d is None:
         raise RuntimeError("precompile: the kernel cache is off (NBWGMMA_CACHE=0): nothing would be kept")
     items = kernel_list(tuple(dtypes), tuple(layouts), autotune)
     jobs = max(1, min(jobs or min(os.cpu_count() or 1, 16), len(items)))
     t = time.perf_counter()
-    if arch is not None and arch not in ARCHS:
-        raise ValueError(f"precompile: arch must be one of {', '.join(ARCHS)}; got {arch!r}")
-    where = [] if arch is None else ["--arch", arch]
+    where = [] if arch is None else ["--arch", arch] + (["--prebuilt"] if prebuilt else [])
     procs = [subprocess.Popen([sys.executable, "-m", "nbwgmma.precompile", *where, json.dumps(items[i::jobs])],
                               stdout=subprocess.PIPE, text=True) for i in range(jobs)]
     compiled = cached = 0
@@ -228,9 +235,10 @@ def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, auto
     return summary
 
 
-if __name__ == "__main__":  # a worker: python -m nbwgmma.precompile [--arch sm_90a] '<json list of items>'
+if __name__ == "__main__":  # a worker: python -m nbwgmma.precompile [--arch sm_90a [--prebuilt]] '<json list of items>'
     import json
 
     todo = [tuple(x) for x in json.loads(sys.argv[-1])]
-    done, hits, bad = worker(todo) if len(sys.argv) == 2 else cpu_worker(todo, sys.argv[2])
+    done, hits, bad = worker(todo) if len(sys.argv) == 2 else cpu_worker(todo, sys.argv[2],
+                                                                         prebuilt="--prebuilt" in sys.argv)
     print(json.dumps({"compiled": done, "cached": hits, "failed": bad}))

@@ -112,3 +112,25 @@ def test_clear_removes_the_files(cdir):
 def test_fingerprint_covers_the_package_sources():
     fp = cache.code_fingerprint()
     assert len(fp) == 64 and fp == cache.code_fingerprint()
+
+
+def test_shipped_kernels_are_found_after_the_users_cache_whichever_compilers(cdir, tmp_path, monkeypatch):
+    """A kernel shipped with the package (``precompile --arch sm_90a --prebuilt``) loads with no
+    compile when the user's cache lacks it, under a key without the compiler versions; the user's
+    cache is looked up first."""
+    monkeypatch.setattr(cache, "PREBUILT", tmp_path / "shipped")
+    sig, key = ("u64", "i32"), ("gemm", 7)
+    assert cache.store(key, sig, (9, 0), "shipped_kernel", b"SHIPPED", prebuilt=True)
+    assert cache.lookup(key, sig, (9, 0)) is None and cache.lookup(key, sig, (9, 0), prebuilt=True) == (
+        "shipped_kernel", b"SHIPPED")
+    before = dict(cache.stats)
+    d = FakeDispatcher()
+    assert cache.cached_cubin(d, sig, key, (9, 0)) == ("shipped_kernel", b"SHIPPED", True) and d.compiles == 0
+    assert cache.stats["prebuilt"] == before["prebuilt"] + 1
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: "other compilers")  # the user's key moves, not the shipped one
+    assert cache.cached_cubin(d, sig, key, (9, 0))[:2] == ("shipped_kernel", b"SHIPPED") and d.compiles == 0
+    assert cache.cached_cubin(d, sig, ("gemm", 8), (9, 0))[2] is False and d.compiles == 1  # not shipped: compiled
+    cache.store(key, sig, (9, 0), "users_kernel", b"USERS")
+    assert cache.cached_cubin(d, sig, key, (9, 0))[:2] == ("users_kernel", b"USERS")
+    monkeypatch.setattr(cache, "source_fingerprint", lambda: "other sources")  # nbwgmma changed: not shipped
+    assert cache.lookup(key, sig, (9, 0), prebuilt=True) is None

@@ -113,6 +113,7 @@ MISTAKES = {
     "precompile-layout": (["precompile", "--layouts", "KK,NN"], 1, "layout must be among KK, KN, MK, MN; got 'NN'"),
     "precompile-jobs": (["precompile", "--jobs", "0"], 2, "argument --jobs: expected a positive integer; got 0"),
     "precompile-arch": (["precompile", "--arch", "sm_80"], 2, "argument --arch: invalid choice: 'sm_80'"),
+    "precompile-prebuilt": (["precompile", "--prebuilt"], 1, "--prebuilt kernels are built without a GPU: give --arch"),
 }
 
 

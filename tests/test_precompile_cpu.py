@@ -88,20 +88,29 @@ def test_a_kernel_built_without_a_gpu_is_stored_under_its_key(tmp_path):
     from nbwgmma import cache
 
     item = ("bf16", "KK", {"bm": 64, "bn": 64})
-    env = dict(os.environ, NBWGMMA_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, NBWGMMA_CACHE_DIR=str(tmp_path / "cache"), NBWGMMA_PREBUILT_DIR=str(tmp_path / "shipped"))
 
-    def build():
-        r = subprocess.run([sys.executable, "-m", "nbwgmma.precompile", "--arch", "sm_90a", json.dumps([item])],
+    def build(*more):
+        r = subprocess.run([sys.executable, "-m", "nbwgmma.precompile", "--arch", "sm_90a", *more, json.dumps([item])],
                            capture_output=True, text=True, env=env, check=True)
         return json.loads(r.stdout.strip().splitlines()[-1])
 
     assert build() == {"compiled": 1, "cached": 0, "failed": []}
     plan = precompile.cpu_plan(*item)
-    os.environ["NBWGMMA_CACHE_DIR"] = str(tmp_path)
+    os.environ["NBWGMMA_CACHE_DIR"] = str(tmp_path / "cache")
     try:
         name, cubin = cache.lookup(("gemm", plan.cfg.key()), plan.signature(), (9, 0))
     finally:
         del os.environ["NBWGMMA_CACHE_DIR"]
     assert cubin[:4] == b"\x7fELF" and name.encode() in cubin
-    assert len(list(tmp_path.glob("*.cubin"))) == 1
+    assert len(list((tmp_path / "cache").glob("*.cubin"))) == 1
     assert build() == {"compiled": 0, "cached": 1, "failed": []}
+    # --prebuilt: the same kernel among the package's shipped ones, under the shipped key
+    assert build("--prebuilt") == {"compiled": 1, "cached": 0, "failed": []}
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(cache, "PREBUILT", tmp_path / "shipped")
+    try:
+        shipped = cache.lookup(("gemm", plan.cfg.key()), plan.signature(), (9, 0), prebuilt=True)
+        assert shipped[0] == name and shipped[1][:4] == b"\x7fELF" and len(shipped[1]) == len(cubin)
+    finally:
+        monkey.undo()
