@@ -138,3 +138,69 @@ def test_a_static_shared_array_has_one_address_for_all_threads():
             assert (got == got[0]).all() and got[0] != 0xFFFFFFFF, np.unique(got)
     finally:
         sys.setswitchinterval(old)
+
+
+@cuda.jit
+def _reduce_into_one_tile(tm_out):
+    from nbwgmma.intrinsics import (bulk_commit_group, bulk_wait_group, dynamic_smem_base, fence_proxy_async,
+                                    tma_reduce_1d)
+    dyn = cuda.shared.array(0, np.float32)
+    base = dynamic_smem_base(dyn, 1024)
+    off = (base - smem_addr(dyn)) // 4
+    tid = cuda.threadIdx.x
+    for i in range(16):
+        dyn[off + tid * 32 + i] = 1.0
+    fence_proxy_async()
+    tma_reduce_1d(base + tid * 128, tm_out, 0, "add")
+    bulk_commit_group()
+    bulk_wait_group(0)
+
+
+@cuda.jit
+def _arrive_then_exit(out):
+    from nbwgmma.intrinsics import cluster_arrive, cluster_sync, cluster_wait
+    warp = cuda.threadIdx.x // 32
+    if warp == 0:
+        cluster_arrive()  # arrives, then exits without waiting
+        return
+    if warp == 2:
+        out[0] = 1
+    cluster_arrive()
+    cluster_wait()  # waits for warp 2's arrival too: sees out[0] == 1
+    if cuda.threadIdx.x == 32:
+        out[1] = out[0]
+    cluster_sync()  # warp 0 counts as exited here
+    cluster_sync()
+
+
+def test_concurrent_tma_reductions_lose_no_update():
+    """128 threads each add 1.0 into the same 16 floats with a TMA reduce (atomic per element on
+    the GPU): every sum is 128, with thread switches every microsecond."""
+    import sys
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(4):
+            out = cuda.to_device(np.full(16, 0.0, np.float32))
+            tm = TensorMap(out, (16,), swizzle="none", dtype="f32")
+            launch(_reduce_into_one_tile, 1, 128, (tm.address,), smem=dynamic_smem_bytes(128 * 128))
+            np.testing.assert_array_equal(out.copy_to_host(), np.full(16, 128.0, np.float32))
+    finally:
+        sys.setswitchinterval(old)
+
+
+def test_a_thread_that_arrived_then_exited_counts_once():
+    """A warp that arrives on the cluster barrier and exits before the phase completes is not
+    counted twice: the others' wait still waits for warp 2's arrival (and sees its store)."""
+    import sys
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(5):
+            out = cuda.to_device(np.zeros(2, np.int32))
+            launch(_arrive_then_exit, 1, 96, (out,))
+            assert out.copy_to_host()[1] == 1
+    finally:
+        sys.setswitchinterval(old)

@@ -1,6 +1,7 @@
 """``python -m nbwgmma precompile`` on the GPU: the kernels it builds are the ones first calls load."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -59,3 +60,18 @@ def test_a_kernel_built_without_a_gpu_is_what_a_first_call_loads(tmp_path, monke
                         json.dumps([(dtype, layout, cfg)])], capture_output=True, text=True, check=True)
     assert json.loads(r.stdout.strip().splitlines()[-1])["failed"] == []
     _first_call_of_the_class(dtype, layout, cfg, m)
+
+
+def test_a_shipped_kernel_is_what_a_first_call_loads_with_an_empty_cache(tmp_path, monkeypatch):
+    """``precompile --arch sm_90a --prebuilt`` (the kernels a wheel ships): with the user's cache
+    empty, the first call of the class loads the shipped kernel and is exact."""
+    cfg = {"bm": 128, "bn": 256}
+    env = dict(os.environ, NBWGMMA_PREBUILT_DIR=str(tmp_path / "shipped"))
+    r = subprocess.run([sys.executable, "-m", "nbwgmma.precompile", "--arch", "sm_90a", "--prebuilt",
+                        json.dumps([("bf16", "KK", cfg)])], capture_output=True, text=True, check=True, env=env)
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"compiled": 1, "cached": 0, "failed": []}
+    monkeypatch.setattr(cache, "PREBUILT", tmp_path / "shipped")
+    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(tmp_path / "empty"))
+    before = cache.stats["prebuilt"]
+    _first_call_of_the_class("bf16", "KK", cfg)
+    assert cache.stats["prebuilt"] == before + 1

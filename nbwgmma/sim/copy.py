@@ -136,7 +136,8 @@ def _tma_store(rank, src, tmap, op=None, **kw):
     if op is None:
         view[...] = piece
         return
-    view[...] = _reduce(view, piece, op, p.dtype)
+    with th.cl.lock:  # a reduction is atomic per element: another thread's reduce must not interleave
+        view[...] = _reduce(view, piece, op, p.dtype)
 
 
 def _reduce(old, new, op, dtype):

@@ -175,12 +175,15 @@ class Cluster:
 
 class PhasedBarrier:
     """Arrive/wait barrier of ``parties`` threads (``syncthreads``, named and cluster
-    barriers); exited threads count as arrived. Each generation carries the join of its
+    barriers); exited threads count as arrived (once: a thread that arrived and then exited
+    counts as exited from the next generation on). Each generation carries the join of its
     arrivers' clocks to its waiters."""
 
     def __init__(self, cluster, parties, name):
         self.cl, self.parties, self.name = cluster, parties, name
         self.count = self.gen = self.exited = 0
+        self.arrived = set()  # threads (gid) that arrived in the current generation
+        self.leaving = 0  # of those, the ones that exited since: they count as exited from the next one on
         self.cond = cluster.new_cond()
         self.clock = cluster.new_clock()
         self.done = {}  # generation -> clock
@@ -192,6 +195,9 @@ class PhasedBarrier:
             self.clock = self.cl.new_clock()
             self.gen += 1
             self.count = 0
+            self.arrived.clear()
+            self.exited += self.leaving
+            self.leaving = 0
             self.cond.notify_all()
 
     def arrive(self):
@@ -199,6 +205,7 @@ class PhasedBarrier:
         with self.cl.lock:
             tok = self.gen
             self.count += 1
+            self.arrived.add(th.gid)
             release(th, self.clock)
             self._check()
             return tok
@@ -213,8 +220,15 @@ class PhasedBarrier:
         self.wait(self.arrive())
 
     def exit(self):
+        th = threading.current_thread()
         with self.cl.lock:
-            self.exited += 1
+            # a thread that arrived (cluster_arrive) and exits before the generation completes is
+            # already in its count: counting its exit too would complete it one arrival early,
+            # depending on whether the exit ran before the last arrival
+            if th.gid in self.arrived:
+                self.leaving += 1
+            else:
+                self.exited += 1
             self._check()
 
 
