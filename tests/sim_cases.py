@@ -204,3 +204,29 @@ def test_a_thread_that_arrived_then_exited_counts_once():
             assert out.copy_to_host()[1] == 1
     finally:
         sys.setswitchinterval(old)
+
+
+@cuda.jit
+def _add_and_sub(counter):
+    for _ in range(8):
+        if cuda.threadIdx.x % 2:
+            cuda.atomic.sub(counter, 0, 1)
+        else:
+            cuda.atomic.add(counter, 0, 3)
+
+
+def test_atomics_of_different_kinds_on_one_address_lose_no_update():
+    """``cuda.atomic.add`` and ``cuda.atomic.sub`` on one address are atomic with respect to each
+    other (Numba's simulator alone locks each kind apart): 64 threads add 3 and 64 subtract 1,
+    eight times each, with thread switches every microsecond."""
+    import sys
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(4):
+            counter = cuda.to_device(np.zeros(1, np.int64))
+            launch(_add_and_sub, 1, 128, (counter,))
+            assert counter.copy_to_host()[0] == 8 * (64 * 3 - 64)
+    finally:
+        sys.setswitchinterval(old)

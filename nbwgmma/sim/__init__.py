@@ -84,17 +84,41 @@ class _Shared:
         return threading.current_thread().cta.array(shape, dtype, (f.f_code.co_filename, f.f_lineno))
 
 
+def _one_lock_atomics():
+    """Numba's simulated ``cuda.atomic`` with one lock for every operation: its own take a lock
+    per kind, so a ``cas`` and an ``exch`` on one address (a spin lock's acquire and release)
+    could interleave and lose an update."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAAtomic
+
+    lock = threading.Lock()
+
+    def one(f):
+        def locked(self, *args, **kwargs):
+            with lock:
+                return f(self, *args, **kwargs)
+        return locked
+
+    ops = {name: one(f) for name, f in vars(FakeCUDAAtomic).items() if callable(f) and not name.startswith("_")}
+    return type("SimAtomic", (FakeCUDAAtomic,), ops)()
+
+
 def _module_class():
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
 
     class SimCUDAModule(FakeCUDAModule):
-        """Numba's in-kernel ``cuda`` module with per-CTA shared memory and warp collectives."""
+        """Numba's in-kernel ``cuda`` module with per-CTA shared memory, warp collectives and
+        atomics under one lock."""
 
         _nbw_shared = _Shared()
+        _nbw_atomic = _one_lock_atomics()
 
         @property
         def shared(self):
             return self._nbw_shared
+
+        @property
+        def atomic(self):
+            return self._nbw_atomic
 
     for name, f in WARP_FUNCTIONS.items():
         setattr(SimCUDAModule, name, staticmethod(f))
