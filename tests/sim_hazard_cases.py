@@ -142,7 +142,7 @@ BOX = (64, 64)
 BOX_BYTES = 64 * 64 * 2
 
 
-def _tma_kernel(wait=True, expect=BOX_BYTES, name=True):
+def _tma_kernel(wait=True, expect=BOX_BYTES, name=True, twice=False):
     @cuda.jit
     def kernel(tmap, out):
         dyn = cuda.shared.array(0, np.uint8)
@@ -158,6 +158,8 @@ def _tma_kernel(wait=True, expect=BOX_BYTES, name=True):
         if tid == 0:
             mbarrier_arrive_expect_tx(bar, expect)
             tma_load_2d(base, tmap, bar, 0, 0)
+            if twice:  # a second box meant for the next 8 KiB, landing on the first
+                tma_load_2d(base, tmap, bar, 0, 0)
         if wait:
             mbarrier_wait_parity(bar, 0)
         off = base - smem_addr(dyn)
@@ -165,11 +167,11 @@ def _tma_kernel(wait=True, expect=BOX_BYTES, name=True):
     return kernel
 
 
-def _run_tma(**flags):
+def _run_tma(smem=dynamic_smem_bytes(BOX_BYTES), **flags):
     x = (np.arange(64 * 64, dtype=np.uint16) * 7 + 3).reshape(64, 64)
     tm = TensorMap(cuda.to_device(x), BOX, dtype="bf16", swizzle="none")
     out = cuda.to_device(np.full(128, 0xFFFF, np.int32))
-    launch(_tma_kernel(**flags), 1, 128, (tm.address, out), smem=dynamic_smem_bytes(BOX_BYTES))
+    launch(_tma_kernel(**flags), 1, 128, (tm.address, out), smem=smem)
     return out.copy_to_host(), x.reshape(-1)[:128].astype(np.int32)
 
 
@@ -183,6 +185,22 @@ def test_tma_destination_read_before_its_phase_is_a_hazard():
                                             r"at 0x[0-9a-f]+ that a copy issued at .* without having waited for "
                                             r"phase 0 of mbarrier 'full\[0\]'"):
         _run_tma(wait=False)
+
+
+def test_a_copy_past_the_launch_s_dynamic_shared_memory_is_a_hazard():
+    """A launch with too little dynamic shared memory (the box needs 8 KiB): out of bounds on the
+    GPU, reported at the copy's line, not run on the simulator's larger image."""
+    with pytest.raises(sim.SimHazard, match=r"a TMA load .*sim_hazard_cases.py:\d+\) accesses shared memory at "
+                                            r"0x[0-9a-f]+, outside what the kernel has: the launch's 5119 bytes of "
+                                            r"dynamic shared memory"):
+        _run_tma(smem=dynamic_smem_bytes(BOX_BYTES // 2))
+
+
+def test_two_copies_of_one_phase_writing_the_same_bytes_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"a TMA load at .*sim_hazard_cases.py:\d+\) writes shared memory at "
+                                            r"0x[0-9a-f]+ that a copy issued at .*sim_hazard_cases.py:\d+ also "
+                                            r"writes, both completing on phase 0 of mbarrier 'full\[0\]'"):
+        _run_tma(expect=2 * BOX_BYTES, twice=True, smem=dynamic_smem_bytes(2 * BOX_BYTES))
 
 
 def test_more_bytes_than_the_phase_expects_is_a_hazard():

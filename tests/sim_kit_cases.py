@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import config, cuda
 
-from nbwgmma.intrinsics import acc_store, acc_zeros
+from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
 from nbwgmma.layout import acc_value_coords
 from nbwgmma.kit import ACTIVATIONS, TileScheduler, TmaPipeline, acc_map
 from nbwgmma.launch import launch
@@ -195,3 +195,27 @@ def test_two_warpgroups_taking_turns_alternate():
     log = cuda.to_device(np.array([-1] * 8 + [0], np.int64))
     launch(kernel, 1, 256, (log, 4))
     assert log.copy_to_host().tolist() == [0, 1] * 4 + [8]
+
+
+_SMALL_PIPE = TmaPipeline(2, 1)
+
+
+@cuda.jit
+def _ring_past_the_launch(out):
+    dyn = cuda.shared.array(0, np.uint8)
+    if cuda.threadIdx.x == 0:
+        _SMALL_PIPE.init(smem_addr(dyn) + 4096)  # the launch gave 1 KiB
+    out[0] = 1
+
+
+@SIM_ONLY
+def test_a_kit_block_s_hazard_names_the_kernel_line_that_called_it():
+    """A hazard inside a kit block (here its barriers initialized past the launch's dynamic
+    shared memory) names the block's line and the user's line that called it."""
+    from nbwgmma import sim
+
+    out = cuda.to_device(np.zeros(1, np.int32))
+    with pytest.raises(sim.SimHazard, match=r"mbarrier_init at .*kit.pipeline\.py:\d+ \(called from "
+                                            r".*sim_kit_cases\.py:\d+\)\) accesses shared memory at 0x[0-9a-f]+, "
+                                            r"outside what the kernel has"):
+        launch(_ring_past_the_launch, 1, 32, (out,), smem=1024)

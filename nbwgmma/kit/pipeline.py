@@ -9,10 +9,11 @@ running count with :attr:`TmaPipeline.stage_of`); the phase flip lives here and 
 Both sides start at ``(0, 0)``::
 
     pipe = TmaPipeline(stages=4, consumers=2)
+    NBARS = pipe.barrier_words                         # a shared array's shape: one global name
 
     @cuda.jit
     def kernel(...):
-        bars = cuda.shared.array(pipe.barrier_words, np.uint64)
+        bars = cuda.shared.array(NBARS, np.uint64)
         ring = smem_addr(bars)
         if cuda.threadIdx.x == 0:
             pipe.init(ring)

@@ -6,7 +6,7 @@ time, so the CTAs running together share rows of A and columns of B in L2), slic
 ``nsplit`` of its K blocks. With clusters of ``cluster`` CTAs along M, a unit is a *cluster
 tile*: ``cluster`` vertically adjacent tiles, one per CTA (the CTA's rank picks its row)::
 
-    sched = TileScheduler(128, 256, group_m=8)
+    sched = TileScheduler(128, 256, 64, group_m=8)      # BM, BN, BK (K per stage)
 
     @cuda.jit
     def kernel(..., m, n, k):

@@ -36,6 +36,10 @@ order the Python threads run in, because it tracks happens-before with vector cl
   ``cp_async_mbarrier_arrive_noinc``);
 * an mbarrier given more transaction bytes than its phase expects, or more arrivals than
   it has pending;
+* two copies completing on one barrier phase that write the same bytes (overlapping
+  destinations: which lands last is undefined);
+* shared memory outside what the kernel has: the launch's dynamic shared memory and its
+  static arrays (a launch with too little ``smem`` runs on the GPU out of bounds);
 * a ``setmaxnreg_inc`` the CTA's register pool never satisfies (with launch bounds, the pool
   is ``65536 / threads`` rounded down to 8, times the threads: 168 x 384 for 384 threads, so
   128 x 48 + 256 x 232 registers wait forever): it waits, and past the deadline stops with
@@ -45,9 +49,12 @@ What it does not model: register writes that Python cannot see (rebinding a frag
 variable while its wgmma is in flight is not flagged), races between two generic stores,
 a generic load followed by a copy's write with nothing ordering the load first (a stage
 released by one thread while the others still read it: compute-sanitizer's racecheck
-reports it), and memory ordering weaker than sequential consistency (fences other than the proxy fence
+reports it), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
+not a report), TMA stores still reading shared memory when their thread exits (end with
+``bulk_wait_group``), and memory ordering weaker than sequential consistency (fences other than the proxy fence
 are no-ops). Kernels are launched with :func:`nbwgmma.launch.launch`, which runs the CTAs
-of one cluster at a time. Every wait has a deadline (``NBWGMMA_DEBUG_WAIT_S`` in
+of one cluster at a time. A hazard inside one of nbwgmma's own blocks (a kit function, an intrinsic) names the
+block's line and the kernel line that called it. Every wait has a deadline (``NBWGMMA_DEBUG_WAIT_S`` in
 debug-wait mode, else 60 s): a kernel that would hang on the GPU raises
 :class:`SimStopped` naming the thread, its kernel line, the barrier (with the name given by
 ``mbarrier_name``), its phase, pending arrivals and pending transaction bytes.

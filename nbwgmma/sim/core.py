@@ -68,15 +68,29 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _SKIP = (_HERE, os.path.dirname(threading.__file__) + os.sep)  # the simulator and the standard library
 
 
+_PACKAGE = os.path.dirname(_HERE) + os.sep
+
+
 def where() -> str:
-    """``file:line`` of the innermost kernel frame (outside the simulator and Numba)."""
+    """``file:line`` of the innermost kernel frame (outside the simulator and Numba); where that
+    is nbwgmma's own code (a kit block, an intrinsic, a generated function) called from a kernel
+    of yours, followed by "(called from ``file:line``)" of your line."""
+    def numba(fn):
+        return f"{os.sep}numba{os.sep}" in fn or "numba_cuda" in fn
+
     f = sys._getframe(1)
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_SKIP) and f"{os.sep}numba{os.sep}" not in fn and "numba_cuda" not in fn:
-            return f"{fn}:{f.f_lineno}"
+    while f is not None and (f.f_code.co_filename.startswith(_SKIP) or numba(f.f_code.co_filename)):
         f = f.f_back
-    return "<unknown>"
+    if f is None:
+        return "<unknown>"
+    inner = f"{f.f_code.co_filename}:{f.f_lineno}"
+    if not f.f_code.co_filename.startswith((_PACKAGE, "<")):
+        return inner
+    while f is not None and (f.f_code.co_filename.startswith((_PACKAGE, "<")) or numba(f.f_code.co_filename)):
+        f = f.f_back
+    if f is None or f.f_code.co_filename.startswith(_SKIP):  # a kernel of nbwgmma's own
+        return inner
+    return f"{inner} (called from {f.f_code.co_filename}:{f.f_lineno})"
 
 
 # ---------------------------------------------------------------------------------------

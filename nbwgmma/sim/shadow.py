@@ -66,8 +66,19 @@ class Shadow:
         self.aw[idx] = 0
 
     def async_write(self, th, idx, what, mbar):
-        """A copy issued by ``th`` lands on ``idx`` and completes on ``mbar`` (its current phase)."""
+        """A copy issued by ``th`` lands on ``idx`` and completes on ``mbar`` (its current phase);
+        another copy completing on the same phase must not write the same bytes (which of the
+        two lands last is undefined)."""
         self.check_write(th, idx, what)
+        prev = self.aw[idx]
+        for i in np.unique(prev[prev > 0]):
+            aw = self.writes[int(i) - 1]
+            if aw.slot == mbar.slot and aw.phase == mbar.phase:
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at "
+                    f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} also writes, both completing "
+                    f"on phase {aw.phase} of {aw.name}: which lands last is undefined (do the two copies' "
+                    f"destinations overlap?)")
         self.writes.append(AsyncWrite(th.where, mbar.slot, mbar.phase, mbar.label()))
         self.aw[idx] = len(self.writes)
         self.gw_tid[idx] = 0
@@ -79,8 +90,22 @@ class Shadow:
 
     # -- checks --------------------------------------------------------------------------
 
+    def check_bounds(self, th, idx, what):
+        """``idx`` must lie in shared memory the kernel has: the launch's dynamic shared memory
+        or a static array (the image beyond them is out of bounds on the GPU)."""
+        valid = self.cta.valid[idx]
+        if np.all(valid):
+            return
+        bad = int(np.atleast_1d(idx)[~np.atleast_1d(valid)][0])
+        dyn = self.cta.dyn_bytes
+        raise SimHazard(
+            f"thread {th.thread_id} ({what} at {th.where}) accesses shared memory at 0x{bad:x}, outside what the "
+            f"kernel has: the launch's {dyn} bytes of dynamic shared memory (0x{DYN_BASE:x}-0x{DYN_BASE + dyn:x}) "
+            f"and its static arrays; launch with more (nbwgmma.launch.dynamic_smem_bytes)")
+
     def check_write(self, th, idx, what):
         """Writing ``idx`` must wait for every async read of it to be complete and ordered."""
+        self.check_bounds(th, idx, what)
         for key, (seqs, ops) in self.readers.items():
             q = int(seqs[idx].max()) if np.size(idx) else 0
             if not q:
@@ -100,6 +125,7 @@ class Shadow:
 
     def check_observed(self, th, idx, what):
         """Reading ``idx`` (generic or async proxy) needs every TMA write of it observed."""
+        self.check_bounds(th, idx, what)
         w = self.aw[idx]
         hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
         for i in np.unique(hit):
@@ -236,6 +262,8 @@ class CTA:
         self.image = np.zeros(SMEM_BYTES, np.uint8)
         self.shadow = Shadow(self)
         self.dyn_bytes = dyn_bytes
+        self.valid = np.zeros(SMEM_BYTES, bool)  # the bytes the kernel has: dynamic, then static arrays
+        self.valid[DYN_BASE:DYN_BASE + dyn_bytes] = True
         self.next_static = -(-(DYN_BASE + dyn_bytes) // 1024) * 1024
         self.static = {}
         self.mbarriers = {}
@@ -266,6 +294,7 @@ class CTA:
                 if start + nbytes > SMEM_BYTES:
                     raise MemoryError("simulated shared memory exhausted")
                 self.next_static = start + nbytes
+                self.valid[start:start + nbytes] = True
                 raw = self.image[start:start + nbytes].view(dtype).reshape(shape)
                 arr = self.static[caller] = raw.view(SharedArray)
         return arr

@@ -339,6 +339,7 @@ def mbar(bar, create=None):
         th = me()
         raise SimHazard(f"thread {th.thread_id} at {th.where}: mbarrier address 0x{int(bar):x} is not 8-byte aligned")
     if create is not None:
+        cta.shadow.check_bounds(me(), np.arange(off, off + 8), "mbarrier_init")
         cta.mbarriers[off] = MBarrier(cta, off, create)
     m = cta.mbarriers.get(off)
     if m is None:
