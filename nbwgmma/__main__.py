@@ -144,10 +144,26 @@ def _load_target(target: str, sig: str | None):
         raise NbwgmmaError(f"--sig {sig!r} is not a Numba signature: {type(e).__name__}: {_one_line(e)}") from None
 
 
+def _parameters(kern):
+    """The names of a kernel's parameters, or None where they cannot be read."""
+    import inspect
+
+    try:
+        return list(inspect.signature(getattr(kern, "py_func", kern)).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
 def cmd_inspect(args):
     from .report import compile_report
 
     kern, sig = _load_target(args.target, args.sig)
+    params = _parameters(kern)
+    given = sig.args if hasattr(sig, "args") else tuple(sig) if isinstance(sig, (tuple, list)) else None
+    if params is not None and given is not None and len(given) != len(params):
+        raise NbwgmmaError(f"{args.target} takes {len(params)} parameter{'' if len(params) == 1 else 's'} "
+                           f"({', '.join(params)}); the signature gives "
+                           f"{len(given)} types: {', '.join(str(t) for t in given)}")
     try:
         rep = compile_report(kern, sig)
     except NbwgmmaError:  # no ptxas, or the CUDA simulator: nothing to compile with

@@ -104,6 +104,8 @@ MISTAKES = {
     "inspect-broken-module": (["inspect", "{d}/broken.py:k"], 1, "failed: RuntimeError: broken on import"),
     "inspect-no-sig": (["inspect", "{d}/kmod.py:k"], 1, "defines no SIG: give --sig"),
     "inspect-bad-sig": (["inspect", "{d}/kmod.py:k", "--sig", "(float32[:]"], 1, "is not a Numba signature"),
+    "inspect-sig-count": (["inspect", "{d}/kmod.py:k", "--sig", "(float32[:], int32)"], 1,
+                          "takes 1 parameter (x); the signature gives 2 types: array(float32, 1d, A), int32"),
     "layout-what": (["layout", "grid", "out.png"], 2, "argument what: invalid choice: 'grid'"),
     "layout-kind": (["layout", "acc", "out.png", "--kind", "f32.x.y"], 1,
                     "layout: --kind f32.x.y --n 16: wgmma: unknown type combination 'f32.x.y'"),

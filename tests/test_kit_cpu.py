@@ -95,9 +95,17 @@ def _short_fragment(out, bias, n):
 
 
 def test_a_fragment_of_the_wrong_length_is_a_typing_error_naming_acc_map():
+    """The error leads with the kernel's line that called acc_map (not the generated function's)."""
+    import inspect
+
     with pytest.raises(NbwgmmaTypingError, match=r"acc_map\(_add_bias, n=64\): the fragment must be a tuple of 32 "
-                                                 r"values .*got a tuple of 16"):
+                                                 r"values .*got a tuple of 16") as exc:
         compile_report(_short_fragment, (types.float32[:, ::1], types.float32[::1], types.int32))
+    src, first = inspect.getsourcelines(_short_fragment.py_func)
+    line = first + next(i for i, s in enumerate(src) if "_BIASED(" in s)
+    head, source = str(exc.value).splitlines()[:2]
+    assert head.startswith(f"{__file__}:{line}: acc_map(_add_bias, n=64)"), str(exc.value)
+    assert "_BIASED(" in source
 
 
 @pytest.mark.parametrize("nunits, ctas", [(1, 1), (7, 2), (264, 132), (300, 132), (1000, 132), (17, 4)])

@@ -65,7 +65,8 @@ class NbwgmmaTypingError(NumbaTypeError):
     offending call in the kernel, then nbwgmma's message, then the call's source
     line. Attributes: ``message`` (nbwgmma's message alone); ``filename``,
     ``line`` and ``function`` (the call and the Python function it is in; None
-    until the error has been located); ``callers`` (``(filename, line,
+    until the error has been located; where that call is in nbwgmma's own code, a
+    kit block, the message leads with the first of ``callers`` in yours); ``callers`` (``(filename, line,
     function)`` of the calls that led there, innermost first, when the call is in
     a device function); ``numba_report`` (Numba's full text, which the message
     includes only when the environment variable ``NBWGMMA_FULL_TYPING_ERRORS`` is
@@ -99,9 +100,21 @@ def _full_errors_wanted() -> bool:
     return os.environ.get(FULL_ERRORS_ENV, "0").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _ours(filename: str) -> bool:
+    """A location in nbwgmma's own code: its package or a function it generated ("<...>")."""
+    return filename.startswith("<") or os.path.abspath(filename).startswith(_PACKAGE)
+
+
 def _render(err: NbwgmmaTypingError) -> str:
-    lines = [f"{err.filename}:{err.line}: {err.message}"]
-    source = linecache.getline(err.filename, err.line).strip()
+    # lead with the innermost line of the user's code: a kit block's (or a generated
+    # function's) own line says less than the kernel line that called it
+    chain = [(err.filename, err.line)] + [(f, ln) for f, ln, _ in err.callers]
+    filename, line = next((c for c in chain if not _ours(c[0])), chain[0])
+    lines = [f"{filename}:{line}: {err.message}"]
+    source = linecache.getline(filename, line).strip()
     if source:
         lines.append(f"    {source}")
     where = f"while typing '{err.function}'"
