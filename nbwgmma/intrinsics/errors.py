@@ -138,6 +138,28 @@ def _located(first: NbwgmmaTypingError, loc, function: str, numba_error: Excepti
     return err
 
 
+def _array_shape_hint(constraint, typevars, fnty):
+    """The message for a ``cuda.shared.array`` / ``cuda.local.array`` whose shape is not a
+    compile-time constant (Numba's own lists candidate signatures and names no line), or None
+    for another failed call."""
+    from numba import cuda, types
+
+    key = getattr(fnty, "typing_key", None)
+    stubs = {cuda.shared.array: "cuda.shared.array", cuda.local.array: "cuda.local.array"}
+    if key not in stubs or not constraint.args:
+        return None
+    try:
+        shape = typevars[constraint.args[0].name].getone()
+    except Exception:  # noqa: BLE001 - not typed yet: leave it to Numba
+        return None
+    parts = shape.types if isinstance(shape, types.BaseTuple) else (shape,)
+    if all(isinstance(t, types.IntegerLiteral) for t in parts):
+        return None
+    return (f"{stubs[key]}: the shape must be a compile-time constant: an integer literal, a global name bound to "
+            f"an int, or a tuple of them; got {shape} (an expression such as pipe.barrier_words or 2 * STAGES is "
+            f"computed at run time: bind it to a module-level name, NBARS = pipe.barrier_words, and pass NBARS)")
+
+
 def _wrap_resolve(resolve, typing_errors):
     def resolve_with_location(self, typeinfer, typevars, fnty):
         noted: list = []
@@ -147,7 +169,12 @@ def _wrap_resolve(resolve, typing_errors):
             return resolve(self, typeinfer, typevars, fnty)
         except typing_errors as e:
             if not noted:
-                raise
+                hint = _array_shape_hint(self, typevars, fnty)
+                if hint is None:
+                    raise
+                hinted = NbwgmmaTypingError(hint)  # (noted by its constructor)
+                if hinted not in noted:
+                    noted.append(hinted)
             error = e
         finally:
             stack.pop()

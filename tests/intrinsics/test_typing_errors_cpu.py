@@ -19,6 +19,7 @@ from numba.core.errors import RequireLiteralValue, TypingError
 
 from nbwgmma.intrinsics import *  # noqa: F401,F403
 from nbwgmma.intrinsics.errors import FULL_ERRORS_ENV, NbwgmmaTypingError
+from nbwgmma.kit import TmaPipeline
 
 SIG = (types.uint32[:], types.uint64[:], types.float32[:])
 
@@ -203,3 +204,29 @@ def test_other_typing_errors_are_left_to_numba():
     with pytest.raises(Exception) as exc:
         cuda.compile_ptx(kernel, SIG, cc=(9, 0))
     assert not isinstance(exc.value, NbwgmmaTypingError)
+
+
+_PIPE = TmaPipeline(4, consumers=2)
+_WORDS = 8
+
+
+def k_shared_shape_at_run_time(u, d, f):
+    bars = cuda.shared.array(_PIPE.barrier_words, np.uint64)  # bad
+    d[0] = bars[0]
+
+
+def k_shared_shape_constant(u, d, f):
+    bars = cuda.shared.array(_WORDS, np.uint64)
+    more = cuda.shared.array((_WORDS, 2), np.uint64)
+    d[0] = bars[0] + more[0, 1]
+
+
+def test_a_shared_array_shape_computed_at_run_time_is_an_error_at_its_line():
+    """Numba's own error lists candidate signatures and names no line; nbwgmma's names the line
+    and says how to make the shape a constant. A global name (or a tuple of them) compiles."""
+    err = typing_error(k_shared_shape_at_run_time)
+    line, source = bad_call(k_shared_shape_at_run_time)
+    first, second = str(err).splitlines()[:2]
+    assert first.startswith(f"{err.filename}:{line}: cuda.shared.array: the shape must be a compile-time constant"), first
+    assert "got int64" in first and "NBARS = pipe.barrier_words" in first and second.strip() == source
+    cuda.compile_ptx(k_shared_shape_constant, SIG, cc=(9, 0))
