@@ -1,6 +1,9 @@
 """nbwgmma kernels in Numba's CUDA simulator (run by tests/test_sim.py in a child process
 with NUMBA_ENABLE_CUDASIM=1; also by hand: NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_cases.py)."""
 
+import contextlib
+import sys
+
 import numpy as np
 import pytest
 from numba import config, cuda
@@ -116,6 +119,17 @@ def test_setmaxnreg_validates_its_argument():
         setmaxnreg_inc(100)
 
 
+@contextlib.contextmanager
+def _fast_switches():
+    """Python thread switches every microsecond (the simulated threads' races become likely)."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
 @cuda.jit
 def _static_address(out):
     bars = cuda.shared.array(2, np.uint64)
@@ -126,18 +140,12 @@ def test_a_static_shared_array_has_one_address_for_all_threads():
     """Every thread reaching a ``cuda.shared.array`` line at once gets the same array (a race
     once gave two threads arrays of their own: an mbarrier initialized by thread 0 was then
     "used before init" by another). Thread switches every microsecond make the race likely."""
-    import sys
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
+    with _fast_switches():
         for _ in range(8):
             out = cuda.to_device(np.full(384, 0xFFFFFFFF, np.uint32))
             launch(_static_address, 1, 384, (out,))
             got = out.copy_to_host()
             assert (got == got[0]).all() and got[0] != 0xFFFFFFFF, np.unique(got)
-    finally:
-        sys.setswitchinterval(old)
 
 
 @cuda.jit
@@ -176,34 +184,22 @@ def _arrive_then_exit(out):
 def test_concurrent_tma_reductions_lose_no_update():
     """128 threads each add 1.0 into the same 16 floats with a TMA reduce (atomic per element on
     the GPU): every sum is 128, with thread switches every microsecond."""
-    import sys
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
+    with _fast_switches():
         for _ in range(4):
             out = cuda.to_device(np.full(16, 0.0, np.float32))
             tm = TensorMap(out, (16,), swizzle="none", dtype="f32")
             launch(_reduce_into_one_tile, 1, 128, (tm.address,), smem=dynamic_smem_bytes(128 * 128))
             np.testing.assert_array_equal(out.copy_to_host(), np.full(16, 128.0, np.float32))
-    finally:
-        sys.setswitchinterval(old)
 
 
 def test_a_thread_that_arrived_then_exited_counts_once():
     """A warp that arrives on the cluster barrier and exits before the phase completes is not
     counted twice: the others' wait still waits for warp 2's arrival (and sees its store)."""
-    import sys
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
+    with _fast_switches():
         for _ in range(5):
             out = cuda.to_device(np.zeros(2, np.int32))
             launch(_arrive_then_exit, 1, 96, (out,))
             assert out.copy_to_host()[1] == 1
-    finally:
-        sys.setswitchinterval(old)
 
 
 @cuda.jit
@@ -219,14 +215,8 @@ def test_atomics_of_different_kinds_on_one_address_lose_no_update():
     """``cuda.atomic.add`` and ``cuda.atomic.sub`` on one address are atomic with respect to each
     other (Numba's simulator alone locks each kind apart): 64 threads add 3 and 64 subtract 1,
     eight times each, with thread switches every microsecond."""
-    import sys
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
+    with _fast_switches():
         for _ in range(4):
             counter = cuda.to_device(np.zeros(1, np.int64))
             launch(_add_and_sub, 1, 128, (counter,))
             assert counter.copy_to_host()[0] == 8 * (64 * 3 - 64)
-    finally:
-        sys.setswitchinterval(old)
