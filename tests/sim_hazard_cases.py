@@ -142,7 +142,7 @@ BOX = (64, 64)
 BOX_BYTES = 64 * 64 * 2
 
 
-def _tma_kernel(wait=True, expect=BOX_BYTES, name=True, twice=False):
+def _tma_kernel(wait=True, expect=BOX_BYTES, name=True, twice=False, sync=True):
     @cuda.jit
     def kernel(tmap, out):
         dyn = cuda.shared.array(0, np.uint8)
@@ -154,7 +154,8 @@ def _tma_kernel(wait=True, expect=BOX_BYTES, name=True, twice=False):
             mbarrier_init(bar, 1)
             if name:
                 mbarrier_name(bar, "full", 0)
-        cuda.syncthreads()
+        if sync:
+            cuda.syncthreads()
         if tid == 0:
             mbarrier_arrive_expect_tx(bar, expect)
             tma_load_2d(base, tmap, bar, 0, 0)
@@ -201,6 +202,25 @@ def test_two_copies_of_one_phase_writing_the_same_bytes_is_a_hazard():
                                             r"0x[0-9a-f]+ that a copy issued at .*sim_hazard_cases.py:\d+ also "
                                             r"writes, both completing on phase 0 of mbarrier 'full\[0\]'"):
         _run_tma(expect=2 * BOX_BYTES, twice=True, smem=dynamic_smem_bytes(2 * BOX_BYTES))
+
+
+def test_a_barrier_used_with_nothing_ordering_its_init_first_is_a_hazard():
+    """No syncthreads after mbarrier_init: whichever thread runs first, a waiter is reported (before
+    the init: used before it; after it in time but unordered: nothing orders the init first)."""
+    for _ in range(3):
+        with pytest.raises(sim.SimHazard, match=r"(used before mbarrier_init|is used with nothing ordering its "
+                                                r"mbarrier_init \(at .*sim_hazard_cases.py:\d+\) before this use)"):
+            _run_tma(sync=False)
+
+
+def test_a_collective_stop_says_where_the_missing_threads_are():
+    """The text of a stopped collective lists where the threads that never reached it are (the
+    intrinsic each is in, a wait most likely)."""
+    from types import SimpleNamespace
+
+    cta = SimpleNamespace(threads={t: SimpleNamespace(where="k.py:7" if t < 70 else None) for t in range(64, 128)})
+    text = sim.core.whereabouts(cta, list(range(64, 128)))
+    assert text == "; they are at k.py:7 (thread(s) [64, 65, 66, 67]...); between intrinsics (thread(s) [70, 71, 72, 73]...)"
 
 
 def test_more_bytes_than_the_phase_expects_is_a_hazard():

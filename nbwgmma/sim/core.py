@@ -257,6 +257,7 @@ class SimThread(threading.Thread):
         bx, by, _ = block_dim
         self.thread_id = thread_idx[0] + bx * (thread_idx[1] + by * thread_idx[2])
         self.gid = cta.rank * cta.cl.nthreads + self.thread_id
+        cta.threads[self.thread_id] = self
         self.clock = cta.cl.new_clock()
         self.rounds = {}
         self.cluster_token = None
@@ -362,7 +363,7 @@ def collective(key, members, op, value, compute=None):
             head = f"{_op_text(op)} is collective over the {_group_name(len(members))}; "
             if gone:
                 return head + f"thread(s) {gone[:8]} exited without reaching it"
-            return head + f"thread(s) {late[:8]} never reached it"
+            return head + f"thread(s) {late[:8]} never reached it" + whereabouts(cta, late)
 
         def ready():
             if "result" in r:
@@ -377,6 +378,16 @@ def collective(key, members, op, value, compute=None):
     acquire(th, r["clock"])
     th.clock[th.gid] += 1
     return r["result"]
+
+
+def whereabouts(cta, tids) -> str:
+    """Where the threads ``tids`` of ``cta`` are: the intrinsic each is in (a wait, most likely)."""
+    spots = {}
+    for t in tids:
+        th = cta.threads.get(t)
+        spots.setdefault(getattr(th, "where", None) or "between intrinsics", []).append(t)
+    return "; they are at " + "; ".join(f"{at} (thread(s) {ts[:4]}{'...' if len(ts) > 4 else ''})"
+                                          for at, ts in list(spots.items())[:3])
 
 
 def _check_same_op(r, size):

@@ -100,7 +100,7 @@ class Shadow:
         dyn = self.cta.dyn_bytes
         raise SimHazard(
             f"thread {th.thread_id} ({what} at {th.where}) accesses shared memory at 0x{bad:x}, outside what the "
-            f"kernel has: the launch's {dyn} bytes of dynamic shared memory (0x{DYN_BASE:x}-0x{DYN_BASE + dyn:x}) "
+            f"kernel has: the launch's {dyn} bytes of dynamic shared memory ([0x{DYN_BASE:x}, 0x{DYN_BASE + dyn:x})) "
             f"and its static arrays; launch with more (nbwgmma.launch.dynamic_smem_bytes)")
 
     def check_write(self, th, idx, what):
@@ -153,7 +153,9 @@ class Shadow:
                 raise SimHazard(
                     f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
                     f"{self._first_writer(idx, w + 1)} through the async proxy, but thread {self._local(w)} wrote it "
-                    f"with generic stores and issued no fence_proxy_async after them")
+                    f"with generic stores and issued no fence_proxy_async after them (each writing thread fences, "
+                    f"then a barrier: the documented pattern; a fence by the reading thread alone is not accepted, "
+                    f"the PTX memory model defines no ordering for it)")
             if not o:
                 raise SimHazard(
                     f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
@@ -271,6 +273,7 @@ class CTA:
         self.named = {}
         self.rendezvous = {}
         self.exited = set()
+        self.threads = {}  # thread id -> SimThread
         self.wgmma = {}  # warpgroup -> wgmma issue state (nbwgmma.sim.wgmma)
         self.syncthreads = PhasedBarrier(cluster, nthreads, "syncthreads barrier")
         self.reg_start = None  # registers per thread at launch, setmaxnreg's pool (nbwgmma.sim.sync): set by run()

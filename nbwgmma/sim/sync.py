@@ -338,13 +338,20 @@ def mbar(bar, create=None):
     if off % 8:
         th = me()
         raise SimHazard(f"thread {th.thread_id} at {th.where}: mbarrier address 0x{int(bar):x} is not 8-byte aligned")
+    th = me()
     if create is not None:
-        cta.shadow.check_bounds(me(), np.arange(off, off + 8), "mbarrier_init")
-        cta.mbarriers[off] = MBarrier(cta, off, create)
+        cta.shadow.check_bounds(th, np.arange(off, off + 8), "mbarrier_init")
+        m = cta.mbarriers[off] = MBarrier(cta, off, create)
+        th.clock[th.gid] += 1  # the init is an event others must be ordered after (a later release publishes it)
+        m.init_gid, m.init_epoch, m.init_where = th.gid, int(th.clock[th.gid]), th.where
+        return m
     m = cta.mbarriers.get(off)
     if m is None:
-        th = me()
         raise SimHazard(f"thread {th.thread_id} at {th.where}: mbarrier at 0x{int(bar):x} used before mbarrier_init")
+    if th.clock[m.init_gid] < m.init_epoch:  # the init happened first here, but nothing orders it first
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: {m.label()} is used with nothing ordering its "
+                        f"mbarrier_init (at {m.init_where}) before this use: a syncthreads (or a cluster barrier) "
+                        f"after the init is missing")
     return m
 
 
