@@ -81,7 +81,7 @@ def _tile_problem():
     return TileProblem(KIND, 8, 2, rng.integers(-4, 5, (64, 32)), rng.integers(-4, 5, (8, 32)), swizzle="none")
 
 
-def _tile_kernel(fence=True, wait=True, peek=False):
+def _tile_kernel(fence=True, wait=True, peek=False, wgmma_fenced=True):
     @cuda.jit
     def kernel(image, desc_a, desc_b, out):
         dyn = cuda.shared.array(0, np.uint8)
@@ -93,7 +93,8 @@ def _tile_kernel(fence=True, wait=True, peek=False):
             fence_proxy_async_shared()
         cuda.syncthreads()
         acc = acc_zeros(KIND, 8)
-        wgmma_fence()
+        if wgmma_fenced:
+            wgmma_fence()
         for s in range(2):
             acc = wgmma_mma_async(acc, desc_a[s] + (base >> 4), desc_b[s] + (base >> 4), KIND)
         wgmma_commit_group()
@@ -128,6 +129,12 @@ def test_accumulator_stored_before_wait_group_is_a_hazard():
 def test_accumulator_register_read_before_wait_group_is_a_hazard():
     with pytest.raises(sim.SimHazard, match=r"an accumulator register read at .*sim_hazard_cases.py:\d+"):
         _run_tile(peek=True)
+
+
+def test_a_first_wgmma_without_wgmma_fence_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"wgmma_mma_async at .*sim_hazard_cases.py:\d+: warpgroup 0 issues its "
+                                            r"first wgmma with no wgmma_fence before it"):
+        _run_tile(wgmma_fenced=False)
 
 
 def test_generic_stores_read_by_wgmma_without_proxy_fence_is_a_hazard():

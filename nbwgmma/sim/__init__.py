@@ -36,6 +36,7 @@ order the Python threads run in, because it tracks happens-before with vector cl
   ``cp_async_mbarrier_arrive_noinc``);
 * an mbarrier given more transaction bytes than its phase expects, or more arrivals than
   it has pending;
+* a warpgroup's first wgmma with no ``wgmma_fence`` before it;
 * an mbarrier used before its ``mbarrier_init``, or with nothing (a ``syncthreads``, a cluster
   barrier) ordering the init before the use;
 * two copies completing on one barrier phase that write the same bytes (overlapping
@@ -51,7 +52,8 @@ What it does not model: register writes that Python cannot see (rebinding a frag
 variable while its wgmma is in flight is not flagged), races between two generic stores,
 a generic load followed by a copy's write with nothing ordering the load first (a stage
 released by one thread while the others still read it: compute-sanitizer's racecheck
-reports it), a missing ``wgmma_fence`` (not checked), copies finishing out of order (a TMA
+reports it), a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
+only: register accesses are invisible here), copies finishing out of order (a TMA
 load lands when it is issued, so a pipeline turn passed too early cannot show), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
 not a report), TMA stores still reading shared memory when their thread exits (end with
 ``bulk_wait_group``), and memory ordering weaker than sequential consistency (fences other than the proxy fence

@@ -66,6 +66,7 @@ class _WarpgroupState:
     def __init__(self):
         self.open = []  # issued, not committed
         self.groups = []  # committed, not complete
+        self.fenced = False  # a wgmma_fence seen (the ISA requires one before the warpgroup's first wgmma)
 
 
 def _state(th):
@@ -121,6 +122,10 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
     def compute(vals):
         me_ = me()
         cta = me_.cta
+        if not _state(me_).fenced:
+            raise SimHazard(f"{name} at {me_.where}: warpgroup {me_.thread_id // 128} issues its first wgmma with no "
+                            f"wgmma_fence before it (the PTX ISA requires one before a warpgroup's first wgmma and "
+                            f"after its threads access the accumulator or A registers)")
         db = _uniform(vals, 2, "B descriptors")
         if any(v[3] != vals[0][3] for v in vals):
             raise SimHazard(f"{name} at {me_.where}: scale-d differs between the warpgroup's threads")
@@ -180,7 +185,9 @@ IMPLS["wgmma_mma_async_sp_rs"] = lambda acc, a, b, meta, kind, spsel=0, scale_d=
 
 
 def _fence():
-    collective(*warpgroup_members(me()), ("wgmma_fence",), None)
+    def compute(vals):
+        _state(me()).fenced = True
+    collective(*warpgroup_members(me()), ("wgmma_fence",), None, compute)
 
 
 def _commit():
