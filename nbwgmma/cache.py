@@ -16,7 +16,7 @@ ignored and rewritten.
 
 Kernels shipped with the package (:data:`PREBUILT`, filled by ``python -m nbwgmma
 precompile --arch sm_90a --prebuilt`` before a wheel is built) are looked up after the
-user's cache. Their key leaves out the compiler versions: a cubin is finished machine
+user's cache (not with ``NBWGMMA_CACHE=0``). Their key leaves out the compiler versions: a cubin is finished machine
 code for its architecture, whichever NVVM and llvmlite built it; it keeps nbwgmma's
 sources, the debug-wait setting and numba-cuda's version (the kernels' parameter layout).
 A shipped cubin the driver cannot load (built by a newer toolkit than the driver knows)
@@ -181,7 +181,7 @@ def cached_cubin(dispatcher, sig, key, cc):
     whose module needs Numba's load-time setup (it cannot be loaded from a bare cubin)."""
     path = _path(key, sig, cc)
     found = _read(path) if path is not None else None
-    if found is None and PREBUILT.is_dir():
+    if found is None and path is not None and PREBUILT.is_dir():  # (NBWGMMA_CACHE=0: every process compiles)
         found = lookup(key, sig, cc, prebuilt=True)
         stats["prebuilt"] += found is not None
     if found is not None:
@@ -215,6 +215,11 @@ def cached_kernel(dispatcher, sig, key, cc):
     except Exception:  # noqa: BLE001 - a stored cubin this driver cannot load (a newer toolkit built it)
         if not hit:
             raise
+    path = _path(key, sig, cc)
     stats["hits"] -= 1  # compiled here and kept in the user's cache, which is looked up first
-    name, cubin, _ = _compiled(dispatcher, sig, cc, _path(key, sig, cc))
-    return ObjectCode.from_cubin(cubin).get_kernel(name), False
+    if path is None or _read(path) is None:  # it came with the package
+        stats["prebuilt"] -= 1
+    found = _compiled(dispatcher, sig, cc, path)
+    if found is None:
+        return dispatcher.compile(tuple(sig))._codelibrary.get_cufunc().kernel, False
+    return ObjectCode.from_cubin(found[1]).get_kernel(found[0]), False

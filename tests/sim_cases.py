@@ -220,3 +220,28 @@ def test_atomics_of_different_kinds_on_one_address_lose_no_update():
             counter = cuda.to_device(np.zeros(1, np.int64))
             launch(_add_and_sub, 1, 128, (counter,))
             assert counter.copy_to_host()[0] == 8 * (64 * 3 - 64)
+
+
+@cuda.jit
+def _peer_static_array(out):
+    import time
+
+    from nbwgmma.intrinsics import cluster_ctarank, cluster_sync, mapa, st_shared_cluster_u32
+    cluster_sync()
+    rank = cluster_ctarank()
+    if rank == 1:
+        time.sleep(0.3)  # (the simulator only) CTA 1 reaches the array's line late
+    buf = cuda.shared.array(4, np.uint32)  # static: on the GPU it exists from the kernel's start
+    if rank == 0 and cuda.threadIdx.x == 0:
+        st_shared_cluster_u32(mapa(smem_addr(buf), 1), 7)
+    cluster_sync()
+    if rank == 1 and cuda.threadIdx.x == 0:
+        out[0] = buf[0]
+
+
+def test_a_static_array_exists_in_every_cta_of_the_cluster_at_one_offset():
+    """A CTA stores into its peer's static array through mapa before the peer reaches the array's
+    line: the array is there (allocated for the whole cluster at once), at the same offset."""
+    out = cuda.to_device(np.zeros(1, np.uint32))
+    launch(_peer_static_array, (2, 1, 1), (32, 1, 1), (out,), cluster=(2, 1, 1))
+    assert out.copy_to_host()[0] == 7

@@ -134,3 +134,12 @@ def test_shipped_kernels_are_found_after_the_users_cache_whichever_compilers(cdi
     assert cache.cached_cubin(d, sig, key, (9, 0))[:2] == ("users_kernel", b"USERS")
     monkeypatch.setattr(cache, "source_fingerprint", lambda: "other sources")  # nbwgmma changed: not shipped
     assert cache.lookup(key, sig, (9, 0), prebuilt=True) is None
+
+
+def test_no_cache_means_no_shipped_kernels_either(cdir, tmp_path, monkeypatch):
+    """``NBWGMMA_CACHE=0``: every process compiles, shipped kernels included."""
+    monkeypatch.setattr(cache, "PREBUILT", tmp_path / "shipped")
+    cache.store(("gemm", 9), ("u64",), (9, 0), "shipped_kernel", b"SHIPPED", prebuilt=True)
+    monkeypatch.setenv("NBWGMMA_CACHE", "0")
+    d = FakeDispatcher()
+    assert cache.cached_cubin(d, ("u64",), ("gemm", 9), (9, 0))[2] is False and d.compiles == 1

@@ -104,8 +104,10 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _ours(filename: str) -> bool:
-    """A location in nbwgmma's own code: its package or a function it generated ("<...>")."""
-    return filename.startswith("<") or os.path.abspath(filename).startswith(_PACKAGE)
+    """A location in nbwgmma's own code: its package or a function it generated ("<nbwgmma...>")."""
+    if filename.startswith("<"):
+        return filename.startswith("<nbwgmma")
+    return os.path.abspath(filename).startswith(_PACKAGE)
 
 
 def _render(err: NbwgmmaTypingError) -> str:

@@ -56,7 +56,9 @@ reports it), a missing ``wgmma_fence`` after the first (checked before a warpgro
 only: register accesses are invisible here), copies finishing out of order (a TMA
 load lands when it is issued, so a pipeline turn passed too early cannot show), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
 not a report), TMA stores still reading shared memory when their thread exits (end with
-``bulk_wait_group``), and memory ordering weaker than sequential consistency (fences other than the proxy fence
+``bulk_wait_group``), synchronization through memory (a flag stored with release semantics and read with acquire
+semantics orders nothing here: an mbarrier initialized and published that way is reported
+as unordered; use a barrier), and memory ordering weaker than sequential consistency (fences other than the proxy fence
 are no-ops). Kernels are launched with :func:`nbwgmma.launch.launch`, which runs the CTAs
 of one cluster at a time. A hazard inside one of nbwgmma's own blocks (a kit function, an intrinsic) names the
 block's line and the kernel line that called it. Every wait has a deadline (``NBWGMMA_DEBUG_WAIT_S`` in

@@ -84,12 +84,12 @@ def where() -> str:
     if f is None:
         return "<unknown>"
     inner = f"{f.f_code.co_filename}:{f.f_lineno}"
-    if not f.f_code.co_filename.startswith((_PACKAGE, "<")):
+    if not f.f_code.co_filename.startswith((_PACKAGE, "<nbwgmma")):
         return inner
     kernel = getattr(getattr(threading.current_thread(), "fn", None), "__code__", None)
     if kernel is not None and kernel.co_filename.startswith(_PACKAGE):  # a kernel of nbwgmma's own
         return inner
-    while f is not None and (f.f_code.co_filename.startswith((_PACKAGE, "<")) or numba(f.f_code.co_filename)):
+    while f is not None and (f.f_code.co_filename.startswith((_PACKAGE, "<nbwgmma")) or numba(f.f_code.co_filename)):
         f = f.f_back
     if f is None or f.f_code.co_filename.startswith(_SKIP):  # a kernel of nbwgmma's own
         return inner

@@ -281,9 +281,9 @@ class CTA:
 
     def array(self, shape, dtype, caller):
         """A shared array over this CTA's image: dynamic (shape 0) or one static array per
-        source line, as Numba's simulator identifies them. Threads run at once: the allocation
-        holds the cluster's lock, or two threads reaching the line together could each
-        allocate an array of their own."""
+        source line, as Numba's simulator identifies them, at the same offset in every CTA of
+        the cluster. Threads run at once: the allocation holds the cluster's lock, or two
+        threads reaching the line together could each allocate an array of their own."""
         dtype = np.dtype(dtype)
         if shape == 0:  # as many whole elements as the dynamic bytes hold
             n = self.dyn_bytes - self.dyn_bytes % dtype.itemsize
@@ -291,15 +291,19 @@ class CTA:
         with self.cl.lock:  # the first thread to reach the line allocates; the others wait for it
             arr = self.static.get(caller)
             if arr is None:
+                # in every CTA of the cluster at once, at one offset: on the GPU a static array exists
+                # from the kernel's start, where a peer's mapa address finds it
                 shape = (shape,) if np.isscalar(shape) else tuple(shape)
                 nbytes = int(np.prod(shape)) * dtype.itemsize
                 start = -(-self.next_static // 128) * 128
                 if start + nbytes > SMEM_BYTES:
                     raise MemoryError("simulated shared memory exhausted")
-                self.next_static = start + nbytes
-                self.valid[start:start + nbytes] = True
-                raw = self.image[start:start + nbytes].view(dtype).reshape(shape)
-                arr = self.static[caller] = raw.view(SharedArray)
+                for cta in self.cl.ctas:
+                    cta.next_static = start + nbytes
+                    cta.valid[start:start + nbytes] = True
+                    raw = cta.image[start:start + nbytes].view(dtype).reshape(shape)
+                    cta.static[caller] = raw.view(SharedArray)
+                arr = self.static[caller]
         return arr
 
     def offset_of(self, arr) -> int:
