@@ -31,8 +31,22 @@ that importing this module imports nothing else):
 
 from __future__ import annotations
 
-__all__ = ["NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError", "LaunchError",
+import os
+
+__all__ = ["own_source", "NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError", "LaunchError",
            "KernelStoppedError", "TensorMapError", "NbwgmmaTypingError", "SimError", "SimStopped", "SimHazard"]
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def own_source(filename: str) -> bool:
+    """Whether ``filename`` (a code object's or a Numba location's) is nbwgmma's own code: its
+    package, or a function it generated ("<nbwgmma...>"). Errors name the first line that is
+    not, the user's."""
+    if filename.startswith("<"):
+        return filename.startswith("<nbwgmma")
+    return (filename if os.path.isabs(filename) else os.path.abspath(filename)).startswith(_PACKAGE)
 
 
 class NbwgmmaError(Exception):

@@ -35,6 +35,8 @@ import threading
 
 from numba.core.errors import NumbaTypeError, RequireLiteralValue, TypingError
 
+from ..errors import own_source
+
 __all__ = ["NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install"]
 
 #: Environment variable that appends Numba's full typing report to nbwgmma's errors.
@@ -100,21 +102,11 @@ def _full_errors_wanted() -> bool:
     return os.environ.get(FULL_ERRORS_ENV, "0").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def _ours(filename: str) -> bool:
-    """A location in nbwgmma's own code: its package or a function it generated ("<nbwgmma...>")."""
-    if filename.startswith("<"):
-        return filename.startswith("<nbwgmma")
-    return os.path.abspath(filename).startswith(_PACKAGE)
-
-
 def _render(err: NbwgmmaTypingError) -> str:
     # lead with the innermost line of the user's code: a kit block's (or a generated
     # function's) own line says less than the kernel line that called it
     chain = [(err.filename, err.line)] + [(f, ln) for f, ln, _ in err.callers]
-    filename, line = next((c for c in chain if not _ours(c[0])), chain[0])
+    filename, line = next((c for c in chain if not own_source(c[0])), chain[0])
     lines = [f"{filename}:{line}: {err.message}"]
     source = linecache.getline(filename, line).strip()
     if source:
@@ -174,9 +166,7 @@ def _wrap_resolve(resolve, typing_errors):
                 hint = _array_shape_hint(self, typevars, fnty)
                 if hint is None:
                     raise
-                hinted = NbwgmmaTypingError(hint)  # (noted by its constructor)
-                if hinted not in noted:
-                    noted.append(hinted)
+                NbwgmmaTypingError(hint)  # noted in ``noted`` by its constructor
             error = e
         finally:
             stack.pop()

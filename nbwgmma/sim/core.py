@@ -23,6 +23,8 @@ import time
 import numpy as np
 from numba.cuda.simulator.kernelapi import Dim3
 
+from ..errors import own_source
+
 #: Bytes of shared memory per simulated CTA (the 14-bit descriptor address space).
 SMEM_BYTES = 1 << 18
 #: Offset of dynamic shared memory in the image (static arrays follow it).
@@ -68,9 +70,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _SKIP = (_HERE, os.path.dirname(threading.__file__) + os.sep)  # the simulator and the standard library
 
 
-_PACKAGE = os.path.dirname(_HERE) + os.sep
-
-
 def where() -> str:
     """``file:line`` of the innermost kernel frame (outside the simulator and Numba); where that
     is nbwgmma's own code (a kit block, an intrinsic, a generated function) called from a kernel
@@ -84,12 +83,12 @@ def where() -> str:
     if f is None:
         return "<unknown>"
     inner = f"{f.f_code.co_filename}:{f.f_lineno}"
-    if not f.f_code.co_filename.startswith((_PACKAGE, "<nbwgmma")):
+    if not own_source(f.f_code.co_filename):
         return inner
     kernel = getattr(getattr(threading.current_thread(), "fn", None), "__code__", None)
-    if kernel is not None and kernel.co_filename.startswith(_PACKAGE):  # a kernel of nbwgmma's own
+    if kernel is not None and own_source(kernel.co_filename):  # a kernel of nbwgmma's own
         return inner
-    while f is not None and (f.f_code.co_filename.startswith((_PACKAGE, "<nbwgmma")) or numba(f.f_code.co_filename)):
+    while f is not None and (own_source(f.f_code.co_filename) or numba(f.f_code.co_filename)):
         f = f.f_back
     if f is None or f.f_code.co_filename.startswith(_SKIP):  # a kernel of nbwgmma's own
         return inner

@@ -265,10 +265,13 @@ def _trap():
 
 class MBarrier:
     """An mbarrier's state: phase (completed phases so far), pending arrivals, transaction
-    bytes, and the clocks that carry happens-before from arrivers to waiters."""
+    bytes, the clocks that carry happens-before from arrivers to waiters, and its init by
+    thread ``th`` (an event every use must be ordered after)."""
 
-    def __init__(self, cta, off, count):
+    def __init__(self, cta, off, count, th):
         self.cta, self.off = cta, off
+        th.clock[th.gid] += 1  # (a later release of th publishes it)
+        self.init_gid, self.init_epoch, self.init_where = th.gid, int(th.clock[th.gid]), th.where
         self.expected = self.pending = int(count)
         self.tx = 0
         self.expected_bytes = self.arrived_bytes = 0
@@ -335,15 +338,12 @@ class MBarrier:
 
 def mbar(bar, create=None):
     cta, off = split(bar)
-    if off % 8:
-        th = me()
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: mbarrier address 0x{int(bar):x} is not 8-byte aligned")
     th = me()
+    if off % 8:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: mbarrier address 0x{int(bar):x} is not 8-byte aligned")
     if create is not None:
         cta.shadow.check_bounds(th, np.arange(off, off + 8), "mbarrier_init")
-        m = cta.mbarriers[off] = MBarrier(cta, off, create)
-        th.clock[th.gid] += 1  # the init is an event others must be ordered after (a later release publishes it)
-        m.init_gid, m.init_epoch, m.init_where = th.gid, int(th.clock[th.gid]), th.where
+        m = cta.mbarriers[off] = MBarrier(cta, off, create, th)
         return m
     m = cta.mbarriers.get(off)
     if m is None:
