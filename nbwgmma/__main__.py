@@ -209,8 +209,7 @@ def cmd_precompile(args):
     dtypes, layouts = args.dtypes.split(","), args.layouts.split(",")
     try:
         precompile.kernel_list(dtypes, layouts, args.autotune)  # the arguments first
-        if args.prebuilt and args.arch is None:
-            raise ValueError("precompile: --prebuilt kernels are built without a GPU: give --arch sm_90a as well")
+        precompile.check_target(args.arch, args.prebuilt)
     except ValueError as e:
         raise NbwgmmaError(str(e).removeprefix("precompile: ")) from None
     if simulated():

@@ -179,15 +179,33 @@ def cached_cubin(dispatcher, sig, key, cc):
     capability ``cc``: from the disk cache when it holds ``key`` (any ``repr``-stable value
     naming the kernel's code), else compiled by Numba and stored. ``None`` for a kernel
     whose module needs Numba's load-time setup (it cannot be loaded from a bare cubin)."""
+    found, _ = _stored_or_compiled(dispatcher, sig, key, cc)
+    return found
+
+
+def _stored(key, sig, cc):
+    """``((entry name, cubin), "cache" | "prebuilt")`` from the user's cache or else the shipped
+    kernels (none with ``NBWGMMA_CACHE=0``: every process compiles), or ``(None, None)``."""
     path = _path(key, sig, cc)
     found = _read(path) if path is not None else None
-    if found is None and path is not None and PREBUILT.is_dir():  # (NBWGMMA_CACHE=0: every process compiles)
+    if found is not None:
+        return found, "cache"
+    if path is not None and PREBUILT.is_dir():
         found = lookup(key, sig, cc, prebuilt=True)
-        stats["prebuilt"] += found is not None
+        if found is not None:
+            return found, "prebuilt"
+    return None, None
+
+
+def _stored_or_compiled(dispatcher, sig, key, cc):
+    """(:func:`cached_cubin`'s answer, where it came from: "cache", "prebuilt" or None for a
+    compile)."""
+    found, source = _stored(key, sig, cc)
     if found is not None:
         stats["hits"] += 1
-        return (*found, True)
-    return _compiled(dispatcher, sig, cc, path)
+        stats["prebuilt"] += source == "prebuilt"
+        return (*found, True), source
+    return _compiled(dispatcher, sig, cc, _path(key, sig, cc)), None
 
 
 def _compiled(dispatcher, sig, cc, path):
@@ -206,20 +224,14 @@ def cached_kernel(dispatcher, sig, key, cc):
     """``(cuda.core Kernel, hit)`` for :func:`cached_cubin`'s kernel, loaded on the current device."""
     from cuda.core import ObjectCode
 
-    found = cached_cubin(dispatcher, sig, key, cc)
-    if found is None:
-        return dispatcher.compile(tuple(sig))._codelibrary.get_cufunc().kernel, False
-    name, cubin, hit = found
-    try:
-        return ObjectCode.from_cubin(cubin).get_kernel(name), hit
-    except Exception:  # noqa: BLE001 - a stored cubin this driver cannot load (a newer toolkit built it)
-        if not hit:
-            raise
-    path = _path(key, sig, cc)
-    stats["hits"] -= 1  # compiled here and kept in the user's cache, which is looked up first
-    if path is None or _read(path) is None:  # it came with the package
-        stats["prebuilt"] -= 1
-    found = _compiled(dispatcher, sig, cc, path)
+    found, source = _stored_or_compiled(dispatcher, sig, key, cc)
+    if source is not None:
+        try:
+            return ObjectCode.from_cubin(found[1]).get_kernel(found[0]), True
+        except Exception:  # noqa: BLE001 - a stored cubin this driver cannot load (a newer toolkit built it)
+            stats["hits"] -= 1  # compiled here and kept in the user's cache, which is looked up first
+            stats["prebuilt"] -= source == "prebuilt"
+            found = _compiled(dispatcher, sig, cc, _path(key, sig, cc))
     if found is None:
         return dispatcher.compile(tuple(sig))._codelibrary.get_cufunc().kernel, False
     return ObjectCode.from_cubin(found[1]).get_kernel(found[0]), False

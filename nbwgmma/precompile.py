@@ -37,7 +37,7 @@ import time
 
 from .frontend.tiles import SWAP_BN, TILES, narrow_tile, swapped_config
 
-__all__ = ["ARCHS", "DTYPES", "LAYOUTS", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
+__all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
 
 #: targets ``--arch`` builds for without a GPU: name -> (Numba's compute capability, the one a GPU reports)
 ARCHS = {"sm_90a": ((9, 0, "a"), (9, 0))}
@@ -87,21 +87,37 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
     return out
 
 
+#: how each input type is stored (bf16 and fp8 as raw integers)
+_STORAGE = {"bf16": "<u2", "f16": "<f2", "e4m3": "u1", "e5m2": "u1", "tf32": "<f4"}
+
+
+def _rows_of(cfg) -> tuple:
+    """The rows of the products that build ``cfg``'s kernels: a swapped plan writes out^T, which
+    Numba types as contiguous ('C') for one row of out, as Fortran-ordered ('F') for more: both."""
+    return (256, 1) if cfg.get("swap") else (256,)
+
+
+def _strides(rows, cols, row_major, itemsize) -> tuple:
+    return (cols * itemsize, itemsize) if row_major else (itemsize, rows * itemsize)
+
+
+def _failure(item, e) -> tuple:
+    return item, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
 def _operands(dtype, layout, m, n, k):
     """Uninitialised Numba device arrays A [m, k], B [k, n] in ``layout`` (views with the
     strides of that layout: Numba's ``.T`` of a device array copies) and ``in_dtype``."""
     import numpy as np
     from numba import cuda
 
-    np_dt = np.dtype({"bf16": np.uint16, "f16": np.float16, "e4m3": np.uint8, "e5m2": np.uint8,
-                      "tf32": np.float32}[dtype])
+    np_dt = np.dtype(_STORAGE[dtype])
 
     def view(rows, cols, row_major):
         base = cuda.device_array(rows * cols, np_dt)
-        es = np_dt.itemsize
-        strides = (cols * es, es) if row_major else (es, rows * es)
         return cuda.from_cuda_array_interface(
-            {"shape": (rows, cols), "strides": strides, "typestr": np_dt.str, "version": 3,
+            {"shape": (rows, cols), "strides": _strides(rows, cols, row_major, np_dt.itemsize), "typestr": np_dt.str,
+             "version": 3,
              "data": (base.__cuda_array_interface__["data"][0], False)}, owner=base, sync=False)
 
     a = view(m, k, layout[0] == "K")  # K-major A: row-major
@@ -119,16 +135,14 @@ def worker(items) -> tuple:
 
     failed = []
     for dtype, layout, cfg in items:
-        # a swapped plan writes out^T, which Numba types as contiguous ('C') for one row of out,
-        # as Fortran-ordered ('F') for more: both signatures
-        for rows in ((256, 1) if cfg.get("swap") else (256,)):
+        for rows in _rows_of(cfg):
             a, b, kw = _operands(dtype, layout, rows, 256, 1024)
             if dtype in ("e4m3", "e5m2"):
                 kw.update(scale_a=1.0, scale_b=1.0, out_dtype="bf16")
             try:
                 matmul(a, b, config=cfg, **kw)
             except Exception as e:  # noqa: BLE001 - reported, the others still build
-                failed.append(((dtype, layout, cfg), f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+                failed.append(_failure((dtype, layout, cfg), e))
     cuda.synchronize()
     return cache.stats["misses"], cache.stats["hits"], failed
 
@@ -137,16 +151,17 @@ def cpu_plan(dtype, layout, cfg, rows=256, n=256, k=1024):
     """The :class:`nbwgmma.frontend.plan.Plan` that :func:`worker`'s product of ``rows`` x ``n`` x
     ``k`` builds, from descriptions of its arrays alone (no GPU, no memory): A, B in ``layout``,
     a new row-major out of the default output type."""
+    import numpy as np
+
     from .frontend.args import check_call
     from .frontend.arrays import ArrayInfo
     from .frontend.plan import Plan
 
-    es = {"bf16": 2, "f16": 2, "e4m3": 1, "e5m2": 1, "tf32": 4}[dtype]
+    es = np.dtype(_STORAGE[dtype]).itemsize
     name = "f32" if dtype == "tf32" else dtype
 
     def info(ptr, r, c, row_major, itemsize, dt):
-        return ArrayInfo(ptr, (r, c), (c * itemsize, itemsize) if row_major else (itemsize, r * itemsize),
-                         itemsize, dt, 0, "numba")
+        return ArrayInfo(ptr, (r, c), _strides(r, c, row_major, itemsize), itemsize, dt, 0, "numba")
 
     fp8 = dtype in ("e4m3", "e5m2")
     ia = info(1 << 40, rows, k, layout[0] == "K", es, name)
@@ -173,7 +188,7 @@ def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False) -> tuple:
     compiled = hits = 0
     failed = []
     for dtype, layout, cfg in items:
-        for rows in ((256, 1) if cfg.get("swap") else (256,)):  # (as worker: both types of a swapped out)
+        for rows in _rows_of(cfg):
             try:
                 plan = cpu_plan(dtype, layout, cfg, rows)
                 key, sig = ("gemm", plan.cfg.key()), plan.signature()
@@ -185,8 +200,17 @@ def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False) -> tuple:
                     raise OSError("the cubin could not be written")
                 compiled += 1
             except Exception as e:  # noqa: BLE001 - reported, the others still build
-                failed.append(((dtype, layout, cfg), f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+                failed.append(_failure((dtype, layout, cfg), e))
     return compiled, hits, failed
+
+
+def check_target(arch, prebuilt):
+    """``arch`` (one of :data:`ARCHS`, or None for the current GPU) and ``prebuilt`` go together:
+    a ``ValueError`` where they do not."""
+    if arch is not None and arch not in ARCHS:
+        raise ValueError(f"precompile: arch must be one of {', '.join(ARCHS)}; got {arch!r}")
+    if prebuilt and arch is None:
+        raise ValueError("precompile: --prebuilt kernels are built without a GPU: give --arch sm_90a as well")
 
 
 def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, autotune=False, echo=print,
@@ -198,14 +222,9 @@ def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, auto
     (kernels, compiled, cached, failures, seconds, cache directory)."""
     import json
 
-    from .cache import cache_dir
+    from .cache import PREBUILT, cache_dir
 
-    from .cache import PREBUILT
-
-    if arch is not None and arch not in ARCHS:
-        raise ValueError(f"precompile: arch must be one of {', '.join(ARCHS)}; got {arch!r}")
-    if prebuilt and arch is None:
-        raise ValueError("precompile: prebuilt kernels are built without a GPU: give arch as well")
+    check_target(arch, prebuilt)
     d = PREBUILT if prebuilt else cache_dir()
     if d is None:
         raise RuntimeError("precompile: the kernel cache is off (NBWGMMA_CACHE=0): nothing would be kept")

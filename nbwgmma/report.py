@@ -187,11 +187,22 @@ def _report(name, arch, ptx, ptxas_text, sass_text) -> CompileReport:
 def report_from_ptx(ptx: str, arch: str = "sm_90a", name: str | None = None) -> CompileReport:
     """Assemble PTX with ptxas for ``arch`` and disassemble it."""
     with tempfile.TemporaryDirectory(prefix="nbwgmma-") as tmp:
-        cubin, text = _assemble(tmp, ptx, arch, "k")
-        if cubin is None:
-            raise ToolchainError(f"ptxas failed for {arch}:\n{text}")
+        cubin, text = _assembled(tmp, ptx, arch)
         sass = _disassemble(cubin)
     return _report(name or _entry_name(ptx), arch, ptx, text, sass)
+
+
+def _assembled(tmp: str, ptx: str, arch: str):
+    """:func:`_assemble` of one module, a :class:`ToolchainError` where ptxas failed."""
+    cubin, text = _assemble(tmp, ptx, arch, "k")
+    if cubin is None:
+        raise ToolchainError(f"ptxas failed for {arch}:\n{text}")
+    return cubin, text
+
+
+def _arch_name(cc) -> str:
+    """ptxas's name of a compute capability: (9, 0, "a") -> "sm_90a"."""
+    return "sm_" + "".join(str(c) for c in cc)
 
 
 _HEADER = re.compile(r"^[ \t]*\.(version|target|address_size)\b.*$", re.M)
@@ -251,11 +262,8 @@ def compile_cubin(kernel, sig, cc=(9, 0, "a")) -> tuple:
     argument types ``sig`` and ``cc`` with no GPU: Numba's PTX (its launch bounds included)
     assembled by ``ptxas``, the step Numba's linker takes on a GPU machine."""
     ptx, _ = _ptx(kernel, sig, None, cc)
-    arch = "sm_" + "".join(str(c) for c in cc)
     with tempfile.TemporaryDirectory(prefix="nbwgmma-") as tmp:
-        cubin, text = _assemble(tmp, ptx, arch, "k")
-        if cubin is None:
-            raise ToolchainError(f"ptxas failed for {arch}:\n{text}")
+        cubin, _ = _assembled(tmp, ptx, _arch_name(cc))
         with open(cubin, "rb") as f:
             return _entry_name(ptx), f.read()
 
@@ -312,8 +320,7 @@ def compile_reports(jobs, *, cc=(9, 0, "a")) -> list:
     """:func:`compile_report` of each ``(kernel, sig)`` or ``(kernel, sig, launch_bounds)`` in
     ``jobs``, assembled and disassembled together (:func:`reports_from_ptx`)."""
     compiled = [_ptx(job[0], job[1], job[2] if len(job) > 2 else None, cc) for job in jobs]
-    arch = "sm_" + "".join(str(c) for c in cc)
-    reports = reports_from_ptx([ptx for ptx, _ in compiled], arch=arch)
+    reports = reports_from_ptx([ptx for ptx, _ in compiled], arch=_arch_name(cc))
     for rep, (_, name) in zip(reports, compiled):
         rep.name = name or rep.name
     return reports

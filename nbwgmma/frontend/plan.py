@@ -251,7 +251,7 @@ class Plan:
             self.check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else numba_view(io, out)
             args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
-            if cfg.split > 1 or cfg.stream_k:
+            if cfg.uses_workspace:
                 args += self.workspace(stream_handle)[:2]
             if DEBUG_WAIT_TIMEOUT_S is not None or _SIM:  # checked launches that name a stopped kernel
                 from ..kernels.gemm import gemm_kernel
@@ -266,7 +266,7 @@ class Plan:
 
     def _launch(self, stream_handle, ta, tb, c_map, io, alpha):
         m, n, k = self.mnk
-        ws = self.workspace(stream_handle)[2] if self.cfg.split > 1 or self.cfg.stream_k else ()
+        ws = self.workspace(stream_handle)[2] if self.cfg.uses_workspace else ()
         if c_map:
             self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha, *ws)
         else:
@@ -333,7 +333,7 @@ class Plan:
             sig = typed
         kern, _ = cached_kernel(disp, sig, ("gemm", cfg.key()), cuda.get_current_device().compute_capability)
         grid, cluster, smem = self.launch_shape(kern, None)
-        ws = _WS_ARGS if cfg.split > 1 or cfg.stream_k else ()
+        ws = _WS_ARGS if cfg.uses_workspace else ()
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws
         return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster)
 
@@ -357,9 +357,8 @@ class Plan:
             plain = 0 not in io.strides
             layout = "C" if flags["C_CONTIGUOUS"] and plain else "F" if flags["F_CONTIGUOUS"] and plain else "A"
             c = types.Array(from_dtype(dt), 2, layout)
-        ws = (types.Array(types.float32, 1, "C"), types.Array(types.int32, 1, "C")) \
-            if self.cfg.split > 1 or self.cfg.stream_k else ()
-        return (types.int64, types.int64, c) + scalars + ws
+        ws = (types.Array(types.float32, 1, "C"), types.Array(types.int32, 1, "C"))
+        return (types.int64, types.int64, c) + scalars + (ws if self.cfg.uses_workspace else ())
 
     def check_expect_tx(self, ta, tb):
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its

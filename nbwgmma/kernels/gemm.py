@@ -144,7 +144,9 @@ class GemmConfig:
             raise ConfigError("stream_k", f"stream-K takes tiles of at most 128 columns (wider ones spill in the "
                                           f"consumers); got bn={bn}")
         self.stream_k = int(stream_k)
-        if (split > 1 or stream_k) and ELEMENT_BYTES[self.k.atype] != 2 and bn > 64:
+        #: the kernel takes the f32 workspace and the tile counters (split-K, stream-K)
+        self.uses_workspace = split > 1 or bool(stream_k)
+        if self.uses_workspace and ELEMENT_BYTES[self.k.atype] != 2 and bn > 64:
             raise ConfigError("stream_k" if stream_k else "split",
                               f"split-K and stream-K are built for 16-bit inputs and for fp8 tiles of at most 64 "
                               f"columns (wider fp8 tiles spill); got {kind} with bn={bn}")
@@ -196,7 +198,7 @@ class GemmConfig:
             # 40, ptxas spills 24-32 bytes). With split-K ptxas spills 136-140 bytes in the
             # producer at 40 for one consumer or the direct epilogue (56 is clean), and 48 bytes
             # in the consumers of 128x256 with the TMA epilogue at 56 (224 each; 40 is clean).
-            if (split > 1 or stream_k) and (self.consumers == 1 or epilogue == "direct"):
+            if self.uses_workspace and (self.consumers == 1 or epilogue == "direct"):
                 producer_regs = 56
             else:
                 producer_regs = 48 if cluster == 4 and b_major == "MN" else 40
