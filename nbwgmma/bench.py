@@ -21,8 +21,8 @@ import sys
 
 from .errors import MatmulError, MatmulTypeError, NbwgmmaError
 
-__all__ = ["bench", "overhead", "first_call", "simulated_check", "side_by_side", "DEFAULT_SWEEP", "DTYPES",
-           "LAYOUTS"]
+__all__ = ["bench", "problem", "device_times", "overhead", "first_call", "simulated_check", "side_by_side",
+           "DEFAULT_SWEEP", "DTYPES", "LAYOUTS"]
 
 #: input types and operand layouts ``bench`` knows (see the module docstring)
 DTYPES = ("bf16", "f16", "tf32", "e4m3", "e5m2")
@@ -68,6 +68,20 @@ def _contenders(torch, matmul, a, b, dtype, layout, config):
         return (lambda: matmul(a, b, scale_a=1.0, scale_b=1.0, out_dtype="bf16", config=config),
                 lambda: torch._scaled_mm(a, b_kmajor, one, one, out_dtype=torch.bfloat16))
     return lambda: matmul(a, b, config=config), lambda: torch.matmul(a, b)
+
+
+def problem(m, n, k, dtype="bf16", layout="KK", seed=0):
+    """Random operands of one problem on the GPU and a function that returns nbwgmma's call
+    for a ``config`` (None: the default path), with cuBLAS's call: ``(a, b, ours(config),
+    cublas)``. fp8 products give bf16 out, as in :func:`bench`."""
+    _check(dtype, layout, (m, n, k))
+    import torch
+
+    from .frontend.matmul import matmul
+
+    a, b = _operands(torch, m, n, k, dtype, layout, seed)
+    cublas = _contenders(torch, matmul, a, b, dtype, layout, None)[1]
+    return a, b, lambda config=None: _contenders(torch, matmul, a, b, dtype, layout, config)[0], cublas
 
 
 def device_times(torch, fns, warmup=2, repeats=15, inner=10):

@@ -24,7 +24,7 @@ from .plan import Plan, nb_stream, zero_fill
 from .scaled import is_tensor_scale, scaled_matmul
 from .sparse import SPARSE_TYPES, sparse_matmul
 
-__all__ = ["matmul", "last_plan"]
+__all__ = ["matmul", "last_plan", "forget_plans"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 _PLANS: dict = {}
@@ -35,6 +35,15 @@ def last_plan():
     """The :class:`~nbwgmma.frontend.plan.Plan` of the last call that took the full path (not
     the fast path of a repeated plain call), or None: benchmarks report its config."""
     return _LAST[0]
+
+
+def forget_plans():
+    """Drop every plan this process made (the full path's and the fast path's), so that the
+    next call of each class plans again and takes its kernel from the disk cache: tests of
+    the cache and of first calls start from it."""
+    _PLANS.clear()
+    _QUICK.clear()
+    _LAST[0] = None
 
 
 def _autotune_enabled():

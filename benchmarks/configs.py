@@ -1,0 +1,70 @@
+"""Kernel configurations side by side: per problem, ``matmul``'s default path, each given
+``config`` and cuBLAS, timed in turn in one process (``nbwgmma.bench.device_times``), each
+result checked against the default's (same function: relative difference printed). A config
+the kernel refuses for a problem is reported and skipped. Prints the ratio of each to cuBLAS.
+
+    python benchmarks/configs.py [--mid | --problems bf16:KK:768x1536x4096,...]
+        [--configs '{"stream_k": 1}' '{"bm": 256, "bn": 128}' ...] [--repeats 10]
+
+Default problems: ``sweep.MID``; default configs: stream-K (128 x 128), 256 x 128, 128 x 192.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from sweep import MID  # noqa: E402
+
+CONFIGS = ['{"stream_k": 1}', '{"bm": 256, "bn": 128}', '{"bm": 128, "bn": 192}']
+
+
+def parse_problem(text):
+    dtype, layout, shape = text.split(":")
+    m, n, k = (int(v) for v in shape.split("x"))
+    return dtype, layout, m, n, k
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--problems", help="comma-separated DTYPE:LAYOUT:MxNxK (default: sweep.MID)")
+    p.add_argument("--configs", nargs="*", default=CONFIGS, help="JSON dicts of matmul's config")
+    p.add_argument("--repeats", type=int, default=10)
+    args = p.parse_args()
+    import torch
+
+    from nbwgmma import NbwgmmaError
+    from nbwgmma.bench import device_times, problem
+
+    problems = [parse_problem(t) for t in args.problems.split(",")] if args.problems else MID
+    configs = [json.loads(c) for c in args.configs]
+    print("problem                     default  " + "  ".join(f"{json.dumps(c):>24s}" for c in configs))
+    for dtype, layout, m, n, k in problems:
+        _, _, ours, cublas = problem(m, n, k, dtype, layout)
+        default = ours()
+        ref = default().float()
+        fns, diffs = [default], []
+        for cfg in configs:
+            fn = ours(cfg)
+            try:
+                out = fn().float()
+            except NbwgmmaError as e:
+                print(f"  {dtype}:{layout}:{m}x{n}x{k} {json.dumps(cfg)}: refused ({e})")
+                fns.append(None)
+                diffs.append(None)
+                continue
+            fns.append(fn)
+            diffs.append(float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)))
+        live = [f for f in fns if f is not None] + [cublas]
+        times = iter(device_times(torch, live, 3, args.repeats))
+        ms = [next(times) if f is not None else None for f in fns]
+        t_cublas = next(times)
+        cells = [f"{t_cublas / t:.3f}" if t else "-" for t in ms]
+        print(f"{dtype:>5} {layout} {m:>5}x{n:>5}x{k:>5}  " + "  ".join(f"{c:>7s}" for c in cells[:1])
+              + "  " + "  ".join(f"{c:>15s} (d {d:.0e})" if d is not None else f"{c:>24s}"
+                                 for c, d in zip(cells[1:], diffs)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
