@@ -216,16 +216,20 @@ def test_swapped_mixed_fp8():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("sms, m, n, k, bm", [(3, 96, 128, 128, 64), (5, 96, 128, 192, 64), (3, 64, 64, 320, 64),
                                               (3, 96, 128, 64, 64), (4, 130, 64, 192, 128)])
-def test_stream_k_parts_summed_in_k_order(monkeypatch, sms, m, n, k, bm):
+def test_stream_k_parts_summed_in_k_order(monkeypatch, sms, m, n, k, bm, order):
     """Stream-K on a GPU of a few SMs: the tiles' k-blocks cut evenly over the CTAs, so shares
     cover whole tiles and parts of others (4 tiles of 2 or 3 k-blocks on 3 or 5 SMs; one tile of
     5 k-blocks shared by 3 CTAs; single k-blocks, all whole; 128-row tiles, the second
-    consumer's part); the parts are parked and each tile's last CTA sums them (exact)."""
+    consumer's part); exact. CTAs in increasing order: a shared tile's first CTA comes first,
+    parks its part, and the last to count sums them all; in decreasing order it comes last,
+    finds the others counted and adds their parts to its own, parking nothing."""
     import nbwgmma.launch
 
     real = nbwgmma.launch.device_limits
     monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {**real(device), "multiprocessors": sms})
+    monkeypatch.setenv("NBWGMMA_SIM_ORDER", order)
     got, want = run("bf16", m, k, n, odt="f32", config={"stream_k": 1, "bm": bm, "bn": 64}, seed=5)
     np.testing.assert_array_equal(got, want)

@@ -18,6 +18,7 @@ __all__ = [
     "fence_proxy_async_global",
     "fence_proxy_tensormap_acquire",
     "fence_proxy_tensormap_release",
+    "fence_acq_rel_gpu",
     "fence_acq_rel_cluster",
     "fence_acq_rel_cta",
 ]
@@ -57,6 +58,16 @@ fence_proxy_tensormap_release = ptx_intrinsic(
     "fence.proxy.tensormap::generic.release.gpu;",
     doc="``fence.proxy.tensormap::generic.release.gpu`` (PTX ISA: membar/fence). Release "
     "tensor-map writes made through the generic proxy.",
+)
+
+fence_acq_rel_gpu = ptx_intrinsic(
+    "fence_acq_rel_gpu",
+    "fence.acq_rel.gpu;",
+    doc="``fence.acq_rel.gpu`` (PTX ISA: membar/fence). Acquire-release fence at GPU scope: "
+    "with a relaxed atomic after it, a release of what this thread observed (a barrier "
+    "before it: its CTA's writes) to other CTAs; after an atomic, an acquire of theirs. "
+    "Cheaper than ``cuda.threadfence()`` (``fence.sc.gpu``), which is also sequentially "
+    "consistent.",
 )
 
 fence_acq_rel_cluster = ptx_intrinsic(

@@ -44,8 +44,8 @@ from numba import cuda
 from ..intrinsics import (
     acc_add_strided, acc_scale, acc_stmatrix_swizzled, acc_store, acc_store_strided, acc_to_bf16x2, acc_to_f16x2,
     acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, cluster_ctarank, cluster_sync,
-    dynamic_smem_base, fence_proxy_async_shared, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
-    tma_store_2d,
+    dynamic_smem_base, fence_proxy_async_shared, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc,
+    smem_addr, tma_store_2d,
 )
 from ..errors import ConfigError
 from ..layout.kinds import wgmma_kind
@@ -348,28 +348,58 @@ def _build(key):
     finish = finish_slice if SPLIT > 1 else finish_tile
 
     @inlined
+    def parts_counted(counters, t, others, flag, tid):
+        """Stream-K, in the CTA holding tile ``t``'s first k-blocks: True in every consumer
+        thread where the ``others`` parts of the other CTAs have all counted (each parked
+        before counting); the count is then reset for the next launch. Nothing waits."""
+        named_barrier_sync(5, ALL_CONS)  # (flag: every consumer read the previous answer)
+        if tid == 128:
+            done = cuda.atomic.add(counters, t, 0) == others  # (an atomic read: from L2, never L1)
+            if done:
+                counters[t] = 0
+            flag[0] = 1 if done else 0
+        named_barrier_sync(5, ALL_CONS)
+        done = flag[0] != 0
+        if done:
+            cuda.threadfence()
+        return done
+
+    @inlined
     def finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, first_seg, whole, row0,
                       col0, cbase, m):
-        """Stream-K: a tile this CTA's share covers whole is stored; a part of one is parked in
-        the CTA's slot (0: its share's first tile, 1: its last), and the tile's last CTA to
-        count sums the parts of every CTA sharing it in K order (deterministic) and stores C."""
+        """Stream-K: a tile this CTA's share covers whole is stored. A tile shared by CTAs
+        ``c0 .. c1`` is finished by ``c0``, which reaches its first k-blocks at the end of its
+        share, after the others parked their parts at the start of theirs: where all have
+        counted it adds them, in K order, to its own accumulator and stores C, parking
+        nothing. Otherwise (``c0`` came early, or this is another CTA) the part is parked in
+        the CTA's slot (0: its share's first tile, 1: its last) and the tile's last CTA to
+        count sums every part in K order and stores C. Either way the sum is the same."""
         last = whole
         if not whole:
             real = 16 * (ctid // 32) < m - row0  # (a warp of padding rows parks and sums nothing)
-            slot = 2 * cta + (0 if first_seg else 1)
             c0 = stream_owner(t * kblocks, ctas, total)
             c1 = stream_owner((t + 1) * kblocks - 1, ctas, total)
-            if real:
-                acc_store_strided(acc, ws, slot * TILE_FLOATS + cw * CONS_FLOATS + ctid, 128)
-            last = counted_last(counters, t, c1 - c0, flag, tid)
-            if last:
-                acc = acc_zeros(KIND, BN)
+            done = False
+            if cta == c0:
+                done = parts_counted(counters, t, c1 - c0, flag, tid)
+            if done:
+                last = True
                 if real:
-                    for o in range(c0, c1 + 1):  # 0 + part of c0 + part of c0 + 1 + ...
-                        # the part's slot: 0 where tile t is the first of CTA o's share
-                        first_of_o = stream_range(o, ctas, total)[0] // kblocks == t
-                        acc = acc_add_strided(acc, ws, (2 * o + (0 if first_of_o else 1)) * TILE_FLOATS
-                                              + cw * CONS_FLOATS + ctid, 128)
+                    for o in range(c0 + 1, c1 + 1):  # the others' first tile is t: slot 0
+                        acc = acc_add_strided(acc, ws, 2 * o * TILE_FLOATS + cw * CONS_FLOATS + ctid, 128)
+            else:
+                slot = 2 * cta + (0 if first_seg else 1)
+                if real:
+                    acc_store_strided(acc, ws, slot * TILE_FLOATS + cw * CONS_FLOATS + ctid, 128)
+                last = counted_last(counters, t, c1 - c0, flag, tid)
+                if last:
+                    acc = acc_zeros(KIND, BN)
+                    if real:
+                        for o in range(c0, c1 + 1):  # 0 + part of c0 + part of c0 + 1 + ...
+                            # the part's slot: 0 where tile t is the first of CTA o's share
+                            first_of_o = stream_range(o, ctas, total)[0] // kblocks == t
+                            acc = acc_add_strided(acc, ws, (2 * o + (0 if first_of_o else 1)) * TILE_FLOATS
+                                                  + cw * CONS_FLOATS + ctid, 128)
         if last:
             store(acc, c, ctid, cw, row0, col0, cbase)
 

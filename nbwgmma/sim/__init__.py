@@ -60,7 +60,9 @@ not a report), TMA stores still reading shared memory when their thread exits (e
 semantics orders nothing here: an mbarrier initialized and published that way is reported
 as unordered; use a barrier), and memory ordering weaker than sequential consistency (fences other than the proxy fence
 are no-ops). Kernels are launched with :func:`nbwgmma.launch.launch`, which runs the CTAs
-of one cluster at a time. A hazard inside one of nbwgmma's own blocks (a kit function, an intrinsic) names the
+of one cluster at a time, clusters in increasing order (``NBWGMMA_SIM_ORDER=reverse``: decreasing;
+the GPU promises neither, so a kernel whose CTAs meet through global memory is worth running
+both ways). A hazard inside one of nbwgmma's own blocks (a kit function, an intrinsic) names the
 block's line and the kernel line that called it. Every wait has a deadline (``NBWGMMA_DEBUG_WAIT_S`` in
 debug-wait mode, else 60 s): a kernel that would hang on the GPU raises
 :class:`SimStopped` naming the thread, its kernel line, the barrier (with the name given by
@@ -70,6 +72,7 @@ debug-wait mode, else 60 s): a kernel that would hang on the GPU raises
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import threading
 
@@ -161,7 +164,8 @@ def _launch_registers(kernel):
 
 def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
     """Run a ``@cuda.jit`` kernel (the simulator's ``FakeCUDAKernel``) on ``args``: one
-    cluster at a time, all threads of its CTAs concurrently. Raises the first exception of
+    cluster at a time (in the order ``NBWGMMA_SIM_ORDER`` says, see the module docstring),
+    all threads of its CTAs concurrently. Raises the first exception of
     any simulated thread (:class:`SimHazard` for a hazard, :class:`SimStopped` for a wait
     past its deadline)."""
     from numba.cuda.simulator.kernel import _push_kernel_context
@@ -173,9 +177,12 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
     nthreads = int(np.prod(block))
     regs = _launch_registers(kernel)
     ncl = [g // c for g, c in zip(grid, cluster)]
+    order = [tuple(reversed(c)) for c in itertools.product(*(range(n) for n in reversed(ncl)))]
+    how = os.environ.get("NBWGMMA_SIM_ORDER", "forward")
+    if how not in ("forward", "reverse"):
+        raise SimError(f"NBWGMMA_SIM_ORDER must be 'forward' or 'reverse'; got {how!r}")
     with _push_kernel_context(mod), swapped_cuda_module(fn, mod), device_modules_held(mod):
-        for cidx in itertools.product(*(range(n) for n in reversed(ncl))):
-            cidx = tuple(reversed(cidx))
+        for cidx in (reversed(order) if how == "reverse" else order):
             cl = Cluster(int(np.prod(cluster)), nthreads)
             threads = []
             ctas = []

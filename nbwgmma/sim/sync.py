@@ -14,8 +14,8 @@ def _noop(**_):
     return None
 
 
-for _n in ("fence_acq_rel_cluster", "fence_acq_rel_cta", "fence_mbarrier_init", "fence_proxy_tensormap_acquire",
-           "fence_proxy_tensormap_release", "prefetch_tensormap"):
+for _n in ("fence_acq_rel_gpu", "fence_acq_rel_cluster", "fence_acq_rel_cta", "fence_mbarrier_init",
+           "fence_proxy_tensormap_acquire", "fence_proxy_tensormap_release", "prefetch_tensormap"):
     IMPLS[_n] = _noop
 
 

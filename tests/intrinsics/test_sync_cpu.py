@@ -43,6 +43,7 @@ CASES = {
     "fence_proxy_async_global": ("fence_proxy_async_global()", "fence.proxy.async.global", "FENCE.VIEW.ASYNC.G"),
     "fence_proxy_tensormap_acquire": ("fence_proxy_tensormap_acquire(s)", "fence.proxy.tensormap::generic.acquire.gpu", "UTMACCTL.IV"),
     "fence_proxy_tensormap_release": ("fence_proxy_tensormap_release()", "fence.proxy.tensormap::generic.release.gpu", "MEMBAR.ALL.GPU"),
+    "fence_acq_rel_gpu": ("fence_acq_rel_gpu()", "fence.acq_rel.gpu", "MEMBAR.ALL.GPU"),
     "fence_acq_rel_cluster": ("fence_acq_rel_cluster()", "fence.acq_rel.cluster", "MEMBAR.ALL.GPU"),
     "fence_acq_rel_cta": ("fence_acq_rel_cta()", "fence.acq_rel.cta", None),
     "named_barrier_sync": ("named_barrier_sync(1, 256)", "bar.sync 1, 256", "BAR.SYNC"),
