@@ -305,14 +305,17 @@ def _build(key):
         store(acc, c, ctid, cw, row0, col0, cbase)
 
     @inlined
-    def counted_last(counters, t, others, flag, tid):
+    def counted_last(counters, t, others, flag, tid, add=1):
         """After the CTA's part of tile ``t`` is parked: count it; True in every consumer
         thread of the CTA whose count completes the tile (``others`` parts counted before),
-        which resets the count for the next launch."""
-        cuda.threadfence()  # the part is visible GPU-wide before the count says so
-        named_barrier_sync(5, ALL_CONS)
+        which resets the count for the next launch. With ``add=0`` (stream-K, the CTA holding
+        the tile's first k-blocks, its part still in its registers) only read the count: True
+        where the other CTAs' ``others`` parts have all counted (reset too). Nothing waits."""
+        if add:
+            cuda.threadfence()  # the part is visible GPU-wide before the count says so
+        named_barrier_sync(5, ALL_CONS)  # (also: every consumer read the previous answer)
         if tid == 128:
-            is_last = cuda.atomic.add(counters, t, 1) == others
+            is_last = cuda.atomic.add(counters, t, add) == others  # (add 0: an atomic read, from L2)
             if is_last:
                 counters[t] = 0  # every part has counted: ready for the next launch
             flag[0] = 1 if is_last else 0
@@ -348,23 +351,6 @@ def _build(key):
     finish = finish_slice if SPLIT > 1 else finish_tile
 
     @inlined
-    def parts_counted(counters, t, others, flag, tid):
-        """Stream-K, in the CTA holding tile ``t``'s first k-blocks: True in every consumer
-        thread where the ``others`` parts of the other CTAs have all counted (each parked
-        before counting); the count is then reset for the next launch. Nothing waits."""
-        named_barrier_sync(5, ALL_CONS)  # (flag: every consumer read the previous answer)
-        if tid == 128:
-            done = cuda.atomic.add(counters, t, 0) == others  # (an atomic read: from L2, never L1)
-            if done:
-                counters[t] = 0
-            flag[0] = 1 if done else 0
-        named_barrier_sync(5, ALL_CONS)
-        done = flag[0] != 0
-        if done:
-            cuda.threadfence()
-        return done
-
-    @inlined
     def finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, first_seg, whole, row0,
                       col0, cbase, m):
         """Stream-K: a tile this CTA's share covers whole is stored. A tile shared by CTAs
@@ -381,7 +367,7 @@ def _build(key):
             c1 = stream_owner((t + 1) * kblocks - 1, ctas, total)
             done = False
             if cta == c0:
-                done = parts_counted(counters, t, c1 - c0, flag, tid)
+                done = counted_last(counters, t, c1 - c0, flag, tid, 0)
             if done:
                 last = True
                 if real:
