@@ -215,13 +215,10 @@ def first_call(size=256, dtype="bf16"):
 
 def bench(m=8192, n=8192, k=8192, dtype="bf16", layout="KK", warmup=5, repeats=20, seed=0, config=None):
     """One shape: a dict with the median ms and TFLOP/s of nbwgmma and cuBLAS, their ratio, errors."""
-    _check(dtype, layout, (m, n, k))
+    a, b, call, cublas = problem(m, n, k, dtype, layout, seed)
     import torch
 
-    from .frontend.matmul import matmul
-
-    a, b = _operands(torch, m, n, k, dtype, layout, seed)
-    ours, cublas = _contenders(torch, matmul, a, b, dtype, layout, config)
+    ours = call(config)
     c = ours()
     torch.cuda.synchronize()
     from .frontend.matmul import last_plan
@@ -251,17 +248,14 @@ def bench_auto(m, n, k, dtype="bf16", layout="KK", repeats=10, seed=0):
     """One shape: ``matmul``'s default path, ``config="auto"`` (tuned by this call: its seconds,
     after the default's kernel is built) and cuBLAS, timed side by side (:func:`device_times`),
     with the default timed twice (``default_a_a``, the two times' ratio: the noise)."""
-    _check(dtype, layout, (m, n, k))
+    _, _, call, cublas = problem(m, n, k, dtype, layout, seed)
     import time
 
     import torch
 
     from .frontend import autotune
-    from .frontend.matmul import matmul
 
-    a, b = _operands(torch, m, n, k, dtype, layout, seed)
-    default, cublas = _contenders(torch, matmul, a, b, dtype, layout, None)
-    auto, _ = _contenders(torch, matmul, a, b, dtype, layout, "auto")
+    default, auto = call(None), call("auto")
     c = default()
     torch.cuda.synchronize()
     t = time.perf_counter()

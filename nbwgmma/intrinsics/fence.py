@@ -66,8 +66,8 @@ fence_acq_rel_gpu = ptx_intrinsic(
     doc="``fence.acq_rel.gpu`` (PTX ISA: membar/fence). Acquire-release fence at GPU scope: "
     "with a relaxed atomic after it, a release of what this thread observed (a barrier "
     "before it: its CTA's writes) to other CTAs; after an atomic, an acquire of theirs. "
-    "Cheaper than ``cuda.threadfence()`` (``fence.sc.gpu``), which is also sequentially "
-    "consistent.",
+    "Weaker than ``cuda.threadfence()`` (``fence.sc.gpu``), which is also sequentially "
+    "consistent (after a split-K park, one measured as slow as the other: BENCHMARKS.md).",
 )
 
 fence_acq_rel_cluster = ptx_intrinsic(
