@@ -233,3 +233,13 @@ def test_stream_k_parts_summed_in_k_order(monkeypatch, sms, m, n, k, bm, order):
     monkeypatch.setenv("NBWGMMA_SIM_ORDER", order)
     got, want = run("bf16", m, k, n, odt="f32", config={"stream_k": 1, "bm": bm, "bn": 64}, seed=5)
     np.testing.assert_array_equal(got, want)
+
+
+def test_an_unknown_cta_order_is_refused(monkeypatch):
+    """``NBWGMMA_SIM_ORDER`` other than forward or reverse: a SimError naming the variable, the
+    values it takes and the value got, before any thread runs."""
+    from nbwgmma.sim import SimError
+
+    monkeypatch.setenv("NBWGMMA_SIM_ORDER", "sideways")
+    with pytest.raises(SimError, match=r"NBWGMMA_SIM_ORDER must be 'forward' or 'reverse'; got 'sideways'"):
+        run("bf16", 64, 64, 64, odt="f32", config={"stream_k": 1, "bm": 64, "bn": 64}, seed=1)
