@@ -243,3 +243,23 @@ def test_an_unknown_cta_order_is_refused(monkeypatch):
     monkeypatch.setenv("NBWGMMA_SIM_ORDER", "sideways")
     with pytest.raises(SimError, match=r"NBWGMMA_SIM_ORDER must be 'forward' or 'reverse'; got 'sideways'"):
         run("bf16", 64, 64, 64, odt="f32", config={"stream_k": 1, "bm": 64, "bn": 64}, seed=1)
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("sms, m, n, k, bn, odt", [(2, 130, 64, 192, 64, "f32"), (4, 256, 128, 256, 64, "bf16"),
+                                                   (2, 128, 64, 64, 64, "f32"), (2, 128, 40, 128, 40, "f32")],
+                         ids=["ragged-3-tiles", "tma-epilogue-2-clusters", "one-k-block", "narrow40"])
+def test_cluster_k_halves_summed_through_the_peer(monkeypatch, sms, m, n, k, bn, odt, order):
+    """``cluster_k=2``: each tile's two CTAs take half its k-blocks, and each sends the 64 rows the
+    other keeps through distributed shared memory (st.async into the peer's buffer, the bytes on
+    its barrier); a CTA walks several tiles, so the buffers are reused (the "free" barrier's
+    phases); K of one block leaves rank 0 a half of nothing; a TMA-store epilogue. Exact, with
+    the clusters run in either order."""
+    import nbwgmma.launch
+
+    real = nbwgmma.launch.device_limits
+    monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {**real(device), "multiprocessors": sms})
+    monkeypatch.setenv("NBWGMMA_SIM_ORDER", order)
+    cfg = {"cluster_k": 2, "bm": 128, "bn": bn, "stages": 2} | ({"epilogue": "direct"} if bn % 64 else {})
+    got, want = run("bf16", m, k, n, odt=odt, config=cfg, seed=6)
+    np.testing.assert_array_equal(got, want)

@@ -279,6 +279,42 @@ def test_stream_k_kernels_compile_clean():
             GemmConfig("f32.bf16.bf16", stream_k=1, **kw)
 
 
+@pytest.mark.parametrize("kind, out, epilogue, bn", [("f32.bf16.bf16", "bf16", "tma", 128),
+                                                     ("f32.bf16.bf16", "f32", "direct", 192),
+                                                     ("f32.e4m3.e4m3", "bf16", "tma", 256),
+                                                     ("f32.f16.f16", "f16", "direct", 160)])
+def test_cluster_k_kernels_compile_clean(kind, out, epilogue, bn, report_batch):
+    """K halves in clusters of two: the consumer that sends its rows issues one st.async (STAS)
+    per four values, the keeper reads them back with 16-byte loads; cluster barriers at the
+    start and the end only; no spills, no local memory, the four wgmmas unserialized."""
+
+    def job(kind, out, epilogue, bn):
+        cfg = GemmConfig(kind, bm=128, bn=bn, out=out, epilogue=epilogue, cluster_k=2, scaled="e4m3" in kind)
+        c = types.uint64 if epilogue == "tma" else SIG[out][:, :]
+        return gemm_kernel(cfg), (types.uint64, types.uint64, c, types.int32, types.int32, types.int32,
+                                  types.float32), None
+
+    rep = report_batch(job)
+    op = "QGMMA" if "e4m3" in kind else "HGMMA"
+    assert rep.sass.get(op, 0) == 4 and rep.sass["STAS"] == bn // 8 and rep.sass["LDS"] >= bn // 8
+    assert "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32" in rep.ptx
+    assert rep.sass["UCGABAR_ARV"] == 2 and rep.sass["UCGABAR_WAIT"] == 2
+    assert "multicast" not in rep.ptx
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored, rep.warnings
+
+
+def test_cluster_k_config_rules():
+    cfg = GemmConfig(bm=128, bn=128, epilogue="tma", cluster_k=2)
+    assert (cfg.cta_cluster, cfg.x_bytes, cfg.producer_regs) == (2, 32768, 56)
+    assert cfg.stages * cfg.stage_bytes + cfg.c_bytes + cfg.x_bytes == cfg.smem_bytes <= 227 * 1024
+    for kw, msg in ((dict(bm=64), "128-row tiles"), (dict(cluster=2), "no cluster"), (dict(split=2), "split"),
+                    (dict(stream_k=1), "stream_k"), (dict(cluster_k=3), "cluster_k must be 1 or 2"),
+                    (dict(bn=256, epilogue="direct"), "at most 192 columns")):
+        with pytest.raises(ValueError, match=msg):
+            GemmConfig(**({"bm": 128, "bn": 128, "cluster_k": 2} | kw))
+
+
 def test_split_k_config_rules():
     with pytest.raises(ValueError, match="split must be"):
         GemmConfig("f32.bf16.bf16", split=5)

@@ -203,6 +203,28 @@ def test_stream_k_small_integers_exact(m, n, k, cfg):
         assert torch.equal(c.double(), ref.to(odt).double()) and ref.abs().sum() > 0
 
 
+@pytest.mark.parametrize("dtype, m, n, k, cfg", [
+    ("bf16", 768, 1536, 520, {"cluster_k": 2, "bm": 128, "bn": 128}),
+    ("bf16", 640, 2048, 4096, {"cluster_k": 2, "bm": 128, "bn": 160, "epilogue": "direct"}),
+    ("bf16", 300, 520, 64, {"cluster_k": 2, "bm": 128, "bn": 128}),  # K of one block: rank 0's half is empty
+    ("f16", 2000, 3000, 1000, {"cluster_k": 2, "bm": 128, "bn": 192}),  # several tiles per cluster
+    ("e4m3", 768, 1536, 1000, {"cluster_k": 2, "bm": 128, "bn": 128})])
+def test_cluster_k_small_integers_exact(dtype, m, n, k, cfg):
+    """K halves in clusters of two CTAs, summed through distributed shared memory: exact on
+    small integers for 16-bit and fp8 inputs, f32 and bf16 outputs (the TMA epilogue where the
+    tile takes it), K of one block, ragged tiles; repeated calls reuse the exchange barriers'
+    phases from zero (each launch starts them afresh)."""
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, k), device="cuda", generator=g).to(tdt).t()
+    ref = a.double() @ b.double()
+    scales = {"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}
+    for odt in (torch.float32, torch.bfloat16, torch.float32):
+        c = matmul(a, b, out=torch.full((m, n), float("nan"), device="cuda", dtype=odt), config=cfg, **scales)
+        assert torch.equal(c.double(), ref.to(odt).double()) and ref.abs().sum() > 0
+
+
 _CHILD = """
 import time, torch
 from nbwgmma import cache, matmul

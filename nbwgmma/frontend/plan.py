@@ -149,14 +149,16 @@ class Plan:
             wk = wgmma_kind(kind)
             swappable = opts.get("swap", 1) != 0 and "epilogue" not in opts \
                 and _operand_path(ia, False, wk.transposable)[0] == "K"
-            small = None if "split" in opts else pick_small_m(m, n, k, wk.input_bits, cluster, a_kmajor=swappable)
+            small = None if "split" in opts or "cluster_k" in opts else pick_small_m(m, n, k, wk.input_bits, cluster, a_kmajor=swappable)
             if small is not None:
                 opts.update({key: v for key, v in small.items() if key not in opts})
             else:  # (a forced swap tiles the swapped problem, N x M)
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
                 opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1)
+                if opts.get("cluster_k", 1) != 1 and opts["bm"] != 128:  # (K halves: 128-row tiles)
+                    opts["bm"], opts["bn"] = 128, 128
                 # one wave of 128 x 128 tiles that leaves SMs idle: 128 x 96 (direct epilogue, B K-major)
-                free = not ({"cluster", "split", "epilogue", "stages"} & set(given) or given.get("swap") or _SIM)
+                free = not ({"cluster", "split", "epilogue", "stages", "cluster_k"} & set(given) or given.get("swap") or _SIM)
                 if free and _operand_path(ib, True, wk.transposable)[0] == "K":
                     from ..launch import device_limits
 
@@ -300,19 +302,20 @@ class Plan:
 
     def launch_shape(self, kernel, args):
         """(grid, cluster shape or None, dynamic shared memory bytes): one CTA per SM, in
-        whole clusters (each takes ``cluster`` vertically adjacent tiles at a time).
+        whole clusters (each takes ``cluster`` vertically adjacent tiles at a time, or with
+        ``cluster_k`` one tile, each of its two CTAs half the k-blocks).
         ``kernel`` and ``args`` as :func:`nbwgmma.launch.max_active_clusters` takes them."""
         from ..launch import device_limits, max_active_clusters
 
         m, n, _ = self.mnk
         cfg = self.cfg
-        cl = cfg.cluster
+        cl = cfg.cta_cluster
         smem = cfg.smem_bytes + 1023
         slots = device_limits()["multiprocessors"] // cl
         if cl > 1 and not _SIM:  # clusters sit whole in a GPC: maybe fewer fit
             slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
         kblocks = math.ceil(self.mnk[2] / cfg.bk)
-        units = math.ceil(math.ceil(m / cfg.bm) / cl) * math.ceil(n / cfg.bn) * min(cfg.split, kblocks)
+        units = math.ceil(math.ceil(m / cfg.bm) / cfg.cluster) * math.ceil(n / cfg.bn) * min(cfg.split, kblocks)
         if cfg.stream_k:  # every CTA takes at least one k-block
             units = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn) * kblocks
         grid = cl * min(slots, units)

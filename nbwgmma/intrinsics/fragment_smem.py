@@ -241,5 +241,78 @@ def acc_stmatrix_transposed(typingctx, regs, base, tid):
 
 __all__ += ["acc_stmatrix_transposed"]
 
+#: The exchange layout of :func:`acc_send_cluster` and :func:`acc_add_shared`: values ``4q .. 4q + 3``
+#: of thread ``t`` of a warpgroup at byte ``q * EXCHANGE_QUAD + 16 * t`` (each warp's 16-byte
+#: accesses one contiguous 512-byte run: no bank conflicts).
+EXCHANGE_QUAD = 128 * 16
+
+
+def _check_exchange(name, acc):
+    if not (isinstance(acc, types.UniTuple) and acc.dtype == types.float32 and acc.count % 4 == 0):
+        raise NbwgmmaTypingError(f"{name}: expected an f32 accumulator fragment (a multiple of 4 values); got {acc}")
+
+
+@intrinsic
+def acc_send_cluster(typingctx, acc, base, bar, cta, tid):
+    """``acc_send_cluster(acc, base, bar, cta, tid)``: send a warpgroup's f32 accumulator to CTA
+    ``cta`` of the cluster: one ``st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32``
+    (PTX ISA: st.async) per four values, into that CTA's shared memory at the offset of this
+    CTA's address ``base`` (mapped with ``mapa``), each completing 16 bytes on that CTA's
+    mbarrier at the offset of ``bar``. The layout is :data:`EXCHANGE_QUAD`'s (``tid``: the
+    thread's index in its warpgroup, 0-127); ``base`` 16-byte aligned; the buffer holds
+    ``4 * len(acc) * 128`` bytes, which the receiver expects on its barrier
+    (``mbarrier_arrive_expect_tx``) and reads back with :func:`acc_add_shared` once the phase
+    completed (a wait with ``scope="cluster"``: the transfers release at cluster scope). The
+    registers are read when the stores issue: the accumulator may be overwritten at once."""
+    _check_exchange("acc_send_cluster", acc)
+    check_int_args("acc_send_cluster", base=base, bar=bar, cta=cta, tid=tid)
+
+    def codegen(context, builder, sig, args):
+        acc_v, base_v, bar_v, cta_v, tid_v = args
+        i32, f32 = ir.IntType(32), ir.FloatType()
+        b, r, c, t = (context.cast(builder, v, ty, types.uint32) for v, ty in zip(args[1:], sig.args[1:]))
+        mapa = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]), "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r")
+        dst = builder.call(mapa, [builder.add(b, builder.mul(t, i32(16))), c])
+        rbar = builder.call(mapa, [r, c])
+        for q in range(sig.args[0].count // 4):
+            st = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, f32, f32, f32, f32, i32]),
+                              f"st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [$0+{q * EXCHANGE_QUAD}], "
+                              "{$1, $2, $3, $4}, [$5];", "r,f,f,f,f,r,~{memory}", side_effect=True)
+            builder.call(st, [dst] + [builder.extract_value(acc_v, 4 * q + i) for i in range(4)] + [rbar])
+        return context.get_dummy_value()
+
+    return types.void(acc, base, bar, cta, tid), codegen
+
+
+@intrinsic
+def acc_add_shared(typingctx, acc, base, tid):
+    """``acc_add_shared(acc, base, tid)``: ``acc`` plus the f32 fragment stored at the
+    ``.shared::cta`` address ``base`` in :data:`EXCHANGE_QUAD`'s layout (what
+    :func:`acc_send_cluster` sends), one ``ld.shared.v4.f32`` (PTX ISA: ld) per four values."""
+    _check_exchange("acc_add_shared", acc)
+    check_int_args("acc_add_shared", base=base, tid=tid)
+
+    def codegen(context, builder, sig, args):
+        acc_v = args[0]
+        i32, f32 = ir.IntType(32), ir.FloatType()
+        b, t = (context.cast(builder, v, ty, types.uint32) for v, ty in zip(args[1:], sig.args[1:]))
+        src = builder.add(b, builder.mul(t, i32(16)))
+        v4 = ir.LiteralStructType([f32] * 4)
+        out = acc_v
+        for q in range(sig.args[0].count // 4):
+            ld = ir.InlineAsm(ir.FunctionType(v4, [i32]), f"ld.shared.v4.f32 {{$0, $1, $2, $3}}, [$4+{q * EXCHANGE_QUAD}];",
+                              "=f,=f,=f,=f,r,~{memory}", side_effect=True)
+            got = builder.call(ld, [src])
+            for i in range(4):
+                j = 4 * q + i
+                out = builder.insert_value(out, builder.fadd(builder.extract_value(acc_v, j),
+                                                             builder.extract_value(got, i)), j)
+        return out
+
+    return acc(acc, base, tid), codegen
+
+
+__all__ += ["EXCHANGE_QUAD", "acc_send_cluster", "acc_add_shared"]
+
 # In Numba's CUDA simulator: the Python implementations it registered (nbwgmma.backend).
 globals().update(backend.python_functions(__all__))

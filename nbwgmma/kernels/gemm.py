@@ -50,6 +50,7 @@ from ..intrinsics import (
 from ..errors import ConfigError
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
+from ..kit.cluster_k import ClusterSplitK
 from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
 from ..kit.pipeline import TmaPipeline, check_b_shares
@@ -93,14 +94,20 @@ class GemmConfig:
     CTA that counts last sums them in K order and stores C. The grid must be at most the
     number of k-blocks (``tiles x ceil(K / BK)``); ``ws`` holds ``2 x grid x BM x BN`` f32
     elements, ``counters`` one zero per tile, as for ``split``.
+    ``cluster_k`` = 2 (128-row tiles, no ``cluster``, ``split`` or ``stream_k``) launches clusters
+    of two CTAs that take the same tile, each half of its k-blocks, and sum the halves through
+    distributed shared memory (:class:`~nbwgmma.kit.ClusterSplitK`): twice the work units of
+    the tiles without split-K's global workspace; each CTA keeps a ``64 x bn`` f32 exchange
+    buffer in shared memory (fewer stages).
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
-    (default 40 for the producer, 48 for a cluster of 4 with MN-major B, 56 for some split-K kernels; the rest shared
+    (default 40 for the producer, 48 for a cluster of 4 with MN-major B, 56 for some split-K kernels and
+    for ``cluster_k``; the rest shared
     out among the consumers, at most 240 each).
     """
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
-                 epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0):
+                 epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -144,6 +151,18 @@ class GemmConfig:
             raise ConfigError("stream_k", f"stream-K takes tiles of at most 128 columns (wider ones spill in the "
                                           f"consumers); got bn={bn}")
         self.stream_k = int(stream_k)
+        if cluster_k not in (1, 2):
+            raise ConfigError("cluster_k", f"cluster_k must be 1 or 2 CTAs; got {cluster_k!r}")
+        if cluster_k == 2 and (bm != 128 or cluster > 1 or split > 1 or stream_k):
+            raise ConfigError("cluster_k", f"cluster_k=2 takes 128-row tiles and no cluster, split or stream_k (each "
+                                           f"CTA keeps one consumer's 64 rows); got bm={bm}, cluster={cluster}, "
+                                           f"split={split}, stream_k={stream_k}")
+        if cluster_k == 2 and epilogue == "direct" and bn > 192:
+            raise ConfigError("cluster_k", f"cluster_k=2 with the direct epilogue takes tiles of at most 192 columns "
+                                           f"(at 256 the consumers spill 24-32 bytes); got bn={bn}")
+        self.cluster_k = cluster_k
+        #: CTAs per launched cluster (clusters along M times the K halves)
+        self.cta_cluster = cluster * cluster_k
         #: the kernel takes the f32 workspace and the tile counters (split-K, stream-K)
         self.uses_workspace = split > 1 or bool(stream_k)
         if self.uses_workspace and ELEMENT_BYTES[self.k.atype] != 2 and bn > 64:
@@ -177,16 +196,18 @@ class GemmConfig:
                               f"c_parts must be 1 or 2 with BN / c_parts a multiple of 64; got {c_parts} for bn={bn}")
         self.c_parts = c_parts
         self.c_bytes = c_bytes(c_parts)
-        budget = smem - self.c_bytes
+        self.x_bytes = 64 * bn * 4 if cluster_k == 2 else 0  # the K halves' exchange buffer
+        budget = smem - self.c_bytes - self.x_bytes
         if stages is None:
             stages = min(DEFAULT_STAGES.get((bm, bn), 4), budget // self.stage_bytes)
         if stages < 2 or stages * self.stage_bytes > budget:
             most = budget // self.stage_bytes
             fits = f"2 to {most}" if most >= 2 else "2, which does not fit either"
             raise ConfigError("stages", f"stages must be {fits} for a {bm}x{bn} tile ({self.stage_bytes} B each + "
-                                        f"{self.c_bytes} B of C tile in 227 KiB of shared memory); got {stages}")
+                                        f"{self.c_bytes + self.x_bytes} B of C tile and exchange buffer in 227 KiB "
+                                        f"of shared memory); got {stages}")
         self.stages = stages
-        self.smem_bytes = self.stages * self.stage_bytes + self.c_bytes
+        self.smem_bytes = self.stages * self.stage_bytes + self.c_bytes + self.x_bytes
         # setmaxnreg moves registers between the warpgroups of one CTA: .dec returns them to
         # the CTA's pool and .inc waits until the pool has enough. The pool is what the CTA
         # was launched with, (launch-bound registers per thread) x (threads), so a split
@@ -198,8 +219,8 @@ class GemmConfig:
             # 40, ptxas spills 24-32 bytes). With split-K ptxas spills 136-140 bytes in the
             # producer at 40 for one consumer or the direct epilogue (56 is clean), and 48 bytes
             # in the consumers of 128x256 with the TMA epilogue at 56 (224 each; 40 is clean).
-            if self.uses_workspace and (self.consumers == 1 or epilogue == "direct"):
-                producer_regs = 56
+            if self.uses_workspace and (self.consumers == 1 or epilogue == "direct") or cluster_k == 2:
+                producer_regs = 56  # (cluster_k: with 40 or 48 the producer's walk spills 112 / 48 bytes)
             else:
                 producer_regs = 48 if cluster == 4 and b_major == "MN" else 40
         if consumer_regs is None:
@@ -224,7 +245,7 @@ class GemmConfig:
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
-                self.c_parts, self.cluster, self.split, self.stream_k)
+                self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -232,7 +253,7 @@ class GemmConfig:
                 f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
                 f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
-                f"{', stream_k' if self.stream_k else ''})")
+                f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''})")
 
 
 @functools.lru_cache(maxsize=None)
@@ -253,7 +274,11 @@ def _build(key):
     CL = cfg.cluster
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
     coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major)
-    sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split)
+    KC = cfg.cluster_k
+    sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split, cluster_k=KC)
+    ck = ClusterSplitK(BN)
+    X_OFF = C_OFF + cfg.c_bytes  # the K halves' exchange buffer (cluster_k = 2)
+    XBARS = ck.barrier_words
     NBARS = pipe.barrier_words
     B_PART_ROWS = BN // CL  # rows of B (N) per CTA
     B_PART_BYTES = coop.b_share_bytes  # their bytes in the slot, in either layout
@@ -394,17 +419,22 @@ def _build(key):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
+        xb = cuda.shared.array(XBARS, np.uint64)
         base = dynamic_smem_base(dyn, 1024)
         ring = smem_addr(bars)
+        xbars = smem_addr(xb)
         tid = cuda.threadIdx.x
         wg = tid // 128
         if tid == 0:
             pipe.init(ring)
-        if CL == 1:
+            if KC > 1:
+                ck.init(xbars)
+        if CL * KC == 1:
             cuda.syncthreads()
         else:
             cluster_sync()  # the peers' barriers are initialized before anyone uses them
-        rank = cluster_ctarank() if CL > 1 else 0
+        rank = cluster_ctarank() if CL > 1 else 0  # the CTA's row in a cluster along M
+        half = cluster_ctarank() if KC > 1 else 0  # the CTA's half of K (cluster_k)
 
         # A cluster of CL CTAs takes CL vertically adjacent tiles at a time (one "cluster tile");
         # work units are (tile, K slice), a tile's slices neighbours, so they run together.
@@ -442,6 +472,8 @@ def _build(key):
                             pm = tiles_m - 1
                         b_row = pn * BN + rank * B_PART_ROWS
                         kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
+                        if KC > 1:  # this CTA's half of the tile's k-blocks (the peer loads the same rows)
+                            kb0, kb1 = ck.k_half(kblocks, half)
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
                             full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
@@ -468,6 +500,21 @@ def _build(key):
                     finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, g == g0,
                                   kb0 == 0 and kb1 == kblocks, pm * BM + cw * 64, pn * BN, cbase, m)
                     g += kb1 - kb0
+            elif KC > 1:
+                kb0, kb1 = ck.k_half(kblocks, half)
+                j = 0  # this CTA's tiles so far: the exchange barriers' phase
+                for u in range(first, nunits, step):
+                    pm, pn = sched.tile(u, tiles_mc, tiles_n, 0)
+                    if kb1 > kb0:
+                        acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
+                    else:  # K of one block: rank 0's half is empty
+                        acc = acc_zeros(KIND, BN)
+                    acc, keep = ck.exchange(acc, base + X_OFF, xbars, j, cw, ctid, half)
+                    if keep:
+                        if SCALED:
+                            acc = acc_scale(acc, alpha)
+                        store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase)
+                    j += 1
             else:
                 for u in range(first, nunits, step):
                     t, sp = sched.split_unit(u, nsplit)
@@ -481,8 +528,8 @@ def _build(key):
                                cbase, m)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
-        if CL > 1:
-            # No CTA leaves while a peer may still arrive on its barriers.
+        if CL * KC > 1:
+            # No CTA leaves while a peer may still arrive on its barriers (or send into its buffer).
             cluster_sync()
 
     if SPLIT == 1 and not STREAM:

@@ -22,6 +22,8 @@
   promotion), and :func:`acc_promote`;
 * :mod:`~nbwgmma.kit.sparse`: :class:`SparseConsumers`, two consumer warpgroups of a 2:4-sparse
   GEMM (``wgmma.mma_async.sp``, the metadata staged with the stage), and its producer's loads;
+* :mod:`~nbwgmma.kit.cluster_k`: :class:`ClusterSplitK`, the two CTAs of a cluster each taking
+  half of a tile's k-blocks and summing the halves through distributed shared memory;
 * :mod:`~nbwgmma.kit.device`: :func:`inlined`, device functions the compiler inlines
   (quick to compile; Numba's ``inline=True`` copies their IR at every call);
 * :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier; the turn two consumer
@@ -35,6 +37,7 @@ ph)`` on a global ``pipe`` as it calls ``math.exp``. A shared-array shape must s
 constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 """
 
+from .cluster_k import ClusterSplitK
 from .cooperative import Cooperative
 from .device import inlined
 from .epilogue_warps import EpilogueWarps, no_epilogue_warps
@@ -48,7 +51,7 @@ from .scheduler import TileScheduler, stream_owner, stream_range, stream_segment
 from .sparse import SparseConsumers
 from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "Cooperative", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
+__all__ = ["TmaPipeline", "Cooperative", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
            "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "tma_store_part",
            "tma_store_block", "activation", "ACTIVATIONS", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

@@ -96,21 +96,29 @@ class TileScheduler(types.ModuleType):
 
     ``tile_m`` may be past M's last tile when ``tiles_m`` is not a multiple of ``cluster``:
     such a CTA still takes part in the cluster's multicasts and stores nothing.
+
+    With ``cluster_k`` = 2 the clusters are twice as large and both halves of each take the
+    same units (a :class:`~nbwgmma.kit.ClusterSplitK` kernel: the two CTAs of a cluster share a
+    tile, half of its k-blocks each); ``cluster`` stays 1 then.
     """
 
-    def __init__(self, bm: int, bn: int, bk: int, *, group_m: int = 8, cluster: int = 1, split: int = 1):
+    def __init__(self, bm: int, bn: int, bk: int, *, group_m: int = 8, cluster: int = 1, split: int = 1,
+                 cluster_k: int = 1):
+        if cluster_k not in (1, 2) or (cluster_k == 2 and (cluster != 1 or split != 1)):
+            raise ValueError(f"TileScheduler: cluster_k must be 1, or 2 with cluster=1 and split=1; got "
+                             f"cluster_k={cluster_k!r}, cluster={cluster!r}, split={split!r}")
         for name, v in (("bm", bm), ("bn", bn), ("bk", bk), ("group_m", group_m), ("cluster", cluster),
                         ("split", split)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"TileScheduler: {name} must be a positive integer; got {v!r}")
         super().__init__(f"TileScheduler({bm}x{bn}x{bk})")
         self.bm, self.bn, self.bk = bm, bn, bk
-        self.group_m, self.cluster, self.split = group_m, cluster, split
+        self.group_m, self.cluster, self.split, self.cluster_k = group_m, cluster, split, cluster_k
         self._build()
 
     def __repr__(self):
         return (f"TileScheduler({self.bm}x{self.bn}x{self.bk}, group_m={self.group_m}, cluster={self.cluster}, "
-                f"split={self.split})")
+                f"split={self.split}{', cluster_k=2' if self.cluster_k == 2 else ''})")
 
     def units(self, m: int, n: int, k: int) -> int:
         """Work units of an M x N x K problem (cluster tiles times K slices)."""
@@ -123,11 +131,13 @@ class TileScheduler(types.ModuleType):
         for CTAs that take ``at_once`` units at a time (2 for consumers taking tiles in turn)."""
         if not isinstance(at_once, int) or at_once < 1:
             raise ValueError(f"TileScheduler.grid: at_once must be a positive integer; got {at_once!r}")
-        clusters = max(1, min(ctas // self.cluster, -(-self.units(m, n, k) // at_once)))
-        return clusters * self.cluster
+        size = self.cluster * self.cluster_k
+        clusters = max(1, min(ctas // size, -(-self.units(m, n, k) // at_once)))
+        return clusters * size
 
     def _build(self):
         BM, BN, BK, CL, SPLIT = self.bm, self.bn, self.bk, self.cluster, self.split
+        CTAS = CL * self.cluster_k  # CTAs that take one unit together
         GROUP_MC = max(1, self.group_m // CL)  # tile rows per group, counted in cluster rows
 
         @inlined
@@ -141,11 +151,11 @@ class TileScheduler(types.ModuleType):
 
         @inlined
         def first():
-            return cuda.blockIdx.x // CL
+            return cuda.blockIdx.x // CTAS
 
         @inlined
         def step():
-            return cuda.gridDim.x // CL
+            return cuda.gridDim.x // CTAS
 
         @inlined
         def split_unit(u, nsplit):

@@ -173,6 +173,29 @@ def _declare_tma():
 _declare_tma()
 
 
+def acc_send_cluster(acc, base, bar, cta, tid):
+    """Each four values of the fragment land in CTA ``cta`` at ``base + q * 2048 + 16 * tid``
+    (the exchange layout) when issued, completing 16 bytes each on its barrier at ``bar``'s
+    offset; their bytes are unreadable there until that phase is observed."""
+    from .wgmma import read_acc
+
+    th = me()
+    vals = np.asarray(read_acc(acc, "acc_send_cluster"), np.float32)
+    if len(vals) % 4 or int(base) % 16:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: acc_send_cluster needs a multiple of 4 values and a "
+                        f"16-byte aligned base; got {len(vals)} values at 0x{int(base):x}")
+    mask = (1 << RANK_SHIFT) - 1
+    peer = [c for c in th.cl.ctas if c.rank == int(cta)]
+    if not peer:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: acc_send_cluster to CTA rank {int(cta)}: the cluster "
+                        f"has {len(th.cl.ctas)} CTA(s)")
+    off0 = (int(base) & mask) + 16 * int(tid)
+    with th.cl.lock:
+        for q in range(len(vals) // 4):
+            _land(th, peer[0], off0 + q * 2048, vals[4 * q:4 * q + 4].view(np.uint8), int(bar) & mask,
+                  "an st.async (acc_send_cluster)")
+
+
 @impl("bulk_copy_g2s")
 def _bulk_g2s(dst, src, nbytes, bar):
     th = me()

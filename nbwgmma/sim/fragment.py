@@ -10,6 +10,7 @@ import numpy as np
 from ..layout.fragment import tile_block_offset, transposed_block_offset
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import encode_elements, float_to_fp8
+from .copy import acc_send_cluster
 from .core import located, me, split
 from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
 
@@ -178,6 +179,18 @@ def acc_add_strided(acc, src, start, stride):
     return tuple((a + add).astype(a.dtype))
 
 
+def acc_add_shared(acc, base, tid):
+    th = me()
+    a = np.asarray(read_acc(acc, "acc_add_shared"), np.float32)
+    cta, off0 = split(int(base))
+    idx = off0 + 16 * int(tid) + (np.arange(len(a)) // 4) * 2048 + (np.arange(len(a)) % 4) * 4
+    byte_idx = (idx[:, None] + np.arange(4)).reshape(-1)
+    with th.cl.lock:
+        cta.shadow.check_observed(th, byte_idx, "acc_add_shared")
+        got = np.array([cta.image[i:i + 4].view(np.float32)[0] for i in idx], np.float32)
+    return tuple(a + got)
+
+
 def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
     k, n = _kind_of_acc(kind, acc)
     if fmt not in ("e4m3", "e5m2"):
@@ -193,4 +206,4 @@ def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
 
 FRAGMENT_IMPLS = {f.__name__: located(f) for f in (
     acc_zeros, acc_undef, acc_store, acc_load, acc_store_swizzled, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_to_bf16x2,
-    acc_to_f16x2, acc_add, acc_scale, acc_store_strided, acc_add_strided, acc_store_fp8, acc_store_fp8_swizzled)}
+    acc_to_f16x2, acc_add, acc_scale, acc_store_strided, acc_add_strided, acc_add_shared, acc_send_cluster, acc_store_fp8, acc_store_fp8_swizzled)}
