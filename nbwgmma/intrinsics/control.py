@@ -59,32 +59,44 @@ named_barrier_arrive = ptx_intrinsic(
     "``id`` without waiting (the producer side of a producer/consumer pair).",
 )
 
+#: ``aligned`` (default True): the ``.aligned`` form, which every thread of the warp executes
+#: together; False: the form a warp may reach with some of its threads exited or elsewhere (a
+#: producer warp of which one thread runs the producer loop while the others left).
+_ALIGNED = Imm("aligned", choices=(True, False), default=True, text=lambda v: ".aligned" if v else "")
+
 cluster_arrive = ptx_intrinsic(
     "cluster_arrive",
-    "barrier.cluster.arrive.release.aligned;",
-    doc="``barrier.cluster.arrive.release.aligned`` (PTX ISA: barrier.cluster). Arrive "
-    "at the cluster barrier; all threads of the warp must execute it.",
+    "barrier.cluster.arrive.release$aligned;",
+    params=[_ALIGNED],
+    doc="``barrier.cluster.arrive.release{.aligned}`` (PTX ISA: barrier.cluster). Arrive "
+    "at the cluster barrier; with ``aligned`` (the default) all threads of the warp must execute it.",
 )
 
 cluster_arrive_relaxed = ptx_intrinsic(
     "cluster_arrive_relaxed",
-    "barrier.cluster.arrive.relaxed.aligned;",
-    doc="``barrier.cluster.arrive.relaxed.aligned`` (PTX ISA: barrier.cluster). Arrive "
+    "barrier.cluster.arrive.relaxed$aligned;",
+    params=[_ALIGNED],
+    doc="``barrier.cluster.arrive.relaxed{.aligned}`` (PTX ISA: barrier.cluster). Arrive "
     "with no memory ordering.",
 )
 
 cluster_wait = ptx_intrinsic(
     "cluster_wait",
-    "barrier.cluster.wait.acquire.aligned;",
-    doc="``barrier.cluster.wait.acquire.aligned`` (PTX ISA: barrier.cluster). Wait until "
+    "barrier.cluster.wait.acquire$aligned;",
+    params=[_ALIGNED],
+    doc="``barrier.cluster.wait.acquire{.aligned}`` (PTX ISA: barrier.cluster). Wait until "
     "every non-exited thread of the cluster has arrived.",
 )
 
 cluster_sync = ptx_intrinsic(
     "cluster_sync",
-    "barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;",
+    "barrier.cluster.arrive.release$aligned;\nbarrier.cluster.wait.acquire$aligned;",
+    params=[_ALIGNED],
     doc="``barrier.cluster.arrive`` then ``barrier.cluster.wait`` (PTX ISA: "
-    "barrier.cluster): a full cluster-wide barrier.",
+    "barrier.cluster): a full cluster-wide barrier of every thread that has not exited. A kernel "
+    "whose idle threads leave early (and whose producer warp keeps one thread) ends with "
+    "``cluster_sync(False)``: threads waiting at the barrier while another thread of their warp "
+    "still runs slowed that thread's work (measured on an H100: 128 x 128 GEMM tiles in clusters of two 13-20% slower).",
 )
 
 elect_one_sync = ptx_intrinsic(

@@ -185,6 +185,8 @@ def _build(key):
             setmaxnreg_dec(PRODUCER_REGS)
             if tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b, tmap_meta, mblocks))
+            elif CL > 1:
+                return  # idle threads leave now (waiting at the closing cluster barrier, they slowed the producer)
         else:  # two consumer warpgroups, 64 rows of the tile each
             setmaxnreg_inc(CONSUMER_REGS)
             cw, ct = tid // 128 - 1, tid % 128
@@ -201,6 +203,8 @@ def _build(key):
             if OUT_BLOCKS and ct == 0:
                 bulk_wait_group(0)  # the last stores have read their blocks before the CTA ends
         if CL > 1:
-            cluster_sync()  # no CTA leaves while a peer may still multicast into it or arrive on its barriers
+            # no CTA leaves while a peer may still multicast into it or arrive on its barriers (not
+            # .aligned: of the producer's warp only its one thread is left)
+            cluster_sync(False)
 
     return sparse_gemm

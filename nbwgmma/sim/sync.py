@@ -178,13 +178,13 @@ def _named_id(barrier_id, nthreads):
 
 
 @impl("cluster_arrive", "cluster_arrive_relaxed")
-def _cluster_arrive():
+def _cluster_arrive(aligned=True):
     th = me()
     th.cluster_token = th.cl.barrier.arrive()
 
 
 @impl("cluster_wait")
-def _cluster_wait():
+def _cluster_wait(aligned=True):
     th = me()
     if th.cluster_token is None:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: cluster_wait without a preceding cluster_arrive")
@@ -193,7 +193,7 @@ def _cluster_wait():
 
 
 @impl("cluster_sync")
-def _cluster_sync():
+def _cluster_sync(aligned=True):
     me().cl.barrier.sync()
 
 

@@ -180,3 +180,47 @@ def test_acc_load_and_store_move_row_neighbours_in_pairs_on_contiguous_rows():
     assert rep.sass_full.get("LDG.E.64") == 16 and rep.sass_full.get("STG.E") == 16, rep.sass_full
     assert rep.sass_full.get("LDG.E") == 32 and rep.sass_full.get("STG.E.U16") == 32, rep.sass_full
     assert rep.sass_full.get("F2FP.BF16.F32.PACK_AB", 0) >= 16 and rep.local_memory_ops == 0
+
+
+def exchange_kernel(n):
+    ns = dict(globals())
+    exec("def kx(out):\n"
+         "    buf = cuda.shared.array(0, np.uint8)\n"
+         "    bar = cuda.shared.array(1, np.uint64)\n"
+         "    t = cuda.threadIdx.x % 128\n"
+         f"    acc = acc_add_shared(acc_zeros('f32.bf16.bf16', {n}), smem_addr(buf), t)\n"
+         "    acc_send_cluster(acc, smem_addr(buf), smem_addr(bar), 1, t)\n"
+         "    out[t] = acc[0]\n", ns)
+    return ns["kx"], (types.float32[:],), None
+
+
+@pytest.mark.parametrize("n", [8, 128, 256])
+def test_accumulator_exchange_compiles(n, report_batch):
+    """``acc_send_cluster``: one ``st.async`` of 16 bytes (STAS) per four values, to the peer's
+    address from ``mapa``; ``acc_add_shared``: one 16-byte shared load (LDS.128) per four values;
+    no local memory."""
+    rep = report_batch(exchange_kernel)  # compiled with the other widths (tests/conftest.py)
+    assert rep.ptx.count("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32") == n // 8
+    assert rep.ptx.count("ld.shared.v4.f32") == n // 8 and "mapa.shared::cluster.u32" in rep.ptx
+    assert rep.sass["STAS"] == n // 8 and rep.sass_full.get("LDS.128", 0) == n // 8
+    assert rep.local_memory_ops == 0 and rep.spill_bytes == 0
+
+
+def test_accumulator_exchange_typing_errors():
+    ns = dict(globals())
+    exec("def ky(out):\n    acc_send_cluster(acc_zeros('f16.f16.f16', 64), 0, 0, 1, 0)\n", ns)
+    exec("def kz(out):\n    out[0] = acc_add_shared(acc_zeros('f32.bf16.bf16', 64), 0.5, 0)[0]\n", ns)
+    with pytest.raises(Exception, match="acc_send_cluster: expected an f32 accumulator"):
+        compile_report(ns["ky"], (types.float32[:],))
+    with pytest.raises(Exception, match="acc_add_shared: 'base' must be an integer"):
+        compile_report(ns["kz"], (types.float32[:],))
+
+
+def test_exchange_layout_is_a_dense_bijection():
+    """:data:`EXCHANGE_QUAD`'s layout: every (thread, value) of a 64 x N f32 fragment has its own
+    4 bytes of a buffer of 4 x N/2 x 128 bytes, each warp's 16-byte pieces contiguous."""
+    for n in (8, 64, 256):
+        vals = n // 2
+        t, i = np.meshgrid(np.arange(128), np.arange(vals), indexing="ij")
+        off = (i // 4) * EXCHANGE_QUAD + 16 * t + 4 * (i % 4)
+        assert sorted(off.ravel()) == list(range(0, 4 * vals * 128, 4))

@@ -53,6 +53,7 @@ CASES = {
     "cluster_arrive_relaxed": ("cluster_arrive_relaxed()", "barrier.cluster.arrive.relaxed.aligned", "UCGABAR_ARV"),
     "cluster_wait": ("cluster_wait()", "barrier.cluster.wait.acquire.aligned", "UCGABAR_WAIT"),
     "cluster_sync": ("cluster_sync()", "barrier.cluster.wait.acquire.aligned", "UCGABAR_WAIT"),
+    "cluster_sync_unaligned": ("cluster_sync(False)", "barrier.cluster.wait.acquire;", "UCGABAR_WAIT"),
     "elect_one_sync": ("out[1] = elect_one_sync()", "elect.sync", "ELECT"),
     "setmaxnreg_inc": ("setmaxnreg_inc(232)", "setmaxnreg.inc.sync.aligned.u32 232", "USETMAXREG.TRY_ALLOC"),
     "setmaxnreg_dec": ("setmaxnreg_dec(40)", "setmaxnreg.dec.sync.aligned.u32 40", "USETMAXREG.DEALLOC"),
