@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 
-from .frontend.tiles import SWAP_BN, TILES, narrow_tile, swapped_config
+from .frontend.tiles import NARROW_BN, SWAP_BN, TILES, narrow_tile, swapped_config
 
 __all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
 
@@ -49,8 +49,8 @@ LAYOUTS = ("KK", "KN", "MK", "MN")
 #: pick_small_m's choices
 _SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 else {}) for s in (1, 2, 4)) \
     + ({"bm": 64, "bn": 64, "stages": 8},)
-#: pick_narrow's choice (K-major B only)
-_NARROW = narrow_tile(96)
+#: pick_narrow's choices (K-major B only)
+_NARROW = tuple(narrow_tile(bn) for bn in NARROW_BN)
 #: and its swapped choices (one per narrow tile width and number of K slices; 16-bit and fp8)
 _SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4))
 
@@ -68,7 +68,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
         if dt not in DTYPES:
             raise ValueError(f"precompile: dtype must be among {', '.join(DTYPES)}; got {dt!r}")
         sixteen = dt in ("bf16", "f16")
-        configs = [{"bm": bm, "bn": bn} for bm, bn in TILES] + [dict(_NARROW)]
+        configs = [{"bm": bm, "bn": bn} for bm, bn in TILES] + [dict(c) for c in _NARROW]
         if sixteen:
             configs += [dict(c) for c in _SMALL_M]
         elif dt in ("e4m3", "e5m2"):

@@ -8,7 +8,7 @@ from numba import types
 
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
-from nbwgmma.frontend.tiles import narrow_config, pick_narrow, pick_tile
+from nbwgmma.frontend.tiles import narrow_config, narrow_tile, pick_narrow, pick_tile
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -57,11 +57,18 @@ def test_narrow_tiles_where_the_default_fills_its_waves_poorly(sms_132):
     for m, n, dflt in ((8192, 8192, {"bm": 128, "bn": 256}), (5000, 3000, {"bm": 128, "bn": 192})):
         assert not any(c.get("epilogue") for c in autotune.candidates("f32.bf16.bf16", m, n, 4096, "tma", dflt))
     assert narrow_config(384, 4096, (128, 128), 132) == narrow
-    assert narrow_config(384, 6144, (128, 192), 132) == {"bm": 128, "bn": 160, "epilogue": "direct", "stages": 6}
-    # the default path's own pick: in place of one wave of 128 x 128 tiles only
-    assert pick_narrow(384, 4096, (128, 128), 132) == narrow and pick_narrow(640, 2048, (128, 128), 132) == narrow
-    assert pick_narrow(384, 6144, (128, 192), 132) is None and pick_narrow(1536, 7168, (128, 256), 132) is None
-    assert pick_narrow(2048, 2048, (128, 128), 132) is None  # two waves of 128 x 96
+    narrow144 = {"bm": 128, "bn": 144, "epilogue": "direct", "stages": 6}
+    assert narrow_config(384, 6144, (128, 192), 132) == narrow144
+    # the default path's own pick: the narrower tile filling one or two waves best, 15 points more
+    assert pick_narrow(384, 4096, (128, 128), 132) == narrow
+    assert pick_narrow(640, 2048, (128, 128), 132) == {"bm": 128, "bn": 80, "epilogue": "direct", "stages": 8}
+    assert pick_narrow(768, 1536, (128, 128), 132)["bn"] == 72 and pick_narrow(640, 7168, (128, 192), 132) == narrow144
+    assert pick_narrow(384, 6144, (128, 192), 132) == narrow144
+    assert pick_narrow(384, 6144, (128, 192), 132, input_bits=8) is None  # fp8: 96 columns at most, one wave
+    assert pick_narrow(640, 2048, (128, 128), 132, input_bits=8)["bn"] == 80
+    assert pick_narrow(1536, 7168, (128, 256), 132) is None  # 256-column defaults keep their tile
+    assert pick_narrow(2048, 2048, (128, 128), 132) is None  # two full waves already
+    assert pick_narrow(5000, 3000, (128, 192), 132) is None  # several waves
 
 
 def test_candidates_for_a_bandwidth_bound_shape_include_deeper_pipelines(sms_132):
@@ -84,13 +91,13 @@ def test_deeper_pipelines_compile_clean(bm, bn, stages, report_batch):
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 
 
-@pytest.mark.parametrize("kind, bn", [("f32.bf16.bf16", 96), ("f32.e4m3.e4m3", 160)])
+@pytest.mark.parametrize("kind, bn", [("f32.bf16.bf16", 72), ("f32.bf16.bf16", 96), ("f32.e4m3.e4m3", 80),
+                                     ("f32.e4m3.e4m3", 144), ("f32.f16.f16", 160)])
 def test_narrow_tiles_compile_clean(kind, bn, report_batch):
-    """The narrow challengers (N 96 or 160, direct epilogue, as many stages as fit): the wgmmas of
-    that N, no spills, no serialization."""
+    """The narrow tiles (N of :data:`NARROW_BN`, direct epilogue, as many stages as fit): the wgmmas
+    of that N, no spills, no serialization."""
     def job(kind, bn):
-        c = narrow_config(384, 4096, (128, 128), 132) if bn == 96 else narrow_config(384, 6144, (128, 192), 132)
-        cfg = GemmConfig(kind, scaled=kind.endswith("e4m3"), **c)
+        cfg = GemmConfig(kind, scaled=kind.endswith("e4m3"), **narrow_tile(bn))
         return gemm_kernel(cfg), (types.uint64, types.uint64, types.Array(types.uint16, 2, "A"), types.int32,
                                   types.int32, types.int32, types.float32), None
 

@@ -333,8 +333,8 @@ class _Strided:
 
 
 def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
-    """One wave of 128 x 128 tiles leaving SMs idle (640 x 2048 on 132 SMs: 80 tiles) becomes 128 x 96
-    tiles (110) with the direct epilogue and 8 stages where B is K-major; not with B N-major, not
+    """One wave of 128 x 128 tiles leaving SMs idle (640 x 2048 on 132 SMs: 80 tiles) becomes 128 x 80
+    tiles (130) with the direct epilogue and 8 stages where B is K-major; not with B N-major, not
     for several waves, not where the caller set the stages, the epilogue, a cluster or K slices."""
     import nbwgmma.launch
     from nbwgmma.frontend.args import described
@@ -349,9 +349,11 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
         return Plan("f32.bf16.bf16", "bf16", ia, ib, io, opts, False)
 
     p = plan(640, 2048)
-    assert (p.cfg.bm, p.cfg.bn, p.cfg.stages, p.cfg.epilogue) == (128, 96, 8, "direct")
-    assert p.config == {"bm": 128, "bn": 96, "stages": 8, "epilogue": "direct"}
-    assert plan(640, 2048, swap=0).cfg.bn == 96  # (the autotuner's probe)
+    assert (p.cfg.bm, p.cfg.bn, p.cfg.stages, p.cfg.epilogue) == (128, 80, 8, "direct")
+    assert p.config == {"bm": 128, "bn": 80, "stages": 8, "epilogue": "direct"}
+    assert plan(640, 2048, swap=0).cfg.bn == 80  # (the autotuner's probe)
+    # 128 x 192 tiles filling their wave poorly (384 x 6144: 96 of 132) become 128 x 144 (129), 6 stages
+    assert (plan(384, 6144).cfg.bn, plan(384, 6144).cfg.stages) == (144, 6)
     for p in (plan(640, 2048, b_kmajor=False), plan(640, 2048, stages=4), plan(640, 2048, cluster=2)):
         assert (p.cfg.bm, p.cfg.bn) == (128, 128), p.cfg
     assert plan(640, 2048, epilogue="tma").cfg.epilogue == "tma"

@@ -22,7 +22,7 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
             for lay in (("KK", "KN", "MK", "MN") if bits == 16 else ("KK",)):
                 small = pick_small_m(m, n, k, bits, a_kmajor=lay[0] == "K")
                 cfg = small if small is not None else dict(zip(("bm", "bn"), pick_tile(m, n)))
-                narrow = None if small is not None or lay[1] != "K" else pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms)
+                narrow = None if small is not None or lay[1] != "K" else pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms, bits)
                 cfg = narrow or cfg
                 key = (dt, lay, tuple(sorted(cfg.items())))
                 assert key in listed, key

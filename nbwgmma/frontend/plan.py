@@ -15,8 +15,8 @@ Which path runs:
   pass over that operand.
 * ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned base and row
   pitch) gets the TMA-store epilogue; any other ``out`` (f32, any strides), every
-  swapped plan and every narrow tile (128 x 96 in place of one wave of 128 x 128 tiles:
-  :func:`.tiles.pick_narrow`) gets element-wise stores from the registers.
+  swapped plan and every narrow tile (128 x 72 ... 160 where the default tile would fill its
+  one or two waves poorly: :func:`.tiles.pick_narrow`) gets element-wise stores from the registers.
 * Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`)
   compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
   written through its transposed view.
@@ -157,12 +157,13 @@ class Plan:
                 opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1)
                 if opts.get("cluster_k", 1) != 1 and opts["bm"] != 128:  # (K halves: 128-row tiles)
                     opts["bm"], opts["bn"] = 128, 128
-                # one wave of 128 x 128 tiles that leaves SMs idle: 128 x 96 (direct epilogue, B K-major)
+                # a tile that fills its one or two waves poorly: a narrower one (direct epilogue, B K-major)
                 free = not ({"cluster", "split", "epilogue", "stages", "cluster_k"} & set(given) or given.get("swap") or _SIM)
                 if free and _operand_path(ib, True, wk.transposable)[0] == "K":
                     from ..launch import device_limits
 
-                    narrow = pick_narrow(m, n, (opts["bm"], opts["bn"]), device_limits()["multiprocessors"])
+                    narrow = pick_narrow(m, n, (opts["bm"], opts["bn"]), device_limits()["multiprocessors"],
+                                         wk.input_bits)
                     opts.update(narrow or {})
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.

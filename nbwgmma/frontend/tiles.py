@@ -10,8 +10,8 @@ import math
 from .. import sim
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
-           "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_GAIN", "narrow_tile", "narrow_config", "wave_fill",
-           "pick_narrow"]
+           "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
+           "narrow_tile", "narrow_config", "wave_fill", "pick_narrow"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -36,11 +36,16 @@ def pick_tile(m, n, cluster=1):
 
 #: Narrow tiles: 128 rows by an N that is not a multiple of 64, stored by the direct epilogue (the
 #: TMA store takes 64-column blocks), B K-major only; with the most stages that fit beside no C
-#: tile (128 bytes of K per row and stage whatever the type: 28 KiB x 8, 36 KiB x 6).
-NARROW_BN = (96, 160)
-_NARROW_STAGES = {96: 8, 160: 6}
-#: How much more of its waves a narrow tile must fill than another tile to be considered.
+#: tile, up to 8 (128 bytes of K per row and stage whatever the type: 25-28 KiB x 8 for 72-96
+#: columns, 34-36 KiB x 6 for 144-160). The widths are those that filled the waves of the mid-sized
+#: problems measured (BENCHMARKS.md, 2026-11-26): 72 (768 x 1536), 80 (640 x 2048), 96 (384 x 4096,
+#: 512 x 3008), 144 (384 x 6144, 640 x 7168), 160 (1024 x 5120).
+NARROW_BN = (72, 80, 96, 144, 160)
+_STAGE_BUDGET = 227 * 1024 - 1023 - 64  # (GemmConfig's: the opt-in limit less alignment slack and barriers)
+#: How much more of its waves a narrow tile must fill than the default's for ``config="auto"`` to
+#: time it, and for the default path to take it.
 NARROW_GAIN = 0.1
+NARROW_PICK_GAIN = 0.15
 
 
 def wave_fill(m, n, bm, bn, sms):
@@ -51,30 +56,47 @@ def wave_fill(m, n, bm, bn, sms):
 
 def narrow_tile(bn):
     """The config of the narrow tile of ``bn`` columns (one of :data:`NARROW_BN`)."""
-    return {"bm": 128, "bn": bn, "epilogue": "direct", "stages": _NARROW_STAGES[bn]}
+    return {"bm": 128, "bn": bn, "epilogue": "direct", "stages": min(8, _STAGE_BUDGET // ((128 + bn) * 128))}
+
+
+def _best_narrow(m, n, tile, sms, gain, below=None):
+    fills = {bn: wave_fill(m, n, 128, bn, sms) for bn in NARROW_BN if below is None or bn < below}
+    if not fills:
+        return None
+    bn = max(fills, key=lambda b: (fills[b], b))
+    return narrow_tile(bn) if fills[bn] >= wave_fill(m, n, *tile, sms) + gain else None
 
 
 def narrow_config(m, n, tile, sms):
-    """The narrow tile (``{"bm": 128, "bn": 96 or 160, "epilogue": "direct", "stages": ...}``,
-    the one of :data:`NARROW_BN` filling the waves best) where it fills them at least
+    """The narrow tile (``{"bm": 128, "bn": ..., "epilogue": "direct", "stages": ...}``, the one
+    of :data:`NARROW_BN` filling the waves best) where it fills them at least
     :data:`NARROW_GAIN` more than ``tile`` (bm, bn) does; else None. ``config="auto"`` times it
     beside the default (:func:`nbwgmma.frontend.autotune.candidates`)."""
-    fills = {bn: wave_fill(m, n, 128, bn, sms) for bn in NARROW_BN}
-    bn = max(NARROW_BN, key=lambda b: (fills[b], b))
-    if fills[bn] < wave_fill(m, n, *tile, sms) + NARROW_GAIN:
-        return None
-    return narrow_tile(bn)
+    return _best_narrow(m, n, tile, sms, NARROW_GAIN)
 
 
-def pick_narrow(m, n, tile, sms):
-    """The default path's narrow tile: 128 x 96 in place of a 128 x 128 ``tile`` where the
-    problem fits one wave of either and the narrow tiles fill it at least :data:`NARROW_GAIN`
-    more (measured on an H100: 1.06-1.12x at 384 x 4096, 512 x 3008, 640 x 2048 and 768 x 1536
-    (K 4096-8192); on problems of several waves 128 x 96 lost, 0.64-0.91x); else None."""
-    if tuple(tile) != (128, 128) or math.ceil(m / 128) * math.ceil(n / 96) > sms:
+#: Narrow widths the default path takes for fp8 inputs, in one wave only (128 x 144 lost to 128 x 192
+#: at e4m3 384 x 6144 x 4096 on an H100: 0.94x; 128 x 80 in one wave won at 640 x 2048: 1.06x).
+NARROW_BN_FP8_MAX = 96
+
+
+def pick_narrow(m, n, tile, sms, input_bits=16):
+    """The default path's narrow tile in place of a 128-row ``tile`` of at most 192 columns: the
+    narrower tile of :data:`NARROW_BN` (at most :data:`NARROW_BN_FP8_MAX` columns, one wave, for
+    8-bit inputs) that fills the waves best, where it needs at most two waves and fills them at least
+    :data:`NARROW_PICK_GAIN` more; else None. Measured on an H100 in one process against the
+    earlier choice (BENCHMARKS.md, 2026-11-26; outputs bit-identical): 1.03-1.13x at 384 x 6144,
+    640 x 2048, 640 x 7168 and 768 x 1536 (bf16, e4m3 at 640 x 2048), 1.00-1.02x at 512 x 5120,
+    1024 x 5120 and 1536 x 1536; where the default tile has 256 columns or the problem several
+    waves, narrower tiles lost (0.64-0.95x), so they are not tried there."""
+    if tile[0] != 128 or tile[1] > 192:
         return None
-    narrow = narrow_config(m, n, tile, sms)
-    return narrow if narrow is not None and narrow["bn"] == 96 else None
+    below = tile[1] if input_bits > 8 else min(tile[1], NARROW_BN_FP8_MAX + 1)
+    narrow = _best_narrow(m, n, tile, sms, NARROW_PICK_GAIN, below=below)
+    waves = math.ceil(math.ceil(m / 128) * math.ceil(n / narrow["bn"]) / sms) if narrow is not None else 0
+    if narrow is None or waves > (2 if input_bits > 8 else 1):
+        return None
+    return narrow
 
 
 def rank_tiles(m, n, cluster=1):
