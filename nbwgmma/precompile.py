@@ -84,6 +84,8 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             out += [(dt, lay, c) for c in configs if lay[1] == "K" or c.get("bn", 64) % 64 == 0]
             if dt != "tf32" and lay[0] == "K":  # swapped small-M products: A's rows are the narrow tile's K-major B
                 out += [(dt, lay, dict(c)) for c in _SWAPPED]
+            if sixteen and lay[0] == "K":  # tall products swapped for their tiles' fill (pick_swap)
+                out += [(dt, lay, {"swap": 1, "bm": bm, "bn": bn}) for bm, bn in TILES]
     return out
 
 

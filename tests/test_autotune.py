@@ -8,7 +8,7 @@ from numba import types
 
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
-from nbwgmma.frontend.tiles import narrow_config, narrow_tile, pick_narrow, pick_tile
+from nbwgmma.frontend.tiles import narrow_config, narrow_tile, pick_narrow, pick_swap, pick_tile
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -69,6 +69,17 @@ def test_narrow_tiles_where_the_default_fills_its_waves_poorly(sms_132):
     assert pick_narrow(1536, 7168, (128, 256), 132) is None  # 256-column defaults keep their tile
     assert pick_narrow(2048, 2048, (128, 128), 132) is None  # two full waves already
     assert pick_narrow(5000, 3000, (128, 192), 132) is None  # several waves
+
+
+def test_tall_16_bit_products_swap_where_the_swapped_tiles_fill_better(sms_132):
+    """pick_swap: 3072 x 1024 and 6144 x 1000 (128 x 256 tiles fill 73% of their waves; swapped,
+    128 x 192 tiles 97%); not where the swapped tiles fill about as well (5000 x 3000, 4096 x 1000
+    x 8192, 8192 x 1024), not for wide problems, fp8 or tf32."""
+    assert pick_swap(3072, 1024, 16, 132) and pick_swap(6144, 1000, 16, 132)
+    assert pick_tile(1024, 3072) == (128, 192)
+    for m, n in ((5000, 3000), (4096, 1000), (8192, 1024), (1024, 3072), (8192, 8192)):
+        assert not pick_swap(m, n, 16, 132), (m, n)
+    assert not pick_swap(3072, 1024, 8, 132) and not pick_swap(3072, 1024, 32, 132)
 
 
 def test_candidates_for_a_bandwidth_bound_shape_include_deeper_pipelines(sms_132):

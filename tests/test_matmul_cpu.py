@@ -358,6 +358,13 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
         assert (p.cfg.bm, p.cfg.bn) == (128, 128), p.cfg
     assert plan(640, 2048, epilogue="tma").cfg.epilogue == "tma"
     assert (plan(2048, 2048).cfg.bn, plan(8192, 8192).cfg.bn) == (256, 256)
+    # a tall product whose swapped tiles fill the waves better: C^T = B^T A^T in 128 x 192 tiles
+    # (3072 x 1024: 96 tiles of 128 x 256 on 132 SMs; swapped, 128 of 128 x 192), stored from the registers
+    p = plan(3072, 1024)
+    assert p.swap and (p.cfg.bm, p.cfg.bn, p.cfg.epilogue) == (128, 192, "direct") and p.mnk[:2] == (1024, 3072)
+    assert p.config == {"bm": 128, "bn": 192, "swap": 1}
+    for p in (plan(3072, 1024, swap=0), plan(3072, 1024, cluster=2), plan(3072, 1024, stages=3)):
+        assert not p.swap, p.config
 
 
 def test_a_plain_stream_k_config_takes_128_column_tiles(monkeypatch):

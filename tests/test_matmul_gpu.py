@@ -188,6 +188,25 @@ def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
     assert torch.equal(out.double(), ref.to(torch.bfloat16).double()) and ref.abs().sum() > 0
 
 
+@pytest.mark.parametrize("dtype, m, n, k", [("bf16", 3072, 1024, 520), ("f16", 6144, 1000, 1000)])
+def test_default_path_swaps_tall_products(dtype, m, n, k):
+    """A tall product whose swapped tiles fill the waves better runs as C^T = B^T A^T (128 x 192
+    tiles, the transposed out stored from the registers): exact on small integers, bf16 and f32 out."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(m)
+    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, k), device="cuda", generator=g).to(tdt).t()
+    ref = a.double() @ b.double()
+    for odt in (torch.float32, tdt):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=odt)
+        matmul(a, b, out=out)
+        p = last_plan()
+        assert p.swap and (p.cfg.bm, p.cfg.bn) == (128, 192), p.config
+        assert torch.equal(out.double(), ref.to(odt).double()) and ref.abs().sum() > 0
+
+
 @pytest.mark.parametrize("m, n, k, cfg", [(768, 1536, 520, {"stream_k": 1, "bm": 128, "bn": 128}),
                                           (384, 4096, 1000, {"stream_k": 1, "bm": 128, "bn": 96, "epilogue": "direct"}),
                                           (100, 200, 4096, {"stream_k": 1, "bm": 64, "bn": 64})])

@@ -17,7 +17,8 @@ Which path runs:
   pitch) gets the TMA-store epilogue; any other ``out`` (f32, any strides), every
   swapped plan and every narrow tile (128 x 72 ... 160 where the default tile would fill its
   one or two waves poorly: :func:`.tiles.pick_narrow`) gets element-wise stores from the registers.
-* Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`)
+* Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`,
+  and for tall 16-bit products whose swapped tiles fill the waves better: :func:`.tiles.pick_swap`)
   compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
   written through its transposed view.
 * In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same plan runs through
@@ -41,7 +42,7 @@ from ..launch import array_arg_types, array_arg_values
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
-from .tiles import pick_narrow, pick_small_m, pick_tile
+from .tiles import pick_narrow, pick_small_m, pick_swap, pick_tile
 
 __all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "tma_view", "numba_view", "transposed"]
 
@@ -153,17 +154,20 @@ class Plan:
             if small is not None:
                 opts.update({key: v for key, v in small.items() if key not in opts})
             else:  # (a forced swap tiles the swapped problem, N x M)
+                from ..launch import device_limits
+
+                sms = device_limits()["multiprocessors"]
+                free = not ({"cluster", "split", "epilogue", "stages", "cluster_k", "stream_k"} & set(given)
+                            or given.get("swap") or _SIM)
+                if free and swappable and pick_swap(m, n, wk.input_bits, sms):  # a tall product: C^T tiles better
+                    opts["swap"] = 1
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
                 opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1)
                 if opts.get("cluster_k", 1) != 1 and opts["bm"] != 128:  # (K halves: 128-row tiles)
                     opts["bm"], opts["bn"] = 128, 128
                 # a tile that fills its one or two waves poorly: a narrower one (direct epilogue, B K-major)
-                free = not ({"cluster", "split", "epilogue", "stages", "cluster_k"} & set(given) or given.get("swap") or _SIM)
-                if free and _operand_path(ib, True, wk.transposable)[0] == "K":
-                    from ..launch import device_limits
-
-                    narrow = pick_narrow(m, n, (opts["bm"], opts["bn"]), device_limits()["multiprocessors"],
-                                         wk.input_bits)
+                if free and not opts.get("swap") and _operand_path(ib, True, wk.transposable)[0] == "K":
+                    narrow = pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits)
                     opts.update(narrow or {})
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.

@@ -11,7 +11,7 @@ from .. import sim
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
-           "narrow_tile", "narrow_config", "wave_fill", "pick_narrow"]
+           "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -104,15 +104,37 @@ def rank_tiles(m, n, cluster=1):
     :func:`pick_tile`; ties keep the larger tile)."""
     from ..launch import device_limits
 
-    sms = device_limits()["multiprocessors"]
+    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"])]
 
+
+def _scored(m, n, cluster, sms):
+    """(score, tile) of every usable tile, best first: the throughput share times the filled
+    fraction of the waves (:func:`pick_tile`)."""
     def score(tile):
         (bm, bn), eff = tile
-        tiles = math.ceil(m / bm) * math.ceil(n / bn)
-        return eff * tiles / (math.ceil(tiles / sms) * sms)
+        return eff * wave_fill(m, n, bm, bn, sms)
 
     usable = [(t, e) for t, e in TILES.items() if (t[1] // 64) % cluster == 0]
-    return [t for t, _ in sorted(usable, key=score, reverse=True)]
+    return [(score(te), te[0]) for te in sorted(usable, key=score, reverse=True)]
+
+
+#: How much higher the tile model's best score for the swapped problem (N x M) must be than for
+#: M x N for the default path to swap a tall 16-bit product (:func:`pick_swap`).
+SWAP_GAIN = 0.1
+
+
+def pick_swap(m, n, input_bits, sms):
+    """Whether the default path computes a tall 16-bit product (M > N) as C^T = B^T A^T: where the
+    tile model's best tile for the N x M problem scores at least :data:`SWAP_GAIN` more than the
+    best for M x N (its tiles fill the waves better: 3072 x 1024 in 128 x 256 tiles fills 96 of
+    132 SMs, swapped in 128 x 192 tiles 128). The swapped output is stored from the registers.
+    Measured on an H100 (BENCHMARKS.md, 2026-11-26), bf16, ratio to cuBLAS: 3072 x 1024 x 4096
+    0.804 -> 0.915, 6144 x 1000 x 4096 0.807 -> 0.898; where the swapped tiles fill no better it
+    lost (5000 x 3000 x 4000: 0.884 -> 0.749, 4096 x 1000 x 8192: 0.983 -> 0.617), hence the
+    margin."""
+    if input_bits != 16 or m <= n or sim.enabled():
+        return False
+    return _scored(n, m, 1, sms)[0][0] >= _scored(m, n, 1, sms)[0][0] + SWAP_GAIN
 
 
 #: Rows up to which :func:`pick_small_m` decides.
