@@ -342,9 +342,9 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
 
     monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {"multiprocessors": 132})
 
-    def plan(m, n, b_kmajor=True, **opts):
-        ia = described(_Strided((m, 512), np.uint16), "A")._replace(dtype="bf16")
-        ib = described(_Strided((512, n), np.uint16, (2, 1024) if b_kmajor else None), "B")._replace(dtype="bf16")
+    def plan(m, n, b_kmajor=True, k=512, **opts):
+        ia = described(_Strided((m, k), np.uint16), "A")._replace(dtype="bf16")
+        ib = described(_Strided((k, n), np.uint16, (2, 2 * k) if b_kmajor else None), "B")._replace(dtype="bf16")
         io = described(_Strided((m, n), np.uint16), "out")._replace(dtype="bf16")
         return Plan("f32.bf16.bf16", "bf16", ia, ib, io, opts, False)
 
@@ -360,10 +360,11 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
     assert (plan(2048, 2048).cfg.bn, plan(8192, 8192).cfg.bn) == (256, 256)
     # a tall product whose swapped tiles fill the waves better: C^T = B^T A^T in 128 x 192 tiles
     # (3072 x 1024: 96 tiles of 128 x 256 on 132 SMs; swapped, 128 of 128 x 192), stored from the registers
-    p = plan(3072, 1024)
-    assert p.swap and (p.cfg.bm, p.cfg.bn, p.cfg.epilogue) == (128, 192, "direct") and p.mnk[:2] == (1024, 3072)
+    p = plan(3072, 1024, k=4096)
+    assert p.swap and (p.cfg.bm, p.cfg.bn, p.cfg.epilogue) == (128, 192, "direct") and p.mnk == (1024, 3072, 4096)
     assert p.config == {"bm": 128, "bn": 192, "swap": 1}
-    for p in (plan(3072, 1024, swap=0), plan(3072, 1024, cluster=2), plan(3072, 1024, stages=3)):
+    for p in (plan(3072, 1024, k=4096, swap=0), plan(3072, 1024, k=4096, cluster=2), plan(3072, 1024, k=4096, stages=3),
+              plan(3072, 1024)):  # (the last: K of 512, too short to swap)
         assert not p.swap, p.config
 
 

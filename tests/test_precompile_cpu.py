@@ -21,7 +21,7 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
         for m, n, k in itertools.product(DIMS, DIMS, (64, 512, 4096, 16384)):
             for lay in (("KK", "KN", "MK", "MN") if bits == 16 else ("KK",)):
                 small = pick_small_m(m, n, k, bits, a_kmajor=lay[0] == "K")
-                swap = small is None and lay[0] == "K" and pick_swap(m, n, bits, sms)
+                swap = small is None and lay[0] == "K" and pick_swap(m, n, k, bits, sms)
                 if swap:
                     cfg = {"swap": 1} | dict(zip(("bm", "bn"), pick_tile(n, m)))
                 else:

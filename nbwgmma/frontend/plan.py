@@ -159,7 +159,7 @@ class Plan:
                 sms = device_limits()["multiprocessors"]
                 free = not ({"cluster", "split", "epilogue", "stages", "cluster_k", "stream_k"} & set(given)
                             or given.get("swap") or _SIM)
-                if free and swappable and pick_swap(m, n, wk.input_bits, sms):  # a tall product: C^T tiles better
+                if free and swappable and pick_swap(m, n, k, wk.input_bits, sms):  # a tall product: C^T tiles better
                     opts["swap"] = 1
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
                 opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1)

@@ -11,7 +11,7 @@ from .. import sim
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
-           "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN"]
+           "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN", "SWAP_MIN_K"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -123,16 +123,22 @@ def _scored(m, n, cluster, sms):
 SWAP_GAIN = 0.1
 
 
-def pick_swap(m, n, input_bits, sms):
+#: Smallest K for which the default path swaps a tall product (at K = 1024, 6144 x 1024 swapped ran
+#: 0.986x the unswapped: the transposed stores weigh more against a short main loop).
+SWAP_MIN_K = 2048
+
+
+def pick_swap(m, n, k, input_bits, sms):
     """Whether the default path computes a tall 16-bit product (M > N) as C^T = B^T A^T: where the
     tile model's best tile for the N x M problem scores at least :data:`SWAP_GAIN` more than the
     best for M x N (its tiles fill the waves better: 3072 x 1024 in 128 x 256 tiles fills 96 of
     132 SMs, swapped in 128 x 192 tiles 128). The swapped output is stored from the registers.
     Measured on an H100 (BENCHMARKS.md, 2026-11-26), bf16, ratio to cuBLAS: 3072 x 1024 x 4096
-    0.804 -> 0.915, 6144 x 1000 x 4096 0.807 -> 0.898; where the swapped tiles fill no better it
-    lost (5000 x 3000 x 4000: 0.884 -> 0.749, 4096 x 1000 x 8192: 0.983 -> 0.617), hence the
-    margin."""
-    if input_bits != 16 or m <= n or sim.enabled():
+    0.804 -> 0.915, 6144 x 1000 x 4096 0.807 -> 0.898; against the unswapped default in one
+    process, 1.09-1.16x at seven tall shapes (K 4096-14336); where the swapped tiles fill no better
+    it lost (5000 x 3000 x 4000: 0.884 -> 0.749, 4096 x 1000 x 8192: 0.983 -> 0.617), hence the
+    margin; K below :data:`SWAP_MIN_K` is not swapped."""
+    if input_bits != 16 or m <= n or k < SWAP_MIN_K or sim.enabled():
         return False
     return _scored(n, m, 1, sms)[0][0] >= _scored(m, n, 1, sms)[0][0] + SWAP_GAIN
 
