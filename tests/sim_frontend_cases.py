@@ -246,16 +246,16 @@ def test_an_unknown_cta_order_is_refused(monkeypatch):
 
 
 @pytest.mark.parametrize("sms, m, n, k, bn, odt, order", [
-    (2, 130, 64, 192, 64, "f32", "forward"), (2, 130, 64, 192, 64, "f32", "reverse"),
+    (2, 130, 64, 192, 64, "f32", "forward"), (2, 512, 64, 128, 64, "f32", "reverse"),
     (4, 256, 128, 256, 64, "bf16", "reverse"), (2, 128, 64, 64, 64, "f32", "forward"),
     (2, 128, 40, 128, 40, "f32", "reverse")],
-    ids=["ragged-3-tiles", "ragged-3-tiles-reverse", "tma-epilogue-2-clusters", "one-k-block", "narrow40"])
+    ids=["ragged-2-tiles-3-kblocks", "4-tiles-per-cluster", "tma-epilogue-2-clusters", "one-k-block", "narrow40"])
 def test_cluster_k_halves_summed_through_the_peer(monkeypatch, sms, m, n, k, bn, odt, order):
     """``cluster_k=2``: each tile's two CTAs take half its k-blocks, and each sends the 64 rows the
     other keeps through distributed shared memory (st.async into the peer's buffer, the bytes on
     its barrier); a CTA walks several tiles, so the buffers are reused (the "free" barrier's
-    phases); K of one block leaves rank 0 a half of nothing; a TMA-store epilogue. Exact, with
-    the clusters run in either order."""
+    phases; four tiles per cluster reach both parities of it twice); K of one block leaves rank 0
+    a half of nothing; a TMA-store epilogue. Exact, with the clusters run in either order."""
     import nbwgmma.launch
 
     real = nbwgmma.launch.device_limits

@@ -150,21 +150,21 @@ class Plan:
             wk = wgmma_kind(kind)
             swappable = opts.get("swap", 1) != 0 and "epilogue" not in opts \
                 and _operand_path(ia, False, wk.transposable)[0] == "K"
-            small = None if "split" in opts or "cluster_k" in opts else pick_small_m(m, n, k, wk.input_bits, cluster, a_kmajor=swappable)
+            small = None if "split" in opts or opts.get("cluster_k", 1) != 1 else pick_small_m(m, n, k, wk.input_bits, cluster, a_kmajor=swappable)
             if small is not None:
                 opts.update({key: v for key, v in small.items() if key not in opts})
             else:  # (a forced swap tiles the swapped problem, N x M)
                 from ..launch import device_limits
 
                 sms = device_limits()["multiprocessors"]
-                free = not ({"cluster", "split", "epilogue", "stages", "cluster_k", "stream_k"} & set(given)
-                            or given.get("swap") or _SIM)
+                free = not ({"cluster", "split", "epilogue", "stages", "stream_k"} & set(given)
+                            or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM)
                 if free and swappable and pick_swap(m, n, k, wk.input_bits, sms):  # a tall product: C^T tiles better
                     opts["swap"] = 1
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
                 opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1)
-                if opts.get("cluster_k", 1) != 1 and opts["bm"] != 128:  # (K halves: 128-row tiles)
-                    opts["bm"], opts["bn"] = 128, 128
+                if opts.get("cluster_k", 1) != 1 and (opts["bm"] != 128 or opts["bn"] > 192):
+                    opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
                 # a tile that fills its one or two waves poorly: a narrower one (direct epilogue, B K-major)
                 if free and not opts.get("swap") and _operand_path(ib, True, wk.transposable)[0] == "K":
                     narrow = pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits)

@@ -10,7 +10,7 @@ import math
 from .. import sim
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
-           "SWAP_M_FP8", "SWAP_BN", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
+           "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
            "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN", "SWAP_MIN_K"]
 
 
@@ -41,7 +41,8 @@ def pick_tile(m, n, cluster=1):
 #: problems measured (BENCHMARKS.md, 2026-11-26): 72 (768 x 1536), 80 (640 x 2048), 96 (384 x 4096,
 #: 512 x 3008), 144 (384 x 6144, 640 x 7168), 160 (1024 x 5120).
 NARROW_BN = (72, 80, 96, 144, 160)
-_STAGE_BUDGET = 227 * 1024 - 1023 - 64  # (GemmConfig's: the opt-in limit less alignment slack and barriers)
+#: Shared memory for a kernel's stages: GemmConfig's opt-in 227 KiB less alignment slack and barriers.
+STAGE_BUDGET = 227 * 1024 - 1023 - 64
 #: How much more of its waves a narrow tile must fill than the default's for ``config="auto"`` to
 #: time it, and for the default path to take it.
 NARROW_GAIN = 0.1
@@ -56,11 +57,14 @@ def wave_fill(m, n, bm, bn, sms):
 
 def narrow_tile(bn):
     """The config of the narrow tile of ``bn`` columns (one of :data:`NARROW_BN`)."""
-    return {"bm": 128, "bn": bn, "epilogue": "direct", "stages": min(8, _STAGE_BUDGET // ((128 + bn) * 128))}
+    return {"bm": 128, "bn": bn, "epilogue": "direct", "stages": min(8, STAGE_BUDGET // ((128 + bn) * 128))}
 
 
-def _best_narrow(m, n, tile, sms, gain, below=None):
-    fills = {bn: wave_fill(m, n, 128, bn, sms) for bn in NARROW_BN if below is None or bn < below}
+def _best_narrow(m, n, tile, sms, gain, below=None, waves=None):
+    """The narrow tile of :data:`NARROW_BN` (narrower than ``below``, needing at most ``waves``
+    waves) filling the waves best, where it fills them ``gain`` more than ``tile``; else None."""
+    fills = {bn: wave_fill(m, n, 128, bn, sms) for bn in NARROW_BN if (below is None or bn < below) and
+             (waves is None or math.ceil(m / 128) * math.ceil(n / bn) <= waves * sms)}
     if not fills:
         return None
     bn = max(fills, key=lambda b: (fills[b], b))
@@ -75,28 +79,28 @@ def narrow_config(m, n, tile, sms):
     return _best_narrow(m, n, tile, sms, NARROW_GAIN)
 
 
-#: Narrow widths the default path takes for fp8 inputs, in one wave only (128 x 144 lost to 128 x 192
-#: at e4m3 384 x 6144 x 4096 on an H100: 0.94x; 128 x 80 in one wave won at 640 x 2048: 1.06x).
+#: Narrow widths the default path takes for inputs other than 16-bit, in one wave only (fp8: 128 x
+#: 144 lost to 128 x 192 at e4m3 384 x 6144 x 4096 on an H100, 0.94x; 128 x 80 in one wave won at
+#: 640 x 2048, 1.06x; tf32 as the earlier rule, unmeasured beyond it).
 NARROW_BN_FP8_MAX = 96
 
 
 def pick_narrow(m, n, tile, sms, input_bits=16):
-    """The default path's narrow tile in place of a 128-row ``tile`` of at most 192 columns: the
-    narrower tile of :data:`NARROW_BN` (at most :data:`NARROW_BN_FP8_MAX` columns, one wave, for
-    8-bit inputs) that fills the waves best, where it needs at most two waves and fills them at least
-    :data:`NARROW_PICK_GAIN` more; else None. Measured on an H100 in one process against the
-    earlier choice (BENCHMARKS.md, 2026-11-26; outputs bit-identical): 1.03-1.13x at 384 x 6144,
-    640 x 2048, 640 x 7168 and 768 x 1536 (bf16, e4m3 at 640 x 2048), 1.00-1.02x at 512 x 5120,
-    1024 x 5120 and 1536 x 1536; where the default tile has 256 columns or the problem several
-    waves, narrower tiles lost (0.64-0.95x), so they are not tried there."""
+    """The default path's narrow tile in place of a 128-row ``tile`` of at most 192 columns: of the
+    narrower tiles of :data:`NARROW_BN` that need at most two waves (for inputs other than 16-bit:
+    at most :data:`NARROW_BN_FP8_MAX` columns and one wave), the one filling the waves best, where
+    it fills them at least :data:`NARROW_PICK_GAIN` more; else None. Measured on an H100 in one
+    process against the earlier choice (BENCHMARKS.md, 2026-11-26; outputs bit-identical):
+    1.03-1.13x at 384 x 6144, 640 x 2048, 640 x 7168 and 768 x 1536 (bf16, e4m3 at 640 x 2048),
+    1.00-1.02x at 512 x 5120, 1024 x 5120 and 1536 x 1536. Where the default tile has 256 columns
+    or the problem several waves narrower tiles lost (tiles of 216-248 columns 0.82-0.96x of the
+    128 x 256 default, 2026-11-26; 128 x 96 over several waves 0.64-0.91x, 2026-11-25), so they
+    are not tried there."""
     if tile[0] != 128 or tile[1] > 192:
         return None
-    below = tile[1] if input_bits > 8 else min(tile[1], NARROW_BN_FP8_MAX + 1)
-    narrow = _best_narrow(m, n, tile, sms, NARROW_PICK_GAIN, below=below)
-    waves = math.ceil(math.ceil(m / 128) * math.ceil(n / narrow["bn"]) / sms) if narrow is not None else 0
-    if narrow is None or waves > (2 if input_bits > 8 else 1):
-        return None
-    return narrow
+    sixteen = input_bits == 16
+    below = tile[1] if sixteen else min(tile[1], NARROW_BN_FP8_MAX + 1)
+    return _best_narrow(m, n, tile, sms, NARROW_PICK_GAIN, below=below, waves=2 if sixteen else 1)
 
 
 def rank_tiles(m, n, cluster=1):
@@ -151,8 +155,6 @@ SWAP_M = 64
 SWAP_M_FP8 = 32
 #: The narrow tiles' widths (the tokens' side of a swapped product).
 SWAP_BN = (16, 32, 64)
-#: Shared memory for a swapped product's stages (the opt-in 227 KiB less alignment slack and barriers).
-SWAP_STAGE_BUDGET = 227 * 1024 - 1023 - 64
 
 
 def swapped_small_m(m, n, k, sms, input_bits=16):
@@ -176,7 +178,7 @@ def swapped_small_m(m, n, k, sms, input_bits=16):
 def swapped_config(bn, split):
     """The swapped small-M config of tile width ``bn`` (one of :data:`SWAP_BN`) and ``split``
     K slices: 64 x ``bn`` tiles, as many stages as fit up to 16."""
-    cfg = {"swap": 1, "bm": 64, "bn": bn, "stages": min(16, SWAP_STAGE_BUDGET // ((64 + bn) * 128))}
+    cfg = {"swap": 1, "bm": 64, "bn": bn, "stages": min(16, STAGE_BUDGET // ((64 + bn) * 128))}
     return cfg | ({"split": split} if split > 1 else {})
 
 

@@ -96,7 +96,7 @@ cluster_sync = ptx_intrinsic(
     "barrier.cluster): a full cluster-wide barrier of every thread that has not exited. A kernel "
     "whose idle threads leave early (and whose producer warp keeps one thread) ends with "
     "``cluster_sync(False)``: threads waiting at the barrier while another thread of their warp "
-    "still runs slowed that thread's work (measured on an H100: 128 x 128 GEMM tiles in clusters of two 13-20% slower).",
+    "still runs slowed that thread's work (measured on an H100: 128 x 128 GEMM tiles in clusters of two 12-20% slower).",
 )
 
 elect_one_sync = ptx_intrinsic(

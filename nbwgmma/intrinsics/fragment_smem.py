@@ -15,6 +15,7 @@ from numba.core.extending import intrinsic
 
 from .. import backend
 from ..layout.descriptor import SWIZZLE_BYTES, SWIZZLE_MASK
+from ..layout.fragment import EXCHANGE_QUAD
 from .errors import NbwgmmaTypingError
 from .fragment import FP8_FORMATS, acc_kind_of, check_int_args, cvt_pair, ir_value_coords, literal_arg
 
@@ -241,10 +242,6 @@ def acc_stmatrix_transposed(typingctx, regs, base, tid):
 
 __all__ += ["acc_stmatrix_transposed"]
 
-#: The exchange layout of :func:`acc_send_cluster` and :func:`acc_add_shared`: values ``4q .. 4q + 3``
-#: of thread ``t`` of a warpgroup at byte ``q * EXCHANGE_QUAD + 16 * t`` (each warp's 16-byte
-#: accesses one contiguous 512-byte run: no bank conflicts).
-EXCHANGE_QUAD = 128 * 16
 
 
 def _check_exchange(name, acc):
@@ -258,8 +255,8 @@ def acc_send_cluster(typingctx, acc, base, bar, cta, tid):
     ``cta`` of the cluster: one ``st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32``
     (PTX ISA: st.async) per four values, into that CTA's shared memory at the offset of this
     CTA's address ``base`` (mapped with ``mapa``), each completing 16 bytes on that CTA's
-    mbarrier at the offset of ``bar``. The layout is :data:`EXCHANGE_QUAD`'s (``tid``: the
-    thread's index in its warpgroup, 0-127); ``base`` 16-byte aligned; the buffer holds
+    mbarrier at the offset of ``bar``. The layout is :func:`nbwgmma.layout.exchange_offset`'s
+    (``tid``: the thread's index in its warpgroup, 0-127); ``base`` 16-byte aligned; the buffer holds
     ``4 * len(acc) * 128`` bytes, which the receiver expects on its barrier
     (``mbarrier_arrive_expect_tx``) and reads back with :func:`acc_add_shared` once the phase
     completed (a wait with ``scope="cluster"``: the transfers release at cluster scope). The
@@ -287,7 +284,8 @@ def acc_send_cluster(typingctx, acc, base, bar, cta, tid):
 @intrinsic
 def acc_add_shared(typingctx, acc, base, tid):
     """``acc_add_shared(acc, base, tid)``: ``acc`` plus the f32 fragment stored at the
-    ``.shared::cta`` address ``base`` in :data:`EXCHANGE_QUAD`'s layout (what
+    ``.shared::cta`` address ``base`` (16-byte aligned) in the layout of
+    :func:`nbwgmma.layout.exchange_offset` (what
     :func:`acc_send_cluster` sends), one ``ld.shared.v4.f32`` (PTX ISA: ld) per four values."""
     _check_exchange("acc_add_shared", acc)
     check_int_args("acc_add_shared", base=base, tid=tid)
@@ -312,7 +310,7 @@ def acc_add_shared(typingctx, acc, base, tid):
     return acc(acc, base, tid), codegen
 
 
-__all__ += ["EXCHANGE_QUAD", "acc_send_cluster", "acc_add_shared"]
+__all__ += ["acc_send_cluster", "acc_add_shared"]
 
 # In Numba's CUDA simulator: the Python implementations it registered (nbwgmma.backend).
 globals().update(backend.python_functions(__all__))

@@ -196,7 +196,7 @@ class GemmConfig:
                               f"c_parts must be 1 or 2 with BN / c_parts a multiple of 64; got {c_parts} for bn={bn}")
         self.c_parts = c_parts
         self.c_bytes = c_bytes(c_parts)
-        self.x_bytes = 64 * bn * 4 if cluster_k == 2 else 0  # the K halves' exchange buffer
+        self.x_bytes = ClusterSplitK(bn).buffer_bytes if cluster_k == 2 else 0  # the K halves' exchange buffer
         budget = smem - self.c_bytes - self.x_bytes
         if stages is None:
             stages = min(DEFAULT_STAGES.get((bm, bn), 4), budget // self.stage_bytes)
@@ -481,7 +481,7 @@ def _build(key):
                             it += 1
             elif CL > 1:
                 # The idle threads leave now: waiting at the closing cluster barrier beside the
-                # producer thread of their warp, they slowed its loop (clusters 13-20% slower on an
+                # producer thread of their warp, they slowed its loop (clusters 12-20% slower on an
                 # H100). (With cluster_k they made no difference, and leaving made ptxas spill.)
                 return
         else:

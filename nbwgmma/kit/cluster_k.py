@@ -28,7 +28,11 @@ half plus the peer's: IEEE addition commutes)::
 
 ``xbuf`` is ``buffer_bytes`` of shared memory (16-byte aligned), ``xbars`` ``barrier_words``
 mbarriers; a CTA must not exit while its peer may still send or arrive: end the kernel with
-``cluster_sync()``. A half of no k-blocks (K of one block) is an accumulator of zeros.
+``cluster_sync(False)`` (not ``.aligned``: a producer warp's other threads may have left). A half
+of no k-blocks (K of one block) is an accumulator of zeros. The keeper's warpgroup frees the
+buffer with one arrival at cluster scope after a warpgroup barrier (its reads ordered before the
+sender's next ``st.async`` across the two CTAs); the keeper waits for the bytes with an acquire
+at cluster scope (``st.async`` completes them with release at cluster scope; PTX ISA: st.async).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import types
 from ..intrinsics import (acc_add_shared, acc_send_cluster, fence_mbarrier_init, mbarrier_arrive_cluster,
                           mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity)
 from .device import inlined
+from .warpgroup import warpgroup_sync
 
 __all__ = ["ClusterSplitK"]
 
@@ -50,7 +55,6 @@ class ClusterSplitK(types.ModuleType):
     ``exchange(acc, buf, bars, j, cw, ct, rank) -> (acc, keep)`` (every thread of both consumer
     warpgroups, once per tile, ``j`` counting the CTA's tiles from 0)."""
 
-    CONSUMERS = 2
     barrier_words = 2
 
     def __init__(self, bn: int):
@@ -70,7 +74,7 @@ class ClusterSplitK(types.ModuleType):
         @inlined
         def init(bars):
             mbarrier_init(bars, 1)  # "received": the keeper's arrival with the bytes it expects
-            mbarrier_init(bars + 8, 128)  # "free": every thread of the peer's keeper, after its reads
+            mbarrier_init(bars + 8, 1)  # "free": the peer's keeper warpgroup, once all its threads have read
             mbarrier_name(bars, "received")
             mbarrier_name(bars + 8, "free")
             fence_mbarrier_init()
@@ -82,15 +86,17 @@ class ClusterSplitK(types.ModuleType):
         @inlined
         def exchange(acc, buf, bars, j, cw, ct, rank):
             if cw != rank:  # the peer keeps these rows: send them into its buffer
-                if j > 0:
-                    mbarrier_wait_parity(bars + 8, (j - 1) & 1)  # the peer has read the previous part
+                if j > 0:  # the peer has read the previous part (its release at cluster scope)
+                    mbarrier_wait_parity(bars + 8, (j - 1) & 1, "cluster")
                 acc_send_cluster(acc, buf, bars, cw, ct)
                 return acc, False
             if ct == 0:
                 mbarrier_arrive_expect_tx(bars, BYTES)
             mbarrier_wait_parity(bars, j & 1, "cluster")  # st.async's bytes complete with release.cluster
             acc = acc_add_shared(acc, buf, ct)
-            mbarrier_arrive_cluster(bars + 8, 1 - rank)  # (after the adds used every value read)
+            warpgroup_sync(cw)  # every thread of the warpgroup has read its part of the buffer
+            if ct == 0:
+                mbarrier_arrive_cluster(bars + 8, 1 - rank, "cluster")
             return acc, True
 
         self.init, self.k_half, self.exchange = init, k_half, exchange

@@ -53,6 +53,9 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     if pipe.cluster != sched.cluster:
         raise ValueError(f"tile_producer: the pipe's cluster ({pipe.cluster}) and the scheduler's ({sched.cluster}) "
                          f"must be the same")
+    if sched.cluster_k != 1:
+        raise ValueError(f"tile_producer: a scheduler with cluster_k walks each tile's half of the k-blocks "
+                         f"(ClusterSplitK.k_half), which this walk does not; got {sched!r}")
     if pairs and sched.cluster > 1:
         raise ValueError(f"tile_producer: pairs of tiles take no clusters; got {sched!r}")
     STAGE = stage_bytes

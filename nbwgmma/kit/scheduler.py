@@ -104,7 +104,7 @@ class TileScheduler(types.ModuleType):
 
     def __init__(self, bm: int, bn: int, bk: int, *, group_m: int = 8, cluster: int = 1, split: int = 1,
                  cluster_k: int = 1):
-        if cluster_k not in (1, 2) or (cluster_k == 2 and (cluster != 1 or split != 1)):
+        if type(cluster_k) is not int or cluster_k not in (1, 2) or (cluster_k == 2 and (cluster != 1 or split != 1)):
             raise ValueError(f"TileScheduler: cluster_k must be 1, or 2 with cluster=1 and split=1; got "
                              f"cluster_k={cluster_k!r}, cluster={cluster!r}, split={split!r}")
         for name, v in (("bm", bm), ("bn", bn), ("bk", bk), ("group_m", group_m), ("cluster", cluster),

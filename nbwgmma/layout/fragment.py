@@ -23,7 +23,7 @@ from .descriptor import SWIZZLE_MASK
 from .kinds import wgmma_kind
 
 __all__ = ["acc_value_coords", "acc_coords", "a_frag_coords", "tile_block_offset", "transposed_block_offset",
-           "ldmatrix_lane_map"]
+           "ldmatrix_lane_map", "EXCHANGE_QUAD", "exchange_offset"]
 
 
 def acc_value_coords(t, i):
@@ -84,6 +84,19 @@ def transposed_block_offset(row, col):
     128 bytes a row, with the 128-byte swizzle (ints or numpy arrays); what a TMA store with a
     (N, 64) box and that swizzle reads."""
     return tile_block_offset(col, row, 2, 128, "128B")
+
+
+#: Bytes between the groups of four values of the exchange layout (:func:`exchange_offset`).
+EXCHANGE_QUAD = 128 * 16
+
+
+def exchange_offset(t, i):
+    """Byte offset of 32-bit accumulator value ``i`` of warpgroup thread ``t`` in the exchange
+    layout that :func:`nbwgmma.intrinsics.acc_send_cluster` writes and
+    :func:`nbwgmma.intrinsics.acc_add_shared` reads: values ``4q .. 4q + 3`` of thread ``t`` at
+    ``q * EXCHANGE_QUAD + 16 t`` (ints or numpy arrays; each warp's 16-byte pieces one contiguous
+    512-byte run, so no bank conflicts)."""
+    return (i // 4) * EXCHANGE_QUAD + 16 * t + 4 * (i % 4)
 
 
 def ldmatrix_lane_map(trans: bool = False) -> np.ndarray:

@@ -52,14 +52,16 @@ What it does not model: register writes that Python cannot see (rebinding a frag
 variable while its wgmma is in flight is not flagged), races between two generic stores,
 a generic load followed by a copy's write with nothing ordering the load first (a stage
 released by one thread while the others still read it: compute-sanitizer's racecheck
-reports it), a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
+reports it; likewise ``acc_add_shared``'s reads of an exchange buffer that a peer's
+``acc_send_cluster`` overwrites too early), a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
 only: register accesses are invisible here), copies finishing out of order (a TMA
 load lands when it is issued, so a pipeline turn passed too early cannot show), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
 not a report), TMA stores still reading shared memory when their thread exits (end with
 ``bulk_wait_group``), synchronization through memory (a flag stored with release semantics and read with acquire
 semantics orders nothing here: an mbarrier initialized and published that way is reported
 as unordered; use a barrier), and memory ordering weaker than sequential consistency (fences other than the proxy fence
-are no-ops). Kernels are launched with :func:`nbwgmma.launch.launch`, which runs the CTAs
+are no-ops; an mbarrier wait's or arrival's scope, ``cta`` or ``cluster``, changes nothing here, so a
+wait at CTA scope for bytes another CTA's ``st.async`` delivered is not flagged). Kernels are launched with :func:`nbwgmma.launch.launch`, which runs the CTAs
 of one cluster at a time, clusters in increasing order (``NBWGMMA_SIM_ORDER=reverse``: decreasing;
 the GPU promises neither, so a kernel whose CTAs meet through global memory is worth running
 both ways). A hazard inside one of nbwgmma's own blocks (a kit function, an intrinsic) names the

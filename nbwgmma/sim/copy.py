@@ -17,6 +17,7 @@ import itertools
 import numpy as np
 
 from ..layout.descriptor import SWIZZLE_PERIOD, swizzle_addr
+from ..layout.fragment import exchange_offset
 from ..layout.tma import TMA_DTYPES, box_copy_model
 from ..layout.wgmma_model import decode_elements, encode_elements
 from .core import IMPLS, RANK_SHIFT, SimHazard, SimStopped, addr_of, impl, me, split
@@ -174,8 +175,8 @@ _declare_tma()
 
 
 def acc_send_cluster(acc, base, bar, cta, tid):
-    """Each four values of the fragment land in CTA ``cta`` at ``base + q * 2048 + 16 * tid``
-    (the exchange layout) when issued, completing 16 bytes each on its barrier at ``bar``'s
+    """Each four values of the fragment land in CTA ``cta`` at ``base`` plus their offset in the
+    exchange layout (:func:`nbwgmma.layout.exchange_offset`) when issued, completing 16 bytes each on its barrier at ``bar``'s
     offset; their bytes are unreadable there until that phase is observed."""
     from .wgmma import read_acc
 
@@ -189,11 +190,11 @@ def acc_send_cluster(acc, base, bar, cta, tid):
     if not peer:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: acc_send_cluster to CTA rank {int(cta)}: the cluster "
                         f"has {len(th.cl.ctas)} CTA(s)")
-    off0 = (int(base) & mask) + 16 * int(tid)
+    off0 = int(base) & mask
     with th.cl.lock:
         for q in range(len(vals) // 4):
-            _land(th, peer[0], off0 + q * 2048, vals[4 * q:4 * q + 4].view(np.uint8), int(bar) & mask,
-                  "an st.async (acc_send_cluster)")
+            _land(th, peer[0], off0 + exchange_offset(int(tid), 4 * q), vals[4 * q:4 * q + 4].view(np.uint8),
+                  int(bar) & mask, "an st.async (acc_send_cluster)")
 
 
 @impl("bulk_copy_g2s")

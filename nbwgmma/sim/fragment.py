@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout.fragment import tile_block_offset, transposed_block_offset
+from ..layout.fragment import exchange_offset, tile_block_offset, transposed_block_offset
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import encode_elements, float_to_fp8
 from .copy import acc_send_cluster
-from .core import located, me, split
+from .core import SimHazard, located, me, split
 from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
 
 
@@ -183,7 +183,10 @@ def acc_add_shared(acc, base, tid):
     th = me()
     a = np.asarray(read_acc(acc, "acc_add_shared"), np.float32)
     cta, off0 = split(int(base))
-    idx = off0 + 16 * int(tid) + (np.arange(len(a)) // 4) * 2048 + (np.arange(len(a)) % 4) * 4
+    if off0 % 16:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: acc_add_shared needs a 16-byte aligned address "
+                        f"(ld.shared.v4); got 0x{int(base):x}")
+    idx = off0 + exchange_offset(int(tid), np.arange(len(a)))
     byte_idx = (idx[:, None] + np.arange(4)).reshape(-1)
     with th.cl.lock:
         cta.shadow.check_observed(th, byte_idx, "acc_add_shared")

@@ -214,13 +214,3 @@ def test_accumulator_exchange_typing_errors():
         compile_report(ns["ky"], (types.float32[:],))
     with pytest.raises(Exception, match="acc_add_shared: 'base' must be an integer"):
         compile_report(ns["kz"], (types.float32[:],))
-
-
-def test_exchange_layout_is_a_dense_bijection():
-    """:data:`EXCHANGE_QUAD`'s layout: every (thread, value) of a 64 x N f32 fragment has its own
-    4 bytes of a buffer of 4 x N/2 x 128 bytes, each warp's 16-byte pieces contiguous."""
-    for n in (8, 64, 256):
-        vals = n // 2
-        t, i = np.meshgrid(np.arange(128), np.arange(vals), indexing="ij")
-        off = (i // 4) * EXCHANGE_QUAD + 16 * t + 4 * (i % 4)
-        assert sorted(off.ravel()) == list(range(0, 4 * vals * 128, 4))
