@@ -216,6 +216,15 @@ def test_swapped_mixed_fp8():
     np.testing.assert_array_equal(got, want)
 
 
+def on_a_gpu_of(monkeypatch, sms, order):
+    """Run what follows as on a GPU of ``sms`` SMs, the clusters in ``order`` (NBWGMMA_SIM_ORDER)."""
+    import nbwgmma.launch
+
+    real = nbwgmma.launch.device_limits
+    monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {**real(device), "multiprocessors": sms})
+    monkeypatch.setenv("NBWGMMA_SIM_ORDER", order)
+
+
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("sms, m, n, k, bm", [(3, 96, 128, 128, 64), (5, 96, 128, 192, 64), (3, 64, 64, 320, 64),
                                               (3, 96, 128, 64, 64), (4, 130, 64, 192, 128)])
@@ -226,11 +235,7 @@ def test_stream_k_parts_summed_in_k_order(monkeypatch, sms, m, n, k, bm, order):
     consumer's part); exact. CTAs in increasing order: a shared tile's first CTA comes first,
     parks its part, and the last to count sums them all; in decreasing order it comes last,
     finds the others counted and adds their parts to its own, parking nothing."""
-    import nbwgmma.launch
-
-    real = nbwgmma.launch.device_limits
-    monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {**real(device), "multiprocessors": sms})
-    monkeypatch.setenv("NBWGMMA_SIM_ORDER", order)
+    on_a_gpu_of(monkeypatch, sms, order)
     got, want = run("bf16", m, k, n, odt="f32", config={"stream_k": 1, "bm": bm, "bn": 64}, seed=5)
     np.testing.assert_array_equal(got, want)
 
@@ -256,11 +261,7 @@ def test_cluster_k_halves_summed_through_the_peer(monkeypatch, sms, m, n, k, bn,
     its barrier); a CTA walks several tiles, so the buffers are reused (the "free" barrier's
     phases; four tiles per cluster reach both parities of it twice); K of one block leaves rank 0
     a half of nothing; a TMA-store epilogue. Exact, with the clusters run in either order."""
-    import nbwgmma.launch
-
-    real = nbwgmma.launch.device_limits
-    monkeypatch.setattr(nbwgmma.launch, "device_limits", lambda device=None: {**real(device), "multiprocessors": sms})
-    monkeypatch.setenv("NBWGMMA_SIM_ORDER", order)
+    on_a_gpu_of(monkeypatch, sms, order)
     cfg = {"cluster_k": 2, "bm": 128, "bn": bn, "stages": 2} | ({"epilogue": "direct"} if bn % 64 else {})
     got, want = run("bf16", m, k, n, odt=odt, config=cfg, seed=6)
     np.testing.assert_array_equal(got, want)

@@ -23,6 +23,7 @@ from ..layout.wgmma_model import decode_elements, encode_elements
 from .core import IMPLS, RANK_SHIFT, SimHazard, SimStopped, addr_of, impl, me, split
 from .shadow import AsyncRead, AsyncWrite
 from .sync import complete_tx, mbar
+from .wgmma import read_acc
 
 _TMAPS: dict = {}
 _TMAP_NEXT = itertools.count(0x7E0000000000, 256)
@@ -178,8 +179,6 @@ def acc_send_cluster(acc, base, bar, cta, tid):
     """Each four values of the fragment land in CTA ``cta`` at ``base`` plus their offset in the
     exchange layout (:func:`nbwgmma.layout.exchange_offset`) when issued, completing 16 bytes each on its barrier at ``bar``'s
     offset; their bytes are unreadable there until that phase is observed."""
-    from .wgmma import read_acc
-
     th = me()
     vals = np.asarray(read_acc(acc, "acc_send_cluster"), np.float32)
     if len(vals) % 4 or int(base) % 16:

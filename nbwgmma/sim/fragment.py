@@ -190,7 +190,7 @@ def acc_add_shared(acc, base, tid):
     byte_idx = (idx[:, None] + np.arange(4)).reshape(-1)
     with th.cl.lock:
         cta.shadow.check_observed(th, byte_idx, "acc_add_shared")
-        got = np.array([cta.image[i:i + 4].view(np.float32)[0] for i in idx], np.float32)
+        got = cta.image[byte_idx].view(np.float32)
     return tuple(a + got)
 
 
