@@ -94,6 +94,27 @@ def test_explicit_configs(cfg):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("t, m, k, n, a_k, odt, cfg", [
+    ("bf16", 300, 136, 136, True, "bf16", {"bm": 256, "bn": 128}),
+    ("f16", 260, 72, 40, False, "f16", {"bm": 256, "bn": 40, "stages": 2}),
+    ("bf16", 200, 64, 88, True, "f32", {"bm": 256, "bn": 88, "consumers": 2}),
+], ids=["256x128-tma", "256x40-narrow-tma-mn-a", "256x88-direct"])
+def test_tall_tiles_two_blocks_per_consumer(t, m, k, n, a_k, odt, cfg):
+    """256-row tiles by default take two consumer warpgroups of 128 rows (two 64-row blocks and
+    two accumulators each): rows past M in the second block, a narrow N stored by one unswizzled
+    TMA box per block (16-bit out) or from the registers (f32 out)."""
+    got, want = run(t, m, k, n, a_k_major=a_k, odt=odt, config=cfg, seed=m)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n, odt", [(72, "bf16"), (136, "f16")])
+def test_narrow_tiles_tma_epilogue(n, odt):
+    """A 128-row tile of a width that is not a multiple of 64 stores each consumer's block with
+    one unswizzled (64, bn) TMA box."""
+    got, want = run("bf16" if odt == "bf16" else "f16", 150, 64, n + 10, odt=odt, config={"bm": 128, "bn": n}, seed=n)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_split_k_with_a_small_m():
     """16 rows in 64-row tiles cut in 4 K slices: three warps of each fragment hold only padding
     rows and park no partial sums; the 16 real rows are exact."""

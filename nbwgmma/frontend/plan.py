@@ -106,8 +106,9 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
 _TMAP_CACHE: dict = {}
 
 
-def tensor_map(arr, ptr, dtype, box, view, keep: bool):
-    """A cached 128B-swizzle tensor map of ``arr`` seen as ``view`` = (shape, strides).
+def tensor_map(arr, ptr, dtype, box, view, keep: bool, swizzle: str = "128B"):
+    """A cached tensor map of ``arr`` seen as ``view`` = (shape, strides), 128B-swizzled unless
+    ``swizzle`` says otherwise.
 
     The map encodes only the address, shape and strides, so a cached map stays right
     for any array later placed at the same address. ``keep`` holds ``arr`` alive with
@@ -115,11 +116,11 @@ def tensor_map(arr, ptr, dtype, box, view, keep: bool):
     """
     from ..tma import TensorMap
 
-    key = (ptr, view, dtype, box, keep)
+    key = (ptr, view, dtype, box, keep, swizzle)
     tm = _TMAP_CACHE.get(key)
     if tm is None:
         shape, strides = view
-        tm = TensorMap(arr, box, dtype=dtype, swizzle="128B", shape=shape, strides=strides)
+        tm = TensorMap(arr, box, dtype=dtype, swizzle=swizzle, shape=shape, strides=strides)
         if not keep:
             tm.array = None
         while len(_TMAP_CACHE) >= 64:  # oldest first
@@ -225,14 +226,20 @@ class Plan:
         self.cfg = GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
                               epilogue=epilogue, **opts)
 
-    def _map(self, slot, x, ptr, view, tdt, box):
+    def _map(self, slot, x, ptr, view, tdt, box, swizzle="128B"):
         """The tensor map of operand ``slot`` read in place at ``ptr`` (the last one is kept at hand)."""
         memo = self._memo[slot]
         if memo is not None and memo[0] == ptr:
             return memo[1]
-        tm = tensor_map(x, ptr, tdt, box, view, keep=False)
+        tm = tensor_map(x, ptr, tdt, box, view, keep=False, swizzle=swizzle)
         self._memo[slot] = (ptr, tm)
         return tm
+
+    def c_map(self, out, io):
+        """The address of C's tensor map for the TMA epilogue: (64, 64) boxes in 128-byte swizzled
+        blocks, or a narrow tile's one unswizzled (64, bn) box."""
+        box = self.cfg.c_box
+        return self._map(2, out, io.ptr, self.c_view, self.odt, (64, box), "128B" if box == 64 else "none").address
 
     def maps(self, x, info, is_b, stream):
         """The tensor map of A or B: read in place, or of a K-major staging copy."""
@@ -253,7 +260,7 @@ class Plan:
         ta = self.maps(a, ia, False, stream_handle)
         tb = self.maps(b, ib, True, stream_handle)
         tma_c = cfg.epilogue == "tma"
-        c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if tma_c else 0
+        c_map = self.c_map(out, io) if tma_c else 0
         if self.launcher is None or DEBUG_WAIT_TIMEOUT_S is not None:  # (never set in the simulator)
             self.check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else numba_view(io, out)
@@ -302,7 +309,7 @@ class Plan:
             a, pa, b, pb, io = b, pb, a, pa, transposed(io)
         ta = self._map(0, a, pa, self.a_path[1], self.tdt[0], self.boxes[0])
         tb = self._map(1, b, pb, self.b_path[1], self.tdt[1], self.boxes[1])
-        c_map = self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64)).address if self.cfg.epilogue == "tma" else 0
+        c_map = self.c_map(out, io) if self.cfg.epilogue == "tma" else 0
         self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha)
 
     def launch_shape(self, kernel, args):

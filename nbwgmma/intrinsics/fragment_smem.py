@@ -145,7 +145,9 @@ def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
     ``16q..16q+15`` (top-left, bottom-left, top-right, bottom-right); lane ``l`` gives the
     address of row ``l % 8`` of matrix ``l // 8``. One instruction per 16 columns replaces
     eight scalar stores, and each 16-byte row lands whole (the swizzle moves 16-byte chunks).
-    An N that is an odd multiple of 8 ends with one ``.x2``.
+    An N that is an odd multiple of 8 ends with one ``.x2``. With swizzle ``"none"`` and
+    ``row_bytes`` = 2 N the tile is one block of whole rows for any N that is a multiple of 8
+    (the TMA store of a narrow tile: one (64, N) box).
     ``base`` (a 32-bit shared address) must be aligned to the swizzle period.
     """
     if not (isinstance(regs, types.UniTuple) and regs.dtype == types.uint32 and regs.count % 2 == 0):
@@ -158,9 +160,13 @@ def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
     sw = literal_arg(swizzle, "swizzle", "acc_stmatrix_swizzled")
     if sw not in SWIZZLE_MASK:
         raise NbwgmmaTypingError(f"acc_stmatrix_swizzled: swizzle must be one of {tuple(SWIZZLE_MASK)}; got {sw!r}")
-    if rb % 32 or not 32 <= rb <= max(32, 2 * n):
+    # A whole unswizzled row (row_bytes = 2 N, a narrow tile's N any multiple of 8) never splits a
+    # 16-column stmatrix between blocks; otherwise the blocks hold whole multiples of 16 columns.
+    whole_row = sw == "none" and rb == 2 * n
+    if not (whole_row or (rb % 32 == 0 and 32 <= rb <= max(32, 2 * n))):
         raise NbwgmmaTypingError(
-            f"acc_stmatrix_swizzled: row_bytes must be a multiple of 32 in [32, {max(32, 2 * n)}]; got {rb}")
+            f"acc_stmatrix_swizzled: row_bytes must be a multiple of 32 in [32, {max(32, 2 * n)}], or 2 N = {2 * n} "
+            f"(whole rows) with swizzle 'none'; got {rb}")
     if sw != "none" and rb > SWIZZLE_BYTES[sw]:
         raise NbwgmmaTypingError(
             f"acc_stmatrix_swizzled: a {sw} swizzled row holds at most {sw[:-1]} bytes; got row_bytes={rb}")

@@ -107,7 +107,7 @@ class GemmConfig:
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
-                 epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1):
+                 epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -116,12 +116,12 @@ class GemmConfig:
             raise ConfigError("bm", f"bm must be 64, 128, 192 or 256; got {bm}")
         if epilogue not in ("tma", "direct"):
             raise ConfigError("epilogue", f"epilogue must be 'tma' or 'direct'; got {epilogue!r}")
-        # 64-column multiples for the TMA epilogue's blocks and MN-major B's boxes; with K-major B
-        # and the direct epilogue any multiple of 8 (narrow tiles for a few rows of tokens).
-        step = 8 if b_major == "K" and epilogue == "direct" else 64
+        # 64-column multiples for MN-major B's boxes; with K-major B any multiple of 8 (narrow
+        # tiles), which the TMA epilogue stores as one unswizzled (64, bn) box per 64 rows.
+        step = 8 if b_major == "K" else 64
         if bn not in self.k.n_values or bn % step:
             raise ConfigError("bn", f"bn must be a wgmma N for {kind} and a multiple of {step}"
-                                    f"{' (64 with the TMA epilogue or MN-major B)' if step == 64 else ''}; got {bn}")
+                                    f"{' (64 with MN-major B)' if step == 64 else ''}; got {bn}")
         for name, major in (("a_major", a_major), ("b_major", b_major)):
             if major not in ("K", "MN"):
                 raise ConfigError(name, f"{name} must be 'K' or 'MN'; got {major!r}")
@@ -161,6 +161,16 @@ class GemmConfig:
             raise ConfigError("cluster_k", f"cluster_k=2 with the direct epilogue takes tiles of at most 192 columns "
                                            f"(at 256 the consumers spill 24-32 bytes); got bn={bn}")
         self.cluster_k = cluster_k
+        if consumers is None:  # 256 rows: two consumers of 128 (four of 64 spill and ran slower)
+            consumers = 2 if bm == 256 and split == 1 and not stream_k and cluster_k == 1 else bm // 64
+        if consumers not in (bm // 64, bm // 128) or consumers < 1:
+            raise ConfigError("consumers", f"consumers (warpgroups sharing the tile) must be bm / 64 or bm / 128 "
+                                           f"(64 or 128 rows each); got {consumers} for bm={bm}")
+        #: 64-row blocks per consumer warpgroup (2: 128 rows each, two accumulators)
+        self.blocks = bm // 64 // consumers
+        if self.blocks == 2 and (split > 1 or stream_k or cluster_k > 1):
+            raise ConfigError("consumers", f"consumers of 128 rows work without split, stream_k or cluster_k; got "
+                                           f"split={split}, stream_k={stream_k}, cluster_k={cluster_k}")
         #: CTAs per launched cluster (clusters along M times the K halves)
         self.cta_cluster = cluster * cluster_k
         #: the kernel takes the f32 workspace and the tile counters (split-K, stream-K)
@@ -176,7 +186,7 @@ class GemmConfig:
         self.a_major, self.b_major, self.out, self.epilogue = a_major, b_major, out, epilogue
         self.esize = int(ELEMENT_BYTES[self.k.atype])
         self.bk = 128 // self.esize  # one 128-byte swizzle row of K per stage
-        self.consumers = bm // 64
+        self.consumers = consumers
         self.threads = 128 * (self.consumers + 1)
         self.a_bytes = bm * 128
         self.b_bytes = bn * 128
@@ -191,10 +201,13 @@ class GemmConfig:
 
         if c_parts is None:
             c_parts = 1 if epilogue == "direct" or 4 * self.stage_bytes + c_bytes(1) <= smem or bn % 128 else 2
-        if c_parts not in (1, 2) or (epilogue == "tma" and (bn // c_parts) % 64):
+        if c_parts not in (1, 2) or (epilogue == "tma" and c_parts == 2 and (bn // 2) % 64):
             raise ConfigError("c_parts",
-                              f"c_parts must be 1 or 2 with BN / c_parts a multiple of 64; got {c_parts} for bn={bn}")
+                              f"c_parts must be 1, or 2 with BN / 2 a multiple of 64; got {c_parts} for bn={bn}")
         self.c_parts = c_parts
+        #: columns of one TMA store box of C: 64 (128-byte swizzled blocks), or a narrow tile's
+        #: whole part (unswizzled rows of 2 bn bytes)
+        self.c_box = 64 if (bn // c_parts) % 64 == 0 else bn // c_parts
         self.c_bytes = c_bytes(c_parts)
         self.x_bytes = ClusterSplitK(bn).buffer_bytes if cluster_k == 2 else 0  # the K halves' exchange buffer
         budget = smem - self.c_bytes - self.x_bytes
@@ -221,6 +234,10 @@ class GemmConfig:
             # in the consumers of 128x256 with the TMA epilogue at 56 (224 each; 40 is clean).
             if self.uses_workspace and (self.consumers == 1 or epilogue == "direct") or cluster_k == 2:
                 producer_regs = 56  # (cluster_k: with 40 or 48 the producer's walk spills 112 / 48 bytes)
+            elif self.blocks == 2 and cluster == 1:
+                # Consumers of 128 rows hold two accumulators: 240 registers each (at 232 a
+                # 256 x 168 tile spilled 88 bytes); the producer's walk fits in 24.
+                producer_regs = 24
             else:
                 producer_regs = 48 if cluster == 4 and b_major == "MN" else 40
         if consumer_regs is None:
@@ -245,7 +262,7 @@ class GemmConfig:
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
-                self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k)
+                self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -253,7 +270,8 @@ class GemmConfig:
                 f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
                 f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
-                f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''})")
+                f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
+                f"{', 128 rows each' if self.blocks == 2 else ''})")
 
 
 @functools.lru_cache(maxsize=None)
@@ -270,10 +288,13 @@ def _build(key):
     PART_COLS = BN // cfg.c_parts
     C_CONS = 64 * PART_COLS * 2
     PART_REGS = PART_COLS // 4  # packed 16-bit registers per part
+    SWIZZLED_C = cfg.c_box == 64  # else one unswizzled (64, PART_COLS) box: a narrow tile
+    ROW_BYTES_C = 2 * PART_COLS
     BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
-    coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major)
+    coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks)
+    CROWS = 64 * cfg.blocks  # rows of the tile per consumer
     KC = cfg.cluster_k
     sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split, cluster_k=KC)
     ck = ClusterSplitK(BN)
@@ -298,13 +319,19 @@ def _build(key):
         if ctid == 0:
             bulk_wait_group_read(0)
         warpgroup_sync(cw)
-        acc_stmatrix_swizzled(regs, cbase, ctid, 128, "128B")
+        if SWIZZLED_C:
+            acc_stmatrix_swizzled(regs, cbase, ctid, 128, "128B")
+        else:
+            acc_stmatrix_swizzled(regs, cbase, ctid, ROW_BYTES_C, "none")
         # Generic-proxy writes of every thread become visible to the TMA unit.
         fence_proxy_async_shared()
         warpgroup_sync(cw)
         if ctid == 0:
-            for j in range(PART_COLS // 64):
-                tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
+            if SWIZZLED_C:
+                for j in range(PART_COLS // 64):
+                    tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
+            else:
+                tma_store_2d(cbase, tmap_c, col0, row0)
             bulk_commit_group()
 
     @inlined
@@ -374,6 +401,22 @@ def _build(key):
             store(acc, c, ctid, cw, row0, col0, cbase)
 
     finish = finish_slice if SPLIT > 1 else finish_tile
+
+    @inlined
+    def finish_one(acc, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
+        if SCALED:
+            acc = acc_scale(acc, alpha)
+        finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m)
+
+    @inlined
+    def finish_two(accs, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
+        """A consumer of 128 rows: its two 64-row blocks, one after the other (through the same C
+        tile in shared memory, which the TMA epilogue waits to have been read before rewriting)."""
+        acc0, acc1 = accs
+        finish_one(acc0, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m)
+        finish_one(acc1, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0 + 64, col0, cbase, m)
+
+    finish_blocks = finish_one if cfg.blocks == 1 else finish_two
 
     @inlined
     def finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, first_seg, whole, row0,
@@ -526,11 +569,9 @@ def _build(key):
                     pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
                     kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                     acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
-                    if SCALED:
-                        acc = acc_scale(acc, alpha)
                     if pm < tiles_m:
-                        finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, pm * BM + cw * 64, pn * BN,
-                               cbase, m)
+                        finish_blocks(acc, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit,
+                                      pm * BM + cw * CROWS, pn * BN, cbase, m)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
         if CL * KC > 1:

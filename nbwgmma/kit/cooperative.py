@@ -1,4 +1,4 @@
-"""Cooperative consumers: warpgroups that share one BM x BN tile, 64 rows each.
+"""Cooperative consumers: warpgroups that share one BM x BN tile, 64 or 128 rows each.
 
 The consumer side of the library GEMM (:mod:`nbwgmma.kernels.gemm`) as one block: a stage
 holds A's BM rows and B's BN rows (or columns) of 128 bytes of K, 128-byte swizzle; each of
@@ -16,6 +16,12 @@ the other warpgroup's main loop with tiles of half the size.
     ...
     acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ct)     # each consumer warpgroup
     ...                                                               # epilogue of rows 64 cw ...
+
+With ``blocks=2`` each warpgroup owns 128 rows, two m64 blocks: per stage it issues the four
+wgmmas of each block (eight, one group), on the same B, and holds two 64 x BN accumulators
+(BN registers per thread). A 256 x 128 tile then takes two consumers, as a 128 x 256 tile
+does, with the same bytes loaded per FLOP: the tile cuBLAS's "coop" kernels use where a
+wave of 128 x 256 tiles fills the SMs poorly.
 
 Operands are K-major (K contiguous: one box [rows, 128 bytes of K]) or, for 16-bit inputs,
 MN-major (M or N contiguous: boxes of [BK K-rows, 64 elements], read with wgmma's transpose
@@ -43,17 +49,21 @@ _SW128 = SWIZZLE_CODE["128B"]
 
 
 class Cooperative(types.ModuleType):
-    """``bm / 64`` consumer warpgroups of ``kind`` (f32 accumulators) sharing each ``bm`` x
-    ``bn`` tile over ``pipe`` (a :class:`TmaPipeline` with ``consumers=bm // 64``), A and B
+    """``bm / (64 blocks)`` consumer warpgroups of ``kind`` (f32 accumulators) sharing each ``bm``
+    x ``bn`` tile over ``pipe`` (a :class:`TmaPipeline` with that many consumers), each owning
+    ``blocks`` (1 or 2) blocks of 64 rows, A and B
     ``"K"``- or ``"MN"``-major (:data:`a_major`, :data:`b_major`), B's rows shared out over a
     cluster of ``pipe.cluster`` CTAs. A stage is ``stage_bytes`` = (bm + bn) x 128 bytes: A's
     rows first (``a_bytes``), then B's. Device functions: ``load(slot, full, tmap_a, tmap_b,
     kcol, a_row, b_row, b_dst)`` (the producer's TMA loads of one stage: A's ``bm`` rows from
     ``a_row``, this CTA's share of B from ``b_row`` landing at ``slot + b_dst``) and
     ``tile(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph)`` (warpgroup ``cw``'s
-    accumulator of k-blocks ``kb0 .. kb1 - 1``, ``kb1 > kb0``, every stage released)."""
+    accumulator of k-blocks ``kb0 .. kb1 - 1``, ``kb1 > kb0``, every stage released; with
+    ``blocks=2`` ``acc`` is the pair of accumulators of its rows ``128 cw ..`` and ``128 cw +
+    64 ..``)."""
 
-    def __init__(self, kind: str, pipe: TmaPipeline, bm: int, bn: int, *, a_major: str = "K", b_major: str = "K"):
+    def __init__(self, kind: str, pipe: TmaPipeline, bm: int, bn: int, *, a_major: str = "K", b_major: str = "K",
+                 blocks: int = 1):
         k = wgmma_kind(kind)
         if k.dtype != "f32":
             raise ValueError(f"Cooperative: kind must have f32 accumulators; got {kind!r}")
@@ -64,6 +74,9 @@ class Cooperative(types.ModuleType):
                 raise ValueError(f"Cooperative: {name}='MN' needs 16-bit inputs (wgmma transposes); got {kind!r}")
         if bm % 64 or not 64 <= bm <= 256:
             raise ValueError(f"Cooperative: bm must be 64, 128, 192 or 256; got {bm!r}")
+        if blocks not in (1, 2) or bm % (64 * blocks):
+            raise ValueError(f"Cooperative: blocks (64-row blocks per consumer warpgroup) must be 1, or 2 with bm 128 "
+                             f"or 256; got blocks={blocks!r} with bm={bm}")
         # K-major B is a stack of 8-row swizzle atoms: any wgmma N that is a multiple of 8 (a
         # narrow tile of a few rows, as the tokens of a decoding step); MN-major B comes in
         # 64-column boxes.
@@ -71,12 +84,13 @@ class Cooperative(types.ModuleType):
         if bn not in k.n_values or bn % step:
             raise ValueError(f"Cooperative: bn must be a wgmma N for {kind} and a multiple of {step} with "
                              f"{b_major}-major B; got {bn!r}")
-        if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // 64:
-            raise ValueError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // 64} (one per 64 rows); "
-                             f"got {pipe!r}")
+        if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // (64 * blocks):
+            raise ValueError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // (64 * blocks)} (one per "
+                             f"{64 * blocks} rows); got {pipe!r}")
         check_b_shares("Cooperative", bn, b_major, pipe.cluster)
         super().__init__(f"Cooperative({kind})")
         self.kind, self.pipe, self.bm, self.bn, self.a_major, self.b_major = kind, pipe, bm, bn, a_major, b_major
+        self.blocks = blocks
         self.esize = int(ELEMENT_BYTES[k.atype])
         self.bk = 128 // self.esize  # K elements per stage: one 128-byte swizzle row
         self.a_bytes = bm * 128
@@ -86,7 +100,7 @@ class Cooperative(types.ModuleType):
 
     def __repr__(self):
         return (f"Cooperative({self.kind}, {self.pipe!r}, bm={self.bm}, bn={self.bn}, a_major={self.a_major!r}, "
-                f"b_major={self.b_major!r})")
+                f"b_major={self.b_major!r}{', blocks=2' if self.blocks == 2 else ''})")
 
     def _layout(self, major, kstep):
         """(LBO, SBO, bytes per wgmma K step) of one operand in the stage. K-major: 8-row atoms
@@ -162,4 +176,42 @@ class Cooperative(types.ModuleType):
                 pipe.consumer_release(ring, prev)
             return acc, s, ph
 
-        self.load, self.tile = load, tile
+        A_BLK = 64 * 128  # bytes between 64-row A blocks (either layout)
+
+        @cuda.jit(device=True, inline=True)
+        def tile2(ring, base, s, ph, kb0, kb1, cw, ct):
+            acc0 = acc_undef(KIND, BN)
+            acc1 = acc_undef(KIND, BN)
+            prev = 0
+            for kb in range(kb0, kb1):
+                pipe.consumer_wait(ring, s, ph)
+                slot = base + s * STAGE
+                da = make_desc(slot + 2 * cw * A_BLK, A_LBO, A_SBO, _SW128)
+                ea = make_desc(slot + (2 * cw + 1) * A_BLK, A_LBO, A_SBO, _SW128)
+                db = make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128)
+                da1, ea1, db1 = desc_advance(da, A_STEP), desc_advance(ea, A_STEP), desc_advance(db, B_STEP)
+                da2, ea2, db2 = desc_advance(da, 2 * A_STEP), desc_advance(ea, 2 * A_STEP), desc_advance(db, 2 * B_STEP)
+                da3, ea3, db3 = desc_advance(da, 3 * A_STEP), desc_advance(ea, 3 * A_STEP), desc_advance(db, 3 * B_STEP)
+                wgmma_fence()
+                # The two blocks' K steps interleaved: each accumulator's chain of four wgmmas
+                # has the other block's wgmma between its links; one group of eight.
+                acc0 = wgmma_mma_async(acc0, da, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
+                acc1 = wgmma_mma_async(acc1, ea, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
+                acc0 = wgmma_mma_async(acc0, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                acc1 = wgmma_mma_async(acc1, ea1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                acc0 = wgmma_mma_async(acc0, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                acc1 = wgmma_mma_async(acc1, ea2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                acc0 = wgmma_mma_async(acc0, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                acc1 = wgmma_mma_async(acc1, ea3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                wgmma_commit_group()
+                wgmma_wait_group(1)
+                if kb > kb0 and ct == 0:
+                    pipe.consumer_release(ring, prev)
+                prev = s
+                s, ph = pipe.advance(s, ph)
+            wgmma_wait_group(0)
+            if ct == 0:
+                pipe.consumer_release(ring, prev)
+            return (acc0, acc1), s, ph
+
+        self.load, self.tile = load, (tile if self.blocks == 1 else tile2)
