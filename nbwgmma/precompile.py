@@ -4,7 +4,8 @@ A new problem class costs its first call a compile (2-3 s on an H100 machine, se
 BENCHMARKS.md); a kernel in the disk cache (:mod:`nbwgmma.cache`) costs 0.03-0.05 s. This
 command fills the cache with every kernel ``matmul``'s default path can pick for plain
 products (no ``config``, no epilogue): for each input type and operand layout, each tile of
-the tile model (:data:`nbwgmma.frontend.tiles.TILES`), the narrow tiles of
+the tile model (:data:`nbwgmma.frontend.tiles.TILES` and the 256-row tiles of
+:data:`nbwgmma.frontend.tiles.TILE256_BN`), the narrow tiles of
 :func:`nbwgmma.frontend.tiles.pick_narrow` (K-major B), the tiles of a swapped tall product
 (:func:`nbwgmma.frontend.tiles.pick_swap`) and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
@@ -36,7 +37,7 @@ import subprocess
 import sys
 import time
 
-from .frontend.tiles import NARROW_BN, NARROW_BN_FP8_MAX, SWAP_BN, TILES, narrow_tile, swapped_config
+from .frontend.tiles import NARROW_BN, NARROW_BN_FP8_MAX, SWAP_BN, TILE256_BN, TILES, narrow_tile, swapped_config
 
 __all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
 
@@ -71,6 +72,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
         sixteen = dt in ("bf16", "f16")
         configs = [{"bm": bm, "bn": bn} for bm, bn in TILES] + [dict(c) for c in _NARROW
                                                                 if sixteen or c["bn"] <= NARROW_BN_FP8_MAX]
+        configs += [{"bm": 256, "bn": bn} for bn in TILE256_BN]  # pick_tile's 256-row tiles
         if sixteen:
             configs += [dict(c) for c in _SMALL_M]
         elif dt in ("e4m3", "e5m2"):

@@ -334,8 +334,10 @@ class _Strided:
 
 def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
     """One wave of 128 x 128 tiles leaving SMs idle (640 x 2048 on 132 SMs: 80 tiles) becomes 128 x 80
-    tiles (130) with the direct epilogue and 8 stages where B is K-major; not with B N-major, not
-    for several waves, not where the caller set the stages, the epilogue, a cluster or K slices."""
+    tiles (130) with the TMA epilogue (one unswizzled box per 64 rows) and the 7 stages that fit
+    beside its C tile where B is K-major (the direct epilogue and 8 stages for an f32 out); not with
+    B N-major, not for several waves, not where the caller set the stages, the epilogue, a cluster
+    or K slices."""
     import nbwgmma.launch
     from nbwgmma.frontend.args import described
     from nbwgmma.frontend.plan import Plan
@@ -345,19 +347,28 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
     def plan(m, n, b_kmajor=True, k=512, **opts):
         ia = described(_Strided((m, k), np.uint16), "A")._replace(dtype="bf16")
         ib = described(_Strided((k, n), np.uint16, (2, 2 * k) if b_kmajor else None), "B")._replace(dtype="bf16")
-        io = described(_Strided((m, n), np.uint16), "out")._replace(dtype="bf16")
-        return Plan("f32.bf16.bf16", "bf16", ia, ib, io, opts, False)
+        odt, oes = ("f32", np.float32) if opts.pop("f32_out", False) else ("bf16", np.uint16)
+        io = described(_Strided((m, n), oes), "out")._replace(dtype=odt)
+        return Plan("f32.bf16.bf16", odt, ia, ib, io, opts, False)
 
     p = plan(640, 2048)
+    assert (p.cfg.bm, p.cfg.bn, p.cfg.stages, p.cfg.epilogue, p.cfg.c_box) == (128, 80, 7, "tma", 80)
+    assert p.config == {"bm": 128, "bn": 80}
+    p = plan(640, 2048, f32_out=True)
     assert (p.cfg.bm, p.cfg.bn, p.cfg.stages, p.cfg.epilogue) == (128, 80, 8, "direct")
-    assert p.config == {"bm": 128, "bn": 80, "stages": 8, "epilogue": "direct"}
     assert plan(640, 2048, swap=0).cfg.bn == 80  # (the autotuner's probe)
-    # 128 x 192 tiles filling their wave poorly (384 x 6144: 96 of 132) become 128 x 144 (129), 6 stages
-    assert (plan(384, 6144).cfg.bn, plan(384, 6144).cfg.stages) == (144, 6)
+    # 128 x 192 tiles filling their wave poorly (384 x 6144: 96 of 132) become 128 x 144 (129), 5 stages
+    assert (plan(384, 6144).cfg.bn, plan(384, 6144).cfg.stages) == (144, 5)
     for p in (plan(640, 2048, b_kmajor=False), plan(640, 2048, stages=4), plan(640, 2048, cluster=2)):
         assert (p.cfg.bm, p.cfg.bn) == (128, 128), p.cfg
     assert plan(640, 2048, epilogue="tma").cfg.epilogue == "tma"
     assert (plan(2048, 2048).cfg.bn, plan(8192, 8192).cfg.bn) == (256, 256)
+    # 128 x 256 tiles filling their waves poorly over several (2048 x 11008: 6 waves, 87%) become 256 x 168
+    # tiles (4 waves, 100%) in two consumers of 128 rows; 256 x 128 only with B N-major (128 x 256 there)
+    p = plan(2048, 11008)
+    assert (p.cfg.bm, p.cfg.bn, p.cfg.consumers, p.cfg.blocks, p.cfg.c_box) == (256, 168, 2, 2, 168), p.config
+    assert (plan(2048, 11008, b_kmajor=False).cfg.bm, plan(2048, 11008, stages=3).cfg.bm) == (128, 128)
+    assert plan(640, 7168).cfg.bm == 128  # one wave of 256-row tiles: the narrow 128-row tile
     # a tall product whose swapped tiles fill the waves better: C^T = B^T A^T in 128 x 192 tiles
     # (3072 x 1024: 96 tiles of 128 x 256 on 132 SMs; swapped, 128 of 128 x 192), stored from the registers
     # cluster_k alone: 128-row tiles of at most 192 columns (128 x 128 where the model picks wider)

@@ -173,7 +173,7 @@ def test_narrow_tiles_small_integers_exact(dtype, bn):
                                           ("bf16", 384, 6144, 144)])
 def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
     """Where the default tile fills its wave poorly and B is K-major, the default path runs a
-    narrower tile of 128 rows (direct epilogue, 6-8 stages): exact on small integers."""
+    narrower tile of 128 rows (the TMA epilogue's unswizzled boxes): exact on small integers."""
     from nbwgmma.frontend.matmul import last_plan
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
@@ -183,7 +183,50 @@ def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
     cfg = last_plan().cfg
-    assert (cfg.bm, cfg.bn, cfg.epilogue) == (128, bn, "direct"), cfg
+    assert (cfg.bm, cfg.bn, cfg.epilogue) == (128, bn, "tma"), cfg
+    ref = a.double() @ b.double()
+    assert torch.equal(out.double(), ref.to(torch.bfloat16).double()) and ref.abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype, layout, m, n, k, bn, odt", [
+    ("bf16", "KK", 2048, 11008, 264, 168, "bf16"), ("f16", "MK", 1536, 7100, 200, 168, "f16"),
+    ("e4m3", "KK", 2000, 7168, 520, 152, "bf16"), ("bf16", "KK", 1000, 5120, 136, 160, "f32"),
+    ("bf16", "KN", 2000, 4100, 128, 128, "bf16"), ("f32", "KK", 1100, 5000, 72, 168, "f32")])
+def test_256_row_tiles_small_integers_exact(dtype, layout, m, n, k, bn, odt):
+    """256-row tiles, two consumer warpgroups of 128 rows (two accumulators each), with the tile
+    model's widths (a multiple of 8 with K-major B, TMA boxes or register stores), ragged M, N
+    and K, every operand layout the width allows: exact on small integers."""
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn, "f32": torch.float32}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(m + bn)
+    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).to(tdt) if layout[0] == "K" else \
+        torch.randint(-3, 4, (k, m), device="cuda", generator=g).to(tdt).t()
+    bt = torch.randint(-3, 4, (n, k), device="cuda", generator=g).to(tdt)
+    b = bt.t() if layout[1] == "K" else bt.t().contiguous()
+    out = torch.full((m, n), float("nan"), device="cuda", dtype={"bf16": torch.bfloat16, "f16": torch.float16,
+                                                                "f32": torch.float32}[odt])
+    from nbwgmma.frontend.matmul import last_plan
+
+    kw = {"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}
+    matmul(a, b, out=out, config={"bm": 256, "bn": bn}, **kw)
+    cfg = last_plan().cfg
+    assert (cfg.consumers, cfg.blocks) == (2, 2), cfg
+    ref = a.double() @ b.double()
+    want = ref if odt == "f32" else ref.to(out.dtype).double()
+    assert torch.equal(out.double(), want) and ref.abs().sum() > 0
+
+
+def test_default_path_takes_256_row_tiles():
+    """Where 128 x 256 tiles fill their several waves poorly (2048 x 11008: 87% of 6 waves), the
+    default path runs 256 x 168 tiles (100% of 4): exact on small integers."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    g = torch.Generator(device="cuda").manual_seed(11008)
+    a = torch.randint(-3, 4, (2048, 520), device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randint(-3, 4, (11008, 520), device="cuda", generator=g).to(torch.bfloat16).t()
+    out = torch.full((2048, 11008), float("nan"), device="cuda", dtype=torch.bfloat16)
+    matmul(a, b, out=out)
+    cfg = last_plan().cfg
+    assert (cfg.bm, cfg.bn, cfg.consumers, cfg.epilogue) == (256, 168, 2, "tma"), cfg
     ref = a.double() @ b.double()
     assert torch.equal(out.double(), ref.to(torch.bfloat16).double()) and ref.abs().sum() > 0
 

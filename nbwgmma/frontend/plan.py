@@ -14,9 +14,10 @@ Which path runs:
   whose rows are padded to 16 bytes with zeros: the same answer for one extra
   pass over that operand.
 * ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned base and row
-  pitch) gets the TMA-store epilogue; any other ``out`` (f32, any strides), every
-  swapped plan and every narrow tile (128 x 72 ... 160 where the default tile would fill its
-  one or two waves poorly: :func:`.tiles.pick_narrow`) gets element-wise stores from the registers.
+  pitch) gets the TMA-store epilogue (a tile whose width is not a multiple of 64, as the narrow
+  tiles of :func:`.tiles.pick_narrow` and the 256-row tiles of :func:`.tiles.pick_tile`, in one
+  unswizzled box per 64 rows); any other ``out`` (f32, any strides) and every swapped plan
+  gets element-wise stores from the registers.
 * Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`,
   and for tall 16-bit products whose swapped tiles fill the waves better: :func:`.tiles.pick_swap`)
   compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
@@ -142,7 +143,6 @@ class Plan:
         n = ib.shape[1]
         given = opts
         opts = dict(opts)
-        narrow = None
         if opts.get("stream_k") and "bm" not in opts and "bn" not in opts:
             # stream-K balances the SMs itself: 128 x 128 tiles (64 rows for a few), no swap, no K slices
             opts["bm"], opts["bn"] = (64 if m <= 64 else 128), 128
@@ -163,13 +163,15 @@ class Plan:
                 if free and swappable and pick_swap(m, n, k, wk.input_bits, sms):  # a tall product: C^T tiles better
                     opts["swap"] = 1
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
-                opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1)
+                # 256-row tiles where nothing given rules them out (widths not a multiple of 64: K-major B)
+                b_kmajor = _operand_path(ib, True, wk.transposable)[0] == "K"
+                rows256 = None if not free or opts.get("swap") else "all" if b_kmajor else "64"
+                opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1, rows256)
                 if opts.get("cluster_k", 1) != 1 and (opts["bm"] != 128 or opts["bn"] > 192):
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
-                # a tile that fills its one or two waves poorly: a narrower one (direct epilogue, B K-major)
-                if free and not opts.get("swap") and _operand_path(ib, True, wk.transposable)[0] == "K":
-                    narrow = pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits)
-                    opts.update(narrow or {})
+                # a tile that fills its one or two waves poorly: a narrower one (B K-major)
+                if free and not opts.get("swap") and b_kmajor:
+                    opts.update(pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits) or {})
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
         self.swap = bool(opts.pop("swap", 0))
@@ -193,8 +195,6 @@ class Plan:
             raise err from None
         if self.swap:
             self.config["swap"] = 1
-        if narrow:  # (its epilogue does not follow from out)
-            self.config["epilogue"] = "direct"
         cfg = self.cfg
         self.odt = odt
         self.launcher = None  # a PreparedLaunch of the kernel after the first call

@@ -11,7 +11,8 @@ from .. import sim
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
-           "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN", "SWAP_MIN_K"]
+           "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN", "SWAP_MIN_K",
+           "TILE256_BN", "TILE256_EFF"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -19,27 +20,39 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
 #: more bytes per FLOP and keep fewer wgmmas in flight.
 TILES = {(128, 256): 1.0, (128, 192): 0.95, (128, 128): 0.75, (64, 128): 0.39, (64, 64): 0.30}
 
+#: 256-row tiles: two consumer warpgroups of 128 rows (two accumulators each,
+#: :class:`nbwgmma.kit.Cooperative` with ``blocks=2``), N of 128-168 (a width that is not a
+#: multiple of 64 with K-major B only). Where both fill their waves alike they ran at about
+#: :data:`TILE256_EFF` of a 128 x 256 tile's rate on an H100 (8192^3: 256 x 160 0.974x cuBLAS, 128 x
+#: 256 1.022x); where 128 x 256 tiles fill the waves poorly they won (2048 x 11008 x 4096 in 256 x
+#: 168: 1.028x against 0.928x; BENCHMARKS.md, 2026-11-26). Wider ones spill.
+TILE256_BN = (128, 136, 144, 152, 160, 168)
+TILE256_EFF = 0.95
 
-def pick_tile(m, n, cluster=1):
+
+def pick_tile(m, n, cluster=1, rows256=None):
     """The tile with the most useful work per SM-slot: its throughput share times the
     filled fraction of the waves it needs (tiles / (waves x SMs)), so a tile that leaves a
     last wave nearly empty, or most SMs idle, loses to a smaller one. A cluster splits B
-    into 64-column shares: only tiles with ``bn / 64`` a multiple of it.
+    into 64-column shares: only tiles with ``bn / 64`` a multiple of it. With ``rows256``
+    (no cluster) the 256-row tiles of :data:`TILE256_BN` compete where they need more than
+    one wave (in one wave :func:`pick_narrow`'s 128-row tiles fill the SMs as well):
+    ``"all"`` of them, or ``"64"`` those whose width is a multiple of 64 (MN-major B).
 
     Problems of at most 256 rows that leave SMs idle take :func:`pick_small_m` first.
 
     In the simulator, where every thread is a Python thread and nothing is timed, the
     smallest usable tile (fewest threads and the least wgmma work per tile)."""
-    ranked = rank_tiles(m, n, cluster)
+    ranked = rank_tiles(m, n, cluster, rows256)
     return min(ranked, key=lambda t: t[0] * t[1]) if sim.enabled() else ranked[0]
 
 
-#: Narrow tiles: 128 rows by an N that is not a multiple of 64, stored by the direct epilogue (the
-#: TMA store takes 64-column blocks), B K-major only; with the most stages that fit beside no C
-#: tile, up to 8 (128 bytes of K per row and stage whatever the type: 25-28 KiB x 8 for 72-96
-#: columns, 34-36 KiB x 6 for 144-160). The widths are those that filled the waves of the mid-sized
-#: problems measured (BENCHMARKS.md, 2026-11-26): 72 (768 x 1536), 80 (640 x 2048), 96 (384 x 4096,
-#: 512 x 3008), 144 (384 x 6144, 640 x 7168), 160 (1024 x 5120).
+#: Narrow tiles: 128 rows by an N that is not a multiple of 64, B K-major only, stored by the TMA
+#: epilogue as one unswizzled box per 64 rows (or from the registers where out is not a 16-bit
+#: row-major array); as many stages as fit up to 8 (:data:`nbwgmma.kernels.gemm.DEFAULT_STAGES`).
+#: The widths are those that filled the waves of the mid-sized problems measured (BENCHMARKS.md,
+#: 2026-11-26): 72 (768 x 1536), 80 (640 x 2048), 96 (384 x 4096, 512 x 3008), 144 (384 x 6144,
+#: 640 x 7168), 160 (1024 x 5120).
 NARROW_BN = (72, 80, 96, 144, 160)
 #: Shared memory for a kernel's stages: GemmConfig's opt-in 227 KiB less alignment slack and barriers.
 STAGE_BUDGET = 227 * 1024 - 1023 - 64
@@ -57,7 +70,7 @@ def wave_fill(m, n, bm, bn, sms):
 
 def narrow_tile(bn):
     """The config of the narrow tile of ``bn`` columns (one of :data:`NARROW_BN`)."""
-    return {"bm": 128, "bn": bn, "epilogue": "direct", "stages": min(8, STAGE_BUDGET // ((128 + bn) * 128))}
+    return {"bm": 128, "bn": bn}
 
 
 def _best_narrow(m, n, tile, sms, gain, below=None, waves=None):
@@ -72,7 +85,7 @@ def _best_narrow(m, n, tile, sms, gain, below=None, waves=None):
 
 
 def narrow_config(m, n, tile, sms):
-    """The narrow tile (``{"bm": 128, "bn": ..., "epilogue": "direct", "stages": ...}``, the one
+    """The narrow tile (``{"bm": 128, "bn": ...}``, the one
     of :data:`NARROW_BN` filling the waves best) where it fills them at least
     :data:`NARROW_GAIN` more than ``tile`` (bm, bn) does; else None. ``config="auto"`` times it
     beside the default (:func:`nbwgmma.frontend.autotune.candidates`)."""
@@ -103,15 +116,15 @@ def pick_narrow(m, n, tile, sms, input_bits=16):
     return _best_narrow(m, n, tile, sms, NARROW_PICK_GAIN, below=below, waves=2 if sixteen else 1)
 
 
-def rank_tiles(m, n, cluster=1):
-    """Every tile of ``TILES`` a cluster of ``cluster`` can use, best score first (see
-    :func:`pick_tile`; ties keep the larger tile)."""
+def rank_tiles(m, n, cluster=1, rows256=None):
+    """Every tile of ``TILES`` (and with ``rows256`` of :data:`TILE256_BN`, see :func:`pick_tile`)
+    a cluster of ``cluster`` can use, best score first (ties keep the larger tile)."""
     from ..launch import device_limits
 
-    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"])]
+    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], rows256)]
 
 
-def _scored(m, n, cluster, sms):
+def _scored(m, n, cluster, sms, rows256=None):
     """(score, tile) of every usable tile, best first: the throughput share times the filled
     fraction of the waves (:func:`pick_tile`)."""
     def score(tile):
@@ -119,6 +132,9 @@ def _scored(m, n, cluster, sms):
         return eff * wave_fill(m, n, bm, bn, sms)
 
     usable = [(t, e) for t, e in TILES.items() if (t[1] // 64) % cluster == 0]
+    if rows256 in ("all", "64") and cluster == 1:
+        usable += [((256, bn), TILE256_EFF) for bn in TILE256_BN if (rows256 == "all" or bn % 64 == 0)
+                   and math.ceil(m / 256) * math.ceil(n / bn) > sms]
     return [(score(te), te[0]) for te in sorted(usable, key=score, reverse=True)]
 
 

@@ -57,13 +57,15 @@ from ..kit.pipeline import TmaPipeline, check_b_shares
 from ..kit.scheduler import TileScheduler, stream_owner, stream_range, stream_segment
 from ..kit.warpgroup import launch_regs, warpgroup_sync
 
-__all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES"]
+__all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES", "NARROW_STAGES"]
 
 _OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 #: Default stages per (bm, bn) where more than 4 pay: 128 x 128 tiles (32 KiB stages) with 6
 #: ran 3-9% faster than with 4 on an H100 at 384-2048 rows, 16-bit and fp8, long K most
-#: (BENCHMARKS.md, 2026-11-25); other tiles fit at most 4 beside their C tile.
+#: (BENCHMARKS.md, 2026-11-25); narrow tiles (a width that is not a multiple of 64) take as many
+#: as fit up to :data:`NARROW_STAGES`; other tiles fit at most 4 beside their C tile.
 DEFAULT_STAGES = {(128, 128): 6}
+NARROW_STAGES = 8
 
 
 class GemmConfig:
@@ -76,7 +78,7 @@ class GemmConfig:
     stores that overlap the next tile's main loop (16-bit outputs); "direct" stores
     the fragments straight to global memory (any output type and strides).
     ``stages`` defaults to the most that fit in shared memory, up to :data:`DEFAULT_STAGES`
-    for the tile (6 for 128 x 128, 4 otherwise).
+    for the tile (6 for 128 x 128, 8 for a width that is not a multiple of 64, 4 otherwise).
     ``cluster`` (1, 2 or 4) launches the CTAs in thread-block clusters of that many along
     M: the cluster works on vertically adjacent tiles that share their B tile, and each
     CTA loads 1/cluster of it and multicasts it to all (less L2 traffic for B).
@@ -212,7 +214,7 @@ class GemmConfig:
         self.x_bytes = ClusterSplitK(bn).buffer_bytes if cluster_k == 2 else 0  # the K halves' exchange buffer
         budget = smem - self.c_bytes - self.x_bytes
         if stages is None:
-            stages = min(DEFAULT_STAGES.get((bm, bn), 4), budget // self.stage_bytes)
+            stages = min(DEFAULT_STAGES.get((bm, bn), NARROW_STAGES if bn % 64 else 4), budget // self.stage_bytes)
         if stages < 2 or stages * self.stage_bytes > budget:
             most = budget // self.stage_bytes
             fits = f"2 to {most}" if most >= 2 else "2, which does not fit either"
