@@ -4,8 +4,9 @@ A new problem class costs its first call a compile (2-3 s on an H100 machine, se
 BENCHMARKS.md); a kernel in the disk cache (:mod:`nbwgmma.cache`) costs 0.03-0.05 s. This
 command fills the cache with every kernel ``matmul``'s default path can pick for plain
 products (no ``config``, no epilogue): for each input type and operand layout, each tile of
-the tile model (:data:`nbwgmma.frontend.tiles.TILES` and the 256-row tiles of
-:data:`nbwgmma.frontend.tiles.TILE256_BN`), the narrow tiles of
+the tile model (:data:`nbwgmma.frontend.tiles.TILES`, the 256-row tiles of
+:data:`nbwgmma.frontend.tiles.TILE256_BN` and the wide ones of :data:`nbwgmma.frontend.tiles.WIDE_BN`), the
+narrow tiles of
 :func:`nbwgmma.frontend.tiles.pick_narrow` (K-major B), the tiles of a swapped tall product
 (:func:`nbwgmma.frontend.tiles.pick_swap`) and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
@@ -37,7 +38,8 @@ import subprocess
 import sys
 import time
 
-from .frontend.tiles import NARROW_BN, NARROW_BN_FP8_MAX, SWAP_BN, TILE256_BN, TILES, narrow_tile, swapped_config
+from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, SWAP_BN, TILE256_BN, TILES, WIDE_BN, narrow_tile,
+                             swapped_config)
 
 __all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
 
@@ -51,7 +53,8 @@ LAYOUTS = ("KK", "KN", "MK", "MN")
 #: pick_small_m's choices
 _SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 else {}) for s in (1, 2, 4)) \
     + ({"bm": 64, "bn": 64, "stages": 8},)
-#: pick_narrow's choices (K-major B only; for inputs other than 16-bit those of at most NARROW_BN_FP8_MAX columns)
+#: pick_narrow's choices (K-major B only; for tf32, whose f32 out is stored from the registers, those of at most
+#: NARROW_BN_FP8_MAX columns)
 _NARROW = tuple(narrow_tile(bn) for bn in NARROW_BN)
 #: and its swapped choices (one per narrow tile width and number of K slices; 16-bit and fp8)
 _SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4))
@@ -71,8 +74,8 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             raise ValueError(f"precompile: dtype must be among {', '.join(DTYPES)}; got {dt!r}")
         sixteen = dt in ("bf16", "f16")
         configs = [{"bm": bm, "bn": bn} for bm, bn in TILES] + [dict(c) for c in _NARROW
-                                                                if sixteen or c["bn"] <= NARROW_BN_FP8_MAX]
-        configs += [{"bm": 256, "bn": bn} for bn in TILE256_BN]  # pick_tile's 256-row tiles
+                                                                if dt != "tf32" or c["bn"] <= NARROW_BN_FP8_MAX]
+        configs += [{"bm": 256, "bn": bn} for bn in TILE256_BN] + [{"bm": 128, "bn": bn} for bn in WIDE_BN]
         if sixteen:
             configs += [dict(c) for c in _SMALL_M]
         elif dt in ("e4m3", "e5m2"):

@@ -25,9 +25,10 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
                 if swap:
                     cfg = {"swap": 1} | dict(zip(("bm", "bn"), pick_tile(n, m)))
                 else:
-                    cfg = small if small is not None else dict(zip(("bm", "bn"), pick_tile(m, n)))
+                    widths = "any" if lay[1] == "K" else "64"
+                    cfg = small if small is not None else dict(zip(("bm", "bn"), pick_tile(m, n, 1, widths)))
                 narrow = None if small is not None or swap or lay[1] != "K" else \
-                    pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms, bits)
+                    pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms, bits, dt != "tf32")
                 cfg = narrow or cfg
                 key = (dt, lay, tuple(sorted(cfg.items())))
                 assert key in listed, key

@@ -43,7 +43,7 @@ import os
 import statistics
 import time
 
-from .tiles import NARROW_BN, TILE256_BN, TILES, narrow_config, narrow_tile, rank_tiles
+from .tiles import NARROW_BN, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile, rank_tiles
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
            "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S"]
@@ -93,7 +93,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K") -> list
     (the default path's own choice, ``default`` = its config when known, e.g. ``{"bm": 128,
     "bn": 256}``), then challengers, most promising first (the budget may stop before the
     last): the tile model's three best tiles (:func:`nbwgmma.frontend.tiles.rank_tiles`, 256-row
-    tiles among them) other than the default's; the best of them that can pair up in 2-CTA clusters (two tile rows or
+    and wide tiles among them) other than the default's; the best of them that can pair up in 2-CTA clusters (two tile rows or
     more, B's tile in 64-column shares); the best one with groups of 16 tile rows (when it has
     more than 8); one-consumer tiles (BM = 64) among the three with as many stages as fit, up to
     8 (more bytes in flight for bandwidth-bound shapes: 128 x 8192 x 8192 ran 9% faster with 8
@@ -104,7 +104,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K") -> list
     from ..kernels.gemm import GemmConfig
     from ..launch import device_limits
 
-    tiles = rank_tiles(m, n, 1, "all" if b_major == "K" else "64")[:3]
+    tiles = rank_tiles(m, n, 1, "any" if b_major == "K" else "64")[:3]
     out = [{"bm": bm, "bn": bn} for bm, bn in tiles]
     if b_major == "K":
         dflt = (default["bm"], default["bn"]) if default and {"bm", "bn"} <= set(default) else tiles[0]
@@ -134,7 +134,8 @@ def challengers(kind, epilogue="tma") -> list:
     the tile model (``python -m nbwgmma precompile --autotune`` builds them ahead of time)."""
     out = []
     out += [narrow_tile(bn) for bn in NARROW_BN]  # (K-major B only)
-    out += [{"bm": 256, "bn": bn} for bn in TILE256_BN if bn % 64]  # (the others are plain tiles below)
+    for bm, bn in [(256, bn) for bn in TILE256_BN] + [(128, bn) for bn in WIDE_BN]:  # (the tile model's others)
+        out += ([{"bm": bm, "bn": bn}] if bn % 64 else []) + [{"bm": bm, "bn": bn, "group_m": 16}]
     out += [{"bm": 256, "bn": bn, "cluster": 2} for bn in TILE256_BN if bn % 128 == 0]
     for bm, bn in TILES:
         if (bn // 64) % 2 == 0:

@@ -163,15 +163,17 @@ class Plan:
                 if free and swappable and pick_swap(m, n, k, wk.input_bits, sms):  # a tall product: C^T tiles better
                     opts["swap"] = 1
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
-                # 256-row tiles where nothing given rules them out (widths not a multiple of 64: K-major B)
+                # 256-row and wide tiles where nothing given rules them out (widths not a multiple of 64:
+                # K-major B)
                 b_kmajor = _operand_path(ib, True, wk.transposable)[0] == "K"
-                rows256 = None if not free or opts.get("swap") else "all" if b_kmajor else "64"
-                opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1, rows256)
+                widths = None if not free or opts.get("swap") else "any" if b_kmajor else "64"
+                opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1, widths)
                 if opts.get("cluster_k", 1) != 1 and (opts["bm"] != 128 or opts["bn"] > 192):
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
                 # a tile that fills its one or two waves poorly: a narrower one (B K-major)
                 if free and not opts.get("swap") and b_kmajor:
-                    opts.update(pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits) or {})
+                    tma_out = io.itemsize == 2 and tma_view(io, m, n, io.strides[0], io.strides[1]) is not None
+                    opts.update(pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits, tma_out) or {})
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
         self.swap = bool(opts.pop("swap", 0))

@@ -12,7 +12,7 @@ from .. import sim
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
            "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN", "SWAP_MIN_K",
-           "TILE256_BN", "TILE256_EFF"]
+           "TILE256_BN", "TILE256_EFF", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -28,22 +28,33 @@ TILES = {(128, 256): 1.0, (128, 192): 0.95, (128, 128): 0.75, (64, 128): 0.39, (
 #: 168: 1.028x against 0.928x; BENCHMARKS.md, 2026-11-26). Wider ones spill.
 TILE256_BN = (128, 136, 144, 152, 160, 168)
 TILE256_EFF = 0.95
+#: Wide tiles: 128 rows by 200-248 columns (K-major B; 3 stages beside the C tile), offered
+#: where they need at least :data:`WIDE_MIN_WAVES` waves. 5000 x 3000 x 4000 in 128 x 232 tiles
+#: (4 waves, 98% filled) ran at 0.934-0.938x cuBLAS on an H100 where 128 x 256 (4 waves, 91%) ran
+#: at 0.893-0.896x and 128 x 192 (5 waves, 97%) at 0.894: about :data:`WIDE_EFF` of a 128 x 256
+#: tile's rate. In two or three waves they did not pay (512 x 14336 x 4096 in 128 x 224: 0.998x
+#: 128 x 256's speed; 768 x 14336 and 1536 x 7168: 0.96 and 0.94x 256 x 168's; BENCHMARKS.md,
+#: 2026-11-26).
+WIDE_BN = (200, 208, 216, 224, 232, 240, 248)
+WIDE_EFF = 0.97
+WIDE_MIN_WAVES = 4
 
 
-def pick_tile(m, n, cluster=1, rows256=None):
+def pick_tile(m, n, cluster=1, widths=None):
     """The tile with the most useful work per SM-slot: its throughput share times the
     filled fraction of the waves it needs (tiles / (waves x SMs)), so a tile that leaves a
     last wave nearly empty, or most SMs idle, loses to a smaller one. A cluster splits B
-    into 64-column shares: only tiles with ``bn / 64`` a multiple of it. With ``rows256``
-    (no cluster) the 256-row tiles of :data:`TILE256_BN` compete where they need more than
-    one wave (in one wave :func:`pick_narrow`'s 128-row tiles fill the SMs as well):
-    ``"all"`` of them, or ``"64"`` those whose width is a multiple of 64 (MN-major B).
+    into 64-column shares: only tiles with ``bn / 64`` a multiple of it. With ``widths``
+    (no cluster) the 256-row tiles of :data:`TILE256_BN` (where they need more than one wave:
+    in one wave :func:`pick_narrow`'s 128-row tiles fill the SMs as well) and the wide 128-row
+    tiles of :data:`WIDE_BN` (:data:`WIDE_MIN_WAVES` waves or more) compete: ``"any"`` (K-major
+    B) all of them, ``"64"`` (MN-major B) those whose width is a multiple of 64.
 
     Problems of at most 256 rows that leave SMs idle take :func:`pick_small_m` first.
 
     In the simulator, where every thread is a Python thread and nothing is timed, the
     smallest usable tile (fewest threads and the least wgmma work per tile)."""
-    ranked = rank_tiles(m, n, cluster, rows256)
+    ranked = rank_tiles(m, n, cluster, widths)
     return min(ranked, key=lambda t: t[0] * t[1]) if sim.enabled() else ranked[0]
 
 
@@ -92,39 +103,45 @@ def narrow_config(m, n, tile, sms):
     return _best_narrow(m, n, tile, sms, NARROW_GAIN)
 
 
-#: Narrow widths the default path takes for inputs other than 16-bit, in one wave only (fp8: 128 x
-#: 144 lost to 128 x 192 at e4m3 384 x 6144 x 4096 on an H100, 0.94x; 128 x 80 in one wave won at
-#: 640 x 2048, 1.06x; tf32 as the earlier rule, unmeasured beyond it).
+#: Narrow widths the default path takes for inputs other than 16-bit whose out is stored from the
+#: registers (tf32's f32 out), in one wave only (e4m3 with those stores: 128 x 144 lost to 128 x 192
+#: at 384 x 6144 x 4096 on an H100, 0.94x; 128 x 80 in one wave won at 640 x 2048, 1.06x). With
+#: the TMA epilogue fp8 takes them all as 16-bit inputs do (e4m3: 128 x 144 1.18x the default at
+#: 384 x 6144, 1.20x at 640 x 7168; 128 x 160 1.08x at 512 and 1024 x 5120; BENCHMARKS.md,
+#: 2026-11-26).
 NARROW_BN_FP8_MAX = 96
 
 
-def pick_narrow(m, n, tile, sms, input_bits=16):
+def pick_narrow(m, n, tile, sms, input_bits=16, tma_out=True):
     """The default path's narrow tile in place of a 128-row ``tile`` of at most 192 columns: of the
-    narrower tiles of :data:`NARROW_BN` that need at most two waves (for inputs other than 16-bit:
-    at most :data:`NARROW_BN_FP8_MAX` columns and one wave), the one filling the waves best, where
-    it fills them at least :data:`NARROW_PICK_GAIN` more; else None. Measured on an H100 in one
-    process against the earlier choice (BENCHMARKS.md, 2026-11-26; outputs bit-identical):
-    1.03-1.13x at 384 x 6144, 640 x 2048, 640 x 7168 and 768 x 1536 (bf16, e4m3 at 640 x 2048),
-    1.00-1.02x at 512 x 5120, 1024 x 5120 and 1536 x 1536. Where the default tile has 256 columns
-    or the problem several waves narrower tiles lost (tiles of 216-248 columns 0.82-0.96x of the
-    128 x 256 default, 2026-11-26; 128 x 96 over several waves 0.64-0.91x, 2026-11-25), so they
-    are not tried there."""
+    narrower tiles of :data:`NARROW_BN` that need at most two waves (for inputs other than 16-bit
+    without ``tma_out``, a TMA-stored out: at most :data:`NARROW_BN_FP8_MAX` columns and one wave),
+    the one filling the waves best, where it fills them at least :data:`NARROW_PICK_GAIN` more;
+    else None. Measured on an H100 in one process against the earlier choice (BENCHMARKS.md,
+    2026-11-26; outputs bit-identical), with the stores from the registers: 1.03-1.13x at 384 x
+    6144, 640 x 2048, 640 x 7168 and 768 x 1536 (bf16, e4m3 at 640 x 2048), 1.00-1.02x at 512 x
+    5120, 1024 x 5120 and 1536 x 1536; with the TMA epilogue's unswizzled boxes (same day) another
+    1.01-1.17x. Where the default tile has 256 columns or the problem several waves narrower
+    tiles lost (tiles of 216-248 columns 0.82-0.96x of the 128 x 256 default with the stores from
+    the registers, 2026-11-26; 128 x 96 over several waves 0.64-0.91x, 2026-11-25), so they are
+    not tried there (:func:`pick_tile`'s wide and 256-row tiles are)."""
     if tile[0] != 128 or tile[1] > 192:
         return None
-    sixteen = input_bits == 16
-    below = tile[1] if sixteen else min(tile[1], NARROW_BN_FP8_MAX + 1)
-    return _best_narrow(m, n, tile, sms, NARROW_PICK_GAIN, below=below, waves=2 if sixteen else 1)
+    full = input_bits == 16 or tma_out
+    below = tile[1] if full else min(tile[1], NARROW_BN_FP8_MAX + 1)
+    return _best_narrow(m, n, tile, sms, NARROW_PICK_GAIN, below=below, waves=2 if full else 1)
 
 
-def rank_tiles(m, n, cluster=1, rows256=None):
-    """Every tile of ``TILES`` (and with ``rows256`` of :data:`TILE256_BN`, see :func:`pick_tile`)
-    a cluster of ``cluster`` can use, best score first (ties keep the larger tile)."""
+def rank_tiles(m, n, cluster=1, widths=None):
+    """Every tile of ``TILES`` (and with ``widths`` of :data:`TILE256_BN` and :data:`WIDE_BN`, see
+    :func:`pick_tile`) a cluster of ``cluster`` can use, best score first (ties keep the larger
+    tile)."""
     from ..launch import device_limits
 
-    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], rows256)]
+    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], widths)]
 
 
-def _scored(m, n, cluster, sms, rows256=None):
+def _scored(m, n, cluster, sms, widths=None):
     """(score, tile) of every usable tile, best first: the throughput share times the filled
     fraction of the waves (:func:`pick_tile`)."""
     def score(tile):
@@ -132,9 +149,11 @@ def _scored(m, n, cluster, sms, rows256=None):
         return eff * wave_fill(m, n, bm, bn, sms)
 
     usable = [(t, e) for t, e in TILES.items() if (t[1] // 64) % cluster == 0]
-    if rows256 in ("all", "64") and cluster == 1:
-        usable += [((256, bn), TILE256_EFF) for bn in TILE256_BN if (rows256 == "all" or bn % 64 == 0)
-                   and math.ceil(m / 256) * math.ceil(n / bn) > sms]
+    if widths in ("any", "64") and cluster == 1:
+        more = [((256, bn), TILE256_EFF, 2) for bn in TILE256_BN]
+        more += [((128, bn), WIDE_EFF, WIDE_MIN_WAVES) for bn in WIDE_BN]
+        usable += [((bm, bn), e) for (bm, bn), e, waves in more if (widths == "any" or bn % 64 == 0)
+                   and math.ceil(m / bm) * math.ceil(n / bn) > (waves - 1) * sms]
     return [(score(te), te[0]) for te in sorted(usable, key=score, reverse=True)]
 
 
