@@ -170,7 +170,7 @@ def test_narrow_tiles_small_integers_exact(dtype, bn):
 
 
 @pytest.mark.parametrize("dtype, m, n, bn", [("bf16", 640, 2048, 80), ("f16", 384, 4096, 96), ("e4m3", 768, 1536, 72),
-                                          ("bf16", 384, 6144, 144)])
+                                          ("bf16", 384, 6144, 144), ("e4m3", 384, 6144, 144)])
 def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
     """Where the default tile fills its wave poorly and B is K-major, the default path runs a
     narrower tile of 128 rows (the TMA epilogue's unswizzled boxes): exact on small integers."""
@@ -213,6 +213,25 @@ def test_256_row_tiles_small_integers_exact(dtype, layout, m, n, k, bn, odt):
     ref = a.double() @ b.double()
     want = ref if odt == "f32" else ref.to(out.dtype).double()
     assert torch.equal(out.double(), want) and ref.abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype, odt", [("bf16", "bf16"), ("f16", "f32"), ("e4m3", "bf16")])
+def test_default_path_takes_wide_tiles(dtype, odt):
+    """Where 128-row tiles of 200-248 columns fill four or more waves best (5000 x 3000: 128 x 232,
+    98% of 4 waves), the default path runs them: exact on small integers, TMA and register stores."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(5000)
+    a = torch.randint(-3, 4, (5000, 136), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (3000, 136), device="cuda", generator=g).to(tdt).t()
+    out = torch.full((5000, 3000), float("nan"), device="cuda",
+                     dtype={"bf16": torch.bfloat16, "f32": torch.float32}[odt])
+    matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
+    cfg = last_plan().cfg
+    assert (cfg.bm, cfg.bn, cfg.epilogue) == (128, 232, "tma" if odt == "bf16" else "direct"), cfg
+    ref = a.double() @ b.double()
+    assert torch.equal(out.double(), ref.to(out.dtype).double()) and ref.abs().sum() > 0
 
 
 def test_default_path_takes_256_row_tiles():
