@@ -115,6 +115,19 @@ def test_narrow_tiles_tma_epilogue(n, odt):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("t, m, n, cfg", [("bf16", 300, 136, {"swap": 1, "bm": 128, "bn": 128}),
+                                          ("f16", 200, 72, {"swap": 1, "bm": 128, "bn": 64}),
+                                          ("bf16", 330, 104, {"swap": 1, "bm": 256, "bn": 128})])
+def test_swapped_tiles_stored_transposed_by_tma(t, m, n, cfg):
+    """A swapped product (C^T = B^T A^T) into a 16-bit row-major out stores each consumer's block
+    transposed through shared memory (stmatrix.trans) with TMA boxes of out, clipped at its edges."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    got, want = run(t, m, 72, n, config=cfg, seed=m)
+    assert last_plan().cfg.c_transposed and last_plan().cfg.epilogue == "tma"
+    np.testing.assert_array_equal(got, want)
+
+
 def test_split_k_with_a_small_m():
     """16 rows in 64-row tiles cut in 4 K slices: three warps of each fragment hold only padding
     rows and park no partial sums; the 16 real rows are exact."""

@@ -370,13 +370,16 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
     assert (plan(2048, 11008, b_kmajor=False).cfg.bm, plan(2048, 11008, stages=3).cfg.bm) == (128, 128)
     assert plan(640, 7168).cfg.bm == 128  # one wave of 256-row tiles: the narrow 128-row tile
     # a tall product whose swapped tiles fill the waves better: C^T = B^T A^T in 128 x 192 tiles
-    # (3072 x 1024: 96 tiles of 128 x 256 on 132 SMs; swapped, 128 of 128 x 192), stored from the registers
+    # (3072 x 1024: 96 tiles of 128 x 256 on 132 SMs; swapped, 128 of 128 x 192), stored transposed by TMA
     # cluster_k alone: 128-row tiles of at most 192 columns (128 x 128 where the model picks wider)
     for m, n in ((4096, 4096), (768, 1408)):
         p = plan(m, n, cluster_k=2)
         assert (p.cfg.bm, p.cfg.bn, p.cfg.cluster_k) == (128, 128, 2) and not p.swap, p.config
     p = plan(3072, 1024, k=4096)
-    assert p.swap and (p.cfg.bm, p.cfg.bn, p.cfg.epilogue) == (128, 192, "direct") and p.mnk == (1024, 3072, 4096)
+    assert p.swap and (p.cfg.bm, p.cfg.bn, p.cfg.epilogue, p.cfg.c_transposed) == (128, 192, "tma", True)
+    assert p.mnk == (1024, 3072, 4096)
+    p = plan(3072, 1024, k=4096, f32_out=True)  # (an f32 out: stored from the registers)
+    assert p.swap and (p.cfg.epilogue, p.cfg.c_transposed) == ("direct", False)
     assert p.config == {"bm": 128, "bn": 192, "swap": 1}
     for p in (plan(3072, 1024, k=4096, swap=0), plan(3072, 1024, k=4096, cluster=2), plan(3072, 1024, k=4096, stages=3),
               plan(3072, 1024)):  # (the last: K of 512, too short to swap)

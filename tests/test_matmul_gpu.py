@@ -253,7 +253,8 @@ def test_default_path_takes_256_row_tiles():
 @pytest.mark.parametrize("dtype, m, n, k", [("bf16", 3072, 1024, 2056), ("f16", 6144, 1000, 2048)])
 def test_default_path_swaps_tall_products(dtype, m, n, k):
     """A tall product whose swapped tiles fill the waves better runs as C^T = B^T A^T (128 x 192
-    tiles, the transposed out stored from the registers): exact on small integers, bf16 and f32 out."""
+    tiles; a 16-bit out gets the tiles transposed through shared memory and TMA, an f32 out the
+    register stores): exact on small integers, 16-bit and f32 out."""
     from nbwgmma.frontend.matmul import last_plan
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
@@ -266,6 +267,7 @@ def test_default_path_swaps_tall_products(dtype, m, n, k):
         matmul(a, b, out=out)
         p = last_plan()
         assert p.swap and (p.cfg.bm, p.cfg.bn) == (128, 192), p.config
+        assert p.cfg.c_transposed == (odt != torch.float32), p.cfg
         assert torch.equal(out.double(), ref.to(odt).double()) and ref.abs().sum() > 0
 
 

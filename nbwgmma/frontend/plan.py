@@ -182,9 +182,6 @@ class Plan:
             ia, ib, io, m, n = transposed(ib), transposed(ia), transposed(io), n, m
             acc, ta, tb = kind.split(".")
             kind = f"{acc}.{tb}.{ta}"  # mixed fp8 (e4m3 x e5m2): the types trade places too
-            # the transposed out is written from the registers (narrow tiles; one row of out^T
-            # for a single column of out would otherwise take the TMA epilogue's 64-column blocks)
-            opts.setdefault("epilogue", "direct")
         self.mnk = (m, n, k)
         self.c_info = io  # C as the kernel sees it (swapped: out^T)
         try:
@@ -219,14 +216,24 @@ class Plan:
         self.a_path = _operand_path(ia, False, transposable)
         self.b_path = _operand_path(ib, True, transposable)
         self.tdt = ({"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype))
-        self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 else None
-        epilogue = opts.pop("epilogue", "tma" if self.c_view is not None else "direct")
-        if epilogue == "tma" and self.c_view is None:
+        if self.swap:
+            # The kernel's C is out^T: a 16-bit row-major out takes each tile transposed through
+            # shared memory into TMA boxes of out (tiles of 128 rows or more and 64-column
+            # multiples; a swapped small M's narrow tiles are stored from the registers).
+            orig = transposed(io)
+            self.c_view = tma_view(orig, n, m, orig.strides[0], orig.strides[1]) if io.itemsize == 2 else None
+            tma_ok = self.c_view is not None and probe.bn % 64 == 0 and probe.bm >= 128
+        else:
+            self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 else None
+            tma_ok = self.c_view is not None
+        epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
+        if epilogue == "tma" and not tma_ok:
             raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a 16-bit row-major out with 16-byte aligned "
-                              f"rows; got {odt} with strides {io.strides} at {io.ptr:#x}")
+                              f"rows{' and, swapped, tiles of 128 rows or more and 64-column multiples' if self.swap else ''}"
+                              f"; got {odt} with strides {io.strides} at {io.ptr:#x}")
         self.config = dict(opts)  # the tile and the given parameters (the epilogue follows from out)
         self.cfg = GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
-                              epilogue=epilogue, **opts)
+                              epilogue=epilogue, c_transposed=self.swap and epilogue == "tma", **opts)
 
     def _map(self, slot, x, ptr, view, tdt, box, swizzle="128B"):
         """The tensor map of operand ``slot`` read in place at ``ptr`` (the last one is kept at hand)."""

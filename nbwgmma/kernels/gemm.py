@@ -42,8 +42,8 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add_strided, acc_scale, acc_stmatrix_swizzled, acc_store, acc_store_strided, acc_to_bf16x2, acc_to_f16x2,
-    acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, cluster_ctarank, cluster_sync,
+    acc_add_strided, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store, acc_store_strided,
+    acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, cluster_ctarank, cluster_sync,
     dynamic_smem_base, fence_proxy_async_shared, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
     tma_store_2d,
 )
@@ -109,7 +109,8 @@ class GemmConfig:
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
-                 epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None):
+                 epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
+                 c_transposed=False):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -129,6 +130,11 @@ class GemmConfig:
                 raise ConfigError(name, f"{name} must be 'K' or 'MN'; got {major!r}")
             if major == "MN" and not self.k.transposable:
                 raise ConfigError(name, f"{name}='MN' needs 16-bit inputs (wgmma transposes); got {kind}")
+        if c_transposed and (epilogue != "tma" or bn % 64):
+            raise ConfigError("epilogue", f"a transposed C (swapped products) goes out through the TMA epilogue in "
+                                          f"64 x 64 blocks: bn a multiple of 64; got epilogue={epilogue!r}, bn={bn}")
+        #: the TMA epilogue stores each consumer's 64 x bn block transposed (C^T's 64 x 64 boxes)
+        self.c_transposed = bool(c_transposed)
         if out not in _OUT_BYTES:
             raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
         if epilogue == "tma" and _OUT_BYTES[out] != 2:
@@ -264,7 +270,8 @@ class GemmConfig:
     def key(self):
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
-                self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers)
+                self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
+                self.c_transposed)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -273,7 +280,7 @@ class GemmConfig:
                 f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
-                f"{', 128 rows each' if self.blocks == 2 else ''})")
+                f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''})")
 
 
 @functools.lru_cache(maxsize=None)
@@ -292,6 +299,7 @@ def _build(key):
     PART_REGS = PART_COLS // 4  # packed 16-bit registers per part
     SWIZZLED_C = cfg.c_box == 64  # else one unswizzled (64, PART_COLS) box: a narrow tile
     ROW_BYTES_C = 2 * PART_COLS
+    C_T = cfg.c_transposed
     BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
@@ -321,7 +329,9 @@ def _build(key):
         if ctid == 0:
             bulk_wait_group_read(0)
         warpgroup_sync(cw)
-        if SWIZZLED_C:
+        if C_T:  # C^T's 64 x 64 blocks, one per 64 columns, stacked (the stored rows are C's columns)
+            acc_stmatrix_transposed(regs, cbase, ctid)
+        elif SWIZZLED_C:
             acc_stmatrix_swizzled(regs, cbase, ctid, 128, "128B")
         else:
             acc_stmatrix_swizzled(regs, cbase, ctid, ROW_BYTES_C, "none")
@@ -329,7 +339,10 @@ def _build(key):
         fence_proxy_async_shared()
         warpgroup_sync(cw)
         if ctid == 0:
-            if SWIZZLED_C:
+            if C_T:
+                for j in range(PART_COLS // 64):
+                    tma_store_2d(cbase + j * 8192, tmap_c, row0, col0 + j * 64)
+            elif SWIZZLED_C:
                 for j in range(PART_COLS // 64):
                     tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
             else:
