@@ -103,15 +103,24 @@ def test_tall_tiles_two_blocks_per_consumer(t, m, k, n, a_k, odt, cfg):
     """256-row tiles by default take two consumer warpgroups of 128 rows (two 64-row blocks and
     two accumulators each): rows past M in the second block, a narrow N stored by one unswizzled
     TMA box per block (16-bit out) or from the registers (f32 out)."""
+    from nbwgmma.frontend.matmul import last_plan
+
     got, want = run(t, m, k, n, a_k_major=a_k, odt=odt, config=cfg, seed=m)
+    c = last_plan().cfg
+    assert (c.consumers, c.blocks, c.epilogue) == (2, 2, "direct" if odt == "f32" else "tma"), c
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("n, odt", [(72, "bf16"), (136, "f16")])
-def test_narrow_tiles_tma_epilogue(n, odt):
+@pytest.mark.parametrize("n, odt, parts", [(72, "bf16", 1), (136, "f16", 1), (208, "bf16", 2)])
+def test_narrow_tiles_tma_epilogue(n, odt, parts):
     """A 128-row tile of a width that is not a multiple of 64 stores each consumer's block with
-    one unswizzled (64, bn) TMA box."""
-    got, want = run("bf16" if odt == "bf16" else "f16", 150, 64, n + 10, odt=odt, config={"bm": 128, "bn": n}, seed=n)
+    one unswizzled (64, bn) TMA box, or two of (64, bn / 2) through half the shared tile."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    got, want = run("bf16" if odt == "bf16" else "f16", 150, 64, n + 16, odt=odt,
+                    config={"bm": 128, "bn": n, "c_parts": parts}, seed=n)
+    cfg = last_plan().cfg
+    assert (cfg.epilogue, cfg.c_parts, cfg.c_box) == ("tma", parts, n // parts)
     np.testing.assert_array_equal(got, want)
 
 
