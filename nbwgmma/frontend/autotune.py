@@ -77,7 +77,7 @@ def budget() -> float:
 
 def _stages_that_fit(kind, bm, bn, epilogue, upto=8):
     """The deepest pipeline (at most ``upto`` stages) a tile fits in shared memory."""
-    from ..kernels.gemm import GemmConfig
+    from ..kernels.gemm_config import GemmConfig
 
     for s in range(upto, 1, -1):
         try:
@@ -101,7 +101,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K") -> list
     the waves better than the default's (:func:`nbwgmma.frontend.tiles.narrow_config`: where the
     default path has not taken it itself, :func:`nbwgmma.frontend.tiles.pick_narrow`).
     """
-    from ..kernels.gemm import GemmConfig
+    from ..kernels.gemm_config import GemmConfig
     from ..launch import device_limits
 
     tiles = rank_tiles(m, n, 1, "any" if b_major == "K" else "64")[:3]

@@ -206,7 +206,7 @@ class Plan:
 
     def _configure(self, kind, odt, ia, ib, io, opts, fp8):
         """Operand paths, output view and kernel configuration (``GemmConfig`` checks ``opts``)."""
-        from ..kernels.gemm import GemmConfig
+        from ..kernels.gemm_config import GemmConfig
 
         m, n, _ = self.mnk
         probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})

@@ -1,0 +1,244 @@
+"""The library GEMM's compile-time configuration: :class:`GemmConfig` checks a tile, its
+pipeline, epilogue, clusters and K slices against the hardware's limits (shared memory,
+registers, wgmma's N) and derives what the kernel needs (consumers, stages, the C tile's
+parts and boxes, the ``setmaxnreg`` split). Host-side only; :mod:`nbwgmma.kernels.gemm` builds
+the kernel from it."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ..kit.cluster_k import ClusterSplitK
+from ..kit.pipeline import check_b_shares
+from ..kit.warpgroup import launch_regs
+from ..layout.kinds import wgmma_kind
+from ..layout.wgmma_model import ELEMENT_BYTES
+
+__all__ = ["GemmConfig", "DEFAULT_STAGES", "NARROW_STAGES"]
+
+_OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+#: Default stages per (bm, bn) where more than 4 pay: 128 x 128 tiles (32 KiB stages) with 6
+#: ran 3-9% faster than with 4 on an H100 at 384-2048 rows, 16-bit and fp8, long K most
+#: (BENCHMARKS.md, 2026-11-25); narrow tiles (a width that is not a multiple of 64) take as many
+#: as fit up to :data:`NARROW_STAGES`; other tiles fit at most 4 beside their C tile.
+DEFAULT_STAGES = {(128, 128): 6}
+NARROW_STAGES = 8
+
+
+class GemmConfig:
+    """Compile-time parameters of one GEMM kernel.
+
+    ``a_major``/``b_major`` say how A [M, K] and B [N, K] sit in global memory: "K"
+    (K contiguous) or "MN" (M resp. N contiguous: a column-major A, a row-major B of
+    ``a @ b``); "MN" exists for 16-bit inputs only (wgmma's transpose bits).
+    ``epilogue`` "tma" writes C through a swizzled shared tile (``stmatrix``) and TMA
+    stores that overlap the next tile's main loop (16-bit outputs); "direct" stores
+    the fragments straight to global memory (any output type and strides).
+    ``stages`` defaults to the most that fit in shared memory, up to :data:`DEFAULT_STAGES`
+    for the tile (6 for 128 x 128, 8 for a width that is not a multiple of 64, 4 otherwise).
+    ``cluster`` (1, 2 or 4) launches the CTAs in thread-block clusters of that many along
+    M: the cluster works on vertically adjacent tiles that share their B tile, and each
+    CTA loads 1/cluster of it and multicasts it to all (less L2 traffic for B).
+    ``split`` (1-4) cuts K into that many slices, each a separate work unit (more units
+    than tiles for small M x N): every slice writes its f32 partial tile to a workspace,
+    and the last one to finish a tile (a per-tile counter) sums the slices in order and
+    stores C, so results do not depend on which finished first. The kernel then takes two
+    more arguments: ``ws``, a 1-D f32 array of at least ``tiles x split x BM x BN``
+    elements, and ``counters``, an int32 array of one zero per tile (each count is reset to zero by
+    the tile's last slice, ready for the next launch).
+    ``stream_k`` (no clusters, no ``split``) cuts the tiles' k-blocks, in tile order, evenly
+    over the CTAs of the grid (stream-K: a problem of few tiles still fills every SM). A CTA
+    stores the tiles its share covers whole; a tile shared by several CTAs gets each one's
+    partial tile parked in ``ws`` (two slots per CTA: its share's first and last tiles), and the
+    CTA that counts last sums them in K order and stores C. The grid must be at most the
+    number of k-blocks (``tiles x ceil(K / BK)``); ``ws`` holds ``2 x grid x BM x BN`` f32
+    elements, ``counters`` one zero per tile, as for ``split``.
+    ``cluster_k`` = 2 (128-row tiles, no ``cluster``, ``split`` or ``stream_k``) launches clusters
+    of two CTAs that take the same tile, each half of its k-blocks, and sum the halves through
+    distributed shared memory (:class:`~nbwgmma.kit.ClusterSplitK`): twice the work units of
+    the tiles without split-K's global workspace; each CTA keeps a ``64 x bn`` f32 exchange
+    buffer in shared memory (fewer stages).
+    ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
+    (default 40 for the producer, 48 for a cluster of 4 with MN-major B, 56 for some split-K kernels and
+    for ``cluster_k``; the rest shared
+    out among the consumers, at most 240 each).
+    """
+
+    def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
+                 producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
+                 epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
+                 c_transposed=False):
+        self.kind = kind
+        self.k = wgmma_kind(kind)
+        if self.k.dtype != "f32":
+            raise ConfigError("kind", f"the GEMM accumulates in f32; got {kind}")
+        if bm % 64 or not 64 <= bm <= 256:
+            raise ConfigError("bm", f"bm must be 64, 128, 192 or 256; got {bm}")
+        if epilogue not in ("tma", "direct"):
+            raise ConfigError("epilogue", f"epilogue must be 'tma' or 'direct'; got {epilogue!r}")
+        # 64-column multiples for MN-major B's boxes; with K-major B any multiple of 8 (narrow
+        # tiles), which the TMA epilogue stores as one unswizzled (64, bn) box per 64 rows.
+        step = 8 if b_major == "K" else 64
+        if bn not in self.k.n_values or bn % step:
+            raise ConfigError("bn", f"bn must be a wgmma N for {kind} and a multiple of {step}"
+                                    f"{' (64 with MN-major B)' if step == 64 else ''}; got {bn}")
+        for name, major in (("a_major", a_major), ("b_major", b_major)):
+            if major not in ("K", "MN"):
+                raise ConfigError(name, f"{name} must be 'K' or 'MN'; got {major!r}")
+            if major == "MN" and not self.k.transposable:
+                raise ConfigError(name, f"{name}='MN' needs 16-bit inputs (wgmma transposes); got {kind}")
+        if c_transposed and (epilogue != "tma" or bn % 64):
+            raise ConfigError("epilogue", f"a transposed C (swapped products) goes out through the TMA epilogue in "
+                                          f"64 x 64 blocks: bn a multiple of 64; got epilogue={epilogue!r}, bn={bn}")
+        #: the TMA epilogue stores each consumer's 64 x bn block transposed (C^T's 64 x 64 boxes)
+        self.c_transposed = bool(c_transposed)
+        if out not in _OUT_BYTES:
+            raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
+        if epilogue == "tma" and _OUT_BYTES[out] != 2:
+            raise ConfigError("epilogue", f"the TMA epilogue stores 16-bit outputs; got out={out}")
+        if cluster not in (1, 2, 4):
+            raise ConfigError("cluster", f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
+        try:
+            check_b_shares("GemmConfig", bn, b_major, cluster)
+        except ValueError as e:
+            raise ConfigError("cluster", str(e)) from None
+        if split not in (1, 2, 3, 4):
+            raise ConfigError("split", f"split must be 1, 2, 3 or 4 K slices; got {split}")
+        if split > 1 and cluster > 1:
+            raise ConfigError("split",
+                              f"split-K works without clusters; got split={split}, cluster={cluster}")
+        if stream_k not in (0, 1, False, True):
+            raise ConfigError("stream_k", f"stream_k must be 0 or 1; got {stream_k!r}")
+        if stream_k and (split > 1 or cluster > 1):
+            raise ConfigError("stream_k", f"stream-K works without K slices or clusters; got split={split}, "
+                                          f"cluster={cluster}")
+        if stream_k and bn > 128:
+            raise ConfigError("stream_k", f"stream-K takes tiles of at most 128 columns (wider ones spill in the "
+                                          f"consumers); got bn={bn}")
+        self.stream_k = int(stream_k)
+        if cluster_k not in (1, 2):
+            raise ConfigError("cluster_k", f"cluster_k must be 1 or 2 CTAs; got {cluster_k!r}")
+        if cluster_k == 2 and (bm != 128 or cluster > 1 or split > 1 or stream_k):
+            raise ConfigError("cluster_k", f"cluster_k=2 takes 128-row tiles and no cluster, split or stream_k (each "
+                                           f"CTA keeps one consumer's 64 rows); got bm={bm}, cluster={cluster}, "
+                                           f"split={split}, stream_k={stream_k}")
+        if cluster_k == 2 and epilogue == "direct" and bn > 192:
+            raise ConfigError("cluster_k", f"cluster_k=2 with the direct epilogue takes tiles of at most 192 columns "
+                                           f"(at 256 the consumers spill 24-32 bytes); got bn={bn}")
+        self.cluster_k = cluster_k
+        if consumers is None:  # 256 rows: two consumers of 128 (four of 64 spill and ran slower)
+            consumers = 2 if bm == 256 and split == 1 and not stream_k and cluster_k == 1 else bm // 64
+        if consumers not in (bm // 64, bm // 128) or consumers < 1:
+            raise ConfigError("consumers", f"consumers (warpgroups sharing the tile) must be bm / 64 or bm / 128 "
+                                           f"(64 or 128 rows each); got {consumers} for bm={bm}")
+        #: 64-row blocks per consumer warpgroup (2: 128 rows each, two accumulators)
+        self.blocks = bm // 64 // consumers
+        if self.blocks == 2 and (split > 1 or stream_k or cluster_k > 1):
+            raise ConfigError("consumers", f"consumers of 128 rows work without split, stream_k or cluster_k; got "
+                                           f"split={split}, stream_k={stream_k}, cluster_k={cluster_k}")
+        #: CTAs per launched cluster (clusters along M times the K halves)
+        self.cta_cluster = cluster * cluster_k
+        #: the kernel takes the f32 workspace and the tile counters (split-K, stream-K)
+        self.uses_workspace = split > 1 or bool(stream_k)
+        if self.uses_workspace and ELEMENT_BYTES[self.k.atype] != 2 and bn > 64:
+            raise ConfigError("stream_k" if stream_k else "split",
+                              f"split-K and stream-K are built for 16-bit inputs and for fp8 tiles of at most 64 "
+                              f"columns (wider fp8 tiles spill); got {kind} with bn={bn}")
+        if group_m < 1:
+            raise ConfigError("group_m", f"group_m must be 1 or more tile rows; got {group_m}")
+        self.cluster, self.split = cluster, split
+        self.bm, self.bn, self.group_m, self.scaled = bm, bn, group_m, scaled
+        self.a_major, self.b_major, self.out, self.epilogue = a_major, b_major, out, epilogue
+        self.esize = int(ELEMENT_BYTES[self.k.atype])
+        self.bk = 128 // self.esize  # one 128-byte swizzle row of K per stage
+        self.consumers = consumers
+        self.threads = 128 * (self.consumers + 1)
+        self.a_bytes = bm * 128
+        self.b_bytes = bn * 128
+        self.stage_bytes = self.a_bytes + self.b_bytes
+        # Each consumer's C tile: 64 rows x BN / c_parts columns as 64-column (128-byte)
+        # swizzled blocks (or unswizzled rows of a narrow tile); with c_parts = 2 the tile goes
+        # out in two halves through half the shared memory, which leaves room for a fourth stage
+        # at BN = 256 (and 224: 128 x 224 with 4 stages 1.03-1.05x faster than with 3 on an H100).
+        smem = 227 * 1024 - 1023 - 64  # opt-in limit, alignment slack, the barriers
+
+        def c_bytes(parts):
+            return self.consumers * 64 * (bn // parts) * 2 if epilogue == "tma" else 0
+
+        if c_parts is None:
+            halves = bn % 128 == 0 or (bn % 64 and bn % 16 == 0 and not c_transposed)
+            fits = [(smem - c_bytes(p)) // self.stage_bytes for p in (1, 2)]
+            c_parts = 2 if epilogue == "tma" and halves and fits[0] < 4 and fits[1] > fits[0] else 1
+        # halves of 64-column multiples (swizzled blocks), or of 8-column multiples (unswizzled boxes)
+        if c_parts not in (1, 2) or (epilogue == "tma" and c_parts == 2 and (bn // 2) % 64
+                                     and (bn % 16 or c_transposed)):
+            raise ConfigError("c_parts", f"c_parts must be 1, or 2 with BN / 2 a multiple of 8 (64 for a transposed "
+                                         f"C); got {c_parts} for bn={bn}")
+        self.c_parts = c_parts
+        #: columns of one TMA store box of C: 64 (128-byte swizzled blocks), or a narrow tile's
+        #: whole part (unswizzled rows of 2 bn bytes)
+        self.c_box = 64 if (bn // c_parts) % 64 == 0 else bn // c_parts
+        self.c_bytes = c_bytes(c_parts)
+        self.x_bytes = ClusterSplitK(bn).buffer_bytes if cluster_k == 2 else 0  # the K halves' exchange buffer
+        budget = smem - self.c_bytes - self.x_bytes
+        if stages is None:
+            stages = min(DEFAULT_STAGES.get((bm, bn), NARROW_STAGES if bn % 64 else 4), budget // self.stage_bytes)
+        if stages < 2 or stages * self.stage_bytes > budget:
+            most = budget // self.stage_bytes
+            fits = f"2 to {most}" if most >= 2 else "2, which does not fit either"
+            raise ConfigError("stages", f"stages must be {fits} for a {bm}x{bn} tile ({self.stage_bytes} B each + "
+                                        f"{self.c_bytes + self.x_bytes} B of C tile and exchange buffer in 227 KiB "
+                                        f"of shared memory); got {stages}")
+        self.stages = stages
+        self.smem_bytes = self.stages * self.stage_bytes + self.c_bytes + self.x_bytes
+        # setmaxnreg moves registers between the warpgroups of one CTA: .dec returns them to
+        # the CTA's pool and .inc waits until the pool has enough. The pool is what the CTA
+        # was launched with, (launch-bound registers per thread) x (threads), so a split
+        # that asks for more than that hangs (measured on an H100: 48 + 2 x 232 with 384
+        # threads of 168 registers, 504 per thread slot, never got past setmaxnreg.inc).
+        self.regs_per_slot = self.launch_regs() * (self.consumers + 1)
+        if producer_regs is None:
+            # A cluster of 4 with MN-major B needs 8 more for the producer's addresses (with
+            # 40, ptxas spills 24-32 bytes). With split-K ptxas spills 136-140 bytes in the
+            # producer at 40 for one consumer or the direct epilogue (56 is clean), and 48 bytes
+            # in the consumers of 128x256 with the TMA epilogue at 56 (224 each; 40 is clean).
+            if self.uses_workspace and (self.consumers == 1 or epilogue == "direct") or cluster_k == 2:
+                producer_regs = 56  # (cluster_k: with 40 or 48 the producer's walk spills 112 / 48 bytes)
+            elif self.blocks == 2 and cluster == 1:
+                # Consumers of 128 rows hold two accumulators: 240 registers each (at 232 a
+                # 256 x 168 tile spilled 88 bytes); the producer's walk fits in 24.
+                producer_regs = 24
+            else:
+                producer_regs = 48 if cluster == 4 and b_major == "MN" else 40
+        if consumer_regs is None:
+            consumer_regs = min(240, (self.regs_per_slot - producer_regs) // self.consumers // 8 * 8)
+        for name, regs in (("producer_regs", producer_regs), ("consumer_regs", consumer_regs)):
+            if regs % 8 or not 24 <= regs <= 256:  # setmaxnreg's operand
+                raise ConfigError(name, f"{name} must be a multiple of 8 from 24 to 256 (setmaxnreg); got {regs}")
+        if producer_regs + self.consumers * consumer_regs > self.regs_per_slot:
+            raise ConfigError(
+                "consumer_regs",
+                f"setmaxnreg split needs {producer_regs} + {self.consumers} x {consumer_regs} registers per "
+                f"thread slot; a CTA of {self.threads} threads has {self.regs_per_slot} "
+                f"({self.launch_regs()} per thread)"
+            )
+        self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+
+    def launch_regs(self):
+        """Registers per thread a CTA of ``threads`` gets with one CTA per SM (64K register
+        file, 8-register granularity, at most 255 addressable)."""
+        return launch_regs(self.threads)
+
+    def key(self):
+        return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
+                self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
+                self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
+                self.c_transposed)
+
+    def __repr__(self):
+        return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
+                f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue}"
+                f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
+                f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
+                f"{', split=' + str(self.split) if self.split > 1 else ''}"
+                f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
+                f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''})")
