@@ -98,16 +98,21 @@ def test_explicit_configs(cfg):
     ("bf16", 300, 136, 136, True, "bf16", {"bm": 256, "bn": 128}),
     ("f16", 260, 72, 40, False, "f16", {"bm": 256, "bn": 40, "stages": 2}),
     ("bf16", 200, 64, 88, True, "f32", {"bm": 256, "bn": 88, "consumers": 2}),
-], ids=["256x128-tma", "256x40-narrow-tma-mn-a", "256x88-direct"])
+    ("bf16", 270, 64, 136, True, "bf16", {"bm": 256, "bn": 128, "c_parts": 2}),
+    ("f16", 260, 72, 72, True, "f16", {"bm": 256, "bn": 64, "b_mn": True}),
+], ids=["256x128-tma", "256x40-narrow-tma-mn-a", "256x88-direct", "256x128-halves", "256x64-mn-b"])
 def test_tall_tiles_two_blocks_per_consumer(t, m, k, n, a_k, odt, cfg):
     """256-row tiles by default take two consumer warpgroups of 128 rows (two 64-row blocks and
     two accumulators each): rows past M in the second block, a narrow N stored by one unswizzled
     TMA box per block (16-bit out) or from the registers (f32 out)."""
     from nbwgmma.frontend.matmul import last_plan
 
-    got, want = run(t, m, k, n, a_k_major=a_k, odt=odt, config=cfg, seed=m)
+    cfg = dict(cfg)
+    b_k = not cfg.pop("b_mn", False)
+    got, want = run(t, m, k, n, a_k_major=a_k, b_k_major=b_k, odt=odt, config=cfg, seed=m)
     c = last_plan().cfg
     assert (c.consumers, c.blocks, c.epilogue) == (2, 2, "direct" if odt == "f32" else "tma"), c
+    assert c.b_major == ("K" if b_k else "MN") and c.c_parts == cfg.get("c_parts", 1), c
     np.testing.assert_array_equal(got, want)
 
 
@@ -126,7 +131,8 @@ def test_narrow_tiles_tma_epilogue(n, odt, parts):
 
 @pytest.mark.parametrize("t, m, n, cfg", [("bf16", 300, 136, {"swap": 1, "bm": 128, "bn": 128}),
                                           ("f16", 200, 72, {"swap": 1, "bm": 128, "bn": 64}),
-                                          ("bf16", 330, 104, {"swap": 1, "bm": 256, "bn": 128})])
+                                          ("bf16", 330, 104, {"swap": 1, "bm": 256, "bn": 128}),
+                                          ("bf16", 260, 136, {"swap": 1, "bm": 128, "bn": 128, "c_parts": 2})])
 def test_swapped_tiles_stored_transposed_by_tma(t, m, n, cfg):
     """A swapped product (C^T = B^T A^T) into a 16-bit row-major out stores each consumer's block
     transposed through shared memory (stmatrix.trans) with TMA boxes of out, clipped at its edges."""

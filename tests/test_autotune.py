@@ -77,13 +77,15 @@ def test_narrow_tiles_where_the_default_fills_its_waves_poorly(sms_132):
 def test_tall_16_bit_products_swap_where_the_swapped_tiles_fill_better(sms_132):
     """pick_swap: 3072 x 1024 and 6144 x 1000 (128 x 256 tiles fill 73% of their waves; swapped,
     128 x 192 tiles 97%); not where the swapped tiles fill about as well (5000 x 3000, 4096 x 1000
-    x 8192, 8192 x 1024), not for wide problems, fp8, tf32 or K below 2048."""
+    x 8192, 8192 x 1024), not for wide problems, fp8, tf32, or K below 2048 where out is stored
+    from the registers."""
     assert pick_swap(3072, 1024, 4096, 16, 132) and pick_swap(6144, 1000, 4096, 16, 132)
     assert pick_tile(1024, 3072) == (128, 192)
     for m, n in ((5000, 3000), (4096, 1000), (8192, 1024), (1024, 3072), (8192, 8192)):
         assert not pick_swap(m, n, 4096, 16, 132), (m, n)
     assert not pick_swap(3072, 1024, 4096, 8, 132) and not pick_swap(3072, 1024, 4096, 32, 132)
-    assert not pick_swap(6144, 1024, 1024, 16, 132)  # short K: not swapped
+    assert not pick_swap(6144, 1024, 1024, 16, 132, tma_out=False)  # short K, register stores: not swapped
+    assert pick_swap(6144, 1024, 1024, 16, 132)  # (the transposed TMA stores: any K)
 
 
 def test_candidates_for_a_bandwidth_bound_shape_include_deeper_pipelines(sms_132):

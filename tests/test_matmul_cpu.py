@@ -133,6 +133,23 @@ def test_gemm_config_rules():
     with pytest.raises(ValueError, match="whole swizzle atoms"):
         GemmConfig(bn=64, b_major="MN", cluster=2)
     assert GemmConfig(bn=64, cluster=4).cluster == 4  # 16 K-major rows per CTA: two atoms
+    # 256-row tiles: two consumers of 128 rows (240 registers each), four of 64 with split-K
+    c = GemmConfig(bm=256, bn=168, epilogue="tma")
+    assert (c.consumers, c.blocks, c.producer_regs, c.consumer_regs, c.c_box) == (2, 2, 24, 240, 168)
+    assert (GemmConfig(bm=256, bn=128, split=2).consumers, GemmConfig(bm=256, bn=128, consumers=4).blocks) == (4, 1)
+    for kw, msg in (({"bm": 256, "bn": 192}, "at most 168 columns"), ({"bm": 128, "bn": 256, "consumers": 1}, "168"),
+                    ({"bm": 256, "bn": 152, "split": 2}, "at most 128 columns"),
+                    ({"bm": 192, "bn": 128, "consumers": 1}, "bm / 128 for bm 128 or 256"),
+                    ({"bm": 256, "bn": 128, "consumers": 2, "stream_k": 1}, "without split, stream_k"),
+                    ({"bm": 128, "bn": 192, "epilogue": "tma", "c_transposed": True, "c_parts": 2}, "64 for a transposed"),
+                    ({"bm": 128, "bn": 200, "c_transposed": True, "epilogue": "tma"}, "64 x 64 blocks")):
+        with pytest.raises(ValueError, match=msg):
+            GemmConfig(**kw)
+    # narrow widths: one unswizzled box per 64 rows, or two halves where a stage more fits (224)
+    assert (GemmConfig(bn=144, epilogue="tma").c_box, GemmConfig(bn=224, epilogue="tma").c_parts) == (144, 2)
+    assert (GemmConfig(bn=224, epilogue="tma").stages, GemmConfig(bn=232, epilogue="tma").c_parts) == (4, 1)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        GemmConfig(bn=232, epilogue="tma", c_parts=2)
 
 
 @pytest.mark.parametrize("kind, a_major, b_major, cluster", [
@@ -382,8 +399,15 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
     assert p.swap and (p.cfg.epilogue, p.cfg.c_transposed) == ("direct", False)
     assert p.config == {"bm": 128, "bn": 192, "swap": 1}
     for p in (plan(3072, 1024, k=4096, swap=0), plan(3072, 1024, k=4096, cluster=2), plan(3072, 1024, k=4096, stages=3),
-              plan(3072, 1024)):  # (the last: K of 512, too short to swap)
+              plan(3072, 1024, f32_out=True)):  # (the last: K of 512, too short to swap with register stores)
         assert not p.swap, p.config
+    assert plan(3072, 1024).swap  # (K of 512: the transposed TMA stores pay at any K)
+    # a given config the C tile does not fit beside: the register stores (the TMA epilogue where asked)
+    p = plan(3072, 1024, k=4096, swap=1, bm=128, bn=192, stages=5)
+    assert (p.cfg.epilogue, p.cfg.stages) == ("direct", 5)
+    with pytest.raises(MatmulError, match="stages"):
+        plan(3072, 1024, k=4096, swap=1, bm=128, bn=192, stages=5, epilogue="tma")
+    assert plan(2048, 11008, c_parts=2).cfg.bn == 256  # (a given c_parts keeps the tile model's plain tiles)
 
 
 def test_a_plain_stream_k_config_takes_128_column_tiles(monkeypatch):

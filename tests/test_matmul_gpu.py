@@ -189,9 +189,9 @@ def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
 
 
 @pytest.mark.parametrize("dtype, layout, m, n, k, bn, odt", [
-    ("bf16", "KK", 2048, 11008, 264, 168, "bf16"), ("f16", "MK", 1536, 7100, 200, 168, "f16"),
+    ("bf16", "KK", 2048, 11008, 264, 168, "bf16"), ("f16", "MK", 1536, 7104, 200, 168, "f16"),
     ("e4m3", "KK", 2000, 7168, 520, 152, "bf16"), ("bf16", "KK", 1000, 5120, 136, 160, "f32"),
-    ("bf16", "KN", 2000, 4100, 128, 128, "bf16"), ("f32", "KK", 1100, 5000, 72, 168, "f32")])
+    ("bf16", "KN", 2000, 4096, 128, 128, "bf16"), ("f32", "KK", 1100, 5000, 72, 168, "f32")])
 def test_256_row_tiles_small_integers_exact(dtype, layout, m, n, k, bn, odt):
     """256-row tiles, two consumer warpgroups of 128 rows (two accumulators each), with the tile
     model's widths (a multiple of 8 with K-major B, TMA boxes or register stores), ragged M, N
@@ -209,7 +209,8 @@ def test_256_row_tiles_small_integers_exact(dtype, layout, m, n, k, bn, odt):
     kw = {"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}
     matmul(a, b, out=out, config={"bm": 256, "bn": bn}, **kw)
     cfg = last_plan().cfg
-    assert (cfg.consumers, cfg.blocks) == (2, 2), cfg
+    assert (cfg.consumers, cfg.blocks, cfg.epilogue) == (2, 2, "direct" if odt == "f32" else "tma"), cfg
+    assert cfg.b_major == ("MN" if layout[1] == "N" else "K") and cfg.a_major == ("K" if layout[0] == "K" else "MN")
     ref = a.double() @ b.double()
     want = ref if odt == "f32" else ref.to(out.dtype).double()
     assert torch.equal(out.double(), want) and ref.abs().sum() > 0

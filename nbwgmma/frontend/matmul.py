@@ -61,7 +61,7 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
         return {}
     probe = Plan(kind, odt, ia, ib, io, {"swap": 0}, fp8)  # paths and epilogue (no compile), unswapped
     m, n, k = probe.mnk
-    # the class's epilogue is the one its out can take (the default's narrow tile stores directly)
+    # the class's epilogue is the one its out can take
     epilogue = "tma" if probe.c_view is not None else "direct"
     key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], epilogue, m, n, k)
     return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, epilogue, probe.config, probe.cfg.b_major),
@@ -99,7 +99,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
 
     ``config`` overrides the kernel's tile parameters (a dict with keys among ``bm``,
     ``bn``, ``stages``, ``group_m``, ``producer_regs``, ``consumer_regs``, ``epilogue``,
-    ``c_parts``, ``cluster``, ``split``, ``stream_k``, ``cluster_k``; see :class:`nbwgmma.kernels.gemm.GemmConfig`;
+    ``c_parts``, ``cluster``, ``split``, ``stream_k``, ``cluster_k``, ``consumers``; see
+    :class:`nbwgmma.kernels.gemm.GemmConfig`;
     and ``swap``: 1 computes C^T = B^T A^T, A's rows the tile's narrow side, as the default does for at most 64
     rows of 16-bit inputs (32 of fp8) with a row-major A; 0 never swaps),
     or is ``"auto"``: the configuration tuned for this problem class, timed on the first

@@ -16,8 +16,9 @@ Which path runs:
 * ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned base and row
   pitch) gets the TMA-store epilogue (a tile whose width is not a multiple of 64, as the narrow
   tiles of :func:`.tiles.pick_narrow` and the 256-row tiles of :func:`.tiles.pick_tile`, in one
-  unswizzled box per 64 rows); any other ``out`` (f32, any strides) and every swapped plan
-  gets element-wise stores from the registers.
+  unswizzled box per 64 rows; a swapped plan's tiles of 128 rows or more transposed through
+  shared memory into boxes of ``out``); any other ``out`` (f32, any strides) and a swapped
+  small M's narrow tiles get element-wise stores from the registers.
 * Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`,
   and for tall 16-bit products whose swapped tiles fill the waves better: :func:`.tiles.pick_swap`)
   compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
@@ -158,9 +159,11 @@ class Plan:
                 from ..launch import device_limits
 
                 sms = device_limits()["multiprocessors"]
-                free = not ({"cluster", "split", "epilogue", "stages", "stream_k"} & set(given)
+                free = not ({"cluster", "split", "epilogue", "stages", "stream_k", "c_parts", "consumers",
+                             "producer_regs", "consumer_regs"} & set(given)
                             or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM)
-                if free and swappable and pick_swap(m, n, k, wk.input_bits, sms):  # a tall product: C^T tiles better
+                tma_out = io.itemsize == 2 and tma_view(io, m, n, io.strides[0], io.strides[1]) is not None
+                if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma_out):  # C^T tiles better
                     opts["swap"] = 1
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
                 # 256-row and wide tiles where nothing given rules them out (widths not a multiple of 64:
@@ -172,7 +175,6 @@ class Plan:
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
                 # a tile that fills its one or two waves poorly: a narrower one (B K-major)
                 if free and not opts.get("swap") and b_kmajor:
-                    tma_out = io.itemsize == 2 and tma_view(io, m, n, io.strides[0], io.strides[1]) is not None
                     opts.update(pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits, tma_out) or {})
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
@@ -226,14 +228,25 @@ class Plan:
         else:
             self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 else None
             tma_ok = self.c_view is not None
+        asked = "epilogue" in opts
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
         if epilogue == "tma" and not tma_ok:
             raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a 16-bit row-major out with 16-byte aligned "
                               f"rows{' and, swapped, tiles of 128 rows or more and 64-column multiples' if self.swap else ''}"
                               f"; got {odt} with strides {io.strides} at {io.ptr:#x}")
         self.config = dict(opts)  # the tile and the given parameters (the epilogue follows from out)
-        self.cfg = GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
+
+        def config(epilogue):
+            return GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
                               epilogue=epilogue, c_transposed=self.swap and epilogue == "tma", **opts)
+
+        try:
+            self.cfg = config(epilogue)
+        except ConfigError:
+            if asked or epilogue == "direct":
+                raise
+            # a C tile the caller's stages or c_parts leave no room for: the register stores
+            self.cfg = config("direct")
 
     def _map(self, slot, x, ptr, view, tdt, box, swizzle="128B"):
         """The tensor map of operand ``slot`` read in place at ``ptr`` (the last one is kept at hand)."""

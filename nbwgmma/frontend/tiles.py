@@ -60,7 +60,7 @@ def pick_tile(m, n, cluster=1, widths=None):
 
 #: Narrow tiles: 128 rows by an N that is not a multiple of 64, B K-major only, stored by the TMA
 #: epilogue as one unswizzled box per 64 rows (or from the registers where out is not a 16-bit
-#: row-major array); as many stages as fit up to 8 (:data:`nbwgmma.kernels.gemm.DEFAULT_STAGES`).
+#: row-major array); as many stages as fit up to 8 (:data:`nbwgmma.kernels.gemm.NARROW_STAGES`).
 #: The widths are those that filled the waves of the mid-sized problems measured (BENCHMARKS.md,
 #: 2026-11-26): 72 (768 x 1536), 80 (640 x 2048), 96 (384 x 4096, 512 x 3008), 144 (384 x 6144,
 #: 640 x 7168), 160 (1024 x 5120).
@@ -162,22 +162,26 @@ def _scored(m, n, cluster, sms, widths=None):
 SWAP_GAIN = 0.1
 
 
-#: Smallest K for which the default path swaps a tall product (at K = 1024, 6144 x 1024 swapped ran
-#: 0.986x the unswapped: the transposed stores weigh more against a short main loop).
+#: Smallest K for which the default path swaps a tall product whose out is stored from the
+#: registers (at K = 1024, 6144 x 1024 swapped ran 0.986x the unswapped: the register stores
+#: weigh more against a short main loop). With the transposed TMA stores it swaps at any K.
 SWAP_MIN_K = 2048
 
 
-def pick_swap(m, n, k, input_bits, sms):
+def pick_swap(m, n, k, input_bits, sms, tma_out=True):
     """Whether the default path computes a tall 16-bit product (M > N) as C^T = B^T A^T: where the
     tile model's best tile for the N x M problem scores at least :data:`SWAP_GAIN` more than the
     best for M x N (its tiles fill the waves better: 3072 x 1024 in 128 x 256 tiles fills 96 of
-    132 SMs, swapped in 128 x 192 tiles 128). The swapped output is stored from the registers.
-    Measured on an H100 (BENCHMARKS.md, 2026-11-26), bf16, ratio to cuBLAS: 3072 x 1024 x 4096
-    0.804 -> 0.915, 6144 x 1000 x 4096 0.807 -> 0.898; against the unswapped default in one
-    process, 1.09-1.16x at seven tall shapes (K 4096-14336); where the swapped tiles fill no better
-    it lost (5000 x 3000 x 4000: 0.884 -> 0.749, 4096 x 1000 x 8192: 0.983 -> 0.617), hence the
-    margin; K below :data:`SWAP_MIN_K` is not swapped."""
-    if input_bits != 16 or m <= n or k < SWAP_MIN_K or sim.enabled():
+    132 SMs, swapped in 128 x 192 tiles 128). ``tma_out``: out is a 16-bit row-major array, so the
+    swapped tiles go out transposed through shared memory and TMA; otherwise from the registers,
+    and K below :data:`SWAP_MIN_K` is not swapped. Measured on an H100 (BENCHMARKS.md,
+    2026-11-26), bf16, ratio to cuBLAS, with the register stores: 3072 x 1024 x 4096 0.804 ->
+    0.915, 6144 x 1000 x 4096 0.807 -> 0.898, 1.09-1.16x the unswapped default at seven tall
+    shapes (K 4096-14336); with the TMA stores 0.97-1.00x cuBLAS there, and at K = 512-1024 1.15-1.25x
+    the unswapped (6144 x 1024 x 1024: 0.807 -> 1.013); where the swapped tiles fill no better it
+    lost (5000 x 3000 x 4000: 0.884 -> 0.749, 4096 x 1000 x 8192: 0.983 -> 0.617), hence the
+    margin."""
+    if input_bits != 16 or m <= n or (k < SWAP_MIN_K and not tma_out) or sim.enabled():
         return False
     return _scored(n, m, 1, sms)[0][0] >= _scored(m, n, 1, sms)[0][0] + SWAP_GAIN
 

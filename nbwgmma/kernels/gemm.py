@@ -14,14 +14,16 @@ running together share A rows and B columns in L2). Its warpgroups:
   by a "full" mbarrier (transaction bytes) and an "empty" one (consumer
   releases);
 * warpgroups 1.. (the consumers) take more registers (``setmaxnreg.inc``); each
-  owns 64 rows of the tile and issues m64nBNkK wgmmas straight from the swizzled
-  slots, keeping one wgmma group in flight, then writes its accumulator to C.
+  owns 64 rows of the tile (or 128: two 64-row blocks, two accumulators) and issues
+  m64nBNkK wgmmas straight from the swizzled slots, keeping one wgmma group in flight,
+  then writes its accumulator to C.
 
 Epilogues: "tma" converts the fragment to 16-bit pairs, writes it with
-``stmatrix`` into a 128B-swizzled shared tile (one per consumer) and hands it to
-TMA stores; the consumer goes straight on to its next tile and only waits for
-those stores to have *read* the tile before it writes the tile again. "direct"
-stores each value to global memory (any output type or strides).
+``stmatrix`` into a shared tile (one per consumer: 128B-swizzled 64-column blocks; a
+width that is not a multiple of 64 as whole unswizzled rows; for a swapped product C^T's
+64 x 64 blocks, transposed) and hands it to TMA stores; the consumer goes straight on to
+its next tile and only waits for those stores to have *read* the tile before it writes
+the tile again. "direct" stores each value to global memory (any output type or strides).
 
 Clusters (``cluster`` > 1): CTAs of a cluster take vertically adjacent tiles of one
 column at a time; each loads its share of the common B tile with a multicast TMA

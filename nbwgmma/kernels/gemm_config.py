@@ -57,10 +57,20 @@ class GemmConfig:
     distributed shared memory (:class:`~nbwgmma.kit.ClusterSplitK`): twice the work units of
     the tiles without split-K's global workspace; each CTA keeps a ``64 x bn`` f32 exchange
     buffer in shared memory (fewer stages).
+    ``consumers``: the warpgroups sharing a tile, ``bm / 64`` (64 rows each) or, for 128 or 256
+    rows, ``bm / 128`` (128 rows each: two 64-row blocks and two accumulators, ``blocks`` = 2;
+    tiles of at most 168 columns, no split, stream-K or ``cluster_k``). A 256-row tile takes two
+    consumers of 128 rows by default, four of 64 with split-K or stream-K (at most 128 columns).
+    ``c_parts`` (TMA epilogue): the C tile leaves in 1 or 2 parts through a shared tile of
+    ``64 x bn / c_parts`` per consumer (default: 2 where that fits one more stage and fewer than 4
+    fit otherwise, e.g. 128 x 256 and 128 x 224); a width that is not a multiple of 64 is stored
+    as unswizzled rows with one TMA box per part (``c_box`` columns).
+    ``c_transposed`` (TMA epilogue, bn a multiple of 64): each consumer's block is stored
+    transposed (C^T's 64 x 64 blocks, for a swapped product whose C is out^T).
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
-    (default 40 for the producer, 48 for a cluster of 4 with MN-major B, 56 for some split-K kernels and
-    for ``cluster_k``; the rest shared
-    out among the consumers, at most 240 each).
+    (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
+    B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
+    at most 240 each).
     """
 
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
@@ -127,14 +137,20 @@ class GemmConfig:
         self.cluster_k = cluster_k
         if consumers is None:  # 256 rows: two consumers of 128 (four of 64 spill and ran slower)
             consumers = 2 if bm == 256 and split == 1 and not stream_k and cluster_k == 1 else bm // 64
-        if consumers not in (bm // 64, bm // 128) or consumers < 1:
-            raise ConfigError("consumers", f"consumers (warpgroups sharing the tile) must be bm / 64 or bm / 128 "
-                                           f"(64 or 128 rows each); got {consumers} for bm={bm}")
+        if consumers != bm // 64 and not (bm % 128 == 0 and consumers == bm // 128):
+            raise ConfigError("consumers", f"consumers (warpgroups sharing the tile) must be bm / 64, or bm / 128 for "
+                                           f"bm 128 or 256 (64 or 128 rows each); got {consumers} for bm={bm}")
         #: 64-row blocks per consumer warpgroup (2: 128 rows each, two accumulators)
         self.blocks = bm // 64 // consumers
         if self.blocks == 2 and (split > 1 or stream_k or cluster_k > 1):
             raise ConfigError("consumers", f"consumers of 128 rows work without split, stream_k or cluster_k; got "
                                            f"split={split}, stream_k={stream_k}, cluster_k={cluster_k}")
+        if self.blocks == 2 and bn > 168:
+            raise ConfigError("bn", f"consumers of 128 rows take tiles of at most 168 columns (their two accumulators "
+                                    f"spill from 176: 104 bytes, 840 at 192); got bn={bn}")
+        if consumers == 4 and bn > 128:
+            raise ConfigError("bn", f"four consumers of 64 rows (a 256-row tile with split or stream_k) take tiles of at "
+                                    f"most 128 columns (about 100 registers each: wider ones do not compile); got bn={bn}")
         #: CTAs per launched cluster (clusters along M times the K halves)
         self.cta_cluster = cluster * cluster_k
         #: the kernel takes the f32 workspace and the tile counters (split-K, stream-K)
