@@ -143,6 +143,27 @@ class Cooperative(types.ModuleType):
                 tma_load_multicast_2d(slot + b_dst, tmap_b, full, CL_MASK, kcol, b_row)
 
         @cuda.jit(device=True, inline=True)
+        def k_steps(d, step):
+            """The descriptor ``d`` of a stage's first K step and those of the next three."""
+            return d, desc_advance(d, step), desc_advance(d, 2 * step), desc_advance(d, 3 * step)
+
+        @cuda.jit(device=True, inline=True)
+        def retire(ring, after_first, ct, prev):
+            """Commit the stage's wgmmas and keep them in flight; the previous group is then
+            complete: release its stage (one thread of the warpgroup)."""
+            wgmma_commit_group()
+            wgmma_wait_group(1)
+            if after_first and ct == 0:
+                pipe.consumer_release(ring, prev)
+
+        @cuda.jit(device=True, inline=True)
+        def drain(ring, ct, prev):
+            """The last group complete: release its stage."""
+            wgmma_wait_group(0)
+            if ct == 0:
+                pipe.consumer_release(ring, prev)
+
+        @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kb0, kb1, cw, ct):
             acc = acc_undef(KIND, BN)
             prev = 0
@@ -152,11 +173,8 @@ class Cooperative(types.ModuleType):
                 # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
                 # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
                 # them, the library GEMM was 4-7% slower on an H100).
-                da = make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128)
-                db = make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128)
-                da1, db1 = desc_advance(da, A_STEP), desc_advance(db, B_STEP)
-                da2, db2 = desc_advance(da, 2 * A_STEP), desc_advance(db, 2 * B_STEP)
-                da3, db3 = desc_advance(da, 3 * A_STEP), desc_advance(db, 3 * B_STEP)
+                da, da1, da2, da3 = k_steps(make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128), A_STEP)
+                db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
                 wgmma_fence()
                 # A stage is one 128-byte swizzle row of K: always four K steps, written out so
                 # the four wgmmas issue back to back; scale-d 0 at the first (no fill needed).
@@ -164,16 +182,10 @@ class Cooperative(types.ModuleType):
                 acc = wgmma_mma_async(acc, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                 acc = wgmma_mma_async(acc, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                 acc = wgmma_mma_async(acc, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                wgmma_commit_group()
-                # Keep this stage's group in flight; the previous one is done: release it.
-                wgmma_wait_group(1)
-                if kb > kb0 and ct == 0:
-                    pipe.consumer_release(ring, prev)
+                retire(ring, kb > kb0, ct, prev)
                 prev = s
                 s, ph = pipe.advance(s, ph)
-            wgmma_wait_group(0)
-            if ct == 0:
-                pipe.consumer_release(ring, prev)
+            drain(ring, ct, prev)
             return acc, s, ph
 
         A_BLK = 64 * 128  # bytes between 64-row A blocks (either layout)
@@ -186,12 +198,9 @@ class Cooperative(types.ModuleType):
             for kb in range(kb0, kb1):
                 pipe.consumer_wait(ring, s, ph)
                 slot = base + s * STAGE
-                da = make_desc(slot + 2 * cw * A_BLK, A_LBO, A_SBO, _SW128)
-                ea = make_desc(slot + (2 * cw + 1) * A_BLK, A_LBO, A_SBO, _SW128)
-                db = make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128)
-                da1, ea1, db1 = desc_advance(da, A_STEP), desc_advance(ea, A_STEP), desc_advance(db, B_STEP)
-                da2, ea2, db2 = desc_advance(da, 2 * A_STEP), desc_advance(ea, 2 * A_STEP), desc_advance(db, 2 * B_STEP)
-                da3, ea3, db3 = desc_advance(da, 3 * A_STEP), desc_advance(ea, 3 * A_STEP), desc_advance(db, 3 * B_STEP)
+                da, da1, da2, da3 = k_steps(make_desc(slot + 2 * cw * A_BLK, A_LBO, A_SBO, _SW128), A_STEP)
+                ea, ea1, ea2, ea3 = k_steps(make_desc(slot + (2 * cw + 1) * A_BLK, A_LBO, A_SBO, _SW128), A_STEP)
+                db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
                 wgmma_fence()
                 # The two blocks' K steps interleaved: each accumulator's chain of four wgmmas
                 # has the other block's wgmma between its links; one group of eight.
@@ -203,15 +212,10 @@ class Cooperative(types.ModuleType):
                 acc1 = wgmma_mma_async(acc1, ea2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                 acc0 = wgmma_mma_async(acc0, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                 acc1 = wgmma_mma_async(acc1, ea3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                wgmma_commit_group()
-                wgmma_wait_group(1)
-                if kb > kb0 and ct == 0:
-                    pipe.consumer_release(ring, prev)
+                retire(ring, kb > kb0, ct, prev)
                 prev = s
                 s, ph = pipe.advance(s, ph)
-            wgmma_wait_group(0)
-            if ct == 0:
-                pipe.consumer_release(ring, prev)
+            drain(ring, ct, prev)
             return (acc0, acc1), s, ph
 
         self.load, self.tile = load, (tile if self.blocks == 1 else tile2)
