@@ -144,6 +144,10 @@ class Plan:
         n = ib.shape[1]
         given = opts
         opts = dict(opts)
+        # C's TMA view: the caller's out, row-major 16-bit with 16-byte aligned rows (a swapped
+        # kernel's C is its transpose, stored through boxes of this view)
+        self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 else None
+        tma_out = self.c_view is not None
         if opts.get("stream_k") and "bm" not in opts and "bn" not in opts:
             # stream-K balances the SMs itself: 128 x 128 tiles (64 rows for a few), no swap, no K slices
             opts["bm"], opts["bn"] = (64 if m <= 64 else 128), 128
@@ -162,7 +166,6 @@ class Plan:
                 free = not ({"cluster", "split", "epilogue", "stages", "stream_k", "c_parts", "consumers",
                              "producer_regs", "consumer_regs"} & set(given)
                             or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM)
-                tma_out = io.itemsize == 2 and tma_view(io, m, n, io.strides[0], io.strides[1]) is not None
                 if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma_out):  # C^T tiles better
                     opts["swap"] = 1
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
@@ -210,7 +213,6 @@ class Plan:
         """Operand paths, output view and kernel configuration (``GemmConfig`` checks ``opts``)."""
         from ..kernels.gemm_config import GemmConfig
 
-        m, n, _ = self.mnk
         probe = GemmConfig(kind, **{k_: v for k_, v in opts.items() if k_ in ("bm", "bn")})
         transposable = probe.k.transposable
         # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
@@ -218,16 +220,10 @@ class Plan:
         self.a_path = _operand_path(ia, False, transposable)
         self.b_path = _operand_path(ib, True, transposable)
         self.tdt = ({"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype))
-        if self.swap:
-            # The kernel's C is out^T: a 16-bit row-major out takes each tile transposed through
-            # shared memory into TMA boxes of out (tiles of 128 rows or more and 64-column
-            # multiples; a swapped small M's narrow tiles are stored from the registers).
-            orig = transposed(io)
-            self.c_view = tma_view(orig, n, m, orig.strides[0], orig.strides[1]) if io.itemsize == 2 else None
-            tma_ok = self.c_view is not None and probe.bn % 64 == 0 and probe.bm >= 128
-        else:
-            self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 else None
-            tma_ok = self.c_view is not None
+        # Swapped, the kernel's C is out^T: each tile goes transposed through shared memory into
+        # TMA boxes of out (tiles of 128 rows or more and 64-column multiples; a swapped small M's
+        # narrow tiles are stored from the registers).
+        tma_ok = self.c_view is not None and (not self.swap or (probe.bn % 64 == 0 and probe.bm >= 128))
         asked = "epilogue" in opts
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
         if epilogue == "tma" and not tma_ok:

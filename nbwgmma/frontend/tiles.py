@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from .. import sim
+from ..kernels.gemm_config import STAGE_BUDGET  # (the swapped small-M tiles' stages)
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
@@ -65,8 +66,6 @@ def pick_tile(m, n, cluster=1, widths=None):
 #: 2026-11-26): 72 (768 x 1536), 80 (640 x 2048), 96 (384 x 4096, 512 x 3008), 144 (384 x 6144,
 #: 640 x 7168), 160 (1024 x 5120).
 NARROW_BN = (72, 80, 96, 144, 160)
-#: Shared memory for a kernel's stages: GemmConfig's opt-in 227 KiB less alignment slack and barriers.
-STAGE_BUDGET = 227 * 1024 - 1023 - 64
 #: How much more of its waves a narrow tile must fill than the default's for ``config="auto"`` to
 #: time it, and for the default path to take it.
 NARROW_GAIN = 0.1

@@ -249,7 +249,6 @@ def acc_stmatrix_transposed(typingctx, regs, base, tid):
 __all__ += ["acc_stmatrix_transposed"]
 
 
-
 def _check_exchange(name, acc):
     if not (isinstance(acc, types.UniTuple) and acc.dtype == types.float32 and acc.count % 4 == 0):
         raise NbwgmmaTypingError(f"{name}: expected an f32 accumulator fragment (a multiple of 4 values); got {acc}")

@@ -45,9 +45,9 @@ from numba import cuda
 
 from ..intrinsics import (
     acc_add_strided, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store, acc_store_strided,
-    acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, cluster_ctarank, cluster_sync,
-    dynamic_smem_base, fence_proxy_async_shared, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, smem_addr,
-    tma_store_2d,
+    acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
+    cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, named_barrier_sync, setmaxnreg_dec,
+    setmaxnreg_inc, smem_addr, tma_store_2d,
 )
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.cooperative import Cooperative

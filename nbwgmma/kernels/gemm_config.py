@@ -13,7 +13,11 @@ from ..kit.warpgroup import launch_regs
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
 
-__all__ = ["GemmConfig", "DEFAULT_STAGES", "NARROW_STAGES"]
+__all__ = ["GemmConfig", "DEFAULT_STAGES", "NARROW_STAGES", "STAGE_BUDGET"]
+
+#: Shared memory for a kernel's stages and C tile: the opt-in 227 KiB less the dynamic base's
+#: alignment slack and the barriers.
+STAGE_BUDGET = 227 * 1024 - 1023 - 64
 
 _OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 #: Default stages per (bm, bn) where more than 4 pay: 128 x 128 tiles (32 KiB stages) with 6
@@ -175,18 +179,18 @@ class GemmConfig:
         # swizzled blocks (or unswizzled rows of a narrow tile); with c_parts = 2 the tile goes
         # out in two halves through half the shared memory, which leaves room for a fourth stage
         # at BN = 256 (and 224: 128 x 224 with 4 stages 1.03-1.05x faster than with 3 on an H100).
-        smem = 227 * 1024 - 1023 - 64  # opt-in limit, alignment slack, the barriers
+        smem = STAGE_BUDGET
 
         def c_bytes(parts):
             return self.consumers * 64 * (bn // parts) * 2 if epilogue == "tma" else 0
 
-        if c_parts is None:
-            halves = bn % 128 == 0 or (bn % 64 and bn % 16 == 0 and not c_transposed)
-            fits = [(smem - c_bytes(p)) // self.stage_bytes for p in (1, 2)]
-            c_parts = 2 if epilogue == "tma" and halves and fits[0] < 4 and fits[1] > fits[0] else 1
         # halves of 64-column multiples (swizzled blocks), or of 8-column multiples (unswizzled boxes)
-        if c_parts not in (1, 2) or (epilogue == "tma" and c_parts == 2 and (bn // 2) % 64
-                                     and (bn % 16 or c_transposed)):
+        halves = bn % 128 == 0 or (bn % 16 == 0 and not c_transposed)
+        if c_parts is None:  # (by default a width that is a multiple of 64 keeps its swizzled blocks whole)
+            fits = [(smem - c_bytes(p)) // self.stage_bytes for p in (1, 2)]
+            c_parts = 2 if epilogue == "tma" and halves and (bn % 128 == 0 or bn % 64) and fits[0] < 4 \
+                and fits[1] > fits[0] else 1
+        if c_parts not in (1, 2) or (epilogue == "tma" and c_parts == 2 and not halves):
             raise ConfigError("c_parts", f"c_parts must be 1, or 2 with BN / 2 a multiple of 8 (64 for a transposed "
                                          f"C); got {c_parts} for bn={bn}")
         self.c_parts = c_parts
