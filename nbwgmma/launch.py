@@ -229,6 +229,22 @@ class _LaunchAttribute(ctypes.Structure):
                 ("z", ctypes.c_uint), ("_rest", ctypes.c_char * 52)]
 
 
+def _launch_attributes(cluster, pdl):
+    """``(attribute id, value)`` pairs of a launch, each value three unsigned words at the start
+    of the attribute's value union: the cluster shape, and with ``pdl`` programmatic stream
+    serialization allowed (its first word 1: the kernel may start before the previous one in
+    the stream ends, and orders itself with ``griddep_wait``)."""
+    from cuda.bindings import driver as drv
+
+    ids = drv.CUlaunchAttributeID
+    attrs = []
+    if cluster is not None:
+        attrs.append((int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), tuple(cluster)))
+    if pdl:
+        attrs.append((int(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION), (1, 0, 0)))
+    return attrs
+
+
 @functools.lru_cache(maxsize=None)
 def _driver_launch():
     """``cuLaunchKernelEx`` of the CUDA driver called through ctypes (about a microsecond a
@@ -268,7 +284,7 @@ class PreparedLaunch:
     driver library cannot be opened that way (``"cuda.bindings"``).
     """
 
-    def __init__(self, kernel, grid, block, arg_types, *, smem: int = 0, cluster=None):
+    def __init__(self, kernel, grid, block, arg_types, *, smem: int = 0, cluster=None, pdl: bool = False):
         grid, block = _dim3(grid, "grid"), _dim3(block, "block")
         attrs = kernel.attributes
         smem, cluster = _check_request(grid, block, smem, attrs.shared_size_bytes, attrs.max_threads_per_block,
@@ -282,16 +298,14 @@ class PreparedLaunch:
         self._ptrs = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
         self._params = ctypes.addressof(self._ptrs)
         self._lock = threading.Lock()
-        self.grid, self.block, self.smem, self.cluster = grid, block, smem, cluster
+        self.grid, self.block, self.smem, self.cluster, self.pdl = grid, block, smem, cluster, bool(pdl)
         fn = _driver_launch()
         if fn is not None:
             cfg = _LaunchConfig(*grid, *block, smem, None, None, 0)
-            if cluster is not None:
-                from cuda.bindings import driver as drv
-
-                self._attr = _LaunchAttribute(int(drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
-                                              b"", *cluster)
-                cfg.attrs, cfg.numAttrs = ctypes.addressof(self._attr), 1
+            attrs = _launch_attributes(cluster, pdl)
+            if attrs:
+                self._attrs = (_LaunchAttribute * len(attrs))(*(_LaunchAttribute(i, b"", *v) for i, v in attrs))
+                cfg.attrs, cfg.numAttrs = ctypes.addressof(self._attrs), len(attrs)
             self._ccfg, self._fn = cfg, fn
             # The call's arguments, converted once: configuration, function, parameter pointers.
             self._cargs = (ctypes.c_void_p(ctypes.addressof(cfg)), ctypes.c_void_p(int(self._handle)),
@@ -299,22 +313,28 @@ class PreparedLaunch:
             self.binding = "ctypes"
             self.launch_values = self._launch_ctypes
         else:
-            self._setup_bindings(grid, block, smem, cluster)
+            self._setup_bindings(grid, block, smem, cluster, pdl)
             self.binding = "cuda.bindings"
             self.launch_values = self._launch_bindings
 
-    def _setup_bindings(self, grid, block, smem, cluster):
+    def _setup_bindings(self, grid, block, smem, cluster, pdl):
         from cuda.bindings import driver as drv
 
         cfg = drv.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
         cfg.sharedMemBytes = smem
-        if cluster is not None:
+        attrs = []
+        for ident, value in _launch_attributes(cluster, pdl):
             at = drv.CUlaunchAttribute()
-            at.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = cluster
-            cfg.attrs, cfg.numAttrs = [at], 1
+            at.id = drv.CUlaunchAttributeID(ident)
+            if ident == int(drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION):
+                at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = value
+            else:
+                at.value.programmaticStreamSerializationAllowed = value[0]
+            attrs.append(at)
+        if attrs:
+            cfg.attrs, cfg.numAttrs = attrs, len(attrs)
         self._cfg, self._launch, self._ok = cfg, drv.cuLaunchKernelEx, drv.CUresult.CUDA_SUCCESS
         self._streams: dict = {}
 

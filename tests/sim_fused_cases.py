@@ -269,3 +269,20 @@ def test_epilogue_warps_schedule_gelu_tanh_with_c(epilogue_warps):
     x = 0.25 * (a @ w.T) + 0.5 * c + bias
     ref = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
     np.testing.assert_allclose(_host(out, t), ref, rtol=2 ** -7, atol=2 ** -10)
+
+
+@pytest.fixture
+def pingpong192(monkeypatch):
+    """The pingpong192 schedule (each consumer warpgroup a whole 128 x 192 tile, the two taking
+    tiles in turn) for every call of the test."""
+    import nbwgmma.frontend.fused as fused
+
+    monkeypatch.setattr(fused, "schedule_for", lambda *a: "pingpong192")
+
+
+@pytest.mark.parametrize("m, n, k, where, act, t, b_row_major", [
+    (200, 392, 136, "col", "relu", "bf16", False),  # 2 x 3 tiles: pairs, a third column of 8, ragged K
+    (136, 192, 72, "row", "relu", "f16", True),     # x @ w (three 64 x 64 boxes of B per stage), a row bias
+])
+def test_pingpong192_schedule_is_exact(pingpong192, m, n, k, where, act, t, b_row_major):
+    _exact(m, n, k, where, act, t, b_row_major=b_row_major)

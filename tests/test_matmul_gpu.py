@@ -553,3 +553,27 @@ def test_autotune_times_the_default_and_repeats_take_the_fast_path(tmp_path, mon
         assert torch.equal(again, c)
     assert not mm._PLANS
 
+
+
+@pytest.mark.parametrize("size", [128, 2048])
+def test_back_to_back_dependent_products_are_exact(size):
+    """matmul launches with programmatic dependent launch: each kernel may start while the one
+    before it in the stream runs, and waits for it (griddepcontrol.wait) before touching memory.
+    A chain of 40 products through two buffers, each reading the other's last result (read after
+    write) and overwriting what the one before read (write after read), with a permutation
+    matrix: the result is the input's columns permuted 40 times, exactly."""
+    rng = np.random.default_rng(size)
+    x0 = rng.integers(-3, 4, (size, size)).astype(np.float32)
+    perm = rng.permutation(size)
+    p = np.zeros((size, size), np.float32)
+    p[perm, np.arange(size)] = 1  # x @ p: column j of the result is column perm[j] of x
+    bufs = [torch.full((size, size), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    bufs[0].copy_(torch.from_numpy(x0))
+    pt = torch.from_numpy(p).cuda().to(torch.bfloat16)
+    torch.cuda.synchronize()
+    for i in range(40):
+        matmul(bufs[i % 2], pt, out=bufs[1 - i % 2])
+    want = x0
+    for _ in range(40):
+        want = want[:, perm]
+    np.testing.assert_array_equal(bufs[0].float().cpu().numpy(), want)

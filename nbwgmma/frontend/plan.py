@@ -368,7 +368,9 @@ class Plan:
         grid, cluster, smem = self.launch_shape(kern, None)
         ws = _WS_ARGS if cfg.uses_workspace else ()
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws
-        return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster)
+        # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
+        # it with griddep_wait before touching memory)
+        return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster, pdl=True)
 
     def signature(self) -> tuple:
         """The Numba types of the kernel's arguments as :meth:`__call__` passes them, which the

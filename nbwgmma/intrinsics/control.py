@@ -22,6 +22,8 @@ __all__ = [
     "setmaxnreg_dec",
     "SETMAXNREG_RANGE",
     "trap",
+    "griddep_wait",
+    "griddep_launch_dependents",
 ]
 
 #: Hardware named barriers are numbered 0..15; barrier 0 is ``__syncthreads``.
@@ -142,4 +144,25 @@ trap = ptx_intrinsic(
     "trap;",
     doc="``trap`` (PTX ISA: trap). Abort the kernel: the launch fails with an error the host "
     "sees at its next synchronization.",
+)
+
+griddep_wait = ptx_intrinsic(
+    "griddep_wait",
+    "griddepcontrol.wait;",
+    doc="``griddepcontrol.wait`` (PTX ISA: griddepcontrol; sm_90). Wait until the grids this one "
+    "depends on (the kernel before it in the stream, where it was launched with programmatic "
+    "dependent launch: ``launch(..., pdl=True)``) have completed and their memory operations are "
+    "visible. A kernel launched that way may start while the previous one still runs: every "
+    "read or write of memory the previous kernel may touch goes after this wait. Without such "
+    "a launch it returns at once.",
+)
+
+griddep_launch_dependents = ptx_intrinsic(
+    "griddep_launch_dependents",
+    "griddepcontrol.launch_dependents;",
+    doc="``griddepcontrol.launch_dependents`` (PTX ISA: griddepcontrol; sm_90). Let the next "
+    "kernel of the stream, if launched with programmatic dependent launch, be scheduled once "
+    "every CTA of this grid has issued this (or exited): its CTAs take SMs as this grid's leave "
+    "and run up to their ``griddep_wait``. Repeats in a CTA have no further effect; without "
+    "such a dependent it does nothing.",
 )

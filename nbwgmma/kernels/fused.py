@@ -55,8 +55,9 @@ OUTS_16 = ("bf16", "f16")
 FP8_OUTS = FP8_FORMATS
 
 #: The schedules: name -> (tile rows, tile columns, stages, stage bytes).
-SCHEDULES = {"pingpong": (128, 128, 6, PingPong.STAGE_BYTES), "cooperative": (128, 256, 4, (128 + 256) * 128),
-             "epilogue_warps": (128, 256, 3, (128 + 256) * 128)}
+SCHEDULES = {"pingpong": (128, 128, 6, (128 + 128) * 128), "pingpong192": (128, 192, 4, (128 + 192) * 128),
+             "cooperative": (128, 256, 4, (128 + 256) * 128), "epilogue_warps": (128, 256, 3, (128 + 256) * 128)}
+PINGPONG = ("pingpong", "pingpong192")
 ROW = 128  # bytes of K per stage: one 128-byte swizzle row (64 K of 16-bit inputs, 128 of fp8)
 C_PART = 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer after the stages
 THREADS = 384
@@ -127,7 +128,7 @@ class FusedConfig:
                              f"user epilogue; got out={out!r}, act={act!r}, epilogue={epilogue!r}")
         self.schedule = schedule
         self.bm, self.bn, self.stages, self.stage_bytes = SCHEDULES[schedule]
-        self.b_box = 128 if schedule == "pingpong" else self.bn
+        self.b_box = self.bn
         self.c_off = self.stages * self.stage_bytes
         self.smem = dynamic_smem_bytes(self.c_off + (self.bm * self.bn * 2 if schedule == "epilogue_warps"
                                                      else 4 * C_PART))
@@ -140,7 +141,7 @@ class FusedConfig:
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (ping-pong: a pair of tiles per CTA)."""
-        return self.sched.grid(m, n, k, sms, at_once=2 if self.schedule == "pingpong" else 1)
+        return self.sched.grid(m, n, k, sms, at_once=2 if self.schedule in PINGPONG else 1)
 
     def __repr__(self):
         return (f"FusedConfig({self.dtype}, bias={self.bias}, act={self.act}, group_m={self.group_m}, out={self.out}, "
@@ -276,7 +277,7 @@ def _build(key):
     epilogue = _epilogue(cfg, None if EW else cfg.act)  # with epilogue warps the activation is theirs
     # setmaxnreg: 40 + 2 x 232 of the 504 registers per thread slot; the epilogue warps' loop
     # needs 48 (at 40 ptxas spilled 52 bytes around it), which leaves the consumers 224.
-    PREGS, CREGS = (48, 224) if EW else (40, 232)
+    PREGS, CREGS = (48, 224) if EW else (24, 240) if cfg.bn == 192 else (40, 232)
     store, finish = _output(cfg)
 
     @cuda.jit(device=True, inline=True)
@@ -287,7 +288,8 @@ def _build(key):
         p = epilogue(frag, ct, row, col, vec, m, n, alpha, e0, e1, e2, e3, cmat, beta)
         return store(p, buf, ct, cw, tmap_c, row, col, cout, scale_out, m, n, big)
 
-    schedule = {"pingpong": _pingpong, "cooperative": _cooperative, "epilogue_warps": _epilogue_warps}
+    schedule = {"pingpong": _pingpong, "pingpong192": _pingpong, "cooperative": _cooperative,
+                "epilogue_warps": _epilogue_warps}
     pipe, produce, consume, esetup, drain = schedule[cfg.schedule](cfg, put, epilogue)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
@@ -320,18 +322,25 @@ def _no_drain(ebar, cbase, ht, nunits, tiles_mc, tiles_n, tmap_c):
 
 
 def _pingpong(cfg, put, epilogue):
-    """``(pipe, produce, consume, esetup, drain)`` of the ping-pong schedule: each consumer warpgroup a whole
-    128 x 128 tile, the two taking tiles in turn (pairs of adjacent tiles per CTA)."""
+    """``(pipe, produce, consume, esetup, drain)`` of the ping-pong schedules: each consumer warpgroup a whole
+    128 x BN tile (BN 128 or 192), the two taking tiles in turn (pairs of adjacent tiles per CTA)."""
     KIND = KIND_OF[cfg.dtype]
     BK, BM, BN, STAGE = cfg.bk, cfg.bm, cfg.bn, cfg.stage_bytes
     pipe = TmaPipeline(cfg.stages, consumers=1)
-    pp = PingPong(KIND, pipe, b_major=cfg.b_major)
+    pp = PingPong(KIND, pipe, b_major=cfg.b_major, bn=BN)
     sched = cfg.sched
 
     @cuda.jit(device=True, inline=True)
     def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
         tmap_a, tmap_b = maps
         pp.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
+
+    @cuda.jit(device=True, inline=True)
+    def put_cols(acc0, acc1, c0, c1, ct, cw, r0, col, big, ea):
+        """64 columns of the tile: rows 0-63 (``acc0``'s part) then 64-127, the two shared blocks
+        in turn (column by column, a bias's values are loaded once for both and then dead)."""
+        big = put(acc0, c0, ct, cw, r0, col, big, ea)
+        return put(acc1, c1, ct, cw, r0 + 64, col, big, ea)
 
     @cuda.jit(device=True, inline=True)
     def consume(ring, base, cw, ct, cbase, ebar, nunits, kblocks, tiles_mc, tiles_n, ea):
@@ -345,10 +354,10 @@ def _pingpong(cfg, put, epilogue):
             acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
                                         other_next < nunits)
             r0, col = tm * BM, tn * BN
-            big = put(acc0[:32], c0, ct, cw, r0, col, big, ea)
-            big = put(acc0[32:], c1, ct, cw, r0, col + 64, big, ea)
-            big = put(acc1[:32], c0, ct, cw, r0 + 64, col, big, ea)
-            big = put(acc1[32:], c1, ct, cw, r0 + 64, col + 64, big, ea)
+            big = put_cols(acc0[:32], acc1[:32], c0, c1, ct, cw, r0, col, big, ea)
+            big = put_cols(acc0[32:64], acc1[32:64], c0, c1, ct, cw, r0, col + 64, big, ea)
+            if BN == 192:
+                big = put_cols(acc0[64:], acc1[64:], c0, c1, ct, cw, r0, col + 128, big, ea)
         return big
 
     return pipe, tile_producer(pipe, sched, STAGE, load, pairs=True), consume, no_epilogue_warps, _no_drain

@@ -46,7 +46,8 @@ from numba import cuda
 from ..intrinsics import (
     acc_add_strided, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store, acc_store_strided,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
-    cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, named_barrier_sync, setmaxnreg_dec,
+    cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
+    griddep_wait, named_barrier_sync, setmaxnreg_dec,
     setmaxnreg_inc, smem_addr, tma_store_2d,
 )
 from ..kit.cluster_k import ClusterSplitK
@@ -268,6 +269,10 @@ def _build(key):
             cuda.syncthreads()
         else:
             cluster_sync()  # the peers' barriers are initialized before anyone uses them
+        # Launched with programmatic dependent launch (matmul's launches are), the grid may start
+        # while the stream's previous kernel still runs: nothing reads or writes global memory
+        # before this wait.
+        griddep_wait()
         rank = cluster_ctarank() if CL > 1 else 0  # the CTA's row in a cluster along M
         half = cluster_ctarank() if KC > 1 else 0  # the CTA's half of K (cluster_k)
 
@@ -314,6 +319,8 @@ def _build(key):
                             full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
                             coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, b_row, b_dst)
                             it += 1
+                # Every load issued: the next kernel may be scheduled (its CTAs take SMs as ours leave).
+                griddep_launch_dependents()
             elif CL > 1:
                 # The idle threads leave now: waiting at the closing cluster barrier beside the
                 # producer thread of their warp, they slowed its loop (clusters 12-20% slower on an

@@ -46,7 +46,7 @@ THREADS = 384
 SCHEDULES = {"pingpong": (128, 6, 2), "cooperative": (256, 3, 1)}
 _C_TILE = 128 * 256 * 2  # the cooperative schedule's 16-bit C tile in shared memory
 #: Dynamic shared memory of a launch, per schedule.
-SMEM = {"pingpong": dynamic_smem_bytes(6 * PingPong.STAGE_BYTES),
+SMEM = {"pingpong": dynamic_smem_bytes(6 * (128 + 128) * 128),
         "cooperative": dynamic_smem_bytes(3 * (128 + 256) * 128 + _C_TILE)}
 
 
@@ -165,7 +165,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
     else:
         pipe = TmaPipeline(STAGES, consumers=1)
         pp = PingPong(KIND, pipe, b_major=B_MAJOR)
-        STAGE, A_BYTES = PingPong.STAGE_BYTES, PingPong.A_BYTES
+        STAGE, A_BYTES = pp.STAGE_BYTES, pp.A_BYTES
         esetup, C_OFF = no_epilogue_warps, 0
     B_MN = B_MAJOR == "MN"
 

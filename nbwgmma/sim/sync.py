@@ -1,5 +1,6 @@
 """Simulated synchronization: mbarriers (phases, arrivals, transaction bytes), named, CTA and
-cluster barriers, fences, ``elect.sync``, cluster ids and addresses, ``setmaxnreg``, ``trap``."""
+cluster barriers, fences, ``elect.sync``, cluster ids and addresses, ``setmaxnreg``, ``trap``,
+``griddepcontrol`` (no-ops: grids run one after another)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def _noop(**_):
 
 
 for _n in ("fence_acq_rel_gpu", "fence_acq_rel_cluster", "fence_acq_rel_cta", "fence_mbarrier_init",
-           "fence_proxy_tensormap_acquire", "fence_proxy_tensormap_release", "prefetch_tensormap"):
+           "fence_proxy_tensormap_acquire", "fence_proxy_tensormap_release", "prefetch_tensormap",
+           "griddep_wait", "griddep_launch_dependents"):  # (the simulator runs one grid at a time)
     IMPLS[_n] = _noop
 
 

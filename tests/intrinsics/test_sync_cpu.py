@@ -34,6 +34,8 @@ CASES = {
     "mbarrier_wait_timeout": ("out[1] = mbarrier_wait_timeout(a, s, 1000)", "mov.u64 %nbw_t0, %globaltimer", "SYNCS.PHASECHK.TRANS64.TRYWAIT"),
     "mbarrier_wait_parity_timeout": ("out[1] = mbarrier_wait_parity_timeout(a, 0, 2000000000)", "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64", "CS2R"),
     "trap": ("trap()", "trap;", "BPT.TRAP"),
+    "griddep_wait": ("griddep_wait()", "griddepcontrol.wait;", "ACQBULK"),
+    "griddep_launch_dependents": ("griddep_launch_dependents()", "griddepcontrol.launch_dependents;", "PREEXIT"),
     "mbarrier_inval": ("mbarrier_inval(a)", "mbarrier.inval.shared::cta.b64", "SYNCS.CCTL.IV"),
     "mbarrier_arrive_cluster": ("mbarrier_arrive_cluster(a, 1)", "mbarrier.arrive.release.cta.shared::cluster.b64", "SYNCS.ARRIVE.TRANS64.RED"),
     "mbarrier_arrive_remote_cluster_scope": ("mbarrier_arrive_cluster(a, 1, 'cluster')", "mbarrier.arrive.release.cluster.shared::cluster.b64", "MEMBAR.ALL.GPU"),
