@@ -106,8 +106,10 @@ def run(kernel, a, b, bias, c, ctas):
     tb = TensorMap(b, (BN, BK), dtype="bf16")
     tc = TensorMap(c, (64, 64), dtype="bf16")  # 64-column blocks of the swizzled C tile
     grid = sched.grid(m, n, k, ctas, at_once=2)  # a pair of tiles per CTA at a time
+    # pdl: the kernel may start while the previous one in the stream ends (pipe.setup() waits for
+    # it with griddep_wait; the producer lets the next one in once its last load is issued)
     launch(kernel, grid, 384, (ta.address, tb.address, tc.address, bias, np.int32(m), np.int32(n), np.int32(k)),
-           smem=SMEM)
+           smem=SMEM, pdl=True)
 
 
 def simulate():

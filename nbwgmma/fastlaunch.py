@@ -328,15 +328,16 @@ def stream_handle(stream):
 
 
 class LaunchCache:
-    """Prepared launches by launch signature (kernel, grid, block, smem, cluster, argument
-    kinds). :meth:`get` returns the entry or None; :meth:`put` stores one."""
+    """Prepared launches by launch signature (kernel, grid, block, smem, cluster, programmatic
+    dependent launch or not, argument kinds). :meth:`get` returns the entry or None; :meth:`put`
+    stores one."""
 
     def __init__(self, limit: int = 1024):
         self.entries: dict = {}
         self.limit = limit
 
     @staticmethod
-    def key(kernel, grid, block, smem, cluster, args):
+    def key(kernel, grid, block, smem, cluster, args, pdl=False):
         """(key, slot values of ``args``), or (None, None) where an argument is not cached."""
         kinds, values = [], []
         for a in args:
@@ -345,7 +346,7 @@ class LaunchCache:
                 return None, None
             kinds.append(k[0])
             values.extend(k[2])
-        return (id(kernel), grid, block, smem, cluster, tuple(kinds)), values
+        return (id(kernel), grid, block, smem, cluster, bool(pdl), tuple(kinds)), values
 
     def get(self, key):
         return self.entries.get(key)

@@ -368,7 +368,7 @@ class PreparedLaunch:
             raise LaunchError(f"cuLaunchKernelEx failed: {err}")
 
 
-def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
+def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, pdl: bool = False):
     """Launch ``kernel`` (a ``@cuda.jit`` dispatcher) on ``args``.
 
     ``smem`` is the dynamic shared memory in bytes (any size up to the device's
@@ -376,6 +376,14 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     ``stream`` a Numba stream, an object with ``__cuda_stream__`` (CuPy,
     PyTorch, cuda.core) or a raw handle. Raises :class:`LaunchError` before
     launching when the request exceeds the device.
+
+    ``pdl=True`` launches with programmatic dependent launch: the kernel may start while the
+    stream's previous kernel still runs (its CTAs take SMs as that kernel's leave, once it
+    called ``griddep_launch_dependents`` or ended), which saves a few microseconds per launch
+    of back-to-back kernels. Only for a kernel that calls ``griddep_wait()`` before it reads
+    or writes any memory another kernel may use (``TmaPipeline.setup()`` does); a kernel
+    without it would race with the one before. Taken where the arguments can be packed for
+    the short path (arrays and numbers), else the launch is an ordinary one.
 
     The first launch of a signature (kernel, grid, block, ``smem``, ``cluster`` and the
     kinds of ``args``: array element types, dimensions and layouts, scalar types) goes
@@ -386,7 +394,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     stream an array's ``__cuda_array_interface__`` names is skipped.
     """
     try:  # the repeat path: prepared kernels by kernel, launch shape as given and argument types
-        quick_key = (id(kernel), grid, block, smem, cluster, *map(type, args))
+        quick_key = (id(kernel), grid, block, smem, cluster, pdl, *map(type, args))
         hits = _QUICK.get(quick_key)
     except TypeError:  # an unhashable grid, block or cluster (a list): the path below
         quick_key = hits = None
@@ -417,7 +425,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
 
     fast = None
     if _DEBUG_WAIT is None:  # a repeated launch of the same signature skips Numba's argument path
-        fast = _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key)
+        fast = _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key, pdl)
         if fast is True:
             return
 
@@ -432,6 +440,15 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None):
     if cluster is not None:
         cfg["cluster"] = cluster
 
+    if pdl and fast is not None:  # through the prepared kernel: its launch sets the attribute
+        prepared = PreparedKernel._of_compiled(kernel, kern, cufunc, grid, block, args, fast[-1], smem, cluster,
+                                               pdl=True)
+        handle = stream_handle(stream)
+        if prepared is not None and handle is not None:
+            prepared._launch(handle, prepared.values(args))
+            LAUNCH_CACHE.put(fast, kernel, prepared)
+            _remember(quick_key, prepared)
+            return
     core_stream = _core_stream(stream)
     kernelargs, retr = [], []
     for t, v in zip(kern.argument_types, args):
@@ -471,8 +488,8 @@ def _remember(quick_key, prepared):
         hits.append(prepared)
 
 
-def _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key):
-    """Launch through the cache of prepared kernels by argument kinds
+def _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key, pdl):
+    """Launch through the cache of prepared kernels by argument kinds and ``pdl``
     (:mod:`nbwgmma.fastlaunch`): True when done (the kernel is then also remembered under
     ``quick_key``); else the kind key to remember after Numba's path has launched, or None
     when this launch cannot be cached (an argument or stream kind it does not take)."""
@@ -480,7 +497,7 @@ def _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key):
     if handle is None:
         return None
     key, values = LaunchCache.key(kernel, grid, block, int(smem),
-                                  None if cluster is None else _dim3(cluster, "cluster"), args)
+                                  None if cluster is None else _dim3(cluster, "cluster"), args, pdl)
     if key is None:
         return None
     hit = LAUNCH_CACHE.get(key)
@@ -523,7 +540,7 @@ class PreparedKernel:
     ``stream`` only, like a PyTorch operator (see :func:`launch`).
     """
 
-    def __init__(self, kernel, grid, block, args, *, smem: int = 0, cluster=None):
+    def __init__(self, kernel, grid, block, args, *, smem: int = 0, cluster=None, pdl: bool = False):
         from . import sim
 
         if sim.enabled():
@@ -535,24 +552,25 @@ class PreparedKernel:
             raise LaunchError(f"prepare(): argument {bad[0]} ({type(args[bad[0]]).__name__}) is not a CUDA array or "
                               f"an int/float/NumPy number; launch() takes it")
         kern, cufunc = _compiled(kernel, args, 0)
-        self._setup(kernel, kern, cufunc, grid, block, args, [k[0] for k in kinds], smem, cluster, exact=False)
+        self._setup(kernel, kern, cufunc, grid, block, args, [k[0] for k in kinds], smem, cluster, pdl, exact=False)
 
     @classmethod
-    def _of_compiled(cls, kernel, kern, cufunc, grid, block, args, kinds, smem, cluster):
+    def _of_compiled(cls, kernel, kern, cufunc, grid, block, args, kinds, smem, cluster, pdl=False):
         """The prepared kernel :func:`launch` keeps for a signature it launched through Numba
         (``kern``, ``cufunc`` compiled for ``args`` of ``kinds``), or None where its
         argument types cannot be packed."""
         self = cls.__new__(cls)
-        return self if self._setup(kernel, kern, cufunc, grid, block, args, kinds, smem, cluster, exact=True) else None
+        ok = self._setup(kernel, kern, cufunc, grid, block, args, kinds, smem, cluster, pdl, exact=True)
+        return self if ok else None
 
-    def _setup(self, kernel, kern, cufunc, grid, block, args, kinds, smem, cluster, exact):
+    def _setup(self, kernel, kern, cufunc, grid, block, args, kinds, smem, cluster, pdl=False, *, exact):
         slots = slots_of(kern.argument_types)
         if slots is None:
             if exact:
                 return False
             raise LaunchError(f"prepare(): the kernel's argument types {kern.argument_types} include one it cannot "
                               f"pack (arrays of numbers and int/float scalars only); launch() takes them")
-        self.launcher = PreparedLaunch(cufunc.kernel, grid, block, slots, smem=smem, cluster=cluster)
+        self.launcher = PreparedLaunch(cufunc.kernel, grid, block, slots, smem=smem, cluster=cluster, pdl=pdl)
         self.readers = tuple(reader(k, a, i, exact) for i, (k, a) in enumerate(zip(kinds, args)))
         self._slots = slots
         self.nargs = len(args)
@@ -600,12 +618,13 @@ class PreparedKernel:
         return "an argument does not fit its parameter"
 
 
-def prepare(kernel, grid, block, args, *, smem: int = 0, cluster=None) -> PreparedKernel:
+def prepare(kernel, grid, block, args, *, smem: int = 0, cluster=None, pdl: bool = False) -> PreparedKernel:
     """``kernel`` compiled for the kinds of ``args`` and ready to launch on ``grid`` x ``block``
-    with ``smem`` bytes of dynamic shared memory and ``cluster``: see :class:`PreparedKernel`::
+    with ``smem`` bytes of dynamic shared memory and ``cluster`` (and with ``pdl``, programmatic
+    dependent launch, as :func:`launch` takes it): see :class:`PreparedKernel`::
 
         gemm = prepare(my_kernel, grid, 384, (ta.address, tb.address, c, m, n, k), smem=SMEM)
         for step in range(1000):
             gemm(ta.address, tb.address, c, m, n, k)
     """
-    return PreparedKernel(kernel, grid, block, args, smem=smem, cluster=cluster)
+    return PreparedKernel(kernel, grid, block, args, smem=smem, cluster=cluster, pdl=pdl)

@@ -365,7 +365,7 @@ def test_launch_repeats_through_prepared_kernels_by_argument_types(driver, monke
     args = (_tensor(1000), np.float32(2))
     pk, rec = _prepared(driver, args, exact=True)
     monkeypatch.setattr(L, "_QUICK", {})
-    key = (id("kernel"), 4, 128, 0, None, *map(type, args))
+    key = (id("kernel"), 4, 128, 0, None, False, *map(type, args))  # (pdl False)
     L._remember(key, pk)
     L.launch("kernel", 4, 128, (_tensor(10, ptr=4096), np.float32(3)))
     assert rec.calls[-1]["values"] == (0, 0, 10, 4, 4096, 10, 4, 3.0)

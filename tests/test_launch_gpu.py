@@ -56,3 +56,31 @@ def test_prepared_launch_checks_the_request(tmp_path, monkeypatch):
         PreparedLaunch(kern, 1, 2048, ARRAY_1D + ("i32", "f32"))
     with pytest.raises(LaunchError, match="multiple of cluster"):
         PreparedLaunch(kern, 3, 32, ARRAY_1D + ("i32", "f32"), cluster=2)
+
+
+@cuda.jit
+def _step(dst, src):
+    from nbwgmma.intrinsics import griddep_launch_dependents, griddep_wait
+
+    griddep_wait()  # launched with pdl=True: the previous kernel may still run
+    i = cuda.grid(1)
+    if i < dst.size:
+        dst[i] = src[i] + 1.0
+    griddep_launch_dependents()
+
+
+@pytest.mark.parametrize("cluster", [None, (2, 1, 1)])
+def test_programmatic_dependent_launches_stay_ordered(cluster):
+    """launch(..., pdl=True) (and prepare(..., pdl=True)) of a kernel that waits with
+    griddep_wait: 200 back-to-back steps, each reading the previous one's output and
+    overwriting what the one before read, give exactly 200 added to every element."""
+    from nbwgmma.launch import launch, prepare
+
+    n = 1 << 20
+    bufs = [cuda.to_device(np.arange(n, dtype=np.float32) % 1000), cuda.device_array(n, np.float32)]
+    for i in range(100):
+        launch(_step, 4096, 256, (bufs[1 - i % 2], bufs[i % 2]), pdl=True, cluster=cluster)
+    pk = prepare(_step, 4096, 256, (bufs[0], bufs[1]), pdl=True, cluster=cluster)
+    for i in range(100, 200):
+        pk(bufs[1 - i % 2], bufs[i % 2])
+    np.testing.assert_array_equal(bufs[0].copy_to_host(), np.arange(n, dtype=np.float32) % 1000 + 200)

@@ -288,7 +288,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     args = (ta.address, tb.address, 0 if tc is None else tc.address, vec, np.int32(m), np.int32(n), np.int32(k),
             np.float32(alpha), *extras, cmat, np.float32(beta), cout, np.float32(scale), vamax)
     try:
-        launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream, smem=cfg.smem)
+        launch(fused_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=stream, smem=cfg.smem, pdl=True)
     except NumbaError as e:  # a user epilogue that does not compile: nothing was launched
         if ufn is None:
             raise

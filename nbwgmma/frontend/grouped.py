@@ -249,5 +249,5 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                             b_major=b_major, schedule=schedule)
     launch(kernel, grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups), bias_arg,
-            np.int32(gb)), stream=stream_of(lib, stream), smem=SMEM[schedule])
+            np.int32(gb)), stream=stream_of(lib, stream), smem=SMEM[schedule], pdl=True)
     return out

@@ -116,5 +116,5 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     view = numba_view(io, out, NP_OF[odt])
     launch(grouped_scaled_kernel(ta, tb, masked), grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, sa, sb, np.int32(n), np.int32(k), np.int32(t)),
-           stream=stream_of(lib, stream), smem=SMEM)
+           stream=stream_of(lib, stream), smem=SMEM, pdl=True)
     return out

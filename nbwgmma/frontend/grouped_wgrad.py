@@ -174,5 +174,5 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
     grid = max(1, min(sms, -(-units(groups, m, n) // 2)))
     launch(grouped_wgrad_kernel(ta), grid, THREADS,
            (tma_a.address, tma_b.address, tma_c.address, offs, np.int32(m), np.int32(n), np.int32(total)),
-           stream=st, smem=SMEM)
+           stream=st, smem=SMEM, pdl=True)
     return out

@@ -217,5 +217,5 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     sms = 1 if _SIM else device_limits()["multiprocessors"]
     args = (np.uint64(ta.address), np.uint64(tb.address), np.uint64(tc), c, sa, sb, np.int32(m), np.int32(n),
             np.int32(k), np.float32(alpha))
-    launch(scaled_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=st, smem=SMEM)
+    launch(scaled_kernel(cfg), cfg.grid(m, n, k, sms), THREADS, args, stream=st, smem=SMEM, pdl=True)
     return out

@@ -204,6 +204,6 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
             raise MatmulError(f"matmul: config {opts}: no cluster of {cl} CTAs of the sparse kernel fits this GPU "
                               f"at once; use a smaller cluster")
     launch(kern, cfg.grid(m, n, k, ctas), THREADS, args, stream=stream_of(lib, stream), smem=cfg.smem,
-           cluster=(cl, 1, 1) if cl > 1 else None)
+           cluster=(cl, 1, 1) if cl > 1 else None, pdl=True)
     return out
 

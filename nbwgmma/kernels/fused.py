@@ -338,7 +338,7 @@ def _pingpong(cfg, put, epilogue):
     @cuda.jit(device=True, inline=True)
     def put_cols(acc0, acc1, c0, c1, ct, cw, r0, col, big, ea):
         """64 columns of the tile: rows 0-63 (``acc0``'s part) then 64-127, the two shared blocks
-        in turn (column by column, a bias's values are loaded once for both and then dead)."""
+        in turn."""
         big = put(acc0, c0, ct, cw, r0, col, big, ea)
         return put(acc1, c1, ct, cw, r0 + 64, col, big, ea)
 
@@ -354,9 +354,14 @@ def _pingpong(cfg, put, epilogue):
             acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
                                         other_next < nunits)
             r0, col = tm * BM, tn * BN
-            big = put_cols(acc0[:32], acc1[:32], c0, c1, ct, cw, r0, col, big, ea)
-            big = put_cols(acc0[32:64], acc1[32:64], c0, c1, ct, cw, r0, col + 64, big, ea)
-            if BN == 192:
+            if BN == 128:  # rows 0-63, then 64-127
+                big = put(acc0[:32], c0, ct, cw, r0, col, big, ea)
+                big = put(acc0[32:], c1, ct, cw, r0, col + 64, big, ea)
+                big = put(acc1[:32], c0, ct, cw, r0 + 64, col, big, ea)
+                big = put(acc1[32:], c1, ct, cw, r0 + 64, col + 64, big, ea)
+            else:  # by columns (ptxas spilled less: a bias's values serve both rows, then die)
+                big = put_cols(acc0[:32], acc1[:32], c0, c1, ct, cw, r0, col, big, ea)
+                big = put_cols(acc0[32:64], acc1[32:64], c0, c1, ct, cw, r0, col + 64, big, ea)
                 big = put_cols(acc0[64:], acc1[64:], c0, c1, ct, cw, r0, col + 128, big, ea)
         return big
 

@@ -54,7 +54,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    cluster_sync, cp_async_mbarrier_arrive_noinc, dynamic_smem_base, fence_mbarrier_init, mbarrier_arrive,
+    cluster_sync, cp_async_mbarrier_arrive_noinc, dynamic_smem_base, fence_mbarrier_init, griddep_wait, mbarrier_arrive,
     mbarrier_arrive_cluster, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
 )
 from .device import inlined
@@ -89,7 +89,8 @@ class TmaPipeline(types.ModuleType):
       memory's address aligned to 1024 bytes (for the stages: launch with 1 KiB more than they
       need, as :func:`nbwgmma.launch.dynamic_smem_bytes` counts), the ring's barriers in static
       shared memory initialized by thread 0, then a barrier of the CTA (of the cluster with
-      ``cluster`` > 1).
+      ``cluster`` > 1), then ``griddep_wait()``: a kernel built on it may be launched with
+      programmatic dependent launch (``launch(..., pdl=True)``).
     """
 
     def __init__(self, stages: int, consumers: int, *, cluster: int = 1, producers: int = 1):
@@ -180,6 +181,9 @@ class TmaPipeline(types.ModuleType):
                 cuda.syncthreads()
             else:
                 cluster_sync()
+            # Launched with programmatic dependent launch, the grid may have started while the
+            # stream's previous kernel still runs: wait for it before any memory is touched.
+            griddep_wait()
             return base, ring
 
         self.init, self.producer_acquire, self.consumer_wait = init, producer_acquire, consumer_wait

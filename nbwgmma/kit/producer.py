@@ -24,13 +24,17 @@ nothing; ``load`` finds its rank the same way.
 With ``pairs=True`` (two ping-pong consumer warpgroups, :class:`~nbwgmma.kit.PingPong`) the
 CTA's units are pairs of adjacent tiles, ``2p`` for the first consumer and ``2p + 1`` for
 the second, and the walk goes over the pairs.
+
+Once its last load is issued the walk calls ``griddep_launch_dependents()``: the stream's next
+kernel, if launched with programmatic dependent launch, may be scheduled, its CTAs taking SMs
+as this grid's leave (on an H100 that saves a few microseconds between back-to-back GEMMs).
 """
 
 from __future__ import annotations
 
 from numba import cuda
 
-from ..intrinsics import cluster_ctarank
+from ..intrinsics import cluster_ctarank, griddep_launch_dependents
 from .pipeline import TmaPipeline
 from .scheduler import TileScheduler
 
@@ -77,11 +81,13 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
             for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
                 for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
                     s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
+            griddep_launch_dependents()
     else:
         @cuda.jit(device=True, inline=True)
         def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args):
             s, ph = 0, 0
             for u in range(sched.first(), nunits, sched.step()):
                 s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
+            griddep_launch_dependents()
 
     return produce
