@@ -8,7 +8,7 @@ from numba import cuda, float32, int32
 pytestmark = pytest.mark.gpu
 
 from nbwgmma import cache  # noqa: E402
-from nbwgmma.intrinsics import cluster_ctarank  # noqa: E402
+from nbwgmma.intrinsics import cluster_ctarank, griddep_launch_dependents, griddep_wait  # noqa: E402
 from nbwgmma.launch import LaunchError, PreparedLaunch, array_arg_types, array_arg_values  # noqa: E402
 
 ARRAY_1D = array_arg_types(1)
@@ -60,8 +60,6 @@ def test_prepared_launch_checks_the_request(tmp_path, monkeypatch):
 
 @cuda.jit
 def _step(dst, src):
-    from nbwgmma.intrinsics import griddep_launch_dependents, griddep_wait
-
     griddep_wait()  # launched with pdl=True: the previous kernel may still run
     i = cuda.grid(1)
     if i < dst.size:
