@@ -163,7 +163,7 @@ class Plan:
                 from ..launch import device_limits
 
                 sms = device_limits()["multiprocessors"]
-                free = not ({"cluster", "split", "epilogue", "stages", "stream_k", "c_parts", "consumers",
+                free = not ({"cluster", "split", "epilogue", "stages", "stream_k", "c_parts", "c_slots", "consumers",
                              "producer_regs", "consumer_regs"} & set(given)
                             or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM)
                 if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma_out):  # C^T tiles better

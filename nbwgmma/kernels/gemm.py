@@ -73,11 +73,13 @@ def _build(key):
     TMA_EPI = cfg.epilogue == "tma"
     C_OFF = STAGES * STAGE_BYTES
     PART_COLS = BN // cfg.c_parts
-    C_CONS = 64 * PART_COLS * 2
+    SLOT_BYTES = 64 * PART_COLS * 2  # one part's shared tile; a consumer has c_slots of them
+    C_CONS = cfg.c_slots * SLOT_BYTES
     PART_REGS = PART_COLS // 4  # packed 16-bit registers per part
     SWIZZLED_C = cfg.c_box == 64  # else one unswizzled (64, PART_COLS) box: a narrow tile
     ROW_BYTES_C = 2 * PART_COLS
     C_T = cfg.c_transposed
+    C_SLOTS = cfg.c_slots
     BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
@@ -102,10 +104,15 @@ def _build(key):
         acc_store(acc, KIND, c, ctid, row0, col0)
 
     @inlined
-    def put_part(regs, tmap_c, ctid, cw, row0, col0, cbase):
-        # The previous TMA stores must have read the C tile before it is rewritten.
+    def put_part(regs, tmap_c, ctid, cw, row0, col0, cbase, first):
+        # The TMA stores must have read the part's shared tile before it is rewritten: a block's
+        # first part waits for all (the block before went through the same tiles), the next
+        # ones for all but the last (with two slots, the part before is in the other one).
         if ctid == 0:
-            bulk_wait_group_read(0)
+            if first or C_SLOTS == 1:
+                bulk_wait_group_read(0)
+            else:
+                bulk_wait_group_read(1)
         warpgroup_sync(cw)
         if C_T:  # C^T's 64 x 64 blocks, one per 64 columns, stacked (the stored rows are C's columns)
             acc_stmatrix_transposed(regs, cbase, ctid)
@@ -133,17 +140,8 @@ def _build(key):
             return acc_to_bf16x2(acc)
         return acc_to_f16x2(acc)
 
-    @inlined
-    def store_tma1(acc, tmap_c, ctid, cw, row0, col0, cbase):
-        put_part(packed(acc), tmap_c, ctid, cw, row0, col0, cbase)
-
-    @inlined
-    def store_tma2(acc, tmap_c, ctid, cw, row0, col0, cbase):
-        regs = packed(acc)
-        put_part(regs[:PART_REGS], tmap_c, ctid, cw, row0, col0, cbase)
-        put_part(regs[PART_REGS:], tmap_c, ctid, cw, row0, col0 + PART_COLS, cbase)
-
-    store = (store_tma1 if cfg.c_parts == 1 else store_tma2) if TMA_EPI else store_direct
+    store = _parts_store(cfg.c_parts, PART_REGS, PART_COLS, SLOT_BYTES, C_SLOTS, put_part, packed) if TMA_EPI \
+        else store_direct
 
     @inlined
     def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
@@ -388,6 +386,19 @@ def _build(key):
             body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters)
 
     return gemm
+
+
+def _parts_store(parts, part_regs, part_cols, slot_bytes, slots, put_part, packed):
+    """The TMA epilogue's ``store(acc, tmap_c, ctid, cw, row0, col0, cbase)`` of one 64-row
+    block: its packed registers in ``parts`` parts of ``part_cols`` columns, part ``p`` through
+    the consumer's shared tile ``p % slots`` (the parts written out: a tuple's slices are static)."""
+    lines = ["def store(acc, tmap_c, ctid, cw, row0, col0, cbase):", "    regs = packed(acc)"]
+    for p in range(parts):
+        lines.append(f"    put_part(regs[{p * part_regs}:{(p + 1) * part_regs}], tmap_c, ctid, cw, row0, "
+                     f"col0 + {p * part_cols}, cbase + {(p % slots) * slot_bytes}, {p == 0})")
+    ns = {"packed": packed, "put_part": put_part}
+    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {parts} parts>", "exec"), ns)
+    return inlined(ns["store"])
 
 
 def gemm_kernel(cfg: GemmConfig):

@@ -65,10 +65,15 @@ class GemmConfig:
     rows, ``bm / 128`` (128 rows each: two 64-row blocks and two accumulators, ``blocks`` = 2;
     tiles of at most 168 columns, no split, stream-K or ``cluster_k``). A 256-row tile takes two
     consumers of 128 rows by default, four of 64 with split-K or stream-K (at most 128 columns).
-    ``c_parts`` (TMA epilogue): the C tile leaves in 1 or 2 parts through a shared tile of
-    ``64 x bn / c_parts`` per consumer (default: 2 where that fits one more stage and fewer than 4
-    fit otherwise, e.g. 128 x 256 and 128 x 224); a width that is not a multiple of 64 is stored
-    as unswizzled rows with one TMA box per part (``c_box`` columns).
+    ``c_parts`` (TMA epilogue): each consumer's 64-row block of C leaves in ``c_parts`` parts of
+    ``bn / c_parts`` columns (a multiple of 64, or of 8 for unswizzled rows) through ``c_slots``
+    (1 or 2) shared tiles of ``64 x bn / c_parts`` per consumer, used in turn: with 2 a part is
+    written while the one before is being stored. Defaults: 2 parts and 1 slot where that fits one
+    more stage and fewer than 4 fit otherwise (e.g. 128 x 256 and 128 x 224); for 256-row tiles
+    (two consumers of 128 rows) that would get fewer than 4 stages, 2 slots of the widest part
+    that lets 4 fit (256 x 160: 5 parts of 32 columns; 256 x 168: 7 of 24), since a fourth stage
+    ran 256 x 128 tiles 1.10-1.16x faster than three on an H100. A width that is not a multiple of
+    64 is stored as unswizzled rows with one TMA box per part (``c_box`` columns).
     ``c_transposed`` (TMA epilogue, bn a multiple of 64): each consumer's block is stored
     transposed (C^T's 64 x 64 blocks, for a swapped product whose C is out^T).
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
@@ -80,7 +85,7 @@ class GemmConfig:
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
-                 c_transposed=False):
+                 c_transposed=False, c_slots=None):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -181,23 +186,36 @@ class GemmConfig:
         # at BN = 256 (and 224: 128 x 224 with 4 stages 1.03-1.05x faster than with 3 on an H100).
         smem = STAGE_BUDGET
 
-        def c_bytes(parts):
-            return self.consumers * 64 * (bn // parts) * 2 if epilogue == "tma" else 0
+        def c_bytes(parts, slots=1):
+            return self.consumers * slots * 64 * (bn // parts) * 2 if epilogue == "tma" else 0
 
-        # halves of 64-column multiples (swizzled blocks), or of 8-column multiples (unswizzled boxes)
-        halves = bn % 128 == 0 or (bn % 16 == 0 and not c_transposed)
+        def splits(parts):  # parts of 64-column multiples (swizzled blocks) or 8-column ones (unswizzled boxes)
+            w = bn // parts if bn % parts == 0 else 1
+            return w % 64 == 0 or (w % 8 == 0 and not c_transposed)
+
         if c_parts is None:  # (by default a width that is a multiple of 64 keeps its swizzled blocks whole)
             fits = [(smem - c_bytes(p)) // self.stage_bytes for p in (1, 2)]
-            c_parts = 2 if epilogue == "tma" and halves and (bn % 128 == 0 or bn % 64) and fits[0] < 4 \
+            c_parts = 2 if epilogue == "tma" and splits(2) and (bn % 128 == 0 or bn % 64) and fits[0] < 4 \
                 and fits[1] > fits[0] else 1
-        if c_parts not in (1, 2) or (epilogue == "tma" and c_parts == 2 and not halves):
-            raise ConfigError("c_parts", f"c_parts must be 1, or 2 with BN / 2 a multiple of 8 (64 for a transposed "
-                                         f"C); got {c_parts} for bn={bn}")
-        self.c_parts = c_parts
+            if c_slots is None and epilogue == "tma" and self.blocks == 2 and not c_transposed and stages is None \
+                    and (smem - c_bytes(c_parts)) // self.stage_bytes < 4:
+                for p in range(3, bn // 24 + 1):  # the widest part (of 24 columns or more) whose two
+                    if splits(p) and (smem - c_bytes(p, 2)) // self.stage_bytes >= 4:  # slots leave room for 4
+                        c_parts, c_slots = p, 2
+                        break
+        if c_slots is None:
+            c_slots = 1
+        if not isinstance(c_parts, int) or c_parts < 1 or (epilogue == "tma" and not splits(c_parts)):
+            raise ConfigError("c_parts", f"c_parts must divide BN into parts whose width is a multiple of 8 columns "
+                                         f"(of 64 for a transposed C); got {c_parts} for bn={bn}")
+        if c_slots not in (1, 2) or (c_slots == 2 and c_parts == 1):
+            raise ConfigError("c_slots", f"c_slots must be 1, or 2 with c_parts > 1 (the parts go through the two in "
+                                         f"turn); got {c_slots} with c_parts={c_parts}")
+        self.c_parts, self.c_slots = c_parts, c_slots
         #: columns of one TMA store box of C: 64 (128-byte swizzled blocks), or a narrow tile's
         #: whole part (unswizzled rows of 2 bn bytes)
         self.c_box = 64 if (bn // c_parts) % 64 == 0 else bn // c_parts
-        self.c_bytes = c_bytes(c_parts)
+        self.c_bytes = c_bytes(c_parts, c_slots)
         self.x_bytes = ClusterSplitK(bn).buffer_bytes if cluster_k == 2 else 0  # the K halves' exchange buffer
         budget = smem - self.c_bytes - self.x_bytes
         if stages is None:
@@ -252,12 +270,13 @@ class GemmConfig:
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
-                self.c_transposed)
+                self.c_transposed, self.c_slots)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
                 f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue}"
                 f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
+                f"{' in 2 slots' if self.c_slots == 2 else ''}"
                 f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
