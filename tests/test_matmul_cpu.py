@@ -135,14 +135,14 @@ def test_gemm_config_rules():
     assert GemmConfig(bn=64, cluster=4).cluster == 4  # 16 K-major rows per CTA: two atoms
     # 256-row tiles: two consumers of 128 rows (240 registers each), four of 64 with split-K
     c = GemmConfig(bm=256, bn=168, epilogue="tma")
-    assert (c.consumers, c.blocks, c.producer_regs, c.consumer_regs, c.c_box) == (2, 2, 24, 240, 24)
-    # their C in parts through two slots where that makes room for a fourth stage
-    assert (c.stages, c.c_parts, c.c_slots) == (4, 7, 2)
+    assert (c.consumers, c.blocks, c.producer_regs, c.consumer_regs, c.c_box) == (2, 2, 24, 240, 168)
+    # their C in parts of 32 columns or more through two slots where that makes room for a fourth stage
+    assert (c.stages, c.c_parts, c.c_slots) == (3, 1, 1)  # (7 parts of 24 ran slower)
     c = GemmConfig(bm=256, bn=160, epilogue="tma")
     assert (c.stages, c.c_parts, c.c_slots, c.c_box) == (4, 5, 2, 32)
     c = GemmConfig(bm=256, bn=152, epilogue="tma")  # (19 parts of 8 columns: not taken)
     assert (c.stages, c.c_parts, c.c_slots) == (3, 1, 1)
-    assert GemmConfig(bm=256, bn=168, epilogue="tma", stages=3).c_slots == 1  # (given stages: as before)
+    assert GemmConfig(bm=256, bn=160, epilogue="tma", stages=3).c_slots == 1  # (given stages: as before)
     assert (GemmConfig(bm=256, bn=128, split=2).consumers, GemmConfig(bm=256, bn=128, consumers=4).blocks) == (4, 1)
     for kw, msg in (({"bm": 256, "bn": 192}, "at most 168 columns"), ({"bm": 128, "bn": 256, "consumers": 1}, "168"),
                     ({"bm": 256, "bn": 152, "split": 2}, "at most 128 columns"),
@@ -390,7 +390,7 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
     # 128 x 256 tiles filling their waves poorly over several (2048 x 11008: 6 waves, 87%) become 256 x 168
     # tiles (4 waves, 100%) in two consumers of 128 rows; 256 x 128 only with B N-major (128 x 256 there)
     p = plan(2048, 11008)
-    assert (p.cfg.bm, p.cfg.bn, p.cfg.consumers, p.cfg.blocks, p.cfg.c_box) == (256, 168, 2, 2, 24), p.config
+    assert (p.cfg.bm, p.cfg.bn, p.cfg.consumers, p.cfg.blocks, p.cfg.c_box) == (256, 168, 2, 2, 168), p.config
     assert (plan(2048, 11008, b_kmajor=False).cfg.bm, plan(2048, 11008, stages=3).cfg.bm) == (128, 128)
     assert plan(640, 7168).cfg.bm == 128  # one wave of 256-row tiles: the narrow 128-row tile
     # a tall product whose swapped tiles fill the waves better: C^T = B^T A^T in 128 x 192 tiles

@@ -13,7 +13,7 @@ from ..kernels.gemm_config import STAGE_BUDGET  # (the swapped small-M tiles' st
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
            "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN", "SWAP_MIN_K",
-           "TILE256_BN", "TILE256_EFF", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES"]
+           "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -29,6 +29,14 @@ TILES = {(128, 256): 1.0, (128, 192): 0.95, (128, 128): 0.75, (64, 128): 0.39, (
 #: 168: 1.028x against 0.928x; BENCHMARKS.md, 2026-11-26). Wider ones spill.
 TILE256_BN = (128, 136, 144, 152, 160, 168)
 TILE256_EFF = 0.95
+#: 256-row widths whose C tile goes out in parts through two shared slots, leaving room for 4
+#: stages (:class:`~nbwgmma.kernels.gemm.GemmConfig`'s ``c_slots``), with their share of a 128 x
+#: 256 tile's rate; offered from one wave. 256 x 160 with 4 stages against the default of the time,
+#: ratios to cuBLAS on an H100 (BENCHMARKS.md, 2026-11-26): 3000 x 7000 x 4096 0.970 / 0.912 (128 x
+#: 216), 5000 x 5120 x 4096 0.952 / 0.917 (128 x 224), 5000 x 3000 x 4000 0.937 / 0.919 (128 x
+#: 232), in one wave 1024 x 5120 x 4096 1.005 / 0.965 (128 x 160) and 512 x 10240 x 4096 1.007 /
+#: 0.969 (128 x 256); 8192^3 0.996 / 1.020 (128 x 256).
+TILE256_FAST = {160: 0.99}
 #: Wide tiles: 128 rows by 200-248 columns (K-major B; 3 stages beside the C tile), offered
 #: where they need at least :data:`WIDE_MIN_WAVES` waves. 5000 x 3000 x 4000 in 128 x 232 tiles
 #: (4 waves, 98% filled) ran at 0.934-0.938x cuBLAS on an H100 where 128 x 256 (4 waves, 91%) ran
@@ -149,7 +157,7 @@ def _scored(m, n, cluster, sms, widths=None):
 
     usable = [(t, e) for t, e in TILES.items() if (t[1] // 64) % cluster == 0]
     if widths in ("any", "64") and cluster == 1:
-        more = [((256, bn), TILE256_EFF, 2) for bn in TILE256_BN]
+        more = [((256, bn), TILE256_FAST.get(bn, TILE256_EFF), 1 if bn in TILE256_FAST else 2) for bn in TILE256_BN]
         more += [((128, bn), WIDE_EFF, WIDE_MIN_WAVES) for bn in WIDE_BN]
         usable += [((bm, bn), e) for (bm, bn), e, waves in more if (widths == "any" or bn % 64 == 0)
                    and math.ceil(m / bm) * math.ceil(n / bn) > (waves - 1) * sms]

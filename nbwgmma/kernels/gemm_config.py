@@ -70,10 +70,11 @@ class GemmConfig:
     (1 or 2) shared tiles of ``64 x bn / c_parts`` per consumer, used in turn: with 2 a part is
     written while the one before is being stored. Defaults: 2 parts and 1 slot where that fits one
     more stage and fewer than 4 fit otherwise (e.g. 128 x 256 and 128 x 224); for 256-row tiles
-    (two consumers of 128 rows) that would get fewer than 4 stages, 2 slots of the widest part
-    that lets 4 fit (256 x 160: 5 parts of 32 columns; 256 x 168: 7 of 24), since a fourth stage
-    ran 256 x 128 tiles 1.10-1.16x faster than three on an H100. A width that is not a multiple of
-    64 is stored as unswizzled rows with one TMA box per part (``c_box`` columns).
+    (two consumers of 128 rows) that would get fewer than 4 stages, 2 slots of the widest part of
+    at least 32 columns that lets 4 fit (256 x 160: 5 parts of 32 columns), since a fourth stage
+    ran 256 x 128 tiles 1.10-1.16x faster than three on an H100 (256 x 168 in 7 parts of 24 ran
+    0.96-0.99x its 3 stages: the parts cost more than the stage gained). A width that is not a
+    multiple of 64 is stored as unswizzled rows with one TMA box per part (``c_box`` columns).
     ``c_transposed`` (TMA epilogue, bn a multiple of 64): each consumer's block is stored
     transposed (C^T's 64 x 64 blocks, for a swapped product whose C is out^T).
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
@@ -199,7 +200,7 @@ class GemmConfig:
                 and fits[1] > fits[0] else 1
             if c_slots is None and epilogue == "tma" and self.blocks == 2 and not c_transposed and stages is None \
                     and (smem - c_bytes(c_parts)) // self.stage_bytes < 4:
-                for p in range(3, bn // 24 + 1):  # the widest part (of 24 columns or more) whose two
+                for p in range(3, bn // 32 + 1):  # the widest part (of 32 columns or more) whose two
                     if splits(p) and (smem - c_bytes(p, 2)) // self.stage_bytes >= 4:  # slots leave room for 4
                         c_parts, c_slots = p, 2
                         break
