@@ -37,15 +37,16 @@ TILE256_EFF = 0.95
 #: 232), in one wave 1024 x 5120 x 4096 1.005 / 0.965 (128 x 160) and 512 x 10240 x 4096 1.007 /
 #: 0.969 (128 x 256); 8192^3 0.996 / 1.020 (128 x 256).
 TILE256_FAST = {160: 0.99}
-#: Wide tiles: 128 rows by 200-248 columns (K-major B; 3 stages beside the C tile), offered
-#: where they need at least :data:`WIDE_MIN_WAVES` waves. 5000 x 3000 x 4000 in 128 x 232 tiles
-#: (4 waves, 98% filled) ran at 0.934-0.938x cuBLAS on an H100 where 128 x 256 (4 waves, 91%) ran
-#: at 0.893-0.896x and 128 x 192 (5 waves, 97%) at 0.894: about :data:`WIDE_EFF` of a 128 x 256
-#: tile's rate. In two or three waves they did not pay (512 x 14336 x 4096 in 128 x 224: 0.998x
-#: 128 x 256's speed; 768 x 14336 and 1536 x 7168: 0.96 and 0.94x 256 x 168's; BENCHMARKS.md,
-#: 2026-11-26).
+#: Wide tiles: 128 rows by 200-248 columns (K-major B; 3 stages beside the C tile, 4 where its
+#: halves fit: 208, 224, 240), offered where they need at least :data:`WIDE_MIN_WAVES` waves.
+#: 5000 x 3000 x 4000 in 128 x 232 tiles (4 waves, 98% filled) ran at 0.934-0.938x cuBLAS on an
+#: H100 where 128 x 256 (4 waves, 91%) ran at 0.893-0.896x and 128 x 192 (5 waves, 97%) at 0.894;
+#: in two or three waves they did not pay (512 x 14336 x 4096 in 128 x 224: 0.998x 128 x 256's speed;
+#: 768 x 14336 and 1536 x 7168: 0.96 and 0.94x 256 x 168's; BENCHMARKS.md, 2026-11-26). Against
+#: 256 x 160 with 4 stages they lost 2-6% at like fills (5000 x 3000: 0.921 / 0.937, 5000 x 5120 in
+#: 128 x 224: 0.918 / 0.952), hence :data:`WIDE_EFF` below :data:`TILE256_FAST`'s.
 WIDE_BN = (200, 208, 216, 224, 232, 240, 248)
-WIDE_EFF = 0.97
+WIDE_EFF = 0.955
 WIDE_MIN_WAVES = 4
 
 
