@@ -194,14 +194,16 @@ def test_fp8_inputs_with_bias_and_activation(fp8, out_dtype):
     assert err < tol, err
 
 
+@pytest.mark.parametrize("schedule", ["epilogue_warps", "pingpong192"])
 @pytest.mark.parametrize("t, where, act", [("bf16", "col", "gelu_tanh"), ("f16", "row", "silu"),
                                            ("bf16", None, "gelu")])
-def test_epilogue_warps_schedule_matches_float64(monkeypatch, t, where, act):
-    """kit.EpilogueWarps through matmul, forced for small and ragged problems (many tiles per CTA,
-    C's edges, padded rows of C left alone), K up to 4096; and exact with small integers."""
+def test_forced_schedules_match_float64(monkeypatch, schedule, t, where, act):
+    """kit.EpilogueWarps, and ping-pong consumers of 128 x 192 tiles, through matmul, forced for
+    small and ragged problems (many tiles per CTA, C's edges, padded rows of C left alone), K up to
+    4096; and exact with small integers."""
     import nbwgmma.frontend.fused as fused
 
-    monkeypatch.setattr(fused, "schedule_for", lambda *a: "epilogue_warps")
+    monkeypatch.setattr(fused, "schedule_for", lambda *a: schedule)
     for m, n, k in [(1000, 520, 328), (3000, 2056, 4096), (130, 8, 64)]:
         g = torch.Generator(device="cuda").manual_seed(m + n + k)
         x = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).to(TDT[t])

@@ -218,35 +218,64 @@ def test_256_row_tiles_small_integers_exact(dtype, layout, m, n, k, bn, odt):
 
 @pytest.mark.parametrize("dtype, odt", [("bf16", "bf16"), ("f16", "f32"), ("e4m3", "bf16")])
 def test_default_path_takes_wide_tiles(dtype, odt):
-    """Where 128-row tiles of 200-248 columns fill four or more waves best (5000 x 3000: 128 x 232,
-    98% of 4 waves), the default path runs them: exact on small integers, TMA and register stores."""
+    """Where 128-row tiles of 200-248 columns fill four or more waves best (6000 x 3000: 128 x 216,
+    99% of 5 waves), the default path runs them: exact on small integers, TMA and register stores."""
     from nbwgmma.frontend.matmul import last_plan
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
     g = torch.Generator(device="cuda").manual_seed(5000)
-    a = torch.randint(-3, 4, (5000, 136), device="cuda", generator=g).to(tdt)
+    a = torch.randint(-3, 4, (6000, 136), device="cuda", generator=g).to(tdt)
     b = torch.randint(-3, 4, (3000, 136), device="cuda", generator=g).to(tdt).t()
-    out = torch.full((5000, 3000), float("nan"), device="cuda",
+    out = torch.full((6000, 3000), float("nan"), device="cuda",
                      dtype={"bf16": torch.bfloat16, "f32": torch.float32}[odt])
     matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
     cfg = last_plan().cfg
-    assert (cfg.bm, cfg.bn, cfg.epilogue) == (128, 232, "tma" if odt == "bf16" else "direct"), cfg
+    assert (cfg.bm, cfg.bn, cfg.epilogue) == (128, 216, "tma" if odt == "bf16" else "direct"), cfg
     ref = a.double() @ b.double()
     assert torch.equal(out.double(), ref.to(out.dtype).double()) and ref.abs().sum() > 0
 
 
-def test_default_path_takes_256_row_tiles():
-    """Where 128 x 256 tiles fill their several waves poorly (2048 x 11008: 87% of 6 waves), the
-    default path runs 256 x 168 tiles (100% of 4): exact on small integers."""
+@pytest.mark.parametrize("dtype, m, n, bn, parts, slots, odt", [
+    ("bf16", 2048, 11008, 168, 1, 1, "bf16"),  # 128 x 256 fills 87% of 6 waves, 256 x 168 100% of 4
+    ("bf16", 5000, 3000, 160, 5, 2, "bf16"),   # 256 x 160: C in 5 parts through two slots, 4 stages
+    ("e4m3", 5000, 3000, 160, 5, 2, "bf16"),
+    ("f16", 5000, 3000, 160, 1, 1, "f32"),     # (an f32 out: register stores)
+    ("bf16", 1024, 5120, 160, 5, 2, "bf16"),   # one wave
+])
+def test_default_path_takes_256_row_tiles(dtype, m, n, bn, parts, slots, odt):
+    """Where 256-row tiles fill the waves better, the default path runs them, their C (16-bit out)
+    through the TMA epilogue whole or in parts through two shared slots: exact on small integers."""
     from nbwgmma.frontend.matmul import last_plan
 
-    g = torch.Generator(device="cuda").manual_seed(11008)
-    a = torch.randint(-3, 4, (2048, 520), device="cuda", generator=g).to(torch.bfloat16)
-    b = torch.randint(-3, 4, (11008, 520), device="cuda", generator=g).to(torch.bfloat16).t()
-    out = torch.full((2048, 11008), float("nan"), device="cuda", dtype=torch.bfloat16)
-    matmul(a, b, out=out)
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(n)
+    a = torch.randint(-3, 4, (m, 520), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, 520), device="cuda", generator=g).to(tdt).t()
+    out = torch.full((m, n), float("nan"), device="cuda", dtype={"bf16": torch.bfloat16, "f32": torch.float32}[odt])
+    matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
     cfg = last_plan().cfg
-    assert (cfg.bm, cfg.bn, cfg.consumers, cfg.epilogue) == (256, 168, 2, "tma"), cfg
+    epi = "tma" if odt == "bf16" else "direct"
+    assert (cfg.bm, cfg.bn, cfg.consumers, cfg.epilogue, cfg.c_parts, cfg.c_slots) == (256, bn, 2, epi, parts, slots), cfg
+    ref = a.double() @ b.double()
+    assert torch.equal(out.double(), ref.to(out.dtype).double()) and ref.abs().sum() > 0
+
+
+@pytest.mark.parametrize("config", [{"bm": 256, "bn": 128, "c_parts": 4, "c_slots": 2},
+                                    {"bm": 128, "bn": 256, "c_parts": 4, "c_slots": 2},
+                                    {"bm": 256, "bn": 168, "c_parts": 7, "c_slots": 2},
+                                    {"bm": 128, "bn": 192, "c_parts": 3}])
+def test_c_parts_through_slots_exact(config):
+    """C stored in parts of 64 (swizzled), 24 or 64 columns through one or two shared slots used in
+    turn: exact on small integers, ragged M and N."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    g = torch.Generator(device="cuda").manual_seed(config["bn"])
+    a = torch.randint(-3, 4, (1000, 264), device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randint(-3, 4, (1304, 264), device="cuda", generator=g).to(torch.bfloat16).t()
+    out = torch.full((1000, 1304), float("nan"), device="cuda", dtype=torch.bfloat16)
+    matmul(a, b, out=out, config=config)
+    cfg = last_plan().cfg
+    assert (cfg.epilogue, cfg.c_parts, cfg.c_slots) == ("tma", config["c_parts"], config.get("c_slots", 1)), cfg
     ref = a.double() @ b.double()
     assert torch.equal(out.double(), ref.to(torch.bfloat16).double()) and ref.abs().sum() > 0
 
