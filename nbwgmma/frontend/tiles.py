@@ -13,7 +13,8 @@ from ..kernels.gemm_config import STAGE_BUDGET  # (the swapped small-M tiles' st
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
            "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN", "SWAP_MIN_K",
-           "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES"]
+           "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
+           "WIDE4_BN", "WIDE4_MIN_WAVES"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -41,13 +42,19 @@ TILE256_FAST = {160: 0.99}
 #: halves fit: 208, 224, 240), offered where they need at least :data:`WIDE_MIN_WAVES` waves.
 #: 5000 x 3000 x 4000 in 128 x 232 tiles (4 waves, 98% filled) ran at 0.934-0.938x cuBLAS on an
 #: H100 where 128 x 256 (4 waves, 91%) ran at 0.893-0.896x and 128 x 192 (5 waves, 97%) at 0.894;
-#: in two or three waves they did not pay (512 x 14336 x 4096 in 128 x 224: 0.998x 128 x 256's speed;
-#: 768 x 14336 and 1536 x 7168: 0.96 and 0.94x 256 x 168's; BENCHMARKS.md, 2026-11-26). Against
+#: in two or three waves the 3-stage widths did not pay (768 x 14336 and 1536 x 7168: 0.96 and 0.94x
+#: 256 x 168's; BENCHMARKS.md, 2026-11-26; for the 4-stage ones see :data:`WIDE4_BN`). Against
 #: 256 x 160 with 4 stages they lost 2-6% at like fills (5000 x 3000: 0.921 / 0.937, 5000 x 5120 in
 #: 128 x 224: 0.918 / 0.952), hence :data:`WIDE_EFF` below :data:`TILE256_FAST`'s.
 WIDE_BN = (200, 208, 216, 224, 232, 240, 248)
 WIDE_EFF = 0.955
 WIDE_MIN_WAVES = 4
+#: Wide widths whose C tile goes out in two halves beside 4 stages; offered from
+#: :data:`WIDE4_MIN_WAVES` waves: 512 x 14336 x 4096 in 128 x 224 tiles (2 waves, 97% filled) ran at
+#: 1.045x cuBLAS on an H100 where the default's 128 x 256 (2 waves, 85%) ran at 0.986x (the same
+#: process; an earlier run had them level, 0.998x; BENCHMARKS.md, 2026-11-26).
+WIDE4_BN = (208, 224, 240)
+WIDE4_MIN_WAVES = 2
 
 
 def pick_tile(m, n, cluster=1, widths=None):
@@ -159,7 +166,7 @@ def _scored(m, n, cluster, sms, widths=None):
     usable = [(t, e) for t, e in TILES.items() if (t[1] // 64) % cluster == 0]
     if widths in ("any", "64") and cluster == 1:
         more = [((256, bn), TILE256_FAST.get(bn, TILE256_EFF), 1 if bn in TILE256_FAST else 2) for bn in TILE256_BN]
-        more += [((128, bn), WIDE_EFF, WIDE_MIN_WAVES) for bn in WIDE_BN]
+        more += [((128, bn), WIDE_EFF, WIDE4_MIN_WAVES if bn in WIDE4_BN else WIDE_MIN_WAVES) for bn in WIDE_BN]
         usable += [((bm, bn), e) for (bm, bn), e, waves in more if (widths == "any" or bn % 64 == 0)
                    and math.ceil(m / bm) * math.ceil(n / bn) > (waves - 1) * sms]
     return [(score(te), te[0]) for te in sorted(usable, key=score, reverse=True)]
