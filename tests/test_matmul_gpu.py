@@ -255,7 +255,8 @@ def test_default_path_takes_256_row_tiles(dtype, m, n, bn, parts, slots, odt):
     matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
     cfg = last_plan().cfg
     epi = "tma" if odt == "bf16" else "direct"
-    assert (cfg.bm, cfg.bn, cfg.consumers, cfg.epilogue, cfg.c_parts, cfg.c_slots) == (256, bn, 2, epi, parts, slots), cfg
+    got = (cfg.bm, cfg.bn, cfg.consumers, cfg.epilogue, cfg.c_parts, cfg.c_slots)
+    assert got == (256, bn, 2, epi, parts, slots), cfg
     ref = a.double() @ b.double()
     assert torch.equal(out.double(), ref.to(out.dtype).double()) and ref.abs().sum() > 0
 

@@ -165,7 +165,8 @@ def _scored(m, n, cluster, sms, widths=None):
 
     usable = [(t, e) for t, e in TILES.items() if (t[1] // 64) % cluster == 0]
     if widths in ("any", "64") and cluster == 1:
-        more = [((256, bn), TILE256_FAST.get(bn, TILE256_EFF), 1 if bn in TILE256_FAST else 2) for bn in TILE256_BN]
+        more = [((256, bn), TILE256_FAST.get(bn, TILE256_EFF), 1 if bn in TILE256_FAST else 2)
+                for bn in TILE256_BN]
         more += [((128, bn), WIDE_EFF, WIDE4_MIN_WAVES if bn in WIDE4_BN else WIDE_MIN_WAVES) for bn in WIDE_BN]
         usable += [((bm, bn), e) for (bm, bn), e, waves in more if (widths == "any" or bn % 64 == 0)
                    and math.ceil(m / bm) * math.ceil(n / bn) > (waves - 1) * sms]

@@ -1,12 +1,14 @@
 """The fused-epilogue GEMM: ``C = act(alpha * A @ B^T + bias)``, written with the kit.
 
-Two schedules (``FusedConfig(schedule=...)``), one epilogue:
+The schedules (``FusedConfig(schedule=...)``), one epilogue:
 
 * "pingpong", that of ``examples/gemm_5_fused_epilogue.py``: one producer thread feeds a ring
   of 6 TMA stages of 32 KiB; two consumer warpgroups each compute a whole 128 x 128 tile
   and take tiles in turn (``turn_wait`` / ``turn_pass``), so one's epilogue (the scale, the
   bias, the activation, the conversion) runs while the other's main loop keeps the tensor
   cores busy. A CTA walks pairs of adjacent tiles in grouped order, one per consumer.
+* "pingpong192": the same with 128 x 192 tiles per consumer (``PingPong(bn=192)``, 4 stages of
+  40 KiB): a quarter fewer bytes loaded per FLOP; measured level with the others, not a default.
 * "cooperative", the library GEMM's (:class:`~nbwgmma.kit.Cooperative`): 128 x 256 tiles,
   each consumer warpgroup 64 rows of it, 4 stages of 48 KiB. Half the bytes loaded per
   FLOP of the 128 x 128 tiles, but the epilogue runs with the tensor cores idle: the
@@ -82,8 +84,8 @@ class FusedConfig:
     codes); ``amax``: with fp8 out, the largest |result| of C (before the scale) is also
     written, by an atomic max into a one-element f32 array; ``fp8_tma``: with an fp8 out, the
     codes go through shared memory and TMA stores (C row-major, 16-byte aligned rows) instead
-    of plain stores (any strides); ``schedule``: "pingpong" or
-    "cooperative" (:data:`SCHEDULES`, see the module's text).
+    of plain stores (any strides); ``schedule``: "pingpong", "pingpong192", "cooperative" or
+    "epilogue_warps" (:data:`SCHEDULES`, see the module's text).
     ``bm``, ``bn``: the tile; ``b_box``: the rows of B's tensor-map box (K-major B);
     ``smem``: the dynamic shared memory a launch takes."""
 
@@ -276,7 +278,8 @@ def _build(key):
     EW = cfg.schedule == "epilogue_warps"
     epilogue = _epilogue(cfg, None if EW else cfg.act)  # with epilogue warps the activation is theirs
     # setmaxnreg: 40 + 2 x 232 of the 504 registers per thread slot; the epilogue warps' loop
-    # needs 48 (at 40 ptxas spilled 52 bytes around it), which leaves the consumers 224.
+    # needs 48 (at 40 ptxas spilled 52 bytes around it), which leaves the consumers 224; ping-pong
+    # consumers of 128 x 192 tiles hold 192 accumulator registers: 24 + 2 x 240.
     PREGS, CREGS = (48, 224) if EW else (24, 240) if cfg.bn == 192 else (40, 232)
     store, finish = _output(cfg)
 
