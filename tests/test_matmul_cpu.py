@@ -142,7 +142,14 @@ def test_gemm_config_rules():
     assert (c.stages, c.c_parts, c.c_slots, c.c_box) == (4, 5, 2, 32)
     c = GemmConfig(bm=256, bn=152, epilogue="tma")  # (19 parts of 8 columns: not taken)
     assert (c.stages, c.c_parts, c.c_slots) == (3, 1, 1)
-    assert GemmConfig(bm=256, bn=160, epilogue="tma", stages=3).c_slots == 1  # (given stages: as before)
+    assert GemmConfig(bm=256, bn=160, epilogue="tma", stages=3).c_slots == 1  # (3 stages fit C whole)
+    c = GemmConfig(bm=256, bn=160, epilogue="tma", stages=4)  # the default's own stages: its parts too
+    assert (c.stages, c.c_parts, c.c_slots) == (4, 5, 2)
+    for kw, msg in (({"epilogue": "direct", "c_parts": 3}, "c_parts must divide BN"),
+                    ({"epilogue": "tma", "bn": 192, "c_slots": 2}, "give c_parts too"),
+                    ({"epilogue": "tma", "bn": 256, "c_parts": 4, "c_slots": 3}, "c_slots must be 1, or 2")):
+        with pytest.raises(ValueError, match=msg):
+            GemmConfig(**kw)
     assert (GemmConfig(bm=256, bn=128, split=2).consumers, GemmConfig(bm=256, bn=128, consumers=4).blocks) == (4, 1)
     for kw, msg in (({"bm": 256, "bn": 192}, "at most 168 columns"), ({"bm": 128, "bn": 256, "consumers": 1}, "168"),
                     ({"bm": 256, "bn": 152, "split": 2}, "at most 128 columns"),

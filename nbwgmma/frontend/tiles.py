@@ -38,8 +38,9 @@ TILE256_EFF = 0.95
 #: 232), in one wave 1024 x 5120 x 4096 1.005 / 0.965 (128 x 160) and 512 x 10240 x 4096 1.007 /
 #: 0.969 (128 x 256); 8192^3 0.996 / 1.020 (128 x 256).
 TILE256_FAST = {160: 0.99}
-#: Wide tiles: 128 rows by 200-248 columns (K-major B; 3 stages beside the C tile, 4 where its
-#: halves fit: 208, 224, 240), offered where they need at least :data:`WIDE_MIN_WAVES` waves.
+#: Wide tiles: 128 rows by 200-248 columns (K-major B; 4 stages beside the C tile for 200 and 208,
+#: for 224 and 240 with C in halves, else 3), offered where they need at least
+#: :data:`WIDE_MIN_WAVES` waves.
 #: 5000 x 3000 x 4000 in 128 x 232 tiles (4 waves, 98% filled) ran at 0.934-0.938x cuBLAS on an
 #: H100 where 128 x 256 (4 waves, 91%) ran at 0.893-0.896x and 128 x 192 (5 waves, 97%) at 0.894;
 #: in two or three waves the 3-stage widths did not pay (768 x 14336 and 1536 x 7168: 0.96 and 0.94x
@@ -49,7 +50,7 @@ TILE256_FAST = {160: 0.99}
 WIDE_BN = (200, 208, 216, 224, 232, 240, 248)
 WIDE_EFF = 0.955
 WIDE_MIN_WAVES = 4
-#: Wide widths whose C tile goes out in two halves beside 4 stages; offered from
+#: Wide widths with 4 stages (200 has them too, not measured in two waves); offered from
 #: :data:`WIDE4_MIN_WAVES` waves: 512 x 14336 x 4096 in 128 x 224 tiles (2 waves, 97% filled) ran at
 #: 1.045x cuBLAS on an H100 where the default's 128 x 256 (2 waves, 85%) ran at 0.986x (the same
 #: process; an earlier run had them level, 0.998x; BENCHMARKS.md, 2026-11-26).

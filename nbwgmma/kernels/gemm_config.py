@@ -198,20 +198,22 @@ class GemmConfig:
             fits = [(smem - c_bytes(p)) // self.stage_bytes for p in (1, 2)]
             c_parts = 2 if epilogue == "tma" and splits(2) and (bn % 128 == 0 or bn % 64) and fits[0] < 4 \
                 and fits[1] > fits[0] else 1
-            if c_slots is None and epilogue == "tma" and self.blocks == 2 and not c_transposed and stages is None \
-                    and (smem - c_bytes(c_parts)) // self.stage_bytes < 4:
+            want = 4 if stages is None else stages  # (given stages that only fit this way get it too)
+            if c_slots is None and epilogue == "tma" and self.blocks == 2 and not c_transposed \
+                    and (smem - c_bytes(c_parts)) // self.stage_bytes < want:
                 for p in range(3, bn // 32 + 1):  # the widest part (of 32 columns or more) whose two
-                    if splits(p) and (smem - c_bytes(p, 2)) // self.stage_bytes >= 4:  # slots leave room for 4
+                    if splits(p) and (smem - c_bytes(p, 2)) // self.stage_bytes >= want:  # slots leave room
                         c_parts, c_slots = p, 2
                         break
         if c_slots is None:
             c_slots = 1
-        if not isinstance(c_parts, int) or c_parts < 1 or (epilogue == "tma" and not splits(c_parts)):
+        if not isinstance(c_parts, int) or c_parts < 1 or bn % c_parts or (bn // c_parts) % 8 \
+                or (epilogue == "tma" and not splits(c_parts)):
             raise ConfigError("c_parts", f"c_parts must divide BN into parts whose width is a multiple of 8 columns "
                                          f"(of 64 for a transposed C); got {c_parts} for bn={bn}")
         if c_slots not in (1, 2) or (c_slots == 2 and c_parts == 1):
             raise ConfigError("c_slots", f"c_slots must be 1, or 2 with c_parts > 1 (the parts go through the two in "
-                                         f"turn); got {c_slots} with c_parts={c_parts}")
+                                         f"turn: give c_parts too); got {c_slots} with c_parts={c_parts}")
         self.c_parts, self.c_slots = c_parts, c_slots
         #: columns of one TMA store box of C: 64 (128-byte swizzled blocks), or a narrow tile's
         #: whole part (unswizzled rows of 2 bn bytes)

@@ -48,7 +48,7 @@ class PingPong(types.ModuleType):
     128 x ``bn`` tiles in turn over ``pipe`` (a :class:`TmaPipeline` with ``consumers=1``: each
     stage belongs to one warpgroup). ``bn`` is 128 (two 64-row accumulators of 64 registers
     per thread) or 192 (96 registers each: the tile loads a quarter fewer bytes per FLOP, and
-    the consumers need their 232 registers). A stage holds A's 128 rows x 128 bytes of K (64 K
+    the consumers need 240 registers: ``setmaxnreg`` 24 for the producer). A stage holds A's 128 rows x 128 bytes of K (64 K
     of 16-bit inputs, 128 of fp8; 16 KiB, K contiguous), then B's ``bn`` columns x 128 bytes
     of K: K contiguous (``b_major="K"``: one box of B [N, K]) or N contiguous
     (``b_major="MN"``: ``bn / 64`` boxes of 64 x 64 of B [K, N], read with wgmma's transpose
@@ -60,6 +60,9 @@ class PingPong(types.ModuleType):
     BM = 128
     BK = 64
     A_BYTES = 128 * 128
+    #: the default width's tile and stage bytes (an instance holds those of its own ``bn``)
+    BN = 128
+    STAGE_BYTES = 2 * 128 * 128
     #: the tile widths a consumer can hold (its accumulators and the loop's values in 232 registers)
     WIDTHS = (128, 192)
 
