@@ -181,17 +181,17 @@ class GemmConfig:
         self.a_bytes = bm * 128
         self.b_bytes = bn * 128
         self.stage_bytes = self.a_bytes + self.b_bytes
-        # Each consumer's C tile: 64 rows x BN / c_parts columns as 64-column (128-byte)
-        # swizzled blocks (or unswizzled rows of a narrow tile); with c_parts = 2 the tile goes
-        # out in two halves through half the shared memory, which leaves room for a fourth stage
-        # at BN = 256 (and 224: 128 x 224 with 4 stages 1.03-1.05x faster than with 3 on an H100).
+        # Each consumer's C tile: c_slots shared tiles of 64 rows x BN / c_parts columns, as
+        # 64-column (128-byte) swizzled blocks or unswizzled rows; fewer bytes of C leave room
+        # for a fourth stage at BN = 256 and 224 (halves: 128 x 224 with 4 stages 1.03-1.05x faster
+        # than with 3 on an H100) and for 256 x 160 (parts through two slots).
         smem = STAGE_BUDGET
 
         def c_bytes(parts, slots=1):
             return self.consumers * slots * 64 * (bn // parts) * 2 if epilogue == "tma" else 0
 
-        def splits(parts):  # parts of 64-column multiples (swizzled blocks) or 8-column ones (unswizzled boxes)
-            w = bn // parts if bn % parts == 0 else 1
+        def splits(parts):  # parts of 64-column multiples (swizzled blocks) or 8-column ones (unswizzled boxes;
+            w = bn // parts if bn % parts == 0 else 1  # c_transposed implies the TMA epilogue)
             return w % 64 == 0 or (w % 8 == 0 and not c_transposed)
 
         if c_parts is None:  # (by default a width that is a multiple of 64 keeps its swizzled blocks whole)
@@ -207,8 +207,7 @@ class GemmConfig:
                         break
         if c_slots is None:
             c_slots = 1
-        if not isinstance(c_parts, int) or c_parts < 1 or bn % c_parts or (bn // c_parts) % 8 \
-                or (epilogue == "tma" and not splits(c_parts)):
+        if not isinstance(c_parts, int) or c_parts < 1 or not splits(c_parts):
             raise ConfigError("c_parts", f"c_parts must divide BN into parts whose width is a multiple of 8 columns "
                                          f"(of 64 for a transposed C); got {c_parts} for bn={bn}")
         if c_slots not in (1, 2) or (c_slots == 2 and c_parts == 1):
