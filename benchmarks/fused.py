@@ -10,8 +10,9 @@ output (cuBLASLt's own fp8-out epilogue, no amax).
     python benchmarks/fused.py [MxNxK ...]
     python benchmarks/fused.py --schedules [MxNxK ...]   # bias + gelu_tanh on each fused schedule
 
-``--schedules`` times the fused kernel's schedules (``nbwgmma.kernels.fused.SCHEDULES``, each
-forced through ``nbwgmma.frontend.fused.schedule_for``) side by side with cuBLASLt's fused
+``--schedules`` times the library GEMM's fused epilogue ("library") and the fused kernel's
+schedules (``nbwgmma.kernels.fused.SCHEDULES``, each forced through
+``nbwgmma.frontend.fused.schedule_for`` and ``library_epilogue``) side by side with cuBLASLt's fused
 epilogue, the unfused expression and the plain product, bf16.
 """
 import sys
@@ -133,23 +134,25 @@ def bench_schedules(m, n, k, rounds=15, inner=10):
     from nbwgmma.kernels.fused import SCHEDULES
 
     x, w, bias, out, others = _gelu_problem(m, n, k)
-    rule = fused.schedule_for
+    rule, library = fused.schedule_for, fused.library_epilogue
 
     def forced(name):
         def call():
             fused.schedule_for = lambda *a: name
+            fused.library_epilogue = lambda *a: name == "library"
             try:
                 matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out)
             finally:
-                fused.schedule_for = rule
+                fused.schedule_for, fused.library_epilogue = rule, library
         return call
 
+    names = ("library",) + tuple(SCHEDULES)
     ref = _reference(x, w, bias)
-    for name in SCHEDULES:
+    for name in names:
         forced(name)()
         print(f"{m}x{n}x{k} {name}: relative error vs float64 {_rel_error(out, ref):.2e}")
     del ref
-    peers = {**{f"fused {name}": forced(name) for name in SCHEDULES}, **others}
+    peers = {**{f"fused {name}": forced(name) for name in names}, **others}
     side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the first", rounds, inner)
 
 

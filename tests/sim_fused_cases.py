@@ -23,18 +23,27 @@ def _host(c, t):
     return (h.astype(np.uint32) << 16).view(np.float32) if t == "bf16" else h.astype(np.float32)
 
 
+@pytest.fixture
+def fused_kernel(monkeypatch):
+    """A bias or activation alone on the fused kernel (its default ping-pong schedule), not the
+    library GEMM."""
+    import nbwgmma.frontend.fused as fused
+
+    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)
+
+
 @pytest.mark.parametrize("m, n, k, where, act, t", [
     (200, 136, 72, "col", "relu", "bf16"),   # ragged M, N and K; two pairs of tiles
     (256, 128, 64, "row", "relu", "f16"),
     (130, 256, 136, None, "relu", "bf16"),
     (128, 64, 128, "col", None, "f16"),      # bias alone
 ])
-def test_fused_matmul_is_exact_on_small_integers(m, n, k, where, act, t):
+def test_fused_matmul_is_exact_on_small_integers(fused_kernel, m, n, k, where, act, t):
     _exact(m, n, k, where, act, t, b_row_major=False)
 
 
 @pytest.mark.parametrize("m, n, k, where, t", [(136, 72, 72, "col", "bf16"), (130, 64, 136, None, "f16")])
-def test_fused_matmul_of_a_row_major_b_is_exact(m, n, k, where, t):
+def test_fused_matmul_of_a_row_major_b_is_exact(fused_kernel, m, n, k, where, t):
     """B [K, N] with N contiguous (x @ w), read with wgmma's transpose bit."""
     _exact(m, n, k, where, "relu", t, b_row_major=True)
 
@@ -66,15 +75,67 @@ def test_bad_epilogue_inputs_are_refused_before_launch():
         (dict(bias=cuda.to_device(np.ones(48, np.int32))), "bias must be f32, bf16 or f16; got s32"),
         (dict(bias=np.ones(48, np.float32)), "bias"),
         (dict(activation="tanh"), r"activation must be one of \['gelu', 'gelu_tanh', 'relu', 'sigmoid', 'silu'\]"),
-        (dict(bias=bias, config={"bm": 128}), "config applies to calls without bias/activation"),
+        (dict(bias=bias, c=cuda.to_device(np.ones((64, 48), np.float32)), config={"bm": 128}),
+         "config applies to calls without c, a user epilogue or an fp8 output"),
     ]
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):
             matmul(a, w.T, in_dtype="bf16", **kw)
     with pytest.raises(MatmulError, match="must be row-major with 16-byte aligned rows"):  # B of neither layout
-        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=bias, in_dtype="bf16")
-    with pytest.raises(MatmulError, match="out of the same type|same type"):
-        matmul(a, w.T, bias=bias, in_dtype="bf16", out_dtype="f32")
+        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=bias, in_dtype="bf16",
+               c=cuda.to_device(np.ones((64, 48), np.float32)))
+
+
+def _f32(h, t):
+    return (h.astype(np.uint32) << 16).view(np.float32) if t == "bf16" else h.astype(np.float32)
+
+
+@pytest.mark.parametrize("m, n, k, where, act, t, config, how", [
+    (16, 136, 72, "col", "relu", "bf16", None, "plain"),            # swapped small M: the bias per row of C^T
+    (130, 72, 64, "row", "relu", "f16", {"split": 2}, "plain"),     # K slices summed, then the epilogue
+    (96, 64, 40, "col", "relu", "bf16", None, "f32 out"),           # register stores (the direct epilogue)
+    (72, 64, 64, "col", None, "f16", None, "strided B"),            # B staged through a K-major copy
+    (80, 72, 64, "row", "relu", "bf16", None, "f16 bias"),          # the bias read as f16
+    (64, 96, 32, None, None, "bf16", None, "alpha"),                # alpha alone: the scaled kernel
+    (96, 56, 32, "row", "relu", "tf32", None, "plain"),             # f32 inputs as tf32, f32 out
+    (256, 160, 64, "col", "relu", "bf16", {"bm": 256, "bn": 160}, "plain"),  # 5 parts through two slots
+])
+def test_library_epilogue_is_exact(m, n, k, where, act, t, config, how):
+    """A bias and/or an activation alone run on the library GEMM: its tile model, swapped small
+    M, K slices, register stores, staging copies; exact on small integers."""
+    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
+    alpha = 0.5 if how == "alpha" else 1.0
+    ref = alpha * (a @ w.T)
+    bias = None
+    if where == "col":
+        bias = RNG.integers(-8, 9, n).astype(np.float32)
+    elif where == "row":
+        bias = RNG.integers(-8, 9, (m, 1)).astype(np.float32)
+    if bias is not None:
+        ref = ref + bias
+    if act == "relu":
+        ref = np.maximum(ref, 0)
+    if how == "f16 bias":
+        bias = bias.astype(np.float16)
+    kw = dict(bias=None if bias is None else cuda.to_device(bias), activation=act, config=config, alpha=alpha)
+    if t == "tf32":
+        out = cuda.to_device(np.full((m, n), np.nan, np.float32))
+        matmul(cuda.to_device(a.astype(np.float32)), cuda.to_device(np.ascontiguousarray(w.T, np.float32)), out=out,
+               **kw)
+        np.testing.assert_array_equal(out.copy_to_host(), ref)
+        return
+    if how == "f32 out":
+        out = cuda.to_device(np.full((m, n), np.nan, np.float32))
+    else:
+        out = cuda.to_device(np.full((m, n), 0x7FC0 if t == "bf16" else np.nan, np.uint16 if t == "bf16" else np.float16))
+    b = _bits(w, t).T
+    if how == "strided B":  # every other column of a wider array: neither layout TMA reads in place
+        wide = np.zeros((2 * n, k))
+        wide[::2] = w
+        b = _bits(wide, t).T[:, ::2]
+    matmul(_bits(a, t), b, out=out, in_dtype=t, **kw)
+    got = out.copy_to_host()
+    np.testing.assert_array_equal(got if how == "f32 out" else _f32(got, t), ref)
 
 
 @cuda.jit(device=True, inline=True)
@@ -186,7 +247,7 @@ def test_bad_fp8_output_arguments_are_refused():
 
 
 @pytest.mark.parametrize("t", ["e4m3", "e5m2"])
-def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t):
+def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t, monkeypatch):
     """fp8 A and B with per-tensor scales (folded into alpha), bias and ReLU; bf16 out, then
     e4m3 out with scale_out and amax."""
     from nbwgmma.layout.wgmma_model import float_to_fp8
@@ -199,6 +260,13 @@ def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t):
     out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
     matmul(da, dw.T, bias=cuda.to_device(bias), activation="relu", out=out, in_dtype=t, scale_a=0.5, scale_b=4.0)
     np.testing.assert_array_equal(_host(out, "bf16"), ref)
+    import nbwgmma.frontend.fused as fused
+
+    with monkeypatch.context() as mp:  # the same on the fused kernel
+        mp.setattr(fused, "library_epilogue", lambda *a: False)
+        out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
+        matmul(da, dw.T, bias=cuda.to_device(bias), activation="relu", out=out, in_dtype=t, scale_a=0.5, scale_b=4.0)
+        np.testing.assert_array_equal(_host(out, "bf16"), ref)
     if t == "e5m2":  # the fp8 output once, with e4m3 inputs
         return
     out8, amax = cuda.to_device(np.full((m, n), 0xAA, np.uint8)), cuda.to_device(np.zeros(1, np.float32))
@@ -206,9 +274,13 @@ def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t):
            scale_out=0.125, amax=amax, scale_a=0.5, scale_b=4.0)
     np.testing.assert_array_equal(out8.copy_to_host(), float_to_fp8(ref * 0.125, "e4m3"))
     assert amax.copy_to_host()[0] == ref.max()
+    # B [K, N] row-major: the library GEMM stages it K-major; the fused kernel (an fp8 out) refuses it
+    b_rows = cuda.to_device(np.ascontiguousarray(encode_elements(w.T, t)))
+    out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
+    matmul(da, b_rows, bias=cuda.to_device(bias), activation="relu", out=out, in_dtype=t, scale_a=0.5, scale_b=4.0)
+    np.testing.assert_array_equal(_host(out, "bf16"), ref)
     with pytest.raises(MatmulError, match="the fp8 wgmma has no transpose"):
-        matmul(da, cuda.to_device(np.ascontiguousarray(encode_elements(w.T, t))), bias=cuda.to_device(bias),
-               in_dtype=t)
+        matmul(da, b_rows, bias=cuda.to_device(bias), in_dtype=t, out_dtype="e4m3")
 
 
 @pytest.fixture
@@ -217,6 +289,7 @@ def cooperative(monkeypatch):
     import nbwgmma.frontend.fused as fused
 
     monkeypatch.setattr(fused, "schedule_for", lambda *a: "cooperative")
+    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)  # (a bias or activation alone too)
 
 
 def test_cooperative_schedule_with_c_user_epilogue_and_fp8_out(cooperative):
@@ -245,6 +318,7 @@ def epilogue_warps(monkeypatch):
     import nbwgmma.frontend.fused as fused
 
     monkeypatch.setattr(fused, "schedule_for", lambda *a: "epilogue_warps")
+    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)  # (a bias or activation alone too)
 
 
 @pytest.mark.parametrize("m, n, k, where, act, t, b_row_major", [
@@ -278,6 +352,7 @@ def pingpong192(monkeypatch):
     import nbwgmma.frontend.fused as fused
 
     monkeypatch.setattr(fused, "schedule_for", lambda *a: "pingpong192")
+    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)  # (a bias or activation alone too)
 
 
 @pytest.mark.parametrize("m, n, k, where, act, t, b_row_major", [

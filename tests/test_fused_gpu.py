@@ -204,6 +204,7 @@ def test_forced_schedules_match_float64(monkeypatch, schedule, t, where, act):
     import nbwgmma.frontend.fused as fused
 
     monkeypatch.setattr(fused, "schedule_for", lambda *a: schedule)
+    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)
     for m, n, k in [(1000, 520, 328), (3000, 2056, 4096), (130, 8, 64)]:
         g = torch.Generator(device="cuda").manual_seed(m + n + k)
         x = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).to(TDT[t])
@@ -225,3 +226,43 @@ def test_forced_schedules_match_float64(monkeypatch, schedule, t, where, act):
     bias = torch.randint(-8, 9, (264,), device="cuda").float()
     got = matmul(a, b.t(), bias=bias, activation="relu")
     assert torch.equal(got.double(), torch.relu(a.double() @ b.double().t() + bias.double()))
+
+
+@pytest.mark.parametrize("m, n, k, where, act, t", [
+    (16, 4096, 1024, "col", "gelu_tanh", "bf16"),   # swapped small M: the bias per row of C^T
+    (5000, 3000, 512, "row", "silu", "bf16"),       # 256 x 160 tiles, C in parts through two slots
+    (1024, 1024, 1024, "col", "relu", "f16"),       # 64-row tiles
+    (200, 1024, 8192, "col", "gelu", "bf16"),       # K slices
+    (3000, 2056, 4096, None, "sigmoid", "f16"),
+    (777, 1000, 300, "col", "gelu_tanh", "f32 out"),  # register stores of an f32 C
+    (520, 264, 256, "row", "relu", "tf32"),
+])
+def test_library_epilogue_matches_float64_and_the_fused_kernel(monkeypatch, m, n, k, where, act, t):
+    """A bias and/or activation alone run on the library GEMM (its tile model's paths); against
+    float64, and within a rounding of the fused kernel's result where that one takes the call."""
+    import nbwgmma.frontend.fused as fused
+    from nbwgmma.frontend.matmul import last_plan
+
+    g = torch.Generator(device="cuda").manual_seed(m + 5 * n + k)
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32 out": torch.bfloat16, "tf32": torch.float32}[t]
+    x = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).to(dt)
+    w = torch.randn(n, k, device="cuda", generator=g).to(dt)
+    bias = None if where is None else torch.randn(n if where == "col" else m, device="cuda", generator=g)
+    vec = None if bias is None else (bias if where == "col" else bias[:, None])
+    odt = torch.float32 if t in ("f32 out", "tf32") else dt
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=odt)
+    matmul(x, w.t(), bias=vec, activation=act, out=out)
+    assert last_plan().cfg.act == act and last_plan().cfg.bias == (None if where is None else
+                                                                   {"col": "row", "row": "col"}[where]
+                                                                   if last_plan().swap else where)
+    ref = x.double() @ w.double().t()
+    if bias is not None:
+        ref = ref + (bias.double() if where == "col" else bias.double()[:, None])
+    ref = _act(act, ref)
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert err < {"bf16": 1e-2, "f16": 2e-3, "f32 out": 1e-4, "tf32": 2e-3}[t], err
+    if t in ("bf16", "f16"):
+        monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)
+        theirs = matmul(x, w.t(), bias=vec, activation=act)
+        step = 2.0 ** (-7 if t == "bf16" else -10)  # one rounding of C apart at most (relative)
+        assert float(((out.double() - theirs.double()).abs() / (1e-3 + theirs.double().abs())).max()) <= 2 * step

@@ -20,6 +20,8 @@ per function and kinds of extras.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import cuda
 from numba.core.errors import NumbaError
@@ -30,10 +32,11 @@ from ..kernels.fused import FP8_OUTS, MAX_EXTRAS, OUTS_16, THREADS, TYPES, Fused
 from ..kit import ACTIVATIONS
 from ..launch import device_limits
 from .args import NP_OF, described, is_real, real_arg
-from .arrays import ArrayInfo
+from .arrays import ArrayInfo, array_info
 from .plan import numba_view, tensor_map
 
-__all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_OUTS", "schedule_for"]
+__all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_OUTS", "schedule_for",
+           "bias_vector", "bias_operand", "library_epilogue"]
 
 _SIM = sim.enabled()
 _DUMMY = {}  # (device, shape) -> a zero f32 array standing in for an unused argument
@@ -113,14 +116,17 @@ def _row_major(info: ArrayInfo) -> bool:
         and info.ptr % 16 == 0 and (cols * es) % 16 == 0
 
 
-def _bias_f32(bias, info, lib):
-    """The bias as a 1-D f32 array the kernel reads."""
-    if info.dtype == "f32" and len(info.shape) == 1:
+def bias_vector(bias, info, lib):
+    """The bias as a 1-D f32 array the kernel reads (contiguous where the array's library can
+    copy it: PyTorch, CuPy)."""
+    if info.dtype == "f32" and len(info.shape) == 1 and (info.strides[0] == 4 or lib == "numba"):
         return bias
     if lib == "torch":
         return bias.reshape(-1).float().contiguous()
     if lib == "cupy":
-        return bias.reshape(-1).astype(np.float32)
+        import cupy
+
+        return cupy.ascontiguousarray(bias.reshape(-1), dtype=np.float32)
     if info.dtype != "f32":
         raise MatmulTypeError(f"matmul: a Numba bias must be f32 (its library cannot convert it here); "
                               f"got {info.dtype}")
@@ -221,6 +227,28 @@ def schedule_for(dt: str, odt: str, m: int, n: int, k: int, act: str | None = No
     return "pingpong"
 
 
+def bias_operand(bias, info: ArrayInfo, lib):
+    """``(info, owner)`` of the bias as the library GEMM reads it: a contiguous 1-D vector of f32,
+    f16 or bf16 elements read in place, or (a strided one) an f32 copy made by the array's
+    library; None for a strided Numba vector (which only the fused kernel reads)."""
+    es, length = info.itemsize, math.prod(info.shape)
+    if length == 1 or es in [st for st, d in zip(info.strides, info.shape) if d != 1]:
+        return info._replace(shape=(length,), strides=(es,)), bias
+    if lib == "numba":
+        return None
+    vec = bias_vector(bias, info, lib)
+    vi = array_info(vec)
+    return vi._replace(shape=(length,), strides=(4,)), vec
+
+
+def library_epilogue(kind: str, odt: str, m: int, n: int, k: int, act: str | None) -> bool:
+    """Whether a call with a bias and/or an activation only (no C, no user function, a 16-bit
+    or f32 output) runs on the library GEMM (:mod:`nbwgmma.kernels.gemm`, its tile model,
+    clusters, K slices and swapped small M, the bias and activation applied to each part of C
+    before it is stored) rather than the fused kernel's schedules."""
+    return True
+
+
 def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream, epilogue=None,
                epilogue_args=(), c=None, beta=None, scale_out=None, amax=None):
     """Run ``out = epilogue(act(alpha * a @ b + beta * c + bias), row, col, *epilogue_args)``
@@ -255,10 +283,10 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
         return out
     if k == 0:
         raise MatmulError("matmul: bias/activation need K > 0 so far; got K = 0")
-    vec = _bias_f32(bias, bi, lib) if bi is not None else _stand_in(ia.device, (1,))
+    vec = bias_vector(bias, bi, lib) if bi is not None else _stand_in(ia.device, (1,))
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
-        extras[i] = np.float32(x) if info is None else _bias_f32(x, info, lib)
+        extras[i] = np.float32(x) if info is None else bias_vector(x, info, lib)
     schedule = schedule_for(dt, odt, m, n, k, activation, ufn is not None)
     fp8_tma = odt in FP8_OUTS and _row_major(io)  # fp8 codes through TMA where C's rows allow it
     ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None, schedule, fp8_tma)

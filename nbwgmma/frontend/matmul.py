@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from .. import sim
 from ..errors import MatmulError
+from . import fused
 from .args import (
-    array_error, check_call, empty_like_lib, lib_of, output, real_arg, scale_product, stream_of, torch_dtype,
+    array_error, check_call, described, empty_like_lib, lib_of, output, real_arg, scale_product, stream_of,
+    torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
-from .fused import FP8_OUTS, fused_call
+from .fused import FP8_OUTS, bias_operand, check_epilogue, fused_call
 from .plan import Plan, nb_stream, zero_fill
 from .scaled import is_tensor_scale, scaled_matmul
 from .sparse import SPARSE_TYPES, sparse_matmul
@@ -156,19 +158,33 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                                                     scale_a=scale_a, scale_b=scale_b, config=config,
                                                     autotune_default=config is None and _autotune_enabled())
     if is_tensor_scale(scale_a) or is_tensor_scale(scale_b):  # per row, column or block: nbwgmma.frontend.scaled
-        fused = any(x is not None for x in (bias, activation, epilogue, c, beta)) or bool(epilogue_args)
+        with_epilogue = any(x is not None for x in (bias, activation, epilogue, c, beta)) or bool(epilogue_args)
         return scaled_matmul(a, ia, b, ib, out, io, kind=kind, odt=odt, scale_a=scale_a, scale_b=scale_b,
-                             alpha=alpha, stream=stream, config=config, fused=fused)
+                             alpha=alpha, stream=stream, config=config, fused=with_epilogue)
     (m, k), n = ia.shape, ib.shape[1]
     lib = lib_of(a)
     out, io = output(lib, a, out, io, ia, ib, odt)
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
+    epi, vec = {}, None  # a bias and activation fused into the library GEMM's epilogue; its bias vector
     if bias is not None or activation is not None or epilogue is not None or epilogue_args or c is not None \
             or beta is not None or alpha != 1.0 or odt in FP8_OUTS or scale_out is not None or amax is not None:
+        library = False
+        if epilogue is None and not epilogue_args and c is None and beta is None and odt not in FP8_OUTS \
+                and scale_out is None and amax is None and k > 0:
+            bi = described(bias, "bias") if bias is not None else None
+            where = check_epilogue(activation, bi, m, n, ia.device)
+            vec = bias_operand(bias, bi, lib) if bi is not None else None
+            library = (bi is None or vec is not None) and fused.library_epilogue(kind, odt, m, n, k, activation)
+            epi = {key: v for key, v in (("bias", where), ("act", activation)) if v is not None and library}
+            if library and vec is not None:
+                epi["bias_type"] = vec[0].dtype
+    else:
+        library = True
+    if not library:
         if config is not None:
-            raise MatmulError("matmul: config applies to calls without bias/activation/epilogue/c/alpha so far; "
-                              "got both")
+            raise MatmulError("matmul: config applies to calls without c, a user epilogue or an fp8 output so far "
+                              "(the fused kernel's); got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
                           alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
                           epilogue_args=epilogue_args, c=c, beta=beta, scale_out=scale_out, amax=amax)
@@ -178,21 +194,23 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         zero_fill(io, out, st)
         return out
 
-    alpha = scale_product(scale_a, scale_b)
+    alpha = float(alpha) * scale_product(scale_a, scale_b)
+    scaled = fp8 or alpha != 1.0
     key = (kind, odt, ia.shape, ia.strides, ia.ptr % 16, ib.shape, ib.strides, ib.ptr % 16, io.strides, io.ptr % 16,
-           ia.device, "auto" if auto else tuple(sorted(opts.items())) if opts else ())
+           ia.device, "auto" if auto else tuple(sorted(opts.items())) if opts else (), tuple(sorted(epi.items())),
+           scaled)
     plan = _PLANS.get(key)
     if plan is None:
         if auto:
             opts = _tuned_config(kind, odt, ia, ib, io, fp8, st,
                                  lambda cfg: matmul(a, b, out=out, scale_a=scale_a, scale_b=scale_b, stream=st,
                                                     config=cfg))
-        plan = Plan(kind, odt, ia, ib, io, opts, fp8)
+        plan = Plan(kind, odt, ia, ib, io, {**opts, **epi}, scaled)
         if len(_PLANS) >= 256:
             _PLANS.clear()
         _PLANS[key] = plan
     _LAST[0] = plan
-    plan(a, ia, b, ib, out, io, alpha, st)
+    plan(a, ia, b, ib, out, io, alpha, st, vec)
     if quick and plan.in_place and plan.launcher is not None and io.ptr % 16 == 0:
         if len(_QUICK) >= 256:
             _QUICK.clear()

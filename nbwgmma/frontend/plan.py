@@ -187,6 +187,8 @@ class Plan:
             ia, ib, io, m, n = transposed(ib), transposed(ia), transposed(io), n, m
             acc, ta, tb = kind.split(".")
             kind = f"{acc}.{tb}.{ta}"  # mixed fp8 (e4m3 x e5m2): the types trade places too
+            if opts.get("bias"):  # a bias per column of out is one per row of out^T
+                opts["bias"] = {"col": "row", "row": "col"}[opts["bias"]]
         self.mnk = (m, n, k)
         self.c_info = io  # C as the kernel sees it (swapped: out^T)
         try:
@@ -270,7 +272,9 @@ class Plan:
         v = tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
         return tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
 
-    def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle):
+    def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle, bias=None):
+        """Launch the plan's kernel on these arrays (``bias``: (1-D info, owner) of the vector of a
+        plan with a fused bias, as :func:`nbwgmma.frontend.fused.bias_operand` gives it)."""
         if self.swap:
             a, ia, b, ib, io = b, transposed(ib), a, transposed(ia), transposed(io)
         m, n, k = self.mnk
@@ -283,6 +287,8 @@ class Plan:
             self.check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else numba_view(io, out)
             args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
+            if cfg.bias:
+                args += (numba_view(*bias),)
             if cfg.uses_workspace:
                 args += self.workspace(stream_handle)[:2]
             if DEBUG_WAIT_TIMEOUT_S is not None or _SIM:  # checked launches that name a stopped kernel
@@ -294,11 +300,14 @@ class Plan:
                 launch(kern, grid, cfg.threads, args, stream=nb_stream(stream_handle), smem=smem, cluster=cluster)
                 return
             self.launcher = self._prepare(args)
-        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha)
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias)
 
-    def _launch(self, stream_handle, ta, tb, c_map, io, alpha):
+    def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None):
         m, n, k = self.mnk
         ws = self.workspace(stream_handle)[2] if self.cfg.uses_workspace else ()
+        if self.cfg.bias:
+            bi = bias[0]
+            ws = array_arg_values(bi.ptr, bi.shape, bi.strides, bi.itemsize) + ws
         if c_map:
             self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha, *ws)
         else:
@@ -366,7 +375,7 @@ class Plan:
             sig = typed
         kern, _ = cached_kernel(disp, sig, ("gemm", cfg.key()), cuda.get_current_device().compute_capability)
         grid, cluster, smem = self.launch_shape(kern, None)
-        ws = _WS_ARGS if cfg.uses_workspace else ()
+        ws = (_BIAS_ARGS if cfg.bias else ()) + (_WS_ARGS if cfg.uses_workspace else ())
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws
         # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
         # it with griddep_wait before touching memory)
@@ -393,7 +402,8 @@ class Plan:
             layout = "C" if flags["C_CONTIGUOUS"] and plain else "F" if flags["F_CONTIGUOUS"] and plain else "A"
             c = types.Array(from_dtype(dt), 2, layout)
         ws = (types.Array(types.float32, 1, "C"), types.Array(types.int32, 1, "C"))
-        return (types.int64, types.int64, c) + scalars + (ws if self.cfg.uses_workspace else ())
+        vec = (types.Array(from_dtype(np.dtype(NP_OF[self.cfg.bias_type])), 1, "C"),) if self.cfg.bias else ()
+        return (types.int64, types.int64, c) + scalars + vec + (ws if self.cfg.uses_workspace else ())
 
     def check_expect_tx(self, ta, tb):
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its
@@ -429,6 +439,7 @@ def _operand_path(info: ArrayInfo, is_b, transposable):
 _TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")  # maps of A, B, C; m, n, k; alpha
 _DIRECT_ARGS = _TMA_ARGS[:2] + array_arg_types(2) + _TMA_ARGS[3:]  # C a 2-D array
 _WS_ARGS = array_arg_types(1) * 2  # split-K: partials, counters
+_BIAS_ARGS = array_arg_types(1)  # a fused bias: the f32 vector
 
 
 _NB_STREAMS: dict = {}

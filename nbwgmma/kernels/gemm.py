@@ -53,6 +53,7 @@ from ..intrinsics import (
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
+from ..kit.epilogue import acc_map, activation
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_owner, stream_range, stream_segment
 from ..kit.warpgroup import warpgroup_sync
@@ -96,11 +97,17 @@ def _build(key):
     SPLIT = cfg.split
     STREAM = cfg.stream_k
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
+    EPI = cfg.bias is not None or cfg.act is not None  # a fused bias and/or activation
+    epi_part = _fused_epilogue(cfg.bias, cfg.act, PART_COLS, cfg.out if TMA_EPI else None, cfg.bias_type) \
+        if EPI else None
+    epi_all = _fused_epilogue(cfg.bias, cfg.act, BN, None, cfg.bias_type) if EPI and not TMA_EPI else None
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
     @inlined
-    def store_direct(acc, c, ctid, cw, row0, col0, cbase):
+    def store_direct(acc, c, ctid, cw, row0, col0, cbase, ep):
+        if EPI:
+            acc = epi_all(acc, ctid, row0, col0, ep)
         acc_store(acc, KIND, c, ctid, row0, col0)
 
     @inlined
@@ -140,12 +147,12 @@ def _build(key):
             return acc_to_bf16x2(acc)
         return acc_to_f16x2(acc)
 
-    store = _parts_store(cfg.c_parts, PART_REGS, PART_COLS, SLOT_BYTES, C_SLOTS, put_part, packed) if TMA_EPI \
-        else store_direct
+    store = _parts_store(cfg.c_parts, PART_REGS, PART_COLS, SLOT_BYTES, C_SLOTS, put_part, packed, epi_part) \
+        if TMA_EPI else store_direct
 
     @inlined
-    def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
-        store(acc, c, ctid, cw, row0, col0, cbase)
+    def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep):
+        store(acc, c, ctid, cw, row0, col0, cbase, ep)
 
     @inlined
     def counted_last(counters, t, others, flag, tid, add=1):
@@ -169,7 +176,7 @@ def _build(key):
         return last
 
     @inlined
-    def finish_slice(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
+    def finish_slice(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep):
         """Split-K: park this slice's partial tile in ``ws``; the tile's last slice sums all
         of them in slice order (deterministic) and stores C."""
         last = True
@@ -189,29 +196,29 @@ def _build(key):
                     for s in range(nsplit):  # 0 + p0 + p1 + ...: the same sum whichever slice is last
                         acc = acc_add_strided(acc, ws, mine + s * TILE_FLOATS, 128)
         if last:
-            store(acc, c, ctid, cw, row0, col0, cbase)
+            store(acc, c, ctid, cw, row0, col0, cbase, ep)
 
     finish = finish_slice if SPLIT > 1 else finish_tile
 
     @inlined
-    def finish_one(acc, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
+    def finish_one(acc, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep):
         if SCALED:
             acc = acc_scale(acc, alpha)
-        finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m)
+        finish(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep)
 
     @inlined
-    def finish_two(accs, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m):
+    def finish_two(accs, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep):
         """A consumer of 128 rows: its two 64-row blocks, one after the other (through the same C
         tile in shared memory, which the TMA epilogue waits to have been read before rewriting)."""
         acc0, acc1 = accs
-        finish_one(acc0, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m)
-        finish_one(acc1, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0 + 64, col0, cbase, m)
+        finish_one(acc0, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep)
+        finish_one(acc1, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0 + 64, col0, cbase, m, ep)
 
     finish_blocks = finish_one if cfg.blocks == 1 else finish_two
 
     @inlined
     def finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, first_seg, whole, row0,
-                      col0, cbase, m):
+                      col0, cbase, m, ep):
         """Stream-K: a tile this CTA's share covers whole is stored. A tile shared by CTAs
         ``c0 .. c1`` is finished by ``c0``, which reaches its first k-blocks at the end of its
         share, after the others parked their parts at the start of theirs: where all have
@@ -246,10 +253,10 @@ def _build(key):
                             acc = acc_add_strided(acc, ws, (2 * o + (0 if first_of_o else 1)) * TILE_FLOATS
                                                   + cw * CONS_FLOATS + ctid, 128)
         if last:
-            store(acc, c, ctid, cw, row0, col0, cbase)
+            store(acc, c, ctid, cw, row0, col0, cbase, ep)
 
     @inlined
-    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters):
+    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
@@ -259,6 +266,7 @@ def _build(key):
         xbars = smem_addr(xb)
         tid = cuda.threadIdx.x
         wg = tid // 128
+        ep = (vec, m, n)  # what the fused epilogue reads (vec: the bias, or a stand-in)
         if tid == 0:
             pipe.init(ring)
             if KC > 1:
@@ -343,7 +351,7 @@ def _build(key):
                     if SCALED:
                         acc = acc_scale(acc, alpha)
                     finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, g == g0,
-                                  kb0 == 0 and kb1 == kblocks, pm * BM + cw * 64, pn * BN, cbase, m)
+                                  kb0 == 0 and kb1 == kblocks, pm * BM + cw * 64, pn * BN, cbase, m, ep)
                     g += kb1 - kb0
             elif KC > 1:
                 kb0, kb1 = ck.k_half(kblocks, half)
@@ -358,7 +366,7 @@ def _build(key):
                     if keep:
                         if SCALED:
                             acc = acc_scale(acc, alpha)
-                        store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase)
+                        store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase, ep)
                     j += 1
             else:
                 for u in range(first, nunits, step):
@@ -368,7 +376,7 @@ def _build(key):
                     acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
                     if pm < tiles_m:
                         finish_blocks(acc, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit,
-                                      pm * BM + cw * CROWS, pn * BN, cbase, m)
+                                      pm * BM + cw * CROWS, pn * BN, cbase, m, ep)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
         if CL * KC > 1:
@@ -376,27 +384,52 @@ def _build(key):
             # not .aligned: of the producer's warp only its one thread may be left.
             cluster_sync(False)
 
-    if SPLIT == 1 and not STREAM:
-        @cuda.jit(launch_bounds=(cfg.threads, 1))
-        def gemm(tmap_a, tmap_b, c, m, n, k, alpha):
-            body(tmap_a, tmap_b, c, m, n, k, alpha, c, m)  # no workspace: unused stand-ins
-    else:
-        @cuda.jit(launch_bounds=(cfg.threads, 1))
-        def gemm(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters):
-            body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters)
+    # The kernel's parameters: the workspace (split-K, stream-K) and the bias vector only where used
+    # (unused ones get stand-ins).
+    params = ["tmap_a", "tmap_b", "c", "m", "n", "k", "alpha"] + (["vec"] if cfg.bias else []) \
+        + (["ws", "counters"] if SPLIT > 1 or STREAM else [])
+    passed = ", ".join(params[:7] + (["ws", "counters"] if SPLIT > 1 or STREAM else ["c", "m"])
+                       + (["vec"] if cfg.bias else ["m"]))
+    src = [f"def gemm({', '.join(params)}):", f"    body({passed})"]
+    ns = {"body": body, "__name__": __name__}  # (the kernel's symbol names this module)
+    exec(compile("\n".join(src), "<nbwgmma.kernels.gemm kernel>", "exec"), ns)
+    return cuda.jit(launch_bounds=(cfg.threads, 1))(ns["gemm"])
 
-    return gemm
+
+def _fused_epilogue(bias, act, width, pack, vtype):
+    """``epi(acc, ctid, row0, col0, ep) -> fragment`` of a fused epilogue over a 64 x ``width``
+    fragment whose tile starts at (``row0``, ``col0``): ``act(v + bias)`` per value, packed into
+    16-bit pairs with ``pack`` (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, of ``vtype``
+    elements, M, N)."""
+    f = activation(act) if act else None
+    fn = {(False, False): "v", (True, False): "f(v)", (False, True): "v + b", (True, True): "f(v + b)"}
+    src = [f"def value(v, row, col{', b' if bias else ''}):", f"    return {fn[(f is not None, bias is not None)]}"]
+    ns = {"f": f}
+    exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue>", "exec"), ns)
+    mapped = acc_map(inlined(ns["value"]), width, cols=int(bias == "col"), rows=int(bias == "row"), pack=pack,
+                     vtype=vtype)
+    vector = {"col": ", vec[col0:n]", "row": ", vec[row0:m]", None: ""}[bias]  # the tile's part of the bias
+    src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n = ep",
+           f"    return mapped(acc, ctid, row0, col0{vector})"]
+    ns = {"mapped": mapped}
+    exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue parts>", "exec"), ns)
+    return inlined(ns["epi"])
 
 
-def _parts_store(parts, part_regs, part_cols, slot_bytes, slots, put_part, packed):
-    """The TMA epilogue's ``store(acc, tmap_c, ctid, cw, row0, col0, cbase)`` of one 64-row
+def _parts_store(parts, part_regs, part_cols, slot_bytes, slots, put_part, packed, epi=None):
+    """The TMA epilogue's ``store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep)`` of one 64-row
     block: its packed registers in ``parts`` parts of ``part_cols`` columns, part ``p`` through
-    the consumer's shared tile ``p % slots`` (the parts written out: a tuple's slices are static)."""
-    lines = ["def store(acc, tmap_c, ctid, cw, row0, col0, cbase):", "    regs = packed(acc)"]
+    the consumer's shared tile ``p % slots`` (the parts written out: a tuple's slices are static).
+    With a fused epilogue ``epi`` each part's values are mapped and packed just before it goes."""
+    lines = ["def store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep):"]
+    if epi is None:
+        lines.append("    regs = packed(acc)")
     for p in range(parts):
-        lines.append(f"    put_part(regs[{p * part_regs}:{(p + 1) * part_regs}], tmap_c, ctid, cw, row0, "
+        regs = f"regs[{p * part_regs}:{(p + 1) * part_regs}]" if epi is None else \
+            f"epi(acc[{p * part_cols // 2}:{(p + 1) * part_cols // 2}], ctid, row0, col0 + {p * part_cols}, ep)"
+        lines.append(f"    put_part({regs}, tmap_c, ctid, cw, row0, "
                      f"col0 + {p * part_cols}, cbase + {(p % slots) * slot_bytes}, {p == 0})")
-    ns = {"packed": packed, "put_part": put_part}
+    ns = {"packed": packed, "put_part": put_part, "epi": epi}
     exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {parts} parts>", "exec"), ns)
     return inlined(ns["store"])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ..kit.cluster_k import ClusterSplitK
+from ..kit.epilogue import ACTIVATIONS, VECTOR_TYPES
 from ..kit.pipeline import check_b_shares
 from ..kit.warpgroup import launch_regs
 from ..layout.kinds import wgmma_kind
@@ -77,6 +78,11 @@ class GemmConfig:
     multiple of 64 is stored as unswizzled rows with one TMA box per part (``c_box`` columns).
     ``c_transposed`` (TMA epilogue, bn a multiple of 64): each consumer's block is stored
     transposed (C^T's 64 x 64 blocks, for a swapped product whose C is out^T).
+    ``bias`` ("col": one value per column of C, "row": per row) and ``act`` (an activation of
+    :data:`nbwgmma.kit.ACTIVATIONS`) fuse ``act(alpha * A @ B^T + bias)`` into the epilogue
+    (:func:`nbwgmma.kit.acc_map` over each part before it is packed); with a bias the kernel
+    takes one more argument after ``alpha``: the vector, of ``bias_type`` ("f32", "f16", or "bf16"
+    as uint16 bits) elements.
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -86,7 +92,7 @@ class GemmConfig:
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
-                 c_transposed=False, c_slots=None):
+                 c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32"):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -111,6 +117,15 @@ class GemmConfig:
                                           f"64 x 64 blocks: bn a multiple of 64; got epilogue={epilogue!r}, bn={bn}")
         #: the TMA epilogue stores each consumer's 64 x bn block transposed (C^T's 64 x 64 boxes)
         self.c_transposed = bool(c_transposed)
+        if bias not in (None, "col", "row"):
+            raise ConfigError("bias", f"bias must be None, 'col' (one value per column of C) or 'row'; got {bias!r}")
+        if act is not None and act not in ACTIVATIONS:
+            raise ConfigError("act", f"act must be None or one of {sorted(ACTIVATIONS)}; got {act!r}")
+        if bias_type not in VECTOR_TYPES:
+            raise ConfigError("bias_type", f"bias_type must be one of {VECTOR_TYPES}; got {bias_type!r}")
+        #: the epilogue's bias vector (the kernel then takes it as an argument of ``bias_type``
+        #: elements: bf16 as uint16 bits) and activation
+        self.bias, self.act, self.bias_type = bias, act, bias_type if bias else "f32"
         if out not in _OUT_BYTES:
             raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
         if epilogue == "tma" and _OUT_BYTES[out] != 2:
@@ -272,7 +287,7 @@ class GemmConfig:
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
-                self.c_transposed, self.c_slots)
+                self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -282,4 +297,5 @@ class GemmConfig:
                 f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
-                f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''})")
+                f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
+                f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', ' + self.act if self.act else ''})")

@@ -43,7 +43,7 @@ from ..intrinsics.errors import NbwgmmaTypingError
 from .device import inlined
 from .warpgroup import warpgroup_sync
 
-__all__ = ["acc_map", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
+__all__ = ["acc_map", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
            "silu", "sigmoid", "value_coords"]
 
 
@@ -135,6 +135,23 @@ def tma_store_block(buf, ct, cw, tmap_c, col, row):
 
 
 _DTYPES = {"f32": np.float32, "s32": np.int32}
+#: element types of acc_map's vectors: f32, f16 (read as Numba's float16), bf16 (their bits, uint16)
+VECTOR_TYPES = ("f32", "f16", "bf16")
+
+
+def _bf16_value():
+    """``bf16(bits) -> f32``: a bf16 value, given as its 16 bits, widened to f32 (exact)."""
+    if backend.active():  # the simulator: numpy
+        def widen(bits):
+            return np.array(np.uint32(bits) << np.uint32(16), np.uint32).view(np.float32)[()]
+        return widen
+    from numba.cuda import libdevice
+
+    @inlined
+    def widen(bits):
+        return libdevice.int_as_float(np.int32(np.int32(bits) << np.int32(16)))
+
+    return widen
 _PACKS = {None: None, "bf16": acc_to_bf16x2, "f16": acc_to_f16x2}
 
 
@@ -165,7 +182,7 @@ def _fragment_check(what: str, count: int):
 
 
 def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype: str = "f32",
-            pack: str | None = None):
+            pack: str | None = None, vtype: str = "f32"):
     """A device function ``(acc, tid, row0, col0, *vectors, *extra) -> fragment`` applying the
     device function ``fn(value, row, col, *vector_values, *extra)`` to every value of a 64 x
     ``n`` accumulator fragment of thread ``tid`` (0-127 in its warpgroup) whose tile starts at
@@ -177,7 +194,9 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     the accumulator's type, or zero past the vector's end (outside C): each is loaded once
     per thread and column (the two values of a column pair share a load), not once per
     value, and a tile that the vector covers loads without compares. ``nextra`` further
-    arguments (arrays, scalars) are passed through to ``fn`` as they are.
+    arguments (arrays, scalars) are passed through to ``fn`` as they are. ``vtype`` is the
+    vectors' element type: "f32" (or any type that converts), "f16", or "bf16" given as raw
+    bits (a ``uint16`` array: NumPy and Numba have no bf16), widened exactly.
 
     Each result is converted back to the accumulator's type (``dtype`` "f32" or "s32"); with
     ``pack`` "bf16" or "f16" adjacent results are packed into 32-bit registers as they are
@@ -189,6 +208,8 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         raise ValueError(f"acc_map: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if pack not in _PACKS or (pack and dtype != "f32"):
         raise ValueError(f"acc_map: pack must be None, 'bf16' or 'f16' (f32 accumulators); got {pack!r}")
+    if vtype not in VECTOR_TYPES:
+        raise ValueError(f"acc_map: vtype must be one of {VECTOR_TYPES}; got {vtype!r}")
     for name, count in (("cols", cols), ("rows", rows), ("nextra", nextra)):
         if not isinstance(count, int) or not 0 <= count <= 8:
             raise ValueError(f"acc_map: {name} must be an integer in [0, 8]; got {count!r}")
@@ -203,14 +224,16 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
              "    lc = (tid & 3) << 1",
              "    r = row0 + lr",
              "    c = col0 + lc"]
+    load = "T(W({}))" if vtype == "bf16" else "T({})"  # an element of a vector, as the accumulator's type
     for j in range(cols):  # value pair i, i+1 sits in columns lc + 8 * (i // 4) + {0, 1}
         lines.append(f"    if len(v{j}) >= {n}:")
-        lines += [f"        v{j}_{k} = T(v{j}[lc + {k // 2 * 8 + k % 2}])" for k in range(n // 4)]
+        lines += [f"        v{j}_{k} = {load.format(f'v{j}[lc + {k // 2 * 8 + k % 2}]')}" for k in range(n // 4)]
         lines.append("    else:")
-        lines += [f"        v{j}_{k} = T(v{j}[lc + {k // 2 * 8 + k % 2}]) if lc + {k // 2 * 8 + k % 2} < len(v{j}) "
-                  f"else T(0)" for k in range(n // 4)]
+        lines += [f"        v{j}_{k} = {load.format(f'v{j}[lc + {k // 2 * 8 + k % 2}]')} if lc + {k // 2 * 8 + k % 2} "
+                  f"< len(v{j}) else T(0)" for k in range(n // 4)]
     for j in range(cols, cols + rows):  # rows lr and lr + 8
-        lines += [f"    v{j}_{k} = T(v{j}[lr + {8 * k}]) if lr + {8 * k} < len(v{j}) else T(0)" for k in (0, 1)]
+        lines += [f"    v{j}_{k} = {load.format(f'v{j}[lr + {8 * k}]')} if lr + {8 * k} < len(v{j}) else T(0)"
+                  for k in (0, 1)]
     lines.append("    return (")
 
     def value(i):
@@ -226,6 +249,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
             lines.append(f"        {value(i)}, {value(i + 1)},")
     lines.append("    )")
     name = f"acc_map({getattr(fn, '__name__', 'fn')}, n={n})"
-    ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": _fragment_check(name, n // 2)}
+    ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": _fragment_check(name, n // 2),
+          "W": _bf16_value() if vtype == "bf16" else None}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
     return inlined(ns["mapped"])
