@@ -266,3 +266,23 @@ def test_library_epilogue_matches_float64_and_the_fused_kernel(monkeypatch, m, n
         theirs = matmul(x, w.t(), bias=vec, activation=act)
         step = 2.0 ** (-7 if t == "bf16" else -10)  # one rounding of C apart at most (relative)
         assert float(((out.double() - theirs.double()).abs() / (1e-3 + theirs.double().abs())).max()) <= 2 * step
+
+
+def test_repeated_fused_calls_take_the_quick_path_with_each_calls_bias():
+    """A repeated bias + activation call of PyTorch tensors skips the checks (the fast path: the
+    last full-path plan stays another problem's) and reads each call's own bias."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randint(-2, 3, (200, 96), device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randint(-2, 3, (136, 96), device="cuda", generator=g).to(torch.bfloat16)
+    other = torch.randint(-2, 3, (64, 96), device="cuda", generator=g).to(torch.bfloat16)
+    for _ in range(2):  # the second round's first call may register the quick path
+        matmul(x, w.t(), bias=torch.zeros(136, device="cuda", dtype=torch.bfloat16), activation="relu")
+        matmul(other, w.t(), bias=torch.zeros(136, device="cuda", dtype=torch.bfloat16), activation="relu")
+    seen = last_plan()
+    for shift in (-3.0, 5.0):
+        bias = torch.randint(-8, 9, (136,), device="cuda", generator=g).to(torch.bfloat16) + shift
+        got = matmul(x, w.t(), bias=bias, activation="relu")
+        assert torch.equal(got.double(), torch.relu(x.double() @ w.double().t() + bias.double()))
+    assert last_plan() is seen  # no full-path call since

@@ -121,15 +121,18 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     """
     if type(a) in SPARSE_TYPES or type(b) in SPARSE_TYPES:  # a 2:4-sparse weight: nbwgmma.frontend.sparse
         return sparse_matmul(**locals())
-    # A plain product: no output array, stream, config (but "auto") or epilogue; fp8 scales as plain numbers.
+    # A plain product: no output array, stream, config (but "auto") or epilogue but an activation and a
+    # PyTorch bias; fp8 scales as plain numbers.
     quick = out is None and stream is None and (config is None or config == "auto") and in_dtype is None \
-        and bias is None \
-        and activation is None and epilogue is None and c is None and beta is None and alpha == 1.0 \
+        and (bias is None or type(bias) is _TORCH_TENSOR) and (activation is None or type(activation) is str) \
+        and epilogue is None and c is None and beta is None and alpha == 1.0 \
         and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
         and (out_dtype is None or type(out_dtype) is str)
     if quick:
-        # the call's kind beyond its arrays: the output type asked for, which scales are given
-        variant = (out_dtype, scale_a is None, scale_b is None, config is None)
+        # the call's kind beyond its arrays: the output type asked for, which scales are given, the
+        # activation and the bias's type, shape, strides and device
+        variant = (out_dtype, scale_a is None, scale_b is None, config is None, activation,
+                   None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()))
         scale = float((1.0 if scale_a is None else scale_a) * (1.0 if scale_b is None else scale_b))
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
         # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
@@ -137,7 +140,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         q = _QUICK.get((a.dtype, a.shape, a.stride(), pa & 15, a.get_device(),
                         b.dtype, b.shape, b.stride(), pb & 15, b.get_device(), variant))
         if q is not None:
-            c = q(a, pa, b, pb, scale)
+            c = q(a, pa, b, pb, scale, bias)
             if c is not None:
                 return c
     try:
@@ -149,7 +152,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                 ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device, variant)
         q = _QUICK.get(qkey)
         if q is not None:
-            c = q(a, ia.ptr, b, ib.ptr, scale)
+            c = q(a, ia.ptr, b, ib.ptr, scale, bias)
             if c is not None:
                 return c
     try:
@@ -165,6 +168,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                              alpha=alpha, stream=stream, config=config, fused=with_epilogue)
     (m, k), n = ia.shape, ib.shape[1]
     lib = lib_of(a)
+    if lib == "torch" and _TORCH_TENSOR is None and type(a) is type(b):  # (a first call with a bias: the next
+        globals()["_TORCH_TENSOR"] = type(a)                                # one may take the quick path)
     out, io = output(lib, a, out, io, ia, ib, odt)
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
@@ -213,10 +218,11 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         _PLANS[key] = plan
     _LAST[0] = plan
     plan(a, ia, b, ib, out, io, alpha, st, vec)
-    if quick and plan.in_place and plan.launcher is not None and io.ptr % 16 == 0:
+    if quick and plan.in_place and plan.launcher is not None and io.ptr % 16 == 0 \
+            and (vec is None or vec[1] is bias):  # (a bias read in place)
         if len(_QUICK) >= 256:
             _QUICK.clear()
-        q = _Quick(plan, lib, odt, io)
+        q = _Quick(plan, lib, odt, io, None if vec is None else vec[0])
         _QUICK[qkey] = q
         if lib == "torch":
             globals()["_TORCH_TENSOR"] = type(a) if type(a) is type(b) else _TORCH_TENSOR
@@ -231,12 +237,13 @@ _TORCH_TENSOR = None  # torch.Tensor once a tensor went through matmul (no torch
 
 
 class _Quick:
-    """A plain ``matmul(a, b)`` (fp8: with numbers for scales and an output type) whose operands'
-    types, shapes, strides, alignment and device were checked once: allocate the output, launch
-    the plan on the current stream with the scales' product as alpha."""
+    """A plain ``matmul(a, b)`` (fp8: with numbers for scales and an output type; with an activation
+    and a PyTorch bias) whose operands' types, shapes, strides, alignment and device were checked
+    once: allocate the output, launch the plan on the current stream with the scales' product as
+    alpha (``bias_info``: the bias's description, its pointer taken anew at each call)."""
 
-    def __init__(self, plan, lib, odt, io):
-        self.plan, self.lib, self.io_rest = plan, lib, tuple(io)[1:]
+    def __init__(self, plan, lib, odt, io, bias_info=None):
+        self.plan, self.lib, self.io_rest, self.bias_info = plan, lib, tuple(io)[1:], bias_info
         self.shape = plan.out_shape
         if lib == "torch":
             tdt = torch_dtype(odt)
@@ -246,12 +253,13 @@ class _Quick:
             self.make = lambda a: empty_like_lib(lib, a, self.shape, odt)  # noqa: E731
             self.ptr = lambda c: c.__cuda_array_interface__["data"][0]
 
-    def __call__(self, a, pa, b, pb, alpha):
+    def __call__(self, a, pa, b, pb, alpha, bias=None):
         """The result, or None (for the full path) if the new array is not 16-byte aligned."""
         out = self.make(a)
         p = self.ptr(out)
         if p & 15:  # allocators give 256-byte alignment: not expected
             return None
         io = ArrayInfo(p, *self.io_rest)  # a fresh array: same shape, strides, type as the first
-        self.plan.again(a, pa, b, pb, out, io, stream_of(self.lib, None), alpha)
+        vb = None if self.bias_info is None else (self.bias_info._replace(ptr=bias.data_ptr()), bias)
+        self.plan.again(a, pa, b, pb, out, io, stream_of(self.lib, None), alpha, vb)
         return out

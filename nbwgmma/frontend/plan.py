@@ -330,14 +330,15 @@ class Plan:
             w = self.workspaces[stream_handle] = (part, counters, values)
         return w
 
-    def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0):
-        """A repeat of an in-place plan's first call with new pointers."""
+    def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0, bias=None):
+        """A repeat of an in-place plan's first call with new pointers (``bias`` as
+        :meth:`__call__` takes it)."""
         if self.swap:
             a, pa, b, pb, io = b, pb, a, pa, transposed(io)
         ta = self._map(0, a, pa, self.a_path[1], self.tdt[0], self.boxes[0])
         tb = self._map(1, b, pb, self.b_path[1], self.tdt[1], self.boxes[1])
         c_map = self.c_map(out, io) if self.cfg.epilogue == "tma" else 0
-        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha)
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias)
 
     def launch_shape(self, kernel, args):
         """(grid, cluster shape or None, dynamic shared memory bytes): one CTA per SM, in
