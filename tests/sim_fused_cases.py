@@ -75,15 +75,15 @@ def test_bad_epilogue_inputs_are_refused_before_launch():
         (dict(bias=cuda.to_device(np.ones(48, np.int32))), "bias must be f32, bf16 or f16; got s32"),
         (dict(bias=np.ones(48, np.float32)), "bias"),
         (dict(activation="tanh"), r"activation must be one of \['gelu', 'gelu_tanh', 'relu', 'sigmoid', 'silu'\]"),
-        (dict(bias=bias, c=cuda.to_device(np.ones((64, 48), np.float32)), config={"bm": 128}),
-         "config applies to calls without c, a user epilogue or an fp8 output"),
+        (dict(bias=bias, epilogue=_plain_user, epilogue_args=(1.0,), config={"bm": 128}),
+         "config applies to calls without a user epilogue or an fp8 output"),
     ]
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):
             matmul(a, w.T, in_dtype="bf16", **kw)
     with pytest.raises(MatmulError, match="must be row-major with 16-byte aligned rows"):  # B of neither layout
-        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=bias, in_dtype="bf16",
-               c=cuda.to_device(np.ones((64, 48), np.float32)))
+        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=bias, in_dtype="bf16", epilogue=_plain_user,
+               epilogue_args=(1.0,))
 
 
 def _f32(h, t):
@@ -196,6 +196,38 @@ def test_alpha_beta_c_any_strides_and_in_place():
     acc = cuda.to_device(encode_elements(c.astype(np.float64), "bf16").view(np.uint16).reshape(m, n))
     matmul(da, db, c=acc, out=acc, in_dtype=t)
     np.testing.assert_array_equal(_host(acc, t), a @ w.T + c)
+
+
+@pytest.mark.parametrize("m, n, k, config, how", [
+    (16, 136, 64, None, "swapped"),                      # C^T read through its transposed view
+    (130, 72, 64, {"split": 2}, "in place"),             # K slices summed, then C (the output itself)
+    (256, 160, 64, {"bm": 256, "bn": 160}, "f32 c"),     # 5 parts through two slots, an f32 C
+    (96, 64, 40, None, "f32 out"),                       # register stores, C transposed
+])
+def test_library_beta_c_is_exact(m, n, k, config, how):
+    """beta * C on the library GEMM (with alpha, a bias and relu): C of any strides, f32 or bf16,
+    the output itself; exact on small integers."""
+    t = "bf16"
+    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
+    c = RNG.integers(-8, 9, (m, n)).astype(np.float64)
+    bias = RNG.integers(-8, 9, n).astype(np.float32)
+    ref = np.maximum(0.5 * (a @ w.T) + 2.0 * c + bias, 0)
+    if how == "f32 c":
+        cd = cuda.to_device(c.astype(np.float32))
+    elif how == "f32 out":
+        cd = cuda.to_device(np.ascontiguousarray(c.T, np.float32)).T
+    else:
+        cd = cuda.to_device(encode_elements(c, "bf16").view(np.uint16).reshape(m, n))
+    if how == "in place":
+        out = cd
+    elif how == "f32 out":
+        out = cuda.to_device(np.full((m, n), np.nan, np.float32))
+    else:
+        out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
+    matmul(_bits(a, t), _bits(w, t).T, bias=cuda.to_device(bias), activation="relu", c=cd, alpha=0.5, beta=2.0,
+           out=out, in_dtype=t, config=config)
+    got = out.copy_to_host()
+    np.testing.assert_array_equal(got if how == "f32 out" else _f32(got, t), ref)
 
 
 def test_bad_c_and_beta_are_refused():

@@ -1,6 +1,6 @@
 """``matmul(a, b, bias=..., activation=...)``: calls with a fused epilogue.
 
-A bias and/or an activation alone (with ``alpha``; no C, no user function, no fp8 output) run on
+A bias, an activation and ``beta * C`` (with ``alpha``; no user function, no fp8 output) run on
 the library GEMM itself (:func:`library_epilogue`: its tile model and every path of
 :mod:`nbwgmma.frontend.plan`, any types and layouts ``matmul`` takes), the bias read in its own
 type (f32, bf16 or f16). The other calls run the fused-epilogue GEMM (:mod:`nbwgmma.kernels.fused`,
@@ -245,7 +245,7 @@ def bias_operand(bias, info: ArrayInfo, lib):
 
 
 def library_epilogue(kind: str, odt: str, m: int, n: int, k: int, act: str | None) -> bool:
-    """Whether a call with a bias and/or an activation only (no C, no user function, a 16-bit
+    """Whether a call with a bias, an activation and ``beta * C`` (no user function, a 16-bit
     or f32 output) runs on the library GEMM (:mod:`nbwgmma.kernels.gemm`, its tile model,
     clusters, K slices and swapped small M, the bias and activation applied to each part of C
     before it is stored) rather than the fused kernel's schedules.

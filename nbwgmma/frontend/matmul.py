@@ -21,7 +21,7 @@ from .args import (
     torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
-from .fused import FP8_OUTS, bias_operand, check_epilogue, fused_call
+from .fused import FP8_OUTS, bias_operand, check_c, check_epilogue, fused_call
 from .plan import Plan, nb_stream, zero_fill
 from .scaled import is_tensor_scale, scaled_matmul
 from .sparse import SPARSE_TYPES, sparse_matmul
@@ -83,8 +83,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     value per column or row, or numbers). ``c`` (shape (M, N), any strides, may be ``out``
     itself) is added as ``beta * c`` (``beta`` 1 by default where ``c`` is given), and the
     product is scaled by ``alpha``: ``out = epilogue(activation(alpha * a @ b + beta * c +
-    bias))``. A bias and/or an activation alone (and ``alpha``) run in the library GEMM's own
-    epilogue: every type, layout, output type and ``config`` a plain call takes. With ``c``, an
+    bias))``. Without a user ``epilogue`` or an fp8 output, all of it runs in the library GEMM's own
+    epilogue: every type, layout, output type and ``config`` a plain call takes. With an
     ``epilogue`` or an fp8 output, so far for bf16/f16 A row-major and B the transpose of a row-major weight
     (``x @ w.T``) or row-major (``x @ w``), or fp8 A and B of one type (e4m3 or e5m2, ``x @ w.T``,
     per-tensor scales), out of the input type (bf16 or f16 for fp8 inputs) or fp8: with ``out_dtype``
@@ -173,24 +173,28 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     out, io = output(lib, a, out, io, ia, ib, odt)
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
-    epi, vec = {}, None  # a bias and activation fused into the library GEMM's epilogue; its bias vector
+    # A bias, an activation and beta * C fused into the library GEMM's epilogue: its bias vector, C
+    epi, vec, cb, beta_c = {}, None, None, 0.0
     if bias is not None or activation is not None or epilogue is not None or epilogue_args or c is not None \
             or beta is not None or alpha != 1.0 or odt in FP8_OUTS or scale_out is not None or amax is not None:
         library = False
-        if epilogue is None and not epilogue_args and c is None and beta is None and odt not in FP8_OUTS \
-                and scale_out is None and amax is None and k > 0:
+        if epilogue is None and not epilogue_args and odt not in FP8_OUTS and scale_out is None and amax is None \
+                and k > 0:
             bi = described(bias, "bias") if bias is not None else None
             where = check_epilogue(activation, bi, m, n, ia.device)
+            ic, beta_c = check_c(c, beta, m, n, ia.device)
             vec = bias_operand(bias, bi, lib) if bi is not None else None
             library = (bi is None or vec is not None) and fused.library_epilogue(kind, odt, m, n, k, activation)
             epi = {key: v for key, v in (("bias", where), ("act", activation)) if v is not None and library}
             if library and vec is not None:
                 epi["bias_type"] = vec[0].dtype
+            if library and ic is not None:
+                cb = (ic, c)
     else:
         library = True
     if not library:
         if config is not None:
-            raise MatmulError("matmul: config applies to calls without c, a user epilogue or an fp8 output so far "
+            raise MatmulError("matmul: config applies to calls without a user epilogue or an fp8 output so far "
                               "(the fused kernel's); got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
                           alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
@@ -205,19 +209,19 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     scaled = fp8 or alpha != 1.0
     key = (kind, odt, ia.shape, ia.strides, ia.ptr % 16, ib.shape, ib.strides, ib.ptr % 16, io.strides, io.ptr % 16,
            ia.device, "auto" if auto else tuple(sorted(opts.items())) if opts else (), tuple(sorted(epi.items())),
-           scaled)
+           scaled, None if cb is None else (cb[0].dtype, cb[0].strides))
     plan = _PLANS.get(key)
     if plan is None:
         if auto:
             opts = _tuned_config(kind, odt, ia, ib, io, fp8, st,
                                  lambda cfg: matmul(a, b, out=out, scale_a=scale_a, scale_b=scale_b, stream=st,
                                                     config=cfg))
-        plan = Plan(kind, odt, ia, ib, io, {**opts, **epi}, scaled)
+        plan = Plan(kind, odt, ia, ib, io, {**opts, **epi}, scaled, None if cb is None else cb[0])
         if len(_PLANS) >= 256:
             _PLANS.clear()
         _PLANS[key] = plan
     _LAST[0] = plan
-    plan(a, ia, b, ib, out, io, alpha, st, vec)
+    plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c)
     if quick and plan.in_place and plan.launcher is not None and io.ptr % 16 == 0 \
             and (vec is None or vec[1] is bias):  # (a bias read in place)
         if len(_QUICK) >= 256:

@@ -139,7 +139,7 @@ class Plan:
     debug-wait mode and in the CUDA simulator each call goes through
     :func:`nbwgmma.launch.launch` instead (checked, synchronized, named on failure)."""
 
-    def __init__(self, kind, odt, ia, ib, io, opts, fp8):
+    def __init__(self, kind, odt, ia, ib, io, opts, fp8, c_info=None):
         m, k = ia.shape
         n = ib.shape[1]
         given = opts
@@ -185,12 +185,16 @@ class Plan:
         self.out_shape = (m, n)  # the caller's [M, N]; ``mnk`` is the kernel's (swapped: N, M, K)
         if self.swap:
             ia, ib, io, m, n = transposed(ib), transposed(ia), transposed(io), n, m
+            c_info = None if c_info is None else transposed(c_info)
             acc, ta, tb = kind.split(".")
             kind = f"{acc}.{tb}.{ta}"  # mixed fp8 (e4m3 x e5m2): the types trade places too
             if opts.get("bias"):  # a bias per column of out is one per row of out^T
                 opts["bias"] = {"col": "row", "row": "col"}[opts["bias"]]
         self.mnk = (m, n, k)
         self.c_info = io  # C as the kernel sees it (swapped: out^T)
+        self.beta_c = c_info  # the C of beta * C (with_c) as the kernel sees it
+        if c_info is not None:
+            opts["with_c"] = True
         try:
             self._configure(kind, odt, ia, ib, io, opts, fp8)
         except ConfigError as e:  # the caller's config: name its entry at fault
@@ -272,11 +276,13 @@ class Plan:
         v = tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
         return tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
 
-    def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle, bias=None):
+    def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle, bias=None, c=None, beta=0.0):
         """Launch the plan's kernel on these arrays (``bias``: (1-D info, owner) of the vector of a
-        plan with a fused bias, as :func:`nbwgmma.frontend.fused.bias_operand` gives it)."""
+        plan with a fused bias, as :func:`nbwgmma.frontend.fused.bias_operand` gives it; ``c``:
+        (info, owner) of a plan's C, added as ``beta * C``)."""
         if self.swap:
             a, ia, b, ib, io = b, transposed(ib), a, transposed(ia), transposed(io)
+            c = None if c is None else (transposed(c[0]), c[1])
         m, n, k = self.mnk
         cfg = self.cfg
         ta = self.maps(a, ia, False, stream_handle)
@@ -289,6 +295,8 @@ class Plan:
             args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
             if cfg.bias:
                 args += (numba_view(*bias),)
+            if cfg.with_c:
+                args += (numba_view(*c), np.float32(beta))
             if cfg.uses_workspace:
                 args += self.workspace(stream_handle)[:2]
             if DEBUG_WAIT_TIMEOUT_S is not None or _SIM:  # checked launches that name a stopped kernel
@@ -300,11 +308,14 @@ class Plan:
                 launch(kern, grid, cfg.threads, args, stream=nb_stream(stream_handle), smem=smem, cluster=cluster)
                 return
             self.launcher = self._prepare(args)
-        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias)
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, c, beta)
 
-    def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None):
+    def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None, c=None, beta=0.0):
         m, n, k = self.mnk
         ws = self.workspace(stream_handle)[2] if self.cfg.uses_workspace else ()
+        if self.cfg.with_c:
+            ci = c[0]
+            ws = array_arg_values(ci.ptr, ci.shape, ci.strides, ci.itemsize) + (beta,) + ws
         if self.cfg.bias:
             bi = bias[0]
             ws = array_arg_values(bi.ptr, bi.shape, bi.strides, bi.itemsize) + ws
@@ -376,7 +387,7 @@ class Plan:
             sig = typed
         kern, _ = cached_kernel(disp, sig, ("gemm", cfg.key()), cuda.get_current_device().compute_capability)
         grid, cluster, smem = self.launch_shape(kern, None)
-        ws = (_BIAS_ARGS if cfg.bias else ()) + (_WS_ARGS if cfg.uses_workspace else ())
+        ws = (_BIAS_ARGS if cfg.bias else ()) + (_C_ARGS if cfg.with_c else ()) + (_WS_ARGS if cfg.uses_workspace else ())
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws
         # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
         # it with griddep_wait before touching memory)
@@ -392,19 +403,19 @@ class Plan:
         from numba.cuda.cudadrv.dummyarray import Array
         from numba.cuda.np.numpy_support import from_dtype
 
-        scalars = (types.int32,) * 3 + (types.float32,)
-        if self.cfg.epilogue == "tma":
-            c = types.int64
-        else:  # the rule of Numba's DeviceNDArray type: C before F, neither with a zero stride
-            io = self.c_info
+        def array_type(io):  # the rule of Numba's DeviceNDArray type: C before F, neither with a zero stride
             dt = np.dtype(NP_OF.get(io.dtype, None) or numpy_dtype(io.dtype))
             flags = Array.from_desc(0, io.shape, io.strides, dt.itemsize).flags
             plain = 0 not in io.strides
             layout = "C" if flags["C_CONTIGUOUS"] and plain else "F" if flags["F_CONTIGUOUS"] and plain else "A"
-            c = types.Array(from_dtype(dt), 2, layout)
+            return types.Array(from_dtype(dt), 2, layout)
+
+        scalars = (types.int32,) * 3 + (types.float32,)
+        c = types.int64 if self.cfg.epilogue == "tma" else array_type(self.c_info)
         ws = (types.Array(types.float32, 1, "C"), types.Array(types.int32, 1, "C"))
         vec = (types.Array(from_dtype(np.dtype(NP_OF[self.cfg.bias_type])), 1, "C"),) if self.cfg.bias else ()
-        return (types.int64, types.int64, c) + scalars + vec + (ws if self.cfg.uses_workspace else ())
+        cb = (array_type(self.beta_c), types.float32) if self.cfg.with_c else ()
+        return (types.int64, types.int64, c) + scalars + vec + cb + (ws if self.cfg.uses_workspace else ())
 
     def check_expect_tx(self, ta, tb):
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its
@@ -440,7 +451,8 @@ def _operand_path(info: ArrayInfo, is_b, transposable):
 _TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")  # maps of A, B, C; m, n, k; alpha
 _DIRECT_ARGS = _TMA_ARGS[:2] + array_arg_types(2) + _TMA_ARGS[3:]  # C a 2-D array
 _WS_ARGS = array_arg_types(1) * 2  # split-K: partials, counters
-_BIAS_ARGS = array_arg_types(1)  # a fused bias: the f32 vector
+_BIAS_ARGS = array_arg_types(1)  # a fused bias: the vector
+_C_ARGS = array_arg_types(2) + ("f32",)  # beta * C: C, beta
 
 
 _NB_STREAMS: dict = {}

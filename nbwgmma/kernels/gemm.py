@@ -44,7 +44,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add_strided, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store, acc_store_strided,
+    acc_add, acc_add_strided, acc_load, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store, acc_store_strided,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
     griddep_wait, named_barrier_sync, setmaxnreg_dec,
@@ -97,10 +97,9 @@ def _build(key):
     SPLIT = cfg.split
     STREAM = cfg.stream_k
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
-    EPI = cfg.bias is not None or cfg.act is not None  # a fused bias and/or activation
-    epi_part = _fused_epilogue(cfg.bias, cfg.act, PART_COLS, cfg.out if TMA_EPI else None, cfg.bias_type) \
-        if EPI else None
-    epi_all = _fused_epilogue(cfg.bias, cfg.act, BN, None, cfg.bias_type) if EPI and not TMA_EPI else None
+    EPI = cfg.bias is not None or cfg.act is not None or cfg.with_c  # a fused bias, activation, beta * C
+    epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI else None) if EPI else None
+    epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
@@ -256,7 +255,7 @@ def _build(key):
             store(acc, c, ctid, cw, row0, col0, cbase, ep)
 
     @inlined
-    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec):
+    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
@@ -266,7 +265,7 @@ def _build(key):
         xbars = smem_addr(xb)
         tid = cuda.threadIdx.x
         wg = tid // 128
-        ep = (vec, m, n)  # what the fused epilogue reads (vec: the bias, or a stand-in)
+        ep = (vec, m, n, cmat, beta)  # what the fused epilogue reads (unused ones: stand-ins)
         if tid == 0:
             pipe.init(ring)
             if KC > 1:
@@ -384,23 +383,25 @@ def _build(key):
             # not .aligned: of the producer's warp only its one thread may be left.
             cluster_sync(False)
 
-    # The kernel's parameters: the workspace (split-K, stream-K) and the bias vector only where used
-    # (unused ones get stand-ins).
+    # The kernel's parameters: the bias vector, C and beta, and the workspace (split-K, stream-K)
+    # only where used (unused ones get stand-ins).
+    ws = SPLIT > 1 or STREAM
     params = ["tmap_a", "tmap_b", "c", "m", "n", "k", "alpha"] + (["vec"] if cfg.bias else []) \
-        + (["ws", "counters"] if SPLIT > 1 or STREAM else [])
-    passed = ", ".join(params[:7] + (["ws", "counters"] if SPLIT > 1 or STREAM else ["c", "m"])
-                       + (["vec"] if cfg.bias else ["m"]))
+        + (["cmat", "beta"] if cfg.with_c else []) + (["ws", "counters"] if ws else [])
+    passed = ", ".join(params[:7] + (["ws", "counters"] if ws else ["c", "m"]) + (["vec"] if cfg.bias else ["m"])
+                       + (["cmat", "beta"] if cfg.with_c else ["c", "alpha"]))
     src = [f"def gemm({', '.join(params)}):", f"    body({passed})"]
     ns = {"body": body, "__name__": __name__}  # (the kernel's symbol names this module)
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm kernel>", "exec"), ns)
     return cuda.jit(launch_bounds=(cfg.threads, 1))(ns["gemm"])
 
 
-def _fused_epilogue(bias, act, width, pack, vtype):
-    """``epi(acc, ctid, row0, col0, ep) -> fragment`` of a fused epilogue over a 64 x ``width``
-    fragment whose tile starts at (``row0``, ``col0``): ``act(v + bias)`` per value, packed into
-    16-bit pairs with ``pack`` (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, of ``vtype``
-    elements, M, N)."""
+def _fused_epilogue(cfg, width, pack):
+    """``epi(acc, ctid, row0, col0, ep) -> fragment`` of ``cfg``'s fused epilogue over a 64 x
+    ``width`` fragment whose tile starts at (``row0``, ``col0``): ``act(v + beta * C + bias)`` per
+    value (C's values read with ``acc_load``), packed into 16-bit pairs with ``pack``
+    (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, M, N, C, beta)."""
+    bias, act, vtype = cfg.bias, cfg.act, cfg.bias_type
     f = activation(act) if act else None
     fn = {(False, False): "v", (True, False): "f(v)", (False, True): "v + b", (True, True): "f(v + b)"}
     src = [f"def value(v, row, col{', b' if bias else ''}):", f"    return {fn[(f is not None, bias is not None)]}"]
@@ -409,9 +410,11 @@ def _fused_epilogue(bias, act, width, pack, vtype):
     mapped = acc_map(inlined(ns["value"]), width, cols=int(bias == "col"), rows=int(bias == "row"), pack=pack,
                      vtype=vtype)
     vector = {"col": ", vec[col0:n]", "row": ", vec[row0:m]", None: ""}[bias]  # the tile's part of the bias
-    src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n = ep",
-           f"    return mapped(acc, ctid, row0, col0{vector})"]
-    ns = {"mapped": mapped}
+    src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n, cmat, beta = ep"]
+    if cfg.with_c:  # beta * C's part, added to the (scaled) product first
+        src.append(f"    acc = acc_add(acc, acc_scale(acc_load('{cfg.kind}', {width}, cmat, ctid, row0, col0), beta))")
+    src.append(f"    return mapped(acc, ctid, row0, col0{vector})")
+    ns = {"mapped": mapped, "acc_add": acc_add, "acc_scale": acc_scale, "acc_load": acc_load}
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue parts>", "exec"), ns)
     return inlined(ns["epi"])
 

@@ -82,7 +82,8 @@ class GemmConfig:
     :data:`nbwgmma.kit.ACTIVATIONS`) fuse ``act(alpha * A @ B^T + bias)`` into the epilogue
     (:func:`nbwgmma.kit.acc_map` over each part before it is packed); with a bias the kernel
     takes one more argument after ``alpha``: the vector, of ``bias_type`` ("f32", "f16", or "bf16"
-    as uint16 bits) elements.
+    as uint16 bits) elements. ``with_c`` adds ``beta * C`` first (two more arguments after those:
+    C as a 2-D array of any strides, bf16 as uint16 bits, and the f32 ``beta``).
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -92,7 +93,7 @@ class GemmConfig:
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
-                 c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32"):
+                 c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -126,6 +127,8 @@ class GemmConfig:
         #: the epilogue's bias vector (the kernel then takes it as an argument of ``bias_type``
         #: elements: bf16 as uint16 bits) and activation
         self.bias, self.act, self.bias_type = bias, act, bias_type if bias else "f32"
+        #: ``beta * C`` is added in the epilogue (C read there: any strides, the output itself too)
+        self.with_c = bool(with_c)
         if out not in _OUT_BYTES:
             raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
         if epilogue == "tma" and _OUT_BYTES[out] != 2:
@@ -287,7 +290,7 @@ class GemmConfig:
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
-                self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type)
+                self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -298,4 +301,4 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
-                f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', ' + self.act if self.act else ''})")
+                f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', beta * C' if self.with_c else ''}{', ' + self.act if self.act else ''})")
