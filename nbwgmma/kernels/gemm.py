@@ -99,7 +99,7 @@ def _build(key):
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
     EPI = cfg.bias is not None or cfg.act is not None or cfg.with_c  # a fused bias, activation, beta * C
     epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI else None) if EPI else None
-    epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None
+    epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
@@ -402,6 +402,17 @@ def _fused_epilogue(cfg, width, pack):
     value (C's values read with ``acc_load``), packed into 16-bit pairs with ``pack``
     (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, M, N, C, beta)."""
     bias, act, vtype = cfg.bias, cfg.act, cfg.bias_type
+    if cfg.with_c and width > 64 and width % 64 == 0:
+        # With C, 64 columns at a time: C's values, the bias's and the results of a whole part
+        # beside the accumulator spilled (960 bytes for 128-column parts of a 128 x 256 tile with a
+        # bias and gelu_tanh; 240 so; C alone none). 256-row tiles (two accumulators) with C and a
+        # bias still spill 176-600 bytes in 32-column parts (16-column ones: more).
+        sub = _fused_epilogue(cfg, 64, pack)
+        parts = [f"sub(acc[{32 * j}:{32 * (j + 1)}], ctid, row0, col0 + {64 * j}, ep)" for j in range(width // 64)]
+        ns = {"sub": sub}
+        exec(compile(f"def epi(acc, ctid, row0, col0, ep):\n    return {' + '.join(parts)}\n",
+                     "<nbwgmma.kernels.gemm epilogue by 64 columns>", "exec"), ns)
+        return inlined(ns["epi"])
     f = activation(act) if act else None
     fn = {(False, False): "v", (True, False): "f(v)", (False, True): "v + b", (True, True): "f(v + b)"}
     src = [f"def value(v, row, col{', b' if bias else ''}):", f"    return {fn[(f is not None, bias is not None)]}"]
