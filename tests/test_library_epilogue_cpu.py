@@ -1,0 +1,74 @@
+"""The library GEMM's fused epilogue (a bias, an activation, beta * C) on CPU: the configuration's
+checks, the plan's kernel signature, and ptxas's view of the kernels matmul builds for it."""
+
+import numpy as np
+import pytest
+from numba import types
+
+from nbwgmma import launch
+from nbwgmma.errors import ConfigError
+from nbwgmma.frontend.arrays import ArrayInfo
+from nbwgmma.frontend.plan import Plan
+from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
+from nbwgmma.kit import acc_map, activation
+from nbwgmma.report import compile_report
+
+
+def _row_major(ptr, rows, cols, es, dt):
+    return ArrayInfo(ptr, (rows, cols), (cols * es, es), es, dt, 0, "numba")
+
+
+def _plan(m, n, k, epi, c_dtype=None, monkeypatch=None):
+    """The plan of a bf16 ``x @ w.T`` (A [M, K] and w [N, K] row-major) into a new bf16 out, with
+    the epilogue options ``epi`` and a row-major C of ``c_dtype``, for a GPU of 132 SMs."""
+    monkeypatch.setattr(launch, "device_limits", lambda device=None: dict(launch.H100_LIMITS, multiprocessors=132))
+    a = _row_major(1 << 40, m, k, 2, "bf16")
+    b = ArrayInfo(2 << 40, (k, n), (2, 2 * k), 2, "bf16", 0, "numba")  # w.T: K contiguous
+    out = _row_major(3 << 40, m, n, 2, "bf16")
+    c = None if c_dtype is None else _row_major(4 << 40, m, n, np.dtype(np.float32 if c_dtype == "f32" else
+                                                                         np.uint16).itemsize, c_dtype)
+    return Plan("f32.bf16.bf16", "bf16", a, b, out, dict(epi), False, c)
+
+
+def test_config_checks_the_epilogue_options():
+    for kw, key in ((dict(bias="diag"), "bias"), (dict(act="tanh"), "act"), (dict(bias="col", bias_type="f64"),
+                                                                              "bias_type")):
+        with pytest.raises(ConfigError) as e:
+            GemmConfig(**kw)
+        assert e.value.key == key, e.value
+    cfg = GemmConfig(bias="row", act="silu", bias_type="bf16", with_c=True, epilogue="tma")
+    assert "bf16 bias per row" in repr(cfg) and "beta * C" in repr(cfg) and "silu" in repr(cfg)
+    assert GemmConfig(act="relu").bias_type == "f32"  # (no bias: its type plays no part)
+    with pytest.raises(ValueError, match="vtype must be one of"):
+        acc_map(activation("relu"), 64, vtype="f64")
+
+
+def test_plan_signature_and_swapped_bias(monkeypatch):
+    p = _plan(4096, 4096, 4096, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, "f32", monkeypatch)
+    sig = p.signature()
+    assert sig[7] == types.Array(types.uint16, 1, "C")  # the bf16 bias as its bits, after alpha
+    assert sig[8] == types.Array(types.float32, 2, "C") and sig[9] == types.float32  # C, beta
+    assert p.cfg.bias == "col" and p.cfg.with_c and not p.swap
+    s = _plan(16, 4096, 4096, {"bias": "col", "bias_type": "f16"}, None, monkeypatch)
+    assert s.swap and s.cfg.bias == "row"  # a bias per column of out is one per row of out^T
+
+
+def test_bias_gelu_kernel_compiles_like_the_plain_one(monkeypatch):
+    """128 x 256 tiles (8192^3): the same HGMMAs, TMA stores and stmatrix as the plain kernel, two
+    MUFU per value for gelu_tanh, no spills; with C added too, spills (240 bytes) only in the
+    epilogue, none in the main loop."""
+    plain = _plan(8192, 8192, 8192, {}, None, monkeypatch)
+    fused = _plan(8192, 8192, 8192, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, None, monkeypatch)
+    rp = compile_report(gemm_kernel(plain.cfg), plain.signature())
+    rf = compile_report(gemm_kernel(fused.cfg), fused.signature())
+    for op in ("HGMMA", "UTMASTG", "STSM"):
+        assert rf.sass.get(op) == rp.sass.get(op), (op, rf.sass, rp.sass)
+    assert rf.spill_bytes == 0 and rf.local_memory_ops == 0 and not rf.warnings, rf
+    assert rf.sass_full.get("MUFU.EX2", 0) >= 128 and rf.sass_full.get("MUFU.RCP", 0) >= 128, rf.sass_full
+    with_c = _plan(8192, 8192, 8192, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, "bf16", monkeypatch)
+    rc = compile_report(gemm_kernel(with_c.cfg), with_c.signature())
+    assert rc.sass.get("HGMMA") == rp.sass.get("HGMMA") and rc.spill_bytes <= 240, rc
+    lines = rc.sass_text.splitlines()
+    hgmma = [i for i, line in enumerate(lines) if "HGMMA" in line]
+    wait = max(i for i, line in enumerate(lines[:hgmma[0]]) if "SYNCS.PHASECHK" in line)
+    assert not any("LDL" in line or "STL" in line for line in lines[wait:hgmma[-1]])
