@@ -76,7 +76,7 @@ def test_bad_epilogue_inputs_are_refused_before_launch():
         (dict(bias=np.ones(48, np.float32)), "bias"),
         (dict(activation="tanh"), r"activation must be one of \['gelu', 'gelu_tanh', 'relu', 'sigmoid', 'silu'\]"),
         (dict(bias=bias, epilogue=_plain_user, epilogue_args=(1.0,), config={"bm": 128}),
-         "config applies to calls without a user epilogue or an fp8 output"),
+         "config applies to calls the library GEMM runs: not with a user epilogue"),
     ]
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):

@@ -194,8 +194,9 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         library = True
     if not library:
         if config is not None:
-            raise MatmulError("matmul: config applies to calls without a user epilogue or an fp8 output so far "
-                              "(the fused kernel's); got both")
+            raise MatmulError("matmul: config applies to calls the library GEMM runs: not with a user epilogue, an "
+                              "fp8 output, a strided Numba bias or K = 0 with an epilogue, so far (the fused "
+                              "kernel's); got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
                           alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
                           epilogue_args=epilogue_args, c=c, beta=beta, scale_out=scale_out, amax=amax)
@@ -212,7 +213,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
            scaled, None if cb is None else (cb[0].dtype, cb[0].strides))
     plan = _PLANS.get(key)
     if plan is None:
-        if auto:
+        if auto and cb is None:  # (tuning runs into out, which may be C itself: with C the tile model picks)
             opts = _tuned_config(kind, odt, ia, ib, io, fp8, st,
                                  lambda cfg: matmul(a, b, out=out, scale_a=scale_a, scale_b=scale_b, stream=st,
                                                     config=cfg))

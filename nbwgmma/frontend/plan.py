@@ -236,7 +236,9 @@ class Plan:
             raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a 16-bit row-major out with 16-byte aligned "
                               f"rows{' and, swapped, tiles of 128 rows or more and 64-column multiples' if self.swap else ''}"
                               f"; got {odt} with strides {io.strides} at {io.ptr:#x}")
-        self.config = dict(opts)  # the tile and the given parameters (the epilogue follows from out)
+        # the tile and the given parameters (the epilogue follows from out; the fused epilogue's options,
+        # which config does not take, are left out)
+        self.config = {k_: v for k_, v in opts.items() if k_ not in ("bias", "act", "bias_type", "with_c")}
 
         def config(epilogue):
             return GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
