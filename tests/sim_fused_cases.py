@@ -18,9 +18,12 @@ def _bits(x, t):
     return cuda.to_device(encode_elements(x, t).view(np.uint16 if t == "bf16" else np.float16).reshape(x.shape))
 
 
-def _host(c, t):
-    h = c.copy_to_host()
+def _f32(h, t):
     return (h.astype(np.uint32) << 16).view(np.float32) if t == "bf16" else h.astype(np.float32)
+
+
+def _host(c, t):
+    return _f32(c.copy_to_host(), t)
 
 
 @pytest.fixture
@@ -48,10 +51,12 @@ def test_fused_matmul_of_a_row_major_b_is_exact(fused_kernel, m, n, k, where, t)
     _exact(m, n, k, where, "relu", t, b_row_major=True)
 
 
-def _exact(m, n, k, where, act, t, b_row_major):
+def _problem(m, n, k, where, act, alpha=1.0):
+    """Small-integer A [M, K], w [N, K], a bias of kind ``where`` (f32) and the float64 reference
+    ``act(alpha * A @ w.T + bias)``."""
     a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
     bias = None
-    ref = a @ w.T
+    ref = alpha * (a @ w.T)
     if where == "col":
         bias = RNG.integers(-8, 9, n).astype(np.float32)
     elif where == "row":
@@ -60,6 +65,11 @@ def _exact(m, n, k, where, act, t, b_row_major):
         ref = ref + bias
     if act == "relu":
         ref = np.maximum(ref, 0)
+    return a, w, bias, ref
+
+
+def _exact(m, n, k, where, act, t, b_row_major):
+    a, w, bias, ref = _problem(m, n, k, where, act)
     out = cuda.to_device(np.full((m, n), 0x7FC0 if t == "bf16" else np.nan, np.uint16 if t == "bf16" else np.float16))
     b = _bits(np.ascontiguousarray(w.T), t) if b_row_major else _bits(w, t).T
     matmul(_bits(a, t), b, bias=None if bias is None else cuda.to_device(bias), activation=act, out=out, in_dtype=t)
@@ -86,10 +96,6 @@ def test_bad_epilogue_inputs_are_refused_before_launch():
                epilogue_args=(1.0,))
 
 
-def _f32(h, t):
-    return (h.astype(np.uint32) << 16).view(np.float32) if t == "bf16" else h.astype(np.float32)
-
-
 @pytest.mark.parametrize("m, n, k, where, act, t, config, how", [
     (16, 136, 72, "col", "relu", "bf16", None, "plain"),            # swapped small M: the bias per row of C^T
     (130, 72, 64, "row", "relu", "f16", {"split": 2}, "plain"),     # K slices summed, then the epilogue
@@ -103,18 +109,8 @@ def _f32(h, t):
 def test_library_epilogue_is_exact(m, n, k, where, act, t, config, how):
     """A bias and/or an activation alone run on the library GEMM: its tile model, swapped small
     M, K slices, register stores, staging copies; exact on small integers."""
-    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
     alpha = 0.5 if how == "alpha" else 1.0
-    ref = alpha * (a @ w.T)
-    bias = None
-    if where == "col":
-        bias = RNG.integers(-8, 9, n).astype(np.float32)
-    elif where == "row":
-        bias = RNG.integers(-8, 9, (m, 1)).astype(np.float32)
-    if bias is not None:
-        ref = ref + bias
-    if act == "relu":
-        ref = np.maximum(ref, 0)
+    a, w, bias, ref = _problem(m, n, k, where, act, alpha)
     if how == "f16 bias":
         bias = bias.astype(np.float16)
     kw = dict(bias=None if bias is None else cuda.to_device(bias), activation=act, config=config, alpha=alpha)
