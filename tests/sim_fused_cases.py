@@ -7,6 +7,7 @@ import pytest
 from numba import config, cuda
 
 from nbwgmma import MatmulError, matmul
+from nbwgmma.frontend.matmul import last_plan
 from nbwgmma.layout.wgmma_model import encode_elements
 
 assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
@@ -85,15 +86,14 @@ def test_bad_epilogue_inputs_are_refused_before_launch():
         (dict(bias=cuda.to_device(np.ones(48, np.int32))), "bias must be f32, bf16 or f16; got s32"),
         (dict(bias=np.ones(48, np.float32)), "bias"),
         (dict(activation="tanh"), r"activation must be one of \['gelu', 'gelu_tanh', 'relu', 'sigmoid', 'silu'\]"),
-        (dict(bias=bias, epilogue=_plain_user, epilogue_args=(1.0,), config={"bm": 128}),
-         "config applies to calls the library GEMM runs: not with a user epilogue"),
+        (dict(bias=bias, out_dtype="e4m3", config={"bm": 128}),
+         "config applies to calls the library GEMM runs: not with an fp8 output"),
     ]
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):
             matmul(a, w.T, in_dtype="bf16", **kw)
     with pytest.raises(MatmulError, match="must be row-major with 16-byte aligned rows"):  # B of neither layout
-        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=bias, in_dtype="bf16", epilogue=_plain_user,
-               epilogue_args=(1.0,))
+        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=bias, in_dtype="bf16", out_dtype="e4m3")
 
 
 @pytest.mark.parametrize("m, n, k, where, act, t, config, how", [
@@ -159,6 +159,50 @@ def test_user_epilogue_gets_row_col_and_its_extras_in_order():
     out2 = cuda.to_device(np.full((64, 48), 0x7FC0, np.uint16))
     matmul(_bits(a, t), _bits(w, t).T, epilogue=_plain_user, epilogue_args=(1.5,), out=out2, in_dtype=t)
     np.testing.assert_array_equal(_host(out2, t), np.where((rows + cols) % 2 == 0, a @ w.T + 1.5, a @ w.T - 1.5))
+
+
+@pytest.mark.parametrize("m, n, k, t, config, how", [
+    (16, 136, 72, "bf16", None, "plain"),               # swapped small M: (row, col) and the vectors transposed
+    (130, 72, 64, "f16", {"split": 2}, "plain"),        # K slices summed, then the function
+    (96, 64, 40, "bf16", None, "f32 out"),              # register stores
+    (72, 64, 64, "f16", None, "strided B"),             # B staged through a K-major copy
+    (80, 72, 64, "bf16", None, "f16 vectors"),          # the bias and a vector read as f16, one as f32
+    (96, 56, 32, "tf32", None, "plain"),                # f32 inputs as tf32, f32 out
+    (256, 160, 64, "bf16", {"bm": 256, "bn": 160}, "c"),  # 5 parts through two slots, beta * C first
+])
+def test_library_user_epilogue_is_exact(m, n, k, t, config, how):
+    """A user function with its extras (a number, a vector per column, one per row) runs on the
+    library GEMM wherever a plain call would: each value's (row, col) and vectors are the
+    caller's, also where the kernel computes C^T; exact on small integers."""
+    a, w, bias, _ = _problem(m, n, k, "col", None)
+    cv = RNG.integers(-4, 5, n).astype(np.float32)
+    rv = RNG.integers(-4, 5, (m, 1)).astype(np.float32)
+    rows, cols = np.indices((m, n))
+    cm = RNG.integers(-3, 4, (m, n)).astype(np.float32) if how == "c" else None
+    ref = np.maximum(a @ w.T + (0 if cm is None else 0.5 * cm) + bias, 0) * 2 + cv - rv + rows % 3 - cols % 5
+    if how == "f16 vectors":
+        bias, cv = bias.astype(np.float16), cv.astype(np.float16)
+    extras = (2, cuda.to_device(cv), cuda.to_device(rv))
+    kw = dict(bias=cuda.to_device(bias), activation="relu", epilogue=_user, epilogue_args=extras, config=config)
+    if cm is not None:
+        kw.update(c=cuda.to_device(cm), beta=0.5)
+    if t == "tf32":
+        out = cuda.to_device(np.full((m, n), np.nan, np.float32))
+        matmul(cuda.to_device(a.astype(np.float32)), cuda.to_device(np.ascontiguousarray(w.T, np.float32)), out=out,
+               **kw)
+        np.testing.assert_array_equal(out.copy_to_host(), ref)
+        return
+    out = cuda.to_device(np.full((m, n), np.nan, np.float32)) if how == "f32 out" else \
+        cuda.to_device(np.full((m, n), 0x7FC0 if t == "bf16" else np.nan, np.uint16 if t == "bf16" else np.float16))
+    b = _bits(w, t).T
+    if how == "strided B":
+        wide = np.zeros((2 * n, k))
+        wide[::2] = w
+        b = _bits(wide, t).T[:, ::2]
+    matmul(_bits(a, t), b, out=out, in_dtype=t, **kw)
+    assert last_plan().cfg.user is not None  # (the library GEMM ran it)
+    got = out.copy_to_host()
+    np.testing.assert_array_equal(got if how == "f32 out" else _f32(got, t), ref)
 
 
 def test_bad_epilogue_arguments_are_refused():

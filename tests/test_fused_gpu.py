@@ -268,6 +268,53 @@ def test_library_epilogue_matches_float64_and_the_fused_kernel(monkeypatch, m, n
         assert float(((out.double() - theirs.double()).abs() / (1e-3 + theirs.double().abs())).max()) <= 2 * step
 
 
+@pytest.mark.parametrize("m, n, k, t", [
+    (16, 4096, 1024, "bf16"),      # swapped small M: the function gets C^T's column as its row
+    (5000, 3000, 512, "bf16"),     # 256 x 160 tiles, C in parts through two slots
+    (200, 1024, 8192, "f16"),      # K slices
+    (777, 1000, 300, "f32 out"),   # register stores of an f32 C
+    (520, 264, 256, "tf32"),
+    (1000, 520, 328, "x @ w"),     # B row-major (MN-major)
+])
+def test_library_user_epilogue_matches_float64_and_the_fused_kernel(monkeypatch, m, n, k, t):
+    """A user function with a number, a bf16 vector per column, an f16 vector per row, and its row
+    and column, after a bias and gelu_tanh, on the library GEMM: against float64, and within a
+    rounding of the fused kernel's result where that one takes the call."""
+    from numba import cuda
+
+    import nbwgmma.frontend.fused as fused
+    from nbwgmma.frontend.matmul import last_plan
+
+    @cuda.jit(device=True)
+    def mix(v, row, col, s, shift, rowterm):
+        return v * s + shift - rowterm + (row % 7) * 0.25 - (col % 5) * 0.125
+
+    g = torch.Generator(device="cuda").manual_seed(m + 3 * n + k)
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32 out": torch.bfloat16, "tf32": torch.float32,
+          "x @ w": torch.bfloat16}[t]
+    x = (torch.randn(m, k, device="cuda", generator=g) / math.sqrt(k)).to(dt)
+    w = torch.randn(n, k, device="cuda", generator=g).to(dt)
+    b = w.t().contiguous() if t == "x @ w" else w.t()
+    bias = torch.randn(n, device="cuda", generator=g)
+    shift = torch.randn(n, device="cuda", generator=g).bfloat16()
+    rowterm = torch.randn(m, 1, device="cuda", generator=g).half()
+    odt = torch.float32 if t in ("f32 out", "tf32") else dt
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=odt)
+    kw = dict(bias=bias, activation="gelu_tanh", epilogue=mix, epilogue_args=(0.5, shift, rowterm))
+    matmul(x, b, out=out, **kw)
+    assert last_plan().cfg.user is not None and last_plan().cfg.extras[1][1] == "bf16"  # read as bf16 bits
+    rows, cols = (torch.arange(d, device="cuda", dtype=torch.float64) for d in (m, n))
+    ref = _act("gelu_tanh", x.double() @ w.double().t() + bias.double()) * 0.5 + shift.double() - rowterm.double() \
+        + (rows % 7)[:, None] * 0.25 - (cols % 5)[None, :] * 0.125
+    err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert err < {"bf16": 1e-2, "f16": 2e-3, "f32 out": 1e-4, "tf32": 2e-3, "x @ w": 1e-2}[t], err
+    if t in ("bf16", "f16", "x @ w"):
+        monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)
+        theirs = matmul(x, b, **kw)
+        step = 2.0 ** (-7 if dt == torch.bfloat16 else -10)  # one rounding of C apart at most (relative)
+        assert float(((out.double() - theirs.double()).abs() / (1e-2 + theirs.double().abs())).max()) <= 2 * step
+
+
 def test_repeated_fused_calls_take_the_quick_path_with_each_calls_bias():
     """A repeated bias + activation call of PyTorch tensors skips the checks (the fast path: the
     last full-path plan stays another problem's) and reads each call's own bias."""

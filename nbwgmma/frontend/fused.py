@@ -31,7 +31,8 @@ from numba.core.errors import NumbaError
 
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
-from ..kernels.fused import FP8_OUTS, MAX_EXTRAS, OUTS_16, THREADS, TYPES, FusedConfig, fused_kernel
+from ..kernels.fused import FP8_OUTS, OUTS_16, THREADS, TYPES, FusedConfig, fused_kernel
+from ..kernels.gemm_config import MAX_EXTRAS
 from ..kit import ACTIVATIONS
 from ..launch import device_limits
 from .args import NP_OF, described, is_real, real_arg
@@ -39,7 +40,7 @@ from .arrays import ArrayInfo, array_info
 from .plan import numba_view, tensor_map
 
 __all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_OUTS", "schedule_for",
-           "bias_vector", "bias_operand", "library_epilogue"]
+           "bias_vector", "bias_operand", "library_epilogue", "epilogue_error"]
 
 _SIM = sim.enabled()
 _DUMMY = {}  # (device, shape) -> a zero f32 array standing in for an unused argument
@@ -329,9 +330,14 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     except NumbaError as e:  # a user epilogue that does not compile: nothing was launched
         if ufn is None:
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise MatmulError(f"matmul: the epilogue function {getattr(ufn, '__name__', ufn)!s} does not compile with "
-                          f"arguments (value: f32, row: int64, col: int64"
-                          f"{''.join(', ' + ('f32' if k == 'scalar' else 'f32 (its ' + k + ')') for k in kinds)}): "
-                          f"{first}") from e
+        raise epilogue_error(ufn, kinds, e) from e
     return out
+
+
+def epilogue_error(fn, kinds, e) -> MatmulError:
+    """The error of a user epilogue ``fn`` (extras of ``kinds``) that Numba could not compile."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return MatmulError(f"matmul: the epilogue function {getattr(fn, '__name__', fn)!s} does not compile with "
+                       f"arguments (value: f32, row: int64, col: int64"
+                       f"{''.join(', ' + ('f32' if k == 'scalar' else 'f32 (its ' + k + ')') for k in kinds)}): "
+                       f"{first}")

@@ -13,6 +13,8 @@ takes the tile model's pick.
 
 from __future__ import annotations
 
+from numba.core.errors import NumbaError
+
 from .. import sim
 from ..errors import MatmulError
 from . import fused
@@ -21,7 +23,7 @@ from .args import (
     torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
-from .fused import FP8_OUTS, bias_operand, check_c, check_epilogue, fused_call
+from .fused import FP8_OUTS, bias_operand, check_c, check_epilogue, epilogue_error, fused_call, user_epilogue
 from .plan import Plan, nb_stream, zero_fill
 from .scaled import is_tensor_scale, scaled_matmul
 from .sparse import SPARSE_TYPES, sparse_matmul
@@ -174,28 +176,34 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
     # A bias, an activation and beta * C fused into the library GEMM's epilogue: its bias vector, C
-    epi, vec, cb, beta_c = {}, None, None, 0.0
+    epi, vec, cb, beta_c, extras, ufn = {}, None, None, 0.0, (), None
     if bias is not None or activation is not None or epilogue is not None or epilogue_args or c is not None \
             or beta is not None or alpha != 1.0 or odt in FP8_OUTS or scale_out is not None or amax is not None:
         library = False
-        if epilogue is None and not epilogue_args and odt not in FP8_OUTS and scale_out is None and amax is None \
-                and k > 0:
+        if odt not in FP8_OUTS and scale_out is None and amax is None and k > 0:
             bi = described(bias, "bias") if bias is not None else None
             where = check_epilogue(activation, bi, m, n, ia.device)
             ic, beta_c = check_c(c, beta, m, n, ia.device)
+            ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
             vec = bias_operand(bias, bi, lib) if bi is not None else None
-            library = (bi is None or vec is not None) and fused.library_epilogue(kind, odt, m, n, k, activation)
-            epi = {key: v for key, v in (("bias", where), ("act", activation)) if v is not None and library}
+            # a user function's vectors read as the bias is (numbers: f32 arguments)
+            extras = tuple(float(x) if info is None else bias_operand(x, info, lib)
+                           for x, info in zip(epilogue_args, infos))
+            library = (bi is None or vec is not None) and None not in extras \
+                and fused.library_epilogue(kind, odt, m, n, k, activation)
+            epi = {key: v for key, v in (("bias", where), ("act", activation), ("user", ufn)) if v is not None and library}
             if library and vec is not None:
                 epi["bias_type"] = vec[0].dtype
+            if library and kinds:
+                epi["extras"] = tuple((kd, "f32" if kd == "scalar" else x[0].dtype) for kd, x in zip(kinds, extras))
             if library and ic is not None:
                 cb = (ic, c)
     else:
         library = True
     if not library:
         if config is not None:
-            raise MatmulError("matmul: config applies to calls the library GEMM runs: not with a user epilogue, an "
-                              "fp8 output, a strided Numba bias or K = 0 with an epilogue, so far (the fused "
+            raise MatmulError("matmul: config applies to calls the library GEMM runs: not with an fp8 output, a "
+                              "strided Numba bias or epilogue vector, or K = 0 with an epilogue, so far (the fused "
                               "kernel's); got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
                           alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
@@ -222,7 +230,13 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             _PLANS.clear()
         _PLANS[key] = plan
     _LAST[0] = plan
-    plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c)
+    if ufn is None:
+        plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c)
+    else:
+        try:
+            plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c, extras)
+        except NumbaError as e:  # the user's function does not compile: nothing was launched
+            raise epilogue_error(ufn, kinds, e) from e
     if quick and plan.in_place and plan.launcher is not None and io.ptr % 16 == 0 \
             and (vec is None or vec[1] is bias):  # (a bias read in place)
         if len(_QUICK) >= 256:

@@ -46,7 +46,11 @@ from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_tile
 
-__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "tma_view", "numba_view", "transposed"]
+__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "tma_view", "numba_view", "transposed", "EPILOGUE_OPTIONS"]
+
+#: the fused epilogue's options of a plan (:class:`~nbwgmma.kernels.gemm.GemmConfig`'s), which
+#: ``config`` does not take and :attr:`Plan.config` leaves out
+EPILOGUE_OPTIONS = ("bias", "act", "bias_type", "with_c", "user", "extras", "user_t")
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
@@ -188,8 +192,12 @@ class Plan:
             c_info = None if c_info is None else transposed(c_info)
             acc, ta, tb = kind.split(".")
             kind = f"{acc}.{tb}.{ta}"  # mixed fp8 (e4m3 x e5m2): the types trade places too
+            flip = {"col": "row", "row": "col", "scalar": "scalar"}
             if opts.get("bias"):  # a bias per column of out is one per row of out^T
-                opts["bias"] = {"col": "row", "row": "col"}[opts["bias"]]
+                opts["bias"] = flip[opts["bias"]]
+            if opts.get("user") is not None:  # so are a user function's vectors; it gets out's row and column
+                opts["extras"] = tuple((flip[kind], t) for kind, t in opts.get("extras", ()))
+                opts["user_t"] = True
         self.mnk = (m, n, k)
         self.c_info = io  # C as the kernel sees it (swapped: out^T)
         self.beta_c = c_info  # the C of beta * C (with_c) as the kernel sees it
@@ -238,7 +246,7 @@ class Plan:
                               f"; got {odt} with strides {io.strides} at {io.ptr:#x}")
         # the tile and the given parameters (the epilogue follows from out; the fused epilogue's options,
         # which config does not take, are left out)
-        self.config = {k_: v for k_, v in opts.items() if k_ not in ("bias", "act", "bias_type", "with_c")}
+        self.config = {k_: v for k_, v in opts.items() if k_ not in EPILOGUE_OPTIONS}
 
         def config(epilogue):
             return GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
@@ -278,10 +286,11 @@ class Plan:
         v = tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
         return tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
 
-    def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle, bias=None, c=None, beta=0.0):
+    def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle, bias=None, c=None, beta=0.0, extras=()):
         """Launch the plan's kernel on these arrays (``bias``: (1-D info, owner) of the vector of a
         plan with a fused bias, as :func:`nbwgmma.frontend.fused.bias_operand` gives it; ``c``:
-        (info, owner) of a plan's C, added as ``beta * C``)."""
+        (info, owner) of a plan's C, added as ``beta * C``; ``extras``: a user epilogue's, each a
+        vector as ``bias`` or a number)."""
         if self.swap:
             a, ia, b, ib, io = b, transposed(ib), a, transposed(ia), transposed(io)
             c = None if c is None else (transposed(c[0]), c[1])
@@ -299,6 +308,8 @@ class Plan:
                 args += (numba_view(*bias),)
             if cfg.with_c:
                 args += (numba_view(*c), np.float32(beta))
+            args += tuple(np.float32(x) if kind == "scalar" else numba_view(*x)
+                          for (kind, _), x in zip(cfg.extras, extras))
             if cfg.uses_workspace:
                 args += self.workspace(stream_handle)[:2]
             if DEBUG_WAIT_TIMEOUT_S is not None or _SIM:  # checked launches that name a stopped kernel
@@ -310,11 +321,14 @@ class Plan:
                 launch(kern, grid, cfg.threads, args, stream=nb_stream(stream_handle), smem=smem, cluster=cluster)
                 return
             self.launcher = self._prepare(args)
-        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, c, beta)
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, c, beta, extras)
 
-    def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None, c=None, beta=0.0):
+    def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None, c=None, beta=0.0, extras=()):
         m, n, k = self.mnk
         ws = self.workspace(stream_handle)[2] if self.cfg.uses_workspace else ()
+        for (kind, _), x in zip(self.cfg.extras[::-1], extras[::-1]):
+            ws = ((float(x),) if kind == "scalar" else array_arg_values(x[0].ptr, x[0].shape, x[0].strides,
+                                                                          x[0].itemsize)) + ws
         if self.cfg.with_c:
             ci = c[0]
             ws = array_arg_values(ci.ptr, ci.shape, ci.strides, ci.itemsize) + (beta,) + ws
@@ -387,9 +401,14 @@ class Plan:
         typed = tuple(disp.typeof_pyval(x) for x in args)
         if sig != typed:  # (a layout rule of Numba's that signature() missed: the kernel must fit the arrays)
             sig = typed
-        kern, _ = cached_kernel(disp, sig, ("gemm", cfg.key()), cuda.get_current_device().compute_capability)
+        if cfg.user is None:
+            kern, _ = cached_kernel(disp, sig, ("gemm", cfg.key()), cuda.get_current_device().compute_capability)
+        else:  # a user function's kernel is compiled in each process (its globals may differ between them)
+            kern = disp.compile(tuple(sig))._codelibrary.get_cufunc().kernel
         grid, cluster, smem = self.launch_shape(kern, None)
-        ws = (_BIAS_ARGS if cfg.bias else ()) + (_C_ARGS if cfg.with_c else ()) + (_WS_ARGS if cfg.uses_workspace else ())
+        xs = tuple(t for kind, _ in cfg.extras for t in (("f32",) if kind == "scalar" else _BIAS_ARGS))
+        ws = (_BIAS_ARGS if cfg.bias else ()) + (_C_ARGS if cfg.with_c else ()) + xs \
+            + (_WS_ARGS if cfg.uses_workspace else ())
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws
         # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
         # it with griddep_wait before touching memory)
@@ -417,7 +436,9 @@ class Plan:
         ws = (types.Array(types.float32, 1, "C"), types.Array(types.int32, 1, "C"))
         vec = (types.Array(from_dtype(np.dtype(NP_OF[self.cfg.bias_type])), 1, "C"),) if self.cfg.bias else ()
         cb = (array_type(self.beta_c), types.float32) if self.cfg.with_c else ()
-        return (types.int64, types.int64, c) + scalars + vec + cb + (ws if self.cfg.uses_workspace else ())
+        xs = tuple(types.float32 if kind == "scalar" else types.Array(from_dtype(np.dtype(NP_OF[t])), 1, "C")
+                   for kind, t in self.cfg.extras)
+        return (types.int64, types.int64, c) + scalars + vec + cb + xs + (ws if self.cfg.uses_workspace else ())
 
     def check_expect_tx(self, ta, tb):
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its

@@ -43,6 +43,7 @@ from ..intrinsics import (
 from ..kit import (Cooperative, EpilogueWarps, PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined,
                    no_epilogue_warps, tile_producer, tma_store_block, tma_store_part)
 from ..launch import dynamic_smem_bytes
+from .gemm_config import EXTRA_KINDS, MAX_EXTRAS
 
 __all__ = ["FusedConfig", "fused_kernel", "BIASES", "TYPES", "FP8_OUTS", "OUTS_16", "SCHEDULES", "THREADS"]
 
@@ -65,10 +66,6 @@ C_PART = 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer after the s
 THREADS = 384
 
 
-#: Kinds of the extra arguments of a user epilogue: a vector of one value per column, per row,
-#: or a scalar (each read as f32); at most :data:`MAX_EXTRAS` of them.
-EXTRA_KINDS = ("col", "row", "scalar")
-MAX_EXTRAS = 4
 
 
 class FusedConfig:

@@ -97,7 +97,8 @@ def _build(key):
     SPLIT = cfg.split
     STREAM = cfg.stream_k
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
-    EPI = cfg.bias is not None or cfg.act is not None or cfg.with_c  # a fused bias, activation, beta * C
+    # a fused bias, activation, beta * C, user function
+    EPI = cfg.bias is not None or cfg.act is not None or cfg.with_c or cfg.user is not None
     epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI else None) if EPI else None
     epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     TILE_FLOATS = BM * BN
@@ -255,7 +256,7 @@ def _build(key):
             store(acc, c, ctid, cw, row0, col0, cbase, ep)
 
     @inlined
-    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta):
+    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
@@ -265,7 +266,7 @@ def _build(key):
         xbars = smem_addr(xb)
         tid = cuda.threadIdx.x
         wg = tid // 128
-        ep = (vec, m, n, cmat, beta)  # what the fused epilogue reads (unused ones: stand-ins)
+        ep = (vec, m, n, cmat, beta, xs)  # what the fused epilogue reads (unused ones: stand-ins)
         if tid == 0:
             pipe.init(ring)
             if KC > 1:
@@ -383,13 +384,14 @@ def _build(key):
             # not .aligned: of the producer's warp only its one thread may be left.
             cluster_sync(False)
 
-    # The kernel's parameters: the bias vector, C and beta, and the workspace (split-K, stream-K)
-    # only where used (unused ones get stand-ins).
+    # The kernel's parameters: the bias vector, C and beta, a user function's extras and the
+    # workspace (split-K, stream-K) only where used (unused ones get stand-ins).
     ws = SPLIT > 1 or STREAM
+    xs = [f"x{j}" for j in range(len(cfg.extras))]
     params = ["tmap_a", "tmap_b", "c", "m", "n", "k", "alpha"] + (["vec"] if cfg.bias else []) \
-        + (["cmat", "beta"] if cfg.with_c else []) + (["ws", "counters"] if ws else [])
+        + (["cmat", "beta"] if cfg.with_c else []) + xs + (["ws", "counters"] if ws else [])
     passed = ", ".join(params[:7] + (["ws", "counters"] if ws else ["c", "m"]) + (["vec"] if cfg.bias else ["m"])
-                       + (["cmat", "beta"] if cfg.with_c else ["c", "alpha"]))
+                       + (["cmat", "beta"] if cfg.with_c else ["c", "alpha"]) + [f"({''.join(x + ', ' for x in xs)})"])
     src = [f"def gemm({', '.join(params)}):", f"    body({passed})"]
     ns = {"body": body, "__name__": __name__}  # (the kernel's symbol names this module)
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm kernel>", "exec"), ns)
@@ -398,33 +400,48 @@ def _build(key):
 
 def _fused_epilogue(cfg, width, pack):
     """``epi(acc, ctid, row0, col0, ep) -> fragment`` of ``cfg``'s fused epilogue over a 64 x
-    ``width`` fragment whose tile starts at (``row0``, ``col0``): ``act(v + beta * C + bias)`` per
-    value (C's values read with ``acc_load``), packed into 16-bit pairs with ``pack``
-    (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, M, N, C, beta)."""
-    bias, act, vtype = cfg.bias, cfg.act, cfg.bias_type
-    if cfg.with_c and width > 64 and width % 64 == 0:
+    ``width`` fragment whose tile starts at (``row0``, ``col0``): ``user(act(v + beta * C + bias),
+    row, col, *extras)`` per value (C's values read with ``acc_load``), packed into 16-bit pairs
+    with ``pack`` (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, M, N, C, beta, the extras)."""
+    bias, act = cfg.bias, cfg.act
+    if (cfg.with_c or any(kind != "scalar" for kind, _ in cfg.extras)) and width > 64 and width % 64 == 0:
         # With C, 64 columns at a time: C's values, the bias's and the results of a whole part
         # beside the accumulator spilled (960 bytes for 128-column parts of a 128 x 256 tile with a
         # bias and gelu_tanh; 240 so; C alone none). 256-row tiles (two accumulators) with C and a
-        # bias still spill 176-600 bytes in 32-column parts (16-column ones: more).
+        # bias still spill 176-600 bytes in 32-column parts (16-column ones: more). So with a user
+        # function's vectors (a bias, gelu_tanh and two vectors: 280 bytes in 128-column parts).
         sub = _fused_epilogue(cfg, 64, pack)
         parts = [f"sub(acc[{32 * j}:{32 * (j + 1)}], ctid, row0, col0 + {64 * j}, ep)" for j in range(width // 64)]
         ns = {"sub": sub}
         exec(compile(f"def epi(acc, ctid, row0, col0, ep):\n    return {' + '.join(parts)}\n",
                      "<nbwgmma.kernels.gemm epilogue by 64 columns>", "exec"), ns)
         return inlined(ns["epi"])
-    f = activation(act) if act else None
-    fn = {(False, False): "v", (True, False): "f(v)", (False, True): "v + b", (True, True): "f(v + b)"}
-    src = [f"def value(v, row, col{', b' if bias else ''}):", f"    return {fn[(f is not None, bias is not None)]}"]
-    ns = {"f": f}
+    # acc_map's extra arguments: per-column vectors, per-row vectors, scalars; each (name in the
+    # value function, element type, its source in epi)
+    vecs = {"col": [], "row": [], "scalar": []}
+    if bias:
+        vecs[bias].append(("b", cfg.bias_type, "vec"))
+    for j, (kind, vtype) in enumerate(cfg.extras):
+        vecs[kind].append((f"x{j}", vtype, f"xs[{j}]"))
+    given = vecs["col"] + vecs["row"] + vecs["scalar"]
+    v = "v + b" if bias else "v"
+    if act:
+        v = f"f({v})"
+    if cfg.user is not None:  # (C's row and column as int64; swapped: the caller's are the kernel's column and row)
+        where = "I(col), I(row)" if cfg.user_t else "I(row), I(col)"
+        v = f"u({v}, {where}{''.join(f', x{j}' for j in range(len(cfg.extras)))})"
+    src = [f"def value(v, row, col{''.join(', ' + name for name, _, _ in given)}):", f"    return {v}"]
+    ns = {"f": activation(act) if act else None, "u": cfg.user, "I": np.int64}
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue>", "exec"), ns)
-    mapped = acc_map(inlined(ns["value"]), width, cols=int(bias == "col"), rows=int(bias == "row"), pack=pack,
-                     vtype=vtype)
-    vector = {"col": ", vec[col0:n]", "row": ", vec[row0:m]", None: ""}[bias]  # the tile's part of the bias
-    src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n, cmat, beta = ep"]
+    mapped = acc_map(inlined(ns["value"]), width, cols=len(vecs["col"]), rows=len(vecs["row"]),
+                     nextra=len(vecs["scalar"]), pack=pack, vtype=tuple(t for _, t, _ in vecs["col"] + vecs["row"]))
+    # the tile's part of each vector, the scalars as they are
+    args = [f"{x}[col0:n]" for _, _, x in vecs["col"]] + [f"{x}[row0:m]" for _, _, x in vecs["row"]] \
+        + [x for _, _, x in vecs["scalar"]]
+    src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n, cmat, beta, xs = ep"]
     if cfg.with_c:  # beta * C's part, added to the (scaled) product first
         src.append(f"    acc = acc_add(acc, acc_scale(acc_load('{cfg.kind}', {width}, cmat, ctid, row0, col0), beta))")
-    src.append(f"    return mapped(acc, ctid, row0, col0{vector})")
+    src.append(f"    return mapped(acc, ctid, row0, col0{''.join(', ' + x for x in args)})")
     ns = {"mapped": mapped, "acc_add": acc_add, "acc_scale": acc_scale, "acc_load": acc_load}
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue parts>", "exec"), ns)
     return inlined(ns["epi"])

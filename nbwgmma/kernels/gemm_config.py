@@ -14,7 +14,7 @@ from ..kit.warpgroup import launch_regs
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
 
-__all__ = ["GemmConfig", "DEFAULT_STAGES", "NARROW_STAGES", "STAGE_BUDGET"]
+__all__ = ["GemmConfig", "DEFAULT_STAGES", "NARROW_STAGES", "STAGE_BUDGET", "MAX_EXTRAS", "EXTRA_KINDS"]
 
 #: Shared memory for a kernel's stages and C tile: the opt-in 227 KiB less the dynamic base's
 #: alignment slack and the barriers.
@@ -27,6 +27,9 @@ _OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 #: as fit up to :data:`NARROW_STAGES`; other tiles fit at most 4 beside their C tile.
 DEFAULT_STAGES = {(128, 128): 6}
 NARROW_STAGES = 8
+#: a user epilogue's extra arguments: at most this many, each a vector per column or row of C or a scalar
+MAX_EXTRAS = 4
+EXTRA_KINDS = ("col", "row", "scalar")
 
 
 class GemmConfig:
@@ -84,6 +87,12 @@ class GemmConfig:
     takes one more argument after ``alpha``: the vector, of ``bias_type`` ("f32", "f16", or "bf16"
     as uint16 bits) elements. ``with_c`` adds ``beta * C`` first (two more arguments after those:
     C as a 2-D array of any strides, bf16 as uint16 bits, and the f32 ``beta``).
+    ``user`` (a device function ``fn(value, row, col, *extras) -> value``) is applied last, with
+    each value's row and column of C (int64; ``user_t``: the kernel computes C^T, so it passes
+    the column and row of its own C, the caller's row and column) and ``extras``, pairs (kind,
+    type): a vector per column ("col") or row ("row") of C of that element type, read as
+    ``acc_map`` reads a bias, or an f32 "scalar"; each is one more kernel argument after C and
+    beta, in order.
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -93,7 +102,8 @@ class GemmConfig:
     def __init__(self, kind="f32.bf16.bf16", bm=128, bn=256, stages=None, group_m=8, scaled=False,
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
-                 c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False):
+                 c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False, user=None,
+                 extras=(), user_t=False):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -129,6 +139,19 @@ class GemmConfig:
         self.bias, self.act, self.bias_type = bias, act, bias_type if bias else "f32"
         #: ``beta * C`` is added in the epilogue (C read there: any strides, the output itself too)
         self.with_c = bool(with_c)
+        if user is not None and not callable(user):
+            raise ConfigError("user", f"user must be a device function (value, row, col, *extras) -> value; got {user!r}")
+        extras = tuple(tuple(e) for e in extras)
+        if len(extras) > MAX_EXTRAS or any(len(e) != 2 or e[0] not in EXTRA_KINDS or e[1] not in VECTOR_TYPES
+                                           or (e[0] == "scalar" and e[1] != "f32") for e in extras) \
+                or (extras and user is None):
+            raise ConfigError("extras", f"extras (a user function's) must be up to {MAX_EXTRAS} pairs (kind, type): kind "
+                                        f"one of {EXTRA_KINDS}, type one of {VECTOR_TYPES} (f32 for a scalar); got "
+                                        f"{extras!r}{' without a user function' if user is None else ''}")
+        #: the user's epilogue function, applied last (``fn(value, row, col, *extras)``), its extras
+        #: ((kind, type): a vector per column or row of C, or an f32 scalar; each one more argument of
+        #: the kernel) and whether it gets C's coordinates transposed (a swapped product: C^T's)
+        self.user, self.extras, self.user_t = user, extras, bool(user_t) and user is not None
         if out not in _OUT_BYTES:
             raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
         if epilogue == "tma" and _OUT_BYTES[out] != 2:
@@ -290,7 +313,8 @@ class GemmConfig:
         return (self.kind, self.bm, self.bn, self.stages, self.group_m, self.scaled,
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
-                self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c)
+                self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c, self.user,
+                self.extras, self.user_t)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -301,4 +325,5 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
-                f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', beta * C' if self.with_c else ''}{', ' + self.act if self.act else ''})")
+                f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', beta * C' if self.with_c else ''}{', ' + self.act if self.act else ''}"
+                f"{', epilogue ' + getattr(self.user, '__name__', '?') if self.user else ''})")

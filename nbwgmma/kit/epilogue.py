@@ -195,8 +195,9 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     per thread and column (the two values of a column pair share a load), not once per
     value, and a tile that the vector covers loads without compares. ``nextra`` further
     arguments (arrays, scalars) are passed through to ``fn`` as they are. ``vtype`` is the
-    vectors' element type: "f32" (or any type that converts), "f16", or "bf16" given as raw
-    bits (a ``uint16`` array: NumPy and Numba have no bf16), widened exactly.
+    vectors' element type, or a tuple of one per vector (``cols`` first): "f32" (or any type
+    that converts), "f16", or "bf16" given as raw bits (a ``uint16`` array: NumPy and Numba
+    have no bf16), widened exactly.
 
     Each result is converted back to the accumulator's type (``dtype`` "f32" or "s32"); with
     ``pack`` "bf16" or "f16" adjacent results are packed into 32-bit registers as they are
@@ -208,11 +209,13 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         raise ValueError(f"acc_map: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if pack not in _PACKS or (pack and dtype != "f32"):
         raise ValueError(f"acc_map: pack must be None, 'bf16' or 'f16' (f32 accumulators); got {pack!r}")
-    if vtype not in VECTOR_TYPES:
-        raise ValueError(f"acc_map: vtype must be one of {VECTOR_TYPES}; got {vtype!r}")
     for name, count in (("cols", cols), ("rows", rows), ("nextra", nextra)):
         if not isinstance(count, int) or not 0 <= count <= 8:
             raise ValueError(f"acc_map: {name} must be an integer in [0, 8]; got {count!r}")
+    vtypes = (vtype,) * (cols + rows) if isinstance(vtype, str) else tuple(vtype)
+    if len(vtypes) != cols + rows or any(v not in VECTOR_TYPES for v in vtypes + (vtype,) * isinstance(vtype, str)):
+        raise ValueError(f"acc_map: vtype must be one of {VECTOR_TYPES}, or a tuple of them, one per vector "
+                         f"({cols + rows}); got {vtype!r}")
     vecs = [f"v{j}" for j in range(cols + rows)]
     extra = [f"e{j}" for j in range(nextra)]
     params = "".join(f", {x}" for x in vecs + extra)
@@ -224,15 +227,16 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
              "    lc = (tid & 3) << 1",
              "    r = row0 + lr",
              "    c = col0 + lc"]
-    load = "T(W({}))" if vtype == "bf16" else "T({})"  # an element of a vector, as the accumulator's type
+    loads = ["T(W({}))" if v == "bf16" else "T({})" for v in vtypes]  # an element, as the accumulator's type
     for j in range(cols):  # value pair i, i+1 sits in columns lc + 8 * (i // 4) + {0, 1}
+        load = loads[j]
         lines.append(f"    if len(v{j}) >= {n}:")
         lines += [f"        v{j}_{k} = {load.format(f'v{j}[lc + {k // 2 * 8 + k % 2}]')}" for k in range(n // 4)]
         lines.append("    else:")
         lines += [f"        v{j}_{k} = {load.format(f'v{j}[lc + {k // 2 * 8 + k % 2}]')} if lc + {k // 2 * 8 + k % 2} "
                   f"< len(v{j}) else T(0)" for k in range(n // 4)]
     for j in range(cols, cols + rows):  # rows lr and lr + 8
-        lines += [f"    v{j}_{k} = {load.format(f'v{j}[lr + {8 * k}]')} if lr + {8 * k} < len(v{j}) else T(0)"
+        lines += [f"    v{j}_{k} = {loads[j].format(f'v{j}[lr + {8 * k}]')} if lr + {8 * k} < len(v{j}) else T(0)"
                   for k in (0, 1)]
     lines.append("    return (")
 
@@ -250,6 +254,6 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     lines.append("    )")
     name = f"acc_map({getattr(fn, '__name__', 'fn')}, n={n})"
     ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": _fragment_check(name, n // 2),
-          "W": _bf16_value() if vtype == "bf16" else None}
+          "W": _bf16_value() if "bf16" in vtypes else None}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
     return inlined(ns["mapped"])
