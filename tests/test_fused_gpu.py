@@ -333,3 +333,18 @@ def test_repeated_fused_calls_take_the_quick_path_with_each_calls_bias():
         got = matmul(x, w.t(), bias=bias, activation="relu")
         assert torch.equal(got.double(), torch.relu(x.double() @ w.double().t() + bias.double()))
     assert last_plan() is seen  # no full-path call since
+
+
+def test_strided_bias_on_a_side_stream():
+    """A strided bias (its f32 copy made by PyTorch) with ``stream=``: the copy is made on that
+    stream, where the kernel reads it."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randint(-2, 3, (300, 256), device="cuda", generator=g).bfloat16()
+    w = torch.randint(-2, 3, (264, 256), device="cuda", generator=g).bfloat16()
+    wide = torch.randint(-8, 9, (264, 2), device="cuda", generator=g).bfloat16()
+    side = torch.cuda.Stream()
+    out = torch.full((300, 264), float("nan"), device="cuda", dtype=torch.bfloat16)
+    side.wait_stream(torch.cuda.current_stream())
+    matmul(x, w.t(), bias=wide[:, 0], activation="relu", out=out, stream=side)
+    side.synchronize()
+    assert torch.equal(out.double(), torch.relu(x.double() @ w.double().t() + wide[:, 0].double()))

@@ -120,17 +120,26 @@ def _row_major(info: ArrayInfo) -> bool:
         and info.ptr % 16 == 0 and (cols * es) % 16 == 0
 
 
-def bias_vector(bias, info, lib):
+def bias_vector(bias, info, lib, stream=None):
     """The bias as a 1-D f32 array the kernel reads (contiguous where the array's library can
-    copy it: PyTorch, CuPy)."""
+    copy it: PyTorch, CuPy; the copy made on ``stream``, a raw handle, where the call runs on a
+    stream of its own: the kernel reads it there, and the library frees it there)."""
     if info.dtype == "f32" and len(info.shape) == 1 and (info.strides[0] == 4 or lib == "numba"):
         return bias
     if lib == "torch":
-        return bias.reshape(-1).float().contiguous()
+        import torch
+
+        if stream is None:
+            return bias.reshape(-1).float().contiguous()
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=bias.device)):
+            return bias.reshape(-1).float().contiguous()
     if lib == "cupy":
         import cupy
 
-        return cupy.ascontiguousarray(bias.reshape(-1), dtype=np.float32)
+        if stream is None:
+            return cupy.ascontiguousarray(bias.reshape(-1), dtype=np.float32)
+        with cupy.cuda.ExternalStream(stream):
+            return cupy.ascontiguousarray(bias.reshape(-1), dtype=np.float32)
     if info.dtype != "f32":
         raise MatmulTypeError(f"matmul: a Numba bias must be f32 (its library cannot convert it here); "
                               f"got {info.dtype}")
@@ -231,16 +240,17 @@ def schedule_for(dt: str, odt: str, m: int, n: int, k: int, act: str | None = No
     return "pingpong"
 
 
-def bias_operand(bias, info: ArrayInfo, lib):
+def bias_operand(bias, info: ArrayInfo, lib, stream=None):
     """``(info, owner)`` of the bias as the library GEMM reads it: a contiguous 1-D vector of f32,
     f16 or bf16 elements read in place, or (a strided one) an f32 copy made by the array's
-    library; None for a strided Numba vector (which only the fused kernel reads)."""
+    library (on ``stream``: :func:`bias_vector`); None for a strided Numba vector (which only the
+    fused kernel reads)."""
     es, length = info.itemsize, math.prod(info.shape)
     if length == 1 or es in [st for st, d in zip(info.strides, info.shape) if d != 1]:
         return info._replace(shape=(length,), strides=(es,)), bias
     if lib == "numba":
         return None
-    vec = bias_vector(bias, info, lib)
+    vec = bias_vector(bias, info, lib, stream)
     vi = array_info(vec)
     return vi._replace(shape=(length,), strides=(4,)), vec
 
@@ -260,9 +270,10 @@ def library_epilogue(kind: str, odt: str, m: int, n: int, k: int, act: str | Non
 
 
 def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream, epilogue=None,
-               epilogue_args=(), c=None, beta=None, scale_out=None, amax=None):
+               epilogue_args=(), c=None, beta=None, scale_out=None, amax=None, own_stream=None):
     """Run ``out = epilogue(act(alpha * a @ b + beta * c + bias), row, col, *epilogue_args)``
-    (operands already checked by ``matmul``)."""
+    (operands already checked by ``matmul``; ``own_stream``: the handle of a stream the caller
+    gave, where vectors are converted)."""
     from ..launch import launch
 
     (m, k), n = ia.shape, ib.shape[1]
@@ -293,10 +304,10 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
         return out
     if k == 0:
         raise MatmulError("matmul: bias/activation need K > 0 so far; got K = 0")
-    vec = bias_vector(bias, bi, lib) if bi is not None else _stand_in(ia.device, (1,))
+    vec = bias_vector(bias, bi, lib, own_stream) if bi is not None else _stand_in(ia.device, (1,))
     extras = [np.float32(0.0)] * MAX_EXTRAS
     for i, (x, info) in enumerate(zip(epilogue_args, infos)):
-        extras[i] = np.float32(x) if info is None else bias_vector(x, info, lib)
+        extras[i] = np.float32(x) if info is None else bias_vector(x, info, lib, own_stream)
     schedule = schedule_for(dt, odt, m, n, k, activation, ufn is not None)
     fp8_tma = odt in FP8_OUTS and _row_major(io)  # fp8 codes through TMA where C's rows allow it
     ckey = (dt, where, activation, ufn, kinds, b_major, ic is not None, odt, iamax is not None, schedule, fp8_tma)

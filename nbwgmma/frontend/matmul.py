@@ -185,9 +185,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             where = check_epilogue(activation, bi, m, n, ia.device)
             ic, beta_c = check_c(c, beta, m, n, ia.device)
             ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
-            vec = bias_operand(bias, bi, lib) if bi is not None else None
+            own = st if stream is not None else None  # (a strided vector is converted on the call's stream)
+            vec = bias_operand(bias, bi, lib, own) if bi is not None else None
             # a user function's vectors read as the bias is (numbers: f32 arguments)
-            extras = tuple(float(x) if info is None else bias_operand(x, info, lib)
+            extras = tuple(float(x) if info is None else bias_operand(x, info, lib, own)
                            for x, info in zip(epilogue_args, infos))
             library = (bi is None or vec is not None) and None not in extras \
                 and fused.library_epilogue(kind, odt, m, n, k, activation)
@@ -207,7 +208,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                               "kernel's); got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
                           alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
-                          epilogue_args=epilogue_args, c=c, beta=beta, scale_out=scale_out, amax=amax)
+                          epilogue_args=epilogue_args, c=c, beta=beta, scale_out=scale_out, amax=amax,
+                          own_stream=st if stream is not None else None)
     if m == 0 or n == 0:
         return out
     if k == 0:
