@@ -79,21 +79,21 @@ def _exact(m, n, k, where, act, t, b_row_major):
 
 def test_bad_epilogue_inputs_are_refused_before_launch():
     a, w = _bits(np.ones((64, 32)), "bf16"), _bits(np.ones((48, 32)), "bf16")
-    bias = cuda.to_device(np.ones(48, np.float32))
     cases = [
         (dict(bias=cuda.to_device(np.ones(47, np.float32))), r"bias must have shape \(48,\) or \(1, 48\).*got \(47,\)"),
         (dict(bias=cuda.to_device(np.ones((48, 1), np.float32))), r"or \(64, 1\) \(one per row\); got \(48, 1\)"),
         (dict(bias=cuda.to_device(np.ones(48, np.int32))), "bias must be f32, bf16 or f16; got s32"),
         (dict(bias=np.ones(48, np.float32)), "bias"),
         (dict(activation="tanh"), r"activation must be one of \['gelu', 'gelu_tanh', 'relu', 'sigmoid', 'silu'\]"),
-        (dict(bias=bias, out_dtype="e4m3", config={"bm": 128}),
-         "config applies to calls the library GEMM runs: not with an fp8 output"),
+        (dict(bias=cuda.to_device(np.ones((48, 2), np.float32))[:, 0], config={"bm": 128}),
+         "config applies to calls the library GEMM runs: not with a strided Numba bias"),
     ]
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):
             matmul(a, w.T, in_dtype="bf16", **kw)
-    with pytest.raises(MatmulError, match="must be row-major with 16-byte aligned rows"):  # B of neither layout
-        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=bias, in_dtype="bf16", out_dtype="e4m3")
+    # B of neither layout on the fused kernel (which a strided Numba bias takes)
+    with pytest.raises(MatmulError, match="must be row-major with 16-byte aligned rows"):
+        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=cases[-1][0]["bias"], in_dtype="bf16")
 
 
 @pytest.mark.parametrize("m, n, k, where, act, t, config, how", [
@@ -304,6 +304,44 @@ def test_fp8_output_and_amax_are_exact(fmt, n):
     assert amax.copy_to_host()[0] == np.abs(ref).max()
 
 
+@pytest.mark.parametrize("m, n, k, fmt, config, how", [
+    (16, 144, 64, "e4m3", {"swap": 1}, "plain"),          # swapped small M: codes stored from the registers
+    (16, 136, 64, "e4m3", None, "plain"),                 # rows of 136 bytes (not 16-byte multiples): plain stores
+    (130, 128, 64, "e5m2", {"split": 2}, "plain"),        # K slices summed, then the codes (TMA, 64B swizzle)
+    (256, 192, 64, "e4m3", {"bm": 128, "bn": 192, "c_parts": 3}, "plain"),  # 3 parts of 64 columns
+    (200, 256, 96, "e4m3", {"bm": 128, "bn": 256}, "plain"),  # 128 x 256 in halves, ragged M
+    (96, 72, 40, "e4m3", None, "strided out"),            # every other column of a wider array: plain stores
+])
+def test_library_fp8_output_and_amax_are_exact(m, n, k, fmt, config, how):
+    """fp8 outputs on the library GEMM (its tile model, swapped small M, K slices, TMA stores of
+    64B-swizzled codes, plain stores): the model's rounding of the float64 result times
+    scale_out; amax the largest |result| inside C (the function raises padding rows past M)."""
+    from nbwgmma.frontend.matmul import last_plan
+    from nbwgmma.layout.wgmma_model import float_to_fp8
+
+    t = "bf16"
+    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
+    bias = RNG.integers(-8, 9, n).astype(np.float32)
+    ref = np.maximum(a @ w.T + bias, 0) + np.arange(m)[:, None]
+    if how == "strided out":
+        wide = cuda.to_device(np.full((m, 2 * n), 0xAA, np.uint8))
+        out = wide[:, ::2]
+    else:
+        out = cuda.to_device(np.full((m, n), 0xAA, np.uint8))
+    amax = cuda.to_device(np.full(1, 0.0, np.float32))
+    matmul(_bits(a, t), _bits(w, t).T, bias=cuda.to_device(bias), activation="relu", epilogue=_row_shift, out=out,
+           out_dtype=fmt, in_dtype=t, scale_out=0.5, amax=amax, config=config)
+    cfg = last_plan().cfg
+    assert cfg.out == fmt and cfg.amax, cfg
+    assert cfg.epilogue == ("direct" if how == "strided out" or last_plan().swap or n % 16 else "tma"), cfg
+    assert last_plan().swap == bool(config and config.get("swap"))
+    got = (wide.copy_to_host()[:, ::2] if how == "strided out" else out.copy_to_host())
+    np.testing.assert_array_equal(got, float_to_fp8(ref * 0.5, fmt))
+    assert amax.copy_to_host()[0] == np.abs(ref).max()
+    if how == "strided out":  # the columns between were not written
+        assert (wide.copy_to_host()[:, 1::2] == 0xAA).all()
+
+
 def test_bad_fp8_output_arguments_are_refused():
     a, w = _bits(np.ones((64, 32)), "bf16"), _bits(np.ones((48, 32)), "bf16")
     out8 = cuda.to_device(np.zeros((64, 48), np.uint8))
@@ -346,13 +384,19 @@ def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t, monkeypatch):
            scale_out=0.125, amax=amax, scale_a=0.5, scale_b=4.0)
     np.testing.assert_array_equal(out8.copy_to_host(), float_to_fp8(ref * 0.125, "e4m3"))
     assert amax.copy_to_host()[0] == ref.max()
-    # B [K, N] row-major: the library GEMM stages it K-major; the fused kernel (an fp8 out) refuses it
+    # B [K, N] row-major: the library GEMM stages it K-major (an fp8 output too); the fused kernel refuses it
     b_rows = cuda.to_device(np.ascontiguousarray(encode_elements(w.T, t)))
     out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
     matmul(da, b_rows, bias=cuda.to_device(bias), activation="relu", out=out, in_dtype=t, scale_a=0.5, scale_b=4.0)
     np.testing.assert_array_equal(_host(out, "bf16"), ref)
-    with pytest.raises(MatmulError, match="the fp8 wgmma has no transpose"):
-        matmul(da, b_rows, bias=cuda.to_device(bias), in_dtype=t, out_dtype="e4m3")
+    out8 = cuda.to_device(np.full((m, n), 0xAA, np.uint8))
+    matmul(da, b_rows, bias=cuda.to_device(bias), activation="relu", out=out8, in_dtype=t, out_dtype="e4m3",
+           scale_out=0.125, scale_a=0.5, scale_b=4.0)
+    np.testing.assert_array_equal(out8.copy_to_host(), float_to_fp8(ref * 0.125, "e4m3"))
+    with monkeypatch.context() as mp:
+        mp.setattr(fused, "library_epilogue", lambda *a: False)
+        with pytest.raises(MatmulError, match="the fp8 wgmma has no transpose"):
+            matmul(da, b_rows, bias=cuda.to_device(bias), in_dtype=t, out_dtype="e4m3")
 
 
 @pytest.fixture

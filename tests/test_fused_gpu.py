@@ -174,6 +174,46 @@ def test_fp8_output_with_scale_and_amax(fmt, tdt, n):
     assert float(amax) == float(exact.abs().max())
 
 
+@pytest.mark.parametrize("m, n, k, t, config", [
+    (16, 4096, 1024, "bf16", None),                 # swapped small M: codes stored from the registers
+    (200, 1024, 8192, "bf16", None),                # K slices
+    (5000, 3000, 512, "bf16", None),                # 64-column multiples (fp8 codes go through TMA)
+    (2048, 4096, 1024, "e4m3", {"bm": 128, "bn": 256}),  # fp8 in and out, amax in 4 parts
+    (1000, 1000, 328, "bf16", {"bm": 128, "bn": 192}),   # 3 parts of 64 columns, ragged edges
+])
+def test_library_fp8_output_matches_float64_and_the_fused_kernel(monkeypatch, m, n, k, t, config):
+    """fp8 outputs with a bias, gelu_tanh, scale_out and amax on the library GEMM: each code the
+    float64 result's rounding or a neighbour, amax within f32 of the float64 one, and the codes and
+    amax equal to the fused kernel's where their f32 values agree (all but a few codes)."""
+    import nbwgmma.frontend.fused as fused
+    from nbwgmma.frontend.matmul import last_plan
+
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    dt = torch.float8_e4m3fn if t == "e4m3" else torch.bfloat16
+    x = (torch.randn(m, k, device="cuda", generator=g) * (4 if t == "e4m3" else 1)).to(dt)
+    w = (torch.randn(n, k, device="cuda", generator=g) * (4 if t == "e4m3" else 1)).to(dt)
+    bias = torch.randn(n, device="cuda", generator=g).bfloat16()
+    sa = 0.125 if t == "e4m3" else 1.0
+    ref = torch.nn.functional.gelu(x.double() @ w.double().t() * sa * sa + bias.double(), approximate="tanh")
+    amax = torch.zeros(1, device="cuda")
+    out = torch.full((m, n), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    kw = dict(bias=bias, activation="gelu_tanh", scale_out=0.25, out_dtype="e4m3")
+    if t == "e4m3":
+        kw.update(scale_a=sa, scale_b=sa)
+    matmul(x, w.t(), out=out, amax=amax, config=config, **kw)
+    assert last_plan().cfg.out == "e4m3" and last_plan().cfg.amax
+    want = (ref * 0.25).to(torch.float8_e4m3fn).double()
+    err = (out.double() - want).abs()
+    assert torch.all(err <= want.abs() * 2.0 ** -3 + 2.0 ** -9), float(err.max())
+    assert float((err == 0).double().mean()) > 0.99
+    assert abs(float(amax) - float(ref.abs().max())) <= 1e-4 * float(ref.abs().max())
+    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)
+    amax2 = torch.zeros(1, device="cuda")
+    theirs = matmul(x, w.t(), amax=amax2, **kw)
+    assert float((out.view(torch.uint8) != theirs.view(torch.uint8)).double().mean()) < 0.01
+    assert abs(float(amax) - float(amax2)) <= 1e-5 * float(amax2)
+
+
 @pytest.mark.parametrize("fp8, out_dtype", [("float8_e4m3fn", None), ("float8_e5m2", "f16"),
                                             ("float8_e4m3fn", "e4m3")])
 def test_fp8_inputs_with_bias_and_activation(fp8, out_dtype):

@@ -23,7 +23,9 @@ from .args import (
     torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
-from .fused import FP8_OUTS, bias_operand, check_c, check_epilogue, epilogue_error, fused_call, user_epilogue
+from .fused import (
+    FP8_OUTS, bias_operand, check_c, check_epilogue, check_fp8_out, epilogue_error, fused_call, user_epilogue,
+)
 from .plan import Plan, nb_stream, zero_fill
 from .scaled import is_tensor_scale, scaled_matmul
 from .sparse import SPARSE_TYPES, sparse_matmul
@@ -176,11 +178,12 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
     # A bias, an activation and beta * C fused into the library GEMM's epilogue: its bias vector, C
-    epi, vec, cb, beta_c, extras, ufn = {}, None, None, 0.0, (), None
+    epi, vec, cb, beta_c, extras, ufn, fp8_out = {}, None, None, 0.0, (), None, (1.0, None)
     if bias is not None or activation is not None or epilogue is not None or epilogue_args or c is not None \
             or beta is not None or alpha != 1.0 or odt in FP8_OUTS or scale_out is not None or amax is not None:
         library = False
-        if odt not in FP8_OUTS and scale_out is None and amax is None and k > 0:
+        if k > 0:
+            scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
             bi = described(bias, "bias") if bias is not None else None
             where = check_epilogue(activation, bi, m, n, ia.device)
             ic, beta_c = check_c(c, beta, m, n, ia.device)
@@ -199,13 +202,15 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                 epi["extras"] = tuple((kd, "f32" if kd == "scalar" else x[0].dtype) for kd, x in zip(kinds, extras))
             if library and ic is not None:
                 cb = (ic, c)
+            if library and iamax is not None:
+                epi["amax"] = True
+            fp8_out = (scale, None if iamax is None else (iamax, amax))
     else:
         library = True
     if not library:
         if config is not None:
-            raise MatmulError("matmul: config applies to calls the library GEMM runs: not with an fp8 output, a "
-                              "strided Numba bias or epilogue vector, or K = 0 with an epilogue, so far (the fused "
-                              "kernel's); got both")
+            raise MatmulError("matmul: config applies to calls the library GEMM runs: not with a strided Numba bias "
+                              "or epilogue vector, or K = 0 with an epilogue, so far (the fused kernel's); got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
                           alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
                           epilogue_args=epilogue_args, c=c, beta=beta, scale_out=scale_out, amax=amax,
@@ -233,10 +238,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         _PLANS[key] = plan
     _LAST[0] = plan
     if ufn is None:
-        plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c)
+        plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c, (), *fp8_out)
     else:
         try:
-            plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c, extras)
+            plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c, extras, *fp8_out)
         except NumbaError as e:  # the user's function does not compile: nothing was launched
             raise epilogue_error(ufn, kinds, e) from e
     if quick and plan.in_place and plan.launcher is not None and io.ptr % 16 == 0 \

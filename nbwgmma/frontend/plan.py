@@ -41,6 +41,7 @@ from .. import sim
 from ..errors import ConfigError, MatmulError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..launch import array_arg_types, array_arg_values
+from ..kernels.gemm_config import FP8_OUTS
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
@@ -50,7 +51,7 @@ __all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "tma_view", "numba_vi
 
 #: the fused epilogue's options of a plan (:class:`~nbwgmma.kernels.gemm.GemmConfig`'s), which
 #: ``config`` does not take and :attr:`Plan.config` leaves out
-EPILOGUE_OPTIONS = ("bias", "act", "bias_type", "with_c", "user", "extras", "user_t")
+EPILOGUE_OPTIONS = ("bias", "act", "bias_type", "with_c", "user", "extras", "user_t", "amax")
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
@@ -150,7 +151,7 @@ class Plan:
         opts = dict(opts)
         # C's TMA view: the caller's out, row-major 16-bit with 16-byte aligned rows (a swapped
         # kernel's C is its transpose, stored through boxes of this view)
-        self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 else None
+        self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 or odt in FP8_OUTS else None
         tma_out = self.c_view is not None
         if opts.get("stream_k") and "bm" not in opts and "bn" not in opts:
             # stream-K balances the SMs itself: 128 x 128 tiles (64 rows for a few), no swap, no K slices
@@ -176,12 +177,13 @@ class Plan:
                 # 256-row and wide tiles where nothing given rules them out (widths not a multiple of 64:
                 # K-major B)
                 b_kmajor = _operand_path(ib, True, wk.transposable)[0] == "K"
-                widths = None if not free or opts.get("swap") else "any" if b_kmajor else "64"
+                # (fp8 codes go out through TMA in 64-column blocks: widths of 64-column multiples)
+                widths = None if not free or opts.get("swap") else "any" if b_kmajor and odt not in FP8_OUTS else "64"
                 opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1, widths)
                 if opts.get("cluster_k", 1) != 1 and (opts["bm"] != 128 or opts["bn"] > 192):
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
                 # a tile that fills its one or two waves poorly: a narrower one (B K-major)
-                if free and not opts.get("swap") and b_kmajor:
+                if free and not opts.get("swap") and b_kmajor and odt not in FP8_OUTS:
                     opts.update(pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits, tma_out) or {})
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
@@ -237,7 +239,8 @@ class Plan:
         # Swapped, the kernel's C is out^T: each tile goes transposed through shared memory into
         # TMA boxes of out (tiles of 128 rows or more and 64-column multiples; a swapped small M's
         # narrow tiles are stored from the registers).
-        tma_ok = self.c_view is not None and (not self.swap or (probe.bn % 64 == 0 and probe.bm >= 128))
+        tma_ok = self.c_view is not None and (not self.swap or (probe.bn % 64 == 0 and probe.bm >= 128
+                                                                and odt not in FP8_OUTS))
         asked = "epilogue" in opts
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
         if epilogue == "tma" and not tma_ok:
@@ -273,6 +276,8 @@ class Plan:
         """The address of C's tensor map for the TMA epilogue: (64, 64) boxes in 128-byte swizzled
         blocks, or a narrow tile's one unswizzled (64, bn) box."""
         box = self.cfg.c_box
+        if self.odt in FP8_OUTS:  # codes: 64 x 64-byte boxes, 64B-swizzled
+            return self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64), "64B").address
         return self._map(2, out, io.ptr, self.c_view, self.odt, (64, box), "128B" if box == 64 else "none").address
 
     def maps(self, x, info, is_b, stream):
@@ -286,11 +291,13 @@ class Plan:
         v = tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
         return tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
 
-    def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle, bias=None, c=None, beta=0.0, extras=()):
+    def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle, bias=None, c=None, beta=0.0, extras=(),
+                 scale_out=1.0, amax=None):
         """Launch the plan's kernel on these arrays (``bias``: (1-D info, owner) of the vector of a
         plan with a fused bias, as :func:`nbwgmma.frontend.fused.bias_operand` gives it; ``c``:
         (info, owner) of a plan's C, added as ``beta * C``; ``extras``: a user epilogue's, each a
-        vector as ``bias`` or a number)."""
+        vector as ``bias`` or a number; an fp8 output's ``scale_out`` and ``amax``, (info, owner) of
+        a one-element f32 array)."""
         if self.swap:
             a, ia, b, ib, io = b, transposed(ib), a, transposed(ia), transposed(io)
             c = None if c is None else (transposed(c[0]), c[1])
@@ -310,6 +317,9 @@ class Plan:
                 args += (numba_view(*c), np.float32(beta))
             args += tuple(np.float32(x) if kind == "scalar" else numba_view(*x)
                           for (kind, _), x in zip(cfg.extras, extras))
+            if cfg.out in FP8_OUTS:
+                args += (np.float32(scale_out),) + ((numba_view(amax[0]._replace(shape=(1,), strides=(4,)), amax[1]),)
+                                                     if cfg.amax else ())
             if cfg.uses_workspace:
                 args += self.workspace(stream_handle)[:2]
             if DEBUG_WAIT_TIMEOUT_S is not None or _SIM:  # checked launches that name a stopped kernel
@@ -321,11 +331,14 @@ class Plan:
                 launch(kern, grid, cfg.threads, args, stream=nb_stream(stream_handle), smem=smem, cluster=cluster)
                 return
             self.launcher = self._prepare(args)
-        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, c, beta, extras)
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, c, beta, extras, scale_out, amax)
 
-    def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None, c=None, beta=0.0, extras=()):
+    def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None, c=None, beta=0.0, extras=(), scale_out=1.0,
+                amax=None):
         m, n, k = self.mnk
         ws = self.workspace(stream_handle)[2] if self.cfg.uses_workspace else ()
+        if self.cfg.out in FP8_OUTS:
+            ws = (scale_out,) + (array_arg_values(amax[0].ptr, (1,), (4,), 4) if self.cfg.amax else ()) + ws
         for (kind, _), x in zip(self.cfg.extras[::-1], extras[::-1]):
             ws = ((float(x),) if kind == "scalar" else array_arg_values(x[0].ptr, x[0].shape, x[0].strides,
                                                                           x[0].itemsize)) + ws
@@ -407,7 +420,8 @@ class Plan:
             kern = disp.compile(tuple(sig))._codelibrary.get_cufunc().kernel
         grid, cluster, smem = self.launch_shape(kern, None)
         xs = tuple(t for kind, _ in cfg.extras for t in (("f32",) if kind == "scalar" else _BIAS_ARGS))
-        ws = (_BIAS_ARGS if cfg.bias else ()) + (_C_ARGS if cfg.with_c else ()) + xs \
+        fp8 = (("f32",) + (_BIAS_ARGS if cfg.amax else ())) if cfg.out in FP8_OUTS else ()  # scale_out, amax
+        ws = (_BIAS_ARGS if cfg.bias else ()) + (_C_ARGS if cfg.with_c else ()) + xs + fp8 \
             + (_WS_ARGS if cfg.uses_workspace else ())
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws
         # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
@@ -438,7 +452,9 @@ class Plan:
         cb = (array_type(self.beta_c), types.float32) if self.cfg.with_c else ()
         xs = tuple(types.float32 if kind == "scalar" else types.Array(from_dtype(np.dtype(NP_OF[t])), 1, "C")
                    for kind, t in self.cfg.extras)
-        return (types.int64, types.int64, c) + scalars + vec + cb + xs + (ws if self.cfg.uses_workspace else ())
+        fp8 = ((types.float32,) + ((types.Array(types.float32, 1, "C"),) if self.cfg.amax else ())) \
+            if self.cfg.out in FP8_OUTS else ()
+        return (types.int64, types.int64, c) + scalars + vec + cb + xs + fp8 + (ws if self.cfg.uses_workspace else ())
 
     def check_expect_tx(self, ta, tb):
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its

@@ -44,7 +44,8 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add, acc_add_strided, acc_load, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store, acc_store_strided,
+    acc_add, acc_add_strided, acc_load, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store,
+    acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
     griddep_wait, named_barrier_sync, setmaxnreg_dec,
@@ -57,7 +58,7 @@ from ..kit.epilogue import acc_map, activation
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_owner, stream_range, stream_segment
 from ..kit.warpgroup import warpgroup_sync
-from .gemm_config import DEFAULT_STAGES, NARROW_STAGES, GemmConfig
+from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
 
 __all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES", "NARROW_STAGES"]
 
@@ -74,9 +75,12 @@ def _build(key):
     TMA_EPI = cfg.epilogue == "tma"
     C_OFF = STAGES * STAGE_BYTES
     PART_COLS = BN // cfg.c_parts
-    SLOT_BYTES = 64 * PART_COLS * 2  # one part's shared tile; a consumer has c_slots of them
+    FP8_OUT = cfg.out in FP8_OUTS  # fp8 codes: one byte each, f32 values until they are stored
+    FMT = cfg.out if FP8_OUT else "e4m3"
+    AMAX = cfg.amax
+    SLOT_BYTES = 64 * PART_COLS * (1 if FP8_OUT else 2)  # one part's shared tile; a consumer has c_slots of them
     C_CONS = cfg.c_slots * SLOT_BYTES
-    PART_REGS = PART_COLS // 4  # packed 16-bit registers per part
+    PART_REGS = PART_COLS // (2 if FP8_OUT else 4)  # f32 values (fp8) or packed 16-bit registers per part
     SWIZZLED_C = cfg.c_box == 64  # else one unswizzled (64, PART_COLS) box: a narrow tile
     ROW_BYTES_C = 2 * PART_COLS
     C_T = cfg.c_transposed
@@ -99,19 +103,27 @@ def _build(key):
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
     # a fused bias, activation, beta * C, user function
     EPI = cfg.bias is not None or cfg.act is not None or cfg.with_c or cfg.user is not None
-    epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI else None) if EPI else None
+    epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not FP8_OUT else None) if EPI else None
     epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
+
+    largest_part = _largest(PART_COLS) if AMAX else None
+    largest_all = _largest(BN) if AMAX else None
 
     @inlined
     def store_direct(acc, c, ctid, cw, row0, col0, cbase, ep):
         if EPI:
             acc = epi_all(acc, ctid, row0, col0, ep)
-        acc_store(acc, KIND, c, ctid, row0, col0)
+        if FP8_OUT:
+            acc_store_fp8(acc_scale(acc, ep[6]), KIND, c, ctid, row0, col0, FMT)
+            if AMAX:
+                _amax_update(largest_all(acc, ctid, row0, col0, ep[1], ep[2]), ep[7])
+        else:
+            acc_store(acc, KIND, c, ctid, row0, col0)
 
     @inlined
-    def put_part(regs, tmap_c, ctid, cw, row0, col0, cbase, first):
+    def put_part(regs, tmap_c, ctid, cw, row0, col0, cbase, first, ep):
         # The TMA stores must have read the part's shared tile before it is rewritten: a block's
         # first part waits for all (the block before went through the same tiles), the next
         # ones for all but the last (with two slots, the part before is in the other one).
@@ -120,8 +132,11 @@ def _build(key):
                 bulk_wait_group_read(0)
             else:
                 bulk_wait_group_read(1)
+        big = largest_part(regs, ctid, row0, col0, ep[1], ep[2]) if AMAX else 0.0  # (first: regs die at the store)
         warpgroup_sync(cw)
-        if C_T:  # C^T's 64 x 64 blocks, one per 64 columns, stacked (the stored rows are C's columns)
+        if FP8_OUT:  # codes of 64 x 64 bytes per block, 64B-swizzled, blocks one after the other
+            acc_store_fp8_swizzled(acc_scale(regs, ep[6]), cbase, ctid, 64, "64B", FMT)
+        elif C_T:  # C^T's 64 x 64 blocks, one per 64 columns, stacked (the stored rows are C's columns)
             acc_stmatrix_transposed(regs, cbase, ctid)
         elif SWIZZLED_C:
             acc_stmatrix_swizzled(regs, cbase, ctid, 128, "128B")
@@ -131,7 +146,10 @@ def _build(key):
         fence_proxy_async_shared()
         warpgroup_sync(cw)
         if ctid == 0:
-            if C_T:
+            if FP8_OUT:
+                for j in range(PART_COLS // 64):
+                    tma_store_2d(cbase + j * 4096, tmap_c, col0 + j * 64, row0)
+            elif C_T:
                 for j in range(PART_COLS // 64):
                     tma_store_2d(cbase + j * 8192, tmap_c, row0, col0 + j * 64)
             elif SWIZZLED_C:
@@ -140,9 +158,13 @@ def _build(key):
             else:
                 tma_store_2d(cbase, tmap_c, col0, row0)
             bulk_commit_group()
+        if AMAX:  # (after the shared tile is handed over: the atomic overlaps the store)
+            _amax_update(big, ep[7])
 
     @inlined
     def packed(acc):
+        if FP8_OUT:  # (the values themselves, converted as they are stored)
+            return acc
         if BF16_OUT:
             return acc_to_bf16x2(acc)
         return acc_to_f16x2(acc)
@@ -256,7 +278,7 @@ def _build(key):
             store(acc, c, ctid, cw, row0, col0, cbase, ep)
 
     @inlined
-    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs):
+    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
@@ -266,7 +288,7 @@ def _build(key):
         xbars = smem_addr(xb)
         tid = cuda.threadIdx.x
         wg = tid // 128
-        ep = (vec, m, n, cmat, beta, xs)  # what the fused epilogue reads (unused ones: stand-ins)
+        ep = (vec, m, n, cmat, beta, xs, scale_out, amax)  # what the epilogue reads (unused ones: stand-ins)
         if tid == 0:
             pipe.init(ring)
             if KC > 1:
@@ -388,10 +410,12 @@ def _build(key):
     # workspace (split-K, stream-K) only where used (unused ones get stand-ins).
     ws = SPLIT > 1 or STREAM
     xs = [f"x{j}" for j in range(len(cfg.extras))]
+    fp8 = (["scale_out"] + (["amax"] if AMAX else [])) if FP8_OUT else []
     params = ["tmap_a", "tmap_b", "c", "m", "n", "k", "alpha"] + (["vec"] if cfg.bias else []) \
-        + (["cmat", "beta"] if cfg.with_c else []) + xs + (["ws", "counters"] if ws else [])
+        + (["cmat", "beta"] if cfg.with_c else []) + xs + fp8 + (["ws", "counters"] if ws else [])
     passed = ", ".join(params[:7] + (["ws", "counters"] if ws else ["c", "m"]) + (["vec"] if cfg.bias else ["m"])
-                       + (["cmat", "beta"] if cfg.with_c else ["c", "alpha"]) + [f"({''.join(x + ', ' for x in xs)})"])
+                       + (["cmat", "beta"] if cfg.with_c else ["c", "alpha"]) + [f"({''.join(x + ', ' for x in xs)})"]
+                       + ["scale_out" if FP8_OUT else "alpha", "amax" if AMAX else "m"])
     src = [f"def gemm({', '.join(params)}):", f"    body({passed})"]
     ns = {"body": body, "__name__": __name__}  # (the kernel's symbol names this module)
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm kernel>", "exec"), ns)
@@ -438,7 +462,7 @@ def _fused_epilogue(cfg, width, pack):
     # the tile's part of each vector, the scalars as they are
     args = [f"{x}[col0:n]" for _, _, x in vecs["col"]] + [f"{x}[row0:m]" for _, _, x in vecs["row"]] \
         + [x for _, _, x in vecs["scalar"]]
-    src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n, cmat, beta, xs = ep"]
+    src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n, cmat, beta, xs = ep[:6]"]
     if cfg.with_c:  # beta * C's part, added to the (scaled) product first
         src.append(f"    acc = acc_add(acc, acc_scale(acc_load('{cfg.kind}', {width}, cmat, ctid, row0, col0), beta))")
     src.append(f"    return mapped(acc, ctid, row0, col0{''.join(', ' + x for x in args)})")
@@ -459,10 +483,41 @@ def _parts_store(parts, part_regs, part_cols, slot_bytes, slots, put_part, packe
         regs = f"regs[{p * part_regs}:{(p + 1) * part_regs}]" if epi is None else \
             f"epi(acc[{p * part_cols // 2}:{(p + 1) * part_cols // 2}], ctid, row0, col0 + {p * part_cols}, ep)"
         lines.append(f"    put_part({regs}, tmap_c, ctid, cw, row0, "
-                     f"col0 + {p * part_cols}, cbase + {(p % slots) * slot_bytes}, {p == 0})")
+                     f"col0 + {p * part_cols}, cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)")
     ns = {"packed": packed, "put_part": put_part, "epi": epi}
     exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {parts} parts>", "exec"), ns)
     return inlined(ns["store"])
+
+
+def _largest(width):
+    """``largest(v, ct, row0, col0, m, n) -> f32``: the largest |value| of a 64 x ``width`` fragment
+    of thread ``ct`` (a tile part at (``row0``, ``col0``)) among the values inside C (a tile's rows
+    past M and columns past N hold results of padding: a bias, a function of zero). Without
+    branches (two code paths, inside C or not, spilled: ptxas kept both paths' values): each
+    value outside C counts as zero, from one compare per row and per column of the thread."""
+    lines = ["def largest(v, ct, row0, col0, m, n):",
+             "    r = row0 + ((ct >> 5) << 4) + ((ct >> 2) & 7)",
+             "    c = col0 + ((ct & 3) << 1)",
+             "    r0 = r < m", "    r1 = r + 8 < m",
+             "    big = Z"]
+    for dc in sorted({8 * (i // 4) + i % 2 for i in range(width // 2)}):
+        lines.append(f"    c{dc} = c + {dc} < n")
+    for i in range(width // 2):  # (value i at row 8 * ((i // 2) % 2), column 8 * (i // 4) + i % 2 of the base)
+        lines.append(f"    big = max(big, abs(v[{i}]) if r{(i // 2) % 2} and c{8 * (i // 4) + i % 2} else Z)")
+    lines.append("    return big")
+    ns = {"Z": np.float32(0.0)}
+    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm amax of {width} columns>", "exec"), ns)
+    return inlined(ns["largest"])
+
+
+@inlined
+def _amax_update(big, amax):
+    """Raise ``amax[0]`` to the warp's largest ``big`` (one atomic max, by lane 0, where the
+    maximum exceeds the value it reads: a stale read only costs an atomic)."""
+    for off in (16, 8, 4, 2, 1):
+        big = max(big, cuda.shfl_xor_sync(0xFFFFFFFF, big, off))
+    if cuda.laneid == 0 and big > amax[0]:
+        cuda.atomic.max(amax, 0, big)
 
 
 def gemm_kernel(cfg: GemmConfig):

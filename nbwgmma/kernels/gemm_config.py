@@ -14,13 +14,15 @@ from ..kit.warpgroup import launch_regs
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
 
-__all__ = ["GemmConfig", "DEFAULT_STAGES", "NARROW_STAGES", "STAGE_BUDGET", "MAX_EXTRAS", "EXTRA_KINDS"]
+__all__ = ["GemmConfig", "DEFAULT_STAGES", "NARROW_STAGES", "STAGE_BUDGET", "MAX_EXTRAS", "EXTRA_KINDS", "FP8_OUTS"]
 
 #: Shared memory for a kernel's stages and C tile: the opt-in 227 KiB less the dynamic base's
 #: alignment slack and the barriers.
 STAGE_BUDGET = 227 * 1024 - 1023 - 64
 
-_OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+_OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
+#: output types stored as fp8 codes (scaled by ``scale_out``, optionally with ``amax``)
+FP8_OUTS = ("e4m3", "e5m2")
 #: Default stages per (bm, bn) where more than 4 pay: 128 x 128 tiles (32 KiB stages) with 6
 #: ran 3-9% faster than with 4 on an H100 at 384-2048 rows, 16-bit and fp8, long K most
 #: (BENCHMARKS.md, 2026-11-25); narrow tiles (a width that is not a multiple of 64) take as many
@@ -93,6 +95,13 @@ class GemmConfig:
     type): a vector per column ("col") or row ("row") of C of that element type, read as
     ``acc_map`` reads a bias, or an f32 "scalar"; each is one more kernel argument after C and
     beta, in order.
+    ``out`` "e4m3" or "e5m2" stores fp8 codes of each result times ``scale_out`` (round to
+    nearest even, saturated; one more f32 argument after the extras): the "tma" epilogue writes
+    them into 64B-swizzled shared blocks of 64 x 64 bytes (``acc_store_fp8_swizzled``) for TMA
+    stores of a one-byte map, "direct" stores them from the registers (``acc_store_fp8``). With
+    ``amax`` the kernel takes a one-element f32 array after ``scale_out`` and raises it to the
+    largest |result| inside C (before the scale): each warp's maximum of a stored block, one
+    atomic max where it exceeds the value read.
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -103,7 +112,7 @@ class GemmConfig:
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
                  c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False, user=None,
-                 extras=(), user_t=False):
+                 extras=(), user_t=False, amax=False):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -154,8 +163,16 @@ class GemmConfig:
         self.user, self.extras, self.user_t = user, extras, bool(user_t) and user is not None
         if out not in _OUT_BYTES:
             raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
-        if epilogue == "tma" and _OUT_BYTES[out] != 2:
-            raise ConfigError("epilogue", f"the TMA epilogue stores 16-bit outputs; got out={out}")
+        fp8_out = out in FP8_OUTS
+        if epilogue == "tma" and _OUT_BYTES[out] == 4:
+            raise ConfigError("epilogue", f"the TMA epilogue stores 16-bit and fp8 outputs; got out={out}")
+        if fp8_out and c_transposed:
+            raise ConfigError("epilogue", "a transposed C (swapped products) goes out in 16 bits; fp8 codes take "
+                                          "epilogue='direct' there")
+        if amax and not fp8_out:
+            raise ConfigError("amax", f"amax goes with an fp8 output (out e4m3 or e5m2); got out={out}")
+        #: the largest |value| of C (before ``scale_out``) is kept in an f32 argument (fp8 outputs)
+        self.amax = bool(amax)
         if cluster not in (1, 2, 4):
             raise ConfigError("cluster", f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
         try:
@@ -228,12 +245,12 @@ class GemmConfig:
         # than with 3 on an H100) and for 256 x 160 (parts through two slots).
         smem = STAGE_BUDGET
 
-        def c_bytes(parts, slots=1):
-            return self.consumers * slots * 64 * (bn // parts) * 2 if epilogue == "tma" else 0
+        def c_bytes(parts, slots=1):  # (fp8 codes: one byte each)
+            return self.consumers * slots * 64 * (bn // parts) * _OUT_BYTES[out] if epilogue == "tma" else 0
 
         def splits(parts):  # parts of 64-column multiples (swizzled blocks) or 8-column ones (unswizzled boxes;
             w = bn // parts if bn % parts == 0 else 1  # c_transposed implies the TMA epilogue)
-            return w % 64 == 0 or (w % 8 == 0 and not c_transposed)
+            return w % 64 == 0 or (w % 8 == 0 and not c_transposed and not (fp8_out and epilogue == "tma"))
 
         if c_parts is None:  # (by default a width that is a multiple of 64 keeps its swizzled blocks whole)
             fits = [(smem - c_bytes(p)) // self.stage_bytes for p in (1, 2)]
@@ -246,11 +263,15 @@ class GemmConfig:
                     if splits(p) and (smem - c_bytes(p, 2)) // self.stage_bytes >= want:  # slots leave room
                         c_parts, c_slots = p, 2
                         break
+            if fp8_out and amax and epilogue == "tma" and bn > 128:
+                # fp8 codes with amax in parts of 64 columns (a whole 256-column part spilled 2100
+                # bytes: its maxima beside the scaled values)
+                c_parts = bn // 64
         if c_slots is None:
             c_slots = 1
         if not isinstance(c_parts, int) or c_parts < 1 or not splits(c_parts):
             raise ConfigError("c_parts", f"c_parts must divide BN into parts whose width is a multiple of 8 columns "
-                                         f"(of 64 for a transposed C); got {c_parts} for bn={bn}")
+                                         f"(of 64 for a transposed C or fp8 codes); got {c_parts} for bn={bn}")
         if c_slots not in (1, 2) or (c_slots == 2 and c_parts == 1):
             raise ConfigError("c_slots", f"c_slots must be 1, or 2 with c_parts > 1 (the parts go through the two in "
                                          f"turn: give c_parts too); got {c_slots} with c_parts={c_parts}")
@@ -314,7 +335,7 @@ class GemmConfig:
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
                 self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c, self.user,
-                self.extras, self.user_t)
+                self.extras, self.user_t, self.amax)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
