@@ -40,7 +40,7 @@ from .arrays import ArrayInfo, array_info
 from .plan import numba_view, tensor_map
 
 __all__ = ["fused_call", "check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_OUTS", "schedule_for",
-           "bias_vector", "bias_operand", "library_epilogue", "epilogue_error"]
+           "bias_vector", "bias_operand", "library_epilogue", "epilogue_error", "fused_takes"]
 
 _SIM = sim.enabled()
 _DUMMY = {}  # (device, shape) -> a zero f32 array standing in for an unused argument
@@ -255,18 +255,32 @@ def bias_operand(bias, info: ArrayInfo, lib, stream=None):
     return vi._replace(shape=(length,), strides=(4,)), vec
 
 
-def library_epilogue(kind: str, odt: str, m: int, n: int, k: int, act: str | None) -> bool:
-    """Whether a call with a bias, an activation and ``beta * C`` (no user function, a 16-bit
-    or f32 output) runs on the library GEMM (:mod:`nbwgmma.kernels.gemm`, its tile model,
-    clusters, K slices and swapped small M, the bias and activation applied to each part of C
-    before it is stored) rather than the fused kernel's schedules.
+def library_epilogue(kind: str, odt: str, m: int, n: int, k: int, act: str | None, amax: bool = False) -> bool:
+    """Whether a call with a fused epilogue (a bias, an activation, ``beta * C``, a user function,
+    an fp8 output) runs on the library GEMM (:mod:`nbwgmma.kernels.gemm`, its tile model,
+    clusters, K slices and swapped small M, the epilogue applied to each part of C before it is
+    stored) rather than the fused kernel's schedules, where the fused kernel takes the call.
 
-    Always, so far: measured on an H100 in one process (BENCHMARKS.md, 2026-11-26), bf16 with a
-    bf16 bias and gelu_tanh, the library GEMM ran 1.005-4.3x the fused kernel's default schedule
-    over eleven problems from 16 x 4096 x 4096 to 8192^3 (1.005 at 8192^3, 1.02-1.04 at 4096 x
-    14336 x 4096 and 4096^3, 2.0-2.4x at 1024^3 and 768 x 1536 x 4096, where the fused kernel's
-    pairs of 128 x 128 tiles leave SMs idle)."""
-    return True
+    Measured on an H100 in one process (BENCHMARKS.md, 2026-11-26): bf16 with a bf16 bias and
+    gelu_tanh, the library GEMM ran 1.005-4.3x the fused kernel's default schedule over eleven
+    problems from 16 x 4096 x 4096 to 8192^3; with a user function of three extras 1.04-3.5x;
+    e4m3 in and out 1.007-1.013x at large sizes, 1.8-2.9x at 1024^3 and 128 x 4096 x 4096. With
+    ``amax`` the library's per-part maxima and atomics cost more than the fused kernel's running
+    maximum: 0.85-0.92x it from 4096^3 to 16384 x 4096 x 4096, 1.7-2.8x at the two small sizes;
+    so an amax of 2^23 outputs or more goes to the fused kernel."""
+    return not amax or m * n < 1 << 23
+
+
+def fused_takes(kind: str, odt: str, ia: ArrayInfo, ib: ArrayInfo) -> bool:
+    """Whether the fused kernel takes these operands (its types and layouts: :func:`fused_call`)."""
+    _, dt, dt_b = kind.split(".")
+    outs = (OUTS_16 if dt in FP8_OUTS else (dt,)) + FP8_OUTS
+    if dt not in TYPES or dt_b != dt or odt not in outs or not _row_major(ia):
+        return False
+    (k, n) = ib.shape
+    if _row_major(ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])):
+        return True
+    return dt not in FP8_OUTS and _row_major(ib)
 
 
 def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream, epilogue=None,

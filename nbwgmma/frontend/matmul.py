@@ -194,7 +194,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             extras = tuple(float(x) if info is None else bias_operand(x, info, lib, own)
                            for x, info in zip(epilogue_args, infos))
             library = (bi is None or vec is not None) and None not in extras \
-                and fused.library_epilogue(kind, odt, m, n, k, activation)
+                and (fused.library_epilogue(kind, odt, m, n, k, activation, iamax is not None)
+                     or not fused.fused_takes(kind, odt, ia, ib))
             epi = {key: v for key, v in (("bias", where), ("act", activation), ("user", ufn)) if v is not None and library}
             if library and vec is not None:
                 epi["bias_type"] = vec[0].dtype
