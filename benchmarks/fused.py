@@ -9,6 +9,7 @@ output (cuBLASLt's own fp8-out epilogue, no amax).
 
     python benchmarks/fused.py [MxNxK ...]
     python benchmarks/fused.py --schedules [MxNxK ...]   # bias + gelu_tanh on each fused schedule
+    python benchmarks/fused.py --paths [MxNxK ...]       # a user function, fp8 outputs: library vs fused kernel
 
 ``--schedules`` times the library GEMM's fused epilogue ("library") and the fused kernel's
 schedules (``nbwgmma.kernels.fused.SCHEDULES``, each forced through
@@ -156,8 +157,61 @@ def bench_schedules(m, n, k, rounds=15, inner=10):
     side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the first", rounds, inner)
 
 
+def _forced_fused(call):
+    """``call`` run on the fused kernel (``library_epilogue`` answering no)."""
+    import nbwgmma.frontend.fused as fused
+
+    def run():
+        rule = fused.library_epilogue
+        fused.library_epilogue = lambda *a: False
+        try:
+            call()
+        finally:
+            fused.library_epilogue = rule
+    return run
+
+
+def bench_paths(m, n, k, rounds=15, inner=10):
+    """The library GEMM's epilogue against the fused kernel's (forced) for a user function with
+    three extras after a bias and gelu_tanh (bf16), and for e4m3 in and out with and without amax
+    (against ``torch._scaled_mm``'s e4m3 output)."""
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def scale_shift(v, row, col, s, shift, rowterm):
+        return v * s + shift - rowterm
+
+    x, w, bias, out, _ = _gelu_problem(m, n, k)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    shift = torch.randn(n, device="cuda", generator=g).bfloat16()
+    rowterm = torch.randn(m, 1, device="cuda", generator=g).bfloat16()
+    kw = dict(bias=bias, activation="gelu_tanh", epilogue=scale_shift, epilogue_args=(0.5, shift, rowterm))
+    peers = {"user function, library GEMM": lambda: matmul(x, w.t(), out=out, **kw),
+             "user function, fused kernel": _forced_fused(lambda: matmul(x, w.t(), out=out, **kw)),
+             "unfused PyTorch": lambda: F.gelu(torch.addmm(bias, x, w.t()), approximate="tanh") * 0.5 + shift - rowterm,
+             "nbwgmma.matmul, no epilogue": lambda: matmul(x, w.t(), out=out)}
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the first", rounds, inner)
+    e4 = torch.float8_e4m3fn
+    x8, w8 = (x * 4).to(e4), (w * 4).to(e4)
+    ta, tb, to = (torch.tensor(v, device="cuda") for v in (0.25, 0.125, 0.5))
+    o8, amax = torch.empty(m, n, device="cuda", dtype=e4), torch.zeros(1, device="cuda")
+    fp8 = dict(scale_a=0.25, scale_b=0.125, out=o8, scale_out=0.5)
+    peers = {"e4m3 out, library GEMM": lambda: matmul(x8, w8.t(), **fp8),
+             "e4m3 out, fused kernel": _forced_fused(lambda: matmul(x8, w8.t(), **fp8)),
+             "e4m3 out + amax, default": lambda: matmul(x8, w8.t(), amax=amax, **fp8),
+             "e4m3 out + amax, fused kernel": _forced_fused(lambda: matmul(x8, w8.t(), amax=amax, **fp8)),
+             "cuBLASLt _scaled_mm(e4m3 out)": lambda: torch._scaled_mm(x8, w8.t(), scale_a=ta, scale_b=tb,
+                                                                      scale_result=to, out_dtype=e4)}
+    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the first", rounds, inner)
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
+    if sys.argv[1:2] == ["--paths"]:
+        for s in sys.argv[2:] or ["1024x1024x1024", "128x4096x4096", "4096x4096x4096", "8192x8192x8192",
+                                  "4096x14336x4096"]:
+            bench_paths(*(int(v) for v in s.split("x")))
+        sys.exit()
     if sys.argv[1:2] == ["--schedules"]:
         for s in sys.argv[2:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096", "4096x14336x8192",
                                   "4096x4096x4096", "2048x8192x4096", "4096x4096x1024"]:

@@ -1,24 +1,26 @@
-"""``matmul(a, b, bias=..., activation=...)``: calls with a fused epilogue.
+"""``matmul(a, b, bias=..., activation=..., epilogue=..., c=..., out_dtype="e4m3")``: calls with a
+fused epilogue.
 
-A bias, an activation and ``beta * C`` (with ``alpha``; no user function, no fp8 output) run on
-the library GEMM itself (:func:`library_epilogue`: its tile model and every path of
-:mod:`nbwgmma.frontend.plan`, any types and layouts ``matmul`` takes), the bias read in its own
-type (f32, bf16 or f16). The other calls run the fused-epilogue GEMM (:mod:`nbwgmma.kernels.fused`,
-the ping-pong schedule on the kit). What it takes so far: bf16 or f16 A and B, A row-major (K contiguous), B [K, N]
-either the transpose of a row-major weight (``x @ w.T``: K contiguous) or row-major itself
-(``x @ w``: N contiguous), the output of the input type with N contiguous, every row
-16-byte aligned (TMA). Other layouts and types
+A bias, an activation, ``beta * C``, a user function and fp8 outputs run on the library GEMM
+itself (:func:`library_epilogue`: its tile model and every path of :mod:`nbwgmma.frontend.plan`,
+any types and layouts ``matmul`` takes), the bias and the function's vectors read in their own
+type (f32, bf16 or f16). Two kinds of call run the fused-epilogue GEMM
+(:mod:`nbwgmma.kernels.fused`, the ping-pong and cooperative schedules on the kit) where it takes
+the operands (:func:`fused_takes`): an fp8 output with ``amax`` of 2^23 outputs or more, and a
+strided Numba bias or vector (read there as it is). What it takes: bf16 or f16 A and B, A
+row-major (K contiguous), B [K, N] either the transpose of a row-major weight (``x @ w.T``: K
+contiguous) or row-major itself (``x @ w``: N contiguous), or fp8 ``x @ w.T``; the output of the
+input type with N contiguous or fp8, every row 16-byte aligned (TMA). Other layouts and types
 are refused with a :class:`~nbwgmma.errors.MatmulError` that says what is taken.
 
 The bias is a 1-D vector of N values (one per column of C, PyTorch's ``addmm`` bias), or a
-column vector of shape (M, 1) (one per row); f32, or bf16/f16 (converted to f32 once per
-call by the array's own library).
+column vector of shape (M, 1) (one per row); f32, bf16 or f16.
 
 A user epilogue (``epilogue=fn``) is a device function ``fn(value, row, col, *extra) ->
 value`` (a plain Python function is compiled as one), applied after the bias and the
 activation; ``epilogue_args`` are its extras, up to four: vectors shaped like a bias (one
-value per column or per row, read as f32) or real numbers (f32). The kernel is compiled once
-per function and kinds of extras.
+value per column or per row) or real numbers (f32). The kernel is compiled once per function
+and kinds of extras (in each process: not kept in the disk cache).
 """
 
 from __future__ import annotations

@@ -87,11 +87,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     value per column or row, or numbers). ``c`` (shape (M, N), any strides, may be ``out``
     itself) is added as ``beta * c`` (``beta`` 1 by default where ``c`` is given), and the
     product is scaled by ``alpha``: ``out = epilogue(activation(alpha * a @ b + beta * c +
-    bias))``. Without a user ``epilogue`` or an fp8 output, all of it runs in the library GEMM's own
-    epilogue: every type, layout, output type and ``config`` a plain call takes. With an
-    ``epilogue`` or an fp8 output, so far for bf16/f16 A row-major and B the transpose of a row-major weight
-    (``x @ w.T``) or row-major (``x @ w``), or fp8 A and B of one type (e4m3 or e5m2, ``x @ w.T``,
-    per-tensor scales), out of the input type (bf16 or f16 for fp8 inputs) or fp8: with ``out_dtype``
+    bias))``. All of it runs in the library GEMM's own epilogue: every type, layout, output type and
+    ``config`` a plain call takes (an fp8 output with ``amax`` of 2^23 outputs or more, and a
+    strided Numba bias or vector, take the fused kernel where its layouts allow:
+    :mod:`nbwgmma.frontend.fused`). With ``out_dtype``
     ``"e4m3"``/``"e5m2"`` (or an fp8 ``out``; a ``uint8`` ``out`` holds the codes) each result is
     multiplied by ``scale_out`` (a number, default 1) and rounded to fp8 (nearest even,
     saturated to the largest finite value); ``amax``, a one-element f32 array, receives the
