@@ -377,6 +377,9 @@ def test_repeated_fused_calls_take_the_quick_path_with_each_calls_bias():
         bias = torch.randint(-8, 9, (136,), device="cuda", generator=g).to(torch.bfloat16) + shift
         got = matmul(x, w.t(), bias=bias, activation="relu")
         assert torch.equal(got.double(), torch.relu(x.double() @ w.double().t() + bias.double()))
+    param = torch.nn.Parameter(bias + 1)  # (an nn.Linear's bias takes it too)
+    got = matmul(x, w.t(), bias=param, activation="relu")
+    assert torch.equal(got.double(), torch.relu(x.double() @ w.double().t() + param.detach().double()))
     assert last_plan() is seen  # no full-path call since
 
 

@@ -127,7 +127,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     # A plain product: no output array, stream, config (but "auto") or epilogue but an activation and a
     # PyTorch bias; fp8 scales as plain numbers.
     quick = out is None and stream is None and (config is None or config == "auto") and in_dtype is None \
-        and (bias is None or type(bias) is _TORCH_TENSOR) and (activation is None or type(activation) is str) \
+        and (bias is None or type(bias) in _TORCH_BIASES) and (activation is None or type(activation) is str) \
         and epilogue is None and c is None and beta is None and alpha == 1.0 \
         and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
         and (out_dtype is None or type(out_dtype) is str)
@@ -172,7 +172,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     (m, k), n = ia.shape, ib.shape[1]
     lib = lib_of(a)
     if lib == "torch" and _TORCH_TENSOR is None and type(a) is type(b):  # (a first call with a bias: the next
-        globals()["_TORCH_TENSOR"] = type(a)                                # one may take the quick path)
+        _seen_torch(type(a))                                                # one may take the quick path)
     out, io = output(lib, a, out, io, ia, ib, odt)
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
@@ -251,7 +251,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         q = _Quick(plan, lib, odt, io, None if vec is None else vec[0])
         _QUICK[qkey] = q
         if lib == "torch":
-            globals()["_TORCH_TENSOR"] = type(a) if type(a) is type(b) else _TORCH_TENSOR
+            if type(a) is type(b):
+                _seen_torch(type(a))
             _QUICK[(a.dtype, a.shape, a.stride(), ia.ptr & 15, a.get_device(),
                     b.dtype, b.shape, b.stride(), ib.ptr & 15, b.get_device(), variant)] = q
     return out
@@ -260,6 +261,16 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
 _QUICK: dict = {}
 _PLAIN_SCALES = (type(None), float, int)  # fp8 scales the quick path takes (tensors of scales: the full path)
 _TORCH_TENSOR = None  # torch.Tensor once a tensor went through matmul (no torch import here)
+_TORCH_BIASES = ()  # the bias types the quick path takes: torch.Tensor and nn.Parameter (a Linear's bias)
+
+
+def _seen_torch(tensor_type):
+    """Remember PyTorch's tensor type (and ``nn.Parameter``) for the quick path's type checks."""
+    import sys
+
+    global _TORCH_TENSOR, _TORCH_BIASES
+    _TORCH_TENSOR = tensor_type
+    _TORCH_BIASES = (tensor_type, sys.modules["torch"].nn.Parameter)
 
 
 class _Quick:
