@@ -476,3 +476,35 @@ def pingpong192(monkeypatch):
 ])
 def test_pingpong192_schedule_is_exact(pingpong192, m, n, k, where, act, t, b_row_major):
     _exact(m, n, k, where, act, t, b_row_major=b_row_major)
+
+
+def test_large_fp8_amax_routing(monkeypatch):
+    """An fp8 output with amax of 2^23 outputs goes to the fused kernel only where it takes the call:
+    not with a Numba f16 bias or vector (it reads Numba vectors as f32 only), not with a config (the
+    library GEMM's); launches stubbed (the simulator would take hours at this size)."""
+    import nbwgmma.frontend.matmul as mm
+    import nbwgmma.frontend.plan as plan_mod
+
+    class Routed(Exception):
+        pass
+
+    def to_library(self, *a, **k):
+        raise Routed("library")
+
+    def to_fused(*a, **k):
+        raise Routed("fused")
+
+    monkeypatch.setattr(plan_mod.Plan, "__call__", to_library)
+    monkeypatch.setattr(mm, "fused_call", to_fused)
+    m, n, k = 4096, 2048, 16
+    a, w = cuda.to_device(np.zeros((m, k), np.uint16)), cuda.to_device(np.zeros((n, k), np.uint16))
+    out, amax = cuda.to_device(np.zeros((m, n), np.uint8)), cuda.to_device(np.zeros(1, np.float32))
+    f16 = cuda.to_device(np.zeros(n, np.float16))
+    for kw, where in ((dict(), "fused"), (dict(bias=cuda.to_device(np.zeros(n, np.float32))), "fused"),
+                      (dict(bias=f16), "library"), (dict(epilogue=_row_shift), "fused"),
+                      (dict(epilogue=_plain_user, epilogue_args=(f16,)), "library"),
+                      (dict(config={"bm": 128, "bn": 128}), "library")):
+        with pytest.raises(Routed, match=where):
+            matmul(a, w.T, in_dtype="bf16", out=out, out_dtype="e4m3", amax=amax, **kw)
+    with pytest.raises(Routed, match="library"):  # (below 2^23 outputs: the library GEMM)
+        matmul(a[:2048], w.T, in_dtype="bf16", out=out[:2048], out_dtype="e4m3", amax=amax)

@@ -126,8 +126,13 @@ def test_gemm_config_rules():
     assert GemmConfig(epilogue="tma", bn=192).c_parts == 1
     with pytest.raises(ValueError, match="16-bit inputs"):
         GemmConfig("f32.e4m3.e4m3", b_major="MN")
-    with pytest.raises(ValueError, match="16-bit outputs"):
+    with pytest.raises(ValueError, match="16-bit and fp8 outputs"):
         GemmConfig(out="f32", epilogue="tma")
+    with pytest.raises(ValueError, match="fp8 codes take epilogue='direct'"):
+        GemmConfig(out="e4m3", epilogue="tma", c_transposed=True)
+    with pytest.raises(ValueError, match="amax goes with an fp8 output"):
+        GemmConfig(amax=True)
+    assert GemmConfig(out="e4m3", epilogue="tma", amax=True).c_parts == 4  # (parts of 64 columns with amax)
     with pytest.raises(ValueError, match="cluster must be 1, 2 or 4"):
         GemmConfig(cluster=3)
     with pytest.raises(ValueError, match="whole swizzle atoms"):

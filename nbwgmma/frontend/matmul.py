@@ -192,9 +192,11 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             # a user function's vectors read as the bias is (numbers: f32 arguments)
             extras = tuple(float(x) if info is None else bias_operand(x, info, lib, own)
                            for x, info in zip(epilogue_args, infos))
+            # (the fused kernel reads a Numba vector only as f32; a config asks for the library GEMM)
+            f32_vectors = lib != "numba" or all(i is None or i.dtype == "f32" for i in (bi, *infos))
             library = (bi is None or vec is not None) and None not in extras \
                 and (fused.library_epilogue(kind, odt, m, n, k, activation, iamax is not None)
-                     or not fused.fused_takes(kind, odt, ia, ib))
+                     or config is not None or not f32_vectors or not fused.fused_takes(kind, odt, ia, ib))
             epi = {key: v for key, v in (("bias", where), ("act", activation), ("user", ufn)) if v is not None and library}
             if library and vec is not None:
                 epi["bias_type"] = vec[0].dtype

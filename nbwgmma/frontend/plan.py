@@ -171,7 +171,8 @@ class Plan:
                 free = not ({"cluster", "split", "epilogue", "stages", "stream_k", "c_parts", "c_slots", "consumers",
                              "producer_regs", "consumer_regs"} & set(given)
                             or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM)
-                if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma_out):  # C^T tiles better
+                # (C^T tiles better; a swapped fp8 output is stored from the registers, not by TMA)
+                if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma_out and odt not in FP8_OUTS):
                     opts["swap"] = 1
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
                 # 256-row and wide tiles where nothing given rules them out (widths not a multiple of 64:
