@@ -508,3 +508,14 @@ def test_large_fp8_amax_routing(monkeypatch):
             matmul(a, w.T, in_dtype="bf16", out=out, out_dtype="e4m3", amax=amax, **kw)
     with pytest.raises(Routed, match="library"):  # (below 2^23 outputs: the library GEMM)
         matmul(a[:2048], w.T, in_dtype="bf16", out=out[:2048], out_dtype="e4m3", amax=amax)
+
+
+def test_k_zero_with_an_fp8_output_or_an_epilogue():
+    """K = 0: an fp8 output alone is zeros (amax left as it is); a bias or C is refused clearly."""
+    a, b = cuda.to_device(np.zeros((64, 0), np.uint16)), cuda.to_device(np.zeros((0, 72), np.uint16))
+    out = cuda.to_device(np.full((64, 72), 0xAA, np.uint8))
+    amax = cuda.to_device(np.full(1, 3.0, np.float32))
+    matmul(a, b, in_dtype="bf16", out=out, out_dtype="e4m3", amax=amax, scale_out=0.5)
+    assert (out.copy_to_host() == 0).all() and amax.copy_to_host()[0] == 3.0
+    with pytest.raises(MatmulError, match="need K > 0 so far; got K = 0"):
+        matmul(a, b, in_dtype="bf16", bias=cuda.to_device(np.zeros(72, np.float32)))

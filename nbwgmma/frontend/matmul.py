@@ -207,12 +207,18 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             if library and iamax is not None:
                 epi["amax"] = True
             fp8_out = (scale, None if iamax is None else (iamax, amax))
+        elif bias is None and activation is None and epilogue is None and not epilogue_args and c is None \
+                and beta is None:  # K = 0 and only an fp8 output or alpha: zeros (amax stays as it is)
+            check_fp8_out(odt, scale_out, amax, ia.device)
+            library = True
+        else:
+            raise MatmulError("matmul: a bias, an activation, an epilogue function or C need K > 0 so far; got K = 0")
     else:
         library = True
     if not library:
         if config is not None:
             raise MatmulError("matmul: config applies to calls the library GEMM runs: not with a strided Numba bias "
-                              "or epilogue vector, or K = 0 with an epilogue, so far (the fused kernel's); got both")
+                              "or epilogue vector so far (the fused kernel's); got both")
         return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
                           alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
                           epilogue_args=epilogue_args, c=c, beta=beta, scale_out=scale_out, amax=amax,
