@@ -208,8 +208,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                 epi["amax"] = True
             fp8_out = (scale, None if iamax is None else (iamax, amax))
         elif bias is None and activation is None and epilogue is None and not epilogue_args and c is None \
-                and beta is None:  # K = 0 and only an fp8 output or alpha: zeros (amax stays as it is)
-            check_fp8_out(odt, scale_out, amax, ia.device)
+                and beta is None or m == 0 or n == 0:  # K = 0 and only an fp8 output or alpha: zeros (amax
+            check_fp8_out(odt, scale_out, amax, ia.device)  # stays as it is); an empty output: nothing
             library = True
         else:
             raise MatmulError("matmul: a bias, an activation, an epilogue function or C need K > 0 so far; got K = 0")
