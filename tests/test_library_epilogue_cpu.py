@@ -124,3 +124,32 @@ def test_user_function_kernel_keeps_the_main_loop(monkeypatch):
     hgmma = [i for i, line in enumerate(lines) if "HGMMA" in line]
     wait = max(i for i, line in enumerate(lines[:hgmma[0]]) if "SYNCS.PHASECHK" in line)
     assert not any("LDL" in line or "STL" in line for line in lines[wait:hgmma[-1]])
+
+
+def test_fp8_output_kernels_store_codes_by_tma(monkeypatch):
+    """e4m3 in and out at 128 x 256 (8192^3): the plain kernel's QGMMAs, the codes stored through
+    TMA (one store per 64-column block of each consumer's part), no spills; with amax (parts of 64
+    columns) the spills stay outside the main loop."""
+    from nbwgmma.frontend.args import check_call
+
+    monkeypatch.setattr(launch, "device_limits", lambda device=None: dict(launch.H100_LIMITS, multiprocessors=132))
+
+    def plan(epi, odt):
+        a = _row_major(1 << 40, 8192, 8192, 1, "e4m3")
+        b = ArrayInfo(2 << 40, (8192, 8192), (1, 8192), 1, "e4m3", 0, "numba")
+        a, b, kind, _, _, opts, odt = check_call(a, b, None, in_dtype=None, out_dtype=odt, scale_a=1.0, scale_b=1.0,
+                                                 config=None, autotune_default=False)
+        return Plan(kind, odt, a, b, _row_major(3 << 40, 8192, 8192, 1 if odt == "e4m3" else 2, odt),
+                    {**opts, **epi}, True)
+
+    plain, codes, amax = plan({}, "bf16"), plan({}, "e4m3"), plan({"amax": True}, "e4m3")
+    assert codes.cfg.epilogue == "tma" and codes.cfg.out == "e4m3" and amax.cfg.c_parts == 4
+    rp, rc, ra = (compile_report(gemm_kernel(p.cfg), p.signature()) for p in (plain, codes, amax))
+    gmma = [op for op in rp.sass if "GMMA" in op]
+    assert gmma and all(rc.sass.get(op) == rp.sass.get(op) for op in gmma), (rc.sass, rp.sass)
+    assert rc.sass.get("UTMASTG") and rc.spill_bytes == 0 and rc.local_memory_ops == 0, rc
+    lines = ra.sass_text.splitlines()
+    mma = [i for i, line in enumerate(lines) if "GMMA" in line]
+    wait = max(i for i, line in enumerate(lines[:mma[0]]) if "SYNCS.PHASECHK" in line)
+    assert not any("LDL" in line or "STL" in line for line in lines[wait:mma[-1]])
+    assert any("ATOM" in op for op in ra.sass), ra.sass  # (the amax's atomic max)
