@@ -25,6 +25,7 @@ and kinds of extras (in each process: not kept in the disk cache).
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -131,16 +132,14 @@ def bias_vector(bias, info, lib, stream=None):
     if lib == "torch":
         import torch
 
-        if stream is None:
-            return bias.reshape(-1).float().contiguous()
-        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=bias.device)):
+        on = contextlib.nullcontext() if stream is None else \
+            torch.cuda.stream(torch.cuda.ExternalStream(stream, device=bias.device))
+        with on:
             return bias.reshape(-1).float().contiguous()
     if lib == "cupy":
         import cupy
 
-        if stream is None:
-            return cupy.ascontiguousarray(bias.reshape(-1), dtype=np.float32)
-        with cupy.cuda.ExternalStream(stream):
+        with contextlib.nullcontext() if stream is None else cupy.cuda.ExternalStream(stream):
             return cupy.ascontiguousarray(bias.reshape(-1), dtype=np.float32)
     if info.dtype != "f32":
         raise MatmulTypeError(f"matmul: a Numba bias must be f32 (its library cannot convert it here); "
@@ -274,16 +273,22 @@ def library_epilogue(kind: str, odt: str, m: int, n: int, k: int, act: str | Non
     return not amax or m * n < 1 << 23
 
 
+def _outs(dt: str) -> tuple:
+    """The output types the fused kernel writes for inputs of ``dt``."""
+    return (OUTS_16 if dt in FP8_OUTS else (dt,)) + FP8_OUTS
+
+
+def _weight(ib: ArrayInfo) -> ArrayInfo:
+    """B [K, N] seen as B^T = w [N, K] (``x @ w.T``: row-major where w is)."""
+    return ArrayInfo(ib.ptr, ib.shape[::-1], ib.strides[::-1], *tuple(ib)[3:])
+
+
 def fused_takes(kind: str, odt: str, ia: ArrayInfo, ib: ArrayInfo) -> bool:
     """Whether the fused kernel takes these operands (its types and layouts: :func:`fused_call`)."""
     _, dt, dt_b = kind.split(".")
-    outs = (OUTS_16 if dt in FP8_OUTS else (dt,)) + FP8_OUTS
-    if dt not in TYPES or dt_b != dt or odt not in outs or not _row_major(ia):
+    if dt not in TYPES or dt_b != dt or odt not in _outs(dt) or not _row_major(ia):
         return False
-    (k, n) = ib.shape
-    if _row_major(ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])):
-        return True
-    return dt not in FP8_OUTS and _row_major(ib)
+    return _row_major(_weight(ib)) or (dt not in FP8_OUTS and _row_major(ib))
 
 
 def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib, stream, epilogue=None,
@@ -296,8 +301,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     (m, k), n = ia.shape, ib.shape[1]
     _, dt, dt_b = kind.split(".")
     fp8_in = dt in FP8_OUTS
-    outs = (OUTS_16 if fp8_in else (dt,)) + FP8_OUTS
-    if dt not in TYPES or dt_b != dt or odt not in outs:
+    if dt not in TYPES or dt_b != dt or odt not in _outs(dt):
         raise MatmulTypeError(f"matmul: bias/activation/epilogue/c and fp8 outputs take bf16, f16, e4m3 or e5m2 "
                               f"inputs (A and B of one type) with an output of the same type (bf16 or f16 for fp8 "
                               f"inputs) or fp8 so far; got {dt} x {dt_b} inputs, {odt} output")
@@ -306,7 +310,7 @@ def fused_call(a, ia, b, ib, out, io, *, kind, odt, bias, activation, alpha, lib
     where = check_epilogue(activation, bi, m, n, ia.device)
     ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
     ic, beta = check_c(c, beta, m, n, ia.device)
-    bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
+    bt = _weight(ib)  # B^T = w [N, K]
     b_major = "K" if _row_major(bt) else "MN"
     if fp8_in and b_major != "K":
         raise MatmulError("matmul: with fp8 inputs and an epilogue, B must be the transpose of a row-major weight "

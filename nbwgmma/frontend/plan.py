@@ -337,18 +337,18 @@ class Plan:
     def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None, c=None, beta=0.0, extras=(), scale_out=1.0,
                 amax=None):
         m, n, k = self.mnk
-        ws = self.workspace(stream_handle)[2] if self.cfg.uses_workspace else ()
-        if self.cfg.out in FP8_OUTS:
-            ws = (scale_out,) + (array_arg_values(amax[0].ptr, (1,), (4,), 4) if self.cfg.amax else ()) + ws
-        for (kind, _), x in zip(self.cfg.extras[::-1], extras[::-1]):
-            ws = ((float(x),) if kind == "scalar" else array_arg_values(x[0].ptr, x[0].shape, x[0].strides,
-                                                                          x[0].itemsize)) + ws
-        if self.cfg.with_c:
-            ci = c[0]
-            ws = array_arg_values(ci.ptr, ci.shape, ci.strides, ci.itemsize) + (beta,) + ws
-        if self.cfg.bias:
-            bi = bias[0]
-            ws = array_arg_values(bi.ptr, bi.shape, bi.strides, bi.itemsize) + ws
+        cfg = self.cfg
+        values = _array_values
+        # after alpha, in the kernel's order: bias, C and beta, the extras, scale_out and amax, workspace
+        ws = values(bias[0]) if cfg.bias else ()
+        if cfg.with_c:
+            ws += values(c[0]) + (beta,)
+        for (kind, _), x in zip(cfg.extras, extras):
+            ws += (float(x),) if kind == "scalar" else values(x[0])
+        if cfg.out in FP8_OUTS:
+            ws += (scale_out,) + (array_arg_values(amax[0].ptr, (1,), (4,), 4) if cfg.amax else ())
+        if cfg.uses_workspace:
+            ws += self.workspace(stream_handle)[2]
         if c_map:
             self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha, *ws)
         else:
@@ -493,6 +493,11 @@ _DIRECT_ARGS = _TMA_ARGS[:2] + array_arg_types(2) + _TMA_ARGS[3:]  # C a 2-D arr
 _WS_ARGS = array_arg_types(1) * 2  # split-K: partials, counters
 _BIAS_ARGS = array_arg_types(1)  # a fused bias: the vector
 _C_ARGS = array_arg_types(2) + ("f32",)  # beta * C: C, beta
+
+
+def _array_values(info: ArrayInfo) -> tuple:
+    """An array argument's launch values (:func:`nbwgmma.launch.array_arg_values`) from its description."""
+    return array_arg_values(info.ptr, info.shape, info.strides, info.itemsize)
 
 
 _NB_STREAMS: dict = {}

@@ -66,8 +66,6 @@ C_PART = 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer after the s
 THREADS = 384
 
 
-
-
 class FusedConfig:
     """Compile-time choices of a fused GEMM: element type ``dtype`` ("bf16" or "f16", inputs
     and output), ``bias`` (None, "col" or "row"), ``act`` (None or an activation name of

@@ -7,6 +7,7 @@ the kernel from it."""
 from __future__ import annotations
 
 from ..errors import ConfigError
+from ..intrinsics.fragment import FP8_FORMATS
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.epilogue import ACTIVATIONS, VECTOR_TYPES
 from ..kit.pipeline import check_b_shares
@@ -22,7 +23,7 @@ STAGE_BUDGET = 227 * 1024 - 1023 - 64
 
 _OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
 #: output types stored as fp8 codes (scaled by ``scale_out``, optionally with ``amax``)
-FP8_OUTS = ("e4m3", "e5m2")
+FP8_OUTS = FP8_FORMATS
 #: Default stages per (bm, bn) where more than 4 pay: 128 x 128 tiles (32 KiB stages) with 6
 #: ran 3-9% faster than with 4 on an H100 at 384-2048 rows, 16-bit and fp8, long K most
 #: (BENCHMARKS.md, 2026-11-25); narrow tiles (a width that is not a multiple of 64) take as many

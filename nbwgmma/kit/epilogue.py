@@ -213,7 +213,8 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         if not isinstance(count, int) or not 0 <= count <= 8:
             raise ValueError(f"acc_map: {name} must be an integer in [0, 8]; got {count!r}")
     vtypes = (vtype,) * (cols + rows) if isinstance(vtype, str) else tuple(vtype)
-    if len(vtypes) != cols + rows or any(v not in VECTOR_TYPES for v in vtypes + (vtype,) * isinstance(vtype, str)):
+    if (isinstance(vtype, str) and vtype not in VECTOR_TYPES) or len(vtypes) != cols + rows \
+            or any(v not in VECTOR_TYPES for v in vtypes):
         raise ValueError(f"acc_map: vtype must be one of {VECTOR_TYPES}, or a tuple of them, one per vector "
                          f"({cols + rows}); got {vtype!r}")
     vecs = [f"v{j}" for j in range(cols + rows)]
