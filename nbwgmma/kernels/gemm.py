@@ -108,17 +108,18 @@ def _build(key):
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
-    largest_part = _largest(PART_COLS) if AMAX else None
-    largest_all = _largest(BN) if AMAX else None
+    largest_part = _largest(PART_COLS, not cfg.zero_padding) if AMAX else None
+    largest_all = _largest(BN, not cfg.zero_padding) if AMAX else None
+    SLOTS = ALL_CONS // 32 if AMAX else 1  # a running |value| maximum per consumer warp (amax)
 
     @inlined
     def store_direct(acc, c, ctid, cw, row0, col0, cbase, ep):
         if EPI:
             acc = epi_all(acc, ctid, row0, col0, ep)
         if FP8_OUT:
+            if AMAX:  # (before the store: the values die at it)
+                _amax_note(largest_all(acc, ctid, row0, col0, ep[1], ep[2]), ep[7], ctid + 128 * cw)
             acc_store_fp8(acc_scale(acc, ep[6]), KIND, c, ctid, row0, col0, FMT)
-            if AMAX:
-                _amax_update(largest_all(acc, ctid, row0, col0, ep[1], ep[2]), ep[7])
         else:
             acc_store(acc, KIND, c, ctid, row0, col0)
 
@@ -158,8 +159,8 @@ def _build(key):
             else:
                 tma_store_2d(cbase, tmap_c, col0, row0)
             bulk_commit_group()
-        if AMAX:  # (after the shared tile is handed over: the atomic overlaps the store)
-            _amax_update(big, ep[7])
+        if AMAX:
+            _amax_note(big, ep[7], ctid + 128 * cw)
 
     @inlined
     def packed(acc):
@@ -283,12 +284,13 @@ def _build(key):
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
         xb = cuda.shared.array(XBARS, np.uint64)
+        biggest = cuda.shared.array(SLOTS, np.float32)
         base = dynamic_smem_base(dyn, 1024)
         ring = smem_addr(bars)
         xbars = smem_addr(xb)
         tid = cuda.threadIdx.x
         wg = tid // 128
-        ep = (vec, m, n, cmat, beta, xs, scale_out, amax)  # what the epilogue reads (unused ones: stand-ins)
+        ep = (vec, m, n, cmat, beta, xs, scale_out, biggest)  # what the epilogue reads (unused ones: stand-ins)
         if tid == 0:
             pipe.init(ring)
             if KC > 1:
@@ -358,6 +360,9 @@ def _build(key):
             setmaxnreg_inc(CREGS)
             cw = wg - 1
             ctid = tid % 128
+            if AMAX:
+                if cuda.laneid == 0:
+                    biggest[(tid - 128) // 32] = 0.0  # (each warp's slot: only its lane 0 reads and writes it)
             cbase = base + C_OFF + cw * C_CONS
             s = 0  # the slot of the next k-block, and the parity of its "full" phase
             ph = 0
@@ -401,6 +406,9 @@ def _build(key):
                                       pm * BM + cw * CROWS, pn * BN, cbase, m, ep)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
+            if AMAX:
+                if cuda.laneid == 0:  # the warp's maximum of all its tiles: one atomic
+                    cuda.atomic.max(amax, 0, biggest[(tid - 128) // 32])
         if CL * KC > 1:
             # No CTA leaves while a peer may still arrive on its barriers (or send into its buffer);
             # not .aligned: of the producer's warp only its one thread may be left.
@@ -489,21 +497,24 @@ def _parts_store(parts, part_regs, part_cols, slot_bytes, slots, put_part, packe
     return inlined(ns["store"])
 
 
-def _largest(width):
+def _largest(width, masked=True):
     """``largest(v, ct, row0, col0, m, n) -> f32``: the largest |value| of a 64 x ``width`` fragment
-    of thread ``ct`` (a tile part at (``row0``, ``col0``)) among the values inside C (a tile's rows
-    past M and columns past N hold results of padding: a bias, a function of zero). Without
-    branches (two code paths, inside C or not, spilled: ptxas kept both paths' values): each
-    value outside C counts as zero, from one compare per row and per column of the thread."""
-    lines = ["def largest(v, ct, row0, col0, m, n):",
-             "    r = row0 + ((ct >> 5) << 4) + ((ct >> 2) & 7)",
-             "    c = col0 + ((ct & 3) << 1)",
-             "    r0 = r < m", "    r1 = r + 8 < m",
-             "    big = Z"]
-    for dc in sorted({8 * (i // 4) + i % 2 for i in range(width // 2)}):
-        lines.append(f"    c{dc} = c + {dc} < n")
+    of thread ``ct`` (a tile part at (``row0``, ``col0``)). ``masked``: among the values inside C
+    only (a tile's rows past M and columns past N hold results of padding: a bias, a function of
+    zero); without branches (two code paths, inside C or not, spilled: ptxas kept both paths'
+    values), each value outside C counts as zero, from one compare per row and per column of the
+    thread. Unmasked (padding that stays zero): all of them."""
+    lines = ["def largest(v, ct, row0, col0, m, n):"]
+    if masked:
+        lines += ["    r = row0 + ((ct >> 5) << 4) + ((ct >> 2) & 7)",
+                  "    c = col0 + ((ct & 3) << 1)",
+                  "    r0 = r < m", "    r1 = r + 8 < m"]
+        for dc in sorted({8 * (i // 4) + i % 2 for i in range(width // 2)}):
+            lines.append(f"    c{dc} = c + {dc} < n")
+    lines.append("    big = Z")
     for i in range(width // 2):  # (value i at row 8 * ((i // 2) % 2), column 8 * (i // 4) + i % 2 of the base)
-        lines.append(f"    big = max(big, abs(v[{i}]) if r{(i // 2) % 2} and c{8 * (i // 4) + i % 2} else Z)")
+        inside = f" if r{(i // 2) % 2} and c{8 * (i // 4) + i % 2} else Z" if masked else ""
+        lines.append(f"    big = max(big, abs(v[{i}]){inside})")
     lines.append("    return big")
     ns = {"Z": np.float32(0.0)}
     exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm amax of {width} columns>", "exec"), ns)
@@ -511,13 +522,13 @@ def _largest(width):
 
 
 @inlined
-def _amax_update(big, amax):
-    """Raise ``amax[0]`` to the warp's largest ``big`` (one atomic max, by lane 0, where the
-    maximum exceeds the value it reads: a stale read only costs an atomic)."""
+def _amax_note(big, biggest, t):
+    """Raise warp ``t // 32``'s running maximum ``biggest[t // 32]`` (shared memory) to its
+    threads' largest ``big``; the kernel's end adds it to the amax argument (one atomic max)."""
     for off in (16, 8, 4, 2, 1):
         big = max(big, cuda.shfl_xor_sync(0xFFFFFFFF, big, off))
-    if cuda.laneid == 0 and big > amax[0]:
-        cuda.atomic.max(amax, 0, big)
+    if cuda.laneid == 0:
+        biggest[t // 32] = max(biggest[t // 32], big)
 
 
 def gemm_kernel(cfg: GemmConfig):

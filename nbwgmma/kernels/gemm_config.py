@@ -101,8 +101,8 @@ class GemmConfig:
     them into 64B-swizzled shared blocks of 64 x 64 bytes (``acc_store_fp8_swizzled``) for TMA
     stores of a one-byte map, "direct" stores them from the registers (``acc_store_fp8``). With
     ``amax`` the kernel takes a one-element f32 array after ``scale_out`` and raises it to the
-    largest |result| inside C (before the scale): each warp's maximum of a stored block, one
-    atomic max where it exceeds the value read.
+    largest |result| inside C (before the scale): each warp keeps its running maximum in shared
+    memory, one atomic max per warp at the end.
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -174,6 +174,10 @@ class GemmConfig:
             raise ConfigError("amax", f"amax goes with an fp8 output (out e4m3 or e5m2); got out={out}")
         #: the largest |value| of C (before ``scale_out``) is kept in an f32 argument (fp8 outputs)
         self.amax = bool(amax)
+        #: the values of a tile's padding (rows past M, columns past N: zeros loaded by TMA) stay
+        #: zero through the epilogue (no bias, no user function, an activation with f(0) = 0), so an
+        #: amax needs no mask
+        self.zero_padding = not bias and user is None and act != "sigmoid"
         if cluster not in (1, 2, 4):
             raise ConfigError("cluster", f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
         try:
@@ -264,9 +268,9 @@ class GemmConfig:
                     if splits(p) and (smem - c_bytes(p, 2)) // self.stage_bytes >= want:  # slots leave room
                         c_parts, c_slots = p, 2
                         break
-            if fp8_out and amax and epilogue == "tma" and bn > 128:
-                # fp8 codes with amax in parts of 64 columns (a whole 256-column part spilled 2100
-                # bytes: its maxima beside the scaled values)
+            if fp8_out and amax and epilogue == "tma" and bn > 128 and (bias or act or with_c or user is not None):
+                # fp8 codes with amax and a fused epilogue in parts of 64 columns (a whole 256-column
+                # part spilled 1288-2100 bytes: its maxima beside the mapped values)
                 c_parts = bn // 64
         if c_slots is None:
             c_slots = 1
