@@ -132,7 +132,9 @@ def test_gemm_config_rules():
         GemmConfig(out="e4m3", epilogue="tma", c_transposed=True)
     with pytest.raises(ValueError, match="amax goes with an fp8 output"):
         GemmConfig(amax=True)
-    assert GemmConfig(out="e4m3", epilogue="tma", amax=True).c_parts == 4  # (parts of 64 columns with amax)
+    assert GemmConfig(out="e4m3", epilogue="tma", amax=True).c_parts == 1  # (a plain amax: the whole part)
+    assert GemmConfig(out="e4m3", epilogue="tma", amax=True, act="relu").c_parts == 4  # (with an epilogue: 64 columns)
+    assert GemmConfig(out="e4m3", amax=True).zero_padding and not GemmConfig(out="e4m3", amax=True, act="sigmoid").zero_padding
     with pytest.raises(ValueError, match="cluster must be 1, 2 or 4"):
         GemmConfig(cluster=3)
     with pytest.raises(ValueError, match="whole swizzle atoms"):
