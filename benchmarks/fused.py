@@ -8,13 +8,10 @@ e4m3 inputs to an e4m3 output (per-tensor scales) against ``torch._scaled_mm`` w
 output (cuBLASLt's own fp8-out epilogue, no amax).
 
     python benchmarks/fused.py [MxNxK ...]
-    python benchmarks/fused.py --schedules [MxNxK ...]   # bias + gelu_tanh on each fused schedule
-    python benchmarks/fused.py --paths [MxNxK ...]       # a user function, fp8 outputs: library vs fused kernel
+    python benchmarks/fused.py --user [MxNxK ...]   # a user function against the unfused PyTorch expression
 
-``--schedules`` times the library GEMM's fused epilogue ("library") and the fused kernel's
-schedules (``nbwgmma.kernels.fused.SCHEDULES``, each forced through
-``nbwgmma.frontend.fused.schedule_for`` and ``library_epilogue``) side by side with cuBLASLt's fused
-epilogue, the unfused expression and the plain product, bf16.
+``--user`` times a user epilogue function with three extras after a bias and gelu_tanh (bf16)
+against the same expression unfused in PyTorch and the plain product.
 """
 import sys
 
@@ -130,51 +127,9 @@ def bench_fp8_to_fp8(m, n, k, rounds=15, inner=10):
           f"{same:.2%} of codes equal to cuBLASLt's, amax relative error {amax_err:.1e}")
 
 
-def bench_schedules(m, n, k, rounds=15, inner=10):
-    import nbwgmma.frontend.fused as fused
-    from nbwgmma.kernels.fused import SCHEDULES
-
-    x, w, bias, out, others = _gelu_problem(m, n, k)
-    rule, library = fused.schedule_for, fused.library_epilogue
-
-    def forced(name):
-        def call():
-            fused.schedule_for = lambda *a: name
-            fused.library_epilogue = lambda *a: name == "library"
-            try:
-                matmul(x, w.t(), bias=bias, activation="gelu_tanh", out=out)
-            finally:
-                fused.schedule_for, fused.library_epilogue = rule, library
-        return call
-
-    names = ("library",) + tuple(SCHEDULES)
-    ref = _reference(x, w, bias)
-    for name in names:
-        forced(name)()
-        print(f"{m}x{n}x{k} {name}: relative error vs float64 {_rel_error(out, ref):.2e}")
-    del ref
-    peers = {**{f"fused {name}": forced(name) for name in names}, **others}
-    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the first", rounds, inner)
-
-
-def _forced_fused(call):
-    """``call`` run on the fused kernel (``library_epilogue`` answering no)."""
-    import nbwgmma.frontend.fused as fused
-
-    def run():
-        rule = fused.library_epilogue
-        fused.library_epilogue = lambda *a: False
-        try:
-            call()
-        finally:
-            fused.library_epilogue = rule
-    return run
-
-
-def bench_paths(m, n, k, rounds=15, inner=10):
-    """The library GEMM's epilogue against the fused kernel's (forced) for a user function with
-    three extras after a bias and gelu_tanh (bf16), and for e4m3 in and out with and without amax
-    (against ``torch._scaled_mm``'s e4m3 output)."""
+def bench_user(m, n, k, rounds=15, inner=10):
+    """A user function with three extras after a bias and gelu_tanh (bf16) against the same
+    expression in PyTorch (cuBLAS's addmm, then elementwise kernels) and the plain product."""
     from numba import cuda
 
     @cuda.jit(device=True)
@@ -186,36 +141,24 @@ def bench_paths(m, n, k, rounds=15, inner=10):
     shift = torch.randn(n, device="cuda", generator=g).bfloat16()
     rowterm = torch.randn(m, 1, device="cuda", generator=g).bfloat16()
     kw = dict(bias=bias, activation="gelu_tanh", epilogue=scale_shift, epilogue_args=(0.5, shift, rowterm))
-    peers = {"user function, library GEMM": lambda: matmul(x, w.t(), out=out, **kw),
-             "user function, fused kernel": _forced_fused(lambda: matmul(x, w.t(), out=out, **kw)),
-             "unfused PyTorch": lambda: F.gelu(torch.addmm(bias, x, w.t()), approximate="tanh") * 0.5 + shift - rowterm,
+    unfused = lambda: F.gelu(torch.addmm(bias, x, w.t()), approximate="tanh") * 0.5 + shift - rowterm  # noqa: E731
+    matmul(x, w.t(), out=out, **kw)
+    ref = F.gelu(x.double() @ w.double().t() + bias.double(), approximate="tanh") * 0.5 + shift.double() \
+        - rowterm.double()
+    err = _rel_error(out, ref)
+    del ref
+    peers = {"nbwgmma.matmul(user function)": lambda: matmul(x, w.t(), out=out, **kw),
+             "unfused PyTorch": unfused,
              "nbwgmma.matmul, no epilogue": lambda: matmul(x, w.t(), out=out)}
     side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the first", rounds, inner)
-    e4 = torch.float8_e4m3fn
-    x8, w8 = (x * 4).to(e4), (w * 4).to(e4)
-    ta, tb, to = (torch.tensor(v, device="cuda") for v in (0.25, 0.125, 0.5))
-    o8, amax = torch.empty(m, n, device="cuda", dtype=e4), torch.zeros(1, device="cuda")
-    fp8 = dict(scale_a=0.25, scale_b=0.125, out=o8, scale_out=0.5)
-    peers = {"e4m3 out, library GEMM": lambda: matmul(x8, w8.t(), **fp8),
-             "e4m3 out, fused kernel": _forced_fused(lambda: matmul(x8, w8.t(), **fp8)),
-             "e4m3 out + amax, default": lambda: matmul(x8, w8.t(), amax=amax, **fp8),
-             "e4m3 out + amax, fused kernel": _forced_fused(lambda: matmul(x8, w8.t(), amax=amax, **fp8)),
-             "cuBLASLt _scaled_mm(e4m3 out)": lambda: torch._scaled_mm(x8, w8.t(), scale_a=ta, scale_b=tb,
-                                                                      scale_result=to, out_dtype=e4)}
-    side_by_side(torch, peers, 2 * m * n * k, f"{m}x{n}x{k}", "the first", rounds, inner)
+    print(f"{m}x{n}x{k} relative error of the user function's result vs float64: {err:.2e}")
 
 
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
-    if sys.argv[1:2] == ["--paths"]:
-        for s in sys.argv[2:] or ["1024x1024x1024", "128x4096x4096", "4096x4096x4096", "8192x8192x8192",
-                                  "4096x14336x4096"]:
-            bench_paths(*(int(v) for v in s.split("x")))
-        sys.exit()
-    if sys.argv[1:2] == ["--schedules"]:
-        for s in sys.argv[2:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096", "4096x14336x8192",
-                                  "4096x4096x4096", "2048x8192x4096", "4096x4096x1024"]:
-            bench_schedules(*(int(v) for v in s.split("x")))
+    if sys.argv[1:2] == ["--user"]:
+        for s in sys.argv[2:] or ["1024x1024x1024", "128x4096x4096", "8192x8192x8192", "4096x14336x4096"]:
+            bench_user(*(int(v) for v in s.split("x")))
         sys.exit()
     for s in sys.argv[1:] or ["8192x8192x8192", "4096x14336x4096", "16384x4096x4096"]:
         bench(*(int(v) for v in s.split("x")))

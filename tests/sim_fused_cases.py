@@ -27,27 +27,18 @@ def _host(c, t):
     return _f32(c.copy_to_host(), t)
 
 
-@pytest.fixture
-def fused_kernel(monkeypatch):
-    """A bias or activation alone on the fused kernel (its default ping-pong schedule), not the
-    library GEMM."""
-    import nbwgmma.frontend.fused as fused
-
-    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)
-
-
 @pytest.mark.parametrize("m, n, k, where, act, t", [
     (200, 136, 72, "col", "relu", "bf16"),   # ragged M, N and K; two pairs of tiles
     (256, 128, 64, "row", "relu", "f16"),
     (130, 256, 136, None, "relu", "bf16"),
     (128, 64, 128, "col", None, "f16"),      # bias alone
 ])
-def test_fused_matmul_is_exact_on_small_integers(fused_kernel, m, n, k, where, act, t):
+def test_epilogue_is_exact_on_small_integers(m, n, k, where, act, t):
     _exact(m, n, k, where, act, t, b_row_major=False)
 
 
 @pytest.mark.parametrize("m, n, k, where, t", [(136, 72, 72, "col", "bf16"), (130, 64, 136, None, "f16")])
-def test_fused_matmul_of_a_row_major_b_is_exact(fused_kernel, m, n, k, where, t):
+def test_epilogue_of_a_row_major_b_is_exact(m, n, k, where, t):
     """B [K, N] with N contiguous (x @ w), read with wgmma's transpose bit."""
     _exact(m, n, k, where, "relu", t, b_row_major=True)
 
@@ -85,15 +76,26 @@ def test_bad_epilogue_inputs_are_refused_before_launch():
         (dict(bias=cuda.to_device(np.ones(48, np.int32))), "bias must be f32, bf16 or f16; got s32"),
         (dict(bias=np.ones(48, np.float32)), "bias"),
         (dict(activation="tanh"), r"activation must be one of \['gelu', 'gelu_tanh', 'relu', 'sigmoid', 'silu'\]"),
-        (dict(bias=cuda.to_device(np.ones((48, 2), np.float32))[:, 0], config={"bm": 128}),
-         "config applies to calls the library GEMM runs: not with a strided Numba bias"),
     ]
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):
             matmul(a, w.T, in_dtype="bf16", **kw)
-    # B of neither layout on the fused kernel (which a strided Numba bias takes)
-    with pytest.raises(MatmulError, match="must be row-major with 16-byte aligned rows"):
-        matmul(a, _bits(np.ones((64, 96)), "bf16")[::2, ::2], bias=cases[-1][0]["bias"], in_dtype="bf16")
+
+
+def test_strided_numba_vectors_are_copied():
+    """A strided Numba bias (f16, per column) and a function's strided per-row vector (f32) are
+    copied into contiguous f32 vectors and read by the library GEMM, with a config and B of
+    neither layout (staged)."""
+    t, (m, n, k) = "bf16", (72, 40, 48)
+    a, w, _, _ = _problem(m, n, k, None, None)
+    bias = RNG.integers(-8, 9, (n, 2)).astype(np.float16)
+    rows = RNG.integers(-4, 5, (m, 3)).astype(np.float32)
+    wide = _bits(np.repeat(w.T, 2, axis=1), t)[:, ::2]  # B [K, N] with a column stride of 2
+    out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
+    matmul(_bits(a, t), wide, bias=cuda.to_device(bias)[:, 1], activation="relu", epilogue=_plain_user,
+           epilogue_args=(cuda.to_device(rows)[:, 2:3],), out=out, in_dtype=t, config={"bm": 64, "bn": 64})
+    sign = np.where(np.add.outer(np.arange(m), np.arange(n)) % 2 == 0, 1, -1)  # (_plain_user's)
+    np.testing.assert_array_equal(_host(out, t), np.maximum(a @ w.T + bias[:, 1], 0) + sign * rows[:, 2:3])
 
 
 @pytest.mark.parametrize("m, n, k, where, act, t, config, how", [
@@ -357,7 +359,7 @@ def test_bad_fp8_output_arguments_are_refused():
 
 
 @pytest.mark.parametrize("t", ["e4m3", "e5m2"])
-def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t, monkeypatch):
+def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t):
     """fp8 A and B with per-tensor scales (folded into alpha), bias and ReLU; bf16 out, then
     e4m3 out with scale_out and amax."""
     from nbwgmma.layout.wgmma_model import float_to_fp8
@@ -370,13 +372,6 @@ def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t, monkeypatch):
     out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
     matmul(da, dw.T, bias=cuda.to_device(bias), activation="relu", out=out, in_dtype=t, scale_a=0.5, scale_b=4.0)
     np.testing.assert_array_equal(_host(out, "bf16"), ref)
-    import nbwgmma.frontend.fused as fused
-
-    with monkeypatch.context() as mp:  # the same on the fused kernel
-        mp.setattr(fused, "library_epilogue", lambda *a: False)
-        out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
-        matmul(da, dw.T, bias=cuda.to_device(bias), activation="relu", out=out, in_dtype=t, scale_a=0.5, scale_b=4.0)
-        np.testing.assert_array_equal(_host(out, "bf16"), ref)
     if t == "e5m2":  # the fp8 output once, with e4m3 inputs
         return
     out8, amax = cuda.to_device(np.full((m, n), 0xAA, np.uint8)), cuda.to_device(np.zeros(1, np.float32))
@@ -384,7 +379,7 @@ def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t, monkeypatch):
            scale_out=0.125, amax=amax, scale_a=0.5, scale_b=4.0)
     np.testing.assert_array_equal(out8.copy_to_host(), float_to_fp8(ref * 0.125, "e4m3"))
     assert amax.copy_to_host()[0] == ref.max()
-    # B [K, N] row-major: the library GEMM stages it K-major (an fp8 output too); the fused kernel refuses it
+    # B [K, N] row-major: the library GEMM stages it K-major (an fp8 output too)
     b_rows = cuda.to_device(np.ascontiguousarray(encode_elements(w.T, t)))
     out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
     matmul(da, b_rows, bias=cuda.to_device(bias), activation="relu", out=out, in_dtype=t, scale_a=0.5, scale_b=4.0)
@@ -393,21 +388,14 @@ def test_fp8_inputs_with_bias_and_fp8_or_bf16_output_are_exact(t, monkeypatch):
     matmul(da, b_rows, bias=cuda.to_device(bias), activation="relu", out=out8, in_dtype=t, out_dtype="e4m3",
            scale_out=0.125, scale_a=0.5, scale_b=4.0)
     np.testing.assert_array_equal(out8.copy_to_host(), float_to_fp8(ref * 0.125, "e4m3"))
-    strided = cuda.to_device(np.stack([bias, bias], 1))[:, 0]  # (a strided Numba bias: the fused kernel's)
-    with pytest.raises(MatmulError, match="the fp8 wgmma has no transpose"):
-        matmul(da, b_rows, bias=strided, in_dtype=t, out_dtype="e4m3")
+    strided = cuda.to_device(np.stack([bias, bias], 1))[:, 0]  # (a strided Numba bias: copied)
+    out8 = cuda.to_device(np.full((m, n), 0xAA, np.uint8))
+    matmul(da, b_rows, bias=strided, activation="relu", out=out8, in_dtype=t, out_dtype="e4m3", scale_out=0.125,
+           scale_a=0.5, scale_b=4.0)
+    np.testing.assert_array_equal(out8.copy_to_host(), float_to_fp8(ref * 0.125, "e4m3"))
 
 
-@pytest.fixture
-def cooperative(monkeypatch):
-    """The cooperative schedule (128 x 256 tiles, kit.Cooperative) for every call of the test."""
-    import nbwgmma.frontend.fused as fused
-
-    monkeypatch.setattr(fused, "schedule_for", lambda *a: "cooperative")
-    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)  # (a bias or activation alone too)
-
-
-def test_cooperative_schedule_with_c_user_epilogue_and_fp8_out(cooperative):
+def test_c_in_place_then_user_epilogue_and_fp8_out():
     """beta * C in place, then an e4m3 output with amax (padding rows past M must not count)."""
     from nbwgmma.layout.wgmma_model import float_to_fp8
 
@@ -426,27 +414,8 @@ def test_cooperative_schedule_with_c_user_epilogue_and_fp8_out(cooperative):
     assert amax.copy_to_host()[0] == np.abs(ref).max()
 
 
-@pytest.fixture
-def epilogue_warps(monkeypatch):
-    """The epilogue_warps schedule (kit.EpilogueWarps: the activation applied by the producer
-    warpgroup's idle warps to a staged 128 x 256 tile) for every call of the test."""
-    import nbwgmma.frontend.fused as fused
-
-    monkeypatch.setattr(fused, "schedule_for", lambda *a: "epilogue_warps")
-    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)  # (a bias or activation alone too)
-
-
-@pytest.mark.parametrize("m, n, k, where, act, t, b_row_major", [
-    (136, 72, 72, "col", "relu", "bf16", False),   # 2 tiles on one CTA: the tile buffer passes twice
-    (72, 200, 136, "row", "relu", "f16", True),    # x @ w, a row bias, ragged everything
-])
-def test_epilogue_warps_schedule_is_exact(epilogue_warps, m, n, k, where, act, t, b_row_major):
-    _exact(m, n, k, where, act, t, b_row_major=b_row_major)
-
-
-def test_epilogue_warps_schedule_gelu_tanh_with_c(epilogue_warps):
-    """beta * C and alpha on the consumers, gelu_tanh on the epilogue warps (of the bf16-rounded
-    value): within two bf16 roundings of the float64 result."""
+def test_gelu_tanh_with_c_and_alpha():
+    """beta * C, alpha, a bias and gelu_tanh: within two bf16 roundings of the float64 result."""
     t, (m, n, k) = "bf16", (120, 72, 64)
     a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
     c = RNG.integers(-4, 5, (m, n)).astype(np.float64) / 4
@@ -460,54 +429,29 @@ def test_epilogue_warps_schedule_gelu_tanh_with_c(epilogue_warps):
     np.testing.assert_allclose(_host(out, t), ref, rtol=2 ** -7, atol=2 ** -10)
 
 
-@pytest.fixture
-def pingpong192(monkeypatch):
-    """The pingpong192 schedule (each consumer warpgroup a whole 128 x 192 tile, the two taking
-    tiles in turn) for every call of the test."""
-    import nbwgmma.frontend.fused as fused
-
-    monkeypatch.setattr(fused, "schedule_for", lambda *a: "pingpong192")
-    monkeypatch.setattr(fused, "library_epilogue", lambda *a: False)  # (a bias or activation alone too)
-
-
-@pytest.mark.parametrize("m, n, k, where, act, t, b_row_major", [
-    (200, 392, 136, "col", "relu", "bf16", False),  # 2 x 3 tiles: pairs, a third column of 8, ragged K
-    (136, 192, 72, "row", "relu", "f16", True),     # x @ w (three 64 x 64 boxes of B per stage), a row bias
-])
-def test_pingpong192_schedule_is_exact(pingpong192, m, n, k, where, act, t, b_row_major):
-    _exact(m, n, k, where, act, t, b_row_major=b_row_major)
-
-
-def test_large_fp8_amax_routing(monkeypatch):
-    """An fp8 output with amax of 2^23 outputs goes to the fused kernel only where it takes the call:
-    not with a Numba f16 bias or vector (it reads Numba vectors as f32 only), not with a config (the
-    library GEMM's); launches stubbed (the simulator would take hours at this size)."""
-    import nbwgmma.frontend.matmul as mm
+def test_every_epilogue_call_runs_on_the_library_gemm(monkeypatch):
+    """Large fp8 outputs with amax, Numba f16 and strided vectors, user functions, a config: every
+    call with an epilogue plans the library GEMM; launches stubbed (the simulator would take hours
+    at this size)."""
     import nbwgmma.frontend.plan as plan_mod
 
     class Routed(Exception):
         pass
 
     def to_library(self, *a, **k):
-        raise Routed("library")
-
-    def to_fused(*a, **k):
-        raise Routed("fused")
+        raise Routed(str(self.cfg.amax))
 
     monkeypatch.setattr(plan_mod.Plan, "__call__", to_library)
-    monkeypatch.setattr(mm, "fused_call", to_fused)
     m, n, k = 4096, 2048, 16
     a, w = cuda.to_device(np.zeros((m, k), np.uint16)), cuda.to_device(np.zeros((n, k), np.uint16))
     out, amax = cuda.to_device(np.zeros((m, n), np.uint8)), cuda.to_device(np.zeros(1, np.float32))
     f16 = cuda.to_device(np.zeros(n, np.float16))
-    for kw, where in ((dict(), "fused"), (dict(bias=cuda.to_device(np.zeros(n, np.float32))), "fused"),
-                      (dict(bias=f16), "library"), (dict(epilogue=_row_shift), "fused"),
-                      (dict(epilogue=_plain_user, epilogue_args=(f16,)), "library"),
-                      (dict(config={"bm": 128, "bn": 128}), "library")):
-        with pytest.raises(Routed, match=where):
+    strided = cuda.to_device(np.zeros((n, 2), np.float32))[:, 0]
+    for kw in (dict(), dict(bias=cuda.to_device(np.zeros(n, np.float32))), dict(bias=f16), dict(bias=strided),
+               dict(epilogue=_row_shift), dict(epilogue=_plain_user, epilogue_args=(f16,)),
+               dict(epilogue=_plain_user, epilogue_args=(strided,)), dict(config={"bm": 128, "bn": 128})):
+        with pytest.raises(Routed, match="True"):
             matmul(a, w.T, in_dtype="bf16", out=out, out_dtype="e4m3", amax=amax, **kw)
-    with pytest.raises(Routed, match="library"):  # (below 2^23 outputs: the library GEMM)
-        matmul(a[:2048], w.T, in_dtype="bf16", out=out[:2048], out_dtype="e4m3", amax=amax)
 
 
 def test_k_zero_with_an_fp8_output_or_an_epilogue():

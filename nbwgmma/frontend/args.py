@@ -20,7 +20,7 @@ __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "che
 
 
 FP8 = ("e4m3", "e5m2")
-_OUT_TYPES = {"bf16", "f16", "f32", "e4m3", "e5m2"}  # fp8 outputs: the fused kernel
+_OUT_TYPES = {"bf16", "f16", "f32", "e4m3", "e5m2"}  # fp8 outputs: codes (scale_out, amax)
 _IN_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
 #: numpy element type of each nbwgmma type in Numba and CuPy arrays (bf16 and fp8 as raw bits)
 NP_OF = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}

@@ -17,14 +17,13 @@ from numba.core.errors import NumbaError
 
 from .. import sim
 from ..errors import MatmulError
-from . import fused
 from .args import (
     array_error, check_call, described, empty_like_lib, lib_of, output, real_arg, scale_product, stream_of,
     torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
 from .fused import (
-    FP8_OUTS, bias_operand, check_c, check_epilogue, check_fp8_out, epilogue_error, fused_call, user_epilogue,
+    FP8_OUTS, bias_operand, check_c, check_epilogue, check_fp8_out, epilogue_error, user_epilogue,
 )
 from .plan import Plan, nb_stream, zero_fill
 from .scaled import is_tensor_scale, scaled_matmul
@@ -88,9 +87,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     itself) is added as ``beta * c`` (``beta`` 1 by default where ``c`` is given), and the
     product is scaled by ``alpha``: ``out = epilogue(activation(alpha * a @ b + beta * c +
     bias))``. All of it runs in the library GEMM's own epilogue: every type, layout, output type and
-    ``config`` a plain call takes (an fp8 output with ``amax`` of 2^23 outputs or more, and a
-    strided Numba bias or vector, take the fused kernel where its layouts allow:
-    :mod:`nbwgmma.frontend.fused`). With ``out_dtype``
+    ``config`` a plain call takes. With ``out_dtype``
     ``"e4m3"``/``"e5m2"`` (or an fp8 ``out``; a ``uint8`` ``out`` holds the codes) each result is
     multiplied by ``scale_out`` (a number, default 1) and rounded to fp8 (nearest even,
     saturated to the largest finite value); ``amax``, a one-element f32 array, receives the
@@ -180,7 +177,6 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     epi, vec, cb, beta_c, extras, ufn, fp8_out = {}, None, None, 0.0, (), None, (1.0, None)
     if bias is not None or activation is not None or epilogue is not None or epilogue_args or c is not None \
             or beta is not None or alpha != 1.0 or odt in FP8_OUTS or scale_out is not None or amax is not None:
-        library = False
         if k > 0:
             scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
             bi = described(bias, "bias") if bias is not None else None
@@ -192,37 +188,21 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             # a user function's vectors read as the bias is (numbers: f32 arguments)
             extras = tuple(float(x) if info is None else bias_operand(x, info, lib, own)
                            for x, info in zip(epilogue_args, infos))
-            # (the fused kernel reads a Numba vector only as f32; a config asks for the library GEMM)
-            f32_vectors = lib != "numba" or all(i is None or i.dtype == "f32" for i in (bi, *infos))
-            library = (bi is None or vec is not None) and None not in extras \
-                and (fused.library_epilogue(kind, odt, m, n, k, activation, iamax is not None)
-                     or config is not None or not f32_vectors or not fused.fused_takes(kind, odt, ia, ib))
-            epi = {key: v for key, v in (("bias", where), ("act", activation), ("user", ufn)) if v is not None and library}
-            if library and vec is not None:
+            epi = {key: v for key, v in (("bias", where), ("act", activation), ("user", ufn)) if v is not None}
+            if vec is not None:
                 epi["bias_type"] = vec[0].dtype
-            if library and kinds:
+            if kinds:
                 epi["extras"] = tuple((kd, "f32" if kd == "scalar" else x[0].dtype) for kd, x in zip(kinds, extras))
-            if library and ic is not None:
+            if ic is not None:
                 cb = (ic, c)
-            if library and iamax is not None:
+            if iamax is not None:
                 epi["amax"] = True
             fp8_out = (scale, None if iamax is None else (iamax, amax))
         elif bias is None and activation is None and epilogue is None and not epilogue_args and c is None \
                 and beta is None or m == 0 or n == 0:  # K = 0 and only an fp8 output or alpha: zeros (amax
             check_fp8_out(odt, scale_out, amax, ia.device)  # stays as it is); an empty output: nothing
-            library = True
         else:
             raise MatmulError("matmul: a bias, an activation, an epilogue function or C need K > 0 so far; got K = 0")
-    else:
-        library = True
-    if not library:
-        if config is not None:
-            raise MatmulError("matmul: config applies to calls the library GEMM runs: not with a strided Numba bias "
-                              "or epilogue vector so far (the fused kernel's); got both")
-        return fused_call(a, ia, b, ib, out, io, kind=kind, odt=odt, bias=bias, activation=activation,
-                          alpha=float(alpha) * scale_product(scale_a, scale_b), lib=lib, stream=st, epilogue=epilogue,
-                          epilogue_args=epilogue_args, c=c, beta=beta, scale_out=scale_out, amax=amax,
-                          own_stream=st if stream is not None else None)
     if m == 0 or n == 0:
         return out
     if k == 0:

@@ -47,7 +47,7 @@ from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_tile
 
-__all__ = ["Plan", "nb_stream", "zero_fill", "tensor_map", "tma_view", "numba_view", "transposed", "EPILOGUE_OPTIONS"]
+__all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "tma_view", "numba_view", "transposed", "EPILOGUE_OPTIONS"]
 
 #: the fused epilogue's options of a plan (:class:`~nbwgmma.kernels.gemm.GemmConfig`'s), which
 #: ``config`` does not take and :attr:`Plan.config` leaves out
@@ -515,6 +515,19 @@ def nb_stream(st):
             _NB_STREAMS.clear()
         s = _NB_STREAMS[st] = cuda.external_stream(st)
     return s
+
+
+def vector_f32(info: ArrayInfo, owner, stream):
+    """A new contiguous f32 copy of the 1-D Numba vector ``info`` (any stride; f32 or f16),
+    made on ``stream`` (a raw handle or None)."""
+    from ..kernels.copy import vector_f32_kernel
+
+    st = nb_stream(stream)
+    n = info.shape[0]
+    dst = cuda.device_array(n, np.float32, stream=st)
+    with _quiet():
+        vector_f32_kernel[max(1, min(65535, -(-n // 256))), 256, st](numba_view(info, owner), dst)
+    return dst
 
 
 def zero_fill(io: ArrayInfo, out, stream) -> None:

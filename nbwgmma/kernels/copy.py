@@ -28,6 +28,13 @@ def fill_zero_kernel(out):
 
 
 @cuda.jit
+def vector_f32_kernel(src, dst):
+    """dst[i] = src[i] as f32 (a strided or f16 vector made a contiguous f32 one)."""
+    for i in range(cuda.grid(1), dst.shape[0], cuda.gridsize(1)):
+        dst[i] = src[i]
+
+
+@cuda.jit
 def busy_wait_kernel(sleeps):
     """Keeps the GPU busy for about ``sleeps`` microseconds (``nanosleep`` of 1 us each, which
     the hardware may cut short or stretch up to twice): the host can enqueue a batch of

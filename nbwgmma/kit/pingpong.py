@@ -1,9 +1,8 @@
 """Ping-pong consumers: two warpgroups that take 128 x BN tiles in turn.
 
 The consumer side of the schedule in ``examples/gemm_5_fused_epilogue.py`` as one block:
-each consumer warpgroup computes a whole 128 x BN tile (BN 128 or 192: two m64nBN
-accumulators over a stage of 128 A rows and BN B rows of 128 bytes of K each, 128-byte
-swizzle) and the two
+each consumer warpgroup computes a whole 128 x 128 tile (two m64n128 accumulators over a
+stage of 128 A rows and 128 B rows of 128 bytes of K each, 128-byte swizzle) and the two
 take tiles in turn, so one's epilogue runs under the other's main loop. The producer fills
 the ring with the tiles in the order the consumers take them: tile ``2p`` for warpgroup
 0, ``2p + 1`` for warpgroup 1.
@@ -45,13 +44,12 @@ _SW128 = SWIZZLE_CODE["128B"]
 
 class PingPong(types.ModuleType):
     """Consumer warpgroups of ``kind`` (a 16-bit or fp8 wgmma kind, f32 accumulators) taking
-    128 x ``bn`` tiles in turn over ``pipe`` (a :class:`TmaPipeline` with ``consumers=1``: each
-    stage belongs to one warpgroup). ``bn`` is 128 (two 64-row accumulators of 64 registers
-    per thread) or 192 (96 registers each: the tile loads a quarter fewer bytes per FLOP, and
-    the consumers need 240 registers: ``setmaxnreg`` 24 for the producer). A stage holds A's 128 rows x 128 bytes of K (64 K
-    of 16-bit inputs, 128 of fp8; 16 KiB, K contiguous), then B's ``bn`` columns x 128 bytes
-    of K: K contiguous (``b_major="K"``: one box of B [N, K]) or N contiguous
-    (``b_major="MN"``: ``bn / 64`` boxes of 64 x 64 of B [K, N], read with wgmma's transpose
+    128 x 128 tiles in turn over ``pipe`` (a :class:`TmaPipeline` with ``consumers=1``: each
+    stage belongs to one warpgroup), two 64-row accumulators of 64 registers per thread. A
+    stage holds A's 128 rows x 128 bytes of K (64 K of 16-bit inputs, 128 of fp8; 16 KiB, K
+    contiguous), then B's 128 columns x 128 bytes of K: K contiguous (``b_major="K"``: one box
+    of B [N, K]) or N contiguous (``b_major="MN"``: two boxes of 64 x 64 of B [K, N], read with
+    wgmma's transpose
     bit). ``BM``, ``BN``, ``A_BYTES`` and ``STAGE_BYTES`` give the tile and a stage's bytes.
     Device functions: ``load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row)`` (the
     producer's TMA loads of one stage), ``start(cw, kblocks) -> (s, ph)`` and ``tile(ring,
@@ -60,13 +58,10 @@ class PingPong(types.ModuleType):
     BM = 128
     BK = 64
     A_BYTES = 128 * 128
-    #: the default width's tile and stage bytes (an instance holds those of its own ``bn``)
     BN = 128
     STAGE_BYTES = 2 * 128 * 128
-    #: the tile widths a consumer can hold (its accumulators and the loop's values in 232 registers)
-    WIDTHS = (128, 192)
 
-    def __init__(self, kind: str, pipe: TmaPipeline, *, b_major: str = "K", bn: int = 128):
+    def __init__(self, kind: str, pipe: TmaPipeline, *, b_major: str = "K"):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or k.input_bits not in (8, 16) or k.atype in ("s8", "u8"):
             raise ValueError(f"PingPong: kind must be a 16-bit or fp8 kind with f32 accumulators (f32.bf16.bf16, "
@@ -77,15 +72,12 @@ class PingPong(types.ModuleType):
             raise ValueError(f"PingPong: pipe must be a TmaPipeline with consumers=1 and no cluster; got {pipe!r}")
         if b_major not in ("K", "MN"):
             raise ValueError(f"PingPong: b_major must be 'K' or 'MN'; got {b_major!r}")
-        if bn not in self.WIDTHS:
-            raise ValueError(f"PingPong: bn must be one of {self.WIDTHS}; got {bn!r}")
         super().__init__(f"PingPong({kind})")
-        self.kind, self.pipe, self.b_major, self.BN = kind, pipe, b_major, bn
-        self.STAGE_BYTES = (self.BM + bn) * 128
+        self.kind, self.pipe, self.b_major = kind, pipe, b_major
         self._build()
 
     def __repr__(self):
-        return f"PingPong({self.kind}, {self.pipe!r}, b_major={self.b_major!r}, bn={self.BN})"
+        return f"PingPong({self.kind}, {self.pipe!r}, b_major={self.b_major!r})"
 
     def _build(self):
         KIND, pipe = self.kind, self.pipe
