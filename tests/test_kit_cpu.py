@@ -161,12 +161,11 @@ def test_epilogue_warps_check_their_arguments():
     from nbwgmma.kit import EpilogueWarps, activation
 
     relu = activation("relu")
-    ew = EpilogueWarps(relu, 128, 256, "f16", store="global")
-    assert ew.tile_bytes == 64 * 1024 and hasattr(ew, "drain_to") and not hasattr(ew, "drain")
-    assert hasattr(EpilogueWarps(None, 64, 64), "drain")  # TMA stores, values as they are
+    ew = EpilogueWarps(relu, 128, 256, "f16")
+    assert ew.tile_bytes == 64 * 1024 and hasattr(ew, "drain_to")
     for args, kw, what in [((relu, 128, 256, "f32"), {}, "dtype must be"), ((relu, 96, 256), {}, "bm must be"),
                            ((relu, 128, 320), {}, "bn must be"), ((relu, 128, 256), {"consumers": 1}, "consumers"),
-                           ((3, 128, 256), {}, "fn must be"), ((relu, 128, 256), {"store": "stg"}, "store must be")]:
+                           ((3, 128, 256), {}, "fn must be")]:
         with pytest.raises(ValueError, match=what):
             EpilogueWarps(*args, **kw)
 

@@ -159,7 +159,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
         pipe = TmaPipeline(STAGES, consumers=2)
         coop = Cooperative(KIND, pipe, BM, BN, b_major=B_MAJOR)
         STAGE, A_BYTES = coop.stage_bytes, coop.a_bytes
-        ew = EpilogueWarps(activation(ACT) if ACT is not None else None, BM, BN, dtype, store="global")
+        ew = EpilogueWarps(activation(ACT) if ACT is not None else None, BM, BN, dtype)
         esetup = ew.setup
         C_OFF = STAGES * STAGE
     else:

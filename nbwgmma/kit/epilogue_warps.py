@@ -9,11 +9,11 @@ thread). The consumers do what needs the f32 value and its row and column (a sca
 shared C tile (``bm`` x ``bn``, 64 x 64 blocks with the 128-byte swizzle a TMA store reads),
 arrive on its "full" barrier and go on to their next main loop. The epilogue warps wait for
 it, apply ``fn`` to every value in place (16 bytes a load, order free: the function sees no
-coordinates), store the tile with TMA and, once the stores have read it, arrive on the
-"empty" barrier the consumers wait on before writing their next tile. With
-``store="global"`` they store the values themselves instead, 16 bytes at a time, only rows
-and columns below the counts they are given (``drain_to``): a tile may end anywhere, as a
-grouped GEMM's group does, where a TMA store clips only at the edges of its tensor map::
+coordinates), store the values themselves, 16 bytes at a time, only rows and columns below
+the counts they are given (``drain_to``: a tile may end anywhere, as a grouped GEMM's group
+does, where a TMA store clips only at the edges of its tensor map), each thread arriving on
+the "empty" barrier the consumers wait on before writing their next tile once it has read
+its chunks::
 
     ew = EpilogueWarps(activation("gelu_tanh"), 128, 256, "bf16")
 
@@ -29,8 +29,7 @@ grouped GEMM's group does, where a TMA store clips only at the edges of its tens
             elif tid >= 32:                      # the epilogue warps, over the same tiles
                 eph = 0
                 for u in ...:
-                    eph = ew.drain(ebar, cbuf, tmap_c, eph, tid - 32, row0, col0)
-                ew.finish(tid - 32)
+                    eph = ew.drain_to(ebar, cbuf, c_bytes, eph, tid - 32, row0, col0, m, n)
         else:                                    # consumer warpgroup cw, thread ct
             eph = 0
             for u in ...:
@@ -41,8 +40,7 @@ grouped GEMM's group does, where a TMA store clips only at the edges of its tens
 ``fn`` sees each value as rounded to the tile's 16-bit type (PyTorch's unfused
 ``F.gelu(x @ w.T + b)`` rounds there too) and its result is rounded again. The epilogue warps
 take 48 registers (``setmaxnreg_dec(48)``: at 40 ptxas spilled around their loop; 56 with a
-grouped GEMM's walk), use named barrier :data:`BARRIER` among themselves, and cost the
-consumers the tile's ``stmatrix`` and a barrier per tile. One tile buffer: the consumers wait
+grouped GEMM's walk) and cost the consumers the tile's ``stmatrix`` and a barrier per tile. One tile buffer: the consumers wait
 for it only if the epilogue warps have not finished the previous tile by the end of the next
 main loop (on an H100 they kept up at 64 k-blocks per tile; at 16, K = 1024, the consumers
 waited: BENCHMARKS.md, 2026-11-25).
@@ -56,21 +54,13 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    X2_FORMATS, acc_stmatrix_swizzled, bulk_commit_group, bulk_wait_group, bulk_wait_group_read, f32_to_x2,
-    fence_mbarrier_init, fence_proxy_async_shared, ld_shared_v4_b32, mbarrier_arrive, mbarrier_init, mbarrier_name,
-    mbarrier_wait_parity, named_barrier_sync, smem_addr, st_global_v4_b32, st_shared_v4_b32, tma_store_2d, x2_to_f32,
+    X2_FORMATS, acc_stmatrix_swizzled, f32_to_x2, fence_mbarrier_init, ld_shared_v4_b32, mbarrier_arrive, mbarrier_init,
+    mbarrier_name, mbarrier_wait_parity, smem_addr, st_global_v4_b32, x2_to_f32,
 )
 from .device import inlined
 
-__all__ = ["EpilogueWarps", "BARRIER", "THREADS", "STORES", "no_epilogue_warps"]
+__all__ = ["EpilogueWarps", "THREADS", "no_epilogue_warps"]
 
-#: Named barrier id the epilogue warps synchronize on (0 is syncthreads, 1-4 the warpgroups'
-#: barriers, 5 and 6 the ping-pong turns).
-BARRIER = 7
-#: How the epilogue warps store the tile: TMA stores (``drain``, C's edges clipped by the tensor
-#: map) or their own 16-byte stores (``drain_to``, bounded by any row and column count: a
-#: grouped GEMM's group that ends inside a tile).
-STORES = ("tma", "global")
 #: Threads of the epilogue warps: warps 1-3 of warpgroup 0, threads 32-127 of the block.
 THREADS = 96
 _BLOCK = 64 * 64 * 2  # one 64 x 64 16-bit block of the tile, 128-byte swizzle
@@ -86,7 +76,7 @@ def no_epilogue_warps():
 class EpilogueWarps(types.ModuleType):
     """Epilogue warps applying ``fn`` (a device function of one f32 value, or None to store the
     values as they are) to a ``bm`` x ``bn`` C tile of 16-bit ``dtype`` that ``consumers``
-    warpgroups (64 rows each) write, storing it the ``store`` way (:data:`STORES`). The tile
+    warpgroups (64 rows each) write, and storing it. The tile
     takes :attr:`tile_bytes` of shared memory (1 KiB aligned). Device functions (inlined):
 
     * ``setup() -> ebar``: every thread; thread 0 initializes the two mbarriers (in static
@@ -97,18 +87,14 @@ class EpilogueWarps(types.ModuleType):
       64-column slice gives them), ``commit(ebar)`` (every consumer thread, after its writes);
       ``stage(regs, cbuf, ebar, eph, cw, ct) -> eph`` the three at once, ``regs`` the
       warpgroup's ``bn / 4`` packed registers (its parts one after another);
-    * epilogue warps: ``drain(ebar, cbuf, tmap_c, eph, ht, row0, col0) -> eph`` (thread ``ht``
-      = 0-95 of them: wait for the tile, ``fn`` over it, TMA stores at (``col0``, ``row0``) of
-      ``tmap_c``, a map of C with 64 x 64 boxes and the 128-byte swizzle), and ``finish(ht)``
-      at the end (the last stores complete); with ``store="global"`` instead
-      ``drain_to(ebar, cbuf, c, eph, ht, row0, col0, m, n) -> eph`` (the tile's values inside
-      rows ``m`` and columns ``n`` stored at (``row0``, ``col0``) of ``c``, C's bytes as a 2-D
-      uint8 array with 16-byte aligned rows).
+    * epilogue warps: ``drain_to(ebar, cbuf, c, eph, ht, row0, col0, m, n) -> eph`` (thread
+      ``ht`` = 0-95 of them: wait for the tile, ``fn`` over it, its values inside rows ``m``
+      and columns ``n`` stored at (``row0``, ``col0``) of ``c``, C's bytes as a 2-D uint8 array
+      with 16-byte aligned rows).
 
     Both sides start with ``eph = 0`` and walk the same tiles in the same order."""
 
-    def __init__(self, fn, bm: int, bn: int, dtype: str = "bf16", *, consumers: int | None = None,
-                 store: str = "tma"):
+    def __init__(self, fn, bm: int, bn: int, dtype: str = "bf16", *, consumers: int | None = None):
         if dtype not in X2_FORMATS:
             raise ValueError(f"EpilogueWarps: dtype must be one of {X2_FORMATS}; got {dtype!r}")
         if bm % 64 or not 64 <= bm <= 256:
@@ -121,23 +107,19 @@ class EpilogueWarps(types.ModuleType):
             raise ValueError(f"EpilogueWarps: consumers must be bm / 64 = {bm // 64} (64 rows each); got {consumers!r}")
         if fn is not None and not callable(fn):
             raise ValueError(f"EpilogueWarps: fn must be a device function of one value or None; got {fn!r}")
-        if store not in STORES:
-            raise ValueError(f"EpilogueWarps: store must be one of {STORES}; got {store!r}")
-        super().__init__(f"EpilogueWarps({getattr(fn, '__name__', fn)}, {bm}x{bn}, {dtype}, {store})")
-        self.fn, self.bm, self.bn, self.dtype, self.consumers, self.store = fn, bm, bn, dtype, consumers, store
+        super().__init__(f"EpilogueWarps({getattr(fn, '__name__', fn)}, {bm}x{bn}, {dtype})")
+        self.fn, self.bm, self.bn, self.dtype, self.consumers = fn, bm, bn, dtype, consumers
         self.tile_bytes = bm * bn * 2
         self._build()
 
     def __repr__(self):
         name = getattr(self.fn, "__name__", self.fn)
-        return f"EpilogueWarps({name}, bm={self.bm}, bn={self.bn}, dtype={self.dtype!r}, store={self.store!r})"
+        return f"EpilogueWarps({name}, bm={self.bm}, bn={self.bn}, dtype={self.dtype!r})"
 
     def _build(self):
         fn, FMT = self.fn, self.dtype
         ARRIVALS = 128 * self.consumers
-        # "empty": one arrival after the TMA stores have read the tile, or each epilogue
-        # thread's own after it has read its chunks
-        RELEASES = 1 if self.store == "tma" else THREADS
+        RELEASES = THREADS  # "empty": each epilogue thread's arrival once it has read its chunks
         PARTS = self.bn // 64  # 64-column blocks per consumer
         CHUNKS = self.tile_bytes // 16
 
@@ -187,28 +169,6 @@ class EpilogueWarps(types.ModuleType):
         stage = inlined(ns["stage"])
 
         @inlined
-        def drain(ebar, cbuf, tmap_c, eph, ht, row0, col0):
-            mbarrier_wait_parity(ebar, eph)
-            for i in range(ht, CHUNKS, THREADS):
-                a = cbuf + 16 * i
-                x, y, z, w = ld_shared_v4_b32(a)
-                st_shared_v4_b32(a, one(x), one(y), one(z), one(w))
-            fence_proxy_async_shared()  # this thread's generic writes -> the TMA unit
-            named_barrier_sync(BARRIER, THREADS)
-            if ht == 0:
-                for b in range(ARRIVALS // 128 * PARTS):
-                    tma_store_2d(cbuf + b * _BLOCK, tmap_c, col0 + (b % PARTS) * 64, row0 + (b // PARTS) * 64)
-                bulk_commit_group()
-                bulk_wait_group_read(0)  # the stores have read the tile: the consumers may rewrite it
-                mbarrier_arrive(ebar + 8)
-            return eph ^ 1
-
-        @inlined
-        def finish(ht):
-            if ht == 0:
-                bulk_wait_group(0)
-
-        @inlined
         def put(c, row, col, n, x, y, z, w):
             """Eight 16-bit values (x..w, low halves first) at bytes ``[row, 2 col ...)`` of ``c``;
             past C's last whole 16 bytes, only those left of column ``n``."""
@@ -238,7 +198,4 @@ class EpilogueWarps(types.ModuleType):
             return eph ^ 1
 
         self.setup, self.acquire, self.write, self.commit, self.stage = setup, acquire, write, commit, stage
-        if self.store == "tma":
-            self.drain, self.finish = drain, finish
-        else:
-            self.drain_to = drain_to
+        self.drain_to = drain_to
