@@ -47,7 +47,8 @@ from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_tile
 
-__all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "tma_view", "numba_view", "transposed", "EPILOGUE_OPTIONS"]
+__all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "tma_view", "numba_view", "transposed",
+           "EPILOGUE_OPTIONS"]
 
 #: the fused epilogue's options of a plan (:class:`~nbwgmma.kernels.gemm.GemmConfig`'s), which
 #: ``config`` does not take and :attr:`Plan.config` leaves out

@@ -40,9 +40,9 @@ its chunks::
 ``fn`` sees each value as rounded to the tile's 16-bit type (PyTorch's unfused
 ``F.gelu(x @ w.T + b)`` rounds there too) and its result is rounded again. The epilogue warps
 take 48 registers (``setmaxnreg_dec(48)``: at 40 ptxas spilled around their loop; 56 with a
-grouped GEMM's walk) and cost the consumers the tile's ``stmatrix`` and a barrier per tile. One tile buffer: the consumers wait
-for it only if the epilogue warps have not finished the previous tile by the end of the next
-main loop (on an H100 they kept up at 64 k-blocks per tile; at 16, K = 1024, the consumers
+grouped GEMM's walk) and cost the consumers the tile's ``stmatrix`` and a barrier per tile.
+One tile buffer: the consumers wait for it only if the epilogue warps have not finished the
+previous tile by the end of the next main loop (on an H100 they kept up at 64 k-blocks per tile; at 16, K = 1024, the consumers
 waited: BENCHMARKS.md, 2026-11-25).
 """
 
