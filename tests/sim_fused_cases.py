@@ -463,3 +463,26 @@ def test_k_zero_with_an_fp8_output_or_an_epilogue():
     assert (out.copy_to_host() == 0).all() and amax.copy_to_host()[0] == 3.0
     with pytest.raises(MatmulError, match="need K > 0 so far; got K = 0"):
         matmul(a, b, in_dtype="bf16", bias=cuda.to_device(np.zeros(72, np.float32)))
+
+
+@pytest.mark.parametrize("m, n, k, config, act", [
+    (130, 144, 64, {"bm": 128, "bn": 128}, None),           # TMA stores, ragged M and N
+    (130, 136, 64, None, "relu"),                           # direct stores (136-byte rows)
+    (130, 128, 256, {"split": 2}, None),                    # K slices
+    (16, 144, 64, {"swap": 1}, None),                       # swapped
+    (200, 128, 64, {"cluster": 2}, None),                   # a cluster whose second tile lies past M
+])
+def test_amax_without_a_mask_is_exact(m, n, k, config, act):
+    """An fp8 output's amax where the tile's padding stays zero (no bias or function: no mask):
+    exact, and every padding value left out by being zero."""
+    from nbwgmma.layout.wgmma_model import float_to_fp8
+
+    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
+    ref = a @ w.T if act is None else np.maximum(a @ w.T, 0)
+    out = cuda.to_device(np.full((m, n), 0xAA, np.uint8))
+    amax = cuda.to_device(np.full(1, 0.0, np.float32))
+    matmul(_bits(a, "bf16"), _bits(w, "bf16").T, out=out, out_dtype="e4m3", in_dtype="bf16", scale_out=0.5,
+           amax=amax, config=config, **({} if act is None else {"activation": act}))
+    assert last_plan().cfg.amax and last_plan().cfg.zero_padding
+    np.testing.assert_array_equal(out.copy_to_host(), float_to_fp8(ref * 0.5, "e4m3"))
+    assert amax.copy_to_host()[0] == np.abs(ref).max()

@@ -344,13 +344,13 @@ def test_strided_bias_on_a_side_stream():
 
 
 @pytest.mark.isolated(timeout=300)  # (a hang fails this test, not the suite)
-@pytest.mark.parametrize("m, n, k, epi", [(4096, 2048, 256, {}), (2056, 4104, 192, {"activation": "relu"}),
+@pytest.mark.parametrize("m, n, k, epi", [(4100, 2048, 256, {}), (2056, 4104, 192, {"activation": "relu"}),
                                           (4100, 2060, 128, {"bias": True})])
 def test_large_fp8_output_amax_is_exact(m, n, k, epi):
-    """e4m3 codes and amax of 2^23 outputs and more on the library GEMM (many tiles per CTA: each
-    warp's running maximum over them), small integers so both are exact; ragged edges whose padding
-    holds a bias (masked maxima), none or relu (padding zero: no mask). amax accumulates into the
-    value it holds."""
+    """e4m3 codes and amax of 2^23 outputs and more on the library GEMM (two or more tiles per CTA:
+    each warp's running maximum over them), small integers so both are exact; ragged edges whose
+    padding holds a bias (masked maxima), none (TMA stores) or relu (direct stores; padding zero:
+    no mask). amax accumulates into the value it holds."""
     g = torch.Generator(device="cuda").manual_seed(m + n)
     x = torch.randint(-2, 3, (m, k), device="cuda", generator=g).bfloat16()
     w = torch.randint(-2, 3, (n, k), device="cuda", generator=g).bfloat16()
@@ -375,7 +375,9 @@ def test_large_fp8_output_amax_is_exact(m, n, k, epi):
 @pytest.mark.parametrize("vtype", [np.float32, np.float16])
 def test_strided_numba_vectors_are_copied_on_the_calls_stream(vtype):
     """Strided Numba vectors (a bias, a function's per-row vector) are copied into contiguous f32
-    ones on the call's stream and read by the library GEMM; exact on small integers."""
+    ones and read by the library GEMM, the call on a stream of its own; exact on small integers.
+    (A blocking stream: this does not tell a copy on the call's stream from one on the legacy
+    default stream.)"""
     from numba import cuda
 
     @cuda.jit(device=True)

@@ -107,6 +107,7 @@ def bias_vector(bias, info, lib, stream=None):
     by the array's library (PyTorch, CuPy; a copy kernel for Numba arrays) on ``stream``, a raw
     handle, where the call runs on a stream of its own (the kernel reads it there, and the
     library frees it there)."""
+    lib = info.kind if info.kind in ("torch", "cupy") else lib  # (copied by the vector's own library)
     if lib == "torch":
         import torch
 
@@ -119,6 +120,9 @@ def bias_vector(bias, info, lib, stream=None):
 
         with contextlib.nullcontext() if stream is None else cupy.cuda.ExternalStream(stream):
             return cupy.ascontiguousarray(bias.reshape(-1), dtype=np.float32)
+    if info.dtype not in ("f32", "f16"):
+        raise MatmulTypeError(f"matmul: a strided bias or epilogue vector of this array kind is copied here as f32 "
+                              f"or f16 only; got {info.dtype} (give it contiguous)")
     length = math.prod(info.shape)
     step = [st for st, d in zip(info.strides, info.shape) if d != 1] or [info.itemsize]
     return vector_f32(info._replace(shape=(length,), strides=(step[0],)), bias, stream)

@@ -5,7 +5,7 @@ function's IR at every call site and running Numba's passes on each copy again; 
 epilogue that maps one scalar function over the 32 values of four accumulator parts took 30 s
 to compile that way. Declared with :func:`inlined`, the function is compiled once per
 argument types and the NVVM compiler inlines it (``forceinline``): the machine code is the
-same (the fused GEMM's SASS is instruction for instruction the same) and the kernel compiles
+same (a fused GEMM's SASS was instruction for instruction the same) and the kernel compiles
 in 4 s.
 
 What Numba's inlining still does that this does not: arguments that must be compile-time

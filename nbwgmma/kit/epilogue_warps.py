@@ -6,7 +6,7 @@ elementwise part (an activation, any function of one value) to warps that have n
 to do: warps 1-3 of the producer warpgroup (96 threads; warp 0 holds the TMA producer
 thread). The consumers do what needs the f32 value and its row and column (a scale, a bias,
 ``beta * C``), convert their accumulator to 16-bit pairs, write it with ``stmatrix`` into one
-shared C tile (``bm`` x ``bn``, 64 x 64 blocks with the 128-byte swizzle a TMA store reads),
+shared C tile (``bm`` x ``bn``, 64 x 64 blocks with the 128-byte swizzle),
 arrive on its "full" barrier and go on to their next main loop. The epilogue warps wait for
 it, apply ``fn`` to every value in place (16 bytes a load, order free: the function sees no
 coordinates), store the values themselves, 16 bytes at a time, only rows and columns below
@@ -76,7 +76,7 @@ def no_epilogue_warps():
 class EpilogueWarps(types.ModuleType):
     """Epilogue warps applying ``fn`` (a device function of one f32 value, or None to store the
     values as they are) to a ``bm`` x ``bn`` C tile of 16-bit ``dtype`` that ``consumers``
-    warpgroups (64 rows each) write, and storing it. The tile
+    warpgroups (64 rows each) write, and storing the results. The tile
     takes :attr:`tile_bytes` of shared memory (1 KiB aligned). Device functions (inlined):
 
     * ``setup() -> ebar``: every thread; thread 0 initializes the two mbarriers (in static
