@@ -102,20 +102,19 @@ def user_epilogue(fn, args, m, n, device):
     return fn, tuple(kinds), tuple(infos)
 
 
-def bias_vector(bias, info, lib, stream=None):
-    """A strided (or 2-D) bias or vector as a contiguous 1-D f32 array the kernel reads, copied
-    by the array's library (PyTorch, CuPy; a copy kernel for Numba arrays) on ``stream``, a raw
-    handle, where the call runs on a stream of its own (the kernel reads it there, and the
-    library frees it there)."""
-    lib = info.kind if info.kind in ("torch", "cupy") else lib  # (copied by the vector's own library)
-    if lib == "torch":
+def bias_vector(bias, info, stream=None):
+    """A strided bias or vector (``info``: its 1-D view) as a contiguous f32 array the kernel
+    reads, copied by its own array's library (PyTorch, CuPy; a copy kernel for Numba and other
+    arrays) on ``stream``, a raw handle, where the call runs on a stream of its own (the kernel reads it
+    there, and the library frees it there)."""
+    if info.kind == "torch":
         import torch
 
         on = contextlib.nullcontext() if stream is None else \
             torch.cuda.stream(torch.cuda.ExternalStream(stream, device=bias.device))
         with on:
             return bias.reshape(-1).float().contiguous()
-    if lib == "cupy":
+    if info.kind == "cupy":
         import cupy
 
         with contextlib.nullcontext() if stream is None else cupy.cuda.ExternalStream(stream):
@@ -123,9 +122,7 @@ def bias_vector(bias, info, lib, stream=None):
     if info.dtype not in ("f32", "f16"):
         raise MatmulTypeError(f"matmul: a strided bias or epilogue vector of this array kind is copied here as f32 "
                               f"or f16 only; got {info.dtype} (give it contiguous)")
-    length = math.prod(info.shape)
-    step = [st for st, d in zip(info.strides, info.shape) if d != 1] or [info.itemsize]
-    return vector_f32(info._replace(shape=(length,), strides=(step[0],)), bias, stream)
+    return vector_f32(info, bias, stream)
 
 
 _C_TYPES = {"bf16": "bf16", "u16": "bf16", "f16": "f16", "f32": "f32"}
@@ -165,14 +162,15 @@ def check_fp8_out(odt, scale_out, amax, device):
     return scale, info
 
 
-def bias_operand(bias, info: ArrayInfo, lib, stream=None):
+def bias_operand(bias, info: ArrayInfo, stream=None):
     """``(info, owner)`` of the bias as the library GEMM reads it: a contiguous 1-D vector of f32,
     f16 or bf16 elements read in place, or (a strided one) an f32 copy (on ``stream``:
     :func:`bias_vector`)."""
     es, length = info.itemsize, math.prod(info.shape)
-    if length == 1 or es in [st for st, d in zip(info.strides, info.shape) if d != 1]:
+    steps = [st for st, d in zip(info.strides, info.shape) if d != 1]  # (a vector: one, or none)
+    if length == 1 or es in steps:
         return info._replace(shape=(length,), strides=(es,)), bias
-    vec = bias_vector(bias, info, lib, stream)
+    vec = bias_vector(bias, info._replace(shape=(length,), strides=(steps[0],)), stream)
     vi = array_info(vec)
     return vi._replace(shape=(length,), strides=(4,)), vec
 

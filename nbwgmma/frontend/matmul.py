@@ -184,9 +184,9 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             ic, beta_c = check_c(c, beta, m, n, ia.device)
             ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
             own = st if stream is not None else None  # (a strided vector is converted on the call's stream)
-            vec = bias_operand(bias, bi, lib, own) if bi is not None else None
+            vec = bias_operand(bias, bi, own) if bi is not None else None
             # a user function's vectors read as the bias is (numbers: f32 arguments)
-            extras = tuple(float(x) if info is None else bias_operand(x, info, lib, own)
+            extras = tuple(float(x) if info is None else bias_operand(x, info, own)
                            for x, info in zip(epilogue_args, infos))
             epi = {key: v for key, v in (("bias", where), ("act", activation), ("user", ufn)) if v is not None}
             if vec is not None:
