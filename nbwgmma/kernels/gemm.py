@@ -102,7 +102,7 @@ def _build(key):
     STREAM = cfg.stream_k
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
     # a fused bias, activation, beta * C, user function
-    EPI = cfg.bias is not None or cfg.act is not None or cfg.with_c or cfg.user is not None
+    EPI = cfg.fused
     epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not FP8_OUT else None) if EPI else None
     epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     TILE_FLOATS = BM * BN

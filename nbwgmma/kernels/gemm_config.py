@@ -178,6 +178,8 @@ class GemmConfig:
         #: zero through the epilogue (no bias, no user function, an activation with f(0) = 0), so an
         #: amax needs no mask
         self.zero_padding = not bias and user is None and act != "sigmoid"
+        #: a fused epilogue maps C's values before they are stored (a bias, an activation, C, a user function)
+        self.fused = bool(bias or act or with_c or user is not None)
         if cluster not in (1, 2, 4):
             raise ConfigError("cluster", f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
         try:
@@ -268,7 +270,7 @@ class GemmConfig:
                     if splits(p) and (smem - c_bytes(p, 2)) // self.stage_bytes >= want:  # slots leave room
                         c_parts, c_slots = p, 2
                         break
-            if fp8_out and amax and epilogue == "tma" and bn > 128 and (bias or act or with_c or user is not None):
+            if fp8_out and amax and epilogue == "tma" and bn > 128 and self.fused:
                 # fp8 codes with amax and a fused epilogue in parts of 64 columns (a whole 256-column
                 # part spilled 1288-2100 bytes: its maxima beside the mapped values)
                 c_parts = bn // 64
