@@ -477,8 +477,7 @@ def test_amax_without_a_mask_is_exact(m, n, k, config, act):
     exact, and every padding value left out by being zero."""
     from nbwgmma.layout.wgmma_model import float_to_fp8
 
-    a, w = RNG.integers(-2, 3, (m, k)).astype(np.float64), RNG.integers(-2, 3, (n, k)).astype(np.float64)
-    ref = a @ w.T if act is None else np.maximum(a @ w.T, 0)
+    a, w, _, ref = _problem(m, n, k, None, act)
     out = cuda.to_device(np.full((m, n), 0xAA, np.uint8))
     amax = cuda.to_device(np.full(1, 0.0, np.float32))
     matmul(_bits(a, "bf16"), _bits(w, "bf16").T, out=out, out_dtype="e4m3", in_dtype="bf16", scale_out=0.5,
