@@ -15,7 +15,9 @@ A user epilogue (``epilogue=fn``) is a device function ``fn(value, row, col, *ex
 value`` (a plain Python function is compiled as one), applied after the bias and the
 activation; ``epilogue_args`` are its extras, up to four: vectors shaped like a bias (one
 value per column or per row) or real numbers (f32). The kernel is compiled once per function
-and kinds of extras (in each process: not kept in the disk cache).
+and kinds of extras (in each process: not kept in the disk cache). The function is first
+compiled alone for its argument types (half a second): a function Numba cannot type fails
+there, where inside the whole GEMM kernel Numba took two and a half minutes to say so.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import contextlib
 import math
 
 import numpy as np
-from numba import cuda
+from numba import config, cuda, types
+from numba.core.errors import NumbaError
 
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.gemm_config import FP8_OUTS, MAX_EXTRAS
@@ -37,6 +40,7 @@ __all__ = ["check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_O
            "epilogue_error"]
 
 _DEVICE_FNS = {}  # a plain Python epilogue -> its device function
+_TYPED = {}  # (a device function, its number of extras) -> None, once it compiled alone
 
 
 def check_epilogue(activation, bias_info: ArrayInfo | None, m: int, n: int, device) -> str | None:
@@ -99,7 +103,26 @@ def user_epilogue(fn, args, m, n, device):
             raise MatmulError(f"matmul: epilogue_args[{i}] must be on device {device} like A; got device {info.device}")
         kinds.append(kind)
         infos.append(info)
+    _compiles_alone(fn, tuple(kinds))
     return fn, tuple(kinds), tuple(infos)
+
+
+def _compiles_alone(fn, kinds):
+    """Raise the :func:`epilogue_error` of a user function that does not compile for the types the
+    kernel calls it with (value, row, col, extras: f32, int64, int64, f32...) or returns no number.
+    (Not in the simulator, which has no compiler: there the function runs as Python.)"""
+    if config.ENABLE_CUDASIM or (fn, len(kinds)) in _TYPED:
+        return
+    sig = (types.float32, types.int64, types.int64) + (types.float32,) * len(kinds)
+    try:
+        _, resty = cuda.compile_ptx(fn.py_func, sig, device=True, cc=(9, 0))
+    except NumbaError as e:
+        raise epilogue_error(fn, kinds, e) from e
+    if not isinstance(resty, (types.Number, types.Boolean)):
+        raise epilogue_error(fn, kinds, f"it returns {resty}, not a number")
+    if len(_TYPED) >= 256:
+        _TYPED.clear()
+    _TYPED[(fn, len(kinds))] = None
 
 
 def bias_vector(bias, info, stream=None):
