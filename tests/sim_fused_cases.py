@@ -107,6 +107,8 @@ def test_strided_numba_vectors_are_copied():
     (64, 96, 32, None, None, "bf16", None, "alpha"),                # alpha alone: the scaled kernel
     (96, 56, 32, "row", "relu", "tf32", None, "plain"),             # f32 inputs as tf32, f32 out
     (256, 160, 64, "col", "relu", "bf16", {"bm": 256, "bn": 160}, "plain"),  # 5 parts through two slots
+    (200, 160, 40, "col", "relu", "bf16", {"bm": 128, "bn": 160, "epilogue": "tma"}, "f32 out"),  # f32 by TMA
+    (96, 64, 32, "row", "relu", "tf32", {"bm": 64, "bn": 64, "epilogue": "tma"}, "plain"),
 ])
 def test_library_epilogue_is_exact(m, n, k, where, act, t, config, how):
     """A bias and/or an activation alone run on the library GEMM: its tile model, swapped small
@@ -171,6 +173,7 @@ def test_user_epilogue_gets_row_col_and_its_extras_in_order():
     (80, 72, 64, "bf16", None, "f16 vectors"),          # the bias and a vector read as f16, one as f32
     (96, 56, 32, "tf32", None, "plain"),                # f32 inputs as tf32, f32 out
     (256, 160, 64, "bf16", {"bm": 256, "bn": 160}, "c"),  # 5 parts through two slots, beta * C first
+    (96, 96, 40, "bf16", {"bm": 64, "bn": 96, "epilogue": "tma"}, "f32 out"),  # f32 values by TMA, 3 boxes
 ])
 def test_library_user_epilogue_is_exact(m, n, k, t, config, how):
     """A user function with its extras (a number, a vector per column, one per row) runs on the
@@ -245,6 +248,7 @@ def test_alpha_beta_c_any_strides_and_in_place():
     (130, 72, 64, {"split": 2}, "in place"),             # K slices summed, then C (the output itself)
     (256, 160, 64, {"bm": 256, "bn": 160}, "f32 c"),     # 5 parts through two slots, an f32 C
     (96, 64, 40, None, "f32 out"),                       # register stores, C transposed
+    (130, 64, 40, {"bm": 128, "bn": 64, "epilogue": "tma"}, "f32 out"),  # f32 values by TMA
 ])
 def test_library_beta_c_is_exact(m, n, k, config, how):
     """beta * C on the library GEMM (with alpha, a bias and relu): C of any strides, f32 or bf16,

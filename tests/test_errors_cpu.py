@@ -27,6 +27,13 @@ class Fake:
                                          "data": (ptr, False), "strides": None, "version": 3}
 
 
+def _pitched(shape, dtype, pitch):
+    """A row-major Fake whose rows are ``pitch`` bytes apart."""
+    x = Fake(shape, dtype)
+    x.__cuda_array_interface__["strides"] = (pitch, np.dtype(dtype).itemsize)
+    return x
+
+
 class _Device:
     def __init__(self, i):
         self.id = i
@@ -140,8 +147,9 @@ CASES = {
                     "config['producer_regs'] must be a multiple of 8 from 24 to 256"),
     "config-epilogue": (f16(8, 16), f16(16, 8), {"config": {"epilogue": "fast"}, "out": _out()}, MatmulError,
                         "config['epilogue'] must be 'tma' or 'direct'; got 'fast'"),
-    "config-tma-f32-out": (f16(8, 16), f16(16, 8), {"config": {"epilogue": "tma"}, "out": Fake((8, 8), np.float32)},
-                           MatmulError, "config['epilogue'] 'tma' needs a 16-bit row-major out"),
+    "config-tma-pitch": (f16(8, 16), f16(16, 8), {"config": {"epilogue": "tma"}, "out": _pitched((8, 8), np.float32, 36)},
+                         MatmulError, "config['epilogue'] 'tma' needs a row-major out with 16-byte aligned rows; got f32 "
+                                      "with strides (36, 4)"),
 }
 
 
@@ -194,7 +202,7 @@ def test_gemm_config_names_the_parameter_at_fault():
     for kw, key in (({"bm": 96}, "bm"), ({"stages": 5}, "stages"), ({"cluster": 3}, "cluster"),
                     ({"split": 2, "cluster": 2}, "split"),
                     ({"producer_regs": 48, "consumer_regs": 232}, "consumer_regs"),
-                    ({"out": "f32", "epilogue": "tma"}, "epilogue"), ({"group_m": 0}, "group_m")):
+                    ({"out": "f32", "epilogue": "tma", "c_transposed": True}, "epilogue"), ({"group_m": 0}, "group_m")):
         with pytest.raises(ConfigError) as exc:
             GemmConfig(**kw)
         assert exc.value.key == key and "\n" not in str(exc.value), (kw, exc.value)

@@ -126,8 +126,13 @@ def test_gemm_config_rules():
     assert GemmConfig(epilogue="tma", bn=192).c_parts == 1
     with pytest.raises(ValueError, match="16-bit inputs"):
         GemmConfig("f32.e4m3.e4m3", b_major="MN")
-    with pytest.raises(ValueError, match="16-bit and fp8 outputs"):
-        GemmConfig(out="f32", epilogue="tma")
+    f32 = GemmConfig(out="f32", epilogue="tma")  # (f32 values: 128B-swizzled 32-column boxes, parts that keep 4 stages)
+    assert (f32.c_box, f32.c_parts, f32.stages) == (32, 4, 4), f32
+    assert GemmConfig(out="f32", epilogue="tma", bn=128).c_parts == 2  # (128 x 128: 6 stages)
+    with pytest.raises(ValueError, match="f32 values take epilogue='direct'"):
+        GemmConfig(out="f32", epilogue="tma", c_transposed=True)
+    with pytest.raises(ValueError, match="of 32 for f32 values"):
+        GemmConfig(out="f32", epilogue="tma", c_parts=4, bn=192)  # (48 columns)
     with pytest.raises(ValueError, match="fp8 codes take epilogue='direct'"):
         GemmConfig(out="e4m3", epilogue="tma", c_transposed=True)
     with pytest.raises(ValueError, match="amax goes with an fp8 output"):

@@ -239,12 +239,13 @@ def test_default_path_takes_wide_tiles(dtype, odt):
     ("bf16", 2048, 11008, 168, 1, 1, "bf16"),  # 128 x 256 fills 87% of 6 waves, 256 x 168 100% of 4
     ("bf16", 5000, 3000, 160, 5, 2, "bf16"),   # 256 x 160: C in 5 parts through two slots, 4 stages
     ("e4m3", 5000, 3000, 160, 5, 2, "bf16"),
-    ("f16", 5000, 3000, 160, 1, 1, "f32"),     # (an f32 out: register stores)
+    ("f16", 5000, 3000, 160, 5, 1, "f32"),     # f32 values: 5 parts of 32 columns keep 4 stages
     ("bf16", 1024, 5120, 160, 5, 2, "bf16"),   # one wave
 ])
 def test_default_path_takes_256_row_tiles(dtype, m, n, bn, parts, slots, odt):
-    """Where 256-row tiles fill the waves better, the default path runs them, their C (16-bit out)
-    through the TMA epilogue whole or in parts through two shared slots: exact on small integers."""
+    """Where 256-row tiles fill the waves better, the default path runs them, their C (16-bit or
+    f32 out) through the TMA epilogue whole or in parts through two shared slots: exact on small
+    integers."""
     from nbwgmma.frontend.matmul import last_plan
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
@@ -254,9 +255,8 @@ def test_default_path_takes_256_row_tiles(dtype, m, n, bn, parts, slots, odt):
     out = torch.full((m, n), float("nan"), device="cuda", dtype={"bf16": torch.bfloat16, "f32": torch.float32}[odt])
     matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
     cfg = last_plan().cfg
-    epi = "tma" if odt == "bf16" else "direct"
     got = (cfg.bm, cfg.bn, cfg.consumers, cfg.epilogue, cfg.c_parts, cfg.c_slots)
-    assert got == (256, bn, 2, epi, parts, slots), cfg
+    assert got == (256, bn, 2, "tma", parts, slots), cfg
     ref = a.double() @ b.double()
     assert torch.equal(out.double(), ref.to(out.dtype).double()) and ref.abs().sum() > 0
 
@@ -279,6 +279,42 @@ def test_c_parts_through_slots_exact(config):
     assert (cfg.epilogue, cfg.c_parts, cfg.c_slots) == ("tma", config["c_parts"], config.get("c_slots", 1)), cfg
     ref = a.double() @ b.double()
     assert torch.equal(out.double(), ref.to(torch.bfloat16).double()) and ref.abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype, m, n, config, parts", [
+    ("f32", 2000, 2600, None, 2), ("bf16", 1000, 1304, {"bm": 128, "bn": 256, "epilogue": "tma"}, 4),
+    ("bf16", 1000, 1304, {"bm": 256, "bn": 160, "epilogue": "tma"}, 5),
+    ("f16", 1000, 1304, {"bm": 128, "bn": 256, "c_parts": 8, "c_slots": 2, "epilogue": "tma"}, 8),
+    ("bf16", 1000, 1304, {"bm": 64, "bn": 64, "split": 2}, 1), ("f32", 1000, 1304, {"bm": 64, "bn": 128}, 1),
+    ("bf16", 1000, 1304, {"bm": 128, "bn": 256, "epilogue": "tma", "fused": 1}, 4),
+    ("f32", 2000, 2600, {"fused": 1}, 2)])
+def test_f32_outputs_through_tma_exact(dtype, m, n, config, parts):
+    """f32 values leave through 128B-swizzled shared blocks of 32 columns and TMA stores (by
+    default where there are more tiles than SMs: tf32, an f32 out of 16-bit inputs), in parts,
+    through two slots, after split-K: exact on small integers, ragged M and N, nothing written
+    outside C; with a fused bias and relu too."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    config = dict(config or {})
+    fused = config.pop("fused", 0)
+    tdt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(parts)
+    a = torch.randint(-3, 4, (m, 72), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, 72), device="cuda", generator=g).to(tdt).t()
+    bias = torch.randint(-20, 21, (n,), device="cuda", generator=g).float()
+    big = torch.full((m + 2, n + 8), float("nan"), device="cuda")
+    out = big[1:m + 1, 4:n + 4]  # (16-byte aligned rows; a NaN frame around C)
+    matmul(a, b, out=out, config=config or None, **({"bias": bias, "activation": "relu"} if fused else {}))
+    cfg = last_plan().cfg
+    assert (cfg.epilogue, cfg.c_parts, cfg.c_box, cfg.out, cfg.act) == ("tma", parts, 32, "f32",
+                                                                        "relu" if fused else None), cfg
+    ref = a.double() @ b.double()
+    if fused:
+        ref = torch.relu(ref + bias.double())
+    assert torch.equal(out.double(), ref) and ref.abs().sum() > 0
+    frame = big.clone()
+    frame[1:m + 1, 4:n + 4] = 0
+    assert torch.isnan(frame).sum() == big.numel() - out.numel()
 
 
 @pytest.mark.parametrize("dtype, m, n, k", [("bf16", 3072, 1024, 2056), ("f16", 6144, 1000, 2048)])

@@ -17,8 +17,9 @@ Which path runs:
   pitch) gets the TMA-store epilogue (a tile whose width is not a multiple of 64, as the narrow
   tiles of :func:`.tiles.pick_narrow` and the 256-row tiles of :func:`.tiles.pick_tile`, in one
   unswizzled box per 64 rows; a swapped plan's tiles of 128 rows or more transposed through
-  shared memory into boxes of ``out``); any other ``out`` (f32, any strides) and a swapped
-  small M's narrow tiles get element-wise stores from the registers.
+  shared memory into boxes of ``out``); so do fp8 codes and an f32 ``out`` (tiles of 32-column
+  multiples, not swapped); any other ``out`` (any strides) and a swapped small M's narrow tiles
+  get element-wise stores from the registers.
 * Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`,
   and for tall 16-bit products whose swapped tiles fill the waves better: :func:`.tiles.pick_swap`)
   compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
@@ -152,8 +153,9 @@ class Plan:
         opts = dict(opts)
         # C's TMA view: the caller's out, row-major 16-bit with 16-byte aligned rows (a swapped
         # kernel's C is its transpose, stored through boxes of this view)
-        self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) if io.itemsize == 2 or odt in FP8_OUTS else None
-        tma_out = self.c_view is not None
+        self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) \
+            if io.itemsize == 2 or odt in FP8_OUTS or odt == "f32" else None
+        tma_out = self.c_view is not None and odt != "f32"  # (the tile pickers' 16-bit and fp8 stores)
         if opts.get("stream_k") and "bm" not in opts and "bn" not in opts:
             # stream-K balances the SMs itself: 128 x 128 tiles (64 rows for a few), no swap, no K slices
             opts["bm"], opts["bn"] = (64 if m <= 64 else 128), 128
@@ -242,11 +244,20 @@ class Plan:
         # TMA boxes of out (tiles of 128 rows or more and 64-column multiples; a swapped small M's
         # narrow tiles are stored from the registers).
         tma_ok = self.c_view is not None and (not self.swap or (probe.bn % 64 == 0 and probe.bm >= 128
-                                                                and odt not in FP8_OUTS))
+                                                                and odt not in FP8_OUTS and odt != "f32"))
         asked = "epilogue" in opts
+        if odt == "f32" and tma_ok and not asked:
+            # f32 values through TMA where a CTA has tiles after the first, whose main loop the
+            # stores overlap (H100: 1.009-1.032x the register stores at 512-2048 tiles of 128 x
+            # 256); with one tile per CTA the parts' waits cost more (0.956-0.972x at 128 tiles)
+            from ..launch import device_limits
+
+            m, n, _ = self.mnk
+            units = math.ceil(m / probe.bm) * math.ceil(n / probe.bn) * opts.get("split", 1)
+            tma_ok = units > device_limits()["multiprocessors"]
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
         if epilogue == "tma" and not tma_ok:
-            raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a 16-bit row-major out with 16-byte aligned "
+            raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a row-major out with 16-byte aligned "
                               f"rows{' and, swapped, tiles of 128 rows or more and 64-column multiples' if self.swap else ''}"
                               f"; got {odt} with strides {io.strides} at {io.ptr:#x}")
         # the tile and the given parameters (the epilogue follows from out; the fused epilogue's options,
@@ -280,6 +291,8 @@ class Plan:
         box = self.cfg.c_box
         if self.odt in FP8_OUTS:  # codes: 64 x 64-byte boxes, 64B-swizzled
             return self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64), "64B").address
+        if self.odt == "f32":  # values: 64 x 32 (128-byte) boxes, 128B-swizzled
+            return self._map(2, out, io.ptr, self.c_view, self.odt, (64, 32), "128B").address
         return self._map(2, out, io.ptr, self.c_view, self.odt, (64, box), "128B" if box == 64 else "none").address
 
     def maps(self, x, info, is_b, stream):

@@ -29,7 +29,8 @@ def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
     columns, each block 64 rows of ``row_bytes`` bytes, with the ``swizzle`` address map
     applied: the layout a TMA store with a (64, row_bytes // 4) box and that swizzle reads.
     ``base`` (a 32-bit shared address) must be aligned to the swizzle period.
-    (``st.shared.b32``, PTX ISA: st.)"""
+    Row neighbours (a thread's values at columns 2j and 2j + 1) go as one ``st.shared.v2.b32``
+    (PTX ISA: st): 8 bytes that a swizzle, which moves 16-byte chunks, keeps together."""
     k, n = acc_kind_of(kind, acc, "acc_store_swizzled")
     check_int_args("acc_store_swizzled", base=base, tid=tid)
     if k.dtype == "f16":
@@ -48,12 +49,17 @@ def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
         i32 = ir.IntType(32)
         base_ = context.cast(builder, base_v, sig.args[2], types.uint32)
         t = context.cast(builder, tid_v, sig.args[3], types.uint32)
-        fnty = ir.FunctionType(ir.VoidType(), [i32, i32])
-        st = ir.InlineAsm(fnty, "st.shared.b32 [$0], $1;", "r,r,~{memory}", side_effect=True)
+        fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32])
+        st = ir.InlineAsm(fnty, "st.shared.v2.b32 [$0], {$1, $2};", "r,r,r,~{memory}", side_effect=True)
         count = sig.args[0].count
-        for i, (r, c) in enumerate(ir_value_coords(builder, t, i32, count)):
+
+        def bits(i):
             v = builder.extract_value(acc_v, i)
-            bits = builder.bitcast(v, i32) if k.dtype == "f32" else v
+            return builder.bitcast(v, i32) if k.dtype == "f32" else v
+
+        for i, (r, c) in enumerate(ir_value_coords(builder, t, i32, count)):
+            if i % 2:
+                continue  # value i + 1 is the next column of the same row: stored with value i
             blk = builder.udiv(c, i32(cpb))
             cc = builder.urem(c, i32(cpb))
             off = builder.add(builder.mul(blk, i32(64 * rb)),
@@ -61,7 +67,7 @@ def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
             if mask:
                 x = builder.shl(builder.and_(builder.lshr(off, i32(7)), i32(mask)), i32(4))
                 off = builder.xor(off, x)
-            builder.call(st, [builder.add(base_, off), bits])
+            builder.call(st, [builder.add(base_, off), bits(i), bits(i + 1)])
         return context.get_dummy_value()
 
     return types.void(acc, kind, base, tid, row_bytes, swizzle), codegen

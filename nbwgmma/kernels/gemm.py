@@ -21,7 +21,8 @@ running together share A rows and B columns in L2). Its warpgroups:
 Epilogues: "tma" converts the fragment to 16-bit pairs, writes it with
 ``stmatrix`` into a shared tile (one per consumer: 128B-swizzled 64-column blocks; a
 width that is not a multiple of 64 as whole unswizzled rows; for a swapped product C^T's
-64 x 64 blocks, transposed) and hands it to TMA stores; the consumer goes straight on to
+64 x 64 blocks, transposed; f32 values as 128B-swizzled 32-column blocks; fp8 codes as
+64B-swizzled 64-column blocks) and hands it to TMA stores; the consumer goes straight on to
 its next tile and only waits for those stores to have *read* the tile before it writes
 the tile again. "direct" stores each value to global memory (any output type or strides).
 
@@ -45,7 +46,7 @@ from numba import cuda
 
 from ..intrinsics import (
     acc_add, acc_add_strided, acc_load, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store,
-    acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided,
+    acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
     griddep_wait, named_barrier_sync, setmaxnreg_dec,
@@ -78,9 +79,10 @@ def _build(key):
     FP8_OUT = cfg.out in FP8_OUTS  # fp8 codes: one byte each, f32 values until they are stored
     FMT = cfg.out if FP8_OUT else "e4m3"
     AMAX = cfg.amax
-    SLOT_BYTES = 64 * PART_COLS * (1 if FP8_OUT else 2)  # one part's shared tile; a consumer has c_slots of them
+    F32_OUT = cfg.out == "f32"  # f32 values: 128-byte swizzled blocks of 32 columns
+    SLOT_BYTES = 64 * PART_COLS * (1 if FP8_OUT else 4 if F32_OUT else 2)  # one part's shared tile; c_slots each
     C_CONS = cfg.c_slots * SLOT_BYTES
-    PART_REGS = PART_COLS // (2 if FP8_OUT else 4)  # f32 values (fp8) or packed 16-bit registers per part
+    PART_REGS = PART_COLS // (2 if FP8_OUT or F32_OUT else 4)  # f32 values (fp8, f32) or packed 16-bit registers
     SWIZZLED_C = cfg.c_box == 64  # else one unswizzled (64, PART_COLS) box: a narrow tile
     ROW_BYTES_C = 2 * PART_COLS
     C_T = cfg.c_transposed
@@ -103,7 +105,8 @@ def _build(key):
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
     # a fused bias, activation, beta * C, user function
     EPI = cfg.fused
-    epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not FP8_OUT else None) if EPI else None
+    epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not (FP8_OUT or F32_OUT) else None) \
+        if EPI else None
     epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
@@ -137,6 +140,8 @@ def _build(key):
         warpgroup_sync(cw)
         if FP8_OUT:  # codes of 64 x 64 bytes per block, 64B-swizzled, blocks one after the other
             acc_store_fp8_swizzled(acc_scale(regs, ep[6]), cbase, ctid, 64, "64B", FMT)
+        elif F32_OUT:  # 64 x 32 values per block, 128B-swizzled, blocks one after the other
+            acc_store_swizzled(regs, KIND, cbase, ctid, 128, "128B")
         elif C_T:  # C^T's 64 x 64 blocks, one per 64 columns, stacked (the stored rows are C's columns)
             acc_stmatrix_transposed(regs, cbase, ctid)
         elif SWIZZLED_C:
@@ -150,6 +155,9 @@ def _build(key):
             if FP8_OUT:
                 for j in range(PART_COLS // 64):
                     tma_store_2d(cbase + j * 4096, tmap_c, col0 + j * 64, row0)
+            elif F32_OUT:
+                for j in range(PART_COLS // 32):
+                    tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 32, row0)
             elif C_T:
                 for j in range(PART_COLS // 64):
                     tma_store_2d(cbase + j * 8192, tmap_c, row0, col0 + j * 64)
@@ -164,7 +172,7 @@ def _build(key):
 
     @inlined
     def packed(acc):
-        if FP8_OUT:  # (the values themselves, converted as they are stored)
+        if FP8_OUT or F32_OUT:  # (the values themselves, converted as they are stored)
             return acc
         if BF16_OUT:
             return acc_to_bf16x2(acc)

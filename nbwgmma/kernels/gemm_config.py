@@ -41,9 +41,10 @@ class GemmConfig:
     ``a_major``/``b_major`` say how A [M, K] and B [N, K] sit in global memory: "K"
     (K contiguous) or "MN" (M resp. N contiguous: a column-major A, a row-major B of
     ``a @ b``); "MN" exists for 16-bit inputs only (wgmma's transpose bits).
-    ``epilogue`` "tma" writes C through a swizzled shared tile (``stmatrix``) and TMA
-    stores that overlap the next tile's main loop (16-bit outputs); "direct" stores
-    the fragments straight to global memory (any output type and strides).
+    ``epilogue`` "tma" writes C through a swizzled shared tile (``stmatrix``; f32 values as
+    128-byte swizzled blocks of 32 columns, ``acc_store_swizzled``) and TMA stores that overlap
+    the next tile's main loop; "direct" stores the fragments straight to global memory (any
+    output type and strides).
     ``stages`` defaults to the most that fit in shared memory, up to :data:`DEFAULT_STAGES`
     for the tile (6 for 128 x 128, 8 for a width that is not a multiple of 64, 4 otherwise).
     ``cluster`` (1, 2 or 4) launches the CTAs in thread-block clusters of that many along
@@ -165,8 +166,10 @@ class GemmConfig:
         if out not in _OUT_BYTES:
             raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
         fp8_out = out in FP8_OUTS
-        if epilogue == "tma" and _OUT_BYTES[out] == 4:
-            raise ConfigError("epilogue", f"the TMA epilogue stores 16-bit and fp8 outputs; got out={out}")
+        f32_out = _OUT_BYTES[out] == 4
+        if f32_out and c_transposed:
+            raise ConfigError("epilogue", "a transposed C (swapped products) goes out in 16 bits; f32 values take "
+                                          "epilogue='direct' there")
         if fp8_out and c_transposed:
             raise ConfigError("epilogue", "a transposed C (swapped products) goes out in 16 bits; fp8 codes take "
                                           "epilogue='direct' there")
@@ -257,9 +260,18 @@ class GemmConfig:
 
         def splits(parts):  # parts of 64-column multiples (swizzled blocks) or 8-column ones (unswizzled boxes;
             w = bn // parts if bn % parts == 0 else 1  # c_transposed implies the TMA epilogue)
+            if f32_out and epilogue == "tma":  # (f32 values: 128-byte swizzled blocks of 32 columns)
+                return w % 32 == 0
             return w % 64 == 0 or (w % 8 == 0 and not c_transposed and not (fp8_out and epilogue == "tma"))
 
-        if c_parts is None:  # (by default a width that is a multiple of 64 keeps its swizzled blocks whole)
+        if c_parts is None and f32_out and epilogue == "tma":
+            # f32 values: the widest parts that leave room for the stages wanted (the tile's default;
+            # a whole 64 x 256 f32 block per consumer is 64 KiB: 128 x 256 keeps 4 stages with parts of
+            # 64 columns), else the narrowest (the most stages)
+            want = DEFAULT_STAGES.get((bm, bn), NARROW_STAGES if bn % 64 else 4) if stages is None else stages
+            ok = [p for p in range(1, bn // 32 + 1) if splits(p)] or [1]  # (else refused below)
+            c_parts = next((p for p in ok if (smem - c_bytes(p)) // self.stage_bytes >= want), ok[-1])
+        elif c_parts is None:  # (by default a width that is a multiple of 64 keeps its swizzled blocks whole)
             fits = [(smem - c_bytes(p)) // self.stage_bytes for p in (1, 2)]
             c_parts = 2 if epilogue == "tma" and splits(2) and (bn % 128 == 0 or bn % 64) and fits[0] < 4 \
                 and fits[1] > fits[0] else 1
@@ -278,14 +290,15 @@ class GemmConfig:
             c_slots = 1
         if not isinstance(c_parts, int) or c_parts < 1 or not splits(c_parts):
             raise ConfigError("c_parts", f"c_parts must divide BN into parts whose width is a multiple of 8 columns "
-                                         f"(of 64 for a transposed C or fp8 codes); got {c_parts} for bn={bn}")
+                                         f"(of 64 for a transposed C or fp8 codes, of 32 for f32 values); got "
+                                         f"{c_parts} for bn={bn}")
         if c_slots not in (1, 2) or (c_slots == 2 and c_parts == 1):
             raise ConfigError("c_slots", f"c_slots must be 1, or 2 with c_parts > 1 (the parts go through the two in "
                                          f"turn: give c_parts too); got {c_slots} with c_parts={c_parts}")
         self.c_parts, self.c_slots = c_parts, c_slots
-        #: columns of one TMA store box of C: 64 (128-byte swizzled blocks), or a narrow tile's
-        #: whole part (unswizzled rows of 2 bn bytes)
-        self.c_box = 64 if (bn // c_parts) % 64 == 0 else bn // c_parts
+        #: columns of one TMA store box of C: 64 (128-byte swizzled blocks; 32 of f32 values), or a
+        #: narrow tile's whole part (unswizzled rows of 2 bn bytes)
+        self.c_box = 32 if f32_out else 64 if (bn // c_parts) % 64 == 0 else bn // c_parts
         self.c_bytes = c_bytes(c_parts, c_slots)
         self.x_bytes = ClusterSplitK(bn).buffer_bytes if cluster_k == 2 else 0  # the K halves' exchange buffer
         budget = smem - self.c_bytes - self.x_bytes

@@ -46,7 +46,7 @@ def store_swizzled_kernel(swizzle):
 @pytest.mark.parametrize("swizzle", ["none", "32B", "64B", "128B"])
 def test_acc_store_swizzled_compiles(swizzle, report_batch):
     rep = report_batch(store_swizzled_kernel)  # compiled with the other swizzles (tests/conftest.py)
-    assert rep.ptx.count("st.shared.b32") == 32 and rep.sass["STS"] >= 1
+    assert rep.ptx.count("st.shared.v2.b32") == 16 and rep.sass["STS"] >= 1  # (row neighbours in pairs)
     assert rep.local_memory_ops == 0
 
 
