@@ -80,6 +80,8 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             configs += [dict(c) for c in _SMALL_M]
         elif dt in ("e4m3", "e5m2"):
             configs += [dict(_SMALL_M[0]), dict(_SMALL_M[-1])]
+        else:  # tf32's f32 out: from the registers in one wave, through TMA from two (Plan._configure)
+            configs += [dict(c, epilogue="tma") for c in configs if c["bn"] % 32 == 0]
         if autotune:
             configs += [c for c in challengers(kinds[dt], "direct" if dt == "tf32" else "tma") if c not in configs]
         for lay in layouts:
