@@ -40,7 +40,7 @@ __all__ = ["check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_O
            "epilogue_error"]
 
 _DEVICE_FNS = {}  # a plain Python epilogue -> its device function
-_TYPED = {}  # (a device function, its number of extras) -> None, once it compiled alone
+_TYPED = set()  # (a device function, its number of extras) that compiled alone
 
 
 def check_epilogue(activation, bias_info: ArrayInfo | None, m: int, n: int, device) -> str | None:
@@ -122,7 +122,7 @@ def _compiles_alone(fn, kinds):
         raise epilogue_error(fn, kinds, f"it returns {resty}, not a number")
     if len(_TYPED) >= 256:
         _TYPED.clear()
-    _TYPED[(fn, len(kinds))] = None
+    _TYPED.add((fn, len(kinds)))
 
 
 def bias_vector(bias, info, stream=None):

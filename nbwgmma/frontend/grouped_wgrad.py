@@ -48,7 +48,7 @@ def _in_place(info: ArrayInfo, inner: int, outer: int):
 def _copied(x, info: ArrayInfo, transpose: bool, stream):
     """A fresh [rows, cols_pad] copy of ``x`` (or ``x.T`` with ``transpose``), its rows padded
     to 16 bytes with zeros, and its TMA view."""
-    from ..kernels.copy import pad_transpose_kernel
+    from ..kernels.copy import grid_for, pad_transpose_kernel
 
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
     es = info.itemsize
@@ -63,7 +63,7 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream):
     dst = cuda.device_array((rows, pad), dtype=np.dtype(f"u{es}"), stream=st)
     with warnings.catch_warnings():  # a grid sized to the data
         warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
-        pad_transpose_kernel[max(1, min(65535, -(-rows * pad // 256))), 256, st](src, dst, transpose)
+        pad_transpose_kernel[grid_for(rows * pad), 256, st](src, dst, transpose)
     return dst, ((rows, cols), (pad, 1))
 
 
@@ -97,7 +97,7 @@ def _zero(out, io: ArrayInfo, lib, stream):
     elif _SIM:
         out._ary[...] = 0
     else:
-        from ..kernels.copy import fill_zero_kernel
+        from ..kernels.copy import fill_zero_kernel, grid_for
 
         st = nb_stream(stream)
         for g in range(io.shape[0]):
@@ -105,7 +105,7 @@ def _zero(out, io: ArrayInfo, lib, stream):
                               out)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
-                fill_zero_kernel[max(1, min(65535, -(-io.shape[1] * io.shape[2] // 256))), 256, st](part)
+                fill_zero_kernel[grid_for(io.shape[1] * io.shape[2]), 256, st](part)
 
 
 def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInfo, lib, *, out, out_dtype, in_dtype,

@@ -151,10 +151,9 @@ class Plan:
         n = ib.shape[1]
         given = opts
         opts = dict(opts)
-        # C's TMA view: the caller's out, row-major 16-bit with 16-byte aligned rows (a swapped
-        # kernel's C is its transpose, stored through boxes of this view)
-        self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1]) \
-            if io.itemsize == 2 or odt in FP8_OUTS or odt == "f32" else None
+        # C's TMA view: the caller's out, row-major with 16-byte aligned rows (a swapped kernel's C
+        # is its transpose, stored through boxes of this view)
+        self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1])
         tma_out = self.c_view is not None and odt != "f32"  # (the tile pickers' 16-bit and fp8 stores)
         if opts.get("stream_k") and "bm" not in opts and "bn" not in opts:
             # stream-K balances the SMs itself: 128 x 128 tiles (64 rows for a few), no swap, no K slices
@@ -534,20 +533,20 @@ def nb_stream(st):
 def vector_f32(info: ArrayInfo, owner, stream):
     """A new contiguous f32 copy of the 1-D Numba vector ``info`` (any stride; f32 or f16),
     made on ``stream`` (a raw handle or None)."""
-    from ..kernels.copy import vector_f32_kernel
+    from ..kernels.copy import grid_for, vector_f32_kernel
 
     st = nb_stream(stream)
     n = info.shape[0]
     dst = cuda.device_array(n, np.float32, stream=st)
     with _quiet():
-        vector_f32_kernel[max(1, min(65535, -(-n // 256))), 256, st](numba_view(info, owner), dst)
+        vector_f32_kernel[grid_for(n), 256, st](numba_view(info, owner), dst)
     return dst
 
 
 def zero_fill(io: ArrayInfo, out, stream) -> None:
     """Fill ``out`` (described by ``io``) with zeros: the product of a K = 0 matmul."""
-    from ..kernels.copy import fill_zero_kernel
+    from ..kernels.copy import fill_zero_kernel, grid_for
 
     m, n = io.shape
     with _quiet():
-        fill_zero_kernel[max(1, min(65535, -(-m * n // 256))), 256, nb_stream(stream)](numba_view(io, out))
+        fill_zero_kernel[grid_for(m * n), 256, nb_stream(stream)](numba_view(io, out))

@@ -4,6 +4,12 @@ for timing (autotuning)."""
 from numba import cuda
 
 
+def grid_for(count: int, threads: int = 256) -> int:
+    """Blocks of ``threads`` for these grid-stride kernels over ``count`` items: one per
+    ``threads`` items, at least 1 and at most 65535 (the rest taken by the stride)."""
+    return max(1, min(65535, -(-count // threads)))
+
+
 @cuda.jit
 def pad_transpose_kernel(src, dst, transpose):
     """dst[r, c] = (src[c, r] if transpose else src[r, c]) inside src, 0 in the padding."""

@@ -80,9 +80,10 @@ def _build(key):
     FMT = cfg.out if FP8_OUT else "e4m3"
     AMAX = cfg.amax
     F32_OUT = cfg.out == "f32"  # f32 values: 128-byte swizzled blocks of 32 columns
+    VALUES = FP8_OUT or F32_OUT  # parts of f32 values (converted as they are stored), not packed 16-bit pairs
     SLOT_BYTES = 64 * PART_COLS * (1 if FP8_OUT else 4 if F32_OUT else 2)  # one part's shared tile; c_slots each
     C_CONS = cfg.c_slots * SLOT_BYTES
-    PART_REGS = PART_COLS // (2 if FP8_OUT or F32_OUT else 4)  # f32 values (fp8, f32) or packed 16-bit registers
+    PART_REGS = PART_COLS // (2 if VALUES else 4)  # f32 values or packed 16-bit registers per part
     SWIZZLED_C = cfg.c_box == 64  # else one unswizzled (64, PART_COLS) box: a narrow tile
     ROW_BYTES_C = 2 * PART_COLS
     C_T = cfg.c_transposed
@@ -105,8 +106,7 @@ def _build(key):
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
     # a fused bias, activation, beta * C, user function
     EPI = cfg.fused
-    epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not (FP8_OUT or F32_OUT) else None) \
-        if EPI else None
+    epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not VALUES else None) if EPI else None
     epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
@@ -172,7 +172,7 @@ def _build(key):
 
     @inlined
     def packed(acc):
-        if FP8_OUT or F32_OUT:  # (the values themselves, converted as they are stored)
+        if VALUES:
             return acc
         if BF16_OUT:
             return acc_to_bf16x2(acc)

@@ -167,12 +167,9 @@ class GemmConfig:
             raise ConfigError("out", f"out must be one of {sorted(_OUT_BYTES)}; got {out!r}")
         fp8_out = out in FP8_OUTS
         f32_out = _OUT_BYTES[out] == 4
-        if f32_out and c_transposed:
-            raise ConfigError("epilogue", "a transposed C (swapped products) goes out in 16 bits; f32 values take "
-                                          "epilogue='direct' there")
-        if fp8_out and c_transposed:
-            raise ConfigError("epilogue", "a transposed C (swapped products) goes out in 16 bits; fp8 codes take "
-                                          "epilogue='direct' there")
+        if (fp8_out or f32_out) and c_transposed:
+            raise ConfigError("epilogue", f"a transposed C (swapped products) goes out in 16 bits; "
+                                          f"{'fp8 codes' if fp8_out else 'f32 values'} take epilogue='direct' there")
         if amax and not fp8_out:
             raise ConfigError("amax", f"amax goes with an fp8 output (out e4m3 or e5m2); got out={out}")
         #: the largest |value| of C (before ``scale_out``) is kept in an f32 argument (fp8 outputs)
