@@ -66,8 +66,9 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
         return {}
     probe = Plan(kind, odt, ia, ib, io, {"swap": 0}, fp8)  # paths and epilogue (no compile), unswapped
     m, n, k = probe.mnk
-    # the class's epilogue is the one its out can take
-    epilogue = "tma" if probe.c_view is not None else "direct"
+    # the class's epilogue: the one its plan takes (TMA where out allows it; an f32 out's only
+    # from more tiles than SMs)
+    epilogue = probe.cfg.epilogue
     key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], epilogue, m, n, k)
     return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, epilogue, probe.config, probe.cfg.b_major),
                            run, nb_stream(st))
