@@ -261,7 +261,13 @@ def test_small_m_choice(monkeypatch):
     assert pick_small_m(16, 14336, 4096, 16) == sw | {"bn": 16}  # 224 tiles: within two waves
     assert pick_small_m(64, 2048, 8192, 16) == sw | {"bn": 64, "stages": 14, "split": 4}
     assert pick_small_m(16, 28672, 8192, 16) is None  # 448 tiles: the tile model
-    assert pick_small_m(16, 4096, 4096, 8) == sw | {"bn": 16, "split": 2}  # fp8 too (narrow tiles: no spills)
+    assert pick_small_m(16, 4096, 4096, 8) == sw | {"bn": 16}  # fp8 too (narrow tiles: no spills); 32 k-blocks
+    # K slices: none below 48 k-blocks; 4 where 4 fit one wave; 2 where B stays in L2 (<= 40 MiB)
+    assert pick_small_m(16, 4096, 2048, 16) == sw | {"bn": 16}  # 32 k-blocks: uncut
+    assert pick_small_m(16, 2048, 3072, 16) == sw | {"bn": 16, "split": 4}  # 32 tiles, 48 k-blocks
+    assert pick_small_m(16, 2560, 8192, 16) == sw | {"bn": 16, "split": 2}  # 40 tiles, B 40 MiB
+    assert pick_small_m(16, 3072, 8192, 16) == sw | {"bn": 16}  # B 48 MiB: from DRAM, uncut
+    assert pick_small_m(16, 4096, 8192, 16) == sw | {"bn": 16}  # B 64 MiB
     assert pick_small_m(128, 4096, 4096, 16) == t | {"bn": 64}  # 64 tiles: 128 of 64 columns fit
     assert pick_small_m(64, 8192, 8192, 8) == t | {"bn": 64}  # fp8 swaps up to 32 rows only
     assert pick_small_m(32, 8192, 8192, 8) == sw | {"bn": 32}

@@ -12,7 +12,7 @@ from ..kernels.gemm_config import STAGE_BUDGET  # (the swapped small-M tiles' st
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
-           "narrow_tile", "narrow_config", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN", "SWAP_MIN_K",
+           "narrow_tile", "narrow_config", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "wave_fill", "pick_narrow", "pick_swap", "SWAP_GAIN", "SWAP_MIN_K",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES"]
 
@@ -213,21 +213,41 @@ SWAP_M_FP8 = 32
 SWAP_BN = (16, 32, 64)
 
 
+#: Bytes of B (the weight a swapped small-M product streams) up to which two K slices pay on
+#: an H100 (50 MB of L2): a weight that stays in L2 between calls streams faster with more SMs
+#: pulling it; a larger one streams from DRAM, which 48 or more SMs already saturate, and the
+#: slices' sum only adds its cost (:func:`swapped_small_m`).
+SPLIT2_MAX_BYTES = 40 << 20
+#: Fewest k-blocks for which a swapped small-M product cuts K at all.
+SPLIT_MIN_KBLOCKS = 48
+
+
 def swapped_small_m(m, n, k, sms, input_bits=16):
     """The swapped config for a 16-bit product of at most :data:`SWAP_M` rows (fp8:
     :data:`SWAP_M_FP8`; ``input_bits`` 16 or 8): the kernel
     computes C^T = B^T A^T, so B's N columns fill 64-row wgmma blocks and A's few rows are
     the wgmma's N, a tile 16, 32 or 64 wide (the smallest of :data:`SWAP_BN` that holds
     them). Such a product only streams B: 64-row tiles spread it over the most SMs, its
-    stages are small (10-16 KiB), so up to 16 of them keep the most bytes in flight, and K is
-    cut in 2 or 4 slices (of at least 16 k-blocks) where that many slices of every tile still
-    fit one wave. Measured on an H100 against the unswapped choice (64 x 128 tiles for the
-    few rows; BENCHMARKS.md, 2026-11-25): 16 x 4096 x 4096 0.73 -> 1.07x cuBLAS, 1 x 4096 x
-    4096 0.78 -> 1.18x, 64 x 4096 x 4096 0.81 -> 0.94x, 16 x 8192 x 8192 0.98 -> 1.02x; e4m3 against
-    cuBLASLt: 16 x 4096 x 4096 0.53 -> 0.74x, 1 x 4096 x 4096 0.56 -> 0.75x."""
+    stages are small (10-16 KiB), so up to 16 of them keep the most bytes in flight.
+
+    K is cut where that pays for the slices' sum (each slice's f32 part parked, a fence, a
+    counter, the last slice's sum: about a microsecond): never below
+    :data:`SPLIT_MIN_KBLOCKS` k-blocks; in 4 slices where 4 slices of every tile fit one wave
+    (at most 33 tiles on 132 SMs: 32 tiles alone leave most SMs idle); in 2 where 2 fit and B
+    is at most :data:`SPLIT2_MAX_BYTES`. Measured on an H100, ratios to cuBLAS in one process
+    (uncut / 2 slices / 4 slices; BENCHMARKS.md, 2026-11-27): 16 x 4096 x 2048 (64 tiles, 32
+    k-blocks) 0.921 / 0.799 / 0.554; 16 x 2048 x 2048 0.928 / 0.874 / 0.971; 16 x 2048 x 4096
+    0.731 / 0.866 / 1.061; 16 x 3072 x 4096 0.868 / 0.982 / 0.719; 16 x 4096 x 4096 0.879 /
+    0.928 / 0.661; 16 x 4096 x 6144 (48 MiB) 1.109 / 1.055 / 0.979; 16 x 3072 x 8192 1.155 /
+    1.039 / 0.981; 16 x 2560 x 8192 (40 MiB) 0.863 / 0.876 / 0.807."""
     tiles = math.ceil(n / 64)
     kblocks = math.ceil(k * input_bits / 1024)  # 128-byte stages: 64 K of 16-bit inputs, 128 of fp8
-    split = max(s for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 16 * s))
+    split = 1
+    if kblocks >= SPLIT_MIN_KBLOCKS:
+        if 4 * tiles <= sms:
+            split = 4
+        elif 2 * tiles <= sms and n * k * input_bits // 8 <= SPLIT2_MAX_BYTES:
+            split = 2
     return swapped_config(next(w for w in SWAP_BN if w >= m), split)
 
 
