@@ -11,8 +11,6 @@ as ``torch._grouped_mm`` does (its loop of ``mm`` over an empty K, and its Hoppe
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 from numba import cuda
 
@@ -48,7 +46,7 @@ def _in_place(info: ArrayInfo, inner: int, outer: int):
 def _copied(x, info: ArrayInfo, transpose: bool, stream):
     """A fresh [rows, cols_pad] copy of ``x`` (or ``x.T`` with ``transpose``), its rows padded
     to 16 bytes with zeros, and its TMA view."""
-    from ..kernels.copy import grid_for, pad_transpose_kernel
+    from ..kernels.copy import grid_for, pad_transpose_kernel, sized_to_data
 
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
     es = info.itemsize
@@ -61,8 +59,7 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream):
     src = numba_view(info, x, dtype=np.dtype(f"u{es}"))
     st = nb_stream(stream)
     dst = cuda.device_array((rows, pad), dtype=np.dtype(f"u{es}"), stream=st)
-    with warnings.catch_warnings():  # a grid sized to the data
-        warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
+    with sized_to_data():
         pad_transpose_kernel[grid_for(rows * pad), 256, st](src, dst, transpose)
     return dst, ((rows, cols), (pad, 1))
 
@@ -97,14 +94,13 @@ def _zero(out, io: ArrayInfo, lib, stream):
     elif _SIM:
         out._ary[...] = 0
     else:
-        from ..kernels.copy import fill_zero_kernel, grid_for
+        from ..kernels.copy import fill_zero_kernel, grid_for, sized_to_data
 
         st = nb_stream(stream)
         for g in range(io.shape[0]):
             part = numba_view(ArrayInfo(io.ptr + g * io.strides[0], io.shape[1:], io.strides[1:], *tuple(io)[3:]),
                               out)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
+            with sized_to_data():
                 fill_zero_kernel[grid_for(io.shape[1] * io.shape[2]), 256, st](part)
 
 

@@ -32,7 +32,6 @@ Which path runs:
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -49,7 +48,7 @@ from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_tile
 
 __all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "tma_view", "numba_view", "transposed",
-           "EPILOGUE_OPTIONS"]
+           "work_units", "EPILOGUE_OPTIONS"]
 
 #: the fused epilogue's options of a plan (:class:`~nbwgmma.kernels.gemm.GemmConfig`'s), which
 #: ``config`` does not take and :attr:`Plan.config` leaves out
@@ -81,19 +80,9 @@ def tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride:
     return (rows, cols), (row_stride // es, 1)
 
 
-@contextlib.contextmanager
-def _quiet():
-    """Silence Numba's small-grid warning: these helper grids are sized to the data."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
-        yield
-
-
 def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
     """A fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of ``x`` or ``x.T``."""
-    from ..kernels.copy import pad_transpose_kernel
+    from ..kernels.copy import grid_for, pad_transpose_kernel, sized_to_data
 
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
     es = info.itemsize
@@ -105,10 +94,8 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
         return cuda.to_device(dst)
     src = numba_view(info, x, dtype=np.dtype(f"u{es}"))
     dst = cuda.device_array((rows, kpad), dtype=np.dtype(f"u{es}"), stream=stream)
-    threads = 256
-    blocks = min(65535, -(-rows * kpad // threads))
-    with _quiet():
-        pad_transpose_kernel[blocks, threads, stream](src, dst, transpose)
+    with sized_to_data():
+        pad_transpose_kernel[grid_for(rows * kpad), 256, stream](src, dst, transpose)
     return dst
 
 
@@ -251,8 +238,8 @@ class Plan:
             # 256); with one tile per CTA the parts' waits cost more (0.956-0.972x at 128 tiles)
             from ..launch import device_limits
 
-            m, n, _ = self.mnk
-            units = math.ceil(m / probe.bm) * math.ceil(n / probe.bn) * opts.get("split", 1)
+            m, n, k = self.mnk
+            units = work_units(m, n, math.ceil(k / probe.bk), probe.bm, probe.bn, split=opts.get("split", 1))
             tma_ok = units > device_limits()["multiprocessors"]
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
         if epilogue == "tma" and not tma_ok:
@@ -408,10 +395,7 @@ class Plan:
         slots = device_limits()["multiprocessors"] // cl
         if cl > 1 and not _SIM:  # clusters sit whole in a GPC: maybe fewer fit
             slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
-        kblocks = math.ceil(self.mnk[2] / cfg.bk)
-        units = math.ceil(math.ceil(m / cfg.bm) / cfg.cluster) * math.ceil(n / cfg.bn) * min(cfg.split, kblocks)
-        if cfg.stream_k:  # every CTA takes at least one k-block
-            units = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn) * kblocks
+        units = work_units(m, n, math.ceil(self.mnk[2] / cfg.bk), cfg.bm, cfg.bn, cfg.cluster, cfg.split, cfg.stream_k)
         grid = cl * min(slots, units)
         return grid, ((cl, 1, 1) if cl > 1 else None), smem
 
@@ -481,6 +465,15 @@ class Plan:
             raise RuntimeError(f"matmul: a stage loads {got} bytes but expect_tx announces {cfg.stage_bytes}")
 
 
+def work_units(m, n, kblocks, bm, bn, cluster=1, split=1, stream_k=False) -> int:
+    """The units of work the library GEMM's persistent grid shares out for an M x N product of
+    ``kblocks`` k-blocks in bm x bn tiles: tiles (of a cluster: ``cluster`` vertically adjacent
+    ones) times K slices; with stream-K every tile's k-blocks (each CTA takes at least one)."""
+    if stream_k:
+        return math.ceil(m / bm) * math.ceil(n / bn) * kblocks
+    return math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn) * min(split, kblocks)
+
+
 def transposed(info: ArrayInfo) -> ArrayInfo:
     """The transpose of a 2-D array as a view: shape and strides reversed, same memory."""
     return info._replace(shape=info.shape[::-1], strides=info.strides[::-1])
@@ -533,20 +526,20 @@ def nb_stream(st):
 def vector_f32(info: ArrayInfo, owner, stream):
     """A new contiguous f32 copy of the 1-D Numba vector ``info`` (any stride; f32 or f16),
     made on ``stream`` (a raw handle or None)."""
-    from ..kernels.copy import grid_for, vector_f32_kernel
+    from ..kernels.copy import grid_for, sized_to_data, vector_f32_kernel
 
     st = nb_stream(stream)
     n = info.shape[0]
     dst = cuda.device_array(n, np.float32, stream=st)
-    with _quiet():
+    with sized_to_data():
         vector_f32_kernel[grid_for(n), 256, st](numba_view(info, owner), dst)
     return dst
 
 
 def zero_fill(io: ArrayInfo, out, stream) -> None:
     """Fill ``out`` (described by ``io``) with zeros: the product of a K = 0 matmul."""
-    from ..kernels.copy import fill_zero_kernel, grid_for
+    from ..kernels.copy import fill_zero_kernel, grid_for, sized_to_data
 
     m, n = io.shape
-    with _quiet():
+    with sized_to_data():
         fill_zero_kernel[grid_for(m * n), 256, nb_stream(stream)](numba_view(io, out))

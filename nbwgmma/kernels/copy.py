@@ -1,7 +1,19 @@
 """Small helper kernels of the matmul front end: layout-changing copies, fills, and a busy wait
 for timing (autotuning)."""
 
+import contextlib
+import warnings
+
 from numba import cuda
+
+
+@contextlib.contextmanager
+def sized_to_data():
+    """Silence Numba's small-grid warning around the launch of one of these kernels: their grids
+    (:func:`grid_for`) are sized to the data, so a small one is no under-use."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Grid size .* under-utilization")
+        yield
 
 
 def grid_for(count: int, threads: int = 256) -> int:
