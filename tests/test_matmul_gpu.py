@@ -504,12 +504,13 @@ def test_small_m_default_path(m, n, k):
 
 
 @pytest.mark.parametrize("ta, tb, m, n, k", [("e4m3", "e4m3", 16, 4096, 4096), ("e4m3", "e5m2", 5, 1000, 3008),
-                                             ("e5m2", "e4m3", 32, 2048, 8192), ("e4m3", "e4m3", 1, 14336, 4096)])
+                                             ("e5m2", "e4m3", 32, 2048, 8192), ("e4m3", "e4m3", 1, 14336, 4096),
+                                             ("e4m3", "e4m3", 16, 4096, 8192)])
 def test_fp8_small_m_swapped_small_integers_exact(ta, tb, m, n, k):
     """fp8 products of at most 32 rows take the swapped kernel (C^T = B^T A^T, the mixed kind's
     types trade places too, K slices where the tile count leaves SMs idle), scaled, into a
     poisoned f32 out, then through the quick path with a fresh bf16 out: exact on small
-    integers."""
+    integers (uncut, 4 slices at 32 x 2048 x 8192, 2 at 16 x 4096 x 8192)."""
     from nbwgmma.frontend.tiles import pick_small_m
 
     assert pick_small_m(m, n, k, 8)["swap"] == 1
