@@ -1,7 +1,8 @@
 """Few rows: matmul's default path against every K-slice choice of the swapped small-M kernel
 and cuBLAS, in one process (``nbwgmma.bench.device_times``, the contenders in turn). Prints per
 problem the ratio to cuBLAS of the default, of 1, 2 and 4 slices
-(``frontend.tiles.swapped_config``) and the slices the default took.
+(``frontend.tiles.swapped_config``), of the default's config with two accumulator chains
+(``{"chains": 2}``) and the slices the default took.
 
     python benchmarks/small_m.py [--rows 1,16,32,64] [--n 2048,2560,3072,4096] [--k 2048,4096,8192]
         [--dtype bf16] [--repeats 15]
@@ -27,21 +28,24 @@ def main():
 
     sms = device_limits()["multiprocessors"]
     bits = 8 if args.dtype == "e4m3" else 16
-    best = []
+    best, chains = [], []
     for m in (int(v) for v in args.rows.split(",")):
         for n in (int(v) for v in args.n.split(",")):
             for k in (int(v) for v in args.k.split(",")):
                 _, _, ours, cublas = problem(m, n, k, args.dtype, "KK")
                 bn = next(w for w in SWAP_BN if w >= m)
-                fns = [ours(None)] + [ours(swapped_config(bn, s)) for s in (1, 2, 4)]
+                took = swapped_small_m(m, n, k, sms, bits)
+                fns = [ours(None)] + [ours(swapped_config(bn, s)) for s in (1, 2, 4)] + [ours(took | {"chains": 2})]
                 t = device_times(torch, fns + [cublas], 3, args.repeats)
                 r = [t[-1] / x for x in t[:-1]]
-                took = swapped_small_m(m, n, k, sms, bits).get("split", 1)
-                best.append(r[0] / max(r[1:]))
+                best.append(r[0] / max(r[1:4]))
+                chains.append(r[4] / r[0])
                 print(f"{args.dtype} {m:>3} x {n:>5} x {k:>5} ({math.ceil(n / 64):>3} tiles, {math.ceil(k * bits / 1024):>3} "
-                      f"k-blocks): default {r[0]:.3f} (split {took})  uncut {r[1]:.3f}  2 slices {r[2]:.3f}  "
-                      f"4 slices {r[3]:.3f}  cuBLAS {t[-1] * 1e3:.2f} us", flush=True)
-    print(f"default / best of the three: geometric mean {statistics.geometric_mean(best):.3f}, worst {min(best):.3f}")
+                      f"k-blocks): default {r[0]:.3f} (split {took.get('split', 1)})  uncut {r[1]:.3f}  2 slices {r[2]:.3f}  "
+                      f"4 slices {r[3]:.3f}  2 chains {r[4]:.3f}  cuBLAS {t[-1] * 1e3:.2f} us", flush=True)
+    print(f"default / best of the three slicings: geometric mean {statistics.geometric_mean(best):.3f}, worst "
+          f"{min(best):.3f}; two chains / default: geometric mean {statistics.geometric_mean(chains):.3f}, "
+          f"{min(chains):.3f} ... {max(chains):.3f}")
 
 
 if __name__ == "__main__":

@@ -162,6 +162,20 @@ def test_swapped_small_m(m, b_k, cfg):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("m, k, cfg", [
+    (13, 40, {"swap": 1, "bn": 16, "stages": 2}), (13, 200, {"swap": 1, "bn": 16, "stages": 3}),
+    (24, 264, {"swap": 1, "bn": 32, "stages": 4, "split": 2}), (70, 136, {"bn": 64, "stages": 2})],
+    ids=["1-kblock", "4-kblocks", "split2-odd", "unswapped-3-kblocks"])
+def test_two_accumulator_chains(m, k, cfg):
+    """``chains=2``: each consumer takes the k-blocks into two accumulators in turn (one k-block:
+    the second stays zeros; odd counts; K slices of 3 and 2 k-blocks): exact, as one chain."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    got, want = run("bf16", m, k, 136, odt="f32", config={"bm": 64, "chains": 2} | cfg, seed=k)
+    assert last_plan().cfg.chains == 2
+    np.testing.assert_array_equal(got, want)
+
+
 def test_fp8_scales_and_a_fresh_output():
     rng = np.random.default_rng(5)
     a = rng.integers(-3, 4, (16, 32)).astype(np.float64)

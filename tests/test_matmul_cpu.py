@@ -305,6 +305,29 @@ def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, repor
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 
 
+def test_two_accumulator_chains_compile_clean():
+    """``chains=2``: the main loop's wgmmas of even and odd k-blocks accumulate into two register
+    sets (8 HGMMA on two accumulators; one chain: 4 on one), none serialized, no spills; consumers
+    of 128 rows refuse it."""
+    import re
+
+    from nbwgmma.report import compile_reports
+
+    jobs = []
+    for bn, split in ((16, 2), (64, 1)):
+        cfg = GemmConfig("f32.bf16.bf16", bm=64, bn=bn, out="bf16", stages=8, split=split, chains=2)
+        ws = (types.float32[::1], types.int32[::1]) if split > 1 else ()
+        jobs.append((gemm_kernel(cfg), (types.uint64, types.uint64, types.uint16[:, :], types.int32, types.int32,
+                                        types.int32, types.float32) + ws))
+    for rep in compile_reports(jobs):
+        accs = set(re.findall(r"HGMMA\.64x\d+x16\.F32\.BF16 (R\d+),", rep.sass_text))
+        assert rep.sass["HGMMA"] == 8 and len(accs) == 2, (rep.sass["HGMMA"], accs)
+        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
+        assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+    with pytest.raises(ValueError, match="or 2 with consumers of 64 rows"):
+        GemmConfig("f32.bf16.bf16", bm=256, bn=128, chains=2)
+
+
 def test_stream_k_kernels_compile_clean():
     """Stream-K (128 x 128 with the TMA epilogue, 128 x 96 with the direct one): one main loop
     (4 HGMMA), two atomics (the tile count, and the read of it by the CTA that finishes a shared

@@ -539,6 +539,21 @@ def test_swapped_small_integers_exact(split):
         assert torch.equal(c.double(), a.double() @ w.double().t())
 
 
+@pytest.mark.parametrize("m, cfg", [(16, {"swap": 1, "bn": 16, "stages": 16, "split": 2}),
+                                    (64, {"swap": 1, "bn": 64, "stages": 14}), (200, {"bn": 128, "stages": 8})])
+def test_two_accumulator_chains_small_integers_exact(m, cfg):
+    """``chains=2`` (k-blocks into two accumulators in turn, odd counts: K = 8200 is 129 k-blocks,
+    split 65 + 64) into a poisoned f32 out, equal to float64 and to one chain."""
+    g = torch.Generator(device="cuda").manual_seed(m)
+    a = torch.randint(-3, 4, (m, 8200), device="cuda", generator=g).bfloat16()
+    w = torch.randint(-3, 4, (2048, 8200), device="cuda", generator=g).bfloat16()
+    want = a.double() @ w.double().t()
+    for chains in (2, 1):
+        c = matmul(a, w.t(), out=torch.full((m, 2048), float("nan"), device="cuda"),
+                   config={"bm": 64, "chains": chains} | cfg)
+        assert torch.equal(c.double(), want)
+
+
 @pytest.mark.parametrize("split", [2, 4])
 def test_split_k_small_integers_exact(split):
     """128 x 4096 x 8192 in K slices: small integers make every partial and every sum

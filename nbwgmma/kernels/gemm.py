@@ -91,7 +91,8 @@ def _build(key):
     BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
-    coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks)
+    coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks,
+                       chains=cfg.chains)
     CROWS = 64 * cfg.blocks  # rows of the tile per consumer
     KC = cfg.cluster_k
     sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split, cluster_k=KC)

@@ -73,6 +73,9 @@ class GemmConfig:
     rows, ``bm / 128`` (128 rows each: two 64-row blocks and two accumulators, ``blocks`` = 2;
     tiles of at most 168 columns, no split, stream-K or ``cluster_k``). A 256-row tile takes two
     consumers of 128 rows by default, four of 64 with split-K or stream-K (at most 128 columns).
+    ``chains`` = 2 (consumers of 64 rows): each consumer takes the k-blocks into two accumulators
+    in turn, summed after the main loop (:class:`~nbwgmma.kit.Cooperative`), so consecutive wgmma
+    groups do not depend on each other: for narrow tiles, whose wgmma chains may be latency-bound.
     ``c_parts`` (TMA epilogue): each consumer's 64-row block of C leaves in ``c_parts`` parts of
     ``bn / c_parts`` columns (a multiple of 64, or of 8 for unswizzled rows) through ``c_slots``
     (1 or 2) shared tiles of ``64 x bn / c_parts`` per consumer, used in turn: with 2 a part is
@@ -114,7 +117,7 @@ class GemmConfig:
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
                  c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False, user=None,
-                 extras=(), user_t=False, amax=False):
+                 extras=(), user_t=False, amax=False, chains=1):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -223,6 +226,12 @@ class GemmConfig:
         if self.blocks == 2 and bn > 168:
             raise ConfigError("bn", f"consumers of 128 rows take tiles of at most 168 columns (their two accumulators "
                                     f"spill from 176: 104 bytes, 840 at 192); got bn={bn}")
+        if chains not in (1, 2) or (chains == 2 and self.blocks != 1):
+            raise ConfigError("chains", f"chains (accumulators each consumer takes the k-blocks into in turn) must be 1, "
+                                        f"or 2 with consumers of 64 rows; got chains={chains!r} with "
+                                        f"{64 * self.blocks} rows per consumer")
+        #: accumulators each consumer takes the k-blocks into in turn (:class:`~nbwgmma.kit.Cooperative`)
+        self.chains = chains
         if consumers == 4 and bn > 128:
             raise ConfigError("bn", f"four consumers of 64 rows (a 256-row tile with split or stream_k) take tiles of at "
                                     f"most 128 columns (about 100 registers each: wider ones do not compile); got bn={bn}")
@@ -352,7 +361,7 @@ class GemmConfig:
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
                 self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c, self.user,
-                self.extras, self.user_t, self.amax)
+                self.extras, self.user_t, self.amax, self.chains)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -363,5 +372,6 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
+                f"{', 2 chains' if self.chains == 2 else ''}"
                 f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', beta * C' if self.with_c else ''}{', ' + self.act if self.act else ''}"
                 f"{', epilogue ' + getattr(self.user, '__name__', '?') if self.user else ''})")
