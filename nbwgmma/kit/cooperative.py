@@ -182,8 +182,8 @@ class Cooperative(types.ModuleType):
             """The four wgmmas of one stage on warpgroup ``cw``'s 64 rows into ``acc`` (``keep``:
             add to it, else overwrite it)."""
             # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
-                # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
-                # them, the library GEMM was 4-7% slower on an H100).
+            # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
+            # them, the library GEMM was 4-7% slower on an H100).
             da, da1, da2, da3 = k_steps(make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128), A_STEP)
             db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
             wgmma_fence()
