@@ -41,7 +41,8 @@ def test_candidates_are_valid_distinct_and_start_with_the_default(sms_132, m, n,
     out = "bf16" if epilogue == "tma" else "f32"
     for c in cands[1:]:
         assert set(c) <= CONFIG_KEYS
-        GemmConfig(kind, **({"epilogue": epilogue, "out": out} | c))  # raises if the kernel could not be built
+        kernel = {key: v for key, v in c.items() if key != "swap"}  # (the plan's choice, not the kernel's)
+        GemmConfig(kind, **({"epilogue": epilogue, "out": out} | kernel))  # raises if the kernel could not be built
     for c in autotune.candidates(kind, m, n, k, epilogue, default, b_major="MN")[1:]:
         assert c.get("bn", 64) % 64 == 0  # narrow tiles read B K-major only
 
@@ -86,6 +87,19 @@ def test_tall_16_bit_products_swap_where_the_swapped_tiles_fill_better(sms_132):
     assert not pick_swap(3072, 1024, 4096, 8, 132) and not pick_swap(3072, 1024, 4096, 32, 132)
     assert not pick_swap(6144, 1024, 1024, 16, 132, tma_out=False)  # short K, register stores: not swapped
     assert pick_swap(6144, 1024, 1024, 16, 132)  # (the transposed TMA stores: any K)
+
+
+def test_few_rows_try_the_swapped_kernels_other_k_slicings(sms_132):
+    """A few-row product the default path swaps tries the swapped kernel's other K slicings first
+    (those that fit one wave); not with a column-major A (no swap), not for tf32."""
+    uncut = {"swap": 1, "bm": 64, "bn": 16, "stages": 16}
+    assert autotune.candidates("f32.bf16.bf16", 16, 4096, 4096)[1] == uncut  # the default: 2 slices
+    assert autotune.candidates("f32.bf16.bf16", 1, 4096, 2048)[1] == uncut | {"split": 2}  # the default: uncut
+    assert autotune.candidates("f32.bf16.bf16", 16, 2048, 8192)[1:3] == [uncut, uncut | {"split": 2}]  # default: 4
+    assert autotune.candidates("f32.e4m3.e4m3", 16, 4096, 16384)[1] == uncut | {"split": 2}
+    for args, kw in ((("f32.bf16.bf16", 16, 4096, 4096), {"a_major": "MN"}), (("f32.tf32.tf32", 16, 4096, 4096), {}),
+                     (("f32.bf16.bf16", 128, 4096, 4096), {}), (("f32.e4m3.e4m3", 64, 4096, 4096), {})):
+        assert not any(c.get("swap") for c in autotune.candidates(*args, **kw)), args
 
 
 def test_candidates_for_a_bandwidth_bound_shape_include_deeper_pipelines(sms_132):

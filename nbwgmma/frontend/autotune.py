@@ -43,7 +43,9 @@ import os
 import statistics
 import time
 
-from .tiles import NARROW_BN, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile, rank_tiles
+from ..layout.kinds import wgmma_kind
+from .tiles import (NARROW_BN, SWAP_BN, SWAP_M, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile,
+                    rank_tiles, swapped_config, swapped_small_m)
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
            "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S"]
@@ -88,7 +90,7 @@ def _stages_that_fit(kind, bm, bn, epilogue, upto=8):
     return None
 
 
-def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K") -> list:
+def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major="K") -> list:
     """The configurations (``matmul`` ``config`` dicts) timed for one problem: ``{}`` first
     (the default path's own choice, ``default`` = its config when known, e.g. ``{"bm": 128,
     "bn": 256}``), then challengers, most promising first (the budget may stop before the
@@ -100,6 +102,12 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K") -> list
     than with 4 on an H100); with K-major B (``b_major``), second, a narrow tile where it fills
     the waves better than the default's (:func:`nbwgmma.frontend.tiles.narrow_config`: where the
     default path has not taken it itself, :func:`nbwgmma.frontend.tiles.pick_narrow`).
+
+    A product of few rows that the default path swaps (:func:`nbwgmma.frontend.tiles.swapped_small_m`:
+    16-bit or fp8 inputs, K-major A, ``a_major``) tries the swapped kernel's other K slicings first
+    (uncut, 2 and 4 slices where they fit one wave): which pays depends on how much of B stays in
+    the GPU's L2 between calls (BENCHMARKS.md, 2026-11-27: 1 x 4096 x 4096 ran 1.07x faster uncut
+    than in the default's 2 slices, 16 x 4096 x 4096 0.95x).
     """
     from ..kernels.gemm_config import GemmConfig
     from ..launch import device_limits
@@ -126,7 +134,26 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K") -> list
         deepest = _stages_that_fit(kind, bm, bn, epilogue)
         if deepest is not None and deepest > default_stages:
             out.append({"bm": bm, "bn": bn, "stages": deepest})
-    return [{}] + [c for c in out if c != default]
+    swapped = _swapped_slicings(kind, m, n, k) if a_major == "K" else []
+    return [{}] + [c for c in swapped + out if c != default]
+
+
+def _swapped_slicings(kind, m, n, k) -> list:
+    """The swapped small-M kernel's K slicings other than the default path's (see :func:`candidates`)."""
+    from ..launch import device_limits
+
+    bits = wgmma_kind(kind).input_bits
+    if bits not in (8, 16) or m > (SWAP_M if bits == 16 else SWAP_M_FP8):
+        return []
+    sms = device_limits()["multiprocessors"]
+    tiles = math.ceil(n / 64)
+    if tiles > 2 * sms:  # (the default path's tile model decides there)
+        return []
+    taken = swapped_small_m(m, n, k, sms, bits)
+    bn = next(w for w in SWAP_BN if w >= m)
+    kblocks = math.ceil(k * bits / 1024)
+    return [c for c in (swapped_config(bn, s) for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 2 * s))
+            if c != taken]
 
 
 def challengers(kind, epilogue="tma") -> list:

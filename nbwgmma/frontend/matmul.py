@@ -70,8 +70,8 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
     # from more tiles than SMs)
     epilogue = probe.cfg.epilogue
     key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], epilogue, m, n, k)
-    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, epilogue, probe.config, probe.cfg.b_major),
-                           run, nb_stream(st))
+    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, epilogue, probe.config, probe.cfg.b_major,
+                                                            probe.a_path[0]), run, nb_stream(st))
 
 
 def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(), c=None, alpha=1.0, beta=None,
