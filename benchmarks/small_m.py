@@ -14,7 +14,7 @@ import statistics
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", default="1,16,32,64")
+    p.add_argument("--rows", help="at most 64 (e4m3: 32; default 1,16,32,64, e4m3 1,16,32)")
     p.add_argument("--n", default="2048,2560,3072,4096")
     p.add_argument("--k", default="2048,4096,8192")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "f16", "e4m3"))
@@ -23,11 +23,15 @@ def main():
     import torch
 
     from nbwgmma.bench import device_times, problem
-    from nbwgmma.frontend.tiles import SWAP_BN, swapped_config, swapped_small_m
+    from nbwgmma.frontend.tiles import SWAP_BN, SWAP_M, SWAP_M_FP8, swapped_config, swapped_small_m
     from nbwgmma.launch import device_limits
 
     sms = device_limits()["multiprocessors"]
     bits = 8 if args.dtype == "e4m3" else 16
+    limit = SWAP_M if bits == 16 else SWAP_M_FP8
+    args.rows = args.rows or ("1,16,32,64" if bits == 16 else "1,16,32")
+    if any(int(v) > limit for v in args.rows.split(",")):
+        p.error(f"--rows: the default path swaps at most {limit} rows of {args.dtype}")
     best, chains = [], []
     for m in (int(v) for v in args.rows.split(",")):
         for n in (int(v) for v in args.n.split(",")):

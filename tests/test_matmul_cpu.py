@@ -308,7 +308,7 @@ def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, repor
 def test_two_accumulator_chains_compile_clean():
     """``chains=2``: the main loop's wgmmas of even and odd k-blocks accumulate into two register
     sets (8 HGMMA on two accumulators; one chain: 4 on one), none serialized, no spills; consumers
-    of 128 rows refuse it."""
+    of 128 rows, four consumers and tiles wider than 128 columns refuse it (their accumulators spill)."""
     import re
 
     from nbwgmma.report import compile_reports
@@ -324,8 +324,9 @@ def test_two_accumulator_chains_compile_clean():
         assert rep.sass["HGMMA"] == 8 and len(accs) == 2, (rep.sass["HGMMA"], accs)
         assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
         assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
-    with pytest.raises(ValueError, match="or 2 with consumers of 64 rows"):
-        GemmConfig("f32.bf16.bf16", bm=256, bn=128, chains=2)
+    for kw in (dict(bm=256, bn=128), dict(bm=128, bn=256), dict(bm=256, bn=128, split=2), dict(bm=64, bn=64)):
+        with pytest.raises(ValueError, match="or 2 with one or two consumers of 64 rows and at most 128 columns"):
+            GemmConfig("f32.bf16.bf16", chains=True if kw == dict(bm=64, bn=64) else 2, **kw)
 
 
 def test_stream_k_kernels_compile_clean():

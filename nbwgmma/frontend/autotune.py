@@ -44,7 +44,7 @@ import statistics
 import time
 
 from ..layout.kinds import wgmma_kind
-from .tiles import (NARROW_BN, SWAP_BN, SWAP_M, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile,
+from .tiles import (NARROW_BN, SWAP_M, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile,
                     rank_tiles, swapped_config, swapped_small_m)
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
@@ -106,8 +106,8 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     A product of few rows that the default path swaps (:func:`nbwgmma.frontend.tiles.swapped_small_m`:
     16-bit or fp8 inputs, K-major A, ``a_major``) tries the swapped kernel's other K slicings first
     (uncut, 2 and 4 slices where they fit one wave): which pays depends on how much of B stays in
-    the GPU's L2 between calls (BENCHMARKS.md, 2026-11-27: 1 x 4096 x 4096 ran 1.07x faster uncut
-    than in the default's 2 slices, 16 x 4096 x 4096 0.95x).
+    the GPU's L2 between calls (BENCHMARKS.md, 2026-11-27: uncut, 1 x 4096 x 4096 ran 1.07x as fast
+    as in the default's 2 slices, 16 x 4096 x 4096 0.95x).
     """
     from ..kernels.gemm_config import GemmConfig
     from ..launch import device_limits
@@ -134,26 +134,31 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
         deepest = _stages_that_fit(kind, bm, bn, epilogue)
         if deepest is not None and deepest > default_stages:
             out.append({"bm": bm, "bn": bn, "stages": deepest})
-    swapped = _swapped_slicings(kind, m, n, k) if a_major == "K" else []
-    return [{}] + [c for c in swapped + out if c != default]
+    taken = _swapped_default(kind, m, n, k) if a_major == "K" else None
+    if taken is None:
+        return [{}] + [c for c in out if c != default]
+    # the default path swaps (``default`` is then the unswapped plan's config: a challenger like the others)
+    bn, split = taken["bn"], taken.get("split", 1)
+    tiles, kblocks = math.ceil(n / 64), math.ceil(k * wgmma_kind(kind).input_bits / 1024)
+    sms = _sms()
+    swapped = [swapped_config(bn, s) for s in (1, 2, 4)
+               if s != split and (s == 1 or (tiles * s <= sms and kblocks >= 2 * s))]
+    return [{}] + swapped + out
 
 
-def _swapped_slicings(kind, m, n, k) -> list:
-    """The swapped small-M kernel's K slicings other than the default path's (see :func:`candidates`)."""
+def _sms():
     from ..launch import device_limits
 
+    return device_limits()["multiprocessors"]
+
+
+def _swapped_default(kind, m, n, k):
+    """The default path's config for a few-row product it swaps (as
+    :func:`nbwgmma.frontend.tiles.pick_small_m` decides for a K-major A), else None."""
     bits = wgmma_kind(kind).input_bits
-    if bits not in (8, 16) or m > (SWAP_M if bits == 16 else SWAP_M_FP8):
-        return []
-    sms = device_limits()["multiprocessors"]
-    tiles = math.ceil(n / 64)
-    if tiles > 2 * sms:  # (the default path's tile model decides there)
-        return []
-    taken = swapped_small_m(m, n, k, sms, bits)
-    bn = next(w for w in SWAP_BN if w >= m)
-    kblocks = math.ceil(k * bits / 1024)
-    return [c for c in (swapped_config(bn, s) for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 2 * s))
-            if c != taken]
+    if bits not in (8, 16) or m > (SWAP_M if bits == 16 else SWAP_M_FP8) or math.ceil(n / 64) > 2 * _sms():
+        return None
+    return swapped_small_m(m, n, k, _sms(), bits)
 
 
 def challengers(kind, epilogue="tma") -> list:

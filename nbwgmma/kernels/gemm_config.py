@@ -73,7 +73,8 @@ class GemmConfig:
     rows, ``bm / 128`` (128 rows each: two 64-row blocks and two accumulators, ``blocks`` = 2;
     tiles of at most 168 columns, no split, stream-K or ``cluster_k``). A 256-row tile takes two
     consumers of 128 rows by default, four of 64 with split-K or stream-K (at most 128 columns).
-    ``chains`` = 2 (consumers of 64 rows): each consumer takes the k-blocks into two accumulators
+    ``chains`` = 2 (one or two consumers of 64 rows, at most 128 columns: two accumulators of 256
+    columns spill): each consumer takes the k-blocks into two accumulators
     in turn, summed after the main loop (:class:`~nbwgmma.kit.Cooperative`), so consecutive wgmma
     groups do not depend on each other: for narrow tiles, whose wgmma chains may be latency-bound.
     ``c_parts`` (TMA epilogue): each consumer's 64-row block of C leaves in ``c_parts`` parts of
@@ -226,10 +227,12 @@ class GemmConfig:
         if self.blocks == 2 and bn > 168:
             raise ConfigError("bn", f"consumers of 128 rows take tiles of at most 168 columns (their two accumulators "
                                     f"spill from 176: 104 bytes, 840 at 192); got bn={bn}")
-        if chains not in (1, 2) or (chains == 2 and self.blocks != 1):
+        if isinstance(chains, bool) or chains not in (1, 2) \
+                or (chains == 2 and (self.blocks != 1 or consumers > 2 or bn > 128)):
             raise ConfigError("chains", f"chains (accumulators each consumer takes the k-blocks into in turn) must be 1, "
-                                        f"or 2 with consumers of 64 rows; got chains={chains!r} with "
-                                        f"{64 * self.blocks} rows per consumer")
+                                        f"or 2 with one or two consumers of 64 rows and at most 128 columns (two "
+                                        f"accumulators of wider tiles spill); got chains={chains!r} with "
+                                        f"{consumers} consumer(s) of {64 * self.blocks} rows, bn={bn}")
         #: accumulators each consumer takes the k-blocks into in turn (:class:`~nbwgmma.kit.Cooperative`)
         self.chains = chains
         if consumers == 4 and bn > 128:

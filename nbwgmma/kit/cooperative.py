@@ -96,7 +96,7 @@ class Cooperative(types.ModuleType):
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // (64 * blocks):
             raise ValueError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // (64 * blocks)} (one per "
                              f"{64 * blocks} rows); got {pipe!r}")
-        if chains not in (1, 2) or (chains == 2 and blocks != 1):
+        if isinstance(chains, bool) or chains not in (1, 2) or (chains == 2 and blocks != 1):
             raise ValueError(f"Cooperative: chains (accumulators a warpgroup takes k-blocks into in turn) must be 1, "
                              f"or 2 with blocks=1; got chains={chains!r} with blocks={blocks!r}")
         check_b_shares("Cooperative", bn, b_major, pipe.cluster)
