@@ -44,8 +44,8 @@ import statistics
 import time
 
 from ..layout.kinds import wgmma_kind
-from .tiles import (NARROW_BN, SWAP_M, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile,
-                    rank_tiles, swapped_config, swapped_small_m)
+from .tiles import (NARROW_BN, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile, pick_small_m, rank_tiles,
+                    swapped_config)
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
            "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S"]
@@ -134,31 +134,15 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
         deepest = _stages_that_fit(kind, bm, bn, epilogue)
         if deepest is not None and deepest > default_stages:
             out.append({"bm": bm, "bn": bn, "stages": deepest})
-    taken = _swapped_default(kind, m, n, k) if a_major == "K" else None
-    if taken is None:
+    bits = wgmma_kind(kind).input_bits
+    taken = pick_small_m(m, n, k, bits, a_kmajor=a_major == "K")  # the default path's choice for few rows
+    if not (taken or {}).get("swap"):
         return [{}] + [c for c in out if c != default]
     # the default path swaps (``default`` is then the unswapped plan's config: a challenger like the others)
-    bn, split = taken["bn"], taken.get("split", 1)
-    tiles, kblocks = math.ceil(n / 64), math.ceil(k * wgmma_kind(kind).input_bits / 1024)
-    sms = _sms()
-    swapped = [swapped_config(bn, s) for s in (1, 2, 4)
-               if s != split and (s == 1 or (tiles * s <= sms and kblocks >= 2 * s))]
+    tiles, kblocks, sms = math.ceil(n / 64), math.ceil(k * bits / 1024), device_limits()["multiprocessors"]
+    swapped = [swapped_config(taken["bn"], s) for s in (1, 2, 4)
+               if s != taken.get("split", 1) and (s == 1 or (tiles * s <= sms and kblocks >= 2 * s))]
     return [{}] + swapped + out
-
-
-def _sms():
-    from ..launch import device_limits
-
-    return device_limits()["multiprocessors"]
-
-
-def _swapped_default(kind, m, n, k):
-    """The default path's config for a few-row product it swaps (as
-    :func:`nbwgmma.frontend.tiles.pick_small_m` decides for a K-major A), else None."""
-    bits = wgmma_kind(kind).input_bits
-    if bits not in (8, 16) or m > (SWAP_M if bits == 16 else SWAP_M_FP8) or math.ceil(n / 64) > 2 * _sms():
-        return None
-    return swapped_small_m(m, n, k, _sms(), bits)
 
 
 def challengers(kind, epilogue="tma") -> list:

@@ -239,7 +239,7 @@ class Plan:
             from ..launch import device_limits
 
             m, n, k = self.mnk
-            units = work_units(m, n, math.ceil(k / probe.bk), probe.bm, probe.bn, split=opts.get("split", 1))
+            units = work_units(m, n, k, probe.bm, probe.bn, probe.bk, split=opts.get("split", 1))
             tma_ok = units > device_limits()["multiprocessors"]
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
         if epilogue == "tma" and not tma_ok:
@@ -395,7 +395,7 @@ class Plan:
         slots = device_limits()["multiprocessors"] // cl
         if cl > 1 and not _SIM:  # clusters sit whole in a GPC: maybe fewer fit
             slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
-        units = work_units(m, n, math.ceil(self.mnk[2] / cfg.bk), cfg.bm, cfg.bn, cfg.cluster, cfg.split, cfg.stream_k)
+        units = work_units(m, n, self.mnk[2], cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, cfg.stream_k)
         grid = cl * min(slots, units)
         return grid, ((cl, 1, 1) if cl > 1 else None), smem
 
@@ -465,13 +465,16 @@ class Plan:
             raise RuntimeError(f"matmul: a stage loads {got} bytes but expect_tx announces {cfg.stage_bytes}")
 
 
-def work_units(m, n, kblocks, bm, bn, cluster=1, split=1, stream_k=False) -> int:
-    """The units of work the library GEMM's persistent grid shares out for an M x N product of
-    ``kblocks`` k-blocks in bm x bn tiles: tiles (of a cluster: ``cluster`` vertically adjacent
-    ones) times K slices; with stream-K every tile's k-blocks (each CTA takes at least one)."""
+def work_units(m, n, k, bm, bn, bk, cluster=1, split=1, stream_k=False) -> int:
+    """The units of work the library GEMM's persistent grid shares out for an M x N x K product
+    in bm x bn x bk tiles: its :class:`~nbwgmma.kit.TileScheduler`'s (tiles, of a cluster
+    ``cluster`` vertically adjacent ones, times K slices); with stream-K every tile's k-blocks
+    (each CTA takes at least one)."""
     if stream_k:
-        return math.ceil(m / bm) * math.ceil(n / bn) * kblocks
-    return math.ceil(math.ceil(m / bm) / cluster) * math.ceil(n / bn) * min(split, kblocks)
+        return math.ceil(m / bm) * math.ceil(n / bn) * math.ceil(k / bk)
+    from ..kit.scheduler import TileScheduler
+
+    return TileScheduler(bm, bn, bk, cluster=cluster, split=split).units(m, n, k)
 
 
 def transposed(info: ArrayInfo) -> ArrayInfo:
