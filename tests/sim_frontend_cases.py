@@ -162,20 +162,6 @@ def test_swapped_small_m(m, b_k, cfg):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("m, k, cfg", [
-    (13, 40, {"swap": 1, "bn": 16, "stages": 2}), (13, 200, {"swap": 1, "bn": 16, "stages": 3}),
-    (24, 264, {"swap": 1, "bn": 32, "stages": 4, "split": 2}), (70, 136, {"bn": 64, "stages": 2})],
-    ids=["1-kblock", "4-kblocks", "split2-odd", "unswapped-3-kblocks"])
-def test_two_accumulator_chains(m, k, cfg):
-    """``chains=2``: each consumer takes the k-blocks into two accumulators in turn (one k-block:
-    the second stays zeros; odd counts; K slices of 3 and 2 k-blocks): exact, as one chain."""
-    from nbwgmma.frontend.matmul import last_plan
-
-    got, want = run("bf16", m, k, 136, odt="f32", config={"bm": 64, "chains": 2} | cfg, seed=k)
-    assert last_plan().cfg.chains == 2
-    np.testing.assert_array_equal(got, want)
-
-
 def test_fp8_scales_and_a_fresh_output():
     rng = np.random.default_rng(5)
     a = rng.integers(-3, 4, (16, 32)).astype(np.float64)
@@ -313,20 +299,42 @@ def test_an_unknown_cta_order_is_refused(monkeypatch):
         run("bf16", 64, 64, 64, odt="f32", config={"stream_k": 1, "bm": 64, "bn": 64}, seed=1)
 
 
-@pytest.mark.parametrize("sms, m, n, k, bn, odt, order", [
-    (2, 130, 64, 192, 64, "f32", "forward"), (2, 512, 64, 128, 64, "f32", "reverse"),
-    (4, 256, 128, 256, 64, "bf16", "reverse"), (2, 128, 64, 64, 64, "f32", "forward"),
-    (2, 128, 40, 128, 40, "f32", "reverse")],
-    ids=["ragged-2-tiles-3-kblocks", "4-tiles-per-cluster", "tma-epilogue-2-clusters", "one-k-block", "narrow40"])
-def test_cluster_k_halves_summed_through_the_peer(monkeypatch, sms, m, n, k, bn, odt, order):
+@pytest.mark.parametrize("sms, m, n, k, bn, odt, order, bm", [
+    (2, 130, 64, 192, 64, "f32", "forward", 128), (2, 512, 64, 128, 64, "f32", "reverse", 128),
+    (4, 256, 128, 256, 64, "bf16", "reverse", 128), (2, 128, 64, 64, 64, "f32", "forward", 128),
+    (2, 128, 40, 128, 40, "f32", "reverse", 128), (2, 70, 64, 320, 64, "f32", "forward", 64),
+    (2, 250, 40, 192, 40, "f32", "reverse", 64), (4, 128, 128, 64, 64, "bf16", "forward", 64)],
+    ids=["ragged-2-tiles-3-kblocks", "4-tiles-per-cluster", "tma-epilogue-2-clusters", "one-k-block", "narrow40",
+         "64rows-ragged-5-kblocks", "64rows-4-tiles-per-cluster", "64rows-tma-one-k-block"])
+def test_cluster_k_halves_summed_through_the_peer(monkeypatch, sms, m, n, k, bn, odt, order, bm):
     """``cluster_k=2``: each tile's two CTAs take half its k-blocks, and each sends the 64 rows the
     other keeps through distributed shared memory (st.async into the peer's buffer, the bytes on
     its barrier); a CTA walks several tiles, so the buffers are reused (the "free" barrier's
     phases; four tiles per cluster reach both parities of it twice); K of one block leaves rank 0
-    a half of nothing; a TMA-store epilogue. Exact, with the clusters run in either order."""
+    a half of nothing; a TMA-store epilogue. 64-row tiles (one consumer): rank 1 sends the whole
+    tile, rank 0 keeps it. Exact, with the clusters run in either order."""
+    from nbwgmma.frontend.matmul import last_plan
+
     on_a_gpu_of(monkeypatch, sms, order)
-    cfg = {"cluster_k": 2, "bm": 128, "bn": bn, "stages": 2} | ({"epilogue": "direct"} if bn % 64 else {})
+    cfg = {"cluster_k": 2, "bm": bm, "bn": bn, "stages": 2} | ({"epilogue": "direct"} if bn % 64 else {})
     got, want = run("bf16", m, k, n, odt=odt, config=cfg, seed=6)
+    assert (last_plan().cfg.consumers, last_plan().cfg.cluster_k) == (bm // 64, 2)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("t, m, n, k, bn", [("bf16", 16, 200, 320, 16), ("bf16", 40, 130, 136, 48),
+                                             ("bf16", 5, 64, 64, 8), ("e4m3", 24, 130, 384, 32)],
+                         ids=["16rows-4-tiles-5-kblocks", "40rows-ragged", "5rows-one-k-block", "fp8-3-kblocks"])
+def test_swapped_few_rows_in_k_halves(monkeypatch, t, m, n, k, bn):
+    """A few-row product swapped (C^T = B^T A^T in 64-row tiles of B's N) with K in halves on the
+    two CTAs of a cluster (the default's cut where two halves of every tile fit one wave): exact,
+    the sum stored transposed by rank 0."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    on_a_gpu_of(monkeypatch, 2, "reverse")
+    cfg = {"swap": 1, "cluster_k": 2, "bm": 64, "bn": bn, "stages": 3}
+    got, want = run(t, m, k, n, odt="f32", config=cfg, seed=m)
+    assert last_plan().swap and last_plan().cfg.cluster_k == 2
     np.testing.assert_array_equal(got, want)
 
 

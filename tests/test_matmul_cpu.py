@@ -255,17 +255,18 @@ def test_small_m_choice(monkeypatch):
     assert pick_small_m(32, 8192, 8192, 16, **a_mn) == t  # 64 tiles: uncut (32 rows: 64 x 128 tiles stay)
     # Swapped (C^T = B^T A^T): N in 64-row tiles, the rows in a 16-, 32- or 64-wide tile.
     sw = {"swap": 1, "bm": 64, "stages": 16}
-    assert pick_small_m(16, 4096, 4096, 16) == sw | {"bn": 16, "split": 2}  # 64 tiles x 2 slices
+    assert pick_small_m(16, 4096, 4096, 16) == sw | {"bn": 16, "cluster_k": 2}  # 64 tiles x 2 halves in clusters
     assert pick_small_m(1, 4096, 1024, 16) == sw | {"bn": 16}  # 16 k-blocks: uncut
     assert pick_small_m(32, 8192, 8192, 16) == sw | {"bn": 32}  # 128 tiles: uncut
     assert pick_small_m(16, 14336, 4096, 16) == sw | {"bn": 16}  # 224 tiles: within two waves
     assert pick_small_m(64, 2048, 8192, 16) == sw | {"bn": 64, "stages": 14, "split": 4}
     assert pick_small_m(16, 28672, 8192, 16) is None  # 448 tiles: the tile model
     assert pick_small_m(16, 4096, 4096, 8) == sw | {"bn": 16}  # fp8 too (narrow tiles: no spills); 32 k-blocks
-    # K slices: none below 48 k-blocks; 4 where 4 fit one wave; 2 where B stays in L2 (<= 40 MiB)
+    # K slices: none below 48 k-blocks; 4 where 4 fit one wave; 2 halves where B stays in L2 (<= 40 MiB)
     assert pick_small_m(16, 4096, 2048, 16) == sw | {"bn": 16}  # 32 k-blocks: uncut
     assert pick_small_m(16, 2048, 3072, 16) == sw | {"bn": 16, "split": 4}  # 32 tiles, 48 k-blocks
-    assert pick_small_m(16, 2560, 8192, 16) == sw | {"bn": 16, "split": 2}  # 40 tiles, B 40 MiB
+    assert pick_small_m(16, 2560, 8192, 16) == sw | {"bn": 16, "cluster_k": 2}  # 40 tiles, B 40 MiB
+    assert pick_small_m(64, 4096, 4096, 16) == sw | {"bn": 64, "stages": 13, "cluster_k": 2}  # (the exchange buffer)
     assert pick_small_m(16, 3072, 8192, 16) == sw | {"bn": 16}  # B 48 MiB: from DRAM, uncut
     assert pick_small_m(16, 4096, 8192, 16) == sw | {"bn": 16}  # B 64 MiB
     assert pick_small_m(128, 4096, 4096, 16) == t | {"bn": 64}  # 64 tiles: 128 of 64 columns fit
@@ -305,30 +306,6 @@ def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, repor
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 
 
-def test_two_accumulator_chains_compile_clean():
-    """``chains=2``: the main loop's wgmmas of even and odd k-blocks accumulate into two register
-    sets (8 HGMMA on two accumulators; one chain: 4 on one), none serialized, no spills; consumers
-    of 128 rows, four consumers and tiles wider than 128 columns refuse it (their accumulators spill)."""
-    import re
-
-    from nbwgmma.report import compile_reports
-
-    jobs = []
-    for bn, split in ((16, 2), (64, 1)):
-        cfg = GemmConfig("f32.bf16.bf16", bm=64, bn=bn, out="bf16", stages=8, split=split, chains=2)
-        ws = (types.float32[::1], types.int32[::1]) if split > 1 else ()
-        jobs.append((gemm_kernel(cfg), (types.uint64, types.uint64, types.uint16[:, :], types.int32, types.int32,
-                                        types.int32, types.float32) + ws))
-    for rep in compile_reports(jobs):
-        accs = set(re.findall(r"HGMMA\.64x\d+x16\.F32\.BF16 (R\d+),", rep.sass_text))
-        assert rep.sass["HGMMA"] == 8 and len(accs) == 2, (rep.sass["HGMMA"], accs)
-        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
-        assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
-    for kw in (dict(bm=256, bn=128), dict(bm=128, bn=256), dict(bm=256, bn=128, split=2), dict(bm=64, bn=64)):
-        with pytest.raises(ValueError, match="or 2 with one or two consumers of 64 rows and at most 128 columns"):
-            GemmConfig("f32.bf16.bf16", chains=True if kw == dict(bm=64, bn=64) else 2, **kw)
-
-
 def test_stream_k_kernels_compile_clean():
     """Stream-K (128 x 128 with the TMA epilogue, 128 x 96 with the direct one): one main loop
     (4 HGMMA), two atomics (the tile count, and the read of it by the CTA that finishes a shared
@@ -352,24 +329,29 @@ def test_stream_k_kernels_compile_clean():
             GemmConfig("f32.bf16.bf16", stream_k=1, **kw)
 
 
-@pytest.mark.parametrize("kind, out, epilogue, bn", [("f32.bf16.bf16", "bf16", "tma", 128),
-                                                     ("f32.bf16.bf16", "f32", "direct", 192),
-                                                     ("f32.e4m3.e4m3", "bf16", "tma", 256),
-                                                     ("f32.f16.f16", "f16", "direct", 160)])
-def test_cluster_k_kernels_compile_clean(kind, out, epilogue, bn, report_batch):
+@pytest.mark.parametrize("kind, out, epilogue, bn, bm", [("f32.bf16.bf16", "bf16", "tma", 128, 128),
+                                                         ("f32.bf16.bf16", "f32", "direct", 192, 128),
+                                                         ("f32.e4m3.e4m3", "bf16", "tma", 256, 128),
+                                                         ("f32.f16.f16", "f16", "direct", 160, 128),
+                                                         ("f32.bf16.bf16", "bf16", "direct", 16, 64),
+                                                         ("f32.bf16.bf16", "f32", "direct", 64, 64)])
+def test_cluster_k_kernels_compile_clean(kind, out, epilogue, bn, bm, report_batch):
     """K halves in clusters of two: the consumer that sends its rows issues one st.async (STAS)
     per four values, the keeper reads them back with 16-byte loads; cluster barriers at the
-    start and the end only; no spills, no local memory, the four wgmmas unserialized."""
+    start and the end only; no spills, no local memory, the four wgmmas unserialized. 64-row
+    tiles (one consumer, the few-row products' narrow tiles) the same."""
 
-    def job(kind, out, epilogue, bn):
-        cfg = GemmConfig(kind, bm=128, bn=bn, out=out, epilogue=epilogue, cluster_k=2, scaled="e4m3" in kind)
+    def job(kind, out, epilogue, bn, bm):
+        cfg = GemmConfig(kind, bm=bm, bn=bn, out=out, epilogue=epilogue, cluster_k=2, scaled="e4m3" in kind)
+        assert cfg.consumers == bm // 64
         c = types.uint64 if epilogue == "tma" else SIG[out][:, :]
         return gemm_kernel(cfg), (types.uint64, types.uint64, c, types.int32, types.int32, types.int32,
                                   types.float32), None
 
     rep = report_batch(job)
     op = "QGMMA" if "e4m3" in kind else "HGMMA"
-    assert rep.sass.get(op, 0) == 4 and rep.sass["STAS"] == bn // 8 and rep.sass["LDS"] >= bn // 8
+    # (the 16-column tile's k-loop is unrolled three times, as without cluster_k)
+    assert rep.sass.get(op, 0) == (12 if bn == 16 else 4) and rep.sass["STAS"] == bn // 8 and rep.sass["LDS"] >= bn // 8
     assert "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32" in rep.ptx
     assert rep.sass["UCGABAR_ARV"] == 2 and rep.sass["UCGABAR_WAIT"] == 2
     assert "multicast" not in rep.ptx
@@ -381,7 +363,7 @@ def test_cluster_k_config_rules():
     cfg = GemmConfig(bm=128, bn=128, epilogue="tma", cluster_k=2)
     assert (cfg.cta_cluster, cfg.x_bytes, cfg.producer_regs) == (2, 32768, 56)
     assert cfg.stages * cfg.stage_bytes + cfg.c_bytes + cfg.x_bytes == cfg.smem_bytes <= 227 * 1024
-    for kw, msg in ((dict(bm=64), "128-row tiles"), (dict(cluster=2), "no cluster"), (dict(split=2), "split"),
+    for kw, msg in ((dict(bm=256), "64- or 128-row tiles"), (dict(cluster=2), "no cluster"), (dict(split=2), "split"),
                     (dict(stream_k=1), "stream_k"), (dict(cluster_k=3), "cluster_k must be 1 or 2"),
                     (dict(bn=256, epilogue="direct"), "at most 192 columns")):
         with pytest.raises(ValueError, match=msg):

@@ -231,16 +231,20 @@ def swapped_small_m(m, n, k, sms, input_bits=16):
     them). Such a product only streams B: 64-row tiles spread it over the most SMs, its
     stages are small (10-16 KiB), so up to 16 of them keep the most bytes in flight.
 
-    K is cut where that pays for the slices' sum (each slice's f32 part parked, a fence, a
-    counter, the last slice's sum: about a microsecond): never below
-    :data:`SPLIT_MIN_KBLOCKS` k-blocks; in 4 slices where 4 slices of every tile fit one wave
-    (at most 33 tiles on 132 SMs: 32 tiles alone leave most SMs idle); in 2 where 2 fit and B
-    is at most :data:`SPLIT2_MAX_BYTES`. Measured on an H100, ratios to cuBLAS in one process
-    (uncut / 2 slices / 4 slices; BENCHMARKS.md, 2026-11-27): 16 x 4096 x 2048 (64 tiles, 32
-    k-blocks) 0.921 / 0.799 / 0.554; 16 x 2048 x 2048 0.928 / 0.874 / 0.971; 16 x 2048 x 4096
-    0.731 / 0.866 / 1.061; 16 x 3072 x 4096 0.868 / 0.982 / 0.719; 16 x 4096 x 4096 0.879 /
-    0.928 / 0.661; 16 x 4096 x 6144 (48 MiB) 1.109 / 1.055 / 0.979; 16 x 3072 x 8192 1.155 /
-    1.039 / 0.981; 16 x 2560 x 8192 (40 MiB) 0.863 / 0.876 / 0.807."""
+    K is cut where that pays for the slices' sum: never below :data:`SPLIT_MIN_KBLOCKS`
+    k-blocks; in 4 slices (split-K: each slice's f32 part parked, a fence, a counter, the last
+    slice's sum, about a microsecond) where 4 slices of every tile fit one wave (at most 33
+    tiles on 132 SMs: 32 tiles alone leave most SMs idle); in 2 halves where 2 fit and B is at
+    most :data:`SPLIT2_MAX_BYTES`, taken by the two CTAs of a cluster and summed through
+    distributed shared memory (``cluster_k``: no global round trip). Measured on an H100,
+    ratios to cuBLAS in one process (uncut / 2 slices / 4 slices; BENCHMARKS.md, 2026-11-27):
+    16 x 4096 x 2048 (64 tiles, 32 k-blocks) 0.921 / 0.799 / 0.554; 16 x 2048 x 2048 0.928 /
+    0.874 / 0.971; 16 x 2048 x 4096 0.731 / 0.866 / 1.061; 16 x 3072 x 4096 0.868 / 0.982 /
+    0.719; 16 x 4096 x 4096 0.879 / 0.928 / 0.661; 16 x 4096 x 6144 (48 MiB) 1.109 / 1.055 /
+    0.979; 16 x 3072 x 8192 1.155 / 1.039 / 0.981; 16 x 2560 x 8192 (40 MiB) 0.863 / 0.876 /
+    0.807. Halves in clusters against 2 slices (BENCHMARKS.md, 2026-11-27, another H100): 16 /
+    32 / 48 / 64 x 4096 x 4096 1.103 / 1.052 / 1.056 / 1.043x as fast, 1 x 4096 x 4096 1.037x,
+    16 x 3072 x 4096 0.987x."""
     tiles = math.ceil(n / 64)
     kblocks = math.ceil(k * input_bits / 1024)  # 128-byte stages: 64 K of 16-bit inputs, 128 of fp8
     split = 1
@@ -254,9 +258,12 @@ def swapped_small_m(m, n, k, sms, input_bits=16):
 
 def swapped_config(bn, split):
     """The swapped small-M config of tile width ``bn`` (one of :data:`SWAP_BN`) and ``split``
-    K slices: 64 x ``bn`` tiles, as many stages as fit up to 16."""
-    cfg = {"swap": 1, "bm": 64, "bn": bn, "stages": min(16, STAGE_BUDGET // ((64 + bn) * 128))}
-    return cfg | ({"split": split} if split > 1 else {})
+    parts of K: 64 x ``bn`` tiles, as many stages as fit up to 16; 2 parts are halves in a
+    cluster of two CTAs (``cluster_k``: their exchange buffer of 64 x ``bn`` f32 takes shared
+    memory from the stages), 4 split-K slices."""
+    x_bytes = 64 * bn * 4 if split == 2 else 0
+    cfg = {"swap": 1, "bm": 64, "bn": bn, "stages": min(16, (STAGE_BUDGET - x_bytes) // ((64 + bn) * 128))}
+    return cfg | ({"cluster_k": 2} if split == 2 else {"split": split} if split > 1 else {})
 
 
 def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):

@@ -91,12 +91,11 @@ def _build(key):
     BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
-    coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks,
-                       chains=cfg.chains)
+    coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks)
     CROWS = 64 * cfg.blocks  # rows of the tile per consumer
     KC = cfg.cluster_k
     sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split, cluster_k=KC)
-    ck = ClusterSplitK(BN)
+    ck = ClusterSplitK(BN, consumers=NCONS if KC > 1 else 2)  # (used with cluster_k only)
     X_OFF = C_OFF + cfg.c_bytes  # the K halves' exchange buffer (cluster_k = 2)
     XBARS = ck.barrier_words
     NBARS = pipe.barrier_words

@@ -64,19 +64,15 @@ class GemmConfig:
     CTA that counts last sums them in K order and stores C. The grid must be at most the
     number of k-blocks (``tiles x ceil(K / BK)``); ``ws`` holds ``2 x grid x BM x BN`` f32
     elements, ``counters`` one zero per tile, as for ``split``.
-    ``cluster_k`` = 2 (128-row tiles, no ``cluster``, ``split`` or ``stream_k``) launches clusters
-    of two CTAs that take the same tile, each half of its k-blocks, and sum the halves through
-    distributed shared memory (:class:`~nbwgmma.kit.ClusterSplitK`): twice the work units of
-    the tiles without split-K's global workspace; each CTA keeps a ``64 x bn`` f32 exchange
+    ``cluster_k`` = 2 (64- or 128-row tiles, no ``cluster``, ``split`` or ``stream_k``) launches
+    clusters of two CTAs that take the same tile, each half of its k-blocks, and sum the halves
+    through distributed shared memory (:class:`~nbwgmma.kit.ClusterSplitK`): twice the work units
+    of the tiles without split-K's global workspace; each CTA keeps a ``64 x bn`` f32 exchange
     buffer in shared memory (fewer stages).
     ``consumers``: the warpgroups sharing a tile, ``bm / 64`` (64 rows each) or, for 128 or 256
     rows, ``bm / 128`` (128 rows each: two 64-row blocks and two accumulators, ``blocks`` = 2;
     tiles of at most 168 columns, no split, stream-K or ``cluster_k``). A 256-row tile takes two
     consumers of 128 rows by default, four of 64 with split-K or stream-K (at most 128 columns).
-    ``chains`` = 2 (one or two consumers of 64 rows, at most 128 columns: two accumulators of 256
-    columns spill): each consumer takes the k-blocks into two accumulators
-    in turn, summed after the main loop (:class:`~nbwgmma.kit.Cooperative`), so consecutive wgmma
-    groups do not depend on each other: for narrow tiles, whose wgmma chains may be latency-bound.
     ``c_parts`` (TMA epilogue): each consumer's 64-row block of C leaves in ``c_parts`` parts of
     ``bn / c_parts`` columns (a multiple of 64, or of 8 for unswizzled rows) through ``c_slots``
     (1 or 2) shared tiles of ``64 x bn / c_parts`` per consumer, used in turn: with 2 a part is
@@ -118,7 +114,7 @@ class GemmConfig:
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
                  c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False, user=None,
-                 extras=(), user_t=False, amax=False, chains=1):
+                 extras=(), user_t=False, amax=False):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -206,10 +202,11 @@ class GemmConfig:
         self.stream_k = int(stream_k)
         if cluster_k not in (1, 2):
             raise ConfigError("cluster_k", f"cluster_k must be 1 or 2 CTAs; got {cluster_k!r}")
-        if cluster_k == 2 and (bm != 128 or cluster > 1 or split > 1 or stream_k):
-            raise ConfigError("cluster_k", f"cluster_k=2 takes 128-row tiles and no cluster, split or stream_k (each "
-                                           f"CTA keeps one consumer's 64 rows); got bm={bm}, cluster={cluster}, "
-                                           f"split={split}, stream_k={stream_k}")
+        if cluster_k == 2 and (bm not in (64, 128) or cluster > 1 or split > 1 or stream_k):
+            raise ConfigError("cluster_k", f"cluster_k=2 takes 64- or 128-row tiles and no cluster, split or stream_k "
+                                           f"(each CTA keeps one consumer's 64 rows, or rank 0 the whole 64-row "
+                                           f"tile); got bm={bm}, cluster={cluster}, split={split}, "
+                                           f"stream_k={stream_k}")
         if cluster_k == 2 and epilogue == "direct" and bn > 192:
             raise ConfigError("cluster_k", f"cluster_k=2 with the direct epilogue takes tiles of at most 192 columns "
                                            f"(at 256 the consumers spill 24-32 bytes); got bn={bn}")
@@ -227,14 +224,6 @@ class GemmConfig:
         if self.blocks == 2 and bn > 168:
             raise ConfigError("bn", f"consumers of 128 rows take tiles of at most 168 columns (their two accumulators "
                                     f"spill from 176: 104 bytes, 840 at 192); got bn={bn}")
-        if isinstance(chains, bool) or chains not in (1, 2) \
-                or (chains == 2 and (self.blocks != 1 or consumers > 2 or bn > 128)):
-            raise ConfigError("chains", f"chains (accumulators each consumer takes the k-blocks into in turn) must be 1, "
-                                        f"or 2 with one or two consumers of 64 rows and at most 128 columns (two "
-                                        f"accumulators of wider tiles spill); got chains={chains!r} with "
-                                        f"{consumers} consumer(s) of {64 * self.blocks} rows, bn={bn}")
-        #: accumulators each consumer takes the k-blocks into in turn (:class:`~nbwgmma.kit.Cooperative`)
-        self.chains = chains
         if consumers == 4 and bn > 128:
             raise ConfigError("bn", f"four consumers of 64 rows (a 256-row tile with split or stream_k) take tiles of at "
                                     f"most 128 columns (about 100 registers each: wider ones do not compile); got bn={bn}")
@@ -364,7 +353,7 @@ class GemmConfig:
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
                 self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c, self.user,
-                self.extras, self.user_t, self.amax, self.chains)
+                self.extras, self.user_t, self.amax)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -375,6 +364,5 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
-                f"{', 2 chains' if self.chains == 2 else ''}"
                 f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', beta * C' if self.with_c else ''}{', ' + self.act if self.act else ''}"
                 f"{', epilogue ' + getattr(self.user, '__name__', '?') if self.user else ''})")

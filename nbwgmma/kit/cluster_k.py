@@ -6,9 +6,10 @@ each tile's K in two doubles the work units; split-K does it through a global wo
 slice parks its f32 part, a fence, a counter, a re-read by the last one), which costs several
 microseconds per tile. Here the two CTAs of a cluster of two take the same tile, rank 0 the
 first half of its k-blocks and rank 1 the second (:attr:`ClusterSplitK.k_half`), and after the
-main loop they trade halves of the accumulator: the tile's 128 rows are two consumer
-warpgroups of 64, and rank ``r`` keeps rows ``64 r ...`` (its consumer ``cw == r``). The other
-consumer sends its fragment with ``st.async`` into the peer CTA's exchange buffer
+main loop they trade halves of the accumulator: a tile of 128 rows is two consumer
+warpgroups of 64, and rank ``r`` keeps rows ``64 r ...`` (its consumer ``cw == r``); a tile of
+64 rows (``consumers=1``, the few-row products' narrow tiles) is one, and rank 0 keeps it
+whole while rank 1 only sends. The consumer that does not keep its rows sends its fragment with ``st.async`` into the peer CTA's exchange buffer
 (:func:`~nbwgmma.intrinsics.acc_send_cluster`, the bytes completing on the peer's "received"
 mbarrier) and goes on to its next tile at once; the keeper waits for the peer's part, adds it
 (:func:`~nbwgmma.intrinsics.acc_add_shared`), tells the peer its buffer is free again (a remote
@@ -16,7 +17,7 @@ arrival on the peer's "free" mbarrier) and stores its 64 rows. Nothing goes thro
 memory, no fence, no counter; the sum is the same whichever rank finished first (the keeper's
 half plus the peer's: IEEE addition commutes)::
 
-    ck = ClusterSplitK(bn=128)
+    ck = ClusterSplitK(bn=128)                      # (consumers=1 for 64-row tiles)
     ...                                             # launch with clusters of 2 CTAs
     if tid == 0:
         ck.init(xbars)                              # then cluster_sync() before any use
@@ -49,7 +50,8 @@ __all__ = ["ClusterSplitK"]
 
 class ClusterSplitK(types.ModuleType):
     """The K-halves exchange of a 128 x ``bn`` tile between the two CTAs of a cluster (two
-    consumer warpgroups of 64 rows each, f32 accumulators of ``bn / 2`` values per thread).
+    consumer warpgroups of 64 rows each, f32 accumulators of ``bn / 2`` values per thread), or
+    of a 64 x ``bn`` tile (``consumers=1``: rank 1's consumer sends, rank 0's keeps).
     ``buffer_bytes`` (64 x bn x 4) of shared memory and ``barrier_words`` mbarriers per CTA.
     Device functions: ``init(bars)`` (one thread), ``k_half(kblocks, rank) -> (kb0, kb1)`` and
     ``exchange(acc, buf, bars, j, cw, ct, rank) -> (acc, keep)`` (every thread of both consumer
@@ -57,19 +59,23 @@ class ClusterSplitK(types.ModuleType):
 
     barrier_words = 2
 
-    def __init__(self, bn: int):
+    def __init__(self, bn: int, consumers: int = 2):
         if not isinstance(bn, int) or isinstance(bn, bool) or bn % 8 or not 8 <= bn <= 256:
             raise ValueError(f"ClusterSplitK: bn must be a multiple of 8 from 8 to 256 (a wgmma N); got {bn!r}")
+        if type(consumers) is not int or consumers not in (1, 2):
+            raise ValueError(f"ClusterSplitK: consumers must be 2 (128-row tiles) or 1 (64-row tiles); got "
+                             f"{consumers!r}")
         super().__init__(f"ClusterSplitK({bn})")
-        self.bn = bn
+        self.bn, self.consumers = bn, consumers
         self.buffer_bytes = 64 * bn * 4
         self._build()
 
     def __repr__(self):
-        return f"ClusterSplitK(bn={self.bn})"
+        return f"ClusterSplitK(bn={self.bn}{', consumers=1' if self.consumers == 1 else ''})"
 
     def _build(self):
         BYTES = self.buffer_bytes
+        ONE = self.consumers == 1
 
         @inlined
         def init(bars):
@@ -85,10 +91,10 @@ class ClusterSplitK(types.ModuleType):
 
         @inlined
         def exchange(acc, buf, bars, j, cw, ct, rank):
-            if cw != rank:  # the peer keeps these rows: send them into its buffer
+            if (rank != 0) if ONE else (cw != rank):  # the peer keeps these rows: send them into its buffer
                 if j > 0:  # the peer has read the previous part (its release at cluster scope)
                     mbarrier_wait_parity(bars + 8, (j - 1) & 1, "cluster")
-                acc_send_cluster(acc, buf, bars, cw, ct)
+                acc_send_cluster(acc, buf, bars, 1 - rank, ct)
                 return acc, False
             if ct == 0:
                 mbarrier_arrive_expect_tx(bars, BYTES)

@@ -23,14 +23,6 @@ wgmmas of each block (eight, one group), on the same B, and holds two 64 x BN ac
 does, with the same bytes loaded per FLOP: the tile cuBLAS's "coop" kernels use where a
 wave of 128 x 256 tiles fills the SMs poorly.
 
-With ``chains=2`` (64 rows per warpgroup) each warpgroup accumulates the tile's k-blocks in
-two accumulators in turn (even k-blocks into one, odd into the other) and adds them at the end,
-so the wgmma group in flight and the one just issued do not accumulate into the same registers:
-with a narrow tile (the few rows of a swapped small-M product, 16-64 wgmma columns) a chain of
-dependent wgmmas may be bound by their latency rather than by the tensor cores (cuBLAS's
-128 x 16 split-K kernel keeps two such chains per warpgroup). The sum is deterministic (evens
-plus odds), but not bit for bit the one-chain order.
-
 Operands are K-major (K contiguous: one box [rows, 128 bytes of K]) or, for 16-bit inputs,
 MN-major (M or N contiguous: boxes of [BK K-rows, 64 elements], read with wgmma's transpose
 bits). With ``cluster`` > 1 each CTA loads 1/cluster of B's rows at ``b_dst`` (its share's
@@ -44,8 +36,8 @@ import types
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add, acc_undef, acc_zeros, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group,
-    wgmma_fence, wgmma_mma_async, wgmma_wait_group,
+    acc_undef, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group, wgmma_fence,
+    wgmma_mma_async, wgmma_wait_group,
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
@@ -68,11 +60,10 @@ class Cooperative(types.ModuleType):
     ``tile(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph)`` (warpgroup ``cw``'s
     accumulator of k-blocks ``kb0 .. kb1 - 1``, ``kb1 > kb0``, every stage released; with
     ``blocks=2`` ``acc`` is the pair of accumulators of its rows ``128 cw ..`` and ``128 cw +
-    64 ..``). With ``chains=2`` (``blocks=1``) ``tile`` takes the k-blocks into two accumulators
-    in turn and returns their sum."""
+    64 ..``)."""
 
     def __init__(self, kind: str, pipe: TmaPipeline, bm: int, bn: int, *, a_major: str = "K", b_major: str = "K",
-                 blocks: int = 1, chains: int = 1):
+                 blocks: int = 1):
         k = wgmma_kind(kind)
         if k.dtype != "f32":
             raise ValueError(f"Cooperative: kind must have f32 accumulators; got {kind!r}")
@@ -96,14 +87,10 @@ class Cooperative(types.ModuleType):
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // (64 * blocks):
             raise ValueError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // (64 * blocks)} (one per "
                              f"{64 * blocks} rows); got {pipe!r}")
-        if isinstance(chains, bool) or chains not in (1, 2) or (chains == 2 and blocks != 1):
-            raise ValueError(f"Cooperative: chains (accumulators a warpgroup takes k-blocks into in turn) must be 1, "
-                             f"or 2 with blocks=1; got chains={chains!r} with blocks={blocks!r}")
         check_b_shares("Cooperative", bn, b_major, pipe.cluster)
         super().__init__(f"Cooperative({kind})")
         self.kind, self.pipe, self.bm, self.bn, self.a_major, self.b_major = kind, pipe, bm, bn, a_major, b_major
         self.blocks = blocks
-        self.chains = chains
         self.esize = int(ELEMENT_BYTES[k.atype])
         self.bk = 128 // self.esize  # K elements per stage: one 128-byte swizzle row
         self.a_bytes = bm * 128
@@ -113,8 +100,7 @@ class Cooperative(types.ModuleType):
 
     def __repr__(self):
         return (f"Cooperative({self.kind}, {self.pipe!r}, bm={self.bm}, bn={self.bn}, a_major={self.a_major!r}, "
-                f"b_major={self.b_major!r}{', blocks=2' if self.blocks == 2 else ''}"
-                f"{', chains=2' if self.chains == 2 else ''})")
+                f"b_major={self.b_major!r}{', blocks=2' if self.blocks == 2 else ''})")
 
     def _layout(self, major, kstep):
         """(LBO, SBO, bytes per wgmma K step) of one operand in the stage. K-major: 8-row atoms
@@ -178,60 +164,29 @@ class Cooperative(types.ModuleType):
                 pipe.consumer_release(ring, prev)
 
         @cuda.jit(device=True, inline=True)
-        def stage(acc, slot, cw, keep):
-            """The four wgmmas of one stage on warpgroup ``cw``'s 64 rows into ``acc`` (``keep``:
-            add to it, else overwrite it)."""
-            # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
-            # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
-            # them, the library GEMM was 4-7% slower on an H100).
-            da, da1, da2, da3 = k_steps(make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128), A_STEP)
-            db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
-            wgmma_fence()
-            # A stage is one 128-byte swizzle row of K: always four K steps, written out so
-            # the four wgmmas issue back to back; scale-d 0 at the first (no fill needed).
-            acc = wgmma_mma_async(acc, da, db, KIND, keep, 1, 1, TRANS_A, TRANS_B)
-            acc = wgmma_mma_async(acc, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-            acc = wgmma_mma_async(acc, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-            acc = wgmma_mma_async(acc, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-            return acc
-
-        @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kb0, kb1, cw, ct):
             acc = acc_undef(KIND, BN)
             prev = 0
             for kb in range(kb0, kb1):
                 pipe.consumer_wait(ring, s, ph)
-                acc = stage(acc, base + s * STAGE, cw, kb > kb0)
+                slot = base + s * STAGE
+                # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
+                # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
+                # them, the library GEMM was 4-7% slower on an H100).
+                da, da1, da2, da3 = k_steps(make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128), A_STEP)
+                db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
+                wgmma_fence()
+                # A stage is one 128-byte swizzle row of K: always four K steps, written out so
+                # the four wgmmas issue back to back; scale-d 0 at the first (no fill needed).
+                acc = wgmma_mma_async(acc, da, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
+                acc = wgmma_mma_async(acc, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                acc = wgmma_mma_async(acc, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                acc = wgmma_mma_async(acc, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                 retire(ring, kb > kb0, ct, prev)
                 prev = s
                 s, ph = pipe.advance(s, ph)
             drain(ring, ct, prev)
             return acc, s, ph
-
-        @cuda.jit(device=True, inline=True)
-        def tile_chains(ring, base, s, ph, kb0, kb1, cw, ct):
-            """Even k-blocks (counted from kb0) into ``acc``, odd ones into ``odd`` (zeros where
-            there are none), summed once the last group is complete."""
-            acc = acc_undef(KIND, BN)
-            odd = acc_zeros(KIND, BN)
-            prev = 0
-            kb = kb0
-            while kb < kb1:
-                pipe.consumer_wait(ring, s, ph)
-                acc = stage(acc, base + s * STAGE, cw, kb > kb0)
-                retire(ring, kb > kb0, ct, prev)
-                prev = s
-                s, ph = pipe.advance(s, ph)
-                kb += 1
-                if kb < kb1:
-                    pipe.consumer_wait(ring, s, ph)
-                    odd = stage(odd, base + s * STAGE, cw, 1)
-                    retire(ring, True, ct, prev)
-                    prev = s
-                    s, ph = pipe.advance(s, ph)
-                    kb += 1
-            drain(ring, ct, prev)
-            return acc_add(acc, odd), s, ph
 
         A_BLK = 64 * 128  # bytes between 64-row A blocks (either layout)
 
@@ -263,4 +218,4 @@ class Cooperative(types.ModuleType):
             drain(ring, ct, prev)
             return (acc0, acc1), s, ph
 
-        self.load, self.tile = load, (tile2 if self.blocks == 2 else tile_chains if self.chains == 2 else tile)
+        self.load, self.tile = load, (tile if self.blocks == 1 else tile2)
