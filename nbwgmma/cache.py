@@ -32,7 +32,7 @@ import os
 import pathlib
 import tempfile
 
-__all__ = ["PREBUILT", "cache_dir", "cached_cubin", "cached_kernel", "clear", "code_fingerprint", "lookup",
+__all__ = ["PREBUILT", "cache_dir", "cached_cubin", "cached_kernel", "clear", "code_fingerprint", "holds", "lookup",
            "source_fingerprint", "stats", "store", "write_atomic"]
 
 _MAGIC = b"nbwgmma-cubin-1\n"
@@ -161,6 +161,13 @@ def lookup(key, sig, cc, prebuilt=False):
     package's shipped kernels; None where there is none."""
     path = _path(key, sig, cc, prebuilt)
     return _read(path) if path is not None else None
+
+
+def holds(key, sig, cc) -> bool:
+    """Whether :func:`cached_cubin` would find ``key`` for ``sig`` and ``cc`` on disk (the user's
+    cache, else the shipped kernels) rather than compile it; the file is not read."""
+    path = _path(key, sig, cc)
+    return path is not None and (path.is_file() or _path(key, sig, cc, prebuilt=True).is_file())
 
 
 def store(key, sig, cc, name: str, cubin: bytes, prebuilt=False) -> bool:

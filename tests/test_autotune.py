@@ -149,7 +149,7 @@ def test_the_fastest_candidate_is_chosen_kept_and_found_again(fresh, monkeypatch
     configs = [{"bm": 128, "bn": 256}, {"bm": 128, "bn": 192}, {"bm": 64, "bn": 128}]
     timed = []
 
-    def fake_time(run, cfgs, stream):
+    def fake_time(run, cfgs, stream, built=None):
         timed.append(list(cfgs))
         ms = [1.5, None, 1.25][:len(cfgs)]  # the second failed to run
         return ms, [[t] * 7 if t else [] for t in ms]
@@ -175,7 +175,7 @@ def test_the_fastest_candidate_is_chosen_kept_and_found_again(fresh, monkeypatch
 
 
 def test_no_candidate_ran_is_an_error(fresh, monkeypatch):
-    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: ([None] * len(cfgs), [[]] * len(cfgs)))
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, built=None: ([None] * len(cfgs), [[]] * len(cfgs)))
     with pytest.raises(RuntimeError, match="no candidate configuration ran"):
         autotune.choose("k", lambda: [{"bm": 128, "bn": 256}], None, 0)
     assert "k" not in autotune.choices()
@@ -184,14 +184,14 @@ def test_no_candidate_ran_is_an_error(fresh, monkeypatch):
 def test_a_damaged_file_is_ignored_and_rewritten(fresh, monkeypatch):
     path = autotune.choices_path()
     path.write_text("{not json")
-    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: ([2.0], [[2.0]]))
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, built=None: ([2.0], [[2.0]]))
     assert autotune.choose("k", lambda: [{"bm": 64, "bn": 64}], None, 0) == {"bm": 64, "bn": 64}
     assert json.loads(path.read_text())["k"]["config"] == {"bm": 64, "bn": 64}
 
 
 def test_with_the_cache_off_choices_stay_in_memory(fresh, monkeypatch):
     monkeypatch.setenv("NBWGMMA_CACHE", "0")
-    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream: ([2.0], [[2.0]]))
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, built=None: ([2.0], [[2.0]]))
     autotune.choose("k", lambda: [{"bm": 64, "bn": 64}], None, 0)
     assert "k" in autotune.choices() and not list(fresh.iterdir())
 
@@ -237,7 +237,10 @@ def test_the_budget_stops_the_compiles_after_the_default(monkeypatch):
     assert [c["name"] for c in autotune.warm_within_budget(failing, cfgs, 3.0, clock=lambda: now[0])] == ["b", "c"]
 
 
-def test_no_challenger_is_started_late_on_the_hope_it_is_cached():
+def test_built_challengers_run_within_the_budget_and_compiles_only_where_one_fits():
+    """A challenger whose kernel is built (``built(config)``) starts while its load fits the
+    budget; one that needs a compile only where a compile (at least COMPILE_S, 3 s) fits: with
+    the default budget of 3 s, none after the default."""
     now, seen = [0.0], set()
 
     def run(cfg):  # the first run costs cfg["s"] (a load from the cache, or a compile)
@@ -246,11 +249,16 @@ def test_no_challenger_is_started_late_on_the_hope_it_is_cached():
             now[0] += cfg["s"]
 
     cfgs = [{"s": 0.01}, {"s": 0.01}, {"s": 0.01}, {"s": 2.4}, {"s": 0.01}]
-    # each start needs spent + 1.25 * 2.0 <= 3: the cached ones go, the compile ends it
-    got = autotune.warm_within_budget(run, cfgs, 3.0, clock=lambda: now[0])
-    assert got == cfgs[:4]
-    now[0] = 0.0
-    assert autotune.warm_within_budget(run, [{"s": 0.6}, {"s": 0.01}], 3.0, clock=lambda: now[0]) == [{"s": 0.6}]
+    built = lambda cfg: cfg["s"] < 0.1  # noqa: E731
+    got = autotune.warm_within_budget(run, cfgs, 3.0, clock=lambda: now[0], built=built)
+    assert got == cfgs[:3] + cfgs[4:]  # the compile (spent 0.03 + 1.25 * 3 > 3) is passed over
+    now, seen = [0.0], set()
+    assert autotune.warm_within_budget(run, cfgs, 3.0, clock=lambda: now[0]) == cfgs[:1]  # nothing known built
+    now, seen = [0.0], set()
+    assert autotune.warm_within_budget(run, cfgs, 10.0, clock=lambda: now[0], built=built) == cfgs  # room to compile
+    now, seen = [0.0], set()
+    assert autotune.warm_within_budget(run, [{"s": 2.95}, {"s": 0.01}], 3.0, clock=lambda: now[0],
+                                       built=built) == [{"s": 2.95}]  # the default's compile spent it
 
 
 def test_precompile_lists_every_challenger(sms_132):

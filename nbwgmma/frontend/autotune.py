@@ -18,11 +18,13 @@ Tuning only ever helps: a challenger replaces the default only when its median t
 below the default's by more than the measured noise (twice the default's median absolute
 deviation over the rounds, at least :data:`MIN_MARGIN`). It costs at most
 ``NBWGMMA_AUTOTUNE_BUDGET`` seconds per class (default 3, compiles included): the default
-always runs; a challenger is started only while the time spent plus a quarter more than the
-longest compile yet (at least :data:`COMPILE_S`) fits the budget. A compile takes 1.5-3 s, so
-with an empty kernel cache about one challenger gets its turn (and the class may take one
-compile longer than the budget); a challenger in the kernel cache (``python -m nbwgmma
-precompile --autotune`` builds them all) costs milliseconds.
+always runs; a challenger whose kernel is built (compiled in this process, in the kernel cache
+or shipped with the package; ``python -m nbwgmma precompile --autotune`` builds them all) costs
+milliseconds and runs while the budget lasts; one that needs a compile (1.5-4 s on an H100
+machine) is started only while the time spent plus a quarter more than the longest compile yet
+(at least :data:`COMPILE_S`) fits the budget. So with the default budget only built challengers
+are timed, and the class costs at most the budget (besides the default's own first compile, which
+any first call pays); a budget of 10 s or more lets the tuning compile a few challengers.
 
 Timing is device time: each round launches a busy-wait kernel first, then the batch of
 launches with CUDA events around it, so the host enqueues the batch while the GPU is
@@ -48,14 +50,16 @@ from .tiles import (NARROW_BN, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow
                     swapped_config)
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
-           "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S"]
+           "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S", "BUILT_S"]
 
 #: the least relative gain over the default for which a challenger is kept
 MIN_MARGIN = 0.01
 
-#: seconds a kernel's compile is expected to take at least (1.5-3 s on an H100 machine): a
-#: challenger is not started late in the budget on the hope that it is in the kernel cache
-COMPILE_S = 2.0
+#: seconds a kernel's compile is expected to take at least (1.5-4 s on an H100 machine: a class
+#: tuned with one challenger compiled took 2.1-4.3 s there, BENCHMARKS.md, 2026-11-27)
+COMPILE_S = 3.0
+#: seconds a built challenger's first run is expected to take at most (load, plan, two launches)
+BUILT_S = 0.1
 
 #: the most recent choice made or found: {"key", "config", "ms", "source"} (None before any)
 last = None
@@ -239,35 +243,41 @@ def _busy_wait(stream, sleeps):
     busy_wait_kernel[1, 1, stream](sleeps)
 
 
-def warm_within_budget(run, configs, budget_s, clock=time.perf_counter) -> list:
-    """The configs, in order, that compiled and ran twice (``run(config)``) before the budget
-    ran out: the first always gets its turn; a later one only while the seconds spent plus a
-    quarter more than the longest first run yet (a compile, or a load from the kernel cache),
-    or than :data:`COMPILE_S` if longer, fit in ``budget_s``."""
+def warm_within_budget(run, configs, budget_s, clock=time.perf_counter, built=None) -> list:
+    """The configs, in order, that compiled (or loaded) and ran twice (``run(config)``) within
+    the budget: the first always gets its turn; a later one only while the seconds spent plus
+    what its first run may take fit in ``budget_s``: :data:`BUILT_S` where ``built(config)``
+    says its kernel is built, else a quarter more than the longest compile yet (at least
+    :data:`COMPILE_S`). A config that does not fit is passed over; a later built one may still."""
     t0, longest = clock(), COMPILE_S
     ok = []
     for i, cfg in enumerate(configs):
-        if i and clock() - t0 + 1.25 * longest > budget_s:
-            break
+        ready = built is not None and built(cfg)
+        if i and clock() - t0 + (BUILT_S if ready else 1.25 * longest) > budget_s:
+            continue
         t = clock()
         try:
             run(cfg)  # compile (or load from the kernel cache) and a first launch
-            longest = max(longest, clock() - t)
+            if not ready:
+                longest = max(longest, clock() - t)
             run(cfg)
             ok.append(cfg)
         except Exception:  # noqa: BLE001 - a candidate this problem cannot run is skipped
-            longest = max(longest, clock() - t)
+            if not ready:
+                longest = max(longest, clock() - t)
     return ok
 
 
-def time_candidates(run, configs, stream, budget_s=None, rounds=7, batch_ms=0.2, clock=time.perf_counter):
+def time_candidates(run, configs, stream, budget_s=None, rounds=7, batch_ms=0.2, clock=time.perf_counter,
+                    built=None):
     """``(ms, rounds_ms)``: milliseconds per launch of ``run(config)`` for each config (None
-    where it failed or the budget left it out: see the module docstring) and each one's time
-    per round (empty where None). ``stream`` a Numba stream or 0."""
+    where it failed or the budget left it out: see the module docstring and
+    :func:`warm_within_budget`, which ``built`` is passed to) and each one's time per round
+    (empty where None). ``stream`` a Numba stream or 0."""
     from numba import cuda
 
     # what the timing itself takes (7 rounds of a few ms per candidate) is kept out of the compiles' share
-    ok = warm_within_budget(run, configs, (budget() if budget_s is None else budget_s) - 0.3, clock)
+    ok = warm_within_budget(run, configs, (budget() if budget_s is None else budget_s) - 0.3, clock, built)
     if not ok:
         return [None] * len(configs), [[] for _ in configs]
     e0, e1, e2 = (cuda.event(timing=True) for _ in range(3))
@@ -326,16 +336,17 @@ def pick(ms, rounds_ms) -> tuple:
     return (best if best_t < d * (1 - margin) else 0), margin
 
 
-def choose(key, make_configs, run, stream):
+def choose(key, make_configs, run, stream, built=None):
     """The tuned config for ``key``: known already, or chosen now among ``make_configs()``
-    (the default ``{}`` first) timed with ``run(config)`` on ``stream``."""
+    (the default ``{}`` first) timed with ``run(config)`` on ``stream`` (``built(config)``: whether
+    its kernel needs no compile; see :func:`warm_within_budget`)."""
     global last
     _load()
     entry = _MEMO.get(key)
     if entry is None:
         configs = make_configs()
         t = time.perf_counter()
-        ms, rounds_ms = time_candidates(run, configs, stream)
+        ms, rounds_ms = time_candidates(run, configs, stream, built=built)
         best, margin = pick(ms, rounds_ms)
         if best is None:
             raise RuntimeError(f"autotune: no candidate configuration ran for {key}: {configs}")

@@ -70,8 +70,16 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
     # from more tiles than SMs)
     epilogue = probe.cfg.epilogue
     key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], epilogue, m, n, k)
+
+    def built(config):
+        """Whether ``config``'s kernel for these arrays runs without a compile."""
+        try:
+            return Plan(kind, odt, ia, ib, io, dict(config), fp8).is_built()
+        except Exception:  # noqa: BLE001 - a config this problem refuses: run() fails at once, no compile
+            return True
+
     return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, epilogue, probe.config, probe.cfg.b_major,
-                                                            probe.a_path[0]), run, nb_stream(st))
+                                                            probe.a_path[0]), run, nb_stream(st), built)
 
 
 def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(), c=None, alpha=1.0, beta=None,

@@ -426,6 +426,20 @@ class Plan:
         # it with griddep_wait before touching memory)
         return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster, pdl=True)
 
+    def is_built(self) -> bool:
+        """Whether the kernel is ready without a compile: compiled in this process, or in the kernel
+        cache or among the shipped kernels (a user function's kernel never is: it is compiled in
+        each process)."""
+        from ..cache import holds
+        from ..kernels.gemm import gemm_kernel
+
+        cfg = self.cfg
+        if cfg.user is not None:
+            return False
+        sig = self.signature()
+        return tuple(sig) in gemm_kernel(cfg).overloads or holds(
+            ("gemm", cfg.key()), sig, cuda.get_current_device().compute_capability)
+
     def signature(self) -> tuple:
         """The Numba types of the kernel's arguments as :meth:`__call__` passes them, which the
         kernel is compiled for and cached under (:mod:`nbwgmma.cache`): the tensor maps' addresses
