@@ -1,8 +1,8 @@
 """Few rows: matmul's default path against every K-slice choice of the swapped small-M kernel
 and cuBLAS, in one process (``nbwgmma.bench.device_times``, the contenders in turn). Prints per
 problem the ratio to cuBLAS of the default, of the uncut kernel, of K in 2 halves on the two CTAs
-of a cluster, in 4 split-K slices (``frontend.tiles.swapped_config`` 1, 2, 4) and in 2 split-K
-slices, and the parts of K the default took.
+of a cluster, in 4 and in 2 split-K slices (``frontend.tiles.swapped_config``), and the cut of K
+the default took.
 
     python benchmarks/small_m.py [--rows 1,16,32,64] [--n 2048,2560,3072,4096] [--k 2048,4096,8192]
         [--dtype bf16] [--repeats 15]
@@ -44,8 +44,8 @@ def main():
                 _, _, ours, cublas = problem(m, n, k, args.dtype, "KK")
                 bn = next(w for w in SWAP_BN if w >= m)
                 took = swapped_small_m(m, n, k, sms, bits)
-                fns = [ours(None)] + [ours(swapped_config(bn, s)) for s in (1, 2, 4)] \
-                    + [ours(swapped_config(bn, 1) | {"split": 2})]
+                cuts = [swapped_config(bn), swapped_config(bn, halves=True), swapped_config(bn, 4), swapped_config(bn, 2)]
+                fns = [ours(None)] + [ours(c) for c in cuts]
                 t = device_times(torch, fns + [cublas], 3, args.repeats)
                 r = [t[-1] / x for x in t[:-1]]
                 best.append(r[0] / max(r[1:]))

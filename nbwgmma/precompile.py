@@ -57,7 +57,8 @@ _SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 els
 #: NARROW_BN_FP8_MAX columns)
 _NARROW = tuple(narrow_tile(bn) for bn in NARROW_BN)
 #: and its swapped choices (one per narrow tile width and number of K slices; 16-bit and fp8)
-_SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4))
+_SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4)) + tuple(swapped_config(w, halves=True)
+                                                                                  for w in SWAP_BN)
 
 
 def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotune=False) -> list:

@@ -95,12 +95,13 @@ def test_few_rows_try_the_swapped_kernels_other_k_slicings(sms_132):
     """A few-row product the default path swaps tries the swapped kernel's other cuts of K first
     (those that fit one wave); not with a column-major A (no swap), not for tf32."""
     uncut = {"swap": 1, "bm": 64, "bn": 16, "stages": 16}
-    halves = uncut | {"cluster_k": 2}  # K's two halves on a cluster's two CTAs
+    halves, two, four = uncut | {"cluster_k": 2}, uncut | {"split": 2}, uncut | {"split": 4}
     cands = autotune.candidates("f32.bf16.bf16", 16, 4096, 4096)  # the default: halves; 4 slices do not fit
-    assert cands[1] == uncut and halves not in cands and not any(c.get("split") for c in cands)
-    assert autotune.candidates("f32.bf16.bf16", 1, 4096, 2048)[1] == halves  # the default: uncut
-    assert autotune.candidates("f32.bf16.bf16", 16, 2048, 8192)[1:3] == [uncut, halves]  # default: 4 slices
-    assert autotune.candidates("f32.e4m3.e4m3", 16, 4096, 16384)[1] == halves
+    assert cands[1:3] == [uncut, two] and halves not in cands and four not in cands
+    assert autotune.candidates("f32.bf16.bf16", 1, 4096, 2048)[1:3] == [two, halves]  # the default: uncut
+    assert autotune.candidates("f32.bf16.bf16", 16, 2048, 8192)[1:4] == [uncut, two, halves]  # default: 4 slices
+    assert autotune.candidates("f32.bf16.bf16", 16, 2560, 4096)[1:3] == [uncut, halves]  # default: 2 slices
+    assert autotune.candidates("f32.e4m3.e4m3", 16, 4096, 16384)[1:3] == [two, halves]
     # the unswapped plan's config (matmul passes it as ``default``) stays a challenger where the default swaps
     assert {"bm": 256, "bn": 160} in autotune.candidates("f32.bf16.bf16", 16, 4096, 4096, "tma", {"bm": 256, "bn": 160})
     for args, kw in ((("f32.bf16.bf16", 16, 4096, 4096), {"a_major": "MN"}), (("f32.tf32.tf32", 16, 4096, 4096), {}),

@@ -109,7 +109,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
 
     A product of few rows that the default path swaps (:func:`nbwgmma.frontend.tiles.swapped_small_m`:
     16-bit or fp8 inputs, K-major A, ``a_major``) tries the swapped kernel's other K slicings first
-    (uncut, 2 halves in a cluster and 4 slices where they fit one wave): which pays depends on how much of B stays in
+    (uncut, 2 and 4 slices and 2 halves in a cluster where they fit one wave): which pays depends on how much of B stays in
     the GPU's L2 between calls (BENCHMARKS.md, 2026-11-27: uncut, 1 x 4096 x 4096 ran 1.07x as fast
     as in the default's 2 slices, 16 x 4096 x 4096 0.95x).
     """
@@ -144,9 +144,10 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
         return [{}] + [c for c in out if c != default]
     # the default path swaps (``default`` is then the unswapped plan's config: a challenger like the others)
     tiles, kblocks, sms = math.ceil(n / 64), math.ceil(k * bits / 1024), device_limits()["multiprocessors"]
-    parts = taken.get("split", 1) * taken.get("cluster_k", 1)  # K's parts in the default (halves: cluster_k)
-    swapped = [swapped_config(taken["bn"], s) for s in (1, 2, 4)
-               if s != parts and (s == 1 or (tiles * s <= sms and kblocks >= 2 * s))]
+    cuts = [swapped_config(taken["bn"], s) for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 2 * s)]
+    if tiles * 2 <= sms and kblocks >= 4:
+        cuts.append(swapped_config(taken["bn"], halves=True))
+    swapped = [c for c in cuts if c != taken]
     return [{}] + swapped + out
 
 

@@ -12,7 +12,7 @@ from ..kernels.gemm_config import STAGE_BUDGET  # (the swapped small-M tiles' st
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
-           "narrow_tile", "narrow_config", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "wave_fill", "pick_narrow",
+           "narrow_tile", "narrow_config", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill", "pick_narrow",
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES"]
@@ -221,6 +221,9 @@ SWAP_BN = (16, 32, 64)
 SPLIT2_MAX_BYTES = 40 << 20
 #: Fewest k-blocks for which a swapped small-M product cuts K at all.
 SPLIT_MIN_KBLOCKS = 48
+#: Share of the SMs the two parts of K of every tile must fill for a swapped small-M product to
+#: take them as halves in 2-CTA clusters rather than as 2 split-K slices (:func:`swapped_small_m`).
+HALVES_MIN_FILL = 0.8
 
 
 def swapped_small_m(m, n, k, sms, input_bits=16):
@@ -234,17 +237,21 @@ def swapped_small_m(m, n, k, sms, input_bits=16):
     K is cut where that pays for the slices' sum: never below :data:`SPLIT_MIN_KBLOCKS`
     k-blocks; in 4 slices (split-K: each slice's f32 part parked, a fence, a counter, the last
     slice's sum, about a microsecond) where 4 slices of every tile fit one wave (at most 33
-    tiles on 132 SMs: 32 tiles alone leave most SMs idle); in 2 halves where 2 fit and B is at
-    most :data:`SPLIT2_MAX_BYTES`, taken by the two CTAs of a cluster and summed through
-    distributed shared memory (``cluster_k``: no global round trip). Measured on an H100,
+    tiles on 132 SMs: 32 tiles alone leave most SMs idle); in 2 where 2 fit and B is at most
+    :data:`SPLIT2_MAX_BYTES`: where the two parts of every tile fill at least
+    :data:`HALVES_MIN_FILL` of the SMs, as halves taken by the two CTAs of a cluster and summed
+    through distributed shared memory (``cluster_k``: no global round trip), else as 2 split-K
+    slices (clusters sit whole in a GPC, so a grid of clusters filling few SMs may crowd some
+    GPCs' share of the memory system while others idle). Measured on an H100,
     ratios to cuBLAS in one process (uncut / 2 slices / 4 slices; BENCHMARKS.md, 2026-11-27):
     16 x 4096 x 2048 (64 tiles, 32 k-blocks) 0.921 / 0.799 / 0.554; 16 x 2048 x 2048 0.928 /
     0.874 / 0.971; 16 x 2048 x 4096 0.731 / 0.866 / 1.061; 16 x 3072 x 4096 0.868 / 0.982 /
     0.719; 16 x 4096 x 4096 0.879 / 0.928 / 0.661; 16 x 4096 x 6144 (48 MiB) 1.109 / 1.055 /
     0.979; 16 x 3072 x 8192 1.155 / 1.039 / 0.981; 16 x 2560 x 8192 (40 MiB) 0.863 / 0.876 /
-    0.807. Halves in clusters against 2 slices (BENCHMARKS.md, 2026-11-27, another H100): 16 /
-    32 / 48 / 64 x 4096 x 4096 1.103 / 1.052 / 1.056 / 1.043x as fast, 1 x 4096 x 4096 1.037x,
-    16 x 3072 x 4096 0.987x."""
+    0.807. Halves in clusters against 2 slices (BENCHMARKS.md, 2026-11-27, two H100s): 64 tiles
+    (128 CTAs) 1.02-1.13x as fast (16 / 32 / 48 / 64 x 4096 x 4096, 1 x 4096 x 4096, e4m3 16 and 32
+    x 4096 x 8192), 48 tiles 0.94-1.17x (16 and 64 x 3072 x 4096 and 6144), 40 tiles 0.88-0.95x
+    (16 and 64 x 2560 x 4096 and 6144)."""
     tiles = math.ceil(n / 64)
     kblocks = math.ceil(k * input_bits / 1024)  # 128-byte stages: 64 K of 16-bit inputs, 128 of fp8
     split = 1
@@ -253,17 +260,20 @@ def swapped_small_m(m, n, k, sms, input_bits=16):
             split = 4
         elif 2 * tiles <= sms and n * k * input_bits // 8 <= SPLIT2_MAX_BYTES:
             split = 2
-    return swapped_config(next(w for w in SWAP_BN if w >= m), split)
+    bn = next(w for w in SWAP_BN if w >= m)
+    if split == 2 and 2 * tiles >= HALVES_MIN_FILL * sms:
+        return swapped_config(bn, halves=True)
+    return swapped_config(bn, split)
 
 
-def swapped_config(bn, split):
+def swapped_config(bn, split=1, halves=False):
     """The swapped small-M config of tile width ``bn`` (one of :data:`SWAP_BN`) and ``split``
-    parts of K: 64 x ``bn`` tiles, as many stages as fit up to 16; 2 parts are halves in a
-    cluster of two CTAs (``cluster_k``: their exchange buffer of 64 x ``bn`` f32 takes shared
-    memory from the stages), 4 split-K slices."""
-    x_bytes = 64 * bn * 4 if split == 2 else 0
+    split-K slices, or with ``halves`` K in halves on the two CTAs of a cluster (``cluster_k``:
+    their exchange buffer of 64 x ``bn`` f32 takes shared memory from the stages): 64 x ``bn``
+    tiles, as many stages as fit up to 16."""
+    x_bytes = 64 * bn * 4 if halves else 0
     cfg = {"swap": 1, "bm": 64, "bn": bn, "stages": min(16, (STAGE_BUDGET - x_bytes) // ((64 + bn) * 128))}
-    return cfg | ({"cluster_k": 2} if split == 2 else {"split": split} if split > 1 else {})
+    return cfg | ({"cluster_k": 2} if halves else {"split": split} if split > 1 else {})
 
 
 def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
