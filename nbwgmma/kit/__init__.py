@@ -23,7 +23,8 @@
 * :mod:`~nbwgmma.kit.sparse`: :class:`SparseConsumers`, two consumer warpgroups of a 2:4-sparse
   GEMM (``wgmma.mma_async.sp``, the metadata staged with the stage), and its producer's loads;
 * :mod:`~nbwgmma.kit.cluster_k`: :class:`ClusterSplitK`, the two CTAs of a cluster each taking
-  half of a tile's k-blocks and summing the halves through distributed shared memory;
+  half of a tile's k-blocks (of 128 rows or, with one consumer, 64) and summing the halves
+  through distributed shared memory;
 * :mod:`~nbwgmma.kit.device`: :func:`inlined`, device functions the compiler inlines
   (quick to compile; Numba's ``inline=True`` copies their IR at every call);
 * :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier; the turn two consumer

@@ -94,7 +94,7 @@ class ClusterSplitK(types.ModuleType):
             if (rank != 0) if ONE else (cw != rank):  # the peer keeps these rows: send them into its buffer
                 if j > 0:  # the peer has read the previous part (its release at cluster scope)
                     mbarrier_wait_parity(bars + 8, (j - 1) & 1, "cluster")
-                acc_send_cluster(acc, buf, bars, 1 - rank, ct)
+                acc_send_cluster(acc, buf, bars, (1 - rank) if ONE else cw, ct)  # (two consumers: cw is the peer)
                 return acc, False
             if ct == 0:
                 mbarrier_arrive_expect_tx(bars, BYTES)
