@@ -239,9 +239,10 @@ def clear() -> None:
 
 
 def _busy_wait(stream, sleeps):
-    from ..kernels.copy import busy_wait_kernel
+    from ..kernels.copy import busy_wait_kernel, sized_to_data
 
-    busy_wait_kernel[1, 1, stream](sleeps)
+    with sized_to_data():  # (one thread on purpose: no small-grid warning for the user)
+        busy_wait_kernel[1, 1, stream](sleeps)
 
 
 def warm_within_budget(run, configs, budget_s, clock=time.perf_counter, built=None) -> list:
