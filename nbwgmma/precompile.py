@@ -56,7 +56,8 @@ _SMALL_M = tuple({"bm": 64, "bn": 128, "stages": 8} | ({"split": s} if s > 1 els
 #: pick_narrow's choices (K-major B only; for tf32, whose f32 out is stored from the registers, those of at most
 #: NARROW_BN_FP8_MAX columns)
 _NARROW = tuple(narrow_tile(bn) for bn in NARROW_BN)
-#: and its swapped choices (one per narrow tile width and number of K slices; 16-bit and fp8)
+#: and its swapped choices (one per narrow tile width and cut of K: uncut, 2 or 4 split-K slices, halves in a
+#: cluster; 16-bit and fp8)
 _SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4)) + tuple(swapped_config(w, halves=True)
                                                                                   for w in SWAP_BN)
 

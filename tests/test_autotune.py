@@ -150,7 +150,7 @@ def test_the_fastest_candidate_is_chosen_kept_and_found_again(fresh, monkeypatch
     configs = [{"bm": 128, "bn": 256}, {"bm": 128, "bn": 192}, {"bm": 64, "bn": 128}]
     timed = []
 
-    def fake_time(run, cfgs, stream, built=None):
+    def fake_time(run, cfgs, stream, **kw):
         timed.append(list(cfgs))
         ms = [1.5, None, 1.25][:len(cfgs)]  # the second failed to run
         return ms, [[t] * 7 if t else [] for t in ms]
@@ -175,8 +175,25 @@ def test_the_fastest_candidate_is_chosen_kept_and_found_again(fresh, monkeypatch
     assert not list(fresh.glob("autotune-*.json")) and autotune.choices() == {}
 
 
+def test_a_choice_made_with_challengers_passed_over_stays_in_memory(fresh, monkeypatch):
+    """Where the budget passed challengers over (their kernels not built), the choice serves this
+    process but is not written: a later process, its kernels built, tunes the class in full."""
+    def fake_time(run, cfgs, stream, built=None, skipped=None):
+        skipped.extend(cfgs[1:])
+        return [1.0] + [None] * (len(cfgs) - 1), [[1.0] * 7] + [[] for _ in cfgs[1:]]
+
+    monkeypatch.setattr(autotune, "time_candidates", fake_time)
+    assert autotune.choose("k", lambda: [{}, {"bm": 64, "bn": 64}], None, 0) == {}
+    assert autotune.last["skipped"] == 1 and not list(fresh.glob("autotune-*.json"))
+    assert autotune.choose("k", lambda: pytest.fail("known in this process"), None, 0) == {}
+    monkeypatch.setattr(autotune, "_MEMO", {})  # a new process
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, **kw: ([1.0, 0.5], [[1.0] * 7, [0.5] * 7]))
+    assert autotune.choose("k", lambda: [{}, {"bm": 64, "bn": 64}], None, 0) == {"bm": 64, "bn": 64}
+    assert autotune.last["skipped"] == 0 and list(fresh.glob("autotune-*.json"))
+
+
 def test_no_candidate_ran_is_an_error(fresh, monkeypatch):
-    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, built=None: ([None] * len(cfgs), [[]] * len(cfgs)))
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, **kw: ([None] * len(cfgs), [[]] * len(cfgs)))
     with pytest.raises(RuntimeError, match="no candidate configuration ran"):
         autotune.choose("k", lambda: [{"bm": 128, "bn": 256}], None, 0)
     assert "k" not in autotune.choices()
@@ -185,14 +202,14 @@ def test_no_candidate_ran_is_an_error(fresh, monkeypatch):
 def test_a_damaged_file_is_ignored_and_rewritten(fresh, monkeypatch):
     path = autotune.choices_path()
     path.write_text("{not json")
-    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, built=None: ([2.0], [[2.0]]))
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, **kw: ([2.0], [[2.0]]))
     assert autotune.choose("k", lambda: [{"bm": 64, "bn": 64}], None, 0) == {"bm": 64, "bn": 64}
     assert json.loads(path.read_text())["k"]["config"] == {"bm": 64, "bn": 64}
 
 
 def test_with_the_cache_off_choices_stay_in_memory(fresh, monkeypatch):
     monkeypatch.setenv("NBWGMMA_CACHE", "0")
-    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, built=None: ([2.0], [[2.0]]))
+    monkeypatch.setattr(autotune, "time_candidates", lambda run, cfgs, stream, **kw: ([2.0], [[2.0]]))
     autotune.choose("k", lambda: [{"bm": 64, "bn": 64}], None, 0)
     assert "k" in autotune.choices() and not list(fresh.iterdir())
 

@@ -47,6 +47,20 @@ def test_miss_then_hit_returns_the_same_cubin(cdir):
     assert cache.stats["hits"] == before["hits"] + 1 and cache.stats["misses"] == before["misses"] + 1
 
 
+def test_holds_answers_without_reading_or_compiling(cdir, monkeypatch):
+    """``holds``: whether a cubin is on disk for the key (the user's cache, else the shipped
+    kernels); nothing compiled, nothing read; none with the cache off."""
+    d = FakeDispatcher()
+    assert not cache.holds(("gemm", 2), ("u64",), (9, 0))
+    cache.cached_cubin(d, ("u64",), ("gemm", 2), (9, 0))
+    assert cache.holds(("gemm", 2), ("u64",), (9, 0)) and d.compiles == 1
+    assert not cache.holds(("gemm", 3), ("u64",), (9, 0)) and not cache.holds(("gemm", 2), ("i32",), (9, 0))
+    monkeypatch.setattr(cache, "_read", lambda path: pytest.fail("holds reads no file"))
+    assert cache.holds(("gemm", 2), ("u64",), (9, 0))
+    monkeypatch.setenv("NBWGMMA_CACHE", "0")
+    assert not cache.holds(("gemm", 2), ("u64",), (9, 0))
+
+
 @pytest.mark.parametrize("change", ["key", "sig", "cc"])
 def test_every_part_of_the_key_separates_entries(cdir, change):
     base = dict(sig=("u64",), key=("gemm", 1), cc=(9, 0))

@@ -513,7 +513,7 @@ def test_fp8_small_m_swapped_small_integers_exact(ta, tb, m, n, k):
     """fp8 products of at most 32 rows take the swapped kernel (C^T = B^T A^T, the mixed kind's
     types trade places too, K slices where the tile count leaves SMs idle), scaled, into a
     poisoned f32 out, then through the quick path with a fresh bf16 out: exact on small
-    integers (uncut, 4 slices at 32 x 2048 x 8192, 2 at 16 x 4096 x 8192)."""
+    integers (uncut, 4 slices at 32 x 2048 x 8192, K halves in clusters at 16 x 4096 x 8192)."""
     from nbwgmma.frontend.tiles import pick_small_m
 
     assert pick_small_m(m, n, k, 8)["swap"] == 1
@@ -595,6 +595,38 @@ def test_autotuned_config_is_correct_kept_and_found_again(tmp_path, monkeypatch)
     sys.modules["nbwgmma.frontend.matmul"]._QUICK.clear()
     plain = matmul(a, b)
     assert autotune.last["config"] == first["config"] and torch.equal(plain, c)
+
+
+def test_a_plan_knows_whether_its_kernel_is_built(tmp_path, monkeypatch):
+    """``Plan.is_built`` (what ``config="auto"`` asks before it starts a challenger): False for a
+    kernel neither compiled in the process nor on disk, True once a call compiled it, and True in a
+    new process that finds it in the kernel cache."""
+    import os
+    import subprocess
+    import sys
+
+    from nbwgmma.frontend.arrays import array_info
+    from nbwgmma.frontend.plan import Plan
+    from nbwgmma.kernels.gemm import gemm_kernel
+
+    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(tmp_path))
+    g = torch.Generator(device="cuda").manual_seed(23)
+    a = torch.randint(-2, 3, (300, 136), device="cuda", generator=g).bfloat16()
+    b = torch.randint(-2, 3, (136, 200), device="cuda", generator=g).bfloat16()
+    cfg = {"bm": 64, "bn": 64, "stages": 3, "group_m": 3}  # a kernel no other test builds
+    out = torch.full((300, 200), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan = Plan("f32.bf16.bf16", "bf16", array_info(a), array_info(b), array_info(out), cfg, False)
+    if tuple(plan.signature()) not in gemm_kernel(plan.cfg).overloads:  # (not compiled by an earlier test)
+        assert not plan.is_built()
+    matmul(a, b, out=out, config=cfg)
+    assert torch.equal(out.double(), a.double() @ b.double()) and plan.is_built()
+    r = subprocess.run([sys.executable, "-c", (
+        "import torch; from nbwgmma.frontend.arrays import array_info; from nbwgmma.frontend.plan import Plan; "
+        "a = torch.zeros(300, 136, device='cuda', dtype=torch.bfloat16); b = torch.zeros(136, 200, device='cuda', "
+        "dtype=torch.bfloat16); o = torch.zeros(300, 200, device='cuda', dtype=torch.bfloat16); "
+        f"print(Plan('f32.bf16.bf16', 'bf16', array_info(a), array_info(b), array_info(o), {cfg!r}, False).is_built())")],
+        capture_output=True, text=True, env={**os.environ, "NBWGMMA_CACHE_DIR": str(tmp_path)}, timeout=300)
+    assert r.stdout.strip().splitlines()[-1] == "True", r.stderr[-2000:]
 
 
 def test_autotune_times_the_default_and_repeats_take_the_fast_path(tmp_path, monkeypatch):

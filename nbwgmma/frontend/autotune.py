@@ -23,8 +23,14 @@ or shipped with the package; ``python -m nbwgmma precompile --autotune`` builds 
 milliseconds and runs while the budget lasts; one that needs a compile (1.5-4 s on an H100
 machine) is started only while the time spent plus a quarter more than the longest compile yet
 (at least :data:`COMPILE_S`) fits the budget. So with the default budget only built challengers
-are timed, and the class costs at most the budget (besides the default's own first compile, which
-any first call pays); a budget of 10 s or more lets the tuning compile a few challengers.
+are timed; the default's own compile, where it has one, counts too (it may leave no room for
+any challenger), so a class costs at most the budget or that compile, whichever is longer, plus
+the timing rounds (0.03-0.7 s per class over the 36 problems of ``benchmarks/sweep.py --auto``
+on an H100, with ``precompile --autotune``'s kernels). A budget of 10 s or more lets the tuning
+compile a few challengers. A choice made while some challenger was passed over for the budget
+is kept for the process only, not written to the file: a later process (after ``precompile
+--autotune``, say) tunes the class again. A kernel counts as built where its cubin is on disk
+(a cubin this driver cannot load is then compiled after all: a rare case).
 
 Timing is device time: each round launches a busy-wait kernel first, then the batch of
 launches with CUDA events around it, so the host enqueues the batch while the GPU is
@@ -111,7 +117,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     16-bit or fp8 inputs, K-major A, ``a_major``) tries the swapped kernel's other K slicings first
     (uncut, 2 and 4 slices and 2 halves in a cluster where they fit one wave): which pays depends on how much of B stays in
     the GPU's L2 between calls (BENCHMARKS.md, 2026-11-27: uncut, 1 x 4096 x 4096 ran 1.07x as fast
-    as in the default's 2 slices, 16 x 4096 x 4096 0.95x).
+    as in 2 split-K slices, 16 x 4096 x 4096 0.95x).
     """
     from ..kernels.gemm_config import GemmConfig
     from ..launch import device_limits
@@ -245,17 +251,20 @@ def _busy_wait(stream, sleeps):
         busy_wait_kernel[1, 1, stream](sleeps)
 
 
-def warm_within_budget(run, configs, budget_s, clock=time.perf_counter, built=None) -> list:
+def warm_within_budget(run, configs, budget_s, clock=time.perf_counter, built=None, skipped=None) -> list:
     """The configs, in order, that compiled (or loaded) and ran twice (``run(config)``) within
     the budget: the first always gets its turn; a later one only while the seconds spent plus
     what its first run may take fit in ``budget_s``: :data:`BUILT_S` where ``built(config)``
     says its kernel is built, else a quarter more than the longest compile yet (at least
-    :data:`COMPILE_S`). A config that does not fit is passed over; a later built one may still."""
+    :data:`COMPILE_S`). A config that does not fit is passed over (appended to ``skipped``, a
+    list, where given); a later built one may still run."""
     t0, longest = clock(), COMPILE_S
     ok = []
     for i, cfg in enumerate(configs):
         ready = built is not None and built(cfg)
         if i and clock() - t0 + (BUILT_S if ready else 1.25 * longest) > budget_s:
+            if skipped is not None:
+                skipped.append(cfg)
             continue
         t = clock()
         try:
@@ -271,15 +280,15 @@ def warm_within_budget(run, configs, budget_s, clock=time.perf_counter, built=No
 
 
 def time_candidates(run, configs, stream, budget_s=None, rounds=7, batch_ms=0.2, clock=time.perf_counter,
-                    built=None):
+                    built=None, skipped=None):
     """``(ms, rounds_ms)``: milliseconds per launch of ``run(config)`` for each config (None
     where it failed or the budget left it out: see the module docstring and
-    :func:`warm_within_budget`, which ``built`` is passed to) and each one's time per round
+    :func:`warm_within_budget`, which ``built`` and ``skipped`` are passed to) and each one's time per round
     (empty where None). ``stream`` a Numba stream or 0."""
     from numba import cuda
 
     # what the timing itself takes (7 rounds of a few ms per candidate) is kept out of the compiles' share
-    ok = warm_within_budget(run, configs, (budget() if budget_s is None else budget_s) - 0.3, clock, built)
+    ok = warm_within_budget(run, configs, (budget() if budget_s is None else budget_s) - 0.3, clock, built, skipped)
     if not ok:
         return [None] * len(configs), [[] for _ in configs]
     e0, e1, e2 = (cuda.event(timing=True) for _ in range(3))
@@ -348,7 +357,8 @@ def choose(key, make_configs, run, stream, built=None):
     if entry is None:
         configs = make_configs()
         t = time.perf_counter()
-        ms, rounds_ms = time_candidates(run, configs, stream, built=built)
+        skipped = []
+        ms, rounds_ms = time_candidates(run, configs, stream, built=built, skipped=skipped)
         best, margin = pick(ms, rounds_ms)
         if best is None:
             raise RuntimeError(f"autotune: no candidate configuration ran for {key}: {configs}")
@@ -356,12 +366,14 @@ def choose(key, make_configs, run, stream, built=None):
                  "ms": [[c, t_] for c, t_ in zip(configs, ms)],
                  "margin": margin,
                  "seconds": round(time.perf_counter() - t, 3),
+                 "skipped": len(skipped),  # challengers passed over for the budget
                  "date": time.strftime("%Y-%m-%d")}
         _MEMO[key] = entry
-        _save(key, entry)
+        if not skipped:  # (else a later process, its kernels built, may tune the class in full)
+            _save(key, entry)
         source = "tuned"
     else:
         source = "cached"
     last = {"key": key, "config": dict(entry["config"]), "ms": entry.get("ms"), "source": source,
-            "seconds": entry.get("seconds"), "margin": entry.get("margin")}
+            "seconds": entry.get("seconds"), "margin": entry.get("margin"), "skipped": entry.get("skipped", 0)}
     return dict(entry["config"])

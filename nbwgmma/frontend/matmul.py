@@ -74,9 +74,13 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
     def built(config):
         """Whether ``config``'s kernel for these arrays runs without a compile."""
         try:
-            return Plan(kind, odt, ia, ib, io, dict(config), fp8).is_built()
+            plan = Plan(kind, odt, ia, ib, io, dict(config), fp8)
         except Exception:  # noqa: BLE001 - a config this problem refuses: run() fails at once, no compile
             return True
+        try:
+            return plan.is_built()
+        except Exception:  # noqa: BLE001 - unknown: count it as a compile
+            return False
 
     return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, epilogue, probe.config, probe.cfg.b_major,
                                                             probe.a_path[0]), run, nb_stream(st), built)

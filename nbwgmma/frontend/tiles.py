@@ -277,7 +277,8 @@ def swapped_config(bn, split=1, halves=False):
 
 
 def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
-    """The config (``{"bm": 64, "bn": 128, "stages": 8}``, with ``"split"`` where K is cut) for
+    """The config (``{"bm": 64, "bn": 128, "stages": 8}``, with ``"split"`` where K is cut; swapped
+    ones :func:`swapped_small_m`'s, which may cut K into ``"cluster_k"`` halves) for
     a 16-bit or fp8 problem of at most :data:`SMALL_M` rows whose 64 x 128 tiles fit in one wave
     of the SMs, else None (the tile model decides). Problems of at most :data:`SWAP_M` rows
     (fp8: :data:`SWAP_M_FP8`) with a K-major (row-major) A whose N fills at most two waves of

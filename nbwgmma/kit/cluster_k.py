@@ -54,8 +54,8 @@ class ClusterSplitK(types.ModuleType):
     of a 64 x ``bn`` tile (``consumers=1``: rank 1's consumer sends, rank 0's keeps).
     ``buffer_bytes`` (64 x bn x 4) of shared memory and ``barrier_words`` mbarriers per CTA.
     Device functions: ``init(bars)`` (one thread), ``k_half(kblocks, rank) -> (kb0, kb1)`` and
-    ``exchange(acc, buf, bars, j, cw, ct, rank) -> (acc, keep)`` (every thread of both consumer
-    warpgroups, once per tile, ``j`` counting the CTA's tiles from 0)."""
+    ``exchange(acc, buf, bars, j, cw, ct, rank) -> (acc, keep)`` (every thread of every consumer
+    warpgroup, once per tile, ``j`` counting the CTA's tiles from 0)."""
 
     barrier_words = 2
 
