@@ -262,11 +262,12 @@ def test_small_m_choice(monkeypatch):
     assert pick_small_m(64, 2048, 8192, 16) == sw | {"bn": 64, "stages": 14, "split": 4}
     assert pick_small_m(16, 28672, 8192, 16) is None  # 448 tiles: the tile model
     assert pick_small_m(16, 4096, 4096, 8) == sw | {"bn": 16}  # fp8 too (narrow tiles: no spills); 32 k-blocks
-    # K slices: none below 48 k-blocks; 4 where 4 fit one wave; 2 where B stays in L2 (<= 40 MiB), as halves
+    # K slices: none below 48 k-blocks; 4 where 4 fit one wave; 2 where B stays in L2 (<= 32 MiB), as halves
     # in clusters where they fill 80% of the SMs
     assert pick_small_m(16, 4096, 2048, 16) == sw | {"bn": 16}  # 32 k-blocks: uncut
     assert pick_small_m(16, 2048, 3072, 16) == sw | {"bn": 16, "split": 4}  # 32 tiles, 48 k-blocks
-    assert pick_small_m(16, 2560, 8192, 16) == sw | {"bn": 16, "split": 2}  # 40 tiles (80 CTAs: no clusters), B 40 MiB
+    assert pick_small_m(16, 2560, 6144, 16) == sw | {"bn": 16, "split": 2}  # 40 tiles (80 CTAs: no clusters), B 30 MiB
+    assert pick_small_m(16, 2560, 8192, 16) == sw | {"bn": 16}  # B 40 MiB: uncut
     assert pick_small_m(64, 4096, 4096, 16) == sw | {"bn": 64, "stages": 13, "cluster_k": 2}  # (the exchange buffer)
     assert pick_small_m(16, 3072, 8192, 16) == sw | {"bn": 16}  # B 48 MiB: from DRAM, uncut
     assert pick_small_m(16, 4096, 8192, 16) == sw | {"bn": 16}  # B 64 MiB

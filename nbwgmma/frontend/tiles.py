@@ -217,8 +217,10 @@ SWAP_BN = (16, 32, 64)
 #: Bytes of B (the weight a swapped small-M product streams) up to which two K slices pay on
 #: an H100 (50 MB of L2): a weight that stays in L2 between calls streams faster with more SMs
 #: pulling it; a larger one streams from DRAM, which 48 or more SMs already saturate, and the
-#: slices' sum only adds its cost (:func:`swapped_small_m`).
-SPLIT2_MAX_BYTES = 40 << 20
+#: slices' sum only adds its cost (:func:`swapped_small_m`). At 35-40 MiB (16-64 x 3584-4096 x
+#: 5120) the uncut kernel ran 1.00-1.10x as fast as K in halves on an H100 (7 of 10 problems;
+#: BENCHMARKS.md, 2026-11-27), and 2 split-K slices level with uncut at 40 MiB the day before.
+SPLIT2_MAX_BYTES = 32 << 20
 #: Fewest k-blocks for which a swapped small-M product cuts K at all.
 SPLIT_MIN_KBLOCKS = 48
 #: Share of the SMs the two parts of K of every tile must fill for a swapped small-M product to
