@@ -312,3 +312,20 @@ def test_config_string_other_than_auto_is_an_error():
 
     with pytest.raises(MatmulError, match="'auto'"):
         matmul(Fake((8, 16), "f2"), Fake((16, 8), "f2"), config="fast")
+
+
+def test_helper_kernels_small_grid_warning_is_silenced_even_highlighted():
+    """``kernels.copy.sized_to_data`` (around the busy wait and the copy kernels) silences Numba's
+    small-grid warning, plain or wrapped in terminal highlighting as Numba may print it."""
+    import warnings
+
+    from nbwgmma.kernels.copy import sized_to_data
+
+    text = "Grid size 1 will likely result in GPU under-utilization due to low occupancy."
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with sized_to_data():
+            warnings.warn(text)
+            warnings.warn(f"\x1b[1m\x1b[1m{text}\x1b[0m\x1b[0m")
+        warnings.warn("another warning")
+    assert [str(w.message) for w in seen] == ["another warning"]
