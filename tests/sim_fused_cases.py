@@ -100,6 +100,7 @@ def test_strided_numba_vectors_are_copied():
 
 @pytest.mark.parametrize("m, n, k, where, act, t, config, how", [
     (16, 136, 72, "col", "relu", "bf16", None, "plain"),            # swapped small M: the bias per row of C^T
+    (16, 136, 200, "col", "relu", "bf16", {"swap": 1, "bm": 64, "bn": 16, "stages": 2, "cluster_k": 2}, "plain"),  # swapped, K halves in a cluster
     (130, 72, 64, "row", "relu", "f16", {"split": 2}, "plain"),     # K slices summed, then the epilogue
     (96, 64, 40, "col", "relu", "bf16", None, "f32 out"),           # register stores (the direct epilogue)
     (72, 64, 64, "col", None, "f16", None, "strided B"),            # B staged through a K-major copy
@@ -167,6 +168,7 @@ def test_user_epilogue_gets_row_col_and_its_extras_in_order():
 
 @pytest.mark.parametrize("m, n, k, t, config, how", [
     (16, 136, 72, "bf16", None, "plain"),               # swapped small M: (row, col) and the vectors transposed
+    (16, 136, 200, "bf16", {"swap": 1, "bm": 64, "bn": 16, "stages": 2, "cluster_k": 2}, "plain"),  # swapped, K halves in a cluster
     (130, 72, 64, "f16", {"split": 2}, "plain"),        # K slices summed, then the function
     (96, 64, 40, "bf16", None, "f32 out"),              # register stores
     (72, 64, 64, "f16", None, "strided B"),             # B staged through a K-major copy
@@ -245,6 +247,7 @@ def test_alpha_beta_c_any_strides_and_in_place():
 
 @pytest.mark.parametrize("m, n, k, config, how", [
     (16, 136, 64, None, "swapped"),                      # C^T read through its transposed view
+    (16, 136, 200, {"swap": 1, "bm": 64, "bn": 16, "stages": 2, "cluster_k": 2}, "swapped"),  # K halves in a cluster, then C
     (130, 72, 64, {"split": 2}, "in place"),             # K slices summed, then C (the output itself)
     (256, 160, 64, {"bm": 256, "bn": 160}, "f32 c"),     # 5 parts through two slots, an f32 C
     (96, 64, 40, None, "f32 out"),                       # register stores, C transposed
@@ -312,6 +315,7 @@ def test_fp8_output_and_amax_are_exact(fmt, n):
 
 @pytest.mark.parametrize("m, n, k, fmt, config, how", [
     (16, 144, 64, "e4m3", {"swap": 1}, "plain"),          # swapped small M: codes stored from the registers
+    (16, 144, 200, "e5m2", {"swap": 1, "bm": 64, "bn": 16, "stages": 2, "cluster_k": 2}, "plain"),  # swapped, K halves in a cluster
     (16, 136, 64, "e4m3", None, "plain"),                 # rows of 136 bytes (not 16-byte multiples): plain stores
     (130, 128, 64, "e5m2", {"split": 2}, "plain"),        # K slices summed, then the codes (TMA, 64B swizzle)
     (256, 192, 64, "e4m3", {"bm": 128, "bn": 192, "c_parts": 3}, "plain"),  # 3 parts of 64 columns
@@ -474,6 +478,7 @@ def test_k_zero_with_an_fp8_output_or_an_epilogue():
     (130, 136, 64, None, "relu"),                           # direct stores (136-byte rows)
     (130, 128, 256, {"split": 2}, None),                    # K slices
     (16, 144, 64, {"swap": 1}, None),                       # swapped
+    (16, 144, 200, {"swap": 1, "bm": 64, "bn": 16, "stages": 2, "cluster_k": 2}, None),  # swapped, K halves in a cluster
     (200, 128, 64, {"cluster": 2}, None),                   # a cluster whose second tile lies past M
 ])
 def test_amax_without_a_mask_is_exact(m, n, k, config, act):
