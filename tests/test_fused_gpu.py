@@ -176,6 +176,7 @@ def test_fp8_output_with_scale_and_amax(fmt, tdt, n):
 
 @pytest.mark.parametrize("m, n, k, t, config", [
     (16, 4096, 1024, "bf16", None),                 # swapped small M: codes stored from the registers
+    (16, 4096, 4096, "bf16", None),                 # swapped, K halves in a cluster
     (200, 1024, 8192, "bf16", None),                # K slices
     (3000, 2000, 512, "bf16", None),                # 64-column multiples (fp8 codes go through TMA)
     (2048, 2048, 1024, "e4m3", {"bm": 128, "bn": 256}),  # fp8 in and out, amax in 4 parts
@@ -233,6 +234,7 @@ def test_fp8_inputs_with_bias_and_activation(fp8, out_dtype):
 
 @pytest.mark.parametrize("m, n, k, where, act, t", [
     (16, 4096, 1024, "col", "gelu_tanh", "bf16"),   # swapped small M: the bias per row of C^T
+    (32, 4096, 4096, "col", "gelu_tanh", "bf16"),   # swapped, K halves in a cluster
     (5000, 3000, 512, "row", "silu", "bf16"),       # 256 x 160 tiles, C in parts through two slots
     (1024, 1024, 1024, "col", "relu", "f16"),       # 64-row tiles
     (200, 1024, 8192, "col", "gelu", "bf16"),       # K slices
@@ -267,6 +269,7 @@ def test_library_epilogue_matches_float64(m, n, k, where, act, t):
 
 @pytest.mark.parametrize("m, n, k, t", [
     (16, 4096, 1024, "bf16"),      # swapped small M: the function gets C^T's column as its row
+    (16, 4096, 4096, "bf16"),      # swapped, K halves in a cluster
     (5000, 3000, 512, "bf16"),     # 256 x 160 tiles, C in parts through two slots
     (200, 1024, 8192, "f16"),      # K slices
     (777, 1000, 300, "f32 out"),   # register stores of an f32 C
