@@ -152,8 +152,9 @@ def test_split_k_with_a_small_m():
 
 @pytest.mark.parametrize("m, b_k, cfg", [
     (13, True, {"bn": 16, "stages": 4}), (24, False, {"bn": 32, "stages": 3, "split": 2}),
-    (5, True, {"bn": 16, "stages": 2, "split": 3}), (45, True, {"bn": 48, "stages": 3, "split": 4})],
-    ids=["bn16", "bn32-Bmn-split2", "bn16-split3", "bn48-split4"])
+    (5, True, {"bn": 16, "stages": 2, "split": 3}), (45, True, {"bn": 48, "stages": 3, "split": 4}),
+    (3, True, {"bn": 8, "stages": 2}), (37, False, {"bn": 40, "stages": 2, "split": 2})],
+    ids=["bn16", "bn32-Bmn-split2", "bn16-split3", "bn48-split4", "bn8", "bn40-Bmn-split2"])
 def test_swapped_small_m(m, b_k, cfg):
     """Few rows swapped (C^T = B^T A^T: B's columns in 64-row tiles, A's rows the narrow
     tile's N; the output a transposed view written element by element): exact, ragged N."""
