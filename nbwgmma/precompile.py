@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 
-from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, SWAP_BN, TILE256_BN, TILES, WIDE_BN, narrow_tile,
+from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, SWAP_BN, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN, narrow_tile,
                              swapped_config)
 
 __all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
@@ -60,6 +60,8 @@ _NARROW = tuple(narrow_tile(bn) for bn in NARROW_BN)
 #: cluster; 16-bit and fp8)
 _SWAPPED = tuple(swapped_config(w, s) for w in SWAP_BN for s in (1, 2, 4)) + tuple(swapped_config(w, halves=True)
                                                                                   for w in SWAP_BN)
+#: (fp8 swaps at most SWAP_M_FP8 rows: the narrower widths only)
+_SWAPPED_FP8 = tuple(c for c in _SWAPPED if c["bn"] <= SWAP_M_FP8)
 
 
 def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotune=False) -> list:
@@ -94,7 +96,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             # (tiles whose N is not a multiple of 64 read B K-major only)
             out += [(dt, lay, c) for c in configs if lay[1] == "K" or c.get("bn", 64) % 64 == 0]
             if dt != "tf32" and lay[0] == "K":  # swapped small-M products: A's rows are the narrow tile's K-major B
-                out += [(dt, lay, dict(c)) for c in _SWAPPED]
+                out += [(dt, lay, dict(c)) for c in (_SWAPPED if sixteen else _SWAPPED_FP8)]
             if sixteen and lay[0] == "K":  # tall products swapped for their tiles' fill (pick_swap)
                 out += [(dt, lay, {"swap": 1, "bm": bm, "bn": bn}) for bm, bn in TILES]
     return out
