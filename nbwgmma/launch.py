@@ -18,6 +18,7 @@ import math
 import struct
 import threading
 
+from . import cudriver
 from .errors import NbwgmmaError
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
                          stream_handle)
@@ -212,59 +213,6 @@ def param_struct(arg_types) -> struct.Struct:
     return struct.Struct("<" + "".join(_SLOT[t] for t in arg_types))
 
 
-class _LaunchConfig(ctypes.Structure):
-    """The driver's ``CUlaunchConfig``."""
-
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
-                ("numAttrs", ctypes.c_uint)]
-
-
-class _LaunchAttribute(ctypes.Structure):
-    """The driver's ``CUlaunchAttribute`` holding a cluster shape (its 64-byte value union
-    starts with ``clusterDim``)."""
-
-    _fields_ = [("id", ctypes.c_int), ("_pad", ctypes.c_char * 4), ("x", ctypes.c_uint), ("y", ctypes.c_uint),
-                ("z", ctypes.c_uint), ("_rest", ctypes.c_char * 52)]
-
-
-def _launch_attributes(cluster, pdl):
-    """``(attribute id, value)`` pairs of a launch, each value three unsigned words at the start
-    of the attribute's value union: the cluster shape, and with ``pdl`` programmatic stream
-    serialization allowed (its first word 1: the kernel may start before the previous one in
-    the stream ends, and orders itself with ``griddep_wait``)."""
-    from cuda.bindings import driver as drv
-
-    ids = drv.CUlaunchAttributeID
-    attrs = []
-    if cluster is not None:
-        attrs.append((int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION), tuple(cluster)))
-    if pdl:
-        attrs.append((int(ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION), (1, 0, 0)))
-    return attrs
-
-
-@functools.lru_cache(maxsize=None)
-def _driver_launch():
-    """``cuLaunchKernelEx`` of the CUDA driver called through ctypes (about a microsecond a
-    call, a few times less than the ``cuda.bindings`` wrapper), or None where the driver
-    library cannot be opened this way."""
-    import os
-    import sys
-
-    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
-    try:
-        lib = ctypes.CDLL(name)
-        ptsz = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
-        fn = getattr(lib, "cuLaunchKernelEx_ptsz" if ptsz else "cuLaunchKernelEx")
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-    fn.restype = ctypes.c_int
-    return fn
-
-
 class PreparedLaunch:
     """Repeated launches of one ``cuda.core`` Kernel with one shape, at the cost of one
     ``cuLaunchKernelEx`` and packing the argument values.
@@ -299,12 +247,13 @@ class PreparedLaunch:
         self._params = ctypes.addressof(self._ptrs)
         self._lock = threading.Lock()
         self.grid, self.block, self.smem, self.cluster, self.pdl = grid, block, smem, cluster, bool(pdl)
-        fn = _driver_launch()
+        fn = cudriver.driver_launch()
         if fn is not None:
-            cfg = _LaunchConfig(*grid, *block, smem, None, None, 0)
-            attrs = _launch_attributes(cluster, pdl)
+            cfg = cudriver.LaunchConfig(*grid, *block, smem, None, None, 0)
+            attrs = cudriver.launch_attributes(cluster, pdl)
             if attrs:
-                self._attrs = (_LaunchAttribute * len(attrs))(*(_LaunchAttribute(i, b"", *v) for i, v in attrs))
+                self._attrs = (cudriver.LaunchAttribute * len(attrs))(*(cudriver.LaunchAttribute(i, b"", *v)
+                                                                        for i, v in attrs))
                 cfg.attrs, cfg.numAttrs = ctypes.addressof(self._attrs), len(attrs)
             self._ccfg, self._fn = cfg, fn
             # The call's arguments, converted once: configuration, function, parameter pointers.
@@ -325,7 +274,7 @@ class PreparedLaunch:
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
         cfg.sharedMemBytes = smem
         attrs = []
-        for ident, value in _launch_attributes(cluster, pdl):
+        for ident, value in cudriver.launch_attributes(cluster, pdl):
             at = drv.CUlaunchAttribute()
             at.id = drv.CUlaunchAttributeID(ident)
             if ident == int(drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION):

@@ -247,18 +247,19 @@ class _Recorder:
     """A ctypes function with cuLaunchKernelEx's signature that records each launch."""
 
     def __init__(self, slots, result=0):
-        from nbwgmma.launch import _LaunchAttribute, _LaunchConfig, param_struct
+        from nbwgmma.cudriver import LaunchAttribute, LaunchConfig
+        from nbwgmma.launch import param_struct
 
         self.calls, self.result = [], result
         st = param_struct(slots)
 
         def record(cfg, func, params, extra):
-            c = _LaunchConfig.from_address(cfg)
+            c = LaunchConfig.from_address(cfg)
             ptrs = (ctypes.c_void_p * len(slots)).from_address(params)
             raw = b"".join(ctypes.string_at(p, 8) for p in ptrs)
             cluster = None
             if c.numAttrs:
-                at = _LaunchAttribute.from_address(c.attrs)
+                at = LaunchAttribute.from_address(c.attrs)
                 cluster = (at.x, at.y, at.z)
             self.calls.append({"grid": (c.gridDimX, c.gridDimY, c.gridDimZ), "smem": c.sharedMemBytes,
                                "stream": c.hStream or 0, "func": func, "values": st.unpack(raw), "cluster": cluster})
@@ -279,6 +280,7 @@ class _Kernel:
 
 @pytest.fixture
 def driver(monkeypatch):
+    from nbwgmma import cudriver
     from nbwgmma import launch as L
 
     monkeypatch.setattr(L, "device_limits", lambda device=None: dict(L.H100_LIMITS))
@@ -286,7 +288,7 @@ def driver(monkeypatch):
 
     def install(slots, result=0):
         rec = _Recorder(slots, result)
-        monkeypatch.setattr(L, "_driver_launch", lambda: rec.fn)
+        monkeypatch.setattr(cudriver, "driver_launch", lambda: rec.fn)
         holder["rec"] = rec
         return rec
 

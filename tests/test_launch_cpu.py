@@ -50,7 +50,7 @@ import ctypes  # noqa: E402
 def test_launch_config_structs_match_the_driver_s():
     from cuda.bindings import driver as drv
 
-    from nbwgmma.launch import _LaunchAttribute, _LaunchConfig
+    from nbwgmma.cudriver import LaunchAttribute as _LaunchAttribute, LaunchConfig as _LaunchConfig
 
     cfg = drv.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = 3, 5, 7
