@@ -54,7 +54,8 @@ def test_a_precompiled_kernel_is_what_a_first_call_of_its_class_loads(tmp_path, 
     ("bf16", "KK", {"bm": 128, "bn": 128}, 304), ("f16", "MN", {"bm": 128, "bn": 256}, 304),
     ("e4m3", "KK", {"bm": 128, "bn": 128}, 304), ("tf32", "KK", {"bm": 128, "bn": 128}, 304),
     ("bf16", "KK", narrow_tile(96), 304), ("bf16", "KK", {"bm": 64, "bn": 128, "stages": 8, "split": 2}, 304),
-    ("bf16", "KK", swapped_config(16, 2), 40), ("bf16", "KK", swapped_config(16, 1), 1)])
+    ("bf16", "KK", swapped_config(16, 2), 40), ("bf16", "KK", swapped_config(16, 1), 1),
+    ("bf16", "KK", swapped_config(16, halves=True), 40)])
 def test_a_kernel_built_without_a_gpu_is_what_a_first_call_loads(tmp_path, monkeypatch, dtype, layout, cfg, m):
     """``precompile --arch sm_90a`` (Numba's PTX through ptxas, the plan's signature from array
     descriptions): the GPU process finds the kernel under the key it computes, and it is right."""
