@@ -364,6 +364,13 @@ def test_cluster_k_kernels_compile_clean(kind, out, epilogue, bn, bm, report_bat
 
 
 def test_cluster_k_config_rules():
+    from nbwgmma.kit import ClusterSplitK
+
+    assert repr(ClusterSplitK(64, consumers=1)) == "ClusterSplitK(bn=64, consumers=1)"
+    for bad in (3, True, "1"):
+        with pytest.raises(ValueError, match="consumers must be 2 .128-row tiles. or 1 .64-row tiles."):
+            ClusterSplitK(64, consumers=bad)
+    assert GemmConfig(bm=64, bn=16, cluster_k=2).consumers == 1
     cfg = GemmConfig(bm=128, bn=128, epilogue="tma", cluster_k=2)
     assert (cfg.cta_cluster, cfg.x_bytes, cfg.producer_regs) == (2, 32768, 56)
     assert cfg.stages * cfg.stage_bytes + cfg.c_bytes + cfg.x_bytes == cfg.smem_bytes <= 227 * 1024

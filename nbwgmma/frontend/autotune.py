@@ -115,8 +115,8 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
 
     A product of few rows that the default path swaps (:func:`nbwgmma.frontend.tiles.swapped_small_m`:
     16-bit or fp8 inputs, K-major A, ``a_major``) tries the swapped kernel's other K slicings first
-    (uncut, 2 and 4 slices and 2 halves in a cluster where they fit one wave): which pays depends on how much of B stays in
-    the GPU's L2 between calls (BENCHMARKS.md, 2026-11-27: uncut, 1 x 4096 x 4096 ran 1.07x as fast
+    (uncut, 2 and 4 slices and 2 halves in a cluster where they fit one wave): which pays depends
+    on how much of B stays in the GPU's L2 between calls (BENCHMARKS.md, 2026-11-27: uncut, 1 x 4096 x 4096 ran 1.07x as fast
     as in 2 split-K slices, 16 x 4096 x 4096 0.95x).
     """
     from ..kernels.gemm_config import GemmConfig

@@ -12,7 +12,8 @@ from ..kernels.gemm_config import STAGE_BUDGET  # (the swapped small-M tiles' st
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
-           "narrow_tile", "narrow_config", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill", "pick_narrow",
+           "narrow_tile", "narrow_config", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
+           "pick_narrow",
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES"]

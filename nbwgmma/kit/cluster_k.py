@@ -9,7 +9,8 @@ first half of its k-blocks and rank 1 the second (:attr:`ClusterSplitK.k_half`),
 main loop they trade halves of the accumulator: a tile of 128 rows is two consumer
 warpgroups of 64, and rank ``r`` keeps rows ``64 r ...`` (its consumer ``cw == r``); a tile of
 64 rows (``consumers=1``, the few-row products' narrow tiles) is one, and rank 0 keeps it
-whole while rank 1 only sends. The consumer that does not keep its rows sends its fragment with ``st.async`` into the peer CTA's exchange buffer
+whole while rank 1 only sends. The consumer that does not keep its rows sends its fragment
+with ``st.async`` into the peer CTA's exchange buffer
 (:func:`~nbwgmma.intrinsics.acc_send_cluster`, the bytes completing on the peer's "received"
 mbarrier) and goes on to its next tile at once; the keeper waits for the peer's part, adds it
 (:func:`~nbwgmma.intrinsics.acc_add_shared`), tells the peer its buffer is free again (a remote
