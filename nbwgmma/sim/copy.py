@@ -20,7 +20,7 @@ from ..layout.descriptor import SWIZZLE_PERIOD, swizzle_addr
 from ..layout.fragment import exchange_offset
 from ..layout.tma import TMA_DTYPES, box_copy_model
 from ..layout.wgmma_model import decode_elements, encode_elements
-from .core import IMPLS, RANK_SHIFT, SimHazard, SimStopped, addr_of, impl, me, split
+from .core import EXIT_CHECKS, IMPLS, RANK_SHIFT, SimHazard, SimStopped, addr_of, impl, me, split
 from .shadow import AsyncRead, AsyncWrite
 from .sync import complete_tx, mbar
 from .wgmma import read_acc
@@ -238,6 +238,24 @@ def _bulk_wait(n):
 
 IMPLS["bulk_wait_group"] = lambda n: _bulk_wait(n)
 IMPLS["bulk_wait_group_read"] = lambda n: _bulk_wait(n)
+
+
+def _stores_waited_at_exit(th):
+    """A thread that leaves the kernel with bulk stores whose reads of shared memory no
+    ``bulk_wait_group_read`` / ``bulk_wait_group`` covered: the CTA's shared memory may be freed
+    (and given to the next CTA) while the TMA unit still reads it."""
+    st = th.bulk
+    if st is None:
+        return
+    pending = len(st.open) + sum(len(g) for g in st.groups)
+    if pending:
+        raise SimHazard(f"thread {th.thread_id} of block ({th.blockIdx.x}, {th.blockIdx.y}) left the kernel with {pending} bulk "
+                        f"store(s) still reading shared memory{' (not committed)' if st.open else ''}: wait for "
+                        f"them with bulk_wait_group_read(0) or bulk_wait_group(0) after the last "
+                        f"bulk_commit_group, before the kernel ends")
+
+
+EXIT_CHECKS.append(_stores_waited_at_exit)
 
 
 @impl("cp_async")

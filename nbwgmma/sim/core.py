@@ -30,6 +30,9 @@ SMEM_BYTES = 1 << 18
 #: Offset of dynamic shared memory in the image (static arrays follow it).
 DYN_BASE = 1024
 RANK_SHIFT = 24
+#: Checks run on each thread that returns from the kernel, each may raise :class:`SimHazard`
+#: (registered by the modules that keep per-thread state: :mod:`nbwgmma.sim.copy`'s bulk stores).
+EXIT_CHECKS: list = []
 #: Clock entries kept for mbarriers per cluster (each mbarrier_init takes one).
 BARRIER_SLOTS = 1024
 _POLL_S = 0.2
@@ -275,6 +278,8 @@ class SimThread(threading.Thread):
     def run(self):
         try:
             self.fn(*self.args)
+            for check in EXIT_CHECKS:
+                check(self)
         except BaseException as e:  # reported by run()
             self.cl.fail(e if isinstance(e, Exception) else RuntimeError(repr(e)))
         finally:
