@@ -204,6 +204,17 @@ def test_a_copy_past_the_launch_s_dynamic_shared_memory_is_a_hazard():
         _run_tma(smem=dynamic_smem_bytes(BOX_BYTES // 2))
 
 
+def test_a_launch_without_the_alignment_slack_is_a_hazard():
+    """The dynamic shared memory's base need not be 1024-aligned (static arrays come first on
+    the GPU; the simulator places it 16 bytes past a 1 KiB boundary): a launch of exactly the
+    payload, with no room for ``dynamic_smem_base``'s round-up, overruns it; with
+    ``dynamic_smem_bytes(payload)`` it fits (the fixed kernel's test)."""
+    with pytest.raises(sim.SimHazard, match=r"a TMA load .*sim_hazard_cases.py:\d+\) accesses shared memory at "
+                                            r"0x[0-9a-f]+, outside what the kernel has: the launch's 8192 bytes of "
+                                            r"dynamic shared memory"):
+        _run_tma(smem=BOX_BYTES)
+
+
 def test_two_copies_of_one_phase_writing_the_same_bytes_is_a_hazard():
     with pytest.raises(sim.SimHazard, match=r"a TMA load at .*sim_hazard_cases.py:\d+\) writes shared memory at "
                                             r"0x[0-9a-f]+ that a copy issued at .*sim_hazard_cases.py:\d+ also "
@@ -264,7 +275,7 @@ def test_more_arrivals_than_pending_is_a_hazard():
 # --- TMA store: generic stores must be fenced and ordered; the source stays in flight -----
 
 
-def _store_kernel(fence=True, barrier=True, rewrite_early=False):
+def _store_kernel(fence=True, barrier=True, rewrite_early=False, wait=True):
     @cuda.jit
     def kernel(tmap, vals):
         dyn = cuda.shared.array(0, np.uint16)
@@ -282,7 +293,8 @@ def _store_kernel(fence=True, barrier=True, rewrite_early=False):
             bulk_commit_group()
             if rewrite_early:
                 dyn[off] = 0
-            bulk_wait_group(0)
+            if wait:
+                bulk_wait_group(0)
     return kernel
 
 
@@ -297,6 +309,14 @@ def _run_store(**flags):
 def test_fixed_tma_store_kernel_is_exact():
     got, want = _run_store()
     np.testing.assert_array_equal(got, want)
+
+
+def test_leaving_the_kernel_with_a_tma_store_in_flight_is_a_hazard():
+    """No bulk_wait_group before the kernel ends: the store may still read the CTA's shared
+    memory after its release."""
+    with pytest.raises(sim.SimHazard, match=r"thread 0 of block \(0, 0\) left the kernel with 1 bulk store\(s\) still "
+                                            r"reading shared memory: wait for them with bulk_wait_group_read\(0\)"):
+        _run_store(wait=False)
 
 
 def test_tma_store_of_unfenced_generic_stores_is_a_hazard():

@@ -42,7 +42,9 @@ order the Python threads run in, because it tracks happens-before with vector cl
 * two copies completing on one barrier phase that write the same bytes (overlapping
   destinations: which lands last is undefined);
 * shared memory outside what the kernel has: the launch's dynamic shared memory and its
-  static arrays (a launch with too little ``smem`` runs on the GPU out of bounds);
+  static arrays (a launch with too little ``smem`` runs on the GPU out of bounds; the dynamic
+  base sits 16 bytes past a 1 KiB boundary, so a launch without the slack that
+  ``dynamic_smem_base``'s round-up takes, ``dynamic_smem_bytes``, is reported);
 * a thread that leaves the kernel with bulk (TMA) stores still reading shared memory, no
   ``bulk_wait_group`` covering them;
 * a ``setmaxnreg_inc`` the CTA's register pool never satisfies (with launch bounds, the pool
@@ -58,9 +60,7 @@ reports it; likewise ``acc_add_shared``'s reads of an exchange buffer that a pee
 ``acc_send_cluster`` overwrites too early), a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
 only: register accesses are invisible here), copies finishing out of order (a TMA
 load lands when it is issued, so a pipeline turn passed too early cannot show), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
-not a report), a launch whose dynamic shared memory lacks the alignment slack that
-``dynamic_smem_base`` may consume (the simulated dynamic base is 1024-byte aligned: size it
-with ``nbwgmma.launch.dynamic_smem_bytes``), synchronization through memory (a flag stored with release semantics and read with acquire
+not a report), synchronization through memory (a flag stored with release semantics and read with acquire
 semantics orders nothing here: an mbarrier initialized and published that way is reported
 as unordered; use a barrier), and memory ordering weaker than sequential consistency (fences other than the proxy fence
 are no-ops; an mbarrier wait's or arrival's scope, ``cta`` or ``cluster``, changes nothing here, so a

@@ -27,8 +27,11 @@ from ..errors import own_source
 
 #: Bytes of shared memory per simulated CTA (the 14-bit descriptor address space).
 SMEM_BYTES = 1 << 18
-#: Offset of dynamic shared memory in the image (static arrays follow it).
-DYN_BASE = 1024
+#: Offset of dynamic shared memory in the image (static arrays follow it): 16-byte aligned, as
+#: CUDA promises, and on purpose not 1024-aligned (on the GPU static arrays come first, so the
+#: base is wherever they end): a kernel that aligns it for a swizzle (``dynamic_smem_base``)
+#: without asking the launch for the slack (``dynamic_smem_bytes``) overruns it here too.
+DYN_BASE = 1024 + 16
 RANK_SHIFT = 24
 #: Checks run on each thread that returns from the kernel, each may raise :class:`SimHazard`
 #: (registered by the modules that keep per-thread state: :mod:`nbwgmma.sim.copy`'s bulk stores).
