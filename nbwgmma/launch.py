@@ -22,6 +22,7 @@ from . import cudriver
 from .errors import NbwgmmaError
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
                          stream_handle)
+from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
            "device_limits", "H100_LIMITS", "PreparedLaunch", "array_arg_types", "array_arg_values", "LAUNCH_CACHE",
@@ -373,7 +374,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
         return
 
     fast = None
-    if _DEBUG_WAIT is None:  # a repeated launch of the same signature skips Numba's argument path
+    if DEBUG_WAIT_TIMEOUT_S is None:  # a repeated launch of the same signature skips Numba's argument path
         fast = _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key, pdl)
         if fast is True:
             return
@@ -405,7 +406,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     core_launch(core_stream, LaunchConfig(**cfg), cufunc.kernel, *kernelargs)
     for wb in retr:
         wb()
-    if _DEBUG_WAIT is not None:
+    if DEBUG_WAIT_TIMEOUT_S is not None:
         _sync_debug(core_stream, kernel)
     elif fast is not None:  # remember this signature: the next launch of it takes the short path
         key = fast
@@ -457,8 +458,6 @@ def _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key, 
     return True
 
 
-from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S as _DEBUG_WAIT  # noqa: E402
-
 
 def _sync_debug(core_stream, kernel):
     """Debug-wait mode: wait for the kernel and name it if it stopped."""
@@ -468,7 +467,7 @@ def _sync_debug(core_stream, kernel):
         name = getattr(getattr(kernel, "py_func", None), "__qualname__", repr(kernel))
         raise KernelStoppedError(
             f"kernel {name} stopped: {e}. In debug-wait mode this is usually an mbarrier wait that "
-            f"passed its {_DEBUG_WAIT:g} s deadline; the kernel printed which block, thread and "
+            f"passed its {DEBUG_WAIT_TIMEOUT_S:g} s deadline; the kernel printed which block, thread and "
             f"barrier above. The CUDA context is unusable after a trap: restart the process."
         ) from e
 
