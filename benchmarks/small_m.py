@@ -28,7 +28,7 @@ def main():
     import torch
 
     from nbwgmma.bench import device_times, problem
-    from nbwgmma.frontend.tiles import SWAP_BN, SWAP_M, SWAP_M_FP8, swapped_config, swapped_small_m
+    from nbwgmma.frontend.tiles import SWAP_M, SWAP_M_FP8, swapped_config, swapped_small_m
     from nbwgmma.launch import device_limits
 
     sms = device_limits()["multiprocessors"]
@@ -42,8 +42,8 @@ def main():
         for n in (int(v) for v in args.n.split(",")):
             for k in (int(v) for v in args.k.split(",")):
                 _, _, ours, cublas = problem(m, n, k, args.dtype, "KK")
-                bn = next(w for w in SWAP_BN if w >= m)
                 took = swapped_small_m(m, n, k, sms, bits)
+                bn = took["bn"]
                 cuts = [swapped_config(bn), swapped_config(bn, halves=True), swapped_config(bn, 4), swapped_config(bn, 2)]
                 fns = [ours(None)] + [ours(c) for c in cuts]
                 t = device_times(torch, fns + [cublas], 3, args.repeats)

@@ -150,8 +150,9 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
         return [{}] + [c for c in out if c != default]
     # the default path swaps (``default`` is then the unswapped plan's config: a challenger like the others)
     tiles, kblocks, sms = math.ceil(n / 64), math.ceil(k * bits / 1024), device_limits()["multiprocessors"]
-    cuts = [swapped_config(taken["bn"], s) for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 2 * s)]
-    if tiles * 2 <= sms and kblocks >= 4:
+    fits = [s for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 2 * s)]  # parts of K in one wave
+    cuts = [swapped_config(taken["bn"], s) for s in fits]
+    if 2 in fits:  # two parts also as halves on a 2-CTA cluster
         cuts.append(swapped_config(taken["bn"], halves=True))
     swapped = [c for c in cuts if c != taken]
     return [{}] + swapped + out
