@@ -9,6 +9,7 @@ import math
 
 from .. import sim
 from ..kernels.gemm_config import STAGE_BUDGET  # (the swapped small-M tiles' stages)
+from ..kit.cluster_k import ClusterSplitK  # (their exchange buffer with K in halves)
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
@@ -276,7 +277,7 @@ def swapped_config(bn, split=1, halves=False):
     split-K slices, or with ``halves`` K in halves on the two CTAs of a cluster (``cluster_k``:
     their exchange buffer of 64 x ``bn`` f32 takes shared memory from the stages): 64 x ``bn``
     tiles, as many stages as fit up to 16."""
-    x_bytes = 64 * bn * 4 if halves else 0
+    x_bytes = ClusterSplitK.bytes_for(bn) if halves else 0
     cfg = {"swap": 1, "bm": 64, "bn": bn, "stages": min(16, (STAGE_BUDGET - x_bytes) // ((64 + bn) * 128))}
     return cfg | ({"cluster_k": 2} if halves else {"split": split} if split > 1 else {})
 

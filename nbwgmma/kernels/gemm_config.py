@@ -298,7 +298,7 @@ class GemmConfig:
         #: narrow tile's whole part (unswizzled rows of 2 bn bytes)
         self.c_box = 32 if f32_out else 64 if (bn // c_parts) % 64 == 0 else bn // c_parts
         self.c_bytes = c_bytes(c_parts, c_slots)
-        self.x_bytes = ClusterSplitK(bn).buffer_bytes if cluster_k == 2 else 0  # the K halves' exchange buffer
+        self.x_bytes = ClusterSplitK.bytes_for(bn) if cluster_k == 2 else 0  # the K halves' exchange buffer
         budget = smem - self.c_bytes - self.x_bytes
         if stages is None:
             stages = min(DEFAULT_STAGES.get((bm, bn), NARROW_STAGES if bn % 64 else 4), budget // self.stage_bytes)

@@ -60,6 +60,12 @@ class ClusterSplitK(types.ModuleType):
 
     barrier_words = 2
 
+    @staticmethod
+    def bytes_for(bn: int) -> int:
+        """Shared-memory bytes of the exchange buffer for tiles ``bn`` wide: one 64-row f32
+        fragment (the ``buffer_bytes`` of a ``ClusterSplitK(bn)``)."""
+        return 64 * bn * 4
+
     def __init__(self, bn: int, consumers: int = 2):
         if not isinstance(bn, int) or isinstance(bn, bool) or bn % 8 or not 8 <= bn <= 256:
             raise ValueError(f"ClusterSplitK: bn must be a multiple of 8 from 8 to 256 (a wgmma N); got {bn!r}")
@@ -68,7 +74,7 @@ class ClusterSplitK(types.ModuleType):
                              f"{consumers!r}")
         super().__init__(f"ClusterSplitK({bn})")
         self.bn, self.consumers = bn, consumers
-        self.buffer_bytes = 64 * bn * 4
+        self.buffer_bytes = self.bytes_for(bn)
         self._build()
 
     def __repr__(self):
