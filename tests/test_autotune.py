@@ -98,7 +98,7 @@ def test_few_rows_try_the_swapped_kernels_other_k_slicings(sms_132):
     halves, two, four = uncut | {"cluster_k": 2}, uncut | {"split": 2}, uncut | {"split": 4}
     cands = autotune.candidates("f32.bf16.bf16", 16, 4096, 4096)  # the default: halves; 4 slices do not fit
     assert cands[1:3] == [uncut, two] and halves not in cands and four not in cands
-    assert autotune.candidates("f32.bf16.bf16", 1, 4096, 2048)[1:3] == [two, halves]  # the default: uncut
+    assert autotune.candidates("f32.bf16.bf16", 9, 4096, 2048)[1:3] == [two, halves]  # the default: uncut
     assert autotune.candidates("f32.bf16.bf16", 16, 2048, 8192)[1:4] == [uncut, two, halves]  # default: 4 slices
     assert autotune.candidates("f32.bf16.bf16", 16, 2560, 4096)[1:3] == [uncut, halves]  # default: 2 slices
     assert autotune.candidates("f32.e4m3.e4m3", 16, 4096, 16384)[1:3] == [two, halves]

@@ -253,12 +253,13 @@ def test_small_m_choice(monkeypatch):
     assert pick_small_m(16, 4096, 2048, 16, **a_mn) == t | {"split": 2}  # 32 k-blocks: 2 slices
     assert pick_small_m(16, 4096, 1024, 16, **a_mn) == t  # 16 k-blocks: uncut
     assert pick_small_m(32, 8192, 8192, 16, **a_mn) == t  # 64 tiles: uncut (32 rows: 64 x 128 tiles stay)
-    # Swapped (C^T = B^T A^T): N in 64-row tiles, the rows in a 16-, 32-, 48- or 64-wide tile.
+    # Swapped (C^T = B^T A^T): N in 64-row tiles, the rows in a tile 8, 16, 32, 40, 48 or 64 wide.
     sw = {"swap": 1, "bm": 64, "stages": 16}
     assert pick_small_m(48, 4096, 4096, 16) == sw | {"bn": 48, "stages": 15, "cluster_k": 2}
-    assert pick_small_m(33, 4096, 2048, 16) == sw | {"bn": 48}
+    assert pick_small_m(33, 4096, 2048, 16) == sw | {"bn": 40}
     assert pick_small_m(16, 4096, 4096, 16) == sw | {"bn": 16, "cluster_k": 2}  # 64 tiles x 2 halves in clusters
-    assert pick_small_m(1, 4096, 1024, 16) == sw | {"bn": 16}  # 16 k-blocks: uncut
+    assert pick_small_m(1, 4096, 1024, 16) == sw | {"bn": 8}  # 16 k-blocks: uncut; one row, 8 columns
+    assert pick_small_m(40, 4096, 1024, 16) == sw | {"bn": 40} and pick_small_m(41, 4096, 1024, 16) == sw | {"bn": 48}
     assert pick_small_m(32, 8192, 8192, 16) == sw | {"bn": 32}  # 128 tiles: uncut
     assert pick_small_m(16, 14336, 4096, 16) == sw | {"bn": 16}  # 224 tiles: within two waves
     assert pick_small_m(64, 2048, 8192, 16) == sw | {"bn": 64, "stages": 14, "split": 4}

@@ -213,9 +213,11 @@ SMALL_M = 256
 SWAP_M = 64
 SWAP_M_FP8 = 32
 #: The narrow tiles' widths (the tokens' side of a swapped product).
-#: 48 for 33-48 rows: at 48 x 4096 x 4096 and 48 x 4096 x 3072 (K in halves) 48 columns ran 1.12x as fast
-#: as 64 on an H100 (0.840 / 0.861 against 0.748 / 0.772 cuBLAS; BENCHMARKS.md, 2026-11-27).
-SWAP_BN = (16, 32, 48, 64)
+#: The narrower the tile, the faster the few-row kernel on an H100 (BENCHMARKS.md, 2026-11-27, the
+#: same cut of K): 48 columns against 64 for 36-48 rows 1.12x (geometric mean of 10 problems,
+#: 0.98-1.25x), 40 against 48 for 40 rows 1.03-1.10x, 8 against 16 for 1-8 rows 1.03-1.17x; 24 against
+#: 32 and 56 against 64 gained 0-3% and are left out (fewer kernels to build).
+SWAP_BN = (8, 16, 32, 40, 48, 64)
 
 
 #: Bytes of B (the weight a swapped small-M product streams) up to which two K slices pay on
@@ -236,7 +238,7 @@ def swapped_small_m(m, n, k, sms, input_bits=16):
     """The swapped config for a 16-bit product of at most :data:`SWAP_M` rows (fp8:
     :data:`SWAP_M_FP8`; ``input_bits`` 16 or 8): the kernel
     computes C^T = B^T A^T, so B's N columns fill 64-row wgmma blocks and A's few rows are
-    the wgmma's N, a tile 16, 32, 48 or 64 wide (the smallest of :data:`SWAP_BN` that holds
+    the wgmma's N, a tile 8 to 64 wide (the smallest of :data:`SWAP_BN` that holds
     them). Such a product only streams B: 64-row tiles spread it over the most SMs, its
     stages are small (10-16 KiB), so up to 16 of them keep the most bytes in flight.
 
