@@ -467,6 +467,28 @@ def test_cp_async_data_read_without_the_copies_arrival_is_a_hazard():
         _run_cp_async(arrive=False)
 
 
+def _prefetching_kernel():
+    from nbwgmma.intrinsics import prefetch_l1
+
+    @cuda.jit
+    def kernel(v, byte, out):
+        t = cuda.threadIdx.x
+        if t == 0:
+            prefetch_l1(v, byte)  # a cache hint: no value changes
+        cuda.syncthreads()
+        out[t] = v[t] * 2
+    return kernel
+
+
+def test_prefetch_l1_changes_nothing_and_a_byte_outside_the_array_is_reported():
+    v = np.arange(32, dtype=np.float32) - 5
+    out = cuda.to_device(np.full(32, np.nan, np.float32))
+    launch(_prefetching_kernel(), 1, 32, (cuda.to_device(v), 127, out))  # the last byte
+    np.testing.assert_array_equal(out.copy_to_host(), v * 2)
+    with pytest.raises(sim.SimHazard, match=r"prefetch_l1 of byte 128 of an array of 128 bytes"):
+        launch(_prefetching_kernel(), 1, 32, (cuda.to_device(v), 128, out))
+
+
 def _register_split(dec, inc):
     from nbwgmma.intrinsics import setmaxnreg_dec, setmaxnreg_inc
 

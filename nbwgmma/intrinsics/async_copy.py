@@ -1,19 +1,21 @@
-"""Non-bulk asynchronous copies from global to shared memory, completed on an mbarrier.
+"""Non-bulk asynchronous copies from global to shared memory, completed on an mbarrier, and
+the prefetch of global memory into the L1 cache.
 
-PTX ISA, "Data Movement and Conversion Instructions: cp.async" and
-"cp.async.mbarrier.arrive". A thread issues small copies (4, 8 or 16 bytes) that run
+PTX ISA, "Data Movement and Conversion Instructions: cp.async",
+"cp.async.mbarrier.arrive" and "prefetch, prefetchu". A thread issues small copies (4, 8 or 16 bytes) that run
 without holding its registers; ``cp.async.mbarrier.arrive.noinc`` then makes an mbarrier
 count one arrival of the thread once all of its earlier copies have landed. So a warp can
 gather scattered values (a column of per-row scales, say) into a pipeline's slot and move on
 at once: count its threads in the barrier's expected arrivals, and the consumers' wait on
-the barrier both sees the bytes and orders them.
+the barrier both sees the bytes and orders them. ``prefetch_l1`` only warms the SM's L1
+cache with a line of global memory that a later load of any thread of the CTA will read.
 """
 
 from __future__ import annotations
 
 from ._asm import ArrayPtr, Imm, Reg, ptx_intrinsic, u32, u64
 
-__all__ = ["cp_async", "cp_async_zfill", "cp_async_mbarrier_arrive_noinc"]
+__all__ = ["cp_async", "cp_async_zfill", "cp_async_mbarrier_arrive_noinc", "prefetch_l1"]
 
 cp_async = ptx_intrinsic(
     "cp_async",
@@ -55,4 +57,21 @@ cp_async_mbarrier_arrive_noinc = ptx_intrinsic(
     "Once every earlier :func:`cp_async` of this thread has completed, arrive once on the mbarrier "
     "``bar`` (``.noinc``: the arrival counts against the barrier's expected count, so count this "
     "thread in it); a wait on the barrier then sees the copied bytes.",
+)
+
+prefetch_l1 = ptx_intrinsic(
+    "prefetch_l1",
+    """{
+.reg .u64 %nbw_g;
+cvta.to.global.u64 %nbw_g, $array;
+add.u64 %nbw_g, %nbw_g, $offset;
+prefetch.global.L1 [%nbw_g];
+}""",
+    params=[ArrayPtr("array"), Reg("offset", u64)],
+    memory=False,
+    doc="``prefetch.global.L1 [a]`` (PTX ISA: prefetch, prefetchu). Bring the cache line holding byte "
+    "``offset`` of the global array ``array`` into the SM's L1 cache; it changes no value, so later "
+    "loads of the line by any thread of the CTA hit L1 instead of waiting for L2 (the line stays "
+    "while nothing evicts it: TMA loads into shared memory do not pass through L1). Keep ``offset`` "
+    "inside the array.",
 )

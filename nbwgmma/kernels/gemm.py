@@ -49,7 +49,7 @@ from ..intrinsics import (
     acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
-    griddep_wait, named_barrier_sync, setmaxnreg_dec,
+    griddep_wait, named_barrier_sync, prefetch_l1, setmaxnreg_dec,
     setmaxnreg_inc, smem_addr, tma_store_2d,
 )
 from ..kit.cluster_k import ClusterSplitK
@@ -111,6 +111,8 @@ def _build(key):
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
+    prefetch = _prefetcher(cfg)  # the tile's parts of its epilogue's vectors into L1, by the producer
+    PREFETCH = prefetch is not None
     largest_part = _largest(PART_COLS, not cfg.zero_padding) if AMAX else None
     largest_all = _largest(BN, not cfg.zero_padding) if AMAX else None
     SLOTS = ALL_CONS // 32 if AMAX else 1  # a running |value| maximum per consumer warp (amax)
@@ -334,6 +336,8 @@ def _build(key):
                     while g < g1:
                         t, kb0, kb1 = stream_segment(g, g1, kblocks)
                         pm, pn = sched.tile(t, tiles_mc, tiles_n, 0)
+                        if PREFETCH:
+                            prefetch(vec, xs, pm * BM, pn * BN)
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
                             full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
@@ -348,6 +352,8 @@ def _build(key):
                         # multicasts its share of B for its peers; its own A rows are a copy.
                         if pm >= tiles_m:
                             pm = tiles_m - 1
+                        if PREFETCH:
+                            prefetch(vec, xs, pm * BM, pn * BN)
                         b_row = pn * BN + rank * B_PART_ROWS
                         kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                         if KC > 1:  # this CTA's half of the tile's k-blocks (the peer loads the same rows)
@@ -485,6 +491,37 @@ def _fused_epilogue(cfg, width, pack):
     ns = {"mapped": mapped, "acc_add": acc_add, "acc_scale": acc_scale, "acc_load": acc_load}
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue parts>", "exec"), ns)
     return inlined(ns["epi"])
+
+
+_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+@inlined
+def _prefetch_span(v, start, span, es):
+    """Bring ``v[start:start + span]`` (elements of ``es`` bytes, the part inside ``v``) into L1: a
+    prefetch per 128-byte line, the last one at the span's last element."""
+    end = min(start + span, len(v)) - 1
+    if start <= end:
+        for j in range((span * es + 127) // 128 + 1):
+            prefetch_l1(v, min(start + j * (128 // es), end) * es)
+
+
+def _prefetcher(cfg):
+    """``prefetch(vec, xs, row0, col0)``: the producer thread's prefetch into L1 of the parts of the
+    epilogue's vectors (the bias, a user function's per-row and per-column extras) that the tile at
+    (``row0``, ``col0``) reads, a main loop before its epilogue loads them, so that they hit L1
+    there instead of waiting for L2 (part by part: each part's loads come just before its values
+    are stored). None where the epilogue reads no vector."""
+    vecs = [("vec", cfg.bias, _BYTES[cfg.bias_type])] if cfg.bias else []
+    vecs += [(f"xs[{j}]", kind, _BYTES[vtype]) for j, (kind, vtype) in enumerate(cfg.extras) if kind != "scalar"]
+    if not vecs:
+        return None
+    lines = ["def prefetch(vec, xs, row0, col0):"]
+    lines += [f"    span({src}, {'col0' if kind == 'col' else 'row0'}, {cfg.bn if kind == 'col' else cfg.bm}, {es})"
+              for src, kind, es in vecs]
+    ns = {"span": _prefetch_span}
+    exec(compile("\n".join(lines), "<nbwgmma.kernels.gemm vector prefetch>", "exec"), ns)
+    return inlined(ns["prefetch"])
 
 
 def _parts_store(parts, part_regs, part_cols, slot_bytes, slots, put_part, packed, epi=None):

@@ -295,6 +295,19 @@ def _copy(dst, array, offset, size, nvalid):
     th.cp_async = (th.cp_async or []) + [(cta, off, data)]
 
 
+@impl("prefetch_l1")
+def _prefetch_l1(array, offset):
+    """A cache hint: no value changes; a byte outside the array is reported (on the GPU the
+    address may be unmapped)."""
+    a = np.asarray(array)
+    off = int(offset)
+    span = (sum((d - 1) * st for d, st in zip(a.shape, a.strides)) + a.itemsize) if a.size else 0
+    if not (0 <= off < span and all(st >= 0 for st in a.strides)):
+        th = me()
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: prefetch_l1 of byte {off} of an array of {span} "
+                        f"bytes (shape {a.shape}, strides {a.strides})")
+
+
 @impl("cp_async_zfill")
 def _cp_async_zfill(dst, array, offset, nvalid):
     n = int(nvalid)

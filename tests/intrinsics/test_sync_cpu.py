@@ -79,6 +79,7 @@ CASES = {
     "cp_async_zfill": ("cp_async_zfill(a, out, 16, st[0])", "cp.async.cg.shared::cta.global", "LDGSTS.E.BYPASS.128.ZFILL"),
     "cp_async_mbarrier_arrive_noinc": ("cp_async_mbarrier_arrive_noinc(a)", "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
                                        "ARRIVES.LDGSTSBAR"),
+    "prefetch_l1": ("prefetch_l1(out, s * 4)", "prefetch.global.L1", "CCTL.E.PF1"),
 }
 
 
