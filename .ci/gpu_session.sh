@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 NUMBA_ENABLE_CUDASIM=1 python3 tests/sim_vs_gpu.py "$OUT/sim.npz" > /dev/null && python3 tests/sim_vs_gpu.py "$OUT/gpu.npz" > /dev/null \
   && python3 tests/sim_vs_gpu.py --compare "$OUT/sim.npz" "$OUT/gpu.npz" | tee "$OUT/sim_vs_gpu.log"
 [ -n "${SKIP_TESTS:-}" ] || \
-timeout ${TEST_TIMEOUT:-900} python3 -m pytest -m gpu -q -p no:cacheprovider -rf ${PYTEST_ARGS:-} \
+timeout ${TEST_TIMEOUT:-900} python3 -m pytest -m gpu --gpu-parallel -q -p no:cacheprovider -rf ${PYTEST_ARGS:-} \
   2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|^FAILED|^ERROR|fuzz:" | tail -20
 if [ -n "${SANITIZE:-}" ]; then
   python3 -m pytest -q -s -m sanitizer --run-sanitizer tests/test_sanitizer.py 2>&1 | tee "$OUT/sanitizer.log" \
