@@ -76,7 +76,8 @@ def pytest_collection_modifyitems(config, items):
         # One GPU: its tests run one after another in one worker (--dist loadgroup), as in a
         # serial run, so that no two processes time or fill the GPU at once. --gpu-parallel
         # spreads them instead: most of their time is compiling, on the CPU (no test asserts a
-        # time; an H100 ran 442 of them on 16 workers in 440 s, serially 560 s took 119).
+        # time but test_debug_wait's generous 15 s; an H200 ran 442 of them spread over 16
+        # workers in 440 s, where one worker got through 119 in 555 s).
         if config.getoption("--gpu-parallel"):
             return
         for item in items:

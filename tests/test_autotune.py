@@ -99,6 +99,8 @@ def test_few_rows_try_the_swapped_kernels_other_k_slicings(sms_132):
     cands = autotune.candidates("f32.bf16.bf16", 16, 4096, 4096)  # the default: halves; 4 slices do not fit
     assert cands[1:3] == [uncut, two] and halves not in cands and four not in cands
     assert autotune.candidates("f32.bf16.bf16", 9, 4096, 2048)[1:3] == [two, halves]  # the default: uncut
+    one = {"swap": 1, "bm": 64, "bn": 8, "stages": 16}  # one row: the 8-wide tile
+    assert autotune.candidates("f32.bf16.bf16", 1, 4096, 2048)[1:3] == [one | {"split": 2}, one | {"cluster_k": 2}]
     assert autotune.candidates("f32.bf16.bf16", 16, 2048, 8192)[1:4] == [uncut, two, halves]  # default: 4 slices
     assert autotune.candidates("f32.bf16.bf16", 16, 2560, 4096)[1:3] == [uncut, halves]  # default: 2 slices
     assert autotune.candidates("f32.e4m3.e4m3", 16, 4096, 16384)[1:3] == [two, halves]

@@ -240,7 +240,7 @@ def swapped_small_m(m, n, k, sms, input_bits=16):
     computes C^T = B^T A^T, so B's N columns fill 64-row wgmma blocks and A's few rows are
     the wgmma's N, a tile 8 to 64 wide (the smallest of :data:`SWAP_BN` that holds
     them). Such a product only streams B: 64-row tiles spread it over the most SMs, its
-    stages are small (10-16 KiB), so up to 16 of them keep the most bytes in flight.
+    stages are small (9-16 KiB), so up to 16 of them keep the most bytes in flight.
 
     K is cut where that pays for the slices' sum: never below :data:`SPLIT_MIN_KBLOCKS`
     k-blocks; in 4 slices (split-K: each slice's f32 part parked, a fence, a counter, the last

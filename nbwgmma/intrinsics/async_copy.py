@@ -72,6 +72,6 @@ prefetch.global.L1 [%nbw_g];
     doc="``prefetch.global.L1 [a]`` (PTX ISA: prefetch, prefetchu). Bring the cache line holding byte "
     "``offset`` of the global array ``array`` into the SM's L1 cache; it changes no value, so later "
     "loads of the line by any thread of the CTA hit L1 instead of waiting for L2 (the line stays "
-    "while nothing evicts it: TMA loads into shared memory do not pass through L1). Keep ``offset`` "
-    "inside the array.",
+    "while nothing evicts it: TMA loads into shared memory do not pass through L1, but a fence of "
+    "GPU scope or a cluster barrier's wait invalidates L1). Keep ``offset`` inside the array.",
 )

@@ -112,7 +112,9 @@ def _build(key):
     CONS_FLOATS = 64 * BN
 
     prefetch = _prefetcher(cfg)  # the tile's parts of its epilogue's vectors into L1, by the producer
-    PREFETCH = prefetch is not None
+    # (not where a fence of GPU scope (split-K's and stream-K's counters) or the cluster barrier of
+    # cluster_k's exchange comes between: each empties L1, CCTL.IVALL)
+    PREFETCH = prefetch is not None and cfg.split == 1 and not cfg.stream_k and cfg.cluster_k == 1
     largest_part = _largest(PART_COLS, not cfg.zero_padding) if AMAX else None
     largest_all = _largest(BN, not cfg.zero_padding) if AMAX else None
     SLOTS = ALL_CONS // 32 if AMAX else 1  # a running |value| maximum per consumer warp (amax)
