@@ -458,7 +458,6 @@ def _repeat_launch(kernel, grid, block, args, stream, smem, cluster, quick_key, 
     return True
 
 
-
 def _sync_debug(core_stream, kernel):
     """Debug-wait mode: wait for the kernel and name it if it stopped."""
     try:

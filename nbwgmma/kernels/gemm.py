@@ -112,9 +112,7 @@ def _build(key):
     CONS_FLOATS = 64 * BN
 
     prefetch = _prefetcher(cfg)  # the tile's parts of its epilogue's vectors into L1, by the producer
-    # (not where a fence of GPU scope (split-K's and stream-K's counters) or the cluster barrier of
-    # cluster_k's exchange comes between: each empties L1, CCTL.IVALL)
-    PREFETCH = prefetch is not None and cfg.split == 1 and not cfg.stream_k and cfg.cluster_k == 1
+    PREFETCH = prefetch is not None
     largest_part = _largest(PART_COLS, not cfg.zero_padding) if AMAX else None
     largest_all = _largest(BN, not cfg.zero_padding) if AMAX else None
     SLOTS = ALL_CONS // 32 if AMAX else 1  # a running |value| maximum per consumer warp (amax)
@@ -338,8 +336,6 @@ def _build(key):
                     while g < g1:
                         t, kb0, kb1 = stream_segment(g, g1, kblocks)
                         pm, pn = sched.tile(t, tiles_mc, tiles_n, 0)
-                        if PREFETCH:
-                            prefetch(vec, xs, pm * BM, pn * BN)
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
                             full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
@@ -513,7 +509,11 @@ def _prefetcher(cfg):
     epilogue's vectors (the bias, a user function's per-row and per-column extras) that the tile at
     (``row0``, ``col0``) reads, a main loop before its epilogue loads them, so that they hit L1
     there instead of waiting for L2 (part by part: each part's loads come just before its values
-    are stored). None where the epilogue reads no vector."""
+    are stored). None where the epilogue reads no vector, and in split-K, stream-K and ``cluster_k``
+    kernels: a fence of GPU scope (the slices' counters) or the cluster barrier of the halves'
+    exchange comes between and empties L1 (``CCTL.IVALL``)."""
+    if cfg.split > 1 or cfg.stream_k or cfg.cluster_k > 1:
+        return None
     vecs = [("vec", cfg.bias, _BYTES[cfg.bias_type])] if cfg.bias else []
     vecs += [(f"xs[{j}]", kind, _BYTES[vtype]) for j, (kind, vtype) in enumerate(cfg.extras) if kind != "scalar"]
     if not vecs:

@@ -258,6 +258,11 @@ def _stores_waited_at_exit(th):
 EXIT_CHECKS.append(_stores_waited_at_exit)
 
 
+def _byte_span(a):
+    """Bytes from an array's first element to the end of its last (0 when it is empty)."""
+    return (sum((d - 1) * st for d, st in zip(a.shape, a.strides)) + a.itemsize) if a.size else 0
+
+
 @impl("cp_async")
 def _cp_async(dst, array, offset, size):
     """A non-bulk copy: its bytes are read now and land at the thread's next
@@ -277,7 +282,7 @@ def _copy(dst, array, offset, size, nvalid):
     if off % size or (a.ctypes.data + off_src) % size:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async of {size} bytes needs both addresses aligned "
                         f"to {size}; got shared 0x{int(dst):x} and byte {off_src} of an array at 0x{a.ctypes.data:x}")
-    span = (sum((d - 1) * st for d, st in zip(a.shape, a.strides)) + a.itemsize) if a.size else 0
+    span = _byte_span(a)
     if nvalid and not (0 <= off_src and off_src + nvalid <= span and all(st >= 0 for st in a.strides)):
         raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async reads bytes {off_src}..{off_src + nvalid - 1} "
                         f"of an array of {span} bytes (shape {a.shape}, strides {a.strides})")
@@ -301,7 +306,7 @@ def _prefetch_l1(array, offset):
     address may be unmapped)."""
     a = np.asarray(array)
     off = int(offset)
-    span = (sum((d - 1) * st for d, st in zip(a.shape, a.strides)) + a.itemsize) if a.size else 0
+    span = _byte_span(a)
     if not (0 <= off < span and all(st >= 0 for st in a.strides)):
         th = me()
         raise SimHazard(f"thread {th.thread_id} at {th.where}: prefetch_l1 of byte {off} of an array of {span} "
