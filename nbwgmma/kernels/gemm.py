@@ -49,13 +49,13 @@ from ..intrinsics import (
     acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
-    griddep_wait, named_barrier_sync, prefetch_l1, setmaxnreg_dec,
+    griddep_wait, named_barrier_sync, setmaxnreg_dec,
     setmaxnreg_inc, smem_addr, tma_store_2d,
 )
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
-from ..kit.epilogue import acc_map, activation
+from ..kit.epilogue import acc_map, activation, col_values
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_owner, stream_range, stream_segment
 from ..kit.warpgroup import warpgroup_sync
@@ -106,13 +106,38 @@ def _build(key):
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
     # a fused bias, activation, beta * C, user function
     EPI = cfg.fused
-    epi_part = _fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not VALUES else None) if EPI else None
-    epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
+    # A bias per column, in the persistent tile loop (no split-K, stream-K or cluster_k), is
+    # loaded into registers before each tile's main loop (col_values) and its parts mapped from
+    # there: its loads were the epilogue's, part by part, each waited for with the tensor cores
+    # idle (4.7% of a 256 x 160 bf16 product at 4096 x 14336 x 4096 on an H200, 10 parts per
+    # consumer; 1.6% in two parts at 128 x 256). Only for a 16-bit bias and 16-bit outputs without
+    # C, a user function or amax: the others' epilogues are near their registers' limit already
+    # (fp8 codes with amax and a bias at 128 x 256 spilled 508 bytes, an f32 bias with gelu 20-116).
+    HOIST = cfg.bias == "col" and not cfg.with_c and cfg.user is None and not STREAM and KC == 1 \
+        and SPLIT == 1 and not VALUES and not AMAX and cfg.bias_type != "f32"
+    hoisted = (lambda off: off) if HOIST else (lambda off: None)
+    epi_parts = [_fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not VALUES else None,
+                                 hoisted(p * PART_COLS)) for p in range(cfg.c_parts)] if EPI else None
+    epi_all = _fused_epilogue(cfg, BN, None, hoisted(0)) if EPI and not TMA_EPI else None  # (register stores)
+    colv = col_values(BN, vtype=cfg.bias_type) if HOIST else None
+
+    if HOIST:
+        @inlined
+        def tile_ep(ring, base, s, ph, kb0, kb1, cw, ctid, ep, col0):
+            """The tile's main loop, and ``ep`` with the thread's bias values for the tile at column
+            ``col0`` in place of the bias, loaded while the last stage's wgmmas run."""
+            acc, s, ph, prev = coop.tile_open(ring, base, s, ph, kb0, kb1, cw, ctid)
+            ept = (colv(ep[0][col0:ep[2]], ctid),) + ep[1:]
+            coop.drain(ring, ctid, prev)
+            return acc, s, ph, ept
+    else:
+        @inlined
+        def tile_ep(ring, base, s, ph, kb0, kb1, cw, ctid, ep, col0):
+            acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
+            return acc, s, ph, ep
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
-    prefetch = _prefetcher(cfg)  # the tile's parts of its epilogue's vectors into L1, by the producer
-    PREFETCH = prefetch is not None
     largest_part = _largest(PART_COLS, not cfg.zero_padding) if AMAX else None
     largest_all = _largest(BN, not cfg.zero_padding) if AMAX else None
     SLOTS = ALL_CONS // 32 if AMAX else 1  # a running |value| maximum per consumer warp (amax)
@@ -180,7 +205,7 @@ def _build(key):
             return acc_to_bf16x2(acc)
         return acc_to_f16x2(acc)
 
-    store = _parts_store(cfg.c_parts, PART_REGS, PART_COLS, SLOT_BYTES, C_SLOTS, put_part, packed, epi_part) \
+    store = _parts_store(cfg.c_parts, PART_REGS, PART_COLS, SLOT_BYTES, C_SLOTS, put_part, packed, epi_parts) \
         if TMA_EPI else store_direct
 
     @inlined
@@ -350,8 +375,6 @@ def _build(key):
                         # multicasts its share of B for its peers; its own A rows are a copy.
                         if pm >= tiles_m:
                             pm = tiles_m - 1
-                        if PREFETCH:
-                            prefetch(vec, xs, pm * BM, pn * BN)
                         b_row = pn * BN + rank * B_PART_ROWS
                         kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                         if KC > 1:  # this CTA's half of the tile's k-blocks (the peer loads the same rows)
@@ -412,10 +435,10 @@ def _build(key):
                     t, sp = sched.split_unit(u, nsplit)
                     pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
                     kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
-                    acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
+                    acc, s, ph, ept = tile_ep(ring, base, s, ph, kb0, kb1, cw, ctid, ep, pn * BN)
                     if pm < tiles_m:
                         finish_blocks(acc, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit,
-                                      pm * BM + cw * CROWS, pn * BN, cbase, m, ep)
+                                      pm * BM + cw * CROWS, pn * BN, cbase, m, ept)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
             if AMAX:
@@ -442,11 +465,14 @@ def _build(key):
     return cuda.jit(launch_bounds=(cfg.threads, 1))(ns["gemm"])
 
 
-def _fused_epilogue(cfg, width, pack):
+def _fused_epilogue(cfg, width, pack, offset=None):
     """``epi(acc, ctid, row0, col0, ep) -> fragment`` of ``cfg``'s fused epilogue over a 64 x
     ``width`` fragment whose tile starts at (``row0``, ``col0``): ``user(act(v + beta * C + bias),
     row, col, *extras)`` per value (C's values read with ``acc_load``), packed into 16-bit pairs
-    with ``pack`` (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, M, N, C, beta, the extras)."""
+    with ``pack`` (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, M, N, C, beta, the extras).
+    With ``offset`` (a per-column bias only) ``ep[0]`` is instead the tuple of the thread's bias
+    values for the whole tile (:func:`nbwgmma.kit.col_values`) and the fragment lies ``offset``
+    columns into the tile."""
     bias, act = cfg.bias, cfg.act
     if (cfg.with_c or any(kind != "scalar" for kind, _ in cfg.extras)) and width > 64 and width % 64 == 0:
         # With C, 64 columns at a time: C's values, the bias's and the results of a whole part
@@ -454,9 +480,9 @@ def _fused_epilogue(cfg, width, pack):
         # bias and gelu_tanh; 240 so; C alone none). 256-row tiles (two accumulators) with C and a
         # bias still spill 176-600 bytes in 32-column parts (16-column ones: more). So with a user
         # function's vectors (a bias, gelu_tanh and two vectors: 280 bytes in 128-column parts).
-        sub = _fused_epilogue(cfg, 64, pack)
-        parts = [f"sub(acc[{32 * j}:{32 * (j + 1)}], ctid, row0, col0 + {64 * j}, ep)" for j in range(width // 64)]
-        ns = {"sub": sub}
+        parts = [f"sub{j}(acc[{32 * j}:{32 * (j + 1)}], ctid, row0, col0 + {64 * j}, ep)" for j in range(width // 64)]
+        ns = {f"sub{j}": _fused_epilogue(cfg, 64, pack, None if offset is None else offset + 64 * j)
+              for j in range(width // 64)}
         exec(compile(f"def epi(acc, ctid, row0, col0, ep):\n    return {' + '.join(parts)}\n",
                      "<nbwgmma.kernels.gemm epilogue by 64 columns>", "exec"), ns)
         return inlined(ns["epi"])
@@ -478,9 +504,11 @@ def _fused_epilogue(cfg, width, pack):
     ns = {"f": activation(act) if act else None, "u": cfg.user, "I": np.int64}
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue>", "exec"), ns)
     mapped = acc_map(inlined(ns["value"]), width, cols=len(vecs["col"]), rows=len(vecs["row"]),
-                     nextra=len(vecs["scalar"]), pack=pack, vtype=tuple(t for _, t, _ in vecs["col"] + vecs["row"]))
+                     nextra=len(vecs["scalar"]), pack=pack, vtype=tuple(t for _, t, _ in vecs["col"] + vecs["row"]),
+                     loaded=offset is not None)
     # the tile's part of each vector, the scalars as they are
-    args = [f"{x}[col0:n]" for _, _, x in vecs["col"]] + [f"{x}[row0:m]" for _, _, x in vecs["row"]] \
+    args = [f"{x}[{offset // 4}:{(offset + width) // 4}]" if offset is not None else f"{x}[col0:n]"
+            for _, _, x in vecs["col"]] + [f"{x}[row0:m]" for _, _, x in vecs["row"]] \
         + [x for _, _, x in vecs["scalar"]]
     src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n, cmat, beta, xs = ep[:6]"]
     if cfg.with_c:  # beta * C's part, added to the (scaled) product first
@@ -491,55 +519,21 @@ def _fused_epilogue(cfg, width, pack):
     return inlined(ns["epi"])
 
 
-_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
-
-
-@inlined
-def _prefetch_span(v, start, span, es):
-    """Bring ``v[start:start + span]`` (elements of ``es`` bytes, the part inside ``v``) into L1: a
-    prefetch per 128-byte line, the last one at the span's last element."""
-    end = min(start + span, len(v)) - 1
-    if start <= end:
-        for j in range((span * es + 127) // 128 + 1):
-            prefetch_l1(v, min(start + j * (128 // es), end) * es)
-
-
-def _prefetcher(cfg):
-    """``prefetch(vec, xs, row0, col0)``: the producer thread's prefetch into L1 of the parts of the
-    epilogue's vectors (the bias, a user function's per-row and per-column extras) that the tile at
-    (``row0``, ``col0``) reads, a main loop before its epilogue loads them, so that they hit L1
-    there instead of waiting for L2 (part by part: each part's loads come just before its values
-    are stored). None where the epilogue reads no vector, and in split-K, stream-K and ``cluster_k``
-    kernels: a fence of GPU scope (the slices' counters) or the cluster barrier of the halves'
-    exchange comes between and empties L1 (``CCTL.IVALL``)."""
-    if cfg.split > 1 or cfg.stream_k or cfg.cluster_k > 1:
-        return None
-    vecs = [("vec", cfg.bias, _BYTES[cfg.bias_type])] if cfg.bias else []
-    vecs += [(f"xs[{j}]", kind, _BYTES[vtype]) for j, (kind, vtype) in enumerate(cfg.extras) if kind != "scalar"]
-    if not vecs:
-        return None
-    lines = ["def prefetch(vec, xs, row0, col0):"]
-    lines += [f"    span({src}, {'col0' if kind == 'col' else 'row0'}, {cfg.bn if kind == 'col' else cfg.bm}, {es})"
-              for src, kind, es in vecs]
-    ns = {"span": _prefetch_span}
-    exec(compile("\n".join(lines), "<nbwgmma.kernels.gemm vector prefetch>", "exec"), ns)
-    return inlined(ns["prefetch"])
-
-
-def _parts_store(parts, part_regs, part_cols, slot_bytes, slots, put_part, packed, epi=None):
+def _parts_store(parts, part_regs, part_cols, slot_bytes, slots, put_part, packed, epis=None):
     """The TMA epilogue's ``store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep)`` of one 64-row
     block: its packed registers in ``parts`` parts of ``part_cols`` columns, part ``p`` through
     the consumer's shared tile ``p % slots`` (the parts written out: a tuple's slices are static).
-    With a fused epilogue ``epi`` each part's values are mapped and packed just before it goes."""
+    With a fused epilogue (``epis``: one per part) each part's values are mapped and packed just
+    before it goes."""
     lines = ["def store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep):"]
-    if epi is None:
+    if epis is None:
         lines.append("    regs = packed(acc)")
     for p in range(parts):
-        regs = f"regs[{p * part_regs}:{(p + 1) * part_regs}]" if epi is None else \
-            f"epi(acc[{p * part_cols // 2}:{(p + 1) * part_cols // 2}], ctid, row0, col0 + {p * part_cols}, ep)"
+        regs = f"regs[{p * part_regs}:{(p + 1) * part_regs}]" if epis is None else \
+            f"epi{p}(acc[{p * part_cols // 2}:{(p + 1) * part_cols // 2}], ctid, row0, col0 + {p * part_cols}, ep)"
         lines.append(f"    put_part({regs}, tmap_c, ctid, cw, row0, "
                      f"col0 + {p * part_cols}, cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)")
-    ns = {"packed": packed, "put_part": put_part, "epi": epi}
+    ns = {"packed": packed, "put_part": put_part, **{f"epi{p}": e for p, e in enumerate(epis or ())}}
     exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {parts} parts>", "exec"), ns)
     return inlined(ns["store"])
 

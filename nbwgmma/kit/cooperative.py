@@ -60,7 +60,9 @@ class Cooperative(types.ModuleType):
     ``tile(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph)`` (warpgroup ``cw``'s
     accumulator of k-blocks ``kb0 .. kb1 - 1``, ``kb1 > kb0``, every stage released; with
     ``blocks=2`` ``acc`` is the pair of accumulators of its rows ``128 cw ..`` and ``128 cw +
-    64 ..``)."""
+    64 ..``). ``tile`` is ``tile_open(...) -> (acc, s, ph, prev)``, which returns with the last
+    stage's wgmmas still running, then ``drain(ring, ct, prev)``, which waits for them and
+    releases that stage: code between the two (loads an epilogue needs) runs under them."""
 
     def __init__(self, kind: str, pipe: TmaPipeline, bm: int, bn: int, *, a_major: str = "K", b_major: str = "K",
                  blocks: int = 1):
@@ -164,7 +166,7 @@ class Cooperative(types.ModuleType):
                 pipe.consumer_release(ring, prev)
 
         @cuda.jit(device=True, inline=True)
-        def tile(ring, base, s, ph, kb0, kb1, cw, ct):
+        def tile_open(ring, base, s, ph, kb0, kb1, cw, ct):
             acc = acc_undef(KIND, BN)
             prev = 0
             for kb in range(kb0, kb1):
@@ -185,13 +187,12 @@ class Cooperative(types.ModuleType):
                 retire(ring, kb > kb0, ct, prev)
                 prev = s
                 s, ph = pipe.advance(s, ph)
-            drain(ring, ct, prev)
-            return acc, s, ph
+            return acc, s, ph, prev
 
         A_BLK = 64 * 128  # bytes between 64-row A blocks (either layout)
 
         @cuda.jit(device=True, inline=True)
-        def tile2(ring, base, s, ph, kb0, kb1, cw, ct):
+        def tile2_open(ring, base, s, ph, kb0, kb1, cw, ct):
             acc0 = acc_undef(KIND, BN)
             acc1 = acc_undef(KIND, BN)
             prev = 0
@@ -215,7 +216,14 @@ class Cooperative(types.ModuleType):
                 retire(ring, kb > kb0, ct, prev)
                 prev = s
                 s, ph = pipe.advance(s, ph)
-            drain(ring, ct, prev)
-            return (acc0, acc1), s, ph
+            return (acc0, acc1), s, ph, prev
 
-        self.load, self.tile = load, (tile if self.blocks == 1 else tile2)
+        opened = tile_open if self.blocks == 1 else tile2_open
+
+        @cuda.jit(device=True, inline=True)
+        def tile(ring, base, s, ph, kb0, kb1, cw, ct):
+            acc, s, ph, prev = opened(ring, base, s, ph, kb0, kb1, cw, ct)
+            drain(ring, ct, prev)
+            return acc, s, ph
+
+        self.load, self.tile, self.tile_open, self.drain = load, tile, opened, drain

@@ -43,7 +43,7 @@ from ..intrinsics.errors import NbwgmmaTypingError
 from .device import inlined
 from .warpgroup import warpgroup_sync
 
-__all__ = ["acc_map", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
+__all__ = ["acc_map", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
            "silu", "sigmoid", "value_coords"]
 
 
@@ -182,7 +182,7 @@ def _fragment_check(what: str, count: int):
 
 
 def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype: str = "f32",
-            pack: str | None = None, vtype: str = "f32"):
+            pack: str | None = None, vtype: str = "f32", loaded: bool = False):
     """A device function ``(acc, tid, row0, col0, *vectors, *extra) -> fragment`` applying the
     device function ``fn(value, row, col, *vector_values, *extra)`` to every value of a 64 x
     ``n`` accumulator fragment of thread ``tid`` (0-127 in its warpgroup) whose tile starts at
@@ -202,7 +202,13 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     Each result is converted back to the accumulator's type (``dtype`` "f32" or "s32"); with
     ``pack`` "bf16" or "f16" adjacent results are packed into 32-bit registers as they are
     made (the ``acc_to_bf16x2`` layout, ready for ``acc_stmatrix_swizzled``), so the f32
-    results never need registers of their own: the epilogue keeps at most the fragment live."""
+    results never need registers of their own: the epilogue keeps at most the fragment live.
+
+    With ``loaded=True`` each per-column argument is instead the tuple of the thread's ``n / 4``
+    values that :func:`col_values` loaded (already of the accumulator's type, ``vtype`` then
+    unused for them): a kernel loads a tile's vector values early (before its main loop, so the
+    loads' latency hides under it) and maps the tile's parts with static slices of the tuple
+    (part ``p`` of ``w`` columns: ``values[p * w // 4:(p + 1) * w // 4]``)."""
     if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
         raise ValueError(f"acc_map: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
     if dtype not in _DTYPES:
@@ -229,7 +235,9 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
              "    r = row0 + lr",
              "    c = col0 + lc"]
     loads = ["T(W({}))" if v == "bf16" else "T({})" for v in vtypes]  # an element, as the accumulator's type
-    for j in range(cols):  # value pair i, i+1 sits in columns lc + 8 * (i // 4) + {0, 1}
+    for j in range(cols if loaded else 0):  # values col_values loaded
+        lines += [f"    v{j}_{k} = v{j}[{k}]" for k in range(n // 4)]
+    for j in range(0 if loaded else cols):  # value pair i, i+1 sits in columns lc + 8 * (i // 4) + {0, 1}
         load = loads[j]
         lines.append(f"    if len(v{j}) >= {n}:")
         lines += [f"        v{j}_{k} = {load.format(f'v{j}[lc + {k // 2 * 8 + k % 2}]')}" for k in range(n // 4)]
@@ -253,8 +261,37 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         else:
             lines.append(f"        {value(i)}, {value(i + 1)},")
     lines.append("    )")
-    name = f"acc_map({getattr(fn, '__name__', 'fn')}, n={n})"
+    name = f"acc_map({getattr(fn, '__name__', 'fn')}, n={n}{', loaded' if loaded else ''})"
     ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": _fragment_check(name, n // 2),
           "W": _bf16_value() if "bf16" in vtypes else None}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
     return inlined(ns["mapped"])
+
+
+def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
+    """A device function ``(vector, tid) -> tuple`` of the ``n / 4`` values of a per-column
+    vector that thread ``tid`` (0-127 in its warpgroup) needs for a 64 x ``n`` fragment whose
+    first column is the vector's element 0 (``bias[col0:n]``): the elements of columns ``lc +
+    8 * (k // 2) + k % 2`` (``lc = 2 * (tid % 4)``) in order, each converted to the
+    accumulator's type (``dtype``), zero past the vector's end (no compares where it covers the
+    fragment). ``vtype`` as in :func:`acc_map`. The tuple feeds ``acc_map(..., loaded=True)``:
+    issued before a tile's main loop, the loads complete under it instead of stalling each
+    part of the epilogue (the registers stay live meanwhile: ``n / 4`` of them)."""
+    if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
+        raise ValueError(f"col_values: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"col_values: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
+    if vtype not in VECTOR_TYPES:
+        raise ValueError(f"col_values: vtype must be one of {VECTOR_TYPES}; got {vtype!r}")
+    load = "T(W({}))" if vtype == "bf16" else "T({})"
+    cols = [k // 2 * 8 + k % 2 for k in range(n // 4)]
+    # (each value a name of its own: a tuple display of more than 30 conditional expressions
+    # becomes a list turned into a tuple, which Numba cannot type)
+    lines = ["def values(v, tid):", "    lc = (tid & 3) << 1", f"    if len(v) >= {n}:"]
+    lines += [f"        x{k} = {load.format(f'v[lc + {c}]')}" for k, c in enumerate(cols)]
+    lines.append("    else:")
+    lines += [f"        x{k} = {load.format(f'v[lc + {c}]')} if lc + {c} < len(v) else T(0)" for k, c in enumerate(cols)]
+    lines.append("    return (" + "".join(f"x{k}, " for k in range(len(cols))) + ")")
+    ns = {"T": _DTYPES[dtype], "W": _bf16_value() if vtype == "bf16" else None}
+    exec(compile("\n".join(lines), f"<nbwgmma.kit.col_values(n={n})>", "exec"), ns)
+    return inlined(ns["values"])
