@@ -176,6 +176,42 @@ def test_acc_map_reads_column_and_row_vectors_once_and_zero_past_their_end(ncols
     np.testing.assert_array_equal(out.copy_to_host(), 2 * cv[None, :] + rv[:, None])
 
 
+@cuda.jit(device=True, inline=True)
+def _col_only(v, row, col, b):
+    return v + b
+
+
+@pytest.mark.parametrize("vtype, ncols", [("f32", 96), ("bf16", 96), ("f16", 50), ("bf16", 7)])
+def test_col_values_feed_acc_map_in_parts_as_the_vector_would(vtype, ncols):
+    """col_values loads a 96-column tile's values once; acc_map(loaded=True) maps two parts of 48
+    columns from static slices of them: the same as acc_map reading each part's slice of the
+    vector (ragged vectors too: zero past the end)."""
+    from nbwgmma.kit import col_values
+
+    values = col_values(96, vtype=vtype)
+    part = acc_map(_col_only, 48, cols=1, loaded=True)
+    direct = acc_map(_col_only, 48, cols=1, vtype=vtype)
+    vec = (np.arange(1, 97, dtype=np.float32) * 3 - 100)
+    dev = vec.astype(np.float16) if vtype == "f16" else \
+        (vec.view(np.uint32) >> 16).astype(np.uint16) if vtype == "bf16" else vec  # (small integers: exact)
+
+    @cuda.jit
+    def kernel(out, ref, v, nc):
+        t = cuda.threadIdx.x
+        acc = acc_zeros("f32.bf16.bf16", 96)
+        vals = values(v[:nc], t)
+        acc_store(part(acc[:24], t, 0, 0, vals[:12]) + part(acc[24:], t, 0, 48, vals[12:]), "f32.bf16.bf16", out,
+                  t, 0, 0)
+        acc_store(direct(acc[:24], t, 0, 0, v[:nc]) + direct(acc[24:], t, 0, 48, v[48:nc]), "f32.bf16.bf16", ref,
+                  t, 0, 0)
+
+    out, ref = (cuda.to_device(np.full((64, 96), np.nan, np.float32)) for _ in range(2))
+    launch(kernel, 1, 128, (out, ref, cuda.to_device(dev), ncols))
+    want = np.where(np.arange(96) < ncols, vec, 0)[None, :].repeat(64, 0)
+    np.testing.assert_array_equal(ref.copy_to_host(), want)
+    np.testing.assert_array_equal(out.copy_to_host(), want)
+
+
 def test_two_warpgroups_taking_turns_alternate():
     """turn_wait / turn_pass: warpgroups 0 and 1 write their turns in strict alternation."""
     from nbwgmma.kit import turn_pass, turn_wait

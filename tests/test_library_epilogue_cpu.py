@@ -58,8 +58,10 @@ def test_plan_signature_and_swapped_bias(monkeypatch):
 
 def test_bias_gelu_kernel_compiles_like_the_plain_one(monkeypatch):
     """128 x 256 tiles (8192^3): the same HGMMAs, TMA stores and stmatrix as the plain kernel, two
-    MUFU per value for gelu_tanh, no spills; with C added too, spills (240 bytes) only in the
-    epilogue, none in the main loop."""
+    MUFU per value for gelu_tanh, no spills, the bf16 bias's 64 values per thread loaded once per
+    tile, between the last stage's wgmmas and the wait for them (two code paths: the vector
+    covering the tile or not); with C added too, spills (240 bytes) only in the epilogue, none in
+    the main loop."""
     plain = _plan(8192, 8192, 8192, {}, None, monkeypatch)
     fused = _plan(8192, 8192, 8192, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, None, monkeypatch)
     rp = compile_report(gemm_kernel(plain.cfg), plain.signature())
@@ -68,6 +70,11 @@ def test_bias_gelu_kernel_compiles_like_the_plain_one(monkeypatch):
         assert rf.sass.get(op) == rp.sass.get(op), (op, rf.sass, rp.sass)
     assert rf.spill_bytes == 0 and rf.local_memory_ops == 0 and not rf.warnings, rf
     assert rf.sass_full.get("MUFU.EX2", 0) >= 128 and rf.sass_full.get("MUFU.RCP", 0) >= 128, rf.sass_full
+    lines = rf.sass_text.splitlines()
+    last = max(i for i, line in enumerate(lines) if "HGMMA" in line)
+    drained = min(i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line and i > last)
+    loads = [i for i, line in enumerate(lines) if "LDG.E.U16" in line]  # (the bias's bf16 elements)
+    assert len(loads) == 2 * 64 and all(last < i < drained for i in loads), (len(loads), last, drained, loads[:4])
     with_c = _plan(8192, 8192, 8192, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, "bf16", monkeypatch)
     rc = compile_report(gemm_kernel(with_c.cfg), with_c.signature())
     assert rc.sass.get("HGMMA") == rp.sass.get("HGMMA") and rc.spill_bytes <= 240, rc
