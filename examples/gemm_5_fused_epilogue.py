@@ -1,21 +1,24 @@
 """GEMM step 5: your own fused GEMM on the authoring kit, ``C = gelu_tanh(A @ B^T + bias)``.
 
-The kernel a user writes for a fused epilogue, with every host step in the open. One
-producer thread feeds a ring of 6 TMA stages (``TmaPipeline``); two consumer warpgroups
-each compute a whole 128 x 128 tile and take tiles in turn (``PingPong``): while one runs
-its main loop on the tensor cores, the other runs its epilogue, so the epilogue's math
-(a bias, an activation, any user function mapped with ``acc_map``) costs no tensor-core
-time. A persistent grid walks pairs of vertically adjacent tiles in grouped order
-(``TileScheduler``), one tile of each pair per consumer. The epilogue goes out in 64 x 64
-parts through two shared blocks per consumer (``stmatrix``, then a TMA store that runs
-while the next part is computed).
+The kernel a user writes for a fused epilogue, with every host step in the open, from the
+blocks the library GEMM is built of. One producer thread feeds a ring of 4 TMA stages
+(``TmaPipeline``, ``tile_producer``); two consumer warpgroups share each 256 x 128 tile, 128
+rows each in two 64-row accumulators (``Cooperative``, ``blocks=2``), on a persistent grid
+that walks the tiles in grouped order (``TileScheduler``). While a tile's last wgmmas run, each
+thread loads the bias values its columns need (``col_values``); then the epilogue maps your
+function over each 64 x 64 part (``acc_map``) and stores it through two shared blocks per
+consumer (``stmatrix``, then a TMA store that runs while the next part is computed). The
+epilogue runs with the tensor cores idle, on tiles large enough to keep them fed the rest of
+the time; ``PingPong`` (the guide) hides it instead, with 128 x 128 tiles that read more shared
+memory per FLOP than an SM delivers.
 
     python examples/gemm_5_fused_epilogue.py [M [N K]]
 
 On an H100: checks C against float64 and times it against PyTorch's fused cuBLASLt epilogue
-(``torch._addmm_activation(..., use_gelu=True)``), the unfused expression and the plain
-library product. Without a GPU it prints the compile report; in the simulator
-(``NUMBA_ENABLE_CUDASIM=1``) it runs one pair of tiles of small integers with ReLU (exact).
+(``torch._addmm_activation(..., use_gelu=True)``), the unfused expression and the library's
+plain and fused products. Without a GPU it prints the compile report; in the simulator
+(``NUMBA_ENABLE_CUDASIM=1``) it runs two tiles of small integers with ReLU (exact), the second
+past N's end.
 """
 
 import sys
@@ -23,31 +26,28 @@ import sys
 import numpy as np
 from numba import cuda, types
 
-from nbwgmma.intrinsics import (
-    bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d,
-)
-from nbwgmma.kit import (PingPong, TileScheduler, TmaPipeline, acc_map, activation, inlined, tile_producer,
-                         tma_store_part)
+from nbwgmma.intrinsics import bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc
+from nbwgmma.kit import (Cooperative, TileScheduler, TmaPipeline, acc_map, activation, col_values, inlined,
+                         tile_producer, tma_store_part)
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
 KIND = "f32.bf16.bf16"
-BM, BN, BK, STAGES = 128, 128, 64, 6  # one warpgroup's tile; the two consumers take tiles in turn
-A_BYTES, STAGE = BM * 128, (BM + BN) * 128
-C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2
-pipe = TmaPipeline(STAGES, consumers=1)
-pp = PingPong(KIND, pipe)  # the consumers' side: main loop of a 128 x 128 tile, turns, ring
+BM, BN, BK, STAGES = 256, 128, 64, 4  # a CTA's tile: two consumers of 128 rows, 64 K (128 bytes) a stage
+pipe = TmaPipeline(STAGES, consumers=2)
+coop = Cooperative(KIND, pipe, BM, BN, blocks=2)  # the consumers' main loop: two m64n128 accumulators each
 sched = TileScheduler(BM, BN, BK, group_m=8)
+C_OFF, C_PART = STAGES * coop.stage_bytes, 64 * 64 * 2
 
 
 @cuda.jit(device=True, inline=True)
-def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage: A's rows, then B's
+def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage: A's 256 rows, B's 128
     tmap_a, tmap_b = maps
-    tma_load_2d(slot, tmap_a, full, kb * BK, tm * BM)
-    tma_load_2d(slot + A_BYTES, tmap_b, full, kb * BK, tn * BN)
+    coop.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN, coop.a_bytes)
 
 
-produce = tile_producer(pipe, sched, STAGE, load, pairs=True)  # the producer thread's walk over pairs of tiles
+produce = tile_producer(pipe, sched, coop.stage_bytes, load)  # the producer thread's walk over the tiles
+bias_values = col_values(BN)  # a thread's 32 bias values of a 128-column tile
 
 
 def make_kernel(act):
@@ -55,7 +55,7 @@ def make_kernel(act):
     def bias_act(v, row, col, b):  # the user's epilogue: any scalar device code; b = bias[col]
         return act(v + b)
 
-    part = acc_map(bias_act, 64, cols=1, pack="bf16")  # 64 columns -> packed bf16 pairs
+    part = acc_map(bias_act, 64, cols=1, pack="bf16", loaded=True)  # 64 columns -> packed bf16 pairs
 
     @cuda.jit(launch_bounds=(384, 1))
     def gemm_bias_act(tmap_a, tmap_b, tmap_c, bias, m, n, k):
@@ -66,27 +66,25 @@ def make_kernel(act):
             setmaxnreg_dec(40)
             if tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
-        else:  # two consumer warpgroups, each a whole 128 x 128 tile, taking tiles in turn
+        else:  # two consumer warpgroups, 128 rows of each tile apiece
             setmaxnreg_inc(232)
             cw, ct = tid // 128 - 1, tid % 128
             c0 = base + C_OFF + cw * 2 * C_PART
             c1 = c0 + C_PART
-            s, ph = pp.start(cw, kblocks)
-            for u in range(2 * sched.first() + cw, nunits, 2 * sched.step()):  # tiles 2p + cw
+            s, ph = 0, 0
+            for u in range(sched.first(), nunits, sched.step()):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                other_next = u + 1 if cw == 0 else u + 2 * sched.step() - 1  # the other's next tile
-                # wait for the turn, main loop, pass the turn if the other has a tile left
-                acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != 2 * sched.first(),
-                                            other_next < nunits)
-                row0, col0 = tm * BM, tn * BN
+                # the main loop, returning with its last wgmmas in flight: load the bias meanwhile
+                (acc0, acc1), s, ph, prev = coop.tile_open(ring, base, s, ph, 0, kblocks, cw, ct)
+                b = bias_values(bias[tn * BN:n], ct)
+                coop.drain(ring, ct, prev)  # the last wgmmas done, their stage released
+                row0, col0 = tm * BM + cw * 128, tn * BN
                 # 64 columns at a time through the consumer's two shared blocks, in turn
-                tma_store_part(part(acc0[:32], ct, row0, col0, bias[col0:n]), c0, ct, cw, tmap_c, col0, row0)
-                tma_store_part(part(acc0[32:], ct, row0, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
-                               col0 + 64, row0)
-                tma_store_part(part(acc1[:32], ct, row0 + 64, col0, bias[col0:n]), c0, ct, cw, tmap_c,
-                               col0, row0 + 64)
-                tma_store_part(part(acc1[32:], ct, row0 + 64, col0 + 64, bias[col0 + 64:n]), c1, ct, cw, tmap_c,
-                               col0 + 64, row0 + 64)
+                tma_store_part(part(acc0[:32], ct, row0, col0, b[:16]), c0, ct, cw, tmap_c, col0, row0)
+                tma_store_part(part(acc0[32:], ct, row0, col0 + 64, b[16:]), c1, ct, cw, tmap_c, col0 + 64, row0)
+                tma_store_part(part(acc1[:32], ct, row0 + 64, col0, b[:16]), c0, ct, cw, tmap_c, col0, row0 + 64)
+                tma_store_part(part(acc1[32:], ct, row0 + 64, col0 + 64, b[16:]), c1, ct, cw, tmap_c, col0 + 64,
+                               row0 + 64)
             if ct == 0:
                 bulk_wait_group(0)
 
@@ -105,7 +103,7 @@ def run(kernel, a, b, bias, c, ctas):
     ta = TensorMap(a, (BM, BK), dtype="bf16")  # 128-byte swizzle, the layout the descriptors read
     tb = TensorMap(b, (BN, BK), dtype="bf16")
     tc = TensorMap(c, (64, 64), dtype="bf16")  # 64-column blocks of the swizzled C tile
-    grid = sched.grid(m, n, k, ctas, at_once=2)  # a pair of tiles per CTA at a time
+    grid = sched.grid(m, n, k, ctas)
     # pdl: the kernel may start while the previous one in the stream ends (pipe.setup() waits for
     # it with griddep_wait; the producer lets the next one in once its last load is issued)
     launch(kernel, grid, 384, (ta.address, tb.address, tc.address, bias, np.int32(m), np.int32(n), np.int32(k)),
@@ -113,21 +111,22 @@ def run(kernel, a, b, bias, c, ctas):
 
 
 def simulate():
-    """One pair of 128x128 tiles (one per consumer) of small integers, ReLU epilogue, exact
-    (Numba's CUDA simulator)."""
+    """Two 256 x 128 tiles along N of small integers, the second past N's end (N = 200: the bias's
+    slice and C's stores stop there), ReLU epilogue, exact (Numba's CUDA simulator)."""
     from nbwgmma.layout.wgmma_model import encode_elements
 
     rng = np.random.default_rng(0)
-    a = rng.integers(-2, 3, (2 * BM, 2 * BK)).astype(np.float64)
-    b = rng.integers(-2, 3, (BN, 2 * BK)).astype(np.float64)
-    bias = rng.integers(-8, 9, BN).astype(np.float32)
+    n = 200
+    a = rng.integers(-2, 3, (BM, 2 * BK)).astype(np.float64)
+    b = rng.integers(-2, 3, (n, 2 * BK)).astype(np.float64)
+    bias = rng.integers(-8, 9, n).astype(np.float32)
     bits = [cuda.to_device(encode_elements(x, "bf16").view(np.uint16).reshape(x.shape)) for x in (a, b)]
-    c = cuda.to_device(np.full((2 * BM, BN), 0x7FC0, np.uint16))  # bf16 NaN: every element must be written
+    c = cuda.to_device(np.full((BM, n), 0x7FC0, np.uint16))  # bf16 NaN: every element must be written
     run(make_kernel(activation("relu")), bits[0], bits[1], cuda.to_device(bias), c, 1)
     got = (c.copy_to_host().astype(np.uint32) << 16).view(np.float32)
     ref = np.maximum(a @ b.T + bias, 0)
     err = float(np.max(np.abs(got - ref)))
-    print(f"simulated {2 * BM}x{BN}x{2 * BK} relu(A @ B^T + bias): max |C - ref| = {err:g}")
+    print(f"simulated {BM}x{n}x{2 * BK} relu(A @ B^T + bias): max |C - ref| = {err:g}")
     if err != 0.0:
         raise SystemExit("mismatch")
     return err
@@ -155,6 +154,8 @@ def benchmark(m, n, k, repeats=20):
     plain = torch.empty_like(c)
     peers = {"nbwgmma": ours,
              "nbwgmma.matmul, no epilogue": lambda: matmul(a, b.t(), out=plain),
+             "nbwgmma.matmul(bias, gelu_tanh)": lambda: matmul(a, b.t(), bias=bias16, activation="gelu_tanh",
+                                                               out=plain),
              "cuBLASLt fused (_addmm_activation)": lambda: torch._addmm_activation(bias16, a, b.t(), use_gelu=True),
              "unfused F.gelu(a @ b.T + bias)": lambda: F.gelu(a @ b.t() + bias16, approximate="tanh")}
     # batches of 10 back-to-back calls, the contenders taking turns, median of the rounds

@@ -1,6 +1,6 @@
 """Ping-pong consumers: two warpgroups that take 128 x BN tiles in turn.
 
-The consumer side of the schedule in ``examples/gemm_5_fused_epilogue.py`` as one block:
+The consumer side of the ping-pong schedule as one block (the guide, "Two schedules"):
 each consumer warpgroup computes a whole 128 x 128 tile (two m64n128 accumulators over a
 stage of 128 A rows and 128 B rows of 128 bytes of K each, 128-byte swizzle) and the two
 take tiles in turn, so one's epilogue runs under the other's main loop. The producer fills
