@@ -7,7 +7,7 @@ from numba import cuda, types
 
 from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
 from nbwgmma.intrinsics.errors import NbwgmmaTypingError
-from nbwgmma.kit import TileScheduler, TmaPipeline, acc_map
+from nbwgmma.kit import TileScheduler, TmaPipeline, acc_map, col_values
 from nbwgmma.report import compile_report
 
 PIPE = TmaPipeline(4, consumers=2)
@@ -208,3 +208,23 @@ def test_stream_k_shares_store_every_tile_once_with_its_parts_in_k_order():
                     assert [r[1] for r in ranges] == [0] + [r[2] for r in ranges[:-1]] and ranges[-1][2] == kblocks
                     stored[t] = [r[1:] for r in ranges]
                 assert sorted(stored) == list(range(tiles))
+
+
+_LOADED = acc_map(_add_bias, 64, cols=1, loaded=True)
+_VALUES128 = col_values(128)
+
+
+@cuda.jit
+def _whole_tile_values(out, bias, n):
+    t = cuda.threadIdx.x
+    vals = _VALUES128(bias[0:n], t)  # a 128-column tile's 32 values, given whole to a 64-column part
+    acc = _LOADED(acc_zeros("f32.bf16.bf16", 64), t, 0, 0, vals)
+    acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+
+def test_loaded_values_of_the_wrong_length_are_a_typing_error():
+    """acc_map(loaded=True) takes exactly the part's n / 4 values: a whole tile's tuple where a
+    slice belongs is refused at typing, naming acc_map."""
+    with pytest.raises(NbwgmmaTypingError, match=r"acc_map\(_add_bias, n=64, loaded\): a loaded vector must be a "
+                                                 r"tuple of 16 values .*got a tuple of 32"):
+        compile_report(_whole_tile_values, (types.float32[:, ::1], types.float32[::1], types.int32))

@@ -84,6 +84,28 @@ def test_bias_gelu_kernel_compiles_like_the_plain_one(monkeypatch):
     assert not any("LDL" in line or "STL" in line for line in lines[wait:hgmma[-1]])
 
 
+def test_bias_values_per_tile_only_where_they_fit(monkeypatch):
+    """256-row tiles with a bf16 bias and gelu_tanh: 256 x 160 (5 parts a block) loads the bias
+    once per tile under the last wgmmas with no spills; 256 x 168 (the default at 2048 x 11008 x
+    4096, one part a block, where a tile's values spilled 696 bytes) keeps its loads by part and
+    its 88 bytes of spills."""
+    from nbwgmma.report import compile_reports
+
+    epi = {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}
+    by_parts = _plan(4096, 14336, 4096, epi, None, monkeypatch)
+    whole = _plan(2048, 11008, 4096, epi, None, monkeypatch)
+    assert (by_parts.cfg.bm, by_parts.cfg.bn, by_parts.cfg.c_parts) == (256, 160, 5), by_parts.cfg
+    assert (whole.cfg.bm, whole.cfg.bn, whole.cfg.c_parts) == (256, 168, 1), whole.cfg
+    rp, rw = compile_reports([(gemm_kernel(p.cfg), p.signature()) for p in (by_parts, whole)])
+    assert rp.spill_bytes == 0 and rw.spill_bytes <= 88, (rp, rw)
+    for r, hoisted in ((rp, True), (rw, False)):
+        lines = r.sass_text.splitlines()
+        last = max(i for i, line in enumerate(lines) if "HGMMA" in line)
+        drained = min(i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line and i > last)
+        loads = [i for i, line in enumerate(lines) if "LDG.E.U16" in line]
+        assert all(last < i < drained for i in loads) == hoisted, (hoisted, last, drained, loads[:4])
+
+
 def _scale_shift(v, row, col, s, cv, rv):
     return v * s + cv - rv + row - col
 

@@ -107,18 +107,22 @@ def _build(key):
     # a fused bias, activation, beta * C, user function
     EPI = cfg.fused
     # A bias per column, in the persistent tile loop (no split-K, stream-K or cluster_k), is
-    # loaded into registers before each tile's main loop (col_values) and its parts mapped from
-    # there: its loads were the epilogue's, part by part, each waited for with the tensor cores
-    # idle (4.7% of a 256 x 160 bf16 product at 4096 x 14336 x 4096 on an H200, 10 parts per
-    # consumer; 1.6% in two parts at 128 x 256). Only for a 16-bit bias and 16-bit outputs without
-    # C, a user function or amax: the others' epilogues are near their registers' limit already
-    # (fp8 codes with amax and a bias at 128 x 256 spilled 508 bytes, an f32 bias with gelu 20-116).
+    # loaded into registers while the tile's last wgmmas run (Cooperative.tile_open, col_values)
+    # and its parts mapped from there: loaded part by part, each part waited for its loads with
+    # the tensor cores idle (4.7% of a 256 x 160 bf16 product at 4096 x 14336 x 4096 on an H200,
+    # 10 parts per consumer; 1.6% in two parts at 128 x 256). Only for a 16-bit bias and 16-bit
+    # outputs through TMA without C, a user function or amax, where the tile leaves in parts or
+    # has one 64-row block of at most 192 columns: other epilogues are near their registers'
+    # limit already (fp8 codes with amax and a bias at 128 x 256 spilled 508 bytes, an f32 bias
+    # with gelu 20-116, 256 x 168 in one part 696 instead of 88, 64 x 256 128 instead of 120, the
+    # register-store epilogue 2256 instead of 1216).
     HOIST = cfg.bias == "col" and not cfg.with_c and cfg.user is None and not STREAM and KC == 1 \
-        and SPLIT == 1 and not VALUES and not AMAX and cfg.bias_type != "f32"
+        and SPLIT == 1 and TMA_EPI and not VALUES and not AMAX and cfg.bias_type != "f32" \
+        and (cfg.c_parts > 1 or (cfg.blocks == 1 and BN <= 192))
     hoisted = (lambda off: off) if HOIST else (lambda off: None)
     epi_parts = [_fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not VALUES else None,
                                  hoisted(p * PART_COLS)) for p in range(cfg.c_parts)] if EPI else None
-    epi_all = _fused_epilogue(cfg, BN, None, hoisted(0)) if EPI and not TMA_EPI else None  # (register stores)
+    epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     colv = col_values(BN, vtype=cfg.bias_type) if HOIST else None
 
     if HOIST:

@@ -6,7 +6,7 @@ groups' rows one after another, ``offs`` [G] (int32, on the device) their runnin
 weight per group (K contiguous), out [total, N]. One launch for all groups, and the host
 never reads ``offs``: every thread walks the groups on the device.
 
-The schedule is ping-pong (:class:`~nbwgmma.kit.PingPong`, 6 stages, as in the fused example): work units
+The schedule is ping-pong (:class:`~nbwgmma.kit.PingPong`, 6 stages): work units
 are the 128 x 128 tiles of every group in order (within a group, ``group_m`` tile rows at a
 time, as the library GEMM walks its tiles), a CTA takes pairs of units, one per consumer
 (for groups of few rows, in :func:`~nbwgmma.kit.wave_order`); the walk over the groups is

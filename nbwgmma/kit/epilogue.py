@@ -155,11 +155,12 @@ def _bf16_value():
 _PACKS = {None: None, "bf16": acc_to_bf16x2, "f16": acc_to_f16x2}
 
 
-def _fragment_check(what: str, count: int):
-    """A no-op that refuses, at typing, a fragment that is not a tuple of ``count`` values."""
+def _fragment_check(what: str, count: int, noun: str = "the fragment",
+                    why: str = "one thread's share of the accumulator"):
+    """A no-op that refuses, at typing, a fragment (or what ``noun`` names) that is not a tuple of
+    ``count`` values."""
     def message(got):
-        return (f"{what}: the fragment must be a tuple of {count} values (one thread's share of the "
-                f"accumulator); got {got}")
+        return f"{what}: {noun} must be a tuple of {count} values ({why}); got {got}"
 
     if backend.active():  # the simulator runs the generated code as Python
         def check(acc):
@@ -206,9 +207,10 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
 
     With ``loaded=True`` each per-column argument is instead the tuple of the thread's ``n / 4``
     values that :func:`col_values` loaded (already of the accumulator's type, ``vtype`` then
-    unused for them): a kernel loads a tile's vector values early (before its main loop, so the
-    loads' latency hides under it) and maps the tile's parts with static slices of the tuple
-    (part ``p`` of ``w`` columns: ``values[p * w // 4:(p + 1) * w // 4]``)."""
+    unused for them): a kernel loads a tile's vector values once, while its last wgmmas run
+    (between ``Cooperative.tile_open`` and ``drain``), and maps the tile's parts with static
+    slices of the tuple (part ``p`` of ``w`` columns: ``values[p * w // 4:(p + 1) * w // 4]``);
+    a tuple of another length than ``n / 4`` is a typing error."""
     if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
         raise ValueError(f"acc_map: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
     if dtype not in _DTYPES:
@@ -236,6 +238,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
              "    c = col0 + lc"]
     loads = ["T(W({}))" if v == "bf16" else "T({})" for v in vtypes]  # an element, as the accumulator's type
     for j in range(cols if loaded else 0):  # values col_values loaded
+        lines.append(f"    vcheck(v{j})")
         lines += [f"    v{j}_{k} = v{j}[{k}]" for k in range(n // 4)]
     for j in range(0 if loaded else cols):  # value pair i, i+1 sits in columns lc + 8 * (i // 4) + {0, 1}
         load = loads[j]
@@ -263,6 +266,8 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     lines.append("    )")
     name = f"acc_map({getattr(fn, '__name__', 'fn')}, n={n}{', loaded' if loaded else ''})"
     ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": _fragment_check(name, n // 2),
+          "vcheck": _fragment_check(name, n // 4, "a loaded vector", "col_values' values of these columns")
+          if loaded else None,
           "W": _bf16_value() if "bf16" in vtypes else None}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
     return inlined(ns["mapped"])
@@ -275,8 +280,9 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
     8 * (k // 2) + k % 2`` (``lc = 2 * (tid % 4)``) in order, each converted to the
     accumulator's type (``dtype``), zero past the vector's end (no compares where it covers the
     fragment). ``vtype`` as in :func:`acc_map`. The tuple feeds ``acc_map(..., loaded=True)``:
-    issued before a tile's main loop, the loads complete under it instead of stalling each
-    part of the epilogue (the registers stay live meanwhile: ``n / 4`` of them)."""
+    issued under a tile's last wgmmas, the loads complete there instead of stalling each part of
+    the epilogue with the tensor cores idle (``n / 4`` registers stay live until the parts are
+    mapped; issued before the main loop they spilled the library GEMM's 256 x 160 tiles)."""
     if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
         raise ValueError(f"col_values: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
     if dtype not in _DTYPES:
