@@ -119,9 +119,8 @@ def _build(key):
     HOIST = cfg.bias == "col" and not cfg.with_c and cfg.user is None and not STREAM and KC == 1 \
         and SPLIT == 1 and TMA_EPI and not VALUES and not AMAX and cfg.bias_type != "f32" \
         and (cfg.c_parts > 1 or (cfg.blocks == 1 and BN <= 192))
-    hoisted = (lambda off: off) if HOIST else (lambda off: None)
     epi_parts = [_fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not VALUES else None,
-                                 hoisted(p * PART_COLS)) for p in range(cfg.c_parts)] if EPI else None
+                                 p * PART_COLS if HOIST else None) for p in range(cfg.c_parts)] if EPI else None
     epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     colv = col_values(BN, vtype=cfg.bias_type) if HOIST else None
 
@@ -484,9 +483,10 @@ def _fused_epilogue(cfg, width, pack, offset=None):
         # bias and gelu_tanh; 240 so; C alone none). 256-row tiles (two accumulators) with C and a
         # bias still spill 176-600 bytes in 32-column parts (16-column ones: more). So with a user
         # function's vectors (a bias, gelu_tanh and two vectors: 280 bytes in 128-column parts).
-        parts = [f"sub{j}(acc[{32 * j}:{32 * (j + 1)}], ctid, row0, col0 + {64 * j}, ep)" for j in range(width // 64)]
-        ns = {f"sub{j}": _fused_epilogue(cfg, 64, pack, None if offset is None else offset + 64 * j)
-              for j in range(width // 64)}
+        assert offset is None  # (the bias is loaded per tile without C or a user function's vectors only)
+        sub = _fused_epilogue(cfg, 64, pack)
+        parts = [f"sub(acc[{32 * j}:{32 * (j + 1)}], ctid, row0, col0 + {64 * j}, ep)" for j in range(width // 64)]
+        ns = {"sub": sub}
         exec(compile(f"def epi(acc, ctid, row0, col0, ep):\n    return {' + '.join(parts)}\n",
                      "<nbwgmma.kernels.gemm epilogue by 64 columns>", "exec"), ns)
         return inlined(ns["epi"])

@@ -182,6 +182,20 @@ def _fragment_check(what: str, count: int, noun: str = "the fragment",
     return check
 
 
+def _col_loads(n: int, load: str, vec: str, name: str) -> list:
+    """Generated lines setting ``name.format(k)`` for ``k < n / 4`` to the per-column vector
+    ``vec``'s element at column ``lc + 8 * (k // 2) + k % 2`` of a 64 x ``n`` fragment (``load``
+    formats an element as the value), zero past the vector's end: without compares where the
+    vector covers the fragment, with one per element where it may not."""
+    cols = [k // 2 * 8 + k % 2 for k in range(n // 4)]
+    lines = [f"    if len({vec}) >= {n}:"]
+    lines += [f"        {name.format(k)} = {load.format(f'{vec}[lc + {c}]')}" for k, c in enumerate(cols)]
+    lines.append("    else:")
+    lines += [f"        {name.format(k)} = {load.format(f'{vec}[lc + {c}]')} if lc + {c} < len({vec}) else T(0)"
+              for k, c in enumerate(cols)]
+    return lines
+
+
 def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype: str = "f32",
             pack: str | None = None, vtype: str = "f32", loaded: bool = False):
     """A device function ``(acc, tid, row0, col0, *vectors, *extra) -> fragment`` applying the
@@ -241,12 +255,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         lines.append(f"    vcheck(v{j})")
         lines += [f"    v{j}_{k} = v{j}[{k}]" for k in range(n // 4)]
     for j in range(0 if loaded else cols):  # value pair i, i+1 sits in columns lc + 8 * (i // 4) + {0, 1}
-        load = loads[j]
-        lines.append(f"    if len(v{j}) >= {n}:")
-        lines += [f"        v{j}_{k} = {load.format(f'v{j}[lc + {k // 2 * 8 + k % 2}]')}" for k in range(n // 4)]
-        lines.append("    else:")
-        lines += [f"        v{j}_{k} = {load.format(f'v{j}[lc + {k // 2 * 8 + k % 2}]')} if lc + {k // 2 * 8 + k % 2} "
-                  f"< len(v{j}) else T(0)" for k in range(n // 4)]
+        lines += _col_loads(n, loads[j], f"v{j}", f"v{j}_{{}}")
     for j in range(cols, cols + rows):  # rows lr and lr + 8
         lines += [f"    v{j}_{k} = {loads[j].format(f'v{j}[lr + {8 * k}]')} if lr + {8 * k} < len(v{j}) else T(0)"
                   for k in (0, 1)]
@@ -289,15 +298,11 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
         raise ValueError(f"col_values: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if vtype not in VECTOR_TYPES:
         raise ValueError(f"col_values: vtype must be one of {VECTOR_TYPES}; got {vtype!r}")
-    load = "T(W({}))" if vtype == "bf16" else "T({})"
-    cols = [k // 2 * 8 + k % 2 for k in range(n // 4)]
     # (each value a name of its own: a tuple display of more than 30 conditional expressions
     # becomes a list turned into a tuple, which Numba cannot type)
-    lines = ["def values(v, tid):", "    lc = (tid & 3) << 1", f"    if len(v) >= {n}:"]
-    lines += [f"        x{k} = {load.format(f'v[lc + {c}]')}" for k, c in enumerate(cols)]
-    lines.append("    else:")
-    lines += [f"        x{k} = {load.format(f'v[lc + {c}]')} if lc + {c} < len(v) else T(0)" for k, c in enumerate(cols)]
-    lines.append("    return (" + "".join(f"x{k}, " for k in range(len(cols))) + ")")
+    lines = ["def values(v, tid):", "    lc = (tid & 3) << 1"]
+    lines += _col_loads(n, "T(W({}))" if vtype == "bf16" else "T({})", "v", "x{}")
+    lines.append("    return (" + "".join(f"x{k}, " for k in range(n // 4)) + ")")
     ns = {"T": _DTYPES[dtype], "W": _bf16_value() if vtype == "bf16" else None}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.col_values(n={n})>", "exec"), ns)
     return inlined(ns["values"])
