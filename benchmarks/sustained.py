@@ -7,9 +7,12 @@ the power cap, so their sustained speed is the cap divided by the energy each pr
 
 Contenders at each size: nbwgmma's dense ``matmul(x, w.t())`` and cuBLAS's ``x @ w.t()``, the
 2:4-sparse ``matmul(x, w24.t())`` and cuSPARSELt's ``F.linear`` on the same pruned weight; f16
-and bf16, random normal data.
+and bf16, random normal data. With ``--fused M N K``: bf16 bias + gelu_tanh, nbwgmma's
+``matmul(x, w.t(), bias=b, activation="gelu_tanh")``, cuBLASLt's ``_addmm_activation`` and the
+fused example (``examples/gemm_5_fused_epilogue.py``), beside both plain products.
 
     python benchmarks/sustained.py [--seconds 3] [N ...]       (N^3 products; default 8192)
+    python benchmarks/sustained.py --fused 4096 14336 4096
 """
 import argparse
 import subprocess
@@ -53,7 +56,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("sizes", nargs="*", type=int, default=[8192])
     p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--fused", nargs=3, type=int, metavar=("M", "N", "K"),
+                   help="bias + gelu_tanh (bf16) at this size instead of the dense and sparse N^3 products")
     a = p.parse_args()
+    if a.fused:
+        return fused(*a.fused, a.seconds)
     from torch.sparse import to_sparse_semi_structured
 
     print(f"{'product':42s} {'us/call':>9s} {'MHz':>6s} {'W':>5s} {'J/call':>7s}  throttle")
@@ -71,6 +78,33 @@ def main():
                              (f"{t} {size}^3 sparse cuSPARSELt", lambda: F.linear(x, ws))):
                 us, mhz, watts, why = sustained(fn, a.seconds)
                 print(f"{name:42s} {us:9.1f} {mhz:6.0f} {watts:5.0f} {watts * us * 1e-6:7.3f}  {why}", flush=True)
+
+
+def fused(m, n, k, seconds):
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
+    import gemm_5_fused_epilogue as example
+    from nbwgmma.kit import activation
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    w = torch.randn(n, k, device="cuda", generator=g).bfloat16()
+    bias = torch.randn(n, device="cuda", generator=g)
+    b16 = bias.bfloat16()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    kernel = example.make_kernel(activation("gelu_tanh"))
+    ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"{'product':48s} {'us/call':>9s} {'MHz':>6s} {'W':>5s} {'J/call':>7s} {'TFLOP/s':>8s}  throttle")
+    for name, fn in (("bias + gelu_tanh nbwgmma", lambda: matmul(x, w.t(), bias=b16, activation="gelu_tanh", out=out)),
+                     ("bias + gelu_tanh cuBLASLt", lambda: torch._addmm_activation(b16, x, w.t(), use_gelu=True)),
+                     ("bias + gelu_tanh example", lambda: example.run(kernel, x, w, bias, out, ctas)),
+                     ("plain nbwgmma", lambda: matmul(x, w.t(), out=out)),
+                     ("plain cuBLAS", lambda: torch.mm(x, w.t(), out=out))):
+        us, mhz, watts, why = sustained(fn, seconds)
+        print(f"{m}x{n}x{k} {name:34s} {us:9.1f} {mhz:6.0f} {watts:5.0f} {watts * us * 1e-6:7.3f} "
+              f"{2 * m * n * k / us / 1e6:8.1f}  {why}", flush=True)
 
 
 if __name__ == "__main__":
