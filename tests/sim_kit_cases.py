@@ -83,6 +83,20 @@ def test_activations_match_their_definitions():
         np.testing.assert_allclose(got, np.asarray(ref[name], np.float64), rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@SIM_ONLY
+def test_gelu_tanh_approx_matches_its_definition():
+    """The tanh.approx form of gelu_tanh (the simulator's tanh correctly rounded): the definition
+    within f32 rounding, the 1 + tanh cancellation included."""
+    from math import tanh
+
+    from nbwgmma.kit import gelu_tanh_approx
+
+    x = np.linspace(-8, 8, 129).astype(np.float32)
+    ref = [0.5 * v * (1 + tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))) for v in x.astype(np.float64)]
+    got = np.array([float(gelu_tanh_approx(np.float32(v))) for v in x])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
 def _host_walk(bm, bn, bk, group_m, m, n, k, grid):
     """(cta, tile row, tile col, slice, kb0, kb1) for every unit, in each CTA's order."""
     tiles_m, tiles_n, kblocks = math.ceil(m / bm), math.ceil(n / bn), math.ceil(k / bk)

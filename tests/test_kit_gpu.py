@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from nbwgmma.kit import ACTIVATIONS, TmaPipeline
+from nbwgmma.kit import ACTIVATIONS, TmaPipeline, gelu_tanh_approx
 from nbwgmma.launch import launch
 
 from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
@@ -46,6 +46,24 @@ def test_activations_match_float64(name):
     got = y.copy_to_host().astype(np.float64)
     # relative where the result is not tiny, absolute near zero (a few f32 ulps either way)
     np.testing.assert_allclose(got, ref, rtol=4e-6, atol=1e-30 if name == "relu" else 2e-7, err_msg=name)
+
+
+def test_gelu_tanh_approx_is_within_its_documented_error():
+    """tanh.approx's gelu_tanh: at most 6e-6 absolute everywhere, 1e-5 relative for x > 0."""
+    @cuda.jit
+    def kernel(x, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = gelu_tanh_approx(x[i])
+
+    x = np.concatenate([np.linspace(-12, 12, 1 << 16), np.random.default_rng(0).normal(0, 3, 1 << 14)]).astype(np.float32)
+    y = cuda.to_device(np.full(x.size, np.nan, np.float32))
+    launch(kernel, (x.size + 255) // 256, 256, (cuda.to_device(x), y))
+    ref = _reference("gelu_tanh", x)
+    err = np.abs(y.copy_to_host().astype(np.float64) - ref)
+    assert err.max() <= 6e-6, err.max()
+    pos = x > 0.1
+    assert (err[pos] / ref[pos]).max() <= 1e-5, (err[pos] / ref[pos]).max()
 
 
 def test_advance_by_matches_repeated_advances_on_the_gpu():

@@ -42,7 +42,8 @@ from .cluster_k import ClusterSplitK
 from .cooperative import Cooperative
 from .device import inlined
 from .epilogue_warps import EpilogueWarps, no_epilogue_warps
-from .epilogue import ACTIVATIONS, VECTOR_TYPES, acc_map, activation, col_values, tma_store_block, tma_store_part
+from .epilogue import (ACTIVATIONS, VECTOR_TYPES, acc_map, activation, col_values, gelu_tanh_approx, tma_store_block,
+                       tma_store_part)
 from .groups import group_walk
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
@@ -54,5 +55,5 @@ from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpg
 
 __all__ = ["TmaPipeline", "Cooperative", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
            "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
-           "tma_store_block", "activation", "ACTIVATIONS", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
+           "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

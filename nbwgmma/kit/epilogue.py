@@ -37,14 +37,14 @@ from numba.core.extending import intrinsic
 from .. import backend
 from ..intrinsics import (
     acc_stmatrix_swizzled, acc_to_bf16x2, acc_to_f16x2, bulk_commit_group, bulk_wait_group_read, ex2_approx,
-    fence_proxy_async_shared, rcp_approx, tma_store_2d,
+    fence_proxy_async_shared, rcp_approx, tanh_approx, tma_store_2d,
 )
 from ..intrinsics.errors import NbwgmmaTypingError
 from .device import inlined
 from .warpgroup import warpgroup_sync
 
 __all__ = ["acc_map", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
-           "silu", "sigmoid", "value_coords"]
+           "gelu_tanh_approx", "silu", "sigmoid", "value_coords"]
 
 
 @inlined
@@ -74,6 +74,22 @@ def gelu_tanh(v):
     ``ex2``, an add, an ``rcp`` and a multiply (:mod:`nbwgmma.intrinsics.fastmath`: a few
     ulp of f32, far below the bf16 or f16 the result is usually stored in)."""
     return v * rcp_approx(np.float32(1.0) + ex2_approx(v * (_G1 + _G2 * (v * v))))
+
+
+_T0 = np.float32(0.7978845608028654)  # u = x (T0 + T1 x^2)
+_T1 = np.float32(0.7978845608028654 * 0.044715)
+
+
+@inlined
+def gelu_tanh_approx(v):
+    """gelu_tanh as ``0.5 x (1 + tanh(u))`` with ``tanh.approx`` (one MUFU, seven instructions with
+    a bias add where :func:`gelu_tanh` takes two and eight; cuBLASLt's fused GELU is this form):
+    absolute error at most 6e-6 (measured on an H100), relative 5e-6 for x > 0, but up to 1e-2
+    for x in [-4, -2) and more below, where ``1 + tanh`` cancels (results under 2e-3 in
+    magnitude). Below a 16-bit output's rounding except for those small results; the library
+    GEMM takes it for 16-bit and fp8 outputs (2-3% faster fused products on an H100)."""
+    h = np.float32(0.5) * v
+    return h + h * tanh_approx(v * (_T0 + _T1 * (v * v)))
 
 
 @inlined

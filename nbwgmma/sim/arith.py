@@ -30,6 +30,11 @@ def _rcp_approx(x):
         return _ftz(np.float32(1.0 / np.float64(x)) if x != 0 else np.float32(np.copysign(np.inf, x)))
 
 
+@impl("tanh_approx")
+def _tanh_approx(x):
+    return np.float32(np.tanh(np.float64(np.float32(x))))
+
+
 def _half_bits(x, fmt):
     return int(encode_elements(np.array([[np.float32(x)]]), fmt).view(np.uint16)[0, 0])
 
