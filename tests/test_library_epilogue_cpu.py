@@ -85,6 +85,22 @@ def test_bias_gelu_kernel_compiles_like_the_plain_one(monkeypatch):
     assert not any("LDL" in line or "STL" in line for line in lines[wait:hgmma[-1]])
 
 
+def test_gelu_tanh_form_follows_the_output_type(monkeypatch):
+    """gelu_tanh into a 16-bit output runs on tanh.approx (one MUFU a value); into f32 it keeps the
+    accurate x / (1 + 2^z) form (ex2 and rcp a value)."""
+    from nbwgmma.report import compile_reports
+
+    monkeypatch.setattr(launch, "device_limits", lambda device=None: dict(launch.H100_LIMITS, multiprocessors=132))
+    a = _row_major(1 << 40, 1024, 1024, 2, "bf16")
+    b = ArrayInfo(2 << 40, (1024, 1024), (2, 2048), 2, "bf16", 0, "numba")
+    plans = [Plan("f32.bf16.bf16", odt, a, b, _row_major(3 << 40, 1024, 1024, es, odt), {"act": "gelu_tanh"}, False)
+             for odt, es in (("bf16", 2), ("f32", 4))]
+    r16, r32 = compile_reports([(gemm_kernel(p.cfg), p.signature()) for p in plans])
+    values = [p.cfg.bn // 2 * p.cfg.bm // (64 * p.cfg.consumers) for p in plans]  # per consumer thread
+    assert r16.sass_full.get("MUFU.TANH") == values[0] and "MUFU.EX2" not in r16.sass_full, r16.sass_full
+    assert r32.sass_full.get("MUFU.EX2") == values[1] and "MUFU.TANH" not in r32.sass_full, r32.sass_full
+
+
 def test_bias_values_per_tile_only_where_they_fit(monkeypatch):
     """256-row tiles with a bf16 bias and gelu_tanh: 256 x 160 (5 parts a block) loads the bias
     once per tile under the last wgmmas with no spills; 256 x 168 (the default at 2048 x 11008 x
