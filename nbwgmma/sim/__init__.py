@@ -69,7 +69,7 @@ of one cluster at a time, clusters in increasing order (``NBWGMMA_SIM_ORDER=reve
 the GPU promises neither, so a kernel whose CTAs meet through global memory is worth running
 both ways). A hazard inside one of nbwgmma's own blocks (a kit function, an intrinsic) names the
 block's line and the kernel line that called it. Every wait has a deadline (``NBWGMMA_DEBUG_WAIT_S`` in
-debug-wait mode, else 60 s): a kernel that would hang on the GPU raises
+debug-wait mode, else ``NBWGMMA_SIM_DEADLINE_S``, 60 s by default): a kernel that would hang on the GPU raises
 :class:`SimStopped` naming the thread, its kernel line, the barrier (with the name given by
 ``mbarrier_name``), its phase, pending arrivals and pending transaction bytes.
 """

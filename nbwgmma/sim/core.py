@@ -66,10 +66,12 @@ def enabled() -> bool:
 
 
 def deadline_s() -> float:
+    """Seconds a simulated wait may take: ``NBWGMMA_DEBUG_WAIT_S`` in debug-wait mode, else
+    ``NBWGMMA_SIM_DEADLINE_S`` (default 60; more for big clusters on a busy machine)."""
     from ..intrinsics.mbarrier import debug_wait_timeout_s
 
     t = debug_wait_timeout_s()
-    return t if t is not None else 60.0
+    return t if t is not None else float(os.environ.get("NBWGMMA_SIM_DEADLINE_S", "60"))
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
