@@ -25,17 +25,17 @@ from ._asm import Out, Reg, f32, ptx_intrinsic
 
 __all__ = ["ex2_approx", "rcp_approx", "tanh_approx"]
 
-# name: (PTX opcode, what it computes, its SASS, its error bound per the PTX ISA)
+# name: (PTX opcode, its modifier, what it computes, its SASS, its error bound per the PTX ISA)
+# (tanh.approx has no .ftz: it keeps subnormals)
 _OPS = {
-    "ex2_approx": ("ex2", "``2**x``", "MUFU.EX2", "relative error about 2**-22"),
-    "rcp_approx": ("rcp", "``1/x``", "MUFU.RCP", "at most 1 ulp"),
-    "tanh_approx": ("tanh", "``tanh(x)``", "MUFU.TANH", "relative error at most 2**-11 per the ISA, 2**-17 absolute "
-                    "measured on an H100"),
+    "ex2_approx": ("ex2", ".ftz", "``2**x``", "MUFU.EX2", "relative error about 2**-22"),
+    "rcp_approx": ("rcp", ".ftz", "``1/x``", "MUFU.RCP", "at most 1 ulp"),
+    "tanh_approx": ("tanh", "", "``tanh(x)``", "MUFU.TANH", "relative error at most 2**-11 per the ISA, 2**-17 "
+                    "absolute measured on an H100"),
 }
 
 
-def _declare(name, op, what, sass, error):
-    ftz = "" if op == "tanh" else ".ftz"  # (tanh.approx has no .ftz: subnormals are kept)
+def _declare(name, op, ftz, what, sass, error):
     return ptx_intrinsic(
         name,
         f"{op}.approx{ftz}.f32 $y, $x;",
