@@ -4,7 +4,9 @@ The kernel a user writes for a fused epilogue, with every host step in the open,
 blocks the library GEMM is built of. One producer thread feeds a ring of 4 TMA stages
 (``TmaPipeline``, ``tile_producer``); two consumer warpgroups share each 256 x 128 tile, 128
 rows each in two 64-row accumulators (``Cooperative``, ``blocks=2``), on a persistent grid
-that walks the tiles in grouped order (``TileScheduler``). While a tile's last wgmmas run, each
+that walks the tiles in grouped order (``TileScheduler``), in clusters of two CTAs on
+neighbouring tiles of one tile row: each loads half of their 256 rows of A and multicasts it
+into both (``multicast="A"``; cuBLAS's kernels share operands the same way). While a tile's last wgmmas run, each
 thread loads the bias values its columns need (``col_values``); then the epilogue maps your
 function over each 64 x 64 part (``acc_map``; gelu_tanh on ``tanh.approx``, one MUFU a value,
 as the library does for 16-bit outputs) and stores it through two shared blocks per
@@ -35,16 +37,18 @@ from nbwgmma.tma import TensorMap
 
 KIND = "f32.bf16.bf16"
 BM, BN, BK, STAGES = 256, 128, 64, 4  # a CTA's tile: two consumers of 128 rows, 64 K (128 bytes) a stage
-pipe = TmaPipeline(STAGES, consumers=2)
-coop = Cooperative(KIND, pipe, BM, BN, blocks=2)  # the consumers' main loop: two m64n128 accumulators each
-sched = TileScheduler(BM, BN, BK, group_m=8)
+# clusters of 2 CTAs on side-by-side tiles: each loads half of their shared 256 rows of A and
+# multicasts it to both, a third less data moved from L2 per FLOP
+pipe = TmaPipeline(STAGES, consumers=2, cluster=2)
+coop = Cooperative(KIND, pipe, BM, BN, blocks=2, multicast="A")  # two m64n128 accumulators a consumer
+sched = TileScheduler(BM, BN, BK, group_m=8, cluster=2, along="N")
 C_OFF, C_PART = STAGES * coop.stage_bytes, 64 * 64 * 2
 
 
 @cuda.jit(device=True, inline=True)
-def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage: A's 256 rows, B's 128
+def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage: its half of A, B's 128 rows
     tmap_a, tmap_b = maps
-    coop.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN, coop.a_bytes)
+    coop.load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn)
 
 
 produce = tile_producer(pipe, sched, coop.stage_bytes, load)  # the producer thread's walk over the tiles
@@ -67,14 +71,16 @@ def make_kernel(act):
             setmaxnreg_dec(40)
             if tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
+            else:
+                return  # idle threads leave (waiting at the cluster barrier below slows the producer)
         else:  # two consumer warpgroups, 128 rows of each tile apiece
             setmaxnreg_inc(232)
             cw, ct = tid // 128 - 1, tid % 128
             c0 = base + C_OFF + cw * 2 * C_PART
             c1 = c0 + C_PART
-            s, ph = 0, 0
+            s, ph, rank = 0, 0, sched.rank()  # rank: the CTA's tile of each cluster tile
             for u in range(sched.first(), nunits, sched.step()):
-                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                tm, tn = sched.tile(u, tiles_mc, tiles_n, rank)
                 # the main loop, returning with its last wgmmas in flight: load the bias meanwhile
                 (acc0, acc1), s, ph, prev = coop.tile_open(ring, base, s, ph, 0, kblocks, cw, ct)
                 b = bias_values(bias[tn * BN:n], ct)
@@ -88,6 +94,7 @@ def make_kernel(act):
                                row0 + 64)
             if ct == 0:
                 bulk_wait_group(0)
+        pipe.teardown()  # no CTA leaves while its peer may still multicast into it or arrive on its barriers
 
     return gemm_bias_act
 
@@ -101,23 +108,25 @@ def run(kernel, a, b, bias, c, ctas):
     bf16, on a persistent grid of at most ``ctas`` CTAs (one per SM)."""
     m, k = a.shape
     n = b.shape[0]
-    ta = TensorMap(a, (BM, BK), dtype="bf16")  # 128-byte swizzle, the layout the descriptors read
-    tb = TensorMap(b, (BN, BK), dtype="bf16")
+    ta = TensorMap(a, coop.box_a, dtype="bf16")  # 128-byte swizzle, the layout the descriptors read
+    tb = TensorMap(b, coop.box_b, dtype="bf16")  # boxes: (128 rows, BK), A's half tile and B's tile
     tc = TensorMap(c, (64, 64), dtype="bf16")  # 64-column blocks of the swizzled C tile
     grid = sched.grid(m, n, k, ctas)
     # pdl: the kernel may start while the previous one in the stream ends (pipe.setup() waits for
     # it with griddep_wait; the producer lets the next one in once its last load is issued)
     launch(kernel, grid, 384, (ta.address, tb.address, tc.address, bias, np.int32(m), np.int32(n), np.int32(k)),
-           smem=SMEM, pdl=True)
+           smem=SMEM, cluster=(2, 1, 1), pdl=True)
 
 
 def simulate():
-    """Two 256 x 128 tiles along N of small integers, the second past N's end (N = 200: the bias's
-    slice and C's stores stop there), ReLU epilogue, exact (Numba's CUDA simulator)."""
+    """One cluster of two CTAs over three 256 x 128 tiles along N of small integers (N = 328:
+    the third stops inside it, the bias's slice and C's stores with it; the fourth, the second
+    CTA's second tile, lies past N: it loads and multicasts its half of A and stores nothing),
+    ReLU epilogue, exact (Numba's CUDA simulator)."""
     from nbwgmma.layout.wgmma_model import encode_elements
 
     rng = np.random.default_rng(0)
-    n = 200
+    n = 328  # (a row of 16-bit values must be a multiple of 16 bytes for TMA)
     a = rng.integers(-2, 3, (BM, 2 * BK)).astype(np.float64)
     b = rng.integers(-2, 3, (n, 2 * BK)).astype(np.float64)
     bias = rng.integers(-8, 9, n).astype(np.float32)

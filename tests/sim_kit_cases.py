@@ -138,6 +138,44 @@ def test_the_scheduler_walks_every_tile_once_in_grouped_order(m, n, k, grid):
     assert len({(w[1], w[2]) for w in walked}) == units
 
 
+@pytest.mark.parametrize("along", ["M", "N"])
+@pytest.mark.parametrize("m, n, grid", [(1000, 700, 4), (768, 1280, 6)])
+def test_clusters_take_adjacent_tiles_along_their_direction(along, m, n, grid):
+    """Clusters of two: the CTAs of a cluster tile take neighbouring tiles (vertically along M,
+    side by side along N) by rank, every tile once; a cluster's second tile past the edge (an
+    odd tile count) is handed out and lies past it."""
+    sched = TileScheduler(128, 256, 64, group_m=2, cluster=2, along=along)
+    assert grid == sched.grid(m, n, 64, grid)
+
+    @cuda.jit
+    def kernel(out, m, n, k):
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        j = 0
+        if cuda.threadIdx.x == 0:
+            for u in range(sched.first(), nunits, sched.step()):
+                tm, tn = sched.tile(u, tiles_mc, tiles_n, sched.rank())
+                row = out[cuda.blockIdx.x, j]
+                row[0], row[1], row[2] = u, tm, tn
+                j += 1
+
+    out = cuda.to_device(np.full((grid, 16, 3), -1, np.int64))
+    launch(kernel, grid, 32, (out, m, n, 64), cluster=(2, 1, 1))
+    got = out.copy_to_host()
+    tiles_m, tiles_n = math.ceil(m / 128), math.ceil(n / 256)
+    walked = {}
+    for c in range(grid):
+        for j in range(16):
+            if got[c, j, 0] >= 0:
+                walked.setdefault(int(got[c, j, 0]), {})[c % 2] = (int(got[c, j, 1]), int(got[c, j, 2]))
+    assert len(walked) == sched.units(m, n, 64)
+    inside = set()
+    for pair in walked.values():
+        (m0, n0), (m1, n1) = pair[0], pair[1]
+        assert (m1, n1) == ((m0 + 1, n0) if along == "M" else (m0, n0 + 1))
+        inside |= {t for t in ((m0, n0), (m1, n1)) if t[0] < tiles_m and t[1] < tiles_n}
+    assert inside == {(i, j) for i in range(tiles_m) for j in range(tiles_n)}
+
+
 @SIM_ONLY
 def test_the_pipeline_s_phases_follow_the_ring():
     pipe = TmaPipeline(3, consumers=1)

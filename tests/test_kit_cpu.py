@@ -228,3 +228,53 @@ def test_loaded_values_of_the_wrong_length_are_a_typing_error():
     with pytest.raises(NbwgmmaTypingError, match=r"acc_map\(_add_bias, n=64, loaded\): a loaded vector must be a "
                                                  r"tuple of 16 values .*got a tuple of 32"):
         compile_report(_whole_tile_values, (types.float32[:, ::1], types.float32[::1], types.int32))
+
+
+MC_PIPE = TmaPipeline(4, consumers=2, cluster=2)
+
+
+def _mc_kernel(coop):
+    @cuda.jit
+    def kernel(tmap_a, tmap_b, out):
+        base, ring = MC_PIPE.setup()
+        if cuda.threadIdx.x == 0:
+            full = MC_PIPE.producer_acquire(ring, 0, 0, coop.stage_bytes)
+            coop.load_tile(base, full, tmap_a, tmap_b, 3, 5, 7)
+        MC_PIPE.consumer_wait(ring, 0, 0)
+        out[0] = 1
+        MC_PIPE.teardown()
+    return kernel
+
+
+@pytest.mark.parametrize("multicast", ["A", "B"])
+def test_a_cluster_multicasts_one_operand_share_and_loads_the_other_whole(multicast):
+    """``Cooperative(..., multicast=)``: each CTA of a cluster of two loads half of the shared
+    operand's rows (``box_a`` / ``box_b``) and multicasts them, and the other operand whole."""
+    from nbwgmma.kit import Cooperative
+
+    coop = Cooperative("f32.bf16.bf16", MC_PIPE, 256, 128, blocks=2, multicast=multicast)
+    half_a = multicast == "A"
+    assert coop.box_a == ((128 if half_a else 256), 64) and coop.box_b == ((128 if half_a else 64), 64)
+    assert (coop.a_share_bytes, coop.b_share_bytes) == ((16384, 16384) if half_a else (32768, 8192))
+    rep = compile_report(_mc_kernel(coop), (types.uint64, types.uint64, types.int32[::1]))
+    ptx = rep.ptx
+    assert ptx.count(".multicast::cluster") == 1 and ptx.count("cp.async.bulk.tensor.2d") == 2
+    assert "%cluster_ctarank" in ptx and "barrier.cluster.arrive" in ptx  # the share's rank; teardown
+    assert rep.local_memory_ops == 0 and rep.spill_bytes == 0
+
+
+def test_cooperative_and_the_scheduler_check_the_cluster_direction():
+    from nbwgmma.kit import Cooperative
+
+    with pytest.raises(ValueError, match="multicast .* must be 'A' or 'B'; got 'C'"):
+        Cooperative("f32.bf16.bf16", MC_PIPE, 256, 128, blocks=2, multicast="C")
+    with pytest.raises(ValueError, match="splits A's 64 rows into whole swizzle atoms .* got bm=64"):
+        Cooperative("f32.bf16.bf16", TmaPipeline(4, consumers=1, cluster=16), 64, 128, multicast="A")
+    with pytest.raises(ValueError, match="along .* must be 'M' or 'N'; got 'K'"):
+        TileScheduler(256, 128, 64, cluster=2, along="K")
+    sched = TileScheduler(256, 128, 64, cluster=2, along="N")
+    assert "along='N'" in repr(sched) and "along" not in repr(SCHED)
+    # 16 tile rows, 112 tile columns in 56 pairs; 3 columns take 2 pairs (the last CTA's past N)
+    assert sched.units(4096, 14336, 4096) == 16 * 56 and sched.units(256, 384, 64) == 2
+    assert TileScheduler(256, 128, 64, cluster=2).units(4096, 14336, 4096) == 8 * 112
+    assert sched.grid(4096, 14336, 4096, 132) == 132 and sched.grid(256, 384, 64, 132) == 4

@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from ..intrinsics.fragment import FP8_FORMATS
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.epilogue import ACTIVATIONS, VECTOR_TYPES
-from ..kit.pipeline import check_b_shares
+from ..kit.pipeline import check_shares
 from ..kit.warpgroup import launch_regs
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
@@ -183,7 +183,7 @@ class GemmConfig:
         if cluster not in (1, 2, 4):
             raise ConfigError("cluster", f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
         try:
-            check_b_shares("GemmConfig", bn, b_major, cluster)
+            check_shares("GemmConfig", bn, b_major, cluster)
         except ValueError as e:
             raise ConfigError("cluster", str(e)) from None
         if split not in (1, 2, 3, 4):

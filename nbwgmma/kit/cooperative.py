@@ -25,8 +25,12 @@ wave of 128 x 256 tiles fills the SMs poorly.
 
 Operands are K-major (K contiguous: one box [rows, 128 bytes of K]) or, for 16-bit inputs,
 MN-major (M or N contiguous: boxes of [BK K-rows, 64 elements], read with wgmma's transpose
-bits). With ``cluster`` > 1 each CTA loads 1/cluster of B's rows at ``b_dst`` (its share's
-offset in the stage) and multicasts them into every CTA of the cluster.
+bits). With ``cluster`` > 1 each CTA loads 1/cluster of one operand's rows and multicasts them
+into every CTA of the cluster: B's (``multicast="B"``, the default: the CTAs of a cluster take
+vertically adjacent tiles, ``TileScheduler(..., along="M")``) or A's (``multicast="A"``: tiles
+side by side along N, ``along="N"``, the way cuBLAS's kernels share a 256-row operand).
+``load_tile`` works the share out from the tile and the CTA's rank; ``box_a`` and ``box_b`` are
+the TMA boxes that go with it.
 """
 
 from __future__ import annotations
@@ -36,27 +40,50 @@ import types
 from numba import cuda
 
 from ..intrinsics import (
-    acc_undef, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group, wgmma_fence,
+    acc_undef, cluster_ctarank, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group, wgmma_fence,
     wgmma_mma_async, wgmma_wait_group,
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
-from .pipeline import TmaPipeline, check_b_shares
+from .pipeline import TmaPipeline, check_shares
 
 __all__ = ["Cooperative"]
 
 _SW128 = SWIZZLE_CODE["128B"]
 
 
+def _rows_loader(mn, boxes, multicast, mask):
+    """The TMA loads of one operand's rows in a stage: one K-major box, or ``boxes`` MN-major
+    boxes of 64 columns 8 KiB apart; multicast into the CTAs of ``mask`` where ``multicast``."""
+    @cuda.jit(device=True, inline=True)
+    def load_rows(slot, full, tmap, kcol, row):
+        if mn:
+            for j in range(boxes):
+                if multicast:
+                    tma_load_multicast_2d(slot + j * 8192, tmap, full, mask, row + j * 64, kcol)
+                else:
+                    tma_load_2d(slot + j * 8192, tmap, full, row + j * 64, kcol)
+        elif multicast:
+            tma_load_multicast_2d(slot, tmap, full, mask, kcol, row)
+        else:
+            tma_load_2d(slot, tmap, full, kcol, row)
+    return load_rows
+
+
 class Cooperative(types.ModuleType):
     """``bm / (64 blocks)`` consumer warpgroups of ``kind`` (f32 accumulators) sharing each ``bm``
     x ``bn`` tile over ``pipe`` (a :class:`TmaPipeline` with that many consumers), each owning
     ``blocks`` (1 or 2) blocks of 64 rows, A and B
-    ``"K"``- or ``"MN"``-major (:data:`a_major`, :data:`b_major`), B's rows shared out over a
-    cluster of ``pipe.cluster`` CTAs. A stage is ``stage_bytes`` = (bm + bn) x 128 bytes: A's
-    rows first (``a_bytes``), then B's. Device functions: ``load(slot, full, tmap_a, tmap_b,
-    kcol, a_row, b_row, b_dst)`` (the producer's TMA loads of one stage: A's ``bm`` rows from
-    ``a_row``, this CTA's share of B from ``b_row`` landing at ``slot + b_dst``) and
+    ``"K"``- or ``"MN"``-major (:data:`a_major`, :data:`b_major`), the rows of ``multicast``
+    (``"B"`` or ``"A"``) shared out over a cluster of ``pipe.cluster`` CTAs. A stage is
+    ``stage_bytes`` = (bm + bn) x 128 bytes: A's rows first (``a_bytes``), then B's. Device
+    functions: ``load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn)`` (the producer's TMA loads
+    of k-block ``kb`` of tile (``tm``, ``tn``): this CTA's rows, its share of the multicast
+    operand, boxes ``box_a`` and ``box_b``); ``load(slot, full, tmap_a, tmap_b, kcol, a_row,
+    b_row, dst)`` (the same from element coordinates: A's ``bm`` rows from ``a_row``, B's from
+    ``b_row``, except the multicast operand's, whose share starts at that row and lands at
+    ``slot + dst``: ``a_bytes + rank * b_share_bytes`` for B, ``rank * a_share_bytes`` for A;
+    ``a_bytes`` without a cluster) and
     ``tile(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph)`` (warpgroup ``cw``'s
     accumulator of k-blocks ``kb0 .. kb1 - 1``, ``kb1 > kb0``, every stage released; with
     ``blocks=2`` ``acc`` is the pair of accumulators of its rows ``128 cw ..`` and ``128 cw +
@@ -65,7 +92,7 @@ class Cooperative(types.ModuleType):
     releases that stage: code between the two (loads an epilogue needs) runs under them."""
 
     def __init__(self, kind: str, pipe: TmaPipeline, bm: int, bn: int, *, a_major: str = "K", b_major: str = "K",
-                 blocks: int = 1):
+                 blocks: int = 1, multicast: str = "B"):
         k = wgmma_kind(kind)
         if k.dtype != "f32":
             raise ValueError(f"Cooperative: kind must have f32 accumulators; got {kind!r}")
@@ -89,20 +116,32 @@ class Cooperative(types.ModuleType):
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // (64 * blocks):
             raise ValueError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // (64 * blocks)} (one per "
                              f"{64 * blocks} rows); got {pipe!r}")
-        check_b_shares("Cooperative", bn, b_major, pipe.cluster)
+        if multicast not in ("A", "B"):
+            raise ValueError(f"Cooperative: multicast (the operand a cluster shares out) must be 'A' or 'B'; "
+                             f"got {multicast!r}")
+        if multicast == "A":
+            check_shares("Cooperative", bm, a_major, pipe.cluster, "A")
+        else:
+            check_shares("Cooperative", bn, b_major, pipe.cluster)
         super().__init__(f"Cooperative({kind})")
         self.kind, self.pipe, self.bm, self.bn, self.a_major, self.b_major = kind, pipe, bm, bn, a_major, b_major
-        self.blocks = blocks
+        self.blocks, self.multicast = blocks, multicast
         self.esize = int(ELEMENT_BYTES[k.atype])
         self.bk = 128 // self.esize  # K elements per stage: one 128-byte swizzle row
         self.a_bytes = bm * 128
         self.stage_bytes = (bm + bn) * 128
-        self.b_share_bytes = bn // pipe.cluster * 128  # this CTA's share of B in the stage
+        cl_a, cl_b = (pipe.cluster, 1) if multicast == "A" else (1, pipe.cluster)
+        self.a_share_bytes = bm // cl_a * 128  # this CTA's share of A in the stage (all of it unless A is shared)
+        self.b_share_bytes = bn // cl_b * 128  # and of B
+        # TMA boxes (rows, columns) of this CTA's loads: K-major [rows, 128 bytes of K], MN-major [BK, 64]
+        self.box_a = (bm // cl_a, self.bk) if a_major == "K" else (self.bk, 64)
+        self.box_b = (bn // cl_b, self.bk) if b_major == "K" else (self.bk, 64)
         self._build(k.k)
 
     def __repr__(self):
         return (f"Cooperative({self.kind}, {self.pipe!r}, bm={self.bm}, bn={self.bn}, a_major={self.a_major!r}, "
-                f"b_major={self.b_major!r}{', blocks=2' if self.blocks == 2 else ''})")
+                f"b_major={self.b_major!r}{', blocks=2' if self.blocks == 2 else ''}"
+                f"{', multicast=' + repr(self.multicast) if self.multicast != 'B' else ''})")
 
     def _layout(self, major, kstep):
         """(LBO, SBO, bytes per wgmma K step) of one operand in the stage. K-major: 8-row atoms
@@ -123,26 +162,33 @@ class Cooperative(types.ModuleType):
         A_CONS = 64 * 128  # bytes between the consumers' 64-row A slices (either layout)
         CL = self.pipe.cluster
         CL_MASK = (1 << CL) - 1
-        B_BOXES = BN // 64 // CL  # MN-major B boxes per CTA (64 N-columns each)
+        MC_A = CL > 1 and self.multicast == "A"
+        MC_B = CL > 1 and self.multicast == "B"
+        B_BOXES = BN // 64 // (CL if MC_B else 1)  # MN-major B boxes per CTA (64 N-columns each)
+        A_BOXES = BM // 64 // (CL if MC_A else 1)
+        A_ROWS, B_ROWS = self.a_share_bytes // 128, self.b_share_bytes // 128
+        A_SHARE, B_SHARE, BK = self.a_share_bytes, self.b_share_bytes, self.bk
+
+        load_a = _rows_loader(A_MN, A_BOXES, MC_A, CL_MASK)
+        load_b = _rows_loader(B_MN, B_BOXES, MC_B, CL_MASK)
 
         # Numba-inlined (inline=True), as the library GEMM's loop was written out in its kernel.
         @cuda.jit(device=True, inline=True)
-        def load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, b_dst):
-            if A_MN:
-                for j in range(BM // 64):
-                    tma_load_2d(slot + j * 8192, tmap_a, full, a_row + j * 64, kcol)
+        def load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, dst):
+            if MC_A:  # this CTA's share of A at slot + dst, all of B after A
+                load_a(slot + dst, full, tmap_a, kcol, a_row)
+                load_b(slot + A_BYTES, full, tmap_b, kcol, b_row)
+            else:  # all of A, this CTA's share of B (all of it without a cluster) at slot + dst
+                load_a(slot, full, tmap_a, kcol, a_row)
+                load_b(slot + dst, full, tmap_b, kcol, b_row)
+
+        @cuda.jit(device=True, inline=True)
+        def load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn):
+            rank = cluster_ctarank() if CL > 1 else 0
+            if MC_A:
+                load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM + rank * A_ROWS, tn * BN, rank * A_SHARE)
             else:
-                tma_load_2d(slot, tmap_a, full, kcol, a_row)
-            if B_MN:
-                for j in range(B_BOXES):
-                    if CL == 1:
-                        tma_load_2d(slot + b_dst + j * 8192, tmap_b, full, b_row + j * 64, kcol)
-                    else:
-                        tma_load_multicast_2d(slot + b_dst + j * 8192, tmap_b, full, CL_MASK, b_row + j * 64, kcol)
-            elif CL == 1:
-                tma_load_2d(slot + b_dst, tmap_b, full, kcol, b_row)
-            else:
-                tma_load_multicast_2d(slot + b_dst, tmap_b, full, CL_MASK, kcol, b_row)
+                load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN + rank * B_ROWS, A_BYTES + rank * B_SHARE)
 
         @cuda.jit(device=True, inline=True)
         def k_steps(d, step):
@@ -226,4 +272,4 @@ class Cooperative(types.ModuleType):
             drain(ring, ct, prev)
             return acc, s, ph
 
-        self.load, self.tile, self.tile_open, self.drain = load, tile, opened, drain
+        self.load, self.load_tile, self.tile, self.tile_open, self.drain = load, load_tile, tile, opened, drain

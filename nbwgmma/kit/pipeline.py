@@ -59,7 +59,7 @@ from ..intrinsics import (
 )
 from .device import inlined
 
-__all__ = ["TmaPipeline", "check_b_shares"]
+__all__ = ["TmaPipeline", "check_shares"]
 
 
 class TmaPipeline(types.ModuleType):
@@ -90,7 +90,12 @@ class TmaPipeline(types.ModuleType):
       need, as :func:`nbwgmma.launch.dynamic_smem_bytes` counts), the ring's barriers in static
       shared memory initialized by thread 0, then a barrier of the CTA (of the cluster with
       ``cluster`` > 1), then ``griddep_wait()``: a kernel built on it may be launched with
-      programmatic dependent launch (``launch(..., pdl=True)``).
+      programmatic dependent launch (``launch(..., pdl=True)``);
+    * ``teardown()``: a kernel's end, by every thread still running: with ``cluster`` > 1 a
+      cluster barrier (``cluster_sync(False)``), so that no CTA leaves while a peer may still
+      arrive on its barriers or multicast into its slots; nothing without a cluster. Threads
+      with nothing left to do may return before it (they should: waiting there beside the
+      producer thread of their warp slows its loop).
     """
 
     def __init__(self, stages: int, consumers: int, *, cluster: int = 1, producers: int = 1):
@@ -188,14 +193,21 @@ class TmaPipeline(types.ModuleType):
 
         self.init, self.producer_acquire, self.consumer_wait = init, producer_acquire, consumer_wait
         self.consumer_release, self.advance, self.stage_of = consumer_release, advance, stage_of
-        self.advance_by, self.setup = advance_by, setup
+        @inlined
+        def teardown():
+            if CL > 1:
+                # not .aligned: of the producer's warp only its one thread may be left
+                cluster_sync(False)
+
+        self.advance_by, self.setup, self.teardown = advance_by, setup, teardown
         self.producer_wait, self.producer_arrive_copies = producer_wait, producer_arrive_copies
 
 
-def check_b_shares(owner: str, bn: int, b_major: str, cluster: int):
-    """ValueError (naming ``owner``) unless a cluster of ``cluster`` CTAs can split a B tile of
-    ``bn`` rows into whole swizzle atoms per CTA (8 rows K-major, 64-column boxes MN-major), each
-    CTA loading its share and multicasting it."""
-    if (b_major == "K" and (bn // cluster) % 8) or (b_major == "MN" and (bn // 64) % cluster):
-        raise ValueError(f"{owner}: a cluster of {cluster} splits B's {bn} rows into whole swizzle atoms "
-                         f"({'8 rows' if b_major == 'K' else '64-column boxes'}) per CTA; got bn={bn}")
+def check_shares(owner: str, rows: int, major: str, cluster: int, operand: str = "B"):
+    """ValueError (naming ``owner``) unless a cluster of ``cluster`` CTAs can split an
+    ``operand`` tile of ``rows`` rows (M or N) into whole swizzle atoms per CTA (8 rows K-major,
+    64-column boxes MN-major), each CTA loading its share and multicasting it."""
+    if rows % cluster or (major == "K" and (rows // cluster) % 8) or (major == "MN" and (rows // 64) % cluster):
+        size = "bm" if operand == "A" else "bn"
+        raise ValueError(f"{owner}: a cluster of {cluster} splits {operand}'s {rows} rows into whole swizzle atoms "
+                         f"({'8 rows' if major == 'K' else '64-column boxes'}) per CTA; got {size}={rows}")

@@ -3,8 +3,10 @@
 A persistent kernel launches about one CTA per SM and loops over *work units*. A unit is
 one (tile, K slice): tile ``t`` of ``tiles`` in grouped order (``group_m`` tile rows at a
 time, so the CTAs running together share rows of A and columns of B in L2), slice ``sp`` of
-``nsplit`` of its K blocks. With clusters of ``cluster`` CTAs along M, a unit is a *cluster
-tile*: ``cluster`` vertically adjacent tiles, one per CTA (the CTA's rank picks its row)::
+``nsplit`` of its K blocks. With clusters of ``cluster`` CTAs, a unit is a *cluster tile*:
+``cluster`` adjacent tiles, one per CTA (the CTA's rank picks its own): vertically adjacent
+along M (``along="M"``, the default: the CTAs share the tile column, B's rows), horizontally
+adjacent along N (``along="N"``: they share the tile row, A's rows)::
 
     sched = TileScheduler(128, 256, 64, group_m=8)      # BM, BN, BK (K per stage)
 
@@ -28,6 +30,8 @@ import math
 import types
 
 from numba import cuda
+
+from ..intrinsics import cluster_ctarank
 from .device import inlined
 
 __all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment"]
@@ -84,18 +88,21 @@ def wave_order(u, nunits, ctas):
 
 class TileScheduler(types.ModuleType):
     """Tiles of ``bm`` x ``bn`` over K blocks of ``bk`` elements, walked in groups of
-    ``group_m`` tile rows, by clusters of ``cluster`` CTAs, each tile's K cut into up to
-    ``split`` slices. Device functions (all inlined):
+    ``group_m`` tile rows, by clusters of ``cluster`` CTAs along ``along`` (``"M"`` or ``"N"``),
+    each tile's K cut into up to ``split`` slices. Device functions (all inlined):
 
     * ``shape(m, n, k) -> (tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits)``;
     * ``first()``, ``step()``: this CTA's first unit and the stride between its units;
+    * ``rank()``: this CTA's rank in its cluster (0 without clusters), for ``tile``;
     * ``split_unit(u, nsplit) -> (t, sp)``: unit ``u``'s (cluster) tile and K slice;
     * ``tile(t, tiles_mc, tiles_n, rank) -> (tile_m, tile_n)``: the tile of (cluster) tile
       ``t`` for the CTA of cluster rank ``rank`` (0 without clusters);
     * ``k_range(sp, kblocks, nsplit) -> (kb0, kb1)``: the K blocks of slice ``sp``.
 
-    ``tile_m`` may be past M's last tile when ``tiles_m`` is not a multiple of ``cluster``:
-    such a CTA still takes part in the cluster's multicasts and stores nothing.
+    ``tile_m`` may be past M's last tile when ``tiles_m`` is not a multiple of ``cluster``
+    (``tile_n`` past N's with ``along="N"``): such a CTA still takes part in the cluster's
+    multicasts and stores nothing. With ``along="N"`` ``tiles_mc`` is ``tiles_m`` (a cluster
+    spans one tile row) and the units are ``tiles_m * ceil(tiles_n / cluster)``.
 
     With ``cluster_k`` = 2 the clusters are twice as large and both halves of each take the
     same units (a :class:`~nbwgmma.kit.ClusterSplitK` kernel: the two CTAs of a cluster share a
@@ -103,7 +110,9 @@ class TileScheduler(types.ModuleType):
     """
 
     def __init__(self, bm: int, bn: int, bk: int, *, group_m: int = 8, cluster: int = 1, split: int = 1,
-                 cluster_k: int = 1):
+                 cluster_k: int = 1, along: str = "M"):
+        if along not in ("M", "N"):
+            raise ValueError(f"TileScheduler: along (the clusters' direction) must be 'M' or 'N'; got {along!r}")
         if type(cluster_k) is not int or cluster_k not in (1, 2) or (cluster_k == 2 and (cluster != 1 or split != 1)):
             raise ValueError(f"TileScheduler: cluster_k must be 1, or 2 with cluster=1 and split=1; got "
                              f"cluster_k={cluster_k!r}, cluster={cluster!r}, split={split!r}")
@@ -114,17 +123,23 @@ class TileScheduler(types.ModuleType):
         super().__init__(f"TileScheduler({bm}x{bn}x{bk})")
         self.bm, self.bn, self.bk = bm, bn, bk
         self.group_m, self.cluster, self.split, self.cluster_k = group_m, cluster, split, cluster_k
+        self.along = along
         self._build()
 
     def __repr__(self):
         return (f"TileScheduler({self.bm}x{self.bn}x{self.bk}, group_m={self.group_m}, cluster={self.cluster}, "
-                f"split={self.split}{', cluster_k=2' if self.cluster_k == 2 else ''})")
+                f"split={self.split}{', cluster_k=2' if self.cluster_k == 2 else ''}"
+                f"{', along=' + repr(self.along) if self.along != 'M' else ''})")
 
     def units(self, m: int, n: int, k: int) -> int:
         """Work units of an M x N x K problem (cluster tiles times K slices)."""
-        tiles_mc = math.ceil(math.ceil(m / self.bm) / self.cluster)
+        tiles_m, tiles_n = math.ceil(m / self.bm), math.ceil(n / self.bn)
+        if self.along == "N":
+            tiles_n = math.ceil(tiles_n / self.cluster)
+        else:
+            tiles_m = math.ceil(tiles_m / self.cluster)
         kblocks = math.ceil(k / self.bk)
-        return tiles_mc * math.ceil(n / self.bn) * min(self.split, max(kblocks, 1))
+        return tiles_m * tiles_n * min(self.split, max(kblocks, 1))
 
     def grid(self, m: int, n: int, k: int, ctas: int, *, at_once: int = 1) -> int:
         """CTAs of a persistent grid of at most ``ctas`` (whole clusters, no idle cluster),
@@ -138,16 +153,19 @@ class TileScheduler(types.ModuleType):
     def _build(self):
         BM, BN, BK, CL, SPLIT = self.bm, self.bn, self.bk, self.cluster, self.split
         CTAS = CL * self.cluster_k  # CTAs that take one unit together
-        GROUP_MC = max(1, self.group_m // CL)  # tile rows per group, counted in cluster rows
+        ALONG_N = self.along == "N" and CL > 1
+        CL_M = 1 if ALONG_N else CL  # tile rows of a cluster
+        GROUP_MC = max(1, self.group_m // CL_M)  # tile rows per group, counted in cluster rows
 
         @inlined
         def shape(m, n, k):
             tiles_m = (m + BM - 1) // BM
-            tiles_mc = (tiles_m + CL - 1) // CL
+            tiles_mc = (tiles_m + CL_M - 1) // CL_M
             tiles_n = (n + BN - 1) // BN
             kblocks = (k + BK - 1) // BK
             nsplit = 1 if SPLIT == 1 else min(SPLIT, kblocks)
-            return tiles_m, tiles_mc, tiles_n, kblocks, nsplit, tiles_mc * tiles_n * nsplit
+            tiles_nc = (tiles_n + CL - 1) // CL if ALONG_N else tiles_n
+            return tiles_m, tiles_mc, tiles_n, kblocks, nsplit, tiles_mc * tiles_nc * nsplit
 
         @inlined
         def first():
@@ -158,18 +176,28 @@ class TileScheduler(types.ModuleType):
             return cuda.gridDim.x // CTAS
 
         @inlined
+        def rank():
+            return cluster_ctarank() if CL > 1 else 0
+
+        @inlined
         def split_unit(u, nsplit):
             t = u // nsplit
             return t, u - t * nsplit
 
-        @inlined
-        def tile(t, tiles_mc, tiles_n, rank):
-            pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
-            return pmc * CL + rank, pn
+        if ALONG_N:
+            @inlined
+            def tile(t, tiles_mc, tiles_n, rank):
+                pm, pnc = tile_order(t, tiles_mc, (tiles_n + CL - 1) // CL, GROUP_MC)
+                return pm, pnc * CL + rank
+        else:
+            @inlined
+            def tile(t, tiles_mc, tiles_n, rank):
+                pmc, pn = tile_order(t, tiles_mc, tiles_n, GROUP_MC)
+                return pmc * CL + rank, pn
 
         @inlined
         def k_range(sp, kblocks, nsplit):
             return sp * kblocks // nsplit, (sp + 1) * kblocks // nsplit
 
-        self.shape, self.first, self.step, self.split_unit = shape, first, step, split_unit
+        self.shape, self.first, self.step, self.rank, self.split_unit = shape, first, step, rank, split_unit
         self.tile, self.k_range = tile, k_range
