@@ -37,6 +37,20 @@ def test_library_gemm_small_integers_exact(cluster, epilogue):
     np.testing.assert_array_equal(got, ref.astype(np.float32))
 
 
+@pytest.mark.parametrize("epilogue", ["direct", "tma"])
+def test_library_gemm_clusters_sharing_a_exact(epilogue):
+    """Clusters of two along N sharing A's 256 rows: three tiles along N (N = 328), a fourth,
+    the second cluster's second CTA's, past N (it loads and multicasts its share of A and
+    stores nothing)."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-3, 4, (256, 128)).astype(np.float64)
+    b = rng.integers(-3, 4, (328, 128)).astype(np.float64)
+    got = run_library_gemm(a, b, 2, epilogue, bm=256, bn=128, multicast="A")
+    ref = a @ b.T
+    assert np.abs(ref).sum() > 0
+    np.testing.assert_array_equal(got, ref.astype(np.float32))
+
+
 def test_library_gemm_random_tails_against_float64():
     """Random data, M and N not multiples of the tile (TMA zero fill, clipped stores)."""
     rng = np.random.default_rng(9)

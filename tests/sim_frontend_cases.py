@@ -86,8 +86,9 @@ def test_ragged_sizes_small_integers_exact(t, tb, a_k, b_k, odt):
 
 
 @pytest.mark.parametrize("cfg", [{"bm": 64, "bn": 64}, {"cluster": 2}, {"split": 2, "bm": 64, "bn": 64}, "auto",
-                                 {"bm": 128, "bn": 96, "epilogue": "direct", "stages": 8}],
-                         ids=["tile64", "cluster2", "split2", "auto", "narrow96"])
+                                 {"bm": 128, "bn": 96, "epilogue": "direct", "stages": 8},
+                                 {"cluster": 2, "multicast": "A"}],
+                         ids=["tile64", "cluster2", "split2", "auto", "narrow96", "cluster2-sharing-a"])
 def test_explicit_configs(cfg):
     """A given configuration runs as given; "auto" (nothing to time here) the tile model's pick."""
     got, want = run("bf16", 96, 128, 64, odt="f32", config=cfg, seed=3)
@@ -100,7 +101,9 @@ def test_explicit_configs(cfg):
     ("bf16", 200, 64, 88, True, "f32", {"bm": 256, "bn": 88, "consumers": 2}),
     ("bf16", 270, 64, 136, True, "bf16", {"bm": 256, "bn": 128, "c_parts": 2}),
     ("f16", 260, 72, 72, True, "f16", {"bm": 256, "bn": 64, "b_mn": True}),
-], ids=["256x128-tma", "256x40-narrow-tma-mn-a", "256x88-direct", "256x128-halves", "256x64-mn-b"])
+    ("f16", 260, 72, 200, False, "f16", {"bm": 256, "bn": 128, "cluster": 2, "multicast": "A"}),
+], ids=["256x128-tma", "256x40-narrow-tma-mn-a", "256x88-direct", "256x128-halves", "256x64-mn-b",
+        "256x128-cluster-sharing-mn-a"])
 def test_tall_tiles_two_blocks_per_consumer(t, m, k, n, a_k, odt, cfg):
     """256-row tiles by default take two consumer warpgroups of 128 rows (two 64-row blocks and
     two accumulators each): rows past M in the second block, a narrow N stored by one unswizzled

@@ -7,7 +7,6 @@ deliberately wrong descriptor on small-integer inputs and save every output; the
 """
 
 import importlib.util
-import math
 import pathlib
 import sys
 
@@ -16,6 +15,7 @@ from numba import cuda
 
 from nbwgmma.layout.wgmma_model import encode_elements
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
+from nbwgmma.kit import TileScheduler
 from nbwgmma.launch import launch
 from nbwgmma.tma import TensorMap
 
@@ -34,22 +34,24 @@ def bf16_bits(x):
     return encode_elements(x, "bf16").view(np.uint16).reshape(x.shape)
 
 
-def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256):
+def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256, multicast="B"):
     """C = A B^T through the library's persistent kernel (bf16 in; bf16 out for the TMA
-    epilogue, f32 for the direct one), as the simulator or the GPU computes it."""
+    epilogue, f32 for the direct one), as the simulator or the GPU computes it; clusters share
+    ``multicast``'s tile, one CTA per cluster tile."""
     m, k = a.shape
     n = b.shape[0]
     cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, cluster=cluster, epilogue=epilogue,
-                     out="bf16" if epilogue == "tma" else "f32")
-    ta = TensorMap(cuda.to_device(bf16_bits(a)), (cfg.bm, cfg.bk), dtype="bf16")
-    tb = TensorMap(cuda.to_device(bf16_bits(b)), (cfg.bn // cluster, cfg.bk), dtype="bf16")
+                     out="bf16" if epilogue == "tma" else "f32", multicast=multicast)
+    share_a = multicast == "A"
+    ta = TensorMap(cuda.to_device(bf16_bits(a)), (cfg.bm // (cluster if share_a else 1), cfg.bk), dtype="bf16")
+    tb = TensorMap(cuda.to_device(bf16_bits(b)), (cfg.bn // (1 if share_a else cluster), cfg.bk), dtype="bf16")
     if epilogue == "tma":
         c = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))  # bf16 NaN
         carg = TensorMap(c, (64, 64), dtype="bf16").address
     else:
         c = cuda.to_device(np.full((m, n), np.nan, np.float32))
         carg = c
-    tiles = math.ceil(math.ceil(m / cfg.bm) / cluster) * math.ceil(n / cfg.bn)  # cluster tiles
+    tiles = TileScheduler(cfg.bm, cfg.bn, cfg.bk, cluster=cluster, along="N" if share_a else "M").units(m, n, k)
     launch(gemm_kernel(cfg), cluster * tiles, cfg.threads,
            (ta.address, tb.address, carg, np.int32(m), np.int32(n), np.int32(k), np.float32(1)),
            smem=cfg.smem_bytes + 1023, cluster=(cluster, 1, 1) if cluster > 1 else None)

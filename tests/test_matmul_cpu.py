@@ -145,6 +145,14 @@ def test_gemm_config_rules():
     with pytest.raises(ValueError, match="whole swizzle atoms"):
         GemmConfig(bn=64, b_major="MN", cluster=2)
     assert GemmConfig(bn=64, cluster=4).cluster == 4  # 16 K-major rows per CTA: two atoms
+    # clusters along N share A: its rows split into whole atoms, B's need not
+    assert GemmConfig(bm=256, bn=40, cluster=2, multicast="A").multicast == "A"
+    assert "cluster=2 sharing A" in repr(GemmConfig(bm=256, bn=160, cluster=2, multicast="A"))
+    with pytest.raises(ValueError, match="splits A's 64 rows into whole swizzle atoms"):
+        GemmConfig(bm=64, a_major="MN", cluster=2, multicast="A")
+    for bad in (dict(multicast="A"), dict(multicast="C", cluster=2)):
+        with pytest.raises(ValueError, match="multicast .* must be 'B', or 'A' with a cluster of 2 or 4"):
+            GemmConfig(**bad)
     # 256-row tiles: two consumers of 128 rows (240 registers each), four of 64 with split-K
     c = GemmConfig(bm=256, bn=168, epilogue="tma")
     assert (c.consumers, c.blocks, c.producer_regs, c.consumer_regs, c.c_box) == (2, 2, 24, 240, 168)

@@ -25,9 +25,9 @@ _IN_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
 #: numpy element type of each nbwgmma type in Numba and CuPy arrays (bf16 and fp8 as raw bits)
 NP_OF = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}
 CONFIG_KEYS = {"bm", "bn", "stages", "group_m", "producer_regs", "consumer_regs", "epilogue", "c_parts",
-               "c_slots", "cluster", "split", "swap", "stream_k", "cluster_k", "consumers"}
+               "c_slots", "cluster", "split", "swap", "stream_k", "cluster_k", "consumers", "multicast"}
 #: config keys whose value is a string; the others are integers
-_STR_KEYS = {"epilogue"}
+_STR_KEYS = {"epilogue", "multicast"}
 
 
 def _kind(ta: str, tb: str) -> str:

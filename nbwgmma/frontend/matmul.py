@@ -118,7 +118,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
 
     ``config`` overrides the kernel's tile parameters (a dict with keys among ``bm``,
     ``bn``, ``stages``, ``group_m``, ``producer_regs``, ``consumer_regs``, ``epilogue``,
-    ``c_parts``, ``c_slots``, ``cluster``, ``split``, ``stream_k``, ``cluster_k``, ``consumers``; see
+    ``c_parts``, ``c_slots``, ``cluster``, ``multicast`` ("A": clusters along N sharing A), ``split``,
+    ``stream_k``, ``cluster_k``, ``consumers``; see
     :class:`nbwgmma.kernels.gemm.GemmConfig`;
     and ``swap``: 1 computes C^T = B^T A^T, A's rows the tile's narrow side, as the default does for at most 64
     rows of 16-bit inputs (32 of fp8) with a row-major A; 0 never swaps),

@@ -158,7 +158,7 @@ class Plan:
 
                 sms = device_limits()["multiprocessors"]
                 free = not ({"cluster", "split", "epilogue", "stages", "stream_k", "c_parts", "c_slots", "consumers",
-                             "producer_regs", "consumer_regs"} & set(given)
+                             "multicast", "producer_regs", "consumer_regs"} & set(given)
                             or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM)
                 # (C^T tiles better; a swapped fp8 output is stored from the registers, not by TMA)
                 if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma_out and odt not in FP8_OUTS):
@@ -169,7 +169,9 @@ class Plan:
                 b_kmajor = _operand_path(ib, True, wk.transposable)[0] == "K"
                 # (fp8 codes go out through TMA in 64-column blocks: widths of 64-column multiples)
                 widths = None if not free or opts.get("swap") else "any" if b_kmajor and odt not in FP8_OUTS else "64"
-                opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if cluster in (1, 2, 4) else 1, widths)
+                # (a cluster along N shares A's rows: any tile width)
+                share_b = cluster in (2, 4) and opts.get("multicast", "B") == "B"
+                opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if share_b else 1, widths)
                 if opts.get("cluster_k", 1) != 1 and (opts["bm"] != 128 or opts["bn"] > 192):
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
                 # a tile that fills its one or two waves poorly: a narrower one (B K-major)
@@ -210,9 +212,12 @@ class Plan:
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
         self.workspaces = {}  # split-K: stream handle -> (f32 partial tiles, int32 tile counters)
         self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
-        # TMA boxes: K-major [rows, BK] (B: this CTA's share of the tile's rows), MN-major [BK, 64]
+        # TMA boxes: K-major [rows, BK] (the shared operand: this CTA's share of the tile's rows),
+        # MN-major [BK, 64]
+        shared_a = cfg.multicast == "A"
         self.boxes = tuple((rows, cfg.bk) if path[0] == "K" else (cfg.bk, 64)
-                           for path, rows in ((self.a_path, cfg.bm), (self.b_path, cfg.bn // cfg.cluster)))
+                           for path, rows in ((self.a_path, cfg.bm // (cfg.cluster if shared_a else 1)),
+                                              (self.b_path, cfg.bn // (1 if shared_a else cfg.cluster))))
         self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
 
     def _configure(self, kind, odt, ia, ib, io, opts, fp8):
@@ -383,7 +388,7 @@ class Plan:
 
     def launch_shape(self, kernel, args):
         """(grid, cluster shape or None, dynamic shared memory bytes): one CTA per SM, in
-        whole clusters (each takes ``cluster`` vertically adjacent tiles at a time, or with
+        whole clusters (each takes ``cluster`` adjacent tiles at a time, or with
         ``cluster_k`` one tile, each of its two CTAs half the k-blocks).
         ``kernel`` and ``args`` as :func:`nbwgmma.launch.max_active_clusters` takes them."""
         from ..launch import device_limits, max_active_clusters
@@ -395,7 +400,8 @@ class Plan:
         slots = device_limits()["multiprocessors"] // cl
         if cl > 1 and not _SIM:  # clusters sit whole in a GPC: maybe fewer fit
             slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
-        units = work_units(m, n, self.mnk[2], cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, cfg.stream_k)
+        units = work_units(m, n, self.mnk[2], cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, cfg.stream_k,
+                           "N" if cfg.multicast == "A" else "M")
         grid = cl * min(slots, units)
         return grid, ((cl, 1, 1) if cl > 1 else None), smem
 
@@ -472,23 +478,25 @@ class Plan:
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its
         producer loads must add up to exactly that, or the consumers would wait forever."""
         cfg = self.cfg
-        boxes_a = cfg.bm // 64 if cfg.a_major == "MN" else 1
-        boxes_b = cfg.bn // 64 if cfg.b_major == "MN" else cfg.cluster  # the peers' shares arrive too
+        # (the shared operand's K-major box is a share: the peers' shares arrive too)
+        shared_a = cfg.multicast == "A"
+        boxes_a = cfg.bm // 64 if cfg.a_major == "MN" else cfg.cluster if shared_a else 1
+        boxes_b = cfg.bn // 64 if cfg.b_major == "MN" else 1 if shared_a else cfg.cluster
         got = boxes_a * ta.box_bytes + boxes_b * tb.box_bytes
         if got != cfg.stage_bytes:
             raise RuntimeError(f"matmul: a stage loads {got} bytes but expect_tx announces {cfg.stage_bytes}")
 
 
-def work_units(m, n, k, bm, bn, bk, cluster=1, split=1, stream_k=False) -> int:
+def work_units(m, n, k, bm, bn, bk, cluster=1, split=1, stream_k=False, along="M") -> int:
     """The units of work the library GEMM's persistent grid shares out for an M x N x K product
     in bm x bn x bk tiles: its :class:`~nbwgmma.kit.TileScheduler`'s (tiles, of a cluster
-    ``cluster`` vertically adjacent ones, times K slices); with stream-K every tile's k-blocks
-    (each CTA takes at least one)."""
+    ``cluster`` adjacent ones along ``along``, times K slices); with stream-K every tile's
+    k-blocks (each CTA takes at least one)."""
     if stream_k:
         return math.ceil(m / bm) * math.ceil(n / bn) * math.ceil(k / bk)
     from ..kit.scheduler import TileScheduler
 
-    return TileScheduler(bm, bn, bk, cluster=cluster, split=split).units(m, n, k)
+    return TileScheduler(bm, bn, bk, cluster=cluster, split=split, along=along).units(m, n, k)
 
 
 def transposed(info: ArrayInfo) -> ArrayInfo:

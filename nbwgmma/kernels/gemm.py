@@ -30,7 +30,8 @@ Clusters (``cluster`` > 1): CTAs of a cluster take vertically adjacent tiles of 
 column at a time; each loads its share of the common B tile with a multicast TMA
 into every CTA's slot, so a stage's "full" barrier collects A's bytes and all the
 shares, and its "empty" barrier waits for the consumers of every CTA of the cluster
-(remote ``mbarrier.arrive`` through ``mapa``) before the slot is refilled.
+(remote ``mbarrier.arrive`` through ``mapa``) before the slot is refilled. With
+``multicast="A"`` the CTAs take side-by-side tiles of one row and share A's tile instead.
 
 Tails: TMA fills out-of-bounds elements of A and B with zeros, which add
 nothing; TMA stores clip at C's edges, and the direct stores skip elements
@@ -91,16 +92,19 @@ def _build(key):
     BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
-    coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks)
+    MC_A = cfg.multicast == "A"  # clusters along N sharing A (else along M sharing B)
+    coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks,
+                       multicast=cfg.multicast)
     CROWS = 64 * cfg.blocks  # rows of the tile per consumer
     KC = cfg.cluster_k
-    sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split, cluster_k=KC)
+    sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split, cluster_k=KC,
+                          along="N" if MC_A else "M")
     ck = ClusterSplitK(BN, consumers=NCONS if KC > 1 else 2)  # (used with cluster_k only)
     X_OFF = C_OFF + cfg.c_bytes  # the K halves' exchange buffer (cluster_k = 2)
     XBARS = ck.barrier_words
     NBARS = pipe.barrier_words
-    B_PART_ROWS = BN // CL  # rows of B (N) per CTA
-    B_PART_BYTES = coop.b_share_bytes  # their bytes in the slot, in either layout
+    A_PART_ROWS, B_PART_ROWS = coop.a_share_bytes // 128, coop.b_share_bytes // 128  # rows of A, B per CTA
+    A_PART_BYTES, B_PART_BYTES = coop.a_share_bytes, coop.b_share_bytes  # their bytes in the slot
     SPLIT = cfg.split
     STREAM = cfg.stream_k
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
@@ -341,7 +345,7 @@ def _build(key):
         # while the stream's previous kernel still runs: nothing reads or writes global memory
         # before this wait.
         griddep_wait()
-        rank = cluster_ctarank() if CL > 1 else 0  # the CTA's row in a cluster along M
+        rank = cluster_ctarank() if CL > 1 else 0  # the CTA's tile in its cluster's
         half = cluster_ctarank() if KC > 1 else 0  # the CTA's half of K (cluster_k)
 
         # A cluster of CL CTAs takes CL vertically adjacent tiles at a time (one "cluster tile");
@@ -353,7 +357,8 @@ def _build(key):
         if wg == 0:
             setmaxnreg_dec(PREGS)
             if tid == 0:
-                b_dst = A_BYTES + rank * B_PART_BYTES
+                # where this CTA's share of the shared operand lands in the slot
+                dst = rank * A_PART_BYTES if MC_A else A_BYTES + rank * B_PART_BYTES
                 # One k-block count, slot and phase derived from it (the consumers advance the
                 # two as counters; here those cost ptxas an 8-byte spill in the producer's 40
                 # registers with clusters).
@@ -367,7 +372,7 @@ def _build(key):
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
                             full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
-                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, pn * BN, b_dst)
+                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, pn * BN, dst)
                             it += 1
                         g += kb1 - kb0
                 else:
@@ -375,17 +380,23 @@ def _build(key):
                         t, sp = sched.split_unit(u, nsplit)
                         pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
                         # Past M's last tile (tiles_m not a multiple of CL) a CTA still loads and
-                        # multicasts its share of B for its peers; its own A rows are a copy.
-                        if pm >= tiles_m:
-                            pm = tiles_m - 1
-                        b_row = pn * BN + rank * B_PART_ROWS
+                        # multicasts its share of B for its peers; its own A rows are a copy
+                        # (along N: past N's last tile, its share of A; its B rows a copy).
+                        if MC_A:
+                            if pn >= tiles_n:
+                                pn = tiles_n - 1
+                            a_row, b_row = pm * BM + rank * A_PART_ROWS, pn * BN
+                        else:
+                            if pm >= tiles_m:
+                                pm = tiles_m - 1
+                            a_row, b_row = pm * BM, pn * BN + rank * B_PART_ROWS
                         kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                         if KC > 1:  # this CTA's half of the tile's k-blocks (the peer loads the same rows)
                             kb0, kb1 = ck.k_half(kblocks, half)
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
                             full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
-                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, b_row, b_dst)
+                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
                             it += 1
                 # Every load issued: the next kernel may be scheduled (its CTAs take SMs as ours leave).
                 griddep_launch_dependents()
@@ -439,7 +450,7 @@ def _build(key):
                     pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
                     kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                     acc, s, ph, ept = tile_ep(ring, base, s, ph, kb0, kb1, cw, ctid, ep, pn * BN)
-                    if pm < tiles_m:
+                    if pm < tiles_m and pn < tiles_n:
                         finish_blocks(acc, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit,
                                       pm * BM + cw * CROWS, pn * BN, cbase, m, ept)
             if TMA_EPI and ctid == 0:

@@ -49,7 +49,9 @@ class GemmConfig:
     for the tile (6 for 128 x 128, 8 for a width that is not a multiple of 64, 4 otherwise).
     ``cluster`` (1, 2 or 4) launches the CTAs in thread-block clusters of that many along
     M: the cluster works on vertically adjacent tiles that share their B tile, and each
-    CTA loads 1/cluster of it and multicasts it to all (less L2 traffic for B).
+    CTA loads 1/cluster of it and multicasts it to all (less L2 traffic for B). With
+    ``multicast="A"`` the cluster lies along N instead: side-by-side tiles that share their A
+    tile, each CTA loading 1/cluster of A's rows (the 256-row tiles' larger operand).
     ``split`` (1-4) cuts K into that many slices, each a separate work unit (more units
     than tiles for small M x N): every slice writes its f32 partial tile to a workspace,
     and the last one to finish a tile (a per-tile counter) sums the slices in order and
@@ -114,7 +116,7 @@ class GemmConfig:
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
                  c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False, user=None,
-                 extras=(), user_t=False, amax=False):
+                 extras=(), user_t=False, amax=False, multicast="B"):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -182,10 +184,18 @@ class GemmConfig:
         self.fused = bool(bias or act or with_c or user is not None)
         if cluster not in (1, 2, 4):
             raise ConfigError("cluster", f"cluster must be 1, 2 or 4 CTAs; got {cluster}")
+        if multicast not in ("A", "B") or (multicast == "A" and cluster == 1):
+            raise ConfigError("multicast", f"multicast (the operand a cluster shares) must be 'B', or 'A' with a "
+                                           f"cluster of 2 or 4; got {multicast!r} with cluster={cluster}")
         try:
-            check_shares("GemmConfig", bn, b_major, cluster)
+            if multicast == "A":
+                check_shares("GemmConfig", bm, a_major, cluster, "A")
+            else:
+                check_shares("GemmConfig", bn, b_major, cluster)
         except ValueError as e:
             raise ConfigError("cluster", str(e)) from None
+        #: the operand a cluster shares out ("B": clusters along M; "A": along N)
+        self.multicast = multicast
         if split not in (1, 2, 3, 4):
             raise ConfigError("split", f"split must be 1, 2, 3 or 4 K slices; got {split}")
         if split > 1 and cluster > 1:
@@ -353,7 +363,7 @@ class GemmConfig:
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
                 self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c, self.user,
-                self.extras, self.user_t, self.amax)
+                self.extras, self.user_t, self.amax, self.multicast)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -361,6 +371,7 @@ class GemmConfig:
                 f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
                 f"{' in 2 slots' if self.c_slots == 2 else ''}"
                 f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
+                f"{' sharing A' if self.multicast == 'A' else ''}"
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
