@@ -388,6 +388,8 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     _raise_smem_limit(cufunc, smem)
     cfg = dict(grid=grid, block=block, shmem_size=smem)
     if cluster is not None:
+        # cuda.core (0.4 on) counts the grid in clusters where a cluster is given; ``grid`` counts CTAs
+        cfg["grid"] = tuple(g // c for g, c in zip(grid, cluster))
         cfg["cluster"] = cluster
 
     if pdl and fast is not None:  # through the prepared kernel: its launch sets the attribute

@@ -82,3 +82,23 @@ def test_programmatic_dependent_launches_stay_ordered(cluster):
     for i in range(100, 200):
         pk(bufs[1 - i % 2], bufs[i % 2])
     np.testing.assert_array_equal(bufs[0].copy_to_host(), np.arange(n, dtype=np.float32) % 1000 + 200)
+
+
+@cuda.jit
+def _count_ctas(out):
+    if cuda.threadIdx.x == 0:
+        cuda.atomic.add(out, 0, 1)
+        cuda.atomic.max(out, 1, cuda.gridDim.x)
+        cuda.atomic.max(out, 2, cuda.blockIdx.x)
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_a_clustered_launch_starts_the_ctas_asked_for(pdl):
+    """``launch(kernel, 6, ..., cluster=(2, 1, 1))`` starts 6 CTAs in 3 clusters, on its first launch
+    (through cuda.core, which counts the grid in clusters) and on the prepared repeats."""
+    from nbwgmma.launch import launch
+
+    for _ in range(3):
+        out = cuda.to_device(np.zeros(3, np.int32))
+        launch(_count_ctas, 6, 32, (out,), cluster=(2, 1, 1), pdl=pdl)
+        assert out.copy_to_host().tolist() == [6, 6, 5]
