@@ -111,12 +111,9 @@ def _host_walk(bm, bn, bk, group_m, m, n, k, grid):
     return out
 
 
-@pytest.mark.parametrize("m, n, k, grid", [(1000, 700, 300, 5), (128, 256, 64, 1), (4096, 512, 128, 7)])
-def test_the_scheduler_walks_every_tile_once_in_grouped_order(m, n, k, grid):
-    sched = TileScheduler(128, 256, 64, group_m=8)
-    units = sched.units(m, n, k)
-    assert sched.grid(m, n, k, 132) == min(132, units)
-
+def _walk(sched, m, n, k, grid, cluster=None):
+    """Each CTA's units as ``sched`` walks them: [CTA, j] = (unit, tile row, tile col, slice,
+    kb0, kb1), -1 past its last."""
     @cuda.jit
     def kernel(out, m, n, k):
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
@@ -124,16 +121,24 @@ def test_the_scheduler_walks_every_tile_once_in_grouped_order(m, n, k, grid):
         if cuda.threadIdx.x == 0:
             for u in range(sched.first(), nunits, sched.step()):
                 t, sp = sched.split_unit(u, nsplit)
-                tm, tn = sched.tile(t, tiles_mc, tiles_n, 0)
+                tm, tn = sched.tile(t, tiles_mc, tiles_n, sched.rank())
                 kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                 row = out[cuda.blockIdx.x, j]
-                row[0], row[1], row[2], row[3], row[4] = tm, tn, sp, kb0, kb1
+                row[0], row[1], row[2], row[3], row[4], row[5] = u, tm, tn, sp, kb0, kb1
                 j += 1
 
-    out = cuda.to_device(np.full((grid, 64, 5), -1, np.int64))
-    launch(kernel, grid, 32, (out, m, n, k))
-    got = out.copy_to_host()
-    walked = [(c, *map(int, got[c, j])) for c in range(grid) for j in range(64) if got[c, j, 0] >= 0]
+    out = cuda.to_device(np.full((grid, 64, 6), -1, np.int64))
+    launch(kernel, grid, 32, (out, m, n, k), cluster=cluster)
+    return out.copy_to_host()
+
+
+@pytest.mark.parametrize("m, n, k, grid", [(1000, 700, 300, 5), (128, 256, 64, 1), (4096, 512, 128, 7)])
+def test_the_scheduler_walks_every_tile_once_in_grouped_order(m, n, k, grid):
+    sched = TileScheduler(128, 256, 64, group_m=8)
+    units = sched.units(m, n, k)
+    assert sched.grid(m, n, k, 132) == min(132, units)
+    got = _walk(sched, m, n, k, grid)
+    walked = [(c, *map(int, got[c, j, 1:])) for c in range(grid) for j in range(64) if got[c, j, 0] >= 0]
     assert walked == _host_walk(128, 256, 64, 8, m, n, k, grid)
     assert len({(w[1], w[2]) for w in walked}) == units
 
@@ -143,28 +148,15 @@ def test_the_scheduler_walks_every_tile_once_in_grouped_order(m, n, k, grid):
 def test_clusters_take_adjacent_tiles_along_their_direction(along, m, n, grid):
     """Clusters of two: the CTAs of a cluster tile take neighbouring tiles (vertically along M,
     side by side along N) by rank, every tile once; a cluster's second tile past the edge (an
-    odd tile count) is handed out and lies past it."""
+    odd tile count) is handed out and lies past it. (The grid is the CTAs launched: on the GPU,
+    a first launch that started more of them failed here.)"""
     sched = TileScheduler(128, 256, 64, group_m=2, cluster=2, along=along)
     assert grid == sched.grid(m, n, 64, grid)
-
-    @cuda.jit
-    def kernel(out, m, n, k):
-        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
-        j = 0
-        if cuda.threadIdx.x == 0:
-            for u in range(sched.first(), nunits, sched.step()):
-                tm, tn = sched.tile(u, tiles_mc, tiles_n, sched.rank())
-                row = out[cuda.blockIdx.x, j]
-                row[0], row[1], row[2] = u, tm, tn
-                j += 1
-
-    out = cuda.to_device(np.full((grid, 16, 3), -1, np.int64))
-    launch(kernel, grid, 32, (out, m, n, 64), cluster=(2, 1, 1))
-    got = out.copy_to_host()
+    got = _walk(sched, m, n, 64, grid, cluster=(2, 1, 1))
     tiles_m, tiles_n = math.ceil(m / 128), math.ceil(n / 256)
     walked = {}
     for c in range(grid):
-        for j in range(16):
+        for j in range(64):
             if got[c, j, 0] >= 0:
                 walked.setdefault(int(got[c, j, 0]), {})[c % 2] = (int(got[c, j, 1]), int(got[c, j, 2]))
     assert len(walked) == sched.units(m, n, 64)
