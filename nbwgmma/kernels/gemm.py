@@ -345,7 +345,7 @@ def _build(key):
         # while the stream's previous kernel still runs: nothing reads or writes global memory
         # before this wait.
         griddep_wait()
-        rank = cluster_ctarank() if CL > 1 else 0  # the CTA's tile in its cluster's
+        rank = cluster_ctarank() if CL > 1 else 0  # which of its cluster's tiles the CTA takes
         half = cluster_ctarank() if KC > 1 else 0  # the CTA's half of K (cluster_k)
 
         # A cluster of CL CTAs takes CL vertically adjacent tiles at a time (one "cluster tile");

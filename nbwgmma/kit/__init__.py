@@ -3,7 +3,7 @@
 * :mod:`~nbwgmma.kit.pipeline`: :class:`TmaPipeline`, the TMA producer / wgmma consumer ring
   of ``stages`` shared-memory slots with its "full" and "empty" mbarriers;
 * :mod:`~nbwgmma.kit.scheduler`: :class:`TileScheduler`, a persistent grid's walk over output
-  tiles (grouped rasterization, clusters, K slices);
+  tiles (grouped rasterization, clusters along M or N, K slices);
 * :mod:`~nbwgmma.kit.epilogue`: device functions over accumulator fragments (a user function
   mapped over every value with its row and column, bias, activations);
 * :mod:`~nbwgmma.kit.groups`: :func:`group_walk`, a grouped GEMM's walk over its groups of rows
@@ -11,7 +11,8 @@
 * :mod:`~nbwgmma.kit.producer`: :func:`tile_producer`, the producer thread's walk over the CTA's
   tiles (each k-block: a slot of the ring, your TMA loads of the stage);
 * :mod:`~nbwgmma.kit.cooperative`: :class:`Cooperative`, consumer warpgroups sharing one tile,
-  64 rows each (the library GEMM's: the largest tiles, the epilogue after the main loop);
+  64 rows each (the library GEMM's: the largest tiles, the epilogue after the main loop), in
+  clusters that multicast A's or B's tile;
 * :mod:`~nbwgmma.kit.epilogue_warps`: :class:`EpilogueWarps`, the producer warpgroup's idle
   warps applying an activation to the consumers' staged C tile and storing it (the
   cooperative epilogue off the tensor cores' critical path);

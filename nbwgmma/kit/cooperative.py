@@ -40,8 +40,8 @@ import types
 from numba import cuda
 
 from ..intrinsics import (
-    acc_undef, cluster_ctarank, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group, wgmma_fence,
-    wgmma_mma_async, wgmma_wait_group,
+    acc_undef, cluster_ctarank, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group,
+    wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
