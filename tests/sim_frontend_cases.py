@@ -95,6 +95,20 @@ def test_explicit_configs(cfg):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("cluster, a_k", [(2, False), (4, False), (4, True)])
+def test_clusters_sharing_a_pick_a_tile_whose_rows_split(cluster, a_k):
+    """``{"cluster": c, "multicast": "A"}`` without a tile: the tile model's pick, or the first
+    of 128 x 256 and 256 x 128 whose A rows split into whole atoms per CTA (an MN-major A comes in
+    64-column boxes: 128 rows for 2 CTAs, 256 for 4); exact, the second cluster's tiles past N."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    got, want = run("bf16", 96, 64, 136, a_k_major=a_k, odt="f32", config={"cluster": cluster, "multicast": "A"},
+                    seed=cluster)
+    np.testing.assert_array_equal(got, want)
+    c = last_plan().cfg
+    assert (c.cluster, c.multicast) == (cluster, "A") and c.bm // cluster % (8 if a_k else 64) == 0, c
+
+
 @pytest.mark.parametrize("t, m, k, n, a_k, odt, cfg", [
     ("bf16", 300, 136, 136, True, "bf16", {"bm": 256, "bn": 128}),
     ("f16", 260, 72, 40, False, "f16", {"bm": 256, "bn": 40, "stages": 2}),

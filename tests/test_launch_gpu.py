@@ -94,8 +94,10 @@ def _count_ctas(out):
 
 @pytest.mark.parametrize("pdl", [False, True])
 def test_a_clustered_launch_starts_the_ctas_asked_for(pdl):
-    """``launch(kernel, 6, ..., cluster=(2, 1, 1))`` starts 6 CTAs in 3 clusters, on its first launch
-    (through cuda.core, which counts the grid in clusters) and on the prepared repeats."""
+    """``launch(kernel, 6, ..., cluster=(2, 1, 1))`` starts 6 CTAs in 3 clusters: without ``pdl`` its
+    first launch goes through cuda.core, which counts the grid in clusters (it started 12 until the
+    grid was divided by the cluster), the repeats through the prepared kernel; with ``pdl`` every
+    launch does."""
     from nbwgmma.launch import launch
 
     for _ in range(3):

@@ -217,6 +217,30 @@ def test_expect_tx_matches_the_boxes(kind, a_major, b_major, cluster):
             plan.check_expect_tx(tmap(a_major, 128), tmap(b_major, 256))
 
 
+def test_clusters_sharing_a_load_a_share_of_a_and_compile_clean():
+    """``multicast="A"``: each CTA of a cluster loads ``bm / cluster`` rows of A (one box; the
+    peers' shares complete the stage's bytes) and all of B; 256 x 160 in clusters of two compiles
+    to multicast loads without spills; wider 256-row tiles are refused in clusters."""
+    from nbwgmma.frontend.plan import Plan
+    from nbwgmma.report import compile_report
+    from nbwgmma.tma import TensorMap
+
+    plan = Plan.__new__(Plan)
+    plan.cfg = cfg = GemmConfig(bm=256, bn=160, cluster=2, multicast="A", epilogue="tma", out="bf16")
+    big = Fake((1024, 1024), np.float16)
+    share = TensorMap(big, (128, 64), dtype="bf16", swizzle="128B", encode=False)
+    plan.check_expect_tx(share, TensorMap(big, (160, 64), dtype="bf16", swizzle="128B", encode=False))
+    with pytest.raises(RuntimeError, match="expect_tx announces"):  # a B share instead
+        plan.check_expect_tx(TensorMap(big, (256, 64), dtype="bf16", swizzle="128B", encode=False),
+                             TensorMap(big, (80, 64), dtype="bf16", swizzle="128B", encode=False))
+    with pytest.raises(ValueError, match="in clusters take tiles of at most 160 columns"):
+        GemmConfig(bm=256, bn=168, cluster=2, multicast="A")
+    sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
+    rep = compile_report(gemm_kernel(cfg), sig)
+    assert rep.ptx.count(".multicast::cluster") >= 1 and rep.sass["UCGABAR_WAIT"] == 2
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+
+
 @pytest.mark.parametrize("bm, bn", [pytest.param(*t, marks=DEFAULT_GEMM) if t == (128, 256) else t for t in TILES])
 def test_every_automatic_tile_compiles_clean(bm, bn, report_once, report_batch):
     """The tiles matmul picks by shape (smaller ones for small M x N)."""

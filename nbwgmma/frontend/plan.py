@@ -42,6 +42,7 @@ from ..errors import ConfigError, MatmulError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..launch import array_arg_types, array_arg_values
 from ..kernels.gemm_config import FP8_OUTS
+from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
@@ -169,9 +170,18 @@ class Plan:
                 b_kmajor = _operand_path(ib, True, wk.transposable)[0] == "K"
                 # (fp8 codes go out through TMA in 64-column blocks: widths of 64-column multiples)
                 widths = None if not free or opts.get("swap") else "any" if b_kmajor and odt not in FP8_OUTS else "64"
-                # (a cluster along N shares A's rows: any tile width)
+                # (a cluster along N shares A's rows: any tile width, rows that split into whole atoms)
                 share_b = cluster in (2, 4) and opts.get("multicast", "B") == "B"
                 opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if share_b else 1, widths)
+                if cluster in (2, 4) and opts.get("multicast") == "A":
+                    a_major = _operand_path(ia, False, wk.transposable)[0]
+                    for bm, bn in ((opts["bm"], opts["bn"]), (128, 256), (256, 128)):
+                        try:
+                            check_shares("matmul", bm, a_major, cluster, "A")
+                        except ValueError:
+                            continue
+                        opts["bm"], opts["bn"] = bm, bn
+                        break
                 if opts.get("cluster_k", 1) != 1 and (opts["bm"] != 128 or opts["bn"] > 192):
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
                 # a tile that fills its one or two waves poorly: a narrower one (B K-major)

@@ -348,7 +348,8 @@ def _build(key):
         rank = cluster_ctarank() if CL > 1 else 0  # which of its cluster's tiles the CTA takes
         half = cluster_ctarank() if KC > 1 else 0  # the CTA's half of K (cluster_k)
 
-        # A cluster of CL CTAs takes CL vertically adjacent tiles at a time (one "cluster tile");
+        # A cluster of CL CTAs takes CL adjacent tiles at a time (one "cluster tile": vertically
+        # adjacent sharing B, side by side sharing A);
         # work units are (tile, K slice), a tile's slices neighbours, so they run together.
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         first = sched.first()

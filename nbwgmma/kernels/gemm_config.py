@@ -234,10 +234,14 @@ class GemmConfig:
         if self.blocks == 2 and bn > 168:
             raise ConfigError("bn", f"consumers of 128 rows take tiles of at most 168 columns (their two accumulators "
                                     f"spill from 176: 104 bytes, 840 at 192); got bn={bn}")
+        if self.blocks == 2 and cluster > 1 and bn > 160:
+            raise ConfigError("bn", f"consumers of 128 rows in clusters take tiles of at most 160 columns (the "
+                                    f"producer keeps 40 registers, 232 each for them: 256 x 168 spilled 136 bytes); "
+                                    f"got bn={bn} with cluster={cluster}")
         if consumers == 4 and bn > 128:
             raise ConfigError("bn", f"four consumers of 64 rows (a 256-row tile with split or stream_k) take tiles of at "
                                     f"most 128 columns (about 100 registers each: wider ones do not compile); got bn={bn}")
-        #: CTAs per launched cluster (clusters along M times the K halves)
+        #: CTAs per launched cluster (the clusters' tiles, along M or N, times the K halves)
         self.cta_cluster = cluster * cluster_k
         #: the kernel takes the f32 workspace and the tile counters (split-K, stream-K)
         self.uses_workspace = split > 1 or bool(stream_k)

@@ -17,9 +17,10 @@ the "full" barrier armed with the stage's bytes), issues the stage's TMA loads (
         produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
 
 With clusters (``sched.cluster`` > 1) each CTA's producer walks the tiles of its own rank
-(:func:`~nbwgmma.intrinsics.cluster_ctarank`): ``tm`` may then lie past M's last tile, where
-the CTA still loads (its share of a multicast B is its peers' too) and its consumers store
-nothing; ``load`` finds its rank the same way.
+(:func:`~nbwgmma.intrinsics.cluster_ctarank`): ``tm`` may then lie past M's last tile (``tn``
+past N's, clusters along N), where the CTA still loads (its share of the multicast operand is
+its peers' too) and its consumers store nothing; ``load`` finds its rank the same way
+(``Cooperative.load_tile`` does).
 
 With ``pairs=True`` (two ping-pong consumer warpgroups, :class:`~nbwgmma.kit.PingPong`) the
 CTA's units are pairs of adjacent tiles, ``2p`` for the first consumer and ``2p + 1`` for
