@@ -6,22 +6,22 @@ blocks the library GEMM is built of. One producer thread feeds a ring of 4 TMA s
 rows each in two 64-row accumulators (``Cooperative``, ``blocks=2``), on a persistent grid
 that walks the tiles in grouped order (``TileScheduler``), in clusters of two CTAs on
 neighbouring tiles of one tile row: each loads half of their 256 rows of A and multicasts it
-into both (``multicast="A"``; cuBLAS's kernels share operands the same way). While a tile's last wgmmas run, each
-thread loads the bias values its columns need (``col_values``); then the epilogue maps your
-function over each 64 x 64 part (``acc_map``; gelu_tanh on ``tanh.approx``, one MUFU a value,
-as the library does for 16-bit outputs) and stores it through two shared blocks per
-consumer (``stmatrix``, then a TMA store that runs while the next part is computed). The
-epilogue runs with the tensor cores idle, on tiles large enough to keep them fed the rest of
-the time; ``PingPong`` (the guide) hides it instead, with 128 x 128 tiles that read more shared
-memory per FLOP than an SM delivers.
+into both (``multicast="A"``; cuBLASLt's fused kernel shares its operand the same way). While
+a tile's last wgmmas run, each thread loads the bias values its columns need
+(``col_values``); then the epilogue maps your function over each 64 x 64 part (``acc_map``;
+gelu_tanh on ``tanh.approx``, one MUFU a value, as the library does for 16-bit outputs) and
+stores it through two shared blocks per consumer (``stmatrix``, then a TMA store that runs
+while the next part is computed). The epilogue runs with the tensor cores idle, on tiles
+large enough to keep them fed the rest of the time; ``PingPong`` (the guide) hides it
+instead, with 128 x 128 tiles that read more shared memory per FLOP than an SM delivers.
 
     python examples/gemm_5_fused_epilogue.py [M [N K]]
 
 On an H100: checks C against float64 and times it against PyTorch's fused cuBLASLt epilogue
 (``torch._addmm_activation(..., use_gelu=True)``), the unfused expression and the library's
 plain and fused products. Without a GPU it prints the compile report; in the simulator
-(``NUMBA_ENABLE_CUDASIM=1``) it runs two tiles of small integers with ReLU (exact), the second
-past N's end.
+(``NUMBA_ENABLE_CUDASIM=1``) it runs one cluster over three tiles of small integers and one
+past N's end, with ReLU (exact).
 """
 
 import sys
