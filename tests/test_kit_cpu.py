@@ -278,3 +278,13 @@ def test_cooperative_and_the_scheduler_check_the_cluster_direction():
     assert sched.units(4096, 14336, 4096) == 16 * 56 and sched.units(256, 384, 64) == 2
     assert TileScheduler(256, 128, 64, cluster=2).units(4096, 14336, 4096) == 8 * 112
     assert sched.grid(4096, 14336, 4096, 132) == 132 and sched.grid(256, 384, 64, 132) == 4
+
+
+def test_activation_takes_the_one_mufu_gelu_tanh_for_narrow_outputs():
+    from nbwgmma.kit.epilogue import activation, gelu_tanh, gelu_tanh_approx, silu
+
+    assert activation("gelu_tanh") is gelu_tanh and activation("gelu_tanh", "f32") is gelu_tanh
+    assert all(activation("gelu_tanh", t) is gelu_tanh_approx for t in ("bf16", "f16", "e4m3", "e5m2"))
+    assert activation("silu", "bf16") is silu
+    with pytest.raises(ValueError, match="activation must be one of"):
+        activation("tanh", "bf16")

@@ -56,7 +56,7 @@ from ..intrinsics import (
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
-from ..kit.epilogue import acc_map, activation, col_values, gelu_tanh_approx
+from ..kit.epilogue import acc_map, activation, col_values
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_owner, stream_range, stream_segment
 from ..kit.warpgroup import warpgroup_sync
@@ -71,7 +71,7 @@ def _build(key):
     KIND, BM, BN, BK = cfg.kind, cfg.bm, cfg.bn, cfg.bk
     STAGES, GROUP_M, NCONS = cfg.stages, cfg.group_m, cfg.consumers
     assert BK // cfg.k.k == 4
-    A_BYTES, STAGE_BYTES = cfg.a_bytes, cfg.stage_bytes
+    STAGE_BYTES = cfg.stage_bytes
     SCALED = cfg.scaled
     PREGS, CREGS = cfg.producer_regs, cfg.consumer_regs
     TMA_EPI = cfg.epilogue == "tma"
@@ -103,8 +103,6 @@ def _build(key):
     X_OFF = C_OFF + cfg.c_bytes  # the K halves' exchange buffer (cluster_k = 2)
     XBARS = ck.barrier_words
     NBARS = pipe.barrier_words
-    A_PART_ROWS, B_PART_ROWS = coop.a_share_bytes // 128, coop.b_share_bytes // 128  # rows of A, B per CTA
-    A_PART_BYTES, B_PART_BYTES = coop.a_share_bytes, coop.b_share_bytes  # their bytes in the slot
     SPLIT = cfg.split
     STREAM = cfg.stream_k
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
@@ -358,8 +356,6 @@ def _build(key):
         if wg == 0:
             setmaxnreg_dec(PREGS)
             if tid == 0:
-                # where this CTA's share of the shared operand lands in the slot
-                dst = rank * A_PART_BYTES if MC_A else A_BYTES + rank * B_PART_BYTES
                 # One k-block count, slot and phase derived from it (the consumers advance the
                 # two as counters; here those cost ptxas an 8-byte spill in the producer's 40
                 # registers with clusters).
@@ -370,10 +366,11 @@ def _build(key):
                     while g < g1:
                         t, kb0, kb1 = stream_segment(g, g1, kblocks)
                         pm, pn = sched.tile(t, tiles_mc, tiles_n, 0)
+                        a_row, b_row, dst = coop.share(pm, pn, 0)
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
                             full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
-                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, pm * BM, pn * BN, dst)
+                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
                             it += 1
                         g += kb1 - kb0
                 else:
@@ -383,14 +380,11 @@ def _build(key):
                         # Past M's last tile (tiles_m not a multiple of CL) a CTA still loads and
                         # multicasts its share of B for its peers; its own A rows are a copy
                         # (along N: past N's last tile, its share of A; its B rows a copy).
-                        if MC_A:
-                            if pn >= tiles_n:
-                                pn = tiles_n - 1
-                            a_row, b_row = pm * BM + rank * A_PART_ROWS, pn * BN
-                        else:
-                            if pm >= tiles_m:
-                                pm = tiles_m - 1
-                            a_row, b_row = pm * BM, pn * BN + rank * B_PART_ROWS
+                        if MC_A and pn >= tiles_n:
+                            pn = tiles_n - 1
+                        if not MC_A and pm >= tiles_m:
+                            pm = tiles_m - 1
+                        a_row, b_row, dst = coop.share(pm, pn, rank)
                         kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                         if KC > 1:  # this CTA's half of the tile's k-blocks (the peer loads the same rows)
                             kb0, kb1 = ck.k_half(kblocks, half)
@@ -517,11 +511,9 @@ def _fused_epilogue(cfg, width, pack, offset=None):
         where = "I(col), I(row)" if cfg.user_t else "I(row), I(col)"
         v = f"u({v}, {where}{''.join(f', x{j}' for j in range(len(cfg.extras)))})"
     src = [f"def value(v, row, col{''.join(', ' + name for name, _, _ in given)}):", f"    return {v}"]
-    # gelu_tanh on tanh.approx where the output is 16-bit or fp8 (cuBLASLt's form: one MUFU, one
-    # instruction less a value; its error, 6e-6 absolute, lies under the output's rounding but for
-    # results under 2e-3), the two-MUFU form, accurate to 5e-6 relative, for f32 outputs
-    f = gelu_tanh_approx if act == "gelu_tanh" and cfg.out != "f32" else activation(act) if act else None
-    ns = {"f": f, "u": cfg.user, "I": np.int64}
+    # (gelu_tanh on tanh.approx where the output is 16-bit or fp8: cuBLASLt's form, one MUFU and one
+    # instruction less a value; the two-MUFU form, accurate to 5e-6 relative, for f32 outputs)
+    ns = {"f": activation(act, cfg.out) if act else None, "u": cfg.user, "I": np.int64}
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue>", "exec"), ns)
     mapped = acc_map(inlined(ns["value"]), width, cols=len(vecs["col"]), rows=len(vecs["row"]),
                      nextra=len(vecs["scalar"]), pack=pack, vtype=tuple(t for _, t, _ in vecs["col"] + vecs["row"]),

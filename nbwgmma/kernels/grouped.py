@@ -32,8 +32,8 @@ from numba import cuda
 from ..intrinsics import (
     acc_store, acc_to_bf16x2, acc_to_f16x2, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d,
 )
-from ..kit import (Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, activation, gelu_tanh_approx, group_walk,
-                   inlined, no_epilogue_warps)
+from ..kit import (Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, activation, group_walk, inlined,
+                   no_epilogue_warps)
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
@@ -94,22 +94,13 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major, schedule)
 
 
-def _act(act):
-    """The activation's device function: gelu_tanh on ``tanh.approx`` (one MUFU a value, its 6e-6
-    absolute error under the 16-bit output's rounding, as the library GEMM takes it for 16-bit
-    outputs), the others as :func:`nbwgmma.kit.activation` gives them; None for none."""
-    if act is None:
-        return None
-    return gelu_tanh_approx if act == "gelu_tanh" else activation(act)
-
-
-def _epilogue(bias, act):
-    """``(frag, ct, row0, col0, bvec) -> frag`` over a 64 x 64 part: the bias of each value's
-    column (``bvec`` the group's bias from the part's first column) and the activation, or None
-    for neither."""
+def _epilogue(dtype, bias, act):
+    """``(frag, ct, row0, col0, bvec) -> frag`` over a 64 x 64 part of a ``dtype`` output: the bias
+    of each value's column (``bvec`` the group's bias from the part's first column) and the
+    activation, or None for neither."""
     if not bias and act is None:
         return None
-    f = _act(act)
+    f = activation(act, dtype) if act is not None else None  # (16-bit outputs: gelu_tanh on tanh.approx)
     if bias:
         if f is None:
             @inlined
@@ -168,7 +159,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
         pipe = TmaPipeline(STAGES, consumers=2)
         coop = Cooperative(KIND, pipe, BM, BN, b_major=B_MAJOR)
         STAGE, A_BYTES = coop.stage_bytes, coop.a_bytes
-        ew = EpilogueWarps(_act(ACT), BM, BN, dtype)
+        ew = EpilogueWarps(activation(ACT, dtype) if ACT is not None else None, BM, BN, dtype)
         esetup = ew.setup
         C_OFF = STAGES * STAGE
     else:
@@ -189,7 +180,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
             coop.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol, A_BYTES)
         else:
             pp.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol)
-    epilogue = _epilogue(BIAS, ACT)
+    epilogue = _epilogue(dtype, BIAS, ACT)
     EPI = epilogue is not None
     # setmaxnreg: the epilogue warps with the group walk take 56 registers (at 48, 80 bytes of
     # its scalars spilled per tile; 40 for a producer alone), the consumers the rest of the 504

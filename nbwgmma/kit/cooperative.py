@@ -83,7 +83,8 @@ class Cooperative(types.ModuleType):
     b_row, dst)`` (the same from element coordinates: A's ``bm`` rows from ``a_row``, B's from
     ``b_row``, except the multicast operand's, whose share starts at that row and lands at
     ``slot + dst``: ``a_bytes + rank * b_share_bytes`` for B, ``rank * a_share_bytes`` for A;
-    ``a_bytes`` without a cluster) and
+    ``a_bytes`` without a cluster; ``share(tm, tn, rank) -> (a_row, b_row, dst)`` works them
+    out for a tile) and
     ``tile(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph)`` (warpgroup ``cw``'s
     accumulator of k-blocks ``kb0 .. kb1 - 1``, ``kb1 > kb0``, every stage released; with
     ``blocks=2`` ``acc`` is the pair of accumulators of its rows ``128 cw ..`` and ``128 cw +
@@ -183,12 +184,18 @@ class Cooperative(types.ModuleType):
                 load_b(slot + dst, full, tmap_b, kcol, b_row)
 
         @cuda.jit(device=True, inline=True)
-        def load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn):
-            rank = cluster_ctarank() if CL > 1 else 0
+        def share(tm, tn, rank):
+            """(A's first row, B's first row, where the multicast share lands in the slot) of the
+            CTA of cluster rank ``rank`` for tile (``tm``, ``tn``): ``load``'s last three
+            arguments but ``kcol``."""
             if MC_A:
-                load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM + rank * A_ROWS, tn * BN, rank * A_SHARE)
-            else:
-                load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN + rank * B_ROWS, A_BYTES + rank * B_SHARE)
+                return tm * BM + rank * A_ROWS, tn * BN, rank * A_SHARE
+            return tm * BM, tn * BN + rank * B_ROWS, A_BYTES + rank * B_SHARE
+
+        @cuda.jit(device=True, inline=True)
+        def load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn):
+            a_row, b_row, dst = share(tm, tn, cluster_ctarank() if CL > 1 else 0)
+            load(slot, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
 
         @cuda.jit(device=True, inline=True)
         def k_steps(d, step):
@@ -272,4 +279,5 @@ class Cooperative(types.ModuleType):
             drain(ring, ct, prev)
             return acc, s, ph
 
-        self.load, self.load_tile, self.tile, self.tile_open, self.drain = load, load_tile, tile, opened, drain
+        self.load, self.load_tile, self.share = load, load_tile, share
+        self.tile, self.tile_open, self.drain = tile, opened, drain

@@ -107,12 +107,16 @@ def silu(v):
 ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "sigmoid": sigmoid}
 
 
-def activation(name: str):
-    """The device function of activation ``name`` (one of :data:`ACTIVATIONS`)."""
+def activation(name: str, out: str | None = None):
+    """The device function of activation ``name`` (one of :data:`ACTIVATIONS`). Given the
+    output's type ``out``, a 16-bit or fp8 one (anything but ``"f32"``) takes gelu_tanh as
+    :func:`gelu_tanh_approx` (one MUFU a value; its error lies under the output's rounding but
+    for results under 2e-3), as the library's GEMMs do."""
     try:
-        return ACTIVATIONS[name]
+        f = ACTIVATIONS[name]
     except (KeyError, TypeError):
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}; got {name!r}") from None
+    return gelu_tanh_approx if f is gelu_tanh and out not in (None, "f32") else f
 
 
 @inlined
