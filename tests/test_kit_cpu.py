@@ -263,6 +263,21 @@ def test_a_cluster_multicasts_one_operand_share_and_loads_the_other_whole(multic
     assert rep.local_memory_ops == 0 and rep.spill_bytes == 0
 
 
+@pytest.mark.parametrize("cluster, multicast", [(1, "B"), (2, "B"), (2, "A"), (4, "A")])
+@pytest.mark.parametrize("a_major, b_major", [("K", "K"), ("MN", "K"), ("K", "MN"), ("MN", "MN")])
+def test_operand_loads_are_the_cooperative_boxes_and_add_up_to_the_stage(cluster, multicast, a_major, b_major):
+    """``kit.operand_loads`` (what a host plan builds its tensor maps and checks ``expect_tx`` with)
+    gives ``Cooperative``'s boxes, and its box counts add up to the stage's bytes."""
+    from nbwgmma.kit import Cooperative, operand_loads
+
+    bm, bn = (256, 128) if multicast == "A" else (128, 256)
+    coop = Cooperative("f32.bf16.bf16", TmaPipeline(4, consumers=2, cluster=cluster), bm, bn,
+                       a_major=a_major, b_major=b_major, blocks=2 if bm == 256 else 1, multicast=multicast)
+    (box_a, n_a), (box_b, n_b) = operand_loads(bm, bn, 64, a_major, b_major, cluster, multicast)
+    assert (box_a, box_b) == (coop.box_a, coop.box_b)
+    assert 2 * (n_a * box_a[0] * box_a[1] + n_b * box_b[0] * box_b[1]) == coop.stage_bytes
+
+
 def test_cooperative_and_the_scheduler_check_the_cluster_direction():
     from nbwgmma.kit import Cooperative
 

@@ -223,11 +223,8 @@ class Plan:
         self.workspaces = {}  # split-K: stream handle -> (f32 partial tiles, int32 tile counters)
         self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
         # TMA boxes: K-major [rows, BK] (the shared operand: this CTA's share of the tile's rows),
-        # MN-major [BK, 64]
-        shared_a = cfg.multicast == "A"
-        self.boxes = tuple((rows, cfg.bk) if path[0] == "K" else (cfg.bk, 64)
-                           for path, rows in ((self.a_path, cfg.bm // (cfg.cluster if shared_a else 1)),
-                                              (self.b_path, cfg.bn // (1 if shared_a else cfg.cluster))))
+        # MN-major [BK, 64]; the kit's Cooperative loads them (GemmConfig.loads)
+        self.boxes = (cfg.loads[0][0], cfg.loads[1][0])
         self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
 
     def _configure(self, kind, odt, ia, ib, io, opts, fp8):
@@ -489,10 +486,7 @@ class Plan:
         producer loads must add up to exactly that, or the consumers would wait forever."""
         cfg = self.cfg
         # (the shared operand's K-major box is a share: the peers' shares arrive too)
-        shared_a = cfg.multicast == "A"
-        boxes_a = cfg.bm // 64 if cfg.a_major == "MN" else cfg.cluster if shared_a else 1
-        boxes_b = cfg.bn // 64 if cfg.b_major == "MN" else 1 if shared_a else cfg.cluster
-        got = boxes_a * ta.box_bytes + boxes_b * tb.box_bytes
+        got = cfg.loads[0][1] * ta.box_bytes + cfg.loads[1][1] * tb.box_bytes
         if got != cfg.stage_bytes:
             raise RuntimeError(f"matmul: a stage loads {got} bytes but expect_tx announces {cfg.stage_bytes}")
 

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from ..intrinsics.fragment import FP8_FORMATS
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.epilogue import ACTIVATIONS, VECTOR_TYPES
+from ..kit.cooperative import operand_loads
 from ..kit.pipeline import check_shares
 from ..kit.warpgroup import launch_regs
 from ..layout.kinds import wgmma_kind
@@ -256,6 +257,9 @@ class GemmConfig:
         self.a_major, self.b_major, self.out, self.epilogue = a_major, b_major, out, epilogue
         self.esize = int(ELEMENT_BYTES[self.k.atype])
         self.bk = 128 // self.esize  # one 128-byte swizzle row of K per stage
+        #: ((box, boxes) of A, of B): each operand's TMA box as a CTA loads it and the boxes a stage
+        #: receives (kit.cooperative.operand_loads): the tensor maps' boxes and expect_tx's count
+        self.loads = operand_loads(bm, bn, self.bk, a_major, b_major, cluster, multicast)
         self.consumers = consumers
         self.threads = 128 * (self.consumers + 1)
         self.a_bytes = bm * 128

@@ -12,7 +12,8 @@
   tiles (each k-block: a slot of the ring, your TMA loads of the stage);
 * :mod:`~nbwgmma.kit.cooperative`: :class:`Cooperative`, consumer warpgroups sharing one tile,
   64 rows each (the library GEMM's: the largest tiles, the epilogue after the main loop), in
-  clusters that multicast A's or B's tile;
+  clusters that multicast A's or B's tile; :func:`operand_loads`, its TMA boxes for the host's
+  tensor maps;
 * :mod:`~nbwgmma.kit.epilogue_warps`: :class:`EpilogueWarps`, the producer warpgroup's idle
   warps applying an activation to the consumers' staged C tile and storing it (the
   cooperative epilogue off the tensor cores' critical path);
@@ -40,7 +41,7 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 """
 
 from .cluster_k import ClusterSplitK
-from .cooperative import Cooperative
+from .cooperative import Cooperative, operand_loads
 from .device import inlined
 from .epilogue_warps import EpilogueWarps, no_epilogue_warps
 from .epilogue import (ACTIVATIONS, VECTOR_TYPES, acc_map, activation, col_values, gelu_tanh_approx, tma_store_block,
@@ -54,7 +55,7 @@ from .scheduler import TileScheduler, stream_owner, stream_range, stream_segment
 from .sparse import SparseConsumers
 from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
-__all__ = ["TmaPipeline", "Cooperative", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
+__all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
            "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

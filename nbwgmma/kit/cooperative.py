@@ -47,9 +47,25 @@ from ..layout import SWIZZLE_CODE, wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
 from .pipeline import TmaPipeline, check_shares
 
-__all__ = ["Cooperative"]
+__all__ = ["Cooperative", "operand_loads"]
 
 _SW128 = SWIZZLE_CODE["128B"]
+
+
+def operand_loads(bm: int, bn: int, bk: int, a_major: str = "K", b_major: str = "K", cluster: int = 1,
+                  multicast: str = "B"):
+    """``((box_a, boxes_a), (box_b, boxes_b))``: the TMA box (rows, columns) of each operand as one
+    CTA of :class:`Cooperative` loads it, and how many such boxes land in each CTA's stage (its own
+    and, for the operand a cluster shares, its peers' shares): ``boxes x box bytes`` summed over the
+    two is the stage's ``expect_tx``. K-major: one box of the rows, ``[rows, bk]`` (the shared
+    operand: this CTA's share); MN-major: ``[bk, 64]`` boxes of 64 columns. Host-side: a tensor
+    map is made with the box, and a plan checks its bytes against the stage."""
+    def loads(rows, major, shared):
+        if major == "MN":
+            return (bk, 64), rows // 64
+        return (rows // (cluster if shared else 1), bk), cluster if shared else 1
+    return (loads(bm, a_major, cluster > 1 and multicast == "A"),
+            loads(bn, b_major, cluster > 1 and multicast == "B"))
 
 
 def _rows_loader(mn, boxes, multicast, mask):
@@ -135,8 +151,7 @@ class Cooperative(types.ModuleType):
         self.a_share_bytes = bm // cl_a * 128  # this CTA's share of A in the stage (all of it unless A is shared)
         self.b_share_bytes = bn // cl_b * 128  # and of B
         # TMA boxes (rows, columns) of this CTA's loads: K-major [rows, 128 bytes of K], MN-major [BK, 64]
-        self.box_a = (bm // cl_a, self.bk) if a_major == "K" else (self.bk, 64)
-        self.box_b = (bn // cl_b, self.bk) if b_major == "K" else (self.bk, 64)
+        (self.box_a, _), (self.box_b, _) = operand_loads(bm, bn, self.bk, a_major, b_major, pipe.cluster, multicast)
         self._build(k.k)
 
     def __repr__(self):

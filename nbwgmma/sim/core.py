@@ -78,27 +78,38 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _SKIP = (_HERE, os.path.dirname(threading.__file__) + os.sep)  # the simulator and the standard library
 
 
+#: What each source file is to :func:`where` (by code filename): bits :data:`_IN_SKIP` (the
+#: simulator or the standard library), :data:`_IN_NUMBA`, :data:`_IN_OWN` (nbwgmma's own code).
+_FILES: dict = {}
+_IN_SKIP, _IN_NUMBA, _IN_OWN = 1, 2, 4
+
+
+def _file_bits(filename: str) -> int:
+    bits = _FILES.get(filename)
+    if bits is None:
+        bits = _FILES[filename] = (_IN_SKIP * filename.startswith(_SKIP) + _IN_OWN * own_source(filename)
+                                   + _IN_NUMBA * (f"{os.sep}numba{os.sep}" in filename or "numba_cuda" in filename))
+    return bits
+
+
 def where() -> str:
     """``file:line`` of the innermost kernel frame (outside the simulator and Numba); where that
     is nbwgmma's own code (a kit block, an intrinsic, a generated function) called from a kernel
     of yours, followed by "(called from ``file:line``)" of your line."""
-    def numba(fn):
-        return f"{os.sep}numba{os.sep}" in fn or "numba_cuda" in fn
-
     f = sys._getframe(1)
-    while f is not None and (f.f_code.co_filename.startswith(_SKIP) or numba(f.f_code.co_filename)):
+    while f is not None and _file_bits(f.f_code.co_filename) & (_IN_SKIP | _IN_NUMBA):
         f = f.f_back
     if f is None:
         return "<unknown>"
     inner = f"{f.f_code.co_filename}:{f.f_lineno}"
-    if not own_source(f.f_code.co_filename):
+    if not _file_bits(f.f_code.co_filename) & _IN_OWN:
         return inner
     kernel = getattr(getattr(threading.current_thread(), "fn", None), "__code__", None)
-    if kernel is not None and own_source(kernel.co_filename):  # a kernel of nbwgmma's own
+    if kernel is not None and _file_bits(kernel.co_filename) & _IN_OWN:  # a kernel of nbwgmma's own
         return inner
-    while f is not None and (own_source(f.f_code.co_filename) or numba(f.f_code.co_filename)):
+    while f is not None and _file_bits(f.f_code.co_filename) & (_IN_OWN | _IN_NUMBA):
         f = f.f_back
-    if f is None or f.f_code.co_filename.startswith(_SKIP):  # a kernel of nbwgmma's own
+    if f is None or _file_bits(f.f_code.co_filename) & _IN_SKIP:  # a kernel of nbwgmma's own
         return inner
     return f"{inner} (called from {f.f_code.co_filename}:{f.f_lineno})"
 
