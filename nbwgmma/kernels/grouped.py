@@ -94,13 +94,12 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major, schedule)
 
 
-def _epilogue(dtype, bias, act):
-    """``(frag, ct, row0, col0, bvec) -> frag`` over a 64 x 64 part of a ``dtype`` output: the bias
-    of each value's column (``bvec`` the group's bias from the part's first column) and the
-    activation, or None for neither."""
-    if not bias and act is None:
+def _epilogue(bias, f):
+    """``(frag, ct, row0, col0, bvec) -> frag`` over a 64 x 64 part: the bias of each value's
+    column (``bvec`` the group's bias from the part's first column) and the activation's device
+    function ``f``, or None for neither."""
+    if not bias and f is None:
         return None
-    f = activation(act, dtype) if act is not None else None  # (16-bit outputs: gelu_tanh on tanh.approx)
     if bias:
         if f is None:
             @inlined
@@ -155,11 +154,12 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
     KIND = f"f32.{dtype}.{dtype}"
     BN, STAGES, _ = SCHEDULES[SCHEDULE]
     COOP = SCHEDULE == "cooperative"
+    act = activation(ACT, dtype) if ACT is not None else None  # (16-bit outputs: gelu_tanh on tanh.approx)
     if COOP:
         pipe = TmaPipeline(STAGES, consumers=2)
         coop = Cooperative(KIND, pipe, BM, BN, b_major=B_MAJOR)
         STAGE, A_BYTES = coop.stage_bytes, coop.a_bytes
-        ew = EpilogueWarps(activation(ACT, dtype) if ACT is not None else None, BM, BN, dtype)
+        ew = EpilogueWarps(act, BM, BN, dtype)
         esetup = ew.setup
         C_OFF = STAGES * STAGE
     else:
@@ -180,7 +180,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
             coop.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol, A_BYTES)
         else:
             pp.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol)
-    epilogue = _epilogue(dtype, BIAS, ACT)
+    epilogue = _epilogue(BIAS, act)
     EPI = epilogue is not None
     # setmaxnreg: the epilogue warps with the group walk take 56 registers (at 48, 80 bytes of
     # its scalars spilled per tile; 40 for a producer alone), the consumers the rest of the 504
