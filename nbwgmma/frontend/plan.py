@@ -239,10 +239,10 @@ class Plan:
         self.b_path = _operand_path(ib, True, transposable)
         self.tdt = ({"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype))
         # Swapped, the kernel's C is out^T: each tile goes transposed through shared memory into
-        # TMA boxes of out (tiles of 128 rows or more and 64-column multiples; a swapped small M's
-        # narrow tiles are stored from the registers).
-        tma_ok = self.c_view is not None and (not self.swap or (probe.bn % 64 == 0 and probe.bm >= 128
-                                                                and odt not in FP8_OUTS and odt != "f32"))
+        # TMA boxes of out (tiles of 128 rows or more; a swapped small M's narrow tiles are stored
+        # from the registers).
+        tma_ok = self.c_view is not None and (not self.swap or (probe.bm >= 128 and odt not in FP8_OUTS
+                                                                and odt != "f32"))
         asked = "epilogue" in opts
         if odt == "f32" and tma_ok and not asked:
             # f32 values through TMA where a CTA has tiles after the first, whose main loop the
@@ -256,7 +256,7 @@ class Plan:
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
         if epilogue == "tma" and not tma_ok:
             raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a row-major out with 16-byte aligned "
-                              f"rows{' and, swapped, tiles of 128 rows or more and 64-column multiples' if self.swap else ''}"
+                              f"rows{' and, swapped, tiles of 128 rows or more and a 16-bit out' if self.swap else ''}"
                               f"; got {odt} with strides {io.strides} at {io.ptr:#x}")
         # the tile and the given parameters (the epilogue follows from out; the fused epilogue's options,
         # which config does not take, are left out)
@@ -285,8 +285,10 @@ class Plan:
 
     def c_map(self, out, io):
         """The address of C's tensor map for the TMA epilogue: (64, 64) boxes in 128-byte swizzled
-        blocks, or a narrow tile's one unswizzled (64, bn) box."""
+        blocks (a transposed C: (c_box, 64)), or a narrow tile's one unswizzled (64, bn) box."""
         box = self.cfg.c_box
+        if self.cfg.c_transposed:  # rows of C^T's transposed tile: c_box rows of out, 64 columns
+            return self._map(2, out, io.ptr, self.c_view, self.odt, (box, 64), "128B").address
         if self.odt in FP8_OUTS:  # codes: 64 x 64-byte boxes, 64B-swizzled
             return self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64), "64B").address
         if self.odt == "f32":  # values: 64 x 32 (128-byte) boxes, 128B-swizzled

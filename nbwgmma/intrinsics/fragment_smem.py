@@ -214,7 +214,8 @@ __all__ += ["acc_stmatrix_swizzled"]
 def acc_stmatrix_transposed(typingctx, regs, base, tid):
     """``acc_stmatrix_transposed(regs, base, tid)``: store a 16-bit accumulator (``regs``: the
     ``N/4`` packed u32 registers of :func:`acc_to_bf16x2` or :func:`acc_to_f16x2`, a multiple of
-    four) transposed into shared memory with ``stmatrix.x4.trans`` (PTX ISA: stmatrix): column
+    two: N a multiple of 8) transposed into shared memory with ``stmatrix.x4.trans`` (PTX ISA:
+    stmatrix; an odd last 8 columns with one ``.x2.trans``): column
     ``c`` of the warpgroup's 64 x N fragment becomes row ``c`` of an N x 64 tile, 128 bytes a
     row, with the 128-byte swizzle (the 16-byte chunk ``j`` of row ``c`` at chunk ``j ^ (c % 8)``):
     what a TMA store with a (N, 64) box and the 128-byte swizzle writes into the transpose of
@@ -222,12 +223,14 @@ def acc_stmatrix_transposed(typingctx, regs, base, tid):
 
     Registers ``4q..4q+3`` are the four 8x8 matrices of columns ``16q..16q+15`` (see
     :func:`acc_stmatrix_swizzled`); ``.trans`` stores each transposed, so row ``i`` of a stored
-    matrix is its column ``i``: 8 rows of the fragment, one 16-byte chunk. ``base`` (a 32-bit
-    shared address) must be aligned to 1024 bytes."""
-    if not (isinstance(regs, types.UniTuple) and regs.dtype == types.uint32 and regs.count % 4 == 0):
+    matrix is its column ``i``: 8 rows of the fragment, one 16-byte chunk. The rows of an N x 64
+    tile of any N that is a multiple of 8 follow the swizzle's 8-row period, so TMA boxes of
+    8-row multiples read it (a swapped tile of 152 columns: parts of 64 and 24). ``base`` (a
+    32-bit shared address) must be aligned to 1024 bytes."""
+    if not (isinstance(regs, types.UniTuple) and regs.dtype == types.uint32 and regs.count % 2 == 0):
         raise NbwgmmaTypingError(
-            f"acc_stmatrix_transposed: 'regs' must be a tuple of 4*k u32 registers (acc_to_bf16x2 of an "
-            f"accumulator whose N is a multiple of 16); got {regs}")
+            f"acc_stmatrix_transposed: 'regs' must be a tuple of 2*k u32 registers (acc_to_bf16x2 of an "
+            f"accumulator whose N is a multiple of 8); got {regs}")
     check_int_args("acc_stmatrix_transposed", base=base, tid=tid)
 
     def codegen(context, builder, sig, args):
@@ -235,18 +238,20 @@ def acc_stmatrix_transposed(typingctx, regs, base, tid):
         i32 = ir.IntType(32)
         base_ = context.cast(builder, base_v, sig.args[1], types.uint32)
         t = context.cast(builder, tid_v, sig.args[2], types.uint32)
-        st4 = _stmatrix_asm(4, ".trans")
+        st4, st2 = _stmatrix_asm(4, ".trans"), _stmatrix_asm(2, ".trans")
         lane = builder.urem(t, i32(32))
         mat = builder.lshr(lane, i32(3))  # the matrix this lane addresses: k = 0..3
         # Its stored row is fragment column 16q + 8 (k // 2) + lane % 8; its 8 rows start at
         # 16 * warp + 8 * (k % 2): chunk 2 * warp + k % 2 of the 128-byte row.
         col_in = builder.add(builder.mul(builder.lshr(mat, i32(1)), i32(8)), builder.urem(lane, i32(8)))
         chunk = builder.add(builder.mul(builder.udiv(t, i32(32)), i32(2)), builder.and_(mat, i32(1)))
-        for q in range(regs.count // 4):
+        for q in range(-(-regs.count // 4)):
+            width = min(4, regs.count - 4 * q)  # .x2: matrices 0 and 1 (lanes 0-15 give their rows)
             c = builder.add(col_in, i32(16 * q))
             sw = builder.xor(chunk, builder.urem(c, i32(8)))
             off = builder.add(builder.mul(c, i32(128)), builder.mul(sw, i32(16)))
-            builder.call(st4, [builder.add(base_, off)] + [builder.extract_value(regs_v, 4 * q + i) for i in range(4)])
+            builder.call(st4 if width == 4 else st2,
+                         [builder.add(base_, off)] + [builder.extract_value(regs_v, 4 * q + i) for i in range(width)])
         return context.get_dummy_value()
 
     return types.void(regs, base, tid), codegen

@@ -21,7 +21,7 @@ running together share A rows and B columns in L2). Its warpgroups:
 Epilogues: "tma" converts the fragment to 16-bit pairs, writes it with
 ``stmatrix`` into a shared tile (one per consumer: 128B-swizzled 64-column blocks; a
 width that is not a multiple of 64 as whole unswizzled rows; for a swapped product C^T's
-64 x 64 blocks, transposed; f32 values as 128B-swizzled 32-column blocks; fp8 codes as
+64 x 64 blocks, transposed, or for other widths its rows in TMA boxes of 8; f32 values as 128B-swizzled 32-column blocks; fp8 codes as
 64B-swizzled 64-column blocks) and hands it to TMA stores; the consumer goes straight on to
 its next tile and only waits for those stores to have *read* the tile before it writes
 the tile again. "direct" stores each value to global memory (any output type or strides).
@@ -76,7 +76,8 @@ def _build(key):
     PREGS, CREGS = cfg.producer_regs, cfg.consumer_regs
     TMA_EPI = cfg.epilogue == "tma"
     C_OFF = STAGES * STAGE_BYTES
-    PART_COLS = BN // cfg.c_parts
+    WIDTHS = cfg.c_widths  # each part's columns (all alike but a transposed C's last)
+    PART_COLS = WIDTHS[0]
     FP8_OUT = cfg.out in FP8_OUTS  # fp8 codes: one byte each, f32 values until they are stored
     FMT = cfg.out if FP8_OUT else "e4m3"
     AMAX = cfg.amax
@@ -84,10 +85,10 @@ def _build(key):
     VALUES = FP8_OUT or F32_OUT  # parts of f32 values (converted as they are stored), not packed 16-bit pairs
     SLOT_BYTES = 64 * PART_COLS * (1 if FP8_OUT else 4 if F32_OUT else 2)  # one part's shared tile; c_slots each
     C_CONS = cfg.c_slots * SLOT_BYTES
-    PART_REGS = PART_COLS // (2 if VALUES else 4)  # f32 values or packed 16-bit registers per part
     SWIZZLED_C = cfg.c_box == 64  # else one unswizzled (64, PART_COLS) box: a narrow tile
     ROW_BYTES_C = 2 * PART_COLS
     C_T = cfg.c_transposed
+    C_BOX = cfg.c_box  # (transposed: rows of out per box)
     C_SLOTS = cfg.c_slots
     BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
@@ -121,8 +122,9 @@ def _build(key):
     HOIST = cfg.bias == "col" and not cfg.with_c and cfg.user is None and not STREAM and KC == 1 \
         and SPLIT == 1 and TMA_EPI and not VALUES and not AMAX and cfg.bias_type != "f32" \
         and (cfg.c_parts > 1 or (cfg.blocks == 1 and BN <= 192))
-    epi_parts = [_fused_epilogue(cfg, PART_COLS, cfg.out if TMA_EPI and not VALUES else None,
-                                 p * PART_COLS if HOIST else None) for p in range(cfg.c_parts)] if EPI else None
+    STARTS = [sum(WIDTHS[:p]) for p in range(len(WIDTHS))]  # each part's first column in the tile
+    epi_parts = [_fused_epilogue(cfg, w, cfg.out if TMA_EPI and not VALUES else None, c0 if HOIST else None)
+                 for w, c0 in zip(WIDTHS, STARTS)] if EPI else None
     epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     colv = col_values(BN, vtype=cfg.bias_type) if HOIST else None
 
@@ -174,7 +176,7 @@ def _build(key):
             acc_store_fp8_swizzled(acc_scale(regs, ep[6]), cbase, ctid, 64, "64B", FMT)
         elif F32_OUT:  # 64 x 32 values per block, 128B-swizzled, blocks one after the other
             acc_store_swizzled(regs, KIND, cbase, ctid, 128, "128B")
-        elif C_T:  # C^T's 64 x 64 blocks, one per 64 columns, stacked (the stored rows are C's columns)
+        elif C_T:  # C^T's rows, 128 bytes each (the stored rows are C's columns)
             acc_stmatrix_transposed(regs, cbase, ctid)
         elif SWIZZLED_C:
             acc_stmatrix_swizzled(regs, cbase, ctid, 128, "128B")
@@ -190,9 +192,9 @@ def _build(key):
             elif F32_OUT:
                 for j in range(PART_COLS // 32):
                     tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 32, row0)
-            elif C_T:
-                for j in range(PART_COLS // 64):
-                    tma_store_2d(cbase + j * 8192, tmap_c, row0, col0 + j * 64)
+            elif C_T:  # boxes of C_BOX rows of out (this part's width: 4 columns a register)
+                for j in range(len(regs) * 4 // C_BOX):
+                    tma_store_2d(cbase + j * 128 * C_BOX, tmap_c, row0, col0 + j * C_BOX)
             elif SWIZZLED_C:
                 for j in range(PART_COLS // 64):
                     tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
@@ -210,7 +212,7 @@ def _build(key):
             return acc_to_bf16x2(acc)
         return acc_to_f16x2(acc)
 
-    store = _parts_store(cfg.c_parts, PART_REGS, PART_COLS, SLOT_BYTES, C_SLOTS, put_part, packed, epi_parts) \
+    store = _parts_store(WIDTHS, 2 if VALUES else 4, SLOT_BYTES, C_SLOTS, put_part, packed, epi_parts) \
         if TMA_EPI else store_direct
 
     @inlined
@@ -531,22 +533,24 @@ def _fused_epilogue(cfg, width, pack, offset=None):
     return inlined(ns["epi"])
 
 
-def _parts_store(parts, part_regs, part_cols, slot_bytes, slots, put_part, packed, epis=None):
+def _parts_store(widths, cols_per_reg, slot_bytes, slots, put_part, packed, epis=None):
     """The TMA epilogue's ``store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep)`` of one 64-row
-    block: its packed registers in ``parts`` parts of ``part_cols`` columns, part ``p`` through
-    the consumer's shared tile ``p % slots`` (the parts written out: a tuple's slices are static).
-    With a fused epilogue (``epis``: one per part) each part's values are mapped and packed just
-    before it goes."""
+    block: its packed registers (``cols_per_reg`` columns each) in parts of ``widths`` columns,
+    part ``p`` through the consumer's shared tile ``p % slots`` (the parts written out: a tuple's
+    slices are static). With a fused epilogue (``epis``: one per part) each part's values are
+    mapped and packed just before it goes."""
     lines = ["def store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep):"]
     if epis is None:
         lines.append("    regs = packed(acc)")
-    for p in range(parts):
-        regs = f"regs[{p * part_regs}:{(p + 1) * part_regs}]" if epis is None else \
-            f"epi{p}(acc[{p * part_cols // 2}:{(p + 1) * part_cols // 2}], ctid, row0, col0 + {p * part_cols}, ep)"
+    c0 = 0
+    for p, w in enumerate(widths):
+        regs = f"regs[{c0 // cols_per_reg}:{(c0 + w) // cols_per_reg}]" if epis is None else \
+            f"epi{p}(acc[{c0 // 2}:{(c0 + w) // 2}], ctid, row0, col0 + {c0}, ep)"
         lines.append(f"    put_part({regs}, tmap_c, ctid, cw, row0, "
-                     f"col0 + {p * part_cols}, cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)")
+                     f"col0 + {c0}, cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)")
+        c0 += w
     ns = {"packed": packed, "put_part": put_part, **{f"epi{p}": e for p, e in enumerate(epis or ())}}
-    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {parts} parts>", "exec"), ns)
+    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {len(widths)} parts>", "exec"), ns)
     return inlined(ns["store"])
 
 

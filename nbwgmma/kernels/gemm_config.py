@@ -6,6 +6,8 @@ the kernel from it."""
 
 from __future__ import annotations
 
+import math
+
 from ..errors import ConfigError
 from ..intrinsics.fragment import FP8_FORMATS
 from ..kit.cluster_k import ClusterSplitK
@@ -86,8 +88,10 @@ class GemmConfig:
     ran 256 x 128 tiles 1.10-1.16x faster than three on an H100 (256 x 168 in 7 parts of 24 ran
     0.96-0.99x its 3 stages: the parts cost more than the stage gained). A width that is not a
     multiple of 64 is stored as unswizzled rows with one TMA box per part (``c_box`` columns).
-    ``c_transposed`` (TMA epilogue, bn a multiple of 64): each consumer's block is stored
-    transposed (C^T's 64 x 64 blocks, for a swapped product whose C is out^T).
+    ``c_transposed`` (TMA epilogue): each consumer's block is stored transposed (for a swapped
+    product whose C is out^T): C^T's 64 x 64 blocks, or for a width that is not a multiple of 64
+    parts of one multiple of 8 columns but a narrower last one (``c_widths``: 152 in 2 parts of 80
+    and 72, in 3 of 56, 56 and 40), each stored in boxes of ``c_box`` rows of out (8 there).
     ``bias`` ("col": one value per column of C, "row": per row) and ``act`` (an activation of
     :data:`nbwgmma.kit.ACTIVATIONS`) fuse ``act(alpha * A @ B^T + bias)`` into the epilogue
     (:func:`nbwgmma.kit.acc_map` over each part before it is packed); with a bias the kernel
@@ -137,10 +141,10 @@ class GemmConfig:
                 raise ConfigError(name, f"{name} must be 'K' or 'MN'; got {major!r}")
             if major == "MN" and not self.k.transposable:
                 raise ConfigError(name, f"{name}='MN' needs 16-bit inputs (wgmma transposes); got {kind}")
-        if c_transposed and (epilogue != "tma" or bn % 64):
-            raise ConfigError("epilogue", f"a transposed C (swapped products) goes out through the TMA epilogue in "
-                                          f"64 x 64 blocks: bn a multiple of 64; got epilogue={epilogue!r}, bn={bn}")
-        #: the TMA epilogue stores each consumer's 64 x bn block transposed (C^T's 64 x 64 boxes)
+        if c_transposed and epilogue != "tma":
+            raise ConfigError("epilogue", f"a transposed C (swapped products) goes out through the TMA epilogue; "
+                                          f"got epilogue={epilogue!r}")
+        #: the TMA epilogue stores each consumer's 64 x bn block transposed (C^T's blocks)
         self.c_transposed = bool(c_transposed)
         if bias not in (None, "col", "row"):
             raise ConfigError("bias", f"bias must be None, 'col' (one value per column of C) or 'row'; got {bias!r}")
@@ -271,14 +275,26 @@ class GemmConfig:
         # than with 3 on an H100) and for 256 x 160 (parts through two slots).
         smem = STAGE_BUDGET
 
-        def c_bytes(parts, slots=1):  # (fp8 codes: one byte each)
-            return self.consumers * slots * 64 * (bn // parts) * _OUT_BYTES[out] if epilogue == "tma" else 0
+        def widths(parts):
+            # Equal parts; a transposed C whose width is not a multiple of 64 in parts of the same
+            # multiple of 8 columns but the last (152 in 2: 80 and 72), None where no such parts exist.
+            if c_transposed and bn % 64:
+                w = (-(-bn // parts) + 7) // 8 * 8
+                last = bn - (parts - 1) * w
+                return (w,) * (parts - 1) + (last,) if 0 < last <= w else None
+            return (bn // parts,) * parts if bn % parts == 0 else None
 
-        def splits(parts):  # parts of 64-column multiples (swizzled blocks) or 8-column ones (unswizzled boxes;
-            w = bn // parts if bn % parts == 0 else 1  # c_transposed implies the TMA epilogue)
+        def c_bytes(parts, slots=1):  # (fp8 codes: one byte each)
+            w = widths(parts)
+            return self.consumers * slots * 64 * (w[0] if w else bn) * _OUT_BYTES[out] if epilogue == "tma" else 0
+
+        def splits(parts):  # parts of 64-column multiples (swizzled blocks) or 8-column ones (unswizzled boxes,
+            w = (widths(parts) or (1,))[0]  # or a transposed C's 8-row boxes; c_transposed implies the TMA epilogue)
             if f32_out and epilogue == "tma":  # (f32 values: 128-byte swizzled blocks of 32 columns)
                 return w % 32 == 0
-            return w % 64 == 0 or (w % 8 == 0 and not c_transposed and not (fp8_out and epilogue == "tma"))
+            if c_transposed:
+                return w % (8 if bn % 64 else 64) == 0
+            return w % 64 == 0 or (w % 8 == 0 and not (fp8_out and epilogue == "tma"))
 
         if c_parts is None and f32_out and epilogue == "tma":
             # f32 values: the widest parts that leave room for the stages wanted (the tile's default;
@@ -306,15 +322,22 @@ class GemmConfig:
             c_slots = 1
         if not isinstance(c_parts, int) or c_parts < 1 or not splits(c_parts):
             raise ConfigError("c_parts", f"c_parts must divide BN into parts whose width is a multiple of 8 columns "
-                                         f"(of 64 for a transposed C or fp8 codes, of 32 for f32 values); got "
-                                         f"{c_parts} for bn={bn}")
+                                         f"(of 64 for fp8 codes or a transposed C of 64-column multiples, of 32 for "
+                                         f"f32 values; a transposed C of other widths in parts of one multiple of 8 "
+                                         f"but the last); got {c_parts} for bn={bn}")
         if c_slots not in (1, 2) or (c_slots == 2 and c_parts == 1):
             raise ConfigError("c_slots", f"c_slots must be 1, or 2 with c_parts > 1 (the parts go through the two in "
                                          f"turn: give c_parts too); got {c_slots} with c_parts={c_parts}")
         self.c_parts, self.c_slots = c_parts, c_slots
+        #: the columns of each part (all alike but a transposed C's last, see ``c_parts``)
+        self.c_widths = widths(c_parts)
         #: columns of one TMA store box of C: 64 (128-byte swizzled blocks; 32 of f32 values), or a
-        #: narrow tile's whole part (unswizzled rows of 2 bn bytes)
-        self.c_box = 32 if f32_out else 64 if (bn // c_parts) % 64 == 0 else bn // c_parts
+        #: narrow tile's whole part (unswizzled rows of 2 bn bytes); transposed, the rows of C^T's
+        #: boxes: 64, or the largest that divides every part (8 for 152 columns in parts of 80 and 72)
+        if c_transposed:
+            self.c_box = math.gcd(64, *self.c_widths)
+        else:
+            self.c_box = 32 if f32_out else 64 if (bn // c_parts) % 64 == 0 else bn // c_parts
         self.c_bytes = c_bytes(c_parts, c_slots)
         self.x_bytes = ClusterSplitK.bytes_for(bn) if cluster_k == 2 else 0  # the K halves' exchange buffer
         budget = smem - self.c_bytes - self.x_bytes

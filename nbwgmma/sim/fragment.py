@@ -160,8 +160,8 @@ def acc_stmatrix_transposed(regs, base, tid):
 
     th = me()
     halves = _halves(regs)
-    if len(halves) % 8:
-        raise TypeError(f"acc_stmatrix_transposed: 'regs' must be 4*k packed registers; got {len(halves) // 2}")
+    if len(halves) % 4:
+        raise TypeError(f"acc_stmatrix_transposed: 'regs' must be 2*k packed registers; got {len(halves) // 2}")
     r, c = thread_coords(int(tid), len(halves))
     offs = transposed_block_offset(np.asarray(r), np.asarray(c))
     _store_smem(th, base, offs, 2, halves, np.uint16, "acc_stmatrix_transposed")

@@ -126,19 +126,20 @@ def stmatrix_transposed_kernel(n):
     return ns["k7"], (types.float32[:, :], types.uint16[:]), None
 
 
-@pytest.mark.parametrize("n", [16, 64, 256])
+@pytest.mark.parametrize("n", [16, 24, 64, 152, 256])
 def test_acc_stmatrix_transposed_compiles(n, report_batch):
-    """One ``stmatrix.x4.trans`` per 16 columns, no local memory."""
+    """One ``stmatrix.x4.trans`` per 16 columns, one ``.x2.trans`` for an odd last 8, no local memory."""
     rep = report_batch(stmatrix_transposed_kernel)  # compiled with the other widths (tests/conftest.py)
     assert rep.ptx.count("stmatrix.sync.aligned.m8n8.x4.trans.shared::cta.b16") == n // 16
-    assert rep.sass["STSM"] == n // 16 and rep.local_memory_ops == 0 and rep.spill_bytes == 0
+    assert rep.ptx.count("stmatrix.sync.aligned.m8n8.x2.trans.shared::cta.b16") == (n % 16) // 8
+    assert rep.sass["STSM"] == -(-n // 16) and rep.local_memory_ops == 0 and rep.spill_bytes == 0
 
 
 def test_acc_stmatrix_transposed_typing_errors():
     ns = dict(globals())
-    exec("def k8(out):\n    acc = acc_zeros('f32.bf16.bf16', 24)\n"
-         "    acc_stmatrix_transposed(acc_to_bf16x2(acc), 0, 0)\n", ns)
-    with pytest.raises(Exception, match="multiple of 16"):
+    exec("def k8(out):\n    r = np.uint32(0)\n"
+         "    acc_stmatrix_transposed((r, r, r), 0, 0)\n", ns)
+    with pytest.raises(Exception, match="multiple of 8"):
         compile_report(ns["k8"], (types.float32[:],))
 
 

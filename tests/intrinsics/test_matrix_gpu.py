@@ -107,7 +107,7 @@ def test_swizzled_tile_stores_match_the_model(esize, rb, sw, n):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("n", [16, 64, 256])
+@pytest.mark.parametrize("n", [16, 24, 64, 152, 256])
 def test_transposed_tile_stores_match_the_model(n):
     """``acc_stmatrix_transposed`` on the GPU writes every element where
     ``layout.transposed_block_offset`` (the simulator's model) says, and nothing else."""
