@@ -8,7 +8,7 @@ the tile model (:data:`nbwgmma.frontend.tiles.TILES`, the 256-row tiles of
 :data:`nbwgmma.frontend.tiles.TILE256_BN` and the wide ones of :data:`nbwgmma.frontend.tiles.WIDE_BN`), the
 narrow tiles of
 :func:`nbwgmma.frontend.tiles.pick_narrow` (K-major B), the tiles of a swapped tall product
-(:func:`nbwgmma.frontend.tiles.pick_swap`) and each choice of
+(:func:`nbwgmma.frontend.tiles.pick_swap`, :func:`nbwgmma.frontend.tiles.pick_swap_wide`) and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
 fp8, f32 for tf32). Worker processes share the list (one per CPU core by default, at most
 16), each running small products with an explicit ``config`` on the current GPU, which compiles
@@ -97,8 +97,9 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             out += [(dt, lay, c) for c in configs if lay[1] == "K" or c.get("bn", 64) % 64 == 0]
             if dt != "tf32" and lay[0] == "K":  # swapped small-M products: A's rows are the narrow tile's K-major B
                 out += [(dt, lay, dict(c)) for c in (_SWAPPED if sixteen else _SWAPPED_FP8)]
-            if sixteen and lay[0] == "K":  # tall products swapped for their tiles' fill (pick_swap)
+            if sixteen and lay[0] == "K":  # tall products swapped for their tiles' fill (pick_swap, pick_swap_wide)
                 out += [(dt, lay, {"swap": 1, "bm": bm, "bn": bn}) for bm, bn in TILES]
+                out += [(dt, lay, {"swap": 1, "bm": 256, "bn": bn}) for bn in TILE256_BN if lay[1] == "K"]
     return out
 
 

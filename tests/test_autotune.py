@@ -8,7 +8,8 @@ from numba import types
 
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
-from nbwgmma.frontend.tiles import narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_tile
+from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
+                                    pick_tile)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -89,6 +90,17 @@ def test_tall_16_bit_products_swap_where_the_swapped_tiles_fill_better(sms_132):
     assert not pick_swap(3072, 1024, 4096, 8, 132) and not pick_swap(3072, 1024, 4096, 32, 132)
     assert not pick_swap(6144, 1024, 1024, 16, 132, tma_out=False)  # short K, register stores: not swapped
     assert pick_swap(6144, 1024, 1024, 16, 132)  # (the transposed TMA stores: any K)
+
+
+def test_tall_products_swap_to_256_row_tiles_that_fill_their_waves(sms_132):
+    """pick_swap_wide: 5000 x 3000 in swapped 256 x 152 tiles fills 3 waves of 132 SMs exactly
+    (unswapped 256 x 160: 96%); the measured wins of its margin; not 6144 x 5120 (it lost), 4096 x
+    3000, squares, wide problems (the plan's choice: tests/test_library_epilogue_cpu.py)."""
+    for (m, n), tile in (((5000, 3000), (256, 152)), ((5000, 3072), (256, 152)), ((6144, 3000), (256, 144)),
+                         ((3072, 3000), (256, 144))):
+        assert pick_swap_wide(m, n, 132, "any") == tile, (m, n)
+    for m, n in ((6144, 5120), (4096, 3000), (8192, 8192), (16384, 8192), (3000, 5000), (4096, 1000)):
+        assert pick_swap_wide(m, n, 132, "any") is None, (m, n)
 
 
 def test_few_rows_try_the_swapped_kernels_other_k_slicings(sms_132):

@@ -56,6 +56,23 @@ def test_plan_signature_and_swapped_bias(monkeypatch):
     assert s.swap and s.cfg.bias == "row"  # a bias per column of out is one per row of out^T
 
 
+def test_tall_plan_swaps_to_256_row_tiles_and_its_fused_kernel_compiles_clean(monkeypatch):
+    """5000 x 3000 x 4000 takes swapped 256 x 152 tiles (``tiles.pick_swap_wide``): C^T transposed
+    in two parts of 80 and 72 columns, boxes of 8 rows of out, 4 stages; with a bias per column of
+    out (per row of C^T) and gelu_tanh each part is mapped before it goes: 10 stmatrix a block (9
+    .x4, 1 .x2), 19 TMA stores, one MUFU a value, no spills."""
+    plain = _plan(5000, 3000, 4000, {}, None, monkeypatch)
+    fused = _plan(5000, 3000, 4000, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, None, monkeypatch)
+    for p in (plain, fused):
+        cfg = p.cfg
+        assert p.swap and (cfg.bm, cfg.bn, cfg.c_transposed, cfg.c_widths, cfg.c_box, cfg.stages) == \
+            (256, 152, True, (80, 72), 8, 4), cfg
+    assert fused.cfg.bias == "row"
+    rf = compile_report(gemm_kernel(fused.cfg), fused.signature())
+    assert (rf.sass["HGMMA"], rf.sass["STSM"], rf.sass["UTMASTG"]) == (8, 20, 38), rf.sass
+    assert rf.sass_full.get("MUFU.TANH", 0) == 2 * 76 and rf.spill_bytes == 0 and rf.local_memory_ops == 0, rf
+
+
 def test_bias_gelu_kernel_compiles_like_the_plain_one(monkeypatch):
     """128 x 256 tiles (8192^3): the same HGMMAs, TMA stores and stmatrix as the plain kernel, one
     MUFU per value for gelu_tanh (tanh.approx, a 16-bit output), no spills, the bf16 bias's 64 values per thread loaded once per

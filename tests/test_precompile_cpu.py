@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from nbwgmma import precompile
-from nbwgmma.frontend.tiles import pick_narrow, pick_small_m, pick_swap, pick_tile
+from nbwgmma.frontend.tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
 from nbwgmma.kernels.gemm import GemmConfig
 
 DIMS = (1, 16, 64, 100, 128, 200, 256, 300, 512, 1000, 1024, 2048, 3000, 4096, 5000, 8192, 14336, 16384, 28672)
@@ -22,12 +22,16 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
             for lay in (("KK", "KN", "MK", "MN") if bits == 16 else ("KK",)):
                 small = pick_small_m(m, n, k, bits, a_kmajor=lay[0] == "K")
                 swap = small is None and lay[0] == "K" and pick_swap(m, n, k, bits, sms)
+                wide = small is None and not swap and lay == "KK" and bits == 16 and \
+                    pick_swap_wide(m, n, sms, "any")
                 if swap:
                     cfg = {"swap": 1} | dict(zip(("bm", "bn"), pick_tile(n, m)))
+                elif wide:
+                    cfg = {"swap": 1, "bm": wide[0], "bn": wide[1]}
                 else:
                     widths = "any" if lay[1] == "K" else "64"
                     cfg = small if small is not None else dict(zip(("bm", "bn"), pick_tile(m, n, 1, widths)))
-                narrow = None if small is not None or swap or lay[1] != "K" else \
+                narrow = None if small is not None or swap or wide or lay[1] != "K" else \
                     pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms, bits, dt != "tf32")
                 cfg = narrow or cfg
                 key = (dt, lay, tuple(sorted(cfg.items())))

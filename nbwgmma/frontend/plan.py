@@ -21,7 +21,8 @@ Which path runs:
   multiples, not swapped); any other ``out`` (any strides) and a swapped small M's narrow tiles
   get element-wise stores from the registers.
 * Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`,
-  and for tall 16-bit products whose swapped tiles fill the waves better: :func:`.tiles.pick_swap`)
+  and for tall 16-bit products whose swapped tiles fill the waves better: :func:`.tiles.pick_swap`, and
+  :func:`.tiles.pick_swap_wide` for 256-row ones)
   compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
   written through its transposed view.
 * In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same plan runs through
@@ -46,7 +47,7 @@ from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
-from .tiles import pick_narrow, pick_small_m, pick_swap, pick_tile
+from .tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
 
 __all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "tma_view", "numba_view", "transposed",
            "work_units", "EPILOGUE_OPTIONS"]
@@ -172,7 +173,12 @@ class Plan:
                 widths = None if not free or opts.get("swap") else "any" if b_kmajor and odt not in FP8_OUTS else "64"
                 # (a cluster along N shares A's rows: any tile width, rows that split into whole atoms)
                 share_b = cluster in (2, 4) and opts.get("multicast", "B") == "B"
-                opts["bm"], opts["bn"] = pick_tile(rows, cols, cluster if share_b else 1, widths)
+                # a tall product whose swapped 256-row tiles fill the waves better (stored transposed by TMA)
+                wide = free and swappable and not opts.get("swap") and b_kmajor and tma_out and wk.input_bits == 16 \
+                    and odt not in FP8_OUTS and pick_swap_wide(m, n, sms, widths)
+                if wide:
+                    opts["swap"] = 1
+                opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths)
                 if cluster in (2, 4) and opts.get("multicast") == "A":
                     a_major = _operand_path(ia, False, wk.transposable)[0]
                     for bm, bn in ((opts["bm"], opts["bn"]), (128, 256), (256, 128)):
