@@ -9,7 +9,7 @@ from numba import types
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
 from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
-                                    pick_tile)
+                                    pick_tile, wave_fill, work_fill)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -94,13 +94,16 @@ def test_tall_16_bit_products_swap_where_the_swapped_tiles_fill_better(sms_132):
 
 def test_tall_products_swap_to_256_row_tiles_that_fill_their_waves(sms_132):
     """pick_swap_wide: 5000 x 3000 in swapped 256 x 152 tiles fills 3 waves of 132 SMs exactly
-    (unswapped 256 x 160: 96%); the measured wins of its margin; not 6144 x 5120 (it lost), 4096 x
-    3000, squares, wide problems (the plan's choice: tests/test_library_epilogue_cpu.py)."""
+    (unswapped 256 x 160: 96%); measured wins; not where the swapped tiles lost on an H100 (their
+    last tile row mostly padding: 5632 x 2624, 17920 x 1920, 7936 x 1664; 6144 x 5120), 4096 x 3000,
+    squares, wide problems (the plan's choice: tests/test_library_epilogue_cpu.py)."""
     for (m, n), tile in (((5000, 3000), (256, 152)), ((5000, 3072), (256, 152)), ((6144, 3000), (256, 144)),
-                         ((3072, 3000), (256, 144))):
+                         ((3072, 3000), (256, 144)), ((19200, 512), (256, 152)), ((14720, 576), (256, 168))):
         assert pick_swap_wide(m, n, 132, "any") == tile, (m, n)
-    for m, n in ((6144, 5120), (4096, 3000), (8192, 8192), (16384, 8192), (3000, 5000), (4096, 1000)):
+    for m, n in ((5632, 2624), (17920, 1920), (7936, 1664), (6144, 5120), (4096, 3000), (8192, 8192),
+                 (16384, 8192), (3000, 5000), (4096, 1000)):
         assert pick_swap_wide(m, n, 132, "any") is None, (m, n)
+    assert work_fill(5632, 2624, 160, 256, 132) < wave_fill(5632, 2624, 160, 256, 132) == 1.0
 
 
 def test_few_rows_try_the_swapped_kernels_other_k_slicings(sms_132):

@@ -15,7 +15,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
            "narrow_tile", "narrow_config", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
            "pick_narrow",
-           "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN",
+           "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES"]
 
@@ -207,33 +207,45 @@ def pick_swap(m, n, k, input_bits, sms, tma_out=True):
 
 
 #: Swapped 256-row tiles (the tile's 256 rows along N, a width of :data:`TILE256_BN` along M, C^T
-#: stored transposed by TMA in two parts, 4 stages at every width) and how much more of its waves
-#: the model must see them fill for the default path to take them (:func:`pick_swap_wide`).
+#: stored transposed by TMA in two parts, 4 stages at every width): their share of a 128 x 256
+#: tile's rate, and how much more real work per SM slot (:func:`work_fill`) the model must see
+#: them do for the default path to take them (:func:`pick_swap_wide`).
 SWAP256_EFF = 0.99
-SWAP256_GAIN = 0.03
+SWAP256_GAIN = 1.03
+
+
+def work_fill(m, n, bm, bn, sms):
+    """The share of the waves' SM slots that an M x N problem in bm x bn tiles fills with real
+    work: :func:`wave_fill` less the padding of its last tile row and column."""
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+    return m * n / (math.ceil(tiles / sms) * sms * bm * bn)
 
 
 def pick_swap_wide(m, n, sms, widths):
     """The swapped 256-row tile (bm, bn) for a tall 16-bit product (M > N) with K-major operands
-    and a 16-bit out that TMA stores, where its score (:data:`SWAP256_EFF` times the filled share
-    of its waves, more than one wave) beats the best unswapped tile's (:func:`pick_tile` with
-    ``widths``) by :data:`SWAP256_GAIN`; else None. cuBLAS's choice at 5000 x 3000 x 4000: 256 x
-    152 tiles across M fill 3 waves of 132 SMs exactly, where nbwgmma's best unswapped ones fill
-    96% with wider tiles. Measured on an H100, bf16, ratio to cuBLAS in one process, the default
-    before -> swapped (BENCHMARKS.md, 2026-11-28): 5000 x 3000 x 4000 0.932 -> 0.961 (f16 0.938 ->
-    0.972), 5000 x 3072 x 4096 0.920 -> 0.989, 6144 x 3000 x 4096 0.950 -> 0.970, 3072 x 3000 x
-    4096 0.942 -> 0.955 (the model's gain 0.04-0.07); below the margin 5000 x 2048 0.945 -> 0.984
-    and 16384 x 3000 0.933 -> 0.947 won too (gain 0.015-0.02), but 6144 x 5120 lost, 0.993 -> 0.963
-    (0.026, 136 columns against an unswapped 256 x 160)."""
+    and a 16-bit out that TMA stores: the width of :data:`TILE256_BN` (more than one wave) whose
+    tiles do the most real work per SM slot (:data:`SWAP256_EFF` times :func:`work_fill`), where
+    that is at least :data:`SWAP256_GAIN` times the best unswapped tile's (:func:`pick_tile`'s
+    with ``widths``, its efficiency times its :func:`work_fill`); else None. cuBLAS's choice at
+    5000 x 3000 x 4000: 256 x 152 tiles across M fill 3 waves of 132 SMs exactly where nbwgmma's
+    best unswapped ones fill 96%. The padding counts: a swapped tile row mostly past N wastes
+    what its waves gain (5632 x 2624 in 256 x 160 tiles: 3 waves exactly, the last of 11 tile rows
+    a quarter used). Measured on an H100, bf16, in one process, the swapped kernel against the
+    unswapped default (BENCHMARKS.md, 2026-11-28), 19 problems: where the model's gain was at least
+    1.035 (15 problems) it won in every one, 1.008-1.378x (5000 x 3000 x 4000 0.932 -> 0.961-0.968x
+    cuBLAS, 5000 x 3072 x 4096 0.920 -> 0.989, 19200 x 512 x 1024 0.693 -> 0.955); at 1.016 it won
+    1.015x (16384 x 3000 x 4096); at 0.968-1.008 it lost in all four, 0.895-0.975x (17920 x 1920 x
+    2048, 5632 x 2624 x 8192, 6144 x 5120 x 4096, 7936 x 1664 x 8192)."""
     if m <= n or sim.enabled():
         return None
-    best = _scored(m, n, 1, sms, widths)[0][0]
-    swapped = [(SWAP256_EFF * wave_fill(n, m, 256, bn, sms), bn) for bn in TILE256_BN
-               if math.ceil(n / 256) * math.ceil(m / bn) > sms]
+    score, (bm, bn) = _scored(m, n, 1, sms, widths)[0]
+    useful = score / wave_fill(m, n, bm, bn, sms) * work_fill(m, n, bm, bn, sms)
+    swapped = [(SWAP256_EFF * work_fill(n, m, 256, w, sms), w) for w in TILE256_BN
+               if math.ceil(n / 256) * math.ceil(m / w) > sms]
     if not swapped:
         return None
-    score, bn = max(swapped)
-    return (256, bn) if score >= best + SWAP256_GAIN else None
+    best, w = max(swapped)
+    return (256, w) if best >= SWAP256_GAIN * useful else None
 
 
 #: Rows up to which :func:`pick_small_m` decides.
