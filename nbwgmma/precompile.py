@@ -99,7 +99,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
                 out += [(dt, lay, dict(c)) for c in (_SWAPPED if sixteen else _SWAPPED_FP8)]
             if sixteen and lay[0] == "K":  # tall products swapped for their tiles' fill (pick_swap, pick_swap_wide)
                 out += [(dt, lay, {"swap": 1, "bm": bm, "bn": bn}) for bm, bn in TILES]
-                out += [(dt, lay, {"swap": 1, "bm": 256, "bn": bn}) for bn in TILE256_BN if lay[1] == "K"]
+                out += [(dt, lay, {"swap": 1, "bm": 256, "bn": bn}) for bn in TILE256_BN]
     return out
 
 

@@ -338,12 +338,13 @@ def test_default_path_swaps_tall_products(dtype, m, n, k):
         assert torch.equal(out.double(), ref.to(odt).double()) and ref.abs().sum() > 0
 
 
-@pytest.mark.parametrize("m, n, k, cfg, fused", [
-    (5000, 3000, 1000, {"swap": 1, "bm": 256, "bn": 152}, False),
-    (1000, 1064, 520, {"swap": 1, "bm": 256, "bn": 152, "c_parts": 3}, True),
-    (700, 1000, 264, {"swap": 1, "bm": 256, "bn": 152, "c_parts": 5, "c_slots": 2}, False),
-    (600, 520, 136, {"swap": 1, "bm": 256, "bn": 136}, True)])
-def test_swapped_widths_not_of_64_stored_transposed(m, n, k, cfg, fused):
+@pytest.mark.parametrize("m, n, k, cfg, fused, b_rows", [
+    (5000, 3000, 1000, {"swap": 1, "bm": 256, "bn": 152}, False, False),
+    (1000, 1064, 520, {"swap": 1, "bm": 256, "bn": 152, "c_parts": 3}, True, False),
+    (700, 1000, 264, {"swap": 1, "bm": 256, "bn": 152, "c_parts": 5, "c_slots": 2}, False, False),
+    (600, 520, 136, {"swap": 1, "bm": 256, "bn": 136}, True, False),
+    (5000, 3000, 1000, {}, True, True)])  # x @ w with w row-major (N-major B): the default's swapped 256 x 152
+def test_swapped_widths_not_of_64_stored_transposed(m, n, k, cfg, fused, b_rows):
     """Swapped 256-row tiles whose width (out's rows) is not a multiple of 64: each consumer's
     blocks go out transposed in parts of a multiple of 8 columns but the last (152: 80 and 72; 56,
     56 and 40; 32 x 4 and 24 through two slots; 136 in 72 and 64) in TMA boxes of 8 rows of out;
@@ -354,12 +355,16 @@ def test_swapped_widths_not_of_64_stored_transposed(m, n, k, cfg, fused):
     g = torch.Generator(device="cuda").manual_seed(m + k)
     a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).bfloat16()
     b = torch.randint(-3, 4, (n, k), device="cuda", generator=g).bfloat16().t()
+    if b_rows:
+        b = b.contiguous()
     bias = torch.randint(-20, 21, (n,), device="cuda", generator=g).float()
     big = torch.full((m + 2, n + 16), float("nan"), device="cuda", dtype=torch.bfloat16)
     out = big[1:m + 1, 8:n + 8]  # (16-byte aligned rows; a NaN frame around out)
-    matmul(a, b, out=out, config=cfg, **({"bias": bias, "activation": "relu"} if fused else {}))
+    matmul(a, b, out=out, config=cfg or None, **({"bias": bias, "activation": "relu"} if fused else {}))
     p = last_plan()
-    assert p.swap and p.cfg.c_transposed and p.cfg.c_box == 8 and (p.cfg.bm, p.cfg.bn) == (256, cfg["bn"]), p.cfg
+    assert p.swap and p.cfg.c_transposed and p.cfg.c_box == 8 and (p.cfg.bm, p.cfg.bn) == (256, cfg.get("bn", 152)), \
+        p.cfg
+    assert p.cfg.a_major == ("MN" if b_rows else "K"), p.cfg
     ref = a.double() @ b.double()
     if fused:
         ref = torch.relu(ref + bias.double())

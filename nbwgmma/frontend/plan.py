@@ -174,7 +174,7 @@ class Plan:
                 # (a cluster along N shares A's rows: any tile width, rows that split into whole atoms)
                 share_b = cluster in (2, 4) and opts.get("multicast", "B") == "B"
                 # a tall product whose swapped 256-row tiles fill the waves better (stored transposed by TMA)
-                wide = free and swappable and not opts.get("swap") and b_kmajor and tma_out and wk.input_bits == 16 \
+                wide = free and swappable and not opts.get("swap") and tma_out and wk.input_bits == 16 \
                     and odt not in FP8_OUTS and pick_swap_wide(m, n, sms, widths)
                 if wide:
                     opts["swap"] = 1
