@@ -153,9 +153,10 @@ def test_narrow_tiles_tma_epilogue(n, odt, parts):
                                           ("bf16", 330, 296, {"swap": 1, "bm": 256, "bn": 152}),
                                           ("f16", 170, 264, {"swap": 1, "bm": 256, "bn": 152, "c_parts": 5,
                                                              "c_slots": 2}),
-                                          ("bf16", 200, 264, {"swap": 1, "bm": 256, "bn": 136, "b_rows": 1})],
+                                          ("bf16", 200, 264, {"swap": 1, "bm": 256, "bn": 136, "b_rows": 1}),
+                                          ("f16", 200, 136, {"swap": 1, "bm": 128, "bn": 144})],
                          ids=["128x128", "128x64", "256x128", "128x128-parts", "256x152", "256x152-5parts-2slots",
-                              "256x136-Bmn"])
+                              "256x136-Bmn", "128x144"])
 def test_swapped_tiles_stored_transposed_by_tma(t, m, n, cfg):
     """A swapped product (C^T = B^T A^T) into a 16-bit row-major out stores each consumer's block
     transposed through shared memory (stmatrix.trans) with TMA boxes of out, clipped at its edges;
@@ -168,6 +169,8 @@ def test_swapped_tiles_stored_transposed_by_tma(t, m, n, cfg):
     got, want = run(t, m, 72, n, b_k_major=not b_rows, config=cfg, seed=m)
     c = last_plan().cfg
     assert c.c_transposed and c.epilogue == "tma" and c.a_major == ("MN" if b_rows else "K")
+    if cfg["bn"] == 144:  # one part of 144 columns: boxes of 16 rows
+        assert c.c_widths == (144,) and c.c_box == 16
     if cfg["bn"] == 152:
         assert c.c_box == 8 and c.c_widths == ((80, 72) if "c_parts" not in cfg else (32, 32, 32, 32, 24))
     np.testing.assert_array_equal(got, want)

@@ -343,7 +343,8 @@ def test_default_path_swaps_tall_products(dtype, m, n, k):
     (1000, 1064, 520, {"swap": 1, "bm": 256, "bn": 152, "c_parts": 3}, True, False),
     (700, 1000, 264, {"swap": 1, "bm": 256, "bn": 152, "c_parts": 5, "c_slots": 2}, False, False),
     (600, 520, 136, {"swap": 1, "bm": 256, "bn": 136}, True, False),
-    (5000, 3000, 1000, {}, True, True)])  # x @ w with w row-major (N-major B): the default's swapped 256 x 152
+    (5000, 3000, 1000, {}, True, True),  # x @ w with w row-major (N-major B): the default's swapped 256 x 152
+    (700, 1000, 264, {"swap": 1, "bm": 128, "bn": 144}, True, False)])  # one part, boxes of 16 rows
 def test_swapped_widths_not_of_64_stored_transposed(m, n, k, cfg, fused, b_rows):
     """Swapped 256-row tiles whose width (out's rows) is not a multiple of 64: each consumer's
     blocks go out transposed in parts of a multiple of 8 columns but the last (152: 80 and 72; 56,
@@ -362,8 +363,8 @@ def test_swapped_widths_not_of_64_stored_transposed(m, n, k, cfg, fused, b_rows)
     out = big[1:m + 1, 8:n + 8]  # (16-byte aligned rows; a NaN frame around out)
     matmul(a, b, out=out, config=cfg or None, **({"bias": bias, "activation": "relu"} if fused else {}))
     p = last_plan()
-    assert p.swap and p.cfg.c_transposed and p.cfg.c_box == 8 and (p.cfg.bm, p.cfg.bn) == (256, cfg.get("bn", 152)), \
-        p.cfg
+    assert p.swap and p.cfg.c_transposed and p.cfg.c_box == (16 if cfg.get("bn") == 144 else 8), p.cfg
+    assert (p.cfg.bm, p.cfg.bn) == (cfg.get("bm", 256), cfg.get("bn", 152)), p.cfg
     assert p.cfg.a_major == ("MN" if b_rows else "K"), p.cfg
     ref = a.double() @ b.double()
     if fused:
