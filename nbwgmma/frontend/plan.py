@@ -49,7 +49,7 @@ from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
 
-__all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "tma_view", "numba_view", "transposed",
+__all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "l2_promotion", "tma_view", "numba_view", "transposed",
            "work_units", "EPILOGUE_OPTIONS"]
 
 #: the fused epilogue's options of a plan (:class:`~nbwgmma.kernels.gemm.GemmConfig`'s), which
@@ -104,9 +104,20 @@ def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
 _TMAP_CACHE: dict = {}
 
 
+def l2_promotion(dtype, view):
+    """The L2 promotion of a map of ``view``: 256 bytes, or 128 where its rows start off the 32-byte
+    sectors (a pitch of 16 modulo 32 bytes: each 128-byte box row touches 5 sectors). On an H100
+    such an N-major B (bf16 rows of 6000 bytes) read 26-29% slower than rows of 6144 bytes, and
+    128-byte promotion gained 11-17% of that back (BENCHMARKS.md, 2026-11-28)."""
+    from ..layout.tma import TMA_DTYPES
+
+    pitch = view[1][0] * TMA_DTYPES[dtype][1] if len(view[1]) > 1 else 0
+    return "128B" if pitch % 32 else "256B"
+
+
 def tensor_map(arr, ptr, dtype, box, view, keep: bool, swizzle: str = "128B"):
     """A cached tensor map of ``arr`` seen as ``view`` = (shape, strides), 128B-swizzled unless
-    ``swizzle`` says otherwise.
+    ``swizzle`` says otherwise, with :func:`l2_promotion`'s promotion.
 
     The map encodes only the address, shape and strides, so a cached map stays right
     for any array later placed at the same address. ``keep`` holds ``arr`` alive with
@@ -118,7 +129,8 @@ def tensor_map(arr, ptr, dtype, box, view, keep: bool, swizzle: str = "128B"):
     tm = _TMAP_CACHE.get(key)
     if tm is None:
         shape, strides = view
-        tm = TensorMap(arr, box, dtype=dtype, swizzle=swizzle, shape=shape, strides=strides)
+        tm = TensorMap(arr, box, dtype=dtype, swizzle=swizzle, shape=shape, strides=strides,
+                       l2_promotion=l2_promotion(dtype, view))
         if not keep:
             tm.array = None
         while len(_TMAP_CACHE) >= 64:  # oldest first
