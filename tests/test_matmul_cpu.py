@@ -175,7 +175,8 @@ def test_gemm_config_rules():
                     ({"bm": 256, "bn": 152, "split": 2}, "at most 128 columns"),
                     ({"bm": 192, "bn": 128, "consumers": 1}, "bm / 128 for bm 128 or 256"),
                     ({"bm": 256, "bn": 128, "consumers": 2, "stream_k": 1}, "without split, stream_k"),
-                    ({"bm": 128, "bn": 192, "epilogue": "tma", "c_transposed": True, "c_parts": 2}, "transposed C of 64-column multiples"),
+                    ({"bm": 128, "bn": 192, "epilogue": "tma", "c_transposed": True, "c_parts": 2},
+                     "transposed C of 64-column multiples"),
                     ({"bm": 256, "bn": 152, "c_transposed": True, "epilogue": "tma", "c_parts": 18},
                      "one multiple of 8 but the last"),
                     ({"bm": 128, "bn": 200, "c_transposed": True, "epilogue": "direct"}, "through the TMA epilogue")):
@@ -183,8 +184,10 @@ def test_gemm_config_rules():
             GemmConfig(**kw)
     # a transposed C (swapped): 64 x 64 blocks; other widths in parts of one multiple of 8 columns but
     # the last, stored in boxes of 8 rows of out (the rows of C^T's transposed tile)
-    for kw, want in (({"bm": 256, "bn": 152}, (4, (80, 72), 8)), ({"bm": 256, "bn": 152, "c_parts": 3}, (4, (56, 56, 40), 8)),
-                     ({"bm": 256, "bn": 144, "c_parts": 2}, (4, (72, 72), 8)), ({"bm": 128, "bn": 256}, (4, (128, 128), 64)),
+    for kw, want in (({"bm": 256, "bn": 152}, (4, (80, 72), 8)),
+                     ({"bm": 256, "bn": 152, "c_parts": 3}, (4, (56, 56, 40), 8)),
+                     ({"bm": 256, "bn": 144, "c_parts": 2}, (4, (72, 72), 8)),
+                     ({"bm": 128, "bn": 256}, (4, (128, 128), 64)),
                      ({"bm": 256, "bn": 152, "c_parts": 5, "c_slots": 2}, (4, (32, 32, 32, 32, 24), 8))):
         c = GemmConfig(epilogue="tma", c_transposed=True, **kw)
         assert (c.stages, c.c_widths, c.c_box) == want, (kw, c)

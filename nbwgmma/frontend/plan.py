@@ -49,8 +49,8 @@ from .args import NP_OF, config_error
 from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
 
-__all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "l2_promotion", "tma_view", "numba_view", "transposed",
-           "work_units", "EPILOGUE_OPTIONS"]
+__all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "l2_promotion", "tma_view", "numba_view",
+           "transposed", "work_units", "EPILOGUE_OPTIONS"]
 
 #: the fused epilogue's options of a plan (:class:`~nbwgmma.kernels.gemm.GemmConfig`'s), which
 #: ``config`` does not take and :attr:`Plan.config` leaves out

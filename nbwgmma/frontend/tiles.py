@@ -223,8 +223,8 @@ def work_fill(m, n, bm, bn, sms):
 
 def pick_swap_wide(m, n, sms, widths):
     """The swapped 256-row tile (bm, bn) for a tall 16-bit product (M > N) with a K-major A (the
-    swapped kernel's B) and a 16-bit out that TMA stores: the width of :data:`TILE256_BN` (more than one wave) whose
-    tiles do the most real work per SM slot (:data:`SWAP256_EFF` times :func:`work_fill`), where
+    swapped kernel's B) and a 16-bit out that TMA stores: the width of :data:`TILE256_BN` (more
+    than one wave) whose tiles do the most real work per SM slot (:data:`SWAP256_EFF` times :func:`work_fill`), where
     that is at least :data:`SWAP256_GAIN` times the best unswapped tile's (:func:`pick_tile`'s
     with ``widths``, its efficiency times its :func:`work_fill`); else None. cuBLAS's choice at
     5000 x 3000 x 4000: 256 x 152 tiles across M fill 3 waves of 132 SMs exactly where nbwgmma's

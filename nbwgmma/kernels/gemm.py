@@ -21,10 +21,11 @@ running together share A rows and B columns in L2). Its warpgroups:
 Epilogues: "tma" converts the fragment to 16-bit pairs, writes it with
 ``stmatrix`` into a shared tile (one per consumer: 128B-swizzled 64-column blocks; a
 width that is not a multiple of 64 as whole unswizzled rows; for a swapped product C^T's
-64 x 64 blocks, transposed, or for other widths its rows in TMA boxes of 8; f32 values as 128B-swizzled 32-column blocks; fp8 codes as
-64B-swizzled 64-column blocks) and hands it to TMA stores; the consumer goes straight on to
-its next tile and only waits for those stores to have *read* the tile before it writes
-the tile again. "direct" stores each value to global memory (any output type or strides).
+64 x 64 blocks, transposed, or for other widths its rows in TMA boxes of 8; f32 values as
+128B-swizzled 32-column blocks; fp8 codes as 64B-swizzled 64-column blocks) and hands it to
+TMA stores; the consumer goes straight on to its next tile and only waits for those stores
+to have *read* the tile before it writes the tile again. "direct" stores each value to
+global memory (any output type or strides).
 
 Clusters (``cluster`` > 1): CTAs of a cluster take vertically adjacent tiles of one
 column at a time; each loads its share of the common B tile with a multicast TMA
