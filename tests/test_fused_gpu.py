@@ -270,7 +270,7 @@ def test_library_epilogue_matches_float64(m, n, k, where, act, t):
 @pytest.mark.parametrize("m, n, k, t", [
     (16, 4096, 1024, "bf16"),      # swapped small M: the function gets C^T's column as its row
     (16, 4096, 4096, "bf16"),      # swapped, K halves in a cluster
-    (5000, 3000, 512, "bf16"),     # swapped 256 x 152 tiles: the function gets C^T's column as its row
+    (5000, 3000, 512, "bf16"),     # 256 x 160 tiles, C in parts through two slots (not swapped with a function)
     (200, 1024, 8192, "f16"),      # K slices
     (777, 1000, 300, "f32 out"),   # register stores of an f32 C
     (520, 264, 256, "tf32"),

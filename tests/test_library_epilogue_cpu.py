@@ -68,6 +68,8 @@ def test_tall_plan_swaps_to_256_row_tiles_and_its_fused_kernel_compiles_clean(mo
         assert p.swap and (cfg.bm, cfg.bn, cfg.c_transposed, cfg.c_widths, cfg.c_box, cfg.stages) == \
             (256, 152, True, (80, 72), 8, 4), cfg
     assert fused.cfg.bias == "row"
+    # (beta * C stays unswapped: its epilogue parts would spill there)
+    assert not _plan(5000, 3000, 4000, {"act": "silu"}, "f32", monkeypatch).swap
     rf = compile_report(gemm_kernel(fused.cfg), fused.signature())
     assert (rf.sass["HGMMA"], rf.sass["STSM"], rf.sass["UTMASTG"]) == (8, 20, 38), rf.sass
     assert rf.sass_full.get("MUFU.TANH", 0) == 2 * 76 and rf.spill_bytes == 0 and rf.local_memory_ops == 0, rf

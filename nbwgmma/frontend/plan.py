@@ -185,9 +185,11 @@ class Plan:
                 widths = None if not free or opts.get("swap") else "any" if b_kmajor and odt not in FP8_OUTS else "64"
                 # (a cluster along N shares A's rows: any tile width, rows that split into whole atoms)
                 share_b = cluster in (2, 4) and opts.get("multicast", "B") == "B"
-                # a tall product whose swapped 256-row tiles fill the waves better (stored transposed by TMA)
+                # a tall product whose swapped 256-row tiles fill the waves better (stored transposed by TMA;
+                # not with beta * C or a user function: their epilogue parts there spill 0.7-1.4 KB, unmeasured)
                 wide = free and swappable and not opts.get("swap") and tma_out and wk.input_bits == 16 \
-                    and odt not in FP8_OUTS and pick_swap_wide(m, n, sms, widths)
+                    and odt not in FP8_OUTS and c_info is None and opts.get("user") is None \
+                    and pick_swap_wide(m, n, sms, widths)
                 if wide:
                     opts["swap"] = 1
                 opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths)
