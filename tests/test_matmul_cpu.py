@@ -531,3 +531,7 @@ def test_maps_of_rows_off_the_sectors_promote_128_bytes():
     for dtype, pitch in (("bf16", 3072), ("bf16", 3008), ("bf16", 4000), ("e4m3", 4096), ("tf32", 3000)):
         assert l2_promotion(dtype, ((64, pitch), (pitch, 1))) == "256B", (dtype, pitch)
     assert l2_promotion("bf16", ((3000,), (1,))) == "256B"  # (one dimension: no rows)
+    # (a grouped B [G, K, N]: its rows' pitch, not only the groups', decides)
+    assert l2_promotion("bf16", ((8, 4000, 3000), (4000 * 3000, 3000, 1))) == "128B"
+    assert l2_promotion("bf16", ((8, 4000, 3072), (4000 * 3072, 3072, 1))) == "256B"
+    assert l2_promotion("f64", ((64, 3000), (3000, 1))) == "256B"  # (no TMA type: the map itself refuses it)

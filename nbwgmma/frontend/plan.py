@@ -106,13 +106,14 @@ _TMAP_CACHE: dict = {}
 
 def l2_promotion(dtype, view):
     """The L2 promotion of a map of ``view``: 256 bytes, or 128 where its rows start off the 32-byte
-    sectors (a pitch of 16 modulo 32 bytes: each 128-byte box row touches 5 sectors). On an H100
-    such an N-major B (bf16 rows of 6000 bytes) read 26-29% slower than rows of 6144 bytes, and
-    128-byte promotion gained 11-17% of that back (BENCHMARKS.md, 2026-11-28)."""
+    sectors (a stride outside the contiguous dimension of 16 modulo 32 bytes: each 128-byte box row
+    touches 5 sectors). On an H100 such an N-major B (bf16 rows of 6000 bytes) read 26-29% slower
+    than rows of 6144 bytes, and 128-byte promotion gained 11-17% of that back (BENCHMARKS.md,
+    2026-11-28). (An element type TMA lacks: 256, and the map refuses it.)"""
     from ..layout.tma import TMA_DTYPES
 
-    pitch = view[1][0] * TMA_DTYPES[dtype][1] if len(view[1]) > 1 else 0
-    return "128B" if pitch % 32 else "256B"
+    es = TMA_DTYPES[dtype][1] if dtype in TMA_DTYPES else 0
+    return "128B" if any(s * es % 32 for s in view[1][:-1]) else "256B"
 
 
 def tensor_map(arr, ptr, dtype, box, view, keep: bool, swizzle: str = "128B"):
