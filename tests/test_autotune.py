@@ -104,6 +104,10 @@ def test_tall_products_swap_to_256_row_tiles_that_fill_their_waves(sms_132):
                  (16384, 8192), (3000, 5000), (4096, 1000)):
         assert pick_swap_wide(m, n, 132, "any") is None, (m, n)
     assert work_fill(5632, 2624, 160, 256, 132) < wave_fill(5632, 2624, 160, 256, 132) == 1.0
+    # config="auto" where the default path swaps: the unswapped default is timed first, so a losing swap is undone
+    cands = autotune.candidates("f32.bf16.bf16", 5000, 3000, 4000, "tma", {"bm": 256, "bn": 160}, swapped=True)
+    assert cands[:2] == [{}, {"swap": 0}] and {"bm": 256, "bn": 160} not in cands, cands
+    assert {"swap": 0} not in autotune.candidates("f32.bf16.bf16", 5000, 3000, 4000, "tma", {"bm": 256, "bn": 160})
 
 
 def test_few_rows_try_the_swapped_kernels_other_k_slicings(sms_132):

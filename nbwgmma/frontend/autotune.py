@@ -100,7 +100,7 @@ def _stages_that_fit(kind, bm, bn, epilogue, upto=8):
     return None
 
 
-def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major="K") -> list:
+def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major="K", swapped=False) -> list:
     """The configurations (``matmul`` ``config`` dicts) timed for one problem: ``{}`` first
     (the default path's own choice, ``default`` = its config when known, e.g. ``{"bm": 128,
     "bn": 256}``), then challengers, most promising first (the budget may stop before the
@@ -112,6 +112,9 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     than with 4 on an H100); with K-major B (``b_major``), second, a narrow tile where it fills
     the waves better than the default's (:func:`nbwgmma.frontend.tiles.narrow_config`: where the
     default path has not taken it itself, :func:`nbwgmma.frontend.tiles.pick_narrow`).
+    Where the default path swaps a tall product (``swapped``: :func:`nbwgmma.frontend.tiles.pick_swap`,
+    :func:`nbwgmma.frontend.tiles.pick_swap_wide`; ``default`` is then the unswapped plan's config),
+    the unswapped default (``{"swap": 0}``) is the first challenger, so a swap that loses is undone.
 
     A product of few rows that the default path swaps (:func:`nbwgmma.frontend.tiles.swapped_small_m`:
     16-bit or fp8 inputs, K-major A, ``a_major``) tries the swapped kernel's other K slicings first
@@ -147,7 +150,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     bits = wgmma_kind(kind).input_bits
     taken = pick_small_m(m, n, k, bits, a_kmajor=a_major == "K")  # the default path's choice for few rows
     if not (taken or {}).get("swap"):
-        return [{}] + [c for c in out if c != default]
+        return [{}] + ([{"swap": 0}] if swapped else []) + [c for c in out if c != default]
     # the default path swaps (``default`` is then the unswapped plan's config: a challenger like the others)
     tiles, kblocks, sms = math.ceil(n / 64), math.ceil(k * bits / 1024), device_limits()["multiprocessors"]
     fits = [s for s in (1, 2, 4) if s == 1 or (tiles * s <= sms and kblocks >= 2 * s)]  # parts of K in one wave

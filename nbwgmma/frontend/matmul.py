@@ -82,8 +82,11 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
         except Exception:  # noqa: BLE001 - unknown: count it as a compile
             return False
 
-    return autotune.choose(key, lambda: autotune.candidates(kind, m, n, k, epilogue, probe.config, probe.cfg.b_major,
-                                                            probe.a_path[0]), run, nb_stream(st), built)
+    def configs():
+        swapped = Plan(kind, odt, ia, ib, io, {}, fp8).swap  # (the default path's plan: no compile)
+        return autotune.candidates(kind, m, n, k, epilogue, probe.config, probe.cfg.b_major, probe.a_path[0], swapped)
+
+    return autotune.choose(key, configs, run, nb_stream(st), built)
 
 
 def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(), c=None, alpha=1.0, beta=None,

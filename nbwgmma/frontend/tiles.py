@@ -207,7 +207,8 @@ def pick_swap(m, n, k, input_bits, sms, tma_out=True):
 
 
 #: Swapped 256-row tiles (the tile's 256 rows along N, a width of :data:`TILE256_BN` along M, C^T
-#: stored transposed by TMA in two parts, 4 stages at every width): their share of a 128 x 256
+#: stored transposed by TMA: 128 columns whole and 136-152 in two parts with 4 stages, 160 and 168
+#: whole with 3, as measured below): their share of a 128 x 256
 #: tile's rate, and how much more real work per SM slot (:func:`work_fill`) the model must see
 #: them do for the default path to take them (:func:`pick_swap_wide`).
 SWAP256_EFF = 0.99

@@ -225,7 +225,7 @@ def acc_stmatrix_transposed(typingctx, regs, base, tid):
     :func:`acc_stmatrix_swizzled`); ``.trans`` stores each transposed, so row ``i`` of a stored
     matrix is its column ``i``: 8 rows of the fragment, one 16-byte chunk. The rows of an N x 64
     tile of any N that is a multiple of 8 follow the swizzle's 8-row period, so TMA boxes of
-    8-row multiples read it (a swapped tile of 152 columns: parts of 64 and 24). ``base`` (a
+    8-row multiples read it (a swapped tile of 152 columns: parts of 80 and 72). ``base`` (a
     32-bit shared address) must be aligned to 1024 bytes."""
     if not (isinstance(regs, types.UniTuple) and regs.dtype == types.uint32 and regs.count % 2 == 0):
         raise NbwgmmaTypingError(
