@@ -99,10 +99,13 @@ def test_tall_products_swap_to_256_row_tiles_that_fill_their_waves(sms_132):
     squares, wide problems (the plan's choice: tests/test_library_epilogue_cpu.py)."""
     for (m, n), tile in (((5000, 3000), (256, 152)), ((5000, 3072), (256, 152)), ((6144, 3000), (256, 144)),
                          ((3072, 3000), (256, 144)), ((19200, 512), (256, 152)), ((14720, 576), (256, 168))):
-        assert pick_swap_wide(m, n, 132, "any") == tile, (m, n)
+        assert pick_swap_wide(m, n, 16, 132, "any") == tile, (m, n)
     for m, n in ((5632, 2624), (17920, 1920), (7936, 1664), (6144, 5120), (4096, 3000), (8192, 8192),
                  (16384, 8192), (3000, 5000), (4096, 1000)):
-        assert pick_swap_wide(m, n, 132, "any") is None, (m, n)
+        assert pick_swap_wide(m, n, 16, 132, "any") is None, (m, n)
+    # fp8 or tf32 inputs, or an out not stored by TMA as 16-bit values: never
+    assert pick_swap_wide(5000, 3000, 8, 132, "any") is None and pick_swap_wide(5000, 3000, 32, 132, "any") is None
+    assert pick_swap_wide(5000, 3000, 16, 132, "any", tma_out=False) is None
     assert work_fill(5632, 2624, 160, 256, 132) < wave_fill(5632, 2624, 160, 256, 132) == 1.0
     # config="auto" where the default path swaps: the unswapped default is timed first, so a losing swap is undone
     cands = autotune.candidates("f32.bf16.bf16", 5000, 3000, 4000, "tma", {"bm": 256, "bn": 160}, swapped=True)

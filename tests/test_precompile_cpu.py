@@ -22,8 +22,8 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
             for lay in (("KK", "KN", "MK", "MN") if bits == 16 else ("KK",)):
                 small = pick_small_m(m, n, k, bits, a_kmajor=lay[0] == "K")
                 swap = small is None and lay[0] == "K" and pick_swap(m, n, k, bits, sms)
-                wide = small is None and not swap and lay[0] == "K" and bits == 16 and \
-                    pick_swap_wide(m, n, sms, "any" if lay[1] == "K" else "64")
+                wide = small is None and not swap and lay[0] == "K" and \
+                    pick_swap_wide(m, n, bits, sms, "any" if lay[1] == "K" else "64")
                 if swap:
                     cfg = {"swap": 1} | dict(zip(("bm", "bn"), pick_tile(n, m)))
                 elif wide:

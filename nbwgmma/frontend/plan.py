@@ -176,7 +176,8 @@ class Plan:
                              "multicast", "producer_regs", "consumer_regs"} & set(given)
                             or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM)
                 # (C^T tiles better; a swapped fp8 output is stored from the registers, not by TMA)
-                if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma_out and odt not in FP8_OUTS):
+                tma16 = tma_out and odt not in FP8_OUTS
+                if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma16):
                     opts["swap"] = 1
                 rows, cols = (n, m) if opts.get("swap", 0) else (m, n)
                 # 256-row and wide tiles where nothing given rules them out (widths not a multiple of 64:
@@ -188,9 +189,8 @@ class Plan:
                 share_b = cluster in (2, 4) and opts.get("multicast", "B") == "B"
                 # a tall product whose swapped 256-row tiles fill the waves better (stored transposed by TMA;
                 # not with beta * C or a user function: their epilogue parts there spill 0.7-1.4 KB, unmeasured)
-                wide = free and swappable and not opts.get("swap") and tma_out and wk.input_bits == 16 \
-                    and odt not in FP8_OUTS and c_info is None and opts.get("user") is None \
-                    and pick_swap_wide(m, n, sms, widths)
+                wide = free and swappable and not opts.get("swap") and c_info is None and opts.get("user") is None \
+                    and pick_swap_wide(m, n, wk.input_bits, sms, widths, tma16)
                 if wide:
                     opts["swap"] = 1
                 opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths)

@@ -222,12 +222,13 @@ def work_fill(m, n, bm, bn, sms):
     return m * n / (math.ceil(tiles / sms) * sms * bm * bn)
 
 
-def pick_swap_wide(m, n, sms, widths):
-    """The swapped 256-row tile (bm, bn) for a tall 16-bit product (M > N) with a K-major A (the
-    swapped kernel's B) and a 16-bit out that TMA stores: the width of :data:`TILE256_BN` (more
-    than one wave) whose tiles do the most real work per SM slot (:data:`SWAP256_EFF` times :func:`work_fill`), where
-    that is at least :data:`SWAP256_GAIN` times the best unswapped tile's (:func:`pick_tile`'s
-    with ``widths``, its efficiency times its :func:`work_fill`); else None. cuBLAS's choice at
+def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True):
+    """The swapped 256-row tile (bm, bn) for a tall 16-bit product (M > N; the caller checks that A,
+    the swapped kernel's B, is K-major) whose out TMA stores as 16-bit values (``tma_out``): the
+    width of :data:`TILE256_BN` (more than one wave) whose tiles do the most real work per SM slot
+    (:data:`SWAP256_EFF` times :func:`work_fill`), where that is at least :data:`SWAP256_GAIN` times
+    the best unswapped tile's (:func:`pick_tile`'s with ``widths``, its efficiency times its
+    :func:`work_fill`); else None. cuBLAS's choice at
     5000 x 3000 x 4000: 256 x 152 tiles across M fill 3 waves of 132 SMs exactly where nbwgmma's
     best unswapped ones fill 96%. The padding counts: a swapped tile row mostly past N wastes
     what its waves gain (5632 x 2624 in 256 x 160 tiles: 3 waves exactly, the last of 11 tile rows
@@ -237,7 +238,7 @@ def pick_swap_wide(m, n, sms, widths):
     cuBLAS, 5000 x 3072 x 4096 0.920 -> 0.989, 19200 x 512 x 1024 0.693 -> 0.955); at 1.016 it won
     1.015x (16384 x 3000 x 4096); at 0.968-1.008 it lost in all four, 0.895-0.975x (17920 x 1920 x
     2048, 5632 x 2624 x 8192, 6144 x 5120 x 4096, 7936 x 1664 x 8192)."""
-    if m <= n or sim.enabled():
+    if input_bits != 16 or m <= n or not tma_out or sim.enabled():
         return None
     score, (bm, bn) = _scored(m, n, 1, sms, widths)[0]
     useful = score / wave_fill(m, n, bm, bn, sms) * work_fill(m, n, bm, bn, sms)
