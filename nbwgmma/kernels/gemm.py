@@ -215,6 +215,13 @@ def _build(key):
 
     store = _parts_store(WIDTHS, 2 if VALUES else 4, SLOT_BYTES, C_SLOTS, put_part, packed, epi_parts) \
         if TMA_EPI else store_direct
+    # A plain 16-bit C through TMA, one 64-row block per consumer, in the persistent tile loop:
+    # each tile's results are packed as its main loop ends and stored part by part during the next
+    # tile's first stages (Cooperative.beside), not between the tiles with the tensor cores idle.
+    BESIDE = TMA_EPI and not EPI and not VALUES and cfg.blocks == 1 and SPLIT == 1 and not STREAM and KC == 1
+    if BESIDE:
+        put_hook = _parts_hook(WIDTHS, SLOT_BYTES, C_SLOTS, put_part)
+        open_beside = coop.beside(put_hook, len(WIDTHS))
 
     @inlined
     def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep):
@@ -442,6 +449,24 @@ def _build(key):
                             acc = acc_scale(acc, alpha)
                         store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase, ep)
                     j += 1
+            elif BESIDE:
+                pend = packed(acc_zeros(KIND, BN))  # the last tile's packed results (none yet)
+                prow = 0
+                pcol = 0
+                live = False
+                for u in range(first, nunits, step):
+                    pm, pn = sched.tile(u, tiles_mc, tiles_n, rank)
+                    acc, s, ph, prev = open_beside(ring, base, s, ph, 0, kblocks, cw, ctid,
+                                                   (pend, prow, pcol, live, ctid, cw, cbase, c, ep))
+                    coop.drain(ring, ctid, prev)
+                    if SCALED:
+                        acc = acc_scale(acc, alpha)
+                    pend = packed(acc)
+                    prow = pm * BM + cw * 64
+                    pcol = pn * BN
+                    live = pm < tiles_m and pn < tiles_n
+                for j in range(len(WIDTHS)):
+                    put_hook(j, (pend, prow, pcol, live, ctid, cw, cbase, c, ep))
             else:
                 for u in range(first, nunits, step):
                     t, sp = sched.split_unit(u, nsplit)
@@ -532,6 +557,23 @@ def _fused_epilogue(cfg, width, pack, offset=None):
     ns = {"mapped": mapped, "acc_add": acc_add, "acc_scale": acc_scale, "acc_load": acc_load}
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue parts>", "exec"), ns)
     return inlined(ns["epi"])
+
+
+def _parts_hook(widths, slot_bytes, slots, put_part):
+    """``hook(j, carry)`` (:meth:`nbwgmma.kit.Cooperative.beside`) storing part ``j`` (of
+    ``widths`` columns) of a 64-row block's packed 16-bit pairs through the consumer's shared
+    tile ``j % slots``; ``carry`` is (the packed registers, the block's row and column, whether
+    it lies in C, ctid, cw, cbase, tmap_c, ep)."""
+    lines = ["def hook(j, carry):", "    regs, row0, col0, live, ctid, cw, cbase, tmap_c, ep = carry", "    if live:"]
+    c0 = 0
+    for p, w in enumerate(widths):
+        lines += [f"        if j == {p}:",
+                  f"            put_part(regs[{c0 // 4}:{(c0 + w) // 4}], tmap_c, ctid, cw, row0, col0 + {c0}, "
+                  f"cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)"]
+        c0 += w
+    ns = {"put_part": put_part}
+    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store hook in {len(widths)} parts>", "exec"), ns)
+    return inlined(ns["hook"])
 
 
 def _parts_store(widths, cols_per_reg, slot_bytes, slots, put_part, packed, epis=None):

@@ -106,7 +106,8 @@ class Cooperative(types.ModuleType):
     ``blocks=2`` ``acc`` is the pair of accumulators of its rows ``128 cw ..`` and ``128 cw +
     64 ..``). ``tile`` is ``tile_open(...) -> (acc, s, ph, prev)``, which returns with the last
     stage's wgmmas still running, then ``drain(ring, ct, prev)``, which waits for them and
-    releases that stage: code between the two (loads an epilogue needs) runs under them."""
+    releases that stage: code between the two (loads an epilogue needs) runs under them.
+    :meth:`beside` builds a ``tile_open`` that runs a hook between a tile's first stages."""
 
     def __init__(self, kind: str, pipe: TmaPipeline, bm: int, bn: int, *, a_major: str = "K", b_major: str = "K",
                  blocks: int = 1, multicast: str = "B"):
@@ -219,9 +220,8 @@ class Cooperative(types.ModuleType):
 
         @cuda.jit(device=True, inline=True)
         def retire(ring, after_first, ct, prev):
-            """Commit the stage's wgmmas and keep them in flight; the previous group is then
-            complete: release its stage (one thread of the warpgroup)."""
-            wgmma_commit_group()
+            """Keep the stage's committed wgmmas in flight; the previous group is then complete:
+            release its stage (one thread of the warpgroup)."""
             wgmma_wait_group(1)
             if after_first and ct == 0:
                 pipe.consumer_release(ring, prev)
@@ -233,29 +233,51 @@ class Cooperative(types.ModuleType):
             if ct == 0:
                 pipe.consumer_release(ring, prev)
 
+        def open_beside(hook, steps):
+            """``tile_open`` that calls ``hook(j, carry)`` after committing the wgmmas of the tile's
+            ``j``-th stage, for ``j < steps`` (those past the tile's last stage after it), with
+            that group and the one before still running."""
+            @cuda.jit(device=True, inline=True)
+            def tile_open(ring, base, s, ph, kb0, kb1, cw, ct, carry):
+                acc = acc_undef(KIND, BN)
+                prev = 0
+                for kb in range(kb0, kb1):
+                    pipe.consumer_wait(ring, s, ph)
+                    slot = base + s * STAGE
+                    # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
+                    # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
+                    # them, the library GEMM was 4-7% slower on an H100).
+                    da, da1, da2, da3 = k_steps(make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128), A_STEP)
+                    db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
+                    wgmma_fence()
+                    # A stage is one 128-byte swizzle row of K: always four K steps, written out so
+                    # the four wgmmas issue back to back; scale-d 0 at the first (no fill needed).
+                    acc = wgmma_mma_async(acc, da, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
+                    acc = wgmma_mma_async(acc, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                    acc = wgmma_mma_async(acc, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                    acc = wgmma_mma_async(acc, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                    wgmma_commit_group()
+                    if steps > 0 and kb - kb0 < steps:
+                        hook(kb - kb0, carry)
+                    retire(ring, kb > kb0, ct, prev)
+                    prev = s
+                    s, ph = pipe.advance(s, ph)
+                if steps > 0:
+                    for j in range(steps):
+                        if kb1 - kb0 <= j:
+                            hook(j, carry)
+                return acc, s, ph, prev
+            return tile_open
+
+        @cuda.jit(device=True, inline=True)
+        def no_hook(j, carry):
+            pass
+
+        plain_open = open_beside(no_hook, 0)
+
         @cuda.jit(device=True, inline=True)
         def tile_open(ring, base, s, ph, kb0, kb1, cw, ct):
-            acc = acc_undef(KIND, BN)
-            prev = 0
-            for kb in range(kb0, kb1):
-                pipe.consumer_wait(ring, s, ph)
-                slot = base + s * STAGE
-                # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
-                # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
-                # them, the library GEMM was 4-7% slower on an H100).
-                da, da1, da2, da3 = k_steps(make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128), A_STEP)
-                db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
-                wgmma_fence()
-                # A stage is one 128-byte swizzle row of K: always four K steps, written out so
-                # the four wgmmas issue back to back; scale-d 0 at the first (no fill needed).
-                acc = wgmma_mma_async(acc, da, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
-                acc = wgmma_mma_async(acc, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                acc = wgmma_mma_async(acc, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                acc = wgmma_mma_async(acc, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                retire(ring, kb > kb0, ct, prev)
-                prev = s
-                s, ph = pipe.advance(s, ph)
-            return acc, s, ph, prev
+            return plain_open(ring, base, s, ph, kb0, kb1, cw, ct, 0)
 
         A_BLK = 64 * 128  # bytes between 64-row A blocks (either layout)
 
@@ -281,6 +303,7 @@ class Cooperative(types.ModuleType):
                 acc1 = wgmma_mma_async(acc1, ea2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                 acc0 = wgmma_mma_async(acc0, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
                 acc1 = wgmma_mma_async(acc1, ea3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+                wgmma_commit_group()
                 retire(ring, kb > kb0, ct, prev)
                 prev = s
                 s, ph = pipe.advance(s, ph)
@@ -296,3 +319,20 @@ class Cooperative(types.ModuleType):
 
         self.load, self.load_tile, self.share = load, load_tile, share
         self.tile, self.tile_open, self.drain = tile, opened, drain
+        self._open_beside = open_beside
+
+    def beside(self, hook, steps: int):
+        """``tile_open(ring, base, s, ph, kb0, kb1, cw, ct, carry) -> (acc, s, ph, prev)``, a
+        :attr:`tile_open` (``blocks=1``) that calls the device function ``hook(j, carry)`` once
+        for each ``j < steps``: right after committing the wgmmas of the tile's ``j``-th stage,
+        while they and the stage before's run (a hook not reached because the tile has fewer
+        stages runs after the last). Work that needs no tensor core goes there: the library GEMM
+        stores the previous tile's packed results part by part (stage 0: the first part, stage 1
+        the second, when the first part's TMA store has read its shared tile) instead of between
+        the tiles with the tensor cores idle. ``carry`` is whatever the hook needs (a tuple)."""
+        if self.blocks != 1:
+            raise ValueError(f"Cooperative.beside: consumers of one 64-row block only (blocks=1); this has "
+                             f"blocks={self.blocks}")
+        if not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"Cooperative.beside: steps must be a positive int; got {steps!r}")
+        return self._open_beside(hook, steps)
