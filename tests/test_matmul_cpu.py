@@ -94,7 +94,9 @@ def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue, cluster, report
     op = "QGMMA" if cfg.esize == 1 else "HGMMA"
     assert rep.sass.get(op, 0) == 4 and rep.sass["UTMALDG"] >= 1
     if epilogue == "tma":
-        assert rep.sass["UTMASTG"] >= 1 and rep.sass["STSM"] == cfg.bn // 16 and rep.sass.get("STG", 0) == 0
+        # a tile's 16-bit results leave during the next tile's first stages (Cooperative.beside):
+        # their stores in the loop, after a tile of fewer stages than parts, and after the last tile
+        assert rep.sass["UTMASTG"] >= 1 and rep.sass["STSM"] == 3 * cfg.bn // 16 and rep.sass.get("STG", 0) == 0
     if cluster > 1:  # multicast loads, remote releases, cluster barriers at start and end
         assert ".multicast::cluster" in rep.ptx and "mbarrier.arrive.release.cta.shared::cluster" in rep.ptx
         assert rep.sass["UCGABAR_ARV"] == 2 and rep.sass["UCGABAR_WAIT"] == 2
@@ -105,6 +107,21 @@ def test_gemm_kernel_sass(kind, out, a_major, b_major, epilogue, cluster, report
         assert "multicast" not in rep.ptx and rep.sass.get("UCGABAR_WAIT", 0) == 0
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored, rep.warnings
+
+
+@DEFAULT_GEMM
+def test_a_tiles_stores_run_under_the_next_tiles_wgmmas(report_once):
+    """The default kernel (128 x 256, two parts of 128 columns a consumer): the stmatrix and TMA
+    stores of a tile's results sit between the next tile's wgmmas of a stage and the wait that
+    keeps one group in flight (``Cooperative.beside``), not between the tiles."""
+    rep = report_once(*gemm_job("f32.bf16.bf16", "bf16", "K", "K", "tma", 1)[:2])
+    lines = rep.sass_text.splitlines()
+    last = max(i for i, line in enumerate(lines) if "HGMMA" in line)
+    first = min(i for i, line in enumerate(lines) if "HGMMA" in line)
+    keep = min(i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x1" in line)
+    assert first < last < keep, (first, last, keep)
+    under = [line for line in lines[last:keep] if "STSM" in line or "UTMASTG" in line]
+    assert sum("STSM" in line for line in under) == 256 // 16 and sum("UTMASTG" in line for line in under) == 4, under
 
 
 def test_gemm_config_rules():

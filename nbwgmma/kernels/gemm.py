@@ -47,7 +47,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add, acc_add_strided, acc_load, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store,
+    acc_add_strided, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store,
     acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
@@ -57,11 +57,12 @@ from ..intrinsics import (
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
-from ..kit.epilogue import acc_map, activation, col_values
+from ..kit.epilogue import col_values
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_owner, stream_range, stream_segment
 from ..kit.warpgroup import warpgroup_sync
 from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
+from .gemm_epilogue import amax_note, fused_epilogue, largest_abs, packed_parts, parts_hook, parts_store, unscaled
 
 __all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES", "NARROW_STAGES"]
 
@@ -97,7 +98,9 @@ def _build(key):
     MC_A = cfg.multicast == "A"  # clusters along N sharing A (else along M sharing B)
     coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks,
                        multicast=cfg.multicast)
-    CROWS = 64 * cfg.blocks  # rows of the tile per consumer
+    BLOCKS = cfg.blocks
+    CROWS = 64 * BLOCKS  # rows of the tile per consumer
+    PEND_N = BN * BLOCKS  # (a consumer's columns of values, its blocks side by side)
     KC = cfg.cluster_k
     sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split, cluster_k=KC,
                           along="N" if MC_A else "M")
@@ -124,9 +127,9 @@ def _build(key):
         and SPLIT == 1 and TMA_EPI and not VALUES and not AMAX and cfg.bias_type != "f32" \
         and (cfg.c_parts > 1 or (cfg.blocks == 1 and BN <= 192))
     STARTS = [sum(WIDTHS[:p]) for p in range(len(WIDTHS))]  # each part's first column in the tile
-    epi_parts = [_fused_epilogue(cfg, w, cfg.out if TMA_EPI and not VALUES else None, c0 if HOIST else None)
+    epi_parts = [fused_epilogue(cfg, w, cfg.out if TMA_EPI and not VALUES else None, c0 if HOIST else None)
                  for w, c0 in zip(WIDTHS, STARTS)] if EPI else None
-    epi_all = _fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
+    epi_all = fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
     colv = col_values(BN, vtype=cfg.bias_type) if HOIST else None
 
     if HOIST:
@@ -146,8 +149,8 @@ def _build(key):
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
-    largest_part = _largest(PART_COLS, not cfg.zero_padding) if AMAX else None
-    largest_all = _largest(BN, not cfg.zero_padding) if AMAX else None
+    largest_part = largest_abs(PART_COLS, not cfg.zero_padding) if AMAX else None
+    largest_all = largest_abs(BN, not cfg.zero_padding) if AMAX else None
     SLOTS = ALL_CONS // 32 if AMAX else 1  # a running |value| maximum per consumer warp (amax)
 
     @inlined
@@ -156,7 +159,7 @@ def _build(key):
             acc = epi_all(acc, ctid, row0, col0, ep)
         if FP8_OUT:
             if AMAX:  # (before the store: the values die at it)
-                _amax_note(largest_all(acc, ctid, row0, col0, ep[1], ep[2]), ep[7], ctid + 128 * cw)
+                amax_note(largest_all(acc, ctid, row0, col0, ep[1], ep[2]), ep[7], ctid + 128 * cw)
             acc_store_fp8(acc_scale(acc, ep[6]), KIND, c, ctid, row0, col0, FMT)
         else:
             acc_store(acc, KIND, c, ctid, row0, col0)
@@ -203,7 +206,7 @@ def _build(key):
                 tma_store_2d(cbase, tmap_c, col0, row0)
             bulk_commit_group()
         if AMAX:
-            _amax_note(big, ep[7], ctid + 128 * cw)
+            amax_note(big, ep[7], ctid + 128 * cw)
 
     @inlined
     def packed(acc):
@@ -213,15 +216,19 @@ def _build(key):
             return acc_to_bf16x2(acc)
         return acc_to_f16x2(acc)
 
-    store = _parts_store(WIDTHS, 2 if VALUES else 4, SLOT_BYTES, C_SLOTS, put_part, packed, epi_parts) \
+    store = parts_store(WIDTHS, 2 if VALUES else 4, SLOT_BYTES, C_SLOTS, put_part, packed, epi_parts) \
         if TMA_EPI else store_direct
     # A plain 16-bit C through TMA, one 64-row block per consumer, in the persistent tile loop:
     # each tile's results are packed as its main loop ends and stored part by part during the next
     # tile's first stages (Cooperative.beside), not between the tiles with the tensor cores idle.
-    BESIDE = TMA_EPI and not EPI and not VALUES and cfg.blocks == 1 and SPLIT == 1 and not STREAM and KC == 1
+    # (Two 64-row blocks a consumer up to 128 columns: their accumulators and packed results take
+    # 192 registers, as one block of 256 columns does.)
+    BESIDE = TMA_EPI and not VALUES and (cfg.blocks == 1 or BN <= 128) and SPLIT == 1 and not STREAM \
+        and KC == 1 and not cfg.with_c and cfg.user is None
     if BESIDE:
-        put_hook = _parts_hook(WIDTHS, SLOT_BYTES, C_SLOTS, put_part)
-        open_beside = coop.beside(put_hook, len(WIDTHS))
+        put_hook = parts_hook(WIDTHS, cfg.blocks, SLOT_BYTES, C_SLOTS, put_part)
+        open_beside = coop.beside(put_hook, cfg.blocks * len(WIDTHS))
+        pack_all = packed_parts(WIDTHS, cfg.blocks, packed, acc_scale if SCALED else unscaled, epi_parts)
 
     @inlined
     def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep):
@@ -450,7 +457,7 @@ def _build(key):
                         store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase, ep)
                     j += 1
             elif BESIDE:
-                pend = packed(acc_zeros(KIND, BN))  # the last tile's packed results (none yet)
+                pend = packed(acc_zeros(KIND, PEND_N))  # the last tile's packed results (none yet)
                 prow = 0
                 pcol = 0
                 live = False
@@ -458,14 +465,16 @@ def _build(key):
                     pm, pn = sched.tile(u, tiles_mc, tiles_n, rank)
                     acc, s, ph, prev = open_beside(ring, base, s, ph, 0, kblocks, cw, ctid,
                                                    (pend, prow, pcol, live, ctid, cw, cbase, c, ep))
-                    coop.drain(ring, ctid, prev)
-                    if SCALED:
-                        acc = acc_scale(acc, alpha)
-                    pend = packed(acc)
-                    prow = pm * BM + cw * 64
+                    prow = pm * BM + cw * CROWS
                     pcol = pn * BN
+                    if HOIST:  # the thread's bias values for the tile, loaded under its last wgmmas
+                        ept = (colv(ep[0][pcol:ep[2]], ctid),) + ep[1:]
+                    else:
+                        ept = ep
+                    coop.drain(ring, ctid, prev)
+                    pend = pack_all(acc, alpha, ctid, prow, pcol, ept)
                     live = pm < tiles_m and pn < tiles_n
-                for j in range(len(WIDTHS)):
+                for j in range(BLOCKS * len(WIDTHS)):
                     put_hook(j, (pend, prow, pcol, live, ctid, cw, cbase, c, ep))
             else:
                 for u in range(first, nunits, step):
@@ -500,135 +509,6 @@ def _build(key):
     ns = {"body": body, "__name__": __name__}  # (the kernel's symbol names this module)
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm kernel>", "exec"), ns)
     return cuda.jit(launch_bounds=(cfg.threads, 1))(ns["gemm"])
-
-
-def _fused_epilogue(cfg, width, pack, offset=None):
-    """``epi(acc, ctid, row0, col0, ep) -> fragment`` of ``cfg``'s fused epilogue over a 64 x
-    ``width`` fragment whose tile starts at (``row0``, ``col0``): ``user(act(v + beta * C + bias),
-    row, col, *extras)`` per value (C's values read with ``acc_load``), packed into 16-bit pairs
-    with ``pack`` (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, M, N, C, beta, the extras).
-    With ``offset`` (a per-column bias only) ``ep[0]`` is instead the tuple of the thread's bias
-    values for the whole tile (:func:`nbwgmma.kit.col_values`) and the fragment lies ``offset``
-    columns into the tile."""
-    bias, act = cfg.bias, cfg.act
-    if (cfg.with_c or any(kind != "scalar" for kind, _ in cfg.extras)) and width > 64 and width % 64 == 0:
-        # With C, 64 columns at a time: C's values, the bias's and the results of a whole part
-        # beside the accumulator spilled (960 bytes for 128-column parts of a 128 x 256 tile with a
-        # bias and gelu_tanh; 240 so; C alone none). 256-row tiles (two accumulators) with C and a
-        # bias still spill 176-600 bytes in 32-column parts (16-column ones: more). So with a user
-        # function's vectors (a bias, gelu_tanh and two vectors: 280 bytes in 128-column parts).
-        assert offset is None  # (the bias is loaded per tile without C or a user function's vectors only)
-        sub = _fused_epilogue(cfg, 64, pack)
-        parts = [f"sub(acc[{32 * j}:{32 * (j + 1)}], ctid, row0, col0 + {64 * j}, ep)" for j in range(width // 64)]
-        ns = {"sub": sub}
-        exec(compile(f"def epi(acc, ctid, row0, col0, ep):\n    return {' + '.join(parts)}\n",
-                     "<nbwgmma.kernels.gemm epilogue by 64 columns>", "exec"), ns)
-        return inlined(ns["epi"])
-    # acc_map's extra arguments: per-column vectors, per-row vectors, scalars; each (name in the
-    # value function, element type, its source in epi)
-    vecs = {"col": [], "row": [], "scalar": []}
-    if bias:
-        vecs[bias].append(("b", cfg.bias_type, "vec"))
-    for j, (kind, vtype) in enumerate(cfg.extras):
-        vecs[kind].append((f"x{j}", vtype, f"xs[{j}]"))
-    given = vecs["col"] + vecs["row"] + vecs["scalar"]
-    v = "v + b" if bias else "v"
-    if act:
-        v = f"f({v})"
-    if cfg.user is not None:  # (C's row and column as int64; swapped: the caller's are the kernel's column and row)
-        where = "I(col), I(row)" if cfg.user_t else "I(row), I(col)"
-        v = f"u({v}, {where}{''.join(f', x{j}' for j in range(len(cfg.extras)))})"
-    src = [f"def value(v, row, col{''.join(', ' + name for name, _, _ in given)}):", f"    return {v}"]
-    # (gelu_tanh on tanh.approx where the output is 16-bit or fp8: cuBLASLt's form, one MUFU and one
-    # instruction less a value; the two-MUFU form, accurate to 5e-6 relative, for f32 outputs)
-    ns = {"f": activation(act, cfg.out) if act else None, "u": cfg.user, "I": np.int64}
-    exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue>", "exec"), ns)
-    mapped = acc_map(inlined(ns["value"]), width, cols=len(vecs["col"]), rows=len(vecs["row"]),
-                     nextra=len(vecs["scalar"]), pack=pack, vtype=tuple(t for _, t, _ in vecs["col"] + vecs["row"]),
-                     loaded=offset is not None)
-    # the tile's part of each vector, the scalars as they are
-    args = [f"{x}[{offset // 4}:{(offset + width) // 4}]" if offset is not None else f"{x}[col0:n]"
-            for _, _, x in vecs["col"]] + [f"{x}[row0:m]" for _, _, x in vecs["row"]] \
-        + [x for _, _, x in vecs["scalar"]]
-    src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n, cmat, beta, xs = ep[:6]"]
-    if cfg.with_c:  # beta * C's part, added to the (scaled) product first
-        src.append(f"    acc = acc_add(acc, acc_scale(acc_load('{cfg.kind}', {width}, cmat, ctid, row0, col0), beta))")
-    src.append(f"    return mapped(acc, ctid, row0, col0{''.join(', ' + x for x in args)})")
-    ns = {"mapped": mapped, "acc_add": acc_add, "acc_scale": acc_scale, "acc_load": acc_load}
-    exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue parts>", "exec"), ns)
-    return inlined(ns["epi"])
-
-
-def _parts_hook(widths, slot_bytes, slots, put_part):
-    """``hook(j, carry)`` (:meth:`nbwgmma.kit.Cooperative.beside`) storing part ``j`` (of
-    ``widths`` columns) of a 64-row block's packed 16-bit pairs through the consumer's shared
-    tile ``j % slots``; ``carry`` is (the packed registers, the block's row and column, whether
-    it lies in C, ctid, cw, cbase, tmap_c, ep)."""
-    lines = ["def hook(j, carry):", "    regs, row0, col0, live, ctid, cw, cbase, tmap_c, ep = carry", "    if live:"]
-    c0 = 0
-    for p, w in enumerate(widths):
-        lines += [f"        if j == {p}:",
-                  f"            put_part(regs[{c0 // 4}:{(c0 + w) // 4}], tmap_c, ctid, cw, row0, col0 + {c0}, "
-                  f"cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)"]
-        c0 += w
-    ns = {"put_part": put_part}
-    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store hook in {len(widths)} parts>", "exec"), ns)
-    return inlined(ns["hook"])
-
-
-def _parts_store(widths, cols_per_reg, slot_bytes, slots, put_part, packed, epis=None):
-    """The TMA epilogue's ``store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep)`` of one 64-row
-    block: its packed registers (``cols_per_reg`` columns each) in parts of ``widths`` columns,
-    part ``p`` through the consumer's shared tile ``p % slots`` (the parts written out: a tuple's
-    slices are static). With a fused epilogue (``epis``: one per part) each part's values are
-    mapped and packed just before it goes."""
-    lines = ["def store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep):"]
-    if epis is None:
-        lines.append("    regs = packed(acc)")
-    c0 = 0
-    for p, w in enumerate(widths):
-        regs = f"regs[{c0 // cols_per_reg}:{(c0 + w) // cols_per_reg}]" if epis is None else \
-            f"epi{p}(acc[{c0 // 2}:{(c0 + w) // 2}], ctid, row0, col0 + {c0}, ep)"
-        lines.append(f"    put_part({regs}, tmap_c, ctid, cw, row0, "
-                     f"col0 + {c0}, cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)")
-        c0 += w
-    ns = {"packed": packed, "put_part": put_part, **{f"epi{p}": e for p, e in enumerate(epis or ())}}
-    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {len(widths)} parts>", "exec"), ns)
-    return inlined(ns["store"])
-
-
-def _largest(width, masked=True):
-    """``largest(v, ct, row0, col0, m, n) -> f32``: the largest |value| of a 64 x ``width`` fragment
-    of thread ``ct`` (a tile part at (``row0``, ``col0``)). ``masked``: among the values inside C
-    only (a tile's rows past M and columns past N hold results of padding: a bias, a function of
-    zero); without branches (two code paths, inside C or not, spilled: ptxas kept both paths'
-    values), each value outside C counts as zero, from one compare per row and per column of the
-    thread. Unmasked (padding that stays zero): all of them."""
-    lines = ["def largest(v, ct, row0, col0, m, n):"]
-    if masked:
-        lines += ["    r = row0 + ((ct >> 5) << 4) + ((ct >> 2) & 7)",
-                  "    c = col0 + ((ct & 3) << 1)",
-                  "    r0 = r < m", "    r1 = r + 8 < m"]
-        for dc in sorted({8 * (i // 4) + i % 2 for i in range(width // 2)}):
-            lines.append(f"    c{dc} = c + {dc} < n")
-    lines.append("    big = Z")
-    for i in range(width // 2):  # (value i at row 8 * ((i // 2) % 2), column 8 * (i // 4) + i % 2 of the base)
-        inside = f" if r{(i // 2) % 2} and c{8 * (i // 4) + i % 2} else Z" if masked else ""
-        lines.append(f"    big = max(big, abs(v[{i}]){inside})")
-    lines.append("    return big")
-    ns = {"Z": np.float32(0.0)}
-    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm amax of {width} columns>", "exec"), ns)
-    return inlined(ns["largest"])
-
-
-@inlined
-def _amax_note(big, biggest, t):
-    """Raise warp ``t // 32``'s running maximum ``biggest[t // 32]`` (shared memory) to its
-    threads' largest ``big``; the kernel's end adds it to the amax argument (one atomic max)."""
-    for off in (16, 8, 4, 2, 1):
-        big = max(big, cuda.shfl_xor_sync(0xFFFFFFFF, big, off))
-    if cuda.laneid == 0:
-        biggest[t // 32] = max(biggest[t // 32], big)
 
 
 def gemm_kernel(cfg: GemmConfig):

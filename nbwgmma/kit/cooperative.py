@@ -233,30 +233,68 @@ class Cooperative(types.ModuleType):
             if ct == 0:
                 pipe.consumer_release(ring, prev)
 
+        A_BLK = 64 * 128  # bytes between 64-row A blocks (either layout)
+
+        @cuda.jit(device=True, inline=True)
+        def stage1(acc, slot, cw, first):
+            """One consumer's four wgmmas of a stage on its 64 rows: one group."""
+            # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
+            # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
+            # them, the library GEMM was 4-7% slower on an H100).
+            da, da1, da2, da3 = k_steps(make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128), A_STEP)
+            db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
+            wgmma_fence()
+            # A stage is one 128-byte swizzle row of K: always four K steps, written out so
+            # the four wgmmas issue back to back; scale-d 0 at the first (no fill needed).
+            acc = wgmma_mma_async(acc, da, db, KIND, not first, 1, 1, TRANS_A, TRANS_B)
+            acc = wgmma_mma_async(acc, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+            acc = wgmma_mma_async(acc, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+            acc = wgmma_mma_async(acc, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+            wgmma_commit_group()
+            return acc
+
+        @cuda.jit(device=True, inline=True)
+        def stage2(accs, slot, cw, first):
+            """The eight wgmmas of a stage on a consumer's two 64-row blocks: one group."""
+            acc0, acc1 = accs
+            da, da1, da2, da3 = k_steps(make_desc(slot + 2 * cw * A_BLK, A_LBO, A_SBO, _SW128), A_STEP)
+            ea, ea1, ea2, ea3 = k_steps(make_desc(slot + (2 * cw + 1) * A_BLK, A_LBO, A_SBO, _SW128), A_STEP)
+            db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
+            wgmma_fence()
+            # The two blocks' K steps interleaved: each accumulator's chain of four wgmmas
+            # has the other block's wgmma between its links.
+            acc0 = wgmma_mma_async(acc0, da, db, KIND, not first, 1, 1, TRANS_A, TRANS_B)
+            acc1 = wgmma_mma_async(acc1, ea, db, KIND, not first, 1, 1, TRANS_A, TRANS_B)
+            acc0 = wgmma_mma_async(acc0, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+            acc1 = wgmma_mma_async(acc1, ea1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+            acc0 = wgmma_mma_async(acc0, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+            acc1 = wgmma_mma_async(acc1, ea2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+            acc0 = wgmma_mma_async(acc0, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+            acc1 = wgmma_mma_async(acc1, ea3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
+            wgmma_commit_group()
+            return acc0, acc1
+
+        @cuda.jit(device=True, inline=True)
+        def fresh1():
+            return acc_undef(KIND, BN)
+
+        @cuda.jit(device=True, inline=True)
+        def fresh2():
+            return acc_undef(KIND, BN), acc_undef(KIND, BN)
+
+        stage, fresh = (stage2, fresh2) if self.blocks == 2 else (stage1, fresh1)
+
         def open_beside(hook, steps):
             """``tile_open`` that calls ``hook(j, carry)`` after committing the wgmmas of the tile's
             ``j``-th stage, for ``j < steps`` (those past the tile's last stage after it), with
             that group and the one before still running."""
             @cuda.jit(device=True, inline=True)
             def tile_open(ring, base, s, ph, kb0, kb1, cw, ct, carry):
-                acc = acc_undef(KIND, BN)
+                acc = fresh()
                 prev = 0
                 for kb in range(kb0, kb1):
                     pipe.consumer_wait(ring, s, ph)
-                    slot = base + s * STAGE
-                    # Descriptors in 32-bit arithmetic (make_desc, desc_advance), so little work
-                    # separates the four wgmmas (built with 64-bit integer math, 64-bit adds between
-                    # them, the library GEMM was 4-7% slower on an H100).
-                    da, da1, da2, da3 = k_steps(make_desc(slot + cw * A_CONS, A_LBO, A_SBO, _SW128), A_STEP)
-                    db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
-                    wgmma_fence()
-                    # A stage is one 128-byte swizzle row of K: always four K steps, written out so
-                    # the four wgmmas issue back to back; scale-d 0 at the first (no fill needed).
-                    acc = wgmma_mma_async(acc, da, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
-                    acc = wgmma_mma_async(acc, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                    acc = wgmma_mma_async(acc, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                    acc = wgmma_mma_async(acc, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                    wgmma_commit_group()
+                    acc = stage(acc, base + s * STAGE, cw, kb == kb0)
                     if steps > 0 and kb - kb0 < steps:
                         hook(kb - kb0, carry)
                     retire(ring, kb > kb0, ct, prev)
@@ -276,40 +314,9 @@ class Cooperative(types.ModuleType):
         plain_open = open_beside(no_hook, 0)
 
         @cuda.jit(device=True, inline=True)
-        def tile_open(ring, base, s, ph, kb0, kb1, cw, ct):
+        def opened(ring, base, s, ph, kb0, kb1, cw, ct):
             return plain_open(ring, base, s, ph, kb0, kb1, cw, ct, 0)
 
-        A_BLK = 64 * 128  # bytes between 64-row A blocks (either layout)
-
-        @cuda.jit(device=True, inline=True)
-        def tile2_open(ring, base, s, ph, kb0, kb1, cw, ct):
-            acc0 = acc_undef(KIND, BN)
-            acc1 = acc_undef(KIND, BN)
-            prev = 0
-            for kb in range(kb0, kb1):
-                pipe.consumer_wait(ring, s, ph)
-                slot = base + s * STAGE
-                da, da1, da2, da3 = k_steps(make_desc(slot + 2 * cw * A_BLK, A_LBO, A_SBO, _SW128), A_STEP)
-                ea, ea1, ea2, ea3 = k_steps(make_desc(slot + (2 * cw + 1) * A_BLK, A_LBO, A_SBO, _SW128), A_STEP)
-                db, db1, db2, db3 = k_steps(make_desc(slot + A_BYTES, B_LBO, B_SBO, _SW128), B_STEP)
-                wgmma_fence()
-                # The two blocks' K steps interleaved: each accumulator's chain of four wgmmas
-                # has the other block's wgmma between its links; one group of eight.
-                acc0 = wgmma_mma_async(acc0, da, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
-                acc1 = wgmma_mma_async(acc1, ea, db, KIND, kb > kb0, 1, 1, TRANS_A, TRANS_B)
-                acc0 = wgmma_mma_async(acc0, da1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                acc1 = wgmma_mma_async(acc1, ea1, db1, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                acc0 = wgmma_mma_async(acc0, da2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                acc1 = wgmma_mma_async(acc1, ea2, db2, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                acc0 = wgmma_mma_async(acc0, da3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                acc1 = wgmma_mma_async(acc1, ea3, db3, KIND, 1, 1, 1, TRANS_A, TRANS_B)
-                wgmma_commit_group()
-                retire(ring, kb > kb0, ct, prev)
-                prev = s
-                s, ph = pipe.advance(s, ph)
-            return (acc0, acc1), s, ph, prev
-
-        opened = tile_open if self.blocks == 1 else tile2_open
 
         @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kb0, kb1, cw, ct):
@@ -323,16 +330,13 @@ class Cooperative(types.ModuleType):
 
     def beside(self, hook, steps: int):
         """``tile_open(ring, base, s, ph, kb0, kb1, cw, ct, carry) -> (acc, s, ph, prev)``, a
-        :attr:`tile_open` (``blocks=1``) that calls the device function ``hook(j, carry)`` once
+        :attr:`tile_open` that calls the device function ``hook(j, carry)`` once
         for each ``j < steps``: right after committing the wgmmas of the tile's ``j``-th stage,
         while they and the stage before's run (a hook not reached because the tile has fewer
         stages runs after the last). Work that needs no tensor core goes there: the library GEMM
         stores the previous tile's packed results part by part (stage 0: the first part, stage 1
         the second, when the first part's TMA store has read its shared tile) instead of between
         the tiles with the tensor cores idle. ``carry`` is whatever the hook needs (a tuple)."""
-        if self.blocks != 1:
-            raise ValueError(f"Cooperative.beside: consumers of one 64-row block only (blocks=1); this has "
-                             f"blocks={self.blocks}")
         if not isinstance(steps, int) or steps < 1:
             raise ValueError(f"Cooperative.beside: steps must be a positive int; got {steps!r}")
         return self._open_beside(hook, steps)

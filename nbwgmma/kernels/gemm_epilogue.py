@@ -1,0 +1,175 @@
+"""The library GEMM's epilogue pieces, generated per configuration: the fused epilogue of a part
+(bias, activation, beta * C, a user function), a 64-row block stored in parts, the packed parts
+of a tile stored during the next tile's first stages, and the fp8 output's |value| maxima.
+:mod:`nbwgmma.kernels.gemm` builds its kernels from them."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from ..intrinsics import acc_add, acc_load, acc_scale
+from ..kit.device import inlined
+from ..kit.epilogue import acc_map, activation
+
+__all__ = ["fused_epilogue", "parts_hook", "packed_parts", "unscaled", "parts_store", "largest_abs", "amax_note"]
+
+
+def fused_epilogue(cfg, width, pack, offset=None):
+    """``epi(acc, ctid, row0, col0, ep) -> fragment`` of ``cfg``'s fused epilogue over a 64 x
+    ``width`` fragment whose tile starts at (``row0``, ``col0``): ``user(act(v + beta * C + bias),
+    row, col, *extras)`` per value (C's values read with ``acc_load``), packed into 16-bit pairs
+    with ``pack`` (:func:`nbwgmma.kit.acc_map`); ``ep`` is (the bias, M, N, C, beta, the extras).
+    With ``offset`` (a per-column bias only) ``ep[0]`` is instead the tuple of the thread's bias
+    values for the whole tile (:func:`nbwgmma.kit.col_values`) and the fragment lies ``offset``
+    columns into the tile."""
+    bias, act = cfg.bias, cfg.act
+    if (cfg.with_c or any(kind != "scalar" for kind, _ in cfg.extras)) and width > 64 and width % 64 == 0:
+        # With C, 64 columns at a time: C's values, the bias's and the results of a whole part
+        # beside the accumulator spilled (960 bytes for 128-column parts of a 128 x 256 tile with a
+        # bias and gelu_tanh; 240 so; C alone none). 256-row tiles (two accumulators) with C and a
+        # bias still spill 176-600 bytes in 32-column parts (16-column ones: more). So with a user
+        # function's vectors (a bias, gelu_tanh and two vectors: 280 bytes in 128-column parts).
+        assert offset is None  # (the bias is loaded per tile without C or a user function's vectors only)
+        sub = fused_epilogue(cfg, 64, pack)
+        parts = [f"sub(acc[{32 * j}:{32 * (j + 1)}], ctid, row0, col0 + {64 * j}, ep)" for j in range(width // 64)]
+        ns = {"sub": sub}
+        exec(compile(f"def epi(acc, ctid, row0, col0, ep):\n    return {' + '.join(parts)}\n",
+                     "<nbwgmma.kernels.gemm epilogue by 64 columns>", "exec"), ns)
+        return inlined(ns["epi"])
+    # acc_map's extra arguments: per-column vectors, per-row vectors, scalars; each (name in the
+    # value function, element type, its source in epi)
+    vecs = {"col": [], "row": [], "scalar": []}
+    if bias:
+        vecs[bias].append(("b", cfg.bias_type, "vec"))
+    for j, (kind, vtype) in enumerate(cfg.extras):
+        vecs[kind].append((f"x{j}", vtype, f"xs[{j}]"))
+    given = vecs["col"] + vecs["row"] + vecs["scalar"]
+    v = "v + b" if bias else "v"
+    if act:
+        v = f"f({v})"
+    if cfg.user is not None:  # (C's row and column as int64; swapped: the caller's are the kernel's column and row)
+        where = "I(col), I(row)" if cfg.user_t else "I(row), I(col)"
+        v = f"u({v}, {where}{''.join(f', x{j}' for j in range(len(cfg.extras)))})"
+    src = [f"def value(v, row, col{''.join(', ' + name for name, _, _ in given)}):", f"    return {v}"]
+    # (gelu_tanh on tanh.approx where the output is 16-bit or fp8: cuBLASLt's form, one MUFU and one
+    # instruction less a value; the two-MUFU form, accurate to 5e-6 relative, for f32 outputs)
+    ns = {"f": activation(act, cfg.out) if act else None, "u": cfg.user, "I": np.int64}
+    exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue>", "exec"), ns)
+    mapped = acc_map(inlined(ns["value"]), width, cols=len(vecs["col"]), rows=len(vecs["row"]),
+                     nextra=len(vecs["scalar"]), pack=pack, vtype=tuple(t for _, t, _ in vecs["col"] + vecs["row"]),
+                     loaded=offset is not None)
+    # the tile's part of each vector, the scalars as they are
+    args = [f"{x}[{offset // 4}:{(offset + width) // 4}]" if offset is not None else f"{x}[col0:n]"
+            for _, _, x in vecs["col"]] + [f"{x}[row0:m]" for _, _, x in vecs["row"]] \
+        + [x for _, _, x in vecs["scalar"]]
+    src = ["def epi(acc, ctid, row0, col0, ep):", "    vec, m, n, cmat, beta, xs = ep[:6]"]
+    if cfg.with_c:  # beta * C's part, added to the (scaled) product first
+        src.append(f"    acc = acc_add(acc, acc_scale(acc_load('{cfg.kind}', {width}, cmat, ctid, row0, col0), beta))")
+    src.append(f"    return mapped(acc, ctid, row0, col0{''.join(', ' + x for x in args)})")
+    ns = {"mapped": mapped, "acc_add": acc_add, "acc_scale": acc_scale, "acc_load": acc_load}
+    exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue parts>", "exec"), ns)
+    return inlined(ns["epi"])
+
+
+def parts_hook(widths, blocks, slot_bytes, slots, put_part):
+    """``hook(j, carry)`` (:meth:`nbwgmma.kit.Cooperative.beside`) storing part ``j`` of a
+    consumer's packed 16-bit pairs: its ``blocks`` 64-row blocks one after the other, each in
+    parts of ``widths`` columns through the consumer's shared tile ``p % slots``; ``carry`` is
+    (the packed registers, the first block's row and column, whether they lie in C, ctid, cw,
+    cbase, tmap_c, ep)."""
+    lines = ["def hook(j, carry):", "    regs, row0, col0, live, ctid, cw, cbase, tmap_c, ep = carry", "    if live:"]
+    j, r0, bn = 0, 0, sum(widths)
+    for blk in range(blocks):
+        c0 = 0
+        for p, w in enumerate(widths):
+            lines += [f"        if j == {j}:",
+                      f"            put_part(regs[{r0 + c0 // 4}:{r0 + (c0 + w) // 4}], tmap_c, ctid, cw, "
+                      f"row0 + {64 * blk}, col0 + {c0}, cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)"]
+            c0 += w
+            j += 1
+        r0 += bn // 4
+    ns = {"put_part": put_part}
+    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store hook, {blocks} x {len(widths)} parts>", "exec"), ns)
+    return inlined(ns["hook"])
+
+
+def packed_parts(widths, blocks, packed, scale, epis=None):
+    """``pack_all(acc, alpha, ctid, row0, col0, ep)``: a consumer's 16-bit pairs (``acc``: one
+    accumulator, or a pair of 64-row blocks), each block ``scale(block, alpha)``, then each part
+    of ``widths`` columns through its fused epilogue (``epis``) or the whole block ``packed``."""
+    lines = ["def pack_all(acc, alpha, ctid, row0, col0, ep):"]
+    lines += ["    a0 = S(acc, alpha)"] if blocks == 1 else [f"    a{b} = S(acc[{b}], alpha)" for b in range(blocks)]
+    parts = []
+    for blk in range(blocks):
+        if epis is None:
+            parts.append(f"packed(a{blk})")
+            continue
+        c0 = 0
+        for p, w in enumerate(widths):
+            parts.append(f"epi{p}(a{blk}[{c0 // 2}:{(c0 + w) // 2}], ctid, row0 + {64 * blk}, col0 + {c0}, ep)")
+            c0 += w
+    lines.append(f"    return {' + '.join(parts)}")
+    ns = {"packed": packed, "S": scale, **{f"epi{p}": e for p, e in enumerate(epis or ())}}
+    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm packed parts, {blocks} x {len(widths)}>", "exec"), ns)
+    return inlined(ns["pack_all"])
+
+
+@inlined
+def unscaled(acc, alpha):
+    return acc
+
+
+def parts_store(widths, cols_per_reg, slot_bytes, slots, put_part, packed, epis=None):
+    """The TMA epilogue's ``store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep)`` of one 64-row
+    block: its packed registers (``cols_per_reg`` columns each) in parts of ``widths`` columns,
+    part ``p`` through the consumer's shared tile ``p % slots`` (the parts written out: a tuple's
+    slices are static). With a fused epilogue (``epis``: one per part) each part's values are
+    mapped and packed just before it goes."""
+    lines = ["def store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep):"]
+    if epis is None:
+        lines.append("    regs = packed(acc)")
+    c0 = 0
+    for p, w in enumerate(widths):
+        regs = f"regs[{c0 // cols_per_reg}:{(c0 + w) // cols_per_reg}]" if epis is None else \
+            f"epi{p}(acc[{c0 // 2}:{(c0 + w) // 2}], ctid, row0, col0 + {c0}, ep)"
+        lines.append(f"    put_part({regs}, tmap_c, ctid, cw, row0, "
+                     f"col0 + {c0}, cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)")
+        c0 += w
+    ns = {"packed": packed, "put_part": put_part, **{f"epi{p}": e for p, e in enumerate(epis or ())}}
+    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {len(widths)} parts>", "exec"), ns)
+    return inlined(ns["store"])
+
+
+def largest_abs(width, masked=True):
+    """``largest(v, ct, row0, col0, m, n) -> f32``: the largest |value| of a 64 x ``width`` fragment
+    of thread ``ct`` (a tile part at (``row0``, ``col0``)). ``masked``: among the values inside C
+    only (a tile's rows past M and columns past N hold results of padding: a bias, a function of
+    zero); without branches (two code paths, inside C or not, spilled: ptxas kept both paths'
+    values), each value outside C counts as zero, from one compare per row and per column of the
+    thread. Unmasked (padding that stays zero): all of them."""
+    lines = ["def largest(v, ct, row0, col0, m, n):"]
+    if masked:
+        lines += ["    r = row0 + ((ct >> 5) << 4) + ((ct >> 2) & 7)",
+                  "    c = col0 + ((ct & 3) << 1)",
+                  "    r0 = r < m", "    r1 = r + 8 < m"]
+        for dc in sorted({8 * (i // 4) + i % 2 for i in range(width // 2)}):
+            lines.append(f"    c{dc} = c + {dc} < n")
+    lines.append("    big = Z")
+    for i in range(width // 2):  # (value i at row 8 * ((i // 2) % 2), column 8 * (i // 4) + i % 2 of the base)
+        inside = f" if r{(i // 2) % 2} and c{8 * (i // 4) + i % 2} else Z" if masked else ""
+        lines.append(f"    big = max(big, abs(v[{i}]){inside})")
+    lines.append("    return big")
+    ns = {"Z": np.float32(0.0)}
+    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm amax of {width} columns>", "exec"), ns)
+    return inlined(ns["largest"])
+
+
+@inlined
+def amax_note(big, biggest, t):
+    """Raise warp ``t // 32``'s running maximum ``biggest[t // 32]`` (shared memory) to its
+    threads' largest ``big``; the kernel's end adds it to the amax argument (one atomic max)."""
+    for off in (16, 8, 4, 2, 1):
+        big = max(big, cuda.shfl_xor_sync(0xFFFFFFFF, big, off))
+    if cuda.laneid == 0:
+        biggest[t // 32] = max(biggest[t // 32], big)
