@@ -395,27 +395,23 @@ def test_c_parts_through_two_slots(m, k, n, cfg, parts, slots):
 
 
 @pytest.mark.parametrize("k, cfg", [(64, {"bm": 128, "bn": 256}), (192, {"bm": 128, "bn": 256}),
-                                    (64, {"bm": 256, "bn": 128}), (128, {"bm": 256, "bn": 128, "bias": 1})])
+                                    (64, {"bm": 128, "bn": 192, "c_parts": 3})])
 def test_tiles_stored_beside_the_next_tiles_stages(monkeypatch, k, cfg):
     """Each tile's 16-bit results leave during the next tile's first stages (``Cooperative.beside``):
     part j after stage j's wgmmas, those past a tile's last stage after it (K = 64: one stage, two
-    parts or two 64-row blocks), the last tile's after the loop; several tiles per CTA on a GPU of
-    2 SMs, ragged at M and N; a per-column bias through the fused parts."""
+    or three parts), the last tile's after the loop; several tiles per CTA on a GPU of 2 SMs,
+    ragged at M and N."""
     from nbwgmma.frontend.matmul import last_plan
 
     on_a_gpu_of(monkeypatch, 2, "forward")
-    bias = cfg.pop("bias", None)
     m, n = 300, 392
     rng = np.random.default_rng(k)
     a = rng.integers(-3, 4, (m, k)).astype(np.float64)
     b = rng.integers(-3, 4, (k, n)).astype(np.float64)
-    vec = rng.integers(-8, 9, n).astype(np.float32) if bias else None
     out = poisoned(m, n, "bf16")
-    kw = {"bias": cuda.to_device(vec)} if bias else {}
-    matmul(operand(a, "bf16", True, False), operand(b, "bf16", True, True), out=out, in_dtype="bf16",
-           config=cfg, **kw)
+    matmul(operand(a, "bf16", True, False), operand(b, "bf16", True, True), out=out, in_dtype="bf16", config=cfg)
     plan = last_plan().cfg
-    assert (plan.bm, plan.bn, plan.epilogue) == (cfg["bm"], cfg["bn"], "tma")
-    want = a @ b + (vec if bias else 0)  # exact in f32, rounded once to bf16
+    assert (plan.bm, plan.bn, plan.epilogue, plan.c_parts) == (cfg["bm"], cfg["bn"], "tma", cfg.get("c_parts", 2))
+    want = a @ b  # exact in f32, rounded once to bf16
     want = decode_elements(encode_elements(want, "bf16").view(np.uint8).reshape(m, -1), "bf16")
     np.testing.assert_array_equal(host(out, "bf16"), want)

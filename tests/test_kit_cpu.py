@@ -303,3 +303,22 @@ def test_activation_takes_the_one_mufu_gelu_tanh_for_narrow_outputs():
     assert activation("silu", "bf16") is silu
     with pytest.raises(ValueError, match="activation must be one of"):
         activation("tanh", "bf16")
+
+
+def test_beside_checks_its_steps():
+    """``Cooperative.beside(hook, steps)``: a tile_open with a hook after each of its first
+    ``steps`` stages (any ``blocks``); ``steps`` must be a positive int."""
+    from numba import cuda
+
+    from nbwgmma.kit import Cooperative
+
+    @cuda.jit(device=True)
+    def hook(j, carry):
+        pass
+
+    for blocks, bm in ((1, 128), (2, 256)):
+        coop = Cooperative("f32.bf16.bf16", TmaPipeline(4, consumers=2), bm, 128, blocks=blocks)
+        assert callable(coop.beside(hook, 2))
+        for bad in (0, -1, 2.0, None):
+            with pytest.raises(ValueError, match="steps must be a positive int"):
+                coop.beside(hook, bad)

@@ -62,7 +62,7 @@ from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_owner, stream_range, stream_segment
 from ..kit.warpgroup import warpgroup_sync
 from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
-from .gemm_epilogue import amax_note, fused_epilogue, largest_abs, packed_parts, parts_hook, parts_store, unscaled
+from .gemm_epilogue import amax_note, fused_epilogue, largest_abs, parts_hook, parts_store
 
 __all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES", "NARROW_STAGES"]
 
@@ -98,9 +98,7 @@ def _build(key):
     MC_A = cfg.multicast == "A"  # clusters along N sharing A (else along M sharing B)
     coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks,
                        multicast=cfg.multicast)
-    BLOCKS = cfg.blocks
-    CROWS = 64 * BLOCKS  # rows of the tile per consumer
-    PEND_N = BN * BLOCKS  # (a consumer's columns of values, its blocks side by side)
+    CROWS = 64 * cfg.blocks  # rows of the tile per consumer
     KC = cfg.cluster_k
     sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split, cluster_k=KC,
                           along="N" if MC_A else "M")
@@ -221,14 +219,13 @@ def _build(key):
     # A plain 16-bit C through TMA, one 64-row block per consumer, in the persistent tile loop:
     # each tile's results are packed as its main loop ends and stored part by part during the next
     # tile's first stages (Cooperative.beside), not between the tiles with the tensor cores idle.
-    # (Two 64-row blocks a consumer up to 128 columns: their accumulators and packed results take
-    # 192 registers, as one block of 256 columns does.)
-    BESIDE = TMA_EPI and not VALUES and (cfg.blocks == 1 or BN <= 128) and SPLIT == 1 and not STREAM \
-        and KC == 1 and not cfg.with_c and cfg.user is None
+    # Measured on an H200 against storing between the tiles, in one process: 128 x 256 +0.3-0.7%;
+    # fused epilogues (whose parts' mapping already hid the stores' waits) -0.5-1.4% and two 64-row
+    # blocks a consumer (256 x 128) -0.3-1.1%, so those store between the tiles (BENCHMARKS.md).
+    BESIDE = TMA_EPI and not VALUES and not EPI and cfg.blocks == 1 and SPLIT == 1 and not STREAM and KC == 1
     if BESIDE:
-        put_hook = parts_hook(WIDTHS, cfg.blocks, SLOT_BYTES, C_SLOTS, put_part)
-        open_beside = coop.beside(put_hook, cfg.blocks * len(WIDTHS))
-        pack_all = packed_parts(WIDTHS, cfg.blocks, packed, acc_scale if SCALED else unscaled, epi_parts)
+        put_hook = parts_hook(WIDTHS, SLOT_BYTES, C_SLOTS, put_part)
+        open_beside = coop.beside(put_hook, len(WIDTHS))
 
     @inlined
     def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep):
@@ -457,7 +454,7 @@ def _build(key):
                         store(acc, c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase, ep)
                     j += 1
             elif BESIDE:
-                pend = packed(acc_zeros(KIND, PEND_N))  # the last tile's packed results (none yet)
+                pend = packed(acc_zeros(KIND, BN))  # the last tile's packed results (none yet)
                 prow = 0
                 pcol = 0
                 live = False
@@ -465,16 +462,14 @@ def _build(key):
                     pm, pn = sched.tile(u, tiles_mc, tiles_n, rank)
                     acc, s, ph, prev = open_beside(ring, base, s, ph, 0, kblocks, cw, ctid,
                                                    (pend, prow, pcol, live, ctid, cw, cbase, c, ep))
-                    prow = pm * BM + cw * CROWS
-                    pcol = pn * BN
-                    if HOIST:  # the thread's bias values for the tile, loaded under its last wgmmas
-                        ept = (colv(ep[0][pcol:ep[2]], ctid),) + ep[1:]
-                    else:
-                        ept = ep
                     coop.drain(ring, ctid, prev)
-                    pend = pack_all(acc, alpha, ctid, prow, pcol, ept)
+                    if SCALED:
+                        acc = acc_scale(acc, alpha)
+                    pend = packed(acc)
+                    prow = pm * BM + cw * 64
+                    pcol = pn * BN
                     live = pm < tiles_m and pn < tiles_n
-                for j in range(BLOCKS * len(WIDTHS)):
+                for j in range(len(WIDTHS)):
                     put_hook(j, (pend, prow, pcol, live, ctid, cw, cbase, c, ep))
             else:
                 for u in range(first, nunits, step):

@@ -1,6 +1,6 @@
 """The library GEMM's epilogue pieces, generated per configuration: the fused epilogue of a part
-(bias, activation, beta * C, a user function), a 64-row block stored in parts, the packed parts
-of a tile stored during the next tile's first stages, and the fp8 output's |value| maxima.
+(bias, activation, beta * C, a user function), a 64-row block stored in parts, a tile's packed parts
+stored during the next tile's first stages, and the fp8 output's |value| maxima.
 :mod:`nbwgmma.kernels.gemm` builds its kernels from them."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ..intrinsics import acc_add, acc_load, acc_scale
 from ..kit.device import inlined
 from ..kit.epilogue import acc_map, activation
 
-__all__ = ["fused_epilogue", "parts_hook", "packed_parts", "unscaled", "parts_store", "largest_abs", "amax_note"]
+__all__ = ["fused_epilogue", "parts_hook", "parts_store", "largest_abs", "amax_note"]
 
 
 def fused_epilogue(cfg, width, pack, offset=None):
@@ -72,52 +72,21 @@ def fused_epilogue(cfg, width, pack, offset=None):
     return inlined(ns["epi"])
 
 
-def parts_hook(widths, blocks, slot_bytes, slots, put_part):
-    """``hook(j, carry)`` (:meth:`nbwgmma.kit.Cooperative.beside`) storing part ``j`` of a
-    consumer's packed 16-bit pairs: its ``blocks`` 64-row blocks one after the other, each in
-    parts of ``widths`` columns through the consumer's shared tile ``p % slots``; ``carry`` is
-    (the packed registers, the first block's row and column, whether they lie in C, ctid, cw,
-    cbase, tmap_c, ep)."""
+def parts_hook(widths, slot_bytes, slots, put_part):
+    """``hook(j, carry)`` (:meth:`nbwgmma.kit.Cooperative.beside`) storing part ``j`` (of
+    ``widths`` columns) of a 64-row block's packed 16-bit pairs through the consumer's shared
+    tile ``j % slots``; ``carry`` is (the packed registers, the block's row and column, whether
+    it lies in C, ctid, cw, cbase, tmap_c, ep)."""
     lines = ["def hook(j, carry):", "    regs, row0, col0, live, ctid, cw, cbase, tmap_c, ep = carry", "    if live:"]
-    j, r0, bn = 0, 0, sum(widths)
-    for blk in range(blocks):
-        c0 = 0
-        for p, w in enumerate(widths):
-            lines += [f"        if j == {j}:",
-                      f"            put_part(regs[{r0 + c0 // 4}:{r0 + (c0 + w) // 4}], tmap_c, ctid, cw, "
-                      f"row0 + {64 * blk}, col0 + {c0}, cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)"]
-            c0 += w
-            j += 1
-        r0 += bn // 4
+    c0 = 0
+    for p, w in enumerate(widths):
+        lines += [f"        if j == {p}:",
+                  f"            put_part(regs[{c0 // 4}:{(c0 + w) // 4}], tmap_c, ctid, cw, row0, col0 + {c0}, "
+                  f"cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)"]
+        c0 += w
     ns = {"put_part": put_part}
-    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store hook, {blocks} x {len(widths)} parts>", "exec"), ns)
+    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store hook in {len(widths)} parts>", "exec"), ns)
     return inlined(ns["hook"])
-
-
-def packed_parts(widths, blocks, packed, scale, epis=None):
-    """``pack_all(acc, alpha, ctid, row0, col0, ep)``: a consumer's 16-bit pairs (``acc``: one
-    accumulator, or a pair of 64-row blocks), each block ``scale(block, alpha)``, then each part
-    of ``widths`` columns through its fused epilogue (``epis``) or the whole block ``packed``."""
-    lines = ["def pack_all(acc, alpha, ctid, row0, col0, ep):"]
-    lines += ["    a0 = S(acc, alpha)"] if blocks == 1 else [f"    a{b} = S(acc[{b}], alpha)" for b in range(blocks)]
-    parts = []
-    for blk in range(blocks):
-        if epis is None:
-            parts.append(f"packed(a{blk})")
-            continue
-        c0 = 0
-        for p, w in enumerate(widths):
-            parts.append(f"epi{p}(a{blk}[{c0 // 2}:{(c0 + w) // 2}], ctid, row0 + {64 * blk}, col0 + {c0}, ep)")
-            c0 += w
-    lines.append(f"    return {' + '.join(parts)}")
-    ns = {"packed": packed, "S": scale, **{f"epi{p}": e for p, e in enumerate(epis or ())}}
-    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm packed parts, {blocks} x {len(widths)}>", "exec"), ns)
-    return inlined(ns["pack_all"])
-
-
-@inlined
-def unscaled(acc, alpha):
-    return acc
 
 
 def parts_store(widths, cols_per_reg, slot_bytes, slots, put_part, packed, epis=None):
