@@ -335,8 +335,8 @@ class Cooperative(types.ModuleType):
         while they and the stage before's run (a hook not reached because the tile has fewer
         stages runs after the last). Work that needs no tensor core goes there: the library GEMM
         stores the previous tile's packed results part by part (stage 0: the first part, stage 1
-        the second, when the first part's TMA store has read its shared tile) instead of between
+        the second, after the first part's TMA store has read the shared tile where they share one) instead of between
         the tiles with the tensor cores idle. ``carry`` is whatever the hook needs (a tuple)."""
-        if not isinstance(steps, int) or steps < 1:
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ValueError(f"Cooperative.beside: steps must be a positive int; got {steps!r}")
         return self._open_beside(hook, steps)
