@@ -72,18 +72,27 @@ def fused_epilogue(cfg, width, pack, offset=None):
     return inlined(ns["epi"])
 
 
+def _put_calls(widths, slot_bytes, slots, regs_of):
+    """The ``put_part`` call of each part of a 64-row block (``widths`` columns each, part ``p``
+    through the consumer's shared tile ``p % slots``), its registers ``regs_of(p, c0, w)`` (the
+    part's first column ``c0``, its width ``w``): source text, one call a part."""
+    calls, c0 = [], 0
+    for p, w in enumerate(widths):
+        calls.append(f"put_part({regs_of(p, c0, w)}, tmap_c, ctid, cw, row0, col0 + {c0}, "
+                     f"cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)")
+        c0 += w
+    return calls
+
+
 def parts_hook(widths, slot_bytes, slots, put_part):
     """``hook(j, carry)`` (:meth:`nbwgmma.kit.Cooperative.beside`) storing part ``j`` (of
-    ``widths`` columns) of a 64-row block's packed 16-bit pairs through the consumer's shared
-    tile ``j % slots``; ``carry`` is (the packed registers, the block's row and column, whether
-    it lies in C, ctid, cw, cbase, tmap_c, ep)."""
+    ``widths`` columns) of a 64-row block's packed 16-bit pairs (4 columns a register) through
+    the consumer's shared tile ``j % slots``; ``carry`` is (the packed registers, the block's row
+    and column, whether it lies in C, ctid, cw, cbase, tmap_c, ep)."""
     lines = ["def hook(j, carry):", "    regs, row0, col0, live, ctid, cw, cbase, tmap_c, ep = carry", "    if live:"]
-    c0 = 0
-    for p, w in enumerate(widths):
-        lines += [f"        if j == {p}:",
-                  f"            put_part(regs[{c0 // 4}:{(c0 + w) // 4}], tmap_c, ctid, cw, row0, col0 + {c0}, "
-                  f"cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)"]
-        c0 += w
+    calls = _put_calls(widths, slot_bytes, slots, lambda p, c0, w: f"regs[{c0 // 4}:{(c0 + w) // 4}]")
+    for p, call in enumerate(calls):
+        lines += [f"        if j == {p}:", f"            {call}"]
     ns = {"put_part": put_part}
     exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store hook in {len(widths)} parts>", "exec"), ns)
     return inlined(ns["hook"])
@@ -98,13 +107,13 @@ def parts_store(widths, cols_per_reg, slot_bytes, slots, put_part, packed, epis=
     lines = ["def store(acc, tmap_c, ctid, cw, row0, col0, cbase, ep):"]
     if epis is None:
         lines.append("    regs = packed(acc)")
-    c0 = 0
-    for p, w in enumerate(widths):
-        regs = f"regs[{c0 // cols_per_reg}:{(c0 + w) // cols_per_reg}]" if epis is None else \
-            f"epi{p}(acc[{c0 // 2}:{(c0 + w) // 2}], ctid, row0, col0 + {c0}, ep)"
-        lines.append(f"    put_part({regs}, tmap_c, ctid, cw, row0, "
-                     f"col0 + {c0}, cbase + {(p % slots) * slot_bytes}, {p == 0}, ep)")
-        c0 += w
+
+    def regs_of(p, c0, w):
+        if epis is None:
+            return f"regs[{c0 // cols_per_reg}:{(c0 + w) // cols_per_reg}]"
+        return f"epi{p}(acc[{c0 // 2}:{(c0 + w) // 2}], ctid, row0, col0 + {c0}, ep)"
+
+    lines += [f"    {call}" for call in _put_calls(widths, slot_bytes, slots, regs_of)]
     ns = {"packed": packed, "put_part": put_part, **{f"epi{p}": e for p, e in enumerate(epis or ())}}
     exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {len(widths)} parts>", "exec"), ns)
     return inlined(ns["store"])

@@ -317,7 +317,6 @@ class Cooperative(types.ModuleType):
         def opened(ring, base, s, ph, kb0, kb1, cw, ct):
             return plain_open(ring, base, s, ph, kb0, kb1, cw, ct, 0)
 
-
         @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kb0, kb1, cw, ct):
             acc, s, ph, prev = opened(ring, base, s, ph, kb0, kb1, cw, ct)
@@ -335,8 +334,9 @@ class Cooperative(types.ModuleType):
         while they and the stage before's run (a hook not reached because the tile has fewer
         stages runs after the last). Work that needs no tensor core goes there: the library GEMM
         stores the previous tile's packed results part by part (stage 0: the first part, stage 1
-        the second, after the first part's TMA store has read the shared tile where they share one) instead of between
-        the tiles with the tensor cores idle. ``carry`` is whatever the hook needs (a tuple)."""
+        the second, after the first part's TMA store has read the shared tile where they share
+        one) instead of between the tiles with the tensor cores idle. ``carry`` is whatever the
+        hook needs (a tuple)."""
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ValueError(f"Cooperative.beside: steps must be a positive int; got {steps!r}")
         return self._open_beside(hook, steps)
