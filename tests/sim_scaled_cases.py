@@ -76,6 +76,24 @@ def test_1x128_a_and_128x128_b_in_torch_layouts():
     np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
 
 
+@pytest.mark.parametrize("m", [420, 72])
+def test_256_row_tiles_stage_their_scales_by_the_tma_thread(m, monkeypatch):
+    """256 x 128 tiles (forced: the front end takes them for many tiles): the TMA thread copies
+    each stage's A scales with one bulk copy and stores B's beside them, each consumer promotes
+    two 128-row waves through one temporary. 420 rows: a second tile whose second wave is
+    partial; 72 rows: one tile, its first wave partial and its second past M. Two N tiles (the
+    second partial), three K blocks (the last partial)."""
+    from nbwgmma.frontend import scaled as front
+    monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: True)
+    n, k = 136, 288
+    rng, a, w, ad, bd = _operands(m, n, k, 11)
+    sa, sw = pow2(rng, (m, 3)), pow2(rng, (2, 3))
+    sa_dev = cuda.to_device(np.ascontiguousarray(sa.T)).T  # M-major
+    got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
+    np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
+    assert any(key[-1] for key in front._CONFIGS), "a 256-row configuration ran"
+
+
 @pytest.mark.parametrize("k", [112, 512, 640])
 def test_every_block_count_promotes_each_block_once(k):
     """1, 4 and 5 K blocks (no loop; one turn and an odd last block; two turns): the promoted

@@ -77,6 +77,22 @@ def test_block_scaled_and_rowwise_kernels_compile_clean():
     assert "LDGSTS" not in rep_row.sass_text  # and has no scales to copy
 
 
+def test_256_row_tiles_stage_scales_by_the_tma_thread_and_promote_two_waves():
+    """256 x 128 tiles: the TMA thread's bulk copy of A's scales (no scale warps, no cp.async),
+    each stage's two 128-row waves through one temporary (wait_group 0 before each promotion), two
+    sums of 64 registers: no spills."""
+    cfg = ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bm=256)
+    rep, = compile_reports([(scaled_kernel(cfg), SIG)])
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep.warnings
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+    assert rep.sass.get("QGMMA") == 8 and rep.sass.get("UBLKCP", 0) >= 1, rep.sass
+    assert "LDGSTS" not in rep.sass_text
+    text = "\n".join(consumer_region(rep)[0])
+    assert text.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 2 and "gsb0, 0x1" not in text, text
+    assert text.count("FFMA") >= 128, text
+    assert cfg.smem <= 227 * 1024 and cfg.stages == 4
+
+
 def test_configs_check_their_arguments():
     for kw, msg in ((dict(a_type="f16"), "a_type"), (dict(out="e4m3"), "out"), (dict(a_scale="col"), "a_scale"),
                     (dict(promote=False), "block scales need promotion"),
@@ -89,6 +105,18 @@ def test_configs_check_their_arguments():
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, a_columns=True)
     with pytest.raises(ValueError, match="producers=1 .* and consumers=2"):  # read directly
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=1), a_block=True, b_block=True)
+    with pytest.raises(ValueError, match="bm must be 128, or 256"):  # 256 rows: A's scales in columns
+        ScaledConfig(bm=256)
+    with pytest.raises(ValueError, match="bm must be 128, or 256"):
+        ScaledConfig(a_columns=True, bm=192)
+    with pytest.raises(ValueError, match="rows must be 128 or 256"):
+        BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=256, producers=33), a_block=True, b_block=True,
+                    a_columns=True, rows=64)
+    with pytest.raises(ValueError, match="256-row tiles take A's block scales"):
+        BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, rows=256)
+    with pytest.raises(ValueError, match="producers=1 .* and consumers=256"):  # 256 rows: the TMA thread stages
+        BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=256, producers=33), a_block=True, b_block=True,
+                    a_columns=True, rows=256)
     with pytest.raises(ValueError, match="wgmma N"):
         acc_promote(100)
 

@@ -82,6 +82,39 @@ def test_block_scaled_matches_float64(ta, tb, out_t):
         assert fresh.dtype == TDT[out_t] and rel(fresh, ref) < TOL[out_t]
 
 
+@pytest.mark.parametrize("out_t", ["bf16", "f32"])
+def test_256_row_tiles_exact_and_equal_to_128_row_tiles(out_t, monkeypatch):
+    """256 x 128 tiles (the TMA thread staging the scales; taken by the front end where they need
+    fewer rounds, forced here for ragged shapes): small integers with power-of-two scales, exact
+    against float64, and bit for bit the 128-row kernel's output (the same promotions in the same
+    order). 4096 x 7168 x 2048 takes them unforced."""
+    from nbwgmma.frontend import scaled as front
+    for m, n, k in [(1000, 520, 336), (300, 2112, 7232), (4096, 2112, 1024), (4096, 7168, 2048)]:
+        g = torch.Generator(device="cuda").manual_seed(m + n + k)
+        x = torch.randint(-1, 2, (m, k), device="cuda", generator=g)
+        w = torch.randint(-1, 2, (n, k), device="cuda", generator=g)
+        sx = torch.exp2(torch.randint(-1, 2, (m, cdiv(k, 128)), device="cuda", generator=g).float())
+        sw = torch.exp2(torch.randint(-1, 2, (cdiv(n, 128), cdiv(k, 128)), device="cuda", generator=g).float())
+        xq, wq = x.float().to(torch.float8_e4m3fn), w.float().to(torch.float8_e4m3fn)
+        sx = sx.t().contiguous().t()  # M-major, as torch._scaled_mm takes it: staged
+        ref = reference(xq, sx, wq, sw)
+        outs = {}
+        for tall in (False, True):
+            natural = (m, n, k) == (4096, 7168, 2048)
+            if not natural:
+                monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms, tall=tall: tall)
+            elif not tall:
+                continue
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=TDT[out_t])
+            matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
+            assert torch.equal(out.double(), ref.to(TDT[out_t]).double()), (m, n, k, tall)
+            outs[tall] = out
+            monkeypatch.undo()
+        if len(outs) == 2:
+            assert torch.equal(outs[False], outs[True])
+        assert any(key[-1] for key in front._CONFIGS)
+
+
 @pytest.mark.parametrize("m", [1, 2, 7, 16, 33, 64])
 def test_decoding_shapes_exact_on_small_integers(m):
     """Integers in [-1, 1] and scales in {1/2, 1, 2}: every block sum and their scaled total are

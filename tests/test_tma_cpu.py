@@ -118,6 +118,7 @@ def test_tma_forms_assemble(form, ptx, sass, rank, report_batch):
 
 @pytest.mark.parametrize("stmt, ptx, sass", [
     ("bulk_copy_g2s(d, tm, 256, b)", "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes", "UBLKCP"),
+    ("bulk_copy_g2s_array(d, out, 16, 64, b)", "cvta.to.global.u64", "UBLKCP"),
     ("bulk_copy_s2g(tm, d, 256)", "cp.async.bulk.global.shared::cta.bulk_group", "UBLKCP"),
     ("prefetch_tensormap(tm)", "prefetch.tensormap", "CCTL"),
     ("bulk_wait_group_read(1)", "cp.async.bulk.wait_group.read 1", "DEPBAR"),

@@ -167,7 +167,16 @@ ld_shared_f32 = ptx_intrinsic(
     ":class:`nbwgmma.kit.BlockScaled` reads them).",
 )
 
-__all__ += ["ld_shared_f32"]
+st_shared_f32 = ptx_intrinsic(
+    "st_shared_f32",
+    "st.shared.f32 [$addr], $v;",
+    params=[Reg("addr", u32), Reg("v", f32)],
+    doc="``st.shared.f32`` (PTX ISA: st). Store one f32 at the 4-byte aligned ``.shared::cta`` "
+    "address ``addr`` (a producer thread staging a scale beside a pipeline's stage before it arms "
+    "the stage's barrier, whose release orders the store before the consumers' reads).",
+)
+
+__all__ += ["ld_shared_f32", "st_shared_f32"]
 
 st_global_v4_b32 = ptx_intrinsic(
     "st_global_v4_b32",

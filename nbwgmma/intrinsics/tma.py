@@ -26,7 +26,7 @@ as the fill value and are not stored.
 
 from __future__ import annotations
 
-from ._asm import Imm, Reg, ptx_intrinsic, u32, u64
+from ._asm import ArrayPtr, Imm, Reg, ptx_intrinsic, u32, u64
 from numba import types
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "bulk_wait_group_read",
     "prefetch_tensormap",
     "bulk_copy_g2s",
+    "bulk_copy_g2s_array",
     "bulk_copy_s2g",
     "TMA_REDUCE_OPS",
 ]
@@ -139,6 +140,20 @@ bulk_copy_g2s = ptx_intrinsic(
     params=[Reg("dst", u32), Reg("src", u64), Reg("nbytes", u32), Reg("bar", u32)],
     doc="``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`` (PTX ISA: "
     "cp.async.bulk). Copy ``nbytes`` (a multiple of 16) from global ``src`` to shared ``dst``.",
+)
+
+bulk_copy_g2s_array = ptx_intrinsic(
+    "bulk_copy_g2s_array",
+    """{
+.reg .u64 %nbw_g;
+cvta.to.global.u64 %nbw_g, $array;
+add.u64 %nbw_g, %nbw_g, $offset;
+cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$dst], [%nbw_g], $nbytes, [$bar];
+}""",
+    params=[Reg("dst", u32), ArrayPtr("array"), Reg("offset", u64), Reg("nbytes", u32), Reg("bar", u32)],
+    doc="``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`` (PTX ISA: cp.async.bulk) "
+    "from byte ``offset`` of the global array ``array``: copy ``nbytes`` (a multiple of 16; both "
+    "addresses 16-byte aligned) to shared ``dst``, completing on the mbarrier ``bar``.",
 )
 
 bulk_copy_s2g = ptx_intrinsic(

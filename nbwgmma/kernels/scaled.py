@@ -7,7 +7,9 @@ through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), with block scales whose
 contiguous (``a_columns``) the producer warpgroup's other three warps copying each stage's
 scales beside it (taking the stages in turn), and two consumer warpgroups sharing each tile
 (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block, the consumer scales it and
-adds it into its f32 accumulator: promotion, every block, in registers).
+adds it into its f32 accumulator: promotion, every block, in registers). With ``bm=256`` the
+tiles are 256 x 128 in a ring of 4 stages of 48 KiB, the TMA thread staging the scales (no
+scale warps) and each consumer promoting its 64 rows of both 128-row halves.
 
 Scales, chosen at compile time per side:
 
@@ -34,28 +36,27 @@ import functools
 
 from numba import cuda
 
-from ..intrinsics import acc_store, bulk_wait_group, bulk_wait_group_read, setmaxnreg_dec, setmaxnreg_inc
+from ..intrinsics import acc_store, bulk_wait_group, bulk_wait_group_read, griddep_launch_dependents, setmaxnreg_dec, \
+    setmaxnreg_inc
 from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, inlined, tile_producer, tma_store_part, \
     warpgroup_sync
 from ..launch import dynamic_smem_bytes
 
-__all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS", "SMEM"]
+__all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS"]
 
 A_SCALES = (None, "row", "block")
 B_SCALES = (None, "col", "block")
 OUTS = ("bf16", "f16", "f32")
 FP8 = ("e4m3", "e5m2")
 
-BM = BN = BK = 128
-STAGES = 6
-STAGE = BlockScaled.STAGE_BYTES
+BN = BK = 128
+STAGES = 6  # 32 KiB stages of 128-row tiles
+TALL_STAGES = 4  # 48 KiB stages of 256-row tiles
 # 64 x 64 16-bit blocks of C, two per consumer taking the tile's halves in turn; with staged
 # block scales one per consumer (both halves through it) and the scales' slots after them (two
 # blocks per consumer would not fit beside the slots).
-C_OFF, C_PART = STAGES * STAGE, 64 * 64 * 2
-S_OFF = C_OFF + 2 * C_PART
+C_PART = 64 * 64 * 2
 THREADS = 384
-SMEM = dynamic_smem_bytes(max(C_OFF + 4 * C_PART, S_OFF + STAGES * BlockScaled.SCALE_SLOT_BYTES))
 
 
 class ScaledConfig:
@@ -65,11 +66,13 @@ class ScaledConfig:
     True with none keeps per-tensor or rowwise products accurate over long K), ``epilogue``
     ("tma": 16-bit C row-major with 16-byte aligned rows; "direct": any), ``group_m``,
     ``a_columns`` (A's block scales with contiguous rows and 16-byte aligned columns, which the
-    caller guarantees: staged beside each stage, :class:`~nbwgmma.kit.BlockScaled`)."""
+    caller guarantees: staged beside each stage, :class:`~nbwgmma.kit.BlockScaled`), ``bm``
+    (tile rows: 128, or 256 with ``a_columns`` and M a multiple of 4, which the caller
+    guarantees: the TMA thread stages the scales, 4 stages of 48 KiB)."""
 
     def __init__(self, a_type: str = "e4m3", b_type: str = "e4m3", out: str = "bf16", a_scale: str | None = "block",
                  b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8,
-                 a_columns: bool = False):
+                 a_columns: bool = False, bm: int = 128):
         for name, v, ok in (("a_type", a_type, FP8), ("b_type", b_type, FP8), ("out", out, OUTS),
                             ("a_scale", a_scale, A_SCALES), ("b_scale", b_scale, B_SCALES),
                             ("epilogue", epilogue, ("tma", "direct"))):
@@ -89,12 +92,23 @@ class ScaledConfig:
         self.a_scale, self.b_scale, self.promote = a_scale, b_scale, bool(promote)
         self.epilogue, self.group_m = epilogue, group_m
         self.a_columns = bool(a_columns) and a_scale == "block"
+        if bm not in (128, 256) or isinstance(bm, bool) or (bm == 256 and not self.a_columns):
+            raise ValueError(f"ScaledConfig: bm must be 128, or 256 with A's block scales in columns (a_scale='block', "
+                             f"a_columns=True); got bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}")
+        self.bm = bm
         self.kind = f"f32.{a_type}.{b_type}"
-        self.sched = TileScheduler(BM, BN, BK, group_m=group_m)
+        self.sched = TileScheduler(bm, BN, BK, group_m=group_m)
+        # smem: the stages, the C blocks (two per consumer; one with staged scales), the scales' slots
+        self.stage_bytes = (bm + BN) * BK
+        self.stages = STAGES if bm == 128 else TALL_STAGES
+        self.c_off = self.stages * self.stage_bytes
+        self.s_off = self.c_off + 2 * C_PART
+        #: dynamic shared memory to launch with
+        self.smem = dynamic_smem_bytes(max(self.c_off + 4 * C_PART, self.s_off + self.stages * (4 * bm + 128)))
 
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
-                self.group_m, self.a_columns)
+                self.group_m, self.a_columns, self.bm)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA)."""
@@ -145,15 +159,17 @@ def _build(key):
     # else the consumers read them from global memory (direct: faster for row-major A scales).
     staged = cfg.a_columns
     direct = (cfg.a_scale == "block" or cfg.b_scale == "block") and not staged
-    pipe = TmaPipeline(STAGES, consumers=BlockScaled.STAGED_RELEASES if staged else 2,
-                       producers=BlockScaled.PRODUCERS if staged else 1)
+    TALL = cfg.bm == 256  # the TMA thread stages the scales (no scale warps), one temporary
+    pipe = TmaPipeline(cfg.stages, consumers=BlockScaled.STAGED_RELEASES if staged else 2,
+                       producers=BlockScaled.PRODUCERS if staged and not TALL else 1)
     # Promotion keeps three 64-register fragments per consumer thread (the sum and two blocks in
-    # turn). 168 x 384 registers are allocated at launch, so 128 x PREGS + 256 x CREGS must fit:
-    # the scale warps need 40, which leaves the consumers 232; promoting without them, 24 and
-    # 240; the fast path (one fragment) 40 and 232.
-    PREGS, CREGS = (24, 240) if cfg.promote and not staged else (40, 232)
+    # turn; 256-row tiles: two sums and one block). 168 x 384 registers are allocated at launch,
+    # so 128 x PREGS + 256 x CREGS must fit: the scale warps need 40, which leaves the consumers
+    # 232; promoting without them, 24 and 240; the fast path (one fragment) 40 and 232.
+    PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
-                     promote=cfg.promote, a_columns=staged)
+                     promote=cfg.promote, a_columns=staged, rows=cfg.bm)
+    BM, STAGE, C_OFF, S_OFF = cfg.bm, cfg.stage_bytes, cfg.c_off, cfg.s_off
     sched = cfg.sched
     epilogue = _epilogue(cfg)
     TMA = cfg.epilogue == "tma"
@@ -177,6 +193,15 @@ def _build(key):
             warpgroup_sync(cw)
         tma_store_part(p, cbuf, ct, cw, tmap_c, col, row)
 
+    @inlined
+    def store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha):  # a consumer's 64 x 128 of C
+        if TMA:
+            half(epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha), cbuf, ct, cw, tmap_c, col0, r0)
+            half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha), cbuf + (CP - 1) * C_PART, ct, cw, tmap_c,
+                 col0 + 64, r0)
+        else:
+            acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha), KIND, c, ct, r0, col0)
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
@@ -185,9 +210,18 @@ def _build(key):
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy, warps 1-3 copy the block scales
             setmaxnreg_dec(PREGS)
-            if tid == 0:
+            if tid == 0 and TALL:  # the TMA thread fills the stages and their scales
+                s, ph = 0, 0
+                for u in range(sched.first(), nunits, sched.step()):
+                    tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                    sbr = sb[tn]
+                    for kb in range(kblocks):
+                        bs.fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sbr, m, kb, tm * BM, tn * BN)
+                        s, ph = pipe.advance(s, ph)
+                griddep_launch_dependents()
+            elif tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
-            elif staged and 32 <= tid < 32 * (1 + NSW):  # the scale warps take the fills in turn
+            elif staged and not TALL and 32 <= tid < 32 * (1 + NSW):  # the scale warps take the fills in turn
                 w, lane = tid // 32 - 1, tid % 32
                 s, ph, turn = 0, 0, 0
                 for u in range(sched.first(), nunits, sched.step()):
@@ -207,18 +241,18 @@ def _build(key):
             for u in range(sched.first(), nunits, sched.step()):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 r0, col0 = tm * BM + cw * 64, tn * BN
-                if direct:
+                if TALL:  # the first 128 rows' part now, the second's below
+                    acc, acc1, s, ph = bs.tile_tall(ring, base, sbase, s, ph, kblocks, ct, cw)
+                    store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+                    acc = acc1
+                    r0 += 128
+                elif direct:
                     ra0 = min(r0 + lr, m - 1)  # scale rows inside A (rows past M hold zeros)
                     ra1 = min(r0 + lr + 8, m - 1)
                     acc, s, ph = bs.tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, tn)
                 else:
                     acc, s, ph = bs.tile(ring, base, sbase, s, ph, kblocks, ct, cw)
-                if TMA:
-                    half(epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha), cbuf, ct, cw, tmap_c, col0, r0)
-                    half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha), cbuf + (CP - 1) * C_PART, ct,
-                         cw, tmap_c, col0 + 64, r0)
-                else:
-                    acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha), KIND, c, ct, r0, col0)
+                store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
             if TMA and ct == 0:
                 bulk_wait_group(0)
 

@@ -205,6 +205,25 @@ def _bulk_g2s(dst, src, nbytes, bar):
         _land(th, cta, off, data, int(bar) & ((1 << RANK_SHIFT) - 1), "a bulk copy")
 
 
+@impl("bulk_copy_g2s_array")
+def _bulk_g2s_array(dst, array, offset, nbytes, bar):
+    th = me()
+    a = np.asarray(array)
+    off, n = int(offset), int(nbytes)
+    if n % 16 or off % 16 or a.ctypes.data % 16 or int(dst) % 16:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async.bulk needs 16-byte aligned addresses and a "
+                        f"size in 16-byte steps; got {n} bytes from byte {off} of an array at 0x{a.ctypes.data:x}")
+    lo = sum(st * (d - 1) for st, d in zip(a.strides, a.shape) if st < 0)
+    hi = sum(st * (d - 1) for st, d in zip(a.strides, a.shape) if st > 0) + a.itemsize
+    if off < lo or off + n > hi:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async.bulk of {n} bytes from byte {off} runs "
+                        f"outside the array's {hi} bytes")
+    data = np.frombuffer(ctypes.string_at(a.ctypes.data + off, n), np.uint8)
+    cta, doff = split(dst)
+    with th.cl.lock:
+        _land(th, cta, doff, data, int(bar) & ((1 << RANK_SHIFT) - 1), "a bulk copy")
+
+
 @impl("bulk_copy_s2g")
 def _bulk_s2g(dst, src, nbytes):
     th = me()

@@ -143,6 +143,18 @@ def _ld_f32(addr):
     return np.float32(cta.image[off:off + 4].view(np.float32)[0])
 
 
+@impl("st_shared_f32")
+def _st_f32(addr, v):
+    th = me()
+    cta, off = split(addr)
+    if off % 4:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: st.shared.f32 needs a 4-byte aligned address; "
+                        f"got 0x{int(addr):x}")
+    with th.cl.lock:
+        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared.f32")
+    cta.image[off:off + 4].view(np.float32)[0] = np.float32(v)
+
+
 @impl("ld_shared_cluster_u32")
 def _ld_cluster(addr):
     th = me()

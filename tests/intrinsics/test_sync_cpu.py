@@ -75,6 +75,7 @@ CASES = {
     "st_shared_cluster_u32": ("st_shared_cluster_u32(mapa(a, 1), 7)", "st.shared::cluster.u32", "ST.E"),
     "ld_shared_cluster_u32": ("out[1] = ld_shared_cluster_u32(mapa(a, 1))", "ld.shared::cluster.u32", "LD.E"),
     "ld_shared_f32": ("out[1] = ld_shared_f32(a) > 1", "ld.shared.f32", "LDS"),
+    "st_shared_f32": ("st_shared_f32(a, np.float32(s))", "st.shared.f32", "STS"),
     "cp_async": ("cp_async(a, out, 4, 4)", "cp.async.ca.shared::cta.global", "LDGSTS.E"),
     "cp_async_zfill": ("cp_async_zfill(a, out, 16, st[0])", "cp.async.cg.shared::cta.global", "LDGSTS.E.BYPASS.128.ZFILL"),
     "cp_async_mbarrier_arrive_noinc": ("cp_async_mbarrier_arrive_noinc(a)", "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
