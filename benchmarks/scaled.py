@@ -15,6 +15,11 @@ tensor cores over the whole K (nbwgmma's per-tensor path), per-tensor scales pro
 cuBLASLt's blockwise product.
 
     python benchmarks/scaled.py [MxNxK ...]
+    python benchmarks/scaled.py --tiles [MxNxK ...]
+
+``--tiles``: the default against the kernel held to 128-row tiles (the front end's 256-row
+choice, ``frontend.scaled.tall_tiles``, answered no), in one process with cuBLASLt, outputs
+compared bit for bit.
 """
 import sys
 
@@ -111,8 +116,49 @@ def accuracy(m=2048, n=2048, ks=(7168, 16384)):
               f"{theirs or 'refused':>19s}")
 
 
+TILE_SHAPES = SHAPES + ["1024x7168x7168", "8192x7168x7168", "16384x4096x4096", "2048x4096x7168", "4096x4096x4096",
+                       "8192x2048x7168", "2048x7168x7168"]
+
+
+def tiles(m, n, k, rounds=12):
+    """The default path against 128-row tiles forced, and cuBLASLt, TFLOP/s and ratios."""
+    from nbwgmma.bench import device_times
+    from nbwgmma.frontend import scaled as front
+
+    chosen = front.tall_tiles
+    _, _, xq, sx, wq, sw = quantized(m, n, k)
+    outs = [torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+
+    def call(rule, out):
+        front.tall_tiles = rule
+        try:
+            return matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
+        finally:
+            front.tall_tiles = chosen
+
+    fns = [lambda: call(chosen, outs[0]), lambda: call(lambda *a: False, outs[1])]
+    lt = refusal(lambda: cublaslt(xq, sx, wq, sw)) is None
+    if lt:
+        fns.append(lambda: cublaslt(xq, sx, wq, sw))
+    for f in fns[:2]:
+        f()
+    same = torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
+    t = device_times(torch, fns, 2, rounds)
+    fl = 2 * m * n * k / 1e9
+    rows = 256 if chosen(m, n, torch.cuda.get_device_properties(0).multi_processor_count) and m % 4 == 0 else 128
+    line = f"{m}x{n}x{k}: default ({rows} rows) {fl / t[0]:.1f}  128 rows {fl / t[1]:.1f}  default/128 {t[1] / t[0]:.3f}"
+    if lt:
+        line += f"  cuBLASLt {fl / t[2]:.1f}  default/cuBLASLt {t[2] / t[0]:.3f}  128/cuBLASLt {t[2] / t[1]:.3f}"
+    print(line + f"  bit for bit {same}", flush=True)
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
-    for s in sys.argv[1:] or SHAPES:
-        bench(*(int(v) for v in s.split("x")))
-    accuracy()
+    args = [a for a in sys.argv[1:] if a != "--tiles"]
+    if "--tiles" in sys.argv:
+        for s in args or TILE_SHAPES:
+            tiles(*(int(v) for v in s.split("x")))
+    else:
+        for s in args or SHAPES:
+            bench(*(int(v) for v in s.split("x")))
+        accuracy()
