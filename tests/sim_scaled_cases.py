@@ -64,9 +64,13 @@ def _run(a_dev, b_dev, m, n, t, **kw):
     return host(out, t)
 
 
-def test_1x128_a_and_128x128_b_in_torch_layouts():
+@pytest.mark.parametrize("narrow", [False, True])
+def test_1x128_a_and_128x128_b_in_torch_layouts(narrow, monkeypatch):
     """scale_a (M, KB) with strides (1, M), scale_b (KB, NB) with strides (1, KB) (torch._scaled_mm's
-    blockwise layouts); two N tiles (the second partial), three K blocks (the last partial)."""
+    blockwise layouts); two N tiles (the second partial), three K blocks (the last partial); tiles
+    128 wide, and 64 wide (three N tiles, two in the first 128-column scale block)."""
+    from nbwgmma.frontend import scaled as front
+    monkeypatch.setattr(front, "narrow_tiles", lambda m, n, sms: narrow)
     m, n, k = 72, 136, 288
     rng, a, w, ad, bd = _operands(m, n, k, 1)
     sa, sw = pow2(rng, (m, 3)), pow2(rng, (2, 3))
@@ -74,6 +78,7 @@ def test_1x128_a_and_128x128_b_in_torch_layouts():
     sb_dev = cuda.to_device(sw).T  # (KB, NB), the transpose of the weight's row-major scale
     got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=sb_dev)
     np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
+    assert any(c.bn == (64 if narrow else 128) for c in front._CONFIGS.values())
 
 
 @pytest.mark.parametrize("m", [420, 72])
@@ -91,7 +96,7 @@ def test_256_row_tiles_stage_their_scales_by_the_tma_thread(m, monkeypatch):
     sa_dev = cuda.to_device(np.ascontiguousarray(sa.T)).T  # M-major
     got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
     np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
-    assert any(key[-1] for key in front._CONFIGS), "a 256-row configuration ran"
+    assert any(c.bm == 256 for c in front._CONFIGS.values()), "a 256-row configuration ran"
 
 
 @pytest.mark.parametrize("k", [112, 512, 640])

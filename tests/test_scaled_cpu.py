@@ -93,6 +93,21 @@ def test_256_row_tiles_stage_scales_by_the_tma_thread_and_promote_two_waves():
     assert cfg.smem <= 227 * 1024 and cfg.stages == 4
 
 
+def test_64_column_tiles_compile_clean():
+    """128 x 64 tiles (few-row products): m64n64k32 wgmmas, 32-register fragments, staged and
+    direct; as at 128 columns at most a few scalars spill, none in the consumers' main loop."""
+    cfgs = [ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=cols, bn=64) for cols in (True, False)]
+    for cfg, rep in zip(cfgs, compile_reports([(scaled_kernel(c), SIG) for c in cfgs])):
+        assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep.warnings
+        assert rep.spill_bytes <= 128, rep
+        consumers, _ = consumer_region(rep)
+        q = [i for i, line in enumerate(consumers) if "QGMMA" in line]
+        loop = "\n".join(consumers[q[4]:q[11] + 1])
+        assert "LDL" not in loop and "STL" not in loop, loop
+        assert "QGMMA.64x64x32.F32.E4M3.E4M3" in rep.sass_text and "64x128" not in rep.sass_text
+        assert cfg.stage_bytes == 24 * 1024
+
+
 def test_configs_check_their_arguments():
     for kw, msg in ((dict(a_type="f16"), "a_type"), (dict(out="e4m3"), "out"), (dict(a_scale="col"), "a_scale"),
                     (dict(promote=False), "block scales need promotion"),
@@ -109,6 +124,10 @@ def test_configs_check_their_arguments():
         ScaledConfig(bm=256)
     with pytest.raises(ValueError, match="bm must be 128, or 256"):
         ScaledConfig(a_columns=True, bm=192)
+    with pytest.raises(ValueError, match="bn must be 128, or 64 with bm=128"):
+        ScaledConfig(a_columns=True, bm=256, bn=64)
+    with pytest.raises(ValueError, match="cols must be 128, or 64 with 128 rows"):
+        BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, cols=32)
     with pytest.raises(ValueError, match="rows must be 128 or 256"):
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=256, producers=33), a_block=True, b_block=True,
                     a_columns=True, rows=64)

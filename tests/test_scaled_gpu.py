@@ -112,7 +112,33 @@ def test_256_row_tiles_exact_and_equal_to_128_row_tiles(out_t, monkeypatch):
             monkeypatch.undo()
         if len(outs) == 2:
             assert torch.equal(outs[False], outs[True])
-        assert any(key[-1] for key in front._CONFIGS)
+        assert any(c.bm == 256 for c in front._CONFIGS.values())
+
+
+def test_64_column_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
+    """128 x 64 tiles (taken where twice the 128 x 128 tiles fit on the SMs at once; forced both
+    ways here): exact on small integers against float64, bit for bit the 128-wide kernel's
+    output, with A's scales staged (M-major) and read directly (row-major)."""
+    from nbwgmma.frontend import scaled as front
+    for m, n, k in [(1, 2112, 7232), (128, 7168, 2048), (200, 520, 336)]:
+        g = torch.Generator(device="cuda").manual_seed(m + n + k)
+        x = torch.randint(-1, 2, (m, k), device="cuda", generator=g)
+        w = torch.randint(-1, 2, (n, k), device="cuda", generator=g)
+        sx = torch.exp2(torch.randint(-1, 2, (m, cdiv(k, 128)), device="cuda", generator=g).float())
+        sw = torch.exp2(torch.randint(-1, 2, (cdiv(n, 128), cdiv(k, 128)), device="cuda", generator=g).float())
+        xq, wq = x.float().to(torch.float8_e4m3fn), w.float().to(torch.float8_e4m3fn)
+        ref = reference(xq, sx, wq, sw)
+        for scales in (sx.t().contiguous().t(), sx.contiguous()):
+            outs = []
+            for narrow in (True, False):
+                monkeypatch.setattr(front, "narrow_tiles", lambda m, n, sms, narrow=narrow: narrow)
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                matmul(xq, wq.t(), scale_a=scales, scale_b=sw.t(), out=out)
+                assert torch.equal(out.double(), ref.to(torch.bfloat16).double()), (m, n, k, narrow)
+                outs.append(out)
+                monkeypatch.undo()
+            assert torch.equal(outs[0], outs[1])
+    assert any(c.bn == 64 for c in front._CONFIGS.values())
 
 
 @pytest.mark.parametrize("m", [1, 2, 7, 16, 33, 64])

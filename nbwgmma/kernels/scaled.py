@@ -49,8 +49,8 @@ B_SCALES = (None, "col", "block")
 OUTS = ("bf16", "f16", "f32")
 FP8 = ("e4m3", "e5m2")
 
-BN = BK = 128
-STAGES = 6  # 32 KiB stages of 128-row tiles
+BK = 128
+STAGES = 6  # 32 KiB stages of 128 x 128 tiles (24 KiB of 128 x 64 ones)
 TALL_STAGES = 4  # 48 KiB stages of 256-row tiles
 # 64 x 64 16-bit blocks of C, two per consumer taking the tile's halves in turn; with staged
 # block scales one per consumer (both halves through it) and the scales' slots after them (two
@@ -68,11 +68,13 @@ class ScaledConfig:
     ``a_columns`` (A's block scales with contiguous rows and 16-byte aligned columns, which the
     caller guarantees: staged beside each stage, :class:`~nbwgmma.kit.BlockScaled`), ``bm``
     (tile rows: 128, or 256 with ``a_columns`` and M a multiple of 4, which the caller
-    guarantees: the TMA thread stages the scales, 4 stages of 48 KiB)."""
+    guarantees: the TMA thread stages the scales, 4 stages of 48 KiB), ``bn`` (tile columns: 128,
+    or 64 with 128 rows: twice the tiles where 128-wide ones would leave most SMs idle; the B
+    map's box then has 64 rows)."""
 
     def __init__(self, a_type: str = "e4m3", b_type: str = "e4m3", out: str = "bf16", a_scale: str | None = "block",
                  b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8,
-                 a_columns: bool = False, bm: int = 128):
+                 a_columns: bool = False, bm: int = 128, bn: int = 128):
         for name, v, ok in (("a_type", a_type, FP8), ("b_type", b_type, FP8), ("out", out, OUTS),
                             ("a_scale", a_scale, A_SCALES), ("b_scale", b_scale, B_SCALES),
                             ("epilogue", epilogue, ("tma", "direct"))):
@@ -95,11 +97,13 @@ class ScaledConfig:
         if bm not in (128, 256) or isinstance(bm, bool) or (bm == 256 and not self.a_columns):
             raise ValueError(f"ScaledConfig: bm must be 128, or 256 with A's block scales in columns (a_scale='block', "
                              f"a_columns=True); got bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}")
-        self.bm = bm
+        if bn not in (64, 128) or isinstance(bn, bool) or (bn == 64 and bm != 128):
+            raise ValueError(f"ScaledConfig: bn must be 128, or 64 with bm=128; got bn={bn!r}, bm={bm!r}")
+        self.bm, self.bn = bm, bn
         self.kind = f"f32.{a_type}.{b_type}"
-        self.sched = TileScheduler(bm, BN, BK, group_m=group_m)
+        self.sched = TileScheduler(bm, bn, BK, group_m=group_m)
         # smem: the stages, the C blocks (two per consumer; one with staged scales), the scales' slots
-        self.stage_bytes = (bm + BN) * BK
+        self.stage_bytes = (bm + bn) * BK
         self.stages = STAGES if bm == 128 else TALL_STAGES
         self.c_off = self.stages * self.stage_bytes
         self.s_off = self.c_off + 2 * C_PART
@@ -108,7 +112,7 @@ class ScaledConfig:
 
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
-                self.group_m, self.a_columns, self.bm)
+                self.group_m, self.a_columns, self.bm, self.bn)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA)."""
@@ -131,7 +135,7 @@ def _epilogue(cfg: ScaledConfig):
          ns)
     value = inlined(ns["value"])
     tma = cfg.epilogue == "tma"
-    ns["part"] = acc_map(value, 64 if tma else 128, cols=int(cols), rows=int(rows), nextra=1,
+    ns["part"] = acc_map(value, 64 if tma else cfg.bn, cols=int(cols), rows=int(rows), nextra=1,
                          pack=cfg.out if tma else None)
     args = (["sb[0, col0:n]"] if cols else []) + (["sa[row0:m, 0]"] if rows else []) + ["alpha"]
     src = f"def epilogue(acc, ct, row0, col0, sa, sb, m, n, alpha):\n    return part(acc, ct, row0, col0, " \
@@ -168,8 +172,8 @@ def _build(key):
     # 232; promoting without them, 24 and 240; the fast path (one fragment) 40 and 232.
     PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
-                     promote=cfg.promote, a_columns=staged, rows=cfg.bm)
-    BM, STAGE, C_OFF, S_OFF = cfg.bm, cfg.stage_bytes, cfg.c_off, cfg.s_off
+                     promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn)
+    BM, BN, STAGE, C_OFF, S_OFF = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off
     sched = cfg.sched
     epilogue = _epilogue(cfg)
     TMA = cfg.epilogue == "tma"
@@ -197,8 +201,9 @@ def _build(key):
     def store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha):  # a consumer's 64 x 128 of C
         if TMA:
             half(epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha), cbuf, ct, cw, tmap_c, col0, r0)
-            half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha), cbuf + (CP - 1) * C_PART, ct, cw, tmap_c,
-                 col0 + 64, r0)
+            if BN == 128:
+                half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha), cbuf + (CP - 1) * C_PART, ct, cw,
+                     tmap_c, col0 + 64, r0)
         else:
             acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha), KIND, c, ct, r0, col0)
 
@@ -214,7 +219,7 @@ def _build(key):
                 s, ph = 0, 0
                 for u in range(sched.first(), nunits, sched.step()):
                     tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    sbr = sb[tn]
+                    sbr = sb[(tn * BN) >> 7]  # B's scale row: its 128-column block
                     for kb in range(kblocks):
                         bs.fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sbr, m, kb, tm * BM, tn * BN)
                         s, ph = pipe.advance(s, ph)
@@ -226,7 +231,7 @@ def _build(key):
                 s, ph, turn = 0, 0, 0
                 for u in range(sched.first(), nunits, sched.step()):
                     tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[tn]
+                    rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[(tn * BN) >> 7]
                     for kb in range(kblocks):
                         if turn == w:
                             bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
@@ -237,7 +242,7 @@ def _build(key):
             cw, ct = tid // 128 - 1, tid % 128
             cbuf = base + C_OFF + cw * CP * C_PART
             lr = ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in its 64 (fragment layout)
-            s, ph = 0, 0
+            s, ph, cb = 0, 0, cbuf
             for u in range(sched.first(), nunits, sched.step()):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 r0, col0 = tm * BM + cw * 64, tn * BN
@@ -249,10 +254,12 @@ def _build(key):
                 elif direct:
                     ra0 = min(r0 + lr, m - 1)  # scale rows inside A (rows past M hold zeros)
                     ra1 = min(r0 + lr + 8, m - 1)
-                    acc, s, ph = bs.tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, tn)
+                    acc, s, ph = bs.tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, (tn * BN) >> 7)
                 else:
                     acc, s, ph = bs.tile(ring, base, sbase, s, ph, kblocks, ct, cw)
-                store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+                store(acc, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+                if BN == 64 and CP == 2:  # one part a tile: the two blocks take the tiles in turn
+                    cb = cbuf + C_PART if cb == cbuf else cbuf
             if TMA and ct == 0:
                 bulk_wait_group(0)
 

@@ -118,7 +118,9 @@ class BlockScaled(types.ModuleType):
 
     ``rows`` (128 or 256: 256 needs the staged scales, a pipe counting the TMA thread alone
     and every consumer thread; :attr:`stage_bytes` and :attr:`slot_bytes` give its stage and
-    scale slot sizes) makes each consumer hold 64 rows of each 128-row half of the tile.
+    scale slot sizes) makes each consumer hold 64 rows of each 128-row half of the tile;
+    ``cols`` (128, or 64 with 128 rows: tiles of 128 x 64, twice the tiles for products of few
+    rows; B's stage then holds 64 rows and the fragments are 64 x 64) sets the tile's width.
 
     Device functions: ``load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row)`` (the producer's
     TMA loads of one stage); staged: ``scale_rows(sa, row0, m, lane) -> rows`` (what thread
@@ -153,7 +155,7 @@ class BlockScaled(types.ModuleType):
     SCALE_SLOT_BYTES = 640
 
     def __init__(self, kind: str, pipe: TmaPipeline, *, a_block: bool, b_block: bool, promote: bool | None = None,
-                 a_columns: bool = False, rows: int = 128):
+                 a_columns: bool = False, rows: int = 128, cols: int = 128):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or k.atype not in ("e4m3", "e5m2") or k.btype not in ("e4m3", "e5m2"):
             raise ValueError(f"BlockScaled: kind must be an fp8 kind with an f32 accumulator (f32.e4m3.e4m3, ...); "
@@ -174,7 +176,9 @@ class BlockScaled(types.ModuleType):
         if rows == 256 and not self.staged:
             raise ValueError("BlockScaled: 256-row tiles take A's block scales with contiguous rows (a_block=True, "
                              f"a_columns=True); got a_block={a_block!r}, a_columns={a_columns!r}")
-        self.rows = rows
+        if cols not in (64, 128) or isinstance(cols, bool) or (cols == 64 and rows == 256):
+            raise ValueError(f"BlockScaled: cols must be 128, or 64 with 128 rows; got cols={cols!r}, rows={rows!r}")
+        self.rows, self.cols = rows, cols
         tall = rows == 256
         want = ((1 if tall else self.PRODUCERS), self.STAGED_RELEASES) if self.staged else (1, 2)
         if (pipe.producers, pipe.consumers) != want:
@@ -183,9 +187,9 @@ class BlockScaled(types.ModuleType):
             raise ValueError(f"BlockScaled: with{'' if self.staged else 'out'} staged scales the pipe must count "
                              f"producers={want[0]} ({who[0]}) and consumers={want[1]} ({who[1]}); got {pipe!r}")
         self.promotes = bool(promote)
-        #: bytes of one stage (A's rows, then B's 128 rows) and of one stage's scale slot (A's
-        #: row scales, then B's scale): the class constants' values for 128 rows
-        self.stage_bytes = rows * 128 + 128 * 128
+        #: bytes of one stage (A's rows, then B's) and of one stage's scale slot (A's row
+        #: scales, then B's scale): the class constants' values for 128 x 128 tiles
+        self.stage_bytes = rows * 128 + cols * 128
         self.slot_bytes = 4 * rows + 128
         self._build()
 
@@ -198,7 +202,8 @@ class BlockScaled(types.ModuleType):
         A_BLOCK, B_BLOCK, STAGED = self.a_block, self.b_block, self.staged
         SLOT = self.slot_bytes
         A_CONS = 64 * 128  # bytes between the two warpgroups' 64-row halves of A
-        promote = acc_promote(128)
+        N = self.cols
+        promote = acc_promote(N)
         ONE = np.float32(1.0)
 
         @inlined
@@ -294,9 +299,9 @@ class BlockScaled(types.ModuleType):
             # Two temporaries take the blocks in turn (the loop unrolled by two, so each stays in
             # its registers): block j is promoted while block j + 1's wgmmas run.
             o = cw * 64 + ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in the tile
-            acc = acc_zeros(KIND, 128)
-            t0 = acc_undef(KIND, 128)
-            t1 = acc_undef(KIND, 128)
+            acc = acc_zeros(KIND, N)
+            t0 = acc_undef(KIND, N)
+            t1 = acc_undef(KIND, N)
             t0, a0, a1, b0 = issue(ring, base, sbase, s, ph, t0, cw, o)
             p0 = s
             s, ph = pipe.advance(s, ph)
@@ -348,9 +353,9 @@ class BlockScaled(types.ModuleType):
             # before its promotion, the other warpgroup's keeping the tensor cores busy meanwhile
             # (two temporaries and two sums would not fit in the registers).
             o = cw * 64 + ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in a wave
-            acc0 = acc_zeros(KIND, 128)
-            acc1 = acc_zeros(KIND, 128)
-            tmp = acc_undef(KIND, 128)
+            acc0 = acc_zeros(KIND, N)
+            acc1 = acc_zeros(KIND, N)
+            tmp = acc_undef(KIND, N)
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
                 slot = base + s * STAGE
@@ -386,9 +391,9 @@ class BlockScaled(types.ModuleType):
             # two sets (no register copies): read in their own block, their latency (an L2 round
             # trip) held up the block's last wgmma, which ptxas placed after the multiply that
             # needs them. The products go to retire (times one): two live values, not three.
-            acc = acc_zeros(KIND, 128)
-            t0 = acc_undef(KIND, 128)
-            t1 = acc_undef(KIND, 128)
+            acc = acc_zeros(KIND, N)
+            t0 = acc_undef(KIND, N)
+            t1 = acc_undef(KIND, N)
             sa0, sa1, sbn = sa[ra0], sa[ra1], sb[nb]  # the scale rows this thread reads (views)
             a0, a1, b = scales(sa0, sa1, sbn, 0)
             c0, c1, d = scales(sa0, sa1, sbn, min(1, kblocks - 1))
@@ -424,7 +429,7 @@ class BlockScaled(types.ModuleType):
 
         @cuda.jit(device=True, inline=True)
         def tile_plain(ring, base, sbase, s, ph, kblocks, ct, cw):
-            acc = acc_undef(KIND, 128)
+            acc = acc_undef(KIND, N)
             prev = 0
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
