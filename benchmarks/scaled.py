@@ -17,9 +17,9 @@ cuBLASLt's blockwise product.
     python benchmarks/scaled.py [MxNxK ...]
     python benchmarks/scaled.py --tiles [MxNxK ...]
 
-``--tiles``: the default against the kernel held to 128-row tiles (the front end's 256-row
-choice, ``frontend.scaled.tall_tiles``, answered no), in one process with cuBLASLt, outputs
-compared bit for bit.
+``--tiles``: the default against the kernel held to 128 x 128 tiles (the front end's choices of
+256 x 128 and 128 x 64 tiles, ``frontend.scaled.tall_tiles`` and ``narrow_tiles``, answered
+no), in one process with cuBLASLt, outputs compared bit for bit.
 """
 import sys
 
@@ -117,26 +117,28 @@ def accuracy(m=2048, n=2048, ks=(7168, 16384)):
 
 
 TILE_SHAPES = SHAPES + ["1024x7168x7168", "8192x7168x7168", "16384x4096x4096", "2048x4096x7168", "4096x4096x4096",
-                       "8192x2048x7168", "2048x7168x7168"]
+                       "8192x2048x7168", "2048x7168x7168", "128x2112x7168", "64x2112x7168", "256x2112x7168",
+                       "128x4096x4096", "1x2112x7168", "16x7168x7168"]
 
 
 def tiles(m, n, k, rounds=12):
-    """The default path against 128-row tiles forced, and cuBLASLt, TFLOP/s and ratios."""
+    """The default path against 128 x 128 tiles forced, and cuBLASLt, TFLOP/s and ratios."""
     from nbwgmma.bench import device_times
     from nbwgmma.frontend import scaled as front
 
-    chosen = front.tall_tiles
+    rules = front.tall_tiles, front.narrow_tiles
     _, _, xq, sx, wq, sw = quantized(m, n, k)
     outs = [torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
 
-    def call(rule, out):
-        front.tall_tiles = rule
+    def call(tall, narrow, out):
+        front.tall_tiles, front.narrow_tiles = tall, narrow
         try:
             return matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
         finally:
-            front.tall_tiles = chosen
+            front.tall_tiles, front.narrow_tiles = rules
 
-    fns = [lambda: call(chosen, outs[0]), lambda: call(lambda *a: False, outs[1])]
+    never = lambda *a: False  # noqa: E731
+    fns = [lambda: call(*rules, outs[0]), lambda: call(never, never, outs[1])]
     lt = refusal(lambda: cublaslt(xq, sx, wq, sw)) is None
     if lt:
         fns.append(lambda: cublaslt(xq, sx, wq, sw))
@@ -145,10 +147,11 @@ def tiles(m, n, k, rounds=12):
     same = torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
     t = device_times(torch, fns, 2, rounds)
     fl = 2 * m * n * k / 1e9
-    rows = 256 if chosen(m, n, torch.cuda.get_device_properties(0).multi_processor_count) and m % 4 == 0 else 128
-    line = f"{m}x{n}x{k}: default ({rows} rows) {fl / t[0]:.1f}  128 rows {fl / t[1]:.1f}  default/128 {t[1] / t[0]:.3f}"
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tile = "256 x 128" if rules[0](m, n, sms) and m % 4 == 0 else "128 x 64" if rules[1](m, n, sms) else "128 x 128"
+    line = f"{m}x{n}x{k}: default ({tile}) {fl / t[0]:.1f}  128 x 128 {fl / t[1]:.1f}  default/128x128 {t[1] / t[0]:.3f}"
     if lt:
-        line += f"  cuBLASLt {fl / t[2]:.1f}  default/cuBLASLt {t[2] / t[0]:.3f}  128/cuBLASLt {t[2] / t[1]:.3f}"
+        line += f"  cuBLASLt {fl / t[2]:.1f}  default/cuBLASLt {t[2] / t[0]:.3f}  128x128/cuBLASLt {t[2] / t[1]:.3f}"
     print(line + f"  bit for bit {same}", flush=True)
 
 
