@@ -489,6 +489,44 @@ def test_prefetch_l1_changes_nothing_and_a_byte_outside_the_array_is_reported():
         launch(_prefetching_kernel(), 1, 32, (cuda.to_device(v), 128, out))
 
 
+def _bulk_from_array_kernel():
+    from nbwgmma.intrinsics import bulk_copy_g2s_array, ld_shared_f32, st_shared_f32
+
+    @cuda.jit
+    def kernel(src, offset, nbytes, out):
+        dyn = cuda.shared.array(0, np.uint8)
+        bars = cuda.shared.array(1, np.uint64)
+        base = dynamic_smem_base(dyn, 1024)
+        bar = smem_addr(bars)
+        t = cuda.threadIdx.x
+        if t == 0:
+            mbarrier_init(bar, 1)
+            mbarrier_name(bar, "scales", 0)
+        cuda.syncthreads()
+        if t == 0:  # a value stored beside the copy, ordered before the consumers by the arrival
+            st_shared_f32(base + 512, np.float32(-3.5))
+            mbarrier_arrive_expect_tx(bar, nbytes)
+            bulk_copy_g2s_array(base, src, offset, nbytes, bar)
+        mbarrier_wait_parity(bar, 0)
+        out[t] = ld_shared_f32(base + 4 * t) if 4 * t < nbytes else ld_shared_f32(base + 512)
+    return kernel
+
+
+def test_a_bulk_copy_from_an_array_lands_on_its_barrier_and_stays_inside_it():
+    """``bulk_copy_g2s_array``: a column of a column-major array (the block scales' layout) at a byte
+    offset, completing a barrier's transaction bytes; a copy running past the array's end is
+    reported, never read."""
+    src = np.asfortranarray(np.arange(64 * 3, dtype=np.float32).reshape(64, 3) - 20)  # columns contiguous
+    out = cuda.to_device(np.full(32, np.nan, np.float32))
+    kern = _bulk_from_array_kernel()
+    launch(kern, 1, 32, (cuda.to_device(src), 64 * 4 + 32, 64, out), smem=dynamic_smem_bytes(1024))
+    got = out.copy_to_host()
+    np.testing.assert_array_equal(got[:16], src[8:24, 1])  # column 1 from its row 8
+    np.testing.assert_array_equal(got[16:], np.full(16, -3.5, np.float32))
+    with pytest.raises(sim.SimHazard, match="runs outside the array"):
+        launch(kern, 1, 32, (cuda.to_device(src), 2 * 64 * 4 + 224, 64, out), smem=dynamic_smem_bytes(1024))
+
+
 def _register_split(dec, inc):
     from nbwgmma.intrinsics import setmaxnreg_dec, setmaxnreg_inc
 
