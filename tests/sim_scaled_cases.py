@@ -81,8 +81,8 @@ def test_1x128_a_and_128x128_b_in_torch_layouts(narrow, monkeypatch):
     assert any(c.bn == (64 if narrow else 128) for c in front._CONFIGS.values())
 
 
-@pytest.mark.parametrize("m", [420, 72])
-def test_256_row_tiles_stage_their_scales_by_the_tma_thread(m, monkeypatch):
+@pytest.mark.parametrize("m, b_kind", [(420, "block"), (72, "col")])
+def test_256_row_tiles_stage_their_scales_by_the_tma_thread(m, b_kind, monkeypatch):
     """256 x 128 tiles (forced: the front end takes them for many tiles): the TMA thread copies
     each stage's A scales with one bulk copy and stores B's beside them, each consumer promotes
     two 128-row waves through one temporary. 420 rows: a second tile whose second wave is
@@ -94,8 +94,13 @@ def test_256_row_tiles_stage_their_scales_by_the_tma_thread(m, monkeypatch):
     rng, a, w, ad, bd = _operands(m, n, k, 11)
     sa, sw = pow2(rng, (m, 3)), pow2(rng, (2, 3))
     sa_dev = cuda.to_device(np.ascontiguousarray(sa.T)).T  # M-major
-    got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
-    np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
+    if b_kind == "block":
+        got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
+        np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
+    else:  # B's scales per column (the epilogue's): B's row of block scales is never read
+        cb = pow2(rng, n)
+        got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(cb.reshape(1, n)))
+        np.testing.assert_array_equal(got, rounded(reference(a, w, sa, np.ones((2, 3))) * cb, "bf16"))
     assert any(c.bm == 256 for c in front._CONFIGS.values()), "a 256-row configuration ran"
 
 

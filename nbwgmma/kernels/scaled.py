@@ -2,12 +2,12 @@
 
 fp8 A [M, K] (K contiguous) times B [N, K] (K contiguous: the weight of ``x @ w.T``), e4m3
 or e5m2 each, written with the kit: a persistent grid (:class:`~nbwgmma.kit.TileScheduler`,
-tiles of 128 x 128 in grouped order), one producer thread streaming 128-K stages of 32 KiB
-through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), with block scales whose rows are
-contiguous (``a_columns``) the producer warpgroup's other three warps copying each stage's
-scales beside it (taking the stages in turn), and two consumer warpgroups sharing each tile
-(:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block, the consumer scales it and
-adds it into its f32 accumulator: promotion, every block, in registers). With ``bm=256`` the
+tiles of 128 x 128 in grouped order; 128 x 64 for products of few tiles), one producer thread
+streaming 128-K stages of 32 KiB through a ring of 6 (:class:`~nbwgmma.kit.TmaPipeline`), with
+block scales whose rows are contiguous (``a_columns``) the producer warpgroup's other three warps
+copying each stage's scales beside it (taking the stages in turn), and two consumer warpgroups
+sharing each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block, the consumer
+scales it and adds it into its f32 accumulator: promotion, every block, in registers). With ``bm=256`` the
 tiles are 256 x 128 in a ring of 4 stages of 48 KiB, the TMA thread staging the scales (no
 scale warps) and each consumer promoting its 64 rows of both 128-row halves.
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 from numba import cuda
 
 from ..intrinsics import acc_store, bulk_wait_group, bulk_wait_group_read, griddep_launch_dependents, setmaxnreg_dec, \
@@ -147,11 +148,11 @@ def _epilogue(cfg: ScaledConfig):
 def scaled_kernel(cfg: ScaledConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
     ``(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha)``: tensor-map addresses of A [M, K]
-    and B [N, K] (fp8, box 128 x 128, 128-byte swizzle) and, for the "tma" epilogue, of C
+    and B [N, K] (fp8, boxes of 128 x 128 and ``cfg.bn`` x 128, 128-byte swizzle) and, for the "tma" epilogue, of C
     [M, N] (box 64 x 64; 0 otherwise); ``c`` C as a 2-D array for the "direct" epilogue (bf16
     as uint16 bits; any 2-D array otherwise); ``sa`` and ``sb`` the 2-D f32 scales of the
     module docstring (any strides; a stand-in where a side has none); int32 sizes; f32
-    ``alpha``. Launch it with :data:`THREADS` threads, :data:`SMEM` bytes of dynamic shared
+    ``alpha``. Launch it with :data:`THREADS` threads, ``cfg.smem`` bytes of dynamic shared
     memory and ``cfg.grid(...)`` CTAs."""
     return _build(cfg.key())
 
@@ -163,13 +164,16 @@ def _build(key):
     # else the consumers read them from global memory (direct: faster for row-major A scales).
     staged = cfg.a_columns
     direct = (cfg.a_scale == "block" or cfg.b_scale == "block") and not staged
-    TALL = cfg.bm == 256  # the TMA thread stages the scales (no scale warps), one temporary
+    TALL = cfg.bm == 256  # one temporary per consumer for the stage's two 128-row waves
+    B_BLOCK = cfg.b_scale == "block"
+    ONE = np.float32(1.0)
     pipe = TmaPipeline(cfg.stages, consumers=BlockScaled.STAGED_RELEASES if staged else 2,
                        producers=BlockScaled.PRODUCERS if staged and not TALL else 1)
     # Promotion keeps three 64-register fragments per consumer thread (the sum and two blocks in
     # turn; 256-row tiles: two sums and one block). 168 x 384 registers are allocated at launch,
     # so 128 x PREGS + 256 x CREGS must fit: the scale warps need 40, which leaves the consumers
     # 232; promoting without them, 24 and 240; the fast path (one fragment) 40 and 232.
+    # (256 rows: 240 measured faster than 232)
     PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn)
@@ -198,7 +202,7 @@ def _build(key):
         tma_store_part(p, cbuf, ct, cw, tmap_c, col, row)
 
     @inlined
-    def store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha):  # a consumer's 64 x 128 of C
+    def store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha):  # a consumer's 64 x BN of C
         if TMA:
             half(epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha), cbuf, ct, cw, tmap_c, col0, r0)
             if BN == 128:
@@ -213,15 +217,19 @@ def _build(key):
         sbase = base + S_OFF
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
-        if tid < 128:  # producer warpgroup: one thread keeps TMA busy, warps 1-3 copy the block scales
+        if tid < 128:  # producer warpgroup: one thread keeps TMA busy; warps 1-3 (or, 256 rows, it) stage the scales
             setmaxnreg_dec(PREGS)
             if tid == 0 and TALL:  # the TMA thread fills the stages and their scales
                 s, ph = 0, 0
                 for u in range(sched.first(), nunits, sched.step()):
                     tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    sbr = sb[(tn * BN) >> 7]  # B's scale row: its 128-column block
+                    sbr = sb[(tn * BN) >> 7 if B_BLOCK else 0]  # B's scale row: its 128-column block
+                    nxt = sbr[0] if B_BLOCK else ONE
                     for kb in range(kblocks):
-                        bs.fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sbr, m, kb, tm * BM, tn * BN)
+                        b = nxt
+                        if B_BLOCK and kb + 1 < kblocks:  # a fill ahead
+                            nxt = sbr[kb + 1]
+                        bs.fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, b, m, kb, tm * BM, tn * BN)
                         s, ph = pipe.advance(s, ph)
                 griddep_launch_dependents()
             elif tid == 0:
@@ -231,7 +239,7 @@ def _build(key):
                 s, ph, turn = 0, 0, 0
                 for u in range(sched.first(), nunits, sched.step()):
                     tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[(tn * BN) >> 7]
+                    rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[(tn * BN) >> 7 if B_BLOCK else 0]
                     for kb in range(kblocks):
                         if turn == w:
                             bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
@@ -248,13 +256,14 @@ def _build(key):
                 r0, col0 = tm * BM + cw * 64, tn * BN
                 if TALL:  # the first 128 rows' part now, the second's below
                     acc, acc1, s, ph = bs.tile_tall(ring, base, sbase, s, ph, kblocks, ct, cw)
-                    store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+                    store(acc, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
                     acc = acc1
                     r0 += 128
                 elif direct:
                     ra0 = min(r0 + lr, m - 1)  # scale rows inside A (rows past M hold zeros)
                     ra1 = min(r0 + lr + 8, m - 1)
-                    acc, s, ph = bs.tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, (tn * BN) >> 7)
+                    nb = (tn * BN) >> 7 if B_BLOCK else 0  # B's scale row (column scales: the epilogue's)
+                    acc, s, ph = bs.tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb)
                 else:
                     acc, s, ph = bs.tile(ring, base, sbase, s, ph, kblocks, ct, cw)
                 store(acc, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)

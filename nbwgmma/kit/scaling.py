@@ -94,8 +94,9 @@ def acc_promote(n: int):
 
 class BlockScaled(types.ModuleType):
     """Two consumer warpgroups of ``kind`` (an fp8 kind, f32 accumulator) sharing 128 x 128
-    tiles over ``pipe`` (a :class:`TmaPipeline`), each stage one 128-K block: A's 128 rows x 128
-    bytes (16 KiB), then B's 128 rows x 128 bytes, both K contiguous with the 128-byte swizzle.
+    tiles (``rows`` and ``cols`` below) over ``pipe`` (a :class:`TmaPipeline`), each stage one
+    128-K block: A's 128 rows x 128 bytes (16 KiB), then B's 128 rows x 128 bytes, both K
+    contiguous with the 128-byte swizzle.
     ``a_block``/``b_block``: A (B) has a scale per row (per 128 x 128 block) and per K block;
     ``promote`` (default: where there are block scales) promotes every block, with unit scales
     where there are none.
@@ -128,13 +129,14 @@ class BlockScaled(types.ModuleType):
     ``put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)`` (a scale warp's fill of slot ``s``:
     K block ``kb``'s scales and ``sbr[kb]``, B's for the tile's columns, then the arrival),
     ``tile(ring, base, sbase, s, ph, kblocks, ct, cw) -> (acc, s, ph)``: warpgroup ``cw``'s 64
-    x 128 f32 accumulator of the tile over ``kblocks`` stages; direct: ``tile`` is
+    x ``cols`` f32 accumulator of the tile over ``kblocks`` stages; direct: ``tile`` is
     ``tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb)`` (``sa`` rows
     ``ra0`` and ``ra1``, the thread's two rows clamped inside A; ``sb`` row ``nb``). 256 rows:
-    ``fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sbr, m, kb, a_row, b_row)`` (the TMA
-    thread's whole fill of slot ``s``: the wait, B's scale, the barrier armed, the loads and A's
-    scales) and ``tile_tall(ring, base, sbase, s, ph, kblocks, ct, cw) -> (acc0, acc1, s, ph)``
-    (warpgroup ``cw``'s 64 rows of the first and of the second 128-row half)."""
+    ``fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, b, m, kb, a_row, b_row)`` (the TMA
+    thread's whole fill of slot ``s``: the wait, B's scale ``b``, the barrier armed, the loads and
+    A's scales) and ``tile_tall(ring, base, sbase, s, ph,
+    kblocks, ct, cw) -> (acc0, acc1, s, ph)`` (warpgroup ``cw``'s 64 rows of the first and of the
+    second 128-row half)."""
 
     BM = BN = 128
     BK = 128
@@ -179,10 +181,10 @@ class BlockScaled(types.ModuleType):
         if cols not in (64, 128) or isinstance(cols, bool) or (cols == 64 and rows == 256):
             raise ValueError(f"BlockScaled: cols must be 128, or 64 with 128 rows; got cols={cols!r}, rows={rows!r}")
         self.rows, self.cols = rows, cols
-        tall = rows == 256
-        want = ((1 if tall else self.PRODUCERS), self.STAGED_RELEASES) if self.staged else (1, 2)
+        tma = rows == 256  # the TMA thread stages the scales
+        want = ((1 if tma else self.PRODUCERS), self.STAGED_RELEASES) if self.staged else (1, 2)
         if (pipe.producers, pipe.consumers) != want:
-            who = ("the TMA thread" + ("" if tall else " and a scale warp"), "the consumer threads") if self.staged \
+            who = ("the TMA thread" + ("" if tma else " and a scale warp"), "the consumer threads") if self.staged \
                 else ("the TMA thread", "two warpgroups")
             raise ValueError(f"BlockScaled: with{'' if self.staged else 'out'} staged scales the pipe must count "
                              f"producers={want[0]} ({who[0]}) and consumers={want[1]} ({who[1]}); got {pipe!r}")
@@ -221,16 +223,16 @@ class BlockScaled(types.ModuleType):
             return sa, r * 4, np.uint32(max(0, min(16, 4 * (m - r))))
 
         @cuda.jit(device=True, inline=True)
-        def fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sbr, m, kb, a_row, b_row):
-            """256-row tiles: the TMA thread's fill of slot ``s`` with K block ``kb`` (A's rows
-            from ``a_row``, B's from ``b_row``): B's scale ``sbr[kb]`` loaded while the slot
-            drains and stored beside it, then the "full" barrier armed (its release orders the
-            store before the consumers' reads), the TMA loads and one bulk copy of the tile's A
-            scales (4 bytes per row inside A: ``m`` a multiple of 4)."""
+        def fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, b, m, kb, a_row, b_row):
+            """The TMA thread's fill of slot ``s`` with K block ``kb`` of a 256-row tile (A's rows
+            from ``a_row``, B's from ``b_row``): the wait for the slot, B's scale ``b`` (the
+            caller loads it a fill ahead, its latency out of the fill) stored beside it, then the
+            "full" barrier armed (its release orders the store before the consumers' reads), the
+            TMA loads and one bulk copy of the tile's A scales (4 bytes per row inside A: ``m`` a
+            multiple of 4)."""
             sslot = sbase + s * SLOT
             nbytes = min(4 * ROWS, 4 * (m - a_row))
             if B_BLOCK:
-                b = sbr[kb]
                 pipe.producer_wait(ring, s, ph)
                 st_shared_f32(sslot + 4 * ROWS, b)
             full = pipe.producer_acquire(ring, s, ph, STAGE + nbytes)
@@ -249,7 +251,7 @@ class BlockScaled(types.ModuleType):
 
         @inlined
         def block(tmp, slot, cw, first, wave=0):
-            """The four m64n128k32 wgmmas of one stage (of its 128-row ``wave``) into ``tmp``
+            """The four m64nNk32 wgmmas of one stage (of its 128-row ``wave``) into ``tmp``
             (from zero where ``first``)."""
             da = make_desc(slot + wave * 128 * 128 + cw * A_CONS, 16, 1024, _SW128)
             db = make_desc(slot + A_BYTES, 16, 1024, _SW128)
