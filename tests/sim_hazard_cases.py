@@ -527,6 +527,41 @@ def test_a_bulk_copy_from_an_array_lands_on_its_barrier_and_stays_inside_it():
         launch(kern, 1, 32, (cuda.to_device(src), 2 * 64 * 4 + 224, 64, out), smem=dynamic_smem_bytes(1024))
 
 
+def _handoff_kernel(ordered):
+    from nbwgmma.intrinsics import ld_shared_f32, st_shared_f32
+
+    @cuda.jit
+    def kernel(out):
+        bars = cuda.shared.array(1, np.uint64)
+        words = cuda.shared.array(32, np.float32)
+        bar, w = smem_addr(bars), smem_addr(words)
+        t = cuda.threadIdx.x
+        if t == 0:
+            mbarrier_init(bar, 1)
+        cuda.syncthreads()
+        if t == 0:  # a value handed to the warp through shared memory and an mbarrier phase
+            if ordered:
+                st_shared_f32(w, np.float32(2.5))
+                mbarrier_arrive_count(bar, 1)
+            else:
+                mbarrier_arrive_count(bar, 1)
+                st_shared_f32(w, np.float32(2.5))
+        mbarrier_wait_parity(bar, 0)
+        out[t] = ld_shared_f32(w)
+    return kernel
+
+
+def test_a_generic_store_read_by_another_thread_needs_ordering():
+    """A store a thread makes before its mbarrier arrival is read by the waiting threads; made
+    after it, nothing orders it before their reads: a hazard, not whatever value happened to be
+    there."""
+    out = cuda.to_device(np.full(32, np.nan, np.float32))
+    launch(_handoff_kernel(True), 1, 32, (out,))
+    np.testing.assert_array_equal(out.copy_to_host(), np.full(32, 2.5, np.float32))
+    with pytest.raises(sim.SimHazard, match="nothing ordering that write before this read"):
+        launch(_handoff_kernel(False), 1, 32, (out,))
+
+
 def _register_split(dec, inc):
     from nbwgmma.intrinsics import setmaxnreg_dec, setmaxnreg_inc
 

@@ -189,7 +189,7 @@ def acc_add_shared(acc, base, tid):
     idx = off0 + exchange_offset(int(tid), np.arange(len(a)))
     byte_idx = (idx[:, None] + np.arange(4)).reshape(-1)
     with th.cl.lock:
-        cta.shadow.check_observed(th, byte_idx, "acc_add_shared")
+        cta.shadow.check_observed(th, byte_idx, "acc_add_shared", generic=True)
         got = cta.image[byte_idx].view(np.float32)
     return tuple(a + got)
 

@@ -123,9 +123,23 @@ class Shadow:
                     f"waited for at {op.done_where}, but nothing orders that wait before this write "
                     f"(the release that let this write happen comes before the wait)")
 
-    def check_observed(self, th, idx, what):
-        """Reading ``idx`` (generic or async proxy) needs every TMA write of it observed."""
+    def check_observed(self, th, idx, what, generic=False):
+        """Reading ``idx`` (generic or async proxy) needs every TMA write of it observed; a
+        ``generic`` read (``ld.shared``, ``ldmatrix``, ...) also every other thread's generic
+        write of it ordered before it (a barrier, an mbarrier phase, ... between them)."""
         self.check_bounds(th, idx, what)
+        if generic:
+            tids = self.gw_tid[idx]
+            sel = tids > 0
+            if np.any(sel):
+                writers = tids[sel] - 1
+                late = th.clock[writers] < self.gw_epoch[idx][sel]
+                if np.any(late):
+                    w = int(writers[late][0])
+                    raise SimHazard(
+                        f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
+                        f"{self._first_writer(idx, w + 1)} that thread {self._local(w)} wrote, with nothing "
+                        f"ordering that write before this read (a barrier between them is missing)")
         w = self.aw[idx]
         hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
         for i in np.unique(hit):
@@ -226,7 +240,7 @@ class SharedArray(np.ndarray):
             idx, cta = self._bytes(index)
             if idx is not None:
                 with _located(th), th.cl.lock:
-                    cta.shadow.check_observed(th, idx, "a shared-memory load")
+                    cta.shadow.check_observed(th, idx, "a shared-memory load", generic=True)
         return super().__getitem__(index)
 
     def __setitem__(self, index, value):

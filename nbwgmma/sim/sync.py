@@ -111,7 +111,7 @@ def _st_v4(addr, x, y, z, w):
 def _ld_v4(addr):
     th, cta, off = _v4_place(addr, "ld.shared.v4.b32")
     with th.cl.lock:
-        cta.shadow.check_observed(th, np.arange(off, off + 16), "ld.shared.v4.b32")
+        cta.shadow.check_observed(th, np.arange(off, off + 16), "ld.shared.v4.b32", generic=True)
     return tuple(np.uint32(v) for v in cta.image[off:off + 16].view(np.uint32))
 
 
@@ -139,7 +139,7 @@ def _ld_f32(addr):
         raise SimHazard(f"thread {th.thread_id} at {th.where}: ld.shared.f32 needs a 4-byte aligned address; "
                         f"got 0x{int(addr):x}")
     with th.cl.lock:
-        cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared.f32")
+        cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared.f32", generic=True)
     return np.float32(cta.image[off:off + 4].view(np.float32)[0])
 
 
@@ -160,7 +160,7 @@ def _ld_cluster(addr):
     th = me()
     cta, off = split(addr)
     with th.cl.lock:
-        cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared::cluster")
+        cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared::cluster", generic=True)
     return np.uint32(cta.image[off:off + 4].view(np.uint32)[0])
 
 

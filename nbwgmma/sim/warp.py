@@ -32,7 +32,7 @@ def _ldmatrix(addr, num, trans=0):
             halves = []
             for r, c in _lane_elements(trans)[lane]:
                 cta, idx = _element_bytes(addrs[8 * j + r] + 2 * c)
-                cta.shadow.check_observed(th, idx, "ldmatrix")
+                cta.shadow.check_observed(th, idx, "ldmatrix", generic=True)
                 halves.append(int(cta.image[idx].view(np.uint16)[0]))
             out.append(np.uint32(halves[0] | (halves[1] << 16)))
     return tuple(out)
