@@ -56,6 +56,17 @@ def reference(xq, sx, wq, sw):
     return a @ b.t()
 
 
+def small_integers(m, n, k):
+    """fp8 A [M, K] and w [N, K] of integers in [-1, 1], with 1 x 128 and 128 x 128 scales in
+    {1/2, 1, 2} (row-major): every block sum and the scaled total are exact in f32."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    x = torch.randint(-1, 2, (m, k), device="cuda", generator=g)
+    w = torch.randint(-1, 2, (n, k), device="cuda", generator=g)
+    sx = torch.exp2(torch.randint(-1, 2, (m, cdiv(k, 128)), device="cuda", generator=g).float())
+    sw = torch.exp2(torch.randint(-1, 2, (cdiv(n, 128), cdiv(k, 128)), device="cuda", generator=g).float())
+    return x.float().to(torch.float8_e4m3fn), sx, w.float().to(torch.float8_e4m3fn), sw
+
+
 def rel(got, ref):
     return float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
 
@@ -90,12 +101,7 @@ def test_256_row_tiles_exact_and_equal_to_128_row_tiles(out_t, monkeypatch):
     order). 4096 x 7168 x 2048 takes them unforced."""
     from nbwgmma.frontend import scaled as front
     for m, n, k in [(1000, 520, 336), (300, 2112, 7232), (4096, 2112, 1024), (4096, 7168, 2048)]:
-        g = torch.Generator(device="cuda").manual_seed(m + n + k)
-        x = torch.randint(-1, 2, (m, k), device="cuda", generator=g)
-        w = torch.randint(-1, 2, (n, k), device="cuda", generator=g)
-        sx = torch.exp2(torch.randint(-1, 2, (m, cdiv(k, 128)), device="cuda", generator=g).float())
-        sw = torch.exp2(torch.randint(-1, 2, (cdiv(n, 128), cdiv(k, 128)), device="cuda", generator=g).float())
-        xq, wq = x.float().to(torch.float8_e4m3fn), w.float().to(torch.float8_e4m3fn)
+        xq, sx, wq, sw = small_integers(m, n, k)
         sx = sx.t().contiguous().t()  # M-major, as torch._scaled_mm takes it: staged
         ref = reference(xq, sx, wq, sw)
         outs = {}
@@ -121,12 +127,7 @@ def test_64_column_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
     output, with A's scales staged (M-major) and read directly (row-major)."""
     from nbwgmma.frontend import scaled as front
     for m, n, k in [(1, 2112, 7232), (128, 7168, 2048), (200, 520, 336)]:
-        g = torch.Generator(device="cuda").manual_seed(m + n + k)
-        x = torch.randint(-1, 2, (m, k), device="cuda", generator=g)
-        w = torch.randint(-1, 2, (n, k), device="cuda", generator=g)
-        sx = torch.exp2(torch.randint(-1, 2, (m, cdiv(k, 128)), device="cuda", generator=g).float())
-        sw = torch.exp2(torch.randint(-1, 2, (cdiv(n, 128), cdiv(k, 128)), device="cuda", generator=g).float())
-        xq, wq = x.float().to(torch.float8_e4m3fn), w.float().to(torch.float8_e4m3fn)
+        xq, sx, wq, sw = small_integers(m, n, k)
         ref = reference(xq, sx, wq, sw)
         for scales in (sx.t().contiguous().t(), sx.contiguous()):
             outs = []
@@ -146,12 +147,7 @@ def test_decoding_shapes_exact_on_small_integers(m):
     """Integers in [-1, 1] and scales in {1/2, 1, 2}: every block sum and their scaled total are
     exact in f32, so the f32 output equals float64 at K = 7232 (57 blocks, the last half full)."""
     n, k = 2112, 7168 + 64
-    g = torch.Generator(device="cuda").manual_seed(m)
-    x = torch.randint(-1, 2, (m, k), device="cuda", generator=g)
-    w = torch.randint(-1, 2, (n, k), device="cuda", generator=g)
-    sx = torch.exp2(torch.randint(-1, 2, (m, cdiv(k, 128)), device="cuda", generator=g).float())
-    sw = torch.exp2(torch.randint(-1, 2, (cdiv(n, 128), cdiv(k, 128)), device="cuda", generator=g).float())
-    xq, wq = x.float().to(torch.float8_e4m3fn), w.float().to(torch.float8_e4m3fn)
+    xq, sx, wq, sw = small_integers(m, n, k)
     out = torch.full((m, n), float("nan"), device="cuda")
     matmul(xq, wq.t(), scale_a=sx, scale_b=sw, out=out)
     assert torch.equal(out.double(), reference(xq, sx, wq, sw))

@@ -131,13 +131,19 @@ def _st_global_v4(array, offset, x, y, z, w):
     row.view(np.uint8)[start:start + 16] = np.array([x, y, z, w], np.uint32).view(np.uint8)
 
 
-@impl("ld_shared_f32")
-def _ld_f32(addr):
+def _f32_place(addr, op):
+    """(thread, CTA, offset) of a 4-byte shared access, which must be 4-byte aligned."""
     th = me()
     cta, off = split(addr)
     if off % 4:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: ld.shared.f32 needs a 4-byte aligned address; "
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} needs a 4-byte aligned address; "
                         f"got 0x{int(addr):x}")
+    return th, cta, off
+
+
+@impl("ld_shared_f32")
+def _ld_f32(addr):
+    th, cta, off = _f32_place(addr, "ld.shared.f32")
     with th.cl.lock:
         cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared.f32", generic=True)
     return np.float32(cta.image[off:off + 4].view(np.float32)[0])
@@ -145,11 +151,7 @@ def _ld_f32(addr):
 
 @impl("st_shared_f32")
 def _st_f32(addr, v):
-    th = me()
-    cta, off = split(addr)
-    if off % 4:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: st.shared.f32 needs a 4-byte aligned address; "
-                        f"got 0x{int(addr):x}")
+    th, cta, off = _f32_place(addr, "st.shared.f32")
     with th.cl.lock:
         cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared.f32")
     cta.image[off:off + 4].view(np.float32)[0] = np.float32(v)
