@@ -70,11 +70,11 @@ def tall_tiles(m: int, n: int, sms: int) -> bool:
 
 def narrow_tiles(m: int, n: int, sms: int) -> bool:
     """Whether 128 x 64 tiles serve an M x N product of block-scaled fp8 better than 128 x 128
-    ones on ``sms`` SMs: where twice the 128 x 128 tiles still fit in one round and more than 64
-    of a tile's 128 rows hold A's rows (on an H200, 128 x 7168 x 7168: 56 tiles of 128 columns,
-    112 of 64, 1.23x; 128 x 2112 x 7168 1.39x; 64 x 7168 x 7168 0.79x, 256 x 7168 x 7168 0.76x),
-    or where even four times the tiles fit (1 x 2112 x 7168: 17 tiles, 1.29x; 1 x 7168 x 7168,
-    56 tiles, 0.89x)."""
+    ones on ``sms`` SMs (asked for block scales only; rowwise products keep 128 x 128): where
+    twice the 128 x 128 tiles still fit in one round and more than 64 of a tile's 128 rows hold
+    A's rows (on an H200, 128 x 7168 x 7168: 56 tiles of 128 columns, 112 of 64, 1.23x; 128 x
+    2112 x 7168 1.39x; 64 x 7168 x 7168 0.79x, 256 x 7168 x 7168 0.76x), or where even four
+    times the tiles fit (1 x 2112 x 7168: 17 tiles, 1.29x; 1 x 7168 x 7168, 56 tiles, 0.89x)."""
     tiles = -(-m // 128) * -(-n // 128)
     return (m > 64 and 2 * tiles <= sms) or 4 * tiles <= sms
 
@@ -227,7 +227,8 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     a_cols = kinds[0][0] == "block" and _columns(infos[0], kinds[0][2])
     sms = _SIM_SMS if _SIM else device_limits()["multiprocessors"]
     tall = a_cols and m % 4 == 0 and tall_tiles(m, n, sms)
-    bn = 64 if not tall and narrow_tiles(m, n, sms) else 128
+    blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where the narrow tiles were measured
+    bn = 64 if blocks and not tall and narrow_tiles(m, n, sms) else 128
     key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn)
     cfg = _CONFIGS.get(key)
     if cfg is None:
