@@ -104,6 +104,36 @@ def test_256_row_tiles_stage_their_scales_by_the_tma_thread(m, b_kind, monkeypat
     assert any(c.bm == 256 for c in front._CONFIGS.values()), "a 256-row configuration ran"
 
 
+@pytest.mark.parametrize("tall, direct, ctas, n", [(False, False, 5, 136), (True, False, 5, 136), (False, True, 5, 136),
+                                                   (False, False, 2, 632)])
+def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, monkeypatch):
+    """Stream-K (forced). 5 CTAs, two N tiles (the second partial) of 5 K blocks (the last
+    partial): no tile taken whole, 10 k-blocks shared, 2 a CTA: each tile is summed from three
+    CTAs' parts, the middle CTA holding the first tile's last block and the second's first (its
+    scratch slots 0 and 1). 2 CTAs, 5 tiles: the first two taken whole, one each, the other
+    three's 15 k-blocks shared (the third whole in the first CTA's share, the fourth summed
+    from both, the fifth whole in the second's). 128-row tiles with the scales staged (A's in
+    torch's layout) or read directly (row-major), 256-row tiles (two fragments per consumer
+    parked). (The simulator runs the CTAs in order, so the CTA holding a tile's first blocks
+    parks its part too and the last one sums: the GPU tests cover the first CTA summing the
+    others' parts.)"""
+    from nbwgmma.frontend import scaled as front
+    monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: tall)
+    monkeypatch.setattr(front, "narrow_tiles", lambda m, n, sms: False)
+    monkeypatch.setattr(front, "stream_tiles", lambda *a: True)
+    monkeypatch.setattr(front, "_SIM_CTAS", ctas)
+    m, k = (200 if tall else 72), 544
+    rng, a, w, ad, bd = _operands(m, n, k, 12)
+    sa, sw = pow2(rng, (m, 5)), pow2(rng, (-(-n // 128), 5))
+    sa_dev = cuda.to_device(sa) if direct else cuda.to_device(np.ascontiguousarray(sa.T)).T
+    for _ in range(2):  # the counters are back at zero after a launch: the second runs the same
+        got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
+        np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
+    assert any(c.stream_k and c.bm == (256 if tall else 128) and c.a_columns == (not direct)
+               for c in front._CONFIGS.values()), "the stream-K configuration ran"
+    assert not front._SCRATCH[next(iter(front._SCRATCH))][1].copy_to_host().any()
+
+
 @pytest.mark.parametrize("k", [112, 512, 640])
 def test_every_block_count_promotes_each_block_once(k):
     """1, 4 and 5 K blocks (no loop; one turn and an odd last block; two turns): the promoted

@@ -9,14 +9,15 @@ import re
 from numba import types
 
 from nbwgmma.kernels.scaled import ScaledConfig, scaled_kernel
-from nbwgmma.kit import BlockScaled, TmaPipeline, acc_promote
+from nbwgmma.frontend.scaled import stream_tiles
+from nbwgmma.kit import BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_promote, tile_producer
 from nbwgmma.report import compile_reports
 
 F32 = types.float32
 # maps of A, B, C; C as an array (a stand-in with TMA stores); the scales (A's M-major, B's as the
-# transpose of a row-major weight scale: any strides); m, n, k; alpha
+# transpose of a row-major weight scale: any strides); m, n, k; alpha; stream-K's scratch and tile counters
 SIG = (types.uint64, types.uint64, types.uint64, F32[:, ::1], F32[:, :], F32[:, :], types.int32, types.int32,
-       types.int32, F32)
+       types.int32, F32, F32[::1], types.int32[::1])
 
 
 def consumer_region(rep):
@@ -106,6 +107,44 @@ def test_64_column_tiles_compile_clean():
         assert "LDL" not in loop and "STL" not in loop, loop
         assert "QGMMA.64x64x32.F32.E4M3.E4M3" in rep.sass_text and "64x128" not in rep.sass_text
         assert cfg.stage_bytes == 24 * 1024
+
+
+def test_stream_k_kernels_compile_clean():
+    """Stream-K (256 x 128 and 128 x 128 with staged scales): a main loop for the tiles taken
+    whole and one for the shared ones (twice the wgmmas), two atomics per shared tile (the
+    count, and the first CTA's read of it), no local memory between a block's wgmmas."""
+    cfgs = [ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bm=bm, stream_k=True)
+            for bm in (256, 128)]
+    for cfg, rep in zip(cfgs, compile_reports([(scaled_kernel(c), SIG) for c in cfgs])):
+        assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep.warnings
+        assert rep.sass.get("QGMMA") == (16 if cfg.bm == 256 else 32), rep.sass
+        assert rep.sass.get("ATOMG", 0) + rep.sass.get("RED", 0) == 2, rep.sass
+        consumers, _ = consumer_region(rep)
+        q = [i for i, line in enumerate(consumers) if "QGMMA" in line]
+        for first in range(0, len(q), 4):  # each block's four wgmmas, and what runs between them
+            block = "\n".join(consumers[q[first]:q[first + 3] + 1])
+            assert "LDL" not in block, block
+        assert cfg.workspace_floats(132) == 2 * 132 * cfg.bm * 128 and cfg.grid(4096, 2112, 7168, 132) == 132
+    assert ScaledConfig(stream_k=True).grid(64, 64, 256, 132) == 2  # at most one CTA per k-block
+
+
+def test_stream_k_rule_and_blocks_check_their_arguments():
+    """Stream-K where 128 x 128 tiles fill their rounds poorly, never for fewer tiles than SMs;
+    StreamFixup's and the stream-K producer walk's checks."""
+    assert stream_tiles(4096, 2112, 7168, 132)  # 544 tiles in 5 rounds: 82%
+    assert not stream_tiles(8192, 2112, 7168, 132)  # 1088 in 9: 92%
+    assert not stream_tiles(128, 7168, 7168, 132)  # 56 tiles: one round of fewer tiles than SMs
+    assert not stream_tiles(4096, 2112, 128, 132)  # one K block
+    for kw, msg in ((dict(kind="f16.f16.f16"), "f32 accumulator"), (dict(bn=100), "wgmma N"),
+                    (dict(consumers=4), "consumers"), (dict(fragments=3), "fragments"),
+                    (dict(first_thread=64), "first_thread"), (dict(barrier=0), "barrier")):
+        args = {"kind": "f32.e4m3.e4m3", "bn": 128, **kw}
+        with pytest.raises(ValueError, match=msg):
+            StreamFixup(args.pop("kind"), args.pop("bn"), **args)
+    assert StreamFixup("f32.bf16.bf16", 128, fragments=2).tile_floats == 256 * 128
+    pipe = TmaPipeline(4, consumers=2)
+    with pytest.raises(ValueError, match="stream-K's walk takes no pairs, clusters or K slices"):
+        tile_producer(pipe, TileScheduler(128, 128, 64, split=2), 32768, None, stream=True)
 
 
 def test_configs_check_their_arguments():

@@ -142,6 +142,30 @@ def test_64_column_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
     assert any(c.bn == 64 for c in front._CONFIGS.values())
 
 
+@pytest.mark.parametrize("tiles", ["256x128", "128x128", "128x64"])
+def test_stream_k_exact_with_every_tile(tiles, monkeypatch):
+    """Stream-K (forced on, and off for the same call): the CTAs share the tiles' k-blocks evenly,
+    so tiles are summed from the parts of two to dozens of CTAs (16 x 520 x 7232: 5 tiles of 57
+    blocks over 132 SMs; 1000 x 520 x 336: one block per CTA, three per tile). Exact on small
+    integers against float64 with A's scales staged (M-major) and read directly (row-major), and
+    twice in a row (the tile counters are back at zero after each launch)."""
+    from nbwgmma.frontend import scaled as front
+    tall, narrow = tiles == "256x128", tiles == "128x64"
+    monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: tall)
+    monkeypatch.setattr(front, "narrow_tiles", lambda m, n, sms: narrow)
+    for m, n, k in [(4096, 2112, 7232), (16, 520, 7232), (1000, 520, 336), (300, 2112, 7232), (128, 7168, 2048)]:
+        xq, sx, wq, sw = small_integers(m, n, k)
+        ref = reference(xq, sx, wq, sw).to(torch.bfloat16).double()
+        for scales in (sx.t().contiguous().t(), sx.contiguous()) if not tall else (sx.t().contiguous().t(),):
+            for stream in (True, False, True):
+                monkeypatch.setattr(front, "stream_tiles", lambda *a, stream=stream: stream)
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                matmul(xq, wq.t(), scale_a=scales, scale_b=sw.t(), out=out)
+                assert torch.equal(out.double(), ref), (m, n, k, tiles, stream, scales.stride())
+    assert any(c.stream_k and c.bm == (256 if tall else 128) and c.bn == (64 if narrow else 128)
+               for c in front._CONFIGS.values())
+
+
 @pytest.mark.parametrize("m", [1, 2, 7, 16, 33, 64])
 def test_decoding_shapes_exact_on_small_integers(m):
     """Integers in [-1, 1] and scales in {1/2, 1, 2}: every block sum and their scaled total are

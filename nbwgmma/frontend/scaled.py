@@ -46,12 +46,15 @@ from .args import NP_OF, described, lib_of, output, stream_of
 from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map, zero_fill
 
-__all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "narrow_tiles", "TALL_GAIN"]
+__all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "narrow_tiles", "stream_tiles", "TALL_GAIN",
+           "STREAM_BELOW"]
 
 _SIM = sim.enabled()
 _STAND_IN = {}  # device -> a (1, 1) f32 array for a side without a scale array
 _CONFIGS = {}
 _SIM_SMS = 132  # the SMs tile choices assume under the simulator (an H100's), whatever runs it
+_SIM_CTAS = 1  # CTAs of a launch under the simulator (it runs them one after the other)
+_SCRATCH = {}  # (device, stream) -> stream-K's (partials, counters), grown as asked
 #: How much faster a 256 x 128 tile runs than two 128 x 128 tiles (block-scaled, measured on an
 #: H200 at 4096 x 7168 x 7168 and 4096 x 24576 x 1536: 1.066-1.075)
 TALL_GAIN = 1.07
@@ -77,6 +80,38 @@ def narrow_tiles(m: int, n: int, sms: int) -> bool:
     times the tiles fit (1 x 2112 x 7168: 17 tiles, 1.29x; 1 x 7168 x 7168, 56 tiles, 0.89x)."""
     tiles = -(-m // 128) * -(-n // 128)
     return (m > 64 and 2 * tiles <= sms) or 4 * tiles <= sms
+
+
+#: Stream-K is taken where 128 x 128 tiles would keep the SMs busy less than this fraction of
+#: their rounds (measured on an H200: 4096 x 2112 x 7168, 82%, 1.035x; products whose rounds are
+#: fuller lost: see BENCHMARKS.md)
+STREAM_BELOW = 0.83
+
+
+def stream_tiles(m: int, n: int, k: int, sms: int) -> bool:
+    """Whether block-scaled fp8 should run stream-K with 128 x 128 tiles (the CTAs take whole
+    tiles in waves, then share the last waves' k-blocks evenly): where those tiles fill at
+    least one round of the ``sms`` SMs and whole tiles, one per SM at a time, would keep them
+    busy less than :data:`STREAM_BELOW` of their rounds (4096 x 2112 on 132 SMs: 544 tiles in 5
+    rounds, 82%), and K holds more than one block. (Products of fewer tiles than SMs, measured
+    on an H200, ran slower with stream-K: 0.70x at 128 x 7168 x 7168.)"""
+    tiles = -(-m // 128) * -(-n // 128)
+    rounds = -(-tiles // sms)
+    return k > 128 and tiles >= sms and tiles < STREAM_BELOW * rounds * sms
+
+
+def _scratch(device, stream, floats: int, tiles: int):
+    """Stream-K's scratch on one stream (launches on a stream run in order, so they share it):
+    f32 partial tiles and one int32 counter per tile, zero (each launch leaves them so)."""
+    from numba import cuda
+
+    have = _SCRATCH.get((device, stream))
+    if have is None or have[0].size < floats or have[1].size < tiles:
+        floats = max(floats, have[0].size if have else 0)
+        tiles = max(tiles, have[1].size if have else 0)
+        have = _SCRATCH[(device, stream)] = (cuda.device_array(floats, np.float32),
+                                            cuda.to_device(np.zeros(tiles, np.int32)))
+    return have
 
 
 def is_tensor_scale(x) -> bool:
@@ -226,15 +261,16 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     # kernel copies four rows at a time
     a_cols = kinds[0][0] == "block" and _columns(infos[0], kinds[0][2])
     sms = _SIM_SMS if _SIM else device_limits()["multiprocessors"]
-    tall = a_cols and m % 4 == 0 and tall_tiles(m, n, sms)
-    blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where the narrow tiles were measured
-    bn = 64 if blocks and not tall and narrow_tiles(m, n, sms) else 128
-    key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn)
+    blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where the narrow and stream-K tiles were measured
+    stream = blocks and stream_tiles(m, n, k, sms)
+    tall = a_cols and m % 4 == 0 and not stream and tall_tiles(m, n, sms)
+    bn = 64 if blocks and not tall and not stream and narrow_tiles(m, n, sms) else 128
+    key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn, stream)
     cfg = _CONFIGS.get(key)
     if cfg is None:
         _, ta, tb = kind.split(".")
         cfg = _CONFIGS[key] = ScaledConfig(ta, tb, odt, kinds[0][0], kinds[1][0], epilogue="tma" if tma else "direct",
-                                           a_columns=a_cols, bm=256 if tall else 128, bn=bn)
+                                           a_columns=a_cols, bm=256 if tall else 128, bn=bn, stream_k=stream)
     sa, sb = (_view(x, info, shp, strd) if kd is not None else _stand_in(dev)
               for x, info, (kd, shp, strd) in zip((scale_a, scale_b), infos, kinds))
     ta = tensor_map(a, ia.ptr, ia.dtype, (128, 128), ((m, k), (_pitch(ia), 1)), keep=False)
@@ -244,8 +280,12 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         c = _stand_in(dev)
     else:
         tc, c = 0, numba_view(io, out, NP_OF[odt])
+    grid = cfg.grid(m, n, k, _SIM_CTAS if _SIM else sms)
+    if cfg.stream_k:
+        ws, counters = _scratch(dev, st, cfg.workspace_floats(grid), cfg.sched.units(m, n, k))
+    else:
+        ws, counters = _scratch(dev, st, 1, 1)  # (stand-ins)
     args = (np.uint64(ta.address), np.uint64(tb.address), np.uint64(tc), c, sa, sb, np.int32(m), np.int32(n),
-            np.int32(k), np.float32(alpha))
-    grid = cfg.grid(m, n, k, 1 if _SIM else sms)  # the simulator runs one CTA at a time
+            np.int32(k), np.float32(alpha), ws, counters)
     launch(scaled_kernel(cfg), grid, THREADS, args, stream=st, smem=cfg.smem, pdl=True)
     return out

@@ -51,7 +51,7 @@ from ..intrinsics import (
     acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
-    griddep_wait, named_barrier_sync, setmaxnreg_dec,
+    griddep_wait, setmaxnreg_dec,
     setmaxnreg_inc, smem_addr, tma_store_2d,
 )
 from ..kit.cluster_k import ClusterSplitK
@@ -59,7 +59,8 @@ from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
 from ..kit.epilogue import col_values
 from ..kit.pipeline import TmaPipeline
-from ..kit.scheduler import TileScheduler, stream_owner, stream_range, stream_segment
+from ..kit.scheduler import TileScheduler, stream_range, stream_segment
+from ..kit.stream_k import StreamFixup
 from ..kit.warpgroup import warpgroup_sync
 from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
 from .gemm_epilogue import amax_note, fused_epilogue, largest_abs, parts_hook, parts_store
@@ -231,26 +232,8 @@ def _build(key):
     def finish_tile(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep):
         store(acc, c, ctid, cw, row0, col0, cbase, ep)
 
-    @inlined
-    def counted_last(counters, t, others, flag, tid, add=1):
-        """After the CTA's part of tile ``t`` is parked: count it; True in every consumer
-        thread of the CTA whose count completes the tile (``others`` parts counted before),
-        which resets the count for the next launch. With ``add=0`` (stream-K, the CTA holding
-        the tile's first k-blocks, its part still in its registers) only read the count: True
-        where the other CTAs' ``others`` parts have all counted (reset too). Nothing waits."""
-        if add:
-            cuda.threadfence()  # the part is visible GPU-wide before the count says so
-        named_barrier_sync(5, ALL_CONS)  # (also: every consumer read the previous answer)
-        if tid == 128:
-            is_last = cuda.atomic.add(counters, t, add) == others  # (add 0: an atomic read, from L2)
-            if is_last:
-                counters[t] = 0  # every part has counted: ready for the next launch
-            flag[0] = 1 if is_last else 0
-        named_barrier_sync(5, ALL_CONS)
-        last = flag[0] != 0
-        if last:
-            cuda.threadfence()
-        return last
+    # the tile counters of split-K and stream-K (named barrier 5 among the consumer threads)
+    fix = StreamFixup(KIND, BN, consumers=NCONS) if SPLIT > 1 or STREAM else None
 
     @inlined
     def finish_slice(acc, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0, col0, cbase, m, ep):
@@ -266,7 +249,7 @@ def _build(key):
             real = 16 * (ctid // 32) < m - row0
             if real:
                 acc_store_strided(acc, ws, mine + sp * TILE_FLOATS, 128)
-            last = counted_last(counters, t, nsplit - 1, flag, tid)
+            last = fix.count(counters, t, nsplit - 1, flag, tid)
             if last:
                 acc = acc_zeros(KIND, BN)
                 if real:
@@ -292,45 +275,6 @@ def _build(key):
         finish_one(acc1, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit, row0 + 64, col0, cbase, m, ep)
 
     finish_blocks = finish_one if cfg.blocks == 1 else finish_two
-
-    @inlined
-    def finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, first_seg, whole, row0,
-                      col0, cbase, m, ep):
-        """Stream-K: a tile this CTA's share covers whole is stored. A tile shared by CTAs
-        ``c0 .. c1`` is finished by ``c0``, which reaches its first k-blocks at the end of its
-        share, after the others parked their parts at the start of theirs: where all have
-        counted it adds them, in K order, to its own accumulator and stores C, parking
-        nothing. Otherwise (``c0`` came early, or this is another CTA) the part is parked in
-        the CTA's slot (0: its share's first tile, 1: its last) and the tile's last CTA to
-        count sums every part in K order and stores C. Either way the sum is the same."""
-        last = whole
-        if not whole:
-            real = 16 * (ctid // 32) < m - row0  # (a warp of padding rows parks and sums nothing)
-            c0 = stream_owner(t * kblocks, ctas, total)
-            c1 = stream_owner((t + 1) * kblocks - 1, ctas, total)
-            done = False
-            if cta == c0:
-                done = counted_last(counters, t, c1 - c0, flag, tid, 0)
-            if done:
-                last = True
-                if real:
-                    for o in range(c0 + 1, c1 + 1):  # the others' first tile is t: slot 0
-                        acc = acc_add_strided(acc, ws, 2 * o * TILE_FLOATS + cw * CONS_FLOATS + ctid, 128)
-            else:
-                slot = 2 * cta + (0 if first_seg else 1)
-                if real:
-                    acc_store_strided(acc, ws, slot * TILE_FLOATS + cw * CONS_FLOATS + ctid, 128)
-                last = counted_last(counters, t, c1 - c0, flag, tid)
-                if last:
-                    acc = acc_zeros(KIND, BN)
-                    if real:
-                        for o in range(c0, c1 + 1):  # 0 + part of c0 + part of c0 + 1 + ...
-                            # the part's slot: 0 where tile t is the first of CTA o's share
-                            first_of_o = stream_range(o, ctas, total)[0] // kblocks == t
-                            acc = acc_add_strided(acc, ws, (2 * o + (0 if first_of_o else 1)) * TILE_FLOATS
-                                                  + cw * CONS_FLOATS + ctid, 128)
-        if last:
-            store(acc, c, ctid, cw, row0, col0, cbase, ep)
 
     @inlined
     def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax):
@@ -435,8 +379,11 @@ def _build(key):
                     acc, s, ph = coop.tile(ring, base, s, ph, kb0, kb1, cw, ctid)
                     if SCALED:
                         acc = acc_scale(acc, alpha)
-                    finish_stream(acc, c, ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks, g == g0,
-                                  kb0 == 0 and kb1 == kblocks, pm * BM + cw * 64, pn * BN, cbase, m, ep)
+                    # a tile the CTAs share is summed from their parts (StreamFixup), stored by one
+                    accs, last = fix.finish((acc,), ws, counters, flag, tid, ctid, cw, t, cta, ctas, total, kblocks,
+                                            g == g0, kb0 == 0 and kb1 == kblocks, m - pm * BM - cw * 64)
+                    if last:
+                        store(accs[0], c, ctid, cw, pm * BM + cw * 64, pn * BN, cbase, ep)
                     g += kb1 - kb0
             elif KC > 1:
                 kb0, kb1 = ck.k_half(kblocks, half)

@@ -9,7 +9,9 @@ copying each stage's scales beside it (taking the stages in turn), and two consu
 sharing each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block, the consumer
 scales it and adds it into its f32 accumulator: promotion, every block, in registers). With ``bm=256`` the
 tiles are 256 x 128 in a ring of 4 stages of 48 KiB, the TMA thread staging the scales (no
-scale warps) and each consumer promoting its 64 rows of both 128-row halves.
+scale warps) and each consumer promoting its 64 rows of both 128-row halves. With ``stream_k``
+the CTAs share the tiles' k-blocks evenly (stream-K: every SM busy whatever the tile count)
+and a :class:`~nbwgmma.kit.StreamFixup` sums the tiles they share.
 
 Scales, chosen at compile time per side:
 
@@ -39,8 +41,8 @@ from numba import cuda
 
 from ..intrinsics import acc_store, bulk_wait_group, bulk_wait_group_read, griddep_launch_dependents, setmaxnreg_dec, \
     setmaxnreg_inc
-from ..kit import BlockScaled, TileScheduler, TmaPipeline, acc_map, inlined, tile_producer, tma_store_part, \
-    warpgroup_sync
+from ..kit import BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_map, inlined, stream_range, \
+    stream_segment, stream_whole_units, tile_producer, tma_store_part, warpgroup_sync
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS"]
@@ -71,11 +73,12 @@ class ScaledConfig:
     (tile rows: 128, or 256 with ``a_columns`` and M a multiple of 4, which the caller
     guarantees: the TMA thread stages the scales, 4 stages of 48 KiB), ``bn`` (tile columns: 128,
     or 64 with 128 rows: twice the tiles where 128-wide ones would leave most SMs idle; the B
-    map's box then has 64 rows)."""
+    map's box then has 64 rows), ``stream_k`` (the CTAs share the tiles' k-blocks evenly; the
+    launch passes scratch of :meth:`workspace_floats` f32 values and one int32 zero per tile)."""
 
     def __init__(self, a_type: str = "e4m3", b_type: str = "e4m3", out: str = "bf16", a_scale: str | None = "block",
                  b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8,
-                 a_columns: bool = False, bm: int = 128, bn: int = 128):
+                 a_columns: bool = False, bm: int = 128, bn: int = 128, stream_k: bool = False):
         for name, v, ok in (("a_type", a_type, FP8), ("b_type", b_type, FP8), ("out", out, OUTS),
                             ("a_scale", a_scale, A_SCALES), ("b_scale", b_scale, B_SCALES),
                             ("epilogue", epilogue, ("tma", "direct"))):
@@ -101,6 +104,7 @@ class ScaledConfig:
         if bn not in (64, 128) or isinstance(bn, bool) or (bn == 64 and bm != 128):
             raise ValueError(f"ScaledConfig: bn must be 128, or 64 with bm=128; got bn={bn!r}, bm={bm!r}")
         self.bm, self.bn = bm, bn
+        self.stream_k = bool(stream_k)
         self.kind = f"f32.{a_type}.{b_type}"
         self.sched = TileScheduler(bm, bn, BK, group_m=group_m)
         # smem: the stages, the C blocks (two per consumer; one with staged scales), the scales' slots
@@ -113,15 +117,23 @@ class ScaledConfig:
 
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
-                self.group_m, self.a_columns, self.bm, self.bn)
+                self.group_m, self.a_columns, self.bm, self.bn, self.stream_k)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
-        """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA)."""
+        """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA;
+        stream-K: one per SM, at most one per k-block)."""
+        if self.stream_k:
+            return max(1, min(sms, self.sched.units(m, n, k) * -(-k // BK)))
         return self.sched.grid(m, n, k, sms)
+
+    def workspace_floats(self, ctas: int) -> int:
+        """f32 scratch values a stream-K launch of ``ctas`` CTAs parks its partial tiles in
+        (two tiles per CTA)."""
+        return 2 * ctas * self.bm * self.bn
 
     def __repr__(self):
         return (f"ScaledConfig({self.kind} -> {self.out}, a_scale={self.a_scale}, b_scale={self.b_scale}, "
-                f"promote={self.promote}, epilogue={self.epilogue})")
+                f"promote={self.promote}, epilogue={self.epilogue}{', stream_k' if self.stream_k else ''})")
 
 
 def _epilogue(cfg: ScaledConfig):
@@ -147,12 +159,13 @@ def _epilogue(cfg: ScaledConfig):
 
 def scaled_kernel(cfg: ScaledConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
-    ``(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha)``: tensor-map addresses of A [M, K]
+    ``(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters)``: tensor-map addresses of A [M, K]
     and B [N, K] (fp8, boxes of 128 x 128 and ``cfg.bn`` x 128, 128-byte swizzle) and, for the "tma" epilogue, of C
     [M, N] (box 64 x 64; 0 otherwise); ``c`` C as a 2-D array for the "direct" epilogue (bf16
     as uint16 bits; any 2-D array otherwise); ``sa`` and ``sb`` the 2-D f32 scales of the
     module docstring (any strides; a stand-in where a side has none); int32 sizes; f32
-    ``alpha``. Launch it with :data:`THREADS` threads, ``cfg.smem`` bytes of dynamic shared
+    ``alpha``; ``ws`` (f32) and ``counters`` (int32, zeros) stream-K's scratch, 1-D (any
+    stand-ins without ``stream_k``). Launch it with :data:`THREADS` threads, ``cfg.smem`` bytes of dynamic shared
     memory and ``cfg.grid(...)`` CTAs."""
     return _build(cfg.key())
 
@@ -189,7 +202,58 @@ def _build(key):
         tmap_a, tmap_b = maps
         bs.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
 
-    produce = tile_producer(pipe, sched, STAGE, load)
+    STREAM = cfg.stream_k
+    produce = tile_producer(pipe, sched, STAGE, load, stream=STREAM)
+    fix = StreamFixup(KIND, BN, fragments=2 if TALL else 1)  # (stream-K only)
+
+    @cuda.jit(device=True, inline=True)
+    def fill_tile(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm, tn, kb0, kb1):
+        """256 rows: the TMA thread's fills of k-blocks ``kb0 .. kb1 - 1`` of tile (tm, tn)."""
+        sbr = sb[(tn * BN) >> 7 if B_BLOCK else 0]  # B's scale row: its 128-column block
+        nxt = sbr[kb0] if B_BLOCK else ONE
+        for kb in range(kb0, kb1):
+            b = nxt
+            if B_BLOCK and kb + 1 < kb1:  # a fill ahead
+                nxt = sbr[kb + 1]
+            bs.fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, b, m, kb, tm * BM, tn * BN)
+            s, ph = pipe.advance(s, ph)
+        return s, ph
+
+    @cuda.jit(device=True, inline=True)
+    def put_tile(ring, sbase, s, ph, turn, w, lane, sa, sb, m, tm, tn, kb0, kb1):
+        """Scale warp ``w``'s turns among the fills of k-blocks ``kb0 .. kb1 - 1`` of tile (tm, tn)."""
+        rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[(tn * BN) >> 7 if B_BLOCK else 0]
+        for kb in range(kb0, kb1):
+            if turn == w:
+                bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
+            turn = 0 if turn == NSW - 1 else turn + 1
+            s, ph = pipe.advance(s, ph)
+        return s, ph, turn
+
+    # A consumer's fragments of k-blocks kb0 .. kb1 - 1 of a tile, as a tuple (two with 256 rows)
+    if TALL:
+        @cuda.jit(device=True, inline=True)
+        def consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m):
+            acc0, acc1, s, ph = bs.tile_tall(ring, base, sbase, s, ph, kb1 - kb0, ct, cw)
+            return (acc0, acc1), s, ph
+    elif direct:
+        @cuda.jit(device=True, inline=True)
+        def consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m):
+            lr = ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in its 64 (fragment layout)
+            ra0 = min(r0 + lr, m - 1)  # scale rows inside A (rows past M hold zeros)
+            ra1 = min(r0 + lr + 8, m - 1)
+            nb = (tn * BN) >> 7 if B_BLOCK else 0  # B's scale row (column scales: the epilogue's)
+            if STREAM:  # the scales from k-block kb0
+                acc, s, ph = bs.tile_direct(ring, base, s, ph, kb1 - kb0, ct, cw, sa[:, kb0:], sb[:, kb0:], ra0, ra1,
+                                            nb)
+            else:
+                acc, s, ph = bs.tile_direct(ring, base, s, ph, kb1 - kb0, ct, cw, sa, sb, ra0, ra1, nb)
+            return (acc,), s, ph
+    else:
+        @cuda.jit(device=True, inline=True)
+        def consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m):
+            acc, s, ph = bs.tile(ring, base, sbase, s, ph, kb1 - kb0, ct, cw)
+            return (acc,), s, ph
 
     CP = 1 if staged else 2  # C blocks per consumer
 
@@ -211,64 +275,82 @@ def _build(key):
         else:
             acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha), KIND, c, ct, r0, col0)
 
+    @cuda.jit(device=True, inline=True)
+    def put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha):
+        """A consumer's fragments of a tile to C (256 rows: the second 128-row half's after the
+        first's); the C block the next tile's first part takes."""
+        store(accs[0], cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+        if TALL:
+            store(accs[1], cb, ct, cw, tmap_c, c, sa, sb, r0 + 128, col0, m, n, alpha)
+        if BN == 64 and CP == 2:  # one part a tile: the two blocks take the tiles in turn
+            cb = cbuf + C_PART if cb == cbuf else cbuf
+        return cb
+
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha):
+    def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
+        flag = cuda.shared.array(1, np.int32)  # (stream-K's fix-up)
         sbase = base + S_OFF
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
+        # Stream-K: the CTAs take the first `whole` tiles whole, in waves, and share the rest's
+        # `total` k-blocks evenly
+        whole = stream_whole_units(nunits, ctas) if STREAM else nunits
+        total = (nunits - whole) * kblocks
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy; warps 1-3 (or, 256 rows, it) stage the scales
             setmaxnreg_dec(PREGS)
             if tid == 0 and TALL:  # the TMA thread fills the stages and their scales
                 s, ph = 0, 0
-                for u in range(sched.first(), nunits, sched.step()):
+                for u in range(cta, whole, ctas):
                     tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    sbr = sb[(tn * BN) >> 7 if B_BLOCK else 0]  # B's scale row: its 128-column block
-                    nxt = sbr[0] if B_BLOCK else ONE
-                    for kb in range(kblocks):
-                        b = nxt
-                        if B_BLOCK and kb + 1 < kblocks:  # a fill ahead
-                            nxt = sbr[kb + 1]
-                        bs.fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, b, m, kb, tm * BM, tn * BN)
-                        s, ph = pipe.advance(s, ph)
+                    s, ph = fill_tile(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm, tn, 0, kblocks)
+                if STREAM:
+                    g, g1 = stream_range(cta, ctas, total)
+                    while g < g1:
+                        t, kb0, kb1 = stream_segment(g, g1, kblocks)
+                        tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
+                        s, ph = fill_tile(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm, tn, kb0, kb1)
+                        g += kb1 - kb0
                 griddep_launch_dependents()
             elif tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
             elif staged and not TALL and 32 <= tid < 32 * (1 + NSW):  # the scale warps take the fills in turn
                 w, lane = tid // 32 - 1, tid % 32
                 s, ph, turn = 0, 0, 0
-                for u in range(sched.first(), nunits, sched.step()):
+                for u in range(cta, whole, ctas):
                     tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[(tn * BN) >> 7 if B_BLOCK else 0]
-                    for kb in range(kblocks):
-                        if turn == w:
-                            bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
-                        turn = 0 if turn == NSW - 1 else turn + 1
-                        s, ph = pipe.advance(s, ph)
+                    s, ph, turn = put_tile(ring, sbase, s, ph, turn, w, lane, sa, sb, m, tm, tn, 0, kblocks)
+                if STREAM:
+                    g, g1 = stream_range(cta, ctas, total)
+                    while g < g1:
+                        t, kb0, kb1 = stream_segment(g, g1, kblocks)
+                        tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
+                        s, ph, turn = put_tile(ring, sbase, s, ph, turn, w, lane, sa, sb, m, tm, tn, kb0, kb1)
+                        g += kb1 - kb0
         else:  # two consumer warpgroups, 64 rows of each tile each
             setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
             cbuf = base + C_OFF + cw * CP * C_PART
-            lr = ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in its 64 (fragment layout)
             s, ph, cb = 0, 0, cbuf
-            for u in range(sched.first(), nunits, sched.step()):
+            for u in range(cta, whole, ctas):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 r0, col0 = tm * BM + cw * 64, tn * BN
-                if TALL:  # the first 128 rows' part now, the second's below
-                    acc, acc1, s, ph = bs.tile_tall(ring, base, sbase, s, ph, kblocks, ct, cw)
-                    store(acc, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
-                    acc = acc1
-                    r0 += 128
-                elif direct:
-                    ra0 = min(r0 + lr, m - 1)  # scale rows inside A (rows past M hold zeros)
-                    ra1 = min(r0 + lr + 8, m - 1)
-                    nb = (tn * BN) >> 7 if B_BLOCK else 0  # B's scale row (column scales: the epilogue's)
-                    acc, s, ph = bs.tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb)
-                else:
-                    acc, s, ph = bs.tile(ring, base, sbase, s, ph, kblocks, ct, cw)
-                store(acc, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
-                if BN == 64 and CP == 2:  # one part a tile: the two blocks take the tiles in turn
-                    cb = cbuf + C_PART if cb == cbuf else cbuf
+                accs, s, ph = consume(ring, base, sbase, s, ph, 0, kblocks, ct, cw, sa, sb, r0, tn, m)
+                cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+            if STREAM:
+                g0, g1 = stream_range(cta, ctas, total)
+                g = g0
+                while g < g1:
+                    t, kb0, kb1 = stream_segment(g, g1, kblocks)  # (t counted from the first shared tile)
+                    tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
+                    r0, col0 = tm * BM + cw * 64, tn * BN
+                    accs, s, ph = consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m)
+                    accs, last = fix.finish(accs, ws, counters, flag, tid, ct, cw, t, cta, ctas, total, kblocks,
+                                            g == g0, kb0 == 0 and kb1 == kblocks, m - r0)
+                    if last:
+                        cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+                    g += kb1 - kb0
             if TMA and ct == 0:
                 bulk_wait_group(0)
 

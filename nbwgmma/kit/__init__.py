@@ -24,6 +24,8 @@
   promotion), and :func:`acc_promote`;
 * :mod:`~nbwgmma.kit.sparse`: :class:`SparseConsumers`, two consumer warpgroups of a 2:4-sparse
   GEMM (``wgmma.mma_async.sp``, the metadata staged with the stage), and its producer's loads;
+* :mod:`~nbwgmma.kit.stream_k`: :class:`StreamFixup`, stream-K's fix-up: tiles whose k-blocks
+  CTAs share, their partial sums parked in global scratch and summed in K order (no CTA waits);
 * :mod:`~nbwgmma.kit.cluster_k`: :class:`ClusterSplitK`, the two CTAs of a cluster each taking
   half of a tile's k-blocks (of 128 rows or, with one consumer, 64) and summing the halves
   through distributed shared memory;
@@ -51,11 +53,13 @@ from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .producer import tile_producer
 from .scaling import SCALE_BLOCK, BlockScaled, acc_promote
-from .scheduler import TileScheduler, stream_owner, stream_range, stream_segment, tile_order, wave_order
+from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segment, stream_whole_units, tile_order,
+                        wave_order)
 from .sparse import SparseConsumers
+from .stream_k import StreamFixup
 from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
-           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
+           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "StreamFixup", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

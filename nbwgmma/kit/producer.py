@@ -22,6 +22,12 @@ past N's, clusters along N), where the CTA still loads (its share of the multica
 its peers' too) and its consumers store nothing; ``load`` finds its rank the same way
 (``Cooperative.load_tile`` does).
 
+With ``stream=True`` the walk is stream-K's: the CTA's whole tiles
+(:func:`~nbwgmma.kit.stream_whole_units`), then its share of the other tiles' k-blocks
+(:func:`~nbwgmma.kit.stream_range`), tile by tile, each tile from the k-block where the share
+enters it to the one where it leaves (no clusters, no K slices; a
+:class:`~nbwgmma.kit.StreamFixup` sums the tiles that CTAs share).
+
 With ``pairs=True`` (two ping-pong consumer warpgroups, :class:`~nbwgmma.kit.PingPong`) the
 CTA's units are pairs of adjacent tiles, ``2p`` for the first consumer and ``2p + 1`` for
 the second, and the walk goes over the pairs.
@@ -37,18 +43,20 @@ from numba import cuda
 
 from ..intrinsics import cluster_ctarank, griddep_launch_dependents
 from .pipeline import TmaPipeline
-from .scheduler import TileScheduler
+from .scheduler import TileScheduler, stream_range, stream_segment, stream_whole_units
 
 __all__ = ["tile_producer"]
 
 
-def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, load, *, pairs: bool = False):
+def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, load, *, pairs: bool = False,
+                  stream: bool = False):
     """The device function ``produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args)`` of
     one producer thread (see the module's text): ``load(slot, full, kb, tm, tn, args)`` is a
     device function issuing the TMA loads of k-block ``kb`` of tile (``tm``, ``tn``) into the
     slot at shared address ``slot`` on barrier ``full``; ``args`` (a tuple: tensor maps, sizes)
     reaches it unchanged. Slots are ``stage_bytes`` apart from ``base``. The walk is
-    ``sched``'s (the CTA's cluster rank; units without K slices), over pairs with ``pairs``."""
+    ``sched``'s (the CTA's cluster rank; units without K slices), over pairs with ``pairs``,
+    stream-K's share of the units' k-blocks with ``stream``."""
     if not isinstance(pipe, TmaPipeline) or not isinstance(sched, TileScheduler):
         raise ValueError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
                          f"{sched!r}")
@@ -63,6 +71,9 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
                          f"(ClusterSplitK.k_half), which this walk does not; got {sched!r}")
     if pairs and sched.cluster > 1:
         raise ValueError(f"tile_producer: pairs of tiles take no clusters; got {sched!r}")
+    if stream and (pairs or sched.cluster > 1 or sched.split > 1):
+        raise ValueError(f"tile_producer: stream-K's walk takes no pairs, clusters or K slices; got pairs={pairs!r}, "
+                         f"{sched!r}")
     STAGE = stage_bytes
     CL = sched.cluster
 
@@ -75,7 +86,25 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
             s, ph = pipe.advance(s, ph)
         return s, ph
 
-    if pairs:
+    if stream:
+        @cuda.jit(device=True, inline=True)
+        def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args):
+            s, ph = 0, 0
+            cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
+            whole = stream_whole_units(nunits, ctas)
+            for u in range(cta, whole, ctas):
+                s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
+            g, g1 = stream_range(cta, ctas, (nunits - whole) * kblocks)
+            while g < g1:
+                t, kb0, kb1 = stream_segment(g, g1, kblocks)
+                tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
+                for kb in range(kb0, kb1):
+                    full = pipe.producer_acquire(ring, s, ph, STAGE)
+                    load(base + s * STAGE, full, kb, tm, tn, args)
+                    s, ph = pipe.advance(s, ph)
+                g += kb1 - kb0
+            griddep_launch_dependents()
+    elif pairs:
         @cuda.jit(device=True, inline=True)
         def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args):
             s, ph = 0, 0

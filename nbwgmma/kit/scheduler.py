@@ -34,7 +34,8 @@ from numba import cuda
 from ..intrinsics import cluster_ctarank
 from .device import inlined
 
-__all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment"]
+__all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment",
+           "stream_whole_units"]
 
 
 @inlined
@@ -69,6 +70,19 @@ def stream_segment(g, g1, kblocks):
 def stream_owner(g, ctas, total):
     """Stream-K: the CTA whose share (:func:`stream_range`) holds iteration ``g``."""
     return ((g + 1) * ctas - 1) // total
+
+
+@inlined
+def stream_whole_units(units, ctas):
+    """Stream-K after whole tiles: how many of ``units`` tiles the ``ctas`` CTAs take whole, in
+    waves (CTA ``c`` tiles ``c``, ``c + ctas``, ...), before sharing the rest's k-blocks
+    (:func:`stream_range` over ``(units - whole) * kblocks``): every full wave but the last.
+    The tiles running together stay neighbours in tile order (sharing A's rows and B's columns
+    in L2; with every tile shared, each CTA walking its own stretch of tiles, they were spread
+    over the whole product), and the shared rest, one to two waves, gives each CTA at least
+    one tile's k-blocks (few CTAs per tile to sum)."""
+    waves = units // ctas
+    return (waves - 1) * ctas if waves > 1 else 0
 
 
 @inlined
