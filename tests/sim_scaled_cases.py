@@ -114,9 +114,9 @@ def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, monkeypatch)
     three's 15 k-blocks shared (the third whole in the first CTA's share, the fourth summed
     from both, the fifth whole in the second's). 128-row tiles with the scales staged (A's in
     torch's layout) or read directly (row-major), 256-row tiles (two fragments per consumer
-    parked). (The simulator runs the CTAs in order, so the CTA holding a tile's first blocks
-    parks its part too and the last one sums: the GPU tests cover the first CTA summing the
-    others' parts.)"""
+    parked). Run twice: the CTAs in increasing order (a tile's first CTA comes first, parks its
+    part, the last one sums) and in decreasing order (the first CTA comes last and adds the
+    others' parts to its own); the tile counters are back at zero after each launch."""
     from nbwgmma.frontend import scaled as front
     monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: tall)
     monkeypatch.setattr(front, "narrow_tiles", lambda m, n, sms: False)
@@ -126,7 +126,8 @@ def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, monkeypatch)
     rng, a, w, ad, bd = _operands(m, n, k, 12)
     sa, sw = pow2(rng, (m, 5)), pow2(rng, (-(-n // 128), 5))
     sa_dev = cuda.to_device(sa) if direct else cuda.to_device(np.ascontiguousarray(sa.T)).T
-    for _ in range(2):  # the counters are back at zero after a launch: the second runs the same
+    for order in ("forward", "reverse"):
+        monkeypatch.setenv("NBWGMMA_SIM_ORDER", order)
         got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
         np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
     assert any(c.stream_k and c.bm == (256 if tall else 128) and c.a_columns == (not direct)

@@ -135,6 +135,7 @@ def test_stream_k_rule_and_blocks_check_their_arguments():
     assert not stream_tiles(8192, 2112, 7168, 132)  # 1088 in 9: 92%
     assert not stream_tiles(128, 7168, 7168, 132)  # 56 tiles: one round of fewer tiles than SMs
     assert not stream_tiles(4096, 2112, 128, 132)  # one K block
+    assert not stream_tiles(4096, 2112, 7168, 132, 256, 128)  # measured with 128 x 128 tiles only
     for kw, msg in ((dict(kind="f16.f16.f16"), "f32 accumulator"), (dict(bn=100), "wgmma N"),
                     (dict(consumers=4), "consumers"), (dict(fragments=3), "fragments"),
                     (dict(first_thread=64), "first_thread"), (dict(barrier=0), "barrier")):

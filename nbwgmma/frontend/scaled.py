@@ -88,13 +88,16 @@ def narrow_tiles(m: int, n: int, sms: int) -> bool:
 STREAM_BELOW = 0.83
 
 
-def stream_tiles(m: int, n: int, k: int, sms: int) -> bool:
-    """Whether block-scaled fp8 should run stream-K with 128 x 128 tiles (the CTAs take whole
-    tiles in waves, then share the last waves' k-blocks evenly): where those tiles fill at
-    least one round of the ``sms`` SMs and whole tiles, one per SM at a time, would keep them
-    busy less than :data:`STREAM_BELOW` of their rounds (4096 x 2112 on 132 SMs: 544 tiles in 5
-    rounds, 82%), and K holds more than one block. (Products of fewer tiles than SMs, measured
-    on an H200, ran slower with stream-K: 0.70x at 128 x 7168 x 7168.)"""
+def stream_tiles(m: int, n: int, k: int, sms: int, bm: int = 128, bn: int = 128) -> bool:
+    """Whether block-scaled fp8 in ``bm`` x ``bn`` tiles should run stream-K (the CTAs take
+    whole tiles in waves, then share the last waves' k-blocks evenly): with 128 x 128 tiles
+    (the only ones measured faster with it) where they fill at least one round of the ``sms``
+    SMs and whole tiles, one per SM at a time, would keep them busy less than
+    :data:`STREAM_BELOW` of their rounds (4096 x 2112 on 132 SMs: 544 tiles in 5 rounds, 82%),
+    and K holds more than one block. (Products of fewer tiles than SMs, measured on an H200,
+    ran slower with it: 0.70x at 128 x 7168 x 7168.)"""
+    if (bm, bn) != (128, 128):
+        return False
     tiles = -(-m // 128) * -(-n // 128)
     rounds = -(-tiles // sms)
     return k > 128 and tiles >= sms and tiles < STREAM_BELOW * rounds * sms
@@ -261,10 +264,10 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     # kernel copies four rows at a time
     a_cols = kinds[0][0] == "block" and _columns(infos[0], kinds[0][2])
     sms = _SIM_SMS if _SIM else device_limits()["multiprocessors"]
-    blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where the narrow and stream-K tiles were measured
-    stream = blocks and stream_tiles(m, n, k, sms)
-    tall = a_cols and m % 4 == 0 and not stream and tall_tiles(m, n, sms)
-    bn = 64 if blocks and not tall and not stream and narrow_tiles(m, n, sms) else 128
+    tall = a_cols and m % 4 == 0 and tall_tiles(m, n, sms)
+    blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where narrow tiles and stream-K were measured
+    bn = 64 if blocks and not tall and narrow_tiles(m, n, sms) else 128
+    stream = blocks and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
     key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn, stream)
     cfg = _CONFIGS.get(key)
     if cfg is None:
