@@ -17,9 +17,10 @@ cuBLASLt's blockwise product.
     python benchmarks/scaled.py [MxNxK ...]
     python benchmarks/scaled.py --tiles [MxNxK ...]
 
-``--tiles``: the default against the kernel held to 128 x 128 tiles (the front end's choices of
-256 x 128 and 128 x 64 tiles, ``frontend.scaled.tall_tiles`` and ``narrow_tiles``, answered
-no), in one process with cuBLASLt, outputs compared bit for bit.
+``--tiles``: the default against the kernel held to whole 128 x 128 tiles (the front end's
+choices of 256 x 128 and 128 x 64 tiles and of stream-K, ``frontend.scaled.tall_tiles``,
+``narrow_tiles`` and ``stream_tiles``, answered no), in one process with cuBLASLt, outputs
+compared bit for bit (stream-K sums a shared tile's parts in another order: equal to rounding).
 """
 import sys
 
@@ -126,33 +127,37 @@ def tiles(m, n, k, rounds=12):
     from nbwgmma.bench import device_times
     from nbwgmma.frontend import scaled as front
 
-    rules = front.tall_tiles, front.narrow_tiles
+    rules = front.tall_tiles, front.narrow_tiles, front.stream_tiles
     _, _, xq, sx, wq, sw = quantized(m, n, k)
     outs = [torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
 
-    def call(tall, narrow, out):
-        front.tall_tiles, front.narrow_tiles = tall, narrow
+    def call(tall, narrow, stream, out):
+        front.tall_tiles, front.narrow_tiles, front.stream_tiles = tall, narrow, stream
         try:
             return matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
         finally:
-            front.tall_tiles, front.narrow_tiles = rules
+            front.tall_tiles, front.narrow_tiles, front.stream_tiles = rules
 
     never = lambda *a: False  # noqa: E731
-    fns = [lambda: call(*rules, outs[0]), lambda: call(never, never, outs[1])]
+    fns = [lambda: call(*rules, outs[0]), lambda: call(never, never, never, outs[1])]
     lt = refusal(lambda: cublaslt(xq, sx, wq, sw)) is None
     if lt:
         fns.append(lambda: cublaslt(xq, sx, wq, sw))
     for f in fns[:2]:
         f()
     same = torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
+    diff = float((outs[0].double() - outs[1].double()).norm() / outs[1].double().norm())
     t = device_times(torch, fns, 2, rounds)
     fl = 2 * m * n * k / 1e9
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    tile = "256 x 128" if rules[0](m, n, sms) and m % 4 == 0 else "128 x 64" if rules[1](m, n, sms) else "128 x 128"
+    bm = 256 if rules[0](m, n, sms) and m % 4 == 0 else 128
+    bn = 64 if bm == 128 and rules[1](m, n, sms) else 128
+    tile = f"{bm} x {bn}" + (", stream-K" if rules[2](m, n, k, sms, bm, bn) else "")
     line = f"{m}x{n}x{k}: default ({tile}) {fl / t[0]:.1f}  128 x 128 {fl / t[1]:.1f}  default/128x128 {t[1] / t[0]:.3f}"
     if lt:
         line += f"  cuBLASLt {fl / t[2]:.1f}  default/cuBLASLt {t[2] / t[0]:.3f}  128x128/cuBLASLt {t[2] / t[1]:.3f}"
-    print(line + f"  bit for bit {same}", flush=True)
+    print(line + f"  bit for bit {same}" + ("" if same else f" (relative difference {diff:.1e})"),
+          flush=True)
 
 
 if __name__ == "__main__":

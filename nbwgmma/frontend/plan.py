@@ -46,7 +46,7 @@ from ..kernels.gemm_config import FP8_OUTS
 from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error
-from .arrays import ArrayInfo, array_info, host_view, numpy_dtype
+from .arrays import ArrayInfo, array_info, host_view, numba_layout, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
 
 __all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "l2_promotion", "tma_view", "numba_view",
@@ -483,15 +483,11 @@ class Plan:
         shape and strides, M, N, K, alpha, and split-K's or stream-K's workspaces. Known from the
         plan alone, so kernels can be built without a GPU (``precompile --arch``)."""
         from numba import types
-        from numba.cuda.cudadrv.dummyarray import Array
         from numba.cuda.np.numpy_support import from_dtype
 
-        def array_type(io):  # the rule of Numba's DeviceNDArray type: C before F, neither with a zero stride
+        def array_type(io):  # the type of a Numba device array of io's shape and strides
             dt = np.dtype(NP_OF.get(io.dtype, None) or numpy_dtype(io.dtype))
-            flags = Array.from_desc(0, io.shape, io.strides, dt.itemsize).flags
-            plain = 0 not in io.strides
-            layout = "C" if flags["C_CONTIGUOUS"] and plain else "F" if flags["F_CONTIGUOUS"] and plain else "A"
-            return types.Array(from_dtype(dt), 2, layout)
+            return types.Array(from_dtype(dt), 2, numba_layout(io.shape, io.strides, dt.itemsize))
 
         scalars = (types.int32,) * 3 + (types.float32,)
         c = types.int64 if self.cfg.epilogue == "tma" else array_type(self.c_info)
