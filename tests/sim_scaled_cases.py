@@ -135,6 +135,41 @@ def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, monkeypatch)
     assert not front._SCRATCH[next(iter(front._SCRATCH))][1].copy_to_host().any()
 
 
+def test_bias_and_activation_after_the_scales():
+    """``activation(alpha * product + bias)`` in the epilogue: an f32 bias per column with relu
+    (exact: small integers), an f32 bias per row with gelu_tanh (f32 out: the exact tanh
+    formula, against float64 within f32 rounding), an f16 bias with silu on the 256-row tiles."""
+    from nbwgmma.frontend import scaled as front
+    m, n, k = 72, 136, 288
+    rng, a, w, ad, bd = _operands(m, n, k, 21)
+    sa, sw = pow2(rng, (m, 3)), pow2(rng, (2, 3))
+    sa_dev, sb_dev = cuda.to_device(np.ascontiguousarray(sa.T)).T, cuda.to_device(sw).T
+    ref = reference(a, w, sa, sw)
+    bc = rng.integers(-8, 9, n).astype(np.float64)
+    got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=sb_dev, alpha=0.5,
+               bias=cuda.to_device(bc.astype(np.float32)), activation="relu")
+    np.testing.assert_array_equal(got, rounded(np.maximum(0.5 * ref + bc, 0), "bf16"))
+    br = rng.standard_normal((m, 1))
+    got = _run(ad, bd, m, n, "f32", scale_a=sa_dev, scale_b=sb_dev, bias=cuda.to_device(br.astype(np.float32)),
+               activation="gelu_tanh")
+    x = ref + br.astype(np.float32)
+    want = 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+    mt = 200
+    rng, a, w, ad, bd = _operands(mt, n, k, 22)
+    sa = pow2(rng, (mt, 3))
+    bh = rng.integers(-4, 5, n).astype(np.float16)
+    orig = front.tall_tiles
+    front.tall_tiles = lambda m, n, sms: True
+    try:
+        got = _run(ad, bd, mt, n, "bf16", scale_a=cuda.to_device(np.ascontiguousarray(sa.T)).T, scale_b=sb_dev,
+                   bias=cuda.to_device(bh), activation="silu")
+    finally:
+        front.tall_tiles = orig
+    x = reference(a, w, sa, sw) + bh
+    np.testing.assert_allclose(got, rounded(x / (1 + np.exp(-x)), "bf16"), rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.parametrize("k", [112, 512, 640])
 def test_every_block_count_promotes_each_block_once(k):
     """1, 4 and 5 K blocks (no loop; one turn and an odd last block; two turns): the promoted
@@ -198,8 +233,11 @@ def test_bad_scales_and_operands_are_refused_before_launch():
          r"scale_b must be .*\(2, 1\) / \(1, 2\) \(128 x 128 blocks\) .* got shape \(2, 2\)"),
         (dict(scale_a=cuda.to_device(np.ones((m, 2), np.float16))), MatmulTypeError, "scale_a must be f32; got f16"),
         (dict(scale_a=np.ones((m, 2), np.float32)), MatmulTypeError, "scale_a"),
-        (dict(scale_b=good_b, bias=cuda.to_device(np.ones(n, np.float32))), MatmulError,
-         "do not take tensor scales yet"),
+        (dict(scale_b=good_b, c=cuda.to_device(np.ones((m, n), np.float32))), MatmulError,
+         "an epilogue function or C do not take tensor scales yet"),
+        (dict(scale_b=good_b, bias=cuda.to_device(np.ones(n + 1, np.float32))), MatmulError,
+         r"bias must have shape \(48,\) or \(1, 48\)"),
+        (dict(scale_b=good_b, activation="tanh"), MatmulError, "activation must be one of"),
         (dict(scale_b=good_b, config={"bm": 128}), MatmulError, "config applies to calls without tensor scales"),
         (dict(scale_a=good_a, alpha="2"), MatmulTypeError, "alpha must be a real number"),
     ]

@@ -15,9 +15,10 @@ from nbwgmma.report import compile_reports
 
 F32 = types.float32
 # maps of A, B, C; C as an array (a stand-in with TMA stores); the scales (A's M-major, B's as the
-# transpose of a row-major weight scale: any strides); m, n, k; alpha; stream-K's scratch and tile counters
+# transpose of a row-major weight scale: any strides); m, n, k; alpha; stream-K's scratch and tile counters;
+# the bias (the scratch standing in)
 SIG = (types.uint64, types.uint64, types.uint64, F32[:, ::1], F32[:, :], F32[:, :], types.int32, types.int32,
-       types.int32, F32, F32[::1], types.int32[::1])
+       types.int32, F32, F32[::1], types.int32[::1], F32[::1])
 
 
 def consumer_region(rep):
@@ -146,6 +147,33 @@ def test_stream_k_rule_and_blocks_check_their_arguments():
     pipe = TmaPipeline(4, consumers=2)
     with pytest.raises(ValueError, match="stream-K's walk takes no pairs, clusters or K slices"):
         tile_producer(pipe, TileScheduler(128, 128, 64, split=2), 32768, None, stream=True)
+
+
+def test_bias_and_activation_in_the_epilogue_compile_clean():
+    """A bf16 bias per column and gelu_tanh (one MUFU.TANH a value for a 16-bit output), and an f32
+    bias per row with relu through the register stores: nothing spills between a block's wgmmas;
+    the staged kernel's epilogue spills a few more scalars than without them (192 bytes against
+    108), the register stores none."""
+    bf16 = ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bias="col", bias_type="bf16",
+                        activation="gelu_tanh")
+    f32 = ScaledConfig("e4m3", "e4m3", "f32", "block", "block", epilogue="direct", bias="row", activation="relu")
+    sigs = [SIG[:-1] + (types.uint16[::1],), SIG]
+    for cfg, rep in zip((bf16, f32), compile_reports([(scaled_kernel(c), s) for c, s in zip((bf16, f32), sigs)])):
+        assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep.warnings
+        consumers, _ = consumer_region(rep)
+        text = "\n".join(consumers)
+        q = [i for i, line in enumerate(consumers) if "QGMMA" in line]
+        for first in range(0, len(q), 4):
+            assert "LDL" not in "\n".join(consumers[q[first]:q[first + 3] + 1])
+        assert rep.spill_bytes <= (256 if cfg.epilogue == "tma" else 0), rep.spill_bytes
+        if cfg.activation == "gelu_tanh":
+            assert text.count("MUFU.TANH") >= 64, text.count("MUFU.TANH")
+        else:  # relu: no transcendental
+            assert "MUFU.TANH" not in text and "MUFU.EX2" not in text
+    with pytest.raises(ValueError, match="bias"):
+        ScaledConfig(bias="both")
+    with pytest.raises(ValueError, match="activation"):
+        ScaledConfig(activation="tanh")
 
 
 def test_configs_check_their_arguments():

@@ -166,6 +166,27 @@ def test_stream_k_exact_with_every_tile(tiles, monkeypatch):
                for c in front._CONFIGS.values())
 
 
+@pytest.mark.parametrize("bias_t, where, act, out_t", [("bf16", "col", "gelu_tanh", "bf16"),
+                                                      ("f32", "row", "silu", "f32"), ("f16", "col", "relu", "f16")])
+def test_bias_and_activation_after_the_scales(bias_t, where, act, out_t):
+    """``activation(product + bias)`` in the block-scaled epilogue (bias per column or per row, in
+    bf16, f32 or f16), against float64 of the same fp8 values and scales within the output's
+    tolerance: 256 x 128 tiles, stream-K, 128 x 64 tiles and a decoding shape."""
+    fns = {"gelu_tanh": lambda x: 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))),
+           "silu": lambda x: x * torch.sigmoid(x), "relu": torch.relu}
+    for m, n, k in [(4096, 7168, 1024), (4096, 2112, 1024), (128, 7168, 1024), (16, 2112, 7232)]:
+        g = torch.Generator(device="cuda").manual_seed(m + n)
+        xq, sx = quantize_rows(torch.randn(m, k, device="cuda", generator=g), "e4m3")
+        wq, sw = quantize_blocks(torch.randn(n, k, device="cuda", generator=g) * 0.05, "e4m3")
+        length = n if where == "col" else m
+        bias = torch.randn(length, device="cuda", generator=g).to(TDT[bias_t])
+        ref = fns[act](reference(xq, sx, wq, sw) + (bias.double() if where == "col" else bias.double()[:, None]))
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=TDT[out_t])
+        matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out, bias=bias if where == "col" else bias[:, None],
+               activation=act)
+        assert not torch.isnan(out).any() and rel(out, ref) < TOL[out_t], (m, n, k, rel(out, ref))
+
+
 @pytest.mark.parametrize("m", [1, 2, 7, 16, 33, 64])
 def test_decoding_shapes_exact_on_small_integers(m):
     """Integers in [-1, 1] and scales in {1/2, 1, 2}: every block sum and their scaled total are
@@ -217,7 +238,8 @@ def test_bad_scales_are_refused_before_launch():
         (dict(scale_a=sa, scale_b=torch.ones(3, 4, device="cuda")), MatmulError, r"scale_b must be .* got shape"),
         (dict(scale_a=sa.half(), scale_b=sw), MatmulTypeError, "scale_a must be f32; got f16"),
         (dict(scale_a=sa.cpu(), scale_b=sw), MatmulTypeError, "scale_a"),
-        (dict(scale_a=sa, scale_b=sw, activation="relu"), MatmulError, "do not take tensor scales yet"),
+        (dict(scale_a=sa, scale_b=sw, c=sa), MatmulError, "an epilogue function or C do not take tensor scales yet"),
+        (dict(scale_a=sa, scale_b=sw, activation="tanh"), MatmulError, "activation must be one of"),
     ]
     for kw, err, msg in cases:
         with pytest.raises(err, match=msg):

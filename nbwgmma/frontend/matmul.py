@@ -182,9 +182,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                                                     scale_a=scale_a, scale_b=scale_b, config=config,
                                                     autotune_default=config is None and _autotune_enabled())
     if is_tensor_scale(scale_a) or is_tensor_scale(scale_b):  # per row, column or block: nbwgmma.frontend.scaled
-        with_epilogue = any(x is not None for x in (bias, activation, epilogue, c, beta)) or bool(epilogue_args)
+        with_epilogue = any(x is not None for x in (epilogue, c, beta)) or bool(epilogue_args)
         return scaled_matmul(a, ia, b, ib, out, io, kind=kind, odt=odt, scale_a=scale_a, scale_b=scale_b,
-                             alpha=alpha, stream=stream, config=config, fused=with_epilogue)
+                             alpha=alpha, stream=stream, config=config, fused=with_epilogue, bias=bias,
+                             activation=activation)
     (m, k), n = ia.shape, ib.shape[1]
     lib = lib_of(a)
     if lib == "torch" and _TORCH_TENSOR is None and type(a) is type(b):  # (a first call with a bias: the next

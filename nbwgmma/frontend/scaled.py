@@ -27,7 +27,9 @@ run the fp8 fast path (the tensor cores accumulate the whole K; ``promote=True``
 
 What the kernel takes so far: A row-major (K contiguous) and B the transpose of a row-major
 weight (``x @ w.T``: K contiguous), each with 16-byte aligned rows (K a multiple of 16 for
-contiguous operands), no bias, activation, user epilogue or C. Anything else is a
+contiguous operands); a ``bias`` (one per column or per row, f32, f16 or bf16) and an
+``activation``, applied after the scales (``activation(alpha * product + bias)``), as the
+plain ``matmul`` takes them; no user epilogue or C. Anything else is a
 :class:`~nbwgmma.errors.MatmulError` (a :class:`~nbwgmma.errors.MatmulTypeError` for a wrong
 type) raised before anything is launched; so is a scale of the wrong shape, type, layout
 (negative or unaligned strides) or device.
@@ -45,6 +47,7 @@ from ..kit import SCALE_BLOCK
 from ..launch import array_arg_types, array_arg_values, device_limits
 from .args import NP_OF, described, lib_of, output, stream_of
 from .arrays import ArrayInfo, numba_layout
+from .fused import bias_operand, check_epilogue
 from .plan import numba_view, tensor_map, zero_fill
 
 __all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "narrow_tiles", "stream_tiles", "TALL_GAIN",
@@ -58,8 +61,8 @@ _SIM_CTAS = 1  # CTAs of a launch under the simulator (it runs them one after th
 _SCRATCH = {}  # (device, stream) -> stream-K's (partials, counters, their launch values), grown as asked
 _LAUNCHERS = {}  # (configuration, grid, the arrays' layouts, device) -> PreparedLaunch
 # the kernel's parameters as a prepared launch packs them: maps of A, B, C; C; the scales; m, n,
-# k; alpha; stream-K's scratch and counters
-_ARG_TYPES = ("u64",) * 3 + array_arg_types(2) * 3 + ("i32",) * 3 + ("f32",) + array_arg_types(1) * 2
+# k; alpha; stream-K's scratch and counters; the bias
+_ARG_TYPES = ("u64",) * 3 + array_arg_types(2) * 3 + ("i32",) * 3 + ("f32",) + array_arg_types(1) * 3
 #: How much faster a 256 x 128 tile runs than two 128 x 128 tiles (block-scaled, measured on an
 #: H200 at 4096 x 7168 x 7168 and 4096 x 24576 x 1536: 1.066-1.075)
 TALL_GAIN = 1.07
@@ -128,7 +131,7 @@ def _prepared(cfg: ScaledConfig, grid: int, layouts: tuple, device):
     """The kernel of ``cfg`` ready to launch on ``grid`` CTAs with raw argument values (from the
     disk cache or compiled): C (an f32 stand-in where TMA stores it) and the scales typed as
     Numba types device arrays of their ``layouts`` (:func:`~nbwgmma.frontend.arrays.numba_layout`),
-    stream-K's scratch as contiguous vectors."""
+    stream-K's scratch and the bias (scratch standing in without one) as contiguous vectors."""
     key = (cfg.key(), grid, layouts, device)
     pl = _LAUNCHERS.get(key)
     if pl is None:
@@ -141,7 +144,8 @@ def _prepared(cfg: ScaledConfig, grid: int, layouts: tuple, device):
         c = types.Array(from_dtype(np.dtype(NP_OF[cfg.out] if cfg.epilogue == "direct" else np.float32)), 2, layouts[0])
         sig = (types.uint64,) * 3 + (c,) + tuple(types.Array(types.float32, 2, lay) for lay in layouts[1:]) \
             + (types.int32,) * 3 + (types.float32,) \
-            + (types.Array(types.float32, 1, "C"), types.Array(types.int32, 1, "C"))
+            + (types.Array(types.float32, 1, "C"), types.Array(types.int32, 1, "C"),
+               types.Array(from_dtype(np.dtype(NP_OF[cfg.bias_type])), 1, "C"))
         kern, _ = cached_kernel(scaled_kernel(cfg), sig, ("scaled", cfg.key()),
                                 cuda.get_current_device().compute_capability)
         pl = _LAUNCHERS[key] = PreparedLaunch(kern, grid, THREADS, _ARG_TYPES, smem=cfg.smem, pdl=True)
@@ -258,20 +262,23 @@ def _tma_rows(info: ArrayInfo) -> bool:
         and (rows <= 1 or (info.strides[0] % 16 == 0 and info.strides[0] >= cols * info.itemsize))
 
 
-def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, stream, config, fused):
+def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, stream, config, fused, bias=None,
+                  activation=None):
     """``matmul`` with a tensor scale (``ia``/``ib`` checked by ``check_call``; ``out``/``io``
-    the caller's or None; ``fused`` whether bias/activation/epilogue/C were given): every
-    check, then the output, then one launch."""
+    the caller's or None; ``fused`` whether an epilogue function or C were given; ``bias`` and
+    ``activation`` as ``matmul`` takes them): every check, then the output, then one launch."""
     from ..launch import launch
 
     (m, k), n = ia.shape, ib.shape[1]
     if fused:
-        raise MatmulError("matmul: bias/activation/epilogue/c do not take tensor scales yet; got both")
+        raise MatmulError("matmul: an epilogue function or C do not take tensor scales yet; got both")
     if config is not None:
         raise MatmulError("matmul: config applies to calls without tensor scales so far; got both")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
         raise MatmulTypeError(f"matmul: alpha must be a real number; got {type(alpha).__name__}")
     dev = ia.device
+    bi = described(bias, "bias") if bias is not None else None
+    where = check_epilogue(activation, bi, m, n, dev)  # the bias's kind: "col", "row" or None
     infos = [None if x is None or not hasattr(x, "shape") else _scale_info(x, f"scale_{side}", dev)
              for x, side in ((scale_a, "a"), (scale_b, "b"))]
     kinds = []
@@ -295,8 +302,11 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     if m == 0 or n == 0:
         return out
     if k == 0:
+        if bias is not None or activation is not None:
+            raise MatmulError("matmul: a bias or an activation needs K > 0 so far; got K = 0")
         zero_fill(io, out, st)
         return out
+    vec = bias_operand(bias, bi, st) if bi is not None else None  # (info, owner): contiguous, read in place
     tma = odt != "f32" and _tma_rows(io)
     # A's 1 x 128 scales with rows contiguous (torch's layout) and 16-byte aligned columns: the
     # kernel copies four rows at a time
@@ -306,12 +316,14 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where narrow tiles and stream-K were measured
     bn = 64 if blocks and not tall and narrow_tiles(m, n, sms) else 128
     stream = blocks and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
-    key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn, stream)
+    bias_type = vec[0].dtype if vec is not None else "f32"
+    key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn, stream, where, bias_type, activation)
     cfg = _CONFIGS.get(key)
     if cfg is None:
         _, ta, tb = kind.split(".")
         cfg = _CONFIGS[key] = ScaledConfig(ta, tb, odt, kinds[0][0], kinds[1][0], epilogue="tma" if tma else "direct",
-                                           a_columns=a_cols, bm=256 if tall else 128, bn=bn, stream_k=stream)
+                                           a_columns=a_cols, bm=256 if tall else 128, bn=bn, stream_k=stream,
+                                           bias=where, bias_type=bias_type, activation=activation)
     ta = tensor_map(a, ia.ptr, ia.dtype, (128, 128), ((m, k), (_pitch(ia), 1)), keep=False)
     tb = tensor_map(b, ib.ptr, ib.dtype, (bn, 128), ((n, k), (_pitch(bt), 1)), keep=False)
     tc = tensor_map(out, io.ptr, odt, (64, 64), ((m, n), (_pitch(io), 1)), keep=False).address if tma else 0
@@ -325,7 +337,7 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
                   for x, info, (kd, shp, strd) in zip((scale_a, scale_b), infos, kinds))
         c = _stand_in(dev) if tma else numba_view(io, out, NP_OF[odt])
         args = (np.uint64(ta.address), np.uint64(tb.address), np.uint64(tc), c, sa, sb, np.int32(m), np.int32(n),
-                np.int32(k), np.float32(alpha), ws, counters)
+                np.int32(k), np.float32(alpha), ws, counters, numba_view(*vec) if vec is not None else ws)
         launch(scaled_kernel(cfg), grid, THREADS, args, stream=st, smem=cfg.smem, pdl=True)
         return out
     # the fast path: raw values into a prepared launch (no Numba arrays, no typing per call)
@@ -334,5 +346,8 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         + [(info.ptr, shp, strd, 4) if kd is not None else None for info, (kd, shp, strd) in zip(infos, kinds)]
     layouts = tuple(numba_layout(*x[1:]) if x else "C" for x in arrays)
     values = tuple(v for x in arrays for v in (array_arg_values(*x) if x else stand))
-    _prepared(cfg, grid, layouts, dev)(st, ta.address, tb.address, tc, *values, m, n, k, float(alpha), *ws_values)
+    bias_values = array_arg_values(vec[0].ptr, vec[0].shape, vec[0].strides, vec[0].itemsize) if vec is not None \
+        else ws_values[:len(ws_values) // 2]  # (the scratch stands in)
+    _prepared(cfg, grid, layouts, dev)(st, ta.address, tb.address, tc, *values, m, n, k, float(alpha), *ws_values,
+                                       *bias_values)
     return out

@@ -25,7 +25,9 @@ tensor cores accumulate the whole K (the fp8 fast path) and every scale goes in 
 epilogue. ``promote=True`` without block scales keeps the accuracy of promotion for
 per-tensor or rowwise scales.
 
-The epilogue applies ``alpha`` and the row / column scales and writes C: bf16/f16 through
+The epilogue applies ``alpha`` and the row / column scales, then a bias (one per column or
+per row, f32, f16 or bf16) and an activation where the configuration has them, and writes C:
+bf16/f16 through
 swizzled 64 x 64 shared blocks (two per consumer, one with staged scales) and TMA stores
 (``"tma"``), or any type and strides straight from the registers (``"direct"``). TMA fills A's and B's tails with zeros,
 so any M, N and K (with 16-byte aligned rows) works; a block scale past the end of K meets
@@ -41,8 +43,9 @@ from numba import cuda
 
 from ..intrinsics import acc_store, bulk_wait_group, bulk_wait_group_read, griddep_launch_dependents, setmaxnreg_dec, \
     setmaxnreg_inc
-from ..kit import BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_map, inlined, stream_range, \
-    stream_segment, stream_whole_units, tile_producer, tma_store_part, warpgroup_sync
+from ..kit import ACTIVATIONS, VECTOR_TYPES, BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_map, \
+    activation, inlined, stream_range, stream_segment, stream_whole_units, tile_producer, tma_store_part, \
+    warpgroup_sync
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS"]
@@ -74,14 +77,20 @@ class ScaledConfig:
     guarantees: the TMA thread stages the scales, 4 stages of 48 KiB), ``bn`` (tile columns: 128,
     or 64 with 128 rows: twice the tiles where 128-wide ones would leave most SMs idle; the B
     map's box then has 64 rows), ``stream_k`` (the CTAs share the tiles' k-blocks evenly; the
-    launch passes scratch of :meth:`workspace_floats` f32 values and one int32 zero per tile)."""
+    launch passes scratch of :meth:`workspace_floats` f32 values and one int32 zero per tile),
+    ``bias`` ("col": one per column of C, "row": one per row, or None) of ``bias_type`` ("f32",
+    "f16", or "bf16" as uint16 bits) and ``activation`` (one of
+    :data:`~nbwgmma.kit.ACTIVATIONS` or None), applied after the scales."""
 
     def __init__(self, a_type: str = "e4m3", b_type: str = "e4m3", out: str = "bf16", a_scale: str | None = "block",
                  b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8,
-                 a_columns: bool = False, bm: int = 128, bn: int = 128, stream_k: bool = False):
+                 a_columns: bool = False, bm: int = 128, bn: int = 128, stream_k: bool = False,
+                 bias: str | None = None, bias_type: str = "f32", activation: str | None = None):
         for name, v, ok in (("a_type", a_type, FP8), ("b_type", b_type, FP8), ("out", out, OUTS),
                             ("a_scale", a_scale, A_SCALES), ("b_scale", b_scale, B_SCALES),
-                            ("epilogue", epilogue, ("tma", "direct"))):
+                            ("epilogue", epilogue, ("tma", "direct")), ("bias", bias, (None, "col", "row")),
+                            ("bias_type", bias_type, VECTOR_TYPES), ("activation", activation,
+                                                                     (None,) + tuple(sorted(ACTIVATIONS)))):
             if v not in ok:
                 raise ValueError(f"ScaledConfig: {name} must be one of {ok}; got {v!r}")
         blocks = a_scale == "block" or b_scale == "block"
@@ -105,6 +114,7 @@ class ScaledConfig:
             raise ValueError(f"ScaledConfig: bn must be 128, or 64 with bm=128; got bn={bn!r}, bm={bm!r}")
         self.bm, self.bn = bm, bn
         self.stream_k = bool(stream_k)
+        self.bias, self.bias_type, self.activation = bias, (bias_type if bias else "f32"), activation
         self.kind = f"f32.{a_type}.{b_type}"
         self.sched = TileScheduler(bm, bn, BK, group_m=group_m)
         # smem: the stages, the C blocks (two per consumer; one with staged scales), the scales' slots
@@ -117,7 +127,8 @@ class ScaledConfig:
 
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
-                self.group_m, self.a_columns, self.bm, self.bn, self.stream_k)
+                self.group_m, self.a_columns, self.bm, self.bn, self.stream_k, self.bias, self.bias_type,
+                self.activation)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA;
@@ -137,21 +148,28 @@ class ScaledConfig:
 
 
 def _epilogue(cfg: ScaledConfig):
-    """``(acc, ct, row0, col0, sa, sb, m, n, alpha) -> fragment`` of one 64 x (64 or 128) part:
-    ``alpha`` times the row scale (A "row") and the column scale (B "col"), packed to 16-bit
-    pairs for the "tma" epilogue."""
+    """``(acc, ct, row0, col0, sa, sb, m, n, alpha, bias) -> fragment`` of one 64 x (64 or 128)
+    part: ``alpha`` times the row scale (A "row") and the column scale (B "col"), plus the bias,
+    through the activation, packed to 16-bit pairs for the "tma" epilogue."""
     rows, cols = cfg.a_scale == "row", cfg.b_scale == "col"
-    params = ["v", "row", "col"] + (["cb"] if cols else []) + (["ra"] if rows else []) + ["alpha"]
-    body = "v * alpha" + (" * ra" if rows else "") + (" * cb" if cols else "")
-    ns: dict = {}
+    bcol, brow = cfg.bias == "col", cfg.bias == "row"
+    # the vectors acc_map reads per column, then per row: their values' names, the arrays' slices, types
+    vecs = [("cb", "sb[0, col0:n]", "f32")] * cols + [("bc", "bias[col0:n]", cfg.bias_type)] * bcol \
+        + [("ra", "sa[row0:m, 0]", "f32")] * rows + [("br", "bias[row0:m]", cfg.bias_type)] * brow
+    params = ["v", "row", "col"] + [v[0] for v in vecs] + ["alpha"]
+    body = "v * alpha" + (" * ra" if rows else "") + (" * cb" if cols else "") + (" + bc" if bcol else "") \
+        + (" + br" if brow else "")
+    ns: dict = {"act": activation(cfg.activation, cfg.out) if cfg.activation else None}
+    if cfg.activation:
+        body = f"act({body})"
     exec(compile(f"def value({', '.join(params)}):\n    return {body}\n", "<nbwgmma.kernels.scaled value>", "exec"),
          ns)
     value = inlined(ns["value"])
     tma = cfg.epilogue == "tma"
-    ns["part"] = acc_map(value, 64 if tma else cfg.bn, cols=int(cols), rows=int(rows), nextra=1,
-                         pack=cfg.out if tma else None)
-    args = (["sb[0, col0:n]"] if cols else []) + (["sa[row0:m, 0]"] if rows else []) + ["alpha"]
-    src = f"def epilogue(acc, ct, row0, col0, sa, sb, m, n, alpha):\n    return part(acc, ct, row0, col0, " \
+    ns["part"] = acc_map(value, 64 if tma else cfg.bn, cols=int(cols) + int(bcol), rows=int(rows) + int(brow),
+                         nextra=1, pack=cfg.out if tma else None, vtype=tuple(v[2] for v in vecs) or "f32")
+    args = [v[1] for v in vecs] + ["alpha"]
+    src = f"def epilogue(acc, ct, row0, col0, sa, sb, m, n, alpha, bias):\n    return part(acc, ct, row0, col0, " \
           f"{', '.join(args)})\n"
     exec(compile(src, "<nbwgmma.kernels.scaled epilogue>", "exec"), ns)
     return inlined(ns["epilogue"])
@@ -159,13 +177,14 @@ def _epilogue(cfg: ScaledConfig):
 
 def scaled_kernel(cfg: ScaledConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
-    ``(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters)``: tensor-map addresses of A [M, K]
+    ``(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters, bias)``: tensor-map addresses of A [M, K]
     and B [N, K] (fp8, boxes of 128 x 128 and ``cfg.bn`` x 128, 128-byte swizzle) and, for the "tma" epilogue, of C
     [M, N] (box 64 x 64; 0 otherwise); ``c`` C as a 2-D array for the "direct" epilogue (bf16
     as uint16 bits; any 2-D array otherwise); ``sa`` and ``sb`` the 2-D f32 scales of the
     module docstring (any strides; a stand-in where a side has none); int32 sizes; f32
     ``alpha``; ``ws`` (f32) and ``counters`` (int32, zeros) stream-K's scratch, 1-D (any
-    stand-ins without ``stream_k``). Launch it with :data:`THREADS` threads, ``cfg.smem`` bytes of dynamic shared
+    stand-ins without ``stream_k``); ``bias`` the 1-D bias vector (of ``cfg.bias_type``;
+    any 1-D stand-in without ``cfg.bias``). Launch it with :data:`THREADS` threads, ``cfg.smem`` bytes of dynamic shared
     memory and ``cfg.grid(...)`` CTAs."""
     return _build(cfg.key())
 
@@ -266,28 +285,28 @@ def _build(key):
         tma_store_part(p, cbuf, ct, cw, tmap_c, col, row)
 
     @inlined
-    def store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha):  # a consumer's 64 x BN of C
+    def store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias):  # a consumer's 64 x BN of C
         if TMA:
-            half(epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha), cbuf, ct, cw, tmap_c, col0, r0)
+            half(epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha, bias), cbuf, ct, cw, tmap_c, col0, r0)
             if BN == 128:
-                half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha), cbuf + (CP - 1) * C_PART, ct, cw,
-                     tmap_c, col0 + 64, r0)
+                half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha, bias), cbuf + (CP - 1) * C_PART,
+                     ct, cw, tmap_c, col0 + 64, r0)
         else:
-            acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha), KIND, c, ct, r0, col0)
+            acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha, bias), KIND, c, ct, r0, col0)
 
     @cuda.jit(device=True, inline=True)
-    def put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha):
+    def put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias):
         """A consumer's fragments of a tile to C (256 rows: the second 128-row half's after the
         first's); the C block the next tile's first part takes."""
-        store(accs[0], cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+        store(accs[0], cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
         if TALL:
-            store(accs[1], cb, ct, cw, tmap_c, c, sa, sb, r0 + 128, col0, m, n, alpha)
+            store(accs[1], cb, ct, cw, tmap_c, c, sa, sb, r0 + 128, col0, m, n, alpha, bias)
         if BN == 64 and CP == 2:  # one part a tile: the two blocks take the tiles in turn
             cb = cbuf + C_PART if cb == cbuf else cbuf
         return cb
 
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters):
+    def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters, bias):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         flag = cuda.shared.array(1, np.int32)  # (stream-K's fix-up)
         sbase = base + S_OFF
@@ -337,7 +356,7 @@ def _build(key):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 r0, col0 = tm * BM + cw * 64, tn * BN
                 accs, s, ph = consume(ring, base, sbase, s, ph, 0, kblocks, ct, cw, sa, sb, r0, tn, m)
-                cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+                cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
             if STREAM:
                 g0, g1 = stream_range(cta, ctas, total)
                 g = g0
@@ -349,7 +368,7 @@ def _build(key):
                     accs, last = fix.finish(accs, ws, counters, flag, tid, ct, cw, t, cta, ctas, total, kblocks,
                                             g == g0, kb0 == 0 and kb1 == kblocks, m - r0)
                     if last:
-                        cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha)
+                        cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
                     g += kb1 - kb0
             if TMA and ct == 0:
                 bulk_wait_group(0)
