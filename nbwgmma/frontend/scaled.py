@@ -59,6 +59,7 @@ _CONFIGS = {}
 _SIM_SMS = 132  # the SMs tile choices assume under the simulator (an H100's), whatever runs it
 _SIM_CTAS = 1  # CTAs of a launch under the simulator (it runs them one after the other)
 _SCRATCH = {}  # (device, stream) -> stream-K's (partials, counters, their launch values), grown as asked
+_RETIRED = []  # scratch outgrown on a stream
 _LAUNCHERS = {}  # (configuration, grid, the arrays' layouts, device) -> PreparedLaunch
 # the kernel's parameters as a prepared launch packs them: maps of A, B, C; C; the scales; m, n,
 # k; alpha; stream-K's scratch and counters; the bias
@@ -118,8 +119,10 @@ def _scratch(device, stream, floats: int, tiles: int):
 
     have = _SCRATCH.get((device, stream))
     if have is None or have[0].size < floats or have[1].size < tiles:
-        floats = max(floats, have[0].size if have else 0)
-        tiles = max(tiles, have[1].size if have else 0)
+        if have is not None:  # kept: a launch still queued on the stream may use it (doubling bounds how many)
+            _RETIRED.append(have)
+        floats = max(floats, 2 * have[0].size if have else 0)
+        tiles = max(tiles, 2 * have[1].size if have else 0)
         ws, counters = cuda.device_array(floats, np.float32), cuda.to_device(np.zeros(tiles, np.int32))
         values = () if _SIM else tuple(v for x in (ws, counters) for v in array_arg_values(
             x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))
