@@ -395,6 +395,16 @@ def test_stream_k_kernels_compile_clean():
             GemmConfig("f32.bf16.bf16", stream_k=1, **kw)
 
 
+def test_split_and_stream_k_kernels_build_for_every_tile_height():
+    """Split-K and stream-K kernels of 64, 128 and 256 rows (one, two and four consumer warpgroups
+    sharing the tile's counters through kit.StreamFixup) build (the kernel's Python is run; the
+    compile is left to the tests above)."""
+    for bm in (64, 128, 256):
+        for kw in (dict(split=2), dict(stream_k=1)):
+            cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=128, out="bf16", **kw)
+            assert cfg.consumers == bm // 64 and gemm_kernel(cfg) is not None
+
+
 @pytest.mark.parametrize("kind, out, epilogue, bn, bm", [("f32.bf16.bf16", "bf16", "tma", 128, 128),
                                                          ("f32.bf16.bf16", "f32", "direct", 192, 128),
                                                          ("f32.e4m3.e4m3", "bf16", "tma", 256, 128),

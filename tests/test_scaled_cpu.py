@@ -138,7 +138,7 @@ def test_stream_k_rule_and_blocks_check_their_arguments():
     assert not stream_tiles(4096, 2112, 128, 132)  # one K block
     assert not stream_tiles(4096, 2112, 7168, 132, 256, 128)  # measured with 128 x 128 tiles only
     for kw, msg in ((dict(kind="f16.f16.f16"), "f32 accumulator"), (dict(bn=100), "wgmma N"),
-                    (dict(consumers=4), "consumers"), (dict(fragments=3), "fragments"),
+                    (dict(consumers=5), "consumers"), (dict(fragments=3), "fragments"),
                     (dict(first_thread=64), "first_thread"), (dict(barrier=0), "barrier")):
         args = {"kind": "f32.e4m3.e4m3", "bn": 128, **kw}
         with pytest.raises(ValueError, match=msg):

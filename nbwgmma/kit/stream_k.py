@@ -75,7 +75,7 @@ class StreamFixup(types.ModuleType):
             raise ValueError(f"StreamFixup: kind must have an f32 accumulator; got {kind!r}")
         if not isinstance(bn, int) or bn % 8 or not 8 <= bn <= 256:
             raise ValueError(f"StreamFixup: bn must be a wgmma N (a multiple of 8 in [8, 256]); got {bn!r}")
-        for name, v, ok in (("consumers", consumers, (1, 2, 3)), ("fragments", fragments, (1, 2)),
+        for name, v, ok in (("consumers", consumers, (1, 2, 3, 4)), ("fragments", fragments, (1, 2)),
                             ("barrier", barrier, range(1, 16))):
             if isinstance(v, bool) or v not in ok:
                 raise ValueError(f"StreamFixup: {name} must be one of {tuple(ok)}; got {v!r}")
