@@ -78,9 +78,9 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     CL = sched.cluster
 
     @cuda.jit(device=True, inline=True)
-    def stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args):
+    def stages(ring, base, s, ph, u, kb0, kb1, tiles_mc, tiles_n, args):  # unit u's k-blocks kb0 .. kb1 - 1
         tm, tn = sched.tile(u, tiles_mc, tiles_n, cluster_ctarank() if CL > 1 else 0)
-        for kb in range(kblocks):
+        for kb in range(kb0, kb1):
             full = pipe.producer_acquire(ring, s, ph, STAGE)
             load(base + s * STAGE, full, kb, tm, tn, args)
             s, ph = pipe.advance(s, ph)
@@ -93,15 +93,11 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
             cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
             whole = stream_whole_units(nunits, ctas)
             for u in range(cta, whole, ctas):
-                s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
+                s, ph = stages(ring, base, s, ph, u, 0, kblocks, tiles_mc, tiles_n, args)
             g, g1 = stream_range(cta, ctas, (nunits - whole) * kblocks)
             while g < g1:
                 t, kb0, kb1 = stream_segment(g, g1, kblocks)
-                tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
-                for kb in range(kb0, kb1):
-                    full = pipe.producer_acquire(ring, s, ph, STAGE)
-                    load(base + s * STAGE, full, kb, tm, tn, args)
-                    s, ph = pipe.advance(s, ph)
+                s, ph = stages(ring, base, s, ph, whole + t, kb0, kb1, tiles_mc, tiles_n, args)
                 g += kb1 - kb0
             griddep_launch_dependents()
     elif pairs:
@@ -110,14 +106,14 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
             s, ph = 0, 0
             for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
                 for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                    s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
+                    s, ph = stages(ring, base, s, ph, u, 0, kblocks, tiles_mc, tiles_n, args)
             griddep_launch_dependents()
     else:
         @cuda.jit(device=True, inline=True)
         def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args):
             s, ph = 0, 0
             for u in range(sched.first(), nunits, sched.step()):
-                s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
+                s, ph = stages(ring, base, s, ph, u, 0, kblocks, tiles_mc, tiles_n, args)
             griddep_launch_dependents()
 
     return produce
