@@ -43,15 +43,15 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
-from ..kit import SCALE_BLOCK
+from ..kit import SCALE_BLOCK, WIDE_COLS
 from ..launch import array_arg_types, array_arg_values, device_limits
 from .args import NP_OF, described, lib_of, output, stream_of
 from .arrays import ArrayInfo, numba_layout
 from .fused import bias_operand, check_epilogue
 from .plan import numba_view, tensor_map, zero_fill
 
-__all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "narrow_tiles", "stream_tiles", "TALL_GAIN",
-           "STREAM_BELOW"]
+__all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "narrow_tiles", "stream_tiles",
+           "wide_tiles", "TALL_GAIN", "WIDE_GAIN", "STREAM_BELOW"]
 
 _SIM = sim.enabled()
 _STAND_IN = {}  # device -> a (1, 1) f32 array for a side without a scale array
@@ -78,6 +78,28 @@ def tall_tiles(m: int, n: int, sms: int) -> bool:
     r128 = -(-(-(-m // 128) * cols) // sms)
     r256 = -(-(-(-m // 256) * cols) // sms)
     return 2 * r256 < TALL_GAIN * r128
+
+
+#: How much faster a 128-row tile of :data:`~nbwgmma.kit.WIDE_COLS` columns runs per column than a
+#: 128 x 128 tile (block-scaled; assumed as :data:`TALL_GAIN`: they move as few bytes through shared
+#: memory per product)
+WIDE_GAIN = 1.07
+
+
+def wide_tiles(m: int, n: int, sms: int) -> int | None:
+    """The width of :data:`~nbwgmma.kit.WIDE_COLS` whose 128-row tiles finish an M x N product of
+    block-scaled fp8 sooner on ``sms`` SMs than 128 x 128 tiles and than 256 x 128 ones (rounds of
+    tiles, one per SM at a time, a wide tile costing ``W / 128 / WIDE_GAIN`` of a 128 x 128 one, a
+    256-row one ``2 / TALL_GAIN``), or None. 4096 x 2112 on 132 SMs: 176 (3 rounds of 384 tiles,
+    against 5 of 128 x 128 and 3 of 256 x 128 tiles)."""
+    tm = -(-m // 128)
+    r128 = -(-(tm * -(-n // 128)) // sms)
+    best, cost = None, min(r128, 2 * -(-(-(-m // 256) * -(-n // 128)) // sms) / TALL_GAIN)
+    for w in WIDE_COLS:
+        c = -(-(tm * -(-n // w)) // sms) * w / 128 / WIDE_GAIN
+        if c < cost * 0.98:  # (a clear gain only)
+            best, cost = w, c
+    return best
 
 
 def narrow_tiles(m: int, n: int, sms: int) -> bool:
@@ -316,8 +338,10 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     a_cols = kinds[0][0] == "block" and _columns(infos[0], kinds[0][2])
     sms = _SIM_SMS if _SIM else device_limits()["multiprocessors"]
     tall = a_cols and m % 4 == 0 and tall_tiles(m, n, sms)
-    blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where narrow tiles and stream-K were measured
-    bn = 64 if blocks and not tall and narrow_tiles(m, n, sms) else 128
+    blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where narrow, wide tiles and stream-K were measured
+    wide = wide_tiles(m, n, sms) if a_cols and tma else None
+    tall = tall and not wide
+    bn = wide or (64 if blocks and not tall and narrow_tiles(m, n, sms) else 128)
     stream = blocks and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
     bias_type = vec[0].dtype if vec is not None else "f32"
     key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn, stream, where, bias_type, activation)
@@ -329,7 +353,8 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
                                            bias=where, bias_type=bias_type, activation=activation)
     ta = tensor_map(a, ia.ptr, ia.dtype, (128, 128), ((m, k), (_pitch(ia), 1)), keep=False)
     tb = tensor_map(b, ib.ptr, ib.dtype, (bn, 128), ((n, k), (_pitch(bt), 1)), keep=False)
-    tc = tensor_map(out, io.ptr, odt, (64, 64), ((m, n), (_pitch(io), 1)), keep=False).address if tma else 0
+    tc = tensor_map(out, io.ptr, odt, (64, cfg.c_cols), ((m, n), (_pitch(io), 1)), keep=False,
+                    swizzle=cfg.c_swizzle).address if tma else 0
     grid = cfg.grid(m, n, k, _SIM_CTAS if _SIM else sms)
     if cfg.stream_k:
         ws, counters, ws_values = _scratch(dev, st, cfg.workspace_floats(grid), cfg.sched.units(m, n, k))

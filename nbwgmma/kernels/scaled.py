@@ -43,9 +43,11 @@ from numba import cuda
 
 from ..intrinsics import acc_store, bulk_wait_group, bulk_wait_group_read, griddep_launch_dependents, setmaxnreg_dec, \
     setmaxnreg_inc
-from ..kit import ACTIVATIONS, VECTOR_TYPES, BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_map, \
-    activation, inlined, stream_range, stream_segment, stream_whole_units, tile_producer, tma_store_part, \
-    warpgroup_sync
+from ..intrinsics import acc_stmatrix_swizzled
+from ..kit import ACTIVATIONS, VECTOR_TYPES, WIDE_COLS, BlockScaled, StreamFixup, TileScheduler, TmaPipeline, \
+    acc_map, activation, inlined, stream_range, stream_segment, stream_whole_units, tile_producer, tma_store_block, \
+    tma_store_part, warpgroup_sync
+from ..launch import H100_LIMITS
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS"]
@@ -63,6 +65,7 @@ TALL_STAGES = 4  # 48 KiB stages of 256-row tiles
 # blocks per consumer would not fit beside the slots).
 C_PART = 64 * 64 * 2
 THREADS = 384
+STATIC_SMEM = 1024  # bytes of static shared memory beside the dynamic (the ring's barriers, a flag)
 
 
 class ScaledConfig:
@@ -75,8 +78,10 @@ class ScaledConfig:
     caller guarantees: staged beside each stage, :class:`~nbwgmma.kit.BlockScaled`), ``bm``
     (tile rows: 128, or 256 with ``a_columns`` and M a multiple of 4, which the caller
     guarantees: the TMA thread stages the scales, 4 stages of 48 KiB), ``bn`` (tile columns: 128,
-    or 64 with 128 rows: twice the tiles where 128-wide ones would leave most SMs idle; the B
-    map's box then has 64 rows), ``stream_k`` (the CTAs share the tiles' k-blocks evenly; the
+    or 64 with 128 rows: twice the tiles where 128-wide ones would leave most SMs idle; or one of
+    :data:`~nbwgmma.kit.WIDE_COLS` with 128 rows, ``a_columns`` and the "tma" epilogue, no
+    stream-K: fewer, wider tiles where 128-wide ones leave the last round mostly idle, C stored in
+    parts of :attr:`c_cols` columns; the B map's box has ``bn`` rows), ``stream_k`` (the CTAs share the tiles' k-blocks evenly; the
     launch passes scratch of :meth:`workspace_floats` f32 values and one int32 zero per tile),
     ``bias`` ("col": one per column of C, "row": one per row, or None) of ``bias_type`` ("f32",
     "f16", or "bf16" as uint16 bits) and ``activation`` (one of
@@ -110,20 +115,37 @@ class ScaledConfig:
         if bm not in (128, 256) or isinstance(bm, bool) or (bm == 256 and not self.a_columns):
             raise ValueError(f"ScaledConfig: bm must be 128, or 256 with A's block scales in columns (a_scale='block', "
                              f"a_columns=True); got bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}")
-        if bn not in (64, 128) or isinstance(bn, bool) or (bn == 64 and bm != 128):
-            raise ValueError(f"ScaledConfig: bn must be 128, or 64 with bm=128; got bn={bn!r}, bm={bm!r}")
+        wide = bn in WIDE_COLS
+        if bn not in (64, 128) + WIDE_COLS or isinstance(bn, bool) or (bn != 128 and bm != 128) \
+                or (wide and (not self.a_columns or epilogue != "tma" or stream_k)):
+            raise ValueError(f"ScaledConfig: bn must be 128, 64 with bm=128, or one of {WIDE_COLS} with bm=128, A's "
+                             f"block scales in columns, the 'tma' epilogue and no stream-K; got bn={bn!r}, bm={bm!r}, "
+                             f"a_columns={a_columns!r}, epilogue={epilogue!r}, stream_k={stream_k!r}")
         self.bm, self.bn = bm, bn
         self.stream_k = bool(stream_k)
         self.bias, self.bias_type, self.activation = bias, (bias_type if bias else "f32"), activation
         self.kind = f"f32.{a_type}.{b_type}"
         self.sched = TileScheduler(bm, bn, BK, group_m=group_m)
+        #: columns of each part of C the "tma" epilogue stores: 64 (128B-swizzled blocks), or half a wide
+        #: tile (unswizzled rows, one box a part)
+        self.c_cols = bn // 2 if wide else 64
+        #: the C map's swizzle ((64, c_cols) boxes)
+        self.c_swizzle = "128B" if self.c_cols == 64 else "none"
+        self.c_part = 64 * self.c_cols * 2
         # smem: the stages, the C blocks (two per consumer; one with staged scales), the scales' slots
         self.stage_bytes = (bm + bn) * BK
-        self.stages = STAGES if bm == 128 else TALL_STAGES
+        self.stages = STAGES if bm == 128 and not wide else TALL_STAGES
+        while wide and self.stages < STAGES and self._smem(self.stages + 1) + STATIC_SMEM <= H100_LIMITS["max_smem_optin"]:
+            self.stages += 1  # (wide tiles: as many as fit, 5 at 176 columns)
         self.c_off = self.stages * self.stage_bytes
-        self.s_off = self.c_off + 2 * C_PART
+        self.s_off = self.c_off + 2 * self.c_part
         #: dynamic shared memory to launch with
-        self.smem = dynamic_smem_bytes(max(self.c_off + 4 * C_PART, self.s_off + self.stages * (4 * bm + 128)))
+        self.smem = self._smem(self.stages)
+
+    def _smem(self, stages):
+        c_off = stages * self.stage_bytes
+        slots = c_off + 2 * self.c_part + stages * (4 * self.bm + 128)  # (wide tiles: staged scales only)
+        return dynamic_smem_bytes(slots if self.bn in WIDE_COLS else max(c_off + 4 * self.c_part, slots))
 
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
@@ -148,8 +170,8 @@ class ScaledConfig:
 
 
 def _epilogue(cfg: ScaledConfig):
-    """``(acc, ct, row0, col0, sa, sb, m, n, alpha, bias) -> fragment`` of one 64 x (64 or 128)
-    part: ``alpha`` times the row scale (A "row") and the column scale (B "col"), plus the bias,
+    """``(acc, ct, row0, col0, sa, sb, m, n, alpha, bias) -> fragment`` of one 64-row part
+    (``cfg.c_cols`` columns for the "tma" epilogue, else the tile's width): ``alpha`` times the row scale (A "row") and the column scale (B "col"), plus the bias,
     through the activation, packed to 16-bit pairs for the "tma" epilogue."""
     rows, cols = cfg.a_scale == "row", cfg.b_scale == "col"
     bcol, brow = cfg.bias == "col", cfg.bias == "row"
@@ -166,7 +188,7 @@ def _epilogue(cfg: ScaledConfig):
          ns)
     value = inlined(ns["value"])
     tma = cfg.epilogue == "tma"
-    ns["part"] = acc_map(value, 64 if tma else cfg.bn, cols=int(cols) + int(bcol), rows=int(rows) + int(brow),
+    ns["part"] = acc_map(value, cfg.c_cols if tma else cfg.bn, cols=int(cols) + int(bcol), rows=int(rows) + int(brow),
                          nextra=1, pack=cfg.out if tma else None, vtype=tuple(v[2] for v in vecs) or "f32")
     args = [v[1] for v in vecs] + ["alpha"]
     src = f"def epilogue(acc, ct, row0, col0, sa, sb, m, n, alpha, bias):\n    return part(acc, ct, row0, col0, " \
@@ -206,10 +228,15 @@ def _build(key):
     # so 128 x PREGS + 256 x CREGS must fit: the scale warps need 40, which leaves the consumers
     # 232; promoting without them, 24 and 240; the fast path (one fragment) 40 and 232.
     # (256 rows: 240 measured faster than 232)
-    PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (40, 232)
+    # (wide tiles: a sum and one temporary of up to 96 registers; the scale warps need more than 40)
+    PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.bn in WIDE_COLS else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn)
     BM, BN, STAGE, C_OFF, S_OFF = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off
+    WIDE = BN in WIDE_COLS
+    CC, C_BYTES, SWIZZLED_C = cfg.c_cols, cfg.c_part, cfg.c_swizzle == "128B"
+    ROW_C, NPARTS = 2 * cfg.c_cols, cfg.bn // cfg.c_cols
+    H, H2 = cfg.c_cols // 2, cfg.c_cols  # a part's values per thread; twice that (static slices)
     sched = cfg.sched
     epilogue = _epilogue(cfg)
     TMA = cfg.epilogue == "tma"
@@ -241,7 +268,10 @@ def _build(key):
     @cuda.jit(device=True, inline=True)
     def put_tile(ring, sbase, s, ph, turn, w, lane, sa, sb, m, tm, tn, kb0, kb1):
         """Scale warp ``w``'s turns among the fills of k-blocks ``kb0 .. kb1 - 1`` of tile (tm, tn)."""
-        rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[(tn * BN) >> 7 if B_BLOCK else 0]
+        nb = (tn * BN) >> 7 if B_BLOCK else 0
+        if WIDE and B_BLOCK:  # lane l copies the scale of the tile's (l % 4)-th block (clamped inside sb)
+            nb = min(nb + (lane & 3), sb.shape[0] - 1)
+        rows, sbr = bs.scale_rows(sa, tm * BM, m, lane), sb[nb]
         for kb in range(kb0, kb1):
             if turn == w:
                 bs.put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)
@@ -268,6 +298,11 @@ def _build(key):
             else:
                 acc, s, ph = bs.tile_direct(ring, base, s, ph, kb1 - kb0, ct, cw, sa, sb, ra0, ra1, nb)
             return (acc,), s, ph
+    elif WIDE:
+        @cuda.jit(device=True, inline=True)
+        def consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m):
+            acc, s, ph = bs.tile_wide(ring, base, sbase, s, ph, kb1 - kb0, ct, cw, (tn * BN) & 127)
+            return (acc,), s, ph
     else:
         @cuda.jit(device=True, inline=True)
         def consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m):
@@ -277,20 +312,24 @@ def _build(key):
     CP = 1 if staged else 2  # C blocks per consumer
 
     @inlined
-    def half(p, cbuf, ct, cw, tmap_c, col, row):  # one 64 x 64 part through a block of the warpgroup
+    def half(p, cbuf, ct, cw, tmap_c, col, row):  # one 64 x CC part through a block of the warpgroup
         if CP == 1:  # one block: the previous part's store must have read it
             if ct == 0:
                 bulk_wait_group_read(0)
             warpgroup_sync(cw)
-        tma_store_part(p, cbuf, ct, cw, tmap_c, col, row)
+        if SWIZZLED_C:
+            tma_store_part(p, cbuf, ct, cw, tmap_c, col, row)
+        else:  # whole unswizzled rows, one (64, CC) box
+            acc_stmatrix_swizzled(p, cbuf, ct, ROW_C, "none")
+            tma_store_block(cbuf, ct, cw, tmap_c, col, row)
 
     @inlined
     def store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias):  # a consumer's 64 x BN of C
-        if TMA:
-            half(epilogue(acc[:32], ct, r0, col0, sa, sb, m, n, alpha, bias), cbuf, ct, cw, tmap_c, col0, r0)
-            if BN == 128:
-                half(epilogue(acc[32:], ct, r0, col0 + 64, sa, sb, m, n, alpha, bias), cbuf + (CP - 1) * C_PART,
-                     ct, cw, tmap_c, col0 + 64, r0)
+        if TMA:  # the parts in turn through the warpgroup's one or two blocks
+            half(epilogue(acc[:H], ct, r0, col0, sa, sb, m, n, alpha, bias), cbuf, ct, cw, tmap_c, col0, r0)
+            if NPARTS >= 2:
+                half(epilogue(acc[H:H2], ct, r0, col0 + CC, sa, sb, m, n, alpha, bias), cbuf + (CP - 1) * C_BYTES,
+                     ct, cw, tmap_c, col0 + CC, r0)
         else:
             acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha, bias), KIND, c, ct, r0, col0)
 
@@ -302,7 +341,7 @@ def _build(key):
         if TALL:
             store(accs[1], cb, ct, cw, tmap_c, c, sa, sb, r0 + 128, col0, m, n, alpha, bias)
         if BN == 64 and CP == 2:  # one part a tile: the two blocks take the tiles in turn
-            cb = cbuf + C_PART if cb == cbuf else cbuf
+            cb = cbuf + C_BYTES if cb == cbuf else cbuf
         return cb
 
     @cuda.jit(launch_bounds=(THREADS, 1))
@@ -350,7 +389,7 @@ def _build(key):
         else:  # two consumer warpgroups, 64 rows of each tile each
             setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
-            cbuf = base + C_OFF + cw * CP * C_PART
+            cbuf = base + C_OFF + cw * CP * C_BYTES
             s, ph, cb = 0, 0, cbuf
             for u in range(cta, whole, ctas):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)

@@ -21,7 +21,8 @@
   tiles in turn (one's epilogue under the other's main loop);
 * :mod:`~nbwgmma.kit.scaling`: :class:`BlockScaled`, two consumer warpgroups of a block-scaled
   fp8 GEMM (each 128-K block summed by the wgmma, then scaled and added in registers:
-  promotion), and :func:`acc_promote`;
+  promotion), :func:`acc_promote` and :func:`acc_promote_cols` (a tile whose columns span
+  several scale blocks);
 * :mod:`~nbwgmma.kit.sparse`: :class:`SparseConsumers`, two consumer warpgroups of a 2:4-sparse
   GEMM (``wgmma.mma_async.sp``, the metadata staged with the stage), and its producer's loads;
 * :mod:`~nbwgmma.kit.stream_k`: :class:`StreamFixup`, stream-K's fix-up: tiles whose k-blocks
@@ -52,7 +53,7 @@ from .groups import group_walk
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .producer import tile_producer
-from .scaling import SCALE_BLOCK, BlockScaled, acc_promote
+from .scaling import SCALE_BLOCK, WIDE_COLS, BlockScaled, acc_promote, acc_promote_cols
 from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segment, stream_whole_units, tile_order,
                         wave_order)
 from .sparse import SparseConsumers
@@ -60,6 +61,6 @@ from .stream_k import StreamFixup
 from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
-           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "StreamFixup", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "SCALE_BLOCK", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
+           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "StreamFixup", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

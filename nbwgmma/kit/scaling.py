@@ -51,6 +51,7 @@ against 1142 with 128-row tiles, 1069 against 976 at 4096 x 24576 x 1536.
 
 from __future__ import annotations
 
+import math
 import types
 
 import numpy as np
@@ -64,10 +65,15 @@ from ..layout import SWIZZLE_CODE, wgmma_kind
 from .device import inlined
 from .pipeline import TmaPipeline
 
-__all__ = ["BlockScaled", "acc_promote", "SCALE_BLOCK"]
+__all__ = ["BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS"]
 
 #: K (and, for a weight, N) elements per scale block.
 SCALE_BLOCK = 128
+
+#: tile widths past 128 columns that :class:`BlockScaled` takes (128 rows, staged scales, one
+#: temporary): the multiples of 16 up to 176 (at 192 the sum, the temporary and the rest of a
+#: consumer's values no longer fit in its 224 registers beside scale warps of 56: ptxas spills)
+WIDE_COLS = (144, 160, 176)
 
 _SW128 = SWIZZLE_CODE["128B"]
 _PROMOTES: dict = {}
@@ -89,6 +95,41 @@ def acc_promote(n: int):
         exec(compile(f"def promote(acc, tmp, s0, s1):\n    return ({body},)\n", f"<nbwgmma.kit.acc_promote({n})>",
                      "exec"), ns)
         fn = _PROMOTES[n] = inlined(ns["promote"])
+    return fn
+
+
+_SPANS: dict = {}
+
+
+def acc_promote_cols(n: int):
+    """A device function ``(acc, tmp, a0, a1, b0, b1, b2, off) -> acc + tmp * a * b`` over the 64
+    x ``n`` f32 fragments of one thread whose columns start ``off`` columns into a 128-column scale
+    block (``off`` a multiple of ``gcd(n, 128)`` below 128, as for tiles ``n`` wide): ``a`` is
+    ``a0`` on the thread's first row and ``a1`` on its second; ``b`` is ``b0``, ``b1`` or ``b2``,
+    the scale of the block the value's column lies in (a tile up to 256 columns wide spans three).
+    Each possible ``off`` has its own unrolled code with the blocks fixed per column, picked by a
+    uniform branch (no select per value): one fused multiply-add per value, as
+    :func:`acc_promote`."""
+    if not isinstance(n, int) or n % 16 or not 16 <= n <= 256:
+        raise ValueError(f"acc_promote_cols: n must be a multiple of 16 in [16, 256]; got {n!r}")
+    fn = _SPANS.get(n)
+    if fn is None:
+        def case(off):  # value i: row lr + 8 * ((i // 2) % 2), column 8 * (i // 4) + (0 .. 7)
+            return "return (" + ", ".join(f"acc[{i}] + tmp[{i}] * p{(i // 2) % 2}{(off + 8 * (i // 4)) >> 7}"
+                                          for i in range(n // 2)) + ",)"
+
+        def tree(offs, pad):  # a binary search over the offsets, one case at each leaf
+            if len(offs) == 1:
+                return [pad + case(offs[0])]
+            mid = offs[len(offs) // 2]
+            return [pad + f"if off < {mid}:"] + tree(offs[:len(offs) // 2], pad + "    ") \
+                + tree(offs[len(offs) // 2:], pad)
+        lines = ["def promote(acc, tmp, a0, a1, b0, b1, b2, off):"]
+        lines += [f"    p{r}{j} = a{r} * b{j}" for r in (0, 1) for j in (0, 1, 2)]
+        lines += tree(list(range(0, 128, math.gcd(n, 128))), "    ")
+        ns: dict = {}
+        exec(compile("\n".join(lines), f"<nbwgmma.kit.acc_promote_cols({n})>", "exec"), ns)
+        fn = _SPANS[n] = inlined(ns["promote"])
     return fn
 
 
@@ -121,7 +162,14 @@ class BlockScaled(types.ModuleType):
     and every consumer thread; :attr:`stage_bytes` and :attr:`slot_bytes` give its stage and
     scale slot sizes) makes each consumer hold 64 rows of each 128-row half of the tile;
     ``cols`` (128, or 64 with 128 rows: tiles of 128 x 64, twice the tiles for products of few
-    rows; B's stage then holds 64 rows and the fragments are 64 x 64) sets the tile's width.
+    rows; B's stage then holds 64 rows and the fragments are 64 x 64) sets the tile's width. A
+    *wide* tile (``cols`` one of :data:`WIDE_COLS`, 128 rows, staged scales) fills the SMs'
+    rounds where 128-column tiles leave the last one mostly idle (4096 x 2112: 384 tiles of 128 x
+    176 against 544 of 128 x 128 on 132 SMs); its columns may span three 128-column blocks of B's
+    scales: the scale warp's lane ``l`` copies block ``nb + l % 4``'s scale (the caller passes each
+    lane its row, clamped inside the scales) and ``tile_wide(ring, base, sbase, s, ph, kblocks,
+    ct, cw, off)`` promotes through :func:`acc_promote_cols` (``off``: the tile's first column
+    modulo 128), one temporary a warpgroup as a 256-row tile's waves.
 
     Device functions: ``load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row)`` (the producer's
     TMA loads of one stage); staged: ``scale_rows(sa, row0, m, lane) -> rows`` (what thread
@@ -178,8 +226,11 @@ class BlockScaled(types.ModuleType):
         if rows == 256 and not self.staged:
             raise ValueError("BlockScaled: 256-row tiles take A's block scales with contiguous rows (a_block=True, "
                              f"a_columns=True); got a_block={a_block!r}, a_columns={a_columns!r}")
-        if cols not in (64, 128) or isinstance(cols, bool) or (cols == 64 and rows == 256):
-            raise ValueError(f"BlockScaled: cols must be 128, or 64 with 128 rows; got cols={cols!r}, rows={rows!r}")
+        if cols not in (64, 128) + WIDE_COLS or isinstance(cols, bool) or (cols != 128 and rows == 256) \
+                or (cols in WIDE_COLS and not self.staged):
+            raise ValueError(f"BlockScaled: cols must be 128, 64 with 128 rows, or one of {WIDE_COLS} with 128 rows "
+                             f"and staged scales (a_block=True, a_columns=True); got cols={cols!r}, rows={rows!r}, "
+                             f"a_columns={a_columns!r}")
         self.rows, self.cols = rows, cols
         tma = rows == 256  # the TMA thread stages the scales
         want = ((1 if tma else self.PRODUCERS), self.STAGED_RELEASES) if self.staged else (1, 2)
@@ -206,6 +257,7 @@ class BlockScaled(types.ModuleType):
         A_CONS = 64 * 128  # bytes between the two warpgroups' 64-row halves of A
         N = self.cols
         promote = acc_promote(N)
+        spans = acc_promote_cols(N) if N in WIDE_COLS else None
         ONE = np.float32(1.0)
 
         @inlined
@@ -368,6 +420,37 @@ class BlockScaled(types.ModuleType):
             return acc0, acc1, s, ph
 
         @cuda.jit(device=True, inline=True)
+        def tile_wide(ring, base, sbase, s, ph, kblocks, ct, cw, off):
+            # One temporary (the sum and two would not fit): each block's wgmmas complete before its
+            # promotion, the other warpgroup's keeping the tensor cores busy meanwhile, as a 256-row
+            # tile's waves. B's scales of the (up to three) 128-column blocks the tile's columns
+            # span, from ``off`` columns into the first, sit in the slot's first three B words.
+            o = cw * 64 + ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in the tile
+            acc = acc_zeros(KIND, N)
+            tmp = acc_undef(KIND, N)
+            for kb in range(kblocks):
+                pipe.consumer_wait(ring, s, ph)
+                sslot = sbase + s * SLOT
+                tmp = block(tmp, base + s * STAGE, cw, 0)
+                a0 = ld_shared_f32(sslot + 4 * o)
+                a1 = ld_shared_f32(sslot + 4 * o + 32)
+                b0 = ONE
+                b1 = ONE
+                b2 = ONE
+                if B_BLOCK:
+                    b0 = ld_shared_f32(sslot + 4 * ROWS)
+                    b1 = ld_shared_f32(sslot + 4 * ROWS + 4)
+                    b2 = ld_shared_f32(sslot + 4 * ROWS + 8)
+                wgmma_wait_group(0)
+                pipe.consumer_release(ring, s)  # every thread read the slot's scales: every one releases it
+                if B_BLOCK:
+                    acc = spans(acc, tmp, a0, a1, b0, b1, b2, off)
+                else:
+                    acc = promote(acc, tmp, a0, a1)
+                s, ph = pipe.advance(s, ph)
+            return acc, s, ph
+
+        @cuda.jit(device=True, inline=True)
         def scales(sa0, sa1, sbn, kb):
             """Block ``kb``'s scales read from global memory (A's on the thread's two rows,
             B's), one where a side has none."""
@@ -448,5 +531,5 @@ class BlockScaled(types.ModuleType):
 
         self.load, self.scale_rows, self.put_scales, self.fill = load, scale_rows, put_scales, fill
         direct = (A_BLOCK or B_BLOCK) and not STAGED
-        self.tile_direct, self.tile_tall = tile_direct, tile_tall
+        self.tile_direct, self.tile_tall, self.tile_wide = tile_direct, tile_tall, tile_wide
         self.tile = tile_direct if direct else tile_promoted if self.promotes else tile_plain
