@@ -90,7 +90,7 @@ class ScaledConfig:
     def __init__(self, a_type: str = "e4m3", b_type: str = "e4m3", out: str = "bf16", a_scale: str | None = "block",
                  b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8,
                  a_columns: bool = False, bm: int = 128, bn: int = 128, stream_k: bool = False,
-                 bias: str | None = None, bias_type: str = "f32", activation: str | None = None, stagger: bool = False):
+                 bias: str | None = None, bias_type: str = "f32", activation: str | None = None):
         for name, v, ok in (("a_type", a_type, FP8), ("b_type", b_type, FP8), ("out", out, OUTS),
                             ("a_scale", a_scale, A_SCALES), ("b_scale", b_scale, B_SCALES),
                             ("epilogue", epilogue, ("tma", "direct")), ("bias", bias, (None, "col", "row")),
@@ -123,7 +123,6 @@ class ScaledConfig:
                              f"a_columns={a_columns!r}, epilogue={epilogue!r}, stream_k={stream_k!r}")
         self.bm, self.bn = bm, bn
         self.stream_k = bool(stream_k)
-        self.stagger = bool(stagger)
         self.bias, self.bias_type, self.activation = bias, (bias_type if bias else "f32"), activation
         self.kind = f"f32.{a_type}.{b_type}"
         self.sched = TileScheduler(bm, bn, BK, group_m=group_m)
@@ -151,7 +150,7 @@ class ScaledConfig:
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
                 self.group_m, self.a_columns, self.bm, self.bn, self.stream_k, self.bias, self.bias_type,
-                self.activation, self.stagger)
+                self.activation)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA;
@@ -232,7 +231,7 @@ def _build(key):
     # (wide tiles: a sum and one temporary of up to 96 registers; the scale warps need more than 40)
     PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.bn in WIDE_COLS else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
-                     promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn, stagger=cfg.stagger)
+                     promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn)
     BM, BN, STAGE, C_OFF, S_OFF = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off
     WIDE = BN in WIDE_COLS
     CC, C_BYTES, SWIZZLED_C = cfg.c_cols, cfg.c_part, cfg.c_swizzle == "128B"

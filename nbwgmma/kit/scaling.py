@@ -58,7 +58,7 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_undef, acc_zeros, bulk_copy_g2s_array, named_barrier_arrive, named_barrier_sync, cp_async, cp_async_zfill, desc_advance, ld_shared_f32, make_desc,
+    acc_undef, acc_zeros, bulk_copy_g2s_array, cp_async, cp_async_zfill, desc_advance, ld_shared_f32, make_desc,
     st_shared_f32, tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
@@ -76,7 +76,6 @@ SCALE_BLOCK = 128
 WIDE_COLS = (144, 160, 176)
 
 _SW128 = SWIZZLE_CODE["128B"]
-STAGGER_BAR = 6  # (the named barrier of the consumers' stagger)
 _PROMOTES: dict = {}
 
 
@@ -206,7 +205,7 @@ class BlockScaled(types.ModuleType):
     SCALE_SLOT_BYTES = 640
 
     def __init__(self, kind: str, pipe: TmaPipeline, *, a_block: bool, b_block: bool, promote: bool | None = None,
-                 a_columns: bool = False, rows: int = 128, cols: int = 128, stagger: bool = False):
+                 a_columns: bool = False, rows: int = 128, cols: int = 128):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or k.atype not in ("e4m3", "e5m2") or k.btype not in ("e4m3", "e5m2"):
             raise ValueError(f"BlockScaled: kind must be an fp8 kind with an f32 accumulator (f32.e4m3.e4m3, ...); "
@@ -233,7 +232,6 @@ class BlockScaled(types.ModuleType):
                              f"and staged scales (a_block=True, a_columns=True); got cols={cols!r}, rows={rows!r}, "
                              f"a_columns={a_columns!r}")
         self.rows, self.cols = rows, cols
-        self.stagger = bool(stagger)
         tma = rows == 256  # the TMA thread stages the scales
         want = ((1 if tma else self.PRODUCERS), self.STAGED_RELEASES) if self.staged else (1, 2)
         if (pipe.producers, pipe.consumers) != want:
@@ -260,7 +258,6 @@ class BlockScaled(types.ModuleType):
         N = self.cols
         promote = acc_promote(N)
         spans = acc_promote_cols(N) if N in WIDE_COLS else None
-        STAGGER = self.stagger
         ONE = np.float32(1.0)
 
         @inlined
@@ -388,7 +385,7 @@ class BlockScaled(types.ModuleType):
             return acc, s, ph
 
         @cuda.jit(device=True, inline=True)
-        def wave(ring, acc, tmp, slot, sslot, s, ct, cw, o, w, b, lead=False):
+        def wave(ring, acc, tmp, slot, sslot, s, ct, cw, o, w, b):
             """Wave ``w`` (128 rows) of the block at stage ``s``: its wgmmas into ``tmp``, its
             A scales (and, in the first wave, B's) read while they run, their completion, the
             stage's release after the last wave, the promotion."""
@@ -400,8 +397,6 @@ class BlockScaled(types.ModuleType):
             if B_BLOCK and w == 0:
                 b = ld_shared_f32(sslot + 4 * ROWS)
             wgmma_wait_group(0)
-            if lead:  # the tile's first wave is done: the other warpgroup may start (a stagger)
-                named_barrier_arrive(STAGGER_BAR, 256)
             if w == 1:  # every thread read the slot's scales: every one releases it
                 pipe.consumer_release(ring, s)
             return promote(acc, tmp, a0 * b, a1 * b), tmp, b
@@ -419,9 +414,7 @@ class BlockScaled(types.ModuleType):
                 pipe.consumer_wait(ring, s, ph)
                 slot = base + s * STAGE
                 sslot = sbase + s * SLOT
-                if STAGGER and kb == 0 and cw == 1:
-                    named_barrier_sync(STAGGER_BAR, 256)
-                acc0, tmp, b = wave(ring, acc0, tmp, slot, sslot, s, ct, cw, o, 0, ONE, STAGGER and kb == 0 and cw == 0)
+                acc0, tmp, b = wave(ring, acc0, tmp, slot, sslot, s, ct, cw, o, 0, ONE)
                 acc1, tmp, b = wave(ring, acc1, tmp, slot, sslot, s, ct, cw, o, 1, b)
                 s, ph = pipe.advance(s, ph)
             return acc0, acc1, s, ph
@@ -438,8 +431,6 @@ class BlockScaled(types.ModuleType):
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
                 sslot = sbase + s * SLOT
-                if STAGGER and kb == 0 and cw == 1:
-                    named_barrier_sync(STAGGER_BAR, 256)
                 tmp = block(tmp, base + s * STAGE, cw, 0)
                 a0 = ld_shared_f32(sslot + 4 * o)
                 a1 = ld_shared_f32(sslot + 4 * o + 32)
@@ -451,8 +442,6 @@ class BlockScaled(types.ModuleType):
                     b1 = ld_shared_f32(sslot + 4 * ROWS + 4)
                     b2 = ld_shared_f32(sslot + 4 * ROWS + 8)
                 wgmma_wait_group(0)
-                if STAGGER and kb == 0 and cw == 0:
-                    named_barrier_arrive(STAGGER_BAR, 256)
                 pipe.consumer_release(ring, s)  # every thread read the slot's scales: every one releases it
                 if B_BLOCK:
                     acc = spans(acc, tmp, a0, a1, b0, b1, b2, off)
