@@ -104,7 +104,7 @@ def test_256_row_tiles_stage_their_scales_by_the_tma_thread(m, b_kind, monkeypat
     assert any(c.bm == 256 for c in front._CONFIGS.values()), "a 256-row configuration ran"
 
 
-@pytest.mark.parametrize("w, n, b_kind", [(176, 520, "block"), (144, 304, "block"), (176, 200, "col")])
+@pytest.mark.parametrize("w, n, b_kind", [(176, 520, "block"), (144, 304, "block"), (144, 200, "col")])
 def test_wide_tiles_promote_across_the_b_scale_blocks_they_span(w, n, b_kind, monkeypatch):
     """128-row tiles wider than 128 columns (forced: the front end takes them where they fill
     the SMs' rounds better): 176 x 3 tiles start 0, 48 and 96 columns into a block of B's scales,

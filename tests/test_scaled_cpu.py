@@ -9,8 +9,9 @@ import re
 from numba import types
 
 from nbwgmma.kernels.scaled import ScaledConfig, scaled_kernel
-from nbwgmma.frontend.scaled import stream_tiles
-from nbwgmma.kit import BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_promote, tile_producer
+from nbwgmma.frontend.scaled import stream_tiles, wide_tiles
+from nbwgmma.kit import BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_promote, acc_promote_cols, \
+    tile_producer
 from nbwgmma.report import compile_reports
 
 F32 = types.float32
@@ -110,6 +111,30 @@ def test_64_column_tiles_compile_clean():
         assert cfg.stage_bytes == 24 * 1024
 
 
+def test_wide_tiles_compile_clean_and_promote_by_column_offset():
+    """128 x 176 and 128 x 144 tiles: one m64nNk32 wgmma group a stage completed (wait_group 0)
+    before its promotion, one FFMA per value (each column's B scale fixed per offset case, picked
+    by a branch: no select per value), three B scales read from the slot, C in two unswizzled
+    halves (two TMA stores, 11 or 9 stmatrix a part); no spills; five stages fit."""
+    cfgs = [ScaledConfig("e4m3", "e4m3", "bf16", "block", b, a_columns=True, bn=bn)
+            for bn, b in ((176, "block"), (144, "block"), (144, "col"))]
+    for cfg, rep in zip(cfgs, compile_reports([(scaled_kernel(c), SIG) for c in cfgs])):
+        assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep.warnings
+        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+        assert rep.sass.get("QGMMA") == 4 and f"QGMMA.64x{cfg.bn}x32.F32.E4M3.E4M3" in rep.sass_text, rep.sass
+        consumers, _ = consumer_region(rep)
+        text = "\n".join(consumers)
+        assert text.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 1 and "gsb0, 0x1" not in text, text
+        assert text.count("FFMA") == cfg.bn // 2, text  # the promotion's, once (the offset cases share them)
+        assert rep.sass.get("UTMASTG") == 2 and rep.sass.get("STSM") == 2 * -(-cfg.bn // 32), rep.sass
+        assert cfg.c_cols == cfg.bn // 2 and cfg.c_swizzle == "none"
+        assert cfg.stages == 5 and cfg.smem + 1024 <= 227 * 1024
+    # the rule: wide tiles where they cut the SMs' rounds by enough
+    assert wide_tiles(4096, 576, 132) == 144 and wide_tiles(128, 18432, 132) == 144
+    assert wide_tiles(4096, 2112, 132) is None and wide_tiles(4096, 7168, 132) is None
+    assert wide_tiles(256, 4608, 132) is None and wide_tiles(128, 7168, 132) is None
+
+
 def test_stream_k_kernels_compile_clean():
     """Stream-K (256 x 128 and 128 x 128 with staged scales): a main loop for the tiles taken
     whole and one for the shared ones (twice the wgmmas), two atomics per shared tile (the
@@ -192,10 +217,16 @@ def test_configs_check_their_arguments():
         ScaledConfig(bm=256)
     with pytest.raises(ValueError, match="bm must be 128, or 256"):
         ScaledConfig(a_columns=True, bm=192)
-    with pytest.raises(ValueError, match="bn must be 128, or 64 with bm=128"):
+    with pytest.raises(ValueError, match="bn must be 128, 64 with bm=128"):
         ScaledConfig(a_columns=True, bm=256, bn=64)
-    with pytest.raises(ValueError, match="cols must be 128, or 64 with 128 rows"):
+    for kw in (dict(bn=176), dict(a_columns=True, bn=176, stream_k=True), dict(a_columns=True, bn=192),
+               dict(a_columns=True, bn=176, bm=256), dict(a_columns=True, bn=176, out="f32", epilogue="direct")):
+        with pytest.raises(ValueError, match=r"bn must be 128, 64 with bm=128, or one of \(144, 160, 176\)"):
+            ScaledConfig(**kw)
+    with pytest.raises(ValueError, match="cols must be 128, 64 with 128 rows"):
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, cols=32)
+    with pytest.raises(ValueError, match="staged scales"):  # wide tiles: the scales staged
+        BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, cols=176)
     with pytest.raises(ValueError, match="rows must be 128 or 256"):
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=256, producers=33), a_block=True, b_block=True,
                     a_columns=True, rows=64)
@@ -206,6 +237,8 @@ def test_configs_check_their_arguments():
                     a_columns=True, rows=256)
     with pytest.raises(ValueError, match="wgmma N"):
         acc_promote(100)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        acc_promote_cols(168)
 
 
 def test_block_scaled_grouped_kernel_compiles_clean():

@@ -142,6 +142,31 @@ def test_64_column_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
     assert any(c.bn == 64 for c in front._CONFIGS.values())
 
 
+def test_wide_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
+    """128 x 144, 160 and 176 tiles (taken where they cut the SMs' rounds; forced here): exact on
+    small integers against float64 and bit for bit the 128-wide kernel's output, on shapes whose
+    tiles start at every offset into B's 128-column scale blocks, N and K ragged, with a bias and
+    relu on one (exact too)."""
+    from nbwgmma.frontend import scaled as front
+    for m, n, k, w in [(1000, 2112, 7232, 176), (200, 520, 336, 144), (4096, 576, 2048, 160), (300, 1000, 1024, 144)]:
+        xq, sx, wq, sw = small_integers(m, n, k)
+        ref = reference(xq, sx, wq, sw)
+        bias = torch.randint(-4, 5, (n,), device="cuda").float() if n == 1000 else None
+        act = "relu" if bias is not None else None
+        want = torch.relu(ref + bias.double()) if bias is not None else ref
+        outs = []
+        for width in (w, None):
+            monkeypatch.setattr(front, "wide_tiles", lambda m, n, sms, width=width: width)
+            monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: False)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            matmul(xq, wq.t(), scale_a=sx.t().contiguous().t(), scale_b=sw.t(), out=out, bias=bias, activation=act)
+            assert torch.equal(out.double(), want.to(torch.bfloat16).double()), (m, n, k, width)
+            outs.append(out)
+            monkeypatch.undo()
+        assert torch.equal(outs[0], outs[1])
+    assert {c.bn for c in front._CONFIGS.values()} >= {144, 160, 176}
+
+
 @pytest.mark.parametrize("tiles", ["256x128", "128x128", "128x64"])
 def test_stream_k_exact_with_every_tile(tiles, monkeypatch):
     """Stream-K (forced on, and off for the same call): the CTAs share the tiles' k-blocks evenly,

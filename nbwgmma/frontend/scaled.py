@@ -51,7 +51,7 @@ from .fused import bias_operand, check_epilogue
 from .plan import numba_view, tensor_map, zero_fill
 
 __all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "narrow_tiles", "stream_tiles",
-           "wide_tiles", "TALL_GAIN", "WIDE_GAIN", "STREAM_BELOW"]
+           "wide_tiles", "TALL_GAIN", "WIDE_EFF", "WIDE_GAIN", "STREAM_BELOW"]
 
 _SIM = sim.enabled()
 _STAND_IN = {}  # device -> a (1, 1) f32 array for a side without a scale array
@@ -80,24 +80,28 @@ def tall_tiles(m: int, n: int, sms: int) -> bool:
     return 2 * r256 < TALL_GAIN * r128
 
 
-#: How much faster a 128-row tile of :data:`~nbwgmma.kit.WIDE_COLS` columns runs per column than a
-#: 128 x 128 tile (block-scaled; assumed as :data:`TALL_GAIN`: they move as few bytes through shared
-#: memory per product)
-WIDE_GAIN = 1.07
+#: Throughput per column of block-scaled 128-row tiles of :data:`~nbwgmma.kit.WIDE_COLS` columns
+#: relative to 128 x 128 tiles (one temporary a consumer), from products whose rounds they cut
+#: (measured on an H200: 0.75-0.86 at 144 columns; BENCHMARKS.md, 2026-11-29)
+WIDE_EFF = 0.85
+#: The least modeled gain a wide tile must bring (its rounds' cost against the best of 128 x 128 and
+#: 256 x 128 tiles): 4096 x 2112 x 7168 in 128 x 176 tiles, modeled 1.03x, ran at 0.99x
+WIDE_GAIN = 1.1
 
 
 def wide_tiles(m: int, n: int, sms: int) -> int | None:
     """The width of :data:`~nbwgmma.kit.WIDE_COLS` whose 128-row tiles finish an M x N product of
-    block-scaled fp8 sooner on ``sms`` SMs than 128 x 128 tiles and than 256 x 128 ones (rounds of
-    tiles, one per SM at a time, a wide tile costing ``W / 128 / WIDE_GAIN`` of a 128 x 128 one, a
-    256-row one ``2 / TALL_GAIN``), or None. 4096 x 2112 on 132 SMs: 176 (3 rounds of 384 tiles,
-    against 5 of 128 x 128 and 3 of 256 x 128 tiles)."""
+    block-scaled fp8 on ``sms`` SMs at least :data:`WIDE_GAIN` times sooner than 128 x 128 and
+    256 x 128 tiles, or None: rounds of tiles (one per SM at a time), a wide tile costing ``W /
+    128 / WIDE_EFF`` of a 128 x 128 one, a 256-row one ``2 / TALL_GAIN``. On 132 SMs, 4096 x 576:
+    144 (128 tiles in one round, against two rounds of 160 128 x 128 tiles; 1.24x measured on an
+    H200); 4096 x 2112: none (3 rounds of 128 x 176 tiles against 5 of 128 x 128: 1.03x modeled)."""
     tm = -(-m // 128)
-    r128 = -(-(tm * -(-n // 128)) // sms)
-    best, cost = None, min(r128, 2 * -(-(-(-m // 256) * -(-n // 128)) // sms) / TALL_GAIN)
+    best = None
+    cost = min(-(-(tm * -(-n // 128)) // sms), 2 * -(-(-(-m // 256) * -(-n // 128)) // sms) / TALL_GAIN)
     for w in WIDE_COLS:
-        c = -(-(tm * -(-n // w)) // sms) * w / 128 / WIDE_GAIN
-        if c < cost * 0.98:  # (a clear gain only)
+        c = -(-(tm * -(-n // w)) // sms) * w / 128 / WIDE_EFF
+        if c * WIDE_GAIN < cost:
             best, cost = w, c
     return best
 
@@ -339,7 +343,8 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     sms = _SIM_SMS if _SIM else device_limits()["multiprocessors"]
     tall = a_cols and m % 4 == 0 and tall_tiles(m, n, sms)
     blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where narrow, wide tiles and stream-K were measured
-    wide = wide_tiles(m, n, sms) if a_cols and tma else None
+    # (wide tiles with B's block scales: with column scales the 176-wide epilogue spills)
+    wide = wide_tiles(m, n, sms) if a_cols and tma and kinds[1][0] == "block" else None
     tall = tall and not wide
     bn = wide or (64 if blocks and not tall and narrow_tiles(m, n, sms) else 128)
     stream = blocks and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
