@@ -9,7 +9,11 @@ copying each stage's scales beside it (taking the stages in turn), and two consu
 sharing each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block, the consumer
 scales it and adds it into its f32 accumulator: promotion, every block, in registers). With ``bm=256`` the
 tiles are 256 x 128 in a ring of 4 stages of 48 KiB, the TMA thread staging the scales (no
-scale warps) and each consumer promoting its 64 rows of both 128-row halves. With ``stream_k``
+scale warps) and each consumer promoting its 64 rows of both 128-row halves. With ``bn`` one of
+:data:`~nbwgmma.kit.WIDE_COLS` the tiles are 128 rows by 144-176 columns (one temporary a
+consumer, B's scales of the up to three 128-column blocks a tile spans staged by the scale
+warps, C stored in two unswizzled halves): fewer tiles where 128-wide ones leave the SMs' last
+round mostly idle. With ``stream_k``
 the CTAs share the tiles' k-blocks evenly (stream-K: every SM busy whatever the tile count)
 and a :class:`~nbwgmma.kit.StreamFixup` sums the tiles they share.
 
