@@ -45,14 +45,11 @@ import functools
 import numpy as np
 from numba import cuda
 
-from ..intrinsics import acc_store, bulk_wait_group, bulk_wait_group_read, griddep_launch_dependents, setmaxnreg_dec, \
-    setmaxnreg_inc
-from ..intrinsics import acc_stmatrix_swizzled
+from ..intrinsics import acc_stmatrix_swizzled, acc_store, bulk_wait_group, bulk_wait_group_read, \
+    griddep_launch_dependents, setmaxnreg_dec, setmaxnreg_inc
 from ..kit import ACTIVATIONS, VECTOR_TYPES, WIDE_COLS, BlockScaled, StreamFixup, TileScheduler, TmaPipeline, \
-    acc_map, activation, inlined, stream_range, stream_segment, stream_whole_units, tile_producer, tma_store_block, \
-    tma_store_part, warpgroup_sync
-from ..launch import H100_LIMITS
-from ..launch import dynamic_smem_bytes
+    acc_map, activation, inlined, stream_walk, tile_producer, tma_store_block, tma_store_part, warpgroup_sync
+from ..launch import H100_LIMITS, dynamic_smem_bytes
 
 __all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS"]
 
@@ -85,8 +82,9 @@ class ScaledConfig:
     or 64 with 128 rows: twice the tiles where 128-wide ones would leave most SMs idle; or one of
     :data:`~nbwgmma.kit.WIDE_COLS` with 128 rows, ``a_columns`` and the "tma" epilogue, no
     stream-K: fewer, wider tiles where 128-wide ones leave the last round mostly idle, C stored in
-    parts of :attr:`c_cols` columns; the B map's box has ``bn`` rows), ``stream_k`` (the CTAs share the tiles' k-blocks evenly; the
-    launch passes scratch of :meth:`workspace_floats` f32 values and one int32 zero per tile),
+    parts of :attr:`c_cols` columns; the B map's box has ``bn`` rows), ``stream_k`` (the CTAs
+    share the tiles' k-blocks evenly; the launch passes scratch of :meth:`workspace_floats` f32
+    values and one int32 zero per tile),
     ``bias`` ("col": one per column of C, "row": one per row, or None) of ``bias_type`` ("f32",
     "f16", or "bf16" as uint16 bits) and ``activation`` (one of
     :data:`~nbwgmma.kit.ACTIVATIONS` or None), applied after the scales."""
@@ -139,7 +137,8 @@ class ScaledConfig:
         # smem: the stages, the C blocks (two per consumer; one with staged scales), the scales' slots
         self.stage_bytes = (bm + bn) * BK
         self.stages = STAGES if bm == 128 and not wide else TALL_STAGES
-        while wide and self.stages < STAGES and self._smem(self.stages + 1) + STATIC_SMEM <= H100_LIMITS["max_smem_optin"]:
+        room = H100_LIMITS["max_smem_optin"] - STATIC_SMEM
+        while wide and self.stages < STAGES and self._smem(self.stages + 1) <= room:
             self.stages += 1  # (wide tiles: as many as fit, 5 at 176 columns)
         self.c_off = self.stages * self.stage_bytes
         self.s_off = self.c_off + 2 * self.c_part
@@ -175,8 +174,9 @@ class ScaledConfig:
 
 def _epilogue(cfg: ScaledConfig):
     """``(acc, ct, row0, col0, sa, sb, m, n, alpha, bias) -> fragment`` of one 64-row part
-    (``cfg.c_cols`` columns for the "tma" epilogue, else the tile's width): ``alpha`` times the row scale (A "row") and the column scale (B "col"), plus the bias,
-    through the activation, packed to 16-bit pairs for the "tma" epilogue."""
+    (``cfg.c_cols`` columns for the "tma" epilogue, else the tile's width): ``alpha`` times the
+    row scale (A "row") and the column scale (B "col"), plus the bias, through the activation,
+    packed to 16-bit pairs for the "tma" epilogue."""
     rows, cols = cfg.a_scale == "row", cfg.b_scale == "col"
     bcol, brow = cfg.bias == "col", cfg.bias == "row"
     # the vectors acc_map reads per column, then per row: their values' names, the arrays' slices, types
@@ -233,7 +233,8 @@ def _build(key):
     # 232; promoting without them, 24 and 240; the fast path (one fragment) 40 and 232.
     # (256 rows: 240 measured faster than 232)
     # (wide tiles: a sum and one temporary of up to 96 registers; the scale warps need more than 40)
-    PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.bn in WIDE_COLS else (40, 232)
+    PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.bn in WIDE_COLS \
+        else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn)
     BM, BN, STAGE, C_OFF, S_OFF = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off
@@ -348,6 +349,54 @@ def _build(key):
             cb = cbuf + C_BYTES if cb == cbuf else cbuf
         return cb
 
+    # Every role walks the CTA's tiles alike (stream-K: whole tiles in waves, then its share of
+    # the rest's k-blocks): the TMA thread of 256-row tiles, the scale warps, the consumers.
+    @cuda.jit(device=True, inline=True)
+    def fill_whole(st, tm, tn, kblocks, a):
+        ring, base, sbase, tmap_a, tmap_b, sa, sb, m = a
+        return fill_tile(ring, base, sbase, st[0], st[1], tmap_a, tmap_b, sa, sb, m, tm, tn, 0, kblocks)
+
+    @cuda.jit(device=True, inline=True)
+    def fill_piece(st, t, tm, tn, kb0, kb1, kblocks, first, total, a):
+        ring, base, sbase, tmap_a, tmap_b, sa, sb, m = a
+        return fill_tile(ring, base, sbase, st[0], st[1], tmap_a, tmap_b, sa, sb, m, tm, tn, kb0, kb1)
+
+    @cuda.jit(device=True, inline=True)
+    def put_whole(st, tm, tn, kblocks, a):
+        ring, sbase, w, lane, sa, sb, m = a
+        return put_tile(ring, sbase, st[0], st[1], st[2], w, lane, sa, sb, m, tm, tn, 0, kblocks)
+
+    @cuda.jit(device=True, inline=True)
+    def put_piece(st, t, tm, tn, kb0, kb1, kblocks, first, total, a):
+        ring, sbase, w, lane, sa, sb, m = a
+        return put_tile(ring, sbase, st[0], st[1], st[2], w, lane, sa, sb, m, tm, tn, kb0, kb1)
+
+    @cuda.jit(device=True, inline=True)
+    def take_whole(st, tm, tn, kblocks, a):  # a consumer's tile: its fragments, then C
+        s, ph, cb = st
+        ring, base, sbase, ct, cw, cbuf, tmap_c, c, sa, sb, m, n, alpha, bias, fx = a
+        r0, col0 = tm * BM + cw * 64, tn * BN
+        accs, s, ph = consume(ring, base, sbase, s, ph, 0, kblocks, ct, cw, sa, sb, r0, tn, m)
+        cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
+        return s, ph, cb
+
+    @cuda.jit(device=True, inline=True)
+    def take_piece(st, t, tm, tn, kb0, kb1, kblocks, first, total, a):  # ... a share: C from the tile's last CTA
+        s, ph, cb = st
+        ring, base, sbase, ct, cw, cbuf, tmap_c, c, sa, sb, m, n, alpha, bias, fx = a
+        ws, counters, flag, tid = fx
+        r0, col0 = tm * BM + cw * 64, tn * BN
+        accs, s, ph = consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m)
+        accs, last = fix.finish(accs, ws, counters, flag, tid, ct, cw, t, cuda.blockIdx.x, cuda.gridDim.x, total,
+                                kblocks, first, kb0 == 0 and kb1 == kblocks, m - r0)
+        if last:
+            cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
+        return s, ph, cb
+
+    fill_walk = stream_walk(sched, fill_whole, fill_piece if STREAM else None)
+    put_walk = stream_walk(sched, put_whole, put_piece if STREAM else None)
+    take_walk = stream_walk(sched, take_whole, take_piece if STREAM else None)
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters, bias):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
@@ -355,64 +404,23 @@ def _build(key):
         sbase = base + S_OFF
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
-        cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
-        # Stream-K: the CTAs take the first `whole` tiles whole, in waves, and share the rest's
-        # `total` k-blocks evenly
-        whole = stream_whole_units(nunits, ctas) if STREAM else nunits
-        total = (nunits - whole) * kblocks
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy; warps 1-3 (or, 256 rows, it) stage the scales
             setmaxnreg_dec(PREGS)
             if tid == 0 and TALL:  # the TMA thread fills the stages and their scales
-                s, ph = 0, 0
-                for u in range(cta, whole, ctas):
-                    tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    s, ph = fill_tile(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm, tn, 0, kblocks)
-                if STREAM:
-                    g, g1 = stream_range(cta, ctas, total)
-                    while g < g1:
-                        t, kb0, kb1 = stream_segment(g, g1, kblocks)
-                        tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
-                        s, ph = fill_tile(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm, tn, kb0, kb1)
-                        g += kb1 - kb0
+                fill_walk((0, 0), nunits, kblocks, tiles_mc, tiles_n, (ring, base, sbase, tmap_a, tmap_b, sa, sb, m))
                 griddep_launch_dependents()
             elif tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
             elif staged and not TALL and 32 <= tid < 32 * (1 + NSW):  # the scale warps take the fills in turn
-                w, lane = tid // 32 - 1, tid % 32
-                s, ph, turn = 0, 0, 0
-                for u in range(cta, whole, ctas):
-                    tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                    s, ph, turn = put_tile(ring, sbase, s, ph, turn, w, lane, sa, sb, m, tm, tn, 0, kblocks)
-                if STREAM:
-                    g, g1 = stream_range(cta, ctas, total)
-                    while g < g1:
-                        t, kb0, kb1 = stream_segment(g, g1, kblocks)
-                        tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
-                        s, ph, turn = put_tile(ring, sbase, s, ph, turn, w, lane, sa, sb, m, tm, tn, kb0, kb1)
-                        g += kb1 - kb0
+                put_walk((0, 0, 0), nunits, kblocks, tiles_mc, tiles_n,
+                         (ring, sbase, tid // 32 - 1, tid % 32, sa, sb, m))
         else:  # two consumer warpgroups, 64 rows of each tile each
             setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
             cbuf = base + C_OFF + cw * CP * C_BYTES
-            s, ph, cb = 0, 0, cbuf
-            for u in range(cta, whole, ctas):
-                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
-                r0, col0 = tm * BM + cw * 64, tn * BN
-                accs, s, ph = consume(ring, base, sbase, s, ph, 0, kblocks, ct, cw, sa, sb, r0, tn, m)
-                cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
-            if STREAM:
-                g0, g1 = stream_range(cta, ctas, total)
-                g = g0
-                while g < g1:
-                    t, kb0, kb1 = stream_segment(g, g1, kblocks)  # (t counted from the first shared tile)
-                    tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
-                    r0, col0 = tm * BM + cw * 64, tn * BN
-                    accs, s, ph = consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m)
-                    accs, last = fix.finish(accs, ws, counters, flag, tid, ct, cw, t, cta, ctas, total, kblocks,
-                                            g == g0, kb0 == 0 and kb1 == kblocks, m - r0)
-                    if last:
-                        cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
-                    g += kb1 - kb0
+            take_walk((0, 0, cbuf), nunits, kblocks, tiles_mc, tiles_n,
+                      (ring, base, sbase, ct, cw, cbuf, tmap_c, c, sa, sb, m, n, alpha, bias,
+                       (ws, counters, flag, tid)))
             if TMA and ct == 0:
                 bulk_wait_group(0)
 

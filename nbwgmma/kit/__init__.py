@@ -54,13 +54,13 @@ from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .producer import tile_producer
 from .scaling import SCALE_BLOCK, WIDE_COLS, BlockScaled, acc_promote, acc_promote_cols
-from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segment, stream_whole_units, tile_order,
-                        wave_order)
+from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segment, stream_walk, stream_whole_units,
+                        tile_order, wave_order)
 from .sparse import SparseConsumers
 from .stream_k import StreamFixup
 from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
-           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "StreamFixup", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
+           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "stream_walk", "StreamFixup", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass"]

@@ -43,7 +43,7 @@ from numba import cuda
 
 from ..intrinsics import cluster_ctarank, griddep_launch_dependents
 from .pipeline import TmaPipeline
-from .scheduler import TileScheduler, stream_range, stream_segment, stream_whole_units
+from .scheduler import TileScheduler, stream_walk
 
 __all__ = ["tile_producer"]
 
@@ -78,27 +78,32 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     CL = sched.cluster
 
     @cuda.jit(device=True, inline=True)
-    def stages(ring, base, s, ph, u, kb0, kb1, tiles_mc, tiles_n, args):  # unit u's k-blocks kb0 .. kb1 - 1
-        tm, tn = sched.tile(u, tiles_mc, tiles_n, cluster_ctarank() if CL > 1 else 0)
+    def fill(ring, base, s, ph, tm, tn, kb0, kb1, args):  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
         for kb in range(kb0, kb1):
             full = pipe.producer_acquire(ring, s, ph, STAGE)
             load(base + s * STAGE, full, kb, tm, tn, args)
             s, ph = pipe.advance(s, ph)
         return s, ph
 
+    @cuda.jit(device=True, inline=True)
+    def stages(ring, base, s, ph, u, kb0, kb1, tiles_mc, tiles_n, args):  # unit u's k-blocks kb0 .. kb1 - 1
+        tm, tn = sched.tile(u, tiles_mc, tiles_n, cluster_ctarank() if CL > 1 else 0)
+        return fill(ring, base, s, ph, tm, tn, kb0, kb1, args)
+
     if stream:
         @cuda.jit(device=True, inline=True)
+        def whole(st, tm, tn, kblocks, a):
+            return fill(a[0], a[1], st[0], st[1], tm, tn, 0, kblocks, a[2])
+
+        @cuda.jit(device=True, inline=True)
+        def piece(st, t, tm, tn, kb0, kb1, kblocks, first, total, a):
+            return fill(a[0], a[1], st[0], st[1], tm, tn, kb0, kb1, a[2])
+
+        walk = stream_walk(sched, whole, piece)
+
+        @cuda.jit(device=True, inline=True)
         def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args):
-            s, ph = 0, 0
-            cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
-            whole = stream_whole_units(nunits, ctas)
-            for u in range(cta, whole, ctas):
-                s, ph = stages(ring, base, s, ph, u, 0, kblocks, tiles_mc, tiles_n, args)
-            g, g1 = stream_range(cta, ctas, (nunits - whole) * kblocks)
-            while g < g1:
-                t, kb0, kb1 = stream_segment(g, g1, kblocks)
-                s, ph = stages(ring, base, s, ph, whole + t, kb0, kb1, tiles_mc, tiles_n, args)
-                g += kb1 - kb0
+            walk((0, 0), nunits, kblocks, tiles_mc, tiles_n, (ring, base, args))
             griddep_launch_dependents()
     elif pairs:
         @cuda.jit(device=True, inline=True)

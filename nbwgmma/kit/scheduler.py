@@ -35,7 +35,7 @@ from ..intrinsics import cluster_ctarank
 from .device import inlined
 
 __all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment",
-           "stream_whole_units"]
+           "stream_whole_units", "stream_walk"]
 
 
 @inlined
@@ -83,6 +83,43 @@ def stream_whole_units(units, ctas):
     one tile's k-blocks (few CTAs per tile to sum)."""
     waves = units // ctas
     return (waves - 1) * ctas if waves > 1 else 0
+
+
+def stream_walk(sched, whole, shared=None):
+    """The device function ``walk(state, nunits, kblocks, tiles_mc, tiles_n, args) -> state`` of
+    one CTA over its tiles (``sched`` without clusters or K slices), for each role of a kernel
+    (the producer, scale copies, the consumers) to walk alike: ``whole(state, tm, tn, kblocks,
+    args) -> state`` on each tile the CTA takes whole, units ``cta``, ``cta + ctas``, ... With
+    ``shared`` (stream-K) the CTAs take only the first waves whole (:func:`stream_whole_units`),
+    then each its share of the other tiles' k-blocks (:func:`stream_range`), piece by piece:
+    ``shared(state, t, tm, tn, kb0, kb1, kblocks, first, total, args) -> state`` on tile (``tm``,
+    ``tn``), ``t`` counted from the first shared tile, its k-blocks ``kb0 .. kb1 - 1``; ``first``
+    whether it is the CTA's first piece, ``total`` the shared k-blocks of all CTAs (what a
+    :class:`~nbwgmma.kit.StreamFixup` asks). ``state`` (a tuple: the ring's slot and phase, ...)
+    goes from each call to the next; ``args`` reaches every call unchanged."""
+    if not isinstance(sched, TileScheduler) or sched.cluster != 1 or sched.split != 1:
+        raise ValueError(f"stream_walk: sched must be a TileScheduler without clusters or K slices; got {sched!r}")
+    STREAM = shared is not None
+
+    @cuda.jit(device=True, inline=True)
+    def walk(state, nunits, kblocks, tiles_mc, tiles_n, args):
+        cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
+        done = stream_whole_units(nunits, ctas) if STREAM else nunits
+        for u in range(cta, done, ctas):
+            tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+            state = whole(state, tm, tn, kblocks, args)
+        if STREAM:
+            total = (nunits - done) * kblocks
+            g0, g1 = stream_range(cta, ctas, total)
+            g = g0
+            while g < g1:
+                t, kb0, kb1 = stream_segment(g, g1, kblocks)
+                tm, tn = sched.tile(done + t, tiles_mc, tiles_n, 0)
+                state = shared(state, t, tm, tn, kb0, kb1, kblocks, g == g0, total, args)
+                g += kb1 - kb0
+        return state
+
+    return walk
 
 
 @inlined
