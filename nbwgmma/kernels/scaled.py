@@ -48,7 +48,8 @@ from numba import cuda
 from ..intrinsics import acc_stmatrix_swizzled, acc_store, bulk_wait_group, bulk_wait_group_read, \
     griddep_launch_dependents, setmaxnreg_dec, setmaxnreg_inc
 from ..kit import ACTIVATIONS, VECTOR_TYPES, WIDE_COLS, BlockScaled, StreamFixup, TileScheduler, TmaPipeline, \
-    acc_map, activation, inlined, stream_walk, tile_producer, tma_store_block, tma_store_part, warpgroup_sync
+    acc_map, activation, inlined, stream_range, stream_segment, stream_walk, stream_whole_units, tile_producer, \
+    tma_store_block, tma_store_part, warpgroup_sync
 from ..launch import H100_LIMITS, dynamic_smem_bytes
 
 __all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS"]
@@ -349,8 +350,10 @@ def _build(key):
             cb = cbuf + C_BYTES if cb == cbuf else cbuf
         return cb
 
-    # Every role walks the CTA's tiles alike (stream-K: whole tiles in waves, then its share of
-    # the rest's k-blocks): the TMA thread of 256-row tiles, the scale warps, the consumers.
+    # The producer roles walk the CTA's tiles with kit.stream_walk (stream-K: whole tiles in waves,
+    # then its share of the rest's k-blocks): the TMA thread of 256-row tiles, the scale warps. The
+    # consumers walk alike, written out: through stream_walk the 256-row tiles' consumer loop was
+    # scheduled differently and ran 2-4% slower (an A/B on an H200).
     @cuda.jit(device=True, inline=True)
     def fill_whole(st, tm, tn, kblocks, a):
         ring, base, sbase, tmap_a, tmap_b, sa, sb, m = a
@@ -371,31 +374,8 @@ def _build(key):
         ring, sbase, w, lane, sa, sb, m = a
         return put_tile(ring, sbase, st[0], st[1], st[2], w, lane, sa, sb, m, tm, tn, kb0, kb1)
 
-    @cuda.jit(device=True, inline=True)
-    def take_whole(st, tm, tn, kblocks, a):  # a consumer's tile: its fragments, then C
-        s, ph, cb = st
-        ring, base, sbase, ct, cw, cbuf, tmap_c, c, sa, sb, m, n, alpha, bias, fx = a
-        r0, col0 = tm * BM + cw * 64, tn * BN
-        accs, s, ph = consume(ring, base, sbase, s, ph, 0, kblocks, ct, cw, sa, sb, r0, tn, m)
-        cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
-        return s, ph, cb
-
-    @cuda.jit(device=True, inline=True)
-    def take_piece(st, t, tm, tn, kb0, kb1, kblocks, first, total, a):  # ... a share: C from the tile's last CTA
-        s, ph, cb = st
-        ring, base, sbase, ct, cw, cbuf, tmap_c, c, sa, sb, m, n, alpha, bias, fx = a
-        ws, counters, flag, tid = fx
-        r0, col0 = tm * BM + cw * 64, tn * BN
-        accs, s, ph = consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m)
-        accs, last = fix.finish(accs, ws, counters, flag, tid, ct, cw, t, cuda.blockIdx.x, cuda.gridDim.x, total,
-                                kblocks, first, kb0 == 0 and kb1 == kblocks, m - r0)
-        if last:
-            cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
-        return s, ph, cb
-
     fill_walk = stream_walk(sched, fill_whole, fill_piece if STREAM else None)
     put_walk = stream_walk(sched, put_whole, put_piece if STREAM else None)
-    take_walk = stream_walk(sched, take_whole, take_piece if STREAM else None)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
     def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters, bias):
@@ -404,6 +384,11 @@ def _build(key):
         sbase = base + S_OFF
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
+        # Stream-K: the CTAs take the first `whole` tiles whole, in waves, and share the rest's
+        # `total` k-blocks evenly
+        whole = stream_whole_units(nunits, ctas) if STREAM else nunits
+        total = (nunits - whole) * kblocks
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy; warps 1-3 (or, 256 rows, it) stage the scales
             setmaxnreg_dec(PREGS)
             if tid == 0 and TALL:  # the TMA thread fills the stages and their scales
@@ -418,9 +403,25 @@ def _build(key):
             setmaxnreg_inc(CREGS)
             cw, ct = tid // 128 - 1, tid % 128
             cbuf = base + C_OFF + cw * CP * C_BYTES
-            take_walk((0, 0, cbuf), nunits, kblocks, tiles_mc, tiles_n,
-                      (ring, base, sbase, ct, cw, cbuf, tmap_c, c, sa, sb, m, n, alpha, bias,
-                       (ws, counters, flag, tid)))
+            s, ph, cb = 0, 0, cbuf
+            for u in range(cta, whole, ctas):
+                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+                r0, col0 = tm * BM + cw * 64, tn * BN
+                accs, s, ph = consume(ring, base, sbase, s, ph, 0, kblocks, ct, cw, sa, sb, r0, tn, m)
+                cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
+            if STREAM:
+                g0, g1 = stream_range(cta, ctas, total)
+                g = g0
+                while g < g1:
+                    t, kb0, kb1 = stream_segment(g, g1, kblocks)  # (t counted from the first shared tile)
+                    tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
+                    r0, col0 = tm * BM + cw * 64, tn * BN
+                    accs, s, ph = consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m)
+                    accs, last = fix.finish(accs, ws, counters, flag, tid, ct, cw, t, cta, ctas, total, kblocks,
+                                            g == g0, kb0 == 0 and kb1 == kblocks, m - r0)
+                    if last:
+                        cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
+                    g += kb1 - kb0
             if TMA and ct == 0:
                 bulk_wait_group(0)
 
