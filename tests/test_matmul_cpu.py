@@ -562,3 +562,20 @@ def test_maps_of_rows_off_the_sectors_promote_128_bytes():
     assert l2_promotion("bf16", ((8, 4000, 3000), (4000 * 3000, 3000, 1))) == "128B"
     assert l2_promotion("bf16", ((8, 4000, 3072), (4000 * 3072, 3072, 1))) == "256B"
     assert l2_promotion("f64", ((64, 3000), (3000, 1))) == "256B"  # (no TMA type: the map itself refuses it)
+
+
+def test_scratch_is_per_stream_and_per_thread_on_the_per_thread_default_stream():
+    """Split-K's and stream-K's scratch (partial tiles, tile counters) is shared by the launches of
+    one stream, which run in order: keyed by the raw handle, except the per-thread default stream,
+    one handle naming a different stream in each host thread, whose launches may run at once."""
+    import threading
+
+    from nbwgmma.frontend.args import PER_THREAD_STREAM, stream_key
+
+    keys = []
+    t = threading.Thread(target=lambda: keys.append((stream_key(PER_THREAD_STREAM), stream_key(0), stream_key(77))))
+    t.start()
+    t.join()
+    theirs = keys[0]
+    assert stream_key(PER_THREAD_STREAM) != theirs[0] and stream_key(PER_THREAD_STREAM) == stream_key(PER_THREAD_STREAM)
+    assert (stream_key(0), stream_key(77)) == theirs[1:] == (0, 77)

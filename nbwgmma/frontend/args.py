@@ -7,6 +7,7 @@ and in Numba's CUDA simulator."""
 from __future__ import annotations
 
 import numbers
+import threading
 
 import numpy as np
 from numba import cuda
@@ -16,7 +17,7 @@ from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
            "check_out", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "torch_dtype",
-           "stream_of", "is_real", "real_arg", "output"]
+           "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output"]
 
 
 FP8 = ("e4m3", "e5m2")
@@ -253,6 +254,18 @@ def _torch_stream() -> int:
             return raw(dev())
     globals()["_torch_stream"] = get
     return get()
+
+
+#: The raw handle of the per-thread default stream (``CU_STREAM_PER_THREAD``): one handle, a
+#: different stream in each host thread.
+PER_THREAD_STREAM = 2
+
+
+def stream_key(handle: int):
+    """What tells the streams a raw ``handle`` may name apart, for scratch that the launches of one
+    stream share (they run in order): the handle, or for the per-thread default stream the
+    handle and the calling thread (two threads' launches on it may run at once)."""
+    return (handle, threading.get_ident()) if handle == PER_THREAD_STREAM else handle
 
 
 def stream_of(lib, stream) -> int:

@@ -45,7 +45,7 @@ from ..launch import array_arg_types, array_arg_values
 from ..kernels.gemm_config import FP8_OUTS
 from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
-from .args import NP_OF, config_error
+from .args import NP_OF, config_error, stream_key
 from .arrays import ArrayInfo, array_info, host_view, numba_layout, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
 
@@ -241,7 +241,7 @@ class Plan:
         cfg = self.cfg
         self.odt = odt
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
-        self.workspaces = {}  # split-K: stream handle -> (f32 partial tiles, int32 tile counters)
+        self.workspaces = {}  # split-K: stream (args.stream_key) -> (f32 partial tiles, int32 tile counters)
         self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
         # TMA boxes: K-major [rows, BK] (the shared operand: this CTA's share of the tile's rows),
         # MN-major [BK, 64]; the kit's Cooperative loads them (GemmConfig.loads)
@@ -393,7 +393,7 @@ class Plan:
     def workspace(self, stream_handle):
         """Split-K or stream-K scratch of this plan on one stream (launches on a stream run in
         order, so they can share it): (partials, counters, their launch parameter values)."""
-        w = self.workspaces.get(stream_handle)
+        w = self.workspaces.get(stream_key(stream_handle))
         if w is None:
             cfg = self.cfg
             m, n, _ = self.mnk
@@ -403,7 +403,7 @@ class Plan:
             counters = cuda.to_device(np.zeros(tiles, dtype=np.int32))  # the kernel leaves them at zero
             values = () if _SIM else tuple(v for x in (part, counters) for v in array_arg_values(
                 x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))  # prepared launches
-            w = self.workspaces[stream_handle] = (part, counters, values)
+            w = self.workspaces[stream_key(stream_handle)] = (part, counters, values)
         return w
 
     def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0, bias=None):

@@ -45,7 +45,7 @@ from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
 from ..kit import SCALE_BLOCK, WIDE_COLS
 from ..launch import array_arg_types, array_arg_values, device_limits
-from .args import NP_OF, described, lib_of, output, stream_of
+from .args import NP_OF, described, lib_of, output, stream_key, stream_of
 from .arrays import ArrayInfo, numba_layout
 from .fused import bias_operand, check_epilogue
 from .plan import numba_view, tensor_map, zero_fill
@@ -58,7 +58,7 @@ _STAND_IN = {}  # device -> a (1, 1) f32 array for a side without a scale array
 _CONFIGS = {}
 _SIM_SMS = 132  # the SMs tile choices assume under the simulator (an H100's), whatever runs it
 _SIM_CTAS = 1  # CTAs of a launch under the simulator (it runs them one after the other)
-_SCRATCH = {}  # (device, stream) -> stream-K's (partials, counters, their launch values), grown as asked
+_SCRATCH = {}  # (device, args.stream_key) -> stream-K's (partials, counters, their launch values), grown as asked
 _RETIRED = []  # scratch outgrown on a stream
 _LAUNCHERS = {}  # (configuration, grid, the arrays' layouts, device) -> PreparedLaunch
 # the kernel's parameters as a prepared launch packs them: maps of A, B, C; C; the scales; m, n,
@@ -143,7 +143,8 @@ def _scratch(device, stream, floats: int, tiles: int):
     f32 partial tiles and one int32 counter per tile, zero (each launch leaves them so)."""
     from numba import cuda
 
-    have = _SCRATCH.get((device, stream))
+    key = (device, stream_key(stream))
+    have = _SCRATCH.get(key)
     if have is None or have[0].size < floats or have[1].size < tiles:
         if have is not None:  # kept: a launch still queued on the stream may use it (doubling bounds how many)
             _RETIRED.append(have)
@@ -152,7 +153,7 @@ def _scratch(device, stream, floats: int, tiles: int):
         ws, counters = cuda.device_array(floats, np.float32), cuda.to_device(np.zeros(tiles, np.int32))
         values = () if _SIM else tuple(v for x in (ws, counters) for v in array_arg_values(
             x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))
-        have = _SCRATCH[(device, stream)] = (ws, counters, values)
+        have = _SCRATCH[key] = (ws, counters, values)
     return have
 
 
