@@ -212,6 +212,39 @@ def test_bias_and_activation_after_the_scales(bias_t, where, act, out_t):
         assert not torch.isnan(out).any() and rel(out, ref) < TOL[out_t], (m, n, k, rel(out, ref))
 
 
+@pytest.mark.parametrize("m, n, k, bias", [(16, 2112, 7232, False), (1000, 520, 336, True), (4096, 576, 2048, False),
+                                           (4096, 2112, 1024, True)])
+def test_repeated_calls_take_the_quick_path_with_their_new_tensors(m, n, k, bias):
+    """A block-scaled call like one seen before skips the checks (frontend.scaled.ScaledQuick):
+    new activations, scales and bias each call (new pointers), outputs exact on small integers
+    and equal to the full path's (an ``out=`` call); narrow, wide and stream-K tiles, with a bias
+    and relu on some. A tensor of another layout misses the quick path and is checked again."""
+    from nbwgmma.frontend import scaled as front
+
+    act = "relu" if bias else None
+    for i in range(4):
+        xq, sx, wq, sw = small_integers(m, n, k)
+        sign = (-1) ** i  # new values each round (still exact)
+        xq = (xq.float() * sign).to(torch.float8_e4m3fn)
+        sx = (sx * 2.0 ** (i % 2)).t().contiguous().t()
+        b = torch.randint(-4, 5, (n,), device="cuda").float() if bias else None
+        got = matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), bias=b, activation=act)
+        want = reference(xq, sx, wq, sw)
+        if bias:
+            want = torch.relu(want + b.double())
+        assert torch.equal(got.double(), want.to(torch.bfloat16).double()), (m, n, k, i)
+        full = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), bias=b, activation=act, out=full)
+        assert torch.equal(got, full)
+    key = front.quick_key(xq, wq.t(), sx, sw.t(), None, b, act)
+    assert key in front.QUICK, "the repeated call is kept for the quick path"
+    # a row-major A scale: another key, the full path's checks, the same values
+    got = matmul(xq, wq.t(), scale_a=sx.contiguous(), scale_b=sw.t(), bias=b, activation=act)
+    assert torch.equal(got.double(), want.to(torch.bfloat16).double())
+    with pytest.raises(MatmulError):  # a scale of the wrong shape is still refused
+        matmul(xq, wq.t(), scale_a=sx[:1], scale_b=sw.t())
+
+
 @pytest.mark.parametrize("m", [1, 2, 7, 16, 33, 64])
 def test_decoding_shapes_exact_on_small_integers(m):
     """Integers in [-1, 1] and scales in {1/2, 1, 2}: every block sum and their scaled total are

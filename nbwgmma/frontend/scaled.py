@@ -51,7 +51,7 @@ from .fused import bias_operand, check_epilogue
 from .plan import numba_view, tensor_map, zero_fill
 
 __all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "narrow_tiles", "stream_tiles",
-           "wide_tiles", "TALL_GAIN", "WIDE_EFF", "WIDE_GAIN", "STREAM_BELOW"]
+           "wide_tiles", "QUICK", "quick_key", "ScaledQuick", "TALL_GAIN", "WIDE_EFF", "WIDE_GAIN", "STREAM_BELOW"]
 
 _SIM = sim.enabled()
 _STAND_IN = {}  # device -> a (1, 1) f32 array for a side without a scale array
@@ -293,10 +293,11 @@ def _tma_rows(info: ArrayInfo) -> bool:
 
 
 def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, stream, config, fused, bias=None,
-                  activation=None):
+                  activation=None, quick=None):
     """``matmul`` with a tensor scale (``ia``/``ib`` checked by ``check_call``; ``out``/``io``
     the caller's or None; ``fused`` whether an epilogue function or C were given; ``bias`` and
-    ``activation`` as ``matmul`` takes them): every check, then the output, then one launch."""
+    ``activation`` as ``matmul`` takes them; ``quick`` a :func:`quick_key` under which to keep
+    the call for :class:`ScaledQuick`): every check, then the output, then one launch."""
     from ..launch import launch
 
     (m, k), n = ia.shape, ib.shape[1]
@@ -382,6 +383,73 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     values = tuple(v for x in arrays for v in (array_arg_values(*x) if x else stand))
     bias_values = array_arg_values(vec[0].ptr, vec[0].shape, vec[0].strides, vec[0].itemsize) if vec is not None \
         else ws_values[:len(ws_values) // 2]  # (the scratch stands in)
-    _prepared(cfg, grid, layouts, dev)(st, ta.address, tb.address, tc, *values, m, n, k, float(alpha), *ws_values,
-                                       *bias_values)
+    launcher = _prepared(cfg, grid, layouts, dev)
+    launcher(st, ta.address, tb.address, tc, *values, m, n, k, float(alpha), *ws_values, *bias_values)
+    if quick is not None and (vec is None or vec[0].ptr == bi.ptr):  # (a bias read in place, not a copy)
+        if len(QUICK) >= 256:
+            QUICK.clear()
+        QUICK[quick] = ScaledQuick(
+            launcher, cfg, (m, n, k), float(alpha), dev, (ia.dtype, ib.dtype, odt),
+            (((m, k), (_pitch(ia), 1)), ((n, k), (_pitch(bt), 1)), ((m, n), (_pitch(io), 1))),
+            [None if kd is None else (shp, strd) for kd, shp, strd in kinds],
+            None if vec is None else (vec[0].shape, vec[0].strides, vec[0].itemsize), stand, grid, tma)
     return out
+
+
+#: Block-scaled calls seen before (``matmul(a, b, scale_a=, scale_b=)`` of PyTorch tensors, with no
+#: output, stream or configuration given): their key (:func:`quick_key`) -> :class:`ScaledQuick`
+QUICK: dict = {}
+
+
+def quick_key(a, b, scale_a, scale_b, out_dtype, bias, activation):
+    """What a block-scaled call of PyTorch tensors is checked on, beyond its pointers: each
+    tensor's type, shape, strides, 16-byte alignment and device; the output type, the bias's
+    description and the activation."""
+    return tuple((x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.get_device()) for x in (a, b, scale_a, scale_b)) \
+        + (out_dtype, activation, None if bias is None else (bias.dtype, bias.shape, bias.stride(),
+                                                             bias.data_ptr() & 15, bias.get_device()))
+
+
+class ScaledQuick:
+    """A block-scaled call whose tensors were checked once (:func:`quick_key` names what): allocate
+    the output, the tensor maps of the new pointers (cached by address), the prepared launch with
+    the scales', the bias's and the output's new pointers, on PyTorch's current stream."""
+
+    def __init__(self, launcher, cfg, mnk, alpha, device, types, views, scales, bias, stand, grid, tma):
+        """``types``: A's, B's and the output's element types; ``views``: the tensor maps' views of
+        A, B (as w [N, K]) and C; ``scales``: each side's (shape, strides) as the kernel reads it,
+        or None; ``bias``: its (shape, strides, itemsize) or None; ``stand``: the launch values of
+        an array the kernel does not read."""
+        from .args import torch_dtype
+
+        self.launcher, self.cfg, self.mnk, self.alpha, self.device = launcher, cfg, mnk, alpha, device
+        self.types, self.views, self.scales, self.bias, self.stand = types, views, scales, bias, stand
+        self.tma, self.grid = tma, grid
+        self.tdt = torch_dtype(types[2])
+        m, n, k = mnk  # stream-K's scratch (f32 values, tile counters); stand-ins without
+        self.scratch = (cfg.workspace_floats(grid), cfg.sched.units(m, n, k)) if cfg.stream_k else (1, 1)
+
+    def __call__(self, a, b, scale_a, scale_b, bias):
+        """The result, or None (for the full path) if the new output is not 16-byte aligned."""
+        m, n, k = self.mnk
+        cfg, (adt, bdt, odt) = self.cfg, self.types
+        out = a.new_empty((m, n), dtype=self.tdt)
+        po = out.data_ptr()
+        if po & 15:
+            return None
+        st = stream_of("torch", None)
+        ta = tensor_map(a, a.data_ptr(), adt, (128, 128), self.views[0], keep=False).address
+        tb = tensor_map(b, b.data_ptr(), bdt, (cfg.bn, 128), self.views[1], keep=False).address
+        if self.tma:
+            tc = tensor_map(out, po, odt, (64, cfg.c_cols), self.views[2], keep=False, swizzle=cfg.c_swizzle).address
+            values = self.stand
+        else:
+            tc, values = 0, array_arg_values(po, (m, n), (n * out.element_size(), out.element_size()),
+                                             out.element_size())
+        for x, d in zip((scale_a, scale_b), self.scales):
+            values += self.stand if d is None else array_arg_values(x.data_ptr(), d[0], d[1], 4)
+        ws_values = _scratch(self.device, st, *self.scratch)[2]
+        bias_values = array_arg_values(bias.data_ptr(), *self.bias) if self.bias is not None \
+            else ws_values[:len(ws_values) // 2]
+        self.launcher(st, ta, tb, tc, *values, m, n, k, self.alpha, *ws_values, *bias_values)
+        return out
