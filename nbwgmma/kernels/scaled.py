@@ -62,10 +62,10 @@ FP8 = ("e4m3", "e5m2")
 BK = 128
 STAGES = 6  # 32 KiB stages of 128 x 128 tiles (24 KiB of 128 x 64 ones)
 TALL_STAGES = 4  # 48 KiB stages of 256-row tiles
-# 64 x 64 16-bit blocks of C, two per consumer taking the tile's halves in turn; with staged
-# block scales one per consumer (both halves through it) and the scales' slots after them (two
+# C leaves in 64-row parts (ScaledConfig.c_cols columns: 64 x 64 16-bit blocks, or half a wide tile)
+# through blocks of shared memory, two per consumer taking the parts in turn; with staged block
+# scales one per consumer (the parts through it in turn) and the scales' slots after them (two
 # blocks per consumer would not fit beside the slots).
-C_PART = 64 * 64 * 2
 THREADS = 384
 STATIC_SMEM = 1024  # bytes of static shared memory beside the dynamic (the ring's barriers, a flag)
 
