@@ -245,6 +245,23 @@ def test_repeated_calls_take_the_quick_path_with_their_new_tensors(m, n, k, bias
         matmul(xq, wq.t(), scale_a=sx[:1], scale_b=sw.t())
 
 
+def test_a_one_element_scale_is_read_at_every_call():
+    """A one-element scale tensor beside a block-scaled one is a per-tensor scale, read on the
+    host into alpha: calls that repeat with a new value of it must not take the quick path (which
+    keeps its launch values), so each result follows its scale."""
+    from nbwgmma.frontend import scaled as front
+
+    m, n, k = 256, 520, 1024
+    xq, sx, wq, _ = small_integers(m, n, k)
+    sx = sx.t().contiguous().t()
+    base = dequant(xq, sx, 1.0) @ wq.double().t()
+    for i, value in enumerate((1.0, 2.0, 0.5, 4.0)):
+        sb = torch.full((1,), value, device="cuda")
+        got = matmul(xq, wq.t(), scale_a=sx, scale_b=sb)
+        assert torch.equal(got.double(), (base * value).to(torch.bfloat16).double()), (i, value)
+    assert front.quick_key(xq, wq.t(), sx, sb, None, None, None) not in front.QUICK
+
+
 @pytest.mark.parametrize("m", [1, 2, 7, 16, 33, 64])
 def test_decoding_shapes_exact_on_small_integers(m):
     """Integers in [-1, 1] and scales in {1/2, 1, 2}: every block sum and their scaled total are

@@ -385,7 +385,10 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         else ws_values[:len(ws_values) // 2]  # (the scratch stands in)
     launcher = _prepared(cfg, grid, layouts, dev)
     launcher(st, ta.address, tb.address, tc, *values, m, n, k, float(alpha), *ws_values, *bias_values)
-    if quick is not None and (vec is None or vec[0].ptr == bi.ptr):  # (a bias read in place, not a copy)
+    # kept for the quick path where every value the launch took is read on the device: a bias read
+    # in place (not a copy), and no one-element scale read once on the host into alpha (its next
+    # value would not be read)
+    if quick is not None and (vec is None or vec[0].ptr == bi.ptr) and None not in (kinds[0][0], kinds[1][0]):
         if len(QUICK) >= 256:
             QUICK.clear()
         QUICK[quick] = ScaledQuick(
