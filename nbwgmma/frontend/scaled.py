@@ -45,7 +45,7 @@ from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
 from ..kit import SCALE_BLOCK, WIDE_COLS
 from ..launch import array_arg_types, array_arg_values, device_limits
-from .args import NP_OF, described, lib_of, output, stream_key, stream_of
+from .args import NP_OF, described, lib_of, output, stream_key, stream_of, torch_dtype
 from .arrays import ArrayInfo, numba_layout
 from .fused import bias_operand, check_epilogue
 from .plan import numba_view, tensor_map, zero_fill
@@ -358,16 +358,14 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         cfg = _CONFIGS[key] = ScaledConfig(ta, tb, odt, kinds[0][0], kinds[1][0], epilogue="tma" if tma else "direct",
                                            a_columns=a_cols, bm=256 if tall else 128, bn=bn, stream_k=stream,
                                            bias=where, bias_type=bias_type, activation=activation)
-    ta = tensor_map(a, ia.ptr, ia.dtype, (128, 128), ((m, k), (_pitch(ia), 1)), keep=False)
-    tb = tensor_map(b, ib.ptr, ib.dtype, (bn, 128), ((n, k), (_pitch(bt), 1)), keep=False)
-    tc = tensor_map(out, io.ptr, odt, (64, cfg.c_cols), ((m, n), (_pitch(io), 1)), keep=False,
-                    swizzle=cfg.c_swizzle).address if tma else 0
+    views = (((m, k), (_pitch(ia), 1)), ((n, k), (_pitch(bt), 1)), ((m, n), (_pitch(io), 1)))  # the maps' views
     grid = cfg.grid(m, n, k, _SIM_CTAS if _SIM else sms)
-    if cfg.stream_k:
-        ws, counters, ws_values = _scratch(dev, st, cfg.workspace_floats(grid), cfg.sched.units(m, n, k))
-    else:
-        ws, counters, ws_values = _scratch(dev, st, 1, 1)  # (stand-ins)
     if _SIM or DEBUG_WAIT_TIMEOUT_S is not None:  # checked launches (the simulator's arrays; a stopped kernel named)
+        ta = tensor_map(a, ia.ptr, ia.dtype, (128, 128), views[0], keep=False)
+        tb = tensor_map(b, ib.ptr, ib.dtype, (bn, 128), views[1], keep=False)
+        tc = tensor_map(out, io.ptr, odt, (64, cfg.c_cols), views[2], keep=False,
+                        swizzle=cfg.c_swizzle).address if tma else 0
+        ws, counters, _ = _scratch(dev, st, *_scratch_size(cfg, grid, m, n, k))
         sa, sb = (_view(x, info, shp, strd) if kd is not None else _stand_in(dev)
                   for x, info, (kd, shp, strd) in zip((scale_a, scale_b), infos, kinds))
         c = _stand_in(dev) if tma else numba_view(io, out, NP_OF[odt])
@@ -376,27 +374,27 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         launch(scaled_kernel(cfg), grid, THREADS, args, stream=st, smem=cfg.smem, pdl=True)
         return out
     # the fast path: raw values into a prepared launch (no Numba arrays, no typing per call)
-    stand = _stand_in_values(dev)  # (a (1, 1) f32 array: layout C)
-    arrays = [(io.ptr, io.shape, io.strides, io.itemsize) if not tma else None] \
-        + [(info.ptr, shp, strd, 4) if kd is not None else None for info, (kd, shp, strd) in zip(infos, kinds)]
-    layouts = tuple(numba_layout(*x[1:]) if x else "C" for x in arrays)
-    values = tuple(v for x in arrays for v in (array_arg_values(*x) if x else stand))
-    bias_values = array_arg_values(vec[0].ptr, vec[0].shape, vec[0].strides, vec[0].itemsize) if vec is not None \
-        else ws_values[:len(ws_values) // 2]  # (the scratch stands in)
-    launcher = _prepared(cfg, grid, layouts, dev)
-    launcher(st, ta.address, tb.address, tc, *values, m, n, k, float(alpha), *ws_values, *bias_values)
+    c = None if tma else (io.shape, io.strides, io.itemsize)
+    scales = [None if kd is None else (shp, strd) for kd, shp, strd in kinds]
+    layouts = (numba_layout(*c) if c else "C",) + tuple(numba_layout(*d, 4) if d else "C" for d in scales)
+    q = ScaledQuick(_prepared(cfg, grid, layouts, dev), cfg, (m, n, k), float(alpha), dev, (ia.dtype, ib.dtype, odt),
+                    views, c, scales, None if vec is None else (vec[0].shape, vec[0].strides, vec[0].itemsize), grid)
+    q.launch(st, a, ia.ptr, b, ib.ptr, out, io.ptr, *(info.ptr if info is not None else 0 for info in infos),
+             vec[0].ptr if vec is not None else 0)
     # kept for the quick path where every value the launch took is read on the device: a bias read
     # in place (not a copy), and no one-element scale read once on the host into alpha (its next
     # value would not be read)
     if quick is not None and (vec is None or vec[0].ptr == bi.ptr) and None not in (kinds[0][0], kinds[1][0]):
         if len(QUICK) >= 256:
             QUICK.clear()
-        QUICK[quick] = ScaledQuick(
-            launcher, cfg, (m, n, k), float(alpha), dev, (ia.dtype, ib.dtype, odt),
-            (((m, k), (_pitch(ia), 1)), ((n, k), (_pitch(bt), 1)), ((m, n), (_pitch(io), 1))),
-            [None if kd is None else (shp, strd) for kd, shp, strd in kinds],
-            None if vec is None else (vec[0].shape, vec[0].strides, vec[0].itemsize), stand, grid, tma)
+        QUICK[quick] = q
     return out
+
+
+def _scratch_size(cfg: ScaledConfig, grid: int, m: int, n: int, k: int) -> tuple:
+    """(f32 values, tile counters) of the scratch a launch of ``cfg`` on ``grid`` CTAs takes:
+    stream-K's, else one each (stand-ins)."""
+    return (cfg.workspace_floats(grid), cfg.sched.units(m, n, k)) if cfg.stream_k else (1, 1)
 
 
 #: Block-scaled calls seen before (``matmul(a, b, scale_a=, scale_b=)`` of PyTorch tensors, with no
@@ -414,45 +412,50 @@ def quick_key(a, b, scale_a, scale_b, out_dtype, bias, activation):
 
 
 class ScaledQuick:
-    """A block-scaled call whose tensors were checked once (:func:`quick_key` names what): allocate
-    the output, the tensor maps of the new pointers (cached by address), the prepared launch with
-    the scales', the bias's and the output's new pointers, on PyTorch's current stream."""
+    """A block-scaled launch whose operands were checked: :meth:`launch` takes the pointers of a
+    call (tensor maps cached by address, the scratch of the stream) into the prepared launch.
+    Called, it is the quick path of a call whose tensors are like those of a call before
+    (:func:`quick_key` names what): allocate the output, launch on PyTorch's current stream."""
 
-    def __init__(self, launcher, cfg, mnk, alpha, device, types, views, scales, bias, stand, grid, tma):
+    def __init__(self, launcher, cfg, mnk, alpha, device, types, views, c, scales, bias, grid):
         """``types``: A's, B's and the output's element types; ``views``: the tensor maps' views of
-        A, B (as w [N, K]) and C; ``scales``: each side's (shape, strides) as the kernel reads it,
-        or None; ``bias``: its (shape, strides, itemsize) or None; ``stand``: the launch values of
-        an array the kernel does not read."""
-        from .args import torch_dtype
-
+        A, B (as w [N, K]) and C; ``c``: C's (shape, byte strides, itemsize) where the kernel
+        stores it from the registers, None where TMA does; ``scales``: each side's (shape,
+        strides) as the kernel reads it, or None; ``bias``: its (shape, strides, itemsize) or
+        None."""
         self.launcher, self.cfg, self.mnk, self.alpha, self.device = launcher, cfg, mnk, alpha, device
-        self.types, self.views, self.scales, self.bias, self.stand = types, views, scales, bias, stand
-        self.tma, self.grid = tma, grid
-        self.tdt = torch_dtype(types[2])
-        m, n, k = mnk  # stream-K's scratch (f32 values, tile counters); stand-ins without
-        self.scratch = (cfg.workspace_floats(grid), cfg.sched.units(m, n, k)) if cfg.stream_k else (1, 1)
+        self.types, self.views, self.c, self.scales, self.bias = types, views, c, scales, bias
+        self.stand = _stand_in_values(device)  # (a (1, 1) f32 array: layout C)
+        self.scratch = _scratch_size(cfg, grid, *mnk)
+        self.tdt = None  # the output's torch dtype, at the first quick call (torch is imported there)
 
-    def __call__(self, a, b, scale_a, scale_b, bias):
-        """The result, or None (for the full path) if the new output is not 16-byte aligned."""
+    def launch(self, st, a, pa, b, pb, out, po, psa, psb, pbias):
+        """Launch on stream ``st`` with A, B and C at ``pa``, ``pb``, ``po``, the scales at
+        ``psa``, ``psb`` and the bias at ``pbias`` (for a side without one: anything)."""
         m, n, k = self.mnk
         cfg, (adt, bdt, odt) = self.cfg, self.types
-        out = a.new_empty((m, n), dtype=self.tdt)
-        po = out.data_ptr()
-        if po & 15:
-            return None
-        st = stream_of("torch", None)
-        ta = tensor_map(a, a.data_ptr(), adt, (128, 128), self.views[0], keep=False).address
-        tb = tensor_map(b, b.data_ptr(), bdt, (cfg.bn, 128), self.views[1], keep=False).address
-        if self.tma:
+        ta = tensor_map(a, pa, adt, (128, 128), self.views[0], keep=False).address
+        tb = tensor_map(b, pb, bdt, (cfg.bn, 128), self.views[1], keep=False).address
+        if self.c is None:
             tc = tensor_map(out, po, odt, (64, cfg.c_cols), self.views[2], keep=False, swizzle=cfg.c_swizzle).address
             values = self.stand
         else:
-            tc, values = 0, array_arg_values(po, (m, n), (n * out.element_size(), out.element_size()),
-                                             out.element_size())
-        for x, d in zip((scale_a, scale_b), self.scales):
-            values += self.stand if d is None else array_arg_values(x.data_ptr(), d[0], d[1], 4)
+            tc, values = 0, array_arg_values(po, *self.c)
+        for p, d in zip((psa, psb), self.scales):
+            values += self.stand if d is None else array_arg_values(p, d[0], d[1], 4)
         ws_values = _scratch(self.device, st, *self.scratch)[2]
-        bias_values = array_arg_values(bias.data_ptr(), *self.bias) if self.bias is not None \
-            else ws_values[:len(ws_values) // 2]
+        bias_values = array_arg_values(pbias, *self.bias) if self.bias is not None \
+            else ws_values[:len(ws_values) // 2]  # (the scratch stands in)
         self.launcher(st, ta, tb, tc, *values, m, n, k, self.alpha, *ws_values, *bias_values)
+
+    def __call__(self, a, b, scale_a, scale_b, bias):
+        """The result, or None (for the full path) if the new output is not 16-byte aligned."""
+        if self.tdt is None:
+            self.tdt = torch_dtype(self.types[2])
+        out = a.new_empty(self.mnk[:2], dtype=self.tdt)
+        po = out.data_ptr()
+        if po & 15:
+            return None
+        self.launch(stream_of("torch", None), a, a.data_ptr(), b, b.data_ptr(), out, po, scale_a.data_ptr(),
+                    scale_b.data_ptr(), bias.data_ptr() if bias is not None else 0)
         return out
