@@ -118,7 +118,8 @@ class ScaledConfig:
         if bm not in (128, 256) or isinstance(bm, bool) or (bm == 256 and not self.a_columns):
             raise ValueError(f"ScaledConfig: bm must be 128, or 256 with A's block scales in columns (a_scale='block', "
                              f"a_columns=True); got bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}")
-        wide = bn in WIDE_COLS
+        #: a wide tile (bn one of WIDE_COLS)
+        self.wide = wide = bn in WIDE_COLS
         if bn not in (64, 128) + WIDE_COLS or isinstance(bn, bool) or (bn != 128 and bm != 128) \
                 or (wide and (not self.a_columns or epilogue != "tma" or stream_k)):
             raise ValueError(f"ScaledConfig: bn must be 128, 64 with bm=128, or one of {WIDE_COLS} with bm=128, A's "
@@ -149,7 +150,7 @@ class ScaledConfig:
     def _smem(self, stages):
         c_off = stages * self.stage_bytes
         slots = c_off + 2 * self.c_part + stages * (4 * self.bm + 128)  # (wide tiles: staged scales only)
-        return dynamic_smem_bytes(slots if self.bn in WIDE_COLS else max(c_off + 4 * self.c_part, slots))
+        return dynamic_smem_bytes(slots if self.wide else max(c_off + 4 * self.c_part, slots))
 
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
@@ -234,12 +235,11 @@ def _build(key):
     # 232; promoting without them, 24 and 240; the fast path (one fragment) 40 and 232.
     # (256 rows: 240 measured faster than 232)
     # (wide tiles: a sum and one temporary of up to 96 registers; the scale warps need more than 40)
-    PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.bn in WIDE_COLS \
-        else (40, 232)
+    PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.wide else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn)
     BM, BN, STAGE, C_OFF, S_OFF = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off
-    WIDE = BN in WIDE_COLS
+    WIDE = cfg.wide
     CC, C_BYTES, SWIZZLED_C = cfg.c_cols, cfg.c_part, cfg.c_swizzle == "128B"
     ROW_C, NPARTS = 2 * cfg.c_cols, cfg.bn // cfg.c_cols
     H, H2 = cfg.c_cols // 2, cfg.c_cols  # a part's values per thread; twice that (static slices)

@@ -86,9 +86,9 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         return s, ph
 
     @cuda.jit(device=True, inline=True)
-    def stages(ring, base, s, ph, u, kb0, kb1, tiles_mc, tiles_n, args):  # unit u's k-blocks kb0 .. kb1 - 1
+    def stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args):  # unit u's k-blocks
         tm, tn = sched.tile(u, tiles_mc, tiles_n, cluster_ctarank() if CL > 1 else 0)
-        return fill(ring, base, s, ph, tm, tn, kb0, kb1, args)
+        return fill(ring, base, s, ph, tm, tn, 0, kblocks, args)
 
     if stream:
         @cuda.jit(device=True, inline=True)
@@ -111,14 +111,14 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
             s, ph = 0, 0
             for pair in range(sched.first(), (nunits + 1) // 2, sched.step()):
                 for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
-                    s, ph = stages(ring, base, s, ph, u, 0, kblocks, tiles_mc, tiles_n, args)
+                    s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
             griddep_launch_dependents()
     else:
         @cuda.jit(device=True, inline=True)
         def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args):
             s, ph = 0, 0
             for u in range(sched.first(), nunits, sched.step()):
-                s, ph = stages(ring, base, s, ph, u, 0, kblocks, tiles_mc, tiles_n, args)
+                s, ph = stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args)
             griddep_launch_dependents()
 
     return produce
