@@ -104,19 +104,22 @@ def test_256_row_tiles_stage_their_scales_by_the_tma_thread(m, b_kind, monkeypat
     assert any(c.bm == 256 for c in front._CONFIGS.values()), "a 256-row configuration ran"
 
 
-@pytest.mark.parametrize("w, n, b_kind", [(176, 520, "block"), (144, 304, "block"), (144, 200, "col")])
-def test_wide_tiles_promote_across_the_b_scale_blocks_they_span(w, n, b_kind, monkeypatch):
+@pytest.mark.parametrize("w, n, b_kind, k", [(176, 520, "block", 288), (144, 304, "block", 288), (144, 200, "col", 288),
+                                             (160, 520, "block", 160), (176, 520, "block", 256)])
+def test_wide_tiles_promote_across_the_b_scale_blocks_they_span(w, n, b_kind, k, monkeypatch):
     """128-row tiles wider than 128 columns (forced: the front end takes them where they fill
     the SMs' rounds better): 176 x 3 tiles start 0, 48 and 96 columns into a block of B's scales,
     the last spanning three (blocks 2, 3 and 4, the fourth partial and the fifth past N); 144
     ones start 0, 16, 32 columns in; C leaves in two unswizzled halves of 88 (72) columns. With
     B's scales per column (the epilogue's) the promotion takes A's alone. 72 rows (one tile, rows
-    past M), three K blocks (the last partial)."""
+    past M), three K blocks (the last partial); two (the column halves' loop runs once; 160:
+    80-column halves start 0, 32 ... columns into a block). (With one K block A's scales are
+    one per row: the front end takes them as row scales, no wide tiles.)"""
     from nbwgmma.frontend import scaled as front
     monkeypatch.setattr(front, "wide_tiles", lambda m, n, sms: w)
-    m, k = 72, 288
+    m, kb = 72, -(-k // 128)
     rng, a, w_, ad, bd = _operands(m, n, k, 14)
-    sa, sw = pow2(rng, (m, 3)), pow2(rng, (-(-n // 128), 3))
+    sa, sw = pow2(rng, (m, kb)), pow2(rng, (-(-n // 128), kb))
     sa_dev = cuda.to_device(np.ascontiguousarray(sa.T)).T  # M-major
     if b_kind == "block":
         got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
