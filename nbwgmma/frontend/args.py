@@ -268,6 +268,19 @@ def stream_key(handle: int):
     return (handle, threading.get_ident()) if handle == PER_THREAD_STREAM else handle
 
 
+def stream_scratch(floats: int, tiles: int) -> tuple:
+    """Scratch for the launches of one stream (split-K's and stream-K's): ``floats`` f32 values of
+    partial tiles, ``tiles`` int32 counters at zero (each launch leaves them so), and the two
+    arrays' launch parameter values (none in the simulator, which launches with the arrays)."""
+    from .. import sim
+    from ..launch import array_arg_values
+
+    ws, counters = cuda.device_array(floats, np.float32), cuda.to_device(np.zeros(tiles, np.int32))
+    values = () if sim.enabled() else tuple(v for x in (ws, counters) for v in array_arg_values(
+        x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))
+    return ws, counters, values
+
+
 def stream_of(lib, stream) -> int:
     """The raw ``CUstream`` handle of ``stream`` (None: the current stream of ``lib``)."""
     if stream is not None:

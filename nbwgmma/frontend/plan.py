@@ -45,7 +45,7 @@ from ..launch import array_arg_types, array_arg_values
 from ..kernels.gemm_config import FP8_OUTS
 from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
-from .args import NP_OF, config_error, stream_key
+from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, host_view, numba_layout, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
 
@@ -399,11 +399,7 @@ class Plan:
             m, n, _ = self.mnk
             tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
             parts = 2 * self.launch_shape(None, None)[0] if cfg.stream_k else tiles * cfg.split  # (2 per CTA)
-            part = cuda.device_array(parts * cfg.bm * cfg.bn, dtype=np.float32)
-            counters = cuda.to_device(np.zeros(tiles, dtype=np.int32))  # the kernel leaves them at zero
-            values = () if _SIM else tuple(v for x in (part, counters) for v in array_arg_values(
-                x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))  # prepared launches
-            w = self.workspaces[stream_key(stream_handle)] = (part, counters, values)
+            w = self.workspaces[stream_key(stream_handle)] = stream_scratch(parts * cfg.bm * cfg.bn, tiles)
         return w
 
     def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0, bias=None):

@@ -45,7 +45,7 @@ from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
 from ..kit import SCALE_BLOCK, WIDE_COLS
 from ..launch import array_arg_types, array_arg_values, device_limits
-from .args import NP_OF, described, lib_of, output, stream_key, stream_of, torch_dtype
+from .args import NP_OF, described, lib_of, output, stream_key, stream_of, stream_scratch, torch_dtype
 from .arrays import ArrayInfo, numba_layout
 from .fused import bias_operand, check_epilogue
 from .plan import numba_view, tensor_map, zero_fill
@@ -140,20 +140,16 @@ def stream_tiles(m: int, n: int, k: int, sms: int, bm: int = 128, bn: int = 128)
 
 def _scratch(device, stream, floats: int, tiles: int):
     """Stream-K's scratch on one stream (launches on a stream run in order, so they share it):
-    f32 partial tiles and one int32 counter per tile, zero (each launch leaves them so)."""
-    from numba import cuda
-
+    f32 partial tiles and one int32 counter per tile, zero (each launch leaves them so); it grows
+    (doubling) for a larger launch, where a plan's (:meth:`Plan.workspace`) has its own launch's
+    size."""
     key = (device, stream_key(stream))
     have = _SCRATCH.get(key)
     if have is None or have[0].size < floats or have[1].size < tiles:
         if have is not None:  # kept: a launch still queued on the stream may use it (doubling bounds how many)
             _RETIRED.append(have)
-        floats = max(floats, 2 * have[0].size if have else 0)
-        tiles = max(tiles, 2 * have[1].size if have else 0)
-        ws, counters = cuda.device_array(floats, np.float32), cuda.to_device(np.zeros(tiles, np.int32))
-        values = () if _SIM else tuple(v for x in (ws, counters) for v in array_arg_values(
-            x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))
-        have = _SCRATCH[key] = (ws, counters, values)
+        have = _SCRATCH[key] = stream_scratch(max(floats, 2 * have[0].size if have else 0),
+                                              max(tiles, 2 * have[1].size if have else 0))
     return have
 
 
