@@ -31,7 +31,7 @@ from numba import cuda, types
 
 from nbwgmma.intrinsics import bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc
 from nbwgmma.kit import (Cooperative, TileScheduler, TmaPipeline, acc_map, activation, col_values, gelu_tanh_approx,
-                         inlined, tile_producer, tma_store_part)
+                         inlined, tile_producer, tma_store_part, warpgroup_index)
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
 
@@ -75,7 +75,7 @@ def make_kernel(act):
                 return  # idle threads leave (waiting at the cluster barrier below slows the producer)
         else:  # two consumer warpgroups, 128 rows of each tile apiece
             setmaxnreg_inc(232)
-            cw, ct = tid // 128 - 1, tid % 128
+            cw, ct = warpgroup_index() - 1, tid % 128  # (warp-uniform: descriptors in uniform registers)
             c0 = base + C_OFF + cw * 2 * C_PART
             c1 = c0 + C_PART
             s, ph, rank = 0, 0, sched.rank()  # rank: the CTA's tile of each cluster tile

