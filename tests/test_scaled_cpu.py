@@ -165,7 +165,8 @@ def test_stream_k_kernels_compile_clean():
 def test_stream_k_rule_and_blocks_check_their_arguments():
     """Stream-K where 128 x 128 tiles fill their rounds poorly, never for fewer tiles than SMs;
     StreamFixup's, the stream-K producer walk's and stream_walk's checks."""
-    assert stream_tiles(4096, 2112, 7168, 132)  # 544 tiles in 5 rounds: 82%
+    assert not stream_tiles(4096, 2112, 7168, 132)  # 544 tiles in 5 rounds: 82%
+    assert stream_tiles(128 * 7, 19 * 128, 7168, 132)  # 133 tiles in 2 rounds: 50%
     assert not stream_tiles(8192, 2112, 7168, 132)  # 1088 in 9: 92%
     assert not stream_tiles(128, 7168, 7168, 132)  # 56 tiles: one round of fewer tiles than SMs
     assert not stream_tiles(4096, 2112, 128, 132)  # one K block
