@@ -167,6 +167,7 @@ def test_stream_k_rule_and_blocks_check_their_arguments():
     StreamFixup's, the stream-K producer walk's and stream_walk's checks."""
     assert not stream_tiles(4096, 2112, 7168, 132)  # 544 tiles in 5 rounds: 82%
     assert stream_tiles(128 * 7, 19 * 128, 7168, 132)  # 133 tiles in 2 rounds: 50%
+    assert not stream_tiles(2304, 2048, 7168, 132)  # 288 tiles in 3 rounds: 73%
     assert not stream_tiles(8192, 2112, 7168, 132)  # 1088 in 9: 92%
     assert not stream_tiles(128, 7168, 7168, 132)  # 56 tiles: one round of fewer tiles than SMs
     assert not stream_tiles(4096, 2112, 128, 132)  # one K block

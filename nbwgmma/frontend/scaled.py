@@ -118,11 +118,11 @@ def narrow_tiles(m: int, n: int, sms: int) -> bool:
 
 
 #: Stream-K is taken where 128 x 128 tiles would keep the SMs busy less than this fraction of
-#: their rounds. Measured on an H200 at 4096 x 2112 x 7168 (82%): 1.035x whole tiles until the
-#: consumers of whole tiles took a warp-uniform warpgroup index (stream-K's kernels spill with it),
-#: 0.91x after (967 against 1068 TFLOP/s): stream-K now runs at about 0.74 of whole tiles' full
-#: rate (BENCHMARKS.md, 2026-11-29).
-STREAM_BELOW = 0.74
+#: their rounds. Measured on an H200: 1.035x whole tiles at 4096 x 2112 x 7168 (82%) until the
+#: consumers of whole tiles took a warp-uniform warpgroup index (stream-K's kernels spill with it);
+#: after, 0.91x whole tiles there, at 2304 x 2048 x 7168 (73%) and at 2432 x 1920 x 7168 (73%)
+#: (BENCHMARKS.md, 2026-11-29). Where wide or 256-row tiles serve, they are taken first.
+STREAM_BELOW = 0.66
 
 
 def stream_tiles(m: int, n: int, k: int, sms: int, bm: int = 128, bn: int = 128) -> bool:
@@ -131,7 +131,7 @@ def stream_tiles(m: int, n: int, k: int, sms: int, bm: int = 128, bn: int = 128)
     (the only ones measured faster with it) where they fill at least one round of the ``sms``
     SMs and whole tiles, one per SM at a time, would keep them busy less than
     :data:`STREAM_BELOW` of their rounds (4096 x 2112 on 132 SMs: 544 tiles in 5 rounds, 82%: not;
-    133 tiles in 2 rounds, 50%: taken),
+    2304 x 2048: 288 in 3, 73%: not; 133 tiles in 2 rounds, 50%: taken),
     and K holds more than one block. (Products of fewer tiles than SMs, measured on an H200,
     ran slower with it: 0.70x at 128 x 7168 x 7168.)"""
     if (bm, bn) != (128, 128):
