@@ -179,8 +179,8 @@ class BlockScaled(types.ModuleType):
     ``put_scales(ring, sbase, s, ph, lane, rows, sbr, kb)`` (a scale warp's fill of slot ``s``:
     K block ``kb``'s scales and ``sbr[kb]``, B's for the tile's columns, then the arrival),
     ``tile(ring, base, sbase, s, ph, kblocks, ct, cw) -> (acc, s, ph)``: warpgroup ``cw``'s 64
-    x ``cols`` f32 accumulator of the tile over ``kblocks`` stages (``cw`` best from
-    :func:`~nbwgmma.kit.warpgroup_index`, warp-uniform: the wgmma descriptors then stay in uniform
+    x ``cols`` f32 accumulator of the tile over ``kblocks`` stages (``cw`` best taken from
+    :func:`~nbwgmma.kit.warpgroup_index` less one, warp-uniform: the wgmma descriptors then stay in uniform
     registers, 6-9% faster with staged scales on an H200); direct: ``tile`` is
     ``tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb)`` (``sa`` rows
     ``ra0`` and ``ra1``, the thread's two rows clamped inside A; ``sb`` row ``nb``). 256 rows:
