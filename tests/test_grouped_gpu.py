@@ -133,3 +133,28 @@ def test_block_scaled_fp8_grouped_matches_the_per_group_products(sizes, n, k, ex
     else:
         rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
         assert torch.isfinite(out).all() and rel <= 1e-2, rel
+
+
+@pytest.mark.parametrize("schedule", ["pingpong", "cooperative"])
+@pytest.mark.parametrize("b_major", ["K", "MN"])
+def test_both_schedules_on_uneven_groups_with_bias_and_silu(schedule, b_major, monkeypatch):
+    """Each schedule forced on groups that end inside tiles (and an empty one), with a bias per
+    expert and SiLU, B either K- or N-contiguous."""
+    import nbwgmma.frontend.grouped as front
+
+    monkeypatch.setattr(front, "COOPERATIVE_ROWS", 0 if schedule == "cooperative" else 1 << 30)
+    sizes, n, k = [257, 0, 130, 511, 64], 328, 456
+    g = torch.Generator(device="cuda").manual_seed(11)
+    total = sum(sizes)
+    x = (torch.randn(total, k, device="cuda", generator=g) / k ** 0.5).bfloat16()
+    w = torch.randn(len(sizes), n, k, device="cuda", generator=g).bfloat16()
+    b = w.transpose(1, 2) if b_major == "K" else w.transpose(1, 2).contiguous()
+    bias = torch.randn(len(sizes), n, device="cuda", generator=g).bfloat16()
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).int()
+    out = torch.full((total, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    grouped_matmul(x, b, offs, out=out, bias=bias, activation="silu")
+    ends = offs.tolist()
+    ref = torch.cat([torch.nn.functional.silu(x[e - s:e].double() @ w[i].double().t() + bias[i].double())
+                     for i, (s, e) in enumerate(zip(sizes, ends))])
+    rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert torch.isfinite(out).all() and rel <= 1e-2, rel

@@ -44,7 +44,7 @@ _SIM = sim.enabled()
 _NAMES = {"u16": "bf16"}
 _STAND_INS: dict = {}  # device -> a zero f32 array standing in for an absent bias
 #: From this many rows per group on average, the cooperative schedule (128 x 256 tiles).
-COOPERATIVE_ROWS = 512
+COOPERATIVE_ROWS = 128
 
 
 def _row_major(info: ArrayInfo) -> bool:
@@ -217,10 +217,11 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         raise MatmulError("grouped_matmul: K = 0 is not supported so far")
     es = ia.itemsize
     tma_a = tensor_map(a, ia.ptr, ta, (128, 64), ((total, k), (ia.strides[0] // es, 1)), keep=False)
-    # Groups of 512 rows or more on average: the cooperative 128 x 256 tiles (both consumers on
-    # one tile, in step; their stores on the epilogue warps, under the next main loop). On an H100
-    # against ping-pong's 128 x 128 tiles: 1.19-1.32x for groups of 512 and 1024 rows, 0.97-1.04x
-    # at 256, 1.04x at 128 (BENCHMARKS.md, 2026-11-25); fewer than 512: ping-pong.
+    # Groups of 128 rows or more on average: the cooperative 128 x 256 tiles (both consumers on
+    # one tile, in step; their stores on the epilogue warps, under the next main loop). Against
+    # ping-pong's 128 x 128 tiles, on an H100: 1.19-1.32x for groups of 512 and 1024 rows,
+    # 0.97-1.04x at 256, 1.04x at 128 (BENCHMARKS.md, 2026-11-25); on an H200: 1.02-1.04x at 256,
+    # 1.18x at 384, 1.04-1.05x at 128 (2026-11-29); fewer than 128: ping-pong.
     schedule = "cooperative" if total // groups >= COOPERATIVE_ROWS else "pingpong"
     if io.ptr % 16 or (total > 1 and io.strides[0] % 16):  # the epilogue warps store 16 bytes at a time
         schedule = "pingpong"

@@ -6,10 +6,12 @@ groups' rows one after another, ``offs`` [G] (int32, on the device) their runnin
 weight per group (K contiguous), out [total, N]. One launch for all groups, and the host
 never reads ``offs``: every thread walks the groups on the device.
 
-The schedule is ping-pong (:class:`~nbwgmma.kit.PingPong`, 6 stages): work units
-are the 128 x 128 tiles of every group in order (within a group, ``group_m`` tile rows at a
-time, as the library GEMM walks its tiles), a CTA takes pairs of units, one per consumer
-(for groups of few rows, in :func:`~nbwgmma.kit.wave_order`); the walk over the groups is
+Two schedules. Ping-pong (:class:`~nbwgmma.kit.PingPong`, 6 stages): work units are the
+128 x 128 tiles of every group in order (within a group, ``group_m`` tile rows at a time, as
+the library GEMM walks its tiles), a CTA takes pairs of units, one per consumer (for groups of
+few rows, in :func:`~nbwgmma.kit.wave_order`). Cooperative (:class:`~nbwgmma.kit.Cooperative`,
+3 stages): both consumers on each 128 x 256 tile, the producer warpgroup's idle warps storing
+it (:class:`~nbwgmma.kit.EpilogueWarps`). The walk over the groups is
 :func:`~nbwgmma.kit.group_walk`.
 A's rows past a group's end belong to the next group: their results are computed and not
 stored (each group's rows are stored through a slice of ``out`` that ends with the group).
