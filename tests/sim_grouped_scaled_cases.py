@@ -62,6 +62,25 @@ def test_four_uneven_groups_one_empty_equal_the_per_group_products():
     np.testing.assert_array_equal(_bf16(out), want)
 
 
+@pytest.mark.parametrize("per_group", [True, False])
+def test_bias_and_relu_on_uneven_groups_f32_out(per_group):
+    """relu(A_g @ B_g^T + bias) with the bias one row per group or one for all: exact on small
+    integers (f32 out), rows past each group's end untouched."""
+    sizes = [70, 0, 150, 27]
+    n, k = 136, 272  # a partial N tile, a partial third K block
+    a, w, sa, sw, da, db = _operands(sizes, n, k, 4)
+    rng = np.random.default_rng(5)
+    bias = rng.integers(-8, 9, (len(sizes), n) if per_group else (n,)).astype(np.float32) / 2
+    ends = np.cumsum(sizes).astype(np.int32)
+    out = cuda.to_device(np.full((sum(sizes), n), np.nan, np.float32))
+    grouped_matmul(da, db, cuda.to_device(ends), out=out, out_dtype="f32", scale_a=cuda.to_device(sa),
+                   scale_b=cuda.to_device(sw), in_dtype="e4m3", bias=cuda.to_device(bias), activation="relu")
+    ref = np.concatenate([np.maximum(_reference(a[e - s:e], w[g], sa[e - s:e], sw[g])
+                                     + (bias[g] if per_group else bias), 0)
+                          for g, (s, e) in enumerate(zip(sizes, ends))])
+    np.testing.assert_array_equal(out.copy_to_host(), ref)
+
+
 def test_masked_layout_computes_only_the_counted_rows_f32_out():
     g, t, n, k = 2, 80, 72, 128
     a, w, sa, sw, da, db = _operands([t] * g, n, k, 2)
@@ -88,7 +107,8 @@ def test_bad_scales_are_refused_naming_the_argument():
             ({"scale_b": cuda.to_device(sw[0])}, MatmulError, r"scale_b must have shape \(2, 1, 1\)"),
             ({"scale_a": cuda.to_device(sa.astype(np.float64))}, MatmulTypeError, "scale_a must be f32"),
             ({"out_dtype": "e4m3"}, MatmulTypeError, "bf16, f16 or f32 out"),
-            ({"bias": cuda.to_device(np.zeros(64, np.float32))}, MatmulError, "bias and activation apply to bf16")):
+            ({"bias": cuda.to_device(np.zeros(63, np.float32))}, MatmulError, r"bias must have shape \(2, 64\)"),
+            ({"activation": "tanh"}, MatmulError, "activation must be one of")):
         with pytest.raises(exc, match=msg) as e:
             grouped_matmul(da, db, ends, **(good | change))
         assert "\n" not in str(e.value)

@@ -158,3 +158,47 @@ def test_both_schedules_on_uneven_groups_with_bias_and_silu(schedule, b_major, m
                      for i, (s, e) in enumerate(zip(sizes, ends))])
     rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert torch.isfinite(out).all() and rel <= 1e-2, rel
+
+
+@pytest.mark.parametrize("act, per_group", [("silu", True), ("gelu_tanh", False)])
+def test_block_scaled_fp8_grouped_with_bias_and_activation(act, per_group):
+    """act(block-scaled A_g @ B_g^T + bias), bf16 out: the fp8 MoE gate projection, uneven and
+    empty groups, against float64 of the same fp8 values and scales."""
+    sizes, n, k = [300, 0, 700, 45], 392, 640
+    g = torch.Generator(device="cuda").manual_seed(13)
+    total, kb, nb = sum(sizes), -(-k // 128), -(-n // 128)
+    x = torch.randn(total, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    w = torch.randn(len(sizes), n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    sa = torch.rand(total, kb, device="cuda", generator=g) + 0.5
+    sw = torch.rand(len(sizes), nb, kb, device="cuda", generator=g) / 16 + 0.02
+    bias = torch.randn((len(sizes), n) if per_group else (n,), device="cuda", generator=g)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).int()
+    out = torch.full((total, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    grouped_matmul(x, w.transpose(1, 2), offs, scale_a=sa, scale_b=sw, out=out, bias=bias, activation=act)
+    f = {"silu": torch.nn.functional.silu, "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[act]
+    ends = offs.tolist()
+    ref = torch.cat([f(_block_ref(x[e - s:e], w[i], sa[e - s:e], sw[i]) + (bias[i] if per_group else bias).double())
+                     for i, (s, e) in enumerate(zip(sizes, ends))])
+    rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+    assert torch.isfinite(out).all() and rel <= 1e-2, rel
+
+
+def test_block_scaled_fp8_grouped_bias_and_relu_exact_in_f32():
+    """Small integers, power-of-two scales, a bias of halves: relu(A_g @ B_g^T + bias) exact in
+    f32 out, one bias row shared by the groups."""
+    sizes, n, k = [129, 0, 256, 3], 264, 384
+    g = torch.Generator(device="cuda").manual_seed(17)
+    total, kb, nb = sum(sizes), -(-k // 128), -(-n // 128)
+    x = torch.randint(-2, 3, (total, k), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
+    w = torch.randint(-2, 3, (len(sizes), n, k), device="cuda", generator=g).float().to(torch.float8_e4m3fn)
+    sa = torch.exp2(torch.randint(-2, 3, (total, kb), device="cuda", generator=g).float())
+    sw = torch.exp2(torch.randint(-2, 3, (len(sizes), nb, kb), device="cuda", generator=g).float())
+    bias = torch.randint(-16, 17, (n,), device="cuda", generator=g).float() / 2
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).int()
+    out = torch.full((total, n), float("nan"), device="cuda")
+    grouped_matmul(x, w.transpose(1, 2), offs, scale_a=sa, scale_b=sw, out=out, out_dtype="f32", bias=bias,
+                   activation="relu")
+    ends = offs.tolist()
+    ref = torch.cat([torch.relu(_block_ref(x[e - s:e], w[i], sa[e - s:e], sw[i]) + bias.double())
+                     for i, (s, e) in enumerate(zip(sizes, ends))])
+    assert torch.equal(out.double(), ref)

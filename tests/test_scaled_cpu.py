@@ -256,16 +256,27 @@ def test_configs_check_their_arguments():
 
 def test_block_scaled_grouped_kernel_compiles_clean():
     """The fp8 grouped GEMM: the block-scaled consumers' 16 QGMMAs (a loop unrolled by two, first
-    and last block apart), no spills or local memory, for the 2-D and masked walks and e5m2 x e4m3."""
+    and last block apart), no spills or local memory, for the 2-D and masked walks and e5m2 x e4m3,
+    and with a bias per group and an activation (SiLU's exponential on the MUFU)."""
     from nbwgmma.kernels.grouped_scaled import grouped_scaled_kernel
 
     sig = (types.uint64, types.uint64, types.uint16[:, ::1], types.int32[::1], types.float32[:, :],
-           types.float32[:, :, :], types.int32, types.int32, types.int32)
+           types.float32[:, :, :], types.int32, types.int32, types.int32, types.float32[:, ::1], types.int32)
     f32_out = sig[:2] + (types.float32[:, ::1],) + sig[3:]
-    jobs = [(grouped_scaled_kernel("e4m3", "e4m3"), sig), (grouped_scaled_kernel("e5m2", "e4m3", masked=True), f32_out)]
-    for rep in compile_reports(jobs):
+    jobs = [(grouped_scaled_kernel("e4m3", "e4m3"), sig), (grouped_scaled_kernel("e5m2", "e4m3", masked=True), f32_out),
+            (grouped_scaled_kernel("e4m3", "e4m3", bias=True, act="silu"), sig)]
+    for rep, epi in zip(compile_reports(jobs), (False, False, True)):
         assert sum(v for op, v in rep.sass.items() if "GMMA" in op) == 16, rep.sass
-        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+        # the epilogue's form keeps one scalar of the walk in local memory, reloaded once a tile
+        assert rep.spill_bytes == (8 if epi else 0) and rep.local_memory_ops == (2 if epi else 0), rep
+        lines = rep.sass_text.splitlines()
+        gmma = [i for i, line in enumerate(lines) if "GMMA" in line]
+        assert not any("LDL" in line or "STL" in line for line in lines[gmma[0]:gmma[-1]])
         assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep
+        assert (rep.sass_full.get("MUFU.EX2", 0) >= 64) == epi, rep.sass_full
     with pytest.raises(ValueError, match="a_type must be one of"):
         grouped_scaled_kernel("bf16", "e4m3")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        grouped_scaled_kernel("e4m3", "e4m3", act="tanh")
+    with pytest.raises(ValueError, match="out must be one of"):
+        grouped_scaled_kernel("e4m3", "e4m3", out="e4m3")

@@ -108,7 +108,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     of rows ``offs`` delimits (see the module's text); returns ``out`` (allocated when not
     given). ``bias``: (G, N) (one row per group: each expert's bias) or (N,) (one for all), f32,
     bf16 or f16; ``activation``: one of ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``
-    (after the bias, in f32, before the rounding to the output type).
+    (after the bias, in f32, before the rounding to the output type), for every operand type.
 
     With ``a`` 2-D (M, total) and ``b`` 2-D (total, N): the K-grouped product of MoE weight
     gradients, ``torch._grouped_mm``'s 2-D x 2-D form. ``offs`` (int32 [G], on the device) holds
@@ -128,7 +128,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     block-scaled grouped GEMM: ``scale_a`` f32 (total, ceil(K/128)) (one scale per row and
     128-K block), ``scale_b`` f32 (G, ceil(N/128), ceil(K/128)) (one per 128 x 128 block of each
     weight [N, K]), B the transpose of a contiguous (G, N, K) fp8 weight stack, out bf16 (or
-    ``out_dtype`` f16 / f32); no bias or activation so far
+    ``out_dtype`` f16 / f32), ``bias`` and ``activation`` as above
     (:mod:`nbwgmma.frontend.grouped_scaled`)."""
     ia, ib, io_ = described(a, "A"), described(b, "B"), described(offs, "offs")
     if activation is not None and activation not in ACTIVATIONS:
@@ -170,12 +170,12 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
             _validate(offs, lib_of(a), masked, total, groups)
 
     if ta in FP8_TYPES:
-        if bias is not None or activation is not None:
-            raise MatmulError("grouped_matmul: bias and activation apply to bf16/f16 operands so far; got fp8")
+        bias32, gb = _group_bias(bias, groups, n, ia.device, lib_of(a))
         return grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib_of(a), masked=masked,
                                      t=total // max(groups, 1) if masked else 0, ta=ta, tb=tb, out=out,
                                      out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, stream=stream,
-                                     check_offs=check_offs)
+                                     check_offs=check_offs, bias=(bias32, gb), activation=activation,
+                                     stand_in=_stand_in)
     if scale_a is not None or scale_b is not None:
         raise MatmulError("grouped_matmul: scale_a and scale_b apply to fp8 operands; got "
                           f"{ta} and {tb}")

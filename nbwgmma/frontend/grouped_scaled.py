@@ -13,9 +13,11 @@ B, 128 x 128  (G, NB, KB)                  ``sb[g, nb, kb]``: group g's weight [
                                            128 x 128 blocks, in the weight's own order
 ============  ===========================  =============================================
 
-Out bf16 (the default), f16 or f32. ``offs`` as for the 16-bit grouped GEMM: read on the
-device only (``validate=True`` checks it on the host). Not yet: a bias or activation, rowwise
-or per-tensor scales, a row-major (N-contiguous) B: each is a
+Out bf16 (the default), f16 or f32, with a bias (one row per group or one for all) and an
+activation as the 16-bit grouped GEMM takes them, in f32 before the rounding to the output
+type. ``offs`` as for the 16-bit grouped GEMM: read on the device only (``validate=True``
+checks it on the host). Not yet: rowwise or per-tensor scales, a row-major (N-contiguous) B:
+each is a
 :class:`~nbwgmma.errors.MatmulError` before anything is launched, as is a scale of the wrong
 shape, type, layout or device.
 """
@@ -66,10 +68,12 @@ def _scale(x, name, shapes, device):
 
 
 def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, out, out_dtype, scale_a, scale_b,
-                          stream, check_offs):
+                          stream, check_offs, bias=(None, 0), activation=None, stand_in=None):
     """The fp8 form of :func:`nbwgmma.grouped_matmul` (see the module's text): ``ia`` A as
     [total, K] (the masked layout already flattened, ``t`` its rows per group), ``ta``/``tb`` the
-    operands' fp8 types, ``check_offs(total)`` the host check of ``validate=True`` (or None)."""
+    operands' fp8 types, ``check_offs(total)`` the host check of ``validate=True`` (or None);
+    ``bias`` the checked bias as the kernel takes it, ``(2-D f32 array, gb)`` or ``(None, 0)``,
+    ``stand_in(device)`` the array standing in for none; ``activation`` a checked name or None."""
     from ..launch import device_limits, launch
 
     (total, k), (groups, _, n) = ia.shape, ib.shape
@@ -114,7 +118,10 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     units = (-(-total // BM) + groups) * -(-n // BN)  # each group's last tile may be partial
     grid = max(1, min(sms, units))
     view = numba_view(io, out, NP_OF[odt])
-    launch(grouped_scaled_kernel(ta, tb, masked), grid, THREADS,
-           (tma_a.address, tma_b.address, view, offs, sa, sb, np.int32(n), np.int32(k), np.int32(t)),
+    bias32, gb = bias
+    kernel = grouped_scaled_kernel(ta, tb, masked, bias=bias32 is not None, act=activation, out=odt)
+    launch(kernel, grid, THREADS,
+           (tma_a.address, tma_b.address, view, offs, sa, sb, np.int32(n), np.int32(k), np.int32(t),
+            stand_in(ia.device) if bias32 is None else bias32, np.int32(gb)),
            stream=stream_of(lib, stream), smem=SMEM, pdl=True)
     return out

@@ -38,7 +38,7 @@ from ..kit import (Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, a
                    no_epilogue_warps)
 from ..launch import dynamic_smem_bytes
 
-__all__ = ["grouped_kernel", "THREADS", "SMEM", "TYPES", "units_bound"]
+__all__ = ["grouped_kernel", "part_store", "THREADS", "SMEM", "TYPES", "units_bound"]
 
 TYPES = ("bf16", "f16")
 BM = 128
@@ -96,12 +96,19 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major, schedule)
 
 
-def _epilogue(bias, f):
-    """``(frag, ct, row0, col0, bvec) -> frag`` over a 64 x 64 part: the bias of each value's
-    column (``bvec`` the group's bias from the part's first column) and the activation's device
-    function ``f``, or None for neither."""
+def part_store(bias: bool, f, kind: str):
+    """``store(frag, bias, brow, mine, ct, row0, col0, n)``: a 64 x 64 part of a ``kind``
+    accumulator (thread ``ct``'s 32 values; its tile's rows ``row0 ..``, columns ``col0 ..``)
+    stored into ``mine`` (a group's rows of C) with, where given, each value's column's bias
+    (``bias[brow, col0:n]``: the group's row of a 2-D f32 array) added and the activation's
+    device function ``f`` applied, in f32, before the rounding to C's type. The grouped GEMMs'
+    epilogue from registers."""
+    KIND = kind
     if not bias and f is None:
-        return None
+        @inlined
+        def store(frag, bias, brow, mine, ct, row0, col0, n):
+            acc_store(frag, KIND, mine, ct, row0, col0)
+        return store
     if bias:
         if f is None:
             @inlined
@@ -119,13 +126,13 @@ def _epilogue(bias, f):
 
     if bias:
         @inlined
-        def epilogue(acc, ct, row0, col0, bvec):
-            return part(acc, ct, row0, col0, bvec)
+        def store(frag, bias, brow, mine, ct, row0, col0, n):
+            acc_store(part(frag, ct, row0, col0, bias[brow, col0:n]), KIND, mine, ct, row0, col0)
     else:
         @inlined
-        def epilogue(acc, ct, row0, col0, bvec):
-            return part(acc, ct, row0, col0)
-    return epilogue
+        def store(frag, bias, brow, mine, ct, row0, col0, n):
+            acc_store(part(frag, ct, row0, col0), KIND, mine, ct, row0, col0)
+    return store
 
 
 def _packed(dtype, bias):
@@ -182,18 +189,13 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
             coop.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol, A_BYTES)
         else:
             pp.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol)
-    epilogue = _epilogue(BIAS, act)
-    EPI = epilogue is not None
+    EPI = BIAS or act is not None
     # setmaxnreg: the epilogue warps with the group walk take 56 registers (at 48, 80 bytes of
     # its scalars spilled per tile; 40 for a producer alone), the consumers the rest of the 504
     # per thread slot
     PREGS, CREGS = (56, 224) if COOP else (40, 232)
 
-    @inlined
-    def store_part(frag, bias, brow, mine, ct, row0, col0, n):
-        """The epilogue of a 64 x 64 part (``bias[brow]`` sliced from the part's first column)
-        and its store into the group's rows."""
-        acc_store(epilogue(frag, ct, row0, col0, bias[brow, col0:n]), KIND, mine, ct, row0, col0)
+    store_part = part_store(BIAS, act, KIND)
 
     _, units, place = group_walk(masked, BM, GROUP_M, WAVE)
 

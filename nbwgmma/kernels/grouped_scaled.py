@@ -15,7 +15,8 @@ block summed by the wgmma, then scaled and added into an f32 accumulator in regi
 consumers read the scales from global memory: a group's rows start anywhere, and staged row
 by row the scales were slower), one producer thread streaming 128-K stages through
 a ring of 6. The results go from the registers
-into the group's rows of ``out`` (bf16, f16 or f32): rows of a tile past its group's end
+into the group's rows of ``out`` (bf16, f16 or f32), with a bias per group and column and an
+activation where asked: rows of a tile past its group's end
 belong to the next group and are computed but not stored; B's rows past N (the next group's
 weight) give columns outside ``out``. TMA fills K's tail with zeros and a block scale past it
 meets zeros, so any K (16-byte aligned rows) works.
@@ -28,8 +29,9 @@ import functools
 from numba import cuda
 
 from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc
-from ..kit import BlockScaled, TmaPipeline, group_walk
+from ..kit import BlockScaled, TmaPipeline, activation, group_walk
 from ..launch import dynamic_smem_bytes
+from .grouped import part_store
 
 __all__ = ["grouped_scaled_kernel", "THREADS", "SMEM", "BM", "BN"]
 
@@ -39,35 +41,48 @@ STAGE = BlockScaled.STAGE_BYTES
 THREADS = 384
 SMEM = dynamic_smem_bytes(STAGES * STAGE)
 FP8 = ("e4m3", "e5m2")
+OUTS = ("bf16", "f16", "f32")
 
 
-def grouped_scaled_kernel(a_type: str = "e4m3", b_type: str = "e4m3", masked: bool = False, group_m: int = 4):
+def grouped_scaled_kernel(a_type: str = "e4m3", b_type: str = "e4m3", masked: bool = False, group_m: int = 4,
+                          bias: bool = False, act: str | None = None, out: str = "bf16"):
     """The ``@cuda.jit`` kernel (built once per choice): arguments ``(tmap_a, tmap_b, out, offs,
-    sa, sb, n, k, t)``: tensor maps of A [total, K] and of B seen as [G * N, K] (fp8, box 128 x
-    128, 128-byte swizzle); ``out`` [total, N] (a 2-D array: uint16 for bf16 bits, float16 or
-    float32); ``offs`` int32 [G] (the counts when ``masked``); ``sa`` [total, ceil(K/128)] and
-    ``sb`` [G, ceil(N/128), ceil(K/128)] f32 (any strides); int32 ``n``, ``k`` (k >= 1) and
-    ``t`` (rows per group when ``masked``, else unused). :data:`THREADS` threads, :data:`SMEM`
-    bytes of dynamic shared memory, at most one CTA per 128 x 128 tile. ``group_m``: the walk's
-    order (:func:`~nbwgmma.kit.group_walk`; the wave order is not offered: its indices, live
-    across the main loop beside three 64-register fragments, spilled 536 bytes)."""
+    sa, sb, n, k, t, bias, gb)``: tensor maps of A [total, K] and of B seen as [G * N, K] (fp8,
+    box 128 x 128, 128-byte swizzle); ``out`` [total, N] (a 2-D array: uint16 for bf16 bits,
+    float16 or float32, as ``out`` names it); ``offs`` int32 [G] (the counts when ``masked``);
+    ``sa`` [total, ceil(K/128)] and ``sb`` [G, ceil(N/128), ceil(K/128)] f32 (any strides);
+    int32 ``n``, ``k`` (k >= 1) and ``t`` (rows per group when ``masked``, else unused); with
+    ``bias``, ``bias`` a 2-D f32 array whose row ``g * gb`` is group ``g``'s bias per column
+    (``gb`` 1 for one row per group, 0 for one row shared; any 2-D f32 array and 0 without);
+    ``act`` an activation of :data:`nbwgmma.kit.ACTIVATIONS` applied after the bias, in f32
+    (gelu_tanh on ``tanh.approx`` for 16-bit outputs, as the 16-bit GEMMs). :data:`THREADS`
+    threads, :data:`SMEM` bytes of dynamic shared memory, at most one CTA per 128 x 128 tile.
+    ``group_m``: the walk's order (:func:`~nbwgmma.kit.group_walk`; the wave order is not
+    offered: its indices, live across the main loop beside three 64-register fragments, spilled
+    536 bytes)."""
     for name, v in (("a_type", a_type), ("b_type", b_type)):
         if v not in FP8:
             raise ValueError(f"grouped_scaled_kernel: {name} must be one of {FP8}; got {v!r}")
     if not isinstance(group_m, int) or group_m < 1:
         raise ValueError(f"grouped_scaled_kernel: group_m must be a positive integer; got {group_m!r}")
-    return _build(a_type, b_type, bool(masked), group_m)
+    if out not in OUTS:
+        raise ValueError(f"grouped_scaled_kernel: out must be one of {OUTS}; got {out!r}")
+    if act is not None:
+        activation(act)  # a ValueError naming the choices
+    return _build(a_type, b_type, bool(masked), group_m, bool(bias), act, out)
 
 
 @functools.lru_cache(maxsize=None)
-def _build(a_type, b_type, masked, group_m):
+def _build(a_type, b_type, masked, group_m, BIAS, ACT, OUT):
     KIND = f"f32.{a_type}.{b_type}"
     pipe = TmaPipeline(STAGES, consumers=2)
     bs = BlockScaled(KIND, pipe, a_block=True, b_block=True)  # group rows start anywhere: scales read directly
     _, units, place = group_walk(masked, BM, group_m, False)
+    store_part = part_store(BIAS, activation(ACT, OUT) if ACT is not None else None, KIND)
+    EPI = BIAS or ACT is not None
 
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def grouped_scaled_gemm(tmap_a, tmap_b, out, offs, sa, sb, n, k, t):
+    def grouped_scaled_gemm(tmap_a, tmap_b, out, offs, sa, sb, n, k, t, bias, gb):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         tid = cuda.threadIdx.x
         total = out.shape[0]
@@ -97,6 +112,11 @@ def _build(a_type, b_type, masked, group_m):
                 ra0 = min(start + r0 + lr, total - 1)  # scale rows inside A (past the group: not stored)
                 ra1 = min(start + r0 + lr + 8, total - 1)
                 acc, s, ph = bs.tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb[g], ra0, ra1, tn)
-                acc_store(acc, KIND, out[start:end], ct, r0, tn * BN)
+                mine = out[start:end]  # this group's rows: the next group's are not ours to write
+                if EPI:  # in 64 x 64 parts
+                    store_part(acc[:32], bias, g * gb, mine, ct, r0, tn * BN, n)
+                    store_part(acc[32:], bias, g * gb, mine, ct, r0, tn * BN + 64, n)
+                else:
+                    acc_store(acc, KIND, mine, ct, r0, tn * BN)
 
     return grouped_scaled_gemm
