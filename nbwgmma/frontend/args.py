@@ -12,7 +12,9 @@ import threading
 import numpy as np
 from numba import cuda
 
+from .. import sim
 from ..errors import ConfigError, MatmulError, MatmulTypeError
+from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
@@ -272,9 +274,6 @@ def stream_scratch(floats: int, tiles: int) -> tuple:
     """Scratch for the launches of one stream (split-K's and stream-K's): ``floats`` f32 values of
     partial tiles, ``tiles`` int32 counters at zero (each launch leaves them so), and the two
     arrays' launch parameter values (none in the simulator, which launches with the arrays)."""
-    from .. import sim
-    from ..launch import array_arg_values
-
     ws, counters = cuda.device_array(floats, np.float32), cuda.to_device(np.zeros(tiles, np.int32))
     values = () if sim.enabled() else tuple(v for x in (ws, counters) for v in array_arg_values(
         x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))
