@@ -18,8 +18,9 @@ from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
-           "check_out", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "torch_dtype",
-           "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output"]
+           "check_out", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib",
+           "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output",
+           "stand_in", "stream_scratch"]
 
 
 FP8 = ("e4m3", "e5m2")
@@ -268,6 +269,19 @@ def stream_key(handle: int):
     stream share (they run in order): the handle, or for the per-thread default stream the
     handle and the calling thread (two threads' launches on it may run at once)."""
     return (handle, threading.get_ident()) if handle == PER_THREAD_STREAM else handle
+
+
+_STAND_INS: dict = {}  # device -> stand_in's array
+
+
+def stand_in(device):
+    """A 1 x 1 f32 array of ones on ``device``, made once: the argument in place of a 2-D array
+    a kernel built without it does not read (an absent bias, a side without a scale array, C
+    where TMA stores it)."""
+    d = _STAND_INS.get(device)
+    if d is None:
+        d = _STAND_INS[device] = cuda.to_device(np.ones((1, 1), np.float32))
+    return d
 
 
 def stream_scratch(floats: int, tiles: int) -> tuple:

@@ -32,7 +32,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
-from .args import described, empty_like_lib, lib_of, stream_of
+from .args import described, empty_like_lib, lib_of, stand_in, stream_of
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
 from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs
@@ -42,7 +42,6 @@ __all__ = ["grouped_matmul"]
 
 _SIM = sim.enabled()
 _NAMES = {"u16": "bf16"}
-_STAND_INS: dict = {}  # device -> a zero f32 array standing in for an absent bias
 #: From this many rows per group on average, the cooperative schedule (128 x 256 tiles).
 COOPERATIVE_ROWS = 128
 
@@ -51,16 +50,6 @@ def _row_major(info: ArrayInfo) -> bool:
     es = info.itemsize
     return info.strides[-1] == es and all(s % 16 == 0 for s in info.strides[:-1]) and info.ptr % 16 == 0 \
         and (info.shape[-1] * es) % 16 == 0
-
-
-def _stand_in(device):
-    """A one-element 2-D f32 array on ``device`` for the bias argument of a call without one."""
-    d = _STAND_INS.get(device)
-    if d is None:
-        from numba import cuda
-
-        d = _STAND_INS[device] = cuda.to_device(np.zeros((1, 1), np.float32))
-    return d
 
 
 def _group_bias(bias, groups, n, device, lib):
@@ -174,8 +163,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         return grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib_of(a), masked=masked,
                                      t=total // max(groups, 1) if masked else 0, ta=ta, tb=tb, out=out,
                                      out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, stream=stream,
-                                     check_offs=check_offs, bias=(bias32, gb), activation=activation,
-                                     stand_in=_stand_in)
+                                     check_offs=check_offs, bias=(bias32, gb), activation=activation)
     if scale_a is not None or scale_b is not None:
         raise MatmulError("grouped_matmul: scale_a and scale_b apply to fp8 operands; got "
                           f"{ta} and {tb}")
@@ -241,7 +229,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                           np.uint8)
     else:
         view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
-    bias_arg = _stand_in(ia.device) if bias32 is None else bias32
+    bias_arg = stand_in(ia.device) if bias32 is None else bias32
     # Groups of at most 4 tile rows on average (few tokens per expert): CTAs take units in wave
     # order, so a column's tiles run together and read their B once (on an H100, 32 groups of 256
     # rows: 0.91x torch._grouped_mm instead of 0.58x). Larger groups keep the plain order, whose

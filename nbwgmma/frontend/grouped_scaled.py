@@ -30,7 +30,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_scaled import BM, BN, SMEM, THREADS, grouped_scaled_kernel
 from ..kit import SCALE_BLOCK
-from .args import NP_OF, described, empty_like_lib, stream_of
+from .args import NP_OF, described, empty_like_lib, stand_in, stream_of
 from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
 
@@ -68,12 +68,12 @@ def _scale(x, name, shapes, device):
 
 
 def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, out, out_dtype, scale_a, scale_b,
-                          stream, check_offs, bias=(None, 0), activation=None, stand_in=None):
+                          stream, check_offs, bias=(None, 0), activation=None):
     """The fp8 form of :func:`nbwgmma.grouped_matmul` (see the module's text): ``ia`` A as
     [total, K] (the masked layout already flattened, ``t`` its rows per group), ``ta``/``tb`` the
     operands' fp8 types, ``check_offs(total)`` the host check of ``validate=True`` (or None);
-    ``bias`` the checked bias as the kernel takes it, ``(2-D f32 array, gb)`` or ``(None, 0)``,
-    ``stand_in(device)`` the array standing in for none; ``activation`` a checked name or None."""
+    ``bias`` the checked bias as the kernel takes it, ``(2-D f32 array, gb)`` or ``(None, 0)``;
+    ``activation`` a checked name or None."""
     from ..launch import device_limits, launch
 
     (total, k), (groups, _, n) = ia.shape, ib.shape

@@ -45,7 +45,7 @@ from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
 from ..kit import SCALE_BLOCK, WIDE_COLS
 from ..launch import array_arg_types, array_arg_values, device_limits
-from .args import NP_OF, described, lib_of, output, stream_key, stream_of, stream_scratch, torch_dtype
+from .args import NP_OF, described, lib_of, output, stand_in, stream_key, stream_of, stream_scratch, torch_dtype
 from .arrays import ArrayInfo, numba_layout
 from .fused import bias_operand, check_epilogue
 from .plan import numba_view, tensor_map, zero_fill
@@ -54,7 +54,6 @@ __all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "nar
            "wide_tiles", "QUICK", "quick_key", "ScaledQuick", "TALL_GAIN", "WIDE_EFF", "WIDE_GAIN", "STREAM_BELOW"]
 
 _SIM = sim.enabled()
-_STAND_IN = {}  # device -> a (1, 1) f32 array for a side without a scale array
 _CONFIGS = {}
 _SIM_SMS = 132  # the SMs tile choices assume under the simulator (an H100's), whatever runs it
 _SIM_CTAS = 1  # CTAs of a launch under the simulator (it runs them one after the other)
@@ -255,19 +254,10 @@ def _view(x, info: ArrayInfo, shape, strides):
     return numba_view(info._replace(shape=shape, strides=strides), x, np.float32)
 
 
-def _stand_in(device):
-    from numba import cuda
-
-    d = _STAND_IN.get(device)
-    if d is None:
-        d = _STAND_IN[device] = cuda.to_device(np.ones((1, 1), np.float32))
-    return d
-
-
 def _stand_in_values(device) -> tuple:
     """A prepared launch's values for a 2-D array the kernel does not read (a side without a
-    scale array, C where TMA stores it): :func:`_stand_in`'s."""
-    x = _stand_in(device)
+    scale array, C where TMA stores it): :func:`~nbwgmma.frontend.args.stand_in`'s."""
+    x = stand_in(device)
     return array_arg_values(x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize)
 
 
@@ -365,9 +355,9 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         tc = tensor_map(out, io.ptr, odt, (64, cfg.c_cols), views[2], keep=False,
                         swizzle=cfg.c_swizzle).address if tma else 0
         ws, counters, _ = _scratch(dev, st, *_scratch_size(cfg, grid, m, n, k))
-        sa, sb = (_view(x, info, shp, strd) if kd is not None else _stand_in(dev)
+        sa, sb = (_view(x, info, shp, strd) if kd is not None else stand_in(dev)
                   for x, info, (kd, shp, strd) in zip((scale_a, scale_b), infos, kinds))
-        c = _stand_in(dev) if tma else numba_view(io, out, NP_OF[odt])
+        c = stand_in(dev) if tma else numba_view(io, out, NP_OF[odt])
         args = (np.uint64(ta.address), np.uint64(tb.address), np.uint64(tc), c, sa, sb, np.int32(m), np.int32(n),
                 np.int32(k), np.float32(alpha), ws, counters, numba_view(*vec) if vec is not None else ws)
         launch(scaled_kernel(cfg), grid, THREADS, args, stream=st, smem=cfg.smem, pdl=True)
