@@ -23,18 +23,22 @@ that importing this module imports nothing else):
   debug-wait launch trapped;
 * ``TensorMapError`` (``NbwgmmaError``, ``ValueError``, :mod:`nbwgmma.tma`): a tensor map breaks
   a TMA rule or gets arguments of the wrong type;
-* ``NbwgmmaTypingError`` (Numba's ``NumbaTypeError``, :mod:`nbwgmma.intrinsics.errors`):
-  an intrinsic called with the wrong arguments inside a kernel;
-* ``SimStopped`` / ``SimHazard`` (``RuntimeError``, :mod:`nbwgmma.sim`): a simulated kernel
-  would hang, or does what the hardware leaves undefined.
+* ``NbwgmmaTypingError`` (``NbwgmmaError`` and Numba's ``NumbaTypeError``,
+  :mod:`nbwgmma.intrinsics.errors`): an intrinsic called with the wrong arguments inside a
+  kernel; its ``NbwgmmaLiteralError`` (also Numba's ``RequireLiteralValue``): an argument that
+  must be a compile-time constant given a run-time value;
+* ``SimError`` (``NbwgmmaError``, ``RuntimeError``, :mod:`nbwgmma.sim`), the simulator's
+  reports: ``SimStopped``, a simulated kernel would hang; ``SimHazard``, it does what the
+  hardware leaves undefined.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["own_source", "NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError", "LaunchError",
-           "KernelStoppedError", "TensorMapError", "NbwgmmaTypingError", "SimError", "SimStopped", "SimHazard"]
+__all__ = ["own_source", "NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError",
+           "LaunchError", "KernelStoppedError", "TensorMapError", "NbwgmmaTypingError", "NbwgmmaLiteralError",
+           "SimError", "SimStopped", "SimHazard"]
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -84,6 +88,7 @@ _ELSEWHERE = {
     "KernelStoppedError": "nbwgmma.launch",
     "TensorMapError": "nbwgmma.tma",
     "NbwgmmaTypingError": "nbwgmma.intrinsics.errors",
+    "NbwgmmaLiteralError": "nbwgmma.intrinsics.errors",
     "SimError": "nbwgmma.sim",
     "SimStopped": "nbwgmma.sim",
     "SimHazard": "nbwgmma.sim",

@@ -1,5 +1,6 @@
 """The authoring kit's device functions against host models: acc_map's coordinates and
-vectors, the tile scheduler's walk, the pipeline's phases, the turn barriers. Run in Numba's
+vectors, the tile scheduler's walk, the pipeline's phases and a ring filled by threads, the
+turn barriers. Run in Numba's
 CUDA simulator by tests/test_sim.py (a child process with NUMBA_ENABLE_CUDASIM=1) and on the
 GPU by tests/test_kit_gpu.py."""
 
@@ -291,6 +292,47 @@ def test_warpgroup_index_and_thread_name_every_thread_of_three_warpgroups():
     launch(kernel, 1, 384, (out,))
     t = np.arange(384)
     np.testing.assert_array_equal(out.copy_to_host(), np.stack([t // 128, t % 128], 1))
+
+
+_THREAD_FILLED = TmaPipeline(2, consumers=32, producers=32)
+
+
+@cuda.jit
+def _ring_filled_by_threads(out, fills):
+    """Warp 0 fills each slot of a 2-slot ring with plain stores (producer_wait, then
+    producer_arrive); warp 1 sums each fill and releases the slot (every consumer thread)."""
+    slots = cuda.shared.array((2, 32), np.int32)
+    bars = cuda.shared.array(4, np.uint64)
+    ring = smem_addr(bars)
+    t = cuda.threadIdx.x
+    if t == 0:
+        _THREAD_FILLED.init(ring)
+    cuda.syncthreads()
+    s, ph = 0, 0
+    if t < 32:
+        for f in range(fills):
+            _THREAD_FILLED.producer_wait(ring, s, ph)
+            slots[s, t] = 100 * f + t
+            _THREAD_FILLED.producer_arrive(ring, s)
+            s, ph = _THREAD_FILLED.advance(s, ph)
+    else:
+        total = 0
+        for f in range(fills):
+            _THREAD_FILLED.consumer_wait(ring, s, ph)
+            total += slots[s, (t + f) % 32]
+            _THREAD_FILLED.consumer_release(ring, s)
+            s, ph = _THREAD_FILLED.advance(s, ph)
+        out[t - 32] = total
+
+
+def test_a_ring_filled_by_threads_with_plain_stores():
+    """TmaPipeline(producers=32): every producer thread's arrival after its stores completes a
+    fill; each fill is read whole, in order, and no slot is overwritten before its release."""
+    fills = 7
+    out = cuda.to_device(np.full(32, -1, np.int64))
+    launch(_ring_filled_by_threads, 1, 64, (out, fills))
+    want = [sum(100 * f + (t + f) % 32 for f in range(fills)) for t in range(32)]
+    assert out.copy_to_host().tolist() == want
 
 
 _SMALL_PIPE = TmaPipeline(2, 1)

@@ -35,7 +35,7 @@ import threading
 
 from numba.core.errors import NumbaTypeError, RequireLiteralValue, TypingError
 
-from ..errors import own_source
+from ..errors import NbwgmmaError, own_source
 
 __all__ = ["NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install"]
 
@@ -55,7 +55,7 @@ def _open_calls() -> list:
     return stack
 
 
-class NbwgmmaTypingError(NumbaTypeError):
+class NbwgmmaTypingError(NumbaTypeError, NbwgmmaError):
     """An intrinsic was called with arguments PTX does not allow.
 
     This is the error a kernel's compilation raises for such a call (from

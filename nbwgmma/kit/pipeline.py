@@ -75,6 +75,8 @@ class TmaPipeline(types.ModuleType):
       the TMA loads of the stage;
     * ``producer_wait(ring, s, ph)``: wait until slot ``s`` is empty (without arming it: a
       thread that fills part of the slot with ``cp_async`` copies);
+    * ``producer_arrive(ring, s)``: that thread's arrival on slot ``s``'s "full" barrier after
+      plain stores into the slot (the arrival orders them before the consumers' reads);
     * ``producer_arrive_copies(ring, s)``: that thread's arrival on slot ``s``'s "full"
       barrier once its ``cp_async`` copies into the slot have landed (``producers`` counts it);
     * ``consumer_wait(ring, s, ph)``: wait until slot ``s`` is full;
@@ -136,6 +138,10 @@ class TmaPipeline(types.ModuleType):
             full = ring + 8 * s
             mbarrier_arrive_expect_tx(full, nbytes)
             return full
+
+        @inlined
+        def producer_arrive(ring, s):
+            mbarrier_arrive(ring + 8 * s)
 
         @inlined
         def producer_arrive_copies(ring, s):
@@ -201,6 +207,7 @@ class TmaPipeline(types.ModuleType):
 
         self.advance_by, self.setup, self.teardown = advance_by, setup, teardown
         self.producer_wait, self.producer_arrive_copies = producer_wait, producer_arrive_copies
+        self.producer_arrive = producer_arrive
 
 
 def check_shares(owner: str, rows: int, major: str, cluster: int, operand: str = "B"):

@@ -23,7 +23,7 @@ import time
 import numpy as np
 from numba.cuda.simulator.kernelapi import Dim3
 
-from ..errors import own_source
+from ..errors import NbwgmmaError, own_source
 
 #: Bytes of shared memory per simulated CTA (the 14-bit descriptor address space).
 SMEM_BYTES = 1 << 18
@@ -41,7 +41,7 @@ BARRIER_SLOTS = 1024
 _POLL_S = 0.2
 
 
-class SimError(RuntimeError):
+class SimError(NbwgmmaError, RuntimeError):
     """Base of the simulator's reports."""
 
 
