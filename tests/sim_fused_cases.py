@@ -222,10 +222,16 @@ def test_bad_epilogue_arguments_are_refused():
          r"epilogue_args\[0\] must be a number or a vector of shape \(48,\)"),
         (dict(epilogue=_plain_user, epilogue_args=(cuda.to_device(np.ones(48, np.int32)),)),
          r"epilogue_args\[0\] must be f32, bf16 or f16; got s32"),
+        (dict(epilogue=_plain_user, epilogue_args=1.0), "epilogue_args must be a tuple of the epilogue function's"),
+        (dict(epilogue=_plain_user, epilogue_args=("x",)), r"epilogue_args\[0\] must be a number or a vector .*; got str"),
+        # one argument short (here and on the GPU: checked before the kernel runs)
+        (dict(epilogue=_plain_user, epilogue_args=()), "the epilogue function _plain_user does not compile with "
+                                                        "arguments \\(value: f32, row: int64, col: int64\\)"),
     ]
     for kw, msg in cases:
-        with pytest.raises(MatmulError, match=msg):
+        with pytest.raises(MatmulError, match=msg) as e:
             matmul(a, w.T, in_dtype="bf16", **kw)
+        assert "\n" not in str(e.value)
 
 
 def test_alpha_beta_c_any_strides_and_in_place():

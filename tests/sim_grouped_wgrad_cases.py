@@ -93,7 +93,9 @@ def test_bad_input_is_refused_naming_the_argument():
     cases = [
         ((a, cuda.to_device(np.ones((31, 24), np.uint16)), ends), {}, MatmulError, "must share the grouped dimension"),
         ((a, b, cuda.to_device(np.array([10, 32], np.int64))), {}, MatmulTypeError, "offs must be a 1-D int32"),
-        ((a, cuda.to_device(np.ones((32, 24), np.float16)), ends), {}, MatmulTypeError, "must both be bf16 or both f16"),
+        ((a, cuda.to_device(np.ones((32, 24), np.float16)), ends), {}, MatmulTypeError,
+         "in_dtype=bf16 reads raw 2-byte integers; B holds f16"),
+        ((a, b, ends), {"in_dtype": None}, MatmulTypeError, "A holds uint16: say with in_dtype"),
         ((a, b, cuda.to_device(np.array([20, 10], np.int32))), dict(validate=True), MatmulError,
          r"must not decrease; offs\[1\] = 10"),
         ((a, b, cuda.to_device(np.array([10, 33], np.int32))), dict(validate=True), MatmulError, "past the 32"),
@@ -103,7 +105,7 @@ def test_bad_input_is_refused_naming_the_argument():
     ]
     for args, kw, exc, msg in cases:
         with pytest.raises(exc, match=msg):
-            grouped_matmul(*args, **kw)  # uint16 arrays: bf16 bits
+            grouped_matmul(*args, **({"in_dtype": "bf16"} | kw))  # uint16 arrays: bf16 bits
 
 
 def test_several_ctas_walk_the_units_in_pairs():

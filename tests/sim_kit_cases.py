@@ -66,9 +66,14 @@ def test_acc_map_packs_pairs_like_the_conversion_helpers(pack):
 
 def test_acc_map_checks_its_arguments():
     for kw, msg in ((dict(n=12), "wgmma N"), (dict(n=64, dtype="f16"), "dtype"), (dict(n=64, pack="e4m3"), "pack"),
-                    (dict(n=64, nextra=9), "nextra")):
+                    (dict(n=64, nextra=9), "nextra"),
+                    # _where(v, row, col, scale): one extra, not none and not a vector too
+                    (dict(n=64), r"fn _where\(v, row, col, scale\) must take 3 arguments \(value, row, col\)"),
+                    (dict(n=64, cols=1, nextra=1), r"must take 5 arguments \(value, row, col, a column value, an "
+                                                   r"extra\) for cols=1, rows=0, nextra=1")):
         with pytest.raises(ValueError, match=msg):
             acc_map(_where, **kw)
+    acc_map(_where, 64, nextra=1)
 
 
 @SIM_ONLY

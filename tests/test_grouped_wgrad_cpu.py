@@ -57,7 +57,12 @@ OFFS = Fake((3,), np.int32)
 BAD = {
     "B-not-sharing-total": ((_dyt(), Fake((63, 16), np.float16), OFFS), {}, MatmulError,
                             "must share the grouped dimension"),
-    "B-bf16-A-f16": ((_dyt(), Fake((64, 16), np.uint16), OFFS), {}, MatmulTypeError, "must both be bf16 or both f16"),
+    "B-uint16-no-in_dtype": ((_dyt(), Fake((64, 16), np.uint16), OFFS), {}, MatmulTypeError,
+                             r"B holds uint16: say with in_dtype='bf16' or 'f16'"),
+    "B-bf16-A-f16": ((_dyt(), Fake((64, 16), np.uint16), OFFS), {"in_dtype": "bf16"}, MatmulTypeError,
+                     "in_dtype=bf16 reads raw 2-byte integers; A holds f16"),
+    "A-host": ((np.zeros((32, 64), np.float16), Fake((64, 16), np.float16), OFFS), {}, MatmulTypeError,
+               "^grouped_matmul: A: "),
     "f32-inputs": ((_dyt(dtype=np.float32), Fake((64, 16), np.float32), OFFS), {}, MatmulTypeError,
                    "must both be bf16 or both f16"),
     "offs-int64": ((_dyt(), Fake((64, 16), np.float16), Fake((3,), np.int64)), {}, MatmulTypeError,

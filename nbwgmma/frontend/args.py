@@ -20,7 +20,7 @@ from .arrays import ArrayInfo, array_info
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
            "check_out", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib",
            "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output",
-           "stand_in", "stream_scratch"]
+           "stand_in", "stream_scratch", "typed"]
 
 
 FP8 = ("e4m3", "e5m2")
@@ -47,15 +47,17 @@ def _kind(ta: str, tb: str) -> str:
                     f"(raw uint16/uint8 arrays with in_dtype=)")
 
 
-def _typed(info: ArrayInfo, name: str, t) -> ArrayInfo:
+def typed(info: ArrayInfo, name: str, t, who: str = "matmul") -> ArrayInfo:
     """``info`` with element type ``t`` (``in_dtype``): the array's own type, or raw
-    integers of the same size (NumPy, hence Numba and CuPy, has no bf16 or fp8 type)."""
+    integers of the same size (NumPy, hence Numba and CuPy, has no bf16 or fp8 type); anything
+    else a :class:`MatmulTypeError` of ``who``'s naming the argument."""
     if t is None or t == info.dtype:
         return info
     if not isinstance(t, str) or t not in _IN_BYTES:
-        raise MatmulTypeError(f"matmul: in_dtype must be among {sorted(_IN_BYTES)} (or a pair of them); got {t!r}")
+        pair = " (or a pair of them)" if who == "matmul" else ""
+        raise MatmulTypeError(f"{who}: in_dtype must be among {sorted(_IN_BYTES)}{pair}; got {t!r}")
     if info.dtype[0] not in "us" or info.itemsize != _IN_BYTES[t]:
-        raise MatmulTypeError(f"matmul: in_dtype={t} reads raw {_IN_BYTES[t]}-byte integers; {name} holds {info.dtype}")
+        raise MatmulTypeError(f"{who}: in_dtype={t} reads raw {_IN_BYTES[t]}-byte integers; {name} holds {info.dtype}")
     return info._replace(dtype=t)
 
 
@@ -80,7 +82,7 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
         ta, tb = in_dtype
     else:
         ta = tb = in_dtype
-    ia, ib = _typed(ia, "A", ta), _typed(ib, "B", tb)
+    ia, ib = typed(ia, "A", ta), typed(ib, "B", tb)
     kind = _kind(ia.dtype, ib.dtype)
     fp8 = ia.dtype in FP8
     auto = config == "auto" or (config is None and autotune_default)
@@ -160,12 +162,13 @@ def real_arg(x, name: str) -> float:
     return float(x)
 
 
-def described(x, name: str) -> ArrayInfo:
-    """``array_info(x)``; what it rejects is a :class:`MatmulTypeError` naming the argument."""
+def described(x, name: str, who: str = "matmul") -> ArrayInfo:
+    """``array_info(x)``; what it rejects is a :class:`MatmulTypeError` naming the argument
+    (and the function ``who`` it was given to)."""
     try:
         return array_info(x)
     except TypeError as e:
-        raise MatmulTypeError(f"matmul: {name}: {e}") from None
+        raise MatmulTypeError(f"{who}: {name}: {e}") from None
 
 
 def scale_product(scale_a, scale_b) -> float:

@@ -23,6 +23,7 @@ there, where inside the whole GEMM kernel Numba took two and a half minutes to s
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 
 import numpy as np
@@ -83,6 +84,9 @@ def user_epilogue(fn, args, m, n, device):
         if dev is None:
             dev = _DEVICE_FNS[fn] = cuda.jit(device=True, inline=True)(fn)
         fn = dev
+    if not isinstance(args, (tuple, list)):
+        raise MatmulTypeError(f"matmul: epilogue_args must be a tuple of the epilogue function's extra arguments "
+                              f"(numbers or vectors); got {type(args).__name__}")
     args = tuple(args)
     if len(args) > MAX_EXTRAS:
         raise MatmulError(f"matmul: epilogue_args takes up to {MAX_EXTRAS} extras; got {len(args)}")
@@ -92,11 +96,13 @@ def user_epilogue(fn, args, m, n, device):
             kinds.append("scalar")
             infos.append(None)
             continue
+        want = f"a number or a vector of shape ({n},) or (1, {n}) (per column) or ({m}, 1) (per row)"
+        if not hasattr(x, "shape"):
+            raise MatmulTypeError(f"matmul: epilogue_args[{i}] must be {want}; got {type(x).__name__}")
         info = described(x, f"epilogue_args[{i}]")
         kind = _vector_kind(info.shape, m, n)
         if kind is None:
-            raise MatmulError(f"matmul: epilogue_args[{i}] must be a number or a vector of shape ({n},) or (1, {n}) "
-                              f"(per column) or ({m}, 1) (per row); got shape {info.shape}")
+            raise MatmulError(f"matmul: epilogue_args[{i}] must be {want}; got shape {info.shape}")
         if info.dtype not in ("f32", "bf16", "f16"):
             raise MatmulTypeError(f"matmul: epilogue_args[{i}] must be f32, bf16 or f16; got {info.dtype}")
         if info.device != device:
@@ -110,8 +116,15 @@ def user_epilogue(fn, args, m, n, device):
 def _compiles_alone(fn, kinds):
     """Raise the :func:`epilogue_error` of a user function that does not compile for the types the
     kernel calls it with (value, row, col, extras: f32, int64, int64, f32...) or returns no number.
-    (Not in the simulator, which has no compiler: there the function runs as Python.)"""
-    if config.ENABLE_CUDASIM or (fn, len(kinds)) in _TYPED:
+    (In the simulator, which has no compiler and runs the function as Python, only whether it
+    takes that many arguments.)"""
+    if config.ENABLE_CUDASIM:
+        try:
+            inspect.signature(fn.py_func).bind(*range(3 + len(kinds)))
+        except TypeError as e:
+            raise epilogue_error(fn, kinds, e) from None
+        return
+    if (fn, len(kinds)) in _TYPED:
         return
     sig = (types.float32, types.int64, types.int64) + (types.float32,) * len(kinds)
     try:

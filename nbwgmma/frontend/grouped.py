@@ -32,16 +32,15 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
-from .args import described, empty_like_lib, lib_of, stand_in, stream_of
+from .args import described, empty_like_lib, lib_of, stand_in, stream_of, typed
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
-from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs
+from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type
 from .plan import numba_view, tensor_map
 
 __all__ = ["grouped_matmul"]
 
 _SIM = sim.enabled()
-_NAMES = {"u16": "bf16"}
 #: From this many rows per group on average, the cooperative schedule (128 x 256 tiles).
 COOPERATIVE_ROWS = 128
 
@@ -57,7 +56,7 @@ def _group_bias(bias, groups, n, device, lib):
     row for all (shape (N,) or (1, N), ``gb`` 0); a stand-in and 0 without a bias."""
     if bias is None:
         return None, 0
-    info = described(bias, "bias")
+    info = described(bias, "bias", "grouped_matmul")
     if info.dtype not in ("f32", "bf16", "f16"):
         raise MatmulTypeError(f"grouped_matmul: bias must be f32, bf16 or f16; got {info.dtype}")
     if info.device != device:
@@ -119,7 +118,12 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     weight [N, K]), B the transpose of a contiguous (G, N, K) fp8 weight stack, out bf16 (or
     ``out_dtype`` f16 / f32), ``bias`` and ``activation`` as above
     (:mod:`nbwgmma.frontend.grouped_scaled`)."""
-    ia, ib, io_ = described(a, "A"), described(b, "B"), described(offs, "offs")
+    ia, ib, io_ = (described(x, name, "grouped_matmul") for x, name in ((a, "A"), (b, "B"), (offs, "offs")))
+    for name, info in (("A", ia), ("B", ib)):
+        typed(info, name, in_dtype, "grouped_matmul")  # raw integers of the type's size, if in_dtype
+        if in_dtype is None and info.dtype == "u16":
+            raise MatmulTypeError(f"grouped_matmul: {name} holds uint16: say with in_dtype='bf16' or 'f16' which "
+                                  f"16-bit type its bits are")
     if activation is not None and activation not in ACTIVATIONS:
         raise MatmulError(f"grouped_matmul: activation must be one of {sorted(ACTIVATIONS)} or None; got "
                           f"{activation!r}")
@@ -145,8 +149,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     (total, k), (groups, kb, n) = ia.shape, ib.shape
     if kb != k:
         raise MatmulError(f"grouped_matmul: inner dimensions differ: A is {ia.shape}, B is {ib.shape}")
-    ta = in_dtype or _NAMES.get(ia.dtype, ia.dtype)
-    tb = in_dtype or _NAMES.get(ib.dtype, ib.dtype)
+    ta, tb = in_dtype or ia.dtype, in_dtype or ib.dtype
     if io_.dtype != "s32" or io_.shape != (groups,):
         raise MatmulTypeError(f"grouped_matmul: offs must be int32 of shape ({groups},) (one end per group of B); "
                               f"got {io_.dtype} of shape {io_.shape}")
@@ -190,9 +193,9 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     shape = (groups, total // groups, n) if masked else (total, n)
     if out is None:
         out = empty_like_lib(lib, a, shape, odt)
-    io = described(out, "out")
-    if io.shape != shape or _NAMES.get(io.dtype, io.dtype) != odt or not _row_major(io) \
-            or (masked and io.strides[0] != io.shape[1] * io.strides[1]):
+    io = described(out, "out", "grouped_matmul")
+    out_type(io, odt)
+    if io.shape != shape or not _row_major(io) or (masked and io.strides[0] != io.shape[1] * io.strides[1]):
         raise MatmulError(f"grouped_matmul: out must be a row-major {shape} {odt} array with 16-byte aligned "
                           f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")
     if masked:

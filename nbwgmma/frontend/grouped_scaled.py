@@ -47,7 +47,7 @@ def _scale(x, name, shapes, device):
     if x is None or isinstance(x, (int, float)):
         raise MatmulError(f"grouped_matmul: fp8 operands need {name} as an array of shape {shapes[0]} (block "
                           f"scales); got {x!r}")
-    info = described(x, name)
+    info = described(x, name, "grouped_matmul")
     if info.dtype != "f32":
         raise MatmulTypeError(f"grouped_matmul: {name} must be f32; got {info.dtype}")
     if info.device != device:
@@ -98,7 +98,7 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     shape = (groups, t, n) if masked else (total, n)
     if out is None:
         out = empty_like_lib(lib, a, shape, odt)
-    io = described(out, "out")
+    io = described(out, "out", "grouped_matmul")
     name = {"u16": "bf16"}.get(io.dtype, io.dtype)
     if io.shape != shape or name != odt or io.strides[-1] != io.itemsize or any(s % 16 for s in io.strides[:-1]) \
             or (masked and io.strides[0] != io.shape[1] * io.strides[1]):

@@ -21,10 +21,9 @@ from .args import described, empty_like_lib, stream_of
 from .arrays import ArrayInfo
 from .plan import nb_stream, numba_view, tensor_map
 
-__all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends"]
+__all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends", "out_type"]
 
 _SIM = sim.enabled()
-_NAMES = {"u16": "bf16"}
 
 
 def _in_place(info: ArrayInfo, inner: int, outer: int):
@@ -104,6 +103,14 @@ def _zero(out, io: ArrayInfo, lib, stream):
                 fill_zero_kernel[grid_for(io.shape[1] * io.shape[2]), 256, st](part)
 
 
+def out_type(io: ArrayInfo, odt: str):
+    """A 16-bit grouped product's ``out`` holds ``odt`` (or uint16, its bits); else a
+    :class:`MatmulTypeError`."""
+    if io.dtype != odt and not (io.dtype == "u16" and odt in ("bf16", "f16")):
+        raise MatmulTypeError(f"grouped_matmul: out must be an {odt} array (the inputs' type; uint16 for its bits); got "
+                              f"{io.dtype}")
+
+
 def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInfo, lib, *, out, out_dtype, in_dtype,
                          stream, validate):
     """:func:`nbwgmma.grouped_matmul` for a 2-D A [M, total] and a 2-D B [total, N] (see the
@@ -112,8 +119,7 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
     if tb_ != total:
         raise MatmulError(f"grouped_matmul: A (M, total) and B (total, N) must share the grouped dimension; got "
                           f"shapes {ia.shape} and {ib.shape}")
-    ta = in_dtype or _NAMES.get(ia.dtype, ia.dtype)
-    tb = in_dtype or _NAMES.get(ib.dtype, ib.dtype)
+    ta, tb = in_dtype or ia.dtype, in_dtype or ib.dtype  # (uint16 without in_dtype refused before)
     if ta not in ("bf16", "f16") or tb != ta:
         raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16 so far; got {ta} and {tb}")
     if io_.dtype != "s32" or len(io_.shape) != 1:
@@ -134,8 +140,9 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
         out = empty_like_lib(lib, a, (groups, m, pad), odt)
         if pad != n:
             out = out[:, :, :n]
-    io = described(out, "out")
-    if io.shape != shape or _NAMES.get(io.dtype, io.dtype) != odt or (n > 1 and io.strides[2] != es) \
+    io = described(out, "out", "grouped_matmul")
+    out_type(io, odt)
+    if io.shape != shape or (n > 1 and io.strides[2] != es) \
             or io.ptr % 16 or any(s % 16 for s in io.strides[:2]) or io.strides[1] < n * es \
             or io.strides[0] < m * io.strides[1]:
         raise MatmulError(f"grouped_matmul: out must be a {shape} {odt} array with N contiguous and 16-byte aligned "
@@ -158,8 +165,8 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
     src_b, keep_b = b, view_b is None
     if keep_b:
         src_b, view_b = _copied(b, ib, False, st)
-    ptr_a = ia.ptr if not keep_a else described(src_a, "A").ptr
-    ptr_b = ib.ptr if not keep_b else described(src_b, "B").ptr
+    ptr_a = ia.ptr if not keep_a else described(src_a, "A", "grouped_matmul").ptr
+    ptr_b = ib.ptr if not keep_b else described(src_b, "B", "grouped_matmul").ptr
     tma_a = tensor_map(src_a, ptr_a, ta, (64, 64), view_a, keep=keep_a)
     tma_b = tensor_map(src_b, ptr_b, ta, (64, 64), view_b, keep=keep_b)
     tma_c = tensor_map(out, io.ptr, ta, (1, 64, 64), (shape, (io.strides[0] // es, io.strides[1] // es, 1)),

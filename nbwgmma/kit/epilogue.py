@@ -28,6 +28,7 @@ The activations are device functions of one value.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -216,6 +217,21 @@ def _col_loads(n: int, load: str, vec: str, name: str) -> list:
     return lines
 
 
+def _check_arity(fn, count: int, what: str):
+    """A ``ValueError`` (at the user's call of acc_map, not deep in a kernel's typing) where the
+    device function ``fn`` cannot take ``count`` positional arguments."""
+    py = getattr(fn, "py_func", fn)
+    try:
+        sig = inspect.signature(py)
+    except (TypeError, ValueError):  # a builtin or an object without a Python signature: let Numba judge
+        return
+    try:
+        sig.bind(*range(count))
+    except TypeError as e:
+        raise ValueError(f"acc_map: fn {getattr(py, '__name__', py)}{sig} must take {count} arguments {what}; "
+                         f"{e}") from None
+
+
 def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype: str = "f32",
             pack: str | None = None, vtype: str = "f32", loaded: bool = False):
     """A device function ``(acc, tid, row0, col0, *vectors, *extra) -> fragment`` applying the
@@ -259,6 +275,8 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
             or any(v not in VECTOR_TYPES for v in vtypes):
         raise ValueError(f"acc_map: vtype must be one of {VECTOR_TYPES}, or a tuple of them, one per vector "
                          f"({cols + rows}); got {vtype!r}")
+    _check_arity(fn, 3 + cols + rows + nextra, f"(value, row, col{', a column value' * cols}"
+                 f"{', a row value' * rows}{', an extra' * nextra}) for cols={cols}, rows={rows}, nextra={nextra}")
     vecs = [f"v{j}" for j in range(cols + rows)]
     extra = [f"e{j}" for j in range(nextra)]
     params = "".join(f", {x}" for x in vecs + extra)
