@@ -123,17 +123,17 @@ def simulate():
     the third stops inside it, the bias's slice and C's stores with it; the fourth, the second
     CTA's second tile, lies past N: it loads and multicasts its half of A and stores nothing),
     ReLU epilogue, exact (Numba's CUDA simulator)."""
-    from nbwgmma.layout.wgmma_model import encode_elements
+    from nbwgmma.layout import from_bits, to_bits
 
     rng = np.random.default_rng(0)
     n = 328  # (a row of 16-bit values must be a multiple of 16 bytes for TMA)
     a = rng.integers(-2, 3, (BM, 2 * BK)).astype(np.float64)
     b = rng.integers(-2, 3, (n, 2 * BK)).astype(np.float64)
     bias = rng.integers(-8, 9, n).astype(np.float32)
-    bits = [cuda.to_device(encode_elements(x, "bf16").view(np.uint16).reshape(x.shape)) for x in (a, b)]
+    bits = [cuda.to_device(to_bits(x, "bf16")) for x in (a, b)]  # bf16 as raw uint16
     c = cuda.to_device(np.full((BM, n), 0x7FC0, np.uint16))  # bf16 NaN: every element must be written
     run(make_kernel(activation("relu")), bits[0], bits[1], cuda.to_device(bias), c, 1)
-    got = (c.copy_to_host().astype(np.uint32) << 16).view(np.float32)
+    got = from_bits(c.copy_to_host(), "bf16")
     ref = np.maximum(a @ b.T + bias, 0)
     err = float(np.max(np.abs(got - ref)))
     print(f"simulated {BM}x{n}x{2 * BK} relu(A @ B^T + bias): max |C - ref| = {err:g}")

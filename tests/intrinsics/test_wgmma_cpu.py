@@ -245,3 +245,22 @@ def test_acc_store_compiles_for_every_output_type(kind, out_ty):
     exec("def k(out):\n    acc = acc_zeros(KIND, 64)\n    acc_store(acc, KIND, out, cuda.threadIdx.x % 128, 0, 0)", ns)
     rep = compile_report(ns["k"], (out_ty[:, :],))
     assert rep.local_memory_ops == 0
+
+
+def test_to_bits_and_from_bits_round_trip_every_raw_type():
+    """The host helpers for bf16/f16/fp8 as raw integers: the shape kept, the type's integer size,
+    values the type holds exactly read back exactly, others rounded to nearest even."""
+    from nbwgmma.layout import from_bits, to_bits
+
+    exact = np.array([[1.5, -2.0, 0.25], [3.0, -0.5, 8.0]])
+    for t, dt in (("bf16", np.uint16), ("f16", np.uint16), ("e4m3", np.uint8), ("e5m2", np.uint8)):
+        bits = to_bits(exact, t)
+        assert bits.dtype == dt and bits.shape == exact.shape
+        np.testing.assert_array_equal(from_bits(bits, t), exact)
+    assert from_bits(to_bits(np.float64(1 + 2 ** -8), "bf16"), "bf16") == 1.0  # a tie: to even
+    assert from_bits(to_bits(np.float64(1 + 3 * 2 ** -8), "bf16"), "bf16") == 1 + 2 ** -6
+    assert to_bits(np.ones((2, 3, 4)), "f16").shape == (2, 3, 4)
+    with pytest.raises(ValueError, match="t must be one of"):
+        to_bits(exact, "f32")
+    with pytest.raises(ValueError, match="bf16 elements are 2-byte integers; got uint8"):
+        from_bits(np.zeros(3, np.uint8), "bf16")
