@@ -94,7 +94,9 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                    activation=None, scale_a=None, scale_b=None):
     """``out[rows of group g] = activation(a[rows of group g] @ b[g] + bias[g])`` for the groups
     of rows ``offs`` delimits (see the module's text); returns ``out`` (allocated when not
-    given). ``bias``: (G, N) (one row per group: each expert's bias) or (N,) (one for all), f32,
+    given). ``in_dtype``: the element type of raw integer operands (NumPy, Numba and CuPy have
+    no bf16 or fp8: ``uint16`` bits with "bf16" or "f16", ``uint8`` with "e4m3" or "e5m2";
+    :func:`nbwgmma.layout.to_bits` makes them); PyTorch tensors carry their type. ``bias``: (G, N) (one row per group: each expert's bias) or (N,) (one for all), f32,
     bf16 or f16; ``activation``: one of ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``
     (after the bias, in f32, before the rounding to the output type), for every operand type.
 
