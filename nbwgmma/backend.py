@@ -31,11 +31,13 @@ def active() -> bool:
     return _registered[0] is not None
 
 
-def python_intrinsic(name: str, params: list, imms: list, doc: str | None):
-    """The registered Python implementation of intrinsic ``name``, or None (inline PTX)."""
+def python_intrinsic(name: str, params: list, imms: list, doc: str | None, validate=None):
+    """The registered Python implementation of intrinsic ``name``, or None (inline PTX);
+    ``validate(imms, argtypes)`` the intrinsic's own rules across its arguments, for the
+    implementation to apply to the values it is called with."""
     if _registered[0] is None:
         return None
-    return _registered[0][0](name, params, imms, doc)
+    return _registered[0][0](name, params, imms, doc, validate)
 
 
 def python_functions(names) -> dict:

@@ -250,7 +250,8 @@ def test_more_bytes_than_the_phase_expects_is_a_hazard():
 def test_fewer_bytes_than_expected_stops_with_the_barrier_state(monkeypatch):
     monkeypatch.setattr(sim.core, "deadline_s", lambda: 0.5)
     with pytest.raises(sim.SimStopped, match=r"mbarrier 'full\[0\]' at shared address 0x[0-9a-f]+, waiting for "
-                                             r"parity 0; its current phase is 0 \(parity 0\), with 0 of 1 arrivals "
+                                             r"parity 0 \(the completion of a phase of that parity\); its current "
+                                             r"phase, not yet complete, is 0 \(parity 0\), with 0 of 1 arrivals "
                                              r"pending and 4096 transaction bytes pending"):
         _run_tma(expect=BOX_BYTES + 4096)
 
@@ -591,3 +592,43 @@ def test_a_register_split_past_the_launch_waits_forever(monkeypatch):
     with pytest.raises(sim.SimStopped, match=r"setmaxnreg_inc\(232\) waits for registers the CTA's pool never frees: "
                                              r"the launch allocated 168 per thread \(64512 for 384 threads\)"):
         launch(_register_split(48, 232), 1, 384, (out,))  # 128 x 48 + 256 x 232 > 168 x 384
+
+
+# --- the intrinsics' typing rules, applied to simulated calls as the compiler applies them -----
+
+
+@cuda.jit
+def _kind_of_another_accumulator(out):
+    acc = acc_zeros(KIND, 64)
+    wgmma_fence()
+    acc = wgmma_mma_async(acc, 0, 0, "s32.s8.s8")  # an f32 fragment given to an s32 kind
+    wgmma_commit_group()
+    wgmma_wait_group(0)
+
+
+@cuda.jit
+def _fp8_transposed(out):
+    acc = acc_zeros("f32.e4m3.e4m3", 64)
+    wgmma_fence()
+    acc = wgmma_mma_async(acc, 0, 0, "f32.e4m3.e4m3", trans_b=1)  # transposes: 16-bit inputs only
+    wgmma_commit_group()
+    wgmma_wait_group(0)
+
+
+@cuda.jit
+def _illegal_n(out):
+    acc_zeros("s32.s8.s8", 12)
+
+
+@pytest.mark.parametrize("kernel, message", [
+    (_kind_of_another_accumulator, "wgmma_mma_async: a s32.s8.s8 accumulator holds int32 registers; got a tuple of "
+                                   "float32"),
+    (_fp8_transposed, "wgmma_mma_async: imm-trans-a/b exist only for f16/bf16 inputs; got trans with f32.e4m3.e4m3"),
+    (_illegal_n, r"acc_zeros: s32.s8.s8 allows N in \[8, 16, .*\]; got 12")])
+def test_a_call_the_compiler_refuses_is_refused_in_the_simulator_too(kernel, message):
+    """The typing error the compiled kernel raises, at the kernel's line, before the simulator
+    computes anything (it ran these and returned numbers)."""
+    from nbwgmma.errors import NbwgmmaTypingError
+
+    with pytest.raises(NbwgmmaTypingError, match=message + r".* \(at .*sim_hazard_cases.py:\d+\)"):
+        launch(kernel, 1, 128, (cuda.to_device(np.zeros(4)),))

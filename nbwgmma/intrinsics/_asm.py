@@ -384,7 +384,7 @@ def ptx_intrinsic(
     """
     params = list(params)
     imm_params = [p for p in params if isinstance(p, Imm)]
-    simulated = backend.python_intrinsic(name, params, imm_params, doc)
+    simulated = backend.python_intrinsic(name, params, imm_params, doc, validate)
     if simulated is not None:  # Numba's CUDA simulator: a Python function with the same semantics
         return simulated
 

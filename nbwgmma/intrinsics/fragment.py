@@ -54,7 +54,6 @@ def check_int_args(name, **args):
 
 
 def _const_acc(name, fill):
-    @intrinsic(prefer_literal=True)
     def make(typingctx, kind, n):
         kind_v = literal_arg(kind, "kind", name)
         n_v = literal_arg(n, "n", name)
@@ -71,8 +70,9 @@ def _const_acc(name, fill):
 
         return tupty(kind, n), codegen
 
+    make.__name__ = make.__qualname__ = name  # (help() and reprs name the helper, not "make")
     make.__doc__ = None
-    return make
+    return intrinsic(prefer_literal=True)(make)
 
 
 acc_zeros = _const_acc("acc_zeros", 0)

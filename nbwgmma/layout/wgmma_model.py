@@ -155,7 +155,9 @@ def _offsets(rows: int, nbytes: int, major: str, swizzle: str, lbo: int, sbo: in
 
 def pack_operand(image: np.ndarray, base: int, values: np.ndarray, t: str, major: str,
                  swizzle: str, lbo: int, sbo: int) -> None:
-    """Write a [rows, K] operand into the shared-memory byte ``image`` at byte ``base``."""
+    """Write a [rows, K] operand ``values`` of element type ``t`` into the shared-memory byte
+    ``image`` at byte ``base``, laid out as a descriptor with ``major`` ("K": K contiguous, or
+    "MN"), ``swizzle`` ("none", "32B", "64B", "128B"), ``lbo`` and ``sbo`` (bytes) reads it."""
     raw = encode_elements(values, t)
     rows, kelems = values.shape
     off = _offsets(rows, raw.shape[1], major, swizzle, lbo, sbo, ELEMENT_BYTES[t], kelems)

@@ -473,10 +473,45 @@ def impl(*names):
     return deco
 
 
-def declare(name, params, imms, doc):
+def _validated(name, params, imms, arguments, validate):
+    """Apply the intrinsic's ``validate(imms, argtypes)`` (its typing rules across arguments: an
+    accumulator's type and N for the kind, transposes only for 16-bit inputs, ...) to the
+    values of a simulated call, typed as Numba types them; its error names the kernel line."""
+    from numba import typeof
+
+    key = (name,) + tuple((len(v), type(tuple.__getitem__(v, 0)) if v else None) if isinstance(v, tuple)
+                          else v if p in imms else type(v) for p in params for v in (arguments[p.name],))
+    if key in _VALID:
+        return
+    values = {p.name: arguments[p.name] for p in imms}
+    argtypes = {}
+    for p in params:
+        v = arguments[p.name]
+        if isinstance(v, tuple):  # (a fragment: its values, not read through a hazard check)
+            v = tuple(tuple.__iter__(v))
+            if getattr(p, "count", 0) is None:
+                values[f"len_{p.name}"] = len(v)
+        try:
+            argtypes[p.name] = typeof(v)
+        except ValueError:  # a value Numba has no type for: leave the rules to the implementation
+            return
+    try:
+        validate(values, argtypes)
+    except Exception as e:
+        th = threading.current_thread()
+        at = f" (at {where()})" if isinstance(th, SimThread) else ""
+        raise type(e)(f"{e}{at}") from None
+    if len(_VALID) >= 4096:
+        _VALID.clear()
+    _VALID.add(key)
+
+
+_VALID: set = set()  # the argument kinds of simulated intrinsic calls _validated has passed
+
+def declare(name, params, imms, doc, validate=None):
     """A Python function for intrinsic ``name`` (operand spec ``params``, the compile-time
     ones among them ``imms``): binds the arguments like the compiled intrinsic (defaults,
-    literal checks of immediates), then runs ``IMPLS[name]``."""
+    literal checks of immediates, its ``validate`` rules), then runs ``IMPLS[name]``."""
     sig = inspect.Signature([
         inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                           default=getattr(p, "default", inspect.Parameter.empty))
@@ -501,6 +536,8 @@ def declare(name, params, imms, doc):
         arguments = bind(args, kwargs)
         for p in imms:
             p.check(arguments[p.name], name)
+        if validate is not None:
+            _validated(name, params, imms, arguments, validate)
         f = IMPLS.get(name)
         if f is None:
             raise NotImplementedError(f"{name} has no simulator implementation")

@@ -11,15 +11,18 @@ from ..layout.fragment import exchange_offset, tile_block_offset, transposed_blo
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import encode_elements, float_to_fp8
 from .copy import acc_send_cluster
-from .core import SimHazard, located, me, split
+from .core import SimHazard, located, me, split, where
 from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
 
 
-def _kind_n(kind, n):
-
+def _kind_n(kind, n, name):
+    """The kind, where ``n`` is one of its N (else the typing error the compiled helper raises,
+    with the kernel line)."""
     k = wgmma_kind(kind)
     if n not in k.n_values:
-        raise ValueError(f"{kind} allows N in {list(k.n_values)}; got {n}")
+        from ..intrinsics.errors import NbwgmmaTypingError
+
+        raise NbwgmmaTypingError(f"{name}: {kind} allows N in {list(k.n_values)}; got {n} (at {where()})")
     return k
 
 
@@ -37,12 +40,12 @@ def _values(acc, k, what):
 
 
 def acc_zeros(kind, n):
-    k = _kind_n(kind, n)
+    k = _kind_n(kind, n, "acc_zeros")
     return acc_pack(np.zeros(n // 2), k)
 
 
 def acc_undef(kind, n):
-    k = _kind_n(kind, n)
+    k = _kind_n(kind, n, "acc_undef")
     return acc_pack(np.full(n // 2, np.nan if k.is_float else 0x5A5A5A5A), k)  # poison
 
 
@@ -76,7 +79,7 @@ def acc_store(acc, kind, out, tid, row0, col0):
 
 
 def acc_load(kind, n, src, tid, row0, col0):
-    k = _kind_n(kind, n)
+    k = _kind_n(kind, n, "acc_load")
     vals = np.zeros(n // 2)
     bits = np.dtype(src.dtype) == np.uint16 and k.dtype == "f32"  # bf16 bits, as acc_store writes them
     for i, r, c in _elements(src, tid, row0, col0, n // 2):

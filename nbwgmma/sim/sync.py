@@ -303,7 +303,8 @@ class MBarrier:
         return f"mbarrier '{name}' at {at}" if name else f"mbarrier at {at}"
 
     def state(self):
-        return (f"its current phase is {self.phase} (parity {self.phase & 1}), with {self.pending} of "
+        return (f"its current phase, not yet complete, is {self.phase} (parity {self.phase & 1}), with "
+                f"{self.pending} of "
                 f"{self.expected} arrivals pending and {self.tx} transaction bytes pending "
                 f"({self.expected_bytes} expected, {self.arrived_bytes} arrived in this phase)")
 
@@ -422,7 +423,8 @@ def _mb_wait(bar, state=None, parity=None, timeout_s=None):
     th = me()
     with th.cl.lock:
         m = mbar(bar)
-        want = f"parity {int(parity)}" if parity is not None else f"state 0x{int(state):x}"
+        want = f"parity {int(parity)} (the completion of a phase of that parity)" if parity is not None \
+            else f"state 0x{int(state):x}"
         ok = th.cl.wait_for(lambda: m.completed(state, parity) is not None,
                             lambda: f"{m.label()}, waiting for {want}; {m.state()}", timeout_s, cond=m.cond)
         if ok:
