@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from numba import config, cuda
 
-from nbwgmma import MatmulError, grouped_matmul
+from nbwgmma import MatmulError, MatmulTypeError, grouped_matmul
 from nbwgmma.layout.wgmma_model import encode_elements
 
 assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
@@ -51,6 +51,29 @@ def test_bias_per_group_and_relu(per_group):
                    activation="relu")
     rows = [a[e - s:e] @ w[g].T + (bias[g] if per_group else bias) for g, (s, e) in enumerate(zip(sizes, ends))]
     np.testing.assert_array_equal(_bf16(out), np.maximum(np.concatenate(rows), 0))
+
+
+def test_f32_out_with_bias_and_relu_and_its_bad_types():
+    """out_dtype="f32" for bf16 operands (ping-pong, stored from the registers), groups ending
+    inside tiles, exact; another output type refused, and an out of the wrong type."""
+    sizes = [130, 0, 61]
+    total, n, k = sum(sizes), 136, 64
+    ends = np.cumsum(sizes).astype(np.int32)
+    a = RNG.integers(-2, 3, (total, k)).astype(np.float64)
+    w = RNG.integers(-2, 3, (len(sizes), n, k)).astype(np.float64)
+    bias = RNG.integers(-8, 9, (len(sizes), n)).astype(np.float32) / 4
+    dw = _swap(_bits(w.reshape(-1, k)).reshape(len(sizes), n, k))
+    got = grouped_matmul(_bits(a), dw, cuda.to_device(ends), in_dtype="bf16", out_dtype="f32",
+                         bias=cuda.to_device(bias), activation="relu")
+    rows = [a[e - s:e] @ w[g].T + bias[g] for g, (s, e) in enumerate(zip(sizes, ends))]
+    h = got.copy_to_host()
+    assert h.dtype == np.float32
+    np.testing.assert_array_equal(h, np.maximum(np.concatenate(rows), 0))
+    with pytest.raises(MatmulTypeError, match=r"the output is of the input type \(bf16\) or f32; got out_dtype=f16"):
+        grouped_matmul(_bits(a), dw, cuda.to_device(ends), in_dtype="bf16", out_dtype="f16")
+    with pytest.raises(MatmulTypeError, match=r"out must be an f32 array .*; got u16"):
+        grouped_matmul(_bits(a), dw, cuda.to_device(ends), in_dtype="bf16", out_dtype="f32",
+                       out=cuda.to_device(np.zeros((total, n), np.uint16)))
 
 
 def test_row_major_b_with_k_not_a_multiple_of_the_stage():

@@ -5,7 +5,8 @@ the groups' rows one after another, ``offs`` [G] (int32, on A's device) their ru
 B [G, K, N] one matrix per group; ``out[offs[g-1]:offs[g]] = A[offs[g-1]:offs[g]] @ B[g]``.
 So far: bf16 or f16, A row-major, B either the transpose of a row-major weight stack
 (``w.transpose(1, 2)`` for w [G, N, K], the experts' weights of ``x @ w[g].T``: K contiguous)
-or (G, K, N) with N contiguous (each B[g] row-major), out of the input type, with an optional
+or (G, K, N) with N contiguous (each B[g] row-major), out of the input type (or f32 with
+``out_dtype="f32"``, stored from the registers by the ping-pong schedule), with an optional
 bias per group and column and an activation (:mod:`nbwgmma.kernels.grouped`). Empty groups
 are allowed, and groups of any size.
 
@@ -175,9 +176,10 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if ta not in ("bf16", "f16") or tb != ta:
         raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16, or both fp8; got {ta} and "
                               f"{tb}")
-    odt = out_dtype or ta
-    if odt != ta:
-        raise MatmulTypeError(f"grouped_matmul: the output has the input type so far; got out_dtype={odt}")
+    odt = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(str(out_dtype).replace("torch.", ""),
+                                                                       out_dtype) or ta
+    if odt not in (ta, "f32"):
+        raise MatmulTypeError(f"grouped_matmul: the output is of the input type ({ta}) or f32; got out_dtype={odt}")
     es = ib.itemsize
     wt = ArrayInfo(ib.ptr, (groups * n, k), (ib.strides[2], ib.strides[1]), *tuple(ib)[3:])  # B[g]^T stacked
     if ib.strides[1] == es and ib.strides[0] == n * ib.strides[2] and _row_major(wt):
@@ -216,8 +218,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     # 0.97-1.04x at 256, 1.04x at 128 (BENCHMARKS.md, 2026-11-25); on an H200: 1.02-1.04x at 256,
     # 1.18x at 384, 1.04-1.05x at 128 (2026-11-29); fewer than 128: ping-pong.
     schedule = "cooperative" if total // groups >= COOPERATIVE_ROWS else "pingpong"
-    if io.ptr % 16 or (total > 1 and io.strides[0] % 16):  # the epilogue warps store 16 bytes at a time
-        schedule = "pingpong"
+    if io.ptr % 16 or (total > 1 and io.strides[0] % 16) or odt == "f32":  # the epilogue warps store 16-bit
+        schedule = "pingpong"                                                 # values, 16 bytes at a time
     bn, _, at_once = SCHEDULES[schedule]
     if b_major == "K":
         tma_b = tensor_map(b, ib.ptr, ta, (bn, 64), ((groups * n, k), (wt.strides[0] // es, 1)), keep=False)
@@ -233,14 +235,14 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         view = numba_view(ArrayInfo(io.ptr, (total, 2 * n), (io.strides[0], 1), 1, "u8", *tuple(io)[5:]), out,
                           np.uint8)
     else:
-        view = numba_view(io, out, np.uint16 if odt == "bf16" else np.float16)
+        view = numba_view(io, out, {"bf16": np.uint16, "f16": np.float16, "f32": np.float32}[odt])
     bias_arg = stand_in(ia.device) if bias32 is None else bias32
     # Groups of at most 4 tile rows on average (few tokens per expert): CTAs take units in wave
     # order, so a column's tiles run together and read their B once (on an H100, 32 groups of 256
     # rows: 0.91x torch._grouped_mm instead of 0.58x). Larger groups keep the plain order, whose
     # pairs share B inside the CTA (measured 5-10% faster there; see BENCHMARKS.md).
     kernel = grouped_kernel(ta, masked, wave=total // groups <= 512, bias=bias32 is not None, act=activation,
-                            b_major=b_major, schedule=schedule)
+                            b_major=b_major, schedule=schedule, out=odt)
     launch(kernel, grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups), bias_arg,
             np.int32(gb)), stream=stream_of(lib, stream), smem=SMEM[schedule], pdl=True)

@@ -59,7 +59,7 @@ def units_bound(total: int, groups: int, n: int, schedule: str = "pingpong") -> 
 
 
 def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: bool = False, bias: bool = False,
-                   act: str | None = None, b_major: str = "K", schedule: str = "pingpong"):
+                   act: str | None = None, b_major: str = "K", schedule: str = "pingpong", out: str | None = None):
     """The ``@cuda.jit`` kernel for ``dtype`` ("bf16" or "f16"): arguments ``(tmap_a, tmap_b,
     out, offs, n, k, t, bias, gb)``: tensor maps of A [total, K] and of B, all with the 128-byte
     swizzle: with ``b_major="K"`` (each B[g] the transpose of a row-major weight [N, K]) B seen as
@@ -67,7 +67,8 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     with N contiguous) a 3-D map
     [G, K, N], box 1 x 64 x 64 (K past a group's end is zeros, not the next group's rows);
     ``out`` a 2-D array (uint16 for bf16 bits, or float16; with the cooperative schedule its
-    bytes, uint8 [rows, 2 N], 16-byte aligned rows),
+    bytes, uint8 [rows, 2 N], 16-byte aligned rows; float32 where the builder's ``out`` is "f32",
+    ping-pong only),
     ``offs`` int32 [G] (the counts when ``masked``), int32 ``n``, ``k`` (k >= 1) and ``t``
     (rows per group when ``masked``, else unused); with ``bias``, ``bias`` a 2-D f32 array whose
     row ``g * gb`` is group ``g``'s bias per column (``gb`` 1 for one row per group, 0 for one
@@ -93,7 +94,10 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
         raise ValueError(f"grouped_kernel: b_major must be 'K' or 'MN'; got {b_major!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"grouped_kernel: schedule must be one of {tuple(SCHEDULES)}; got {schedule!r}")
-    return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major, schedule)
+    if out not in (None, dtype, "f32") or (out == "f32" and schedule != "pingpong"):
+        raise ValueError(f"grouped_kernel: out must be the input type {dtype!r} (or None for it), or 'f32' with the "
+                         f"ping-pong schedule; got out={out!r} with schedule={schedule!r}")
+    return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major, schedule, out or dtype)
 
 
 def part_store(bias: bool, f, kind: str):
@@ -159,11 +163,11 @@ def _packed(dtype, bias):
 
 
 @functools.lru_cache(maxsize=None)
-def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE):
+def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT):
     KIND = f"f32.{dtype}.{dtype}"
     BN, STAGES, _ = SCHEDULES[SCHEDULE]
     COOP = SCHEDULE == "cooperative"
-    act = activation(ACT, dtype) if ACT is not None else None  # (16-bit outputs: gelu_tanh on tanh.approx)
+    act = activation(ACT, OUT) if ACT is not None else None  # (16-bit outputs: gelu_tanh on tanh.approx)
     if COOP:
         pipe = TmaPipeline(STAGES, consumers=2)
         coop = Cooperative(KIND, pipe, BM, BN, b_major=B_MAJOR)
