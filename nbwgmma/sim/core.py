@@ -495,18 +495,23 @@ def _validated(name, params, imms, arguments, validate):
             argtypes[p.name] = typeof(v)
         except ValueError:  # a value Numba has no type for: leave the rules to the implementation
             return
+    from ..intrinsics.errors import NbwgmmaTypingError
+
     try:
         validate(values, argtypes)
-    except Exception as e:
+    except NbwgmmaTypingError as e:
         th = threading.current_thread()
         at = f" (at {where()})" if isinstance(th, SimThread) else ""
-        raise type(e)(f"{e}{at}") from None
+        raise NbwgmmaTypingError(f"{e}{at}") from None
+    except Exception:  # values the rules cannot read (a tuple of mixed types): left to the implementation
+        return
     if len(_VALID) >= 4096:
         _VALID.clear()
     _VALID.add(key)
 
 
 _VALID: set = set()  # the argument kinds of simulated intrinsic calls _validated has passed
+
 
 def declare(name, params, imms, doc, validate=None):
     """A Python function for intrinsic ``name`` (operand spec ``params``, the compile-time
