@@ -20,7 +20,7 @@ from .arrays import ArrayInfo, array_info
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
            "check_out", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib",
            "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output",
-           "stand_in", "stream_scratch", "typed"]
+           "stand_in", "stream_scratch", "typed", "type_name", "holds"]
 
 
 FP8 = ("e4m3", "e5m2")
@@ -45,6 +45,22 @@ def _kind(ta: str, tb: str) -> str:
         return "f32.tf32.tf32"
     raise MatmulTypeError(f"matmul: unsupported input type {ta}; expected bf16, f16, f32 (tf32) or fp8 e4m3/e5m2 "
                     f"(raw uint16/uint8 arrays with in_dtype=)")
+
+
+_TYPE_NAMES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "e4m3",
+               "float8_e5m2": "e5m2"}
+
+
+def type_name(t):
+    """nbwgmma's name of element type ``t`` (a PyTorch dtype or its name: "bfloat16" -> "bf16", ...);
+    other values as they are."""
+    return _TYPE_NAMES.get(str(t).replace("torch.", ""), t)
+
+
+def holds(dtype: str, odt: str) -> bool:
+    """Whether an output array of element type ``dtype`` holds ``odt`` values: its own type, or
+    raw integers for the types NumPy lacks (uint16 for bf16 bits, uint8 for fp8 codes)."""
+    return dtype == odt or (odt == "bf16" and dtype == "u16") or (odt in FP8 and dtype == "u8")
 
 
 def typed(info: ArrayInfo, name: str, t, who: str = "matmul") -> ArrayInfo:
@@ -91,9 +107,7 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
         raise MatmulError("matmul: scale_a/scale_b apply to fp8 inputs only")
     if out_dtype is None and io is not None:  # like torch's out=: the array says the type
         out_dtype = {"u16": "bf16"}.get(io.dtype, io.dtype)
-    odt = out_dtype or ("bf16" if fp8 else ia.dtype)
-    odt = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e4m3fn": "e4m3",
-           "float8_e5m2": "e5m2"}.get(str(odt).replace("torch.", ""), odt)
+    odt = type_name(out_dtype or ("bf16" if fp8 else ia.dtype))
     if odt not in _OUT_TYPES:
         raise MatmulTypeError(f"matmul: out_dtype (or the type of out) must be bf16, f16, f32, e4m3 or e5m2; got "
                               f"{out_dtype}")
@@ -209,7 +223,7 @@ def check_out(io, ia, ib, odt, fresh):
     (m, k), n = ia.shape, ib.shape[1]
     if io.shape != (m, n):
         raise MatmulError(f"matmul: out must have shape {(m, n)}; got {io.shape}")
-    if io.dtype != odt and not (odt == "bf16" and io.dtype == "u16") and not (odt in FP8 and io.dtype == "u8"):
+    if not holds(io.dtype, odt):
         raise MatmulTypeError(f"matmul: out must have type {odt}; got {io.dtype}")
     _check_device(io, "out", ia.device)
     if not fresh:

@@ -33,7 +33,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
-from .args import described, empty_like_lib, lib_of, stand_in, stream_of, typed
+from .args import NP_OF, described, empty_like_lib, lib_of, stand_in, stream_of, type_name, typed
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
 from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type
@@ -176,8 +176,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if ta not in ("bf16", "f16") or tb != ta:
         raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16, or both fp8; got {ta} and "
                               f"{tb}")
-    odt = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(str(out_dtype).replace("torch.", ""),
-                                                                       out_dtype) or ta
+    odt = type_name(out_dtype or ta)
     if odt not in (ta, "f32"):
         raise MatmulTypeError(f"grouped_matmul: the output is of the input type ({ta}) or f32; got out_dtype={odt}")
     es = ib.itemsize
@@ -235,7 +234,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         view = numba_view(ArrayInfo(io.ptr, (total, 2 * n), (io.strides[0], 1), 1, "u8", *tuple(io)[5:]), out,
                           np.uint8)
     else:
-        view = numba_view(io, out, {"bf16": np.uint16, "f16": np.float16, "f32": np.float32}[odt])
+        view = numba_view(io, out, NP_OF[odt])
     bias_arg = stand_in(ia.device) if bias32 is None else bias32
     # Groups of at most 4 tile rows on average (few tokens per expert): CTAs take units in wave
     # order, so a column's tiles run together and read their B once (on an H100, 32 groups of 256

@@ -30,7 +30,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_scaled import BM, BN, SMEM, THREADS, grouped_scaled_kernel
 from ..kit import SCALE_BLOCK
-from .args import NP_OF, described, empty_like_lib, stand_in, stream_of
+from .args import NP_OF, described, empty_like_lib, holds, stand_in, stream_of
 from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
 
@@ -99,8 +99,7 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     if out is None:
         out = empty_like_lib(lib, a, shape, odt)
     io = described(out, "out", "grouped_matmul")
-    name = {"u16": "bf16"}.get(io.dtype, io.dtype)
-    if io.shape != shape or name != odt or io.strides[-1] != io.itemsize or any(s % 16 for s in io.strides[:-1]) \
+    if io.shape != shape or not holds(io.dtype, odt) or io.strides[-1] != io.itemsize or any(s % 16 for s in io.strides[:-1]) \
             or (masked and io.strides[0] != io.shape[1] * io.strides[1]):
         raise MatmulError(f"grouped_matmul: out must be a row-major {shape} {odt} array with 16-byte aligned rows; "
                           f"got {io.dtype} of shape {io.shape}, strides {io.strides}")

@@ -17,7 +17,7 @@ from numba import cuda
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
-from .args import described, empty_like_lib, stream_of
+from .args import described, empty_like_lib, holds, stream_of, type_name
 from .arrays import ArrayInfo
 from .plan import nb_stream, numba_view, tensor_map
 
@@ -104,11 +104,10 @@ def _zero(out, io: ArrayInfo, lib, stream):
 
 
 def out_type(io: ArrayInfo, odt: str):
-    """A 16-bit grouped product's ``out`` holds ``odt`` (or uint16, its bits); else a
+    """A grouped product's ``out`` holds ``odt`` (:func:`~nbwgmma.frontend.args.holds`); else a
     :class:`MatmulTypeError`."""
-    if io.dtype != odt and not (io.dtype == "u16" and odt in ("bf16", "f16")):
-        raise MatmulTypeError(f"grouped_matmul: out must be an {odt} array (the inputs' type; uint16 for its bits); got "
-                              f"{io.dtype}")
+    if not holds(io.dtype, odt):
+        raise MatmulTypeError(f"grouped_matmul: out must be an {odt} array (uint16 for bf16 bits); got {io.dtype}")
 
 
 def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInfo, lib, *, out, out_dtype, in_dtype,
@@ -128,8 +127,7 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
     for name, info in (("B", ib), ("offs", io_)):
         if info.device != ia.device:
             raise MatmulError(f"grouped_matmul: {name} must be on device {ia.device} like A; got {info.device}")
-    odt = out_dtype or ta
-    odt = {"bfloat16": "bf16", "float16": "f16"}.get(str(odt).replace("torch.", ""), odt)
+    odt = type_name(out_dtype or ta)
     if odt != ta:
         raise MatmulTypeError(f"grouped_matmul: the output has the input type so far; got out_dtype={odt}")
     groups = io_.shape[0]

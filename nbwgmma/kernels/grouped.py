@@ -105,14 +105,11 @@ def part_store(bias: bool, f, kind: str):
     accumulator (thread ``ct``'s 32 values; its tile's rows ``row0 ..``, columns ``col0 ..``)
     stored into ``mine`` (a group's rows of C) with, where given, each value's column's bias
     (``bias[brow, col0:n]``: the group's row of a 2-D f32 array) added and the activation's
-    device function ``f`` applied, in f32, before the rounding to C's type. The grouped GEMMs'
-    epilogue from registers."""
+    device function ``f`` applied, in f32, before the rounding to C's type; None for neither (the
+    kernels store the whole fragment then). The grouped GEMMs' epilogue from registers."""
     KIND = kind
     if not bias and f is None:
-        @inlined
-        def store(frag, bias, brow, mine, ct, row0, col0, n):
-            acc_store(frag, KIND, mine, ct, row0, col0)
-        return store
+        return None
     if bias:
         if f is None:
             @inlined
@@ -193,13 +190,12 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT):
             coop.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol, A_BYTES)
         else:
             pp.load(slot, full, tmap_a, tmap_b, kcol, a_row, g * n + ncol)
-    EPI = BIAS or act is not None
+    store_part = part_store(BIAS, act, KIND)
+    EPI = store_part is not None
     # setmaxnreg: the epilogue warps with the group walk take 56 registers (at 48, 80 bytes of
     # its scalars spilled per tile; 40 for a producer alone), the consumers the rest of the 504
     # per thread slot
     PREGS, CREGS = (56, 224) if COOP else (40, 232)
-
-    store_part = part_store(BIAS, act, KIND)
 
     _, units, place = group_walk(masked, BM, GROUP_M, WAVE)
 

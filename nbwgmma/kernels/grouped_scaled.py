@@ -79,7 +79,7 @@ def _build(a_type, b_type, masked, group_m, BIAS, ACT, OUT):
     bs = BlockScaled(KIND, pipe, a_block=True, b_block=True)  # group rows start anywhere: scales read directly
     _, units, place = group_walk(masked, BM, group_m, False)
     store_part = part_store(BIAS, activation(ACT, OUT) if ACT is not None else None, KIND)
-    EPI = BIAS or ACT is not None
+    EPI = store_part is not None
 
     @cuda.jit(launch_bounds=(THREADS, 1))
     def grouped_scaled_gemm(tmap_a, tmap_b, out, offs, sa, sb, n, k, t, bias, gb):
