@@ -2,7 +2,8 @@
 with NUMBA_ENABLE_CUDASIM=1; also by hand: NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_cases.py)."""
 
 import contextlib
-import sys
+import os
+import time
 
 import numpy as np
 import pytest
@@ -77,14 +78,17 @@ def test_a_wrong_sbo_reads_what_the_descriptor_says():
     assert not np.array_equal(got, a @ b.T)
 
 
-def test_a_wait_that_cannot_finish_stops_with_a_message(monkeypatch):
+def test_a_wait_that_cannot_finish_stops_with_a_message():
+    """Reported the moment every thread waits, not after a deadline."""
     ex = load_example("debug_wait_broken_expect_tx")
-    monkeypatch.setattr(sim.core, "deadline_s", lambda: 0.5)
     x = cuda.to_device(np.arange(64 * 64, dtype=np.uint16).reshape(64, 64))
     tm = TensorMap(x, (64, 64), dtype="bf16", swizzle="128B")
     out = cuda.to_device(np.zeros(128, np.int32))
-    with pytest.raises(sim.SimStopped, match="waiting for parity 0"):
+    t0 = time.perf_counter()
+    with pytest.raises(sim.SimStopped, match=r"simulated wait can never finish .* at .*debug_wait_broken_expect_tx.py:"
+                                             r"\d+: mbarrier at shared address 0x[0-9a-f]+, waiting for parity 0"):
         launch(ex.broken_expect_tx, 1, 128, (tm.address, out), smem=dynamic_smem_bytes(ex.BOX))
+    assert time.perf_counter() - t0 < 20
 
 
 @cuda.jit
@@ -134,14 +138,17 @@ def test_setmaxnreg_validates_its_argument():
 
 
 @contextlib.contextmanager
-def _fast_switches():
-    """Python thread switches every microsecond (the simulated threads' races become likely)."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
+def _random_schedule(seed):
+    """The simulated threads run in a random order (``NBWGMMA_SIM_SCHEDULE=random:SEED``)."""
+    old = os.environ.get("NBWGMMA_SIM_SCHEDULE")
+    os.environ["NBWGMMA_SIM_SCHEDULE"] = f"random:{seed}"
     try:
         yield
     finally:
-        sys.setswitchinterval(old)
+        if old is None:
+            del os.environ["NBWGMMA_SIM_SCHEDULE"]
+        else:
+            os.environ["NBWGMMA_SIM_SCHEDULE"] = old
 
 
 @cuda.jit
@@ -153,9 +160,9 @@ def _static_address(out):
 def test_a_static_shared_array_has_one_address_for_all_threads():
     """Every thread reaching a ``cuda.shared.array`` line at once gets the same array (a race
     once gave two threads arrays of their own: an mbarrier initialized by thread 0 was then
-    "used before init" by another). Thread switches every microsecond make the race likely."""
-    with _fast_switches():
-        for _ in range(8):
+    "used before init" by another). Run in random thread orders."""
+    for seed in range(8):
+        with _random_schedule(seed):
             out = cuda.to_device(np.full(384, 0xFFFFFFFF, np.uint32))
             launch(_static_address, 1, 384, (out,))
             got = out.copy_to_host()
@@ -197,9 +204,9 @@ def _arrive_then_exit(out):
 
 def test_concurrent_tma_reductions_lose_no_update():
     """128 threads each add 1.0 into the same 16 floats with a TMA reduce (atomic per element on
-    the GPU): every sum is 128, with thread switches every microsecond."""
-    with _fast_switches():
-        for _ in range(4):
+    the GPU): every sum is 128, in random thread orders."""
+    for seed in range(4):
+        with _random_schedule(seed):
             out = cuda.to_device(np.full(16, 0.0, np.float32))
             tm = TensorMap(out, (16,), swizzle="none", dtype="f32")
             launch(_reduce_into_one_tile, 1, 128, (tm.address,), smem=dynamic_smem_bytes(128 * 128))
@@ -209,8 +216,8 @@ def test_concurrent_tma_reductions_lose_no_update():
 def test_a_thread_that_arrived_then_exited_counts_once():
     """A warp that arrives on the cluster barrier and exits before the phase completes is not
     counted twice: the others' wait still waits for warp 2's arrival (and sees its store)."""
-    with _fast_switches():
-        for _ in range(5):
+    for seed in range(5):
+        with _random_schedule(seed):
             out = cuda.to_device(np.zeros(2, np.int32))
             launch(_arrive_then_exit, 1, 96, (out,))
             assert out.copy_to_host()[1] == 1
@@ -228,9 +235,9 @@ def _add_and_sub(counter):
 def test_atomics_of_different_kinds_on_one_address_lose_no_update():
     """``cuda.atomic.add`` and ``cuda.atomic.sub`` on one address are atomic with respect to each
     other (Numba's simulator alone locks each kind apart): 64 threads add 3 and 64 subtract 1,
-    eight times each, with thread switches every microsecond."""
-    with _fast_switches():
-        for _ in range(4):
+    eight times each, in random thread orders."""
+    for seed in range(4):
+        with _random_schedule(seed):
             counter = cuda.to_device(np.zeros(1, np.int64))
             launch(_add_and_sub, 1, 128, (counter,))
             assert counter.copy_to_host()[0] == 8 * (64 * 3 - 64)
@@ -238,13 +245,12 @@ def test_atomics_of_different_kinds_on_one_address_lose_no_update():
 
 @cuda.jit
 def _peer_static_array(out):
-    import time
-
     from nbwgmma.intrinsics import cluster_ctarank, cluster_sync, mapa, st_shared_cluster_u32
     cluster_sync()
     rank = cluster_ctarank()
     if rank == 1:
-        time.sleep(0.3)  # (the simulator only) CTA 1 reaches the array's line late
+        for _ in range(4):  # (in the simulator each atomic lets the other threads run first)
+            cuda.atomic.add(out, 1, 0)  # CTA 1 reaches the array's line late
     buf = cuda.shared.array(4, np.uint32)  # static: on the GPU it exists from the kernel's start
     if rank == 0 and cuda.threadIdx.x == 0:
         st_shared_cluster_u32(mapa(smem_addr(buf), 1), 7)
@@ -256,6 +262,93 @@ def _peer_static_array(out):
 def test_a_static_array_exists_in_every_cta_of_the_cluster_at_one_offset():
     """A CTA stores into its peer's static array through mapa before the peer reaches the array's
     line: the array is there (allocated for the whole cluster at once), at the same offset."""
-    out = cuda.to_device(np.zeros(1, np.uint32))
-    launch(_peer_static_array, (2, 1, 1), (32, 1, 1), (out,), cluster=(2, 1, 1))
-    assert out.copy_to_host()[0] == 7
+    for seed in (None, 0, 1):
+        with contextlib.nullcontext() if seed is None else _random_schedule(seed):
+            out = cuda.to_device(np.zeros(2, np.uint32))
+            launch(_peer_static_array, (2, 1, 1), (32, 1, 1), (out,), cluster=(2, 1, 1))
+            assert out.copy_to_host()[0] == 7
+
+
+# --- the scheduler: threads one at a time, each until it waits ------------------------------
+
+
+@cuda.jit
+def _spin_on_try_wait(out, late):
+    from nbwgmma.intrinsics import fence_mbarrier_init, mbarrier_arrive, mbarrier_init, mbarrier_try_wait_parity
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        mbarrier_init(bar, 1)
+        fence_mbarrier_init()
+    cuda.syncthreads()
+    if tid == late:
+        acc = 0
+        for i in range(200):  # work before the arrival the others spin for
+            acc += i
+        out[64] = acc
+        mbarrier_arrive(bar)
+    while not mbarrier_try_wait_parity(bar, 0):
+        pass
+    out[tid] = out[64] if late >= 0 else 0
+
+
+def test_threads_spinning_on_try_wait_let_the_others_run():
+    """A thread that tests a barrier in a loop lets the thread it waits for run (first and last
+    thread of the block arriving), in the default and in random orders."""
+    for seed, late in [(None, 0), (None, 63), (1, 0), (2, 63)]:
+        with contextlib.nullcontext() if seed is None else _random_schedule(seed):
+            out = cuda.to_device(np.full(65, -1, np.int64))
+            launch(_spin_on_try_wait, 1, 64, (out, late))
+            np.testing.assert_array_equal(out.copy_to_host(), np.full(65, sum(range(200))))
+
+
+def test_every_thread_spinning_on_a_barrier_nobody_completes_stops():
+    out = cuda.to_device(np.full(65, -1, np.int64))
+    with pytest.raises(sim.SimStopped, match=r"can never finish .* mbarrier at shared address 0x[0-9a-f]+, tested "
+                                             r"\(try_wait/test_wait\) for parity 0 .* again and again; .* 1 of 1 "
+                                             r"arrivals pending"):
+        launch(_spin_on_try_wait, 1, 64, (out, -1))  # no thread arrives
+
+
+@cuda.jit
+def _timed_wait(out):
+    from nbwgmma.intrinsics import fence_mbarrier_init, mbarrier_init, mbarrier_wait_parity_timeout
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    if cuda.threadIdx.x == 0:
+        mbarrier_init(bar, 1)
+        fence_mbarrier_init()
+    cuda.syncthreads()
+    out[cuda.threadIdx.x] = mbarrier_wait_parity_timeout(bar, 0, 1000)  # never completes
+
+
+def test_a_timed_wait_that_cannot_complete_returns_false():
+    out = cuda.to_device(np.full(40, 7, np.int32))
+    launch(_timed_wait, 1, 40, (out,))
+    np.testing.assert_array_equal(out.copy_to_host(), np.zeros(40))
+
+
+@cuda.jit
+def _spin_lock(lock, counter):
+    for _ in range(3):
+        while cuda.atomic.cas(lock, 0, 0, 1) != 0:
+            pass
+        counter[0] = counter[0] + 1  # a plain read-modify-write under the lock
+        cuda.atomic.exch(lock, 0, 0)
+
+
+def test_a_spin_lock_on_an_atomic_serializes_its_holders():
+    """A thread spinning on ``cas`` lets the holder run to its release."""
+    for seed in range(3):
+        with _random_schedule(seed):
+            lock = cuda.to_device(np.zeros(1, np.int32))
+            counter = cuda.to_device(np.zeros(1, np.int64))
+            launch(_spin_lock, 1, 48, (lock, counter))
+            assert counter.copy_to_host()[0] == 3 * 48
+
+
+def test_an_unknown_schedule_is_refused(monkeypatch):
+    monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", "shuffled")
+    with pytest.raises(sim.SimError, match=r"NBWGMMA_SIM_SCHEDULE must be 'fifo' or 'random:SEED'.*'shuffled'"):
+        launch(_timed_wait, 1, 32, (cuda.to_device(np.zeros(32, np.int32)),))

@@ -20,8 +20,9 @@ semantics, built from the same models the GPU tests check:
   phases, pending arrivals and transaction counts; named barriers, ``syncthreads`` and
   cluster barriers block the simulated threads.
 
+The threads of a cluster run one at a time, each until it waits (:mod:`nbwgmma.sim.sched`).
 The simulator reports what the hardware leaves undefined (:class:`SimHazard`), whatever
-order the Python threads run in, because it tracks happens-before with vector clocks
+order the threads run in, because it tracks happens-before with vector clocks
 (:mod:`nbwgmma.sim.core`) and the last writer and in-flight readers of every shared byte
 (:mod:`nbwgmma.sim.shadow`):
 
@@ -49,8 +50,7 @@ order the Python threads run in, because it tracks happens-before with vector cl
   ``bulk_wait_group`` covering them;
 * a ``setmaxnreg_inc`` the CTA's register pool never satisfies (with launch bounds, the pool
   is ``65536 / threads`` rounded down to 8, times the threads: 168 x 384 for 384 threads, so
-  128 x 48 + 256 x 232 registers wait forever): it waits, and past the deadline stops with
-  the counts.
+  128 x 48 + 256 x 232 registers wait forever): it waits, and stops with the counts.
 
 What it does not model: register writes that Python cannot see (rebinding a fragment
 variable while its wgmma is in flight is not flagged), races between two generic stores,
@@ -68,9 +68,9 @@ wait at CTA scope for bytes another CTA's ``st.async`` delivered is not flagged)
 of one cluster at a time, clusters in increasing order (``NBWGMMA_SIM_ORDER=reverse``: decreasing;
 the GPU promises neither, so a kernel whose CTAs meet through global memory is worth running
 both ways). A hazard inside one of nbwgmma's own blocks (a kit function, an intrinsic) names the
-block's line and the kernel line that called it. Every wait has a deadline (``NBWGMMA_DEBUG_WAIT_S`` in
-debug-wait mode, else ``NBWGMMA_SIM_DEADLINE_S``, 60 s by default): a kernel that would hang on the GPU raises
-:class:`SimStopped` naming the thread, its kernel line, the barrier (with the name given by
+block's line and the kernel line that called it. A kernel that would hang on the GPU raises
+:class:`SimStopped` the moment every thread of the cluster waits (or has exited), naming the
+thread that waited longest, its kernel line, the barrier (with the name given by
 ``mbarrier_name``), its phase, pending arrivals and pending transaction bytes.
 """
 
@@ -79,7 +79,6 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-import threading
 
 import numpy as np
 
@@ -88,6 +87,7 @@ from .copy import register_tensor_map
 from .core import IMPLS, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled
 from .device import device_modules_held, fast_device_function
 from .fragment import FRAGMENT_IMPLS
+from .sched import current
 from .shadow import CTA
 from .warp import WARP_FUNCTIONS
 
@@ -103,24 +103,25 @@ class _Shared:
         if isinstance(dtype, nbtypes.Type):
             dtype = numpy_support.as_dtype(dtype)
         f = sys._getframe(1)
-        return threading.current_thread().cta.array(shape, dtype, (f.f_code.co_filename, f.f_lineno))
+        return current().cta.array(shape, dtype, (f.f_code.co_filename, f.f_lineno))
 
 
-def _one_lock_atomics():
-    """Numba's simulated ``cuda.atomic`` with one lock for every operation: its own take a lock
-    per kind, so a ``cas`` and an ``exch`` on one address (a spin lock's acquire and release)
-    could interleave and lose an update."""
+def _yielding_atomics():
+    """Numba's simulated ``cuda.atomic``, each operation followed by a pause of the thread: the
+    threads of a cluster run one at a time (:mod:`nbwgmma.sim.sched`), so one spinning on an
+    atomic (a spin lock's ``cas``) lets the one it waits for run."""
     from numba.cuda.simulator.kernelapi import FakeCUDAAtomic
 
-    lock = threading.Lock()
+    def yielding(f):
+        def op(self, *args, **kwargs):
+            old = f(self, *args, **kwargs)
+            th = current()
+            if isinstance(th, SimThread):
+                th.cl.sched.pause(th)
+            return old
+        return op
 
-    def one(f):
-        def locked(self, *args, **kwargs):
-            with lock:
-                return f(self, *args, **kwargs)
-        return locked
-
-    ops = {name: one(f) for name, f in vars(FakeCUDAAtomic).items() if callable(f) and not name.startswith("_")}
+    ops = {name: yielding(f) for name, f in vars(FakeCUDAAtomic).items() if callable(f) and not name.startswith("_")}
     return type("SimAtomic", (FakeCUDAAtomic,), ops)()
 
 
@@ -128,11 +129,12 @@ def _module_class():
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
 
     class SimCUDAModule(FakeCUDAModule):
-        """Numba's in-kernel ``cuda`` module with per-CTA shared memory, warp collectives and
-        atomics under one lock."""
+        """Numba's in-kernel ``cuda`` module with per-CTA shared memory, warp collectives,
+        yielding atomics, and the thread's indices and barriers read off the running
+        simulated thread (Numba's read them off the operating-system thread)."""
 
         _nbw_shared = _Shared()
-        _nbw_atomic = _one_lock_atomics()
+        _nbw_atomic = _yielding_atomics()
 
         @property
         def shared(self):
@@ -141,6 +143,30 @@ def _module_class():
         @property
         def atomic(self):
             return self._nbw_atomic
+
+        @property
+        def threadIdx(self):
+            return current().threadIdx
+
+        @property
+        def blockIdx(self):
+            return current().blockIdx
+
+        @property
+        def laneid(self):
+            return current().thread_id % 32
+
+        def syncthreads(self):
+            current().syncthreads()
+
+        def syncthreads_count(self, val):
+            return current().syncthreads_count(val)
+
+        def syncthreads_and(self, val):
+            return current().syncthreads_and(val)
+
+        def syncthreads_or(self, val):
+            return current().syncthreads_or(val)
 
     for name, f in WARP_FUNCTIONS.items():
         setattr(SimCUDAModule, name, staticmethod(f))
@@ -170,9 +196,9 @@ def _launch_registers(kernel):
 def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
     """Run a ``@cuda.jit`` kernel (the simulator's ``FakeCUDAKernel``) on ``args``: one
     cluster at a time (in the order ``NBWGMMA_SIM_ORDER`` says, see the module docstring),
-    all threads of its CTAs concurrently. Raises the first exception of
+    the threads of its CTAs one at a time (:mod:`nbwgmma.sim.sched`). Raises the first exception of
     any simulated thread (:class:`SimHazard` for a hazard, :class:`SimStopped` for a wait
-    past its deadline)."""
+    that can never finish)."""
     from numba.cuda.simulator.kernel import _push_kernel_context
     from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
@@ -204,10 +230,7 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
                 for t in itertools.product(*(range(b) for b in reversed(block))):
                     threads.append(SimThread(fn, kargs, cta, bidx, tuple(reversed(t)), block))
             cl.dims = tuple(cluster)
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
+            cl.sched.run(threads)
             if cl.error is not None:
                 raise cl.error
 

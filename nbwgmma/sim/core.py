@@ -1,6 +1,6 @@
-"""The simulator's machine: clusters of CTAs whose threads are Python threads, rendezvous
-for warp- and warpgroup-collective instructions, vector clocks for happens-before, and the
-registry of intrinsic implementations.
+"""The simulator's machine: clusters of CTAs whose threads are greenlets run one at a time
+(:mod:`nbwgmma.sim.sched`), rendezvous for warp- and warpgroup-collective instructions,
+vector clocks for happens-before, and the registry of intrinsic implementations.
 
 Happens-before is tracked with one vector clock per simulated thread (one entry per thread
 of the cluster plus one per mbarrier). A thread publishes its clock and then advances its
@@ -8,7 +8,7 @@ own entry whenever it releases (arrives on a barrier, joins a collective, fences
 the maximum with a clock it acquires (a completed barrier phase or generation, a finished
 collective). Two events are ordered when the later thread's clock has seen the earlier
 thread's epoch: that is how the hazard checks (:mod:`nbwgmma.sim.shadow`) tell a correct
-release from one that comes too early, whatever order the Python threads happened to run in.
+release from one that comes too early, whatever order the threads happened to run in.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from __future__ import annotations
 import inspect
 import itertools
 import os
+import random
 import sys
-import threading
-import time
 
+import greenlet
 import numpy as np
 from numba.cuda.simulator.kernelapi import Dim3
 
 from ..errors import NbwgmmaError, own_source
+from .sched import EXPIRED, POLL, STUCK, Scheduler, WaitQueue, current
 
 #: Bytes of shared memory per simulated CTA (the 14-bit descriptor address space).
 SMEM_BYTES = 1 << 18
@@ -38,7 +39,6 @@ RANK_SHIFT = 24
 EXIT_CHECKS: list = []
 #: Clock entries kept for mbarriers per cluster (each mbarrier_init takes one).
 BARRIER_SLOTS = 1024
-_POLL_S = 0.2
 
 
 class SimError(NbwgmmaError, RuntimeError):
@@ -46,7 +46,7 @@ class SimError(NbwgmmaError, RuntimeError):
 
 
 class SimStopped(SimError):
-    """A simulated kernel waited past its deadline (it would hang on the GPU), a thread of a
+    """A simulated kernel waits where no thread can ever run again (it would hang on the GPU), a thread of a
     warp or warpgroup left before a collective instruction, or the kernel hit ``trap``."""
 
 
@@ -65,17 +65,20 @@ def enabled() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-def deadline_s() -> float:
-    """Seconds a simulated wait may take: ``NBWGMMA_DEBUG_WAIT_S`` in debug-wait mode, else
-    ``NBWGMMA_SIM_DEADLINE_S`` (default 60; more for big clusters on a busy machine)."""
-    from ..intrinsics.mbarrier import debug_wait_timeout_s
-
-    t = debug_wait_timeout_s()
-    return t if t is not None else float(os.environ.get("NBWGMMA_SIM_DEADLINE_S", "60"))
+def schedule_rng():
+    """None for the first-come order, or the generator ``NBWGMMA_SIM_SCHEDULE=random:SEED`` asks for
+    (:mod:`nbwgmma.sim.sched`)."""
+    how = os.environ.get("NBWGMMA_SIM_SCHEDULE", "fifo")
+    if how == "fifo":
+        return None
+    kind, _, seed = how.partition(":")
+    if kind != "random" or not seed.lstrip("-").isdigit():
+        raise SimError(f"NBWGMMA_SIM_SCHEDULE must be 'fifo' or 'random:SEED' (SEED an integer); got {how!r}")
+    return random.Random(int(seed))
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SKIP = (_HERE, os.path.dirname(threading.__file__) + os.sep)  # the simulator and the standard library
+_SKIP = (_HERE, os.path.dirname(os.__file__) + os.sep)  # the simulator and the standard library
 
 
 #: What each source file is to :func:`where` (by code filename): bits :data:`_IN_SKIP` (the
@@ -104,7 +107,7 @@ def where() -> str:
     inner = f"{f.f_code.co_filename}:{f.f_lineno}"
     if not _file_bits(f.f_code.co_filename) & _IN_OWN:
         return inner
-    kernel = getattr(getattr(threading.current_thread(), "fn", None), "__code__", None)
+    kernel = getattr(getattr(current(), "fn", None), "__code__", None)
     if kernel is not None and _file_bits(kernel.co_filename) & _IN_OWN:  # a kernel of nbwgmma's own
         return inner
     while f is not None and _file_bits(f.f_code.co_filename) & (_IN_OWN | _IN_NUMBA):
@@ -133,27 +136,35 @@ def acquire(th, clock):
 # Clusters, CTAs, threads
 
 
+class _Section:
+    """The cluster's ``lock``: its threads run one at a time and switch only where they wait,
+    so its critical sections (``with cl.lock:``) need no lock; the name marks them."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 class Cluster:
     def __init__(self, nctas, nthreads):
-        self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)  # the default wait queue
-        self.conds = [self.cond]
+        self.lock = _Section()
+        self.sched = Scheduler(schedule_rng())
+        self.cond = WaitQueue(self.sched)  # the default wait queue
         self.ctas = []
         self.error = None
         self.nthreads = nthreads
         self.clock_len = nctas * nthreads + BARRIER_SLOTS
         self.slots = itertools.count(nctas * nthreads)
         self.barrier = PhasedBarrier(self, nctas * nthreads, "cluster barrier")
-        self.deadline = deadline_s()
         self.fence_epoch = np.full(nctas * nthreads, -1, np.int64)  # own clock entry at the last fence.proxy.async
 
     def new_clock(self):
         return np.zeros(self.clock_len, np.int64)
 
     def new_cond(self):
-        c = threading.Condition(self.lock)
-        self.conds.append(c)
-        return c
+        return WaitQueue(self.sched)
 
     def new_slot(self):
         s = next(self.slots)
@@ -162,50 +173,54 @@ class Cluster:
         return s
 
     def wait_for(self, pred, what, timeout_s=None, cond=None):
-        """Block the calling simulated thread until ``pred()`` (call with the lock held). Past
-        the simulator's deadline raise :class:`SimStopped` with ``what()`` (a string or a
-        callable giving one, evaluated then); past ``timeout_s`` (a timed wait of the
-        kernel) return False."""
-        cond = cond or self.cond
-        limit = self.deadline if timeout_s is None else timeout_s
-        end = time.monotonic() + limit
+        """Suspend the calling simulated thread on ``cond`` (a :class:`WaitQueue`, default the
+        cluster's) until ``pred()``. When the cluster can never progress (:mod:`~nbwgmma.sim.sched`)
+        return False for a timed wait (``timeout_s`` not None: a wait of the kernel's with a
+        time limit, which here ends only then), else raise :class:`SimStopped` with ``what()``
+        (a string or a callable giving one, evaluated then)."""
+        return self._wait(current(), pred, what, cond or self.cond, timeout_s is not None)
+
+    def wait_woken(self, th, ready, what):
+        """Like :meth:`wait_for` on no queue: another thread calls ``th.wake()`` after making
+        ``ready()`` true."""
+        self._wait(th, ready, what, None, False)
+
+    def spin(self, th, what, queue):
+        """A failed ``try_wait``: let the others run until ``queue`` is notified (or the
+        cluster cannot progress, when the kernel's next test may fail again); raises where the
+        kernel only tests again with nothing else to do."""
+        if self.error is not None:
+            raise SimStopped("another simulated thread failed")
+        if self.sched.wait(th, queue, True) is STUCK:
+            raise self.stuck(th, what)
+
+    def _wait(self, th, pred, what, queue, may_expire):
+        looked = False
         while not pred():
             if self.error is not None:
                 raise SimStopped("another simulated thread failed")
-            left = end - time.monotonic()
-            if left <= 0:
-                if timeout_s is not None:
-                    return False
-                raise self.timed_out(threading.current_thread(), what)
-            cond.wait(min(left, _POLL_S))
+            v = self.sched.wait(th, queue, may_expire)
+            if v is STUCK:
+                raise self.stuck(th, what)
+            if v is EXPIRED:
+                return False
+            looked = v is POLL
+        if looked:  # a poll found what it waited for: what it does next is progress
+            self.sched.progress += 1
         return True
 
-    def wait_woken(self, th, ready, what):
-        """Like :meth:`wait_for` without the lock: sleep on the thread's own gate until
-        ``ready()`` (another thread calls ``th.wake()`` after making it true). One gate per
-        thread, so a finished collective wakes its members without a herd on one lock."""
-        end = time.monotonic() + self.deadline
-        while not ready():
-            if self.error is not None:
-                raise SimStopped("another simulated thread failed")
-            left = end - time.monotonic()
-            if left <= 0:
-                raise self.timed_out(th, what)
-            th.gate.acquire(timeout=min(left, _POLL_S))
-
-    def timed_out(self, th, what):
-        """The :class:`SimStopped` of thread ``th`` waiting past the deadline for ``what``."""
+    def stuck(self, th, what):
+        """The :class:`SimStopped` of thread ``th`` waiting for ``what`` where no thread can run."""
         text = what() if callable(what) else what
         return SimStopped(
-            f"simulated wait timed out after {self.deadline:g} s: block {tuple(th.blockIdx)} thread "
-            f"{th.thread_id} (warp {th.thread_id // 32}) at {th.where or where()}: {text}")
+            f"simulated wait can never finish (every thread of the cluster waits or has exited; on the GPU "
+            f"the kernel hangs): block {tuple(th.blockIdx)} thread {th.thread_id} (warp {th.thread_id // 32}) "
+            f"at {th.where or where()}: {text}")
 
     def fail(self, exc):
-        with self.lock:
-            if self.error is None:
-                self.error = exc
-            for c in self.conds:
-                c.notify_all()
+        if self.error is None:
+            self.error = exc
+        self.sched.wake_all()
 
 
 class PhasedBarrier:
@@ -236,7 +251,7 @@ class PhasedBarrier:
             self.cond.notify_all()
 
     def arrive(self):
-        th = threading.current_thread()
+        th = current()
         with self.cl.lock:
             tok = self.gen
             self.count += 1
@@ -246,7 +261,7 @@ class PhasedBarrier:
             return tok
 
     def wait(self, tok):
-        th = threading.current_thread()
+        th = current()
         with self.cl.lock:
             self.cl.wait_for(lambda: self.gen > tok, f"waiting at the {self.name}", cond=self.cond)
             acquire(th, self.done.get(tok))
@@ -255,7 +270,7 @@ class PhasedBarrier:
         self.wait(self.arrive())
 
     def exit(self):
-        th = threading.current_thread()
+        th = current()
         with self.cl.lock:
             # a thread that arrived (cluster_arrive) and exits before the generation completes is
             # already in its count: counting its exit too would complete it one arrival early,
@@ -267,9 +282,9 @@ class PhasedBarrier:
             self._check()
 
 
-class SimThread(threading.Thread):
+class SimThread(greenlet.greenlet):
     def __init__(self, fn, args, cta, block_idx, thread_idx, block_dim):
-        super().__init__(daemon=True)
+        super().__init__(parent=cta.cl.sched.main)
         self.fn, self.args, self.cta, self.cl = fn, args, cta, cta.cl
         self.blockIdx, self.threadIdx = Dim3(*block_idx), Dim3(*thread_idx)
         bx, by, _ = block_dim
@@ -282,25 +297,25 @@ class SimThread(threading.Thread):
         self.where = None  # the kernel line of the intrinsic being run
         self.bulk = None  # this thread's bulk async-group state (nbwgmma.sim.copy)
         self.cp_async = None  # its cp.async copies not yet landed (nbwgmma.sim.copy)
-        self.gate = threading.Lock()  # a binary semaphore: wake() opens it, wait_woken() takes it
-        self.gate.acquire()
+        self.verdict = None  # what the scheduler said when it last resumed this thread
+        self.expired_at = -1  # the scheduler's progress count when a wait of this thread last gave up
 
     def wake(self):
-        try:
-            self.gate.release()
-        except RuntimeError:  # already open: a wake-up is pending
-            pass
+        self.cl.sched.wake(self)
 
     def run(self):
         try:
             self.fn(*self.args)
             for check in EXIT_CHECKS:
                 check(self)
+        except greenlet.GreenletExit:
+            raise
         except BaseException as e:  # reported by run()
             self.cl.fail(e if isinstance(e, Exception) else RuntimeError(repr(e)))
         finally:
             with self.cl.lock:
                 self.cta.exited.add(self.thread_id)
+            self.cl.sched.progress += 1  # a collective's members that wait see it
             self.cta.syncthreads.exit()
             self.cl.barrier.exit()
 
@@ -322,7 +337,7 @@ class SimThread(threading.Thread):
 
 
 def me() -> SimThread:
-    th = threading.current_thread()
+    th = current()
     if not isinstance(th, SimThread):
         raise RuntimeError("nbwgmma intrinsics run in the simulator only inside kernels launched with "
                            "nbwgmma.launch.launch")
@@ -500,7 +515,7 @@ def _validated(name, params, imms, arguments, validate):
     try:
         validate(values, argtypes)
     except NbwgmmaTypingError as e:
-        th = threading.current_thread()
+        th = current()
         at = f" (at {where()})" if isinstance(th, SimThread) else ""
         raise NbwgmmaTypingError(f"{e}{at}") from None
     except Exception:  # values the rules cannot read (a tuple of mixed types): left to the implementation
@@ -546,7 +561,7 @@ def declare(name, params, imms, doc, validate=None):
         f = IMPLS.get(name)
         if f is None:
             raise NotImplementedError(f"{name} has no simulator implementation")
-        th = threading.current_thread()
+        th = current()
         if isinstance(th, SimThread):
             outer, th.where = th.where, where()
             try:
@@ -564,7 +579,7 @@ def declare(name, params, imms, doc, validate=None):
 def located(f):
     """Run ``f`` (a fragment helper of the simulator) with the kernel line recorded."""
     def wrapper(*args, **kwargs):
-        th = threading.current_thread()
+        th = current()
         if not isinstance(th, SimThread):
             return f(*args, **kwargs)
         outer, th.where = th.where, where()

@@ -17,11 +17,11 @@ Per byte the shadow keeps
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import numpy as np
 
 from .core import DYN_BASE, SMEM_BYTES, PhasedBarrier, SimHazard, SimThread, me, where
+from .sched import current
 
 
 class AsyncRead:
@@ -254,7 +254,7 @@ class SharedArray(np.ndarray):
 
 
 def _sim_thread():
-    th = threading.current_thread()
+    th = current()
     return th if isinstance(th, SimThread) else None
 
 

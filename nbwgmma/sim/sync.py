@@ -411,22 +411,32 @@ def _observe(th, m, done):
 
 
 def _mb_test(bar, state=None, parity=None):
+    """A phase not complete yet lets the other threads run first (a kernel that tests in a loop
+    would otherwise spin alone: :mod:`nbwgmma.sim.sched`), then tests again."""
     th = me()
     with th.cl.lock:
         m = mbar(bar)
         done = m.completed(state, parity)
+        if done is None:
+            th.cl.spin(th, lambda: f"{m.label()}, tested (try_wait/test_wait) for "
+                               f"{_wanted(state, parity)} again and again; {m.state()}", m.cond)
+            done = m.completed(state, parity)
         _observe(th, m, done)
         return done is not None
+
+
+def _wanted(state, parity):
+    return f"parity {int(parity)} (the completion of a phase of that parity)" if parity is not None \
+        else f"state 0x{int(state):x}"
 
 
 def _mb_wait(bar, state=None, parity=None, timeout_s=None):
     th = me()
     with th.cl.lock:
         m = mbar(bar)
-        want = f"parity {int(parity)} (the completion of a phase of that parity)" if parity is not None \
-            else f"state 0x{int(state):x}"
         ok = th.cl.wait_for(lambda: m.completed(state, parity) is not None,
-                            lambda: f"{m.label()}, waiting for {want}; {m.state()}", timeout_s, cond=m.cond)
+                            lambda: f"{m.label()}, waiting for {_wanted(state, parity)}; {m.state()}", timeout_s,
+                            cond=m.cond)
         if ok:
             _observe(th, m, m.completed(state, parity))
     return ok if timeout_s is not None else None
