@@ -61,12 +61,18 @@ def fp8_to_float(codes: np.ndarray, fmt: str) -> np.ndarray:
 
 
 def float_to_fp8(x: np.ndarray, fmt: str) -> np.ndarray:
-    """Round to the nearest fp8 code (ties to the even code); exact for representable values."""
+    """Codes of ``x`` rounded as ``cvt.rn.satfinite`` rounds (PTX ISA, "cvt"): to the nearest
+    fp8 value, ties to the even code, magnitudes past the largest finite one (infinities too)
+    to it, the sign kept (-0.0 is 0x80); NaN to 0x7F. Exact for representable values."""
     table = _FP8[fmt]
-    finite = np.where(np.isfinite(table), table, np.inf)
+    finite = table[:int(np.isfinite(table[:128]).sum())]  # the non-negative finite values, increasing
     x = np.asarray(x, np.float64)
-    idx = np.abs(x[..., None] - finite[None, :]).argmin(-1)
-    return idx.astype(np.uint8)
+    mag = np.abs(x)
+    hi = np.clip(np.searchsorted(finite, mag), 1, len(finite) - 1)  # finite[hi - 1] <= mag <= finite[hi]
+    below, above = mag - finite[hi - 1], finite[hi] - mag
+    code = np.where((above < below) | ((above == below) & (hi % 2 == 0)), hi, hi - 1)
+    code = np.where(np.signbit(x), code | 0x80, code)
+    return np.where(np.isnan(x), 0x7F, code).astype(np.uint8)
 
 
 def encode_elements(x: np.ndarray, t: str) -> np.ndarray:

@@ -264,3 +264,31 @@ def test_to_bits_and_from_bits_round_trip_every_raw_type():
         to_bits(exact, "f32")
     with pytest.raises(ValueError, match="bf16 elements are 2-byte integers; got uint8"):
         from_bits(np.zeros(3, np.uint8), "bf16")
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_rounding_is_cvt_rn_satfinite(fmt):
+    """float_to_fp8 (the host's and the simulator's fp8 outputs) rounds as the GPU's
+    ``cvt.rn.satfinite``: every finite code to itself, midpoints to the even code (1.1875 in
+    e4m3 lies between 0x39 and 0x3A: 0x3A), the nearest code elsewhere, past the largest
+    finite value (and infinities) to it, -0.0 to 0x80, NaN to 0x7F."""
+    from nbwgmma.layout.wgmma_model import _FP8, float_to_fp8, fp8_to_float
+
+    table = _FP8[fmt]
+    finite = np.isfinite(table)
+    np.testing.assert_array_equal(float_to_fp8(table[finite], fmt), np.arange(256)[finite])
+    pos = table[:int(finite[:128].sum())]
+    mid = (pos[:-1] + pos[1:]) / 2
+    even = np.arange(len(mid)) + np.arange(len(mid)) % 2
+    np.testing.assert_array_equal(float_to_fp8(mid, fmt), even)
+    np.testing.assert_array_equal(float_to_fp8(-mid, fmt), even | 0x80)
+    if fmt == "e4m3":
+        assert float_to_fp8(np.float64(1.1875), fmt) == 0x3A and float_to_fp8(np.float64(1.0625), fmt) == 0x38
+    x = np.random.default_rng(3).standard_normal(4000) * 60
+    got = fp8_to_float(float_to_fp8(x, fmt), fmt)
+    nearest = np.abs(np.abs(x)[:, None] - pos[None, :]).min(-1)
+    np.testing.assert_array_equal(np.abs(np.abs(x) - np.abs(got)), nearest)
+    big = pos[-1]
+    np.testing.assert_array_equal(fp8_to_float(float_to_fp8(np.array([3 * big, np.inf, -np.inf]), fmt), fmt),
+                                  [big, big, -big])
+    np.testing.assert_array_equal(float_to_fp8(np.array([-0.0, 0.0, np.nan]), fmt), [0x80, 0, 0x7F])
