@@ -1,5 +1,6 @@
-"""The simulator against the GPU, bit for bit: run the examples, the library GEMM and a
-deliberately wrong descriptor on small-integer inputs and save every output; then compare.
+"""The simulator against the GPU, bit for bit: run the examples, the library GEMM (bf16, f32 and
+fp8 outputs, fp8 with rounding ties) and a deliberately wrong descriptor on small-integer inputs
+and save every output; then compare.
 
     NUMBA_ENABLE_CUDASIM=1 python tests/sim_vs_gpu.py sim.npz   # in the simulator
     python tests/sim_vs_gpu.py gpu.npz                          # on an H100
@@ -72,6 +73,21 @@ def run_ws_example(mod, k, seed=0):
     return c.copy_to_host(), a @ b.T
 
 
+def fp8_out_with_ties(fmt, n):
+    """fp8 codes of ``matmul`` (small integers, ``scale_out`` 1/16) with many results halfway
+    between two codes (x.125 between 2 and 4 in e4m3: ties, rounded to the even code) and
+    zeros; the codes beside the float64 results times 1/16."""
+    from nbwgmma import matmul
+
+    rng = np.random.default_rng(11)
+    a = rng.integers(-3, 4, (200, 64)).astype(np.float64)
+    b = rng.integers(-3, 4, (n, 64)).astype(np.float64)
+    out = cuda.to_device(np.full((200, n), 0xAA, np.uint8))
+    matmul(cuda.to_device(bf16_bits(a)), cuda.to_device(bf16_bits(b)).T, out=out, out_dtype=fmt, in_dtype="bf16",
+           scale_out=1 / 16)
+    return out.copy_to_host()
+
+
 def outputs():
     """{case: output array} of every case, on whatever runs the kernels (GPU or simulator)."""
     from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile
@@ -99,6 +115,8 @@ def outputs():
         a = rng.integers(-3, 4, (256, 128)).astype(np.float64)
         b = rng.integers(-3, 4, (256, 128)).astype(np.float64)
         got[f"gemm_cluster{cluster}_{epi}"] = run_library_gemm(a, b, cluster, epi)
+    for fmt, n in (("e4m3", 80), ("e5m2", 72)):  # codes through TMA (80-byte rows) and plain stores (72)
+        got[f"matmul_{fmt}_out_ties"] = fp8_out_with_ties(fmt, n)
     ws = load_example("gemm_3_warp_specialized")
     for k in (1024, 4096):
         got[f"gemm_3_warp_specialized_k{k}"] = run_ws_example(ws, k)[0]
