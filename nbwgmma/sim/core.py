@@ -363,7 +363,6 @@ def collective(key, members, op, value, compute=None):
     of all members are joined (a collective orders what each member did before it)."""
     th = me()
     cta, cl = th.cta, th.cl
-    members = tuple(members)
     if members[-1] >= cl.nthreads:
         raise SimHazard(f"thread {th.thread_id} at {th.where or where()}: {_op_text(op)} is collective over the "
                         f"{_group_name(len(members))} of threads {members[0]}..{members[-1]}, but the block has "

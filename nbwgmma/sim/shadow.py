@@ -48,6 +48,19 @@ class AsyncWrite:
         self.where, self.slot, self.phase, self.name = where, slot, phase, name
 
 
+def unique_offsets(parts):
+    """The distinct shared-memory offsets in the arrays ``parts``, sorted (``np.unique`` of them):
+    through a mask over the image where they lie in it, some 50 times quicker for a wgmma's
+    operands (about 50,000 offsets)."""
+    flat = [p.reshape(-1) for p in parts]
+    if any(f.size and (f.min() < 0 or f.max() >= SMEM_BYTES) for f in flat):  # out of the image: the checks say so
+        return np.unique(np.concatenate(flat))
+    mask = np.zeros(SMEM_BYTES, bool)
+    for f in flat:
+        mask[f] = True
+    return np.flatnonzero(mask)
+
+
 class Shadow:
     def __init__(self, cta):
         self.cta = cta

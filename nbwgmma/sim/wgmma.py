@@ -23,7 +23,7 @@ from ..layout.kinds import wgmma_kind, wgmma_sp_kind
 from ..layout.sparse import read_sparse_a_registers, wgmma_sp_reference
 from ..layout.wgmma_model import decode_elements, operand_addresses, wgmma_reference
 from .core import IMPLS, SimHazard, collective, me, warpgroup_members
-from .shadow import AsyncRead
+from .shadow import AsyncRead, unique_offsets
 
 
 class Acc(tuple):
@@ -144,7 +144,7 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
         else:
             da = _uniform(vals, 1, "A descriptors")
             reads.append(operand_addresses(da, 64, k.a_cols, k.atype, "MN" if trans_a else "K"))
-        idx = np.unique(np.concatenate([r.reshape(-1) for r in reads]))
+        idx = unique_offsets(reads)
         cta.shadow.check_observed(me_, idx, name)
         cta.shadow.check_proxy(me_, idx, name)
         if sparse:
