@@ -310,8 +310,8 @@ class SimThread(greenlet.greenlet):
                 check(self)
         except greenlet.GreenletExit:
             raise
-        except BaseException as e:  # reported by run()
-            self.cl.fail(e if isinstance(e, Exception) else RuntimeError(repr(e)))
+        except BaseException as e:  # raised by run(), a KeyboardInterrupt as it is
+            self.cl.fail(e)
         finally:
             with self.cl.lock:
                 self.cta.exited.add(self.thread_id)
@@ -487,14 +487,15 @@ def impl(*names):
     return deco
 
 
-def _validated(name, params, imms, arguments, validate):
+def _validated(name, params, imms, arguments, validate, kinds):
     """Apply the intrinsic's ``validate(imms, argtypes)`` (its typing rules across arguments: an
     accumulator's type and N for the kind, transposes only for 16-bit inputs, ...) to the
-    values of a simulated call, typed as Numba types them; its error names the kernel line."""
+    values of a simulated call, typed as Numba types them; its error names the kernel line.
+    ``kinds``: (name, is an immediate) of each parameter."""
     from numba import typeof
 
     key = (name,) + tuple((len(v), type(tuple.__getitem__(v, 0)) if v else None) if isinstance(v, tuple)
-                          else v if p in imms else type(v) for p in params for v in (arguments[p.name],))
+                          else v if imm else type(v) for pname, imm in kinds for v in (arguments[pname],))
     if key in _VALID:
         return
     values = {p.name: arguments[p.name] for p in imms}
@@ -536,6 +537,7 @@ def declare(name, params, imms, doc, validate=None):
                           default=getattr(p, "default", inspect.Parameter.empty))
         for p in params])
     names = [p.name for p in params]
+    kinds = tuple((p.name, p in imms) for p in params)
     defaults = [getattr(p, "default", inspect.Parameter.empty) for p in params]
     required = next((i for i, d in enumerate(defaults) if d is not inspect.Parameter.empty), len(names))
     if any(d is inspect.Parameter.empty for d in defaults[required:]):
@@ -556,7 +558,7 @@ def declare(name, params, imms, doc, validate=None):
         for p in imms:
             p.check(arguments[p.name], name)
         if validate is not None:
-            _validated(name, params, imms, arguments, validate)
+            _validated(name, params, imms, arguments, validate, kinds)
         f = IMPLS.get(name)
         if f is None:
             raise NotImplementedError(f"{name} has no simulator implementation")
