@@ -188,11 +188,13 @@ class Cluster:
     def spin(self, th, what, queue):
         """A failed ``try_wait``: let the others run until ``queue`` is notified (or the
         cluster cannot progress, when the kernel's next test may fail again); raises where the
-        kernel only tests again with nothing else to do."""
+        kernel only tests again with nothing else to do. True where a poll woke the thread."""
         if self.error is not None:
             raise SimStopped("another simulated thread failed")
-        if self.sched.wait(th, queue, True) is STUCK:
+        v = self.sched.wait(th, queue, True)
+        if v is STUCK:
             raise self.stuck(th, what)
+        return v is POLL
 
     def _wait(self, th, pred, what, queue, may_expire):
         looked = False
