@@ -2,7 +2,6 @@
 with NUMBA_ENABLE_CUDASIM=1; also by hand: NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_cases.py)."""
 
 import contextlib
-import os
 import time
 
 import numpy as np
@@ -140,15 +139,9 @@ def test_setmaxnreg_validates_its_argument():
 @contextlib.contextmanager
 def _random_schedule(seed):
     """The simulated threads run in a random order (``NBWGMMA_SIM_SCHEDULE=random:SEED``)."""
-    old = os.environ.get("NBWGMMA_SIM_SCHEDULE")
-    os.environ["NBWGMMA_SIM_SCHEDULE"] = f"random:{seed}"
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NBWGMMA_SIM_SCHEDULE", f"random:{seed}")
         yield
-    finally:
-        if old is None:
-            del os.environ["NBWGMMA_SIM_SCHEDULE"]
-        else:
-            os.environ["NBWGMMA_SIM_SCHEDULE"] = old
 
 
 @cuda.jit

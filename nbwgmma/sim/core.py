@@ -185,16 +185,19 @@ class Cluster:
         ``ready()`` true."""
         self._wait(th, ready, what, None, False)
 
-    def spin(self, th, what, queue):
+    def spin(self, th, pred, what, queue):
         """A failed ``try_wait``: let the others run until ``queue`` is notified (or the
-        cluster cannot progress, when the kernel's next test may fail again); raises where the
-        kernel only tests again with nothing else to do. True where a poll woke the thread."""
+        cluster cannot progress, when the kernel's next test may fail again), then ``pred()``;
+        raises where the kernel only tests again with nothing else to do."""
         if self.error is not None:
             raise SimStopped("another simulated thread failed")
         v = self.sched.wait(th, queue, True)
         if v is STUCK:
             raise self.stuck(th, what)
-        return v is POLL
+        ok = pred()
+        if ok and v is POLL:  # as in _wait: a poll found what it waited for
+            self.sched.progress += 1
+        return ok
 
     def _wait(self, th, pred, what, queue, may_expire):
         looked = False

@@ -417,12 +417,10 @@ def _mb_test(bar, state=None, parity=None):
     with th.cl.lock:
         m = mbar(bar)
         done = m.completed(state, parity)
-        if done is None:
-            looked = th.cl.spin(th, lambda: f"{m.label()}, tested (try_wait/test_wait) for "
-                                        f"{_wanted(state, parity)} again and again; {m.state()}", m.cond)
+        if done is None and th.cl.spin(th, lambda: m.completed(state, parity) is not None,
+                                       lambda: f"{m.label()}, tested (try_wait/test_wait) for "
+                                               f"{_wanted(state, parity)} again and again; {m.state()}", m.cond):
             done = m.completed(state, parity)
-            if done is not None and looked:  # a poll found the phase complete: what follows is progress
-                th.cl.sched.progress += 1
         _observe(th, m, done)
         return done is not None
 
