@@ -15,18 +15,38 @@ CHILD_ENV = "NBWGMMA_ISOLATED_CHILD"
 
 @functools.lru_cache(maxsize=None)
 def gpu_skip_reason():
-    """None when an sm_90 GPU is usable, else why the GPU tests are skipped."""
+    """None when an sm_90 GPU is usable, else why the GPU tests are skipped. (Reads the device's
+    attributes without creating a context: the xdist controller asks too, see below.)"""
     try:
         from numba import cuda
 
         if not cuda.is_available():
             return "no CUDA GPU available"
-        cc = cuda.get_current_device().compute_capability
+        cc = cuda.gpus[0].compute_capability
         if cc < (9, 0):
             return f"needs compute capability 9.0 (sm_90a); device has {cc}"
     except Exception as exc:  # a broken driver install is a skip, not an error
         return f"CUDA unusable: {exc}"
     return None
+
+
+#: The xdist controller's answer to ``gpu_skip_reason``, handed to every worker: workers that
+#: each asked for themselves could disagree (one that failed to reach a GPU busy with other
+#: runs skipped its share of the GPU tests, or, with the "gpu" group, collected other node ids
+#: than the rest and stopped the run). A worker that cannot use the GPU the controller found
+#: fails its GPU tests instead of skipping them.
+GPU_SKIP_KEY = "nbwgmma_gpu_skip_reason"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput[GPU_SKIP_KEY] = gpu_skip_reason() or ""
+
+
+def run_skip_reason(config):
+    """``gpu_skip_reason`` for this run: the controller's in an xdist worker, else this process's."""
+    given = getattr(config, "workerinput", {}).get(GPU_SKIP_KEY)
+    return gpu_skip_reason() if given is None else (given or None)
 
 
 #: Single tests scheduled first, so that under pytest-xdist (``-n auto`` in pyproject.toml) the
@@ -71,7 +91,7 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "sanitizer" in item.keywords:
                 item.add_marker(skip_san)
-    reason = gpu_skip_reason()
+    reason = run_skip_reason(config)
     if reason is None:
         # One GPU: its tests run one after another in one worker (--dist loadgroup), as in a
         # serial run, so that no two processes time or fill the GPU at once. --gpu-parallel
