@@ -13,17 +13,26 @@ from __future__ import annotations
 
 from typing import Callable
 
-__all__ = ["register", "active", "python_intrinsic", "python_functions"]
+__all__ = ["register", "active", "python_intrinsic", "python_functions", "located"]
 
-# (declare, functions) once a simulator has registered, else None
+# (declare, functions, where) once a simulator has registered, else None
 _registered: list = [None]
 
 
-def register(declare: Callable, functions: dict) -> None:
+def register(declare: Callable, functions: dict, where: Callable[[], str] | None = None) -> None:
     """Build every intrinsic as Python: ``declare(name, params, imms, doc)`` makes the
     function for a PTX-template intrinsic (its operand spec ``params``, the compile-time
-    ones among them ``imms``); ``functions`` replace hand-written intrinsics by name."""
-    _registered[0] = (declare, dict(functions))
+    ones among them ``imms``); ``functions`` replace hand-written intrinsics by name;
+    ``where()`` names the kernel line a simulated thread is at (see :func:`located`)."""
+    _registered[0] = (declare, dict(functions), where)
+
+
+def located(message: str) -> str:
+    """``message`` followed by " (at file:line)" of the simulated kernel's line where a
+    simulator has registered a locator: the simulator's form of a typing error's location
+    (Numba's compiler gives the compiled kernel's)."""
+    where = _registered[0][2] if _registered[0] is not None else None
+    return f"{message} (at {where()})" if where is not None else message
 
 
 def active() -> bool:

@@ -318,6 +318,17 @@ class PreparedLaunch:
             raise LaunchError(f"cuLaunchKernelEx failed: {err}")
 
 
+def _refuse_tensor_maps(args, what: str) -> None:
+    """A :class:`LaunchError` for a :class:`~nbwgmma.tma.TensorMap` passed as an argument itself
+    (the kernel takes its address)."""
+    from .tma import TensorMap
+
+    for i, a in enumerate(args):
+        if isinstance(a, TensorMap):
+            raise LaunchError(f"{what}: argument {i} is a TensorMap; pass its address (the uint64 the tma_* "
+                              f"intrinsics take): tmap.address")
+
+
 def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, pdl: bool = False):
     """Launch ``kernel`` (a ``@cuda.jit`` dispatcher) on ``args``.
 
@@ -361,6 +372,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
 
     from . import sim
 
+    _refuse_tensor_maps(args, "launch()")
     grid = _dim3(grid, "grid")
     block = _dim3(block, "block")
     if sim.enabled():  # Numba's CUDA simulator: the intrinsics run as Python (nbwgmma.sim)
@@ -494,6 +506,7 @@ class PreparedKernel:
 
         if sim.enabled():
             raise LaunchError("prepare() needs the GPU: in Numba's CUDA simulator use launch()")
+        _refuse_tensor_maps(args, "prepare()")
         grid, block = _dim3(grid, "grid"), _dim3(block, "block")
         kinds = [arg_kind(a) for a in args]
         bad = [i for i, k in enumerate(kinds) if k is None]

@@ -13,7 +13,7 @@ from numba import config, cuda
 
 from nbwgmma import sim
 from nbwgmma.intrinsics import (
-    acc_store, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base, fence_proxy_async_shared,
+    acc_store, acc_store_fp8, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base, fence_proxy_async_shared,
     mbarrier_arrive_count, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity,
     named_barrier_sync_id, smem_addr,
     tma_load_2d, tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
@@ -621,7 +621,19 @@ def _illegal_n(out):
     acc_zeros("s32.s8.s8", 12)
 
 
+@cuda.jit
+def _store_to_a_vector(out):
+    acc_store(acc_zeros(KIND, 8), KIND, out, cuda.threadIdx.x, 0, 0)  # out is 1-D
+
+
+@cuda.jit
+def _fp8_store_to_f32(out):
+    acc_store_fp8(acc_zeros(KIND, 8), KIND, out, cuda.threadIdx.x, 0, 0, "e4m3")  # out is f64, not fp8 codes
+
+
 @pytest.mark.parametrize("kernel, message", [
+    (_store_to_a_vector, r"acc_store: 'out' must be a 2-D array; got an array of shape \(4,\)"),
+    (_fp8_store_to_f32, r"acc_store_fp8: 'out' must be a uint8 array \(fp8 codes\); got float64"),
     (_kind_of_another_accumulator, "wgmma_mma_async: a s32.s8.s8 accumulator holds int32 registers; got a tuple of "
                                    "float32"),
     (_fp8_transposed, "wgmma_mma_async: imm-trans-a/b exist only for f16/bf16 inputs; got trans with f32.e4m3.e4m3"),

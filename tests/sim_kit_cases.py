@@ -76,6 +76,31 @@ def test_acc_map_checks_its_arguments():
     acc_map(_where, 64, nextra=1)
 
 
+@cuda.jit(device=True, inline=True)
+def _add(v, row, col, b):
+    return v + b
+
+
+def test_a_vector_that_is_not_1d_is_refused_at_the_kernels_line():
+    """In the simulator as in the compiler (tests/test_kit_cpu.py): the typing error, at the call."""
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+
+    mapped = acc_map(_add, 64, cols=1)
+
+    @cuda.jit
+    def kernel(out, bias):
+        t = cuda.threadIdx.x
+        acc = mapped(acc_zeros("f32.bf16.bf16", 64), t, 0, 0, bias)
+        acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+    out = cuda.to_device(np.zeros((64, 64), np.float32))
+    bias = cuda.to_device(np.ones((1, 64), np.float32))
+    with pytest.raises(NbwgmmaTypingError, match=r"vector 0 \(per column\) must be a 1-D array") as exc:
+        launch(kernel, 1, 128, (out, bias))
+    if config.ENABLE_CUDASIM:  # the simulator names the kernel's line
+        assert f"{__file__}:" in str(exc.value), str(exc.value)
+
+
 @SIM_ONLY
 def test_activations_match_their_definitions():
     from math import erf, exp, tanh

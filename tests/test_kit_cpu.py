@@ -108,6 +108,24 @@ def test_a_fragment_of_the_wrong_length_is_a_typing_error_naming_acc_map():
     assert "_BIASED(" in source
 
 
+@cuda.jit
+def _bias_2d(out, bias, n):
+    t = cuda.threadIdx.x
+    acc = _BIASED(acc_zeros("f32.bf16.bf16", 64), t, 0, 0, bias[0:1, 0:n])  # a (1, n) slice, not a vector
+    acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+
+def test_a_vector_that_is_not_1d_is_a_typing_error_at_the_call():
+    import inspect
+
+    with pytest.raises(NbwgmmaTypingError, match=r"acc_map\(_add_bias, n=64\): vector 0 \(per column\) must be a "
+                                                 r"1-D array .*got array\(float32, 2d, A\)") as exc:
+        compile_report(_bias_2d, (types.float32[:, ::1], types.float32[:, ::1], types.int32))
+    src, first = inspect.getsourcelines(_bias_2d.py_func)
+    line = first + next(i for i, s in enumerate(src) if "_BIASED(" in s)
+    assert str(exc.value).startswith(f"{__file__}:{line}: acc_map(_add_bias, n=64)"), str(exc.value)
+
+
 @pytest.mark.parametrize("nunits, ctas", [(1, 1), (7, 2), (264, 132), (300, 132), (1000, 132), (17, 4)])
 def test_wave_order_is_a_bijection_running_neighbours_together(nunits, ctas):
     from nbwgmma.kit import wave_order

@@ -67,3 +67,26 @@ def test_launch_config_structs_match_the_driver_s():
     assert (ours.sharedMemBytes, ours.hStream, ours.numAttrs) == (123456, 0xBEEF, 1)
     a = _LaunchAttribute.from_buffer_copy(ctypes.string_at(ours.attrs, ctypes.sizeof(_LaunchAttribute)))
     assert (a.id, a.x, a.y, a.z) == (4, 2, 3, 4)
+
+
+class _DeviceArray:
+    """A stand-in for a CUDA array (its interface only: nothing reads the memory)."""
+
+    __cuda_array_interface__ = {"shape": (64, 64), "typestr": "<f2", "data": (0x7F0000000000, False),
+                                "strides": None, "version": 3}
+
+
+def test_a_tensor_map_passed_itself_is_refused_naming_its_address():
+    from numba import cuda
+
+    from nbwgmma.launch import launch
+    from nbwgmma.tma import TensorMap
+
+    tm = TensorMap(_DeviceArray(), (64, 64), dtype="f16", encode=False)
+
+    @cuda.jit
+    def kernel(tmap, n):
+        pass
+
+    with pytest.raises(LaunchError, match=r"launch\(\): argument 0 is a TensorMap; pass its address .*tmap.address"):
+        launch(kernel, 1, 128, (tm, 3))

@@ -186,7 +186,8 @@ def _fragment_check(what: str, count: int, noun: str = "the fragment",
     if backend.active():  # the simulator runs the generated code as Python
         def check(acc):
             if not isinstance(acc, tuple) or len(acc) != count:
-                raise TypeError(message(f"{type(acc).__name__} of {len(acc) if isinstance(acc, tuple) else '?'}"))
+                got = f"{type(acc).__name__} of {len(acc) if isinstance(acc, tuple) else '?'}"
+                raise NbwgmmaTypingError(backend.located(message(got)))
         return check
 
     @intrinsic
@@ -199,6 +200,32 @@ def _fragment_check(what: str, count: int, noun: str = "the fragment",
             return context.get_dummy_value()
 
         return types.none(acc), codegen
+
+    return check
+
+
+def _vector_check(what: str, name: str):
+    """A no-op that refuses, at typing, a vector (``name`` says which) that is not a 1-D array:
+    element ``k`` of it belongs to the tile's ``k``-th column (row), as ``bias[col0:n]`` gives."""
+    def message(got):
+        return f"{what}: {name} must be a 1-D array (element 0 at the tile's first column or row); got {got}"
+
+    if backend.active():
+        def check(v):
+            if getattr(v, "ndim", None) != 1:
+                got = f"an array of shape {v.shape}" if hasattr(v, "shape") else type(v).__name__
+                raise NbwgmmaTypingError(backend.located(message(got)))
+        return check
+
+    @intrinsic
+    def check(typingctx, v):
+        if not isinstance(v, types.Array) or v.ndim != 1:
+            raise NbwgmmaTypingError(message(str(v)))
+
+        def codegen(context, builder, sig, args):
+            return context.get_dummy_value()
+
+        return types.none(v), codegen
 
     return check
 
@@ -289,6 +316,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
              "    r = row0 + lr",
              "    c = col0 + lc"]
     loads = ["T(W({}))" if v == "bf16" else "T({})" for v in vtypes]  # an element, as the accumulator's type
+    lines += [f"    vec{j}(v{j})" for j in range(cols if loaded else 0, cols + rows)]
     for j in range(cols if loaded else 0):  # values col_values loaded
         lines.append(f"    vcheck(v{j})")
         lines += [f"    v{j}_{k} = v{j}[{k}]" for k in range(n // 4)]
@@ -316,6 +344,8 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
           "vcheck": _fragment_check(name, n // 4, "a loaded vector", "col_values' values of these columns")
           if loaded else None,
           "W": _bf16_value() if "bf16" in vtypes else None}
+    for j in range(cols if loaded else 0, cols + rows):
+        ns[f"vec{j}"] = _vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})")
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
     return inlined(ns["mapped"])
 
@@ -338,9 +368,10 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
         raise ValueError(f"col_values: vtype must be one of {VECTOR_TYPES}; got {vtype!r}")
     # (each value a name of its own: a tuple display of more than 30 conditional expressions
     # becomes a list turned into a tuple, which Numba cannot type)
-    lines = ["def values(v, tid):", "    lc = (tid & 3) << 1"]
+    lines = ["def values(v, tid):", "    vec(v)", "    lc = (tid & 3) << 1"]
     lines += _col_loads(n, "T(W({}))" if vtype == "bf16" else "T({})", "v", "x{}")
     lines.append("    return (" + "".join(f"x{k}, " for k in range(n // 4)) + ")")
-    ns = {"T": _DTYPES[dtype], "W": _bf16_value() if vtype == "bf16" else None}
+    ns = {"T": _DTYPES[dtype], "W": _bf16_value() if vtype == "bf16" else None,
+          "vec": _vector_check(f"col_values(n={n})", "the vector")}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.col_values(n={n})>", "exec"), ns)
     return inlined(ns["values"])

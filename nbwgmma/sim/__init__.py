@@ -84,7 +84,7 @@ import numpy as np
 
 from . import arith, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
-from .core import IMPLS, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled
+from .core import IMPLS, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled, where
 from .device import device_modules_held, fast_device_function
 from .fragment import FRAGMENT_IMPLS
 from .sched import current
@@ -241,7 +241,7 @@ def install():
     this first thing when the simulator is on, before anything imports the intrinsics."""
     from .. import backend
 
-    backend.register(declare, FRAGMENT_IMPLS)
+    backend.register(declare, FRAGMENT_IMPLS, where)
     install_jit_shim()
 
 

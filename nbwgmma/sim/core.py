@@ -78,7 +78,8 @@ def schedule_rng():
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SKIP = (_HERE, os.path.dirname(os.__file__) + os.sep)  # the simulator and the standard library
+#: the simulator, the standard library, and the backend's ``located`` that asks where a thread is
+_SKIP = (_HERE, os.path.dirname(os.__file__) + os.sep, os.path.join(os.path.dirname(_HERE), "backend.py"))
 
 
 #: What each source file is to :func:`where` (by code filename): bits :data:`_IN_SKIP` (the

@@ -49,7 +49,12 @@ def acc_undef(kind, n):
     return acc_pack(np.full(n // 2, np.nan if k.is_float else 0x5A5A5A5A), k)  # poison
 
 
-def _elements(arr, tid, row0, col0, nvals):
+def _elements(arr, tid, row0, col0, nvals, name, arrname):
+    if getattr(arr, "ndim", None) != 2:  # the compiled helper's typing rule, at the kernel's line
+        from ..intrinsics.errors import NbwgmmaTypingError
+
+        got = f"an array of shape {arr.shape}" if hasattr(arr, "shape") else type(arr).__name__
+        raise NbwgmmaTypingError(f"{name}: '{arrname}' must be a 2-D array; got {got} (at {where()})")
     r, c = thread_coords(int(tid), nvals)
     r, c = r + int(row0), c + int(col0)
     rows, cols = arr.shape
@@ -74,7 +79,7 @@ def acc_store(acc, kind, out, tid, row0, col0):
     vals = _values(acc, k, "acc_store")
     if k.dtype == "f32":
         vals = vals.astype(np.float32)
-    for i, r, c in _elements(out, tid, row0, col0, len(vals)):
+    for i, r, c in _elements(out, tid, row0, col0, len(vals), "acc_store", "out"):
         out[r, c] = _to_dtype(vals[i], out.dtype)
 
 
@@ -82,7 +87,7 @@ def acc_load(kind, n, src, tid, row0, col0):
     k = _kind_n(kind, n, "acc_load")
     vals = np.zeros(n // 2)
     bits = np.dtype(src.dtype) == np.uint16 and k.dtype == "f32"  # bf16 bits, as acc_store writes them
-    for i, r, c in _elements(src, tid, row0, col0, n // 2):
+    for i, r, c in _elements(src, tid, row0, col0, n // 2, "acc_load", "src"):
         vals[i] = (np.array(src[r, c], np.uint32) << 16).view(np.float32)[()] if bits else src[r, c]
     return acc_pack(vals, k)
 
@@ -199,14 +204,19 @@ def acc_add_shared(acc, base, tid):
 
 def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
     k, n = _kind_of_acc(kind, acc)
+    from ..intrinsics.errors import NbwgmmaTypingError  # the compiled helper's rules, at the kernel's line
+
     if fmt not in ("e4m3", "e5m2"):
-        raise TypeError(f"acc_store_fp8: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r}")
-    if np.dtype(out.dtype) != np.uint8 or k.dtype != "f32":
-        raise TypeError(f"acc_store_fp8: expected an f32 fragment and a uint8 array; got {kind}, {out.dtype}")
+        raise NbwgmmaTypingError(f"acc_store_fp8: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r} (at {where()})")
+    if k.dtype != "f32":
+        raise NbwgmmaTypingError(f"acc_store_fp8: expected an f32 accumulator fragment; got {kind} (at {where()})")
+    if np.dtype(getattr(out, "dtype", None)) != np.uint8:
+        raise NbwgmmaTypingError(f"acc_store_fp8: 'out' must be a uint8 array (fp8 codes); got "
+                                 f"{getattr(out, 'dtype', type(out).__name__)} (at {where()})")
     vals = _values(acc, k, "acc_store_fp8").astype(np.float32).astype(np.float64)
     # 0x7F: a NaN code of both formats (e4m3: S.1111.111; e5m2: S.11111.11)
     codes = np.where(np.isnan(vals), 0x7F, float_to_fp8(np.nan_to_num(vals), fmt)).astype(np.uint8)
-    for i, r, c in _elements(out, tid, row0, col0, len(vals)):
+    for i, r, c in _elements(out, tid, row0, col0, len(vals), "acc_store_fp8", "out"):
         out[r, c] = codes[i]
 
 
