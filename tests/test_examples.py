@@ -60,3 +60,12 @@ def test_gemm_example_runs_on_gpu(path, capsys):
     err = load_example(path.stem).main(1024)
     assert 0 < err < 1e-2  # a float64 reference of random data: never exactly equal
     assert "TFLOP/s" in capsys.readouterr().out
+
+
+def test_the_hang_example_prints_its_compile_report_without_gpu(monkeypatch, capsys):
+    import nbwgmma.demo as ex
+
+    monkeypatch.setattr(ex, "gpu_available", lambda: False)
+    assert load_example("debug_wait_broken_expect_tx").main() == 0
+    out = capsys.readouterr().out
+    assert "compile report" in out and "kernel        broken_expect_tx" in out
