@@ -61,51 +61,65 @@ class TensorMapParams:
         return math.prod(self.box) * TMA_DTYPES[self.dtype][1]
 
 
-def _fail(rule: str, value: Any) -> NoReturn:
-    raise TensorMapError(f"tensor map: {rule}; got {value}")
+def _fail(rule: str, value: Any, p: TensorMapParams | None = None) -> NoReturn:
+    about = ""
+    if p is not None:  # the map in the array's order, as the user gave it
+        shape = "x".join(str(d) for d in reversed(p.dims))
+        box = ", ".join(str(b) for b in reversed(p.box))
+        about = f" (a {shape} {p.dtype} array, box ({box}))"
+    raise TensorMapError(f"tensor map{about}: {rule}; got {value}")
 
 
 def validate(p: TensorMapParams) -> None:
-    """Every rule of cuTensorMapEncodeTiled for tiled, non-interleaved maps."""
+    """Every rule of cuTensorMapEncodeTiled for tiled, non-interleaved maps. ``p`` is in the
+    driver's order (innermost first); the errors speak of the array's order (``box[0]`` the
+    outermost, as :class:`TensorMap` takes them)."""
     es = TMA_DTYPES[p.dtype][1]
+    last = p.rank - 1  # array dimension of the driver's dimension 0
+
+    def fail(rule, value):
+        _fail(rule, value, p)
+
     if not 1 <= p.rank <= 5:
         _fail("rank must be in [1, 5]", p.rank)
     if p.address % 16:
-        _fail("the global address must be 16-byte aligned", hex(p.address))
+        fail("the global address must be 16-byte aligned", hex(p.address))
     for i, d in enumerate(p.dims):
         if not 1 <= d <= 2**32:
-            _fail(f"global dimension {i} (innermost first) must be in [1, 2^32]", d)
-    for i, s in enumerate(p.strides):
+            fail(f"shape[{last - i}] must be in [1, 2^32]", d)
+    for i, s in enumerate(p.strides):  # the stride of array dimension last - 1 - i
         if s % 16:
-            _fail(f"global stride {i + 1} (bytes) must be a multiple of 16", s)
+            fail(f"the stride of dimension {last - 1 - i} (strides[{last - 1 - i}], in bytes) must be a multiple "
+                 f"of 16 bytes", f"{s} bytes")
         if s >= 2**40:
-            _fail(f"global stride {i + 1} (bytes) must be < 2^40", s)
+            fail(f"the stride of dimension {last - 1 - i} (in bytes) must be < 2^40", s)
     # Non-overlapping: each stride covers the extent of the dimension inside it.
     extent = p.dims[0] * es
     for i, s in enumerate(p.strides):
         if s < extent:
-            _fail(f"global stride {i + 1} ({s} B) overlaps dimension {i} (extent {extent} B)", s)
+            fail(f"the stride of dimension {last - 1 - i} ({s} B) overlaps dimension {last - i} "
+                 f"(extent {extent} B)", s)
         extent = s * p.dims[i + 1]
     for i, b in enumerate(p.box):
         if not 1 <= b <= 256:
-            _fail(f"box dimension {i} (innermost first) must be in [1, 256]", b)
+            fail(f"box[{last - i}] must be in [1, 256]", b)
     if (p.box[0] * es) % 16:
-        _fail("the inner box dimension in bytes must be a multiple of 16", p.box[0] * es)
+        fail(f"the inner box dimension (box[{last}]) in bytes must be a multiple of 16", f"{p.box[0] * es} bytes")
     for i, e in enumerate(p.element_strides):
         if not 1 <= e <= 8:
-            _fail(f"element stride {i} must be in [1, 8]", e)
+            fail(f"element stride {i} must be in [1, 8]", e)
     if p.swizzle not in _SWIZZLE_BYTES:
-        _fail("swizzle must be one of none, 32B, 64B, 128B", p.swizzle)
+        fail("swizzle must be one of none, 32B, 64B, 128B", p.swizzle)
     span = _SWIZZLE_BYTES[p.swizzle]
     if span and p.box[0] * es > span:
-        _fail(f"with the {p.swizzle} swizzle the inner box dimension must be at most {span} bytes",
-              f"{p.box[0] * es} bytes")
+        fail(f"with the {p.swizzle} swizzle the inner box dimension (box[{last}]) must be at most {span} bytes",
+             f"{p.box[0] * es} bytes")
     if p.oob_fill not in ("zero", "nan"):
-        _fail("oob_fill must be 'zero' or 'nan'", p.oob_fill)
+        fail("oob_fill must be 'zero' or 'nan'", p.oob_fill)
     if p.oob_fill == "nan" and p.dtype not in _FLOAT_TYPES:
-        _fail("NaN out-of-bounds fill needs a floating-point element type", p.dtype)
+        fail("NaN out-of-bounds fill needs a floating-point element type", p.dtype)
     if p.l2_promotion not in _L2:
-        _fail("l2_promotion must be one of none, 64B, 128B, 256B", p.l2_promotion)
+        fail("l2_promotion must be one of none, 64B, 128B, 256B", p.l2_promotion)
 
 
 def encode_args(p: TensorMapParams) -> tuple[Any, ...]:

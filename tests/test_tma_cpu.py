@@ -31,12 +31,12 @@ RULES = [
     (dict(ptr=0x7F0000000008), "16-byte aligned"),
     (dict(shape=(4, 4, 4, 4, 4, 4), box=(1, 1, 1, 1, 1, 8)), "rank must be in [1, 5]"),
     (dict(shape=(2**33, 8), box=(1, 8)), "must be in [1, 2^32]"),
-    (dict(astrides=(250, 2)), "multiple of 16"),
+    (dict(astrides=(250, 2)), "the stride of dimension 0 (strides[0], in bytes) must be a multiple of 16"),
     (dict(astrides=(2**41, 2)), "< 2^40"),
     (dict(shape=(256, 128), astrides=(128, 2)), "overlaps"),
     (dict(astrides=(256, 4)), "innermost dimension must be contiguous"),
-    (dict(box=(300, 64)), "box dimension 1"),
-    (dict(box=(64, 0)), "box dimension 0"),
+    (dict(box=(300, 64)), "box[0] must be in [1, 256]"),
+    (dict(box=(64, 0)), "box[1] must be in [1, 256]"),
     (dict(box=(64, 4), swizzle="none"), "multiple of 16"),
     (dict(box=(64, 128), swizzle="128B"), "at most 128 bytes"),
     (dict(box=(64, 64), swizzle="64B"), "at most 64 bytes"),
@@ -54,6 +54,17 @@ def test_each_rule_rejects_its_bad_input(kw, message):
         tmap(**kw)
     assert message in str(exc.value)
     assert "got" in str(exc.value)
+
+
+def test_an_error_describes_the_map_in_the_arrays_order():
+    with pytest.raises(TensorMapError) as exc:
+        tmap(shape=(200, 128), box=(300, 64), swizzle="none")
+    assert str(exc.value).startswith("tensor map (a 200x128 bf16 array, box (300, 64)): box[0] must be in [1, 256]; "
+                                     "got 300"), str(exc.value)
+    with pytest.raises(TensorMapError) as exc:  # rows of 130 bf16 values: 260 bytes apart
+        tmap(shape=(200, 130), box=(64, 64), swizzle="none")
+    assert str(exc.value) == ("tensor map (a 200x130 bf16 array, box (64, 64)): the stride of dimension 0 (strides[0], "
+                              "in bytes) must be a multiple of 16 bytes; got 260 bytes")
 
 
 def test_wrong_element_size_and_host_arrays():
