@@ -80,6 +80,13 @@ class CompileReport:
     def warning_codes(self) -> set:
         return {m for w in self.warnings for m in re.findall(r"C\d{4}", w)}
 
+    def float64_ops(self) -> Counter:
+        """The SASS instructions that compute or convert float64 values (``DADD``, ``DSETP``,
+        ``F2F.F64.F32``, ...): in an f32 kernel the sign of a float literal or of int64 index
+        math mixed into the arithmetic (the guide's "Numba pitfalls")."""
+        return Counter({op: n for op, n in self.sass_full.items()
+                        if op.split(".")[0] in FLOAT64_OPCODES or ".F64" in op})
+
     @property
     def wgmma_serialized(self) -> bool:
         return bool(self.warning_codes() & set(WGMMA_SERIALIZATION_CODES))
@@ -95,6 +102,7 @@ class CompileReport:
         d["sass"] = dict(sorted(self.sass.items()))
         d["sass_full"] = dict(sorted(self.sass_full.items()))
         d["spill_bytes"] = self.spill_bytes
+        d["float64_ops"] = dict(sorted(self.float64_ops().items()))
         return d
 
     def to_json(self) -> str:
@@ -111,6 +119,10 @@ class CompileReport:
             f"barriers      {self.barriers}",
             "SASS opcodes  " + ", ".join(f"{k}={v}" for k, v in self.sass.most_common()),
         ]
+        f64 = self.float64_ops()
+        if f64:
+            lines.append("float64 ops   " + ", ".join(f"{k}={v}" for k, v in f64.most_common())
+                         + " (a float literal or int64 math in f32 code? see the guide's Numba pitfalls)")
         if self.warnings:
             lines.append("ptxas warnings:")
             lines.extend("  " + w for w in self.warnings)
@@ -118,6 +130,9 @@ class CompileReport:
             lines.append("ptxas warnings: none")
         return "\n".join(lines)
 
+
+#: SASS opcodes (base names) of float64 arithmetic and compares.
+FLOAT64_OPCODES = frozenset({"DADD", "DMUL", "DFMA", "DSETP", "DSET", "DMNMX", "DMMA"})
 
 _INT = r"(\d+)"
 #: A ptxas diagnostic with a code, "warning" or "info" alike: ptxas prints wgmma serialization

@@ -23,6 +23,26 @@ def test_report_on_a_small_kernel():
     assert d["sass"]["EXIT"] >= 1 and d["spill_bytes"] == 0
 
 
+def test_report_names_float64_work_in_f32_code():
+    def literal(x, y):  # 0.1 is a float64: x[i] * 0.1 is computed in float64
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = x[i] * 0.1
+
+    def typed(x, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = x[i] * np.float32(0.1)
+
+    sig = (types.float32[:], types.float32[:])
+    rep = compile_report(literal, sig)
+    f64 = rep.float64_ops()
+    assert f64 and any(op.startswith("F2F") for op in f64), rep.sass_full
+    assert "float64 ops   " in str(rep) and json.loads(rep.to_json())["float64_ops"] == dict(sorted(f64.items()))
+    rep = compile_report(typed, sig)
+    assert not rep.float64_ops() and "float64 ops" not in str(rep), rep.sass_full
+
+
 def test_report_sees_local_memory():
     def kernel(x, y, k):
         buf = cuda.local.array(64, np.float32)
