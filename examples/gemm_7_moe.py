@@ -19,6 +19,10 @@ On an H100: checks the layer against float64 per-expert products and times it ag
 PyTorch loop over the experts and against ``torch._grouped_mm`` with the bias and SiLU as
 separate operations. Without a GPU it prints the grouped kernel's compile report; in the
 simulator (``NUMBA_ENABLE_CUDASIM=1``) it runs a small layer of integers with ReLU (exact).
+That report shows a few hundred bytes of spills: scalars of the kernel's walk over the groups
+(the group a tile falls in, its row range), reloaded once a tile, none in the k-loop
+(``tests/test_grouped_cpu.py`` checks the loop's SASS). A spill matters where it sits in the
+main loop, not by its count alone.
 """
 
 import sys

@@ -323,7 +323,8 @@ def test_leaving_the_kernel_with_a_tma_store_in_flight_is_a_hazard():
 
 
 def test_tma_store_of_unfenced_generic_stores_is_a_hazard():
-    with pytest.raises(sim.SimHazard, match=r"a TMA store at .* through the async proxy, .* issued no "
+    with pytest.raises(sim.SimHazard, match=r"a TMA store at .* through the async proxy, but thread \d+ \(a "
+                                            r"shared-memory store at .*sim_hazard_cases.py:\d+\) wrote it .* issued no "
                                             r"fence_proxy_async"):
         _run_store(fence=False)
 
@@ -331,7 +332,8 @@ def test_tma_store_of_unfenced_generic_stores_is_a_hazard():
 def test_tma_store_without_a_barrier_after_the_stores_is_a_hazard():
     """Whichever way the threads interleave, the race is reported: the store reads a write
     nothing orders before it, or a later write hits the source the store reads."""
-    with pytest.raises(sim.SimHazard, match=r"a TMA store at .* that thread \d+ wrote, with nothing ordering that "
+    with pytest.raises(sim.SimHazard, match=r"a TMA store at .* that thread \d+ \(a shared-memory store at "
+                                            r".*sim_hazard_cases.py:\d+\) wrote, with nothing ordering that "
                                             r"write before this read|a shared-memory store at .* writes shared memory "
                                             r"at 0x[0-9a-f]+ (while|that) a TMA store of thread 0"):
         _run_store(barrier=False)

@@ -66,6 +66,9 @@ class Shadow:
         self.cta = cta
         self.gw_tid = np.zeros(SMEM_BYTES, np.int32)  # generic writer's cluster thread id + 1
         self.gw_epoch = np.zeros(SMEM_BYTES, np.int64)
+        self.gw_site = np.zeros(SMEM_BYTES, np.int32)  # index into self.sites of the generic write
+        self.sites = [("", "")]  # (what, where) of the generic writes, for the hazards' messages
+        self.site_ids = {}
         self.aw = np.zeros(SMEM_BYTES, np.int32)  # index + 1 into self.writes
         self.writes = []
         self.readers = {}  # key -> (seq per byte, [AsyncRead, ...] with index = seq - 1)
@@ -76,6 +79,12 @@ class Shadow:
         self.check_write(th, idx, what)
         self.gw_tid[idx] = th.gid + 1
         self.gw_epoch[idx] = th.clock[th.gid]
+        site = (what, th.where)
+        sid = self.site_ids.get(site)
+        if sid is None:
+            sid = self.site_ids[site] = len(self.sites)
+            self.sites.append(site)
+        self.gw_site[idx] = sid
         self.aw[idx] = 0
 
     def async_write(self, th, idx, what, mbar):
@@ -151,8 +160,9 @@ class Shadow:
                     w = int(writers[late][0])
                     raise SimHazard(
                         f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
-                        f"{self._first_writer(idx, w + 1)} that thread {self._local(w)} wrote, with nothing "
-                        f"ordering that write before this read (a barrier between them is missing)")
+                        f"{self._first_writer(idx, w + 1)} that {self._writer(idx, w)} wrote, with nothing "
+                        f"ordering that write before this read (a barrier between them is missing, or the two "
+                        f"threads should not share that memory)")
         w = self.aw[idx]
         hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
         for i in np.unique(hit):
@@ -179,15 +189,16 @@ class Shadow:
             if not f:
                 raise SimHazard(
                     f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
-                    f"{self._first_writer(idx, w + 1)} through the async proxy, but thread {self._local(w)} wrote it "
+                    f"{self._first_writer(idx, w + 1)} through the async proxy, but {self._writer(idx, w)} wrote it "
                     f"with generic stores and issued no fence_proxy_async after them (each writing thread fences, "
                     f"then a barrier: the documented pattern; a fence by the reading thread alone is not accepted, "
                     f"the PTX memory model defines no ordering for it)")
             if not o:
                 raise SimHazard(
                     f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
-                    f"{self._first_writer(idx, w + 1)} that thread {self._local(w)} wrote, with nothing ordering "
-                    f"that write before this read (a barrier between them is missing)")
+                    f"{self._first_writer(idx, w + 1)} that {self._writer(idx, w)} wrote, with nothing ordering "
+                    f"that write before this read (a barrier between them is missing, or the two threads should "
+                    f"not share that memory)")
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -206,6 +217,13 @@ class Shadow:
 
     def _first_writer(self, idx, tid1):
         return self._first(idx, self.gw_tid, tid1)
+
+    def _writer(self, idx, gid):
+        """"thread T (what at file:line)" of the generic write of cluster thread ``gid`` to ``idx``."""
+        idx = np.atleast_1d(idx)
+        hit = idx[np.atleast_1d(self.gw_tid[idx]) == gid + 1]
+        what, at = self.sites[int(self.gw_site[hit[0]])] if hit.size else ("", "")
+        return f"thread {self._local(gid)}" + (f" ({what} at {at})" if what else "")
 
 
 def _finish_advice(key):
