@@ -76,6 +76,25 @@ def test_release_before_wait_group_is_a_hazard_not_a_wrong_answer():
         _run_ws(_ws_with_early_release(), 1024)
 
 
+def test_a_tma_tile_read_through_a_descriptor_of_another_swizzle_is_a_hazard():
+    """A's map without the swizzle the kernel's descriptors assume: the wgmma would read other
+    elements than the copy put there (a wrong answer on the GPU), so the simulator says so."""
+    from nbwgmma.layout.wgmma_model import encode_elements
+
+    mod = load_example("tma_wgmma_tile")
+    rng = np.random.default_rng(0)
+    bits = [cuda.to_device(encode_elements(rng.integers(-4, 5, (64, 64)), "bf16").view(np.uint16).reshape(64, 64))
+            for _ in range(2)]
+    d = cuda.to_device(np.full((64, 64), np.nan, np.float32))
+    maps = [TensorMap(bits[0], (64, 64), dtype="bf16", swizzle="none"),  # the kernel's descriptors: 128B
+            TensorMap(bits[1], (64, 64), dtype="bf16", swizzle="128B"), TensorMap(d, (64, 32), swizzle="128B")]
+    with pytest.raises(sim.SimHazard, match=r"wgmma_mma_async at .*tma_wgmma_tile.py:\d+\) reads its A operand at "
+                                            r"0x[0-9a-f]+ through a descriptor with the 128B swizzle, but the TMA load "
+                                            r"issued at .*tma_wgmma_tile.py:\d+ laid those bytes out with the none "
+                                            r"swizzle"):
+        launch(mod.tma_wgmma, 1, 128, tuple(m.address for m in maps) + (1,), smem=dynamic_smem_bytes(4 * mod.TILE))
+
+
 # --- one warpgroup, one tile: accumulator and proxy-fence hazards -------------------------
 
 
@@ -141,8 +160,9 @@ def test_a_first_wgmma_without_wgmma_fence_is_a_hazard():
 
 
 def test_generic_stores_read_by_wgmma_without_proxy_fence_is_a_hazard():
-    with pytest.raises(sim.SimHazard, match=r"wgmma_mma_async at .*through the async proxy, but thread \d+ wrote it "
-                                            r"with generic stores and issued no fence_proxy_async"):
+    with pytest.raises(sim.SimHazard, match=r"wgmma_mma_async at .*through the async proxy, but thread \d+ \(a "
+                                            r"shared-memory store at .*sim_hazard_cases.py:\d+\) wrote it with generic "
+                                            r"stores and issued no fence_proxy_async"):
         _run_tile(fence=False)
 
 

@@ -74,12 +74,12 @@ def _bulk(th):
     return th.bulk
 
 
-def _land(th, cta, off, raw, bar_off, what):
+def _land(th, cta, off, raw, bar_off, what, swizzle=None):
     """Bytes ``raw`` of a copy issued by ``th`` land at ``off`` of ``cta`` and complete on its
-    mbarrier at ``bar_off`` (call with the lock held)."""
+    mbarrier at ``bar_off`` (call with the lock held); ``swizzle``: a TMA tile's, as it lies."""
     m = mbar(addr_of(cta, bar_off))
     idx = np.arange(off, off + raw.size)
-    cta.shadow.async_write(th, idx, what, m)
+    cta.shadow.async_write(th, idx, what, m, swizzle)
     cta.image[off:off + raw.size] = raw
     complete_tx(th, m, raw.size)
 
@@ -99,7 +99,7 @@ def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
     targets = [c for c in th.cl.ctas if (int(mask) >> c.rank) & 1] if multicast else [split(dst)[0]]
     with th.cl.lock:
         for cta in targets:
-            _land(th, cta, off, raw, boff, "a TMA load")
+            _land(th, cta, off, raw, boff, "a TMA load", p.swizzle)
 
 
 def _box_bytes(tm, src):
@@ -316,6 +316,7 @@ def _copy(dst, array, offset, size, nvalid):
                                             f"has not called cp_async_mbarrier_arrive_noinc after it)"))
         cta.shadow.aw[idx] = len(cta.shadow.writes)
         cta.shadow.gw_tid[idx] = 0
+        cta.shadow.aw_swizzle[idx] = 0
     th.cp_async = (th.cp_async or []) + [(cta, off, data)]
 
 

@@ -24,6 +24,11 @@ from .core import DYN_BASE, SMEM_BYTES, PhasedBarrier, SimHazard, SimThread, me,
 from .sched import current
 
 
+#: aw_swizzle's marks of a TMA tile copy's swizzle (0: not laid out by one)
+SWIZZLE_MARK = {"none": 1, "32B": 2, "64B": 3, "128B": 4}
+SWIZZLE_OF_MARK = {v: k for k, v in SWIZZLE_MARK.items()}
+
+
 class AsyncRead:
     """One asynchronous read of shared memory (a wgmma's operands, a TMA store's source)."""
 
@@ -70,6 +75,7 @@ class Shadow:
         self.sites = [("", "")]  # (what, where) of the generic writes, for the hazards' messages
         self.site_ids = {}
         self.aw = np.zeros(SMEM_BYTES, np.int32)  # index + 1 into self.writes
+        self.aw_swizzle = np.zeros(SMEM_BYTES, np.int8)  # a TMA tile's swizzle (SWIZZLE_MARK), 0 for other writes
         self.writes = []
         self.readers = {}  # key -> (seq per byte, [AsyncRead, ...] with index = seq - 1)
 
@@ -86,11 +92,12 @@ class Shadow:
             self.sites.append(site)
         self.gw_site[idx] = sid
         self.aw[idx] = 0
+        self.aw_swizzle[idx] = 0
 
-    def async_write(self, th, idx, what, mbar):
+    def async_write(self, th, idx, what, mbar, swizzle=None):
         """A copy issued by ``th`` lands on ``idx`` and completes on ``mbar`` (its current phase);
         another copy completing on the same phase must not write the same bytes (which of the
-        two lands last is undefined)."""
+        two lands last is undefined). ``swizzle``: the layout a TMA tile copy gave the bytes."""
         self.check_write(th, idx, what)
         prev = self.aw[idx]
         for i in np.unique(prev[prev > 0]):
@@ -104,6 +111,7 @@ class Shadow:
         self.writes.append(AsyncWrite(th.where, mbar.slot, mbar.phase, mbar.label()))
         self.aw[idx] = len(self.writes)
         self.gw_tid[idx] = 0
+        self.aw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
 
     def async_read(self, key, idx, op: AsyncRead):
         seqs, ops = self.readers.get(key) or self.readers.setdefault(key, (np.zeros(SMEM_BYTES, np.int32), []))
@@ -172,6 +180,25 @@ class Shadow:
                     f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
                     f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, without having "
                     f"waited for phase {aw.phase} of {aw.name}, on which that copy completes")
+
+    def check_layout(self, th, idx, swizzle, what, operand):
+        """A wgmma operand read through a descriptor of ``swizzle`` must find bytes a TMA tile
+        copy laid out with the same swizzle (or bytes no TMA tile copy wrote): with another, the
+        descriptor's rows and 16-byte chunks are not where the copy put them."""
+        marks = self.aw_swizzle[idx]
+        want = SWIZZLE_MARK[swizzle]
+        bad = (marks != 0) & (marks != want)
+        if not bad.any():
+            return
+        i = int(np.flatnonzero(bad)[0])
+        got = SWIZZLE_OF_MARK[int(marks[i])]
+        aw = self.writes[int(self.aw[idx[i]]) - 1]
+        raise SimHazard(
+            f"thread {th.thread_id} ({what} at {th.where}) reads its {operand} operand at 0x{int(idx[i]):x} through a "
+            f"descriptor with the {swizzle} swizzle, but the TMA load issued at {aw.where} laid those bytes out with "
+            f"the {got} swizzle (its tensor map's): the map's swizzle and box and the descriptor must describe the "
+            f"same layout (for a kit pipeline, build the maps with the Cooperative's box_a/box_b and the default "
+            f"128B swizzle)")
 
     def check_proxy(self, th, idx, what):
         """An async-proxy read of ``idx`` needs its generic writes fenced and ordered before it."""
