@@ -12,7 +12,7 @@ traps, and :func:`nbwgmma.launch.launch` raises ``KernelStoppedError`` naming it
 On a GPU without debug mode this example refuses to run (it would hang). In the simulator no
 setting is needed: it stops the moment every thread waits, naming the barrier and the line.
 Without a GPU it prints the kernel's compile report. Exit status 0 when the hang was stopped
-(the example's purpose), 1 if the kernel finished, 2 when it refused.
+(the example's purpose) or the report printed, 1 if the kernel finished, 2 when it refused.
 """
 
 import sys

@@ -89,8 +89,8 @@ def validate(p: TensorMapParams) -> None:
             fail(f"shape[{last - i}] must be in [1, 2^32]", d)
     for i, s in enumerate(p.strides):  # the stride of array dimension last - 1 - i
         if s % 16:
-            fail(f"the stride of dimension {last - 1 - i} (strides[{last - 1 - i}], in bytes) must be a multiple "
-                 f"of 16 bytes", f"{s} bytes")
+            fail(f"the stride of dimension {last - 1 - i} (from one index of it to the next, in bytes) must be a "
+                 f"multiple of 16 bytes", f"{s} bytes")
         if s >= 2**40:
             fail(f"the stride of dimension {last - 1 - i} (in bytes) must be < 2^40", s)
     # Non-overlapping: each stride covers the extent of the dimension inside it.

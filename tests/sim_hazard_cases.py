@@ -76,23 +76,78 @@ def test_release_before_wait_group_is_a_hazard_not_a_wrong_answer():
         _run_ws(_ws_with_early_release(), 1024)
 
 
+def _tma_tile_example(descriptor_swizzle):
+    """The TMA + wgmma example with its descriptors of ``descriptor_swizzle`` (its maps: 128B)."""
+    import types
+
+    path = EXAMPLES / "tma_wgmma_tile.py"
+    src = path.read_text()
+    line = 'SW128 = SWIZZLE_CODE["128B"]\n'
+    assert line in src, "the example's descriptors changed: update this test"
+    mod = types.ModuleType("tma_wgmma_tile_other_swizzle")
+    mod.__file__ = str(path)
+    exec(compile(src.replace(line, f'SW128 = SWIZZLE_CODE["{descriptor_swizzle}"]\n'), mod.__file__, "exec"),
+         mod.__dict__)
+    return mod
+
+
 def test_a_tma_tile_read_through_a_descriptor_of_another_swizzle_is_a_hazard():
-    """A's map without the swizzle the kernel's descriptors assume: the wgmma would read other
-    elements than the copy put there (a wrong answer on the GPU), so the simulator says so."""
+    """Tiles the maps laid out with the 128B swizzle, read through unswizzled descriptors: the
+    wgmma would read other elements than the copies put there (a wrong answer on the GPU)."""
+    rng = np.random.default_rng(0)
+    with pytest.raises(sim.SimHazard, match=r"wgmma_mma_async at .*tma_wgmma_tile.py:\d+\) reads its [AB] operand "
+                                            r"at 0x[0-9a-f]+ through a descriptor with the none swizzle, but the TMA "
+                                            r"load issued at .*tma_wgmma_tile.py:\d+ laid those bytes out with the "
+                                            r"128B swizzle"):
+        _tma_tile_example("none").run(rng.integers(-4, 5, (64, 64)), rng.integers(-4, 5, (64, 64)))
+
+
+def test_a_plain_tma_copy_of_data_arranged_beforehand_is_no_hazard():
+    """A map without swizzle copies bytes as they lie: tiles laid out in global memory with the
+    128B swizzle already, copied plainly and read through 128B descriptors, are exact."""
+    from nbwgmma.layout import swizzle_addr
     from nbwgmma.layout.wgmma_model import encode_elements
 
     mod = load_example("tma_wgmma_tile")
-    rng = np.random.default_rng(0)
-    bits = [cuda.to_device(encode_elements(rng.integers(-4, 5, (64, 64)), "bf16").view(np.uint16).reshape(64, 64))
-            for _ in range(2)]
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(-4, 5, (64, 64)), rng.integers(-4, 5, (64, 64))
+    pos = np.arange(64 * 64 * 2)
+    bits = []
+    for x in (a, b):
+        raw = encode_elements(x, "bf16").view(np.uint8).reshape(-1)
+        arranged = np.empty_like(raw)
+        arranged[swizzle_addr(pos, "128B")] = raw  # each byte where the swizzled copy would put it
+        bits.append(cuda.to_device(arranged.view(np.uint16).reshape(64, 64)))
     d = cuda.to_device(np.full((64, 64), np.nan, np.float32))
-    maps = [TensorMap(bits[0], (64, 64), dtype="bf16", swizzle="none"),  # the kernel's descriptors: 128B
-            TensorMap(bits[1], (64, 64), dtype="bf16", swizzle="128B"), TensorMap(d, (64, 32), swizzle="128B")]
-    with pytest.raises(sim.SimHazard, match=r"wgmma_mma_async at .*tma_wgmma_tile.py:\d+\) reads its A operand at "
-                                            r"0x[0-9a-f]+ through a descriptor with the 128B swizzle, but the TMA load "
-                                            r"issued at .*tma_wgmma_tile.py:\d+ laid those bytes out with the none "
-                                            r"swizzle"):
-        launch(mod.tma_wgmma, 1, 128, tuple(m.address for m in maps) + (1,), smem=dynamic_smem_bytes(4 * mod.TILE))
+    maps = [TensorMap(x, (64, 64), dtype="bf16", swizzle="none") for x in bits] + [TensorMap(d, (64, 32))]
+    launch(mod.tma_wgmma, 1, 128, tuple(m.address for m in maps) + (1,), smem=dynamic_smem_bytes(4 * mod.TILE))
+    np.testing.assert_array_equal(d.copy_to_host(), (a @ b.T).astype(np.float32))
+
+
+@cuda.jit
+def _one_ordered_one_racing_store(out):
+    sm = cuda.shared.array(64, np.float32)
+    t = cuda.threadIdx.x
+    if t == 0:
+        sm[0] = 1.0  # ordered before the read by the barrier below
+    cuda.syncthreads()
+    if t == 0:
+        sm[1] = 2.0  # RACING: nothing orders it before thread 1's read
+    if t == 1:
+        v = sm[0:2]
+        out[0] = v[0] + v[1]
+
+
+def test_a_race_names_the_racing_store_and_its_byte():
+    """Of the bytes a read takes, the one another thread wrote unordered: its address, and the line
+    of that store (not of an earlier, ordered store by the same thread)."""
+    import inspect
+
+    src, first = inspect.getsourcelines(_one_ordered_one_racing_store.py_func)
+    line = first + next(i for i, s in enumerate(src) if "RACING" in s)
+    with pytest.raises(sim.SimHazard, match=rf"reads shared memory at 0x[0-9a-f]*4 that thread 0 \(a shared-memory "
+                                            rf"store at .*sim_hazard_cases.py:{line}\) wrote"):
+        launch(_one_ordered_one_racing_store, 1, 32, (cuda.to_device(np.zeros(1, np.float32)),))
 
 
 # --- one warpgroup, one tile: accumulator and proxy-fence hazards -------------------------

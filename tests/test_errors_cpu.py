@@ -107,7 +107,7 @@ CASES = {
     # values, shapes, devices: MatmulError
     "3-D": (f16(4, 4, 4), f16(4, 4), {}, MatmulError, "A and B must be 2-D; got shapes (4, 4, 4) and (4, 4)"),
     "inner": (f16(8, 16), f16(8, 16), {}, MatmulError, "inner dimensions differ: A is (8, 16), B is (8, 16); "
-              "B is (K, N): for a weight stored (N, K), as nn.Linear keeps it, pass its transpose (w.T)"),
+              "B must be (K, N): for a weight stored (N, K), as nn.Linear keeps it, pass its transpose (w.T)"),
     "inner-other": (f16(8, 16), f16(12, 8), {}, MatmulError, "inner dimensions differ: A is (8, 16), B is (12, 8)"),
     "devices": (FakeCupy((8, 16), np.float16, 0), FakeCupy((16, 8), np.float16, 1), {}, MatmulError,
                 "B is on device 1, A on device 0"),

@@ -31,7 +31,8 @@ RULES = [
     (dict(ptr=0x7F0000000008), "16-byte aligned"),
     (dict(shape=(4, 4, 4, 4, 4, 4), box=(1, 1, 1, 1, 1, 8)), "rank must be in [1, 5]"),
     (dict(shape=(2**33, 8), box=(1, 8)), "must be in [1, 2^32]"),
-    (dict(astrides=(250, 2)), "the stride of dimension 0 (strides[0], in bytes) must be a multiple of 16"),
+    (dict(astrides=(250, 2)), "the stride of dimension 0 (from one index of it to the next, in bytes) must be a "
+                              "multiple of 16"),
     (dict(astrides=(2**41, 2)), "< 2^40"),
     (dict(shape=(256, 128), astrides=(128, 2)), "overlaps"),
     (dict(astrides=(256, 4)), "innermost dimension must be contiguous"),
@@ -63,8 +64,8 @@ def test_an_error_describes_the_map_in_the_arrays_order():
                                      "got 300"), str(exc.value)
     with pytest.raises(TensorMapError) as exc:  # rows of 130 bf16 values: 260 bytes apart
         tmap(shape=(200, 130), box=(64, 64), swizzle="none")
-    assert str(exc.value) == ("tensor map (a 200x130 bf16 array, box (64, 64)): the stride of dimension 0 (strides[0], "
-                              "in bytes) must be a multiple of 16 bytes; got 260 bytes")
+    assert str(exc.value) == ("tensor map (a 200x130 bf16 array, box (64, 64)): the stride of dimension 0 (from one "
+                              "index of it to the next, in bytes) must be a multiple of 16 bytes; got 260 bytes")
 
 
 def test_wrong_element_size_and_host_arrays():

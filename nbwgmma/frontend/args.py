@@ -91,7 +91,7 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
     if ia.shape[1] != ib.shape[0]:
         hint = ""
         if ia.shape[1] == ib.shape[1]:  # B given as (N, K), a weight as nn.Linear keeps it
-            hint = "; B is (K, N): for a weight stored (N, K), as nn.Linear keeps it, pass its transpose (w.T)"
+            hint = "; B must be (K, N): for a weight stored (N, K), as nn.Linear keeps it, pass its transpose (w.T)"
         raise MatmulError(f"matmul: inner dimensions differ: A is {ia.shape}, B is {ib.shape}{hint}")
     _check_device(ib, "B", ia.device)
     if isinstance(in_dtype, (tuple, list)):

@@ -24,8 +24,10 @@ from .core import DYN_BASE, SMEM_BYTES, PhasedBarrier, SimHazard, SimThread, me,
 from .sched import current
 
 
-#: aw_swizzle's marks of a TMA tile copy's swizzle (0: not laid out by one)
-SWIZZLE_MARK = {"none": 1, "32B": 2, "64B": 3, "128B": 4}
+#: aw_swizzle's marks of a TMA tile copy's swizzle; 0 for bytes no swizzling copy laid out. A copy
+#: without swizzle is a plain copy: data arranged beforehand in global memory (a shared-memory
+#: image, say) may be read through a descriptor of any swizzle, so it makes no claim.
+SWIZZLE_MARK = {"32B": 2, "64B": 3, "128B": 4}
 SWIZZLE_OF_MARK = {v: k for k, v in SWIZZLE_MARK.items()}
 
 
@@ -159,18 +161,18 @@ class Shadow:
         write of it ordered before it (a barrier, an mbarrier phase, ... between them)."""
         self.check_bounds(th, idx, what)
         if generic:
-            tids = self.gw_tid[idx]
+            idx1 = np.atleast_1d(idx)
+            tids = self.gw_tid[idx1]
             sel = tids > 0
             if np.any(sel):
-                writers = tids[sel] - 1
-                late = th.clock[writers] < self.gw_epoch[idx][sel]
+                late = th.clock[tids[sel] - 1] < self.gw_epoch[idx1][sel]
                 if np.any(late):
-                    w = int(writers[late][0])
+                    j = int(np.flatnonzero(sel)[np.flatnonzero(late)[0]])  # the first byte of the race
+                    b = int(idx1[j])
                     raise SimHazard(
-                        f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
-                        f"{self._first_writer(idx, w + 1)} that {self._writer(idx, w)} wrote, with nothing "
-                        f"ordering that write before this read (a barrier between them is missing, or the two "
-                        f"threads should not share that memory)")
+                        f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that "
+                        f"{self._writer_at(b)} wrote, with nothing ordering that write before this read (a barrier "
+                        f"between them is missing, or the two threads should not share that memory)")
         w = self.aw[idx]
         hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
         for i in np.unique(hit):
@@ -182,11 +184,11 @@ class Shadow:
                     f"waited for phase {aw.phase} of {aw.name}, on which that copy completes")
 
     def check_layout(self, th, idx, swizzle, what, operand):
-        """A wgmma operand read through a descriptor of ``swizzle`` must find bytes a TMA tile
-        copy laid out with the same swizzle (or bytes no TMA tile copy wrote): with another, the
+        """A wgmma operand read through a descriptor of ``swizzle`` must find bytes a swizzling TMA
+        tile copy laid out with the same swizzle (or bytes no such copy wrote): with another, the
         descriptor's rows and 16-byte chunks are not where the copy put them."""
         marks = self.aw_swizzle[idx]
-        want = SWIZZLE_MARK[swizzle]
+        want = SWIZZLE_MARK.get(swizzle, 0)
         bad = (marks != 0) & (marks != want)
         if not bad.any():
             return
@@ -198,34 +200,34 @@ class Shadow:
             f"descriptor with the {swizzle} swizzle, but the TMA load issued at {aw.where} laid those bytes out with "
             f"the {got} swizzle (its tensor map's): the map's swizzle and box and the descriptor must describe the "
             f"same layout (for a kit pipeline, build the maps with the Cooperative's box_a/box_b and the default "
-            f"128B swizzle)")
+            f"128B swizzle; data arranged for this in global memory on purpose loads with swizzle='none', a plain "
+            f"copy)")
 
     def check_proxy(self, th, idx, what):
         """An async-proxy read of ``idx`` needs its generic writes fenced and ordered before it."""
-        tids = self.gw_tid[idx]
+        idx1 = np.atleast_1d(idx)
+        tids = self.gw_tid[idx1]
         sel = tids > 0
         if not np.any(sel):
             return
         writers = tids[sel] - 1
-        epochs = self.gw_epoch[idx][sel]
+        epochs = self.gw_epoch[idx1][sel]
         fenced = self.cta.cl.fence_epoch[writers] >= epochs
         ordered = th.clock[writers] >= epochs
         if fenced.all() and ordered.all():
             return
-        for w, e, f, o in zip(writers.tolist(), epochs.tolist(), fenced.tolist(), ordered.tolist()):
-            if not f:
-                raise SimHazard(
-                    f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
-                    f"{self._first_writer(idx, w + 1)} through the async proxy, but {self._writer(idx, w)} wrote it "
-                    f"with generic stores and issued no fence_proxy_async after them (each writing thread fences, "
-                    f"then a barrier: the documented pattern; a fence by the reading thread alone is not accepted, "
-                    f"the PTX memory model defines no ordering for it)")
-            if not o:
-                raise SimHazard(
-                    f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
-                    f"{self._first_writer(idx, w + 1)} that {self._writer(idx, w)} wrote, with nothing ordering "
-                    f"that write before this read (a barrier between them is missing, or the two threads should "
-                    f"not share that memory)")
+        first = int(np.flatnonzero(~fenced | ~ordered)[0])
+        b = int(idx1[np.flatnonzero(sel)[first]])  # the first byte at fault
+        if not fenced[first]:
+            raise SimHazard(
+                f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} through the async "
+                f"proxy, but {self._writer_at(b)} wrote it with generic stores and issued no fence_proxy_async "
+                f"after them (each writing thread fences, then a barrier: the documented pattern; a fence by the "
+                f"reading thread alone is not accepted, the PTX memory model defines no ordering for it)")
+        raise SimHazard(
+            f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that {self._writer_at(b)} "
+            f"wrote, with nothing ordering that write before this read (a barrier between them is missing, or the "
+            f"two threads should not share that memory)")
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -242,15 +244,10 @@ class Shadow:
         hit = idx[np.atleast_1d(arr[idx]) == value]
         return f"0x{int(hit[0] if hit.size else idx[0]):x}"
 
-    def _first_writer(self, idx, tid1):
-        return self._first(idx, self.gw_tid, tid1)
-
-    def _writer(self, idx, gid):
-        """"thread T (what at file:line)" of the generic write of cluster thread ``gid`` to ``idx``."""
-        idx = np.atleast_1d(idx)
-        hit = idx[np.atleast_1d(self.gw_tid[idx]) == gid + 1]
-        what, at = self.sites[int(self.gw_site[hit[0]])] if hit.size else ("", "")
-        return f"thread {self._local(gid)}" + (f" ({what} at {at})" if what else "")
+    def _writer_at(self, b):
+        """"thread T (what at file:line)" of the last generic write to byte ``b``."""
+        what, at = self.sites[int(self.gw_site[b])]
+        return f"thread {self._local(int(self.gw_tid[b]) - 1)}" + (f" ({what} at {at})" if what else "")
 
 
 def _finish_advice(key):
