@@ -22,7 +22,10 @@ def gpu_skip_reason():
 
         if not cuda.is_available():
             return "no CUDA GPU available"
-        cc = cuda.gpus[0].compute_capability
+        try:
+            cc = tuple(cuda.gpus[0].compute_capability)  # the device's attributes, no context
+        except Exception:  # noqa: BLE001  (another numba-cuda: ask through a context, as before)
+            cc = cuda.get_current_device().compute_capability
         if cc < (9, 0):
             return f"needs compute capability 9.0 (sm_90a); device has {cc}"
     except Exception as exc:  # a broken driver install is a skip, not an error
