@@ -105,9 +105,11 @@ def validate(p: TensorMapParams) -> None:
             fail(f"box[{last - i}] must be in [1, 256]", b)
     if (p.box[0] * es) % 16:
         fail(f"the inner box dimension (box[{last}]) in bytes must be a multiple of 16", f"{p.box[0] * es} bytes")
+    if len(p.element_strides) != p.rank:
+        fail(f"element_strides must have one entry per dimension ({p.rank})", tuple(reversed(p.element_strides)))
     for i, e in enumerate(p.element_strides):
         if not 1 <= e <= 8:
-            fail(f"element stride {i} must be in [1, 8]", e)
+            fail(f"element_strides[{last - i}] must be in [1, 8]", e)
     if p.swizzle not in _SWIZZLE_BYTES:
         fail("swizzle must be one of none, 32B, 64B, 128B", p.swizzle)
     span = _SWIZZLE_BYTES[p.swizzle]
@@ -192,7 +194,8 @@ class TensorMap:
     ``dtype`` overrides the element type read off the array (e.g. ``"bf16"`` for
     a ``uint16`` array holding bf16 bits, ``"e4m3"`` for fp8 bytes). ``shape``
     and ``strides`` (elements, array order) override the array's own, e.g. to
-    describe a view. The map lives in device memory; kernels take ``.address``. Maps with
+    describe a view; ``element_strides`` (array order, each 1-8; the simulator models 1 only)
+    takes every n-th element of a dimension into the box. The map lives in device memory; kernels take ``.address``. Maps with
     the same parameters share one device copy, so building one per launch costs no
     synchronization after the first.
     """
@@ -224,7 +227,8 @@ class TensorMap:
             dims=tuple(int(d) for d in reversed(shape)),
             strides=tuple(int(s) for s in reversed(strides_b[:-1])),
             box=tuple(int(b) for b in reversed(box)),
-            element_strides=tuple(element_strides or (1,) * rank),
+            element_strides=tuple(int(e) for e in reversed(_int_tuple("element_strides", element_strides)))
+            if element_strides is not None else (1,) * rank,
             swizzle=swizzle,
             oob_fill=oob_fill,
             l2_promotion=l2_promotion,

@@ -722,3 +722,15 @@ def test_a_call_the_compiler_refuses_is_refused_in_the_simulator_too(kernel, mes
 
     with pytest.raises(NbwgmmaTypingError, match=message + r".* \(at .*sim_hazard_cases.py:\d+\)"):
         launch(kernel, 1, 128, (cuda.to_device(np.zeros(4)),))
+
+
+def test_tma_element_strides_are_refused_as_not_modeled():
+    """The simulator's box model reads every element: a map with element strides says so instead
+    of copying the wrong elements."""
+    x = cuda.to_device(np.arange(64 * 64, dtype=np.uint16).reshape(64, 64))
+    tm = TensorMap(x, (64, 64), dtype="bf16", swizzle="128B", element_strides=(2, 1))
+    out = cuda.to_device(np.zeros(128, np.int32))
+    ex = load_example("debug_wait_broken_expect_tx")
+    with pytest.raises(sim.SimError, match=r"does not model TMA element strides other than 1; the map has "
+                                           r"element_strides=\(2, 1\)"):
+        launch(ex.broken_expect_tx, 1, 128, (tm.address, out), smem=dynamic_smem_bytes(ex.BOX))

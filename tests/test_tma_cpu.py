@@ -42,7 +42,8 @@ RULES = [
     (dict(box=(64, 128), swizzle="128B"), "at most 128 bytes"),
     (dict(box=(64, 64), swizzle="64B"), "at most 64 bytes"),
     (dict(box=(64, 32), swizzle="32B"), "at most 32 bytes"),
-    (dict(element_strides=(1, 9)), "element stride"),
+    (dict(element_strides=(1, 9)), "element_strides[1] must be in [1, 8]"),
+    (dict(element_strides=(1,)), "element_strides must have one entry per dimension (2)"),
     (dict(dtype=np.int32, box=(8, 4), oob_fill="nan"), "floating-point"),
     (dict(swizzle="256B"), "swizzle must be one of"),
     (dict(box=(64,)), "one entry per dimension"),
@@ -81,6 +82,8 @@ def test_decode_round_trip():
     assert d["shape"] == (300, 200) and d["box"] == (64, 64) and d["strides_bytes"] == (400, 2)
     assert d["swizzle"] == "128B" and t.box_bytes == 64 * 64 * 2
     assert t.params.dims == (200, 300)  # the driver's order: innermost first
+    t = tmap(shape=(300, 200), box=(64, 64), element_strides=(2, 1))  # array order, like the box
+    assert t.params.element_strides == (1, 2) and t.decode()["element_strides"] == (2, 1)
 
 
 def test_box_model_fills_and_swizzles():

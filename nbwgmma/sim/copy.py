@@ -20,7 +20,7 @@ from ..layout.descriptor import SWIZZLE_PERIOD, swizzle_addr
 from ..layout.fragment import exchange_offset
 from ..layout.tma import TMA_DTYPES, box_copy_model
 from ..layout.wgmma_model import decode_elements, encode_elements
-from .core import EXIT_CHECKS, IMPLS, RANK_SHIFT, SimHazard, SimStopped, addr_of, impl, me, split
+from .core import EXIT_CHECKS, IMPLS, RANK_SHIFT, SimError, SimHazard, SimStopped, addr_of, impl, me, split
 from .shadow import AsyncRead, AsyncWrite
 from .sync import complete_tx, mbar
 from .wgmma import read_acc
@@ -42,6 +42,10 @@ def _tmap(addr):
         th = me()
         raise SimStopped(f"thread {th.thread_id} at {th.where}: no tensor map at 0x{int(addr):x} "
                          f"(pass TensorMap(...).address)")
+    if any(e != 1 for e in tm.params.element_strides):  # the box model reads every element
+        th = me()
+        raise SimError(f"thread {th.thread_id} at {th.where}: the simulator does not model TMA element strides "
+                       f"other than 1; the map has element_strides={tuple(reversed(tm.params.element_strides))}")
     return tm
 
 
