@@ -195,9 +195,9 @@ class TensorMap:
     a ``uint16`` array holding bf16 bits, ``"e4m3"`` for fp8 bytes). ``shape``
     and ``strides`` (elements, array order) override the array's own, e.g. to
     describe a view; ``element_strides`` (array order, each 1-8; the simulator models 1 only)
-    takes every n-th element of a dimension into the box. The map lives in device memory; kernels take ``.address``. Maps with
-    the same parameters share one device copy, so building one per launch costs no
-    synchronization after the first.
+    takes every n-th element of a dimension into the box. The map lives in device memory;
+    kernels take ``.address``. Maps with the same parameters share one device copy, so building
+    one per launch costs no synchronization after the first.
     """
 
     def __init__(self, array: Any, box: Sequence[int], *, dtype: str | None = None, swizzle: str = "128B",
@@ -219,6 +219,8 @@ class TensorMap:
             raise TensorMapError(f"tensor map: box must have one entry per dimension ({rank}); got {box}")
         if strides_b[-1] != es:
             _fail("the innermost dimension must be contiguous (stride of one element)", f"{strides_b[-1]} bytes")
+        estrides = (1,) * rank if element_strides is None else \
+            tuple(int(e) for e in reversed(_int_tuple("element_strides", element_strides)))
         self.array = array
         self.params = TensorMapParams(
             dtype=dtype,
@@ -227,8 +229,7 @@ class TensorMap:
             dims=tuple(int(d) for d in reversed(shape)),
             strides=tuple(int(s) for s in reversed(strides_b[:-1])),
             box=tuple(int(b) for b in reversed(box)),
-            element_strides=tuple(int(e) for e in reversed(_int_tuple("element_strides", element_strides)))
-            if element_strides is not None else (1,) * rank,
+            element_strides=estrides,
             swizzle=swizzle,
             oob_fill=oob_fill,
             l2_promotion=l2_promotion,

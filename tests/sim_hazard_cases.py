@@ -13,8 +13,8 @@ from numba import config, cuda
 
 from nbwgmma import sim
 from nbwgmma.intrinsics import (
-    acc_store, acc_store_fp8, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base, fence_proxy_async_shared,
-    mbarrier_arrive_count, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity,
+    acc_store, acc_store_fp8, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base,
+    fence_proxy_async_shared, mbarrier_arrive_count, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity,
     named_barrier_sync_id, smem_addr,
     tma_load_2d, tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
@@ -56,19 +56,26 @@ def test_warp_specialized_example_is_exact_every_run(k, runs, monkeypatch):
         np.testing.assert_array_equal(got, ref.astype(np.float32), err_msg=f"run {r}")
 
 
-def _ws_with_early_release():
-    """The example with each consumer's release moved before its wgmma_wait_group(1)."""
+def _edited_example(stem, old, new, what):
+    """The example ``stem`` with its source text ``old`` replaced by ``new``, run as a module of
+    its own (its file name kept, so that reports name the example's lines)."""
     import types
 
-    src = (EXAMPLES / "gemm_3_warp_specialized.py").read_text()
+    path = EXAMPLES / f"{stem}.py"
+    src = path.read_text()
+    assert old in src, f"the example's {what} changed: update this test"
+    mod = types.ModuleType(f"{stem}_edited")
+    mod.__file__ = str(path)
+    exec(compile(src.replace(old, new), mod.__file__, "exec"), mod.__dict__)
+    return mod
+
+
+def _ws_with_early_release():
+    """The example with each consumer's release moved before its wgmma_wait_group(1)."""
     wait = "            wgmma_wait_group(1)  # this k-block's group may still run; the previous one is done\n"
     release = ("            if kb > 0 and ct == 0:\n"
                "                mbarrier_arrive(empty + 8 * ((kb - 1) % STAGES))\n")
-    assert wait + release in src, "the example's consumer loop changed: update this test"
-    mod = types.ModuleType("gemm_3_early_release")
-    mod.__file__ = str(EXAMPLES / "gemm_3_warp_specialized.py")
-    exec(compile(src.replace(wait + release, release + wait), mod.__file__, "exec"), mod.__dict__)
-    return mod
+    return _edited_example("gemm_3_warp_specialized", wait + release, release + wait, "consumer loop")
 
 
 def test_release_before_wait_group_is_a_hazard_not_a_wrong_answer():
@@ -78,17 +85,8 @@ def test_release_before_wait_group_is_a_hazard_not_a_wrong_answer():
 
 def _tma_tile_example(descriptor_swizzle):
     """The TMA + wgmma example with its descriptors of ``descriptor_swizzle`` (its maps: 128B)."""
-    import types
-
-    path = EXAMPLES / "tma_wgmma_tile.py"
-    src = path.read_text()
-    line = 'SW128 = SWIZZLE_CODE["128B"]\n'
-    assert line in src, "the example's descriptors changed: update this test"
-    mod = types.ModuleType("tma_wgmma_tile_other_swizzle")
-    mod.__file__ = str(path)
-    exec(compile(src.replace(line, f'SW128 = SWIZZLE_CODE["{descriptor_swizzle}"]\n'), mod.__file__, "exec"),
-         mod.__dict__)
-    return mod
+    return _edited_example("tma_wgmma_tile", 'SW128 = SWIZZLE_CODE["128B"]\n',
+                           f'SW128 = SWIZZLE_CODE["{descriptor_swizzle}"]\n', "descriptors")
 
 
 def test_a_tma_tile_read_through_a_descriptor_of_another_swizzle_is_a_hazard():

@@ -15,14 +15,19 @@ from .core import SimHazard, located, me, split, where
 from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
 
 
+def _typing_error(message):
+    """The typing error the compiled helper raises for a call, with the kernel line it is at."""
+    from ..intrinsics.errors import NbwgmmaTypingError
+
+    return NbwgmmaTypingError(f"{message} (at {where()})")
+
+
 def _kind_n(kind, n, name):
     """The kind, where ``n`` is one of its N (else the typing error the compiled helper raises,
     with the kernel line)."""
     k = wgmma_kind(kind)
     if n not in k.n_values:
-        from ..intrinsics.errors import NbwgmmaTypingError
-
-        raise NbwgmmaTypingError(f"{name}: {kind} allows N in {list(k.n_values)}; got {n} (at {where()})")
+        raise _typing_error(f"{name}: {kind} allows N in {list(k.n_values)}; got {n}")
     return k
 
 
@@ -50,11 +55,9 @@ def acc_undef(kind, n):
 
 
 def _elements(arr, tid, row0, col0, nvals, name, arrname):
-    if getattr(arr, "ndim", None) != 2:  # the compiled helper's typing rule, at the kernel's line
-        from ..intrinsics.errors import NbwgmmaTypingError
-
+    if getattr(arr, "ndim", None) != 2:  # the compiled helper's typing rule
         got = f"an array of shape {arr.shape}" if hasattr(arr, "shape") else type(arr).__name__
-        raise NbwgmmaTypingError(f"{name}: '{arrname}' must be a 2-D array; got {got} (at {where()})")
+        raise _typing_error(f"{name}: '{arrname}' must be a 2-D array; got {got}")
     r, c = thread_coords(int(tid), nvals)
     r, c = r + int(row0), c + int(col0)
     rows, cols = arr.shape
@@ -204,15 +207,13 @@ def acc_add_shared(acc, base, tid):
 
 def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
     k, n = _kind_of_acc(kind, acc)
-    from ..intrinsics.errors import NbwgmmaTypingError  # the compiled helper's rules, at the kernel's line
-
-    if fmt not in ("e4m3", "e5m2"):
-        raise NbwgmmaTypingError(f"acc_store_fp8: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r} (at {where()})")
+    if fmt not in ("e4m3", "e5m2"):  # the compiled helper's typing rules
+        raise _typing_error(f"acc_store_fp8: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r}")
     if k.dtype != "f32":
-        raise NbwgmmaTypingError(f"acc_store_fp8: expected an f32 accumulator fragment; got {kind} (at {where()})")
+        raise _typing_error(f"acc_store_fp8: expected an f32 accumulator fragment; got {kind}")
     if np.dtype(getattr(out, "dtype", None)) != np.uint8:
-        raise NbwgmmaTypingError(f"acc_store_fp8: 'out' must be a uint8 array (fp8 codes); got "
-                                 f"{getattr(out, 'dtype', type(out).__name__)} (at {where()})")
+        raise _typing_error(f"acc_store_fp8: 'out' must be a uint8 array (fp8 codes); got "
+                            f"{getattr(out, 'dtype', type(out).__name__)}")
     vals = _values(acc, k, "acc_store_fp8").astype(np.float32).astype(np.float64)
     # 0x7F: a NaN code of both formats (e4m3: S.1111.111; e5m2: S.11111.11)
     codes = np.where(np.isnan(vals), 0x7F, float_to_fp8(np.nan_to_num(vals), fmt)).astype(np.uint8)
