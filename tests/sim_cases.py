@@ -345,3 +345,46 @@ def test_an_unknown_schedule_is_refused(monkeypatch):
     monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", "shuffled")
     with pytest.raises(sim.SimError, match=r"NBWGMMA_SIM_SCHEDULE must be 'fifo' or 'random:SEED'.*'shuffled'"):
         launch(_timed_wait, 1, 32, (cuda.to_device(np.zeros(32, np.int32)),))
+
+
+@cuda.jit(launch_bounds=(384, 1))
+def _two_consumers_arrive(out):
+    """Warpgroups 1 and 2 each arrive once (one elected thread); warpgroup 0 waits for both."""
+    from nbwgmma.intrinsics import fence_mbarrier_init, mbarrier_arrive, mbarrier_init, mbarrier_wait_parity
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        mbarrier_init(bar, 2)
+        fence_mbarrier_init()
+    cuda.syncthreads()
+    if tid % 128 == 0 and tid > 0:
+        mbarrier_arrive(bar)
+    if tid < 128:
+        mbarrier_wait_parity(bar, 0)
+        out[tid] = 1
+
+
+def test_a_block_smaller_than_the_launch_bounds_is_named_in_a_hang():
+    """The kernel is written for 384 threads (two arriving warpgroups): launched with 256 it
+    hangs on the GPU; the simulator's report says the block is smaller than the bounds."""
+    out = cuda.to_device(np.zeros(384, np.int32))
+    launch(_two_consumers_arrive, 1, 384, (out,))
+    assert out.copy_to_host()[:128].sum() == 128
+    with pytest.raises(sim.SimStopped, match=r"can never finish .* The block has 256 threads, the kernel's "
+                                             r"launch_bounds 384: threads it counts on may not exist"):
+        launch(_two_consumers_arrive, 1, 256, (out,))
+
+
+@cuda.jit
+def _named_barrier_of_256(out):
+    from nbwgmma.intrinsics import named_barrier_sync
+    named_barrier_sync(1, 256)
+    out[cuda.threadIdx.x] = 1
+
+
+def test_a_named_barrier_for_more_threads_than_the_block_has_is_a_hazard():
+    out = cuda.to_device(np.zeros(128, np.int32))
+    with pytest.raises(sim.SimHazard, match=r"sim_cases.py:\d+: named barrier 1 waits for 256 threads, but the "
+                                            r"block has 128: it can never complete"):
+        launch(_named_barrier_of_256, 1, 128, (out,))

@@ -183,13 +183,20 @@ def _kernel_arg(a):
     return a
 
 
-def _launch_registers(kernel):
-    """The most registers per thread a kernel's launch bounds allow (168 for 384 threads), or
-    None without bounds: what a ``setmaxnreg`` increase past it starts from (sim.sync)."""
+def _launch_bounds(kernel):
+    """(threads, blocks) of a kernel's launch bounds, or None without bounds."""
     bounds = getattr(kernel, "launch_bounds", None)
     if not bounds:
         return None
-    threads, blocks = (bounds, 1) if isinstance(bounds, int) else (bounds[0], bounds[1] if len(bounds) > 1 else 1)
+    return (bounds, 1) if isinstance(bounds, int) else (bounds[0], bounds[1] if len(bounds) > 1 else 1)
+
+
+def _launch_registers(bounds):
+    """The most registers per thread launch bounds ``(threads, blocks)`` allow (168 for 384
+    threads), or None without bounds: what a ``setmaxnreg`` increase past it starts from (sim.sync)."""
+    if bounds is None:
+        return None
+    threads, blocks = bounds
     return min(256, 65536 // (threads * max(1, blocks))) // 8 * 8  # 256: never below the GPU's
 
 
@@ -206,7 +213,8 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
     mod = _module_class()(grid, block, 0)
     kargs = [_kernel_arg(a) for a in args]
     nthreads = int(np.prod(block))
-    regs = _launch_registers(kernel)
+    bounds = _launch_bounds(kernel)
+    regs = _launch_registers(bounds)
     ncl = [g // c for g, c in zip(grid, cluster)]
     order = [tuple(reversed(c)) for c in itertools.product(*(range(n) for n in reversed(ncl)))]
     how = os.environ.get("NBWGMMA_SIM_ORDER", "forward")
@@ -214,7 +222,7 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
         raise SimError(f"NBWGMMA_SIM_ORDER must be 'forward' or 'reverse'; got {how!r}")
     with _push_kernel_context(mod), swapped_cuda_module(fn, mod), device_modules_held(mod):
         for cidx in (reversed(order) if how == "reverse" else order):
-            cl = Cluster(int(np.prod(cluster)), nthreads)
+            cl = Cluster(int(np.prod(cluster)), nthreads, bounds[0] if bounds else None)
             threads = []
             ctas = []
             for local in itertools.product(*(range(c) for c in reversed(cluster))):

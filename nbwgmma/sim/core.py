@@ -149,8 +149,9 @@ class _Section:
 
 
 class Cluster:
-    def __init__(self, nctas, nthreads):
+    def __init__(self, nctas, nthreads, bound_threads=None):
         self.lock = _Section()
+        self.bound_threads = bound_threads  # the kernel's launch bounds' threads, if it has bounds
         self.sched = Scheduler(schedule_rng())
         self.cond = WaitQueue(self.sched)  # the default wait queue
         self.ctas = []
@@ -221,7 +222,15 @@ class Cluster:
         return SimStopped(
             f"simulated wait can never finish (every thread of the cluster waits or has exited; on the GPU "
             f"the kernel hangs): block {tuple(th.blockIdx)} thread {th.thread_id} (warp {th.thread_id // 32}) "
-            f"at {th.where or where()}: {text}")
+            f"at {th.where or where()}: {text}{self.fewer_threads_than_bounds()}")
+
+    def fewer_threads_than_bounds(self) -> str:
+        """Where the block is smaller than the kernel's launch bounds, a sentence saying so (the
+        likely cause of a hang: the threads the kernel counts on for an arrival do not exist)."""
+        if self.bound_threads is None or self.nthreads >= self.bound_threads:
+            return ""
+        return (f". The block has {self.nthreads} threads, the kernel's launch_bounds {self.bound_threads}: "
+                f"threads it counts on may not exist (launch it with block={self.bound_threads}?)")
 
     def fail(self, exc):
         if self.error is None:

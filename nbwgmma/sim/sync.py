@@ -170,6 +170,10 @@ def _ld_cluster(addr):
 def _named(barrier_id, nthreads, _wait=True):
     th = me()
     barrier_id, nthreads = int(barrier_id), int(nthreads)
+    if nthreads > th.cl.nthreads:  # on the GPU: a hang
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: named barrier {barrier_id} waits for {nthreads} "
+                        f"threads, but the block has {th.cl.nthreads}: it can never complete"
+                        f"{th.cl.fewer_threads_than_bounds()}")
     with th.cl.lock:
         bar = th.cta.named.get(barrier_id)
         if bar is None or bar.parties != nthreads:
