@@ -100,6 +100,29 @@ def test_a_tma_tile_read_through_a_descriptor_of_another_swizzle_is_a_hazard():
         _tma_tile_example("none").run(rng.integers(-4, 5, (64, 64)), rng.integers(-4, 5, (64, 64)))
 
 
+@pytest.mark.parametrize("dtype, hazard", [("f16", True), ("f32", True), ("u16", False)])
+def test_a_tma_tile_of_another_number_format_than_the_wgmma_reads_is_a_hazard(dtype, hazard):
+    """bf16 bits copied through maps that say f16 (the same bytes on the GPU, read by a bf16
+    wgmma: a silently wrong answer wherever the data was f16) are a hazard naming both lines; a
+    map of raw 16-bit integers makes no claim and the example is exact. (The f32 map reads the
+    64 x 64 uint16 array as 64 x 32 f32 values: a box of (64, 32).)"""
+    rng = np.random.default_rng(2)
+    a, b = rng.integers(-4, 5, (64, 64)), rng.integers(-4, 5, (64, 64))
+    box = "(64, 32)" if dtype == "f32" else "(64, 64)"
+    view = f'x.view(np.float32) if "{dtype}" == "f32" else x'
+    mod = _edited_example("tma_wgmma_tile", 'maps = [TensorMap(x, (64, 64), dtype="bf16", swizzle="128B") for x in bits]',
+                          f'maps = [TensorMap({view}, {box}, dtype="{dtype}", swizzle="128B") for x in bits]', "maps")
+    if not hazard:
+        d, _ = mod.run(a, b)
+        np.testing.assert_array_equal(d, (a @ b.T).astype(np.float32))
+        return
+    with pytest.raises(sim.SimHazard, match=rf"wgmma_mma_async at .*tma_wgmma_tile.py:\d+\) reads its [AB] operand "
+                                            rf"at 0x[0-9a-f]+ as bf16 values, but the TMA load issued at "
+                                            rf".*tma_wgmma_tile.py:\d+ copied those bytes through a tensor map of "
+                                            rf"{dtype} elements"):
+        mod.run(a, b)
+
+
 def test_a_plain_tma_copy_of_data_arranged_beforehand_is_no_hazard():
     """A map without swizzle copies bytes as they lie: tiles laid out in global memory with the
     128B swizzle already, copied plainly and read through 128B descriptors, are exact."""

@@ -38,6 +38,11 @@ order the threads run in, because it tracks happens-before with vector clocks
 * an mbarrier given more transaction bytes than its phase expects, or more arrivals than
   it has pending;
 * a warpgroup's first wgmma with no ``wgmma_fence`` before it;
+* a wgmma reading a TMA tile through a descriptor of another swizzle than the tile's
+  swizzling map, or through a map whose element type names another number format than the
+  kind's (an ``f16`` map read as bf16; maps of integers, ``u16``, ``u8``, make no claim);
+* a named barrier for more threads than the block has (a hang on the GPU; a hang in a block
+  smaller than the kernel's launch bounds says so too);
 * an mbarrier used before its ``mbarrier_init``, or with nothing (a ``syncthreads``, a cluster
   barrier) ordering the init before the use;
 * two copies completing on one barrier phase that write the same bytes (overlapping
@@ -84,7 +89,8 @@ import numpy as np
 
 from . import arith, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
-from .core import IMPLS, Cluster, SimError, SimHazard, SimStopped, SimThread, declare, enabled, where
+from .core import Cluster, SimError, SimHazard, SimStopped, SimThread, enabled, where
+from .declare import IMPLS, declare
 from .device import device_modules_held, fast_device_function
 from .fragment import FRAGMENT_IMPLS
 from .sched import current

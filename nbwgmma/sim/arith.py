@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout.wgmma_model import decode_elements, encode_elements
-from .core import impl
+from .declare import impl
 
 _TINY = np.float32(2.0 ** -126)
 

@@ -20,7 +20,8 @@ from ..layout.descriptor import SWIZZLE_PERIOD, swizzle_addr
 from ..layout.fragment import exchange_offset
 from ..layout.tma import TMA_DTYPES, box_copy_model
 from ..layout.wgmma_model import decode_elements, encode_elements
-from .core import EXIT_CHECKS, IMPLS, RANK_SHIFT, SimError, SimHazard, SimStopped, addr_of, impl, me, split
+from .core import EXIT_CHECKS, RANK_SHIFT, SimError, SimHazard, SimStopped, addr_of, me, split
+from .declare import IMPLS, impl
 from .shadow import AsyncRead, AsyncWrite
 from .sync import complete_tx, mbar
 from .wgmma import read_acc
@@ -78,12 +79,13 @@ def _bulk(th):
     return th.bulk
 
 
-def _land(th, cta, off, raw, bar_off, what, swizzle=None):
+def _land(th, cta, off, raw, bar_off, what, swizzle=None, dtype=None):
     """Bytes ``raw`` of a copy issued by ``th`` land at ``off`` of ``cta`` and complete on its
-    mbarrier at ``bar_off`` (call with the lock held); ``swizzle``: a TMA tile's, as it lies."""
+    mbarrier at ``bar_off`` (call with the lock held); ``swizzle``, ``dtype``: a TMA tile's
+    layout, as it lies, and its map's element type."""
     m = mbar(addr_of(cta, bar_off))
     idx = np.arange(off, off + raw.size)
-    cta.shadow.async_write(th, idx, what, m, swizzle)
+    cta.shadow.async_write(th, idx, what, m, swizzle, dtype)
     cta.image[off:off + raw.size] = raw
     complete_tx(th, m, raw.size)
 
@@ -103,7 +105,7 @@ def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
     targets = [c for c in th.cl.ctas if (int(mask) >> c.rank) & 1] if multicast else [split(dst)[0]]
     with th.cl.lock:
         for cta in targets:
-            _land(th, cta, off, raw, boff, "a TMA load", p.swizzle)
+            _land(th, cta, off, raw, boff, "a TMA load", p.swizzle, p.dtype)
 
 
 def _box_bytes(tm, src):
@@ -320,7 +322,7 @@ def _copy(dst, array, offset, size, nvalid):
                                             f"has not called cp_async_mbarrier_arrive_noinc after it)"))
         cta.shadow.aw[idx] = len(cta.shadow.writes)
         cta.shadow.gw_tid[idx] = 0
-        cta.shadow.aw_swizzle[idx] = 0
+        cta.shadow.aw_swizzle[idx] = cta.shadow.aw_type[idx] = 0
     th.cp_async = (th.cp_async or []) + [(cta, off, data)]
 
 

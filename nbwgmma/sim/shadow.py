@@ -29,6 +29,11 @@ from .sched import current
 #: image, say) may be read through a descriptor of any swizzle, so it makes no claim.
 SWIZZLE_MARK = {"32B": 2, "64B": 3, "128B": 4}
 SWIZZLE_OF_MARK = {v: k for k, v in SWIZZLE_MARK.items()}
+#: aw_type's marks of a TMA tile copy's element type where the map's type names a number format
+#: (tf32 reads f32 values); 0 for bytes of a map of integers (u8, u16, ...: containers for any
+#: format's bits, as NumPy holds bf16 and fp8) or that no TMA tile copy wrote.
+TYPE_MARK = {"f16": 1, "bf16": 2, "f32": 3, "tf32": 3, "e4m3": 4, "e5m2": 5}
+TYPE_OF_MARK = {1: "f16", 2: "bf16", 3: "f32", 4: "e4m3", 5: "e5m2"}
 
 
 class AsyncRead:
@@ -78,6 +83,7 @@ class Shadow:
         self.site_ids = {}
         self.aw = np.zeros(SMEM_BYTES, np.int32)  # index + 1 into self.writes
         self.aw_swizzle = np.zeros(SMEM_BYTES, np.int8)  # a TMA tile's swizzle (SWIZZLE_MARK), 0 for other writes
+        self.aw_type = np.zeros(SMEM_BYTES, np.int8)  # a TMA tile's element type (TYPE_MARK), 0 for other writes
         self.writes = []
         self.readers = {}  # key -> (seq per byte, [AsyncRead, ...] with index = seq - 1)
 
@@ -94,12 +100,13 @@ class Shadow:
             self.sites.append(site)
         self.gw_site[idx] = sid
         self.aw[idx] = 0
-        self.aw_swizzle[idx] = 0
+        self.aw_swizzle[idx] = self.aw_type[idx] = 0
 
-    def async_write(self, th, idx, what, mbar, swizzle=None):
+    def async_write(self, th, idx, what, mbar, swizzle=None, dtype=None):
         """A copy issued by ``th`` lands on ``idx`` and completes on ``mbar`` (its current phase);
         another copy completing on the same phase must not write the same bytes (which of the
-        two lands last is undefined). ``swizzle``: the layout a TMA tile copy gave the bytes."""
+        two lands last is undefined). ``swizzle``, ``dtype``: the layout and the element type
+        of a TMA tile copy's map."""
         self.check_write(th, idx, what)
         prev = self.aw[idx]
         for i in np.unique(prev[prev > 0]):
@@ -114,6 +121,7 @@ class Shadow:
         self.aw[idx] = len(self.writes)
         self.gw_tid[idx] = 0
         self.aw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
+        self.aw_type[idx] = TYPE_MARK.get(dtype, 0)
 
     def async_read(self, key, idx, op: AsyncRead):
         seqs, ops = self.readers.get(key) or self.readers.setdefault(key, (np.zeros(SMEM_BYTES, np.int32), []))
@@ -183,10 +191,14 @@ class Shadow:
                     f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, without having "
                     f"waited for phase {aw.phase} of {aw.name}, on which that copy completes")
 
-    def check_layout(self, th, idx, swizzle, what, operand):
+    def check_layout(self, th, idx, swizzle, elem, what, operand):
         """A wgmma operand read through a descriptor of ``swizzle`` must find bytes a swizzling TMA
         tile copy laid out with the same swizzle (or bytes no such copy wrote): with another, the
-        descriptor's rows and 16-byte chunks are not where the copy put them."""
+        descriptor's rows and 16-byte chunks are not where the copy put them. Read as ``elem``
+        (the kind's type of the operand), they must not come through a map whose element type
+        names another number format (f16 data read as bf16 is a wrong answer, not an error, on
+        the GPU)."""
+        self._check_type(th, idx, elem, what, operand)
         marks = self.aw_swizzle[idx]
         want = SWIZZLE_MARK.get(swizzle, 0)
         bad = (marks != 0) & (marks != want)
@@ -202,6 +214,20 @@ class Shadow:
             f"same layout (for a kit pipeline, build the maps with the Cooperative's box_a/box_b and the default "
             f"128B swizzle; data arranged for this in global memory on purpose loads with swizzle='none', a plain "
             f"copy)")
+
+    def _check_type(self, th, idx, elem, what, operand):
+        marks = self.aw_type[idx]
+        bad = (marks != 0) & (marks != TYPE_MARK.get(elem, 0))
+        if not bad.any():
+            return
+        i = int(np.flatnonzero(bad)[0])
+        got = TYPE_OF_MARK[int(marks[i])]
+        aw = self.writes[int(self.aw[idx[i]]) - 1]
+        raise SimHazard(
+            f"thread {th.thread_id} ({what} at {th.where}) reads its {operand} operand at 0x{int(idx[i]):x} as {elem} "
+            f"values, but the TMA load issued at {aw.where} copied those bytes through a tensor map of {got} elements: "
+            f"the map's type and the wgmma kind's must agree (build the map with dtype='{elem}', or pass a kind "
+            f"that reads {got}; a map of raw bits takes an integer type such as 'u16' or 'u8')")
 
     def check_proxy(self, th, idx, what):
         """An async-proxy read of ``idx`` needs its generic writes fenced and ordered before it."""

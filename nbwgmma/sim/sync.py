@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout.descriptor import SWIZZLE_NAME, encode_desc
-from .core import (RANK_SHIFT, IMPLS, PhasedBarrier, SimHazard, SimStopped, acquire, addr_of, collective, impl, me,
-                   release, split, warp_members, warpgroup_members)
+from .core import (RANK_SHIFT, PhasedBarrier, SimHazard, SimStopped, acquire, addr_of, collective, me, release, split,
+                   warp_members, warpgroup_members)
+from .declare import IMPLS, impl
 
 
 def _noop(**_):

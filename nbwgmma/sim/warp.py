@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout.fragment import ldmatrix_lane_map
-from .core import collective, impl, me, split, warp_members
+from .core import collective, me, split, warp_members
+from .declare import impl
 
 
 def _lane_elements(trans):

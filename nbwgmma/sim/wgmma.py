@@ -23,7 +23,8 @@ from ..layout.fragment import a_frag_coords, acc_value_coords
 from ..layout.kinds import wgmma_kind, wgmma_sp_kind
 from ..layout.sparse import read_sparse_a_registers, wgmma_sp_reference
 from ..layout.wgmma_model import decode_elements, operand_addresses, wgmma_reference
-from .core import IMPLS, SimHazard, collective, me, warpgroup_members
+from .core import SimHazard, collective, me, warpgroup_members
+from .declare import IMPLS
 from .shadow import AsyncRead, unique_offsets
 
 
@@ -131,7 +132,7 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
         if any(v[3] != vals[0][3] for v in vals):
             raise SimHazard(f"{name} at {me_.where}: scale-d differs between the warpgroup's threads")
         reads = [operand_addresses(db, n, k.k, k.btype, "MN" if trans_b else "K")]
-        layouts = [(reads[0], decode_desc(db)["swizzle"], "B")]
+        layouts = [(reads[0], decode_desc(db)["swizzle"], k.btype, "B")]
         a_values = None
         if rs:
             frags = np.array([v[1] for v in vals], np.uint32)  # [128, registers]
@@ -146,12 +147,12 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
         else:
             da = _uniform(vals, 1, "A descriptors")
             reads.append(operand_addresses(da, 64, k.a_cols, k.atype, "MN" if trans_a else "K"))
-            layouts.append((reads[1], decode_desc(da)["swizzle"], "A"))
+            layouts.append((reads[1], decode_desc(da)["swizzle"], k.atype, "A"))
         idx = unique_offsets(reads)
         cta.shadow.check_observed(me_, idx, name)
         cta.shadow.check_proxy(me_, idx, name)
-        for addrs, swizzle, operand in layouts:
-            cta.shadow.check_layout(me_, addrs.reshape(-1), swizzle, name, operand)
+        for addrs, swizzle, elem, operand in layouts:
+            cta.shadow.check_layout(me_, addrs.reshape(-1), swizzle, elem, name, operand)
         if sparse:
             try:
                 d = wgmma_sp_reference(cta.image, kind, n, da, db, [v[4] for v in vals], spsel=spsel,
