@@ -198,36 +198,34 @@ class Shadow:
         (the kind's type of the operand), they must not come through a map whose element type
         names another number format (f16 data read as bf16 is a wrong answer, not an error, on
         the GPU)."""
-        self._check_type(th, idx, elem, what, operand)
-        marks = self.aw_swizzle[idx]
-        want = SWIZZLE_MARK.get(swizzle, 0)
-        bad = (marks != 0) & (marks != want)
-        if not bad.any():
-            return
-        i = int(np.flatnonzero(bad)[0])
-        got = SWIZZLE_OF_MARK[int(marks[i])]
-        aw = self.writes[int(self.aw[idx[i]]) - 1]
-        raise SimHazard(
-            f"thread {th.thread_id} ({what} at {th.where}) reads its {operand} operand at 0x{int(idx[i]):x} through a "
-            f"descriptor with the {swizzle} swizzle, but the TMA load issued at {aw.where} laid those bytes out with "
-            f"the {got} swizzle (its tensor map's): the map's swizzle and box and the descriptor must describe the "
-            f"same layout (for a kit pipeline, build the maps with the Cooperative's box_a/box_b and the default "
-            f"128B swizzle; data arranged for this in global memory on purpose loads with swizzle='none', a plain "
-            f"copy)")
+        head = f"thread {th.thread_id} ({what} at {th.where}) reads its {operand} operand at"
+        bad = self._claimed_otherwise(idx, self.aw_type, TYPE_MARK.get(elem, 0))
+        if bad is not None:
+            at, got, aw = bad
+            raise SimHazard(
+                f"{head} {at} as {elem} values, but the TMA load issued at {aw.where} copied those bytes through a "
+                f"tensor map of {TYPE_OF_MARK[got]} elements: the map's type and the wgmma kind's must agree (build "
+                f"the map with dtype='{elem}', or pass a kind that reads {TYPE_OF_MARK[got]}; a map of raw bits "
+                f"takes an integer type such as 'u16' or 'u8')")
+        bad = self._claimed_otherwise(idx, self.aw_swizzle, SWIZZLE_MARK.get(swizzle, 0))
+        if bad is not None:
+            at, got, aw = bad
+            raise SimHazard(
+                f"{head} {at} through a descriptor with the {swizzle} swizzle, but the TMA load issued at {aw.where} "
+                f"laid those bytes out with the {SWIZZLE_OF_MARK[got]} swizzle (its tensor map's): the map's swizzle "
+                f"and box and the descriptor must describe the same layout (for a kit pipeline, build the maps with "
+                f"the Cooperative's box_a/box_b and the default 128B swizzle; data arranged for this in global "
+                f"memory on purpose loads with swizzle='none', a plain copy)")
 
-    def _check_type(self, th, idx, elem, what, operand):
-        marks = self.aw_type[idx]
-        bad = (marks != 0) & (marks != TYPE_MARK.get(elem, 0))
+    def _claimed_otherwise(self, idx, marks, want):
+        """The first byte of ``idx`` whose TMA copy's mark in ``marks`` is neither 0 (no claim)
+        nor ``want``: (its address as text, the mark, the copy's AsyncWrite), or None."""
+        got = marks[idx]
+        bad = (got != 0) & (got != want)
         if not bad.any():
-            return
+            return None
         i = int(np.flatnonzero(bad)[0])
-        got = TYPE_OF_MARK[int(marks[i])]
-        aw = self.writes[int(self.aw[idx[i]]) - 1]
-        raise SimHazard(
-            f"thread {th.thread_id} ({what} at {th.where}) reads its {operand} operand at 0x{int(idx[i]):x} as {elem} "
-            f"values, but the TMA load issued at {aw.where} copied those bytes through a tensor map of {got} elements: "
-            f"the map's type and the wgmma kind's must agree (build the map with dtype='{elem}', or pass a kind "
-            f"that reads {got}; a map of raw bits takes an integer type such as 'u16' or 'u8')")
+        return f"0x{int(idx[i]):x}", int(got[i]), self.writes[int(self.aw[idx[i]]) - 1]
 
     def check_proxy(self, th, idx, what):
         """An async-proxy read of ``idx`` needs its generic writes fenced and ordered before it."""
