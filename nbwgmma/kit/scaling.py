@@ -107,27 +107,32 @@ def acc_promote_cols(n: int):
     block (``off`` a multiple of ``gcd(n, 128)`` below 128, as for tiles ``n`` wide): ``a`` is
     ``a0`` on the thread's first row and ``a1`` on its second; ``b`` is ``b0``, ``b1`` or ``b2``,
     the scale of the block the value's column lies in (a tile up to 256 columns wide spans three).
-    Each possible ``off`` has its own unrolled code with the blocks fixed per column, picked by a
-    uniform branch (no select per value); ptxas merges the cases into one fused multiply-add per
-    value, as :func:`acc_promote`, fed by products the branches move into place (about 40 moves
-    a call at 176 columns)."""
+    Each possible ``off`` has its own branch (uniform: no select per value) that names, for each
+    8-column group of the tile, the product ``a * b`` of the block its columns lie in (``q{g}{r}``
+    for group ``g`` and row ``r``: moves of six products, about 40 a call at 176 columns once
+    ptxas has shared them out); one unrolled body then takes one fused multiply-add per value,
+    as :func:`acc_promote`. (A whole unrolled body per offset, which ptxas merged into the same
+    code, took Numba about four times as long to compile.)"""
     if not isinstance(n, int) or n % 16 or not 16 <= n <= 256:
         raise ValueError(f"acc_promote_cols: n must be a multiple of 16 in [16, 256]; got {n!r}")
     fn = _SPANS.get(n)
     if fn is None:
-        def case(off):  # value i: row lr + 8 * ((i // 2) % 2), column 8 * (i // 4) + (0 .. 7)
-            return "return (" + ", ".join(f"acc[{i}] + tmp[{i}] * p{(i // 2) % 2}{(off + 8 * (i // 4)) >> 7}"
-                                          for i in range(n // 2)) + ",)"
+        groups = n // 8  # value i: row lr + 8 * ((i // 2) % 2), column 8 * (i // 4) + (0 .. 7)
+
+        def case(off, pad):
+            return [pad + f"q{g}{r} = p{r}{(off + 8 * g) >> 7}" for g in range(groups) for r in (0, 1)]
 
         def tree(offs, pad):  # a binary search over the offsets, one case at each leaf
             if len(offs) == 1:
-                return [pad + case(offs[0])]
+                return case(offs[0], pad)
             mid = offs[len(offs) // 2]
             return [pad + f"if off < {mid}:"] + tree(offs[:len(offs) // 2], pad + "    ") \
-                + tree(offs[len(offs) // 2:], pad)
+                + [pad + "else:"] + tree(offs[len(offs) // 2:], pad + "    ")
         lines = ["def promote(acc, tmp, a0, a1, b0, b1, b2, off):"]
         lines += [f"    p{r}{j} = a{r} * b{j}" for r in (0, 1) for j in (0, 1, 2)]
         lines += tree(list(range(0, 128, math.gcd(n, 128))), "    ")
+        lines.append("    return (" + ", ".join(f"acc[{i}] + tmp[{i}] * q{i // 4}{(i // 2) % 2}"
+                                               for i in range(n // 2)) + ",)")
         ns: dict = {}
         exec(compile("\n".join(lines), f"<nbwgmma.kit.acc_promote_cols({n})>", "exec"), ns)
         fn = _SPANS[n] = inlined(ns["promote"])
