@@ -388,3 +388,46 @@ def test_a_named_barrier_for_more_threads_than_the_block_has_is_a_hazard():
     with pytest.raises(sim.SimHazard, match=r"sim_cases.py:\d+: named barrier 1 waits for 256 threads, but the "
                                             r"block has 128: it can never complete"):
         launch(_named_barrier_of_256, 1, 128, (out,))
+
+
+@cuda.jit
+def _bytes_never_come(out):
+    """Thread 0 arms 'full' for 1024 bytes no copy brings and waits for 'empty', which threads
+    32-63 would release once 'full' completes: each side waits on the other."""
+    from nbwgmma.intrinsics import (fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
+                                    mbarrier_name, mbarrier_wait_parity)
+    bars = cuda.shared.array(2, np.uint64)
+    full = smem_addr(bars)
+    empty = full + 8
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        mbarrier_init(full, 1)
+        mbarrier_name(full, "full", 0)
+        mbarrier_init(empty, 32)
+        mbarrier_name(empty, "empty", 0)
+        fence_mbarrier_init()
+    cuda.syncthreads()
+    if tid == 0:
+        mbarrier_arrive_expect_tx(full, 1024)
+        mbarrier_wait_parity(empty, 0)  # PRODUCER WAITS
+    elif tid >= 32:
+        mbarrier_wait_parity(full, 0)  # CONSUMERS WAIT
+        mbarrier_arrive(empty)
+    out[tid] = 1
+
+
+def test_a_hang_names_every_place_where_threads_wait():
+    """The longest waiting thread is often not the one whose wait shows the mistake: the report
+    lists the other places too, with their threads and what they wait for."""
+    import inspect
+
+    out = cuda.to_device(np.zeros(64, np.int32))
+    with pytest.raises(sim.SimStopped) as e:
+        launch(_bytes_never_come, 1, 64, (out,))
+    src, first = inspect.getsourcelines(_bytes_never_come.py_func)
+    line = {tag: first + i for i, text in enumerate(src) for tag in ("PRODUCER", "CONSUMERS") if tag in text}
+    msg = str(e.value)
+    assert "Waiting elsewhere" in msg, msg
+    assert f"sim_cases.py:{line['PRODUCER']}" in msg and f"sim_cases.py:{line['CONSUMERS']}" in msg, msg
+    assert "mbarrier 'full[0]'" in msg and "1024 transaction bytes pending" in msg, msg
+    assert "mbarrier 'empty[0]'" in msg and "32 of 32 arrivals pending" in msg, msg

@@ -99,7 +99,12 @@ def where() -> str:
     """``file:line`` of the innermost kernel frame (outside the simulator and Numba); where that
     is nbwgmma's own code (a kit block, an intrinsic, a generated function) called from a kernel
     of yours, followed by "(called from ``file:line``)" of your line."""
-    f = sys._getframe(1)
+    return where_from(sys._getframe(1), current())
+
+
+def where_from(f, th) -> str:
+    """:func:`where` of the stack from frame ``f`` down, thread ``th``'s (a suspended
+    greenlet's stack too: its frames stand still at their lines)."""
     while f is not None and _file_bits(f.f_code.co_filename) & (_IN_SKIP | _IN_NUMBA):
         f = f.f_back
     if f is None:
@@ -107,7 +112,7 @@ def where() -> str:
     inner = f"{f.f_code.co_filename}:{f.f_lineno}"
     if not _file_bits(f.f_code.co_filename) & _IN_OWN:
         return inner
-    kernel = getattr(getattr(current(), "fn", None), "__code__", None)
+    kernel = getattr(getattr(th, "fn", None), "__code__", None)
     if kernel is not None and _file_bits(kernel.co_filename) & _IN_OWN:  # a kernel of nbwgmma's own
         return inner
     while f is not None and _file_bits(f.f_code.co_filename) & (_IN_OWN | _IN_NUMBA):
@@ -192,7 +197,9 @@ class Cluster:
         raises where the kernel only tests again with nothing else to do."""
         if self.error is not None:
             raise SimStopped("another simulated thread failed")
+        th.waiting_for = what
         v = self.sched.wait(th, queue, True)
+        th.waiting_for = None
         if v is STUCK:
             raise self.stuck(th, what)
         ok = pred()
@@ -205,7 +212,9 @@ class Cluster:
         while not pred():
             if self.error is not None:
                 raise SimStopped("another simulated thread failed")
+            th.waiting_for = what
             v = self.sched.wait(th, queue, may_expire)
+            th.waiting_for = None
             if v is STUCK:
                 raise self.stuck(th, what)
             if v is EXPIRED:
@@ -221,7 +230,36 @@ class Cluster:
         return SimStopped(
             f"simulated wait can never finish (every thread of the cluster waits or has exited; on the GPU "
             f"the kernel hangs): block {tuple(th.blockIdx)} thread {th.thread_id} (warp {th.thread_id // 32}) "
-            f"at {th.where or where()}: {text}{self.fewer_threads_than_bounds()}")
+            f"at {th.where or where()}: {text}{self.fewer_threads_than_bounds()}{self.wait_sites(th, text)}")
+
+    def wait_sites(self, th, text) -> str:
+        """The other places where threads of the cluster wait (each line and what it waits
+        for, with its threads), after ``th``'s own: the longest waiting thread is often not
+        the one whose wait shows the mistake (a producer waiting for a slot the consumers,
+        themselves waiting for bytes that never come, never release)."""
+        sites: dict = {}
+        own = (th.where, text)
+        for t in self.sched.blocked:
+            if t is th or not isinstance(t, SimThread):
+                continue
+            what = t.waiting_for
+            try:
+                told = what() if callable(what) else (what or "a wait")
+            except Exception:  # noqa: BLE001  (a description that cannot be made: the place alone)
+                told = "a wait"
+            at = t.where or (where_from(t.gr_frame, t) if t.gr_frame is not None else "between intrinsics")
+            if (at, told) != own:
+                sites.setdefault((at, told), []).append(t)
+        if not sites:
+            return ""
+        many = len(self.ctas) > 1
+        parts = []
+        for (at, told), ts in list(sites.items())[:8]:
+            ids = [f"{r}:{i}" if many else str(i) for r, i in sorted((t.cta.rank, t.thread_id) for t in ts)]
+            who = f"thread{'s' if len(ids) > 1 else ''} {', '.join(ids[:4])}{f' and {len(ids) - 4} more' if len(ids) > 4 else ''}"
+            parts.append(f"at {at} ({who}): {told}")
+        more = f"; and {len(sites) - 8} more places" if len(sites) > 8 else ""
+        return ". Waiting elsewhere" + (" (CTA rank:thread)" if many else "") + ": " + "; ".join(parts) + more
 
     def fewer_threads_than_bounds(self) -> str:
         """Where the block is smaller than the kernel's launch bounds, a sentence saying so (the
@@ -309,6 +347,7 @@ class SimThread(greenlet.greenlet):
         self.rounds = {}
         self.cluster_token = None
         self.where = None  # the kernel line of the intrinsic being run
+        self.waiting_for = None  # while it waits: what for (a string, or a callable giving one)
         self.bulk = None  # this thread's bulk async-group state (nbwgmma.sim.copy)
         self.cp_async = None  # its cp.async copies not yet landed (nbwgmma.sim.copy)
         self.verdict = None  # what the scheduler said when it last resumed this thread
