@@ -28,11 +28,11 @@ def register(declare: Callable, functions: dict, where: Callable[[], str] | None
 
 
 def located(message: str) -> str:
-    """``message`` followed by " (at file:line)" of the simulated kernel's line where a
-    simulator has registered a locator: the simulator's form of a typing error's location
-    (Numba's compiler gives the compiled kernel's)."""
+    """``message`` led by "file:line: " of the simulated kernel's line where a simulator has
+    registered a locator: a typing error's location, as the text of a compiled kernel's
+    typing error leads with it."""
     where = _registered[0][2] if _registered[0] is not None else None
-    return f"{message} (at {where()})" if where is not None else message
+    return f"{where()}: {message}" if where is not None else message
 
 
 def active() -> bool:

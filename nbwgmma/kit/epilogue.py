@@ -187,7 +187,7 @@ def _fragment_check(what: str, count: int, noun: str = "the fragment",
         def check(acc):
             if not isinstance(acc, tuple) or len(acc) != count:
                 got = f"{type(acc).__name__} of {len(acc) if isinstance(acc, tuple) else '?'}"
-                raise NbwgmmaTypingError(backend.located(message(got)))
+                raise NbwgmmaTypingError(backend.located(message(got)), highlighting=False)
         return check
 
     @intrinsic
@@ -214,7 +214,7 @@ def _vector_check(what: str, name: str):
         def check(v):
             if getattr(v, "ndim", None) != 1:
                 got = f"an array of shape {v.shape}" if hasattr(v, "shape") else type(v).__name__
-                raise NbwgmmaTypingError(backend.located(message(got)))
+                raise NbwgmmaTypingError(backend.located(message(got)), highlighting=False)
         return check
 
     @intrinsic

@@ -13,6 +13,17 @@ from .sched import current
 IMPLS: dict = {}
 
 
+def typing_error(message: str):
+    """The typing error a compiled intrinsic or fragment helper raises for ``message``, led, as
+    the compiled one's text is, by the kernel line of the call (inside a simulated kernel)."""
+    from ..intrinsics.errors import NbwgmmaTypingError
+
+    at = where() if isinstance(current(), SimThread) else None
+    e = NbwgmmaTypingError(f"{at}: {message}" if at else message, highlighting=False)
+    e.message = message
+    return e
+
+
 def impl(*names):
     def deco(f):
         for n in names:
@@ -49,9 +60,7 @@ def _validated(name, params, imms, arguments, validate, kinds):
     try:
         validate(values, argtypes)
     except NbwgmmaTypingError as e:
-        th = current()
-        at = f" (at {where()})" if isinstance(th, SimThread) else ""
-        raise NbwgmmaTypingError(f"{e}{at}") from None
+        raise typing_error(e.message) from None
     except Exception:  # values the rules cannot read (a tuple of mixed types): left to the implementation
         return
     if len(_VALID) >= 4096:
@@ -89,8 +98,15 @@ def declare(name, params, imms, doc, validate=None):
 
     def fn(*args, **kwargs):
         arguments = bind(args, kwargs)
-        for p in imms:
-            p.check(arguments[p.name], name)
+        try:
+            for p in imms:
+                p.check(arguments[p.name], name)
+        except Exception as e:
+            from ..intrinsics.errors import NbwgmmaTypingError  # (here: the intrinsics import after the simulator)
+
+            if isinstance(e, NbwgmmaTypingError):
+                raise typing_error(e.message) from None
+            raise
         if validate is not None:
             _validated(name, params, imms, arguments, validate, kinds)
         f = IMPLS.get(name)

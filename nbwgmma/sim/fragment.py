@@ -8,33 +8,35 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout.fragment import exchange_offset, tile_block_offset, transposed_block_offset
-from ..layout.kinds import wgmma_kind
+from ..layout.kinds import WGMMA_KINDS
 from ..layout.wgmma_model import encode_elements, float_to_fp8
 from .copy import acc_send_cluster
 from .core import SimHazard, me, split, where
-from .declare import located
+from .declare import located, typing_error
 from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
 
 
-def _typing_error(message):
-    """The typing error the compiled helper raises for a call, with the kernel line it is at."""
-    from ..intrinsics.errors import NbwgmmaTypingError
-
-    return NbwgmmaTypingError(f"{message} (at {where()})")
+def _kind(kind, name):
+    """The wgmma kind ``kind`` names (an unknown one is the compiled helper's typing error,
+    with the kernel line)."""
+    k = WGMMA_KINDS.get(kind)
+    if k is None:
+        raise typing_error(f"{name}: unknown wgmma type combination {kind!r}; expected one of "
+                            f"{', '.join(WGMMA_KINDS)}")
+    return k
 
 
 def _kind_n(kind, n, name):
     """The kind, where ``n`` is one of its N (else the typing error the compiled helper raises,
     with the kernel line)."""
-    k = wgmma_kind(kind)
+    k = _kind(kind, name)
     if n not in k.n_values:
-        raise _typing_error(f"{name}: {kind} allows N in {list(k.n_values)}; got {n}")
+        raise typing_error(f"{name}: {kind} allows N in {list(k.n_values)}; got {n}")
     return k
 
 
-def _kind_of_acc(kind, acc):
-
-    k = wgmma_kind(kind)
+def _kind_of_acc(kind, acc, name):
+    k = _kind(kind, name)
     return k, k.n_of(len(acc))
 
 
@@ -58,7 +60,7 @@ def acc_undef(kind, n):
 def _elements(arr, tid, row0, col0, nvals, name, arrname):
     if getattr(arr, "ndim", None) != 2:  # the compiled helper's typing rule
         got = f"an array of shape {arr.shape}" if hasattr(arr, "shape") else type(arr).__name__
-        raise _typing_error(f"{name}: '{arrname}' must be a 2-D array; got {got}")
+        raise typing_error(f"{name}: '{arrname}' must be a 2-D array; got {got}")
     r, c = thread_coords(int(tid), nvals)
     r, c = r + int(row0), c + int(col0)
     rows, cols = arr.shape
@@ -79,7 +81,7 @@ def _to_dtype(v, dt):
 
 
 def acc_store(acc, kind, out, tid, row0, col0):
-    k, n = _kind_of_acc(kind, acc)
+    k, n = _kind_of_acc(kind, acc, "acc_store")
     vals = _values(acc, k, "acc_store")
     if k.dtype == "f32":
         vals = vals.astype(np.float32)
@@ -136,7 +138,7 @@ def _store_smem(th, base, offs, esize, vals, dtype, what):
 def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):
 
     th = me()
-    _kind_of_acc(kind, acc)
+    _kind_of_acc(kind, acc, "acc_store_swizzled")
     vals = np.asarray(read_acc(acc, "acc_store_swizzled"))
     r, c = thread_coords(int(tid), len(vals))
     _store_smem(th, base, tile_block_offset(r, c, 4, row_bytes, swizzle), 4, vals, vals.dtype, "acc_store_swizzled")
@@ -207,13 +209,13 @@ def acc_add_shared(acc, base, tid):
 
 
 def acc_store_fp8(acc, kind, out, tid, row0, col0, fmt):
-    k, n = _kind_of_acc(kind, acc)
+    k, n = _kind_of_acc(kind, acc, "acc_store_fp8")
     if fmt not in ("e4m3", "e5m2"):  # the compiled helper's typing rules
-        raise _typing_error(f"acc_store_fp8: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r}")
+        raise typing_error(f"acc_store_fp8: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r}")
     if k.dtype != "f32":
-        raise _typing_error(f"acc_store_fp8: expected an f32 accumulator fragment; got {kind}")
+        raise typing_error(f"acc_store_fp8: expected an f32 accumulator fragment; got {kind}")
     if np.dtype(getattr(out, "dtype", None)) != np.uint8:
-        raise _typing_error(f"acc_store_fp8: 'out' must be a uint8 array (fp8 codes); got "
+        raise typing_error(f"acc_store_fp8: 'out' must be a uint8 array (fp8 codes); got "
                             f"{getattr(out, 'dtype', type(out).__name__)}")
     vals = _values(acc, k, "acc_store_fp8").astype(np.float32).astype(np.float64)
     # 0x7F: a NaN code of both formats (e4m3: S.1111.111; e5m2: S.11111.11)
