@@ -75,6 +75,18 @@ class ConfigError(NbwgmmaError, ValueError):
         self.key = key
 
 
+class KitError(NbwgmmaError, ValueError):
+    """A block of :mod:`nbwgmma.kit` (``TmaPipeline``, ``Cooperative``, ``TileScheduler``,
+    ``acc_map``, ...) asked for with parameters it cannot be built with, where the kernel's
+    module builds it (the message names the block and the parameter)."""
+
+
+class KindError(NbwgmmaError, ValueError):
+    """A wgmma kind (``"f32.bf16.bf16"``: accumulator, A and B types) that PTX does not have,
+    given to a host-side model or a kit block (inside a kernel the same mistake is a
+    typing error at the kernel's line)."""
+
+
 class ToolchainError(NbwgmmaError, RuntimeError):
     """ptxas or nvdisasm is missing or failed, or Numba's CUDA compiler is not there (in its
     CUDA simulator)."""
@@ -87,6 +99,7 @@ _ELSEWHERE = {
     "LaunchError": "nbwgmma.launch",
     "KernelStoppedError": "nbwgmma.launch",
     "TensorMapError": "nbwgmma.tma",
+    "TensorMapTypeError": "nbwgmma.tma",
     "NbwgmmaTypingError": "nbwgmma.intrinsics.errors",
     "NbwgmmaLiteralError": "nbwgmma.intrinsics.errors",
     "SimError": "nbwgmma.sim",

@@ -28,12 +28,17 @@ from .errors import NbwgmmaError
 from .frontend.arrays import array_info
 from .layout.tma import TMA_DTYPES
 
-__all__ = ["TensorMap", "TensorMapError"]
+__all__ = ["TensorMap", "TensorMapError", "TensorMapTypeError"]
 
 
 class TensorMapError(NbwgmmaError, ValueError):
     """A tensor map request breaks a rule of cuTensorMapEncodeTiled, or its arguments have
     the wrong types (one of nbwgmma's errors: :mod:`nbwgmma.errors`)."""
+
+
+class TensorMapTypeError(TensorMapError, TypeError):
+    """The array of a tensor map is not a CUDA array of a type a map can have (a host array,
+    an unknown object or element type)."""
 
 
 _FLOAT_TYPES = {"f16", "bf16", "f32", "tf32", "f64"}
@@ -204,7 +209,10 @@ class TensorMap:
                  oob_fill: str = "zero", l2_promotion: str = "256B", element_strides: Sequence[int] | None = None,
                  shape: Sequence[int] | None = None, strides: Sequence[int] | None = None,
                  encode: bool = True) -> None:
-        info = array_info(array)
+        try:
+            info = array_info(array)
+        except TypeError as e:
+            raise TensorMapTypeError(f"tensor map: {e}") from None
         dtype = dtype or info.dtype
         if dtype not in TMA_DTYPES:
             raise TensorMapError(f"tensor map: element type must be one of {sorted(TMA_DTYPES)}; got {dtype}")

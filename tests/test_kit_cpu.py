@@ -340,3 +340,21 @@ def test_beside_checks_its_steps():
         for bad in (0, -1, 2.0, None):
             with pytest.raises(ValueError, match="steps must be a positive int"):
                 coop.beside(hook, bad)
+
+
+def test_a_block_that_cannot_be_built_is_a_kit_error_naming_it():
+    """Parameters a kit block cannot take are nbwgmma errors (and ValueErrors), with the block's
+    name and the parameter; an unknown kind is a KindError."""
+    from nbwgmma.errors import KindError, KitError, NbwgmmaError
+    from nbwgmma.kit import Cooperative, TmaPipeline, acc_map, activation
+
+    with pytest.raises(KitError, match=r"^TmaPipeline: stages must be an integer in \[1, 32\]; got 0"):
+        TmaPipeline(0, 2)
+    with pytest.raises(KitError, match=r"^Cooperative: bn must be a wgmma N .* got 132"):
+        Cooperative("f32.bf16.bf16", TmaPipeline(3, 2), 128, 132)
+    with pytest.raises(KindError, match=r"unknown type combination 'f32.bf16.f16'"):
+        Cooperative("f32.bf16.f16", TmaPipeline(3, 2), 128, 128)
+    with pytest.raises(KitError, match=r"^acc_map: fn .* must take 4 arguments"):
+        acc_map(activation("relu"), 64, cols=1)
+    assert issubclass(KitError, ValueError) and issubclass(KitError, NbwgmmaError)
+    assert issubclass(KindError, ValueError) and issubclass(KindError, NbwgmmaError)

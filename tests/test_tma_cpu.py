@@ -8,7 +8,7 @@ from numba import cuda, types
 from nbwgmma.intrinsics import *  # noqa: F401,F403
 from nbwgmma.report import compile_report
 from nbwgmma.layout import box_copy_model
-from nbwgmma.tma import TensorMap, TensorMapError
+from nbwgmma.tma import TensorMap, TensorMapError, TensorMapTypeError
 
 
 class FakeCudaArray:
@@ -72,8 +72,9 @@ def test_an_error_describes_the_map_in_the_arrays_order():
 def test_wrong_element_size_and_host_arrays():
     with pytest.raises(TensorMapError, match="2-byte elements"):
         TensorMap(FakeCudaArray((64, 64), np.float32), (8, 8), dtype="bf16", encode=False)
-    with pytest.raises(TypeError, match="host numpy array"):
+    with pytest.raises(TensorMapTypeError, match="^tensor map: expected a CUDA array .* got a host numpy array"):
         TensorMap(np.zeros((64, 64), np.float32), (8, 8), encode=False)
+    assert issubclass(TensorMapTypeError, TypeError) and issubclass(TensorMapTypeError, TensorMapError)
 
 
 def test_decode_round_trip():

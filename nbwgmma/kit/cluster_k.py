@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import types
 
+from ..errors import KitError
 from ..intrinsics import (acc_add_shared, acc_send_cluster, fence_mbarrier_init, mbarrier_arrive_cluster,
                           mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity)
 from .device import inlined
@@ -68,9 +69,9 @@ class ClusterSplitK(types.ModuleType):
 
     def __init__(self, bn: int, consumers: int = 2):
         if not isinstance(bn, int) or isinstance(bn, bool) or bn % 8 or not 8 <= bn <= 256:
-            raise ValueError(f"ClusterSplitK: bn must be a multiple of 8 from 8 to 256 (a wgmma N); got {bn!r}")
+            raise KitError(f"ClusterSplitK: bn must be a multiple of 8 from 8 to 256 (a wgmma N); got {bn!r}")
         if type(consumers) is not int or consumers not in (1, 2):
-            raise ValueError(f"ClusterSplitK: consumers must be 2 (128-row tiles) or 1 (64-row tiles); got "
+            raise KitError(f"ClusterSplitK: consumers must be 2 (128-row tiles) or 1 (64-row tiles); got "
                              f"{consumers!r}")
         super().__init__(f"ClusterSplitK({bn})")
         self.bn, self.consumers = bn, consumers

@@ -39,6 +39,7 @@ import types
 
 from numba import cuda
 
+from ..errors import KitError
 from ..intrinsics import (
     acc_undef, cluster_ctarank, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group,
     wgmma_fence, wgmma_mma_async, wgmma_wait_group,
@@ -113,29 +114,29 @@ class Cooperative(types.ModuleType):
                  blocks: int = 1, multicast: str = "B"):
         k = wgmma_kind(kind)
         if k.dtype != "f32":
-            raise ValueError(f"Cooperative: kind must have f32 accumulators; got {kind!r}")
+            raise KitError(f"Cooperative: kind must have f32 accumulators; got {kind!r}")
         for name, major in (("a_major", a_major), ("b_major", b_major)):
             if major not in ("K", "MN"):
-                raise ValueError(f"Cooperative: {name} must be 'K' or 'MN'; got {major!r}")
+                raise KitError(f"Cooperative: {name} must be 'K' or 'MN'; got {major!r}")
             if major == "MN" and not k.transposable:
-                raise ValueError(f"Cooperative: {name}='MN' needs 16-bit inputs (wgmma transposes); got {kind!r}")
+                raise KitError(f"Cooperative: {name}='MN' needs 16-bit inputs (wgmma transposes); got {kind!r}")
         if bm % 64 or not 64 <= bm <= 256:
-            raise ValueError(f"Cooperative: bm must be 64, 128, 192 or 256; got {bm!r}")
+            raise KitError(f"Cooperative: bm must be 64, 128, 192 or 256; got {bm!r}")
         if blocks not in (1, 2) or bm % (64 * blocks):
-            raise ValueError(f"Cooperative: blocks (64-row blocks per consumer warpgroup) must be 1, or 2 with bm 128 "
+            raise KitError(f"Cooperative: blocks (64-row blocks per consumer warpgroup) must be 1, or 2 with bm 128 "
                              f"or 256; got blocks={blocks!r} with bm={bm}")
         # K-major B is a stack of 8-row swizzle atoms: any wgmma N that is a multiple of 8 (a
         # narrow tile of a few rows, as the tokens of a decoding step); MN-major B comes in
         # 64-column boxes.
         step = 8 if b_major == "K" else 64
         if bn not in k.n_values or bn % step:
-            raise ValueError(f"Cooperative: bn must be a wgmma N for {kind} and a multiple of {step} with "
+            raise KitError(f"Cooperative: bn must be a wgmma N for {kind} and a multiple of {step} with "
                              f"{b_major}-major B; got {bn!r}")
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // (64 * blocks):
-            raise ValueError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // (64 * blocks)} (one per "
+            raise KitError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // (64 * blocks)} (one per "
                              f"{64 * blocks} rows); got {pipe!r}")
         if multicast not in ("A", "B"):
-            raise ValueError(f"Cooperative: multicast (the operand a cluster shares out) must be 'A' or 'B'; "
+            raise KitError(f"Cooperative: multicast (the operand a cluster shares out) must be 'A' or 'B'; "
                              f"got {multicast!r}")
         if multicast == "A":
             check_shares("Cooperative", bm, a_major, pipe.cluster, "A")
@@ -338,5 +339,5 @@ class Cooperative(types.ModuleType):
         one) instead of between the tiles with the tensor cores idle. ``carry`` is whatever the
         hook needs (a tuple)."""
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-            raise ValueError(f"Cooperative.beside: steps must be a positive int; got {steps!r}")
+            raise KitError(f"Cooperative.beside: steps must be a positive int; got {steps!r}")
         return self._open_beside(hook, steps)

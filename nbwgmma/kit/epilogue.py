@@ -36,6 +36,7 @@ from numba import types
 from numba.core.extending import intrinsic
 
 from .. import backend
+from ..errors import KitError
 from ..intrinsics import (
     acc_stmatrix_swizzled, acc_to_bf16x2, acc_to_f16x2, bulk_commit_group, bulk_wait_group_read, ex2_approx,
     fence_proxy_async_shared, rcp_approx, tanh_approx, tma_store_2d,
@@ -116,7 +117,7 @@ def activation(name: str, out: str | None = None):
     try:
         f = ACTIVATIONS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}; got {name!r}") from None
+        raise KitError(f"activation must be one of {sorted(ACTIVATIONS)}; got {name!r}") from None
     return gelu_tanh_approx if f is gelu_tanh and out not in (None, "f32") else f
 
 
@@ -255,7 +256,7 @@ def _check_arity(fn, count: int, what: str):
     try:
         sig.bind(*range(count))
     except TypeError as e:
-        raise ValueError(f"acc_map: fn {getattr(py, '__name__', py)}{sig} must take {count} arguments {what}; "
+        raise KitError(f"acc_map: fn {getattr(py, '__name__', py)}{sig} must take {count} arguments {what}; "
                          f"{e}") from None
 
 
@@ -289,18 +290,18 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     slices of the tuple (part ``p`` of ``w`` columns: ``values[p * w // 4:(p + 1) * w // 4]``);
     a tuple of another length than ``n / 4`` is a typing error."""
     if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
-        raise ValueError(f"acc_map: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
+        raise KitError(f"acc_map: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
     if dtype not in _DTYPES:
-        raise ValueError(f"acc_map: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
+        raise KitError(f"acc_map: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if pack not in _PACKS or (pack and dtype != "f32"):
-        raise ValueError(f"acc_map: pack must be None, 'bf16' or 'f16' (f32 accumulators); got {pack!r}")
+        raise KitError(f"acc_map: pack must be None, 'bf16' or 'f16' (f32 accumulators); got {pack!r}")
     for name, count in (("cols", cols), ("rows", rows), ("nextra", nextra)):
         if not isinstance(count, int) or not 0 <= count <= 8:
-            raise ValueError(f"acc_map: {name} must be an integer in [0, 8]; got {count!r}")
+            raise KitError(f"acc_map: {name} must be an integer in [0, 8]; got {count!r}")
     vtypes = (vtype,) * (cols + rows) if isinstance(vtype, str) else tuple(vtype)
     if (isinstance(vtype, str) and vtype not in VECTOR_TYPES) or len(vtypes) != cols + rows \
             or any(v not in VECTOR_TYPES for v in vtypes):
-        raise ValueError(f"acc_map: vtype must be one of {VECTOR_TYPES}, or a tuple of them, one per vector "
+        raise KitError(f"acc_map: vtype must be one of {VECTOR_TYPES}, or a tuple of them, one per vector "
                          f"({cols + rows}); got {vtype!r}")
     _check_arity(fn, 3 + cols + rows + nextra, f"(value, row, col{', a column value' * cols}"
                  f"{', a row value' * rows}{', an extra' * nextra}) for cols={cols}, rows={rows}, nextra={nextra}")
@@ -361,11 +362,11 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
     the epilogue with the tensor cores idle (``n / 4`` registers stay live until the parts are
     mapped; issued before the main loop they spilled the library GEMM's 256 x 160 tiles)."""
     if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
-        raise ValueError(f"col_values: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
+        raise KitError(f"col_values: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
     if dtype not in _DTYPES:
-        raise ValueError(f"col_values: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
+        raise KitError(f"col_values: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if vtype not in VECTOR_TYPES:
-        raise ValueError(f"col_values: vtype must be one of {VECTOR_TYPES}; got {vtype!r}")
+        raise KitError(f"col_values: vtype must be one of {VECTOR_TYPES}; got {vtype!r}")
     # (each value a name of its own: a tuple display of more than 30 conditional expressions
     # becomes a list turned into a tuple, which Numba cannot type)
     lines = ["def values(v, tid):", "    vec(v)", "    lc = (tid & 3) << 1"]

@@ -53,6 +53,7 @@ import types
 import numpy as np
 from numba import cuda
 
+from ..errors import KitError
 from ..intrinsics import (
     X2_FORMATS, acc_stmatrix_swizzled, f32_to_x2, fence_mbarrier_init, ld_shared_v4_b32, mbarrier_arrive, mbarrier_init,
     mbarrier_name, mbarrier_wait_parity, smem_addr, st_global_v4_b32, x2_to_f32,
@@ -96,17 +97,17 @@ class EpilogueWarps(types.ModuleType):
 
     def __init__(self, fn, bm: int, bn: int, dtype: str = "bf16", *, consumers: int | None = None):
         if dtype not in X2_FORMATS:
-            raise ValueError(f"EpilogueWarps: dtype must be one of {X2_FORMATS}; got {dtype!r}")
+            raise KitError(f"EpilogueWarps: dtype must be one of {X2_FORMATS}; got {dtype!r}")
         if bm % 64 or not 64 <= bm <= 256:
-            raise ValueError(f"EpilogueWarps: bm must be 64, 128, 192 or 256 (64 rows per consumer); got {bm!r}")
+            raise KitError(f"EpilogueWarps: bm must be 64, 128, 192 or 256 (64 rows per consumer); got {bm!r}")
         if bn % 64 or not 64 <= bn <= 256:
-            raise ValueError(f"EpilogueWarps: bn must be a multiple of 64 up to 256; got {bn!r}")
+            raise KitError(f"EpilogueWarps: bn must be a multiple of 64 up to 256; got {bn!r}")
         if consumers is None:
             consumers = bm // 64
         if consumers != bm // 64:
-            raise ValueError(f"EpilogueWarps: consumers must be bm / 64 = {bm // 64} (64 rows each); got {consumers!r}")
+            raise KitError(f"EpilogueWarps: consumers must be bm / 64 = {bm // 64} (64 rows each); got {consumers!r}")
         if fn is not None and not callable(fn):
-            raise ValueError(f"EpilogueWarps: fn must be a device function of one value or None; got {fn!r}")
+            raise KitError(f"EpilogueWarps: fn must be a device function of one value or None; got {fn!r}")
         super().__init__(f"EpilogueWarps({getattr(fn, '__name__', fn)}, {bm}x{bn}, {dtype})")
         self.fn, self.bm, self.bn, self.dtype, self.consumers = fn, bm, bn, dtype, consumers
         self.tile_bytes = bm * bn * 2

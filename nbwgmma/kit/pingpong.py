@@ -31,6 +31,7 @@ import types
 
 from numba import cuda
 
+from ..errors import KitError
 from ..intrinsics import acc_undef, desc_advance, make_desc, tma_load_2d, wgmma_commit_group, wgmma_fence, \
     wgmma_mma_async, wgmma_wait_group
 from ..layout import SWIZZLE_CODE, wgmma_kind
@@ -64,14 +65,14 @@ class PingPong(types.ModuleType):
     def __init__(self, kind: str, pipe: TmaPipeline, *, b_major: str = "K"):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or k.input_bits not in (8, 16) or k.atype in ("s8", "u8"):
-            raise ValueError(f"PingPong: kind must be a 16-bit or fp8 kind with f32 accumulators (f32.bf16.bf16, "
+            raise KitError(f"PingPong: kind must be a 16-bit or fp8 kind with f32 accumulators (f32.bf16.bf16, "
                              f"f32.f16.f16, f32.e4m3.e4m3, ...); got {kind!r}")
         if b_major == "MN" and not k.transposable:
-            raise ValueError(f"PingPong: {kind} has no transpose: B must be K-major (b_major='K')")
+            raise KitError(f"PingPong: {kind} has no transpose: B must be K-major (b_major='K')")
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != 1 or pipe.cluster != 1:
-            raise ValueError(f"PingPong: pipe must be a TmaPipeline with consumers=1 and no cluster; got {pipe!r}")
+            raise KitError(f"PingPong: pipe must be a TmaPipeline with consumers=1 and no cluster; got {pipe!r}")
         if b_major not in ("K", "MN"):
-            raise ValueError(f"PingPong: b_major must be 'K' or 'MN'; got {b_major!r}")
+            raise KitError(f"PingPong: b_major must be 'K' or 'MN'; got {b_major!r}")
         super().__init__(f"PingPong({kind})")
         self.kind, self.pipe, self.b_major = kind, pipe, b_major
         self._build()

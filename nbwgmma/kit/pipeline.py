@@ -53,6 +53,7 @@ import types
 import numpy as np
 from numba import cuda
 
+from ..errors import KitError
 from ..intrinsics import (
     cluster_sync, cp_async_mbarrier_arrive_noinc, dynamic_smem_base, fence_mbarrier_init, griddep_wait, mbarrier_arrive,
     mbarrier_arrive_cluster, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
@@ -104,7 +105,7 @@ class TmaPipeline(types.ModuleType):
         for name, v, lo, hi in (("stages", stages, 1, 32), ("consumers", consumers, 1, 1024),
                                 ("cluster", cluster, 1, 16), ("producers", producers, 1, 1024)):
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-                raise ValueError(f"TmaPipeline: {name} must be an integer in [{lo}, {hi}]; got {v!r}")
+                raise KitError(f"TmaPipeline: {name} must be an integer in [{lo}, {hi}]; got {v!r}")
         super().__init__(f"TmaPipeline({stages}, {consumers}, cluster={cluster})")
         self.stages, self.consumers, self.cluster, self.producers = stages, consumers, cluster, producers
         self.barrier_words = 2 * stages
@@ -216,5 +217,5 @@ def check_shares(owner: str, rows: int, major: str, cluster: int, operand: str =
     64-column boxes MN-major), each CTA loading its share and multicasting it."""
     if rows % cluster or (major == "K" and (rows // cluster) % 8) or (major == "MN" and (rows // 64) % cluster):
         size = "bm" if operand == "A" else "bn"
-        raise ValueError(f"{owner}: a cluster of {cluster} splits {operand}'s {rows} rows into whole swizzle atoms "
+        raise KitError(f"{owner}: a cluster of {cluster} splits {operand}'s {rows} rows into whole swizzle atoms "
                          f"({'8 rows' if major == 'K' else '64-column boxes'}) per CTA; got {size}={rows}")

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from numba import cuda
 
+from ..errors import KitError
 from ..intrinsics import cluster_ctarank, griddep_launch_dependents
 from .pipeline import TmaPipeline
 from .scheduler import TileScheduler, stream_walk
@@ -58,21 +59,21 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     ``sched``'s (the CTA's cluster rank; units without K slices), over pairs with ``pairs``,
     stream-K's share of the units' k-blocks with ``stream``."""
     if not isinstance(pipe, TmaPipeline) or not isinstance(sched, TileScheduler):
-        raise ValueError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
+        raise KitError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
                          f"{sched!r}")
     if not isinstance(stage_bytes, int) or stage_bytes <= 0 or stage_bytes % 1024:
-        raise ValueError(f"tile_producer: stage_bytes must be a positive multiple of 1024 (the slots' "
+        raise KitError(f"tile_producer: stage_bytes must be a positive multiple of 1024 (the slots' "
                          f"alignment); got {stage_bytes!r}")
     if pipe.cluster != sched.cluster:
-        raise ValueError(f"tile_producer: the pipe's cluster ({pipe.cluster}) and the scheduler's ({sched.cluster}) "
+        raise KitError(f"tile_producer: the pipe's cluster ({pipe.cluster}) and the scheduler's ({sched.cluster}) "
                          f"must be the same")
     if sched.cluster_k != 1:
-        raise ValueError(f"tile_producer: a scheduler with cluster_k walks each tile's half of the k-blocks "
+        raise KitError(f"tile_producer: a scheduler with cluster_k walks each tile's half of the k-blocks "
                          f"(ClusterSplitK.k_half), which this walk does not; got {sched!r}")
     if pairs and sched.cluster > 1:
-        raise ValueError(f"tile_producer: pairs of tiles take no clusters; got {sched!r}")
+        raise KitError(f"tile_producer: pairs of tiles take no clusters; got {sched!r}")
     if stream and (pairs or sched.cluster > 1 or sched.split > 1):
-        raise ValueError(f"tile_producer: stream-K's walk takes no pairs, clusters or K slices; got pairs={pairs!r}, "
+        raise KitError(f"tile_producer: stream-K's walk takes no pairs, clusters or K slices; got pairs={pairs!r}, "
                          f"{sched!r}")
     STAGE = stage_bytes
     CL = sched.cluster

@@ -57,6 +57,7 @@ import types
 import numpy as np
 from numba import cuda
 
+from ..errors import KitError
 from ..intrinsics import (
     acc_undef, acc_zeros, bulk_copy_g2s_array, cp_async, cp_async_zfill, desc_advance, ld_shared_f32, make_desc,
     st_shared_f32, tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
@@ -86,7 +87,7 @@ def acc_promote(n: int):
     ``s0 == s1`` for one scale per tile). Unrolled with constant indices (no local memory);
     each value costs one fused multiply-add."""
     if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
-        raise ValueError(f"acc_promote: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
+        raise KitError(f"acc_promote: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
     fn = _PROMOTES.get(n)
     if fn is None:
         # value i sits on row lr + 8 * ((i // 2) % 2) (the D fragment of m64nNk*)
@@ -114,7 +115,7 @@ def acc_promote_cols(n: int):
     as :func:`acc_promote`. (A whole unrolled body per offset, which ptxas merged into the same
     code, took Numba about four times as long to compile.)"""
     if not isinstance(n, int) or n % 16 or not 16 <= n <= 256:
-        raise ValueError(f"acc_promote_cols: n must be a multiple of 16 in [16, 256]; got {n!r}")
+        raise KitError(f"acc_promote_cols: n must be a multiple of 16 in [16, 256]; got {n!r}")
     fn = _SPANS.get(n)
     if fn is None:
         groups = n // 8  # value i: row lr + 8 * ((i // 2) % 2), column 8 * (i // 4) + (0 .. 7)
@@ -217,27 +218,27 @@ class BlockScaled(types.ModuleType):
                  a_columns: bool = False, rows: int = 128, cols: int = 128):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or k.atype not in ("e4m3", "e5m2") or k.btype not in ("e4m3", "e5m2"):
-            raise ValueError(f"BlockScaled: kind must be an fp8 kind with an f32 accumulator (f32.e4m3.e4m3, ...); "
+            raise KitError(f"BlockScaled: kind must be an fp8 kind with an f32 accumulator (f32.e4m3.e4m3, ...); "
                              f"got {kind!r}")
         if not isinstance(pipe, TmaPipeline) or pipe.cluster != 1:
-            raise ValueError(f"BlockScaled: pipe must be a TmaPipeline with no cluster; got {pipe!r}")
+            raise KitError(f"BlockScaled: pipe must be a TmaPipeline with no cluster; got {pipe!r}")
         super().__init__(f"BlockScaled({kind})")
         self.kind, self.pipe = kind, pipe
         self.a_block, self.b_block = bool(a_block), bool(b_block)
         if promote is None:
             promote = self.a_block or self.b_block
         if (self.a_block or self.b_block) and not promote:
-            raise ValueError("BlockScaled: block scales need promotion (each 128-K block has its own scale); "
+            raise KitError("BlockScaled: block scales need promotion (each 128-K block has its own scale); "
                              "got promote=False")
         self.staged = self.a_block and bool(a_columns)
         if rows not in (128, 256) or isinstance(rows, bool):
-            raise ValueError(f"BlockScaled: rows must be 128 or 256; got {rows!r}")
+            raise KitError(f"BlockScaled: rows must be 128 or 256; got {rows!r}")
         if rows == 256 and not self.staged:
-            raise ValueError("BlockScaled: 256-row tiles take A's block scales with contiguous rows (a_block=True, "
+            raise KitError("BlockScaled: 256-row tiles take A's block scales with contiguous rows (a_block=True, "
                              f"a_columns=True); got a_block={a_block!r}, a_columns={a_columns!r}")
         if cols not in (64, 128) + WIDE_COLS or isinstance(cols, bool) or (cols != 128 and rows == 256) \
                 or (cols in WIDE_COLS and not self.staged):
-            raise ValueError(f"BlockScaled: cols must be 128, 64 with 128 rows, or one of {WIDE_COLS} with 128 rows "
+            raise KitError(f"BlockScaled: cols must be 128, 64 with 128 rows, or one of {WIDE_COLS} with 128 rows "
                              f"and staged scales (a_block=True, a_columns=True); got cols={cols!r}, rows={rows!r}, "
                              f"a_columns={a_columns!r}")
         self.rows, self.cols = rows, cols
@@ -246,7 +247,7 @@ class BlockScaled(types.ModuleType):
         if (pipe.producers, pipe.consumers) != want:
             who = ("the TMA thread" + ("" if tma else " and a scale warp"), "the consumer threads") if self.staged \
                 else ("the TMA thread", "two warpgroups")
-            raise ValueError(f"BlockScaled: with{'' if self.staged else 'out'} staged scales the pipe must count "
+            raise KitError(f"BlockScaled: with{'' if self.staged else 'out'} staged scales the pipe must count "
                              f"producers={want[0]} ({who[0]}) and consumers={want[1]} ({who[1]}); got {pipe!r}")
         self.promotes = bool(promote)
         #: bytes of one stage (A's rows, then B's) and of one stage's scale slot (A's row

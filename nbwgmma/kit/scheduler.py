@@ -31,6 +31,7 @@ import types
 
 from numba import cuda
 
+from ..errors import KitError
 from ..intrinsics import cluster_ctarank
 from .device import inlined
 
@@ -98,7 +99,7 @@ def stream_walk(sched, whole, shared=None):
     :class:`~nbwgmma.kit.StreamFixup` asks). ``state`` (a tuple: the ring's slot and phase, ...)
     goes from each call to the next; ``args`` reaches every call unchanged."""
     if not isinstance(sched, TileScheduler) or sched.cluster != 1 or sched.split != 1:
-        raise ValueError(f"stream_walk: sched must be a TileScheduler without clusters or K slices; got {sched!r}")
+        raise KitError(f"stream_walk: sched must be a TileScheduler without clusters or K slices; got {sched!r}")
     STREAM = shared is not None
 
     @cuda.jit(device=True, inline=True)
@@ -163,14 +164,14 @@ class TileScheduler(types.ModuleType):
     def __init__(self, bm: int, bn: int, bk: int, *, group_m: int = 8, cluster: int = 1, split: int = 1,
                  cluster_k: int = 1, along: str = "M"):
         if along not in ("M", "N"):
-            raise ValueError(f"TileScheduler: along (the clusters' direction) must be 'M' or 'N'; got {along!r}")
+            raise KitError(f"TileScheduler: along (the clusters' direction) must be 'M' or 'N'; got {along!r}")
         if type(cluster_k) is not int or cluster_k not in (1, 2) or (cluster_k == 2 and (cluster != 1 or split != 1)):
-            raise ValueError(f"TileScheduler: cluster_k must be 1, or 2 with cluster=1 and split=1; got "
+            raise KitError(f"TileScheduler: cluster_k must be 1, or 2 with cluster=1 and split=1; got "
                              f"cluster_k={cluster_k!r}, cluster={cluster!r}, split={split!r}")
         for name, v in (("bm", bm), ("bn", bn), ("bk", bk), ("group_m", group_m), ("cluster", cluster),
                         ("split", split)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"TileScheduler: {name} must be a positive integer; got {v!r}")
+                raise KitError(f"TileScheduler: {name} must be a positive integer; got {v!r}")
         super().__init__(f"TileScheduler({bm}x{bn}x{bk})")
         self.bm, self.bn, self.bk = bm, bn, bk
         self.group_m, self.cluster, self.split, self.cluster_k = group_m, cluster, split, cluster_k
@@ -196,7 +197,7 @@ class TileScheduler(types.ModuleType):
         """CTAs of a persistent grid of at most ``ctas`` (whole clusters, no idle cluster),
         for CTAs that take ``at_once`` units at a time (2 for consumers taking tiles in turn)."""
         if not isinstance(at_once, int) or at_once < 1:
-            raise ValueError(f"TileScheduler.grid: at_once must be a positive integer; got {at_once!r}")
+            raise KitError(f"TileScheduler.grid: at_once must be a positive integer; got {at_once!r}")
         size = self.cluster * self.cluster_k
         clusters = max(1, min(ctas // size, -(-self.units(m, n, k) // at_once)))
         return clusters * size

@@ -40,6 +40,7 @@ import types
 import numpy as np
 from numba import cuda
 
+from ..errors import KitError
 from ..intrinsics import (acc_undef, desc_advance, make_desc, smem_addr, tma_load_2d, tma_load_multicast_2d,
                           wgmma_commit_group, wgmma_fence, wgmma_mma_async_sp, wgmma_wait_group)
 from ..layout import SWIZZLE_CODE, wgmma_sp_kind
@@ -70,16 +71,16 @@ class SparseConsumers(types.ModuleType):
         k = wgmma_sp_kind(kind)
         ok = ("f16", "bf16") if k.input_bits == 16 else ("e4m3", "e5m2")
         if k.dtype != "f32" or k.atype not in ok or k.btype not in ok or (k.input_bits == 16 and k.atype != k.btype):
-            raise ValueError(f"SparseConsumers: kind must be a 16-bit or fp8 sparse kind with f32 accumulators "
+            raise KitError(f"SparseConsumers: kind must be a 16-bit or fp8 sparse kind with f32 accumulators "
                              f"(f32.bf16.bf16, f32.f16.f16, f32.e4m3.e4m3, ...); got {kind!r}")
         if bn not in (64, 128, 192, 256):
-            raise ValueError(f"SparseConsumers: bn must be 64, 128, 192 or 256; got {bn!r}")
+            raise KitError(f"SparseConsumers: bn must be 64, 128, 192 or 256; got {bn!r}")
         if b_major not in ("K", "MN"):
-            raise ValueError(f"SparseConsumers: b_major must be 'K' or 'MN'; got {b_major!r}")
+            raise KitError(f"SparseConsumers: b_major must be 'K' or 'MN'; got {b_major!r}")
         if b_major == "MN" and not k.transposable:
-            raise ValueError(f"SparseConsumers: {kind} has no transpose: B must be K-major (b_major='K')")
+            raise KitError(f"SparseConsumers: {kind} has no transpose: B must be K-major (b_major='K')")
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != 2 or pipe.cluster not in (1, 2, 4):
-            raise ValueError(f"SparseConsumers: pipe must be a TmaPipeline with consumers=2 and a cluster of 1, 2 "
+            raise KitError(f"SparseConsumers: pipe must be a TmaPipeline with consumers=2 and a cluster of 1, 2 "
                              f"or 4; got {pipe!r}")
         check_shares("SparseConsumers", bn, b_major, pipe.cluster)
         super().__init__(f"SparseConsumers({kind})")

@@ -40,6 +40,7 @@ import types
 
 from numba import cuda
 
+from ..errors import KitError
 from ..intrinsics import acc_add_strided, acc_store_strided, acc_zeros, named_barrier_sync
 from ..layout import wgmma_kind
 from .device import inlined
@@ -72,15 +73,15 @@ class StreamFixup(types.ModuleType):
                  first_thread: int = 128, barrier: int = 5):
         k = wgmma_kind(kind)
         if k.dtype != "f32":
-            raise ValueError(f"StreamFixup: kind must have an f32 accumulator; got {kind!r}")
+            raise KitError(f"StreamFixup: kind must have an f32 accumulator; got {kind!r}")
         if not isinstance(bn, int) or bn % 8 or not 8 <= bn <= 256:
-            raise ValueError(f"StreamFixup: bn must be a wgmma N (a multiple of 8 in [8, 256]); got {bn!r}")
+            raise KitError(f"StreamFixup: bn must be a wgmma N (a multiple of 8 in [8, 256]); got {bn!r}")
         for name, v, ok in (("consumers", consumers, (1, 2, 3, 4)), ("fragments", fragments, (1, 2)),
                             ("barrier", barrier, range(1, 16))):
             if isinstance(v, bool) or v not in ok:
-                raise ValueError(f"StreamFixup: {name} must be one of {tuple(ok)}; got {v!r}")
+                raise KitError(f"StreamFixup: {name} must be one of {tuple(ok)}; got {v!r}")
         if not isinstance(first_thread, int) or first_thread < 0 or first_thread % 128:
-            raise ValueError(f"StreamFixup: first_thread must be a warpgroup's first thread (a multiple of 128); "
+            raise KitError(f"StreamFixup: first_thread must be a warpgroup's first thread (a multiple of 128); "
                              f"got {first_thread!r}")
         super().__init__(f"StreamFixup({kind}, {bn})")
         self.kind, self.bn, self.consumers, self.fragments = kind, bn, consumers, fragments

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from numba import types
 
+from ..errors import KindError
+
 __all__ = ["WgmmaKind", "WGMMA_KINDS", "wgmma_kind", "acc_regs", "FP8_TYPES", "INT8_TYPES", "WGMMA_SP_KINDS",
            "wgmma_sp_kind"]
 
@@ -117,23 +119,23 @@ WGMMA_SP_KINDS: dict = _sparse_table()
 
 
 def wgmma_kind(key: str) -> WgmmaKind:
-    """The row of the table for ``key`` (``"f32.bf16.bf16"``); ``ValueError`` for a combination
-    PTX does not have."""
+    """The row of the table for ``key`` (``"f32.bf16.bf16"``); :class:`~nbwgmma.errors.KindError`
+    (a ``ValueError``) for a combination PTX does not have."""
     try:
         return WGMMA_KINDS[key]
     except KeyError:
-        raise ValueError(
+        raise KindError(
             f"wgmma: unknown type combination {key!r}; expected one of {', '.join(WGMMA_KINDS)}"
         ) from None
 
 
 def wgmma_sp_kind(key: str) -> WgmmaKind:
-    """The row of the sparse table for ``key``; ``ValueError`` for a combination
-    ``wgmma.mma_async.sp`` does not have."""
+    """The row of the sparse table for ``key``; :class:`~nbwgmma.errors.KindError` for a
+    combination ``wgmma.mma_async.sp`` does not have."""
     try:
         return WGMMA_SP_KINDS[key]
     except KeyError:
-        raise ValueError(
+        raise KindError(
             f"wgmma.mma_async.sp: unknown type combination {key!r}; expected one of {', '.join(WGMMA_SP_KINDS)}"
         ) from None
 
