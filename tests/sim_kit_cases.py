@@ -387,3 +387,23 @@ def test_a_kit_block_s_hazard_names_the_kernel_line_that_called_it():
                                             r".*sim_kit_cases\.py:\d+\)\) accesses shared memory at 0x[0-9a-f]+, "
                                             r"outside what the kernel has"):
         launch(_ring_past_the_launch, 1, 32, (out,), smem=1024)
+
+
+@SIM_ONLY
+def test_a_kit_block_in_a_kernel_numbas_simulator_launched_says_how_to_launch():
+    """kernel[grid, block](...) runs Numba's own simulator, without nbwgmma's intrinsics: a kit
+    block called there says to launch with nbwgmma.launch.launch (it failed deep in Numba's
+    simulator with a TypeError)."""
+    from nbwgmma import sim
+    from nbwgmma.kit import warpgroup_index
+
+    @cuda.jit
+    def kernel(out):
+        out[cuda.threadIdx.x] = warpgroup_index()
+
+    out = cuda.to_device(np.zeros(128, np.int32))
+    with pytest.raises(sim.SimError, match=r"warpgroup_index.* runs in the simulator only in a kernel launched with "
+                                           r"nbwgmma.launch.launch"):
+        kernel[1, 128](out)
+    launch(kernel, 1, 128, (out,))  # the same kernel through nbwgmma's launch
+    assert (out.copy_to_host() == 0).all()

@@ -15,6 +15,8 @@ import contextlib
 from numba.cuda.simulator.kernel import FakeCUDAKernel
 from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
+from ..errors import own_source
+
 __all__ = ["SimDeviceFunction", "fast_device_function", "device_modules_held"]
 
 _MODULES: dict = {}  # id(a module's globals) -> a device function defined there
@@ -28,6 +30,12 @@ class SimDeviceFunction(FakeCUDAKernel):
     def __call__(self, *args):
         if id(self.fn.__globals__) in _HELD:
             return self.fn(*args)
+        if own_source(self.fn.__code__.co_filename):  # a kit block in a kernel Numba's simulator launched
+            from .core import SimError
+
+            raise SimError(f"{self.fn.__qualname__} (nbwgmma's) runs in the simulator only in a kernel launched "
+                           f"with nbwgmma.launch.launch(kernel, grid, block, args, smem=...); kernel[grid, block](...) "
+                           f"runs Numba's own simulator, which has none of nbwgmma's intrinsics")
         return super().__call__(*args)
 
 

@@ -23,7 +23,7 @@ from ..layout.fragment import a_frag_coords, acc_value_coords
 from ..layout.kinds import wgmma_kind, wgmma_sp_kind
 from ..layout.sparse import read_sparse_a_registers, wgmma_sp_reference
 from ..layout.wgmma_model import decode_elements, operand_addresses, wgmma_reference
-from .core import SimHazard, collective, me, warpgroup_members
+from .core import SimHazard, collective, me, warpgroup_members, where
 from .declare import IMPLS
 from .shadow import AsyncRead, unique_offsets
 
@@ -40,8 +40,8 @@ class Acc(tuple):
         if not self.op.done:
             th = me()
             raise SimHazard(
-                f"thread {th.thread_id} ({what} at {th.where}) reads an accumulator that {self.op.what} issued at "
-                f"{self.op.where} is still writing: no wgmma_wait_group has covered it yet (commit its group, "
+                f"thread {th.thread_id} ({what} at {th.where or where()}) reads an accumulator that {self.op.what} "
+                f"issued at {self.op.where} is still writing: no wgmma_wait_group has covered it yet (commit its group, "
                 f"then wait with wgmma_wait_group(n) for n smaller than the number of groups issued after it)")
 
     def __getitem__(self, i):
