@@ -103,7 +103,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     runs on ``tanh.approx``, as cuBLASLt's fused GELU does: within 6e-6 of the exact function
     before the output's rounding; into f32, within 5e-6 relative). ``epilogue`` is your own function
     ``(value, row, col, *epilogue_args) -> value`` applied last (extras: vectors of one
-    value per column or row, or numbers). ``c`` (shape (M, N), any strides, may be ``out``
+    value per column, shape (N,) or (1, N), or per row, shape (M, 1), as for ``bias``; or
+    numbers). ``c`` (shape (M, N), any strides, may be ``out``
     itself) is added as ``beta * c`` (``beta`` 1 by default where ``c`` is given), and the
     product is scaled by ``alpha``: ``out = epilogue(activation(alpha * a @ b + beta * c +
     bias))``. All of it runs in the library GEMM's own epilogue: every type, layout, output type and
