@@ -308,10 +308,13 @@ class MBarrier:
         return f"mbarrier '{name}' at {at}" if name else f"mbarrier at {at}"
 
     def state(self):
+        short = "" if self.pending or self.tx <= 0 else (
+            ": every arrival is in, the bytes are short (copies not issued, or maps whose boxes bring "
+            "fewer bytes than the expect_tx counted: check each map's box against the stage's bytes)")
         return (f"its current phase, not yet complete, is {self.phase} (parity {self.phase & 1}), with "
                 f"{self.pending} of "
                 f"{self.expected} arrivals pending and {self.tx} transaction bytes pending "
-                f"({self.expected_bytes} expected, {self.arrived_bytes} arrived in this phase)")
+                f"({self.expected_bytes} expected, {self.arrived_bytes} arrived in this phase){short}")
 
     def _check(self, th):
         if self.pending == 0 and self.tx < 0:
