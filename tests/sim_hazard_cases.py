@@ -123,6 +123,19 @@ def test_a_tma_tile_of_another_number_format_than_the_wgmma_reads_is_a_hazard(dt
         mod.run(a, b)
 
 
+def test_a_tma_store_of_a_block_written_in_another_swizzle_is_a_hazard():
+    """D written with the 128B swizzle (acc_store_swizzled), stored through a map of 64B: the
+    store would scramble D (a wrong answer on the GPU); both lines named."""
+    rng = np.random.default_rng(3)
+    mod = _edited_example("tma_wgmma_tile", 'maps.append(TensorMap(d, (64, 32), swizzle="128B"))',
+                          'maps.append(TensorMap(d, (64, 16), swizzle="64B"))', "D's map")
+    with pytest.raises(sim.SimHazard, match=r"a TMA store at .*tma_wgmma_tile.py:\d+\) stores shared memory at "
+                                            r"0x[0-9a-f]+ through a tensor map with the 64B swizzle, but "
+                                            r"acc_store_swizzled at .*tma_wgmma_tile.py:\d+ wrote those bytes laid "
+                                            r"out with the 128B swizzle"):
+        mod.run(rng.integers(-4, 5, (64, 64)), rng.integers(-4, 5, (64, 64)))
+
+
 def test_a_plain_tma_copy_of_data_arranged_beforehand_is_no_hazard():
     """A map without swizzle copies bytes as they lie: tiles laid out in global memory with the
     128B swizzle already, copied plainly and read through 128B descriptors, are exact."""
@@ -414,7 +427,8 @@ def test_leaving_the_kernel_with_a_tma_store_in_flight_is_a_hazard():
     """No bulk_wait_group before the kernel ends: the store may still read the CTA's shared
     memory after its release."""
     with pytest.raises(sim.SimHazard, match=r"thread 0 of block \(0, 0\) left the kernel with 1 bulk store\(s\) still "
-                                            r"reading shared memory: wait for them with bulk_wait_group_read\(0\)"):
+                                            r"reading shared memory, the last issued at .*sim_hazard_cases.py:\d+: "
+                                            r"wait for them with bulk_wait_group_read\(0\)"):
         _run_store(wait=False)
 
 

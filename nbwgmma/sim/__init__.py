@@ -41,6 +41,9 @@ order the threads run in, because it tracks happens-before with vector clocks
 * a wgmma reading a TMA tile through a descriptor of another swizzle than the tile's
   swizzling map, or through a map whose element type names another number format than the
   kind's (an ``f16`` map read as bf16; maps of integers, ``u16``, ``u8``, make no claim);
+* a TMA store through a map whose swizzle differs from the one a swizzled fragment store
+  (``acc_stmatrix_swizzled``, ``acc_store_swizzled``, ``acc_store_fp8_swizzled``) wrote the
+  block in (a map without swizzle is a plain copy and makes no claim);
 * a named barrier for more threads than the block has (a hang on the GPU; a hang in a block
   smaller than the kernel's launch bounds says so too);
 * an mbarrier used before its ``mbarrier_init``, or with nothing (a ``syncthreads``, a cluster

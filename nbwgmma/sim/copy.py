@@ -128,6 +128,7 @@ def _tma_store(rank, src, tmap, op=None, **kw):
         what = "a TMA store" if op is None else f"a TMA reduce-{op}"
         cta.shadow.check_observed(th, idx, what)
         cta.shadow.check_proxy(th, idx, what)
+        cta.shadow.check_store_layout(th, idx, p.swizzle, what)
         vals = np.ascontiguousarray(cta.image[idx]).view(tensor.dtype).reshape(box)
         rd = AsyncRead(f"{what} of thread {th.thread_id}", th.where)
         cta.shadow.async_read(("bulk", th.gid), idx, rd)
@@ -272,10 +273,11 @@ def _stores_waited_at_exit(th):
     st = th.bulk
     if st is None:
         return
-    pending = len(st.open) + sum(len(g) for g in st.groups)
-    if pending:
-        raise SimHazard(f"thread {th.thread_id} of block ({th.blockIdx.x}, {th.blockIdx.y}) left the kernel with {pending} bulk "
-                        f"store(s) still reading shared memory{' (not committed)' if st.open else ''}: wait for "
+    reads = [rd for g in st.groups for rd in g] + list(st.open)
+    if reads:
+        raise SimHazard(f"thread {th.thread_id} of block ({th.blockIdx.x}, {th.blockIdx.y}) left the kernel with "
+                        f"{len(reads)} bulk store(s) still reading shared memory{' (not committed)' if st.open else ''}"
+                        f", the last issued at {reads[-1].where}: wait for "
                         f"them with bulk_wait_group_read(0) or bulk_wait_group(0) after the last "
                         f"bulk_commit_group, before the kernel ends")
 
@@ -321,7 +323,7 @@ def _copy(dst, array, offset, size, nvalid):
         cta.shadow.writes.append(AsyncWrite(th.where, 0, 1 << 62, f"the cp.async's arrival (thread {th.thread_id} "
                                             f"has not called cp_async_mbarrier_arrive_noinc after it)"))
         cta.shadow.aw[idx] = len(cta.shadow.writes)
-        cta.shadow.gw_tid[idx] = 0
+        cta.shadow.gw_tid[idx] = cta.shadow.gw_swizzle[idx] = 0
         cta.shadow.aw_swizzle[idx] = cta.shadow.aw_type[idx] = 0
     th.cp_async = (th.cp_async or []) + [(cta, off, data)]
 

@@ -126,11 +126,11 @@ acc_to_bf16x2 = _pack16("acc_to_bf16x2", "bf16")
 acc_to_f16x2 = _pack16("acc_to_f16x2", "f16")
 
 
-def _store_smem(th, base, offs, esize, vals, dtype, what):
+def _store_smem(th, base, offs, esize, vals, dtype, what, swizzle=None):
     cta, off0 = split(int(base))
     idx = (off0 + np.asarray(offs, np.int64))[:, None] + np.arange(esize)
     with th.cl.lock:
-        cta.shadow.generic_write(th, idx.reshape(-1), what)
+        cta.shadow.generic_write(th, idx.reshape(-1), what, swizzle)
         for i, row in enumerate(idx):
             cta.image[row[0]:row[0] + esize].view(dtype)[0] = vals[i]
 
@@ -141,7 +141,8 @@ def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):
     _kind_of_acc(kind, acc, "acc_store_swizzled")
     vals = np.asarray(read_acc(acc, "acc_store_swizzled"))
     r, c = thread_coords(int(tid), len(vals))
-    _store_smem(th, base, tile_block_offset(r, c, 4, row_bytes, swizzle), 4, vals, vals.dtype, "acc_store_swizzled")
+    _store_smem(th, base, tile_block_offset(r, c, 4, row_bytes, swizzle), 4, vals, vals.dtype, "acc_store_swizzled",
+                swizzle)
 
 
 def acc_store_fp8_swizzled(acc, base, tid, row_bytes, swizzle, fmt):
@@ -152,7 +153,7 @@ def acc_store_fp8_swizzled(acc, base, tid, row_bytes, swizzle, fmt):
     codes = np.where(np.isnan(vals), 0x7F, float_to_fp8(np.nan_to_num(vals), fmt)).astype(np.uint8)
     r, c = thread_coords(int(tid), len(vals))
     _store_smem(th, base, tile_block_offset(r, c, 1, row_bytes, swizzle), 1, codes, np.uint8,
-                "acc_store_fp8_swizzled")
+                "acc_store_fp8_swizzled", swizzle)
 
 
 def _halves(regs):
@@ -167,7 +168,7 @@ def acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle):
     halves = _halves(regs)
     r, c = thread_coords(int(tid), len(halves))
     _store_smem(th, base, tile_block_offset(r, c, 2, row_bytes, swizzle), 2, halves, np.uint16,
-                "acc_stmatrix_swizzled")
+                "acc_stmatrix_swizzled", swizzle)
 
 
 def acc_stmatrix_transposed(regs, base, tid):

@@ -79,6 +79,7 @@ class Shadow:
         self.gw_tid = np.zeros(SMEM_BYTES, np.int32)  # generic writer's cluster thread id + 1
         self.gw_epoch = np.zeros(SMEM_BYTES, np.int64)
         self.gw_site = np.zeros(SMEM_BYTES, np.int32)  # index into self.sites of the generic write
+        self.gw_swizzle = np.zeros(SMEM_BYTES, np.int8)  # a swizzled fragment store's swizzle (SWIZZLE_MARK)
         self.sites = [("", "")]  # (what, where) of the generic writes, for the hazards' messages
         self.site_ids = {}
         self.aw = np.zeros(SMEM_BYTES, np.int32)  # index + 1 into self.writes
@@ -89,8 +90,11 @@ class Shadow:
 
     # -- records -------------------------------------------------------------------------
 
-    def generic_write(self, th, idx, what):
+    def generic_write(self, th, idx, what, swizzle=None):
+        """``th`` writes ``idx`` through the generic proxy; ``swizzle``: the layout a swizzled
+        fragment store (``acc_stmatrix_swizzled``, ...) gave the bytes."""
         self.check_write(th, idx, what)
+        self.gw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
         self.gw_tid[idx] = th.gid + 1
         self.gw_epoch[idx] = th.clock[th.gid]
         site = (what, th.where)
@@ -119,6 +123,7 @@ class Shadow:
                     f"destinations overlap?)")
         self.writes.append(AsyncWrite(th.where, mbar.slot, mbar.phase, mbar.label()))
         self.aw[idx] = len(self.writes)
+        self.gw_swizzle[idx] = 0
         self.gw_tid[idx] = 0
         self.aw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
         self.aw_type[idx] = TYPE_MARK.get(dtype, 0)
@@ -216,6 +221,25 @@ class Shadow:
                 f"and box and the descriptor must describe the same layout (for a kit pipeline, build the maps with "
                 f"the Cooperative's box_a/box_b and the default 128B swizzle; data arranged for this in global "
                 f"memory on purpose loads with swizzle='none', a plain copy)")
+
+    def check_store_layout(self, th, idx, swizzle, what):
+        """A TMA store through a map of ``swizzle`` must find the bytes a swizzled fragment store
+        wrote laid out with the same swizzle (or bytes no such store wrote). A map without
+        swizzle is a plain copy and makes no claim, as for loads."""
+        want = SWIZZLE_MARK.get(swizzle, 0)
+        if not want:
+            return
+        got = self.gw_swizzle[idx]
+        bad = (got != 0) & (got != want)
+        if not bad.any():
+            return
+        i = int(np.flatnonzero(bad)[0])
+        wrote, at = self.sites[int(self.gw_site[idx[i]])]
+        raise SimHazard(
+            f"thread {th.thread_id} ({what} at {th.where}) stores shared memory at 0x{int(idx[i]):x} through a tensor "
+            f"map with the {swizzle} swizzle, but {wrote} at {at} wrote those bytes laid out with the "
+            f"{SWIZZLE_OF_MARK[int(got[i])]} swizzle: the map's swizzle and box must describe the layout the block was "
+            f"written in (tma_store_part's blocks: box (64, 64) and the 128B swizzle, TensorMap's default)")
 
     def _claimed_otherwise(self, idx, marks, want):
         """The first byte of ``idx`` whose TMA copy's mark in ``marks`` is neither 0 (no claim)
