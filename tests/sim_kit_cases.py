@@ -81,6 +81,28 @@ def _add(v, row, col, b):
     return v + b
 
 
+def test_a_mapped_function_given_the_wrong_vectors_is_refused_at_the_kernels_line():
+    """In the simulator as in the compiler (tests/test_kit_cpu.py): a vector left out is a typing
+    error naming what the mapped function takes (it was Python's "missing 1 required positional
+    argument: 'v1'")."""
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+
+    mapped = acc_map(_add, 64, cols=1)
+
+    @cuda.jit
+    def kernel(out):
+        t = cuda.threadIdx.x
+        acc = mapped(acc_zeros("f32.bf16.bf16", 64), t, 0, 0)
+        acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+    out = cuda.to_device(np.zeros((64, 64), np.float32))
+    with pytest.raises(NbwgmmaTypingError, match=r"after \(acc, tid, row0, col0\) it takes 1 per-column vector\(s\).* "
+                                                 r"1 in all; got 0") as exc:
+        launch(kernel, 1, 128, (out,))
+    if config.ENABLE_CUDASIM:  # the simulator names the kernel's line
+        assert f"{__file__}:" in str(exc.value), str(exc.value)
+
+
 def test_a_vector_that_is_not_1d_is_refused_at_the_kernels_line():
     """In the simulator as in the compiler (tests/test_kit_cpu.py): the typing error, at the call."""
     from nbwgmma.intrinsics.errors import NbwgmmaTypingError

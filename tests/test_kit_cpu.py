@@ -94,6 +94,27 @@ def _short_fragment(out, bias, n):
     acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
 
 
+@cuda.jit
+def _no_vector(out, bias, n):
+    t = cuda.threadIdx.x
+    acc = _BIASED(acc_zeros("f32.bf16.bf16", 64), t, 0, 0)  # the per-column vector left out
+    acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+
+def test_a_mapped_function_given_the_wrong_vectors_is_a_typing_error_at_the_call():
+    """acc_map's function counts what follows (acc, tid, row0, col0) at typing: a vector left
+    out names what it takes, at the kernel's line (Numba said "Cannot bind" with no line)."""
+    import inspect
+
+    with pytest.raises(NbwgmmaTypingError, match=r"acc_map\(_add_bias, n=64\): after \(acc, tid, row0, col0\) it takes 1 "
+                                                 r"per-column vector\(s\), 0 per-row vector\(s\) and 0 extra "
+                                                 r"argument\(s\) .*1 in all; got 0") as exc:
+        compile_report(_no_vector, (types.float32[:, ::1], types.float32[::1], types.int32))
+    src, first = inspect.getsourcelines(_no_vector.py_func)
+    line = first + next(i for i, s in enumerate(src) if "_BIASED(" in s)
+    assert str(exc.value).startswith(f"{__file__}:{line}: acc_map(_add_bias, n=64)"), str(exc.value)
+
+
 def test_a_fragment_of_the_wrong_length_is_a_typing_error_naming_acc_map():
     """The error leads with the kernel's line that called acc_map (not the generated function's)."""
     import inspect

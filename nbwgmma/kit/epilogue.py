@@ -207,6 +207,35 @@ def _fragment_check(what: str, count: int, noun: str = "the fragment",
     return check
 
 
+def _count_check(what: str, cols: int, rows: int, nextra: int):
+    """A no-op that refuses, at typing, a mapped function's ``*args`` of another length than its
+    ``cols`` + ``rows`` vectors and ``nextra`` extras."""
+    want = cols + rows + nextra
+
+    def message(got):
+        return (f"{what}: after (acc, tid, row0, col0) it takes {cols} per-column vector(s), {rows} per-row "
+                f"vector(s) and {nextra} extra argument(s) (cols={cols}, rows={rows}, nextra={nextra}): {want} "
+                f"in all; got {got}")
+
+    if backend.active():
+        def check(args):
+            if len(args) != want:
+                raise NbwgmmaTypingError(backend.located(message(len(args))), highlighting=False)
+        return check
+
+    @intrinsic
+    def check(typingctx, args):
+        if not isinstance(args, types.BaseTuple) or len(args) != want:
+            raise NbwgmmaTypingError(message(len(args) if isinstance(args, types.BaseTuple) else str(args)))
+
+        def codegen(context, builder, sig, args):
+            return context.get_dummy_value()
+
+        return types.none(args), codegen
+
+    return check
+
+
 def _vector_check(what: str, name: str):
     """A no-op that refuses, at typing, a vector (``name`` says which) that is not a 1-D array:
     element ``k`` of it belongs to the tile's ``k``-th column (row), as ``bias[col0:n]`` gives."""
@@ -309,15 +338,18 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
                  f"{', a row value' * rows}{', an extra' * nextra}) for cols={cols}, rows={rows}, nextra={nextra}")
     vecs = [f"v{j}" for j in range(cols + rows)]
     extra = [f"e{j}" for j in range(nextra)]
-    params = "".join(f", {x}" for x in vecs + extra)
+    # The vectors and extras come as *args, counted at typing (a wrong count is a typing error
+    # naming what the function takes, at your line; Numba's own said "Cannot bind" with none).
     # The thread's place from bit operations on tid: LLVM then knows every local index is
     # non-negative and drops the negative-index wrap of each vector load.
-    lines = [f"def mapped(acc, tid, row0, col0{params}):",
+    lines = ["def mapped(acc, tid, row0, col0, *args):",
              "    check(acc)",
-             "    lr = ((tid >> 5) << 4) + ((tid >> 2) & 7)",
-             "    lc = (tid & 3) << 1",
-             "    r = row0 + lr",
-             "    c = col0 + lc"]
+             "    count(args)"]
+    lines += [f"    {x} = args[{i}]" for i, x in enumerate(vecs + extra)]
+    lines += ["    lr = ((tid >> 5) << 4) + ((tid >> 2) & 7)",
+              "    lc = (tid & 3) << 1",
+              "    r = row0 + lr",
+              "    c = col0 + lc"]
     loads = ["T(W({}))" if v == "bf16" else "T({})" for v in vtypes]  # an element, as the accumulator's type
     lines += [f"    vec{j}(v{j})" for j in range(cols if loaded else 0, cols + rows)]
     for j in range(cols if loaded else 0):  # values col_values loaded
@@ -346,7 +378,8 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": _fragment_check(name, n // 2),
           "vcheck": _fragment_check(name, n // 4, "a loaded vector", "col_values' values of these columns")
           if loaded else None,
-          "W": _bf16_value() if "bf16" in vtypes else None}
+          "W": _bf16_value() if "bf16" in vtypes else None,
+          "count": _count_check(name, cols, rows, nextra)}
     for j in range(cols if loaded else 0, cols + rows):
         ns[f"vec{j}"] = _vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})")
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
