@@ -238,7 +238,7 @@ class Cluster:
         the one whose wait shows the mistake (a producer waiting for a slot the consumers,
         themselves waiting for bytes that never come, never release)."""
         sites: dict = {}
-        own = (th.where, text)
+        own = (th.where or where(), text)
         for t in self.sched.blocked:
             if t is th or not isinstance(t, SimThread):
                 continue

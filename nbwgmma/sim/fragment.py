@@ -148,7 +148,7 @@ def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):
 def acc_store_fp8_swizzled(acc, base, tid, row_bytes, swizzle, fmt):
     th = me()
     if fmt not in ("e4m3", "e5m2"):
-        raise TypeError(f"acc_store_fp8_swizzled: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r}")
+        raise typing_error(f"acc_store_fp8_swizzled: fmt must be one of ['e4m3', 'e5m2']; got {fmt!r}")
     vals = np.asarray(read_acc(acc, "acc_store_fp8_swizzled")).astype(np.float32).astype(np.float64)
     codes = np.where(np.isnan(vals), 0x7F, float_to_fp8(np.nan_to_num(vals), fmt)).astype(np.uint8)
     r, c = thread_coords(int(tid), len(vals))
@@ -176,7 +176,7 @@ def acc_stmatrix_transposed(regs, base, tid):
     th = me()
     halves = _halves(regs)
     if len(halves) % 4:
-        raise TypeError(f"acc_stmatrix_transposed: 'regs' must be 2*k packed registers; got {len(halves) // 2}")
+        raise typing_error(f"acc_stmatrix_transposed: 'regs' must be 2*k packed registers; got {len(halves) // 2}")
     r, c = thread_coords(int(tid), len(halves))
     offs = transposed_block_offset(np.asarray(r), np.asarray(c))
     _store_smem(th, base, offs, 2, halves, np.uint16, "acc_stmatrix_transposed")

@@ -227,29 +227,34 @@ class Shadow:
         wrote laid out with the same swizzle (or bytes no such store wrote). A map without
         swizzle is a plain copy and makes no claim, as for loads."""
         want = SWIZZLE_MARK.get(swizzle, 0)
-        if not want:
-            return
-        got = self.gw_swizzle[idx]
-        bad = (got != 0) & (got != want)
-        if not bad.any():
-            return
-        i = int(np.flatnonzero(bad)[0])
-        wrote, at = self.sites[int(self.gw_site[idx[i]])]
-        raise SimHazard(
-            f"thread {th.thread_id} ({what} at {th.where}) stores shared memory at 0x{int(idx[i]):x} through a tensor "
-            f"map with the {swizzle} swizzle, but {wrote} at {at} wrote those bytes laid out with the "
-            f"{SWIZZLE_OF_MARK[int(got[i])]} swizzle: the map's swizzle and box must describe the layout the block was "
-            f"written in (tma_store_part's blocks: box (64, 64) and the 128B swizzle, TensorMap's default)")
+        bad = self._first_claim(idx, self.gw_swizzle, want) if want else None
+        if bad is not None:
+            i, got = bad
+            wrote, at = self.sites[int(self.gw_site[idx[i]])]
+            raise SimHazard(
+                f"thread {th.thread_id} ({what} at {th.where}) stores shared memory at 0x{int(idx[i]):x} through a "
+                f"tensor map with the {swizzle} swizzle, but {wrote} at {at} wrote those bytes laid out with the "
+                f"{SWIZZLE_OF_MARK[got]} swizzle: the map's swizzle and box must describe the layout the block was "
+                f"written in (tma_store_part's blocks: box (64, 64) and the 128B swizzle, TensorMap's default)")
 
     def _claimed_otherwise(self, idx, marks, want):
         """The first byte of ``idx`` whose TMA copy's mark in ``marks`` is neither 0 (no claim)
         nor ``want``: (its address as text, the mark, the copy's AsyncWrite), or None."""
+        bad = self._first_claim(idx, marks, want)
+        if bad is None:
+            return None
+        i, got = bad
+        return f"0x{int(idx[i]):x}", got, self.writes[int(self.aw[idx[i]]) - 1]
+
+    @staticmethod
+    def _first_claim(idx, marks, want):
+        """(position in ``idx``, mark) of the first byte whose mark is neither 0 nor ``want``, or None."""
         got = marks[idx]
         bad = (got != 0) & (got != want)
         if not bad.any():
             return None
         i = int(np.flatnonzero(bad)[0])
-        return f"0x{int(idx[i]):x}", int(got[i]), self.writes[int(self.aw[idx[i]]) - 1]
+        return i, int(got[i])
 
     def check_proxy(self, th, idx, what):
         """An async-proxy read of ``idx`` needs its generic writes fenced and ordered before it."""
