@@ -11,8 +11,9 @@ defines device functions is held for a whole launch (:func:`device_modules_held`
 from __future__ import annotations
 
 import contextlib
+import threading
 
-from numba.cuda.simulator.kernel import FakeCUDAKernel, _get_kernel_context
+from numba.cuda.simulator.kernel import BlockThread, FakeCUDAKernel
 from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
 from ..errors import own_source
@@ -30,8 +31,9 @@ class SimDeviceFunction(FakeCUDAKernel):
     def __call__(self, *args):
         if id(self.fn.__globals__) in _HELD:
             return self.fn(*args)
-        if _get_kernel_context() is not None and own_source(self.fn.__code__.co_filename):
-            # a kit block in a kernel Numba's own simulator launched (from the host it is a plain call)
+        if isinstance(threading.current_thread(), BlockThread) and own_source(self.fn.__code__.co_filename):
+            # a kit block in a kernel Numba's own simulator launched (its threads are BlockThreads;
+            # from the host it is a plain call)
             from .core import SimError
 
             raise SimError(f"{self.fn.__qualname__} (nbwgmma's) runs in the simulator only in a kernel launched "
