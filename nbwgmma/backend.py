@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-__all__ = ["register", "active", "python_intrinsic", "python_functions", "located"]
+__all__ = ["register", "active", "python_intrinsic", "python_functions", "typing_error"]
 
 # (declare, functions, where) once a simulator has registered, else None
 _registered: list = [None]
@@ -23,16 +23,24 @@ def register(declare: Callable, functions: dict, where: Callable[[], str] | None
     """Build every intrinsic as Python: ``declare(name, params, imms, doc)`` makes the
     function for a PTX-template intrinsic (its operand spec ``params``, the compile-time
     ones among them ``imms``); ``functions`` replace hand-written intrinsics by name;
-    ``where()`` names the kernel line a simulated thread is at (see :func:`located`)."""
+    ``where()`` names the kernel line a simulated thread is at, or None outside a simulated
+    kernel (see :func:`typing_error`)."""
     _registered[0] = (declare, dict(functions), where)
 
 
-def located(message: str) -> str:
-    """``message`` led by "file:line: " of the simulated kernel's line where a simulator has
-    registered a locator: a typing error's location, as the text of a compiled kernel's
-    typing error leads with it."""
+def typing_error(message: str):
+    """The :class:`~nbwgmma.intrinsics.errors.NbwgmmaTypingError` a compiled kernel's typing
+    raises for ``message``, as a simulator raises it: its text led by "file:line: " of the
+    simulated kernel's line (where a simulator has registered a locator and the call is in a
+    simulated kernel), as a compiled one's is, without terminal escapes; ``.message`` the
+    message alone."""
+    from .intrinsics.errors import NbwgmmaTypingError  # (the intrinsics import after a simulator registers)
+
     where = _registered[0][2] if _registered[0] is not None else None
-    return f"{where()}: {message}" if where is not None else message
+    at = where() if where is not None else None
+    e = NbwgmmaTypingError(f"{at}: {message}" if at else message, highlighting=False)
+    e.message = message
+    return e
 
 
 def active() -> bool:

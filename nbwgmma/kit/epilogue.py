@@ -190,7 +190,7 @@ def _fragment_check(what: str, count: int, noun: str = "the fragment",
         def check(acc):
             if not isinstance(acc, tuple) or len(acc) != count:
                 got = f"{type(acc).__name__} of {len(acc) if isinstance(acc, tuple) else '?'}"
-                raise NbwgmmaTypingError(backend.located(message(got)), highlighting=False)
+                raise backend.typing_error(message(got))
         return check
 
     @intrinsic
@@ -220,7 +220,7 @@ def _count_check(what: str, cols: int, rows: int, nextra: int):
     if backend.active():
         def check(args):
             if len(args) != want:
-                raise NbwgmmaTypingError(backend.located(message(len(args))), highlighting=False)
+                raise backend.typing_error(message(len(args)))
         return check
 
     @intrinsic
@@ -246,7 +246,7 @@ def _vector_check(what: str, name: str):
         def check(v):
             if getattr(v, "ndim", None) != 1:
                 got = f"an array of shape {v.shape}" if hasattr(v, "shape") else type(v).__name__
-                raise NbwgmmaTypingError(backend.located(message(got)), highlighting=False)
+                raise backend.typing_error(message(got))
         return check
 
     @intrinsic

@@ -92,7 +92,7 @@ import numpy as np
 
 from . import arith, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
-from .core import Cluster, SimError, SimHazard, SimStopped, SimThread, enabled, where
+from .core import Cluster, SimError, SimHazard, SimStopped, SimThread, enabled, kernel_line, where
 from .declare import IMPLS, declare
 from .device import device_modules_held, fast_device_function
 from .fragment import FRAGMENT_IMPLS
@@ -258,7 +258,7 @@ def install():
     this first thing when the simulator is on, before anything imports the intrinsics."""
     from .. import backend
 
-    backend.register(declare, FRAGMENT_IMPLS, where)
+    backend.register(declare, FRAGMENT_IMPLS, kernel_line)
     install_jit_shim()
 
 

@@ -77,7 +77,7 @@ def schedule_rng():
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-#: the simulator, the standard library, and the backend's ``located`` that asks where a thread is
+#: the simulator, the standard library, and the backend's ``typing_error`` that asks where a thread is
 _SKIP = (_HERE, os.path.dirname(os.__file__) + os.sep, os.path.join(os.path.dirname(_HERE), "backend.py"))
 
 
@@ -100,6 +100,13 @@ def where() -> str:
     is nbwgmma's own code (a kit block, an intrinsic, a generated function) called from a kernel
     of yours, followed by "(called from ``file:line``)" of your line."""
     return where_from(sys._getframe(1), current())
+
+
+def kernel_line() -> str | None:
+    """:func:`where` inside a simulated kernel's thread, else None (the locator the simulator
+    registers with :mod:`nbwgmma.backend`)."""
+    th = current()
+    return where_from(sys._getframe(1), th) if isinstance(th, SimThread) else None
 
 
 def where_from(f, th) -> str:

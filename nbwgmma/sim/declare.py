@@ -7,21 +7,11 @@ from __future__ import annotations
 
 import inspect
 
+from ..backend import typing_error
 from .core import SimThread, where
 from .sched import current
 
 IMPLS: dict = {}
-
-
-def typing_error(message: str):
-    """The typing error a compiled intrinsic or fragment helper raises for ``message``, led, as
-    the compiled one's text is, by the kernel line of the call (inside a simulated kernel)."""
-    from ..intrinsics.errors import NbwgmmaTypingError
-
-    at = where() if isinstance(current(), SimThread) else None
-    e = NbwgmmaTypingError(f"{at}: {message}" if at else message, highlighting=False)
-    e.message = message
-    return e
 
 
 def impl(*names):
