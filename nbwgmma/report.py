@@ -77,9 +77,12 @@ class CompileReport:
     def local_memory_ops(self) -> int:
         return self.sass.get("LDL", 0) + self.sass.get("STL", 0)
 
+    @property
     def warning_codes(self) -> set:
+        """The codes (``"C7510"``, ...) of ptxas's coded diagnostics in ``warnings``."""
         return {m for w in self.warnings for m in re.findall(r"C\d{4}", w)}
 
+    @property
     def float64_ops(self) -> Counter:
         """The SASS instructions that compute or convert float64 values (``DADD``, ``DSETP``,
         ``F2F.F64.F32``, ...): in an f32 kernel the sign of a float literal or of int64 index
@@ -89,11 +92,11 @@ class CompileReport:
 
     @property
     def wgmma_serialized(self) -> bool:
-        return bool(self.warning_codes() & set(WGMMA_SERIALIZATION_CODES))
+        return bool(self.warning_codes & set(WGMMA_SERIALIZATION_CODES))
 
     @property
     def setmaxnreg_ignored(self) -> bool:
-        return SETMAXNREG_IGNORED_CODE in self.warning_codes()
+        return SETMAXNREG_IGNORED_CODE in self.warning_codes
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -102,7 +105,7 @@ class CompileReport:
         d["sass"] = dict(sorted(self.sass.items()))
         d["sass_full"] = dict(sorted(self.sass_full.items()))
         d["spill_bytes"] = self.spill_bytes
-        d["float64_ops"] = dict(sorted(self.float64_ops().items()))
+        d["float64_ops"] = dict(sorted(self.float64_ops.items()))
         return d
 
     def to_json(self) -> str:
@@ -119,7 +122,7 @@ class CompileReport:
             f"barriers      {self.barriers}",
             "SASS opcodes  " + ", ".join(f"{k}={v}" for k, v in self.sass.most_common()),
         ]
-        f64 = self.float64_ops()
+        f64 = self.float64_ops
         if f64:
             lines.append("float64 ops   " + ", ".join(f"{k}={v}" for k, v in f64.most_common())
                          + " (a float literal or int64 math in f32 code? see the guide's Numba pitfalls)")

@@ -36,11 +36,11 @@ def test_report_names_float64_work_in_f32_code():
 
     sig = (types.float32[:], types.float32[:])
     rep = compile_report(literal, sig)
-    f64 = rep.float64_ops()
+    f64 = rep.float64_ops
     assert f64 and any(op.startswith("F2F") for op in f64), rep.sass_full
     assert "float64 ops   " in str(rep) and json.loads(rep.to_json())["float64_ops"] == dict(sorted(f64.items()))
     rep = compile_report(typed, sig)
-    assert not rep.float64_ops() and "float64 ops" not in str(rep), rep.sass_full
+    assert not rep.float64_ops and "float64 ops" not in str(rep), rep.sass_full
 
 
 def test_report_sees_local_memory():

@@ -33,3 +33,25 @@ __all__ = (
     + fence.__all__ + fragment.__all__ + fragment_smem.__all__ + matrix.__all__ + mbarrier.__all__ + tma.__all__
     + wgmma.__all__
 )
+
+
+def _kernel_signatures():
+    """``inspect.signature`` of each ``@intrinsic`` shows the kernel's arguments, without Numba's
+    ``typingctx`` (the inline-PTX ones set theirs in ``_asm.ptx_intrinsic``)."""
+    import inspect
+
+    g = globals()
+    for name in __all__:
+        fn = g[name]
+        if "__signature__" in getattr(fn, "__dict__", {}):
+            continue
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            continue
+        if params and params[0].name == "typingctx":
+            fn.__signature__ = inspect.Signature(params[1:])
+
+
+_kernel_signatures()
+

@@ -37,6 +37,7 @@ order; tied inputs use the output's index as their constraint.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -384,8 +385,14 @@ def ptx_intrinsic(
     """
     params = list(params)
     imm_params = [p for p in params if isinstance(p, Imm)]
+    user_sig = inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                    default=getattr(p, "default", _NO_DEFAULT)) for p in params])
+    if doc and f"{name}(" not in doc.split(". ")[0]:  # the call form first: help() shows no signature
+        doc = f"``{name}{user_sig}``: {doc}"
     simulated = backend.python_intrinsic(name, params, imm_params, doc, validate)
     if simulated is not None:  # Numba's CUDA simulator: a Python function with the same semantics
+        with contextlib.suppress(AttributeError, TypeError):
+            simulated.__signature__ = user_sig
         return simulated
 
     def resolve(argtypes: dict):
@@ -478,6 +485,7 @@ def ptx_intrinsic(
     definition.__doc__ = doc
     fn = intrinsic(prefer_literal=True)(definition)
     fn.__doc__ = doc
+    fn.__signature__ = user_sig  # inspect.signature: the kernel's arguments, not Numba's typingctx
     fn.ptx_template = template
     fn.params = params
     return fn

@@ -53,8 +53,16 @@ def _clist(rank):
     return "{" + ", ".join(f"$c{i}" for i in range(rank)) + "}"
 
 
+def _coords_doc(rank):
+    if rank == 1:
+        return " The coordinate is in elements."
+    return (" Coordinates are in elements, innermost first: ``c0`` is the column of a row-major 2-D "
+            "map, ``c1`` its row (a ``TensorMap``'s box is given in array order, rows then columns).")
+
+
 def _define(name, template, params, doc):
-    fn = ptx_intrinsic(name, template, params=params, doc=doc)
+    rank = sum(p.name.startswith("c") and p.name[1:].isdigit() for p in params)
+    fn = ptx_intrinsic(name, template, params=params, doc=doc + _coords_doc(rank))
     globals()[name] = fn
     __all__.append(name)
     return fn
