@@ -387,7 +387,7 @@ def test_more_arrivals_than_pending_is_a_hazard():
 # --- TMA store: generic stores must be fenced and ordered; the source stays in flight -----
 
 
-def _store_kernel(fence=True, barrier=True, rewrite_early=False, wait=True):
+def _store_kernel(fence=True, barrier=True, rewrite_early=False, wait=True, shift=0):
     @cuda.jit
     def kernel(tmap, vals):
         dyn = cuda.shared.array(0, np.uint16)
@@ -401,7 +401,7 @@ def _store_kernel(fence=True, barrier=True, rewrite_early=False, wait=True):
         if barrier:
             cuda.syncthreads()
         if tid == 0:
-            tma_store_2d(base, tmap, 0, 0)
+            tma_store_2d(base + shift, tmap, 0, 0)
             bulk_commit_group()
             if rewrite_early:
                 dyn[off] = 0
@@ -414,7 +414,8 @@ def _run_store(**flags):
     vals = (np.arange(64 * 64, dtype=np.uint16) * 5 + 1)
     y = cuda.to_device(np.zeros((64, 64), np.uint16))
     tm = TensorMap(y, BOX, dtype="bf16", swizzle="none")
-    launch(_store_kernel(**flags), 1, 128, (tm.address, cuda.to_device(vals)), smem=dynamic_smem_bytes(BOX_BYTES))
+    smem = dynamic_smem_bytes(BOX_BYTES + flags.get("shift", 0))
+    launch(_store_kernel(**flags), 1, 128, (tm.address, cuda.to_device(vals)), smem=smem)
     return y.copy_to_host(), vals.reshape(64, 64)
 
 
@@ -441,11 +442,14 @@ def test_tma_store_of_unfenced_generic_stores_is_a_hazard():
 
 def test_tma_store_without_a_barrier_after_the_stores_is_a_hazard():
     """Whichever way the threads interleave, the race is reported: the store reads a write
-    nothing orders before it, or a later write hits the source the store reads."""
+    nothing orders before it, or bytes no thread has written yet, or a later write hits the
+    source the store reads."""
     with pytest.raises(sim.SimHazard, match=r"a TMA store at .* that thread \d+ \(a shared-memory store at "
                                             r".*sim_hazard_cases.py:\d+\) wrote, with nothing ordering that "
                                             r"write before this read|a shared-memory store at .* writes shared memory "
-                                            r"at 0x[0-9a-f]+ (while|that) a TMA store of thread 0"):
+                                            r"at 0x[0-9a-f]+ (while|that) a TMA store of thread 0|a TMA store at "
+                                            r".*sim_hazard_cases.py:\d+\) reads shared memory at 0x[0-9a-f]+ that "
+                                            r"nothing has written since the launch"):
         _run_store(barrier=False)
 
 
@@ -769,3 +773,40 @@ def test_tma_element_strides_are_refused_as_not_modeled():
     with pytest.raises(sim.SimError, match=r"does not model TMA element strides other than 1; the map has "
                                            r"element_strides=\(2, 1\)"):
         launch(ex.broken_expect_tx, 1, 128, (tm.address, out), smem=dynamic_smem_bytes(ex.BOX))
+
+
+def test_a_copy_past_its_stage_races_the_next_stage_s_copy():
+    """The SwiGLU example with the up weight's box loaded 1 KiB past its place: its last KiB
+    lands in the next stage, which the producer fills next while both copies are in flight (the
+    simulator lands copies when issued: it was a wrong answer, 6400 off, with no report)."""
+    mod = _edited_example("gemm_8_swiglu", "slot + A_BYTES + W_BYTES, tmap_u", "slot + A_BYTES + W_BYTES + 1024, tmap_u",
+                          "load")
+    with pytest.raises(sim.SimHazard, match=r"a TMA load at .*gemm_8_swiglu.py:\d+\) writes shared memory at 0x[0-9a-f]+ "
+                                            r"that a copy issued at .*gemm_8_swiglu.py:\d+ also writes, and nothing "
+                                            r"tells this thread that copy has landed"):
+        mod.simulate()
+
+
+@cuda.jit
+def _read_before_any_write(out):
+    sm = cuda.shared.array(64, np.float32)
+    t = cuda.threadIdx.x
+    sm[t] = 1.0
+    cuda.syncthreads()
+    out[t] = sm[t + 32]  # NEVER WRITTEN: threads 0-31 wrote sm[0:32]
+
+
+def test_shared_memory_nothing_wrote_reads_as_poison_not_zeros():
+    """Shared memory holds what an earlier kernel left: a thread's load of bytes nothing wrote
+    gives NaN in the simulator (zeros would be a plausible answer to a broken kernel)."""
+    out = cuda.to_device(np.zeros(32, np.float32))
+    launch(_read_before_any_write, 1, 32, (out,))
+    assert np.isnan(out.copy_to_host()).all()
+
+
+def test_a_tma_store_of_bytes_nothing_wrote_is_a_hazard():
+    """A copy or a wgmma that reads bytes nothing wrote since the launch is reported: the TMA
+    store kernel storing a box 128 bytes past the block its threads wrote."""
+    with pytest.raises(sim.SimHazard, match=r"a TMA store at .*sim_hazard_cases.py:\d+\) reads shared memory at "
+                                            r"0x[0-9a-f]+ that nothing has written since the launch"):
+        _run_store(shift=128)

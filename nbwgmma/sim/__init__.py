@@ -5,7 +5,9 @@ semantics, built from the same models the GPU tests check:
 
 * shared memory is one byte image per CTA; ``smem_addr`` / ``dynamic_smem_base`` return
   offsets into it (CTA rank ``r`` of a cluster in bits 24-31, as an H100 shows them), so
-  descriptors, ``mapa`` and swizzles mean what they mean on the GPU;
+  descriptors, ``mapa`` and swizzles mean what they mean on the GPU. It starts poisoned,
+  every byte 0xFF (NaN as f32, bf16 or f16; all ones as an integer), as an earlier kernel's
+  leftovers would be: a thread's load of bytes nothing wrote reads garbage, not zeros;
 * collective instructions are executed by their group together: the wgmma family
   (``fence``, ``mma_async``, ``commit_group``, ``wait_group``) and ``setmaxnreg`` by the 128
   threads of the warpgroup, ``ldmatrix``, ``stmatrix``, ``elect.sync`` and Numba's shuffles
@@ -56,6 +58,10 @@ order the threads run in, because it tracks happens-before with vector clocks
   ``dynamic_smem_base``'s round-up takes, ``dynamic_smem_bytes``, is reported);
 * a thread that leaves the kernel with bulk (TMA) stores still reading shared memory, no
   ``bulk_wait_group`` covering them;
+* a wgmma, TMA store or bulk copy reading shared memory that nothing has written since the
+  launch (a load's destination, a box or an offset wrong, or a wait missing);
+* a copy writing bytes that another copy, not known to this thread to have landed, also
+  writes (both in flight: a box past the end of its stage overlapping the next stage's);
 * a ``setmaxnreg_inc`` the CTA's register pool never satisfies (with launch bounds, the pool
   is ``65536 / threads`` rounded down to 8, times the threads: 168 x 384 for 384 threads, so
   128 x 48 + 256 x 232 registers wait forever): it waits, and stops with the counts.

@@ -22,7 +22,7 @@ from ..layout.tma import TMA_DTYPES, box_copy_model
 from ..layout.wgmma_model import decode_elements, encode_elements
 from .core import EXIT_CHECKS, RANK_SHIFT, SimError, SimHazard, SimStopped, addr_of, me, split
 from .declare import IMPLS, impl
-from .shadow import AsyncRead, AsyncWrite
+from .shadow import PENDING, AsyncRead, AsyncWrite
 from .sync import complete_tx, mbar
 from .wgmma import read_acc
 
@@ -319,8 +319,8 @@ def _copy(dst, array, offset, size, nvalid):
     n = size
     with th.cl.lock:
         idx = np.arange(off, off + n)
-        cta.shadow.check_write(th, idx, "cp.async")
-        cta.shadow.writes.append(AsyncWrite(th.where, 0, 1 << 62, f"the cp.async's arrival (thread {th.thread_id} "
+        cta.shadow.check_write(th, idx, "cp.async", copy=True)
+        cta.shadow.writes.append(AsyncWrite(th.where, 0, PENDING, f"the cp.async's arrival (thread {th.thread_id} "
                                             f"has not called cp_async_mbarrier_arrive_noinc after it)"))
         cta.shadow.aw[idx] = len(cta.shadow.writes)
         cta.shadow.gw_tid[idx] = cta.shadow.gw_swizzle[idx] = 0

@@ -73,6 +73,14 @@ def unique_offsets(parts):
     return np.flatnonzero(mask)
 
 
+#: Every byte of a CTA's shared memory at launch: an earlier kernel's leftovers on the GPU.
+POISON = 0xFF
+
+#: The phase of a copy issued but not landed yet (a ``cp.async`` before its thread's arrival):
+#: no thread has seen it complete; its own landing replaces it.
+PENDING = 1 << 62
+
+
 class Shadow:
     def __init__(self, cta):
         self.cta = cta
@@ -87,6 +95,7 @@ class Shadow:
         self.aw_type = np.zeros(SMEM_BYTES, np.int8)  # a TMA tile's element type (TYPE_MARK), 0 for other writes
         self.writes = []
         self.readers = {}  # key -> (seq per byte, [AsyncRead, ...] with index = seq - 1)
+        self.written = np.zeros(SMEM_BYTES, bool)  # bytes any write (generic or a copy's) reached since launch
 
     # -- records -------------------------------------------------------------------------
 
@@ -103,6 +112,7 @@ class Shadow:
             sid = self.site_ids[site] = len(self.sites)
             self.sites.append(site)
         self.gw_site[idx] = sid
+        self.written[idx] = True
         self.aw[idx] = 0
         self.aw_swizzle[idx] = self.aw_type[idx] = 0
 
@@ -111,7 +121,7 @@ class Shadow:
         another copy completing on the same phase must not write the same bytes (which of the
         two lands last is undefined). ``swizzle``, ``dtype``: the layout and the element type
         of a TMA tile copy's map."""
-        self.check_write(th, idx, what)
+        self.check_write(th, idx, what, copy=True)
         prev = self.aw[idx]
         for i in np.unique(prev[prev > 0]):
             aw = self.writes[int(i) - 1]
@@ -121,8 +131,16 @@ class Shadow:
                     f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} also writes, both completing "
                     f"on phase {aw.phase} of {aw.name}: which lands last is undefined (do the two copies' "
                     f"destinations overlap?)")
+            if aw.phase != PENDING and th.clock[aw.slot] < aw.phase + 1:
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at "
+                    f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} also writes, and nothing "
+                    f"tells this thread that copy has landed (phase {aw.phase} of {aw.name}, on which it "
+                    f"completes, is not known complete here): both are in flight, which lands last is "
+                    f"undefined (does one copy's destination run past its stage into the other's?)")
         self.writes.append(AsyncWrite(th.where, mbar.slot, mbar.phase, mbar.label()))
         self.aw[idx] = len(self.writes)
+        self.written[idx] = True
         self.gw_swizzle[idx] = 0
         self.gw_tid[idx] = 0
         self.aw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
@@ -148,8 +166,9 @@ class Shadow:
             f"kernel has: the launch's {dyn} bytes of dynamic shared memory ([0x{DYN_BASE:x}, 0x{DYN_BASE + dyn:x})) "
             f"and its static arrays; launch with more (nbwgmma.launch.dynamic_smem_bytes)")
 
-    def check_write(self, th, idx, what):
-        """Writing ``idx`` must wait for every async read of it to be complete and ordered."""
+    def check_write(self, th, idx, what, copy=False):
+        """Writing ``idx`` must wait for every async read of it to be complete and ordered
+        (``copy``: the write is a copy's, whose destination may be the mistake)."""
         self.check_bounds(th, idx, what)
         for key, (seqs, ops) in self.readers.items():
             q = int(seqs[idx].max()) if np.size(idx) else 0
@@ -160,7 +179,7 @@ class Shadow:
                 raise SimHazard(
                     f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at "
                     f"{self._addr(idx, seqs, q)} while {op.what} issued at {op.where} still reads it: "
-                    f"{_finish_advice(key)} before the memory is released for rewriting")
+                    f"{_finish_advice(key)} before the memory is released for rewriting{_STRAY_COPY if copy else ''}")
             if th.clock[op.done_gid] < op.done_epoch:
                 raise SimHazard(
                     f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at "
@@ -171,7 +190,10 @@ class Shadow:
     def check_observed(self, th, idx, what, generic=False):
         """Reading ``idx`` (generic or async proxy) needs every TMA write of it observed; a
         ``generic`` read (``ld.shared``, ``ldmatrix``, ...) also every other thread's generic
-        write of it ordered before it (a barrier, an mbarrier phase, ... between them)."""
+        write of it ordered before it (a barrier, an mbarrier phase, ... between them). A wgmma or
+        a copy (not ``generic``) must not read bytes nothing has written since the launch (they
+        hold what an earlier kernel left there); a thread's own load of them reads ``POISON``
+        bytes, as harmless as on the GPU where the values go nowhere (a scale of a row past M)."""
         self.check_bounds(th, idx, what)
         if generic:
             idx1 = np.atleast_1d(idx)
@@ -195,6 +217,14 @@ class Shadow:
                     f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
                     f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, without having "
                     f"waited for phase {aw.phase} of {aw.name}, on which that copy completes")
+        fresh = ~self.written[idx]
+        if not generic and np.any(fresh):  # a thread's own load of such bytes reads the poison
+            b = int(np.atleast_1d(idx)[np.atleast_1d(fresh)][0])
+            raise SimHazard(
+                f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that nothing has "
+                f"written since the launch (on the GPU it holds whatever an earlier kernel left there): a wait "
+                f"for the copy or the stores that fill it is missing, or a load's destination, a box or an "
+                f"offset into the stage is wrong")
 
     def check_layout(self, th, idx, swizzle, elem, what, operand):
         """A wgmma operand read through a descriptor of ``swizzle`` must find bytes a swizzling TMA
@@ -309,6 +339,11 @@ def _finish_advice(key):
     return "bulk_wait_group_read must cover that store"
 
 
+#: For a copy's write: the other cause, a destination outside the stage it fills.
+_STRAY_COPY = ("; or, if this copy should not write there, its destination is wrong (past the end of its "
+               "stage, in memory that another stage's reader still uses)")
+
+
 def byte_range(off, n):
     return np.arange(off, off + n)
 
@@ -383,7 +418,9 @@ class CTA:
 
     def __init__(self, cluster, rank, nthreads, dyn_bytes):
         self.cl, self.rank = cluster, rank
-        self.image = np.zeros(SMEM_BYTES, np.uint8)
+        # poisoned as the GPU leaves it, never zeros: a read of bytes nothing wrote gives NaN
+        # (as f32, bf16, f16) or all ones, not a plausible answer (Shadow.check_observed)
+        self.image = np.full(SMEM_BYTES, POISON, np.uint8)
         self.shadow = Shadow(self)
         self.dyn_bytes = dyn_bytes
         self.valid = np.zeros(SMEM_BYTES, bool)  # the bytes the kernel has: dynamic, then static arrays
