@@ -66,6 +66,11 @@ class CompileReport:
     sass: Counter = field(default_factory=Counter)
     sass_full: Counter = field(default_factory=Counter)
     warnings: list = field(default_factory=list)
+    #: the constant ``setmaxnreg`` counts in the PTX, ``[("dec", 40), ("inc", 232)]``
+    setmaxnreg: list = field(default_factory=list)
+    #: the launch bounds in the PTX: ``.maxntid`` threads and ``.minnctapersm`` (0 without)
+    max_threads: int = 0
+    min_blocks: int = 0
     ptx: str = field(default="", repr=False)
     sass_text: str = field(default="", repr=False)
 
@@ -98,6 +103,22 @@ class CompileReport:
     def setmaxnreg_ignored(self) -> bool:
         return SETMAXNREG_IGNORED_CODE in self.warning_codes
 
+    @property
+    def register_split(self) -> tuple | None:
+        """``(need, have)`` registers per thread of a warpgroup, summed over the warpgroups, of a
+        kernel whose warpgroups re-split their registers with ``setmaxnreg`` (None otherwise):
+        one warpgroup at the smallest decrease (a producer's), every other at the largest
+        increase, against what the CTA holds at launch, ``registers`` x ``max_threads``. Over
+        it, a ``setmaxnreg_inc`` waits for registers that are never freed: the kernel hangs
+        (the simulator stops such a launch with the counts)."""
+        dec = [c for op, c in self.setmaxnreg if op == "dec"]
+        inc = [c for op, c in self.setmaxnreg if op == "inc"]
+        if not inc or not self.max_threads or not self.registers:
+            return None
+        groups = -(-self.max_threads // 128)
+        low = min(dec) if dec else self.registers
+        return low + (groups - 1) * max(inc), groups * self.registers
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("ptx")
@@ -122,6 +143,14 @@ class CompileReport:
             f"barriers      {self.barriers}",
             "SASS opcodes  " + ", ".join(f"{k}={v}" for k, v in self.sass.most_common()),
         ]
+        split = self.register_split
+        if split is not None:
+            need, have = split
+            counts = ", ".join(f"{op} {c}" for op, c in self.setmaxnreg)
+            verdict = ("fits" if need <= have else
+                       "OVER: the increase waits forever for registers no warpgroup frees (a hang)")
+            lines.append(f"setmaxnreg    {counts}: {need} of {have} registers per warpgroup thread "
+                         f"({-(-self.max_threads // 128)} warpgroups at {self.registers} at launch), {verdict}")
         f64 = self.float64_ops
         if f64:
             lines.append("float64 ops   " + ", ".join(f"{k}={v}" for k, v in f64.most_common())
@@ -196,10 +225,26 @@ def _disassemble(cubin: str) -> str:
     return d.stdout
 
 
+_SETMAXNREG = re.compile(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)\s*;")
+
+
+def _parse_bounds(ptx: str) -> dict:
+    """The PTX's constant ``setmaxnreg`` counts and its launch bounds."""
+    m = re.search(r"\.maxntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", ptx)
+    threads = 0
+    if m:
+        threads = 1
+        for g in m.groups():
+            threads *= int(g) if g else 1
+    b = re.search(r"\.minnctapersm\s+(\d+)", ptx)
+    split = sorted(set((op, int(c)) for op, c in _SETMAXNREG.findall(ptx)), key=lambda oc: (oc[0] != "dec", oc[1]))
+    return dict(setmaxnreg=split, max_threads=threads, min_blocks=int(b.group(1)) if b else 0)
+
+
 def _report(name, arch, ptx, ptxas_text, sass_text) -> CompileReport:
     base, full = parse_sass(sass_text)
     return CompileReport(name=name, arch=arch, sass=base, sass_full=full, ptx=ptx, sass_text=sass_text,
-                         **_parse_ptxas(ptxas_text))
+                         **_parse_ptxas(ptxas_text), **_parse_bounds(ptx))
 
 
 def report_from_ptx(ptx: str, arch: str = "sm_90a", name: str | None = None) -> CompileReport:

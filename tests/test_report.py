@@ -111,3 +111,29 @@ def test_demo_without_gpu_prints_report(monkeypatch, capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "No sm_90 GPU" in out and "HGMMA" in out
+
+
+def _register_split(dec, inc):
+    from nbwgmma.intrinsics import setmaxnreg_dec, setmaxnreg_inc
+
+    @cuda.jit(launch_bounds=(384, 1))
+    def split(x):
+        if cuda.threadIdx.x < 128:
+            setmaxnreg_dec(dec)
+        else:
+            setmaxnreg_inc(inc)
+            x[cuda.threadIdx.x] = 1.0
+    return split
+
+
+def test_report_sums_the_warpgroups_register_split():
+    """One warpgroup at the decrease, two at the increase, against 168 x 384 at launch: 40 +
+    2 x 232 = 504 fits; 40 + 2 x 240 = 520 waits forever on the GPU."""
+    sig = (types.float32[:],)
+    ok, over = compile_reports([(_register_split(40, 232), sig), (_register_split(40, 240), sig)])
+    assert ok.setmaxnreg == [("dec", 40), ("inc", 232)] and ok.max_threads == 384 and ok.min_blocks == 1
+    assert ok.register_split == (504, 504) and "504 of 504 registers per warpgroup thread" in str(ok)
+    assert "fits" in str(ok) and "OVER" not in str(ok)
+    assert over.register_split == (520, 504) and "OVER: the increase waits forever" in str(over)
+    plain = compile_report(lambda x: None, sig)
+    assert plain.register_split is None and "setmaxnreg" not in str(plain)
