@@ -377,12 +377,14 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     block = _dim3(block, "block")
     if sim.enabled():  # Numba's CUDA simulator: the intrinsics run as Python (nbwgmma.sim)
         # The GPU's checks against an H100's limits. The simulator does not compile, so
-        # static shared memory (a few mbarriers in nbwgmma's kernels) is unknown (taken as
-        # 0); the launch bounds are those the kernel was declared with.
+        # static shared memory (a few mbarriers in nbwgmma's kernels) is known only as the
+        # kernel allocates it: sim.run checks it then; the launch bounds are those the kernel
+        # was declared with.
         bounds = getattr(kernel, "launch_bounds", None)
         max_threads = (bounds if isinstance(bounds, int) else bounds[0]) if bounds else 0
         smem, cluster = _check_request(grid, block, smem, 0, max_threads, cluster)
-        sim.run(kernel, grid, block, args, smem=smem, cluster=cluster or (1, 1, 1))
+        sim.run(kernel, grid, block, args, smem=smem, cluster=cluster or (1, 1, 1),
+                smem_limit=device_limits()["max_smem_optin"])
         return
 
     fast = None

@@ -810,3 +810,21 @@ def test_a_tma_store_of_bytes_nothing_wrote_is_a_hazard():
     with pytest.raises(sim.SimHazard, match=r"a TMA store at .*sim_hazard_cases.py:\d+\) reads shared memory at "
                                             r"0x[0-9a-f]+ that nothing has written since the launch"):
         _run_store(shift=128)
+
+
+@cuda.jit
+def _static_beside_dynamic(out):
+    sm = cuda.shared.array(1024, np.float32)  # 4 KiB of static shared memory
+    sm[cuda.threadIdx.x] = 1.0
+    out[0] = sm[0]
+
+
+def test_static_arrays_count_against_the_block_s_shared_memory():
+    """The launch's dynamic bytes fit alone; with the kernel's static array they do not (the
+    GPU refuses the launch)."""
+    out = cuda.to_device(np.zeros(1, np.float32))
+    launch(_static_beside_dynamic, 1, 32, (out,), smem=200 * 1024)
+    with pytest.raises(sim.SimError, match=r"the static shared array at .*sim_hazard_cases.py:\d+ \(4096 B; 4096 B "
+                                           r"of static arrays with it\) and the launch's 230000 B of dynamic shared "
+                                           r"memory exceed the 232448 B"):
+        launch(_static_beside_dynamic, 1, 32, (out,), smem=230000)

@@ -58,6 +58,8 @@ order the threads run in, because it tracks happens-before with vector clocks
   ``dynamic_smem_base``'s round-up takes, ``dynamic_smem_bytes``, is reported);
 * a thread that leaves the kernel with bulk (TMA) stores still reading shared memory, no
   ``bulk_wait_group`` covering them;
+* static shared arrays that, with the launch's dynamic shared memory, exceed the 227 KiB a
+  block may have (a :class:`SimError`: the GPU refuses the launch);
 * a wgmma, TMA store or bulk copy reading shared memory that nothing has written since the
   launch (a load's destination, a box or an offset wrong, or a wait missing);
 * a copy writing bytes that another copy, not known to this thread to have landed, also
@@ -215,12 +217,13 @@ def _launch_registers(bounds):
     return min(256, 65536 // (threads * max(1, blocks))) // 8 * 8  # 256: never below the GPU's
 
 
-def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
+def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1), smem_limit=None):
     """Run a ``@cuda.jit`` kernel (the simulator's ``FakeCUDAKernel``) on ``args``: one
     cluster at a time (in the order ``NBWGMMA_SIM_ORDER`` says, see the module docstring),
     the threads of its CTAs one at a time (:mod:`nbwgmma.sim.sched`). Raises the first exception of
     any simulated thread (:class:`SimHazard` for a hazard, :class:`SimStopped` for a wait
-    that can never finish)."""
+    that can never finish). ``smem_limit``: the shared bytes a block may have, dynamic and
+    static together (:class:`SimError` when the static arrays push a launch past it)."""
     from numba.cuda.simulator.kernel import _push_kernel_context
     from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
@@ -247,6 +250,7 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1)):
             for rank, local in sorted(ctas):
                 cta = CTA(cl, rank, nthreads, int(smem))
                 cta.reg_start = regs
+                cta.smem_limit = smem_limit
                 cta.cluster_idx, cta.local = cidx, local
                 cl.ctas.append(cta)
                 bidx = tuple(c * s + l for c, s, l in zip(cidx, cluster, local))

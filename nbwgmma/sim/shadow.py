@@ -20,7 +20,7 @@ import contextlib
 
 import numpy as np
 
-from .core import DYN_BASE, SMEM_BYTES, PhasedBarrier, SimHazard, SimThread, me, where
+from .core import DYN_BASE, SMEM_BYTES, PhasedBarrier, SimError, SimHazard, SimThread, me, where
 from .sched import current
 
 
@@ -423,6 +423,7 @@ class CTA:
         self.image = np.full(SMEM_BYTES, POISON, np.uint8)
         self.shadow = Shadow(self)
         self.dyn_bytes = dyn_bytes
+        self.smem_limit = None  # the bytes a block may have, dynamic and static (sim.run sets it)
         self.valid = np.zeros(SMEM_BYTES, bool)  # the bytes the kernel has: dynamic, then static arrays
         self.valid[DYN_BASE:DYN_BASE + dyn_bytes] = True
         self.next_static = -(-(DYN_BASE + dyn_bytes) // 1024) * 1024
@@ -457,6 +458,13 @@ class CTA:
                 start = -(-self.next_static // 128) * 128
                 if start + nbytes > SMEM_BYTES:
                     raise MemoryError("simulated shared memory exhausted")
+                static = sum(a.nbytes for a in self.static.values()) + nbytes
+                if self.smem_limit is not None and self.dyn_bytes + static > self.smem_limit:
+                    raise SimError(
+                        f"the static shared array at {where()} ({nbytes} B; {static} B of static arrays with "
+                        f"it) and the launch's {self.dyn_bytes} B of dynamic shared memory exceed the "
+                        f"{self.smem_limit} B a block may have: the launch fails on the GPU (take the static "
+                        f"bytes off the dynamic request)")
                 for cta in self.cl.ctas:
                     cta.next_static = start + nbytes
                     cta.valid[start:start + nbytes] = True
