@@ -429,3 +429,33 @@ def test_a_kit_block_in_a_kernel_numbas_simulator_launched_says_how_to_launch():
         kernel[1, 128](out)
     launch(kernel, 1, 128, (out,))  # the same kernel through nbwgmma's launch
     assert (out.copy_to_host() == 0).all()
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_amax_blocks_take_the_largest_value_inside_the_output(masked):
+    """Two warpgroups each read a 64 x 64 part of a 128 x 64 array (acc_load), note its largest
+    |value| per warp and flush it into amax: with the mask, among the M x N = 100 x 40 values
+    only (larger values past the edge, one of them negative, are left out); without, all."""
+    from nbwgmma.intrinsics import acc_load
+    from nbwgmma.kit import acc_absmax, amax_flush, amax_note, amax_start
+
+    largest = acc_absmax(64, masked)
+
+    @cuda.jit
+    def kernel(src, amax, m, n):
+        biggest = cuda.shared.array(8, np.float32)
+        t = cuda.threadIdx.x
+        w, ct = t // 128, t % 128
+        amax_start(biggest, t)
+        v = acc_load("f32.bf16.bf16", 64, src, ct, 64 * w, 0)
+        amax_note(largest(v, ct, 64 * w, 0, m, n), biggest, t)
+        amax_flush(amax, biggest, t)
+
+    rng = np.random.default_rng(3)
+    src = rng.integers(-60, 61, (128, 64)).astype(np.float32)
+    src[100:, :] = -500.0  # past M
+    src[:, 40:] = 300.0  # past N
+    src[77, 13] = -99.0  # the largest |value| inside
+    amax = cuda.to_device(np.zeros(1, np.float32))
+    launch(kernel, 1, 256, (cuda.to_device(src), amax, np.int32(100), np.int32(40)))
+    assert amax.copy_to_host()[0] == (99.0 if masked else 500.0)

@@ -16,7 +16,7 @@ from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
     test_acc_map_reads_column_and_row_vectors_once_and_zero_past_their_end,
     test_clusters_take_adjacent_tiles_along_their_direction, test_the_scheduler_walks_every_tile_once_in_grouped_order,
     test_two_warpgroups_taking_turns_alternate, test_warpgroup_index_and_thread_name_every_thread_of_three_warpgroups,
-    test_a_ring_filled_by_threads_with_plain_stores,
+    test_a_ring_filled_by_threads_with_plain_stores, test_amax_blocks_take_the_largest_value_inside_the_output,
 )
 
 pytestmark = pytest.mark.gpu

@@ -54,6 +54,7 @@ from ..intrinsics import (
     griddep_wait, setmaxnreg_dec,
     setmaxnreg_inc, smem_addr, tma_store_2d,
 )
+from ..kit.amax import acc_absmax, amax_flush, amax_note, amax_start
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
@@ -63,7 +64,7 @@ from ..kit.scheduler import TileScheduler, stream_range, stream_segment
 from ..kit.stream_k import StreamFixup
 from ..kit.warpgroup import warpgroup_sync
 from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
-from .gemm_epilogue import amax_note, fused_epilogue, largest_abs, parts_hook, parts_store
+from .gemm_epilogue import fused_epilogue, parts_hook, parts_store
 
 __all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES", "NARROW_STAGES"]
 
@@ -148,8 +149,8 @@ def _build(key):
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
-    largest_part = largest_abs(PART_COLS, not cfg.zero_padding) if AMAX else None
-    largest_all = largest_abs(BN, not cfg.zero_padding) if AMAX else None
+    largest_part = acc_absmax(PART_COLS, not cfg.zero_padding) if AMAX else None
+    largest_all = acc_absmax(BN, not cfg.zero_padding) if AMAX else None
     SLOTS = ALL_CONS // 32 if AMAX else 1  # a running |value| maximum per consumer warp (amax)
 
     @inlined
@@ -363,8 +364,7 @@ def _build(key):
             cw = wg - 1
             ctid = tid % 128
             if AMAX:
-                if cuda.laneid == 0:
-                    biggest[(tid - 128) // 32] = 0.0  # (each warp's slot: only its lane 0 reads and writes it)
+                amax_start(biggest, tid - 128)
             cbase = base + C_OFF + cw * C_CONS
             s = 0  # the slot of the next k-block, and the parity of its "full" phase
             ph = 0
@@ -430,8 +430,7 @@ def _build(key):
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
             if AMAX:
-                if cuda.laneid == 0:  # the warp's maximum of all its tiles: one atomic
-                    cuda.atomic.max(amax, 0, biggest[(tid - 128) // 32])
+                amax_flush(amax, biggest, tid - 128)  # the warp's maximum of all its tiles: one atomic
         if CL * KC > 1:
             # No CTA leaves while a peer may still arrive on its barriers (or send into its buffer);
             # not .aligned: of the producer's warp only its one thread may be left.

@@ -1,6 +1,6 @@
 """The library GEMM's epilogue pieces, generated per configuration: the fused epilogue of a part
 (bias, activation, beta * C, a user function), a 64-row block stored in parts, a tile's packed parts
-stored during the next tile's first stages, and the fp8 output's |value| maxima.
+stored during the next tile's first stages (the fp8 output's |value| maxima: :mod:`nbwgmma.kit.amax`).
 :mod:`nbwgmma.kernels.gemm` builds its kernels from them."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ..intrinsics import acc_add, acc_load, acc_scale
 from ..kit.device import inlined
 from ..kit.epilogue import acc_map, activation
 
-__all__ = ["fused_epilogue", "parts_hook", "parts_store", "largest_abs", "amax_note"]
+__all__ = ["fused_epilogue", "parts_hook", "parts_store"]
 
 
 def fused_epilogue(cfg, width, pack, offset=None):
@@ -117,37 +117,3 @@ def parts_store(widths, cols_per_reg, slot_bytes, slots, put_part, packed, epis=
     ns = {"packed": packed, "put_part": put_part, **{f"epi{p}": e for p, e in enumerate(epis or ())}}
     exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm store in {len(widths)} parts>", "exec"), ns)
     return inlined(ns["store"])
-
-
-def largest_abs(width, masked=True):
-    """``largest(v, ct, row0, col0, m, n) -> f32``: the largest |value| of a 64 x ``width`` fragment
-    of thread ``ct`` (a tile part at (``row0``, ``col0``)). ``masked``: among the values inside C
-    only (a tile's rows past M and columns past N hold results of padding: a bias, a function of
-    zero); without branches (two code paths, inside C or not, spilled: ptxas kept both paths'
-    values), each value outside C counts as zero, from one compare per row and per column of the
-    thread. Unmasked (padding that stays zero): all of them."""
-    lines = ["def largest(v, ct, row0, col0, m, n):"]
-    if masked:
-        lines += ["    r = row0 + ((ct >> 5) << 4) + ((ct >> 2) & 7)",
-                  "    c = col0 + ((ct & 3) << 1)",
-                  "    r0 = r < m", "    r1 = r + 8 < m"]
-        for dc in sorted({8 * (i // 4) + i % 2 for i in range(width // 2)}):
-            lines.append(f"    c{dc} = c + {dc} < n")
-    lines.append("    big = Z")
-    for i in range(width // 2):  # (value i at row 8 * ((i // 2) % 2), column 8 * (i // 4) + i % 2 of the base)
-        inside = f" if r{(i // 2) % 2} and c{8 * (i // 4) + i % 2} else Z" if masked else ""
-        lines.append(f"    big = max(big, abs(v[{i}]){inside})")
-    lines.append("    return big")
-    ns = {"Z": np.float32(0.0)}
-    exec(compile("\n".join(lines), f"<nbwgmma.kernels.gemm amax of {width} columns>", "exec"), ns)
-    return inlined(ns["largest"])
-
-
-@inlined
-def amax_note(big, biggest, t):
-    """Raise warp ``t // 32``'s running maximum ``biggest[t // 32]`` (shared memory) to its
-    threads' largest ``big``; the kernel's end adds it to the amax argument (one atomic max)."""
-    for off in (16, 8, 4, 2, 1):
-        big = max(big, cuda.shfl_xor_sync(0xFFFFFFFF, big, off))
-    if cuda.laneid == 0:
-        biggest[t // 32] = max(biggest[t // 32], big)

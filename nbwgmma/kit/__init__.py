@@ -6,6 +6,8 @@
   tiles (grouped rasterization, clusters along M or N, K slices);
 * :mod:`~nbwgmma.kit.epilogue`: device functions over accumulator fragments (a user function
   mapped over every value with its row and column, bias, activations);
+* :mod:`~nbwgmma.kit.amax`: an fp8 output's amax in the epilogue (:func:`acc_absmax` of a
+  fragment, each warp's running maximum, one atomic max a warp at the kernel's end);
 * :mod:`~nbwgmma.kit.groups`: :func:`group_walk`, a grouped GEMM's walk over its groups of rows
   (mixture-of-experts layers; ``offs`` read on the device);
 * :mod:`~nbwgmma.kit.producer`: :func:`tile_producer`, the producer thread's walk over the CTA's
@@ -43,6 +45,7 @@ ph)`` on a global ``pipe`` as it calls ``math.exp``. A shared-array shape must s
 constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 """
 
+from .amax import acc_absmax, amax_flush, amax_note, amax_start
 from .cluster_k import ClusterSplitK
 from .cooperative import Cooperative, operand_loads
 from .device import inlined
@@ -63,4 +66,4 @@ from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpg
 __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
            "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "stream_walk", "StreamFixup", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
-           "turn_wait", "turn_pass"]
+           "turn_wait", "turn_pass", "acc_absmax", "amax_start", "amax_note", "amax_flush"]
