@@ -711,6 +711,35 @@ def test_a_register_split_past_the_launch_waits_forever():
         launch(_register_split(48, 232), 1, 384, (out,))  # 128 x 48 + 256 x 232 > 168 x 384
 
 
+@cuda.jit(launch_bounds=(384, 1))
+def _producer_keeping_its_registers(out):
+    from nbwgmma.intrinsics import setmaxnreg_inc
+
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    t = cuda.threadIdx.x
+    if t == 0:
+        mbarrier_init(bar, 1)
+    cuda.syncthreads()
+    if t < 128:  # no setmaxnreg_dec: the consumers' increase never gets its registers
+        mbarrier_wait_parity(bar, 0)
+    else:
+        setmaxnreg_inc(232)
+        if t == 128:
+            mbarrier_arrive_count(bar, 1)
+    out[t] = t
+
+
+def test_a_hang_from_the_register_split_leads_with_the_split():
+    """The producer waits first (for an arrival the consumers would make), but the cause is the
+    consumers' increase: the report leads with it."""
+    out = cuda.to_device(np.full(384, -1, np.int32))
+    with pytest.raises(sim.SimStopped, match=r"hangs\): block \(0, 0, 0\) thread 2\d\d .*sim_hazard_cases.py:\d+: "
+                                             r"setmaxnreg_inc\(232\) waits for registers .*Waiting elsewhere: at "
+                                             r".*sim_hazard_cases.py:\d+ \(threads 0, 1, 2, 3 and 124 more\)"):
+        launch(_producer_keeping_its_registers, 1, 384, (out,))
+
+
 # --- the intrinsics' typing rules, applied to simulated calls as the compiler applies them -----
 
 
@@ -747,7 +776,16 @@ def _fp8_store_to_f32(out):
     acc_store_fp8(acc_zeros(KIND, 8), KIND, out, cuda.threadIdx.x, 0, 0, "e4m3")  # out is f64, not fp8 codes
 
 
+@cuda.jit
+def _add_fragments_of_two_widths(out):
+    from nbwgmma.intrinsics import acc_add
+
+    acc_add(acc_zeros(KIND, 64)[:16], acc_zeros(KIND, 64))  # 16 values and 32
+
+
 @pytest.mark.parametrize("kernel, message", [
+    (_add_fragments_of_two_widths, r"acc_add: both fragments must have the same type; got UniTuple\(float32 x 16\) "
+                                   r"and UniTuple\(float32 x 32\)"),
     (_store_to_a_vector, r"acc_store: 'out' must be a 2-D array; got an array of shape \(4,\)"),
     (_fp8_store_to_f32, r"acc_store_fp8: 'out' must be a uint8 array \(fp8 codes\); got float64"),
     (_kind_of_another_accumulator, "wgmma_mma_async: a s32.s8.s8 accumulator holds int32 registers; got a tuple of "

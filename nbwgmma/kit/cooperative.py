@@ -229,7 +229,9 @@ class Cooperative(types.ModuleType):
 
         @cuda.jit(device=True, inline=True)
         def drain(ring, ct, prev):
-            """The last group complete: release its stage."""
+            """``drain(ring, ct, prev)``: wait for the tile's last group of wgmmas (those of the
+            stage ``prev`` that ``tile_open`` returned) and release that stage (thread ``ct == 0``
+            of the warpgroup). Read no accumulator before it."""
             wgmma_wait_group(0)
             if ct == 0:
                 pipe.consumer_release(ring, prev)
@@ -316,10 +318,18 @@ class Cooperative(types.ModuleType):
 
         @cuda.jit(device=True, inline=True)
         def opened(ring, base, s, ph, kb0, kb1, cw, ct):
+            """``tile_open(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph, prev)``: warpgroup
+            ``cw``'s main loop over k-blocks ``kb0 .. kb1 - 1`` from the ring's slot ``s`` and phase
+            ``ph``, returning with the last stage's wgmmas still running: ``acc`` (not to be read
+            yet), the ring's next slot and phase, and ``prev``, the slot of that last stage, still
+            held. Code up to :attr:`drain` ``(ring, ct, prev)`` runs under those wgmmas."""
             return plain_open(ring, base, s, ph, kb0, kb1, cw, ct, 0)
 
         @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kb0, kb1, cw, ct):
+            """``tile(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph)``: ``tile_open`` then
+            ``drain``: warpgroup ``cw``'s accumulator of k-blocks ``kb0 .. kb1 - 1``, complete,
+            every stage released, and the ring's next slot and phase."""
             acc, s, ph, prev = opened(ring, base, s, ph, kb0, kb1, cw, ct)
             drain(ring, ct, prev)
             return acc, s, ph

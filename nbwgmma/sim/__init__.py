@@ -87,7 +87,9 @@ both ways). A hazard inside one of nbwgmma's own blocks (a kit function, an intr
 block's line and the kernel line that called it. A kernel that would hang on the GPU raises
 :class:`SimStopped` the moment every thread of the cluster waits (or has exited), naming the
 thread that waited longest, its kernel line, the barrier (with the name given by
-``mbarrier_name``), its phase, pending arrivals and pending transaction bytes.
+``mbarrier_name``), its phase, pending arrivals and pending transaction bytes, then every other
+place where threads wait; a ``setmaxnreg_inc`` that the register pool never satisfies leads
+the report wherever it is (the other waits follow from it).
 """
 
 from __future__ import annotations

@@ -232,22 +232,40 @@ class Cluster:
         return True
 
     def stuck(self, th, what):
-        """The :class:`SimStopped` of thread ``th`` waiting for ``what`` where no thread can run."""
+        """The :class:`SimStopped` of thread ``th`` waiting for ``what`` where no thread can run;
+        led instead by a thread waiting for registers, where one does (a ``setmaxnreg_inc`` the
+        pool never satisfies is the cause, the other waits its consequences)."""
         text = what() if callable(what) else what
+        at = th.where or where()
+        first = (th, at, text)  # the thread that found the hang, a wait site of its own if another leads
+        if not text.startswith("setmaxnreg_inc("):
+            for t in self.sched.blocked:
+                told = getattr(t, "waiting_for", None)
+                try:
+                    told = told() if callable(told) else told
+                except Exception:  # noqa: BLE001  (a description that cannot be made: not the cause)
+                    told = None
+                if t is not th and isinstance(told, str) and told.startswith("setmaxnreg_inc("):
+                    th, text = t, told
+                    at = t.where or (where_from(t.gr_frame, t) if t.gr_frame is not None else "between intrinsics")
+                    break
         return SimStopped(
             f"simulated wait can never finish (every thread of the cluster waits or has exited; on the GPU "
             f"the kernel hangs): block {tuple(th.blockIdx)} thread {th.thread_id} (warp {th.thread_id // 32}) "
-            f"at {th.where or where()}: {text}{self.fewer_threads_than_bounds()}{self.wait_sites(th, text)}")
+            f"at {at}: {text}{self.fewer_threads_than_bounds()}{self.wait_sites(th, text, at, first)}")
 
-    def wait_sites(self, th, text) -> str:
+    def wait_sites(self, th, text, at, first) -> str:
         """The other places where threads of the cluster wait (each line and what it waits
         for, with its threads), after ``th``'s own: the longest waiting thread is often not
         the one whose wait shows the mistake (a producer waiting for a slot the consumers,
-        themselves waiting for bytes that never come, never release)."""
+        themselves waiting for bytes that never come, never release). ``first``: (thread, line,
+        what) of the thread that found the hang, one of these sites where ``th`` is another."""
         sites: dict = {}
-        own = (th.where or where(), text)
+        own = (at, text)
+        if first[0] is not th:
+            sites[first[1:]] = [first[0]]
         for t in self.sched.blocked:
-            if t is th or not isinstance(t, SimThread):
+            if t is th or t is first[0] or not isinstance(t, SimThread):
                 continue
             what = t.waiting_for
             try:

@@ -98,11 +98,19 @@ def acc_load(kind, n, src, tid, row0, col0):
     return acc_pack(vals, k)
 
 
+def _tuple_type(values) -> str:
+    """Numba's name of a fragment's type: ``UniTuple(float32 x 32)``."""
+    return f"UniTuple({np.asarray(values).dtype} x {len(values)})"
+
+
 def _map(name, op):
     def fn(acc, other):
         a = np.asarray(read_acc(acc, name))
         if not np.isscalar(other):
             other = read_acc(other, name)
+            if len(other) != len(a) or np.asarray(other).dtype != a.dtype:  # (the compiled check's words)
+                raise typing_error(f"{name}: both fragments must have the same type; got {_tuple_type(a)} and "
+                                   f"{_tuple_type(other)}")
         b = np.asarray(other, a.dtype) if not np.isscalar(other) else a.dtype.type(other)
         return tuple(op(a, b).astype(a.dtype))
     fn.__name__ = name
