@@ -853,8 +853,10 @@ def test_a_tma_store_of_bytes_nothing_wrote_is_a_hazard():
 @cuda.jit
 def _static_beside_dynamic(out):
     sm = cuda.shared.array(1024, np.float32)  # 4 KiB of static shared memory
-    sm[cuda.threadIdx.x] = 1.0
-    out[0] = sm[0]
+    t = cuda.threadIdx.x
+    sm[t] = 1.0
+    if t == 0:
+        out[0] = sm[0]  # (its own store)
 
 
 def test_static_arrays_count_against_the_block_s_shared_memory():
@@ -866,3 +868,57 @@ def test_static_arrays_count_against_the_block_s_shared_memory():
                                            r"of static arrays with it\) and the launch's 230000 B of dynamic shared "
                                            r"memory exceed the 232448 B"):
         launch(_static_beside_dynamic, 1, 32, (out,), smem=230000)
+
+
+@pytest.mark.parametrize("schedule", ["fifo"] + [f"random:{i}" for i in range(1, 9)])
+def test_two_warpgroups_sharing_a_named_barrier_is_a_hazard_in_any_order(schedule, monkeypatch):
+    """The SwiGLU example's first part stored as consumer 0's by both consumers: both use named
+    barrier 1 with 128 threads. Whichever warps the simulated order lets complete a generation,
+    the next arrival by another warp, unordered, is reported, or what the mix leads to (a store of
+    a block its warpgroup has not written yet, a hang); some orders ran exact before."""
+    monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", schedule)
+    mod = _edited_example("gemm_8_swiglu", "tma_store_part(h0, c0, ct, cw, tmap_o, col0, row0)",
+                          "tma_store_part(h0, c0, ct, 0, tmap_o, col0, row0)", "epilogue")
+    with pytest.raises((sim.SimHazard, sim.SimStopped), match=r"gemm_8_swiglu.py:\d+"):
+        mod.simulate()
+
+
+@cuda.jit
+def _two_groups_on_one_id(out):
+    from nbwgmma.intrinsics import named_barrier_sync
+
+    t = cuda.threadIdx.x
+    named_barrier_sync(1, 128)  # both warpgroups of the block on id 1 of 128 threads
+    out[t] = t
+
+
+@pytest.mark.parametrize("schedule", ["fifo", "random:1", "random:2", "random:3"])
+def test_a_named_barrier_completed_by_another_group_first_is_a_hazard(schedule, monkeypatch):
+    monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", schedule)
+    with pytest.raises(sim.SimHazard, match=r"sim_hazard_cases.py:\d+: named barrier 1 \(128 threads\) was last "
+                                            r"completed by other threads .* with nothing ordering that before this arrival"):
+        launch(_two_groups_on_one_id, 1, 256, (cuda.to_device(np.zeros(256, np.int32)),))
+
+
+@pytest.mark.parametrize("schedule", ["fifo", "random:1", "random:2"])
+def test_a_cta_leaving_its_cluster_before_its_peers_is_a_hazard(schedule, monkeypatch):
+    """The fused example without its cluster barrier at the end: a peer's last releases (arrivals
+    on this CTA's "empty" barriers) are ordered before nothing this CTA does, so it may exit while
+    they are in flight (it ran exact in every order before)."""
+    monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", schedule)
+    mod = _edited_example("gemm_5_fused_epilogue", "        pipe.teardown()  #", "        pass  #", "teardown")
+    with pytest.raises(sim.SimHazard, match=r"(exits \(its threads have all returned\) while nothing orders before that "
+                                            r"the access of thread \d+ of CTA rank \d|whose threads have all "
+                                            r"returned).*pipe.teardown"):
+        mod.simulate()
+
+
+def test_a_cta_leaving_with_copies_nobody_waited_for_is_a_hazard():
+    """The TMA pipeline example filling every stage up front even when K has fewer k-blocks: the
+    extra copies land after nobody waits for them (it ran exact before)."""
+    mod = _edited_example("gemm_2_tma_pipeline", "for s in range(min(STAGES, nk)):", "for s in range(STAGES):",
+                          "prologue")
+    with pytest.raises(sim.SimHazard, match=r"CTA rank 0 exits \(its threads have all returned\) with a copy into its "
+                                            r"shared memory, issued at .*gemm_2_tma_pipeline.py:\d+, that none of its "
+                                            r"threads saw complete"):
+        mod.main()

@@ -64,6 +64,13 @@ order the threads run in, because it tracks happens-before with vector clocks
   launch (a load's destination, a box or an offset wrong, or a wait missing);
 * a copy writing bytes that another copy, not known to this thread to have landed, also
   writes (both in flight: a box past the end of its stage overlapping the next stage's);
+* a thread arriving at a named barrier whose previous generation other threads completed,
+  with nothing ordering that completion before the arrival (two groups sharing an id: on the
+  GPU they can complete each other's generations), in whatever order the threads ran;
+* a CTA exiting (its last thread returning) before a peer's access to its shared memory or
+  barriers is ordered (a cluster without its closing cluster barrier: ``pipe.teardown()``), a
+  peer reaching a CTA that has exited, and a CTA exiting with a copy into its shared memory
+  whose completion none of its threads waited for;
 * a ``setmaxnreg_inc`` the CTA's register pool never satisfies (with launch bounds, the pool
   is ``65536 / threads`` rounded down to 8, times the threads: 168 x 384 for 384 threads, so
   128 x 48 + 256 x 232 registers wait forever): it waits, and stops with the counts.

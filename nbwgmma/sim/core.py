@@ -36,6 +36,10 @@ RANK_SHIFT = 24
 #: Checks run on each thread that returns from the kernel, each may raise :class:`SimHazard`
 #: (registered by the modules that keep per-thread state: :mod:`nbwgmma.sim.copy`'s bulk stores).
 EXIT_CHECKS: list = []
+#: Checks run when the last thread of a CTA returns, ``check(cta)``, each may raise
+#: :class:`SimHazard` (:mod:`nbwgmma.sim.shadow`'s: copies and peers' accesses the CTA's exit
+#: must come after).
+CTA_EXIT_CHECKS: list = []
 #: Clock entries kept for mbarriers per cluster (each mbarrier_init takes one).
 BARRIER_SLOTS = 1024
 
@@ -369,6 +373,9 @@ class SimThread(greenlet.greenlet):
         self.gid = cta.rank * cta.cl.nthreads + self.thread_id
         cta.threads[self.thread_id] = self
         self.clock = cta.cl.new_clock()
+        # its own entry from 1: an event of this thread before its first release is epoch 1,
+        # which a thread that has heard nothing of it (entry 0) does not cover
+        self.clock[self.gid] = 1
         self.rounds = {}
         self.cluster_token = None
         self.where = None  # the kernel line of the intrinsic being run
@@ -386,6 +393,16 @@ class SimThread(greenlet.greenlet):
             self.fn(*self.args)
             for check in EXIT_CHECKS:
                 check(self)
+            cta = self.cta
+            with self.cl.lock:  # the CTA's exit: its threads' clocks joined, checked when the last returns
+                cta.exit_clock = self.clock.copy() if cta.exit_clock is None else np.maximum(cta.exit_clock,
+                                                                                             self.clock)
+                cta.returned += 1
+                last = cta.returned == self.cl.nthreads
+            if last:
+                for check in CTA_EXIT_CHECKS:
+                    check(cta)
+                cta.left = True
         except greenlet.GreenletExit:
             raise
         except BaseException as e:  # raised by run(), a KeyboardInterrupt as it is

@@ -20,7 +20,7 @@ import contextlib
 
 import numpy as np
 
-from .core import DYN_BASE, SMEM_BYTES, PhasedBarrier, SimError, SimHazard, SimThread, me, where
+from .core import CTA_EXIT_CHECKS, DYN_BASE, SMEM_BYTES, PhasedBarrier, SimError, SimHazard, SimThread, me, where
 from .sched import current
 
 
@@ -102,6 +102,7 @@ class Shadow:
     def generic_write(self, th, idx, what, swizzle=None):
         """``th`` writes ``idx`` through the generic proxy; ``swizzle``: the layout a swizzled
         fragment store (``acc_stmatrix_swizzled``, ...) gave the bytes."""
+        note_remote(th, self.cta, what)
         self.check_write(th, idx, what)
         self.gw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
         self.gw_tid[idx] = th.gid + 1
@@ -121,6 +122,7 @@ class Shadow:
         another copy completing on the same phase must not write the same bytes (which of the
         two lands last is undefined). ``swizzle``, ``dtype``: the layout and the element type
         of a TMA tile copy's map."""
+        note_remote(th, self.cta, what)
         self.check_write(th, idx, what, copy=True)
         prev = self.aw[idx]
         for i in np.unique(prev[prev > 0]):
@@ -194,6 +196,7 @@ class Shadow:
         a copy (not ``generic``) must not read bytes nothing has written since the launch (they
         hold what an earlier kernel left there); a thread's own load of them reads ``POISON``
         bytes, as harmless as on the GPU where the values go nowhere (a scale of a row past M)."""
+        note_remote(th, self.cta, what)
         self.check_bounds(th, idx, what)
         if generic:
             idx1 = np.atleast_1d(idx)
@@ -339,6 +342,50 @@ def _finish_advice(key):
     return "bulk_wait_group_read must cover that store"
 
 
+def note_remote(th, cta, what):
+    """Thread ``th`` reaches ``cta``'s shared memory or an mbarrier in it: where that is a peer
+    CTA of its cluster, the access must come before that CTA exits (checked then, by
+    :func:`_peers_done_before_exit`; at once if it has exited already)."""
+    if cta is th.cta:
+        return
+    if cta.left:
+        raise SimHazard(
+            f"thread {th.thread_id} of CTA rank {th.cta.rank} ({what} at {th.where}) reaches the shared memory of "
+            f"CTA rank {cta.rank}, whose threads have all returned: on the GPU that memory may belong to another "
+            f"CTA by now. End the kernel with a cluster barrier (the kit's pipe.teardown()), so that no CTA leaves "
+            f"while a peer may still reach it")
+    epoch = int(th.clock[th.gid])
+    old = cta.remote.get(th.gid)
+    if old is None or old[0] <= epoch:
+        cta.remote[th.gid] = (epoch, what, th.where, th.thread_id, th.cta.rank)
+
+
+def _peers_done_before_exit(cta):
+    """Every peer's access to ``cta`` (its memory, its barriers) ordered before ``cta`` exits."""
+    for gid, (epoch, what, at, tid, rank) in cta.remote.items():
+        if cta.exit_clock[gid] < epoch:
+            raise SimHazard(
+                f"CTA rank {cta.rank} exits (its threads have all returned) while nothing orders before that the "
+                f"access of thread {tid} of CTA rank {rank} to its shared memory ({what} at {at}): on the GPU the "
+                f"peer may reach that memory after it belongs to another CTA. End the kernel with a cluster "
+                f"barrier (the kit's pipe.teardown()), so that no CTA leaves while a peer may still reach it")
+
+
+def _copies_done_before_exit(cta):
+    """Every copy into ``cta``'s shared memory seen complete (its barrier phase waited for) by a
+    thread of ``cta`` before it exits."""
+    for w in cta.shadow.writes:
+        if w.phase != PENDING and cta.exit_clock[w.slot] < w.phase + 1:
+            raise SimHazard(
+                f"CTA rank {cta.rank} exits (its threads have all returned) with a copy into its shared memory, "
+                f"issued at {w.where}, that none of its threads saw complete (phase {w.phase} of {w.name}, on "
+                f"which it completes, was not waited for): on the GPU the copy may still land in memory the next "
+                f"CTA on the SM is given. Wait for every copy a kernel issues (or issue none it does not use)")
+
+
+CTA_EXIT_CHECKS.extend([_peers_done_before_exit, _copies_done_before_exit])
+
+
 #: For a copy's write: the other cause, a destination outside the stage it fills.
 _STRAY_COPY = ("; or, if this copy should not write there, its destination is wrong (past the end of its "
                "stage, in memory that another stage's reader still uses)")
@@ -433,6 +480,8 @@ class CTA:
         self.named = {}
         self.rendezvous = {}
         self.exited = set()
+        self.returned, self.exit_clock, self.left = 0, None, False  # threads returned, their clocks, all gone
+        self.remote = {}  # peer thread gid -> its latest access here (epoch, what, where, thread, rank)
         self.threads = {}  # thread id -> SimThread
         self.wgmma = {}  # warpgroup -> wgmma issue state (nbwgmma.sim.wgmma)
         self.syncthreads = PhasedBarrier(cluster, nthreads, "syncthreads barrier")

@@ -10,6 +10,7 @@ from ..layout.descriptor import SWIZZLE_NAME, encode_desc
 from .core import (RANK_SHIFT, PhasedBarrier, SimHazard, SimStopped, acquire, addr_of, collective, me, release, split,
                    warp_members, warpgroup_members)
 from .declare import IMPLS, impl
+from .shadow import note_remote
 
 
 def _noop(**_):
@@ -182,9 +183,31 @@ def _named(barrier_id, nthreads, _wait=True):
                 raise SimHazard(f"thread {th.thread_id} at {th.where}: named barrier {barrier_id} is in use with "
                                 f"{bar.parties} threads; this call says {nthreads}")
             bar = th.cta.named[barrier_id] = PhasedBarrier(th.cl, nthreads, f"named barrier {barrier_id}")
+            bar.users = {}  # generation -> {thread: the line of its arrival} (this one and the last)
+        _check_users(th, bar, barrier_id, nthreads)
     tok = bar.arrive()
     if _wait:
         bar.wait(tok)
+
+
+def _check_users(th, bar, barrier_id, nthreads):
+    """A thread arriving at a generation of a named barrier whose previous generation other
+    threads formed must have seen that one complete: the GPU counts arrivals from any warp, so two groups
+    of threads sharing an id, unordered, can complete each other's generations (threads pass
+    before their own group arrives), in orders this schedule need not have run."""
+    g, me_ = bar.gen, th.thread_id
+    prev = bar.users.get(g - 1)
+    if prev is not None and me_ not in prev and not np.all(th.clock >= bar.done[g - 1]):
+        sites = sorted(set(prev.values()))
+        warps = sorted({t // 32 for t in prev})
+        raise SimHazard(
+            f"thread {me_} (warp {me_ // 32}) at {th.where}: named barrier {barrier_id} ({nthreads} threads) "
+            f"was last completed by other threads (of warps {', '.join(map(str, warps))}, at {'; '.join(sites)}), "
+            f"with nothing ordering that before this arrival: on the GPU one generation counts arrivals from any "
+            f"warp, so groups of threads sharing an id can complete each other's generations and pass before "
+            f"their own threads arrive. Give each group its own barrier id (the kit's tma_store_part uses 1 + cw)")
+    bar.users.setdefault(g, {})[me_] = th.where
+    bar.users.pop(g - 2, None)
 
 
 IMPLS["named_barrier_arrive"] = lambda barrier_id, nthreads: _named(barrier_id, nthreads, _wait=False)
@@ -334,6 +357,8 @@ class MBarrier:
             self.cond.notify_all()
 
     def update(self, th, arrivals=0, tx=0):
+        if th.cta is not self.cta:
+            note_remote(th, self.cta, "an arrival or bytes on " + self.label())
         state = self.phase
         if arrivals > self.pending:
             raise SimHazard(
