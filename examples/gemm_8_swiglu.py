@@ -117,11 +117,12 @@ def run(kernel, x, wg, wu, out, ctas):
 
 def simulate():
     """Two CTAs over M = 200, N = 136 (two tile rows by two tile columns, each second one
-    cut short), K = 128, small integers, ReLU: exact after rounding to bf16."""
+    cut short), K = 192 (three k-blocks a tile, six fills of each CTA's ring of four stages: its
+    phases turn over), small integers, ReLU: exact after rounding to bf16."""
     from nbwgmma.layout import from_bits, to_bits
 
     rng = np.random.default_rng(0)
-    m, n, k = 200, 136, 2 * BK
+    m, n, k = 200, 136, 3 * BK
     x = rng.integers(-2, 3, (m, k)).astype(np.float64)
     wg, wu = (rng.integers(-2, 3, (n, k)).astype(np.float64) for _ in range(2))
     out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))  # bf16 NaN: every element must be written
