@@ -922,3 +922,23 @@ def test_a_cta_leaving_with_copies_nobody_waited_for_is_a_hazard():
                                             r"shared memory, issued at .*gemm_2_tma_pipeline.py:\d+, that none of its "
                                             r"threads saw complete"):
         mod.main()
+
+
+@cuda.jit
+def _cp_async_never_tied(src):
+    from nbwgmma.intrinsics import cp_async
+
+    dyn = cuda.shared.array(0, np.uint8)
+    base = dynamic_smem_base(dyn, 1024)
+    cp_async(base + 4 * cuda.threadIdx.x, src, 4 * cuda.threadIdx.x, 4)  # UNTIED: no arrival, no wait
+
+
+def test_a_thread_leaving_with_cp_async_copies_untied_is_a_hazard():
+    import inspect
+
+    src, first = inspect.getsourcelines(_cp_async_never_tied.py_func)
+    line = first + next(i for i, s in enumerate(src) if "UNTIED" in s)
+    with pytest.raises(sim.SimHazard, match=rf"left the kernel with 1 cp.async copies that no "
+                                            rf"cp_async_mbarrier_arrive_noinc tied to a barrier .*sim_hazard_cases.py:{line}"):
+        launch(_cp_async_never_tied, 1, 32, (cuda.to_device(np.arange(32, dtype=np.float32)),),
+               smem=dynamic_smem_bytes(1024))

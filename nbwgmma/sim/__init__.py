@@ -57,7 +57,7 @@ order the threads run in, because it tracks happens-before with vector clocks
   base sits 16 bytes past a 1 KiB boundary, so a launch without the slack that
   ``dynamic_smem_base``'s round-up takes, ``dynamic_smem_bytes``, is reported);
 * a thread that leaves the kernel with bulk (TMA) stores still reading shared memory, no
-  ``bulk_wait_group`` covering them;
+  ``bulk_wait_group`` covering them, or with ``cp_async`` copies no arrival tied to a barrier;
 * static shared arrays that, with the launch's dynamic shared memory, exceed the 227 KiB a
   block may have (a :class:`SimError`: the GPU refuses the launch);
 * a wgmma, TMA store or bulk copy reading shared memory that nothing has written since the

@@ -282,7 +282,17 @@ def _stores_waited_at_exit(th):
                         f"bulk_commit_group, before the kernel ends")
 
 
-EXIT_CHECKS.append(_stores_waited_at_exit)
+def _cp_async_landed_at_exit(th):
+    """A thread that leaves the kernel with ``cp.async`` copies it never tied to a barrier
+    (``cp_async_mbarrier_arrive_noinc``): nothing waits for them, and they may still land in
+    shared memory the next CTA on the SM is given."""
+    if th.cp_async:
+        raise SimHazard(f"thread {th.thread_id} of block ({th.blockIdx.x}, {th.blockIdx.y}) left the kernel with "
+                        f"{len(th.cp_async)} cp.async copies that no cp_async_mbarrier_arrive_noinc tied to a barrier "
+                        f"(nothing waits for them; the last issued at {th.cp_async[-1][3]})")
+
+
+EXIT_CHECKS.extend([_stores_waited_at_exit, _cp_async_landed_at_exit])
 
 
 def _byte_span(a):
@@ -325,7 +335,7 @@ def _copy(dst, array, offset, size, nvalid):
         cta.shadow.aw[idx] = len(cta.shadow.writes)
         cta.shadow.gw_tid[idx] = cta.shadow.gw_swizzle[idx] = 0
         cta.shadow.aw_swizzle[idx] = cta.shadow.aw_type[idx] = 0
-    th.cp_async = (th.cp_async or []) + [(cta, off, data)]
+    th.cp_async = (th.cp_async or []) + [(cta, off, data, th.where)]
 
 
 @impl("prefetch_l1")
@@ -355,7 +365,7 @@ def _cp_async_arrive(bar):
     th = me()
     with th.cl.lock:
         m = mbar(bar)
-        for cta, off, data in th.cp_async or ():  # the bytes land, completing on this phase of m
+        for cta, off, data, _ in th.cp_async or ():  # the bytes land, completing on this phase of m
             cta.shadow.async_write(th, np.arange(off, off + data.size), "cp.async", m)
             cta.image[off:off + data.size] = data
         m.update(th, arrivals=1)
