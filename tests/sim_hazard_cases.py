@@ -79,7 +79,10 @@ def _ws_with_early_release():
 
 
 def test_release_before_wait_group_is_a_hazard_not_a_wrong_answer():
-    with pytest.raises(sim.SimHazard, match=r"writes shared memory at 0x[0-9a-f]+ .*wgmma_mma_async"):
+    """Reported with the line of the release that came too early: the arrivals that completed
+    the phase of the "empty" barrier the producer waited for before its write."""
+    with pytest.raises(sim.SimHazard, match=r"writes shared memory at 0x[0-9a-f]+ .*wgmma_mma_async.*whose arrivals "
+                                            r"came from .*gemm_3_warp_specialized.py:\d+\)"):
         _run_ws(_ws_with_early_release(), 1024)
 
 

@@ -383,6 +383,7 @@ class SimThread(greenlet.greenlet):
         self.bulk = None  # this thread's bulk async-group state (nbwgmma.sim.copy)
         self.cp_async = None  # its cp.async copies not yet landed (nbwgmma.sim.copy)
         self.verdict = None  # what the scheduler said when it last resumed this thread
+        self.last_phase = None  # (mbarrier, phase) it last waited for (nbwgmma.sim.sync; named in hazards)
         self.expired_at = -1  # the scheduler's progress count when a wait of this thread last gave up
 
     def wake(self):

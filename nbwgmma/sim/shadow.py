@@ -187,7 +187,7 @@ class Shadow:
                     f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at "
                     f"{self._addr(idx, seqs, q)} that {op.what} issued at {op.where} reads; that read is "
                     f"waited for at {op.done_where}, but nothing orders that wait before this write "
-                    f"(the release that let this write happen comes before the wait)")
+                    f"(the release that let this write happen comes before the wait{_release_sites(th)})")
 
     def check_observed(self, th, idx, what, generic=False):
         """Reading ``idx`` (generic or async proxy) needs every TMA write of it observed; a
@@ -384,6 +384,19 @@ def _copies_done_before_exit(cta):
 
 
 CTA_EXIT_CHECKS.extend([_peers_done_before_exit, _copies_done_before_exit])
+
+
+def _release_sites(th) -> str:
+    """Where the arrivals came from that completed the barrier phase ``th`` waited for last (a
+    producer's wait for a free slot: the consumers' releases, one of them too early)."""
+    last = th.last_phase
+    if last is None:
+        return ""
+    m, phase = last
+    sites = m.done_sites.get(phase)
+    if not sites:
+        return ""
+    return f"; this thread last waited for phase {phase} of {m.label()}, whose arrivals came from {'; '.join(sites)}"
 
 
 #: For a copy's write: the other cause, a destination outside the stage it fills.

@@ -323,6 +323,7 @@ class MBarrier:
         self.slot = cta.cl.new_slot()
         self.clock = cta.cl.new_clock()
         self.done = {}  # completed phase -> clock
+        self.sites, self.done_sites = [], {}  # the arrivals' lines: this phase's, and by completed phase
         self.cond = cta.cl.new_cond()
 
     def label(self):
@@ -350,6 +351,9 @@ class MBarrier:
             c[self.slot] = self.phase + 1
             self.done[self.phase] = c
             self.done.pop(self.phase - 4, None)
+            self.done_sites[self.phase] = self.sites
+            self.done_sites.pop(self.phase - 4, None)
+            self.sites = []
             self.clock = self.cta.cl.new_clock()
             self.phase += 1
             self.pending = self.expected
@@ -372,6 +376,8 @@ class MBarrier:
         self.pending -= arrivals
         if arrivals:
             release(th, self.clock)
+            if th.where not in self.sites:
+                self.sites.append(th.where)
         else:  # bytes or expect_tx alone: the issuer's past joins the phase, no release of its own
             np.maximum(self.clock, th.clock, out=self.clock)
         self._check(th)
@@ -441,6 +447,7 @@ IMPLS["mbarrier_arrive_cluster"] = lambda bar, cta, scope="cta": (mb_update(mapa
 def _observe(th, m, done):
     if done is not None and done >= 0:
         acquire(th, m.done.get(done))
+        th.last_phase = (m, done)  # what a hazard of its next writes can name (nbwgmma.sim.shadow)
 
 
 def _mb_test(bar, state=None, parity=None):
