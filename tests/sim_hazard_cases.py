@@ -304,9 +304,13 @@ def test_fixed_tma_kernel_is_exact():
 
 
 def test_tma_destination_read_before_its_phase_is_a_hazard():
+    """A thread that reads after the copy is issued reads bytes it has not waited for; one that
+    reads before, bytes the copy then overwrites unordered: whichever comes first is reported."""
     with pytest.raises(sim.SimHazard, match=r"a shared-memory load at .*sim_hazard_cases.py:\d+\) reads shared memory "
                                             r"at 0x[0-9a-f]+ that a copy issued at .* without having waited for "
-                                            r"phase 0 of mbarrier 'full\[0\]'"):
+                                            r"phase 0 of mbarrier 'full\[0\]'|a TMA load at .*sim_hazard_cases.py:\d+\) "
+                                            r"writes shared memory at 0x[0-9a-f]+ that thread \d+ \(a shared-memory "
+                                            r"load at .*\) read, with nothing ordering that read before this write"):
         _run_tma(wait=False)
 
 
@@ -945,3 +949,106 @@ def test_a_thread_leaving_with_cp_async_copies_untied_is_a_hazard():
                                             rf"cp_async_mbarrier_arrive_noinc tied to a barrier .*sim_hazard_cases.py:{line}"):
         launch(_cp_async_never_tied, 1, 32, (cuda.to_device(np.arange(32, dtype=np.float32)),),
                smem=dynamic_smem_bytes(1024))
+
+
+# --- from a mutation campaign over the kit's blocks ------------------------------------------
+
+
+@cuda.jit
+def _one_id_two_counts(out):
+    from nbwgmma.intrinsics import named_barrier_sync
+
+    t = cuda.threadIdx.x
+    if t >= 128:
+        named_barrier_sync(5, 128)  # warpgroup 1 alone, as a warpgroup_sync on id 5 would
+    named_barrier_sync(5, 256)  # both warpgroups, as StreamFixup's count on id 5
+    out[t] = 1
+
+
+@pytest.mark.parametrize("schedule", ["fifo", "random:1", "random:2", "random:3"])
+def test_one_named_barrier_id_at_two_counts_unordered_is_a_hazard(schedule, monkeypatch):
+    """One id, the GPU's one barrier, used with 128 threads by one warpgroup while the other may
+    already wait on it with 256: reported whichever runs first (where the 128 completed first,
+    the simulator made a fresh barrier at the new count and lost the id's history: exact)."""
+    monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", schedule)
+    with pytest.raises(sim.SimHazard, match=r"named barrier 5 (\(\d+ threads\) was last completed by other threads|is "
+                                            r"in use with \d+ threads; this call says \d+)"):
+        launch(_one_id_two_counts, 1, 256, (cuda.to_device(np.zeros(256, np.int32)),))
+
+
+@cuda.jit
+def _init_ordered_by_setmaxnreg(out):
+    from nbwgmma.intrinsics import mbarrier_arrive, setmaxnreg_dec
+
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    t = cuda.threadIdx.x
+    if t == 0:
+        mbarrier_init(bar, 96)
+    setmaxnreg_dec(40)  # a register operation of the warpgroup: it orders no memory between warps
+    if t >= 32:
+        mbarrier_arrive(bar)
+        mbarrier_wait_parity(bar, 0)
+    out[t] = 1
+
+
+def test_setmaxnreg_orders_no_memory():
+    """The warpgroup's setmaxnreg joined its threads' clocks in the simulator, so an mbarrier
+    init ordered by it alone ran without a report (the epilogue warps' setup without its
+    syncthreads)."""
+    with pytest.raises(sim.SimHazard, match=r"is used with nothing ordering its mbarrier_init"):
+        launch(_init_ordered_by_setmaxnreg, 1, 128, (cuda.to_device(np.zeros(128, np.int32)),))
+
+
+@cuda.jit
+def _read_then_overwritten(out, mode):
+    buf = cuda.shared.array(64, np.int32)
+    t = cuda.threadIdx.x
+    buf[t] = t
+    cuda.syncthreads()
+    if mode == 0:
+        if t == 40:
+            buf[3] = 99  # OVERWRITES what thread 3 reads, unordered
+        if t == 3:
+            out[0] = buf[3]
+    else:
+        if t == 3:
+            out[0] = buf[3]
+        if t == 40:
+            buf[3] = 99  # OVERWRITES what thread 3 read, unordered
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+def test_a_store_over_another_thread_s_unordered_read_is_a_hazard(mode):
+    """A load by one thread, then a store to the same bytes by another with nothing ordering the
+    load first (the epilogue warps releasing their C block before reading it ran exact)."""
+    with pytest.raises(sim.SimHazard, match=r"thread 40 \(a shared-memory store at .*sim_hazard_cases.py:\d+\) writes "
+                                            r"shared memory at 0x[0-9a-f]+ that thread 3 \(a shared-memory load at "
+                                            r".*sim_hazard_cases.py:\d+\) read, with nothing ordering that read before"):
+        launch(_read_then_overwritten, 1, 64, (cuda.to_device(np.zeros(1, np.int32)), np.int32(mode)))
+
+
+@cuda.jit
+def _one_id_two_counts_in_turn(out):
+    from nbwgmma.intrinsics import mbarrier_wait_parity_timeout, named_barrier_sync
+
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    t = cuda.threadIdx.x
+    if t == 0:
+        mbarrier_init(bar, 1)
+    cuda.syncthreads()
+    if t < 128:
+        mbarrier_wait_parity_timeout(bar, 0, 1000)  # nobody arrives: warpgroup 0 comes late, unordered
+    else:
+        named_barrier_sync(5, 128)  # warpgroup 1's generation on id 5 completes first
+    named_barrier_sync(5, 256)
+    out[t] = 1
+
+
+def test_one_named_barrier_id_keeps_its_history_across_counts():
+    """Warpgroup 1's 128-thread generation on id 5 completes before warpgroup 0 arrives there at
+    256, with nothing ordering the two: the id is one barrier on the GPU, whatever the count."""
+    with pytest.raises(sim.SimHazard, match=r"thread \d+ \(warp [0-3]\) at .*sim_hazard_cases.py:\d+: named barrier 5 "
+                                            r"\(256 threads\) was last completed by other threads"):
+        launch(_one_id_two_counts_in_turn, 1, 256, (cuda.to_device(np.zeros(256, np.int32)),))

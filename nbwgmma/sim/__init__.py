@@ -46,6 +46,9 @@ order the threads run in, because it tracks happens-before with vector clocks
 * a TMA store through a map whose swizzle differs from the one a swizzled fragment store
   (``acc_stmatrix_swizzled``, ``acc_store_swizzled``, ``acc_store_fp8_swizzled``) wrote the
   block in (a map without swizzle is a plain copy and makes no claim);
+* a store or a copy over bytes another thread loaded, with nothing ordering the load first
+  (checked against each byte's last reader; ``acc_add_shared``'s reads of an exchange buffer
+  that a peer's ``acc_send_cluster`` overwrites too early included);
 * a named barrier for more threads than the block has (a hang on the GPU; a hang in a block
   smaller than the kernel's launch bounds says so too);
 * an mbarrier used before its ``mbarrier_init``, or with nothing (a ``syncthreads``, a cluster
@@ -77,10 +80,10 @@ order the threads run in, because it tracks happens-before with vector clocks
 
 What it does not model: register writes that Python cannot see (rebinding a fragment
 variable while its wgmma is in flight is not flagged), races between two generic stores,
-a generic load followed by a copy's write with nothing ordering the load first (a stage
-released by one thread while the others still read it: compute-sanitizer's racecheck
-reports it; likewise ``acc_add_shared``'s reads of an exchange buffer that a peer's
-``acc_send_cluster`` overwrites too early), a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
+a load followed by another thread's unordered store or copy where the load was not the last
+read of those bytes (each byte keeps its last reader: a stage released by one thread while
+another, not the last to read it, still reads is compute-sanitizer's racecheck's to report),
+a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
 only: register accesses are invisible here), copies finishing out of order (a TMA
 load lands when it is issued, so a pipeline turn passed too early cannot show), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
 not a report), synchronization through memory (a flag stored with release semantics and read with acquire

@@ -449,14 +449,15 @@ class _Rendezvous:
         self.rounds = {}
 
 
-def collective(key, members, op, value, compute=None):
+def collective(key, members, op, value, compute=None, orders=True):
     """The calling thread's part of one collective instruction ``op`` (a hashable: name and
     immediates) executed by the threads ``members`` (thread ids of the CTA) together.
 
     Every member passes ``value``; once all have arrived, ``compute(values in member
     order)`` runs once and every member gets its result (default: the list of values).
-    Members reaching different instructions, or one that exited, are reported. The clocks
-    of all members are joined (a collective orders what each member did before it)."""
+    Members reaching different instructions, or one that exited, are reported. With
+    ``orders`` the clocks of all members are joined (the collective orders what each member
+    did before it); without (``setmaxnreg``: a register operation, no memory ordering), not."""
     th = me()
     cta, cl = th.cta, th.cl
     if members[-1] >= cl.nthreads:
@@ -473,12 +474,14 @@ def collective(key, members, op, value, compute=None):
             r = rz.rounds[n] = {"vals": {}, "ops": {}, "clock": cl.new_clock(), "waiters": []}
         r["vals"][th.thread_id] = value
         r["ops"][th.thread_id] = (op, th.where)
-        np.maximum(r["clock"], th.clock, out=r["clock"])
+        if orders:
+            np.maximum(r["clock"], th.clock, out=r["clock"])
         last = len(r["vals"]) == len(members)
         if last:
             _check_same_op(r, len(members))
             vals = [r["vals"][m] for m in members]
-            acquire(th, r["clock"])  # compute() sees what every member did before
+            if orders:
+                acquire(th, r["clock"])  # compute() sees what every member did before
             r["result"] = compute(vals) if compute is not None else vals
             del rz.rounds[n]
         else:
@@ -505,7 +508,8 @@ def collective(key, members, op, value, compute=None):
             return False
 
         cl.wait_woken(th, ready, missing_text)
-    acquire(th, r["clock"])
+    if orders:
+        acquire(th, r["clock"])
     th.clock[th.gid] += 1
     return r["result"]
 

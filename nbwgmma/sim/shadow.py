@@ -96,6 +96,9 @@ class Shadow:
         self.writes = []
         self.readers = {}  # key -> (seq per byte, [AsyncRead, ...] with index = seq - 1)
         self.written = np.zeros(SMEM_BYTES, bool)  # bytes any write (generic or a copy's) reached since launch
+        self.gr_tid = np.zeros(SMEM_BYTES, np.int32)  # the last generic reader's cluster thread id + 1
+        self.gr_epoch = np.zeros(SMEM_BYTES, np.int64)
+        self.gr_site = np.zeros(SMEM_BYTES, np.int32)  # index into self.sites of that read
 
     # -- records -------------------------------------------------------------------------
 
@@ -107,15 +110,18 @@ class Shadow:
         self.gw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
         self.gw_tid[idx] = th.gid + 1
         self.gw_epoch[idx] = th.clock[th.gid]
-        site = (what, th.where)
+        self.gw_site[idx] = self._site(what, th.where)
+        self.written[idx] = True
+        self.aw[idx] = 0
+        self.aw_swizzle[idx] = self.aw_type[idx] = 0
+
+    def _site(self, what, at) -> int:
+        site = (what, at)
         sid = self.site_ids.get(site)
         if sid is None:
             sid = self.site_ids[site] = len(self.sites)
             self.sites.append(site)
-        self.gw_site[idx] = sid
-        self.written[idx] = True
-        self.aw[idx] = 0
-        self.aw_swizzle[idx] = self.aw_type[idx] = 0
+        return sid
 
     def async_write(self, th, idx, what, mbar, swizzle=None, dtype=None):
         """A copy issued by ``th`` lands on ``idx`` and completes on ``mbar`` (its current phase);
@@ -170,8 +176,22 @@ class Shadow:
 
     def check_write(self, th, idx, what, copy=False):
         """Writing ``idx`` must wait for every async read of it to be complete and ordered
-        (``copy``: the write is a copy's, whose destination may be the mistake)."""
+        (``copy``: the write is a copy's, whose destination may be the mistake), and come after
+        the last generic read of each byte by another thread."""
         self.check_bounds(th, idx, what)
+        idx1 = np.atleast_1d(idx)
+        readers = self.gr_tid[idx1]
+        sel = (readers > 0) & (readers != th.gid + 1)
+        if np.any(sel):
+            late = th.clock[readers[sel] - 1] < self.gr_epoch[idx1][sel]
+            if np.any(late):
+                b = int(idx1[np.flatnonzero(sel)[np.flatnonzero(late)[0]]])
+                what_r, at_r = self.sites[int(self.gr_site[b])]
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at 0x{b:x} that thread "
+                    f"{self._local(int(self.gr_tid[b]) - 1)} ({what_r} at {at_r}) read, with nothing ordering that "
+                    f"read before this write: on the GPU the write may land first (a barrier, or a release the "
+                    f"writer waits for, after the read is missing)")
         for key, (seqs, ops) in self.readers.items():
             q = int(seqs[idx].max()) if np.size(idx) else 0
             if not q:
@@ -220,6 +240,10 @@ class Shadow:
                     f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
                     f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, without having "
                     f"waited for phase {aw.phase} of {aw.name}, on which that copy completes")
+        if generic:  # the last reader of each byte, which later writes by other threads must follow
+            self.gr_tid[idx] = th.gid + 1
+            self.gr_epoch[idx] = th.clock[th.gid]
+            self.gr_site[idx] = self._site(what, th.where)
         fresh = ~self.written[idx]
         if not generic and np.any(fresh):  # a thread's own load of such bytes reads the poison
             b = int(np.atleast_1d(idx)[np.atleast_1d(fresh)][0])

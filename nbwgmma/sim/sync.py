@@ -182,8 +182,11 @@ def _named(barrier_id, nthreads, _wait=True):
             if bar is not None and bar.count:
                 raise SimHazard(f"thread {th.thread_id} at {th.where}: named barrier {barrier_id} is in use with "
                                 f"{bar.parties} threads; this call says {nthreads}")
+            old = bar
             bar = th.cta.named[barrier_id] = PhasedBarrier(th.cl, nthreads, f"named barrier {barrier_id}")
             bar.users = {}  # generation -> {thread: the line of its arrival} (this one and the last)
+            if old is not None and old.gen:  # the id's last generation at its other count: the GPU's same barrier
+                bar.users[-1], bar.done[-1] = old.users.get(old.gen - 1, {}), old.done[old.gen - 1]
         _check_users(th, bar, barrier_id, nthreads)
     tok = bar.arrive()
     if _wait:
@@ -287,14 +290,14 @@ def _registers(th, count, inc):
 @impl("setmaxnreg_inc")
 def _setmaxnreg_inc(count):
     th = me()
-    collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None)
+    collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None, orders=False)  # (registers: no memory order)
     _registers(th, int(count), True)
 
 
 @impl("setmaxnreg_dec")
 def _setmaxnreg_dec(count):
     th = me()
-    collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None)
+    collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None, orders=False)  # (registers: no memory order)
     _registers(th, int(count), False)
 
 
