@@ -83,7 +83,7 @@ variable while its wgmma is in flight is not flagged), races between two generic
 a load followed by another thread's unordered store or copy where the load was not the last
 read of those bytes (each byte keeps its last reader: a stage released by one thread while
 another, not the last to read it, still reads is compute-sanitizer's racecheck's to report),
-a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
+a named barrier left with arrivals pending when the kernel ends, a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
 only: register accesses are invisible here), copies finishing out of order (a TMA
 load lands when it is issued, so a pipeline turn passed too early cannot show), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
 not a report), synchronization through memory (a flag stored with release semantics and read with acquire
