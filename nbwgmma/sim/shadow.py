@@ -11,7 +11,13 @@ Per byte the shadow keeps
   mbarrier that copy completes on to have been observed;
 * per async reader (a warpgroup's wgmmas, a thread's bulk stores) the sequence number of
   the latest read of it, so that a write can require that read to be complete (waited
-  for) and its completion ordered before the write.
+  for) and its completion ordered before the write;
+* the last generic reader (thread and epoch), so that another thread's store or copy can
+  require that read ordered before it;
+* whether anything has written it since the launch (the image starts as ``POISON`` bytes).
+
+Per CTA: the peers' latest accesses to its memory and barriers, which its exit (the last of
+its threads returning) must come after, as must the completion of every copy into it.
 """
 
 from __future__ import annotations
