@@ -1052,3 +1052,22 @@ def test_one_named_barrier_id_keeps_its_history_across_counts():
     with pytest.raises(sim.SimHazard, match=r"thread \d+ \(warp [0-3]\) at .*sim_hazard_cases.py:\d+: named barrier 5 "
                                             r"\(256 threads\) was last completed by other threads"):
         launch(_one_id_two_counts_in_turn, 1, 256, (cuda.to_device(np.zeros(256, np.int32)),))
+
+
+@cuda.jit
+def _aligned_cluster_barrier_by_one_lane(out):
+    from nbwgmma.intrinsics import cluster_sync
+
+    t = cuda.threadIdx.x
+    if t < 32 and t != 0:
+        return  # the warp's other lanes leave: lane 0 alone reaches the barrier below
+    cluster_sync()  # ALIGNED: every thread of the warp must execute it
+    out[t] = t
+
+
+def test_an_aligned_cluster_barrier_needs_the_whole_warp():
+    """The library's closing cluster barrier is the unaligned form because the producer warp's
+    idle lanes have returned; the aligned form there is undefined on the GPU (it ran exact)."""
+    with pytest.raises(sim.SimStopped, match=r"barrier.cluster.aligned is collective over the warp; thread\(s\) "
+                                             r"\[1, 2, 3, 4, 5, 6, 7, 8\] exited without reaching it"):
+        launch(_aligned_cluster_barrier_by_one_lane, 2, 64, (cuda.to_device(np.zeros(64, np.int32)),), cluster=(2, 1, 1))

@@ -61,6 +61,8 @@ order the threads run in, because it tracks happens-before with vector clocks
   ``dynamic_smem_base``'s round-up takes, ``dynamic_smem_bytes``, is reported);
 * a thread that leaves the kernel with bulk (TMA) stores still reading shared memory, no
   ``bulk_wait_group`` covering them, or with ``cp_async`` copies no arrival tied to a barrier;
+* an ``.aligned`` cluster barrier (``cluster_sync()``, ``cluster_arrive()``, ...) that not
+  every thread of a warp reaches (lanes returned early: use ``aligned=False``);
 * static shared arrays that, with the launch's dynamic shared memory, exceed the 227 KiB a
   block may have (a :class:`SimError`: the GPU refuses the launch);
 * a wgmma, TMA store or bulk copy reading shared memory that nothing has written since the
@@ -83,7 +85,10 @@ variable while its wgmma is in flight is not flagged), races between two generic
 a load followed by another thread's unordered store or copy where the load was not the last
 read of those bytes (each byte keeps its last reader: a stage released by one thread while
 another, not the last to read it, still reads is compute-sanitizer's racecheck's to report),
-a named barrier left with arrivals pending when the kernel ends, a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
+a named barrier left with arrivals pending when the kernel ends, programmatic dependent
+launch (``griddep_wait`` and ``griddep_launch_dependents`` do nothing here and grids run one
+after another, so a kernel reading its inputs before ``griddep_wait`` in a ``pdl=True`` launch
+is not reported), a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
 only: register accesses are invisible here), copies finishing out of order (a TMA
 load lands when it is issued, so a pipeline turn passed too early cannot show), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
 not a report), synchronization through memory (a flag stored with release semantics and read with acquire
@@ -93,7 +98,8 @@ are no-ops; an mbarrier wait's or arrival's scope, ``cta`` or ``cluster``, chang
 wait at CTA scope for bytes another CTA's ``st.async`` delivered is not flagged). Kernels are launched with :func:`nbwgmma.launch.launch`, which runs the CTAs
 of one cluster at a time, clusters in increasing order (``NBWGMMA_SIM_ORDER=reverse``: decreasing;
 the GPU promises neither, so a kernel whose CTAs meet through global memory is worth running
-both ways). A hazard inside one of nbwgmma's own blocks (a kit function, an intrinsic) names the
+both ways; stores to global memory that race between CTAs, such as a partial tile written
+over another's, show in neither order). A hazard inside one of nbwgmma's own blocks (a kit function, an intrinsic) names the
 block's line and the kernel line that called it. A kernel that would hang on the GPU raises
 :class:`SimStopped` the moment every thread of the cluster waits (or has exited), naming the
 thread that waited longest, its kernel line, the barrier (with the name given by

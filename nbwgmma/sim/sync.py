@@ -224,9 +224,18 @@ def _named_id(barrier_id, nthreads):
     _named(int(barrier_id), nthreads)
 
 
+def _whole_warp(th, op, aligned):
+    """An ``.aligned`` cluster barrier instruction is executed by every thread of the warp
+    together (PTX ISA: barrier.cluster): a warp some of whose threads returned, or took another
+    path, is reported as for any warp collective (use ``aligned=False`` for those)."""
+    if aligned:
+        collective(*warp_members(th), (f"{op}.aligned",), None)
+
+
 @impl("cluster_arrive", "cluster_arrive_relaxed")
 def _cluster_arrive(aligned=True):
     th = me()
+    _whole_warp(th, "barrier.cluster.arrive", aligned)
     th.cluster_token = th.cl.barrier.arrive()
 
 
@@ -235,13 +244,16 @@ def _cluster_wait(aligned=True):
     th = me()
     if th.cluster_token is None:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: cluster_wait without a preceding cluster_arrive")
+    _whole_warp(th, "barrier.cluster.wait", aligned)
     th.cl.barrier.wait(th.cluster_token)
     th.cluster_token = None
 
 
 @impl("cluster_sync")
 def _cluster_sync(aligned=True):
-    me().cl.barrier.sync()
+    th = me()
+    _whole_warp(th, "barrier.cluster", aligned)
+    th.cl.barrier.sync()
 
 
 @impl("elect_one_sync")
