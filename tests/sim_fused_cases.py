@@ -502,3 +502,13 @@ def test_amax_without_a_mask_is_exact(m, n, k, config, act):
     assert last_plan().cfg.amax and last_plan().cfg.zero_padding
     np.testing.assert_array_equal(out.copy_to_host(), float_to_fp8(ref * 0.5, "e4m3"))
     assert amax.copy_to_host()[0] == np.abs(ref).max()
+
+
+@pytest.mark.parametrize("config", [{"bm": 128, "bn": 128}, {"bm": 256, "bn": 160}])
+def test_a_16bit_column_bias_loaded_under_the_last_wgmmas_is_exact(config, monkeypatch):
+    """A 16-bit column bias with a 16-bit output through TMA on a GPU the tile model plans for:
+    the bias loaded once a tile, under the main loop's last wgmmas (no case took that path)."""
+    from tests.sim_frontend_cases import on_a_gpu_of
+
+    on_a_gpu_of(monkeypatch, 2, "forward")
+    test_library_epilogue_is_exact(200, 264, 200, "col", "relu", "f16", config, "f16 bias")

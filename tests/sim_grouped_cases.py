@@ -175,3 +175,24 @@ def test_cooperative_schedule_uneven_groups_bias_relu(cooperative):
 
 def test_cooperative_schedule_row_major_b(cooperative):
     test_row_major_b_with_k_not_a_multiple_of_the_stage()
+
+
+@pytest.mark.parametrize("schedule", ["pingpong", "cooperative"])
+def test_groups_of_a_long_k_turn_the_ring_over(schedule, monkeypatch):
+    """K = 512: more k-blocks a tile than stages, so each consumer's ring phases turn over (the
+    other cases' K of 96 or less never did: a turn passed too early could not show)."""
+    if schedule == "cooperative":
+        import nbwgmma.frontend.grouped as grouped
+
+        monkeypatch.setattr(grouped, "COOPERATIVE_ROWS", 0)
+    sizes = [70, 200, 33]
+    total, n, k = sum(sizes), 136, 512
+    ends = np.cumsum(sizes).astype(np.int32)
+    rng = np.random.default_rng(3)
+    a = rng.integers(-1, 2, (total, k)).astype(np.float64)
+    w = rng.integers(-1, 2, (len(sizes), n, k)).astype(np.float64)
+    dw = _bits(w.reshape(-1, k)).reshape(len(sizes), n, k)
+    out = cuda.to_device(np.full((total, n), 0x7FC0, np.uint16))
+    grouped_matmul(_bits(a), _swap(dw), cuda.to_device(ends), out=out, in_dtype="bf16", validate=True)
+    ref = np.concatenate([a[e - s:e] @ w[g].T for g, (s, e) in enumerate(zip(sizes, ends))])
+    np.testing.assert_array_equal(_bf16(out), ref)
