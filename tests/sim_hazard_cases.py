@@ -1071,3 +1071,21 @@ def test_an_aligned_cluster_barrier_needs_the_whole_warp():
     with pytest.raises(sim.SimStopped, match=r"barrier.cluster.aligned is collective over the warp; thread\(s\) "
                                              r"\[1, 2, 3, 4, 5, 6, 7, 8\] exited without reaching it"):
         launch(_aligned_cluster_barrier_by_one_lane, 2, 64, (cuda.to_device(np.zeros(64, np.int32)),), cluster=(2, 1, 1))
+
+
+@cuda.jit
+def _shared_index_past_the_end(out):
+    sm = cuda.shared.array(8, np.float32)
+    t = cuda.threadIdx.x
+    sm[t] = 1.0  # PAST THE END for threads 8 and up
+
+
+def test_a_shared_array_indexed_past_its_end_names_the_line():
+    """A numpy IndexError from inside the simulator before; a hazard at the kernel's line now."""
+    import inspect
+
+    src, first = inspect.getsourcelines(_shared_index_past_the_end.py_func)
+    line = first + next(i for i, s in enumerate(src) if "PAST THE END" in s)
+    with pytest.raises(sim.SimHazard, match=rf"thread 8 at .*sim_hazard_cases.py:{line}: a shared array of shape \(8,\) "
+                                            rf"indexed with 8: index 8 is out of bounds"):
+        launch(_shared_index_past_the_end, 1, 32, (cuda.to_device(np.zeros(1, np.float32)),))

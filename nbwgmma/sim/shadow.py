@@ -448,7 +448,12 @@ class SharedArray(np.ndarray):
         base = self.__array_interface__["data"][0] - cta.image.__array_interface__["data"][0]
         if not 0 <= base < SMEM_BYTES:
             return None, cta
-        v = np.ndarray.__getitem__(self.view(np.ndarray), index)
+        try:
+            v = np.ndarray.__getitem__(self.view(np.ndarray), index)
+        except IndexError as e:  # on the GPU: another array's bytes, or an out-of-bounds fault
+            th = me()
+            raise SimHazard(f"thread {th.thread_id} at {where()}: a shared array of shape {self.shape} indexed "
+                            f"with {index!r}: {e}") from None
         size = self.itemsize
         if isinstance(v, np.ndarray):
             if v.size == 0:
