@@ -150,7 +150,7 @@ class CompileReport:
             verdict = ("fits" if need <= have else
                        "OVER: the increase waits forever for registers no warpgroup frees (a hang)")
             lines.append(f"setmaxnreg    {counts}: {need} of {have} registers per warpgroup thread "
-                         f"({-(-self.max_threads // 128)} warpgroups at {self.registers} at launch), {verdict}")
+                         f"({have // self.registers} warpgroups at {self.registers} at launch), {verdict}")
         f64 = self.float64_ops
         if f64:
             lines.append("float64 ops   " + ", ".join(f"{k}={v}" for k, v in f64.most_common())

@@ -448,13 +448,8 @@ def ptx_intrinsic(
         tmpl = template(**imms) if callable(template) else template
         return _Resolved(tmpl, params, out_list, counts, imms)
 
-    sig_params = [inspect.Parameter("typingctx", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    for p in params:
-        default = getattr(p, "default", _NO_DEFAULT)
-        sig_params.append(
-            inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
-        )
-    pysig = inspect.Signature(sig_params)
+    pysig = user_sig.replace(parameters=[inspect.Parameter("typingctx", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                                         *user_sig.parameters.values()])
 
     def definition(typingctx, *args, **kwargs):
         bound = pysig.bind(typingctx, *args, **kwargs)

@@ -244,14 +244,11 @@ class Cluster:
         first = (th, at, text)  # the thread that found the hang, a wait site of its own if another leads
         if not text.startswith("setmaxnreg_inc("):
             for t in self.sched.blocked:
-                told = getattr(t, "waiting_for", None)
-                try:
-                    told = told() if callable(told) else told
-                except Exception:  # noqa: BLE001  (a description that cannot be made: not the cause)
-                    told = None
-                if t is not th and isinstance(told, str) and told.startswith("setmaxnreg_inc("):
-                    th, text = t, told
-                    at = t.where or (where_from(t.gr_frame, t) if t.gr_frame is not None else "between intrinsics")
+                if t is th or not isinstance(t, SimThread):
+                    continue
+                t_at, told = _wait_site(t)
+                if told is not None and told.startswith("setmaxnreg_inc("):
+                    th, text, at = t, told, t_at
                     break
         return SimStopped(
             f"simulated wait can never finish (every thread of the cluster waits or has exited; on the GPU "
@@ -271,12 +268,9 @@ class Cluster:
         for t in self.sched.blocked:
             if t is th or t is first[0] or not isinstance(t, SimThread):
                 continue
-            what = t.waiting_for
-            try:
-                told = what() if callable(what) else (what or "a wait")
-            except Exception:  # noqa: BLE001  (a description that cannot be made: the place alone)
+            at, told = _wait_site(t)
+            if told is None:
                 told = "a wait"
-            at = t.where or (where_from(t.gr_frame, t) if t.gr_frame is not None else "between intrinsics")
             if (at, told) != own:
                 sites.setdefault((at, told), []).append(t)
         if not sites:
@@ -302,6 +296,18 @@ class Cluster:
         if self.error is None:
             self.error = exc
         self.sched.wake_all()
+
+
+def _wait_site(t):
+    """(line, what it waits for) of blocked thread ``t``; what is None where it cannot be said
+    (no description, or one that fails to be made)."""
+    what = t.waiting_for
+    try:
+        told = what() if callable(what) else (what or None)
+    except Exception:  # noqa: BLE001  (a description that cannot be made: the place alone)
+        told = None
+    at = t.where or (where_from(t.gr_frame, t) if t.gr_frame is not None else "between intrinsics")
+    return at, told
 
 
 class PhasedBarrier:

@@ -185,19 +185,14 @@ class Shadow:
         (``copy``: the write is a copy's, whose destination may be the mistake), and come after
         the last generic read of each byte by another thread."""
         self.check_bounds(th, idx, what)
-        idx1 = np.atleast_1d(idx)
-        readers = self.gr_tid[idx1]
-        sel = (readers > 0) & (readers != th.gid + 1)
-        if np.any(sel):
-            late = th.clock[readers[sel] - 1] < self.gr_epoch[idx1][sel]
-            if np.any(late):
-                b = int(idx1[np.flatnonzero(sel)[np.flatnonzero(late)[0]]])
-                what_r, at_r = self.sites[int(self.gr_site[b])]
-                raise SimHazard(
-                    f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at 0x{b:x} that thread "
-                    f"{self._local(int(self.gr_tid[b]) - 1)} ({what_r} at {at_r}) read, with nothing ordering that "
-                    f"read before this write: on the GPU the write may land first (a barrier, or a release the "
-                    f"writer waits for, after the read is missing)")
+        b = _first_unordered(th, idx, self.gr_tid, self.gr_epoch)
+        if b is not None:
+            what_r, at_r = self.sites[int(self.gr_site[b])]
+            raise SimHazard(
+                f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at 0x{b:x} that thread "
+                f"{self._local(int(self.gr_tid[b]) - 1)} ({what_r} at {at_r}) read, with nothing ordering that "
+                f"read before this write: on the GPU the write may land first (a barrier, or a release the "
+                f"writer waits for, after the read is missing)")
         for key, (seqs, ops) in self.readers.items():
             q = int(seqs[idx].max()) if np.size(idx) else 0
             if not q:
@@ -225,18 +220,12 @@ class Shadow:
         note_remote(th, self.cta, what)
         self.check_bounds(th, idx, what)
         if generic:
-            idx1 = np.atleast_1d(idx)
-            tids = self.gw_tid[idx1]
-            sel = tids > 0
-            if np.any(sel):
-                late = th.clock[tids[sel] - 1] < self.gw_epoch[idx1][sel]
-                if np.any(late):
-                    j = int(np.flatnonzero(sel)[np.flatnonzero(late)[0]])  # the first byte of the race
-                    b = int(idx1[j])
-                    raise SimHazard(
-                        f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that "
-                        f"{self._writer_at(b)} wrote, with nothing ordering that write before this read (a barrier "
-                        f"between them is missing, or the two threads should not share that memory)")
+            b = _first_unordered(th, idx, self.gw_tid, self.gw_epoch)
+            if b is not None:
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that "
+                    f"{self._writer_at(b)} wrote, with nothing ordering that write before this read (a barrier "
+                    f"between them is missing, or the two threads should not share that memory)")
         w = self.aw[idx]
         hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
         for i in np.unique(hit):
@@ -370,6 +359,21 @@ def _finish_advice(key):
     if key[0] == "wgmma":
         return "wgmma_wait_group must cover that wgmma"
     return "bulk_wait_group_read must cover that store"
+
+
+def _first_unordered(th, idx, tid_of, epoch_of):
+    """The first byte of ``idx`` whose last access by another thread (``tid_of``: its cluster
+    thread id + 1, 0 for none; ``epoch_of``: that thread's clock entry then) ``th`` has not seen
+    ordered before it, or None."""
+    idx1 = np.atleast_1d(idx)
+    tids = tid_of[idx1]
+    sel = (tids > 0) & (tids != th.gid + 1)  # (a thread's own accesses are in program order)
+    if not np.any(sel):
+        return None
+    late = th.clock[tids[sel] - 1] < epoch_of[idx1][sel]
+    if not np.any(late):
+        return None
+    return int(idx1[np.flatnonzero(sel)[np.flatnonzero(late)[0]]])
 
 
 def note_remote(th, cta, what):
