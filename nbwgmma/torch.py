@@ -1,13 +1,38 @@
-"""nbwgmma as a PyTorch operator: ``torch.ops.nbwgmma.matmul`` and ``nbwgmma.torch.Linear``.
+"""nbwgmma as PyTorch operators: ``torch.ops.nbwgmma.matmul``, ``.grouped_mm``, ``.scaled_mm``,
+and ``nbwgmma.torch.Linear``.
 
-``matmul(a, b, bias=None, activation=None)`` is registered with ``torch.library`` as the
-custom op ``nbwgmma::matmul``: a fake (meta) implementation gives its output's shape and
-type, so ``torch.compile(fullgraph=True)`` traces it without a graph break, and an autograd
-formula makes it differentiable, its gradients computed by the same GEMM::
+Each is a ``torch.library`` custom op with a fake (meta) implementation that gives its output's
+shape and type, so ``torch.compile(fullgraph=True)`` traces it without a graph break; the first
+two carry autograd formulas whose gradients are computed by the same GEMMs. ``out_dtype``
+takes a PyTorch dtype.
 
-    z = a @ b + bias,  y = activation(z)
+``matmul(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=None)``,
+:func:`nbwgmma.matmul`'s fused product (``beta`` 1 where ``c`` is given)::
+
+    z = alpha * a @ b + beta * c + bias,  y = activation(z)
     dz = dy * activation'(z)        (z recomputed by the GEMM without the activation)
-    da = dz @ b^T,  db = a^T @ dz,  dbias = dz summed over rows (per column) or columns (per row)
+    da = alpha * dz @ b^T,  db = alpha * a^T @ dz,  dc = beta * dz,
+    dbias = dz summed over rows (per column) or columns (per row)
+
+``grouped_mm(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None,
+scale_b=None)``, :func:`nbwgmma.grouped_matmul` (``torch._grouped_mm``'s meaning: its MoE form
+with A (total, K) and B (G, K, N), the masked form with a 3-D A, the K-grouped form with a
+2-D B; block-scaled fp8 with scales). Gradients for the MoE form of 16-bit inputs, the
+product of each group ``g`` (rows ``s:e`` of A)::
+
+    dz = dy * activation'(z)
+    da[s:e] = dz[s:e] @ b[g]^T          (the grouped GEMM, B's transpose)
+    db[g] = a[s:e]^T @ dz[s:e]          (the K-grouped GEMM over the same offs)
+    dbias[g] = dz[s:e] summed over rows (a bias of shape (N,): summed over the groups too)
+
+Rows of A past the last offset take part in no group: their gradient is zero. The host never
+reads ``offs``, in the backward pass either.
+
+``scaled_mm(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=None, scale_out=None,
+amax=None)``: fp8 ``a @ b`` with per-tensor, rowwise or block scales in ``torch._scaled_mm``'s
+layouts (:mod:`nbwgmma.frontend.scaled`), an fp8 output scaled by ``scale_out`` and ``amax``
+(a one-element f32 tensor, the op's one mutated argument) receiving the largest magnitude. No
+gradient, as ``torch._scaled_mm`` has none.
 
 :class:`Linear` is a drop-in ``torch.nn.Linear`` with an ``activation`` argument, computed by
 one fused call (``x @ weight.T + bias`` and the activation in the GEMM's epilogue). Importing
@@ -21,26 +46,39 @@ from typing import Optional
 
 import torch
 
+from .frontend.args import type_name
+from .frontend.grouped import grouped_matmul as library_grouped
 from .frontend.matmul import matmul as library_matmul
 
-__all__ = ["matmul", "Linear", "activation_grad"]
+__all__ = ["matmul", "grouped_mm", "scaled_mm", "Linear", "activation_grad"]
 
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _name(dtype: Optional[torch.dtype]) -> Optional[str]:
+    """The library's name of an output dtype (None stays None)."""
+    return None if dtype is None else type_name(dtype)
 
 
 @torch.library.custom_op("nbwgmma::matmul", mutates_args=())
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
-           activation: Optional[str] = None) -> torch.Tensor:
-    """``activation(a @ b + bias)`` by nbwgmma (see :func:`nbwgmma.matmul`)."""
-    return library_matmul(a, b, bias=bias, activation=activation)
+           activation: Optional[str] = None, c: Optional[torch.Tensor] = None, alpha: float = 1.0,
+           beta: Optional[float] = None, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``activation(alpha * a @ b + beta * c + bias)`` by nbwgmma (see :func:`nbwgmma.matmul`)."""
+    return library_matmul(a, b, bias=bias, activation=activation, c=c, alpha=alpha, beta=beta,
+                          out_dtype=_name(out_dtype))
 
 
 @matmul.register_fake
-def _(a, b, bias=None, activation=None):
+def _(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=None):
     torch._check(a.dim() == 2 and b.dim() == 2, lambda: "nbwgmma::matmul: a and b must be 2-D")
     torch._check(a.shape[1] == b.shape[0], lambda: f"nbwgmma::matmul: inner dimensions differ: {a.shape}, {b.shape}")
-    return a.new_empty((a.shape[0], b.shape[1]))
+    if c is not None:
+        torch._check(c.shape == (a.shape[0], b.shape[1]),
+                     lambda: f"nbwgmma::matmul: c must have shape {(a.shape[0], b.shape[1])}; got {tuple(c.shape)}")
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
 
 
 def activation_grad(activation: Optional[str], z: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
@@ -63,33 +101,115 @@ def activation_grad(activation: Optional[str], z: torch.Tensor, dy: torch.Tensor
         u = _SQRT_2_PI * (z + 0.044715 * z ** 3)
         t = torch.tanh(u)
         return dy * (0.5 * (1 + t) + 0.5 * z * (1 - t * t) * _SQRT_2_PI * (1 + 3 * 0.044715 * z * z))
-    raise ValueError(f"nbwgmma::matmul: no derivative for activation {activation!r}")
+    raise ValueError(f"nbwgmma: no derivative for activation {activation!r}")
 
 
-def _setup_context(ctx, inputs, output):
-    a, b, bias, activation = inputs
-    ctx.activation = activation
+def _setup_matmul(ctx, inputs, output):
+    a, b, bias, activation, c, alpha, beta, out_dtype = inputs
+    ctx.activation, ctx.alpha, ctx.out_dtype = activation, alpha, out_dtype
+    ctx.beta = None if c is None else (1.0 if beta is None else beta)
     ctx.bias_shape = None if bias is None else tuple(bias.shape)
     ctx.bias_dtype = None if bias is None else bias.dtype
-    ctx.save_for_backward(a, b, bias)
+    ctx.save_for_backward(a, b, bias, c)
 
 
-def _backward(ctx, dy):
-    a, b, bias = ctx.saved_tensors
+def _matmul_backward(ctx, dy):
+    a, b, bias, c = ctx.saved_tensors
     dz = dy
-    if ctx.activation is not None:
-        z = matmul(a, b, bias, None)  # the pre-activation values, recomputed by the GEMM
-        dz = activation_grad(ctx.activation, z, dy).to(dy.dtype)
-    da = matmul(dz, b.t(), None, None) if ctx.needs_input_grad[0] else None
-    db = matmul(a.t(), dz, None, None) if ctx.needs_input_grad[1] else None
-    dbias = None
+    if ctx.activation is not None:  # the pre-activation values, recomputed by the GEMM
+        z = matmul(a, b, bias, None, c, ctx.alpha, ctx.beta, ctx.out_dtype)
+        dz = activation_grad(ctx.activation, z, dy)
+    dzi = dz.to(a.dtype)
+    da = matmul(dzi, b.t(), None, None, None, ctx.alpha) if ctx.needs_input_grad[0] else None
+    db = matmul(a.t(), dzi, None, None, None, ctx.alpha) if ctx.needs_input_grad[1] else None
+    dbias = dc = None
     if bias is not None and ctx.needs_input_grad[2]:
         per_row = ctx.bias_shape == (a.shape[0], 1) and ctx.bias_shape != (1, b.shape[1])
         dbias = dz.float().sum(dim=1 if per_row else 0).reshape(ctx.bias_shape).to(ctx.bias_dtype)
-    return da, db, dbias, None
+    if c is not None and ctx.needs_input_grad[4]:
+        dc = (dz.float() * ctx.beta).to(c.dtype)
+    return da, db, dbias, None, dc, None, None, None
 
 
-matmul.register_autograd(_backward, setup_context=_setup_context)
+matmul.register_autograd(_matmul_backward, setup_context=_setup_matmul)
+
+
+@torch.library.custom_op("nbwgmma::grouped_mm", mutates_args=())
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Optional[torch.Tensor] = None,
+               activation: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
+               scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """One product per group of rows by nbwgmma (see :func:`nbwgmma.grouped_matmul`)."""
+    return library_grouped(a, b, offs, bias=bias, activation=activation, out_dtype=_name(out_dtype),
+                           scale_a=scale_a, scale_b=scale_b)
+
+
+@grouped_mm.register_fake
+def _(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None, scale_b=None):
+    odt = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
+    torch._check(offs.dim() == 1, lambda: "nbwgmma::grouped_mm: offs must be 1-D")
+    if a.dim() == 2 and b.dim() == 2:  # K-grouped: (G, M, N), rows padded to 16 bytes as the library pads them
+        torch._check(a.shape[1] == b.shape[0],
+                     lambda: f"nbwgmma::grouped_mm: A (M, total) and B (total, N) differ: {a.shape}, {b.shape}")
+        n, es = b.shape[1], odt.itemsize
+        pad = -(-n * es // 16) * 16 // es
+        return a.new_empty((offs.shape[0], a.shape[0], pad), dtype=odt)[:, :, :n]
+    torch._check(b.dim() == 3 and a.dim() in (2, 3) and a.shape[-1] == b.shape[1],
+                 lambda: f"nbwgmma::grouped_mm: A (total, K) or (G, T, K) and B (G, K, N) expected; got {a.shape}, "
+                         f"{b.shape}")
+    return a.new_empty((*a.shape[:-1], b.shape[2]), dtype=odt)
+
+
+def _setup_grouped(ctx, inputs, output):
+    a, b, offs, bias, activation, out_dtype, scale_a, scale_b = inputs
+    ctx.activation, ctx.out_dtype = activation, out_dtype
+    ctx.moe = a.dim() == 2 and b.dim() == 3 and a.dtype not in _FP8 and scale_a is None
+    ctx.save_for_backward(a, b, offs, bias)
+
+
+def _grouped_backward(ctx, dy):
+    a, b, offs, bias = ctx.saved_tensors
+    if not ctx.moe:
+        raise NotImplementedError("nbwgmma::grouped_mm: gradients are computed for the MoE form (a 2-D A, a 3-D B) "
+                                  "of bf16/f16 inputs; not for the masked, K-grouped or fp8 forms")
+    dz = dy
+    if ctx.activation is not None:
+        z = grouped_mm(a, b, offs, bias, None, ctx.out_dtype)
+        dz = activation_grad(ctx.activation, z, dy)
+    dzi = dz.to(a.dtype).contiguous()
+    total, groups = a.shape[0], offs.shape[0]
+    rows = torch.arange(total, device=a.device, dtype=offs.dtype)
+    group = torch.searchsorted(offs, rows, right=True)  # a row's group; `groups` past the last offset
+    da = db = dbias = None
+    if ctx.needs_input_grad[0]:
+        da = grouped_mm(dzi, b.transpose(1, 2), offs)
+        da = torch.where((group < groups).unsqueeze(1), da, 0)  # rows in no group: never written
+    if ctx.needs_input_grad[1]:
+        db = grouped_mm(a.t(), dzi, offs)
+    if bias is not None and ctx.needs_input_grad[3]:
+        dzf = dz.float()
+        sums = dzf.new_zeros((groups + 1, dzf.shape[1])).index_add_(0, group, dzf)[:groups]
+        dbias = (sums if bias.dim() == 2 else sums.sum(0)).to(bias.dtype)
+    return da, db, None, dbias, None, None, None, None
+
+
+grouped_mm.register_autograd(_grouped_backward, setup_context=_setup_grouped)
+
+
+@torch.library.custom_op("nbwgmma::scaled_mm", mutates_args=("amax",))
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+              bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
+              out_dtype: Optional[torch.dtype] = None, scale_out: Optional[float] = None,
+              amax: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """fp8 ``activation(sa * a @ b * sb + bias)`` by nbwgmma (see :func:`nbwgmma.matmul`)."""
+    return library_matmul(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, activation=activation,
+                          out_dtype=_name(out_dtype), scale_out=scale_out, amax=amax)
+
+
+@scaled_mm.register_fake
+def _(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=None, scale_out=None, amax=None):
+    torch._check(a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0],
+                 lambda: f"nbwgmma::scaled_mm: A (M, K) and B (K, N) expected; got {a.shape}, {b.shape}")
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or torch.bfloat16)
 
 
 class Linear(torch.nn.Linear):

@@ -1,5 +1,8 @@
-"""nbwgmma.torch on the GPU: torch.library's opcheck, gradients against PyTorch's within
-dtype tolerances, and a compiled MLP of nbwgmma.torch.Linear layers with no graph break."""
+"""nbwgmma.torch on the GPU: torch.library's opcheck of each op, gradients against float64
+PyTorch autograd within dtype tolerances (the fused matmul with C, alpha and beta; the grouped
+MoE product with empty groups and rows past the last offset), the fp8 op against the library's
+own call, and compiled models (an MLP of Linear layers, a mixture of experts) with no graph
+break."""
 
 import pytest
 
@@ -53,3 +56,129 @@ def test_compiled_mlp_has_no_graph_break_and_matches_eager():
     assert torch.equal(eager, compiled)
     compiled.float().sum().backward()
     assert all(p.grad is not None for p in mlp.parameters())
+
+
+def _rel(got, ref):
+    return float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+
+
+def test_matmul_with_c_alpha_beta_matches_float64_gradients():
+    a, w, bias = _inputs()
+    g = torch.Generator(device="cuda").manual_seed(1)
+    c = torch.randn(256, 136, device="cuda", generator=g).bfloat16().requires_grad_()
+    torch.library.opcheck(torch.ops.nbwgmma.matmul.default, (a, w.t(), bias, "silu", c, 0.5, 2.0, torch.float32))
+    y = nbt.matmul(a, w.t(), bias, "silu", c, 0.5, 2.0, torch.float32)
+    assert y.dtype == torch.float32
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, [a, w, bias, c], dy)
+    leaves = [t.detach().double().requires_grad_() for t in (a, w, bias, c)]
+    a64, w64, b64, c64 = leaves
+    z = 0.5 * (a64 @ w64.t()) + 2.0 * c64 + b64
+    ref = F.silu(z)
+    assert _rel(y, ref.detach()) <= 1e-2
+    refs = torch.autograd.grad(ref, leaves, dy.double())
+    for got, want in zip(grads, refs):
+        assert _rel(got, want) <= 2e-2
+
+
+def _experts(b_contiguous, bias_shape, seed=0):
+    """Four experts over 400 rows: groups of 64, 0, 200 and 120 rows, 16 rows past the last."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    offs = torch.tensor([64, 64, 264, 384], device="cuda", dtype=torch.int32)
+    x = (torch.randn(400, 192, device="cuda", generator=g) / 192 ** 0.5).bfloat16().requires_grad_()
+    w = torch.randn(4, 136, 192, device="cuda", generator=g).bfloat16()
+    w = (w.transpose(1, 2).contiguous() if b_contiguous else w).requires_grad_()
+    bias = None if bias_shape is None else torch.randn(*bias_shape, device="cuda", generator=g).requires_grad_()
+    return x, w, bias, offs
+
+
+def _weight(w, b_contiguous):
+    return w if b_contiguous else w.transpose(1, 2)  # B (G, K, N)
+
+
+@pytest.mark.parametrize("act", ["gelu_tanh", None])
+@pytest.mark.parametrize("bias_shape", [(4, 136), (136,), None])
+@pytest.mark.parametrize("b_contiguous", [False, True])
+def test_grouped_gradients_match_float64(act, bias_shape, b_contiguous):
+    x, w, bias, offs = _experts(b_contiguous, bias_shape)
+    b = _weight(w, b_contiguous)
+    y = nbt.grouped_mm(x, b, offs, bias, act)
+    dy = torch.randn_like(y, dtype=torch.float32).bfloat16()
+    dy[384:] = float("nan")  # rows in no group: their gradient must not reach anything
+    leaves = [x, w] + ([bias] if bias is not None else [])
+    grads = torch.autograd.grad(y, leaves, dy)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    b64 = None if bias is None else bias.detach().double().requires_grad_()
+    bw = _weight(w64, b_contiguous)
+    outs, start = [], 0
+    for gi, end in enumerate(offs.tolist()):
+        z = x64[start:end] @ bw[gi]
+        if b64 is not None:
+            z = z + (b64[gi] if b64.dim() == 2 else b64)
+        outs.append(ACT[act](z))
+        start = end
+    ref = torch.cat(outs)
+    assert _rel(y[:384], ref.detach()) <= 1e-2
+    refs = torch.autograd.grad(ref, [x64, w64] + ([b64] if b64 is not None else []), dy[:384].double())
+    assert torch.equal(grads[0][384:], torch.zeros_like(grads[0][384:]))
+    assert _rel(grads[0][:384], refs[0][:384]) <= 2e-2
+    assert torch.equal(grads[1][1], torch.zeros_like(grads[1][1]))  # the empty group's weight
+    for got, want in zip(grads[1:], refs[1:]):
+        assert _rel(got, want) <= 2e-2, (act, bias_shape, b_contiguous)
+
+
+def test_grouped_opcheck():
+    x, w, bias, offs = _experts(False, (4, 136))
+    torch.library.opcheck(torch.ops.nbwgmma.grouped_mm.default, (x, w.transpose(1, 2), offs, bias, "silu"))
+    dz = torch.randn(400, 136, device="cuda").bfloat16()
+    torch.library.opcheck(torch.ops.nbwgmma.grouped_mm.default, (x.detach().t(), dz, offs),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_scaled_mm_is_the_library_call_and_fills_amax():
+    from nbwgmma import matmul
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.randn(256, 512, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    w = torch.randn(384, 512, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    sx = torch.rand(4, 256, device="cuda", generator=g).t()  # (M, K/128), M-major as torch._scaled_mm takes it
+    sw = torch.rand(4, 3, device="cuda", generator=g)  # (K/128, N/128): w's (N/128, K/128) transposed
+    want = matmul(x, w.t(), scale_a=sx, scale_b=sw)
+    got = torch.ops.nbwgmma.scaled_mm(x, w.t(), sx, sw)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    one = torch.ones(1, device="cuda")
+    amax = torch.zeros(1, device="cuda")
+    torch.library.opcheck(torch.ops.nbwgmma.scaled_mm.default, (x, w.t(), one, one, None, "relu",
+                                                                torch.float8_e4m3fn, 0.25, amax))
+    amax.zero_()
+    y8 = torch.ops.nbwgmma.scaled_mm(x, w.t(), one, one, None, "relu", torch.float8_e4m3fn, 0.25, amax)
+    ref = torch.relu(x.double() @ w.double().t())
+    assert y8.dtype == torch.float8_e4m3fn
+    assert float(amax) == pytest.approx(float(ref.abs().max()), rel=1e-5)
+    assert _rel(y8.double(), (ref * 0.25).clamp(max=448.0)) <= 6e-2
+
+
+class _Experts(torch.nn.Module):
+    def __init__(self, groups, dim, hidden):
+        super().__init__()
+        g = torch.Generator(device="cuda").manual_seed(3)
+        self.up = torch.nn.Parameter(torch.randn(groups, hidden, dim, device="cuda", generator=g).bfloat16() / dim ** 0.5)
+        self.down = torch.nn.Parameter(torch.randn(groups, dim, hidden, device="cuda", generator=g).bfloat16()
+                                       / hidden ** 0.5)
+
+    def forward(self, x, offs):
+        h = nbt.grouped_mm(x, self.up.transpose(1, 2), offs, None, "silu")
+        return nbt.grouped_mm(h, self.down.transpose(1, 2), offs)
+
+
+def test_compiled_experts_have_no_graph_break_and_match_eager():
+    experts = _Experts(4, 128, 256)
+    x = torch.randn(512, 128, device="cuda").bfloat16()
+    offs = torch.tensor([100, 100, 356, 512], device="cuda", dtype=torch.int32)
+    explained = torch._dynamo.explain(experts)(x, offs)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    eager = experts(x, offs)
+    compiled = torch.compile(experts, fullgraph=True)(x, offs)
+    assert torch.equal(eager, compiled)
+    compiled.float().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in experts.parameters())

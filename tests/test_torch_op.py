@@ -1,6 +1,6 @@
-"""nbwgmma.torch on CPU (needs PyTorch, skipped without it): the op's fake implementation,
-its autograd formula traced on meta tensors, the activation derivatives against PyTorch's
-autograd in float64, and torch.compile(fullgraph=True) tracing it without a graph break.
+"""nbwgmma.torch on CPU (needs PyTorch, skipped without it): the ops' fake implementations,
+their autograd formulas traced on meta tensors, the activation derivatives against PyTorch's
+autograd in float64, and torch.compile(fullgraph=True) tracing them without a graph break.
 The GPU runs are in tests/test_torch_gpu.py."""
 
 import pytest
@@ -53,6 +53,92 @@ def test_compiled_mlp_traces_without_graph_breaks():
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
     y = torch.compile(mlp, fullgraph=True, backend="eager")(x)
     assert y.shape == (4, 8, 32)
+
+
+def test_matmul_with_c_alpha_beta_and_out_dtype_fakes_and_differentiates():
+    a = torch.empty(96, 64, **META, requires_grad=True)
+    b = torch.empty(64, 40, **META, requires_grad=True)
+    c = torch.empty(96, 40, **META, requires_grad=True)
+    y = nbt.matmul(a, b, None, "relu", c, 0.5, 2.0, torch.float32)
+    assert y.shape == (96, 40) and y.dtype == torch.float32
+    y.backward(torch.empty_like(y))
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape and c.grad.shape == c.shape
+    assert c.grad.dtype == c.dtype
+    with pytest.raises(RuntimeError, match="c must have shape"):
+        nbt.matmul(a, b, None, None, torch.empty(96, 41, **META))
+
+
+def test_grouped_mm_fakes_each_form():
+    offs = torch.empty(4, device="meta", dtype=torch.int32)
+    a, w = torch.empty(400, 64, **META), torch.empty(4, 40, 64, **META)
+    y = torch.ops.nbwgmma.grouped_mm(a, w.transpose(1, 2), offs, None, "silu")
+    assert y.shape == (400, 40) and y.dtype == torch.bfloat16
+    assert torch.ops.nbwgmma.grouped_mm(a, w.transpose(1, 2), offs, out_dtype=torch.float32).dtype == torch.float32
+    masked = torch.ops.nbwgmma.grouped_mm(torch.empty(4, 32, 64, **META), w.transpose(1, 2), offs)
+    assert masked.shape == (4, 32, 40)
+    dw = torch.ops.nbwgmma.grouped_mm(torch.empty(36, 400, **META), torch.empty(400, 20, **META), offs)
+    assert dw.shape == (4, 36, 20) and dw.stride() == (36 * 24, 24, 1)  # rows padded to 16 bytes, as on the GPU
+    fp8 = torch.ops.nbwgmma.grouped_mm(torch.empty(400, 256, device="meta", dtype=torch.float8_e4m3fn),
+                                       torch.empty(4, 256, 128, device="meta", dtype=torch.float8_e4m3fn), offs,
+                                       scale_a=torch.empty(400, 2, device="meta"),
+                                       scale_b=torch.empty(4, 1, 2, device="meta"))
+    assert fp8.shape == (400, 128) and fp8.dtype == torch.bfloat16
+    with pytest.raises(RuntimeError, match="B \\(G, K, N\\) expected"):
+        torch.ops.nbwgmma.grouped_mm(a, torch.empty(4, 63, 40, **META), offs)
+
+
+@pytest.mark.parametrize("bias_shape", [(4, 40), (40,), None])
+def test_grouped_mm_backward_formula_has_the_inputs_shapes(bias_shape):
+    offs = torch.empty(4, device="meta", dtype=torch.int32)
+    a = torch.empty(400, 64, **META, requires_grad=True)
+    w = torch.empty(4, 40, 64, **META, requires_grad=True)
+    bias = None if bias_shape is None else torch.empty(*bias_shape, **META, requires_grad=True)
+    y = nbt.grouped_mm(a, w.transpose(1, 2), offs, bias, "gelu_tanh")
+    y.backward(torch.empty_like(y))
+    assert a.grad.shape == a.shape and w.grad.shape == w.shape
+    if bias is not None:
+        assert bias.grad.shape == bias.shape and bias.grad.dtype == bias.dtype
+
+
+def test_grouped_mm_refuses_gradients_it_has_no_formula_for():
+    offs = torch.empty(4, device="meta", dtype=torch.int32)
+    a = torch.empty(4, 32, 64, **META, requires_grad=True)
+    y = nbt.grouped_mm(a, torch.empty(4, 64, 40, **META), offs)
+    with pytest.raises(NotImplementedError, match="MoE form"):
+        y.backward(torch.empty_like(y))
+
+
+def test_scaled_mm_fakes_its_output_and_declares_amax_mutated():
+    a = torch.empty(96, 256, device="meta", dtype=torch.float8_e4m3fn)
+    b = torch.empty(128, 256, device="meta", dtype=torch.float8_e4m3fn).t()
+    sa, sb, amax = torch.empty(96, 2, device="meta"), torch.empty(2, 1, device="meta"), torch.empty(1, device="meta")
+    y = torch.ops.nbwgmma.scaled_mm(a, b, sa, sb, None, None, torch.float8_e4m3fn, 0.5, amax)
+    assert y.shape == (96, 128) and y.dtype == torch.float8_e4m3fn
+    assert torch.ops.nbwgmma.scaled_mm(a, b, sa, sb).dtype == torch.bfloat16
+    schema = str(torch.ops.nbwgmma.scaled_mm.default._schema)
+    assert "!)? amax" in schema, schema
+
+
+class _Experts(torch.nn.Module):
+    """A mixture-of-experts MLP on sorted tokens: up projection with SiLU, down projection."""
+
+    def __init__(self, groups, dim, hidden):
+        super().__init__()
+        self.up = torch.nn.Parameter(torch.empty(groups, hidden, dim, **META))
+        self.down = torch.nn.Parameter(torch.empty(groups, dim, hidden, **META))
+
+    def forward(self, x, offs):
+        h = nbt.grouped_mm(x, self.up.transpose(1, 2), offs, None, "silu")
+        return nbt.grouped_mm(h, self.down.transpose(1, 2), offs)
+
+
+def test_compiled_experts_trace_without_graph_breaks():
+    experts = _Experts(4, 64, 128)
+    x, offs = torch.empty(300, 64, **META), torch.empty(4, device="meta", dtype=torch.int32)
+    explained = torch._dynamo.explain(experts)(x, offs)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    y = torch.compile(experts, fullgraph=True, backend="eager")(x, offs)
+    assert y.shape == (300, 64)
 
 
 def test_linear_refuses_an_unknown_activation():
