@@ -1,5 +1,5 @@
 """nbwgmma as PyTorch operators: ``torch.ops.nbwgmma.matmul``, ``.grouped_mm``, ``.scaled_mm``,
-and ``nbwgmma.torch.Linear``.
+``.scaled_mm_amax``, and ``nbwgmma.torch.Linear``.
 
 Each is a ``torch.library`` custom op with a fake (meta) implementation that gives its output's
 shape and type, so ``torch.compile(fullgraph=True)`` traces it without a graph break; the first
@@ -28,11 +28,13 @@ product of each group ``g`` (rows ``s:e`` of A)::
 Rows of A past the last offset take part in no group: their gradient is zero. The host never
 reads ``offs``, in the backward pass either.
 
-``scaled_mm(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=None, scale_out=None,
-amax=None)``: fp8 ``a @ b`` with per-tensor, rowwise or block scales in ``torch._scaled_mm``'s
-layouts (:mod:`nbwgmma.frontend.scaled`), an fp8 output scaled by ``scale_out`` and ``amax``
-(a one-element f32 tensor, the op's one mutated argument) receiving the largest magnitude. No
-gradient, as ``torch._scaled_mm`` has none.
+``scaled_mm(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=None,
+scale_out=None)``: fp8 ``a @ b`` with per-tensor, rowwise or block scales in
+``torch._scaled_mm``'s layouts (:mod:`nbwgmma.frontend.scaled`), an fp8 output scaled by
+``scale_out``; ``scaled_mm_amax`` (same arguments) also returns the results' largest magnitude
+before the scale, a new one-element f32 tensor from the same pass (the fp8 training recipe's
+amax, returned rather than mutated, as ``torch._scaled_mm`` once did). No gradients, as
+``torch._scaled_mm`` has none.
 
 :class:`Linear` is a drop-in ``torch.nn.Linear`` with an ``activation`` argument, computed by
 one fused call (``x @ weight.T + bias`` and the activation in the GEMM's epilogue). Importing
@@ -50,7 +52,7 @@ from .frontend.args import type_name
 from .frontend.grouped import grouped_matmul as library_grouped
 from .frontend.matmul import matmul as library_matmul
 
-__all__ = ["matmul", "grouped_mm", "scaled_mm", "Linear", "activation_grad"]
+__all__ = ["matmul", "grouped_mm", "scaled_mm", "scaled_mm_amax", "Linear", "activation_grad"]
 
 _SQRT_HALF = math.sqrt(0.5)
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
@@ -195,21 +197,45 @@ def _grouped_backward(ctx, dy):
 grouped_mm.register_autograd(_grouped_backward, setup_context=_setup_grouped)
 
 
-@torch.library.custom_op("nbwgmma::scaled_mm", mutates_args=("amax",))
-def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-              bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
-              out_dtype: Optional[torch.dtype] = None, scale_out: Optional[float] = None,
-              amax: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """fp8 ``activation(sa * a @ b * sb + bias)`` by nbwgmma (see :func:`nbwgmma.matmul`)."""
+def _scaled(a, b, scale_a, scale_b, bias, activation, out_dtype, scale_out, amax):
     return library_matmul(a, b, scale_a=scale_a, scale_b=scale_b, bias=bias, activation=activation,
                           out_dtype=_name(out_dtype), scale_out=scale_out, amax=amax)
 
 
-@scaled_mm.register_fake
-def _(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=None, scale_out=None, amax=None):
+def _scaled_fake(a, b, out_dtype):
     torch._check(a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0],
                  lambda: f"nbwgmma::scaled_mm: A (M, K) and B (K, N) expected; got {a.shape}, {b.shape}")
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or torch.bfloat16)
+
+
+@torch.library.custom_op("nbwgmma::scaled_mm", mutates_args=())
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+              bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
+              out_dtype: Optional[torch.dtype] = None, scale_out: Optional[float] = None) -> torch.Tensor:
+    """fp8 ``activation(sa * a @ b * sb + bias)`` (times ``scale_out`` into an fp8 output) by
+    nbwgmma (see :func:`nbwgmma.matmul`)."""
+    return _scaled(a, b, scale_a, scale_b, bias, activation, out_dtype, scale_out, None)
+
+
+@scaled_mm.register_fake
+def _(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=None, scale_out=None):
+    return _scaled_fake(a, b, out_dtype)
+
+
+@torch.library.custom_op("nbwgmma::scaled_mm_amax", mutates_args=())
+def scaled_mm_amax(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                   bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
+                   out_dtype: Optional[torch.dtype] = None,
+                   scale_out: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`scaled_mm` and the largest magnitude of its results before ``scale_out`` (a new
+    one-element f32 tensor), computed in the same pass."""
+    amax = torch.zeros(1, device=a.device, dtype=torch.float32)
+    return _scaled(a, b, scale_a, scale_b, bias, activation, out_dtype, scale_out, amax), amax
+
+
+@scaled_mm_amax.register_fake
+def _(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=None, scale_out=None):
+    return _scaled_fake(a, b, out_dtype), a.new_empty((1,), dtype=torch.float32)
 
 
 class Linear(torch.nn.Linear):

@@ -59,7 +59,7 @@ def test_compiled_mlp_has_no_graph_break_and_matches_eager():
 
 
 def _rel(got, ref):
-    return float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+    return float(torch.linalg.norm(got.detach().double() - ref) / torch.linalg.norm(ref))
 
 
 def test_matmul_with_c_alpha_beta_matches_float64_gradients():
@@ -147,15 +147,17 @@ def test_scaled_mm_is_the_library_call_and_fills_amax():
     got = torch.ops.nbwgmma.scaled_mm(x, w.t(), sx, sw)
     assert got.dtype == torch.bfloat16 and torch.equal(got, want)
     one = torch.ones(1, device="cuda")
-    amax = torch.zeros(1, device="cuda")
-    torch.library.opcheck(torch.ops.nbwgmma.scaled_mm.default, (x, w.t(), one, one, None, "relu",
-                                                                torch.float8_e4m3fn, 0.25, amax))
-    amax.zero_()
-    y8 = torch.ops.nbwgmma.scaled_mm(x, w.t(), one, one, None, "relu", torch.float8_e4m3fn, 0.25, amax)
+    torch.library.opcheck(torch.ops.nbwgmma.scaled_mm_amax.default, (x, w.t(), one, one, None, "relu",
+                                                                     torch.float8_e4m3fn, 0.25))
+    y8, amax = torch.ops.nbwgmma.scaled_mm_amax(x, w.t(), one, one, None, "relu", torch.float8_e4m3fn, 0.25)
     ref = torch.relu(x.double() @ w.double().t())
-    assert y8.dtype == torch.float8_e4m3fn
+    assert y8.dtype == torch.float8_e4m3fn and amax.shape == (1,)
     assert float(amax) == pytest.approx(float(ref.abs().max()), rel=1e-5)
     assert _rel(y8.double(), (ref * 0.25).clamp(max=448.0)) <= 6e-2
+    compiled = torch.compile(lambda *v: torch.ops.nbwgmma.scaled_mm_amax(*v, None, "relu", torch.float8_e4m3fn,
+                                                                         0.25), fullgraph=True)
+    y8c, amax_c = compiled(x, w.t(), one, one)
+    assert torch.equal(y8c.view(torch.uint8), y8.view(torch.uint8)) and torch.equal(amax_c, amax)
 
 
 class _Experts(torch.nn.Module):
