@@ -5,6 +5,7 @@ size, in one process: batches of 10 calls taking turns, 15 rounds, median.
     python benchmarks/grouped.py [GxTOKENSxNxK ...]     (default: the three shapes of the issue)
     python benchmarks/grouped.py --wgrad [GxTOKENSxNxK ...]
     python benchmarks/grouped.py --fp8 [GxTOKENSxNxK ...]
+    python benchmarks/grouped.py --train [GxTOKENSxNxK ...]
 
 ``--wgrad``: the weight-gradient form, dW_g = dy_g^T @ x_g (dy (G * TOKENS, N), x (G * TOKENS,
 K), both row-major; out (G, N, K)): ``grouped_matmul(dy.t(), x, offs)`` against
@@ -14,6 +15,12 @@ K), both row-major; out (G, N, K)): ``grouped_matmul(dy.t(), x, offs)`` against
 ``--fp8``: block-scaled e4m3 (scales per row and 128-K block for A, per 128 x 128 block of each
 weight), bf16 out: ``grouped_matmul(x8, w8.transpose(1, 2), offs, scale_a=, scale_b=)`` against
 nbwgmma's dense block-scaled ``matmul`` of the same total size.
+
+``--train``: a training step of a mixture-of-experts MLP (up projection to N with SiLU, down
+projection back to K; forward and the gradients of the input and both weight stacks) through
+``nbwgmma.torch.grouped_mm`` against the same through ``torch._grouped_mm`` and ``F.silu``
+(PyTorch's autograd formulas). FLOPs counted: the six GEMMs, 12 * tokens * N * K (nbwgmma's
+recomputation of the up projection for SiLU's derivative is not counted).
 """
 import sys
 
@@ -94,12 +101,41 @@ def bench_fp8(groups, tokens, n, k, rounds=15, inner=10):
     side_by_side(torch, peers, 2 * total * n * k, f"{groups}x{tokens}x{n}x{k} fp8", "grouped_matmul", rounds, inner)
 
 
+def bench_train(groups, tokens, n, k, rounds=15, inner=3):
+    from nbwgmma.torch import grouped_mm
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    total = groups * tokens
+    x = (torch.randn(total, k, device="cuda", generator=g) / k ** 0.5).bfloat16().requires_grad_()
+    w1 = torch.randn(groups, n, k, device="cuda", generator=g).bfloat16().requires_grad_()
+    w2 = (torch.randn(groups, k, n, device="cuda", generator=g) / n ** 0.5).bfloat16().requires_grad_()
+    dy = torch.randn(total, k, device="cuda", generator=g).bfloat16()
+    offs = torch.arange(1, groups + 1, device="cuda", dtype=torch.int32) * tokens
+
+    def ours():
+        h = grouped_mm(x, w1.transpose(1, 2), offs, None, "silu")
+        return torch.autograd.grad(grouped_mm(h, w2.transpose(1, 2), offs), [x, w1, w2], dy)
+
+    def theirs():
+        h = torch.nn.functional.silu(torch._grouped_mm(x, w1.transpose(1, 2), offs=offs))
+        return torch.autograd.grad(torch._grouped_mm(h, w2.transpose(1, 2), offs=offs), [x, w1, w2], dy)
+
+    for name, a, b in zip(("dx", "dw1", "dw2"), ours(), theirs()):
+        rel = float(torch.linalg.norm(a.float() - b.float()) / torch.linalg.norm(b.float()))
+        print(f"{groups}x{tokens}x{n}x{k} train: {name} relative difference to PyTorch's {rel:.2e}")
+    peers = {"nbwgmma.torch.grouped_mm step": ours, "torch._grouped_mm step": theirs}
+    side_by_side(torch, peers, 12 * total * n * k, f"{groups}x{tokens}x{n}x{k} train", "nbwgmma", rounds, inner)
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), torch.__version__)
     args = sys.argv[1:]
     if args[:1] == ["--fp8"]:
         for s in args[1:] or ["8x4096x4096x7168", "32x256x4096x7168", "4x8192x7168x2048"]:
             bench_fp8(*(int(v) for v in s.split("x")))
+    elif args[:1] == ["--train"]:
+        for s in args[1:] or ["8x4096x4096x7168", "32x256x4096x7168", "4x8192x7168x2048"]:
+            bench_train(*(int(v) for v in s.split("x")))
     elif args[:1] == ["--wgrad"]:
         for s in args[1:] or ["8x4096x4096x7168", "32x256x4096x7168"]:
             bench_wgrad(*(int(v) for v in s.split("x")))
