@@ -19,8 +19,9 @@ nbwgmma's dense block-scaled ``matmul`` of the same total size.
 ``--train``: a training step of a mixture-of-experts MLP (up projection to N with SiLU, down
 projection back to K; forward and the gradients of the input and both weight stacks) through
 ``nbwgmma.torch.grouped_mm`` against the same through ``torch._grouped_mm`` and ``F.silu``
-(PyTorch's autograd formulas). FLOPs counted: the six GEMMs, 12 * tokens * N * K (nbwgmma's
-recomputation of the up projection for SiLU's derivative is not counted).
+(PyTorch's autograd formulas), and against the op ``torch.ops.nbwgmma.grouped_mm`` with SiLU
+fused (its backward recomputes the up projection). FLOPs counted: the six GEMMs,
+12 * tokens * N * K (the recomputation is not counted).
 """
 import sys
 
@@ -123,7 +124,12 @@ def bench_train(groups, tokens, n, k, rounds=15, inner=3):
     for name, a, b in zip(("dx", "dw1", "dw2"), ours(), theirs()):
         rel = float(torch.linalg.norm(a.float() - b.float()) / torch.linalg.norm(b.float()))
         print(f"{groups}x{tokens}x{n}x{k} train: {name} relative difference to PyTorch's {rel:.2e}")
-    peers = {"nbwgmma.torch.grouped_mm step": ours, "torch._grouped_mm step": theirs}
+    def fused():  # the op itself: SiLU fused, the up projection recomputed for its derivative
+        h = torch.ops.nbwgmma.grouped_mm(x, w1.transpose(1, 2), offs, None, "silu")
+        return torch.autograd.grad(torch.ops.nbwgmma.grouped_mm(h, w2.transpose(1, 2), offs), [x, w1, w2], dy)
+
+    peers = {"nbwgmma.torch.grouped_mm step": ours, "torch._grouped_mm step": theirs,
+             "torch.ops.nbwgmma.grouped_mm step": fused}
     side_by_side(torch, peers, 12 * total * n * k, f"{groups}x{tokens}x{n}x{k} train", "nbwgmma", rounds, inner)
 
 

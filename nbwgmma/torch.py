@@ -6,6 +6,14 @@ shape and type, so ``torch.compile(fullgraph=True)`` traces it without a graph b
 two carry autograd formulas whose gradients are computed by the same GEMMs. ``out_dtype``
 takes a PyTorch dtype.
 
+Training: the formulas need the pre-activation ``z``, which a fused activation does not keep,
+so the ops recompute it (one more GEMM). The functions :func:`matmul` and :func:`grouped_mm` of
+this module (and :class:`Linear`) avoid that: where autograd will take a gradient (grad mode on,
+an input requiring one) they call the op without the activation and apply PyTorch's own
+(``torch.nn.functional.silu`` ...), which saves ``z`` as it does for any layer: one elementwise
+pass instead of a GEMM, and ``act(round(z))`` rather than the fused ``round(act(z))``; with no
+gradient they fuse it.
+
 ``matmul(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=None)``,
 :func:`nbwgmma.matmul`'s fused product (``beta`` 1 where ``c`` is given)::
 
@@ -43,6 +51,7 @@ this module imports PyTorch.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -59,13 +68,23 @@ _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
+_TORCH_ACTIVATIONS = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+                      "sigmoid": torch.sigmoid,
+                      "gelu_tanh": functools.partial(torch.nn.functional.gelu, approximate="tanh")}
+
+
+def _training(*tensors) -> bool:
+    """Whether autograd will take a gradient through a call on ``tensors``."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def _name(dtype: Optional[torch.dtype]) -> Optional[str]:
     """The library's name of an output dtype (None stays None)."""
     return None if dtype is None else type_name(dtype)
 
 
 @torch.library.custom_op("nbwgmma::matmul", mutates_args=())
-def matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
+def _matmul_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None,
            activation: Optional[str] = None, c: Optional[torch.Tensor] = None, alpha: float = 1.0,
            beta: Optional[float] = None, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """``activation(alpha * a @ b + beta * c + bias)`` by nbwgmma (see :func:`nbwgmma.matmul`)."""
@@ -73,7 +92,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None
                           out_dtype=_name(out_dtype))
 
 
-@matmul.register_fake
+@_matmul_op.register_fake
 def _(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=None):
     torch._check(a.dim() == 2 and b.dim() == 2, lambda: "nbwgmma::matmul: a and b must be 2-D")
     torch._check(a.shape[1] == b.shape[0], lambda: f"nbwgmma::matmul: inner dimensions differ: {a.shape}, {b.shape}")
@@ -119,11 +138,11 @@ def _matmul_backward(ctx, dy):
     a, b, bias, c = ctx.saved_tensors
     dz = dy
     if ctx.activation is not None:  # the pre-activation values, recomputed by the GEMM
-        z = matmul(a, b, bias, None, c, ctx.alpha, ctx.beta, ctx.out_dtype)
+        z = _matmul_op(a, b, bias, None, c, ctx.alpha, ctx.beta, ctx.out_dtype)
         dz = activation_grad(ctx.activation, z, dy)
     dzi = dz.to(a.dtype)
-    da = matmul(dzi, b.t(), None, None, None, ctx.alpha) if ctx.needs_input_grad[0] else None
-    db = matmul(a.t(), dzi, None, None, None, ctx.alpha) if ctx.needs_input_grad[1] else None
+    da = _matmul_op(dzi, b.t(), None, None, None, ctx.alpha) if ctx.needs_input_grad[0] else None
+    db = _matmul_op(a.t(), dzi, None, None, None, ctx.alpha) if ctx.needs_input_grad[1] else None
     dbias = dc = None
     if bias is not None and ctx.needs_input_grad[2]:
         per_row = ctx.bias_shape == (a.shape[0], 1) and ctx.bias_shape != (1, b.shape[1])
@@ -133,11 +152,21 @@ def _matmul_backward(ctx, dy):
     return da, db, dbias, None, dc, None, None, None
 
 
-matmul.register_autograd(_matmul_backward, setup_context=_setup_matmul)
+_matmul_op.register_autograd(_matmul_backward, setup_context=_setup_matmul)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
+           c: Optional[torch.Tensor] = None, alpha: float = 1.0, beta: Optional[float] = None,
+           out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``torch.ops.nbwgmma.matmul``, with the activation fused where no gradient is taken; where
+    one is (see the module's text), the op's pre-activation output and PyTorch's activation."""
+    if activation in _TORCH_ACTIVATIONS and _training(a, b, bias, c):
+        return _TORCH_ACTIVATIONS[activation](_matmul_op(a, b, bias, None, c, alpha, beta, out_dtype))
+    return _matmul_op(a, b, bias, activation, c, alpha, beta, out_dtype)
 
 
 @torch.library.custom_op("nbwgmma::grouped_mm", mutates_args=())
-def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Optional[torch.Tensor] = None,
+def _grouped_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Optional[torch.Tensor] = None,
                activation: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
                scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One product per group of rows by nbwgmma (see :func:`nbwgmma.grouped_matmul`)."""
@@ -145,7 +174,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Optio
                            scale_a=scale_a, scale_b=scale_b)
 
 
-@grouped_mm.register_fake
+@_grouped_op.register_fake
 def _(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None, scale_b=None):
     odt = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
     torch._check(offs.dim() == 1, lambda: "nbwgmma::grouped_mm: offs must be 1-D")
@@ -175,7 +204,7 @@ def _grouped_backward(ctx, dy):
                                   "of bf16/f16 inputs; not for the masked, K-grouped or fp8 forms")
     dz = dy
     if ctx.activation is not None:
-        z = grouped_mm(a, b, offs, bias, None, ctx.out_dtype)
+        z = _grouped_op(a, b, offs, bias, None, ctx.out_dtype)
         dz = activation_grad(ctx.activation, z, dy)
     dzi = dz.to(a.dtype).contiguous()
     total, groups = a.shape[0], offs.shape[0]
@@ -183,10 +212,10 @@ def _grouped_backward(ctx, dy):
     group = torch.searchsorted(offs, rows, right=True)  # a row's group; `groups` past the last offset
     da = db = dbias = None
     if ctx.needs_input_grad[0]:
-        da = grouped_mm(dzi, b.transpose(1, 2), offs)
+        da = _grouped_op(dzi, b.transpose(1, 2), offs)
         da = torch.where((group < groups).unsqueeze(1), da, 0)  # rows in no group: never written
     if ctx.needs_input_grad[1]:
-        db = grouped_mm(a.t(), dzi, offs)
+        db = _grouped_op(a.t(), dzi, offs)
     if bias is not None and ctx.needs_input_grad[3]:
         dzf = dz.float()
         sums = dzf.new_zeros((groups + 1, dzf.shape[1])).index_add_(0, group, dzf)[:groups]
@@ -194,7 +223,17 @@ def _grouped_backward(ctx, dy):
     return da, db, None, dbias, None, None, None, None
 
 
-grouped_mm.register_autograd(_grouped_backward, setup_context=_setup_grouped)
+_grouped_op.register_autograd(_grouped_backward, setup_context=_setup_grouped)
+
+
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Optional[torch.Tensor] = None,
+               activation: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
+               scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``torch.ops.nbwgmma.grouped_mm``, with the activation fused where no gradient is taken;
+    where one is (see the module's text), the op's pre-activation output and PyTorch's activation."""
+    if activation in _TORCH_ACTIVATIONS and _training(a, b, bias):
+        return _TORCH_ACTIVATIONS[activation](_grouped_op(a, b, offs, bias, None, out_dtype, scale_a, scale_b))
+    return _grouped_op(a, b, offs, bias, activation, out_dtype, scale_a, scale_b)
 
 
 def _scaled(a, b, scale_a, scale_b, bias, activation, out_dtype, scale_out, amax):

@@ -29,11 +29,18 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.nbwgmma.matmul.default, (a, w.t(), bias, "gelu_tanh"))
 
 
+# nbwgmma.torch's functions (PyTorch's activation where a gradient is taken) and the ops themselves
+# (the activation fused, the pre-activation recomputed by the backward formula)
+ENTRIES = {"function": (lambda *v: nbt.matmul(*v), lambda *v: nbt.grouped_mm(*v)),
+           "op": (lambda *v: torch.ops.nbwgmma.matmul(*v), lambda *v: torch.ops.nbwgmma.grouped_mm(*v))}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
 @pytest.mark.parametrize("act", sorted(ACT, key=str))
 @pytest.mark.parametrize("bias_shape", [(136,), (256, 1), None])
-def test_gradients_match_pytorch(act, bias_shape):
+def test_gradients_match_pytorch(act, bias_shape, entry):
     a, w, bias = _inputs(bias_shape=bias_shape)
-    y = nbt.matmul(a, w.t(), bias, act)
+    y = ENTRIES[entry][0](a, w.t(), bias, act)
     dy = torch.randn_like(y)
     grads = torch.autograd.grad(y, [a, w] + ([bias] if bias is not None else []), dy)
     a64, w64 = a.detach().double().requires_grad_(), w.detach().double().requires_grad_()
@@ -96,13 +103,14 @@ def _weight(w, b_contiguous):
     return w if b_contiguous else w.transpose(1, 2)  # B (G, K, N)
 
 
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
 @pytest.mark.parametrize("act", ["gelu_tanh", None])
 @pytest.mark.parametrize("bias_shape", [(4, 136), (136,), None])
 @pytest.mark.parametrize("b_contiguous", [False, True])
-def test_grouped_gradients_match_float64(act, bias_shape, b_contiguous):
+def test_grouped_gradients_match_float64(act, bias_shape, b_contiguous, entry):
     x, w, bias, offs = _experts(b_contiguous, bias_shape)
     b = _weight(w, b_contiguous)
-    y = nbt.grouped_mm(x, b, offs, bias, act)
+    y = ENTRIES[entry][1](x, b, offs, bias, act)
     dy = torch.randn_like(y, dtype=torch.float32).bfloat16()
     dy[384:] = float("nan")  # rows in no group: their gradient must not reach anything
     leaves = [x, w] + ([bias] if bias is not None else [])
@@ -167,7 +175,8 @@ class _Experts(torch.nn.Module):
     def __init__(self, groups, dim, hidden):
         super().__init__()
         g = torch.Generator(device="cuda").manual_seed(3)
-        self.up = torch.nn.Parameter(torch.randn(groups, hidden, dim, device="cuda", generator=g).bfloat16() / dim ** 0.5)
+        self.up = torch.nn.Parameter(torch.randn(groups, hidden, dim, device="cuda", generator=g).bfloat16()
+                                     / dim ** 0.5)
         self.down = torch.nn.Parameter(torch.randn(groups, dim, hidden, device="cuda", generator=g).bfloat16()
                                        / hidden ** 0.5)
 

@@ -27,7 +27,7 @@ def test_the_backward_formula_has_the_inputs_shapes(bias_shape):
     a = torch.empty(96, 64, **META, requires_grad=True)
     b = torch.empty(64, 40, **META, requires_grad=True)
     bias = None if bias_shape is None else torch.empty(*bias_shape, **META, requires_grad=True)
-    y = nbt.matmul(a, b, bias, "silu")
+    y = torch.ops.nbwgmma.matmul(a, b, bias, "silu")  # the op's own formula (recomputing z)
     y.backward(torch.empty_like(y))
     assert a.grad.shape == a.shape and b.grad.shape == b.shape
     if bias is not None:
@@ -59,7 +59,7 @@ def test_matmul_with_c_alpha_beta_and_out_dtype_fakes_and_differentiates():
     a = torch.empty(96, 64, **META, requires_grad=True)
     b = torch.empty(64, 40, **META, requires_grad=True)
     c = torch.empty(96, 40, **META, requires_grad=True)
-    y = nbt.matmul(a, b, None, "relu", c, 0.5, 2.0, torch.float32)
+    y = torch.ops.nbwgmma.matmul(a, b, None, "relu", c, 0.5, 2.0, torch.float32)
     assert y.shape == (96, 40) and y.dtype == torch.float32
     y.backward(torch.empty_like(y))
     assert a.grad.shape == a.shape and b.grad.shape == b.shape and c.grad.shape == c.shape
@@ -93,7 +93,7 @@ def test_grouped_mm_backward_formula_has_the_inputs_shapes(bias_shape):
     a = torch.empty(400, 64, **META, requires_grad=True)
     w = torch.empty(4, 40, 64, **META, requires_grad=True)
     bias = None if bias_shape is None else torch.empty(*bias_shape, **META, requires_grad=True)
-    y = nbt.grouped_mm(a, w.transpose(1, 2), offs, bias, "gelu_tanh")
+    y = torch.ops.nbwgmma.grouped_mm(a, w.transpose(1, 2), offs, bias, "gelu_tanh")
     y.backward(torch.empty_like(y))
     assert a.grad.shape == a.shape and w.grad.shape == w.shape
     if bias is not None:
@@ -140,6 +140,20 @@ def test_compiled_experts_trace_without_graph_breaks():
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
     y = torch.compile(experts, fullgraph=True, backend="eager")(x, offs)
     assert y.shape == (300, 64)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_the_activation_is_fused_unless_a_gradient_is_taken(grad):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    a = torch.empty(96, 64, **META, requires_grad=grad)
+    b = torch.empty(64, 40, **META)
+    offs = torch.empty(2, device="meta", dtype=torch.int32)
+    w = torch.empty(2, 40, 64, **META)
+    for f in (lambda a: nbt.matmul(a, b, None, "silu"),
+              lambda a: nbt.grouped_mm(a, w.transpose(1, 2), offs, None, "silu")):
+        code = make_fx(f)(a).code
+        assert ("'silu'" in code) != grad and ("aten.silu" in code) == grad, code
 
 
 def test_linear_refuses_an_unknown_activation():
