@@ -23,9 +23,10 @@ gradient they fuse it.
     dbias = dz summed over rows (per column) or columns (per row)
 
 ``grouped_mm(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None,
-scale_b=None)``, :func:`nbwgmma.grouped_matmul` (``torch._grouped_mm``'s meaning: its MoE form
-with A (total, K) and B (G, K, N), the masked form with a 3-D A, the K-grouped form with a
-2-D B; block-scaled fp8 with scales). Gradients for the MoE form of 16-bit inputs, the
+scale_b=None, zero_rest=False)``, :func:`nbwgmma.grouped_matmul` (``torch._grouped_mm``'s
+meaning: its MoE form with A (total, K) and B (G, K, N), the masked form with a 3-D A, the
+K-grouped form with a 2-D B; block-scaled fp8 with scales; ``zero_rest``: the MoE form's rows
+past the last offset zero, not left unwritten). Gradients for the MoE form of 16-bit inputs, the
 product of each group ``g`` (rows ``s:e`` of A)::
 
     dz = dy * activation'(z)
@@ -168,14 +169,20 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None
 @torch.library.custom_op("nbwgmma::grouped_mm", mutates_args=())
 def _grouped_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Optional[torch.Tensor] = None,
                activation: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
-               scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """One product per group of rows by nbwgmma (see :func:`nbwgmma.grouped_matmul`)."""
+               scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
+               zero_rest: bool = False) -> torch.Tensor:
+    """One product per group of rows by nbwgmma (see :func:`nbwgmma.grouped_matmul`); with
+    ``zero_rest`` the rows past the last offset (the MoE form) are zero, else left unwritten."""
+    out = None
+    if zero_rest and a.dim() == 2 and b.dim() == 3:  # a memset: a write where a masked copy reads and writes
+        odt = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
+        out = a.new_zeros((a.shape[0], b.shape[2]), dtype=odt)
     return library_grouped(a, b, offs, bias=bias, activation=activation, out_dtype=_name(out_dtype),
-                           scale_a=scale_a, scale_b=scale_b)
+                           scale_a=scale_a, scale_b=scale_b, out=out)
 
 
 @_grouped_op.register_fake
-def _(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None, scale_b=None):
+def _(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None, scale_b=None, zero_rest=False):
     odt = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
     torch._check(offs.dim() == 1, lambda: "nbwgmma::grouped_mm: offs must be 1-D")
     if a.dim() == 2 and b.dim() == 2:  # K-grouped: (G, M, N), rows padded to 16 bytes as the library pads them
@@ -191,7 +198,7 @@ def _(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None, scal
 
 
 def _setup_grouped(ctx, inputs, output):
-    a, b, offs, bias, activation, out_dtype, scale_a, scale_b = inputs
+    a, b, offs, bias, activation, out_dtype, scale_a, scale_b, zero_rest = inputs
     ctx.activation, ctx.out_dtype = activation, out_dtype
     ctx.moe = a.dim() == 2 and b.dim() == 3 and a.dtype not in _FP8 and scale_a is None
     ctx.save_for_backward(a, b, offs, bias)
@@ -207,20 +214,19 @@ def _grouped_backward(ctx, dy):
         z = _grouped_op(a, b, offs, bias, None, ctx.out_dtype)
         dz = activation_grad(ctx.activation, z, dy)
     dzi = dz.to(a.dtype).contiguous()
-    total, groups = a.shape[0], offs.shape[0]
-    rows = torch.arange(total, device=a.device, dtype=offs.dtype)
-    group = torch.searchsorted(offs, rows, right=True)  # a row's group; `groups` past the last offset
     da = db = dbias = None
-    if ctx.needs_input_grad[0]:
-        da = _grouped_op(dzi, b.transpose(1, 2), offs)
-        da = torch.where((group < groups).unsqueeze(1), da, 0)  # rows in no group: never written
+    if ctx.needs_input_grad[0]:  # rows in no group: zero
+        da = _grouped_op(dzi, b.transpose(1, 2), offs, None, None, None, None, None, True)
     if ctx.needs_input_grad[1]:
         db = _grouped_op(a.t(), dzi, offs)
     if bias is not None and ctx.needs_input_grad[3]:
+        total, groups = a.shape[0], offs.shape[0]
+        rows = torch.arange(total, device=a.device, dtype=offs.dtype)
+        group = torch.searchsorted(offs, rows, right=True)  # a row's group; `groups` past the last offset
         dzf = dz.float()
         sums = dzf.new_zeros((groups + 1, dzf.shape[1])).index_add_(0, group, dzf)[:groups]
         dbias = (sums if bias.dim() == 2 else sums.sum(0)).to(bias.dtype)
-    return da, db, None, dbias, None, None, None, None
+    return da, db, None, dbias, None, None, None, None, None
 
 
 _grouped_op.register_autograd(_grouped_backward, setup_context=_setup_grouped)
@@ -228,12 +234,15 @@ _grouped_op.register_autograd(_grouped_backward, setup_context=_setup_grouped)
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Optional[torch.Tensor] = None,
                activation: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
-               scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
+               scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
+               zero_rest: bool = False) -> torch.Tensor:
     """``torch.ops.nbwgmma.grouped_mm``, with the activation fused where no gradient is taken;
-    where one is (see the module's text), the op's pre-activation output and PyTorch's activation."""
+    where one is (see the module's text), the op's pre-activation output and PyTorch's activation
+    (which then also maps ``zero_rest``'s zero rows: ``sigmoid`` makes them 0.5)."""
     if activation in _TORCH_ACTIVATIONS and _training(a, b, bias):
-        return _TORCH_ACTIVATIONS[activation](_grouped_op(a, b, offs, bias, None, out_dtype, scale_a, scale_b))
-    return _grouped_op(a, b, offs, bias, activation, out_dtype, scale_a, scale_b)
+        z = _grouped_op(a, b, offs, bias, None, out_dtype, scale_a, scale_b, zero_rest)
+        return _TORCH_ACTIVATIONS[activation](z)
+    return _grouped_op(a, b, offs, bias, activation, out_dtype, scale_a, scale_b, zero_rest)
 
 
 def _scaled(a, b, scale_a, scale_b, bias, activation, out_dtype, scale_out, amax):

@@ -135,6 +135,15 @@ def test_grouped_gradients_match_float64(act, bias_shape, b_contiguous, entry):
         assert _rel(got, want) <= 2e-2, (act, bias_shape, b_contiguous)
 
 
+def test_grouped_zero_rest_zeroes_the_rows_past_the_last_offset():
+    x, w, bias, offs = _experts(False, (4, 136))
+    with torch.no_grad():
+        plain = nbt.grouped_mm(x, w.transpose(1, 2), offs, bias, "silu")
+        zeroed = nbt.grouped_mm(x, w.transpose(1, 2), offs, bias, "silu", zero_rest=True)
+    assert torch.equal(zeroed[:384], plain[:384])
+    assert torch.equal(zeroed[384:], torch.zeros_like(zeroed[384:]))
+
+
 def test_grouped_opcheck():
     x, w, bias, offs = _experts(False, (4, 136))
     torch.library.opcheck(torch.ops.nbwgmma.grouped_mm.default, (x, w.transpose(1, 2), offs, bias, "silu"))
