@@ -76,12 +76,16 @@ order the threads run in, because it tracks happens-before with vector clocks
   barriers is ordered (a cluster without its closing cluster barrier: ``pipe.teardown()``), a
   peer reaching a CTA that has exited, and a CTA exiting with a copy into its shared memory
   whose completion none of its threads waited for;
+* a plain load or store of shared memory that other threads update with ``cuda.atomic``,
+  unordered with any of those atomics, and an atomic unordered with another thread's plain
+  store or load of its bytes (atomics among themselves are no race: :mod:`nbwgmma.sim.atomics`);
 * a ``setmaxnreg_inc`` the CTA's register pool never satisfies (with launch bounds, the pool
   is ``65536 / threads`` rounded down to 8, times the threads: 168 x 384 for 384 threads, so
   128 x 48 + 256 x 232 registers wait forever): it waits, and stops with the counts.
 
 What it does not model: register writes that Python cannot see (rebinding a fragment
 variable while its wgmma is in flight is not flagged), races between two generic stores,
+a wgmma or TMA store reading bytes that atomics updated (checked against plain stores only),
 a load followed by another thread's unordered store or copy where the load was not the last
 read of those bytes (each byte keeps its last reader: a stage released by one thread while
 another, not the last to read it, still reads is compute-sanitizer's racecheck's to report),
@@ -123,7 +127,7 @@ from .declare import IMPLS, declare
 from .device import device_modules_held, fast_device_function
 from .fragment import FRAGMENT_IMPLS
 from .sched import current
-from .shadow import CTA
+from .shadow import CTA, SharedArray
 from .warp import WARP_FUNCTIONS
 
 __all__ = ["enabled", "SimError", "SimStopped", "SimHazard", "run", "register_tensor_map", "declare", "IMPLS",
@@ -144,19 +148,25 @@ class _Shared:
 def _yielding_atomics():
     """Numba's simulated ``cuda.atomic``, each operation followed by a pause of the thread: the
     threads of a cluster run one at a time (:mod:`nbwgmma.sim.sched`), so one spinning on an
-    atomic (a spin lock's ``cas``) lets the one it waits for run."""
+    atomic (a spin lock's ``cas``) lets the one it waits for run. On shared memory an atomic is
+    checked as one (:mod:`nbwgmma.sim.atomics`), not as a plain load and store that race with
+    the other threads' atomics."""
     from numba.cuda.simulator.kernelapi import FakeCUDAAtomic
 
-    def yielding(f):
-        def op(self, *args, **kwargs):
-            old = f(self, *args, **kwargs)
+    def yielding(name, f):
+        def op(self, array, *args, **kwargs):
             th = current()
+            if isinstance(th, SimThread) and isinstance(array, SharedArray):  # checked as one access, not a load
+                index = (0,) * array.ndim if name == "compare_and_swap" else args[0]  # and a store
+                array = array.atomic_view(index, f"cuda.atomic.{name}")
+            old = f(self, array, *args, **kwargs)
             if isinstance(th, SimThread):
                 th.cl.sched.pause(th)
             return old
         return op
 
-    ops = {name: yielding(f) for name, f in vars(FakeCUDAAtomic).items() if callable(f) and not name.startswith("_")}
+    ops = {name: yielding(name, f) for name, f in vars(FakeCUDAAtomic).items()
+           if callable(f) and not name.startswith("_")}
     return type("SimAtomic", (FakeCUDAAtomic,), ops)()
 
 

@@ -26,6 +26,7 @@ import contextlib
 
 import numpy as np
 
+from .atomics import AtomicMarks
 from .core import CTA_EXIT_CHECKS, DYN_BASE, SMEM_BYTES, PhasedBarrier, SimError, SimHazard, SimThread, me, where
 from .sched import current
 
@@ -105,6 +106,7 @@ class Shadow:
         self.gr_tid = np.zeros(SMEM_BYTES, np.int32)  # the last generic reader's cluster thread id + 1
         self.gr_epoch = np.zeros(SMEM_BYTES, np.int64)
         self.gr_site = np.zeros(SMEM_BYTES, np.int32)  # index into self.sites of that read
+        self.atomics = AtomicMarks(SMEM_BYTES)  # bytes updated by atomics (nbwgmma.sim.atomics)
 
     # -- records -------------------------------------------------------------------------
 
@@ -113,6 +115,8 @@ class Shadow:
         fragment store (``acc_stmatrix_swizzled``, ...) gave the bytes."""
         note_remote(th, self.cta, what)
         self.check_write(th, idx, what)
+        self.atomics.check(th, idx, what)
+        self.atomics.clear(idx)
         self.gw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
         self.gw_tid[idx] = th.gid + 1
         self.gw_epoch[idx] = th.clock[th.gid]
@@ -136,6 +140,8 @@ class Shadow:
         of a TMA tile copy's map."""
         note_remote(th, self.cta, what)
         self.check_write(th, idx, what, copy=True)
+        self.atomics.check(th, idx, what)
+        self.atomics.clear(idx)
         prev = self.aw[idx]
         for i in np.unique(prev[prev > 0]):
             aw = self.writes[int(i) - 1]
@@ -166,6 +172,19 @@ class Shadow:
         seqs[idx] = len(ops)
 
     # -- checks --------------------------------------------------------------------------
+
+    def atomic_access(self, th, idx, what):
+        """An atomic read-modify-write of ``idx`` by ``th``: after other threads' stores, loads
+        and copies of those bytes (ordered before it), in any order with their atomics."""
+        self.check_observed(th, idx, what)  # bounds; copies landed and waited for; bytes written since launch
+        self.check_write(th, idx, what)  # async reads done; other threads' loads ordered before
+        b = _first_unordered(th, idx, self.gw_tid, self.gw_epoch)
+        if b is not None:
+            raise SimHazard(
+                f"thread {th.thread_id} ({what} at {th.where}) updates shared memory at 0x{b:x} that "
+                f"{self._writer_at(b)} stored to, with nothing ordering that store before this atomic (a "
+                f"barrier between them is missing)")
+        self.atomics.record(th, idx)
 
     def check_bounds(self, th, idx, what):
         """``idx`` must lie in shared memory the kernel has: the launch's dynamic shared memory
@@ -226,6 +245,7 @@ class Shadow:
                     f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that "
                     f"{self._writer_at(b)} wrote, with nothing ordering that write before this read (a barrier "
                     f"between them is missing, or the two threads should not share that memory)")
+            self.atomics.check(th, idx, what)
         w = self.aw[idx]
         hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
         for i in np.unique(hit):
@@ -484,6 +504,17 @@ class SharedArray(np.ndarray):
                 with _located(th), th.cl.lock:
                     cta.shadow.check_observed(th, idx, "a shared-memory load", generic=True)
         return super().__getitem__(index)
+
+    def atomic_view(self, index, what):
+        """The running thread's atomic ``what`` on ``self[index]``, checked and recorded; the
+        array as a plain ndarray for the operation itself (its load and store are the atomic's)."""
+        th = _sim_thread()
+        if th is not None:
+            idx, cta = self._bytes(index)
+            if idx is not None:
+                with _located(th), th.cl.lock:
+                    cta.shadow.atomic_access(th, idx, what)
+        return self.view(np.ndarray)
 
     def __setitem__(self, index, value):
         th = _sim_thread()
