@@ -87,6 +87,17 @@ def test_decode_round_trip():
     assert t.params.element_strides == (1, 2) and t.decode()["element_strides"] == (2, 1)
 
 
+def test_box_model_fills_raw_float_bits_with_a_nan():
+    """The simulator reads a map's memory as unsigned integers of the element's size: a NaN fill
+    writes a NaN of that size (all ones but the sign), not a failed float conversion."""
+    x = np.arange(4 * 8, dtype=np.float32).reshape(4, 8)
+    for raw_type, float_type in ((np.uint32, np.float32), (np.uint16, np.float16)):
+        bits = x.astype(float_type).view(raw_type)
+        got = box_copy_model(bits, (4, 8), (2, 3), oob_fill="nan").view(float_type).reshape(4, 8)
+        np.testing.assert_array_equal(got[:2, :5], x[2:, 3:].astype(float_type))
+        assert np.isnan(got[2:]).all() and np.isnan(got[:, 5:]).all()
+
+
 def test_box_model_fills_and_swizzles():
     x = np.arange(16 * 64, dtype=np.uint16).reshape(16, 64)
     raw = box_copy_model(x, (8, 64), (12, 0), swizzle="none")

@@ -38,13 +38,17 @@ def box_copy_model(tensor: np.ndarray, box: Sequence[int], coords: Sequence[int]
     """Shared-memory bytes of one tiled load: the box at ``coords`` (array order, may be
     negative or past the edge), out-of-bounds elements filled, rows swizzled.
 
+    ``tensor`` may hold a float type's raw bits in unsigned integers of its size (as the
+    simulator reads a map's memory): a NaN fill then writes the NaN whose bits are all ones but
+    the sign's, a NaN in every float format of that size.
+
     Returns a flat ``uint8`` array of ``prod(box) * itemsize`` bytes.
     """
     tensor = np.asarray(tensor)
     box = tuple(box)
     out = np.zeros(box, tensor.dtype)
     if oob_fill == "nan":
-        out[...] = np.nan
+        out[...] = np.nan if tensor.dtype.kind == "f" else (1 << (8 * tensor.dtype.itemsize - 1)) - 1
     src, dst = [], []
     for c, b, n in zip(coords, box, tensor.shape):
         lo, hi = max(c, 0), min(c + b, n)

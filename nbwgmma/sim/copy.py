@@ -162,11 +162,21 @@ def _reduce(old, new, op, dtype):
         if t == "f32":
             return r.astype(np.float32).view(old.dtype)
         return encode_elements(r.reshape(-1, 1), t).view(old.dtype).reshape(old.shape)
-    a, b = old.astype(np.int64), new.astype(np.int64)
-    ops = {"add": a + b, "min": np.minimum(a, b), "max": np.maximum(a, b), "and": a & b, "or": a | b, "xor": a ^ b}
-    if op not in ops:
-        raise SimStopped(f"TMA reduce '{op}' is not simulated")
-    return ops[op].astype(old.dtype)
+    # integers: the map's data type says signed (INT32, INT64) or not; arithmetic wraps at its width
+    signed = TMA_DTYPES[dtype][0].startswith("INT")
+    if op in ("inc", "dec") and TMA_DTYPES[dtype][0] != "UINT32":
+        raise SimStopped(f"TMA reduce '{op}' is defined for u32 maps only (PTX ISA, cp.reduce.async.bulk.tensor); "
+                         f"the map holds {dtype}")
+    raw = np.ascontiguousarray(old).dtype
+    kind = np.dtype(f"i{raw.itemsize}") if signed else raw
+    a, b = np.ascontiguousarray(old).view(kind), np.ascontiguousarray(new).view(kind)
+    with np.errstate(over="ignore"):
+        ops = {"add": lambda: a + b, "min": lambda: np.minimum(a, b), "max": lambda: np.maximum(a, b),
+               "and": lambda: a & b, "or": lambda: a | b, "xor": lambda: a ^ b,
+               "inc": lambda: np.where(a >= b, 0, a + 1), "dec": lambda: np.where((a == 0) | (a > b), b, a - 1)}
+        if op not in ops:
+            raise SimStopped(f"TMA reduce '{op}' is not simulated")
+        return ops[op]().astype(kind).view(raw)
 
 
 def _declare_tma():
