@@ -375,6 +375,15 @@ def test_a_block_that_cannot_be_built_is_a_kit_error_naming_it():
         Cooperative("f32.bf16.bf16", TmaPipeline(3, 2), 128, 132)
     with pytest.raises(KindError, match=r"unknown type combination 'f32.bf16.f16'"):
         Cooperative("f32.bf16.f16", TmaPipeline(3, 2), 128, 128)
+    from nbwgmma.kit import BlockScaled, PingPong, SparseConsumers
+
+    for block in (lambda p: Cooperative("f32.bf16.bf16", p(2), 128, 128), lambda p: PingPong("f32.bf16.bf16", p(1)),
+                  lambda p: BlockScaled("f32.e4m3.e4m3", p(2), a_block=True, b_block=True),
+                  lambda p: SparseConsumers("f32.f16.f16", p(2))):
+        # a ring of one stage: the consumers would wait for a fill of the slot they hold (a hang)
+        with pytest.raises(KitError, match=r"^\w+: pipe must have at least 2 stages"):
+            block(lambda consumers: TmaPipeline(1, consumers))
+        block(lambda consumers: TmaPipeline(2, consumers))
     with pytest.raises(KitError, match=r"^acc_map: fn .* must take 4 arguments"):
         acc_map(activation("relu"), 64, cols=1)
     assert issubclass(KitError, ValueError) and issubclass(KitError, NbwgmmaError)

@@ -46,7 +46,7 @@ from ..intrinsics import (
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
-from .pipeline import TmaPipeline, check_shares
+from .pipeline import TmaPipeline, check_stages, check_shares
 
 __all__ = ["Cooperative", "operand_loads"]
 
@@ -135,6 +135,7 @@ class Cooperative(types.ModuleType):
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // (64 * blocks):
             raise KitError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // (64 * blocks)} (one per "
                              f"{64 * blocks} rows); got {pipe!r}")
+        check_stages("Cooperative", pipe)
         if multicast not in ("A", "B"):
             raise KitError(f"Cooperative: multicast (the operand a cluster shares out) must be 'A' or 'B'; "
                              f"got {multicast!r}")

@@ -35,7 +35,7 @@ from ..errors import KitError
 from ..intrinsics import acc_undef, desc_advance, make_desc, tma_load_2d, wgmma_commit_group, wgmma_fence, \
     wgmma_mma_async, wgmma_wait_group
 from ..layout import SWIZZLE_CODE, wgmma_kind
-from .pipeline import TmaPipeline
+from .pipeline import TmaPipeline, check_stages
 from .warpgroup import turn_pass, turn_wait
 
 __all__ = ["PingPong"]
@@ -71,6 +71,7 @@ class PingPong(types.ModuleType):
             raise KitError(f"PingPong: {kind} has no transpose: B must be K-major (b_major='K')")
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != 1 or pipe.cluster != 1:
             raise KitError(f"PingPong: pipe must be a TmaPipeline with consumers=1 and no cluster; got {pipe!r}")
+        check_stages("PingPong", pipe)
         if b_major not in ("K", "MN"):
             raise KitError(f"PingPong: b_major must be 'K' or 'MN'; got {b_major!r}")
         super().__init__(f"PingPong({kind})")

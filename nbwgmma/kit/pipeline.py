@@ -60,7 +60,17 @@ from ..intrinsics import (
 )
 from .device import inlined
 
-__all__ = ["TmaPipeline", "check_shares"]
+__all__ = ["check_stages", "TmaPipeline", "check_shares"]
+
+
+def check_stages(who: str, pipe) -> None:
+    """Consumers that keep one stage's wgmmas in flight hold that stage while they wait for the
+    next fill: with one stage the fill they wait for is of the slot they hold (a hang). A
+    :class:`~nbwgmma.errors.KitError` naming ``who`` for a ring of fewer than 2 stages."""
+    if isinstance(pipe, TmaPipeline) and pipe.stages < 2:
+        raise KitError(f"{who}: pipe must have at least 2 stages (the main loop holds a stage while its wgmmas run "
+                       f"and waits for the next fill: with one stage, a fill of the slot it holds, which never "
+                       f"comes); got {pipe!r}")
 
 
 class TmaPipeline(types.ModuleType):

@@ -64,7 +64,7 @@ from ..intrinsics import (
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from .device import inlined
-from .pipeline import TmaPipeline
+from .pipeline import TmaPipeline, check_stages
 
 __all__ = ["BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS"]
 
@@ -222,6 +222,7 @@ class BlockScaled(types.ModuleType):
                              f"got {kind!r}")
         if not isinstance(pipe, TmaPipeline) or pipe.cluster != 1:
             raise KitError(f"BlockScaled: pipe must be a TmaPipeline with no cluster; got {pipe!r}")
+        check_stages("BlockScaled", pipe)
         super().__init__(f"BlockScaled({kind})")
         self.kind, self.pipe = kind, pipe
         self.a_block, self.b_block = bool(a_block), bool(b_block)

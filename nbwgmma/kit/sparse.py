@@ -45,7 +45,7 @@ from ..intrinsics import (acc_undef, desc_advance, make_desc, smem_addr, tma_loa
                           wgmma_commit_group, wgmma_fence, wgmma_mma_async_sp, wgmma_wait_group)
 from ..layout import SWIZZLE_CODE, wgmma_sp_kind
 from ..layout.sparse_gemm import STAGE_BYTES_K, meta_regs_per_stage
-from .pipeline import TmaPipeline, check_shares
+from .pipeline import TmaPipeline, check_stages, check_shares
 
 __all__ = ["SparseConsumers"]
 
@@ -82,6 +82,7 @@ class SparseConsumers(types.ModuleType):
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != 2 or pipe.cluster not in (1, 2, 4):
             raise KitError(f"SparseConsumers: pipe must be a TmaPipeline with consumers=2 and a cluster of 1, 2 "
                              f"or 4; got {pipe!r}")
+        check_stages("SparseConsumers", pipe)
         check_shares("SparseConsumers", bn, b_major, pipe.cluster)
         super().__init__(f"SparseConsumers({kind})")
         self.kind, self.pipe, self.bn, self.b_major = kind, pipe, bn, b_major

@@ -83,6 +83,12 @@ order the threads run in, because it tracks happens-before with vector clocks
   is ``65536 / threads`` rounded down to 8, times the threads: 168 x 384 for 384 threads, so
   128 x 48 + 256 x 232 registers wait forever): it waits, and stops with the counts.
 
+Numba's warp functions (``shfl_sync`` ..., ``ballot_sync``, ``match_any_sync``,
+``syncwarp``) run over the mask's lanes that exist and have not exited, as CUDA specifies
+for non-exited threads; ``activemask`` gives the warp's existing lanes. A view of a shared
+array (a row, a slice) is an address, not a load: its elements are checked when read or
+written.
+
 What it does not model: register writes that Python cannot see (rebinding a fragment
 variable while its wgmma is in flight is not flagged), races between two generic stores,
 a wgmma or TMA store reading bytes that atomics updated (checked against plain stores only),
@@ -128,7 +134,7 @@ from .device import device_modules_held, fast_device_function
 from .fragment import FRAGMENT_IMPLS
 from .sched import current
 from .shadow import CTA, SharedArray
-from .warp import WARP_FUNCTIONS
+from .warp import BIT_FUNCTIONS, WARP_FUNCTIONS
 
 __all__ = ["enabled", "SimError", "SimStopped", "SimHazard", "run", "register_tensor_map", "declare", "IMPLS",
            "FRAGMENT_IMPLS", "install", "install_jit_shim"]
@@ -159,7 +165,14 @@ def _yielding_atomics():
             if isinstance(th, SimThread) and isinstance(array, SharedArray):  # checked as one access, not a load
                 index = (0,) * array.ndim if name == "compare_and_swap" else args[0]  # and a store
                 array = array.atomic_view(index, f"cuda.atomic.{name}")
-            old = f(self, array, *args, **kwargs)
+            if array.dtype.kind in "iu":
+                # Python int operands converted to the array's type, as Numba does on the GPU
+                # (atomic.add(u32, i, -1) decrements; NumPy 2 refuses -1 as a uint32)
+                first = 0 if name == "compare_and_swap" else 1  # (the others' first argument: the index)
+                args = args[:first] + tuple(np.asarray(v).astype(array.dtype)[()] if isinstance(v, int) else v
+                                            for v in args[first:])
+            with np.errstate(over="ignore"):
+                old = f(self, array, *args, **kwargs)
             if isinstance(th, SimThread):
                 th.cl.sched.pause(th)
             return old
@@ -213,7 +226,7 @@ def _module_class():
         def syncthreads_or(self, val):
             return current().syncthreads_or(val)
 
-    for name, f in WARP_FUNCTIONS.items():
+    for name, f in {**WARP_FUNCTIONS, **BIT_FUNCTIONS}.items():
         setattr(SimCUDAModule, name, staticmethod(f))
     return SimCUDAModule
 

@@ -455,21 +455,40 @@ class _Rendezvous:
         self.rounds = {}
 
 
-def collective(key, members, op, value, compute=None, orders=True):
+def collective(key, members, op, value, compute=None, orders=True, exited_ok=False):
     """The calling thread's part of one collective instruction ``op`` (a hashable: name and
     immediates) executed by the threads ``members`` (thread ids of the CTA) together.
 
     Every member passes ``value``; once all have arrived, ``compute(values in member
     order)`` runs once and every member gets its result (default: the list of values).
-    Members reaching different instructions, or one that exited, are reported. With
-    ``orders`` the clocks of all members are joined (the collective orders what each member
-    did before it); without (``setmaxnreg``: a register operation, no memory ordering), not."""
+    Members reaching different instructions, or one that exited, are reported; with
+    ``exited_ok`` (Numba's ``*_sync`` warp functions: "every non-exited thread named in the
+    mask") a member that exited instead drops out, and the default result is a dict of the
+    present members' values. With ``orders`` the clocks of all members are joined (the
+    collective orders what each member did before it); without (``setmaxnreg``: a register
+    operation, no memory ordering), not."""
     th = me()
     cta, cl = th.cta, th.cl
     if members[-1] >= cl.nthreads:
         raise SimHazard(f"thread {th.thread_id} at {th.where or where()}: {_op_text(op)} is collective over the "
                         f"{_group_name(len(members))} of threads {members[0]}..{members[-1]}, but the block has "
                         f"{cl.nthreads} threads")
+
+    def finish(r, n):  # under the lock: every member that will come has come
+        _check_same_op(r, len(members))
+        present = [m for m in members if m in r["vals"]]
+        vals = [r["vals"][m] for m in present]
+        if orders:
+            acquire(th, r["clock"])  # compute() sees what every member did before
+        if compute is not None:
+            r["result"] = compute(vals)
+        else:
+            r["result"] = dict(zip(present, vals)) if exited_ok else vals
+        del rz.rounds[n]
+
+    def complete(r):
+        return all(m in r["vals"] or (exited_ok and m in cta.exited) for m in members)
+
     with cl.lock:
         rz = cta.rendezvous.get(key)
         if rz is None:
@@ -482,14 +501,9 @@ def collective(key, members, op, value, compute=None, orders=True):
         r["ops"][th.thread_id] = (op, th.where)
         if orders:
             np.maximum(r["clock"], th.clock, out=r["clock"])
-        last = len(r["vals"]) == len(members)
+        last = complete(r)
         if last:
-            _check_same_op(r, len(members))
-            vals = [r["vals"][m] for m in members]
-            if orders:
-                acquire(th, r["clock"])  # compute() sees what every member did before
-            r["result"] = compute(vals) if compute is not None else vals
-            del rz.rounds[n]
+            finish(r, n)
         else:
             r["waiters"].append(th)
     if last:
@@ -509,8 +523,18 @@ def collective(key, members, op, value, compute=None, orders=True):
                 return True
             # (set operations first: a thread's exit is the rare case to look for)
             if not cta.exited.isdisjoint(members) and any(m not in r["vals"] for m in cta.exited.intersection(members)):
-                raise SimStopped(f"block {tuple(th.blockIdx)} thread {th.thread_id} at {th.where or where()}: "
-                                 + missing_text())
+                if not exited_ok:
+                    raise SimStopped(f"block {tuple(th.blockIdx)} thread {th.thread_id} at {th.where or where()}: "
+                                     + missing_text())
+                with cl.lock:  # the members still missing exited: the round is complete without them
+                    done = "result" not in r and complete(r)
+                    if done:
+                        finish(r, n)
+                if done:
+                    for w in r["waiters"]:
+                        if w is not th:
+                            w.wake()
+                return "result" in r
             return False
 
         cl.wait_woken(th, ready, missing_text)

@@ -173,10 +173,27 @@ class Shadow:
 
     # -- checks --------------------------------------------------------------------------
 
+    def check_copies(self, th, idx, what):
+        """Reading ``idx`` needs the phase each TMA or bulk copy of those bytes completes on
+        observed by ``th``."""
+        w = self.aw[idx]
+        hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
+        for i in np.unique(hit):
+            aw = self.writes[int(i) - 1]
+            if th.clock[aw.slot] < aw.phase + 1:
+                raise SimHazard(
+                    f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
+                    f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, without having "
+                    f"waited for phase {aw.phase} of {aw.name}, on which that copy completes")
+
     def atomic_access(self, th, idx, what):
         """An atomic read-modify-write of ``idx`` by ``th``: after other threads' stores, loads
-        and copies of those bytes (ordered before it), in any order with their atomics."""
-        self.check_observed(th, idx, what)  # bounds; copies landed and waited for; bytes written since launch
+        and copies of those bytes (ordered before it), in any order with their atomics. Bytes
+        nothing wrote since the launch hold the poison, as for a plain load (an ``exch`` whose
+        old value goes nowhere is no mistake)."""
+        note_remote(th, self.cta, what)
+        self.check_bounds(th, idx, what)
+        self.check_copies(th, idx, what)
         self.check_write(th, idx, what)  # async reads done; other threads' loads ordered before
         b = _first_unordered(th, idx, self.gw_tid, self.gw_epoch)
         if b is not None:
@@ -185,6 +202,7 @@ class Shadow:
                 f"{self._writer_at(b)} stored to, with nothing ordering that store before this atomic (a "
                 f"barrier between them is missing)")
         self.atomics.record(th, idx)
+        self.written[idx] = True
 
     def check_bounds(self, th, idx, what):
         """``idx`` must lie in shared memory the kernel has: the launch's dynamic shared memory
@@ -246,15 +264,7 @@ class Shadow:
                     f"{self._writer_at(b)} wrote, with nothing ordering that write before this read (a barrier "
                     f"between them is missing, or the two threads should not share that memory)")
             self.atomics.check(th, idx, what)
-        w = self.aw[idx]
-        hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
-        for i in np.unique(hit):
-            aw = self.writes[int(i) - 1]
-            if th.clock[aw.slot] < aw.phase + 1:
-                raise SimHazard(
-                    f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
-                    f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, without having "
-                    f"waited for phase {aw.phase} of {aw.name}, on which that copy completes")
+        self.check_copies(th, idx, what)
         if generic:  # the last reader of each byte, which later writes by other threads must follow
             self.gr_tid[idx] = th.gid + 1
             self.gr_epoch[idx] = th.clock[th.gid]
@@ -497,13 +507,16 @@ class SharedArray(np.ndarray):
         return np.arange(off, off + size), cta
 
     def __getitem__(self, index):
+        res = super().__getitem__(index)
+        if isinstance(res, np.ndarray) and np.may_share_memory(res, self):
+            return res  # a view (a row, a slice): an address computation; its elements are checked when read
         th = _sim_thread()
         if th is not None:
             idx, cta = self._bytes(index)
             if idx is not None:
                 with _located(th), th.cl.lock:
                     cta.shadow.check_observed(th, idx, "a shared-memory load", generic=True)
-        return super().__getitem__(index)
+        return res
 
     def atomic_view(self, index, what):
         """The running thread's atomic ``what`` on ``self[index]``, checked and recorded; the

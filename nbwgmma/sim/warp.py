@@ -58,6 +58,8 @@ def _stmatrix(addr, regs, trans=0):
 
 
 def _mask_members(th, mask):
+    """The key and the threads of a ``*_sync`` warp function with ``mask``: lanes past the
+    block's last thread do not exist and take no part (a partial warp)."""
     w = th.thread_id // 32
     lanes = [i for i in range(32) if (int(mask) >> i) & 1]
     if th.thread_id % 32 not in lanes:
@@ -65,14 +67,16 @@ def _mask_members(th, mask):
 
         raise SimHazard(f"thread {th.thread_id} at {th.where}: lane {th.thread_id % 32} executes a warp "
                         f"instruction whose mask 0x{int(mask) & 0xFFFFFFFF:08x} does not include it")
-    return ("warp", w, int(mask) & 0xFFFFFFFF), [32 * w + i for i in lanes]
+    return ("warp", w, int(mask) & 0xFFFFFFFF), [32 * w + i for i in lanes if 32 * w + i < th.cl.nthreads]
 
 
 def _exchange(name, mask, value):
+    """{lane: value} of the mask's lanes that take part (CUDA: every non-exited thread named in
+    the mask; one that exited drops out), and the calling thread's lane."""
     th = me()
     key, members = _mask_members(th, mask)
-    vals = collective(key, members, (name,), value)
-    return {m % 32: v for m, v in zip(members, vals)}, th.thread_id % 32
+    vals = collective(key, members, (name,), value, exited_ok=True)
+    return {m % 32: v for m, v in vals.items()}, th.thread_id % 32
 
 
 def _shfl(name, pick):
@@ -83,6 +87,70 @@ def _shfl(name, pick):
     return fn
 
 
+def _mask(bits):
+    """A 32-bit lane mask as the int32 Numba types it (``ballot_sync``, ``match_*_sync``): a
+    NumPy int32, negative where lane 31 is set, as on the GPU; the bit functions below count
+    its 32 bits."""
+    return np.int32(bits - (1 << 32) if bits >= 1 << 31 else bits)
+
+
+def _width(val) -> int:
+    """Bits of an integer as the GPU holds it: a NumPy integer's own; a Python int's 32 when it
+    fits in 32 unsigned bits (Numba's simulator formats them so), else 64."""
+    if isinstance(val, np.integer):
+        return 8 * val.itemsize
+    return 32 if 0 <= val < 1 << 32 else 64
+
+
+def _unsigned(val) -> int:
+    return int(val) & ((1 << _width(val)) - 1)
+
+
+def _ballot(mask, p):
+    return _mask(sum(1 << lane for lane, v in _exchange("ballot_sync", mask, bool(p))[0].items() if v))
+
+
+def _match_any(mask, value):
+    by_lane, lane = _exchange("match_any_sync", mask, value)
+    return _mask(sum(1 << other for other, v in by_lane.items() if v == by_lane[lane]))
+
+
+def _match_all(mask, value):
+    by_lane, _ = _exchange("match_all_sync", mask, value)
+    same = len(set(by_lane.values())) == 1
+    return (_mask(sum(1 << other for other in by_lane)) if same else _mask(0)), same
+
+
+def _activemask():
+    """The warp's lanes that exist (in a partial warp, not 0xFFFFFFFF). Lanes that returned
+    early count too: the threads run one at a time here, so which have returned says nothing
+    about which run together on the GPU."""
+    th = me()
+    w = th.thread_id // 32
+    return sum(1 << i for i in range(32) if 32 * w + i < th.cl.nthreads)
+
+
+def _popc(val):
+    return bin(_unsigned(val)).count("1")
+
+
+def _clz(val):
+    return _width(val) - _unsigned(val).bit_length()
+
+
+def _ffs(val):
+    v = _unsigned(val)
+    return (v & -v).bit_length()
+
+
+def _brev(val):
+    return int(format(_unsigned(val), f"0{_width(val)}b")[::-1], 2)
+
+
+#: Numba's bit functions on an integer's bits at its width (Numba's simulator read a negative
+#: value's Python digits: popc(-1) was 1)
+BIT_FUNCTIONS = {"popc": _popc, "clz": _clz, "ffs": _ffs, "brev": _brev}
+
 WARP_FUNCTIONS = {
     "shfl_sync": _shfl("shfl_sync", lambda lane, src: src % 32),
     "shfl_up_sync": _shfl("shfl_up_sync", lambda lane, d: lane - d),
@@ -91,9 +159,10 @@ WARP_FUNCTIONS = {
     "all_sync": lambda mask, p: int(all(_exchange("all_sync", mask, bool(p))[0].values())),
     "any_sync": lambda mask, p: int(any(_exchange("any_sync", mask, bool(p))[0].values())),
     "eq_sync": lambda mask, p: int(len(set(_exchange("eq_sync", mask, bool(p))[0].values())) == 1),
-    "ballot_sync": lambda mask, p: sum(1 << lane for lane, v in _exchange("ballot_sync", mask, bool(p))[0].items()
-                                       if v),
+    "ballot_sync": _ballot,
+    "match_any_sync": _match_any,
+    "match_all_sync": _match_all,
     "syncwarp": lambda mask=0xFFFFFFFF: (_exchange("syncwarp", mask, None), None)[1],
-    "activemask": lambda: 0xFFFFFFFF,
+    "activemask": _activemask,
     "lanemask_lt": lambda: (1 << (me().thread_id % 32)) - 1,
 }
