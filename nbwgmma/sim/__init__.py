@@ -92,6 +92,8 @@ written.
 What it does not model: register writes that Python cannot see (rebinding a fragment
 variable while its wgmma is in flight is not flagged), races between two generic stores,
 a wgmma or TMA store reading bytes that atomics updated (checked against plain stores only),
+two static shared arrays declared on one source line (one array here: static arrays are
+identified by file and line, as in Numba's simulator; declare each on a line of its own),
 a load followed by another thread's unordered store or copy where the load was not the last
 read of those bytes (each byte keeps its last reader: a stage released by one thread while
 another, not the last to read it, still reads is compute-sanitizer's racecheck's to report),
