@@ -265,6 +265,57 @@ def test_a_nan_filled_tma_load_fills_nan(c0, c1):
     np.testing.assert_array_equal(out.copy_to_host(), want)
 
 
+def _reinit_kernel(rounds, wait_second=True):
+    from nbwgmma.intrinsics import (dynamic_smem_base, fence_mbarrier_init, mbarrier_arrive_expect_tx, mbarrier_init,
+                                    mbarrier_inval, mbarrier_wait_parity, tma_load_2d)
+
+    @cuda.jit
+    def k(tmap, out):
+        dyn = cuda.shared.array(0, np.float32)
+        bars = cuda.shared.array(1, np.uint64)
+        bar = smem_addr(bars)
+        base = dynamic_smem_base(dyn, 128)
+        off = (base - smem_addr(dyn)) // 4
+        t = cuda.threadIdx.x
+        for r in range(rounds):
+            if t == 0:
+                mbarrier_init(bar, 1)
+                fence_mbarrier_init()
+            cuda.syncthreads()
+            if t == 0:
+                mbarrier_arrive_expect_tx(bar, 8 * 8 * 4)
+                tma_load_2d(base, tmap, bar, 0, 8 * (r % 2))
+            if wait_second or r == 0:
+                mbarrier_wait_parity(bar, 0)  # each barrier's first phase: parity 0 again after the init
+            if wait_second or r == 0 or t == 0:  # (without the wait: the issuing thread alone reads)
+                out[r % 2, t] = dyn[off + t]
+            cuda.syncthreads()
+            if t == 0:
+                mbarrier_inval(bar)
+    return k
+
+
+def test_an_mbarrier_initialized_again_and_again_keeps_its_order():
+    """An mbarrier invalidated and initialized again per round, 1100 rounds: each init took a
+    vector-clock slot of its own and the 1025th stopped the simulation. One address keeps one
+    slot now, its phases counted on (a wait on the new barrier's parity 0 is its first phase)."""
+    x = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    tm = TensorMap(cuda.to_device(x), (8, 8), swizzle="none")
+    out = cuda.to_device(np.full((2, 32), np.nan, np.float32))
+    launch(_reinit_kernel(1100), 1, 32, (tm.address, out), smem=dynamic_smem_bytes(256, 128))
+    np.testing.assert_array_equal(out.copy_to_host(), x.reshape(2, 64)[:, :32])
+
+
+def test_a_read_after_a_new_init_without_its_wait_is_a_hazard():
+    """Having waited on the barrier before its re-initialization orders nothing of the new one's
+    copy: the second round's read without its wait is reported (the slot's count went on)."""
+    x = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    tm = TensorMap(cuda.to_device(x), (8, 8), swizzle="none")
+    out = cuda.to_device(np.full((2, 32), np.nan, np.float32))
+    with pytest.raises(sim.SimHazard, match="without having waited for phase"):
+        launch(_reinit_kernel(2, wait_second=False), 1, 32, (tm.address, out), smem=dynamic_smem_bytes(256, 128))
+
+
 @cuda.jit
 def _arrive_then_exit(out):
     from nbwgmma.intrinsics import cluster_arrive, cluster_sync, cluster_wait

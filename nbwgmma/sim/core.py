@@ -174,6 +174,7 @@ class Cluster:
         self.nthreads = nthreads
         self.clock_len = nctas * nthreads + BARRIER_SLOTS
         self.slots = itertools.count(nctas * nthreads)
+        self.barrier_at = {}  # (CTA rank, offset) -> the latest mbarrier initialized there (its slot is reused)
         self.barrier = PhasedBarrier(self, nctas * nthreads, "cluster barrier")
         self.fence_epoch = np.full(nctas * nthreads, -1, np.int64)  # own clock entry at the last fence.proxy.async
 
@@ -186,7 +187,8 @@ class Cluster:
     def new_slot(self):
         s = next(self.slots)
         if s >= self.clock_len:
-            raise SimStopped(f"more than {BARRIER_SLOTS} mbarriers initialized in one cluster")
+            raise SimStopped(f"mbarriers at more than {BARRIER_SLOTS} shared addresses in one cluster: the simulator "
+                             f"tracks at most that many (initializing one address again reuses its tracking)")
         return s
 
     def wait_for(self, pred, what, timeout_s=None, cond=None):

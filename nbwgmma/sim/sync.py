@@ -334,8 +334,14 @@ class MBarrier:
         self.expected = self.pending = int(count)
         self.tx = 0
         self.expected_bytes = self.arrived_bytes = 0
-        self.phase = 0
-        self.slot = cta.cl.new_slot()
+        prev = cta.cl.barrier_at.get((cta.rank, off))
+        if prev is None:
+            self.phase, self.slot = 0, cta.cl.new_slot()
+        else:  # an mbarrier initialized here again (after mbarrier_inval): its vector-clock slot, with
+            # the phases counted on past the earlier barrier's (whose completions clocks still hold),
+            # from an even number (the parities restart at 0, as after an init on the GPU)
+            self.phase, self.slot = prev.phase + (prev.phase & 1), prev.slot
+        cta.cl.barrier_at[(cta.rank, off)] = self
         self.clock = cta.cl.new_clock()
         self.done = {}  # completed phase -> clock
         self.sites, self.done_sites = [], {}  # the arrivals' lines: this phase's, and by completed phase
