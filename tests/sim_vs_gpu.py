@@ -1,6 +1,7 @@
 """The simulator against the GPU, bit for bit: run the examples, the library GEMM (bf16, f32 and
-fp8 outputs, fp8 with rounding ties) and a deliberately wrong descriptor on small-integer inputs
-and save every output; then compare.
+fp8 outputs, fp8 with rounding ties), a deliberately wrong descriptor on small-integer inputs and
+plain CUDA kernels (shared atomics, warp votes in a partial warp and after lanes returned, a view
+of a shared array) and save every output; then compare.
 
     NUMBA_ENABLE_CUDASIM=1 python tests/sim_vs_gpu.py sim.npz   # in the simulator
     python tests/sim_vs_gpu.py gpu.npz                          # on an H100
@@ -88,6 +89,81 @@ def fp8_out_with_ties(fmt, n):
     return out.copy_to_host()
 
 
+@cuda.jit
+def _shared_atomics(out):
+    s = cuda.shared.array(4, np.int32)
+    f = cuda.shared.array(2, np.float32)
+    t = cuda.threadIdx.x
+    if t == 0:
+        s[0] = 0
+        s[1] = -1
+        s[2] = 100
+        s[3] = 0
+        f[0] = 0.0
+        f[1] = -1.0
+    cuda.syncthreads()
+    cuda.atomic.add(s, 0, t)
+    cuda.atomic.max(s, 1, t % 37)
+    cuda.atomic.add(s, 2, -1)
+    cuda.atomic.or_(s, 3, 1 << (t % 31))
+    cuda.atomic.add(f, 0, 0.5)
+    cuda.atomic.max(f, 1, np.float32(t) * 0.25)
+    cuda.syncthreads()
+    if t < 4:
+        out[t] = s[t]
+    if t < 2:
+        out[4 + t] = np.int32(f[t] * 4)
+
+
+@cuda.jit
+def _warp_votes(x, out, n):
+    t = cuda.threadIdx.x
+    if t >= n:
+        return  # lanes that return: the full-mask functions go on without them
+    v = x[t]
+    out[t, 0] = v + cuda.shfl_xor_sync(0xFFFFFFFF, v, 1)
+    b = cuda.ballot_sync(0xFFFFFFFF, v % 3 == 0)
+    out[t, 1] = b
+    out[t, 2] = cuda.popc(b)
+    out[t, 3] = cuda.match_any_sync(0xFFFFFFFF, v % 4)
+    m, same = cuda.match_all_sync(0xFFFFFFFF, v // 1024)
+    out[t, 4] = m
+    out[t, 5] = same
+
+
+@cuda.jit
+def _partial_warp_activemask(out):
+    out[cuda.threadIdx.x] = cuda.activemask()
+
+
+@cuda.jit
+def _row_view_transpose(inp, out):
+    tile = cuda.shared.array((8, 8), np.float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    tile[ty][tx] = inp[ty, tx]
+    cuda.syncthreads()
+    out[ty, tx] = tile[tx, ty]
+
+
+def plain_cuda_cases(got):
+    """Plain Numba-CUDA kernels the simulator once rejected or got wrong: shared atomics, warp
+    functions in a partial warp and with lanes that returned, a view of a shared array."""
+    out = cuda.to_device(np.full(6, -7, np.int32))
+    launch(_shared_atomics, 1, 96, (out,))
+    got["shared_atomics"] = out.copy_to_host()
+    x = (np.arange(48) * 7 % 11).astype(np.int32)
+    out = cuda.to_device(np.full((48, 6), -7, np.int64))
+    launch(_warp_votes, 1, 48, (cuda.to_device(x), out, 40))
+    got["warp_votes_partial_exited"] = out.copy_to_host()
+    out = cuda.to_device(np.zeros(48, np.uint32))
+    launch(_partial_warp_activemask, 1, 48, (out,))
+    got["activemask_partial_warp"] = out.copy_to_host()
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    out = cuda.to_device(np.full((8, 8), np.nan, np.float32))
+    launch(_row_view_transpose, 1, (8, 8, 1), (cuda.to_device(x), out))
+    got["row_view_transpose"] = out.copy_to_host()
+
+
 def outputs():
     """{case: output array} of every case, on whatever runs the kernels (GPU or simulator)."""
     from nbwgmma.kernels.wgmma_tile import TileProblem, run_tile
@@ -124,6 +200,7 @@ def outputs():
     p = TileProblem("f32.bf16.bf16", 8, 1, rng.integers(-4, 5, (64, 16)), rng.integers(-4, 5, (8, 16)), swizzle="none")
     p.desc_a = p.desc_a - np.uint64(8 << 32)  # SBO 256 -> 128 bytes: a wrong descriptor
     got["wrong_sbo"] = run_tile(p)
+    plain_cuda_cases(got)
     return got
 
 
