@@ -40,7 +40,7 @@ reads ``offs``, in the backward pass either.
 ``scaled_mm(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=None,
 scale_out=None)``: fp8 ``a @ b`` with per-tensor, rowwise or block scales in
 ``torch._scaled_mm``'s layouts (:mod:`nbwgmma.frontend.scaled`), an fp8 output scaled by
-``scale_out``; ``scaled_mm_amax`` (same arguments) also returns the results' largest magnitude
+``scale_out`` (with per-tensor scales so far); ``scaled_mm_amax`` (same arguments) also returns the results' largest magnitude
 before the scale, a new one-element f32 tensor from the same pass (the fp8 training recipe's
 amax, returned rather than mutated, as ``torch._scaled_mm`` once did). No gradients, as
 ``torch._scaled_mm`` has none.

@@ -196,3 +196,27 @@ def test_groups_of_a_long_k_turn_the_ring_over(schedule, monkeypatch):
     grouped_matmul(_bits(a), _swap(dw), cuda.to_device(ends), out=out, in_dtype="bf16", validate=True)
     ref = np.concatenate([a[e - s:e] @ w[g].T for g, (s, e) in enumerate(zip(sizes, ends))])
     np.testing.assert_array_equal(_bf16(out), ref)
+
+
+def test_zero_rows_and_a_width_of_40_bytes_are_taken():
+    """From a hunt for valid calls the library refused: every form with zero rows (NumPy gives
+    empty arrays zero strides, which the layout checks refused, the library's own empty outputs
+    included), and f16 products whose N (20: 40-byte rows) is no multiple of 8 (the output
+    allocated unpadded, then refused; a padded given one refused too)."""
+    b = cuda.to_device(np.ones((2, 16, 8), np.float16))
+    zeros = cuda.to_device(np.zeros(2, np.int32))
+    assert grouped_matmul(cuda.device_array((0, 16), np.float16), b, zeros).shape == (0, 8)
+    assert grouped_matmul(cuda.device_array((2, 0, 16), np.float16), b, zeros).shape == (2, 0, 8)
+    ends = cuda.to_device(np.array([8, 16], np.int32))
+    got = grouped_matmul(cuda.to_device(np.ones((16, 0), np.float16)).T, cuda.to_device(np.ones((16, 8), np.float16)),
+                         ends)
+    assert got.shape == (2, 0, 8)
+    x = RNG.integers(-3, 4, (40, 64)).astype(np.float16)
+    w = RNG.integers(-3, 4, (2, 20, 64)).astype(np.float16)
+    offs = cuda.to_device(np.array([15, 40], np.int32))
+    want = np.concatenate([x[:15].astype(np.float64) @ w[0].T, x[15:].astype(np.float64) @ w[1].T])
+    got = grouped_matmul(cuda.to_device(x), _swap(cuda.to_device(w)), offs)  # allocated: rows padded
+    np.testing.assert_array_equal(got.copy_to_host(), want)
+    padded = cuda.to_device(np.full((40, 24), np.nan, np.float16))
+    grouped_matmul(cuda.to_device(x), _swap(cuda.to_device(w)), offs, out=padded[:, :20])
+    np.testing.assert_array_equal(padded.copy_to_host()[:, :20], want)

@@ -248,6 +248,30 @@ def test_one_row_and_an_odd_n_store_directly():
     np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
 
 
+def test_per_tensor_scales_as_one_element_arrays_and_with_blocks_on_the_other_side():
+    """From a hunt for valid calls the library refused: one-element Numba arrays as per-tensor
+    scales were refused (float() of a device array); a per-tensor A scale (a number or none) with
+    128 x 128 B blocks crashed the simulator at M >= 2 (the 1 x 1 stand-in indexed by row)."""
+    m, n, k = 16, 24, 256
+    rng, a, w, ad, bd = _operands(m, n, k, 7)
+    got = _run(ad, bd, m, n, "f32", scale_a=cuda.to_device(np.array([2.0], np.float32)),
+               scale_b=cuda.to_device(np.array([[0.5]], np.float32)))
+    np.testing.assert_array_equal(got, a @ w.T)
+    sw = pow2(rng, (1, 2))
+    for sa in (None, 4.0, cuda.to_device(np.array([4.0], np.float32))):
+        got = _run(ad, bd, m, n, "f32", scale_a=sa, scale_b=cuda.to_device(sw))
+        np.testing.assert_array_equal(got, reference(a, w, np.ones((m, 2)), sw) * (1.0 if sa is None else 4.0))
+
+
+def test_fp8_outputs_with_scale_arrays_are_a_matmul_error():
+    """They were a bare ValueError from the kernel's configuration, scale_out and amax ignored."""
+    m, n, k = 16, 32, 64
+    _, _, _, ad, bd = _operands(m, n, k, 8)
+    with pytest.raises(MatmulError, match="fp8 outputs .* take per-tensor scales so far"):
+        matmul(ad, bd, in_dtype="e4m3", scale_a=cuda.to_device(np.ones((m, 1), np.float32)),
+               scale_b=cuda.to_device(np.ones((1, n), np.float32)), out_dtype="e4m3", scale_out=0.5)
+
+
 def test_bad_scales_and_operands_are_refused_before_launch():
     m, n, k = 16, 48, 160  # KB = 2, NB = 1
     _, _, _, ad, bd = _operands(m, n, k, 6)

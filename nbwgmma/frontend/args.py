@@ -190,9 +190,15 @@ def described(x, name: str, who: str = "matmul") -> ArrayInfo:
 
 def scale_product(scale_a, scale_b) -> float:
     """``alpha``: the product of the fp8 scales (None: 1)."""
+    def value(x):
+        if x is None:
+            return 1.0
+        if hasattr(x, "copy_to_host") and int(np.prod(getattr(x, "shape", ()))) == 1:
+            return float(np.asarray(x.copy_to_host()).reshape(-1)[0])  # a Numba array of one element
+        return float(x)
+
     try:
-        sa = 1.0 if scale_a is None else float(scale_a)
-        sb = 1.0 if scale_b is None else float(scale_b)
+        sa, sb = value(scale_a), value(scale_b)
     except (TypeError, ValueError):
         bad = scale_a if not _is_number(scale_a) else scale_b
         raise MatmulTypeError(f"matmul: scale_a and scale_b must be numbers (or one-element tensors); "

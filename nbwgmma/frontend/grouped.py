@@ -11,9 +11,10 @@ bias per group and column and an activation (:mod:`nbwgmma.kernels.grouped`). Em
 are allowed, and groups of any size.
 
 The host never reads ``offs`` (no synchronization): its type, shape and device are checked
-before the launch, and the kernel clamps its values into [0, total] and makes them
-non-decreasing, so bad values cannot reach memory outside A or ``out``; rows past the last
-offset are left as they are. ``validate=True`` also reads ``offs`` on the host (a
+before the launch, and the kernel clamps its values into [0, total], so bad values cannot
+reach memory outside A or ``out`` (decreasing values are not repaired: groups then overlap,
+their common rows written twice, or are empty); rows past the last offset are left as they
+are (``nbwgmma.torch.grouped_mm(..., zero_rest=True)`` zeroes them). ``validate=True`` also reads ``offs`` on the host (a
 synchronization) and refuses decreasing values or an end past A's rows.
 
 The masked layout, for decoding under CUDA graphs (shapes fixed, counts changing on the
@@ -47,9 +48,12 @@ COOPERATIVE_ROWS = 128
 
 
 def _row_major(info: ArrayInfo) -> bool:
+    """Rows contiguous, 16-byte aligned (TMA's rule for a row's start; its length may be any).
+    An empty array is (NumPy gives it zero strides): nothing is read or written."""
+    if 0 in info.shape:
+        return True
     es = info.itemsize
-    return info.strides[-1] == es and all(s % 16 == 0 for s in info.strides[:-1]) and info.ptr % 16 == 0 \
-        and (info.shape[-1] * es) % 16 == 0
+    return info.strides[-1] == es and all(s % 16 == 0 for s in info.strides[:-1]) and info.ptr % 16 == 0
 
 
 def _group_bias(bias, groups, n, device, lib):
@@ -98,7 +102,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     given). ``in_dtype``: the element type of raw integer operands (NumPy, Numba and CuPy have
     no bf16 or fp8: ``uint16`` bits with "bf16" or "f16", ``uint8`` with "e4m3" or "e5m2";
     :func:`nbwgmma.layout.to_bits` makes them); PyTorch tensors carry their type. ``bias``: (G, N) (one row per group: each expert's bias) or (N,) (one for all), f32,
-    bf16 or f16; ``activation``: one of ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``
+    bf16 or f16 (a Numba array: f32); ``activation``: one of ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``
     (after the bias, in f32, before the rounding to the output type), for every operand type.
 
     With ``a`` 2-D (M, total) and ``b`` 2-D (total, N): the K-grouped product of MoE weight
@@ -112,7 +116,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     pass over the operand), never refused. bf16 or f16, out of the input type: a given ``out``
     must be (G, M, N) with N contiguous and 16-byte aligned rows (an allocated one pads its rows
     to 16 bytes, as PyTorch's does). One launch, ``offs`` read on the device only (clamped into
-    [0, total] and made non-decreasing, as above; ``validate=True`` checks it on the host);
+    [0, total], as above; ``validate=True`` checks it on the host);
     ``bias`` and ``activation`` are refused in this form.
 
     fp8 A and B (e4m3 or e5m2; PyTorch float8 tensors, or uint8 bytes with ``in_dtype``) run the
@@ -195,7 +199,13 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     lib = lib_of(a)
     shape = (groups, total // groups, n) if masked else (total, n)
     if out is None:
-        out = empty_like_lib(lib, a, shape, odt)
+        # rows padded to 16 bytes, as TMA stores need (a view of the first N columns), as the
+        # K-grouped form's and torch._grouped_mm's outputs are
+        ob = np.dtype(NP_OF[odt]).itemsize
+        pad = -(-n * ob // 16) * 16 // ob
+        out = empty_like_lib(lib, a, shape[:-1] + (pad,), odt)
+        if pad != n:
+            out = out[..., :n]
     io = described(out, "out", "grouped_matmul")
     out_type(io, odt)
     if io.shape != shape or not _row_major(io) or (masked and io.strides[0] != io.shape[1] * io.strides[1]):

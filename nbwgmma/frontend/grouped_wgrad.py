@@ -140,9 +140,9 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
             out = out[:, :, :n]
     io = described(out, "out", "grouped_matmul")
     out_type(io, odt)
-    if io.shape != shape or (n > 1 and io.strides[2] != es) \
-            or io.ptr % 16 or any(s % 16 for s in io.strides[:2]) or io.strides[1] < n * es \
-            or io.strides[0] < m * io.strides[1]:
+    if io.shape != shape or (0 not in shape and (
+            (n > 1 and io.strides[2] != es) or io.ptr % 16 or any(s % 16 for s in io.strides[:2])
+            or io.strides[1] < n * es or io.strides[0] < m * io.strides[1])):  # (an empty out: any strides)
         raise MatmulError(f"grouped_matmul: out must be a {shape} {odt} array with N contiguous and 16-byte aligned "
                           f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")
     if validate:

@@ -199,6 +199,11 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                                                     autotune_default=config is None and _autotune_enabled())
     if is_tensor_scale(scale_a) or is_tensor_scale(scale_b):  # per row, column or block: nbwgmma.frontend.scaled
         with_epilogue = any(x is not None for x in (epilogue, c, beta)) or bool(epilogue_args)
+        if odt in ("e4m3", "e5m2") or scale_out is not None or amax is not None:
+            raise MatmulError(f"matmul: fp8 outputs (out_dtype e4m3/e5m2, scale_out, amax) take per-tensor scales "
+                              f"so far; with scale arrays per row, column or block the output is bf16, f16 or "
+                              f"f32 (got out_dtype {odt}{', scale_out' if scale_out is not None else ''}"
+                              f"{', amax' if amax is not None else ''})")
         if _TORCH_TENSOR is None and type(a) is type(b) and lib_of(a) == "torch":  # (the next call may be quick)
             _seen_torch(type(a))
         return scaled_matmul(a, ia, b, ib, out, io, kind=kind, odt=odt, scale_a=scale_a, scale_b=scale_b,

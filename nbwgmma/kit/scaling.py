@@ -490,7 +490,12 @@ class BlockScaled(types.ModuleType):
             acc = acc_zeros(KIND, N)
             t0 = acc_undef(KIND, N)
             t1 = acc_undef(KIND, N)
-            sa0, sa1, sbn = sa[ra0], sa[ra1], sb[nb]  # the scale rows this thread reads (views)
+            # the scale rows this thread reads (views); a side without block scales passes a 1 x 1
+            # stand-in, never read: its row 0 (a view past its end is an address on the GPU, an
+            # IndexError in the simulator)
+            sa0 = sa[ra0 if A_BLOCK else 0]
+            sa1 = sa[ra1 if A_BLOCK else 0]
+            sbn = sb[nb if B_BLOCK else 0]
             a0, a1, b = scales(sa0, sa1, sbn, 0)
             c0, c1, d = scales(sa0, sa1, sbn, min(1, kblocks - 1))
             t0 = start(ring, base, s, ph, t0, cw)
