@@ -18,6 +18,8 @@ import math
 import struct
 import threading
 
+import numpy as np
+
 from . import cudriver
 from .errors import NbwgmmaError
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
@@ -44,15 +46,32 @@ def dynamic_smem_bytes(payload: int, align: int = 1024) -> int:
 
     Pairs with :func:`nbwgmma.intrinsics.dynamic_smem_base`.
     """
+    if not _is_int(payload) or payload < 0:
+        raise LaunchError(f"dynamic_smem_bytes: payload must be a non-negative integer (bytes); got {payload!r}")
+    if not _is_int(align) or align < 1 or align & (align - 1):
+        raise LaunchError(f"dynamic_smem_bytes: align must be a positive power of two; got {align!r}")
     return int(payload) + int(align) - 1
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+#: CUDA's limits on a grid's and a block's dimensions (x, y, z)
+_DIM_LIMITS = {"grid": (2 ** 31 - 1, 65535, 65535), "block": (1024, 1024, 64)}
+
+
 def _dim3(d, what):
-    if isinstance(d, int):
+    if _is_int(d):
         d = (d,)
+    if isinstance(d, (str, bytes)) or not hasattr(d, "__iter__") or not all(_is_int(x) for x in d):
+        raise LaunchError(f"{what} must be 1 to 3 positive integers; got {d!r}")
     d = tuple(int(x) for x in d)
     if not 1 <= len(d) <= 3 or any(x < 1 for x in d):
         raise LaunchError(f"{what} must be 1 to 3 positive integers; got {d}")
+    limits = _DIM_LIMITS.get(what)
+    if limits is not None and any(x > lim for x, lim in zip(d, limits)):
+        raise LaunchError(f"{what} {d} exceeds CUDA's limits of {limits} (x, y, z)")
     return d + (1,) * (3 - len(d))
 
 
@@ -354,6 +373,8 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     ordered on ``stream`` only, like a PyTorch operator: Numba's synchronization of the
     stream an array's ``__cuda_array_interface__`` names is skipped.
     """
+    if type(args) is not tuple and not isinstance(args, (tuple, list)):
+        raise LaunchError(f"launch: args must be a tuple of the kernel's arguments; got {type(args).__name__}")
     try:  # the repeat path: prepared kernels by kernel, launch shape as given and argument types
         quick_key = (id(kernel), grid, block, smem, cluster, pdl, *map(type, args))
         hits = _QUICK.get(quick_key)
@@ -375,6 +396,8 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     _refuse_tensor_maps(args, "launch()")
     grid = _dim3(grid, "grid")
     block = _dim3(block, "block")
+    if not _is_int(smem) or smem < 0:
+        raise LaunchError(f"launch: smem must be a non-negative integer (bytes); got {smem!r}")
     if sim.enabled():  # Numba's CUDA simulator: the intrinsics run as Python (nbwgmma.sim)
         # The GPU's checks against an H100's limits. The simulator does not compile, so
         # static shared memory (a few mbarriers in nbwgmma's kernels) is known only as the

@@ -115,7 +115,7 @@ def validate(p: TensorMapParams) -> None:
     for i, e in enumerate(p.element_strides):
         if not 1 <= e <= 8:
             fail(f"element_strides[{last - i}] must be in [1, 8]", e)
-    if p.swizzle not in _SWIZZLE_BYTES:
+    if not isinstance(p.swizzle, str) or p.swizzle not in _SWIZZLE_BYTES:
         fail("swizzle must be one of none, 32B, 64B, 128B", p.swizzle)
     span = _SWIZZLE_BYTES[p.swizzle]
     if span and p.box[0] * es > span:
@@ -125,7 +125,7 @@ def validate(p: TensorMapParams) -> None:
         fail("oob_fill must be 'zero' or 'nan'", p.oob_fill)
     if p.oob_fill == "nan" and p.dtype not in _FLOAT_TYPES:
         fail("NaN out-of-bounds fill needs a floating-point element type", p.dtype)
-    if p.l2_promotion not in _L2:
+    if not isinstance(p.l2_promotion, str) or p.l2_promotion not in _L2:
         fail("l2_promotion must be one of none, 64B, 128B, 256B", p.l2_promotion)
 
 
@@ -214,14 +214,19 @@ class TensorMap:
         except TypeError as e:
             raise TensorMapTypeError(f"tensor map: {e}") from None
         dtype = dtype or info.dtype
-        if dtype not in TMA_DTYPES:
+        if not isinstance(dtype, str) or dtype not in TMA_DTYPES:
             raise TensorMapError(f"tensor map: element type must be one of {sorted(TMA_DTYPES)}; got {dtype}")
         es = TMA_DTYPES[dtype][1]
         if es != info.itemsize:
             raise TensorMapError(f"tensor map: {dtype} has {es}-byte elements; the array has {info.itemsize}-byte ones")
-        shape = tuple(shape) if shape is not None else info.shape
-        strides_b = tuple(s * es for s in strides) if strides is not None else info.strides
+        shape = _int_tuple("shape", shape) if shape is not None else info.shape
+        strides_b = tuple(s * es for s in _int_tuple("strides", strides)) if strides is not None else info.strides
         rank = len(shape)
+        if rank == 0 or len(strides_b) != rank:
+            given = f"strides {tuple(strides)}" if strides is not None else \
+                f"the array's strides {info.strides} (give strides= for a view of another rank)"
+            raise TensorMapError(f"tensor map: shape and strides need one entry per dimension; got shape {shape} "
+                                 f"and {given}")
         box = _int_tuple("box", box)
         if len(box) != rank:
             raise TensorMapError(f"tensor map: box must have one entry per dimension ({rank}); got {box}")

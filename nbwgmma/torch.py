@@ -40,10 +40,10 @@ reads ``offs``, in the backward pass either.
 ``scaled_mm(a, b, scale_a, scale_b, bias=None, activation=None, out_dtype=None,
 scale_out=None)``: fp8 ``a @ b`` with per-tensor, rowwise or block scales in
 ``torch._scaled_mm``'s layouts (:mod:`nbwgmma.frontend.scaled`), an fp8 output scaled by
-``scale_out`` (with per-tensor scales so far); ``scaled_mm_amax`` (same arguments) also returns the results' largest magnitude
-before the scale, a new one-element f32 tensor from the same pass (the fp8 training recipe's
-amax, returned rather than mutated, as ``torch._scaled_mm`` once did). No gradients, as
-``torch._scaled_mm`` has none.
+``scale_out`` (with per-tensor scales so far); ``scaled_mm_amax`` (same arguments) also
+returns the results' largest magnitude before the scale, a new one-element f32 tensor from
+the same pass (the fp8 training recipe's amax, returned rather than mutated, as
+``torch._scaled_mm`` once did). No gradients, as ``torch._scaled_mm`` has none.
 
 :class:`Linear` is a drop-in ``torch.nn.Linear`` with an ``activation`` argument, computed by
 one fused call (``x @ weight.T + bias`` and the activation in the GEMM's epilogue). Importing
@@ -296,7 +296,7 @@ class Linear(torch.nn.Linear):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         from .kit import ACTIVATIONS
 
-        if activation is not None and activation not in ACTIVATIONS:
+        if activation is not None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
             raise ValueError(f"Linear: activation must be one of {sorted(ACTIVATIONS)} or None; got {activation!r}")
         self.activation = activation
 

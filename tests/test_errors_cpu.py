@@ -34,6 +34,31 @@ def _pitched(shape, dtype, pitch):
     return x
 
 
+def _strided(shape, dtype, strides, base=None, offset=0):
+    """A Fake with byte ``strides``, at ``offset`` bytes into ``base``'s memory if given."""
+    x = Fake(shape, dtype)
+    if base is not None:
+        x.__cuda_array_interface__["data"] = (base.__cuda_array_interface__["data"][0] + offset, False)
+    x.__cuda_array_interface__["strides"] = strides
+    return x
+
+
+def test_an_out_with_negative_strides_overlapping_an_operand_is_refused():
+    """The overlap check took the first element for the lowest byte: an out read backwards into
+    B's rows ran, and B's values were overwritten while the product read them."""
+    b = f16(16, 8)
+    out = _strided((8, 8), np.float16, (-16, 2), base=b, offset=16 * 16 + 8 * 16)  # rows 23 down to 16 past B's
+    with pytest.raises(MatmulError, match="out overlaps B"):
+        matmul(f16(8, 16), b, out=_strided((8, 8), np.float16, (-16, 2), base=b, offset=12 * 16))
+    matmul_args = (f16(8, 16), b)
+    try:  # apart from B: the check passes (the call then needs a device)
+        matmul(*matmul_args, out=out)
+    except MatmulError as e:
+        assert "overlaps" not in str(e), e
+    except Exception:  # noqa: BLE001 - whatever a device-less launch raises
+        pass
+
+
 class _Device:
     def __init__(self, i):
         self.id = i
@@ -152,6 +177,11 @@ CASES = {
     "config-tma-pitch": (f16(8, 16), f16(16, 8), {"config": {"epilogue": "tma"}, "out": _pitched((8, 8), np.float32, 36)},
                          MatmulError, "config['epilogue'] 'tma' needs a row-major out with 16-byte aligned rows; got f32 "
                                       "with strides (36, 4)"),
+    # from a hunt for bad input that gave wrong answers or bare Python errors
+    "activation-list": (f16(8, 16), f16(16, 8), {"activation": ["relu"], "out": _out()}, MatmulError,
+                        "activation must be one of"),
+    "out-zero-stride": (f16(8, 16), f16(16, 8), {"out": _strided((8, 8), np.float16, (0, 2))}, MatmulError,
+                        "out's elements overlap one another (a zero stride); got strides (0, 2)"),
 }
 
 

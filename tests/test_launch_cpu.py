@@ -16,6 +16,30 @@ def test_dim3():
         _dim3((1, 1, 1, 1), "cluster")
 
 
+def test_launch_shapes_sizes_and_arguments_are_checked():
+    """From a hunt for bad input: a grid given as a string launched as (1, 2), True as one CTA;
+    a block of z 128 or a grid of y 70000 (past CUDA's limits) was accepted; smem as a string
+    or a float converted; an array given as args unpacked into its elements; an align of 0
+    made dynamic_smem_bytes return fewer bytes than the payload."""
+    from nbwgmma.launch import launch
+
+    for d, message in (("12", "1 to 3 positive integers; got '12'"), (True, "got True"), (2.0, "got 2.0"),
+                       (None, "got None"), ((1, 70000), r"exceeds CUDA's limits of \(2147483647, 65535, 65535\)")):
+        with pytest.raises(LaunchError, match=message):
+            _dim3(d, "grid")
+    with pytest.raises(LaunchError, match=r"block \(1, 1, 128\) exceeds CUDA's limits of \(1024, 1024, 64\)"):
+        _dim3((1, 1, 128), "block")
+    with pytest.raises(LaunchError, match="args must be a tuple of the kernel's arguments; got ndarray"):
+        launch(None, 1, 32, __import__("numpy").zeros(4))
+    with pytest.raises(LaunchError, match="smem must be a non-negative integer"):
+        launch(None, 1, 32, (), smem="4096")
+    for args, message in (((100, 0), "align must be a positive power of two; got 0"),
+                          ((100, 1000), "align must be a positive power of two; got 1000"),
+                          ((-5000,), "payload must be a non-negative integer"), (("100",), "payload must be")):
+        with pytest.raises(LaunchError, match=message):
+            dynamic_smem_bytes(*args)
+
+
 def test_param_struct_packs_8_byte_slots():
     from nbwgmma.launch import param_struct
 

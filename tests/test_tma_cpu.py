@@ -58,6 +58,24 @@ def test_each_rule_rejects_its_bad_input(kw, message):
     assert "got" in str(exc.value)
 
 
+def test_a_view_s_shape_and_strides_are_checked_against_each_other():
+    """A rank-3 shape over a 2-D array without strides= gave the driver one stride for three
+    dimensions; a shape of floats was truncated; a non-sequence or an unhashable type name
+    raised Python's own errors."""
+    arr = FakeCudaArray((64, 64), np.uint16, ptr=0x7F0000000000, strides=None)
+    for kw, message in ((dict(shape=(2, 8, 8)), r"shape and strides need one entry per dimension; got shape \(2, 8, "
+                                                 r"8\) and the array's strides \(128, 2\) \(give strides="),
+                        (dict(shape=(16, 16), strides=(16,)), r"got shape \(16, 16\) and strides \(16,\)"),
+                        (dict(shape=64), "shape must be a sequence of integers"),
+                        (dict(shape=(64.7, 64.2)), "shape must hold integers"),
+                        (dict(shape=(), strides=()), "one entry per dimension"),
+                        (dict(dtype=["bf16"]), "element type must be one of"),
+                        (dict(swizzle=["128B"]), "swizzle must be one of")):
+        box = (2, 8, 8) if kw.get("shape") == (2, 8, 8) else (8, 8)
+        with pytest.raises(TensorMapError, match=message):
+            TensorMap(arr, box, encode=False, **{"dtype": "bf16", **kw})
+
+
 def test_an_error_describes_the_map_in_the_arrays_order():
     with pytest.raises(TensorMapError) as exc:
         tmap(shape=(200, 128), box=(300, 64), swizzle="none")

@@ -18,7 +18,7 @@ from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
-           "check_out", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib",
+           "check_out", "check_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib",
            "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output",
            "stand_in", "stream_scratch", "typed", "type_name", "holds"]
 
@@ -235,12 +235,20 @@ def check_out(io, ia, ib, odt, fresh):
     if not holds(io.dtype, odt):
         raise MatmulTypeError(f"matmul: out must have type {odt}; got {io.dtype}")
     _check_device(io, "out", ia.device)
-    if not fresh:
-        olo, ohi = io.byte_range()
-        for name, iv in (("A", ia), ("B", ib)):
-            lo, hi = iv.byte_range()
-            if m and n and k and lo < ohi and olo < hi:
-                raise MatmulError(f"matmul: out overlaps {name}")
+    if not fresh and m and n and k:
+        check_apart(io, (("A", ia), ("B", ib)))
+
+
+def check_apart(io, operands, who="matmul"):
+    """A given output ``io`` must not overlap the ``operands`` ((name, ArrayInfo), ...) nor
+    itself through a zero stride (its elements written in any order: a race, a wrong answer)."""
+    if 0 not in io.shape and any(st == 0 and d > 1 for st, d in zip(io.strides, io.shape)):
+        raise MatmulError(f"{who}: out's elements overlap one another (a zero stride); got strides {io.strides}")
+    olo, ohi = io.byte_range()
+    for name, iv in operands:
+        lo, hi = iv.byte_range()
+        if lo < ohi and olo < hi:
+            raise MatmulError(f"{who}: out overlaps {name}")
 
 
 def lib_of(a):

@@ -68,9 +68,12 @@ class ArrayInfo(NamedTuple):  # a tuple: built on every matmul call, so cheap to
     kind: str  # "torch", "cupy", "numba", "cai"
 
     def byte_range(self) -> tuple:
-        """[first, last) bytes the array's elements occupy."""
-        last = self.ptr + sum((d - 1) * s for d, s in zip(self.shape, self.strides)) + self.itemsize
-        return self.ptr, last
+        """[first, last) bytes the array's elements occupy (negative strides reach below ``ptr``)."""
+        if 0 in self.shape:
+            return self.ptr, self.ptr
+        lo = self.ptr + sum((d - 1) * s for d, s in zip(self.shape, self.strides) if s < 0)
+        hi = self.ptr + sum((d - 1) * s for d, s in zip(self.shape, self.strides) if s > 0) + self.itemsize
+        return lo, hi
 
     @property
     def contiguous(self) -> bool:

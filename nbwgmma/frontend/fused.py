@@ -46,7 +46,7 @@ _TYPED = set()  # (a device function, its number of extras) that compiled alone
 
 def check_epilogue(activation, bias_info: ArrayInfo | None, m: int, n: int, device) -> str | None:
     """The bias kind ("col", "row" or None) after checking ``activation`` and the bias."""
-    if activation is not None and activation not in ACTIVATIONS:
+    if activation is not None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
         raise MatmulError(f"matmul: activation must be one of {sorted(ACTIVATIONS)} or None; got {activation!r}")
     if bias_info is None:
         return None

@@ -14,8 +14,9 @@ The host never reads ``offs`` (no synchronization): its type, shape and device a
 before the launch, and the kernel clamps its values into [0, total], so bad values cannot
 reach memory outside A or ``out`` (decreasing values are not repaired: groups then overlap,
 their common rows written twice, or are empty); rows past the last offset are left as they
-are (``nbwgmma.torch.grouped_mm(..., zero_rest=True)`` zeroes them). ``validate=True`` also reads ``offs`` on the host (a
-synchronization) and refuses decreasing values or an end past A's rows.
+are (``nbwgmma.torch.grouped_mm(..., zero_rest=True)`` zeroes them). ``validate=True`` also
+reads ``offs`` on the host (a synchronization) and refuses decreasing values or an end past
+A's rows.
 
 The masked layout, for decoding under CUDA graphs (shapes fixed, counts changing on the
 device): a 3-D A [G, T, K] and ``offs`` holding each group's count of valid rows; out is
@@ -34,7 +35,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
-from .args import NP_OF, described, empty_like_lib, lib_of, stand_in, stream_of, type_name, typed
+from .args import NP_OF, check_apart, described, empty_like_lib, lib_of, stand_in, stream_of, type_name, typed
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
 from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type
@@ -131,7 +132,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         if in_dtype is None and info.dtype == "u16":
             raise MatmulTypeError(f"grouped_matmul: {name} holds uint16: say with in_dtype='bf16' or 'f16' which "
                                   f"16-bit type its bits are")
-    if activation is not None and activation not in ACTIVATIONS:
+    if activation is not None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
         raise MatmulError(f"grouped_matmul: activation must be one of {sorted(ACTIVATIONS)} or None; got "
                           f"{activation!r}")
     if len(ia.shape) == 2 and len(ib.shape) == 2:  # the K-grouped form (weight gradients)
@@ -198,7 +199,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                           f"bytes")
     lib = lib_of(a)
     shape = (groups, total // groups, n) if masked else (total, n)
-    if out is None:
+    fresh = out is None
+    if fresh:
         # rows padded to 16 bytes, as TMA stores need (a view of the first N columns), as the
         # K-grouped form's and torch._grouped_mm's outputs are
         ob = np.dtype(NP_OF[odt]).itemsize
@@ -208,6 +210,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
             out = out[..., :n]
     io = described(out, "out", "grouped_matmul")
     out_type(io, odt)
+    if not fresh:
+        check_apart(io, (("A", ia), ("B", ib), ("offs", io_)), "grouped_matmul")
     if io.shape != shape or not _row_major(io) or (masked and io.strides[0] != io.shape[1] * io.strides[1]):
         raise MatmulError(f"grouped_matmul: out must be a row-major {shape} {odt} array with 16-byte aligned "
                           f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")

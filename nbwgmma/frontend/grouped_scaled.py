@@ -30,7 +30,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_scaled import BM, BN, SMEM, THREADS, grouped_scaled_kernel
 from ..kit import SCALE_BLOCK
-from .args import NP_OF, described, empty_like_lib, holds, stand_in, stream_of
+from .args import NP_OF, check_apart, described, empty_like_lib, holds, stand_in, stream_of
 from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map
 
@@ -96,9 +96,12 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     sa = _scale(scale_a, "scale_a", a_shapes, ia.device)
     sb = _scale(scale_b, "scale_b", ((groups, nb, kb),), ia.device)
     shape = (groups, t, n) if masked else (total, n)
-    if out is None:
+    fresh = out is None
+    if fresh:
         out = empty_like_lib(lib, a, shape, odt)
     io = described(out, "out", "grouped_matmul")
+    if not fresh:
+        check_apart(io, (("A", ia), ("B", ib), ("offs", io_)), "grouped_matmul")
     if io.shape != shape or not holds(io.dtype, odt) or io.strides[-1] != io.itemsize or any(s % 16 for s in io.strides[:-1]) \
             or (masked and io.strides[0] != io.shape[1] * io.strides[1]):
         raise MatmulError(f"grouped_matmul: out must be a row-major {shape} {odt} array with 16-byte aligned rows; "

@@ -17,7 +17,7 @@ from numba import cuda
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
-from .args import described, empty_like_lib, holds, stream_of, type_name
+from .args import check_apart, described, empty_like_lib, holds, stream_of, type_name
 from .arrays import ArrayInfo
 from .plan import nb_stream, numba_view, tensor_map
 
@@ -133,12 +133,15 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
     groups = io_.shape[0]
     es = ia.itemsize
     shape = (groups, m, n)
-    if out is None:
+    fresh = out is None
+    if fresh:
         pad = -(-n * es // 16) * 16 // es  # 16-byte rows, as TMA stores need (torch._grouped_mm pads too)
         out = empty_like_lib(lib, a, (groups, m, pad), odt)
         if pad != n:
             out = out[:, :, :n]
     io = described(out, "out", "grouped_matmul")
+    if not fresh:
+        check_apart(io, (("A", ia), ("B", ib), ("offs", io_)), "grouped_matmul")
     out_type(io, odt)
     if io.shape != shape or (0 not in shape and (
             (n > 1 and io.strides[2] != es) or io.ptr % 16 or any(s % 16 for s in io.strides[:2])

@@ -25,7 +25,7 @@ import numpy as np
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.sparse import THREADS, SparseConfig, sparse_kernel
-from .args import NP_OF, described, empty_like_lib, lib_of, stream_of
+from .args import NP_OF, check_apart, described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
 from .plan import numba_view, tensor_map, tma_view, transposed
 from .sparse24 import SPARSE_TYPES, Sparse24
@@ -157,11 +157,13 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
     n = ix.shape[1] if left else ix.shape[0]
     odt = "bf16" if fp8 else w.dtype
     lib = lib_of(x)
+    fresh_out = out is None
     if out is None:
         if out_dtype is not None and str(out_dtype).replace("torch.", "") not in (odt, {"bf16": "bfloat16",
                                                                                         "f16": "float16"}[odt]):
             raise MatmulTypeError(f"matmul: a {w.dtype} Sparse24 product is {odt}; got out_dtype={out_dtype!r}")
         out = empty_like_lib(lib, x, (m, n) if left else (n, m), odt)
+    dense = ix  # (as given: a staged copy below never overlaps out)
     io = described(out, "out")
     if io.shape != ((m, n) if left else (n, m)):
         raise MatmulError(f"matmul: out must have shape {(m, n) if left else (n, m)}; got {io.shape}")
@@ -179,6 +181,8 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
             raise
         staged = True
         b_major, view = _b_view(ix, 1 if left else 0, es, fp8)
+    if not fresh_out and m and n and k:
+        check_apart(io, ((name, dense),))
     if m == 0 or n == 0:
         return out
     from ..launch import device_limits, launch, max_active_clusters

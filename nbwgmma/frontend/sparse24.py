@@ -95,7 +95,7 @@ class Sparse24:
             raise MatmulTypeError(f"Sparse24.from_dense: {e}") from None
         t = info.dtype
         if dtype is not None:
-            if dtype not in _ESIZE or _RAW.get(t) != _ESIZE[dtype]:
+            if not isinstance(dtype, str) or dtype not in _ESIZE or _RAW.get(t) != _ESIZE[dtype]:
                 raise MatmulTypeError(f"Sparse24.from_dense: dtype={dtype!r} reads raw bits of the weight's size; "
                                       f"expected one of {sorted(_ESIZE)} for a weight of {t}")
             t = dtype
