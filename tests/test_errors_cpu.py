@@ -180,6 +180,10 @@ CASES = {
     # from a hunt for bad input that gave wrong answers or bare Python errors
     "activation-list": (f16(8, 16), f16(16, 8), {"activation": ["relu"], "out": _out()}, MatmulError,
                         "activation must be one of"),
+    "config-swap": (f16(8, 16), f16(16, 8), {"config": {"swap": 2}, "out": _out()}, MatmulError,
+                    "config['swap'] must be 0 (never swap) or 1 (swap); got 2"),
+    "stream-bool": (f16(8, 16), f16(16, 8), {"stream": True, "out": _out()}, MatmulTypeError,
+                    "stream must be a CUDA stream object or a raw handle (an integer in [0, 2^64)); got True"),
     "out-zero-stride": (f16(8, 16), f16(16, 8), {"out": _strided((8, 8), np.float16, (0, 2))}, MatmulError,
                         "out's elements overlap one another (a zero stride); got strides (0, 2)"),
 }

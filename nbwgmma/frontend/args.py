@@ -139,6 +139,8 @@ def check_config(config) -> dict:
             raise MatmulTypeError(f"matmul: config[{key!r}] must be an integer; got {v!r}")
         else:
             v = int(v)
+        if key == "swap" and v not in (0, 1):
+            raise MatmulError(f"matmul: config['swap'] must be 0 (never swap) or 1 (swap); got {v}")
         opts[key] = v
     return opts
 
@@ -332,6 +334,9 @@ def stream_of(lib, stream) -> int:
     """The raw ``CUstream`` handle of ``stream`` (None: the current stream of ``lib``)."""
     if stream is not None:
         if isinstance(stream, int):
+            if isinstance(stream, bool) or not 0 <= stream < 1 << 64:
+                raise MatmulTypeError(f"matmul: stream must be a CUDA stream object or a raw handle (an integer in "
+                                      f"[0, 2^64)); got {stream!r}")
             return stream
         for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
             if hasattr(stream, attr):
