@@ -36,3 +36,20 @@ def test_grouped_kernel_compiles_clean():
         wait = max(i for i, line in enumerate(lines[:hgmma[0]]) if "SYNCS.PHASECHK" in line)
         loop = "\n".join(lines[wait:hgmma[-1]])
         assert "LDL" not in loop and "STL" not in loop, loop
+
+
+def test_a_masked_product_of_no_groups_returns_its_empty_output():
+    """A 3-D A of G = 0 groups divided by G (ZeroDivisionError); now its empty out comes back."""
+    import numpy as np
+
+    import nbwgmma
+
+    class Fake:  # a CUDA array as far as the checks can tell (its memory is never touched)
+        def __init__(self, shape, dtype, strides):
+            self.__cuda_array_interface__ = {"shape": shape, "typestr": np.dtype(dtype).str,
+                                             "data": (0x7F0000000000, False), "strides": strides, "version": 3}
+
+    out = Fake((0, 8, 16), np.float16, (256, 32, 2))
+    got = nbwgmma.grouped_matmul(Fake((0, 8, 16), np.float16, (256, 32, 2)), Fake((0, 16, 16), np.float16,
+                                 (512, 32, 2)), Fake((0,), np.int32, None), out=out)
+    assert got is out

@@ -90,7 +90,7 @@ def _validate(offs, lib, masked, total, groups):
         ends = np.asarray(host_offs(offs, lib), np.int64)
         bad = np.flatnonzero((ends < 0) | (ends > total // max(groups, 1)))
         if bad.size:
-            raise MatmulError(f"grouped_matmul: counts must be in [0, {total // groups}] (the rows per group of "
+            raise MatmulError(f"grouped_matmul: counts must be in [0, {total // max(groups, 1)}] (the rows per group of "
                               f"A); offs[{bad[0]}] = {ends[bad[0]]}")
     else:
         check_ends(offs, lib, total, groups, f"A's {total} rows")
@@ -172,7 +172,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if ta in FP8_TYPES:
         bias32, gb = _group_bias(bias, groups, n, ia.device, lib_of(a))
         return grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib_of(a), masked=masked,
-                                     t=total // max(groups, 1) if masked else 0, ta=ta, tb=tb, out=out,
+                                     t=t if masked else 0, ta=ta, tb=tb, out=out,
                                      out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, stream=stream,
                                      check_offs=check_offs, bias=(bias32, gb), activation=activation)
     if scale_a is not None or scale_b is not None:
@@ -198,7 +198,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows; got strides {ia.strides} "
                           f"bytes")
     lib = lib_of(a)
-    shape = (groups, total // groups, n) if masked else (total, n)
+    shape = (groups, t, n) if masked else (total, n)
     fresh = out is None
     if fresh:
         # rows padded to 16 bytes, as TMA stores need (a view of the first N columns), as the
