@@ -388,3 +388,12 @@ def test_a_block_that_cannot_be_built_is_a_kit_error_naming_it():
         acc_map(activation("relu"), 64, cols=1)
     assert issubclass(KitError, ValueError) and issubclass(KitError, NbwgmmaError)
     assert issubclass(KindError, ValueError) and issubclass(KindError, NbwgmmaError)
+
+
+def test_acc_map_of_something_not_a_function_is_a_kit_error_at_the_call():
+    """It built a dispatcher and failed only when a kernel compiled."""
+    from nbwgmma.errors import KitError
+    from nbwgmma.kit import acc_map
+
+    with pytest.raises(KitError, match=r"^acc_map: fn must be a device function .* got int 5"):
+        acc_map(5, 64)

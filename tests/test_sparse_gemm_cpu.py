@@ -296,3 +296,11 @@ def test_in_the_cuda_simulator():
                        env=env, capture_output=True, text=True, timeout=600, cwd=HERE.parent)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     assert " passed" in r.stdout and "failed" not in r.stdout and "skipped" not in r.stdout
+
+
+def test_prune_must_be_a_bool():
+    """prune="no" pruned (a non-empty string is true)."""
+    from nbwgmma import MatmulTypeError, Sparse24
+
+    with pytest.raises(MatmulTypeError, match="prune must be True or False; got 'no'"):
+        Sparse24.from_dense(object(), prune="no")

@@ -89,6 +89,8 @@ class Sparse24:
         e5m2 (``dtype`` names the type of raw ``uint16``/``uint8`` bits: NumPy, hence Numba and
         CuPy, has no bf16 or fp8). ``prune``: zero all but the 2 largest magnitudes of each group
         of 4 first; without it a weight that is not 2:4 is a :class:`MatmulError`."""
+        if not isinstance(prune, (bool, np.bool_)):
+            raise MatmulTypeError(f"Sparse24.from_dense: prune must be True or False; got {prune!r}")
         try:
             info = array_info(w)
         except TypeError as e:

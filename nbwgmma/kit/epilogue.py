@@ -279,6 +279,9 @@ def _col_loads(n: int, load: str, vec: str, name: str) -> list:
 def _check_arity(fn, count: int, what: str):
     """A ``ValueError`` (at the user's call of acc_map, not deep in a kernel's typing) where the
     device function ``fn`` cannot take ``count`` positional arguments."""
+    if not callable(fn):
+        raise KitError(f"acc_map: fn must be a device function (@cuda.jit(device=True)) taking {count} arguments "
+                       f"{what}; got {type(fn).__name__} {fn!r}")
     py = getattr(fn, "py_func", fn)
     try:
         sig = inspect.signature(py)
