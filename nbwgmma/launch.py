@@ -57,8 +57,9 @@ def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-#: CUDA's limits on a grid's and a block's dimensions (x, y, z)
-_DIM_LIMITS = {"grid": (2 ** 31 - 1, 65535, 65535), "block": (1024, 1024, 64)}
+#: CUDA's limits on a grid's and a block's dimensions (x, y, z; a block's x and y are bounded
+#: by its 1024 threads, checked with the device's limits)
+_DIM_LIMITS = {"grid": (2 ** 31 - 1, 65535, 65535), "block": (None, None, 64)}
 
 
 def _dim3(d, what):
@@ -69,9 +70,9 @@ def _dim3(d, what):
     d = tuple(int(x) for x in d)
     if not 1 <= len(d) <= 3 or any(x < 1 for x in d):
         raise LaunchError(f"{what} must be 1 to 3 positive integers; got {d}")
-    limits = _DIM_LIMITS.get(what)
-    if limits is not None and any(x > lim for x, lim in zip(d, limits)):
-        raise LaunchError(f"{what} {d} exceeds CUDA's limits of {limits} (x, y, z)")
+    for axis, x, lim in zip("xyz", d, _DIM_LIMITS.get(what, ())):
+        if lim is not None and x > lim:
+            raise LaunchError(f"{what} {d}: its {axis} dimension exceeds CUDA's limit of {lim}")
     return d + (1,) * (3 - len(d))
 
 
