@@ -79,6 +79,15 @@ def _training(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def _padded(shape, ref, dtype, zero=False):
+    """A new (..., N) tensor whose rows are 16 bytes apart (TMA's rule: the library's own outputs
+    are laid out so), as a view of its first N columns."""
+    n, es = shape[-1], dtype.itemsize
+    pad = -(-n * es // 16) * 16 // es
+    full = (ref.new_zeros if zero else ref.new_empty)((*shape[:-1], pad), dtype=dtype)
+    return full[..., :n] if pad != n else full
+
+
 def _name(dtype: Optional[torch.dtype]) -> Optional[str]:
     """The library's name of an output dtype (None stays None)."""
     return None if dtype is None else type_name(dtype)
@@ -100,7 +109,7 @@ def _(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=
     if c is not None:
         torch._check(c.shape == (a.shape[0], b.shape[1]),
                      lambda: f"nbwgmma::matmul: c must have shape {(a.shape[0], b.shape[1])}; got {tuple(c.shape)}")
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or a.dtype)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype))
 
 
 def activation_grad(activation: Optional[str], z: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
@@ -176,7 +185,7 @@ def _grouped_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Opti
     out = None
     if zero_rest and a.dim() == 2 and b.dim() == 3:  # a memset: a write where a masked copy reads and writes
         odt = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
-        out = a.new_zeros((a.shape[0], b.shape[2]), dtype=odt)
+        out = _padded((a.shape[0], b.shape[2]), a, odt, zero=True)
     return library_grouped(a, b, offs, bias=bias, activation=activation, out_dtype=_name(out_dtype),
                            scale_a=scale_a, scale_b=scale_b, out=out)
 
@@ -188,13 +197,13 @@ def _(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None, scal
     if a.dim() == 2 and b.dim() == 2:  # K-grouped: (G, M, N), rows padded to 16 bytes as the library pads them
         torch._check(a.shape[1] == b.shape[0],
                      lambda: f"nbwgmma::grouped_mm: A (M, total) and B (total, N) differ: {a.shape}, {b.shape}")
-        n, es = b.shape[1], odt.itemsize
-        pad = -(-n * es // 16) * 16 // es
-        return a.new_empty((offs.shape[0], a.shape[0], pad), dtype=odt)[:, :, :n]
+        return _padded((offs.shape[0], a.shape[0], b.shape[1]), a, odt)
     torch._check(b.dim() == 3 and a.dim() in (2, 3) and a.shape[-1] == b.shape[1],
                  lambda: f"nbwgmma::grouped_mm: A (total, K) or (G, T, K) and B (G, K, N) expected; got {a.shape}, "
                          f"{b.shape}")
-    return a.new_empty((*a.shape[:-1], b.shape[2]), dtype=odt)
+    if a.dtype in _FP8:  # the block-scaled kernel's output is unpadded
+        return a.new_empty((*a.shape[:-1], b.shape[2]), dtype=odt)
+    return _padded((*a.shape[:-1], b.shape[2]), a, odt)  # (rows 16 bytes apart, as the library allocates them)
 
 
 def _setup_grouped(ctx, inputs, output):
@@ -213,7 +222,12 @@ def _grouped_backward(ctx, dy):
     if ctx.activation is not None:
         z = _grouped_op(a, b, offs, bias, None, ctx.out_dtype)
         dz = activation_grad(ctx.activation, z, dy)
-    dzi = dz.to(a.dtype).contiguous()
+    dzi = dz.to(a.dtype)
+    if dzi.stride(-1) != 1 or dzi.stride(0) < dzi.shape[1] or (dzi.stride(0) * dzi.element_size()) % 16:
+        # A of dx's product: rows of their own, 16 bytes apart (an expanded or odd-width dy copied)
+        rows = _padded(dz.shape, dz, a.dtype)
+        rows.copy_(dzi)
+        dzi = rows
     da = db = dbias = None
     if ctx.needs_input_grad[0]:  # rows in no group: zero
         da = _grouped_op(dzi, b.transpose(1, 2), offs, None, None, None, None, None, True)

@@ -123,11 +123,11 @@ def _warp_votes(x, out, n):
     v = x[t]
     out[t, 0] = v + cuda.shfl_xor_sync(0xFFFFFFFF, v, 1)
     b = cuda.ballot_sync(0xFFFFFFFF, v % 3 == 0)
-    out[t, 1] = b
+    out[t, 1] = b & 0xFFFFFFFF  # (the mask's 32 bits: a negative int32 on the GPU where lane 31 votes)
     out[t, 2] = cuda.popc(b)
-    out[t, 3] = cuda.match_any_sync(0xFFFFFFFF, v % 4)
+    out[t, 3] = cuda.match_any_sync(0xFFFFFFFF, v % 4) & 0xFFFFFFFF
     m, same = cuda.match_all_sync(0xFFFFFFFF, v // 1024)
-    out[t, 4] = m
+    out[t, 4] = m & 0xFFFFFFFF
     out[t, 5] = same
 
 

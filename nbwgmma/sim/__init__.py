@@ -92,7 +92,10 @@ written.
 What it does not model: register writes that Python cannot see (rebinding a fragment
 variable while its wgmma is in flight is not flagged), races between two generic stores,
 a wgmma or TMA store reading bytes that atomics updated (checked against plain stores only),
-``activemask`` after lanes of the warp returned (they count here; the threads run one at a
+a row or slice of a shared array read whole by a NumPy operation (``out[:] = tile[r, :]``:
+its elements read one by one are checked; a view alone is no access), ``ballot_sync`` and
+``match_*_sync`` masks as unsigned ints (on the GPU a mask with lane 31 set is a negative
+int32; mask arithmetic agrees), ``activemask`` after lanes of the warp returned (they count here; the threads run one at a
 time, so which have returned says nothing of which run together on the GPU), mbarriers at more than 1024 shared addresses of one cluster (a
 :class:`SimStopped`; initializing one address again, after ``mbarrier_inval``, reuses its
 tracking, its phases counted on in the reports), two static shared arrays declared on one source line (one array here: static arrays are

@@ -489,7 +489,9 @@ def collective(key, members, op, value, compute=None, orders=True, exited_ok=Fal
         del rz.rounds[n]
 
     def complete(r):
-        return all(m in r["vals"] or (exited_ok and m in cta.exited) for m in members)
+        if not exited_ok:
+            return len(r["vals"]) == len(members)
+        return all(m in r["vals"] or m in cta.exited for m in members)
 
     with cl.lock:
         rz = cta.rendezvous.get(key)

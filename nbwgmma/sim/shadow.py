@@ -507,7 +507,12 @@ class SharedArray(np.ndarray):
         return np.arange(off, off + size), cta
 
     def __getitem__(self, index):
-        res = super().__getitem__(index)
+        try:
+            res = super().__getitem__(index)
+        except IndexError:
+            if _sim_thread() is not None:
+                self._bytes(index)  # raises the SimHazard naming the kernel's line
+            raise
         if isinstance(res, np.ndarray) and np.may_share_memory(res, self):
             return res  # a view (a row, a slice): an address computation; its elements are checked when read
         th = _sim_thread()

@@ -88,10 +88,11 @@ def _shfl(name, pick):
 
 
 def _mask(bits):
-    """A 32-bit lane mask as the int32 Numba types it (``ballot_sync``, ``match_*_sync``): a
-    NumPy int32, negative where lane 31 is set, as on the GPU; the bit functions below count
-    its 32 bits."""
-    return np.int32(bits - (1 << 32) if bits >= 1 << 31 else bits)
+    """A 32-bit lane mask as an unsigned Python int, as Numba's simulator gives it: mask
+    arithmetic with Python ints works as on the GPU (where Numba widens the int32 to int64);
+    compared with 0, or stored into an int32 array, it stays unsigned (not modelled: on the GPU
+    a mask with lane 31 set is a negative int32)."""
+    return int(bits)
 
 
 def _width(val) -> int:
