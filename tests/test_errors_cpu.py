@@ -186,6 +186,8 @@ CASES = {
                     "stream must be a CUDA stream object or a raw handle (an integer in [0, 2^64)); got True"),
     "out-zero-stride": (f16(8, 16), f16(16, 8), {"out": _strided((8, 8), np.float16, (0, 2))}, MatmulError,
                         "out's elements overlap one another (a zero stride); got strides (0, 2)"),
+    "out-zero-stride-k0": (f16(8, 0), f16(0, 8), {"out": _strided((8, 8), np.float16, (0, 2))}, MatmulError,
+                           "out's elements overlap one another (a zero stride)"),
 }
 
 
