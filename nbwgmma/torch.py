@@ -79,6 +79,11 @@ def _training(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def _out_type(a, out_dtype):
+    """An op's output dtype: ``out_dtype``, else the input's (bf16 for fp8 inputs)."""
+    return out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
+
+
 def _padded(shape, ref, dtype, zero=False):
     """A new (..., N) tensor whose rows are 16 bytes apart (TMA's rule: the library's own outputs
     are laid out so), as a view of its first N columns."""
@@ -109,7 +114,7 @@ def _(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=
     if c is not None:
         torch._check(c.shape == (a.shape[0], b.shape[1]),
                      lambda: f"nbwgmma::matmul: c must have shape {(a.shape[0], b.shape[1])}; got {tuple(c.shape)}")
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype))
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out_type(a, out_dtype))
 
 
 def activation_grad(activation: Optional[str], z: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
@@ -184,7 +189,7 @@ def _grouped_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Opti
     ``zero_rest`` the rows past the last offset (the MoE form) are zero, else left unwritten."""
     out = None
     if zero_rest and a.dim() == 2 and b.dim() == 3:  # a memset: a write where a masked copy reads and writes
-        odt = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
+        odt = _out_type(a, out_dtype)
         out = _padded((a.shape[0], b.shape[2]), a, odt, zero=True)
     return library_grouped(a, b, offs, bias=bias, activation=activation, out_dtype=_name(out_dtype),
                            scale_a=scale_a, scale_b=scale_b, out=out)
@@ -192,7 +197,7 @@ def _grouped_op(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Opti
 
 @_grouped_op.register_fake
 def _(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None, scale_b=None, zero_rest=False):
-    odt = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
+    odt = _out_type(a, out_dtype)
     torch._check(offs.dim() == 1, lambda: "nbwgmma::grouped_mm: offs must be 1-D")
     if a.dim() == 2 and b.dim() == 2:  # K-grouped: (G, M, N), rows padded to 16 bytes as the library pads them
         torch._check(a.shape[1] == b.shape[0],

@@ -18,7 +18,7 @@ from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
-           "check_out", "check_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib",
+           "check_out", "check_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "empty_rows16",
            "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output",
            "stand_in", "stream_scratch", "typed", "type_name", "holds"]
 
@@ -278,6 +278,15 @@ def empty_like_lib(lib, ref, shape, t):
         with cupy.cuda.Device(ref.device.id):
             return cupy.empty(shape, dtype=NP_OF[t])
     return cuda.device_array(shape, dtype=NP_OF[t])
+
+
+def empty_rows16(lib, ref, shape, t):
+    """:func:`empty_like_lib` with the last dimension's rows 16 bytes apart, as TMA stores need
+    (``torch._grouped_mm`` pads its outputs so too): a view of the first ``shape[-1]`` columns."""
+    n, es = shape[-1], np.dtype(NP_OF[t]).itemsize
+    pad = -(-n * es // 16) * 16 // es
+    out = empty_like_lib(lib, ref, tuple(shape[:-1]) + (pad,), t)
+    return out[..., :n] if pad != n else out
 
 
 def _torch_stream() -> int:

@@ -35,7 +35,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
-from .args import NP_OF, check_apart, described, empty_like_lib, lib_of, stand_in, stream_of, type_name, typed
+from .args import NP_OF, check_apart, described, empty_rows16, lib_of, stand_in, stream_of, type_name, typed
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
 from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type
@@ -201,13 +201,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     shape = (groups, t, n) if masked else (total, n)
     fresh = out is None
     if fresh:
-        # rows padded to 16 bytes, as TMA stores need (a view of the first N columns), as the
-        # K-grouped form's and torch._grouped_mm's outputs are
-        ob = np.dtype(NP_OF[odt]).itemsize
-        pad = -(-n * ob // 16) * 16 // ob
-        out = empty_like_lib(lib, a, shape[:-1] + (pad,), odt)
-        if pad != n:
-            out = out[..., :n]
+        out = empty_rows16(lib, a, shape, odt)
     io = described(out, "out", "grouped_matmul")
     out_type(io, odt)
     if not fresh:

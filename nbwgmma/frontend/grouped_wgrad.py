@@ -17,7 +17,7 @@ from numba import cuda
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
-from .args import check_apart, described, empty_like_lib, holds, stream_of, type_name
+from .args import check_apart, described, empty_rows16, holds, stream_of, type_name
 from .arrays import ArrayInfo
 from .plan import nb_stream, numba_view, tensor_map
 
@@ -135,10 +135,7 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
     shape = (groups, m, n)
     fresh = out is None
     if fresh:
-        pad = -(-n * es // 16) * 16 // es  # 16-byte rows, as TMA stores need (torch._grouped_mm pads too)
-        out = empty_like_lib(lib, a, (groups, m, pad), odt)
-        if pad != n:
-            out = out[:, :, :n]
+        out = empty_rows16(lib, a, (groups, m, n), odt)
     io = described(out, "out", "grouped_matmul")
     if not fresh:
         check_apart(io, (("A", ia), ("B", ib), ("offs", io_)), "grouped_matmul")

@@ -192,9 +192,8 @@ class Shadow:
         nothing wrote since the launch hold the poison, as for a plain load (an ``exch`` whose
         old value goes nowhere is no mistake)."""
         note_remote(th, self.cta, what)
-        self.check_bounds(th, idx, what)
+        self.check_write(th, idx, what)  # bounds; async reads done; other threads' loads ordered before
         self.check_copies(th, idx, what)
-        self.check_write(th, idx, what)  # async reads done; other threads' loads ordered before
         b = _first_unordered(th, idx, self.gw_tid, self.gw_epoch)
         if b is not None:
             raise SimHazard(
