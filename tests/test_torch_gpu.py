@@ -146,7 +146,12 @@ def test_grouped_zero_rest_zeroes_the_rows_past_the_last_offset():
 
 def test_grouped_opcheck():
     x, w, bias, offs = _experts(False, (4, 136))
-    torch.library.opcheck(torch.ops.nbwgmma.grouped_mm.default, (x, w.transpose(1, 2), offs, bias, "silu"))
+    # rows past the last offset are left unwritten unless zero_rest: two runs differ there, so the
+    # checks that compare runs take the zeroed form, and the schema/fake checks the default one
+    torch.library.opcheck(torch.ops.nbwgmma.grouped_mm.default,
+                          (x, w.transpose(1, 2), offs, bias, "silu", None, None, None, True))
+    torch.library.opcheck(torch.ops.nbwgmma.grouped_mm.default, (x, w.transpose(1, 2), offs, bias, "silu"),
+                          test_utils=("test_schema", "test_faketensor"))
     dz = torch.randn(400, 136, device="cuda").bfloat16()
     torch.library.opcheck(torch.ops.nbwgmma.grouped_mm.default, (x.detach().t(), dz, offs),
                           test_utils=("test_schema", "test_faketensor"))
