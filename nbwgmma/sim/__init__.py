@@ -136,12 +136,13 @@ import numpy as np
 
 from . import arith, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
-from .core import Cluster, SimError, SimHazard, SimStopped, SimThread, enabled, kernel_line, where
+from .core import Cluster, SimError, SimHazard, SimStopped, SimThread, enabled, kernel_line
+from .cta import CTA, SharedArray
 from .declare import IMPLS, declare
 from .device import device_modules_held, fast_device_function
 from .fragment import FRAGMENT_IMPLS
 from .sched import current
-from .shadow import CTA, SharedArray
+from .site import where
 from .warp import BIT_FUNCTIONS, WARP_FUNCTIONS
 
 __all__ = ["enabled", "SimError", "SimStopped", "SimHazard", "run", "register_tensor_map", "declare", "IMPLS",

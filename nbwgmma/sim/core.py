@@ -22,8 +22,9 @@ import greenlet
 import numpy as np
 from numba.cuda.simulator.kernelapi import Dim3
 
-from ..errors import NbwgmmaError, own_source
+from ..errors import NbwgmmaError
 from .sched import EXPIRED, POLL, STUCK, Scheduler, WaitQueue, current
+from .site import where, where_from
 
 #: Bytes of shared memory per simulated CTA (the 14-bit descriptor address space).
 SMEM_BYTES = 1 << 18
@@ -37,7 +38,7 @@ RANK_SHIFT = 24
 #: (registered by the modules that keep per-thread state: :mod:`nbwgmma.sim.copy`'s bulk stores).
 EXIT_CHECKS: list = []
 #: Checks run when the last thread of a CTA returns, ``check(cta)``, each may raise
-#: :class:`SimHazard` (:mod:`nbwgmma.sim.shadow`'s: copies and peers' accesses the CTA's exit
+#: :class:`SimHazard` (:mod:`nbwgmma.sim.cta`'s: copies and peers' accesses the CTA's exit
 #: must come after).
 CTA_EXIT_CHECKS: list = []
 #: Clock entries kept for mbarriers per cluster (each mbarrier_init takes one).
@@ -80,57 +81,11 @@ def schedule_rng():
     return random.Random(int(seed))
 
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-#: the simulator, the standard library, and the backend's ``typing_error`` that asks where a thread is
-_SKIP = (_HERE, os.path.dirname(os.__file__) + os.sep, os.path.join(os.path.dirname(_HERE), "backend.py"))
-
-
-#: What each source file is to :func:`where` (by code filename): bits :data:`_IN_SKIP` (the
-#: simulator or the standard library), :data:`_IN_NUMBA`, :data:`_IN_OWN` (nbwgmma's own code).
-_FILES: dict = {}
-_IN_SKIP, _IN_NUMBA, _IN_OWN = 1, 2, 4
-
-
-def _file_bits(filename: str) -> int:
-    bits = _FILES.get(filename)
-    if bits is None:
-        bits = _FILES[filename] = (_IN_SKIP * filename.startswith(_SKIP) + _IN_OWN * own_source(filename)
-                                   + _IN_NUMBA * (f"{os.sep}numba{os.sep}" in filename or "numba_cuda" in filename))
-    return bits
-
-
-def where() -> str:
-    """``file:line`` of the innermost kernel frame (outside the simulator and Numba); where that
-    is nbwgmma's own code (a kit block, an intrinsic, a generated function) called from a kernel
-    of yours, followed by "(called from ``file:line``)" of your line."""
-    return where_from(sys._getframe(1), current())
-
-
 def kernel_line() -> str | None:
     """:func:`where` inside a simulated kernel's thread, else None (the locator the simulator
     registers with :mod:`nbwgmma.backend`)."""
     th = current()
     return where_from(sys._getframe(1), th) if isinstance(th, SimThread) else None
-
-
-def where_from(f, th) -> str:
-    """:func:`where` of the stack from frame ``f`` down, thread ``th``'s (a suspended
-    greenlet's stack too: its frames stand still at their lines)."""
-    while f is not None and _file_bits(f.f_code.co_filename) & (_IN_SKIP | _IN_NUMBA):
-        f = f.f_back
-    if f is None:
-        return "<unknown>"
-    inner = f"{f.f_code.co_filename}:{f.f_lineno}"
-    if not _file_bits(f.f_code.co_filename) & _IN_OWN:
-        return inner
-    kernel = getattr(getattr(th, "fn", None), "__code__", None)
-    if kernel is not None and _file_bits(kernel.co_filename) & _IN_OWN:  # a kernel of nbwgmma's own
-        return inner
-    while f is not None and _file_bits(f.f_code.co_filename) & (_IN_OWN | _IN_NUMBA):
-        f = f.f_back
-    if f is None or _file_bits(f.f_code.co_filename) & _IN_SKIP:  # a kernel of nbwgmma's own
-        return inner
-    return f"{inner} (called from {f.f_code.co_filename}:{f.f_lineno})"
 
 
 # ---------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ from __future__ import annotations
 import inspect
 
 from ..backend import typing_error
-from .core import SimThread, where
+from .core import SimThread
 from .sched import current
+from .site import where
 
 IMPLS: dict = {}
 

@@ -11,8 +11,9 @@ from ..layout.fragment import exchange_offset, tile_block_offset, transposed_blo
 from ..layout.kinds import WGMMA_KINDS
 from ..layout.wgmma_model import encode_elements, float_to_fp8
 from .copy import acc_send_cluster
-from .core import SimHazard, me, split, where
+from .core import SimHazard, me, split
 from .declare import located, typing_error
+from .site import where
 from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
 
 
