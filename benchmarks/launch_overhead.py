@@ -85,7 +85,7 @@ def main():
     pl = pk.launcher
     print(f"  of which: reading the 5 arguments {median_us(lambda: pk.values(args)):.1f} us, "
           f"packing + cuLaunchKernelEx {median_us(lambda: pl.launch_values(0, values)):.1f} us, "
-          f"cuLaunchKernelEx alone {median_us(lambda: pl._fn(*pl._cargs)):.1f} us")
+          f"cuLaunchKernelEx alone {median_us(lambda: pl.driver._fn(*pl.driver._cargs)):.1f} us")
 
     torch.cuda.synchronize()
     print("result ok:", bool(torch.allclose(out, 2 * x + y)))

@@ -10,7 +10,12 @@ bad values, shapes and configurations, ``TypeError`` for wrong types), so existi
     +-- MatmulError(ValueError)          a bad value, shape, device or config given to matmul
     |   +-- MatmulTypeError(TypeError)   a wrong array kind, element type or argument type
     +-- ConfigError(ValueError)          a GemmConfig the GEMM kernel cannot be built with
+    +-- KitError(ValueError)             a kit block asked for with parameters it cannot take
+    +-- KindError(ValueError)            a wgmma kind PTX does not have (host-side models)
     +-- ToolchainError(RuntimeError)     no ptxas/nvdisasm, or no compiler (CUDA simulator)
+    +-- LaunchError(ValueError)          a launch asks for more than the device allows, or an
+    |                                    argument of a kind it cannot take (nbwgmma.launch)
+    +-- KernelStoppedError(RuntimeError) a debug-wait launch trapped
 
 :class:`ConfigError` has a ``key`` naming the parameter at fault; ``matmul`` reports it as
 a :class:`MatmulError` that names ``config['key']``.
@@ -18,9 +23,6 @@ a :class:`MatmulError` that names ``config['key']``.
 Older exceptions stay where they are defined and are re-exported here (on first use, so
 that importing this module imports nothing else):
 
-* ``LaunchError`` (``NbwgmmaError``, ``ValueError``, :mod:`nbwgmma.launch`): a launch asks for
-  more than the device allows; ``KernelStoppedError`` (``NbwgmmaError``, ``RuntimeError``): a
-  debug-wait launch trapped;
 * ``TensorMapError`` (``NbwgmmaError``, ``ValueError``, :mod:`nbwgmma.tma`): a tensor map breaks
   a TMA rule or gets arguments of the wrong type;
 * ``NbwgmmaTypingError`` (``NbwgmmaError`` and Numba's ``NumbaTypeError``,
@@ -87,6 +89,16 @@ class KindError(NbwgmmaError, ValueError):
     typing error at the kernel's line)."""
 
 
+class LaunchError(NbwgmmaError, ValueError):
+    """The launch asks for more than the device allows, or its arguments are of a kind the
+    call cannot take (raised by :mod:`nbwgmma.launch`)."""
+
+
+class KernelStoppedError(NbwgmmaError, RuntimeError):
+    """In debug-wait mode (``NBWGMMA_DEBUG_WAIT=1``) a launched kernel failed, typically an
+    mbarrier wait that ran past its deadline and trapped."""
+
+
 class ToolchainError(NbwgmmaError, RuntimeError):
     """ptxas or nvdisasm is missing or failed, or Numba's CUDA compiler is not there (in its
     CUDA simulator)."""
@@ -96,8 +108,6 @@ class ToolchainError(NbwgmmaError, RuntimeError):
 # would make ``import nbwgmma.errors`` pull in Numba's CUDA target, so they are looked up
 # when first asked for.
 _ELSEWHERE = {
-    "LaunchError": "nbwgmma.launch",
-    "KernelStoppedError": "nbwgmma.launch",
     "TensorMapError": "nbwgmma.tma",
     "TensorMapTypeError": "nbwgmma.tma",
     "NbwgmmaTypingError": "nbwgmma.intrinsics.errors",

@@ -12,7 +12,6 @@ against the device before launching::
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
 import struct
@@ -21,7 +20,7 @@ import threading
 import numpy as np
 
 from . import cudriver
-from .errors import NbwgmmaError
+from .errors import KernelStoppedError, LaunchError
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
                          stream_handle)
 from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
@@ -29,16 +28,6 @@ from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
            "device_limits", "H100_LIMITS", "PreparedLaunch", "array_arg_types", "array_arg_values", "LAUNCH_CACHE",
            "prepare", "PreparedKernel"]
-
-
-class LaunchError(NbwgmmaError, ValueError):
-    """The launch asks for more than the device allows, or its arguments are of a kind the
-    call cannot take (one of nbwgmma's errors: :mod:`nbwgmma.errors`)."""
-
-
-class KernelStoppedError(NbwgmmaError, RuntimeError):
-    """In debug-wait mode (``NBWGMMA_DEBUG_WAIT=1``) a launched kernel failed, typically an
-    mbarrier wait that ran past its deadline and trapped."""
 
 
 def dynamic_smem_bytes(payload: int, align: int = 1024) -> int:
@@ -259,83 +248,15 @@ class PreparedLaunch:
         smem, cluster = _check_request(grid, block, smem, attrs.shared_size_bytes, attrs.max_threads_per_block,
                                        cluster)
         _raise_smem_limit(kernel, smem)
-        self._kernel, self._handle = kernel, kernel.handle
-        self._pack = param_struct(arg_types).pack_into
-        n = max(1, len(arg_types))
-        self._buf = ctypes.create_string_buffer(8 * n)
-        base = ctypes.addressof(self._buf)
-        self._ptrs = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
-        self._params = ctypes.addressof(self._ptrs)
-        self._lock = threading.Lock()
+        self._kernel = kernel
         self.grid, self.block, self.smem, self.cluster, self.pdl = grid, block, smem, cluster, bool(pdl)
-        fn = cudriver.driver_launch()
-        if fn is not None:
-            cfg = cudriver.LaunchConfig(*grid, *block, smem, None, None, 0)
-            attrs = cudriver.launch_attributes(cluster, pdl)
-            if attrs:
-                self._attrs = (cudriver.LaunchAttribute * len(attrs))(*(cudriver.LaunchAttribute(i, b"", *v)
-                                                                        for i, v in attrs))
-                cfg.attrs, cfg.numAttrs = ctypes.addressof(self._attrs), len(attrs)
-            self._ccfg, self._fn = cfg, fn
-            # The call's arguments, converted once: configuration, function, parameter pointers.
-            self._cargs = (ctypes.c_void_p(ctypes.addressof(cfg)), ctypes.c_void_p(int(self._handle)),
-                           ctypes.c_void_p(self._params), None)
-            self.binding = "ctypes"
-            self.launch_values = self._launch_ctypes
-        else:
-            self._setup_bindings(grid, block, smem, cluster, pdl)
-            self.binding = "cuda.bindings"
-            self.launch_values = self._launch_bindings
-
-    def _setup_bindings(self, grid, block, smem, cluster, pdl):
-        from cuda.bindings import driver as drv
-
-        cfg = drv.CUlaunchConfig()
-        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
-        cfg.sharedMemBytes = smem
-        attrs = []
-        for ident, value in cudriver.launch_attributes(cluster, pdl):
-            at = drv.CUlaunchAttribute()
-            at.id = drv.CUlaunchAttributeID(ident)
-            if ident == int(drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION):
-                at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = value
-            else:
-                at.value.programmaticStreamSerializationAllowed = value[0]
-            attrs.append(at)
-        if attrs:
-            cfg.attrs, cfg.numAttrs = attrs, len(attrs)
-        self._cfg, self._launch, self._ok = cfg, drv.cuLaunchKernelEx, drv.CUresult.CUDA_SUCCESS
-        self._streams: dict = {}
+        self.driver = cudriver.DriverLaunch(kernel.handle, param_struct(arg_types).pack_into, len(arg_types),
+                                            grid, block, smem, cluster, pdl)
+        self.binding = self.driver.binding
+        self.launch_values = self.driver.launch_values
 
     def __call__(self, stream: int, *values):
         self.launch_values(stream, values)
-
-    def _launch_ctypes(self, stream: int, values):
-        """Launch on the raw ``CUstream`` ``stream`` with the parameter ``values`` (a sequence)."""
-        with self._lock:  # one parameter buffer and configuration: the driver copies them during the call
-            self._pack(self._buf, 0, *values)
-            self._ccfg.hStream = stream
-            err = self._fn(*self._cargs)
-        if err:
-            from cuda.bindings import driver as drv
-
-            raise LaunchError(f"cuLaunchKernelEx failed: {drv.CUresult(err)}")
-
-    def _launch_bindings(self, stream: int, values):
-        st = self._streams.get(stream)
-        if st is None:
-            from cuda.bindings import driver as drv
-
-            if len(self._streams) > 64:
-                self._streams.clear()
-            st = self._streams[stream] = drv.CUstream(stream)
-        with self._lock:
-            self._pack(self._buf, 0, *values)
-            self._cfg.hStream = st
-            (err,) = self._launch(self._cfg, self._handle, self._params, 0)
-        if err != self._ok:
-            raise LaunchError(f"cuLaunchKernelEx failed: {err}")
 
 
 def _refuse_tensor_maps(args, what: str) -> None:
