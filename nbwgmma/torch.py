@@ -48,6 +48,14 @@ the same pass (the fp8 training recipe's amax, returned rather than mutated, as
 :class:`Linear` is a drop-in ``torch.nn.Linear`` with an ``activation`` argument, computed by
 one fused call (``x @ weight.T + bias`` and the activation in the GEMM's epilogue). Importing
 this module imports PyTorch.
+
+Autocast: inside ``torch.autocast("cuda", dtype=...)`` the ``matmul`` and ``grouped_mm`` ops
+take their operands in the region's dtype, as ``torch.mm`` / ``torch.addmm`` do: ``a``, ``b``
+and ``c`` of f32, f16 or bf16 are cast to it (fp8 operands, scales and ``offs`` never are), the
+op runs with autocast off, and gradients flow back through the casts to the f32 leaves. A bias
+keeps its own dtype (an f32 bias is added to the f32 accumulator before rounding, where
+``addmm`` would round it first). The ``scaled_mm`` ops, like ``torch._scaled_mm``, have no
+autocast rule.
 """
 
 from __future__ import annotations
@@ -169,6 +177,33 @@ def _matmul_backward(ctx, dy):
 
 _matmul_op.register_autograd(_matmul_backward, setup_context=_setup_matmul)
 
+#: The library of this module's autocast rules (kept alive with the module).
+_AUTOCAST_LIB = torch.library.Library("nbwgmma", "FRAGMENT")
+_AUTOCAST_KEYS = (torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+                  | torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA))
+_AUTOCAST_CASTS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _autocast_rule(op, name, positions):
+    """Run ``op`` in a CUDA autocast region with its arguments at ``positions`` in the region's
+    dtype where they are f32/f16/bf16 CUDA tensors (see the module's text)."""
+
+    def kernel(_keyset, *args):
+        dtype = torch.get_autocast_dtype("cuda")
+        args = list(args)
+        for i in (p for p in positions if p < len(args)):
+            t = args[i]
+            if (isinstance(t, torch.Tensor) and t.is_cuda and t.dtype in _AUTOCAST_CASTS and t.dtype != dtype
+                    and not any(isinstance(x, torch.Tensor) and x.dtype in _FP8 for x in args[:2])):
+                args[i] = t.to(dtype)
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
+            return op(*args)
+
+    _AUTOCAST_LIB.impl(name, kernel, "AutocastCUDA", with_keyset=True)
+
+
+_autocast_rule(_matmul_op, "matmul", (0, 1, 4))
+
 
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None, activation: Optional[str] = None,
            c: Optional[torch.Tensor] = None, alpha: float = 1.0, beta: Optional[float] = None,
@@ -249,6 +284,7 @@ def _grouped_backward(ctx, dy):
 
 
 _grouped_op.register_autograd(_grouped_backward, setup_context=_setup_grouped)
+_autocast_rule(_grouped_op, "grouped_mm", (0, 1))
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, bias: Optional[torch.Tensor] = None,

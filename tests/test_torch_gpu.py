@@ -210,3 +210,61 @@ def test_compiled_experts_have_no_graph_break_and_match_eager():
     assert torch.equal(eager, compiled)
     compiled.float().sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in experts.parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_runs_the_ops_in_the_region_s_dtype(dtype):
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x = (torch.randn(256, 192, device="cuda", generator=g) / 192 ** 0.5).requires_grad_()
+    w = torch.randn(136, 192, device="cuda", generator=g).requires_grad_()
+    bias = torch.randn(136, device="cuda", generator=g).requires_grad_()
+    with torch.autocast("cuda", dtype=dtype):
+        y = nbt.matmul(x, w.t(), bias, "gelu_tanh")  # a gradient will be taken: the op, then PyTorch's gelu
+        plain = torch.ops.nbwgmma.matmul(x, w.t(), bias)
+    assert y.dtype == dtype and plain.dtype == dtype
+    # the operands cast, the f32 bias kept: the same call outside the region
+    assert torch.equal(plain, torch.ops.nbwgmma.matmul(x.detach().to(dtype), w.detach().t().to(dtype), bias.detach()))
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, [x, w, bias], dy)
+    assert all(t.dtype == torch.float32 for t in grads)  # through the casts to the f32 leaves
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, bias)]
+    ref = F.gelu(leaves[0] @ leaves[1].t() + leaves[2], approximate="tanh")
+    assert _rel(y, ref.detach()) <= 1e-2
+    for got, want in zip(grads, torch.autograd.grad(ref, leaves, dy.double())):
+        assert _rel(got, want) <= 2e-2
+
+
+def test_autocast_grouped_and_fp8():
+    x, w, bias, offs = _experts(False, (4, 136))
+    x32, w32 = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = torch.ops.nbwgmma.grouped_mm(x32, w32.transpose(1, 2), offs, None, None, None, None, None, True)
+    assert y.dtype == torch.bfloat16
+    want = torch.ops.nbwgmma.grouped_mm(x.detach(), w.detach().transpose(1, 2), offs, None, None, None, None, None,
+                                        True)
+    assert torch.equal(y, want)  # x and w were bf16 values: the casts are exact
+    y.float().sum().backward()
+    assert x32.grad.dtype == torch.float32 and w32.grad.dtype == torch.float32
+    assert float(x32.grad[384:].abs().max()) == 0.0  # rows in no group
+    # fp8 operands are never cast: the scaled op is the same inside a region
+    g = torch.Generator(device="cuda").manual_seed(6)
+    a8 = torch.randn(128, 256, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b8 = torch.randn(192, 256, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    one = torch.ones(1, device="cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        inside = torch.ops.nbwgmma.scaled_mm(a8, b8.t(), one, one)
+    assert torch.equal(inside, torch.ops.nbwgmma.scaled_mm(a8, b8.t(), one, one))
+
+
+def test_autocast_compiled_equals_eager():
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(128, 256, device="cuda", generator=g)
+    w = torch.randn(192, 256, device="cuda", generator=g)
+
+    def f(x, w):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return torch.ops.nbwgmma.matmul(x, w.t(), None, "relu")
+
+    eager = f(x, w)
+    compiled = torch.compile(f, fullgraph=True)(x, w)
+    assert eager.dtype == torch.bfloat16 and torch.equal(eager, compiled)

@@ -159,3 +159,10 @@ def test_the_activation_is_fused_unless_a_gradient_is_taken(grad):
 def test_linear_refuses_an_unknown_activation():
     with pytest.raises(ValueError, match="activation must be one of"):
         nbt.Linear(8, 8, activation="tanh")
+
+
+def test_autocast_rules_for_the_16_bit_ops_only():
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    assert has("nbwgmma::matmul", "AutocastCUDA") and has("nbwgmma::grouped_mm", "AutocastCUDA")
+    # as torch._scaled_mm: fp8 operands are never cast
+    assert not has("nbwgmma::scaled_mm", "AutocastCUDA") and not has("nbwgmma::scaled_mm_amax", "AutocastCUDA")
