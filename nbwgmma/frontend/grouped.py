@@ -158,9 +158,11 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if kb != k:
         raise MatmulError(f"grouped_matmul: inner dimensions differ: A is {ia.shape}, B is {ib.shape}")
     ta, tb = in_dtype or ia.dtype, in_dtype or ib.dtype
-    if io_.dtype != "s32" or io_.shape != (groups,):
-        raise MatmulTypeError(f"grouped_matmul: offs must be int32 of shape ({groups},) (one end per group of B); "
-                              f"got {io_.dtype} of shape {io_.shape}")
+    if io_.dtype != "s32":
+        raise MatmulTypeError(f"grouped_matmul: offs must be int32 (one end per group of B); got {io_.dtype}")
+    if io_.shape != (groups,):  # the right type, a wrong value: ValueError's side
+        raise MatmulError(f"grouped_matmul: offs must have shape ({groups},) (one end per group of B); "
+                          f"got shape {io_.shape}")
     for name, info in (("B", ib), ("offs", io_)):
         if info.device != ia.device:
             raise MatmulError(f"grouped_matmul: {name} must be on device {ia.device} like A; got {info.device}")

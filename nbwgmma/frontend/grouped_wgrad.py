@@ -121,9 +121,12 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
     ta, tb = in_dtype or ia.dtype, in_dtype or ib.dtype  # (uint16 without in_dtype refused before)
     if ta not in ("bf16", "f16") or tb != ta:
         raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16 so far; got {ta} and {tb}")
-    if io_.dtype != "s32" or len(io_.shape) != 1:
-        raise MatmulTypeError(f"grouped_matmul: offs must be a 1-D int32 array (the groups' ends along A's columns "
-                              f"and B's rows); got {io_.dtype} of shape {io_.shape}")
+    if io_.dtype != "s32":
+        raise MatmulTypeError(f"grouped_matmul: offs must be int32 (the groups' ends along A's columns and B's "
+                              f"rows); got {io_.dtype}")
+    if len(io_.shape) != 1:
+        raise MatmulError(f"grouped_matmul: offs must be 1-D (the groups' ends along A's columns and B's rows); got "
+                          f"shape {io_.shape}")
     for name, info in (("B", ib), ("offs", io_)):
         if info.device != ia.device:
             raise MatmulError(f"grouped_matmul: {name} must be on device {ia.device} like A; got {info.device}")
