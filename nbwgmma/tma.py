@@ -170,6 +170,21 @@ def _int_tuple(name: str, value: Any) -> tuple:
     return tuple(int(v) for v in out)
 
 
+def _check_inside(info, shape, strides_b, es) -> None:
+    """A view given by ``shape`` / ``strides`` (bytes) must lie inside the array it describes: TMA
+    reads (and stores write) every byte of the view the boxes reach, and past the array that is
+    another allocation or a fault."""
+    if any(n <= 0 for n in shape):
+        return  # (validate() refuses it)
+    view_end = sum((n - 1) * st for n, st in zip(shape, strides_b)) + es
+    array_end = 0 if any(n == 0 for n in info.shape) else \
+        sum(max(0, (n - 1) * st) for n, st in zip(info.shape, info.strides)) + info.itemsize
+    if view_end > array_end:
+        raise TensorMapError(f"tensor map: shape {tuple(shape)} with strides {tuple(st // es for st in strides_b)} "
+                             f"(elements) spans {view_end} bytes from the array's start; the array (shape "
+                             f"{info.shape}, strides {info.strides} bytes) holds {array_end}")
+
+
 #: Device copies of encoded maps, by their parameters. The 128 bytes depend on nothing
 #: else, so a map made again for the same tensor (every call of a user's launch function,
 #: say) reuses the copy: no allocation and no synchronous host-to-device copy, which would
@@ -232,6 +247,8 @@ class TensorMap:
             raise TensorMapError(f"tensor map: box must have one entry per dimension ({rank}); got {box}")
         if strides_b[-1] != es:
             _fail("the innermost dimension must be contiguous (stride of one element)", f"{strides_b[-1]} bytes")
+        if shape is not None or strides is not None:
+            _check_inside(info, shape, strides_b, es)
         estrides = (1,) * rank if element_strides is None else \
             tuple(int(e) for e in reversed(_int_tuple("element_strides", element_strides)))
         self.array = array

@@ -76,6 +76,19 @@ def test_a_view_s_shape_and_strides_are_checked_against_each_other():
             TensorMap(arr, box, encode=False, **{"dtype": "bf16", **kw})
 
 
+def test_a_view_must_lie_inside_its_array():
+    """shape=/strides= reaching past the array were taken: the simulated TMA read host memory
+    past it, a GPU another allocation's bytes."""
+    arr = FakeCudaArray((64, 64), np.uint16, ptr=0x7F0000000000, strides=None)
+    for shape, strides in (((4096, 4096), (4096, 1)), ((33, 64), (128, 1)), ((64, 65), (64, 1))):
+        with pytest.raises(TensorMapError, match=rf"shape \({shape[0]}, {shape[1]}\) with strides .* the array "
+                                                 rf"\(shape \(64, 64\), strides \(128, 2\) bytes\) holds 8192"):
+            TensorMap(arr, (8, 8), dtype="bf16", shape=shape, strides=strides, encode=False)
+    # views inside it: every other row, the first 32 rows, the whole array as (32, 128)
+    for shape, strides in (((32, 64), (128, 1)), ((32, 64), (64, 1)), ((32, 128), (128, 1))):
+        TensorMap(arr, (8, 8), dtype="bf16", shape=shape, strides=strides, encode=False)
+
+
 def test_an_error_describes_the_map_in_the_arrays_order():
     with pytest.raises(TensorMapError) as exc:
         tmap(shape=(200, 128), box=(300, 64), swizzle="none")
