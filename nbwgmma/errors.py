@@ -13,6 +13,7 @@ bad values, shapes and configurations, ``TypeError`` for wrong types), so existi
     +-- KitError(ValueError)             a kit block asked for with parameters it cannot take
     +-- KindError(ValueError)            a wgmma kind PTX does not have (host-side models)
     +-- ToolchainError(RuntimeError)     no ptxas/nvdisasm, or no compiler (CUDA simulator)
+    +-- ReportError(ValueError)          compile_report's kernel, sig, cc or launch_bounds unusable
     +-- LaunchError(ValueError)          a launch asks for more than the device allows, or an
     |                                    argument of a kind it cannot take (nbwgmma.launch)
     +-- KernelStoppedError(RuntimeError) a debug-wait launch trapped
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["own_source", "NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError",
+__all__ = ["own_source", "NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError", "ReportError",
            "LaunchError", "KernelStoppedError", "TensorMapError", "NbwgmmaTypingError", "NbwgmmaLiteralError",
            "SimError", "SimStopped", "SimHazard"]
 
@@ -97,6 +98,13 @@ class LaunchError(NbwgmmaError, ValueError):
 class KernelStoppedError(NbwgmmaError, RuntimeError):
     """In debug-wait mode (``NBWGMMA_DEBUG_WAIT=1``) a launched kernel failed, typically an
     mbarrier wait that ran past its deadline and trapped."""
+
+
+class ReportError(NbwgmmaError, ValueError):
+    """Arguments :func:`nbwgmma.report.compile_report` (or ``compile_reports``, ``compile_cubin``)
+    cannot compile with: a kernel that is not one, a signature of the wrong length or kind, a
+    ``cc`` or ``launch_bounds`` of the wrong form. (A kernel that does not type-check for the
+    signature is Numba's typing error at the kernel's line.)"""
 
 
 class ToolchainError(NbwgmmaError, RuntimeError):

@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 
 from cuda import pathfinder
 
-from .errors import ToolchainError  # defined with nbwgmma's other errors; importable from here as before
+from .errors import ReportError, ToolchainError  # defined with nbwgmma's other errors; importable from here
 
 __all__ = ["CompileReport", "compile_cubin", "compile_report", "compile_reports", "report_from_ptx", "reports_from_ptx", "find_tool",
-           "ToolchainError"]
+           "ToolchainError", "ReportError"]
 
 #: ptxas warning codes that mean wgmma was serialized.
 WGMMA_SERIALIZATION_CODES = ("C7510", "C7511", "C7515")
@@ -324,6 +324,7 @@ def compile_cubin(kernel, sig, cc=(9, 0, "a")) -> tuple:
     """``(entry name, cubin bytes)`` of ``kernel`` (a ``@cuda.jit`` dispatcher) compiled for the
     argument types ``sig`` and ``cc`` with no GPU: Numba's PTX (its launch bounds included)
     assembled by ``ptxas``, the step Numba's linker takes on a GPU machine."""
+    _check_cc(cc)
     ptx, _ = _ptx(kernel, sig, None, cc)
     with tempfile.TemporaryDirectory(prefix="nbwgmma-") as tmp:
         cubin, _ = _assembled(tmp, ptx, _arch_name(cc))
@@ -339,16 +340,52 @@ def _pyfunc_and_options(kernel):
 
 def _ptx(kernel, sig, launch_bounds, cc):
     from numba import config, cuda
+    from numba.core.errors import NumbaError
 
     if config.ENABLE_CUDASIM:  # the simulator replaces the compiler (cuda.compile_ptx is None)
         raise ToolchainError("compile reports need Numba's CUDA compiler, which NUMBA_ENABLE_CUDASIM=1 replaces "
                              "with the simulator: run without NUMBA_ENABLE_CUDASIM")
     py_func, opts = _pyfunc_and_options(kernel)
+    if not callable(py_func):
+        raise ReportError(f"compile_report: kernel must be a @cuda.jit kernel or a Python function; got {kernel!r}")
+    name = getattr(py_func, "__qualname__", None)
     if launch_bounds is None:
         launch_bounds = opts.get("launch_bounds")
+    _check_launch_bounds(name, launch_bounds)
     with _device_functions_for(cc):
-        ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc, launch_bounds=launch_bounds)
-    return ptx, getattr(py_func, "__qualname__", None)
+        try:
+            ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc, launch_bounds=launch_bounds)
+        except TypeError as e:  # Numba's checks of the signature and the return type (not typing errors)
+            if isinstance(e, NumbaError) or not str(e).startswith(_NUMBA_SIG_ERRORS):
+                raise
+            raise ReportError(f"compile_report({name}, sig={sig!r}): {e} (sig: a tuple of Numba types, one per "
+                              f"kernel argument, or a signature string such as 'void(float32[:], int32)'; the "
+                              f"kernel returns nothing)") from None
+    return ptx, name
+
+
+#: The starts of the TypeErrors ``cuda.compile_ptx`` raises for a signature or a return type.
+_NUMBA_SIG_ERRORS = ("Signature mismatch", "invalid type in signature", "invalid signature", "CUDA kernel must have "
+                     "void return type")
+
+
+def _check_launch_bounds(name, lb) -> None:
+    """Numba's launch bounds: an int (the most threads per block) or a tuple of 1-3 positive ints
+    (most threads, fewest resident blocks, most CTAs per cluster)."""
+    parts = (lb,) if isinstance(lb, int) else lb
+    ok = lb is None or (isinstance(parts, tuple) and 1 <= len(parts) <= 3
+                        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in parts)
+                        and parts[0] <= 1024)
+    if not ok:
+        raise ReportError(f"compile_report({name}): launch_bounds must be an int or a tuple of 1-3 positive ints "
+                          f"(threads per block at most 1024, fewest blocks per SM, most CTAs per cluster); got {lb!r}")
+
+
+def _check_cc(cc) -> None:
+    if not (isinstance(cc, tuple) and len(cc) in (2, 3) and all(isinstance(v, int) for v in cc[:2])
+            and (len(cc) == 2 or cc[2] in ("a", "f", ""))):
+        raise ReportError(f"compile_report: cc must be a tuple (major, minor) or (major, minor, 'a'), e.g. (9, 0, 'a') "
+                          f"for sm_90a; got {cc!r}")
 
 
 @contextlib.contextmanager
@@ -382,6 +419,11 @@ def compile_report(kernel, sig, *, launch_bounds=None, cc=(9, 0, "a")) -> Compil
 def compile_reports(jobs, *, cc=(9, 0, "a")) -> list:
     """:func:`compile_report` of each ``(kernel, sig)`` or ``(kernel, sig, launch_bounds)`` in
     ``jobs``, assembled and disassembled together (:func:`reports_from_ptx`)."""
+    _check_cc(cc)
+    for i, job in enumerate(jobs):
+        if not isinstance(job, (tuple, list)) or len(job) not in (2, 3):
+            raise ReportError(f"compile_reports: jobs[{i}] must be (kernel, sig) or (kernel, sig, launch_bounds); "
+                              f"got {job!r}")
     compiled = [_ptx(job[0], job[1], job[2] if len(job) > 2 else None, cc) for job in jobs]
     reports = reports_from_ptx([ptx for ptx, _ in compiled], arch=_arch_name(cc))
     for rep, (_, name) in zip(reports, compiled):

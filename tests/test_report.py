@@ -137,3 +137,26 @@ def test_report_sums_the_warpgroups_register_split():
     assert over.register_split == (520, 504) and "OVER: the increase waits forever" in str(over)
     plain = compile_report(lambda x: None, sig)
     assert plain.register_split is None and "setmaxnreg" not in str(plain)
+
+
+def test_bad_arguments_are_report_errors_naming_them():
+    import pytest
+
+    from nbwgmma.errors import ReportError
+
+    @cuda.jit
+    def k(out, n):
+        out[0] = n
+
+    sig = (types.float32[:], types.int32)
+    for call, message in (
+            (lambda: compile_report(k, sig[:1]), r"compile_report\(.*k, sig=.*\): Signature mismatch: 1 argument"),
+            (lambda: compile_report(k, (np.float32, np.int32)), "invalid type in signature"),
+            (lambda: compile_report(k, list(sig)), "invalid signature"),
+            (lambda: compile_report(cuda.jit(device=True)(lambda x: x), (types.int32,)), "void return type"),
+            (lambda: compile_report(5, sig), "kernel must be a @cuda.jit kernel or a Python function; got 5"),
+            (lambda: compile_report(k, sig, cc="sm_90a"), r"cc must be a tuple .* got 'sm_90a'"),
+            (lambda: compile_report(k, sig, launch_bounds=(2000, 1)), r"at most 1024.*got \(2000, 1\)"),
+            (lambda: compile_reports([(k,)]), r"jobs\[0\] must be \(kernel, sig\)")):
+        with pytest.raises(ReportError, match=message):
+            call()
