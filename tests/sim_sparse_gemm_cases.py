@@ -77,6 +77,9 @@ def test_left_side_f16_two_tile_rows_row_major_y():
     y = ints(rng, (48, 72))
     out = nbwgmma.matmul(w24, cuda.to_device(y.astype(np.float16)))
     np.testing.assert_array_equal(values(out, "f16"), dense @ y)
+    # in_dtype naming the operand's own type is a no-op, as for the dense product (it was refused)
+    again = nbwgmma.matmul(w24, cuda.to_device(y.astype(np.float16)), in_dtype="f16")
+    np.testing.assert_array_equal(values(again, "f16"), dense @ y)
 
 
 @pytest.mark.parametrize("k", [64, 256, 320])

@@ -137,7 +137,7 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
     name = "B" if left else "A"
     ix = described(x, name)
     if in_dtype is not None:
-        if in_dtype != w.dtype or ix.dtype != _RAW_OK.get(in_dtype):
+        if in_dtype != w.dtype or ix.dtype not in (in_dtype, _RAW_OK.get(in_dtype)):  # (its own type: a no-op)
             raise MatmulTypeError(f"matmul: in_dtype names the raw bits of the dense operand of a {w.dtype} Sparse24 "
                                   f"(uint16 for bf16, uint8 for fp8); got in_dtype={in_dtype!r} with {ix.dtype}")
         ix = ix._replace(dtype=in_dtype)
