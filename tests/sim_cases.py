@@ -569,3 +569,65 @@ def test_a_hang_names_every_place_where_threads_wait():
     assert f"sim_cases.py:{line['PRODUCER']}" in msg and f"sim_cases.py:{line['CONSUMERS']}" in msg, msg
     assert "mbarrier 'full[0]'" in msg and "1024 transaction bytes pending" in msg, msg
     assert "mbarrier 'empty[0]'" in msg and "32 of 32 arrivals pending" in msg, msg
+
+
+#: f32 bit patterns: NaNs whose payload rounding would carry into the exponent (0xFFFFFFFF is
+#: shared memory's poison), a negative and a signalling NaN, and numbers at rounding ties
+_CVT_BITS = [0xFFFFFFFF, 0x7FFFFFFF, 0x7FFF8000, 0xFFC00000, 0x7F800001, 0x3F808000, 0x3F818000, 0x7F7FFFFF]
+#: cvt.rn.bf16x2.f32 and cvt.rn.f16x2.f32 of each, as an H200 gives them (any NaN: 0x7FFF)
+_CVT_WANT = {"bf16": [0x7FFF] * 5 + [0x3F80, 0x3F82, 0x7F80], "f16": [0x7FFF] * 5 + [0x3C04, 0x3C0C, 0x7C00]}
+
+
+@cuda.jit
+def _convert_pairs(bits, fmt_bf16, out):
+    from nbwgmma.intrinsics import f32_to_x2
+
+    i = cuda.threadIdx.x
+    if i < bits.size:
+        x = bits.view(np.float32)[i]
+        out[i] = f32_to_x2(x, x, "bf16") if fmt_bf16 else f32_to_x2(x, x, "f16")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "f16"])
+def test_f32_to_half_rounds_as_cvt_rn_and_keeps_nan_a_nan(fmt):
+    """The host model and the simulated conversion both give what the GPU gives, bit for bit."""
+    x = np.array(_CVT_BITS, np.uint32).view(np.float32).reshape(-1, 1)
+    assert encode_elements(x, fmt).view(np.uint16).ravel().tolist() == _CVT_WANT[fmt]
+    out = cuda.to_device(np.zeros(len(_CVT_BITS), np.uint32))
+    launch(_convert_pairs, 1, 32, (cuda.to_device(np.array(_CVT_BITS, np.uint32)), fmt == "bf16", out))
+    assert out.copy_to_host().tolist() == [w | (w << 16) for w in _CVT_WANT[fmt]]
+
+
+@cuda.jit
+def _store_over_a_landed_copy(src, out, who):
+    from nbwgmma.intrinsics import (bulk_copy_g2s_array, dynamic_smem_base, ld_shared_f32, mbarrier_arrive_expect_tx,
+                                    mbarrier_init, mbarrier_wait_parity, st_shared_f32)
+
+    dyn = cuda.shared.array(0, np.uint8)
+    bars = cuda.shared.array(1, np.uint64)
+    base = dynamic_smem_base(dyn, 1024)
+    bar = smem_addr(bars)
+    t = cuda.threadIdx.x
+    if t == 0:
+        mbarrier_init(bar, 1)
+    cuda.syncthreads()
+    if t == 0:
+        mbarrier_arrive_expect_tx(bar, 128)
+        bulk_copy_g2s_array(base, src, 0, 128, bar)
+        mbarrier_wait_parity(bar, 0)
+    cuda.syncthreads()  # thread 0's wait ordered before every other thread's store
+    if t == who:
+        st_shared_f32(base + 4 * 5, np.float32(-1.0))
+    cuda.syncthreads()
+    out[t] = ld_shared_f32(base + 4 * t)
+
+
+@pytest.mark.parametrize("who", [0, 7])
+def test_a_store_after_the_copy_s_phase_was_observed_runs(who):
+    """The waiter itself, or another thread its wait is ordered before, may overwrite the copy's bytes."""
+    src = np.arange(32, dtype=np.float32)
+    out = cuda.to_device(np.zeros(32, np.float32))
+    launch(_store_over_a_landed_copy, 1, 32, (cuda.to_device(src), out, np.int32(who)), smem=dynamic_smem_bytes(1024))
+    want = src.copy()
+    want[5] = -1.0
+    np.testing.assert_array_equal(out.copy_to_host(), want)

@@ -1268,3 +1268,292 @@ def test_a_shared_array_indexed_past_its_end_names_the_line():
     with pytest.raises(sim.SimHazard, match=rf"thread 8 at .*sim_hazard_cases.py:{line}: a shared array of shape \(8,\) "
                                             rf"indexed with 8: index 8 is out of bounds"):
         launch(_shared_index_past_the_end, 1, 32, (cuda.to_device(np.zeros(1, np.float32)),))
+
+
+# --- from a hunt for silent runs and bare errors ---------------------------------------------
+
+
+def _tagged_line(kernel, tag):
+    """The source line of ``kernel`` whose text holds ``tag``."""
+    import inspect
+
+    src, first = inspect.getsourcelines(kernel.py_func)
+    return first + next(i for i, s in enumerate(src) if tag in s)
+
+
+@cuda.jit
+def _store_over_a_copy_in_flight(src, out, who):
+    from nbwgmma.intrinsics import bulk_copy_g2s_array, ld_shared_f32, st_shared_f32
+
+    dyn = cuda.shared.array(0, np.uint8)
+    bars = cuda.shared.array(1, np.uint64)
+    base = dynamic_smem_base(dyn, 1024)
+    bar = smem_addr(bars)
+    t = cuda.threadIdx.x
+    if t == 0:
+        mbarrier_init(bar, 1)
+    cuda.syncthreads()
+    if t == 0:
+        mbarrier_arrive_expect_tx(bar, 128)
+        bulk_copy_g2s_array(base, src, 0, 128, bar)
+    cuda.syncthreads()  # orders the issue before the store, not the copy's landing
+    if t == who:
+        st_shared_f32(base + 4 * 5, np.float32(-1.0))  # OVER THE COPY: its phase not waited for
+    mbarrier_wait_parity(bar, 0)
+    cuda.syncthreads()
+    out[t] = ld_shared_f32(base + 4 * t)
+
+
+@pytest.mark.parametrize("who", [0, 7])
+def test_a_store_over_bytes_a_copy_in_flight_writes_is_a_hazard(who):
+    """The copy's async-proxy write and the store are unordered until the phase is observed (it
+    ran silently, the store's value or the copy's left at random on the GPU)."""
+    line = _tagged_line(_store_over_a_copy_in_flight, "OVER THE COPY")
+    with pytest.raises(sim.SimHazard, match=rf"thread {who} \(st.shared.f32 at .*sim_hazard_cases.py:{line}\) stores "
+                                            rf"to shared memory at 0x[0-9a-f]+ that a copy issued at .*also writes, "
+                                            rf"without having waited for phase 0 of"):
+        launch(_store_over_a_copy_in_flight, 1, 32, (cuda.to_device(np.arange(32, dtype=np.float32)),
+                                                     cuda.to_device(np.zeros(32, np.float32)), np.int32(who)),
+               smem=dynamic_smem_bytes(1024))
+
+
+@cuda.jit
+def _store_over_own_cp_async(src, out):
+    from nbwgmma.intrinsics import cp_async, cp_async_mbarrier_arrive_noinc, ld_shared_f32, st_shared_f32
+
+    dyn = cuda.shared.array(0, np.uint8)
+    bars = cuda.shared.array(1, np.uint64)
+    base = dynamic_smem_base(dyn, 1024)
+    bar = smem_addr(bars)
+    t = cuda.threadIdx.x
+    if t == 0:
+        mbarrier_init(bar, 32)
+    cuda.syncthreads()
+    cp_async(base + 4 * t, src, 4 * t, 4)
+    st_shared_f32(base + 4 * t, np.float32(-1.0))  # OVER OWN CP.ASYNC: it has not landed
+    cp_async_mbarrier_arrive_noinc(bar)
+    mbarrier_wait_parity(bar, 0)
+    out[t] = ld_shared_f32(base + 4 * t)
+
+
+def test_a_store_over_the_thread_s_own_cp_async_in_flight_is_a_hazard():
+    line = _tagged_line(_store_over_own_cp_async, "OVER OWN CP.ASYNC")
+    with pytest.raises(sim.SimHazard, match=rf"\(st.shared.f32 at .*sim_hazard_cases.py:{line}\) stores to shared "
+                                            rf"memory at 0x[0-9a-f]+ that a copy issued at .* also writes, before the "
+                                            rf"cp.async's arrival"):
+        launch(_store_over_own_cp_async, 1, 32, (cuda.to_device(np.arange(32, dtype=np.float32)),
+                                                 cuda.to_device(np.zeros(32, np.float32))),
+               smem=dynamic_smem_bytes(1024))
+
+
+@cuda.jit
+def _cta_form_on_a_peer(out, mode):
+    from nbwgmma.intrinsics import cluster_ctarank, cluster_sync, ldmatrix, mapa, mbarrier_arrive, st_shared_v4_b32
+
+    a = cuda.shared.array(256, np.uint16)
+    bars = cuda.shared.array(1, np.uint64)
+    t = cuda.threadIdx.x
+    r = cluster_ctarank()
+    bar = smem_addr(bars)
+    for i in range(t, 256, 32):
+        a[i] = i
+    if t == 0:
+        mbarrier_init(bar, 1)
+    cluster_sync()
+    if mode == 0 and r == 1 and t == 0:
+        mbarrier_arrive(mapa(bar, 0))  # PEER: a .shared::cta arrival on rank 0's barrier
+    if mode == 1:
+        out[r, t] = ldmatrix(mapa(smem_addr(a) + (t % 8) * 16, r ^ 1), 1)[0]  # PEER: .shared::cta rows
+    if mode == 2 and t == 0:
+        st_shared_v4_b32(mapa(smem_addr(a), r ^ 1), np.uint32(1), np.uint32(2), np.uint32(3), np.uint32(4))  # PEER
+    cluster_sync()
+
+
+@pytest.mark.parametrize("mode, op, use", [(0, "mbarrier_arrive", "use mbarrier_arrive_cluster"),
+                                           (1, "ldmatrix", "it has no form for a peer's"),
+                                           (2, "st_shared_v4_b32", "use st_shared_cluster_u32")])
+def test_a_cta_space_instruction_given_a_peer_s_address_is_a_hazard(mode, op, use):
+    """A .shared::cta instruction reaches the executing CTA's shared memory only (they acted on
+    the peer before)."""
+    line = _tagged_line(_cta_form_on_a_peer, "PEER") + [0, 2, 4][mode]
+    with pytest.raises(sim.SimHazard, match=rf"\({op} at .*sim_hazard_cases.py:{line}\): shared address 0x[0-9a-f]+ "
+                                            rf"is CTA rank \d's \(a mapa address\), but {op} is a .shared::cta "
+                                            rf"instruction.*; {use}"):
+        launch(_cta_form_on_a_peer, 2, 32, (cuda.to_device(np.zeros((2, 32), np.uint32)), np.int32(mode)),
+               cluster=(2, 1, 1))
+
+
+@cuda.jit
+def _matrix_rows_off_16(out, store):
+    from nbwgmma.intrinsics import ldmatrix, stmatrix
+
+    a = cuda.shared.array(1024, np.uint16)
+    lane = cuda.threadIdx.x
+    for i in range(lane, 1024, 32):
+        a[i] = i
+    cuda.syncthreads()
+    if store:
+        stmatrix(smem_addr(a) + (lane % 8) * 32 + 4, (np.uint32(lane),))  # ROWS OFF 16
+    else:
+        out[lane] = ldmatrix(smem_addr(a) + (lane % 8) * 32 + 8, 1)[0]  # ROWS OFF 16
+
+
+@pytest.mark.parametrize("store", [0, 1])
+def test_matrix_rows_not_16_byte_aligned_are_a_hazard(store):
+    op = "stmatrix" if store else "ldmatrix"
+    line = _tagged_line(_matrix_rows_off_16, "ROWS OFF 16") + 2 * (1 - store)
+    with pytest.raises(sim.SimHazard, match=rf"\({op} at .*sim_hazard_cases.py:{line}\): lane 0's row address "
+                                            rf"0x[0-9a-f]+ is not 16-byte aligned"):
+        launch(_matrix_rows_off_16, 1, 32, (cuda.to_device(np.zeros(32, np.uint32)), np.int32(store)))
+
+
+@cuda.jit
+def _bulk_store(dst, nbytes, shift):
+    from nbwgmma.intrinsics import bulk_copy_s2g, st_shared_f32
+
+    dyn = cuda.shared.array(0, np.uint8)
+    base = dynamic_smem_base(dyn, 1024)
+    t = cuda.threadIdx.x
+    st_shared_f32(base + 4 * t, np.float32(t))
+    fence_proxy_async_shared()
+    cuda.syncthreads()
+    if t == 0:
+        bulk_copy_s2g(dst, base + shift, nbytes)  # BULK
+        bulk_commit_group()
+        bulk_wait_group(0)
+
+
+@pytest.mark.parametrize("nbytes, shift, goff", [(20, 0, 0), (32, 4, 0), (32, 0, 4)])
+def test_a_bulk_copy_off_16_bytes_is_a_hazard(nbytes, shift, goff):
+    host = np.zeros(64, np.float32)
+    line = _tagged_line(_bulk_store, "BULK")
+    with pytest.raises(sim.SimHazard, match=rf"at .*sim_hazard_cases.py:{line}: bulk_copy_s2g \(cp.async.bulk\) needs "
+                                            rf"16-byte aligned addresses and a size in 16-byte steps; got {nbytes} "):
+        launch(_bulk_store, 1, 32, (np.uint64(host.ctypes.data + goff), np.int32(nbytes), np.int32(shift)),
+               smem=dynamic_smem_bytes(1024))
+
+
+@cuda.jit
+def _tma_store_from(tmap, shift):
+    from nbwgmma.intrinsics import st_shared_f32
+
+    dyn = cuda.shared.array(0, np.uint8)
+    base = dynamic_smem_base(dyn, 1024)
+    t = cuda.threadIdx.x
+    for i in range(t, 64 * 64 // 2 + 64, 32):
+        st_shared_f32(base + 4 * i, np.float32(i))
+    fence_proxy_async_shared()
+    cuda.syncthreads()
+    if t == 0:
+        tma_store_2d(base + shift, tmap, 0, 0)  # BOX
+        bulk_commit_group()
+        bulk_wait_group(0)
+
+
+@pytest.mark.parametrize("swizzle, shift, align", [("none", 16, 128), ("128B", 128, 1024)])
+def test_a_tma_store_box_off_its_alignment_is_a_hazard(swizzle, shift, align):
+    x = cuda.to_device(np.zeros((64, 64), np.uint16))
+    tm = TensorMap(x, (64, 64), dtype="u16", swizzle=swizzle)
+    line = _tagged_line(_tma_store_from, "BOX")
+    with pytest.raises(sim.SimHazard, match=rf"at .*sim_hazard_cases.py:{line}: TMA store at shared address "
+                                            rf"0x[0-9a-f]+: the shared box must be aligned to {align} bytes"):
+        launch(_tma_store_from, 1, 32, (tm.address, np.int32(shift)), smem=dynamic_smem_bytes(64 * 64 * 2 + 256))
+
+
+@cuda.jit
+def _counts_out_of_range(out, mode):
+    from nbwgmma.intrinsics import mbarrier_expect_tx
+
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    t = cuda.threadIdx.x
+    if t == 0:
+        mbarrier_init(bar, 0 if mode == 0 else 1)  # COUNT
+    cuda.syncthreads()
+    if t == 0 and mode == 1:
+        mbarrier_arrive_count(bar, 0)  # COUNT
+    if t == 0 and mode == 2:
+        mbarrier_expect_tx(bar, 1 << 20)  # COUNT
+    out[t] = 1
+
+
+@pytest.mark.parametrize("mode, what, low", [(0, "the expected arrival count 0", 1), (1, "the arrival count 0", 1),
+                                             (2, "the transaction count 1048576", 0)])
+def test_mbarrier_counts_outside_their_range_are_a_hazard(mode, what, low):
+    line = _tagged_line(_counts_out_of_range, "COUNT") + [0, 3, 5][mode]
+    with pytest.raises(sim.SimHazard, match=rf"thread 0 \(mbarrier_\w+ at .*sim_hazard_cases.py:{line}\): {what} is "
+                                            rf"outside \[{low}, 1048575\]"):
+        launch(_counts_out_of_range, 1, 32, (cuda.to_device(np.zeros(32, np.int32)), np.int32(mode)))
+
+
+@cuda.jit
+def _addresses_naming_nothing(out, mode):
+    from nbwgmma.intrinsics import cluster_sync, ld_shared_cluster_u32, mapa, st_shared_cluster_u32
+
+    a = cuda.shared.array(32, np.uint32)
+    bars = cuda.shared.array(1, np.uint64)
+    t = cuda.threadIdx.x
+    if mode == 0:
+        cluster_sync()
+        st_shared_cluster_u32(mapa(smem_addr(a) + 4 * t, 5), np.uint32(t))  # NOWHERE: rank 5 of 2
+        cluster_sync()
+    if mode == 1:
+        out[t] = ld_shared_cluster_u32(mapa(smem_addr(a) + 4 * t, 1))  # NOWHERE: no clusters
+    if mode == 2 and t == 0:
+        mbarrier_init(bars[0], 1)  # NOWHERE: the barrier's value, not its address
+
+
+@pytest.mark.parametrize("mode, grid, cluster, op, why", [
+    (0, 2, (2, 1, 1), "st_shared_cluster_u32", r"names CTA rank 5 \(bits 24-31\), but the cluster has 2 CTAs"),
+    (1, 1, None, "ld_shared_cluster_u32", r"names CTA rank 1 \(bits 24-31\), but the launch has no clusters"),
+    (2, 1, None, "mbarrier_init", r"0xffffffffffffffff is past the CTA's 256 KiB shared memory")])
+def test_a_shared_address_naming_no_memory_is_a_hazard(mode, grid, cluster, op, why):
+    """A bare ValueError or NumPy IndexError from inside the simulator before."""
+    line = _tagged_line(_addresses_naming_nothing, "NOWHERE") + [0, 3, 5][mode]
+    kw = {"cluster": cluster} if cluster else {}
+    with pytest.raises(sim.SimHazard, match=rf"thread \d+ \({op} at .*sim_hazard_cases.py:{line}\): shared address "
+                                            rf".*{why}"):
+        launch(_addresses_naming_nothing, grid, 32, (cuda.to_device(np.zeros(32, np.uint32)), np.int32(mode)), **kw)
+
+
+@cuda.jit
+def _expect_tx_unordered(src, out, ordered):
+    from nbwgmma.intrinsics import bulk_copy_g2s_array, ld_shared_f32, mbarrier_arrive, mbarrier_expect_tx
+
+    dyn = cuda.shared.array(0, np.uint8)
+    bars = cuda.shared.array(1, np.uint64)
+    base = dynamic_smem_base(dyn, 1024)
+    bar = smem_addr(bars)
+    t = cuda.threadIdx.x
+    if t == 0:
+        mbarrier_init(bar, 1)
+    cuda.syncthreads()
+    if t == 0:
+        mbarrier_expect_tx(bar, 128)
+        bulk_copy_g2s_array(base, src, 0, 128, bar)
+    if ordered:
+        cuda.syncthreads()  # the expect_tx before thread 32's arrival
+    if t == 32:
+        mbarrier_arrive(bar)  # COMPLETES the pending arrivals
+    mbarrier_wait_parity(bar, 0)
+    if t < 32:
+        out[t] = ld_shared_f32(base + 4 * t)
+
+
+def test_an_expect_tx_ordered_before_no_arrival_is_a_hazard():
+    """The only arrival is another thread's, unordered with the expect_tx: on the GPU the phase can
+    complete with 0 bytes pending and the copy's bytes be read before they land (it ran exact)."""
+    line = _tagged_line(_expect_tx_unordered, "COMPLETES")
+    with pytest.raises(sim.SimHazard, match=rf"thread 32 at .*sim_hazard_cases.py:{line}: this arrival completes the "
+                                            rf"pending arrivals of phase 0 of .*, but the mbarrier_expect_tx of thread "
+                                            rf"0 at .* is ordered before none of them"):
+        launch(_expect_tx_unordered, 1, 64, (cuda.to_device(np.arange(32, dtype=np.float32)),
+                                             cuda.to_device(np.zeros(32, np.float32)), np.int32(0)),
+               smem=dynamic_smem_bytes(1024))
+
+
+def test_an_expect_tx_ordered_before_the_arrival_by_a_barrier_runs():
+    out = cuda.to_device(np.zeros(32, np.float32))
+    launch(_expect_tx_unordered, 1, 64, (cuda.to_device(np.arange(32, dtype=np.float32)), out, np.int32(1)),
+           smem=dynamic_smem_bytes(1024))
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(32, dtype=np.float32))

@@ -32,6 +32,8 @@ __all__ = [
     "wgmma_reference",
 ]
 
+_CANONICAL_NAN16 = 0x7FFF  # what cvt.rn.{f16,bf16}x2.f32 gives for any NaN (encode_elements)
+
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1, "b1": 1 / 8}
 
 
@@ -76,13 +78,24 @@ def float_to_fp8(x: np.ndarray, fmt: str) -> np.ndarray:
 
 
 def encode_elements(x: np.ndarray, t: str) -> np.ndarray:
-    """Matrix of values -> matrix of raw bytes per row ([rows, cols * element bytes]); b1: bits."""
+    """Matrix of values -> matrix of raw bytes per row ([rows, cols * element bytes]); b1: bits.
+
+    ``f16`` and ``bf16`` round as ``cvt.rn.f16x2.f32`` / ``cvt.rn.bf16x2.f32`` do (PTX ISA, "cvt":
+    to nearest, ties to even; ``bf16`` from the f32 value, as the instruction takes it), and every
+    NaN becomes the canonical NaN 0x7FFF, whatever its sign and payload: the ISA promises only "a
+    NaN", and an H100/H200 gives 0x7FFF (measured for quiet, signalling and negative NaNs; the
+    ``CUDART_NAN_BF16`` of ``cuda_bf16.h`` too). Rounding the bits of a NaN as a number would
+    carry into the exponent (0xFFFFFFFF, shared memory's poison, would become +0)."""
     x = np.asarray(x)
-    if t == "f16":
-        raw = x.astype(np.float16).view(np.uint8)
-    elif t == "bf16":
-        f = x.astype(np.float32).view(np.uint32)
-        raw = ((f + 0x7FFF + ((f >> 16) & 1)) >> 16).astype(np.uint16).view(np.uint8)
+    if t in ("f16", "bf16"):
+        f = x.astype(np.float32)
+        if t == "f16":
+            with np.errstate(over="ignore"):
+                bits = f.astype(np.float16).view(np.uint16)
+        else:
+            u = f.view(np.uint32)
+            bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        raw = np.where(np.isnan(f), np.uint16(_CANONICAL_NAN16), bits).astype(np.uint16).view(np.uint8)
     elif t == "tf32":
         raw = x.astype(np.float32).view(np.uint8)
     elif t in _FP8:

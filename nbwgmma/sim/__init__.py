@@ -81,7 +81,22 @@ order the threads run in, because it tracks happens-before with vector clocks
   store or load of its bytes (atomics among themselves are no race: :mod:`nbwgmma.sim.atomics`);
 * a ``setmaxnreg_inc`` the CTA's register pool never satisfies (with launch bounds, the pool
   is ``65536 / threads`` rounded down to 8, times the threads: 168 x 384 for 384 threads, so
-  128 x 48 + 256 x 232 registers wait forever): it waits, and stops with the counts.
+  128 x 48 + 256 x 232 registers wait forever): it waits, and stops with the counts;
+* a generic store over bytes a TMA, bulk or ``cp_async`` copy still writes (the storing thread
+  has not observed the phase the copy completes on, nor has any thread ordered before it): the
+  async write and the store are unordered;
+* a ``.shared::cta`` instruction (``ldmatrix``, ``stmatrix``, ``ld_shared_*`` / ``st_shared_*``,
+  the fragment stores, ``cp_async``, TMA and bulk stores' sources, the mbarrier family but
+  ``mbarrier_arrive_cluster``) given a peer CTA's ``mapa`` address;
+* ``ldmatrix`` / ``stmatrix`` row addresses not 16-byte aligned; a bulk copy's addresses or size
+  not in 16-byte steps; a TMA box in shared memory not 128-byte aligned (the swizzle's period
+  for a swizzled map);
+* an mbarrier count (``mbarrier_init``, ``mbarrier_arrive_count``) outside [1, 2^20 - 1], a
+  transaction count past 2^20 - 1, and a standalone ``mbarrier_expect_tx`` ordered before none
+  of its phase's arrivals (on the GPU the arrivals can complete the phase first);
+* a shared address naming no CTA of the cluster (a ``mapa`` rank past the cluster, or any peer
+  in a launch without clusters), or past a CTA's shared memory (a barrier's value passed for
+  its address).
 
 Numba's warp functions (``shfl_sync`` ..., ``ballot_sync``, ``match_any_sync``,
 ``syncwarp``) run over the mask's lanes that exist and have not exited, as CUDA specifies
@@ -91,6 +106,10 @@ written.
 
 What it does not model: register writes that Python cannot see (rebinding a fragment
 variable while its wgmma is in flight is not flagged), races between two generic stores,
+races on global memory between threads of one CTA (nor between CTAs: see below), a TMA or
+bulk store's global bytes read before the ``bulk_wait_group`` that covers it, the memory
+ordering of ``.relaxed`` operations (``cluster_arrive_relaxed`` and ``mbarrier_expect_tx`` act
+as releases here, so data published through them alone is not flagged),
 a wgmma or TMA store reading bytes that atomics updated (checked against plain stores only),
 a row or slice of a shared array read whole by a NumPy operation (``out[:] = tile[r, :]``:
 its elements read one by one are checked; a view alone is no access), ``ballot_sync`` and

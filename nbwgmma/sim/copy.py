@@ -20,7 +20,8 @@ from ..layout.descriptor import SWIZZLE_PERIOD, swizzle_addr
 from ..layout.fragment import exchange_offset
 from ..layout.tma import TMA_DTYPES, box_copy_model
 from ..layout.wgmma_model import decode_elements, encode_elements
-from .core import EXIT_CHECKS, RANK_SHIFT, SimError, SimHazard, SimStopped, addr_of, me, split
+from .address import addr_of, split, split_local
+from .core import EXIT_CHECKS, RANK_SHIFT, SimError, SimHazard, SimStopped, me
 from .declare import IMPLS, impl
 from .shadow import PENDING, AsyncRead, AsyncWrite
 from .sync import complete_tx, mbar
@@ -83,11 +84,29 @@ def _land(th, cta, off, raw, bar_off, what, swizzle=None, dtype=None):
     """Bytes ``raw`` of a copy issued by ``th`` land at ``off`` of ``cta`` and complete on its
     mbarrier at ``bar_off`` (call with the lock held); ``swizzle``, ``dtype``: a TMA tile's
     layout, as it lies, and its map's element type."""
-    m = mbar(addr_of(cta, bar_off))
+    m = mbar(addr_of(cta, bar_off), peer=True)
     idx = np.arange(off, off + raw.size)
     cta.shadow.async_write(th, idx, what, m, swizzle, dtype)
     cta.image[off:off + raw.size] = raw
     complete_tx(th, m, raw.size)
+
+
+def _check_box_aligned(th, addr, swizzle, what):
+    """A TMA tile's shared box starts 128-byte aligned, and on a swizzle's period (1024 bytes for
+    128B) where the map swizzles: the swizzle pattern repeats from there (PTX ISA,
+    cp.async.bulk.tensor: shared memory address alignment; tensor-map swizzle modes)."""
+    align = max(128, SWIZZLE_PERIOD[swizzle])
+    if int(addr) % align:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: {what} at shared address 0x{int(addr):x}: the shared "
+                        f"box must be aligned to {align} bytes (its map's swizzle: {swizzle})")
+
+
+def _check_bulk_aligned(th, shared, glob, nbytes, what):
+    """cp.async.bulk: both addresses 16-byte aligned, the size a multiple of 16 (PTX ISA, cp.async.bulk)."""
+    if int(nbytes) % 16 or int(shared) % 16 or int(glob) % 16:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: {what} (cp.async.bulk) needs 16-byte aligned addresses "
+                        f"and a size in 16-byte steps; got {int(nbytes)} bytes between shared 0x{int(shared):x} and "
+                        f"global 0x{int(glob):x}")
 
 
 def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
@@ -95,9 +114,7 @@ def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
     th = me()
     tm = _tmap(tmap)
     p = tm.params
-    if int(dst) % max(128, SWIZZLE_PERIOD[p.swizzle]):
-        raise SimStopped(f"thread {th.thread_id} at {th.where}: TMA load to 0x{int(dst):x}: the shared destination "
-                         f"must be aligned to {max(128, SWIZZLE_PERIOD[p.swizzle])} bytes")
+    _check_box_aligned(th, dst, p.swizzle, "TMA load")
     tensor, _ = _tensor(tm)
     raw = box_copy_model(tensor, tuple(reversed(p.box)), _coords_of(kw, rank), p.swizzle, p.oob_fill)
     off = int(dst) & ((1 << RANK_SHIFT) - 1)
@@ -112,7 +129,7 @@ def _box_bytes(tm, src):
     """(CTA, byte addresses in box order) of the shared box a TMA store reads."""
 
     p = tm.params
-    cta, off = split(src)
+    cta, off = split_local(src)
     pos = np.arange(p.box_bytes)
     return cta, off + (swizzle_addr(pos, p.swizzle) if p.swizzle != "none" else pos)
 
@@ -123,6 +140,7 @@ def _tma_store(rank, src, tmap, op=None, **kw):
     p = tm.params
     tensor, es = _tensor(tm)
     box = tuple(reversed(p.box))
+    _check_box_aligned(th, src, p.swizzle, "TMA store")
     with th.cl.lock:
         cta, idx = _box_bytes(tm, src)
         what = "a TMA store" if op is None else f"a TMA reduce-{op}"
@@ -216,6 +234,7 @@ def acc_send_cluster(acc, base, bar, cta, tid):
 @impl("bulk_copy_g2s")
 def _bulk_g2s(dst, src, nbytes, bar):
     th = me()
+    _check_bulk_aligned(th, dst, src, nbytes, "bulk_copy_g2s")
     data = np.frombuffer(ctypes.string_at(int(src), int(nbytes)), np.uint8)
     cta, off = split(dst)
     with th.cl.lock:
@@ -227,9 +246,7 @@ def _bulk_g2s_array(dst, array, offset, nbytes, bar):
     th = me()
     a = np.asarray(array)
     off, n = int(offset), int(nbytes)
-    if n % 16 or off % 16 or a.ctypes.data % 16 or int(dst) % 16:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async.bulk needs 16-byte aligned addresses and a "
-                        f"size in 16-byte steps; got {n} bytes from byte {off} of an array at 0x{a.ctypes.data:x}")
+    _check_bulk_aligned(th, dst, a.ctypes.data + off, n, f"bulk_copy_g2s_array (byte {off} of the array)")
     lo = sum(st * (d - 1) for st, d in zip(a.strides, a.shape) if st < 0)
     hi = sum(st * (d - 1) for st, d in zip(a.strides, a.shape) if st > 0) + a.itemsize
     if off < lo or off + n > hi:
@@ -244,7 +261,8 @@ def _bulk_g2s_array(dst, array, offset, nbytes, bar):
 @impl("bulk_copy_s2g")
 def _bulk_s2g(dst, src, nbytes):
     th = me()
-    cta, off = split(src)
+    _check_bulk_aligned(th, src, dst, nbytes, "bulk_copy_s2g")
+    cta, off = split_local(src)
     idx = np.arange(off, off + int(nbytes))
     with th.cl.lock:
         cta.shadow.check_observed(th, idx, "a bulk copy to global memory")
@@ -325,7 +343,7 @@ def _copy(dst, array, offset, size, nvalid):
     th = me()
     a = np.asarray(array)
     off_src = int(offset)
-    cta, off = split(dst)
+    cta, off = split_local(dst)
     if off % size or (a.ctypes.data + off_src) % size:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: cp.async of {size} bytes needs both addresses aligned "
                         f"to {size}; got shared 0x{int(dst):x} and byte {off_src} of an array at 0x{a.ctypes.data:x}")

@@ -342,6 +342,7 @@ class SimThread(greenlet.greenlet):
         self.rounds = {}
         self.cluster_token = None
         self.where = None  # the kernel line of the intrinsic being run
+        self.op = None  # that intrinsic's name (nbwgmma.sim.declare), for split's reports
         self.waiting_for = None  # while it waits: what for (a string, or a callable giving one)
         self.bulk = None  # this thread's bulk async-group state (nbwgmma.sim.copy)
         self.cp_async = None  # its cp.async copies not yet landed (nbwgmma.sim.copy)
@@ -541,22 +542,3 @@ def warp_members(th):
 def warpgroup_members(th):
     g = th.thread_id // 128
     return ("warpgroup", g), range(128 * g, 128 * g + 128)
-
-
-# ---------------------------------------------------------------------------------------
-# Shared addresses
-
-
-def split(addr):
-    """(CTA, offset) of a shared address (own CTA's, or a ``mapa`` one)."""
-    th = me()
-    addr = int(addr)
-    rank = (addr >> RANK_SHIFT) & 0xFF
-    ctas = th.cl.ctas
-    if rank >= len(ctas):
-        raise ValueError(f"shared address 0x{addr:x} names CTA rank {rank}; the cluster has {len(ctas)}")
-    return ctas[rank], addr & ((1 << RANK_SHIFT) - 1)
-
-
-def addr_of(cta, off):
-    return (cta.rank << RANK_SHIFT) | off if len(cta.cl.ctas) > 1 else off

@@ -105,11 +105,11 @@ def declare(name, params, imms, doc, validate=None):
             raise NotImplementedError(f"{name} has no simulator implementation")
         th = current()
         if isinstance(th, SimThread):
-            outer, th.where = th.where, where()
+            outer, th.where, outer_op, th.op = th.where, where(), th.op, name
             try:
                 return f(**arguments)
             finally:
-                th.where = outer
+                th.where, th.op = outer, outer_op
         return f(**arguments)
 
     fn.__name__ = fn.__qualname__ = name
@@ -124,11 +124,11 @@ def located(f):
         th = current()
         if not isinstance(th, SimThread):
             return f(*args, **kwargs)
-        outer, th.where = th.where, where()
+        outer, th.where, outer_op, th.op = th.where, where(), th.op, f.__name__
         try:
             return f(*args, **kwargs)
         finally:
-            th.where = outer
+            th.where, th.op = outer, outer_op
 
     wrapper.__name__ = wrapper.__qualname__ = f.__name__
     wrapper.__doc__ = f.__doc__

@@ -10,8 +10,9 @@ import numpy as np
 from ..layout.fragment import exchange_offset, tile_block_offset, transposed_block_offset
 from ..layout.kinds import WGMMA_KINDS
 from ..layout.wgmma_model import encode_elements, float_to_fp8
+from .address import split_local
 from .copy import acc_send_cluster
-from .core import SimHazard, me, split
+from .core import SimHazard, me
 from .declare import located, typing_error
 from .site import where
 from .wgmma import acc_pack, raw_acc, read_acc, thread_coords
@@ -68,16 +69,18 @@ def _elements(arr, tid, row0, col0, nvals, name, arrname):
     return [(i, int(r[i]), int(c[i])) for i in range(nvals) if r[i] < rows and c[i] < cols]
 
 
-def _bf16_bits(x):
-    """Round-to-nearest-even bf16 bits of ``x`` (the model's encoding)."""
-
+def _half_bits(x, t):
+    """Round-to-nearest-even ``t`` (bf16 or f16) bits of ``x``, a NaN the canonical 0x7FFF, as
+    ``cvt.rn`` gives them (the model's encoding, :func:`encode_elements`)."""
     x = np.asarray(x, np.float32)
-    return encode_elements(x.reshape(-1, 1), "bf16").view(np.uint16).reshape(x.shape)
+    return encode_elements(x.reshape(-1, 1), t).view(np.uint16).reshape(x.shape)
 
 
 def _to_dtype(v, dt):
     if dt == np.uint16:  # bf16 bits
-        return _bf16_bits(v)[()]
+        return _half_bits(v, "bf16")[()]
+    if dt == np.float16:
+        return _half_bits(v, "f16").view(np.float16)[()]
     return np.dtype(dt).type(v)
 
 
@@ -125,7 +128,7 @@ acc_scale = _map("acc_scale", np.multiply)
 def _pack16(name, t):
     def fn(acc):
         a = np.asarray(read_acc(acc, name), np.float32)
-        bits = (a.astype(np.float16).view(np.uint16) if t == "f16" else _bf16_bits(a)).astype(np.uint32)
+        bits = _half_bits(a, t).astype(np.uint32)
         return tuple((bits[0::2] | (bits[1::2] << 16)).astype(np.uint32))
     fn.__name__ = name
     return fn
@@ -136,7 +139,7 @@ acc_to_f16x2 = _pack16("acc_to_f16x2", "f16")
 
 
 def _store_smem(th, base, offs, esize, vals, dtype, what, swizzle=None):
-    cta, off0 = split(int(base))
+    cta, off0 = split_local(int(base))
     idx = (off0 + np.asarray(offs, np.int64))[:, None] + np.arange(esize)
     with th.cl.lock:
         cta.shadow.generic_write(th, idx.reshape(-1), what, swizzle)
@@ -206,7 +209,7 @@ def acc_add_strided(acc, src, start, stride):
 def acc_add_shared(acc, base, tid):
     th = me()
     a = np.asarray(read_acc(acc, "acc_add_shared"), np.float32)
-    cta, off0 = split(int(base))
+    cta, off0 = split_local(int(base))
     if off0 % 16:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: acc_add_shared needs a 16-byte aligned address "
                         f"(ld.shared.v4); got 0x{int(base):x}")

@@ -109,6 +109,7 @@ class Shadow:
         fragment store (``acc_stmatrix_swizzled``, ...) gave the bytes."""
         note_remote(th, self.cta, what)
         self.check_write(th, idx, what)
+        self.check_copies(th, idx, what, store=True)
         self.atomics.check(th, idx, what)
         self.atomics.clear(idx)
         self.gw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
@@ -167,18 +168,28 @@ class Shadow:
 
     # -- checks --------------------------------------------------------------------------
 
-    def check_copies(self, th, idx, what):
-        """Reading ``idx`` needs the phase each TMA or bulk copy of those bytes completes on
-        observed by ``th``."""
+    def check_copies(self, th, idx, what, store=False):
+        """Reading ``idx`` (or, ``store``, writing it through the generic proxy) needs the phase
+        each TMA, bulk or ``cp.async`` copy of those bytes completes on observed by ``th``: a
+        copy's writes are async-proxy writes, unordered with a generic store until then (PTX
+        ISA, "Memory Consistency Model", proxies: which of the two lands last is undefined)."""
         w = self.aw[idx]
         hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
         for i in np.unique(hit):
             aw = self.writes[int(i) - 1]
             if th.clock[aw.slot] < aw.phase + 1:
+                wait = f"without having waited for phase {aw.phase} of {aw.name}, on which that copy completes"
+                if not store:
+                    raise SimHazard(
+                        f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
+                        f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, {wait}")
+                if aw.phase == PENDING:
+                    wait = f"before {aw.name}"
                 raise SimHazard(
-                    f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
-                    f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, without having "
-                    f"waited for phase {aw.phase} of {aw.name}, on which that copy completes")
+                    f"thread {th.thread_id} ({what} at {th.where}) stores to shared memory at "
+                    f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} also writes, {wait}: nothing orders "
+                    f"the copy's asynchronous write with this store, which lands last is undefined (PTX ISA, "
+                    f"memory consistency model: an async-proxy write and a generic one); wait for the copy first")
 
     def atomic_access(self, th, idx, what):
         """An atomic read-modify-write of ``idx`` by ``th``: after other threads' stores, loads
@@ -200,10 +211,13 @@ class Shadow:
     def check_bounds(self, th, idx, what):
         """``idx`` must lie in shared memory the kernel has: the launch's dynamic shared memory
         or a static array (the image beyond them is out of bounds on the GPU)."""
-        valid = self.cta.valid[idx]
+        idx1 = np.atleast_1d(idx)
+        inside = (idx1 >= 0) & (idx1 < SMEM_BYTES)  # (past the image: an access running off its end)
+        valid = inside.copy()
+        valid[inside] = self.cta.valid[idx1[inside]]
         if np.all(valid):
             return
-        bad = int(np.atleast_1d(idx)[~np.atleast_1d(valid)][0])
+        bad = int(idx1[~valid][0])
         dyn = self.cta.dyn_bytes
         raise SimHazard(
             f"thread {th.thread_id} ({what} at {th.where}) accesses shared memory at 0x{bad:x}, outside what the "

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout.descriptor import SWIZZLE_NAME, encode_desc
-from .core import (RANK_SHIFT, PhasedBarrier, SimHazard, SimStopped, acquire, addr_of, collective, me, release, split,
-                   warp_members, warpgroup_members)
+from .address import addr_of, split, split_local
+from .core import (RANK_SHIFT, PhasedBarrier, SimHazard, SimStopped, acquire, collective, me, release, warp_members,
+                   warpgroup_members)
 from .declare import IMPLS, impl
 from .shadow import note_remote
 
@@ -94,7 +95,7 @@ def _st_cluster(addr, value):
 def _v4_place(addr, op):
     """(thread, CTA, offset) of a 16-byte shared access, which must be 16-byte aligned."""
     th = me()
-    cta, off = split(addr)
+    cta, off = split_local(addr)
     if off % 16:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} needs a 16-byte aligned address; "
                         f"got 0x{int(addr):x}")
@@ -136,7 +137,7 @@ def _st_global_v4(array, offset, x, y, z, w):
 def _f32_place(addr, op):
     """(thread, CTA, offset) of a 4-byte shared access, which must be 4-byte aligned."""
     th = me()
-    cta, off = split(addr)
+    cta, off = split_local(addr)
     if off % 4:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} needs a 4-byte aligned address; "
                         f"got 0x{int(addr):x}")
@@ -345,6 +346,7 @@ class MBarrier:
         self.clock = cta.cl.new_clock()
         self.done = {}  # completed phase -> clock
         self.sites, self.done_sites = [], {}  # the arrivals' lines: this phase's, and by completed phase
+        self.expects = []  # this phase's standalone expect_tx no arrival is ordered after yet: (gid, epoch, tid, line)
         self.cond = cta.cl.new_cond()
 
     def label(self):
@@ -374,7 +376,7 @@ class MBarrier:
             self.done.pop(self.phase - 4, None)
             self.done_sites[self.phase] = self.sites
             self.done_sites.pop(self.phase - 4, None)
-            self.sites = []
+            self.sites, self.expects = [], []
             self.clock = self.cta.cl.new_clock()
             self.phase += 1
             self.pending = self.expected
@@ -393,6 +395,10 @@ class MBarrier:
             self.expected_bytes += tx
         else:
             self.arrived_bytes -= tx
+        if tx > 0 and not arrivals:
+            self.expects.append((th.gid, int(th.clock[th.gid]), th.thread_id, th.where))
+        if arrivals:
+            self._check_expects(th, arrivals)
         self.tx += tx
         self.pending -= arrivals
         if arrivals:
@@ -404,6 +410,22 @@ class MBarrier:
         self._check(th)
         return np.uint64(state)
 
+    def _check_expects(self, th, arrivals):
+        """A standalone expect_tx must be ordered before one of its phase's arrivals (program order
+        or a barrier): the phase completes only once they are all in, so it counts its bytes then.
+        Otherwise, when this arrival makes the pending count zero, the GPU may have taken the
+        arrivals first and completed the phase with no bytes pending (PTX ISA, mbarrier: phase
+        completion, when the pending arrival count and the tx-count both reach zero)."""
+        self.expects = [e for e in self.expects if th.clock[e[0]] < e[1]]
+        if self.expects and arrivals == self.pending:
+            _, _, tid, at = self.expects[0]
+            raise SimHazard(
+                f"thread {th.thread_id} at {th.where}: this arrival completes the pending arrivals of phase "
+                f"{self.phase} of {self.label()}, but the mbarrier_expect_tx of thread {tid} at {at} is ordered "
+                f"before none of them: on the GPU the arrivals can come first and complete the phase with no "
+                f"transaction bytes pending, before the copies land (use mbarrier_arrive_expect_tx, or expect_tx "
+                f"before an arrival of the same thread or before a barrier the arriving threads pass)")
+
     def completed(self, state=None, parity=None):
         """The completed phase a wait for ``state``/``parity`` returns on, or None."""
         if parity is None:
@@ -413,8 +435,10 @@ class MBarrier:
         return None
 
 
-def mbar(bar, create=None):
-    cta, off = split(bar)
+def mbar(bar, create=None, peer=False):
+    """The mbarrier at ``bar`` (``create``: initialized there with that count), a ``.shared::cta``
+    address unless ``peer`` (the ``.shared::cluster`` forms: a remote arrival, a copy's completion)."""
+    cta, off = split(bar) if peer else split_local(bar)
     th = me()
     if off % 8:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: mbarrier address 0x{int(bar):x} is not 8-byte aligned")
@@ -432,9 +456,27 @@ def mbar(bar, create=None):
     return m
 
 
+#: The largest arrival count and transaction count of an mbarrier phase (PTX ISA, "Size and
+#: alignment of mbarrier object" / "Contents of the mbarrier object": counts in [1, 2^20 - 1],
+#: tx-count in [-(2^20 - 1), 2^20 - 1]).
+MBAR_COUNT_MAX = (1 << 20) - 1
+
+
+def _count(value, low, what):
+    """``value`` as an int, which must lie in [low, 2^20 - 1] (``what`` names it in the report)."""
+    v = int(value)
+    if not low <= v <= MBAR_COUNT_MAX:
+        th = me()
+        raise SimHazard(f"thread {th.thread_id} ({th.op} at {th.where}): {what} {v} is outside [{low}, "
+                        f"{MBAR_COUNT_MAX}] (PTX ISA, mbarrier: counts of a phase lie in [1, 2^20 - 1], "
+                        f"transaction counts in [0, 2^20 - 1]); the result is undefined")
+    return v
+
+
 @impl("mbarrier_init")
 def _mb_init(bar, count):
     th = me()
+    count = _count(count, 1, "the expected arrival count")
     with th.cl.lock:
         mbar(bar, create=count)
 
@@ -447,10 +489,10 @@ def _mb_name(bar, name, index=-1):
         cta.barrier_names[off] = name if int(index) < 0 else f"{name}[{int(index)}]"
 
 
-def mb_update(bar, arrivals=0, tx=0):
+def mb_update(bar, arrivals=0, tx=0, peer=False):
     th = me()
     with th.cl.lock:
-        return mbar(bar).update(th, arrivals, tx)
+        return mbar(bar, peer=peer).update(th, arrivals, tx)
 
 
 def complete_tx(th, m, nbytes):
@@ -459,10 +501,14 @@ def complete_tx(th, m, nbytes):
 
 
 IMPLS["mbarrier_arrive"] = lambda bar, scope="cta": mb_update(bar, arrivals=1)
-IMPLS["mbarrier_arrive_count"] = lambda bar, count, scope="cta": mb_update(bar, arrivals=int(count))
-IMPLS["mbarrier_arrive_expect_tx"] = lambda bar, tx, scope="cta": mb_update(bar, arrivals=1, tx=int(tx))
-IMPLS["mbarrier_expect_tx"] = lambda bar, tx, scope="cta": (mb_update(bar, tx=int(tx)), None)[1]
-IMPLS["mbarrier_arrive_cluster"] = lambda bar, cta, scope="cta": (mb_update(mapa(bar, cta), arrivals=1), None)[1]
+IMPLS["mbarrier_arrive_count"] = (
+    lambda bar, count, scope="cta": mb_update(bar, arrivals=_count(count, 1, "the arrival count")))
+IMPLS["mbarrier_arrive_expect_tx"] = (
+    lambda bar, tx, scope="cta": mb_update(bar, arrivals=1, tx=_count(tx, 0, "the transaction count")))
+IMPLS["mbarrier_expect_tx"] = (
+    lambda bar, tx, scope="cta": (mb_update(bar, tx=_count(tx, 0, "the transaction count")), None)[1])
+IMPLS["mbarrier_arrive_cluster"] = lambda bar, cta, scope="cta": (mb_update(mapa(bar, cta), arrivals=1, peer=True),
+                                                                           None)[1]
 
 
 def _observe(th, m, done):
@@ -518,5 +564,5 @@ IMPLS["mbarrier_wait_parity_timeout"] = (
 def _mb_inval(bar):
     th = me()
     with th.cl.lock:
-        cta, off = split(bar)
+        cta, off = split_local(bar)
         cta.mbarriers.pop(off, None)

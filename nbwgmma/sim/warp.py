@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout.fragment import ldmatrix_lane_map
-from .core import collective, me, split, warp_members
+from .address import split_local
+from .core import SimHazard, collective, me, warp_members
 from .declare import impl
 
 
@@ -17,8 +18,21 @@ def _lane_elements(trans):
 
 
 def _element_bytes(addr):
-    cta, off = split(addr)
+    cta, off = split_local(addr)
     return cta, np.arange(off, off + 2)
+
+
+def _check_rows(th, addrs, count, op):
+    """The row addresses the warp's lanes give (lanes ``0 .. 8 * count - 1``; the others' are
+    unused): the executing CTA's, each 16-byte aligned (PTX ISA, ldmatrix / stmatrix: "each
+    row ... address must be 16-byte aligned" for .m8n8 .b16 rows of 16 bytes)."""
+    for lane in range(8 * count):
+        a = int(addrs[lane])
+        split_local(a)
+        if a % 16:
+            raise SimHazard(f"thread {th.thread_id} ({op} at {th.where}): lane {lane}'s row address 0x{a:x} is not "
+                            f"16-byte aligned: each of the 8 * {count} rows must start at a 16-byte aligned address "
+                            f"(PTX ISA, {op})")
 
 
 @impl("ldmatrix")
@@ -26,6 +40,7 @@ def _ldmatrix(addr, num, trans=0):
     th = me()
     key, members = warp_members(th)
     addrs = collective(key, members, ("ldmatrix", int(num), int(trans)), int(addr))
+    _check_rows(th, addrs, int(num), "ldmatrix")
     lane = th.thread_id % 32
     out = []
     with th.cl.lock:
@@ -44,6 +59,7 @@ def _stmatrix(addr, regs, trans=0):
     th = me()
     key, members = warp_members(th)
     addrs = collective(key, members, ("stmatrix", len(regs), int(trans)), int(addr))
+    _check_rows(th, addrs, len(regs), "stmatrix")
     lane = th.thread_id % 32
     with th.cl.lock:
         for j, reg in enumerate(regs):

@@ -1,0 +1,55 @@
+"""Shared-memory addresses in the simulator: a CTA's 32-bit ``.shared`` address is an offset
+into its image (:mod:`nbwgmma.sim.cta`), with the CTA's rank in bits 24-31 in a cluster, as an
+H100 shows them (``mapa``'s ``.shared::cluster`` addresses). :func:`split` reads one back for
+the ``.shared::cluster`` forms, :func:`split_local` for the ``.shared::cta`` ones; an address
+naming no memory is a :class:`~nbwgmma.sim.core.SimHazard` at the kernel's line."""
+
+from __future__ import annotations
+
+from .core import RANK_SHIFT, SMEM_BYTES, SimHazard, me
+
+
+def split(addr):
+    """(CTA, offset) of a ``.shared::cluster`` address (own CTA's, or a ``mapa`` one); an
+    address naming no CTA of the cluster, or past a CTA's shared memory, is a hazard."""
+    th = me()
+    a = int(addr)
+    ctas = th.cl.ctas
+    rank, off = (a >> RANK_SHIFT) & 0xFF, a & ((1 << RANK_SHIFT) - 1)
+    head = f"thread {th.thread_id} ({th.op or 'a shared-memory access'} at {th.where}): shared address 0x{a:x}"
+    if not 0 <= a < 1 << 32 or off >= SMEM_BYTES:
+        raise SimHazard(f"{head} is past the CTA's {SMEM_BYTES >> 10} KiB shared memory (a 32-bit address, CTA "
+                        f"rank in bits {RANK_SHIFT}-31 in a cluster: an mbarrier's value or a global pointer "
+                        f"instead of smem_addr(...)?)")
+    if rank >= len(ctas):
+        has = (f"the cluster has {len(ctas)} CTAs (mapa's rank must be below cluster_nctarank())" if len(ctas) > 1
+               else "the launch has no clusters (a mapa address needs a launch with cluster=...)")
+        raise SimHazard(f"{head} names CTA rank {rank} (bits {RANK_SHIFT}-31), but {has}")
+    return ctas[rank], off
+
+
+#: The ``.shared::cluster`` form to name when a ``.shared::cta`` intrinsic is given a peer's address.
+CLUSTER_FORMS = {"mbarrier_arrive": "mbarrier_arrive_cluster(bar, cta)", "ld_shared_f32": "ld_shared_cluster_u32",
+                 "st_shared_f32": "st_shared_cluster_u32", "ld_shared_v4_b32": "ld_shared_cluster_u32",
+                 "st_shared_v4_b32": "st_shared_cluster_u32"}
+
+
+def split_local(addr):
+    """:func:`split` of a ``.shared::cta`` address, which must be the executing CTA's (PTX ISA,
+    "State Spaces": the ``.shared::cta`` window holds the CTA's own shared memory; a peer's
+    ``mapa`` address there is undefined)."""
+    cta, off = split(addr)
+    th = me()
+    if cta is not th.cta:
+        form = CLUSTER_FORMS.get(th.op)
+        use = (f"use {form} for a peer's" if form
+               else "it has no form for a peer's: pass this CTA's own address (smem_addr, not mapa)")
+        raise SimHazard(f"thread {th.thread_id} of CTA rank {th.cta.rank} ({th.op} at {th.where}): shared address "
+                        f"0x{int(addr):x} is CTA rank {cta.rank}'s (a mapa address), but {th.op} is a .shared::cta "
+                        f"instruction, which reaches only the executing CTA's shared memory (PTX ISA, state spaces: "
+                        f".shared::cta); {use}")
+    return cta, off
+
+
+def addr_of(cta, off):
+    return (cta.rank << RANK_SHIFT) | off if len(cta.cl.ctas) > 1 else off
