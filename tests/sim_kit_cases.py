@@ -103,7 +103,13 @@ def test_a_mapped_function_given_the_wrong_vectors_is_refused_at_the_kernels_lin
         assert f"{__file__}:" in str(exc.value), str(exc.value)
 
 
-def test_a_vector_that_is_not_1d_is_refused_at_the_kernels_line():
+@pytest.mark.parametrize("bias, message", [
+    (np.ones((1, 64), np.float32), r"vector 0 \(per column\) must be a 1-D array"),
+    # bf16 bits given for the default vtype f32: it added 16256.0 for 1.0
+    (np.full(64, 0x3F80, np.uint16), r"vector 0 \(per column\) is read as vtype 'f32' .*got array\(uint16, 1d.*"
+                                     r"\(bf16 bits need vtype='bf16'\)"),
+])
+def test_a_vector_of_the_wrong_shape_or_type_is_refused_at_the_kernels_line(bias, message):
     """In the simulator as in the compiler (tests/test_kit_cpu.py): the typing error, at the call."""
     from nbwgmma.intrinsics.errors import NbwgmmaTypingError
 
@@ -116,11 +122,31 @@ def test_a_vector_that_is_not_1d_is_refused_at_the_kernels_line():
         acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
 
     out = cuda.to_device(np.zeros((64, 64), np.float32))
-    bias = cuda.to_device(np.ones((1, 64), np.float32))
-    with pytest.raises(NbwgmmaTypingError, match=r"vector 0 \(per column\) must be a 1-D array") as exc:
-        launch(kernel, 1, 128, (out, bias))
+    with pytest.raises(NbwgmmaTypingError, match=message) as exc:
+        launch(kernel, 1, 128, (out, cuda.to_device(bias)))
     if config.ENABLE_CUDASIM:  # the simulator names the kernel's line
         assert f"{__file__}:" in str(exc.value), str(exc.value)
+
+
+@cuda.jit(device=True, inline=True)
+def _no_result(v, row, col):
+    v + np.float32(1.0)
+
+
+def test_a_mapped_function_that_returns_nothing_is_refused_at_the_kernels_line():
+    """In the simulator as in the compiler (tests/test_kit_cpu.py): every value came out NaN."""
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+
+    mapped = acc_map(_no_result, 64)
+
+    @cuda.jit
+    def kernel(out):
+        t = cuda.threadIdx.x
+        acc_store(mapped(acc_zeros("f32.bf16.bf16", 64), t, 0, 0), "f32.bf16.bf16", out, t, 0, 0)
+
+    out = cuda.to_device(np.zeros((64, 64), np.float32))
+    with pytest.raises(NbwgmmaTypingError, match=r"acc_map\(_no_result, n=64\): fn must return one number; got none"):
+        launch(kernel, 1, 128, (out,))
 
 
 @SIM_ONLY

@@ -7,7 +7,8 @@ from numba import cuda, types
 
 from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
 from nbwgmma.intrinsics.errors import NbwgmmaTypingError
-from nbwgmma.kit import TileScheduler, TmaPipeline, acc_map, col_values
+from nbwgmma.errors import KitError
+from nbwgmma.kit import TileScheduler, TmaPipeline, acc_absmax, acc_map, col_values, tma_store_part
 from nbwgmma.report import compile_report
 
 PIPE = TmaPipeline(4, consumers=2)
@@ -145,6 +146,160 @@ def test_a_vector_that_is_not_1d_is_a_typing_error_at_the_call():
     src, first = inspect.getsourcelines(_bias_2d.py_func)
     line = first + next(i for i, s in enumerate(src) if "_BIASED(" in s)
     assert str(exc.value).startswith(f"{__file__}:{line}: acc_map(_add_bias, n=64)"), str(exc.value)
+
+
+def _line_of(kernel, marker):
+    """The file line of ``kernel``'s source line holding ``marker``."""
+    import inspect
+
+    src, first = inspect.getsourcelines(kernel.py_func)
+    return first + next(i for i, s in enumerate(src) if marker in s)
+
+
+_BIASED_BF16 = acc_map(_add_bias, 64, cols=1, vtype="bf16")
+_VALUES_F16 = col_values(64, vtype="f16")
+
+
+@cuda.jit
+def _bias_bits_as_f32(out, bias, n):
+    t = cuda.threadIdx.x
+    acc = _BIASED(acc_zeros("f32.bf16.bf16", 64), t, 0, 0, bias[0:n])  # uint16 bf16 bits, read as f32
+    acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+
+@cuda.jit
+def _bias_f32_as_bits(out, bias, n):
+    t = cuda.threadIdx.x
+    acc = _BIASED_BF16(acc_zeros("f32.bf16.bf16", 64), t, 0, 0, bias[0:n])  # f32 values, read as bf16 bits
+    acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+
+@cuda.jit
+def _values_bits_as_f16(out, bias, n):
+    vals = _VALUES_F16(bias[0:n], cuda.threadIdx.x)  # uint16 bf16 bits, read as f16
+    out[0, 0] = vals[0]
+
+
+@pytest.mark.parametrize("kernel, vec, message", [
+    (_bias_bits_as_f32, types.uint16, r"acc_map\(_add_bias, n=64\): vector 0 \(per column\) is read as vtype 'f32' "
+                                      r"\(an array of float32, .*\); got array\(uint16, 1d, C\) \(bf16 bits need "
+                                      r"vtype='bf16'\)"),
+    (_bias_f32_as_bits, types.float32, r"acc_map\(_add_bias, n=64\): vector 0 \(per column\) is read as vtype "
+                                       r"'bf16' \(an array of uint16, int16\); got array\(float32, 1d, C\) "
+                                       r"\(float32 values need vtype='f32'\)"),
+    (_values_bits_as_f16, types.uint16, r"col_values\(n=64\): the vector is read as vtype 'f16' \(an array of "
+                                        r"float16\); got array\(uint16, 1d, C\) \(bf16 bits need vtype='bf16'\)"),
+])
+def test_a_vector_of_another_element_type_than_its_vtype_is_a_typing_error_at_the_call(kernel, vec, message):
+    """A uint16 array of bf16 bits read as the default vtype f32 added 16256.0 for 1.0, an f32
+    array read as bf16 bits 9e-41: the element type is checked against the vtype."""
+    with pytest.raises(NbwgmmaTypingError, match=message) as exc:
+        compile_report(kernel, (types.float32[:, ::1], vec[::1], types.int32))
+    line = _line_of(kernel, "bias[0:n]")
+    assert str(exc.value).startswith(f"{__file__}:{line}: "), str(exc.value)
+
+
+def test_the_element_types_each_vtype_reads_compile():
+    """bf16 bits as uint16 or int16, f16 as float16, f32 as float32 (or wider, or 32-bit integers)."""
+    for vtype, element in (("bf16", types.int16), ("f16", types.float16), ("f32", types.float64)):
+        mapped = acc_map(_add_bias, 64, cols=1, vtype=vtype)
+
+        @cuda.jit
+        def kernel(out, bias, n):
+            t = cuda.threadIdx.x
+            acc_store(mapped(acc_zeros("f32.bf16.bf16", 64), t, 0, 0, bias[0:n]), "f32.bf16.bf16", out, t, 0, 0)
+
+        compile_report(kernel, (types.float32[:, ::1], element[::1], types.int32))
+
+
+@cuda.jit(device=True, inline=True)
+def _same(v, row, col):
+    return v
+
+
+_PACKED128 = acc_map(_same, 128, pack="bf16")
+
+
+@cuda.jit
+def _store_wide_part(tmap, buf):
+    t = cuda.threadIdx.x
+    regs = _PACKED128(acc_zeros("f32.bf16.bf16", 128), t, 0, 0)
+    tma_store_part(regs, buf, t, 0, tmap, 0, 0)  # a 64 x 128 part's 32 registers into a 64 x 64 block
+
+
+def test_tma_store_part_of_a_wider_part_is_a_typing_error_naming_the_count():
+    """A 64 x 128 part's 32 packed registers went through the 64 x 64 block: stmatrix wrote past
+    it and half of C was never stored."""
+    with pytest.raises(NbwgmmaTypingError, match=r"tma_store_part: regs must be a tuple of 16 values \(a 64 x 64 "
+                                                 r"part's packed 16-bit pairs.*got a tuple of 32") as exc:
+        compile_report(_store_wide_part, (types.uint64, types.uint32))
+    line = _line_of(_store_wide_part, "tma_store_part(")
+    assert str(exc.value).startswith(f"{__file__}:{line}: "), str(exc.value)
+
+
+@pytest.mark.parametrize("width", [0, 12, 264, 64.0, True])
+def test_acc_absmax_of_a_width_that_is_not_a_wgmma_n_is_a_kit_error(width):
+    with pytest.raises(KitError, match=rf"acc_absmax: width must be a wgmma N.*got {width!r}"):
+        acc_absmax(width)
+
+
+_LARGEST64 = acc_absmax(64)
+
+
+@cuda.jit
+def _absmax_wide(out, n):
+    out[0] = _LARGEST64(acc_zeros("f32.bf16.bf16", 128), cuda.threadIdx.x, 0, 0, n, n)  # 64 values, not 32
+
+
+@cuda.jit
+def _absmax_short(out, n):
+    out[0] = _LARGEST64(acc_zeros("f32.bf16.bf16", 32), cuda.threadIdx.x, 0, 0, n, n)  # 16 values, not 32
+
+
+@pytest.mark.parametrize("kernel, got", [(_absmax_wide, 64), (_absmax_short, 16)])
+def test_acc_absmax_of_a_fragment_of_another_width_is_a_typing_error_at_the_call(kernel, got):
+    """A 128-column fragment silently gave its first half's maximum; a short one a raw "tuple index
+    out of range"."""
+    with pytest.raises(NbwgmmaTypingError, match=rf"acc_absmax\(64\): v must be a tuple of 32 values .*got a tuple "
+                                                 rf"of {got}") as exc:
+        compile_report(kernel, (types.float32[::1], types.int32))
+    assert str(exc.value).startswith(f"{__file__}:{_line_of(kernel, '_LARGEST64(')}: "), str(exc.value)
+
+
+@cuda.jit(device=True, inline=True)
+def _returns_nothing(v, row, col):
+    v + np.float32(1.0)
+
+
+@cuda.jit(device=True, inline=True)
+def _returns_pair(v, row, col):
+    return v, v
+
+
+_NOTHING = acc_map(_returns_nothing, 64)
+_PAIR = acc_map(_returns_pair, 64)
+
+
+@cuda.jit
+def _map_nothing(out):
+    t = cuda.threadIdx.x
+    acc_store(_NOTHING(acc_zeros("f32.bf16.bf16", 64), t, 0, 0), "f32.bf16.bf16", out, t, 0, 0)
+
+
+@cuda.jit
+def _map_pair(out):
+    t = cuda.threadIdx.x
+    acc_store(_PAIR(acc_zeros("f32.bf16.bf16", 64), t, 0, 0), "f32.bf16.bf16", out, t, 0, 0)
+
+
+@pytest.mark.parametrize("kernel, name, got", [(_map_nothing, "_returns_nothing", "none"),
+                                               (_map_pair, "_returns_pair", r"UniTuple\(float32 x 2\)")])
+def test_a_mapped_function_that_returns_no_number_is_a_typing_error_at_the_call(kernel, name, got):
+    """Numba's error named no line (and the simulator gave NaN everywhere)."""
+    with pytest.raises(NbwgmmaTypingError, match=rf"acc_map\({name}, n=64\): fn must return one number; got {got}") \
+            as exc:
+        compile_report(kernel, (types.float32[:, ::1],))
+    assert str(exc.value).startswith(f"{__file__}:{_line_of(kernel, 'acc_store(')}: "), str(exc.value)
 
 
 @pytest.mark.parametrize("nunits, ctas", [(1, 1), (7, 2), (264, 132), (300, 132), (1000, 132), (17, 4)])
@@ -323,7 +478,7 @@ def test_cooperative_and_the_scheduler_check_the_cluster_direction():
     with pytest.raises(ValueError, match="multicast .* must be 'A' or 'B'; got 'C'"):
         Cooperative("f32.bf16.bf16", MC_PIPE, 256, 128, blocks=2, multicast="C")
     with pytest.raises(ValueError, match="splits A's 64 rows into whole swizzle atoms .* got bm=64"):
-        Cooperative("f32.bf16.bf16", TmaPipeline(4, consumers=1, cluster=16), 64, 128, multicast="A")
+        Cooperative("f32.bf16.bf16", TmaPipeline(4, consumers=1, cluster=3), 64, 128, multicast="A")
     with pytest.raises(ValueError, match="along .* must be 'M' or 'N'; got 'K'"):
         TileScheduler(256, 128, 64, cluster=2, along="K")
     sched = TileScheduler(256, 128, 64, cluster=2, along="N")
@@ -371,7 +526,7 @@ def test_a_block_that_cannot_be_built_is_a_kit_error_naming_it():
 
     with pytest.raises(KitError, match=r"^TmaPipeline: stages must be an integer in \[1, 32\]; got 0"):
         TmaPipeline(0, 2)
-    with pytest.raises(KitError, match=r"^Cooperative: bn must be a wgmma N .* got 132"):
+    with pytest.raises(KitError, match=r"^Cooperative: bn must be a multiple of 8 in \[8, 256\] with K-major B; got 132"):
         Cooperative("f32.bf16.bf16", TmaPipeline(3, 2), 128, 132)
     with pytest.raises(KindError, match=r"unknown type combination 'f32.bf16.f16'"):
         Cooperative("f32.bf16.f16", TmaPipeline(3, 2), 128, 128)
@@ -397,3 +552,62 @@ def test_acc_map_of_something_not_a_function_is_a_kit_error_at_the_call():
 
     with pytest.raises(KitError, match=r"^acc_map: fn must be a device function .* got int 5"):
         acc_map(5, 64)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((128, 128, 64, "K", "K", 3, "B"), "a cluster of 3 splits B's 128 rows into whole swizzle atoms"),  # 42-row boxes
+    ((128, 100, 64, "K", "MN", 1, "B"), r"bn must be a multiple of 64 in \[64, 256\] with MN-major B; got 100"),
+    ((128, 100, 64, "K", "K", 1, "B"), r"bn must be a multiple of 8 in \[8, 256\] with K-major B; got 100"),
+    ((96, 128, 64, "K", "K", 1, "B"), "bm must be 64, 128, 192 or 256; got 96"),
+    ((128, 128, 64, "K", "K", 16, "B"), r"cluster must be an integer in \[1, 8\]"),
+    ((128, 128, 48, "K", "K", 1, "B"), "bk must be 128 bytes of K in elements"),
+    ((128, 128, 64, "K", "K", 2, "C"), "multicast .* must be 'A' or 'B'; got 'C'"),
+])
+def test_operand_loads_refuse_shares_that_do_not_tile_the_stage(args, message):
+    """A cluster of 3 gave 42-row boxes (126 of 128 rows); 100 MN-major columns dropped 36."""
+    from nbwgmma.kit import operand_loads
+
+    with pytest.raises(KitError, match=r"operand_loads: " + message):
+        operand_loads(*args)
+
+
+def test_kit_blocks_take_numpy_integers_and_refuse_clusters_past_8():
+    assert TmaPipeline(np.int64(4), np.int32(2)).stages == 4
+    assert TileScheduler(np.int32(128), 128, np.int64(64)).bm == 128
+    with pytest.raises(KitError, match=r"TmaPipeline: cluster must be an integer in \[1, 8\]; got 16"):
+        TmaPipeline(4, 2, cluster=16)
+    with pytest.raises(KitError, match="TileScheduler: cluster must be at most 8 CTAs"):
+        TileScheduler(128, 128, 64, cluster=16)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((128, 128, 64, 0), "ctas must be an integer of at least 1; got 0"),
+    ((-5, 128, 64, 132), "m must be an integer of at least 0; got -5"),
+])
+def test_scheduler_grid_checks_its_sizes(args, message):
+    with pytest.raises(KitError, match=r"TileScheduler.grid: " + message):
+        TileScheduler(128, 128, 64).grid(*args)
+    # fewer CTAs than a cluster: one cluster (the simulator's one-SM grids)
+    assert TileScheduler(128, 128, 64, cluster=2).grid(1024, 1024, 64, 1) == 2
+
+
+def test_activation_checks_the_output_type():
+    from nbwgmma.kit import activation
+
+    with pytest.raises(KitError, match=r"activation: out \(the output's type\) must be one of .*got 'f64'"):
+        activation("relu", "f64")
+
+
+@cuda.jit
+def _init_with_the_array(out):
+    bars = cuda.shared.array(NBARS, np.uint64)
+    if cuda.threadIdx.x == 0:
+        PIPE.init(bars)  # the array, not smem_addr(bars)
+
+
+def test_pipeline_init_given_the_barrier_array_names_smem_addr():
+    """The message was about an array of float64 (``ring + 8 * s`` of a uint64 array)."""
+    with pytest.raises(NbwgmmaTypingError, match=r"TmaPipeline.init: ring must be an integer shared-memory address "
+                                                 r"\(smem_addr\(bars\).*got array\(uint64, 1d, C\)") as exc:
+        compile_report(_init_with_the_array, (types.uint64[::1],))
+    assert str(exc.value).startswith(f"{__file__}:{_line_of(_init_with_the_array, 'PIPE.init(')}: "), str(exc.value)

@@ -45,12 +45,10 @@ from typing import Any, Callable, Sequence
 
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
-from numba.core.extending import intrinsic
 
 from .. import backend
 from . import errors
-from .errors import NbwgmmaLiteralError, NbwgmmaTypingError
+from .errors import NbwgmmaLiteralError, NbwgmmaTypingError, checked_intrinsic
 
 __all__ = [
     "ArrayPtr",
@@ -60,12 +58,13 @@ __all__ = [
     "Pred",
     "Reg",
     "ptx_intrinsic",
+    "ranged",
     "CONSTRAINTS",
     "NbwgmmaTypingError",
     "NbwgmmaLiteralError",
 ]
 
-# Typing errors of every intrinsic (declared here or by hand with @intrinsic) are
+# Typing errors of every intrinsic (declared here, or by hand with errors.checked_intrinsic) are
 # reported at the kernel's call: see errors.py.
 errors.install()
 
@@ -98,11 +97,25 @@ class Reg:
 
     Any scalar converts to it, except a float to an integer register: that is a
     typing error (a descriptor, address or count given as a float is a mistake).
+    ``rule`` is a predicate the value must meet (PTX's range of the operand,
+    described by ``expect`` in error messages), checked at typing where the
+    argument is a compile-time literal; a run-time value stays unchecked (the
+    simulator checks those).
     """
 
     name: str
     ty: types.Type
     default: Any = _NO_DEFAULT
+    rule: Callable[[int], bool] | None = None
+    expect: str | None = None
+
+
+def ranged(name: str, ty: types.Type, lo: int, hi: int, step: int = 1, source: str = "") -> Reg:
+    """A :class:`Reg` whose literal must be a multiple of ``step`` in [``lo``, ``hi``], the rule
+    that the PTX ISA section ``source`` states."""
+    what = f"a multiple of {step}" if step > 1 else "an integer"
+    return Reg(name, ty, rule=lambda v: lo <= v <= hi and v % step == 0,
+               expect=f"{what} in [{lo}, {hi}]{f' (PTX ISA: {source})' if source else ''}")
 
 
 @dataclass(frozen=True)
@@ -224,6 +237,16 @@ def _reject_float(name, argname, given, regty, what, shown):
             f"{name}: argument '{argname}' must be {what}; got {shown} "
             f"(no implicit float conversion: convert it explicitly if that is meant)"
         )
+
+
+def _check_literal_rule(name, p: Reg, given):
+    """A literal argument ``given`` for register ``p`` that breaks ``p.rule`` is an error that
+    the call's retyping with the plain type cannot clear (``final``)."""
+    if p.rule is None or not isinstance(given, types.IntegerLiteral):
+        return
+    value = given.literal_value
+    if not p.rule(value):
+        raise NbwgmmaTypingError(f"{name}: argument '{p.name}' must be {p.expect}; got {value!r}", final=True)
 
 
 def _lower_operand_value(context, builder, val, fromty, toty):
@@ -439,6 +462,7 @@ def ptx_intrinsic(
                     _reject_float(name, p.name, base, types.uint32, "an integer or boolean", ty)
                 else:
                     _reject_float(name, p.name, base, p.ty, f"an integer (a {p.ty} register)", ty)
+                    _check_literal_rule(name, p, ty)
         if validate is not None:
             validate(imms, argtypes)
         out_list = list(outs(**imms) if callable(outs) else outs)
@@ -452,7 +476,7 @@ def ptx_intrinsic(
                                          *user_sig.parameters.values()])
 
     def definition(typingctx, *args, **kwargs):
-        bound = pysig.bind(typingctx, *args, **kwargs)
+        bound = pysig.bind(typingctx, *args, **kwargs)  # (checked_intrinsic: bound before this runs)
         argtypes = {}
         for p in params:
             if p.name in bound.arguments:
@@ -478,7 +502,7 @@ def ptx_intrinsic(
     definition.__name__ = name
     definition.__qualname__ = name
     definition.__doc__ = doc
-    fn = intrinsic(prefer_literal=True)(definition)
+    fn = checked_intrinsic(definition, prefer_literal=True)
     fn.__doc__ = doc
     fn.__signature__ = user_sig  # inspect.signature: the kernel's arguments, not Numba's typingctx
     fn.ptx_template = template

@@ -7,7 +7,7 @@ and "Miscellaneous Instructions: setmaxnreg, trap".
 
 from __future__ import annotations
 
-from ._asm import Imm, Out, Reg, ptx_intrinsic, u32
+from ._asm import Imm, Out, ptx_intrinsic, ranged, u32
 
 __all__ = [
     "named_barrier_sync",
@@ -46,7 +46,7 @@ named_barrier_sync = ptx_intrinsic(
 named_barrier_sync_id = ptx_intrinsic(
     "named_barrier_sync_id",
     "bar.sync $barrier_id, $nthreads;",
-    params=[Reg("barrier_id", u32), _NTHREADS],
+    params=[ranged("barrier_id", u32, 0, 15, source="bar, barrier"), _NTHREADS],
     doc="``bar.sync id, nthreads`` with the barrier id in a register (PTX ISA: bar, barrier: "
     "operand ``a`` may be a register), e.g. ``named_barrier_sync_id(1 + warpgroup, 128)``: one "
     "barrier per warpgroup without a branch per id. The id must be in [0, 15] and the same "

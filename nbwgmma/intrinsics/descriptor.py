@@ -8,9 +8,15 @@ same bits as :func:`make_desc`; ``swizzle_code`` comes from
 
 from __future__ import annotations
 
-from ._asm import Out, Reg, ptx_intrinsic, u32, u64
+from ..layout.descriptor import SWIZZLE_CODE
+from ._asm import Out, Reg, ptx_intrinsic, ranged, u32, u64
 
 __all__ = ["make_desc", "desc_advance"]
+
+# An address, offset or stride field holds bytes / 16 in 14 bits (PTX ISA: "Matrix Descriptor
+# Format"): a literal outside would lose its low 4 bits or its high ones.
+_FIELD = "Matrix Descriptor Format, 14 bits of 16-byte units"
+_CODE_NAMES = ", ".join(f"{c} ({s})" for s, c in sorted(SWIZZLE_CODE.items(), key=lambda sc: sc[1]))
 
 # Device side: 32-bit arithmetic in PTX. Written in Python, the fields would be computed
 # in 64-bit integers (Numba widens every integer operation), and each wgmma K step would
@@ -27,7 +33,10 @@ bfe.u32 %nbw_hi, $sbo, 4, 14;
 bfi.b32 %nbw_hi, $swizzle_code, %nbw_hi, 30, 2;
 mov.b64 $desc, {%nbw_lo, %nbw_hi};
 }""",
-    params=[Reg("addr", u32), Reg("lbo", u32), Reg("sbo", u32), Reg("swizzle_code", u32)],
+    params=[ranged("addr", u32, 0, 2**18 - 16, 16, _FIELD), ranged("lbo", u32, 0, 2**18 - 16, 16, _FIELD),
+            ranged("sbo", u32, 0, 2**18 - 16, 16, _FIELD),
+            Reg("swizzle_code", u32, rule=lambda v: v in SWIZZLE_CODE.values(),
+                expect=f"one of {_CODE_NAMES} (PTX ISA: Matrix Descriptor Format, a 2-bit field)")],
     outs=[Out("desc", u64)],
     memory=False,
     side_effect=False,
@@ -45,7 +54,7 @@ shr.u32 %nbw_t, $nbytes, 4;
 add.u32 %nbw_lo, %nbw_lo, %nbw_t;
 mov.b64 $out, {%nbw_lo, %nbw_hi};
 }""",
-    params=[Reg("desc", u64), Reg("nbytes", u32)],
+    params=[Reg("desc", u64), ranged("nbytes", u32, 0, 2**18 - 16, 16, _FIELD)],
     outs=[Out("out", u64)],
     memory=False,
     side_effect=False,

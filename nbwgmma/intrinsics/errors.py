@@ -29,6 +29,8 @@ error (a misuse of Numba's own functions) keep Numba's error unchanged.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import linecache
 import os
 import threading
@@ -37,7 +39,7 @@ from numba.core.errors import NumbaTypeError, RequireLiteralValue, TypingError
 
 from ..errors import NbwgmmaError, own_source
 
-__all__ = ["NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install"]
+__all__ = ["NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install", "checked_intrinsic"]
 
 #: Environment variable that appends Numba's full typing report to nbwgmma's errors.
 FULL_ERRORS_ENV = "NBWGMMA_FULL_TYPING_ERRORS"
@@ -72,12 +74,16 @@ class NbwgmmaTypingError(NumbaTypeError, NbwgmmaError):
     function)`` of the calls that led there, innermost first, when the call is in
     a device function); ``numba_report`` (Numba's full text, which the message
     includes only when the environment variable ``NBWGMMA_FULL_TYPING_ERRORS`` is
-    set to 1).
+    set to 1); ``final`` (made with ``final=True``: the call fails with it even where
+    Numba's second typing, without literal argument types, succeeds).
     """
 
-    def __init__(self, msg, loc=None, highlighting=True):
+    def __init__(self, msg, loc=None, highlighting=True, final=False):
         super().__init__(msg, loc=loc, highlighting=highlighting)
         self.message = msg
+        # A literal argument that breaks a rule (an mbarrier count of 0): Numba retypes the call
+        # with the literal's plain type, which then passes, so the call fails even so.
+        self.final = final
         self.filename = None
         self.line = None
         self.function = None
@@ -96,6 +102,42 @@ class NbwgmmaLiteralError(NbwgmmaTypingError, RequireLiteralValue):
     Also a ``numba.core.errors.RequireLiteralValue``, the class Numba uses for
     this case.
     """
+
+
+def _shown(ty) -> str:
+    """An argument's Numba type as a message shows it: a literal (or an omitted default) as its value."""
+    for attr in ("literal_value", "value"):  # types.Literal, types.Omitted
+        if hasattr(ty, attr):
+            return repr(getattr(ty, attr))
+    return str(ty)
+
+
+def checked_intrinsic(definition=None, *, name: str | None = None, prefer_literal: bool = False):
+    """``numba.core.extending.intrinsic`` of ``definition`` (a typing function ``(typingctx,
+    *args)``) whose call with arguments its signature cannot bind (too many, too few, an unknown
+    keyword) is an :class:`NbwgmmaTypingError` naming the intrinsic (``name``, else the
+    definition's) and its signature, at the kernel's line: Python's own ``TypeError`` escaped
+    Numba's typing with neither. Use it as ``@checked_intrinsic`` or
+    ``@checked_intrinsic(prefer_literal=True, name=...)``."""
+    from numba.core.extending import intrinsic
+
+    if definition is None:
+        return functools.partial(checked_intrinsic, name=name, prefer_literal=prefer_literal)
+    sig = inspect.signature(definition)
+    shown_sig = sig.replace(parameters=list(sig.parameters.values())[1:])  # without typingctx
+    called = name or definition.__name__
+
+    @functools.wraps(definition)
+    def checked(typingctx, *args, **kwargs):
+        try:
+            sig.bind(typingctx, *args, **kwargs)
+        except TypeError as e:
+            given = ", ".join([_shown(a) for a in args] + [f"{k}={_shown(v)}" for k, v in kwargs.items()])
+            raise NbwgmmaTypingError(f"{called}: {e}: its signature is {called}{shown_sig}; "
+                                     f"got {called}({given})") from None
+        return definition(typingctx, *args, **kwargs)
+
+    return intrinsic(prefer_literal=prefer_literal)(checked)
 
 
 def _full_errors_wanted() -> bool:
@@ -123,11 +165,12 @@ def _render(err: NbwgmmaTypingError) -> str:
     return "\n".join(lines)
 
 
-def _located(first: NbwgmmaTypingError, loc, function: str, numba_error: Exception) -> NbwgmmaTypingError:
-    """``first`` as raised by the call at ``loc`` (a Numba ``Loc``) in ``function``."""
+def _located(first: NbwgmmaTypingError, loc, function: str, numba_error) -> NbwgmmaTypingError:
+    """``first`` as raised by the call at ``loc`` (a Numba ``Loc``) in ``function`` (Numba's
+    error, or None where Numba's typing of the call succeeded)."""
     err = type(first)(first.message, highlighting=False)
     err.filename, err.line, err.function = loc.filename, loc.line, function
-    err.numba_report = str(numba_error)
+    err.numba_report = str(numba_error) if numba_error is not None else first.message
     err.args = (_render(err),)
     return err
 
@@ -160,7 +203,7 @@ def _wrap_resolve(resolve, typing_errors):
         stack = _open_calls()
         stack.append(noted)
         try:
-            return resolve(self, typeinfer, typevars, fnty)
+            result = resolve(self, typeinfer, typevars, fnty)
         except typing_errors as e:
             if not noted:
                 hint = _array_shape_hint(self, typevars, fnty)
@@ -168,6 +211,12 @@ def _wrap_resolve(resolve, typing_errors):
                     raise
                 NbwgmmaTypingError(hint)  # noted in ``noted`` by its constructor
             error = e
+        else:
+            # typed, but the literal arguments' attempt broke a rule the plain types' cannot see
+            noted = [n for n in noted if n.final and n.line is None]
+            if not noted:
+                return result
+            error = None
         finally:
             stack.pop()
         function = getattr(typeinfer.func_id, "func_qualname", "?")

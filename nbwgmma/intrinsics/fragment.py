@@ -14,11 +14,10 @@ from __future__ import annotations
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.core.extending import intrinsic
 
 from .. import backend
 from ..layout.kinds import WGMMA_KINDS, WgmmaKind
-from .errors import NbwgmmaLiteralError, NbwgmmaTypingError
+from .errors import NbwgmmaLiteralError, NbwgmmaTypingError, checked_intrinsic
 
 __all__ = [
     "acc_zeros",
@@ -72,7 +71,7 @@ def _const_acc(name, fill):
 
     make.__name__ = make.__qualname__ = name  # (help() and reprs name the helper, not "make")
     make.__doc__ = None
-    return intrinsic(prefer_literal=True)(make)
+    return checked_intrinsic(make, prefer_literal=True)
 
 
 acc_zeros = _const_acc("acc_zeros", 0)
@@ -197,7 +196,7 @@ def _clipped_access(context, builder, sig, args, count, one, pair):
             clipped()
 
 
-@intrinsic(prefer_literal=True)
+@checked_intrinsic(prefer_literal=True)
 def acc_store(typingctx, acc, kind, out, tid, row0, col0):
     """``acc_store(acc, kind, out, tid, row0, col0)``: write the fragment into the 2-D array
     ``out`` (global or shared) at ``out[row0 + row, col0 + col]``, skipping elements outside
@@ -238,7 +237,7 @@ def acc_store(typingctx, acc, kind, out, tid, row0, col0):
 FP8_FORMATS = ("e4m3", "e5m2")
 
 
-@intrinsic(prefer_literal=True)
+@checked_intrinsic(prefer_literal=True)
 def acc_store_fp8(typingctx, acc, kind, out, tid, row0, col0, fmt):
     """``acc_store_fp8(acc, kind, out, tid, row0, col0, fmt)``: write an f32 fragment into the
     2-D ``uint8`` array ``out`` as fp8 codes of ``fmt`` ("e4m3" or "e5m2", a literal) at
@@ -275,7 +274,7 @@ def acc_store_fp8(typingctx, acc, kind, out, tid, row0, col0, fmt):
 
 
 def _map_acc(name, op):
-    @intrinsic(prefer_literal=True)
+    @checked_intrinsic(prefer_literal=True, name=name)
     def fn(typingctx, acc, other):
         if not (isinstance(acc, types.UniTuple) and acc.dtype in (types.float32, types.int32)):
             raise NbwgmmaTypingError(f"{name}: expected an f32 or s32 accumulator tuple; got {acc}")
@@ -315,7 +314,7 @@ acc_scale.__doc__ = "``acc_scale(acc, s)``: elementwise product with a scalar or
 
 
 def _pack16(name, op):
-    @intrinsic
+    @checked_intrinsic(name=name)
     def fn(typingctx, acc):
         if not (isinstance(acc, types.UniTuple) and acc.dtype == types.float32 and acc.count % 2 == 0):
             raise NbwgmmaTypingError(f"{name}: expected an f32 accumulator tuple; got {acc}")
@@ -342,7 +341,7 @@ acc_to_f16x2 = _pack16("acc_to_f16x2", "rn.f16x2")
 acc_to_f16x2.__doc__ = "``cvt.rn.f16x2.f32`` (PTX ISA: cvt) over a fragment, as :func:`acc_to_bf16x2`."
 
 
-@intrinsic(prefer_literal=True)
+@checked_intrinsic(prefer_literal=True)
 def acc_load(typingctx, kind, n, src, tid, row0, col0):
     """``acc = acc_load(kind, n, src, tid, row0, col0)``: an f32/s32 accumulator fragment read
     from the 2-D array ``src`` (global or shared) at ``src[row0 + row, col0 + col]`` in the
@@ -404,7 +403,7 @@ def _strided_pointers(context, builder, sig, args, count):
         yield builder.gep(arr.data, [idx])
 
 
-@intrinsic
+@checked_intrinsic
 def acc_store_strided(typingctx, acc, out, start, stride):
     """``acc_store_strided(acc, out, start, stride)``: value ``i`` of this thread's fragment
     to ``out[start + i * stride]`` (a 1-D array of the accumulator's type, no bounds check).
@@ -421,7 +420,7 @@ def acc_store_strided(typingctx, acc, out, start, stride):
     return types.void(acc, out, start, stride), codegen
 
 
-@intrinsic
+@checked_intrinsic
 def acc_add_strided(typingctx, acc, src, start, stride):
     """``acc = acc_add_strided(acc, src, start, stride)``: ``acc`` plus ``src[start + i * stride]``
     for each value ``i`` (the inverse layout of :func:`acc_store_strided`), one value at a

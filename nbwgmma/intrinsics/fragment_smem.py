@@ -11,18 +11,17 @@ from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
-from numba.core.extending import intrinsic
 
 from .. import backend
 from ..layout.descriptor import SWIZZLE_BYTES, SWIZZLE_MASK
 from ..layout.fragment import EXCHANGE_QUAD
-from .errors import NbwgmmaTypingError
+from .errors import NbwgmmaTypingError, checked_intrinsic
 from .fragment import FP8_FORMATS, acc_kind_of, check_int_args, cvt_pair, ir_value_coords, literal_arg
 
 __all__: list = []
 
 
-@intrinsic(prefer_literal=True)
+@checked_intrinsic(prefer_literal=True)
 def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
     """``acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle)``: write a 32-bit
     accumulator (f32 or s32) into shared memory as column blocks of ``row_bytes // 4``
@@ -76,7 +75,7 @@ def acc_store_swizzled(typingctx, acc, kind, base, tid, row_bytes, swizzle):
 __all__ += ["acc_store_swizzled"]
 
 
-@intrinsic(prefer_literal=True)
+@checked_intrinsic(prefer_literal=True)
 def acc_store_fp8_swizzled(typingctx, acc, base, tid, row_bytes, swizzle, fmt):
     """``acc_store_fp8_swizzled(acc, base, tid, row_bytes, swizzle, fmt)``: write an f32
     accumulator into shared memory as fp8 codes of ``fmt`` ("e4m3" or "e5m2"), in column blocks
@@ -137,7 +136,7 @@ def _stmatrix_asm(count, trans=""):
                         ",".join(["r"] * (count + 1)) + ",~{memory}", side_effect=True)
 
 
-@intrinsic(prefer_literal=True)
+@checked_intrinsic(prefer_literal=True)
 def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
     """``acc_stmatrix_swizzled(regs, base, tid, row_bytes, swizzle)``: store a 16-bit
     accumulator (``regs``: the ``N/4`` packed u32 registers of :func:`acc_to_bf16x2` or
@@ -210,7 +209,7 @@ def acc_stmatrix_swizzled(typingctx, regs, base, tid, row_bytes, swizzle):
 
 __all__ += ["acc_stmatrix_swizzled"]
 
-@intrinsic
+@checked_intrinsic
 def acc_stmatrix_transposed(typingctx, regs, base, tid):
     """``acc_stmatrix_transposed(regs, base, tid)``: store a 16-bit accumulator (``regs``: the
     ``N/4`` packed u32 registers of :func:`acc_to_bf16x2` or :func:`acc_to_f16x2`, a multiple of
@@ -265,7 +264,7 @@ def _check_exchange(name, acc):
         raise NbwgmmaTypingError(f"{name}: expected an f32 accumulator fragment (a multiple of 4 values); got {acc}")
 
 
-@intrinsic
+@checked_intrinsic
 def acc_send_cluster(typingctx, acc, base, bar, cta, tid):
     """``acc_send_cluster(acc, base, bar, cta, tid)``: send a warpgroup's f32 accumulator to CTA
     ``cta`` of the cluster: one ``st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32``
@@ -297,7 +296,7 @@ def acc_send_cluster(typingctx, acc, base, bar, cta, tid):
     return types.void(acc, base, bar, cta, tid), codegen
 
 
-@intrinsic
+@checked_intrinsic
 def acc_add_shared(typingctx, acc, base, tid):
     """``acc_add_shared(acc, base, tid)``: ``acc`` plus the f32 fragment stored at the
     ``.shared::cta`` address ``base`` (16-byte aligned) in the layout of

@@ -23,10 +23,10 @@ import os
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.core.extending import intrinsic
 
 from .. import backend
-from ._asm import Imm, Out, Reg, ptx_intrinsic, u32, u64
+from ._asm import Imm, Out, Reg, ptx_intrinsic, ranged, u32, u64
+from .errors import checked_intrinsic
 
 __all__ = [
     "mbarrier_init",
@@ -50,12 +50,16 @@ __all__ = [
 ]
 
 _BAR = Reg("bar", u32)
+# The counts of an mbarrier's phase live in 20 bits (PTX ISA: "Contents of the mbarrier object"):
+# 1 to 2^20 - 1 expected arrivals, 0 to 2^20 - 1 transaction bytes at a time
+_COUNT = ranged("count", u32, 1, 2**20 - 1, source="Contents of the mbarrier object, arrival counts")
+_TX = ranged("tx", u32, 0, 2**20 - 1, source="Contents of the mbarrier object, tx-count")
 _SCOPE = Imm("scope", choices=("cta", "cluster"), default="cta")
 
 mbarrier_init = ptx_intrinsic(
     "mbarrier_init",
     "mbarrier.init.shared::cta.b64 [$bar], $count;",
-    params=[_BAR, Reg("count", u32)],
+    params=[_BAR, _COUNT],
     doc="``mbarrier.init.shared::cta.b64`` (PTX ISA: mbarrier.init). Set the expected "
     "arrival count of the barrier at ``bar`` to ``count`` and its phase to 0.",
 )
@@ -72,7 +76,7 @@ mbarrier_arrive = ptx_intrinsic(
 mbarrier_arrive_count = ptx_intrinsic(
     "mbarrier_arrive_count",
     "mbarrier.arrive.release.$scope.shared::cta.b64 $state, [$bar], $count;",
-    params=[_BAR, Reg("count", u32), _SCOPE],
+    params=[_BAR, _COUNT, _SCOPE],
     outs=[Out("state", u64)],
     doc="``mbarrier.arrive.release.{scope}.shared::cta.b64 state, [bar], count`` (PTX ISA: "
     "mbarrier.arrive). Arrive ``count`` times at once; return the phase state.",
@@ -81,7 +85,7 @@ mbarrier_arrive_count = ptx_intrinsic(
 mbarrier_arrive_expect_tx = ptx_intrinsic(
     "mbarrier_arrive_expect_tx",
     "mbarrier.arrive.expect_tx.release.$scope.shared::cta.b64 $state, [$bar], $tx;",
-    params=[_BAR, Reg("tx", u32), _SCOPE],
+    params=[_BAR, _TX, _SCOPE],
     outs=[Out("state", u64)],
     doc="``mbarrier.arrive.expect_tx.release.{scope}.shared::cta.b64`` (PTX ISA: "
     "mbarrier.arrive). Raise the pending transaction count by ``tx`` bytes, then arrive.",
@@ -90,7 +94,7 @@ mbarrier_arrive_expect_tx = ptx_intrinsic(
 mbarrier_expect_tx = ptx_intrinsic(
     "mbarrier_expect_tx",
     "mbarrier.expect_tx.relaxed.$scope.shared::cta.b64 [$bar], $tx;",
-    params=[_BAR, Reg("tx", u32), _SCOPE],
+    params=[_BAR, _TX, _SCOPE],
     doc="``mbarrier.expect_tx.relaxed.{scope}.shared::cta.b64`` (PTX ISA: mbarrier.expect_tx). "
     "Raise the pending transaction count by ``tx`` bytes without arriving.",
 )
@@ -212,7 +216,7 @@ def _debug_wait(name, timed, argname, argty, argfmt):
     """``name`` in debug mode: the timed loop, and on a timeout a message and ``trap``."""
     timeout_ns = int(DEBUG_WAIT_TIMEOUT_S * 1e9)
 
-    @intrinsic(prefer_literal=True)
+    @checked_intrinsic(prefer_literal=True, name=name)
     def fn(typingctx, bar, arg, scope=types.Omitted("cta")):
         sig_t, cg_t = timed._defn(typingctx, bar, arg, types.uint64, scope)
         ret_sig = types.void(bar, arg, scope)

@@ -26,7 +26,7 @@ as the fill value and are not stored.
 
 from __future__ import annotations
 
-from ._asm import ArrayPtr, Imm, Reg, ptx_intrinsic, u32, u64
+from ._asm import ArrayPtr, Imm, Reg, ptx_intrinsic, ranged, u32, u64
 from numba import types
 
 __all__ = [
@@ -43,6 +43,12 @@ __all__ = [
 RANKS = (1, 2, 3, 4, 5)
 #: Reduction operations of cp.reduce.async.bulk.tensor (the type decides which are legal).
 TMA_REDUCE_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor")
+
+
+# A bulk copy's size is a multiple of 16 (PTX ISA: cp.async.bulk); into shared memory it also
+# completes as an mbarrier's transaction bytes, at most 2^20 - 1
+_G2S_BYTES = ranged("nbytes", u32, 0, 2**20 - 16, 16, "cp.async.bulk, and the mbarrier tx-count it completes")
+_S2G_BYTES = ranged("nbytes", u32, 0, 2**32 - 16, 16, "cp.async.bulk")
 
 
 def _coords(rank):
@@ -145,7 +151,7 @@ prefetch_tensormap = ptx_intrinsic(
 bulk_copy_g2s = ptx_intrinsic(
     "bulk_copy_g2s",
     "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$dst], [$src], $nbytes, [$bar];",
-    params=[Reg("dst", u32), Reg("src", u64), Reg("nbytes", u32), Reg("bar", u32)],
+    params=[Reg("dst", u32), Reg("src", u64), _G2S_BYTES, Reg("bar", u32)],
     doc="``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`` (PTX ISA: "
     "cp.async.bulk). Copy ``nbytes`` (a multiple of 16) from global ``src`` to shared ``dst``.",
 )
@@ -158,7 +164,7 @@ cvta.to.global.u64 %nbw_g, $array;
 add.u64 %nbw_g, %nbw_g, $offset;
 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$dst], [%nbw_g], $nbytes, [$bar];
 }""",
-    params=[Reg("dst", u32), ArrayPtr("array"), Reg("offset", u64), Reg("nbytes", u32), Reg("bar", u32)],
+    params=[Reg("dst", u32), ArrayPtr("array"), Reg("offset", u64), _G2S_BYTES, Reg("bar", u32)],
     doc="``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`` (PTX ISA: cp.async.bulk) "
     "from byte ``offset`` of the global array ``array``: copy ``nbytes`` (a multiple of 16; both "
     "addresses 16-byte aligned) to shared ``dst``, completing on the mbarrier ``bar``.",
@@ -167,7 +173,7 @@ cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$dst], [%nbw_
 bulk_copy_s2g = ptx_intrinsic(
     "bulk_copy_s2g",
     "cp.async.bulk.global.shared::cta.bulk_group [$dst], [$src], $nbytes;",
-    params=[Reg("dst", u64), Reg("src", u32), Reg("nbytes", u32)],
+    params=[Reg("dst", u64), Reg("src", u32), _S2G_BYTES],
     doc="``cp.async.bulk.global.shared::cta.bulk_group`` (PTX ISA: cp.async.bulk). Copy ``nbytes`` "
     "from shared ``src`` to global ``dst``; complete with the bulk group calls.",
 )

@@ -22,7 +22,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from ..errors import KitError
 from .device import inlined
+from .typecheck import fragment_check
 
 __all__ = ["acc_absmax", "amax_start", "amax_note", "amax_flush"]
 
@@ -35,8 +37,13 @@ def acc_absmax(width: int, masked: bool = True):
     function of zero); without branches (two code paths, inside the output or not, spilled: ptxas
     kept both paths' values), each value outside counts as zero, from one compare per row and per
     column of the thread. Unmasked, where the padding stays zero (no bias, no function that
-    moves zero): all of them."""
-    lines = ["def largest(v, ct, row0, col0, m, n):"]
+    moves zero): all of them. ``width`` is a wgmma N (a multiple of 8 in [8, 256]; else a
+    :class:`~nbwgmma.errors.KitError`); a fragment of another length than ``width / 2`` is a typing
+    error at the call."""
+    if isinstance(width, bool) or not isinstance(width, int) or width % 8 or not 8 <= width <= 256:
+        raise KitError(f"acc_absmax: width must be a wgmma N, the fragment's columns (a multiple of 8 in [8, 256]); "
+                       f"got {width!r}")
+    lines = ["def largest(v, ct, row0, col0, m, n):", "    check(v)"]
     if masked:
         lines += ["    r = row0 + ((ct >> 5) << 4) + ((ct >> 2) & 7)",
                   "    c = col0 + ((ct & 3) << 1)",
@@ -48,7 +55,8 @@ def acc_absmax(width: int, masked: bool = True):
         inside = f" if r{(i // 2) % 2} and c{8 * (i // 4) + i % 2} else Z" if masked else ""
         lines.append(f"    big = max(big, abs(v[{i}]){inside})")
     lines.append("    return big")
-    ns = {"Z": np.float32(0.0)}
+    ns = {"Z": np.float32(0.0), "check": fragment_check(f"acc_absmax({width})", width // 2, "v",
+                                                       f"one thread's share of a 64 x {width} f32 fragment")}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.acc_absmax of {width} columns>", "exec"), ns)
     return inlined(ns["largest"])
 

@@ -46,7 +46,7 @@ from ..intrinsics import (
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
-from .pipeline import TmaPipeline, check_stages, check_shares
+from .pipeline import MAX_CLUSTER, TmaPipeline, check_shares, check_stages, is_int
 
 __all__ = ["Cooperative", "operand_loads"]
 
@@ -60,13 +60,46 @@ def operand_loads(bm: int, bn: int, bk: int, a_major: str = "K", b_major: str = 
     and, for the operand a cluster shares, its peers' shares): ``boxes x box bytes`` summed over the
     two is the stage's ``expect_tx``. K-major: one box of the rows, ``[rows, bk]`` (the shared
     operand: this CTA's share); MN-major: ``[bk, 64]`` boxes of 64 columns. Host-side: a tensor
-    map is made with the box, and a plan checks its bytes against the stage."""
+    map is made with the box, and a plan checks its bytes against the stage. Parameters whose
+    shares do not tile the stage (a cluster of 3 over 128 rows, 100 columns of MN-major B) are a
+    :class:`~nbwgmma.errors.KitError`, as for :class:`Cooperative`."""
+    check_tile("operand_loads", bm, bn, a_major, b_major, cluster, multicast)
+    if bk not in (32, 64, 128):
+        raise KitError(f"operand_loads: bk must be 128 bytes of K in elements, 32, 64 or 128 (4-, 2- or 1-byte inputs); "
+                       f"got {bk!r}")
+
     def loads(rows, major, shared):
         if major == "MN":
             return (bk, 64), rows // 64
         return (rows // (cluster if shared else 1), bk), cluster if shared else 1
     return (loads(bm, a_major, cluster > 1 and multicast == "A"),
             loads(bn, b_major, cluster > 1 and multicast == "B"))
+
+
+def check_tile(owner: str, bm: int, bn: int, a_major: str, b_major: str, cluster: int, multicast: str):
+    """A :class:`~nbwgmma.errors.KitError` (naming ``owner``) unless a ``bm`` x ``bn`` tile of A and B
+    of these majors tiles into the loads of a stage: 64-row blocks of A, B in 8-row swizzle atoms
+    (K-major) or 64-column boxes (MN-major), the ``multicast`` operand's rows shared out in whole
+    atoms over a cluster of ``cluster`` CTAs (1 to 8: the portable cluster sizes)."""
+    for name, major in (("a_major", a_major), ("b_major", b_major)):
+        if major not in ("K", "MN"):
+            raise KitError(f"{owner}: {name} must be 'K' or 'MN'; got {major!r}")
+    if not is_int(bm) or bm % 64 or not 64 <= bm <= 256:
+        raise KitError(f"{owner}: bm must be 64, 128, 192 or 256; got {bm!r}")
+    # K-major B is a stack of 8-row swizzle atoms: any wgmma N that is a multiple of 8 (a narrow
+    # tile of a few rows, as the tokens of a decoding step); MN-major B comes in 64-column boxes.
+    step = 8 if b_major == "K" else 64
+    if not is_int(bn) or bn % step or not step <= bn <= 256:
+        raise KitError(f"{owner}: bn must be a multiple of {step} in [{step}, 256] with {b_major}-major B; got {bn!r}")
+    if not is_int(cluster) or not 1 <= cluster <= MAX_CLUSTER:
+        raise KitError(f"{owner}: cluster must be an integer in [1, {MAX_CLUSTER}] (CTAs; larger clusters are not portable); "
+                       f"got {cluster!r}")
+    if multicast not in ("A", "B"):
+        raise KitError(f"{owner}: multicast (the operand a cluster shares out) must be 'A' or 'B'; got {multicast!r}")
+    if multicast == "A":
+        check_shares(owner, bm, a_major, cluster, "A")
+    else:
+        check_shares(owner, bn, b_major, cluster)
 
 
 def _rows_loader(mn, boxes, multicast, mask):
@@ -116,33 +149,20 @@ class Cooperative(types.ModuleType):
         if k.dtype != "f32":
             raise KitError(f"Cooperative: kind must have f32 accumulators; got {kind!r}")
         for name, major in (("a_major", a_major), ("b_major", b_major)):
-            if major not in ("K", "MN"):
-                raise KitError(f"Cooperative: {name} must be 'K' or 'MN'; got {major!r}")
             if major == "MN" and not k.transposable:
                 raise KitError(f"Cooperative: {name}='MN' needs 16-bit inputs (wgmma transposes); got {kind!r}")
-        if bm % 64 or not 64 <= bm <= 256:
-            raise KitError(f"Cooperative: bm must be 64, 128, 192 or 256; got {bm!r}")
+        if not isinstance(pipe, TmaPipeline):
+            raise KitError(f"Cooperative: pipe must be a TmaPipeline; got {pipe!r}")
+        check_tile("Cooperative", bm, bn, a_major, b_major, pipe.cluster, multicast)
+        if bn not in k.n_values:
+            raise KitError(f"Cooperative: bn must be a wgmma N for {kind}; got {bn!r}")
         if blocks not in (1, 2) or bm % (64 * blocks):
             raise KitError(f"Cooperative: blocks (64-row blocks per consumer warpgroup) must be 1, or 2 with bm 128 "
                              f"or 256; got blocks={blocks!r} with bm={bm}")
-        # K-major B is a stack of 8-row swizzle atoms: any wgmma N that is a multiple of 8 (a
-        # narrow tile of a few rows, as the tokens of a decoding step); MN-major B comes in
-        # 64-column boxes.
-        step = 8 if b_major == "K" else 64
-        if bn not in k.n_values or bn % step:
-            raise KitError(f"Cooperative: bn must be a wgmma N for {kind} and a multiple of {step} with "
-                             f"{b_major}-major B; got {bn!r}")
-        if not isinstance(pipe, TmaPipeline) or pipe.consumers != bm // (64 * blocks):
+        if pipe.consumers != bm // (64 * blocks):
             raise KitError(f"Cooperative: pipe must be a TmaPipeline with consumers={bm // (64 * blocks)} (one per "
                              f"{64 * blocks} rows); got {pipe!r}")
         check_stages("Cooperative", pipe)
-        if multicast not in ("A", "B"):
-            raise KitError(f"Cooperative: multicast (the operand a cluster shares out) must be 'A' or 'B'; "
-                             f"got {multicast!r}")
-        if multicast == "A":
-            check_shares("Cooperative", bm, a_major, pipe.cluster, "A")
-        else:
-            check_shares("Cooperative", bn, b_major, pipe.cluster)
         super().__init__(f"Cooperative({kind})")
         self.kind, self.pipe, self.bm, self.bn, self.a_major, self.b_major = kind, pipe, bm, bn, a_major, b_major
         self.blocks, self.multicast = blocks, multicast

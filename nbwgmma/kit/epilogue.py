@@ -32,8 +32,6 @@ import inspect
 import math
 
 import numpy as np
-from numba import types
-from numba.core.extending import intrinsic
 
 from .. import backend
 from ..errors import KitError
@@ -41,8 +39,8 @@ from ..intrinsics import (
     acc_stmatrix_swizzled, acc_to_bf16x2, acc_to_f16x2, bulk_commit_group, bulk_wait_group_read, ex2_approx,
     fence_proxy_async_shared, rcp_approx, tanh_approx, tma_store_2d,
 )
-from ..intrinsics.errors import NbwgmmaTypingError
 from .device import inlined
+from .typecheck import count_check, fragment_check, number_check, vector_check
 from .warpgroup import warpgroup_sync
 
 __all__ = ["acc_map", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
@@ -107,6 +105,8 @@ def silu(v):
 
 
 ACTIVATIONS = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu, "sigmoid": sigmoid}
+#: the output types :func:`activation` is chosen for (None: not said, as f32)
+ACTIVATION_OUTPUTS = (None, "f32", "bf16", "f16", "e4m3", "e5m2")
 
 
 def activation(name: str, out: str | None = None):
@@ -118,6 +118,8 @@ def activation(name: str, out: str | None = None):
         f = ACTIVATIONS[name]
     except (KeyError, TypeError):
         raise KitError(f"activation must be one of {sorted(ACTIVATIONS)}; got {name!r}") from None
+    if out not in ACTIVATION_OUTPUTS:
+        raise KitError(f"activation: out (the output's type) must be one of {ACTIVATION_OUTPUTS}; got {out!r}")
     return gelu_tanh_approx if f is gelu_tanh and out not in (None, "f32") else f
 
 
@@ -138,7 +140,10 @@ def tma_store_part(regs, buf, ct, cw, tmap_c, col, row):
     128B swizzle: ``TensorMap``'s default). Meant for two blocks used in turn: before the store
     is issued, thread 0 waits until the previous call's store has read its block, so the next
     call may write that one. The warpgroup meets on named barrier ``1 + cw``
-    (:func:`~nbwgmma.kit.warpgroup_sync`): give named barriers of your own other ids."""
+    (:func:`~nbwgmma.kit.warpgroup_sync`): give named barriers of your own other ids. ``regs``
+    of another length than 16 (a 64 x 128 part's 32) is a typing error: the block holds 64
+    columns, the rest would be written past it and never stored."""
+    _part_regs(regs)
     acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
     tma_store_block(buf, ct, cw, tmap_c, col, row)
 
@@ -179,87 +184,8 @@ def _bf16_value():
 _PACKS = {None: None, "bf16": acc_to_bf16x2, "f16": acc_to_f16x2}
 
 
-def _fragment_check(what: str, count: int, noun: str = "the fragment",
-                    why: str = "one thread's share of the accumulator"):
-    """A no-op that refuses, at typing, a fragment (or what ``noun`` names) that is not a tuple of
-    ``count`` values."""
-    def message(got):
-        return f"{what}: {noun} must be a tuple of {count} values ({why}); got {got}"
-
-    if backend.active():  # the simulator runs the generated code as Python
-        def check(acc):
-            if not isinstance(acc, tuple) or len(acc) != count:
-                got = f"{type(acc).__name__} of {len(acc) if isinstance(acc, tuple) else '?'}"
-                raise backend.typing_error(message(got))
-        return check
-
-    @intrinsic
-    def check(typingctx, acc):
-        if not isinstance(acc, types.BaseTuple) or len(acc) != count:
-            got = f"a tuple of {len(acc)}" if isinstance(acc, types.BaseTuple) else str(acc)
-            raise NbwgmmaTypingError(message(got))
-
-        def codegen(context, builder, sig, args):
-            return context.get_dummy_value()
-
-        return types.none(acc), codegen
-
-    return check
-
-
-def _count_check(what: str, cols: int, rows: int, nextra: int):
-    """A no-op that refuses, at typing, a mapped function's ``*args`` of another length than its
-    ``cols`` + ``rows`` vectors and ``nextra`` extras."""
-    want = cols + rows + nextra
-
-    def message(got):
-        return (f"{what}: after (acc, tid, row0, col0) it takes {cols} per-column vector(s), {rows} per-row "
-                f"vector(s) and {nextra} extra argument(s) (cols={cols}, rows={rows}, nextra={nextra}): {want} "
-                f"in all; got {got}")
-
-    if backend.active():
-        def check(args):
-            if len(args) != want:
-                raise backend.typing_error(message(len(args)))
-        return check
-
-    @intrinsic
-    def check(typingctx, args):
-        if not isinstance(args, types.BaseTuple) or len(args) != want:
-            raise NbwgmmaTypingError(message(len(args) if isinstance(args, types.BaseTuple) else str(args)))
-
-        def codegen(context, builder, sig, args):
-            return context.get_dummy_value()
-
-        return types.none(args), codegen
-
-    return check
-
-
-def _vector_check(what: str, name: str):
-    """A no-op that refuses, at typing, a vector (``name`` says which) that is not a 1-D array:
-    element ``k`` of it belongs to the tile's ``k``-th column (row), as ``bias[col0:n]`` gives."""
-    def message(got):
-        return f"{what}: {name} must be a 1-D array (element 0 at the tile's first column or row); got {got}"
-
-    if backend.active():
-        def check(v):
-            if getattr(v, "ndim", None) != 1:
-                got = f"an array of shape {v.shape}" if hasattr(v, "shape") else type(v).__name__
-                raise backend.typing_error(message(got))
-        return check
-
-    @intrinsic
-    def check(typingctx, v):
-        if not isinstance(v, types.Array) or v.ndim != 1:
-            raise NbwgmmaTypingError(message(str(v)))
-
-        def codegen(context, builder, sig, args):
-            return context.get_dummy_value()
-
-        return types.none(v), codegen
-
-    return check
+_part_regs = fragment_check("tma_store_part", 16, "regs", "a 64 x 64 part's packed 16-bit pairs, as "
+                             "acc_map(..., 64, pack=...) gives them; a wider part is stored 64 columns a call")
 
 
 def _col_loads(n: int, load: str, vec: str, name: str) -> list:
@@ -308,9 +234,11 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     per thread and column (the two values of a column pair share a load), not once per
     value, and a tile that the vector covers loads without compares. ``nextra`` further
     arguments (arrays, scalars) are passed through to ``fn`` as they are. ``vtype`` is the
-    vectors' element type, or a tuple of one per vector (``cols`` first): "f32" (or any type
-    that converts), "f16", or "bf16" given as raw bits (a ``uint16`` array: NumPy and Numba
-    have no bf16), widened exactly.
+    vectors' element type, or a tuple of one per vector (``cols`` first): "f32" (a float32
+    array; float64 and 32/64-bit integer arrays convert too), "f16" (float16), or "bf16" given as
+    raw bits (a ``uint16`` or ``int16`` array: NumPy and Numba have no bf16), widened exactly.
+    An array of another element type is a typing error at the call (bf16 bits read as f32 would
+    be numbers in the ten thousands).
 
     Each result is converted back to the accumulator's type (``dtype`` "f32" or "s32"); with
     ``pack`` "bf16" or "f16" adjacent results are packed into 32-bit registers as they are
@@ -369,7 +297,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         dr, dc = 8 * ((i // 2) % 2), 8 * (i // 4) + i % 2
         args = [f"v{j}_{i // 4 * 2 + i % 2}" for j in range(cols)]
         args += [f"v{j}_{(i // 2) % 2}" for j in range(cols, cols + rows)]
-        return f"T(fn(acc[{i}], r + {dr}, c + {dc}{''.join(', ' + a for a in args + extra)}))"
+        return f"T(one(fn(acc[{i}], r + {dr}, c + {dc}{''.join(', ' + a for a in args + extra)})))"
 
     for i in range(0, n // 2, 2):
         if pack:
@@ -378,13 +306,13 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
             lines.append(f"        {value(i)}, {value(i + 1)},")
     lines.append("    )")
     name = f"acc_map({getattr(fn, '__name__', 'fn')}, n={n}{', loaded' if loaded else ''})"
-    ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": _fragment_check(name, n // 2),
-          "vcheck": _fragment_check(name, n // 4, "a loaded vector", "col_values' values of these columns")
+    ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": fragment_check(name, n // 2),
+          "vcheck": fragment_check(name, n // 4, "a loaded vector", "col_values' values of these columns")
           if loaded else None,
           "W": _bf16_value() if "bf16" in vtypes else None,
-          "count": _count_check(name, cols, rows, nextra)}
+          "count": count_check(name, cols, rows, nextra), "one": number_check(name)}
     for j in range(cols if loaded else 0, cols + rows):
-        ns[f"vec{j}"] = _vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})")
+        ns[f"vec{j}"] = vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})", vtypes[j])
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
     return inlined(ns["mapped"])
 
@@ -411,6 +339,6 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
     lines += _col_loads(n, "T(W({}))" if vtype == "bf16" else "T({})", "v", "x{}")
     lines.append("    return (" + "".join(f"x{k}, " for k in range(n // 4)) + ")")
     ns = {"T": _DTYPES[dtype], "W": _bf16_value() if vtype == "bf16" else None,
-          "vec": _vector_check(f"col_values(n={n})", "the vector")}
+          "vec": vector_check(f"col_values(n={n})", "the vector", vtype)}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.col_values(n={n})>", "exec"), ns)
     return inlined(ns["values"])

@@ -48,6 +48,7 @@ The simulator names the barriers ``full[s]`` and ``empty[s]`` in its reports.
 
 from __future__ import annotations
 
+import numbers
 import types
 
 import numpy as np
@@ -59,8 +60,17 @@ from ..intrinsics import (
     mbarrier_arrive_cluster, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
 )
 from .device import inlined
+from .typecheck import address_check
 
-__all__ = ["check_stages", "TmaPipeline", "check_shares"]
+__all__ = ["check_stages", "TmaPipeline", "check_shares", "is_int", "MAX_CLUSTER"]
+
+#: The largest cluster a kit block is built for: 8 CTAs, the portable size (launch refuses more).
+MAX_CLUSTER = 8
+
+
+def is_int(v) -> bool:
+    """Whether ``v`` is an integer a kit block's parameter takes: Python's or NumPy's, not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 def check_stages(who: str, pipe) -> None:
@@ -113,9 +123,10 @@ class TmaPipeline(types.ModuleType):
 
     def __init__(self, stages: int, consumers: int, *, cluster: int = 1, producers: int = 1):
         for name, v, lo, hi in (("stages", stages, 1, 32), ("consumers", consumers, 1, 1024),
-                                ("cluster", cluster, 1, 16), ("producers", producers, 1, 1024)):
-            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                                ("cluster", cluster, 1, MAX_CLUSTER), ("producers", producers, 1, 1024)):
+            if not is_int(v) or not lo <= v <= hi:
                 raise KitError(f"TmaPipeline: {name} must be an integer in [{lo}, {hi}]; got {v!r}")
+        stages, consumers, cluster, producers = int(stages), int(consumers), int(cluster), int(producers)
         super().__init__(f"TmaPipeline({stages}, {consumers}, cluster={cluster})")
         self.stages, self.consumers, self.cluster, self.producers = stages, consumers, cluster, producers
         self.barrier_words = 2 * stages
@@ -130,8 +141,11 @@ class TmaPipeline(types.ModuleType):
         RELEASES = self.consumers * CL
         FILLS = self.producers
 
+        ring_check = address_check("TmaPipeline.init", "ring", "smem_addr(bars) of the barriers' shared array")
+
         @inlined
         def init(ring):
+            ring_check(ring)
             for s in range(S):
                 mbarrier_init(ring + 8 * s, FILLS)  # arrive.expect_tx (TMA adds the bytes), copying threads
                 mbarrier_name(ring + 8 * s, "full", s)

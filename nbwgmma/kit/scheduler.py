@@ -34,6 +34,7 @@ from numba import cuda
 from ..errors import KitError
 from ..intrinsics import cluster_ctarank
 from .device import inlined
+from .pipeline import MAX_CLUSTER, is_int
 
 __all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment",
            "stream_whole_units", "stream_walk"]
@@ -170,8 +171,12 @@ class TileScheduler(types.ModuleType):
                              f"cluster_k={cluster_k!r}, cluster={cluster!r}, split={split!r}")
         for name, v in (("bm", bm), ("bn", bn), ("bk", bk), ("group_m", group_m), ("cluster", cluster),
                         ("split", split)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not is_int(v) or v < 1:
                 raise KitError(f"TileScheduler: {name} must be a positive integer; got {v!r}")
+        if cluster > MAX_CLUSTER:
+            raise KitError(f"TileScheduler: cluster must be at most {MAX_CLUSTER} CTAs (larger clusters are not "
+                           f"portable); got {cluster!r}")
+        bm, bn, bk, group_m, cluster, split = int(bm), int(bn), int(bk), int(group_m), int(cluster), int(split)
         super().__init__(f"TileScheduler({bm}x{bn}x{bk})")
         self.bm, self.bn, self.bk = bm, bn, bk
         self.group_m, self.cluster, self.split, self.cluster_k = group_m, cluster, split, cluster_k
@@ -196,9 +201,10 @@ class TileScheduler(types.ModuleType):
     def grid(self, m: int, n: int, k: int, ctas: int, *, at_once: int = 1) -> int:
         """CTAs of a persistent grid of at most ``ctas`` (whole clusters, no idle cluster),
         for CTAs that take ``at_once`` units at a time (2 for consumers taking tiles in turn)."""
-        if not isinstance(at_once, int) or at_once < 1:
-            raise KitError(f"TileScheduler.grid: at_once must be a positive integer; got {at_once!r}")
         size = self.cluster * self.cluster_k
+        for name, v, low in (("m", m, 0), ("n", n, 0), ("k", k, 0), ("ctas", ctas, 1), ("at_once", at_once, 1)):
+            if not is_int(v) or v < low:  # (ctas below a cluster's size: one cluster)
+                raise KitError(f"TileScheduler.grid: {name} must be an integer of at least {low}; got {v!r}")
         clusters = max(1, min(ctas // size, -(-self.units(m, n, k) // at_once)))
         return clusters * size
 

@@ -105,6 +105,33 @@ def k_acc_zeros_runtime_n(u, d, f):
     f[0] = acc[0]
 
 
+# Arguments the intrinsic's signature cannot bind (Python's bare TypeError escaped Numba's typing
+# with neither the intrinsic's name nor the line): PTX-template intrinsics and hand-written ones.
+def k_fence_extra_argument(u, d, f):
+    wgmma_fence(1)  # bad
+
+
+def k_wait_group_no_argument(u, d, f):
+    wgmma_wait_group()  # bad
+
+
+def k_mbarrier_init_missing_count(u, d, f):
+    mbarrier_init(u[0])  # bad
+
+
+def k_named_barrier_unknown_keyword(u, d, f):
+    named_barrier_sync(1, nthread=128)  # bad
+
+
+def k_acc_store_missing_col0(u, d, f):
+    acc_store(acc_zeros("f32.bf16.bf16", 64), "f32.bf16.bf16", f, 0, 0)  # bad
+
+
+def k_pack_unknown_keyword(u, d, f):
+    r = acc_to_bf16x2(acc_zeros("f32.bf16.bf16", 64), x=1)  # bad
+    u[0] = r[0]
+
+
 CASES = [
     (k_setmaxnreg, "setmaxnreg_inc: argument 'count' must be a multiple of 8 in [24, 256]; got 100"),
     (k_wgmma_n, "an accumulator of 3 float32 registers means N=6"),
@@ -123,8 +150,107 @@ CASES = [
     (k_pack_int_acc, "acc_to_bf16x2: expected an f32 accumulator tuple; got UniTuple(int32 x 32)"),
     (k_setmaxnreg_runtime, "setmaxnreg_inc: argument 'count' must be a compile-time constant"),
     (k_acc_zeros_runtime_n, "acc_zeros: argument 'n' must be a compile-time constant"),
+    (k_fence_extra_argument, "wgmma_fence: too many positional arguments: its signature is wgmma_fence(); "
+                             "got wgmma_fence(1)"),
+    (k_wait_group_no_argument, "wgmma_wait_group: missing a required argument: 'n': its signature is "
+                               "wgmma_wait_group(n); got wgmma_wait_group()"),
+    (k_mbarrier_init_missing_count, "mbarrier_init: missing a required argument: 'count': its signature is "
+                                    "mbarrier_init(bar, count); got mbarrier_init(uint32)"),
+    (k_named_barrier_unknown_keyword, "named_barrier_sync: missing a required argument: 'nthreads': its signature "
+                                      "is named_barrier_sync(barrier_id, nthreads); got named_barrier_sync(1, "
+                                      "nthread=128)"),
+    (k_acc_store_missing_col0, "acc_store: missing a required argument: 'col0': its signature is acc_store(acc, "
+                               "kind, out, tid, row0, col0)"),
+    (k_pack_unknown_keyword, "acc_to_bf16x2: got an unexpected keyword argument 'x': its signature is "
+                             "acc_to_bf16x2(acc)"),
 ]
 RUNTIME_VALUE = {k_setmaxnreg_runtime, k_acc_zeros_runtime_n}
+
+
+# Literals that break a rule PTX states for a register operand: checked at typing (a run-time
+# value is the simulator's to check). Numba's retyping with the plain type passed, so these
+# compiled (an lbo of 8 became 0, a swizzle code of 5 the 128B swizzle).
+def k_desc_advance_8(u, d, f):
+    d[0] = desc_advance(d[1], 8)  # bad
+
+
+def k_make_desc_lbo_8(u, d, f):
+    d[0] = make_desc(u[0], 8, 1024, 1)  # bad
+
+
+def k_make_desc_swizzle_5(u, d, f):
+    d[0] = make_desc(u[0], 16, 1024, swizzle_code=5)  # bad
+
+
+def k_mbarrier_init_0(u, d, f):
+    mbarrier_init(u[0], 0)  # bad
+
+
+def k_mbarrier_init_2_20(u, d, f):
+    mbarrier_init(u[0], 1 << 20)  # bad
+
+
+def k_arrive_expect_tx_2_20(u, d, f):
+    d[0] = mbarrier_arrive_expect_tx(u[0], 1 << 20)  # bad
+
+
+def k_expect_tx_2_20(u, d, f):
+    mbarrier_expect_tx(u[0], 1 << 20)  # bad
+
+
+def k_zfill_17(u, d, f):
+    cp_async_zfill(u[0], f, 0, 17)  # bad
+
+
+def k_bulk_copy_15(u, d, f):
+    bulk_copy_g2s(u[0], d[0], 15, u[1])  # bad
+
+
+def k_named_barrier_id_16(u, d, f):
+    named_barrier_sync_id(16, 128)  # bad
+
+
+RULE_CASES = [
+    (k_desc_advance_8, "desc_advance: argument 'nbytes' must be a multiple of 16 in [0, 262128] (PTX ISA: Matrix "
+                       "Descriptor Format, 14 bits of 16-byte units); got 8"),
+    (k_make_desc_lbo_8, "make_desc: argument 'lbo' must be a multiple of 16 in [0, 262128]"),
+    (k_make_desc_swizzle_5, "make_desc: argument 'swizzle_code' must be one of 0 (none), 1 (128B), 2 (64B), 3 (32B) "
+                            "(PTX ISA: Matrix Descriptor Format, a 2-bit field); got 5"),
+    (k_mbarrier_init_0, "mbarrier_init: argument 'count' must be an integer in [1, 1048575] (PTX ISA: Contents of "
+                        "the mbarrier object, arrival counts); got 0"),
+    (k_mbarrier_init_2_20, "mbarrier_init: argument 'count' must be an integer in [1, 1048575]"),
+    (k_arrive_expect_tx_2_20, "mbarrier_arrive_expect_tx: argument 'tx' must be an integer in [0, 1048575] (PTX ISA: "
+                              "Contents of the mbarrier object, tx-count); got 1048576"),
+    (k_expect_tx_2_20, "mbarrier_expect_tx: argument 'tx' must be an integer in [0, 1048575]"),
+    (k_zfill_17, "cp_async_zfill: argument 'nvalid' must be an integer in [0, 16] (PTX ISA: cp.async"),
+    (k_bulk_copy_15, "bulk_copy_g2s: argument 'nbytes' must be a multiple of 16 in [0, 1048560] (PTX ISA: "
+                     "cp.async.bulk"),
+    (k_named_barrier_id_16, "named_barrier_sync_id: argument 'barrier_id' must be an integer in [0, 15]"),
+]
+
+
+@pytest.mark.parametrize("kernel, message", RULE_CASES, ids=[k.__name__ for k, _ in RULE_CASES])
+def test_a_literal_that_breaks_a_register_operands_rule_is_an_error_at_the_kernel_line(kernel, message, monkeypatch):
+    monkeypatch.delenv(FULL_ERRORS_ENV, raising=False)
+    err = typing_error(kernel)
+    line, source = bad_call(kernel)
+    first, second, *_ = str(err).splitlines()
+    assert first.startswith(f"{err.filename}:{line}: ") and message in first, str(err)
+    assert second.strip() == source and err.line == line
+
+
+def k_rules_kept(u, d, f):
+    d[0] = desc_advance(make_desc(u[0], 16, 1024, 1), 32)
+    mbarrier_init(u[1], (1 << 20) - 1)
+    mbarrier_expect_tx(u[1], 0)
+    cp_async_zfill(u[2], f, 0, 16)
+    bulk_copy_g2s(u[0], d[0], 1024, u[1])
+    named_barrier_sync_id(15, 128)
+    mbarrier_init(u[1], u[3])  # run-time values: unchecked here
+
+
+def test_literals_inside_the_rules_and_run_time_values_compile():
+    cuda.compile_ptx(k_rules_kept, SIG, cc=(9, 0))
 
 
 def bad_call(fn):

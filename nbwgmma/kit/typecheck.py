@@ -1,0 +1,161 @@
+"""Checks of a kit block's device arguments at typing: identities in the compiled code that refuse,
+at the kernel's line, what the block would otherwise read wrong (a fragment of another length, a
+vector of another element type, a mapped function's result that is not one number).
+
+Each ``*_check`` returns a function of one argument that gives it back unchanged: a Numba
+intrinsic that raises :class:`~nbwgmma.intrinsics.errors.NbwgmmaTypingError` while the kernel is
+typed, or, in a simulator (:mod:`nbwgmma.backend`), a Python function that raises the same error
+when called (on the value, which has no Numba type).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from numba import types
+from numba.core.extending import intrinsic
+
+from .. import backend
+from ..intrinsics.errors import NbwgmmaTypingError
+
+__all__ = ["fragment_check", "count_check", "vector_check", "number_check", "address_check", "VECTOR_ELEMENTS"]
+
+#: the array element types each vtype reads (NumPy's names, which Numba's types print as too); f32
+#: also takes the wider floats and the 32/64-bit integers (an s32 accumulator's vectors), which
+#: convert exactly
+VECTOR_ELEMENTS = {"f32": ("float32", "float64", "int32", "int64", "uint32", "uint64"), "f16": ("float16",),
+                   "bf16": ("uint16", "int16")}
+#: what an element type given for another vtype most likely holds
+_ELEMENT_HINTS = {"uint16": "bf16 bits need vtype='bf16'", "int16": "bf16 bits need vtype='bf16'",
+                  "float16": "float16 values need vtype='f16'", "float32": "float32 values need vtype='f32'"}
+
+
+def _check(typed, valued):
+    """The identity that raises ``typed(numba_type)`` (compiled: at typing) or ``valued(value)``
+    (simulated: when called) where that is a message, not None."""
+    if backend.active():  # the simulator runs the generated code as Python
+        def check(x):
+            text = valued(x)
+            if text:
+                raise backend.typing_error(text)
+            return x
+        return check
+
+    @intrinsic
+    def check(typingctx, x):
+        text = typed(x)
+        if text:
+            raise NbwgmmaTypingError(text)
+
+        def codegen(context, builder, sig, args):
+            return args[0]
+
+        return types.unliteral(x)(x), codegen
+
+    return check
+
+
+def _tuple_length(x, tuple_type):
+    """``x``'s length if it is a tuple (``tuple_type``), else None."""
+    return len(x) if isinstance(x, tuple_type) else None
+
+
+def fragment_check(what: str, count: int, noun: str = "the fragment",
+                   why: str = "one thread's share of the accumulator"):
+    """A check refusing a fragment (or what ``noun`` names) that is not a tuple of ``count`` values."""
+    def message(length, got):
+        return None if length == count else f"{what}: {noun} must be a tuple of {count} values ({why}); got {got}"
+
+    def typed(x):
+        length = _tuple_length(x, types.BaseTuple)
+        return message(length, str(x) if length is None else f"a tuple of {length}")
+
+    def valued(x):
+        length = _tuple_length(x, tuple)
+        return message(length, f"{type(x).__name__} of {'?' if length is None else length}")
+
+    return _check(typed, valued)
+
+
+def count_check(what: str, cols: int, rows: int, nextra: int):
+    """A check refusing a mapped function's ``*args`` of another length than its ``cols`` + ``rows``
+    vectors and ``nextra`` extras."""
+    want = cols + rows + nextra
+
+    def message(length, got):
+        return None if length == want else (
+            f"{what}: after (acc, tid, row0, col0) it takes {cols} per-column vector(s), {rows} per-row "
+            f"vector(s) and {nextra} extra argument(s) (cols={cols}, rows={rows}, nextra={nextra}): {want} "
+            f"in all; got {got}")
+
+    def typed(x):
+        length = _tuple_length(x, types.BaseTuple)
+        return message(length, str(x) if length is None else length)
+
+    def valued(x):
+        return message(len(x), len(x))
+
+    return _check(typed, valued)
+
+
+def vector_check(what: str, name: str, vtype: str):
+    """A check refusing a vector (``name`` says which) that is not a 1-D array of an element type
+    ``vtype`` reads (:data:`VECTOR_ELEMENTS`; a uint16 array of bf16 bits read as f32 would add
+    16256.0 for 1.0): element ``k`` of it belongs to the tile's ``k``-th column (row), as
+    ``bias[col0:n]`` gives."""
+    def message(ndim, element, got):
+        if ndim != 1:
+            return f"{what}: {name} must be a 1-D array (element 0 at the tile's first column or row); got {got}"
+        if element not in VECTOR_ELEMENTS[vtype]:
+            hint = _ELEMENT_HINTS.get(element)
+            return (f"{what}: {name} is read as vtype {vtype!r} (an array of {', '.join(VECTOR_ELEMENTS[vtype])})"
+                    f"; got {got}{f' ({hint})' if hint else ''}")
+        return None
+
+    def typed(x):
+        array = isinstance(x, types.Array)
+        return message(x.ndim if array else None, str(x.dtype) if array else None, str(x))
+
+    def valued(x):
+        ndim, dtype = getattr(x, "ndim", None), getattr(x, "dtype", None)
+        element = np.dtype(dtype).name if dtype is not None else None
+        return message(ndim, element, f"array({element}, {ndim}d)" if ndim is not None else type(x).__name__)
+
+    return _check(typed, valued)
+
+
+def number_check(what: str, fn_name: str = "fn"):
+    """A check refusing what a mapped function returned unless it is one number (a boolean
+    converts too): a function that returns nothing, or a tuple, gave NaN in the simulator and a
+    Numba error with no line compiled."""
+    def message(got):
+        return f"{what}: {fn_name} must return one number; got {got}"
+
+    def typed(x):
+        if isinstance(x, (types.Number, types.Boolean)):
+            return None
+        return message("none" if isinstance(x, types.NoneType) else str(x))
+
+    def valued(x):
+        if isinstance(x, (numbers.Number, np.number, np.bool_)):
+            return None
+        return message("none" if x is None else f"{type(x).__name__} {x!r}"[:80])
+
+    return _check(typed, valued)
+
+
+def address_check(what: str, name: str, hint: str):
+    """A check refusing a ``name`` that is not an integer (a shared-memory address; ``hint`` says
+    how to make one): an array given for it failed later with a message about float64 arrays."""
+    def message(got):
+        return f"{what}: {name} must be an integer shared-memory address ({hint}); got {got}"
+
+    def typed(x):
+        return None if isinstance(x, types.Integer) else message(str(x))
+
+    def valued(x):
+        ok = isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
+        return None if ok else message(f"{type(x).__name__}")
+
+    return _check(typed, valued)
