@@ -9,7 +9,9 @@ bad values, shapes and configurations, ``TypeError`` for wrong types), so existi
     NbwgmmaError(Exception)              anything nbwgmma rejects on purpose
     +-- MatmulError(ValueError)          a bad value, shape, device or config given to matmul
     |   +-- MatmulTypeError(TypeError)   a wrong array kind, element type or argument type
-    +-- ConfigError(ValueError)          a GemmConfig the GEMM kernel cannot be built with
+    +-- ConfigError(ValueError)          a kernel configuration (GemmConfig, ScaledConfig, ...) the
+    |                                    kernel cannot be built with
+    +-- LayoutError(ValueError)          a host-side layout model given values PTX does not define
     +-- KitError(ValueError)             a kit block asked for with parameters it cannot take
     +-- KindError(ValueError)            a wgmma kind PTX does not have (host-side models)
     +-- ToolchainError(RuntimeError)     no ptxas/nvdisasm, or no compiler (CUDA simulator)
@@ -40,6 +42,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["own_source", "NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError", "ReportError",
+           "LayoutError",
            "LaunchError", "KernelStoppedError", "TensorMapError", "NbwgmmaTypingError", "NbwgmmaLiteralError",
            "SimError", "SimStopped", "SimHazard"]
 
@@ -70,8 +73,9 @@ class MatmulTypeError(MatmulError, TypeError):
 
 
 class ConfigError(NbwgmmaError, ValueError):
-    """A :class:`nbwgmma.kernels.gemm.GemmConfig` the GEMM kernel cannot be built with.
-    ``key`` names the parameter at fault (the one to change)."""
+    """A kernel configuration the kernel cannot be built with: a
+    :class:`nbwgmma.kernels.gemm.GemmConfig`, ``ScaledConfig``, ``SparseConfig`` or the grouped
+    kernels' parameters. ``key`` names the parameter at fault (the one to change)."""
 
     def __init__(self, key: str, message: str):
         super().__init__(message)
@@ -105,6 +109,12 @@ class ReportError(NbwgmmaError, ValueError):
     cannot compile with: a kernel that is not one, a signature of the wrong length or kind, a
     ``cc`` or ``launch_bounds`` of the wrong form. (A kernel that does not type-check for the
     signature is Numba's typing error at the kernel's line.)"""
+
+
+class LayoutError(NbwgmmaError, ValueError):
+    """A host-side model of :mod:`nbwgmma.layout` (descriptors, fragments, the wgmma and sparse
+    models, element encodings) given values PTX does not define: a descriptor field off its
+    16-byte steps, a swizzle or element type it does not have, a matrix that is not 2:4 sparse."""
 
 
 class ToolchainError(NbwgmmaError, RuntimeError):

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 
+from .errors import ConfigError
 from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, SWAP_BN, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN, narrow_tile,
                              swapped_config)
 
@@ -75,7 +76,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
     out = []
     for dt in dtypes:
         if dt not in DTYPES:
-            raise ValueError(f"precompile: dtype must be among {', '.join(DTYPES)}; got {dt!r}")
+            raise ConfigError("dtype", f"precompile: dtype must be among {', '.join(DTYPES)}; got {dt!r}")
         sixteen = dt in ("bf16", "f16")
         configs = [{"bm": bm, "bn": bn} for bm, bn in TILES] + [dict(c) for c in _NARROW
                                                                 if dt != "tf32" or c["bn"] <= NARROW_BN_FP8_MAX]
@@ -90,7 +91,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             configs += [c for c in challengers(kinds[dt], "direct" if dt == "tf32" else "tma") if c not in configs]
         for lay in layouts:
             if lay not in LAYOUTS:
-                raise ValueError(f"precompile: layout must be among {', '.join(LAYOUTS)}; got {lay!r}")
+                raise ConfigError("layout", f"precompile: layout must be among {', '.join(LAYOUTS)}; got {lay!r}")
             if not sixteen and lay != "KK":
                 continue
             # (tiles whose N is not a multiple of 64 read B K-major only)
@@ -222,11 +223,12 @@ def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False) -> tuple:
 
 def check_target(arch, prebuilt):
     """``arch`` (one of :data:`ARCHS`, or None for the current GPU) and ``prebuilt`` go together:
-    a ``ValueError`` where they do not."""
+    a :class:`~nbwgmma.errors.ConfigError` (a ``ValueError``) where they do not."""
     if arch is not None and arch not in ARCHS:
-        raise ValueError(f"precompile: arch must be one of {', '.join(ARCHS)}; got {arch!r}")
+        raise ConfigError("arch", f"precompile: arch must be one of {', '.join(ARCHS)}; got {arch!r}")
     if prebuilt and arch is None:
-        raise ValueError("precompile: --prebuilt kernels are built without a GPU: give --arch sm_90a as well")
+        raise ConfigError("prebuilt", "precompile: --prebuilt kernels are built without a GPU: give --arch sm_90a "
+                                      "as well")
 
 
 def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, autotune=False, echo=print,

@@ -66,6 +66,7 @@ from typing import Optional
 
 import torch
 
+from .errors import MatmulError
 from .frontend.args import type_name
 from .frontend.grouped import grouped_matmul as library_grouped
 from .frontend.matmul import matmul as library_matmul
@@ -145,7 +146,7 @@ def activation_grad(activation: Optional[str], z: torch.Tensor, dy: torch.Tensor
         u = _SQRT_2_PI * (z + 0.044715 * z ** 3)
         t = torch.tanh(u)
         return dy * (0.5 * (1 + t) + 0.5 * z * (1 - t * t) * _SQRT_2_PI * (1 + 3 * 0.044715 * z * z))
-    raise ValueError(f"nbwgmma: no derivative for activation {activation!r}")
+    raise MatmulError(f"nbwgmma: no derivative for activation {activation!r}")
 
 
 def _setup_matmul(ctx, inputs, output):
@@ -352,7 +353,7 @@ class Linear(torch.nn.Linear):
         from .kit import ACTIVATIONS
 
         if activation is not None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
-            raise ValueError(f"Linear: activation must be one of {sorted(ACTIVATIONS)} or None; got {activation!r}")
+            raise MatmulError(f"Linear: activation must be one of {sorted(ACTIVATIONS)} or None; got {activation!r}")
         self.activation = activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

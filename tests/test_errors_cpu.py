@@ -246,6 +246,24 @@ def test_gemm_config_names_the_parameter_at_fault():
         assert exc.value.key == key and "\n" not in str(exc.value), (kw, exc.value)
 
 
+def test_the_other_kernel_configs_and_the_layout_models_raise_documented_errors():
+    """They raised plain ValueErrors."""
+    from nbwgmma.kernels.scaled import ScaledConfig
+    from nbwgmma.kernels.sparse import SparseConfig
+    from nbwgmma.layout import encode_desc, from_bits
+
+    for make, key in ((lambda: ScaledConfig(bm=96), "bm"), (lambda: ScaledConfig(out="f64"), "out"),
+                      (lambda: SparseConfig(cluster=3), "cluster"), (lambda: SparseConfig(dtype="f64"), "dtype")):
+        with pytest.raises(ConfigError) as exc:
+            make()
+        assert exc.value.key == key, exc.value
+    for call, message in ((lambda: encode_desc(8, 16, 16), "addr must be a multiple of 16"),
+                          (lambda: from_bits(np.zeros(4, np.uint8), "f64"), "t must be one of")):
+        with pytest.raises(errors.LayoutError, match=message):
+            call()
+    assert issubclass(errors.LayoutError, ValueError) and issubclass(errors.ReportError, ValueError)
+
+
 def test_a_config_fault_in_a_defaulted_parameter_names_the_whole_config():
     """A given parameter can make a defaulted one impossible: the message then shows the config."""
     from nbwgmma.frontend.args import config_error

@@ -31,6 +31,7 @@ import functools
 
 from numba import cuda
 
+from ..errors import ConfigError
 from ..intrinsics import (
     acc_store, acc_to_bf16x2, acc_to_f16x2, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d,
 )
@@ -85,18 +86,18 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     :func:`~nbwgmma.kit.wave_order` (for groups of few rows: the CTAs computing a column's
     tiles then run together and share its B in L2)."""
     if dtype not in TYPES:
-        raise ValueError(f"grouped_kernel: dtype must be one of {TYPES}; got {dtype!r}")
+        raise ConfigError("dtype", f"grouped_kernel: dtype must be one of {TYPES}; got {dtype!r}")
     if not isinstance(group_m, int) or group_m < 1:
-        raise ValueError(f"grouped_kernel: group_m must be a positive integer; got {group_m!r}")
+        raise ConfigError("group_m", f"grouped_kernel: group_m must be a positive integer; got {group_m!r}")
     if act is not None:
         activation(act)  # a ValueError naming the choices
     if b_major not in ("K", "MN"):
-        raise ValueError(f"grouped_kernel: b_major must be 'K' or 'MN'; got {b_major!r}")
+        raise ConfigError("b_major", f"grouped_kernel: b_major must be 'K' or 'MN'; got {b_major!r}")
     if schedule not in SCHEDULES:
-        raise ValueError(f"grouped_kernel: schedule must be one of {tuple(SCHEDULES)}; got {schedule!r}")
+        raise ConfigError("schedule", f"grouped_kernel: schedule must be one of {tuple(SCHEDULES)}; got {schedule!r}")
     if out not in (None, dtype, "f32") or (out == "f32" and schedule != "pingpong"):
-        raise ValueError(f"grouped_kernel: out must be the input type {dtype!r} (or None for it), or 'f32' with the "
-                         f"ping-pong schedule; got out={out!r} with schedule={schedule!r}")
+        raise ConfigError("out", f"grouped_kernel: out must be the input type {dtype!r} (or None for it), or 'f32' with the "
+                                 f"ping-pong schedule; got out={out!r} with schedule={schedule!r}")
     return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major, schedule, out or dtype)
 
 

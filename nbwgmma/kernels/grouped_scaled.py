@@ -28,6 +28,7 @@ import functools
 
 from numba import cuda
 
+from ..errors import ConfigError
 from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc
 from ..kit import BlockScaled, TmaPipeline, activation, group_walk
 from ..launch import dynamic_smem_bytes
@@ -62,11 +63,11 @@ def grouped_scaled_kernel(a_type: str = "e4m3", b_type: str = "e4m3", masked: bo
     536 bytes)."""
     for name, v in (("a_type", a_type), ("b_type", b_type)):
         if v not in FP8:
-            raise ValueError(f"grouped_scaled_kernel: {name} must be one of {FP8}; got {v!r}")
+            raise ConfigError(name, f"grouped_scaled_kernel: {name} must be one of {FP8}; got {v!r}")
     if not isinstance(group_m, int) or group_m < 1:
-        raise ValueError(f"grouped_scaled_kernel: group_m must be a positive integer; got {group_m!r}")
+        raise ConfigError("group_m", f"grouped_scaled_kernel: group_m must be a positive integer; got {group_m!r}")
     if out not in OUTS:
-        raise ValueError(f"grouped_scaled_kernel: out must be one of {OUTS}; got {out!r}")
+        raise ConfigError("out", f"grouped_scaled_kernel: out must be one of {OUTS}; got {out!r}")
     if act is not None:
         activation(act)  # a ValueError naming the choices
     return _build(a_type, b_type, bool(masked), group_m, bool(bias), act, out)

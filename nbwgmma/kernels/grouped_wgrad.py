@@ -45,6 +45,7 @@ import functools
 import numpy as np
 from numba import cuda
 
+from ..errors import ConfigError
 from ..intrinsics import (
     acc_stmatrix_swizzled, acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group,
     bulk_wait_group_read, desc_advance, fence_proxy_async_shared, make_desc, setmaxnreg_dec, setmaxnreg_inc,
@@ -84,7 +85,7 @@ def grouped_wgrad_kernel(dtype: str):
     (box 1 x 64 x 64); ``offs`` int32 [G]; int32 sizes, ``total`` >= 1. :data:`THREADS` threads,
     :data:`SMEM` bytes of dynamic shared memory, at most ``ceil(units(G, M, N) / 2)`` CTAs."""
     if dtype not in TYPES:
-        raise ValueError(f"grouped_wgrad_kernel: dtype must be one of {TYPES}; got {dtype!r}")
+        raise ConfigError("dtype", f"grouped_wgrad_kernel: dtype must be one of {TYPES}; got {dtype!r}")
     return _build(dtype)
 
 

@@ -45,6 +45,7 @@ import functools
 import numpy as np
 from numba import cuda
 
+from ..errors import ConfigError
 from ..intrinsics import acc_stmatrix_swizzled, acc_store, bulk_wait_group, bulk_wait_group_read, \
     griddep_launch_dependents, setmaxnreg_dec, setmaxnreg_inc
 from ..kit import ACTIVATIONS, VECTOR_TYPES, WIDE_COLS, BlockScaled, StreamFixup, TileScheduler, TmaPipeline, \
@@ -100,31 +101,31 @@ class ScaledConfig:
                             ("bias_type", bias_type, VECTOR_TYPES), ("activation", activation,
                                                                      (None,) + tuple(sorted(ACTIVATIONS)))):
             if v not in ok:
-                raise ValueError(f"ScaledConfig: {name} must be one of {ok}; got {v!r}")
+                raise ConfigError(name, f"ScaledConfig: {name} must be one of {ok}; got {v!r}")
         blocks = a_scale == "block" or b_scale == "block"
         if promote is None:
             promote = blocks
         if blocks and not promote:
-            raise ValueError("ScaledConfig: block scales need promotion (each 128-K block has its own scale); "
-                             "got promote=False")
+            raise ConfigError("promote", "ScaledConfig: block scales need promotion (each 128-K block has its own scale); "
+                                         "got promote=False")
         if epilogue == "tma" and out == "f32":
-            raise ValueError("ScaledConfig: the 'tma' epilogue writes 16-bit C; got out='f32' (use 'direct')")
+            raise ConfigError("epilogue", "ScaledConfig: the 'tma' epilogue writes 16-bit C; got out='f32' (use 'direct')")
         if not isinstance(group_m, int) or group_m < 1:
-            raise ValueError(f"ScaledConfig: group_m must be a positive integer; got {group_m!r}")
+            raise ConfigError("group_m", f"ScaledConfig: group_m must be a positive integer; got {group_m!r}")
         self.a_type, self.b_type, self.out = a_type, b_type, out
         self.a_scale, self.b_scale, self.promote = a_scale, b_scale, bool(promote)
         self.epilogue, self.group_m = epilogue, group_m
         self.a_columns = bool(a_columns) and a_scale == "block"
         if bm not in (128, 256) or isinstance(bm, bool) or (bm == 256 and not self.a_columns):
-            raise ValueError(f"ScaledConfig: bm must be 128, or 256 with A's block scales in columns (a_scale='block', "
-                             f"a_columns=True); got bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}")
+            raise ConfigError("bm", f"ScaledConfig: bm must be 128, or 256 with A's block scales in columns (a_scale='block', "
+                                    f"a_columns=True); got bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}")
         #: a wide tile (bn one of WIDE_COLS)
         self.wide = wide = bn in WIDE_COLS
         if bn not in (64, 128) + WIDE_COLS or isinstance(bn, bool) or (bn != 128 and bm != 128) \
                 or (wide and (not self.a_columns or epilogue != "tma" or stream_k)):
-            raise ValueError(f"ScaledConfig: bn must be 128, 64 with bm=128, or one of {WIDE_COLS} with bm=128, A's "
-                             f"block scales in columns, the 'tma' epilogue and no stream-K; got bn={bn!r}, bm={bm!r}, "
-                             f"a_columns={a_columns!r}, epilogue={epilogue!r}, stream_k={stream_k!r}")
+            raise ConfigError("bn", f"ScaledConfig: bn must be 128, 64 with bm=128, or one of {WIDE_COLS} with bm=128, A's "
+                                    f"block scales in columns, the 'tma' epilogue and no stream-K; got bn={bn!r}, bm={bm!r}, "
+                                    f"a_columns={a_columns!r}, epilogue={epilogue!r}, stream_k={stream_k!r}")
         self.bm, self.bn = bm, bn
         self.stream_k = bool(stream_k)
         self.bias, self.bias_type, self.activation = bias, (bias_type if bias else "f32"), activation

@@ -38,6 +38,7 @@ import functools
 
 from numba import cuda
 
+from ..errors import ConfigError
 from ..intrinsics import (acc_stmatrix_transposed, acc_store, acc_to_bf16x2, acc_to_f16x2, bulk_wait_group,
                           bulk_wait_group_read, cluster_ctarank, cluster_sync, setmaxnreg_dec, setmaxnreg_inc)
 from ..kit import TileScheduler, TmaPipeline, launch_regs, tile_producer, tma_store_block, warpgroup_sync
@@ -65,20 +66,20 @@ class SparseConfig:
     def __init__(self, dtype: str = "bf16", bn: int = 256, b_major: str = "K", group_m: int = 8, stages=None,
                  paired: bool = True, out_blocks: int = 0, cluster: int = 1):
         if dtype not in TYPES:
-            raise ValueError(f"SparseConfig: dtype must be one of {TYPES}; got {dtype!r}")
+            raise ConfigError("dtype", f"SparseConfig: dtype must be one of {TYPES}; got {dtype!r}")
         if out_blocks not in (0, 1, 2):
-            raise ValueError(f"SparseConfig: out_blocks must be 0 (direct stores), 1 or 2; got {out_blocks!r}")
+            raise ConfigError("out_blocks", f"SparseConfig: out_blocks must be 0 (direct stores), 1 or 2; got {out_blocks!r}")
         if out_blocks == 2 and bn % 128:
-            raise ValueError(f"SparseConfig: two output blocks take turns over a tile's 64-column blocks: bn must be "
-                             f"128 or 256; got bn={bn}")
+            raise ConfigError("bn", f"SparseConfig: two output blocks take turns over a tile's 64-column blocks: bn must be "
+                                    f"128 or 256; got bn={bn}")
         self.out_blocks = out_blocks
         if not isinstance(group_m, int) or group_m < 1:
-            raise ValueError(f"SparseConfig: group_m must be a positive integer; got {group_m!r}")
+            raise ConfigError("group_m", f"SparseConfig: group_m must be a positive integer; got {group_m!r}")
         self.dtype, self.bn, self.b_major, self.group_m = dtype, bn, b_major, group_m
         self.kind = f"f32.{dtype}.{dtype}"
         self.paired = bool(paired)
         if cluster not in (1, 2, 4):
-            raise ValueError(f"SparseConfig: cluster must be 1, 2 or 4 CTAs; got {cluster!r}")
+            raise ConfigError("cluster", f"SparseConfig: cluster must be 1, 2 or 4 CTAs; got {cluster!r}")
         self.cluster = cluster
         probe = SparseConsumers(self.kind, TmaPipeline(2, consumers=2, cluster=cluster), bn=bn, b_major=b_major,
                                 paired=self.paired)  # checks the rest
@@ -88,8 +89,8 @@ class SparseConfig:
         most = min(6, (_SMEM_LIMIT - 1024 - 64 - self.out_bytes) // self.stage_bytes)
         stages = most if stages is None else stages
         if not isinstance(stages, int) or not 2 <= stages <= most:
-            raise ValueError(f"SparseConfig: stages must be 2 to {most} for stages of {self.stage_bytes} bytes; "
-                             f"got {stages!r}")
+            raise ConfigError("stages", f"SparseConfig: stages must be 2 to {most} for stages of {self.stage_bytes} bytes; "
+                                        f"got {stages!r}")
         self.stages = stages
         self.smem = dynamic_smem_bytes(stages * self.stage_bytes + self.out_bytes)
         self.sched = TileScheduler(SparseConsumers.BM, bn, self.bk, group_m=group_m, cluster=cluster)

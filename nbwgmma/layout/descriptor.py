@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeVar
 
+from ..errors import LayoutError
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -72,7 +74,7 @@ SWIZZLE_MASK = {"none": 0, "32B": 1, "64B": 3, "128B": 7}
 
 def _check_swizzle(swizzle: str) -> None:
     if swizzle not in SWIZZLE_CODE:
-        raise ValueError(f"swizzle must be one of {SWIZZLES}; got {swizzle!r}")
+        raise LayoutError(f"swizzle must be one of {SWIZZLES}; got {swizzle!r}")
 
 
 def encode_desc(addr: int, lbo: int, sbo: int, swizzle: str = "none", base_offset: int = 0) -> int:
@@ -80,9 +82,9 @@ def encode_desc(addr: int, lbo: int, sbo: int, swizzle: str = "none", base_offse
     _check_swizzle(swizzle)
     for name, v in (("addr", addr), ("lbo", lbo), ("sbo", sbo)):
         if v % 16 or not 0 <= v < (1 << 18):
-            raise ValueError(f"{name} must be a multiple of 16 in [0, 2^18); got {v}")
+            raise LayoutError(f"{name} must be a multiple of 16 in [0, 2^18); got {v}")
     if not 0 <= base_offset < 8:
-        raise ValueError(f"base_offset must be in [0, 8); got {base_offset}")
+        raise LayoutError(f"base_offset must be in [0, 8); got {base_offset}")
     return (
         ((addr >> 4) & 0x3FFF)
         | (((lbo >> 4) & 0x3FFF) << 16)
@@ -142,8 +144,8 @@ def canonical_strides(swizzle: str, kbytes: int) -> tuple[int, int]:
     s = SWIZZLE_BYTES[swizzle]
     if swizzle == "none":
         if kbytes % 16:
-            raise ValueError(f"K extent must be a multiple of 16 bytes; got {kbytes}")
+            raise LayoutError(f"K extent must be a multiple of 16 bytes; got {kbytes}")
         return 128, 8 * kbytes
     if kbytes != s:
-        raise ValueError(f"a dense K-major {swizzle} tile has rows of {s} bytes; got {kbytes}")
+        raise LayoutError(f"a dense K-major {swizzle} tile has rows of {s} bytes; got {kbytes}")
     return 16, 8 * s

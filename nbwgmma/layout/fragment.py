@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import LayoutError
 from .descriptor import SWIZZLE_MASK
 from .kinds import wgmma_kind
 
@@ -39,7 +40,7 @@ def acc_coords(kind: str, n: int) -> np.ndarray:
     """
     k = wgmma_kind(kind)
     if n not in k.n_values:
-        raise ValueError(f"{kind} allows N in {list(k.n_values)}; got {n}")
+        raise LayoutError(f"{kind} allows N in {list(k.n_values)}; got {n}")
     t = np.arange(128)[:, None]
     i = np.arange(n // 2)[None, :]
     r, c = acc_value_coords(t, i)
@@ -72,7 +73,7 @@ def tile_block_offset(row, col, esize: int, row_bytes: int, swizzle: str):
     numpy arrays). It is the layout a TMA store with box (64, row_bytes // esize) and the
     same swizzle reads, one box per column block."""
     if swizzle not in SWIZZLE_MASK:
-        raise ValueError(f"swizzle must be one of {tuple(SWIZZLE_MASK)}; got {swizzle!r}")
+        raise LayoutError(f"swizzle must be one of {tuple(SWIZZLE_MASK)}; got {swizzle!r}")
     cpb = row_bytes // esize
     off = (col // cpb) * 64 * row_bytes + row * row_bytes + (col % cpb) * esize
     return off ^ (((off >> 7) & SWIZZLE_MASK[swizzle]) << 4)

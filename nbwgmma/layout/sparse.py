@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import LayoutError
 from .descriptor import SWIZZLE_BYTES, decode_desc
 from .fragment import a_frag_coords
 from .kinds import wgmma_sp_kind
@@ -71,7 +72,7 @@ def sparse_chunk(atype: str) -> int:
     """Elements per metadata chunk of a sparse A of element type ``atype``: 2 for tf32 (1:2),
     else 4 (2:4). Half of each chunk is kept."""
     if atype == "b1":
-        raise ValueError("wgmma.mma_async.sp has no b1 form")
+        raise LayoutError("wgmma.mma_async.sp has no b1 form")
     return 2 if atype == "tf32" else 4
 
 
@@ -79,7 +80,7 @@ def _chunks(x: np.ndarray, atype: str):
     x = np.asarray(x)
     c = sparse_chunk(atype)
     if x.ndim != 2 or x.shape[1] % c:
-        raise ValueError(f"a sparse {atype} A is a [rows, K] matrix with K a multiple of {c}; got shape {x.shape}")
+        raise LayoutError(f"a sparse {atype} A is a [rows, K] matrix with K a multiple of {c}; got shape {x.shape}")
     return x.reshape(x.shape[0], -1, c), c
 
 
@@ -112,9 +113,9 @@ def compress_24(x, atype: str = "f16") -> tuple[np.ndarray, np.ndarray]:
     bad = sparse_violations(x, atype)
     if len(bad):
         r, col = (int(v) for v in bad[0])
-        raise ValueError(
-            f"row {r} of A is not {c // 2}:{c} sparse: columns {col}..{col + c - 1} hold "
-            f"{int((g[r, col // c] != 0).sum())} nonzeros ({len(bad)} such chunks in all); prune it with prune_24"
+        raise LayoutError(
+             f"row {r} of A is not {c // 2}:{c} sparse: columns {col}..{col + c - 1} hold "
+             f"{int((g[r, col // c] != 0).sum())} nonzeros ({len(bad)} such chunks in all); prune it with prune_24"
         )
     # Nonzeros first (stable: in position order), then zeros; keep the first half, sorted.
     order = np.argsort(g == 0, axis=-1, kind="stable")[..., : c // 2]
@@ -135,14 +136,14 @@ def _positions(meta: np.ndarray, atype: str) -> np.ndarray:
         ok = np.isin(meta, list(_TF32_POS))
         if not ok.all():
             r, ch = np.argwhere(~ok)[0]
-            raise ValueError(f"tf32 metadata code 0b{int(meta[r, ch]):04b} at row {r}, chunk {ch} is undefined; "
-                             f"only 0b0100 and 0b1110 are meaningful")
+            raise LayoutError(f"tf32 metadata code 0b{int(meta[r, ch]):04b} at row {r}, chunk {ch} is undefined; "
+                              f"only 0b0100 and 0b1110 are meaningful")
         return np.where(meta == TF32_META[0], 0, 1)[..., None]
     lo, hi = meta & 3, (meta >> 2) & 3
     if (lo == hi).any() or (meta > 15).any():
         r, ch = np.argwhere((lo == hi) | (meta > 15))[0]
-        raise ValueError(f"metadata code 0b{int(meta[r, ch]):04b} at row {r}, chunk {ch} is undefined: its two "
-                         f"2-bit positions must differ")
+        raise LayoutError(f"metadata code 0b{int(meta[r, ch]):04b} at row {r}, chunk {ch} is undefined: its two "
+                          f"2-bit positions must differ")
     return np.stack([lo, hi], -1)
 
 
@@ -154,8 +155,8 @@ def decompress_24(values, meta, atype: str = "f16") -> np.ndarray:
     pos = _positions(meta, atype)
     rows, chunks, kept = pos.shape
     if values.shape != (rows, chunks * kept):
-        raise ValueError(f"{rows} x {chunks} metadata codes describe {rows} x {chunks * kept} values; "
-                         f"got {values.shape}")
+        raise LayoutError(f"{rows} x {chunks} metadata codes describe {rows} x {chunks * kept} values; "
+                          f"got {values.shape}")
     out = np.zeros((rows, chunks, c), values.dtype)
     np.put_along_axis(out, pos, values.reshape(rows, chunks, kept), axis=-1)
     return out.reshape(rows, chunks * c)
@@ -184,7 +185,7 @@ def meta_readers(kind: str, spsel: int) -> np.ndarray:
     ``spsel``; ``ValueError`` for a selector the ISA leaves undefined for the type."""
     k = wgmma_sp_kind(kind)
     if spsel not in k.spsel_values:
-        raise ValueError(f"sp-sel {spsel} is undefined for {kind}; legal: {list(k.spsel_values)}")
+        raise LayoutError(f"sp-sel {spsel} is undefined for {kind}; legal: {list(k.spsel_values)}")
     q = np.arange(128) % 4
     return np.ones(128, bool) if k.input_bits == 8 else (q // 2 == spsel)
 
@@ -194,7 +195,7 @@ def _check_meta_tile(meta, kind):
     meta = np.asarray(meta, np.uint8)
     want = (64, k.k // k.chunk)
     if meta.shape != want:
-        raise ValueError(f"the metadata of one {kind} wgmma.sp is {want[0]} x {want[1]} codes; got {meta.shape}")
+        raise LayoutError(f"the metadata of one {kind} wgmma.sp is {want[0]} x {want[1]} codes; got {meta.shape}")
     return meta
 
 
@@ -213,7 +214,7 @@ def meta_registers_pair(meta_sel0, meta_sel1, kind: str) -> np.ndarray:
     each quad hold ``meta_sel0``'s codes (read with ``spsel=0``), T2, T3 ``meta_sel1``'s
     (``spsel=1``)."""
     if wgmma_sp_kind(kind).input_bits == 8:
-        raise ValueError(f"{kind}: all four threads of a quad hold the metadata of 8-bit types; there is no pair")
+        raise LayoutError(f"{kind}: all four threads of a quad hold the metadata of 8-bit types; there is no pair")
     upper = np.arange(128) % 4 >= 2
     return np.where(upper, meta_registers(meta_sel1, kind), meta_registers(meta_sel0, kind)).astype(np.uint32)
 
@@ -237,7 +238,7 @@ def sparse_a_registers(values, kind: str) -> np.ndarray:
     k = wgmma_sp_kind(kind)
     values = np.asarray(values)
     if values.shape != (64, k.a_cols):
-        raise ValueError(f"the compressed A of one {kind} wgmma.sp is 64 x {k.a_cols}; got {values.shape}")
+        raise LayoutError(f"the compressed A of one {kind} wgmma.sp is 64 x {k.a_cols}; got {values.shape}")
     coords = a_frag_coords(kind)  # [128, 4, E, 2]
     vals = values[coords[..., 0], coords[..., 1]]
     raw = encode_elements(vals.reshape(128 * 4, -1), k.atype)

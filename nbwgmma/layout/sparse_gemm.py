@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import LayoutError
 from .sparse import meta_coords
 
 __all__ = ["STAGE_BYTES_K", "PAD_CODE", "stage_k", "meta_regs_per_stage", "chunk_masks", "first_violation",
@@ -72,7 +73,7 @@ _KEPT_POS = _kept_table()
 def _bits2(bits: np.ndarray, esize: int) -> np.ndarray:
     bits = np.asarray(bits)
     if bits.ndim != 2 or bits.shape[1] % 4:
-        raise ValueError(f"a 2:4 sparse weight is a [rows, K] matrix with K a multiple of 4; got shape {bits.shape}")
+        raise LayoutError(f"a 2:4 sparse weight is a [rows, K] matrix with K a multiple of 4; got shape {bits.shape}")
     return bits.view(np.uint16 if esize == 2 else np.uint8)
 
 
@@ -115,8 +116,8 @@ def compress_bits(bits: np.ndarray, esize: int):
     bad = first_violation(masks)
     if bad is not None:
         r, c, nz, count = bad
-        raise ValueError(f"row {r} is not 2:4 sparse: columns {4 * c}..{4 * c + 3} hold {nz} nonzeros "
-                         f"({count} such groups of 4 in all)")
+        raise LayoutError(f"row {r} is not 2:4 sparse: columns {4 * c}..{4 * c + 3} hold {nz} nonzeros "
+                          f"({count} such groups of 4 in all)")
     pos = _KEPT_POS[masks]  # [rows, chunks, 2]
     g = b.reshape(b.shape[0], -1, 4)
     values = np.take_along_axis(g, pos, axis=-1).reshape(b.shape[0], -1)

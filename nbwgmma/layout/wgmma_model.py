@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import LayoutError
 from .descriptor import decode_desc, kmajor_offset, mnmajor_offset, swizzle_addr
 from .kinds import wgmma_kind
 
@@ -107,7 +108,7 @@ def encode_elements(x: np.ndarray, t: str) -> np.ndarray:
     elif t == "b1":
         raw = np.packbits(x.astype(np.uint8), axis=-1, bitorder="little")
     else:
-        raise ValueError(f"unknown element type {t!r}")
+        raise LayoutError(f"unknown element type {t!r}")
     return np.ascontiguousarray(raw).reshape(x.shape[0], -1)
 
 
@@ -128,7 +129,7 @@ def decode_elements(raw: np.ndarray, t: str) -> np.ndarray:
         return raw.astype(np.int64)
     if t == "b1":
         return np.unpackbits(raw, axis=-1, bitorder="little").astype(np.int64)
-    raise ValueError(f"unknown element type {t!r}")
+    raise LayoutError(f"unknown element type {t!r}")
 
 
 _BITS = {"bf16": np.uint16, "f16": np.uint16, "e4m3": np.uint8, "e5m2": np.uint8}
@@ -140,7 +141,7 @@ def to_bits(x, t: str) -> np.ndarray:
     the arrays NumPy, Numba and CuPy can hold (they have no bf16 or fp8 type), for ``matmul`` and
     ``grouped_matmul`` with ``in_dtype=t``. :func:`from_bits` reads them back."""
     if t not in _BITS:
-        raise ValueError(f"to_bits: t must be one of {sorted(_BITS)}; got {t!r}")
+        raise LayoutError(f"to_bits: t must be one of {sorted(_BITS)}; got {t!r}")
     x = np.asarray(x)
     flat = encode_elements(x.reshape(1, -1), t)
     return flat.view(_BITS[t]).reshape(x.shape)
@@ -150,10 +151,10 @@ def from_bits(bits, t: str) -> np.ndarray:
     """The float64 values of raw ``t`` elements (``uint16`` for "bf16" and "f16", ``uint8`` for
     "e4m3" and "e5m2": a kernel's output or :func:`to_bits`'s), of the array's shape."""
     if t not in _BITS:
-        raise ValueError(f"from_bits: t must be one of {sorted(_BITS)}; got {t!r}")
+        raise LayoutError(f"from_bits: t must be one of {sorted(_BITS)}; got {t!r}")
     bits = np.ascontiguousarray(bits)
     if bits.dtype.itemsize != np.dtype(_BITS[t]).itemsize:
-        raise ValueError(f"from_bits: {t} elements are {np.dtype(_BITS[t]).itemsize}-byte integers; got {bits.dtype}")
+        raise LayoutError(f"from_bits: {t} elements are {np.dtype(_BITS[t]).itemsize}-byte integers; got {bits.dtype}")
     return decode_elements(bits.reshape(1, -1).view(np.uint8), t).reshape(bits.shape)
 
 

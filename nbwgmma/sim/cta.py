@@ -195,5 +195,7 @@ class CTA:
     def offset_of(self, arr) -> int:
         off = arr.__array_interface__["data"][0] - self.image.__array_interface__["data"][0]
         if not 0 <= off < SMEM_BYTES:
-            raise ValueError("smem_addr: the array is not in this CTA's shared memory")
+            th = me()
+            raise SimHazard(f"thread {th.thread_id} at {where()}: smem_addr of an array that is not in this CTA's "
+                            f"shared memory (a global or local array?)")
         return off
