@@ -136,6 +136,21 @@ def test_setmaxnreg_validates_its_argument():
         setmaxnreg_inc(100)
 
 
+def test_a_wrong_argument_count_is_the_typing_error_at_the_kernels_line():
+    """As compiled (tests/intrinsics/test_typing_errors_cpu.py); it was Python's bare TypeError."""
+    from nbwgmma.intrinsics import wgmma_wait_group
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+
+    @cuda.jit
+    def kernel(out):
+        wgmma_wait_group()
+        out[0] = 1
+
+    with pytest.raises(NbwgmmaTypingError, match=r"sim_cases.py:\d+: wgmma_wait_group: missing a required argument: "
+                                                 r"'n': its signature is wgmma_wait_group\(n\)"):
+        launch(kernel, 1, 128, (cuda.to_device(np.zeros(1, np.float32)),))
+
+
 @contextlib.contextmanager
 def _random_schedule(seed):
     """The simulated threads run in a random order (``NBWGMMA_SIM_SCHEDULE=random:SEED``)."""

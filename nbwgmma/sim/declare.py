@@ -83,7 +83,11 @@ def declare(name, params, imms, doc, validate=None):
             for i in range(len(args), len(names)):
                 arguments[names[i]] = defaults[i]
             return arguments
-        bound = sig.bind(*args, **kwargs)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:  # as the compiled intrinsic reports it (intrinsics.errors.checked_intrinsic)
+            given = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+            raise typing_error(f"{name}: {e}: its signature is {name}{sig}; got {name}({given})") from None
         bound.apply_defaults()
         return bound.arguments
 
