@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import numbers
 import os
 import re
 import subprocess
@@ -351,7 +352,7 @@ def _ptx(kernel, sig, launch_bounds, cc):
     name = getattr(py_func, "__qualname__", None)
     if launch_bounds is None:
         launch_bounds = opts.get("launch_bounds")
-    _check_launch_bounds(name, launch_bounds)
+    launch_bounds = _checked_launch_bounds(name, launch_bounds)
     with _device_functions_for(cc):
         try:
             ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc, launch_bounds=launch_bounds)
@@ -369,16 +370,17 @@ _NUMBA_SIG_ERRORS = ("Signature mismatch", "invalid type in signature", "invalid
                      "void return type")
 
 
-def _check_launch_bounds(name, lb) -> None:
-    """Numba's launch bounds: an int (the most threads per block) or a tuple of 1-3 positive ints
-    (most threads, fewest resident blocks, most CTAs per cluster)."""
-    parts = (lb,) if isinstance(lb, int) else lb
-    ok = lb is None or (isinstance(parts, tuple) and 1 <= len(parts) <= 3
-                        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in parts)
+def _checked_launch_bounds(name, lb):
+    """Numba's launch bounds, as Python ints: an int (the most threads per block) or a sequence of
+    1-3 positive ints (most threads, fewest resident blocks, most CTAs per cluster)."""
+    parts = (lb,) if isinstance(lb, numbers.Integral) else lb
+    ok = lb is None or (isinstance(parts, (tuple, list)) and 1 <= len(parts) <= 3
+                        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in parts)
                         and parts[0] <= 1024)
     if not ok:
         raise ReportError(f"compile_report({name}): launch_bounds must be an int or a tuple of 1-3 positive ints "
                           f"(threads per block at most 1024, fewest blocks per SM, most CTAs per cluster); got {lb!r}")
+    return lb if lb is None else int(lb) if isinstance(lb, numbers.Integral) else tuple(int(v) for v in lb)
 
 
 def _check_cc(cc) -> None:

@@ -234,6 +234,7 @@ class TensorMap:
         es = TMA_DTYPES[dtype][1]
         if es != info.itemsize:
             raise TensorMapError(f"tensor map: {dtype} has {es}-byte elements; the array has {info.itemsize}-byte ones")
+        a_view = shape is not None or strides is not None
         shape = _int_tuple("shape", shape) if shape is not None else info.shape
         strides_b = tuple(s * es for s in _int_tuple("strides", strides)) if strides is not None else info.strides
         rank = len(shape)
@@ -247,7 +248,7 @@ class TensorMap:
             raise TensorMapError(f"tensor map: box must have one entry per dimension ({rank}); got {box}")
         if strides_b[-1] != es:
             _fail("the innermost dimension must be contiguous (stride of one element)", f"{strides_b[-1]} bytes")
-        if shape is not None or strides is not None:
+        if a_view:
             _check_inside(info, shape, strides_b, es)
         estrides = (1,) * rank if element_strides is None else \
             tuple(int(e) for e in reversed(_int_tuple("element_strides", element_strides)))

@@ -182,13 +182,13 @@ def _values_bits_as_f16(out, bias, n):
 
 @pytest.mark.parametrize("kernel, vec, message", [
     (_bias_bits_as_f32, types.uint16, r"acc_map\(_add_bias, n=64\): vector 0 \(per column\) is read as vtype 'f32' "
-                                      r"\(an array of float32, .*\); got array\(uint16, 1d, C\) \(bf16 bits need "
+                                      r"\(an array of float16, float32, .*\); got array\(uint16, 1d, C\) \(bf16 bits need "
                                       r"vtype='bf16'\)"),
     (_bias_f32_as_bits, types.float32, r"acc_map\(_add_bias, n=64\): vector 0 \(per column\) is read as vtype "
                                        r"'bf16' \(an array of uint16, int16\); got array\(float32, 1d, C\) "
                                        r"\(float32 values need vtype='f32'\)"),
     (_values_bits_as_f16, types.uint16, r"col_values\(n=64\): the vector is read as vtype 'f16' \(an array of "
-                                        r"float16\); got array\(uint16, 1d, C\) \(bf16 bits need vtype='bf16'\)"),
+                                        r"float16, .*\); got array\(uint16, 1d, C\) \(bf16 bits need vtype='bf16'\)"),
 ])
 def test_a_vector_of_another_element_type_than_its_vtype_is_a_typing_error_at_the_call(kernel, vec, message):
     """A uint16 array of bf16 bits read as the default vtype f32 added 16256.0 for 1.0, an f32
@@ -200,8 +200,11 @@ def test_a_vector_of_another_element_type_than_its_vtype_is_a_typing_error_at_th
 
 
 def test_the_element_types_each_vtype_reads_compile():
-    """bf16 bits as uint16 or int16, f16 as float16, f32 as float32 (or wider, or 32-bit integers)."""
-    for vtype, element in (("bf16", types.int16), ("f16", types.float16), ("f32", types.float64)):
+    """bf16 bits as uint16 or int16; f32 and f16 values of any float, integer or boolean array but
+    16-bit integers (a float16 bias with the default vtype, int8 offsets: converted exactly)."""
+    for vtype, element in (("bf16", types.int16), ("f16", types.float16), ("f32", types.float64),
+                           ("f32", types.float16), ("f16", types.float32), ("f32", types.int8), ("f32", types.uint8),
+                           ("f32", types.boolean)):
         mapped = acc_map(_add_bias, 64, cols=1, vtype=vtype)
 
         @cuda.jit

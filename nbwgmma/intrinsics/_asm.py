@@ -239,14 +239,16 @@ def _reject_float(name, argname, given, regty, what, shown):
         )
 
 
-def _check_literal_rule(name, p: Reg, given):
-    """A literal argument ``given`` for register ``p`` that breaks ``p.rule`` is an error that
-    the call's retyping with the plain type cannot clear (``final``)."""
+def _check_literal_rule(name, p: Reg, given, position: int):
+    """A literal argument ``given`` for register ``p`` (the call's argument ``position``) that
+    breaks ``p.rule`` is an error that the call's retyping with the plain type cannot clear
+    (``final``), where that argument is a constant of the kernel (see errors.py)."""
     if p.rule is None or not isinstance(given, types.IntegerLiteral):
         return
     value = given.literal_value
     if not p.rule(value):
-        raise NbwgmmaTypingError(f"{name}: argument '{p.name}' must be {p.expect}; got {value!r}", final=True)
+        raise NbwgmmaTypingError(f"{name}: argument '{p.name}' must be {p.expect}; got {value!r}",
+                                 final=(position, p.name))
 
 
 def _lower_operand_value(context, builder, val, fromty, toty):
@@ -462,7 +464,7 @@ def ptx_intrinsic(
                     _reject_float(name, p.name, base, types.uint32, "an integer or boolean", ty)
                 else:
                     _reject_float(name, p.name, base, p.ty, f"an integer (a {p.ty} register)", ty)
-                    _check_literal_rule(name, p, ty)
+                    _check_literal_rule(name, p, ty, params.index(p))
         if validate is not None:
             validate(imms, argtypes)
         out_list = list(outs(**imms) if callable(outs) else outs)

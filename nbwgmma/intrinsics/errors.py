@@ -74,15 +74,17 @@ class NbwgmmaTypingError(NumbaTypeError, NbwgmmaError):
     function)`` of the calls that led there, innermost first, when the call is in
     a device function); ``numba_report`` (Numba's full text, which the message
     includes only when the environment variable ``NBWGMMA_FULL_TYPING_ERRORS`` is
-    set to 1); ``final`` (made with ``final=True``: the call fails with it even where
-    Numba's second typing, without literal argument types, succeeds).
+    set to 1); ``final`` (made with ``final=(position, name)`` of the argument at fault: the
+    call fails with it even where Numba's second typing, without literal argument types,
+    succeeds, if that argument is a constant of the kernel).
     """
 
     def __init__(self, msg, loc=None, highlighting=True, final=False):
         super().__init__(msg, loc=loc, highlighting=highlighting)
         self.message = msg
         # A literal argument that breaks a rule (an mbarrier count of 0): Numba retypes the call
-        # with the literal's plain type, which then passes, so the call fails even so.
+        # with the literal's plain type, which then passes, so the call fails even so, where
+        # the argument is a constant (not a variable seen as its first literal value).
         self.final = final
         self.filename = None
         self.line = None
@@ -197,6 +199,22 @@ def _array_shape_hint(constraint, typevars, fnty):
             f"computed at run time: bind it to a module-level name, NBARS = pipe.barrier_words, and pass NBARS)")
 
 
+def _constant_argument(constraint, typeinfer, final) -> bool:
+    """Whether the call's argument ``final`` = (position, name) is a constant of the kernel: a
+    variable of one definition, a literal or a global. A variable assigned in a loop (``k = 0``,
+    then ``k += 1``) is typed as its first literal in an early round of Numba's inference, and
+    as a plain integer in the end: its literal breaking a rule is no error."""
+    from numba.cuda.core.ir_utils import get_definition, guard
+
+    position, name = final
+    kws = dict(constraint.kws)
+    var = kws.get(name) if name in kws else (constraint.args[position] if position < len(constraint.args) else None)
+    if var is None:
+        return False
+    defn = guard(get_definition, typeinfer.func_ir, var)
+    return type(defn).__name__ in ("Const", "Global", "FreeVar")
+
+
 def _wrap_resolve(resolve, typing_errors):
     def resolve_with_location(self, typeinfer, typevars, fnty):
         noted: list = []
@@ -213,7 +231,7 @@ def _wrap_resolve(resolve, typing_errors):
             error = e
         else:
             # typed, but the literal arguments' attempt broke a rule the plain types' cannot see
-            noted = [n for n in noted if n.final and n.line is None]
+            noted = [n for n in noted if n.final and n.line is None and _constant_argument(self, typeinfer, n.final)]
             if not noted:
                 return result
             error = None

@@ -21,14 +21,15 @@ from ..intrinsics.errors import NbwgmmaTypingError
 
 __all__ = ["fragment_check", "count_check", "vector_check", "number_check", "address_check", "VECTOR_ELEMENTS"]
 
-#: the array element types each vtype reads (NumPy's names, which Numba's types print as too); f32
-#: also takes the wider floats and the 32/64-bit integers (an s32 accumulator's vectors), which
-#: convert exactly
-VECTOR_ELEMENTS = {"f32": ("float32", "float64", "int32", "int64", "uint32", "uint64"), "f16": ("float16",),
-                   "bf16": ("uint16", "int16")}
+#: the array element types each vtype reads (NumPy's names, which Numba's types print as too). f32
+#: and f16 read values, converted to the accumulator's type (exactly, for an s32 accumulator's
+#: integer vectors too): any float, integer or boolean array but 16-bit integers, which are most
+#: likely bf16 bits; bf16 reads those bits
+_VALUES = ("float16", "float32", "float64", "int8", "uint8", "int32", "uint32", "int64", "uint64", "bool")
+VECTOR_ELEMENTS = {"f32": _VALUES, "f16": _VALUES, "bf16": ("uint16", "int16")}
 #: what an element type given for another vtype most likely holds
-_ELEMENT_HINTS = {"uint16": "bf16 bits need vtype='bf16'", "int16": "bf16 bits need vtype='bf16'",
-                  "float16": "float16 values need vtype='f16'", "float32": "float32 values need vtype='f32'"}
+_ELEMENT_HINTS = {"uint16": "bf16 bits need vtype='bf16'", "int16": "bf16 bits need vtype='bf16'"}
+_ELEMENT_HINTS.update({t: f"{t} values need vtype='f32'" for t in _VALUES})
 
 
 def _check(typed, valued):

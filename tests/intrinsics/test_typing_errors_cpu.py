@@ -247,6 +247,16 @@ def k_rules_kept(u, d, f):
     bulk_copy_g2s(u[0], d[0], 1024, u[1])
     named_barrier_sync_id(15, 128)
     mbarrier_init(u[1], u[3])  # run-time values: unchecked here
+    count = 0  # a variable first seen as its literal 0 by Numba's inference, an int in the end
+    for _ in range(u[3]):
+        count += 1
+    mbarrier_init(u[1], count)
+    k = 0
+    for j in range(4):
+        if u[3] & (1 << j):
+            k += 1
+    if k > 0:
+        mbarrier_arrive_count(u[1], k)
 
 
 def test_literals_inside_the_rules_and_run_time_values_compile():
