@@ -614,3 +614,44 @@ def test_pipeline_init_given_the_barrier_array_names_smem_addr():
                                                  r"\(smem_addr\(bars\).*got array\(uint64, 1d, C\)") as exc:
         compile_report(_init_with_the_array, (types.uint64[::1],))
     assert str(exc.value).startswith(f"{__file__}:{_line_of(_init_with_the_array, 'PIPE.init(')}: "), str(exc.value)
+
+
+def _inlined_blocks():
+    from nbwgmma.kit import Cooperative
+
+    pipe = TmaPipeline(4, consumers=2)
+    coop = Cooperative("f32.bf16.bf16", pipe, 128, 128)
+
+    @cuda.jit
+    def ring_is_an_array(out, tmap):
+        bars = cuda.shared.array(12, np.uint64)
+        acc, s, ph = coop.tile(bars, np.uint32(0), 0, 0, 0, 4, 0, 0)  # the array, not smem_addr(bars)
+        acc_store(acc, "f32.bf16.bf16", out, 0, 0, 0)
+
+    @cuda.jit
+    def cw_is_a_float(out, tmap):
+        base, ring = pipe.setup()
+        acc, s, ph = coop.tile(ring, base, 0, 0, 0, 4, 0.5, 0)  # a float for the consumer index
+        acc_store(acc, "f32.bf16.bf16", out, 0, 0, 0)
+
+    @cuda.jit
+    def tmap_is_an_array(out, tmap):
+        base, ring = pipe.setup()
+        full = pipe.producer_acquire(ring, 0, 0, coop.stage_bytes)
+        coop.load_tile(base, full, out, tmap, 0, 0, 0)  # an array for A's tensor map
+
+    return ((ring_is_an_array, "coop.tile(", "mbarrier_wait_parity: argument 'bar'"),
+            (cw_is_a_float, "coop.tile(", "make_desc: argument 'addr' must be an integer"),
+            (tmap_is_an_array, "coop.load_tile(", "tma_load_2d: argument 'tmap'"))
+
+
+def test_a_mistake_in_an_inlined_kit_block_is_reported_at_the_users_call():
+    """Numba inlines Cooperative's blocks into the kernel with the kit's own lines: the error led
+    with nbwgmma/kit/cooperative.py, the user's line nowhere. It leads with the user's call now,
+    the kit's line after it."""
+    for kernel, call, message in _inlined_blocks():
+        with pytest.raises(NbwgmmaTypingError) as exc:
+            compile_report(kernel, (types.float32[:, ::1], types.uint64))
+        first = str(exc.value).splitlines()[0]
+        assert first.startswith(f"{__file__}:{_line_of(kernel, call)}: {message}"), str(exc.value)
+        assert "nbwgmma/kit/" in str(exc.value)  # the block's own line, in the "while typing" part

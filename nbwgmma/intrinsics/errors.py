@@ -155,7 +155,7 @@ def _render(err: NbwgmmaTypingError) -> str:
     source = linecache.getline(filename, line).strip()
     if source:
         lines.append(f"    {source}")
-    where = f"while typing '{err.function}'"
+    where = f"while typing '{err.function}'" + (f" at {err.filename}:{err.line}" if filename != err.filename else "")
     for filename, line, function in err.callers:
         where += f", called at {filename}:{line} in '{function}'"
     full = _full_errors_wanted()
@@ -215,6 +215,53 @@ def _constant_argument(constraint, typeinfer, final) -> bool:
     return type(defn).__name__ in ("Const", "Global", "FreeVar")
 
 
+def _inlining_site(constraint, typeinfer, kernel_file: str):
+    """(file, line) of the user's call that Numba inlined the code of ``constraint`` from, or None.
+    Numba copies an inlined function's IR (``inline=True``: the kit's blocks) into the kernel
+    with the function's own lines; the kernel's block that made the call jumps into the copy,
+    so the user's line is the last one of the kernel's file before the constraint, walking
+    back through the blocks that lead to it."""
+    from numba.cuda.core.analysis import compute_cfg_from_blocks
+
+    blocks = typeinfer.func_ir.blocks
+    target = getattr(constraint, "target", None)
+    start = next(((label, k) for label, b in blocks.items() for k, inst in enumerate(b.body)
+                  if getattr(getattr(inst, "target", None), "name", None) == target), None)
+    if start is None:
+        return None
+    cfg = compute_cfg_from_blocks(blocks)
+    seen, todo = set(), [start]
+    while todo:
+        label, end = todo.pop(0)
+        if label in seen:
+            continue
+        seen.add(label)
+        for inst in reversed(blocks[label].body[:end]):
+            loc = getattr(inst, "loc", None)
+            if loc is not None and loc.filename == kernel_file:
+                return loc.filename, loc.line
+        todo += [(p, len(blocks[p].body)) for p, _ in cfg.predecessors(label)]
+    return None
+
+
+def _at_user_line(err: NbwgmmaTypingError, constraint, typeinfer, function: str) -> NbwgmmaTypingError:
+    """``err`` with the user's call of the inlined kit block it lies in added as its caller, where
+    none of its lines is the user's (see :func:`_inlining_site`)."""
+    chain = [(err.filename, err.line)] + [(f, ln) for f, ln, _ in err.callers]
+    kernel = getattr(typeinfer.func_id, "func", None)
+    try:
+        kernel_file = inspect.getsourcefile(kernel) if kernel is not None else None
+    except TypeError:
+        kernel_file = None
+    if not kernel_file or own_source(kernel_file) or any(f and not own_source(f) for f, _ in chain):
+        return err
+    site = _inlining_site(constraint, typeinfer, kernel_file)
+    if site is not None:
+        err.callers.append((*site, function))
+        err.args = (_render(err),)
+    return err
+
+
 def _wrap_resolve(resolve, typing_errors):
     def resolve_with_location(self, typeinfer, typevars, fnty):
         noted: list = []
@@ -245,12 +292,12 @@ def _wrap_resolve(resolve, typing_errors):
             err = inner[0]
             err.callers.append((self.loc.filename, self.loc.line, function))
             err.args = (_render(err),)
-            raise err from None
+            raise _at_user_line(err, self, typeinfer, function) from None
         # Otherwise the first noted error is the literal attempt's (Numba tries the
         # literal argument types first), the one that saw the arguments as written.
         # Made after the pop, so an enclosing call (typing the device function this
         # call is in) notes it as its own error.
-        raise _located(noted[0], self.loc, function, error) from None
+        raise _at_user_line(_located(noted[0], self.loc, function, error), self, typeinfer, function) from None
 
     resolve_with_location.wrapped_resolve = resolve
     return resolve_with_location
