@@ -32,13 +32,19 @@ def typing_error(message: str):
     """The :class:`~nbwgmma.intrinsics.errors.NbwgmmaTypingError` a compiled kernel's typing
     raises for ``message``, as a simulator raises it: its text led by "file:line: " of the
     simulated kernel's line (where a simulator has registered a locator and the call is in a
-    simulated kernel), as a compiled one's is, without terminal escapes; ``.message`` the
-    message alone."""
+    simulated kernel; for nbwgmma's own code called from the kernel, the kernel's line, then
+    nbwgmma's line after the message), as a compiled one's is, without terminal escapes;
+    ``.message`` the message alone."""
     from .intrinsics.errors import NbwgmmaTypingError  # (the intrinsics import after a simulator registers)
 
     where = _registered[0][2] if _registered[0] is not None else None
     at = where() if where is not None else None
-    e = NbwgmmaTypingError(f"{at}: {message}" if at else message, highlighting=False)
+    if at and at.endswith(")") and " (called from " in at:  # a kit block's line: lead with the user's
+        inner, _, outer = at[:-1].partition(" (called from ")
+        at, message_at = outer, f"{message} (at {inner})"
+    else:
+        message_at = message
+    e = NbwgmmaTypingError(f"{at}: {message_at}" if at else message, highlighting=False)
     e.message = message
     return e
 

@@ -199,6 +199,34 @@ def test_a_vector_of_another_element_type_than_its_vtype_is_a_typing_error_at_th
     assert str(exc.value).startswith(f"{__file__}:{line}: "), str(exc.value)
 
 
+def test_16_bit_integer_vectors_are_values_for_an_s32_accumulator():
+    """int16 zero-points of an int8 GEMM: no vtype took them (16-bit integers read as f32 are most
+    likely bf16 bits, but an s32 accumulator's vectors are integers)."""
+    mapped = acc_map(_add_bias, 64, cols=1, dtype="s32")
+
+    @cuda.jit
+    def kernel(out, bias, n):
+        t = cuda.threadIdx.x
+        acc_store(mapped(acc_zeros("s32.s8.s8", 64), t, 0, 0, bias[0:n]), "s32.s8.s8", out, t, 0, 0)
+
+    for element in (types.int16, types.uint16, types.int8):
+        compile_report(kernel, (types.int32[:, ::1], element[::1], types.int32))
+
+
+def test_kit_blocks_take_numpy_integers():
+    """As TmaPipeline and TileScheduler do: a Cooperative of NumPy sizes gave np.int64 stage bytes,
+    which tile_producer, acc_absmax, acc_map, col_values, StreamFixup and ClusterSplitK refused."""
+    from nbwgmma.kit import ClusterSplitK, Cooperative, StreamFixup, tile_producer
+
+    bm, bn = np.array([128, 128])
+    pipe = TmaPipeline(np.int64(4), consumers=np.int32(2))
+    coop = Cooperative("f32.bf16.bf16", pipe, bm, bn)
+    assert type(coop.stage_bytes) is int
+    tile_producer(pipe, TileScheduler(bm, bn, np.int64(64)), coop.stage_bytes, lambda *a: None)
+    acc_absmax(np.int64(64)), acc_map(_add_bias, np.int64(64), cols=np.int64(1)), col_values(np.int32(128))
+    StreamFixup("f32.bf16.bf16", np.int64(128)), ClusterSplitK(np.int64(128))
+
+
 def test_the_element_types_each_vtype_reads_compile():
     """bf16 bits as uint16 or int16; f32 and f16 values of any float, integer or boolean array but
     16-bit integers (a float16 bias with the default vtype, int8 offsets: converted exactly)."""

@@ -160,5 +160,5 @@ def test_bad_arguments_are_report_errors_naming_them():
             (lambda: compile_reports([(k,)]), r"jobs\[0\] must be \(kernel, sig\)")):
         with pytest.raises(ReportError, match=message):
             call()
-    for bounds in ([128, 1], (np.int64(128), 1), np.int32(256)):  # sequences and NumPy integers, as Numba takes them
+    for bounds in ([128, 1], (np.int64(128), 1), np.int32(256), np.array([256, 1])):  # sequences and NumPy integers, as Numba takes them
         compile_report(k, sig, launch_bounds=bounds)

@@ -24,7 +24,7 @@ from numba import cuda
 
 from ..errors import KitError
 from .device import inlined
-from .typecheck import fragment_check
+from .typecheck import fragment_check, is_int
 
 __all__ = ["acc_absmax", "amax_start", "amax_note", "amax_flush"]
 
@@ -40,9 +40,10 @@ def acc_absmax(width: int, masked: bool = True):
     moves zero): all of them. ``width`` is a wgmma N (a multiple of 8 in [8, 256]; else a
     :class:`~nbwgmma.errors.KitError`); a fragment of another length than ``width / 2`` is a typing
     error at the call."""
-    if isinstance(width, bool) or not isinstance(width, int) or width % 8 or not 8 <= width <= 256:
+    if not is_int(width) or width % 8 or not 8 <= width <= 256:
         raise KitError(f"acc_absmax: width must be a wgmma N, the fragment's columns (a multiple of 8 in [8, 256]); "
                        f"got {width!r}")
+    width = int(width)
     lines = ["def largest(v, ct, row0, col0, m, n):", "    check(v)"]
     if masked:
         lines += ["    r = row0 + ((ct >> 5) << 4) + ((ct >> 2) & 7)",

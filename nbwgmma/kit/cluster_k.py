@@ -45,6 +45,7 @@ from ..errors import KitError
 from ..intrinsics import (acc_add_shared, acc_send_cluster, fence_mbarrier_init, mbarrier_arrive_cluster,
                           mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity)
 from .device import inlined
+from .typecheck import is_int
 from .warpgroup import warpgroup_sync
 
 __all__ = ["ClusterSplitK"]
@@ -68,9 +69,10 @@ class ClusterSplitK(types.ModuleType):
         return 64 * bn * 4
 
     def __init__(self, bn: int, consumers: int = 2):
-        if not isinstance(bn, int) or isinstance(bn, bool) or bn % 8 or not 8 <= bn <= 256:
+        if not is_int(bn) or bn % 8 or not 8 <= bn <= 256:
             raise KitError(f"ClusterSplitK: bn must be a multiple of 8 from 8 to 256 (a wgmma N); got {bn!r}")
-        if type(consumers) is not int or consumers not in (1, 2):
+        bn = int(bn)
+        if not is_int(consumers) or consumers not in (1, 2):
             raise KitError(f"ClusterSplitK: consumers must be 2 (128-row tiles) or 1 (64-row tiles); got "
                              f"{consumers!r}")
         super().__init__(f"ClusterSplitK({bn})")

@@ -46,7 +46,8 @@ from ..intrinsics import (
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
-from .pipeline import MAX_CLUSTER, TmaPipeline, check_shares, check_stages, is_int
+from .pipeline import MAX_CLUSTER, TmaPipeline, check_shares, check_stages
+from .typecheck import is_int
 
 __all__ = ["Cooperative", "operand_loads"]
 
@@ -64,6 +65,7 @@ def operand_loads(bm: int, bn: int, bk: int, a_major: str = "K", b_major: str = 
     shares do not tile the stage (a cluster of 3 over 128 rows, 100 columns of MN-major B) are a
     :class:`~nbwgmma.errors.KitError`, as for :class:`Cooperative`."""
     check_tile("operand_loads", bm, bn, a_major, b_major, cluster, multicast)
+    bm, bn, cluster = int(bm), int(bn), int(cluster)
     if bk not in (32, 64, 128):
         raise KitError(f"operand_loads: bk must be 128 bytes of K in elements, 32, 64 or 128 (4-, 2- or 1-byte inputs); "
                        f"got {bk!r}")
@@ -154,6 +156,7 @@ class Cooperative(types.ModuleType):
         if not isinstance(pipe, TmaPipeline):
             raise KitError(f"Cooperative: pipe must be a TmaPipeline; got {pipe!r}")
         check_tile("Cooperative", bm, bn, a_major, b_major, pipe.cluster, multicast)
+        bm, bn = int(bm), int(bn)  # (NumPy integers: the block's sizes and byte counts are Python ints)
         if bn not in k.n_values:
             raise KitError(f"Cooperative: bn must be a wgmma N for {kind}; got {bn!r}")
         if blocks not in (1, 2) or bm % (64 * blocks):
@@ -369,6 +372,6 @@ class Cooperative(types.ModuleType):
         the second, after the first part's TMA store has read the shared tile where they share
         one) instead of between the tiles with the tensor cores idle. ``carry`` is whatever the
         hook needs (a tuple)."""
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        if not is_int(steps) or steps < 1:
             raise KitError(f"Cooperative.beside: steps must be a positive int; got {steps!r}")
-        return self._open_beside(hook, steps)
+        return self._open_beside(hook, int(steps))

@@ -40,7 +40,7 @@ from ..intrinsics import (
     fence_proxy_async_shared, rcp_approx, tanh_approx, tma_store_2d,
 )
 from .device import inlined
-from .typecheck import count_check, fragment_check, number_check, vector_check
+from .typecheck import count_check, fragment_check, is_int, number_check, vector_check
 from .warpgroup import warpgroup_sync
 
 __all__ = ["acc_map", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
@@ -251,15 +251,17 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     (between ``Cooperative.tile_open`` and ``drain``), and maps the tile's parts with static
     slices of the tuple (part ``p`` of ``w`` columns: ``values[p * w // 4:(p + 1) * w // 4]``);
     a tuple of another length than ``n / 4`` is a typing error."""
-    if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
+    if not is_int(n) or n % 8 or not 8 <= n <= 256:
         raise KitError(f"acc_map: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
+    n = int(n)
     if dtype not in _DTYPES:
         raise KitError(f"acc_map: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if pack not in _PACKS or (pack and dtype != "f32"):
         raise KitError(f"acc_map: pack must be None, 'bf16' or 'f16' (f32 accumulators); got {pack!r}")
     for name, count in (("cols", cols), ("rows", rows), ("nextra", nextra)):
-        if not isinstance(count, int) or not 0 <= count <= 8:
+        if not is_int(count) or not 0 <= count <= 8:
             raise KitError(f"acc_map: {name} must be an integer in [0, 8]; got {count!r}")
+    cols, rows, nextra = int(cols), int(rows), int(nextra)
     vtypes = (vtype,) * (cols + rows) if isinstance(vtype, str) else tuple(vtype)
     if (isinstance(vtype, str) and vtype not in VECTOR_TYPES) or len(vtypes) != cols + rows \
             or any(v not in VECTOR_TYPES for v in vtypes):
@@ -312,7 +314,8 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
           "W": _bf16_value() if "bf16" in vtypes else None,
           "count": count_check(name, cols, rows, nextra), "one": number_check(name)}
     for j in range(cols if loaded else 0, cols + rows):
-        ns[f"vec{j}"] = vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})", vtypes[j])
+        ns[f"vec{j}"] = vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})", vtypes[j],
+                                     dtype == "s32")
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
     return inlined(ns["mapped"])
 
@@ -327,8 +330,9 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
     issued under a tile's last wgmmas, the loads complete there instead of stalling each part of
     the epilogue with the tensor cores idle (``n / 4`` registers stay live until the parts are
     mapped; issued before the main loop they spilled the library GEMM's 256 x 160 tiles)."""
-    if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
+    if not is_int(n) or n % 8 or not 8 <= n <= 256:
         raise KitError(f"col_values: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
+    n = int(n)
     if dtype not in _DTYPES:
         raise KitError(f"col_values: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if vtype not in VECTOR_TYPES:
@@ -339,6 +343,6 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
     lines += _col_loads(n, "T(W({}))" if vtype == "bf16" else "T({})", "v", "x{}")
     lines.append("    return (" + "".join(f"x{k}, " for k in range(n // 4)) + ")")
     ns = {"T": _DTYPES[dtype], "W": _bf16_value() if vtype == "bf16" else None,
-          "vec": vector_check(f"col_values(n={n})", "the vector", vtype)}
+          "vec": vector_check(f"col_values(n={n})", "the vector", vtype, dtype == "s32")}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.col_values(n={n})>", "exec"), ns)
     return inlined(ns["values"])

@@ -48,7 +48,6 @@ The simulator names the barriers ``full[s]`` and ``empty[s]`` in its reports.
 
 from __future__ import annotations
 
-import numbers
 import types
 
 import numpy as np
@@ -60,17 +59,12 @@ from ..intrinsics import (
     mbarrier_arrive_cluster, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
 )
 from .device import inlined
-from .typecheck import address_check
+from .typecheck import address_check, is_int
 
 __all__ = ["check_stages", "TmaPipeline", "check_shares", "is_int", "MAX_CLUSTER"]
 
 #: The largest cluster a kit block is built for: 8 CTAs, the portable size (launch refuses more).
 MAX_CLUSTER = 8
-
-
-def is_int(v) -> bool:
-    """Whether ``v`` is an integer a kit block's parameter takes: Python's or NumPy's, not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 def check_stages(who: str, pipe) -> None:

@@ -45,6 +45,7 @@ from ..errors import KitError
 from ..intrinsics import cluster_ctarank, griddep_launch_dependents
 from .pipeline import TmaPipeline
 from .scheduler import TileScheduler, stream_walk
+from .typecheck import is_int
 
 __all__ = ["tile_producer"]
 
@@ -61,9 +62,10 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     if not isinstance(pipe, TmaPipeline) or not isinstance(sched, TileScheduler):
         raise KitError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
                          f"{sched!r}")
-    if not isinstance(stage_bytes, int) or stage_bytes <= 0 or stage_bytes % 1024:
+    if not is_int(stage_bytes) or stage_bytes <= 0 or stage_bytes % 1024:
         raise KitError(f"tile_producer: stage_bytes must be a positive multiple of 1024 (the slots' "
                          f"alignment); got {stage_bytes!r}")
+    stage_bytes = int(stage_bytes)
     if pipe.cluster != sched.cluster:
         raise KitError(f"tile_producer: the pipe's cluster ({pipe.cluster}) and the scheduler's ({sched.cluster}) "
                          f"must be the same")

@@ -65,6 +65,7 @@ from ..intrinsics import (
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from .device import inlined
 from .pipeline import TmaPipeline, check_stages
+from .typecheck import is_int
 
 __all__ = ["BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS"]
 
@@ -86,8 +87,9 @@ def acc_promote(n: int):
     on its second (``lr + 8``): the promotion of a block whose scale depends on the row (pass
     ``s0 == s1`` for one scale per tile). Unrolled with constant indices (no local memory);
     each value costs one fused multiply-add."""
-    if not isinstance(n, int) or n % 8 or not 8 <= n <= 256:
+    if not is_int(n) or n % 8 or not 8 <= n <= 256:
         raise KitError(f"acc_promote: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
+    n = int(n)
     fn = _PROMOTES.get(n)
     if fn is None:
         # value i sits on row lr + 8 * ((i // 2) % 2) (the D fragment of m64nNk*)
@@ -114,8 +116,9 @@ def acc_promote_cols(n: int):
     ptxas has shared them out); one unrolled body then takes one fused multiply-add per value,
     as :func:`acc_promote`. (A whole unrolled body per offset, which ptxas merged into the same
     code, took Numba about four times as long to compile.)"""
-    if not isinstance(n, int) or n % 16 or not 16 <= n <= 256:
+    if not is_int(n) or n % 16 or not 16 <= n <= 256:
         raise KitError(f"acc_promote_cols: n must be a multiple of 16 in [16, 256]; got {n!r}")
+    n = int(n)
     fn = _SPANS.get(n)
     if fn is None:
         groups = n // 8  # value i: row lr + 8 * ((i // 2) % 2), column 8 * (i // 4) + (0 .. 7)

@@ -34,7 +34,8 @@ from numba import cuda
 from ..errors import KitError
 from ..intrinsics import cluster_ctarank
 from .device import inlined
-from .pipeline import MAX_CLUSTER, is_int
+from .pipeline import MAX_CLUSTER
+from .typecheck import is_int
 
 __all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment",
            "stream_whole_units", "stream_walk"]

@@ -45,6 +45,7 @@ from ..intrinsics import acc_add_strided, acc_store_strided, acc_zeros, named_ba
 from ..layout import wgmma_kind
 from .device import inlined
 from .scheduler import stream_owner, stream_range
+from .typecheck import is_int
 
 __all__ = ["StreamFixup"]
 
@@ -74,15 +75,17 @@ class StreamFixup(types.ModuleType):
         k = wgmma_kind(kind)
         if k.dtype != "f32":
             raise KitError(f"StreamFixup: kind must have an f32 accumulator; got {kind!r}")
-        if not isinstance(bn, int) or bn % 8 or not 8 <= bn <= 256:
+        if not is_int(bn) or bn % 8 or not 8 <= bn <= 256:
             raise KitError(f"StreamFixup: bn must be a wgmma N (a multiple of 8 in [8, 256]); got {bn!r}")
+        bn = int(bn)
         for name, v, ok in (("consumers", consumers, (1, 2, 3, 4)), ("fragments", fragments, (1, 2)),
                             ("barrier", barrier, range(1, 16))):
             if isinstance(v, bool) or v not in ok:
                 raise KitError(f"StreamFixup: {name} must be one of {tuple(ok)}; got {v!r}")
-        if not isinstance(first_thread, int) or first_thread < 0 or first_thread % 128:
+        if not is_int(first_thread) or first_thread < 0 or first_thread % 128:
             raise KitError(f"StreamFixup: first_thread must be a warpgroup's first thread (a multiple of 128); "
                              f"got {first_thread!r}")
+        first_thread = int(first_thread)
         super().__init__(f"StreamFixup({kind}, {bn})")
         self.kind, self.bn, self.consumers, self.fragments = kind, bn, consumers, fragments
         self.rows_apart, self.first_thread, self.barrier = rows_apart, first_thread, barrier

@@ -19,7 +19,7 @@ from numba.core.extending import intrinsic
 from .. import backend
 from ..intrinsics.errors import NbwgmmaTypingError
 
-__all__ = ["fragment_check", "count_check", "vector_check", "number_check", "address_check", "VECTOR_ELEMENTS"]
+__all__ = ["is_int", "fragment_check", "count_check", "vector_check", "number_check", "address_check", "VECTOR_ELEMENTS"]
 
 #: the array element types each vtype reads (NumPy's names, which Numba's types print as too). f32
 #: and f16 read values, converted to the accumulator's type (exactly, for an s32 accumulator's
@@ -30,6 +30,11 @@ VECTOR_ELEMENTS = {"f32": _VALUES, "f16": _VALUES, "bf16": ("uint16", "int16")}
 #: what an element type given for another vtype most likely holds
 _ELEMENT_HINTS = {"uint16": "bf16 bits need vtype='bf16'", "int16": "bf16 bits need vtype='bf16'"}
 _ELEMENT_HINTS.update({t: f"{t} values need vtype='f32'" for t in _VALUES})
+
+
+def is_int(v) -> bool:
+    """Whether ``v`` is an integer a kit block's parameter takes: Python's or NumPy's, not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 def _check(typed, valued):
@@ -100,17 +105,20 @@ def count_check(what: str, cols: int, rows: int, nextra: int):
     return _check(typed, valued)
 
 
-def vector_check(what: str, name: str, vtype: str):
+def vector_check(what: str, name: str, vtype: str, integer: bool = False):
     """A check refusing a vector (``name`` says which) that is not a 1-D array of an element type
     ``vtype`` reads (:data:`VECTOR_ELEMENTS`; a uint16 array of bf16 bits read as f32 would add
     16256.0 for 1.0): element ``k`` of it belongs to the tile's ``k``-th column (row), as
-    ``bias[col0:n]`` gives."""
+    ``bias[col0:n]`` gives. For an ``integer`` (s32) accumulator 16-bit integers are values too:
+    no bf16 bits are read into one."""
+    accepted = VECTOR_ELEMENTS[vtype] + (("int16", "uint16") if integer and vtype != "bf16" else ())
+
     def message(ndim, element, got):
         if ndim != 1:
             return f"{what}: {name} must be a 1-D array (element 0 at the tile's first column or row); got {got}"
-        if element not in VECTOR_ELEMENTS[vtype]:
+        if element not in accepted:
             hint = _ELEMENT_HINTS.get(element)
-            return (f"{what}: {name} is read as vtype {vtype!r} (an array of {', '.join(VECTOR_ELEMENTS[vtype])})"
+            return (f"{what}: {name} is read as vtype {vtype!r} (an array of {', '.join(accepted)})"
                     f"; got {got}{f' ({hint})' if hint else ''}")
         return None
 
