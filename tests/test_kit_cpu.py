@@ -683,3 +683,18 @@ def test_a_mistake_in_an_inlined_kit_block_is_reported_at_the_users_call():
         first = str(exc.value).splitlines()[0]
         assert first.startswith(f"{__file__}:{_line_of(kernel, call)}: {message}"), str(exc.value)
         assert "nbwgmma/kit/" in str(exc.value)  # the block's own line, in the "while typing" part
+
+
+def test_scheduler_cluster_k_and_pingpong_bk_and_staged_scales_stages():
+    """From a newcomer's trial: cluster_k refused NumPy integers; PingPong.BK was 64 for fp8 (whose
+    stage holds 128 K: a kernel stepping K by it summed blocks twice); staged block scales with
+    two stages passed (a scale warp's parity wait then matched a phase a round old)."""
+    from nbwgmma.kit import BlockScaled, PingPong
+
+    assert TileScheduler(128, 128, 64, cluster_k=np.int64(2)).cluster_k == 2
+    assert PingPong("f32.e4m3.e4m3", TmaPipeline(4, consumers=1)).BK == 128
+    assert PingPong("f32.bf16.bf16", TmaPipeline(4, consumers=1)).bk == 64
+    staged = dict(a_block=True, b_block=True, a_columns=True)
+    with pytest.raises(KitError, match="staged scales taken in turn by 3 scale warps need at least 3 stages"):
+        BlockScaled("f32.e4m3.e4m3", TmaPipeline(2, consumers=256, producers=33), **staged)
+    BlockScaled("f32.e4m3.e4m3", TmaPipeline(3, consumers=256, producers=33), **staged)

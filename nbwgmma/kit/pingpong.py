@@ -51,7 +51,9 @@ class PingPong(types.ModuleType):
     contiguous), then B's 128 columns x 128 bytes of K: K contiguous (``b_major="K"``: one box
     of B [N, K]) or N contiguous (``b_major="MN"``: two boxes of 64 x 64 of B [K, N], read with
     wgmma's transpose
-    bit). ``BM``, ``BN``, ``A_BYTES`` and ``STAGE_BYTES`` give the tile and a stage's bytes.
+    bit). ``BM``, ``BN``, ``A_BYTES`` and ``STAGE_BYTES`` give the tile and a stage's bytes, ``BK``
+    (also ``bk``) a stage's K: 64 for 16-bit inputs, 128 for fp8 (the class's ``BK`` is the
+    16-bit one).
     Device functions: ``load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row)`` (the
     producer's TMA loads of one stage), ``start(cw, kblocks) -> (s, ph)`` and ``tile(ring,
     base, s, ph, kblocks, ct, cw, wait_turn, pass_turn) -> (acc0, acc1, s, ph)`` (kblocks >= 1)."""
@@ -72,6 +74,7 @@ class PingPong(types.ModuleType):
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != 1 or pipe.cluster != 1:
             raise KitError(f"PingPong: pipe must be a TmaPipeline with consumers=1 and no cluster; got {pipe!r}")
         check_stages("PingPong", pipe)
+        self.BK = self.bk = 1024 // k.input_bits  # a stage's 128 bytes of K (64 bf16, 128 fp8)
         if b_major not in ("K", "MN"):
             raise KitError(f"PingPong: b_major must be 'K' or 'MN'; got {b_major!r}")
         super().__init__(f"PingPong({kind})")

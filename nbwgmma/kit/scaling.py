@@ -253,6 +253,11 @@ class BlockScaled(types.ModuleType):
                 else ("the TMA thread", "two warpgroups")
             raise KitError(f"BlockScaled: with{'' if self.staged else 'out'} staged scales the pipe must count "
                              f"producers={want[0]} ({who[0]}) and consumers={want[1]} ({who[1]}); got {pipe!r}")
+        if self.staged and not tma and pipe.stages < self.SCALE_WARPS:
+            # a scale warp's next fill is SCALE_WARPS fills after its last: with fewer stages its
+            # slot can have two releases pending, and its parity wait matches a phase a round old
+            raise KitError(f"BlockScaled: staged scales taken in turn by {self.SCALE_WARPS} scale warps need at least "
+                           f"{self.SCALE_WARPS} stages; got {pipe!r}")
         self.promotes = bool(promote)
         #: bytes of one stage (A's rows, then B's) and of one stage's scale slot (A's row
         #: scales, then B's scale): the class constants' values for 128 x 128 tiles

@@ -167,7 +167,7 @@ class TileScheduler(types.ModuleType):
                  cluster_k: int = 1, along: str = "M"):
         if along not in ("M", "N"):
             raise KitError(f"TileScheduler: along (the clusters' direction) must be 'M' or 'N'; got {along!r}")
-        if type(cluster_k) is not int or cluster_k not in (1, 2) or (cluster_k == 2 and (cluster != 1 or split != 1)):
+        if not is_int(cluster_k) or cluster_k not in (1, 2) or (cluster_k == 2 and (cluster != 1 or split != 1)):
             raise KitError(f"TileScheduler: cluster_k must be 1, or 2 with cluster=1 and split=1; got "
                              f"cluster_k={cluster_k!r}, cluster={cluster!r}, split={split!r}")
         for name, v in (("bm", bm), ("bn", bn), ("bk", bk), ("group_m", group_m), ("cluster", cluster),
@@ -178,6 +178,7 @@ class TileScheduler(types.ModuleType):
             raise KitError(f"TileScheduler: cluster must be at most {MAX_CLUSTER} CTAs (larger clusters are not "
                            f"portable); got {cluster!r}")
         bm, bn, bk, group_m, cluster, split = int(bm), int(bn), int(bk), int(group_m), int(cluster), int(split)
+        cluster_k = int(cluster_k)
         super().__init__(f"TileScheduler({bm}x{bn}x{bk})")
         self.bm, self.bn, self.bk = bm, bn, bk
         self.group_m, self.cluster, self.split, self.cluster_k = group_m, cluster, split, cluster_k

@@ -72,8 +72,8 @@ def enabled() -> bool:
 def schedule_rng():
     """None for the first-come order, or the generator ``NBWGMMA_SIM_SCHEDULE=random:SEED`` asks for
     (:mod:`nbwgmma.sim.sched`)."""
-    how = os.environ.get("NBWGMMA_SIM_SCHEDULE", "fifo")
-    if how == "fifo":
+    how = os.environ.get("NBWGMMA_SIM_SCHEDULE", "fifo").strip()
+    if how in ("fifo", ""):  # (set but empty: the default)
         return None
     kind, _, seed = how.partition(":")
     if kind != "random" or not seed.lstrip("-").isdigit():
