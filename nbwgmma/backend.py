@@ -19,12 +19,13 @@ __all__ = ["register", "active", "python_intrinsic", "python_functions", "typing
 _registered: list = [None]
 
 
-def register(declare: Callable, functions: dict, where: Callable[[], str] | None = None) -> None:
+def register(declare: Callable, functions: dict, where: Callable[[], tuple | None] | None = None) -> None:
     """Build every intrinsic as Python: ``declare(name, params, imms, doc)`` makes the
     function for a PTX-template intrinsic (its operand spec ``params``, the compile-time
     ones among them ``imms``); ``functions`` replace hand-written intrinsics by name;
-    ``where()`` names the kernel line a simulated thread is at, or None outside a simulated
-    kernel (see :func:`typing_error`)."""
+    ``where()`` gives the kernel line a simulated thread is at and nbwgmma's own line under it
+    (None where the thread is in the kernel's own code), or None outside a simulated kernel
+    (see :func:`typing_error`)."""
     _registered[0] = (declare, dict(functions), where)
 
 
@@ -38,13 +39,13 @@ def typing_error(message: str):
     from .intrinsics.errors import NbwgmmaTypingError  # (the intrinsics import after a simulator registers)
 
     where = _registered[0][2] if _registered[0] is not None else None
-    at = where() if where is not None else None
-    if at and at.endswith(")") and " (called from " in at:  # a kit block's line: lead with the user's
-        inner, _, outer = at[:-1].partition(" (called from ")
-        at, message_at = outer, f"{message} (at {inner})"
+    located = where() if where is not None else None
+    if located is None:
+        text = message
     else:
-        message_at = message
-    e = NbwgmmaTypingError(f"{at}: {message_at}" if at else message, highlighting=False)
+        at, inner = located
+        text = f"{at}: {message}" + (f" (at {inner})" if inner else "")
+    e = NbwgmmaTypingError(text, highlighting=False)
     e.message = message
     return e
 

@@ -39,9 +39,10 @@ that importing this module imports nothing else):
 
 from __future__ import annotations
 
+import numbers
 import os
 
-__all__ = ["own_source", "NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError", "ReportError",
+__all__ = ["own_source", "is_int", "NbwgmmaError", "MatmulError", "MatmulTypeError", "ConfigError", "ToolchainError", "ReportError",
            "LayoutError",
            "LaunchError", "KernelStoppedError", "TensorMapError", "NbwgmmaTypingError", "NbwgmmaLiteralError",
            "SimError", "SimStopped", "SimHazard"]
@@ -57,6 +58,11 @@ def own_source(filename: str) -> bool:
     if filename.startswith("<"):
         return filename.startswith("<nbwgmma")
     return (filename if os.path.isabs(filename) else os.path.abspath(filename)).startswith(_PACKAGE)
+
+
+def is_int(v) -> bool:
+    """Whether ``v`` is an integer an argument check takes: Python's or NumPy's, not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 class NbwgmmaError(Exception):

@@ -17,10 +17,8 @@ import math
 import struct
 import threading
 
-import numpy as np
-
 from . import cudriver
-from .errors import KernelStoppedError, LaunchError
+from .errors import KernelStoppedError, LaunchError, is_int
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
                          stream_handle)
 from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
@@ -35,15 +33,11 @@ def dynamic_smem_bytes(payload: int, align: int = 1024) -> int:
 
     Pairs with :func:`nbwgmma.intrinsics.dynamic_smem_base`.
     """
-    if not _is_int(payload) or payload < 0:
+    if not is_int(payload) or payload < 0:
         raise LaunchError(f"dynamic_smem_bytes: payload must be a non-negative integer (bytes); got {payload!r}")
-    if not _is_int(align) or align < 1 or align & (align - 1):
+    if not is_int(align) or align < 1 or align & (align - 1):
         raise LaunchError(f"dynamic_smem_bytes: align must be a positive power of two; got {align!r}")
     return int(payload) + int(align) - 1
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 #: CUDA's limits on a grid's and a block's dimensions (x, y, z; a block's x and y are bounded
@@ -52,9 +46,9 @@ _DIM_LIMITS = {"grid": (2 ** 31 - 1, 65535, 65535), "block": (None, None, 64)}
 
 
 def _dim3(d, what):
-    if _is_int(d):
+    if is_int(d):
         d = (d,)
-    if isinstance(d, (str, bytes)) or not hasattr(d, "__iter__") or not all(_is_int(x) for x in d):
+    if isinstance(d, (str, bytes)) or not hasattr(d, "__iter__") or not all(is_int(x) for x in d):
         raise LaunchError(f"{what} must be 1 to 3 positive integers; got {d!r}")
     d = tuple(int(x) for x in d)
     if not 1 <= len(d) <= 3 or any(x < 1 for x in d):
@@ -318,7 +312,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     _refuse_tensor_maps(args, "launch()")
     grid = _dim3(grid, "grid")
     block = _dim3(block, "block")
-    if not _is_int(smem) or smem < 0:
+    if not is_int(smem) or smem < 0:
         raise LaunchError(f"launch: smem must be a non-negative integer (bytes); got {smem!r}")
     if sim.enabled():  # Numba's CUDA simulator: the intrinsics run as Python (nbwgmma.sim)
         # The GPU's checks against an H100's limits. The simulator does not compile, so

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import numbers
 import os
 import re
 import subprocess
@@ -30,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 from cuda import pathfinder
 
-from .errors import ReportError, ToolchainError  # defined with nbwgmma's other errors; importable from here
+from .errors import ReportError, ToolchainError, is_int  # defined with nbwgmma's other errors; importable from here
 
 __all__ = ["CompileReport", "compile_cubin", "compile_report", "compile_reports", "report_from_ptx", "reports_from_ptx", "find_tool",
            "ToolchainError", "ReportError"]
@@ -373,15 +372,13 @@ _NUMBA_SIG_ERRORS = ("Signature mismatch", "invalid type in signature", "invalid
 def _checked_launch_bounds(name, lb):
     """Numba's launch bounds, as Python ints: an int (the most threads per block) or a sequence of
     1-3 positive ints (most threads, fewest resident blocks, most CTAs per cluster)."""
-    parts = (lb,) if isinstance(lb, numbers.Integral) else \
-        tuple(lb) if hasattr(lb, "__iter__") and not isinstance(lb, (str, bytes)) else None
-    ok = lb is None or (parts is not None and 1 <= len(parts) <= 3
-                        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in parts)
+    parts = (lb,) if is_int(lb) else tuple(lb) if hasattr(lb, "__iter__") and not isinstance(lb, (str, bytes)) else None
+    ok = lb is None or (parts is not None and 1 <= len(parts) <= 3 and all(is_int(v) and v > 0 for v in parts)
                         and parts[0] <= 1024)
     if not ok:
         raise ReportError(f"compile_report({name}): launch_bounds must be an int or a tuple of 1-3 positive ints "
                           f"(threads per block at most 1024, fewest blocks per SM, most CTAs per cluster); got {lb!r}")
-    return lb if lb is None else int(lb) if isinstance(lb, numbers.Integral) else tuple(int(v) for v in parts)
+    return lb if lb is None else int(lb) if is_int(lb) else tuple(int(v) for v in parts)
 
 
 def _check_cc(cc) -> None:

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .errors import NbwgmmaError
+from .errors import NbwgmmaError, is_int
 from .frontend.arrays import array_info
 from .layout.tma import TMA_DTYPES
 
@@ -162,10 +162,10 @@ def _encode(p: TensorMapParams) -> np.ndarray:
 
 def _int_tuple(name: str, value: Any) -> tuple:
     """``value`` as a tuple of Python ints: integers only (no floats, no bare int)."""
-    if isinstance(value, (int, np.integer)) or not hasattr(value, "__iter__"):
+    if is_int(value) or not hasattr(value, "__iter__"):
         raise TensorMapError(f"tensor map: {name} must be a sequence of integers, one per dimension; got {value!r}")
     out = tuple(value)
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in out):
+    if not all(is_int(v) for v in out):
         raise TensorMapError(f"tensor map: {name} must hold integers; got {out!r}")
     return tuple(int(v) for v in out)
 

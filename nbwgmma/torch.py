@@ -192,10 +192,10 @@ def _autocast_rule(op, name, positions):
     def kernel(_keyset, *args):
         dtype = torch.get_autocast_dtype("cuda")
         args = list(args)
-        for i in (p for p in positions if p < len(args)):
+        fp8 = any(isinstance(x, torch.Tensor) and x.dtype in _FP8 for x in args[:2])  # (then nothing is cast)
+        for i in () if fp8 else (p for p in positions if p < len(args)):
             t = args[i]
-            if (isinstance(t, torch.Tensor) and t.is_cuda and t.dtype in _AUTOCAST_CASTS and t.dtype != dtype
-                    and not any(isinstance(x, torch.Tensor) and x.dtype in _FP8 for x in args[:2])):
+            if isinstance(t, torch.Tensor) and t.is_cuda and t.dtype in _AUTOCAST_CASTS and t.dtype != dtype:
                 args[i] = t.to(dtype)
         with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
             return op(*args)

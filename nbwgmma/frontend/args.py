@@ -6,14 +6,13 @@ and in Numba's CUDA simulator."""
 
 from __future__ import annotations
 
-import numbers
 import threading
 
 import numpy as np
 from numba import cuda
 
 from .. import sim
-from ..errors import ConfigError, MatmulError, MatmulTypeError
+from ..errors import ConfigError, MatmulError, MatmulTypeError, is_int
 from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
 
@@ -135,7 +134,7 @@ def check_config(config) -> dict:
         if key in _STR_KEYS:
             if not isinstance(v, str):
                 raise MatmulTypeError(f"matmul: config[{key!r}] must be a string; got {v!r}")
-        elif isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        elif not is_int(v):
             raise MatmulTypeError(f"matmul: config[{key!r}] must be an integer; got {v!r}")
         else:
             v = int(v)

@@ -41,7 +41,8 @@ cvta.to.global.u64 %nbw_g, $array;
 add.u64 %nbw_g, %nbw_g, $offset;
 cp.async.cg.shared::cta.global [$dst], [%nbw_g], 16, $nvalid;
 }""",
-    params=[Reg("dst", u32), ArrayPtr("array"), Reg("offset", u64), ranged("nvalid", u32, 0, 16, source="cp.async, src-size <= cp-size")],
+    params=[Reg("dst", u32), ArrayPtr("array"), Reg("offset", u64),
+            ranged("nvalid", u32, 0, 16, source="cp.async, src-size <= cp-size")],
     doc="``cp.async.cg.shared::cta.global [dst], [src], 16, src-size`` (PTX ISA: cp.async). Start a "
     "16-byte copy (both addresses 16-byte aligned, cached in L2 only) from byte ``offset`` of the global "
     "array ``array`` to the ``.shared::cta`` address ``dst`` of which only the first ``nvalid`` bytes "

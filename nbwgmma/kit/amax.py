@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from ..errors import KitError
+from ..errors import KitError, is_int
 from .device import inlined
-from .typecheck import fragment_check, is_int
+from .typecheck import fragment_check
 
 __all__ = ["acc_absmax", "amax_start", "amax_note", "amax_flush"]
 

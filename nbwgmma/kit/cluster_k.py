@@ -41,11 +41,10 @@ from __future__ import annotations
 
 import types
 
-from ..errors import KitError
+from ..errors import KitError, is_int
 from ..intrinsics import (acc_add_shared, acc_send_cluster, fence_mbarrier_init, mbarrier_arrive_cluster,
                           mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity)
 from .device import inlined
-from .typecheck import is_int
 from .warpgroup import warpgroup_sync
 
 __all__ = ["ClusterSplitK"]

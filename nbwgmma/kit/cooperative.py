@@ -39,7 +39,7 @@ import types
 
 from numba import cuda
 
-from ..errors import KitError
+from ..errors import KitError, is_int
 from ..intrinsics import (
     acc_undef, cluster_ctarank, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group,
     wgmma_fence, wgmma_mma_async, wgmma_wait_group,
@@ -47,7 +47,6 @@ from ..intrinsics import (
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
 from .pipeline import MAX_CLUSTER, TmaPipeline, check_shares, check_stages
-from .typecheck import is_int
 
 __all__ = ["Cooperative", "operand_loads"]
 

@@ -34,13 +34,13 @@ import math
 import numpy as np
 
 from .. import backend
-from ..errors import KitError
+from ..errors import KitError, is_int
 from ..intrinsics import (
     acc_stmatrix_swizzled, acc_to_bf16x2, acc_to_f16x2, bulk_commit_group, bulk_wait_group_read, ex2_approx,
     fence_proxy_async_shared, rcp_approx, tanh_approx, tma_store_2d,
 )
 from .device import inlined
-from .typecheck import count_check, fragment_check, is_int, number_check, vector_check
+from .typecheck import count_check, fragment_check, number_check, vector_check
 from .warpgroup import warpgroup_sync
 
 __all__ = ["acc_map", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
@@ -234,11 +234,11 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     per thread and column (the two values of a column pair share a load), not once per
     value, and a tile that the vector covers loads without compares. ``nextra`` further
     arguments (arrays, scalars) are passed through to ``fn`` as they are. ``vtype`` is the
-    vectors' element type, or a tuple of one per vector (``cols`` first): "f32" (a float32
-    array; float64 and 32/64-bit integer arrays convert too), "f16" (float16), or "bf16" given as
-    raw bits (a ``uint16`` or ``int16`` array: NumPy and Numba have no bf16), widened exactly.
-    An array of another element type is a typing error at the call (bf16 bits read as f32 would
-    be numbers in the ten thousands).
+    vectors' element type, or a tuple of one per vector (``cols`` first): "f32" or "f16" (values:
+    any float, integer or boolean array but 16-bit integers, converted exactly; 16-bit integers
+    too for an s32 accumulator), or "bf16" given as raw bits (a ``uint16`` or ``int16`` array:
+    NumPy and Numba have no bf16), widened exactly. An array of another element type is a typing
+    error at the call (bf16 bits read as f32 would be numbers in the ten thousands).
 
     Each result is converted back to the accumulator's type (``dtype`` "f32" or "s32"); with
     ``pack`` "bf16" or "f16" adjacent results are packed into 32-bit registers as they are

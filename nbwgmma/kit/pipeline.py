@@ -53,15 +53,15 @@ import types
 import numpy as np
 from numba import cuda
 
-from ..errors import KitError
+from ..errors import KitError, is_int
 from ..intrinsics import (
     cluster_sync, cp_async_mbarrier_arrive_noinc, dynamic_smem_base, fence_mbarrier_init, griddep_wait, mbarrier_arrive,
     mbarrier_arrive_cluster, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_name, mbarrier_wait_parity, smem_addr,
 )
 from .device import inlined
-from .typecheck import address_check, is_int
+from .typecheck import address_check
 
-__all__ = ["check_stages", "TmaPipeline", "check_shares", "is_int", "MAX_CLUSTER"]
+__all__ = ["check_stages", "TmaPipeline", "check_shares", "MAX_CLUSTER"]
 
 #: The largest cluster a kit block is built for: 8 CTAs, the portable size (launch refuses more).
 MAX_CLUSTER = 8

@@ -41,11 +41,10 @@ from __future__ import annotations
 
 from numba import cuda
 
-from ..errors import KitError
+from ..errors import KitError, is_int
 from ..intrinsics import cluster_ctarank, griddep_launch_dependents
 from .pipeline import TmaPipeline
 from .scheduler import TileScheduler, stream_walk
-from .typecheck import is_int
 
 __all__ = ["tile_producer"]
 

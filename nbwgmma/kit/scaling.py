@@ -57,7 +57,7 @@ import types
 import numpy as np
 from numba import cuda
 
-from ..errors import KitError
+from ..errors import KitError, is_int
 from ..intrinsics import (
     acc_undef, acc_zeros, bulk_copy_g2s_array, cp_async, cp_async_zfill, desc_advance, ld_shared_f32, make_desc,
     st_shared_f32, tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
@@ -65,7 +65,6 @@ from ..intrinsics import (
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from .device import inlined
 from .pipeline import TmaPipeline, check_stages
-from .typecheck import is_int
 
 __all__ = ["BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS"]
 

@@ -31,11 +31,10 @@ import types
 
 from numba import cuda
 
-from ..errors import KitError
+from ..errors import KitError, is_int
 from ..intrinsics import cluster_ctarank
 from .device import inlined
 from .pipeline import MAX_CLUSTER
-from .typecheck import is_int
 
 __all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment",
            "stream_whole_units", "stream_walk"]

@@ -40,12 +40,11 @@ import types
 
 from numba import cuda
 
-from ..errors import KitError
+from ..errors import KitError, is_int
 from ..intrinsics import acc_add_strided, acc_store_strided, acc_zeros, named_barrier_sync
 from ..layout import wgmma_kind
 from .device import inlined
 from .scheduler import stream_owner, stream_range
-from .typecheck import is_int
 
 __all__ = ["StreamFixup"]
 

@@ -17,9 +17,10 @@ from numba import types
 from numba.core.extending import intrinsic
 
 from .. import backend
+from ..errors import is_int
 from ..intrinsics.errors import NbwgmmaTypingError
 
-__all__ = ["is_int", "fragment_check", "count_check", "vector_check", "number_check", "address_check", "VECTOR_ELEMENTS"]
+__all__ = ["fragment_check", "count_check", "vector_check", "number_check", "address_check", "VECTOR_ELEMENTS"]
 
 #: the array element types each vtype reads (NumPy's names, which Numba's types print as too). f32
 #: and f16 read values, converted to the accumulator's type (exactly, for an s32 accumulator's
@@ -30,11 +31,6 @@ VECTOR_ELEMENTS = {"f32": _VALUES, "f16": _VALUES, "bf16": ("uint16", "int16")}
 #: what an element type given for another vtype most likely holds
 _ELEMENT_HINTS = {"uint16": "bf16 bits need vtype='bf16'", "int16": "bf16 bits need vtype='bf16'"}
 _ELEMENT_HINTS.update({t: f"{t} values need vtype='f32'" for t in _VALUES})
-
-
-def is_int(v) -> bool:
-    """Whether ``v`` is an integer a kit block's parameter takes: Python's or NumPy's, not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 def _check(typed, valued):
@@ -164,7 +160,6 @@ def address_check(what: str, name: str, hint: str):
         return None if isinstance(x, types.Integer) else message(str(x))
 
     def valued(x):
-        ok = isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
-        return None if ok else message(f"{type(x).__name__}")
+        return None if is_int(x) else message(f"{type(x).__name__}")
 
     return _check(typed, valued)

@@ -24,7 +24,7 @@ from numba.cuda.simulator.kernelapi import Dim3
 
 from ..errors import NbwgmmaError
 from .sched import EXPIRED, POLL, STUCK, Scheduler, WaitQueue, current
-from .site import where, where_from
+from .site import where, where_from, where_parts
 
 #: Bytes of shared memory per simulated CTA (the 14-bit descriptor address space).
 SMEM_BYTES = 1 << 18
@@ -81,11 +81,15 @@ def schedule_rng():
     return random.Random(int(seed))
 
 
-def kernel_line() -> str | None:
-    """:func:`where` inside a simulated kernel's thread, else None (the locator the simulator
-    registers with :mod:`nbwgmma.backend`)."""
+def kernel_line() -> tuple | None:
+    """Inside a simulated kernel's thread, (the kernel's line, nbwgmma's own line under it or
+    None) (:func:`~nbwgmma.sim.site.where_parts`), else None: the locator the simulator
+    registers with :mod:`nbwgmma.backend`."""
     th = current()
-    return where_from(sys._getframe(1), th) if isinstance(th, SimThread) else None
+    if not isinstance(th, SimThread):
+        return None
+    inner, caller = where_parts(sys._getframe(1), th)
+    return (inner, None) if caller is None else (caller, inner)
 
 
 # ---------------------------------------------------------------------------------------

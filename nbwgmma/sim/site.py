@@ -39,18 +39,25 @@ def where() -> str:
 def where_from(f, th) -> str:
     """:func:`where` of the stack from frame ``f`` down, thread ``th``'s (a suspended
     greenlet's stack too: its frames stand still at their lines)."""
+    inner, caller = where_parts(f, th)
+    return inner if caller is None else f"{inner} (called from {caller})"
+
+
+def where_parts(f, th) -> tuple:
+    """(``file:line`` of the innermost kernel frame from frame ``f`` down, that of the user's line
+    that called it where it is nbwgmma's own code, else None): :func:`where_from`'s parts."""
     while f is not None and _file_bits(f.f_code.co_filename) & (_IN_SKIP | _IN_NUMBA):
         f = f.f_back
     if f is None:
-        return "<unknown>"
+        return "<unknown>", None
     inner = f"{f.f_code.co_filename}:{f.f_lineno}"
     if not _file_bits(f.f_code.co_filename) & _IN_OWN:
-        return inner
+        return inner, None
     kernel = getattr(getattr(th, "fn", None), "__code__", None)
     if kernel is not None and _file_bits(kernel.co_filename) & _IN_OWN:  # a kernel of nbwgmma's own
-        return inner
+        return inner, None
     while f is not None and _file_bits(f.f_code.co_filename) & (_IN_OWN | _IN_NUMBA):
         f = f.f_back
     if f is None or _file_bits(f.f_code.co_filename) & _IN_SKIP:  # a kernel of nbwgmma's own
-        return inner
-    return f"{inner} (called from {f.f_code.co_filename}:{f.f_lineno})"
+        return inner, None
+    return inner, f"{f.f_code.co_filename}:{f.f_lineno}"
