@@ -60,6 +60,18 @@ def own_source(filename: str) -> bool:
     return (filename if os.path.isabs(filename) else os.path.abspath(filename)).startswith(_PACKAGE)
 
 
+def bad_call_message(fn, exc: TypeError, given: str) -> str:
+    """The message for a call of nbwgmma's device function ``fn`` (a kit block, or one a kit
+    class made: named as ``kit.TmaPipeline.consumer_wait``) whose arguments ``given`` (as
+    written) its signature cannot bind, ``exc`` the binding's error."""
+    import inspect
+
+    owner = fn.__qualname__.split(".")[0]
+    name = ("kit." if fn.__module__.startswith("nbwgmma.kit") else "") + \
+        (f"{owner}.{fn.__name__}" if owner[:1].isupper() and owner != fn.__name__ else fn.__name__)
+    return f"{name}: {exc}: its signature is {fn.__name__}{inspect.signature(fn)}; got {fn.__name__}({given})"
+
+
 def is_int(v) -> bool:
     """Whether ``v`` is an integer an argument check takes: Python's or NumPy's, not a bool."""
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)

@@ -457,6 +457,35 @@ def test_a_kit_block_in_a_kernel_numbas_simulator_launched_says_how_to_launch():
     assert (out.copy_to_host() == 0).all()
 
 
+def test_a_kit_block_called_with_arguments_its_signature_cannot_bind_is_refused_at_the_kernels_line():
+    """A kit block given too few or unknown arguments was Numba's "Cannot bind ..." (compiled) or
+    Python's TypeError (simulated), neither an nbwgmma error; now a typing error naming the block,
+    its signature and the kernel's line. Keywords that bind run (the simulator refused every
+    keyword to a device function)."""
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+
+    pipe = TmaPipeline(3, consumers=1)
+
+    @cuda.jit
+    def too_few(out):
+        s, ph = pipe.advance(np.int32(0))
+        out[0] = s
+
+    @cuda.jit
+    def by_keyword(out):
+        s, ph = pipe.advance(np.int32(2), ph=np.int32(0))
+        out[0] = s
+        out[1] = ph
+
+    out = cuda.to_device(np.full(2, -1, np.int32))
+    with pytest.raises(NbwgmmaTypingError, match=r"kit\.TmaPipeline\.advance: missing a required argument: 'ph': "
+                                                 r"its signature is advance\(s, ph\); got advance\(") as exc:
+        launch(too_few, 1, 32, (out,))
+    assert str(exc.value).startswith(f"{__file__}:"), str(exc.value)
+    launch(by_keyword, 1, 32, (out,))
+    assert out.copy_to_host().tolist() == [0, 1]
+
+
 @pytest.mark.parametrize("masked", [True, False])
 def test_amax_blocks_take_the_largest_value_inside_the_output(masked):
     """Two warpgroups each read a 64 x 64 part of a 128 x 64 array (acc_load), note its largest

@@ -685,6 +685,30 @@ def test_a_mistake_in_an_inlined_kit_block_is_reported_at_the_users_call():
         assert "nbwgmma/kit/" in str(exc.value)  # the block's own line, in the "while typing" part
 
 
+@cuda.jit
+def _store_part_missing_args(out, buf):
+    tma_store_part(out[0], buf, 1, 2)
+
+
+@cuda.jit
+def _consumer_wait_unknown_keyword(out, buf):
+    PIPE.consumer_wait(np.uint32(0), 1, ph=0, parity=1)
+
+
+@pytest.mark.parametrize("kernel, call, message", [
+    (_store_part_missing_args, "tma_store_part(", r"kit\.tma_store_part: missing a required argument: 'tmap_c': its "
+     r"signature is tma_store_part\(regs, buf, ct, cw, tmap_c, col, row\); got tma_store_part\(float32, array\(uint16"),
+    (_consumer_wait_unknown_keyword, "PIPE.consumer_wait(", r"kit\.TmaPipeline\.consumer_wait: got an unexpected "
+     r"keyword argument 'parity': its signature is consumer_wait\(ring, s, ph\)"),
+])
+def test_a_kit_block_given_arguments_it_cannot_bind_names_itself_at_the_users_line(kernel, call, message):
+    """Numba's "Cannot bind 'args=(...)' to signature" was the whole report (a Numba TypingError);
+    now nbwgmma's typing error at the user's line, naming the block and its signature."""
+    with pytest.raises(NbwgmmaTypingError, match=message) as exc:
+        compile_report(kernel, (types.float32[::1], types.uint16[::1]))
+    assert str(exc.value).startswith(f"{__file__}:{_line_of(kernel, call)}: "), str(exc.value)
+
+
 def test_scheduler_cluster_k_and_pingpong_bk_and_staged_scales_stages():
     """From a newcomer's trial: cluster_k refused NumPy integers; PingPong.BK was 64 for fp8 (whose
     stage holds 128 K: a kernel stepping K by it summed blocks twice); staged block scales with

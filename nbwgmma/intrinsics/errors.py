@@ -37,7 +37,7 @@ import threading
 
 from numba.core.errors import NumbaTypeError, RequireLiteralValue, TypingError
 
-from ..errors import NbwgmmaError, own_source
+from ..errors import NbwgmmaError, bad_call_message, own_source
 
 __all__ = ["NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install", "checked_intrinsic"]
 
@@ -199,6 +199,30 @@ def _array_shape_hint(constraint, typevars, fnty):
             f"computed at run time: bind it to a module-level name, NBARS = pipe.barrier_words, and pass NBARS)")
 
 
+def _device_function_bind_hint(constraint, typevars, fnty):
+    """The message for a call of one of nbwgmma's device functions (the kit's blocks) with
+    arguments its signature cannot bind (too many, too few, an unknown keyword; Numba's own
+    "Cannot bind ..." names neither the function nor its parameters plainly), or None for
+    another failed call."""
+    py_func = getattr(getattr(fnty, "dispatcher", None), "py_func", None)
+    if py_func is None:
+        return None
+    try:
+        if not own_source(inspect.getsourcefile(py_func) or ""):
+            return None
+        sig = inspect.signature(py_func)
+        args = [typevars[a.name].getone() for a in constraint.args]
+        kws = {k: typevars[v.name].getone() for k, v in constraint.kws}
+    except Exception:  # noqa: BLE001 - not typed yet, or no source: leave it to Numba
+        return None
+    try:
+        sig.bind(*args, **kws)
+    except TypeError as e:
+        given = ", ".join([_shown(a) for a in args] + [f"{k}={_shown(v)}" for k, v in kws.items()])
+        return bad_call_message(py_func, e, given)
+    return None
+
+
 def _constant_argument(constraint, typeinfer, final) -> bool:
     """Whether the call's argument ``final`` = (position, name) is a constant of the kernel: a
     variable of one definition, a literal or a global. A variable assigned in a loop (``k = 0``,
@@ -271,7 +295,7 @@ def _wrap_resolve(resolve, typing_errors):
             result = resolve(self, typeinfer, typevars, fnty)
         except typing_errors as e:
             if not noted:
-                hint = _array_shape_hint(self, typevars, fnty)
+                hint = _array_shape_hint(self, typevars, fnty) or _device_function_bind_hint(self, typevars, fnty)
                 if hint is None:
                     raise
                 NbwgmmaTypingError(hint)  # noted in ``noted`` by its constructor

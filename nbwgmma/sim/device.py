@@ -16,7 +16,7 @@ import threading
 from numba.cuda.simulator.kernel import BlockThread, FakeCUDAKernel
 from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
-from ..errors import own_source
+from ..errors import bad_call_message, own_source
 
 __all__ = ["SimDeviceFunction", "fast_device_function", "device_modules_held"]
 
@@ -28,9 +28,14 @@ class SimDeviceFunction(FakeCUDAKernel):
     """A device function: a plain call while :func:`device_modules_held` holds its module,
     else Numba's call."""
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if id(self.fn.__globals__) in _HELD:
-            return self.fn(*args)
+            try:
+                return self.fn(*args, **kwargs)
+            except TypeError as e:
+                if e.__traceback__.tb_next is None and own_source(self.fn.__code__.co_filename):
+                    raise _bind_error(self.fn, args, kwargs) or e from None
+                raise
         if isinstance(threading.current_thread(), BlockThread) and own_source(self.fn.__code__.co_filename):
             # a kit block in a kernel Numba's own simulator launched (its threads are BlockThreads;
             # from the host it is a plain call)
@@ -39,7 +44,24 @@ class SimDeviceFunction(FakeCUDAKernel):
             raise SimError(f"{self.fn.__qualname__} (nbwgmma's) runs in the simulator only in a kernel launched "
                            f"with nbwgmma.launch.launch(kernel, grid, block, args, smem=...); kernel[grid, block](...) "
                            f"runs Numba's own simulator, which has none of nbwgmma's intrinsics")
-        return super().__call__(*args)
+        return super().__call__(*args, **kwargs)
+
+
+def _bind_error(fn, args, kwargs):
+    """The typing error a compiled kernel raises for a call of nbwgmma's device function ``fn``
+    (a kit block) with arguments its signature cannot bind (as
+    ``intrinsics.errors``' device-function hint words it), or None where they bind (the
+    ``TypeError`` came from elsewhere)."""
+    import inspect
+
+    from ..backend import typing_error
+
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        given = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        return typing_error(bad_call_message(fn, e, given))
+    return None
 
 
 def fast_device_function(kernel):
