@@ -175,6 +175,45 @@ def _one_ordered_one_racing_store(out):
         out[0] = v[0] + v[1]
 
 
+@cuda.jit
+def _multicast_with_mask(tmap, nbytes, mask, out):
+    from nbwgmma.intrinsics import cluster_ctarank, cluster_sync, fence_mbarrier_init, tma_load_multicast_2d
+
+    dyn = cuda.shared.array(0, np.uint8)
+    bars = cuda.shared.array(1, np.uint64)
+    base = dynamic_smem_base(dyn, 1024)
+    bar = smem_addr(bars)
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        mbarrier_init(bar, 1)
+        fence_mbarrier_init()
+    cluster_sync()
+    if tid == 0:
+        mbarrier_arrive_expect_tx(bar, nbytes)
+    cluster_sync()
+    if tid == 0 and cluster_ctarank() == 0:
+        tma_load_multicast_2d(base, tmap, bar, mask, 0, 0)
+    mbarrier_wait_parity(bar, 0)
+    out[cuda.blockIdx.x] = dyn[base - smem_addr(dyn)]
+    cluster_sync()
+
+
+@pytest.mark.parametrize("mask", [0, 0b100])
+def test_a_multicast_mask_naming_no_cta_or_one_past_the_cluster_is_a_hazard(mask):
+    """A mask of 0 copied nowhere (the CTAs' waits then never finished: reported as a hang, not
+    at the copy); bits past the cluster's CTAs were dropped. Both now a hazard at the copy."""
+    x = np.arange(16 * 64, dtype=np.uint16).reshape(16, 64)
+    tm = TensorMap(cuda.to_device(x), (16, 64), swizzle="128B", dtype="bf16")
+    out = cuda.to_device(np.zeros(2, np.uint8))
+    with pytest.raises(sim.SimHazard, match=rf"a multicast TMA load's mask 0x{mask:x} must name at least one CTA and "
+                                            r"none past the cluster's 2"):
+        launch(_multicast_with_mask, 2, 32, (tm.address, tm.box_bytes, mask, out),
+               smem=dynamic_smem_bytes(tm.box_bytes + 1024), cluster=2)
+    launch(_multicast_with_mask, 2, 32, (tm.address, tm.box_bytes, 0b11, out),
+           smem=dynamic_smem_bytes(tm.box_bytes + 1024), cluster=2)
+    assert out.copy_to_host().tolist() == [0, 0]
+
+
 def test_a_race_names_the_racing_store_and_its_byte():
     """Of the bytes a read takes, the one another thread wrote unordered: its address, and the line
     of that store (not of an earlier, ordered store by the same thread)."""

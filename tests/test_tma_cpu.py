@@ -6,6 +6,7 @@ import pytest
 from numba import cuda, types
 
 from nbwgmma.intrinsics import *  # noqa: F401,F403
+from nbwgmma.intrinsics.errors import NbwgmmaTypingError
 from nbwgmma.report import compile_report
 from nbwgmma.layout import box_copy_model
 from nbwgmma.tma import TensorMap, TensorMapError, TensorMapTypeError
@@ -193,6 +194,14 @@ def test_reduce_op_is_checked():
     exec(src, ns)
     with pytest.raises(Exception, match="one of 'add'"):
         compile_report(ns["k"], (types.uint64[:], types.float32[:]))
+
+
+def test_a_literal_multicast_mask_of_zero_is_a_typing_error():
+    """A mask naming no CTA copies nowhere and its CTAs' waits never end (a hang on the GPU)."""
+    k, sig, _ = stmt_kernel("tma_load_multicast_2d(d, tm, b, 0, 0, 0)")
+    with pytest.raises(NbwgmmaTypingError, match=r"tma_load_multicast_2d: argument 'mask' must be an integer in "
+                                                 r"\[1, 65535\] \(PTX ISA: cp.async.bulk.tensor, ctaMask"):
+        compile_report(k, sig)
 
 
 def test_driver_arguments_have_the_bindings_types():

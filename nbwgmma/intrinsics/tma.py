@@ -88,9 +88,12 @@ for _r in RANKS:
         f"tma_load_multicast_{_r}d",
         f"cp.async.bulk.tensor.{_r}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
         f"[$dst], [$tmap, {_clist(_r)}], [$bar], $mask;",
-        [Reg("dst", u32), Reg("tmap", u64), Reg("bar", u32), Reg("mask", types.uint16)] + _coords(_r),
+        [Reg("dst", u32), Reg("tmap", u64), Reg("bar", u32),
+         ranged("mask", types.uint16, 1, 0xFFFF, source="cp.async.bulk.tensor, ctaMask: one bit per destination CTA")]
+        + _coords(_r),
         f"``cp.async.bulk.tensor.{_r}d...multicast::cluster`` (PTX ISA: cp.async.bulk.tensor). The "
-        "same box into ``dst`` of every CTA of the cluster whose bit is set in ``mask``; each "
+        "same box into ``dst`` of every CTA of the cluster whose bit is set in ``mask`` (bit r: the CTA of "
+        "rank r; at least one bit, none past the cluster's CTAs); each "
         "destination CTA's mbarrier at offset ``bar`` receives the bytes.",
     )
     _define(

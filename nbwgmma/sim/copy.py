@@ -119,6 +119,10 @@ def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
     raw = box_copy_model(tensor, tuple(reversed(p.box)), _coords_of(kw, rank), p.swizzle, p.oob_fill)
     off = int(dst) & ((1 << RANK_SHIFT) - 1)
     boff = int(bar) & ((1 << RANK_SHIFT) - 1)
+    if multicast and (int(mask) == 0 or int(mask) >> len(th.cl.ctas)):
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: a multicast TMA load's mask 0x{int(mask):x} must name "
+                        f"at least one CTA and none past the cluster's {len(th.cl.ctas)} (bit r: the CTA of rank r; "
+                        f"PTX ISA: cp.async.bulk.tensor, ctaMask)")
     targets = [c for c in th.cl.ctas if (int(mask) >> c.rank) & 1] if multicast else [split(dst)[0]]
     with th.cl.lock:
         for cta in targets:
