@@ -345,8 +345,8 @@ def pick_small_m(m, n, k, input_bits, cluster=1, a_kmajor=True):
     with 64 x 128; at 16-32 rows 64 x 64 tiles were 3-9% slower). Measured on an H100 in device time against the
     earlier choice (128-row tiles above 128 rows, 4 stages, slices wherever they fit;
     BENCHMARKS.md, 2026-11-24): 256 x 4096 x 14336 0.95 -> 1.10x cuBLAS, 192 x 4096 x 4096 0.67
-    -> 1.01x, 32 x 8192 x 8192 0.90 -> 0.98x; 16 x 4096 x 4096 stays at 0.58x (bound by fixed
-    costs: cuBLAS takes 10 us). Split-K is built for 16-bit inputs only: unswapped fp8 runs uncut (against
+    -> 1.01x, 32 x 8192 x 8192 0.90 -> 0.98x (16 x 4096 x 4096, then 0.58x, now takes
+    :func:`swapped_small_m`: 0.97x on an H100, 2026-12-02). Split-K is built for 16-bit inputs only: unswapped fp8 runs uncut (against
     cuBLASLt: 128 x 8192 x 8192 0.92 -> 1.00x, 256 x 4096 x 14336 0.83 -> 1.09x)."""
     if sim.enabled() or input_bits not in (8, 16) or cluster != 1 or m > SMALL_M:
         return None
