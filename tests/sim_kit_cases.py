@@ -457,6 +457,34 @@ def test_a_kit_block_in_a_kernel_numbas_simulator_launched_says_how_to_launch():
     assert (out.copy_to_host() == 0).all()
 
 
+@cuda.jit(device=True, inline=True)
+def _dequantized(v, row, col, cs, rs):
+    return v * cs * rs
+
+
+def test_an_s32_accumulator_mapped_as_f32_dequantizes():
+    """An int8 GEMM's epilogue (the W8A8 recipe): the s32 accumulator's values mapped with
+    dtype="f32" reach the function as f32 with f32 column and row scales, the results f32 and
+    stored as an f32 fragment; exact on values that f32 holds exactly."""
+    from nbwgmma.intrinsics import acc_load
+
+    mapped = acc_map(_dequantized, 64, cols=1, rows=1, dtype="f32")
+
+    @cuda.jit
+    def kernel(src, cs, rs, out):
+        t = cuda.threadIdx.x
+        acc = acc_load("s32.s8.s8", 64, src, t, 0, 0)
+        acc_store(mapped(acc, t, 0, 0, cs, rs), "f32.bf16.bf16", out, t, 0, 0)
+
+    rng = np.random.default_rng(3)
+    src = rng.integers(-5000, 5000, (64, 64)).astype(np.int32)
+    cs = (rng.integers(1, 8, 64) / 8).astype(np.float32)
+    rs = (rng.integers(1, 4, 64) / 4).astype(np.float32)
+    out = cuda.to_device(np.full((64, 64), np.nan, np.float32))
+    launch(kernel, 1, 128, (cuda.to_device(src), cuda.to_device(cs), cuda.to_device(rs), out))
+    np.testing.assert_array_equal(out.copy_to_host(), src.astype(np.float64) * cs[None, :] * rs[:, None])
+
+
 def test_a_kit_block_called_with_arguments_its_signature_cannot_bind_is_refused_at_the_kernels_line():
     """A kit block given too few or unknown arguments was Numba's "Cannot bind ..." (compiled) or
     Python's TypeError (simulated), neither an nbwgmma error; now a typing error naming the block,

@@ -213,6 +213,63 @@ def test_16_bit_integer_vectors_are_values_for_an_s32_accumulator():
         compile_report(kernel, (types.int32[:, ::1], element[::1], types.int32))
 
 
+@cuda.jit(device=True)
+def _scaled(v, row, col, s):
+    return v * s
+
+
+@cuda.jit(device=True)
+def _half(v, row, col):
+    return v * 0.5
+
+
+def test_an_s32_map_refuses_float_vectors_and_results():
+    """From a newcomer's W8A8 trial: acc_map(dtype="s32") with an f32 scale vector gave 0.5 as 0
+    and cut the f32 product back to an integer, no error. Floats are refused there now (the
+    dequantizing route is dtype="f32": tests/sim_kit_cases.py), and so is a float result."""
+    mapped = acc_map(_scaled, 64, cols=1, dtype="s32")
+
+    @cuda.jit
+    def kernel(out, scale, n):
+        t = cuda.threadIdx.x
+        acc_store(mapped(acc_zeros("s32.s8.s8", 64), t, 0, 0, scale[0:n]), "s32.s8.s8", out, t, 0, 0)
+
+    with pytest.raises(NbwgmmaTypingError, match=r"vector 0 \(per column\) must hold integers for an s32 accumulator"
+                                                 r".*got array\(float32, 1d, C\)\. To map an s32 accumulator's values as "
+                                                 r"f32 \(dequantizing\), give dtype='f32'") as exc:
+        compile_report(kernel, (types.int32[:, ::1], types.float32[::1], types.int32))
+    assert str(exc.value).startswith(f"{__file__}:{_line_of(kernel, 'scale[0:n]')}: "), str(exc.value)
+    compile_report(kernel, (types.int32[:, ::1], types.int32[::1], types.int32))  # integer scales: integers
+
+    halved = acc_map(_half, 64, dtype="s32")
+
+    @cuda.jit
+    def float_result(out):
+        t = cuda.threadIdx.x
+        acc_store(halved(acc_zeros("s32.s8.s8", 64), t, 0, 0), "s32.s8.s8", out, t, 0, 0)
+
+    with pytest.raises(NbwgmmaTypingError, match=r"fn returns float64, but dtype='s32' keeps the results integers"):
+        compile_report(float_result, (types.int32[:, ::1],))
+    with pytest.raises(KitError, match=r"pack='bf16' packs f32 results and needs dtype='f32'; got dtype='s32'"):
+        acc_map(_scaled, 64, cols=1, dtype="s32", pack="bf16")
+    with pytest.raises(KitError, match=r"vtype 'bf16' reads bf16 bits as floats, which dtype='s32' would cut"):
+        acc_map(_scaled, 64, cols=1, dtype="s32", vtype="bf16")
+
+
+def test_a_plain_python_function_given_to_acc_map_is_made_a_device_function():
+    """Compiled, a plain function failed deep in the kernel's typing ("Untyped global name 'fn'"),
+    where the simulator ran it and matmul's epilogue= takes one: acc_map makes it a device
+    function too."""
+    doubled = acc_map(lambda v, row, col: 2 * v, 64)
+
+    @cuda.jit
+    def kernel(out):
+        t = cuda.threadIdx.x
+        acc_store(doubled(acc_zeros("f32.bf16.bf16", 64), t, 0, 0), "f32.bf16.bf16", out, t, 0, 0)
+
+    compile_report(kernel, (types.float32[:, ::1],))
+
+
 def test_kit_blocks_take_numpy_integers():
     """As TmaPipeline and TileScheduler do: a Cooperative of NumPy sizes gave np.int64 stage bytes,
     which tile_producer, acc_absmax, acc_map, col_values, StreamFixup and ClusterSplitK refused."""

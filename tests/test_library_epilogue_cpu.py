@@ -3,7 +3,7 @@ checks, the plan's kernel signature, and ptxas's view of the kernels matmul buil
 
 import numpy as np
 import pytest
-from numba import types
+from numba import cuda, types
 
 from nbwgmma import launch
 from nbwgmma.errors import ConfigError
@@ -43,7 +43,8 @@ def test_config_checks_the_epilogue_options():
         acc_map(activation("relu"), 64, vtype="f64")
     with pytest.raises(ValueError, match=r"one per vector \(2\); got \('bf16',\)"):
         acc_map(activation("relu"), 64, cols=1, rows=1, vtype=("bf16",))
-    acc_map(lambda v, row, col, b, r: v + b + r, 64, cols=1, rows=1, vtype=("bf16", "f32"))  # (a type per vector)
+    acc_map(cuda.jit(device=True)(lambda v, row, col, b, r: v + b + r), 64, cols=1, rows=1,
+            vtype=("bf16", "f32"))  # (a type per vector)
 
 
 def test_plan_signature_and_swapped_bias(monkeypatch):

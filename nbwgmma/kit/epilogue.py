@@ -32,6 +32,7 @@ import inspect
 import math
 
 import numpy as np
+from numba import cuda
 
 from .. import backend
 from ..errors import KitError, is_int
@@ -220,10 +221,23 @@ def _check_arity(fn, count: int, what: str):
                          f"{e}") from None
 
 
+_PLAIN: dict = {}  # plain Python functions given to acc_map -> their device functions
+
+
+def _plain_device_function(fn):
+    """``fn``, a plain Python function, as the inlined device function a kernel can call (once per
+    function: Numba compiled a plain global it met in a kernel with "Untyped global name")."""
+    dev = _PLAIN.get(fn)
+    if dev is None:
+        dev = _PLAIN[fn] = cuda.jit(device=True, inline=True)(fn)
+    return dev
+
+
 def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype: str = "f32",
             pack: str | None = None, vtype: str = "f32", loaded: bool = False):
     """A device function ``(acc, tid, row0, col0, *vectors, *extra) -> fragment`` applying the
-    device function ``fn(value, row, col, *vector_values, *extra)`` to every value of a 64 x
+    device function ``fn(value, row, col, *vector_values, *extra)`` (a plain Python function is
+    made one, as ``matmul``'s ``epilogue=`` does) to every value of a 64 x
     ``n`` accumulator fragment of thread ``tid`` (0-127 in its warpgroup) whose tile starts at
     (``row0``, ``col0``).
 
@@ -240,8 +254,12 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     NumPy and Numba have no bf16), widened exactly. An array of another element type is a typing
     error at the call (bf16 bits read as f32 would be numbers in the ten thousands).
 
-    Each result is converted back to the accumulator's type (``dtype`` "f32" or "s32"); with
-    ``pack`` "bf16" or "f16" adjacent results are packed into 32-bit registers as they are
+    ``dtype`` is the type the values are mapped in, and each result is converted to it: "f32"
+    for an f32 accumulator, or for an s32 one whose values ``fn`` should get as f32 (an int8
+    GEMM's dequantization: ``fn(v, row, col, scale) -> v * scale``, results f32, packed as
+    below and stored as an f32 fragment); "s32" keeps everything integers: the vectors must hold
+    integers and ``fn`` must return one (a float vector or result is a typing error: its
+    fraction would be cut). With ``pack`` "bf16" or "f16" (``dtype`` "f32") adjacent results are packed into 32-bit registers as they are
     made (the ``acc_to_bf16x2`` layout, ready for ``acc_stmatrix_swizzled``), so the f32
     results never need registers of their own: the epilogue keeps at most the fragment live.
 
@@ -256,8 +274,11 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     n = int(n)
     if dtype not in _DTYPES:
         raise KitError(f"acc_map: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
-    if pack not in _PACKS or (pack and dtype != "f32"):
-        raise KitError(f"acc_map: pack must be None, 'bf16' or 'f16' (f32 accumulators); got {pack!r}")
+    if pack not in _PACKS:
+        raise KitError(f"acc_map: pack must be None, 'bf16' or 'f16'; got {pack!r}")
+    if pack and dtype != "f32":
+        raise KitError(f"acc_map: pack={pack!r} packs f32 results and needs dtype='f32'; got dtype={dtype!r} (an s32 "
+                       f"accumulator's values mapped with dtype='f32' reach fn as f32)")
     for name, count in (("cols", cols), ("rows", rows), ("nextra", nextra)):
         if not is_int(count) or not 0 <= count <= 8:
             raise KitError(f"acc_map: {name} must be an integer in [0, 8]; got {count!r}")
@@ -267,6 +288,11 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
             or any(v not in VECTOR_TYPES for v in vtypes):
         raise KitError(f"acc_map: vtype must be one of {VECTOR_TYPES}, or a tuple of them, one per vector "
                          f"({cols + rows}); got {vtype!r}")
+    if dtype == "s32" and "bf16" in vtypes:
+        raise KitError(f"acc_map: vtype 'bf16' reads bf16 bits as floats, which dtype='s32' would cut to integers; "
+                       f"give dtype='f32' (an s32 accumulator's values then reach fn as f32); got vtype={vtype!r}")
+    if inspect.isfunction(fn):  # a plain def or lambda, as matmul's epilogue= takes: made a device function
+        fn = _plain_device_function(fn)
     _check_arity(fn, 3 + cols + rows + nextra, f"(value, row, col{', a column value' * cols}"
                  f"{', a row value' * rows}{', an extra' * nextra}) for cols={cols}, rows={rows}, nextra={nextra}")
     vecs = [f"v{j}" for j in range(cols + rows)]
@@ -312,7 +338,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
           "vcheck": fragment_check(name, n // 4, "a loaded vector", "col_values' values of these columns")
           if loaded else None,
           "W": _bf16_value() if "bf16" in vtypes else None,
-          "count": count_check(name, cols, rows, nextra), "one": number_check(name)}
+          "count": count_check(name, cols, rows, nextra), "one": number_check(name, integer=dtype == "s32")}
     for j in range(cols if loaded else 0, cols + rows):
         ns[f"vec{j}"] = vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})", vtypes[j],
                                      dtype == "s32")
@@ -324,8 +350,8 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
     """A device function ``(vector, tid) -> tuple`` of the ``n / 4`` values of a per-column
     vector that thread ``tid`` (0-127 in its warpgroup) needs for a 64 x ``n`` fragment whose
     first column is the vector's element 0 (``bias[col0:n]``): the elements of columns ``lc +
-    8 * (k // 2) + k % 2`` (``lc = 2 * (tid % 4)``) in order, each converted to the
-    accumulator's type (``dtype``), zero past the vector's end (no compares where it covers the
+    8 * (k // 2) + k % 2`` (``lc = 2 * (tid % 4)``) in order, each converted to ``dtype`` (the
+    type :func:`acc_map` maps in; "s32" takes integer vectors only), zero past the vector's end (no compares where it covers the
     fragment). ``vtype`` as in :func:`acc_map`. The tuple feeds ``acc_map(..., loaded=True)``:
     issued under a tile's last wgmmas, the loads complete there instead of stalling each part of
     the epilogue with the tensor cores idle (``n / 4`` registers stay live until the parts are
@@ -337,6 +363,9 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
         raise KitError(f"col_values: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if vtype not in VECTOR_TYPES:
         raise KitError(f"col_values: vtype must be one of {VECTOR_TYPES}; got {vtype!r}")
+    if dtype == "s32" and vtype == "bf16":
+        raise KitError("col_values: vtype 'bf16' reads bf16 bits as floats, which dtype='s32' would cut to integers; "
+                       "give dtype='f32' (for acc_map(..., dtype='f32'))")
     # (each value a name of its own: a tuple display of more than 30 conditional expressions
     # becomes a list turned into a tuple, which Numba cannot type)
     lines = ["def values(v, tid):", "    vec(v)", "    lc = (tid & 3) << 1"]

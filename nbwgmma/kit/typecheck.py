@@ -28,6 +28,8 @@ __all__ = ["fragment_check", "count_check", "vector_check", "number_check", "add
 #: likely bf16 bits; bf16 reads those bits
 _VALUES = ("float16", "float32", "float64", "int8", "uint8", "int32", "uint32", "int64", "uint64", "bool")
 VECTOR_ELEMENTS = {"f32": _VALUES, "f16": _VALUES, "bf16": ("uint16", "int16")}
+#: what an s32 accumulator's vectors may hold: integers and booleans
+_INTEGERS = tuple(t for t in _VALUES if not t.startswith("float")) + ("int16", "uint16")
 #: what an element type given for another vtype most likely holds
 _ELEMENT_HINTS = {"uint16": "bf16 bits need vtype='bf16'", "int16": "bf16 bits need vtype='bf16'"}
 _ELEMENT_HINTS.update({t: f"{t} values need vtype='f32'" for t in _VALUES})
@@ -105,13 +107,18 @@ def vector_check(what: str, name: str, vtype: str, integer: bool = False):
     """A check refusing a vector (``name`` says which) that is not a 1-D array of an element type
     ``vtype`` reads (:data:`VECTOR_ELEMENTS`; a uint16 array of bf16 bits read as f32 would add
     16256.0 for 1.0): element ``k`` of it belongs to the tile's ``k``-th column (row), as
-    ``bias[col0:n]`` gives. For an ``integer`` (s32) accumulator 16-bit integers are values too:
-    no bf16 bits are read into one."""
-    accepted = VECTOR_ELEMENTS[vtype] + (("int16", "uint16") if integer and vtype != "bf16" else ())
+    ``bias[col0:n]`` gives. For an ``integer`` (s32) accumulator the vector must hold integers
+    (of any width, or booleans), whatever ``vtype``: its values stay integers, so a float's
+    fraction would be cut (a scale of 0.5 was 0)."""
+    accepted = _INTEGERS if integer else VECTOR_ELEMENTS[vtype]
 
     def message(ndim, element, got):
         if ndim != 1:
             return f"{what}: {name} must be a 1-D array (element 0 at the tile's first column or row); got {got}"
+        if integer and element not in accepted:
+            return (f"{what}: {name} must hold integers for an s32 accumulator (dtype='s32': values and results "
+                    f"stay integers, so a float would be cut to one); got {got}. To map an s32 accumulator's values "
+                    f"as f32 (dequantizing), give dtype='f32'")
         if element not in accepted:
             hint = _ELEMENT_HINTS.get(element)
             return (f"{what}: {name} is read as vtype {vtype!r} (an array of {', '.join(accepted)})"
@@ -130,19 +137,28 @@ def vector_check(what: str, name: str, vtype: str, integer: bool = False):
     return _check(typed, valued)
 
 
-def number_check(what: str, fn_name: str = "fn"):
+def number_check(what: str, fn_name: str = "fn", integer: bool = False):
     """A check refusing what a mapped function returned unless it is one number (a boolean
     converts too): a function that returns nothing, or a tuple, gave NaN in the simulator and a
-    Numba error with no line compiled."""
+    Numba error with no line compiled. For an ``integer`` (s32) accumulator the number must be
+    an integer: a float result was cut to one (0.5 became 0)."""
     def message(got):
         return f"{what}: {fn_name} must return one number; got {got}"
 
+    def fraction(got):
+        return (f"{what}: {fn_name} returns {got}, but dtype='s32' keeps the results integers (its fraction would "
+                f"be cut); to map an s32 accumulator's values as f32 (dequantizing), give dtype='f32'")
+
     def typed(x):
+        if integer and isinstance(x, (types.Float, types.Complex)):
+            return fraction(str(x))
         if isinstance(x, (types.Number, types.Boolean)):
             return None
         return message("none" if isinstance(x, types.NoneType) else str(x))
 
     def valued(x):
+        if integer and isinstance(x, (float, complex, np.floating, np.complexfloating)):
+            return fraction(f"{type(x).__name__} {x!r}"[:80])
         if isinstance(x, (numbers.Number, np.number, np.bool_)):
             return None
         return message("none" if x is None else f"{type(x).__name__} {x!r}"[:80])
