@@ -31,8 +31,9 @@ from .core import DYN_BASE, SMEM_BYTES, SimHazard
 SWIZZLE_MARK = {"32B": 2, "64B": 3, "128B": 4}
 SWIZZLE_OF_MARK = {v: k for k, v in SWIZZLE_MARK.items()}
 #: aw_type's marks of a TMA tile copy's element type where the map's type names a number format
-#: (tf32 reads f32 values); 0 for bytes of a map of integers (u8, u16, ...: containers for any
-#: format's bits, as NumPy holds bf16 and fp8) or that no TMA tile copy wrote.
+#: (tf32 reads f32 values); 0 for bytes of a map of integers (u8, s8, u16, ...: containers for any
+#: format's bits, as NumPy holds bf16 and fp8, so an s8 tile read as u8 or e4m3 is not reported)
+#: or that no TMA tile copy wrote.
 TYPE_MARK = {"f16": 1, "bf16": 2, "f32": 3, "tf32": 3, "e4m3": 4, "e5m2": 5}
 TYPE_OF_MARK = {1: "f16", 2: "bf16", 3: "f32", 4: "e4m3", 5: "e5m2"}
 
