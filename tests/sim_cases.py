@@ -2,6 +2,7 @@
 with NUMBA_ENABLE_CUDASIM=1; also by hand: NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_cases.py)."""
 
 import contextlib
+import pathlib
 import time
 
 import numpy as np
@@ -23,6 +24,17 @@ assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
                                   "wgmma_m64n256k16_swizzle128", "tma_wgmma_tile"])
 def test_examples_match_the_reference(name):
     """Each example checks its own D against numpy / the layout model and returns max |error|."""
+    assert load_example(name).main() == 0.0
+
+
+GEMM_EXAMPLES = sorted(p.stem for p in (pathlib.Path(__file__).parent.parent / "examples").glob("gemm_*.py"))
+
+
+@pytest.mark.parametrize("name", GEMM_EXAMPLES)
+def test_gemm_examples_are_exact_in_the_simulator(name):
+    """Each GEMM example's simulated run (its kernel on small problems, cut tiles included)
+    checks its output against float64 itself and returns max |error|; only their compile reports
+    were tests before."""
     assert load_example(name).main() == 0.0
 
 

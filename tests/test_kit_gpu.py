@@ -17,6 +17,8 @@ from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
     test_clusters_take_adjacent_tiles_along_their_direction, test_the_scheduler_walks_every_tile_once_in_grouped_order,
     test_two_warpgroups_taking_turns_alternate, test_warpgroup_index_and_thread_name_every_thread_of_three_warpgroups,
     test_a_ring_filled_by_threads_with_plain_stores, test_amax_blocks_take_the_largest_value_inside_the_output,
+    test_an_s32_accumulator_mapped_as_f32_dequantizes,
+    test_a_kit_block_called_with_arguments_its_signature_cannot_bind_is_refused_at_the_kernels_line,
 )
 
 pytestmark = pytest.mark.gpu

@@ -122,7 +122,8 @@ def _rows_loader(mn, boxes, multicast, mask):
 
 
 class Cooperative(types.ModuleType):
-    """``bm / (64 blocks)`` consumer warpgroups of ``kind`` (f32 accumulators) sharing each ``bm``
+    """``bm / (64 blocks)`` consumer warpgroups of ``kind`` (f32 accumulators, or s32 ones of an
+    8-bit integer kind such as "s32.s8.s8": an int8 GEMM, K-major only) sharing each ``bm``
     x ``bn`` tile over ``pipe`` (a :class:`TmaPipeline` with that many consumers), each owning
     ``blocks`` (1 or 2) blocks of 64 rows, A and B
     ``"K"``- or ``"MN"``-major (:data:`a_major`, :data:`b_major`), the rows of ``multicast``
@@ -147,8 +148,8 @@ class Cooperative(types.ModuleType):
     def __init__(self, kind: str, pipe: TmaPipeline, bm: int, bn: int, *, a_major: str = "K", b_major: str = "K",
                  blocks: int = 1, multicast: str = "B"):
         k = wgmma_kind(kind)
-        if k.dtype != "f32":
-            raise KitError(f"Cooperative: kind must have f32 accumulators; got {kind!r}")
+        if k.dtype != "f32" and not (k.dtype == "s32" and k.atype in ("s8", "u8")):
+            raise KitError(f"Cooperative: kind must have f32 accumulators, or s32 ones of 8-bit integers; got {kind!r}")
         for name, major in (("a_major", a_major), ("b_major", b_major)):
             if major == "MN" and not k.transposable:
                 raise KitError(f"Cooperative: {name}='MN' needs 16-bit inputs (wgmma transposes); got {kind!r}")

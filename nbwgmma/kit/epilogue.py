@@ -325,7 +325,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         dr, dc = 8 * ((i // 2) % 2), 8 * (i // 4) + i % 2
         args = [f"v{j}_{i // 4 * 2 + i % 2}" for j in range(cols)]
         args += [f"v{j}_{(i // 2) % 2}" for j in range(cols, cols + rows)]
-        return f"T(one(fn(acc[{i}], r + {dr}, c + {dc}{''.join(', ' + a for a in args + extra)})))"
+        return f"T(one(fn(T(acc[{i}]), r + {dr}, c + {dc}{''.join(', ' + a for a in args + extra)})))"
 
     for i in range(0, n // 2, 2):
         if pack:
