@@ -214,6 +214,37 @@ def test_a_multicast_mask_naming_no_cta_or_one_past_the_cluster_is_a_hazard(mask
     assert out.copy_to_host().tolist() == [0, 0]
 
 
+@cuda.jit
+def _every_lane_releases(out):
+    from nbwgmma.intrinsics import fence_mbarrier_init, mbarrier_arrive
+
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        mbarrier_init(bar, 1)
+        fence_mbarrier_init()
+    cuda.syncthreads()
+    if tid >= 32:  # a warp releasing a stage: every lane arrives, where one should
+        mbarrier_arrive(bar)
+    cuda.syncthreads()
+    if tid < 32:
+        mbarrier_wait_parity(bar, 0)  # the completion of phase 0
+        out[tid] = 1
+
+
+def test_a_wait_that_more_arrivals_than_a_phase_expects_passed_by_says_so():
+    """Every lane of a releasing warp arrived on a barrier of count 1 (a newcomer's mistake: every
+    consumer thread calling consumer_release): 32 phases completed, and the waiter, waiting for
+    phase 0's parity, stopped with the phase count alone ("current phase is 32")."""
+    out = cuda.to_device(np.zeros(32, np.int32))
+    with pytest.raises(sim.SimStopped, match=r"It missed phase 0: phases 0-31 completed after the last one this "
+                                             r"thread saw \(none\), and a parity wait sees only the latest: more "
+                                             r"arrivals than the 1 a phase expects\? \(phase 31's came from "
+                                             r".*sim_hazard_cases.py:\d+"):
+        launch(_every_lane_releases, 1, 64, (out,))
+
+
 def test_a_race_names_the_racing_store_and_its_byte():
     """Of the bytes a read takes, the one another thread wrote unordered: its address, and the line
     of that store (not of an earlier, ordered store by the same thread)."""

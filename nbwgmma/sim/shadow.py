@@ -181,9 +181,14 @@ class Shadow:
             if th.clock[aw.slot] < aw.phase + 1:
                 wait = f"without having waited for phase {aw.phase} of {aw.name}, on which that copy completes"
                 if not store:
+                    last = th.last_phase
+                    other = "" if last is None or last[0].slot == aw.slot else (
+                        f". This thread last waited on {last[0].label()} (phase {last[1]}): if the read is that "
+                        f"stage's, it reaches past the stage's copies into another's (a K step or descriptor too "
+                        f"far, boxes smaller than the wgmma reads, a stage of another size than the copies')")
                     raise SimHazard(
                         f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at "
-                        f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, {wait}")
+                        f"{self._first(idx, self.aw, i)} that a copy issued at {aw.where} writes, {wait}{other}")
                 if aw.phase == PENDING:
                     wait = f"before {aw.name}"
                 raise SimHazard(

@@ -515,6 +515,25 @@ def _observe(th, m, done):
     if done is not None and done >= 0:
         acquire(th, m.done.get(done))
         th.last_phase = (m, done)  # what a hazard of its next writes can name (nbwgmma.sim.shadow)
+        seen = th.__dict__.setdefault("mb_seen", {})
+        seen[m] = max(done, seen.get(m, -1))
+
+
+def _passed_by(th, m, parity):
+    """Where thread ``th``, blocked on a parity wait of ``m``, missed the phase it waited for: the
+    text saying so, or "". A parity wait sees only the latest completion: when two or more phases
+    completed after the last one the thread saw (more arrivals than a phase's count: every thread
+    of a warpgroup releasing a stage counted once), the one it waited for went by."""
+    if parity is None:
+        return ""
+    seen = getattr(th, "mb_seen", {}).get(m, -1)
+    since = m.phase - 1 - seen
+    if since < 2:
+        return ""
+    sites = ", ".join(m.done_sites.get(m.phase - 1, [])[:3])
+    return (f". It missed phase {seen + 1}: phases {seen + 1}-{m.phase - 1} completed after the last one this "
+            f"thread saw ({'none' if seen < 0 else seen}), and a parity wait sees only the latest: more arrivals "
+            f"than the {m.expected} a phase expects? (phase {m.phase - 1}'s came from {sites or 'unknown lines'})")
 
 
 def _mb_test(bar, state=None, parity=None):
@@ -526,7 +545,8 @@ def _mb_test(bar, state=None, parity=None):
         done = m.completed(state, parity)
         if done is None and th.cl.spin(th, lambda: m.completed(state, parity) is not None,
                                        lambda: f"{m.label()}, tested (try_wait/test_wait) for "
-                                               f"{_wanted(state, parity)} again and again; {m.state()}", m.cond):
+                                               f"{_wanted(state, parity)} again and again; {m.state()}"
+                                               f"{_passed_by(th, m, parity)}", m.cond):
             done = m.completed(state, parity)
         _observe(th, m, done)
         return done is not None
@@ -542,7 +562,8 @@ def _mb_wait(bar, state=None, parity=None, timeout_s=None):
     with th.cl.lock:
         m = mbar(bar)
         ok = th.cl.wait_for(lambda: m.completed(state, parity) is not None,
-                            lambda: f"{m.label()}, waiting for {_wanted(state, parity)}; {m.state()}", timeout_s,
+                            lambda: f"{m.label()}, waiting for {_wanted(state, parity)}; {m.state()}"
+                                    f"{_passed_by(th, m, parity)}", timeout_s,
                             cond=m.cond)
         if ok:
             _observe(th, m, m.completed(state, parity))
