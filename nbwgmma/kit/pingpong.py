@@ -68,7 +68,7 @@ class PingPong(types.ModuleType):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or k.input_bits not in (8, 16) or k.atype in ("s8", "u8"):
             raise KitError(f"PingPong: kind must be a 16-bit or fp8 kind with f32 accumulators (f32.bf16.bf16, "
-                             f"f32.f16.f16, f32.e4m3.e4m3, ...); got {kind!r}")
+                             f"f32.f16.f16, f32.e4m3.e4m3, ...; 8-bit integer kinds: Cooperative); got {kind!r}")
         if b_major == "MN" and not k.transposable:
             raise KitError(f"PingPong: {kind} has no transpose: B must be K-major (b_major='K')")
         if not isinstance(pipe, TmaPipeline) or pipe.consumers != 1 or pipe.cluster != 1:
