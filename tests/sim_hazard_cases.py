@@ -139,6 +139,20 @@ def test_a_tma_store_of_a_block_written_in_another_swizzle_is_a_hazard():
         mod.run(rng.integers(-4, 5, (64, 64)), rng.integers(-4, 5, (64, 64)))
 
 
+def test_a_tma_store_of_a_block_written_unswizzled_through_a_swizzled_map_is_a_hazard():
+    """From a newcomer's fp8 trial: a block a fragment store wrote with swizzle "none", stored
+    through a swizzled map, came out scrambled with no report (an unswizzled fragment store made
+    no claim, as a plain copy does); now a hazard whose advice is the block's own layout."""
+    rng = np.random.default_rng(4)
+    mod = _edited_example("tma_wgmma_tile", 'acc_store_swizzled(acc, KIND, sd, tid, 128, "128B")',
+                          'acc_store_swizzled(acc, KIND, sd, tid, 128, "none")', "D's store")
+    with pytest.raises(sim.SimHazard, match=r"a TMA store at .*tma_wgmma_tile.py:\d+\) stores shared memory at "
+                                            r"0x[0-9a-f]+ through a tensor map with the 128B swizzle, but "
+                                            r"acc_store_swizzled at .*tma_wgmma_tile.py:\d+ wrote those bytes laid "
+                                            r"out unswizzled: .*store it through a map without swizzle"):
+        mod.run(rng.integers(-4, 5, (64, 64)), rng.integers(-4, 5, (64, 64)))
+
+
 def test_a_plain_tma_copy_of_data_arranged_beforehand_is_no_hazard():
     """A map without swizzle copies bytes as they lie: tiles laid out in global memory with the
     128B swizzle already, copied plainly and read through 128B descriptors, are exact."""

@@ -270,6 +270,24 @@ def test_a_plain_python_function_given_to_acc_map_is_made_a_device_function():
     compile_report(kernel, (types.float32[:, ::1],))
 
 
+def test_amax_flush_takes_an_f32_amax_only():
+    """From a newcomer's fp8 trial: an int32 amax compiled (F2I and an integer atomic: 38.4 became
+    38), float64 and float16 too, though the docstring says f32."""
+    from nbwgmma.kit import amax_flush
+
+    @cuda.jit
+    def kernel(amax, biggest_out):
+        biggest = cuda.shared.array(4, np.float32)
+        amax_flush(amax, biggest, cuda.threadIdx.x)
+
+    for bad in (types.int32, types.float64, types.float16):
+        with pytest.raises(NbwgmmaTypingError, match=rf"amax_flush: amax must be a 1-D float32 array .*got "
+                                                     rf"array\({bad}, 1d, C\)") as exc:
+            compile_report(kernel, (bad[::1], types.float32[::1]))
+        assert str(exc.value).startswith(f"{__file__}:{_line_of(kernel, 'amax_flush(amax')}: "), str(exc.value)
+    compile_report(kernel, (types.float32[::1], types.float32[::1]))
+
+
 def test_kit_blocks_take_numpy_integers():
     """As TmaPipeline and TileScheduler do: a Cooperative of NumPy sizes gave np.int64 stage bytes,
     which tile_producer, acc_absmax, acc_map, col_values, StreamFixup and ClusterSplitK refused."""

@@ -24,7 +24,7 @@ from numba import cuda
 
 from ..errors import KitError, is_int
 from .device import inlined
-from .typecheck import fragment_check
+from .typecheck import f32_array_check, fragment_check
 
 __all__ = ["acc_absmax", "amax_start", "amax_note", "amax_flush"]
 
@@ -80,9 +80,13 @@ def amax_note(big, biggest, t):
         biggest[t // 32] = max(biggest[t // 32], big)
 
 
+_AMAX_IS_F32 = f32_array_check("amax_flush", "amax", "the output's amax, raised by an f32 atomic max")
+
+
 @inlined
 def amax_flush(amax, biggest, t):
-    """Raise ``amax[0]`` (global f32) to warp ``t // 32``'s running maximum: one atomic max a
-    warp, at the kernel's end."""
+    """Raise ``amax[0]`` (global f32: another type is a typing error) to warp ``t // 32``'s
+    running maximum: one atomic max a warp, at the kernel's end."""
+    _AMAX_IS_F32(amax)
     if cuda.laneid == 0:
         cuda.atomic.max(amax, 0, biggest[t // 32])

@@ -20,7 +20,8 @@ from .. import backend
 from ..errors import is_int
 from ..intrinsics.errors import NbwgmmaTypingError
 
-__all__ = ["fragment_check", "count_check", "vector_check", "number_check", "address_check", "VECTOR_ELEMENTS"]
+__all__ = ["fragment_check", "count_check", "vector_check", "number_check", "address_check", "f32_array_check",
+           "VECTOR_ELEMENTS"]
 
 #: the array element types each vtype reads (NumPy's names, which Numba's types print as too). f32
 #: and f16 read values, converted to the accumulator's type (exactly, for an s32 accumulator's
@@ -162,6 +163,24 @@ def number_check(what: str, fn_name: str = "fn", integer: bool = False):
         if isinstance(x, (numbers.Number, np.number, np.bool_)):
             return None
         return message("none" if x is None else f"{type(x).__name__} {x!r}"[:80])
+
+    return _check(typed, valued)
+
+
+def f32_array_check(what: str, name: str, why: str):
+    """A check refusing a ``name`` that is not a 1-D float32 array (``why`` says what it holds):
+    an int32 amax took the maximum cut to an integer, a float64 one an atomic of another width."""
+    def message(ndim, element, got):
+        return None if ndim == 1 and element == "float32" else f"{what}: {name} must be a 1-D float32 array ({why}); got {got}"
+
+    def typed(x):
+        array = isinstance(x, types.Array)
+        return message(x.ndim if array else None, str(x.dtype) if array else None, str(x))
+
+    def valued(x):
+        ndim, dtype = getattr(x, "ndim", None), getattr(x, "dtype", None)
+        element = np.dtype(dtype).name if dtype is not None else None
+        return message(ndim, element, f"array({element}, {ndim}d)" if ndim is not None else type(x).__name__)
 
     return _check(typed, valued)
 

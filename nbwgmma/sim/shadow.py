@@ -29,7 +29,10 @@ from .core import DYN_BASE, SMEM_BYTES, SimHazard
 #: without swizzle is a plain copy: data arranged beforehand in global memory (a shared-memory
 #: image, say) may be read through a descriptor of any swizzle, so it makes no claim.
 SWIZZLE_MARK = {"32B": 2, "64B": 3, "128B": 4}
-SWIZZLE_OF_MARK = {v: k for k, v in SWIZZLE_MARK.items()}
+#: a fragment store's layout claims "none" too: its block read by a swizzled TMA store is scrambled
+#: (a TMA copy through a map without swizzle stays no claim: a plain copy of data arranged beforehand)
+FRAGMENT_SWIZZLE_MARK = {**SWIZZLE_MARK, "none": 1}
+SWIZZLE_OF_MARK = {v: k for k, v in FRAGMENT_SWIZZLE_MARK.items()}
 #: aw_type's marks of a TMA tile copy's element type where the map's type names a number format
 #: (tf32 reads f32 values); 0 for bytes of a map of integers (u8, s8, u16, ...: containers for any
 #: format's bits, as NumPy holds bf16 and fp8, so an s8 tile read as u8 or e4m3 is not reported)
@@ -89,7 +92,7 @@ class Shadow:
         self.gw_tid = np.zeros(SMEM_BYTES, np.int32)  # generic writer's cluster thread id + 1
         self.gw_epoch = np.zeros(SMEM_BYTES, np.int64)
         self.gw_site = np.zeros(SMEM_BYTES, np.int32)  # index into self.sites of the generic write
-        self.gw_swizzle = np.zeros(SMEM_BYTES, np.int8)  # a swizzled fragment store's swizzle (SWIZZLE_MARK)
+        self.gw_swizzle = np.zeros(SMEM_BYTES, np.int8)  # a fragment store's layout (FRAGMENT_SWIZZLE_MARK)
         self.sites = [("", "")]  # (what, where) of the generic writes, for the hazards' messages
         self.site_ids = {}
         self.aw = np.zeros(SMEM_BYTES, np.int32)  # index + 1 into self.writes
@@ -113,7 +116,7 @@ class Shadow:
         self.check_copies(th, idx, what, store=True)
         self.atomics.check(th, idx, what)
         self.atomics.clear(idx)
-        self.gw_swizzle[idx] = SWIZZLE_MARK.get(swizzle, 0)
+        self.gw_swizzle[idx] = FRAGMENT_SWIZZLE_MARK.get(swizzle, 0)
         self.gw_tid[idx] = th.gid + 1
         self.gw_epoch[idx] = th.clock[th.gid]
         self.gw_site[idx] = self._site(what, th.where)
@@ -326,11 +329,14 @@ class Shadow:
         if bad is not None:
             i, got = bad
             wrote, at = self.sites[int(self.gw_site[idx[i]])]
+            layout = SWIZZLE_OF_MARK[got]
+            fix = "a map without swizzle (swizzle='none')" if layout == "none" else f"a map of the {layout} swizzle"
             raise SimHazard(
                 f"thread {th.thread_id} ({what} at {th.where}) stores shared memory at 0x{int(idx[i]):x} through a "
-                f"tensor map with the {swizzle} swizzle, but {wrote} at {at} wrote those bytes laid out with the "
-                f"{SWIZZLE_OF_MARK[got]} swizzle: the map's swizzle and box must describe the layout the block was "
-                f"written in (tma_store_part's blocks: box (64, 64) and the 128B swizzle, TensorMap's default)")
+                f"tensor map with the {swizzle} swizzle, but {wrote} at {at} wrote those bytes laid out "
+                f"{'unswizzled' if layout == 'none' else f'with the {layout} swizzle'}: the map's swizzle and box "
+                f"must describe the layout the block was written in (store it through {fix} whose box is the "
+                f"block's, or write the block in the map's swizzle)")
 
     def _claimed_otherwise(self, idx, marks, want):
         """The first byte of ``idx`` whose TMA copy's mark in ``marks`` is neither 0 (no claim)
