@@ -13,7 +13,7 @@ from numba import config, cuda
 from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
 from nbwgmma.layout import acc_value_coords
 from nbwgmma.kit import ACTIVATIONS, TileScheduler, TmaPipeline, acc_map
-from nbwgmma.launch import launch
+from nbwgmma.launch import dynamic_smem_bytes, launch
 
 SIM_ONLY = pytest.mark.skipif(not config.ENABLE_CUDASIM,
                               reason="calls device functions from the host, which only the simulator allows")
@@ -512,6 +512,90 @@ def test_a_kit_block_called_with_arguments_its_signature_cannot_bind_is_refused_
     assert str(exc.value).startswith(f"{__file__}:"), str(exc.value)
     launch(by_keyword, 1, 32, (out,))
     assert out.copy_to_host().tolist() == [0, 1]
+
+
+def _stream_k_gemm():
+    """A user's stream-K GEMM on the kit's blocks (a newcomer's, trimmed): 128 x 128 tiles,
+    ``tile_producer(stream=True)``, ``stream_walk`` and ``StreamFixup.finish``, f32 out."""
+    from nbwgmma.intrinsics import setmaxnreg_dec, setmaxnreg_inc
+    from nbwgmma.kit import Cooperative, StreamFixup, inlined, stream_walk, tile_producer, warpgroup_index
+
+    kind = "f32.bf16.bf16"
+    pipe = TmaPipeline(4, consumers=2)
+    coop = Cooperative(kind, pipe, 128, 128)
+    sched = TileScheduler(128, 128, coop.bk)
+    fix = StreamFixup(kind, 128)
+
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, maps):
+        coop.load_tile(slot, full, maps[0], maps[1], kb, tm, tn)
+
+    produce = tile_producer(pipe, sched, coop.stage_bytes, load, stream=True)
+
+    @inlined
+    def whole(state, tm, tn, kblocks, args):
+        ring, base, c, ws, counters, flag, tid, cw, ct, m = args
+        acc, s, ph = coop.tile(ring, base, state[0], state[1], 0, kblocks, cw, ct)
+        acc_store(acc, kind, c, ct, tm * 128 + cw * 64, tn * 128)
+        return (s, ph)
+
+    @inlined
+    def shared(state, t, tm, tn, kb0, kb1, kblocks, first, total, args):
+        ring, base, c, ws, counters, flag, tid, cw, ct, m = args
+        acc, s, ph = coop.tile(ring, base, state[0], state[1], kb0, kb1, cw, ct)
+        row0 = tm * 128 + cw * 64
+        accs, last = fix.finish((acc,), ws, counters, flag, tid, ct, cw, t, cuda.blockIdx.x, cuda.gridDim.x, total,
+                                kblocks, first, kb0 == 0 and kb1 == kblocks, m - row0)
+        if last:
+            acc_store(accs[0], kind, c, ct, row0, tn * 128)
+        return (s, ph)
+
+    walk = stream_walk(sched, whole, shared)
+
+    @cuda.jit(launch_bounds=(384, 1))
+    def kernel(tmap_a, tmap_b, c, ws, counters, m, n, k):
+        base, ring = pipe.setup()
+        flag = cuda.shared.array(1, np.int32)
+        tid = cuda.threadIdx.x
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        if tid < 128:
+            setmaxnreg_dec(40)
+            if tid == 0:
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
+            else:
+                return
+        else:
+            setmaxnreg_inc(232)
+            cw, ct = warpgroup_index() - 1, tid % 128
+            walk((0, 0), nunits, kblocks, tiles_mc, tiles_n, (ring, base, c, ws, counters, flag, tid, cw, ct, m))
+        pipe.teardown()
+
+    return kernel, coop, fix, dynamic_smem_bytes(4 * coop.stage_bytes)
+
+
+@pytest.mark.parametrize("m, n, k, ctas", [(128, 128, 512, 12), (256, 128, 256, 5), (128, 128, 512, 3)])
+def test_stream_k_on_more_ctas_than_shared_k_blocks_is_exact(m, n, k, ctas):
+    """From a newcomer's stream-K kernel: a grid of more CTAs than shared k-blocks (12 CTAs on one
+    tile of 8; 132 on an H100 for 256 x 256 x 1024) left CTAs with empty shares among a tile's
+    owners, who never counted: C stayed NaN and the counters dirty, the next launch's sums wrong.
+    The walk and the fix-up now share over at most one CTA per k-block; exact, twice in a row
+    on the same counters (a grid within them as before)."""
+    from nbwgmma.layout import to_bits
+    from nbwgmma.tma import TensorMap
+
+    kernel, coop, fix, smem = _stream_k_gemm()
+    ws = cuda.to_device(np.zeros(2 * ctas * fix.tile_floats, np.float32))
+    counters = cuda.to_device(np.zeros(-(-m // 128) * -(-n // 128), np.int32))
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        a, b = rng.integers(-2, 3, (m, k)).astype(np.float64), rng.integers(-2, 3, (n, k)).astype(np.float64)
+        ta = TensorMap(cuda.to_device(to_bits(a, "bf16")), coop.box_a, dtype="bf16")
+        tb = TensorMap(cuda.to_device(to_bits(b, "bf16")), coop.box_b, dtype="bf16")
+        c = cuda.to_device(np.full((m, n), np.nan, np.float32))
+        launch(kernel, ctas, 384, (ta.address, tb.address, c, ws, counters, np.int32(m), np.int32(n), np.int32(k)),
+               smem=smem)
+        np.testing.assert_array_equal(c.copy_to_host(), a @ b.T)
+        assert not counters.copy_to_host().any()
 
 
 @pytest.mark.parametrize("masked", [True, False])

@@ -93,7 +93,8 @@ def stream_walk(sched, whole, shared=None):
     (the producer, scale copies, the consumers) to walk alike: ``whole(state, tm, tn, kblocks,
     args) -> state`` on each tile the CTA takes whole, units ``cta``, ``cta + ctas``, ... With
     ``shared`` (stream-K) the CTAs take only the first waves whole (:func:`stream_whole_units`),
-    then each its share of the other tiles' k-blocks (:func:`stream_range`), piece by piece:
+    then each its share of the other tiles' k-blocks (:func:`stream_range`; with more CTAs than
+    shared k-blocks the CTAs past them take none), piece by piece:
     ``shared(state, t, tm, tn, kb0, kb1, kblocks, first, total, args) -> state`` on tile (``tm``,
     ``tn``), ``t`` counted from the first shared tile, its k-blocks ``kb0 .. kb1 - 1``; ``first``
     whether it is the CTA's first piece, ``total`` the shared k-blocks of all CTAs (what a
@@ -112,7 +113,11 @@ def stream_walk(sched, whole, shared=None):
             state = whole(state, tm, tn, kblocks, args)
         if STREAM:
             total = (nunits - done) * kblocks
-            g0, g1 = stream_range(cta, ctas, total)
+            # at most one CTA per shared k-block: CTAs past that take no piece (a grid larger than
+            # the shared k-blocks gave some CTAs empty shares inside a tile's owners, who then never
+            # counted: its fix-up waited for them and C stayed unwritten). StreamFixup.finish clamps alike.
+            sctas = min(ctas, total)
+            g0, g1 = stream_range(cta, sctas, total) if cta < sctas else (0, 0)
             g = g0
             while g < g1:
                 t, kb0, kb1 = stream_segment(g, g1, kblocks)

@@ -161,6 +161,7 @@ class StreamFixup(types.ModuleType):
                    rows_left):
             last = whole
             if not whole:
+                ctas = min(ctas, total)  # as stream_walk shares: at most one CTA per shared k-block
                 c0 = stream_owner(t * kblocks, ctas, total)
                 c1 = stream_owner((t + 1) * kblocks - 1, ctas, total)
                 mine = cw * CONS + ctid
