@@ -23,7 +23,9 @@ def _peers_done_before_exit(cta):
                 f"CTA rank {cta.rank} exits (its threads have all returned) while nothing orders before that the "
                 f"access of thread {tid} of CTA rank {rank} to its shared memory ({what} at {at}): on the GPU the "
                 f"peer may reach that memory after it belongs to another CTA. End the kernel with a cluster "
-                f"barrier (the kit's pipe.teardown()), so that no CTA leaves while a peer may still reach it")
+                f"barrier (cluster_sync(False) by every thread still running; "
+                f"the kit's pipe.teardown() does it for a TmaPipeline with cluster > 1, not for one of cluster=1 "
+                f"beside a ClusterSplitK), so that no CTA leaves while a peer may still reach it")
 
 
 def _copies_done_before_exit(cta):

@@ -453,8 +453,9 @@ def note_remote(th, cta, what):
         raise SimHazard(
             f"thread {th.thread_id} of CTA rank {th.cta.rank} ({what} at {th.where}) reaches the shared memory of "
             f"CTA rank {cta.rank}, whose threads have all returned: on the GPU that memory may belong to another "
-            f"CTA by now. End the kernel with a cluster barrier (the kit's pipe.teardown()), so that no CTA leaves "
-            f"while a peer may still reach it")
+            f"CTA by now. End the kernel with a cluster barrier (cluster_sync(False) by every thread still running; "
+            f"the kit's pipe.teardown() does it for a TmaPipeline with cluster > 1, not for one of cluster=1 beside "
+            f"a ClusterSplitK), so that no CTA leaves while a peer may still reach it")
     epoch = int(th.clock[th.gid])
     old = cta.remote.get(th.gid)
     if old is None or old[0] <= epoch:
