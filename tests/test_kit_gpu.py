@@ -19,6 +19,7 @@ from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
     test_a_ring_filled_by_threads_with_plain_stores, test_amax_blocks_take_the_largest_value_inside_the_output,
     test_an_s32_accumulator_mapped_as_f32_dequantizes,
     test_a_kit_block_called_with_arguments_its_signature_cannot_bind_is_refused_at_the_kernels_line,
+    test_stream_k_on_more_ctas_than_shared_k_blocks_is_exact,
 )
 
 pytestmark = pytest.mark.gpu
