@@ -12,7 +12,8 @@ from numba import config, cuda
 
 from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
 from nbwgmma.layout import acc_value_coords
-from nbwgmma.kit import ACTIVATIONS, TileScheduler, TmaPipeline, acc_map
+from nbwgmma.errors import KitError
+from nbwgmma.kit import ACTIVATIONS, TileScheduler, TmaPipeline, acc_col_reduce, acc_map, acc_row_reduce
 from nbwgmma.launch import dynamic_smem_bytes, launch
 
 SIM_ONLY = pytest.mark.skipif(not config.ENABLE_CUDASIM,
@@ -626,3 +627,106 @@ def test_amax_blocks_take_the_largest_value_inside_the_output(masked):
     amax = cuda.to_device(np.zeros(1, np.float32))
     launch(kernel, 1, 256, (cuda.to_device(src), amax, np.int32(100), np.int32(40)))
     assert amax.copy_to_host()[0] == (99.0 if masked else 500.0)
+
+
+@cuda.jit(device=True, inline=True)
+def _grid_value(v, row, col):
+    return v + np.float32((row * 37 + col * 11) % 23 - 11)
+
+
+def _grid_values(rows, cols):
+    r, c = np.indices((rows, cols))
+    return ((r * 37 + c * 11) % 23 - 11).astype(np.float64)
+
+
+def _exp_less(v, row, col, mx):
+    return math.exp(v - mx)
+
+
+@pytest.mark.parametrize("n, ncols", [(256, 256), (64, 37), (8, 8), (16, 3)])
+def test_row_reductions_give_every_lane_of_the_quad_its_rows(n, ncols):
+    """max, min, sum and a sum of exp(v - row max) (a plain function, the max as a row pair) over
+    each row of a fragment of small integers, columns from ncols on masked: every thread's two
+    rows against NumPy (exact but the exponentials)."""
+    values = acc_map(_grid_value, n)
+    rmax, rmin, rsum = (acc_row_reduce(op, n) for op in ("max", "min", "sum"))
+    rexp = acc_row_reduce("sum", n, fn=_exp_less, pairs=1)
+    every = acc_row_reduce("sum", n, masked=False)
+
+    @cuda.jit
+    def kernel(out, ncols):
+        t = cuda.threadIdx.x
+        acc = values(acc_zeros("f32.bf16.bf16", n), t, 64, 8)
+        mx = rmax(acc, t, 64, 8, ncols)
+        got = (mx, rmin(acc, t, 64, 8, ncols), rsum(acc, t, 64, 8, ncols), rexp(acc, t, 64, 8, ncols, mx),
+               every(acc, t, 64, 8, ncols))
+        for j in range(5):
+            out[t, 2 * j] = got[j][0]
+            out[t, 2 * j + 1] = got[j][1]
+
+    out = cuda.to_device(np.full((128, 10), np.nan, np.float32))
+    launch(kernel, 1, 128, (out, 8 + ncols))
+    got = out.copy_to_host()
+    v = _grid_values(128, 8 + n)[64:, 8:]
+    inside = v[:, :ncols]
+    want = np.stack([inside.max(1), inside.min(1), inside.sum(1),
+                     np.exp(inside - inside.max(1, keepdims=True)).sum(1), v.sum(1)], 1)
+    t = np.arange(128)
+    lr = 16 * (t // 32) + (t % 32) // 4
+    for h in (0, 1):
+        np.testing.assert_array_equal(got[:, 2 * np.array([0, 1, 2, 4]) + h],
+                                      want[lr + 8 * h][:, [0, 1, 2, 4]])
+        np.testing.assert_allclose(got[:, 6 + h], want[lr + 8 * h, 3], rtol=1e-5)
+
+
+@pytest.mark.parametrize("n, nrows", [(256, 64), (64, 50), (8, 3)])
+def test_column_reductions_give_each_warp_its_sixteen_rows(n, nrows):
+    """max and sum over each warp's 16 rows of every column a thread holds, rows from nrows on
+    masked (a function of the row and column mapped first for the sum): against NumPy, exact."""
+    values = acc_map(_grid_value, n)
+    cmax = acc_col_reduce("max", n)
+    csum = acc_col_reduce("sum", n, fn=_weighted, nextra=1)
+    q = n // 4
+
+    @cuda.jit
+    def kernel(out, nrows):
+        t = cuda.threadIdx.x
+        acc = values(acc_zeros("f32.bf16.bf16", n), t, 0, 0)
+        a = cmax(acc, t, 0, 0, nrows)
+        b = csum(acc, t, 0, 0, nrows, np.float32(2.0))
+        for k in range(q):
+            out[t, k] = a[k]
+            out[t, q + k] = b[k]
+
+    out = cuda.to_device(np.full((128, 2 * q), np.nan, np.float32))
+    launch(kernel, 1, 128, (out, nrows))
+    got = out.copy_to_host()
+    v = _grid_values(64, n)
+    r = np.arange(64)[:, None]
+    w = 2.0 * v + r
+    t = np.arange(128)
+    k = np.arange(q)
+    cols = 2 * (t % 4)[:, None] + 8 * (k // 2)[None, :] + (k % 2)[None, :]
+    warp_rows = 16 * (t // 32)
+    for x in range(128):
+        rows = slice(warp_rows[x], min(warp_rows[x] + 16, nrows))
+        if rows.start >= rows.stop:
+            assert (got[x, :q] == -np.inf).all() and (got[x, q:] == 0).all()
+            continue
+        np.testing.assert_array_equal(got[x, :q], v[rows][:, cols[x]].max(0))
+        np.testing.assert_array_equal(got[x, q:], w[rows][:, cols[x]].sum(0))
+
+
+@cuda.jit(device=True, inline=True)
+def _weighted(v, row, col, s):
+    return v * s + row
+
+
+def test_reduction_builders_check_their_arguments():
+    for kw, msg in (({"op": "mean", "n": 64}, "op must be one of"), ({"op": "max", "n": 60}, "n must be a wgmma N"),
+                    ({"op": "sum", "n": 64, "pairs": 1}, "without fn"),
+                    ({"op": "sum", "n": 64, "fn": _exp_less}, "must take 3 arguments")):
+        with pytest.raises(KitError, match=msg):
+            acc_row_reduce(**kw)
+    with pytest.raises(KitError, match="must take 4 arguments"):
+        acc_col_reduce("sum", 64, fn=_grid_value, nextra=1)

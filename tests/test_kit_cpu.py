@@ -1,14 +1,17 @@
 """The authoring kit on CPU: what the pipeline, the scheduler and acc_map compile to for
 sm_90a (PTX, SASS after ptxas), and their typing errors. Small kernels: seconds each."""
 
+import math
+
 import numpy as np
 import pytest
 from numba import cuda, types
 
-from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
+from nbwgmma.intrinsics import acc_load, acc_store, acc_zeros, smem_addr
 from nbwgmma.intrinsics.errors import NbwgmmaTypingError
 from nbwgmma.errors import KitError
-from nbwgmma.kit import TileScheduler, TmaPipeline, acc_absmax, acc_map, col_values, tma_store_part
+from nbwgmma.kit import (TileScheduler, TmaPipeline, acc_absmax, acc_col_reduce, acc_map, acc_row_reduce, col_values,
+                         tma_store_part)
 from nbwgmma.report import compile_report
 
 PIPE = TmaPipeline(4, consumers=2)
@@ -797,3 +800,71 @@ def test_scheduler_cluster_k_and_pingpong_bk_and_staged_scales_stages():
     with pytest.raises(KitError, match="staged scales taken in turn by 3 scale warps need at least 3 stages"):
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(2, consumers=256, producers=33), **staged)
     BlockScaled("f32.e4m3.e4m3", TmaPipeline(3, consumers=256, producers=33), **staged)
+
+
+_ROW_MAX = acc_row_reduce("max", 256)
+_ROW_SUMEXP = acc_row_reduce("sum", 256, fn=lambda v, r, c, mx: math.exp(v - mx), pairs=1)
+_COL_SUM = acc_col_reduce("sum", 64)
+_RAMP256 = acc_map(lambda v, r, c, x: v + x * np.float32(r) + np.float32(c), 256, nextra=1)
+_RAMP64 = acc_map(lambda v, r, c, x: v + x * np.float32(r) + np.float32(c), 64, nextra=1)
+
+
+@cuda.jit
+def _row_stats(out, x, n):
+    t = cuda.threadIdx.x
+    acc = _RAMP256(acc_zeros("f32.bf16.bf16", 256), t, 0, 0, x)
+    mx = _ROW_MAX(acc, t, 0, 0, n)
+    se = _ROW_SUMEXP(acc, t, 0, 0, n, mx)
+    out[t, 0] = mx[0] + math.log(se[0])
+    out[t, 1] = mx[1] + math.log(se[1])
+
+
+@cuda.jit
+def _col_sums(out, x, m):
+    t = cuda.threadIdx.x
+    s = _COL_SUM(_RAMP64(acc_zeros("f32.bf16.bf16", 64), t, 0, 0, x), t, 0, 0, m)
+    for k in range(16):
+        out[t, k] = s[k]
+
+
+def test_reductions_are_shuffles_in_registers():
+    """A 64 x 256 fragment's row log-sum-exp (max, then a sum of exp(v - max) with the max as a
+    row pair): two shuffles a row and reduction (eight), masked columns by selects (no branch), no
+    local memory; a 64 x 64
+    fragment's column sums: three shuffles a column (48)."""
+    rep = compile_report(_row_stats, (types.float32[:, ::1], types.float32, types.int32))
+    assert rep.sass.get("SHFL") == 8 and rep.sass.get("BRA") == 1 and "DADD" not in rep.sass, rep.sass
+    assert rep.local_memory_ops == 0 and rep.spill_bytes == 0
+    rep = compile_report(_col_sums, (types.float32[:, ::1], types.float32, types.int32))
+    assert rep.sass.get("SHFL") == 48 and rep.sass.get("BRA") == 1, rep.sass
+    assert rep.local_memory_ops == 0 and rep.spill_bytes == 0
+
+
+@cuda.jit
+def _pair_left_out(out, src, n):
+    t = cuda.threadIdx.x
+    acc = acc_load("f32.bf16.bf16", 256, src, t, 0, 0)
+    se = _ROW_SUMEXP(acc, t, 0, 0, n)  # the row max's pair left out
+    out[t, 0] = se[0]
+
+
+@cuda.jit
+def _narrow_fragment(out, src, n):
+    t = cuda.threadIdx.x
+    mx = _ROW_MAX(acc_load("f32.bf16.bf16", 64, src, t, 0, 0), t, 0, 0, n)  # 32 values, not 128
+    out[t, 0] = mx[0]
+
+
+@pytest.mark.parametrize("kernel, message", [
+    (_pair_left_out, r"acc_row_reduce\('sum', 256\): after \(acc, tid, row0, col0, ncols\) it takes 1 row pair\(s\) "
+                     r"and 0 extra argument\(s\) \(pairs=1, nextra=0\): 1 in all; got 0"),
+    (_narrow_fragment, r"acc_row_reduce\('max', 256\): the fragment must be a tuple of 128 values .*got a tuple of 32"),
+])
+def test_a_reduction_given_the_wrong_arguments_is_a_typing_error_at_the_call(kernel, message):
+    import inspect
+
+    with pytest.raises(NbwgmmaTypingError, match=message) as exc:
+        compile_report(kernel, (types.float32[:, ::1], types.float32[:, ::1], types.int32))
+    src, first = inspect.getsourcelines(kernel.py_func)
+    line = first + next(i for i, s in enumerate(src) if "_ROW_" in s)
+    assert str(exc.value).startswith(f"{__file__}:{line}: acc_row_reduce("), str(exc.value)

@@ -1,6 +1,6 @@
 """The authoring kit's device functions on the GPU: the simulator's kit cases
 (tests/sim_kit_cases.py: acc_map's coordinates, packing and vectors, the scheduler's walk,
-the turn barriers) run as compiled kernels, and the activations against float64."""
+the turn barriers, the row and column reductions) run as compiled kernels, and the activations against float64."""
 
 import math
 
@@ -20,6 +20,7 @@ from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
     test_an_s32_accumulator_mapped_as_f32_dequantizes,
     test_a_kit_block_called_with_arguments_its_signature_cannot_bind_is_refused_at_the_kernels_line,
     test_stream_k_on_more_ctas_than_shared_k_blocks_is_exact,
+    test_row_reductions_give_every_lane_of_the_quad_its_rows, test_column_reductions_give_each_warp_its_sixteen_rows,
 )
 
 pytestmark = pytest.mark.gpu

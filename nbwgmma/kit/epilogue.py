@@ -203,11 +203,12 @@ def _col_loads(n: int, load: str, vec: str, name: str) -> list:
     return lines
 
 
-def _check_arity(fn, count: int, what: str):
-    """A ``ValueError`` (at the user's call of acc_map, not deep in a kernel's typing) where the
-    device function ``fn`` cannot take ``count`` positional arguments."""
+def check_fn_arity(block: str, fn, count: int, what: str):
+    """A :class:`KitError` (at the user's call of the builder ``block``, not deep in a kernel's
+    typing) where the device function ``fn`` cannot take ``count`` positional arguments (``what``
+    names them)."""
     if not callable(fn):
-        raise KitError(f"acc_map: fn must be a device function (@cuda.jit(device=True)) taking {count} arguments "
+        raise KitError(f"{block}: fn must be a device function (@cuda.jit(device=True)) taking {count} arguments "
                        f"{what}; got {type(fn).__name__} {fn!r}")
     py = getattr(fn, "py_func", fn)
     try:
@@ -217,16 +218,17 @@ def _check_arity(fn, count: int, what: str):
     try:
         sig.bind(*range(count))
     except TypeError as e:
-        raise KitError(f"acc_map: fn {getattr(py, '__name__', py)}{sig} must take {count} arguments {what}; "
+        raise KitError(f"{block}: fn {getattr(py, '__name__', py)}{sig} must take {count} arguments {what}; "
                          f"{e}") from None
 
 
 _PLAIN: dict = {}  # plain Python functions given to acc_map -> their device functions
 
 
-def _plain_device_function(fn):
-    """``fn``, a plain Python function, as the inlined device function a kernel can call (once per
-    function: Numba compiled a plain global it met in a kernel with "Untyped global name")."""
+def plain_device_function(fn):
+    """``fn``, a plain Python function (a ``def`` or a lambda), as the inlined device function a
+    kernel can call (once per function: Numba compiled a plain global it met in a kernel with
+    "Untyped global name")."""
     dev = _PLAIN.get(fn)
     if dev is None:
         dev = _PLAIN[fn] = cuda.jit(device=True, inline=True)(fn)
@@ -292,8 +294,8 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         raise KitError(f"acc_map: vtype 'bf16' reads bf16 bits as floats, which dtype='s32' would cut to integers; "
                        f"give dtype='f32' (an s32 accumulator's values then reach fn as f32); got vtype={vtype!r}")
     if inspect.isfunction(fn):  # a plain def or lambda, as matmul's epilogue= takes: made a device function
-        fn = _plain_device_function(fn)
-    _check_arity(fn, 3 + cols + rows + nextra, f"(value, row, col{', a column value' * cols}"
+        fn = plain_device_function(fn)
+    check_fn_arity("acc_map", fn, 3 + cols + rows + nextra, f"(value, row, col{', a column value' * cols}"
                  f"{', a row value' * rows}{', an extra' * nextra}) for cols={cols}, rows={rows}, nextra={nextra}")
     vecs = [f"v{j}" for j in range(cols + rows)]
     extra = [f"e{j}" for j in range(nextra)]

@@ -83,16 +83,21 @@ def fragment_check(what: str, count: int, noun: str = "the fragment",
     return _check(typed, valued)
 
 
-def count_check(what: str, cols: int, rows: int, nextra: int):
-    """A check refusing a mapped function's ``*args`` of another length than its ``cols`` + ``rows``
-    vectors and ``nextra`` extras."""
-    want = cols + rows + nextra
+def count_check(what: str, cols: int, rows: int, nextra: int, *, pairs: int | None = None,
+                head: str = "(acc, tid, row0, col0)"):
+    """A check refusing a kit function's ``*args`` (after its leading ``head``) of another length
+    than its ``cols`` + ``rows`` vectors, ``pairs`` row pairs (None: the function takes none) and
+    ``nextra`` extras (a reduction takes no vectors: give ``cols`` and ``rows`` None)."""
+    kinds = [(c, name, noun) for c, name, noun in
+             ((cols, "cols", "per-column vector(s)"), (rows, "rows", "per-row vector(s)"),
+              (pairs, "pairs", "row pair(s)"), (nextra, "nextra", "extra argument(s)")) if c is not None]
+    want = sum(c for c, _, _ in kinds)
+    takes = ", ".join(f"{c} {noun}" for c, _, noun in kinds[:-1]) + f"{' and ' if len(kinds) > 1 else ''}" \
+        f"{kinds[-1][0]} {kinds[-1][2]}"
+    given = ", ".join(f"{name}={c}" for c, name, _ in kinds)
 
     def message(length, got):
-        return None if length == want else (
-            f"{what}: after (acc, tid, row0, col0) it takes {cols} per-column vector(s), {rows} per-row "
-            f"vector(s) and {nextra} extra argument(s) (cols={cols}, rows={rows}, nextra={nextra}): {want} "
-            f"in all; got {got}")
+        return None if length == want else f"{what}: after {head} it takes {takes} ({given}): {want} in all; got {got}"
 
     def typed(x):
         length = _tuple_length(x, types.BaseTuple)

@@ -1,0 +1,160 @@
+"""Reductions over an accumulator fragment's rows or columns, in registers, unrolled at compile time.
+
+What Triton writes ``tl.max(acc, axis=1)`` or ``tl.sum(acc, axis=0)``: a row's maximum and
+sum of exponentials (softmax statistics, a cross-entropy's log-sum-exp over the vocabulary
+without writing the logits), a row's sum of squares (an RMS norm of the output), a column's
+sum (a bias gradient). Thread ``t`` of a warpgroup holds two rows of a 64 x N fragment, rows
+``lr = 16 * (t // 32) + (t % 32) // 4`` and ``lr + 8``, and ``N / 4`` columns, ``2 * (t % 4) +
+8 * (k // 2) + k % 2`` (the layout :mod:`~nbwgmma.kit.epilogue` describes), so:
+
+* a row is whole within the four lanes of a quad: :func:`acc_row_reduce` reduces each of the
+  thread's rows over its values, then across the quad (two shuffles a row), and every lane of
+  the quad gets the pair ``(lo, hi)``: rows ``lr`` and ``lr + 8`` of the fragment;
+* a column spreads over all 64 rows: :func:`acc_col_reduce` reduces over the thread's two rows,
+  then across the eight lanes of the warp that share its columns (three shuffles a column),
+  and gives the warp's result for its 16 rows; the four warps (and the consumer warpgroups)
+  are combined by the kernel, through shared memory or one atomic per column and warp.
+
+Columns past ``ncols`` (rows past ``nrows``) are padding, read as zeros by TMA and moved by any
+bias or function: ``masked`` (the default) counts each of them as the operation's identity
+(``-inf`` for max, ``+inf`` for min, 0 for sum) without branches, from one compare per column
+(row) of the thread. ``fn(value, row, col, *pair_values, *extra)`` maps each value before it is
+reduced, as :func:`~nbwgmma.kit.acc_map` does (``exp(v - row_max)``): ``pairs`` row pairs that a
+row reduction returned (the row's maximum) reach it as the value of the element's row::
+
+    row_max = acc_row_reduce("max", 256)
+    row_sumexp = acc_row_reduce("sum", 256, fn=lambda v, r, c, mx: math.exp(v - mx), pairs=1)
+    ...
+    mx = row_max(acc, ct, row0, col0, n)               # (lo, hi): rows lr and lr + 8
+    se = row_sumexp(acc, ct, row0, col0, n, mx)
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+from numba import cuda
+
+from ..errors import KitError, is_int
+from .device import inlined
+from .epilogue import check_fn_arity, plain_device_function
+from .typecheck import count_check, fragment_check, number_check
+
+__all__ = ["acc_row_reduce", "acc_col_reduce", "REDUCE_OPS"]
+
+#: operation -> (the two-operand expression, its identity)
+_OPS = {"max": ("max({}, {})", -math.inf), "min": ("min({}, {})", math.inf), "sum": ("{} + {}", 0.0)}
+REDUCE_OPS = tuple(_OPS)
+
+
+def _common(what: str, op, n, fn, pairs: int, nextra: int):
+    """Checked ``(n, fn, pairs, nextra)`` of a reduction builder; a :class:`KitError` naming ``what``."""
+    if op not in _OPS:
+        raise KitError(f"{what}: op must be one of {REDUCE_OPS}; got {op!r}")
+    if not is_int(n) or n % 8 or not 8 <= n <= 256:
+        raise KitError(f"{what}: n must be a wgmma N, the fragment's columns (a multiple of 8 in [8, 256]); got {n!r}")
+    for name, count in (("pairs", pairs), ("nextra", nextra)):
+        if not is_int(count) or not 0 <= count <= 8:
+            raise KitError(f"{what}: {name} must be an integer in [0, 8]; got {count!r}")
+    if (pairs or nextra) and fn is None:
+        raise KitError(f"{what}: pairs={pairs} and nextra={nextra} are arguments of fn; without fn there is none "
+                       f"to give them to")
+    if fn is not None:
+        if inspect.isfunction(fn):  # a plain def or lambda: made a device function, as acc_map does
+            fn = plain_device_function(fn)
+        check_fn_arity(what, fn, 3 + pairs + nextra, f"(value, row, col{', a row pair value' * pairs}"
+                       f"{', an extra' * nextra}) for pairs={pairs}, nextra={nextra}")
+    return int(n), fn, int(pairs), int(nextra)
+
+
+def _build(name: str, lines: list, ns: dict, what: str):
+    exec(compile("\n".join(lines), f"<nbwgmma.kit.{what}>", "exec"), ns)
+    return inlined(ns[name])
+
+
+def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0, masked: bool = True):
+    """A device function ``(acc, tid, row0, col0, ncols, *pairs, *extra) -> (lo, hi)``: ``op``
+    ("max", "min" or "sum") over each row of a 64 x ``n`` f32 fragment of thread ``tid`` (0-127
+    in its warpgroup) whose tile starts at (``row0``, ``col0``) of an output of ``ncols``
+    columns: ``lo`` for the thread's row ``lr = 16 * (tid // 32) + (tid % 32) // 4`` of the
+    fragment, ``hi`` for row ``lr + 8``; the four lanes of a quad (``tid // 4``) get the same
+    pair. With ``fn`` each value is first mapped to ``fn(value, row, col, *pair_values,
+    *extra)`` (``row``, ``col`` in the output); each of the ``pairs`` row pairs, ``(lo, hi)`` as
+    this function returns, reaches ``fn`` as its value at the element's row. ``masked``: columns
+    from ``ncols`` on count as ``op``'s identity (``fn`` maps them too, its result then unused: a
+    select, not a branch); unmasked, every value counts. Sums run in column order within a thread, then over the quad."""
+    what = f"acc_row_reduce({op!r}, {n})"
+    n, fn, pairs, nextra = _common(what, op, n, fn, pairs, nextra)
+    expr, ident = _OPS[op]
+    lines = ["def reduce(acc, tid, row0, col0, ncols, *args):", "    check(acc)", "    count(args)"]
+    for j in range(pairs):
+        lines += [f"    p{j} = pair(args[{j}])", f"    p{j}_0 = F(p{j}[0])", f"    p{j}_1 = F(p{j}[1])"]
+    lines += [f"    e{j} = args[{pairs + j}]" for j in range(nextra)]
+    lines += ["    r = row0 + ((tid >> 5) << 4) + ((tid >> 2) & 7)", "    c = col0 + ((tid & 3) << 1)"]
+    if masked:
+        lines += [f"    c{dc} = c + {dc} < ncols" for dc in sorted({8 * (i // 4) + i % 2 for i in range(n // 2)})]
+    lines += ["    lo = I", "    hi = I"]
+    for i in range(n // 2):  # value i: row lr + 8 * ((i // 2) % 2), column lc + 8 * (i // 4) + i % 2
+        h, dc = (i // 2) % 2, 8 * (i // 4) + i % 2
+        v = f"F(acc[{i}])"
+        if fn is not None:  # mapped whether inside or not (a select, not a branch around fn)
+            args = "".join(f", p{j}_{h}" for j in range(pairs)) + "".join(f", e{j}" for j in range(nextra))
+            lines.append(f"    y{i} = F(one(fn({v}, r + {8 * h}, c + {dc}{args})))")
+            v = f"y{i}"
+        if masked:
+            v = f"({v} if c{dc} else I)"
+        side = "hi" if h else "lo"
+        lines.append(f"    {side} = {expr.format(side, v)}")
+    for off in (1, 2):  # the quad's four lanes hold the row's columns
+        lines += [f"    lo = {expr.format('lo', f'cuda.shfl_xor_sync(FULL, lo, {off})')}",
+                  f"    hi = {expr.format('hi', f'cuda.shfl_xor_sync(FULL, hi, {off})')}"]
+    lines.append("    return lo, hi")
+    ns = {"F": np.float32, "I": np.float32(ident), "FULL": 0xFFFFFFFF, "cuda": cuda, "fn": fn,
+          "check": fragment_check(what, n // 2),
+          "count": count_check(what, None, None, nextra, pairs=pairs, head="(acc, tid, row0, col0, ncols)"),
+          "pair": fragment_check(what, 2, "a row pair", "(lo, hi) as acc_row_reduce returns it"),
+          "one": number_check(what)}
+    return _build("reduce", lines, ns, what)
+
+
+def acc_col_reduce(op: str, n: int, *, fn=None, nextra: int = 0, masked: bool = True):
+    """A device function ``(acc, tid, row0, col0, nrows, *extra) -> tuple`` of ``n / 4`` values:
+    ``op`` ("max", "min" or "sum") over the 16 rows of thread ``tid``'s warp (``tid`` 0-127 in
+    its warpgroup) of each column the thread holds in a 64 x ``n`` f32 fragment whose tile
+    starts at (``row0``, ``col0``) of an output of ``nrows`` rows: value ``k`` for fragment
+    column ``2 * (tid % 4) + 8 * (k // 2) + k % 2`` (the order of :func:`~nbwgmma.kit.col_values`);
+    the eight lanes of the warp with the same ``tid % 4`` get the same values. The fragment's
+    column is the sum (maximum, ...) of the four warps' values: combine them, and those of the
+    kernel's other warpgroups and tiles, through shared memory or atomics (lanes 0-3 of each
+    warp hold all its columns). ``fn(value, row, col, *extra)`` maps each value first;
+    ``masked``: rows from ``nrows`` on count as ``op``'s identity."""
+    what = f"acc_col_reduce({op!r}, {n})"
+    n, fn, _, nextra = _common(what, op, n, fn, 0, nextra)
+    expr, ident = _OPS[op]
+    lines = ["def reduce(acc, tid, row0, col0, nrows, *args):", "    check(acc)", "    count(args)"]
+    lines += [f"    e{j} = args[{j}]" for j in range(nextra)]
+    lines += ["    r = row0 + ((tid >> 5) << 4) + ((tid >> 2) & 7)", "    c = col0 + ((tid & 3) << 1)"]
+    if masked:
+        lines += ["    r0 = r < nrows", "    r1 = r + 8 < nrows"]
+    for k in range(n // 4):  # column k: values 4 * (k // 2) + k % 2 (row lr) and that + 2 (row lr + 8)
+        dc = 8 * (k // 2) + k % 2
+        parts = []
+        for h in (0, 1):
+            i = 4 * (k // 2) + k % 2 + 2 * h
+            v = f"F(acc[{i}])"
+            if fn is not None:  # mapped whether inside or not (a select, not a branch around fn)
+                lines.append(f"    y{i} = F(one(fn({v}, r + {8 * h}, c + {dc}"
+                             f"{''.join(f', e{j}' for j in range(nextra))})))")
+                v = f"y{i}"
+            parts.append(f"({v} if r{h} else I)" if masked else v)
+        lines.append(f"    x{k} = {expr.format(*parts)}")
+        for off in (4, 8, 16):  # the warp's eight lanes of these columns hold its 16 rows
+            lines.append(f"    x{k} = {expr.format(f'x{k}', f'cuda.shfl_xor_sync(FULL, x{k}, {off})')}")
+    lines.append("    return (" + "".join(f"x{k}, " for k in range(n // 4)) + ")")
+    ns = {"F": np.float32, "I": np.float32(ident), "FULL": 0xFFFFFFFF, "cuda": cuda, "fn": fn,
+          "check": fragment_check(what, n // 2),
+          "count": count_check(what, None, None, nextra, head="(acc, tid, row0, col0, nrows)"),
+          "one": number_check(what)}
+    return _build("reduce", lines, ns, what)
