@@ -730,3 +730,31 @@ def test_reduction_builders_check_their_arguments():
             acc_row_reduce(**kw)
     with pytest.raises(KitError, match="must take 4 arguments"):
         acc_col_reduce("sum", 64, fn=_grid_value, nextra=1)
+
+
+def _softmax_value(v, row, col, mx, total):
+    return math.exp(v - mx) / total
+
+
+def test_acc_map_takes_row_pairs_a_softmax_of_the_rows():
+    """A fragment's row softmax from the kit alone: the row max and the sum of exp(v - max)
+    reduced (columns past 45 masked), then mapped with both as row pairs; against NumPy."""
+    n, ncols = 64, 45
+    values = acc_map(_grid_value, n)
+    rmax = acc_row_reduce("max", n)
+    rexp = acc_row_reduce("sum", n, fn=_exp_less, pairs=1)
+    soft = acc_map(_softmax_value, n, pairs=2)
+
+    @cuda.jit
+    def kernel(out):
+        t = cuda.threadIdx.x
+        acc = values(acc_zeros("f32.bf16.bf16", n), t, 0, 0)
+        mx = rmax(acc, t, 0, 0, ncols)
+        acc_store(soft(acc, t, 0, 0, mx, rexp(acc, t, 0, 0, ncols, mx)), "f32.bf16.bf16", out, t, 0, 0)
+
+    out = cuda.to_device(np.full((64, n), np.nan, np.float32))
+    launch(kernel, 1, 128, (out,))
+    v = _grid_values(64, n)
+    inside = v[:, :ncols]
+    e = np.exp(v - inside.max(1, keepdims=True))
+    np.testing.assert_allclose(out.copy_to_host(), e / e[:, :ncols].sum(1, keepdims=True), rtol=2e-6)

@@ -235,10 +235,10 @@ def plain_device_function(fn):
     return dev
 
 
-def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype: str = "f32",
+def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, pairs: int = 0, nextra: int = 0, dtype: str = "f32",
             pack: str | None = None, vtype: str = "f32", loaded: bool = False):
-    """A device function ``(acc, tid, row0, col0, *vectors, *extra) -> fragment`` applying the
-    device function ``fn(value, row, col, *vector_values, *extra)`` (a plain Python function is
+    """A device function ``(acc, tid, row0, col0, *vectors, *pairs, *extra) -> fragment`` applying the
+    device function ``fn(value, row, col, *vector_values, *pair_values, *extra)`` (a plain Python function is
     made one, as ``matmul``'s ``epilogue=`` does) to every value of a 64 x
     ``n`` accumulator fragment of thread ``tid`` (0-127 in its warpgroup) whose tile starts at
     (``row0``, ``col0``).
@@ -248,7 +248,10 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     such as ``bias[col0:n]``. ``fn`` receives the *value* at its column (row), converted to
     the accumulator's type, or zero past the vector's end (outside C): each is loaded once
     per thread and column (the two values of a column pair share a load), not once per
-    value, and a tile that the vector covers loads without compares. ``nextra`` further
+    value, and a tile that the vector covers loads without compares. ``pairs`` row pairs come
+    next: per-row values in registers, ``(lo, hi)`` for the thread's rows ``lr`` and ``lr + 8`` as
+    :func:`~nbwgmma.kit.acc_row_reduce` returns them (a softmax's row maximum and sum); ``fn``
+    receives the value of the element's row. ``nextra`` further
     arguments (arrays, scalars) are passed through to ``fn`` as they are. ``vtype`` is the
     vectors' element type, or a tuple of one per vector (``cols`` first): "f32" or "f16" (values:
     any float, integer or boolean array but 16-bit integers, converted exactly; 16-bit integers
@@ -281,10 +284,10 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     if pack and dtype != "f32":
         raise KitError(f"acc_map: pack={pack!r} packs f32 results and needs dtype='f32'; got dtype={dtype!r} (an s32 "
                        f"accumulator's values mapped with dtype='f32' reach fn as f32)")
-    for name, count in (("cols", cols), ("rows", rows), ("nextra", nextra)):
+    for name, count in (("cols", cols), ("rows", rows), ("pairs", pairs), ("nextra", nextra)):
         if not is_int(count) or not 0 <= count <= 8:
             raise KitError(f"acc_map: {name} must be an integer in [0, 8]; got {count!r}")
-    cols, rows, nextra = int(cols), int(rows), int(nextra)
+    cols, rows, pairs, nextra = int(cols), int(rows), int(pairs), int(nextra)
     vtypes = (vtype,) * (cols + rows) if isinstance(vtype, str) else tuple(vtype)
     if (isinstance(vtype, str) and vtype not in VECTOR_TYPES) or len(vtypes) != cols + rows \
             or any(v not in VECTOR_TYPES for v in vtypes):
@@ -295,8 +298,9 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
                        f"give dtype='f32' (an s32 accumulator's values then reach fn as f32); got vtype={vtype!r}")
     if inspect.isfunction(fn):  # a plain def or lambda, as matmul's epilogue= takes: made a device function
         fn = plain_device_function(fn)
-    check_fn_arity("acc_map", fn, 3 + cols + rows + nextra, f"(value, row, col{', a column value' * cols}"
-                 f"{', a row value' * rows}{', an extra' * nextra}) for cols={cols}, rows={rows}, nextra={nextra}")
+    check_fn_arity("acc_map", fn, 3 + cols + rows + pairs + nextra, f"(value, row, col{', a column value' * cols}"
+                   f"{', a row value' * rows}{', a row pair value' * pairs}{', an extra' * nextra}) for cols={cols}, "
+                   f"rows={rows}{f', pairs={pairs}' if pairs else ''}, nextra={nextra}")
     vecs = [f"v{j}" for j in range(cols + rows)]
     extra = [f"e{j}" for j in range(nextra)]
     # The vectors and extras come as *args, counted at typing (a wrong count is a typing error
@@ -306,7 +310,10 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
     lines = ["def mapped(acc, tid, row0, col0, *args):",
              "    check(acc)",
              "    count(args)"]
-    lines += [f"    {x} = args[{i}]" for i, x in enumerate(vecs + extra)]
+    lines += [f"    {x} = args[{i}]" for i, x in enumerate(vecs)]
+    for j in range(pairs):  # a row pair: the thread's rows lr and lr + 8
+        lines += [f"    p{j} = pair(args[{cols + rows + j}])", f"    p{j}_0 = T(p{j}[0])", f"    p{j}_1 = T(p{j}[1])"]
+    lines += [f"    {x} = args[{cols + rows + pairs + i}]" for i, x in enumerate(extra)]
     lines += ["    lr = ((tid >> 5) << 4) + ((tid >> 2) & 7)",
               "    lc = (tid & 3) << 1",
               "    r = row0 + lr",
@@ -327,6 +334,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
         dr, dc = 8 * ((i // 2) % 2), 8 * (i // 4) + i % 2
         args = [f"v{j}_{i // 4 * 2 + i % 2}" for j in range(cols)]
         args += [f"v{j}_{(i // 2) % 2}" for j in range(cols, cols + rows)]
+        args += [f"p{j}_{(i // 2) % 2}" for j in range(pairs)]
         return f"T(one(fn(T(acc[{i}]), r + {dr}, c + {dc}{''.join(', ' + a for a in args + extra)})))"
 
     for i in range(0, n // 2, 2):
@@ -340,7 +348,9 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, nextra: int = 0, dtype:
           "vcheck": fragment_check(name, n // 4, "a loaded vector", "col_values' values of these columns")
           if loaded else None,
           "W": _bf16_value() if "bf16" in vtypes else None,
-          "count": count_check(name, cols, rows, nextra), "one": number_check(name, integer=dtype == "s32")}
+          "count": count_check(name, cols, rows, nextra, pairs=pairs or None),
+          "pair": fragment_check(name, 2, "a row pair", "(lo, hi) as acc_row_reduce returns it"),
+          "one": number_check(name, integer=dtype == "s32")}
     for j in range(cols if loaded else 0, cols + rows):
         ns[f"vec{j}"] = vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})", vtypes[j],
                                      dtype == "s32")
