@@ -30,12 +30,21 @@ def test_examples_match_the_reference(name):
 GEMM_EXAMPLES = sorted(p.stem for p in (pathlib.Path(__file__).parent.parent / "examples").glob("gemm_*.py"))
 
 
+#: GEMM examples whose output is not exact in the simulator, and the error they must stay under:
+#: the log-sum-exp goes through exponentials and a logarithm (relative error against float64)
+INEXACT = {"gemm_10_lse": 1e-5}
+
+
 @pytest.mark.parametrize("name", GEMM_EXAMPLES)
 def test_gemm_examples_are_exact_in_the_simulator(name):
     """Each GEMM example's simulated run (its kernel on small problems, cut tiles included)
     checks its output against float64 itself and returns max |error|; only their compile reports
     were tests before."""
-    assert load_example(name).main() == 0.0
+    err = load_example(name).main()
+    if name in INEXACT:
+        assert 0 < err < INEXACT[name]
+    else:
+        assert err == 0.0
 
 
 @pytest.mark.parametrize("cluster, epilogue", [(1, "direct"), (1, "tma"), (2, "tma")])
