@@ -48,7 +48,8 @@ def load(slot, full, kb, tm, tn, maps):
 
 produce = tile_producer(pipe, sched, coop.stage_bytes, load)
 row_max = acc_row_reduce("max", BN)  # (lo, hi): the thread's rows lr and lr + 8
-row_sumexp = acc_row_reduce("sum", BN, fn=lambda v, r, c, mx: ex2_approx((v - mx) * LOG2E), pairs=1)
+# exp(v - max) as 2^(v log2 e - max log2 e): one FFMA (max log2 e computed once a row) and one MUFU a value
+row_sumexp = acc_row_reduce("sum", BN, fn=lambda v, r, c, mx: ex2_approx(v * LOG2E - mx * LOG2E), pairs=1)
 
 
 @cuda.jit(launch_bounds=(384, 1))

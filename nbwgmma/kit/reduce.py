@@ -84,7 +84,8 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
     *extra)`` (``row``, ``col`` in the output); each of the ``pairs`` row pairs, ``(lo, hi)`` as
     this function returns, reaches ``fn`` as its value at the element's row. ``masked``: columns
     from ``ncols`` on count as ``op``'s identity (``fn`` maps them too, its result then unused: a
-    select, not a branch); unmasked, every value counts. Sums run in column order within a thread, then over the quad."""
+    select, not a branch), and a fragment wholly inside takes a path with no compare or select
+    (one branch on ``col0 + n <= ncols``); unmasked, every value counts. Sums run in column order within a thread, then over the quad."""
     what = f"acc_row_reduce({op!r}, {n})"
     n, fn, pairs, nextra = _common(what, op, n, fn, pairs, nextra)
     expr, ident = _OPS[op]
@@ -93,20 +94,28 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
         lines += [f"    p{j} = pair(args[{j}])", f"    p{j}_0 = F(p{j}[0])", f"    p{j}_1 = F(p{j}[1])"]
     lines += [f"    e{j} = args[{pairs + j}]" for j in range(nextra)]
     lines += ["    r = row0 + ((tid >> 5) << 4) + ((tid >> 2) & 7)", "    c = col0 + ((tid & 3) << 1)"]
-    if masked:
-        lines += [f"    c{dc} = c + {dc} < ncols" for dc in sorted({8 * (i // 4) + i % 2 for i in range(n // 2)})]
-    lines += ["    lo = I", "    hi = I"]
-    for i in range(n // 2):  # value i: row lr + 8 * ((i // 2) % 2), column lc + 8 * (i // 4) + i % 2
-        h, dc = (i // 2) % 2, 8 * (i // 4) + i % 2
-        v = f"F(acc[{i}])"
-        if fn is not None:  # mapped whether inside or not (a select, not a branch around fn)
-            args = "".join(f", p{j}_{h}" for j in range(pairs)) + "".join(f", e{j}" for j in range(nextra))
-            lines.append(f"    y{i} = F(one(fn({v}, r + {8 * h}, c + {dc}{args})))")
-            v = f"y{i}"
-        if masked:
-            v = f"({v} if c{dc} else I)"
-        side = "hi" if h else "lo"
-        lines.append(f"    {side} = {expr.format(side, v)}")
+
+    def body(mask: bool, pad: str) -> list:
+        out = [f"{pad}c{dc} = c + {dc} < ncols" for dc in sorted({8 * (i // 4) + i % 2 for i in range(n // 2)})] \
+            if mask else []
+        out += [f"{pad}lo = I", f"{pad}hi = I"]
+        for i in range(n // 2):  # value i: row lr + 8 * ((i // 2) % 2), column lc + 8 * (i // 4) + i % 2
+            h, dc = (i // 2) % 2, 8 * (i // 4) + i % 2
+            v = f"F(acc[{i}])"
+            if fn is not None:  # mapped whether inside or not (a select, not a branch around fn)
+                args = "".join(f", p{j}_{h}" for j in range(pairs)) + "".join(f", e{j}" for j in range(nextra))
+                out.append(f"{pad}y{i} = F(one(fn({v}, r + {8 * h}, c + {dc}{args})))")
+                v = f"y{i}"
+            if mask:
+                v = f"({v} if c{dc} else I)"
+            side = "hi" if h else "lo"
+            out.append(f"{pad}{side} = {expr.format(side, v)}")
+        return out
+
+    if masked:  # a fragment wholly inside (every tile but the last of a row) takes no compare or select
+        lines += [f"    if col0 + {n} <= ncols:", *body(False, " " * 8), "    else:", *body(True, " " * 8)]
+    else:
+        lines += body(False, " " * 4)
     for off in (1, 2):  # the quad's four lanes hold the row's columns
         lines += [f"    lo = {expr.format('lo', f'cuda.shfl_xor_sync(FULL, lo, {off})')}",
                   f"    hi = {expr.format('hi', f'cuda.shfl_xor_sync(FULL, hi, {off})')}"]
