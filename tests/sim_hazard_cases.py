@@ -229,6 +229,38 @@ def test_a_multicast_mask_naming_no_cta_or_one_past_the_cluster_is_a_hazard(mask
 
 
 @cuda.jit
+def _two_d_copies(tmap, nbytes, store):
+    from nbwgmma.intrinsics import fence_mbarrier_init, tma_load_2d, tma_store_2d
+
+    dyn = cuda.shared.array(0, np.uint8)
+    bars = cuda.shared.array(1, np.uint64)
+    base = dynamic_smem_base(dyn, 1024)
+    bar = smem_addr(bars)
+    if cuda.threadIdx.x == 0:
+        mbarrier_init(bar, 1)
+        fence_mbarrier_init()
+        if store:
+            tma_store_2d(base, tmap, 0, 0)
+        else:
+            mbarrier_arrive_expect_tx(bar, nbytes)
+            tma_load_2d(base, tmap, bar, 0, 0)
+            mbarrier_wait_parity(bar, 0)
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_a_2d_tma_operation_given_a_3d_map_is_a_hazard(store):
+    """From a newcomer's batched kernel: the kit's 2-D stage loads and part stores given 3-D maps
+    stopped in the simulator with NumPy's "could not broadcast" from inside its TMA model (on
+    the GPU the copy is undefined: the operation's .dim and the map's rank must agree)."""
+    x = np.zeros((2, 16, 64), np.uint16)
+    tm = TensorMap(cuda.to_device(x), (1, 16, 64), swizzle="128B", dtype="bf16")
+    op = "tma_store" if store else "tma_load"
+    with pytest.raises(sim.SimHazard, match=rf"{op}_2d is given a 3-D tensor map \(of \(2, 16, 64\)\): a 2-D TMA "
+                                            rf"operation takes a map of rank 2, with 2 coordinates; use {op}_3d"):
+        launch(_two_d_copies, 1, 32, (tm.address, tm.box_bytes, store), smem=dynamic_smem_bytes(tm.box_bytes + 1024))
+
+
+@cuda.jit
 def _every_lane_releases(out):
     from nbwgmma.intrinsics import fence_mbarrier_init, mbarrier_arrive
 

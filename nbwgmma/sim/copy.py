@@ -38,8 +38,21 @@ def register_tensor_map(tm) -> int:
     return addr
 
 
-def _tmap(addr):
+def _tmap(addr, rank=None, op=None):
+    """The tensor map registered at ``addr``; ``rank``: the dimensions of the TMA operation ``op``
+    that names it (a map of another rank is a hazard: the operation's ``.dim`` and the map's
+    rank must agree, PTX ISA cp.async.bulk.tensor; on the GPU the copy is undefined)."""
     tm = _TMAPS.get(int(addr))
+    if tm is not None and rank is not None and tm.params.rank != rank:
+        th = me()
+        dims = tuple(reversed(tm.params.dims))
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op}_{rank}d is given a {tm.params.rank}-D tensor map "
+                        f"(of {dims}): a {rank}-D TMA operation takes a map of rank {rank}, with {rank} "
+                        f"coordinates; use {op}_{tm.params.rank}d, or a {rank}-D map of the array"
+                        + (" (the kit's stage loads and part stores are 2-D: for a batch, issue the 3-D copies "
+                           "yourself, or give them a 2-D map of the (batch * rows, columns) view where no tile "
+                           "crosses from one batch into the next)"
+                           if "/kit/" in th.where.split(" (called from")[0] else ""))
     if tm is None:
         th = me()
         raise SimStopped(f"thread {th.thread_id} at {th.where}: no tensor map at 0x{int(addr):x} "
@@ -112,7 +125,7 @@ def _check_bulk_aligned(th, shared, glob, nbytes, what):
 def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
 
     th = me()
-    tm = _tmap(tmap)
+    tm = _tmap(tmap, rank, "tma_load_multicast" if multicast else "tma_load")
     p = tm.params
     _check_box_aligned(th, dst, p.swizzle, "TMA load")
     tensor, _ = _tensor(tm)
@@ -140,7 +153,7 @@ def _box_bytes(tm, src):
 
 def _tma_store(rank, src, tmap, op=None, **kw):
     th = me()
-    tm = _tmap(tmap)
+    tm = _tmap(tmap, rank, "tma_store" if op is None else "tma_reduce")
     p = tm.params
     tensor, es = _tensor(tm)
     box = tuple(reversed(p.box))
@@ -208,7 +221,7 @@ def _declare_tma():
             lambda r: lambda dst, tmap, bar, mask, **kw: _tma_load(r, True, dst, tmap, bar, mask, **kw))(r)
         IMPLS[f"tma_store_{r}d"] = (lambda r: lambda src, tmap, **kw: _tma_store(r, src, tmap, **kw))(r)
         IMPLS[f"tma_reduce_{r}d"] = (lambda r: lambda src, tmap, op="add", **kw: _tma_store(r, src, tmap, op, **kw))(r)
-        IMPLS[f"tma_prefetch_{r}d"] = (lambda r: lambda tmap, **kw: (_tmap(tmap), None)[1])(r)
+        IMPLS[f"tma_prefetch_{r}d"] = (lambda r: lambda tmap, **kw: (_tmap(tmap, r, "tma_prefetch"), None)[1])(r)
 
 
 _declare_tma()
