@@ -9,6 +9,11 @@ Two consumer warpgroups that take tiles in turn (one's epilogue under the other'
 loop) pass a turn between them: :func:`turn_wait` before a main loop, :func:`turn_pass`
 after it (named barriers 5 and 6, each completed by one warpgroup's ``bar.arrive`` and the
 other's ``bar.sync``).
+
+The kit's blocks use named barriers 1-6 and none above: ``tma_store_part`` and
+``tma_store_block`` sync consumer ``cw`` (its index among the consumers) with
+``warpgroup_sync(cw)``, the turns use 5 and 6, :class:`~nbwgmma.kit.StreamFixup` 5 by default.
+Ids 7-15 are free for a kernel's own barriers.
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ def warpgroup_thread():
 
 @inlined
 def warpgroup_sync(g):
-    """Barrier of the 128 threads of warpgroup ``g`` (0-3): named barrier ``1 + g``."""
+    """Barrier of the 128 threads of warpgroup ``g`` (0-3): named barrier ``1 + g``. The kit's
+    stores call it with the consumer's index ``cw`` (0 for the first consumer warpgroup): a kernel
+    syncing a consumer itself passes the same ``cw``, or uses an id from 7 up."""
     # A uniform branch per id (one warpgroup, one path), as the library GEMM was measured
     # with; named_barrier_sync_id(1 + g, 128) does the same with the id in a register.
     if g == 0:
