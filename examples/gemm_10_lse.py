@@ -6,9 +6,9 @@ the logits (8192 tokens x a 128256-word vocabulary: 2.1 GB in bf16) and reads th
 no logit leaves the registers: the kit's ``Cooperative`` consumers compute a 128 x 256 tile,
 each reduces its 64 rows with ``acc_row_reduce`` (the row's maximum, then the sum of
 ``exp(v - max)`` with the maximum passed as a row pair; columns past the vocabulary masked) and
-one lane of each quad writes the pair of its two rows to a small workspace, one pair per row
-and tile column; a second, small kernel combines a row's pairs (``max + log(sum)`` over the
-tiles, rescaled to one maximum). Clusters of two CTAs on vertically adjacent tiles share B's
+``pair_store`` writes each row's pair, from one lane of its quad, to a small workspace of one
+pair per row and tile column; a second, small kernel combines a row's pairs (``max +
+log(sum)`` over the tiles, rescaled to one maximum). Clusters of two CTAs on vertically adjacent tiles share B's
 rows (``multicast="B"``), as the library GEMM's 128 x 256 tiles do.
 
     python examples/gemm_10_lse.py [M [N K]]
@@ -26,7 +26,7 @@ import numpy as np
 from numba import cuda, types
 
 from nbwgmma.intrinsics import ex2_approx, setmaxnreg_dec, setmaxnreg_inc
-from nbwgmma.kit import (Cooperative, TileScheduler, TmaPipeline, acc_row_reduce, tile_producer,
+from nbwgmma.kit import (Cooperative, TileScheduler, TmaPipeline, acc_row_reduce, pair_store, tile_producer,
                          warpgroup_index)
 from nbwgmma.launch import dynamic_smem_bytes, launch
 from nbwgmma.tma import TensorMap
@@ -74,14 +74,8 @@ def gemm_lse_parts(tmap_a, tmap_b, pmax, psum, m, n, k):
             row0, col0 = tm * BM + cw * 64, tn * BN
             mx = row_max(acc, ct, row0, col0, n)
             se = row_sumexp(acc, ct, row0, col0, n, mx)
-            r = row0 + 16 * (ct // 32) + (ct % 32) // 4
-            if ct % 4 == 0:  # one lane of the quad writes its two rows' pairs
-                if r < m:
-                    pmax[tn, r] = mx[0]
-                    psum[tn, r] = se[0]
-                if r + 8 < m:
-                    pmax[tn, r + 8] = mx[1]
-                    psum[tn, r + 8] = se[1]
+            pair_store(mx, pmax[tn, row0:m], ct)  # one lane of each quad writes its two rows
+            pair_store(se, psum[tn, row0:m], ct)
     pipe.teardown()
 
 

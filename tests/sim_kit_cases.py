@@ -13,7 +13,8 @@ from numba import config, cuda
 from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
 from nbwgmma.layout import acc_value_coords
 from nbwgmma.errors import KitError
-from nbwgmma.kit import ACTIVATIONS, TileScheduler, TmaPipeline, acc_col_reduce, acc_map, acc_row_reduce
+from nbwgmma.kit import (ACTIVATIONS, TileScheduler, TmaPipeline, acc_col_reduce, acc_map, acc_row_reduce,
+                         pair_store)
 from nbwgmma.launch import dynamic_smem_bytes, launch
 
 SIM_ONLY = pytest.mark.skipif(not config.ENABLE_CUDASIM,
@@ -758,3 +759,27 @@ def test_acc_map_takes_row_pairs_a_softmax_of_the_rows():
     inside = v[:, :ncols]
     e = np.exp(v - inside.max(1, keepdims=True))
     np.testing.assert_allclose(out.copy_to_host(), e / e[:, :ncols].sum(1, keepdims=True), rtol=2e-6)
+
+
+@pytest.mark.parametrize("m", [200, 150, 70, 60])
+def test_pair_store_writes_each_row_once_up_to_the_vectors_end(m):
+    """Each consumer's row maxima stored through pair_store into out[row0:m] (row0 = 64 cw + 64
+    here): every row inside written once with its own maximum, rows from m on untouched (the
+    second consumer's rows all past m where m <= 128)."""
+    values = acc_map(_grid_value, 64)
+    rmax = acc_row_reduce("max", 64)
+
+    @cuda.jit
+    def kernel(out, m):
+        t = cuda.threadIdx.x
+        cw, ct = t // 128, t % 128
+        row0 = 64 + 64 * cw
+        pair_store(rmax(values(acc_zeros("f32.bf16.bf16", 64), ct, row0, 0), ct, row0, 0, 64), out[row0:m], ct)
+
+    out = cuda.to_device(np.full(200, np.nan, np.float32))
+    launch(kernel, 1, 256, (out, m))
+    got = out.copy_to_host()
+    want = np.full(200, np.nan)
+    top = min(m, 192)  # the two consumers' rows: 64-191
+    want[64:top] = _grid_values(top, 64)[64:].max(1)
+    np.testing.assert_array_equal(got, want)

@@ -27,6 +27,7 @@ row reduction returned (the row's maximum) reach it as the value of the element'
     ...
     mx = row_max(acc, ct, row0, col0, n)               # (lo, hi): rows lr and lr + 8
     se = row_sumexp(acc, ct, row0, col0, n, mx)
+    pair_store(mx, tile_max[tn, row0:m], ct)           # one lane of each quad writes its rows
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from .device import inlined
 from .epilogue import check_fn_arity, plain_device_function
 from .typecheck import count_check, fragment_check, number_check
 
-__all__ = ["acc_row_reduce", "acc_col_reduce", "REDUCE_OPS"]
+__all__ = ["acc_row_reduce", "acc_col_reduce", "pair_store", "REDUCE_OPS"]
 
 #: operation -> (the two-operand expression, its identity)
 _OPS = {"max": ("max({}, {})", -math.inf), "min": ("min({}, {})", math.inf), "sum": ("{} + {}", 0.0)}
@@ -167,3 +168,22 @@ def acc_col_reduce(op: str, n: int, *, fn=None, nextra: int = 0, masked: bool = 
           "count": count_check(what, None, None, nextra, head="(acc, tid, row0, col0, nrows)"),
           "one": number_check(what)}
     return _build("reduce", lines, ns, what)
+
+
+_PAIR = fragment_check("pair_store", 2, "the pair", "(lo, hi) as acc_row_reduce returns it")
+
+
+@inlined
+def pair_store(pair, vec, tid):
+    """Store a row pair ``(lo, hi)`` (:func:`acc_row_reduce`'s result) of thread ``tid`` (0-127 in
+    its warpgroup) into ``vec``, a 1-D array whose element 0 is the fragment's first row (the
+    slice ``out[row0:m]``, its length bounding the rows): lane ``tid % 4 == 0`` of each quad writes
+    its rows ``lr = 16 * (tid // 32) + (tid % 32) // 4`` and ``lr + 8`` where they lie inside
+    ``vec``; the other three lanes, which hold the same pair, write nothing."""
+    p = _PAIR(pair)
+    if tid & 3 == 0:
+        lr = ((tid >> 5) << 4) + ((tid >> 2) & 7)
+        if lr < len(vec):
+            vec[lr] = p[0]
+        if lr + 8 < len(vec):
+            vec[lr + 8] = p[1]
