@@ -261,6 +261,36 @@ def test_a_2d_tma_operation_given_a_3d_map_is_a_hazard(store):
 
 
 @cuda.jit
+def _producer_one_short(out, rounds):
+    from nbwgmma.intrinsics import fence_mbarrier_init, mbarrier_arrive
+
+    bars = cuda.shared.array(1, np.uint64)
+    bar = smem_addr(bars)
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        mbarrier_init(bar, 1)
+        fence_mbarrier_init()
+    cuda.syncthreads()
+    if tid == 0:
+        for i in range(rounds - 1):  # one fill short of the consumer's walk
+            mbarrier_arrive(bar)
+        return
+    if tid == 32:
+        for i in range(rounds):
+            mbarrier_wait_parity(bar, i % 2)
+            out[i] = i
+
+
+def test_a_hang_whose_arriving_threads_all_exited_says_so():
+    """From a newcomer's causal kernel: the consumers walked more tiles than the producer, which
+    had exited; the report named the barrier and its phase but not that no arrival could come."""
+    out = cuda.to_device(np.zeros(3, np.int32))
+    with pytest.raises(sim.SimStopped, match=r"Every thread that arrived on this barrier or armed it before has exited "
+                                             r"\(thread 0 at .*sim_hazard_cases\.py:\d+\): no arrival can come"):
+        launch(_producer_one_short, 1, 64, (out, 3))
+
+
+@cuda.jit
 def _every_lane_releases(out):
     from nbwgmma.intrinsics import fence_mbarrier_init, mbarrier_arrive
 

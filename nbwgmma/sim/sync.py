@@ -347,6 +347,7 @@ class MBarrier:
         self.done = {}  # completed phase -> clock
         self.sites, self.done_sites = [], {}  # the arrivals' lines: this phase's, and by completed phase
         self.expects = []  # this phase's standalone expect_tx no arrival is ordered after yet: (gid, epoch, tid, line)
+        self.arrivers = {}  # (CTA, thread id) -> line: every thread that arrived on it or armed it, any phase
         self.cond = cta.cl.new_cond()
 
     def label(self):
@@ -399,6 +400,8 @@ class MBarrier:
             self.expects.append((th.gid, int(th.clock[th.gid]), th.thread_id, th.where))
         if arrivals:
             self._check_expects(th, arrivals)
+        if arrivals or tx > 0:
+            self.arrivers.setdefault((th.cta, th.thread_id), th.where)
         self.tx += tx
         self.pending -= arrivals
         if arrivals:
@@ -425,6 +428,20 @@ class MBarrier:
                 f"before none of them: on the GPU the arrivals can come first and complete the phase with no "
                 f"transaction bytes pending, before the copies land (use mbarrier_arrive_expect_tx, or expect_tx "
                 f"before an arrival of the same thread or before a barrier the arriving threads pass)")
+
+    def arrivers_gone(self) -> str:
+        """Where every thread that ever arrived on this barrier or armed it has exited, a sentence
+        saying so (no arrival can come: a producer that left its loop before the consumers' last
+        wait), else ""."""
+        if not self.arrivers or self.pending == 0 or any(
+                tid not in cta.exited for cta, tid in self.arrivers):
+            return ""
+        many = len({cta for cta, _ in self.arrivers}) > 1
+        who = [(f"{cta.rank}:{tid}" if many else str(tid), at) for (cta, tid), at in self.arrivers.items()]
+        listed = "; ".join(f"thread {w} at {at}" for w, at in who[:3]) + (f" and {len(who) - 3} more" if len(who) > 3
+                                                                              else "")
+        return (f". Every thread that arrived on this barrier or armed it before has exited ({listed}): no arrival "
+                f"can come. Did they leave their loop early, walking fewer tiles or stages than the waiting threads?")
 
     def completed(self, state=None, parity=None):
         """The completed phase a wait for ``state``/``parity`` returns on, or None."""
@@ -563,7 +580,7 @@ def _mb_wait(bar, state=None, parity=None, timeout_s=None):
         m = mbar(bar)
         ok = th.cl.wait_for(lambda: m.completed(state, parity) is not None,
                             lambda: f"{m.label()}, waiting for {_wanted(state, parity)}; {m.state()}"
-                                    f"{_passed_by(th, m, parity)}", timeout_s,
+                                    f"{_passed_by(th, m, parity)}{m.arrivers_gone()}", timeout_s,
                             cond=m.cond)
         if ok:
             _observe(th, m, m.completed(state, parity))
