@@ -783,3 +783,82 @@ def test_pair_store_writes_each_row_once_up_to_the_vectors_end(m):
     top = min(m, 192)  # the two consumers' rows: 64-191
     want[64:top] = _grid_values(top, 64)[64:].max(1)
     np.testing.assert_array_equal(got, want)
+
+
+def _causal_gemm():
+    """A walk of one's own on the kit: for each of B batches of L rows, the lower triangle of
+    128 x 128 tiles of S[b] = Q[b] @ K[b]^T (tiles above the diagonal neither loaded nor
+    computed), the producer filling the ring with fill_stages, both sides decoding a unit with one
+    device function; Q and K (B * L, D) with L a multiple of the tile (no tile crosses batches)."""
+    from nbwgmma.intrinsics import setmaxnreg_dec, setmaxnreg_inc
+    from nbwgmma.kit import Cooperative, fill_stages, inlined, warpgroup_index
+
+    kind = "f32.bf16.bf16"
+    pipe = TmaPipeline(3, consumers=2)
+    coop = Cooperative(kind, pipe, 128, 128)
+    sched = TileScheduler(128, 128, 64)
+
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, maps):  # tm, tn: global tile rows of Q and K
+        coop.load(slot, full, maps[0], maps[1], kb * 64, tm * 128, tn * 128, coop.a_bytes)
+
+    fill = fill_stages(pipe, coop.stage_bytes, load)
+
+    @inlined
+    def unit(u, per_b, tiles):  # unit u -> (first tile row of its batch, the tile's row and column)
+        b = np.int32(u) // np.int32(per_b)
+        r = np.int32(u) - b * np.int32(per_b)
+        tm = np.int32(0)
+        while (tm + 1) * (tm + 2) // 2 <= r:
+            tm += 1
+        return b * np.int32(tiles), tm, r - tm * (tm + 1) // 2
+
+    @cuda.jit(launch_bounds=(384, 1))
+    def kernel(tmap_q, tmap_k, s_out, nb, tiles, d):
+        base, ring = pipe.setup()
+        tid = cuda.threadIdx.x
+        per_b = tiles * (tiles + 1) // 2
+        kblocks = (d + 63) // 64
+        if tid < 128:
+            setmaxnreg_dec(40)
+            if tid == 0:
+                s, ph = 0, 0
+                for u in range(sched.first(), nb * per_b, sched.step()):
+                    b0, tm, tn = unit(u, per_b, tiles)
+                    s, ph = fill(ring, base, s, ph, b0 + tm, b0 + tn, 0, kblocks, (tmap_q, tmap_k))
+            else:
+                return
+        else:
+            setmaxnreg_inc(232)
+            cw, ct = warpgroup_index() - 1, tid % 128
+            s, ph = 0, 0
+            for u in range(sched.first(), nb * per_b, sched.step()):
+                b0, tm, tn = unit(u, per_b, tiles)
+                acc, s, ph = coop.tile(ring, base, s, ph, 0, kblocks, cw, ct)
+                acc_store(acc, kind, s_out, ct, (b0 + tm) * 128 + cw * 64, tn * 128)
+        pipe.teardown()
+
+    return kernel, coop, dynamic_smem_bytes(3 * coop.stage_bytes)
+
+
+@pytest.mark.parametrize("nb, tiles, ctas", [(2, 2, 2), (1, 3, 4)])
+def test_a_walk_of_ones_own_fills_the_ring_with_fill_stages(nb, tiles, ctas):
+    """The batched lower-triangular walk of _causal_gemm: every tile on or below the diagonal
+    of every batch exact (small integers), every tile above it left as it was (NaN)."""
+    from nbwgmma.layout import to_bits
+    from nbwgmma.tma import TensorMap
+
+    kernel, coop, smem = _causal_gemm()
+    L, d = 128 * tiles, 128
+    rng = np.random.default_rng(nb)
+    q, k = (rng.integers(-2, 3, (nb * L, d)).astype(np.float64) for _ in range(2))
+    tq = TensorMap(cuda.to_device(to_bits(q, "bf16")), coop.box_a, dtype="bf16")
+    tk = TensorMap(cuda.to_device(to_bits(k, "bf16")), coop.box_b, dtype="bf16")
+    s_out = cuda.to_device(np.full((nb * L, L), np.nan, np.float32))
+    launch(kernel, ctas, 384, (tq.address, tk.address, s_out, np.int32(nb), np.int32(tiles), np.int32(d)), smem=smem)
+    got = s_out.copy_to_host().reshape(nb, L, L)
+    for b in range(nb):
+        want = q[b * L:(b + 1) * L] @ k[b * L:(b + 1) * L].T
+        lower = np.kron(np.tril(np.ones((tiles, tiles))), np.ones((128, 128))).astype(bool)
+        np.testing.assert_array_equal(got[b][lower], want[lower])
+        assert np.isnan(got[b][~lower]).all()

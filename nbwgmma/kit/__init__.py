@@ -14,7 +14,8 @@
 * :mod:`~nbwgmma.kit.groups`: :func:`group_walk`, a grouped GEMM's walk over its groups of rows
   (mixture-of-experts layers; ``offs`` read on the device);
 * :mod:`~nbwgmma.kit.producer`: :func:`tile_producer`, the producer thread's walk over the CTA's
-  tiles (each k-block: a slot of the ring, your TMA loads of the stage);
+  tiles (each k-block: a slot of the ring, your TMA loads of the stage); :func:`fill_stages`,
+  its inner loop, for a walk of your own;
 * :mod:`~nbwgmma.kit.cooperative`: :class:`Cooperative`, consumer warpgroups sharing one tile,
   64 rows each (the library GEMM's: the largest tiles, the epilogue after the main loop), in
   clusters that multicast A's or B's tile; :func:`operand_loads`, its TMA boxes for the host's
@@ -58,7 +59,7 @@ from .epilogue import (ACTIVATIONS, VECTOR_TYPES, acc_map, activation, col_value
 from .groups import group_walk
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
-from .producer import tile_producer
+from .producer import fill_stages, tile_producer
 from .reduce import REDUCE_OPS, acc_col_reduce, acc_row_reduce, pair_store
 from .scaling import SCALE_BLOCK, WIDE_COLS, BlockScaled, acc_promote, acc_promote_cols
 from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segment, stream_walk, stream_whole_units,
@@ -68,7 +69,7 @@ from .stream_k import StreamFixup
 from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
-           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "stream_walk", "StreamFixup", "tile_producer", "group_walk", "inlined", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
+           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "stream_walk", "StreamFixup", "tile_producer", "fill_stages", "group_walk", "inlined", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
            "acc_row_reduce", "acc_col_reduce", "pair_store", "REDUCE_OPS",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass", "acc_absmax", "amax_start", "amax_note", "amax_flush"]

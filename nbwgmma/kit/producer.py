@@ -46,7 +46,40 @@ from ..intrinsics import cluster_ctarank, griddep_launch_dependents
 from .pipeline import TmaPipeline
 from .scheduler import TileScheduler, stream_walk
 
-__all__ = ["tile_producer"]
+__all__ = ["tile_producer", "fill_stages"]
+
+
+def _check_stage(owner: str, pipe, stage_bytes) -> int:
+    if not isinstance(pipe, TmaPipeline):
+        raise KitError(f"{owner}: pipe must be a TmaPipeline; got {pipe!r}")
+    if not is_int(stage_bytes) or stage_bytes <= 0 or stage_bytes % 1024:
+        raise KitError(f"{owner}: stage_bytes must be a positive multiple of 1024 (the slots' "
+                       f"alignment); got {stage_bytes!r}")
+    return int(stage_bytes)
+
+
+def fill_stages(pipe: TmaPipeline, stage_bytes: int, load):
+    """The device function ``fill(ring, base, s, ph, tm, tn, kb0, kb1, args) -> (s, ph)`` of one
+    producer thread: for each k-block ``kb`` of ``kb0 .. kb1 - 1`` it takes the ring's next slot
+    (``pipe.producer_acquire``: the "empty" wait, the "full" barrier armed with ``stage_bytes``),
+    calls ``load(slot, full, kb, tm, tn, args)`` (your TMA loads of the stage; the slot at
+    ``base + s * stage_bytes``) and advances, returning the ring's position for the next call.
+    ``tm`` and ``tn`` reach ``load`` as they are: a tuple such as ``(batch, tile_row)`` passes
+    through. The loop of :func:`tile_producer`, for a walk of your own (a batch, a triangle of
+    causal tiles): walk the same units in the producer and in the consumers (one device
+    function decoding a unit, called by both), and end the producer with
+    ``griddep_launch_dependents()`` as ``tile_producer`` does."""
+    STAGE = _check_stage("fill_stages", pipe, stage_bytes)
+
+    @cuda.jit(device=True, inline=True)
+    def fill(ring, base, s, ph, tm, tn, kb0, kb1, args):
+        for kb in range(kb0, kb1):
+            full = pipe.producer_acquire(ring, s, ph, STAGE)
+            load(base + s * STAGE, full, kb, tm, tn, args)
+            s, ph = pipe.advance(s, ph)
+        return s, ph
+
+    return fill
 
 
 def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, load, *, pairs: bool = False,
@@ -61,10 +94,7 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     if not isinstance(pipe, TmaPipeline) or not isinstance(sched, TileScheduler):
         raise KitError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
                          f"{sched!r}")
-    if not is_int(stage_bytes) or stage_bytes <= 0 or stage_bytes % 1024:
-        raise KitError(f"tile_producer: stage_bytes must be a positive multiple of 1024 (the slots' "
-                         f"alignment); got {stage_bytes!r}")
-    stage_bytes = int(stage_bytes)
+    _check_stage("tile_producer", pipe, stage_bytes)
     if pipe.cluster != sched.cluster:
         raise KitError(f"tile_producer: the pipe's cluster ({pipe.cluster}) and the scheduler's ({sched.cluster}) "
                          f"must be the same")
@@ -76,16 +106,8 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     if stream and (pairs or sched.cluster > 1 or sched.split > 1):
         raise KitError(f"tile_producer: stream-K's walk takes no pairs, clusters or K slices; got pairs={pairs!r}, "
                          f"{sched!r}")
-    STAGE = stage_bytes
     CL = sched.cluster
-
-    @cuda.jit(device=True, inline=True)
-    def fill(ring, base, s, ph, tm, tn, kb0, kb1, args):  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
-        for kb in range(kb0, kb1):
-            full = pipe.producer_acquire(ring, s, ph, STAGE)
-            load(base + s * STAGE, full, kb, tm, tn, args)
-            s, ph = pipe.advance(s, ph)
-        return s, ph
+    fill = fill_stages(pipe, stage_bytes, load)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
 
     @cuda.jit(device=True, inline=True)
     def stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args):  # unit u's k-blocks
