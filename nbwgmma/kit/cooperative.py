@@ -129,7 +129,8 @@ class Cooperative(types.ModuleType):
     ``"K"``- or ``"MN"``-major (:data:`a_major`, :data:`b_major`), the rows of ``multicast``
     (``"B"`` or ``"A"``) shared out over a cluster of ``pipe.cluster`` CTAs. A stage is
     ``stage_bytes`` = (bm + bn) x 128 bytes: A's rows first (``a_bytes``), then B's. Device
-    functions: ``load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn)`` (the producer's TMA loads
+    functions (their TMA loads are 2-D, of 2-D maps of A and B): ``load_tile(slot, full,
+    tmap_a, tmap_b, kb, tm, tn)`` (the producer's TMA loads
     of k-block ``kb`` of tile (``tm``, ``tn``): this CTA's rows, its share of the multicast
     operand, boxes ``box_a`` and ``box_b``); ``load(slot, full, tmap_a, tmap_b, kcol, a_row,
     b_row, dst)`` (the same from element coordinates: A's ``bm`` rows from ``a_row``, B's from

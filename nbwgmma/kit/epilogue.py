@@ -141,7 +141,8 @@ def tma_store_part(regs, buf, ct, cw, tmap_c, col, row):
     128B swizzle: ``TensorMap``'s default). Meant for two blocks used in turn: before the store
     is issued, thread 0 waits until the previous call's store has read its block, so the next
     call may write that one. The warpgroup meets on named barrier ``1 + cw``
-    (:func:`~nbwgmma.kit.warpgroup_sync`): give named barriers of your own other ids. ``regs``
+    (:func:`~nbwgmma.kit.warpgroup_sync`; ``cw`` the consumer's index among the consumers): give
+    named barriers of your own ids from 7 up. ``regs``
     of another length than 16 (a 64 x 128 part's 32) is a typing error: the block holds 64
     columns, the rest would be written past it and never stored."""
     _part_regs(regs)
