@@ -137,8 +137,9 @@ def value_coords(tid, i):
 def tma_store_part(regs, buf, ct, cw, tmap_c, col, row):
     """Store one 64 x 64 part of C: warpgroup ``cw``'s packed 16-bit registers ``regs`` (thread
     ``ct``, as ``acc_map(..., 64, pack=...)`` gives them) go through the 128B-swizzled shared
-    block ``buf`` (8 KiB) to a TMA store at (``col``, ``row``) of ``tmap_c`` (box 64 x 64, the
-    128B swizzle: ``TensorMap``'s default). Meant for two blocks used in turn: before the store
+    block ``buf`` (8 KiB) to a TMA store at (``col``, ``row``) of ``tmap_c`` (a 2-D map: box 64 x
+    64, the 128B swizzle, ``TensorMap``'s default; for a 3-D map write the few lines yourself,
+    ``tma_store_3d`` in place of the 2-D store). Meant for two blocks used in turn: before the store
     is issued, thread 0 waits until the previous call's store has read its block, so the next
     call may write that one. The warpgroup meets on named barrier ``1 + cw``
     (:func:`~nbwgmma.kit.warpgroup_sync`; ``cw`` the consumer's index among the consumers): give
