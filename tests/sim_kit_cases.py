@@ -725,7 +725,7 @@ def _weighted(v, row, col, s):
 
 def test_reduction_builders_check_their_arguments():
     for kw, msg in (({"op": "mean", "n": 64}, "op must be one of"), ({"op": "max", "n": 60}, "n must be a wgmma N"),
-                    ({"op": "sum", "n": 64, "pairs": 1}, "without fn"),
+                    ({"op": "sum", "n": 64, "pairs": 1}, "pairs=1 and nextra=0 count arguments for fn; without fn"),
                     ({"op": "sum", "n": 64, "fn": _exp_less}, "must take 3 arguments")):
         with pytest.raises(KitError, match=msg):
             acc_row_reduce(**kw)
@@ -806,7 +806,7 @@ def _causal_gemm():
 
     @inlined
     def unit(u, per_b, tiles):  # unit u -> (first tile row of its batch, the tile's row and column)
-        b = np.int32(u) // np.int32(per_b)
+        b = np.int32(np.uint32(u) // np.uint32(per_b))  # (unsigned: a 32-bit division)
         r = np.int32(u) - b * np.int32(per_b)
         tm = np.int32(0)
         while (tm + 1) * (tm + 2) // 2 <= r:

@@ -11,7 +11,7 @@ from nbwgmma.intrinsics import acc_load, acc_store, acc_zeros, smem_addr
 from nbwgmma.intrinsics.errors import NbwgmmaTypingError
 from nbwgmma.errors import KitError
 from nbwgmma.kit import (TileScheduler, TmaPipeline, acc_absmax, acc_col_reduce, acc_map, acc_row_reduce, col_values,
-                         tma_store_part)
+                         pair_store, tma_store_part)
 from nbwgmma.report import compile_report
 
 PIPE = TmaPipeline(4, consumers=2)
@@ -869,3 +869,53 @@ def test_a_reduction_given_the_wrong_arguments_is_a_typing_error_at_the_call(ker
     src, first = inspect.getsourcelines(kernel.py_func)
     line = first + next(i for i, s in enumerate(src) if "_ROW_" in s)
     assert str(exc.value).startswith(f"{__file__}:{line}: acc_row_reduce("), str(exc.value)
+
+
+@cuda.jit
+def _s32_row_max(out, src, n):
+    t = cuda.threadIdx.x
+    mx = _ROW_MAX(acc_load("s32.s8.s8", 256, src, t, 0, 0), t, 0, 0, n)  # an int8 GEMM's s32 sums
+    out[t, 0] = mx[0]
+
+
+@cuda.jit
+def _pair_into_2d(out, x, n):
+    t = cuda.threadIdx.x
+    mx = _ROW_MAX(_RAMP256(acc_zeros("f32.bf16.bf16", 256), t, 0, 0, x), t, 0, 0, n)
+    pair_store(mx, out[0:n], t)  # out[tn, 0:n] meant: a 2-D slice
+
+
+@cuda.jit
+def _pair_into_ints(out, x, n):
+    t = cuda.threadIdx.x
+    mx = _ROW_MAX(_RAMP256(acc_zeros("f32.bf16.bf16", 256), t, 0, 0, x), t, 0, 0, n)
+    pair_store(mx, out[0, 0:n], t)
+
+
+@pytest.mark.parametrize("kernel, args, message", [
+    (_s32_row_max, (types.float32[:, ::1], types.int32[:, ::1], types.int32),
+     r"acc_row_reduce\('max', 256\): the fragment must hold f32 values .*got int32 \(an s32 accumulator: map it "
+     r"to f32 first"),
+    (_pair_into_2d, (types.float32[:, ::1], types.float32, types.int32),
+     r"pair_store: vec must be a 1-D array .*got array\(float32, 2d"),
+    (_pair_into_ints, (types.int32[:, ::1], types.float32, types.int32),
+     r"pair_store: vec must hold floats for a pair of floats"),
+])
+def test_reductions_refuse_what_they_would_get_wrong(kernel, args, message):
+    """From a review: an s32 accumulator reduced as f32 lost the integers past 2^24, a pair stored
+    into a 2-D slice filled whole rows, into an int32 vector was cut: now typing errors."""
+    with pytest.raises(NbwgmmaTypingError, match=message):
+        compile_report(kernel, args)
+
+
+def test_reduction_and_producer_builders_refuse_bad_parameters():
+    from nbwgmma.kit import fill_stages
+
+    with pytest.raises(KitError, match=r"row pairs are f32 .*dtype='s32' would cut"):
+        acc_map(lambda v, r, c, p: v + p, 64, pairs=1, dtype="s32")
+    with pytest.raises(KitError, match=r"acc_col_reduce\('sum', 64\): nextra=1 counts arguments for fn"):
+        acc_col_reduce("sum", 64, nextra=1)
+    with pytest.raises(KitError, match=r"masked must be True or False; got 'no'"):
+        acc_row_reduce("max", 64, masked="no")
+    with pytest.raises(KitError, match=r"fill_stages: load must be a device function"):
+        fill_stages(PIPE, 1024, None)

@@ -295,6 +295,9 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, pairs: int = 0, nextra:
             or any(v not in VECTOR_TYPES for v in vtypes):
         raise KitError(f"acc_map: vtype must be one of {VECTOR_TYPES}, or a tuple of them, one per vector "
                          f"({cols + rows}); got {vtype!r}")
+    if dtype == "s32" and pairs:
+        raise KitError(f"acc_map: row pairs are f32 (acc_row_reduce's results), which dtype='s32' would cut to "
+                       f"integers; give dtype='f32'; got pairs={pairs!r}")
     if dtype == "s32" and "bf16" in vtypes:
         raise KitError(f"acc_map: vtype 'bf16' reads bf16 bits as floats, which dtype='s32' would cut to integers; "
                        f"give dtype='f32' (an s32 accumulator's values then reach fn as f32); got vtype={vtype!r}")
@@ -351,7 +354,8 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, pairs: int = 0, nextra:
           if loaded else None,
           "W": _bf16_value() if "bf16" in vtypes else None,
           "count": count_check(name, cols, rows, nextra, pairs=pairs or None),
-          "pair": fragment_check(name, 2, "a row pair", "(lo, hi) as acc_row_reduce returns it"),
+          "pair": fragment_check(name, 2, "a row pair", "(lo, hi) as acc_row_reduce returns it", element="number")
+          if pairs else None,
           "one": number_check(name, integer=dtype == "s32")}
     for j in range(cols if loaded else 0, cols + rows):
         ns[f"vec{j}"] = vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})", vtypes[j],

@@ -70,6 +70,8 @@ def fill_stages(pipe: TmaPipeline, stage_bytes: int, load):
     function decoding a unit, called by both), and end the producer with
     ``griddep_launch_dependents()`` as ``tile_producer`` does."""
     STAGE = _check_stage("fill_stages", pipe, stage_bytes)
+    if not callable(load):
+        raise KitError(f"fill_stages: load must be a device function load(slot, full, kb, tm, tn, args); got {load!r}")
 
     @cuda.jit(device=True, inline=True)
     def fill(ring, base, s, ph, tm, tn, kb0, kb1, args):

@@ -17,10 +17,14 @@ sum (a bias gradient). Thread ``t`` of a warpgroup holds two rows of a 64 x N fr
 
 Columns past ``ncols`` (rows past ``nrows``) are padding, read as zeros by TMA and moved by any
 bias or function: ``masked`` (the default) counts each of them as the operation's identity
-(``-inf`` for max, ``+inf`` for min, 0 for sum) without branches, from one compare per column
-(row) of the thread. ``fn(value, row, col, *pair_values, *extra)`` maps each value before it is
-reduced, as :func:`~nbwgmma.kit.acc_map` does (``exp(v - row_max)``): ``pairs`` row pairs that a
-row reduction returned (the row's maximum) reach it as the value of the element's row::
+(``-inf`` for max, ``+inf`` for min, 0 for sum) by selects, from one compare per column (row) of
+the thread (a row reduction of a fragment wholly inside C branches to a path without them).
+``fn(value, row, col, *pair_values, *extra)`` maps each value before it is reduced, as
+:func:`~nbwgmma.kit.acc_map` does (``exp(v - row_max)``), padding included (its result then
+unused: a function that reads an array at ``row`` or ``col`` must stay inside it there too);
+``pairs`` row pairs that a row reduction returned (the row's maximum) reach it as the value of
+the element's row. The fragment must hold f32 values (an s32 accumulator: map it with
+``acc_map(..., dtype="f32")`` first; a typing error otherwise)::
 
     row_max = acc_row_reduce("max", 256)
     row_sumexp = acc_row_reduce("sum", 256, fn=lambda v, r, c, mx: math.exp(v - mx), pairs=1)
@@ -41,7 +45,7 @@ from numba import cuda
 from ..errors import KitError, is_int
 from .device import inlined
 from .epilogue import check_fn_arity, plain_device_function
-from .typecheck import count_check, fragment_check, number_check
+from .typecheck import count_check, fragment_check, number_check, store_vector_check
 
 __all__ = ["acc_row_reduce", "acc_col_reduce", "pair_store", "REDUCE_OPS"]
 
@@ -50,7 +54,7 @@ _OPS = {"max": ("max({}, {})", -math.inf), "min": ("min({}, {})", math.inf), "su
 REDUCE_OPS = tuple(_OPS)
 
 
-def _common(what: str, op, n, fn, pairs: int, nextra: int):
+def _common(what: str, op, n, fn, pairs: int, nextra: int, masked):
     """Checked ``(n, fn, pairs, nextra)`` of a reduction builder; a :class:`KitError` naming ``what``."""
     if op not in _OPS:
         raise KitError(f"{what}: op must be one of {REDUCE_OPS}; got {op!r}")
@@ -60,13 +64,15 @@ def _common(what: str, op, n, fn, pairs: int, nextra: int):
         if not is_int(count) or not 0 <= count <= 8:
             raise KitError(f"{what}: {name} must be an integer in [0, 8]; got {count!r}")
     if (pairs or nextra) and fn is None:
-        raise KitError(f"{what}: pairs={pairs} and nextra={nextra} are arguments of fn; without fn there is none "
-                       f"to give them to")
+        given = f"pairs={pairs} and nextra={nextra} count" if pairs else f"nextra={nextra} counts"
+        raise KitError(f"{what}: {given} arguments for fn; without fn there is none to give them to")
     if fn is not None:
         if inspect.isfunction(fn):  # a plain def or lambda: made a device function, as acc_map does
             fn = plain_device_function(fn)
         check_fn_arity(what, fn, 3 + pairs + nextra, f"(value, row, col{', a row pair value' * pairs}"
                        f"{', an extra' * nextra}) for pairs={pairs}, nextra={nextra}")
+    if not isinstance(masked, bool):
+        raise KitError(f"{what}: masked must be True or False; got {masked!r}")
     return int(n), fn, int(pairs), int(nextra)
 
 
@@ -88,7 +94,7 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
     select, not a branch), and a fragment wholly inside takes a path with no compare or select
     (one branch on ``col0 + n <= ncols``); unmasked, every value counts. Sums run in column order within a thread, then over the quad."""
     what = f"acc_row_reduce({op!r}, {n})"
-    n, fn, pairs, nextra = _common(what, op, n, fn, pairs, nextra)
+    n, fn, pairs, nextra = _common(what, op, n, fn, pairs, nextra, masked)
     expr, ident = _OPS[op]
     lines = ["def reduce(acc, tid, row0, col0, ncols, *args):", "    check(acc)", "    count(args)"]
     for j in range(pairs):
@@ -122,9 +128,9 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
                   f"    hi = {expr.format('hi', f'cuda.shfl_xor_sync(FULL, hi, {off})')}"]
     lines.append("    return lo, hi")
     ns = {"F": np.float32, "I": np.float32(ident), "FULL": 0xFFFFFFFF, "cuda": cuda, "fn": fn,
-          "check": fragment_check(what, n // 2),
+          "check": fragment_check(what, n // 2, element="f32"),
           "count": count_check(what, None, None, nextra, pairs=pairs, head="(acc, tid, row0, col0, ncols)"),
-          "pair": fragment_check(what, 2, "a row pair", "(lo, hi) as acc_row_reduce returns it"),
+          "pair": fragment_check(what, 2, "a row pair", "(lo, hi) as acc_row_reduce returns it", element="number"),
           "one": number_check(what)}
     return _build("reduce", lines, ns, what)
 
@@ -141,7 +147,7 @@ def acc_col_reduce(op: str, n: int, *, fn=None, nextra: int = 0, masked: bool = 
     warp hold all its columns). ``fn(value, row, col, *extra)`` maps each value first;
     ``masked``: rows from ``nrows`` on count as ``op``'s identity."""
     what = f"acc_col_reduce({op!r}, {n})"
-    n, fn, _, nextra = _common(what, op, n, fn, 0, nextra)
+    n, fn, _, nextra = _common(what, op, n, fn, 0, nextra, masked)
     expr, ident = _OPS[op]
     lines = ["def reduce(acc, tid, row0, col0, nrows, *args):", "    check(acc)", "    count(args)"]
     lines += [f"    e{j} = args[{j}]" for j in range(nextra)]
@@ -164,13 +170,14 @@ def acc_col_reduce(op: str, n: int, *, fn=None, nextra: int = 0, masked: bool = 
             lines.append(f"    x{k} = {expr.format(f'x{k}', f'cuda.shfl_xor_sync(FULL, x{k}, {off})')}")
     lines.append("    return (" + "".join(f"x{k}, " for k in range(n // 4)) + ")")
     ns = {"F": np.float32, "I": np.float32(ident), "FULL": 0xFFFFFFFF, "cuda": cuda, "fn": fn,
-          "check": fragment_check(what, n // 2),
+          "check": fragment_check(what, n // 2, element="f32"),
           "count": count_check(what, None, None, nextra, head="(acc, tid, row0, col0, nrows)"),
           "one": number_check(what)}
     return _build("reduce", lines, ns, what)
 
 
-_PAIR = fragment_check("pair_store", 2, "the pair", "(lo, hi) as acc_row_reduce returns it")
+_PAIR = fragment_check("pair_store", 2, "the pair", "(lo, hi) as acc_row_reduce returns it", element="number")
+_VEC = store_vector_check("pair_store")
 
 
 @inlined
@@ -179,8 +186,11 @@ def pair_store(pair, vec, tid):
     its warpgroup) into ``vec``, a 1-D array whose element 0 is the fragment's first row (the
     slice ``out[row0:m]``, its length bounding the rows): lane ``tid % 4 == 0`` of each quad writes
     its rows ``lr = 16 * (tid // 32) + (tid % 32) // 4`` and ``lr + 8`` where they lie inside
-    ``vec``; the other three lanes, which hold the same pair, write nothing."""
+    ``vec``; the other three lanes, which hold the same pair, write nothing. ``vec`` must be 1-D,
+    and hold floats for a pair of floats (a typing error otherwise); the values are converted to
+    its element type (f32 into an f64 workspace, say)."""
     p = _PAIR(pair)
+    _VEC((p, vec))
     if tid & 3 == 0:
         lr = ((tid >> 5) << 4) + ((tid >> 2) & 7)
         if lr < len(vec):

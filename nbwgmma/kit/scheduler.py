@@ -29,6 +29,7 @@ import math
 
 import types
 
+import numpy as np
 from numba import cuda
 
 from ..errors import KitError, is_int
@@ -42,13 +43,15 @@ __all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_
 
 @inlined
 def tile_order(t, tiles_m, tiles_n, group_m):
-    """Tile ``t`` -> (tile row, tile col), walking ``group_m`` tile rows at a time."""
-    per_group = group_m * tiles_n
-    g = t // per_group
-    first = g * group_m
-    rows = min(tiles_m - first, group_m)
-    r = t % per_group
-    return first + r % rows, r // rows
+    """Tile ``t`` -> (tile row, tile col), walking ``group_m`` tile rows at a time. Divided as
+    unsigned 32-bit integers: Numba widens signed ones to 64 bits, whose division is a call
+    to a slow routine (four of them a tile)."""
+    per_group = np.uint32(group_m * tiles_n)
+    g = np.uint32(t) // per_group
+    first = np.int32(g) * group_m
+    rows = np.uint32(min(tiles_m - first, group_m))
+    r = np.uint32(np.uint32(t) - np.uint32(g * per_group))
+    return np.int32(first + np.int32(r % rows)), np.int32(r // rows)
 
 
 @inlined
@@ -244,8 +247,8 @@ class TileScheduler(types.ModuleType):
             return cluster_ctarank() if CL > 1 else 0
 
         @inlined
-        def split_unit(u, nsplit):
-            t = u // nsplit
+        def split_unit(u, nsplit):  # (unsigned 32-bit: see tile_order)
+            t = np.int32(np.uint32(u) // np.uint32(nsplit))
             return t, u - t * nsplit
 
         if ALONG_N:
@@ -261,7 +264,8 @@ class TileScheduler(types.ModuleType):
 
         @inlined
         def k_range(sp, kblocks, nsplit):
-            return sp * kblocks // nsplit, (sp + 1) * kblocks // nsplit
+            n = np.uint32(nsplit)
+            return np.int32(np.uint32(sp * kblocks) // n), np.int32(np.uint32((sp + 1) * kblocks) // n)
 
         self.shape, self.first, self.step, self.rank, self.split_unit = shape, first, step, rank, split_unit
         self.tile, self.k_range = tile, k_range

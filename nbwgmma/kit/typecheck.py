@@ -21,6 +21,7 @@ from ..errors import is_int
 from ..intrinsics.errors import NbwgmmaTypingError
 
 __all__ = ["fragment_check", "count_check", "vector_check", "number_check", "address_check", "f32_array_check",
+           "store_vector_check",
            "VECTOR_ELEMENTS"]
 
 #: the array element types each vtype reads (NumPy's names, which Numba's types print as too). f32
@@ -67,20 +68,40 @@ def _tuple_length(x, tuple_type):
 
 
 def fragment_check(what: str, count: int, noun: str = "the fragment",
-                   why: str = "one thread's share of the accumulator"):
-    """A check refusing a fragment (or what ``noun`` names) that is not a tuple of ``count`` values."""
-    def message(length, got):
-        return None if length == count else f"{what}: {noun} must be a tuple of {count} values ({why}); got {got}"
+                   why: str = "one thread's share of the accumulator", element: str | None = None):
+    """A check refusing a fragment (or what ``noun`` names) that is not a tuple of ``count`` values
+    (of ``element``, "f32" or "number", where given: an s32 accumulator reduced as f32 lost the
+    integers past 2^24 with no error)."""
+    def message(length, got, kinds):
+        if length != count:
+            return f"{what}: {noun} must be a tuple of {count} values ({why}); got {got}"
+        if element == "f32" and kinds != {"float32"}:
+            return (f"{what}: {noun} must hold f32 values ({why}); got {', '.join(sorted(kinds))} (an s32 "
+                    f"accumulator: map it to f32 first, acc_map(..., dtype='f32'))")
+        if element == "number" and not kinds <= _NUMBERS:
+            return f"{what}: {noun} must hold numbers ({why}); got {', '.join(sorted(kinds))}"
+        return None
 
     def typed(x):
         length = _tuple_length(x, types.BaseTuple)
-        return message(length, str(x) if length is None else f"a tuple of {length}")
+        kinds = {str(t) if isinstance(t, (types.Integer, types.Float, types.Boolean)) else str(t)
+                 for t in x.types} if length else set()
+        return message(length, str(x) if length is None else f"a tuple of {length}", kinds)
 
     def valued(x):
         length = _tuple_length(x, tuple)
-        return message(length, f"{type(x).__name__} of {'?' if length is None else length}")
+        kinds = {np.asarray(v).dtype.name if isinstance(v, (numbers.Number, np.number, np.bool_)) else type(v).__name__
+                 for v in x} if length else set()
+        if element == "f32":  # (a Python float computed in simulated f32 code stands for an f32)
+            kinds = {"float32" if k == "float64" else k for k in kinds}
+        return message(length, f"{type(x).__name__} of {'?' if length is None else length}", kinds)
 
     return _check(typed, valued)
+
+
+#: element types a tuple of "number" values may hold
+_NUMBERS = {"float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+            "bool", "int", "float"}
 
 
 def count_check(what: str, cols: int, rows: int, nextra: int, *, pairs: int | None = None,
@@ -158,14 +179,14 @@ def number_check(what: str, fn_name: str = "fn", integer: bool = False):
     def typed(x):
         if integer and isinstance(x, (types.Float, types.Complex)):
             return fraction(str(x))
-        if isinstance(x, (types.Number, types.Boolean)):
+        if isinstance(x, (types.Integer, types.Float, types.Boolean)):
             return None
         return message("none" if isinstance(x, types.NoneType) else str(x))
 
     def valued(x):
         if integer and isinstance(x, (float, complex, np.floating, np.complexfloating)):
             return fraction(f"{type(x).__name__} {x!r}"[:80])
-        if isinstance(x, (numbers.Number, np.number, np.bool_)):
+        if isinstance(x, (numbers.Real, np.integer, np.floating, np.bool_)):
             return None
         return message("none" if x is None else f"{type(x).__name__} {x!r}"[:80])
 
@@ -201,5 +222,34 @@ def address_check(what: str, name: str, hint: str):
 
     def valued(x):
         return None if is_int(x) else message(f"{type(x).__name__}")
+
+    return _check(typed, valued)
+
+
+def store_vector_check(what: str):
+    """A check of ``(pair, vec)`` refusing a ``vec`` that is not a 1-D array of the pair's kind of
+    number (float values into a float array, integers into an integer one): a 2-D array took each
+    value across a whole row, an int32 one cut 0.5 to 0, both with no error."""
+    def message(ndim, element, got, floats):
+        if ndim != 1:
+            return (f"{what}: vec must be a 1-D array (element 0 at the fragment's first row, as out[row0:m] or "
+                    f"out[tn, row0:m] gives it); got {got}")
+        if floats and not element.startswith("float"):
+            return f"{what}: vec must hold floats for a pair of floats (they would be cut to integers); got {got}"
+        return None
+
+    def typed(x):
+        pair, vec = x.types
+        array = isinstance(vec, types.Array)
+        floats = any(isinstance(t, types.Float) for t in getattr(pair, "types", ()))
+        return message(vec.ndim if array else None, str(vec.dtype) if array else "", str(vec), floats)
+
+    def valued(x):
+        pair, vec = x
+        ndim, dtype = getattr(vec, "ndim", None), getattr(vec, "dtype", None)
+        element = np.dtype(dtype).name if dtype is not None else ""
+        floats = any(isinstance(v, (float, np.floating)) for v in pair) if isinstance(pair, tuple) else False
+        return message(ndim, element, f"array({element}, {ndim}d)" if ndim is not None else type(vec).__name__,
+                       floats)
 
     return _check(typed, valued)

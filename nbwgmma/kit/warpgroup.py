@@ -10,9 +10,9 @@ loop) pass a turn between them: :func:`turn_wait` before a main loop, :func:`tur
 after it (named barriers 5 and 6, each completed by one warpgroup's ``bar.arrive`` and the
 other's ``bar.sync``).
 
-The kit's blocks use named barriers 1-6 and none above: ``tma_store_part`` and
-``tma_store_block`` sync consumer ``cw`` (its index among the consumers) with
-``warpgroup_sync(cw)``, the turns use 5 and 6, :class:`~nbwgmma.kit.StreamFixup` 5 by default.
+The kit's blocks use named barriers 1-6 and none above: ``tma_store_part``,
+``tma_store_block`` and ``ClusterSplitK``'s exchange sync consumer ``cw`` (its index among the
+consumers) with ``warpgroup_sync(cw)``, the turns use 5 and 6, :class:`~nbwgmma.kit.StreamFixup` 5 by default.
 Ids 7-15 are free for a kernel's own barriers.
 """
 

@@ -55,6 +55,8 @@ order the threads run in, because it tracks happens-before with vector clocks
   barrier) ordering the init before the use;
 * two copies completing on one barrier phase that write the same bytes (overlapping
   destinations: which lands last is undefined);
+* a TMA load, store, reduce or prefetch given a tensor map of another rank than its own
+  (``tma_store_2d`` on a 3-D map: the operation's ``.dim`` and the map must agree);
 * shared memory outside what the kernel has: the launch's dynamic shared memory and its
   static arrays (a launch with too little ``smem`` runs on the GPU out of bounds; the dynamic
   base sits 16 bytes past a 1 KiB boundary, so a launch without the slack that

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from .shadow import PENDING, AsyncRead, AsyncWrite
 from .sync import complete_tx, mbar
 from .wgmma import read_acc
 
+_KIT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kit") + os.sep
 _TMAPS: dict = {}
 _TMAP_NEXT = itertools.count(0x7E0000000000, 256)
 
@@ -52,7 +54,7 @@ def _tmap(addr, rank=None, op=None):
                         + (" (the kit's stage loads and part stores are 2-D: for a batch, issue the 3-D copies "
                            "yourself, or give them a 2-D map of the (batch * rows, columns) view where no tile "
                            "crosses from one batch into the next)"
-                           if "/kit/" in th.where.split(" (called from")[0] else ""))
+                           if th.where.startswith(_KIT_DIR) else ""))
     if tm is None:
         th = me()
         raise SimStopped(f"thread {th.thread_id} at {th.where}: no tensor map at 0x{int(addr):x} "

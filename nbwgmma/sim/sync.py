@@ -47,7 +47,6 @@ def _dyn_base(array, align):
 
 @impl("make_desc")
 def _make_desc(addr, lbo, sbo, swizzle_code):
-
     field = lambda v: ((int(v) >> 4) & 0x3FFF) << 4  # noqa: E731  the bits the descriptor keeps
     return np.uint64(encode_desc(field(addr), field(lbo), field(sbo), SWIZZLE_NAME[int(swizzle_code) & 3]))
 
@@ -431,17 +430,14 @@ class MBarrier:
 
     def arrivers_gone(self) -> str:
         """Where every thread that ever arrived on this barrier or armed it has exited, a sentence
-        saying so (no arrival can come: a producer that left its loop before the consumers' last
-        wait), else ""."""
-        if not self.arrivers or self.pending == 0 or any(
-                tid not in cta.exited for cta, tid in self.arrivers):
+        saying so (a producer that left its loop before the consumers' last wait), else ""."""
+        if not self.arrivers or self.pending == 0 or any(tid not in cta.exited for cta, tid in self.arrivers):
             return ""
         many = len({cta for cta, _ in self.arrivers}) > 1
-        who = [(f"{cta.rank}:{tid}" if many else str(tid), at) for (cta, tid), at in self.arrivers.items()]
-        listed = "; ".join(f"thread {w} at {at}" for w, at in who[:3]) + (f" and {len(who) - 3} more" if len(who) > 3
-                                                                              else "")
-        return (f". Every thread that arrived on this barrier or armed it before has exited ({listed}): no arrival "
-                f"can come. Did they leave their loop early, walking fewer tiles or stages than the waiting threads?")
+        who = [f"thread {f'{c.rank}:{t}' if many else t} at {at}" for (c, t), at in self.arrivers.items()]
+        return (f". Every thread that arrived on this barrier or armed it before has exited ({'; '.join(who[:3])}"
+                f"{f' and {len(who) - 3} more' if len(who) > 3 else ''}): unless a thread that never arrived is to, "
+                f"none will. Did they leave their loop early, walking fewer tiles or stages than the waiting threads?")
 
     def completed(self, state=None, parity=None):
         """The completed phase a wait for ``state``/``parity`` returns on, or None."""
