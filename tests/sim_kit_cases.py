@@ -862,3 +862,37 @@ def test_a_walk_of_ones_own_fills_the_ring_with_fill_stages(nb, tiles, ctas):
         lower = np.kron(np.tril(np.ones((tiles, tiles))), np.ones((128, 128))).astype(bool)
         np.testing.assert_array_equal(got[b][lower], want[lower])
         assert np.isnan(got[b][~lower]).all()
+
+
+@pytest.mark.parametrize("n, ncols", [(64, 64), (64, 37), (16, 3), (8, 0)])
+def test_argmax_and_argmin_take_the_first_column_of_the_best_value(n, ncols):
+    """argmax / argmin over rows of small integers full of ties (the first column wins, as in
+    NumPy), columns from ncols on masked, the column counted in the output (col0 = 8); a row
+    with no column inside gives -1. Also through a mapped function (argmax of -v = argmin)."""
+    values = acc_map(_grid_value, n)
+    amax, amin = acc_row_reduce("argmax", n), acc_row_reduce("argmin", n)
+    neg = acc_row_reduce("argmax", n, fn=lambda v, r, c: -v)
+
+    @cuda.jit
+    def kernel(out, ncols):
+        t = cuda.threadIdx.x
+        acc = values(acc_zeros("f32.bf16.bf16", n), t, 64, 8)
+        got = (amax(acc, t, 64, 8, ncols), amin(acc, t, 64, 8, ncols), neg(acc, t, 64, 8, ncols))
+        for j in range(3):
+            out[t, 2 * j] = got[j][0]
+            out[t, 2 * j + 1] = got[j][1]
+
+    out = cuda.to_device(np.full((128, 6), -7, np.int32))
+    launch(kernel, 1, 128, (out, 8 + ncols))
+    got = out.copy_to_host()
+    v = _grid_values(128, 8 + n)[64:, 8:][:, :ncols]
+    t = np.arange(128)
+    lr = 16 * (t // 32) + (t % 32) // 4
+    for h in (0, 1):
+        rows = lr + 8 * h
+        if ncols == 0:
+            assert (got[:, h::2] == -1).all()
+            continue
+        np.testing.assert_array_equal(got[:, h], 8 + v[rows].argmax(1))
+        np.testing.assert_array_equal(got[:, 2 + h], 8 + v[rows].argmin(1))
+        np.testing.assert_array_equal(got[:, 4 + h], 8 + v[rows].argmin(1))

@@ -22,7 +22,7 @@ from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
     test_stream_k_on_more_ctas_than_shared_k_blocks_is_exact,
     test_row_reductions_give_every_lane_of_the_quad_its_rows, test_column_reductions_give_each_warp_its_sixteen_rows,
     test_acc_map_takes_row_pairs_a_softmax_of_the_rows, test_pair_store_writes_each_row_once_up_to_the_vectors_end,
-    test_a_walk_of_ones_own_fills_the_ring_with_fill_stages,
+    test_a_walk_of_ones_own_fills_the_ring_with_fill_stages, test_argmax_and_argmin_take_the_first_column_of_the_best_value,
 )
 
 pytestmark = pytest.mark.gpu

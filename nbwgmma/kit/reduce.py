@@ -50,7 +50,8 @@ from .typecheck import count_check, fragment_check, number_check, store_vector_c
 __all__ = ["acc_row_reduce", "acc_col_reduce", "pair_store", "REDUCE_OPS"]
 
 #: operation -> (the two-operand expression, its identity)
-_OPS = {"max": ("max({}, {})", -math.inf), "min": ("min({}, {})", math.inf), "sum": ("{} + {}", 0.0)}
+_OPS = {"max": ("max({}, {})", -math.inf), "min": ("min({}, {})", math.inf), "sum": ("{} + {}", 0.0),
+        "argmax": (">", -math.inf), "argmin": ("<", math.inf)}  # (arg ops: the comparison that takes a value)
 REDUCE_OPS = tuple(_OPS)
 
 
@@ -83,7 +84,9 @@ def _build(name: str, lines: list, ns: dict, what: str):
 
 def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0, masked: bool = True):
     """A device function ``(acc, tid, row0, col0, ncols, *pairs, *extra) -> (lo, hi)``: ``op``
-    ("max", "min" or "sum") over each row of a 64 x ``n`` f32 fragment of thread ``tid`` (0-127
+    ("max", "min", "sum", or "argmax" / "argmin": the column in the output, an int32, of the
+    row's largest / smallest value, the first on ties as NumPy's, -1 where every column is masked;
+    unspecified where the row holds a NaN) over each row of a 64 x ``n`` f32 fragment of thread ``tid`` (0-127
     in its warpgroup) whose tile starts at (``row0``, ``col0``) of an output of ``ncols``
     columns: ``lo`` for the thread's row ``lr = 16 * (tid // 32) + (tid % 32) // 4`` of the
     fragment, ``hi`` for row ``lr + 8``; the four lanes of a quad (``tid // 4``) get the same
@@ -96,6 +99,7 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
     what = f"acc_row_reduce({op!r}, {n})"
     n, fn, pairs, nextra = _common(what, op, n, fn, pairs, nextra, masked)
     expr, ident = _OPS[op]
+    arg = op.startswith("arg")
     lines = ["def reduce(acc, tid, row0, col0, ncols, *args):", "    check(acc)", "    count(args)"]
     for j in range(pairs):
         lines += [f"    p{j} = pair(args[{j}])", f"    p{j}_0 = F(p{j}[0])", f"    p{j}_1 = F(p{j}[1])"]
@@ -105,7 +109,7 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
     def body(mask: bool, pad: str) -> list:
         out = [f"{pad}c{dc} = c + {dc} < ncols" for dc in sorted({8 * (i // 4) + i % 2 for i in range(n // 2)})] \
             if mask else []
-        out += [f"{pad}lo = I", f"{pad}hi = I"]
+        out += [f"{pad}lo = I", f"{pad}hi = I"] + ([f"{pad}klo = NONE", f"{pad}khi = NONE"] if arg else [])
         for i in range(n // 2):  # value i: row lr + 8 * ((i // 2) % 2), column lc + 8 * (i // 4) + i % 2
             h, dc = (i // 2) % 2, 8 * (i // 4) + i % 2
             v = f"F(acc[{i}])"
@@ -113,9 +117,14 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
                 args = "".join(f", p{j}_{h}" for j in range(pairs)) + "".join(f", e{j}" for j in range(nextra))
                 out.append(f"{pad}y{i} = F(one(fn({v}, r + {8 * h}, c + {dc}{args})))")
                 v = f"y{i}"
+            side = "hi" if h else "lo"
+            if arg:  # taken where better, or the first inside: the first column of the best value
+                inside = f"c{dc} and " if mask else ""
+                out += [f"{pad}t = {inside}({v} {expr} {side} or k{side} < 0)",
+                        f"{pad}{side} = {v} if t else {side}", f"{pad}k{side} = K(c + {dc}) if t else k{side}"]
+                continue
             if mask:
                 v = f"({v} if c{dc} else I)"
-            side = "hi" if h else "lo"
             out.append(f"{pad}{side} = {expr.format(side, v)}")
         return out
 
@@ -124,10 +133,17 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
     else:
         lines += body(False, " " * 4)
     for off in (1, 2):  # the quad's four lanes hold the row's columns
-        lines += [f"    lo = {expr.format('lo', f'cuda.shfl_xor_sync(FULL, lo, {off})')}",
-                  f"    hi = {expr.format('hi', f'cuda.shfl_xor_sync(FULL, hi, {off})')}"]
-    lines.append("    return lo, hi")
-    ns = {"F": np.float32, "I": np.float32(ident), "FULL": 0xFFFFFFFF, "cuda": cuda, "fn": fn,
+        for side in ("lo", "hi"):
+            if arg:  # the other lane's pick where it has one and it is better, or as good at a lower column
+                lines += [f"    ob = cuda.shfl_xor_sync(FULL, {side}, {off})",
+                          f"    ok = cuda.shfl_xor_sync(FULL, k{side}, {off})",
+                          f"    t = ok >= 0 and (k{side} < 0 or ob {expr} {side} or (ob == {side} and ok < k{side}))",
+                          f"    {side} = ob if t else {side}", f"    k{side} = ok if t else k{side}"]
+            else:
+                lines.append(f"    {side} = {expr.format(side, f'cuda.shfl_xor_sync(FULL, {side}, {off})')}")
+    lines.append("    return klo, khi" if arg else "    return lo, hi")
+    ns = {"F": np.float32, "I": np.float32(ident), "K": np.int32, "NONE": np.int32(-1), "FULL": 0xFFFFFFFF,
+          "cuda": cuda, "fn": fn,
           "check": fragment_check(what, n // 2, element="f32"),
           "count": count_check(what, None, None, nextra, pairs=pairs, head="(acc, tid, row0, col0, ncols)"),
           "pair": fragment_check(what, 2, "a row pair", "(lo, hi) as acc_row_reduce returns it", element="number"),
@@ -147,6 +163,8 @@ def acc_col_reduce(op: str, n: int, *, fn=None, nextra: int = 0, masked: bool = 
     warp hold all its columns). ``fn(value, row, col, *extra)`` maps each value first;
     ``masked``: rows from ``nrows`` on count as ``op``'s identity."""
     what = f"acc_col_reduce({op!r}, {n})"
+    if op in ("argmax", "argmin"):
+        raise KitError(f"{what}: {op} is a row reduction only (acc_row_reduce); columns take max, min or sum")
     n, fn, _, nextra = _common(what, op, n, fn, 0, nextra, masked)
     expr, ident = _OPS[op]
     lines = ["def reduce(acc, tid, row0, col0, nrows, *args):", "    check(acc)", "    count(args)"]
