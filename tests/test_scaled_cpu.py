@@ -267,8 +267,9 @@ def test_block_scaled_grouped_kernel_compiles_clean():
             (grouped_scaled_kernel("e4m3", "e4m3", bias=True, act="silu"), sig)]
     for rep, epi in zip(compile_reports(jobs), (False, False, True)):
         assert sum(v for op, v in rep.sass.items() if "GMMA" in op) == 16, rep.sass
-        # the epilogue's form keeps one scalar of the walk in local memory, reloaded once a tile
-        assert rep.spill_bytes == (8 if epi else 0) and rep.local_memory_ops == (2 if epi else 0), rep
+        # (the epilogue's form kept one scalar of the walk in local memory, reloaded once a tile, until
+        # the tile order divided in 32 bits)
+        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
         lines = rep.sass_text.splitlines()
         gmma = [i for i, line in enumerate(lines) if "GMMA" in line]
         assert not any("LDL" in line or "STL" in line for line in lines[gmma[0]:gmma[-1]])
