@@ -22,9 +22,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from ..errors import KitError, is_int
 from .device import inlined
-from .typecheck import f32_array_check, fragment_check
+from .typecheck import f32_array_check, fragment_check, wgmma_n
 
 __all__ = ["acc_absmax", "amax_start", "amax_note", "amax_flush"]
 
@@ -40,10 +39,7 @@ def acc_absmax(width: int, masked: bool = True):
     moves zero): all of them. ``width`` is a wgmma N (a multiple of 8 in [8, 256]; else a
     :class:`~nbwgmma.errors.KitError`); a fragment of another length than ``width / 2`` is a typing
     error at the call."""
-    if not is_int(width) or width % 8 or not 8 <= width <= 256:
-        raise KitError(f"acc_absmax: width must be a wgmma N, the fragment's columns (a multiple of 8 in [8, 256]); "
-                       f"got {width!r}")
-    width = int(width)
+    width = wgmma_n("acc_absmax", "width", width, ", the fragment's columns")
     lines = ["def largest(v, ct, row0, col0, m, n):", "    check(v)"]
     if masked:
         lines += ["    r = row0 + ((ct >> 5) << 4) + ((ct >> 2) & 7)",

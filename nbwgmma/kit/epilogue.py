@@ -41,7 +41,7 @@ from ..intrinsics import (
     fence_proxy_async_shared, rcp_approx, tanh_approx, tma_store_2d,
 )
 from .device import inlined
-from .typecheck import count_check, fragment_check, number_check, vector_check
+from .typecheck import count_check, fragment_check, number_check, vector_check, wgmma_n
 from .warpgroup import warpgroup_sync
 
 __all__ = ["acc_map", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
@@ -276,9 +276,7 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, pairs: int = 0, nextra:
     (between ``Cooperative.tile_open`` and ``drain``), and maps the tile's parts with static
     slices of the tuple (part ``p`` of ``w`` columns: ``values[p * w // 4:(p + 1) * w // 4]``);
     a tuple of another length than ``n / 4`` is a typing error."""
-    if not is_int(n) or n % 8 or not 8 <= n <= 256:
-        raise KitError(f"acc_map: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
-    n = int(n)
+    n = wgmma_n("acc_map", "n", n)
     if dtype not in _DTYPES:
         raise KitError(f"acc_map: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if pack not in _PACKS:
@@ -374,9 +372,7 @@ def col_values(n: int, *, vtype: str = "f32", dtype: str = "f32"):
     issued under a tile's last wgmmas, the loads complete there instead of stalling each part of
     the epilogue with the tensor cores idle (``n / 4`` registers stay live until the parts are
     mapped; issued before the main loop they spilled the library GEMM's 256 x 160 tiles)."""
-    if not is_int(n) or n % 8 or not 8 <= n <= 256:
-        raise KitError(f"col_values: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
-    n = int(n)
+    n = wgmma_n("col_values", "n", n)
     if dtype not in _DTYPES:
         raise KitError(f"col_values: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
     if vtype not in VECTOR_TYPES:

@@ -45,7 +45,7 @@ from numba import cuda
 from ..errors import KitError, is_int
 from .device import inlined
 from .epilogue import check_fn_arity, plain_device_function
-from .typecheck import count_check, fragment_check, number_check, store_vector_check
+from .typecheck import count_check, fragment_check, number_check, store_vector_check, wgmma_n
 
 __all__ = ["acc_row_reduce", "acc_col_reduce", "pair_store", "REDUCE_OPS"]
 
@@ -59,8 +59,7 @@ def _common(what: str, op, n, fn, pairs: int, nextra: int, masked):
     """Checked ``(n, fn, pairs, nextra)`` of a reduction builder; a :class:`KitError` naming ``what``."""
     if op not in _OPS:
         raise KitError(f"{what}: op must be one of {REDUCE_OPS}; got {op!r}")
-    if not is_int(n) or n % 8 or not 8 <= n <= 256:
-        raise KitError(f"{what}: n must be a wgmma N, the fragment's columns (a multiple of 8 in [8, 256]); got {n!r}")
+    n = wgmma_n(what, "n", n, ", the fragment's columns")
     for name, count in (("pairs", pairs), ("nextra", nextra)):
         if not is_int(count) or not 0 <= count <= 8:
             raise KitError(f"{what}: {name} must be an integer in [0, 8]; got {count!r}")
@@ -74,7 +73,7 @@ def _common(what: str, op, n, fn, pairs: int, nextra: int, masked):
                        f"{', an extra' * nextra}) for pairs={pairs}, nextra={nextra}")
     if not isinstance(masked, bool):
         raise KitError(f"{what}: masked must be True or False; got {masked!r}")
-    return int(n), fn, int(pairs), int(nextra)
+    return n, fn, int(pairs), int(nextra)
 
 
 def _build(name: str, lines: list, ns: dict, what: str):

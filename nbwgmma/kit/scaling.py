@@ -65,6 +65,7 @@ from ..intrinsics import (
 from ..layout import SWIZZLE_CODE, wgmma_kind
 from .device import inlined
 from .pipeline import TmaPipeline, check_stages
+from .typecheck import wgmma_n
 
 __all__ = ["BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS"]
 
@@ -86,9 +87,7 @@ def acc_promote(n: int):
     on its second (``lr + 8``): the promotion of a block whose scale depends on the row (pass
     ``s0 == s1`` for one scale per tile). Unrolled with constant indices (no local memory);
     each value costs one fused multiply-add."""
-    if not is_int(n) or n % 8 or not 8 <= n <= 256:
-        raise KitError(f"acc_promote: n must be a wgmma N (a multiple of 8 in [8, 256]); got {n!r}")
-    n = int(n)
+    n = wgmma_n("acc_promote", "n", n)
     fn = _PROMOTES.get(n)
     if fn is None:
         # value i sits on row lr + 8 * ((i // 2) % 2) (the D fragment of m64nNk*)

@@ -45,6 +45,7 @@ from ..intrinsics import acc_add_strided, acc_store_strided, acc_zeros, named_ba
 from ..layout import wgmma_kind
 from .device import inlined
 from .scheduler import stream_owner, stream_range
+from .typecheck import wgmma_n
 
 __all__ = ["StreamFixup"]
 
@@ -74,9 +75,7 @@ class StreamFixup(types.ModuleType):
         k = wgmma_kind(kind)
         if k.dtype != "f32":
             raise KitError(f"StreamFixup: kind must have an f32 accumulator; got {kind!r}")
-        if not is_int(bn) or bn % 8 or not 8 <= bn <= 256:
-            raise KitError(f"StreamFixup: bn must be a wgmma N (a multiple of 8 in [8, 256]); got {bn!r}")
-        bn = int(bn)
+        bn = wgmma_n("StreamFixup", "bn", bn)
         for name, v, ok in (("consumers", consumers, (1, 2, 3, 4)), ("fragments", fragments, (1, 2)),
                             ("barrier", barrier, range(1, 16))):
             if isinstance(v, bool) or v not in ok:

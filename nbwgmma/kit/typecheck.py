@@ -5,7 +5,8 @@ vector of another element type, a mapped function's result that is not one numbe
 Each ``*_check`` returns a function of one argument that gives it back unchanged: a Numba
 intrinsic that raises :class:`~nbwgmma.intrinsics.errors.NbwgmmaTypingError` while the kernel is
 typed, or, in a simulator (:mod:`nbwgmma.backend`), a Python function that raises the same error
-when called (on the value, which has no Numba type).
+when called (on the value, which has no Numba type). :func:`wgmma_n` is the builders' host-side
+check of a fragment's width.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from numba import types
 from numba.core.extending import intrinsic
 
 from .. import backend
-from ..errors import is_int
+from ..errors import KitError, is_int
 from ..intrinsics.errors import NbwgmmaTypingError
 
-__all__ = ["fragment_check", "count_check", "vector_check", "number_check", "address_check", "f32_array_check",
+__all__ = ["wgmma_n", "fragment_check", "count_check", "vector_check", "number_check", "address_check", "f32_array_check",
            "store_vector_check",
            "VECTOR_ELEMENTS"]
 
@@ -35,6 +36,14 @@ _INTEGERS = tuple(t for t in _VALUES if not t.startswith("float")) + ("int16", "
 #: what an element type given for another vtype most likely holds
 _ELEMENT_HINTS = {"uint16": "bf16 bits need vtype='bf16'", "int16": "bf16 bits need vtype='bf16'"}
 _ELEMENT_HINTS.update({t: f"{t} values need vtype='f32'" for t in _VALUES})
+
+
+def wgmma_n(owner: str, name: str, n, hint: str = "") -> int:
+    """``n`` as an int where it is a wgmma N, a fragment's columns (a multiple of 8 in [8, 256]),
+    else a :class:`~nbwgmma.errors.KitError` naming the builder ``owner`` and its parameter."""
+    if not is_int(n) or n % 8 or not 8 <= n <= 256:
+        raise KitError(f"{owner}: {name} must be a wgmma N{hint} (a multiple of 8 in [8, 256]); got {n!r}")
+    return int(n)
 
 
 def _check(typed, valued):
@@ -84,8 +93,7 @@ def fragment_check(what: str, count: int, noun: str = "the fragment",
 
     def typed(x):
         length = _tuple_length(x, types.BaseTuple)
-        kinds = {str(t) if isinstance(t, (types.Integer, types.Float, types.Boolean)) else str(t)
-                 for t in x.types} if length else set()
+        kinds = {str(t) for t in x.types} if length else set()
         return message(length, str(x) if length is None else f"a tuple of {length}", kinds)
 
     def valued(x):
