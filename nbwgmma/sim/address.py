@@ -2,11 +2,17 @@
 into its image (:mod:`nbwgmma.sim.cta`), with the CTA's rank in bits 24-31 in a cluster, as an
 H100 shows them (``mapa``'s ``.shared::cluster`` addresses). :func:`split` reads one back for
 the ``.shared::cluster`` forms, :func:`split_local` for the ``.shared::cta`` ones; an address
-naming no memory is a :class:`~nbwgmma.sim.core.SimHazard` at the kernel's line."""
+naming no memory is a :class:`~nbwgmma.sim.core.SimHazard` at the kernel's line. The
+intrinsics that make addresses and descriptors (``smem_addr``, ``dynamic_smem_base``,
+``make_desc``, ``desc_advance``) are implemented here."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..layout.descriptor import SWIZZLE_NAME, encode_desc
 from .core import RANK_SHIFT, SMEM_BYTES, SimHazard, me
+from .declare import impl
 
 
 def split(addr):
@@ -53,3 +59,27 @@ def split_local(addr):
 
 def addr_of(cta, off):
     return (cta.rank << RANK_SHIFT) | off if len(cta.cl.ctas) > 1 else off
+
+
+@impl("smem_addr")
+def _smem_addr(array):
+    th = me()
+    return np.uint32(addr_of(th.cta, th.cta.offset_of(np.asarray(array))))
+
+
+@impl("dynamic_smem_base")
+def _dyn_base(array, align):
+    a = int(_smem_addr(array))
+    return np.uint32(-(-a // align) * align)
+
+
+@impl("make_desc")
+def _make_desc(addr, lbo, sbo, swizzle_code):
+    field = lambda v: ((int(v) >> 4) & 0x3FFF) << 4  # noqa: E731  the bits the descriptor keeps
+    return np.uint64(encode_desc(field(addr), field(lbo), field(sbo), SWIZZLE_NAME[int(swizzle_code) & 3]))
+
+
+@impl("desc_advance")
+def _desc_advance(desc, nbytes):
+    lo = (int(desc) + (int(nbytes) >> 4)) & 0xFFFFFFFF  # a 32-bit add on the low word
+    return np.uint64((int(desc) & ~0xFFFFFFFF) | lo)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout.descriptor import SWIZZLE_NAME, encode_desc
 from .address import addr_of, split, split_local
 from .core import (RANK_SHIFT, PhasedBarrier, SimHazard, SimStopped, acquire, collective, me, release, warp_members,
                    warpgroup_members)
@@ -31,30 +30,6 @@ def _fence_proxy_async():
     with th.cl.lock:
         th.cl.fence_epoch[th.gid] = th.clock[th.gid]
         th.clock[th.gid] += 1
-
-
-@impl("smem_addr")
-def _smem_addr(array):
-    th = me()
-    return np.uint32(addr_of(th.cta, th.cta.offset_of(np.asarray(array))))
-
-
-@impl("dynamic_smem_base")
-def _dyn_base(array, align):
-    a = int(_smem_addr(array))
-    return np.uint32(-(-a // align) * align)
-
-
-@impl("make_desc")
-def _make_desc(addr, lbo, sbo, swizzle_code):
-    field = lambda v: ((int(v) >> 4) & 0x3FFF) << 4  # noqa: E731  the bits the descriptor keeps
-    return np.uint64(encode_desc(field(addr), field(lbo), field(sbo), SWIZZLE_NAME[int(swizzle_code) & 3]))
-
-
-@impl("desc_advance")
-def _desc_advance(desc, nbytes):
-    lo = (int(desc) + (int(nbytes) >> 4)) & 0xFFFFFFFF  # a 32-bit add on the low word
-    return np.uint64((int(desc) & ~0xFFFFFFFF) | lo)
 
 
 @impl("cluster_ctarank")
