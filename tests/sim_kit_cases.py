@@ -14,7 +14,7 @@ from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
 from nbwgmma.layout import acc_value_coords
 from nbwgmma.errors import KitError
 from nbwgmma.kit import (ACTIVATIONS, TileScheduler, TmaPipeline, acc_col_reduce, acc_map, acc_row_reduce,
-                         pair_store)
+                         pair_store, rand, rand4x, randint, randint4x)
 from nbwgmma.launch import dynamic_smem_bytes, launch
 
 SIM_ONLY = pytest.mark.skipif(not config.ENABLE_CUDASIM,
@@ -896,3 +896,70 @@ def test_argmax_and_argmin_take_the_first_column_of_the_best_value(n, ncols):
         np.testing.assert_array_equal(got[:, h], 8 + v[rows].argmax(1))
         np.testing.assert_array_equal(got[:, 2 + h], 8 + v[rows].argmin(1))
         np.testing.assert_array_equal(got[:, 4 + h], 8 + v[rows].argmin(1))
+
+
+@cuda.jit
+def _draws(out, words, seed, base):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        off = base + i
+        out[i, 0] = rand(seed, off)
+        u0, u1, u2, u3 = rand4x(seed, off)
+        out[i, 1] = u0
+        out[i, 2] = u1
+        out[i, 3] = u2
+        out[i, 4] = u3
+        r0, r1, r2, r3 = randint4x(seed, off)
+        words[i, 0] = r0
+        words[i, 1] = r1
+        words[i, 2] = r2
+        words[i, 3] = r3
+        words[i, 4] = randint(seed, off)
+
+
+@pytest.mark.parametrize("seed, base", [(0, 0), (123456789, 1 << 31), (-5, (1 << 32) - 40), ((1 << 40) + 7, 99)])
+def test_random_draws_are_the_host_models_bit_for_bit(seed, base):
+    """rand, rand4x, randint4x and randint of nbwgmma.kit against nbwgmma.random, exactly; seeds
+    past 32 bits and negative, offsets across 2^31 and 2^32 (taken modulo 2^32)."""
+    import nbwgmma.random as hr
+
+    n = 80
+    out = cuda.to_device(np.full((n, 5), np.nan, np.float32))
+    words = cuda.to_device(np.zeros((n, 5), np.uint32))
+    launch(_draws, 1, 96, (out, words, np.int64(seed), np.int64(base)))
+    offs = base + np.arange(n)
+    got, w = out.copy_to_host(), words.copy_to_host()
+    np.testing.assert_array_equal(got[:, 0], hr.rand(seed, offs))
+    np.testing.assert_array_equal(got[:, 1:], np.stack(hr.rand4x(seed, offs), 1))
+    np.testing.assert_array_equal(w[:, :4], np.stack(hr.randint4x(seed, offs), 1))
+    np.testing.assert_array_equal(w[:, 4], w[:, 0])
+    assert ((got >= 0) & (got <= 1)).all() and len(np.unique(w[:, :4])) == 4 * n
+
+
+@cuda.jit(device=True, inline=True)
+def _dropout(v, row, col, seed, p, scale, n):
+    return v * scale if rand(seed, row * n + col) > p else np.float32(0.0)
+
+
+def test_dropout_in_acc_map_keeps_the_host_models_mask():
+    """A dropout mapped over a 64 x 64 fragment (offset row * n + col, the seed and p as acc_map's
+    scalars) keeps exactly where nbwgmma.random.rand(seed, offsets) > p, scaled by 1 / (1 - p)."""
+    import nbwgmma.random as hr
+
+    n, seed, p = 64, 2024, np.float32(0.25)
+    drop = acc_map(_dropout, n, nextra=4)
+    values = acc_map(_grid_value, n)
+
+    @cuda.jit
+    def kernel(out, seed, p, scale):
+        t = cuda.threadIdx.x
+        acc = drop(values(acc_zeros("f32.bf16.bf16", n), t, 0, 0), t, 0, 0, seed, p, scale, n)
+        acc_store(acc, "f32.bf16.bf16", out, t, 0, 0)
+
+    out = cuda.to_device(np.full((64, n), np.nan, np.float32))
+    scale = np.float32(1 / (1 - p))
+    launch(kernel, 1, 128, (out, np.int64(seed), p, scale))
+    keep = hr.rand(seed, np.arange(64 * n).reshape(64, n)) > p
+    want = np.where(keep, _grid_values(64, n).astype(np.float32) * scale, np.float32(0))
+    np.testing.assert_array_equal(out.copy_to_host(), want)
+    assert 0.6 < keep.mean() < 0.9

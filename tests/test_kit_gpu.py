@@ -1,6 +1,6 @@
 """The authoring kit's device functions on the GPU: the simulator's kit cases
 (tests/sim_kit_cases.py: acc_map's coordinates, packing and vectors, the scheduler's walk,
-the turn barriers, the row and column reductions) run as compiled kernels, and the activations against float64."""
+the turn barriers, the row and column reductions, the random draws) run as compiled kernels, and the activations against float64."""
 
 import math
 
@@ -23,6 +23,7 @@ from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
     test_row_reductions_give_every_lane_of_the_quad_its_rows, test_column_reductions_give_each_warp_its_sixteen_rows,
     test_acc_map_takes_row_pairs_a_softmax_of_the_rows, test_pair_store_writes_each_row_once_up_to_the_vectors_end,
     test_a_walk_of_ones_own_fills_the_ring_with_fill_stages, test_argmax_and_argmin_take_the_first_column_of_the_best_value,
+    test_random_draws_are_the_host_models_bit_for_bit, test_dropout_in_acc_map_keeps_the_host_models_mask,
 )
 
 pytestmark = pytest.mark.gpu

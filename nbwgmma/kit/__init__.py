@@ -36,6 +36,9 @@
 * :mod:`~nbwgmma.kit.cluster_k`: :class:`ClusterSplitK`, the two CTAs of a cluster each taking
   half of a tile's k-blocks (of 128 rows or, with one consumer, 64) and summing the halves
   through distributed shared memory;
+* :mod:`~nbwgmma.kit.random`: :func:`rand` and its kin, counter-based random numbers
+  (Philox-4x32-10 keyed by a seed, counted by an offset; Triton's ``tl.rand``): dropout and
+  other draws in an epilogue, regenerated on the host by :mod:`nbwgmma.random`;
 * :mod:`~nbwgmma.kit.device`: :func:`inlined`, device functions the compiler inlines
   (quick to compile; Numba's ``inline=True`` copies their IR at every call);
 * :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier; the turn two consumer
@@ -60,6 +63,7 @@ from .groups import group_walk
 from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .producer import fill_stages, tile_producer
+from .random import rand, rand4x, randint, randint4x
 from .reduce import REDUCE_OPS, acc_col_reduce, acc_row_reduce, pair_store
 from .scaling import SCALE_BLOCK, WIDE_COLS, BlockScaled, acc_promote, acc_promote_cols
 from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segment, stream_walk, stream_whole_units,
@@ -70,6 +74,6 @@ from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpg
 
 __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
            "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "stream_walk", "StreamFixup", "tile_producer", "fill_stages", "group_walk", "inlined", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "col_values", "VECTOR_TYPES", "tma_store_part",
-           "acc_row_reduce", "acc_col_reduce", "pair_store", "REDUCE_OPS",
+           "acc_row_reduce", "acc_col_reduce", "pair_store", "REDUCE_OPS", "rand", "rand4x", "randint", "randint4x",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass", "acc_absmax", "amax_start", "amax_note", "amax_flush"]

@@ -203,7 +203,8 @@ def pair_store(pair, vec, tid):
     its warpgroup) into ``vec``, a 1-D array whose element 0 is the fragment's first row (the
     slice ``out[row0:m]``, its length bounding the rows): lane ``tid % 4 == 0`` of each quad writes
     its rows ``lr = 16 * (tid // 32) + (tid % 32) // 4`` and ``lr + 8`` where they lie inside
-    ``vec``; the other three lanes, which hold the same pair, write nothing. ``vec`` must be 1-D,
+    ``vec``; the other three lanes, which hold the same pair, write nothing. ``vec`` must be 1-D
+    (a column of a 2-D array, ``scales[row0:m, g]``, is: its stride is kept),
     and hold floats for a pair of floats (a typing error otherwise); the values are converted to
     its element type (f32 into an f64 workspace, say)."""
     p = _PAIR(pair)

@@ -1,12 +1,15 @@
-"""Simulated approximate math (:mod:`nbwgmma.intrinsics.fastmath`): the correctly rounded
-f32 function with the hardware's flushing of subnormal inputs and results (``.ftz``), which
-lies within the instruction's documented error of the GPU's result."""
+"""Simulated arithmetic intrinsics. Approximate math (:mod:`nbwgmma.intrinsics.fastmath`): the
+correctly rounded f32 function with the hardware's flushing of subnormal inputs and results
+(``.ftz``), which lies within the instruction's documented error of the GPU's result. The
+16-bit pair conversions (:mod:`nbwgmma.intrinsics.convert`) and Philox
+(:mod:`nbwgmma.intrinsics.random`): exact, from the host models."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..layout.wgmma_model import decode_elements, encode_elements
+from ..random import philox4x32, uniform
 from .declare import impl
 
 _TINY = np.float32(2.0 ** -126)
@@ -54,3 +57,13 @@ def _x2_to_f32(w, fmt):
 def _f32_to_x2(lo, hi, fmt):
     with np.errstate(over="ignore"):
         return np.uint32(_half_bits(lo, fmt) | (_half_bits(hi, fmt) << 16))
+
+
+@impl("philox4x32")
+def _philox4x32(c0, c1, c2, c3, k0, k1):
+    return tuple(np.uint32(w) for w in philox4x32(int(c0), int(c1), int(c2), int(c3), int(k0), int(k1)))
+
+
+@impl("uint_to_uniform")
+def _uint_to_uniform(w):
+    return np.float32(uniform(np.uint32(int(w) & 0xFFFFFFFF)))

@@ -1,0 +1,70 @@
+"""Counter-based random numbers: the host model (nbwgmma.random) against Philox's known answers,
+the word-to-float conversion at its edges, the kit's draws compiled (32-bit integer code, no
+call, no local memory) and their typing errors."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import nbwgmma.random as hr
+from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+from nbwgmma.kit import rand, rand4x
+from nbwgmma.report import compile_report
+
+# Philox-4x32-10's known-answer vectors (Random123's kat_vectors): counter, key, result.
+KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF, 0xFFFFFFFF), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
+
+
+@pytest.mark.parametrize("counter, key, want", KAT)
+def test_philox_gives_its_authors_known_answers(counter, key, want):
+    assert tuple(int(w) for w in hr.philox4x32(*counter, *key)) == want
+
+
+def test_the_seed_is_the_key_and_the_offset_the_first_counter_word():
+    offs = np.array([0, 1, 2 ** 31, 2 ** 32 - 1])
+    seed = (7 << 32) | 9
+    got = hr.randint4x(seed, offs)
+    want = hr.philox4x32(offs, 0, 0, 0, 9, 7)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(hr.randint4x(seed, offs + 2 ** 32)[0], got[0])  # offsets modulo 2^32
+    np.testing.assert_array_equal(hr.randint4x(-1, 5)[0], hr.philox4x32(5, 0, 0, 0, 2 ** 32 - 1, 2 ** 32 - 1)[0])
+
+
+def test_words_become_uniforms_in_the_closed_unit_interval():
+    w = np.array([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0x40000000], np.uint32)
+    np.testing.assert_array_equal(hr.uniform(w), np.float32([0, 2 ** -31, 1, 1, 0, 0.5]))
+    u = hr.rand(3, np.arange(1 << 16))
+    assert u.dtype == np.float32 and 0.49 < u.mean() < 0.51 and (u >= 0).all() and (u <= 1).all()
+
+
+@cuda.jit
+def _four(out, seed, n):
+    i = cuda.grid(1)
+    if i < n:
+        a, b, c, d = rand4x(seed, i)
+        out[i] = a + b + c + d
+
+
+def test_a_draw_compiles_to_32_bit_integer_code():
+    """rand4x: ten rounds of IMAD.WIDE.U32 pairs and LOP3s, no CALL (no 64-bit division or
+    multiplication routine), no local memory, no float64."""
+    r = compile_report(_four, "(float32[:], int64, int32)")
+    assert r.local_memory_ops == 0 and r.spill_stores == 0
+    assert "CALL" not in r.sass and not any(op.startswith(("DADD", "DMUL", "DFMA", "F2F.F64")) for op in r.sass)
+    assert 20 <= r.sass.get("IMAD", 0) <= 40 and 20 <= r.sass.get("LOP3", 0) <= 40
+    assert sum(r.sass.values()) < 160
+
+
+def test_a_float_offset_is_a_typing_error_at_the_call():
+    @cuda.jit
+    def kernel(out, seed):
+        out[0] = rand(seed, 1.5)
+
+    with pytest.raises(NbwgmmaTypingError, match="float"):
+        compile_report(kernel, "(float32[:], int64)")
