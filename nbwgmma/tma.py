@@ -218,6 +218,15 @@ class TensorMap:
     takes every n-th element of a dimension into the box. The map lives in device memory;
     kernels take ``.address``. Maps with the same parameters share one device copy, so building
     one per launch costs no synchronization after the first.
+
+    A box may reach past the array's edges, or lie wholly outside them (a box larger than a
+    small array, the last tiles of a problem whose sizes are not multiples of the tile): a load
+    writes the elements outside as ``oob_fill`` gives, ``"zero"`` (the default: padding that
+    adds nothing to a product's K sum) or ``"nan"`` (floating-point types only; a NaN that
+    shows where padding was read), and still delivers the whole box's bytes to its mbarrier,
+    so a stage's ``expect_tx`` counts full boxes whatever their position. A store writes only
+    the elements inside. ``l2_promotion`` (``"none"``, ``"64B"``, ``"128B"``, ``"256B"``) is
+    the size of the L2 requests a load makes (the driver's ``CU_TENSOR_MAP_L2_PROMOTION``).
     """
 
     def __init__(self, array: Any, box: Sequence[int], *, dtype: str | None = None, swizzle: str = "128B",
