@@ -696,7 +696,9 @@ def test_fewer_bytes_than_expected_stops_with_the_barrier_state():
     with pytest.raises(sim.SimStopped, match=r"mbarrier 'full\[0\]' at shared address 0x[0-9a-f]+, waiting for "
                                              r"parity 0 \(the completion of a phase of that parity\); its current "
                                              r"phase, not yet complete, is 0 \(parity 0\), with 0 of 1 arrivals "
-                                             r"pending and 4096 transaction bytes pending"):
+                                             r"pending and 4096 transaction bytes pending.*the copies that landed "
+                                             r"in this phase: 1 x a TMA load \(a \d+x\d+ \w+ map, box \(\d+, \d+\)\) "
+                                             r"\(\d+ bytes\) issued at .*sim_hazard_cases.py:\d+"):
         _run_tma(expect=BOX_BYTES + 4096)
 
 
@@ -1704,3 +1706,21 @@ def test_an_expect_tx_ordered_before_the_arrival_by_a_barrier_runs():
     launch(_expect_tx_unordered, 1, 64, (cuda.to_device(np.arange(32, dtype=np.float32)), out, np.int32(1)),
            smem=dynamic_smem_bytes(1024))
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(32, dtype=np.float32))
+
+
+@cuda.jit
+def _two_warpgroups_share_a_buffer(out):
+    buf = cuda.shared.array(0, np.float32)
+    t = cuda.threadIdx.x
+    if t == 128:
+        buf[3] = 1.0  # warpgroup 1's block
+    if t == 256:
+        out[0] = buf[3]  # warpgroup 2 reads the same bytes: its block overlaps
+
+
+def test_a_race_between_warpgroups_names_them_and_the_byte_in_the_dynamic_memory():
+    """Where two warpgroups' buffers overlap: the message says which warpgroup each thread is in and
+    where the byte lies in the dynamic shared memory (the offset a kernel's own layout counts)."""
+    with pytest.raises(sim.SimHazard, match=r"\(thread 256 is in warpgroup 2, thread 128 is in warpgroup 1; "
+                                            r"0x[0-9a-f]+ is byte 12 of the dynamic shared memory\)"):
+        launch(_two_warpgroups_share_a_buffer, 1, 384, (cuda.to_device(np.zeros(1, np.float32)),), smem=64)

@@ -95,15 +95,16 @@ def _bulk(th):
     return th.bulk
 
 
-def _land(th, cta, off, raw, bar_off, what, swizzle=None, dtype=None):
+def _land(th, cta, off, raw, bar_off, what, swizzle=None, dtype=None, detail=""):
     """Bytes ``raw`` of a copy issued by ``th`` land at ``off`` of ``cta`` and complete on its
     mbarrier at ``bar_off`` (call with the lock held); ``swizzle``, ``dtype``: a TMA tile's
-    layout, as it lies, and its map's element type."""
+    layout, as it lies, and its map's element type; ``detail`` (its map) names the copy in the
+    barrier's list of the phase's copies."""
     m = mbar(addr_of(cta, bar_off), peer=True)
     idx = np.arange(off, off + raw.size)
     cta.shadow.async_write(th, idx, what, m, swizzle, dtype)
     cta.image[off:off + raw.size] = raw
-    complete_tx(th, m, raw.size)
+    complete_tx(th, m, raw.size, f"{what} ({detail})" if detail else what)
 
 
 def _check_box_aligned(th, addr, swizzle, what):
@@ -124,6 +125,12 @@ def _check_bulk_aligned(th, shared, glob, nbytes, what):
                         f"global 0x{int(glob):x}")
 
 
+def _map_text(p):
+    """A map as the user gave it: "a 200x16 bf16 map, box (128, 64)"."""
+    return (f"a {'x'.join(str(d) for d in reversed(p.dims))} {p.dtype} map, box "
+            f"({', '.join(str(b) for b in reversed(p.box))})")
+
+
 def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
 
     th = me()
@@ -141,7 +148,7 @@ def _tma_load(rank, multicast, dst, tmap, bar, mask=1, **kw):
     targets = [c for c in th.cl.ctas if (int(mask) >> c.rank) & 1] if multicast else [split(dst)[0]]
     with th.cl.lock:
         for cta in targets:
-            _land(th, cta, off, raw, boff, "a TMA load", p.swizzle, p.dtype)
+            _land(th, cta, off, raw, boff, "a TMA load", p.swizzle, p.dtype, _map_text(p))
 
 
 def _box_bytes(tm, src):

@@ -194,6 +194,17 @@ class CTA:
                 arr = self.static[caller]
         return arr
 
+    def place(self, off) -> str:
+        """Where shared byte ``off`` lies: in the dynamic shared memory (its offset from the start,
+        what the kernel's own offsets count) or a static array (its line and offset)."""
+        if DYN_BASE <= off < DYN_BASE + self.dyn_bytes:
+            return f"byte {off - DYN_BASE} of the dynamic shared memory"
+        for (fname, line), arr in self.static.items():
+            start = self.offset_of(arr)
+            if start <= off < start + arr.nbytes:
+                return f"byte {off - start} of the static shared array at {fname}:{line}"
+        return "outside the kernel's shared memory"
+
     def offset_of(self, arr) -> int:
         off = arr.__array_interface__["data"][0] - self.image.__array_interface__["data"][0]
         if not 0 <= off < SMEM_BYTES:

@@ -213,7 +213,7 @@ class Shadow:
             raise SimHazard(
                 f"thread {th.thread_id} ({what} at {th.where}) updates shared memory at 0x{b:x} that "
                 f"{self._writer_at(b)} stored to, with nothing ordering that store before this atomic (a "
-                f"barrier between them is missing)")
+                f"barrier between them is missing){self._placed(b, th.gid, int(self.gw_tid[b]) - 1)}")
         self.atomics.record(th, idx)
         self.written[idx] = True
 
@@ -245,7 +245,7 @@ class Shadow:
                 f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at 0x{b:x} that thread "
                 f"{self._local(int(self.gr_tid[b]) - 1)} ({what_r} at {at_r}) read, with nothing ordering that "
                 f"read before this write: on the GPU the write may land first (a barrier, or a release the "
-                f"writer waits for, after the read is missing)")
+                f"writer waits for, after the read is missing){self._placed(b, th.gid, int(self.gr_tid[b]) - 1)}")
         for key, (seqs, ops) in self.readers.items():
             q = int(seqs[idx].max()) if np.size(idx) else 0
             if not q:
@@ -278,7 +278,8 @@ class Shadow:
                 raise SimHazard(
                     f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that "
                     f"{self._writer_at(b)} wrote, with nothing ordering that write before this read (a barrier "
-                    f"between them is missing, or the two threads should not share that memory)")
+                    f"between them is missing, or the two threads should not share that memory)"
+                    f"{self._placed(b, th.gid, int(self.gw_tid[b]) - 1)}")
             self.atomics.check(th, idx, what)
         self.check_copies(th, idx, what)
         if generic:  # the last reader of each byte, which later writes by other threads must follow
@@ -381,7 +382,7 @@ class Shadow:
         raise SimHazard(
             f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that {self._writer_at(b)} "
             f"wrote, with nothing ordering that write before this read (a barrier between them is missing, or the "
-            f"two threads should not share that memory)")
+            f"two threads should not share that memory){self._placed(b, th.gid, int(self.gw_tid[b]) - 1)}")
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -397,6 +398,17 @@ class Shadow:
         idx = np.atleast_1d(idx)
         hit = idx[np.atleast_1d(arr[idx]) == value]
         return f"0x{int(hit[0] if hit.size else idx[0]):x}"
+
+    def _placed(self, b, *gids):
+        """Where byte ``b`` and the threads ``gids`` are, as a closing sentence: the warpgroup of
+        each thread (in a block of more than one) and the byte's place in the kernel's shared
+        memory, so that two warpgroups' overlapping buffers show as such."""
+        parts = []
+        if self.cta.cl.nthreads > 128:
+            parts.append(", ".join(f"thread {self._local(g)} is in warpgroup {(g % self.cta.cl.nthreads) // 128}"
+                                   for g in dict.fromkeys(gids)))
+        parts.append(f"0x{b:x} is {self.cta.place(b)}")
+        return " (" + "; ".join(parts) + ")"
 
     def _writer_at(self, b):
         """"thread T (what at file:line)" of the last generic write to byte ``b``."""

@@ -321,6 +321,7 @@ class MBarrier:
         self.done = {}  # completed phase -> clock
         self.sites, self.done_sites = [], {}  # the arrivals' lines: this phase's, and by completed phase
         self.expects = []  # this phase's standalone expect_tx no arrival is ordered after yet: (gid, epoch, tid, line)
+        self.landed = {}  # this phase's copies: (what, issuing line) -> [count, bytes]
         self.arrivers = {}  # (CTA, thread id) -> line: every thread that arrived on it or armed it, any phase
         self.cond = cta.cl.new_cond()
 
@@ -332,11 +333,19 @@ class MBarrier:
     def state(self):
         short = "" if self.pending or self.tx <= 0 else (
             ": every arrival is in, the bytes are short (copies not issued, or maps whose boxes bring "
-            "fewer bytes than the expect_tx counted: check each map's box against the stage's bytes)")
+            "fewer bytes than the expect_tx counted: check each map's box against the stage's bytes); "
+            + (f"the copies that landed in this phase: {self.landed_copies()}" if self.landed
+               else "no copy landed in this phase"))
         return (f"its current phase, not yet complete, is {self.phase} (parity {self.phase & 1}), with "
                 f"{self.pending} of "
                 f"{self.expected} arrivals pending and {self.tx} transaction bytes pending "
                 f"({self.expected_bytes} expected, {self.arrived_bytes} arrived in this phase){short}")
+
+    def landed_copies(self) -> str:
+        """This phase's copies so far, alike ones counted together."""
+        parts = [f"{n} x {what} ({nbytes} bytes{' each' if n > 1 else ''}) issued at {at}"
+                 for (what, at, nbytes), n in self.landed.items()]
+        return "; ".join(parts[:6]) + (f"; and {len(parts) - 6} more" if len(parts) > 6 else "")
 
     def _check(self, th):
         if self.pending == 0 and self.tx < 0:
@@ -351,7 +360,7 @@ class MBarrier:
             self.done.pop(self.phase - 4, None)
             self.done_sites[self.phase] = self.sites
             self.done_sites.pop(self.phase - 4, None)
-            self.sites, self.expects = [], []
+            self.sites, self.expects, self.landed = [], [], {}
             self.clock = self.cta.cl.new_clock()
             self.phase += 1
             self.pending = self.expected
@@ -483,8 +492,11 @@ def mb_update(bar, arrivals=0, tx=0, peer=False):
         return mbar(bar, peer=peer).update(th, arrivals, tx)
 
 
-def complete_tx(th, m, nbytes):
-    """A copy issued by ``th`` delivers ``nbytes`` on ``m`` (call with the lock held)."""
+def complete_tx(th, m, nbytes, what="a copy"):
+    """A copy issued by ``th`` delivers ``nbytes`` on ``m`` (call with the lock held); ``what`` names
+    it in a hang's report of the phase's copies."""
+    key = (what, th.where, int(nbytes))
+    m.landed[key] = m.landed.get(key, 0) + 1
     m.update(th, tx=-int(nbytes))
 
 
