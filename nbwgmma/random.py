@@ -8,16 +8,16 @@ Nothing is stored: the number at a counter is a pure function of (key, counter),
 dropout mask (or any draw) is regenerated wherever it is needed, the backward pass and a test
 on the host among them.
 
-The conventions are those of Triton's ``tl.randint4x`` / ``tl.rand``: the key is the 64-bit
-``seed`` split into its low and high words, the counter is ``(offset, 0, 0, 0)`` with
-``offset`` taken modulo 2^32, and the uniform float is the first word read as a signed
+The conventions are those of Triton's ``tl.randint4x`` / ``tl.rand`` (3.x, with 64-bit
+offsets): the key is the 64-bit ``seed`` split into its low and high words, the counter is
+``(offset's low word, offset's high word, 0, 0)``, and the uniform float is the first word read as a signed
 integer ``x``, folded to ``x`` or ``-x - 1`` (both in [0, 2^31 - 1]) and multiplied by
 2^-31 in f32. The result lies in [0, 1]: 1.0 itself comes out (the fold's largest values round
 to 2^31 in f32), with probability about 2^-25. Philox itself is checked against its
 authors' known-answer vectors (tests/test_kit_cpu.py).
 
 * :func:`philox4x32` ``(c0, c1, c2, c3, k0, k1) -> (r0, r1, r2, r3)``: arrays of uint32;
-* :func:`randint4x` ``(seed, offset)``: the four words at counter ``(offset, 0, 0, 0)``;
+* :func:`randint4x` ``(seed, offset)``: the four words at counter ``(offset lo, offset hi, 0, 0)``;
 * :func:`rand` ``(seed, offset)``: the uniform f32 of the first word;
 * :func:`rand4x` ``(seed, offset)``: four uniform f32, one a word.
 """
@@ -61,9 +61,11 @@ def _key(seed):
 
 
 def randint4x(seed, offset):
-    """The four uint32 words at counter ``(offset, 0, 0, 0)`` under ``seed`` (64-bit)."""
+    """The four uint32 words at counter ``(offset's low word, its high word, 0, 0)`` under ``seed``
+    (both 64-bit integers; negative ones as their two's-complement bits)."""
     k0, k1 = _key(seed)
-    return philox4x32(offset, 0, 0, 0, k0, k1)
+    o0, o1 = _key(offset)
+    return philox4x32(o0, o1, 0, 0, k0, k1)
 
 
 def uniform(word):

@@ -917,10 +917,11 @@ def _draws(out, words, seed, base):
         words[i, 4] = randint(seed, off)
 
 
-@pytest.mark.parametrize("seed, base", [(0, 0), (123456789, 1 << 31), (-5, (1 << 32) - 40), ((1 << 40) + 7, 99)])
+@pytest.mark.parametrize("seed, base", [(0, 0), (123456789, 1 << 31), (-5, (1 << 32) - 40), ((1 << 40) + 7, 99),
+                                        (3, (9 << 40) - 20)])
 def test_random_draws_are_the_host_models_bit_for_bit(seed, base):
     """rand, rand4x, randint4x and randint of nbwgmma.kit against nbwgmma.random, exactly; seeds
-    past 32 bits and negative, offsets across 2^31 and 2^32 (taken modulo 2^32)."""
+    past 32 bits and negative, offsets across 2^31 and 2^32 and past 2^40 (the high word counts)."""
     import nbwgmma.random as hr
 
     n = 80

@@ -13,7 +13,7 @@ widens unsigned 32-bit products to 64 bits.
   multiplied by 2^-31 (``cvt.rn.f32.s32``, ``mul.f32``; PTX ISA "cvt", "shr").
 
 The host model, the constants and the conventions (Triton's: the key is a 64-bit seed's two
-words, the counter ``(offset, 0, 0, 0)``) are in :mod:`nbwgmma.random`; the kit's draws built on
+words, the counter ``(offset's two words, 0, 0)``) are in :mod:`nbwgmma.random`; the kit's draws built on
 this (:func:`nbwgmma.kit.rand` and its kin) in :mod:`nbwgmma.kit.random`.
 """
 

@@ -21,8 +21,8 @@ from .. import backend
 from ..errors import KitError, is_int
 from ..intrinsics.errors import NbwgmmaTypingError
 
-__all__ = ["wgmma_n", "fragment_check", "count_check", "vector_check", "number_check", "address_check", "f32_array_check",
-           "store_vector_check",
+__all__ = ["wgmma_n", "fragment_check", "count_check", "vector_check", "number_check", "integer_check", "address_check",
+           "f32_array_check", "store_vector_check",
            "VECTOR_ELEMENTS"]
 
 #: the array element types each vtype reads (NumPy's names, which Numba's types print as too). f32
@@ -197,6 +197,22 @@ def number_check(what: str, fn_name: str = "fn", integer: bool = False):
         if isinstance(x, (numbers.Real, np.integer, np.floating, np.bool_)):
             return None
         return message("none" if x is None else f"{type(x).__name__} {x!r}"[:80])
+
+    return _check(typed, valued)
+
+
+def integer_check(what: str, name: str, why: str):
+    """A check refusing a ``name`` that is not one integer (``why`` says what it is for): a float
+    would be cut, or refused deep inside the block with Numba's report and no line."""
+    def message(got):
+        return f"{what}: {name} must be an integer ({why}); got {got}"
+
+    def typed(x):
+        return None if isinstance(x, types.Integer) else message(str(x))
+
+    def valued(x):
+        return None if isinstance(x, (int, np.integer)) and not isinstance(x, bool) else \
+            message(f"{type(x).__name__} {x!r}"[:80])
 
     return _check(typed, valued)
 
