@@ -19,14 +19,17 @@ authors' known-answer vectors (tests/test_kit_cpu.py).
 * :func:`philox4x32` ``(c0, c1, c2, c3, k0, k1) -> (r0, r1, r2, r3)``: arrays of uint32;
 * :func:`randint4x` ``(seed, offset)``: the four words at counter ``(offset lo, offset hi, 0, 0)``;
 * :func:`rand` ``(seed, offset)``: the uniform f32 of the first word;
-* :func:`rand4x` ``(seed, offset)``: four uniform f32, one a word.
+* :func:`rand4x` ``(seed, offset)``: four uniform f32, one a word;
+* :func:`rand4x_2x2` ``(seed, rows, cols)``: the uniforms a kernel draws for its accumulator
+  with :func:`nbwgmma.kit.acc_map4` and one ``rand4x`` a 2 x 2 group.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PHILOX_M", "PHILOX_W", "PHILOX_ROUNDS", "philox4x32", "randint4x", "rand", "rand4x", "uniform"]
+__all__ = ["PHILOX_M", "PHILOX_W", "PHILOX_ROUNDS", "philox4x32", "randint4x", "rand", "rand4x", "rand4x_2x2",
+           "uniform"]
 
 #: The round multipliers (for the words c0 and c2).
 PHILOX_M = (0xD2511F53, 0xCD9E8D57)
@@ -83,3 +86,17 @@ def rand(seed, offset):
 def rand4x(seed, offset):
     """Four uniform f32 at ``offset`` under ``seed``, one from each word."""
     return tuple(uniform(w) for w in randint4x(seed, offset))
+
+
+def rand4x_2x2(seed, rows, cols, *, ld=None, offset=0):
+    """A ``(rows, cols)`` f32 array of the uniforms that ``acc_map4`` with ``rand4x(seed, offset +
+    row * ld + col)`` gives each value of an output (``ld`` defaults to ``cols``): each 2 x 2
+    group ``(r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1)`` of the accumulator layout (``r % 16
+    < 8``, ``c`` even) takes the four words of the draw at ``offset + r * ld + c``, in that
+    order. (Tiles start at rows that are multiples of 16 and even columns.)"""
+    ld = cols if ld is None else ld
+    i, j = np.indices((rows, cols))
+    low = (i % 16) >= 8
+    r, c = i - 8 * low, j - j % 2
+    words = np.stack(rand4x(seed, np.asarray(offset, np.int64) + r.astype(np.int64) * ld + c))
+    return np.take_along_axis(words, (2 * low + j % 2)[None], 0)[0]

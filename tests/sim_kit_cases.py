@@ -13,7 +13,7 @@ from numba import config, cuda
 from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
 from nbwgmma.layout import acc_value_coords
 from nbwgmma.errors import KitError
-from nbwgmma.kit import (ACTIVATIONS, TileScheduler, TmaPipeline, acc_col_reduce, acc_map, acc_row_reduce,
+from nbwgmma.kit import (ACTIVATIONS, TileScheduler, TmaPipeline, acc_col_reduce, acc_map, acc_map4, acc_row_reduce,
                          pair_store, rand, rand4x, randint, randint4x)
 from nbwgmma.launch import dynamic_smem_bytes, launch
 
@@ -964,3 +964,44 @@ def test_dropout_in_acc_map_keeps_the_host_models_mask():
     want = np.where(keep, _grid_values(64, n).astype(np.float32) * scale, np.float32(0))
     np.testing.assert_array_equal(out.copy_to_host(), want)
     assert 0.6 < keep.mean() < 0.9
+
+
+@cuda.jit(device=True, inline=True)
+def _group_where(a, b, c, d, row, col, scale):
+    return a + row * scale + col, b + row * scale + col + 1, c + (row + 8) * scale + col, d + (row + 8) * scale + col + 1
+
+
+@cuda.jit(device=True, inline=True)
+def _dropout4(a, b, c, d, row, col, seed, p, scale, n):
+    u0, u1, u2, u3 = rand4x(seed, row * n + col)
+    z = np.float32(0.0)
+    return (a * scale if u0 > p else z, b * scale if u1 > p else z, c * scale if u2 > p else z,
+            d * scale if u3 > p else z)
+
+
+@pytest.mark.parametrize("n", [8, 64])
+def test_acc_map4_gives_each_group_its_four_values_and_corner(n):
+    """acc_map4's groups: value order (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1), the corner
+    passed as (row, col); and a dropout on rand4x keeps exactly the host model's mask
+    (nbwgmma.random.rand4x_2x2), from row0 = 64 and col0 = 8."""
+    import nbwgmma.random as hr
+
+    mapped = acc_map4(_group_where, n, nextra=1)
+    drop = acc_map4(_dropout4, n, nextra=4)
+    values = acc_map(_grid_value, n)
+    seed, p, scale, ld = 77, np.float32(0.5), np.float32(2.0), n + 8
+
+    @cuda.jit
+    def kernel(out, kept, seed, p, scale, ld):
+        t = cuda.threadIdx.x
+        acc_store(mapped(acc_zeros("f32.bf16.bf16", n), t, 64, 8, 1000), "f32.bf16.bf16", out, t, 0, 0)
+        acc = drop(values(acc_zeros("f32.bf16.bf16", n), t, 64, 8), t, 64, 8, seed, p, scale, ld)
+        acc_store(acc, "f32.bf16.bf16", kept, t, 0, 0)
+
+    out, kept = (cuda.to_device(np.full((64, n), np.nan, np.float32)) for _ in range(2))
+    launch(kernel, 1, 128, (out, kept, np.int64(seed), p, scale, np.int64(ld)))
+    rows, cols = np.indices((64, n))
+    np.testing.assert_array_equal(out.copy_to_host(), (rows + 64) * 1000 + cols + 8)
+    u = hr.rand4x_2x2(seed, 128, ld)[64:, 8:]
+    want = np.where(u > p, _grid_values(128, 8 + n)[64:, 8:].astype(np.float32) * scale, np.float32(0))
+    np.testing.assert_array_equal(kept.copy_to_host(), want)

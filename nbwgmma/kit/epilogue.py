@@ -22,7 +22,8 @@ Per-column and per-row vectors (``cols=``, ``rows=``) are loaded once per thread
 (row), with no compare where the vector covers the tile; other extra arguments
 (``nextra=``) reach ``fn`` as they are. Row and column are signed integers: compare them
 with the kernel's int32 sizes as they are. With ``pack="bf16"`` the results come out as
-packed bf16 pairs, ready for ``stmatrix``.
+packed bf16 pairs, ready for ``stmatrix``. :func:`acc_map4` hands a function the four values
+of each 2 x 2 group a thread holds at once (one random draw of four numbers for them).
 The activations are device functions of one value.
 """
 
@@ -44,7 +45,7 @@ from .device import inlined
 from .typecheck import count_check, fragment_check, number_check, vector_check, wgmma_n
 from .warpgroup import warpgroup_sync
 
-__all__ = ["acc_map", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
+__all__ = ["acc_map", "acc_map4", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
            "gelu_tanh_approx", "silu", "sigmoid", "value_coords"]
 
 
@@ -358,6 +359,56 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, pairs: int = 0, nextra:
     for j in range(cols if loaded else 0, cols + rows):
         ns[f"vec{j}"] = vector_check(name, f"vector {j} (per {'column' if j < cols else 'row'})", vtypes[j],
                                      dtype == "s32")
+    exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
+    return inlined(ns["mapped"])
+
+
+def acc_map4(fn, n: int, *, nextra: int = 0, dtype: str = "f32", pack: str | None = None):
+    """A device function ``(acc, tid, row0, col0, *extra) -> fragment`` applying
+    ``fn(v00, v01, v10, v11, row, col, *extra) -> (w00, w01, w10, w11)`` to each 2 x 2 group
+    of a 64 x ``n`` fragment that thread ``tid`` (0-127 in its warpgroup) holds: the values at
+    ``(row, col)``, ``(row, col + 1)``, ``(row + 8, col)``, ``(row + 8, col + 1)``, four
+    consecutive registers (``row`` is ``row0 + 16 * (tid // 32) + (tid % 32) // 4``, ``col``
+    ``col0 + 8 * j + 2 * (tid % 4)`` for group ``j``: with ``row0`` a multiple of 16 and ``col0``
+    even, ``row % 16 < 8`` and ``col`` even, so ``row * ld + col`` numbers the groups apart).
+
+    What :func:`acc_map` cannot: one computation for four values, such as a draw of four
+    random numbers (:func:`~nbwgmma.kit.rand4x`: a quarter of the work of a draw a value) or a
+    2 x 2 pattern. ``nextra`` arguments pass through to ``fn``; ``dtype`` and ``pack`` as in
+    :func:`acc_map` (each result converted to ``dtype``; ``pack`` packs ``(w00, w01)`` and
+    ``(w10, w11)``, the ``acc_to_bf16x2`` layout). ``fn`` must return a tuple of four numbers
+    (a typing error at the kernel's line otherwise)."""
+    n = wgmma_n("acc_map4", "n", n)
+    if dtype not in _DTYPES:
+        raise KitError(f"acc_map4: dtype must be one of {sorted(_DTYPES)}; got {dtype!r}")
+    if pack not in _PACKS or (pack and dtype != "f32"):
+        raise KitError(f"acc_map4: pack must be None, or 'bf16' or 'f16' with dtype='f32'; got pack={pack!r}, "
+                       f"dtype={dtype!r}")
+    if not is_int(nextra) or not 0 <= nextra <= 8:
+        raise KitError(f"acc_map4: nextra must be an integer in [0, 8]; got {nextra!r}")
+    nextra = int(nextra)
+    if inspect.isfunction(fn):
+        fn = plain_device_function(fn)
+    check_fn_arity("acc_map4", fn, 6 + nextra, f"(v00, v01, v10, v11, row, col{', an extra' * nextra}) for "
+                   f"nextra={nextra}")
+    extra = "".join(f", args[{j}]" for j in range(nextra))
+    lines = ["def mapped(acc, tid, row0, col0, *args):", "    check(acc)", "    count(args)",
+             "    r = row0 + ((tid >> 5) << 4) + ((tid >> 2) & 7)",
+             "    c = col0 + ((tid & 3) << 1)"]
+    for g in range(n // 8):
+        lines.append(f"    g{g} = four(fn(T(acc[{4 * g}]), T(acc[{4 * g + 1}]), T(acc[{4 * g + 2}]), "
+                     f"T(acc[{4 * g + 3}]), r, c + {8 * g}{extra}))")
+    lines.append("    return (")
+    for g in range(n // 8):
+        w = [f"T(one(g{g}[{k}]))" for k in range(4)]
+        lines.append(f"        P(({w[0]}, {w[1]}))[0], P(({w[2]}, {w[3]}))[0]," if pack else
+                     f"        {', '.join(w)},")
+    lines.append("    )")
+    name = f"acc_map4({getattr(fn, '__name__', 'fn')}, n={n})"
+    ns = {"fn": fn, "T": _DTYPES[dtype], "P": _PACKS[pack], "check": fragment_check(name, n // 2),
+          "count": count_check(name, 0, 0, nextra),
+          "four": fragment_check(name, 4, "fn's result", "the four values of its 2 x 2 group", element="number"),
+          "one": number_check(name, integer=dtype == "s32")}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.{name}>", "exec"), ns)
     return inlined(ns["mapped"])
 
