@@ -1724,3 +1724,22 @@ def test_a_race_between_warpgroups_names_them_and_the_byte_in_the_dynamic_memory
     with pytest.raises(sim.SimHazard, match=r"\(thread 256 is in warpgroup 2, thread 128 is in warpgroup 1; "
                                             r"0x[0-9a-f]+ is byte 12 of the dynamic shared memory\)"):
         launch(_two_warpgroups_share_a_buffer, 1, 384, (cuda.to_device(np.zeros(1, np.float32)),), smem=64)
+
+
+@cuda.jit
+def _store_past_the_end(out):
+    t = cuda.threadIdx.x
+    out[t] = 1.0  # OUT OF BOUNDS for t >= out.size: no guard
+
+
+def test_an_index_past_an_array_is_a_hazard_at_the_kernel_line():
+    """NumPy's IndexError in the simulator, which the GPU would not raise (a silent store into
+    whatever lies past the array), reported as a hazard at the kernel's line."""
+    import inspect
+
+    src, first = inspect.getsourcelines(_store_past_the_end.py_func)
+    line = first + next(i for i, s in enumerate(src) if "OUT OF BOUNDS" in s)
+    with pytest.raises(sim.SimHazard, match=rf"thread \d+ of block \(0, 0, 0\) at .*sim_hazard_cases.py:{line}: an "
+                                            rf"index outside its array \(index \d+ is out of bounds .*\): the GPU does "
+                                            rf"not check it"):
+        launch(_store_past_the_end, 1, 64, (cuda.to_device(np.zeros(40, np.float32)),))

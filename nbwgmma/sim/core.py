@@ -374,6 +374,8 @@ class SimThread(greenlet.greenlet):
                 cta.left = True
         except greenlet.GreenletExit:
             raise
+        except IndexError as e:  # an index past an array of the kernel's, which the GPU does not check
+            self.cl.fail(_unchecked_index(self, e))
         except BaseException as e:  # raised by run(), a KeyboardInterrupt as it is
             self.cl.fail(e)
         finally:
@@ -398,6 +400,25 @@ class SimThread(greenlet.greenlet):
 
     def syncthreads_or(self, val):
         return self._syncthreads_reduce("syncthreads_or", val, lambda v: int(any(v)))
+
+
+def _unchecked_index(th, e):
+    """An ``IndexError`` of the kernel's code (an array indexed past its end: NumPy's check, which
+    the GPU does not make) as a :class:`SimHazard` naming the line; one raised inside the simulator
+    stays as it is."""
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    f = tb.tb_frame
+    while f is not None and ("numba" in f.f_code.co_filename or "numpy" in f.f_code.co_filename):
+        f = f.f_back
+    if f is None or f.f_code.co_filename.startswith(os.path.dirname(os.path.abspath(__file__))):
+        return e
+    err = SimHazard(f"thread {th.thread_id} of block {tuple(th.blockIdx)} at {where_from(f, th)}: an index outside "
+                    f"its array ({e}): the GPU does not check it, so a load reads whatever lies there and a store "
+                    f"overwrites another array's data or faults; guard the access with the array's size")
+    err.__cause__ = e
+    return err
 
 
 def me() -> SimThread:
