@@ -6,7 +6,8 @@ two consumer warpgroups of two 64-row accumulators, clusters of two sharing A's 
 dropout draws its numbers with the kit's counter-based generator: ``acc_map4`` hands each 2 x 2
 group a thread holds to one function, which makes one ``rand4x(seed, row * n + col)`` (Philox,
 four uniforms) for its four values and reads their residual pair of each row as one 32-bit
-word. Nothing is stored for the mask: ``nbwgmma.random.rand4x_2x2(seed, m, n) > p`` gives it
+word. The epilogue runs with the tensor cores idle (the residual's loads, the draws: about a
+tenth of the time at 8192^3). Nothing is stored for the mask: ``nbwgmma.random.rand4x_2x2(seed, m, n) > p`` gives it
 again, on the host for the check below, or in the backward pass's kernel with the same draw.
 
     python examples/gemm_11_dropout.py [M [N K]]
@@ -53,17 +54,18 @@ def keep(v, u, p, scale):
 
 def dropout_residual(v00, v01, v10, v11, row, col, seed, p, scale, m, n, res, bias):
     """One 2 x 2 group: (row, col), (row, col + 1), (row + 8, col), (row + 8, col + 1); ``res``
-    the residual as 32-bit words (two bf16 a word: columns col and col + 1 of a row). The bias is
-    read here, two values a group (from L1): loaded for the whole tile under its last wgmmas
-    (``col_values``, as step 5 does) its 32 registers, live beside the draws, spilled 120 bytes."""
+    the residual as 32-bit words (two bf16 a word: columns col and col + 1 of a row). The loads
+    are clamped into the arrays, not guarded by branches: what lands past M or N is never stored
+    (the TMA store clips it), and loads without branches issue together, one latency a part.
+    Guarded by ``if row < m`` each waited for its own DRAM latency in turn: 0.79x the bare
+    product at 8192^3 against 0.90x now (an H200, BENCHMARKS.md 2026-12-03). The bias is read here
+    too (L1 hits): loaded ahead for the whole tile (``col_values``) its 32 registers spilled."""
     u0, u1, u2, u3 = rand4x(seed, row * n + col)
-    r00 = r01 = r10 = r11 = b0 = b1 = ZERO
-    if col < n:  # n even: the pair is inside or outside whole
-        b0, b1 = bias[col], bias[col + 1]
-        if row < m:
-            r00, r01 = x2_to_f32(res[row, col >> 1], "bf16")
-        if row + 8 < m:
-            r10, r11 = x2_to_f32(res[row + 8, col >> 1], "bf16")
+    c = np.int32(min(col, n - 2))
+    w = c >> 1
+    b0, b1 = bias[c], bias[c + 1]
+    r00, r01 = x2_to_f32(res[np.int32(min(row, m - 1)), w], "bf16")
+    r10, r11 = x2_to_f32(res[np.int32(min(row + 8, m - 1)), w], "bf16")
     return (r00 + keep(v00 + b0, u0, p, scale), r01 + keep(v01 + b1, u1, p, scale),
             r10 + keep(v10 + b0, u2, p, scale), r11 + keep(v11 + b1, u3, p, scale))
 

@@ -49,8 +49,11 @@ def test_gemm_example_compiles_without_gpu(path, monkeypatch, capsys, report_onc
 
 
 #: Spill bytes an example may have. gemm_7's grouped kernel spills scalars of its walk over the
-#: groups, outside the main loop (tests/test_grouped_cpu.py checks the loop).
-SPILL_BUDGET = {"gemm_7_moe": 192}
+#: groups, outside the main loop (tests/test_grouped_cpu.py checks the loop). gemm_11's epilogue
+#: keeps a part's residual loads in flight beside the 128 accumulator registers and spills outside
+#: the main loop (204 B stored, 260 B loaded); without them (its loads each behind a branch) it
+#: ran 0.79x the bare product on an H200, with them 0.90x.
+SPILL_BUDGET = {"gemm_7_moe": 192, "gemm_11_dropout": 264}
 
 
 @pytest.mark.gpu
