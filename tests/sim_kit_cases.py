@@ -1005,3 +1005,73 @@ def test_acc_map4_gives_each_group_its_four_values_and_corner(n):
     u = hr.rand4x_2x2(seed, 128, ld)[64:, 8:]
     want = np.where(u > p, _grid_values(128, 8 + n)[64:, 8:].astype(np.float32) * scale, np.float32(0))
     np.testing.assert_array_equal(kept.copy_to_host(), want)
+
+
+def _batched_gemm(cluster):
+    """C[b] = A[b] @ B[b]^T over a batch, on the kit's batched blocks: the scheduler's batch_unit,
+    tile_producer(batched=True), Cooperative.load_tile_3d and tma_store_part_3d, through 3-D maps
+    (batch, rows, columns) whose boxes stop at each matrix's edge."""
+    from nbwgmma.intrinsics import acc_to_bf16x2, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc
+    from nbwgmma.kit import Cooperative, tile_producer, tma_store_part_3d, warpgroup_index
+
+    kind = "f32.bf16.bf16"
+    pipe = TmaPipeline(3, consumers=2, cluster=cluster)
+    coop = Cooperative(kind, pipe, 128, 128)
+    sched = TileScheduler(128, 128, 64, group_m=2, cluster=cluster)
+    C_OFF, PART = 3 * coop.stage_bytes, 64 * 64 * 2
+
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, maps, batch):
+        coop.load_tile_3d(slot, full, maps[0], maps[1], kb, tm, tn, batch)
+
+    produce = tile_producer(pipe, sched, coop.stage_bytes, load, batched=True)
+
+    @cuda.jit(launch_bounds=(384, 1))
+    def kernel(tmap_a, tmap_b, tmap_c, nb, m, n, k):
+        base, ring = pipe.setup()
+        tid = cuda.threadIdx.x
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        if tid < 128:
+            setmaxnreg_dec(40)
+            if tid == 0:
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b), nb)
+        else:
+            setmaxnreg_inc(232)
+            cw, ct = warpgroup_index() - 1, tid % 128
+            c0 = base + C_OFF + cw * 2 * PART
+            s, ph, rank = 0, 0, sched.rank()
+            for u in range(sched.first(), nb * nunits, sched.step()):
+                b, v = sched.batch_unit(u, nunits)
+                tm, tn = sched.tile(v, tiles_mc, tiles_n, rank)
+                acc, s, ph = coop.tile(ring, base, s, ph, 0, kblocks, cw, ct)
+                row, col = tm * 128 + cw * 64, tn * 128
+                tma_store_part_3d(acc_to_bf16x2(acc[:32]), c0, ct, cw, tmap_c, col, row, b)
+                tma_store_part_3d(acc_to_bf16x2(acc[32:]), c0 + PART, ct, cw, tmap_c, col + 64, row, b)
+            if ct == 0:
+                bulk_wait_group(0)
+        pipe.teardown()
+
+    return kernel, coop, sched, dynamic_smem_bytes(C_OFF + 4 * PART)
+
+
+@pytest.mark.parametrize("cluster, nb, m, n, ctas", [(1, 3, 200, 320, 2), (2, 2, 136, 192, 4)])
+def test_a_batched_gemm_on_3d_maps_is_exact_and_stays_in_each_matrix(cluster, nb, m, n, ctas):
+    """Small integers, sizes that cut tiles (the last tile row of each matrix reads zeros past its
+    end, not the next matrix's rows, and stores nothing there), exact against float64."""
+    from nbwgmma.layout import from_bits, to_bits
+    from nbwgmma.tma import TensorMap
+
+    kernel, coop, sched, smem = _batched_gemm(cluster)
+    k = 192
+    rng = np.random.default_rng(nb + cluster)
+    a = rng.integers(-2, 3, (nb, m, k)).astype(np.float64)
+    b = rng.integers(-2, 3, (nb, n, k)).astype(np.float64)
+    ta = TensorMap(cuda.to_device(to_bits(a, "bf16")), coop.box_a_3d, dtype="bf16")
+    tb = TensorMap(cuda.to_device(to_bits(b, "bf16")), coop.box_b_3d, dtype="bf16")
+    c = cuda.to_device(np.full((nb, m, n), 0x7FC0, np.uint16))  # bf16 NaN: every element must be written
+    tc = TensorMap(c, (1, 64, 64), dtype="bf16")
+    grid = sched.grid(m, n, k, ctas, batch=nb)
+    launch(kernel, grid, 384, (ta.address, tb.address, tc.address, np.int32(nb), np.int32(m), np.int32(n),
+                               np.int32(k)), smem=smem, cluster=(cluster, 1, 1))
+    want = from_bits(to_bits(a @ b.transpose(0, 2, 1), "bf16"), "bf16")  # exact in f32, one rounding
+    np.testing.assert_array_equal(from_bits(c.copy_to_host(), "bf16"), want)

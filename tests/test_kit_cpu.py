@@ -919,3 +919,18 @@ def test_reduction_and_producer_builders_refuse_bad_parameters():
         acc_row_reduce("max", 64, masked="no")
     with pytest.raises(KitError, match=r"fill_stages: load must be a device function"):
         fill_stages(PIPE, 1024, None)
+
+
+def test_a_batched_kernel_on_3d_maps_compiles_without_local_memory():
+    """The kit's batched blocks (tile_producer(batched=True), load_tile_3d, tma_store_part_3d,
+    batch_unit) in a whole kernel: 3-D TMA loads and stores, no spills, the batch's division
+    inline (the only CALLs are the two loops' run-time step: a range's trip count)."""
+    from numba import types as nt
+
+    from .sim_kit_cases import _batched_gemm
+
+    kernel, *_ = _batched_gemm(1)
+    r = compile_report(kernel, (nt.uint64, nt.uint64, nt.uint64, nt.int32, nt.int32, nt.int32, nt.int32))
+    assert r.spill_bytes == 0 and r.local_memory_ops == 0 and r.sass.get("HGMMA", 0) > 0
+    assert r.sass.get("CALL", 0) <= 2
+    assert ".3d." in r.ptx and "cp.async.bulk.tensor.3d.global.shared::cta" in r.ptx

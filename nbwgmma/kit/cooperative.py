@@ -41,7 +41,8 @@ from numba import cuda
 
 from ..errors import KitError, is_int
 from ..intrinsics import (
-    acc_undef, cluster_ctarank, desc_advance, make_desc, tma_load_2d, tma_load_multicast_2d, wgmma_commit_group,
+    acc_undef, cluster_ctarank, desc_advance, make_desc, tma_load_2d, tma_load_3d, tma_load_multicast_2d,
+    tma_load_multicast_3d, wgmma_commit_group,
     wgmma_fence, wgmma_mma_async, wgmma_wait_group,
 )
 from ..layout import SWIZZLE_CODE, wgmma_kind
@@ -121,6 +122,25 @@ def _rows_loader(mn, boxes, multicast, mask):
     return load_rows
 
 
+def _rows_loader_3d(mn, boxes, multicast, mask):
+    """:func:`_rows_loader` for a 3-D map of a batch of operands: the box at ``batch``, its outer
+    coordinate (boxes of one matrix of the batch each: rows past the matrix's end are filled
+    with zeros, never the next matrix's)."""
+    @cuda.jit(device=True, inline=True)
+    def load_rows(slot, full, tmap, kcol, row, batch):
+        if mn:
+            for j in range(boxes):
+                if multicast:
+                    tma_load_multicast_3d(slot + j * 8192, tmap, full, mask, row + j * 64, kcol, batch)
+                else:
+                    tma_load_3d(slot + j * 8192, tmap, full, row + j * 64, kcol, batch)
+        elif multicast:
+            tma_load_multicast_3d(slot, tmap, full, mask, kcol, row, batch)
+        else:
+            tma_load_3d(slot, tmap, full, kcol, row, batch)
+    return load_rows
+
+
 class Cooperative(types.ModuleType):
     """``bm / (64 blocks)`` consumer warpgroups of ``kind`` (f32 accumulators, or s32 ones of an
     8-bit integer kind such as "s32.s8.s8": an int8 GEMM, K-major only) sharing each ``bm``
@@ -129,7 +149,7 @@ class Cooperative(types.ModuleType):
     ``"K"``- or ``"MN"``-major (:data:`a_major`, :data:`b_major`), the rows of ``multicast``
     (``"B"`` or ``"A"``) shared out over a cluster of ``pipe.cluster`` CTAs. A stage is
     ``stage_bytes`` = (bm + bn) x 128 bytes: A's rows first (``a_bytes``), then B's. Device
-    functions (their TMA loads are 2-D, of 2-D maps of A and B): ``load_tile(slot, full,
+    functions (2-D maps of A and B, or 3-D ones of a batch): ``load_tile(slot, full,
     tmap_a, tmap_b, kb, tm, tn)`` (the producer's TMA loads
     of k-block ``kb`` of tile (``tm``, ``tn``): this CTA's rows, its share of the multicast
     operand, boxes ``box_a`` and ``box_b``); ``load(slot, full, tmap_a, tmap_b, kcol, a_row,
@@ -137,7 +157,10 @@ class Cooperative(types.ModuleType):
     ``b_row``, except the multicast operand's, whose share starts at that row and lands at
     ``slot + dst``: ``a_bytes + rank * b_share_bytes`` for B, ``rank * a_share_bytes`` for A;
     ``a_bytes`` without a cluster; ``share(tm, tn, rank) -> (a_row, b_row, dst)`` works them
-    out for a tile) and
+    out for a tile); ``load_tile_3d(slot, full, tmap_a, tmap_b, kb, tm, tn, batch)`` and
+    ``load_3d(..., dst, batch)`` the same from 3-D maps of a batch of operands (``(batch, rows,
+    K)`` K-major, ``(batch, K, rows)`` MN-major; boxes ``box_a_3d`` and ``box_b_3d``, one
+    matrix deep, so a tile past a matrix's last row reads zeros, not the next matrix) and
     ``tile(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph)`` (warpgroup ``cw``'s
     accumulator of k-blocks ``kb0 .. kb1 - 1``, ``kb1 > kb0``, every stage released; with
     ``blocks=2`` ``acc`` is the pair of accumulators of its rows ``128 cw ..`` and ``128 cw +
@@ -179,6 +202,7 @@ class Cooperative(types.ModuleType):
         self.b_share_bytes = bn // cl_b * 128  # and of B
         # TMA boxes (rows, columns) of this CTA's loads: K-major [rows, 128 bytes of K], MN-major [BK, 64]
         (self.box_a, _), (self.box_b, _) = operand_loads(bm, bn, self.bk, a_major, b_major, pipe.cluster, multicast)
+        self.box_a_3d, self.box_b_3d = (1,) + self.box_a, (1,) + self.box_b  # one matrix of a batch
         self._build(k.k)
 
     def __repr__(self):
@@ -214,6 +238,8 @@ class Cooperative(types.ModuleType):
 
         load_a = _rows_loader(A_MN, A_BOXES, MC_A, CL_MASK)
         load_b = _rows_loader(B_MN, B_BOXES, MC_B, CL_MASK)
+        load_a3 = _rows_loader_3d(A_MN, A_BOXES, MC_A, CL_MASK)
+        load_b3 = _rows_loader_3d(B_MN, B_BOXES, MC_B, CL_MASK)
 
         # Numba-inlined (inline=True), as the library GEMM's loop was written out in its kernel.
         @cuda.jit(device=True, inline=True)
@@ -238,6 +264,20 @@ class Cooperative(types.ModuleType):
         def load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn):
             a_row, b_row, dst = share(tm, tn, cluster_ctarank() if CL > 1 else 0)
             load(slot, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
+
+        @cuda.jit(device=True, inline=True)
+        def load_3d(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, dst, batch):
+            if MC_A:
+                load_a3(slot + dst, full, tmap_a, kcol, a_row, batch)
+                load_b3(slot + A_BYTES, full, tmap_b, kcol, b_row, batch)
+            else:
+                load_a3(slot, full, tmap_a, kcol, a_row, batch)
+                load_b3(slot + dst, full, tmap_b, kcol, b_row, batch)
+
+        @cuda.jit(device=True, inline=True)
+        def load_tile_3d(slot, full, tmap_a, tmap_b, kb, tm, tn, batch):
+            a_row, b_row, dst = share(tm, tn, cluster_ctarank() if CL > 1 else 0)
+            load_3d(slot, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst, batch)
 
         @cuda.jit(device=True, inline=True)
         def k_steps(d, step):
@@ -360,6 +400,7 @@ class Cooperative(types.ModuleType):
             return acc, s, ph
 
         self.load, self.load_tile, self.share = load, load_tile, share
+        self.load_3d, self.load_tile_3d = load_3d, load_tile_3d
         self.tile, self.tile_open, self.drain = tile, opened, drain
         self._open_beside = open_beside
 

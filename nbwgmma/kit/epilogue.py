@@ -39,13 +39,14 @@ from .. import backend
 from ..errors import KitError, is_int
 from ..intrinsics import (
     acc_stmatrix_swizzled, acc_to_bf16x2, acc_to_f16x2, bulk_commit_group, bulk_wait_group_read, ex2_approx,
-    fence_proxy_async_shared, rcp_approx, tanh_approx, tma_store_2d,
+    fence_proxy_async_shared, rcp_approx, tanh_approx, tma_store_2d, tma_store_3d,
 )
 from .device import inlined
 from .typecheck import count_check, fragment_check, number_check, vector_check, wgmma_n
 from .warpgroup import warpgroup_sync
 
-__all__ = ["acc_map", "acc_map4", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
+__all__ = ["acc_map", "acc_map4", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "tma_store_part_3d",
+           "tma_store_block_3d", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
            "gelu_tanh_approx", "silu", "sigmoid", "value_coords"]
 
 
@@ -139,8 +140,8 @@ def tma_store_part(regs, buf, ct, cw, tmap_c, col, row):
     """Store one 64 x 64 part of C: warpgroup ``cw``'s packed 16-bit registers ``regs`` (thread
     ``ct``, as ``acc_map(..., 64, pack=...)`` gives them) go through the 128B-swizzled shared
     block ``buf`` (8 KiB) to a TMA store at (``col``, ``row``) of ``tmap_c`` (a 2-D map: box 64 x
-    64, the 128B swizzle, ``TensorMap``'s default; for a 3-D map write the few lines yourself,
-    ``tma_store_3d`` in place of the 2-D store). Meant for two blocks used in turn: before the store
+    64, the 128B swizzle, ``TensorMap``'s default; a 3-D map of a batch of outputs takes
+    :func:`tma_store_part_3d`). Meant for two blocks used in turn: before the store
     is issued, thread 0 waits until the previous call's store has read its block, so the next
     call may write that one. The warpgroup meets on named barrier ``1 + cw``
     (:func:`~nbwgmma.kit.warpgroup_sync`; ``cw`` the consumer's index among the consumers): give
@@ -164,6 +165,28 @@ def tma_store_block(buf, ct, cw, tmap_c, col, row):
     warpgroup_sync(cw)
     if ct == 0:
         tma_store_2d(buf, tmap_c, col, row)
+        bulk_commit_group()
+
+
+@inlined
+def tma_store_part_3d(regs, buf, ct, cw, tmap_c, col, row, batch):
+    """:func:`tma_store_part` into matrix ``batch`` of a 3-D map of a batch of outputs
+    (``(batch, rows, columns)``, box (1, 64, 64), the 128B swizzle): rows past the matrix's end
+    are not written (the next matrix's are never touched)."""
+    _part_regs(regs)
+    acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
+    tma_store_block_3d(buf, ct, cw, tmap_c, col, row, batch)
+
+
+@inlined
+def tma_store_block_3d(buf, ct, cw, tmap_c, col, row, batch):
+    """:func:`tma_store_block` into matrix ``batch`` of a 3-D map."""
+    fence_proxy_async_shared()
+    if ct == 0:
+        bulk_wait_group_read(0)
+    warpgroup_sync(cw)
+    if ct == 0:
+        tma_store_3d(buf, tmap_c, col, row, batch)
         bulk_commit_group()
 
 

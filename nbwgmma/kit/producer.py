@@ -28,6 +28,9 @@ With ``stream=True`` the walk is stream-K's: the CTA's whole tiles
 enters it to the one where it leaves (no clusters, no K slices; a
 :class:`~nbwgmma.kit.StreamFixup` sums the tiles that CTAs share).
 
+With ``batched=True`` the walk covers a batch of products of one shape (3-D maps: ``load`` gets
+the product's index too).
+
 With ``pairs=True`` (two ping-pong consumer warpgroups, :class:`~nbwgmma.kit.PingPong`) the
 CTA's units are pairs of adjacent tiles, ``2p`` for the first consumer and ``2p + 1`` for
 the second, and the walk goes over the pairs.
@@ -85,14 +88,17 @@ def fill_stages(pipe: TmaPipeline, stage_bytes: int, load):
 
 
 def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, load, *, pairs: bool = False,
-                  stream: bool = False):
+                  stream: bool = False, batched: bool = False):
     """The device function ``produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args)`` of
     one producer thread (see the module's text): ``load(slot, full, kb, tm, tn, args)`` is a
     device function issuing the TMA loads of k-block ``kb`` of tile (``tm``, ``tn``) into the
     slot at shared address ``slot`` on barrier ``full``; ``args`` (a tuple: tensor maps, sizes)
     reaches it unchanged. Slots are ``stage_bytes`` apart from ``base``. The walk is
     ``sched``'s (the CTA's cluster rank; units without K slices), over pairs with ``pairs``,
-    stream-K's share of the units' k-blocks with ``stream``."""
+    stream-K's share of the units' k-blocks with ``stream``. With ``batched`` it walks a batch
+    of products: ``produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args, batches)`` takes
+    ``batches * nunits`` units (``sched.batch_unit`` decodes each into its product and unit, as
+    the consumers' walk must too) and calls ``load(slot, full, kb, tm, tn, args, batch)``."""
     if not isinstance(pipe, TmaPipeline) or not isinstance(sched, TileScheduler):
         raise KitError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
                          f"{sched!r}")
@@ -105,10 +111,14 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
                          f"(ClusterSplitK.k_half), which this walk does not; got {sched!r}")
     if pairs and sched.cluster > 1:
         raise KitError(f"tile_producer: pairs of tiles take no clusters; got {sched!r}")
+    if batched and (pairs or stream):
+        raise KitError(f"tile_producer: a batched walk takes no pairs or stream-K; got pairs={pairs!r}, "
+                       f"stream={stream!r}")
     if stream and (pairs or sched.cluster > 1 or sched.split > 1):
         raise KitError(f"tile_producer: stream-K's walk takes no pairs, clusters or K slices; got pairs={pairs!r}, "
                          f"{sched!r}")
     CL = sched.cluster
+    STAGE = int(stage_bytes)
     fill = fill_stages(pipe, stage_bytes, load)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
 
     @cuda.jit(device=True, inline=True)
@@ -130,6 +140,18 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         @cuda.jit(device=True, inline=True)
         def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args):
             walk((0, 0), nunits, kblocks, tiles_mc, tiles_n, (ring, base, args))
+            griddep_launch_dependents()
+    elif batched:
+        @cuda.jit(device=True, inline=True)
+        def produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args, batches):
+            s, ph = 0, 0
+            for u in range(sched.first(), batches * nunits, sched.step()):
+                b, v = sched.batch_unit(u, nunits)
+                tm, tn = sched.tile(v, tiles_mc, tiles_n, cluster_ctarank() if CL > 1 else 0)
+                for kb in range(kblocks):
+                    full = pipe.producer_acquire(ring, s, ph, STAGE)
+                    load(base + s * STAGE, full, kb, tm, tn, args, b)
+                    s, ph = pipe.advance(s, ph)
             griddep_launch_dependents()
     elif pairs:
         @cuda.jit(device=True, inline=True)

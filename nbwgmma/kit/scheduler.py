@@ -158,7 +158,11 @@ class TileScheduler(types.ModuleType):
     * ``split_unit(u, nsplit) -> (t, sp)``: unit ``u``'s (cluster) tile and K slice;
     * ``tile(t, tiles_mc, tiles_n, rank) -> (tile_m, tile_n)``: the tile of (cluster) tile
       ``t`` for the CTA of cluster rank ``rank`` (0 without clusters);
-    * ``k_range(sp, kblocks, nsplit) -> (kb0, kb1)``: the K blocks of slice ``sp``.
+    * ``k_range(sp, kblocks, nsplit) -> (kb0, kb1)``: the K blocks of slice ``sp``;
+    * ``batch_unit(u, nunits) -> (batch, v)``: unit ``u`` of a batch of products, ``nunits``
+      units each (``shape``'s), as the product ``batch`` and its unit ``v``: a batched kernel
+      walks ``batches * nunits`` units and decodes each so (3-D maps:
+      ``Cooperative.load_tile_3d``, :func:`~nbwgmma.kit.tma_store_part_3d`).
 
     ``tile_m`` may be past M's last tile when ``tiles_m`` is not a multiple of ``cluster``
     (``tile_n`` past N's with ``along="N"``): such a CTA still takes part in the cluster's
@@ -197,24 +201,27 @@ class TileScheduler(types.ModuleType):
                 f"split={self.split}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', along=' + repr(self.along) if self.along != 'M' else ''})")
 
-    def units(self, m: int, n: int, k: int) -> int:
-        """Work units of an M x N x K problem (cluster tiles times K slices)."""
+    def units(self, m: int, n: int, k: int, batch: int = 1) -> int:
+        """Work units of an M x N x K problem (cluster tiles times K slices), times ``batch``
+        for a batch of such products."""
         tiles_m, tiles_n = math.ceil(m / self.bm), math.ceil(n / self.bn)
         if self.along == "N":
             tiles_n = math.ceil(tiles_n / self.cluster)
         else:
             tiles_m = math.ceil(tiles_m / self.cluster)
         kblocks = math.ceil(k / self.bk)
-        return tiles_m * tiles_n * min(self.split, max(kblocks, 1))
+        return tiles_m * tiles_n * min(self.split, max(kblocks, 1)) * batch
 
-    def grid(self, m: int, n: int, k: int, ctas: int, *, at_once: int = 1) -> int:
+    def grid(self, m: int, n: int, k: int, ctas: int, *, at_once: int = 1, batch: int = 1) -> int:
         """CTAs of a persistent grid of at most ``ctas`` (whole clusters, no idle cluster),
-        for CTAs that take ``at_once`` units at a time (2 for consumers taking tiles in turn)."""
+        for CTAs that take ``at_once`` units at a time (2 for consumers taking tiles in turn),
+        over ``batch`` products."""
         size = self.cluster * self.cluster_k
-        for name, v, low in (("m", m, 0), ("n", n, 0), ("k", k, 0), ("ctas", ctas, 1), ("at_once", at_once, 1)):
+        for name, v, low in (("m", m, 0), ("n", n, 0), ("k", k, 0), ("ctas", ctas, 1), ("at_once", at_once, 1),
+                             ("batch", batch, 1)):
             if not is_int(v) or v < low:  # (ctas below a cluster's size: one cluster)
                 raise KitError(f"TileScheduler.grid: {name} must be an integer of at least {low}; got {v!r}")
-        clusters = max(1, min(ctas // size, -(-self.units(m, n, k) // at_once)))
+        clusters = max(1, min(ctas // size, -(-self.units(m, n, k, int(batch)) // at_once)))
         return clusters * size
 
     def _build(self):
@@ -267,5 +274,10 @@ class TileScheduler(types.ModuleType):
             n = np.uint32(nsplit)
             return np.int32(np.uint32(sp * kblocks) // n), np.int32(np.uint32((sp + 1) * kblocks) // n)
 
+        @inlined
+        def batch_unit(u, nunits):  # (unsigned 32-bit: see tile_order)
+            b = np.int32(np.uint32(u) // np.uint32(nunits))
+            return b, np.int32(u - b * nunits)
+
         self.shape, self.first, self.step, self.rank, self.split_unit = shape, first, step, rank, split_unit
-        self.tile, self.k_range = tile, k_range
+        self.tile, self.k_range, self.batch_unit = tile, k_range, batch_unit
