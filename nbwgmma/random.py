@@ -11,10 +11,10 @@ on the host among them.
 The conventions are those of Triton's ``tl.randint4x`` / ``tl.rand`` (3.x, with 64-bit
 offsets): the key is the 64-bit ``seed`` split into its low and high words, the counter is
 ``(offset's low word, offset's high word, 0, 0)``, and the uniform float is the first word read as a signed
-integer ``x``, folded to ``x`` or ``-x - 1`` (both in [0, 2^31 - 1]) and multiplied by
-2^-31 in f32. The result lies in [0, 1]: 1.0 itself comes out (the fold's largest values round
-to 2^31 in f32), with probability about 2^-25. Philox itself is checked against its
-authors' known-answer vectors (tests/test_kit_cpu.py).
+integer ``x``, folded to ``x`` or ``-x - 1`` (both in [0, 2^31 - 1]), converted to f32 and
+multiplied by :data:`UNIFORM_SCALE`, Triton's ``4.6566127342e-10`` as an f32 (2^-31 (1 - 2^-24),
+just under 2^-31): the result lies in [0, 1), at most 1 - 2^-24. Philox itself is checked against its
+authors' known-answer vectors (tests/test_random_cpu.py).
 
 * :func:`philox4x32` ``(c0, c1, c2, c3, k0, k1) -> (r0, r1, r2, r3)``: arrays of uint32;
 * :func:`randint4x` ``(seed, offset)``: the four words at counter ``(offset lo, offset hi, 0, 0)``;
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PHILOX_M", "PHILOX_W", "PHILOX_ROUNDS", "philox4x32", "randint4x", "rand", "rand4x", "rand4x_2x2",
+__all__ = ["PHILOX_M", "PHILOX_W", "PHILOX_ROUNDS", "UNIFORM_SCALE", "philox4x32", "randint4x", "rand", "rand4x", "rand4x_2x2",
            "uniform"]
 
 #: The round multipliers (for the words c0 and c2).
@@ -36,6 +36,8 @@ PHILOX_M = (0xD2511F53, 0xCD9E8D57)
 #: The key's Weyl increments between rounds (k0, k1).
 PHILOX_W = (0x9E3779B9, 0xBB67AE85)
 PHILOX_ROUNDS = 10
+#: A folded word's scale to [0, 1): Triton's 4.6566127342e-10 as an f32, 2^-31 (1 - 2^-24) (bits 0x2FFFFFFF)
+UNIFORM_SCALE = np.float32(4.6566127342e-10)
 
 _MASK = np.uint64(0xFFFFFFFF)
 
@@ -72,10 +74,10 @@ def randint4x(seed, offset):
 
 
 def uniform(word):
-    """uint32 words to f32 in [0, 1], as the kit's (and Triton's) uniform draws convert them."""
+    """uint32 words to f32 in [0, 1), as the kit's (and Triton's) uniform draws convert them."""
     x = np.asarray(word).astype(np.uint32).view(np.int32).astype(np.int64)
     x = np.where(x < 0, -x - 1, x)
-    return (x.astype(np.float32) * np.float32(2.0 ** -31)).astype(np.float32)
+    return (x.astype(np.float32) * UNIFORM_SCALE).astype(np.float32)
 
 
 def rand(seed, offset):

@@ -1743,3 +1743,16 @@ def test_an_index_past_an_array_is_a_hazard_at_the_kernel_line():
                                             rf"index outside its array \(index \d+ is out of bounds .*\): the GPU does "
                                             rf"not check it"):
         launch(_store_past_the_end, 1, 64, (cuda.to_device(np.zeros(40, np.float32)),))
+
+
+@cuda.jit
+def _tuple_past_its_end(out):
+    t = (1.0, 2.0)
+    out[0] = t[cuda.threadIdx.x + 2]
+
+
+def test_a_tuple_index_past_its_end_stays_python_s_error():
+    """Only NumPy's array bounds check becomes the unchecked-index hazard: a tuple indexed past its
+    end is a typing error compiled, not an unchecked load, and keeps Python's IndexError."""
+    with pytest.raises(IndexError, match="tuple index out of range"):
+        launch(_tuple_past_its_end, 1, 1, (cuda.to_device(np.zeros(1, np.float32)),))

@@ -934,7 +934,7 @@ def test_random_draws_are_the_host_models_bit_for_bit(seed, base):
     np.testing.assert_array_equal(got[:, 1:], np.stack(hr.rand4x(seed, offs), 1))
     np.testing.assert_array_equal(w[:, :4], np.stack(hr.randint4x(seed, offs), 1))
     np.testing.assert_array_equal(w[:, 4], w[:, 0])
-    assert ((got >= 0) & (got <= 1)).all() and len(np.unique(w[:, :4])) == 4 * n
+    assert ((got >= 0) & (got < 1)).all() and len(np.unique(w[:, :4])) == 4 * n
 
 
 @cuda.jit(device=True, inline=True)
@@ -1007,7 +1007,7 @@ def test_acc_map4_gives_each_group_its_four_values_and_corner(n):
     np.testing.assert_array_equal(kept.copy_to_host(), want)
 
 
-def _batched_gemm(cluster):
+def _batched_gemm(cluster, a_major="K", b_major="K"):
     """C[b] = A[b] @ B[b]^T over a batch, on the kit's batched blocks: the scheduler's batch_unit,
     tile_producer(batched=True), Cooperative.load_tile_3d and tma_store_part_3d, through 3-D maps
     (batch, rows, columns) whose boxes stop at each matrix's edge."""
@@ -1016,7 +1016,7 @@ def _batched_gemm(cluster):
 
     kind = "f32.bf16.bf16"
     pipe = TmaPipeline(3, consumers=2, cluster=cluster)
-    coop = Cooperative(kind, pipe, 128, 128)
+    coop = Cooperative(kind, pipe, 128, 128, a_major=a_major, b_major=b_major)
     sched = TileScheduler(128, 128, 64, group_m=2, cluster=cluster)
     C_OFF, PART = 3 * coop.stage_bytes, 64 * 64 * 2
 
@@ -1054,20 +1054,24 @@ def _batched_gemm(cluster):
     return kernel, coop, sched, dynamic_smem_bytes(C_OFF + 4 * PART)
 
 
-@pytest.mark.parametrize("cluster, nb, m, n, ctas", [(1, 3, 200, 320, 2), (2, 2, 136, 192, 4)])
-def test_a_batched_gemm_on_3d_maps_is_exact_and_stays_in_each_matrix(cluster, nb, m, n, ctas):
+@pytest.mark.parametrize("cluster, nb, m, n, k, ctas, majors", [(1, 3, 200, 320, 192, 2, ("K", "K")),
+                                                                (2, 2, 136, 192, 192, 4, ("K", "K")),
+                                                                (1, 2, 136, 192, 160, 2, ("MN", "MN"))])
+def test_a_batched_gemm_on_3d_maps_is_exact_and_stays_in_each_matrix(cluster, nb, m, n, k, ctas, majors):
     """Small integers, sizes that cut tiles (the last tile row of each matrix reads zeros past its
-    end, not the next matrix's rows, and stores nothing there), exact against float64."""
+    end, not the next matrix's rows, and stores nothing there), exact against float64; K-major
+    operands, and MN-major ones ((batch, K, rows), boxes of 64 columns) with a K tail (K = 160:
+    the last k-block reads past each matrix's K, zeros, not the next matrix's first rows)."""
     from nbwgmma.layout import from_bits, to_bits
     from nbwgmma.tma import TensorMap
 
-    kernel, coop, sched, smem = _batched_gemm(cluster)
-    k = 192
+    kernel, coop, sched, smem = _batched_gemm(cluster, majors[0], majors[1])
     rng = np.random.default_rng(nb + cluster)
     a = rng.integers(-2, 3, (nb, m, k)).astype(np.float64)
     b = rng.integers(-2, 3, (nb, n, k)).astype(np.float64)
-    ta = TensorMap(cuda.to_device(to_bits(a, "bf16")), coop.box_a_3d, dtype="bf16")
-    tb = TensorMap(cuda.to_device(to_bits(b, "bf16")), coop.box_b_3d, dtype="bf16")
+    stored = [x if major == "K" else np.ascontiguousarray(x.transpose(0, 2, 1)) for x, major in zip((a, b), majors)]
+    ta = TensorMap(cuda.to_device(to_bits(stored[0], "bf16")), coop.box_a_3d, dtype="bf16")
+    tb = TensorMap(cuda.to_device(to_bits(stored[1], "bf16")), coop.box_b_3d, dtype="bf16")
     c = cuda.to_device(np.full((nb, m, n), 0x7FC0, np.uint16))  # bf16 NaN: every element must be written
     tc = TensorMap(c, (1, 64, 64), dtype="bf16")
     grid = sched.grid(m, n, k, ctas, batch=nb)

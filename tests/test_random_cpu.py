@@ -36,11 +36,16 @@ def test_the_seed_is_the_key_and_the_offset_the_first_two_counter_words():
     np.testing.assert_array_equal(hr.randint4x(-1, 5)[0], hr.philox4x32(5, 0, 0, 0, 2 ** 32 - 1, 2 ** 32 - 1)[0])
 
 
-def test_words_become_uniforms_in_the_closed_unit_interval():
+def test_words_become_uniforms_below_one_as_triton_scales_them():
+    """Triton's fold and scale (4.6566127342e-10 as an f32: 2^-31 (1 - 2^-24)): the largest words
+    give 1 - 2^-24, never 1.0."""
+    assert hr.UNIFORM_SCALE.view(np.uint32) == 0x2FFFFFFF
     w = np.array([0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0x40000000], np.uint32)
-    np.testing.assert_array_equal(hr.uniform(w), np.float32([0, 2 ** -31, 1, 1, 0, 0.5]))
+    s = np.float64(hr.UNIFORM_SCALE)
+    want = np.float32([0, s, 1 - 2 ** -24, 1 - 2 ** -24, 0, 2 ** 30 * s])
+    np.testing.assert_array_equal(hr.uniform(w), want)
     u = hr.rand(3, np.arange(1 << 16))
-    assert u.dtype == np.float32 and 0.49 < u.mean() < 0.51 and (u >= 0).all() and (u <= 1).all()
+    assert u.dtype == np.float32 and 0.49 < u.mean() < 0.51 and (u >= 0).all() and (u < 1).all()
 
 
 @cuda.jit

@@ -8,9 +8,10 @@ widens unsigned 32-bit products to 64 bits.
 * :func:`philox4x32` ``(c0, c1, c2, c3, k0, k1) -> (r0, r1, r2, r3)``: ten rounds over the
   counter ``(c0..c3)`` under the key ``(k0, k1)``, every operand and result uint32 (an integer
   argument is taken modulo 2^32; a float is a typing error);
-* :func:`uint_to_uniform` ``(w) -> u``: a word to an f32 in [0, 1]: ``w`` read as a signed
+* :func:`uint_to_uniform` ``(w) -> u``: a word to an f32 in [0, 1): ``w`` read as a signed
   integer ``x``, folded to ``x`` or ``-x - 1`` (``x ^ (x >> 31)``), converted (nearest) and
-  multiplied by 2^-31 (``cvt.rn.f32.s32``, ``mul.f32``; PTX ISA "cvt", "shr").
+  multiplied by 2^-31 (1 - 2^-24), rounded to nearest (``cvt.rn.f32.s32``, ``mul.rn.f32``: no
+  contraction into a following add; PTX ISA "cvt", "mul", "shr").
 
 The host model, the constants and the conventions (Triton's: the key is a 64-bit seed's two
 words, the counter ``(offset's two words, 0, 0)``) are in :mod:`nbwgmma.random`; the kit's draws built on
@@ -60,13 +61,13 @@ philox4x32 = ptx_intrinsic(
 uint_to_uniform = ptx_intrinsic(
     "uint_to_uniform",
     "{ .reg .b32 %nbw_s, %nbw_t; shr.s32 %nbw_s, $w, 31; xor.b32 %nbw_t, $w, %nbw_s; "
-    "cvt.rn.f32.s32 $u, %nbw_t; mul.f32 $u, $u, 0f30000000; }",
+    "cvt.rn.f32.s32 $u, %nbw_t; mul.rn.f32 $u, $u, 0f2FFFFFFF; }",
     params=[Reg("w", u32)],
     outs=[Out("u", f32)],
     side_effect=False,
     memory=False,
-    doc="(PTX ISA: shr, xor, cvt.rn.f32.s32, mul.f32). ``u = uint_to_uniform(w)``: the uint32 "
-    "word ``w`` as a uniform f32 in [0, 1] (read as a signed ``x``, folded to ``x`` or ``-x - 1``, "
-    "times 2^-31; 1.0 comes out with probability about 2^-25), as ``nbwgmma.random.uniform`` and "
-    "Triton's ``tl.rand`` convert a word.",
+    doc="(PTX ISA: shr, xor, cvt.rn.f32.s32, mul.rn.f32). ``u = uint_to_uniform(w)``: the uint32 "
+    "word ``w`` as a uniform f32 in [0, 1) (read as a signed ``x``, folded to ``x`` or ``-x - 1``, "
+    "times 2^-31 (1 - 2^-24), Triton's 4.6566127342e-10 as an f32: at most 1 - 2^-24), as "
+    "``nbwgmma.random.uniform`` and Triton's ``tl.rand`` convert a word.",
 )

@@ -8,8 +8,7 @@ output (``row * n + col``, a 64-bit integer: its low and high words are the coun
 two), and each use its own seed (or an offset past the elements of the uses before, as
 PyTorch's generator advances its offset).
 
-* :func:`rand` ``(seed, offset) -> f32`` in [0, 1] (1.0 with probability about 2^-25, as in
-  Triton): one Philox evaluation, about 50 instructions (ten ``IMAD.WIDE.U32`` pairs and their
+* :func:`rand` ``(seed, offset) -> f32`` in [0, 1) (at most 1 - 2^-24, as in Triton): one Philox evaluation, about 50 instructions (ten ``IMAD.WIDE.U32`` pairs and their
   ``LOP3``\\ s);
 * :func:`rand4x` ``(seed, offset) -> (u0, u1, u2, u3)``: four independent uniforms from one
   evaluation, a quarter of the cost a draw: give offsets in steps of one to groups of four
@@ -18,7 +17,11 @@ PyTorch's generator advances its offset).
 
 ``seed`` and ``offset`` are integers of up to 64 bits: the seed's low and high words are the
 key, the offset's the counter's first two words (the other two are 0), as Triton 3.x takes an
-int64 offset (an int32 offset's high word is 0 there: give offsets below 2^31 or int64 ones). For dropout
+int64 offset. A negative 32-bit offset or seed is sign-extended here (its high word all ones),
+where Triton takes 0 for an int32 offset's high word: give offsets that are not negative, or
+int64 ones, for Triton's numbers. Index arithmetic such as ``row * n + col`` is 64-bit compiled
+but wraps at 2^31 in the simulator where both are ``np.int32``: give ``n`` as an ``np.int64``
+past 2^31 elements. For dropout
 with probability ``p`` keep an element where ``rand(seed, offset) > p`` and scale the kept
 ones by ``1 / (1 - p)`` (computed once, outside the per-element function), as Triton's
 tutorial does; the host regenerates the mask as ``nbwgmma.random.rand(seed, offsets) > p``.
@@ -52,14 +55,14 @@ def randint(seed, offset):
 
 @inlined
 def rand(seed, offset):
-    """A uniform f32 in [0, 1] at ``offset`` under ``seed`` (Triton's ``tl.rand``)."""
+    """A uniform f32 in [0, 1) at ``offset`` under ``seed`` (Triton's ``tl.rand``)."""
     r0, r1, r2, r3 = philox4x32(_OFFSET(offset), _OFFSET(offset) >> 32, 0, 0, _SEED(seed), _SEED(seed) >> 32)
     return uint_to_uniform(r0)
 
 
 @inlined
 def rand4x(seed, offset):
-    """Four uniform f32 in [0, 1] at ``offset`` under ``seed``, one from each word (Triton's
+    """Four uniform f32 in [0, 1) at ``offset`` under ``seed``, one from each word (Triton's
     ``tl.rand4x``)."""
     r0, r1, r2, r3 = philox4x32(_OFFSET(offset), _OFFSET(offset) >> 32, 0, 0, _SEED(seed), _SEED(seed) >> 32)
     return uint_to_uniform(r0), uint_to_uniform(r1), uint_to_uniform(r2), uint_to_uniform(r3)

@@ -24,7 +24,7 @@ from numba.cuda.simulator.kernelapi import Dim3
 
 from ..errors import NbwgmmaError
 from .sched import EXPIRED, POLL, STUCK, Scheduler, WaitQueue, current
-from .site import where, where_from, where_parts
+from .site import IN_NUMBA, IN_OWN, IN_SKIP, file_bits, where, where_from, where_parts
 
 #: Bytes of shared memory per simulated CTA (the 14-bit descriptor address space).
 SMEM_BYTES = 1 << 18
@@ -403,16 +403,19 @@ class SimThread(greenlet.greenlet):
 
 
 def _unchecked_index(th, e):
-    """An ``IndexError`` of the kernel's code (an array indexed past its end: NumPy's check, which
-    the GPU does not make) as a :class:`SimHazard` naming the line; one raised inside the simulator
-    stays as it is."""
+    """An ``IndexError`` of NumPy's bounds check raised at a line of the user's kernel (an array
+    indexed past its end, which the GPU does not check) as a :class:`SimHazard` naming the line.
+    Any other stays as it is: a tuple's index (a typing error compiled), one raised in nbwgmma's
+    own code or the simulator's."""
+    if "out of bounds for axis" not in str(e):
+        return e
     tb = e.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
     f = tb.tb_frame
-    while f is not None and ("numba" in f.f_code.co_filename or "numpy" in f.f_code.co_filename):
+    while f is not None and file_bits(f.f_code.co_filename) & IN_NUMBA:
         f = f.f_back
-    if f is None or f.f_code.co_filename.startswith(os.path.dirname(os.path.abspath(__file__))):
+    if f is None or file_bits(f.f_code.co_filename) & (IN_SKIP | IN_OWN):
         return e
     err = SimHazard(f"thread {th.thread_id} of block {tuple(th.blockIdx)} at {where_from(f, th)}: an index outside "
                     f"its array ({e}): the GPU does not check it, so a load reads whatever lies there and a store "

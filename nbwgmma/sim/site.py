@@ -15,17 +15,17 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _SKIP = (_HERE, os.path.dirname(os.__file__) + os.sep, os.path.join(os.path.dirname(_HERE), "backend.py"))
 
 
-#: What each source file is to :func:`where` (by code filename): bits :data:`_IN_SKIP` (the
-#: simulator or the standard library), :data:`_IN_NUMBA`, :data:`_IN_OWN` (nbwgmma's own code).
+#: What each source file is to :func:`where` (by code filename): bits :data:`IN_SKIP` (the
+#: simulator or the standard library), :data:`IN_NUMBA`, :data:`IN_OWN` (nbwgmma's own code).
 _FILES: dict = {}
-_IN_SKIP, _IN_NUMBA, _IN_OWN = 1, 2, 4
+IN_SKIP, IN_NUMBA, IN_OWN = 1, 2, 4
 
 
-def _file_bits(filename: str) -> int:
+def file_bits(filename: str) -> int:
     bits = _FILES.get(filename)
     if bits is None:
-        bits = _FILES[filename] = (_IN_SKIP * filename.startswith(_SKIP) + _IN_OWN * own_source(filename)
-                                   + _IN_NUMBA * (f"{os.sep}numba{os.sep}" in filename or "numba_cuda" in filename))
+        bits = _FILES[filename] = (IN_SKIP * filename.startswith(_SKIP) + IN_OWN * own_source(filename)
+                                   + IN_NUMBA * (f"{os.sep}numba{os.sep}" in filename or "numba_cuda" in filename))
     return bits
 
 
@@ -46,18 +46,18 @@ def where_from(f, th) -> str:
 def where_parts(f, th) -> tuple:
     """(``file:line`` of the innermost kernel frame from frame ``f`` down, that of the user's line
     that called it where it is nbwgmma's own code, else None): :func:`where_from`'s parts."""
-    while f is not None and _file_bits(f.f_code.co_filename) & (_IN_SKIP | _IN_NUMBA):
+    while f is not None and file_bits(f.f_code.co_filename) & (IN_SKIP | IN_NUMBA):
         f = f.f_back
     if f is None:
         return "<unknown>", None
     inner = f"{f.f_code.co_filename}:{f.f_lineno}"
-    if not _file_bits(f.f_code.co_filename) & _IN_OWN:
+    if not file_bits(f.f_code.co_filename) & IN_OWN:
         return inner, None
     kernel = getattr(getattr(th, "fn", None), "__code__", None)
-    if kernel is not None and _file_bits(kernel.co_filename) & _IN_OWN:  # a kernel of nbwgmma's own
+    if kernel is not None and file_bits(kernel.co_filename) & IN_OWN:  # a kernel of nbwgmma's own
         return inner, None
-    while f is not None and _file_bits(f.f_code.co_filename) & (_IN_OWN | _IN_NUMBA):
+    while f is not None and file_bits(f.f_code.co_filename) & (IN_OWN | IN_NUMBA):
         f = f.f_back
-    if f is None or _file_bits(f.f_code.co_filename) & _IN_SKIP:  # a kernel of nbwgmma's own
+    if f is None or file_bits(f.f_code.co_filename) & IN_SKIP:  # a kernel of nbwgmma's own
         return inner, None
     return inner, f"{f.f_code.co_filename}:{f.f_lineno}"

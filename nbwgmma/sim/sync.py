@@ -321,7 +321,7 @@ class MBarrier:
         self.done = {}  # completed phase -> clock
         self.sites, self.done_sites = [], {}  # the arrivals' lines: this phase's, and by completed phase
         self.expects = []  # this phase's standalone expect_tx no arrival is ordered after yet: (gid, epoch, tid, line)
-        self.landed = {}  # this phase's copies: (what, issuing line) -> [count, bytes]
+        self.landed = {}  # this phase's copies: (what, issuing line, bytes) -> how many
         self.arrivers = {}  # (CTA, thread id) -> line: every thread that arrived on it or armed it, any phase
         self.cond = cta.cl.new_cond()
 
