@@ -1732,6 +1732,11 @@ def _store_past_the_end(out):
     out[t] = 1.0  # OUT OF BOUNDS for t >= out.size: no guard
 
 
+@cuda.jit
+def _atomic_past_the_end(out):
+    cuda.atomic.max(out, cuda.threadIdx.x + 30, 1.0)  # OUT OF BOUNDS for threads 2 and 3
+
+
 def test_an_index_past_an_array_is_a_hazard_at_the_kernel_line():
     """NumPy's IndexError in the simulator, which the GPU would not raise (a silent store into
     whatever lies past the array), reported as a hazard at the kernel's line."""
@@ -1743,6 +1748,10 @@ def test_an_index_past_an_array_is_a_hazard_at_the_kernel_line():
                                             rf"index outside its array \(index \d+ is out of bounds .*\): the GPU does "
                                             rf"not check it"):
         launch(_store_past_the_end, 1, 64, (cuda.to_device(np.zeros(40, np.float32)),))
+    src, first = inspect.getsourcelines(_atomic_past_the_end.py_func)
+    line = first + next(i for i, s in enumerate(src) if "OUT OF BOUNDS" in s)
+    with pytest.raises(sim.SimHazard, match=rf"at .*sim_hazard_cases.py:{line}: an index outside its array"):
+        launch(_atomic_past_the_end, 1, 4, (cuda.to_device(np.zeros(32, np.float32)),))
 
 
 @cuda.jit

@@ -1079,3 +1079,33 @@ def test_a_batched_gemm_on_3d_maps_is_exact_and_stays_in_each_matrix(cluster, nb
                                np.int32(k)), smem=smem, cluster=(cluster, 1, 1))
     want = from_bits(to_bits(a @ b.transpose(0, 2, 1), "bf16"), "bf16")  # exact in f32, one rounding
     np.testing.assert_array_equal(from_bits(c.copy_to_host(), "bf16"), want)
+
+
+@pytest.mark.parametrize("op", ["max", "min", "add"])
+def test_pair_atomic_combines_the_tiles_row_results(op):
+    """Four CTAs, each one column tile (64 columns at col0 = 64 b) of the same 128 rows: each
+    consumer's row maxima (sums) combined into one vector by pair_atomic across the CTAs, rows past
+    m = 100 untouched; against NumPy over the whole 128 x 256 grid (small integers: exact sums)."""
+    from nbwgmma.kit import pair_atomic
+
+    values = acc_map(_grid_value, 64)
+    red = acc_row_reduce("sum" if op == "add" else op, 64)
+    combine = pair_atomic(op)
+
+    @cuda.jit
+    def kernel(out, m):
+        t = cuda.threadIdx.x
+        cw, ct = t // 128, t % 128
+        row0, col0 = 64 * cw, 64 * cuda.blockIdx.x
+        combine(red(values(acc_zeros("f32.bf16.bf16", 64), ct, row0, col0), ct, row0, col0, 256), out[row0:m], ct)
+
+    start = {"max": -np.inf, "min": np.inf, "add": 0.0}[op]
+    vec = np.full(128, np.nan, np.float32)
+    vec[:100] = start
+    out = cuda.to_device(vec)
+    launch(kernel, 4, 256, (out, 100))
+    grid = _grid_values(128, 256)
+    want = {"max": grid.max(1), "min": grid.min(1), "add": grid.sum(1)}[op]
+    got = out.copy_to_host()
+    np.testing.assert_array_equal(got[:100], want[:100].astype(np.float32))
+    assert np.isnan(got[100:]).all()

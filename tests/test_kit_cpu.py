@@ -934,3 +934,24 @@ def test_a_batched_kernel_on_3d_maps_compiles_without_local_memory():
     assert r.spill_bytes == 0 and r.local_memory_ops == 0 and r.sass.get("HGMMA", 0) > 0
     assert r.sass.get("CALL", 0) <= 2
     assert ".3d." in r.ptx and "cp.async.bulk.tensor.3d.global.shared::cta" in r.ptx
+
+
+@pytest.mark.parametrize("op", ["add", "max"])
+def test_pair_atomic_compiles_to_global_atomics_without_local_memory(op):
+    from nbwgmma.kit import pair_atomic
+
+    combine = pair_atomic(op)
+
+    @cuda.jit
+    def kernel(vec, a, b):
+        combine((a, b), vec, cuda.threadIdx.x)
+
+    r = compile_report(kernel, "(float32[:], float32, float32)")
+    assert r.local_memory_ops == 0 and any(o.startswith(("RED", "ATOM")) for o in r.sass), r.sass
+
+
+def test_pair_atomic_refuses_an_unknown_operation():
+    from nbwgmma.kit import pair_atomic
+
+    with pytest.raises(KitError, match=r"pair_atomic: op must be one of \('add', 'max', 'min'\); got 'mul'"):
+        pair_atomic("mul")

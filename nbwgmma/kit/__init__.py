@@ -9,7 +9,8 @@
   activations);
 * :mod:`~nbwgmma.kit.reduce`: :func:`acc_row_reduce` and :func:`acc_col_reduce`, a fragment's
   rows or columns reduced in registers (max, min, sum; a function mapped first: softmax and
-  log-sum-exp statistics, norms, a bias gradient); :func:`pair_store`, a row result stored;
+  log-sum-exp statistics, norms, a bias gradient); :func:`pair_store`, a row result stored,
+  :func:`pair_atomic`, combined across tiles by atomics;
 * :mod:`~nbwgmma.kit.amax`: an fp8 output's amax in the epilogue (:func:`acc_absmax` of a
   fragment, each warp's running maximum, one atomic max a warp at the kernel's end);
 * :mod:`~nbwgmma.kit.groups`: :func:`group_walk`, a grouped GEMM's walk over its groups of rows
@@ -65,7 +66,7 @@ from .pipeline import TmaPipeline
 from .pingpong import PingPong
 from .producer import fill_stages, tile_producer
 from .random import rand, rand4x, randint, randint4x
-from .reduce import REDUCE_OPS, acc_col_reduce, acc_row_reduce, pair_store
+from .reduce import PAIR_ATOMICS, REDUCE_OPS, acc_col_reduce, acc_row_reduce, pair_atomic, pair_store
 from .scaling import SCALE_BLOCK, WIDE_COLS, BlockScaled, acc_promote, acc_promote_cols
 from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segment, stream_walk, stream_whole_units,
                         tile_order, wave_order)
@@ -75,6 +76,6 @@ from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpg
 
 __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
            "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "stream_walk", "StreamFixup", "tile_producer", "fill_stages", "group_walk", "inlined", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "acc_map4", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_part_3d", "tma_store_block_3d",
-           "acc_row_reduce", "acc_col_reduce", "pair_store", "REDUCE_OPS", "rand", "rand4x", "randint", "randint4x",
+           "acc_row_reduce", "acc_col_reduce", "pair_store", "pair_atomic", "PAIR_ATOMICS", "REDUCE_OPS", "rand", "rand4x", "randint", "randint4x",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass", "acc_absmax", "amax_start", "amax_note", "amax_flush"]

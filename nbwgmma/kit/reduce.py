@@ -47,7 +47,7 @@ from .device import inlined
 from .epilogue import check_fn_arity, plain_device_function
 from .typecheck import count_check, fragment_check, number_check, store_vector_check, wgmma_n
 
-__all__ = ["acc_row_reduce", "acc_col_reduce", "pair_store", "REDUCE_OPS"]
+__all__ = ["acc_row_reduce", "acc_col_reduce", "pair_store", "pair_atomic", "PAIR_ATOMICS", "REDUCE_OPS"]
 
 #: operation -> (the two-operand expression, its identity)
 _OPS = {"max": ("max({}, {})", -math.inf), "min": ("min({}, {})", math.inf), "sum": ("{} + {}", 0.0),
@@ -215,3 +215,35 @@ def pair_store(pair, vec, tid):
             vec[lr] = p[0]
         if lr + 8 < len(vec):
             vec[lr + 8] = p[1]
+
+
+#: The atomic operations :func:`pair_atomic` takes.
+PAIR_ATOMICS = ("add", "max", "min")
+
+
+def pair_atomic(op: str):
+    """The device function ``(pair, vec, tid)`` of :func:`pair_store` with ``cuda.atomic.<op>`` in
+    place of the store (``op`` "add", "max" or "min"): each tile's row results combined in a
+    per-row vector that several tiles (CTAs) share, one atomic a row (lane ``tid % 4 == 0`` of
+    each quad), no second pass. ``vec`` starts as the operation's identity (0 for "add", -inf for
+    "max", +inf for "min": fill it before the launch). Max and min are exact and the same in any
+    order; a float sum's rounding depends on the order the tiles come in."""
+    if op not in PAIR_ATOMICS:
+        raise KitError(f"pair_atomic: op must be one of {PAIR_ATOMICS}; got {op!r}")
+    what = f"pair_atomic({op!r})"
+    pair_check = fragment_check(what, 2, "the pair", "(lo, hi) as acc_row_reduce returns it", element="number")
+    vec_check = store_vector_check(what)
+    # cuda.atomic named in the function's own text: Numba's simulator has it only inside kernels
+    src = f"""def combine(pair, vec, tid):
+    p = pair_check(pair)
+    vec_check((p, vec))
+    if tid & 3 == 0:
+        lr = ((tid >> 5) << 4) + ((tid >> 2) & 7)
+        if lr < len(vec):
+            cuda.atomic.{op}(vec, lr, p[0])
+        if lr + 8 < len(vec):
+            cuda.atomic.{op}(vec, lr + 8, p[1])
+"""
+    ns = {"cuda": cuda, "pair_check": pair_check, "vec_check": vec_check}
+    exec(compile(src, f"<nbwgmma.kit.{what}>", "exec"), ns)
+    return inlined(ns["combine"])

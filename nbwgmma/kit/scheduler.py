@@ -275,7 +275,9 @@ class TileScheduler(types.ModuleType):
             return np.int32(np.uint32(sp * kblocks) // n), np.int32(np.uint32((sp + 1) * kblocks) // n)
 
         @inlined
-        def batch_unit(u, nunits):  # (unsigned 32-bit: see tile_order)
+        def batch_unit(u, nunits):
+            """Unit ``u`` of a batch of products of ``nunits`` units each -> (its product, its unit
+            there), divided as unsigned 32-bit integers (see :func:`tile_order`)."""
             b = np.int32(np.uint32(u) // np.uint32(nunits))
             return b, np.int32(u - b * nunits)
 

@@ -412,10 +412,13 @@ def _unchecked_index(th, e):
     tb = e.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
-    f = tb.tb_frame
-    while f is not None and file_bits(f.f_code.co_filename) & IN_NUMBA:
-        f = f.f_back
-    if f is None or file_bits(f.f_code.co_filename) & (IN_SKIP | IN_OWN):
+    f = tb.tb_frame  # where it was raised: the user's line (a NumPy array) or Numba's simulated array
+    if file_bits(f.f_code.co_filename) & IN_OWN:  # nbwgmma's own code, the simulator's included
+        return e
+    here = os.path.dirname(os.path.abspath(__file__))
+    while f is not None and (file_bits(f.f_code.co_filename) & IN_NUMBA or f.f_code.co_filename.startswith(here)):
+        f = f.f_back  # Numba's simulated arrays and atomics, and the simulator's wrappers of the atomics
+    if f is None or file_bits(f.f_code.co_filename) & IN_OWN:
         return e
     err = SimHazard(f"thread {th.thread_id} of block {tuple(th.blockIdx)} at {where_from(f, th)}: an index outside "
                     f"its array ({e}): the GPU does not check it, so a load reads whatever lies there and a store "
