@@ -47,11 +47,11 @@ from numba import cuda
 
 from ..errors import ConfigError
 from ..intrinsics import (
-    acc_stmatrix_swizzled, acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group,
-    bulk_wait_group_read, desc_advance, fence_proxy_async_shared, make_desc, setmaxnreg_dec, setmaxnreg_inc,
-    st_shared_v4_b32, tma_load_2d, tma_store_3d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
+    acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_wait_group, desc_advance, fence_proxy_async_shared, make_desc,
+    setmaxnreg_dec, setmaxnreg_inc, st_shared_v4_b32, tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async,
+    wgmma_wait_group,
 )
-from ..kit import TmaPipeline, inlined, turn_pass, turn_wait, warpgroup_sync
+from ..kit import TmaPipeline, inlined, tma_store_part_3d, turn_pass, turn_wait, warpgroup_sync
 from ..launch import dynamic_smem_bytes
 from ..layout import SWIZZLE_CODE
 
@@ -188,17 +188,9 @@ def _build(dtype):
     @inlined
     def put(frag, buf, ct, cw, tmap_c, g, row, col):
         """A 64 x 64 part of group ``g``'s output through the shared block ``buf`` and a TMA
-        store (as :func:`nbwgmma.kit.tma_store_part`, on a 3-D map): two blocks used in turn,
-        thread 0 waits before its store until the previous store has read its block."""
-        regs = acc_to_bf16x2(frag) if BF16 else acc_to_f16x2(frag)
-        acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
-        fence_proxy_async_shared()  # generic writes -> the TMA unit
-        if ct == 0:
-            bulk_wait_group_read(0)
-        warpgroup_sync(cw)
-        if ct == 0:
-            tma_store_3d(buf, tmap_c, col, row, g)
-            bulk_commit_group()
+        store into the 3-D map's matrix ``g`` (:func:`nbwgmma.kit.tma_store_part_3d`): two blocks
+        used in turn, thread 0 waits before its store until the previous store has read its block."""
+        tma_store_part_3d(acc_to_bf16x2(frag) if BF16 else acc_to_f16x2(frag), buf, ct, cw, tmap_c, col, row, g)
 
     @inlined
     def shape(offs, m, n):

@@ -118,7 +118,13 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         raise KitError(f"tile_producer: stream-K's walk takes no pairs, clusters or K slices; got pairs={pairs!r}, "
                          f"{sched!r}")
     CL = sched.cluster
-    STAGE = int(stage_bytes)
+    if batched:  # the stage loads take the product's index, which fill passes in its args
+        user_load = load
+
+        @cuda.jit(device=True, inline=True)
+        def load(slot, full, kb, tm, tn, args_batch):
+            user_load(slot, full, kb, tm, tn, args_batch[0], args_batch[1])
+
     fill = fill_stages(pipe, stage_bytes, load)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
 
     @cuda.jit(device=True, inline=True)
@@ -148,10 +154,7 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
             for u in range(sched.first(), batches * nunits, sched.step()):
                 b, v = sched.batch_unit(u, nunits)
                 tm, tn = sched.tile(v, tiles_mc, tiles_n, cluster_ctarank() if CL > 1 else 0)
-                for kb in range(kblocks):
-                    full = pipe.producer_acquire(ring, s, ph, STAGE)
-                    load(base + s * STAGE, full, kb, tm, tn, args, b)
-                    s, ph = pipe.advance(s, ph)
+                s, ph = fill(ring, base, s, ph, tm, tn, 0, kblocks, (args, b))
             griddep_launch_dependents()
     elif pairs:
         @cuda.jit(device=True, inline=True)

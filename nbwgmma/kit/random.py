@@ -40,29 +40,34 @@ _OFFSET = integer_check("the kit's random draws", "offset", "its 64 bits are the
 
 
 @inlined
+def _words(seed, offset):
+    """Philox's four words for a checked ``seed`` and ``offset`` (each public draw checks its own
+    arguments, so that a wrong one is reported at the kernel's line)."""
+    return philox4x32(offset, offset >> 32, 0, 0, seed, seed >> 32)
+
+
+@inlined
 def randint4x(seed, offset):
     """The four uint32 words of Philox-4x32-10 at counter ``(offset's low word, its high word,
     0, 0)`` under key ``(seed's low word, seed's high word)``."""
-    return philox4x32(_OFFSET(offset), _OFFSET(offset) >> 32, 0, 0, _SEED(seed), _SEED(seed) >> 32)
+    return _words(_SEED(seed), _OFFSET(offset))
 
 
 @inlined
 def randint(seed, offset):
     """The first uint32 word of :func:`randint4x`."""
-    r0, r1, r2, r3 = philox4x32(_OFFSET(offset), _OFFSET(offset) >> 32, 0, 0, _SEED(seed), _SEED(seed) >> 32)
-    return r0
+    return _words(_SEED(seed), _OFFSET(offset))[0]
 
 
 @inlined
 def rand(seed, offset):
     """A uniform f32 in [0, 1) at ``offset`` under ``seed`` (Triton's ``tl.rand``)."""
-    r0, r1, r2, r3 = philox4x32(_OFFSET(offset), _OFFSET(offset) >> 32, 0, 0, _SEED(seed), _SEED(seed) >> 32)
-    return uint_to_uniform(r0)
+    return uint_to_uniform(_words(_SEED(seed), _OFFSET(offset))[0])
 
 
 @inlined
 def rand4x(seed, offset):
     """Four uniform f32 in [0, 1) at ``offset`` under ``seed``, one from each word (Triton's
     ``tl.rand4x``)."""
-    r0, r1, r2, r3 = philox4x32(_OFFSET(offset), _OFFSET(offset) >> 32, 0, 0, _SEED(seed), _SEED(seed) >> 32)
+    r0, r1, r2, r3 = _words(_SEED(seed), _OFFSET(offset))
     return uint_to_uniform(r0), uint_to_uniform(r1), uint_to_uniform(r2), uint_to_uniform(r3)
