@@ -130,7 +130,10 @@ CASES = {
     "stream-type": (f16(8, 16), f16(16, 8), {"stream": "default", "out": _out()}, MatmulTypeError,
                     "stream must be a CUDA stream object or a raw handle; got str"),
     # values, shapes, devices: MatmulError
-    "3-D": (f16(4, 4, 4), f16(4, 4), {}, MatmulError, "A and B must be 2-D; got shapes (4, 4, 4) and (4, 4)"),
+    "1-D": (f16(4), f16(4, 4), {}, MatmulError, "A and B must be 2-D, or batches of matrices (batch..., rows, "
+            "columns); got shapes (4,) and (4, 4)"),
+    "batches": (f16(2, 4, 4), f16(3, 4, 4), {}, MatmulError, "A's and B's batch dimensions must be equal; got (2,) "
+                "and (3,) (shapes (2, 4, 4) and (3, 4, 4))"),
     "inner": (f16(8, 16), f16(8, 16), {}, MatmulError, "inner dimensions differ: A is (8, 16), B is (8, 16); "
               "B must be (K, N): for a weight stored (N, K), as nn.Linear keeps it, pass its transpose (w.T)"),
     "inner-other": (f16(8, 16), f16(12, 8), {}, MatmulError, "inner dimensions differ: A is (8, 16), B is (12, 8)"),

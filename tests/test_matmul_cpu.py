@@ -20,7 +20,7 @@ class Fake:
 
 
 @pytest.mark.parametrize("a, b, kw, err, msg", [
-    (Fake((4, 4, 4), np.float16), Fake((4, 4), np.float16), {}, MatmulError, "must be 2-D"),
+    (Fake((4,), np.float16), Fake((4, 4), np.float16), {}, MatmulError, "must be 2-D, or batches of matrices"),
     (Fake((8, 16), np.float16), Fake((8, 16), np.float16), {}, MatmulError, "inner dimensions differ"),
     (Fake((8, 16), np.float16), Fake((16, 8), np.float32), {}, TypeError, "same type"),
     (Fake((8, 16), np.int32), Fake((16, 8), np.int32), {}, TypeError, "unsupported input type"),
@@ -551,7 +551,7 @@ def test_maps_of_rows_off_the_sectors_promote_128_bytes():
     """A tensor map whose rows start off the 32-byte sectors (bf16 rows of 6000 bytes: an N-major B
     of N = 3000) promotes 128 bytes into L2 (26-29% slower reads at 256 on an H100, 11-17% of it
     back at 128); aligned rows 256."""
-    from nbwgmma.frontend.plan import l2_promotion
+    from nbwgmma.frontend.views import l2_promotion
 
     assert l2_promotion("bf16", ((4000, 3000), (3000, 1))) == "128B"
     assert l2_promotion("f16", ((4000, 1000), (1000, 1))) == "128B"

@@ -35,7 +35,7 @@ from ..kernels.gemm_config import FP8_OUTS, MAX_EXTRAS
 from ..kit import ACTIVATIONS
 from .args import described, is_real, real_arg
 from .arrays import ArrayInfo, array_info
-from .plan import vector_f32
+from .views import vector_f32
 
 __all__ = ["check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_OUTS", "bias_vector", "bias_operand",
            "epilogue_error"]

@@ -39,7 +39,7 @@ from .args import NP_OF, check_apart, described, empty_rows16, lib_of, stand_in,
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
 from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type
-from .plan import numba_view, tensor_map
+from .views import numba_view, tensor_map
 
 __all__ = ["grouped_matmul"]
 

@@ -32,7 +32,7 @@ from ..kernels.grouped_scaled import BM, BN, SMEM, THREADS, grouped_scaled_kerne
 from ..kit import SCALE_BLOCK
 from .args import NP_OF, check_apart, described, empty_like_lib, holds, stand_in, stream_of
 from .arrays import ArrayInfo
-from .plan import numba_view, tensor_map
+from .views import numba_view, tensor_map
 
 __all__ = ["FP8_TYPES", "grouped_matmul_scaled"]
 

@@ -19,7 +19,7 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
 from .args import check_apart, described, empty_rows16, holds, stream_of, type_name
 from .arrays import ArrayInfo
-from .plan import nb_stream, numba_view, tensor_map
+from .views import nb_stream, numba_view, tensor_map
 
 __all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends", "out_type"]
 

@@ -22,10 +22,12 @@ from .args import (
     torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
+from .batched import batch_of, batched_matmul, check_batch_options, fold, forget_batched_plans, unfold
 from .fused import (
     FP8_OUTS, bias_operand, check_c, check_epilogue, check_fp8_out, epilogue_error, user_epilogue,
 )
-from .plan import Plan, nb_stream, zero_fill
+from .plan import Plan
+from .views import nb_stream, zero_fill
 from .scaled import QUICK as SCALED_QUICK
 from .scaled import is_tensor_scale, quick_key, scaled_matmul
 from .sparse import SPARSE_TYPES, sparse_matmul
@@ -48,6 +50,7 @@ def forget_plans():
     next call of each class plans again and takes its kernel from the disk cache: tests of
     the cache and of first calls start from it."""
     _PLANS.clear()
+    forget_batched_plans()
     _QUICK.clear()
     SCALED_QUICK.clear()
     _LAST[0] = None
@@ -182,6 +185,26 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         ia, ib = array_info(a), array_info(b)
     except TypeError as e:  # a host array, an unknown object, an element type nothing here reads
         raise array_error((("A", a), ("B", b)), e) from None
+    if len(ia.shape) != 2 or len(ib.shape) != 2:  # a batch of products: nbwgmma.frontend.batched
+        bt = batch_of(ia, ib)
+        check_batch_options(bt, c=c, beta=beta, epilogue=epilogue, epilogue_args=epilogue_args, bias=bias,
+                            scale_a=scale_a, scale_b=scale_b, config=config)
+        kw = dict(out_dtype=out_dtype, in_dtype=in_dtype, scale_a=scale_a, scale_b=scale_b, alpha=alpha, bias=bias,
+                  activation=activation, scale_out=scale_out, amax=amax, stream=stream, config=config)
+        if not bt.folds:
+            return batched_matmul(a, ia, b, ib, bt, out=out, **kw)
+        # a batch of one, or A's matrices one after the other times a 2-D B: one product of all their rows
+        rows, (k, n) = bt.count * bt.a.shape[0], bt.b.shape
+        a2, b2 = fold(a, ia, rows), b if bt.sb is None else fold(b, ib, k)
+        if out is None:
+            return unfold(matmul(a2, b2, **kw), bt.lead + (bt.a.shape[0], n))
+        io = described(out, "out")
+        if not bt.folds_out(io):
+            raise MatmulError(f"matmul: out of this batch must have shape {bt.lead + (bt.a.shape[0], n)}, its "
+                              f"matrices one after the other (rows of one product); got shape {io.shape}, strides "
+                              f"{io.strides} bytes")
+        matmul(a2, b2, out=fold(out, io, rows), **kw)
+        return out
     if quick:
         qkey = (ia.dtype, ia.shape, ia.strides, ia.ptr & 15, ia.device, ia.kind,
                 ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device, variant)

@@ -46,98 +46,17 @@ from ..kernels.gemm_config import FP8_OUTS
 from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
-from .arrays import ArrayInfo, array_info, host_view, numba_layout, numpy_dtype
+from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
+from .views import batched_view, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view, transposed
 
-__all__ = ["Plan", "nb_stream", "zero_fill", "vector_f32", "tensor_map", "l2_promotion", "tma_view", "numba_view",
-           "transposed", "work_units", "EPILOGUE_OPTIONS"]
+__all__ = ["Plan", "work_units", "EPILOGUE_OPTIONS"]
 
 #: the fused epilogue's options of a plan (:class:`~nbwgmma.kernels.gemm.GemmConfig`'s), which
 #: ``config`` does not take and :attr:`Plan.config` leaves out
 EPILOGUE_OPTIONS = ("bias", "act", "bias_type", "with_c", "user", "extras", "user_t", "amax")
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
-
-
-def numba_view(info: ArrayInfo, owner, dtype=None):
-    """A Numba device array over ``info``'s memory (bf16 and fp8 as raw integers)."""
-    dt = np.dtype(dtype or NP_OF.get(info.dtype, None) or numpy_dtype(info.dtype))  # "u16": a bf16 out
-    if _SIM:  # the simulator's arrays have no __cuda_array_interface__
-        return host_view(owner, dt, info.shape, info.strides)
-    desc = {"shape": info.shape, "strides": info.strides, "typestr": dt.str,
-            "data": (info.ptr, False), "version": 3}
-    return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)
-
-
-def tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride: int):
-    """(shape, strides in elements) of ``info`` seen as [rows, cols] with ``cols``
-    contiguous, if TMA can read it in place (16-byte aligned base and row pitch); else None."""
-    es = info.itemsize
-    if cols > 1 and col_stride != es:
-        return None
-    if rows == 1:  # the pitch of a single row is never used: any legal value
-        row_stride = -(-cols * es // 16) * 16
-    if info.ptr % 16 or row_stride % 16 or row_stride < cols * es:
-        return None
-    return (rows, cols), (row_stride // es, 1)
-
-
-def _kmajor_copy(x, info: ArrayInfo, transpose: bool, stream):
-    """A fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of ``x`` or ``x.T``."""
-    from ..kernels.copy import grid_for, pad_transpose_kernel, sized_to_data
-
-    rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
-    es = info.itemsize
-    kpad = -(-cols * es // 16) * 16 // es
-    if _SIM:  # host memory: numpy copies it at once, the copy kernel would take a Python thread per element
-        h = host_view(x, np.dtype(f"u{es}"), info.shape, info.strides).copy_to_host()  # x, or x.T: as ``info``
-        dst = np.zeros((rows, kpad), h.dtype)
-        dst[:, :cols] = h.T if transpose else h
-        return cuda.to_device(dst)
-    src = numba_view(info, x, dtype=np.dtype(f"u{es}"))
-    dst = cuda.device_array((rows, kpad), dtype=np.dtype(f"u{es}"), stream=stream)
-    with sized_to_data():
-        pad_transpose_kernel[grid_for(rows * kpad), 256, stream](src, dst, transpose)
-    return dst
-
-
-_TMAP_CACHE: dict = {}
-
-
-def l2_promotion(dtype, view):
-    """The L2 promotion of a map of ``view``: 256 bytes, or 128 where its rows start off the 32-byte
-    sectors (a stride outside the contiguous dimension of 16 modulo 32 bytes: each 128-byte box row
-    touches 5 sectors). On an H100 such an N-major B (bf16 rows of 6000 bytes) read 26-29% slower
-    than rows of 6144 bytes, and 128-byte promotion gained 11-17% of that back (BENCHMARKS.md,
-    2026-11-28). (An element type TMA lacks: 256, and the map refuses it.)"""
-    from ..layout.tma import TMA_DTYPES
-
-    es = TMA_DTYPES[dtype][1] if dtype in TMA_DTYPES else 0
-    return "128B" if any(s * es % 32 for s in view[1][:-1]) else "256B"
-
-
-def tensor_map(arr, ptr, dtype, box, view, keep: bool, swizzle: str = "128B"):
-    """A cached tensor map of ``arr`` seen as ``view`` = (shape, strides), 128B-swizzled unless
-    ``swizzle`` says otherwise, with :func:`l2_promotion`'s promotion.
-
-    The map encodes only the address, shape and strides, so a cached map stays right
-    for any array later placed at the same address. ``keep`` holds ``arr`` alive with
-    the map: staging copies must outlive the asynchronous launch that reads them.
-    """
-    from ..tma import TensorMap
-
-    key = (ptr, view, dtype, box, keep, swizzle)
-    tm = _TMAP_CACHE.get(key)
-    if tm is None:
-        shape, strides = view
-        tm = TensorMap(arr, box, dtype=dtype, swizzle=swizzle, shape=shape, strides=strides,
-                       l2_promotion=l2_promotion(dtype, view))
-        if not keep:
-            tm.array = None
-        while len(_TMAP_CACHE) >= 64:  # oldest first
-            del _TMAP_CACHE[next(iter(_TMAP_CACHE))]
-        _TMAP_CACHE[key] = tm
-    return tm
 
 
 class Plan:
@@ -148,11 +67,17 @@ class Plan:
     debug-wait mode and in the CUDA simulator each call goes through
     :func:`nbwgmma.launch.launch` instead (checked, synchronized, named on failure)."""
 
-    def __init__(self, kind, odt, ia, ib, io, opts, fp8, c_info=None):
+    def __init__(self, kind, odt, ia, ib, io, opts, fp8, c_info=None, batch=None):
         m, k = ia.shape
         n = ib.shape[1]
         given = opts
         opts = dict(opts)
+        # a batch of products (torch.bmm's): (count, the strides in bytes from one matrix of A, B and
+        # out to the next); ia, ib and io describe one matrix each. The kernel reads and writes 3-D
+        # maps; no swap, and the tile model's pick for one product.
+        self.batch = batch
+        if batch is not None:
+            opts["batched"] = True
         # C's TMA view: the caller's out, row-major with 16-byte aligned rows (a swapped kernel's C
         # is its transpose, stored through boxes of this view)
         self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1])
@@ -163,9 +88,9 @@ class Plan:
         if "bm" not in opts and "bn" not in opts:
             cluster = opts.get("cluster", 1)  # one GemmConfig rejects below: pick as for no cluster
             wk = wgmma_kind(kind)
-            swappable = opts.get("swap", 1) != 0 and "epilogue" not in opts \
+            swappable = opts.get("swap", 1) != 0 and "epilogue" not in opts and batch is None \
                 and _operand_path(ia, False, wk.transposable)[0] == "K"
-            small = None if "split" in opts or opts.get("cluster_k", 1) != 1 else pick_small_m(m, n, k, wk.input_bits, cluster, a_kmajor=swappable)
+            small = None if "split" in opts or opts.get("cluster_k", 1) != 1 or batch else pick_small_m(m, n, k, wk.input_bits, cluster, a_kmajor=swappable)
             if small is not None:
                 opts.update({key: v for key, v in small.items() if key not in opts})
             else:  # (a forced swap tiles the swapped problem, N x M)
@@ -174,7 +99,7 @@ class Plan:
                 sms = device_limits()["multiprocessors"]
                 free = not ({"cluster", "split", "epilogue", "stages", "stream_k", "c_parts", "c_slots", "consumers",
                              "multicast", "producer_regs", "consumer_regs"} & set(given)
-                            or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM)
+                            or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM or batch)
                 # (C^T tiles better; a swapped fp8 output is stored from the registers, not by TMA)
                 tma16 = tma_out and odt not in FP8_OUTS
                 if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma16):
@@ -246,6 +171,13 @@ class Plan:
         # TMA boxes: K-major [rows, BK] (the shared operand: this CTA's share of the tile's rows),
         # MN-major [BK, 64]; the kit's Cooperative loads them (GemmConfig.loads)
         self.boxes = (cfg.loads[0][0], cfg.loads[1][0])
+        if batch is not None:  # 3-D: one matrix of the batch per box
+            es = (ia.itemsize, ib.itemsize, io.itemsize)
+            self.a_path, self.b_path = (self.a_path[0], batched_view(self.a_path[1], batch[0], batch[1], es[0])), \
+                (self.b_path[0], batched_view(self.b_path[1], batch[0], batch[2], es[1]))
+            self.c_view = batched_view(self.c_view, batch[0], batch[3], es[2])
+            self.boxes = ((1,) + self.boxes[0], (1,) + self.boxes[1])
+            self.in_place = self.a_path[1] is not None and self.b_path[1] is not None
         self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
 
     def _configure(self, kind, odt, ia, ib, io, opts, fp8):
@@ -265,7 +197,7 @@ class Plan:
         tma_ok = self.c_view is not None and (not self.swap or (probe.bm >= 128 and odt not in FP8_OUTS
                                                                 and odt != "f32"))
         asked = "epilogue" in opts
-        if odt == "f32" and tma_ok and not asked:
+        if odt == "f32" and tma_ok and not asked and self.batch is None:
             # f32 values through TMA where a CTA has tiles after the first, whose main loop the
             # stores overlap (H100: 1.009-1.032x the register stores at 512-2048 tiles of 128 x
             # 256); with one tile per CTA the parts' waits cost more (0.956-0.972x at 128 tiles)
@@ -281,7 +213,7 @@ class Plan:
                               f"; got {odt} with strides {io.strides} at {io.ptr:#x}")
         # the tile and the given parameters (the epilogue follows from out; the fused epilogue's options,
         # which config does not take, are left out)
-        self.config = {k_: v for k_, v in opts.items() if k_ not in EPILOGUE_OPTIONS}
+        self.config = {k_: v for k_, v in opts.items() if k_ not in EPILOGUE_OPTIONS and k_ != "batched"}
 
         def config(epilogue):
             return GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
@@ -309,12 +241,16 @@ class Plan:
         blocks (a transposed C: (c_box, 64)), or a narrow tile's one unswizzled (64, bn) box."""
         box = self.cfg.c_box
         if self.cfg.c_transposed:  # rows of C^T's transposed tile: c_box rows of out, 64 columns
-            return self._map(2, out, io.ptr, self.c_view, self.odt, (box, 64), "128B").address
-        if self.odt in FP8_OUTS:  # codes: 64 x 64-byte boxes, 64B-swizzled
-            return self._map(2, out, io.ptr, self.c_view, self.odt, (64, 64), "64B").address
-        if self.odt == "f32":  # values: 64 x 32 (128-byte) boxes, 128B-swizzled
-            return self._map(2, out, io.ptr, self.c_view, self.odt, (64, 32), "128B").address
-        return self._map(2, out, io.ptr, self.c_view, self.odt, (64, box), "128B" if box == 64 else "none").address
+            box, swizzle = (box, 64), "128B"
+        elif self.odt in FP8_OUTS:  # codes: 64 x 64-byte boxes, 64B-swizzled
+            box, swizzle = (64, 64), "64B"
+        elif self.odt == "f32":  # values: 64 x 32 (128-byte) boxes, 128B-swizzled
+            box, swizzle = (64, 32), "128B"
+        else:
+            box, swizzle = (64, box), "128B" if box == 64 else "none"
+        if self.batch is not None:  # one matrix of the batch per box
+            box = (1,) + box
+        return self._map(2, out, io.ptr, self.c_view, self.odt, box, swizzle).address
 
     def maps(self, x, info, is_b, stream):
         """The tensor map of A or B: read in place, or of a K-major staging copy."""
@@ -322,9 +258,12 @@ class Plan:
         path, tdt, box = (self.a_path, self.b_path)[i], self.tdt[i], self.boxes[i]
         if path[1] is not None:
             return self._map(i, x, info.ptr, path[1], tdt, box)
-        cp = _kmajor_copy(x, info, is_b, nb_stream(stream))
+        bat = None if self.batch is None else (self.batch[0], self.batch[1 + i])
+        cp = kmajor_copy(x, info, is_b, nb_stream(stream), bat)
         ci = array_info(cp)
-        v = tma_view(ci, ci.shape[0], info.shape[0] if is_b else info.shape[1], ci.strides[0], ci.strides[1])
+        v = tma_view(ci, ci.shape[-2], info.shape[0] if is_b else info.shape[1], ci.strides[-2], ci.strides[-1])
+        if bat is not None:
+            v = batched_view(v, bat[0], ci.strides[0], ci.itemsize)
         return tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
 
     def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle, bias=None, c=None, beta=0.0, extras=(),
@@ -358,6 +297,8 @@ class Plan:
                                                      if cfg.amax else ())
             if cfg.uses_workspace:
                 args += self.workspace(stream_handle)[:2]
+            if self.batch is not None:
+                args += (np.int32(self.batch[0]),)
             if DEBUG_WAIT_TIMEOUT_S is not None or _SIM:  # checked launches that name a stopped kernel
                 from ..kernels.gemm import gemm_kernel
                 from ..launch import launch
@@ -384,6 +325,8 @@ class Plan:
             ws += (scale_out,) + (array_arg_values(amax[0].ptr, (1,), (4,), 4) if cfg.amax else ())
         if cfg.uses_workspace:
             ws += self.workspace(stream_handle)[2]
+        if self.batch is not None:
+            ws += (self.batch[0],)
         if c_map:
             self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha, *ws)
         else:
@@ -428,6 +371,8 @@ class Plan:
             slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
         units = work_units(m, n, self.mnk[2], cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, cfg.stream_k,
                            "N" if cfg.multicast == "A" else "M")
+        if self.batch is not None:
+            units *= self.batch[0]
         grid = cl * min(slots, units)
         return grid, ((cl, 1, 1) if cl > 1 else None), smem
 
@@ -453,7 +398,7 @@ class Plan:
         fp8 = (("f32",) + (_BIAS_ARGS if cfg.amax else ())) if cfg.out in FP8_OUTS else ()  # scale_out, amax
         ws = (_BIAS_ARGS if cfg.bias else ()) + (_C_ARGS if cfg.with_c else ()) + xs + fp8 \
             + (_WS_ARGS if cfg.uses_workspace else ())
-        arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws
+        arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws + (("i32",) if self.batch else ())
         # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
         # it with griddep_wait before touching memory)
         return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster, pdl=True)
@@ -494,7 +439,8 @@ class Plan:
                    for kind, t in self.cfg.extras)
         fp8 = ((types.float32,) + ((types.Array(types.float32, 1, "C"),) if self.cfg.amax else ())) \
             if self.cfg.out in FP8_OUTS else ()
-        return (types.int64, types.int64, c) + scalars + vec + cb + xs + fp8 + (ws if self.cfg.uses_workspace else ())
+        return (types.int64, types.int64, c) + scalars + vec + cb + xs + fp8 + (ws if self.cfg.uses_workspace else ()) \
+            + ((types.int32,) if self.batch else ())
 
     def check_expect_tx(self, ta, tb):
         """The kernel arms each stage with ``stage_bytes`` (``expect_tx``); the boxes its
@@ -516,11 +462,6 @@ def work_units(m, n, k, bm, bn, bk, cluster=1, split=1, stream_k=False, along="M
     from ..kit.scheduler import TileScheduler
 
     return TileScheduler(bm, bn, bk, cluster=cluster, split=split, along=along).units(m, n, k)
-
-
-def transposed(info: ArrayInfo) -> ArrayInfo:
-    """The transpose of a 2-D array as a view: shape and strides reversed, same memory."""
-    return info._replace(shape=info.shape[::-1], strides=info.strides[::-1])
 
 
 def _operand_path(info: ArrayInfo, is_b, transposable):
@@ -550,40 +491,3 @@ def _array_values(info: ArrayInfo) -> tuple:
     return array_arg_values(info.ptr, info.shape, info.strides, info.itemsize)
 
 
-_NB_STREAMS: dict = {}
-
-
-def nb_stream(st):
-    """A Numba stream for a raw handle (cached: creating one per call costs microseconds)."""
-    if not isinstance(st, int):
-        return st if st else 0
-    if st == 0:
-        return 0
-    s = _NB_STREAMS.get(st)
-    if s is None:
-        if len(_NB_STREAMS) > 64:
-            _NB_STREAMS.clear()
-        s = _NB_STREAMS[st] = cuda.external_stream(st)
-    return s
-
-
-def vector_f32(info: ArrayInfo, owner, stream):
-    """A new contiguous f32 copy of the 1-D Numba vector ``info`` (any stride; f32 or f16),
-    made on ``stream`` (a raw handle or None)."""
-    from ..kernels.copy import grid_for, sized_to_data, vector_f32_kernel
-
-    st = nb_stream(stream)
-    n = info.shape[0]
-    dst = cuda.device_array(n, np.float32, stream=st)
-    with sized_to_data():
-        vector_f32_kernel[grid_for(n), 256, st](numba_view(info, owner), dst)
-    return dst
-
-
-def zero_fill(io: ArrayInfo, out, stream) -> None:
-    """Fill ``out`` (described by ``io``) with zeros: the product of a K = 0 matmul."""
-    from ..kernels.copy import fill_zero_kernel, grid_for, sized_to_data
-
-    m, n = io.shape
-    with sized_to_data():
-        fill_zero_kernel[grid_for(m * n), 256, nb_stream(stream)](numba_view(io, out))

@@ -48,7 +48,7 @@ from ..launch import array_arg_types, array_arg_values, device_limits
 from .args import NP_OF, described, lib_of, output, stand_in, stream_key, stream_of, stream_scratch, torch_dtype
 from .arrays import ArrayInfo, numba_layout
 from .fused import bias_operand, check_epilogue
-from .plan import numba_view, tensor_map, zero_fill
+from .views import numba_view, tensor_map, zero_fill
 
 __all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "narrow_tiles", "stream_tiles",
            "wide_tiles", "QUICK", "quick_key", "ScaledQuick", "TALL_GAIN", "WIDE_EFF", "WIDE_GAIN", "STREAM_BELOW"]

@@ -27,7 +27,7 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.sparse import THREADS, SparseConfig, sparse_kernel
 from .args import NP_OF, check_apart, described, empty_like_lib, lib_of, stream_of
 from .arrays import ArrayInfo
-from .plan import numba_view, tensor_map, tma_view, transposed
+from .views import numba_view, tensor_map, tma_view, transposed
 from .sparse24 import SPARSE_TYPES, Sparse24
 
 __all__ = ["sparse_matmul", "Sparse24", "SPARSE_TYPES"]

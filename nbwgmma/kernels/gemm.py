@@ -52,7 +52,7 @@ from ..intrinsics import (
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
     griddep_wait, setmaxnreg_dec,
-    setmaxnreg_inc, smem_addr, tma_store_2d,
+    setmaxnreg_inc, smem_addr, tma_store_2d, tma_store_3d,
 )
 from ..kit.amax import acc_absmax, amax_flush, amax_note, amax_start
 from ..kit.cluster_k import ClusterSplitK
@@ -111,6 +111,9 @@ def _build(key):
     SPLIT = cfg.split
     STREAM = cfg.stream_k
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
+    # A batch of products (3-D maps of A, B and C): the walk covers batches x units; the C map
+    # reaches the stores as (map, the product's index)
+    BATCHED = cfg.batched
     # a fused bias, activation, beta * C, user function
     EPI = cfg.fused
     # A bias per column, in the persistent tile loop (no split-K, stream-K or cluster_k), is
@@ -164,6 +167,15 @@ def _build(key):
         else:
             acc_store(acc, KIND, c, ctid, row0, col0)
 
+    if BATCHED:
+        @inlined
+        def store_box(smem, tmc, x, y):
+            tma_store_3d(smem, tmc[0], x, y, tmc[1])
+    else:
+        @inlined
+        def store_box(smem, tmc, x, y):
+            tma_store_2d(smem, tmc, x, y)
+
     @inlined
     def put_part(regs, tmap_c, ctid, cw, row0, col0, cbase, first, ep):
         # The TMA stores must have read the part's shared tile before it is rewritten: a block's
@@ -192,18 +204,18 @@ def _build(key):
         if ctid == 0:
             if FP8_OUT:
                 for j in range(PART_COLS // 64):
-                    tma_store_2d(cbase + j * 4096, tmap_c, col0 + j * 64, row0)
+                    store_box(cbase + j * 4096, tmap_c, col0 + j * 64, row0)
             elif F32_OUT:
                 for j in range(PART_COLS // 32):
-                    tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 32, row0)
+                    store_box(cbase + j * 8192, tmap_c, col0 + j * 32, row0)
             elif C_T:  # boxes of C_BOX rows of out (this part's width: 4 columns a register)
                 for j in range(len(regs) * 4 // C_BOX):
-                    tma_store_2d(cbase + j * 128 * C_BOX, tmap_c, row0, col0 + j * C_BOX)
+                    store_box(cbase + j * 128 * C_BOX, tmap_c, row0, col0 + j * C_BOX)
             elif SWIZZLED_C:
                 for j in range(PART_COLS // 64):
-                    tma_store_2d(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
+                    store_box(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
             else:
-                tma_store_2d(cbase, tmap_c, col0, row0)
+                store_box(cbase, tmap_c, col0, row0)
             bulk_commit_group()
         if AMAX:
             amax_note(big, ep[7], ctid + 128 * cw)
@@ -278,7 +290,7 @@ def _build(key):
     finish_blocks = finish_one if cfg.blocks == 1 else finish_two
 
     @inlined
-    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax):
+    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax, batches):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
@@ -309,6 +321,7 @@ def _build(key):
         # adjacent sharing B, side by side sharing A);
         # work units are (tile, K slice), a tile's slices neighbours, so they run together.
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        walk = nunits * batches if BATCHED else nunits  # (a batch: each product's units in turn)
         first = sched.first()
         step = sched.step()
 
@@ -333,7 +346,8 @@ def _build(key):
                             it += 1
                         g += kb1 - kb0
                 else:
-                    for u in range(first, nunits, step):
+                    for w in range(first, walk, step):
+                        bt, u = sched.batch_unit(w, nunits) if BATCHED else (0, w)
                         t, sp = sched.split_unit(u, nsplit)
                         pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
                         # Past M's last tile (tiles_m not a multiple of CL) a CTA still loads and
@@ -350,7 +364,11 @@ def _build(key):
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
                             full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
-                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
+                            if BATCHED:
+                                coop.load_3d(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst,
+                                             bt)
+                            else:
+                                coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
                             it += 1
                 # Every load issued: the next kernel may be scheduled (its CTAs take SMs as ours leave).
                 griddep_launch_dependents()
@@ -405,10 +423,12 @@ def _build(key):
                 prow = 0
                 pcol = 0
                 live = False
-                for u in range(first, nunits, step):
+                pc = (c, 0) if BATCHED else c  # the C map (batched: and the last tile's product)
+                for w in range(first, walk, step):
+                    bt, u = sched.batch_unit(w, nunits) if BATCHED else (0, w)
                     pm, pn = sched.tile(u, tiles_mc, tiles_n, rank)
                     acc, s, ph, prev = open_beside(ring, base, s, ph, 0, kblocks, cw, ctid,
-                                                   (pend, prow, pcol, live, ctid, cw, cbase, c, ep))
+                                                   (pend, prow, pcol, live, ctid, cw, cbase, pc, ep))
                     coop.drain(ring, ctid, prev)
                     if SCALED:
                         acc = acc_scale(acc, alpha)
@@ -416,16 +436,18 @@ def _build(key):
                     prow = pm * BM + cw * 64
                     pcol = pn * BN
                     live = pm < tiles_m and pn < tiles_n
+                    pc = (c, bt) if BATCHED else c
                 for j in range(len(WIDTHS)):
-                    put_hook(j, (pend, prow, pcol, live, ctid, cw, cbase, c, ep))
+                    put_hook(j, (pend, prow, pcol, live, ctid, cw, cbase, pc, ep))
             else:
-                for u in range(first, nunits, step):
+                for w in range(first, walk, step):
+                    bt, u = sched.batch_unit(w, nunits) if BATCHED else (0, w)
                     t, sp = sched.split_unit(u, nsplit)
                     pm, pn = sched.tile(t, tiles_mc, tiles_n, rank)
                     kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                     acc, s, ph, ept = tile_ep(ring, base, s, ph, kb0, kb1, cw, ctid, ep, pn * BN)
                     if pm < tiles_m and pn < tiles_n:
-                        finish_blocks(acc, alpha, c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit,
+                        finish_blocks(acc, alpha, (c, bt) if BATCHED else c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit,
                                       pm * BM + cw * CROWS, pn * BN, cbase, m, ept)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
@@ -442,10 +464,11 @@ def _build(key):
     xs = [f"x{j}" for j in range(len(cfg.extras))]
     fp8 = (["scale_out"] + (["amax"] if AMAX else [])) if FP8_OUT else []
     params = ["tmap_a", "tmap_b", "c", "m", "n", "k", "alpha"] + (["vec"] if cfg.bias else []) \
-        + (["cmat", "beta"] if cfg.with_c else []) + xs + fp8 + (["ws", "counters"] if ws else [])
+        + (["cmat", "beta"] if cfg.with_c else []) + xs + fp8 + (["ws", "counters"] if ws else []) \
+        + (["batches"] if BATCHED else [])
     passed = ", ".join(params[:7] + (["ws", "counters"] if ws else ["c", "m"]) + (["vec"] if cfg.bias else ["m"])
                        + (["cmat", "beta"] if cfg.with_c else ["c", "alpha"]) + [f"({''.join(x + ', ' for x in xs)})"]
-                       + ["scale_out" if FP8_OUT else "alpha", "amax" if AMAX else "m"])
+                       + ["scale_out" if FP8_OUT else "alpha", "amax" if AMAX else "m", "batches" if BATCHED else "m"])
     src = [f"def gemm({', '.join(params)}):", f"    body({passed})"]
     ns = {"body": body, "__name__": __name__}  # (the kernel's symbol names this module)
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm kernel>", "exec"), ns)

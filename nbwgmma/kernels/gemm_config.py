@@ -111,6 +111,10 @@ class GemmConfig:
     ``amax`` the kernel takes a one-element f32 array after ``scale_out`` and raises it to the
     largest |result| inside C (before the scale): each warp keeps its running maximum in shared
     memory, one atomic max per warp at the end.
+    ``batched``: a batch of products of one shape (``torch.bmm``'s): A, B and C are 3-D maps
+    ((batch, rows, columns), one matrix per box) and the kernel takes the batch's size as a last
+    int32 argument; the walk covers every product's tiles in turn. With the TMA epilogue and no
+    split, stream-K, ``cluster_k`` or C (``with_c``).
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -121,7 +125,7 @@ class GemmConfig:
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
                  c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False, user=None,
-                 extras=(), user_t=False, amax=False, multicast="B"):
+                 extras=(), user_t=False, amax=False, multicast="B", batched=False):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -226,6 +230,12 @@ class GemmConfig:
             raise ConfigError("cluster_k", f"cluster_k=2 with the direct epilogue takes tiles of at most 192 columns "
                                            f"(at 256 the consumers spill 24-32 bytes); got bn={bn}")
         self.cluster_k = cluster_k
+        if batched and (epilogue != "tma" or split > 1 or stream_k or cluster_k > 1 or with_c):
+            raise ConfigError("batched", f"a batch of products goes out through the TMA epilogue, without split, "
+                                         f"stream_k, cluster_k or C; got epilogue={epilogue!r}, split={split}, "
+                                         f"stream_k={stream_k}, cluster_k={cluster_k}, with_c={bool(with_c)}")
+        #: a batch of products: 3-D maps of A, B and C, the batch's size the last argument
+        self.batched = bool(batched)
         if consumers is None:  # 256 rows: two consumers of 128 (four of 64 spill and ran slower)
             consumers = 2 if bm == 256 and split == 1 and not stream_k and cluster_k == 1 else bm // 64
         if consumers != bm // 64 and not (bm % 128 == 0 and consumers == bm // 128):
@@ -394,7 +404,7 @@ class GemmConfig:
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
                 self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c, self.user,
-                self.extras, self.user_t, self.amax, self.multicast)
+                self.extras, self.user_t, self.amax, self.multicast) + ((True,) if self.batched else ())  # (batched: as before otherwise)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -406,5 +416,6 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
+                f"{', batched' if self.batched else ''}"
                 f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', beta * C' if self.with_c else ''}{', ' + self.act if self.act else ''}"
                 f"{', epilogue ' + getattr(self.user, '__name__', '?') if self.user else ''})")

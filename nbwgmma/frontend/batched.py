@@ -1,0 +1,238 @@
+"""Batches of products in :func:`nbwgmma.matmul`: ``a @ b`` with a leading batch dimension, as
+``torch.bmm`` and ``torch.matmul`` take them.
+
+* ``(batch..., M, K) @ (batch..., K, N)`` -> ``(batch..., M, N)``: the leading dimensions, equal
+  in both, are one batch (they must merge into one stride, as a contiguous tensor's do); the
+  library GEMM runs every product in one launch on 3-D tensor maps (``GemmConfig(batched=True)``:
+  the kit's :meth:`~nbwgmma.kit.TileScheduler.batch_unit` walk, ``Cooperative.load_3d`` and
+  3-D TMA stores). An operand TMA cannot read in place (or whose matrices interleave) is first
+  copied, one copy kernel per matrix.
+* ``(batch..., M, K) @ (K, N)``: one product of the batch's rows folded into M (what
+  ``torch.matmul`` does), where A's matrices follow one another row after row; an A whose
+  matrices do not (a transposed or interleaved batch) is refused, as is a 2-D A with a batched B:
+  broadcasting one operand over the batch is not built.
+* A batch takes ``alpha``, fp8 inputs with per-tensor scales, ``out``/``out_dtype`` (fp8 outputs,
+  ``scale_out`` and ``amax`` included), ``bias`` and ``activation`` (a bias per column, or per
+  row of each product when both operands are batched), ``stream`` and ``config`` (no
+  ``split``, ``stream_k`` or ``cluster_k``: the tile model's tile for one product, never
+  swapped). ``c``/``beta``, an ``epilogue`` function and scale arrays are refused so far.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import sim
+from ..errors import MatmulError, MatmulTypeError
+from .args import (
+    check_apart, check_call, described, empty_rows16, holds, lib_of, real_arg, scale_product, stream_of,
+)
+from .arrays import ArrayInfo
+from .fused import bias_operand, check_epilogue, check_fp8_out
+from .plan import Plan
+from .views import batched_view, numba_view, tma_view, zero_fill
+
+__all__ = ["Batch", "batch_of", "fold", "unfold", "check_batch_options", "batched_matmul", "forget_batched_plans"]
+
+_SIM = sim.enabled()
+
+
+class Batch(NamedTuple):
+    """A batched call's shape: ``count`` products; ``a``, ``b``: one matrix of each operand
+    (2-D descriptions); ``sa``, ``sb``: bytes from one matrix to the next (None: a 2-D
+    operand); ``lead``: the leading dimensions of the output."""
+    count: int
+    a: ArrayInfo
+    b: ArrayInfo
+    sa: int | None
+    sb: int | None
+    lead: tuple
+
+    @property
+    def folds(self) -> bool:
+        """One 2-D product does it: a batch of one, or a batched A times a 2-D B whose batch is
+        M's rows continued."""
+        return self.count == 1 or (self.sb is None and self.sa == self.a.shape[0] * self.a.strides[0])
+
+    def folds_out(self, io: ArrayInfo) -> bool:
+        """Whether ``out`` (described by ``io``) takes the folded product: the batch's shape, its
+        matrices' rows one after the other."""
+        m, n = self.a.shape[0], self.b.shape[1]
+        if io.shape != self.lead + (m, n):
+            return False
+        return self.count == 1 or _merged(io, "out")[1] == m * io.strides[-2]
+
+
+def _merged(info: ArrayInfo, name: str):
+    """(count, stride in bytes, leading dims) of an operand's leading dimensions, merged into one."""
+    lead, strides = info.shape[:-2], info.strides[:-2]
+    count = int(np.prod(lead)) if lead else 1
+    dims = [(d, s) for d, s in zip(lead, strides) if d != 1]  # (a dimension of one has no step)
+    for (d0, s0), (d1, s1) in zip(dims, dims[1:]):
+        if s0 != d1 * s1:
+            raise MatmulError(f"matmul: {name}'s batch dimensions {lead} (strides {strides} bytes) do not merge into "
+                              f"one stride; make them contiguous (a copy) or pass a 3-D array")
+    return count, (dims[-1][1] if dims else 0), lead
+
+
+def batch_of(ia: ArrayInfo, ib: ArrayInfo) -> Batch:
+    """The batch of a call whose A or B has more than two dimensions (:class:`Batch`), or the
+    :class:`~nbwgmma.errors.MatmulError` that names what does not fit."""
+    if len(ia.shape) < 2 or len(ib.shape) < 2:
+        raise MatmulError(f"matmul: A and B must be 2-D, or batches of matrices (batch..., rows, columns); got shapes "
+                          f"{ia.shape} and {ib.shape}")
+    na, sa, lead_a = _merged(ia, "A")
+    nb, sb, lead_b = _merged(ib, "B")
+    a, b = ia._replace(shape=ia.shape[-2:], strides=ia.strides[-2:]), \
+        ib._replace(shape=ib.shape[-2:], strides=ib.strides[-2:])
+    if len(ib.shape) == 2:
+        return Batch(na, a, b, sa, None, lead_a)
+    if len(ia.shape) == 2:
+        raise MatmulError(f"matmul: a 2-D A times a batch of B ({ia.shape} @ {ib.shape}) is not built: broadcasting "
+                          f"A over B's batch; expand A to the batch (a copy) or compute (B^T @ A^T)^T")
+    if lead_a != lead_b:
+        raise MatmulError(f"matmul: A's and B's batch dimensions must be equal; got {lead_a} and {lead_b} "
+                          f"(shapes {ia.shape} and {ib.shape})")
+    return Batch(na, a, b, sa, sb, lead_a)
+
+
+def fold(x, info: ArrayInfo, rows: int):
+    """``x`` (batch..., M, cols) seen as one (rows, cols) matrix, its batch's rows one after the
+    other (the caller checked that they are): same memory, same array kind."""
+    shape = (rows, info.shape[-1])
+    if info.kind == "torch":
+        return x.view(shape)
+    strides = info.strides[-2:]
+    if _SIM:  # (a reshape could copy: a view of the same host memory)
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return FakeCUDAArray(np.lib.stride_tricks.as_strided(x._ary, shape, strides))
+    if info.kind == "cupy":
+        import cupy
+
+        return cupy.lib.stride_tricks.as_strided(x, shape, strides)
+    return numba_view(info._replace(shape=shape, strides=strides), x)
+
+
+def unfold(r, shape: tuple):
+    """A fresh (rows, N) result seen as the batch's (batch..., M, N)."""
+    return r.view(shape) if lib_of(r) == "torch" else r.reshape(shape)
+
+
+def check_batch_options(bt: Batch, *, c, beta, epilogue, epilogue_args, bias, scale_a, scale_b, config) -> None:
+    """What a batched call refuses (module text), each a :class:`~nbwgmma.errors.MatmulError`."""
+    if c is not None or beta is not None:
+        raise MatmulError("matmul: c/beta (beta * C) with a batch of products is not built so far")
+    if epilogue is not None or epilogue_args:
+        raise MatmulError("matmul: an epilogue function with a batch of products is not built so far")
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if s is not None and getattr(s, "shape", ()) not in ((), (1,)):
+            raise MatmulError(f"matmul: {name}: a batch of products takes per-tensor fp8 scales so far; got an array "
+                              f"of shape {tuple(s.shape)}")
+    if bias is not None and bt.folds and bt.count > 1:
+        shape = tuple(getattr(bias, "shape", ()))
+        m, n = bt.a.shape[0], bt.b.shape[1]
+        if shape not in ((n,), (1, n)):
+            raise MatmulError(f"matmul: a batch of A times a 2-D B takes a bias per column, shape ({n},) or (1, {n}); "
+                              f"got {shape}" + (" (a bias per row of each product: give B a batch too)"
+                                                if shape == (m, 1) else ""))
+    if isinstance(config, dict) and not bt.folds:
+        bad = sorted({"split", "stream_k", "cluster_k", "swap", "epilogue"} & set(config))
+        if bad:
+            raise MatmulError(f"matmul: config {bad}: a batch of products runs without split, stream_k or cluster_k, "
+                              f"unswapped, through the TMA epilogue")
+
+
+def _output(lib, a, out, bt: Batch, odt, device, written: bool) -> tuple:
+    """(out, its description, one matrix of it, bytes from one to the next): the given ``out``
+    (shape (batch..., M, N); ``written`` by the kernel: its matrices where TMA can write them) or
+    a new one (rows 16 bytes apart, as TMA stores need: a view of the first N columns where N's
+    row is not a multiple of 16 bytes, as ``torch._grouped_mm`` pads its outputs)."""
+    m, n = bt.a.shape[0], bt.b.shape[1]
+    want = bt.lead + (m, n)
+    if out is None:
+        out = empty_rows16(lib, a, want, odt)
+    io = described(out, "out")
+    if io.shape != want:
+        raise MatmulError(f"matmul: out must have shape {want}; got {io.shape}")
+    if io.device != device:
+        raise MatmulError(f"matmul: out is on device {io.device}, A on device {device}")
+    _, so, _ = _merged(io, "out")
+    one = io._replace(shape=(m, n), strides=io.strides[-2:])
+    if written and batched_view(tma_view(one, m, n, *one.strides), bt.count, so, io.itemsize) is None:
+        raise MatmulError(f"matmul: a batch of products writes out through TMA: row-major matrices with 16-byte aligned "
+                          f"rows, 16-byte aligned matrices that do not interleave; got out of shape {io.shape}, "
+                          f"strides {io.strides} bytes at {io.ptr:#x}")
+    return out, io, one, so
+
+
+_PLANS: dict = {}
+
+
+def forget_batched_plans() -> None:
+    """Drop the batched calls' plans (:func:`nbwgmma.frontend.matmul.forget_plans`)."""
+    _PLANS.clear()
+
+
+def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a, scale_b, alpha, bias, activation,
+                   scale_out, amax, stream, config):
+    """``a @ b`` for batched A and B (:func:`batch_of`'s ``bt``, both with a batch): one launch."""
+    io = described(out, "out") if out is not None else None  # (check_call reads its type)
+    one_a, one_b, kind, fp8, auto, opts, odt = check_call(
+        bt.a, bt.b, io, in_dtype=in_dtype, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
+        config=None if config == "auto" else config, autotune_default=False)
+    (m, k), n = one_a.shape, one_b.shape[1]
+    lib = lib_of(a)
+    fresh = out is None
+    out, io, one_o, so = _output(lib, a, out, bt, odt, ia.device, written=m * n * k * bt.count > 0)
+    if not holds(io.dtype, odt):
+        raise MatmulTypeError(f"matmul: out must have type {odt}; got {io.dtype}")
+    if not fresh:
+        check_apart(io, (("A", ia), ("B", ib)) if m and n and k else ())
+    st = stream_of(lib, stream)
+    alpha = real_arg(alpha, "alpha")
+    epi, vec, fp8_out = {}, None, (1.0, None)
+    if m == 0 or n == 0 or bt.count == 0:
+        return out
+    scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
+    if k == 0:
+        zero_fill_batch(out, io, st)
+        return out
+    if bias is not None or activation is not None:
+        bi = described(bias, "bias") if bias is not None else None
+        where = check_epilogue(activation, bi, m, n, ia.device)
+        vec = bias_operand(bias, bi, st if stream is not None else None) if bi is not None else None
+        epi = {key: v for key, v in (("bias", where), ("act", activation)) if v is not None}
+        if vec is not None:
+            epi["bias_type"] = vec[0].dtype
+    if iamax is not None:
+        epi["amax"] = True
+    fp8_out = (scale, None if iamax is None else (iamax, amax))
+    alpha = float(alpha) * scale_product(scale_a, scale_b)
+    scaled = fp8 or alpha != 1.0
+    batch = (bt.count, bt.sa, bt.sb, so)
+    key = (kind, odt, one_a.shape, one_a.strides, ia.ptr % 16, one_b.shape, one_b.strides, ib.ptr % 16,
+           one_o.strides, io.ptr % 16, ia.device, tuple(sorted(opts.items())), tuple(sorted(epi.items())), scaled,
+           batch)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = Plan(kind, odt, one_a, one_b, one_o, {**opts, **epi}, scaled, None, batch=batch)
+        if len(_PLANS) >= 256:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    plan(a, one_a._replace(ptr=ia.ptr), b, one_b._replace(ptr=ib.ptr), out, one_o, alpha, st, vec, None, 0.0, (),
+         *fp8_out)
+    return out
+
+
+def zero_fill_batch(out, io: ArrayInfo, stream) -> None:
+    """Zeros into every matrix of a batched ``out`` (a K = 0 product)."""
+    count, so, _ = _merged(io, "out")
+    if _SIM:  # (the simulator's arrays are host memory)
+        out._ary[...] = 0
+        return
+    one = io._replace(shape=io.shape[-2:], strides=io.strides[-2:])
+    for j in range(count):
+        zero_fill(one._replace(ptr=io.ptr + j * so), out, stream)

@@ -1,0 +1,166 @@
+"""Views of the arrays a :func:`nbwgmma.matmul` call takes, as its kernels read them: Numba
+device arrays over their memory, TMA views and (cached) tensor maps, K-major staging copies,
+Numba streams of raw handles, and the small copy and fill kernels' launches."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .. import sim
+from .args import NP_OF
+from .arrays import ArrayInfo, host_view, numpy_dtype
+
+__all__ = ["numba_view", "tma_view", "batched_view", "kmajor_copy", "l2_promotion", "tensor_map", "transposed",
+           "nb_stream", "vector_f32", "zero_fill"]
+
+_SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
+
+
+def numba_view(info: ArrayInfo, owner, dtype=None):
+    """A Numba device array over ``info``'s memory (bf16 and fp8 as raw integers)."""
+    dt = np.dtype(dtype or NP_OF.get(info.dtype, None) or numpy_dtype(info.dtype))  # "u16": a bf16 out
+    if _SIM:  # the simulator's arrays have no __cuda_array_interface__
+        return host_view(owner, dt, info.shape, info.strides)
+    desc = {"shape": info.shape, "strides": info.strides, "typestr": dt.str,
+            "data": (info.ptr, False), "version": 3}
+    return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)
+
+
+def tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride: int):
+    """(shape, strides in elements) of ``info`` seen as [rows, cols] with ``cols``
+    contiguous, if TMA can read it in place (16-byte aligned base and row pitch); else None."""
+    es = info.itemsize
+    if cols > 1 and col_stride != es:
+        return None
+    if rows == 1:  # the pitch of a single row is never used: any legal value
+        row_stride = -(-cols * es // 16) * 16
+    if info.ptr % 16 or row_stride % 16 or row_stride < cols * es:
+        return None
+    return (rows, cols), (row_stride // es, 1)
+
+
+def batched_view(view, count: int, stride: int, itemsize: int):
+    """A TMA view of one matrix extended to a batch of ``count`` of them ``stride`` bytes apart (a 3-D
+    view: the matrix's dimensions inside), or None where TMA cannot read it so (the stride not a multiple
+    of 16 bytes, or less than a matrix's extent: matrices that interleave)."""
+    if view is None:
+        return None
+    (rows, cols), (pitch, one) = view
+    if count == 1:  # (the stride to a second matrix is never used: any legal value)
+        stride = -(-rows * pitch * itemsize // 16) * 16
+    if stride % 16 or stride < rows * pitch * itemsize or stride % itemsize:
+        return None
+    return (count, rows, cols), (stride // itemsize, pitch, one)
+
+
+def kmajor_copy(x, info: ArrayInfo, transpose: bool, stream, batch=None):
+    """A fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of ``x`` or ``x.T``;
+    with ``batch`` = (count, bytes from one matrix to the next), ``info`` describing the first
+    matrix, a [count, rows, Kpad] copy of the batch (one copy kernel per matrix)."""
+    from ..kernels.copy import grid_for, pad_transpose_kernel, sized_to_data
+
+    rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
+    es = info.itemsize
+    kpad = -(-cols * es // 16) * 16 // es
+    nb, bstride = batch if batch is not None else (1, 0)
+    lead = (nb,) if batch is not None else ()
+    if _SIM:  # host memory: numpy copies it at once, the copy kernel would take a Python thread per element
+        v = x._ary.view(np.dtype(f"u{es}"))
+        h = np.lib.stride_tricks.as_strided(v, (nb,) + info.shape, (bstride,) + info.strides)  # x, or x.T
+        dst = np.zeros((nb, rows, kpad), h.dtype)
+        dst[:, :, :cols] = h.transpose(0, 2, 1) if transpose else h
+        return cuda.to_device(dst.reshape(lead + (rows, kpad)))
+    dst = cuda.device_array(lead + (rows, kpad), dtype=np.dtype(f"u{es}"), stream=stream)
+    with sized_to_data():
+        for j in range(nb):
+            src = numba_view(info._replace(ptr=info.ptr + j * bstride), x, dtype=np.dtype(f"u{es}"))
+            pad_transpose_kernel[grid_for(rows * kpad), 256, stream](src, dst[j] if batch is not None else dst,
+                                                                     transpose)
+    return dst
+
+
+_TMAP_CACHE: dict = {}
+
+
+def l2_promotion(dtype, view):
+    """The L2 promotion of a map of ``view``: 256 bytes, or 128 where its rows start off the 32-byte
+    sectors (a stride outside the contiguous dimension of 16 modulo 32 bytes: each 128-byte box row
+    touches 5 sectors). On an H100 such an N-major B (bf16 rows of 6000 bytes) read 26-29% slower
+    than rows of 6144 bytes, and 128-byte promotion gained 11-17% of that back (BENCHMARKS.md,
+    2026-11-28). (An element type TMA lacks: 256, and the map refuses it.)"""
+    from ..layout.tma import TMA_DTYPES
+
+    es = TMA_DTYPES[dtype][1] if dtype in TMA_DTYPES else 0
+    return "128B" if any(s * es % 32 for s in view[1][:-1]) else "256B"
+
+
+def tensor_map(arr, ptr, dtype, box, view, keep: bool, swizzle: str = "128B"):
+    """A cached tensor map of ``arr`` seen as ``view`` = (shape, strides), 128B-swizzled unless
+    ``swizzle`` says otherwise, with :func:`l2_promotion`'s promotion.
+
+    The map encodes only the address, shape and strides, so a cached map stays right
+    for any array later placed at the same address. ``keep`` holds ``arr`` alive with
+    the map: staging copies must outlive the asynchronous launch that reads them.
+    """
+    from ..tma import TensorMap
+
+    key = (ptr, view, dtype, box, keep, swizzle)
+    tm = _TMAP_CACHE.get(key)
+    if tm is None:
+        shape, strides = view
+        tm = TensorMap(arr, box, dtype=dtype, swizzle=swizzle, shape=shape, strides=strides,
+                       l2_promotion=l2_promotion(dtype, view))
+        if not keep:
+            tm.array = None
+        while len(_TMAP_CACHE) >= 64:  # oldest first
+            del _TMAP_CACHE[next(iter(_TMAP_CACHE))]
+        _TMAP_CACHE[key] = tm
+    return tm
+
+
+
+def transposed(info: ArrayInfo) -> ArrayInfo:
+    """The transpose of a 2-D array as a view: shape and strides reversed, same memory."""
+    return info._replace(shape=info.shape[::-1], strides=info.strides[::-1])
+
+
+
+_NB_STREAMS: dict = {}
+
+
+def nb_stream(st):
+    """A Numba stream for a raw handle (cached: creating one per call costs microseconds)."""
+    if not isinstance(st, int):
+        return st if st else 0
+    if st == 0:
+        return 0
+    s = _NB_STREAMS.get(st)
+    if s is None:
+        if len(_NB_STREAMS) > 64:
+            _NB_STREAMS.clear()
+        s = _NB_STREAMS[st] = cuda.external_stream(st)
+    return s
+
+
+def vector_f32(info: ArrayInfo, owner, stream):
+    """A new contiguous f32 copy of the 1-D Numba vector ``info`` (any stride; f32 or f16),
+    made on ``stream`` (a raw handle or None)."""
+    from ..kernels.copy import grid_for, sized_to_data, vector_f32_kernel
+
+    st = nb_stream(stream)
+    n = info.shape[0]
+    dst = cuda.device_array(n, np.float32, stream=st)
+    with sized_to_data():
+        vector_f32_kernel[grid_for(n), 256, st](numba_view(info, owner), dst)
+    return dst
+
+
+
+def zero_fill(io: ArrayInfo, out, stream) -> None:
+    """Fill ``out`` (described by ``io``) with zeros: the product of a K = 0 matmul."""
+    from ..kernels.copy import fill_zero_kernel, grid_for, sized_to_data
+
+    m, n = io.shape
+    with sized_to_data():
+        fill_zero_kernel[grid_for(m * n), 256, nb_stream(stream)](numba_view(io, out))

@@ -1,0 +1,172 @@
+"""Batches of products through ``nbwgmma.matmul`` in Numba's CUDA simulator (run by
+tests/test_sim.py in a child process with NUMBA_ENABLE_CUDASIM=1; also by hand:
+NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_batched_cases.py).
+
+Outputs are poisoned (NaN) before each call and compared with float64 products; small
+integers make every answer exact. The shapes cut tiles in M, N and K, so a matrix's tail
+rows and columns must not reach the next matrix of the batch (3-D maps clip per matrix)."""
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from nbwgmma import MatmulError, matmul
+from nbwgmma.layout.wgmma_model import decode_elements, encode_elements
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+RAW = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8}
+
+
+def bits(x, t):
+    if t in ("f16", "f32"):
+        return x.astype(RAW[t])
+    return encode_elements(x, t).view(RAW[t]).reshape(x.shape)
+
+
+def decoded(h, t):
+    if t == "bf16":
+        return decode_elements(h.view(np.uint8).reshape(h.shape[:-1] + (-1,)), "bf16").astype(np.float64)
+    if t == "e4m3":
+        return decode_elements(h.reshape(h.shape), "e4m3").astype(np.float64)
+    return h.astype(np.float64)
+
+
+def batch(nb, rows, cols, t, contiguous_cols, rng, hi=3):
+    """(values, simulator array (nb, rows, cols)): the last dimension contiguous, or the one before."""
+    x = rng.integers(-hi, hi + 1, (nb, rows, cols)).astype(np.float64)
+    h = bits(x, t)
+    if contiguous_cols:
+        return x, cuda.to_device(h)
+    # a batch of transposed matrices: (nb, cols, rows) in memory, seen as (nb, rows, cols)
+    return x, _transposed_view(np.ascontiguousarray(h.transpose(0, 2, 1)))
+
+
+def _transposed_view(h):
+    """A simulator array (nb, cols, rows) seen as (nb, rows, cols), no copy."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray(cuda.to_device(h)._ary.transpose(0, 2, 1))
+
+
+def poisoned(shape, odt):
+    """NaN in every element (bf16 0x7FC0, e4m3 0x7F)."""
+    fill = {"bf16": 0x7FC0, "e4m3": 0x7F}.get(odt, np.nan)
+    return cuda.to_device(np.full(shape, fill, RAW[odt]))
+
+
+@pytest.mark.parametrize("t, a_k, b_k, odt", [
+    ("bf16", True, True, "bf16"),   # both read in place, K-major
+    ("f16", False, False, "f16"),   # both MN-major in place (wgmma transposes)
+    ("bf16", True, False, "f32"),   # f32 values through TMA
+    ("e4m3", False, True, "bf16"),  # fp8: A staged K-major, matrix by matrix
+    ("f32", True, True, "f32"),     # tf32
+])
+def test_a_batch_of_products_exact(t, a_k, b_k, odt):
+    rng = np.random.default_rng(1)
+    nb, m, n, k = 3, 70, 72, 80
+    a, da = batch(nb, m, k, t, a_k, rng)
+    b, db = batch(nb, k, n, t, not b_k, rng)  # (B is [K, N]: K-major means K contiguous, not N)
+    out = poisoned((nb, m, n), odt)
+    raw = t in ("bf16", "e4m3")
+    c = matmul(da, db, out=out, in_dtype=t if raw else None, config={"bm": 64, "bn": 64})
+    assert c is out
+    want = np.einsum("bmk,bkn->bmn", a, b)
+    np.testing.assert_array_equal(decoded(out.copy_to_host(), odt), want)
+
+
+def test_bias_activation_alpha_and_a_fresh_output():
+    rng = np.random.default_rng(2)
+    nb, m, n, k = 2, 65, 64, 64
+    a, da = batch(nb, m, k, "f16", True, rng)
+    b, db = batch(nb, k, n, "f16", False, rng)
+    bias = rng.integers(-4, 5, n).astype(np.float32)
+    c = matmul(da, db, bias=cuda.to_device(bias), activation="relu", alpha=2.0, config={"bm": 64, "bn": 64})
+    assert c.shape == (nb, m, n)
+    want = np.maximum(2.0 * np.einsum("bmk,bkn->bmn", a, b) + bias, 0)
+    np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), want)
+    rbias = rng.integers(-4, 5, (m, 1)).astype(np.float32)  # one per row of each product
+    c = matmul(da, db, bias=cuda.to_device(rbias), config={"bm": 64, "bn": 64})
+    np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), np.einsum("bmk,bkn->bmn", a, b) + rbias)
+
+
+def test_ragged_widths_default_tile_and_a_batch_of_one():
+    """N = 20 f16 (40-byte rows): the fresh output's rows are padded to 16 bytes for TMA (a view of
+    the first 20 columns); the tile model's own tile; a batch of one matrix."""
+    rng = np.random.default_rng(5)
+    for nb in (2, 1):
+        a, da = batch(nb, 33, 24, "f16", True, rng)
+        b, db = batch(nb, 24, 20, "f16", False, rng)
+        c = matmul(da, db)
+        assert c.shape == (nb, 33, 20)
+        np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), np.einsum("bmk,bkn->bmn", a, b))
+
+
+def test_fp8_output_with_amax():
+    rng = np.random.default_rng(3)
+    nb, m, n, k = 2, 64, 64, 32
+    a, da = batch(nb, m, k, "bf16", True, rng, hi=2)
+    b, db = batch(nb, k, n, "bf16", False, rng, hi=2)
+    amax = cuda.to_device(np.zeros(1, np.float32))
+    out = poisoned((nb, m, n), "e4m3")
+    matmul(da, db, out=out, in_dtype="bf16", out_dtype="e4m3", scale_out=0.5, amax=amax, config={"bm": 64, "bn": 64})
+    want = np.einsum("bmk,bkn->bmn", a, b)
+    got = decode_elements(out.copy_to_host(), "e4m3").astype(np.float64)
+    ref = decode_elements(encode_elements(0.5 * want, "e4m3"), "e4m3").astype(np.float64).reshape(want.shape)
+    np.testing.assert_array_equal(got, ref)
+    assert amax.copy_to_host()[0] == np.abs(want).max()
+
+
+def test_leading_dimensions_merge_and_a_2d_b_folds():
+    rng = np.random.default_rng(4)
+    x = rng.integers(-3, 4, (2, 3, 40, 48)).astype(np.float64)
+    w = rng.integers(-3, 4, (2, 3, 48, 24)).astype(np.float64)
+    c = matmul(cuda.to_device(x.astype(np.float16)), cuda.to_device(w.astype(np.float16)), config={"bm": 64, "bn": 64})
+    assert c.shape == (2, 3, 40, 24)
+    np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), x @ w)
+    w2 = w[0, 0]  # (batch..., M, K) @ (K, N): one product of all the rows
+    c = matmul(cuda.to_device(x.astype(np.float16)), cuda.to_device(w2.astype(np.float16)))
+    assert c.shape == (2, 3, 40, 24)
+    np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), x @ w2)
+
+
+def test_k_zero_and_empty_batches():
+    a = cuda.to_device(np.ones((2, 5, 0), np.float16))
+    b = cuda.to_device(np.ones((2, 0, 7), np.float16))
+    out = poisoned((2, 5, 7), "f16")
+    matmul(a, b, out=out)
+    assert (out.copy_to_host() == 0).all()
+    c = matmul(cuda.to_device(np.ones((0, 5, 8), np.float16)), cuda.to_device(np.ones((0, 8, 7), np.float16)))
+    assert c.shape == (0, 5, 7)
+
+
+@pytest.mark.parametrize("a_shape, b_shape, kw, says", [
+    ((2, 8, 16), (3, 16, 8), {}, "batch dimensions must be equal"),
+    ((8, 16), (2, 16, 8), {}, "2-D A times a batch of B"),
+    ((2, 8, 16), (2, 16, 8), {"c": "same"}, "c/beta"),
+    ((2, 8, 16), (2, 16, 8), {"config": {"split": 2}}, "without split"),
+    ((2, 8, 16), (16, 8), {"bias": (8, 1)}, "a bias per column"),
+    ((2, 8, 16), (2, 16, 8), {"out": (2, 8, 9)}, "out must have shape (2, 8, 8)"),
+])
+def test_bad_batches_are_clear_errors(a_shape, b_shape, kw, says):
+    a = cuda.to_device(np.ones(a_shape, np.float16))
+    b = cuda.to_device(np.ones(b_shape, np.float16))
+    kw = dict(kw)
+    if kw.get("c") == "same":
+        kw["c"] = cuda.to_device(np.ones((2, 8, 8), np.float16))
+    for name in ("bias", "out"):
+        if isinstance(kw.get(name), tuple):
+            kw[name] = cuda.to_device(np.ones(kw[name], np.float16))
+    with pytest.raises(MatmulError, match=f".*{says.replace('(', '[(]').replace(')', '[)]')}"):
+        matmul(a, b, **kw)
+
+
+def test_interleaved_output_is_refused():
+    """Matrices of out that interleave (a transposed batch dimension): TMA cannot write them."""
+    a = cuda.to_device(np.ones((2, 8, 16), np.float16))
+    b = cuda.to_device(np.ones((2, 16, 8), np.float16))
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    out = FakeCUDAArray(cuda.to_device(np.zeros((8, 2, 8), np.float16))._ary.transpose(1, 0, 2))
+    with pytest.raises(MatmulError, match="through TMA"):
+        matmul(a, b, out=out)

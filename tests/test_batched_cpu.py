@@ -1,0 +1,58 @@
+"""The library GEMM's batched kernels (``GemmConfig(batched=True)``: 3-D maps of A, B and C, the
+kit's batch walk) on the CPU: PTX and SASS after ptxas for sm_90a, and the configurations a
+batch refuses. Simulator runs: tests/sim_batched_cases.py; GPU: tests/test_batched_gpu.py."""
+
+import pytest
+from numba import types
+
+from nbwgmma.errors import ConfigError
+from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
+
+SIG = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
+BF16_VEC = types.Array(types.uint16, 1, "C")
+
+JOBS = {  # name: (config, arguments after alpha before the batch's size)
+    "bf16-128x256": (dict(kind="f32.bf16.bf16"), ()),
+    "f16-MN-256x128": (dict(kind="f32.f16.f16", out="f16", a_major="MN", b_major="MN", bm=256, bn=128), ()),
+    "e4m3-f32-out": (dict(kind="f32.e4m3.e4m3", scaled=True, out="f32"), ()),
+    # (the erf gelu spills 72 bytes at 128 x 256, batched or not; gelu_tanh is clean)
+    "bf16-bias-gelu_tanh": (dict(kind="f32.bf16.bf16", bias="col", act="gelu_tanh", bias_type="bf16"), (BF16_VEC,)),
+    "bf16-cluster2": (dict(kind="f32.bf16.bf16", cluster=2), ()),
+}
+
+
+def job(name):
+    cfg, extra = JOBS[name]
+    return gemm_kernel(GemmConfig(epilogue="tma", batched=True, **cfg)), SIG + extra + (types.int32,), None
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_batched_kernels_compile_clean(name, report_batch):
+    rep = report_batch(job)
+    cfg = GemmConfig(epilogue="tma", batched=True, **JOBS[name][0])
+    op = "QGMMA" if cfg.esize == 1 else "HGMMA"
+    assert rep.sass.get(op, 0) == 4 * cfg.blocks, rep.sass
+    assert rep.ptx.count("cp.async.bulk.tensor.3d.shared::cluster.global") >= 2  # A's and B's loads
+    assert "cp.async.bulk.tensor.3d.global.shared::cta" in rep.ptx  # C's stores
+    assert "cp.async.bulk.tensor.2d" not in rep.ptx
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+
+
+@pytest.mark.parametrize("kw, says", [
+    (dict(epilogue="direct"), "TMA epilogue"),
+    (dict(epilogue="tma", split=2), "without split"),
+    (dict(epilogue="tma", stream_k=1, bn=128), "stream_k"),
+    (dict(epilogue="tma", with_c=True), "C"),
+])
+def test_batched_configs_refused(kw, says):
+    with pytest.raises(ConfigError, match=says) as e:
+        GemmConfig("f32.bf16.bf16", batched=True, **kw)
+    assert e.value.key == "batched"
+
+
+def test_batched_key_leaves_plain_keys_alone():
+    """The plain kernels' cache keys are those of before batches existed (shipped kernels stay valid)."""
+    plain, batched = GemmConfig(epilogue="tma"), GemmConfig(epilogue="tma", batched=True)
+    assert len(batched.key()) == len(plain.key()) + 1 and batched.key()[:-1] == plain.key()
+    assert GemmConfig(*batched.key()).batched and not GemmConfig(*plain.key()).batched

@@ -1,0 +1,86 @@
+"""Batches of products through ``nbwgmma.matmul`` on the GPU: PyTorch tensors against float64
+products (random data, NaN-poisoned outputs), every layout, fp8 and tf32, a fused bias and
+activation, merged leading dimensions, a 2-D B folded into M, ragged shapes. The simulator and
+CPU sides: tests/sim_batched_cases.py, tests/test_batched_cpu.py."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+from nbwgmma import matmul  # noqa: E402
+
+
+def rel(got, ref):
+    return float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+
+
+def operands(nb, m, n, k, dtype, a_kmajor=True, b_kmajor=False, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(nb, m, k, device="cuda", generator=g) / k ** 0.5
+    b = torch.randn(nb, k, n, device="cuda", generator=g)
+    a = a.to(dtype) if a_kmajor else a.transpose(1, 2).contiguous().to(dtype).transpose(1, 2)
+    b = b.transpose(1, 2).contiguous().to(dtype).transpose(1, 2) if b_kmajor else b.to(dtype)
+    return a, b
+
+
+@pytest.mark.parametrize("nb, m, n, k", [(8, 512, 384, 256), (3, 1000, 520, 328), (16, 64, 64, 64), (1, 300, 200, 100),
+                                         (5, 2048, 128, 1024)])
+@pytest.mark.parametrize("a_k, b_k", [(True, False), (True, True), (False, False), (False, True)],
+                         ids=["KN", "KK", "MN", "MK"])
+def test_bf16_batches_every_layout(nb, m, n, k, a_k, b_k):
+    a, b = operands(nb, m, n, k, torch.bfloat16, a_k, b_k, seed=nb + m + n + k)
+    out = torch.full((nb, m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert matmul(a, b, out=out) is out
+    ref = a.double() @ b.double()
+    assert torch.isfinite(out).all() and rel(out, ref) <= 1e-2
+    fresh = matmul(a, b)
+    assert fresh.shape == (nb, m, n) and torch.equal(fresh, out)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.float32, 2e-3), (torch.float8_e4m3fn, 8e-2)])
+def test_other_types(dtype, tol):
+    nb, m, n, k = 4, 700, 264, 512
+    a, b = operands(nb, m, n, k, torch.float32, True, True, seed=7)
+    a, b = a.to(dtype), b.to(dtype)
+    ref = a.double() @ b.double()
+    got = matmul(a, b)
+    assert got.shape == (nb, m, n) and torch.isfinite(got).all() and rel(got, ref) <= tol
+
+
+def test_bias_activation_and_fp8_output_with_amax():
+    nb, m, n, k = 6, 640, 384, 512
+    a, b = operands(nb, m, n, k, torch.bfloat16, seed=3)
+    bias = torch.randn(n, device="cuda").bfloat16()
+    ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double(), approximate="tanh")
+    got = matmul(a, b, bias=bias, activation="gelu_tanh")
+    assert rel(got, ref) <= 1e-2
+    amax = torch.zeros(1, device="cuda")
+    out = torch.full((nb, m, n), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    matmul(a, b, out=out, scale_out=4.0, amax=amax)
+    prod = a.double() @ b.double()
+    assert rel(out.double() / 4.0, prod) <= 8e-2
+    assert abs(float(amax) - float(prod.abs().max())) <= 1e-2 * float(prod.abs().max())
+
+
+def test_leading_dimensions_and_a_folded_2d_b():
+    g = torch.Generator(device="cuda").manual_seed(11)
+    q = torch.randn(2, 1024, 8, 64, device="cuda", generator=g).bfloat16().transpose(1, 2)  # (2, 8, 1024, 64)
+    kt = torch.randn(2, 8, 64, 1024, device="cuda", generator=g).bfloat16()
+    with pytest.raises(Exception, match="do not merge"):  # (a transposed head dimension: not one stride)
+        matmul(q, kt)
+    q = q.contiguous()
+    got = matmul(q, kt)
+    assert got.shape == (2, 8, 1024, 1024) and rel(got, q.double() @ kt.double()) <= 1e-2
+    x = torch.randn(4, 333, 512, device="cuda", generator=g).bfloat16()
+    w = torch.randn(512, 320, device="cuda", generator=g).bfloat16()
+    got = matmul(x, w)
+    assert got.shape == (4, 333, 320) and rel(got, x.double() @ w.double()) <= 1e-2
+
+
+def test_ragged_output_rows():
+    """N = 20 bf16 (40-byte rows): the fresh output is a view of rows padded to 16 bytes."""
+    a, b = operands(3, 100, 20, 72, torch.bfloat16, seed=5)
+    got = matmul(a, b)
+    assert got.shape == (3, 100, 20) and rel(got, a.double() @ b.double()) <= 1e-2
