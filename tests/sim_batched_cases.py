@@ -170,3 +170,17 @@ def test_interleaved_output_is_refused():
     out = FakeCUDAArray(cuda.to_device(np.zeros((8, 2, 8), np.float16))._ary.transpose(1, 0, 2))
     with pytest.raises(MatmulError, match="through TMA"):
         matmul(a, b, out=out)
+
+
+def test_repeated_calls_take_new_operands():
+    """A second call like the first takes matmul's quick path (the plan kept): new data, new output."""
+    rng = np.random.default_rng(6)
+    got = []
+    for seed in range(3):
+        a, da = batch(2, 40, 32, "f16", True, rng)
+        b, db = batch(2, 32, 24, "f16", seed % 2 == 0, rng)
+        c = matmul(da, db)
+        got.append((c, np.einsum("bmk,bkn->bmn", a, b)))
+    assert len({id(c) for c, _ in got}) == 3
+    for c, want in got:
+        np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), want)

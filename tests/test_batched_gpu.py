@@ -84,3 +84,16 @@ def test_ragged_output_rows():
     a, b = operands(3, 100, 20, 72, torch.bfloat16, seed=5)
     got = matmul(a, b)
     assert got.shape == (3, 100, 20) and rel(got, a.double() @ b.double()) <= 1e-2
+
+
+def test_repeated_calls_take_the_quick_path_with_new_data():
+    """The second and later calls like the first skip the checks (matmul's quick path): each gets
+    its own new output and reads its own operands; a bias and activation ride along."""
+    for ragged in (False, True):
+        n = 20 if ragged else 256
+        bias = torch.randn(n, device="cuda").bfloat16()
+        for seed in range(3):
+            a, b = operands(4, 300, n, 128, torch.bfloat16, seed=seed)
+            got = matmul(a, b, bias=bias, activation="relu")
+            ref = torch.relu(a.double() @ b.double() + bias.double())
+            assert got.shape == (4, 300, n) and rel(got, ref) <= 1e-2

@@ -178,7 +178,9 @@ def forget_batched_plans() -> None:
 
 def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a, scale_b, alpha, bias, activation,
                    scale_out, amax, stream, config):
-    """``a @ b`` for batched A and B (:func:`batch_of`'s ``bt``, both with a batch): one launch."""
+    """``a @ b`` for batched A and B (:func:`batch_of`'s ``bt``, both with a batch): one launch.
+    Returns (out, the plan or None where nothing was launched, one matrix of out, the bias as
+    the kernel reads it or None)."""
     io = described(out, "out") if out is not None else None  # (check_call reads its type)
     one_a, one_b, kind, fp8, auto, opts, odt = check_call(
         bt.a, bt.b, io, in_dtype=in_dtype, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
@@ -195,11 +197,11 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
     alpha = real_arg(alpha, "alpha")
     epi, vec, fp8_out = {}, None, (1.0, None)
     if m == 0 or n == 0 or bt.count == 0:
-        return out
+        return out, None, one_o, None
     scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
     if k == 0:
         zero_fill_batch(out, io, st)
-        return out
+        return out, None, one_o, None
     if bias is not None or activation is not None:
         bi = described(bias, "bias") if bias is not None else None
         where = check_epilogue(activation, bi, m, n, ia.device)
@@ -224,7 +226,7 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
         _PLANS[key] = plan
     plan(a, one_a._replace(ptr=ia.ptr), b, one_b._replace(ptr=ib.ptr), out, one_o, alpha, st, vec, None, 0.0, (),
          *fp8_out)
-    return out
+    return out, plan, one_o, vec
 
 
 def zero_fill_batch(out, io: ArrayInfo, stream) -> None:

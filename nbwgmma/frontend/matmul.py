@@ -18,7 +18,8 @@ from numba.core.errors import NumbaError
 from .. import sim
 from ..errors import MatmulError
 from .args import (
-    array_error, check_call, described, empty_like_lib, lib_of, output, real_arg, scale_product, stream_of,
+    array_error, check_call, described, empty_like_lib, empty_rows16, lib_of, output, real_arg, scale_product,
+    stream_of,
     torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
@@ -97,7 +98,10 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
 def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(), c=None, alpha=1.0, beta=None,
            out=None, out_dtype=None, scale_a=None, scale_b=None, stream=None, config=None, in_dtype=None,
            scale_out=None, amax=None):
-    """``a @ b`` for 2-D CUDA arrays (CuPy, PyTorch, Numba), computed by the nbwgmma GEMM.
+    """``a @ b`` for 2-D CUDA arrays (CuPy, PyTorch, Numba), computed by the nbwgmma GEMM; or for
+    batches of matrices, ``(batch..., M, K) @ (batch..., K, N)`` as ``torch.bmm`` and ``torch.matmul``
+    take them (one launch), and ``(batch..., M, K) @ (K, N)`` (one product of all the rows):
+    :mod:`nbwgmma.frontend.batched` says what a batch takes.
 
     With ``bias`` and/or ``activation`` the epilogue computes ``activation(a @ b + bias)``
     before C is written (:mod:`nbwgmma.frontend.fused`): ``bias`` of shape (N,) or (1, N)
@@ -185,6 +189,14 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         ia, ib = array_info(a), array_info(b)
     except TypeError as e:  # a host array, an unknown object, an element type nothing here reads
         raise array_error((("A", a), ("B", b)), e) from None
+    if quick:
+        qkey = (ia.dtype, ia.shape, ia.strides, ia.ptr & 15, ia.device, ia.kind,
+                ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device, variant)
+        q = _QUICK.get(qkey)
+        if q is not None:
+            c = q(a, ia.ptr, b, ib.ptr, scale, bias)
+            if c is not None:
+                return c
     if len(ia.shape) != 2 or len(ib.shape) != 2:  # a batch of products: nbwgmma.frontend.batched
         bt = batch_of(ia, ib)
         check_batch_options(bt, c=c, beta=beta, epilogue=epilogue, epilogue_args=epilogue_args, bias=bias,
@@ -192,7 +204,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         kw = dict(out_dtype=out_dtype, in_dtype=in_dtype, scale_a=scale_a, scale_b=scale_b, alpha=alpha, bias=bias,
                   activation=activation, scale_out=scale_out, amax=amax, stream=stream, config=config)
         if not bt.folds:
-            return batched_matmul(a, ia, b, ib, bt, out=out, **kw)
+            out, plan, io, vec = batched_matmul(a, ia, b, ib, bt, out=out, **kw)
+            if quick and plan is not None:
+                _keep_quick(plan, lib_of(a), io, vec, bias, a, b, ia, ib, qkey, variant, bt.lead + plan.out_shape)
+            return out
         # a batch of one, or A's matrices one after the other times a 2-D B: one product of all their rows
         rows, (k, n) = bt.count * bt.a.shape[0], bt.b.shape
         a2, b2 = fold(a, ia, rows), b if bt.sb is None else fold(b, ib, k)
@@ -205,14 +220,6 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                               f"{io.strides} bytes")
         matmul(a2, b2, out=fold(out, io, rows), **kw)
         return out
-    if quick:
-        qkey = (ia.dtype, ia.shape, ia.strides, ia.ptr & 15, ia.device, ia.kind,
-                ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device, variant)
-        q = _QUICK.get(qkey)
-        if q is not None:
-            c = q(a, ia.ptr, b, ib.ptr, scale, bias)
-            if c is not None:
-                return c
     try:
         io = array_info(out) if out is not None else None
     except TypeError as e:
@@ -298,18 +305,27 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c, extras, *fp8_out)
         except NumbaError as e:  # the user's function does not compile: nothing was launched
             raise epilogue_error(ufn, kinds, e) from e
-    if quick and plan.in_place and plan.launcher is not None and io.ptr % 16 == 0 \
-            and (vec is None or vec[1] is bias):  # (a bias read in place)
-        if len(_QUICK) >= 256:
-            _QUICK.clear()
-        q = _Quick(plan, lib, odt, io, None if vec is None else vec[0])
-        _QUICK[qkey] = q
-        if lib == "torch":
-            if type(a) is type(b):
-                _seen_torch(type(a))
-            _QUICK[(a.dtype, a.shape, a.stride(), ia.ptr & 15, a.get_device(),
-                    b.dtype, b.shape, b.stride(), ib.ptr & 15, b.get_device(), variant)] = q
+    if quick:
+        _keep_quick(plan, lib, io, vec, bias, a, b, ia, ib, qkey, variant)
     return out
+
+
+def _keep_quick(plan, lib, io, vec, bias, a, b, ia, ib, qkey, variant, batch_shape=None):
+    """After a plain call's full path: its :class:`_Quick` for the next calls like it, where the
+    plan reads its operands (and bias) in place (``io``: the output's description, of one matrix of
+    a batch whose output has ``batch_shape``)."""
+    if not (plan.in_place and plan.launcher is not None and io.ptr % 16 == 0
+            and (vec is None or vec[1] is bias)):  # (a bias read in place)
+        return
+    if len(_QUICK) >= 256:
+        _QUICK.clear()
+    q = _Quick(plan, lib, plan.odt, io, None if vec is None else vec[0], batch_shape)
+    _QUICK[qkey] = q
+    if lib == "torch":
+        if type(a) is type(b):
+            _seen_torch(type(a))
+        _QUICK[(a.dtype, a.shape, a.stride(), ia.ptr & 15, a.get_device(),
+                b.dtype, b.shape, b.stride(), ib.ptr & 15, b.get_device(), variant)] = q
 
 
 _QUICK: dict = {}
@@ -333,10 +349,13 @@ class _Quick:
     once: allocate the output, launch the plan on the current stream with the scales' product as
     alpha (``bias_info``: the bias's description, its pointer taken anew at each call)."""
 
-    def __init__(self, plan, lib, odt, io, bias_info=None):
+    def __init__(self, plan, lib, odt, io, bias_info=None, batch_shape=None):
         self.plan, self.lib, self.io_rest, self.bias_info = plan, lib, tuple(io)[1:], bias_info
         self.shape = plan.out_shape
-        if lib == "torch":
+        if batch_shape is not None:  # a batch's output: rows 16 bytes apart (frontend.batched)
+            self.make = lambda a: empty_rows16(lib, a, batch_shape, odt)  # noqa: E731
+            self.ptr = lambda c: array_info(c).ptr
+        elif lib == "torch":
             tdt = torch_dtype(odt)
             self.make = lambda a: a.new_empty(self.shape, dtype=tdt)
             self.ptr = lambda c: c.data_ptr()
