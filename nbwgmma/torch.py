@@ -22,6 +22,10 @@ gradient they fuse it.
     da = alpha * dz @ b^T,  db = alpha * a^T @ dz,  dc = beta * dz,
     dbias = dz summed over rows (per column) or columns (per row)
 
+``a`` and ``b`` may be batches, ``(batch..., M, K) @ (batch..., K, N)`` or ``(batch..., M, K) @
+(K, N)`` (:mod:`nbwgmma.frontend.batched`): the same formulas per product (a 2-D ``b``'s
+gradient summed over the batch: one product of all the rows), a bias's over the batch too.
+
 ``grouped_mm(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None,
 scale_b=None, zero_rest=False)``, :func:`nbwgmma.grouped_matmul` (``torch._grouped_mm``'s
 meaning: its MoE form with A (total, K) and B (G, K, N), the masked form with a 3-D A, the
@@ -118,12 +122,17 @@ def _matmul_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = 
 
 @_matmul_op.register_fake
 def _(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=None):
-    torch._check(a.dim() == 2 and b.dim() == 2, lambda: "nbwgmma::matmul: a and b must be 2-D")
-    torch._check(a.shape[1] == b.shape[0], lambda: f"nbwgmma::matmul: inner dimensions differ: {a.shape}, {b.shape}")
+    torch._check(a.dim() >= 2 and b.dim() >= 2 and (b.dim() == 2 or a.shape[:-2] == b.shape[:-2]),
+                 lambda: f"nbwgmma::matmul: a and b must be 2-D, or batches (batch..., rows, columns) of equal batch "
+                         f"dimensions (or b 2-D); got {tuple(a.shape)} and {tuple(b.shape)}")
+    torch._check(a.shape[-1] == b.shape[-2],
+                 lambda: f"nbwgmma::matmul: inner dimensions differ: {a.shape}, {b.shape}")
+    shape = (*a.shape[:-1], b.shape[-1])
     if c is not None:
-        torch._check(c.shape == (a.shape[0], b.shape[1]),
-                     lambda: f"nbwgmma::matmul: c must have shape {(a.shape[0], b.shape[1])}; got {tuple(c.shape)}")
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out_type(a, out_dtype))
+        torch._check(c.shape == shape, lambda: f"nbwgmma::matmul: c must have shape {shape}; got {tuple(c.shape)}")
+    if b.dim() > 2 and math.prod(a.shape[:-2]) > 1:  # a batch's fresh output: rows 16 bytes apart
+        return _padded(shape, a, _out_type(a, out_dtype))
+    return a.new_empty(shape, dtype=_out_type(a, out_dtype))
 
 
 def activation_grad(activation: Optional[str], z: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
@@ -165,12 +174,21 @@ def _matmul_backward(ctx, dy):
         z = _matmul_op(a, b, bias, None, c, ctx.alpha, ctx.beta, ctx.out_dtype)
         dz = activation_grad(ctx.activation, z, dy)
     dzi = dz.to(a.dtype)
-    da = _matmul_op(dzi, b.t(), None, None, None, ctx.alpha) if ctx.needs_input_grad[0] else None
-    db = _matmul_op(a.t(), dzi, None, None, None, ctx.alpha) if ctx.needs_input_grad[1] else None
+    if a.dim() > 2:  # a batch: its matrices one after the other (its gradients' products fold or batch)
+        dzi = dzi.contiguous()
+    da = _matmul_op(dzi, b.transpose(-2, -1), None, None, None, ctx.alpha) if ctx.needs_input_grad[0] else None
+    db = None
+    if ctx.needs_input_grad[1]:
+        if a.dim() > 2 and b.dim() == 2:  # a batch times one B: one product of all the rows
+            db = _matmul_op(a.reshape(-1, a.shape[-1]).t(), dzi.reshape(-1, dzi.shape[-1]), None, None, None,
+                            ctx.alpha)
+        else:
+            db = _matmul_op(a.transpose(-2, -1), dzi, None, None, None, ctx.alpha)
     dbias = dc = None
     if bias is not None and ctx.needs_input_grad[2]:
-        per_row = ctx.bias_shape == (a.shape[0], 1) and ctx.bias_shape != (1, b.shape[1])
-        dbias = dz.float().sum(dim=1 if per_row else 0).reshape(ctx.bias_shape).to(ctx.bias_dtype)
+        per_row = ctx.bias_shape == (a.shape[-2], 1) and ctx.bias_shape != (1, b.shape[-1])
+        dzf = dz.float().reshape(-1, *dz.shape[-2:])  # (batch, M, N): summed over the batch too
+        dbias = dzf.sum(dim=(0, 2) if per_row else (0, 1)).reshape(ctx.bias_shape).to(ctx.bias_dtype)
     if c is not None and ctx.needs_input_grad[4]:
         dc = (dz.float() * ctx.beta).to(c.dtype)
     return da, db, dbias, None, dc, None, None, None

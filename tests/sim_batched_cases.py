@@ -161,6 +161,16 @@ def test_bad_batches_are_clear_errors(a_shape, b_shape, kw, says):
         matmul(a, b, **kw)
 
 
+def test_a_batch_that_does_not_fold_over_a_2d_b_is_refused():
+    """(S, B, K) seen as (B, S, K): A's matrices interleave, so its rows are not one product's."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    a = FakeCUDAArray(cuda.to_device(np.ones((8, 2, 16), np.float16))._ary.transpose(1, 0, 2))
+    b = cuda.to_device(np.ones((16, 8), np.float16))
+    with pytest.raises(MatmulError, match="one after the other"):
+        matmul(a, b)
+
+
 def test_interleaved_output_is_refused():
     """Matrices of out that interleave (a transposed batch dimension): TMA cannot write them."""
     a = cuda.to_device(np.ones((2, 8, 16), np.float16))

@@ -97,3 +97,24 @@ def test_repeated_calls_take_the_quick_path_with_new_data():
             got = matmul(a, b, bias=bias, activation="relu")
             ref = torch.relu(a.double() @ b.double() + bias.double())
             assert got.shape == (4, 300, n) and rel(got, ref) <= 1e-2
+
+
+@pytest.mark.parametrize("b_batched", [True, False])
+def test_the_torch_op_differentiates_batches(b_batched):
+    """torch.ops.nbwgmma.matmul on batches: values and gradients (a, b, bias) against PyTorch's
+    autograd in float64."""
+    import nbwgmma.torch  # noqa: F401  (registers the op)
+
+    g = torch.Generator(device="cuda").manual_seed(21)
+    a = (torch.randn(3, 200, 96, device="cuda", generator=g) / 10).bfloat16().requires_grad_()
+    b = torch.randn(*((3,) if b_batched else ()), 96, 72, device="cuda", generator=g).bfloat16().requires_grad_()
+    bias = torch.randn(72, device="cuda", generator=g).bfloat16().requires_grad_()
+    y = torch.ops.nbwgmma.matmul(a, b, bias, "gelu_tanh")
+    dy = torch.randn(y.shape, device="cuda", generator=g).bfloat16()
+    y.backward(dy)
+    a64, b64, bias64 = (t.detach().double().requires_grad_() for t in (a, b, bias))
+    y64 = torch.nn.functional.gelu(a64 @ b64 + bias64, approximate="tanh")
+    y64.backward(dy.double())
+    assert rel(y, y64.detach()) <= 1e-2
+    for got, ref in ((a.grad, a64.grad), (b.grad, b64.grad), (bias.grad, bias64.grad)):
+        assert got.shape == ref.shape and rel(got, ref) <= 2e-2

@@ -34,6 +34,23 @@ def test_the_backward_formula_has_the_inputs_shapes(bias_shape):
         assert bias.grad.shape == bias.shape
 
 
+@pytest.mark.parametrize("a_shape, b_shape, bias_shape", [((3, 96, 64), (3, 64, 40), (40,)),
+                                                        ((2, 3, 96, 64), (2, 3, 64, 40), (96, 1)),
+                                                        ((3, 96, 64), (64, 40), (40,)), ((3, 96, 64), (3, 64, 44), None)])
+def test_batches_fake_and_differentiate(a_shape, b_shape, bias_shape):
+    a = torch.empty(*a_shape, **META, requires_grad=True)
+    b = torch.empty(*b_shape, **META, requires_grad=True)
+    bias = None if bias_shape is None else torch.empty(*bias_shape, **META, requires_grad=True)
+    y = torch.ops.nbwgmma.matmul(a, b, bias, "relu")
+    assert y.shape == a_shape[:-1] + b_shape[-1:]
+    y.backward(torch.empty_like(y))
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape
+    if bias is not None:
+        assert bias.grad.shape == bias.shape
+    with pytest.raises(RuntimeError, match="equal batch dimensions"):
+        torch.ops.nbwgmma.matmul(torch.empty(2, 8, 16, **META), torch.empty(3, 16, 8, **META), None, None)
+
+
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
 def test_activation_derivatives_match_pytorch_autograd(name):
     f = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,

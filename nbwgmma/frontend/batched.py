@@ -123,6 +123,10 @@ def unfold(r, shape: tuple):
 
 def check_batch_options(bt: Batch, *, c, beta, epilogue, epilogue_args, bias, scale_a, scale_b, config) -> None:
     """What a batched call refuses (module text), each a :class:`~nbwgmma.errors.MatmulError`."""
+    if bt.sb is None and not bt.folds:
+        raise MatmulError(f"matmul: a batch of A times a 2-D B is one product of all A's rows, which needs A's matrices "
+                          f"one after the other; got A's matrices {bt.sa} bytes apart, each of {bt.a.shape[0]} rows "
+                          f"{bt.a.strides[0]} bytes apart (make A contiguous, a copy)")
     if c is not None or beta is not None:
         raise MatmulError("matmul: c/beta (beta * C) with a batch of products is not built so far")
     if epilogue is not None or epilogue_args:
