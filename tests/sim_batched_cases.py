@@ -130,6 +130,22 @@ def test_leading_dimensions_merge_and_a_2d_b_folds():
     np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), x @ w2)
 
 
+def test_two_batch_dimensions_that_do_not_merge_are_copied():
+    """(B, S, H, D) seen as (B, H, S, D) (attention's heads): A's and B's batches are copied K-major by
+    one kernel; the output is a fresh (B, H, S, S')."""
+    rng = np.random.default_rng(7)
+    q = rng.integers(-3, 4, (2, 40, 3, 32)).astype(np.float64)  # (B, S, H, D)
+    kt = rng.integers(-3, 4, (2, 24, 3, 32)).astype(np.float64)
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    dq = FakeCUDAArray(cuda.to_device(q.astype(np.float16))._ary.transpose(0, 2, 1, 3))  # (B, H, S, D)
+    dk = FakeCUDAArray(cuda.to_device(kt.astype(np.float16))._ary.transpose(0, 2, 3, 1))  # (B, H, D, S')
+    c = matmul(dq, dk, config={"bm": 64, "bn": 64})
+    assert c.shape == (2, 3, 40, 24)
+    want = q.transpose(0, 2, 1, 3) @ kt.transpose(0, 2, 3, 1)
+    np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), want)
+
+
 def test_k_zero_and_empty_batches():
     a = cuda.to_device(np.ones((2, 5, 0), np.float16))
     b = cuda.to_device(np.ones((2, 0, 7), np.float16))

@@ -2,11 +2,13 @@
 ``torch.bmm`` and ``torch.matmul`` take them.
 
 * ``(batch..., M, K) @ (batch..., K, N)`` -> ``(batch..., M, N)``: the leading dimensions, equal
-  in both, are one batch (they must merge into one stride, as a contiguous tensor's do); the
-  library GEMM runs every product in one launch on 3-D tensor maps (``GemmConfig(batched=True)``:
-  the kit's :meth:`~nbwgmma.kit.TileScheduler.batch_unit` walk, ``Cooperative.load_3d`` and
-  3-D TMA stores). An operand TMA cannot read in place (or whose matrices interleave) is first
-  copied, one copy kernel per matrix.
+  in both, are one batch; the library GEMM runs every product in one launch on 3-D tensor maps
+  (``GemmConfig(batched=True)``: the kit's :meth:`~nbwgmma.kit.TileScheduler.batch_unit` walk,
+  ``Cooperative.load_3d`` and 3-D TMA stores). An operand whose leading dimensions merge into
+  one stride (a contiguous tensor's do) and which TMA can read is read in place; one whose
+  dimensions merge into two strides (attention's ``(B, S, H, D).transpose(1, 2)``), whose
+  matrices interleave, or which TMA cannot read is first copied K-major by one copy kernel, as
+  ``torch.matmul`` copies such a batch. ``out``'s must merge into one stride.
 * ``(batch..., M, K) @ (K, N)``: one product of the batch's rows folded into M (what
   ``torch.matmul`` does), where A's matrices follow one another row after row; an A whose
   matrices do not (a transposed or interleaved batch) is refused, as is a 2-D A with a batched B:
@@ -66,15 +68,23 @@ class Batch(NamedTuple):
 
 
 def _merged(info: ArrayInfo, name: str):
-    """(count, stride in bytes, leading dims) of an operand's leading dimensions, merged into one."""
+    """(count, stride, leading dims) of an array's leading dimensions merged where their strides
+    allow: the stride in bytes from one matrix to the next, or ((d0, s0), (d1, s1)) for two that do
+    not merge (a head dimension transposed past the sequence's, say); more are refused."""
     lead, strides = info.shape[:-2], info.strides[:-2]
     count = int(np.prod(lead)) if lead else 1
-    dims = [(d, s) for d, s in zip(lead, strides) if d != 1]  # (a dimension of one has no step)
-    for (d0, s0), (d1, s1) in zip(dims, dims[1:]):
-        if s0 != d1 * s1:
-            raise MatmulError(f"matmul: {name}'s batch dimensions {lead} (strides {strides} bytes) do not merge into "
-                              f"one stride; make them contiguous (a copy) or pass a 3-D array")
-    return count, (dims[-1][1] if dims else 0), lead
+    dims = []
+    for d, st in zip(lead, strides):
+        if d == 1:  # (a dimension of one has no step)
+            continue
+        if dims and dims[-1][1] == d * st:
+            dims[-1] = (dims[-1][0] * d, st)
+        else:
+            dims.append((d, st))
+    if len(dims) > 2:
+        raise MatmulError(f"matmul: {name}'s batch dimensions {lead} (strides {strides} bytes) merge into {len(dims)} "
+                          f"strides, not one or two; make them contiguous (a copy)")
+    return count, (tuple(dims) if len(dims) == 2 else dims[0][1] if dims else 0), lead
 
 
 def batch_of(ia: ArrayInfo, ib: ArrayInfo) -> Batch:
@@ -240,5 +250,6 @@ def zero_fill_batch(out, io: ArrayInfo, stream) -> None:
         out._ary[...] = 0
         return
     one = io._replace(shape=io.shape[-2:], strides=io.strides[-2:])
+    (d0, s0), (d1, s1) = so if isinstance(so, tuple) else ((1, 0), (count, so))
     for j in range(count):
-        zero_fill(one._replace(ptr=io.ptr + j * so), out, stream)
+        zero_fill(one._replace(ptr=io.ptr + j // d1 * s0 + j % d1 * s1), out, stream)

@@ -44,7 +44,7 @@ def batched_view(view, count: int, stride: int, itemsize: int):
     """A TMA view of one matrix extended to a batch of ``count`` of them ``stride`` bytes apart (a 3-D
     view: the matrix's dimensions inside), or None where TMA cannot read it so (the stride not a multiple
     of 16 bytes, or less than a matrix's extent: matrices that interleave)."""
-    if view is None:
+    if view is None or isinstance(stride, tuple):  # (two batch dimensions: a staging copy)
         return None
     (rows, cols), (pitch, one) = view
     if count == 1:  # (the stride to a second matrix is never used: any legal value)
@@ -56,27 +56,38 @@ def batched_view(view, count: int, stride: int, itemsize: int):
 
 def kmajor_copy(x, info: ArrayInfo, transpose: bool, stream, batch=None):
     """A fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of ``x`` or ``x.T``;
-    with ``batch`` = (count, bytes from one matrix to the next), ``info`` describing the first
-    matrix, a [count, rows, Kpad] copy of the batch (one copy kernel per matrix)."""
-    from ..kernels.copy import grid_for, pad_transpose_kernel, sized_to_data
+    with ``batch`` = (count, the bytes from one matrix to the next, or ((d0, s0), (d1, s1)): two
+    batch dimensions and their strides), ``info`` describing the first matrix, a [count, rows,
+    Kpad] copy of the batch (one copy kernel)."""
+    from ..kernels.copy import grid_for, pad_transpose_batch_kernel, pad_transpose_kernel, sized_to_data
 
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
     es = info.itemsize
     kpad = -(-cols * es // 16) * 16 // es
-    nb, bstride = batch if batch is not None else (1, 0)
-    lead = (nb,) if batch is not None else ()
-    if _SIM:  # host memory: numpy copies it at once, the copy kernel would take a Python thread per element
-        v = x._ary.view(np.dtype(f"u{es}"))
-        h = np.lib.stride_tricks.as_strided(v, (nb,) + info.shape, (bstride,) + info.strides)  # x, or x.T
-        dst = np.zeros((nb, rows, kpad), h.dtype)
+    raw = np.dtype(f"u{es}")
+    if batch is None:
+        if _SIM:  # host memory: numpy copies it at once, the copy kernel would take a Python thread per element
+            h = host_view(x, raw, info.shape, info.strides).copy_to_host()  # x, or x.T: as ``info``
+            dst = np.zeros((rows, kpad), h.dtype)
+            dst[:, :cols] = h.T if transpose else h
+            return cuda.to_device(dst)
+        src = numba_view(info, x, dtype=raw)
+        dst = cuda.device_array((rows, kpad), dtype=raw, stream=stream)
+        with sized_to_data():
+            pad_transpose_kernel[grid_for(rows * kpad), 256, stream](src, dst, transpose)
+        return dst
+    count, step = batch
+    (d0, s0), (d1, s1) = step if isinstance(step, tuple) else ((1, 0), (count, step))
+    if _SIM:
+        h = np.lib.stride_tricks.as_strided(x._ary.view(raw), (d0, d1) + info.shape, (s0, s1) + info.strides)
+        h = h.reshape((count,) + info.shape)
+        dst = np.zeros((count, rows, kpad), raw)
         dst[:, :, :cols] = h.transpose(0, 2, 1) if transpose else h
-        return cuda.to_device(dst.reshape(lead + (rows, kpad)))
-    dst = cuda.device_array(lead + (rows, kpad), dtype=np.dtype(f"u{es}"), stream=stream)
+        return cuda.to_device(dst)
+    src = numba_view(info._replace(shape=(d0, d1) + info.shape, strides=(s0, s1) + info.strides), x, dtype=raw)
+    dst = cuda.device_array((count, rows, kpad), dtype=raw, stream=stream)
     with sized_to_data():
-        for j in range(nb):
-            src = numba_view(info._replace(ptr=info.ptr + j * bstride), x, dtype=np.dtype(f"u{es}"))
-            pad_transpose_kernel[grid_for(rows * kpad), 256, stream](src, dst[j] if batch is not None else dst,
-                                                                     transpose)
+        pad_transpose_batch_kernel[grid_for(count * rows * kpad), 256, stream](src, dst, transpose)
     return dst
 
 

@@ -40,6 +40,23 @@ def pad_transpose_kernel(src, dst, transpose):
 
 
 @cuda.jit
+def pad_transpose_batch_kernel(src, dst, transpose):
+    """pad_transpose_kernel over a batch: dst[b, r, c] from matrix (b // src.shape[1], b % src.shape[1])
+    of src (two batch dimensions of any strides: a batch whose dimensions do not merge into one)."""
+    nb, rows, kpad = dst.shape
+    inner = src.shape[1]
+    cols = src.shape[2] if transpose else src.shape[3]
+    for idx in range(cuda.grid(1), nb * rows * kpad, cuda.gridsize(1)):
+        b = idx // (rows * kpad)
+        r = idx // kpad % rows
+        c = idx % kpad
+        if c < cols:
+            dst[b, r, c] = src[b // inner, b % inner, c, r] if transpose else src[b // inner, b % inner, r, c]
+        else:
+            dst[b, r, c] = 0
+
+
+@cuda.jit
 def fill_zero_kernel(out):
     rows, cols = out.shape
     for idx in range(cuda.grid(1), rows * cols, cuda.gridsize(1)):
