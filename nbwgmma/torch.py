@@ -128,8 +128,9 @@ def _(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=
     torch._check(a.shape[-1] == b.shape[-2],
                  lambda: f"nbwgmma::matmul: inner dimensions differ: {a.shape}, {b.shape}")
     shape = (*a.shape[:-1], b.shape[-1])
-    if c is not None:
-        torch._check(c.shape == shape, lambda: f"nbwgmma::matmul: c must have shape {shape}; got {tuple(c.shape)}")
+    if c is not None:  # (a batch's c may be one matrix added to every product)
+        torch._check(c.shape == shape or (b.dim() > 2 and c.shape == shape[-2:]),
+                     lambda: f"nbwgmma::matmul: c must have shape {shape}; got {tuple(c.shape)}")
     if b.dim() > 2 and math.prod(a.shape[:-2]) > 1:  # a batch's fresh output: rows 16 bytes apart
         return _padded(shape, a, _out_type(a, out_dtype))
     return a.new_empty(shape, dtype=_out_type(a, out_dtype))
@@ -190,7 +191,10 @@ def _matmul_backward(ctx, dy):
         dzf = dz.float().reshape(-1, *dz.shape[-2:])  # (batch, M, N): summed over the batch too
         dbias = dzf.sum(dim=(0, 2) if per_row else (0, 1)).reshape(ctx.bias_shape).to(ctx.bias_dtype)
     if c is not None and ctx.needs_input_grad[4]:
-        dc = (dz.float() * ctx.beta).to(c.dtype)
+        dcf = dz.float() * ctx.beta
+        if c.dim() < dcf.dim():  # one C added to every product of a batch
+            dcf = dcf.reshape(-1, *c.shape).sum(0)
+        dc = dcf.to(c.dtype)
     return da, db, dbias, None, dc, None, None, None
 
 

@@ -102,6 +102,30 @@ def test_ragged_widths_default_tile_and_a_batch_of_one():
         np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), np.einsum("bmk,bkn->bmn", a, b))
 
 
+def test_beta_c_per_product_broadcast_and_in_place():
+    """torch.baddbmm: alpha * A @ B + beta * C, C of the output's shape, one (M, N) matrix for every
+    product, or out itself (accumulated in place)."""
+    rng = np.random.default_rng(8)
+    nb, m, n, k = 3, 70, 64, 48
+    a, da = batch(nb, m, k, "f16", True, rng)
+    b, db = batch(nb, k, n, "f16", False, rng)
+    prod = np.einsum("bmk,bkn->bmn", a, b)
+    c3 = rng.integers(-3, 4, (nb, m, n)).astype(np.float64)
+    c2 = rng.integers(-3, 4, (m, n)).astype(np.float64)
+    cfg = {"bm": 64, "bn": 64}
+    got = matmul(da, db, c=cuda.to_device(c3.astype(np.float32)), alpha=2.0, beta=-1.0, config=cfg)
+    np.testing.assert_array_equal(got.copy_to_host().astype(np.float64), 2 * prod - c3)
+    got = matmul(da, db, c=cuda.to_device(c2.astype(np.float16)), beta=0.5, activation="relu", config=cfg)
+    np.testing.assert_array_equal(got.copy_to_host().astype(np.float64), np.maximum(prod + 0.5 * c2, 0))
+    out = cuda.to_device(c3.astype(np.float16))
+    matmul(da, db, c=out, out=out, config=cfg)  # out += A @ B
+    np.testing.assert_array_equal(out.copy_to_host().astype(np.float64), prod + c3)
+    x, w = a.reshape(nb * m, k)[None], b[0]  # (1, 210, 48) @ (48, 64): the folded path takes c too
+    dx = cuda.to_device(x.astype(np.float16))
+    got = matmul(dx, cuda.to_device(w.astype(np.float16)), c=cuda.to_device(c3.reshape(1, nb * m, n).astype(np.float32)))
+    np.testing.assert_array_equal(got.copy_to_host().astype(np.float64), x @ w + c3.reshape(1, nb * m, n))
+
+
 def test_fp8_output_with_amax():
     rng = np.random.default_rng(3)
     nb, m, n, k = 2, 64, 64, 32
@@ -159,7 +183,8 @@ def test_k_zero_and_empty_batches():
 @pytest.mark.parametrize("a_shape, b_shape, kw, says", [
     ((2, 8, 16), (3, 16, 8), {}, "batch dimensions must be equal"),
     ((8, 16), (2, 16, 8), {}, "2-D A times a batch of B"),
-    ((2, 8, 16), (2, 16, 8), {"c": "same"}, "c/beta"),
+    ((2, 8, 16), (16, 8), {"c": (8, 8)}, "not one matrix for every product"),
+    ((2, 8, 16), (2, 16, 8), {"c": (3, 8, 8)}, "c must have shape (2, 8, 8) or (8, 8)"),
     ((2, 8, 16), (2, 16, 8), {"config": {"split": 2}}, "without split"),
     ((2, 8, 16), (16, 8), {"bias": (8, 1)}, "a bias per column"),
     ((2, 8, 16), (2, 16, 8), {"out": (2, 8, 9)}, "out must have shape (2, 8, 8)"),
@@ -168,9 +193,7 @@ def test_bad_batches_are_clear_errors(a_shape, b_shape, kw, says):
     a = cuda.to_device(np.ones(a_shape, np.float16))
     b = cuda.to_device(np.ones(b_shape, np.float16))
     kw = dict(kw)
-    if kw.get("c") == "same":
-        kw["c"] = cuda.to_device(np.ones((2, 8, 8), np.float16))
-    for name in ("bias", "out"):
+    for name in ("bias", "out", "c"):
         if isinstance(kw.get(name), tuple):
             kw[name] = cuda.to_device(np.ones(kw[name], np.float16))
     with pytest.raises(MatmulError, match=f".*{says.replace('(', '[(]').replace(')', '[)]')}"):

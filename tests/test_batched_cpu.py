@@ -43,7 +43,6 @@ def test_batched_kernels_compile_clean(name, report_batch):
     (dict(epilogue="direct"), "TMA epilogue"),
     (dict(epilogue="tma", split=2), "without split"),
     (dict(epilogue="tma", stream_k=1, bn=128), "stream_k"),
-    (dict(epilogue="tma", with_c=True), "C"),
 ])
 def test_batched_configs_refused(kw, says):
     with pytest.raises(ConfigError, match=says) as e:

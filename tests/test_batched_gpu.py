@@ -77,6 +77,20 @@ def test_leading_dimensions_and_a_folded_2d_b():
     assert got.shape == (4, 333, 320) and rel(got, x.double() @ w.double()) <= 1e-2
 
 
+def test_baddbmm_against_torch():
+    """alpha * A @ B + beta * C with C per product, one C for every product, and C = out (in place)."""
+    a, b = operands(4, 384, 256, 192, torch.bfloat16, seed=9)
+    c3 = torch.randn(4, 384, 256, device="cuda").bfloat16()
+    c2 = torch.randn(384, 256, device="cuda")
+    prod = a.double() @ b.double()
+    assert rel(matmul(a, b, c=c3, alpha=0.5, beta=2.0), 0.5 * prod + 2 * c3.double()) <= 1e-2
+    assert rel(matmul(a, b, c=c2, beta=-1.0), prod - c2.double()) <= 1e-2
+    assert rel(torch.baddbmm(c2.bfloat16(), a, b, beta=-1.0).double(), prod - c2.double()) <= 1e-2  # (the peer)
+    acc = c3.clone()
+    matmul(a, b, c=acc, out=acc)
+    assert rel(acc, prod + c3.double()) <= 1e-2
+
+
 def test_ragged_output_rows():
     """N = 20 bf16 (40-byte rows): the fresh output is a view of rows padded to 16 bytes."""
     a, b = operands(3, 100, 20, 72, torch.bfloat16, seed=5)

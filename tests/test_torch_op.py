@@ -49,6 +49,11 @@ def test_batches_fake_and_differentiate(a_shape, b_shape, bias_shape):
         assert bias.grad.shape == bias.shape
     with pytest.raises(RuntimeError, match="equal batch dimensions"):
         torch.ops.nbwgmma.matmul(torch.empty(2, 8, 16, **META), torch.empty(3, 16, 8, **META), None, None)
+    if len(b_shape) > 2:  # baddbmm: one C for every product, its gradient summed over the batch
+        c = torch.empty(*y.shape[-2:], **META, requires_grad=True)
+        z = torch.ops.nbwgmma.matmul(a, b, None, None, c, 1.0, 0.5)
+        z.backward(torch.empty_like(z))
+        assert c.grad.shape == c.shape
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))

@@ -166,4 +166,6 @@ def host_view(a, dtype, shape=None, strides=None):
     if strides is not None and v.ndim == 2 and tuple(strides) != v.strides and tuple(strides) == v.strides[::-1] \
             and tuple(shape) == v.shape[::-1]:
         return FakeCUDAArray(v.T)
+    if shape is not None and strides is not None and len(shape) != v.ndim:  # (a batch's view: any strides, even 0)
+        return FakeCUDAArray(np.lib.stride_tricks.as_strided(v, tuple(shape), tuple(strides)))
     return FakeCUDAArray(v if shape is None or v.shape == tuple(shape) else v.reshape(shape))

@@ -15,9 +15,11 @@
   broadcasting one operand over the batch is not built.
 * A batch takes ``alpha``, fp8 inputs with per-tensor scales, ``out``/``out_dtype`` (fp8 outputs,
   ``scale_out`` and ``amax`` included), ``bias`` and ``activation`` (a bias per column, or per
-  row of each product when both operands are batched), ``stream`` and ``config`` (no
-  ``split``, ``stream_k`` or ``cluster_k``: the tile model's tile for one product, never
-  swapped). ``c``/``beta``, an ``epilogue`` function and scale arrays are refused so far.
+  row of each product when both operands are batched), ``c`` and ``beta`` (``torch.baddbmm``:
+  ``c`` of the output's shape, its batch in one stride, or one (M, N) matrix added to every
+  product; ``c`` may be ``out`` itself), ``stream`` and ``config`` (no ``split``, ``stream_k`` or
+  ``cluster_k``: the tile model's tile for one product, never swapped). An ``epilogue`` function
+  and scale arrays are refused so far.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from .args import (
     check_apart, check_call, described, empty_rows16, holds, lib_of, real_arg, scale_product, stream_of,
 )
 from .arrays import ArrayInfo
-from .fused import bias_operand, check_epilogue, check_fp8_out
+from .fused import bias_operand, check_c, check_epilogue, check_fp8_out
 from .plan import Plan
 from .views import batched_view, numba_view, tma_view, zero_fill
 
@@ -137,8 +139,10 @@ def check_batch_options(bt: Batch, *, c, beta, epilogue, epilogue_args, bias, sc
         raise MatmulError(f"matmul: a batch of A times a 2-D B is one product of all A's rows, which needs A's matrices "
                           f"one after the other; got A's matrices {bt.sa} bytes apart, each of {bt.a.shape[0]} rows "
                           f"{bt.a.strides[0]} bytes apart (make A contiguous, a copy)")
-    if c is not None or beta is not None:
-        raise MatmulError("matmul: c/beta (beta * C) with a batch of products is not built so far")
+    if c is not None and bt.folds and bt.count > 1 and len(getattr(c, "shape", ())) == 2:
+        raise MatmulError(f"matmul: a batch of A times a 2-D B is one product of all the rows: its c has the output's "
+                          f"shape {bt.lead + (bt.a.shape[0], bt.b.shape[1])}, not one matrix for every product; got "
+                          f"{tuple(c.shape)}")
     if epilogue is not None or epilogue_args:
         raise MatmulError("matmul: an epilogue function with a batch of products is not built so far")
     for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
@@ -190,8 +194,23 @@ def forget_batched_plans() -> None:
     _PLANS.clear()
 
 
+def _batch_c(c, beta, bt: Batch, device):
+    """``(C as the kernel reads it: (description of a (count, M, N) view, owner), or None; beta)``
+    of a batched call: ``c`` of the output's shape (its batch in one stride) or (M, N), added to
+    every product (``torch.baddbmm``'s broadcast)."""
+    m, n = bt.a.shape[0], bt.b.shape[1]
+    info, beta = check_c(c, beta, m, n, device, shapes=(bt.lead + (m, n), (m, n)))
+    if info is None:
+        return None, beta
+    _, sc, _ = _merged(info, "c") if len(info.shape) > 2 else (bt.count, 0, ())
+    if isinstance(sc, tuple):
+        raise MatmulError(f"matmul: c's batch dimensions must merge into one stride; got strides {info.strides} bytes "
+                          f"for shape {info.shape}")
+    return (info._replace(shape=(bt.count, m, n), strides=(sc,) + info.strides[-2:]), c), beta
+
+
 def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a, scale_b, alpha, bias, activation,
-                   scale_out, amax, stream, config):
+                   c, beta, scale_out, amax, stream, config):
     """``a @ b`` for batched A and B (:func:`batch_of`'s ``bt``, both with a batch): one launch.
     Returns (out, the plan or None where nothing was launched, one matrix of out, the bias as
     the kernel reads it or None)."""
@@ -210,10 +229,13 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
     epi, vec, fp8_out = {}, None, (1.0, None)
+    cb, beta = _batch_c(c, beta, bt, ia.device)
     if m == 0 or n == 0 or bt.count == 0:
         return out, None, one_o, None
     scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
     if k == 0:
+        if cb is not None or bias is not None or activation is not None:
+            raise MatmulError("matmul: a bias, an activation or C need K > 0 so far; got K = 0")
         zero_fill_batch(out, io, st)
         return out, None, one_o, None
     if bias is not None or activation is not None:
@@ -225,20 +247,25 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
             epi["bias_type"] = vec[0].dtype
     if iamax is not None:
         epi["amax"] = True
+    if cb is not None and not fresh and cb[0].ptr == io.ptr and cb[0].strides[1:] == one_o.strides \
+            and cb[0].strides[0] != so:
+        raise MatmulError("matmul: c shares out's memory but not its layout (a C added to every product written "
+                          "into one of them): pass a copy")
     fp8_out = (scale, None if iamax is None else (iamax, amax))
     alpha = float(alpha) * scale_product(scale_a, scale_b)
     scaled = fp8 or alpha != 1.0
     batch = (bt.count, bt.sa, bt.sb, so)
     key = (kind, odt, one_a.shape, one_a.strides, ia.ptr % 16, one_b.shape, one_b.strides, ib.ptr % 16,
            one_o.strides, io.ptr % 16, ia.device, tuple(sorted(opts.items())), tuple(sorted(epi.items())), scaled,
-           batch)
+           batch, None if cb is None else (cb[0].dtype, cb[0].strides))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = Plan(kind, odt, one_a, one_b, one_o, {**opts, **epi}, scaled, None, batch=batch)
+        plan = Plan(kind, odt, one_a, one_b, one_o, {**opts, **epi}, scaled, None if cb is None else cb[0],
+                    batch=batch)
         if len(_PLANS) >= 256:
             _PLANS.clear()
         _PLANS[key] = plan
-    plan(a, one_a._replace(ptr=ia.ptr), b, one_b._replace(ptr=ib.ptr), out, one_o, alpha, st, vec, None, 0.0, (),
+    plan(a, one_a._replace(ptr=ia.ptr), b, one_b._replace(ptr=ib.ptr), out, one_o, alpha, st, vec, cb, beta, (),
          *fp8_out)
     return out, plan, one_o, vec
 

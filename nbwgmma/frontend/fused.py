@@ -164,16 +164,17 @@ def bias_vector(bias, info, stream=None):
 _C_TYPES = {"bf16": "bf16", "u16": "bf16", "f16": "f16", "f32": "f32"}
 
 
-def check_c(c, beta, m, n, device):
-    """``(info of C or None, beta as a float)``: C of shape (M, N) on A's device, bf16, f16 or
-    f32, any strides; ``beta`` a real number, 1 by default where C is given."""
+def check_c(c, beta, m, n, device, shapes=None):
+    """``(info of C or None, beta as a float)``: C of shape (M, N) (or one of ``shapes``) on A's
+    device, bf16, f16 or f32, any strides; ``beta`` a real number, 1 by default where C is given."""
     if c is None:
         if beta not in (None, 0, 0.0):
             raise MatmulError(f"matmul: beta scales C; got beta={beta!r} and no c")
         return None, 0.0
     info = described(c, "c")
-    if info.shape != (m, n):
-        raise MatmulError(f"matmul: c must have shape {(m, n)} like the output; got {info.shape}")
+    if info.shape not in (shapes or ((m, n),)):
+        want = " or ".join(str(x) for x in (shapes or ((m, n),)))
+        raise MatmulError(f"matmul: c must have shape {want} like the output; got {info.shape}")
     if info.dtype not in _C_TYPES:
         raise MatmulTypeError(f"matmul: c must be bf16, f16 or f32; got {info.dtype}")
     if info.device != device:

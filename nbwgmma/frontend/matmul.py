@@ -202,15 +202,21 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         check_batch_options(bt, c=c, beta=beta, epilogue=epilogue, epilogue_args=epilogue_args, bias=bias,
                             scale_a=scale_a, scale_b=scale_b, config=config)
         kw = dict(out_dtype=out_dtype, in_dtype=in_dtype, scale_a=scale_a, scale_b=scale_b, alpha=alpha, bias=bias,
-                  activation=activation, scale_out=scale_out, amax=amax, stream=stream, config=config)
+                  activation=activation, scale_out=scale_out, amax=amax, stream=stream, config=config, beta=beta)
         if not bt.folds:
-            out, plan, io, vec = batched_matmul(a, ia, b, ib, bt, out=out, **kw)
+            out, plan, io, vec = batched_matmul(a, ia, b, ib, bt, out=out, c=c, **kw)
             if quick and plan is not None:
                 _keep_quick(plan, lib_of(a), io, vec, bias, a, b, ia, ib, qkey, variant, bt.lead + plan.out_shape)
             return out
         # a batch of one, or A's matrices one after the other times a 2-D B: one product of all their rows
         rows, (k, n) = bt.count * bt.a.shape[0], bt.b.shape
         a2, b2 = fold(a, ia, rows), b if bt.sb is None else fold(b, ib, k)
+        if c is not None:  # (of the output's shape, its matrices one after the other; or one matrix)
+            ic = described(c, "c")
+            if not (bt.folds_out(ic) or (bt.count == 1 and ic.shape == (bt.a.shape[0], n))):
+                raise MatmulError(f"matmul: c of this batch must have shape {bt.lead + (bt.a.shape[0], n)}, its "
+                                  f"matrices one after the other; got shape {ic.shape}, strides {ic.strides} bytes")
+            kw["c"] = fold(c, ic, rows)
         if out is None:
             return unfold(matmul(a2, b2, **kw), bt.lead + (bt.a.shape[0], n))
         io = described(out, "out")

@@ -396,7 +396,8 @@ class Plan:
         grid, cluster, smem = self.launch_shape(kern, None)
         xs = tuple(t for kind, _ in cfg.extras for t in (("f32",) if kind == "scalar" else _BIAS_ARGS))
         fp8 = (("f32",) + (_BIAS_ARGS if cfg.amax else ())) if cfg.out in FP8_OUTS else ()  # scale_out, amax
-        ws = (_BIAS_ARGS if cfg.bias else ()) + (_C_ARGS if cfg.with_c else ()) + xs + fp8 \
+        c_args = (array_arg_types(3) + ("f32",) if self.batch else _C_ARGS) if cfg.with_c else ()  # (batched: 3-D C)
+        ws = (_BIAS_ARGS if cfg.bias else ()) + c_args + xs + fp8 \
             + (_WS_ARGS if cfg.uses_workspace else ())
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws + (("i32",) if self.batch else ())
         # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
@@ -428,7 +429,7 @@ class Plan:
 
         def array_type(io):  # the type of a Numba device array of io's shape and strides
             dt = np.dtype(NP_OF.get(io.dtype, None) or numpy_dtype(io.dtype))
-            return types.Array(from_dtype(dt), 2, numba_layout(io.shape, io.strides, dt.itemsize))
+            return types.Array(from_dtype(dt), len(io.shape), numba_layout(io.shape, io.strides, dt.itemsize))
 
         scalars = (types.int32,) * 3 + (types.float32,)
         c = types.int64 if self.cfg.epilogue == "tma" else array_type(self.c_info)

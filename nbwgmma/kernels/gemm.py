@@ -167,6 +167,16 @@ def _build(key):
         else:
             acc_store(acc, KIND, c, ctid, row0, col0)
 
+    if BATCHED and cfg.with_c:
+        @inlined
+        def product_ep(ep, bt):
+            """The epilogue's operands for product ``bt`` of the batch: C's matrix of it."""
+            return ep[:3] + (ep[3][bt],) + ep[4:]
+    else:
+        @inlined
+        def product_ep(ep, bt):
+            return ep
+
     if BATCHED:
         @inlined
         def store_box(smem, tmc, x, y):
@@ -447,8 +457,8 @@ def _build(key):
                     kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                     acc, s, ph, ept = tile_ep(ring, base, s, ph, kb0, kb1, cw, ctid, ep, pn * BN)
                     if pm < tiles_m and pn < tiles_n:
-                        finish_blocks(acc, alpha, (c, bt) if BATCHED else c, ws, counters, flag, tid, ctid, cw, t, sp, nsplit,
-                                      pm * BM + cw * CROWS, pn * BN, cbase, m, ept)
+                        finish_blocks(acc, alpha, (c, bt) if BATCHED else c, ws, counters, flag, tid, ctid, cw, t, sp,
+                                      nsplit, pm * BM + cw * CROWS, pn * BN, cbase, m, product_ep(ept, bt))
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
             if AMAX:
