@@ -18,6 +18,10 @@ JOBS = {  # name: (config, arguments after alpha before the batch's size)
     # (the erf gelu spills 72 bytes at 128 x 256, batched or not; gelu_tanh is clean)
     "bf16-bias-gelu_tanh": (dict(kind="f32.bf16.bf16", bias="col", act="gelu_tanh", bias_type="bf16"), (BF16_VEC,)),
     "bf16-cluster2": (dict(kind="f32.bf16.bf16", cluster=2), ()),
+    # beta * C, C a 3-D array of any strides (torch.baddbmm's; a stride of 0 for one C of every product); at
+    # 128 x 256 C's loads spill 104 bytes, batched or not (116 for a 2-D C)
+    "f16-beta-c": (dict(kind="f32.f16.f16", out="f16", with_c=True, bn=128),
+                   (types.Array(types.float32, 3, "A"), types.float32)),
 }
 
 
