@@ -170,6 +170,31 @@ def test_two_batch_dimensions_that_do_not_merge_are_copied():
     np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), want)
 
 
+def test_n_contiguous_b_staged_and_m1_fold():
+    """Attention's P @ V with V (B, S, H, D) seen as (B, H, S, D): B's matrices N-contiguous in two
+    batch strides, staged K-major (the kernel then reads K-major B); A of one row a matrix folds."""
+    rng = np.random.default_rng(9)
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    p = rng.integers(-3, 4, (2, 3, 40, 24)).astype(np.float64)
+    v = rng.integers(-3, 4, (2, 24, 3, 32)).astype(np.float64)
+    dv = FakeCUDAArray(cuda.to_device(v.astype(np.float16))._ary.transpose(0, 2, 1, 3))
+    c = matmul(cuda.to_device(p.astype(np.float16)), dv, config={"bm": 64, "bn": 64})
+    np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), p @ v.transpose(0, 2, 1, 3))
+    x = rng.integers(-3, 4, (3, 8, 1)).astype(np.float64)  # (3, 1, 8) rows back to back
+    dx = FakeCUDAArray(cuda.to_device(x.astype(np.float16))._ary.transpose(0, 2, 1))
+    w = rng.integers(-3, 4, (8, 16)).astype(np.float64)
+    c = matmul(dx, cuda.to_device(w.astype(np.float16)))
+    np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), x.transpose(0, 2, 1) @ w)
+
+
+def test_harmless_config_values_pass():
+    a = cuda.to_device(np.ones((2, 8, 16), np.float16))
+    b = cuda.to_device(np.ones((2, 16, 8), np.float16))
+    c = matmul(a, b, config={"swap": 0, "split": 1, "epilogue": "tma", "bm": 64, "bn": 64})
+    np.testing.assert_array_equal(c.copy_to_host(), np.full((2, 8, 8), 16.0))
+
+
 def test_k_zero_and_empty_batches():
     a = cuda.to_device(np.ones((2, 5, 0), np.float16))
     b = cuda.to_device(np.ones((2, 0, 7), np.float16))

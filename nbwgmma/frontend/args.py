@@ -285,7 +285,7 @@ def empty_rows16(lib, ref, shape, t):
     n, es = shape[-1], np.dtype(NP_OF[t]).itemsize
     pad = -(-n * es // 16) * 16 // es
     out = empty_like_lib(lib, ref, tuple(shape[:-1]) + (pad,), t)
-    return out[..., :n] if pad != n else out
+    return out[(slice(None),) * (len(shape) - 1) + (slice(0, n),)] if pad != n else out  # (Numba: no ``...``)
 
 
 def _torch_stream() -> int:

@@ -58,7 +58,7 @@ class Batch(NamedTuple):
     def folds(self) -> bool:
         """One 2-D product does it: a batch of one, or a batched A times a 2-D B whose batch is
         M's rows continued."""
-        return self.count == 1 or (self.sb is None and self.sa == self.a.shape[0] * self.a.strides[0])
+        return self.count == 1 or (self.sb is None and _continues(self.sa, self.a))
 
     def folds_out(self, io: ArrayInfo) -> bool:
         """Whether ``out`` (described by ``io``) takes the folded product: the batch's shape, its
@@ -66,7 +66,20 @@ class Batch(NamedTuple):
         m, n = self.a.shape[0], self.b.shape[1]
         if io.shape != self.lead + (m, n):
             return False
-        return self.count == 1 or _merged(io, "out")[1] == m * io.strides[-2]
+        return self.count == 1 or _continues(_merged(io, "out")[1], io)
+
+
+def _continues(stride, info: ArrayInfo) -> bool:
+    """Whether matrices ``stride`` bytes apart continue one another's rows (``info``: an array
+    whose last two dimensions are a matrix; one of one row continues at any single stride)."""
+    rows = info.shape[-2]
+    return not isinstance(stride, tuple) and (rows == 1 or stride == rows * info.strides[-2])
+
+
+def row_step(stride, info: ArrayInfo) -> int:
+    """The row stride of a batch folded into one matrix (:func:`_continues`): the matrices' own, or
+    for matrices of one row the batch's."""
+    return info.strides[-2] if info.shape[-2] > 1 else stride
 
 
 def _merged(info: ArrayInfo, name: str):
@@ -114,9 +127,9 @@ def fold(x, info: ArrayInfo, rows: int):
     """``x`` (batch..., M, cols) seen as one (rows, cols) matrix, its batch's rows one after the
     other (the caller checked that they are): same memory, same array kind."""
     shape = (rows, info.shape[-1])
+    strides = (row_step(_merged(info, "x")[1], info) if len(info.shape) > 2 else info.strides[-2], info.strides[-1])
     if info.kind == "torch":
-        return x.view(shape)
-    strides = info.strides[-2:]
+        return x.as_strided(shape, (strides[0] // info.itemsize, strides[1] // info.itemsize))
     if _SIM:  # (a reshape could copy: a view of the same host memory)
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
@@ -157,10 +170,11 @@ def check_batch_options(bt: Batch, *, c, beta, epilogue, epilogue_args, bias, sc
                               f"got {shape}" + (" (a bias per row of each product: give B a batch too)"
                                                 if shape == (m, 1) else ""))
     if isinstance(config, dict) and not bt.folds:
-        bad = sorted({"split", "stream_k", "cluster_k", "swap", "epilogue"} & set(config))
+        bad = sorted(key for key, plain in (("split", 1), ("stream_k", 0), ("cluster_k", 1), ("swap", 0),
+                                            ("epilogue", "tma")) if key in config and config[key] != plain)
         if bad:
-            raise MatmulError(f"matmul: config {bad}: a batch of products runs without split, stream_k or cluster_k, "
-                              f"unswapped, through the TMA epilogue")
+            raise MatmulError(f"matmul: config {({key: config[key] for key in bad})}: a batch of products runs without "
+                              f"split, stream_k or cluster_k, unswapped, through the TMA epilogue")
 
 
 def _output(lib, a, out, bt: Batch, odt, device, written: bool) -> tuple:
@@ -180,9 +194,10 @@ def _output(lib, a, out, bt: Batch, odt, device, written: bool) -> tuple:
     _, so, _ = _merged(io, "out")
     one = io._replace(shape=(m, n), strides=io.strides[-2:])
     if written and batched_view(tma_view(one, m, n, *one.strides), bt.count, so, io.itemsize) is None:
-        raise MatmulError(f"matmul: a batch of products writes out through TMA: row-major matrices with 16-byte aligned "
-                          f"rows, 16-byte aligned matrices that do not interleave; got out of shape {io.shape}, "
-                          f"strides {io.strides} bytes at {io.ptr:#x}")
+        raise MatmulError(f"matmul: a batch of products writes out through TMA: row-major matrices with rows 16 bytes "
+                          f"apart (a multiple of 16), 16-byte aligned matrices that do not interleave, their batch in "
+                          f"one stride; got out of shape {io.shape}, strides {io.strides} bytes at {io.ptr:#x} (leave "
+                          f"out=None: a new output has its rows padded so)")
     return out, io, one, so
 
 

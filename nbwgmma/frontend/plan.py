@@ -171,13 +171,9 @@ class Plan:
         # TMA boxes: K-major [rows, BK] (the shared operand: this CTA's share of the tile's rows),
         # MN-major [BK, 64]; the kit's Cooperative loads them (GemmConfig.loads)
         self.boxes = (cfg.loads[0][0], cfg.loads[1][0])
-        if batch is not None:  # 3-D: one matrix of the batch per box
-            es = (ia.itemsize, ib.itemsize, io.itemsize)
-            self.a_path, self.b_path = (self.a_path[0], batched_view(self.a_path[1], batch[0], batch[1], es[0])), \
-                (self.b_path[0], batched_view(self.b_path[1], batch[0], batch[2], es[1]))
-            self.c_view = batched_view(self.c_view, batch[0], batch[3], es[2])
+        if batch is not None:  # 3-D: one matrix of the batch per box (the paths' views are 3-D: _configure)
+            self.c_view = batched_view(self.c_view, batch[0], batch[3], io.itemsize)
             self.boxes = ((1,) + self.boxes[0], (1,) + self.boxes[1])
-            self.in_place = self.a_path[1] is not None and self.b_path[1] is not None
         self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
 
     def _configure(self, kind, odt, ia, ib, io, opts, fp8):
@@ -190,6 +186,12 @@ class Plan:
         # [N, K] with its strides swapped.
         self.a_path = _operand_path(ia, False, transposable)
         self.b_path = _operand_path(ib, True, transposable)
+        if self.batch is not None:  # the batch's 3-D views; a batch TMA cannot read is staged K-major
+            paths = []
+            for path, info, stride in ((self.a_path, ia, self.batch[1]), (self.b_path, ib, self.batch[2])):
+                view = batched_view(path[1], self.batch[0], stride, info.itemsize)
+                paths.append((path[0], view) if view is not None else ("K", None))
+            self.a_path, self.b_path = paths
         self.tdt = ({"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype))
         # Swapped, the kernel's C is out^T: each tile goes transposed through shared memory into
         # TMA boxes of out (tiles of 128 rows or more; a swapped small M's narrow tiles are stored
