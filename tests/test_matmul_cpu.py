@@ -300,6 +300,10 @@ def test_tile_choice_by_shape(monkeypatch):
     assert pick(5000, 3000, cluster=2) == (128, 256)
     for m, n in ((4096, 4096), (16384, 16384), (8192, 28672)):
         assert pick(m, n) == (128, 256)
+    # a batch fills the waves with every product's tiles (one 1024^2 product alone: 64 x 128)
+    assert pick(1024, 1024) == (64, 128) and pick(1024, 1024, count=64) == (128, 256)
+    # ... and what a tile computes past a product's edge weighs: N = 128 in 128 x 128 tiles
+    assert pick(2048, 128, count=32) == (128, 128)
 
 
 def test_small_m_choice(monkeypatch):

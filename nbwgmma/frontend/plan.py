@@ -118,7 +118,8 @@ class Plan:
                     and pick_swap_wide(m, n, wk.input_bits, sms, widths, tma16)
                 if wide:
                     opts["swap"] = 1
-                opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths)
+                opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths,
+                                                           batch[0] if batch else 1)
                 if cluster in (2, 4) and opts.get("multicast") == "A":
                     a_major = _operand_path(ia, False, wk.transposable)[0]
                     for bm, bn in ((opts["bm"], opts["bn"]), (128, 256), (256, 128)):

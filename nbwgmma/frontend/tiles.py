@@ -61,7 +61,7 @@ WIDE4_BN = (208, 224, 240)
 WIDE4_MIN_WAVES = 2
 
 
-def pick_tile(m, n, cluster=1, widths=None):
+def pick_tile(m, n, cluster=1, widths=None, count=1):
     """The tile with the most useful work per SM-slot: its throughput share times the
     filled fraction of the waves it needs (tiles / (waves x SMs)), so a tile that leaves a
     last wave nearly empty, or most SMs idle, loses to a smaller one. A cluster splits B
@@ -73,9 +73,14 @@ def pick_tile(m, n, cluster=1, widths=None):
 
     Problems of at most 256 rows that leave SMs idle take :func:`pick_small_m` first.
 
+    A batch of ``count`` products fills the waves with the tiles of all of them, and since its
+    products' edges repeat, what a tile computes past an edge weighs too: its score is also the
+    share of its elements inside the product (plain problems keep the model they were measured
+    with).
+
     In the simulator, where every thread is a Python thread and nothing is timed, the
     smallest usable tile (fewest threads and the least wgmma work per tile)."""
-    ranked = rank_tiles(m, n, cluster, widths)
+    ranked = rank_tiles(m, n, cluster, widths, count)
     return min(ranked, key=lambda t: t[0] * t[1]) if sim.enabled() else ranked[0]
 
 
@@ -151,21 +156,24 @@ def pick_narrow(m, n, tile, sms, input_bits=16, tma_out=True):
     return _best_narrow(m, n, tile, sms, NARROW_PICK_GAIN, below=below, waves=2 if full else 1)
 
 
-def rank_tiles(m, n, cluster=1, widths=None):
+def rank_tiles(m, n, cluster=1, widths=None, count=1):
     """Every tile of ``TILES`` (and with ``widths`` of :data:`TILE256_BN` and :data:`WIDE_BN`, see
     :func:`pick_tile`) a cluster of ``cluster`` can use, best score first (ties keep the larger
     tile)."""
     from ..launch import device_limits
 
-    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], widths)]
+    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], widths, count)]
 
 
-def _scored(m, n, cluster, sms, widths=None):
+def _scored(m, n, cluster, sms, widths=None, count=1):
     """(score, tile) of every usable tile, best first: the throughput share times the filled
-    fraction of the waves (:func:`pick_tile`)."""
+    fraction of the waves (:func:`pick_tile`; a batch's: times the share of useful elements)."""
     def score(tile):
         (bm, bn), eff = tile
-        return eff * wave_fill(m, n, bm, bn, sms)
+        if count == 1:
+            return eff * wave_fill(m, n, bm, bn, sms)
+        tiles = math.ceil(m / bm) * math.ceil(n / bn)
+        return eff * tiles * count / (math.ceil(tiles * count / sms) * sms) * m * n / (tiles * bm * bn)
 
     usable = [(t, e) for t, e in TILES.items() if (t[1] // 64) % cluster == 0]
     if widths in ("any", "64") and cluster == 1:
