@@ -235,14 +235,35 @@ def test_a_batch_that_does_not_fold_over_a_2d_b_is_refused():
         matmul(a, b)
 
 
+@pytest.mark.parametrize("odt, n", [("f16", 20), ("f32", 27), ("e4m3", 40), ("bf16", 12)])
+def test_an_output_tma_cannot_write_is_stored_from_the_registers(odt, n):
+    """A given contiguous out whose rows are not 16 bytes apart (torch.bmm's out of an odd width):
+    each tile's product stored from the registers into its matrix (the tails in M and N must not
+    reach the next matrix); a bias and relu ride along, and fp8 codes with amax."""
+    rng = np.random.default_rng(9)
+    nb, m, k, hi = (3, 70, 8, 1) if odt == "e4m3" else (3, 70, 40, 3)  # (fp8 codes: integers up to 16 exact)
+    a, da = batch(nb, m, k, "f16", True, rng, hi)
+    b, db = batch(nb, k, n, "f16", False, rng, hi)
+    bias = rng.integers(-4, 5, n).astype(np.float32)
+    out = poisoned((nb, m, n), odt)
+    kw = {"amax": cuda.to_device(np.zeros(1, np.float32)), "out_dtype": "e4m3"} if odt == "e4m3" else {}
+    got = matmul(da, db, out=out, bias=cuda.to_device(bias), activation="relu", config={"bm": 64, "bn": 64}, **kw)
+    assert got is out
+    want = np.maximum(np.einsum("bmk,bkn->bmn", a, b) + bias, 0)
+    np.testing.assert_array_equal(decoded(out.copy_to_host(), odt), want)
+    if odt == "e4m3":
+        assert kw["amax"].copy_to_host()[0] == want.max()
+
+
 def test_interleaved_output_is_refused():
-    """Matrices of out that interleave (a transposed batch dimension): TMA cannot write them."""
+    """Matrices of out that interleave (a transposed batch dimension): no store path writes them
+    each once."""
     a = cuda.to_device(np.ones((2, 8, 16), np.float16))
     b = cuda.to_device(np.ones((2, 16, 8), np.float16))
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
     out = FakeCUDAArray(cuda.to_device(np.zeros((8, 2, 8), np.float16))._ary.transpose(1, 0, 2))
-    with pytest.raises(MatmulError, match="through TMA"):
+    with pytest.raises(MatmulError, match="matrices apart"):
         matmul(a, b, out=out)
 
 

@@ -22,30 +22,44 @@ JOBS = {  # name: (config, arguments after alpha before the batch's size)
     # 128 x 256 C's loads spill 104 bytes, batched or not (116 for a 2-D C)
     "f16-beta-c": (dict(kind="f32.f16.f16", out="f16", with_c=True, bn=128),
                    (types.Array(types.float32, 3, "A"), types.float32)),
+    # an out TMA cannot write (rows not 16 bytes apart): the register stores into each tile's matrix
+    "bf16-direct": (dict(kind="f32.bf16.bf16", epilogue="direct"), ()),
+    "e4m3-f32-direct-amax": (dict(kind="f32.e4m3.e4m3", scaled=True, out="e4m3", amax=True, epilogue="direct",
+                                  bn=128), (types.float32, types.Array(types.float32, 1, "C"))),
 }
 
 
+def config(name):
+    return GemmConfig(batched=True, **{"epilogue": "tma", **JOBS[name][0]})
+
+
 def job(name):
-    cfg, extra = JOBS[name]
-    return gemm_kernel(GemmConfig(epilogue="tma", batched=True, **cfg)), SIG + extra + (types.int32,), None
+    cfg, extra = config(name), JOBS[name][1]
+    out = types.Array({"bf16": types.uint16, "f16": types.float16, "f32": types.float32, "e4m3": types.uint8}[cfg.out],
+                      3, "A")
+    sig = SIG if cfg.epilogue == "tma" else SIG[:2] + (out,) + SIG[3:]
+    return gemm_kernel(cfg), sig + extra + (types.int32,), None
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))
 def test_batched_kernels_compile_clean(name, report_batch):
     rep = report_batch(job)
-    cfg = GemmConfig(epilogue="tma", batched=True, **JOBS[name][0])
+    cfg = config(name)
     op = "QGMMA" if cfg.esize == 1 else "HGMMA"
     assert rep.sass.get(op, 0) == 4 * cfg.blocks, rep.sass
     assert rep.ptx.count("cp.async.bulk.tensor.3d.shared::cluster.global") >= 2  # A's and B's loads
-    assert "cp.async.bulk.tensor.3d.global.shared::cta" in rep.ptx  # C's stores
+    if cfg.epilogue == "tma":
+        assert "cp.async.bulk.tensor.3d.global.shared::cta" in rep.ptx  # C's stores
+    else:
+        assert "tensor.3d.global.shared::cta" not in rep.ptx and rep.sass.get("ST", 0) >= 64  # the register stores
     assert "cp.async.bulk.tensor.2d" not in rep.ptx
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 
 
 @pytest.mark.parametrize("kw, says", [
-    (dict(epilogue="direct"), "TMA epilogue"),
     (dict(epilogue="tma", split=2), "without split"),
+    (dict(epilogue="direct", cluster_k=2, bn=128), "cluster_k"),
     (dict(epilogue="tma", stream_k=1, bn=128), "stream_k"),
 ])
 def test_batched_configs_refused(kw, says):

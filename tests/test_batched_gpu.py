@@ -10,6 +10,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from nbwgmma import matmul  # noqa: E402
+from nbwgmma.errors import MatmulError  # noqa: E402
 
 
 def rel(got, ref):
@@ -109,6 +110,33 @@ def test_repeated_calls_take_the_quick_path_with_new_data():
             got = matmul(a, b, bias=bias, activation="relu")
             ref = torch.relu(a.double() @ b.double() + bias.double())
             assert got.shape == (4, 300, n) and rel(got, ref) <= 1e-2
+
+
+@pytest.mark.parametrize("dtype, odt", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32)])
+def test_an_out_tma_cannot_write_is_stored_from_the_registers(dtype, odt):
+    """torch.bmm's contiguous out of an odd width (rows not 16 bytes apart): written from the
+    registers, each product into its matrix; a second call takes the quick path."""
+    for seed in range(2):
+        a, b = operands(12, 1000, 777, 513, dtype, seed=seed)
+        out = torch.full((12, 1000, 777), float("nan"), device="cuda", dtype=odt)
+        assert matmul(a, b, out=out) is out
+        assert torch.isfinite(out).all() and rel(out, a.double() @ b.double()) <= 1e-2
+
+
+def test_repeated_calls_with_out_write_each_calls_out():
+    """Repeated batched calls with ``out=`` (torch.bmm's) take the quick path: each writes its
+    own poisoned out; an out over B's memory on a later call is still refused."""
+    pool = torch.empty(3, 4, 300, 256, device="cuda", dtype=torch.bfloat16)
+    for seed in range(3):
+        a, b = operands(4, 300, 256, 128, torch.bfloat16, seed=seed)
+        out = pool[seed]
+        out.fill_(float("nan"))
+        assert matmul(a, b, out=out) is out
+        assert rel(out, a.double() @ b.double()) <= 1e-2
+    a, _ = operands(4, 300, 256, 128, torch.bfloat16, seed=7)
+    big = torch.randn(4 * 300 * 256, device="cuda").bfloat16()
+    with pytest.raises(MatmulError, match="overlaps B"):
+        matmul(a, big[:4 * 128 * 256].view(4, 128, 256), out=big.view(4, 300, 256))
 
 
 @pytest.mark.parametrize("b_batched", [True, False])

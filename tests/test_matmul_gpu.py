@@ -487,6 +487,28 @@ def test_repeated_calls_follow_new_operands_outputs_and_streams():
         check(out, a, b, "bf16")
 
 
+def test_repeated_calls_with_out_write_each_calls_out():
+    """Repeated ``matmul(a, b, out=...)`` into outputs of one layout take the quick path: each
+    call writes its own (poisoned) out, bf16 and f32 (the register stores); an out that
+    overlaps an operand on a later call is still refused."""
+    g = torch.Generator(device="cuda").manual_seed(12)
+    for dt in (torch.bfloat16, torch.float32):
+        pool = torch.empty(3, 300, 136, device="cuda", dtype=dt)
+        for i in range(3):
+            a = torch.randn(300, 256, device="cuda", generator=g).bfloat16()
+            b = torch.randn(256, 136, device="cuda", generator=g).bfloat16()
+            out = pool[i]
+            out.fill_(float("nan"))
+            assert matmul(a, b, out=out) is out
+            check(out, a, b, "bf16" if dt == torch.bfloat16 else "f32")
+    big = torch.randn(2 * 300 * 136, device="cuda", generator=g).bfloat16()
+    a, b = big[:300 * 256].view(300, 256), torch.randn(256, 136, device="cuda", generator=g).bfloat16()
+    out = torch.empty(300, 136, device="cuda", dtype=torch.bfloat16)
+    matmul(a, b, out=out)
+    with pytest.raises(MatmulError, match="overlaps A"):
+        matmul(a, b, out=big[300 * 136:].view(300, 136))
+
+
 @pytest.mark.parametrize("split, bm, bn", [(2, 128, 256), (3, 128, 192), (4, 64, 128), (2, 128, 128)])
 @pytest.mark.parametrize("m, n, k", [(129, 300, 1000), (128, 512, 4096), (1000, 129, 520)])
 @pytest.mark.parametrize("layout", ["KK", "KN"])

@@ -8,7 +8,9 @@
   one stride (a contiguous tensor's do) and which TMA can read is read in place; one whose
   dimensions merge into two strides (attention's ``(B, S, H, D).transpose(1, 2)``), whose
   matrices interleave, or which TMA cannot read is first copied K-major by one copy kernel, as
-  ``torch.matmul`` copies such a batch. ``out``'s must merge into one stride.
+  ``torch.matmul`` copies such a batch. ``out``'s must merge into one stride; an ``out`` TMA
+  cannot write (rows not 16 bytes apart: an odd width of a contiguous 16-bit out) is written
+  from the registers, as the plain product's is (a new ``out`` has its rows padded for TMA).
 * ``(batch..., M, K) @ (K, N)``: one product of the batch's rows folded into M (what
   ``torch.matmul`` does), where A's matrices follow one another row after row; an A whose
   matrices do not (a transposed or interleaved batch) is refused, as is a 2-D A with a batched B:
@@ -18,7 +20,7 @@
   row of each product when both operands are batched), ``c`` and ``beta`` (``torch.baddbmm``:
   ``c`` of the output's shape, its batch in one stride, or one (M, N) matrix added to every
   product; ``c`` may be ``out`` itself), ``stream`` and ``config`` (no ``split``, ``stream_k`` or
-  ``cluster_k``: the tile model's tile for one product, never swapped). An ``epilogue`` function
+  ``cluster_k``: the tile model's tile for the batch, never swapped). An ``epilogue`` function
   and scale arrays are refused so far.
 """
 
@@ -170,11 +172,11 @@ def check_batch_options(bt: Batch, *, c, beta, epilogue, epilogue_args, bias, sc
                               f"got {shape}" + (" (a bias per row of each product: give B a batch too)"
                                                 if shape == (m, 1) else ""))
     if isinstance(config, dict) and not bt.folds:
-        bad = sorted(key for key, plain in (("split", 1), ("stream_k", 0), ("cluster_k", 1), ("swap", 0),
-                                            ("epilogue", "tma")) if key in config and config[key] != plain)
+        bad = sorted(key for key, plain in (("split", 1), ("stream_k", 0), ("cluster_k", 1), ("swap", 0))
+                     if key in config and config[key] != plain)
         if bad:
             raise MatmulError(f"matmul: config {({key: config[key] for key in bad})}: a batch of products runs without "
-                              f"split, stream_k or cluster_k, unswapped, through the TMA epilogue")
+                              f"split, stream_k or cluster_k, unswapped")
 
 
 def _output(lib, a, out, bt: Batch, odt, device, written: bool) -> tuple:
@@ -194,10 +196,12 @@ def _output(lib, a, out, bt: Batch, odt, device, written: bool) -> tuple:
     _, so, _ = _merged(io, "out")
     one = io._replace(shape=(m, n), strides=io.strides[-2:])
     if written and batched_view(tma_view(one, m, n, *one.strides), bt.count, so, io.itemsize) is None:
-        raise MatmulError(f"matmul: a batch of products writes out through TMA: row-major matrices with rows 16 bytes "
-                          f"apart (a multiple of 16), 16-byte aligned matrices that do not interleave, their batch in "
-                          f"one stride; got out of shape {io.shape}, strides {io.strides} bytes at {io.ptr:#x} (leave "
-                          f"out=None: a new output has its rows padded so)")
+        # stored from the registers (slower than through TMA, which needs 16-byte aligned rows): each
+        # element once, so the matrices must not interleave
+        lo, hi = one.byte_range()
+        if isinstance(so, tuple) or (bt.count > 1 and so < hi - lo) or 0 in one.strides:
+            raise MatmulError(f"matmul: a batch's out must hold its matrices apart, their batch in one stride; got "
+                              f"out of shape {io.shape}, strides {io.strides} bytes (a copy of it, or out=None)")
     return out, io, one, so
 
 

@@ -150,9 +150,9 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     """
     if type(a) in SPARSE_TYPES or type(b) in SPARSE_TYPES:  # a 2:4-sparse weight: nbwgmma.frontend.sparse
         return sparse_matmul(**locals())
-    # A plain product: no output array, stream, config (but "auto") or epilogue but an activation and a
-    # PyTorch bias; fp8 scales as plain numbers.
-    quick = out is None and stream is None and (config is None or config == "auto") and in_dtype is None \
+    # A plain product: no output array but a PyTorch tensor, no stream, config (but "auto") or epilogue
+    # but an activation and a PyTorch bias; fp8 scales as plain numbers.
+    quick = (out is None or type(out) is _TORCH_TENSOR) and stream is None and (config is None or config == "auto") and in_dtype is None \
         and (bias is None or type(bias) in _TORCH_BIASES) and (activation is None or type(activation) is str) \
         and epilogue is None and c is None and beta is None and alpha == 1.0 \
         and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
@@ -161,7 +161,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         # the call's kind beyond its arrays: the output type asked for, which scales are given, the
         # activation and the bias's type, shape, strides and device
         variant = (out_dtype, scale_a is None, scale_b is None, config is None, activation,
-                   None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()))
+                   None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
+                   None if out is None else (out.dtype, out.shape, out.stride(), out.data_ptr() & 15, out.get_device()))
         scale = float((1.0 if scale_a is None else scale_a) * (1.0 if scale_b is None else scale_b))
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
         # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
@@ -169,7 +170,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         q = _QUICK.get((a.dtype, a.shape, a.stride(), pa & 15, a.get_device(),
                         b.dtype, b.shape, b.stride(), pb & 15, b.get_device(), variant))
         if q is not None:
-            c = q(a, pa, b, pb, scale, bias)
+            c = q(a, pa, b, pb, scale, bias, out)
             if c is not None:
                 return c
     skey = None
@@ -194,7 +195,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                 ib.dtype, ib.shape, ib.strides, ib.ptr & 15, ib.device, variant)
         q = _QUICK.get(qkey)
         if q is not None:
-            c = q(a, ia.ptr, b, ib.ptr, scale, bias)
+            c = q(a, ia.ptr, b, ib.ptr, scale, bias, out)
             if c is not None:
                 return c
     if len(ia.shape) != 2 or len(ib.shape) != 2:  # a batch of products: nbwgmma.frontend.batched
@@ -206,7 +207,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         if not bt.folds:
             out, plan, io, vec = batched_matmul(a, ia, b, ib, bt, out=out, c=c, **kw)
             if quick and plan is not None:
-                _keep_quick(plan, lib_of(a), io, vec, bias, a, b, ia, ib, qkey, variant, bt.lead + plan.out_shape)
+                _keep_quick(plan, lib_of(a), io, vec, bias, a, b, ia, ib, qkey, variant, bt.lead + plan.out_shape,
+                            None if variant[-1] is None else described(out, "out"))
             return out
         # a batch of one, or A's matrices one after the other times a 2-D B: one product of all their rows
         rows, (k, n) = bt.count * bt.a.shape[0], bt.b.shape
@@ -312,20 +314,22 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         except NumbaError as e:  # the user's function does not compile: nothing was launched
             raise epilogue_error(ufn, kinds, e) from e
     if quick:
-        _keep_quick(plan, lib, io, vec, bias, a, b, ia, ib, qkey, variant)
+        _keep_quick(plan, lib, io, vec, bias, a, b, ia, ib, qkey, variant, given=None if variant[-1] is None else io)
     return out
 
 
-def _keep_quick(plan, lib, io, vec, bias, a, b, ia, ib, qkey, variant, batch_shape=None):
+def _keep_quick(plan, lib, io, vec, bias, a, b, ia, ib, qkey, variant, batch_shape=None, given=None):
     """After a plain call's full path: its :class:`_Quick` for the next calls like it, where the
     plan reads its operands (and bias) in place (``io``: the output's description, of one matrix of
-    a batch whose output has ``batch_shape``)."""
+    a batch whose output has ``batch_shape``; ``given``: the whole of an ``out`` given)."""
     if not (plan.in_place and plan.launcher is not None and io.ptr % 16 == 0
             and (vec is None or vec[1] is bias)):  # (a bias read in place)
         return
     if len(_QUICK) >= 256:
         _QUICK.clear()
-    q = _Quick(plan, lib, plan.odt, io, None if vec is None else vec[0], batch_shape)
+    # a given out's bytes and the operands', from their first elements: a next out must overlap neither
+    apart = None if given is None else tuple(x - info.ptr for info in (ia, ib, given) for x in info.byte_range())
+    q = _Quick(plan, lib, plan.odt, io, None if vec is None else vec[0], batch_shape, apart)
     _QUICK[qkey] = q
     if lib == "torch":
         if type(a) is type(b):
@@ -355,8 +359,9 @@ class _Quick:
     once: allocate the output, launch the plan on the current stream with the scales' product as
     alpha (``bias_info``: the bias's description, its pointer taken anew at each call)."""
 
-    def __init__(self, plan, lib, odt, io, bias_info=None, batch_shape=None):
+    def __init__(self, plan, lib, odt, io, bias_info=None, batch_shape=None, apart=None):
         self.plan, self.lib, self.io_rest, self.bias_info = plan, lib, tuple(io)[1:], bias_info
+        self.apart = apart
         self.shape = plan.out_shape
         if batch_shape is not None:  # a batch's output: rows 16 bytes apart (frontend.batched)
             self.make = lambda a: empty_rows16(lib, a, batch_shape, odt)  # noqa: E731
@@ -369,12 +374,19 @@ class _Quick:
             self.make = lambda a: empty_like_lib(lib, a, self.shape, odt)  # noqa: E731
             self.ptr = lambda c: c.__cuda_array_interface__["data"][0]
 
-    def __call__(self, a, pa, b, pb, alpha, bias=None):
-        """The result, or None (for the full path) if the new array is not 16-byte aligned."""
-        out = self.make(a)
-        p = self.ptr(out)
-        if p & 15:  # allocators give 256-byte alignment: not expected
-            return None
+    def __call__(self, a, pa, b, pb, alpha, bias=None, out=None):
+        """The result in ``out`` (a tensor like the first call's ``out``) or a new array, or None (for
+        the full path) if the new array is not 16-byte aligned or ``out`` overlaps an operand."""
+        if out is None:
+            out = self.make(a)
+            p = self.ptr(out)
+            if p & 15:  # allocators give 256-byte alignment: not expected
+                return None
+        else:
+            p = out.data_ptr()
+            alo, ahi, blo, bhi, olo, ohi = self.apart
+            if (pa + alo < p + ohi and p + olo < pa + ahi) or (pb + blo < p + ohi and p + olo < pb + bhi):
+                return None  # (the full path says which)
         io = ArrayInfo(p, *self.io_rest)  # a fresh array: same shape, strides, type as the first
         vb = None if self.bias_info is None else (self.bias_info._replace(ptr=bias.data_ptr()), bias)
         self.plan.again(a, pa, b, pb, out, io, stream_of(self.lib, None), alpha, vb)

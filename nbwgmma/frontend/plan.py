@@ -81,6 +81,8 @@ class Plan:
         # C's TMA view: the caller's out, row-major with 16-byte aligned rows (a swapped kernel's C
         # is its transpose, stored through boxes of this view)
         self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1])
+        if batch is not None:  # 3-D: one matrix of the batch per box (else the register stores)
+            self.c_view = batched_view(self.c_view, batch[0], batch[3], io.itemsize)
         tma_out = self.c_view is not None and odt != "f32"  # (the tile pickers' 16-bit and fp8 stores)
         if opts.get("stream_k") and "bm" not in opts and "bn" not in opts:
             # stream-K balances the SMs itself: 128 x 128 tiles (64 rows for a few), no swap, no K slices
@@ -150,7 +152,9 @@ class Plan:
                 opts["extras"] = tuple((flip[kind], t) for kind, t in opts.get("extras", ()))
                 opts["user_t"] = True
         self.mnk = (m, n, k)
-        self.c_info = io  # C as the kernel sees it (swapped: out^T)
+        self.c_info = io  # C as the kernel sees it (swapped: out^T; a batch's: 3-D, for the register stores)
+        if batch is not None:
+            self.c_info = io._replace(shape=(batch[0],) + io.shape, strides=(batch[3],) + io.strides)
         self.beta_c = c_info  # the C of beta * C (with_c) as the kernel sees it
         if c_info is not None:
             opts["with_c"] = True
@@ -173,7 +177,6 @@ class Plan:
         # MN-major [BK, 64]; the kit's Cooperative loads them (GemmConfig.loads)
         self.boxes = (cfg.loads[0][0], cfg.loads[1][0])
         if batch is not None:  # 3-D: one matrix of the batch per box (the paths' views are 3-D: _configure)
-            self.c_view = batched_view(self.c_view, batch[0], batch[3], io.itemsize)
             self.boxes = ((1,) + self.boxes[0], (1,) + self.boxes[1])
         self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
 
@@ -287,7 +290,7 @@ class Plan:
         c_map = self.c_map(out, io) if tma_c else 0
         if self.launcher is None or DEBUG_WAIT_TIMEOUT_S is not None:  # (never set in the simulator)
             self.check_expect_tx(ta, tb)
-            c_arg = c_map if tma_c else numba_view(io, out)
+            c_arg = c_map if tma_c else numba_view(self.c_info._replace(ptr=io.ptr), out)
             args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
             if cfg.bias:
                 args += (numba_view(*bias),)
@@ -333,7 +336,8 @@ class Plan:
         if c_map:
             self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha, *ws)
         else:
-            self.launcher(stream_handle, ta, tb, *array_arg_values(io.ptr, (m, n), io.strides[:2], io.itemsize),
+            ci = self.c_info  # (its shape and strides: out's, or out^T's)
+            self.launcher(stream_handle, ta, tb, *array_arg_values(io.ptr, ci.shape, ci.strides, io.itemsize),
                           m, n, k, alpha, *ws)
 
     def workspace(self, stream_handle):
@@ -402,7 +406,8 @@ class Plan:
         c_args = (array_arg_types(3) + ("f32",) if self.batch else _C_ARGS) if cfg.with_c else ()  # (batched: 3-D C)
         ws = (_BIAS_ARGS if cfg.bias else ()) + c_args + xs + fp8 \
             + (_WS_ARGS if cfg.uses_workspace else ())
-        arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else _DIRECT_ARGS) + ws + (("i32",) if self.batch else ())
+        direct = _TMA_ARGS[:2] + array_arg_types(len(self.c_info.shape)) + _TMA_ARGS[3:]  # (C a 2-D or 3-D array)
+        arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else direct) + ws + (("i32",) if self.batch else ())
         # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
         # it with griddep_wait before touching memory)
         return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster, pdl=True)
@@ -484,7 +489,6 @@ def _operand_path(info: ArrayInfo, is_b, transposable):
 
 
 _TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")  # maps of A, B, C; m, n, k; alpha
-_DIRECT_ARGS = _TMA_ARGS[:2] + array_arg_types(2) + _TMA_ARGS[3:]  # C a 2-D array
 _WS_ARGS = array_arg_types(1) * 2  # split-K: partials, counters
 _BIAS_ARGS = array_arg_types(1)  # a fused bias: the vector
 _C_ARGS = array_arg_types(2) + ("f32",)  # beta * C: C, beta

@@ -177,6 +177,13 @@ def _build(key):
         def product_ep(ep, bt):
             return ep
 
+    if BATCHED and not TMA_EPI:  # (c: the 3-D out and the tile's product: its matrix)
+        store_matrix = store_direct
+
+        @inlined
+        def store_direct(acc, c, ctid, cw, row0, col0, cbase, ep):
+            store_matrix(acc, c[0][c[1]], ctid, cw, row0, col0, cbase, ep)
+
     if BATCHED:
         @inlined
         def store_box(smem, tmc, x, y):

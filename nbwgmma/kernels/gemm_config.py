@@ -111,11 +111,12 @@ class GemmConfig:
     ``amax`` the kernel takes a one-element f32 array after ``scale_out`` and raises it to the
     largest |result| inside C (before the scale): each warp keeps its running maximum in shared
     memory, one atomic max per warp at the end.
-    ``batched``: a batch of products of one shape (``torch.bmm``'s): A, B and C are 3-D maps
-    ((batch, rows, columns), one matrix per box) and the kernel takes the batch's size as a last
-    int32 argument; the walk covers every product's tiles in turn; ``with_c`` takes C as a 3-D
-    array (any strides: a stride of 0 adds one C to every product). With the TMA epilogue and no
-    split, stream-K or ``cluster_k``.
+    ``batched``: a batch of products of one shape (``torch.bmm``'s): A and B are 3-D maps
+    ((batch, rows, columns), one matrix per box), C a 3-D map with the TMA epilogue or a 3-D array
+    with the direct one (each tile's product stored into its matrix), and the kernel takes the
+    batch's size as a last int32 argument; the walk covers every product's tiles in turn;
+    ``with_c`` takes C as a 3-D array (any strides: a stride of 0 adds one C to every product).
+    Without split, stream-K or ``cluster_k``.
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -231,11 +232,11 @@ class GemmConfig:
             raise ConfigError("cluster_k", f"cluster_k=2 with the direct epilogue takes tiles of at most 192 columns "
                                            f"(at 256 the consumers spill 24-32 bytes); got bn={bn}")
         self.cluster_k = cluster_k
-        if batched and (epilogue != "tma" or split > 1 or stream_k or cluster_k > 1):
-            raise ConfigError("batched", f"a batch of products goes out through the TMA epilogue, without split, "
-                                         f"stream_k or cluster_k; got epilogue={epilogue!r}, split={split}, "
-                                         f"stream_k={stream_k}, cluster_k={cluster_k}")
-        #: a batch of products: 3-D maps of A, B and C, the batch's size the last argument
+        if batched and (split > 1 or stream_k or cluster_k > 1):
+            raise ConfigError("batched", f"a batch of products runs without split, stream_k or cluster_k; got "
+                                         f"split={split}, stream_k={stream_k}, cluster_k={cluster_k}")
+        #: a batch of products: 3-D maps of A and B, C a 3-D map (the TMA epilogue) or a 3-D array (the
+        #: register stores), the batch's size the last argument
         self.batched = bool(batched)
         if consumers is None:  # 256 rows: two consumers of 128 (four of 64 spill and ran slower)
             consumers = 2 if bm == 256 and split == 1 and not stream_k and cluster_k == 1 else bm // 64
