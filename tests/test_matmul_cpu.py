@@ -583,3 +583,47 @@ def test_scratch_is_per_stream_and_per_thread_on_the_per_thread_default_stream()
     theirs = keys[0]
     assert stream_key(PER_THREAD_STREAM) != theirs[0] and stream_key(PER_THREAD_STREAM) == stream_key(PER_THREAD_STREAM)
     assert (stream_key(0), stream_key(77)) == theirs[1:] == (0, 77)
+
+
+def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
+    """A plan's staging copy of an operand TMA cannot read (frontend.views.StagedCopy): one buffer
+    and one prepared copy kernel for all its calls; each call hands the kernel that call's operand
+    (a batch's with its leading dimensions) on the call's stream."""
+    import numpy as np
+
+    import nbwgmma.launch as launch_module
+    from nbwgmma.frontend import views
+    from nbwgmma.frontend.arrays import ArrayInfo
+
+    calls, prepared = [], []
+
+    class Prepared:
+        def __call__(self, src, dst, flag, stream):
+            calls.append((src.__cuda_array_interface__, dst, flag, stream))
+
+    def prepare(kernel, grid, block, args):
+        prepared.append((kernel, grid, block))
+        return Prepared()
+
+    class Cuda:
+        @staticmethod
+        def device_array(shape, dtype):
+            return np.zeros(shape, dtype)
+
+    monkeypatch.setattr(launch_module, "prepare", prepare)
+    monkeypatch.setattr(views, "cuda", Cuda)
+    one = ArrayInfo(0x1000, (300, 513), (1026, 2), 2, "bf16", 0, "torch")  # K = 513: rows 1026 bytes apart
+    st = views.StagedCopy(one, False)
+    for ptr, stream in ((0x1000, 7), (0x9000, 7), (0x5000, 9)):
+        assert st(one._replace(ptr=ptr), stream) is st.dst
+    assert st.dst.shape == (300, 520) and len(prepared) == 1  # rows padded to 16 bytes
+    assert [(c[0]["data"][0], c[0]["shape"], c[2], c[3]) for c in calls] == [
+        (0x1000, (300, 513), 0, 7), (0x9000, (300, 513), 0, 7), (0x5000, (300, 513), 0, 9)]
+    assert len({id(c[1]) for c in calls}) == 1
+    # a batch of B (K x N, N contiguous) in two strides, copied transposed: (count, N, Kpad)
+    b = ArrayInfo(0x2000, (513, 72), (144, 2), 2, "bf16", 0, "torch")
+    bt = views.StagedCopy(b, True, (6, ((2, 400000), (3, 100000))))
+    bt(b, 0)
+    src = calls[-1][0]
+    assert bt.dst.shape == (6, 72, 520) and src["shape"] == (2, 3, 513, 72)
+    assert src["strides"] == (400000, 100000, 144, 2) and calls[-1][2] == 1

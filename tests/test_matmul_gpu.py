@@ -487,6 +487,26 @@ def test_repeated_calls_follow_new_operands_outputs_and_streams():
         check(out, a, b, "bf16")
 
 
+def test_staged_operands_are_copied_anew_on_every_call_and_stream():
+    """Operands TMA cannot read (K = 513: rows not 16 bytes apart) are copied into the plan's
+    staging buffer of the stream at each call: new data each time, two streams in turn (each its
+    own buffer), a batch too."""
+    g = torch.Generator(device="cuda").manual_seed(13)
+    side = torch.cuda.Stream()
+    for i in range(4):
+        a = torch.randn(300, 513, device="cuda", generator=g).bfloat16()
+        b = torch.randn(513, 136, device="cuda", generator=g).bfloat16()
+        ab = torch.randn(3, 200, 513, device="cuda", generator=g).bfloat16()
+        bb = torch.randn(3, 513, 72, device="cuda", generator=g).bfloat16()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side if i % 2 else torch.cuda.current_stream()):
+            c, cb = matmul(a, b), matmul(ab, bb)
+        torch.cuda.synchronize()
+        check(c, a, b, "bf16")
+        ref = ab.double() @ bb.double()
+        assert float(torch.linalg.norm(cb.double() - ref) / torch.linalg.norm(ref)) <= TOL["bf16"]
+
+
 def test_repeated_calls_with_out_write_each_calls_out():
     """Repeated ``matmul(a, b, out=...)`` into outputs of one layout take the quick path: each
     call writes its own (poisoned) out, bf16 and f32 (the register stores); an out that

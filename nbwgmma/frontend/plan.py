@@ -48,7 +48,7 @@ from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
-from .views import batched_view, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view, transposed
+from .views import StagedCopy, batched_view, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view, transposed
 
 __all__ = ["Plan", "work_units", "EPILOGUE_OPTIONS"]
 
@@ -172,6 +172,7 @@ class Plan:
         self.odt = odt
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
         self.workspaces = {}  # split-K: stream (args.stream_key) -> (f32 partial tiles, int32 tile counters)
+        self._staged = {}  # (operand, stream) -> [StagedCopy, its tensor map]: operands TMA cannot read
         self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
         # TMA boxes: K-major [rows, BK] (the shared operand: this CTA's share of the tile's rows),
         # MN-major [BK, 64]; the kit's Cooperative loads them (GemmConfig.loads)
@@ -265,12 +266,24 @@ class Plan:
         if path[1] is not None:
             return self._map(i, x, info.ptr, path[1], tdt, box)
         bat = None if self.batch is None else (self.batch[0], self.batch[1 + i])
-        cp = kmajor_copy(x, info, is_b, nb_stream(stream), bat)
+        if _SIM:
+            cp, staged = kmajor_copy(x, info, is_b, nb_stream(stream), bat), None
+        else:  # the plan's buffer and prepared copy kernel for this operand on this stream
+            key = (i, stream_key(stream))
+            staged = self._staged.get(key)
+            if staged is None:
+                staged = self._staged[key] = [StagedCopy(info, is_b, bat), None]
+            cp = staged[0](info, stream)
+            if staged[1] is not None:
+                return staged[1]
         ci = array_info(cp)
         v = tma_view(ci, ci.shape[-2], info.shape[0] if is_b else info.shape[1], ci.strides[-2], ci.strides[-1])
         if bat is not None:
             v = batched_view(v, bat[0], ci.strides[0], ci.itemsize)
-        return tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
+        tm = tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
+        if staged is not None:
+            staged[1] = tm
+        return tm
 
     def __call__(self, a, ia, b, ib, out, io, alpha, stream_handle, bias=None, c=None, beta=0.0, extras=(),
                  scale_out=1.0, amax=None):

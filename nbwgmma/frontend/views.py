@@ -11,7 +11,7 @@ from .. import sim
 from .args import NP_OF
 from .arrays import ArrayInfo, host_view, numpy_dtype
 
-__all__ = ["numba_view", "tma_view", "batched_view", "kmajor_copy", "l2_promotion", "tensor_map", "transposed",
+__all__ = ["numba_view", "tma_view", "batched_view", "kmajor_copy", "StagedCopy", "l2_promotion", "tensor_map", "transposed",
            "nb_stream", "vector_f32", "zero_fill"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
@@ -89,6 +89,53 @@ def kmajor_copy(x, info: ArrayInfo, transpose: bool, stream, batch=None):
     with sized_to_data():
         pad_transpose_batch_kernel[grid_for(count * rows * kpad), 256, stream](src, dst, transpose)
     return dst
+
+
+class StagedCopy:
+    """:func:`kmajor_copy` of one operand kept by a plan for one stream: the K-major buffer
+    allocated once and rewritten by each call (launches on a stream run in order, so a call's
+    copy overwrites it only after the GEMM before has read it), the copy kernel prepared once
+    (:func:`nbwgmma.launch.prepare`). Allocated and launched through Numba at each call, a bf16
+    1000 x 777 x 513 product (K = 513: rows not 16 bytes apart) took 1604 us a call; so, 76 us
+    (torch.mm: 24 us; measured on an H200). Not in the simulator (:func:`kmajor_copy` there)."""
+
+    def __init__(self, info: ArrayInfo, transpose: bool, batch=None):
+        from ..kernels.copy import grid_for, pad_transpose_batch_kernel, pad_transpose_kernel
+
+        rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
+        es = info.itemsize
+        kpad = -(-cols * es // 16) * 16 // es
+        self.raw = np.dtype(f"u{es}")
+        if batch is None:
+            shape, self.lead, self.kernel = (rows, kpad), ((), ()), pad_transpose_kernel
+        else:
+            count, step = batch
+            (d0, s0), (d1, s1) = step if isinstance(step, tuple) else ((1, 0), (count, step))
+            shape, self.lead, self.kernel = (count, rows, kpad), ((d0, d1), (s0, s1)), pad_transpose_batch_kernel
+        self.dst = cuda.device_array(shape, dtype=self.raw)
+        self.grid = grid_for(int(np.prod(shape)))
+        self.flag = int(transpose)
+        self.prepared = None
+
+    def __call__(self, info: ArrayInfo, stream_handle: int):
+        """Copy the operand ``info`` describes (its first matrix, for a batch) into :attr:`dst`."""
+        src = _Described(info.ptr, self.lead[0] + info.shape, self.lead[1] + info.strides, self.raw.str)
+        if self.prepared is None:
+            from ..kernels.copy import sized_to_data
+            from ..launch import prepare
+
+            with sized_to_data():
+                self.prepared = prepare(self.kernel, self.grid, 256, (src, self.dst, self.flag))
+        self.prepared(src, self.dst, self.flag, stream=stream_handle)
+        return self.dst
+
+
+class _Described:
+    """An array of raw elements at ``ptr`` as ``__cuda_array_interface__`` gives it (to prepare a kernel)."""
+
+    def __init__(self, ptr, shape, strides, typestr):
+        self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": typestr,
+                                         "data": (ptr, False), "version": 3}
 
 
 _TMAP_CACHE: dict = {}
