@@ -188,6 +188,30 @@ def test_n_contiguous_b_staged_and_m1_fold():
     np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), x.transpose(0, 2, 1) @ w)
 
 
+def _scaled_shift(v, row, col, w, s):
+    return v * w + s * row - col
+
+
+def test_an_epilogue_function_sees_each_products_rows_and_columns():
+    """epilogue=(value, row, col, *extras) over a batch: row and col inside the product, a vector
+    per column and a number, the same for every product; a given out TMA cannot write, too."""
+    rng = np.random.default_rng(10)
+    nb, m, n, k = 3, 70, 72, 40
+    a, da = batch(nb, m, k, "f16", True, rng)
+    b, db = batch(nb, k, n, "f16", False, rng)
+    w = rng.integers(-2, 3, n).astype(np.float32)
+    prod = np.einsum("bmk,bkn->bmn", a, b)
+    want = prod * w + 2.0 * np.arange(m)[:, None] - np.arange(n)
+    got = matmul(da, db, epilogue=_scaled_shift, epilogue_args=(cuda.to_device(w), 2.0), config={"bm": 64, "bn": 64})
+    np.testing.assert_array_equal(got.copy_to_host().astype(np.float64), want)
+    out = poisoned((nb, m, 18), "f32")  # (72-byte rows: the register stores)
+    sub = cuda.to_device(bits(np.ascontiguousarray(b[:, :, :18]), "f16"))
+    matmul(da, sub, out=out, epilogue=_scaled_shift, epilogue_args=(cuda.to_device(w[:18]), -1.0),
+           config={"bm": 64, "bn": 64})
+    np.testing.assert_array_equal(out.copy_to_host(), prod[:, :, :18] * w[:18] - np.arange(m)[:, None]
+                                  - np.arange(18))
+
+
 def test_harmless_config_values_pass():
     a = cuda.to_device(np.ones((2, 8, 16), np.float16))
     b = cuda.to_device(np.ones((2, 16, 8), np.float16))
@@ -213,6 +237,7 @@ def test_k_zero_and_empty_batches():
     ((2, 8, 16), (2, 16, 8), {"config": {"split": 2}}, "without split"),
     ((2, 8, 16), (16, 8), {"bias": (8, 1)}, "a bias per column"),
     ((2, 8, 16), (2, 16, 8), {"out": (2, 8, 9)}, "out must have shape (2, 8, 8)"),
+    ((2, 8, 16), (16, 8), {"epilogue": lambda v, r, c: v}, "epilogue function with a batch of A over a 2-D B"),
 ])
 def test_bad_batches_are_clear_errors(a_shape, b_shape, kw, says):
     a = cuda.to_device(np.ones(a_shape, np.float16))

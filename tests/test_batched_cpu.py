@@ -3,7 +3,7 @@ kit's batch walk) on the CPU: PTX and SASS after ptxas for sm_90a, and the confi
 batch refuses. Simulator runs: tests/sim_batched_cases.py; GPU: tests/test_batched_gpu.py."""
 
 import pytest
-from numba import types
+from numba import cuda, types
 
 from nbwgmma.errors import ConfigError
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
@@ -22,6 +22,9 @@ JOBS = {  # name: (config, arguments after alpha before the batch's size)
     # 128 x 256 C's loads spill 104 bytes, batched or not (116 for a 2-D C)
     "f16-beta-c": (dict(kind="f32.f16.f16", out="f16", with_c=True, bn=128),
                    (types.Array(types.float32, 3, "A"), types.float32)),
+    # your epilogue function (value, row, col, w[col], s): rows and columns inside the product
+    "bf16-user-fn": (dict(kind="f32.bf16.bf16", bn=128, extras=(("col", "f32"), ("scalar", "f32"))),
+                     (types.Array(types.float32, 1, "C"), types.float32)),
     # an out TMA cannot write (rows not 16 bytes apart): the register stores into each tile's matrix
     "bf16-direct": (dict(kind="f32.bf16.bf16", epilogue="direct"), ()),
     "e4m3-f32-direct-amax": (dict(kind="f32.e4m3.e4m3", scaled=True, out="e4m3", amax=True, epilogue="direct",
@@ -29,8 +32,14 @@ JOBS = {  # name: (config, arguments after alpha before the batch's size)
 }
 
 
+@cuda.jit(device=True, inline=True)
+def _scaled_shift(v, row, col, w, s):
+    return v * w + s * row - col
+
+
 def config(name):
-    return GemmConfig(batched=True, **{"epilogue": "tma", **JOBS[name][0]})
+    user = {"user": _scaled_shift} if "extras" in JOBS[name][0] else {}
+    return GemmConfig(batched=True, **{"epilogue": "tma", **user, **JOBS[name][0]})
 
 
 def job(name):

@@ -123,6 +123,22 @@ def test_an_out_tma_cannot_write_is_stored_from_the_registers(dtype, odt):
         assert torch.isfinite(out).all() and rel(out, a.double() @ b.double()) <= 1e-2
 
 
+def _shifted(v, row, col, w, s):
+    return v * w + s * row - 0.001 * col
+
+
+def test_an_epilogue_function_over_a_batch():
+    """epilogue=(value, row, col, *extras) on a batch: row and col inside each product, a vector per
+    column and a number shared by the products."""
+    a, b = operands(5, 1000, 520, 328, torch.bfloat16, seed=3)
+    w = torch.randn(520, device="cuda")
+    got = matmul(a, b, epilogue=_shifted, epilogue_args=(w, 0.01), out_dtype="f32")
+    rows = torch.arange(1000, device="cuda", dtype=torch.float64)[:, None]
+    cols = torch.arange(520, device="cuda", dtype=torch.float64)
+    ref = (a.double() @ b.double()) * w.double() + 0.01 * rows - 0.001 * cols
+    assert got.dtype == torch.float32 and rel(got, ref) <= 1e-5
+
+
 def test_repeated_calls_with_out_write_each_calls_out():
     """Repeated batched calls with ``out=`` (torch.bmm's) take the quick path: each writes its
     own poisoned out; an out over B's memory on a later call is still refused."""

@@ -20,8 +20,10 @@
   row of each product when both operands are batched), ``c`` and ``beta`` (``torch.baddbmm``:
   ``c`` of the output's shape, its batch in one stride, or one (M, N) matrix added to every
   product; ``c`` may be ``out`` itself), ``stream`` and ``config`` (no ``split``, ``stream_k`` or
-  ``cluster_k``: the tile model's tile for the batch, never swapped). An ``epilogue`` function
-  and scale arrays are refused so far.
+  ``cluster_k``: the tile model's tile for the batch, never swapped) and an ``epilogue`` function
+  (its ``row`` and ``col`` inside the product; extras per column or per row of a product, as a
+  plain call's). Scale arrays, and an epilogue function where A's rows are folded over a 2-D B,
+  are refused so far.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba.core.errors import NumbaError
 
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
@@ -36,7 +39,7 @@ from .args import (
     check_apart, check_call, described, empty_rows16, holds, lib_of, real_arg, scale_product, stream_of,
 )
 from .arrays import ArrayInfo
-from .fused import bias_operand, check_c, check_epilogue, check_fp8_out
+from .fused import bias_operand, check_c, check_epilogue, check_fp8_out, epilogue_error, user_epilogue
 from .plan import Plan
 from .views import batched_view, numba_view, tma_view, zero_fill
 
@@ -158,8 +161,9 @@ def check_batch_options(bt: Batch, *, c, beta, epilogue, epilogue_args, bias, sc
         raise MatmulError(f"matmul: a batch of A times a 2-D B is one product of all the rows: its c has the output's "
                           f"shape {bt.lead + (bt.a.shape[0], bt.b.shape[1])}, not one matrix for every product; got "
                           f"{tuple(c.shape)}")
-    if epilogue is not None or epilogue_args:
-        raise MatmulError("matmul: an epilogue function with a batch of products is not built so far")
+    if (epilogue is not None or epilogue_args) and bt.folds and bt.count > 1:
+        raise MatmulError("matmul: an epilogue function with a batch of A over a 2-D B is not built so far (its "
+                          "rows would be those of all the products; give B a batch too)")
     for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if s is not None and getattr(s, "shape", ()) not in ((), (1,)):
             raise MatmulError(f"matmul: {name}: a batch of products takes per-tensor fp8 scales so far; got an array "
@@ -229,7 +233,7 @@ def _batch_c(c, beta, bt: Batch, device):
 
 
 def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a, scale_b, alpha, bias, activation,
-                   c, beta, scale_out, amax, stream, config):
+                   c, beta, scale_out, amax, stream, config, epilogue=None, epilogue_args=()):
     """``a @ b`` for batched A and B (:func:`batch_of`'s ``bt``, both with a batch): one launch.
     Returns (out, the plan or None where nothing was launched, one matrix of out, the bias as
     the kernel reads it or None)."""
@@ -253,10 +257,18 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
         return out, None, one_o, None
     scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
     if k == 0:
-        if cb is not None or bias is not None or activation is not None:
-            raise MatmulError("matmul: a bias, an activation or C need K > 0 so far; got K = 0")
+        if cb is not None or bias is not None or activation is not None or epilogue is not None or epilogue_args:
+            raise MatmulError("matmul: a bias, an activation, an epilogue function or C need K > 0 so far; got K = 0")
         zero_fill_batch(out, io, st)
         return out, None, one_o, None
+    # your function (value, row, col, *extras): row and col inside the product, the extras as a plain call's
+    ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
+    own = st if stream is not None else None
+    extras = tuple(float(x) if info is None else bias_operand(x, info, own) for x, info in zip(epilogue_args, infos))
+    if ufn is not None:
+        epi["user"] = ufn
+    if kinds:
+        epi["extras"] = tuple((kd, "f32" if kd == "scalar" else x[0].dtype) for kd, x in zip(kinds, extras))
     if bias is not None or activation is not None:
         bi = described(bias, "bias") if bias is not None else None
         where = check_epilogue(activation, bi, m, n, ia.device)
@@ -284,8 +296,13 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
         if len(_PLANS) >= 256:
             _PLANS.clear()
         _PLANS[key] = plan
-    plan(a, one_a._replace(ptr=ia.ptr), b, one_b._replace(ptr=ib.ptr), out, one_o, alpha, st, vec, cb, beta, (),
-         *fp8_out)
+    try:
+        plan(a, one_a._replace(ptr=ia.ptr), b, one_b._replace(ptr=ib.ptr), out, one_o, alpha, st, vec, cb, beta,
+             extras, *fp8_out)
+    except NumbaError as e:  # your function does not compile in the kernel: nothing was launched
+        if ufn is None:
+            raise
+        raise epilogue_error(ufn, kinds, e) from e
     return out, plan, one_o, vec
 
 

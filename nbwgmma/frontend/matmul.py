@@ -203,7 +203,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         check_batch_options(bt, c=c, beta=beta, epilogue=epilogue, epilogue_args=epilogue_args, bias=bias,
                             scale_a=scale_a, scale_b=scale_b, config=config)
         kw = dict(out_dtype=out_dtype, in_dtype=in_dtype, scale_a=scale_a, scale_b=scale_b, alpha=alpha, bias=bias,
-                  activation=activation, scale_out=scale_out, amax=amax, stream=stream, config=config, beta=beta)
+                  activation=activation, scale_out=scale_out, amax=amax, stream=stream, config=config, beta=beta,
+                  epilogue=epilogue, epilogue_args=epilogue_args)
         if not bt.folds:
             out, plan, io, vec = batched_matmul(a, ia, b, ib, bt, out=out, c=c, **kw)
             if quick and plan is not None:
