@@ -320,10 +320,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
 
 
 def _keep_quick(plan, lib, io, vec, bias, a, b, ia, ib, qkey, variant, batch_shape=None, given=None):
-    """After a plain call's full path: its :class:`_Quick` for the next calls like it, where the
-    plan reads its operands (and bias) in place (``io``: the output's description, of one matrix of
+    """After a plain call's full path: its :class:`_Quick` for the next calls like it (operands TMA
+    cannot read staged by the plan at each call), where the plan reads its bias in place (``io``: the output's description, of one matrix of
     a batch whose output has ``batch_shape``; ``given``: the whole of an ``out`` given)."""
-    if not (plan.in_place and plan.launcher is not None and io.ptr % 16 == 0
+    if not (plan.launcher is not None and io.ptr % 16 == 0
             and (vec is None or vec[1] is bias)):  # (a bias read in place)
         return
     if len(_QUICK) >= 256:

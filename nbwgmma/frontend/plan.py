@@ -173,7 +173,7 @@ class Plan:
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
         self.workspaces = {}  # split-K: stream (args.stream_key) -> (f32 partial tiles, int32 tile counters)
         self._staged = {}  # (operand, stream) -> [StagedCopy, its tensor map]: operands TMA cannot read
-        self.in_place = self.a_path[1] is not None and self.b_path[1] is not None  # no staging copies
+        self._operands = (ia, ib)  # A and B as the kernel reads them (the first call's; again() staging others)
         # TMA boxes: K-major [rows, BK] (the shared operand: this CTA's share of the tile's rows),
         # MN-major [BK, 64]; the kit's Cooperative loads them (GemmConfig.loads)
         self.boxes = (cfg.loads[0][0], cfg.loads[1][0])
@@ -366,12 +366,18 @@ class Plan:
         return w
 
     def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0, bias=None):
-        """A repeat of an in-place plan's first call with new pointers (``bias`` as
-        :meth:`__call__` takes it)."""
+        """A repeat of the plan's first call with new pointers, operands of the same shapes and
+        strides (``bias`` as :meth:`__call__` takes it); an operand TMA cannot read is staged again."""
         if self.swap:
             a, pa, b, pb, io = b, pb, a, pa, transposed(io)
-        ta = self._map(0, a, pa, self.a_path[1], self.tdt[0], self.boxes[0])
-        tb = self._map(1, b, pb, self.b_path[1], self.tdt[1], self.boxes[1])
+        if self.a_path[1] is not None:
+            ta = self._map(0, a, pa, self.a_path[1], self.tdt[0], self.boxes[0])
+        else:
+            ta = self.maps(a, self._operands[0]._replace(ptr=pa), False, stream_handle)
+        if self.b_path[1] is not None:
+            tb = self._map(1, b, pb, self.b_path[1], self.tdt[1], self.boxes[1])
+        else:
+            tb = self.maps(b, self._operands[1]._replace(ptr=pb), True, stream_handle)
         c_map = self.c_map(out, io) if self.cfg.epilogue == "tma" else 0
         self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias)
 
