@@ -304,3 +304,33 @@ def test_repeated_calls_take_new_operands():
     assert len({id(c) for c, _ in got}) == 3
     for c, want in got:
         np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), want)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_the_padded_copy_kernels(transpose):
+    """The staging copies' kernels on their own (the front end copies with numpy in the simulator):
+    a matrix (rows not a multiple of the 32 x 32 tile) and a batch in two strides, each into rows
+    padded with zeros, transposed or not."""
+    from nbwgmma.kernels.copy import COPY_BLOCK, copy_grid, pad_transpose_batch_kernel, pad_transpose_kernel
+    from nbwgmma.launch import launch
+
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 60000, (45, 70)).astype(np.uint16)  # dst: 70 x 48 (x.T) or 45 x 72 (x)
+    want = x.T if transpose else x
+    dst = cuda.to_device(np.full((want.shape[0], -(-want.shape[1] // 8) * 8), 7, np.uint16))
+    launch(pad_transpose_kernel, copy_grid(*dst.shape), COPY_BLOCK, (cuda.to_device(x), dst, transpose))
+    got = dst.copy_to_host()
+    np.testing.assert_array_equal(got[:, :want.shape[1]], want)
+    assert (got[:, want.shape[1]:] == 0).all()
+    y = rng.integers(0, 250, (3, 2, 33, 40)).astype(np.uint8)  # (2, 3) matrices seen through a transpose
+    src = cuda.to_device(np.ascontiguousarray(y.transpose(1, 0, 2, 3)))
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    src = FakeCUDAArray(src._ary.transpose(1, 0, 2, 3))  # (3, 2, 33, 40): the batch in two strides
+    mats = y.reshape(6, 33, 40)
+    want = mats.transpose(0, 2, 1) if transpose else mats
+    dst = cuda.to_device(np.full(want.shape[:2] + (48,), 7, np.uint8))
+    launch(pad_transpose_batch_kernel, copy_grid(want.shape[1], 48, 6), COPY_BLOCK, (src, dst, transpose))
+    got = dst.copy_to_host()
+    np.testing.assert_array_equal(got[:, :, :want.shape[2]], want)
+    assert (got[:, :, want.shape[2]:] == 0).all()

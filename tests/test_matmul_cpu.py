@@ -627,3 +627,20 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
     src = calls[-1][0]
     assert bt.dst.shape == (6, 72, 520) and src["shape"] == (2, 3, 513, 72)
     assert src["strides"] == (400000, 100000, 144, 2) and calls[-1][2] == 1
+
+
+def test_padded_copy_kernels_compile_to_tiles():
+    """The staging copies' kernels (32 x 32 tiles, a transposed source through shared memory)
+    compile for sm_90a with no spills: 4 loads and 4 stores of global memory a thread, per tile;
+    the batch's walk over matrices of two strides included."""
+    from numba import types
+
+    from nbwgmma.kernels.copy import pad_transpose_batch_kernel, pad_transpose_kernel
+    from nbwgmma.report import compile_report
+
+    for kern, nd in ((pad_transpose_kernel, 2), (pad_transpose_batch_kernel, 4)):
+        sig = (types.Array(types.uint16, nd, "A"), types.Array(types.uint16, nd - (nd > 2), "C"), types.int64)
+        rep = compile_report(kern, sig)
+        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
+        assert rep.sass.get("STS", 0) == 4 and rep.sass.get("LDS", 0) == 4 and rep.sass.get("BAR", 0) == 2
+        assert rep.sass.get("STG", 0) == 8  # (4 from the shared tile, 4 straight)

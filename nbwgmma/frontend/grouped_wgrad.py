@@ -45,7 +45,7 @@ def _in_place(info: ArrayInfo, inner: int, outer: int):
 def _copied(x, info: ArrayInfo, transpose: bool, stream):
     """A fresh [rows, cols_pad] copy of ``x`` (or ``x.T`` with ``transpose``), its rows padded
     to 16 bytes with zeros, and its TMA view."""
-    from ..kernels.copy import grid_for, pad_transpose_kernel, sized_to_data
+    from ..kernels.copy import COPY_BLOCK, copy_grid, pad_transpose_kernel, sized_to_data
 
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
     es = info.itemsize
@@ -59,7 +59,7 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream):
     st = nb_stream(stream)
     dst = cuda.device_array((rows, pad), dtype=np.dtype(f"u{es}"), stream=st)
     with sized_to_data():
-        pad_transpose_kernel[grid_for(rows * pad), 256, st](src, dst, transpose)
+        pad_transpose_kernel[copy_grid(rows, pad), COPY_BLOCK, st](src, dst, transpose)
     return dst, ((rows, cols), (pad, 1))
 
 

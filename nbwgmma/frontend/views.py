@@ -59,7 +59,7 @@ def kmajor_copy(x, info: ArrayInfo, transpose: bool, stream, batch=None):
     with ``batch`` = (count, the bytes from one matrix to the next, or ((d0, s0), (d1, s1)): two
     batch dimensions and their strides), ``info`` describing the first matrix, a [count, rows,
     Kpad] copy of the batch (one copy kernel)."""
-    from ..kernels.copy import grid_for, pad_transpose_batch_kernel, pad_transpose_kernel, sized_to_data
+    from ..kernels.copy import COPY_BLOCK, copy_grid, pad_transpose_batch_kernel, pad_transpose_kernel, sized_to_data
 
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
     es = info.itemsize
@@ -74,7 +74,7 @@ def kmajor_copy(x, info: ArrayInfo, transpose: bool, stream, batch=None):
         src = numba_view(info, x, dtype=raw)
         dst = cuda.device_array((rows, kpad), dtype=raw, stream=stream)
         with sized_to_data():
-            pad_transpose_kernel[grid_for(rows * kpad), 256, stream](src, dst, transpose)
+            pad_transpose_kernel[copy_grid(rows, kpad), COPY_BLOCK, stream](src, dst, transpose)
         return dst
     count, step = batch
     (d0, s0), (d1, s1) = step if isinstance(step, tuple) else ((1, 0), (count, step))
@@ -87,7 +87,7 @@ def kmajor_copy(x, info: ArrayInfo, transpose: bool, stream, batch=None):
     src = numba_view(info._replace(shape=(d0, d1) + info.shape, strides=(s0, s1) + info.strides), x, dtype=raw)
     dst = cuda.device_array((count, rows, kpad), dtype=raw, stream=stream)
     with sized_to_data():
-        pad_transpose_batch_kernel[grid_for(count * rows * kpad), 256, stream](src, dst, transpose)
+        pad_transpose_batch_kernel[copy_grid(rows, kpad, count), COPY_BLOCK, stream](src, dst, transpose)
     return dst
 
 
@@ -100,7 +100,7 @@ class StagedCopy:
     (torch.mm: 24 us; measured on an H200). Not in the simulator (:func:`kmajor_copy` there)."""
 
     def __init__(self, info: ArrayInfo, transpose: bool, batch=None):
-        from ..kernels.copy import grid_for, pad_transpose_batch_kernel, pad_transpose_kernel
+        from ..kernels.copy import copy_grid, pad_transpose_batch_kernel, pad_transpose_kernel
 
         rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
         es = info.itemsize
@@ -113,7 +113,7 @@ class StagedCopy:
             (d0, s0), (d1, s1) = step if isinstance(step, tuple) else ((1, 0), (count, step))
             shape, self.lead, self.kernel = (count, rows, kpad), ((d0, d1), (s0, s1)), pad_transpose_batch_kernel
         self.dst = cuda.device_array(shape, dtype=self.raw)
-        self.grid = grid_for(int(np.prod(shape)))
+        self.grid = copy_grid(rows, kpad, shape[0] if batch is not None else 1)
         self.flag = int(transpose)
         self.prepared = None
 
@@ -121,11 +121,11 @@ class StagedCopy:
         """Copy the operand ``info`` describes (its first matrix, for a batch) into :attr:`dst`."""
         src = _Described(info.ptr, self.lead[0] + info.shape, self.lead[1] + info.strides, self.raw.str)
         if self.prepared is None:
-            from ..kernels.copy import sized_to_data
+            from ..kernels.copy import COPY_BLOCK, sized_to_data
             from ..launch import prepare
 
             with sized_to_data():
-                self.prepared = prepare(self.kernel, self.grid, 256, (src, self.dst, self.flag))
+                self.prepared = prepare(self.kernel, self.grid, COPY_BLOCK, (src, self.dst, self.flag))
         self.prepared(src, self.dst, self.flag, stream=stream_handle)
         return self.dst
 

@@ -4,6 +4,7 @@ for timing (autotuning)."""
 import contextlib
 import warnings
 
+import numba
 from numba import cuda
 
 
@@ -23,37 +24,64 @@ def grid_for(count: int, threads: int = 256) -> int:
     return max(1, min(65535, -(-count // threads)))
 
 
-@cuda.jit
-def pad_transpose_kernel(src, dst, transpose):
-    """dst[r, c] = (src[c, r] if transpose else src[r, c]) inside src, 0 in the padding."""
+#: The padded copies' tiles: 32 x 32 elements of the destination per block of 32 x 8 threads
+#: (each thread 4 rows), so the rows are read and written 32 elements at a time and a transposed
+#: source goes through shared memory (a 32 x 33 tile: its columns in distinct banks).
+COPY_TILE = 32
+COPY_BLOCK = (32, 8)
+
+
+def copy_grid(rows: int, kpad: int, count: int = 1) -> tuple:
+    """The grid of :func:`pad_transpose_kernel` (``count`` 1) or :func:`pad_transpose_batch_kernel`
+    for a [count,] rows x kpad destination: row tiles in x, column tiles in y, the batch in z (at
+    most 65535 blocks; the kernel strides over the rest)."""
+    return -(-rows // COPY_TILE), -(-kpad // COPY_TILE), max(1, min(count, 65535))
+
+
+@cuda.jit(device=True, inline=True)
+def _copy_tile(src, dst, transpose, tile):
+    """Tile (blockIdx.x, blockIdx.y) of dst = (src.T if transpose else src) padded with zeros."""
     rows, kpad = dst.shape
     cols = src.shape[0] if transpose else src.shape[1]
-    start = cuda.grid(1)
-    step = cuda.gridsize(1)
-    for idx in range(start, rows * kpad, step):
-        r = idx // kpad
-        c = idx % kpad
-        if c < cols:
-            dst[r, c] = src[c, r] if transpose else src[r, c]
-        else:
-            dst[r, c] = 0
+    r0 = cuda.blockIdx.x * 32
+    c0 = cuda.blockIdx.y * 32
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    if transpose:  # read src's rows (dst's columns) along src's contiguous dimension, write dst's rows
+        cuda.syncthreads()  # (the tile of the batch's matrix before: read by every thread)
+        for j in range(4):
+            i = ty + 8 * j
+            if c0 + i < cols and r0 + tx < rows:
+                tile[i, tx] = src[c0 + i, r0 + tx]
+        cuda.syncthreads()
+        for j in range(4):
+            i = ty + 8 * j
+            if r0 + i < rows and c0 + tx < kpad:
+                dst[r0 + i, c0 + tx] = tile[tx, i] if c0 + tx < cols else 0
+    else:
+        for j in range(4):
+            r = r0 + ty + 8 * j
+            c = c0 + tx
+            if r < rows and c < kpad:
+                dst[r, c] = src[r, c] if c < cols else 0
+
+
+@cuda.jit
+def pad_transpose_kernel(src, dst, transpose):
+    """dst[r, c] = (src[c, r] if transpose else src[r, c]) inside src, 0 in the padding; on
+    :func:`copy_grid`'s grid in blocks of :data:`COPY_BLOCK`."""
+    tile = cuda.shared.array((32, 33), dtype=numba.uint32)
+    _copy_tile(src, dst, transpose, tile)
 
 
 @cuda.jit
 def pad_transpose_batch_kernel(src, dst, transpose):
-    """pad_transpose_kernel over a batch: dst[b, r, c] from matrix (b // src.shape[1], b % src.shape[1])
+    """pad_transpose_kernel over a batch: dst[b] from matrix (b // src.shape[1], b % src.shape[1])
     of src (two batch dimensions of any strides: a batch whose dimensions do not merge into one)."""
-    nb, rows, kpad = dst.shape
+    tile = cuda.shared.array((32, 33), dtype=numba.uint32)
     inner = src.shape[1]
-    cols = src.shape[2] if transpose else src.shape[3]
-    for idx in range(cuda.grid(1), nb * rows * kpad, cuda.gridsize(1)):
-        b = idx // (rows * kpad)
-        r = idx // kpad % rows
-        c = idx % kpad
-        if c < cols:
-            dst[b, r, c] = src[b // inner, b % inner, c, r] if transpose else src[b // inner, b % inner, r, c]
-        else:
-            dst[b, r, c] = 0
+    for b in range(cuda.blockIdx.z, dst.shape[0], cuda.gridDim.z):
+        _copy_tile(src[b // inner, b % inner], dst[b], transpose, tile)
 
 
 @cuda.jit
