@@ -204,6 +204,11 @@ def test_an_epilogue_function_sees_each_products_rows_and_columns():
     want = prod * w + 2.0 * np.arange(m)[:, None] - np.arange(n)
     got = matmul(da, db, epilogue=_scaled_shift, epilogue_args=(cuda.to_device(w), 2.0), config={"bm": 64, "bn": 64})
     np.testing.assert_array_equal(got.copy_to_host().astype(np.float64), want)
+    bias = rng.integers(-3, 4, n).astype(np.float32)  # with a bias and relu before the function
+    got = matmul(da, db, bias=cuda.to_device(bias), activation="relu", epilogue=_scaled_shift,
+                 epilogue_args=(cuda.to_device(w), 2.0), config={"bm": 64, "bn": 64})
+    np.testing.assert_array_equal(got.copy_to_host().astype(np.float64),
+                                  np.maximum(prod + bias, 0) * w + 2.0 * np.arange(m)[:, None] - np.arange(n))
     out = poisoned((nb, m, 18), "f32")  # (72-byte rows: the register stores)
     sub = cuda.to_device(bits(np.ascontiguousarray(b[:, :, :18]), "f16"))
     matmul(da, sub, out=out, epilogue=_scaled_shift, epilogue_args=(cuda.to_device(w[:18]), -1.0),

@@ -273,7 +273,7 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
         bi = described(bias, "bias") if bias is not None else None
         where = check_epilogue(activation, bi, m, n, ia.device)
         vec = bias_operand(bias, bi, st if stream is not None else None) if bi is not None else None
-        epi = {key: v for key, v in (("bias", where), ("act", activation)) if v is not None}
+        epi.update({key: v for key, v in (("bias", where), ("act", activation)) if v is not None})
         if vec is not None:
             epi["bias_type"] = vec[0].dtype
     if iamax is not None:

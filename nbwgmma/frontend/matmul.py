@@ -154,7 +154,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     # but an activation and a PyTorch bias; fp8 scales as plain numbers.
     quick = (out is None or type(out) is _TORCH_TENSOR) and stream is None and (config is None or config == "auto") and in_dtype is None \
         and (bias is None or type(bias) in _TORCH_BIASES) and (activation is None or type(activation) is str) \
-        and epilogue is None and c is None and beta is None and alpha == 1.0 \
+        and epilogue is None and not epilogue_args and c is None and beta is None and alpha == 1.0 \
         and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
         and (out_dtype is None or type(out_dtype) is str)
     if quick:
