@@ -327,6 +327,18 @@ def test_the_padded_copy_kernels(transpose):
     got = dst.copy_to_host()
     np.testing.assert_array_equal(got[:, :want.shape[1]], want)
     assert (got[:, want.shape[1]:] == 0).all()
+    from nbwgmma.frontend.arrays import array_info
+    from nbwgmma.frontend.views import copy_source, numba_view
+
+    xt = _transposed_view(np.ascontiguousarray(x.T)[None])[0]  # x again, stored column-major
+    view, flag = copy_source(array_info(xt), transpose)
+    assert flag != transpose and view.strides[-1] == 2  # read along its contiguous dimension
+    dst = cuda.to_device(np.full(dst.shape, 7, np.uint16))
+    grid = (copy_grid(*dst.shape)[0], 1, 1)  # (one block row over every column tile: the stride loop)
+    launch(pad_transpose_kernel, grid, COPY_BLOCK, (numba_view(view, xt), dst, flag))
+    got = dst.copy_to_host()
+    np.testing.assert_array_equal(got[:, :want.shape[1]], want)
+    assert (got[:, want.shape[1]:] == 0).all()
     y = rng.integers(0, 250, (3, 2, 33, 40)).astype(np.uint8)  # (2, 3) matrices seen through a transpose
     src = cuda.to_device(np.ascontiguousarray(y.transpose(1, 0, 2, 3)))
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray

@@ -607,7 +607,7 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
 
     class Cuda:
         @staticmethod
-        def device_array(shape, dtype):
+        def device_array(shape, dtype, stream=0):
             return np.zeros(shape, dtype)
 
     monkeypatch.setattr(launch_module, "prepare", prepare)
@@ -627,6 +627,14 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
     src = calls[-1][0]
     assert bt.dst.shape == (6, 72, 520) and src["shape"] == (2, 3, 513, 72)
     assert src["strides"] == (400000, 100000, 144, 2) and calls[-1][2] == 1
+    # B = w.t() of a row-major w (72, 513): K contiguous, read through w itself, not transposed
+    wt = ArrayInfo(0x3000, (513, 72), (2, 1026), 2, "bf16", 0, "torch")
+    views.StagedCopy(wt, True)(wt, 0)
+    assert calls[-1][0]["shape"] == (72, 513) and calls[-1][0]["strides"] == (1026, 2) and calls[-1][2] == 0
+    # past the bytes kept in all: a fresh buffer at each call
+    monkeypatch.setattr(views, "STAGING_KEEP_BYTES", 0)
+    loose = views.StagedCopy(one, False)
+    assert not loose.kept and loose(one, 0) is not loose(one, 0)
 
 
 def test_padded_copy_kernels_compile_to_tiles():

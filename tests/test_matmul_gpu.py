@@ -505,6 +505,36 @@ def test_staged_operands_are_copied_anew_on_every_call_and_stream():
         check(c, a, b, "bf16")
         ref = ab.double() @ bb.double()
         assert float(torch.linalg.norm(cb.double() - ref) / torch.linalg.norm(ref)) <= TOL["bf16"]
+        x = torch.randn(48, 513, device="cuda", generator=g).bfloat16()  # few rows: swapped, A the kernel's B
+        w = torch.randn(4096, 513, device="cuda", generator=g).bfloat16().t()  # K contiguous, staged
+        check(matmul(x, w), x, w, "bf16")
+
+
+def test_staged_operands_from_two_host_threads_on_one_stream():
+    """Two host threads calling the same staged plan on the default stream: each thread's copy and
+    GEMM read its own operands (the staging buffers are per thread)."""
+    import threading
+
+    errors = []
+
+    def work(seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        try:
+            for _ in range(20):
+                a = torch.randn(300, 513, device="cuda", generator=g).bfloat16()
+                b = torch.randn(513, 136, device="cuda", generator=g).bfloat16()
+                c = matmul(a, b)
+                torch.cuda.synchronize()
+                check(c, a, b, "bf16")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
 
 
 def test_repeated_calls_with_out_write_each_calls_out():

@@ -19,7 +19,7 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
 from .args import check_apart, described, empty_rows16, holds, stream_of, type_name
 from .arrays import ArrayInfo
-from .views import nb_stream, numba_view, tensor_map
+from .views import copy_source, nb_stream, numba_view, tensor_map
 
 __all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends", "out_type"]
 
@@ -55,11 +55,12 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream):
         dst = np.zeros((rows, pad), h.dtype)
         dst[:, :cols] = h.T if transpose else h
         return cuda.to_device(dst), ((rows, cols), (pad, 1))
-    src = numba_view(info, x, dtype=np.dtype(f"u{es}"))
+    view, flag = copy_source(info, transpose)  # (read along its contiguous dimension)
+    src = numba_view(view, x, dtype=np.dtype(f"u{es}"))
     st = nb_stream(stream)
     dst = cuda.device_array((rows, pad), dtype=np.dtype(f"u{es}"), stream=st)
     with sized_to_data():
-        pad_transpose_kernel[copy_grid(rows, pad), COPY_BLOCK, st](src, dst, transpose)
+        pad_transpose_kernel[copy_grid(rows, pad), COPY_BLOCK, st](src, dst, flag)
     return dst, ((rows, cols), (pad, 1))
 
 

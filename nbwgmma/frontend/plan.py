@@ -34,6 +34,7 @@ Which path runs:
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from numba import cuda  # every call needs it: imported with the package, not by the first call
@@ -172,7 +173,7 @@ class Plan:
         self.odt = odt
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
         self.workspaces = {}  # split-K: stream (args.stream_key) -> (f32 partial tiles, int32 tile counters)
-        self._staged = {}  # (operand, stream) -> [StagedCopy, its tensor map]: operands TMA cannot read
+        self._staged = {}  # (operand, stream, thread) -> [StagedCopy, its tensor map]: operands TMA cannot read
         self._operands = (ia, ib)  # A and B as the kernel reads them (the first call's; again() staging others)
         # TMA boxes: K-major [rows, BK] (the shared operand: this CTA's share of the tile's rows),
         # MN-major [BK, 64]; the kit's Cooperative loads them (GemmConfig.loads)
@@ -267,20 +268,22 @@ class Plan:
             return self._map(i, x, info.ptr, path[1], tdt, box)
         bat = None if self.batch is None else (self.batch[0], self.batch[1 + i])
         if _SIM:
-            cp, staged = kmajor_copy(x, info, is_b, nb_stream(stream), bat), None
-        else:  # the plan's buffer and prepared copy kernel for this operand on this stream
-            key = (i, stream_key(stream))
+            cp, staged = kmajor_copy(x, info, is_b, bat), None
+        else:  # the plan's staging copy of this operand for this stream and host thread
+            key = (i, stream_key(stream), threading.get_ident())
             staged = self._staged.get(key)
             if staged is None:
                 staged = self._staged[key] = [StagedCopy(info, is_b, bat), None]
             cp = staged[0](info, stream)
             if staged[1] is not None:
                 return staged[1]
+            if not staged[0].kept:
+                staged = None
         ci = array_info(cp)
         v = tma_view(ci, ci.shape[-2], info.shape[0] if is_b else info.shape[1], ci.strides[-2], ci.strides[-1])
         if bat is not None:
             v = batched_view(v, bat[0], ci.strides[0], ci.itemsize)
-        tm = tensor_map(cp, ci.ptr, tdt, box, v, keep=True)
+        tm = tensor_map(cp, ci.ptr, tdt, box, v, keep=True)  # (a fresh buffer outlives the launch)
         if staged is not None:
             staged[1] = tm
         return tm

@@ -4,6 +4,8 @@ Numba streams of raw handles, and the small copy and fill kernels' launches."""
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numba import cuda
 
@@ -11,7 +13,7 @@ from .. import sim
 from .args import NP_OF
 from .arrays import ArrayInfo, host_view, numpy_dtype
 
-__all__ = ["numba_view", "tma_view", "batched_view", "kmajor_copy", "StagedCopy", "l2_promotion", "tensor_map", "transposed",
+__all__ = ["numba_view", "tma_view", "batched_view", "kmajor_copy", "StagedCopy", "copy_source", "l2_promotion", "tensor_map", "transposed",
            "nb_stream", "vector_f32", "zero_fill"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
@@ -54,50 +56,63 @@ def batched_view(view, count: int, stride: int, itemsize: int):
     return (count, rows, cols), (stride // itemsize, pitch, one)
 
 
-def kmajor_copy(x, info: ArrayInfo, transpose: bool, stream, batch=None):
-    """A fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of ``x`` or ``x.T``;
-    with ``batch`` = (count, the bytes from one matrix to the next, or ((d0, s0), (d1, s1)): two
-    batch dimensions and their strides), ``info`` describing the first matrix, a [count, rows,
-    Kpad] copy of the batch (one copy kernel)."""
-    from ..kernels.copy import COPY_BLOCK, copy_grid, pad_transpose_batch_kernel, pad_transpose_kernel, sized_to_data
-
+def kmajor_copy(x, info: ArrayInfo, transpose: bool, batch=None):
+    """In the simulator (host memory: numpy copies at once where the copy kernel would take a
+    Python thread per element): a fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of
+    ``x`` or ``x.T``; with ``batch`` = (count, the bytes from one matrix to the next, or ((d0, s0),
+    (d1, s1)): two batch dimensions and their strides), ``info`` describing the first matrix, a
+    [count, rows, Kpad] copy of the batch. On the GPU: :class:`StagedCopy`."""
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
     es = info.itemsize
     kpad = -(-cols * es // 16) * 16 // es
     raw = np.dtype(f"u{es}")
     if batch is None:
-        if _SIM:  # host memory: numpy copies it at once, the copy kernel would take a Python thread per element
-            h = host_view(x, raw, info.shape, info.strides).copy_to_host()  # x, or x.T: as ``info``
-            dst = np.zeros((rows, kpad), h.dtype)
-            dst[:, :cols] = h.T if transpose else h
-            return cuda.to_device(dst)
-        src = numba_view(info, x, dtype=raw)
-        dst = cuda.device_array((rows, kpad), dtype=raw, stream=stream)
-        with sized_to_data():
-            pad_transpose_kernel[copy_grid(rows, kpad), COPY_BLOCK, stream](src, dst, transpose)
-        return dst
+        h = host_view(x, raw, info.shape, info.strides).copy_to_host()  # x, or x.T: as ``info``
+        dst = np.zeros((rows, kpad), h.dtype)
+        dst[:, :cols] = h.T if transpose else h
+        return cuda.to_device(dst)
     count, step = batch
     (d0, s0), (d1, s1) = step if isinstance(step, tuple) else ((1, 0), (count, step))
-    if _SIM:
-        h = np.lib.stride_tricks.as_strided(x._ary.view(raw), (d0, d1) + info.shape, (s0, s1) + info.strides)
-        h = h.reshape((count,) + info.shape)
-        dst = np.zeros((count, rows, kpad), raw)
-        dst[:, :, :cols] = h.transpose(0, 2, 1) if transpose else h
-        return cuda.to_device(dst)
-    src = numba_view(info._replace(shape=(d0, d1) + info.shape, strides=(s0, s1) + info.strides), x, dtype=raw)
-    dst = cuda.device_array((count, rows, kpad), dtype=raw, stream=stream)
-    with sized_to_data():
-        pad_transpose_batch_kernel[copy_grid(rows, kpad, count), COPY_BLOCK, stream](src, dst, transpose)
-    return dst
+    h = np.lib.stride_tricks.as_strided(x._ary.view(raw), (d0, d1) + info.shape, (s0, s1) + info.strides)
+    h = h.reshape((count,) + info.shape)
+    dst = np.zeros((count, rows, kpad), raw)
+    dst[:, :, :cols] = h.transpose(0, 2, 1) if transpose else h
+    return cuda.to_device(dst)
+
+
+def copy_source(info: ArrayInfo, transpose: bool) -> tuple:
+    """(the view, the kernel's transpose flag) with which the padded copy kernels read ``info``
+    (or its transpose) along its contiguous dimension: a column-major source is read through its
+    transpose with the flag flipped (the tiled kernels read the source's last dimension)."""
+    es = info.itemsize
+    if info.strides[-1] != es and info.strides[-2] == es:
+        return info._replace(shape=info.shape[:-2] + info.shape[-2:][::-1],
+                             strides=info.strides[:-2] + info.strides[-2:][::-1]), not transpose
+    return info, transpose
+
+
+#: Bytes of staging buffers the plans keep in all (:class:`StagedCopy`); past it a copy gets a
+#: fresh buffer at each call (as before buffers were kept), so odd shapes that vary from call to
+#: call do not pile up memory outside the array libraries' allocators.
+STAGING_KEEP_BYTES = 1 << 30
+_KEPT = [0]
+
+
+def _forget(nbytes):
+    _KEPT[0] -= nbytes
 
 
 class StagedCopy:
-    """:func:`kmajor_copy` of one operand kept by a plan for one stream: the K-major buffer
-    allocated once and rewritten by each call (launches on a stream run in order, so a call's
-    copy overwrites it only after the GEMM before has read it), the copy kernel prepared once
+    """The K-major staging copy (zero-padded to 16-byte rows) of one operand TMA cannot read in
+    place, for one plan, stream and host thread: the buffer allocated once and rewritten by each
+    call (launches on a stream run in order, so a call's copy overwrites it only after the GEMM
+    before has read it; one per host thread, since two threads' copy-then-GEMM pairs on one stream
+    may interleave), up to :data:`STAGING_KEEP_BYTES` kept in all; the copy kernel prepared once
     (:func:`nbwgmma.launch.prepare`). Allocated and launched through Numba at each call, a bf16
     1000 x 777 x 513 product (K = 513: rows not 16 bytes apart) took 1604 us a call; so, 76 us
-    (torch.mm: 24 us; measured on an H200). Not in the simulator (:func:`kmajor_copy` there)."""
+    (torch.mm: 24 us; measured on an H200). The copy kernel reads the operand along its contiguous
+    dimension (a transposed read where that is the destination's column). Not in the simulator
+    (:func:`kmajor_copy` there)."""
 
     def __init__(self, info: ArrayInfo, transpose: bool, batch=None):
         from ..kernels.copy import copy_grid, pad_transpose_batch_kernel, pad_transpose_kernel
@@ -106,28 +121,43 @@ class StagedCopy:
         es = info.itemsize
         kpad = -(-cols * es // 16) * 16 // es
         self.raw = np.dtype(f"u{es}")
+        # the kernel's source view: the operand (or its transpose) whose last dimension is contiguous
+        view, flag = copy_source(info, transpose)
+        self.flip = view is not info
+        self.flag = int(flag)
         if batch is None:
             shape, self.lead, self.kernel = (rows, kpad), ((), ()), pad_transpose_kernel
         else:
             count, step = batch
             (d0, s0), (d1, s1) = step if isinstance(step, tuple) else ((1, 0), (count, step))
             shape, self.lead, self.kernel = (count, rows, kpad), ((d0, d1), (s0, s1)), pad_transpose_batch_kernel
-        self.dst = cuda.device_array(shape, dtype=self.raw)
+        self.shape = shape
+        nbytes = int(np.prod(shape)) * es
+        self.kept = _KEPT[0] + nbytes <= STAGING_KEEP_BYTES
+        self.dst = None
+        if self.kept:
+            self.dst = cuda.device_array(shape, dtype=self.raw)
+            _KEPT[0] += nbytes
+            weakref.finalize(self, _forget, nbytes)
         self.grid = copy_grid(rows, kpad, shape[0] if batch is not None else 1)
-        self.flag = int(transpose)
         self.prepared = None
 
     def __call__(self, info: ArrayInfo, stream_handle: int):
-        """Copy the operand ``info`` describes (its first matrix, for a batch) into :attr:`dst`."""
-        src = _Described(info.ptr, self.lead[0] + info.shape, self.lead[1] + info.strides, self.raw.str)
+        """Copy the operand ``info`` describes (its first matrix, for a batch): into :attr:`dst`
+        where it is kept, else into a fresh buffer; returns the buffer."""
+        shape, strides = info.shape, info.strides
+        if self.flip:
+            shape, strides = shape[::-1], strides[::-1]
+        src = _Described(info.ptr, self.lead[0] + shape, self.lead[1] + strides, self.raw.str)
+        dst = self.dst if self.kept else cuda.device_array(self.shape, dtype=self.raw, stream=nb_stream(stream_handle))
         if self.prepared is None:
             from ..kernels.copy import COPY_BLOCK, sized_to_data
             from ..launch import prepare
 
             with sized_to_data():
-                self.prepared = prepare(self.kernel, self.grid, COPY_BLOCK, (src, self.dst, self.flag))
-        self.prepared(src, self.dst, self.flag, stream=stream_handle)
-        return self.dst
+                self.prepared = prepare(self.kernel, self.grid, COPY_BLOCK, (src, dst, self.flag))
+        self.prepared(src, dst, self.flag, stream=stream_handle)
+        return dst
 
 
 class _Described:

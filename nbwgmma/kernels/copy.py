@@ -33,37 +33,40 @@ COPY_BLOCK = (32, 8)
 
 def copy_grid(rows: int, kpad: int, count: int = 1) -> tuple:
     """The grid of :func:`pad_transpose_kernel` (``count`` 1) or :func:`pad_transpose_batch_kernel`
-    for a [count,] rows x kpad destination: row tiles in x, column tiles in y, the batch in z (at
-    most 65535 blocks; the kernel strides over the rest)."""
-    return -(-rows // COPY_TILE), -(-kpad // COPY_TILE), max(1, min(count, 65535))
+    for a [count,] rows x kpad destination: row tiles in x, column tiles in y, the batch in z (y and
+    z at most 65535 blocks: the kernel strides over the rest)."""
+    return -(-rows // COPY_TILE), max(1, min(-(-kpad // COPY_TILE), 65535)), max(1, min(count, 65535))
 
 
 @cuda.jit(device=True, inline=True)
 def _copy_tile(src, dst, transpose, tile):
-    """Tile (blockIdx.x, blockIdx.y) of dst = (src.T if transpose else src) padded with zeros."""
+    """Tiles (blockIdx.x, blockIdx.y + j gridDim.y) of dst = (src.T if transpose else src), padded
+    with zeros. ``transpose`` reads src along its last dimension (give the front end's copies the
+    view whose last dimension is contiguous)."""
     rows, kpad = dst.shape
     cols = src.shape[0] if transpose else src.shape[1]
     r0 = cuda.blockIdx.x * 32
-    c0 = cuda.blockIdx.y * 32
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
-    if transpose:  # read src's rows (dst's columns) along src's contiguous dimension, write dst's rows
-        cuda.syncthreads()  # (the tile of the batch's matrix before: read by every thread)
-        for j in range(4):
-            i = ty + 8 * j
-            if c0 + i < cols and r0 + tx < rows:
-                tile[i, tx] = src[c0 + i, r0 + tx]
-        cuda.syncthreads()
-        for j in range(4):
-            i = ty + 8 * j
-            if r0 + i < rows and c0 + tx < kpad:
-                dst[r0 + i, c0 + tx] = tile[tx, i] if c0 + tx < cols else 0
-    else:
-        for j in range(4):
-            r = r0 + ty + 8 * j
-            c = c0 + tx
-            if r < rows and c < kpad:
-                dst[r, c] = src[r, c] if c < cols else 0
+    for cy in range(cuda.blockIdx.y, (kpad + 31) // 32, cuda.gridDim.y):
+        c0 = cy * 32
+        if transpose:  # read src's rows (dst's columns) along src's last dimension, write dst's rows
+            cuda.syncthreads()  # (the tile before: read by every thread)
+            for j in range(4):
+                i = ty + 8 * j
+                if c0 + i < cols and r0 + tx < rows:
+                    tile[i, tx] = src[c0 + i, r0 + tx]
+            cuda.syncthreads()
+            for j in range(4):
+                i = ty + 8 * j
+                if r0 + i < rows and c0 + tx < kpad:
+                    dst[r0 + i, c0 + tx] = tile[tx, i] if c0 + tx < cols else 0
+        else:
+            for j in range(4):
+                r = r0 + ty + 8 * j
+                c = c0 + tx
+                if r < rows and c < kpad:
+                    dst[r, c] = src[r, c] if c < cols else 0
 
 
 @cuda.jit
