@@ -203,9 +203,11 @@ def _output(lib, a, out, bt: Batch, odt, device, written: bool) -> tuple:
         # stored from the registers (slower than through TMA, which needs 16-byte aligned rows): each
         # element once, so the matrices must not interleave
         lo, hi = one.byte_range()
-        if isinstance(so, tuple) or (bt.count > 1 and so < hi - lo) or 0 in one.strides:
-            raise MatmulError(f"matmul: a batch's out must hold its matrices apart, their batch in one stride; got "
-                              f"out of shape {io.shape}, strides {io.strides} bytes (a copy of it, or out=None)")
+        if isinstance(so, tuple) or (bt.count > 1 and so < hi - lo) \
+                or any(st == 0 and d > 1 for st, d in zip(one.strides, one.shape)):
+            raise MatmulError(f"matmul: a batch's out must hold its matrices and their elements apart (no zero "
+                              f"strides), their batch in one stride; got out of shape {io.shape}, strides "
+                              f"{io.strides} bytes (a copy of it, or out=None)")
     return out, io, one, so
 
 
