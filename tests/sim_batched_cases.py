@@ -293,7 +293,7 @@ def test_interleaved_output_is_refused():
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
     out = FakeCUDAArray(cuda.to_device(np.zeros((8, 2, 8), np.float16))._ary.transpose(1, 0, 2))
-    with pytest.raises(MatmulError, match="matrices apart"):
+    with pytest.raises(MatmulError, match="matrices and their elements apart"):
         matmul(a, b, out=out)
 
 
