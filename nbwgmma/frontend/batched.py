@@ -41,7 +41,7 @@ from .args import (
 from .arrays import ArrayInfo
 from .fused import bias_operand, check_c, check_epilogue, check_fp8_out, epilogue_error, user_epilogue
 from .plan import Plan
-from .views import batched_view, numba_view, tma_view, zero_fill
+from .views import batch_dims, batched_view, numba_view, tma_view, zero_fill
 
 __all__ = ["Batch", "batch_of", "fold", "unfold", "check_batch_options", "batched_matmul", "forget_batched_plans"]
 
@@ -315,6 +315,6 @@ def zero_fill_batch(out, io: ArrayInfo, stream) -> None:
         out._ary[...] = 0
         return
     one = io._replace(shape=io.shape[-2:], strides=io.strides[-2:])
-    (d0, s0), (d1, s1) = so if isinstance(so, tuple) else ((1, 0), (count, so))
+    (d0, s0), (d1, s1) = batch_dims(count, so)
     for j in range(count):
         zero_fill(one._replace(ptr=io.ptr + j // d1 * s0 + j % d1 * s1), out, stream)

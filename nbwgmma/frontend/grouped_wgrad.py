@@ -19,7 +19,7 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
 from .args import check_apart, described, empty_rows16, holds, stream_of, type_name
 from .arrays import ArrayInfo
-from .views import copy_source, nb_stream, numba_view, tensor_map
+from .views import copy_source, nb_stream, numba_view, padded_shape, tensor_map
 
 __all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends", "out_type"]
 
@@ -47,9 +47,8 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream):
     to 16 bytes with zeros, and its TMA view."""
     from ..kernels.copy import COPY_BLOCK, copy_grid, pad_transpose_kernel, sized_to_data
 
-    rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
+    rows, cols, pad = padded_shape(info, transpose)
     es = info.itemsize
-    pad = -(-cols * es // 16) * 16 // es
     if _SIM:  # host memory: numpy copies it at once (the copy kernel would take a Python thread per element)
         h = x.copy_to_host().view(f"u{es}")
         dst = np.zeros((rows, pad), h.dtype)

@@ -152,7 +152,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         return sparse_matmul(**locals())
     # A plain product: no output array but a PyTorch tensor, no stream, config (but "auto") or epilogue
     # but an activation and a PyTorch bias; fp8 scales as plain numbers.
-    quick = (out is None or type(out) is _TORCH_TENSOR) and stream is None and (config is None or config == "auto") and in_dtype is None \
+    quick = (out is None or type(out) is _TORCH_TENSOR) and stream is None \
+        and (config is None or config == "auto") and in_dtype is None \
         and (bias is None or type(bias) in _TORCH_BIASES) and (activation is None or type(activation) is str) \
         and epilogue is None and not epilogue_args and c is None and beta is None and alpha == 1.0 \
         and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
@@ -321,8 +322,9 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
 
 def _keep_quick(plan, lib, io, vec, bias, a, b, ia, ib, qkey, variant, batch_shape=None, given=None):
     """After a plain call's full path: its :class:`_Quick` for the next calls like it (operands TMA
-    cannot read staged by the plan at each call), where the plan reads its bias in place (``io``: the output's description, of one matrix of
-    a batch whose output has ``batch_shape``; ``given``: the whole of an ``out`` given)."""
+    cannot read staged by the plan at each call), where the plan reads its bias in place (``io``: the
+    output's description, of one matrix of a batch whose output has ``batch_shape``; ``given``: the
+    whole of an ``out`` given)."""
     if not (plan.launcher is not None and io.ptr % 16 == 0
             and (vec is None or vec[1] is bias)):  # (a bias read in place)
         return

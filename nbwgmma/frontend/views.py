@@ -13,8 +13,9 @@ from .. import sim
 from .args import NP_OF
 from .arrays import ArrayInfo, host_view, numpy_dtype
 
-__all__ = ["numba_view", "tma_view", "batched_view", "kmajor_copy", "StagedCopy", "copy_source", "l2_promotion", "tensor_map", "transposed",
-           "nb_stream", "vector_f32", "zero_fill"]
+__all__ = ["numba_view", "tma_view", "batched_view", "padded_shape", "batch_dims", "kmajor_copy", "copy_source",
+           "StagedCopy", "STAGING_KEEP_BYTES", "l2_promotion", "tensor_map", "transposed", "nb_stream", "vector_f32",
+           "zero_fill"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
@@ -56,23 +57,35 @@ def batched_view(view, count: int, stride: int, itemsize: int):
     return (count, rows, cols), (stride // itemsize, pitch, one)
 
 
+def padded_shape(info: ArrayInfo, transpose: bool) -> tuple:
+    """(rows, cols, kpad) of the K-major copy of ``info`` (or its transpose): its rows, the columns
+    it holds, and those columns padded to a multiple of 16 bytes."""
+    rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
+    es = info.itemsize
+    return rows, cols, -(-cols * es // 16) * 16 // es
+
+
+def batch_dims(count: int, step) -> tuple:
+    """((d0, s0), (d1, s1)): the two batch dimensions and their byte strides of a batch of ``count``
+    matrices ``step`` bytes apart, or of ``step`` = ((d0, s0), (d1, s1)) itself."""
+    return step if isinstance(step, tuple) else ((1, 0), (count, step))
+
+
 def kmajor_copy(x, info: ArrayInfo, transpose: bool, batch=None):
     """In the simulator (host memory: numpy copies at once where the copy kernel would take a
     Python thread per element): a fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of
     ``x`` or ``x.T``; with ``batch`` = (count, the bytes from one matrix to the next, or ((d0, s0),
     (d1, s1)): two batch dimensions and their strides), ``info`` describing the first matrix, a
     [count, rows, Kpad] copy of the batch. On the GPU: :class:`StagedCopy`."""
-    rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
-    es = info.itemsize
-    kpad = -(-cols * es // 16) * 16 // es
-    raw = np.dtype(f"u{es}")
+    rows, cols, kpad = padded_shape(info, transpose)
+    raw = np.dtype(f"u{info.itemsize}")
     if batch is None:
         h = host_view(x, raw, info.shape, info.strides).copy_to_host()  # x, or x.T: as ``info``
         dst = np.zeros((rows, kpad), h.dtype)
         dst[:, :cols] = h.T if transpose else h
         return cuda.to_device(dst)
     count, step = batch
-    (d0, s0), (d1, s1) = step if isinstance(step, tuple) else ((1, 0), (count, step))
+    (d0, s0), (d1, s1) = batch_dims(count, step)
     h = np.lib.stride_tricks.as_strided(x._ary.view(raw), (d0, d1) + info.shape, (s0, s1) + info.strides)
     h = h.reshape((count,) + info.shape)
     dst = np.zeros((count, rows, kpad), raw)
@@ -117,22 +130,17 @@ class StagedCopy:
     def __init__(self, info: ArrayInfo, transpose: bool, batch=None):
         from ..kernels.copy import copy_grid, pad_transpose_batch_kernel, pad_transpose_kernel
 
-        rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
-        es = info.itemsize
-        kpad = -(-cols * es // 16) * 16 // es
-        self.raw = np.dtype(f"u{es}")
-        # the kernel's source view: the operand (or its transpose) whose last dimension is contiguous
-        view, flag = copy_source(info, transpose)
-        self.flip = view is not info
-        self.flag = int(flag)
+        rows, _, kpad = padded_shape(info, transpose)
+        self.raw = np.dtype(f"u{info.itemsize}")
+        self.transpose = transpose
+        self.flag = int(copy_source(info, transpose)[1])  # (the source read along its contiguous dimension)
         if batch is None:
             shape, self.lead, self.kernel = (rows, kpad), ((), ()), pad_transpose_kernel
         else:
-            count, step = batch
-            (d0, s0), (d1, s1) = step if isinstance(step, tuple) else ((1, 0), (count, step))
-            shape, self.lead, self.kernel = (count, rows, kpad), ((d0, d1), (s0, s1)), pad_transpose_batch_kernel
+            (d0, s0), (d1, s1) = batch_dims(*batch)
+            shape, self.lead, self.kernel = (batch[0], rows, kpad), ((d0, d1), (s0, s1)), pad_transpose_batch_kernel
         self.shape = shape
-        nbytes = int(np.prod(shape)) * es
+        nbytes = int(np.prod(shape)) * info.itemsize
         self.kept = _KEPT[0] + nbytes <= STAGING_KEEP_BYTES
         self.dst = None
         if self.kept:
@@ -145,10 +153,8 @@ class StagedCopy:
     def __call__(self, info: ArrayInfo, stream_handle: int):
         """Copy the operand ``info`` describes (its first matrix, for a batch): into :attr:`dst`
         where it is kept, else into a fresh buffer; returns the buffer."""
-        shape, strides = info.shape, info.strides
-        if self.flip:
-            shape, strides = shape[::-1], strides[::-1]
-        src = _Described(info.ptr, self.lead[0] + shape, self.lead[1] + strides, self.raw.str)
+        view = copy_source(info, self.transpose)[0]
+        src = _Described(info.ptr, self.lead[0] + view.shape, self.lead[1] + view.strides, self.raw.str)
         dst = self.dst if self.kept else cuda.device_array(self.shape, dtype=self.raw, stream=nb_stream(stream_handle))
         if self.prepared is None:
             from ..kernels.copy import COPY_BLOCK, sized_to_data
