@@ -249,6 +249,11 @@ def test_alpha_beta_c_any_strides_and_in_place():
     acc = cuda.to_device(encode_elements(c.astype(np.float64), "bf16").view(np.uint16).reshape(m, n))
     matmul(da, db, c=acc, out=acc, in_dtype=t)
     np.testing.assert_array_equal(_host(acc, t), a @ w.T + c)
+    # beta = 0: C is not read (its NaN stays out), as torch.addmm
+    out = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))
+    matmul(da, db, bias=cuda.to_device(bias), c=cuda.to_device(np.full((m, n), np.nan, np.float32)), beta=0, out=out,
+           in_dtype=t)
+    np.testing.assert_array_equal(_host(out, t), a @ w.T + bias)
 
 
 @pytest.mark.parametrize("m, n, k, config, how", [

@@ -86,6 +86,18 @@ def f16(*shape):
     return Fake(shape, np.float16)
 
 
+def _c_in_out(out_shape, c_shape, c_strides):
+    """``out`` and a ``c`` of the given shape and strides over out's first bytes."""
+    out = f16(*out_shape)
+    return {"out": out, "c": _strided(c_shape, np.float16, c_strides, base=out)}
+
+
+def _cols_of_one_buffer(*starts):
+    """(8, 16) f16 column blocks of one (8, 32) buffer, starting at the given columns."""
+    base = f16(8, 32)
+    return tuple(_strided((8, 16), np.float16, (64, 2), base=base, offset=2 * c) for c in starts)
+
+
 def _out():
     return f16(8, 8)
 
@@ -191,6 +203,14 @@ CASES = {
                         "out's elements overlap one another (a zero stride); got strides (0, 2)"),
     "out-zero-stride-k0": (f16(8, 0), f16(0, 8), {"out": _strided((8, 8), np.float16, (0, 2))}, MatmulError,
                            "out's elements overlap one another (a zero stride)"),
+    # beta * C where C shares out's memory without being out itself: read where a tile was written
+    "c-overlaps-out": (f16(8, 16), f16(16, 16), dict(zip(("out", "c"), _cols_of_one_buffer(0, 1))), MatmulError,
+                       "c overlaps out without being out itself (got c at byte offset 2 from out, shape (8, 16), "
+                       "strides (64, 2) bytes; out has shape (8, 16), strides (64, 2)): pass out itself as c, or a copy"),
+    "c-is-out-transposed": (f16(8, 16), f16(16, 8), _c_in_out((8, 8), (8, 8), (2, 16)), MatmulError,
+                            "c overlaps out without being out itself"),
+    "batch-c-is-out's-first": (f16(2, 8, 16), f16(2, 16, 8), _c_in_out((2, 8, 8), (8, 8), (16, 2)), MatmulError,
+                               "c overlaps out without being out itself"),
 }
 
 
@@ -273,3 +293,65 @@ def test_a_config_fault_in_a_defaulted_parameter_names_the_whole_config():
 
     e = config_error(ConfigError("stages", "stages must be 2 to 1; got 1"), {"bm": 256})
     assert type(e) is MatmulError and str(e) == "matmul: config {'bm': 256}: stages must be 2 to 1; got 1"
+
+
+def test_c_beside_out_in_one_buffer_passes_the_overlap_check():
+    """Two column blocks of one buffer interleave in their byte ranges yet share no element: C
+    beside out is taken (the call then needs a device)."""
+    out, c = _cols_of_one_buffer(0, 16)
+    try:
+        matmul(f16(8, 16), f16(16, 16), out=out, c=c)
+    except MatmulError as e:
+        assert "overlaps" not in str(e), e
+    except Exception:  # noqa: BLE001 - whatever a device-less launch raises
+        pass
+
+
+def test_the_c_overlap_check_agrees_with_numpy_on_views_of_one_buffer():
+    """check_c_apart against numpy.shares_memory on random slices (and transposes, steps) of one
+    3-D buffer: never a miss; exact where the two views step alike."""
+    from nbwgmma.frontend.args import check_c_apart
+    from nbwgmma.frontend.arrays import ArrayInfo
+
+    base = np.zeros((3, 12, 20), np.float32)
+
+    def info(v):
+        ptr = v.__array_interface__["data"][0] - base.__array_interface__["data"][0] + (1 << 40)
+        return ArrayInfo(ptr, v.shape, v.strides, v.itemsize, "f32", 0, "numba")
+
+    rng = np.random.default_rng(5)
+
+    def view():
+        lo = [int(rng.integers(0, d)) for d in base.shape]
+        v = base[tuple(slice(x, int(rng.integers(x + 1, d + 1))) for x, d in zip(lo, base.shape))]
+        return v[:, ::2] if rng.random() < 0.2 else v
+
+    alike = 0
+    for _ in range(3000):
+        x, y = view(), view()
+        if rng.random() < 0.2:
+            x = x.transpose(0, 2, 1)
+        same = x.shape == y.shape and x.strides == y.strides and x.ctypes.data == y.ctypes.data
+        try:
+            check_c_apart(info(x), info(y))
+            refused = False
+        except MatmulError:
+            refused = True
+        assert refused or same or not np.shares_memory(x, y), (x.shape, x.strides, y.shape, y.strides)
+        if x.strides == y.strides:
+            alike += 1
+            assert refused == (np.shares_memory(x, y) and not same), (x.shape, y.shape, x.ctypes.data - y.ctypes.data)
+    assert alike > 1000
+
+
+def test_out_dtype_takes_numpy_scalar_types():
+    """out_dtype=np.float32 reads as "f32", as np.dtype("float32") and torch.float32 do."""
+    from nbwgmma.frontend.args import type_name
+
+    assert [type_name(t) for t in (np.float32, np.float16, np.dtype("float32"), "f32")] == ["f32", "f16", "f32", "f32"]
+    try:
+        matmul(f16(8, 16), f16(16, 8), out=Fake((8, 8), np.float32), out_dtype=np.float32)
+    except MatmulTypeError as e:
+        raise AssertionError(e) from None
+    except Exception:  # noqa: BLE001 - whatever a device-less launch raises
+        pass

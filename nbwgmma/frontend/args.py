@@ -6,6 +6,8 @@ and in Numba's CUDA simulator."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import threading
 
 import numpy as np
@@ -17,7 +19,7 @@ from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
-           "check_out", "check_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "empty_rows16",
+           "check_out", "check_apart", "check_c_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "empty_rows16",
            "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output",
            "stand_in", "stream_scratch", "typed", "type_name", "holds"]
 
@@ -53,6 +55,8 @@ _TYPE_NAMES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float8_e
 def type_name(t):
     """nbwgmma's name of element type ``t`` (a PyTorch dtype or its name: "bfloat16" -> "bf16", ...);
     other values as they are."""
+    if isinstance(t, type) and issubclass(t, np.generic):  # a NumPy scalar type: np.float32, ...
+        t = np.dtype(t).name
     return _TYPE_NAMES.get(str(t).replace("torch.", ""), t)
 
 
@@ -250,6 +254,47 @@ def check_apart(io, operands, who="matmul"):
         lo, hi = iv.byte_range()
         if lo < ohi and olo < hi:
             raise MatmulError(f"{who}: out overlaps {name}")
+
+
+def check_c_apart(ic, io, who="matmul"):
+    """C of ``beta * C`` (``ic``) is the output itself (``io``: the same elements, read and written
+    in place) or lies apart from it: a C that partly shares out's memory would be read where another
+    tile has already written (a wrong answer)."""
+    if ic.ptr == io.ptr and ic.shape == io.shape and ic.strides == io.strides and ic.itemsize == io.itemsize:
+        return
+    if _may_overlap(ic, io):
+        raise MatmulError(f"{who}: c overlaps out without being out itself (got c at byte offset "
+                          f"{ic.ptr - io.ptr} from out, shape {ic.shape}, strides {ic.strides} bytes; out has "
+                          f"shape {io.shape}, strides {io.strides}): pass out itself as c, or a copy")
+
+
+def _may_overlap(x, y, limit=1 << 16) -> bool:
+    """Whether arrays ``x`` and ``y`` share a byte. Exact where both step the same positive strides
+    with the same element size (slices of one buffer) and there are at most ``limit`` offsets to try;
+    otherwise whether their byte ranges meet."""
+    lo, hi = x.byte_range()
+    ylo, yhi = y.byte_range()
+    if 0 in x.shape or 0 in y.shape or not (lo < yhi and ylo < hi):
+        return False
+    if x.itemsize != y.itemsize or len(x.shape) != len(y.shape):
+        return True
+    both = [(sx, sy, dx, dy) for sx, sy, dx, dy in zip(x.strides, y.strides, x.shape, y.shape) if dx > 1 or dy > 1]
+    if not both or any(sx != sy or sx <= 0 for sx, sy, _, _ in both):
+        return True
+    dims = [(s, dx, dy) for s, _, dx, dy in both]
+    dims.sort()
+    inner, outer = dims[0], dims[1:]
+    if math.prod(dx + dy - 1 for _, dx, dy in outer) > limit:
+        return True
+    # x's element (i..) against y's (j..): d + sum((i - j) * s) must fall within one element, |.| < itemsize
+    d, e = x.ptr - y.ptr, x.itemsize
+    s0, dx0, dy0 = inner
+    for steps in itertools.product(*(range(1 - dx, dy) for _, dx, dy in outer)):
+        r = d - sum(t * s for t, (s, _, _) in zip(steps, outer))  # left for the innermost dimension: t0 * s0 = r
+        lo_t, hi_t = -((e - 1 - r) // s0), (r + e - 1) // s0  # t0 with |r - t0 * s0| < e ...
+        if max(lo_t, 1 - dx0) <= min(hi_t, dy0 - 1):         # ... and within both arrays' extents
+            return True
+    return False
 
 
 def lib_of(a):

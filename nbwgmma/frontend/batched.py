@@ -36,7 +36,7 @@ from numba.core.errors import NumbaError
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from .args import (
-    check_apart, check_call, described, empty_rows16, holds, lib_of, real_arg, scale_product, stream_of,
+    check_apart, check_c_apart, check_call, described, empty_rows16, holds, lib_of, real_arg, scale_product, stream_of,
 )
 from .arrays import ArrayInfo
 from .fused import bias_operand, check_c, check_epilogue, check_fp8_out, epilogue_error, user_epilogue
@@ -280,10 +280,8 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
             epi["bias_type"] = vec[0].dtype
     if iamax is not None:
         epi["amax"] = True
-    if cb is not None and not fresh and cb[0].ptr == io.ptr and cb[0].strides[1:] == one_o.strides \
-            and cb[0].strides[0] != so:
-        raise MatmulError("matmul: c shares out's memory but not its layout (a C added to every product written "
-                          "into one of them): pass a copy")
+    if cb is not None and not fresh:  # (C as the kernel reads it: a C added to every product has batch stride 0)
+        check_c_apart(cb[0], io._replace(shape=(bt.count,) + one_o.shape, strides=(so,) + one_o.strides))
     fp8_out = (scale, None if iamax is None else (iamax, amax))
     alpha = float(alpha) * scale_product(scale_a, scale_b)
     scaled = fp8 or alpha != 1.0

@@ -166,7 +166,8 @@ _C_TYPES = {"bf16": "bf16", "u16": "bf16", "f16": "f16", "f32": "f32"}
 
 def check_c(c, beta, m, n, device, shapes=None):
     """``(info of C or None, beta as a float)``: C of shape (M, N) (or one of ``shapes``) on A's
-    device, bf16, f16 or f32, any strides; ``beta`` a real number, 1 by default where C is given."""
+    device, bf16, f16 or f32, any strides; ``beta`` a real number, 1 by default where C is given
+    (C checked but not read where beta is 0)."""
     if c is None:
         if beta not in (None, 0, 0.0):
             raise MatmulError(f"matmul: beta scales C; got beta={beta!r} and no c")
@@ -179,7 +180,9 @@ def check_c(c, beta, m, n, device, shapes=None):
         raise MatmulTypeError(f"matmul: c must be bf16, f16 or f32; got {info.dtype}")
     if info.device != device:
         raise MatmulError(f"matmul: c must be on device {device} like A; got device {info.device}")
-    return info, real_arg(1.0 if beta is None else beta, "beta")
+    beta = real_arg(1.0 if beta is None else beta, "beta")
+    # beta = 0: C is not read (NaN or inf in it stays out of the result), as torch.addmm does
+    return (None, 0.0) if beta == 0 else (info, beta)
 
 
 def check_fp8_out(odt, scale_out, amax, device):

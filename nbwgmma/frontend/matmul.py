@@ -18,8 +18,8 @@ from numba.core.errors import NumbaError
 from .. import sim
 from ..errors import MatmulError
 from .args import (
-    array_error, check_call, described, empty_like_lib, empty_rows16, lib_of, output, real_arg, scale_product,
-    stream_of,
+    array_error, check_c_apart, check_call, described, empty_like_lib, empty_rows16, lib_of, output, real_arg,
+    scale_product, stream_of,
     torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
@@ -253,6 +253,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     lib = lib_of(a)
     if lib == "torch" and _TORCH_TENSOR is None and type(a) is type(b):  # (a first call with a bias: the next
         _seen_torch(type(a))                                                # one may take the quick path)
+    given = out is not None
     out, io = output(lib, a, out, io, ia, ib, odt)
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
@@ -277,6 +278,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             if kinds:
                 epi["extras"] = tuple((kd, "f32" if kd == "scalar" else x[0].dtype) for kd, x in zip(kinds, extras))
             if ic is not None:
+                if given:
+                    check_c_apart(ic, io)
                 cb = (ic, c)
             if iamax is not None:
                 epi["amax"] = True
