@@ -22,9 +22,10 @@ gradient they fuse it.
     da = alpha * dz @ b^T,  db = alpha * a^T @ dz,  dc = beta * dz,
     dbias = dz summed over rows (per column) or columns (per row)
 
-``a`` and ``b`` may be batches, ``(batch..., M, K) @ (batch..., K, N)`` or ``(batch..., M, K) @
-(K, N)`` (:mod:`nbwgmma.frontend.batched`): the same formulas per product (a 2-D ``b``'s
-gradient summed over the batch: one product of all the rows), a bias's over the batch too.
+``a`` and ``b`` may be batches, ``(batch..., M, K) @ (batch..., K, N)``, ``(batch..., M, K) @
+(K, N)`` or ``(M, K) @ (batch..., K, N)`` (:mod:`nbwgmma.frontend.batched`): the same formulas
+per product (a 2-D operand's gradient summed over the batch: one product over all the products'
+rows or columns), a bias's over the batch too.
 
 ``grouped_mm(a, b, offs, bias=None, activation=None, out_dtype=None, scale_a=None,
 scale_b=None, zero_rest=False)``, :func:`nbwgmma.grouped_matmul` (``torch._grouped_mm``'s
@@ -72,6 +73,8 @@ import torch
 
 from .errors import MatmulError
 from .frontend.args import type_name
+from .frontend.arrays import ArrayInfo
+from .frontend.batched import batch_of
 from .frontend.grouped import grouped_matmul as library_grouped
 from .frontend.matmul import matmul as library_matmul
 
@@ -120,18 +123,27 @@ def _matmul_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = 
                           out_dtype=_name(out_dtype))
 
 
+def _described(t: torch.Tensor) -> ArrayInfo:
+    """A tensor's shape and byte strides as the library's batch rules read them (no pointer)."""
+    es = t.element_size()
+    return ArrayInfo(0, tuple(t.shape), tuple(st * es for st in t.stride()), es, "", None, "torch")
+
+
 @_matmul_op.register_fake
 def _(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=None):
-    torch._check(a.dim() >= 2 and b.dim() >= 2 and (b.dim() == 2 or a.shape[:-2] == b.shape[:-2]),
+    torch._check(a.dim() >= 2 and b.dim() >= 2 and (a.dim() == 2 or b.dim() == 2 or a.shape[:-2] == b.shape[:-2]),
                  lambda: f"nbwgmma::matmul: a and b must be 2-D, or batches (batch..., rows, columns) of equal batch "
-                         f"dimensions (or b 2-D); got {tuple(a.shape)} and {tuple(b.shape)}")
+                         f"dimensions (or one of them 2-D); got {tuple(a.shape)} and {tuple(b.shape)}")
     torch._check(a.shape[-1] == b.shape[-2],
                  lambda: f"nbwgmma::matmul: inner dimensions differ: {a.shape}, {b.shape}")
-    shape = (*a.shape[:-1], b.shape[-1])
+    # one product (a batch of A over a 2-D B folded into its rows), or a batch of products
+    bt = batch_of(_described(a), _described(b)) if a.dim() > 2 or b.dim() > 2 else None
+    shape = (*(bt.lead if bt else ()), a.shape[-2], b.shape[-1])
+    batch = bt is not None and not bt.folds
     if c is not None:  # (a batch's c may be one matrix added to every product)
-        torch._check(c.shape == shape or (b.dim() > 2 and c.shape == shape[-2:]),
+        torch._check(c.shape == shape or (batch and c.shape == shape[-2:]),
                      lambda: f"nbwgmma::matmul: c must have shape {shape}; got {tuple(c.shape)}")
-    if b.dim() > 2 and math.prod(a.shape[:-2]) > 1:  # a batch's fresh output: rows 16 bytes apart
+    if batch:  # a batch's fresh output: rows 16 bytes apart
         return _padded(shape, a, _out_type(a, out_dtype))
     return a.new_empty(shape, dtype=_out_type(a, out_dtype))
 
@@ -177,7 +189,14 @@ def _matmul_backward(ctx, dy):
     dzi = dz.to(a.dtype)
     if a.dim() > 2:  # a batch: its matrices one after the other (its gradients' products fold or batch)
         dzi = dzi.contiguous()
-    da = _matmul_op(dzi, b.transpose(-2, -1), None, None, None, ctx.alpha) if ctx.needs_input_grad[0] else None
+    da = None
+    if ctx.needs_input_grad[0]:
+        if a.dim() == 2 and b.dim() > 2:  # one A for every product: dz_i @ b_i^T summed, one product over (i, N)
+            m, k = a.shape
+            da = _matmul_op(dzi.reshape(-1, m, dzi.shape[-1]).transpose(0, 1).reshape(m, -1),
+                            b.reshape(-1, k, b.shape[-1]).transpose(1, 2).reshape(-1, k), None, None, None, ctx.alpha)
+        else:
+            da = _matmul_op(dzi, b.transpose(-2, -1), None, None, None, ctx.alpha)
     db = None
     if ctx.needs_input_grad[1]:
         if a.dim() > 2 and b.dim() == 2:  # a batch times one B: one product of all the rows

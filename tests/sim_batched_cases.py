@@ -236,7 +236,6 @@ def test_k_zero_and_empty_batches():
 
 @pytest.mark.parametrize("a_shape, b_shape, kw, says", [
     ((2, 8, 16), (3, 16, 8), {}, "batch dimensions must be equal"),
-    ((8, 16), (2, 16, 8), {}, "2-D A times a batch of B"),
     ((2, 8, 16), (16, 8), {"c": (8, 8)}, "not one matrix for every product"),
     ((2, 8, 16), (2, 16, 8), {"c": (3, 8, 8)}, "c must have shape (2, 8, 8) or (8, 8)"),
     ((2, 8, 16), (2, 16, 8), {"config": {"split": 2}}, "without split"),
@@ -255,14 +254,44 @@ def test_bad_batches_are_clear_errors(a_shape, b_shape, kw, says):
         matmul(a, b, **kw)
 
 
-def test_a_batch_that_does_not_fold_over_a_2d_b_is_refused():
-    """(S, B, K) seen as (B, S, K): A's matrices interleave, so its rows are not one product's."""
+@pytest.mark.parametrize("form", ["2-D A", "interleaved A over 2-D B", "expanded A", "2-D A staged", "expanded B"])
+def test_one_operand_for_every_product(form):
+    """torch.matmul's broadcast: one matrix of A (or B) for every product of the other's batch,
+    its map one matrix deep (GemmConfig broadcast), never copied per product; an operand TMA
+    cannot read in place (odd K) staged once. Exact on small integers, the output poisoned."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-    a = FakeCUDAArray(cuda.to_device(np.ones((8, 2, 16), np.float16))._ary.transpose(1, 0, 2))
-    b = cuda.to_device(np.ones((16, 8), np.float16))
-    with pytest.raises(MatmulError, match="one after the other"):
-        matmul(a, b)
+    from nbwgmma.frontend.matmul import last_plan
+
+    rng = np.random.default_rng(11)
+    nb, m, n, k = 3, 70, 72, 40 if form != "2-D A staged" else 37
+    a = rng.integers(-3, 4, (m, k)).astype(np.float64)
+    b = rng.integers(-3, 4, (nb, k, n)).astype(np.float64)
+    want = np.einsum("mk,bkn->bmn", a, b)
+    if form == "interleaved A over 2-D B":  # (S, B, K) seen as (B, S, K): A's matrices interleave
+        a = rng.integers(-3, 4, (nb, m, k)).astype(np.float64)
+        b = rng.integers(-3, 4, (k, n)).astype(np.float64)
+        want = a @ b
+        seq_first = cuda.to_device(np.ascontiguousarray(a.transpose(1, 0, 2), np.float16))
+        da = FakeCUDAArray(seq_first._ary.transpose(1, 0, 2))
+    elif form == "expanded A":  # a batch stride of 0
+        da = FakeCUDAArray(np.broadcast_to(cuda.to_device(a.astype(np.float16))._ary, (nb, m, k)))
+    else:
+        da = cuda.to_device(a.astype(np.float16))
+    if form == "expanded B":
+        b = b[0]
+        want = np.einsum("bmk,kn->bmn", np.broadcast_to(a, (nb, m, k)), b)
+        da = cuda.to_device(np.ascontiguousarray(np.broadcast_to(a, (nb, m, k)), np.float16))
+        db = FakeCUDAArray(np.broadcast_to(cuda.to_device(b.astype(np.float16))._ary, (nb, k, n)))
+    else:
+        db = cuda.to_device(b.astype(np.float16))
+    out = poisoned((nb, m, n), "f16")
+    matmul(da, db, out=out, config={"bm": 64, "bn": 64})
+    np.testing.assert_array_equal(out.copy_to_host().astype(np.float64), want)
+    assert last_plan().cfg.broadcast == ("B" if form in ("interleaved A over 2-D B", "expanded B") else "A")
+    c = matmul(da, db)  # the tile model's tile, a fresh output
+    assert c.shape == (nb, m, n)
+    np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), want)
 
 
 @pytest.mark.parametrize("odt, n", [("f16", 20), ("f32", 27), ("e4m3", 40), ("bf16", 12)])

@@ -27,6 +27,9 @@ JOBS = {  # name: (config, arguments after alpha before the batch's size)
                      (types.Array(types.float32, 1, "C"), types.float32)),
     # an out TMA cannot write (rows not 16 bytes apart): the register stores into each tile's matrix
     "bf16-direct": (dict(kind="f32.bf16.bf16", epilogue="direct"), ()),
+    # torch.matmul's broadcast: one A (or B, shared over a cluster) for every product
+    "f16-one-A": (dict(kind="f32.f16.f16", out="f16", broadcast="A"), ()),
+    "bf16-one-B-cluster2": (dict(kind="f32.bf16.bf16", broadcast="B", cluster=2, b_major="MN"), ()),
     "e4m3-f32-direct-amax": (dict(kind="f32.e4m3.e4m3", scaled=True, out="e4m3", amax=True, epilogue="direct",
                                   bn=128), (types.float32, types.Array(types.float32, 1, "C"))),
 }
@@ -64,6 +67,15 @@ def test_batched_kernels_compile_clean(name, report_batch):
     assert "cp.async.bulk.tensor.2d" not in rep.ptx
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+
+
+def test_broadcast_needs_a_batch_and_names_operands():
+    for kw in (dict(broadcast="A"), dict(batched=True, broadcast="C")):
+        with pytest.raises(ConfigError, match="broadcast names the operands") as e:
+            GemmConfig("f32.bf16.bf16", **kw)
+        assert e.value.key == "broadcast"
+    assert GemmConfig("f32.bf16.bf16", batched=True, broadcast="A").key() != GemmConfig("f32.bf16.bf16",
+                                                                                      batched=True).key()
 
 
 @pytest.mark.parametrize("kw, says", [

@@ -155,14 +155,40 @@ def test_repeated_calls_with_out_write_each_calls_out():
         matmul(a, big[:4 * 128 * 256].view(4, 128, 256), out=big.view(4, 300, 256))
 
 
-@pytest.mark.parametrize("b_batched", [True, False])
+@pytest.mark.parametrize("form", ["2-D A", "interleaved A over 2-D B", "expanded A", "2-D A, odd K", "expanded B"])
+def test_one_operand_for_every_product(form):
+    """torch.matmul's broadcast of one matrix over the other's batch, read in place (or staged
+    once) by every product, against float64; the output poisoned, then a fresh one."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    g = torch.Generator(device="cuda").manual_seed(31)
+    nb, m, n, k = 6, 1000, 520, 333 if form == "2-D A, odd K" else 328
+    a = (torch.randn(m, k, device="cuda", generator=g) / k ** 0.5).bfloat16()
+    b = torch.randn(nb, k, n, device="cuda", generator=g).bfloat16()
+    if form == "interleaved A over 2-D B":  # (S, B, K) seen as (B, S, K)
+        a = (torch.randn(m, nb, k, device="cuda", generator=g) / k ** 0.5).bfloat16().transpose(0, 1)
+        b = b[0]
+    elif form == "expanded A":
+        a = a.expand(nb, m, k)
+    elif form == "expanded B":
+        a, b = a.expand(nb, m, k).contiguous(), b[0].expand(nb, k, n)
+    ref = torch.matmul(a.double(), b.double())
+    out = torch.full(ref.shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert matmul(a, b, out=out) is out
+    assert torch.isfinite(out).all() and rel(out, ref) <= 1e-2
+    assert last_plan().cfg.broadcast == ("B" if form in ("interleaved A over 2-D B", "expanded B") else "A")
+    assert torch.equal(matmul(a, b), out)
+
+
+@pytest.mark.parametrize("b_batched", [True, False, "one A"])
 def test_the_torch_op_differentiates_batches(b_batched):
     """torch.ops.nbwgmma.matmul on batches: values and gradients (a, b, bias) against PyTorch's
     autograd in float64."""
     import nbwgmma.torch  # noqa: F401  (registers the op)
 
     g = torch.Generator(device="cuda").manual_seed(21)
-    a = (torch.randn(3, 200, 96, device="cuda", generator=g) / 10).bfloat16().requires_grad_()
+    a = (torch.randn(*(() if b_batched == "one A" else (3,)), 200, 96, device="cuda", generator=g) / 10) \
+        .bfloat16().requires_grad_()
     b = torch.randn(*((3,) if b_batched else ()), 96, 72, device="cuda", generator=g).bfloat16().requires_grad_()
     bias = torch.randn(72, device="cuda", generator=g).bfloat16().requires_grad_()
     y = torch.ops.nbwgmma.matmul(a, b, bias, "gelu_tanh")

@@ -586,6 +586,9 @@ def test_cooperative_and_the_scheduler_check_the_cluster_direction():
 
     with pytest.raises(ValueError, match="multicast .* must be 'A' or 'B'; got 'C'"):
         Cooperative("f32.bf16.bf16", MC_PIPE, 256, 128, blocks=2, multicast="C")
+    with pytest.raises(KitError, match="broadcast .* must be '', 'A', 'B' or 'AB'; got 'C'"):
+        Cooperative("f32.bf16.bf16", MC_PIPE, 256, 128, blocks=2, broadcast="C")
+    assert "broadcast='A'" in repr(Cooperative("f32.bf16.bf16", MC_PIPE, 256, 128, blocks=2, broadcast="A"))
     with pytest.raises(ValueError, match="splits A's 64 rows into whole swizzle atoms .* got bm=64"):
         Cooperative("f32.bf16.bf16", TmaPipeline(4, consumers=1, cluster=3), 64, 128, multicast="A")
     with pytest.raises(ValueError, match="along .* must be 'M' or 'N'; got 'K'"):

@@ -13,8 +13,10 @@
   from the registers, as the plain product's is (a new ``out`` has its rows padded for TMA).
 * ``(batch..., M, K) @ (K, N)``: one product of the batch's rows folded into M (what
   ``torch.matmul`` does), where A's matrices follow one another row after row; an A whose
-  matrices do not (a transposed or interleaved batch) is refused, as is a 2-D A with a batched B:
-  broadcasting one operand over the batch is not built.
+  matrices do not (a transposed or interleaved batch) runs as a batch whose B is one matrix for
+  every product, as does ``(M, K) @ (batch..., K, N)`` with A, and an operand whose batch
+  stride is 0 (``expand``): ``GemmConfig(broadcast="A" | "B")``, its map one matrix deep, every
+  product's loads reading that matrix (no copy).
 * A batch takes ``alpha``, fp8 inputs with per-tensor scales, ``out``/``out_dtype`` (fp8 outputs,
   ``scale_out`` and ``amax`` included), ``bias`` and ``activation`` (a bias per column, or per
   row of each product when both operands are batched), ``c`` and ``beta`` (``torch.baddbmm``:
@@ -119,9 +121,8 @@ def batch_of(ia: ArrayInfo, ib: ArrayInfo) -> Batch:
         ib._replace(shape=ib.shape[-2:], strides=ib.strides[-2:])
     if len(ib.shape) == 2:
         return Batch(na, a, b, sa, None, lead_a)
-    if len(ia.shape) == 2:
-        raise MatmulError(f"matmul: a 2-D A times a batch of B ({ia.shape} @ {ib.shape}) is not built: broadcasting "
-                          f"A over B's batch; expand A to the batch (a copy) or compute (B^T @ A^T)^T")
+    if len(ia.shape) == 2:  # one A for every product of B's batch
+        return Batch(nb, a, b, None, sb, lead_b)
     if lead_a != lead_b:
         raise MatmulError(f"matmul: A's and B's batch dimensions must be equal; got {lead_a} and {lead_b} "
                           f"(shapes {ia.shape} and {ib.shape})")
@@ -153,10 +154,6 @@ def unfold(r, shape: tuple):
 
 def check_batch_options(bt: Batch, *, c, beta, epilogue, epilogue_args, bias, scale_a, scale_b, config) -> None:
     """What a batched call refuses (module text), each a :class:`~nbwgmma.errors.MatmulError`."""
-    if bt.sb is None and not bt.folds:
-        raise MatmulError(f"matmul: a batch of A times a 2-D B is one product of all A's rows, which needs A's matrices "
-                          f"one after the other; got A's matrices {bt.sa} bytes apart, each of {bt.a.shape[0]} rows "
-                          f"{bt.a.strides[0]} bytes apart (make A contiguous, a copy)")
     if c is not None and bt.folds and bt.count > 1 and len(getattr(c, "shape", ())) == 2:
         raise MatmulError(f"matmul: a batch of A times a 2-D B is one product of all the rows: its c has the output's "
                           f"shape {bt.lead + (bt.a.shape[0], bt.b.shape[1])}, not one matrix for every product; got "
@@ -285,7 +282,7 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
     fp8_out = (scale, None if iamax is None else (iamax, amax))
     alpha = float(alpha) * scale_product(scale_a, scale_b)
     scaled = fp8 or alpha != 1.0
-    batch = (bt.count, bt.sa, bt.sb, so)
+    batch = (bt.count, bt.sa or 0, bt.sb or 0, so)  # (a 2-D operand: one matrix for every product, 0 bytes apart)
     key = (kind, odt, one_a.shape, one_a.strides, ia.ptr % 16, one_b.shape, one_b.strides, ib.ptr % 16,
            one_o.strides, io.ptr % 16, ia.device, tuple(sorted(opts.items())), tuple(sorted(epi.items())), scaled,
            batch, None if cb is None else (cb[0].dtype, cb[0].strides))

@@ -208,6 +208,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                   epilogue=epilogue, epilogue_args=epilogue_args)
         if not bt.folds:
             out, plan, io, vec = batched_matmul(a, ia, b, ib, bt, out=out, c=c, **kw)
+            if plan is not None:
+                _LAST[0] = plan
             if quick and plan is not None:
                 _keep_quick(plan, lib_of(a), io, vec, bias, a, b, ia, ib, qkey, variant, bt.lead + plan.out_shape,
                             None if variant[-1] is None else described(out, "out"))

@@ -79,6 +79,11 @@ class Plan:
         self.batch = batch
         if batch is not None:
             opts["batched"] = True
+            # an operand whose matrices are 0 bytes apart is one matrix for every product (torch.matmul's
+            # broadcast): its map one matrix deep, every product's loads reading it
+            bc = "".join(x for x, st in (("A", batch[1]), ("B", batch[2])) if st == 0)
+            if bc:
+                opts["broadcast"] = bc
         # C's TMA view: the caller's out, row-major with 16-byte aligned rows (a swapped kernel's C
         # is its transpose, stored through boxes of this view)
         self.c_view = tma_view(io, m, n, io.strides[0], io.strides[1])
@@ -194,8 +199,8 @@ class Plan:
         self.b_path = _operand_path(ib, True, transposable)
         if self.batch is not None:  # the batch's 3-D views; a batch TMA cannot read is staged K-major
             paths = []
-            for path, info, stride in ((self.a_path, ia, self.batch[1]), (self.b_path, ib, self.batch[2])):
-                view = batched_view(path[1], self.batch[0], stride, info.itemsize)
+            for i, (path, info) in enumerate(((self.a_path, ia), (self.b_path, ib))):
+                view = batched_view(path[1], *self._depth(i), info.itemsize)
                 paths.append((path[0], view) if view is not None else ("K", None))
             self.a_path, self.b_path = paths
         self.tdt = ({"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype))
@@ -221,7 +226,8 @@ class Plan:
                               f"; got {odt} with strides {io.strides} at {io.ptr:#x}")
         # the tile and the given parameters (the epilogue follows from out; the fused epilogue's options,
         # which config does not take, are left out)
-        self.config = {k_: v for k_, v in opts.items() if k_ not in EPILOGUE_OPTIONS and k_ != "batched"}
+        self.config = {k_: v for k_, v in opts.items()
+                       if k_ not in EPILOGUE_OPTIONS and k_ not in ("batched", "broadcast")}
 
         def config(epilogue):
             return GemmConfig(kind, scaled=fp8, a_major=self.a_path[0], b_major=self.b_path[0], out=odt,
@@ -260,13 +266,19 @@ class Plan:
             box = (1,) + box
         return self._map(2, out, io.ptr, self.c_view, self.odt, box, swizzle).address
 
+    def _depth(self, i):
+        """(matrices, bytes from one to the next) in the 3-D map of operand ``i`` (0: A, 1: B) of a
+        batch: one where the operand is one matrix for every product."""
+        count, stride = self.batch[0], self.batch[1 + i]
+        return (1, 0) if stride == 0 else (count, stride)
+
     def maps(self, x, info, is_b, stream):
         """The tensor map of A or B: read in place, or of a K-major staging copy."""
         i = int(is_b)
         path, tdt, box = (self.a_path, self.b_path)[i], self.tdt[i], self.boxes[i]
         if path[1] is not None:
             return self._map(i, x, info.ptr, path[1], tdt, box)
-        bat = None if self.batch is None else (self.batch[0], self.batch[1 + i])
+        bat = None if self.batch is None else self._depth(i)
         if _SIM:
             cp, staged = kmajor_copy(x, info, is_b, bat), None
         else:  # the plan's staging copy of this operand for this stream and host thread

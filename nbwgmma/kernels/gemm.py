@@ -99,7 +99,7 @@ def _build(key):
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
     MC_A = cfg.multicast == "A"  # clusters along N sharing A (else along M sharing B)
     coop = Cooperative(KIND, pipe, BM, BN, a_major=cfg.a_major, b_major=cfg.b_major, blocks=cfg.blocks,
-                       multicast=cfg.multicast)
+                       multicast=cfg.multicast, broadcast=cfg.broadcast)
     CROWS = 64 * cfg.blocks  # rows of the tile per consumer
     KC = cfg.cluster_k
     sched = TileScheduler(BM, BN, BK, group_m=GROUP_M, cluster=CL, split=cfg.split, cluster_k=KC,

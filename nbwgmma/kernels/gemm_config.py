@@ -116,7 +116,9 @@ class GemmConfig:
     with the direct one (each tile's product stored into its matrix), and the kernel takes the
     batch's size as a last int32 argument; the walk covers every product's tiles in turn;
     ``with_c`` takes C as a 3-D array (any strides: a stride of 0 adds one C to every product).
-    Without split, stream-K or ``cluster_k``.
+    Without split, stream-K or ``cluster_k``. ``broadcast`` (``"A"``, ``"B"`` or ``"AB"``): those
+    operands of a batch are one matrix for every product (``torch.matmul``'s broadcast of a 2-D
+    operand; their maps one matrix deep, every product's loads reading it).
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -127,7 +129,7 @@ class GemmConfig:
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
                  c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False, user=None,
-                 extras=(), user_t=False, amax=False, multicast="B", batched=False):
+                 extras=(), user_t=False, amax=False, multicast="B", batched=False, broadcast=""):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -238,6 +240,12 @@ class GemmConfig:
         #: a batch of products: 3-D maps of A and B, C a 3-D map (the TMA epilogue) or a 3-D array (the
         #: register stores), the batch's size the last argument
         self.batched = bool(batched)
+        if broadcast not in ("", "A", "B", "AB") or (broadcast and not batched):
+            raise ConfigError("broadcast", f"broadcast names the operands of a batch that are one matrix for every "
+                                           f"product: '', 'A', 'B' or 'AB', with batched=True; got {broadcast!r}"
+                                           f"{'' if batched else ' without batched'}")
+        #: the operands of a batch that are one matrix for every product (their maps one matrix deep)
+        self.broadcast = broadcast
         if consumers is None:  # 256 rows: two consumers of 128 (four of 64 spill and ran slower)
             consumers = 2 if bm == 256 and split == 1 and not stream_k and cluster_k == 1 else bm // 64
         if consumers != bm // 64 and not (bm % 128 == 0 and consumers == bm // 128):
@@ -406,7 +414,8 @@ class GemmConfig:
                 self.producer_regs, self.consumer_regs, self.a_major, self.b_major, self.out, self.epilogue,
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
                 self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c, self.user,
-                self.extras, self.user_t, self.amax, self.multicast) + ((True,) if self.batched else ())  # (batched: as before otherwise)
+                self.extras, self.user_t, self.amax, self.multicast) + ((True,) if self.batched else ()) \
+            + ((self.broadcast,) if self.broadcast else ())  # (batched, broadcast: as before otherwise)
 
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
@@ -418,6 +427,6 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
-                f"{', batched' if self.batched else ''}"
+                f"{', batched' if self.batched else ''}{' over one ' + self.broadcast if self.broadcast else ''}"
                 f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', beta * C' if self.with_c else ''}{', ' + self.act if self.act else ''}"
                 f"{', epilogue ' + getattr(self.user, '__name__', '?') if self.user else ''})")

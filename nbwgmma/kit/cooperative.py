@@ -160,7 +160,9 @@ class Cooperative(types.ModuleType):
     out for a tile); ``load_tile_3d(slot, full, tmap_a, tmap_b, kb, tm, tn, batch)`` and
     ``load_3d(..., dst, batch)`` the same from 3-D maps of a batch of operands (``(batch, rows,
     K)`` K-major, ``(batch, K, rows)`` MN-major; boxes ``box_a_3d`` and ``box_b_3d``, one
-    matrix deep, so a tile past a matrix's last row reads zeros, not the next matrix) and
+    matrix deep, so a tile past a matrix's last row reads zeros, not the next matrix; the operands
+    named in ``broadcast``, ``"A"``, ``"B"`` or ``"AB"``, are one matrix for every product, their
+    maps one matrix deep, ``torch.matmul``'s broadcast of a 2-D operand over a batch) and
     ``tile(ring, base, s, ph, kb0, kb1, cw, ct) -> (acc, s, ph)`` (warpgroup ``cw``'s
     accumulator of k-blocks ``kb0 .. kb1 - 1``, ``kb1 > kb0``, every stage released; with
     ``blocks=2`` ``acc`` is the pair of accumulators of its rows ``128 cw ..`` and ``128 cw +
@@ -170,8 +172,11 @@ class Cooperative(types.ModuleType):
     :meth:`beside` builds a ``tile_open`` that runs a hook between a tile's first stages."""
 
     def __init__(self, kind: str, pipe: TmaPipeline, bm: int, bn: int, *, a_major: str = "K", b_major: str = "K",
-                 blocks: int = 1, multicast: str = "B"):
+                 blocks: int = 1, multicast: str = "B", broadcast: str = ""):
         k = wgmma_kind(kind)
+        if not isinstance(broadcast, str) or broadcast not in ("", "A", "B", "AB"):
+            raise KitError(f"Cooperative: broadcast (the operands that are one matrix for every product of a "
+                           f"batch) must be '', 'A', 'B' or 'AB'; got {broadcast!r}")
         if k.dtype != "f32" and not (k.dtype == "s32" and k.atype in ("s8", "u8")):
             raise KitError(f"Cooperative: kind must have f32 accumulators, or s32 ones of 8-bit integers; got {kind!r}")
         for name, major in (("a_major", a_major), ("b_major", b_major)):
@@ -192,7 +197,7 @@ class Cooperative(types.ModuleType):
         check_stages("Cooperative", pipe)
         super().__init__(f"Cooperative({kind})")
         self.kind, self.pipe, self.bm, self.bn, self.a_major, self.b_major = kind, pipe, bm, bn, a_major, b_major
-        self.blocks, self.multicast = blocks, multicast
+        self.blocks, self.multicast, self.broadcast = blocks, multicast, broadcast
         self.esize = int(ELEMENT_BYTES[k.atype])
         self.bk = 128 // self.esize  # K elements per stage: one 128-byte swizzle row
         self.a_bytes = bm * 128
@@ -208,7 +213,8 @@ class Cooperative(types.ModuleType):
     def __repr__(self):
         return (f"Cooperative({self.kind}, {self.pipe!r}, bm={self.bm}, bn={self.bn}, a_major={self.a_major!r}, "
                 f"b_major={self.b_major!r}{', blocks=2' if self.blocks == 2 else ''}"
-                f"{', multicast=' + repr(self.multicast) if self.multicast != 'B' else ''})")
+                f"{', multicast=' + repr(self.multicast) if self.multicast != 'B' else ''}"
+                f"{', broadcast=' + repr(self.broadcast) if self.broadcast else ''})")
 
     def _layout(self, major, kstep):
         """(LBO, SBO, bytes per wgmma K step) of one operand in the stage. K-major: 8-row atoms
@@ -238,6 +244,7 @@ class Cooperative(types.ModuleType):
 
         load_a = _rows_loader(A_MN, A_BOXES, MC_A, CL_MASK)
         load_b = _rows_loader(B_MN, B_BOXES, MC_B, CL_MASK)
+        BC_A, BC_B = "A" in self.broadcast, "B" in self.broadcast  # (one matrix for every product)
         load_a3 = _rows_loader_3d(A_MN, A_BOXES, MC_A, CL_MASK)
         load_b3 = _rows_loader_3d(B_MN, B_BOXES, MC_B, CL_MASK)
 
@@ -267,12 +274,14 @@ class Cooperative(types.ModuleType):
 
         @cuda.jit(device=True, inline=True)
         def load_3d(slot, full, tmap_a, tmap_b, kcol, a_row, b_row, dst, batch):
+            ba = 0 if BC_A else batch  # a broadcast operand: its one matrix
+            bb = 0 if BC_B else batch
             if MC_A:
-                load_a3(slot + dst, full, tmap_a, kcol, a_row, batch)
-                load_b3(slot + A_BYTES, full, tmap_b, kcol, b_row, batch)
+                load_a3(slot + dst, full, tmap_a, kcol, a_row, ba)
+                load_b3(slot + A_BYTES, full, tmap_b, kcol, b_row, bb)
             else:
-                load_a3(slot, full, tmap_a, kcol, a_row, batch)
-                load_b3(slot + dst, full, tmap_b, kcol, b_row, batch)
+                load_a3(slot, full, tmap_a, kcol, a_row, ba)
+                load_b3(slot + dst, full, tmap_b, kcol, b_row, bb)
 
         @cuda.jit(device=True, inline=True)
         def load_tile_3d(slot, full, tmap_a, tmap_b, kb, tm, tn, batch):
