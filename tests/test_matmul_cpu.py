@@ -1,5 +1,7 @@
 """matmul's input rules, checked without a GPU (fake CUDA arrays), and the GEMM kernel's SASS."""
 
+import re
+
 import numpy as np
 import pytest
 from numba import types
@@ -652,3 +654,6 @@ def test_padded_copy_kernels_compile_to_tiles():
         assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
         assert rep.sass.get("STS", 0) == 4 and rep.sass.get("LDS", 0) == 4 and rep.sass.get("BAR", 0) == 2
         assert rep.sass.get("STG", 0) == 8  # (4 from the shared tile, 4 straight)
+        # each path's four reads issue before its first write (one read in flight a thread ran at 0.6 TB/s)
+        seq = "".join("L" if op == "LD" else "S" for op in re.findall(r"\b(LD|STG)\.", rep.sass_text))
+        assert re.fullmatch(r"(L{4}S{4})+", seq), seq

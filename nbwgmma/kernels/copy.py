@@ -39,10 +39,18 @@ def copy_grid(rows: int, kpad: int, count: int = 1) -> tuple:
 
 
 @cuda.jit(device=True, inline=True)
+def _at(src, r, c, rows, cols):
+    """src[r, c] inside its rows x cols, else 0 (the padding)."""
+    return src[r, c] if r < rows and c < cols else 0
+
+
+@cuda.jit(device=True, inline=True)
 def _copy_tile(src, dst, transpose, tile):
     """Tiles (blockIdx.x, blockIdx.y + j gridDim.y) of dst = (src.T if transpose else src), padded
     with zeros. ``transpose`` reads src along its last dimension (give the front end's copies the
-    view whose last dimension is contiguous)."""
+    view whose last dimension is contiguous). Each thread issues its four reads before any write:
+    written as read-then-write per element, a thread had one read in flight at a time (the
+    compiler cannot move a read past a write that may alias it), about 0.6 TB/s on an H200."""
     rows, kpad = dst.shape
     cols = src.shape[0] if transpose else src.shape[1]
     r0 = cuda.blockIdx.x * 32
@@ -51,22 +59,35 @@ def _copy_tile(src, dst, transpose, tile):
     for cy in range(cuda.blockIdx.y, (kpad + 31) // 32, cuda.gridDim.y):
         c0 = cy * 32
         if transpose:  # read src's rows (dst's columns) along src's last dimension, write dst's rows
+            v0 = _at(src, c0 + ty, r0 + tx, cols, rows)
+            v1 = _at(src, c0 + ty + 8, r0 + tx, cols, rows)
+            v2 = _at(src, c0 + ty + 16, r0 + tx, cols, rows)
+            v3 = _at(src, c0 + ty + 24, r0 + tx, cols, rows)
             cuda.syncthreads()  # (the tile before: read by every thread)
-            for j in range(4):
-                i = ty + 8 * j
-                if c0 + i < cols and r0 + tx < rows:
-                    tile[i, tx] = src[c0 + i, r0 + tx]
+            tile[ty, tx] = v0
+            tile[ty + 8, tx] = v1
+            tile[ty + 16, tx] = v2
+            tile[ty + 24, tx] = v3
             cuda.syncthreads()
             for j in range(4):
                 i = ty + 8 * j
                 if r0 + i < rows and c0 + tx < kpad:
-                    dst[r0 + i, c0 + tx] = tile[tx, i] if c0 + tx < cols else 0
+                    dst[r0 + i, c0 + tx] = tile[tx, i]
         else:
-            for j in range(4):
-                r = r0 + ty + 8 * j
-                c = c0 + tx
-                if r < rows and c < kpad:
-                    dst[r, c] = src[r, c] if c < cols else 0
+            c = c0 + tx
+            v0 = _at(src, r0 + ty, c, rows, cols)
+            v1 = _at(src, r0 + ty + 8, c, rows, cols)
+            v2 = _at(src, r0 + ty + 16, c, rows, cols)
+            v3 = _at(src, r0 + ty + 24, c, rows, cols)
+            if c < kpad:
+                if r0 + ty < rows:
+                    dst[r0 + ty, c] = v0
+                if r0 + ty + 8 < rows:
+                    dst[r0 + ty + 8, c] = v1
+                if r0 + ty + 16 < rows:
+                    dst[r0 + ty + 16, c] = v2
+                if r0 + ty + 24 < rows:
+                    dst[r0 + ty + 24, c] = v3
 
 
 @cuda.jit
