@@ -289,6 +289,8 @@ def test_one_operand_for_every_product(form):
     matmul(da, db, out=out, config={"bm": 64, "bn": 64})
     np.testing.assert_array_equal(out.copy_to_host().astype(np.float64), want)
     assert last_plan().cfg.broadcast == ("B" if form in ("interleaved A over 2-D B", "expanded B") else "A")
+    plan = last_plan()  # every operand read in place (matrices that interleave too) but an odd K's
+    assert (plan.a_path[1] is None) == ("staged" in form or "odd K" in form) and plan.b_path[1] is not None
     c = matmul(da, db)  # the tile model's tile, a fresh output
     assert c.shape == (nb, m, n)
     np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), want)

@@ -177,6 +177,8 @@ def test_one_operand_for_every_product(form):
     assert matmul(a, b, out=out) is out
     assert torch.isfinite(out).all() and rel(out, ref) <= 1e-2
     assert last_plan().cfg.broadcast == ("B" if form in ("interleaved A over 2-D B", "expanded B") else "A")
+    plan = last_plan()  # every operand read in place (matrices that interleave too) but an odd K's
+    assert (plan.a_path[1] is None) == ("staged" in form or "odd K" in form) and plan.b_path[1] is not None
     assert torch.equal(matmul(a, b), out)
 
 

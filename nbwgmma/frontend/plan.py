@@ -200,7 +200,7 @@ class Plan:
         if self.batch is not None:  # the batch's 3-D views; a batch TMA cannot read is staged K-major
             paths = []
             for i, (path, info) in enumerate(((self.a_path, ia), (self.b_path, ib))):
-                view = batched_view(path[1], *self._depth(i), info.itemsize)
+                view = batched_view(path[1], *self._depth(i), info.itemsize, reads=True)
                 paths.append((path[0], view) if view is not None else ("K", None))
             self.a_path, self.b_path = paths
         self.tdt = ({"f32": "tf32"}.get(ia.dtype, ia.dtype), {"f32": "tf32"}.get(ib.dtype, ib.dtype))

@@ -43,16 +43,17 @@ def tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride:
     return (rows, cols), (row_stride // es, 1)
 
 
-def batched_view(view, count: int, stride: int, itemsize: int):
+def batched_view(view, count: int, stride: int, itemsize: int, reads: bool = False):
     """A TMA view of one matrix extended to a batch of ``count`` of them ``stride`` bytes apart (a 3-D
-    view: the matrix's dimensions inside), or None where TMA cannot read it so (the stride not a multiple
-    of 16 bytes, or less than a matrix's extent: matrices that interleave)."""
+    view: the matrix's dimensions inside), or None where TMA cannot use it so: the stride not a
+    positive multiple of 16 bytes, or (unless the view only ``reads``, an operand's) less than a
+    matrix's extent: matrices that interleave, which a store would write in no set order."""
     if view is None or isinstance(stride, tuple):  # (two batch dimensions: a staging copy)
         return None
     (rows, cols), (pitch, one) = view
     if count == 1:  # (the stride to a second matrix is never used: any legal value)
         stride = -(-rows * pitch * itemsize // 16) * 16
-    if stride % 16 or stride < rows * pitch * itemsize or stride % itemsize:
+    if stride <= 0 or stride % 16 or stride % itemsize or (not reads and stride < rows * pitch * itemsize):
         return None
     return (count, rows, cols), (stride // itemsize, pitch, one)
 
