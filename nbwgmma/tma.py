@@ -223,6 +223,9 @@ class TensorMap:
     so a stage's ``expect_tx`` counts full boxes whatever their position. A store writes only
     the elements inside. ``l2_promotion`` (``"none"``, ``"64B"``, ``"128B"``, ``"256B"``) is
     the size of the L2 requests a load makes (the driver's ``CU_TENSOR_MAP_L2_PROMOTION``).
+    Strides may be smaller than the extent of the dimensions inside them, 0 included (a matrix
+    read once for every index of a batch, rows that overlap): loads read such elements more than
+    once; a store through such a map writes them more than once, in no set order.
     """
 
     def __init__(self, array: Any, box: Sequence[int], *, dtype: str | None = None, swizzle: str = "128B",

@@ -73,8 +73,6 @@ import torch
 
 from .errors import MatmulError
 from .frontend.args import type_name
-from .frontend.arrays import ArrayInfo
-from .frontend.batched import batch_of
 from .frontend.grouped import grouped_matmul as library_grouped
 from .frontend.matmul import matmul as library_matmul
 
@@ -123,10 +121,20 @@ def _matmul_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = 
                           out_dtype=_name(out_dtype))
 
 
-def _described(t: torch.Tensor) -> ArrayInfo:
-    """A tensor's shape and byte strides as the library's batch rules read them (no pointer)."""
-    es = t.element_size()
-    return ArrayInfo(0, tuple(t.shape), tuple(st * es for st in t.stride()), es, "", None, "torch")
+def _rows_continue(a: torch.Tensor) -> bool:
+    """Whether a batch of A's matrices follow one another row after row (its leading dimensions
+    one stride, that of M rows), so that over a 2-D B it is one product of all its rows: the
+    front end's rule (``nbwgmma.frontend.batched``), in comparisons that keep a symbolic batch
+    size symbolic."""
+    m = a.shape[-2]
+    expected = a.stride(-2) * m if m != 1 else None  # (matrices of one row continue at any single stride)
+    for d, st in reversed(list(zip(a.shape[:-2], a.stride()[:-2]))):
+        if d == 1:
+            continue
+        if expected is not None and st != expected:
+            return False
+        expected = st * d
+    return True
 
 
 @_matmul_op.register_fake
@@ -136,12 +144,13 @@ def _(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=
                          f"dimensions (or one of them 2-D); got {tuple(a.shape)} and {tuple(b.shape)}")
     torch._check(a.shape[-1] == b.shape[-2],
                  lambda: f"nbwgmma::matmul: inner dimensions differ: {a.shape}, {b.shape}")
-    # one product (a batch of A over a 2-D B folded into its rows), or a batch of products
-    bt = batch_of(_described(a), _described(b)) if a.dim() > 2 or b.dim() > 2 else None
-    shape = (*(bt.lead if bt else ()), a.shape[-2], b.shape[-1])
-    batch = bt is not None and not bt.folds
-    if c is not None:  # (a batch's c may be one matrix added to every product)
-        torch._check(c.shape == shape or (batch and c.shape == shape[-2:]),
+    lead = a.shape[:-2] if a.dim() > 2 else b.shape[:-2]
+    shape = (*lead, a.shape[-2], b.shape[-1])
+    one = math.prod(lead) == 1
+    # a batch of products (else one product: a batch of one, or A's rows folded over a 2-D B)
+    batch = bool(lead) and not one and not (b.dim() == 2 and _rows_continue(a))
+    if c is not None:  # (one C for every product of a batch, or of a batch of one)
+        torch._check(c.shape == shape or ((batch or (lead and one)) and c.shape == shape[-2:]),
                      lambda: f"nbwgmma::matmul: c must have shape {shape}; got {tuple(c.shape)}")
     if batch:  # a batch's fresh output: rows 16 bytes apart
         return _padded(shape, a, _out_type(a, out_dtype))
@@ -187,8 +196,8 @@ def _matmul_backward(ctx, dy):
         z = _matmul_op(a, b, bias, None, c, ctx.alpha, ctx.beta, ctx.out_dtype)
         dz = activation_grad(ctx.activation, z, dy)
     dzi = dz.to(a.dtype)
-    if a.dim() > 2:  # a batch: its matrices one after the other (its gradients' products fold or batch)
-        dzi = dzi.contiguous()
+    if a.dim() > 2 or b.dim() > 2:  # a batch: its matrices one after the other (its gradients' products fold
+        dzi = dzi.contiguous()       # or batch, whatever strides autograd hands dy)
     da = None
     if ctx.needs_input_grad[0]:
         if a.dim() == 2 and b.dim() > 2:  # one A for every product: dz_i @ b_i^T summed, one product over (i, N)

@@ -202,3 +202,19 @@ def test_the_torch_op_differentiates_batches(b_batched):
     assert rel(y, y64.detach()) <= 1e-2
     for got, ref in ((a.grad, a64.grad), (b.grad, b64.grad), (bias.grad, bias64.grad)):
         assert got.shape == ref.shape and rel(got, ref) <= 2e-2
+
+
+def test_the_torch_op_differentiates_one_a_over_batches_of_any_gradient_strides():
+    """A 2-D A over a (2, 3) batch of B, the loss through a permuted output: dy reaches the
+    backward with batch strides that merge into no single stride (it is made contiguous)."""
+    import nbwgmma.torch  # noqa: F401  (registers the op)
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    a = (torch.randn(64, 32, device="cuda", generator=g) / 6).bfloat16().requires_grad_()
+    b = torch.randn(2, 3, 32, 48, device="cuda", generator=g).bfloat16().requires_grad_()
+    w = torch.randn(3, 2, 64, 48, device="cuda", generator=g).bfloat16()
+    (torch.ops.nbwgmma.matmul(a, b).permute(1, 0, 2, 3) * w).float().sum().backward()
+    a64, b64 = (t.detach().double().requires_grad_() for t in (a, b))
+    ((a64 @ b64).permute(1, 0, 2, 3) * w.double()).sum().backward()
+    for got, ref in ((a.grad, a64.grad), (b.grad, b64.grad)):
+        assert got.shape == ref.shape and rel(got, ref) <= 2e-2

@@ -355,3 +355,23 @@ def test_out_dtype_takes_numpy_scalar_types():
         raise AssertionError(e) from None
     except Exception:  # noqa: BLE001 - whatever a device-less launch raises
         pass
+
+
+def test_c_beside_out_is_taken_at_any_size_and_c_as_out_whatever_its_unit_strides():
+    """The exact check bounds each dimension's offsets by what the smaller strides can reach, so
+    40000 rows (or a batch of 17 x 1024) cost a few candidates, not a refusal past a limit; a c
+    that is out with another stride on a dimension of one element is out itself."""
+    from nbwgmma.frontend.args import check_c_apart
+    from nbwgmma.frontend.arrays import ArrayInfo
+
+    def half(shape, cols, first):  # columns [0, cols) or [cols, 2 cols) of a buffer (..., 2 cols)
+        strides = tuple(int(np.prod(shape[i + 1:-1])) * 4 * cols for i in range(len(shape) - 1)) + (2,)
+        return ArrayInfo((1 << 40) + (0 if first else 2 * cols), shape[:-1] + (cols,), strides, 2, "f16", 0, "numba")
+
+    for shape in ((40000, 16), (17, 1024, 16)):
+        check_c_apart(half(shape, 8, True), half(shape, 8, False))
+        wide = half(shape, 8, True)._replace(shape=shape[:-1] + (9,))  # one column into the other half
+        with pytest.raises(MatmulError, match="c overlaps out"):
+            check_c_apart(wide, half(shape, 8, False))
+    out = ArrayInfo(1 << 40, (1, 64, 16), (2048, 32, 2), 2, "f16", 0, "numba")
+    check_c_apart(out._replace(strides=(4096, 32, 2)), out)

@@ -6,8 +6,6 @@ and in Numba's CUDA simulator."""
 
 from __future__ import annotations
 
-import itertools
-import math
 import threading
 
 import numpy as np
@@ -260,7 +258,8 @@ def check_c_apart(ic, io, who="matmul"):
     """C of ``beta * C`` (``ic``) is the output itself (``io``: the same elements, read and written
     in place) or lies apart from it: a C that partly shares out's memory would be read where another
     tile has already written (a wrong answer)."""
-    if ic.ptr == io.ptr and ic.shape == io.shape and ic.strides == io.strides and ic.itemsize == io.itemsize:
+    if ic.ptr == io.ptr and ic.shape == io.shape and ic.itemsize == io.itemsize \
+            and all(a == b or d == 1 for a, b, d in zip(ic.strides, io.strides, io.shape)):
         return
     if _may_overlap(ic, io):
         raise MatmulError(f"{who}: c overlaps out without being out itself (got c at byte offset "
@@ -268,10 +267,12 @@ def check_c_apart(ic, io, who="matmul"):
                           f"shape {io.shape}, strides {io.strides}): pass out itself as c, or a copy")
 
 
-def _may_overlap(x, y, limit=1 << 16) -> bool:
+def _may_overlap(x, y, limit=4096) -> bool:
     """Whether arrays ``x`` and ``y`` share a byte. Exact where both step the same positive strides
-    with the same element size (slices of one buffer) and there are at most ``limit`` offsets to try;
-    otherwise whether their byte ranges meet."""
+    with the same element size (slices of one buffer), searching the index offsets dimension by
+    dimension from the largest stride, each bounded by what the smaller ones can still reach (a
+    few candidates each for arrays whose rows do not overlap themselves; past ``limit`` of them,
+    a yes); otherwise whether their byte ranges meet."""
     lo, hi = x.byte_range()
     ylo, yhi = y.byte_range()
     if 0 in x.shape or 0 in y.shape or not (lo < yhi and ylo < hi):
@@ -281,20 +282,27 @@ def _may_overlap(x, y, limit=1 << 16) -> bool:
     both = [(sx, sy, dx, dy) for sx, sy, dx, dy in zip(x.strides, y.strides, x.shape, y.shape) if dx > 1 or dy > 1]
     if not both or any(sx != sy or sx <= 0 for sx, sy, _, _ in both):
         return True
-    dims = [(s, dx, dy) for s, _, dx, dy in both]
-    dims.sort()
-    inner, outer = dims[0], dims[1:]
-    if math.prod(dx + dy - 1 for _, dx, dy in outer) > limit:
-        return True
-    # x's element (i..) against y's (j..): d + sum((i - j) * s) must fall within one element, |.| < itemsize
-    d, e = x.ptr - y.ptr, x.itemsize
-    s0, dx0, dy0 = inner
-    for steps in itertools.product(*(range(1 - dx, dy) for _, dx, dy in outer)):
-        r = d - sum(t * s for t, (s, _, _) in zip(steps, outer))  # left for the innermost dimension: t0 * s0 = r
-        lo_t, hi_t = -((e - 1 - r) // s0), (r + e - 1) // s0  # t0 with |r - t0 * s0| < e ...
-        if max(lo_t, 1 - dx0) <= min(hi_t, dy0 - 1):         # ... and within both arrays' extents
-            return True
-    return False
+    dims = sorted((s, dx, dy) for s, _, dx, dy in both)
+    # x's element (i..) against y's (j..): they share a byte where |d - sum(t * s)| < itemsize, t = j - i
+    # in (-dx, dy) per dimension; reach[k]: itemsize plus the most the dimensions below k can add
+    e = x.itemsize
+    reach = [e]
+    for s, dx, dy in dims[:-1]:
+        reach.append(reach[-1] + (max(dx, dy) - 1) * s)
+    budget = [limit]
+
+    def search(k, r):  # t_k .. t_0 with |r - sum t_i s_i| < itemsize
+        s, dx, dy = dims[k]
+        t_lo, t_hi = max(1 - dx, -((reach[k] - 1 - r) // s)), min(dy - 1, (r + reach[k] - 1) // s)
+        if k == 0:
+            return t_lo <= t_hi
+        for t in range(t_lo, t_hi + 1):
+            budget[0] -= 1
+            if budget[0] < 0 or search(k - 1, r - t * s):
+                return True
+        return False
+
+    return search(len(dims) - 1, x.ptr - y.ptr)
 
 
 def lib_of(a):
