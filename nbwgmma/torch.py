@@ -150,7 +150,7 @@ def _(a, b, bias=None, activation=None, c=None, alpha=1.0, beta=None, out_dtype=
     # a batch of products (else one product: a batch of one, or A's rows folded over a 2-D B)
     batch = bool(lead) and not one and not (b.dim() == 2 and _rows_continue(a))
     if c is not None:  # (one C for every product of a batch, or of a batch of one)
-        torch._check(c.shape == shape or ((batch or (lead and one)) and c.shape == shape[-2:]),
+        torch._check(c.shape == shape or ((batch or (len(lead) > 0 and one)) and c.shape == shape[-2:]),
                      lambda: f"nbwgmma::matmul: c must have shape {shape}; got {tuple(c.shape)}")
     if batch:  # a batch's fresh output: rows 16 bytes apart
         return _padded(shape, a, _out_type(a, out_dtype))
