@@ -484,6 +484,12 @@ def test_k_zero_with_an_fp8_output_or_an_epilogue():
     assert (out.copy_to_host() == 0).all() and amax.copy_to_host()[0] == 3.0
     with pytest.raises(MatmulError, match="need K > 0 so far; got K = 0"):
         matmul(a, b, in_dtype="bf16", bias=cuda.to_device(np.zeros(72, np.float32)))
+    c = cuda.to_device(np.full((64, 72), np.nan, np.float32))
+    with pytest.raises(MatmulError, match="need K > 0 so far; got K = 0"):
+        matmul(a, b, in_dtype="bf16", c=c)
+    out = cuda.to_device(np.full((64, 72), np.nan, np.float32))  # beta = 0: C unread, zeros as a batch gives
+    matmul(a, b, in_dtype="bf16", c=c, beta=0, out=out, out_dtype="f32")
+    assert (out.copy_to_host() == 0).all()
 
 
 @pytest.mark.parametrize("m, n, k, config, act", [

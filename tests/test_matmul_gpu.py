@@ -588,6 +588,10 @@ def test_repeated_fp8_calls_take_their_own_scales():
         c = matmul(a, b, scale_a=sa, scale_b=sb, out_dtype=odt)
         assert c.dtype == {"bf16": torch.bfloat16, "f32": torch.float32}[odt]
         check(c, a, b, odt if odt == "f32" else "bf16", scale=sa * (1.0 if sb is None else sb))
+    for odt in (torch.float32, torch.bfloat16, np.float32, torch.float32):  # dtypes, not names: quick too
+        c = matmul(a, b, scale_a=0.5, out_dtype=odt)
+        assert c.dtype == (torch.bfloat16 if odt is torch.bfloat16 else torch.float32)
+        check(c, a, b, "bf16" if odt is torch.bfloat16 else "f32", scale=0.5)
     x, y = make(64, 128, "bf16", "row", g), make(128, 64, "bf16", "row", g)
     matmul(x, y)
     matmul(x, y)

@@ -157,7 +157,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         and (bias is None or type(bias) in _TORCH_BIASES) and (activation is None or type(activation) is str) \
         and epilogue is None and not epilogue_args and c is None and beta is None and alpha == 1.0 \
         and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
-        and (out_dtype is None or type(out_dtype) is str)
+        and (out_dtype is None or type(out_dtype) in _OUT_DTYPES)
     if quick:
         # the call's kind beyond its arrays: the output type asked for, which scales are given, the
         # activation and the bias's type, shape, strides and device
@@ -178,7 +178,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     if type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR and type(scale_a) is _TORCH_TENSOR \
             and type(scale_b) is _TORCH_TENSOR and out is None and stream is None and config is None \
             and in_dtype is None and epilogue is None and not epilogue_args and c is None and beta is None \
-            and alpha == 1.0 and scale_out is None and amax is None and (out_dtype is None or type(out_dtype) is str) \
+            and alpha == 1.0 and scale_out is None and amax is None \
+            and (out_dtype is None or type(out_dtype) in _OUT_DTYPES) \
             and (bias is None or type(bias) in _TORCH_BIASES) and (activation is None or type(activation) is str):
         # block-scaled tensors like ones seen before: skip the checks they passed (frontend.scaled)
         skey = quick_key(a, b, scale_a, scale_b, out_dtype, bias, activation)
@@ -286,9 +287,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             if iamax is not None:
                 epi["amax"] = True
             fp8_out = (scale, None if iamax is None else (iamax, amax))
-        elif bias is None and activation is None and epilogue is None and not epilogue_args and c is None \
-                and beta is None or m == 0 or n == 0:  # K = 0 and only an fp8 output or alpha: zeros (amax
-            check_fp8_out(odt, scale_out, amax, ia.device)  # stays as it is); an empty output: nothing
+        elif bias is None and activation is None and epilogue is None and not epilogue_args \
+                and (c is None and beta is None or c is not None and check_c(c, beta, m, n, ia.device)[0] is None) \
+                or m == 0 or n == 0:  # K = 0 and only an fp8 output, alpha or a C that beta = 0 leaves unread:
+            check_fp8_out(odt, scale_out, amax, ia.device)  # zeros (amax stays as it is); an empty output: nothing
         else:
             raise MatmulError("matmul: a bias, an activation, an epilogue function or C need K > 0 so far; got K = 0")
     if m == 0 or n == 0:
@@ -350,15 +352,17 @@ _QUICK: dict = {}
 _PLAIN_SCALES = (type(None), float, int)  # fp8 scales the quick path takes (tensors of scales: the full path)
 _TORCH_TENSOR = None  # torch.Tensor once a tensor went through matmul (no torch import here)
 _TORCH_BIASES = ()  # the bias types the quick path takes: torch.Tensor and nn.Parameter (a Linear's bias)
+_OUT_DTYPES = (str, type)  # out_dtype's types the quick path takes: names, NumPy scalar types (np.float32), torch.dtype
 
 
 def _seen_torch(tensor_type):
     """Remember PyTorch's tensor type (and ``nn.Parameter``) for the quick path's type checks."""
     import sys
 
-    global _TORCH_TENSOR, _TORCH_BIASES
+    global _TORCH_TENSOR, _TORCH_BIASES, _OUT_DTYPES
     _TORCH_TENSOR = tensor_type
     _TORCH_BIASES = (tensor_type, sys.modules["torch"].nn.Parameter)
+    _OUT_DTYPES = (str, type, sys.modules["torch"].dtype)
 
 
 class _Quick:
