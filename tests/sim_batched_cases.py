@@ -342,43 +342,58 @@ def test_repeated_calls_take_new_operands():
         np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), want)
 
 
+def _padded_copy(buf, first, shape, strides, transpose, batch=None, wide=None):
+    """Run the padded copy kernel on the view of the flat numpy ``buf`` from element ``first``
+    of ``shape`` and element ``strides`` (its last two dimensions the matrix; with ``batch`` =
+    ((d0, s0), (d1, s1)) in elements, two batch dimensions before them): the kernel that
+    ``copy_params`` picks, or the 64-bit one with ``wide``. Returns (the copy, what it must
+    equal in its unpadded columns, whether the 32-bit kernel ran)."""
+    from nbwgmma.frontend.arrays import ArrayInfo
+    from nbwgmma.frontend.views import copy_params
+    from nbwgmma.kernels.copy import COPY_BLOCK, copy_grid, pad_copy_kernel, pad_copy_wide_kernel
+    from nbwgmma.launch import launch
+
+    es = buf.itemsize
+    ptr0 = 1 << 20  # (an address for the model: only differences matter)
+    info = ArrayInfo(ptr0 + first * es, shape, tuple(st * es for st in strides), es, "raw", None, "numpy")
+    bat = None if batch is None else (batch[0][0] * batch[1][0], tuple((d, st * es) for d, st in batch))
+    lo, extent, params, need_wide = copy_params(info, transpose, bat)
+    start = (lo - ptr0) // es
+    rows, kpad, count = params[:3]
+    dst = cuda.to_device(np.full((count, rows, kpad), 7, buf.dtype))
+    use_wide = need_wide or bool(wide)
+    kern = pad_copy_wide_kernel if use_wide else pad_copy_kernel
+    launch(kern, copy_grid(rows, kpad, count), COPY_BLOCK, (cuda.to_device(buf[start:start + extent]),
+                                                            dst.reshape(dst.size), *params))
+    lead = ((1, 0), (1, 0)) if batch is None else batch
+    full = np.lib.stride_tricks.as_strided(buf[first:], tuple(d for d, _ in lead) + shape,
+                                           tuple(st * es for _, st in lead) + tuple(st * es for st in strides))
+    mats = full.reshape((count,) + shape)
+    return dst.copy_to_host(), (mats.transpose(0, 2, 1) if transpose else mats), not use_wide
+
+
 @pytest.mark.parametrize("transpose", [False, True])
 def test_the_padded_copy_kernels(transpose):
     """The staging copies' kernels on their own (the front end copies with numpy in the simulator):
-    a matrix (rows not a multiple of the 32 x 32 tile) and a batch in two strides, each into rows
-    padded with zeros, transposed or not."""
-    from nbwgmma.kernels.copy import COPY_BLOCK, copy_grid, pad_transpose_batch_kernel, pad_transpose_kernel
-    from nbwgmma.launch import launch
-
+    a matrix whose rows and columns cut the 64 x 64 tiles, stored row- or column-major (read
+    along its contiguous dimension either way), a batch in two strides (fp8), a matrix of
+    negative strides (the 64-bit kernel), f32; each into rows padded with zeros, transposed or
+    not."""
     rng = np.random.default_rng(11)
-    x = rng.integers(0, 60000, (45, 70)).astype(np.uint16)  # dst: 70 x 48 (x.T) or 45 x 72 (x)
-    want = x.T if transpose else x
-    dst = cuda.to_device(np.full((want.shape[0], -(-want.shape[1] // 8) * 8), 7, np.uint16))
-    launch(pad_transpose_kernel, copy_grid(*dst.shape), COPY_BLOCK, (cuda.to_device(x), dst, transpose))
-    got = dst.copy_to_host()
-    np.testing.assert_array_equal(got[:, :want.shape[1]], want)
-    assert (got[:, want.shape[1]:] == 0).all()
-    from nbwgmma.frontend.arrays import array_info
-    from nbwgmma.frontend.views import copy_source, numba_view
-
-    xt = _transposed_view(np.ascontiguousarray(x.T)[None])[0]  # x again, stored column-major
-    view, flag = copy_source(array_info(xt), transpose)
-    assert flag != transpose and view.strides[-1] == 2  # read along its contiguous dimension
-    dst = cuda.to_device(np.full(dst.shape, 7, np.uint16))
-    grid = (copy_grid(*dst.shape)[0], 1, 1)  # (one block row over every column tile: the stride loop)
-    launch(pad_transpose_kernel, grid, COPY_BLOCK, (numba_view(view, xt), dst, flag))
-    got = dst.copy_to_host()
-    np.testing.assert_array_equal(got[:, :want.shape[1]], want)
-    assert (got[:, want.shape[1]:] == 0).all()
-    y = rng.integers(0, 250, (3, 2, 33, 40)).astype(np.uint8)  # (2, 3) matrices seen through a transpose
-    src = cuda.to_device(np.ascontiguousarray(y.transpose(1, 0, 2, 3)))
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-    src = FakeCUDAArray(src._ary.transpose(1, 0, 2, 3))  # (3, 2, 33, 40): the batch in two strides
-    mats = y.reshape(6, 33, 40)
-    want = mats.transpose(0, 2, 1) if transpose else mats
-    dst = cuda.to_device(np.full(want.shape[:2] + (48,), 7, np.uint8))
-    launch(pad_transpose_batch_kernel, copy_grid(want.shape[1], 48, 6), COPY_BLOCK, (src, dst, transpose))
-    got = dst.copy_to_host()
-    np.testing.assert_array_equal(got[:, :, :want.shape[2]], want)
-    assert (got[:, :, want.shape[2]:] == 0).all()
+    cases = [  # (buffer, first element, shape, element strides, batch, force the 64-bit kernel)
+        (rng.integers(0, 60000, 80 * 70, dtype=np.uint16), 0, (70, 75), (80, 1), None, False),
+        (rng.integers(0, 60000, 80 * 76, dtype=np.uint16), 3, (70, 75), (1, 71), None, False),
+        (rng.integers(0, 60000, 80 * 70, dtype=np.uint16), 0, (70, 75), (80, 1), None, True),
+        (rng.integers(0, 250, 5000, dtype=np.uint8), 5, (33, 20), (41, 1), ((3, 1320), (2, 660)), False),
+        (rng.integers(0, 60000, 70 * 80, dtype=np.uint16), 69 * 80 + 74, (70, 75), (-80, -1), None, False),
+        (rng.integers(0, 1 << 30, 40 * 70, dtype=np.uint32), 0, (66, 9), (40, 1), None, False),
+    ]
+    ran = set()
+    for buf, first, shape, strides, batch, wide in cases:
+        got, want, narrow = _padded_copy(buf, first, shape, strides, transpose, batch, wide)
+        ran.add(narrow)
+        cols = want.shape[2]
+        assert got.shape[2] == -(-cols * buf.itemsize // 16) * 16 // buf.itemsize
+        np.testing.assert_array_equal(got[:, :, :cols], want)
+        assert (got[:, :, cols:] == 0).all()
+    assert ran == {True, False}  # (both kernels: negative strides and `wide` take the 64-bit one)

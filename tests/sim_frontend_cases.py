@@ -227,6 +227,13 @@ def _a(t="f16", shape=(8, 16)):
     return cuda.to_device(np.zeros(shape, RAW[t]))
 
 
+def _odd_strides():
+    """An f16 (8, 16) array whose rows are 35 bytes apart (not a whole number of elements)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray(np.lib.stride_tricks.as_strided(np.ones(200, np.float16), (8, 16), (35, 2)))
+
+
 @pytest.mark.parametrize("args, kw, err, msg", [
     (lambda: (_a(), _a("f16", (8, 16))), {}, MatmulError, "inner dimensions differ"),
     (lambda: (_a(), _a("f32", (16, 8))), {}, MatmulTypeError, "same type"),
@@ -239,8 +246,10 @@ def _a(t="f16", shape=(8, 16)):
     (lambda: (_a(), _a("f16", (16, 8))), {"config": {"bm": 96}}, MatmulError, "config['bm'] must be"),
     (lambda: (_a(), _a("f16", (16, 8))), {"config": {"tile": 1}}, MatmulError, "unknown config keys"),
     (lambda: (_a(), _a("f16", (16, 8))), {"out": _a("f16", (8, 9))}, MatmulError, "shape (8, 8)"),
+    (lambda: (_odd_strides(), _a("f16", (16, 8))), {}, MatmulError, "a (copied first: TMA cannot read it in place) "
+     "has strides (35, 2) bytes, not multiples of its element size (2 bytes)"),
 ], ids=["inner", "types", "bf16-needs-in_dtype", "in_dtype-size", "in_dtype-float", "in_dtype-name", "host",
-        "cupy", "config-value", "config-key", "out-shape"])
+        "cupy", "config-value", "config-key", "out-shape", "stride-not-elements"])
 def test_bad_input_is_the_gpu_paths_error(args, kw, err, msg):
     a, b = args()
     with pytest.raises(err) as exc:

@@ -590,18 +590,21 @@ def test_scratch_is_per_stream_and_per_thread_on_the_per_thread_default_stream()
 def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
     """A plan's staging copy of an operand TMA cannot read (frontend.views.StagedCopy): one buffer
     and one prepared copy kernel for all its calls; each call hands the kernel that call's operand
-    (a batch's with its leading dimensions) on the call's stream."""
+    (seen flat from its lowest element, with the geometry in elements: rows, padded columns,
+    count, columns, the first element, strides, a batch's two dimensions) on the call's stream;
+    the 64-bit kernel for negative strides."""
     import numpy as np
 
     import nbwgmma.launch as launch_module
     from nbwgmma.frontend import views
     from nbwgmma.frontend.arrays import ArrayInfo
+    from nbwgmma.kernels.copy import pad_copy_kernel, pad_copy_wide_kernel
 
     calls, prepared = [], []
 
     class Prepared:
-        def __call__(self, src, dst, flag, stream):
-            calls.append((src.__cuda_array_interface__, dst, flag, stream))
+        def __call__(self, src, dst, *params, stream):
+            calls.append((src.__cuda_array_interface__, dst, params, stream))
 
     def prepare(kernel, grid, block, args):
         prepared.append((kernel, grid, block))
@@ -618,21 +621,29 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
     st = views.StagedCopy(one, False)
     for ptr, stream in ((0x1000, 7), (0x9000, 7), (0x5000, 9)):
         assert st(one._replace(ptr=ptr), stream) is st.dst
-    assert st.dst.shape == (300, 520) and len(prepared) == 1  # rows padded to 16 bytes
+    assert st.dst.shape == (300, 520) and len(prepared) == 1 and prepared[0][0] is pad_copy_kernel
+    flat = (300, 520, 1, 513, 0, 513, 1, 1, 0, 0, 0)  # rows padded to 16 bytes
     assert [(c[0]["data"][0], c[0]["shape"], c[2], c[3]) for c in calls] == [
-        (0x1000, (300, 513), 0, 7), (0x9000, (300, 513), 0, 7), (0x5000, (300, 513), 0, 9)]
-    assert len({id(c[1]) for c in calls}) == 1
+        (0x1000, (153900,), flat, 7), (0x9000, (153900,), flat, 7), (0x5000, (153900,), flat, 9)]
+    assert len({id(c[1]) for c in calls}) == 1 and calls[0][1].shape == (300 * 520,)
     # a batch of B (K x N, N contiguous) in two strides, copied transposed: (count, N, Kpad)
     b = ArrayInfo(0x2000, (513, 72), (144, 2), 2, "bf16", 0, "torch")
     bt = views.StagedCopy(b, True, (6, ((2, 400000), (3, 100000))))
     bt(b, 0)
-    src = calls[-1][0]
-    assert bt.dst.shape == (6, 72, 520) and src["shape"] == (2, 3, 513, 72)
-    assert src["strides"] == (400000, 100000, 144, 2) and calls[-1][2] == 1
+    assert bt.dst.shape == (6, 72, 520) and calls[-1][0]["shape"] == (200000 + 100000 + 512 * 72 + 72,)
+    assert calls[-1][2] == (72, 520, 6, 513, 0, 72, 1, 3, 200000, 50000, 1)
     # B = w.t() of a row-major w (72, 513): K contiguous, read through w itself, not transposed
     wt = ArrayInfo(0x3000, (513, 72), (2, 1026), 2, "bf16", 0, "torch")
     views.StagedCopy(wt, True)(wt, 0)
-    assert calls[-1][0]["shape"] == (72, 513) and calls[-1][0]["strides"] == (1026, 2) and calls[-1][2] == 0
+    assert calls[-1][2] == (72, 520, 1, 513, 0, 513, 1, 1, 0, 0, 0)
+    # rows in reverse (a negative stride): from the lowest row, its first element 299 rows up
+    rev = ArrayInfo(0x400000, (300, 513), (-1026, 2), 2, "bf16", 0, "cupy")
+    views.StagedCopy(rev, False)(rev, 0)
+    assert prepared[-1][0] is pad_copy_wide_kernel and calls[-1][0]["data"][0] == 0x400000 - 299 * 1026
+    assert calls[-1][2] == (300, 520, 1, 513, 299 * 513, -513, 1, 1, 0, 0, 0)
+    # a stride that is not a whole number of elements: refused
+    with pytest.raises(ValueError, match="not multiples of its element size"):
+        views.StagedCopy(one._replace(strides=(1027, 2)), False)
     # past the bytes kept in all: a fresh buffer at each call
     monkeypatch.setattr(views, "STAGING_KEEP_BYTES", 0)
     loose = views.StagedCopy(one, False)
@@ -640,20 +651,23 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
 
 
 def test_padded_copy_kernels_compile_to_tiles():
-    """The staging copies' kernels (32 x 32 tiles, a transposed source through shared memory)
-    compile for sm_90a with no spills: 4 loads and 4 stores of global memory a thread, per tile;
-    the batch's walk over matrices of two strides included."""
+    """The staging copies' kernels (64 x 64 tiles, a transposed source through shared memory)
+    compile for sm_90a with no spills and at most 64 registers (4 blocks of 256 threads an SM):
+    16 loads and 16 stores of global memory a thread per tile, all loads issued before the first
+    store (so that 16 are in flight), the 32-bit kernel's index math cheaper than the 64-bit
+    one's. (With 4 elements a thread, 80 registers and 64-bit index math a copy ran at a third of
+    the memory's speed, bound by its instructions.)"""
     from numba import types
 
-    from nbwgmma.kernels.copy import pad_transpose_batch_kernel, pad_transpose_kernel
-    from nbwgmma.report import compile_report
+    from nbwgmma.kernels.copy import pad_copy_kernel, pad_copy_wide_kernel
+    from nbwgmma.report import compile_reports
 
-    for kern, nd in ((pad_transpose_kernel, 2), (pad_transpose_batch_kernel, 4)):
-        sig = (types.Array(types.uint16, nd, "A"), types.Array(types.uint16, nd - (nd > 2), "C"), types.int64)
-        rep = compile_report(kern, sig)
-        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
-        assert rep.sass.get("STS", 0) == 4 and rep.sass.get("LDS", 0) == 4 and rep.sass.get("BAR", 0) == 2
-        assert rep.sass.get("STG", 0) == 8  # (4 from the shared tile, 4 straight)
-        # each path's four reads issue before its first write (one read in flight a thread ran at 0.6 TB/s)
-        seq = "".join("L" if op == "LD" else "S" for op in re.findall(r"\b(LD|STG)\.", rep.sass_text))
-        assert re.fullmatch(r"(L{4}S{4})+", seq), seq
+    sig = (types.Array(types.uint16, 1, "C"), types.Array(types.uint16, 1, "C")) + (types.int64,) * 11
+    narrow, wide = compile_reports([(pad_copy_kernel, sig), (pad_copy_wide_kernel, sig)])
+    for rep in (narrow, wide):
+        assert rep.spill_bytes == 0 and rep.local_memory_ops == 0 and rep.registers <= 64
+        assert rep.sass.get("LDG", 0) == 16 and rep.sass.get("STG", 0) == 16
+        assert rep.sass.get("STS", 0) == 16 and rep.sass.get("LDS", 0) == 16 and rep.sass.get("BAR", 0) == 2
+        seq = "".join(op[0] for op in re.findall(r"\b(LDG|STG)\.", rep.sass_text))
+        assert seq == "L" * 16 + "S" * 16, seq
+    assert sum(narrow.sass.values()) < 0.9 * sum(wide.sass.values())

@@ -19,7 +19,7 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
 from .args import check_apart, described, empty_rows16, holds, stream_of, type_name
 from .arrays import ArrayInfo
-from .views import copy_source, nb_stream, numba_view, padded_shape, tensor_map
+from .views import launch_copy, nb_stream, numba_view, padded_shape, tensor_map
 
 __all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends", "out_type"]
 
@@ -45,8 +45,6 @@ def _in_place(info: ArrayInfo, inner: int, outer: int):
 def _copied(x, info: ArrayInfo, transpose: bool, stream):
     """A fresh [rows, cols_pad] copy of ``x`` (or ``x.T`` with ``transpose``), its rows padded
     to 16 bytes with zeros, and its TMA view."""
-    from ..kernels.copy import COPY_BLOCK, copy_grid, pad_transpose_kernel, sized_to_data
-
     rows, cols, pad = padded_shape(info, transpose)
     es = info.itemsize
     if _SIM:  # host memory: numpy copies it at once (the copy kernel would take a Python thread per element)
@@ -54,12 +52,8 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream):
         dst = np.zeros((rows, pad), h.dtype)
         dst[:, :cols] = h.T if transpose else h
         return cuda.to_device(dst), ((rows, cols), (pad, 1))
-    view, flag = copy_source(info, transpose)  # (read along its contiguous dimension)
-    src = numba_view(view, x, dtype=np.dtype(f"u{es}"))
-    st = nb_stream(stream)
-    dst = cuda.device_array((rows, pad), dtype=np.dtype(f"u{es}"), stream=st)
-    with sized_to_data():
-        pad_transpose_kernel[copy_grid(rows, pad), COPY_BLOCK, st](src, dst, flag)
+    dst = cuda.device_array((rows, pad), dtype=np.dtype(f"u{es}"), stream=nb_stream(stream))
+    launch_copy(info, transpose, dst, stream)
     return dst, ((rows, cols), (pad, 1))
 
 

@@ -49,7 +49,8 @@ from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
 from .tiles import pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
-from .views import StagedCopy, batched_view, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view, transposed
+from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view,
+                    transposed)
 
 __all__ = ["Plan", "work_units", "EPILOGUE_OPTIONS"]
 
@@ -279,13 +280,20 @@ class Plan:
         if path[1] is not None:
             return self._map(i, x, info.ptr, path[1], tdt, box)
         bat = None if self.batch is None else self._depth(i)
+        key = (i, stream_key(stream), threading.get_ident())
+        staged = self._staged.get(key)
+        if staged is None:
+            try:  # (the simulator checks what the copy kernels take, then copies with numpy)
+                if _SIM:
+                    copy_params(info, is_b, bat)
+                else:
+                    staged = self._staged[key] = [StagedCopy(info, is_b, bat), None]
+            except ValueError as e:  # (a stride neither TMA nor the copy kernels can step)
+                name = "ab"[i ^ bool(self.swap)]  # (a swapped plan's kernel reads b as its A)
+                raise MatmulError(f"matmul: {name} (copied first: TMA cannot read it in place) {e}") from None
         if _SIM:
             cp, staged = kmajor_copy(x, info, is_b, bat), None
         else:  # the plan's staging copy of this operand for this stream and host thread
-            key = (i, stream_key(stream), threading.get_ident())
-            staged = self._staged.get(key)
-            if staged is None:
-                staged = self._staged[key] = [StagedCopy(info, is_b, bat), None]
             cp = staged[0](info, stream)
             if staged[1] is not None:
                 return staged[1]

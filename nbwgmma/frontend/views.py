@@ -14,8 +14,8 @@ from .args import NP_OF
 from .arrays import ArrayInfo, host_view, numpy_dtype
 
 __all__ = ["numba_view", "tma_view", "batched_view", "padded_shape", "batch_dims", "kmajor_copy", "copy_source",
-           "StagedCopy", "STAGING_KEEP_BYTES", "l2_promotion", "tensor_map", "transposed", "nb_stream", "vector_f32",
-           "zero_fill"]
+           "copy_params", "launch_copy", "StagedCopy", "STAGING_KEEP_BYTES", "l2_promotion", "tensor_map", "transposed",
+           "nb_stream", "vector_f32", "zero_fill"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
@@ -116,6 +116,45 @@ def _forget(nbytes):
     _KEPT[0] -= nbytes
 
 
+def copy_params(info: ArrayInfo, transpose: bool, batch=None) -> tuple:
+    """How the padded copy kernels (:mod:`nbwgmma.kernels.copy`) copy ``info`` (or its transpose;
+    with ``batch`` as :func:`kmajor_copy` takes it, ``info`` describing the first matrix):
+    ``(lo, extent, params, wide)``: the source seen as a flat array of ``extent`` elements from
+    byte address ``lo`` (its lowest element), the kernel's scalar parameters after its two arrays
+    (``rows, kpad, count, cols, base, s_row, s_col, d1, s_b0, s_b1, transpose``, in elements), and
+    whether it needs the 64-bit kernel (a negative stride, or a matrix of 2**32 elements or more).
+    Raises ValueError for a stride that is not a multiple of the element size."""
+    rows, cols, kpad = padded_shape(info, transpose)
+    view, flag = copy_source(info, transpose)  # (read along its contiguous dimension)
+    es = info.itemsize
+    (d0, s0), (d1, s1) = batch_dims(*batch) if batch is not None else ((1, 0), (1, 0))
+    dims = [(d0, s0), (d1, s1), *zip(view.shape, view.strides)]
+    if any(st % es for _, st in dims):
+        raise ValueError(f"has strides {info.strides} bytes, not multiples of its element size ({es} bytes)")
+    lo = sum((d - 1) * st for d, st in dims if st < 0 and d > 1)
+    hi = sum((d - 1) * st for d, st in dims if st > 0 and d > 1)
+    (p, q), (s_row, s_col) = view.shape, (st // es for st in view.strides)
+    span = (p - 1) * abs(s_row) + (q - 1) * abs(s_col)
+    wide = min(s_row, s_col, s0, s1) < 0 or max(span + 1, rows * kpad) > 0xFFFFFFFF
+    params = (rows, kpad, d0 * d1, cols, -lo // es, s_row, s_col, max(d1, 1), s0 // es, s1 // es, int(flag))
+    return info.ptr + lo, (hi - lo) // es + 1, params, wide
+
+
+def launch_copy(info: ArrayInfo, transpose: bool, dst, stream_handle: int, batch=None):
+    """Launch the padded copy of ``info`` (or its transpose; ``batch`` as :func:`kmajor_copy`
+    takes it) into ``dst``, a C-contiguous [count,] rows x kpad device array of ``info``'s
+    element size, on the stream ``stream_handle`` (a one-off copy: Numba's launch)."""
+    from ..kernels.copy import COPY_BLOCK, copy_grid, pad_copy_kernel, pad_copy_wide_kernel, sized_to_data
+
+    lo, extent, params, wide = copy_params(info, transpose, batch)
+    raw = np.dtype(f"u{info.itemsize}").str
+    src = _Described(lo, (extent,), (info.itemsize,), raw)
+    kern = pad_copy_wide_kernel if wide else pad_copy_kernel
+    with sized_to_data():
+        kern[copy_grid(*params[:3]), COPY_BLOCK, nb_stream(stream_handle)](
+            cuda.as_cuda_array(src), dst.reshape(dst.size), *params)
+
+
 class StagedCopy:
     """The K-major staging copy (zero-padded to 16-byte rows) of one operand TMA cannot read in
     place, for one plan, stream and host thread: the buffer allocated once and rewritten by each
@@ -123,47 +162,48 @@ class StagedCopy:
     before has read it; one per host thread, since two threads' copy-then-GEMM pairs on one stream
     may interleave), up to :data:`STAGING_KEEP_BYTES` kept in all; the copy kernel prepared once
     (:func:`nbwgmma.launch.prepare`). Allocated and launched through Numba at each call, a bf16
-    1000 x 777 x 513 product (K = 513: rows not 16 bytes apart) took 1604 us a call; so, 76 us
-    (torch.mm: 24 us; measured on an H200). The copy kernel reads the operand along its contiguous
+    1000 x 777 x 513 product (K = 513: rows not 16 bytes apart) took 1604 us a call; so, 18 us
+    (torch.mm: 20 us; measured on an H200). The copy kernel reads the operand along its contiguous
     dimension (a transposed read where that is the destination's column). Not in the simulator
-    (:func:`kmajor_copy` there)."""
+    (:func:`kmajor_copy` there). Raises ValueError where :func:`copy_params` does."""
 
     def __init__(self, info: ArrayInfo, transpose: bool, batch=None):
-        from ..kernels.copy import copy_grid, pad_transpose_batch_kernel, pad_transpose_kernel
+        from ..kernels.copy import copy_grid
 
         rows, _, kpad = padded_shape(info, transpose)
         self.raw = np.dtype(f"u{info.itemsize}")
-        self.transpose = transpose
-        self.flag = int(copy_source(info, transpose)[1])  # (the source read along its contiguous dimension)
-        if batch is None:
-            shape, self.lead, self.kernel = (rows, kpad), ((), ()), pad_transpose_kernel
-        else:
-            (d0, s0), (d1, s1) = batch_dims(*batch)
-            shape, self.lead, self.kernel = (batch[0], rows, kpad), ((d0, d1), (s0, s1)), pad_transpose_batch_kernel
-        self.shape = shape
-        nbytes = int(np.prod(shape)) * info.itemsize
+        lo, self.extent, self.params, self.wide = copy_params(info, transpose, batch)
+        self.below = info.ptr - lo  # (bytes from the lowest element to the first)
+        count = self.params[2]
+        self.shape = (rows, kpad) if batch is None else (count, rows, kpad)
+        nbytes = count * rows * kpad * info.itemsize
         self.kept = _KEPT[0] + nbytes <= STAGING_KEEP_BYTES
-        self.dst = None
+        self.dst = self.flat = None
         if self.kept:
-            self.dst = cuda.device_array(shape, dtype=self.raw)
+            self.dst = cuda.device_array(self.shape, dtype=self.raw)
+            self.flat = self.dst.reshape(self.dst.size)  # (the kernel's view: one dimension)
             _KEPT[0] += nbytes
             weakref.finalize(self, _forget, nbytes)
-        self.grid = copy_grid(rows, kpad, shape[0] if batch is not None else 1)
+        self.grid = copy_grid(rows, kpad, count)
         self.prepared = None
 
     def __call__(self, info: ArrayInfo, stream_handle: int):
         """Copy the operand ``info`` describes (its first matrix, for a batch): into :attr:`dst`
         where it is kept, else into a fresh buffer; returns the buffer."""
-        view = copy_source(info, self.transpose)[0]
-        src = _Described(info.ptr, self.lead[0] + view.shape, self.lead[1] + view.strides, self.raw.str)
-        dst = self.dst if self.kept else cuda.device_array(self.shape, dtype=self.raw, stream=nb_stream(stream_handle))
+        src = _Described(info.ptr - self.below, (self.extent,), (self.raw.itemsize,), self.raw.str)
+        if self.kept:
+            dst, flat = self.dst, self.flat
+        else:
+            dst = cuda.device_array(self.shape, dtype=self.raw, stream=nb_stream(stream_handle))
+            flat = dst.reshape(dst.size)
         if self.prepared is None:
-            from ..kernels.copy import COPY_BLOCK, sized_to_data
+            from ..kernels.copy import COPY_BLOCK, pad_copy_kernel, pad_copy_wide_kernel, sized_to_data
             from ..launch import prepare
 
             with sized_to_data():
-                self.prepared = prepare(self.kernel, self.grid, COPY_BLOCK, (src, dst, self.flag))
-        self.prepared(src, dst, self.flag, stream=stream_handle)
+                self.prepared = prepare(pad_copy_wide_kernel if self.wide else pad_copy_kernel, self.grid,
+                                        COPY_BLOCK, (src, flat, *self.params))
+        self.prepared(src, flat, *self.params, stream=stream_handle)
         return dst
 
 

@@ -24,88 +24,92 @@ def grid_for(count: int, threads: int = 256) -> int:
     return max(1, min(65535, -(-count // threads)))
 
 
-#: The padded copies' tiles: 32 x 32 elements of the destination per block of 32 x 8 threads
-#: (each thread 4 rows), so the rows are read and written 32 elements at a time and a transposed
-#: source goes through shared memory (a 32 x 33 tile: its columns in distinct banks).
-COPY_TILE = 32
+#: The padded copies' tiles: 64 x 64 elements of the destination per block of 32 x 8 threads, 16
+#: elements a thread (8 rows, 2 columns 32 apart), all 16 read before any is written, so that a
+#: thread keeps 16 reads in flight; a transposed source goes through shared memory (a 64 x 65
+#: tile: its columns in distinct banks). At 4 elements a thread, 32 x 32 tiles and Numba's
+#: indexing (64-bit multiplies and wrap-around checks an element), the copy was bound by its
+#: instructions: 70 us for a bf16 4096 x 4097 matrix (an H200), against 29.5 us now and 18.6 us
+#: for a plain contiguous copy of the same bytes.
+COPY_TILE = 64
 COPY_BLOCK = (32, 8)
 
 
 def copy_grid(rows: int, kpad: int, count: int = 1) -> tuple:
-    """The grid of :func:`pad_transpose_kernel` (``count`` 1) or :func:`pad_transpose_batch_kernel`
-    for a [count,] rows x kpad destination: row tiles in x, column tiles in y, the batch in z (y and
-    z at most 65535 blocks: the kernel strides over the rest)."""
-    return -(-rows // COPY_TILE), max(1, min(-(-kpad // COPY_TILE), 65535)), max(1, min(count, 65535))
+    """The grid of the padded copy kernels for a [count,] rows x kpad destination: row tiles in x,
+    column tiles in y, the batch in z (y and z at most 65535 blocks: the kernel strides over the
+    rest)."""
+    t = COPY_TILE
+    return -(-rows // t), max(1, min(-(-kpad // t), 65535)), max(1, min(count, 65535))
 
 
-@cuda.jit(device=True, inline=True)
-def _at(src, r, c, rows, cols):
-    """src[r, c] inside its rows x cols, else 0 (the padding)."""
-    return src[r, c] if r < rows and c < cols else 0
+def _padded_copy(off):
+    """The padded copy kernel whose offsets inside one matrix are of the integer type ``off``:
+    ``numba.uint32`` (32-bit index math; each matrix spans fewer than 2**32 elements and its
+    strides are not negative) or ``numba.int64`` (any)."""
+
+    @cuda.jit(launch_bounds=(COPY_BLOCK[0] * COPY_BLOCK[1], 4))
+    def kernel(src, dst, rows, kpad, count, cols, base, s_row, s_col, d1, s_b0, s_b1, transpose):
+        # dst (flat) = count matrices of rows x kpad; matrix b's element (r, c) is
+        #   src[m + r s_row + c s_col]  (or, transposed, src[m + c s_row + r s_col])  for c < cols,
+        #   0 for cols <= c < kpad,  with m = base + (b // d1) s_b0 + (b % d1) s_b1  (all in elements).
+        tile = cuda.shared.array((64, 65), dtype=numba.uint32)
+        v = cuda.local.array(16, dtype=numba.uint32)
+        tx = off(cuda.threadIdx.x)
+        ty = off(cuda.threadIdx.y)
+        r0 = off(cuda.blockIdx.x * 64)
+        rows_ = off(rows)
+        kpad_ = off(kpad)
+        # the source's slow and fast dimensions: the destination's rows and columns, or (transposed)
+        # its columns and rows; a thread reads along the fast one, 32 apart, and 8 apart along the slow
+        lim_p, lim_q = (off(cols), rows_) if transpose else (rows_, off(cols))
+        step_i = off(8 * s_row)
+        step_h = off(32 * s_col)
+        for b in range(cuda.blockIdx.z, count, cuda.gridDim.z):
+            m = base + (b // d1) * s_b0 + (b % d1) * s_b1
+            mdst = b * rows * kpad
+            for cy in range(cuda.blockIdx.y, (kpad + 63) // 64, cuda.gridDim.y):
+                c0 = off(cy * 64)
+                p0, q0 = (c0, r0) if transpose else (r0, c0)
+                p = off(p0 + ty)
+                o = off(p * off(s_row) + off(q0 + tx) * off(s_col))
+                for i in range(8):
+                    q = off(q0 + tx)
+                    oh = o
+                    for h in range(2):
+                        v[2 * i + h] = src[numba.uint64(m + oh)] if p < lim_p and q < lim_q else 0
+                        oh = off(oh + step_h)
+                        q = off(q + 32)
+                    o = off(o + step_i)
+                    p = off(p + 8)
+                if transpose:  # (v[2 i + h] holds column ty + 8 i, row tx + 32 h of the tile)
+                    cuda.syncthreads()  # (the tile before: read by every thread)
+                    for i in range(8):
+                        for h in range(2):
+                            tile[ty + 8 * i, tx + 32 * h] = v[2 * i + h]
+                    cuda.syncthreads()
+                    for i in range(8):
+                        for h in range(2):
+                            v[2 * i + h] = tile[tx + 32 * h, ty + 8 * i]
+                d = off(off(r0 + ty) * kpad_ + c0 + tx)
+                r = off(r0 + ty)
+                for i in range(8):
+                    c = off(c0 + tx)
+                    for h in range(2):
+                        if r < rows_ and c < kpad_:
+                            dst[numba.uint64(mdst + off(d + 32 * h))] = v[2 * i + h]
+                        c = off(c + 32)
+                    d = off(d + off(8 * kpad_))
+                    r = off(r + 8)
+
+    return kernel
 
 
-@cuda.jit(device=True, inline=True)
-def _copy_tile(src, dst, transpose, tile):
-    """Tiles (blockIdx.x, blockIdx.y + j gridDim.y) of dst = (src.T if transpose else src), padded
-    with zeros. ``transpose`` reads src along its last dimension (give the front end's copies the
-    view whose last dimension is contiguous). Each thread issues its four reads before any write:
-    written as read-then-write per element, a thread had one read in flight at a time (the
-    compiler cannot move a read past a write that may alias it), about 0.6 TB/s on an H200."""
-    rows, kpad = dst.shape
-    cols = src.shape[0] if transpose else src.shape[1]
-    r0 = cuda.blockIdx.x * 32
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    for cy in range(cuda.blockIdx.y, (kpad + 31) // 32, cuda.gridDim.y):
-        c0 = cy * 32
-        if transpose:  # read src's rows (dst's columns) along src's last dimension, write dst's rows
-            v0 = _at(src, c0 + ty, r0 + tx, cols, rows)
-            v1 = _at(src, c0 + ty + 8, r0 + tx, cols, rows)
-            v2 = _at(src, c0 + ty + 16, r0 + tx, cols, rows)
-            v3 = _at(src, c0 + ty + 24, r0 + tx, cols, rows)
-            cuda.syncthreads()  # (the tile before: read by every thread)
-            tile[ty, tx] = v0
-            tile[ty + 8, tx] = v1
-            tile[ty + 16, tx] = v2
-            tile[ty + 24, tx] = v3
-            cuda.syncthreads()
-            for j in range(4):
-                i = ty + 8 * j
-                if r0 + i < rows and c0 + tx < kpad:
-                    dst[r0 + i, c0 + tx] = tile[tx, i]
-        else:
-            c = c0 + tx
-            v0 = _at(src, r0 + ty, c, rows, cols)
-            v1 = _at(src, r0 + ty + 8, c, rows, cols)
-            v2 = _at(src, r0 + ty + 16, c, rows, cols)
-            v3 = _at(src, r0 + ty + 24, c, rows, cols)
-            if c < kpad:
-                if r0 + ty < rows:
-                    dst[r0 + ty, c] = v0
-                if r0 + ty + 8 < rows:
-                    dst[r0 + ty + 8, c] = v1
-                if r0 + ty + 16 < rows:
-                    dst[r0 + ty + 16, c] = v2
-                if r0 + ty + 24 < rows:
-                    dst[r0 + ty + 24, c] = v3
-
-
-@cuda.jit
-def pad_transpose_kernel(src, dst, transpose):
-    """dst[r, c] = (src[c, r] if transpose else src[r, c]) inside src, 0 in the padding; on
-    :func:`copy_grid`'s grid in blocks of :data:`COPY_BLOCK`."""
-    tile = cuda.shared.array((32, 33), dtype=numba.uint32)
-    _copy_tile(src, dst, transpose, tile)
-
-
-@cuda.jit
-def pad_transpose_batch_kernel(src, dst, transpose):
-    """pad_transpose_kernel over a batch: dst[b] from matrix (b // src.shape[1], b % src.shape[1])
-    of src (two batch dimensions of any strides: a batch whose dimensions do not merge into one)."""
-    tile = cuda.shared.array((32, 33), dtype=numba.uint32)
-    inner = src.shape[1]
-    for b in range(cuda.blockIdx.z, dst.shape[0], cuda.gridDim.z):
-        _copy_tile(src[b // inner, b % inner], dst[b], transpose, tile)
+#: The padded copy with 32-bit index math: for matrices of fewer than 2**32 elements, strides not
+#: negative (:func:`nbwgmma.frontend.views.copy_params` picks).
+pad_copy_kernel = _padded_copy(numba.uint32)
+#: The padded copy for any strides and sizes (64-bit index math).
+pad_copy_wide_kernel = _padded_copy(numba.int64)
 
 
 @cuda.jit
