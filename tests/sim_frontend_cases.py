@@ -433,3 +433,41 @@ def test_k_slices_of_two_consumers_are_exact(cfg):
     unseen)."""
     got, want = run("bf16", 200, 384, 136, odt="f32" if "epilogue" not in cfg else "bf16", config=cfg, seed=7, hi=1)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("t, m, k, n, kw", [
+    ("bf16", 70, 40, 131, {}),  # rows an odd number of elements apart: half of them start off 4 bytes
+    ("f16", 130, 24, 197, {"config": {"bm": 128, "bn": 128}}),  # parts clipped at M and N
+    ("bf16", 70, 40, 131, {"config": {"split": 2, "bm": 64, "bn": 64}}),  # K slices summed, then stored
+])
+def test_rows_tma_cannot_write_go_through_shared_memory(t, m, k, n, kw):
+    """An out whose rows are not 16 bytes apart (an odd N) takes the rows epilogue (each 64 x 64
+    part staged in shared memory, stored a row per warp, 4-byte stores where a row's pair is
+    aligned): exact on small integers, every element written."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    got, want = run(t, m, k, n, hi=1, **kw)
+    assert last_plan().cfg.epilogue == "rows", last_plan().cfg
+    np.testing.assert_array_equal(got, want)
+
+
+def test_rows_epilogue_into_a_view_with_a_bias_and_an_activation():
+    """The rows epilogue into a view whose rows start 2 bytes past 4-byte boundaries, with a bias
+    and relu fused (the parts mapped before they are staged): the view's elements exact, the
+    columns around it untouched."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    rng = np.random.default_rng(3)
+    m, k, n = 66, 32, 72
+    a = rng.integers(-1, 2, (m, k)).astype(np.float64)
+    b = rng.integers(-1, 2, (k, n)).astype(np.float64)
+    bias = rng.integers(-4, 5, n).astype(np.float64)
+    big = cuda.to_device(np.full((m, n + 3), BF16_NAN, np.uint16))
+    out = big[:, 1:n + 1]  # rows 150 bytes apart, each starting 2 bytes into its row
+    matmul(cuda.to_device(bits(a, "bf16")), cuda.to_device(bits(b, "bf16")), out=out, in_dtype="bf16",
+           bias=cuda.to_device(bias.astype(np.float32)), activation="relu")
+    assert last_plan().cfg.epilogue == "rows"
+    h = big.copy_to_host()
+    got = decode_elements(np.ascontiguousarray(h[:, 1:n + 1]).view(np.uint8).reshape(m, -1), "bf16")
+    np.testing.assert_array_equal(got, np.maximum(a @ b + bias, 0))
+    assert (h[:, 0] == BF16_NAN).all() and (h[:, n + 1:] == BF16_NAN).all()

@@ -11,7 +11,7 @@ from nbwgmma.intrinsics import acc_load, acc_store, acc_zeros, smem_addr
 from nbwgmma.intrinsics.errors import NbwgmmaTypingError
 from nbwgmma.errors import KitError
 from nbwgmma.kit import (TileScheduler, TmaPipeline, acc_absmax, acc_col_reduce, acc_map, acc_row_reduce, col_values,
-                         pair_store, tma_store_part)
+                         pair_store, store_rows_part, tma_store_part)
 from nbwgmma.report import compile_report
 
 PIPE = TmaPipeline(4, consumers=2)
@@ -344,6 +344,38 @@ def test_tma_store_part_of_a_wider_part_is_a_typing_error_naming_the_count():
         compile_report(_store_wide_part, (types.uint64, types.uint32))
     line = _line_of(_store_wide_part, "tma_store_part(")
     assert str(exc.value).startswith(f"{__file__}:{line}: "), str(exc.value)
+
+
+@cuda.jit
+def _store_rows_wide(out, buf):
+    t = cuda.threadIdx.x
+    regs = _PACKED128(acc_zeros("f32.bf16.bf16", 128), t, 0, 0)
+    store_rows_part(regs, buf, t, 0, out, 0, 0)  # a 64 x 128 part's 32 registers into a 64 x 64 block
+
+
+@cuda.jit
+def _store_rows(out, buf):
+    t = cuda.threadIdx.x
+    regs = _PACKED64(acc_zeros("f32.bf16.bf16", 64), t, 0, 0)
+    store_rows_part(regs, buf, t, 0, out, 64, 128)
+
+
+_PACKED64 = acc_map(_same, 64, pack="bf16")
+
+
+def test_store_rows_part_compiles_to_row_stores_and_refuses_a_wider_part():
+    """store_rows_part: 4 stmatrix into the block, then 16 rows a warp, each a 4-byte shared load
+    and a 4-byte global store where the row's pair is aligned (two 2-byte ones otherwise, a 2-byte
+    one at a row's last odd column); no local memory. A 64 x 128 part is a typing error at the
+    user's line naming the count."""
+    rep = compile_report(_store_rows, (types.uint16[:, :], types.uint32), launch_bounds=128)
+    assert rep.sass["STSM"] == 4 and rep.sass_full.get("LDS", 0) == 16 and rep.local_memory_ops == 0
+    assert rep.sass_full.get("STG.E", 0) == 16 and rep.sass_full.get("STG.E.U16", 0) == 48
+    assert rep.sass.get("BAR", 0) == 2
+    with pytest.raises(NbwgmmaTypingError, match=r"store_rows_part: regs must be a tuple of 16 values.*got a tuple "
+                                                 r"of 32") as exc:
+        compile_report(_store_rows_wide, (types.uint16[:, :], types.uint32))
+    assert str(exc.value).startswith(f"{__file__}:{_line_of(_store_rows_wide, 'store_rows_part(')}: ")
 
 
 @pytest.mark.parametrize("width", [0, 12, 264, 64.0, True])

@@ -671,3 +671,44 @@ def test_padded_copy_kernels_compile_to_tiles():
         seq = "".join(op[0] for op in re.findall(r"\b(LDG|STG)\.", rep.sass_text))
         assert seq == "L" * 16 + "S" * 16, seq
     assert sum(narrow.sass.values()) < 0.9 * sum(wide.sass.values())
+
+
+@pytest.mark.parametrize("bm, bn, kw", [(128, 256, ()), (256, 128, (("consumers", 2),)), (128, 128, (("split", 2),)),
+                                        (128, 256, (("bias", "col"), ("act", "gelu_tanh")))])
+def test_rows_epilogue_kernels_compile_clean(bm, bn, kw, report_batch):
+    """The rows epilogue (16-bit rows TMA cannot write): each 64 x 64 part staged with 16 stmatrix
+    and read back a row per warp (16 4-byte shared loads a thread), stored in 4-byte pieces where a
+    row's pair is aligned (one STG.E a load) and 2-byte ones otherwise, with no spills: a
+    predicated split of the value into halves once kept both halves of every store alive (1176
+    bytes of spills)."""
+    def job(bm, bn, kw):
+        kw = dict(kw)  # (the batch's keys: hashable)
+        cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, out="bf16", epilogue="rows", **kw)
+        sig = [types.uint64, types.uint64, types.uint16[:, :], types.int32, types.int32, types.int32, types.float32]
+        if kw.get("split"):
+            sig += [types.float32[::1], types.int32[::1]]
+        if kw.get("bias"):
+            sig.append(types.float32[::1])
+        return gemm_kernel(cfg), tuple(sig), None
+
+    rep = report_batch(job)
+    cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, out="bf16", epilogue="rows", **dict(kw))
+    assert cfg.c_widths == (64,) * (bn // 64) and cfg.c_bytes == cfg.consumers * 8192
+    stores = cfg.blocks * bn // 64  # 64 x 64 parts a consumer stores at each call site
+    assert rep.sass["STSM"] == 4 * stores  # (stmatrix.x4: 16 columns each)
+    assert rep.sass_full.get("LDS", 0) >= 16 * stores
+    assert rep.sass_full.get("STG.E", 0) >= 16 * stores and rep.sass.get("UTMASTG", 0) == 0
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored, rep.warnings
+
+
+def test_rows_epilogue_config_rules():
+    """epilogue='rows' takes 16-bit outputs of one product in parts of 64 columns, no cluster_k."""
+    from nbwgmma.errors import ConfigError
+
+    for kw, msg in (({"out": "f32"}, "out=f32"), ({"bn": 224}, "bn=224"), ({"batched": True}, "batched=True"),
+                    ({"cluster_k": 2, "bm": 128, "bn": 128}, "cluster_k=2"), ({"out": "e4m3"}, "out=e4m3")):
+        with pytest.raises(ConfigError, match=msg):
+            GemmConfig("f32.bf16.bf16", epilogue="rows", **{"out": "bf16", **kw})
+    with pytest.raises(ConfigError, match="'tma', 'direct' or 'rows'"):
+        GemmConfig(epilogue="register")

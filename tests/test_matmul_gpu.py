@@ -796,3 +796,41 @@ def test_back_to_back_dependent_products_are_exact(size):
     for _ in range(40):
         want = want[:, perm]
     np.testing.assert_array_equal(bufs[0].float().cpu().numpy(), want)
+
+
+@pytest.mark.parametrize("m, n, k, dt, fused, offset", [
+    (4096, 50257, 768, torch.bfloat16, False, False),  # an LM head over an odd vocabulary: 256 x 128 tiles
+    (4096, 50257, 768, torch.bfloat16, False, True),
+    (1000, 777, 512, torch.float16, False, True),
+    (517, 1031, 1024, torch.bfloat16, True, False),
+])
+def test_rows_tma_cannot_write_go_out_a_row_per_warp(m, n, k, dt, fused, offset):
+    """A 16-bit out whose rows are not 16 bytes apart (an odd N, a view starting 2 bytes into its
+    rows) takes the rows epilogue (each 64 x 64 part through shared memory, a row per warp): every
+    element exact on small integers (with a bias and relu, exact too), the columns around a view
+    untouched (NaN), 256 x 128 tiles where the tile model picked 128 x 256."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randint(-2, 3, (m, k), device="cuda", generator=g).to(dt)
+    w = torch.randint(-2, 3, (n, k), device="cuda", generator=g).to(dt)
+    big = torch.full((m, n + 3), float("nan"), device="cuda", dtype=dt)
+    out = big[:, 1:n + 1] if offset else big[:, :n]
+    kw = {}
+    want = x.double() @ w.double().t()
+    if fused:
+        kw = {"bias": torch.randint(-3, 4, (n,), device="cuda", generator=g).to(dt), "activation": "relu"}
+        want = torch.relu(want + kw["bias"].double())
+    matmul(x, w.t(), out=out, **kw)
+    torch.cuda.synchronize()
+    cfg = last_plan().cfg
+    assert cfg.epilogue == "rows", cfg
+    if m >= 4096:
+        assert (cfg.bm, cfg.bn, cfg.blocks) == (256, 128, 2), cfg
+    exact = want.abs().max() <= (256 if dt == torch.bfloat16 else 2048)
+    if exact:
+        assert torch.equal(out.double(), want)
+    else:  # (sums past the 16-bit type's integers: rounded once)
+        assert float(((out.double() - want).abs() / want.abs().clamp(min=1)).max()) <= (4e-3 if dt == torch.bfloat16
+                                                                                        else 5e-4)
+    assert torch.isnan(big[:, n + 1:]).all() and (not offset or torch.isnan(big[:, 0]).all())

@@ -143,6 +143,13 @@ class Plan:
                 # a tile that fills its one or two waves poorly: a narrower one (B K-major)
                 if free and not opts.get("swap") and b_kmajor and odt not in FP8_OUTS:
                     opts.update(pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits, tma_out) or {})
+                # 16-bit rows TMA cannot write (an odd N) go out a row per warp (the "rows" epilogue
+                # below): 256 x 128 tiles for 128 x 256 ones, as many; on an H200 these ran 1.14-1.97x the
+                # register stores at 128 x 256, where the rows epilogue itself ran 0.85-0.99x them
+                # (not understood; BENCHMARKS.md, 2026-12-04)
+                if free and not tma_out and odt in ("bf16", "f16") and not opts.get("swap") and m >= 256 \
+                        and (opts["bm"], opts["bn"]) == (128, 256) and io.strides[1] == io.itemsize:
+                    opts.update(bm=256, bn=128, consumers=2)
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
         self.swap = bool(opts.pop("swap", 0))
@@ -221,6 +228,13 @@ class Plan:
             units = work_units(m, n, k, probe.bm, probe.bn, probe.bk, split=opts.get("split", 1))
             tma_ok = units > device_limits()["multiprocessors"]
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
+        if epilogue == "direct" and not asked and odt in ("bf16", "f16") and self.batch is None and not self.swap \
+                and probe.bn % 64 == 0 and probe.bn <= 192 and opts.get("cluster_k", 1) == 1 \
+                and (self.mnk[1] == 1 or io.strides[1] == io.itemsize):
+            # 16-bit rows TMA cannot write (an odd N): a part at a time through shared memory, stored a
+            # row per warp; 1.25-1.35x the register stores at 64-256 x 128 on an H200, but 0.85-0.99x
+            # at 128 x 256 (BENCHMARKS.md, 2026-12-04), which keeps them
+            epilogue = "rows"
         if epilogue == "tma" and not tma_ok:
             raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a row-major out with 16-byte aligned "
                               f"rows{' and, swapped, tiles of 128 rows or more and a 16-bit out' if self.swap else ''}"

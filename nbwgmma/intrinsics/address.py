@@ -194,3 +194,55 @@ st.global.v4.b32 [%nbw_g], {$x, $y, $z, $w};
 )
 
 __all__ += ["st_global_v4_b32"]
+
+ld_shared_b32 = ptx_intrinsic(
+    "ld_shared_b32",
+    "ld.shared.b32 $v, [$addr];",
+    params=[Reg("addr", u32)],
+    outs=[Out("v", u32)],
+    doc="``ld.shared.b32`` (PTX ISA: ld). Load 4 bytes (a pair of 16-bit values, say) from the "
+    "4-byte aligned ``.shared::cta`` address ``addr`` (a row of a staged tile, as "
+    ":func:`nbwgmma.kit.store_rows_part` reads it).",
+)
+
+st_global_b16x2 = ptx_intrinsic(
+    "st_global_b16x2",
+    """{
+.reg .u64 %nbw_g;
+.reg .b64 %nbw_t;
+.reg .pred %nbw_p;
+.reg .b16 %nbw_lo, %nbw_hi;
+cvta.to.global.u64 %nbw_g, $array;
+add.u64 %nbw_g, %nbw_g, $offset;
+and.b64 %nbw_t, %nbw_g, 3;
+setp.eq.b64 %nbw_p, %nbw_t, 0;
+mov.b32 {%nbw_lo, %nbw_hi}, $v;
+@%nbw_p st.global.b32 [%nbw_g], $v;
+@!%nbw_p st.global.b16 [%nbw_g], %nbw_lo;
+@!%nbw_p st.global.b16 [%nbw_g+2], %nbw_hi;
+}""",
+    params=[ArrayPtr("array"), Reg("offset", u64), Reg("v", u32)],
+    doc="``st.global.b32``, or two ``st.global.b16`` (PTX ISA: st; ``cvta.to.global`` of the "
+    "array's address). Store the two 16-bit values of ``v`` (low half first) at byte ``offset`` "
+    "from the first element of the global array ``array``: one 4-byte store where the address is "
+    "4-byte aligned, else one 2-byte store each (a row of an out whose rows are an odd number of "
+    "16-bit elements apart; no bounds check).",
+)
+
+st_global_b16 = ptx_intrinsic(
+    "st_global_b16",
+    """{
+.reg .u64 %nbw_g;
+.reg .b16 %nbw_lo, %nbw_hi;
+cvta.to.global.u64 %nbw_g, $array;
+add.u64 %nbw_g, %nbw_g, $offset;
+mov.b32 {%nbw_lo, %nbw_hi}, $v;
+st.global.b16 [%nbw_g], %nbw_lo;
+}""",
+    params=[ArrayPtr("array"), Reg("offset", u64), Reg("v", u32)],
+    doc="``st.global.b16`` (PTX ISA: st). Store the low 16 bits of ``v`` at byte ``offset`` from "
+    "the first element of the global array ``array`` (2-byte aligned; no bounds check): a row's "
+    "last column where :func:`st_global_b16x2`'s pair would pass the row's end.",
+)
+
+__all__ += ["ld_shared_b32", "st_global_b16x2", "st_global_b16"]

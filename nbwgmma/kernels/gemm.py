@@ -58,7 +58,7 @@ from ..kit.amax import acc_absmax, amax_flush, amax_note, amax_start
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
-from ..kit.epilogue import col_values
+from ..kit.epilogue import col_values, store_rows_part
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_range, stream_segment
 from ..kit.stream_k import StreamFixup
@@ -79,6 +79,7 @@ def _build(key):
     SCALED = cfg.scaled
     PREGS, CREGS = cfg.producer_regs, cfg.consumer_regs
     TMA_EPI = cfg.epilogue == "tma"
+    ROWS = cfg.epilogue == "rows"  # 16-bit parts through one shared block, stored a row per warp
     C_OFF = STAGES * STAGE_BYTES
     WIDTHS = cfg.c_widths  # each part's columns (all alike but a transposed C's last)
     PART_COLS = WIDTHS[0]
@@ -87,7 +88,7 @@ def _build(key):
     AMAX = cfg.amax
     F32_OUT = cfg.out == "f32"  # f32 values: 128-byte swizzled blocks of 32 columns
     VALUES = FP8_OUT or F32_OUT  # parts of f32 values (converted as they are stored), not packed 16-bit pairs
-    SLOT_BYTES = 64 * PART_COLS * (1 if FP8_OUT else 4 if F32_OUT else 2)  # one part's shared tile; c_slots each
+    SLOT_BYTES = 64 * PART_COLS * (1 if FP8_OUT else 4 if F32_OUT else 2) if not ROWS else 8192  # a part's tile
     C_CONS = cfg.c_slots * SLOT_BYTES
     SWIZZLED_C = cfg.c_box == 64  # else one unswizzled (64, PART_COLS) box: a narrow tile
     ROW_BYTES_C = 2 * PART_COLS
@@ -130,9 +131,9 @@ def _build(key):
         and SPLIT == 1 and TMA_EPI and not VALUES and not AMAX and cfg.bias_type != "f32" \
         and (cfg.c_parts > 1 or (cfg.blocks == 1 and BN <= 192))
     STARTS = [sum(WIDTHS[:p]) for p in range(len(WIDTHS))]  # each part's first column in the tile
-    epi_parts = [fused_epilogue(cfg, w, cfg.out if TMA_EPI and not VALUES else None, c0 if HOIST else None)
+    epi_parts = [fused_epilogue(cfg, w, cfg.out if (TMA_EPI or ROWS) and not VALUES else None, c0 if HOIST else None)
                  for w, c0 in zip(WIDTHS, STARTS)] if EPI else None
-    epi_all = fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI else None  # (register stores)
+    epi_all = fused_epilogue(cfg, BN, None) if EPI and not TMA_EPI and not ROWS else None  # (register stores)
     colv = col_values(BN, vtype=cfg.bias_type) if HOIST else None
 
     if HOIST:
@@ -245,8 +246,12 @@ def _build(key):
             return acc_to_bf16x2(acc)
         return acc_to_f16x2(acc)
 
+    @inlined
+    def put_rows(regs, c, ctid, cw, row0, col0, cbase, first, ep):
+        store_rows_part(regs, cbase, ctid, cw, c, row0, col0)
+
     store = parts_store(WIDTHS, 2 if VALUES else 4, SLOT_BYTES, C_SLOTS, put_part, packed, epi_parts) \
-        if TMA_EPI else store_direct
+        if TMA_EPI else parts_store(WIDTHS, 4, SLOT_BYTES, 1, put_rows, packed, epi_parts) if ROWS else store_direct
     # A plain 16-bit C through TMA, one 64-row block per consumer, in the persistent tile loop:
     # each tile's results are packed as its main loop ends and stored part by part during the next
     # tile's first stages (Cooperative.beside), not between the tiles with the tensor cores idle.

@@ -47,7 +47,9 @@ class GemmConfig:
     ``epilogue`` "tma" writes C through a swizzled shared tile (``stmatrix``; f32 values as
     128-byte swizzled blocks of 32 columns, ``acc_store_swizzled``) and TMA stores that overlap
     the next tile's main loop; "direct" stores the fragments straight to global memory (any
-    output type and strides).
+    output type and strides); "rows" (16-bit outputs whose rows TMA cannot write: an odd N; bn
+    a multiple of 64) stages each 64 x 64 part in a swizzled shared block and stores it a row
+    per warp, each warp's stores one contiguous run (:func:`nbwgmma.kit.store_rows_part`).
     ``stages`` defaults to the most that fit in shared memory, up to :data:`DEFAULT_STAGES`
     for the tile (6 for 128 x 128, 8 for a width that is not a multiple of 64, 4 otherwise).
     ``cluster`` (1, 2 or 4) launches the CTAs in thread-block clusters of that many along
@@ -136,8 +138,8 @@ class GemmConfig:
             raise ConfigError("kind", f"the GEMM accumulates in f32; got {kind}")
         if bm % 64 or not 64 <= bm <= 256:
             raise ConfigError("bm", f"bm must be 64, 128, 192 or 256; got {bm}")
-        if epilogue not in ("tma", "direct"):
-            raise ConfigError("epilogue", f"epilogue must be 'tma' or 'direct'; got {epilogue!r}")
+        if epilogue not in ("tma", "direct", "rows"):
+            raise ConfigError("epilogue", f"epilogue must be 'tma', 'direct' or 'rows'; got {epilogue!r}")
         # 64-column multiples for MN-major B's boxes; with K-major B any multiple of 8 (narrow
         # tiles), which the TMA epilogue stores as one unswizzled (64, bn) box per 64 rows.
         step = 8 if b_major == "K" else 64
@@ -185,6 +187,10 @@ class GemmConfig:
         if (fp8_out or f32_out) and c_transposed:
             raise ConfigError("epilogue", f"a transposed C (swapped products) goes out in 16 bits; "
                                           f"{'fp8 codes' if fp8_out else 'f32 values'} take epilogue='direct' there")
+        if epilogue == "rows" and (_OUT_BYTES[out] != 2 or fp8_out or batched or cluster_k != 1 or bn % 64):
+            raise ConfigError("epilogue", f"epilogue='rows' stores 16-bit outputs (bf16, f16) of one product in parts "
+                                          f"of 64 columns, without cluster_k; got out={out}, bn={bn}, "
+                                          f"batched={bool(batched)}, cluster_k={cluster_k}")
         if amax and not fp8_out:
             raise ConfigError("amax", f"amax goes with an fp8 output (out e4m3 or e5m2); got out={out}")
         #: the largest |value| of C (before ``scale_out``) is kept in an f32 argument (fp8 outputs)
@@ -304,8 +310,10 @@ class GemmConfig:
                 return (w,) * (parts - 1) + (last,) if 0 < last <= w else None
             return (bn // parts,) * parts if bn % parts == 0 else None
 
-        def c_bytes(parts, slots=1):  # (fp8 codes: one byte each)
+        def c_bytes(parts, slots=1):  # (fp8 codes: one byte each; "rows": one 64 x 64 16-bit block a consumer)
             w = widths(parts)
+            if epilogue == "rows":
+                return self.consumers * 64 * 64 * 2
             return self.consumers * slots * 64 * (w[0] if w else bn) * _OUT_BYTES[out] if epilogue == "tma" else 0
 
         def splits(parts):  # parts of 64-column multiples (swizzled blocks) or 8-column ones (unswizzled boxes,
@@ -314,6 +322,8 @@ class GemmConfig:
                 return w % 32 == 0
             if c_transposed:
                 return w % (8 if bn % 64 else 64) == 0
+            if epilogue == "rows":  # (parts of one 64-column block)
+                return w == 64
             return w % 64 == 0 or (w % 8 == 0 and not (fp8_out and epilogue == "tma"))
 
         if c_parts is None and f32_out and epilogue == "tma":
@@ -323,6 +333,8 @@ class GemmConfig:
             want = DEFAULT_STAGES.get((bm, bn), NARROW_STAGES if bn % 64 else 4) if stages is None else stages
             ok = [p for p in range(1, bn // 32 + 1) if splits(p)] or [1]  # (else refused below)
             c_parts = next((p for p in ok if (smem - c_bytes(p)) // self.stage_bytes >= want), ok[-1])
+        elif c_parts is None and epilogue == "rows":  # one 64-column block a part
+            c_parts = bn // 64
         elif c_parts is None:  # (by default a width that is a multiple of 64 keeps its swizzled blocks whole)
             fits = [(smem - c_bytes(p)) // self.stage_bytes for p in (1, 2)]
             c_parts = 2 if epilogue == "tma" and splits(2) and (bn % 128 == 0 or bn % 64) and fits[0] < 4 \
@@ -382,7 +394,7 @@ class GemmConfig:
             # 40, ptxas spills 24-32 bytes). With split-K ptxas spills 136-140 bytes in the
             # producer at 40 for one consumer or the direct epilogue (56 is clean), and 48 bytes
             # in the consumers of 128x256 with the TMA epilogue at 56 (224 each; 40 is clean).
-            if self.uses_workspace and (self.consumers == 1 or epilogue == "direct") or cluster_k == 2:
+            if self.uses_workspace and (self.consumers == 1 or epilogue != "tma") or cluster_k == 2:
                 producer_regs = 56  # (cluster_k: with 40 or 48 the producer's walk spills 112 / 48 bytes)
             elif self.blocks == 2 and cluster == 1:
                 # Consumers of 128 rows hold two accumulators: 240 registers each (at 232 a
@@ -420,7 +432,7 @@ class GemmConfig:
     def __repr__(self):
         return (f"GemmConfig({self.kind}, {self.bm}x{self.bn}x{self.bk}, stages={self.stages}, "
                 f"consumers={self.consumers}, {self.a_major}/{self.b_major}-major, epilogue={self.epilogue}"
-                f"{'/' + str(self.c_parts) if self.epilogue == 'tma' else ''}"
+                f"{'/' + str(self.c_parts) if self.epilogue != 'direct' else ''}"
                 f"{' in 2 slots' if self.c_slots == 2 else ''}"
                 f"{', cluster=' + str(self.cluster) if self.cluster > 1 else ''}"
                 f"{' sharing A' if self.multicast == 'A' else ''}"

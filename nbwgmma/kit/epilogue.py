@@ -39,13 +39,15 @@ from .. import backend
 from ..errors import KitError, is_int
 from ..intrinsics import (
     acc_stmatrix_swizzled, acc_to_bf16x2, acc_to_f16x2, bulk_commit_group, bulk_wait_group_read, ex2_approx,
-    fence_proxy_async_shared, rcp_approx, tanh_approx, tma_store_2d, tma_store_3d,
+    fence_proxy_async_shared, ld_shared_b32, rcp_approx, st_global_b16, st_global_b16x2, tanh_approx, tma_store_2d,
+    tma_store_3d,
 )
 from .device import inlined
 from .typecheck import count_check, fragment_check, number_check, vector_check, wgmma_n
 from .warpgroup import warpgroup_sync
 
-__all__ = ["acc_map", "acc_map4", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "tma_store_part_3d",
+__all__ = ["acc_map", "acc_map4", "col_values", "VECTOR_TYPES", "tma_store_part", "tma_store_block", "store_rows_part",
+           "tma_store_part_3d",
            "tma_store_block_3d", "activation", "ACTIVATIONS", "relu", "gelu", "gelu_tanh",
            "gelu_tanh_approx", "silu", "sigmoid", "value_coords"]
 
@@ -169,6 +171,44 @@ def tma_store_block(buf, ct, cw, tmap_c, col, row):
 
 
 @inlined
+def store_rows_part(regs, buf, ct, cw, out, row, col):
+    """Store one 64 x 64 part of C (``regs``: warpgroup ``cw``'s packed 16-bit registers, thread
+    ``ct``, as :func:`tma_store_part` takes them) into the 2-D 16-bit
+    array ``out`` at [``row`` + r, ``col`` + c], clipped to ``out``'s shape, where TMA cannot
+    write it: rows not 16 bytes apart (an odd number of columns), a start off 16 bytes. ``out``'s
+    columns must be contiguous (its rows any stride). The part goes through the 128B-swizzled
+    shared block ``buf`` (8 KiB, 1 KiB aligned; the warpgroup meets before writing it, so one
+    block serves part after part); then each warp stores a row at a time, lane ``l`` its columns
+    ``2l, 2l + 1`` (``st_global_b16x2``: 4 bytes where the row's pair is 4-byte aligned, else two
+    2-byte stores), so a warp's stores are one contiguous run of the row. Storing the
+    fragment from the registers instead puts each warp's store across 8 rows in 4-byte pieces,
+    2-byte ones where the rows' addresses are odd multiples of 2 (an odd N), each behind its own
+    bounds test (BENCHMARKS.md, 2026-12-04). The warpgroup meets on named barrier ``1 + cw``."""
+    _rows_regs(regs)
+    warpgroup_sync(cw)  # (every thread has read the block's part before)
+    acc_stmatrix_swizzled(regs, buf, ct, 128, "128B")
+    warpgroup_sync(cw)
+    m, n = out.shape
+    w = ct >> 5
+    lane = ct & 31
+    c = col + 2 * lane
+    if c < n:
+        step = out.strides[0]
+        off = (row + w) * step + c * 2
+        both = c + 1 < n
+        chunk = (lane & 3) << 2
+        for i in range(16):
+            r = 4 * i + w
+            if row + r < m:
+                v = ld_shared_b32(buf + r * 128 + ((((lane >> 2) ^ (r & 7)) << 4) | chunk))
+                if both:
+                    st_global_b16x2(out, off, v)
+                else:
+                    st_global_b16(out, off, v)
+            off += 4 * step
+
+
+@inlined
 def tma_store_part_3d(regs, buf, ct, cw, tmap_c, col, row, batch):
     """:func:`tma_store_part` into matrix ``batch`` of a 3-D map of a batch of outputs
     (``(batch, rows, columns)``, box (1, 64, 64), the 128B swizzle): rows past the matrix's end
@@ -212,6 +252,8 @@ _PACKS = {None: None, "bf16": acc_to_bf16x2, "f16": acc_to_f16x2}
 
 
 _part_regs = fragment_check("tma_store_part", 16, "regs", "a 64 x 64 part's packed 16-bit pairs, as "
+                             "acc_map(..., 64, pack=...) gives them; a wider part is stored 64 columns a call")
+_rows_regs = fragment_check("store_rows_part", 16, "regs", "a 64 x 64 part's packed 16-bit pairs, as "
                              "acc_map(..., 64, pack=...) gives them; a wider part is stored 64 columns a call")
 
 

@@ -37,6 +37,7 @@ def split(addr):
 #: The ``.shared::cluster`` form to name when a ``.shared::cta`` intrinsic is given a peer's address.
 CLUSTER_FORMS = {"mbarrier_arrive": "mbarrier_arrive_cluster(bar, cta)", "ld_shared_f32": "ld_shared_cluster_u32",
                  "st_shared_f32": "st_shared_cluster_u32", "ld_shared_v4_b32": "ld_shared_cluster_u32",
+                 "ld_shared_b32": "ld_shared_cluster_u32",
                  "st_shared_v4_b32": "st_shared_cluster_u32"}
 
 

@@ -92,20 +92,36 @@ def _ld_v4(addr):
     return tuple(np.uint32(v) for v in cta.image[off:off + 16].view(np.uint32))
 
 
-@impl("st_global_v4_b32")
-def _st_global_v4(array, offset, x, y, z, w):
+def _global_store(array, offset, data: np.ndarray, op: str, align: int):
+    """Write ``data``'s bytes at byte ``offset`` from the first element of ``array`` (inside one
+    of its rows: the bytes are contiguous there), which must be ``align``-byte aligned."""
     a = np.asarray(array)
     off = int(offset)
-    if off % 16 or a.ctypes.data % 16:
-        raise SimHazard(f"thread {me().thread_id} at {me().where}: st.global.v4.b32 needs a 16-byte aligned address; "
+    if (a.ctypes.data + off) % align:
+        raise SimHazard(f"thread {me().thread_id} at {me().where}: {op} needs a {align}-byte aligned address; "
                         f"got byte {off} of an array at 0x{a.ctypes.data:x}")
     idx, rest = [], off
     for st in a.strides:  # the element holding the first byte (row-major strides, as kernels index)
         idx.append(rest // st)
         rest %= st
     row = a[tuple(idx[:-1])] if a.ndim > 1 else a
-    start = idx[-1] * a.strides[-1]
-    row.view(np.uint8)[start:start + 16] = np.array([x, y, z, w], np.uint32).view(np.uint8)
+    start = idx[-1] * a.strides[-1] + rest
+    row.view(np.uint8)[start:start + data.nbytes] = data.view(np.uint8)
+
+
+@impl("st_global_v4_b32")
+def _st_global_v4(array, offset, x, y, z, w):
+    _global_store(array, offset, np.array([x, y, z, w], np.uint32), "st.global.v4.b32", 16)
+
+
+@impl("st_global_b16x2")
+def _st_global_b16x2(array, offset, v):
+    _global_store(array, offset, np.array([v], np.uint32).view(np.uint16), "st.global.b16", 2)
+
+
+@impl("st_global_b16")
+def _st_global_b16(array, offset, v):
+    _global_store(array, offset, np.array([int(v) & 0xFFFF], np.uint16), "st.global.b16", 2)
 
 
 def _f32_place(addr, op):
@@ -118,12 +134,22 @@ def _f32_place(addr, op):
     return th, cta, off
 
 
+def _ld_word(addr, op, dtype):
+    """The 4-byte word of ``dtype`` at a 4-byte aligned shared address (``ld.shared.f32`` / ``.b32``)."""
+    th, cta, off = _f32_place(addr, op)
+    with th.cl.lock:
+        cta.shadow.check_observed(th, np.arange(off, off + 4), op, generic=True)
+    return dtype(cta.image[off:off + 4].view(dtype)[0])
+
+
 @impl("ld_shared_f32")
 def _ld_f32(addr):
-    th, cta, off = _f32_place(addr, "ld.shared.f32")
-    with th.cl.lock:
-        cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared.f32", generic=True)
-    return np.float32(cta.image[off:off + 4].view(np.float32)[0])
+    return _ld_word(addr, "ld.shared.f32", np.float32)
+
+
+@impl("ld_shared_b32")
+def _ld_b32(addr):
+    return _ld_word(addr, "ld.shared.b32", np.uint32)
 
 
 @impl("st_shared_f32")
