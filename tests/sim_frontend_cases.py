@@ -471,3 +471,32 @@ def test_rows_epilogue_into_a_view_with_a_bias_and_an_activation():
     got = decode_elements(np.ascontiguousarray(h[:, 1:n + 1]).view(np.uint8).reshape(m, -1), "bf16")
     np.testing.assert_array_equal(got, np.maximum(a @ b + bias, 0))
     assert (h[:, 0] == BF16_NAN).all() and (h[:, n + 1:] == BF16_NAN).all()
+
+
+def test_rows_epilogue_under_stream_k_a_user_function_and_c_in_place(monkeypatch):
+    """The rows epilogue wherever the store is called: stream-K's tiles shared by CTAs (summed, then
+    stored a row per warp), a user epilogue function (mapped per part before staging, its column
+    the part's), and beta * C read from out itself (each part read before it is written)."""
+    from nbwgmma.frontend.matmul import last_plan
+    from nbwgmma.kit import inlined
+
+    on_a_gpu_of(monkeypatch, 3, "reverse")
+    got, want = run("bf16", 130, 192, 131, hi=1, config={"stream_k": 1, "bm": 128, "bn": 64}, seed=5)
+    assert last_plan().cfg.epilogue == "rows" and last_plan().cfg.stream_k
+    np.testing.assert_array_equal(got, want)
+
+    @inlined
+    def twice_plus_col(v, row, col):
+        return v * 2 + col
+
+    got, want = run("bf16", 70, 32, 67, hi=1, epilogue=twice_plus_col)
+    assert last_plan().cfg.epilogue == "rows"
+    np.testing.assert_array_equal(got, want * 2 + np.arange(67))
+    rng = np.random.default_rng(2)
+    m, k, n = 66, 32, 67
+    a, b = rng.integers(-1, 2, (m, k)).astype(np.float64), rng.integers(-1, 2, (k, n)).astype(np.float64)
+    c0 = rng.integers(-3, 4, (m, n)).astype(np.float64)
+    out = cuda.to_device(bits(c0, "bf16"))
+    matmul(cuda.to_device(bits(a, "bf16")), cuda.to_device(bits(b, "bf16")), out=out, c=out, beta=1.0, in_dtype="bf16")
+    assert last_plan().cfg.epilogue == "rows"
+    np.testing.assert_array_equal(host(out, "bf16"), a @ b + c0)
