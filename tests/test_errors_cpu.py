@@ -188,7 +188,7 @@ CASES = {
     "config-regs": (f16(8, 16), f16(16, 8), {"config": {"producer_regs": 41}, "out": _out()}, MatmulError,
                     "config['producer_regs'] must be a multiple of 8 from 24 to 256"),
     "config-epilogue": (f16(8, 16), f16(16, 8), {"config": {"epilogue": "fast"}, "out": _out()}, MatmulError,
-                        "config['epilogue'] must be 'tma' or 'direct'; got 'fast'"),
+                        "config['epilogue'] must be 'tma', 'direct' or 'rows'; got 'fast'"),
     "config-tma-pitch": (f16(8, 16), f16(16, 8), {"config": {"epilogue": "tma"}, "out": _pitched((8, 8), np.float32, 36)},
                          MatmulError, "config['epilogue'] 'tma' needs a row-major out with 16-byte aligned rows; got f32 "
                                       "with strides (36, 4)"),
