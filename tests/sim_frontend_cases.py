@@ -248,8 +248,13 @@ def _odd_strides():
     (lambda: (_a(), _a("f16", (16, 8))), {"out": _a("f16", (8, 9))}, MatmulError, "shape (8, 8)"),
     (lambda: (_odd_strides(), _a("f16", (16, 8))), {}, MatmulError, "a (copied first: TMA cannot read it in place) "
      "has strides (35, 2) bytes, not multiples of its element size (2 bytes)"),
+    (lambda: (_a(), _a("f16", (16, 8))), {"config": {"epilogue": "rows"}, "out": _a("f16", (8, 8)).T}, MatmulError,
+     "config['epilogue'] 'rows' needs an out whose columns are contiguous; got f16 with strides (2, 16)"),
+    (lambda: (_a(), _a("f16", (16, 8))), {"config": {"epilogue": "rows", "swap": 1}}, MatmulError,
+     "config['epilogue'] 'rows' does not take a swapped product"),
 ], ids=["inner", "types", "bf16-needs-in_dtype", "in_dtype-size", "in_dtype-float", "in_dtype-name", "host",
-        "cupy", "config-value", "config-key", "out-shape", "stride-not-elements"])
+        "cupy", "config-value", "config-key", "out-shape", "stride-not-elements", "rows-column-major-out",
+        "rows-swapped"])
 def test_bad_input_is_the_gpu_paths_error(args, kw, err, msg):
     a, b = args()
     with pytest.raises(err) as exc:
@@ -500,3 +505,20 @@ def test_rows_epilogue_under_stream_k_a_user_function_and_c_in_place(monkeypatch
     matmul(cuda.to_device(bits(a, "bf16")), cuda.to_device(bits(b, "bf16")), out=out, c=out, beta=1.0, in_dtype="bf16")
     assert last_plan().cfg.epilogue == "rows"
     np.testing.assert_array_equal(host(out, "bf16"), a @ b + c0)
+
+
+def test_rows_epilogue_into_reversed_rows_and_not_with_two_slots():
+    """The rows epilogue into an out of a negative row stride (its rows stored upwards) is exact;
+    a c_slots=2 (which the rows epilogue does not take) keeps the register stores."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    rng = np.random.default_rng(4)
+    m, k, n = 70, 32, 67
+    a, b = rng.integers(-1, 2, (m, k)).astype(np.float64), rng.integers(-1, 2, (k, n)).astype(np.float64)
+    base = cuda.to_device(np.full((m, n), BF16_NAN, np.uint16))
+    matmul(cuda.to_device(bits(a, "bf16")), cuda.to_device(bits(b, "bf16")), out=base[::-1], in_dtype="bf16")
+    assert last_plan().cfg.epilogue == "rows"
+    np.testing.assert_array_equal(host(base, "bf16")[::-1], a @ b)
+    got, want = run("bf16", 70, 32, 131, hi=1, config={"bm": 128, "bn": 128, "c_parts": 2, "c_slots": 2})
+    assert last_plan().cfg.epilogue == "direct"
+    np.testing.assert_array_equal(got, want)

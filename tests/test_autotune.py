@@ -30,6 +30,14 @@ def fresh(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.parametrize("m, n, k", [(4096, 50257, 768), (200, 50257, 768), (100, 777, 513), (1000, 777, 512)])
+def test_candidates_of_outputs_stored_a_row_per_warp(sms_132, m, n, k):
+    """A problem whose 16-bit out TMA cannot write (the rows epilogue) has candidates: the stage
+    counts are probed with a 16-bit out, as the rows epilogue takes (with f32 it raised)."""
+    cands = autotune.candidates("f32.bf16.bf16", m, n, k, "rows", {"bm": 128, "bn": 128})
+    assert cands[0] == {} and len(cands) >= 2
+
+
 @pytest.mark.parametrize("m, n, k", SHAPES)
 @pytest.mark.parametrize("kind, epilogue", [("f32.bf16.bf16", "tma"), ("f32.e4m3.e4m3", "tma"),
                                             ("f32.f16.f16", "direct")])

@@ -712,3 +712,5 @@ def test_rows_epilogue_config_rules():
             GemmConfig("f32.bf16.bf16", epilogue="rows", **{"out": "bf16", **kw})
     with pytest.raises(ConfigError, match="'tma', 'direct' or 'rows'"):
         GemmConfig(epilogue="register")
+    with pytest.raises(ConfigError, match="one block a consumer"):  # (c_slots=2 put consumer 1's past the smem)
+        GemmConfig("f32.bf16.bf16", bm=128, bn=128, epilogue="rows", c_parts=2, c_slots=2)

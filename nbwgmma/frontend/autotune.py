@@ -93,7 +93,7 @@ def _stages_that_fit(kind, bm, bn, epilogue, upto=8):
 
     for s in range(upto, 1, -1):
         try:
-            GemmConfig(kind, bm=bm, bn=bn, stages=s, epilogue=epilogue, out="bf16" if epilogue == "tma" else "f32")
+            GemmConfig(kind, bm=bm, bn=bn, stages=s, epilogue=epilogue, out="f32" if epilogue == "direct" else "bf16")
             return s
         except ValueError:
             continue
@@ -143,7 +143,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
         if bm > 64:  # two consumers: their default already takes as many stages as pay (GemmConfig)
             continue
         default_stages = GemmConfig(kind, bm=bm, bn=bn, epilogue=epilogue,
-                                    out="bf16" if epilogue == "tma" else "f32").stages
+                                    out="f32" if epilogue == "direct" else "bf16").stages
         deepest = _stages_that_fit(kind, bm, bn, epilogue)
         if deepest is not None and deepest > default_stages:
             out.append({"bm": bm, "bn": bn, "stages": deepest})

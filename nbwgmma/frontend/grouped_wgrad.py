@@ -19,7 +19,7 @@ from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
 from .args import check_apart, described, empty_rows16, holds, stream_of, type_name
 from .arrays import ArrayInfo
-from .views import launch_copy, nb_stream, numba_view, padded_shape, tensor_map
+from .views import copy_params, launch_copy, nb_stream, numba_view, padded_shape, tensor_map
 
 __all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends", "out_type"]
 
@@ -42,9 +42,14 @@ def _in_place(info: ArrayInfo, inner: int, outer: int):
     return (rows, cols), (pitch // es, 1)
 
 
-def _copied(x, info: ArrayInfo, transpose: bool, stream):
+def _copied(x, info: ArrayInfo, transpose: bool, stream, name: str):
     """A fresh [rows, cols_pad] copy of ``x`` (or ``x.T`` with ``transpose``), its rows padded
-    to 16 bytes with zeros, and its TMA view."""
+    to 16 bytes with zeros, and its TMA view; an operand the copy cannot step (strides not whole
+    elements) is a MatmulError naming it (``name``)."""
+    try:
+        copy_params(info, transpose)
+    except ValueError as e:
+        raise MatmulError(f"grouped_matmul: {name} (copied first: TMA cannot read it in place) {e}") from None
     rows, cols, pad = padded_shape(info, transpose)
     es = info.itemsize
     if _SIM:  # host memory: numpy copies it at once (the copy kernel would take a Python thread per element)
@@ -155,11 +160,11 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
     view_a = _in_place(ia, 0, 1)
     src_a, keep_a = a, view_a is None
     if keep_a:
-        src_a, view_a = _copied(a, ia, True, st)
+        src_a, view_a = _copied(a, ia, True, st, "A")
     view_b = _in_place(ib, 1, 0)
     src_b, keep_b = b, view_b is None
     if keep_b:
-        src_b, view_b = _copied(b, ib, False, st)
+        src_b, view_b = _copied(b, ib, False, st, "B")
     ptr_a = ia.ptr if not keep_a else described(src_a, "A", "grouped_matmul").ptr
     ptr_b = ib.ptr if not keep_b else described(src_b, "B", "grouped_matmul").ptr
     tma_a = tensor_map(src_a, ptr_a, ta, (64, 64), view_a, keep=keep_a)

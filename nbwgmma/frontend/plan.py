@@ -235,6 +235,11 @@ class Plan:
             # row per warp; 1.25-1.35x the register stores at 64-256 x 128 on an H200, but 0.85-0.99x
             # at 128 x 256 (BENCHMARKS.md, 2026-12-04), which keeps them
             epilogue = "rows"
+        if epilogue == "rows" and (self.swap or (self.mnk[1] > 1 and io.strides[1] != io.itemsize)):
+            raise MatmulError("matmul: config['epilogue'] 'rows' does not take a swapped product (its kernel writes "
+                              "out^T), config['swap'] = 0 does" if self.swap else
+                              f"matmul: config['epilogue'] 'rows' needs an out whose columns are contiguous; got "
+                              f"{odt} with strides {io.strides}")
         if epilogue == "tma" and not tma_ok:
             raise MatmulError(f"matmul: config['epilogue'] 'tma' needs a row-major out with 16-byte aligned "
                               f"rows{' and, swapped, tiles of 128 rows or more and a 16-bit out' if self.swap else ''}"

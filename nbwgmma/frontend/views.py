@@ -130,12 +130,13 @@ def copy_params(info: ArrayInfo, transpose: bool, batch=None) -> tuple:
     (d0, s0), (d1, s1) = batch_dims(*batch) if batch is not None else ((1, 0), (1, 0))
     dims = [(d0, s0), (d1, s1), *zip(view.shape, view.strides)]
     if any(st % es for _, st in dims):
-        raise ValueError(f"has strides {info.strides} bytes, not multiples of its element size ({es} bytes)")
+        lead = "" if batch is None else f" (its batch's {(s0, s1)})"
+        raise ValueError(f"has strides {info.strides}{lead} bytes, not multiples of its element size ({es} bytes)")
     lo = sum((d - 1) * st for d, st in dims if st < 0 and d > 1)
     hi = sum((d - 1) * st for d, st in dims if st > 0 and d > 1)
     (p, q), (s_row, s_col) = view.shape, (st // es for st in view.strides)
     span = (p - 1) * abs(s_row) + (q - 1) * abs(s_col)
-    wide = min(s_row, s_col, s0, s1) < 0 or max(span + 1, rows * kpad) > 0xFFFFFFFF
+    wide = any(st < 0 and d > 1 for d, st in dims) or max(span + 1, rows * kpad) > 0xFFFFFFFF
     params = (rows, kpad, d0 * d1, cols, -lo // es, s_row, s_col, max(d1, 1), s0 // es, s1 // es, int(flag))
     return info.ptr + lo, (hi - lo) // es + 1, params, wide
 

@@ -357,6 +357,9 @@ class GemmConfig:
                                          f"(of 64 for fp8 codes or a transposed C of 64-column multiples, of 32 for "
                                          f"f32 values; a transposed C of other widths in parts of one multiple of 8 "
                                          f"but the last); got {c_parts} for bn={bn}")
+        if epilogue == "rows" and c_slots != 1:
+            raise ConfigError("c_slots", f"epilogue='rows' stages its parts through one block a consumer (c_slots=1); "
+                                         f"got c_slots={c_slots}")
         if c_slots not in (1, 2) or (c_slots == 2 and c_parts == 1):
             raise ConfigError("c_slots", f"c_slots must be 1, or 2 with c_parts > 1 (the parts go through the two in "
                                          f"turn: give c_parts too); got {c_slots} with c_parts={c_parts}")

@@ -4,7 +4,14 @@ cluster barriers, fences, ``elect.sync``, cluster ids and addresses, ``setmaxnre
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
+
+try:
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # (NumPy 1.x)
+    from numpy import byte_bounds
 
 from .address import addr_of, split, split_local
 from .core import (RANK_SHIFT, PhasedBarrier, SimHazard, SimStopped, acquire, collective, me, release, warp_members,
@@ -93,20 +100,20 @@ def _ld_v4(addr):
 
 
 def _global_store(array, offset, data: np.ndarray, op: str, align: int):
-    """Write ``data``'s bytes at byte ``offset`` from the first element of ``array`` (inside one
-    of its rows: the bytes are contiguous there), which must be ``align``-byte aligned."""
+    """Write ``data``'s bytes at byte ``offset`` from the first element of ``array``, as the
+    hardware does (the address of the first element plus ``offset``, any strides, negative ones
+    too), which must be ``align``-byte aligned and inside the bytes the array spans."""
     a = np.asarray(array)
-    off = int(offset)
-    if (a.ctypes.data + off) % align:
-        raise SimHazard(f"thread {me().thread_id} at {me().where}: {op} needs a {align}-byte aligned address; "
-                        f"got byte {off} of an array at 0x{a.ctypes.data:x}")
-    idx, rest = [], off
-    for st in a.strides:  # the element holding the first byte (row-major strides, as kernels index)
-        idx.append(rest // st)
-        rest %= st
-    row = a[tuple(idx[:-1])] if a.ndim > 1 else a
-    start = idx[-1] * a.strides[-1] + rest
-    row.view(np.uint8)[start:start + data.nbytes] = data.view(np.uint8)
+    th = me()
+    addr = a.ctypes.data + int(offset)
+    if addr % align:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} needs a {align}-byte aligned address; "
+                        f"got byte {int(offset)} of an array at 0x{a.ctypes.data:x}")
+    lo, hi = byte_bounds(a)
+    if not lo <= addr <= addr + data.nbytes <= hi:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} of {data.nbytes} bytes at byte {int(offset)} of an "
+                        f"array spanning bytes {lo - a.ctypes.data} to {hi - a.ctypes.data}: outside it")
+    np.frombuffer((ctypes.c_uint8 * data.nbytes).from_address(addr), np.uint8)[:] = data.view(np.uint8)
 
 
 @impl("st_global_v4_b32")
