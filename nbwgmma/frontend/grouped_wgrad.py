@@ -47,7 +47,7 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream, name: str):
     to 16 bytes with zeros, and its TMA view; an operand the copy cannot step (strides not whole
     elements) is a MatmulError naming it (``name``)."""
     try:
-        copy_params(info, transpose)
+        params = copy_params(info, transpose)
     except ValueError as e:
         raise MatmulError(f"grouped_matmul: {name} (copied first: TMA cannot read it in place) {e}") from None
     rows, cols, pad = padded_shape(info, transpose)
@@ -58,7 +58,7 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream, name: str):
         dst[:, :cols] = h.T if transpose else h
         return cuda.to_device(dst), ((rows, cols), (pad, 1))
     dst = cuda.device_array((rows, pad), dtype=np.dtype(f"u{es}"), stream=nb_stream(stream))
-    launch_copy(info, transpose, dst, stream)
+    launch_copy(params, es, dst, stream)
     return dst, ((rows, cols), (pad, 1))
 
 

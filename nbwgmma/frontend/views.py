@@ -141,19 +141,18 @@ def copy_params(info: ArrayInfo, transpose: bool, batch=None) -> tuple:
     return info.ptr + lo, (hi - lo) // es + 1, params, wide
 
 
-def launch_copy(info: ArrayInfo, transpose: bool, dst, stream_handle: int, batch=None):
-    """Launch the padded copy of ``info`` (or its transpose; ``batch`` as :func:`kmajor_copy`
-    takes it) into ``dst``, a C-contiguous [count,] rows x kpad device array of ``info``'s
-    element size, on the stream ``stream_handle`` (a one-off copy: Numba's launch)."""
+def launch_copy(params: tuple, itemsize: int, dst, stream_handle: int):
+    """Launch the padded copy that ``params`` (:func:`copy_params`' result) describes into
+    ``dst``, a C-contiguous [count,] rows x kpad device array of ``itemsize``-byte elements, on
+    the stream ``stream_handle`` (a one-off copy: Numba's launch)."""
     from ..kernels.copy import COPY_BLOCK, copy_grid, pad_copy_kernel, pad_copy_wide_kernel, sized_to_data
 
-    lo, extent, params, wide = copy_params(info, transpose, batch)
-    raw = np.dtype(f"u{info.itemsize}").str
-    src = _Described(lo, (extent,), (info.itemsize,), raw)
+    lo, extent, args, wide = params
+    src = _Described(lo, (extent,), (itemsize,), np.dtype(f"u{itemsize}").str)
     kern = pad_copy_wide_kernel if wide else pad_copy_kernel
     with sized_to_data():
-        kern[copy_grid(*params[:3]), COPY_BLOCK, nb_stream(stream_handle)](
-            cuda.as_cuda_array(src), dst.reshape(dst.size), *params)
+        kern[copy_grid(*args[:3]), COPY_BLOCK, nb_stream(stream_handle)](
+            cuda.as_cuda_array(src), dst.reshape(dst.size), *args)
 
 
 class StagedCopy:

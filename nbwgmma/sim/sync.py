@@ -1,20 +1,14 @@
 """Simulated synchronization: mbarriers (phases, arrivals, transaction bytes), named, CTA and
-cluster barriers, fences, ``elect.sync``, cluster ids and addresses, ``setmaxnreg``, ``trap``,
-``griddepcontrol`` (no-ops: grids run one after another)."""
+cluster barriers, fences, ``elect.sync``, cluster ids, ``setmaxnreg``, ``trap``,
+``griddepcontrol`` (no-ops: grids run one after another). Addresses and plain loads and stores:
+:mod:`nbwgmma.sim.address`."""
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
-try:
-    from numpy.lib.array_utils import byte_bounds
-except ImportError:  # (NumPy 1.x)
-    from numpy import byte_bounds
-
-from .address import addr_of, split, split_local
-from .core import (RANK_SHIFT, PhasedBarrier, SimHazard, SimStopped, acquire, collective, me, release, warp_members,
+from .address import addr_of, mapa, split, split_local
+from .core import (PhasedBarrier, SimHazard, SimStopped, acquire, collective, me, release, warp_members,
                    warpgroup_members)
 from .declare import IMPLS, impl
 from .shadow import note_remote
@@ -57,123 +51,6 @@ def _cluster_id(axis):
 @impl("cluster_ctaid")
 def _cluster_ctaid(axis):
     return np.uint32(me().cta.local["xyz".index(axis)])
-
-
-@impl("mapa")
-def mapa(addr, cta):
-    return np.uint32((int(cta) << RANK_SHIFT) | (int(addr) & ((1 << RANK_SHIFT) - 1)))
-
-
-@impl("st_shared_cluster_u32")
-def _st_cluster(addr, value):
-    th = me()
-    cta, off = split(addr)
-    with th.cl.lock:
-        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared::cluster")
-    cta.image[off:off + 4].view(np.uint32)[0] = np.uint32(value)
-
-
-def _v4_place(addr, op):
-    """(thread, CTA, offset) of a 16-byte shared access, which must be 16-byte aligned."""
-    th = me()
-    cta, off = split_local(addr)
-    if off % 16:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} needs a 16-byte aligned address; "
-                        f"got 0x{int(addr):x}")
-    return th, cta, off
-
-
-@impl("st_shared_v4_b32")
-def _st_v4(addr, x, y, z, w):
-    th, cta, off = _v4_place(addr, "st.shared.v4.b32")
-    with th.cl.lock:
-        cta.shadow.generic_write(th, np.arange(off, off + 16), "st.shared.v4.b32")
-    cta.image[off:off + 16].view(np.uint32)[:] = np.array([x, y, z, w], np.uint32)
-
-
-@impl("ld_shared_v4_b32")
-def _ld_v4(addr):
-    th, cta, off = _v4_place(addr, "ld.shared.v4.b32")
-    with th.cl.lock:
-        cta.shadow.check_observed(th, np.arange(off, off + 16), "ld.shared.v4.b32", generic=True)
-    return tuple(np.uint32(v) for v in cta.image[off:off + 16].view(np.uint32))
-
-
-def _global_store(array, offset, data: np.ndarray, op: str, align: int):
-    """Write ``data``'s bytes at byte ``offset`` from the first element of ``array``, as the
-    hardware does (the address of the first element plus ``offset``, any strides, negative ones
-    too), which must be ``align``-byte aligned and inside the bytes the array spans."""
-    a = np.asarray(array)
-    th = me()
-    addr = a.ctypes.data + int(offset)
-    if addr % align:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} needs a {align}-byte aligned address; "
-                        f"got byte {int(offset)} of an array at 0x{a.ctypes.data:x}")
-    lo, hi = byte_bounds(a)
-    if not lo <= addr <= addr + data.nbytes <= hi:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} of {data.nbytes} bytes at byte {int(offset)} of an "
-                        f"array spanning bytes {lo - a.ctypes.data} to {hi - a.ctypes.data}: outside it")
-    np.frombuffer((ctypes.c_uint8 * data.nbytes).from_address(addr), np.uint8)[:] = data.view(np.uint8)
-
-
-@impl("st_global_v4_b32")
-def _st_global_v4(array, offset, x, y, z, w):
-    _global_store(array, offset, np.array([x, y, z, w], np.uint32), "st.global.v4.b32", 16)
-
-
-@impl("st_global_b16x2")
-def _st_global_b16x2(array, offset, v):
-    _global_store(array, offset, np.array([v], np.uint32).view(np.uint16), "st.global.b16", 2)
-
-
-@impl("st_global_b16")
-def _st_global_b16(array, offset, v):
-    _global_store(array, offset, np.array([int(v) & 0xFFFF], np.uint16), "st.global.b16", 2)
-
-
-def _f32_place(addr, op):
-    """(thread, CTA, offset) of a 4-byte shared access, which must be 4-byte aligned."""
-    th = me()
-    cta, off = split_local(addr)
-    if off % 4:
-        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} needs a 4-byte aligned address; "
-                        f"got 0x{int(addr):x}")
-    return th, cta, off
-
-
-def _ld_word(addr, op, dtype):
-    """The 4-byte word of ``dtype`` at a 4-byte aligned shared address (``ld.shared.f32`` / ``.b32``)."""
-    th, cta, off = _f32_place(addr, op)
-    with th.cl.lock:
-        cta.shadow.check_observed(th, np.arange(off, off + 4), op, generic=True)
-    return dtype(cta.image[off:off + 4].view(dtype)[0])
-
-
-@impl("ld_shared_f32")
-def _ld_f32(addr):
-    return _ld_word(addr, "ld.shared.f32", np.float32)
-
-
-@impl("ld_shared_b32")
-def _ld_b32(addr):
-    return _ld_word(addr, "ld.shared.b32", np.uint32)
-
-
-@impl("st_shared_f32")
-def _st_f32(addr, v):
-    th, cta, off = _f32_place(addr, "st.shared.f32")
-    with th.cl.lock:
-        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared.f32")
-    cta.image[off:off + 4].view(np.float32)[0] = np.float32(v)
-
-
-@impl("ld_shared_cluster_u32")
-def _ld_cluster(addr):
-    th = me()
-    cta, off = split(addr)
-    with th.cl.lock:
-        cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared::cluster", generic=True)
-    return np.uint32(cta.image[off:off + 4].view(np.uint32)[0])
 
 
 @impl("named_barrier_sync")
