@@ -12,6 +12,7 @@ import numpy as np
 from numba import cuda
 
 from .. import sim
+from ..capture import hold, relaxed
 from ..errors import ConfigError, MatmulError, MatmulTypeError, is_int
 from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
@@ -376,16 +377,30 @@ def stand_in(device):
     a kernel built without it does not read (an absent bias, a side without a scale array, C
     where TMA stores it)."""
     d = _STAND_INS.get(device)
-    if d is None:
-        d = _STAND_INS[device] = cuda.to_device(np.ones((1, 1), np.float32))
+    if d is None:  # (made on a stream of its own, maybe while a capture is under way: nbwgmma.capture)
+        with relaxed():
+            s = cuda.stream()
+            d = _STAND_INS[device] = cuda.to_device(np.ones((1, 1), np.float32), stream=s)
+            s.synchronize()
     return d
 
 
-def stream_scratch(floats: int, tiles: int) -> tuple:
+def stream_scratch(floats: int, tiles: int, captured=None) -> tuple:
     """Scratch for the launches of one stream (split-K's and stream-K's): ``floats`` f32 values of
     partial tiles, ``tiles`` int32 counters at zero (each launch leaves them so), and the two
-    arrays' launch parameter values (none in the simulator, which launches with the arrays)."""
-    ws, counters = cuda.device_array(floats, np.float32), cuda.to_device(np.zeros(tiles, np.int32))
+    arrays' launch parameter values (none in the simulator, which launches with the arrays).
+    ``captured``: the raw handle of a stream capturing into a CUDA graph, for the graph's own
+    scratch (held for the life of the process), its counters zeroed by a memset the graph
+    replays (:mod:`nbwgmma.capture`)."""
+    if captured is not None:
+        from numba.cuda.cudadrv.driver import device_memset
+
+        with relaxed():
+            ws, counters = cuda.device_array(floats, np.float32), cuda.device_array(tiles, np.int32)
+        hold(ws, counters)
+        device_memset(counters, 0, counters.nbytes, stream=cuda.external_stream(captured))
+    else:
+        ws, counters = cuda.device_array(floats, np.float32), cuda.to_device(np.zeros(tiles, np.int32))
     values = () if sim.enabled() else tuple(v for x in (ws, counters) for v in array_arg_values(
         x.__cuda_array_interface__["data"][0], x.shape, x.strides, x.dtype.itemsize))
     return ws, counters, values

@@ -51,6 +51,7 @@ import os
 import statistics
 import time
 
+from ..capture import is_capturing
 from ..layout.kinds import wgmma_kind
 from .tiles import (NARROW_BN, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile, pick_small_m, rank_tiles,
                     swapped_config)
@@ -354,10 +355,15 @@ def pick(ms, rounds_ms) -> tuple:
 def choose(key, make_configs, run, stream, built=None):
     """The tuned config for ``key``: known already, or chosen now among ``make_configs()``
     (the default ``{}`` first) timed with ``run(config)`` on ``stream`` (``built(config)``: whether
-    its kernel needs no compile; see :func:`warm_within_budget`)."""
+    its kernel needs no compile; see :func:`warm_within_budget`). On a stream capturing into a CUDA
+    graph nothing can be timed: an unknown class takes the default, not remembered."""
     global last
     _load()
     entry = _MEMO.get(key)
+    if entry is None and is_capturing(int(stream)):
+        last = {"key": key, "config": {}, "ms": None, "source": "captured", "seconds": None, "margin": None,
+                "skipped": 0}
+        return {}
     if entry is None:
         configs = make_configs()
         t = time.perf_counter()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import sim
+from ..capture import hold, is_capturing, relaxed_call
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
@@ -96,6 +97,11 @@ def _validate(offs, lib, masked, total, groups):
         check_ends(offs, lib, total, groups, f"A's {total} rows")
 
 
+def _call_stream(a, b, offs, *args, stream=None, **kwargs):
+    return 0 if _SIM else stream_of(lib_of(a), stream)
+
+
+@relaxed_call(_call_stream)  # (a call captured into a CUDA graph may compile, load and allocate: nbwgmma.capture)
 def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, stream=None, validate=False, bias=None,
                    activation=None, scale_a=None, scale_b=None):
     """``out[rows of group g] = activation(a[rows of group g] @ b[g] + bias[g])`` for the groups
@@ -168,6 +174,9 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
             raise MatmulError(f"grouped_matmul: {name} must be on device {ia.device} like A; got {info.device}")
 
     def check_offs(total):
+        if validate and not _SIM and is_capturing(stream_of(lib_of(a), stream)):
+            raise MatmulError("grouped_matmul: validate=True reads offs on the host, which a call captured into a "
+                              "CUDA graph cannot (its offs are read at each replay); validate outside the capture")
         if validate:
             _validate(offs, lib_of(a), masked, total, groups)
 
@@ -215,6 +224,9 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         io = ArrayInfo(io.ptr, (total, n), io.strides[1:], *tuple(io)[3:])
     check_offs(total)
     bias32, gb = _group_bias(bias, groups, n, ia.device, lib)  # (checked before anything returns)
+    captured = not _SIM and is_capturing(stream_of(lib, stream))  # (nbwgmma.capture)
+    if captured and bias32 is not None:
+        hold(bias32)  # (a converted copy: the graph reads it at each replay)
     if total == 0 or n == 0 or groups == 0:
         return out
     if k == 0:

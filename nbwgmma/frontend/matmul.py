@@ -16,6 +16,7 @@ from __future__ import annotations
 from numba.core.errors import NumbaError
 
 from .. import sim
+from ..capture import hold, is_capturing, relaxed
 from ..errors import MatmulError
 from .args import (
     array_error, check_c_apart, check_call, described, empty_like_lib, empty_rows16, lib_of, output, real_arg,
@@ -188,6 +189,28 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             r = q(a, b, scale_a, scale_b, bias)
             if r is not None:
                 return r
+    # the full path: a call captured into a CUDA graph may compile, load and allocate (nbwgmma.capture)
+    captured = not _SIM and _capturing(a, stream)
+    with relaxed(captured):
+        return _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, out_dtype, scale_a,
+                     scale_b, stream, config, in_dtype, scale_out, amax, quick, variant if quick else None,
+                     scale if quick else None, skey, captured)
+
+
+def _capturing(a, stream) -> bool:
+    """Whether the call's stream is capturing into a CUDA graph (False where it cannot be told:
+    the call's checks name the argument)."""
+    try:
+        return is_capturing(stream_of(lib_of(a), stream))
+    except Exception:  # noqa: BLE001 - a stream or array the full path refuses
+        return False
+
+
+def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, out_dtype, scale_a, scale_b, stream,
+          config, in_dtype, scale_out, amax, quick, variant, scale, skey, captured):
+    """:func:`matmul` past its quick paths (``quick``: a plain call, its ``variant`` and ``scale``
+    as :func:`matmul` computed them; ``skey``: a block-scaled call's quick key or None;
+    ``captured``: the call is being captured into a CUDA graph)."""
     try:
         ia, ib = array_info(a), array_info(b)
     except TypeError as e:  # a host array, an unknown object, an element type nothing here reads
@@ -275,6 +298,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
             # a user function's vectors read as the bias is (numbers: f32 arguments)
             extras = tuple(float(x) if info is None else bias_operand(x, info, own)
                            for x, info in zip(epilogue_args, infos))
+            if captured:  # (vectors converted for the kernel: the graph reads them at each replay)
+                hold(*(x[1] for x in (vec, *extras) if isinstance(x, tuple)))
             epi = {key: v for key, v in (("bias", where), ("act", activation), ("user", ufn)) if v is not None}
             if vec is not None:
                 epi["bias_type"] = vec[0].dtype

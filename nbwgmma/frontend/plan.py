@@ -40,6 +40,7 @@ import numpy as np
 from numba import cuda  # every call needs it: imported with the package, not by the first call
 
 from .. import sim
+from ..capture import is_capturing, relaxed
 from ..errors import ConfigError, MatmulError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..launch import array_arg_types, array_arg_values
@@ -300,23 +301,28 @@ class Plan:
             return self._map(i, x, info.ptr, path[1], tdt, box)
         bat = None if self.batch is None else self._depth(i)
         key = (i, stream_key(stream), threading.get_ident())
-        staged = self._staged.get(key)
+        captured = not _SIM and is_capturing(stream)  # (a graph's own buffer: nbwgmma.capture)
+        staged = None if captured else self._staged.get(key)
         if staged is None:
             try:  # (the simulator checks what the copy kernels take, then copies with numpy)
                 if _SIM:
                     copy_params(info, is_b, bat)
                 else:
-                    staged = self._staged[key] = [StagedCopy(info, is_b, bat), None]
+                    with relaxed(captured):
+                        staged = [StagedCopy(info, is_b, bat, captured), None]
+                    if not captured:
+                        self._staged[key] = staged
             except ValueError as e:  # (a stride neither TMA nor the copy kernels can step)
                 name = "ab"[i ^ bool(self.swap)]  # (a swapped plan's kernel reads b as its A)
                 raise MatmulError(f"matmul: {name} (copied first: TMA cannot read it in place) {e}") from None
         if _SIM:
             cp, staged = kmajor_copy(x, info, is_b, bat), None
         else:  # the plan's staging copy of this operand for this stream and host thread
-            cp = staged[0](info, stream)
+            with relaxed(captured):
+                cp = staged[0](info, stream)
             if staged[1] is not None:
                 return staged[1]
-            if not staged[0].kept:
+            if not staged[0].kept or captured:
                 staged = None
         ci = array_info(cp)
         v = tma_view(ci, ci.shape[-2], info.shape[0] if is_b else info.shape[1], ci.strides[-2], ci.strides[-1])
@@ -398,13 +404,16 @@ class Plan:
     def workspace(self, stream_handle):
         """Split-K or stream-K scratch of this plan on one stream (launches on a stream run in
         order, so they can share it): (partials, counters, their launch parameter values)."""
-        w = self.workspaces.get(stream_key(stream_handle))
+        captured = not _SIM and is_capturing(stream_handle)  # (a graph's own scratch: nbwgmma.capture)
+        w = None if captured else self.workspaces.get(stream_key(stream_handle))
         if w is None:
             cfg = self.cfg
             m, n, _ = self.mnk
             tiles = math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn)
             parts = 2 * self.launch_shape(None, None)[0] if cfg.stream_k else tiles * cfg.split  # (2 per CTA)
-            w = self.workspaces[stream_key(stream_handle)] = stream_scratch(parts * cfg.bm * cfg.bn, tiles)
+            w = stream_scratch(parts * cfg.bm * cfg.bn, tiles, stream_handle if captured else None)
+            if not captured:
+                self.workspaces[stream_key(stream_handle)] = w
         return w
 
     def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0, bias=None):

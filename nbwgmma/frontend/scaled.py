@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import sim
+from ..capture import is_capturing
 from ..errors import MatmulError, MatmulTypeError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
@@ -144,7 +145,9 @@ def _scratch(device, stream, floats: int, tiles: int):
     """Stream-K's scratch on one stream (launches on a stream run in order, so they share it):
     f32 partial tiles and one int32 counter per tile, zero (each launch leaves them so); it grows
     (doubling) for a larger launch, where a plan's (:meth:`Plan.workspace`) has its own launch's
-    size."""
+    size. On a stream capturing into a CUDA graph: the graph's own (:mod:`nbwgmma.capture`)."""
+    if not _SIM and is_capturing(stream):
+        return stream_scratch(floats, tiles, stream)
     key = (device, stream_key(stream))
     have = _SCRATCH.get(key)
     if have is None or have[0].size < floats or have[1].size < tiles:

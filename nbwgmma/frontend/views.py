@@ -10,6 +10,7 @@ import numpy as np
 from numba import cuda
 
 from .. import sim
+from ..capture import hold
 from .args import NP_OF
 from .arrays import ArrayInfo, host_view, numpy_dtype
 
@@ -165,9 +166,11 @@ class StagedCopy:
     1000 x 777 x 513 product (K = 513: rows not 16 bytes apart) took 1604 us a call; so, 18 us
     (torch.mm: 20 us; measured on an H200). The copy kernel reads the operand along its contiguous
     dimension (a transposed read where that is the destination's column). Not in the simulator
-    (:func:`kmajor_copy` there). Raises ValueError where :func:`copy_params` does."""
+    (:func:`kmajor_copy` there). With ``captured`` (made for a call captured into a CUDA graph):
+    the graph's own buffer, held for the life of the process (:mod:`nbwgmma.capture`). Raises
+    ValueError where :func:`copy_params` does."""
 
-    def __init__(self, info: ArrayInfo, transpose: bool, batch=None):
+    def __init__(self, info: ArrayInfo, transpose: bool, batch=None, captured=False):
         from ..kernels.copy import copy_grid
 
         rows, _, kpad = padded_shape(info, transpose)
@@ -177,13 +180,16 @@ class StagedCopy:
         count = self.params[2]
         self.shape = (rows, kpad) if batch is None else (count, rows, kpad)
         nbytes = count * rows * kpad * info.itemsize
-        self.kept = _KEPT[0] + nbytes <= STAGING_KEEP_BYTES
+        self.kept = captured or _KEPT[0] + nbytes <= STAGING_KEEP_BYTES
         self.dst = self.flat = None
         if self.kept:
             self.dst = cuda.device_array(self.shape, dtype=self.raw)
             self.flat = self.dst.reshape(self.dst.size)  # (the kernel's view: one dimension)
-            _KEPT[0] += nbytes
-            weakref.finalize(self, _forget, nbytes)
+            if captured:
+                hold(self.dst)
+            else:
+                _KEPT[0] += nbytes
+                weakref.finalize(self, _forget, nbytes)
         self.grid = copy_grid(rows, kpad, count)
         self.prepared = None
 

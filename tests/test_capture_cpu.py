@@ -1,0 +1,92 @@
+"""nbwgmma.capture without a GPU: the thread's capture mode relaxed and restored around a block
+(a stand-in driver records the calls), the legacy stream never asked about, a decorated function
+keeping its signature and its errors, and held buffers counted."""
+
+import ctypes
+import inspect
+
+import pytest
+
+from nbwgmma import capture
+
+
+class _Driver:
+    """cuStreamIsCapturing and cuThreadExchangeStreamCaptureMode as ctypes would call them."""
+
+    def __init__(self, capturing=()):
+        self.capturing, self.mode, self.calls = set(capturing), 0, []
+
+    def is_capturing(self, handle, status):
+        self.calls.append(("is", handle.value))
+        ctypes.cast(status, ctypes.POINTER(ctypes.c_int))[0] = int(handle.value in self.capturing)
+        return 0
+
+    def exchange(self, mode):
+        p = ctypes.cast(mode, ctypes.POINTER(ctypes.c_int))
+        old, self.mode = self.mode, p[0]
+        p[0] = old
+        self.calls.append(("mode", self.mode))
+        return 0
+
+
+@pytest.fixture
+def driver(monkeypatch):
+    d = _Driver(capturing={0x1234})
+    monkeypatch.setattr(capture, "_driver", lambda: (d.is_capturing, d.exchange))
+    return d
+
+
+def test_relaxed_sets_the_mode_and_restores_it_even_on_an_error(driver):
+    with capture.relaxed():
+        assert driver.mode == 2  # CU_STREAM_CAPTURE_MODE_RELAXED
+    assert driver.mode == 0
+    with pytest.raises(KeyError):
+        with capture.relaxed():
+            raise KeyError("x")
+    assert driver.mode == 0
+    with capture.relaxed(False):
+        assert driver.mode == 0
+    assert [c for c in driver.calls if c[0] == "mode"] == [("mode", 2), ("mode", 0)] * 2
+
+
+def test_is_capturing_asks_about_a_stream_but_never_the_legacy_one(driver):
+    assert capture.is_capturing(0x1234) and not capture.is_capturing(0x99)
+    assert not capture.is_capturing(0)
+    assert driver.calls == [("is", 0x1234), ("is", 0x99)]
+
+
+def test_relaxed_call_relaxes_only_a_capturing_call_and_keeps_the_function(driver):
+    @capture.relaxed_call(lambda x, stream=None: stream)
+    def f(x, *, stream=None):
+        """doc"""
+        if x is None:
+            raise ValueError("no x")
+        return driver.mode
+
+    assert f.__doc__ == "doc" and str(inspect.signature(f)) == "(x, *, stream=None)"
+    assert f(1, stream=0x1234) == 2 and f(1, stream=0x99) == 0 and driver.mode == 0
+    with pytest.raises(ValueError, match="no x"):
+        f(None, stream=0x1234)
+    assert driver.mode == 0
+
+    @capture.relaxed_call(lambda x, stream=None: int(stream))  # a stream it cannot tell: runs as it is
+    def g(x, *, stream=None):
+        return driver.mode
+
+    assert g(1, stream="not a stream") == 0
+
+
+def test_without_a_driver_nothing_is_capturing(monkeypatch):
+    monkeypatch.setattr(capture, "_driver", lambda: None)
+    assert not capture.is_capturing(0x1234)
+    with capture.relaxed():
+        pass
+
+
+def test_held_buffers_are_counted(monkeypatch):
+    monkeypatch.setattr(capture, "_HELD", [])
+    import numpy as np
+
+    a, b = np.zeros(10, np.float32), np.zeros(3, np.int32)
+    assert capture.hold(a, b) is a
+    assert capture.held_bytes() == 52

@@ -1,0 +1,141 @@
+"""matmul captured in a CUDA graph (``torch.cuda.graph``, as ``torch.compile(mode="reduce-overhead")``
+captures it) and replayed with new inputs: every path that keeps state between calls (staging
+buffers, split-K and stream-K scratch, the rows epilogue, amax, batches) against float64.
+
+Each case is captured twice: after a warm-up call on another stream (PyTorch's recipe), and as
+the first call of its plan ever (the compile and every allocation inside the capture)."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+from nbwgmma import matmul  # noqa: E402
+
+# name: (a's shape, b's shape (stored transposed where "t"), matmul's keywords)
+CASES = {
+    "tma": ((256, 512), (384, 512, "t"), {}),
+    "staged_k": ((200, 513), (300, 513, "t"), {}),
+    "rows_out": ((256, 512), (1001, 512, "t"), {}),
+    "split_k": ((128, 4096), (256, 4096, "t"), {"config": {"bm": 128, "bn": 128, "split": 4}}),
+    "stream_k": ((384, 1024), (512, 1024, "t"), {"config": {"bm": 128, "bn": 128, "stream_k": 1}}),
+    "bias_gelu": ((256, 512), (384, 512, "t"), {"bias": (384,), "activation": "gelu_tanh"}),
+    "batched": ((3, 200, 256), (3, 320, 256, "t"), {}),
+    "few_rows": ((16, 2048), (1024, 2048, "t"), {}),
+}
+
+
+def _fill(tensors, gen):
+    for t in tensors:
+        t.copy_(torch.randn(t.shape, device="cuda", generator=gen) / t.shape[-1] ** 0.5)
+
+
+def _reference(a, b, kw):
+    r = a.double() @ b.double()
+    if "bias" in kw:
+        r = torch.nn.functional.gelu(r + kw["bias"].double(), approximate="tanh")
+    return r
+
+
+def _setup(name, shift):
+    (sa, sb, kw) = CASES[name]
+    # a per-capture size shift makes the no-warm-up capture a plan never seen before in the process
+    sa = (*sa[:-2], sa[-2] + shift, sa[-1])
+    a = torch.empty(sa, device="cuda", dtype=torch.bfloat16)
+    bs = torch.empty(sb[:-1], device="cuda", dtype=torch.bfloat16)
+    b = bs.transpose(-1, -2)
+    kw = dict(kw)
+    vectors = []
+    if "bias" in kw:
+        kw["bias"] = torch.empty(kw["bias"], device="cuda", dtype=torch.bfloat16)
+        vectors.append(kw["bias"])
+    out = torch.empty((*sa[:-1], b.shape[-1]), device="cuda", dtype=torch.bfloat16)
+    return a, bs, b, kw, out, [a, bs, *vectors]
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warmed", "cold"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_replays_follow_new_inputs(name, warm):
+    a, _, b, kw, out, inputs = _setup(name, 0 if warm else 8)
+    gen = torch.Generator(device="cuda").manual_seed(len(name))
+    _fill(inputs, gen)
+    if warm:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            matmul(a, b, out=out, **kw)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        matmul(a, b, out=out, **kw)
+    for _ in range(2):
+        _fill(inputs, gen)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = _reference(a, b, kw)
+        rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
+        assert torch.isfinite(out).all() and rel <= 1e-2, (name, rel)
+
+
+def test_fp8_out_with_amax_replays():
+    """e4m3 out with amax: the graph holds the atomic max; the caller zeroes amax before each replay
+    (as before each eager call)."""
+    m, n, k = 256, 384, 512
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    a = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+    bs = torch.empty(n, k, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.float8_e4m3fn)
+    amax = torch.zeros(1, device="cuda", dtype=torch.float32)
+    _fill([a, bs], gen)
+    matmul(a, bs.t(), out=out, amax=amax, scale_out=2.0)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        amax.zero_()
+        matmul(a, bs.t(), out=out, amax=amax, scale_out=2.0)
+    for _ in range(2):
+        _fill([a, bs], gen)
+        amax.fill_(float("nan"))
+        out.view(torch.uint8).fill_(0x7F)  # e4m3 NaN
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = a.double() @ bs.double().t()
+        want = (2.0 * ref).clamp(-448, 448)
+        err = (out.double() - want).abs()
+        assert bool((err <= want.abs() * 2 ** -4 + 2 ** -9).all()), float(err.max())  # (3 mantissa bits)
+        assert abs(float(amax) - float(ref.abs().max())) <= 1e-3 * float(ref.abs().max())
+
+
+@pytest.mark.parametrize("config", [None, {"bm": 128, "bn": 128, "split": 3}], ids=["plain", "split_k"])
+def test_cupy_stream_capture_replays(config):
+    """CuPy's capture (``Stream.begin_capture``) of a call whose operands are staged (K = 515: rows
+    not 16 bytes apart) as its first call: the staging buffers and scratch outlive the capture."""
+    cupy = pytest.importorskip("cupy")
+    import numpy as np
+
+    m, n, k = 300, 260, 515 + (config is not None) * 2048
+    rng = np.random.default_rng(k)
+    a = cupy.empty((m, k), cupy.float16)
+    b = cupy.empty((k, n), cupy.float16)
+    out = cupy.full((m, n), np.nan, cupy.float16)
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        matmul(a, b, out=out, stream=s, config=config)
+        graph = s.end_capture()
+    for _ in range(2):
+        ha = rng.standard_normal((m, k)).astype(np.float16)
+        hb = (rng.standard_normal((k, n)) / k ** 0.5).astype(np.float16)
+        a.set(ha)
+        b.set(hb)
+        out.fill(np.nan)
+        cupy.cuda.Device().synchronize()
+        graph.launch(stream=s)
+        s.synchronize()
+        ref = ha.astype(np.float64) @ hb.astype(np.float64)
+        got = cupy.asnumpy(out).astype(np.float64)
+        rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert np.isfinite(got).all() and rel <= 1e-2, rel
