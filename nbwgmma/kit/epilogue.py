@@ -193,19 +193,28 @@ def store_rows_part(regs, buf, ct, cw, out, row, col):
     lane = ct & 31
     c = col + 2 * lane
     if c < n:
+        # all 16 rows' pairs read before any is stored (one shared-memory latency, not 16); row
+        # 4i + w's pair sits at the swizzled chunk (lane / 4) ^ (w + 4 (i & 1)) of its 128 bytes
+        chunk = (lane & 3) << 2
+        even = buf + w * 128 + ((((lane >> 2) ^ w) << 4) | chunk)
+        odd = buf + (w + 4) * 128 + ((((lane >> 2) ^ (w + 4)) << 4) | chunk)
+        vals = cuda.local.array(16, np.uint32)
+        for j in range(8):
+            vals[2 * j] = ld_shared_b32(even + j * 1024)
+            vals[2 * j + 1] = ld_shared_b32(odd + j * 1024)
         step = out.strides[0]
         off = (row + w) * step + c * 2
-        both = c + 1 < n
-        chunk = (lane & 3) << 2
-        for i in range(16):
-            r = 4 * i + w
-            if row + r < m:
-                v = ld_shared_b32(buf + r * 128 + ((((lane >> 2) ^ (r & 7)) << 4) | chunk))
-                if both:
-                    st_global_b16x2(out, off, v)
-                else:
-                    st_global_b16(out, off, v)
-            off += 4 * step
+        left = m - row - w  # (rows of this warp's from here: row 4i + w is stored where 4i < left)
+        if c + 1 < n:
+            for i in range(16):
+                if 4 * i < left:
+                    st_global_b16x2(out, off, vals[i])
+                off += 4 * step
+        else:
+            for i in range(16):
+                if 4 * i < left:
+                    st_global_b16(out, off, vals[i])
+                off += 4 * step
 
 
 @inlined
