@@ -13,7 +13,9 @@ buffers they were given at capture. So:
   is destroyed;
 * scratch that must start at zero is zeroed by a memset captured into the graph, so each replay
   starts from zero;
-* nothing is timed (``config="auto"`` takes the tile model's pick where no tuned choice is known).
+* nothing is timed (``config="auto"`` takes the tile model's pick where no tuned choice is known);
+* a tensor map's 128-byte device copy (:mod:`nbwgmma.tma`) is made on a stream of its own with
+  the mode relaxed, and one made during a captured call is held where the map cache is full.
 
 The stream test is the driver's ``cuStreamIsCapturing`` (through ctypes: about a microsecond)."""
 
@@ -24,11 +26,13 @@ import ctypes
 import functools
 import os
 import sys
+import threading
 
-__all__ = ["is_capturing", "relaxed", "relaxed_call", "hold", "held_bytes"]
+__all__ = ["is_capturing", "relaxed", "relaxed_call", "calling", "call_captured", "hold", "held_bytes"]
 
 _RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED
 _HELD: list = []  # buffers captured kernels use (kept: a graph may replay at any time)
+_CALL = threading.local()  # .stream: the raw handle of this thread's call under way (calling())
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,13 +89,26 @@ def relaxed_call(stream_of_call):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             try:
-                active = is_capturing(stream_of_call(*args, **kwargs))
+                handle = stream_of_call(*args, **kwargs)
+                calling(handle)
+                active = is_capturing(handle)
             except Exception:  # noqa: BLE001 - an argument the function refuses
                 active = False
             with relaxed(active):
                 return fn(*args, **kwargs)
         return call
     return wrap
+
+
+def calling(stream_handle: int) -> None:
+    """Record ``stream_handle`` as the stream of the call under way on this thread (a tensor map's
+    device copy made during it asks :func:`call_captured` whether to hold it)."""
+    _CALL.stream = stream_handle
+
+
+def call_captured() -> bool:
+    """Whether the stream :func:`calling` last recorded on this thread is capturing."""
+    return is_capturing(getattr(_CALL, "stream", 0))
 
 
 def hold(*buffers):

@@ -183,9 +183,9 @@ def _check_inside(info, shape, strides_b, es) -> None:
 
 #: Device copies of encoded maps, by their parameters. The 128 bytes depend on nothing
 #: else, so a map made again for the same tensor (every call of a user's launch function,
-#: say) reuses the copy: no allocation and no synchronous host-to-device copy, which would
-#: wait for all the GPU's queued work. Entries are kept for the process (a few hundred
-#: bytes each); a copy is never freed while a kernel might still read it.
+#: say) reuses the copy: no allocation and no synchronous host-to-device copy (made on a
+#: stream of its own, so it waits for no queued kernel). Entries are kept for the process (a
+#: few hundred bytes each); a copy is never freed while a kernel might still read it.
 _DEVICE_MAPS: dict = {}
 _DEVICE_MAPS_LIMIT = 4096
 
@@ -196,12 +196,39 @@ def _device_map(params: TensorMapParams) -> tuple:
     if hit is None:
         from numba import cuda
 
+        from .capture import call_captured, hold, relaxed
+
         opaque = _encode(params)
-        dev = cuda.to_device(opaque)  # 256-byte aligned allocation
+        # (allowed while a capture is under way; a stream of its own waits for no queued work)
+        with relaxed():
+            up = _upload_stream()
+            dev = cuda.to_device(opaque, stream=up)  # 256-byte aligned allocation
+            up.synchronize()
         hit = (opaque, dev, int(dev.__cuda_array_interface__["data"][0]))
         if len(_DEVICE_MAPS) < _DEVICE_MAPS_LIMIT:
             _DEVICE_MAPS[params] = hit
+        elif call_captured():  # (a graph's kernel reads it at every replay: nbwgmma.capture)
+            hold(dev)
     return hit
+
+
+_UPLOAD: dict = {}  # device id -> the maps' upload stream
+
+
+def _upload_stream():
+    """A non-blocking stream of the current device for the maps' uploads (made once)."""
+    from numba import cuda
+
+    dev = cuda.get_current_device().id
+    s = _UPLOAD.get(dev)
+    if s is None:
+        from cuda.bindings import driver as drv
+
+        err, handle = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"tensor map: cuStreamCreate failed: {err}")
+        s = _UPLOAD[dev] = cuda.external_stream(int(handle))
+    return s
 
 
 class TensorMap:

@@ -40,7 +40,7 @@ import numpy as np
 from numba import cuda  # every call needs it: imported with the package, not by the first call
 
 from .. import sim
-from ..capture import is_capturing, relaxed
+from ..capture import calling, is_capturing, relaxed
 from ..errors import ConfigError, MatmulError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..launch import array_arg_types, array_arg_values
@@ -340,6 +340,7 @@ class Plan:
         (info, owner) of a plan's C, added as ``beta * C``; ``extras``: a user epilogue's, each a
         vector as ``bias`` or a number; an fp8 output's ``scale_out`` and ``amax``, (info, owner) of
         a one-element f32 array)."""
+        calling(stream_handle)  # (maps made now ask whether it captures: nbwgmma.capture)
         if self.swap:
             a, ia, b, ib, io = b, transposed(ib), a, transposed(ia), transposed(io)
             c = None if c is None else (transposed(c[0]), c[1])
@@ -419,6 +420,7 @@ class Plan:
     def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0, bias=None):
         """A repeat of the plan's first call with new pointers, operands of the same shapes and
         strides (``bias`` as :meth:`__call__` takes it); an operand TMA cannot read is staged again."""
+        calling(stream_handle)
         if self.swap:
             a, pa, b, pb, io = b, pb, a, pa, transposed(io)
         if self.a_path[1] is not None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import sim
-from ..capture import is_capturing
+from ..capture import calling, is_capturing
 from ..errors import MatmulError, MatmulTypeError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
@@ -424,6 +424,7 @@ class ScaledQuick:
     def launch(self, st, a, pa, b, pb, out, po, psa, psb, pbias):
         """Launch on stream ``st`` with A, B and C at ``pa``, ``pb``, ``po``, the scales at
         ``psa``, ``psb`` and the bias at ``pbias`` (for a side without one: anything)."""
+        calling(st)  # (maps made now ask whether it captures: nbwgmma.capture)
         m, n, k = self.mnk
         cfg, (adt, bdt, odt) = self.cfg, self.types
         ta = tensor_map(a, pa, adt, (128, 128), self.views[0], keep=False).address
