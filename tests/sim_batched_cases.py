@@ -296,11 +296,15 @@ def test_one_operand_for_every_product(form):
     np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), want)
 
 
-@pytest.mark.parametrize("odt, n", [("f16", 20), ("f32", 27), ("e4m3", 40), ("bf16", 12)])
-def test_an_output_tma_cannot_write_is_stored_from_the_registers(odt, n):
+@pytest.mark.parametrize("odt, n, tile", [("f16", 20, (64, 64)), ("f32", 27, (64, 64)), ("e4m3", 40, (64, 64)),
+                                          ("bf16", 12, (64, 64)), ("bf16", 131, (256, 128))])
+def test_an_output_tma_cannot_write_goes_out_into_each_products_matrix(odt, n, tile):
     """A given contiguous out whose rows are not 16 bytes apart (torch.bmm's out of an odd width):
-    each tile's product stored from the registers into its matrix (the tails in M and N must not
-    reach the next matrix); a bias and relu ride along, and fp8 codes with amax."""
+    each tile's product stored into its matrix, 16-bit ones a row per warp through shared memory
+    (the rows epilogue), others from the registers (the tails in M and N must not reach the next
+    matrix); a bias and relu ride along, and fp8 codes with amax."""
+    from nbwgmma.frontend.matmul import last_plan
+
     rng = np.random.default_rng(9)
     nb, m, k, hi = (3, 70, 8, 1) if odt == "e4m3" else (3, 70, 40, 3)  # (fp8 codes: integers up to 16 exact)
     a, da = batch(nb, m, k, "f16", True, rng, hi)
@@ -308,8 +312,10 @@ def test_an_output_tma_cannot_write_is_stored_from_the_registers(odt, n):
     bias = rng.integers(-4, 5, n).astype(np.float32)
     out = poisoned((nb, m, n), odt)
     kw = {"amax": cuda.to_device(np.zeros(1, np.float32)), "out_dtype": "e4m3"} if odt == "e4m3" else {}
-    got = matmul(da, db, out=out, bias=cuda.to_device(bias), activation="relu", config={"bm": 64, "bn": 64}, **kw)
+    config = {"bm": tile[0], "bn": tile[1]} | ({"consumers": 2} if tile[0] == 256 else {})
+    got = matmul(da, db, out=out, bias=cuda.to_device(bias), activation="relu", config=config, **kw)
     assert got is out
+    assert last_plan().cfg.epilogue == ("rows" if odt in ("f16", "bf16") else "direct")
     want = np.maximum(np.einsum("bmk,bkn->bmn", a, b) + bias, 0)
     np.testing.assert_array_equal(decoded(out.copy_to_host(), odt), want)
     if odt == "e4m3":

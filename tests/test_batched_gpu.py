@@ -113,13 +113,18 @@ def test_repeated_calls_take_the_quick_path_with_new_data():
 
 
 @pytest.mark.parametrize("dtype, odt", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32)])
-def test_an_out_tma_cannot_write_is_stored_from_the_registers(dtype, odt):
-    """torch.bmm's contiguous out of an odd width (rows not 16 bytes apart): written from the
-    registers, each product into its matrix; a second call takes the quick path."""
+def test_an_out_tma_cannot_write_goes_into_each_products_matrix(dtype, odt):
+    """torch.bmm's contiguous out of an odd width (rows not 16 bytes apart): each product into its
+    matrix, a 16-bit one a row per warp through shared memory (the rows epilogue), f32 from the
+    registers; a second call takes the quick path."""
+    from nbwgmma.frontend.matmul import last_plan
+
     for seed in range(2):
         a, b = operands(12, 1000, 777, 513, dtype, seed=seed)
         out = torch.full((12, 1000, 777), float("nan"), device="cuda", dtype=odt)
         assert matmul(a, b, out=out) is out
+        if seed == 0:
+            assert last_plan().cfg.epilogue == ("rows" if odt == torch.bfloat16 else "direct"), last_plan().cfg
         assert torch.isfinite(out).all() and rel(out, a.double() @ b.double()) <= 1e-2
 
 

@@ -674,7 +674,9 @@ def test_padded_copy_kernels_compile_to_tiles():
 
 
 @pytest.mark.parametrize("bm, bn, kw", [(128, 256, ()), (256, 128, (("consumers", 2),)), (128, 128, (("split", 2),)),
-                                        (128, 256, (("bias", "col"), ("act", "gelu_tanh")))])
+                                        (128, 256, (("bias", "col"), ("act", "gelu_tanh"))),
+                                        (128, 192, (("batched", True),)),
+                                        (256, 128, (("batched", True), ("consumers", 2)))])
 def test_rows_epilogue_kernels_compile_clean(bm, bn, kw, report_batch):
     """The rows epilogue (16-bit rows TMA cannot write): each 64 x 64 part staged with 16 stmatrix
     and read back a row per warp (16 4-byte shared loads a thread), stored in 4-byte pieces where a
@@ -684,11 +686,14 @@ def test_rows_epilogue_kernels_compile_clean(bm, bn, kw, report_batch):
     def job(bm, bn, kw):
         kw = dict(kw)  # (the batch's keys: hashable)
         cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, out="bf16", epilogue="rows", **kw)
-        sig = [types.uint64, types.uint64, types.uint16[:, :], types.int32, types.int32, types.int32, types.float32]
+        c = types.uint16[:, :, :] if kw.get("batched") else types.uint16[:, :]  # (a batch's: 3-D)
+        sig = [types.uint64, types.uint64, c, types.int32, types.int32, types.int32, types.float32]
         if kw.get("split"):
             sig += [types.float32[::1], types.int32[::1]]
         if kw.get("bias"):
             sig.append(types.float32[::1])
+        if kw.get("batched"):
+            sig.append(types.int32)
         return gemm_kernel(cfg), tuple(sig), None
 
     rep = report_batch(job)
@@ -703,10 +708,12 @@ def test_rows_epilogue_kernels_compile_clean(bm, bn, kw, report_batch):
 
 
 def test_rows_epilogue_config_rules():
-    """epilogue='rows' takes 16-bit outputs of one product in parts of 64 columns, no cluster_k."""
+    """epilogue='rows' takes 16-bit outputs (of one product or a batch) in parts of 64 columns, no
+    cluster_k."""
     from nbwgmma.errors import ConfigError
 
-    for kw, msg in (({"out": "f32"}, "out=f32"), ({"bn": 224}, "bn=224"), ({"batched": True}, "batched=True"),
+    assert GemmConfig("f32.bf16.bf16", bm=128, bn=192, out="bf16", epilogue="rows", batched=True).c_parts == 3
+    for kw, msg in (({"out": "f32"}, "out=f32"), ({"bn": 224}, "bn=224"),
                     ({"cluster_k": 2, "bm": 128, "bn": 128}, "cluster_k=2"), ({"out": "e4m3"}, "out=e4m3")):
         with pytest.raises(ConfigError, match=msg):
             GemmConfig("f32.bf16.bf16", epilogue="rows", **{"out": "bf16", **kw})

@@ -107,9 +107,10 @@ class Plan:
                 from ..launch import device_limits
 
                 sms = device_limits()["multiprocessors"]
-                free = not ({"cluster", "split", "epilogue", "stages", "stream_k", "c_parts", "c_slots", "consumers",
-                             "multicast", "producer_regs", "consumer_regs"} & set(given)
-                            or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM or batch)
+                untied = not ({"cluster", "split", "epilogue", "stages", "stream_k", "c_parts", "c_slots", "consumers",
+                               "multicast", "producer_regs", "consumer_regs"} & set(given)
+                              or given.get("cluster_k", 1) != 1 or given.get("swap") or _SIM)
+                free = untied and not batch
                 # (C^T tiles better; a swapped fp8 output is stored from the registers, not by TMA)
                 tma16 = tma_out and odt not in FP8_OUTS
                 if free and swappable and pick_swap(m, n, k, wk.input_bits, sms, tma16):
@@ -148,7 +149,7 @@ class Plan:
                 # below): 256 x 128 tiles for 128 x 256 ones, as many; on an H200 these ran 1.14-1.97x the
                 # register stores at 128 x 256, where the rows epilogue itself ran 0.85-0.99x them
                 # (not understood; BENCHMARKS.md, 2026-12-04)
-                if free and not tma_out and odt in ("bf16", "f16") and not opts.get("swap") and m >= 256 \
+                if untied and not tma_out and odt in ("bf16", "f16") and not opts.get("swap") and m >= 256 \
                         and (opts["bm"], opts["bn"]) == (128, 256) and io.strides[1] == io.itemsize:
                     opts.update(bm=256, bn=128, consumers=2)
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
@@ -229,7 +230,7 @@ class Plan:
             units = work_units(m, n, k, probe.bm, probe.bn, probe.bk, split=opts.get("split", 1))
             tma_ok = units > device_limits()["multiprocessors"]
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
-        if epilogue == "direct" and not asked and odt in ("bf16", "f16") and self.batch is None and not self.swap \
+        if epilogue == "direct" and not asked and odt in ("bf16", "f16") and not self.swap \
                 and probe.bn % 64 == 0 and probe.bn <= 192 and opts.get("cluster_k", 1) == 1 \
                 and (self.mnk[1] == 1 or io.strides[1] == io.itemsize):
             # 16-bit rows TMA cannot write (an odd N): a part at a time through shared memory, stored a

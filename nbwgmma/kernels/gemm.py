@@ -246,9 +246,14 @@ def _build(key):
             return acc_to_bf16x2(acc)
         return acc_to_f16x2(acc)
 
-    @inlined
-    def put_rows(regs, c, ctid, cw, row0, col0, cbase, first, ep):
-        store_rows_part(regs, cbase, ctid, cw, c, row0, col0)
+    if BATCHED:  # (c: the 3-D out and the tile's product: its matrix)
+        @inlined
+        def put_rows(regs, c, ctid, cw, row0, col0, cbase, first, ep):
+            store_rows_part(regs, cbase, ctid, cw, c[0][c[1]], row0, col0)
+    else:
+        @inlined
+        def put_rows(regs, c, ctid, cw, row0, col0, cbase, first, ep):
+            store_rows_part(regs, cbase, ctid, cw, c, row0, col0)
 
     store = parts_store(WIDTHS, 2 if VALUES else 4, SLOT_BYTES, C_SLOTS, put_part, packed, epi_parts) \
         if TMA_EPI else parts_store(WIDTHS, 4, SLOT_BYTES, 1, put_rows, packed, epi_parts) if ROWS else store_direct

@@ -187,10 +187,9 @@ class GemmConfig:
         if (fp8_out or f32_out) and c_transposed:
             raise ConfigError("epilogue", f"a transposed C (swapped products) goes out in 16 bits; "
                                           f"{'fp8 codes' if fp8_out else 'f32 values'} take epilogue='direct' there")
-        if epilogue == "rows" and (_OUT_BYTES[out] != 2 or fp8_out or batched or cluster_k != 1 or bn % 64):
-            raise ConfigError("epilogue", f"epilogue='rows' stores 16-bit outputs (bf16, f16) of one product in parts "
-                                          f"of 64 columns, without cluster_k; got out={out}, bn={bn}, "
-                                          f"batched={bool(batched)}, cluster_k={cluster_k}")
+        if epilogue == "rows" and (_OUT_BYTES[out] != 2 or fp8_out or cluster_k != 1 or bn % 64):
+            raise ConfigError("epilogue", f"epilogue='rows' stores 16-bit outputs (bf16, f16) in parts of 64 "
+                                          f"columns, without cluster_k; got out={out}, bn={bn}, cluster_k={cluster_k}")
         if amax and not fp8_out:
             raise ConfigError("amax", f"amax goes with an fp8 output (out e4m3 or e5m2); got out={out}")
         #: the largest |value| of C (before ``scale_out``) is kept in an f32 argument (fp8 outputs)
