@@ -444,6 +444,7 @@ def test_k_slices_of_two_consumers_are_exact(cfg):
     ("bf16", 70, 40, 131, {}),  # rows an odd number of elements apart: half of them start off 4 bytes
     ("f16", 130, 24, 197, {"config": {"bm": 128, "bn": 128}}),  # parts clipped at M and N
     ("bf16", 70, 40, 131, {"config": {"split": 2, "bm": 64, "bn": 64}}),  # K slices summed, then stored
+    ("bf16", 70, 24, 301, {"config": {"bm": 128, "bn": 256}}),  # four parts a consumer, the second tile clipped
 ])
 def test_rows_tma_cannot_write_go_through_shared_memory(t, m, k, n, kw):
     """An out whose rows are not 16 bytes apart (an odd N) takes the rows epilogue (each 64 x 64

@@ -675,7 +675,7 @@ def test_padded_copy_kernels_compile_to_tiles():
 
 @pytest.mark.parametrize("bm, bn, kw", [(128, 256, ()), (256, 128, (("consumers", 2),)), (128, 128, (("split", 2),)),
                                         (128, 256, (("bias", "col"), ("act", "gelu_tanh"))),
-                                        (128, 192, (("batched", True),)),
+                                        (128, 256, (("batched", True),)),
                                         (256, 128, (("batched", True), ("consumers", 2)))])
 def test_rows_epilogue_kernels_compile_clean(bm, bn, kw, report_batch):
     """The rows epilogue (16-bit rows TMA cannot write): each 64 x 64 part staged with 16 stmatrix

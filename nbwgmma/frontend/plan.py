@@ -146,9 +146,8 @@ class Plan:
                 if free and not opts.get("swap") and b_kmajor and odt not in FP8_OUTS:
                     opts.update(pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits, tma_out) or {})
                 # 16-bit rows TMA cannot write (an odd N) go out a row per warp (the "rows" epilogue
-                # below): 256 x 128 tiles for 128 x 256 ones, as many; on an H200 these ran 1.14-1.97x the
-                # register stores at 128 x 256, where the rows epilogue itself ran 0.85-0.99x them
-                # (not understood; BENCHMARKS.md, 2026-12-04)
+                # below): 256 x 128 tiles for 128 x 256 ones, as many; on an H200, with the rows epilogue,
+                # 0.99-1.21x 128 x 256 (BENCHMARKS.md, 2026-12-04)
                 if untied and not tma_out and odt in ("bf16", "f16") and not opts.get("swap") and m >= 256 \
                         and (opts["bm"], opts["bn"]) == (128, 256) and io.strides[1] == io.itemsize:
                     opts.update(bm=256, bn=128, consumers=2)
@@ -231,11 +230,11 @@ class Plan:
             tma_ok = units > device_limits()["multiprocessors"]
         epilogue = opts.pop("epilogue", "tma" if tma_ok else "direct")
         if epilogue == "direct" and not asked and odt in ("bf16", "f16") and not self.swap \
-                and probe.bn % 64 == 0 and probe.bn <= 192 and opts.get("cluster_k", 1) == 1 \
+                and probe.bn % 64 == 0 and opts.get("cluster_k", 1) == 1 \
                 and (self.mnk[1] == 1 or io.strides[1] == io.itemsize):
             # 16-bit rows TMA cannot write (an odd N): a part at a time through shared memory, stored a
-            # row per warp; 1.25-1.35x the register stores at 64-256 x 128 on an H200, but 0.85-0.99x
-            # at 128 x 256 (BENCHMARKS.md, 2026-12-04), which keeps them
+            # row per warp; on an H200 1.25-1.35x the register stores at 64-256 x 128, 1.1-2.2x at
+            # 128 x 256 (BENCHMARKS.md, 2026-12-04)
             epilogue = "rows"
         if epilogue == "rows" and (self.swap or (self.mnk[1] > 1 and io.strides[1] != io.itemsize)):
             raise MatmulError("matmul: config['epilogue'] 'rows' does not take a swapped product (its kernel writes "
