@@ -197,3 +197,29 @@ def test_compiled_reduce_overhead_mlp_follows_new_inputs():
             h = torch.nn.functional.gelu(x.double() @ w1.t() + b1, approximate="tanh").bfloat16().double()
             ref = h @ w2.t() + b2
             assert float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)) <= 1e-2, step
+
+
+@pytest.mark.parametrize("layout", ["K", "staged"])
+def test_sparse_weight_replays(layout):
+    """``x @ w24.t()`` with a 2:4-sparse weight captured as a first call: x read in place (K
+    contiguous) or copied K-major by PyTorch (M contiguous: the copy the graph's own). Exact on
+    small integers, new x at each replay."""
+    from nbwgmma import Sparse24
+
+    m, n, k = 300, 264, 512
+    g = torch.Generator(device="cuda").manual_seed(11)
+    w = torch.randint(-2, 3, (n, k), device="cuda", generator=g).bfloat16()
+    w24 = Sparse24.from_dense(w, prune=True)
+    dense = w24.to_dense().double()
+    x = torch.empty(m, k, device="cuda", dtype=torch.bfloat16) if layout == "K" else \
+        torch.empty(k, m, device="cuda", dtype=torch.bfloat16).t()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        matmul(x, w24.t(), out=out)
+    for _ in range(2):
+        x.copy_(torch.randint(-2, 3, (m, k), device="cuda", generator=g).bfloat16())
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out.double(), (x.double() @ dense.t()).bfloat16().double()), layout

@@ -150,7 +150,9 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     to a few tiles), with the same checks as on the GPU.
     """
     if type(a) in SPARSE_TYPES or type(b) in SPARSE_TYPES:  # a 2:4-sparse weight: nbwgmma.frontend.sparse
-        return sparse_matmul(**locals())
+        kw = locals()
+        with relaxed(not _SIM and _capturing(b if type(a) in SPARSE_TYPES else a, stream)):  # (nbwgmma.capture)
+            return sparse_matmul(**kw)
     # A plain product: no output array but a PyTorch tensor, no stream, config (but "auto") or epilogue
     # but an activation and a PyTorch bias; fp8 scales as plain numbers.
     quick = (out is None or type(out) is _TORCH_TENSOR) and stream is None \
