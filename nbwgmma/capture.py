@@ -28,7 +28,8 @@ import os
 import sys
 import threading
 
-__all__ = ["is_capturing", "relaxed", "relaxed_call", "calling", "call_captured", "hold", "held_bytes"]
+__all__ = ["is_capturing", "relaxed", "relaxed_call", "calling", "call_captured", "keep_if_captured", "refuse_host_read",
+           "hold", "held_bytes"]
 
 _RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED
 _HELD: list = []  # buffers captured kernels use (kept: a graph may replay at any time)
@@ -37,8 +38,9 @@ _CALL = threading.local()  # .stream: the raw handle of this thread's call under
 
 @functools.lru_cache(maxsize=None)
 def _driver():
-    """(cuStreamIsCapturing, cuThreadExchangeStreamCaptureMode) of the CUDA driver, or None where
-    its library cannot be opened (no GPU: nothing is ever captured)."""
+    """(cuStreamIsCapturing, cuThreadExchangeStreamCaptureMode, whether handle 0 names the
+    per-thread default stream) of the CUDA driver, or None where its library cannot be opened (no
+    GPU: nothing is ever captured)."""
     name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
     try:
         lib = ctypes.CDLL(name)
@@ -49,14 +51,16 @@ def _driver():
         return None
     test.argtypes, test.restype = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)), ctypes.c_int
     mode.argtypes, mode.restype = (ctypes.POINTER(ctypes.c_int),), ctypes.c_int
-    return test, mode
+    return test, mode, ptsz
 
 
 def is_capturing(stream_handle: int) -> bool:
     """Whether the stream with raw ``CUstream`` handle ``stream_handle`` is capturing into a
     graph (also while a capture it belongs to was invalidated: its calls fail anyway)."""
-    drv = _driver() if stream_handle else None  # (the legacy default stream never captures)
-    if drv is None:
+    drv = _driver()
+    # (the legacy default stream never captures; handle 0 is the per-thread one under
+    # CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1, which may)
+    if drv is None or not (stream_handle or drv[2]):
         return False
     status = ctypes.c_int(0)
     if drv[0](ctypes.c_void_p(stream_handle), ctypes.byref(status)) != 0:
@@ -109,6 +113,28 @@ def calling(stream_handle: int) -> None:
 def call_captured() -> bool:
     """Whether the stream :func:`calling` last recorded on this thread is capturing."""
     return is_capturing(getattr(_CALL, "stream", 0))
+
+
+def keep_if_captured(x):
+    """``x``, a temporary a kernel of the call under way reads (a converted bias, say), held where
+    that call (:func:`calling`) is being captured: a graph reads it at every replay, after the
+    array library that made it would have given its memory to something else. (PyTorch's
+    temporaries need no hold: memory freed during a capture stays in the graph's pool.)"""
+    if call_captured():
+        hold(x)
+    return x
+
+
+def refuse_host_read(name: str) -> None:
+    """Raise :class:`nbwgmma.MatmulError` where the call under way (:func:`calling`) is being
+    captured: its argument ``name``, a one-element device array, would be read on the host once,
+    at capture, and the graph would keep that value."""
+    if call_captured():
+        from .errors import MatmulError
+
+        raise MatmulError(f"matmul: {name} is a one-element array, read on the host at each call, which a call "
+                          f"captured into a CUDA graph cannot do (the graph would keep the value seen at capture); "
+                          f"pass a number, or scales per row (M, 1) and per column (1, N), which the kernel reads")
 
 
 def hold(*buffers):

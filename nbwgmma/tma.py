@@ -184,10 +184,10 @@ def _check_inside(info, shape, strides_b, es) -> None:
 #: Device copies of encoded maps, by their parameters. The 128 bytes depend on nothing
 #: else, so a map made again for the same tensor (every call of a user's launch function,
 #: say) reuses the copy: no allocation and no synchronous host-to-device copy (made on a
-#: stream of its own, so it waits for no queued kernel). Entries are kept for the process (a
-#: few hundred bytes each); a copy is never freed while a kernel might still read it.
+#: stream of its own, so it waits for no queued kernel). Copies are never freed: a kernel
+#: queued, or captured into a CUDA graph and replayed at any time, may read any of them (each
+#: distinct map keeps a small allocation for the life of the process).
 _DEVICE_MAPS: dict = {}
-_DEVICE_MAPS_LIMIT = 4096
 
 
 def _device_map(params: TensorMapParams) -> tuple:
@@ -196,7 +196,7 @@ def _device_map(params: TensorMapParams) -> tuple:
     if hit is None:
         from numba import cuda
 
-        from .capture import call_captured, hold, relaxed
+        from .capture import relaxed
 
         opaque = _encode(params)
         # (allowed while a capture is under way; a stream of its own waits for no queued work)
@@ -204,11 +204,7 @@ def _device_map(params: TensorMapParams) -> tuple:
             up = _upload_stream()
             dev = cuda.to_device(opaque, stream=up)  # 256-byte aligned allocation
             up.synchronize()
-        hit = (opaque, dev, int(dev.__cuda_array_interface__["data"][0]))
-        if len(_DEVICE_MAPS) < _DEVICE_MAPS_LIMIT:
-            _DEVICE_MAPS[params] = hit
-        elif call_captured():  # (a graph's kernel reads it at every replay: nbwgmma.capture)
-            hold(dev)
+        hit = _DEVICE_MAPS[params] = (opaque, dev, int(dev.__cuda_array_interface__["data"][0]))
     return hit
 
 

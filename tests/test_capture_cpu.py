@@ -13,12 +13,13 @@ from nbwgmma import capture
 class _Driver:
     """cuStreamIsCapturing and cuThreadExchangeStreamCaptureMode as ctypes would call them."""
 
-    def __init__(self, capturing=()):
-        self.capturing, self.mode, self.calls = set(capturing), 0, []
+    def __init__(self, capturing=(), ptsz=False):
+        self.capturing, self.mode, self.calls, self.ptsz = set(capturing), 0, [], ptsz
 
     def is_capturing(self, handle, status):
-        self.calls.append(("is", handle.value))
-        ctypes.cast(status, ctypes.POINTER(ctypes.c_int))[0] = int(handle.value in self.capturing)
+        h = handle.value or 0  # (ctypes gives None for a null pointer)
+        self.calls.append(("is", h))
+        ctypes.cast(status, ctypes.POINTER(ctypes.c_int))[0] = int(h in self.capturing)
         return 0
 
     def exchange(self, mode):
@@ -32,7 +33,7 @@ class _Driver:
 @pytest.fixture
 def driver(monkeypatch):
     d = _Driver(capturing={0x1234})
-    monkeypatch.setattr(capture, "_driver", lambda: (d.is_capturing, d.exchange))
+    monkeypatch.setattr(capture, "_driver", lambda: (d.is_capturing, d.exchange, d.ptsz))
     return d
 
 
@@ -53,6 +54,24 @@ def test_is_capturing_asks_about_a_stream_but_never_the_legacy_one(driver):
     assert capture.is_capturing(0x1234) and not capture.is_capturing(0x99)
     assert not capture.is_capturing(0)
     assert driver.calls == [("is", 0x1234), ("is", 0x99)]
+    driver.ptsz = True  # handle 0: the per-thread default stream, which may capture
+    driver.capturing.add(0)
+    assert capture.is_capturing(0) and driver.calls[-1] == ("is", 0)
+
+
+def test_a_call_captured_keeps_its_temporaries_and_refuses_host_reads(driver, monkeypatch):
+    from nbwgmma import MatmulError
+
+    monkeypatch.setattr(capture, "_HELD", [])
+    capture.calling(0x99)
+    x = object()
+    assert capture.keep_if_captured(x) is x and capture._HELD == []
+    capture.refuse_host_read("scale_a")
+    capture.calling(0x1234)
+    assert capture.keep_if_captured(x) is x and capture._HELD == [x]
+    with pytest.raises(MatmulError, match="scale_a is a one-element array.*CUDA graph"):
+        capture.refuse_host_read("scale_a")
+    capture.calling(0)
 
 
 def test_relaxed_call_relaxes_only_a_capturing_call_and_keeps_the_function(driver):

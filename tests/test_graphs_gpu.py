@@ -70,15 +70,20 @@ def test_replays_follow_new_inputs(name, warm):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         matmul(a, b, out=out, **kw)
-    # eager calls of the same plan on other arrays, queued before each replay, must not disturb it
+    # eager calls of the same plan on other arrays, before and beside each replay (on another
+    # stream: a buffer the graph shared with them would race), must not disturb it
     a2, _, b2, kw2, out2, inputs2 = _setup(name, 0 if warm else 8)
+    side = torch.cuda.Stream()
     for _ in range(2):
         _fill(inputs + inputs2, gen)
         out.fill_(float("nan"))
         out2.fill_(float("nan"))
         matmul(a2, b2, out=out2, **kw2)
+        side.wait_stream(torch.cuda.current_stream())
         graph.replay()
-        matmul(a2, b2, out=out2, **kw2)
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                matmul(a2, b2, out=out2, **kw2)
         torch.cuda.synchronize()
         for o, x, y, k_ in ((out, a, b, kw), (out2, a2, b2, kw2)):
             ref = _reference(x, y, k_)
@@ -118,7 +123,9 @@ def test_fp8_out_with_amax_replays():
 @pytest.mark.parametrize("config", [None, {"bm": 128, "bn": 128, "split": 3}], ids=["plain", "split_k"])
 def test_cupy_stream_capture_replays(config):
     """CuPy's capture (``Stream.begin_capture``) of a call whose operands are staged (K = 515: rows
-    not 16 bytes apart) as its first call: the staging buffers and scratch outlive the capture."""
+    not 16 bytes apart) as its first call, with a strided bias (converted to f32 for the kernel):
+    the staging buffers, scratch and converted bias outlive the capture, however CuPy's pool is
+    used after it."""
     cupy = pytest.importorskip("cupy")
     import numpy as np
 
@@ -126,22 +133,27 @@ def test_cupy_stream_capture_replays(config):
     rng = np.random.default_rng(k)
     a = cupy.empty((m, k), cupy.float16)
     b = cupy.empty((k, n), cupy.float16)
+    bias2 = cupy.empty((n, 2), cupy.float16)
     out = cupy.full((m, n), np.nan, cupy.float16)
     s = cupy.cuda.Stream(non_blocking=True)
     with s:
         s.begin_capture()
-        matmul(a, b, out=out, stream=s, config=config)
+        matmul(a, b, out=out, bias=bias2[:, 0], stream=s, config=config)
         graph = s.end_capture()
     for _ in range(2):
         ha = rng.standard_normal((m, k)).astype(np.float16)
         hb = (rng.standard_normal((k, n)) / k ** 0.5).astype(np.float16)
+        hbias = rng.standard_normal(n).astype(np.float16)
         a.set(ha)
         b.set(hb)
+        bias2[:, 0] = cupy.asarray(hbias)
         out.fill(np.nan)
+        churn = [cupy.full(4096, 7.0, cupy.float32) for _ in range(64)]  # (freed blocks handed out again)
+        del churn
         cupy.cuda.Device().synchronize()
         graph.launch(stream=s)
         s.synchronize()
-        ref = ha.astype(np.float64) @ hb.astype(np.float64)
+        ref = ha.astype(np.float64) @ hb.astype(np.float64) + hbias.astype(np.float64)
         got = cupy.asnumpy(out).astype(np.float64)
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         assert np.isfinite(got).all() and rel <= 1e-2, rel
@@ -223,3 +235,24 @@ def test_sparse_weight_replays(layout):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out.double(), (x.double() @ dense.t()).bfloat16().double()), layout
+
+
+def test_host_reads_are_refused_in_a_capture():
+    """A one-element scale array (read on the host at each call) and grouped_matmul's
+    validate=True (offs read on the host) are clear errors inside a capture, not a capture that
+    keeps the values it saw."""
+    from nbwgmma import MatmulError, grouped_matmul
+
+    a8 = torch.randn(128, 256, device="cuda").to(torch.float8_e4m3fn)
+    b8 = torch.randn(192, 256, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.ones(1, device="cuda")
+    x = torch.randn(256, 128, device="cuda").bfloat16()
+    w = torch.randn(2, 64, 128, device="cuda").bfloat16()
+    offs = torch.tensor([100, 256], device="cuda", dtype=torch.int32)
+    for call in (lambda: matmul(a8, b8.t(), scale_a=one, scale_b=2.0),
+                 lambda: grouped_matmul(x, w.transpose(1, 2), offs, validate=True),
+                 lambda: grouped_matmul(x.t(), x, offs, validate=True)):
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(MatmulError, match="CUDA graph"):
+            with torch.cuda.graph(graph):
+                call()

@@ -12,7 +12,7 @@ import numpy as np
 from numba import cuda
 
 from .. import sim
-from ..capture import hold, relaxed
+from ..capture import hold, refuse_host_read, relaxed
 from ..errors import ConfigError, MatmulError, MatmulTypeError, is_int
 from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
@@ -194,15 +194,19 @@ def described(x, name: str, who: str = "matmul") -> ArrayInfo:
 
 def scale_product(scale_a, scale_b) -> float:
     """``alpha``: the product of the fp8 scales (None: 1)."""
-    def value(x):
+    def value(x, name):
         if x is None:
             return 1.0
+        if not isinstance(x, (int, float, np.integer, np.floating)) and not sim.enabled():
+            refuse_host_read(name)  # (a device array's value, read here)
         if hasattr(x, "copy_to_host") and int(np.prod(getattr(x, "shape", ()))) == 1:
             return float(np.asarray(x.copy_to_host()).reshape(-1)[0])  # a Numba array of one element
         return float(x)
 
     try:
-        sa, sb = value(scale_a), value(scale_b)
+        sa, sb = value(scale_a, "scale_a"), value(scale_b, "scale_b")
+    except MatmulError:  # (refuse_host_read's, as it is)
+        raise
     except (TypeError, ValueError):
         bad = scale_a if not _is_number(scale_a) else scale_b
         raise MatmulTypeError(f"matmul: scale_a and scale_b must be numbers (or one-element tensors); "

@@ -30,6 +30,7 @@ import numpy as np
 from numba import config, cuda, types
 from numba.core.errors import NumbaError
 
+from ..capture import keep_if_captured
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.gemm_config import FP8_OUTS, MAX_EXTRAS
 from ..kit import ACTIVATIONS
@@ -154,11 +155,11 @@ def bias_vector(bias, info, stream=None):
         import cupy
 
         with contextlib.nullcontext() if stream is None else cupy.cuda.ExternalStream(stream):
-            return cupy.ascontiguousarray(bias.reshape(-1), dtype=np.float32)
+            return keep_if_captured(cupy.ascontiguousarray(bias.reshape(-1), dtype=np.float32))
     if info.dtype not in ("f32", "f16"):
         raise MatmulTypeError(f"matmul: a strided bias or epilogue vector of this array kind is copied here as f32 "
                               f"or f16 only; got {info.dtype} (give it contiguous)")
-    return vector_f32(info, bias, stream)
+    return keep_if_captured(vector_f32(info, bias, stream))  # (a graph's kernel reads it: nbwgmma.capture)
 
 
 _C_TYPES = {"bf16": "bf16", "u16": "bf16", "f16": "f16", "f32": "f32"}

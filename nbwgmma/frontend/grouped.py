@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import sim
-from ..capture import hold, is_capturing, relaxed_call
+from ..capture import call_captured, keep_if_captured, relaxed_call
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
@@ -74,8 +74,8 @@ def _group_bias(bias, groups, n, device, lib):
     rows = groups if info.shape == (groups, n) and groups != 1 else 1
     if lib == "torch":
         f32 = bias.reshape(rows, n).float().contiguous()
-    elif lib == "cupy":
-        f32 = bias.reshape(rows, n).astype(np.float32)
+    elif lib == "cupy":  # (a graph's kernel reads the copy at every replay: nbwgmma.capture)
+        f32 = keep_if_captured(bias.reshape(rows, n).astype(np.float32))
     elif info.dtype != "f32":
         raise MatmulTypeError(f"grouped_matmul: a Numba bias must be f32 (its library cannot convert it here); got "
                               f"{info.dtype}")
@@ -141,6 +141,9 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if activation is not None and (not isinstance(activation, str) or activation not in ACTIVATIONS):
         raise MatmulError(f"grouped_matmul: activation must be one of {sorted(ACTIVATIONS)} or None; got "
                           f"{activation!r}")
+    if validate and not _SIM and call_captured():  # (the decorator recorded the call's stream)
+        raise MatmulError("grouped_matmul: validate=True reads offs on the host, which a call captured into a "
+                          "CUDA graph cannot (its offs are read at each replay); validate outside the capture")
     if len(ia.shape) == 2 and len(ib.shape) == 2:  # the K-grouped form (weight gradients)
         if bias is not None or activation is not None:
             raise MatmulError("grouped_matmul: bias and activation apply to a 3-D B so far; the 2-D x 2-D form "
@@ -174,9 +177,6 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
             raise MatmulError(f"grouped_matmul: {name} must be on device {ia.device} like A; got {info.device}")
 
     def check_offs(total):
-        if validate and not _SIM and is_capturing(stream_of(lib_of(a), stream)):
-            raise MatmulError("grouped_matmul: validate=True reads offs on the host, which a call captured into a "
-                              "CUDA graph cannot (its offs are read at each replay); validate outside the capture")
         if validate:
             _validate(offs, lib_of(a), masked, total, groups)
 
@@ -224,9 +224,6 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         io = ArrayInfo(io.ptr, (total, n), io.strides[1:], *tuple(io)[3:])
     check_offs(total)
     bias32, gb = _group_bias(bias, groups, n, ia.device, lib)  # (checked before anything returns)
-    captured = not _SIM and is_capturing(stream_of(lib, stream))  # (nbwgmma.capture)
-    if captured and bias32 is not None:
-        hold(bias32)  # (a converted copy: the graph reads it at each replay)
     if total == 0 or n == 0 or groups == 0:
         return out
     if k == 0:

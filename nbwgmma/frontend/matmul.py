@@ -16,7 +16,7 @@ from __future__ import annotations
 from numba.core.errors import NumbaError
 
 from .. import sim
-from ..capture import calling, hold, is_capturing, relaxed
+from ..capture import calling, is_capturing, relaxed
 from ..errors import MatmulError
 from .args import (
     array_error, check_c_apart, check_call, described, empty_like_lib, empty_rows16, lib_of, output, real_arg,
@@ -150,7 +150,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     to a few tiles), with the same checks as on the GPU.
     """
     if type(a) in SPARSE_TYPES or type(b) in SPARSE_TYPES:  # a 2:4-sparse weight: nbwgmma.frontend.sparse
-        kw = locals()
+        kw = dict(locals())  # (a copy: a tracer reading the frame's locals adds to the live dict)
         with relaxed(not _SIM and _capturing(b if type(a) in SPARSE_TYPES else a, stream)):  # (nbwgmma.capture)
             return sparse_matmul(**kw)
     # A plain product: no output array but a PyTorch tensor, no stream, config (but "auto") or epilogue
@@ -197,6 +197,15 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         return _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, out_dtype, scale_a,
                      scale_b, stream, config, in_dtype, scale_out, amax, quick, variant if quick else None,
                      scale if quick else None, skey, captured)
+
+
+def _untuned_in_capture(captured) -> bool:
+    """Whether ``config="auto"`` just took the default because the call is being captured."""
+    if not captured:
+        return False
+    from . import autotune
+
+    return (autotune.last or {}).get("source") == "captured"
 
 
 def _capturing(a, stream) -> bool:
@@ -302,8 +311,6 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
             # a user function's vectors read as the bias is (numbers: f32 arguments)
             extras = tuple(float(x) if info is None else bias_operand(x, info, own)
                            for x, info in zip(epilogue_args, infos))
-            if captured:  # (vectors converted for the kernel: the graph reads them at each replay)
-                hold(*(x[1] for x in (vec, *extras) if isinstance(x, tuple)))
             epi = {key: v for key, v in (("bias", where), ("act", activation), ("user", ufn)) if v is not None}
             if vec is not None:
                 epi["bias_type"] = vec[0].dtype
@@ -334,15 +341,18 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
            ia.device, "auto" if auto else tuple(sorted(opts.items())) if opts else (), tuple(sorted(epi.items())),
            scaled, None if cb is None else (cb[0].dtype, cb[0].strides))
     plan = _PLANS.get(key)
+    untuned = False  # ("auto" untuned inside a capture: the plan is not kept, so that an eager call tunes)
     if plan is None:
         if auto and cb is None:  # (tuning runs into out, which may be C itself: with C the tile model picks)
             opts = _tuned_config(kind, odt, ia, ib, io, fp8, st,
                                  lambda cfg: matmul(a, b, out=out, scale_a=scale_a, scale_b=scale_b, stream=st,
                                                     config=cfg))
+            untuned = _untuned_in_capture(captured)
         plan = Plan(kind, odt, ia, ib, io, {**opts, **epi}, scaled, None if cb is None else cb[0])
         if len(_PLANS) >= 256:
             _PLANS.clear()
-        _PLANS[key] = plan
+        if not untuned:
+            _PLANS[key] = plan
     _LAST[0] = plan
     if ufn is None:
         plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c, (), *fp8_out)
@@ -351,7 +361,7 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
             plan(a, ia, b, ib, out, io, alpha, st, vec, cb, beta_c, extras, *fp8_out)
         except NumbaError as e:  # the user's function does not compile: nothing was launched
             raise epilogue_error(ufn, kinds, e) from e
-    if quick:
+    if quick and not untuned:
         _keep_quick(plan, lib, io, vec, bias, a, b, ia, ib, qkey, variant, given=None if variant[-1] is None else io)
     return out
 

@@ -350,6 +350,7 @@ class Plan:
         tb = self.maps(b, ib, True, stream_handle)
         tma_c = cfg.epilogue == "tma"
         c_map = self.c_map(out, io) if tma_c else 0
+        work = None  # (the scratch asked once: a captured call's is made anew at each ask)
         if self.launcher is None or DEBUG_WAIT_TIMEOUT_S is not None:  # (never set in the simulator)
             self.check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else numba_view(self.c_info._replace(ptr=io.ptr), out)
@@ -364,7 +365,8 @@ class Plan:
                 args += (np.float32(scale_out),) + ((numba_view(amax[0]._replace(shape=(1,), strides=(4,)), amax[1]),)
                                                      if cfg.amax else ())
             if cfg.uses_workspace:
-                args += self.workspace(stream_handle)[:2]
+                work = self.workspace(stream_handle)
+                args += work[:2]
             if self.batch is not None:
                 args += (np.int32(self.batch[0]),)
             if DEBUG_WAIT_TIMEOUT_S is not None or _SIM:  # checked launches that name a stopped kernel
@@ -376,10 +378,11 @@ class Plan:
                 launch(kern, grid, cfg.threads, args, stream=nb_stream(stream_handle), smem=smem, cluster=cluster)
                 return
             self.launcher = self._prepare(args)
-        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, c, beta, extras, scale_out, amax)
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, c, beta, extras, scale_out, amax,
+                     work)
 
     def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None, c=None, beta=0.0, extras=(), scale_out=1.0,
-                amax=None):
+                amax=None, work=None):
         m, n, k = self.mnk
         cfg = self.cfg
         values = _array_values
@@ -392,7 +395,7 @@ class Plan:
         if cfg.out in FP8_OUTS:
             ws += (scale_out,) + (array_arg_values(amax[0].ptr, (1,), (4,), 4) if cfg.amax else ())
         if cfg.uses_workspace:
-            ws += self.workspace(stream_handle)[2]
+            ws += (work or self.workspace(stream_handle))[2]
         if self.batch is not None:
             ws += (self.batch[0],)
         if c_map:

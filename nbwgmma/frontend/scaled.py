@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import sim
-from ..capture import calling, is_capturing
+from ..capture import calling, is_capturing, refuse_host_read
 from ..errors import MatmulError, MatmulTypeError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
@@ -243,6 +243,7 @@ def _per_tensor(x, info, name) -> float:
         raise MatmulTypeError(f"matmul: {name} must be f32; got {info.dtype}")
     if _SIM:
         return float(x.copy_to_host().reshape(-1)[0])
+    refuse_host_read(name)
     return float(x.reshape(-1)[0]) if info.kind == "torch" else float(x.reshape(-1)[0].get()) \
         if info.kind == "cupy" else float(x.copy_to_host().reshape(-1)[0])
 
