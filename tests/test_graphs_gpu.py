@@ -256,3 +256,51 @@ def test_host_reads_are_refused_in_a_capture():
         with pytest.raises(MatmulError, match="CUDA graph"):
             with torch.cuda.graph(graph):
                 call()
+
+
+@pytest.mark.parametrize("form", ["moe", "masked", "wgrad"])
+def test_grouped_first_call_captured(form):
+    """grouped_matmul captured as the first call of its shape (its kernel loaded, offs passed to
+    the launch, inside the capture) in each form, new values and counts at each replay."""
+    from nbwgmma import grouped_matmul
+
+    g_, n, k = 3, 136, 200
+    gen = torch.Generator(device="cuda").manual_seed(len(form))
+    if form == "wgrad":  # A (M, total) and B (total, N): one product per group of the total
+        a = torch.empty(72, 384, device="cuda", dtype=torch.bfloat16)
+        b = torch.empty(384, n, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(g_, 72, n, device="cuda", dtype=torch.bfloat16)
+    elif form == "masked":
+        a = torch.empty(g_, 160, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.empty(g_, n, k, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        out = torch.empty(g_, 160, n, device="cuda", dtype=torch.bfloat16)
+    else:
+        a = torch.empty(416, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.empty(g_, n, k, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        out = torch.empty(416, n, device="cuda", dtype=torch.bfloat16)
+    offs = torch.zeros(g_, device="cuda", dtype=torch.int32)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grouped_matmul(a, b, offs, out=out)
+    for sizes in ([100, 0, 60], [17, 130, 13]) if form == "masked" else ([128, 0, 256], [40, 300, 44]):
+        a.copy_(torch.randint(-2, 3, a.shape, device="cuda", generator=gen))
+        b.copy_(torch.randint(-2, 3, b.shape, device="cuda", generator=gen))
+        counts = torch.tensor(sizes, device="cuda", dtype=torch.int32)
+        offs.copy_(counts if form == "masked" else counts.cumsum(0).int())  # (masked: counts; else running ends)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ends = offs.tolist()
+        for i in range(g_):
+            if form == "masked":
+                want = a[i, :sizes[i]].double() @ b[i].double()
+                got = out[i, :sizes[i]]
+            elif form == "wgrad":
+                lo = ends[i - 1] if i else 0
+                want = a[:, lo:ends[i]].double() @ b[lo:ends[i]].double()
+                got = out[i]
+            else:
+                lo = ends[i - 1] if i else 0
+                want = a[lo:ends[i]].double() @ b[i].double()
+                got = out[lo:ends[i]]
+            assert torch.equal(got.double(), want.bfloat16().double()), (form, sizes, i)  # (one rounding)
