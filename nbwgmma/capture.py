@@ -78,7 +78,9 @@ def relaxed(active: bool = True):
         yield
         return
     mode = ctypes.c_int(_RELAXED)
-    drv[1](ctypes.byref(mode))
+    if drv[1](ctypes.byref(mode)) != 0:  # (the driver not yet initialized: no capture under way)
+        yield
+        return
     try:
         yield
     finally:

@@ -50,6 +50,19 @@ def test_relaxed_sets_the_mode_and_restores_it_even_on_an_error(driver):
     assert [c for c in driver.calls if c[0] == "mode"] == [("mode", 2), ("mode", 0)] * 2
 
 
+def test_relaxed_restores_nothing_where_the_driver_refused_the_exchange(driver, monkeypatch):
+    calls = []
+
+    def refusing(mode):  # (CUDA_ERROR_NOT_INITIALIZED: the mode is left as it was)
+        calls.append(ctypes.cast(mode, ctypes.POINTER(ctypes.c_int))[0])
+        return 3
+
+    monkeypatch.setattr(capture, "_driver", lambda: (driver.is_capturing, refusing, False))
+    with capture.relaxed():
+        pass
+    assert calls == [2]  # one attempt, no "restore" that would leave the thread relaxed
+
+
 def test_is_capturing_asks_about_a_stream_but_never_the_legacy_one(driver):
     assert capture.is_capturing(0x1234) and not capture.is_capturing(0x99)
     assert not capture.is_capturing(0)
