@@ -15,9 +15,11 @@ buffers they were given at capture. So:
   starts from zero;
 * nothing is timed (``config="auto"`` takes the tile model's pick where no tuned choice is known);
 * a tensor map's 128-byte device copy (:mod:`nbwgmma.tma`) is made on a stream of its own with
-  the mode relaxed, and one made during a captured call is held where the map cache is full.
+  the mode relaxed, and never freed.
 
-The stream test is the driver's ``cuStreamIsCapturing`` (through ctypes: about a microsecond)."""
+The stream test is the driver's ``cuStreamIsCapturing`` (through ctypes: about a microsecond),
+asked at most once a call: each entry point records its call's stream (:func:`calling`), and
+the places that need to know ask :func:`call_captured`, which keeps the answer for that call."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ __all__ = ["is_capturing", "relaxed", "relaxed_call", "calling", "call_captured"
 
 _RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED
 _HELD: list = []  # buffers captured kernels use (kept: a graph may replay at any time)
-_CALL = threading.local()  # .stream: the raw handle of this thread's call under way (calling())
+_CALL = threading.local()  # .stream, .captured: this thread's call under way (calling(), call_captured())
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,9 +97,8 @@ def relaxed_call(stream_of_call):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             try:
-                handle = stream_of_call(*args, **kwargs)
-                calling(handle)
-                active = is_capturing(handle)
+                calling(stream_of_call(*args, **kwargs))
+                active = call_captured()
             except Exception:  # noqa: BLE001 - an argument the function refuses
                 active = False
             with relaxed(active):
@@ -107,14 +108,19 @@ def relaxed_call(stream_of_call):
 
 
 def calling(stream_handle: int) -> None:
-    """Record ``stream_handle`` as the stream of the call under way on this thread (a tensor map's
-    device copy made during it asks :func:`call_captured` whether to hold it)."""
-    _CALL.stream = stream_handle
+    """Record ``stream_handle`` as the stream of the call under way on this thread (what
+    :func:`call_captured` asks about; its answer is forgotten here, since a capture may have begun
+    on the stream since the last call)."""
+    _CALL.stream, _CALL.captured = stream_handle, None
 
 
 def call_captured() -> bool:
-    """Whether the stream :func:`calling` last recorded on this thread is capturing."""
-    return is_capturing(getattr(_CALL, "stream", 0))
+    """Whether the stream :func:`calling` last recorded on this thread is capturing (asked of the
+    driver once a call)."""
+    captured = getattr(_CALL, "captured", None)
+    if captured is None:
+        captured = _CALL.captured = is_capturing(getattr(_CALL, "stream", 0))
+    return captured
 
 
 def keep_if_captured(x):

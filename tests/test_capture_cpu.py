@@ -122,3 +122,13 @@ def test_held_buffers_are_counted(monkeypatch):
     a, b = np.zeros(10, np.float32), np.zeros(3, np.int32)
     assert capture.hold(a, b) is a
     assert capture.held_bytes() == 52
+
+
+def test_a_call_asks_the_driver_once_and_each_call_asks_anew(driver):
+    capture.calling(0x1234)
+    assert capture.call_captured() and capture.call_captured()
+    assert driver.calls.count(("is", 0x1234)) == 1
+    driver.capturing.discard(0x1234)  # (the capture ended between two calls on the stream)
+    capture.calling(0x1234)
+    assert not capture.call_captured() and driver.calls.count(("is", 0x1234)) == 2
+    capture.calling(0)

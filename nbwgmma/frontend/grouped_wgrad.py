@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda
 
 from .. import sim
-from ..capture import hold, is_capturing, relaxed
+from ..capture import call_captured, hold, relaxed
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_wgrad import SMEM, THREADS, grouped_wgrad_kernel, units
 from .args import check_apart, described, empty_rows16, holds, stream_of, type_name
@@ -58,7 +58,7 @@ def _copied(x, info: ArrayInfo, transpose: bool, stream, name: str):
         dst = np.zeros((rows, pad), h.dtype)
         dst[:, :cols] = h.T if transpose else h
         return cuda.to_device(dst), ((rows, cols), (pad, 1))
-    captured = is_capturing(stream)  # (a graph's copy: its own buffer, held; nbwgmma.capture)
+    captured = call_captured()  # (a graph's copy: its own buffer, held; nbwgmma.capture)
     with relaxed(captured):
         dst = cuda.device_array((rows, pad), dtype=np.dtype(f"u{es}"), stream=nb_stream(stream))
     if captured:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from numba.core.errors import NumbaError
 
 from .. import sim
-from ..capture import calling, is_capturing, relaxed
+from ..capture import call_captured, calling, relaxed
 from ..errors import MatmulError
 from .args import (
     array_error, check_c_apart, check_call, described, empty_like_lib, empty_rows16, lib_of, output, real_arg,
@@ -212,9 +212,8 @@ def _capturing(a, stream) -> bool:
     """Whether the call's stream is capturing into a CUDA graph (False where it cannot be told:
     the call's checks name the argument)."""
     try:
-        handle = stream_of(lib_of(a), stream)
-        calling(handle)
-        return is_capturing(handle)
+        calling(stream_of(lib_of(a), stream))
+        return call_captured()
     except Exception:  # noqa: BLE001 - a stream or array the full path refuses
         return False
 

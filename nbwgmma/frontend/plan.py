@@ -40,7 +40,7 @@ import numpy as np
 from numba import cuda  # every call needs it: imported with the package, not by the first call
 
 from .. import sim
-from ..capture import calling, is_capturing, relaxed
+from ..capture import call_captured, calling, relaxed
 from ..errors import ConfigError, MatmulError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..launch import array_arg_types, array_arg_values
@@ -301,7 +301,7 @@ class Plan:
             return self._map(i, x, info.ptr, path[1], tdt, box)
         bat = None if self.batch is None else self._depth(i)
         key = (i, stream_key(stream), threading.get_ident())
-        captured = not _SIM and is_capturing(stream)  # (a graph's own buffer: nbwgmma.capture)
+        captured = not _SIM and call_captured()  # (a graph's own buffer: nbwgmma.capture)
         staged = None if captured else self._staged.get(key)
         if staged is None:
             try:  # (the simulator checks what the copy kernels take, then copies with numpy)
@@ -408,7 +408,7 @@ class Plan:
     def workspace(self, stream_handle):
         """Split-K or stream-K scratch of this plan on one stream (launches on a stream run in
         order, so they can share it): (partials, counters, their launch parameter values)."""
-        captured = not _SIM and is_capturing(stream_handle)  # (a graph's own scratch: nbwgmma.capture)
+        captured = not _SIM and call_captured()  # (a graph's own scratch: nbwgmma.capture)
         w = None if captured else self.workspaces.get(stream_key(stream_handle))
         if w is None:
             cfg = self.cfg

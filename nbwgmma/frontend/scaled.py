@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import sim
-from ..capture import calling, is_capturing, refuse_host_read
+from ..capture import call_captured, calling, refuse_host_read
 from ..errors import MatmulError, MatmulTypeError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
@@ -146,7 +146,7 @@ def _scratch(device, stream, floats: int, tiles: int):
     f32 partial tiles and one int32 counter per tile, zero (each launch leaves them so); it grows
     (doubling) for a larger launch, where a plan's (:meth:`Plan.workspace`) has its own launch's
     size. On a stream capturing into a CUDA graph: the graph's own (:mod:`nbwgmma.capture`)."""
-    if not _SIM and is_capturing(stream):
+    if not _SIM and call_captured():  # (the call recorded its stream, ``stream``)
         return stream_scratch(floats, tiles, stream)
     key = (device, stream_key(stream))
     have = _SCRATCH.get(key)

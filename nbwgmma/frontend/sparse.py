@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import sim
-from ..capture import hold, is_capturing
+from ..capture import call_captured, hold
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.sparse import THREADS, SparseConfig, sparse_kernel
 from .args import NP_OF, check_apart, described, empty_like_lib, lib_of, stream_of
@@ -181,7 +181,7 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
         if x is None:
             raise
         staged = True
-        if not _SIM and is_capturing(stream_of(lib, stream)):
+        if not _SIM and call_captured():  # (matmul recorded the call's stream)
             hold(x)  # (a graph reads the copy at every replay: nbwgmma.capture)
         b_major, view = _b_view(ix, 1 if left else 0, es, fp8)
     if not fresh_out and m and n and k:
