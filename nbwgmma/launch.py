@@ -282,12 +282,14 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     the short path (arrays and numbers), else the launch is an ordinary one.
 
     The first launch of a signature (kernel, grid, block, ``smem``, ``cluster`` and the
-    kinds of ``args``: array element types, dimensions and layouts, scalar types) goes
-    through Numba's argument handling and keeps a :class:`PreparedKernel` for it; later
-    ones find it by the arguments' Python types, check their kinds as a prepared kernel
-    does, and cost a few microseconds of host time (:mod:`nbwgmma.fastlaunch`). They are
-    ordered on ``stream`` only, like a PyTorch operator: Numba's synchronization of the
-    stream an array's ``__cuda_array_interface__`` names is skipped.
+    kinds of ``args``: array element types, dimensions and layouts, scalar types) compiles
+    the kernel and keeps a :class:`PreparedKernel` for it; later ones find it by the
+    arguments' Python types, check their kinds as a prepared kernel does, and cost a few
+    microseconds of host time (:mod:`nbwgmma.fastlaunch`). Launches of device arrays and
+    numbers, the first included, are ordered on ``stream`` only, like a PyTorch operator:
+    Numba's synchronization of the stream an array's ``__cuda_array_interface__`` names is
+    skipped (so a first launch may be captured into a CUDA graph). Other arguments (host
+    arrays, records) take Numba's argument handling, copies and synchronization included.
     """
     if type(args) is not tuple and not isinstance(args, (tuple, list)):
         raise LaunchError(f"launch: args must be a tuple of the kernel's arguments; got {type(args).__name__}")
@@ -345,15 +347,19 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
         cfg["grid"] = tuple(g // c for g, c in zip(grid, cluster))
         cfg["cluster"] = cluster
 
-    if pdl and fast is not None:  # through the prepared kernel: its launch sets the attribute
+    if fast is not None:  # through the prepared kernel it keeps for the signature, as later launches go
         prepared = PreparedKernel._of_compiled(kernel, kern, cufunc, grid, block, args, fast[-1], smem, cluster,
-                                               pdl=True)
+                                               pdl=pdl)
         handle = stream_handle(stream)
         if prepared is not None and handle is not None:
-            prepared._launch(handle, prepared.values(args))
-            LAUNCH_CACHE.put(fast, kernel, prepared)
-            _remember(quick_key, prepared)
-            return
+            try:
+                prepared._launch(handle, prepared.values(args))
+            except struct.error:  # a scalar that does not fit its parameter: Numba's path says which
+                pass
+            else:
+                LAUNCH_CACHE.put(fast, kernel, prepared)
+                _remember(quick_key, prepared)
+                return
     core_stream = _core_stream(stream)
     kernelargs, retr = [], []
     for t, v in zip(kern.argument_types, args):
@@ -363,12 +369,6 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
         wb()
     if DEBUG_WAIT_TIMEOUT_S is not None:
         _sync_debug(core_stream, kernel)
-    elif fast is not None:  # remember this signature: the next launch of it takes the short path
-        key = fast
-        prepared = PreparedKernel._of_compiled(kernel, kern, cufunc, grid, block, args, key[-1], smem, cluster)
-        if prepared is not None:
-            LAUNCH_CACHE.put(key, kernel, prepared)
-            _remember(quick_key, prepared)
 
 
 #: Prepared kernels of the signatures launched so far (see :mod:`nbwgmma.fastlaunch`),

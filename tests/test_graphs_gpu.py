@@ -329,3 +329,39 @@ def test_compiled_reduce_overhead_training_steps_match_eager():
         for p, q in zip(model.parameters(), eager.parameters()):
             assert p.grad is not None and torch.allclose(p.grad.float(), q.grad.float(), rtol=2e-2, atol=1e-3), step
             p.grad = q.grad = None
+
+
+def test_cupy_capture_of_a_first_launch():
+    """A user kernel's first ``launch()`` with CuPy arrays inside CuPy's capture: CuPy's arrays name
+    their stream in ``__cuda_array_interface__``, and the launch must not synchronize it (illegal
+    while capturing). Each replay follows new values."""
+    cupy = pytest.importorskip("cupy")
+    import numpy as np
+    from numba import cuda
+
+    from nbwgmma import launch
+
+    @cuda.jit
+    def axpy(x, y, alpha, n):
+        i = cuda.grid(1)
+        if i < n:
+            y[i] = alpha * x[i] + y[i]
+
+    n = 1000
+    x = cupy.empty(n, cupy.float32)
+    y = cupy.empty(n, cupy.float32)
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        launch(axpy, (n + 127) // 128, 128, (x, y, 3.0, n), stream=s)
+        graph = s.end_capture()
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        hx = rng.integers(-8, 8, n).astype(np.float32)
+        hy = rng.integers(-8, 8, n).astype(np.float32)
+        x.set(hx)
+        y.set(hy)
+        cupy.cuda.Device().synchronize()
+        graph.launch(stream=s)
+        s.synchronize()
+        assert np.array_equal(cupy.asnumpy(y), 3.0 * hx + hy)
