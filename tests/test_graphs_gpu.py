@@ -339,7 +339,7 @@ def test_cupy_capture_of_a_first_launch():
     import numpy as np
     from numba import cuda
 
-    from nbwgmma import launch
+    from nbwgmma.launch import launch
 
     @cuda.jit
     def axpy(x, y, alpha, n):
