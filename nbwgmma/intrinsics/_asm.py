@@ -47,7 +47,7 @@ from llvmlite import ir
 from numba import types
 
 from .. import backend
-from . import errors
+from . import errors, lowering
 from .errors import NbwgmmaLiteralError, NbwgmmaTypingError, checked_intrinsic
 
 __all__ = [
@@ -67,6 +67,8 @@ __all__ = [
 # Typing errors of every intrinsic (declared here, or by hand with errors.checked_intrinsic) are
 # reported at the kernel's call: see errors.py.
 errors.install()
+# Lowering a fragment unrolled into one large block in linear time: see lowering.py.
+lowering.install()
 
 i32 = types.int32
 u32 = types.uint32

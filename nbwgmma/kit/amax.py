@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .device import inlined
+from .device import inlined, select
 from .typecheck import f32_array_check, fragment_check, wgmma_n
 
 __all__ = ["acc_absmax", "amax_start", "amax_note", "amax_flush"]
@@ -49,10 +49,12 @@ def acc_absmax(width: int, masked: bool = True):
             lines.append(f"    c{dc} = c + {dc} < n")
     lines.append("    big = Z")
     for i in range(width // 2):  # (value i at row 8 * ((i // 2) % 2), column 8 * (i // 4) + i % 2 of the base)
-        inside = f" if r{(i // 2) % 2} and c{8 * (i // 4) + i % 2} else Z" if masked else ""
-        lines.append(f"    big = max(big, abs(v[{i}]){inside})")
+        if masked:  # (a select, one statement: see kit.device.select)
+            lines.append(f"    big = sel(r{(i // 2) % 2} & c{8 * (i // 4) + i % 2}, max(big, abs(v[{i}])), big)")
+        else:
+            lines.append(f"    big = max(big, abs(v[{i}]))")
     lines.append("    return big")
-    ns = {"Z": np.float32(0.0), "check": fragment_check(f"acc_absmax({width})", width // 2, "v",
+    ns = {"Z": np.float32(0.0), "sel": select, "check": fragment_check(f"acc_absmax({width})", width // 2, "v",
                                                        f"one thread's share of a 64 x {width} f32 fragment")}
     exec(compile("\n".join(lines), f"<nbwgmma.kit.acc_absmax of {width} columns>", "exec"), ns)
     return inlined(ns["largest"])

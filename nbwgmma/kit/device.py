@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from numba import config, cuda
 
-__all__ = ["inlined"]
+__all__ = ["inlined", "select"]
 
 
 def inlined(fn):
@@ -27,3 +27,12 @@ def inlined(fn):
     if config.ENABLE_CUDASIM:
         return cuda.jit(device=True)(fn)
     return cuda.jit(device=True, forceinline=True)(fn)
+
+
+@inlined
+def select(cond, a, b):
+    """``a if cond else b`` as one call: where code generated for every value of a fragment
+    writes a conditional expression (or ``and``) per value, each is a branch in Numba's IR, and
+    Numba's passes over hundreds of blocks cost seconds of compile time; the call is one
+    statement, and the NVVM compiler makes it the same select (``FSEL``) after inlining."""
+    return a if cond else b

@@ -43,7 +43,7 @@ import numpy as np
 from numba import cuda
 
 from ..errors import KitError, is_int
-from .device import inlined
+from .device import inlined, select
 from .epilogue import check_fn_arity, plain_device_function
 from .typecheck import count_check, fragment_check, number_check, store_vector_check, wgmma_n
 
@@ -123,7 +123,7 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
                         f"{pad}{side} = {v} if t else {side}", f"{pad}k{side} = K(c + {dc}) if t else k{side}"]
                 continue
             if mask:
-                v = f"({v} if c{dc} else I)"
+                v = f"sel(c{dc}, {v}, I)"
             out.append(f"{pad}{side} = {expr.format(side, v)}")
         return out
 
@@ -142,7 +142,7 @@ def acc_row_reduce(op: str, n: int, *, fn=None, pairs: int = 0, nextra: int = 0,
                 lines.append(f"    {side} = {expr.format(side, f'cuda.shfl_xor_sync(FULL, {side}, {off})')}")
     lines.append("    return klo, khi" if arg else "    return lo, hi")
     ns = {"F": np.float32, "I": np.float32(ident), "K": np.int32, "NONE": np.int32(-1), "FULL": 0xFFFFFFFF,
-          "cuda": cuda, "fn": fn,
+          "cuda": cuda, "fn": fn, "sel": select,
           "check": fragment_check(what, n // 2, element="f32"),
           "count": count_check(what, None, None, nextra, pairs=pairs, head="(acc, tid, row0, col0, ncols)"),
           "pair": fragment_check(what, 2, "a row pair", "(lo, hi) as acc_row_reduce returns it", element="number"),
@@ -181,12 +181,12 @@ def acc_col_reduce(op: str, n: int, *, fn=None, nextra: int = 0, masked: bool = 
                 lines.append(f"    y{i} = F(one(fn({v}, r + {8 * h}, c + {dc}"
                              f"{''.join(f', e{j}' for j in range(nextra))})))")
                 v = f"y{i}"
-            parts.append(f"({v} if r{h} else I)" if masked else v)
+            parts.append(f"sel(r{h}, {v}, I)" if masked else v)
         lines.append(f"    x{k} = {expr.format(*parts)}")
         for off in (4, 8, 16):  # the warp's eight lanes of these columns hold its 16 rows
             lines.append(f"    x{k} = {expr.format(f'x{k}', f'cuda.shfl_xor_sync(FULL, x{k}, {off})')}")
     lines.append("    return (" + "".join(f"x{k}, " for k in range(n // 4)) + ")")
-    ns = {"F": np.float32, "I": np.float32(ident), "FULL": 0xFFFFFFFF, "cuda": cuda, "fn": fn,
+    ns = {"F": np.float32, "I": np.float32(ident), "FULL": 0xFFFFFFFF, "cuda": cuda, "fn": fn, "sel": select,
           "check": fragment_check(what, n // 2, element="f32"),
           "count": count_check(what, None, None, nextra, head="(acc, tid, row0, col0, nrows)"),
           "one": number_check(what)}
