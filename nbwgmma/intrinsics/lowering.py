@@ -24,7 +24,7 @@ __all__ = ["install"]
 REPLACED = "c3b499f765172885"
 
 
-def _singly_assigned(ir, compute_use_defs, must_use_alloca):
+def _singly_assigned(original, ir, compute_use_defs, must_use_alloca):
     def _find_singly_assigned_variable(self):
         sav = set()
         if not self.func_ir.func_id.is_generator:
@@ -51,6 +51,7 @@ def _singly_assigned(ir, compute_use_defs, must_use_alloca):
         self._blk_local_varmap = {}
 
     _find_singly_assigned_variable.replaced = True
+    _find_singly_assigned_variable.original = original
     return _find_singly_assigned_variable
 
 
@@ -73,6 +74,6 @@ def install() -> bool:
     if hashlib.sha256(src.encode()).hexdigest()[:16] != REPLACED:
         return False
     g = lowering.__dict__
-    lowering.Lower._find_singly_assigned_variable = _singly_assigned(g["ir"], g["compute_use_defs"],
+    lowering.Lower._find_singly_assigned_variable = _singly_assigned(method, g["ir"], g["compute_use_defs"],
                                                                      g["must_use_alloca"])
     return True

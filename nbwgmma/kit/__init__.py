@@ -42,7 +42,8 @@
   (Philox-4x32-10 keyed by a seed, counted by an offset; Triton's ``tl.rand``): dropout and
   other draws in an epilogue, regenerated on the host by :mod:`nbwgmma.random`;
 * :mod:`~nbwgmma.kit.device`: :func:`inlined`, device functions the compiler inlines
-  (quick to compile; Numba's ``inline=True`` copies their IR at every call);
+  (quick to compile; Numba's ``inline=True`` copies their IR at every call); :func:`select`,
+  a conditional value without a branch in Numba's IR;
 * :mod:`~nbwgmma.kit.warpgroup`: warpgroup index, thread and barrier; the turn two consumer
   warpgroups pass between their main loops.
 
@@ -57,7 +58,7 @@ constant name: write ``NBARS = pipe.barrier_words`` at module level.)
 from .amax import acc_absmax, amax_flush, amax_note, amax_start
 from .cluster_k import ClusterSplitK
 from .cooperative import Cooperative, operand_loads
-from .device import inlined
+from .device import inlined, select
 from .epilogue_warps import EpilogueWarps, no_epilogue_warps
 from .epilogue import (ACTIVATIONS, VECTOR_TYPES, acc_map, acc_map4, activation, col_values, gelu_tanh_approx, tma_store_block,
                        store_rows_part, tma_store_block_3d, tma_store_part, tma_store_part_3d)
@@ -75,7 +76,7 @@ from .stream_k import StreamFixup
 from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
-           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "stream_walk", "StreamFixup", "tile_producer", "fill_stages", "group_walk", "inlined", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "acc_map4", "col_values", "VECTOR_TYPES", "tma_store_part", "store_rows_part", "tma_store_part_3d", "tma_store_block_3d",
+           "TileScheduler", "tile_order", "wave_order", "stream_range", "stream_owner", "stream_segment", "stream_whole_units", "stream_walk", "StreamFixup", "tile_producer", "fill_stages", "group_walk", "inlined", "select", "BlockScaled", "acc_promote", "acc_promote_cols", "SCALE_BLOCK", "WIDE_COLS", "acc_map", "acc_map4", "col_values", "VECTOR_TYPES", "tma_store_part", "store_rows_part", "tma_store_part_3d", "tma_store_block_3d",
            "acc_row_reduce", "acc_col_reduce", "pair_store", "pair_atomic", "PAIR_ATOMICS", "REDUCE_OPS", "rand", "rand4x", "randint", "randint4x",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass", "acc_absmax", "amax_start", "amax_note", "amax_flush"]
