@@ -131,9 +131,10 @@ def test_wide_tiles_promote_across_the_b_scale_blocks_they_span(w, n, b_kind, k,
     assert any(c.bn == w for c in front._CONFIGS.values()), "the wide configuration ran"
 
 
-@pytest.mark.parametrize("tall, direct, ctas, n", [(False, False, 5, 136), (True, False, 5, 136), (False, True, 5, 136),
-                                                   (False, False, 2, 632)])
-def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, monkeypatch):
+@pytest.mark.parametrize("tall, direct, ctas, n, narrow", [(False, False, 5, 136, False), (True, False, 5, 136, False),
+                                                           (False, True, 5, 136, False), (False, False, 2, 632, False),
+                                                           (False, False, 5, 72, True), (False, True, 3, 200, True)])
+def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, narrow, monkeypatch):
     """Stream-K (forced). 5 CTAs, two N tiles (the second partial) of 5 K blocks (the last
     partial): no tile taken whole, 10 k-blocks shared, 2 a CTA: each tile is summed from three
     CTAs' parts, the middle CTA holding the first tile's last block and the second's first (its
@@ -143,10 +144,12 @@ def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, monkeypatch)
     torch's layout) or read directly (row-major), 256-row tiles (two fragments per consumer
     parked). Run twice: the CTAs in increasing order (a tile's first CTA comes first, parks its
     part, the last one sums) and in decreasing order (the first CTA comes last and adds the
-    others' parts to its own); the tile counters are back at zero after each launch."""
+    others' parts to its own); the tile counters are back at zero after each launch. ``narrow``:
+    128 x 64 tiles (a strip of N = 72 past a block-scale block, and N = 200 in 4 tiles across
+    two B scale blocks)."""
     from nbwgmma.frontend import scaled as front
     monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: tall)
-    monkeypatch.setattr(front, "narrow_tiles", lambda m, n, sms: False)
+    monkeypatch.setattr(front, "narrow_tiles", lambda m, n, sms: narrow)
     monkeypatch.setattr(front, "stream_tiles", lambda *a: True)
     monkeypatch.setattr(front, "_SIM_CTAS", ctas)
     m, k = (200 if tall else 72), 544
@@ -157,8 +160,8 @@ def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, monkeypatch)
         monkeypatch.setenv("NBWGMMA_SIM_ORDER", order)
         got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
         np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
-    assert any(c.stream_k and c.bm == (256 if tall else 128) and c.a_columns == (not direct)
-               for c in front._CONFIGS.values()), "the stream-K configuration ran"
+    assert any(c.stream_k and c.bm == (256 if tall else 128) and c.bn == (64 if narrow else 128)
+               and c.a_columns == (not direct) for c in front._CONFIGS.values()), "the stream-K configuration ran"
     assert not front._SCRATCH[next(iter(front._SCRATCH))][1].copy_to_host().any()
 
 

@@ -144,11 +144,11 @@ def test_wide_tiles_compile_clean_and_promote_by_column_offset():
 
 
 def test_stream_k_kernels_compile_clean():
-    """Stream-K (256 x 128 and 128 x 128 with staged scales): a main loop for the tiles taken
-    whole and one for the shared ones (twice the wgmmas), two atomics per shared tile (the
+    """Stream-K (256 x 128, 128 x 128 and 128 x 64 with staged scales): a main loop for the tiles
+    taken whole and one for the shared ones (twice the wgmmas), two atomics per shared tile (the
     count, and the first CTA's read of it), no local memory between a block's wgmmas."""
-    cfgs = [ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bm=bm, stream_k=True)
-            for bm in (256, 128)]
+    cfgs = [ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bm=bm, bn=bn, stream_k=True)
+            for bm, bn in ((256, 128), (128, 128), (128, 64))]
     for cfg, rep in zip(cfgs, compile_reports([(scaled_kernel(c), SIG) for c in cfgs])):
         assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep.warnings
         assert rep.sass.get("QGMMA") == (16 if cfg.bm == 256 else 32), rep.sass
@@ -158,7 +158,7 @@ def test_stream_k_kernels_compile_clean():
         for first in range(0, len(q), 4):  # each block's four wgmmas, and what runs between them
             block = "\n".join(consumers[q[first]:q[first + 3] + 1])
             assert "LDL" not in block, block
-        assert cfg.workspace_floats(132) == 2 * 132 * cfg.bm * 128 and cfg.grid(4096, 2112, 7168, 132) == 132
+        assert cfg.workspace_floats(132) == 2 * 132 * cfg.bm * cfg.bn and cfg.grid(4096, 2112, 7168, 132) == 132
     assert ScaledConfig(stream_k=True).grid(64, 64, 256, 132) == 2  # at most one CTA per k-block
 
 
