@@ -36,7 +36,7 @@ BM, BN, BK, STAGES = 128, 256, 64, 4  # two consumers of 64 rows; no C tile in s
 pipe = TmaPipeline(STAGES, consumers=2, cluster=2)
 coop = Cooperative(KIND, pipe, BM, BN, multicast="B")
 sched = TileScheduler(BM, BN, BK, group_m=8, cluster=2)  # cluster tiles along M: they share B's rows
-SMEM = dynamic_smem_bytes(STAGES * coop.stage_bytes)
+SMEM = dynamic_smem_bytes(pipe.stages * coop.stage_bytes)
 LOG2E = np.float32(math.log2(math.e))
 
 

@@ -34,7 +34,7 @@ BM, BN, BK, STAGES = 256, 128, 64, 4
 pipe = TmaPipeline(STAGES, consumers=2, cluster=2)
 coop = Cooperative(KIND, pipe, BM, BN, blocks=2, multicast="A")
 sched = TileScheduler(BM, BN, BK, group_m=8, cluster=2, along="N")
-C_OFF, C_PART = STAGES * coop.stage_bytes, 64 * 64 * 2
+C_OFF, C_PART = pipe.stages * coop.stage_bytes, 64 * 64 * 2
 ZERO = np.float32(0.0)
 
 

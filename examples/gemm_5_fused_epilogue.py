@@ -42,7 +42,7 @@ BM, BN, BK, STAGES = 256, 128, 64, 4  # a CTA's tile: two consumers of 128 rows,
 pipe = TmaPipeline(STAGES, consumers=2, cluster=2)
 coop = Cooperative(KIND, pipe, BM, BN, blocks=2, multicast="A")  # two m64n128 accumulators a consumer
 sched = TileScheduler(BM, BN, BK, group_m=8, cluster=2, along="N")
-C_OFF, C_PART = STAGES * coop.stage_bytes, 64 * 64 * 2
+C_OFF, C_PART = pipe.stages * coop.stage_bytes, 64 * 64 * 2
 
 
 @cuda.jit(device=True, inline=True)

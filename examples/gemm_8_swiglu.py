@@ -43,7 +43,7 @@ pipe = TmaPipeline(STAGES, consumers=2)
 coop = Cooperative(KIND, pipe, BM, 2 * BN)  # the GEMM tile: B is the gate's 128 rows, then the up's
 sched = TileScheduler(BM, BN, BK, group_m=8)  # walks the output's tiles
 A_BYTES, W_BYTES = BM * BK * 2, BN * BK * 2
-C_OFF, C_PART = STAGES * coop.stage_bytes, 64 * 64 * 2
+C_OFF, C_PART = pipe.stages * coop.stage_bytes, 64 * 64 * 2
 SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
 
 

@@ -37,7 +37,7 @@ pipe = TmaPipeline(STAGES, consumers=2)
 coop = Cooperative(KIND, pipe, BM, BN)
 BK = coop.bk  # 128 int8 elements of K a stage
 sched = TileScheduler(BM, BN, BK, group_m=8)
-C_OFF, C_PART = STAGES * coop.stage_bytes, 64 * 64 * 2
+C_OFF, C_PART = pipe.stages * coop.stage_bytes, 64 * 64 * 2
 SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
 
 

@@ -66,8 +66,12 @@ def bad_call_message(fn, exc: TypeError, given: str) -> str:
     written) its signature cannot bind, ``exc`` the binding's error."""
     import inspect
 
+    made = getattr(getattr(fn, "__code__", None), "co_filename", "")
+    if made.startswith("<nbwgmma.") and made.endswith(">"):  # made by a builder (acc_row_reduce('max', 256), ...)
+        name = made[len("<nbwgmma."):-1]
+        return f"{name}: {exc}: it takes {inspect.signature(fn)}; got ({given})"
     owner = fn.__qualname__.split(".")[0]
-    name = ("kit." if fn.__module__.startswith("nbwgmma.kit") else "") + \
+    name = ("kit." if (getattr(fn, "__module__", None) or "").startswith("nbwgmma.kit") else "") + \
         (f"{owner}.{fn.__name__}" if owner[:1].isupper() and owner != fn.__name__ else fn.__name__)
     return f"{name}: {exc}: its signature is {fn.__name__}{inspect.signature(fn)}; got {fn.__name__}({given})"
 

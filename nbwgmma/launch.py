@@ -151,10 +151,21 @@ def _compiled(kernel, args, smem):
     return kern, cufunc
 
 
-def _check_request(grid, block, smem, static_smem, kernel_max_threads, cluster):
+def _check_request(grid, block, smem, static_smem, kernel_max_threads, cluster, kernel=None):
     """The checks every launch path makes before launching: threads against the device and
     the kernel, dynamic + static shared memory against the opt-in limit, clusters against
-    the device and the grid. Returns ``(smem, cluster as a 3-tuple or None)``."""
+    the device and the grid; ``kernel`` (a dispatcher) names the launch in the messages.
+    Returns ``(smem, cluster as a 3-tuple or None)``."""
+    name = getattr(getattr(kernel, "py_func", None), "__qualname__", None)
+    try:
+        return _checked_request(grid, block, smem, static_smem, kernel_max_threads, cluster)
+    except LaunchError as e:
+        if name is None:
+            raise
+        raise LaunchError(f"launch of {name}: {e}") from None
+
+
+def _checked_request(grid, block, smem, static_smem, kernel_max_threads, cluster):
     lim = device_limits()
     nthreads = math.prod(block)
     if nthreads > lim["max_threads_per_block"]:
@@ -167,7 +178,8 @@ def _check_request(grid, block, smem, static_smem, kernel_max_threads, cluster):
     if smem + static_smem > lim["max_smem_optin"]:
         raise LaunchError(
             f"dynamic shared memory {smem} B + static {static_smem} B exceeds the device's opt-in limit "
-            f"of {lim['max_smem_optin']} B per block"
+            f"of {lim['max_smem_optin']} B per block by {smem + static_smem - lim['max_smem_optin']} B (fewer "
+            f"pipeline stages, or smaller tiles)"
         )
     if kernel_max_threads and nthreads > kernel_max_threads:
         raise LaunchError(
@@ -323,7 +335,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
         # was declared with.
         bounds = getattr(kernel, "launch_bounds", None)
         max_threads = (bounds if isinstance(bounds, int) else bounds[0]) if bounds else 0
-        smem, cluster = _check_request(grid, block, smem, 0, max_threads, cluster)
+        smem, cluster = _check_request(grid, block, smem, 0, max_threads, cluster, kernel)
         sim.run(kernel, grid, block, args, smem=smem, cluster=cluster or (1, 1, 1),
                 smem_limit=device_limits()["max_smem_optin"])
         return
@@ -339,7 +351,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
 
     kern, cufunc = _compiled(kernel, args, 0)  # the limit is raised once the request is checked
     kern.bind()
-    smem, cluster = _check_request(grid, block, smem, cufunc.attrs.shared, cufunc.attrs.maxthreads, cluster)
+    smem, cluster = _check_request(grid, block, smem, cufunc.attrs.shared, cufunc.attrs.maxthreads, cluster, kernel)
     _raise_smem_limit(cufunc, smem)
     cfg = dict(grid=grid, block=block, shmem_size=smem)
     if cluster is not None:

@@ -269,7 +269,8 @@ def _write_one(x):
 
 @pytest.mark.parametrize("kw, msg", [
     ({"block": 2048}, "exceeds the device limit of 1024"),
-    ({"smem": 300 * 1024}, "opt-in limit of 232448 B"),
+    ({"smem": 300 * 1024}, r"^launch of _write_one: dynamic shared memory 307200 B \+ static 0 B exceeds the "
+                           r"device's opt-in limit of 232448 B per block by 74752 B"),
     ({"grid": 3, "cluster": 2}, "not a multiple of cluster"),
     ({"grid": 16, "cluster": 16}, "portable limit of 8"),
 ])

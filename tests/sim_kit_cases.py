@@ -516,6 +516,46 @@ def test_a_kit_block_called_with_arguments_its_signature_cannot_bind_is_refused_
     assert out.copy_to_host().tolist() == [0, 1]
 
 
+def test_a_builders_function_called_with_too_few_arguments_names_the_builder_at_the_kernels_line():
+    """From a newcomer's trial: a reduction (made by acc_row_reduce) or a pair_atomic called without
+    an argument crashed inside nbwgmma's own message code (the generated function has no
+    module) with an AttributeError; now the typing error a compiled kernel gives, the fragment
+    shown by its type, not its values; a fragment of the wrong size is "a tuple of 64", as the
+    compiled kernel says it (was "Acc of 64", the simulator's own class)."""
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+    from nbwgmma.kit import pair_atomic
+
+    row_max = acc_row_reduce("max", 64)
+    add_rows = pair_atomic("add")
+
+    @cuda.jit
+    def no_ncols(out):
+        t = cuda.threadIdx.x
+        mx = row_max(acc_zeros("f32.bf16.bf16", 64), t, 0, 0)
+        out[t] = mx[0]
+
+    @cuda.jit
+    def no_tid(out):
+        add_rows((np.float32(1), np.float32(2)), out)
+
+    @cuda.jit
+    def too_wide(out):  # a 64 x 128 fragment (64 values) where 64 x 64 (32) is expected
+        t = cuda.threadIdx.x
+        mx = row_max(acc_zeros("f32.bf16.bf16", 128), t, 0, 0, 64)
+        out[t] = mx[0]
+
+    out = cuda.to_device(np.zeros(128, np.float32))
+    for kernel, message in ((no_ncols, r"kit\.acc_row_reduce\('max', 64\): missing a required argument: 'ncols': "
+                                       r"it takes \(acc, tid, row0, col0, ncols, \*args\); got \(UniTuple\(float32 x 32\), "),
+                            (no_tid, r"kit\.pair_atomic\('add'\): missing a required argument: 'tid': it takes "
+                                     r"\(pair, vec, tid\); got \(UniTuple\(float32 x 2\), "),
+                            (too_wide, r"acc_row_reduce\('max', 64\): the fragment must be a tuple of 32 values .*; "
+                                       r"got a tuple of 64")):
+        with pytest.raises(NbwgmmaTypingError, match=message) as exc:
+            launch(kernel, 1, 128, (out,))
+        assert str(exc.value).startswith(f"{__file__}:"), str(exc.value)
+
+
 def _stream_k_gemm():
     """A user's stream-K GEMM on the kit's blocks (a newcomer's, trimmed): 128 x 128 tiles,
     ``tile_producer(stream=True)``, ``stream_walk`` and ``StreamFixup.finish``, f32 out."""

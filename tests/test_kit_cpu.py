@@ -11,7 +11,7 @@ from nbwgmma.intrinsics import acc_load, acc_store, acc_zeros, smem_addr
 from nbwgmma.intrinsics.errors import NbwgmmaTypingError
 from nbwgmma.errors import KitError
 from nbwgmma.kit import (TileScheduler, TmaPipeline, acc_absmax, acc_col_reduce, acc_map, acc_row_reduce, col_values,
-                         pair_store, store_rows_part, tma_store_part)
+                         pair_atomic, pair_store, store_rows_part, tma_store_part)
 from nbwgmma.report import compile_report
 
 PIPE = TmaPipeline(4, consumers=2)
@@ -808,7 +808,26 @@ def _consumer_wait_unknown_keyword(out, buf):
     PIPE.consumer_wait(np.uint32(0), 1, ph=0, parity=1)
 
 
+@cuda.jit
+def _row_reduce_without_ncols(out, buf):
+    t = cuda.threadIdx.x
+    mx = _ROW_MAX(acc_zeros("f32.bf16.bf16", 256), t, 0, 0)
+    out[t] = mx[0]
+
+
+_ADD_ROWS = pair_atomic("add")
+
+
+@cuda.jit
+def _pair_atomic_without_tid(out, buf):
+    _ADD_ROWS((np.float32(1), np.float32(2)), out)
+
+
 @pytest.mark.parametrize("kernel, call, message", [
+    (_row_reduce_without_ncols, "_ROW_MAX(", r"kit\.acc_row_reduce\('max', 256\): missing a required argument: "
+     r"'ncols': it takes \(acc, tid, row0, col0, ncols, \*args\); got \(UniTuple\(float32 x 128\), "),
+    (_pair_atomic_without_tid, "_ADD_ROWS(", r"kit\.pair_atomic\('add'\): missing a required argument: 'tid': it "
+     r"takes \(pair, vec, tid\); got \(UniTuple\(float32 x 2\), array\(float32"),
     (_store_part_missing_args, "tma_store_part(", r"kit\.tma_store_part: missing a required argument: 'tmap_c': its "
      r"signature is tma_store_part\(regs, buf, ct, cw, tmap_c, col, row\); got tma_store_part\(float32, array\(uint16"),
     (_consumer_wait_unknown_keyword, "PIPE.consumer_wait(", r"kit\.TmaPipeline\.consumer_wait: got an unexpected "
@@ -816,7 +835,8 @@ def _consumer_wait_unknown_keyword(out, buf):
 ])
 def test_a_kit_block_given_arguments_it_cannot_bind_names_itself_at_the_users_line(kernel, call, message):
     """Numba's "Cannot bind 'args=(...)' to signature" was the whole report (a Numba TypingError);
-    now nbwgmma's typing error at the user's line, naming the block and its signature."""
+    now nbwgmma's typing error at the user's line, naming the block and its signature (a
+    function a kit builder made, such as a reduction, by the call that made it)."""
     with pytest.raises(NbwgmmaTypingError, match=message) as exc:
         compile_report(kernel, (types.float32[::1], types.uint16[::1]))
     assert str(exc.value).startswith(f"{__file__}:{_line_of(kernel, call)}: "), str(exc.value)

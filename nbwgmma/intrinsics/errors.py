@@ -208,7 +208,7 @@ def _device_function_bind_hint(constraint, typevars, fnty):
     if py_func is None:
         return None
     try:
-        if not own_source(inspect.getsourcefile(py_func) or ""):
+        if not own_source(py_func.__code__.co_filename):  # (a file of the package, or code a kit builder made)
             return None
         sig = inspect.signature(py_func)
         args = [typevars[a.name].getone() for a in constraint.args]

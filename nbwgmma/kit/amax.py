@@ -56,7 +56,7 @@ def acc_absmax(width: int, masked: bool = True):
     lines.append("    return big")
     ns = {"Z": np.float32(0.0), "sel": select, "check": fragment_check(f"acc_absmax({width})", width // 2, "v",
                                                        f"one thread's share of a 64 x {width} f32 fragment")}
-    exec(compile("\n".join(lines), f"<nbwgmma.kit.acc_absmax of {width} columns>", "exec"), ns)
+    exec(compile("\n".join(lines), f"<nbwgmma.kit.acc_absmax({width})>", "exec"), ns)
     return inlined(ns["largest"])
 
 

@@ -125,7 +125,7 @@ def fragment_check(what: str, count: int, noun: str = "the fragment",
         kinds = _value_kinds(x) if length else set()
         if element == "f32":  # (a Python float computed in simulated f32 code stands for an f32)
             kinds = {"float32" if k == "float64" else k for k in kinds}
-        return message(length, f"{type(x).__name__} of {'?' if length is None else length}", kinds)
+        return message(length, type(x).__name__ if length is None else f"a tuple of {length}", kinds)  # (as typed)
 
     return _check(typed, valued)
 

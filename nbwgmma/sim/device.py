@@ -47,6 +47,17 @@ class SimDeviceFunction(FakeCUDAKernel):
         return super().__call__(*args, **kwargs)
 
 
+def _shown(v) -> str:
+    """An argument as a compiled kernel's typing error shows it (its Numba type: a fragment is
+    ``UniTuple(float32 x 32)``, not its 32 values), else its ``repr``."""
+    from numba import typeof
+
+    try:
+        return str(typeof(v))
+    except (ValueError, TypeError):
+        return repr(v)
+
+
 def _bind_error(fn, args, kwargs):
     """The typing error a compiled kernel raises for a call of nbwgmma's device function ``fn``
     (a kit block) with arguments its signature cannot bind (as
@@ -59,7 +70,7 @@ def _bind_error(fn, args, kwargs):
     try:
         inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as e:
-        given = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        given = ", ".join([_shown(a) for a in args] + [f"{k}={_shown(v)}" for k, v in kwargs.items()])
         return typing_error(bad_call_message(fn, e, given))
     return None
 
