@@ -96,6 +96,13 @@ class CompileReport:
                         if op.split(".")[0] in FLOAT64_OPCODES or ".F64" in op})
 
     @property
+    def runtime_calls(self) -> Counter:
+        """Calls of the CUDA runtime's slow-path routines in the SASS, by name
+        (``__cuda_sm20_div_s64``: a 64-bit integer division, which Numba makes of a signed ``//``
+        or ``%``, the persistent ``range(first, n, step)`` included; the guide's "Numba pitfalls")."""
+        return Counter(re.findall(r"CALL\.\S+\s+`\(\$__internal_\d+_\$(\w+)\)", self.sass_text))
+
+    @property
     def wgmma_serialized(self) -> bool:
         return bool(self.warning_codes & set(WGMMA_SERIALIZATION_CODES))
 
@@ -127,6 +134,7 @@ class CompileReport:
         d["sass_full"] = dict(sorted(self.sass_full.items()))
         d["spill_bytes"] = self.spill_bytes
         d["float64_ops"] = dict(sorted(self.float64_ops.items()))
+        d["runtime_calls"] = dict(sorted(self.runtime_calls.items()))
         return d
 
     def to_json(self) -> str:
@@ -155,6 +163,11 @@ class CompileReport:
         if f64:
             lines.append("float64 ops   " + ", ".join(f"{k}={v}" for k, v in f64.most_common())
                          + " (a float literal or int64 math in f32 code? see the guide's Numba pitfalls)")
+        calls = self.runtime_calls
+        if calls:
+            lines.append("runtime calls " + ", ".join(f"{k}={v}" for k, v in calls.most_common())
+                         + (" (div_s64/rem_s64: a signed 64-bit // or %; see the guide's Numba pitfalls)"
+                            if any("_s64" in k or "_u64" in k for k in calls) else ""))
         if self.warnings:
             lines.append("ptxas warnings:")
             lines.extend("  " + w for w in self.warnings)

@@ -23,6 +23,21 @@ def test_report_on_a_small_kernel():
     assert d["sass"]["EXIT"] >= 1 and d["spill_bytes"] == 0
 
 
+def test_report_names_the_runtime_routines_a_kernel_calls():
+    """From a newcomer's trial: a persistent loop's range over int64 values calls the runtime's
+    64-bit division, which the report counted only as CALL; it names it now, with the hint."""
+    def wide(out, n, step):
+        for i in range(cuda.blockIdx.x, n, step):
+            out[i] = i
+
+    rep = compile_report(wide, (types.int32[::1], types.int64, types.int64))
+    assert rep.runtime_calls == {"__cuda_sm20_div_s64": 1}, rep.sass_full
+    assert "runtime calls __cuda_sm20_div_s64=1 (div_s64" in str(rep)
+    assert json.loads(rep.to_json())["runtime_calls"] == {"__cuda_sm20_div_s64": 1}
+    rep = compile_report(wide, (types.int32[::1], types.int32, types.int32))  # (32-bit: done inline)
+    assert not rep.runtime_calls and "runtime calls" not in str(rep)
+
+
 def test_report_names_float64_work_in_f32_code():
     def literal(x, y):  # 0.1 is a float64: x[i] * 0.1 is computed in float64
         i = cuda.grid(1)
