@@ -21,6 +21,7 @@ from . import cudriver
 from .errors import KernelStoppedError, LaunchError, is_int
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
                          stream_handle)
+from .intrinsics.errors import NbwgmmaTypingError, shortened
 from .intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 
 __all__ = ["launch", "dynamic_smem_bytes", "max_active_clusters", "LaunchError", "KernelStoppedError",
@@ -145,7 +146,10 @@ def _check_whole_clusters(grid, cluster):
 
 def _compiled(kernel, args, smem):
     """(compiled kernel, cufunc) for ``args``, with the dynamic shared memory limit raised to ``smem``."""
-    kern = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    try:
+        kern = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    except NbwgmmaTypingError as e:  # (its traceback from here: the compiler's frames left out)
+        raise shortened(e) from None
     cufunc = kern._codelibrary.get_cufunc()
     _raise_smem_limit(cufunc, smem)
     return kern, cufunc

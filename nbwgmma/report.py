@@ -355,6 +355,8 @@ def _ptx(kernel, sig, launch_bounds, cc):
     from numba import config, cuda
     from numba.core.errors import NumbaError
 
+    from .intrinsics.errors import NbwgmmaTypingError, shortened
+
     if config.ENABLE_CUDASIM:  # the simulator replaces the compiler (cuda.compile_ptx is None)
         raise ToolchainError("compile reports need Numba's CUDA compiler, which NUMBA_ENABLE_CUDASIM=1 replaces "
                              "with the simulator: run without NUMBA_ENABLE_CUDASIM")
@@ -368,6 +370,8 @@ def _ptx(kernel, sig, launch_bounds, cc):
     with _device_functions_for(cc):
         try:
             ptx, _ = cuda.compile_ptx(py_func, sig, cc=cc, launch_bounds=launch_bounds)
+        except NbwgmmaTypingError as e:  # (its traceback from here: the compiler's frames left out)
+            raise shortened(e) from None
         except TypeError as e:  # Numba's checks of the signature and the return type (not typing errors)
             if isinstance(e, NumbaError) or not str(e).startswith(_NUMBA_SIG_ERRORS):
                 raise

@@ -375,3 +375,28 @@ def test_c_beside_out_is_taken_at_any_size_and_c_as_out_whatever_its_unit_stride
             check_c_apart(wide, half(shape, 8, False))
     out = ArrayInfo(1 << 40, (1, 64, 16), (2048, 32, 2), 2, "f16", 0, "numba")
     check_c_apart(out._replace(strides=(4096, 32, 2)), out)
+
+
+def test_a_typing_error_leaves_the_compilers_frames_out_of_its_traceback(monkeypatch):
+    """From a newcomer's trial: a typing error's one line came after about 145 lines of traceback
+    through Numba's compiler. compile_report (as launch and prepare) raises it again from its own
+    frame; NBWGMMA_FULL_TYPING_ERRORS=1 keeps the compiler's frames."""
+    import traceback
+
+    from numba import cuda, types
+
+    from nbwgmma.intrinsics import setmaxnreg_inc
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+
+    @cuda.jit
+    def kernel(out):
+        setmaxnreg_inc(100)  # not a multiple of 8
+        out[0] = 1
+
+    for full in ("0", "1"):
+        monkeypatch.setenv("NBWGMMA_FULL_TYPING_ERRORS", full)
+        with pytest.raises(NbwgmmaTypingError, match="setmaxnreg_inc") as exc:
+            nbwgmma.compile_report(kernel, (types.int32[::1],))
+        files = [f.filename for f in traceback.extract_tb(exc.value.__traceback__)]
+        in_numba = [f for f in files if "numba" in f]
+        assert (in_numba if full == "1" else not in_numba), files

@@ -39,7 +39,7 @@ from numba.core.errors import NumbaTypeError, RequireLiteralValue, TypingError
 
 from ..errors import NbwgmmaError, bad_call_message, own_source
 
-__all__ = ["NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install", "checked_intrinsic"]
+__all__ = ["shortened", "NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install", "checked_intrinsic"]
 
 #: Environment variable that appends Numba's full typing report to nbwgmma's errors.
 FULL_ERRORS_ENV = "NBWGMMA_FULL_TYPING_ERRORS"
@@ -325,6 +325,16 @@ def _wrap_resolve(resolve, typing_errors):
 
     resolve_with_location.wrapped_resolve = resolve
     return resolve_with_location
+
+
+def shortened(error: NbwgmmaTypingError) -> NbwgmmaTypingError:
+    """``error`` without the frames of Numba's compiler it passed through (a hundred lines and
+    more before its one line of message), for the entry points that compile a user's kernel
+    (``launch``, ``prepare``, ``compile_report``) to raise again: its traceback then ends at
+    that call. With ``NBWGMMA_FULL_TYPING_ERRORS=1`` it keeps them."""
+    if os.environ.get(FULL_ERRORS_ENV) == "1":
+        return error
+    return error.with_traceback(None)
 
 
 def install() -> None:
