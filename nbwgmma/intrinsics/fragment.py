@@ -333,12 +333,14 @@ def _pack16(name, op):
 
 acc_to_bf16x2 = _pack16("acc_to_bf16x2", "rn.bf16x2")
 acc_to_bf16x2.__doc__ = (
-    "``cvt.rn.bf16x2.f32`` (PTX ISA: cvt) over a fragment: values 2j and 2j+1 (adjacent "
+    "``acc_to_bf16x2(acc)``: ``cvt.rn.bf16x2.f32`` (PTX ISA: cvt) over an f32 fragment of n values, "
+    "n / 2 uint32 out: values 2j and 2j+1 (adjacent "
     "columns) packed into u32 register j, low half first. The result is the A-register "
     "layout for a following RS wgmma and the input of ``stmatrix``."
 )
 acc_to_f16x2 = _pack16("acc_to_f16x2", "rn.f16x2")
-acc_to_f16x2.__doc__ = "``cvt.rn.f16x2.f32`` (PTX ISA: cvt) over a fragment, as :func:`acc_to_bf16x2`."
+acc_to_f16x2.__doc__ = ("``acc_to_f16x2(acc)``: ``cvt.rn.f16x2.f32`` (PTX ISA: cvt) over an f32 fragment, as "
+                         ":func:`acc_to_bf16x2`.")
 
 
 @checked_intrinsic(prefer_literal=True)
