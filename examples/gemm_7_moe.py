@@ -92,10 +92,9 @@ def simulate():
 
 
 def _transposed(w):
-    """w [E, out, in] as the view [E, in, out] the grouped GEMM takes (no copy)."""
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-    return FakeCUDAArray(w._ary.transpose(0, 2, 1))
+    """w [E, out, in] as the view [E, in, out] the grouped GEMM takes (no copy; Numba's
+    device arrays take the axes as one tuple)."""
+    return w.transpose((0, 2, 1))
 
 
 def benchmark(tokens, d, f, repeats=15):

@@ -71,7 +71,12 @@ def test_f32_out_with_bias_and_relu_and_its_bad_types():
     np.testing.assert_array_equal(h, np.maximum(np.concatenate(rows), 0))
     with pytest.raises(MatmulTypeError, match=r"the output is of the input type \(bf16\) or f32; got out_dtype=f16"):
         grouped_matmul(_bits(a), dw, cuda.to_device(ends), in_dtype="bf16", out_dtype="f16")
-    with pytest.raises(MatmulTypeError, match=r"out must be an f32 array .*; got u16"):
+    # an f32 out given without out_dtype: the output type is taken from it, as matmul takes it
+    out32 = cuda.to_device(np.full((total, n), np.nan, np.float32))
+    grouped_matmul(_bits(a), dw, cuda.to_device(ends), in_dtype="bf16", bias=cuda.to_device(bias),
+                   activation="relu", out=out32)
+    np.testing.assert_array_equal(out32.copy_to_host(), np.maximum(np.concatenate(rows), 0))
+    with pytest.raises(MatmulTypeError, match=r"out must be an f32 array; got u16$"):
         grouped_matmul(_bits(a), dw, cuda.to_device(ends), in_dtype="bf16", out_dtype="f32",
                        out=cuda.to_device(np.zeros((total, n), np.uint16)))
 
@@ -117,7 +122,10 @@ def test_bad_offsets_and_layouts_are_refused():
          r"must not decrease; offs\[1\] = 5"),
         (dict(offs=cuda.to_device(np.array([10, 20, 65], np.int32)), validate=True), "past A's 64 rows"),
         (dict(offs=cuda.to_device(np.array([10, 20, 64], np.int64))), "offs must be int32"),
-        (dict(offs=cuda.to_device(np.array([10, 64], np.int32))), r"offs must have shape \(3,\)"),
+        (dict(offs=cuda.to_device(np.array([10, 64], np.int32))), r"offs must have shape \(3,\) \(one end per group "
+                                                                   r"of B, whose shape is \(3, 32, 48\)\); got shape \(2,\)"),
+        (dict(offs=cuda.to_device(np.array([-5, 20, 64], np.int32)), validate=True),
+         r"offs must be running ends, 0 or more; got offs\[0\] = -5"),
         (dict(offs=np.array([10, 20, 64], np.int32)), "offs"),
     ]
     for kw, msg in cases:

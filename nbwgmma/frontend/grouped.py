@@ -39,7 +39,7 @@ from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bo
 from .args import NP_OF, check_apart, described, empty_rows16, lib_of, stand_in, stream_of, type_name, typed
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
-from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type
+from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type, out_type_of
 from .views import numba_view, tensor_map
 
 __all__ = ["grouped_matmul"]
@@ -170,8 +170,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if io_.dtype != "s32":
         raise MatmulTypeError(f"grouped_matmul: offs must be int32 (one end per group of B); got {io_.dtype}")
     if io_.shape != (groups,):  # the right type, a wrong value: ValueError's side
-        raise MatmulError(f"grouped_matmul: offs must have shape ({groups},) (one end per group of B); "
-                          f"got shape {io_.shape}")
+        raise MatmulError(f"grouped_matmul: offs must have shape ({groups},) (one end per group of B, whose shape "
+                          f"is {ib.shape}); got shape {io_.shape}")
     for name, info in (("B", ib), ("offs", io_)):
         if info.device != ia.device:
             raise MatmulError(f"grouped_matmul: {name} must be on device {ia.device} like A; got {info.device}")
@@ -192,7 +192,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if ta not in ("bf16", "f16") or tb != ta:
         raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16, or both fp8; got {ta} and "
                               f"{tb}")
-    odt = type_name(out_dtype or ta)
+    odt = type_name(out_dtype or out_type_of(out) or ta)
     if odt not in (ta, "f32"):
         raise MatmulTypeError(f"grouped_matmul: the output is of the input type ({ta}) or f32; got out_dtype={odt}")
     es = ib.itemsize
@@ -206,8 +206,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                           f"contiguous (the transpose of a contiguous (G, N, K) weight stack, w.transpose(1, 2)), "
                           f"16-byte aligned; got strides {ib.strides} bytes")
     if not _row_major(ia):
-        raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows; got strides {ia.strides} "
-                          f"bytes")
+        raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows and base; got strides "
+                          f"{ia.strides} bytes, base {ia.ptr % 16} bytes past a 16-byte boundary")
     lib = lib_of(a)
     shape = (groups, t, n) if masked else (total, n)
     fresh = out is None

@@ -89,8 +89,8 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
                           f"stack (w.transpose(1, 2): K contiguous, 16-byte aligned rows) so far; got strides "
                           f"{ib.strides} bytes")
     if not (ia.strides[1] == ia.itemsize and ia.strides[0] % 16 == 0 and ia.ptr % 16 == 0):
-        raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows; got strides {ia.strides} "
-                          f"bytes")
+        raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows and base; got strides "
+                          f"{ia.strides} bytes, base {ia.ptr % 16} bytes past a 16-byte boundary")
     kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
     a_shapes = ((total, kb),) + (((groups, total // groups, kb),) if masked else ())
     sa = _scale(scale_a, "scale_a", a_shapes, ia.device)
