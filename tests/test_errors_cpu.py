@@ -295,6 +295,21 @@ def test_a_config_fault_in_a_defaulted_parameter_names_the_whole_config():
     assert type(e) is MatmulError and str(e) == "matmul: config {'bm': 256}: stages must be 2 to 1; got 1"
 
 
+def test_out_beside_a_in_one_buffer_passes_the_overlap_check_and_sharing_columns_does_not():
+    """From a newcomer's trial: A = buf[:, :16] and out = buf[:, 16:] share no element, yet out was
+    refused as overlapping A (their byte ranges interleave). Columns shared are refused."""
+    a, out = _cols_of_one_buffer(0, 16)
+    try:
+        matmul(a, f16(16, 16), out=out)
+    except MatmulError as e:
+        assert "overlaps" not in str(e), e
+    except Exception:  # noqa: BLE001 - whatever a device-less launch raises
+        pass
+    a, out = _cols_of_one_buffer(0, 8)
+    with pytest.raises(MatmulError, match="out overlaps A"):
+        matmul(a, f16(16, 16), out=out)
+
+
 def test_c_beside_out_in_one_buffer_passes_the_overlap_check():
     """Two column blocks of one buffer interleave in their byte ranges yet share no element: C
     beside out is taken (the call then needs a device)."""
