@@ -98,7 +98,9 @@ def test_bad_input_is_refused_naming_the_argument():
         ((a, b, ends), {"in_dtype": None}, MatmulTypeError, "A holds uint16: say with in_dtype"),
         ((a, b, cuda.to_device(np.array([20, 10], np.int32))), dict(validate=True), MatmulError,
          r"must not decrease; offs\[1\] = 10"),
-        ((a, b, cuda.to_device(np.array([10, 33], np.int32))), dict(validate=True), MatmulError, "past the 32"),
+        ((a, b, cuda.to_device(np.array([10, 33], np.int32))), dict(validate=True), MatmulError,
+         r"past the 32 columns of A \(rows of B; a 2-D B is the weight-gradient form: one weight per group of A's "
+         r"rows is a 3-D B, \(G, K, N\)\)"),
         ((a, b, ends), dict(out=cuda.to_device(np.ones((2, 16, 23), np.uint16))), MatmulError, "out must be a"),
         ((a, b, ends), dict(bias=cuda.to_device(np.ones(24, np.float32))), MatmulError, "take neither|takes neither"),
         ((a, b, ends), dict(out_dtype="f32"), MatmulTypeError, "output has the input type"),

@@ -164,7 +164,8 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
         raise MatmulError(f"grouped_matmul: out must be a {shape} {odt} array with N contiguous and 16-byte aligned "
                           f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")
     if validate:
-        check_ends(offs, lib, total, groups, f"the {total} columns of A (rows of B)")
+        check_ends(offs, lib, total, groups, f"the {total} columns of A (rows of B; a 2-D B is the weight-gradient "
+                                             f"form: one weight per group of A's rows is a 3-D B, (G, K, N))")
     if groups == 0 or m == 0 or n == 0:
         return out
     st = stream_of(lib, stream)
