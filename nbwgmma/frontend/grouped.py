@@ -39,7 +39,7 @@ from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bo
 from .args import NP_OF, check_apart, described, empty_rows16, lib_of, stand_in, stream_of, type_name, typed
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
-from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type, out_type_of
+from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type
 from .views import numba_view, tensor_map
 
 __all__ = ["grouped_matmul"]
@@ -192,7 +192,9 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if ta not in ("bf16", "f16") or tb != ta:
         raise MatmulTypeError(f"grouped_matmul: A and B must both be bf16 or both f16, or both fp8; got {ta} and "
                               f"{tb}")
-    odt = type_name(out_dtype or out_type_of(out) or ta)
+    given = None if out is None else described(out, "out", "grouped_matmul")
+    # (an f32 out gives the output type, as matmul takes it from out; a 16-bit one the input type)
+    odt = type_name(out_dtype or ("f32" if given is not None and given.dtype == "f32" else ta))
     if odt not in (ta, "f32"):
         raise MatmulTypeError(f"grouped_matmul: the output is of the input type ({ta}) or f32; got out_dtype={odt}")
     es = ib.itemsize
@@ -213,7 +215,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     fresh = out is None
     if fresh:
         out = empty_rows16(lib, a, shape, odt)
-    io = described(out, "out", "grouped_matmul")
+    io = described(out, "out", "grouped_matmul") if fresh else given
     out_type(io, odt)
     if not fresh:
         check_apart(io, (("A", ia), ("B", ib), ("offs", io_)), "grouped_matmul")

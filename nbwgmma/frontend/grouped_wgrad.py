@@ -22,7 +22,7 @@ from .args import check_apart, described, empty_rows16, holds, stream_of, type_n
 from .arrays import ArrayInfo
 from .views import copy_params, launch_copy, nb_stream, numba_view, padded_shape, tensor_map
 
-__all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends", "out_type", "out_type_of"]
+__all__ = ["grouped_matmul_wgrad", "host_offs", "check_ends", "out_type"]
 
 _SIM = sim.enabled()
 
@@ -109,20 +109,13 @@ def _zero(out, io: ArrayInfo, lib, stream):
                 fill_zero_kernel[grid_for(io.shape[1] * io.shape[2]), 256, st](part)
 
 
-def out_type_of(out) -> str | None:
-    """"f32" where a given ``out`` holds f32 values (the output type then, as ``matmul`` takes it
-    from ``out``), else None: a 16-bit ``out`` leaves the output of the input type."""
-    return "f32" if out is not None and described(out, "out", "grouped_matmul").dtype == "f32" else None
-
-
 def out_type(io: ArrayInfo, odt: str):
     """A grouped product's ``out`` holds ``odt`` (:func:`~nbwgmma.frontend.args.holds`); else a
     :class:`MatmulTypeError`."""
     if not holds(io.dtype, odt):
         bits = " (uint16 for bf16 bits)" if odt == "bf16" else ""
-        hint = f" (out_dtype={io.dtype!r} for an {io.dtype} out)" if io.dtype == "f32" else ""
         article = "an" if odt[0] in "ef" else "a"
-        raise MatmulTypeError(f"grouped_matmul: out must be {article} {odt} array{bits}; got {io.dtype}{hint}")
+        raise MatmulTypeError(f"grouped_matmul: out must be {article} {odt} array{bits}; got {io.dtype}")
 
 
 def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInfo, lib, *, out, out_dtype, in_dtype,
