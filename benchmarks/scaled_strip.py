@@ -9,7 +9,8 @@ over 128 x 128 tiles (every SM sharing its k-blocks); then the sum of the 2048 c
 each strip's, against the whole product and nbwgmma's per-tensor fp8 product (issue: block-scaled
 at least 0.9x per-tensor at 4096 x 2112 x 7168). Every variant is captured into a CUDA graph of
 10 calls and replayed (no host time in the numbers), median of 15 replays; each split's output is
-compared with the whole product's (stream-K sums a tile's parts in another order: equal to
+compared with the whole product's; the whole product is also timed forced to stream-K over
+both tile sizes (stream-K sums a tile's parts in another order: equal to
 rounding).
 
     python benchmarks/scaled_strip.py [MxNxK ...]
@@ -79,6 +80,16 @@ def probe(m, n, k):
           "per-tensor fp8": graph_ms(lambda: matmul(xq, wq.t(), scale_a=1.0, scale_b=1.0, out=plain)),
           "whole 128-column blocks": graph_ms(lambda: matmul(xq, wq[:nm].t(), scale_a=sx,
                                                              scale_b=sw[:nm // 128].t(), out=out[:, :nm]))}
+    for name, held in {"whole, stream-K 128 x 64": (True, True),
+                       "whole, stream-K 128 x 128": (True, False)}.items():
+        choose(*held)
+        out.fill_(float("nan"))
+        matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
+        torch.cuda.synchronize()
+        err = float((out.double() - ref).abs().max() / ref.abs().max())
+        ms[name] = graph_ms(lambda: matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out))
+        print(f"{m}x{n}x{k} {name}: max |stream-K - whole| / max |whole| = {err:.2e}")
+    restore()
     strips = {"strip, the front end's": None, "strip, stream-K 128 x 64": (True, True),
               "strip, stream-K 128 x 128": (True, False)}
     for name, held in strips.items():

@@ -319,11 +319,18 @@ class BlockScaled(types.ModuleType):
             pipe.producer_arrive_copies(ring, s)
 
         @inlined
-        def block(tmp, slot, cw, first, wave=0):
-            """The four m64nNk32 wgmmas of one stage (of its 128-row ``wave``) into ``tmp``
-            (from zero where ``first``)."""
-            da = make_desc(slot + wave * 128 * 128 + cw * A_CONS, 16, 1024, _SW128)
-            db = make_desc(slot + A_BYTES, 16, 1024, _SW128)
+        def descs(base, cw):
+            """The descriptors of stage 0's A (warpgroup ``cw``'s 64 rows) and B, built once a
+            tile: a stage's are these moved by its offset (one add each, where descriptors built
+            from each stage's address took four instructions)."""
+            return make_desc(base + cw * A_CONS, 16, 1024, _SW128), make_desc(base + A_BYTES, 16, 1024, _SW128)
+
+        @inlined
+        def block(tmp, d, off, first, wave=0):
+            """The four m64nNk32 wgmmas of the stage ``off`` bytes past stage 0 (of its 128-row
+            ``wave``) into ``tmp`` (from zero where ``first``); ``d`` from :func:`descs`."""
+            da = desc_advance(d[0], off + wave * 128 * 128)
+            db = desc_advance(d[1], off)
             wgmma_fence()
             tmp = wgmma_mma_async(tmp, da, db, KIND, first, 1, 1, 0, 0)
             tmp = wgmma_mma_async(tmp, desc_advance(da, 32), desc_advance(db, 32), KIND, 1, 1, 1, 0, 0)
@@ -335,11 +342,11 @@ class BlockScaled(types.ModuleType):
         # The main loops stay Numba-inlined (inline=True), as PingPong.tile: as called functions
         # the epilogue after them grew by 32 integer instructions.
         @cuda.jit(device=True, inline=True)
-        def issue(ring, base, sbase, s, ph, tmp, cw, o):
+        def issue(ring, d, sbase, s, ph, tmp, cw, o):
             """Block at stage ``s``: wait for its data, its wgmmas into ``tmp`` (from zero), its
             scales on the thread's two rows (``o`` and ``o + 8`` of the tile)."""
             pipe.consumer_wait(ring, s, ph)
-            tmp = block(tmp, base + s * STAGE, cw, 0)
+            tmp = block(tmp, d, s * STAGE, 0)
             # the scales after the wgmmas: read before them, the loads (slow beside the tensor
             # cores' shared-memory traffic) held up the block's first wgmma
             a0 = ONE
@@ -373,23 +380,24 @@ class BlockScaled(types.ModuleType):
             acc = acc_zeros(KIND, N)
             t0 = acc_undef(KIND, N)
             t1 = acc_undef(KIND, N)
-            t0, a0, a1, b0 = issue(ring, base, sbase, s, ph, t0, cw, o)
+            d = descs(base, cw)
+            t0, a0, a1, b0 = issue(ring, d, sbase, s, ph, t0, cw, o)
             p0 = s
             s, ph = pipe.advance(s, ph)
             last = (kblocks - 1) // 2 * 2  # the even block t0 holds after the loop
             for j in range(0, last, 2):  # t0: block j, in flight; blocks j + 1 and j + 2 exist
-                t1, c0, c1, b1 = issue(ring, base, sbase, s, ph, t1, cw, o)
+                t1, c0, c1, b1 = issue(ring, d, sbase, s, ph, t1, cw, o)
                 p1 = s
                 s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(1)
                 acc = retire(ring, acc, t0, p0, ct, a0, a1, b0)
-                t0, a0, a1, b0 = issue(ring, base, sbase, s, ph, t0, cw, o)
+                t0, a0, a1, b0 = issue(ring, d, sbase, s, ph, t0, cw, o)
                 p0 = s
                 s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(1)
                 acc = retire(ring, acc, t1, p1, ct, c0, c1, b1)
             if last + 1 < kblocks:  # one odd block after t0's
-                t1, c0, c1, b1 = issue(ring, base, sbase, s, ph, t1, cw, o)
+                t1, c0, c1, b1 = issue(ring, d, sbase, s, ph, t1, cw, o)
                 p1 = s
                 s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(1)
@@ -402,11 +410,11 @@ class BlockScaled(types.ModuleType):
             return acc, s, ph
 
         @cuda.jit(device=True, inline=True)
-        def wave(ring, acc, tmp, slot, sslot, s, ct, cw, o, w, b):
+        def wave(ring, acc, tmp, d, sslot, s, ct, cw, o, w, b):
             """Wave ``w`` (128 rows) of the block at stage ``s``: its wgmmas into ``tmp``, its
             A scales (and, in the first wave, B's) read while they run, their completion, the
             stage's release after the last wave, the promotion."""
-            tmp = block(tmp, slot, cw, 0, w)
+            tmp = block(tmp, d, s * STAGE, 0, w)
             a0 = ONE
             a1 = ONE
             a0 = ld_shared_f32(sslot + 4 * (o + 128 * w))
@@ -427,12 +435,12 @@ class BlockScaled(types.ModuleType):
             acc0 = acc_zeros(KIND, N)
             acc1 = acc_zeros(KIND, N)
             tmp = acc_undef(KIND, N)
+            d = descs(base, cw)
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
-                slot = base + s * STAGE
                 sslot = sbase + s * SLOT
-                acc0, tmp, b = wave(ring, acc0, tmp, slot, sslot, s, ct, cw, o, 0, ONE)
-                acc1, tmp, b = wave(ring, acc1, tmp, slot, sslot, s, ct, cw, o, 1, b)
+                acc0, tmp, b = wave(ring, acc0, tmp, d, sslot, s, ct, cw, o, 0, ONE)
+                acc1, tmp, b = wave(ring, acc1, tmp, d, sslot, s, ct, cw, o, 1, b)
                 s, ph = pipe.advance(s, ph)
             return acc0, acc1, s, ph
 
@@ -445,10 +453,11 @@ class BlockScaled(types.ModuleType):
             o = cw * 64 + ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in the tile
             acc = acc_zeros(KIND, N)
             tmp = acc_undef(KIND, N)
+            d = descs(base, cw)
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
                 sslot = sbase + s * SLOT
-                tmp = block(tmp, base + s * STAGE, cw, 0)
+                tmp = block(tmp, d, s * STAGE, 0)
                 a0 = ld_shared_f32(sslot + 4 * o)
                 a1 = ld_shared_f32(sslot + 4 * o + 32)
                 b0 = ONE
@@ -482,10 +491,10 @@ class BlockScaled(types.ModuleType):
             return a0, a1, b
 
         @cuda.jit(device=True, inline=True)
-        def start(ring, base, s, ph, tmp, cw):
+        def start(ring, d, s, ph, tmp, cw):
             """Block at stage ``s``: wait for its data, its wgmmas into ``tmp`` (from zero)."""
             pipe.consumer_wait(ring, s, ph)
-            return block(tmp, base + s * STAGE, cw, 0)
+            return block(tmp, d, s * STAGE, 0)
 
         @cuda.jit(device=True, inline=True)
         def tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb):
@@ -504,25 +513,26 @@ class BlockScaled(types.ModuleType):
             sbn = sb[nb if B_BLOCK else 0]
             a0, a1, b = scales(sa0, sa1, sbn, 0)
             c0, c1, d = scales(sa0, sa1, sbn, min(1, kblocks - 1))
-            t0 = start(ring, base, s, ph, t0, cw)
+            ds = descs(base, cw)
+            t0 = start(ring, ds, s, ph, t0, cw)
             p0 = s
             s, ph = pipe.advance(s, ph)
             last = (kblocks - 1) // 2 * 2
             for j in range(0, last, 2):
-                t1 = start(ring, base, s, ph, t1, cw)
+                t1 = start(ring, ds, s, ph, t1, cw)
                 p1 = s
                 s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(1)
                 acc = retire(ring, acc, t0, p0, ct, a0 * b, a1 * b, ONE)
                 a0, a1, b = scales(sa0, sa1, sbn, j + 2)
-                t0 = start(ring, base, s, ph, t0, cw)
+                t0 = start(ring, ds, s, ph, t0, cw)
                 p0 = s
                 s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(1)
                 acc = retire(ring, acc, t1, p1, ct, c0 * d, c1 * d, ONE)
                 c0, c1, d = scales(sa0, sa1, sbn, min(j + 3, kblocks - 1))
             if last + 1 < kblocks:
-                t1 = start(ring, base, s, ph, t1, cw)
+                t1 = start(ring, ds, s, ph, t1, cw)
                 p1 = s
                 s, ph = pipe.advance(s, ph)
                 wgmma_wait_group(1)
@@ -538,9 +548,10 @@ class BlockScaled(types.ModuleType):
         def tile_plain(ring, base, sbase, s, ph, kblocks, ct, cw):
             acc = acc_undef(KIND, N)
             prev = 0
+            d = descs(base, cw)
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
-                acc = block(acc, base + s * STAGE, cw, kb > 0)
+                acc = block(acc, d, s * STAGE, kb > 0)
                 wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
                 if kb > 0 and ct == 0:
                     pipe.consumer_release(ring, prev)
