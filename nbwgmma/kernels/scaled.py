@@ -141,8 +141,8 @@ class ScaledConfig:
         self.stage_bytes = (bm + bn) * BK
         self.stages = STAGES if bm == 128 and not wide else TALL_STAGES
         room = H100_LIMITS["max_smem_optin"] - STATIC_SMEM
-        while wide and self.stages < STAGES and self._smem(self.stages + 1) <= room:
-            self.stages += 1  # (wide tiles: as many as fit, 5 at 176 columns)
+        while (wide and self.stages < STAGES or bn == 64) and self._smem(self.stages + 1) <= room:
+            self.stages += 1  # (wide tiles: as many as fit, 5 at 176 columns; 128 x 64 tiles: 8)
         self.c_off = self.stages * self.stage_bytes
         self.s_off = self.c_off + 2 * self.c_part
         #: dynamic shared memory to launch with
