@@ -53,8 +53,11 @@ def test_block_scaled_and_rowwise_kernels_compile_clean():
         assert "F32.E4M3.E4M3" in loop and "LDL" not in loop and "STL" not in loop, loop
         assert r.spill_bytes <= 192, r
         # staged: the warpgroup index is warp-uniform (kit.warpgroup_index), the wgmma descriptors
-        # live in uniform registers, none moved there (R2UR) in the main loop
-        assert "R2UR" not in loop or r is rep, loop
+        # live in uniform registers, none moved there (R2UR) in the main loop (ptxas may move a
+        # scale read from a uniform address there: not a descriptor)
+        moved = {int(u) for u in re.findall(r"R2UR UR(\d+)", loop)}
+        descs = {int(u) + i for u in re.findall(r"gdesc\[UR(\d+)\]", loop) for i in range(4)}
+        assert not moved & descs or r is rep, loop
         # promotion: one FFMA per accumulator value (64 per thread) after the wait that completes
         # the block, while the next block's wgmmas run (wait_group 1)
         assert text.count("FFMA") >= 128 and "WARPGROUP.DEPBAR.LE gsb0, 0x1" in loop
@@ -191,7 +194,8 @@ def test_bias_and_activation_in_the_epilogue_compile_clean():
     """A bf16 bias per column and gelu_tanh (one MUFU.TANH a value for a 16-bit output), and an f32
     bias per row with relu through the register stores: nothing spills between a block's wgmmas;
     the staged kernel's epilogue spills a few more scalars than without them (192 bytes against
-    108), the register stores none."""
+    108), the register stores' kernel a few of the tile's set-up values (24 bytes, once the
+    consumers pass on tiles whose rows lie past M), none in the main loop."""
     bf16 = ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bias="col", bias_type="bf16",
                         activation="gelu_tanh")
     f32 = ScaledConfig("e4m3", "e4m3", "f32", "block", "block", epilogue="direct", bias="row", activation="relu")
@@ -203,7 +207,7 @@ def test_bias_and_activation_in_the_epilogue_compile_clean():
         q = [i for i, line in enumerate(consumers) if "QGMMA" in line]
         for first in range(0, len(q), 4):
             assert "LDL" not in "\n".join(consumers[q[first]:q[first + 3] + 1])
-        assert rep.spill_bytes <= (256 if cfg.epilogue == "tma" else 0), rep.spill_bytes
+        assert rep.spill_bytes <= (256 if cfg.epilogue == "tma" else 32), rep.spill_bytes
         if cfg.activation == "gelu_tanh":
             assert text.count("MUFU.TANH") >= 64, text.count("MUFU.TANH")
         else:  # relu: no transcendental

@@ -411,8 +411,11 @@ def _build(key):
             for u in range(cta, whole, ctas):
                 tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
                 r0, col0 = tm * BM + cw * 64, tn * BN
-                accs, s, ph = consume(ring, base, sbase, s, ph, 0, kblocks, ct, cw, sa, sb, r0, tn, m)
-                cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
+                if r0 < m:
+                    accs, s, ph = consume(ring, base, sbase, s, ph, 0, kblocks, ct, cw, sa, sb, r0, tn, m)
+                    cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
+                else:  # every row of the warpgroup's lies past M (decoding, M <= 64): the tensor cores left to the other
+                    s, ph = bs.tile_skip(ring, s, ph, kblocks, ct)
             if STREAM:
                 g0, g1 = stream_range(cta, ctas, total)
                 g = g0

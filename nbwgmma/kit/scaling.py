@@ -195,7 +195,11 @@ class BlockScaled(types.ModuleType):
     thread's whole fill of slot ``s``: the wait, B's scale ``b``, the barrier armed, the loads and
     A's scales) and ``tile_tall(ring, base, sbase, s, ph,
     kblocks, ct, cw) -> (acc0, acc1, s, ph)`` (warpgroup ``cw``'s 64 rows of the first and of the
-    second 128-row half)."""
+    second 128-row half). ``tile_skip(ring, s, ph, kblocks, ct) -> (s, ph)``: a warpgroup whose
+    rows of the tile all lie past M (a decoding product's second 64 rows) passes ``kblocks``
+    stages on, each waited for and released unread, leaving the tensor cores to the other (on an
+    H200, 16 x 7168 x 7168 in 128 x 128 tiles: the consumers bound each stage, the producers
+    waited for them)."""
 
     BM = BN = 128
     BK = 128
@@ -562,7 +566,18 @@ class BlockScaled(types.ModuleType):
                 pipe.consumer_release(ring, prev)
             return acc, s, ph
 
+        @cuda.jit(device=True, inline=True)
+        def tile_skip(ring, s, ph, kblocks, ct):
+            # Each stage waited for (so the releases keep the ring's phases) and released unread.
+            for kb in range(kblocks):
+                pipe.consumer_wait(ring, s, ph)
+                if STAGED or ct == 0:
+                    pipe.consumer_release(ring, s)
+                s, ph = pipe.advance(s, ph)
+            return s, ph
+
         self.load, self.scale_rows, self.put_scales, self.fill = load, scale_rows, put_scales, fill
+        self.tile_skip = tile_skip
         direct = (A_BLOCK or B_BLOCK) and not STAGED
         self.tile_direct, self.tile_tall, self.tile_wide = tile_direct, tile_tall, tile_wide
         self.tile = tile_direct if direct else tile_promoted if self.promotes else tile_plain
