@@ -492,6 +492,50 @@ def test_tile_producer_checks_its_blocks():
         tile_producer(sched, pipe, 49152, load)
 
 
+def test_short_boxes_take_the_rows_m_has():
+    """box_rows: M rounded up to a swizzle atom of 8 rows below a tile's rows, the tile's rows
+    from there; tile_producer's stage_tx must be a device function, and a batched walk takes
+    none; a producer arming each stage with run-time bytes and consumers clearing the rows past
+    the box compile to 16-byte shared stores, the async-proxy fence and no local memory."""
+    from nbwgmma.intrinsics import tma_load_2d
+    from nbwgmma.kit import box_rows, box_rows_device, clear_rows, tile_producer
+
+    assert [box_rows(m, 128) for m in (1, 8, 9, 16, 64, 100, 127, 128, 5000)] == [8, 8, 16, 16, 64, 104, 128, 128, 128]
+    assert box_rows(200, 256) == 200 and box_rows(256, 256) == 256
+    pipe, sched = TmaPipeline(4, consumers=1), TileScheduler(128, 128, 128)
+    STAGE, STAGES = 32 * 1024, 4
+
+    @cuda.jit(device=True, inline=True)
+    def load(slot, full, kb, tm, tn, args):
+        tma_load_2d(slot, args[0], full, kb * 128, tm * 128)
+        tma_load_2d(slot + 16384, args[1], full, kb * 128, tn * 128)
+
+    @cuda.jit(device=True, inline=True)
+    def stage_tx(args):
+        return args[2]
+
+    with pytest.raises(ValueError, match="stage_tx must be a device function"):
+        tile_producer(pipe, sched, STAGE, load, stage_tx=3)
+    with pytest.raises(ValueError, match="a batched walk takes no stage_tx"):
+        tile_producer(pipe, sched, STAGE, load, batched=True, stage_tx=stage_tx)
+    produce = tile_producer(pipe, sched, STAGE, load, stage_tx=stage_tx)
+
+    @cuda.jit
+    def kernel(tmap_a, tmap_b, m, n, k):
+        base, ring = pipe.setup()
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        ar = box_rows_device(m, 128)
+        if ar < 128:
+            clear_rows(base, STAGE, STAGES, 128, ar, 128, cuda.threadIdx.x, 256)
+            cuda.syncthreads()
+        if cuda.threadIdx.x == 0:
+            produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b, STAGE - (128 - ar) * 128))
+
+    rep = compile_report(kernel, (types.uint64, types.uint64, types.int32, types.int32, types.int32))
+    assert "STS.128" in rep.sass_text and "FENCE.VIEW.ASYNC.S" in rep.sass_text, rep.sass
+    assert rep.local_memory_ops == 0, rep
+
+
 def test_epilogue_warps_check_their_arguments():
     from nbwgmma.kit import EpilogueWarps, activation
 

@@ -354,7 +354,7 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     views = (((m, k), (_pitch(ia), 1)), ((n, k), (_pitch(bt), 1)), ((m, n), (_pitch(io), 1)))  # the maps' views
     grid = cfg.grid(m, n, k, _SIM_CTAS if _SIM else sms)
     if _SIM or DEBUG_WAIT_TIMEOUT_S is not None:  # checked launches (the simulator's arrays; a stopped kernel named)
-        ta = tensor_map(a, ia.ptr, ia.dtype, (128, 128), views[0], keep=False)
+        ta = tensor_map(a, ia.ptr, ia.dtype, cfg.a_box(m), views[0], keep=False)
         tb = tensor_map(b, ib.ptr, ib.dtype, (bn, 128), views[1], keep=False)
         tc = tensor_map(out, io.ptr, odt, (64, cfg.c_cols), views[2], keep=False,
                         swizzle=cfg.c_swizzle).address if tma else 0
@@ -428,7 +428,7 @@ class ScaledQuick:
         calling(st)  # (maps made now ask whether it captures: nbwgmma.capture)
         m, n, k = self.mnk
         cfg, (adt, bdt, odt) = self.cfg, self.types
-        ta = tensor_map(a, pa, adt, (128, 128), self.views[0], keep=False).address
+        ta = tensor_map(a, pa, adt, cfg.a_box(m), self.views[0], keep=False).address
         tb = tensor_map(b, pb, bdt, (cfg.bn, 128), self.views[1], keep=False).address
         if self.c is None:
             tc = tensor_map(out, po, odt, (64, cfg.c_cols), self.views[2], keep=False, swizzle=cfg.c_swizzle).address

@@ -46,10 +46,10 @@ import numpy as np
 from numba import cuda
 
 from ..errors import ConfigError
-from ..intrinsics import acc_stmatrix_swizzled, acc_store, bulk_wait_group, bulk_wait_group_read, \
+from ..intrinsics import acc_stmatrix_swizzled, acc_store, acc_zeros, bulk_wait_group, bulk_wait_group_read, \
     griddep_launch_dependents, setmaxnreg_dec, setmaxnreg_inc
 from ..kit import ACTIVATIONS, VECTOR_TYPES, WIDE_COLS, BlockScaled, StreamFixup, TileScheduler, TmaPipeline, \
-    acc_map, activation, inlined, stream_range, stream_segment, stream_walk, stream_whole_units, tile_producer, \
+    acc_map, activation, box_rows, box_rows_device, clear_rows, inlined, stream_range, stream_segment, stream_walk, stream_whole_units, tile_producer, \
     tma_store_block, tma_store_part, warpgroup_index, warpgroup_sync
 from ..launch import H100_LIMITS, dynamic_smem_bytes
 
@@ -153,6 +153,12 @@ class ScaledConfig:
         slots = c_off + 2 * self.c_part + stages * (4 * self.bm + 128)  # (wide tiles: staged scales only)
         return dynamic_smem_bytes(slots if self.wide else max(c_off + 4 * self.c_part, slots))
 
+    def a_box(self, m: int) -> tuple:
+        """The box of A's tensor map for ``m`` rows: (:func:`~nbwgmma.kit.box_rows` rows, 128) with
+        128-row tiles (a decoding product's few rows alone: the kernel expects those bytes), (128,
+        128) with 256-row ones."""
+        return (box_rows(m, 128) if self.bm == 128 else 128, BK)
+
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
                 self.group_m, self.a_columns, self.bm, self.bn, self.stream_k, self.bias, self.bias_type,
@@ -207,7 +213,7 @@ def _epilogue(cfg: ScaledConfig):
 def scaled_kernel(cfg: ScaledConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
     ``(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters, bias)``: tensor-map addresses of A [M, K]
-    and B [N, K] (fp8, boxes of 128 x 128 and ``cfg.bn`` x 128, 128-byte swizzle) and, for the "tma" epilogue, of C
+    and B [N, K] (fp8, boxes of ``cfg.a_box(m)`` and ``cfg.bn`` x 128, 128-byte swizzle) and, for the "tma" epilogue, of C
     [M, N] (box 64 x 64; 0 otherwise); ``c`` C as a 2-D array for the "direct" epilogue (bf16
     as uint16 bits; any 2-D array otherwise); ``sa`` and ``sb`` the 2-D f32 scales of the
     module docstring (any strides; a stand-in where a side has none); int32 sizes; f32
@@ -239,7 +245,7 @@ def _build(key):
     PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.wide else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn)
-    BM, BN, STAGE, C_OFF, S_OFF = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off
+    BM, BN, STAGE, C_OFF, S_OFF, STAGES = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off, cfg.stages
     WIDE = cfg.wide
     CC, C_BYTES, SWIZZLED_C = cfg.c_cols, cfg.c_part, cfg.c_swizzle == "128B"
     ROW_C, NPARTS = 2 * cfg.c_cols, cfg.bn // cfg.c_cols
@@ -252,11 +258,14 @@ def _build(key):
 
     @cuda.jit(device=True, inline=True)
     def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
-        tmap_a, tmap_b = maps
-        bs.load(slot, full, tmap_a, tmap_b, kb * BK, tm * BM, tn * BN)
+        bs.load(slot, full, maps[0], maps[1], kb * BK, tm * BM, tn * BN)
+
+    @cuda.jit(device=True, inline=True)
+    def stage_tx(maps):  # A's box of kit.box_rows rows, B's
+        return maps[2]
 
     STREAM = cfg.stream_k
-    produce = tile_producer(pipe, sched, STAGE, load, stream=STREAM)
+    produce = tile_producer(pipe, sched, STAGE, load, stream=STREAM, stage_tx=stage_tx)
     fix = StreamFixup(KIND, BN, fragments=2 if TALL else 1)  # (stream-K only)
 
     @cuda.jit(device=True, inline=True)
@@ -385,6 +394,10 @@ def _build(key):
         sbase = base + S_OFF
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        ar = box_rows_device(m, BM)  # A's box rows (the host's map: ScaledConfig.a_box)
+        if not TALL and ar < BM:  # M's rows alone: the slots' other rows of A cleared, by every thread, once
+            clear_rows(base, STAGE, STAGES, BK, ar, BM, tid, THREADS)
+            cuda.syncthreads()
         cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
         # Stream-K: the CTAs take the first `whole` tiles whole, in waves, and share the rest's
         # `total` k-blocks evenly
@@ -396,7 +409,7 @@ def _build(key):
                 fill_walk((0, 0), nunits, kblocks, tiles_mc, tiles_n, (ring, base, sbase, tmap_a, tmap_b, sa, sb, m))
                 griddep_launch_dependents()
             elif tid == 0:
-                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b, STAGE - (BM - ar) * BK))
             elif staged and not TALL and 32 <= tid < 32 * (1 + NSW):  # the scale warps take the fills in turn
                 put_walk((0, 0, 0), nunits, kblocks, tiles_mc, tiles_n,
                          (ring, sbase, tid // 32 - 1, tid % 32, sa, sb, m))
@@ -423,10 +436,14 @@ def _build(key):
                     t, kb0, kb1 = stream_segment(g, g1, kblocks)  # (t counted from the first shared tile)
                     tm, tn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
                     r0, col0 = tm * BM + cw * 64, tn * BN
-                    accs, s, ph = consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m)
+                    if r0 < m or TALL:
+                        accs, s, ph = consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m)
+                    else:  # rows all past M: the stages passed on unread, nothing parked or summed
+                        s, ph = bs.tile_skip(ring, s, ph, kb1 - kb0, ct)
+                        accs = (acc_zeros(KIND, BN),)
                     accs, last = fix.finish(accs, ws, counters, flag, tid, ct, cw, t, cta, ctas, total, kblocks,
                                             g == g0, kb0 == 0 and kb1 == kblocks, m - r0)
-                    if last:
+                    if last and r0 < m:
                         cb = put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
                     g += kb1 - kb0
             if TMA and ct == 0:

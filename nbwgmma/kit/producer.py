@@ -61,7 +61,7 @@ def _check_stage(owner: str, pipe, stage_bytes) -> int:
     return int(stage_bytes)
 
 
-def fill_stages(pipe: TmaPipeline, stage_bytes: int, load):
+def fill_stages(pipe: TmaPipeline, stage_bytes: int, load, *, stage_tx=None):
     """The device function ``fill(ring, base, s, ph, tm, tn, kb0, kb1, args) -> (s, ph)`` of one
     producer thread: for each k-block ``kb`` of ``kb0 .. kb1 - 1`` it takes the ring's next slot
     (``pipe.producer_acquire``: the "empty" wait, the "full" barrier armed with ``stage_bytes``),
@@ -71,15 +71,24 @@ def fill_stages(pipe: TmaPipeline, stage_bytes: int, load):
     through. The loop of :func:`tile_producer`, for a walk of your own (a batch, a triangle of
     causal tiles): walk the same units in the producer and in the consumers (one device
     function decoding a unit, called by both), and end the producer with
-    ``griddep_launch_dependents()`` as ``tile_producer`` does."""
+    ``griddep_launch_dependents()`` as ``tile_producer`` does. ``stage_tx``, a device function
+    ``stage_tx(args) -> bytes``, gives the bytes a stage's barrier expects where they are known
+    only at run time (a box of :func:`~nbwgmma.kit.box_rows` rows; default: ``stage_bytes``)."""
     STAGE = _check_stage("fill_stages", pipe, stage_bytes)
     if not callable(load):
         raise KitError(f"fill_stages: load must be a device function load(slot, full, kb, tm, tn, args); got {load!r}")
+    if stage_tx is None:
+        @cuda.jit(device=True, inline=True)
+        def stage_tx(args):
+            return STAGE
+    elif not callable(stage_tx):
+        raise KitError(f"fill_stages: stage_tx must be a device function stage_tx(args) -> bytes; got {stage_tx!r}")
 
     @cuda.jit(device=True, inline=True)
     def fill(ring, base, s, ph, tm, tn, kb0, kb1, args):
+        tx = stage_tx(args)
         for kb in range(kb0, kb1):
-            full = pipe.producer_acquire(ring, s, ph, STAGE)
+            full = pipe.producer_acquire(ring, s, ph, tx)
             load(base + s * STAGE, full, kb, tm, tn, args)
             s, ph = pipe.advance(s, ph)
         return s, ph
@@ -88,7 +97,7 @@ def fill_stages(pipe: TmaPipeline, stage_bytes: int, load):
 
 
 def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, load, *, pairs: bool = False,
-                  stream: bool = False, batched: bool = False):
+                  stream: bool = False, batched: bool = False, stage_tx=None):
     """The device function ``produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args)`` of
     one producer thread (see the module's text): ``load(slot, full, kb, tm, tn, args)`` is a
     device function issuing the TMA loads of k-block ``kb`` of tile (``tm``, ``tn``) into the
@@ -98,7 +107,8 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     stream-K's share of the units' k-blocks with ``stream``. With ``batched`` it walks a batch
     of products: ``produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args, batches)`` takes
     ``batches * nunits`` units (``sched.batch_unit`` decodes each into its product and unit, as
-    the consumers' walk must too) and calls ``load(slot, full, kb, tm, tn, args, batch)``."""
+    the consumers' walk must too) and calls ``load(slot, full, kb, tm, tn, args, batch)``.
+    ``stage_tx(args) -> bytes``: as :func:`fill_stages` takes it (``args`` as given here)."""
     if not isinstance(pipe, TmaPipeline) or not isinstance(sched, TileScheduler):
         raise KitError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
                          f"{sched!r}")
@@ -125,7 +135,9 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         def load(slot, full, kb, tm, tn, args_batch):
             user_load(slot, full, kb, tm, tn, args_batch[0], args_batch[1])
 
-    fill = fill_stages(pipe, stage_bytes, load)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
+    if stage_tx is not None and batched:
+        raise KitError("tile_producer: a batched walk takes no stage_tx")
+    fill = fill_stages(pipe, stage_bytes, load, stage_tx=stage_tx)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
 
     @cuda.jit(device=True, inline=True)
     def stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args):  # unit u's k-blocks
