@@ -9,9 +9,9 @@ import re
 from numba import types
 
 from nbwgmma.kernels.scaled import ScaledConfig, scaled_kernel
-from nbwgmma.frontend.scaled import stream_tiles, wide_tiles
+from nbwgmma.frontend.scaled import narrow_tiles, stream_tiles, wide_tiles
 from nbwgmma.kit import BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_promote, acc_promote_cols, \
-    stream_walk, tile_producer
+    box_rows, stream_walk, tile_producer
 from nbwgmma.report import compile_reports
 
 F32 = types.float32
@@ -167,7 +167,13 @@ def test_stream_k_kernels_compile_clean():
 
 def test_stream_k_rule_and_blocks_check_their_arguments():
     """Stream-K where 128 x 128 tiles fill their rounds poorly, never for fewer tiles than SMs;
-    StreamFixup's, the stream-K producer walk's and stream_walk's checks."""
+    128 x 64 tiles where twice the tiles fit one round (decoding products too: A's box holds
+    only M's rows, kit.box_rows); StreamFixup's, the stream-K producer walk's and stream_walk's
+    checks."""
+    assert [narrow_tiles(m, n, 132) for m, n in ((16, 7168), (1, 2112), (128, 7168), (64, 8448), (64, 8576),
+                                                  (16, 24576), (256, 7168))] == [True] * 4 + [False] * 3
+    assert box_rows(16, 128) == 16 and box_rows(1, 128) == 8 and box_rows(200, 128) == 128
+    assert ScaledConfig().a_box(16) == (16, 128) and ScaledConfig(bm=256, a_columns=True).a_box(16) == (128, 128)
     assert not stream_tiles(4096, 2112, 7168, 132)  # 544 tiles in 5 rounds: 82%
     assert stream_tiles(128 * 7, 19 * 128, 7168, 132)  # 133 tiles in 2 rounds: 50%
     assert not stream_tiles(2304, 2048, 7168, 132)  # 288 tiles in 3 rounds: 73%

@@ -109,12 +109,13 @@ def wide_tiles(m: int, n: int, sms: int) -> int | None:
 def narrow_tiles(m: int, n: int, sms: int) -> bool:
     """Whether 128 x 64 tiles serve an M x N product of block-scaled fp8 better than 128 x 128
     ones on ``sms`` SMs (asked for block scales only; rowwise products keep 128 x 128): where
-    twice the 128 x 128 tiles still fit in one round and more than 64 of a tile's 128 rows hold
-    A's rows (on an H200, 128 x 7168 x 7168: 56 tiles of 128 columns, 112 of 64, 1.23x; 128 x
-    2112 x 7168 1.39x; 64 x 7168 x 7168 0.79x, 256 x 7168 x 7168 0.76x), or where even four
-    times the tiles fit (1 x 2112 x 7168: 17 tiles, 1.29x; 1 x 7168 x 7168, 56 tiles, 0.89x)."""
+    twice the 128 x 128 tiles still fit in one round. On an H200: 128 x 7168 x 7168 (56 tiles of
+    128 columns, 112 of 64) 1.23x, 128 x 2112 x 7168 1.39x, 1 x 2112 x 7168 1.29x (256 x 7168 x
+    7168, two rounds of 128 x 64 tiles, 0.76x); decoding products (M <= 64), since A's box holds
+    only M's rows, 1.09-1.11x at 4 to 64 x 7168 x 7168 and 16 x 7168 x 2048 (before, when A's
+    boxes carried 128 rows, 0.79-0.89x at 1 and 64 x 7168 x 7168)."""
     tiles = -(-m // 128) * -(-n // 128)
-    return (m > 64 and 2 * tiles <= sms) or 4 * tiles <= sms
+    return 2 * tiles <= sms
 
 
 #: Stream-K is taken where 128 x 128 tiles would keep the SMs busy less than this fraction of
