@@ -340,7 +340,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
         bounds = getattr(kernel, "launch_bounds", None)
         max_threads = (bounds if isinstance(bounds, int) else bounds[0]) if bounds else 0
         smem, cluster = _check_request(grid, block, smem, 0, max_threads, cluster, kernel)
-        sim.run(kernel, grid, block, args, smem=smem, cluster=cluster or (1, 1, 1),
+        sim.run(kernel, grid, block, args, smem=smem, cluster=cluster,
                 smem_limit=device_limits()["max_smem_optin"])
         return
 

@@ -1647,14 +1647,13 @@ def _addresses_naming_nothing(out, mode):
         st_shared_cluster_u32(mapa(smem_addr(a) + 4 * t, 5), np.uint32(t))  # NOWHERE: rank 5 of 2
         cluster_sync()
     if mode == 1:
-        out[t] = ld_shared_cluster_u32(mapa(smem_addr(a) + 4 * t, 1))  # NOWHERE: no clusters
+        out[t] = ld_shared_cluster_u32(mapa(smem_addr(a) + 4 * t, 0))  # NOWHERE: no clusters, even to its own rank
     if mode == 2 and t == 0:
         mbarrier_init(bars[0], 1)  # NOWHERE: the barrier's value, not its address
 
 
 @pytest.mark.parametrize("mode, grid, cluster, op, why", [
     (0, 2, (2, 1, 1), "st_shared_cluster_u32", r"names CTA rank 5 \(bits 24-31\), but the cluster has 2 CTAs"),
-    (1, 1, None, "ld_shared_cluster_u32", r"names CTA rank 1 \(bits 24-31\), but the launch has no clusters"),
     (2, 1, None, "mbarrier_init", r"0xffffffffffffffff is past the CTA's 256 KiB shared memory")])
 def test_a_shared_address_naming_no_memory_is_a_hazard(mode, grid, cluster, op, why):
     """A bare ValueError or NumPy IndexError from inside the simulator before."""
@@ -1663,6 +1662,22 @@ def test_a_shared_address_naming_no_memory_is_a_hazard(mode, grid, cluster, op, 
     with pytest.raises(sim.SimHazard, match=rf"thread \d+ \({op} at .*sim_hazard_cases.py:{line}\): shared address "
                                             rf".*{why}"):
         launch(_addresses_naming_nothing, grid, 32, (cuda.to_device(np.zeros(32, np.uint32)), np.int32(mode)), **kw)
+
+
+@pytest.mark.parametrize("cluster", [None, (1, 1, 1)])
+def test_cluster_forms_need_a_launch_with_clusters(cluster):
+    """mapa in a launch without clusters is a hazard even for the CTA's own rank (on an H200 a
+    kernel that sent its fragment to its own CTA with mapa, st.async and cluster-scope arrivals
+    stopped with an illegal instruction); a launch with clusters of one CTA may."""
+    line = _tagged_line(_addresses_naming_nothing, "NOWHERE") + 3
+    kw = {"cluster": cluster} if cluster else {}
+    args = (cuda.to_device(np.zeros(32, np.uint32)), np.int32(1))
+    if cluster is None:
+        with pytest.raises(sim.SimHazard, match=rf"thread \d+ at .*sim_hazard_cases.py:{line}: mapa in a launch without "
+                                                r"clusters: the \.shared::cluster forms need a launch with cluster="):
+            launch(_addresses_naming_nothing, 1, 32, args, **kw)
+    else:
+        launch(_addresses_naming_nothing, 1, 32, args, **kw)
 
 
 @cuda.jit

@@ -96,9 +96,11 @@ order the threads run in, because it tracks happens-before with vector clocks
 * an mbarrier count (``mbarrier_init``, ``mbarrier_arrive_count``) outside [1, 2^20 - 1], a
   transaction count past 2^20 - 1, and a standalone ``mbarrier_expect_tx`` ordered before none
   of its phase's arrivals (on the GPU the arrivals can complete the phase first);
-* a shared address naming no CTA of the cluster (a ``mapa`` rank past the cluster, or any peer
-  in a launch without clusters), or past a CTA's shared memory (a barrier's value passed for
-  its address).
+* a shared address naming no CTA of the cluster (a ``mapa`` rank past the cluster), or past a
+  CTA's shared memory (a barrier's value passed for its address); ``mapa`` and
+  ``acc_send_cluster`` in a launch without clusters, even to the CTA's own rank (on an H200 a
+  kernel that sent a fragment to its own CTA that way, ``mapa`` with ``st.async`` and
+  cluster-scope arrivals, stopped with an illegal instruction).
 
 Numba's warp functions (``shfl_sync`` ..., ``ballot_sync``, ``match_any_sync``,
 ``syncwarp``) run over the mask's lanes that exist and have not exited, as CUDA specifies
@@ -288,13 +290,15 @@ def _launch_registers(bounds):
     return min(256, 65536 // (threads * max(1, blocks))) // 8 * 8  # 256: never below the GPU's
 
 
-def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1), smem_limit=None):
+def run(kernel, grid, block, args, smem=0, cluster=None, smem_limit=None):
     """Run a ``@cuda.jit`` kernel (the simulator's ``FakeCUDAKernel``) on ``args``: one
     cluster at a time (in the order ``NBWGMMA_SIM_ORDER`` says, see the module docstring),
     the threads of its CTAs one at a time (:mod:`nbwgmma.sim.sched`). Raises the first exception of
     any simulated thread (:class:`SimHazard` for a hazard, :class:`SimStopped` for a wait
     that can never finish). ``smem_limit``: the shared bytes a block may have, dynamic and
-    static together (:class:`SimError` when the static arrays push a launch past it)."""
+    static together (:class:`SimError` when the static arrays push a launch past it).
+    ``cluster`` None: a launch without clusters (each CTA alone; the ``.shared::cluster`` forms
+    are hazards there)."""
     from numba.cuda.simulator.kernel import _push_kernel_context
     from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
@@ -304,6 +308,8 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1), smem_limit=None):
     nthreads = int(np.prod(block))
     bounds = _launch_bounds(kernel)
     regs = _launch_registers(bounds)
+    clustered = cluster is not None
+    cluster = tuple(cluster) if clustered else (1, 1, 1)
     ncl = [g // c for g, c in zip(grid, cluster)]
     order = [tuple(reversed(c)) for c in itertools.product(*(range(n) for n in reversed(ncl)))]
     how = os.environ.get("NBWGMMA_SIM_ORDER", "forward")
@@ -328,6 +334,7 @@ def run(kernel, grid, block, args, smem=0, cluster=(1, 1, 1), smem_limit=None):
                 for t in itertools.product(*(range(b) for b in reversed(block))):
                     threads.append(SimThread(fn, kargs, cta, bidx, tuple(reversed(t)), block))
             cl.dims = tuple(cluster)
+            cl.clustered = clustered
             cl.sched.run(threads)
             if cl.error is not None:
                 raise cl.error

@@ -95,8 +95,20 @@ def _desc_advance(desc, nbytes):
     return np.uint64((int(desc) & ~0xFFFFFFFF) | lo)
 
 
+def check_clustered(op):
+    """A hazard unless the launch has clusters: the ``.shared::cluster`` forms in a launch without
+    them stopped an H200 with an illegal instruction, even aimed at the CTA's own rank."""
+    th = me()
+    if not th.cl.clustered:
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} in a launch without clusters: the "
+                        f".shared::cluster forms need a launch with cluster=... (even to reach this CTA's own shared "
+                        f"memory: on an H200 that stopped with an illegal instruction); within one CTA use the "
+                        f".shared::cta forms (acc_store_shared-like stores, mbarrier_arrive)")
+
+
 @impl("mapa")
 def mapa(addr, cta):
+    check_clustered("mapa")
     return np.uint32((int(cta) << RANK_SHIFT) | (int(addr) & ((1 << RANK_SHIFT) - 1)))
 
 

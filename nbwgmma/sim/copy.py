@@ -21,7 +21,7 @@ from ..layout.descriptor import SWIZZLE_PERIOD, swizzle_addr
 from ..layout.fragment import exchange_offset
 from ..layout.tma import TMA_DTYPES, box_copy_model
 from ..layout.wgmma_model import decode_elements, encode_elements
-from .address import addr_of, split, split_local
+from .address import addr_of, check_clustered, split, split_local
 from .core import EXIT_CHECKS, RANK_SHIFT, SimError, SimHazard, SimStopped, me
 from .declare import IMPLS, impl
 from .shadow import PENDING, AsyncRead, AsyncWrite
@@ -241,6 +241,7 @@ def acc_send_cluster(acc, base, bar, cta, tid):
     exchange layout (:func:`nbwgmma.layout.exchange_offset`) when issued, completing 16 bytes each on its barrier at ``bar``'s
     offset; their bytes are unreadable there until that phase is observed."""
     th = me()
+    check_clustered("acc_send_cluster")
     vals = np.asarray(read_acc(acc, "acc_send_cluster"), np.float32)
     if len(vals) % 4 or int(base) % 16:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: acc_send_cluster needs a multiple of 4 values and a "

@@ -129,6 +129,7 @@ class Cluster:
         self.sched = Scheduler(schedule_rng())
         self.cond = WaitQueue(self.sched)  # the default wait queue
         self.ctas = []
+        self.clustered = True  # launched with cluster dimensions (sim.run sets it)
         self.error = None
         self.nthreads = nthreads
         self.clock_len = nctas * nthreads + BARRIER_SLOTS
