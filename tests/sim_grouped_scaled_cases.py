@@ -47,8 +47,10 @@ def _operands(sizes, n, k, seed):
     return a, w, sa, sw, _fp8(a), FakeCUDAArray(dw.transpose(0, 2, 1))  # B = w^T per group: K contiguous
 
 
-def test_four_uneven_groups_one_empty_equal_the_per_group_products():
-    sizes = [70, 0, 150, 27]
+@pytest.mark.parametrize("sizes", [[70, 0, 150, 27], [3, 0, 9, 1, 16, 5]])
+def test_uneven_groups_one_empty_equal_the_per_group_products(sizes):
+    """Groups of any size; tiles holding at most the groups' mean rows (rounded up to 8: 64,
+    then 8) load A in boxes of that many rows, larger ones in 128-row boxes."""
     n, k = 120, 208  # one partial N tile, two K blocks (the last partial)
     a, w, sa, sw, da, db = _operands(sizes, n, k, 1)
     ends = np.cumsum(sizes).astype(np.int32)

@@ -267,15 +267,18 @@ def test_configs_check_their_arguments():
 def test_block_scaled_grouped_kernel_compiles_clean():
     """The fp8 grouped GEMM: the block-scaled consumers' 16 QGMMAs (a loop unrolled by two, first
     and last block apart), no spills or local memory, for the 2-D and masked walks and e5m2 x e4m3,
-    and with a bias per group and an activation (SiLU's exponential on the MUFU)."""
+    with a bias per group and an activation (SiLU's exponential on the MUFU), and with A's short
+    boxes for tiles of few rows."""
     from nbwgmma.kernels.grouped_scaled import grouped_scaled_kernel
 
     sig = (types.uint64, types.uint64, types.uint16[:, ::1], types.int32[::1], types.float32[:, :],
-           types.float32[:, :, :], types.int32, types.int32, types.int32, types.float32[:, ::1], types.int32)
+           types.float32[:, :, :], types.int32, types.int32, types.int32, types.float32[:, ::1], types.int32,
+           types.uint64, types.int32)
     f32_out = sig[:2] + (types.float32[:, ::1],) + sig[3:]
     jobs = [(grouped_scaled_kernel("e4m3", "e4m3"), sig), (grouped_scaled_kernel("e5m2", "e4m3", masked=True), f32_out),
-            (grouped_scaled_kernel("e4m3", "e4m3", bias=True, act="silu"), sig)]
-    for rep, epi in zip(compile_reports(jobs), (False, False, True)):
+            (grouped_scaled_kernel("e4m3", "e4m3", bias=True, act="silu"), sig),
+            (grouped_scaled_kernel("e4m3", "e4m3", short=True), sig)]  # (decoding: A's short boxes)
+    for rep, epi in zip(compile_reports(jobs), (False, False, True, False)):
         assert sum(v for op, v in rep.sass.items() if "GMMA" in op) == 16, rep.sass
         # (the epilogue's form kept one scalar of the walk in local memory, reloaded once a tile, until
         # the tile order divided in 32 bits)

@@ -29,7 +29,7 @@ import numpy as np
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_scaled import BM, BN, SMEM, THREADS, grouped_scaled_kernel
-from ..kit import SCALE_BLOCK
+from ..kit import SCALE_BLOCK, box_rows
 from .args import NP_OF, check_apart, described, empty_like_lib, holds, stand_in, stream_of
 from .arrays import ArrayInfo
 from .views import numba_view, tensor_map
@@ -115,15 +115,21 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     if k == 0:
         raise MatmulError("grouped_matmul: K = 0 is not supported so far")
     tma_a = tensor_map(a, ia.ptr, ta, (BM, SCALE_BLOCK), ((total, k), (ia.strides[0], 1)), keep=False)
+    # Decoding: tiles holding at most `short` of their group's rows load A in boxes of that many (the
+    # masked layout's rows per group; else the groups' mean, rounded up to 8)
+    short = box_rows(t if masked else -(-total // groups) if groups else BM, BM)
+    short = short if short < BM else 0
+    tma_as = tensor_map(a, ia.ptr, ta, (short, SCALE_BLOCK), ((total, k), (ia.strides[0], 1)), keep=False) \
+        if short else tma_a
     tma_b = tensor_map(b, ib.ptr, tb, (BN, SCALE_BLOCK), ((groups * n, k), (ib.strides[2], 1)), keep=False)
     sms = 1 if _SIM else device_limits()["multiprocessors"]
     units = (-(-total // BM) + groups) * -(-n // BN)  # each group's last tile may be partial
     grid = max(1, min(sms, units))
     view = numba_view(io, out, NP_OF[odt])
     bias32, gb = bias
-    kernel = grouped_scaled_kernel(ta, tb, masked, bias=bias32 is not None, act=activation, out=odt)
+    kernel = grouped_scaled_kernel(ta, tb, masked, bias=bias32 is not None, act=activation, out=odt, short=short > 0)
     launch(kernel, grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, sa, sb, np.int32(n), np.int32(k), np.int32(t),
-            stand_in(ia.device) if bias32 is None else bias32, np.int32(gb)),
+            stand_in(ia.device) if bias32 is None else bias32, np.int32(gb), tma_as.address, np.int32(short)),
            stream=stream_of(lib, stream), smem=SMEM, pdl=True)
     return out
