@@ -46,11 +46,12 @@ import numpy as np
 from numba import cuda
 
 from ..errors import ConfigError
-from ..intrinsics import acc_stmatrix_swizzled, acc_store, acc_zeros, bulk_wait_group, bulk_wait_group_read, \
-    griddep_launch_dependents, setmaxnreg_dec, setmaxnreg_inc
-from ..kit import ACTIVATIONS, VECTOR_TYPES, WIDE_COLS, BlockScaled, StreamFixup, TileScheduler, TmaPipeline, \
-    acc_map, activation, box_rows, box_rows_device, clear_rows, inlined, stream_range, stream_segment, stream_walk, stream_whole_units, tile_producer, \
-    tma_store_block, tma_store_part, warpgroup_index, warpgroup_sync
+from ..intrinsics import (acc_stmatrix_swizzled, acc_store, acc_zeros, bulk_wait_group, bulk_wait_group_read,
+                          griddep_launch_dependents, setmaxnreg_dec, setmaxnreg_inc)
+from ..kit import (ACTIVATIONS, VECTOR_TYPES, WIDE_COLS, BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_map,
+                   activation, box_rows, box_rows_device, clear_rows, inlined, stream_range, stream_segment,
+                   stream_walk, stream_whole_units, tile_producer, tma_store_block, tma_store_part, warpgroup_index,
+                   warpgroup_sync)
 from ..launch import H100_LIMITS, dynamic_smem_bytes
 
 __all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS"]
