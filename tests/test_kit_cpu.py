@@ -516,7 +516,7 @@ def test_short_boxes_take_the_rows_m_has():
 
     with pytest.raises(ValueError, match="stage_tx must be a device function"):
         tile_producer(pipe, sched, STAGE, load, stage_tx=3)
-    with pytest.raises(ValueError, match="a batched walk takes no stage_tx"):
+    with pytest.raises(ValueError, match="a batched walk takes none"):
         tile_producer(pipe, sched, STAGE, load, batched=True, stage_tx=stage_tx)
     produce = tile_producer(pipe, sched, STAGE, load, stage_tx=stage_tx)
 

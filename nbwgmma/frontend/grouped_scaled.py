@@ -117,7 +117,7 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     tma_a = tensor_map(a, ia.ptr, ta, (BM, SCALE_BLOCK), ((total, k), (ia.strides[0], 1)), keep=False)
     # Decoding: tiles holding at most `short` of their group's rows load A in boxes of that many (the
     # masked layout's rows per group; else the groups' mean, rounded up to 8)
-    short = box_rows(t if masked else -(-total // groups) if groups else BM, BM)
+    short = box_rows(t if masked else -(-total // groups), BM)
     short = short if short < BM else 0
     tma_as = tensor_map(a, ia.ptr, ta, (short, SCALE_BLOCK), ((total, k), (ia.strides[0], 1)), keep=False) \
         if short else tma_a

@@ -112,7 +112,7 @@ def narrow_tiles(m: int, n: int, sms: int) -> bool:
     twice the 128 x 128 tiles still fit in one round. On an H200: 128 x 7168 x 7168 (56 tiles of
     128 columns, 112 of 64) 1.23x, 128 x 2112 x 7168 1.39x, 1 x 2112 x 7168 1.29x (256 x 7168 x
     7168, two rounds of 128 x 64 tiles, 0.76x); decoding products (M <= 64), since A's box holds
-    only M's rows, 1.09-1.11x at 4 to 64 x 7168 x 7168 and 16 x 7168 x 2048 (before, when A's
+    only M's rows, 1.07-1.17x at 4 to 64 x 7168 x 7168 and 16 x 7168 x 2048 (before, when A's
     boxes carried 128 rows, 0.79-0.89x at 1 and 64 x 7168 x 7168)."""
     tiles = -(-m // 128) * -(-n // 128)
     return 2 * tiles <= sms

@@ -246,7 +246,7 @@ def _build(key):
     PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.wide else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn)
-    BM, BN, STAGE, C_OFF, S_OFF, STAGES = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off, cfg.stages
+    BM, BN, STAGE, C_OFF, S_OFF, NSTAGES = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off, cfg.stages
     WIDE = cfg.wide
     CC, C_BYTES, SWIZZLED_C = cfg.c_cols, cfg.c_part, cfg.c_swizzle == "128B"
     ROW_C, NPARTS = 2 * cfg.c_cols, cfg.bn // cfg.c_cols
@@ -397,7 +397,7 @@ def _build(key):
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         ar = box_rows_device(m, BM)  # A's box rows (the host's map: ScaledConfig.a_box)
         if not TALL and ar < BM:  # M's rows alone: the slots' other rows of A cleared, by every thread, once
-            clear_rows(base, STAGE, STAGES, BK, ar, BM, tid, THREADS)
+            clear_rows(base, STAGE, NSTAGES, BK, ar, BM, tid, THREADS)
             cuda.syncthreads()
         cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
         # Stream-K: the CTAs take the first `whole` tiles whole, in waves, and share the rest's

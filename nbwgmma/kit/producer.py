@@ -135,8 +135,9 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         def load(slot, full, kb, tm, tn, args_batch):
             user_load(slot, full, kb, tm, tn, args_batch[0], args_batch[1])
 
-    if stage_tx is not None and batched:
-        raise KitError("tile_producer: a batched walk takes no stage_tx")
+    if stage_tx is not None and (batched or not callable(stage_tx)):
+        raise KitError(f"tile_producer: stage_tx must be a device function stage_tx(args) -> bytes, and a batched "
+                       f"walk takes none; got stage_tx={stage_tx!r}, batched={batched!r}")
     fill = fill_stages(pipe, stage_bytes, load, stage_tx=stage_tx)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
 
     @cuda.jit(device=True, inline=True)

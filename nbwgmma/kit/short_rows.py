@@ -3,8 +3,8 @@
 A decoding product (1 to 64 tokens) in tiles of 128 rows loads A in boxes of 128 rows, the
 rows past M arriving as zeros. TMA writes the whole box into shared memory all the same, and an
 SM's TMA moves a bounded number of bytes a second, padding included. On an H200, 56 CTAs
-streaming a 7168 x 7168 fp8 weight in 128 x 128 boxes took 13.6 us alone and 28.3 us with a
-128-row box of a 16-row A beside each one (BENCHMARKS.md, "Decoding products"). So the map of
+streaming a 7168 x 7168 fp8 weight in 128 x 128 boxes took 16.1 us alone and 27.5 us with a
+128-row box of a 16-row A beside each one (``benchmarks/tma_stream.py``). So the map of
 such an operand takes a box of :func:`box_rows` rows (M rounded up to a swizzle atom of 8 rows),
 the stage's barrier expects only those bytes, and the slot's rows past the box are cleared once
 (:func:`clear_rows`) and stay zero: no load ever writes them, and a zero row adds nothing to any
@@ -55,4 +55,3 @@ def clear_rows(base, stage_bytes, stages, row_bytes, r0, r1, t, nt):
         for i in range(t * 16, span, nt * 16):
             st_shared_v4_b32(at + i, 0, 0, 0, 0)
     fence_proxy_async_shared()
-

@@ -97,7 +97,8 @@ order the threads run in, because it tracks happens-before with vector clocks
   transaction count past 2^20 - 1, and a standalone ``mbarrier_expect_tx`` ordered before none
   of its phase's arrivals (on the GPU the arrivals can complete the phase first);
 * a shared address naming no CTA of the cluster (a ``mapa`` rank past the cluster), or past a
-  CTA's shared memory (a barrier's value passed for its address); ``mapa`` and
+  CTA's shared memory (a barrier's value passed for its address); ``mapa`` (so also
+  ``mbarrier_arrive_cluster`` and the ``ld/st_shared_cluster_u32`` of a ``mapa`` address) and
   ``acc_send_cluster`` in a launch without clusters, even to the CTA's own rank (on an H200 a
   kernel that sent a fragment to its own CTA that way, ``mapa`` with ``st.async`` and
   cluster-scope arrivals, stopped with an illegal instruction).

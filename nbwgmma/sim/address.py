@@ -38,7 +38,7 @@ def split(addr):
                         f"instead of smem_addr(...)?)")
     if rank >= len(ctas):
         has = (f"the cluster has {len(ctas)} CTAs (mapa's rank must be below cluster_nctarank())" if len(ctas) > 1
-               else "the launch has no clusters (a mapa address needs a launch with cluster=...)")
+               else "the cluster has 1 CTA")
         raise SimHazard(f"{head} names CTA rank {rank} (bits {RANK_SHIFT}-31), but {has}")
     return ctas[rank], off
 
@@ -97,7 +97,9 @@ def _desc_advance(desc, nbytes):
 
 def check_clustered(op):
     """A hazard unless the launch has clusters: the ``.shared::cluster`` forms in a launch without
-    them stopped an H200 with an illegal instruction, even aimed at the CTA's own rank."""
+    them (``mapa``, ``st.async`` and cluster-scope arrivals, aimed at the CTA's own rank) stopped an
+    H200 with an illegal instruction. Which one faulted was not isolated, and PTX describes such a
+    launch as clusters of one CTA: the rule is stricter than the evidence, never looser."""
     th = me()
     if not th.cl.clustered:
         raise SimHazard(f"thread {th.thread_id} at {th.where}: {op} in a launch without clusters: the "
