@@ -61,6 +61,12 @@ def _check_stage(owner: str, pipe, stage_bytes) -> int:
     return int(stage_bytes)
 
 
+def _check_stage_tx(owner: str, stage_tx, batched: bool = False):
+    if stage_tx is not None and (batched or not callable(stage_tx)):
+        raise KitError(f"{owner}: stage_tx must be a device function stage_tx(args) -> bytes, and a batched "
+                       f"walk takes none; got stage_tx={stage_tx!r}, batched={batched!r}")
+
+
 def fill_stages(pipe: TmaPipeline, stage_bytes: int, load, *, stage_tx=None):
     """The device function ``fill(ring, base, s, ph, tm, tn, kb0, kb1, args) -> (s, ph)`` of one
     producer thread: for each k-block ``kb`` of ``kb0 .. kb1 - 1`` it takes the ring's next slot
@@ -77,12 +83,11 @@ def fill_stages(pipe: TmaPipeline, stage_bytes: int, load, *, stage_tx=None):
     STAGE = _check_stage("fill_stages", pipe, stage_bytes)
     if not callable(load):
         raise KitError(f"fill_stages: load must be a device function load(slot, full, kb, tm, tn, args); got {load!r}")
+    _check_stage_tx("fill_stages", stage_tx)
     if stage_tx is None:
         @cuda.jit(device=True, inline=True)
         def stage_tx(args):
             return STAGE
-    elif not callable(stage_tx):
-        raise KitError(f"fill_stages: stage_tx must be a device function stage_tx(args) -> bytes; got {stage_tx!r}")
 
     @cuda.jit(device=True, inline=True)
     def fill(ring, base, s, ph, tm, tn, kb0, kb1, args):
@@ -135,9 +140,7 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         def load(slot, full, kb, tm, tn, args_batch):
             user_load(slot, full, kb, tm, tn, args_batch[0], args_batch[1])
 
-    if stage_tx is not None and (batched or not callable(stage_tx)):
-        raise KitError(f"tile_producer: stage_tx must be a device function stage_tx(args) -> bytes, and a batched "
-                       f"walk takes none; got stage_tx={stage_tx!r}, batched={batched!r}")
+    _check_stage_tx("tile_producer", stage_tx, batched)
     fill = fill_stages(pipe, stage_bytes, load, stage_tx=stage_tx)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
 
     @cuda.jit(device=True, inline=True)
