@@ -22,8 +22,11 @@ def _bf16(c):
     return (c.copy_to_host().astype(np.uint32) << 16).view(np.float32)
 
 
-def test_four_uneven_groups_one_empty_equal_the_per_group_products():
-    sizes = [70, 0, 200, 33]  # the empty group and ends that are no multiple of 128
+@pytest.mark.parametrize("sizes", [[70, 0, 200, 33], [3, 0, 9, 1, 16, 5]])
+def test_uneven_groups_one_empty_equal_the_per_group_products(sizes):
+    """An empty group, ends that are no multiple of 128; tiles holding at most the groups' mean
+    rows (rounded up to 8: 80, then 8) load A in boxes of that many rows, larger ones in 128-row
+    boxes."""
     total, n, k = sum(sizes), 136, 96
     ends = np.cumsum(sizes).astype(np.int32)
     a = RNG.integers(-2, 3, (total, k)).astype(np.float64)

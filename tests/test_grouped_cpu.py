@@ -10,16 +10,16 @@ def test_grouped_kernel_compiles_clean():
     def sig(schedule):  # the cooperative kernel's epilogue warps store C as bytes
         out = types.uint16[:, ::1] if schedule == "pingpong" else types.uint8[:, ::1]
         return (types.uint64, types.uint64, out, types.int32[::1], types.int32, types.int32, types.int32,
-                types.float32[:, ::1], types.int32)
+                types.float32[:, ::1], types.int32, types.uint64, types.int32)
     # The kernels spill a few scalars of the group walk per tile, outside the main loop, never inside it;
     # the epilogue (a bias per group and column, an activation) goes in 64 x 64 parts and adds none.
     from nbwgmma.report import compile_reports
 
-    cases = ((True, True, "silu", "MN", "pingpong"), (False, True, "gelu_tanh", "K", "cooperative"),
-             (True, False, None, "MN", "cooperative"))
-    jobs = [(grouped_kernel("bf16", masked, bias=bias, act=act, b_major=bm, schedule=sch), sig(sch))
-            for masked, bias, act, bm, sch in cases]
-    for rep, (_, _, act, _, sch) in zip(compile_reports(jobs), cases):
+    cases = ((True, True, "silu", "MN", "pingpong", False), (False, True, "gelu_tanh", "K", "cooperative", False),
+             (True, False, None, "MN", "cooperative", False), (False, False, None, "K", "pingpong", True))
+    jobs = [(grouped_kernel("bf16", masked, bias=bias, act=act, b_major=bm, schedule=sch, short=short), sig(sch))
+            for masked, bias, act, bm, sch, short in cases]  # (short: decoding's short boxes of A)
+    for rep, (_, _, act, _, sch, _) in zip(compile_reports(jobs), cases):
         epi = act is not None
         # ping-pong: two m64n128 wgmmas per K step; cooperative: one m64n256
         assert rep.sass.get("HGMMA") == (8 if sch == "pingpong" else 4) and rep.spill_bytes <= 384, rep

@@ -34,7 +34,7 @@ import numpy as np
 from .. import sim
 from ..capture import call_captured, keep_if_captured, relaxed_call
 from ..errors import MatmulError, MatmulTypeError
-from ..kit import ACTIVATIONS
+from ..kit import ACTIVATIONS, box_rows
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
 from .args import NP_OF, check_apart, described, empty_rows16, lib_of, stand_in, stream_of, type_name, typed
 from .arrays import ArrayInfo
@@ -261,9 +261,16 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     # order, so a column's tiles run together and read their B once (on an H100, 32 groups of 256
     # rows: 0.91x torch._grouped_mm instead of 0.58x). Larger groups keep the plain order, whose
     # pairs share B inside the CTA (measured 5-10% faster there; see BENCHMARKS.md).
+    # Decoding: tiles holding at most `short` of their group's rows load A in boxes of that many (the
+    # masked layout's rows per group; else the groups' mean, rounded up to 8; kit.box_rows)
+    short = box_rows(total // groups if masked else -(-total // groups), 128)
+    short = short if short < 128 else 0
+    tma_as = tensor_map(a, ia.ptr, ta, (short, 64), ((total, k), (ia.strides[0] // es, 1)), keep=False) \
+        if short else tma_a
     kernel = grouped_kernel(ta, masked, wave=total // groups <= 512, bias=bias32 is not None, act=activation,
-                            b_major=b_major, schedule=schedule, out=odt)
+                            b_major=b_major, schedule=schedule, out=odt, short=short > 0)
     launch(kernel, grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups), bias_arg,
-            np.int32(gb)), stream=stream_of(lib, stream), smem=SMEM[schedule], pdl=True)
+            np.int32(gb), tma_as.address, np.int32(short)), stream=stream_of(lib, stream), smem=SMEM[schedule],
+           pdl=True)
     return out

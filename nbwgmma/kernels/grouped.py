@@ -35,8 +35,8 @@ from ..errors import ConfigError
 from ..intrinsics import (
     acc_store, acc_to_bf16x2, acc_to_f16x2, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d,
 )
-from ..kit import (Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, activation, group_walk, inlined,
-                   no_epilogue_warps)
+from ..kit import (Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, activation, clear_rows, group_walk,
+                   inlined, no_epilogue_warps)
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "part_store", "THREADS", "SMEM", "TYPES", "units_bound"]
@@ -60,9 +60,10 @@ def units_bound(total: int, groups: int, n: int, schedule: str = "pingpong") -> 
 
 
 def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: bool = False, bias: bool = False,
-                   act: str | None = None, b_major: str = "K", schedule: str = "pingpong", out: str | None = None):
+                   act: str | None = None, b_major: str = "K", schedule: str = "pingpong", out: str | None = None,
+                   short: bool = False):
     """The ``@cuda.jit`` kernel for ``dtype`` ("bf16" or "f16"): arguments ``(tmap_a, tmap_b,
-    out, offs, n, k, t, bias, gb)``: tensor maps of A [total, K] and of B, all with the 128-byte
+    out, offs, n, k, t, bias, gb, tmap_as, short_rows)``: tensor maps of A [total, K] and of B, all with the 128-byte
     swizzle: with ``b_major="K"`` (each B[g] the transpose of a row-major weight [N, K]) B seen as
     [G * N, K], box BN x 64 (BN the schedule's tile columns); with ``b_major="MN"`` (B [G, K, N]
     with N contiguous) a 3-D map
@@ -74,7 +75,11 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     (rows per group when ``masked``, else unused); with ``bias``, ``bias`` a 2-D f32 array whose
     row ``g * gb`` is group ``g``'s bias per column (``gb`` 1 for one row per group, 0 for one
     row shared; any 2-D f32 array and 0 without a bias); ``act`` an activation of
-    :data:`nbwgmma.kit.ACTIVATIONS` applied after the bias. :data:`THREADS` threads,
+    :data:`nbwgmma.kit.ACTIVATIONS` applied after the bias; with ``short`` (decoding: few rows a
+    group), ``tmap_as`` a second map of A whose box holds ``short_rows`` rows (a multiple of 8
+    below 128, :func:`~nbwgmma.kit.box_rows`): a tile holding at most that many of its group's
+    rows loads A through it, the slots' other rows zeroed once (:func:`~nbwgmma.kit.clear_rows`;
+    without ``short`` both are unused). :data:`THREADS` threads,
     ``SMEM[schedule]`` bytes of dynamic shared memory, at most ``ceil(units_bound(...) / h)``
     CTAs, h the tiles a CTA holds at a time (:data:`SCHEDULES`). ``schedule`` "pingpong" (two
     consumer warpgroups taking 128 x 128 tiles in turn) or "cooperative" (both on each 128 x 256
@@ -98,7 +103,8 @@ def grouped_kernel(dtype: str, masked: bool = False, group_m: int = 4, wave: boo
     if out not in (None, dtype, "f32") or (out == "f32" and schedule != "pingpong"):
         raise ConfigError("out", f"grouped_kernel: out must be the input type {dtype!r} (or None for it), or 'f32' with the "
                                  f"ping-pong schedule; got out={out!r} with schedule={schedule!r}")
-    return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major, schedule, out or dtype)
+    return _build(dtype, bool(masked), group_m, bool(wave), bool(bias), act, b_major, schedule, out or dtype,
+                  bool(short))
 
 
 def part_store(bias: bool, f, kind: str):
@@ -161,7 +167,7 @@ def _packed(dtype, bias):
 
 
 @functools.lru_cache(maxsize=None)
-def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT):
+def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT, SHORT):
     KIND = f"f32.{dtype}.{dtype}"
     BN, STAGES, _ = SCHEDULES[SCHEDULE]
     COOP = SCHEDULE == "cooperative"
@@ -223,7 +229,7 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT):
                 acc_store(acc, KIND, mine, ct, r0, c0)
 
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def grouped_gemm(tmap_a, tmap_b, out, offs, n, k, t, bias, gb):
+    def grouped_gemm(tmap_a, tmap_b, out, offs, n, k, t, bias, gb, tmap_as, short_rows):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         ebar = esetup()  # the epilogue warps' barriers (cooperative; 0 otherwise)
         tid = cuda.threadIdx.x
@@ -233,6 +239,9 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT):
         nunits = units(offs, total, t, tiles_n)
         first, step = cuda.blockIdx.x, cuda.gridDim.x
         g, gbase = 0, 0
+        if SHORT and short_rows > 0:  # rows no short box loads: cleared once, by every thread
+            clear_rows(base, STAGE, STAGES, 128, short_rows, BM, tid, THREADS)
+            cuda.syncthreads()
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy
             setmaxnreg_dec(PREGS)
             if tid == 0:
@@ -240,18 +249,23 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT):
                 if COOP:  # one tile at a time, both consumers on it
                     for u in range(first, nunits, step):
                         g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
+                        sh = SHORT and end - start - tm * BM <= short_rows
+                        ta = tmap_as if sh else tmap_a
+                        tx = STAGE - (BM - short_rows) * 128 if sh else STAGE
                         for kb in range(kblocks):
-                            full = pipe.producer_acquire(ring, s, ph, STAGE)
-                            load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g, n, tn * BN)
+                            full = pipe.producer_acquire(ring, s, ph, tx)
+                            load(base + s * STAGE, full, ta, tmap_b, kb * BK, start + tm * BM, g, n, tn * BN)
                             s, ph = pipe.advance(s, ph)
                 else:
                     for pair in range(first, (nunits + 1) // 2, step):
                         for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
                             g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
+                            sh = SHORT and end - start - tm * BM <= short_rows
+                            ta = tmap_as if sh else tmap_a
+                            tx = STAGE - (BM - short_rows) * 128 if sh else STAGE
                             for kb in range(kblocks):
-                                full = pipe.producer_acquire(ring, s, ph, STAGE)
-                                load(base + s * STAGE, full, tmap_a, tmap_b, kb * BK, start + tm * BM, g, n,
-                                     tn * BN)
+                                full = pipe.producer_acquire(ring, s, ph, tx)
+                                load(base + s * STAGE, full, ta, tmap_b, kb * BK, start + tm * BM, g, n, tn * BN)
                                 s, ph = pipe.advance(s, ph)
             elif COOP and tid >= 32:  # warps 1-3: the epilogue warps, storing each tile's rows in its group
                 eph = 0
