@@ -64,6 +64,22 @@ def _run(a_dev, b_dev, m, n, t, **kw):
     return host(out, t)
 
 
+def _check_staged(m, n, k, seed, b_kind):
+    """A's 1 x 128 scales M-major (staged) with B's 128 x 128 block scales (``b_kind`` "block") or
+    its column scales ("col": the epilogue's; B's row of block scales is never read): exact."""
+    kb = -(-k // 128)
+    rng, a, w, ad, bd = _operands(m, n, k, seed)
+    sa, sw = pow2(rng, (m, kb)), pow2(rng, (-(-n // 128), kb))
+    sa_dev = cuda.to_device(np.ascontiguousarray(sa.T)).T  # M-major
+    if b_kind == "block":
+        got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
+        np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
+    else:
+        cb = pow2(rng, n)
+        got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(cb.reshape(1, n)))
+        np.testing.assert_array_equal(got, rounded(reference(a, w, sa, np.ones_like(sw)) * cb, "bf16"))
+
+
 @pytest.mark.parametrize("narrow", [False, True])
 def test_1x128_a_and_128x128_b_in_torch_layouts(narrow, monkeypatch):
     """scale_a (M, KB) with strides (1, M), scale_b (KB, NB) with strides (1, KB) (torch._scaled_mm's
@@ -90,17 +106,7 @@ def test_256_row_tiles_stage_their_scales_by_the_tma_thread(m, b_kind, monkeypat
     second partial), three K blocks (the last partial)."""
     from nbwgmma.frontend import scaled as front
     monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: True)
-    n, k = 136, 288
-    rng, a, w, ad, bd = _operands(m, n, k, 11)
-    sa, sw = pow2(rng, (m, 3)), pow2(rng, (2, 3))
-    sa_dev = cuda.to_device(np.ascontiguousarray(sa.T)).T  # M-major
-    if b_kind == "block":
-        got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
-        np.testing.assert_array_equal(got, rounded(reference(a, w, sa, sw), "bf16"))
-    else:  # B's scales per column (the epilogue's): B's row of block scales is never read
-        cb = pow2(rng, n)
-        got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(cb.reshape(1, n)))
-        np.testing.assert_array_equal(got, rounded(reference(a, w, sa, np.ones((2, 3))) * cb, "bf16"))
+    _check_staged(m, 136, 288, 11, b_kind)
     assert any(c.bm == 256 for c in front._CONFIGS.values()), "a 256-row configuration ran"
 
 
@@ -117,17 +123,7 @@ def test_wide_tiles_promote_across_the_b_scale_blocks_they_span(w, n, b_kind, k,
     one per row: the front end takes them as row scales, no wide tiles.)"""
     from nbwgmma.frontend import scaled as front
     monkeypatch.setattr(front, "wide_tiles", lambda m, n, sms: w)
-    m, kb = 72, -(-k // 128)
-    rng, a, w_, ad, bd = _operands(m, n, k, 14)
-    sa, sw = pow2(rng, (m, kb)), pow2(rng, (-(-n // 128), kb))
-    sa_dev = cuda.to_device(np.ascontiguousarray(sa.T)).T  # M-major
-    if b_kind == "block":
-        got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(sw).T)
-        np.testing.assert_array_equal(got, rounded(reference(a, w_, sa, sw), "bf16"))
-    else:
-        cb = pow2(rng, n)
-        got = _run(ad, bd, m, n, "bf16", scale_a=sa_dev, scale_b=cuda.to_device(cb.reshape(1, n)))
-        np.testing.assert_array_equal(got, rounded(reference(a, w_, sa, np.ones_like(sw)) * cb, "bf16"))
+    _check_staged(72, n, k, 14, b_kind)
     assert any(c.bn == w for c in front._CONFIGS.values()), "the wide configuration ran"
 
 
@@ -163,6 +159,21 @@ def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, narrow, monk
     assert any(c.stream_k and c.bm == (256 if tall else 128) and c.bn == (64 if narrow else 128)
                and c.a_columns == (not direct) for c in front._CONFIGS.values()), "the stream-K configuration ran"
     assert not front._SCRATCH[next(iter(front._SCRATCH))][1].copy_to_host().any()
+
+
+@pytest.mark.parametrize("m, n, b_kind, ctas", [(600, 296, "block", 1), (420, 296, "block", 2), (512, 200, "col", 3),
+                                               (1060, 168, "block", 2)])
+def test_strip_tiles_after_the_whole_ones(m, n, b_kind, ctas, monkeypatch):
+    """256 x 128 tiles with N's last block (40, 72 or 40 columns) in 256 x 64 tiles, two a unit
+    after the whole tiles (forced: the front end takes them where they cut the SMs' rounds):
+    three 256-row tiles (the third partial: a unit of one strip tile), two, two of 512 rows, five
+    (the fifth of 36 rows, its second warpgroup's rows past M); B's block scales, or its column
+    scales (the epilogue's); 1 to 3 CTAs, each walking its units in turn."""
+    from nbwgmma.frontend import scaled as front
+    monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: True)
+    monkeypatch.setattr(front, "_SIM_CTAS", ctas)
+    _check_staged(m, n, 288, 11, b_kind)
+    assert any(c.strip for c in front._CONFIGS.values()), "the strip configuration ran"
 
 
 def test_bias_and_activation_after_the_scales():

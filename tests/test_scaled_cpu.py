@@ -9,7 +9,7 @@ import re
 from numba import types
 
 from nbwgmma.kernels.scaled import ScaledConfig, scaled_kernel
-from nbwgmma.frontend.scaled import narrow_tiles, stream_tiles, wide_tiles
+from nbwgmma.frontend.scaled import narrow_tiles, strip_tiles, stream_tiles, wide_tiles
 from nbwgmma.kit import BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_promote, acc_promote_cols, \
     box_rows, stream_walk, tile_producer
 from nbwgmma.report import compile_reports
@@ -100,6 +100,32 @@ def test_256_row_tiles_stage_scales_by_the_tma_thread_and_promote_two_waves():
     assert text.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 2 and "gsb0, 0x1" not in text, text
     assert text.count("FFMA") >= 128, text
     assert cfg.smem <= 227 * 1024 and cfg.stages == 4
+
+
+def test_strip_kernels_compile_clean():
+    """256 x 128 tiles with a strip of 256 x 64 ones (the strip's tiles 64 wide, two a unit): both
+    tiles' wgmmas (m64n128k32 and m64n64k32), each block completed before its promotion, no local
+    memory in either main loop (a few words of the tile loop's set-up spill); B loaded in two
+    64-row boxes a stage; the rule takes it where it cuts the rounds."""
+    cfg = ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bm=256, strip=True)
+    rep, = compile_reports([(scaled_kernel(cfg), SIG)])
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep.warnings
+    assert rep.spill_bytes <= 64, rep
+    assert rep.sass.get("QGMMA") == 16, rep.sass
+    consumers, _ = consumer_region(rep)
+    q = [i for i, line in enumerate(consumers) if "QGMMA" in line]
+    shapes = {w for i in q for w in consumers[i].split() if w.startswith("QGMMA")}
+    assert shapes == {"QGMMA.64x64x32.F32.E4M3.E4M3", "QGMMA.64x128x32.F32.E4M3.E4M3"}, shapes
+    for first in range(0, len(q), 8):  # each loop: two waves' wgmmas and their promotions
+        loop = "\n".join(consumers[q[first]:q[first + 7] + 150])
+        assert "LDL" not in loop and "STL" not in loop, loop
+    assert "\n".join(consumers).count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 4
+    assert cfg.b_box == (64, 128) and cfg.units(4096, 2112) == 16 * 16 + 8 and cfg.units(600, 2112) == 3 * 16 + 2
+    assert cfg.units(4096, 2176) == 16 * 17 and cfg.grid(4096, 2112, 7168, 132) == 132
+    assert cfg.grid(256, 2112, 7168, 132) == 17
+    assert strip_tiles(4096, 2112, 132) and strip_tiles(8192, 2112, 132) and strip_tiles(2048, 2112, 132)
+    assert not strip_tiles(1024, 2112, 132) and not strip_tiles(4096, 576, 132)  # 128 x 144 tiles serve
+    assert not strip_tiles(4096, 2176, 132) and not strip_tiles(4096, 2048, 132) and not strip_tiles(64, 32, 132)
 
 
 def test_64_column_tiles_compile_clean():
@@ -240,14 +266,23 @@ def test_configs_check_their_arguments():
         ScaledConfig(bm=256)
     with pytest.raises(ValueError, match="bm must be 128, or 256"):
         ScaledConfig(a_columns=True, bm=192)
-    with pytest.raises(ValueError, match="bn must be 128, 64 with bm=128"):
-        ScaledConfig(a_columns=True, bm=256, bn=64)
+    for kw in (dict(bm=256, bn=64), dict(bm=128), dict(bm=256, stream_k=True), dict(bm=256, epilogue="direct")):
+        with pytest.raises(ValueError, match="strip takes 256 x 128 tiles"):
+            ScaledConfig(a_columns=True, strip=True, **kw)
     for kw in (dict(bn=176), dict(a_columns=True, bn=176, stream_k=True), dict(a_columns=True, bn=192),
                dict(a_columns=True, bn=176, bm=256), dict(a_columns=True, bn=176, out="f32", epilogue="direct")):
-        with pytest.raises(ValueError, match=r"bn must be 128, 64 with bm=128, or one of \(144, 160, 176\)"):
+        with pytest.raises(ValueError, match=r"bn must be 128, 64, or one of \(144, 160, 176\)"):
             ScaledConfig(**kw)
-    with pytest.raises(ValueError, match="cols must be 128, 64 with 128 rows"):
+    with pytest.raises(ValueError, match="cols must be 128, 64, or one of"):
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, cols=32)
+    tall = TmaPipeline(4, consumers=256)
+    for kw, msg in ((dict(b_box=48), "b_box"), (dict(b_box=32), "b_box"), (dict(stride=40000), "stride"),
+                    (dict(stride=16384), "stride")):
+        with pytest.raises(ValueError, match=msg):
+            BlockScaled("f32.e4m3.e4m3", tall, a_block=True, b_block=True, a_columns=True, rows=256, **kw)
+    with pytest.raises(ValueError, match="b_box"):  # (two B boxes: 256-row tiles only)
+        BlockScaled("f32.e4m3.e4m3", TmaPipeline(6, consumers=256, producers=33), a_block=True, b_block=True,
+                    a_columns=True, b_box=64)
     with pytest.raises(ValueError, match="staged scales"):  # wide tiles: the scales staged
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, cols=176)
     with pytest.raises(ValueError, match="rows must be 128 or 256"):

@@ -107,6 +107,7 @@ def test_256_row_tiles_exact_and_equal_to_128_row_tiles(out_t, monkeypatch):
         outs = {}
         for tall in (False, True):
             natural = (m, n, k) == (4096, 7168, 2048)
+            monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)  # (test_strip_... below)
             if not natural:
                 monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms, tall=tall: tall)
             elif not tall:
@@ -119,6 +120,33 @@ def test_256_row_tiles_exact_and_equal_to_128_row_tiles(out_t, monkeypatch):
         if len(outs) == 2:
             assert torch.equal(outs[False], outs[True])
         assert any(c.bm == 256 for c in front._CONFIGS.values())
+
+
+def test_strip_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
+    """256 x 128 tiles with N's last block of at most 64 columns in 256 x 64 tiles, two a unit
+    (taken by the front end at 4096 x 2112; forced for the others: an odd count of 256-row tiles,
+    the last partial; a strip of 40 columns; one whole column): exact against float64 and bit for
+    bit the 128 x 128 tiles' output."""
+    from nbwgmma.frontend import scaled as front
+    for m, n, k in [(4096, 2112, 1024), (600, 2112, 7232), (1000, 296, 336), (2048, 168, 4096)]:
+        xq, sx, wq, sw = small_integers(m, n, k)
+        sx = sx.t().contiguous().t()
+        ref = reference(xq, sx, wq, sw).to(torch.bfloat16)
+        outs = []
+        for strip in (False, True):
+            if strip and (m, n) != (4096, 2112):
+                monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: True)
+            elif not strip:
+                monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)
+                monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: False)
+                monkeypatch.setattr(front, "wide_tiles", lambda m, n, sms: None)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
+            assert torch.equal(out, ref), (m, n, k, strip)
+            outs.append(out)
+            monkeypatch.undo()
+        assert torch.equal(outs[0], outs[1])
+    assert any(c.strip for c in front._CONFIGS.values())
 
 
 def test_64_column_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
@@ -178,6 +206,7 @@ def test_stream_k_exact_with_every_tile(tiles, monkeypatch):
     tall, narrow = tiles == "256x128", tiles == "128x64"
     monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: tall)
     monkeypatch.setattr(front, "narrow_tiles", lambda m, n, sms: narrow)
+    monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)  # (whole tiles there: 4096 x 2112)
     for m, n, k in [(4096, 2112, 7232), (16, 520, 7232), (1000, 520, 336), (300, 2112, 7232), (128, 7168, 2048)]:
         xq, sx, wq, sw = small_integers(m, n, k)
         ref = reference(xq, sx, wq, sw).to(torch.bfloat16).double()
@@ -196,13 +225,14 @@ def test_stream_k_exact_with_every_tile(tiles, monkeypatch):
 def test_bias_and_activation_after_the_scales(bias_t, where, act, out_t, monkeypatch):
     """``activation(product + bias)`` in the block-scaled epilogue (bias per column or per row, in
     bf16, f32 or f16), against float64 of the same fp8 values and scales within the output's
-    tolerance: 256 x 128 tiles, stream-K (forced), 128 x 64 tiles and a decoding shape."""
+    tolerance: 256 x 128 tiles, stream-K (forced), 128 x 64 tiles, a decoding shape and a strip
+    of 64 columns in 256 x 64 tiles."""
     fns = {"gelu_tanh": lambda x: 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))),
            "silu": lambda x: x * torch.sigmoid(x), "relu": torch.relu}
     from nbwgmma.frontend import scaled as front
 
     rule = front.stream_tiles
-    for m, n, k in [(4096, 7168, 1024), (2304, 2048, 1024), (128, 7168, 1024), (16, 2112, 7232)]:
+    for m, n, k in [(4096, 7168, 1024), (2304, 2048, 1024), (128, 7168, 1024), (16, 2112, 7232), (4096, 2112, 1024)]:
         # (stream-K forced where 128 x 128 tiles fill 3 rounds 73%; the default takes whole tiles)
         monkeypatch.setattr(front, "stream_tiles", (lambda *a: True) if m == 2304 else rule)
         g = torch.Generator(device="cuda").manual_seed(m + n)

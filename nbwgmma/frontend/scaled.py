@@ -52,7 +52,8 @@ from .fused import bias_operand, check_epilogue
 from .views import numba_view, tensor_map, zero_fill
 
 __all__ = ["is_tensor_scale", "scale_kinds", "scaled_matmul", "tall_tiles", "narrow_tiles", "stream_tiles",
-           "wide_tiles", "QUICK", "quick_key", "ScaledQuick", "TALL_GAIN", "WIDE_EFF", "WIDE_GAIN", "STREAM_BELOW"]
+           "wide_tiles", "strip_tiles", "QUICK", "quick_key", "ScaledQuick", "TALL_GAIN", "WIDE_EFF", "WIDE_GAIN", "STREAM_BELOW",
+           "STRIP_GAIN"]
 
 _SIM = sim.enabled()
 _CONFIGS = {}
@@ -104,6 +105,29 @@ def wide_tiles(m: int, n: int, sms: int) -> int | None:
         if c * WIDE_GAIN < cost:
             best, cost = w, c
     return best
+
+
+#: The least modeled gain a strip kernel must bring over the best of the other tiles
+STRIP_GAIN = 1.05
+
+
+def strip_tiles(m: int, n: int, sms: int) -> bool:
+    """Whether 256 x 128 tiles whose last column, N's last block of at most 64 columns, runs
+    in 256 x 64 tiles two a unit (``ScaledConfig(strip=True)``) finish an M x N product of
+    block-scaled fp8 on ``sms`` SMs at least :data:`STRIP_GAIN` times sooner than 128 x 128,
+    256 x 128 and wide tiles: rounds of units (one per SM at a time), a unit costing ``2 /
+    TALL_GAIN`` of a 128 x 128 tile. On 132 SMs, 4096 x 2112: 264 units in 2 rounds against 5
+    rounds of 128 x 128 tiles (1.34x modeled); 1024 x 2112: not (1 round of 66 units against
+    one of 120 tiles of 128 x 144)."""
+    if not 0 < n % 128 <= 64 or n < 128:
+        return False
+    t256, t128, cols = -(-m // 256), -(-m // 128), -(-n // 128)
+    cost = -(-(t256 * (n // 128) + (t256 + 1) // 2) // sms) * 2 / TALL_GAIN
+    best = min(-(-(t128 * cols) // sms), 2 * -(-(t256 * cols) // sms) / TALL_GAIN)
+    w = wide_tiles(m, n, sms)
+    if w:
+        best = min(best, -(-(t128 * -(-n // w)) // sms) * w / 128 / WIDE_EFF)
+    return cost * STRIP_GAIN < best
 
 
 def narrow_tiles(m: int, n: int, sms: int) -> bool:
@@ -341,22 +365,24 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     blocks = "block" in (kinds[0][0], kinds[1][0])  # promoted: where narrow, wide tiles and stream-K were measured
     # (wide tiles with B's block scales: with column scales the 176-wide epilogue spills)
     wide = wide_tiles(m, n, sms) if a_cols and tma and kinds[1][0] == "block" else None
-    tall = tall and not wide
+    strip = a_cols and m % 4 == 0 and tma and strip_tiles(m, n, sms)
+    wide = None if strip else wide
+    tall = strip or (tall and not wide)
     bn = wide or (64 if blocks and not tall and narrow_tiles(m, n, sms) else 128)
-    stream = blocks and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
+    stream = blocks and not strip and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
     bias_type = vec[0].dtype if vec is not None else "f32"
-    key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn, stream, where, bias_type, activation)
+    key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn, stream, where, bias_type, activation, strip)
     cfg = _CONFIGS.get(key)
     if cfg is None:
         _, ta, tb = kind.split(".")
         cfg = _CONFIGS[key] = ScaledConfig(ta, tb, odt, kinds[0][0], kinds[1][0], epilogue="tma" if tma else "direct",
                                            a_columns=a_cols, bm=256 if tall else 128, bn=bn, stream_k=stream,
-                                           bias=where, bias_type=bias_type, activation=activation)
+                                           bias=where, bias_type=bias_type, activation=activation, strip=strip)
     views = (((m, k), (_pitch(ia), 1)), ((n, k), (_pitch(bt), 1)), ((m, n), (_pitch(io), 1)))  # the maps' views
     grid = cfg.grid(m, n, k, _SIM_CTAS if _SIM else sms)
     if _SIM or DEBUG_WAIT_TIMEOUT_S is not None:  # checked launches (the simulator's arrays; a stopped kernel named)
         ta = tensor_map(a, ia.ptr, ia.dtype, cfg.a_box(m), views[0], keep=False)
-        tb = tensor_map(b, ib.ptr, ib.dtype, (bn, 128), views[1], keep=False)
+        tb = tensor_map(b, ib.ptr, ib.dtype, cfg.b_box, views[1], keep=False)
         tc = tensor_map(out, io.ptr, odt, (64, cfg.c_cols), views[2], keep=False,
                         swizzle=cfg.c_swizzle).address if tma else 0
         ws, counters, _ = _scratch(dev, st, *_scratch_size(cfg, grid, m, n, k))
@@ -430,7 +456,7 @@ class ScaledQuick:
         m, n, k = self.mnk
         cfg, (adt, bdt, odt) = self.cfg, self.types
         ta = tensor_map(a, pa, adt, cfg.a_box(m), self.views[0], keep=False).address
-        tb = tensor_map(b, pb, bdt, (cfg.bn, 128), self.views[1], keep=False).address
+        tb = tensor_map(b, pb, bdt, cfg.b_box, self.views[1], keep=False).address
         if self.c is None:
             tc = tensor_map(out, po, odt, (64, cfg.c_cols), self.views[2], keep=False, swizzle=cfg.c_swizzle).address
             values = self.stand

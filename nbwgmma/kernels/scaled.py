@@ -13,7 +13,8 @@ scale warps) and each consumer promoting its 64 rows of both 128-row halves. Wit
 :data:`~nbwgmma.kit.WIDE_COLS` the tiles are 128 rows by 144-176 columns (one temporary a
 consumer, B's scales of the up to three 128-column blocks a tile spans staged by the scale
 warps, C stored in two unswizzled halves): fewer tiles where 128-wide ones leave the SMs' last
-round mostly idle. With ``stream_k``
+round mostly idle. With ``strip`` the 256 x 128 tiles leave N's last block, at most 64 columns,
+to 256 x 64 tiles two a unit (:class:`ScaledConfig`). With ``stream_k``
 the CTAs share the tiles' k-blocks evenly (stream-K: every SM busy whatever the tile count)
 and a :class:`~nbwgmma.kit.StreamFixup` sums the tiles they share.
 
@@ -87,7 +88,11 @@ class ScaledConfig:
     stream-K: fewer, wider tiles where 128-wide ones leave the last round mostly idle, C stored in
     parts of :attr:`c_cols` columns; the B map's box has ``bn`` rows), ``stream_k`` (the CTAs
     share the tiles' k-blocks evenly; the launch passes scratch of :meth:`workspace_floats` f32
-    values and one int32 zero per tile),
+    values and one int32 zero per tile), ``strip`` (256 x 128 tiles, the "tma" epilogue, no
+    stream-K: where N's last 128-column block holds at most 64 columns, that block's tiles run 64
+    wide, two 256 x 64 tiles a unit after the whole tiles, so a unit costs about what a whole tile
+    does: 4096 x 2112 makes 264 units, 2 rounds on 132 SMs, where 128 x 128 tiles make 544 in 5;
+    B's map box is then :attr:`b_box`, 64 rows, and a whole tile's B two boxes),
     ``bias`` ("col": one per column of C, "row": one per row, or None) of ``bias_type`` ("f32",
     "f16", or "bf16" as uint16 bits) and ``activation`` (one of
     :data:`~nbwgmma.kit.ACTIVATIONS` or None), applied after the scales."""
@@ -95,7 +100,8 @@ class ScaledConfig:
     def __init__(self, a_type: str = "e4m3", b_type: str = "e4m3", out: str = "bf16", a_scale: str | None = "block",
                  b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8,
                  a_columns: bool = False, bm: int = 128, bn: int = 128, stream_k: bool = False,
-                 bias: str | None = None, bias_type: str = "f32", activation: str | None = None):
+                 bias: str | None = None, bias_type: str = "f32", activation: str | None = None,
+                 strip: bool = False):
         for name, v, ok in (("a_type", a_type, FP8), ("b_type", b_type, FP8), ("out", out, OUTS),
                             ("a_scale", a_scale, A_SCALES), ("b_scale", b_scale, B_SCALES),
                             ("epilogue", epilogue, ("tma", "direct")), ("bias", bias, (None, "col", "row")),
@@ -122,13 +128,22 @@ class ScaledConfig:
                                     f"a_columns=True); got bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}")
         #: a wide tile (bn one of WIDE_COLS)
         self.wide = wide = bn in WIDE_COLS
-        if bn not in (64, 128) + WIDE_COLS or isinstance(bn, bool) or (bn != 128 and bm != 128) \
+        if bn not in (64, 128) + WIDE_COLS or isinstance(bn, bool) or (wide and bm != 128) \
                 or (wide and (not self.a_columns or epilogue != "tma" or stream_k)):
-            raise ConfigError("bn", f"ScaledConfig: bn must be 128, 64 with bm=128, or one of {WIDE_COLS} with bm=128, A's "
+            raise ConfigError("bn", f"ScaledConfig: bn must be 128, 64, or one of {WIDE_COLS} with bm=128, A's "
                                     f"block scales in columns, the 'tma' epilogue and no stream-K; got bn={bn!r}, bm={bm!r}, "
                                     f"a_columns={a_columns!r}, epilogue={epilogue!r}, stream_k={stream_k!r}")
         self.bm, self.bn = bm, bn
         self.stream_k = bool(stream_k)
+        #: 256 x 128 tiles whose N leaves a last block of at most 64 columns: that block's tiles
+        #: 64 wide, two a unit, after the whole tiles
+        self.strip = bool(strip)
+        if self.strip and (bm != 256 or bn != 128 or self.stream_k or epilogue != "tma"):
+            raise ConfigError("strip", f"ScaledConfig: strip takes 256 x 128 tiles (bm=256, bn=128), the 'tma' "
+                                       f"epilogue and no stream-K; got bm={bm!r}, bn={bn!r}, epilogue={epilogue!r}, "
+                                       f"stream_k={stream_k!r}")
+        #: B's map box: (bn, 128), or (64, 128) with ``strip`` (a whole tile's B in two boxes)
+        self.b_box = (64 if self.strip else bn, BK)
         self.bias, self.bias_type, self.activation = bias, (bias_type if bias else "f32"), activation
         self.kind = f"f32.{a_type}.{b_type}"
         self.sched = TileScheduler(bm, bn, BK, group_m=group_m)
@@ -163,14 +178,22 @@ class ScaledConfig:
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
                 self.group_m, self.a_columns, self.bm, self.bn, self.stream_k, self.bias, self.bias_type,
-                self.activation)
+                self.activation, self.strip)
+
+    def units(self, m: int, n: int) -> int:
+        """Tiles of an M x N product (with ``strip``: the whole tiles, then the last column's
+        64-wide tiles two a unit)."""
+        tiles_m, tiles_n = -(-m // self.bm), -(-n // self.bn)
+        if self.strip and 0 < n % 128 <= 64:
+            return tiles_m * (tiles_n - 1) + (tiles_m + 1) // 2
+        return tiles_m * tiles_n
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA;
         stream-K: one per SM, at most one per k-block)."""
         if self.stream_k:
             return max(1, min(sms, self.sched.units(m, n, k) * -(-k // BK)))
-        return self.sched.grid(m, n, k, sms)
+        return max(1, min(sms, self.units(m, n)))
 
     def workspace_floats(self, ctas: int) -> int:
         """f32 scratch values a stream-K launch of ``ctas`` CTAs parks its partial tiles in
@@ -214,7 +237,7 @@ def _epilogue(cfg: ScaledConfig):
 def scaled_kernel(cfg: ScaledConfig):
     """The ``@cuda.jit`` kernel of ``cfg`` (built once per configuration). Its arguments:
     ``(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters, bias)``: tensor-map addresses of A [M, K]
-    and B [N, K] (fp8, boxes of ``cfg.a_box(m)`` and ``cfg.bn`` x 128, 128-byte swizzle) and, for the "tma" epilogue, of C
+    and B [N, K] (fp8, boxes of ``cfg.a_box(m)`` and ``cfg.b_box``, 128-byte swizzle) and, for the "tma" epilogue, of C
     [M, N] (box 64 x 64; 0 otherwise); ``c`` C as a 2-D array for the "direct" epilogue (bf16
     as uint16 bits; any 2-D array otherwise); ``sa`` and ``sb`` the 2-D f32 scales of the
     module docstring (any strides; a stand-in where a side has none); int32 sizes; f32
@@ -245,7 +268,12 @@ def _build(key):
     # (wide tiles: a sum and one temporary of up to 96 registers; the scale warps need more than 40)
     PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.wide else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
-                     promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn)
+                     promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn, b_box=cfg.b_box[0])
+    STRIP = cfg.strip
+    # the strip's 256 x 64 tiles: in the same ring (a stage's B half filled)
+    bs64 = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
+                       promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=64, stride=bs.stage_bytes) \
+        if STRIP else bs
     BM, BN, STAGE, C_OFF, S_OFF, NSTAGES = cfg.bm, cfg.bn, cfg.stage_bytes, cfg.c_off, cfg.s_off, cfg.stages
     WIDE = cfg.wide
     CC, C_BYTES, SWIZZLED_C = cfg.c_cols, cfg.c_part, cfg.c_swizzle == "128B"
@@ -269,18 +297,22 @@ def _build(key):
     produce = tile_producer(pipe, sched, STAGE, load, stream=STREAM, stage_tx=stage_tx)
     fix = StreamFixup(KIND, BN, fragments=2 if TALL else 1)  # (stream-K only)
 
-    @cuda.jit(device=True, inline=True)
-    def fill_tile(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm, tn, kb0, kb1):
-        """256 rows: the TMA thread's fills of k-blocks ``kb0 .. kb1 - 1`` of tile (tm, tn)."""
-        sbr = sb[(tn * BN) >> 7 if B_BLOCK else 0]  # B's scale row: its 128-column block
-        nxt = sbr[kb0] if B_BLOCK else ONE
-        for kb in range(kb0, kb1):
-            b = nxt
-            if B_BLOCK and kb + 1 < kb1:  # a fill ahead
-                nxt = sbr[kb + 1]
-            bs.fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, b, m, kb, tm * BM, tn * BN)
-            s, ph = pipe.advance(s, ph)
-        return s, ph
+    def filler(b):
+        @cuda.jit(device=True, inline=True)
+        def fill_tile(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm, tn, kb0, kb1):
+            """256 rows: the TMA thread's fills of k-blocks ``kb0 .. kb1 - 1`` of tile (tm, tn)."""
+            sbr = sb[(tn * BN) >> 7 if B_BLOCK else 0]  # B's scale row: its 128-column block
+            nxt = sbr[kb0] if B_BLOCK else ONE
+            for kb in range(kb0, kb1):
+                sc = nxt
+                if B_BLOCK and kb + 1 < kb1:  # a fill ahead
+                    nxt = sbr[kb + 1]
+                b.fill(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sc, m, kb, tm * BM, tn * BN)
+                s, ph = pipe.advance(s, ph)
+            return s, ph
+        return fill_tile
+
+    fill_tile, fill_tile64 = filler(bs), filler(bs64)
 
     @cuda.jit(device=True, inline=True)
     def put_tile(ring, sbase, s, ph, turn, w, lane, sa, sb, m, tm, tn, kb0, kb1):
@@ -301,6 +333,11 @@ def _build(key):
         @cuda.jit(device=True, inline=True)
         def consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m):
             acc0, acc1, s, ph = bs.tile_tall(ring, base, sbase, s, ph, kb1 - kb0, ct, cw)
+            return (acc0, acc1), s, ph
+
+        @cuda.jit(device=True, inline=True)
+        def consume64(ring, base, sbase, s, ph, kblocks, ct, cw):  # a strip's 256 x 64 tile
+            acc0, acc1, s, ph = bs64.tile_tall(ring, base, sbase, s, ph, kblocks, ct, cw)
             return (acc0, acc1), s, ph
     elif direct:
         @cuda.jit(device=True, inline=True)
@@ -340,26 +377,32 @@ def _build(key):
             acc_stmatrix_swizzled(p, cbuf, ct, ROW_C, "none")
             tma_store_block(cbuf, ct, cw, tmap_c, col, row)
 
-    @inlined
-    def store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias):  # a consumer's 64 x BN of C
-        if TMA:  # the parts in turn through the warpgroup's one or two blocks
-            half(epilogue(acc[:H], ct, r0, col0, sa, sb, m, n, alpha, bias), cbuf, ct, cw, tmap_c, col0, r0)
-            if NPARTS >= 2:
-                half(epilogue(acc[H:H2], ct, r0, col0 + CC, sa, sb, m, n, alpha, bias), cbuf + (CP - 1) * C_BYTES,
-                     ct, cw, tmap_c, col0 + CC, r0)
-        else:
-            acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha, bias), KIND, c, ct, r0, col0)
+    def putter(width):  # C's stores of a tile ``width`` columns wide
+        NP = width // CC
 
-    @cuda.jit(device=True, inline=True)
-    def put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias):
-        """A consumer's fragments of a tile to C (256 rows: the second 128-row half's after the
-        first's); the C block the next tile's first part takes."""
-        store(accs[0], cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
-        if TALL:
-            store(accs[1], cb, ct, cw, tmap_c, c, sa, sb, r0 + 128, col0, m, n, alpha, bias)
-        if BN == 64 and CP == 2:  # one part a tile: the two blocks take the tiles in turn
-            cb = cbuf + C_BYTES if cb == cbuf else cbuf
-        return cb
+        @inlined
+        def store(acc, cbuf, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias):  # a consumer's 64 x width of C
+            if TMA:  # the parts in turn through the warpgroup's one or two blocks
+                half(epilogue(acc[:H], ct, r0, col0, sa, sb, m, n, alpha, bias), cbuf, ct, cw, tmap_c, col0, r0)
+                if NP >= 2:
+                    half(epilogue(acc[H:H2], ct, r0, col0 + CC, sa, sb, m, n, alpha, bias), cbuf + (CP - 1) * C_BYTES,
+                         ct, cw, tmap_c, col0 + CC, r0)
+            else:
+                acc_store(epilogue(acc, ct, r0, col0, sa, sb, m, n, alpha, bias), KIND, c, ct, r0, col0)
+
+        @cuda.jit(device=True, inline=True)
+        def put(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias):
+            """A consumer's fragments of a tile to C (256 rows: the second 128-row half's after the
+            first's); the C block the next tile's first part takes."""
+            store(accs[0], cb, ct, cw, tmap_c, c, sa, sb, r0, col0, m, n, alpha, bias)
+            if TALL:
+                store(accs[1], cb, ct, cw, tmap_c, c, sa, sb, r0 + 128, col0, m, n, alpha, bias)
+            if width == 64 and CP == 2:  # one part a tile: the two blocks take the tiles in turn
+                cb = cbuf + C_BYTES if cb == cbuf else cbuf
+            return cb
+        return put
+
+    put, put64 = putter(BN), putter(64) if STRIP else None
 
     # The producer roles walk the CTA's tiles with kit.stream_walk (stream-K: whole tiles in waves,
     # then its share of the rest's k-blocks): the TMA thread of 256-row tiles, the scale warps. The
@@ -388,6 +431,31 @@ def _build(key):
     fill_walk = stream_walk(sched, fill_whole, fill_piece if STREAM else None)
     put_walk = stream_walk(sched, put_whole, put_piece if STREAM else None)
 
+    @cuda.jit(device=True, inline=True)
+    def strip_shape(n, tiles_m, tiles_n):
+        """``(cols, nwhole, nunits)``: with a strip (``strip`` and N's last block at most 64
+        columns), the whole tiles' columns, their units (first, in tile order over ``cols``
+        columns) and all units (then the strip's 64-wide tiles, two a unit); else the tiles."""
+        if STRIP and 0 < (n & 127) <= 64:
+            return tiles_n - 1, tiles_m * (tiles_n - 1), tiles_m * (tiles_n - 1) + (tiles_m + 1) // 2
+        return tiles_n, tiles_m * tiles_n, tiles_m * tiles_n
+
+    @cuda.jit(device=True, inline=True)
+    def fill_strip(ring, base, sbase, tmap_a, tmap_b, sa, sb, m, n, tiles_m, tiles_n, kblocks):
+        """The TMA thread's fills of a strip kernel's units."""
+        cols, nwhole, nall = strip_shape(n, tiles_m, tiles_n)
+        s, ph = 0, 0
+        for u in range(cuda.blockIdx.x, nall, cuda.gridDim.x):
+            if u < nwhole:
+                tm, tn = sched.tile(u, tiles_m, cols, 0)
+                s, ph = fill_tile(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm, tn, 0, kblocks)
+            else:
+                tm = 2 * (u - nwhole)
+                s, ph = fill_tile64(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm, cols, 0, kblocks)
+                if tm + 1 < tiles_m:
+                    s, ph = fill_tile64(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm + 1, cols, 0,
+                                        kblocks)
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters, bias):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
@@ -406,7 +474,10 @@ def _build(key):
         total = (nunits - whole) * kblocks
         if tid < 128:  # producer warpgroup: one thread keeps TMA busy; warps 1-3 (or, 256 rows, it) stage the scales
             setmaxnreg_dec(PREGS)
-            if tid == 0 and TALL:  # the TMA thread fills the stages and their scales
+            if tid == 0 and STRIP:
+                fill_strip(ring, base, sbase, tmap_a, tmap_b, sa, sb, m, n, tiles_m, tiles_n, kblocks)
+                griddep_launch_dependents()
+            elif tid == 0 and TALL:  # the TMA thread fills the stages and their scales
                 fill_walk((0, 0), nunits, kblocks, tiles_mc, tiles_n, (ring, base, sbase, tmap_a, tmap_b, sa, sb, m))
                 griddep_launch_dependents()
             elif tid == 0:
@@ -422,8 +493,19 @@ def _build(key):
             cw, ct = (warpgroup_index() if staged and not STREAM else tid // 128) - 1, tid % 128
             cbuf = base + C_OFF + cw * CP * C_BYTES
             s, ph, cb = 0, 0, cbuf
-            for u in range(cta, whole, ctas):
-                tm, tn = sched.tile(u, tiles_mc, tiles_n, 0)
+            cols, nwhole, nall = strip_shape(n, tiles_m, tiles_n)  # (without a strip: tiles_n, whole, whole)
+            for u in range(cta, nall if STRIP else whole, ctas):
+                if STRIP and u >= nwhole:  # the strip's tiles, two a unit
+                    tm = 2 * (u - nwhole)
+                    for h in range(2):
+                        r0 = (tm + h) * BM + cw * 64
+                        if tm + h < tiles_m and r0 < m:
+                            accs, s, ph = consume64(ring, base, sbase, s, ph, kblocks, ct, cw)
+                            cb = put64(accs, cbuf, cb, ct, cw, tmap_c, c, sa, sb, r0, cols * BN, m, n, alpha, bias)
+                        elif tm + h < tiles_m:
+                            s, ph = bs.tile_skip(ring, s, ph, kblocks, ct)
+                    continue
+                tm, tn = sched.tile(u, tiles_mc, cols if STRIP else tiles_n, 0)
                 r0, col0 = tm * BM + cw * 64, tn * BN
                 if r0 < m:
                     accs, s, ph = consume(ring, base, sbase, s, ph, 0, kblocks, ct, cw, sa, sb, r0, tn, m)

@@ -178,7 +178,12 @@ class BlockScaled(types.ModuleType):
     scales: the scale warp's lane ``l`` copies block ``nb + l % 4``'s scale (the caller passes each
     lane its row, clamped inside the scales) and ``tile_wide(ring, base, sbase, s, ph, kblocks,
     ct, cw, off)`` promotes through :func:`acc_promote_cols` (``off``: the tile's first column
-    modulo 128), one temporary a warpgroup as a 256-row tile's waves.
+    modulo 128), one temporary a warpgroup as a 256-row tile's waves. With 256 rows, ``b_box``
+    (half of ``cols``) loads B's stage in two boxes of that many rows, and ``stride`` (bytes
+    between stages, at least :attr:`stage_bytes`) lets tiles of two widths share one ring: the
+    block-scaled GEMM's 256 x 128 tiles load B in two 64-row boxes so that a second
+    ``BlockScaled`` of 256 x 64 tiles (``cols=64, stride=`` the first's :attr:`stage_bytes`) fills
+    and reads the same stages, half of B's slot, for N's last block of at most 64 columns.
 
     Device functions: ``load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row)`` (the producer's
     TMA loads of one stage); staged: ``scale_rows(sa, row0, m, lane) -> rows`` (what thread
@@ -220,7 +225,8 @@ class BlockScaled(types.ModuleType):
     SCALE_SLOT_BYTES = 640
 
     def __init__(self, kind: str, pipe: TmaPipeline, *, a_block: bool, b_block: bool, promote: bool | None = None,
-                 a_columns: bool = False, rows: int = 128, cols: int = 128):
+                 a_columns: bool = False, rows: int = 128, cols: int = 128, b_box: int | None = None,
+                 stride: int | None = None):
         k = wgmma_kind(kind)
         if k.dtype != "f32" or k.atype not in ("e4m3", "e5m2") or k.btype not in ("e4m3", "e5m2"):
             raise KitError(f"BlockScaled: kind must be an fp8 kind with an f32 accumulator (f32.e4m3.e4m3, ...); "
@@ -242,9 +248,9 @@ class BlockScaled(types.ModuleType):
         if rows == 256 and not self.staged:
             raise KitError("BlockScaled: 256-row tiles take A's block scales with contiguous rows (a_block=True, "
                              f"a_columns=True); got a_block={a_block!r}, a_columns={a_columns!r}")
-        if cols not in (64, 128) + WIDE_COLS or isinstance(cols, bool) or (cols != 128 and rows == 256) \
+        if cols not in (64, 128) + WIDE_COLS or isinstance(cols, bool) or (cols in WIDE_COLS and rows == 256) \
                 or (cols in WIDE_COLS and not self.staged):
-            raise KitError(f"BlockScaled: cols must be 128, 64 with 128 rows, or one of {WIDE_COLS} with 128 rows "
+            raise KitError(f"BlockScaled: cols must be 128, 64, or one of {WIDE_COLS} with 128 rows "
                              f"and staged scales (a_block=True, a_columns=True); got cols={cols!r}, rows={rows!r}, "
                              f"a_columns={a_columns!r}")
         self.rows, self.cols = rows, cols
@@ -265,6 +271,17 @@ class BlockScaled(types.ModuleType):
         #: scales, then B's scale): the class constants' values for 128 x 128 tiles
         self.stage_bytes = rows * 128 + cols * 128
         self.slot_bytes = 4 * rows + 128
+        #: rows of B's map box (its stage loaded in cols / b_box boxes) and bytes between stages
+        self.b_box = cols if b_box is None else b_box
+        self.stride = self.stage_bytes if stride is None else stride
+        if not is_int(self.b_box) or self.b_box < 8 or cols % self.b_box or cols // self.b_box > 2 or self.b_box % 8 \
+                or (self.b_box != cols and rows != 256):
+            raise KitError(f"BlockScaled: b_box (rows of B's box) must be cols or half of it, a multiple of 8, with "
+                           f"256 rows where it is not cols; got b_box={b_box!r}, cols={cols!r}, rows={rows!r}")
+        if not is_int(self.stride) or self.stride < self.stage_bytes or self.stride % 1024 \
+                or (self.stride != self.stage_bytes and rows != 256):
+            raise KitError(f"BlockScaled: stride (bytes between stages) must be a multiple of 1024 of at least "
+                           f"{self.stage_bytes}, with 256 rows where it is not that; got stride={stride!r}")
         self._build()
 
     def __repr__(self):
@@ -273,6 +290,7 @@ class BlockScaled(types.ModuleType):
     def _build(self):
         KIND, pipe = self.kind, self.pipe
         A_BYTES, STAGE, ROWS, W = self.rows * 128, self.stage_bytes, self.rows, self.rows // 128
+        STRIDE, BBOX, NBOX = self.stride, self.b_box, self.cols // self.b_box
         A_BLOCK, B_BLOCK, STAGED = self.a_block, self.b_block, self.staged
         SLOT = self.slot_bytes
         A_CONS = 64 * 128  # bytes between the two warpgroups' 64-row halves of A
@@ -287,6 +305,8 @@ class BlockScaled(types.ModuleType):
             if W == 2:  # A's second 128 rows (the maps' boxes are 128 rows)
                 tma_load_2d(slot + 128 * 128, tmap_a, full, kcol, a_row + 128)
             tma_load_2d(slot + A_BYTES, tmap_b, full, kcol, b_row)
+            if NBOX == 2:  # B's second box
+                tma_load_2d(slot + A_BYTES + BBOX * 128, tmap_b, full, kcol, b_row + BBOX)
 
         @cuda.jit(device=True, inline=True)
         def scale_rows(sa, row0, m, lane):
@@ -309,7 +329,7 @@ class BlockScaled(types.ModuleType):
                 pipe.producer_wait(ring, s, ph)
                 st_shared_f32(sslot + 4 * ROWS, b)
             full = pipe.producer_acquire(ring, s, ph, STAGE + nbytes)
-            load(base + s * STAGE, full, tmap_a, tmap_b, kb * 128, a_row, b_row)
+            load(base + s * STRIDE, full, tmap_a, tmap_b, kb * 128, a_row, b_row)
             bulk_copy_g2s_array(sslot, sa, a_row * 4 + kb * sa.strides[1], nbytes, full)
 
         @cuda.jit(device=True, inline=True)
@@ -418,7 +438,7 @@ class BlockScaled(types.ModuleType):
             """Wave ``w`` (128 rows) of the block at stage ``s``: its wgmmas into ``tmp``, its
             A scales (and, in the first wave, B's) read while they run, their completion, the
             stage's release after the last wave, the promotion."""
-            tmp = block(tmp, d, s * STAGE, 0, w)
+            tmp = block(tmp, d, s * STRIDE, 0, w)
             a0 = ONE
             a1 = ONE
             a0 = ld_shared_f32(sslot + 4 * (o + 128 * w))
