@@ -161,18 +161,29 @@ def test_stream_k_sums_tiles_that_ctas_share(tall, direct, ctas, n, narrow, monk
     assert not front._SCRATCH[next(iter(front._SCRATCH))][1].copy_to_host().any()
 
 
-@pytest.mark.parametrize("m, n, b_kind, ctas", [(600, 296, "block", 1), (420, 296, "block", 2), (512, 200, "col", 3),
-                                               (1060, 168, "block", 2)])
+@pytest.mark.parametrize("m, n, b_kind, ctas", [(600, 296, "block", 1), (420, 296, "block", 2), (512, 168, "col", 3),
+                                               (1060, 168, "block", 2), (800, 296, "row bias", 2)])
 def test_strip_tiles_after_the_whole_ones(m, n, b_kind, ctas, monkeypatch):
-    """256 x 128 tiles with N's last block (40, 72 or 40 columns) in 256 x 64 tiles, two a unit
-    after the whole tiles (forced: the front end takes them where they cut the SMs' rounds):
-    three 256-row tiles (the third partial: a unit of one strip tile), two, two of 512 rows, five
-    (the fifth of 36 rows, its second warpgroup's rows past M); B's block scales, or its column
-    scales (the epilogue's); 1 to 3 CTAs, each walking its units in turn."""
+    """256 x 128 tiles with N's last block (40 columns) in 256 x 64 tiles, two a unit after the
+    whole tiles (forced: the front end takes them where they cut the SMs' rounds): three 256-row
+    tiles (the third partial: a unit of one strip tile), two, two of 512 rows, five (the fifth of
+    36 rows, its second warpgroup's rows past M), four (the fourth of 32 rows: a pair's second
+    tile half past M); B's block scales, its column scales (the epilogue's), or block scales with
+    an f32 bias per row and relu; 1 to 3 CTAs, each walking its units in turn."""
     from nbwgmma.frontend import scaled as front
     monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: True)
     monkeypatch.setattr(front, "_SIM_CTAS", ctas)
-    _check_staged(m, n, 288, 11, b_kind)
+    monkeypatch.setattr(front, "_CONFIGS", {})
+    if b_kind == "row bias":
+        k, kb = 288, 3
+        rng, a, w, ad, bd = _operands(m, n, k, 13)
+        sa, sw = pow2(rng, (m, kb)), pow2(rng, (-(-n // 128), kb))
+        bias = rng.integers(-8, 9, m).astype(np.float32)
+        got = _run(ad, bd, m, n, "bf16", scale_a=cuda.to_device(np.ascontiguousarray(sa.T)).T,
+                   scale_b=cuda.to_device(sw).T, bias=cuda.to_device(bias.reshape(m, 1)), activation="relu")
+        np.testing.assert_array_equal(got, rounded(np.maximum(reference(a, w, sa, sw) + bias[:, None], 0), "bf16"))
+    else:
+        _check_staged(m, n, 288, 11, b_kind)
     assert any(c.strip for c in front._CONFIGS.values()), "the strip configuration ran"
 
 

@@ -266,12 +266,14 @@ def test_configs_check_their_arguments():
         ScaledConfig(bm=256)
     with pytest.raises(ValueError, match="bm must be 128, or 256"):
         ScaledConfig(a_columns=True, bm=192)
-    for kw in (dict(bm=256, bn=64), dict(bm=128), dict(bm=256, stream_k=True), dict(bm=256, epilogue="direct")):
+    with pytest.raises(ValueError, match="bn must be 128, 64 with bm=128"):  # (256 x 64 tiles: a strip's only)
+        ScaledConfig(a_columns=True, bm=256, bn=64)
+    for kw in (dict(bm=128), dict(bm=256, stream_k=True), dict(bm=256, epilogue="direct")):
         with pytest.raises(ValueError, match="strip takes 256 x 128 tiles"):
             ScaledConfig(a_columns=True, strip=True, **kw)
     for kw in (dict(bn=176), dict(a_columns=True, bn=176, stream_k=True), dict(a_columns=True, bn=192),
                dict(a_columns=True, bn=176, bm=256), dict(a_columns=True, bn=176, out="f32", epilogue="direct")):
-        with pytest.raises(ValueError, match=r"bn must be 128, 64, or one of \(144, 160, 176\)"):
+        with pytest.raises(ValueError, match=r"bn must be 128, 64 with bm=128, or one of \(144, 160, 176\)"):
             ScaledConfig(**kw)
     with pytest.raises(ValueError, match="cols must be 128, 64, or one of"):
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, cols=32)

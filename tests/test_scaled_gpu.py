@@ -122,13 +122,16 @@ def test_256_row_tiles_exact_and_equal_to_128_row_tiles(out_t, monkeypatch):
         assert any(c.bm == 256 for c in front._CONFIGS.values())
 
 
-def test_strip_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
+def test_strip_tiles_exact_and_equal_to_whole_tiles(monkeypatch):
     """256 x 128 tiles with N's last block of at most 64 columns in 256 x 64 tiles, two a unit
     (taken by the front end at 4096 x 2112; forced for the others: an odd count of 256-row tiles,
-    the last partial; a strip of 40 columns; one whole column): exact against float64 and bit for
-    bit the 128 x 128 tiles' output."""
+    the last partial; strips of 40 columns; a pair whose second tile has its second warpgroup's
+    rows past M (800 rows); one whole column): exact against float64 and bit for bit the output
+    of the front end's tiles without the strip (128 x 128, or 128 x 64 where it takes those)."""
     from nbwgmma.frontend import scaled as front
-    for m, n, k in [(4096, 2112, 1024), (600, 2112, 7232), (1000, 296, 336), (2048, 168, 4096)]:
+    rules = {name: getattr(front, name) for name in ("strip_tiles", "tall_tiles", "wide_tiles")}
+    monkeypatch.setattr(front, "_CONFIGS", {})
+    for m, n, k in [(4096, 2112, 1024), (600, 2112, 7232), (1000, 296, 336), (800, 296, 336), (2048, 168, 4096)]:
         xq, sx, wq, sw = small_integers(m, n, k)
         sx = sx.t().contiguous().t()
         ref = reference(xq, sx, wq, sw).to(torch.bfloat16)
@@ -144,7 +147,8 @@ def test_strip_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
             matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
             assert torch.equal(out, ref), (m, n, k, strip)
             outs.append(out)
-            monkeypatch.undo()
+            for name, rule in rules.items():  # the rules back
+                monkeypatch.setattr(front, name, rule)
         assert torch.equal(outs[0], outs[1])
     assert any(c.strip for c in front._CONFIGS.values())
 

@@ -128,9 +128,9 @@ class ScaledConfig:
                                     f"a_columns=True); got bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}")
         #: a wide tile (bn one of WIDE_COLS)
         self.wide = wide = bn in WIDE_COLS
-        if bn not in (64, 128) + WIDE_COLS or isinstance(bn, bool) or (wide and bm != 128) \
+        if bn not in (64, 128) + WIDE_COLS or isinstance(bn, bool) or (bn != 128 and bm != 128) \
                 or (wide and (not self.a_columns or epilogue != "tma" or stream_k)):
-            raise ConfigError("bn", f"ScaledConfig: bn must be 128, 64, or one of {WIDE_COLS} with bm=128, A's "
+            raise ConfigError("bn", f"ScaledConfig: bn must be 128, 64 with bm=128, or one of {WIDE_COLS} with bm=128, A's "
                                     f"block scales in columns, the 'tma' epilogue and no stream-K; got bn={bn!r}, bm={bm!r}, "
                                     f"a_columns={a_columns!r}, epilogue={epilogue!r}, stream_k={stream_k!r}")
         self.bm, self.bn = bm, bn
@@ -202,7 +202,8 @@ class ScaledConfig:
 
     def __repr__(self):
         return (f"ScaledConfig({self.kind} -> {self.out}, a_scale={self.a_scale}, b_scale={self.b_scale}, "
-                f"promote={self.promote}, epilogue={self.epilogue}{', stream_k' if self.stream_k else ''})")
+                f"promote={self.promote}, epilogue={self.epilogue}, tile={self.bm}x{self.bn}"
+                f"{', stream_k' if self.stream_k else ''}{', strip' if self.strip else ''})")
 
 
 def _epilogue(cfg: ScaledConfig):

@@ -169,8 +169,9 @@ class BlockScaled(types.ModuleType):
     ``rows`` (128 or 256: 256 needs the staged scales, a pipe counting the TMA thread alone
     and every consumer thread; :attr:`stage_bytes` and :attr:`slot_bytes` give its stage and
     scale slot sizes) makes each consumer hold 64 rows of each 128-row half of the tile;
-    ``cols`` (128, or 64 with 128 rows: tiles of 128 x 64, twice the tiles for products of few
-    rows; B's stage then holds 64 rows and the fragments are 64 x 64) sets the tile's width. A
+    ``cols`` (128, or 64: tiles of 128 x 64, twice the tiles for products of few rows, or of 256 x
+    64, a strip's beside 256 x 128 ones (below); B's stage then holds 64 rows and the fragments
+    are 64 x 64) sets the tile's width. A
     *wide* tile (``cols`` one of :data:`WIDE_COLS`, 128 rows, staged scales) fills the SMs'
     rounds where 128-column tiles leave the last one mostly idle (4096 x 576: 128 tiles of 128 x
     144 in one round against 160 of 128 x 128 in two on 132 SMs: 1.33x on an H200; per column it
@@ -370,7 +371,7 @@ class BlockScaled(types.ModuleType):
             """Block at stage ``s``: wait for its data, its wgmmas into ``tmp`` (from zero), its
             scales on the thread's two rows (``o`` and ``o + 8`` of the tile)."""
             pipe.consumer_wait(ring, s, ph)
-            tmp = block(tmp, d, s * STAGE, 0)
+            tmp = block(tmp, d, s * STRIDE, 0)
             # the scales after the wgmmas: read before them, the loads (slow beside the tensor
             # cores' shared-memory traffic) held up the block's first wgmma
             a0 = ONE
@@ -481,7 +482,7 @@ class BlockScaled(types.ModuleType):
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
                 sslot = sbase + s * SLOT
-                tmp = block(tmp, d, s * STAGE, 0)
+                tmp = block(tmp, d, s * STRIDE, 0)
                 a0 = ld_shared_f32(sslot + 4 * o)
                 a1 = ld_shared_f32(sslot + 4 * o + 32)
                 b0 = ONE
@@ -518,7 +519,7 @@ class BlockScaled(types.ModuleType):
         def start(ring, d, s, ph, tmp, cw):
             """Block at stage ``s``: wait for its data, its wgmmas into ``tmp`` (from zero)."""
             pipe.consumer_wait(ring, s, ph)
-            return block(tmp, d, s * STAGE, 0)
+            return block(tmp, d, s * STRIDE, 0)
 
         @cuda.jit(device=True, inline=True)
         def tile_direct(ring, base, s, ph, kblocks, ct, cw, sa, sb, ra0, ra1, nb):
@@ -575,7 +576,7 @@ class BlockScaled(types.ModuleType):
             d = descs(base, cw)
             for kb in range(kblocks):
                 pipe.consumer_wait(ring, s, ph)
-                acc = block(acc, d, s * STAGE, kb > 0)
+                acc = block(acc, d, s * STRIDE, kb > 0)
                 wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
                 if kb > 0 and ct == 0:
                     pipe.consumer_release(ring, prev)
