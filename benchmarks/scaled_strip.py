@@ -11,7 +11,9 @@ at least 0.9x per-tensor at 4096 x 2112 x 7168). Every variant is captured into 
 10 calls and replayed (no host time in the numbers), median of 15 replays; each split's output is
 compared with the whole product's; the whole product is also timed forced to stream-K over
 both tile sizes (stream-K sums a tile's parts in another order: equal to
-rounding).
+rounding). "whole" is the front end's default: since the strip kernel (``ScaledConfig(strip=True)``,
+256 x 128 tiles and the strip in 256 x 64 tiles two a unit, one launch) it is that kernel where
+``frontend.scaled.strip_tiles`` takes it; the forced variants hold it off.
 
     python benchmarks/scaled_strip.py [MxNxK ...]
 """
@@ -26,20 +28,21 @@ from nbwgmma.frontend.matmul import SCALED_QUICK
 from scaled import quantized  # (benchmarks/scaled.py, beside this script)
 
 SHAPES = ["4096x2112x7168", "8192x2112x7168", "2048x2112x7168", "4096x576x7168"]
-CHOICES = (front.stream_tiles, front.narrow_tiles, front.wide_tiles)
+CHOICES = (front.stream_tiles, front.narrow_tiles, front.wide_tiles, front.strip_tiles)
 
 
 def choose(stream: bool, narrow: bool):
     """The front end's tile choice held to stream-K or not, 128 x 64 tiles or 128 x 128, never
-    wide ones (the quick path forgotten, so the next call takes it)."""
+    wide or strip ones (the quick path forgotten, so the next call takes it)."""
     front.stream_tiles = (lambda *a, **kw: True) if stream else CHOICES[0]
     front.narrow_tiles = (lambda *a, **kw: True) if narrow else (lambda *a, **kw: False)
     front.wide_tiles = lambda *a, **kw: None
+    front.strip_tiles = lambda *a, **kw: False
     SCALED_QUICK.clear()
 
 
 def restore():
-    front.stream_tiles, front.narrow_tiles, front.wide_tiles = CHOICES
+    front.stream_tiles, front.narrow_tiles, front.wide_tiles, front.strip_tiles = CHOICES
     SCALED_QUICK.clear()
 
 
