@@ -144,9 +144,10 @@ def benchmark(tokens, d, f, repeats=15):
 
 
 #: the grouped kernel with a bias per expert and SiLU: maps of A and B, out (bf16 bits), offs,
-#: n, k, rows per group (masked layout only), the bias rows and whether there is one per group
+#: n, k, rows per group (masked layout only), the bias rows and whether there is one per group,
+#: then a map of A in short boxes and their rows (decoding: few tokens a group; unused here)
 SIG = (types.uint64, types.uint64, types.uint16[:, ::1], types.int32[::1], types.int32, types.int32, types.int32,
-       types.float32[:, ::1], types.int32)
+       types.float32[:, ::1], types.int32, types.uint64, types.int32)
 
 
 def main(tokens=16384, d=4096, f=14336):
