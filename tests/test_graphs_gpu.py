@@ -159,17 +159,20 @@ def test_cupy_stream_capture_replays(config):
         assert np.isfinite(got).all() and rel <= 1e-2, rel
 
 
-@pytest.mark.parametrize("stream_k", [False, True], ids=["tiles", "stream_k"])
-def test_block_scaled_fp8_replays(stream_k, monkeypatch):
-    """Block-scaled fp8 (1 x 128 and 128 x 128 scales) captured as a first call, whole tiles and
-    stream-K (its scratch and counters the graph's own): exact on small integers with
-    power-of-two scales, new values at each replay."""
+@pytest.mark.parametrize("stream_k, strip", [(False, False), (True, False), (False, True)],
+                         ids=["tiles", "stream_k", "strip"])
+def test_block_scaled_fp8_replays(stream_k, strip, monkeypatch):
+    """Block-scaled fp8 (1 x 128 and 128 x 128 scales) captured as a first call, whole tiles,
+    stream-K (its scratch and counters the graph's own) and the strip kernel (256 x 128 tiles and
+    N's last 40 columns in 256 x 64 ones): exact on small integers with power-of-two scales, new
+    values at each replay."""
     from nbwgmma.frontend import scaled as front
 
     from .test_scaled_gpu import reference, small_integers
 
     monkeypatch.setattr(front, "stream_tiles", lambda *a, **k: stream_k)
-    m, n, k = 1000, 520 + 8 * stream_k, 336
+    monkeypatch.setattr(front, "strip_tiles", lambda *a, **k: strip)
+    m, n, k = 1000, 296 if strip else 520 + 8 * stream_k, 336
     xq, sx, wq, sw = small_integers(m, n, k)
     sa, sb = sx.t().contiguous().t(), sw.t()
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -186,7 +189,7 @@ def test_block_scaled_fp8_replays(stream_k, monkeypatch):
         graph.replay()
         torch.cuda.synchronize()
         ref = reference(xq, sa, wq, sb.t()).to(torch.bfloat16).double()
-        assert torch.equal(out.double(), ref), (stream_k, seed)
+        assert torch.equal(out.double(), ref), (stream_k, strip, seed)
 
 
 def test_compiled_reduce_overhead_mlp_follows_new_inputs():

@@ -252,12 +252,12 @@ def test_bias_and_activation_after_the_scales(bias_t, where, act, out_t, monkeyp
 
 
 @pytest.mark.parametrize("m, n, k, bias", [(16, 2112, 7232, False), (1000, 520, 336, True), (4096, 576, 2048, False),
-                                           (2304, 2048, 1024, True)])
+                                           (2304, 2048, 1024, True), (4096, 2112, 1024, True)])
 def test_repeated_calls_take_the_quick_path_with_their_new_tensors(m, n, k, bias, monkeypatch):
     """A block-scaled call like one seen before skips the checks (frontend.scaled.ScaledQuick):
     new activations, scales and bias each call (new pointers), outputs exact on small integers
-    and equal to the full path's (an ``out=`` call); narrow, wide and stream-K (forced) tiles, with a bias
-    and relu on some. A tensor of another layout misses the quick path and is checked again."""
+    and equal to the full path's (an ``out=`` call); narrow, wide, strip and stream-K (forced)
+    tiles, with a bias and relu on some. A tensor of another layout misses the quick path and is checked again."""
     from nbwgmma.frontend import scaled as front
 
     if m == 2304:  # stream-K forced (the default takes whole 128 x 128 tiles there)
