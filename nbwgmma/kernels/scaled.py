@@ -86,7 +86,7 @@ class ScaledConfig:
     or 64 with 128 rows: twice the tiles where 128-wide ones would leave most SMs idle; or one of
     :data:`~nbwgmma.kit.WIDE_COLS` with 128 rows, ``a_columns`` and the "tma" epilogue, no
     stream-K: fewer, wider tiles where 128-wide ones leave the last round mostly idle, C stored in
-    parts of :attr:`c_cols` columns; the B map's box has ``bn`` rows), ``stream_k`` (the CTAs
+    parts of :attr:`c_cols` columns; the B map's box, :attr:`b_box`, has ``bn`` rows), ``stream_k`` (the CTAs
     share the tiles' k-blocks evenly; the launch passes scratch of :meth:`workspace_floats` f32
     values and one int32 zero per tile), ``strip`` (256 x 128 tiles, the "tma" epilogue, no
     stream-K: where N's last 128-column block holds at most 64 columns, that block's tiles run 64
