@@ -43,7 +43,7 @@ from .. import sim
 from ..capture import call_captured, calling, refuse_host_read
 from ..errors import MatmulError, MatmulTypeError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
-from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel
+from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel, strip_units
 from ..kit import SCALE_BLOCK, WIDE_COLS
 from ..launch import array_arg_types, array_arg_values, device_limits
 from .args import NP_OF, described, lib_of, output, stand_in, stream_key, stream_of, stream_scratch, torch_dtype
@@ -119,10 +119,11 @@ def strip_tiles(m: int, n: int, sms: int) -> bool:
     TALL_GAIN`` of a 128 x 128 tile. On 132 SMs, 4096 x 2112: 264 units in 2 rounds against 5
     rounds of 128 x 128 tiles (1.34x modeled); 1024 x 2112: not (1 round of 66 units against
     one of 120 tiles of 128 x 144)."""
-    if not 0 < n % 128 <= 64 or n < 128:
+    units = strip_units(m, n)
+    if units is None or n < 128:
         return False
     t256, t128, cols = -(-m // 256), -(-m // 128), -(-n // 128)
-    cost = -(-(t256 * (n // 128) + (t256 + 1) // 2) // sms) * 2 / TALL_GAIN
+    cost = -(-units // sms) * 2 / TALL_GAIN
     best = min(-(-(t128 * cols) // sms), 2 * -(-(t256 * cols) // sms) / TALL_GAIN)
     w = wide_tiles(m, n, sms)
     if w:

@@ -55,7 +55,7 @@ from ..kit import (ACTIVATIONS, VECTOR_TYPES, WIDE_COLS, BlockScaled, StreamFixu
                    warpgroup_sync)
 from ..launch import H100_LIMITS, dynamic_smem_bytes
 
-__all__ = ["ScaledConfig", "scaled_kernel", "A_SCALES", "B_SCALES", "OUTS", "THREADS"]
+__all__ = ["ScaledConfig", "scaled_kernel", "strip_units", "A_SCALES", "B_SCALES", "OUTS", "THREADS"]
 
 A_SCALES = (None, "row", "block")
 B_SCALES = (None, "col", "block")
@@ -71,6 +71,17 @@ TALL_STAGES = 4  # 48 KiB stages of 256-row tiles
 # blocks per consumer would not fit beside the slots).
 THREADS = 384
 STATIC_SMEM = 1024  # bytes of static shared memory beside the dynamic (the ring's barriers, a flag)
+
+
+def strip_units(m: int, n: int) -> int | None:
+    """Units of an M x N product in a strip kernel (``ScaledConfig(strip=True)``): its 256 x 128
+    whole tiles, then N's last block's 256 x 64 tiles two a unit; None where N's last block holds
+    more than 64 columns, where the kernel runs whole tiles only. The kernel's walk counts them
+    alike."""
+    if not 0 < n % 128 <= 64:
+        return None
+    t256 = -(-m // 256)
+    return t256 * (n // 128) + (t256 + 1) // 2
 
 
 class ScaledConfig:
@@ -183,10 +194,8 @@ class ScaledConfig:
     def units(self, m: int, n: int) -> int:
         """Tiles of an M x N product (with ``strip``: the whole tiles, then the last column's
         64-wide tiles two a unit)."""
-        tiles_m, tiles_n = -(-m // self.bm), -(-n // self.bn)
-        if self.strip and 0 < n % 128 <= 64:
-            return tiles_m * (tiles_n - 1) + (tiles_m + 1) // 2
-        return tiles_m * tiles_n
+        strip = strip_units(m, n) if self.strip else None
+        return strip if strip is not None else -(-m // self.bm) * -(-n // self.bn)
 
     def grid(self, m: int, n: int, k: int, sms: int) -> int:
         """CTAs of the persistent grid on a GPU of ``sms`` SMs (one tile at a time per CTA;
