@@ -36,7 +36,7 @@ from ..intrinsics import (
     acc_store, acc_to_bf16x2, acc_to_f16x2, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d,
 )
 from ..kit import (Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, activation, clear_rows, group_walk,
-                   inlined, no_epilogue_warps)
+                   inlined, no_epilogue_warps, short_map)
 from ..launch import dynamic_smem_bytes
 
 __all__ = ["grouped_kernel", "part_store", "THREADS", "SMEM", "TYPES", "units_bound"]
@@ -249,9 +249,8 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT, SHOR
                 if COOP:  # one tile at a time, both consumers on it
                     for u in range(first, nunits, step):
                         g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
-                        sh = SHORT and end - start - tm * BM <= short_rows
-                        ta = tmap_as if sh else tmap_a
-                        tx = STAGE - (BM - short_rows) * 128 if sh else STAGE
+                        ta, tx = short_map(SHORT and end - start - tm * BM <= short_rows, tmap_a, tmap_as, STAGE, BM,
+                                           short_rows, 128)
                         for kb in range(kblocks):
                             full = pipe.producer_acquire(ring, s, ph, tx)
                             load(base + s * STAGE, full, ta, tmap_b, kb * BK, start + tm * BM, g, n, tn * BN)
@@ -260,9 +259,8 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT, SHOR
                     for pair in range(first, (nunits + 1) // 2, step):
                         for u in range(2 * pair, min(2 * pair + 2, nunits)):  # the two consumers' tiles
                             g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
-                            sh = SHORT and end - start - tm * BM <= short_rows
-                            ta = tmap_as if sh else tmap_a
-                            tx = STAGE - (BM - short_rows) * 128 if sh else STAGE
+                            ta, tx = short_map(SHORT and end - start - tm * BM <= short_rows, tmap_a, tmap_as, STAGE,
+                                               BM, short_rows, 128)
                             for kb in range(kblocks):
                                 full = pipe.producer_acquire(ring, s, ph, tx)
                                 load(base + s * STAGE, full, ta, tmap_b, kb * BK, start + tm * BM, g, n, tn * BN)

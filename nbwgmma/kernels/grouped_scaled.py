@@ -36,7 +36,7 @@ from numba import cuda
 
 from ..errors import ConfigError
 from ..intrinsics import acc_store, setmaxnreg_dec, setmaxnreg_inc
-from ..kit import BlockScaled, TmaPipeline, activation, clear_rows, group_walk
+from ..kit import BlockScaled, TmaPipeline, activation, clear_rows, group_walk, short_map
 from ..launch import dynamic_smem_bytes
 from .grouped import part_store
 
@@ -111,9 +111,8 @@ def _build(a_type, b_type, masked, group_m, BIAS, ACT, OUT, SHORT):
                 s, ph = 0, 0
                 for u in range(first, nunits, step):
                     g, gbase, start, end, tm, tn = place(u, g, gbase, offs, total, t, tiles_n, nunits, step)
-                    short = SHORT and end - start - tm * BM <= short_rows  # (short_rows 0: never)
-                    ta = tmap_as if short else tmap_a
-                    tx = STAGE - (BM - short_rows) * BK if short else STAGE
+                    ta, tx = short_map(SHORT and end - start - tm * BM <= short_rows,  # (short_rows 0: never)
+                                       tmap_a, tmap_as, STAGE, BM, short_rows, BK)
                     for kb in range(kblocks):
                         full = pipe.producer_acquire(ring, s, ph, tx)
                         bs.load(base + s * STAGE, full, ta, tmap_b, kb * BK, start + tm * BM, g * n + tn * BN)

@@ -31,9 +31,9 @@
   fp8 GEMM (each 128-K block summed by the wgmma, then scaled and added in registers:
   promotion), :func:`acc_promote` and :func:`acc_promote_cols` (a tile whose columns span
   several scale blocks);
-* :mod:`~nbwgmma.kit.short_rows`: :func:`box_rows` and :func:`clear_rows`, an operand of fewer
-  rows than its tile (a decoding product's A) loaded in boxes of only its rows, the slot's other
-  rows cleared once;
+* :mod:`~nbwgmma.kit.short_rows`: :func:`box_rows`, :func:`clear_rows` and :func:`short_map`, an
+  operand of fewer rows than its tile (a decoding product's A) loaded in boxes of only its rows,
+  the slot's other rows cleared once;
 * :mod:`~nbwgmma.kit.sparse`: :class:`SparseConsumers`, two consumer warpgroups of a 2:4-sparse
   GEMM (``wgmma.mma_async.sp``, the metadata staged with the stage), and its producer's loads;
 * :mod:`~nbwgmma.kit.stream_k`: :class:`StreamFixup`, stream-K's fix-up: tiles whose k-blocks
@@ -74,7 +74,7 @@ from .reduce import PAIR_ATOMICS, REDUCE_OPS, acc_col_reduce, acc_row_reduce, pa
 from .scaling import SCALE_BLOCK, WIDE_COLS, BlockScaled, acc_promote, acc_promote_cols
 from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segment, stream_walk, stream_whole_units,
                         tile_order, wave_order)
-from .short_rows import box_rows, box_rows_device, clear_rows
+from .short_rows import box_rows, box_rows_device, clear_rows, short_map
 from .sparse import SparseConsumers
 from .stream_k import StreamFixup
 from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
@@ -84,4 +84,4 @@ __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "Epil
            "acc_row_reduce", "acc_col_reduce", "pair_store", "pair_atomic", "PAIR_ATOMICS", "REDUCE_OPS", "rand", "rand4x", "randint", "randint4x",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass", "acc_absmax", "amax_start", "amax_note", "amax_flush", "box_rows", "box_rows_device",
-           "clear_rows"]
+           "clear_rows", "short_map"]

@@ -18,7 +18,9 @@ sum::
     clear_rows(base, STAGE, STAGES, 128, max(ar, 64 * cw), 64 * cw + 64, ct, 128)  # each consumer its rows,
     warpgroup_sync(cw)                                                  # before its first wait
 
-With :func:`~nbwgmma.kit.tile_producer`, ``stage_tx`` gives the stage's bytes.
+With :func:`~nbwgmma.kit.tile_producer`, ``stage_tx`` gives the stage's bytes. Where only some
+tiles are short (a grouped GEMM's groups of few rows), the producer picks per tile with
+:func:`short_map`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from numba import cuda
 
 from ..intrinsics import fence_proxy_async_shared, st_shared_v4_b32
 
-__all__ = ["box_rows", "box_rows_device", "clear_rows"]
+__all__ = ["box_rows", "box_rows_device", "clear_rows", "short_map"]
 
 
 def box_rows(m: int, rows: int) -> int:
@@ -55,3 +57,14 @@ def clear_rows(base, stage_bytes, stages, row_bytes, r0, r1, t, nt):
         for i in range(t * 16, span, nt * 16):
             st_shared_v4_b32(at + i, 0, 0, 0, 0)
     fence_proxy_async_shared()
+
+
+@cuda.jit(device=True, inline=True)
+def short_map(short, tmap, tmap_short, stage_bytes, rows, short_rows, row_bytes):
+    """``(map, bytes)`` of a producer's tile: with ``short`` (the tile holds at most
+    ``short_rows`` rows of its operand) the map whose box has ``short_rows`` rows and the stage's
+    ``stage_bytes`` less the ``rows - short_rows`` rows (``row_bytes`` each) it leaves out; else
+    ``tmap`` and ``stage_bytes``."""
+    if short:
+        return tmap_short, stage_bytes - (rows - short_rows) * row_bytes
+    return tmap, stage_bytes
