@@ -29,8 +29,8 @@
   tiles in turn (one's epilogue under the other's main loop);
 * :mod:`~nbwgmma.kit.scaling`: :class:`BlockScaled`, two consumer warpgroups of a block-scaled
   fp8 GEMM (each 128-K block summed by the wgmma, then scaled and added in registers:
-  promotion), :func:`acc_promote` and :func:`acc_promote_cols` (a tile whose columns span
-  several scale blocks);
+  promotion); :mod:`~nbwgmma.kit.promote`: the promotion itself, :func:`acc_promote` and
+  :func:`acc_promote_cols` (a tile whose columns span several scale blocks);
 * :mod:`~nbwgmma.kit.short_rows`: :func:`box_rows`, :func:`clear_rows` and :func:`short_map`, an
   operand of fewer rows than its tile (a decoding product's A) loaded in boxes of only its rows,
   the slot's other rows cleared once;
@@ -71,7 +71,8 @@ from .pingpong import PingPong
 from .producer import fill_stages, tile_producer
 from .random import rand, rand4x, randint, randint4x
 from .reduce import PAIR_ATOMICS, REDUCE_OPS, acc_col_reduce, acc_row_reduce, pair_atomic, pair_store
-from .scaling import SCALE_BLOCK, WIDE_COLS, BlockScaled, acc_promote, acc_promote_cols
+from .promote import acc_promote, acc_promote_cols
+from .scaling import SCALE_BLOCK, WIDE_COLS, BlockScaled
 from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segment, stream_walk, stream_whole_units,
                         tile_order, wave_order)
 from .short_rows import box_rows, box_rows_device, clear_rows, short_map
