@@ -9,7 +9,7 @@ import re
 from numba import types
 
 from nbwgmma.kernels.scaled import ScaledConfig, scaled_kernel
-from nbwgmma.frontend.scaled import narrow_tiles, strip_tiles, stream_tiles, wide_tiles
+from nbwgmma.frontend.scaled import narrow_tiles, strip_tiles, stream_tiles, trio_tiles, wide_tiles
 from nbwgmma.kit import BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_promote, acc_promote_cols, \
     box_rows, stream_walk, tile_producer
 from nbwgmma.report import compile_reports
@@ -100,6 +100,27 @@ def test_256_row_tiles_stage_scales_by_the_tma_thread_and_promote_two_waves():
     assert text.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 2 and "gsb0, 0x1" not in text, text
     assert text.count("FFMA") >= 128, text
     assert cfg.smem <= 227 * 1024 and cfg.stages == 4
+
+
+def test_192_row_tiles_run_three_consumers_with_one_temporary_each():
+    """192 x 128 tiles: 512 threads, three consumer warpgroups of 160 registers beside a producer
+    warpgroup of 24 (the register file's 64 K), each stage's one wave completed before its
+    promotion; the TMA thread's bulk copy of A's scales; no spills. The front end's rule takes
+    them where they need fewer rounds than 128- and 256-row tiles."""
+    cfg = ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bm=192)
+    rep, = compile_reports([(scaled_kernel(cfg), SIG)])
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored and not rep.warnings, rep.warnings
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+    assert rep.sass.get("QGMMA") == 4 and rep.sass.get("UBLKCP", 0) >= 1 and "LDGSTS" not in rep.sass_text, rep.sass
+    assert "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xa0" in rep.sass_text and "USETMAXREG.DEALLOC.CTAPOOL 0x18" in rep.sass_text
+    text = "\n".join(consumer_region(rep)[0])
+    assert text.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 1 and "gsb0, 0x1" not in text, text
+    assert text.count("FFMA") >= 64, text
+    assert (cfg.threads, cfg.stages, cfg.a_box(100)) == (512, 4, (192, 128)) and cfg.smem <= 227 * 1024
+    assert 128 * 24 + 3 * 128 * 160 <= 65536
+    # the rule: rounds of tiles on 132 SMs
+    assert trio_tiles(6144, 7168, 132) and trio_tiles(16384, 4096, 132) and trio_tiles(4096, 24576, 132)
+    assert not any(trio_tiles(m, n, 132) for m, n in ((4096, 7168), (4224, 5632), (4096, 4096), (128, 7168)))
 
 
 def test_strip_kernels_compile_clean():
@@ -262,10 +283,10 @@ def test_configs_check_their_arguments():
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, a_columns=True)
     with pytest.raises(ValueError, match="producers=1 .* and consumers=2"):  # read directly
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=1), a_block=True, b_block=True)
-    with pytest.raises(ValueError, match="bm must be 128, or 256"):  # 256 rows: A's scales in columns
-        ScaledConfig(bm=256)
-    with pytest.raises(ValueError, match="bm must be 128, or 256"):
-        ScaledConfig(a_columns=True, bm=192)
+    for kw in (dict(bm=256), dict(bm=192), dict(a_columns=True, bm=64), dict(a_columns=True, bm=192, stream_k=True),
+               dict(a_columns=True, bm=192, epilogue="direct", out="f32")):  # (192, 256: A's scales in columns)
+        with pytest.raises(ValueError, match="bm must be 128, or 192 or 256"):
+            ScaledConfig(**kw)
     with pytest.raises(ValueError, match="bn must be 128, 64 with bm=128"):  # (256 x 64 tiles: a strip's only)
         ScaledConfig(a_columns=True, bm=256, bn=64)
     for kw in (dict(bm=128), dict(bm=256, stream_k=True), dict(bm=256, epilogue="direct")):
@@ -287,7 +308,7 @@ def test_configs_check_their_arguments():
                     a_columns=True, b_box=64)
     with pytest.raises(ValueError, match="staged scales"):  # wide tiles: the scales staged
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=2), a_block=True, b_block=True, cols=176)
-    with pytest.raises(ValueError, match="rows must be 128 or 256"):
+    with pytest.raises(ValueError, match="rows must be 128, 192 or 256"):
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(4, consumers=256, producers=33), a_block=True, b_block=True,
                     a_columns=True, rows=64)
     with pytest.raises(ValueError, match="256-row tiles take A's block scales"):

@@ -108,6 +108,7 @@ def test_256_row_tiles_exact_and_equal_to_128_row_tiles(out_t, monkeypatch):
         for tall in (False, True):
             natural = (m, n, k) == (4096, 7168, 2048)
             monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)  # (test_strip_... below)
+            monkeypatch.setattr(front, "trio_tiles", lambda m, n, sms: False)  # (test_192_... below)
             if not natural:
                 monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms, tall=tall: tall)
             elif not tall:
@@ -142,6 +143,7 @@ def test_strip_tiles_exact_and_equal_to_whole_tiles(monkeypatch):
             elif not strip:
                 monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)
                 monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: False)
+                monkeypatch.setattr(front, "trio_tiles", lambda m, n, sms: False)
                 monkeypatch.setattr(front, "wide_tiles", lambda m, n, sms: None)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
@@ -190,6 +192,7 @@ def test_wide_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
         for width in (w, None):
             monkeypatch.setattr(front, "wide_tiles", lambda m, n, sms, width=width: width)
             monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: False)
+            monkeypatch.setattr(front, "trio_tiles", lambda m, n, sms: False)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             matmul(xq, wq.t(), scale_a=sx.t().contiguous().t(), scale_b=sw.t(), out=out, bias=bias, activation=act)
             assert torch.equal(out.double(), want.to(torch.bfloat16).double()), (m, n, k, width)
@@ -197,6 +200,34 @@ def test_wide_tiles_exact_and_equal_to_128_column_tiles(monkeypatch):
             monkeypatch.undo()
         assert torch.equal(outs[0], outs[1])
     assert {c.bn for c in front._CONFIGS.values()} >= {144, 160, 176}
+
+
+def test_192_row_tiles_exact_and_equal_to_256_row_tiles(monkeypatch):
+    """192 x 128 tiles (three consumer warpgroups of 64 rows; taken by the front end where they
+    need fewer rounds, forced here for ragged shapes): small integers with power-of-two scales,
+    exact against float64 in bf16 and f16 out, and bit for bit the 256-row kernel's output (the
+    same promotions in the same order). Rows past M: a last tile of 40 rows (two warpgroups idle),
+    of 136 (one). 6144 x 7168 x 1024 takes them unforced."""
+    from nbwgmma.frontend import scaled as front
+    monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)
+    for m, n, k, out_t in [(1000, 520, 336, "bf16"), (424, 2112, 7232, "f16"), (4096, 2112, 1024, "bf16"),
+                           (6144, 7168, 1024, "bf16")]:
+        xq, sx, wq, sw = small_integers(m, n, k)
+        sx = sx.t().contiguous().t()  # M-major: staged
+        ref = reference(xq, sx, wq, sw)
+        outs = {}
+        for trio in (True, False):
+            if (m, n) != (6144, 7168) or not trio:
+                monkeypatch.setattr(front, "trio_tiles", lambda m, n, sms, trio=trio: trio)
+            monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: True)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=TDT[out_t])
+            matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
+            assert torch.equal(out.double(), ref.to(TDT[out_t]).double()), (m, n, k, trio)
+            outs[trio] = out
+            monkeypatch.undo()
+            monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)
+        assert torch.equal(outs[False], outs[True])
+    assert any(c.bm == 192 for c in front._CONFIGS.values())
 
 
 @pytest.mark.parametrize("tiles", ["256x128", "128x128", "128x64"])
@@ -211,6 +242,7 @@ def test_stream_k_exact_with_every_tile(tiles, monkeypatch):
     monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: tall)
     monkeypatch.setattr(front, "narrow_tiles", lambda m, n, sms: narrow)
     monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)  # (whole tiles there: 4096 x 2112)
+    monkeypatch.setattr(front, "trio_tiles", lambda m, n, sms: False)
     for m, n, k in [(4096, 2112, 7232), (16, 520, 7232), (1000, 520, 336), (300, 2112, 7232), (128, 7168, 2048)]:
         xq, sx, wq, sw = small_integers(m, n, k)
         ref = reference(xq, sx, wq, sw).to(torch.bfloat16).double()
@@ -236,6 +268,7 @@ def test_bias_and_activation_after_the_scales(bias_t, where, act, out_t, monkeyp
     from nbwgmma.frontend import scaled as front
 
     rule = front.stream_tiles
+    monkeypatch.setattr(front, "trio_tiles", lambda m, n, sms: False)  # (its own test below)
     for m, n, k in [(4096, 7168, 1024), (2304, 2048, 1024), (128, 7168, 1024), (16, 2112, 7232), (4096, 2112, 1024)]:
         # (stream-K forced where 128 x 128 tiles fill 3 rounds 73%; the default takes whole tiles)
         monkeypatch.setattr(front, "stream_tiles", (lambda *a: True) if m == 2304 else rule)
@@ -262,6 +295,7 @@ def test_repeated_calls_take_the_quick_path_with_their_new_tensors(m, n, k, bias
 
     if m == 2304:  # stream-K forced (the default takes whole 128 x 128 tiles there)
         monkeypatch.setattr(front, "stream_tiles", lambda *a: True)
+        monkeypatch.setattr(front, "trio_tiles", lambda m, n, sms: False)
     act = "relu" if bias else None
     for i in range(4):
         xq, sx, wq, sw = small_integers(m, n, k)

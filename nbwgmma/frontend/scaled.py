@@ -43,7 +43,7 @@ from .. import sim
 from ..capture import call_captured, calling, refuse_host_read
 from ..errors import MatmulError, MatmulTypeError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
-from ..kernels.scaled import THREADS, ScaledConfig, scaled_kernel, strip_units
+from ..kernels.scaled import ScaledConfig, scaled_kernel, strip_units
 from ..kit import SCALE_BLOCK, WIDE_COLS
 from ..launch import array_arg_types, array_arg_values, device_limits
 from .args import NP_OF, described, lib_of, output, stand_in, stream_key, stream_of, stream_scratch, torch_dtype
@@ -88,6 +88,29 @@ WIDE_EFF = 0.85
 #: The least modeled gain a wide tile must bring (its rounds' cost against the best of 128 x 128 and
 #: 256 x 128 tiles): 4096 x 2112 x 7168 in 128 x 176 tiles, modeled 1.03x, ran at 0.99x
 WIDE_GAIN = 1.1
+
+
+#: A 192 x 128 tile's time (three consumer warpgroups) relative to a 256 x 128 tile's (block-scaled,
+#: measured on an H200 from products whose rounds both fill: 0.687-0.724; its promotion hides
+#: behind two other warpgroups' wgmmas, where a 256-row tile's hides behind one)
+TRIO_COST = 0.71
+#: The least modeled gain 192-row tiles must bring over 128 x 128 and 256 x 128 ones (4224 x 5632
+#: x 7168, modeled 1.036x against 128 x 128 tiles, ran at 0.98x; 8192 x 7168, 1.038x, at 1.03x)
+TRIO_GAIN = 1.05
+
+
+def trio_tiles(m: int, n: int, sms: int) -> bool:
+    """Whether 192 x 128 tiles (``ScaledConfig(bm=192)``: three consumer warpgroups of 64 rows)
+    finish an M x N product of block-scaled fp8 on ``sms`` SMs at least :data:`TRIO_GAIN` times
+    sooner than 128 x 128 and 256 x 128 tiles: rounds of tiles (one per SM at a time), a 192-row
+    tile costing :data:`TRIO_COST` of a 256-row one and a 128-row one ``TALL_GAIN / 2``. On 132
+    SMs, 6144 x 7168: 14 rounds against 11 of 256 rows (1.11x modeled, 1.14x measured on an
+    H200); 4096 x 7168: not (10 rounds, the last row of tiles a third full, against 7)."""
+    cols = -(-n // 128)
+    r128 = -(-(-(-m // 128) * cols) // sms) * TALL_GAIN / 2
+    r256 = -(-(-(-m // 256) * cols) // sms)
+    r192 = -(-(-(-m // 192) * cols) // sms) * TRIO_COST
+    return r192 * TRIO_GAIN <= min(r128, r256)
 
 
 def wide_tiles(m: int, n: int, sms: int) -> int | None:
@@ -205,7 +228,7 @@ def _prepared(cfg: ScaledConfig, grid: int, layouts: tuple, device):
                types.Array(from_dtype(np.dtype(NP_OF[cfg.bias_type])), 1, "C"))
         kern, _ = cached_kernel(scaled_kernel(cfg), sig, ("scaled", cfg.key()),
                                 cuda.get_current_device().compute_capability)
-        pl = _LAUNCHERS[key] = PreparedLaunch(kern, grid, THREADS, _ARG_TYPES, smem=cfg.smem, pdl=True)
+        pl = _LAUNCHERS[key] = PreparedLaunch(kern, grid, cfg.threads, _ARG_TYPES, smem=cfg.smem, pdl=True)
     return pl
 
 
@@ -369,15 +392,18 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     strip = a_cols and m % 4 == 0 and tma and strip_tiles(m, n, sms)
     wide = None if strip else wide
     tall = strip or (tall and not wide)
-    bn = wide or (64 if blocks and not tall and narrow_tiles(m, n, sms) else 128)
-    stream = blocks and not strip and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
+    trio = a_cols and m % 4 == 0 and tma and not strip and not wide and trio_tiles(m, n, sms)
+    bn = wide or (64 if blocks and not tall and not trio and narrow_tiles(m, n, sms) else 128)
+    stream = blocks and not strip and not trio and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
     bias_type = vec[0].dtype if vec is not None else "f32"
-    key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, bn, stream, where, bias_type, activation, strip)
+    key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, trio, bn, stream, where, bias_type, activation,
+           strip)
     cfg = _CONFIGS.get(key)
     if cfg is None:
         _, ta, tb = kind.split(".")
         cfg = _CONFIGS[key] = ScaledConfig(ta, tb, odt, kinds[0][0], kinds[1][0], epilogue="tma" if tma else "direct",
-                                           a_columns=a_cols, bm=256 if tall else 128, bn=bn, stream_k=stream,
+                                           a_columns=a_cols, bm=192 if trio else 256 if tall else 128, bn=bn,
+                                           stream_k=stream,
                                            bias=where, bias_type=bias_type, activation=activation, strip=strip)
     views = (((m, k), (_pitch(ia), 1)), ((n, k), (_pitch(bt), 1)), ((m, n), (_pitch(io), 1)))  # the maps' views
     grid = cfg.grid(m, n, k, _SIM_CTAS if _SIM else sms)
@@ -392,7 +418,7 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         c = stand_in(dev) if tma else numba_view(io, out, NP_OF[odt])
         args = (np.uint64(ta.address), np.uint64(tb.address), np.uint64(tc), c, sa, sb, np.int32(m), np.int32(n),
                 np.int32(k), np.float32(alpha), ws, counters, numba_view(*vec) if vec is not None else ws)
-        launch(scaled_kernel(cfg), grid, THREADS, args, stream=st, smem=cfg.smem, pdl=True)
+        launch(scaled_kernel(cfg), grid, cfg.threads, args, stream=st, smem=cfg.smem, pdl=True)
         return out
     # the fast path: raw values into a prepared launch (no Numba arrays, no typing per call)
     c = None if tma else (io.shape, io.strides, io.itemsize)

@@ -9,7 +9,9 @@ copying each stage's scales beside it (taking the stages in turn), and two consu
 sharing each tile (:class:`~nbwgmma.kit.BlockScaled`: the wgmma sums a 128-K block, the consumer
 scales it and adds it into its f32 accumulator: promotion, every block, in registers). With ``bm=256`` the
 tiles are 256 x 128 in a ring of 4 stages of 48 KiB, the TMA thread staging the scales (no
-scale warps) and each consumer promoting its 64 rows of both 128-row halves. With ``bn`` one of
+scale warps) and each consumer promoting its 64 rows of both 128-row halves; with ``bm=192`` they
+are 192 x 128, three consumer warpgroups of 64 rows (512 threads), the scales staged the same
+way, so each consumer's promotion hides behind two other consumers' wgmmas. With ``bn`` one of
 :data:`~nbwgmma.kit.WIDE_COLS` the tiles are 128 rows by 144-176 columns (one temporary a
 consumer, B's scales of the up to three 128-column blocks a tile spans staged by the scale
 warps, C stored in two unswizzled halves): fewer tiles where 128-wide ones leave the SMs' last
@@ -69,7 +71,7 @@ TALL_STAGES = 4  # 48 KiB stages of 256-row tiles
 # through blocks of shared memory, two per consumer taking the parts in turn; with staged block
 # scales one per consumer (the parts through it in turn) and the scales' slots after them (two
 # blocks per consumer would not fit beside the slots).
-THREADS = 384
+THREADS = 384  # (192-row tiles: 512, ScaledConfig.threads)
 STATIC_SMEM = 1024  # bytes of static shared memory beside the dynamic (the ring's barriers, a flag)
 
 
@@ -93,7 +95,8 @@ class ScaledConfig:
     ``a_columns`` (A's block scales with contiguous rows and 16-byte aligned columns, which the
     caller guarantees: staged beside each stage, :class:`~nbwgmma.kit.BlockScaled`), ``bm``
     (tile rows: 128, or 256 with ``a_columns`` and M a multiple of 4, which the caller
-    guarantees: the TMA thread stages the scales, 4 stages of 48 KiB), ``bn`` (tile columns: 128,
+    guarantees: the TMA thread stages the scales, 4 stages of 48 KiB; or 192 likewise, with the
+    "tma" epilogue and no stream-K: three consumer warpgroups, :attr:`threads` 512), ``bn`` (tile columns: 128,
     or 64 with 128 rows: twice the tiles where 128-wide ones would leave most SMs idle; or one of
     :data:`~nbwgmma.kit.WIDE_COLS` with 128 rows, ``a_columns`` and the "tma" epilogue, no
     stream-K: fewer, wider tiles where 128-wide ones leave the last round mostly idle, C stored in
@@ -134,9 +137,12 @@ class ScaledConfig:
         self.a_scale, self.b_scale, self.promote = a_scale, b_scale, bool(promote)
         self.epilogue, self.group_m = epilogue, group_m
         self.a_columns = bool(a_columns) and a_scale == "block"
-        if bm not in (128, 256) or isinstance(bm, bool) or (bm == 256 and not self.a_columns):
-            raise ConfigError("bm", f"ScaledConfig: bm must be 128, or 256 with A's block scales in columns (a_scale='block', "
-                                    f"a_columns=True); got bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}")
+        if bm not in (128, 192, 256) or isinstance(bm, bool) or (bm != 128 and not self.a_columns) \
+                or (bm == 192 and (stream_k or epilogue != "tma")):
+            raise ConfigError("bm", f"ScaledConfig: bm must be 128, or 192 or 256 with A's block scales in columns "
+                                    f"(a_scale='block', a_columns=True; 192: the 'tma' epilogue, no stream-K); got "
+                                    f"bm={bm!r}, a_scale={a_scale!r}, a_columns={a_columns!r}, epilogue={epilogue!r}, "
+                                    f"stream_k={stream_k!r}")
         #: a wide tile (bn one of WIDE_COLS)
         self.wide = wide = bn in WIDE_COLS
         if bn not in (64, 128) + WIDE_COLS or isinstance(bn, bool) or (bn != 128 and bm != 128) \
@@ -145,6 +151,9 @@ class ScaledConfig:
                                     f"block scales in columns, the 'tma' epilogue and no stream-K; got bn={bn!r}, bm={bm!r}, "
                                     f"a_columns={a_columns!r}, epilogue={epilogue!r}, stream_k={stream_k!r}")
         self.bm, self.bn = bm, bn
+        #: consumer warpgroups (three of 64 rows with 192-row tiles) and threads a CTA
+        self.consumers = 3 if bm == 192 else 2
+        self.threads = 128 * (1 + self.consumers)
         self.stream_k = bool(stream_k)
         #: 256 x 128 tiles whose N leaves a last block of at most 64 columns: that block's tiles
         #: 64 wide, two a unit, after the whole tiles
@@ -171,20 +180,20 @@ class ScaledConfig:
         while (wide and self.stages < STAGES or bn == 64) and self._smem(self.stages + 1) <= room:
             self.stages += 1  # (wide tiles: as many as fit, 5 at 176 columns; 128 x 64 tiles: 8)
         self.c_off = self.stages * self.stage_bytes
-        self.s_off = self.c_off + 2 * self.c_part
+        self.s_off = self.c_off + self.consumers * self.c_part
         #: dynamic shared memory to launch with
         self.smem = self._smem(self.stages)
 
     def _smem(self, stages):
         c_off = stages * self.stage_bytes
-        slots = c_off + 2 * self.c_part + stages * (4 * self.bm + 128)  # (wide tiles: staged scales only)
-        return dynamic_smem_bytes(slots if self.wide else max(c_off + 4 * self.c_part, slots))
+        slots = c_off + (3 if self.bm == 192 else 2) * self.c_part + stages * (4 * self.bm + 128)  # (wide, 192: staged)
+        return dynamic_smem_bytes(slots if self.wide or self.bm == 192 else max(c_off + 4 * self.c_part, slots))
 
     def a_box(self, m: int) -> tuple:
         """The box of A's tensor map for ``m`` rows: (:func:`~nbwgmma.kit.box_rows` rows, 128) with
         128-row tiles (a decoding product's few rows alone: the kernel expects those bytes), (128,
         128) with 256-row ones."""
-        return (box_rows(m, 128) if self.bm == 128 else 128, BK)
+        return (box_rows(m, 128) if self.bm == 128 else 128 if self.bm == 256 else 192, BK)
 
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
@@ -253,7 +262,8 @@ def scaled_kernel(cfg: ScaledConfig):
     module docstring (any strides; a stand-in where a side has none); int32 sizes; f32
     ``alpha``; ``ws`` (f32) and ``counters`` (int32, zeros) stream-K's scratch, 1-D (any
     stand-ins without ``stream_k``); ``bias`` the 1-D bias vector (of ``cfg.bias_type``;
-    any 1-D stand-in without ``cfg.bias``). Launch it with :data:`THREADS` threads, ``cfg.smem`` bytes of dynamic shared
+    any 1-D stand-in without ``cfg.bias``). Launch it with ``cfg.threads`` threads (:data:`THREADS` but with
+    192-row tiles), ``cfg.smem`` bytes of dynamic shared
     memory and ``cfg.grid(...)`` CTAs."""
     return _build(cfg.key())
 
@@ -266,17 +276,20 @@ def _build(key):
     staged = cfg.a_columns
     direct = (cfg.a_scale == "block" or cfg.b_scale == "block") and not staged
     TALL = cfg.bm == 256  # one temporary per consumer for the stage's two 128-row waves
+    TRIO = cfg.bm == 192  # three consumers of 64 rows, one temporary each
+    TMA_SCALES = TALL or TRIO  # the TMA thread stages the scales (no scale warps)
+    NTHREADS = cfg.threads
     B_BLOCK = cfg.b_scale == "block"
     ONE = np.float32(1.0)
-    pipe = TmaPipeline(cfg.stages, consumers=BlockScaled.STAGED_RELEASES if staged else 2,
-                       producers=BlockScaled.PRODUCERS if staged and not TALL else 1)
+    pipe = TmaPipeline(cfg.stages, consumers=128 * cfg.consumers if staged else 2,
+                       producers=BlockScaled.PRODUCERS if staged and not TMA_SCALES else 1)
     # Promotion keeps three 64-register fragments per consumer thread (the sum and two blocks in
     # turn; 256-row tiles: two sums and one block). 168 x 384 registers are allocated at launch,
     # so 128 x PREGS + 256 x CREGS must fit: the scale warps need 40, which leaves the consumers
     # 232; promoting without them, 24 and 240; the fast path (one fragment) 40 and 232.
     # (256 rows: 240 measured faster than 232)
     # (wide tiles: a sum and one temporary of up to 96 registers; the scale warps need more than 40)
-    PREGS, CREGS = (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.wide else (40, 232)
+    PREGS, CREGS = (24, 160) if TRIO else (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.wide else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn, b_box=cfg.b_box[0])
     STRIP = cfg.strip
@@ -361,6 +374,11 @@ def _build(key):
                                             nb)
             else:
                 acc, s, ph = bs.tile_direct(ring, base, s, ph, kb1 - kb0, ct, cw, sa, sb, ra0, ra1, nb)
+            return (acc,), s, ph
+    elif TRIO:
+        @cuda.jit(device=True, inline=True)
+        def consume(ring, base, sbase, s, ph, kb0, kb1, ct, cw, sa, sb, r0, tn, m):
+            acc, s, ph = bs.tile_trio(ring, base, sbase, s, ph, kb1 - kb0, ct, cw)
             return (acc,), s, ph
     elif WIDE:
         @cuda.jit(device=True, inline=True)
@@ -466,7 +484,7 @@ def _build(key):
                     s, ph = fill_tile64(ring, base, sbase, s, ph, tmap_a, tmap_b, sa, sb, m, tm + 1, cols, 0,
                                         kblocks)
 
-    @cuda.jit(launch_bounds=(THREADS, 1))
+    @cuda.jit(launch_bounds=(NTHREADS, 1))
     def scaled_gemm(tmap_a, tmap_b, tmap_c, c, sa, sb, m, n, k, alpha, ws, counters, bias):
         base, ring = pipe.setup()  # stages' base (1 KiB aligned), the ring's barriers initialized
         flag = cuda.shared.array(1, np.int32)  # (stream-K's fix-up)
@@ -474,8 +492,8 @@ def _build(key):
         tid = cuda.threadIdx.x
         tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
         ar = box_rows_device(m, BM)  # A's box rows (the host's map: ScaledConfig.a_box)
-        if not TALL and ar < BM:  # M's rows alone: the slots' other rows of A cleared, by every thread, once
-            clear_rows(base, STAGE, NSTAGES, BK, ar, BM, tid, THREADS)
+        if not TMA_SCALES and ar < BM:  # M's rows alone: the slots' other rows of A cleared, by every thread, once
+            clear_rows(base, STAGE, NSTAGES, BK, ar, BM, tid, NTHREADS)
             cuda.syncthreads()
         cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
         # Stream-K: the CTAs take the first `whole` tiles whole, in waves, and share the rest's
@@ -487,12 +505,12 @@ def _build(key):
             if tid == 0 and STRIP:
                 fill_strip(ring, base, sbase, tmap_a, tmap_b, sa, sb, m, n, tiles_m, tiles_n, kblocks)
                 griddep_launch_dependents()
-            elif tid == 0 and TALL:  # the TMA thread fills the stages and their scales
+            elif tid == 0 and TMA_SCALES:  # the TMA thread fills the stages and their scales
                 fill_walk((0, 0), nunits, kblocks, tiles_mc, tiles_n, (ring, base, sbase, tmap_a, tmap_b, sa, sb, m))
                 griddep_launch_dependents()
             elif tid == 0:
                 produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b, STAGE - (BM - ar) * BK))
-            elif staged and not TALL and 32 <= tid < 32 * (1 + NSW):  # the scale warps take the fills in turn
+            elif staged and not TMA_SCALES and 32 <= tid < 32 * (1 + NSW):  # the scale warps take the fills in turn
                 put_walk((0, 0, 0), nunits, kblocks, tiles_mc, tiles_n,
                          (ring, sbase, tid // 32 - 1, tid % 32, sa, sb, m))
         else:  # two consumer warpgroups, 64 rows of each tile each

@@ -46,6 +46,13 @@ copy (``m`` a multiple of 4)::
 Measured on an H200 (block scales on both sides, bf16 out): 1228 TFLOP/s at 4096 x 7168 x 7168
 against 1142 with 128-row tiles, 1069 against 976 at 4096 x 24576 x 1536.
 
+*192-row tiles* (``rows=192``, staged scales, ``pipe`` counting the TMA thread and 384 consumer
+threads) take *three* consumer warpgroups of 64 rows, one temporary and one wave a stage each
+(``tile_trio``): a consumer's promotion then hides behind two other waves, not one (the FFMAs
+between a wave's completion and the next wave's wgmmas cost a 256-row tile 11% on an H200). The
+TMA thread fills the stages as for 256 rows; the 512 threads' registers just fit (24 for the
+producers, 160 for each consumer).
+
 :func:`acc_promote` is the promotion itself, a device function over a fragment.
 """
 
@@ -104,7 +111,8 @@ class BlockScaled(types.ModuleType):
 
     ``rows`` (128 or 256: 256 needs the staged scales, a pipe counting the TMA thread alone
     and every consumer thread; :attr:`stage_bytes` and :attr:`slot_bytes` give its stage and
-    scale slot sizes) makes each consumer hold 64 rows of each 128-row half of the tile;
+    scale slot sizes) makes each consumer hold 64 rows of each 128-row half of the tile; 192
+    (likewise, 128 columns) makes three consumers (:attr:`consumers`) of 64 rows each;
     ``cols`` (128, or 64: tiles of 128 x 64, twice the tiles for products of few rows, or of 256 x
     64, a strip's beside 256 x 128 ones (below); B's stage then holds 64 rows and the fragments
     are 64 x 64) sets the tile's width. A
@@ -137,7 +145,8 @@ class BlockScaled(types.ModuleType):
     thread's whole fill of slot ``s``: the wait, B's scale ``b``, the barrier armed, the loads and
     A's scales) and ``tile_tall(ring, base, sbase, s, ph,
     kblocks, ct, cw) -> (acc0, acc1, s, ph)`` (warpgroup ``cw``'s 64 rows of the first and of the
-    second 128-row half). ``tile_skip(ring, s, ph, kblocks, ct) -> (s, ph)``: a warpgroup whose
+    second 128-row half); 192 rows: ``tile_trio(ring, base, sbase, s, ph, kblocks, ct, cw) ->
+    (acc, s, ph)`` (warpgroup ``cw`` of three). ``tile_skip(ring, s, ph, kblocks, ct) -> (s, ph)``: a warpgroup whose
     rows of the tile all lie past M (a decoding product's second 64 rows) passes ``kblocks``
     stages on, each waited for and released unread, leaving the tensor cores to the other (on an
     H200, 16 x 7168 x 7168 in 128 x 128 tiles: the consumers bound each stage, the producers
@@ -180,19 +189,23 @@ class BlockScaled(types.ModuleType):
             raise KitError("BlockScaled: block scales need promotion (each 128-K block has its own scale); "
                              "got promote=False")
         self.staged = self.a_block and bool(a_columns)
-        if rows not in (128, 256) or isinstance(rows, bool):
-            raise KitError(f"BlockScaled: rows must be 128 or 256; got {rows!r}")
-        if rows == 256 and not self.staged:
-            raise KitError("BlockScaled: 256-row tiles take A's block scales with contiguous rows (a_block=True, "
+        if rows not in (128, 192, 256) or isinstance(rows, bool):
+            raise KitError(f"BlockScaled: rows must be 128, 192 or 256; got {rows!r}")
+        if rows != 128 and not self.staged:
+            raise KitError(f"BlockScaled: {rows}-row tiles take A's block scales with contiguous rows (a_block=True, "
                              f"a_columns=True); got a_block={a_block!r}, a_columns={a_columns!r}")
+        if rows == 192 and cols != 128:
+            raise KitError(f"BlockScaled: 192-row tiles are 128 columns wide; got cols={cols!r}")
         if cols not in (64, 128) + WIDE_COLS or isinstance(cols, bool) or (cols in WIDE_COLS and rows == 256) \
                 or (cols in WIDE_COLS and not self.staged):
             raise KitError(f"BlockScaled: cols must be 128, 64, or one of {WIDE_COLS} with 128 rows "
                              f"and staged scales (a_block=True, a_columns=True); got cols={cols!r}, rows={rows!r}, "
                              f"a_columns={a_columns!r}")
         self.rows, self.cols = rows, cols
-        tma = rows == 256  # the TMA thread stages the scales
-        want = ((1 if tma else self.PRODUCERS), self.STAGED_RELEASES) if self.staged else (1, 2)
+        #: consumer warpgroups: three with 192-row tiles (64 rows each), else two
+        self.consumers = 3 if rows == 192 else 2
+        tma = rows != 128  # the TMA thread stages the scales
+        want = ((1 if tma else self.PRODUCERS), 128 * self.consumers) if self.staged else (1, 2)
         if (pipe.producers, pipe.consumers) != want:
             who = ("the TMA thread" + ("" if tma else " and a scale warp"), "the consumer threads") if self.staged \
                 else ("the TMA thread", "two warpgroups")
@@ -406,6 +419,31 @@ class BlockScaled(types.ModuleType):
             return acc0, acc1, s, ph
 
         @cuda.jit(device=True, inline=True)
+        def tile_trio(ring, base, sbase, s, ph, kblocks, ct, cw):
+            # 192-row tiles, three consumers of 64 rows: one temporary each, every block's wgmmas
+            # completed before its promotion, as a 256-row tile's waves; while one promotes, the
+            # other two keep the tensor cores busy (twice a 256-row tile's time for the promotion
+            # to hide in: measured on an H200, its FFMAs in that path cost 11% of the speed).
+            o = cw * 64 + ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in the tile
+            acc = acc_zeros(KIND, N)
+            tmp = acc_undef(KIND, N)
+            d = descs(base, cw)
+            for kb in range(kblocks):
+                pipe.consumer_wait(ring, s, ph)
+                sslot = sbase + s * SLOT
+                tmp = block(tmp, d, s * STRIDE, 0)
+                a0 = ld_shared_f32(sslot + 4 * o)
+                a1 = ld_shared_f32(sslot + 4 * o + 32)
+                b = ONE
+                if B_BLOCK:
+                    b = ld_shared_f32(sslot + 4 * ROWS)
+                wgmma_wait_group(0)
+                pipe.consumer_release(ring, s)  # every thread read the slot's scales: every one releases it
+                acc = promote(acc, tmp, a0 * b, a1 * b)
+                s, ph = pipe.advance(s, ph)
+            return acc, s, ph
+
+        @cuda.jit(device=True, inline=True)
         def tile_wide(ring, base, sbase, s, ph, kblocks, ct, cw, off):
             # One temporary (the sum and two would not fit): each block's wgmmas complete before its
             # promotion, the other warpgroup's keeping the tensor cores busy meanwhile, as a 256-row
@@ -536,5 +574,5 @@ class BlockScaled(types.ModuleType):
         self.load, self.scale_rows, self.put_scales, self.fill = load, scale_rows, put_scales, fill
         self.tile_skip = tile_skip
         direct = (A_BLOCK or B_BLOCK) and not STAGED
-        self.tile_direct, self.tile_tall, self.tile_wide = tile_direct, tile_tall, tile_wide
+        self.tile_direct, self.tile_tall, self.tile_wide, self.tile_trio = tile_direct, tile_tall, tile_wide, tile_trio
         self.tile = tile_direct if direct else tile_promoted if self.promotes else tile_plain
