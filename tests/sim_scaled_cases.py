@@ -308,6 +308,28 @@ def test_per_tensor_scales_as_one_element_arrays_and_with_blocks_on_the_other_si
         np.testing.assert_array_equal(got, reference(a, w, np.ones((m, 2)), sw) * (1.0 if sa is None else 4.0))
 
 
+def test_empty_products_with_scale_arrays_and_a_one_row_weight_scale():
+    """From a fuzz of the scaled path: M = 0 (or N = 0) with scale arrays raised a bare IndexError
+    (an empty scale taken for a per-tensor one and read); now an empty result. And a B scale of
+    shape (1, N) is one scale per column, also where it could be a weight's (NB, KB) scale (N <=
+    128, KB == N: documented); the weight's scale passed as its transpose is read as blocks."""
+    k = 256
+    for m, n in ((0, 64), (16, 0)):
+        a0 = cuda.to_device(np.zeros((m, k), np.uint8))
+        b0 = cuda.to_device(np.zeros((n, k), np.uint8)).T
+        for sa, sb in (((m, 1), (1, n)), ((m, 2), (2, -(-n // 128))), ((m, 2), (1, n))):
+            got = matmul(a0, b0, in_dtype="e4m3", scale_a=cuda.to_device(np.ones(sa, np.float32)),
+                         scale_b=cuda.to_device(np.ones(sb, np.float32)), out_dtype="f32")
+            assert got.shape == (m, n)
+    m, n, k = 4, 8, 1024  # KB == N == 8, NB == 1
+    rng, a, w, ad, bd = _operands(m, n, k, 10)
+    sa, sw = pow2(rng, (m, 8)), pow2(rng, (1, 8))
+    got = _run(ad, bd, m, n, "f32", scale_a=cuda.to_device(sa), scale_b=cuda.to_device(sw))
+    np.testing.assert_array_equal(got, reference(a, w, sa, np.ones((1, 8))) * sw)  # per column
+    got = _run(ad, bd, m, n, "f32", scale_a=cuda.to_device(sa), scale_b=cuda.to_device(np.ascontiguousarray(sw.T)))
+    np.testing.assert_array_equal(got, reference(a, w, sa, sw))  # (KB, NB): 128 x 128 blocks
+
+
 def test_fp8_outputs_with_scale_arrays_are_a_matmul_error():
     """They were a bare ValueError from the kernel's configuration, scale_out and amax ignored."""
     m, n, k = 16, 32, 64

@@ -30,7 +30,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_scaled import BM, BN, SMEM, THREADS, grouped_scaled_kernel
 from ..kit import SCALE_BLOCK, box_rows
-from .args import NP_OF, check_apart, described, empty_like_lib, holds, stand_in, stream_of
+from .args import NP_OF, check_apart, described, empty_rows16, holds, stand_in, stream_of
 from .arrays import ArrayInfo
 from .views import numba_view, tensor_map
 
@@ -98,7 +98,7 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     shape = (groups, t, n) if masked else (total, n)
     fresh = out is None
     if fresh:
-        out = empty_like_lib(lib, a, shape, odt)
+        out = empty_rows16(lib, a, shape, odt)  # (rows 16 bytes apart, as TMA stores need)
     io = described(out, "out", "grouped_matmul")
     if not fresh:
         check_apart(io, (("A", ia), ("B", ib), ("offs", io_)), "grouped_matmul")

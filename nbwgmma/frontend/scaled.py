@@ -12,15 +12,16 @@ A, per row    (M,) or (M, 1)                               ``sa[m]`` scales row 
 A, 1 x 128    (M, KB)                                      ``sa[m, kb]``: row m, K block kb
 B, per col    (N,) or (1, N)                               ``sb[n]`` scales column n of B
 B, 128 x 128  (KB, NB), as ``b`` = w.T is [K, N]            ``sb[kb, nb]``: a 128 x 128 block
-B, 128 x 128  (NB, KB), the weight w [N, K]'s own order    ``sb[nb, kb]`` (where NB != KB)
+B, 128 x 128  (NB, KB), the weight w [N, K]'s own order    ``sb[nb, kb]`` (not square, not (1, N))
 either        a number, or an array of one element         per tensor (folded into alpha)
 ============  ===========================================  =================================
 
 These are ``torch._scaled_mm``'s layouts: its rowwise scales ((M, 1) and (1, N)) and its
 blockwise ones (scale_a (M, KB) with strides (1, M), scale_b (KB, NB) with strides (1, KB):
 the transpose of a row-major (NB, KB) weight scale) are read as they are; so are row-major
-ones. A square B scale (NB == KB) is read in ``b``'s order, [kb, nb]: pass a weight's (NB,
-KB) scale as its transpose ``sw.T`` (a view). Any 1 x 128 or 128 x 128 scale makes the
+ones. A square B scale (NB == KB) is read in ``b``'s order, [kb, nb], and one of shape (1, N)
+is one scale per column, also where it is a weight's (NB, KB) (N at most 128 and KB == N): pass
+a weight's (NB, KB) scale as its transpose ``sw.T`` (a view) and neither can be misread. Any 1 x 128 or 128 x 128 scale makes the
 kernel promote each 128-K block into f32 (see the guide); rowwise and per-tensor scales alone
 run the fp8 fast path (the tensor cores accumulate the whole K; ``promote=True`` in
 :class:`~nbwgmma.kernels.scaled.ScaledConfig` keeps promotion's accuracy for them).
@@ -233,14 +234,15 @@ def _prepared(cfg: ScaledConfig, grid: int, layouts: tuple, device):
 
 
 def is_tensor_scale(x) -> bool:
-    """Whether ``x`` is a scale array of more than one element (the scaled path); numbers and
-    arrays of one element (any shape) are per-tensor scales."""
+    """Whether ``x`` is a scale array of other than one element (the scaled path, which checks
+    its shape: an empty product's empty scales pass); numbers and arrays of one element (any
+    shape) are per-tensor scales."""
     if x is None or isinstance(x, (int, float, np.integer, np.floating)):
         return False
     shape = getattr(x, "shape", None)
     if shape is None:
         return False
-    return int(np.prod(shape)) > 1
+    return int(np.prod(shape)) != 1
 
 
 def scale_kinds(info: ArrayInfo | None, side: str, m: int, n: int, k: int):
@@ -264,7 +266,7 @@ def scale_kinds(info: ArrayInfo | None, side: str, m: int, n: int, k: int):
             return "block", shape, st
         want = f"({m},) or ({m}, 1) (per row) or ({m}, {kb}) (1 x 128: per row and 128-K block)"
     else:
-        if shape in ((n,), (1, n)):
+        if shape in ((n,), (1, n)):  # (also where the weight's order (nb, kb) is (1, n): torch's rowwise meaning)
             return "col", (1, n), (4, st[-1])
         if shape == (kb, nb):  # b's order [kb, nb] (torch._scaled_mm's), seen as [nb, kb]
             return "block", (nb, kb), (st[1], st[0])
@@ -365,7 +367,7 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
             kinds.append((None, None, None))
     bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
     for name, info in (("A", ia), ("B (as w.T with w [N, K] row-major)", bt)):
-        if not _tma_rows(info):
+        if not _tma_rows(info) and 0 not in info.shape:  # (an empty operand is never read: no kernel runs)
             raise MatmulError(f"matmul: with tensor scales, {name} must be row-major with a 16-byte aligned base and "
                               f"rows (K a multiple of 16) so far; got shape {info.shape}, strides {info.strides} "
                               f"bytes")
