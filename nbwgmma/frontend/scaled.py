@@ -394,7 +394,10 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     strip = a_cols and m % 4 == 0 and tma and strip_tiles(m, n, sms)
     wide = None if strip else wide
     tall = strip or (tall and not wide)
-    trio = a_cols and m % 4 == 0 and tma and not strip and not wide and trio_tiles(m, n, sms)
+    # (192-row tiles with B's block scales: with its column scales, read in the epilogue, the
+    # consumers' 160 registers spill)
+    trio = a_cols and m % 4 == 0 and tma and kinds[1][0] == "block" and not strip and not wide \
+        and trio_tiles(m, n, sms)
     bn = wide or (64 if blocks and not tall and not trio and narrow_tiles(m, n, sms) else 128)
     stream = blocks and not strip and not trio and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
     bias_type = vec[0].dtype if vec is not None else "f32"
