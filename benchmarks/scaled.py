@@ -18,8 +18,8 @@ cuBLASLt's blockwise product.
     python benchmarks/scaled.py --tiles [MxNxK ...]
 
 ``--tiles``: the default against the kernel held to whole 128 x 128 tiles (the front end's
-choices of 256 x 128, 128 x 64, wide and strip tiles and of stream-K, ``frontend.scaled.tall_tiles``,
-``narrow_tiles``, ``wide_tiles``, ``strip_tiles`` and ``stream_tiles``, answered no), in one process with cuBLASLt, outputs
+choices of 256 x 128, 128 x 64, wide, strip and 192 x 128 tiles and of stream-K, ``frontend.scaled.tall_tiles``,
+``narrow_tiles``, ``wide_tiles``, ``strip_tiles``, ``trio_tiles`` and ``stream_tiles``, answered no), in one process with cuBLASLt, outputs
 compared bit for bit (stream-K sums a shared tile's parts in another order: equal to rounding).
 """
 import sys
@@ -127,20 +127,22 @@ def tiles(m, n, k, rounds=12):
     from nbwgmma.bench import device_times
     from nbwgmma.frontend import scaled as front
 
-    rules = front.tall_tiles, front.narrow_tiles, front.stream_tiles, front.wide_tiles, front.strip_tiles
+    rules = front.tall_tiles, front.narrow_tiles, front.stream_tiles, front.wide_tiles, front.strip_tiles, \
+        front.trio_tiles
     _, _, xq, sx, wq, sw = quantized(m, n, k)
     outs = [torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
 
-    def call(tall, narrow, stream, wide, strip, out):
-        front.tall_tiles, front.narrow_tiles, front.stream_tiles, front.wide_tiles, front.strip_tiles = \
-            tall, narrow, stream, wide, strip
+    def call(tall, narrow, stream, wide, strip, trio, out):
+        front.tall_tiles, front.narrow_tiles, front.stream_tiles, front.wide_tiles, front.strip_tiles, \
+            front.trio_tiles = tall, narrow, stream, wide, strip, trio
         try:
             return matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
         finally:
-            front.tall_tiles, front.narrow_tiles, front.stream_tiles, front.wide_tiles, front.strip_tiles = rules
+            front.tall_tiles, front.narrow_tiles, front.stream_tiles, front.wide_tiles, front.strip_tiles, \
+                front.trio_tiles = rules
 
     never = lambda *a: None  # noqa: E731
-    fns = [lambda: call(*rules, outs[0]), lambda: call(never, never, never, never, never, outs[1])]
+    fns = [lambda: call(*rules, outs[0]), lambda: call(never, never, never, never, never, never, outs[1])]
     lt = refusal(lambda: cublaslt(xq, sx, wq, sw)) is None
     if lt:
         fns.append(lambda: cublaslt(xq, sx, wq, sw))
@@ -153,7 +155,8 @@ def tiles(m, n, k, rounds=12):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     strip = m % 4 == 0 and rules[4](m, n, sms)
     wide = None if strip else rules[3](m, n, sms)
-    bm = 256 if strip or (rules[0](m, n, sms) and m % 4 == 0 and not wide) else 128
+    trio = m % 4 == 0 and not strip and not wide and rules[5](m, n, sms)
+    bm = 192 if trio else 256 if strip or (rules[0](m, n, sms) and m % 4 == 0 and not wide) else 128
     bn = wide or (64 if bm == 128 and rules[1](m, n, sms) else 128)
     tile = f"{bm} x {bn}" + (" and a strip of 256 x 64" if strip else "") \
         + (", stream-K" if not strip and rules[2](m, n, k, sms, bm, bn) else "")

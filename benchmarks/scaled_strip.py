@@ -28,21 +28,22 @@ from nbwgmma.frontend.matmul import SCALED_QUICK
 from scaled import quantized  # (benchmarks/scaled.py, beside this script)
 
 SHAPES = ["4096x2112x7168", "8192x2112x7168", "2048x2112x7168", "4096x576x7168"]
-CHOICES = (front.stream_tiles, front.narrow_tiles, front.wide_tiles, front.strip_tiles)
+CHOICES = (front.stream_tiles, front.narrow_tiles, front.wide_tiles, front.strip_tiles, front.trio_tiles)
 
 
 def choose(stream: bool, narrow: bool):
     """The front end's tile choice held to stream-K or not, 128 x 64 tiles or 128 x 128, never
-    wide or strip ones (the quick path forgotten, so the next call takes it)."""
+    wide, strip or 192-row ones (the quick path forgotten, so the next call takes it)."""
     front.stream_tiles = (lambda *a, **kw: True) if stream else CHOICES[0]
     front.narrow_tiles = (lambda *a, **kw: True) if narrow else (lambda *a, **kw: False)
     front.wide_tiles = lambda *a, **kw: None
     front.strip_tiles = lambda *a, **kw: False
+    front.trio_tiles = lambda *a, **kw: False
     SCALED_QUICK.clear()
 
 
 def restore():
-    front.stream_tiles, front.narrow_tiles, front.wide_tiles, front.strip_tiles = CHOICES
+    front.stream_tiles, front.narrow_tiles, front.wide_tiles, front.strip_tiles, front.trio_tiles = CHOICES
     SCALED_QUICK.clear()
 
 
