@@ -9,6 +9,7 @@ rows and columns must not reach the next matrix of the batch (3-D maps clip per 
 import numpy as np
 import pytest
 from numba import config, cuda
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
 from nbwgmma import MatmulError, matmul
 from nbwgmma.layout.wgmma_model import decode_elements, encode_elements
@@ -44,8 +45,6 @@ def batch(nb, rows, cols, t, contiguous_cols, rng, hi=3):
 
 def _transposed_view(h):
     """A simulator array (nb, cols, rows) seen as (nb, rows, cols), no copy."""
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
     return FakeCUDAArray(cuda.to_device(h)._ary.transpose(0, 2, 1))
 
 
@@ -152,6 +151,25 @@ def test_leading_dimensions_merge_and_a_2d_b_folds():
     c = matmul(cuda.to_device(x.astype(np.float16)), cuda.to_device(w2.astype(np.float16)))
     assert c.shape == (2, 3, 40, 24)
     np.testing.assert_array_equal(c.copy_to_host().astype(np.float64), x @ w2)
+
+
+def test_a_2d_b_with_a_c_and_out_whose_matrices_are_transposed():
+    """From a fuzz: a batched A times a 2-D B folds into one product of all the rows, which a C or
+    an out with each matrix transposed cannot take; they were refused with a message naming the
+    shape they had. They now run as a batch (the B one matrix for every product). And
+    ``config={"stream_k": True}`` is taken as 1 (GemmConfig takes True)."""
+    rng = np.random.default_rng(12)
+    x = rng.integers(-3, 4, (2, 40, 32)).astype(np.float64)
+    w = rng.integers(-3, 4, (32, 24)).astype(np.float64)
+    cv = rng.integers(-3, 4, (2, 40, 24)).astype(np.float64)
+    c = FakeCUDAArray(np.ascontiguousarray(cv.transpose(0, 2, 1)).astype(np.float32).transpose(0, 2, 1))
+    got = matmul(cuda.to_device(x.astype(np.float16)), cuda.to_device(w.astype(np.float16)), c=c, out_dtype="f32")
+    np.testing.assert_array_equal(got.copy_to_host().astype(np.float64), x @ w + cv)
+    out = FakeCUDAArray(np.full((2, 24, 40), np.nan, np.float16).transpose(0, 2, 1))
+    matmul(cuda.to_device(x.astype(np.float16)), cuda.to_device(w.astype(np.float16)), out=out)
+    np.testing.assert_array_equal(out.copy_to_host().astype(np.float64), x @ w)
+    got = matmul(cuda.to_device(x[0].astype(np.float16)), cuda.to_device(w.astype(np.float16)), config={"stream_k": True})
+    np.testing.assert_array_equal(got.copy_to_host().astype(np.float64), x[0] @ w)
 
 
 def test_two_batch_dimensions_that_do_not_merge_are_copied():

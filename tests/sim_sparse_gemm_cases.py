@@ -152,3 +152,20 @@ def test_left_side_f16_cluster_of_two_row_major_y():
     y = ints(rng, (64, 136))
     out = nbwgmma.matmul(w24, cuda.to_device(y.astype(np.float16)), config={"bn": 128, "cluster": 2})
     np.testing.assert_array_equal(values(out, "f16"), dense @ y)
+
+
+def test_one_row_dense_operand_with_an_unaligned_row_stride():
+    """From a fuzz: a dense operand of one row whose (never stepped) row stride is no multiple of
+    16 bytes raised the tensor map's internal error; its map now takes the row's own length."""
+    dense = prune_24(np.ones((64, 64)))
+    w24 = Sparse24.from_dense(cuda.to_device(dense.astype(np.float16)))
+    x = FakeCUDAArray(cuda.to_device(np.ones((1, 67), np.float16)).copy_to_host()[:, :64])  # strides (134, 2)
+    np.testing.assert_array_equal(nbwgmma.matmul(x, w24.t()).copy_to_host().astype(np.float64), np.ones((1, 64)) @ dense.T)
+    np.testing.assert_array_equal(nbwgmma.matmul(w24, x.T).copy_to_host().astype(np.float64), dense @ np.ones((64, 1)))
+
+
+def test_dtype_given_for_a_typed_weight_is_a_clear_error():
+    with pytest.raises(nbwgmma.MatmulTypeError, match="a weight of f16 has its own type: leave dtype out"):
+        Sparse24.from_dense(cuda.to_device(np.zeros((8, 8), np.float16)), dtype="bf16")
+    with pytest.raises(nbwgmma.MatmulTypeError, match="dtype='e4m3' reads 1-byte raw bits; got a weight of u16"):
+        Sparse24.from_dense(cuda.to_device(np.zeros((8, 8), np.uint16)), dtype="e4m3")

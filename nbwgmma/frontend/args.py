@@ -137,6 +137,8 @@ def check_config(config) -> dict:
         if key in _STR_KEYS:
             if not isinstance(v, str):
                 raise MatmulTypeError(f"matmul: config[{key!r}] must be a string; got {v!r}")
+        elif key in ("stream_k", "swap") and isinstance(v, (bool, np.bool_)):
+            v = int(v)  # (flags: GemmConfig takes True and False for them too)
         elif not is_int(v):
             raise MatmulTypeError(f"matmul: config[{key!r}] must be an integer; got {v!r}")
         else:

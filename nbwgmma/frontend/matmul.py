@@ -242,7 +242,10 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
         kw = dict(out_dtype=out_dtype, in_dtype=in_dtype, scale_a=scale_a, scale_b=scale_b, alpha=alpha, bias=bias,
                   activation=activation, scale_out=scale_out, amax=amax, stream=stream, config=config, beta=beta,
                   epilogue=epilogue, epilogue_args=epilogue_args)
-        if not bt.folds:
+        folds = bt.folds
+        if folds and bt.count > 1:  # a C or out whose matrices do not continue one another's rows: the batched kernel
+            folds = (c is None or bt.folds_out(described(c, "c"))) and (out is None or bt.folds_out(described(out, "out")))
+        if not folds:
             out, plan, io, vec = batched_matmul(a, ia, b, ib, bt, out=out, c=c, **kw)
             if plan is not None:
                 _LAST[0] = plan

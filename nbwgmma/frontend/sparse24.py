@@ -97,9 +97,15 @@ class Sparse24:
             raise MatmulTypeError(f"Sparse24.from_dense: {e}") from None
         t = info.dtype
         if dtype is not None:
-            if not isinstance(dtype, str) or dtype not in _ESIZE or _RAW.get(t) != _ESIZE[dtype]:
-                raise MatmulTypeError(f"Sparse24.from_dense: dtype={dtype!r} reads raw bits of the weight's size; "
-                                      f"expected one of {sorted(_ESIZE)} for a weight of {t}")
+            if not isinstance(dtype, str) or dtype not in _ESIZE:
+                raise MatmulTypeError(f"Sparse24.from_dense: dtype must be one of {sorted(_ESIZE)}; got {dtype!r}")
+            if t not in _RAW:
+                raise MatmulTypeError(f"Sparse24.from_dense: dtype= names the type of a weight held as raw bits "
+                                      f"(uint16 for bf16/f16, uint8 for e4m3/e5m2); a weight of {t} has its own "
+                                      f"type: leave dtype out (got dtype={dtype!r})")
+            if _RAW[t] != _ESIZE[dtype]:
+                raise MatmulTypeError(f"Sparse24.from_dense: dtype={dtype!r} reads {_ESIZE[dtype]}-byte raw bits; "
+                                      f"got a weight of {t} ({_RAW[t]}-byte elements)")
             t = dtype
         if t not in _ESIZE:
             raise MatmulTypeError(f"Sparse24.from_dense: the weight must be f16, bf16, e4m3 or e5m2 (raw uint16/uint8 "
