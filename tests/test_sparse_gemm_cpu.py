@@ -242,7 +242,7 @@ def test_a_weight_that_is_not_24_names_its_first_row_and_columns():
                           (np.zeros((8, 8), np.float16), "expected a CUDA array", MatmulTypeError)):
         with pytest.raises(exc, match=msg):
             Sparse24.from_dense(bad)
-    with pytest.raises(MatmulTypeError, match="dtype='bf16' reads raw bits"):
+    with pytest.raises(MatmulTypeError, match=r"dtype='bf16' reads 2-byte raw bits; got a weight of u8 \(1-byte"):
         Sparse24.from_dense(Fake((8, 8), np.uint8), dtype="bf16")
 
 
