@@ -247,6 +247,7 @@ class BlockScaled(types.ModuleType):
         N = self.cols
         promote = acc_promote(N)
         spans = acc_promote_cols(N) if N in WIDE_COLS else None
+        SPANS = spans is not None  # a wide tile: its columns span up to three blocks of B's scales
         ONE = np.float32(1.0)
 
         @inlined
@@ -419,36 +420,12 @@ class BlockScaled(types.ModuleType):
             return acc0, acc1, s, ph
 
         @cuda.jit(device=True, inline=True)
-        def tile_trio(ring, base, sbase, s, ph, kblocks, ct, cw):
-            # 192-row tiles, three consumers of 64 rows: one temporary each, every block's wgmmas
-            # completed before its promotion, as a 256-row tile's waves; while one promotes, the
-            # other two keep the tensor cores busy (twice a 256-row tile's time for the promotion
-            # to hide in: measured on an H200, its FFMAs in that path cost 11% of the speed).
-            o = cw * 64 + ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in the tile
-            acc = acc_zeros(KIND, N)
-            tmp = acc_undef(KIND, N)
-            d = descs(base, cw)
-            for kb in range(kblocks):
-                pipe.consumer_wait(ring, s, ph)
-                sslot = sbase + s * SLOT
-                tmp = block(tmp, d, s * STRIDE, 0)
-                a0 = ld_shared_f32(sslot + 4 * o)
-                a1 = ld_shared_f32(sslot + 4 * o + 32)
-                b = ONE
-                if B_BLOCK:
-                    b = ld_shared_f32(sslot + 4 * ROWS)
-                wgmma_wait_group(0)
-                pipe.consumer_release(ring, s)  # every thread read the slot's scales: every one releases it
-                acc = promote(acc, tmp, a0 * b, a1 * b)
-                s, ph = pipe.advance(s, ph)
-            return acc, s, ph
-
-        @cuda.jit(device=True, inline=True)
-        def tile_wide(ring, base, sbase, s, ph, kblocks, ct, cw, off):
-            # One temporary (the sum and two would not fit): each block's wgmmas complete before its
-            # promotion, the other warpgroup's keeping the tensor cores busy meanwhile, as a 256-row
-            # tile's waves. B's scales of the (up to three) 128-column blocks the tile's columns
-            # span, from ``off`` columns into the first, sit in the slot's first three B words.
+        def tile_one(ring, base, sbase, s, ph, kblocks, ct, cw, off):
+            # One temporary (with a sum it fills the registers there are): each block's wgmmas
+            # complete before its promotion, the other warpgroups' keeping the tensor cores busy
+            # meanwhile, as a 256-row tile's waves. Wide tiles: B's scales of the (up to three)
+            # 128-column blocks the tile's columns span, from ``off`` columns into the first, sit
+            # in the slot's first three B words; else B's one scale in the first.
             o = cw * 64 + ((ct >> 5) << 4) + ((ct >> 2) & 7)  # the thread's first row in the tile
             acc = acc_zeros(KIND, N)
             tmp = acc_undef(KIND, N)
@@ -464,16 +441,26 @@ class BlockScaled(types.ModuleType):
                 b2 = ONE
                 if B_BLOCK:
                     b0 = ld_shared_f32(sslot + 4 * ROWS)
+                if B_BLOCK and SPANS:
                     b1 = ld_shared_f32(sslot + 4 * ROWS + 4)
                     b2 = ld_shared_f32(sslot + 4 * ROWS + 8)
                 wgmma_wait_group(0)
                 pipe.consumer_release(ring, s)  # every thread read the slot's scales: every one releases it
-                if B_BLOCK:
+                if B_BLOCK and SPANS:
                     acc = spans(acc, tmp, a0, a1, b0, b1, b2, off)
-                else:
+                elif SPANS:
                     acc = promote(acc, tmp, a0, a1)
+                else:
+                    acc = promote(acc, tmp, a0 * b0, a1 * b0)
                 s, ph = pipe.advance(s, ph)
             return acc, s, ph
+
+        @cuda.jit(device=True, inline=True)
+        def tile_trio(ring, base, sbase, s, ph, kblocks, ct, cw):
+            # 192-row tiles, three consumers of 64 rows: while one promotes, the other two keep the
+            # tensor cores busy (twice a 256-row tile's time for the promotion to hide in: measured
+            # on an H200, its FFMAs in that path cost 11% of the speed).
+            return tile_one(ring, base, sbase, s, ph, kblocks, ct, cw, 0)
 
         @cuda.jit(device=True, inline=True)
         def scales(sa0, sa1, sbn, kb):
@@ -574,5 +561,5 @@ class BlockScaled(types.ModuleType):
         self.load, self.scale_rows, self.put_scales, self.fill = load, scale_rows, put_scales, fill
         self.tile_skip = tile_skip
         direct = (A_BLOCK or B_BLOCK) and not STAGED
-        self.tile_direct, self.tile_tall, self.tile_wide, self.tile_trio = tile_direct, tile_tall, tile_wide, tile_trio
+        self.tile_direct, self.tile_tall, self.tile_wide, self.tile_trio = tile_direct, tile_tall, tile_one, tile_trio
         self.tile = tile_direct if direct else tile_promoted if self.promotes else tile_plain
