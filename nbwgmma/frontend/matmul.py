@@ -243,8 +243,10 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
                   activation=activation, scale_out=scale_out, amax=amax, stream=stream, config=config, beta=beta,
                   epilogue=epilogue, epilogue_args=epilogue_args)
         folds = bt.folds
-        if folds and bt.count > 1:  # a C or out whose matrices do not continue one another's rows: the batched kernel
-            folds = (c is None or bt.folds_out(described(c, "c"))) and (out is None or bt.folds_out(described(out, "out")))
+        if folds:  # (a C or out whose matrices do not continue one another's rows: the batched kernel)
+            ic = described(c, "c") if c is not None else None
+            io = described(out, "out") if out is not None else None
+            folds = bt.count == 1 or ((ic is None or bt.folds_out(ic)) and (io is None or bt.folds_out(io)))
         if not folds:
             out, plan, io, vec = batched_matmul(a, ia, b, ib, bt, out=out, c=c, **kw)
             if plan is not None:
@@ -257,14 +259,12 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
         rows, (k, n) = bt.count * bt.a.shape[0], bt.b.shape
         a2, b2 = fold(a, ia, rows), b if bt.sb is None else fold(b, ib, k)
         if c is not None:  # (of the output's shape, its matrices one after the other; or one matrix)
-            ic = described(c, "c")
             if not (bt.folds_out(ic) or (bt.count == 1 and ic.shape == (bt.a.shape[0], n))):
                 raise MatmulError(f"matmul: c of this batch must have shape {bt.lead + (bt.a.shape[0], n)}, its "
                                   f"matrices one after the other; got shape {ic.shape}, strides {ic.strides} bytes")
             kw["c"] = fold(c, ic, rows)
         if out is None:
             return unfold(matmul(a2, b2, **kw), bt.lead + (bt.a.shape[0], n))
-        io = described(out, "out")
         if not bt.folds_out(io):
             raise MatmulError(f"matmul: out of this batch must have shape {bt.lead + (bt.a.shape[0], n)}, its "
                               f"matrices one after the other (rows of one product); got shape {io.shape}, strides "

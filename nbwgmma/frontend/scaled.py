@@ -71,15 +71,28 @@ _ARG_TYPES = ("u64",) * 3 + array_arg_types(2) * 3 + ("i32",) * 3 + ("f32",) + a
 TALL_GAIN = 1.07
 
 
+def _rounds(m: int, n: int, bm: int, bn: int, sms: int) -> int:
+    """Rounds of ``bm`` x ``bn`` tiles an M x N product takes on ``sms`` SMs, one tile per SM at a
+    time (the tile rules' model)."""
+    return -(-(-(-m // bm) * -(-n // bn)) // sms)
+
+
+def _whole_cost(m: int, n: int, sms: int) -> float:
+    """The better of 128 x 128 and 256 x 128 tiles' rounds, in 128 x 128 tiles' time."""
+    return min(_rounds(m, n, 128, 128, sms), 2 * _rounds(m, n, 256, 128, sms) / TALL_GAIN)
+
+
+def _wide_cost(m: int, n: int, w: int, sms: int) -> float:
+    """128 x ``w`` tiles' rounds (:data:`~nbwgmma.kit.WIDE_COLS`), in 128 x 128 tiles' time."""
+    return _rounds(m, n, 128, w, sms) * w / 128 / WIDE_EFF
+
+
 def tall_tiles(m: int, n: int, sms: int) -> bool:
     """Whether 256 x 128 tiles finish an M x N product of block-scaled fp8 sooner than 128 x 128
     tiles on ``sms`` SMs: rounds of tiles (one per SM at a time), a 256-row tile costing
     ``2 / TALL_GAIN`` of a 128-row one (4096 x 7168 on 132 SMs: 7 rounds against 14, taken;
     4096 x 2112: 3 against 5 and 128 x 7168: 1 against 1, not)."""
-    cols = -(-n // 128)
-    r128 = -(-(-(-m // 128) * cols) // sms)
-    r256 = -(-(-(-m // 256) * cols) // sms)
-    return 2 * r256 < TALL_GAIN * r128
+    return 2 * _rounds(m, n, 256, 128, sms) < TALL_GAIN * _rounds(m, n, 128, 128, sms)
 
 
 #: Throughput per column of block-scaled 128-row tiles of :data:`~nbwgmma.kit.WIDE_COLS` columns
@@ -107,11 +120,9 @@ def trio_tiles(m: int, n: int, sms: int) -> bool:
     tile costing :data:`TRIO_COST` of a 256-row one and a 128-row one ``TALL_GAIN / 2``. On 132
     SMs, 6144 x 7168: 14 rounds against 11 of 256 rows (1.11x modeled, 1.14x measured on an
     H200); 4096 x 7168: not (10 rounds, the last row of tiles a third full, against 7)."""
-    cols = -(-n // 128)
-    r128 = -(-(-(-m // 128) * cols) // sms) * TALL_GAIN / 2
-    r256 = -(-(-(-m // 256) * cols) // sms)
-    r192 = -(-(-(-m // 192) * cols) // sms) * TRIO_COST
-    return r192 * TRIO_GAIN <= min(r128, r256)
+    r128 = _rounds(m, n, 128, 128, sms) * TALL_GAIN / 2
+    r192 = _rounds(m, n, 192, 128, sms) * TRIO_COST
+    return r192 * TRIO_GAIN <= min(r128, _rounds(m, n, 256, 128, sms))
 
 
 def wide_tiles(m: int, n: int, sms: int) -> int | None:
@@ -121,11 +132,10 @@ def wide_tiles(m: int, n: int, sms: int) -> int | None:
     128 / WIDE_EFF`` of a 128 x 128 one, a 256-row one ``2 / TALL_GAIN``. On 132 SMs, 4096 x 576:
     144 (128 tiles in one round, against two rounds of 160 128 x 128 tiles; 1.24x measured on an
     H200); 4096 x 2112: none (3 rounds of 128 x 176 tiles against 5 of 128 x 128: 1.03x modeled)."""
-    tm = -(-m // 128)
     best = None
-    cost = min(-(-(tm * -(-n // 128)) // sms), 2 * -(-(-(-m // 256) * -(-n // 128)) // sms) / TALL_GAIN)
+    cost = _whole_cost(m, n, sms)
     for w in WIDE_COLS:
-        c = -(-(tm * -(-n // w)) // sms) * w / 128 / WIDE_EFF
+        c = _wide_cost(m, n, w, sms)
         if c * WIDE_GAIN < cost:
             best, cost = w, c
     return best
@@ -146,12 +156,11 @@ def strip_tiles(m: int, n: int, sms: int) -> bool:
     units = strip_units(m, n)
     if units is None or n < 128:
         return False
-    t256, t128, cols = -(-m // 256), -(-m // 128), -(-n // 128)
     cost = -(-units // sms) * 2 / TALL_GAIN
-    best = min(-(-(t128 * cols) // sms), 2 * -(-(t256 * cols) // sms) / TALL_GAIN)
+    best = _whole_cost(m, n, sms)
     w = wide_tiles(m, n, sms)
     if w:
-        best = min(best, -(-(t128 * -(-n // w)) // sms) * w / 128 / WIDE_EFF)
+        best = min(best, _wide_cost(m, n, w, sms))
     return cost * STRIP_GAIN < best
 
 

@@ -289,7 +289,9 @@ def _build(key):
     # 232; promoting without them, 24 and 240; the fast path (one fragment) 40 and 232.
     # (256 rows: 240 measured faster than 232)
     # (wide tiles: a sum and one temporary of up to 96 registers; the scale warps need more than 40)
-    PREGS, CREGS = (24, 160) if TRIO else (24, 240) if cfg.promote and (not staged or TALL) else (56, 224) if cfg.wide else (40, 232)
+    # (192 rows: 512 threads, 128 x 24 + 384 x 160 of the 64 K; a sum and a temporary a consumer)
+    PREGS, CREGS = (24, 160) if TRIO else (24, 240) if cfg.promote and (not staged or TALL) \
+        else (56, 224) if cfg.wide else (40, 232)
     bs = BlockScaled(cfg.kind, pipe, a_block=cfg.a_scale == "block", b_block=cfg.b_scale == "block",
                      promote=cfg.promote, a_columns=staged, rows=cfg.bm, cols=cfg.bn, b_box=cfg.b_box[0])
     STRIP = cfg.strip
@@ -513,7 +515,7 @@ def _build(key):
             elif staged and not TMA_SCALES and 32 <= tid < 32 * (1 + NSW):  # the scale warps take the fills in turn
                 put_walk((0, 0, 0), nunits, kblocks, tiles_mc, tiles_n,
                          (ring, sbase, tid // 32 - 1, tid % 32, sa, sb, m))
-        else:  # two consumer warpgroups, 64 rows of each tile each
+        else:  # two consumer warpgroups (three with 192-row tiles), 64 rows of each tile each
             setmaxnreg_inc(CREGS)
             # Staged scales: a warp-uniform index (kit.warpgroup_index), so the wgmma descriptors stay
             # in uniform registers (6-9% faster on an H200); stream-K's kernels (two loops and the
