@@ -178,15 +178,20 @@ def test_gelu_tanh_approx_matches_its_definition():
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
-def _host_walk(bm, bn, bk, group_m, m, n, k, grid):
-    """(cta, tile row, tile col, slice, kb0, kb1) for every unit, in each CTA's order."""
+def _host_walk(bm, bn, bk, group_m, m, n, k, grid, last_row=False):
+    """(cta, tile row, tile col, slice, kb0, kb1) for every unit, in each CTA's order (with
+    ``last_row``: the last tile row's tiles after the others', in column order)."""
     tiles_m, tiles_n, kblocks = math.ceil(m / bm), math.ceil(n / bn), math.ceil(k / bk)
+    grouped = tiles_m - 1 if last_row else tiles_m  # the rows walked in groups
     out = []
     for cta in range(grid):
         for t in range(cta, tiles_m * tiles_n, grid):
+            if t >= grouped * tiles_n:
+                out.append((cta, grouped, t - grouped * tiles_n, 0, 0, kblocks))
+                continue
             per_group = group_m * tiles_n
             first = t // per_group * group_m
-            rows = min(tiles_m - first, group_m)
+            rows = min(grouped - first, group_m)
             r = t % per_group
             out.append((cta, first + r % rows, r // rows, 0, 0, kblocks))
     return out
@@ -222,6 +227,22 @@ def test_the_scheduler_walks_every_tile_once_in_grouped_order(m, n, k, grid):
     walked = [(c, *map(int, got[c, j, 1:])) for c in range(grid) for j in range(64) if got[c, j, 0] >= 0]
     assert walked == _host_walk(128, 256, 64, 8, m, n, k, grid)
     assert len({(w[1], w[2]) for w in walked}) == units
+
+
+@pytest.mark.parametrize("m, n, k, grid", [(1000, 700, 300, 5), (128, 256, 64, 1), (4096, 512, 128, 7), (200, 900, 64, 3)])
+def test_the_scheduler_walks_the_last_row_last(m, n, k, grid):
+    """``last_row``: the rows before the last in groups (of 8; a group cut short by the last row
+    walked as 8 would be), then the last row left to right: every tile once."""
+    sched = TileScheduler(128, 256, 64, group_m=8, last_row=True)
+    assert "last_row=True" in repr(sched) and sched.units(m, n, k) == math.ceil(m / 128) * math.ceil(n / 256)
+    got = _walk(sched, m, n, k, grid)
+    walked = [(c, *map(int, got[c, j, 1:])) for c in range(grid) for j in range(64) if got[c, j, 0] >= 0]
+    assert walked == _host_walk(128, 256, 64, 8, m, n, k, grid, last_row=True)
+    assert len({(w[1], w[2]) for w in walked}) == sched.units(m, n, k)
+    tiles_m, tiles_n = math.ceil(m / 128), math.ceil(n / 256)
+    order = sorted((u, tm, tn) for c in range(grid) for j in range(64)
+                   for u, tm, tn in [tuple(map(int, got[c, j, :3]))] if u >= 0)
+    assert [(tm, tn) for _, tm, tn in order[-tiles_n:]] == [(tiles_m - 1, j) for j in range(tiles_n)]
 
 
 @pytest.mark.parametrize("along", ["M", "N"])

@@ -133,6 +133,22 @@ def test_192_row_tiles_three_consumers(m, n, k, b_kind, ctas, monkeypatch):
 
 
 
+@pytest.mark.parametrize("m, n, ctas", [(420, 264, 3), (200, 520, 2), (136, 136, 1)])
+def test_192_row_tiles_walk_the_last_row_last(m, n, ctas, monkeypatch):
+    """192 x 128 tiles with the last tile row walked after the others (forced: the front end takes
+    it where that row holds at most 64 rows and the rounds shrink): 420 rows (its last row 36
+    rows: two warpgroups idle) on 3 CTAs, 200 (8 rows) on 2 over five tile columns, one tile row
+    alone (136 rows): exact."""
+    from nbwgmma.frontend import scaled as front
+    monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: True)
+    monkeypatch.setattr(front, "trio_tiles", lambda m, n, sms: True)
+    monkeypatch.setattr(front, "last_row", lambda m, n, sms: True)
+    monkeypatch.setattr(front, "_SIM_CTAS", ctas)
+    monkeypatch.setattr(front, "_CONFIGS", {})
+    _check_staged(m, n, 288, 17, "block")
+    assert [c.last_row for c in front._CONFIGS.values()] == [True], "the last row walked last"
+
+
 @pytest.mark.parametrize("w, n, b_kind, k", [(176, 520, "block", 288), (144, 304, "block", 288), (144, 200, "col", 288),
                                              (160, 520, "block", 160), (176, 520, "block", 256)])
 def test_wide_tiles_promote_across_the_b_scale_blocks_they_span(w, n, b_kind, k, monkeypatch):

@@ -669,6 +669,9 @@ def test_cooperative_and_the_scheduler_check_the_cluster_direction():
         Cooperative("f32.bf16.bf16", TmaPipeline(4, consumers=1, cluster=3), 64, 128, multicast="A")
     with pytest.raises(ValueError, match="along .* must be 'M' or 'N'; got 'K'"):
         TileScheduler(256, 128, 64, cluster=2, along="K")
+    for bad in (dict(last_row=1), dict(last_row=True, cluster=2), dict(last_row=True, split=2)):
+        with pytest.raises(KitError, match="last_row must be a bool, and True only without clusters or K slices"):
+            TileScheduler(256, 128, 64, **bad)
     sched = TileScheduler(256, 128, 64, cluster=2, along="N")
     assert "along='N'" in repr(sched) and "along" not in repr(SCHED)
     # 16 tile rows, 112 tile columns in 56 pairs; 3 columns take 2 pairs (the last CTA's past N)

@@ -4,12 +4,14 @@ consumers, and staged by the scale warps where A's are column vectors) and of th
 path; the configuration's and the kit block's argument checks."""
 
 import pytest
+
+from nbwgmma.errors import ConfigError
 import re
 
 from numba import types
 
 from nbwgmma.kernels.scaled import ScaledConfig, scaled_kernel
-from nbwgmma.frontend.scaled import narrow_tiles, strip_tiles, stream_tiles, trio_tiles, wide_tiles
+from nbwgmma.frontend.scaled import last_row, narrow_tiles, strip_tiles, stream_tiles, trio_tiles, wide_tiles
 from nbwgmma.kit import BlockScaled, StreamFixup, TileScheduler, TmaPipeline, acc_promote, acc_promote_cols, \
     box_rows, stream_walk, tile_producer
 from nbwgmma.report import compile_reports
@@ -121,6 +123,26 @@ def test_192_row_tiles_run_three_consumers_with_one_temporary_each():
     # the rule: rounds of tiles on 132 SMs
     assert trio_tiles(6144, 7168, 132) and trio_tiles(16384, 4096, 132) and trio_tiles(4096, 24576, 132)
     assert not any(trio_tiles(m, n, 132) for m, n in ((4096, 7168), (4224, 5632), (4096, 4096), (128, 7168)))
+
+
+def test_192_row_tiles_walk_the_last_row_last_where_it_is_light():
+    """``ScaledConfig(last_row=True)``: the scheduler walks the last tile row after the others (the
+    kernel's SASS as clean as the grouped walk's); only with 192-row tiles. The rule: where that
+    row holds at most 64 of M's rows and the rounds shrink by LAST_ROW_GAIN (4096 x 14336: 18.5
+    against 19, which makes 192-row tiles the choice there); not where it holds more rows (8192,
+    2048: 128), where the light tiles do not shorten the longest SM's share (4096 x 24576:
+    31.5 against 32), or where M is a multiple of 192."""
+    cfg = ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bm=192, last_row=True)
+    assert cfg.sched.last_row and "last_row" in repr(cfg) and cfg.key() != \
+        ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, bm=192).key()
+    rep, = compile_reports([(scaled_kernel(cfg), SIG)])
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0 and rep.sass.get("QGMMA") == 4, rep
+    for bad in (dict(bm=256, last_row=True), dict(bm=192, last_row="yes")):
+        with pytest.raises(ConfigError, match="last_row must be a bool, True only with bm=192"):
+            ScaledConfig("e4m3", "e4m3", "bf16", "block", "block", a_columns=True, **bad)
+    assert last_row(4096, 14336, 132) and last_row(4096, 7168, 132) and trio_tiles(4096, 14336, 132)
+    assert not any(last_row(m, n, 132) for m, n in ((4096, 24576), (8192, 7168), (2048, 7168), (6144, 7168),
+                                                    (16384, 4096), (420, 264)))
 
 
 def test_strip_kernels_compile_clean():

@@ -207,7 +207,8 @@ def test_192_row_tiles_exact_and_equal_to_256_row_tiles(monkeypatch):
     need fewer rounds, forced here for ragged shapes): small integers with power-of-two scales,
     exact against float64 in bf16 and f16 out, and bit for bit the 256-row kernel's output (the
     same promotions in the same order). Rows past M: a last tile of 40 rows (two warpgroups idle),
-    of 136 (one). 6144 x 7168 x 1024 takes them unforced."""
+    of 136 (one); the last row walked last (forced) at 1000 and 4096 rows. 6144 x 7168 x 1024
+    takes them unforced."""
     from nbwgmma.frontend import scaled as front
     monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)
     for m, n, k, out_t in [(1000, 520, 336, "bf16"), (424, 2112, 7232, "f16"), (4096, 2112, 1024, "bf16"),
@@ -219,6 +220,8 @@ def test_192_row_tiles_exact_and_equal_to_256_row_tiles(monkeypatch):
         for trio in (True, False):
             if (m, n) != (6144, 7168) or not trio:
                 monkeypatch.setattr(front, "trio_tiles", lambda m, n, sms, trio=trio: trio)
+            if trio and m in (1000, 4096):  # the last tile row (40, 64 rows) walked last
+                monkeypatch.setattr(front, "last_row", lambda m, n, sms: True)
             monkeypatch.setattr(front, "tall_tiles", lambda m, n, sms: True)
             out = torch.full((m, n), float("nan"), device="cuda", dtype=TDT[out_t])
             matmul(xq, wq.t(), scale_a=sx, scale_b=sw.t(), out=out)
@@ -227,7 +230,7 @@ def test_192_row_tiles_exact_and_equal_to_256_row_tiles(monkeypatch):
             monkeypatch.undo()
             monkeypatch.setattr(front, "strip_tiles", lambda m, n, sms: False)
         assert torch.equal(outs[False], outs[True])
-    assert any(c.bm == 192 for c in front._CONFIGS.values())
+    assert any(c.bm == 192 for c in front._CONFIGS.values()) and any(c.last_row for c in front._CONFIGS.values())
 
 
 @pytest.mark.parametrize("tiles", ["256x128", "128x128", "128x64"])

@@ -38,6 +38,8 @@ type) raised before anything is launched; so is a scale of the wrong shape, type
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import sim
@@ -113,15 +115,51 @@ TRIO_COST = 0.71
 TRIO_GAIN = 1.05
 
 
+#: A tile of the last row holding at most 64 of M's rows (two of its three warpgroups past M, their
+#: wgmmas skipped) in a whole 192-row tile's time (modeled: the one working warpgroup's promotion
+#: has no other wgmmas to hide behind)
+LIGHT = 0.5
+#: The least modeled gain the last tile row walked last must bring (its tiles read B's columns from
+#: DRAM again, the other rows' reads long done): measured on an H200 against the grouped walk,
+#: 4096 x 14336 x 4096 (modeled 1.027x) 1.04x, 4096 x 7168 x 7168 (1.053x) 1.014x; with the last
+#: row 128 rows high (not taken: two warpgroups working) 8192 x 7168 x 7168 0.985x, 2048 x 7168 x
+#: 7168 0.984x
+LAST_ROW_GAIN = 1.025
+
+
+@functools.lru_cache(maxsize=256)
+def _last_row_rounds(m: int, n: int, sms: int) -> float | None:
+    """192 x 128 tiles' rounds on ``sms`` SMs with the last tile row walked last, where it holds
+    at most 64 of M's rows (its tiles :data:`LIGHT`), else None: the most time any SM takes, in
+    whole tiles' time (the CTAs take the tiles in turn)."""
+    rest = m % 192
+    if not 0 < rest <= 64:
+        return None
+    cols = -(-n // 128)
+    q, r = divmod(m // 192 * cols, sms)  # the other rows' tiles: q each, one more on the first r SMs
+    lq, lr = divmod(cols, sms)  # the light tiles, from SM r on
+    return max(q + (c < r) + LIGHT * (lq + ((c - r) % sms < lr)) for c in range(sms))
+
+
+def last_row(m: int, n: int, sms: int) -> bool:
+    """Whether 192 x 128 tiles walk the last tile row after the others (``ScaledConfig(last_row=
+    True)``): where it holds at most 64 of M's rows and that cuts the rounds by
+    :data:`LAST_ROW_GAIN`. On 132 SMs, 4096 x 14336: 18.5 rounds against 19; 4096 x 24576: not
+    (31.5 against 32)."""
+    light = _last_row_rounds(m, n, sms)
+    return light is not None and light * LAST_ROW_GAIN <= _rounds(m, n, 192, 128, sms)
+
+
 def trio_tiles(m: int, n: int, sms: int) -> bool:
     """Whether 192 x 128 tiles (``ScaledConfig(bm=192)``: three consumer warpgroups of 64 rows)
     finish an M x N product of block-scaled fp8 on ``sms`` SMs at least :data:`TRIO_GAIN` times
     sooner than 128 x 128 and 256 x 128 tiles: rounds of tiles (one per SM at a time), a 192-row
     tile costing :data:`TRIO_COST` of a 256-row one and a 128-row one ``TALL_GAIN / 2``. On 132
     SMs, 6144 x 7168: 14 rounds against 11 of 256 rows (1.11x modeled, 1.14x measured on an
-    H200); 4096 x 7168: not (10 rounds, the last row of tiles a third full, against 7)."""
+    H200); 4096 x 7168: not (9.5 rounds, the last row of tiles a third full and walked last,
+    against 7); 4096 x 14336: 18.5 against 14, taken (:func:`last_row`)."""
     r128 = _rounds(m, n, 128, 128, sms) * TALL_GAIN / 2
-    r192 = _rounds(m, n, 192, 128, sms) * TRIO_COST
+    r192 = (_last_row_rounds(m, n, sms) if last_row(m, n, sms) else _rounds(m, n, 192, 128, sms)) * TRIO_COST
     return r192 * TRIO_GAIN <= min(r128, _rounds(m, n, 256, 128, sms))
 
 
@@ -407,18 +445,20 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     # consumers' 160 registers spill)
     trio = a_cols and m % 4 == 0 and tma and kinds[1][0] == "block" and not strip and not wide \
         and trio_tiles(m, n, sms)
+    order = trio and last_row(m, n, sms)  # (the last tile row walked last)
     bn = wide or (64 if blocks and not tall and not trio and narrow_tiles(m, n, sms) else 128)
     stream = blocks and not strip and not trio and stream_tiles(m, n, k, sms, 256 if tall else 128, bn)
     bias_type = vec[0].dtype if vec is not None else "f32"
     key = (kind, odt, kinds[0][0], kinds[1][0], tma, a_cols, tall, trio, bn, stream, where, bias_type, activation,
-           strip)
+           strip, order)
     cfg = _CONFIGS.get(key)
     if cfg is None:
         _, ta, tb = kind.split(".")
         cfg = _CONFIGS[key] = ScaledConfig(ta, tb, odt, kinds[0][0], kinds[1][0], epilogue="tma" if tma else "direct",
                                            a_columns=a_cols, bm=192 if trio else 256 if tall else 128, bn=bn,
                                            stream_k=stream,
-                                           bias=where, bias_type=bias_type, activation=activation, strip=strip)
+                                           bias=where, bias_type=bias_type, activation=activation, strip=strip,
+                                           last_row=order)
     views = (((m, k), (_pitch(ia), 1)), ((n, k), (_pitch(bt), 1)), ((m, n), (_pitch(io), 1)))  # the maps' views
     grid = cfg.grid(m, n, k, _SIM_CTAS if _SIM else sms)
     if _SIM or DEBUG_WAIT_TIMEOUT_S is not None:  # checked launches (the simulator's arrays; a stopped kernel named)

@@ -11,7 +11,8 @@ scales it and adds it into its f32 accumulator: promotion, every block, in regis
 tiles are 256 x 128 in a ring of 4 stages of 48 KiB, the TMA thread staging the scales (no
 scale warps) and each consumer promoting its 64 rows of both 128-row halves; with ``bm=192`` they
 are 192 x 128, three consumer warpgroups of 64 rows (512 threads), the scales staged the same
-way, so each consumer's promotion hides behind two other consumers' wgmmas. With ``bn`` one of
+way, so each consumer's promotion hides behind two other consumers' wgmmas (with ``last_row``,
+the last tile row walked after the others). With ``bn`` one of
 :data:`~nbwgmma.kit.WIDE_COLS` the tiles are 128 rows by 144-176 columns (one temporary a
 consumer, B's scales of the up to three 128-column blocks a tile spans staged by the scale
 warps, C stored in two unswizzled halves): fewer tiles where 128-wide ones leave the SMs' last
@@ -115,7 +116,7 @@ class ScaledConfig:
                  b_scale: str | None = "block", promote: bool | None = None, epilogue: str = "tma", group_m: int = 8,
                  a_columns: bool = False, bm: int = 128, bn: int = 128, stream_k: bool = False,
                  bias: str | None = None, bias_type: str = "f32", activation: str | None = None,
-                 strip: bool = False):
+                 strip: bool = False, last_row: bool = False):
         for name, v, ok in (("a_type", a_type, FP8), ("b_type", b_type, FP8), ("out", out, OUTS),
                             ("a_scale", a_scale, A_SCALES), ("b_scale", b_scale, B_SCALES),
                             ("epilogue", epilogue, ("tma", "direct")), ("bias", bias, (None, "col", "row")),
@@ -166,7 +167,14 @@ class ScaledConfig:
         self.b_box = (64 if self.strip else bn, BK)
         self.bias, self.bias_type, self.activation = bias, (bias_type if bias else "f32"), activation
         self.kind = f"f32.{a_type}.{b_type}"
-        self.sched = TileScheduler(bm, bn, BK, group_m=group_m)
+        #: 192-row tiles with the last tile row walked after the others (TileScheduler's
+        #: ``last_row``): where M leaves it at most 64 rows, its tiles are light (the warpgroups
+        #: past M skip their wgmmas) and fill the last round
+        self.last_row = bool(last_row)
+        if not isinstance(last_row, (bool, np.bool_)) or (self.last_row and bm != 192):
+            raise ConfigError("last_row", f"ScaledConfig: last_row must be a bool, True only with bm=192; got "
+                                          f"last_row={last_row!r}, bm={bm!r}")
+        self.sched = TileScheduler(bm, bn, BK, group_m=group_m, last_row=self.last_row)
         #: columns of each part of C the "tma" epilogue stores: 64 (128B-swizzled blocks), or half a wide
         #: tile (unswizzled rows, one box a part)
         self.c_cols = bn // 2 if wide else 64
@@ -198,7 +206,7 @@ class ScaledConfig:
     def key(self):
         return (self.a_type, self.b_type, self.out, self.a_scale, self.b_scale, self.promote, self.epilogue,
                 self.group_m, self.a_columns, self.bm, self.bn, self.stream_k, self.bias, self.bias_type,
-                self.activation, self.strip)
+                self.activation, self.strip, self.last_row)
 
     def units(self, m: int, n: int) -> int:
         """Tiles of an M x N product (with ``strip``: the whole tiles, then the last column's
@@ -221,7 +229,8 @@ class ScaledConfig:
     def __repr__(self):
         return (f"ScaledConfig({self.kind} -> {self.out}, a_scale={self.a_scale}, b_scale={self.b_scale}, "
                 f"promote={self.promote}, epilogue={self.epilogue}, tile={self.bm}x{self.bn}"
-                f"{', stream_k' if self.stream_k else ''}{', strip' if self.strip else ''})")
+                f"{', stream_k' if self.stream_k else ''}{', strip' if self.strip else ''}"
+                f"{', last_row' if self.last_row else ''})")
 
 
 def _epilogue(cfg: ScaledConfig):

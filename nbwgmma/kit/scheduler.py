@@ -169,13 +169,19 @@ class TileScheduler(types.ModuleType):
     multicasts and stores nothing. With ``along="N"`` ``tiles_mc`` is ``tiles_m`` (a cluster
     spans one tile row) and the units are ``tiles_m * ceil(tiles_n / cluster)``.
 
+    With ``last_row`` (no clusters, no K slices) the last tile row is walked after all the
+    others, in column order, the others in groups as before: where M is not a multiple of
+    ``bm`` that row's tiles are light (a kernel whose warpgroups past M skip their wgmmas),
+    and walked last they fill the last round instead of lengthening the CTAs that draw them
+    in the middle of the walk.
+
     With ``cluster_k`` = 2 the clusters are twice as large and both halves of each take the
     same units (a :class:`~nbwgmma.kit.ClusterSplitK` kernel: the two CTAs of a cluster share a
     tile, half of its k-blocks each); ``cluster`` stays 1 then.
     """
 
     def __init__(self, bm: int, bn: int, bk: int, *, group_m: int = 8, cluster: int = 1, split: int = 1,
-                 cluster_k: int = 1, along: str = "M"):
+                 cluster_k: int = 1, along: str = "M", last_row: bool = False):
         if along not in ("M", "N"):
             raise KitError(f"TileScheduler: along (the clusters' direction) must be 'M' or 'N'; got {along!r}")
         if not is_int(cluster_k) or cluster_k not in (1, 2) or (cluster_k == 2 and (cluster != 1 or split != 1)):
@@ -185,6 +191,10 @@ class TileScheduler(types.ModuleType):
                         ("split", split)):
             if not is_int(v) or v < 1:
                 raise KitError(f"TileScheduler: {name} must be a positive integer; got {v!r}")
+        if not isinstance(last_row, (bool, np.bool_)) or (last_row and (cluster != 1 or split != 1 or cluster_k != 1)):
+            raise KitError(f"TileScheduler: last_row must be a bool, and True only without clusters or K slices "
+                           f"(cluster=1, split=1, cluster_k=1); got last_row={last_row!r}, cluster={cluster!r}, "
+                           f"split={split!r}, cluster_k={cluster_k!r}")
         if cluster > MAX_CLUSTER:
             raise KitError(f"TileScheduler: cluster must be at most {MAX_CLUSTER} CTAs (larger clusters are not "
                            f"portable); got {cluster!r}")
@@ -193,13 +203,14 @@ class TileScheduler(types.ModuleType):
         super().__init__(f"TileScheduler({bm}x{bn}x{bk})")
         self.bm, self.bn, self.bk = bm, bn, bk
         self.group_m, self.cluster, self.split, self.cluster_k = group_m, cluster, split, cluster_k
-        self.along = along
+        self.along, self.last_row = along, bool(last_row)
         self._build()
 
     def __repr__(self):
         return (f"TileScheduler({self.bm}x{self.bn}x{self.bk}, group_m={self.group_m}, cluster={self.cluster}, "
                 f"split={self.split}{', cluster_k=2' if self.cluster_k == 2 else ''}"
-                f"{', along=' + repr(self.along) if self.along != 'M' else ''})")
+                f"{', along=' + repr(self.along) if self.along != 'M' else ''}"
+                f"{', last_row=True' if self.last_row else ''})")
 
     def units(self, m: int, n: int, k: int, batch: int = 1) -> int:
         """Work units of an M x N x K problem (cluster tiles times K slices), times ``batch``
@@ -263,6 +274,13 @@ class TileScheduler(types.ModuleType):
             def tile(t, tiles_mc, tiles_n, rank):
                 pm, pnc = tile_order(t, tiles_mc, (tiles_n + CL - 1) // CL, GROUP_MC)
                 return pm, pnc * CL + rank
+        elif self.last_row:
+            @inlined
+            def tile(t, tiles_mc, tiles_n, rank):
+                body = (tiles_mc - 1) * tiles_n  # the other rows' tiles, first
+                if t >= body:
+                    return np.int32(tiles_mc - 1), np.int32(t - body)
+                return tile_order(t, tiles_mc - 1, tiles_n, GROUP_MC)
         else:
             @inlined
             def tile(t, tiles_mc, tiles_n, rank):
