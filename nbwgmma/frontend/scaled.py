@@ -125,15 +125,20 @@ LIGHT = 0.5
 #: row 128 rows high (not taken: two warpgroups working) 8192 x 7168 x 7168 0.985x, 2048 x 7168 x
 #: 7168 0.984x
 LAST_ROW_GAIN = 1.025
+#: The whole tile rows that must come before a light last row for it to be walked last: measured
+#: with 21 (M = 4096); with few the light row is much of the work and :data:`LIGHT` (a guess of its
+#: cost) decides the choice, and no shape of so few rows was measured
+LAST_ROW_AFTER = 16
 
 
 @functools.lru_cache(maxsize=256)
 def _last_row_rounds(m: int, n: int, sms: int) -> float | None:
     """192 x 128 tiles' rounds on ``sms`` SMs with the last tile row walked last, where it holds
-    at most 64 of M's rows (its tiles :data:`LIGHT`), else None: the most time any SM takes, in
-    whole tiles' time (the CTAs take the tiles in turn)."""
+    at most 64 of M's rows (its tiles :data:`LIGHT`) after at least :data:`LAST_ROW_AFTER` whole
+    rows, else None: the most time any SM takes, in whole tiles' time (the CTAs take the tiles in
+    turn)."""
     rest = m % 192
-    if not 0 < rest <= 64:
+    if m < 192 * LAST_ROW_AFTER or not 0 < rest <= 64:
         return None
     cols = -(-n // 128)
     q, r = divmod(m // 192 * cols, sms)  # the other rows' tiles: q each, one more on the first r SMs
