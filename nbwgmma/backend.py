@@ -64,9 +64,16 @@ def python_intrinsic(name: str, params: list, imms: list, doc: str | None, valid
     return _registered[0][0](name, params, imms, doc, validate)
 
 
-def python_functions(names) -> dict:
-    """The registered replacements among ``names`` (empty with no simulator)."""
+def python_functions(names, namespace: dict | None = None) -> dict:
+    """The registered replacements among ``names`` (empty with no simulator). With
+    ``namespace`` (the module's globals, the compiled intrinsics in it), a replacement without a
+    docstring takes its intrinsic's, so that ``help()`` reads the same in the simulator."""
     if _registered[0] is None:
         return {}
     functions = _registered[0][1]
-    return {n: functions[n] for n in names if n in functions}
+    out = {n: functions[n] for n in names if n in functions}
+    for n, f in out.items():
+        doc = getattr((namespace or {}).get(n), "__doc__", None)
+        if doc and not f.__doc__:
+            f.__doc__ = doc
+    return out

@@ -3,6 +3,7 @@ with NUMBA_ENABLE_CUDASIM=1; also by hand: NUMBA_ENABLE_CUDASIM=1 python -m pyte
 
 import contextlib
 import pathlib
+import re
 import time
 
 import numpy as np
@@ -667,3 +668,54 @@ def test_a_store_after_the_copy_s_phase_was_observed_runs(who):
     want = src.copy()
     want[5] = -1.0
     np.testing.assert_array_equal(out.copy_to_host(), want)
+
+
+_SHAPE_STAGES = 3
+_SHAPE_WORDS = 2 * _SHAPE_STAGES
+_SHAPE_PIPE = type("Pipe", (), {"barrier_words": 6})()
+
+
+def test_a_shared_array_shape_computed_at_run_time_is_refused_as_on_the_gpu():
+    """Compiled, ``cuda.shared.array(2 * STAGES, ...)`` or ``(pipe.barrier_words, ...)`` is a
+    typing error at its line; the simulator (which could make the array) refuses it alike, so a
+    kernel it runs compiles. A global name, a tuple of names and literals, a ``shape=`` keyword
+    and a module's constant run."""
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+
+    @cuda.jit
+    def good(out):
+        a = cuda.shared.array(_SHAPE_WORDS, np.int32)
+        b = cuda.shared.array((_SHAPE_WORDS, 2), dtype=np.int32)
+        c = cuda.shared.array(shape=4, dtype=np.int32)
+        d = cuda.shared.array(config.CUDA_LOG_SIZE, np.int32)  # (a module's constant: a global)
+        if cuda.threadIdx.x == 0:
+            a[0], b[0, 1], c[3], d[31] = 1, 2, 3, 4
+            out[0] = a[0] + b[0, 1] + c[3] + d[31]
+
+    @cuda.jit
+    def doubled(out):
+        a = cuda.shared.array(2 * _SHAPE_STAGES, np.int32)
+        out[0] = a[0]
+
+    @cuda.jit
+    def attribute(out):
+        a = cuda.shared.array(_SHAPE_PIPE.barrier_words, np.int32)
+        out[0] = a[0]
+
+    out = cuda.to_device(np.zeros(1, np.int32))
+    launch(good, 1, 32, (out,))
+    assert out.copy_to_host()[0] == 10
+    for kernel, expr in ((doubled, "2 * _SHAPE_STAGES"), (attribute, "_SHAPE_PIPE.barrier_words")):
+        with pytest.raises(NbwgmmaTypingError, match=f"sim_cases.py:[0-9]+: cuda.shared.array: the shape must be a "
+                                                     f"compile-time constant.*got {re.escape(expr)}"):
+            launch(kernel, 1, 32, (out,))
+
+
+def test_every_intrinsic_keeps_its_docstring_in_the_simulator():
+    """``help()`` reads the same in the simulator: each public intrinsic's simulated function
+    carries the compiled one's docstring (the fragment operations' replacements had none)."""
+    import nbwgmma.intrinsics as intrinsics
+
+    missing = [name for name in intrinsics.__all__
+               if callable(getattr(intrinsics, name)) and not (getattr(intrinsics, name).__doc__ or "").strip()]
+    assert not missing, missing

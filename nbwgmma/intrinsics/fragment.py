@@ -442,4 +442,4 @@ __all__ += ["acc_load", "acc_store_strided", "acc_add_strided", "acc_store_fp8",
 
 # In Numba's CUDA simulator the fragment operations are Python functions over the layout
 # models, registered by nbwgmma.sim.
-globals().update(backend.python_functions(__all__))
+globals().update(backend.python_functions(__all__, globals()))

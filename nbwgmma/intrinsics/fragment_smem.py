@@ -328,4 +328,4 @@ def acc_add_shared(typingctx, acc, base, tid):
 __all__ += ["acc_send_cluster", "acc_add_shared"]
 
 # In Numba's CUDA simulator: the Python implementations it registered (nbwgmma.backend).
-globals().update(backend.python_functions(__all__))
+globals().update(backend.python_functions(__all__, globals()))

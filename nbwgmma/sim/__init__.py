@@ -67,6 +67,10 @@ order the threads run in, because it tracks happens-before with vector clocks
   every thread of a warp reaches (lanes returned early: use ``aligned=False``);
 * static shared arrays that, with the launch's dynamic shared memory, exceed the 227 KiB a
   block may have (a :class:`SimError`: the GPU refuses the launch);
+* a static shared array whose shape is an expression (``cuda.shared.array(2 * STAGES, ...)``,
+  ``pipe.barrier_words``), which compiled for the GPU is a typing error at that line: the same
+  :class:`~nbwgmma.intrinsics.errors.NbwgmmaTypingError` here (read from the call's source line;
+  a call spread over several lines is not checked);
 * a wgmma, TMA store or bulk copy reading shared memory that nothing has written since the
   launch (a load's destination, a box or an offset wrong, or a wait missing);
 * a copy writing bytes that another copy, not known to this thread to have landed, also
@@ -152,7 +156,10 @@ the report wherever it is (the other waits follow from it).
 
 from __future__ import annotations
 
+import ast
+import inspect
 import itertools
+import linecache
 import os
 import sys
 
@@ -173,6 +180,52 @@ __all__ = ["enabled", "SimError", "SimStopped", "SimHazard", "run", "register_te
            "FRAGMENT_IMPLS", "install", "install_jit_shim"]
 
 
+_SHAPES_SEEN: dict = {}  # (file, line) -> None, or the typing error's message (shared-array shapes)
+
+
+def _constant_shape(node, frame) -> bool:
+    """Whether the expression ``node`` is a shape Numba types as a compile-time constant: an
+    integer literal, a name, a module's attribute, or a tuple of them."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int)
+    if isinstance(node, ast.Name):
+        return True
+    if isinstance(node, ast.Tuple):
+        return all(_constant_shape(e, frame) for e in node.elts)
+    if isinstance(node, ast.Attribute):  # a module's constant (mod.N) is a global; an object's is not
+        base = node.value
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        obj = frame.f_locals.get(base.id, frame.f_globals.get(base.id)) if isinstance(base, ast.Name) else None
+        return inspect.ismodule(obj)
+    return False
+
+
+def _shape_error(frame) -> str | None:
+    """Compiled, a shared array's shape must be a compile-time constant (Numba's typing, which
+    nbwgmma reports at the line): the message for the ``cuda.shared.array`` call on the line
+    ``frame`` runs, where its shape is an expression (``2 * STAGES``, ``pipe.barrier_words``),
+    else None (also for a statement this line alone does not hold)."""
+    key = (frame.f_code.co_filename, frame.f_lineno)
+    if key not in _SHAPES_SEEN:
+        msg = None
+        try:
+            tree = ast.parse(linecache.getline(*key).strip())
+        except SyntaxError:
+            tree = None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "array" \
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "shared":
+                shape = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "shape"), None)
+                if shape is not None and not _constant_shape(shape, frame):
+                    msg = (f"{key[0]}:{key[1]}: cuda.shared.array: the shape must be a compile-time constant: an "
+                           f"integer literal, a global name bound to an int, or a tuple of them; got "
+                           f"{ast.unparse(shape)} (computed at run time: compiled for the GPU this is a typing error; "
+                           f"bind it to a module-level name, NBARS = pipe.barrier_words, and pass NBARS)")
+        _SHAPES_SEEN[key] = msg
+    return _SHAPES_SEEN[key]
+
+
 class _Shared:
     def array(self, shape, dtype, alignment=None):
         from numba.cuda import types as nbtypes
@@ -181,6 +234,11 @@ class _Shared:
         if isinstance(dtype, nbtypes.Type):
             dtype = numpy_support.as_dtype(dtype)
         f = sys._getframe(1)
+        msg = _shape_error(f)
+        if msg is not None:  # (the GPU's compilation refuses it: so does the simulator)
+            from ..intrinsics.errors import NbwgmmaTypingError
+
+            raise NbwgmmaTypingError(msg, highlighting=False)
         return current().cta.array(shape, dtype, (f.f_code.co_filename, f.f_lineno))
 
 
