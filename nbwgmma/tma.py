@@ -95,7 +95,8 @@ def validate(p: TensorMapParams) -> None:
     for i, s in enumerate(p.strides):  # the stride of array dimension last - 1 - i
         if s % 16:
             fail(f"the stride of dimension {last - 1 - i} (from one index of it to the next, in bytes) must be a "
-                 f"multiple of 16 bytes", f"{s} bytes")
+                 f"multiple of 16 bytes (rows TMA cannot address: load them another way, and store a GEMM's C "
+                 f"from the registers, kit.store_rows_part)", f"{s} bytes")
         if s >= 2**40:
             fail(f"the stride of dimension {last - 1 - i} (in bytes) must be < 2^40", s)
     # (A stride below the extent of the dimensions inside it, 0 included, is taken: the driver

@@ -97,7 +97,9 @@ def test_an_error_describes_the_map_in_the_arrays_order():
     with pytest.raises(TensorMapError) as exc:  # rows of 130 bf16 values: 260 bytes apart
         tmap(shape=(200, 130), box=(64, 64), swizzle="none")
     assert str(exc.value) == ("tensor map (a 200x130 bf16 array, box (64, 64)): the stride of dimension 0 (from one "
-                              "index of it to the next, in bytes) must be a multiple of 16 bytes; got 260 bytes")
+                              "index of it to the next, in bytes) must be a multiple of 16 bytes (rows TMA cannot "
+                              "address: load them another way, and store a GEMM's C from the registers, "
+                              "kit.store_rows_part); got 260 bytes")
 
 
 def test_wrong_element_size_and_host_arrays():
