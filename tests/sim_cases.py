@@ -606,6 +606,7 @@ def test_a_hang_names_every_place_where_threads_wait():
     assert f"sim_cases.py:{line['PRODUCER']}" in msg and f"sim_cases.py:{line['CONSUMERS']}" in msg, msg
     assert "mbarrier 'full[0]'" in msg and "1024 transaction bytes pending" in msg, msg
     assert "mbarrier 'empty[0]'" in msg and "32 of 32 arrivals pending" in msg, msg
+    assert "No thread has arrived on this barrier or armed it yet, in any phase" in msg, msg
 
 
 #: f32 bit patterns: NaNs whose payload rounding would carry into the exponent (0xFFFFFFFF is

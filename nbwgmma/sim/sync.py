@@ -324,7 +324,13 @@ class MBarrier:
 
     def arrivers_gone(self) -> str:
         """Where every thread that ever arrived on this barrier or armed it has exited, a sentence
-        saying so (a producer that left its loop before the consumers' last wait), else ""."""
+        saying so (a producer that left its loop before the consumers' last wait); where none
+        ever did, a sentence saying that (a release never made: a stage's consumers never
+        arrived on its "empty" barrier); else ""."""
+        if not self.arrivers and self.pending:
+            return (". No thread has arrived on this barrier or armed it yet, in any phase: is the arrival "
+                    "the wait needs ever made (a stage released by its consumers, pipe.consumer_release or "
+                    "Cooperative.drain after tile_open; a producer's expect_tx)?")
         if not self.arrivers or self.pending == 0 or any(tid not in cta.exited for cta, tid in self.arrivers):
             return ""
         many = len({cta for cta, _ in self.arrivers}) > 1
