@@ -39,7 +39,8 @@ from numba.core.errors import NumbaTypeError, RequireLiteralValue, TypingError
 
 from ..errors import NbwgmmaError, bad_call_message, own_source
 
-__all__ = ["shortened", "NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install", "checked_intrinsic"]
+__all__ = ["shortened", "NbwgmmaTypingError", "NbwgmmaLiteralError", "FULL_ERRORS_ENV", "install", "checked_intrinsic",
+           "array_shape_message"]
 
 #: Environment variable that appends Numba's full typing report to nbwgmma's errors.
 FULL_ERRORS_ENV = "NBWGMMA_FULL_TYPING_ERRORS"
@@ -194,8 +195,15 @@ def _array_shape_hint(constraint, typevars, fnty):
     parts = shape.types if isinstance(shape, types.BaseTuple) else (shape,)
     if all(isinstance(t, types.IntegerLiteral) for t in parts):
         return None
-    return (f"{stubs[key]}: the shape must be a compile-time constant: an integer literal, a global name bound to "
-            f"an int, or a tuple of them; got {shape} (an expression such as pipe.barrier_words or 2 * STAGES is "
+    return array_shape_message(stubs[key], shape)
+
+
+def array_shape_message(call: str, got) -> str:
+    """The message for ``call`` (``cuda.shared.array``, ``cuda.local.array``) given the shape
+    ``got`` that is not a compile-time constant: the compiled kernel's typing error, and the
+    simulator's alike (:mod:`nbwgmma.sim`)."""
+    return (f"{call}: the shape must be a compile-time constant: an integer literal, a global name bound to "
+            f"an int, or a tuple of them; got {got} (an expression such as pipe.barrier_words or 2 * STAGES is "
             f"computed at run time: bind it to a module-level name, NBARS = pipe.barrier_words, and pass NBARS)")
 
 

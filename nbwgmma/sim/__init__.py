@@ -180,7 +180,7 @@ __all__ = ["enabled", "SimError", "SimStopped", "SimHazard", "run", "register_te
            "FRAGMENT_IMPLS", "install", "install_jit_shim"]
 
 
-_SHAPES_SEEN: dict = {}  # (file, line) -> None, or the typing error's message (shared-array shapes)
+_SHAPES_SEEN: dict = {}  # (file, line) -> None, or the shape expression a shared array was given there
 
 
 def _constant_shape(node, frame) -> bool:
@@ -201,14 +201,14 @@ def _constant_shape(node, frame) -> bool:
     return False
 
 
-def _shape_error(frame) -> str | None:
+def _run_time_shape(frame) -> str | None:
     """Compiled, a shared array's shape must be a compile-time constant (Numba's typing, which
-    nbwgmma reports at the line): the message for the ``cuda.shared.array`` call on the line
-    ``frame`` runs, where its shape is an expression (``2 * STAGES``, ``pipe.barrier_words``),
-    else None (also for a statement this line alone does not hold)."""
+    nbwgmma reports at the line): the shape expression of the ``cuda.shared.array`` call on the
+    line ``frame`` runs, where it is not one (``2 * STAGES``, ``pipe.barrier_words``), else None
+    (also for a statement this line alone does not hold)."""
     key = (frame.f_code.co_filename, frame.f_lineno)
     if key not in _SHAPES_SEEN:
-        msg = None
+        got = None
         try:
             tree = ast.parse(linecache.getline(*key).strip())
         except SyntaxError:
@@ -218,11 +218,8 @@ def _shape_error(frame) -> str | None:
                     and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "shared":
                 shape = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "shape"), None)
                 if shape is not None and not _constant_shape(shape, frame):
-                    msg = (f"{key[0]}:{key[1]}: cuda.shared.array: the shape must be a compile-time constant: an "
-                           f"integer literal, a global name bound to an int, or a tuple of them; got "
-                           f"{ast.unparse(shape)} (computed at run time: compiled for the GPU this is a typing error; "
-                           f"bind it to a module-level name, NBARS = pipe.barrier_words, and pass NBARS)")
-        _SHAPES_SEEN[key] = msg
+                    got = ast.unparse(shape)
+        _SHAPES_SEEN[key] = got
     return _SHAPES_SEEN[key]
 
 
@@ -234,11 +231,12 @@ class _Shared:
         if isinstance(dtype, nbtypes.Type):
             dtype = numpy_support.as_dtype(dtype)
         f = sys._getframe(1)
-        msg = _shape_error(f)
-        if msg is not None:  # (the GPU's compilation refuses it: so does the simulator)
-            from ..intrinsics.errors import NbwgmmaTypingError
+        got = _run_time_shape(f)
+        if got is not None:  # (the GPU's compilation refuses it: so does the simulator, in its words)
+            from ..intrinsics.errors import NbwgmmaTypingError, array_shape_message
 
-            raise NbwgmmaTypingError(msg, highlighting=False)
+            raise NbwgmmaTypingError(f"{f.f_code.co_filename}:{f.f_lineno}: "
+                                     f"{array_shape_message('cuda.shared.array', got)}", highlighting=False)
         return current().cta.array(shape, dtype, (f.f_code.co_filename, f.f_lineno))
 
 
