@@ -361,3 +361,32 @@ def test_helper_kernels_small_grid_warning_is_silenced_even_highlighted():
             warnings.warn(f"\x1b[1m\x1b[1m{text}\x1b[0m\x1b[0m")
         warnings.warn("another warning")
     assert [str(w.message) for w in seen] == ["another warning"]
+
+
+def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms_132):
+    """padded_pick: the wave model counts a tile past M or N as full work. Where another tile does
+    at least PAD_GAIN more real work per SM slot (work_fill), pick_tile takes it: 8256 x 8192 (256 x
+    160 tiles fill 13 waves exactly, 128 x 256 tiles 15.8 of 16, but a 256-row tile row is 97%
+    padding past M) in 128 x 256 tiles; 384 x 9984 in 128 x 256, not 256 x 160 (half of each tile
+    past M); 11328 x 384 in 128 x 192, the 256-column tiles' second half past N. Where the gain is
+    smaller the wave model's tile stays (5000 x 5000: 256 x 152 would do 1.0% more), and where the
+    edges fall on the tiles both models agree (8192^3, 2048^3)."""
+    from nbwgmma.frontend.tiles import PAD_GAIN, padded_pick, padded_score, wave_fill as wf
+
+    assert pick_tile(8256, 8192, 1, "any") == (128, 256)
+    assert wf(8256, 8192, 256, 160, 132) > wf(8256, 8192, 128, 256, 132)  # (the wave model's favourite)
+    assert pick_tile(384, 9984, 1, "any") == (128, 256)
+    assert pick_tile(11328, 384, 1, "any") == (128, 192)
+    assert pick_tile(5000, 5000, 1, "any") == (256, 160)
+    for m, n in ((8192, 8192), (2048, 2048)):
+        assert pick_tile(m, n, 1, "any") == (128, 256)
+    assert pick_tile(4096, 14336, 1, "any") == (256, 160)  # (as before: 14336 = 89.6 x 160)
+    for m, n in ((8256, 8192), (5000, 5000), (777, 12345), (15024, 616)):
+        first = padded_pick(m, n, 1, 132, "any")
+        real = padded_score(m, n, 132, "any")
+        assert 0 < real <= 1
+        assert work_fill(m, n, *first, 132) <= wf(m, n, *first, 132)
+    assert PAD_GAIN > 1
+    # swapped where the swapped tiles do much more real work (616 columns: 128 x 256 tiles' third
+    # column 40% used), as where they fill the waves better
+    assert pick_swap(15024, 616, 4096, 16, 132) and not pick_swap(5000, 3000, 4096, 16, 132)

@@ -14,7 +14,7 @@ from ..kit.cluster_k import ClusterSplitK  # (their exchange buffer with K in ha
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
            "narrow_tile", "narrow_config", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
-           "pick_narrow",
+           "pick_narrow", "PAD_GAIN", "padded_pick", "padded_score",
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES"]
@@ -64,7 +64,9 @@ WIDE4_MIN_WAVES = 2
 def pick_tile(m, n, cluster=1, widths=None, count=1):
     """The tile with the most useful work per SM-slot: its throughput share times the
     filled fraction of the waves it needs (tiles / (waves x SMs)), so a tile that leaves a
-    last wave nearly empty, or most SMs idle, loses to a smaller one. A cluster splits B
+    last wave nearly empty, or most SMs idle, loses to a smaller one; and where the tiles' padding
+    past the problem's edges (which that fraction counts as work) makes another tile do
+    :data:`PAD_GAIN` more real work per slot, that one (:func:`padded_pick`). A cluster splits B
     into 64-column shares: only tiles with ``bn / 64`` a multiple of it. With ``widths``
     (no cluster) the 256-row tiles of :data:`TILE256_BN` (where they need more than one wave:
     in one wave :func:`pick_narrow`'s 128-row tiles fill the SMs as well) and the wide 128-row
@@ -81,7 +83,13 @@ def pick_tile(m, n, cluster=1, widths=None, count=1):
     In the simulator, where every thread is a Python thread and nothing is timed, the
     smallest usable tile (fewest threads and the least wgmma work per tile)."""
     ranked = rank_tiles(m, n, cluster, widths, count)
-    return min(ranked, key=lambda t: t[0] * t[1]) if sim.enabled() else ranked[0]
+    if sim.enabled():
+        return min(ranked, key=lambda t: t[0] * t[1])
+    if count != 1:  # (a batch's score counts the padding already)
+        return ranked[0]
+    from ..launch import device_limits
+
+    return padded_pick(m, n, cluster, device_limits()["multiprocessors"], widths)
 
 
 #: Narrow tiles: 128 rows by an N that is not a multiple of 64, B K-major only, stored by the TMA
@@ -165,6 +173,37 @@ def rank_tiles(m, n, cluster=1, widths=None, count=1):
     return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], widths, count)]
 
 
+#: How much more real work per SM slot (:func:`work_fill`: the padding of the last tile row and
+#: column counted as waste) the tile doing the most of it must do than the tile the wave model
+#: ranks first (:func:`wave_fill`, which counts a tile past the edges as full work) for
+#: :func:`pick_tile` to take it instead. Measured on an H200 (BENCHMARKS.md, 2026-12-04), K =
+#: 4096, the two tiles in one process: of 43 ragged bf16 problems of a random draw where the two
+#: models' first picks differ, those where the gain was at least 1.02 (14) won in every one,
+#: 1.014-1.374x (15024 x 616 swapped in 128 x 192 tiles 1.37x, 8256 x 8192 in 128 x 256 tiles
+#: 1.05x); at 1.000-1.019 it won 1.02-1.08x at ten and lost 0.94-0.99x at nine. With this margin,
+#: on problems of another draw (39 bf16, 8 e4m3), 1.16x the wave model's pick (geometric mean),
+#: 0.968-2.29x.
+PAD_GAIN = 1.02
+
+
+def padded_pick(m, n, cluster, sms, widths=None):
+    """:func:`pick_tile`'s choice of a plain problem: the tile the wave model ranks first, or the
+    one doing the most real work per SM slot (its efficiency times :func:`work_fill`) where that
+    is at least :data:`PAD_GAIN` times as much as the first's."""
+    scored = _scored(m, n, cluster, sms, widths)
+    first = scored[0][1]
+    real = {t: s / wave_fill(m, n, *t, sms) * work_fill(m, n, *t, sms) for s, t in scored}
+    best = max(real, key=lambda t: (real[t], t[0] * t[1]))
+    return best if real[best] >= PAD_GAIN * real[first] else first
+
+
+def padded_score(m, n, sms, widths=None):
+    """The real work per SM slot (efficiency times :func:`work_fill`) of :func:`padded_pick`'s tile."""
+    bm, bn = padded_pick(m, n, 1, sms, widths)
+    eff = dict((t, s / wave_fill(m, n, *t, sms)) for s, t in _scored(m, n, 1, sms, widths))[(bm, bn)]
+    return eff * work_fill(m, n, bm, bn, sms)
+
+
 def _scored(m, n, cluster, sms, widths=None, count=1):
     """(score, tile) of every usable tile, best first: the throughput share times the filled
     fraction of the waves (:func:`pick_tile`; a batch's: times the share of useful elements)."""
@@ -208,10 +247,14 @@ def pick_swap(m, n, k, input_bits, sms, tma_out=True):
     shapes (K 4096-14336); with the TMA stores 0.97-1.00x cuBLAS there, and at K = 512-1024 1.15-1.25x
     the unswapped (6144 x 1024 x 1024: 0.807 -> 1.013); where the swapped tiles fill no better it
     lost (5000 x 3000 x 4000: 0.884 -> 0.749, 4096 x 1000 x 8192: 0.983 -> 0.617), hence the
-    margin."""
+    margin. The same margin on the real work per SM slot (:func:`padded_score`: the padding of the
+    tiles past M and N counted as waste) swaps too: on an H200, 15024 x 616 x 4096 in swapped 128 x
+    192 tiles ran 1.37x the unswapped 128 x 256, 11392 x 1368 1.01x, 11659 x 2176 and 11840 x 1408
+    1.03-1.04x (BENCHMARKS.md, 2026-12-04)."""
     if input_bits != 16 or m <= n or (k < SWAP_MIN_K and not tma_out) or sim.enabled():
         return False
-    return _scored(n, m, 1, sms)[0][0] >= _scored(m, n, 1, sms)[0][0] + SWAP_GAIN
+    return _scored(n, m, 1, sms)[0][0] >= _scored(m, n, 1, sms)[0][0] + SWAP_GAIN \
+        or padded_score(n, m, sms) >= padded_score(m, n, sms) + SWAP_GAIN
 
 
 #: Swapped 256-row tiles (the tile's 256 rows along N, a width of :data:`TILE256_BN` along M, C^T
