@@ -186,22 +186,26 @@ def rank_tiles(m, n, cluster=1, widths=None, count=1):
 PAD_GAIN = 1.02
 
 
+def _padded(m, n, cluster, sms, widths=None):
+    """(:func:`padded_pick`'s tile, the real work per SM slot it does)."""
+    scored = _scored(m, n, cluster, sms, widths)
+    real = {t: s / wave_fill(m, n, *t, sms) * work_fill(m, n, *t, sms) for s, t in scored}
+    first = scored[0][1]
+    best = max(real, key=lambda t: (real[t], t[0] * t[1]))
+    tile = best if real[best] >= PAD_GAIN * real[first] else first
+    return tile, real[tile]
+
+
 def padded_pick(m, n, cluster, sms, widths=None):
     """:func:`pick_tile`'s choice of a plain problem: the tile the wave model ranks first, or the
     one doing the most real work per SM slot (its efficiency times :func:`work_fill`) where that
     is at least :data:`PAD_GAIN` times as much as the first's."""
-    scored = _scored(m, n, cluster, sms, widths)
-    first = scored[0][1]
-    real = {t: s / wave_fill(m, n, *t, sms) * work_fill(m, n, *t, sms) for s, t in scored}
-    best = max(real, key=lambda t: (real[t], t[0] * t[1]))
-    return best if real[best] >= PAD_GAIN * real[first] else first
+    return _padded(m, n, cluster, sms, widths)[0]
 
 
 def padded_score(m, n, sms, widths=None):
     """The real work per SM slot (efficiency times :func:`work_fill`) of :func:`padded_pick`'s tile."""
-    bm, bn = padded_pick(m, n, 1, sms, widths)
-    eff = dict((t, s / wave_fill(m, n, *t, sms)) for s, t in _scored(m, n, 1, sms, widths))[(bm, bn)]
-    return eff * work_fill(m, n, bm, bn, sms)
+    return _padded(m, n, 1, sms, widths)[1]
 
 
 def _scored(m, n, cluster, sms, widths=None, count=1):
