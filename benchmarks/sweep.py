@@ -10,12 +10,16 @@ JSON and, with matplotlib, a plot of the ratios.
 ``--mid``: the problems of :data:`MID` instead (mid-sized products, 384 to 6144 rows, K = 4096,
 ragged and round N: the problems that trailed cuBLAS most when measured beside the sweep).
 
+``--random COUNT [--seed S]``: instead, COUNT problems drawn at random (:func:`random_problems`):
+shapes nobody tuned on, the honest measure of the default path on ragged problems.
+
 ``--auto``: instead, per problem, the default path against ``config="auto"`` (tuned in this
 process, with its seconds) and cuBLAS; then the worst ``auto`` / default ratio and the longest
 tuning.
 """
 import argparse
 import json
+import random
 import statistics
 
 from nbwgmma.bench import bench, bench_auto, format_row
@@ -43,6 +47,20 @@ MID = [("bf16", "KK", m, n, 4096) for m, n in (
     (1024, 5120), (1536, 1536), (1536, 7168), (2048, 11008), (3072, 1024), (5000, 5120), (6144, 1000))]
 
 
+def random_problems(count, seed=2026):
+    """``count`` problems drawn with ``seed``: K-major A and B, M from 256 to 16384, N a multiple of
+    16 up to 16384 (TMA's 16-byte rows, and cuBLASLt's fp8 needs N a multiple of 16), K one of
+    1024, 2048, 4096, 8192; every fourth e4m3, the others bf16."""
+    rng = random.Random(seed)
+    problems = []
+    for i in range(count):
+        dtype = "e4m3" if i % 4 == 3 else "bf16"
+        m = rng.randint(256, 16384)
+        n = rng.randint(16, 1024) * 16
+        problems.append((dtype, "KK", m, n, rng.choice([1024, 2048, 4096, 8192])))
+    return problems
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", help="write the rows to this file")
@@ -50,8 +68,10 @@ def main():
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--auto", action="store_true", help="the default path against config='auto'")
     p.add_argument("--mid", action="store_true", help="the mid-sized problems (MID) instead of the sweep")
+    p.add_argument("--random", type=int, metavar="COUNT", help="COUNT random problems instead (random_problems)")
+    p.add_argument("--seed", type=int, default=2026, help="the random problems' seed")
     args = p.parse_args()
-    problems = MID if args.mid else SWEEP
+    problems = random_problems(args.random, args.seed) if args.random else MID if args.mid else SWEEP
     if args.auto:
         return main_auto(args, problems)
     rows = []
