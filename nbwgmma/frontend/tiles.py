@@ -180,7 +180,7 @@ def rank_tiles(m, n, cluster=1, widths=None, count=1):
 #: 4096, the two tiles in one process: of 43 ragged bf16 problems of a random draw where the two
 #: models' first picks differ, those where the gain was at least 1.02 (14) won in every one,
 #: 1.014-1.374x (15024 x 616 swapped in 128 x 192 tiles 1.37x, 8256 x 8192 in 128 x 256 tiles
-#: 1.05x); at 1.000-1.019 it won 1.02-1.08x at ten and lost 0.94-0.99x at nine. With this margin,
+#: 1.05x); at 1.000-1.019 it won 1.02-1.08x at eleven and lost 0.94-0.99x at nine. With this margin,
 #: on problems of another draw (39 bf16, 8 e4m3), 1.16x the wave model's pick (geometric mean),
 #: 0.968-2.29x.
 PAD_GAIN = 1.02
