@@ -82,11 +82,10 @@ def pick_tile(m, n, cluster=1, widths=None, count=1):
 
     In the simulator, where every thread is a Python thread and nothing is timed, the
     smallest usable tile (fewest threads and the least wgmma work per tile)."""
-    ranked = rank_tiles(m, n, cluster, widths, count)
     if sim.enabled():
-        return min(ranked, key=lambda t: t[0] * t[1])
+        return min(rank_tiles(m, n, cluster, widths, count), key=lambda t: t[0] * t[1])
     if count != 1:  # (a batch's score counts the padding already)
-        return ranked[0]
+        return rank_tiles(m, n, cluster, widths, count)[0]
     from ..launch import device_limits
 
     return padded_pick(m, n, cluster, device_limits()["multiprocessors"], widths)
