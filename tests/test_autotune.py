@@ -392,22 +392,6 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
     assert pick_swap(15024, 616, 4096, 16, 132) and not pick_swap(5000, 3000, 4096, 16, 132)
 
 
-def _default_bf16_tile(m, n, k):
-    """The bf16 default path's (bm, bn, swapped) for K-major operands and a bf16 out, from the tile
-    model's functions in the order the plan calls them (nbwgmma.frontend.plan)."""
-    if pick_small_m(m, n, k, 16) is not None:
-        return None
-    swap = pick_swap(m, n, k, 16, 132)
-    if swap:
-        return (*pick_tile(n, m), 1)
-    wide = pick_swap_wide(m, n, 16, 132, "any")
-    if wide:
-        return (*wide, 1)
-    bm, bn = pick_tile(m, n, 1, "any")
-    narrow = pick_narrow(m, n, (bm, bn), 132)
-    return (narrow["bm"], narrow["bn"], 0) if narrow else (bm, bn, 0)
-
-
 @pytest.mark.parametrize("m, n, tile", [
     # measured on an H200 against the wave model's tile (BENCHMARKS.md, 2026-12-04): after / before
     (12184, 320, (256, 160, 0)),    # 2.29x (128 x 256 before: the second column tile 25% used)
@@ -420,4 +404,9 @@ def _default_bf16_tile(m, n, k):
     (5000, 3000, (256, 152, 1)),    # unchanged: the sweep's swapped 256 x 152
 ])
 def test_the_padding_aware_default_tiles_measured_on_the_gpu(sms_132, m, n, tile):
-    assert _default_bf16_tile(m, n, 4096) == tile
+    """The bf16 default plan's (bm, bn, swapped) for K-major operands and a bf16 out, built from the
+    arrays' descriptions alone (nbwgmma.precompile.cpu_plan: the plan a call makes)."""
+    from nbwgmma.precompile import cpu_plan
+
+    plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=4096)
+    assert (plan.cfg.bm, plan.cfg.bn, int(plan.swap)) == tile
