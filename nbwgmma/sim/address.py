@@ -31,16 +31,16 @@ def split(addr):
     a = int(addr)
     ctas = th.cl.ctas
     rank, off = (a >> RANK_SHIFT) & 0xFF, a & ((1 << RANK_SHIFT) - 1)
+    if 0 <= a < 1 << 32 and off < SMEM_BYTES and rank < len(ctas):
+        return ctas[rank], off
     head = f"thread {th.thread_id} ({th.op or 'a shared-memory access'} at {th.where}): shared address 0x{a:x}"
     if not 0 <= a < 1 << 32 or off >= SMEM_BYTES:
         raise SimHazard(f"{head} is past the CTA's {SMEM_BYTES >> 10} KiB shared memory (a 32-bit address, CTA "
                         f"rank in bits {RANK_SHIFT}-31 in a cluster: an mbarrier's value or a global pointer "
                         f"instead of smem_addr(...)?)")
-    if rank >= len(ctas):
-        has = (f"the cluster has {len(ctas)} CTAs (mapa's rank must be below cluster_nctarank())" if len(ctas) > 1
-               else "the cluster has 1 CTA")
-        raise SimHazard(f"{head} names CTA rank {rank} (bits {RANK_SHIFT}-31), but {has}")
-    return ctas[rank], off
+    has = (f"the cluster has {len(ctas)} CTAs (mapa's rank must be below cluster_nctarank())" if len(ctas) > 1
+           else "the cluster has 1 CTA")
+    raise SimHazard(f"{head} names CTA rank {rank} (bits {RANK_SHIFT}-31), but {has}")
 
 
 #: The ``.shared::cluster`` form to name when a ``.shared::cta`` intrinsic is given a peer's address.

@@ -346,7 +346,7 @@ class SimThread(greenlet.greenlet):
         self.clock[self.gid] = 1
         self.rounds = {}
         self.cluster_token = None
-        self.where = None  # the kernel line of the intrinsic being run
+        self.where = None  # the kernel line of the intrinsic being run (see ``where``)
         self.op = None  # that intrinsic's name (nbwgmma.sim.declare), for split's reports
         self.waiting_for = None  # while it waits: what for (a string, or a callable giving one)
         self.bulk = None  # this thread's bulk async-group state (nbwgmma.sim.copy)
@@ -354,6 +354,31 @@ class SimThread(greenlet.greenlet):
         self.verdict = None  # what the scheduler said when it last resumed this thread
         self.last_phase = None  # (mbarrier, phase) it last waited for (nbwgmma.sim.sync; named in hazards)
         self.expired_at = -1  # the scheduler's progress count when a wait of this thread last gave up
+
+    @property
+    def where(self):
+        """The kernel line (``file:line``, :func:`~nbwgmma.sim.site.where_from`) of the intrinsic
+        this thread is running, None between intrinsics. Worked out from the intrinsic's frame
+        when first asked (most calls never are): the frames above it stand still at their lines
+        until it returns."""
+        w = self._where
+        if w is None and self._where_frame is not None:
+            w = self._where = where_from(self._where_frame, self)
+        return w
+
+    @where.setter
+    def where(self, value):
+        self._where, self._where_frame = value, None
+
+    def enter(self, frame, op):
+        """Start running intrinsic ``op``, whose own frame is ``frame`` (its kernel line is read
+        from it when asked): returns what :meth:`leave` restores when it returns."""
+        saved = (self._where, self._where_frame, self.op)
+        self._where, self._where_frame, self.op = None, frame, op
+        return saved
+
+    def leave(self, saved):
+        self._where, self._where_frame, self.op = saved
 
     def wake(self):
         self.cl.sched.wake(self)
@@ -490,7 +515,7 @@ def collective(key, members, op, value, compute=None, orders=True, exited_ok=Fal
         if r is None:
             r = rz.rounds[n] = {"vals": {}, "ops": {}, "clock": cl.new_clock(), "waiters": []}
         r["vals"][th.thread_id] = value
-        r["ops"][th.thread_id] = (op, th.where)
+        r["ops"][th.thread_id] = (op, th)  # (its line read if the ops differ: each member is still in this call)
         if orders:
             np.maximum(r["clock"], th.clock, out=r["clock"])
         last = complete(r)
@@ -549,7 +574,7 @@ def whereabouts(cta, tids) -> str:
 def _check_same_op(r, size):
     ops = {o for o, _ in r["ops"].values()}
     if len(ops) > 1:
-        seen = sorted(((t, o, w) for t, (o, w) in r["ops"].items()), key=lambda x: x[0])
+        seen = sorted(((t, o, w.where) for t, (o, w) in r["ops"].items()), key=lambda x: x[0])
         first = seen[0]
         other = next(s for s in seen if s[1] != first[1])
         raise SimHazard(

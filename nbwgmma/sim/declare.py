@@ -6,11 +6,11 @@ recorded while it runs); ``located`` records the line for a fragment helper."""
 from __future__ import annotations
 
 import inspect
+import sys
 
 from ..backend import typing_error
 from .core import SimThread
 from .sched import current
-from .site import where
 
 IMPLS: dict = {}
 
@@ -109,11 +109,11 @@ def declare(name, params, imms, doc, validate=None):
             raise NotImplementedError(f"{name} has no simulator implementation")
         th = current()
         if isinstance(th, SimThread):
-            outer, th.where, outer_op, th.op = th.where, where(), th.op, name
+            saved = th.enter(sys._getframe(), name)
             try:
                 return f(**arguments)
             finally:
-                th.where, th.op = outer, outer_op
+                th.leave(saved)
         return f(**arguments)
 
     fn.__name__ = fn.__qualname__ = name
@@ -128,11 +128,11 @@ def located(f):
         th = current()
         if not isinstance(th, SimThread):
             return f(*args, **kwargs)
-        outer, th.where, outer_op, th.op = th.where, where(), th.op, f.__name__
+        saved = th.enter(sys._getframe(), f.__name__)
         try:
             return f(*args, **kwargs)
         finally:
-            th.where, th.op = outer, outer_op
+            th.leave(saved)
 
     wrapper.__name__ = wrapper.__qualname__ = f.__name__
     wrapper.__doc__ = f.__doc__
