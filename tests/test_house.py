@@ -218,7 +218,8 @@ def test_examples_use_public_names(folder):
 
 def test_layers():
     """The intrinsics import no simulator, kit, kernels or front end; the layout models
-    import no intrinsics; the simulator imports no kit, kernels or front end."""
+    import no intrinsics; the simulator imports no kit, kernels or front end; the kit no
+    simulator, kernels or front end; the kernels no simulator or front end."""
     graph = _graph()
 
     def reaches(a, prefixes):
@@ -234,6 +235,10 @@ def test_layers():
                                                        "nbwgmma.kernels", "nbwgmma.frontend"])]
         if name.startswith("nbwgmma.sim"):
             bad += [(name, m) for m in reaches(name, ["nbwgmma.kit", "nbwgmma.kernels", "nbwgmma.frontend"])]
+        if name.startswith("nbwgmma.kit"):
+            bad += [(name, m) for m in reaches(name, ["nbwgmma.sim", "nbwgmma.kernels", "nbwgmma.frontend"])]
+        if name.startswith("nbwgmma.kernels"):
+            bad += [(name, m) for m in reaches(name, ["nbwgmma.sim", "nbwgmma.frontend"])]
     assert not bad, "imports across layers: " + "; ".join(f"{a} -> {b}" for a, b in bad)
 
 

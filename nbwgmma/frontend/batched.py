@@ -9,8 +9,9 @@
   dimensions merge into two strides (attention's ``(B, S, H, D).transpose(1, 2)``), whose
   matrices interleave, or which TMA cannot read is first copied K-major by one copy kernel, as
   ``torch.matmul`` copies such a batch. ``out``'s must merge into one stride; an ``out`` TMA
-  cannot write (rows not 16 bytes apart: an odd width of a contiguous 16-bit out) is written
-  from the registers, as the plain product's is (a new ``out`` has its rows padded for TMA).
+  cannot write (rows not 16 bytes apart: an odd width of a contiguous 16-bit out) goes out
+  through the "rows" epilogue (a row per warp, :func:`~nbwgmma.kit.store_rows_part`), as the plain
+  product's does (a new ``out`` has its rows padded for TMA).
 * ``(batch..., M, K) @ (K, N)``: one product of the batch's rows folded into M (what
   ``torch.matmul`` does), where A's matrices follow one another row after row; an A whose
   matrices do not (a transposed or interleaved batch) runs as a batch whose B is one matrix for
