@@ -34,6 +34,7 @@ from ..capture import keep_if_captured
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.gemm_config import FP8_OUTS, MAX_EXTRAS
 from ..kit import ACTIVATIONS
+from ..kit.epilogue import plain_device_function
 from .args import described, is_real, real_arg
 from .arrays import ArrayInfo, array_info
 from .views import vector_f32
@@ -41,7 +42,6 @@ from .views import vector_f32
 __all__ = ["check_epilogue", "user_epilogue", "check_c", "check_fp8_out", "FP8_OUTS", "bias_vector", "bias_operand",
            "epilogue_error"]
 
-_DEVICE_FNS = {}  # a plain Python epilogue -> its device function
 _TYPED = set()  # (a device function, its number of extras) that compiled alone
 
 
@@ -81,10 +81,7 @@ def user_epilogue(fn, args, m, n, device):
         raise MatmulTypeError(f"matmul: epilogue must be a function (value, row, col, *extra) -> value; "
                               f"got {type(fn).__name__}")
     if not hasattr(fn, "py_func"):  # a plain Python function: compile it as an inlined device function
-        dev = _DEVICE_FNS.get(fn)
-        if dev is None:
-            dev = _DEVICE_FNS[fn] = cuda.jit(device=True, inline=True)(fn)
-        fn = dev
+        fn = plain_device_function(fn)
     if not isinstance(args, (tuple, list)):
         raise MatmulTypeError(f"matmul: epilogue_args must be a tuple of the epilogue function's extra arguments "
                               f"(numbers or vectors); got {type(args).__name__}")
