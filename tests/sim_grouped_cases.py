@@ -107,6 +107,9 @@ def test_bad_bias_and_activation_are_refused():
                     (dict(bias=cuda.to_device(np.ones(24, np.int32))), "bias must be f32, bf16 or f16")):
         with pytest.raises(MatmulError, match=msg):
             grouped_matmul(a, _swap(w), ends, in_dtype="bf16", **kw)
+    out = cuda.to_device(np.full((8, 24), np.nan, np.float32))  # a bias in out's own first rows: read after a
+    with pytest.raises(MatmulError, match="out overlaps bias"):  # tile wrote them (a wrong answer before)
+        grouped_matmul(a, _swap(w), ends, in_dtype="bf16", out=out, bias=out[:2])
 
 
 def _swap(dw):

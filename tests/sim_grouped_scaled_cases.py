@@ -136,3 +136,18 @@ def test_bad_scales_are_refused_naming_the_argument():
     row_major_b = FakeCUDAArray(np.ascontiguousarray(db._ary))  # (G, K, N) with N contiguous
     with pytest.raises(MatmulError, match="transpose of a contiguous"):
         grouped_matmul(da, row_major_b, ends, **good)
+
+
+def test_masked_layout_with_no_groups_is_an_empty_output():
+    """G = 0 in the masked layout (A (0, T, K), B (0, K, N), scales (0, T, 1) and (0, 1, 1)) with
+    the strides a PyTorch tensor of those shapes has: an empty (0, T, N) output (the scale shapes
+    divided the rows by G: a ZeroDivisionError, then the new output's zero strides were refused)."""
+    t, n, k = 8, 16, 128
+    view = np.lib.stride_tricks.as_strided
+    a = FakeCUDAArray(view(np.zeros(16, np.uint8), (0, t, k), (t * k, k, 1)))
+    b = FakeCUDAArray(view(np.zeros(16, np.uint8), (0, k, n), (n * k, 1, k)))
+    sa = FakeCUDAArray(view(np.zeros(4, np.float32), (0, t, 1), (t * 4, 4, 4)))
+    sb = FakeCUDAArray(view(np.zeros(4, np.float32), (0, 1, 1), (4, 4, 4)))
+    out = grouped_matmul(a, b, cuda.to_device(np.zeros(0, np.int32)), in_dtype="e4m3", out_dtype="f32",
+                         scale_a=sa, scale_b=sb)
+    assert out.shape == (0, t, n)

@@ -379,6 +379,9 @@ def test_bad_scales_and_operands_are_refused_before_launch():
         (dict(scale_b=good_b, config={"bm": 128}), MatmulError, "config applies to calls without tensor scales"),
         (dict(scale_a=good_a, alpha="2"), MatmulTypeError, "alpha must be a real number"),
     ]
+    inside = cuda.to_device(np.full((m, n), np.nan, np.float32))  # scales in out's own memory: read after a
+    with pytest.raises(MatmulError, match="out overlaps scale_a"):  # tile wrote them (a wrong answer before)
+        matmul(ad, bd, in_dtype="e4m3", out=inside, scale_a=inside[:, :2], scale_b=good_b)
     for kw, err, msg in cases:
         with pytest.raises(err, match=msg):
             matmul(ad, bd, in_dtype="e4m3", out=out, **kw)

@@ -102,6 +102,14 @@ def _out():
     return f16(8, 8)
 
 
+def _in_out(name, shape, strides, out_shape=(8, 8)):
+    """``out`` and argument ``name`` (a vector of ``shape`` and byte ``strides``) in out's first bytes."""
+    out = f16(*out_shape)
+    v = _strided(shape, np.float16, strides, base=out)
+    v.shape = shape  # (an epilogue's vector is told from a number by its shape)
+    return {"out": out, name: (v,) if name == "epilogue_args" else v}
+
+
 @pytest.fixture(autouse=True)
 def _h100(monkeypatch):
     """The tile model asks the device for its SM count: an H100's, with no GPU here."""
@@ -211,6 +219,35 @@ CASES = {
                             "c overlaps out without being out itself"),
     "batch-c-is-out's-first": (f16(2, 8, 16), f16(2, 16, 8), _c_in_out((2, 8, 8), (8, 8), (16, 2)), MatmulError,
                                "c overlaps out without being out itself"),
+    # a second hunt: wrong answers with no error (the first five) and bare Python errors
+    "out-rows-overlap": (f16(8, 16), f16(16, 8), {"out": _strided((8, 8), np.float16, (4, 2))}, MatmulError,
+                         "out's elements overlap one another: shape (8, 8) with strides (4, 2) bytes"),
+    "batch-out-overlap": (f16(2, 8, 16), f16(2, 16, 8), {"out": _strided((2, 8, 8), np.float16, (128, 4, 2))},
+                          MatmulError, "out's elements overlap one another"),
+    "bias-in-out": (f16(8, 16), f16(16, 8), _in_out("bias", (8,), (2,)), MatmulError, "out overlaps bias"),
+    "epilogue-vector-in-out": (f16(8, 16), f16(16, 8),
+                               {**_in_out("epilogue_args", (8,), (2,)), "epilogue": lambda v, r, c, x: v + x},
+                               MatmulError, "out overlaps epilogue_args[0]"),
+    "batch-bias-in-out": (f16(2, 8, 16), f16(2, 16, 8), _in_out("bias", (8,), (2,), (2, 8, 8)), MatmulError,
+                          "out overlaps bias"),
+    "alpha-array": (f16(8, 16), f16(16, 8), {"alpha": np.ones(2), "out": _out()}, MatmulTypeError,
+                    "alpha must be a real number; got ndarray"),
+    "beta-array-no-c": (f16(8, 16), f16(16, 8), {"beta": np.ones(2), "out": _out()}, MatmulTypeError,
+                        "beta must be a real number; got ndarray"),
+    "alpha-past-floats": (f16(8, 16), f16(16, 8), {"alpha": 10 ** 400, "out": _out()}, MatmulError,
+                          "alpha must be a finite f32 number; got an integer of 1329 bits"),
+    "epilogue-arg-past-floats": (f16(8, 16), f16(16, 8), {"epilogue": lambda v, r, c, x: v * x,
+                                                          "epilogue_args": (10 ** 400,), "out": _out()},
+                                 MatmulError, "epilogue_args[0] must be a finite f32 number"),
+    "epilogue-builtin": (f16(8, 16), f16(16, 8), {"epilogue": abs, "out": _out()}, MatmulTypeError,
+                         "epilogue must be a Python function (a def or a lambda) or a @cuda.jit(device=True) "
+                         "function (value, row, col, *extra) -> value; got builtin_function_or_method abs"),
+    "c-odd-strides": (f16(8, 16), f16(16, 8), {"c": _strided((8, 8), np.float16, (35, 2)), "out": _out()},
+                      MatmulError, "c has strides (35, 2) bytes, not multiples of its element size (2 bytes)"),
+    "out-odd-strides": (f16(8, 16), f16(16, 8), {"out": _strided((8, 8), np.float16, (17, 2))}, MatmulError,
+                        "out has strides (17, 2) bytes, not multiples of its element size"),
+    "stream-junk-handle": (f16(8, 16), f16(16, 8), {"stream": type("S", (), {"ptr": "junk"})(), "out": _out()},
+                           MatmulTypeError, "stream must be a CUDA stream object or a raw handle; got S"),
 }
 
 

@@ -79,6 +79,9 @@ BAD = {
                   "output has the input type"),
     "activation": ((_dyt(), Fake((64, 16), np.float16), OFFS), {"activation": "relu"}, MatmulError,
                    "takes neither"),
+    # from a hunt for bad input: the scales were taken and ignored (an unscaled product, no error)
+    "scales": ((_dyt(), Fake((64, 16), np.float16), OFFS), {"scale_a": 2.0, "scale_b": 3.0}, MatmulError,
+               "scale_a and scale_b apply to fp8 operands with a 3-D B; the 2-D x 2-D form"),
 }
 
 

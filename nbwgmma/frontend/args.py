@@ -18,7 +18,7 @@ from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
-           "check_out", "check_apart", "check_c_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "empty_rows16",
+           "check_out", "check_apart", "arrays_among", "whole_strides", "check_c_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "empty_rows16",
            "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output",
            "stand_in", "stream_scratch", "typed", "type_name", "holds"]
 
@@ -182,16 +182,31 @@ def real_arg(x, name: str) -> float:
     """``x`` as a float, or the :class:`MatmulTypeError` naming the argument ``name``."""
     if not is_real(x):
         raise MatmulTypeError(f"matmul: {name} must be a real number; got {type(x).__name__}")
-    return float(x)
+    try:
+        return float(x)
+    except OverflowError:  # (a Python int past the floats)
+        raise MatmulError(f"matmul: {name} must be a finite f32 number; got an integer of {int(x).bit_length()} "
+                          f"bits") from None
 
 
 def described(x, name: str, who: str = "matmul") -> ArrayInfo:
     """``array_info(x)``; what it rejects is a :class:`MatmulTypeError` naming the argument
-    (and the function ``who`` it was given to)."""
+    (and the function ``who`` it was given to); strides that are not whole elements (a view of
+    another type's bytes) a :class:`MatmulError`."""
     try:
-        return array_info(x)
+        info = array_info(x)
     except TypeError as e:
         raise MatmulTypeError(f"{who}: {name}: {e}") from None
+    return whole_strides(info, name, who)
+
+
+def whole_strides(info: ArrayInfo, name: str, who: str = "matmul") -> ArrayInfo:
+    """``info``, or the :class:`MatmulError` for strides that are not whole elements (a view of
+    another type's bytes: misaligned loads and stores on the GPU)."""
+    if any(st % info.itemsize for st, d in zip(info.strides, info.shape) if d > 1):
+        raise MatmulError(f"{who}: {name} has strides {info.strides} bytes, not multiples of its element size "
+                          f"({info.itemsize} bytes)")
+    return info
 
 
 def scale_product(scale_a, scale_b) -> float:
@@ -209,6 +224,9 @@ def scale_product(scale_a, scale_b) -> float:
         sa, sb = value(scale_a, "scale_a"), value(scale_b, "scale_b")
     except MatmulError:  # (refuse_host_read's, as it is)
         raise
+    except OverflowError:
+        raise MatmulError(f"matmul: scale_a and scale_b must be finite f32 numbers; got a number past the "
+                          f"floats ({str(scale_a)[:20]}, {str(scale_b)[:20]})") from None
     except (TypeError, ValueError):
         bad = scale_a if not _is_number(scale_a) else scale_b
         raise MatmulTypeError(f"matmul: scale_a and scale_b must be numbers (or one-element tensors); "
@@ -250,13 +268,68 @@ def check_out(io, ia, ib, odt, fresh):
 
 
 def check_apart(io, operands, who="matmul"):
-    """A given output ``io`` must not overlap the ``operands`` ((name, ArrayInfo), ...) nor
-    itself through a zero stride (its elements written in any order: a race, a wrong answer)."""
+    """A given output ``io`` must not overlap the ``operands`` ((name, ArrayInfo or None), ...: the
+    matrices, and the vectors an epilogue reads, such as a bias or scales) nor itself (its
+    elements written in any order, or read by other tiles after one wrote them: a race, a wrong
+    answer)."""
     if 0 not in io.shape and any(st == 0 and d > 1 for st, d in zip(io.strides, io.shape)):
         raise MatmulError(f"{who}: out's elements overlap one another (a zero stride); got strides {io.strides}")
+    if _overlaps_itself(io):
+        raise MatmulError(f"{who}: out's elements overlap one another: shape {io.shape} with strides {io.strides} "
+                          f"bytes puts elements of {io.itemsize} bytes on shared bytes")
     for name, iv in operands:
-        if _may_overlap(iv, io):  # (column blocks of one buffer interleave their bytes, yet share no element)
-            raise MatmulError(f"{who}: out overlaps {name}")
+        if iv is not None and _may_overlap(iv, io):  # (column blocks of one buffer interleave their bytes, yet
+            raise MatmulError(f"{who}: out overlaps {name}")  # share no element)
+
+
+def arrays_among(named, who="matmul") -> tuple:
+    """``(name, ArrayInfo)`` of each ``(name, value)`` whose value is an array (numbers, None and
+    what is neither are left out: their own checks report them), for :func:`check_apart`."""
+    found = []
+    for name, x in named:
+        if x is None or isinstance(x, (int, float, complex, str, bytes, np.number, np.bool_)):
+            continue
+        try:
+            found.append((name, array_info(x)))
+        except (TypeError, ValueError):
+            continue
+    return tuple(found)
+
+
+def _overlaps_itself(x, limit=4096) -> bool:
+    """Whether two elements of ``x`` share a byte (no stride is 0): none where each stride, smallest
+    first, steps past what the smaller ones span (every usual layout); otherwise whether some index
+    step ``t != 0`` (|t_i| < shape_i) moves by less than an element (past ``limit`` candidates, a yes)."""
+    dims = sorted((abs(s), d) for s, d in zip(x.strides, x.shape) if d > 1)
+    span = x.itemsize
+    for s, d in dims:
+        if s < span:
+            break
+        span += (d - 1) * s
+    else:
+        return False
+    e, budget = x.itemsize, [limit]
+    reach = [e]
+    for s, d in dims[:-1]:
+        reach.append(reach[-1] + (d - 1) * s)
+
+    def search(k, r, lead):  # t_k .. t_0, the first nonzero one positive, with |r + sum t_i s_i| < e
+        s, d = dims[k]
+        lo = 0 if lead else 1 - d
+        t_lo, t_hi = max(lo, -((r + reach[k] - 1) // s)), min(d - 1, (reach[k] - 1 - r) // s)
+        for t in range(t_lo, t_hi + 1):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return True
+            nr = r + t * s
+            if k == 0:
+                if abs(nr) < e and not (lead and t == 0):
+                    return True
+            elif search(k - 1, nr, lead and t == 0):
+                return True
+        return False
+
+    return search(len(dims) - 1, 0, True)
 
 
 def check_c_apart(ic, io, who="matmul"):
@@ -418,15 +491,23 @@ def stream_of(lib, stream) -> int:
                 raise MatmulTypeError(f"matmul: stream must be a CUDA stream object or a raw handle (an integer in "
                                       f"[0, 2^64)); got {stream!r}")
             return stream
-        for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
-            if hasattr(stream, attr):
-                return int(getattr(stream, attr))
-        if hasattr(stream, "__cuda_stream__"):  # Numba and cuda.core streams
-            return int(stream.__cuda_stream__()[1])
-        if hasattr(stream, "handle"):
-            return int(getattr(stream.handle, "value", stream.handle) or 0)
-        raise MatmulTypeError(f"matmul: stream must be a CUDA stream object or a raw handle; "
-                              f"got {type(stream).__name__}")
+        handle = None
+        try:
+            for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+                if hasattr(stream, attr):
+                    handle = int(getattr(stream, attr))
+                    break
+            else:
+                if hasattr(stream, "__cuda_stream__"):  # Numba and cuda.core streams
+                    handle = int(stream.__cuda_stream__()[1])
+                elif hasattr(stream, "handle"):
+                    handle = int(getattr(stream.handle, "value", stream.handle) or 0)
+        except (TypeError, ValueError, IndexError):
+            handle = None
+        if handle is None or not 0 <= handle < 1 << 64:
+            raise MatmulTypeError(f"matmul: stream must be a CUDA stream object or a raw handle; got "
+                                  f"{type(stream).__name__}" + ("" if handle is None else f" with handle {handle}"))
+        return handle
     if lib == "torch":
         return _torch_stream()
     if lib == "cupy":

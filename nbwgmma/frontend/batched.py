@@ -39,7 +39,8 @@ from numba.core.errors import NumbaError
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from .args import (
-    check_apart, check_c_apart, check_call, described, empty_rows16, holds, lib_of, real_arg, scale_product, stream_of,
+    arrays_among, check_apart, check_c_apart, check_call, described, empty_rows16, holds, lib_of, real_arg,
+    scale_product, stream_of,
 )
 from .arrays import ArrayInfo
 from .fused import bias_operand, check_c, check_epilogue, check_fp8_out, epilogue_error, user_epilogue
@@ -248,7 +249,8 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
     if not holds(io.dtype, odt):
         raise MatmulTypeError(f"matmul: out must have type {odt}; got {io.dtype}")
     if not fresh:
-        check_apart(io, (("A", ia), ("B", ib)) if m and n and k else ())
+        check_apart(io, ((("A", ia), ("B", ib)) if m and n and k else ()) + arrays_among(
+            (("bias", bias), ("amax", amax), *((f"epilogue_args[{i}]", x) for i, x in enumerate(epilogue_args or ())))))
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
     epi, vec, fp8_out = {}, None, (1.0, None)

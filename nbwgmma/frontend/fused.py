@@ -81,6 +81,10 @@ def user_epilogue(fn, args, m, n, device):
         raise MatmulTypeError(f"matmul: epilogue must be a function (value, row, col, *extra) -> value; "
                               f"got {type(fn).__name__}")
     if not hasattr(fn, "py_func"):  # a plain Python function: compile it as an inlined device function
+        if not inspect.isfunction(fn):
+            raise MatmulTypeError(f"matmul: epilogue must be a Python function (a def or a lambda) or a "
+                                  f"@cuda.jit(device=True) function (value, row, col, *extra) -> value; got "
+                                  f"{type(fn).__name__} {getattr(fn, '__name__', '')}".rstrip())
         fn = plain_device_function(fn)
     if not isinstance(args, (tuple, list)):
         raise MatmulTypeError(f"matmul: epilogue_args must be a tuple of the epilogue function's extra arguments "
@@ -91,6 +95,7 @@ def user_epilogue(fn, args, m, n, device):
     kinds, infos = [], []
     for i, x in enumerate(args):
         if is_real(x):
+            real_arg(x, f"epilogue_args[{i}]")  # (a finite number: an int past the floats is refused)
             kinds.append("scalar")
             infos.append(None)
             continue
@@ -167,7 +172,9 @@ def check_c(c, beta, m, n, device, shapes=None):
     device, bf16, f16 or f32, any strides; ``beta`` a real number, 1 by default where C is given
     (C checked but not read where beta is 0)."""
     if c is None:
-        if beta not in (None, 0, 0.0):
+        if beta is not None and not is_real(beta):
+            raise MatmulTypeError(f"matmul: beta must be a real number; got {type(beta).__name__}")
+        if beta is not None and beta != 0:
             raise MatmulError(f"matmul: beta scales C; got beta={beta!r} and no c")
         return None, 0.0
     info = described(c, "c")

@@ -36,7 +36,7 @@ from ..capture import call_captured, keep_if_captured, relaxed_call
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS, box_rows
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
-from .args import NP_OF, check_apart, described, empty_rows16, lib_of, stand_in, stream_of, type_name, typed
+from .args import NP_OF, arrays_among, check_apart, described, empty_rows16, lib_of, stand_in, stream_of, type_name, typed
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
 from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type
@@ -148,6 +148,9 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         if bias is not None or activation is not None:
             raise MatmulError("grouped_matmul: bias and activation apply to a 3-D B so far; the 2-D x 2-D form "
                               "takes neither")
+        if scale_a is not None or scale_b is not None:
+            raise MatmulError("grouped_matmul: scale_a and scale_b apply to fp8 operands with a 3-D B; the 2-D x "
+                              "2-D form (16-bit) takes neither")
         return grouped_matmul_wgrad(a, b, offs, ia, ib, io_, lib_of(a), out=out, out_dtype=out_dtype,
                                     in_dtype=in_dtype, stream=stream, validate=validate)
     masked = len(ia.shape) == 3
@@ -182,6 +185,10 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
 
     if ta in FP8_TYPES:
         bias32, gb = _group_bias(bias, groups, n, ia.device, lib_of(a))
+        if out is not None:  # (the bias as given: _group_bias may have converted it)
+            check_apart(described(out, "out", "grouped_matmul"),
+                        arrays_among((("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)), "grouped_matmul"),
+                        "grouped_matmul")
         return grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib_of(a), masked=masked,
                                      t=t if masked else 0, ta=ta, tb=tb, out=out,
                                      out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, stream=stream,
@@ -218,7 +225,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     io = described(out, "out", "grouped_matmul") if fresh else given
     out_type(io, odt)
     if not fresh:
-        check_apart(io, (("A", ia), ("B", ib), ("offs", io_)), "grouped_matmul")
+        check_apart(io, (("A", ia), ("B", ib), ("offs", io_)) + arrays_among((("bias", bias),), "grouped_matmul"),
+                    "grouped_matmul")
     if io.shape != shape or not _row_major(io) or (masked and io.strides[0] != io.shape[1] * io.strides[1]):
         raise MatmulError(f"grouped_matmul: out must be a row-major {shape} {odt} array with 16-byte aligned "
                           f"rows; got {io.dtype} of shape {io.shape}, strides {io.strides}")

@@ -92,7 +92,7 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
         raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows and base; got strides "
                           f"{ia.strides} bytes, base {ia.ptr % 16} bytes past a 16-byte boundary")
     kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
-    a_shapes = ((total, kb),) + (((groups, total // groups, kb),) if masked else ())
+    a_shapes = ((total, kb),) + (((groups, t, kb),) if masked else ())
     sa = _scale(scale_a, "scale_a", a_shapes, ia.device)
     sb = _scale(scale_b, "scale_b", ((groups, nb, kb),), ia.device)
     shape = (groups, t, n) if masked else (total, n)
@@ -102,8 +102,10 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     io = described(out, "out", "grouped_matmul")
     if not fresh:
         check_apart(io, (("A", ia), ("B", ib), ("offs", io_)), "grouped_matmul")
-    if io.shape != shape or not holds(io.dtype, odt) or io.strides[-1] != io.itemsize or any(s % 16 for s in io.strides[:-1]) \
-            or (masked and io.strides[0] != io.shape[1] * io.strides[1]):
+    empty = 0 in shape  # (an empty array's strides say nothing: NumPy gives a new one zeros)
+    if io.shape != shape or not holds(io.dtype, odt) or (not empty and (
+            io.strides[-1] != io.itemsize or any(s % 16 for s in io.strides[:-1])
+            or (masked and io.strides[0] != io.shape[1] * io.strides[1]))):
         raise MatmulError(f"grouped_matmul: out must be a row-major {shape} {odt} array with 16-byte aligned rows; "
                           f"got {io.dtype} of shape {io.shape}, strides {io.strides}")
     if masked:

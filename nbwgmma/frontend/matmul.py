@@ -19,8 +19,8 @@ from .. import sim
 from ..capture import call_captured, calling, relaxed
 from ..errors import MatmulError
 from .args import (
-    array_error, check_c_apart, check_call, described, empty_like_lib, empty_rows16, lib_of, output, real_arg,
-    scale_product, stream_of,
+    array_error, check_apart, check_c_apart, check_call, described, empty_like_lib, empty_rows16, lib_of, output,
+    is_real, real_arg, scale_product, stream_of, whole_strides,
     torch_dtype,
 )
 from .arrays import ArrayInfo, array_info
@@ -158,7 +158,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     quick = (out is None or type(out) is _TORCH_TENSOR) and stream is None \
         and (config is None or config == "auto") and in_dtype is None \
         and (bias is None or type(bias) in _TORCH_BIASES) and (activation is None or type(activation) is str) \
-        and epilogue is None and not epilogue_args and c is None and beta is None and alpha == 1.0 \
+        and epilogue is None and not epilogue_args and c is None and beta is None \
+        and (type(alpha) is float or type(alpha) is int or is_real(alpha)) and alpha == 1.0 \
         and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
         and (out_dtype is None or type(out_dtype) in _OUT_DTYPES)
     if quick:
@@ -167,7 +168,10 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         variant = (out_dtype, scale_a is None, scale_b is None, config is None, activation,
                    None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
                    None if out is None else (out.dtype, out.shape, out.stride(), out.data_ptr() & 15, out.get_device()))
-        scale = float((1.0 if scale_a is None else scale_a) * (1.0 if scale_b is None else scale_b))
+        try:
+            scale = float((1.0 if scale_a is None else scale_a) * (1.0 if scale_b is None else scale_b))
+        except OverflowError:  # (an int past the floats: the full path's checks say so)
+            quick = False
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
         # The plain ``matmul(a, b)`` of tensors like ones seen before: skip the checks they passed.
         pa, pb = a.data_ptr(), b.data_ptr()
@@ -275,6 +279,8 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
         io = array_info(out) if out is not None else None
     except TypeError as e:
         raise array_error((("out", out),), e) from None
+    if io is not None:
+        whole_strides(io, "out")
     ia, ib, kind, fp8, auto, opts, odt = check_call(ia, ib, io, in_dtype=in_dtype, out_dtype=out_dtype,
                                                     scale_a=scale_a, scale_b=scale_b, config=config,
                                                     autotune_default=config is None and _autotune_enabled())
@@ -308,6 +314,9 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
             where = check_epilogue(activation, bi, m, n, ia.device)
             ic, beta_c = check_c(c, beta, m, n, ia.device)
             ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
+            if given:  # (vectors the epilogue reads: another tile may already have written them)
+                check_apart(io, (("bias", bi), ("amax", iamax),
+                                 *((f"epilogue_args[{i}]", info) for i, info in enumerate(infos))))
             own = st if stream is not None else None  # (a strided vector is converted on the call's stream)
             vec = bias_operand(bias, bi, own) if bi is not None else None
             # a user function's vectors read as the bias is (numbers: f32 arguments)

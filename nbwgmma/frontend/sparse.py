@@ -159,10 +159,10 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
     odt = "bf16" if fp8 else w.dtype
     lib = lib_of(x)
     fresh_out = out is None
+    if out_dtype is not None and str(out_dtype).replace("torch.", "") not in (odt, {"bf16": "bfloat16",
+                                                                                    "f16": "float16"}[odt]):
+        raise MatmulTypeError(f"matmul: a {w.dtype} Sparse24 product is {odt}; got out_dtype={out_dtype!r}")
     if out is None:
-        if out_dtype is not None and str(out_dtype).replace("torch.", "") not in (odt, {"bf16": "bfloat16",
-                                                                                        "f16": "float16"}[odt]):
-            raise MatmulTypeError(f"matmul: a {w.dtype} Sparse24 product is {odt}; got out_dtype={out_dtype!r}")
         out = empty_like_lib(lib, x, (m, n) if left else (n, m), odt)
     dense = ix  # (as given: a staged copy below never overlaps out)
     io = described(out, "out")
