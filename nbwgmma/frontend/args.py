@@ -214,6 +214,9 @@ def scale_product(scale_a, scale_b) -> float:
     def value(x, name):
         if x is None:
             return 1.0
+        if isinstance(x, (str, bytes, bool, np.bool_)):  # (float() would take "2" and True)
+            raise MatmulTypeError(f"matmul: scale_a and scale_b must be numbers (or one-element tensors); got "
+                                  f"{name}={x!r}")
         if not isinstance(x, (int, float, np.integer, np.floating)) and not sim.enabled():
             refuse_host_read(name)  # (a device array's value, read here)
         if hasattr(x, "copy_to_host") and int(np.prod(getattr(x, "shape", ()))) == 1:
@@ -300,7 +303,11 @@ def _overlaps_itself(x, limit=4096) -> bool:
     """Whether two elements of ``x`` share a byte (no stride is 0): none where each stride, smallest
     first, steps past what the smaller ones span (every usual layout); otherwise whether some index
     step ``t != 0`` (|t_i| < shape_i) moves by less than an element (past ``limit`` candidates, a yes)."""
+    if 0 in x.shape:
+        return False
     dims = sorted((abs(s), d) for s, d in zip(x.strides, x.shape) if d > 1)
+    if dims and dims[0][0] == 0:
+        return True
     span = x.itemsize
     for s, d in dims:
         if s < span:

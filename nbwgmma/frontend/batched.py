@@ -255,7 +255,10 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
     alpha = real_arg(alpha, "alpha")
     epi, vec, fp8_out = {}, None, (1.0, None)
     cb, beta = _batch_c(c, beta, bt, ia.device)
-    if m == 0 or n == 0 or bt.count == 0:
+    if m == 0 or n == 0 or bt.count == 0:  # an empty output: nothing runs, but the options are checked
+        check_fp8_out(odt, scale_out, amax, ia.device)
+        user_epilogue(epilogue, epilogue_args, m, n, ia.device)
+        check_epilogue(activation, described(bias, "bias") if bias is not None else None, m, n, ia.device)
         return out, None, one_o, None
     scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
     if k == 0:

@@ -337,6 +337,10 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
         elif bias is None and activation is None and epilogue is None and not epilogue_args \
                 and (c is None and beta is None or c is not None and check_c(c, beta, m, n, ia.device)[0] is None) \
                 or m == 0 or n == 0:  # K = 0 and only an fp8 output, alpha or a C that beta = 0 leaves unread:
+            if m == 0 or n == 0:  # an empty output: nothing runs, but the options are checked as in any call
+                check_epilogue(activation, described(bias, "bias") if bias is not None else None, m, n, ia.device)
+                check_c(c, beta, m, n, ia.device)
+                user_epilogue(epilogue, epilogue_args, m, n, ia.device)
             check_fp8_out(odt, scale_out, amax, ia.device)  # zeros (amax stays as it is); an empty output: nothing
         else:
             raise MatmulError("matmul: a bias, an activation, an epilogue function or C need K > 0 so far; got K = 0")
