@@ -267,6 +267,9 @@ BAD = {
                   "product is f16"),
     "strides": (lambda w: (Fake((8, 64), np.float16, strides=(130, 2)), w.t()), {"out": Fake((8, 64), np.float16)},
                 MatmulError, "16-byte aligned rows"),
+    "rows-backward": (lambda w: (Fake((8, 64), np.float16, strides=(-128, 2)), w.t()),
+                      {"out": Fake((8, 64), np.float16)}, MatmulError,
+                      r"dense operand .* 16-byte aligned rows and address; got shape \(8, 64\), strides \(-128, 2\)"),
     "config": (lambda w: (w, Fake((64, 8), np.float16)), {"config": {"bm": 64}}, MatmulError, "keys among"),
     "host": (lambda w: (np.zeros((8, 64), np.float16), w.t()), {}, MatmulTypeError, "A: expected a CUDA array"),
 }

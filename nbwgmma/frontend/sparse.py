@@ -70,10 +70,11 @@ def _b_view(ib: ArrayInfo, rows_axis: int, es: int, fp8: bool):
     as [k, n] N-major; MatmulError where TMA cannot read it in place."""
     n, k = ib.shape[rows_axis], ib.shape[1 - rows_axis]
     sn, sk = ib.strides[rows_axis], ib.strides[1 - rows_axis]
-    if ib.ptr % 16 == 0:  # (a dimension of one row is never stepped: its map stride is the row's own length)
-        if (sk == es or k == 1) and (sn % 16 == 0 or n == 1) and (k * es) % 16 == 0:
+    if ib.ptr % 16 == 0:  # (a dimension of one row is never stepped: its map stride is the row's own length;
+        # a negative stride cannot be a map's: such a view is copied, or refused)
+        if (sk == es or k == 1) and (sn % 16 == 0 and sn > 0 or n == 1) and (k * es) % 16 == 0:
             return "K", ((n, k), (max(sn // es, k) if n > 1 else k, 1))
-        if not fp8 and (sn == es or n == 1) and (sk % 16 == 0 or k == 1) and (n * es) % 16 == 0:
+        if not fp8 and (sn == es or n == 1) and (sk % 16 == 0 and sk > 0 or k == 1) and (n * es) % 16 == 0:
             return "MN", ((k, n), (max(sk // es, n) if k > 1 else n, 1))
     need = "K contiguous (the fp8 sparse wgmma has no transpose)" if fp8 else "K or the other dimension contiguous"
     raise MatmulError(f"matmul: the dense operand of a sparse product must have {need}, 16-byte aligned rows and "
