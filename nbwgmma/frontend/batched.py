@@ -250,7 +250,8 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
         raise MatmulTypeError(f"matmul: out must have type {odt}; got {io.dtype}")
     if not fresh:
         check_apart(io, ((("A", ia), ("B", ib)) if m and n and k else ()) + arrays_among(
-            (("bias", bias), ("amax", amax), *((f"epilogue_args[{i}]", x) for i, x in enumerate(epilogue_args or ())))))
+            (("bias", bias), ("amax", amax), *((f"epilogue_args[{i}]", x) for i, x in enumerate(
+                epilogue_args if isinstance(epilogue_args, (tuple, list)) else ())))))
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
     epi, vec, fp8_out = {}, None, (1.0, None)
