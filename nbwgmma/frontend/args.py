@@ -18,7 +18,7 @@ from ..fastlaunch import array_arg_values
 from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
-           "check_out", "check_apart", "arrays_among", "whole_strides", "check_c_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "empty_rows16",
+           "check_out", "check_apart", "check_reads_apart", "arrays_among", "whole_strides", "check_c_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "empty_rows16",
            "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output",
            "stand_in", "stream_scratch", "typed", "type_name", "holds"]
 
@@ -271,15 +271,20 @@ def check_out(io, ia, ib, odt, fresh):
 
 
 def check_apart(io, operands, who="matmul"):
-    """A given output ``io`` must not overlap the ``operands`` ((name, ArrayInfo or None), ...: the
-    matrices, and the vectors an epilogue reads, such as a bias or scales) nor itself (its
-    elements written in any order, or read by other tiles after one wrote them: a race, a wrong
-    answer)."""
+    """A given output ``io`` must not overlap itself (its elements written in any order: a race,
+    a wrong answer) nor the ``operands`` (:func:`check_reads_apart`)."""
     if 0 not in io.shape and any(st == 0 and d > 1 for st, d in zip(io.strides, io.shape)):
         raise MatmulError(f"{who}: out's elements overlap one another (a zero stride); got strides {io.strides}")
     if _overlaps_itself(io):
         raise MatmulError(f"{who}: out's elements overlap one another: shape {io.shape} with strides {io.strides} "
                           f"bytes puts elements of {io.itemsize} bytes on shared bytes")
+    check_reads_apart(io, operands, who)
+
+
+def check_reads_apart(io, operands, who="matmul"):
+    """A given output ``io`` must not overlap the ``operands`` ((name, ArrayInfo or None), ...: the
+    matrices, and the vectors an epilogue reads, such as a bias or scales): other tiles would
+    read them after one wrote there."""
     for name, iv in operands:
         if iv is not None and _may_overlap(iv, io):  # (column blocks of one buffer interleave their bytes, yet
             raise MatmulError(f"{who}: out overlaps {name}")  # share no element)

@@ -185,10 +185,6 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
 
     if ta in FP8_TYPES:
         bias32, gb = _group_bias(bias, groups, n, ia.device, lib_of(a))
-        if out is not None:  # (the bias as given: _group_bias may have converted it)
-            check_apart(described(out, "out", "grouped_matmul"),
-                        arrays_among((("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)), "grouped_matmul"),
-                        "grouped_matmul")
         return grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib_of(a), masked=masked,
                                      t=t if masked else 0, ta=ta, tb=tb, out=out,
                                      out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, stream=stream,

@@ -30,7 +30,7 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.grouped_scaled import BM, BN, SMEM, THREADS, grouped_scaled_kernel
 from ..kit import SCALE_BLOCK, box_rows
-from .args import NP_OF, check_apart, described, empty_rows16, holds, stand_in, stream_of
+from .args import NP_OF, arrays_among, check_apart, described, empty_rows16, holds, stand_in, stream_of
 from .arrays import ArrayInfo
 from .views import numba_view, tensor_map
 
@@ -101,7 +101,9 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
         out = empty_rows16(lib, a, shape, odt)  # (rows 16 bytes apart, as TMA stores need)
     io = described(out, "out", "grouped_matmul")
     if not fresh:
-        check_apart(io, (("A", ia), ("B", ib), ("offs", io_)), "grouped_matmul")
+        # (the bias as the kernel reads it: a copy _group_bias made is read before the kernel runs)
+        reads = arrays_among((("bias", bias[0]), ("scale_a", scale_a), ("scale_b", scale_b)), "grouped_matmul")
+        check_apart(io, (("A", ia), ("B", ib), ("offs", io_)) + reads, "grouped_matmul")
     empty = 0 in shape  # (an empty array's strides say nothing: NumPy gives a new one zeros)
     if io.shape != shape or not holds(io.dtype, odt) or (not empty and (
             io.strides[-1] != io.itemsize or any(s % 16 for s in io.strides[:-1])

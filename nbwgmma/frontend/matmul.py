@@ -19,9 +19,8 @@ from .. import sim
 from ..capture import call_captured, calling, relaxed
 from ..errors import MatmulError
 from .args import (
-    array_error, check_apart, check_c_apart, check_call, described, empty_like_lib, empty_rows16, lib_of, output,
-    is_real, real_arg, scale_product, stream_of, whole_strides,
-    torch_dtype,
+    array_error, check_c_apart, check_call, check_reads_apart, described, empty_like_lib, empty_rows16, is_real,
+    lib_of, output, real_arg, scale_product, stream_of, torch_dtype, whole_strides,
 )
 from .arrays import ArrayInfo, array_info
 from .batched import batch_of, batched_matmul, check_batch_options, fold, forget_batched_plans, unfold
@@ -159,7 +158,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
         and (config is None or config == "auto") and in_dtype is None \
         and (bias is None or type(bias) in _TORCH_BIASES) and (activation is None or type(activation) is str) \
         and epilogue is None and not epilogue_args and c is None and beta is None \
-        and (type(alpha) is float or type(alpha) is int or is_real(alpha)) and alpha == 1.0 \
+        and is_real(alpha) and alpha == 1.0 \
         and scale_out is None and amax is None and type(scale_a) in _PLAIN_SCALES and type(scale_b) in _PLAIN_SCALES \
         and (out_dtype is None or type(out_dtype) in _OUT_DTYPES)
     if quick:
@@ -315,8 +314,8 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
             ic, beta_c = check_c(c, beta, m, n, ia.device)
             ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
             if given:  # (vectors the epilogue reads: another tile may already have written them)
-                check_apart(io, (("bias", bi), ("amax", iamax),
-                                 *((f"epilogue_args[{i}]", info) for i, info in enumerate(infos))))
+                check_reads_apart(io, (("bias", bi), ("amax", iamax),
+                                       *((f"epilogue_args[{i}]", info) for i, info in enumerate(infos))))
             own = st if stream is not None else None  # (a strided vector is converted on the call's stream)
             vec = bias_operand(bias, bi, own) if bi is not None else None
             # a user function's vectors read as the bias is (numbers: f32 arguments)

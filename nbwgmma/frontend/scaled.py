@@ -49,7 +49,7 @@ from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import ScaledConfig, scaled_kernel, strip_units
 from ..kit import SCALE_BLOCK, WIDE_COLS
 from ..launch import array_arg_types, array_arg_values, device_limits
-from .args import NP_OF, check_apart, described, lib_of, output, stand_in, stream_key, stream_of, stream_scratch, torch_dtype
+from .args import NP_OF, check_reads_apart, described, lib_of, output, stand_in, stream_key, stream_of, stream_scratch, torch_dtype
 from .arrays import ArrayInfo, numba_layout
 from .fused import bias_operand, check_epilogue
 from .views import numba_view, tensor_map, zero_fill
@@ -409,7 +409,7 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
     infos = [None if x is None or not hasattr(x, "shape") else _scale_info(x, f"scale_{side}", dev)
              for x, side in ((scale_a, "a"), (scale_b, "b"))]
     if io is not None:  # a given out: nothing the epilogue reads may lie in it
-        check_apart(io, (("bias", bi), ("scale_a", infos[0]), ("scale_b", infos[1])))
+        check_reads_apart(io, (("bias", bi), ("scale_a", infos[0]), ("scale_b", infos[1])))
     kinds = []
     for x, info, side in ((scale_a, infos[0], "A"), (scale_b, infos[1], "B")):
         if x is None:

@@ -371,8 +371,7 @@ class SimThread(greenlet.greenlet):
         self._where, self._where_frame = value, None
 
     def enter(self, frame, op):
-        """Start running intrinsic ``op``, whose own frame is ``frame`` (its kernel line is read
-        from it when asked): returns what :meth:`leave` restores when it returns."""
+        """Start intrinsic ``op`` run from ``frame``: returns what :meth:`leave` restores after it."""
         saved = (self._where, self._where_frame, self.op)
         self._where, self._where_frame, self.op = None, frame, op
         return saved
