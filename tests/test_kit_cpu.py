@@ -898,10 +898,27 @@ def test_scheduler_cluster_k_and_pingpong_bk_and_staged_scales_stages():
     assert TileScheduler(128, 128, 64, cluster_k=np.int64(2)).cluster_k == 2
     assert PingPong("f32.e4m3.e4m3", TmaPipeline(4, consumers=1)).BK == 128
     assert PingPong("f32.bf16.bf16", TmaPipeline(4, consumers=1)).bk == 64
+
     staged = dict(a_block=True, b_block=True, a_columns=True)
     with pytest.raises(KitError, match="staged scales taken in turn by 3 scale warps need at least 3 stages"):
         BlockScaled("f32.e4m3.e4m3", TmaPipeline(2, consumers=256, producers=33), **staged)
     BlockScaled("f32.e4m3.e4m3", TmaPipeline(3, consumers=256, producers=33), **staged)
+
+
+def test_pingpong_operand_majors_and_ragged_tiles():
+    """PingPong reads A M-contiguous as B N-contiguous (16-bit kinds: wgmma transposes no fp8);
+    its ragged tiles (K-grouped products) exist only with both operands MN-major, and asking for
+    them otherwise is a KitError that names what is needed."""
+    from nbwgmma.kit import PingPong
+
+    pp = PingPong("f32.bf16.bf16", TmaPipeline(6, consumers=1), a_major="MN", b_major="MN")
+    assert callable(pp.ragged) and "a_major='MN'" in repr(pp)
+    with pytest.raises(KitError, match="f32.e4m3.e4m3 has no transpose: A must be K-major"):
+        PingPong("f32.e4m3.e4m3", TmaPipeline(4, consumers=1), a_major="MN")
+    with pytest.raises(KitError, match="a_major must be 'K' or 'MN'; got 'M'"):
+        PingPong("f32.bf16.bf16", TmaPipeline(4, consumers=1), a_major="M")
+    with pytest.raises(KitError, match="A and B must both be MN-major .* a_major='K', b_major='MN'"):
+        PingPong("f32.bf16.bf16", TmaPipeline(4, consumers=1), b_major="MN").ragged
 
 
 _ROW_MAX = acc_row_reduce("max", 256)

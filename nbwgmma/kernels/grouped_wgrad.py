@@ -11,26 +11,19 @@ MN-major operands). One launch for all groups; the host never reads ``offs``.
 
 Work units are the 128 x 128 tiles of every group's output, ``G * tiles(M) * tiles(N)`` of them
 (known on the host; group ``g``'s tiles are units ``g * tiles(M) * tiles(N)`` onwards, walked
-``GROUP_M`` tile rows at a time). The schedule is ping-pong (as :class:`~nbwgmma.kit.PingPong`:
-two consumer warpgroups take the CTA's tiles in turn, one's epilogue under the other's main loop,
-6 stages of 32 KiB, a TMA producer thread), written out here because PingPong does not fit: a
-tile's K length is its group's, so tiles differ in k-blocks (a consumer finds its first stage from
-the running count of the CTA's fills, both consumers computing every tile's count), and the last
-k-block of a group needs the masking below.
+``GROUP_M`` tile rows at a time). The schedule is ping-pong: two consumer warpgroups take the
+CTA's tiles in turn, one's epilogue under the other's main loop, 6 stages of 32 KiB, a TMA
+producer thread. A tile's K length is its group's, so tiles differ in k-blocks: the consumers run
+:class:`~nbwgmma.kit.PingPong`'s ``ragged`` tiles, each starting at the ring's fill that the
+running count of the CTA's fills gives (both consumers count every tile's k-blocks).
 
 **Group boundaries.** A group's k-blocks start at its own first row: block ``j`` of group ``g``
 is rows ``s_g + 64 j`` .. ``s_g + 64 j + 63`` (TMA takes any start coordinate), so no block holds
 rows of the previous group. The last block of a group whose length is not a multiple of 64 holds
 ``e_g - kcol`` rows of the group and then rows of the next group (or zeros past ``total``, TMA's
-out-of-bounds fill). After the "full" barrier of that stage and before its wgmmas, the consumer
-warpgroup that owns the stage clears those rows in both operands: in the MN-major layout a K-row
-is one 128-byte row of a 64 x 64 box (the 128-byte swizzle moves 16-byte chunks only within a
-row), so the rows ``e_g - kcol`` .. 63 of each of the stage's four boxes are one contiguous range
-of bytes, cleared with 16-byte stores (``st.shared.v4.b32``), then ``fence.proxy.async`` (the
-async proxy, which the wgmma reads through, sees the zeros) and the warpgroup's barrier (every
-thread's zeros are in before any wgmma). Clearing both operands, not one, keeps a non-finite
-value of the next group out of the sums (Inf * 0 is NaN). The wgmmas then read full 64-row
-blocks; the cleared rows add nothing. An empty group has no k-blocks: its tiles store zeros
+out-of-bounds fill); ``ragged`` clears those K-rows of both operands in shared memory before the
+stage's wgmmas. Clearing both, not one, keeps a non-finite value of the next group out of the
+sums (Inf * 0 is NaN). An empty group has no k-blocks: its tiles store zeros
 (``torch._grouped_mm``'s result for it).
 
 Values of ``offs`` are clamped into [0, total] and made non-decreasing, so bad offsets cannot
@@ -46,14 +39,9 @@ import numpy as np
 from numba import cuda
 
 from ..errors import ConfigError
-from ..intrinsics import (
-    acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_wait_group, desc_advance, fence_proxy_async_shared, make_desc,
-    setmaxnreg_dec, setmaxnreg_inc, st_shared_v4_b32, tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async,
-    wgmma_wait_group,
-)
-from ..kit import TmaPipeline, inlined, tma_store_part_3d, turn_pass, turn_wait, warpgroup_sync
+from ..intrinsics import acc_to_bf16x2, acc_to_f16x2, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc
+from ..kit import PingPong, TmaPipeline, inlined, tma_store_part_3d
 from ..launch import dynamic_smem_bytes
-from ..layout import SWIZZLE_CODE
 
 __all__ = ["grouped_wgrad_kernel", "THREADS", "SMEM", "TYPES", "BM", "BN", "BK", "units"]
 
@@ -62,15 +50,12 @@ BM = BN = 128
 BK = 64
 THREADS = 384
 STAGES = 6
-BOX = 64 * 128  # one 64 x 64 box of 16-bit values: 64 K-rows of 128 bytes
-A_BYTES = 2 * BOX
-STAGE = 4 * BOX  # A's two boxes (128 rows of M), then B's two (128 columns of N)
+STAGE = PingPong.STAGE_BYTES  # A's two 64 x 64 boxes (128 rows of M), then B's two (128 columns of N)
 C_PART = 64 * 64 * 2  # 64 x 64 16-bit blocks of C, two per consumer after the stages
 C_OFF = STAGES * STAGE
 #: Dynamic shared memory of a launch.
 SMEM = dynamic_smem_bytes(C_OFF + 4 * C_PART)
 GROUP_M = 8
-_SW128 = SWIZZLE_CODE["128B"]
 
 
 def units(groups: int, m: int, n: int) -> int:
@@ -101,6 +86,7 @@ def _build(dtype):
     KIND = f"f32.{dtype}.{dtype}"
     BF16 = dtype == "bf16"
     pipe = TmaPipeline(STAGES, consumers=1)
+    pp = PingPong(KIND, pipe, a_major="MN", b_major="MN")
 
     @inlined
     def group_rows(offs, g, total):
@@ -126,64 +112,6 @@ def _build(dtype):
         r = t - band * per
         tn = div32(r, rows)
         return first + r - tn * rows, tn
-
-    @inlined
-    def clear_rows(slot, valid, ct):
-        """Zeros in K-rows ``valid`` .. 63 of the stage's four boxes (A's two, B's two): each a
-        contiguous range of 16-byte chunks, 128 threads storing one chunk at a time."""
-        chunks = (BK - valid) * 8  # 16-byte chunks per box
-        first = slot + valid * 128
-        for box in range(4):
-            for i in range(ct, chunks, 128):
-                st_shared_v4_b32(first + box * BOX + i * 16, 0, 0, 0, 0)
-
-    # Numba-inlined like PingPong.tile: the main loop stays in the caller's code.
-    @cuda.jit(device=True, inline=True)
-    def mainloop(ring, base, it, kbs, rows, ct, cw, wait_turn, pass_turn):
-        """Warpgroup ``cw``'s 128 x 128 tile over ``kbs`` k-blocks from the ring's ``it``-th fill,
-        ``rows`` the group's length (its last block's rows past it are cleared)."""
-        # Zeros, not undefined values with scale-d 0 at the first wgmma: an empty group has no
-        # wgmma and stores these (selecting zeros after the loop copied both fragments and spilled).
-        acc0 = acc_zeros(KIND, 128)
-        acc1 = acc_zeros(KIND, 128)
-        if wait_turn:
-            turn_wait(cw)  # the other's main loop has waited on every stage before ours
-        s, ph = pipe.stage_of(it)
-        prev = 0
-        for kb in range(kbs):
-            pipe.consumer_wait(ring, s, ph)
-            slot = base + s * STAGE
-            valid = rows - kb * BK
-            if valid < BK:  # the group's last block: the next group's rows must not count
-                clear_rows(slot, valid, ct)
-                fence_proxy_async_shared()  # generic stores -> the async proxy wgmma reads through
-                warpgroup_sync(cw)
-            # A: M-contiguous boxes (LBO 8 KiB to the next 64 rows of M, unused by m64), 8 K-rows
-            # 1024 B apart; B likewise along N; a K step of 16 is two 8-row atoms, 2048 B.
-            da = make_desc(slot, BOX, 1024, _SW128)
-            da1 = make_desc(slot + BOX, BOX, 1024, _SW128)
-            db = make_desc(slot + A_BYTES, BOX, 1024, _SW128)
-            wgmma_fence()
-            acc0 = wgmma_mma_async(acc0, da, db, KIND, 1, 1, 1, 1, 1)
-            acc1 = wgmma_mma_async(acc1, da1, db, KIND, 1, 1, 1, 1, 1)
-            acc0 = wgmma_mma_async(acc0, desc_advance(da, 2048), desc_advance(db, 2048), KIND, 1, 1, 1, 1, 1)
-            acc1 = wgmma_mma_async(acc1, desc_advance(da1, 2048), desc_advance(db, 2048), KIND, 1, 1, 1, 1, 1)
-            acc0 = wgmma_mma_async(acc0, desc_advance(da, 4096), desc_advance(db, 4096), KIND, 1, 1, 1, 1, 1)
-            acc1 = wgmma_mma_async(acc1, desc_advance(da1, 4096), desc_advance(db, 4096), KIND, 1, 1, 1, 1, 1)
-            acc0 = wgmma_mma_async(acc0, desc_advance(da, 6144), desc_advance(db, 6144), KIND, 1, 1, 1, 1, 1)
-            acc1 = wgmma_mma_async(acc1, desc_advance(da1, 6144), desc_advance(db, 6144), KIND, 1, 1, 1, 1, 1)
-            wgmma_commit_group()
-            wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
-            if kb > 0 and ct == 0:
-                pipe.consumer_release(ring, prev)
-            prev = s
-            s, ph = pipe.advance(s, ph)
-        if pass_turn:
-            turn_pass(cw)  # our stages are all waited for: the other may start its main loop
-        wgmma_wait_group(0)
-        if kbs > 0 and ct == 0:
-            pipe.consumer_release(ring, prev)
-        return acc0, acc1
 
     @inlined
     def put(frag, buf, ct, cw, tmap_c, g, row, col):
@@ -217,12 +145,8 @@ def _build(dtype):
                         tm, tn = tile_of(u - g * per_group, tiles_m, tiles_n)
                         for kb in range((end - start + BK - 1) // BK):
                             full = pipe.producer_acquire(ring, s, ph, STAGE)
-                            slot = base + s * STAGE
-                            kcol = start + kb * BK  # blocks aligned to the group's first row
-                            tma_load_2d(slot, tmap_a, full, tm * BM, kcol)
-                            tma_load_2d(slot + BOX, tmap_a, full, tm * BM + 64, kcol)
-                            tma_load_2d(slot + A_BYTES, tmap_b, full, tn * BN, kcol)
-                            tma_load_2d(slot + A_BYTES + BOX, tmap_b, full, tn * BN + 64, kcol)
+                            # blocks aligned to the group's first row
+                            pp.load(base + s * STAGE, full, tmap_a, tmap_b, start + kb * BK, tm * BM, tn * BN)
                             s, ph = pipe.advance(s, ph)
         else:  # two consumer warpgroups taking the CTA's tiles in turn
             setmaxnreg_inc(232)
@@ -241,8 +165,8 @@ def _build(dtype):
                     g = div32(u, per_group)
                     start, end = group_rows(offs, g, total)
                     pass_turn = u0 + 1 < nunits if cw == 0 else pair + step < npairs
-                    acc0, acc1 = mainloop(ring, base, it + cw * kb0, kb1 if cw else kb0, end - start, ct, cw,
-                                          cw == 1 or pair != first, pass_turn)
+                    acc0, acc1 = pp.ragged(ring, base, it + cw * kb0, kb1 if cw else kb0, end - start, ct, cw,
+                                           cw == 1 or pair != first, pass_turn)
                     tm, tn = tile_of(u - g * per_group, tiles_m, tiles_n)
                     r0, col = tm * BM, tn * BN
                     put(acc0[:32], c0, ct, cw, tmap_c, g, r0, col)
