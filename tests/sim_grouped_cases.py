@@ -225,6 +225,10 @@ def test_zero_rows_and_a_width_of_40_bytes_are_taken():
     got = grouped_matmul(cuda.to_device(np.ones((16, 0), np.float16)).T, cuda.to_device(np.ones((16, 8), np.float16)),
                          ends)
     assert got.shape == (2, 0, 8)
+    # K = 0 with rows to write is refused as such, not as B's layout (its zero strides)
+    with pytest.raises(MatmulError, match="K = 0 is not supported so far"):
+        grouped_matmul(cuda.device_array((2, 8, 0), np.float16), cuda.device_array((2, 0, 8), np.float16),
+                       cuda.to_device(np.array([3, 5], np.int32)))
     x = RNG.integers(-3, 4, (40, 64)).astype(np.float16)
     w = RNG.integers(-3, 4, (2, 20, 64)).astype(np.float16)
     offs = cuda.to_device(np.array([15, 40], np.int32))

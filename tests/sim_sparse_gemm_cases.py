@@ -169,3 +169,11 @@ def test_dtype_given_for_a_typed_weight_is_a_clear_error():
         Sparse24.from_dense(cuda.to_device(np.zeros((8, 8), np.float16)), dtype="bf16")
     with pytest.raises(nbwgmma.MatmulTypeError, match="dtype='e4m3' reads 1-byte raw bits; got a weight of u16"):
         Sparse24.from_dense(cuda.to_device(np.zeros((8, 8), np.uint16)), dtype="e4m3")
+
+
+def test_an_empty_dense_operand_gives_an_empty_product():
+    """NumPy (hence Numba) gives an empty array zero strides, which the dense operand's layout
+    check refused; with no row or column to compute, the product is returned empty."""
+    w24 = Sparse24.from_dense(cuda.to_device(prune_24(np.ones((64, 64))).astype(np.float16)))
+    assert nbwgmma.matmul(cuda.device_array((0, 64), np.float16), w24.t()).shape == (0, 64)
+    assert nbwgmma.matmul(w24, cuda.device_array((64, 0), np.float16)).shape == (64, 0)

@@ -202,7 +202,9 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
         raise MatmulTypeError(f"grouped_matmul: the output is of the input type ({ta}) or f32; got out_dtype={odt}")
     es = ib.itemsize
     wt = ArrayInfo(ib.ptr, (groups * n, k), (ib.strides[2], ib.strides[1]), *tuple(ib)[3:])  # B[g]^T stacked
-    if ib.strides[1] == es and ib.strides[0] == n * ib.strides[2] and _row_major(wt):
+    if 0 in ib.shape:  # (nothing of B is read; an empty array may have zero strides)
+        b_major = "K"
+    elif ib.strides[1] == es and ib.strides[0] == n * ib.strides[2] and _row_major(wt):
         b_major = "K"  # the transpose of a contiguous (G, N, K) weight stack: w.transpose(1, 2)
     elif ib.strides[2] == es and all(st % 16 == 0 for st in ib.strides[:2]) and ib.ptr % 16 == 0 and (n * es) % 16 == 0:
         b_major = "MN"  # (G, K, N) with N contiguous: each B[g] row-major
