@@ -13,7 +13,7 @@ from ..kit.cluster_k import ClusterSplitK  # (their exchange buffer with K in ha
 
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
-           "narrow_tile", "narrow_config", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
+           "narrow_tile", "narrow_config", "NARROW_WIDE_BN", "NARROW_WIDE_PICK_GAIN", "NARROW_WIDE_MIN_M", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
            "pick_narrow", "PAD_GAIN", "padded_pick", "padded_score",
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
@@ -147,8 +147,9 @@ def pick_narrow(m, n, tile, sms, input_bits=16, tma_out=True):
     """The default path's narrow tile in place of a 128-row ``tile`` of at most 192 columns: of the
     narrower tiles of :data:`NARROW_BN` that need at most two waves (for inputs other than 16-bit
     without ``tma_out``, a TMA-stored out: at most :data:`NARROW_BN_FP8_MAX` columns and one wave),
-    the one filling the waves best, where it fills them at least :data:`NARROW_PICK_GAIN` more;
-    else None. Measured on an H100 in one process against the earlier choice (BENCHMARKS.md,
+    the one filling the waves best, where it fills them at least :data:`NARROW_PICK_GAIN` more
+    (:data:`NARROW_WIDE_PICK_GAIN` for 144 and 160 columns where M has at least
+    :data:`NARROW_WIDE_MIN_M` rows); else None. Measured on an H100 in one process against the earlier choice (BENCHMARKS.md,
     2026-11-26; outputs bit-identical), with the stores from the registers: 1.03-1.13x at 384 x
     6144, 640 x 2048, 640 x 7168 and 768 x 1536 (bf16, e4m3 at 640 x 2048), 1.00-1.02x at 512 x
     5120, 1024 x 5120 and 1536 x 1536; with the TMA epilogue's unswizzled boxes (same day) another
@@ -160,7 +161,25 @@ def pick_narrow(m, n, tile, sms, input_bits=16, tma_out=True):
         return None
     full = input_bits == 16 or tma_out
     below = tile[1] if full else min(tile[1], NARROW_BN_FP8_MAX + 1)
-    return _best_narrow(m, n, tile, sms, NARROW_PICK_GAIN, below=below, waves=2 if full else 1)
+    best = _best_narrow(m, n, tile, sms, 0.0, below=below, waves=2 if full else 1)
+    if best is None:
+        return None
+    wide = best["bn"] >= NARROW_WIDE_BN and m >= NARROW_WIDE_MIN_M
+    gain = NARROW_WIDE_PICK_GAIN if wide else NARROW_PICK_GAIN
+    return best if wave_fill(m, n, 128, best["bn"], sms) >= wave_fill(m, n, *tile, sms) + gain else None
+
+
+#: The narrow tiles of at least :data:`NARROW_WIDE_BN` columns (144, 160) are taken from
+#: :data:`NARROW_WIDE_PICK_GAIN` more of the waves filled (not :data:`NARROW_PICK_GAIN`) where M
+#: has at least :data:`NARROW_WIDE_MIN_M` rows. Measured on an H200 (BENCHMARKS.md, 2026-12-05),
+#: 128 x 160 forced against the default's 128 x 192 where it fills 0.09-0.15 more of the waves,
+#: bf16 at K = 4096 and e4m3 at K = 8192, ratio to cuBLAS in one process: 1.08-1.14x at 14 of 18
+#: problems (1514 x 1600: 0.840 -> 0.954), level at 2375 x 848 (1.02x / 0.99x), 0.95-0.98x at 261 x
+#: 12960, whose last row of tiles holds 5 rows (its tiles' second warpgroup idle: cheaper tiles
+#: than the count of waves assumes).
+NARROW_WIDE_BN = 144
+NARROW_WIDE_PICK_GAIN = 0.08
+NARROW_WIDE_MIN_M = 512
 
 
 def rank_tiles(m, n, cluster=1, widths=None, count=1):
