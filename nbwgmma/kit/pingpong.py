@@ -150,6 +150,27 @@ class PingPong(types.ModuleType):
             return acc0, acc1
 
         @cuda.jit(device=True, inline=True)
+        def retire(ring, s, ph, prev, kb, ct):
+            """After stage ``s``'s wgmmas are issued: commit them, wait for the previous stage's
+            and release that one (none before the first); -> (prev, s, ph) for the next stage."""
+            wgmma_commit_group()
+            wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
+            if kb > 0 and ct == 0:
+                pipe.consumer_release(ring, prev)
+            s1, ph1 = pipe.advance(s, ph)
+            return s, s1, ph1
+
+        @cuda.jit(device=True, inline=True)
+        def close(ring, prev, ct, cw, pass_turn, release):
+            """The end of a tile's main loop: the turn passed (where ``pass_turn``), the last
+            wgmmas waited for and their stage released (where ``release``)."""
+            if pass_turn:
+                turn_pass(cw)  # our stages are all waited for: the other may start its main loop
+            wgmma_wait_group(0)
+            if release and ct == 0:
+                pipe.consumer_release(ring, prev)
+
+        @cuda.jit(device=True, inline=True)
         def tile(ring, base, s, ph, kblocks, ct, cw, wait_turn, pass_turn):
             acc0 = acc_undef(KIND, BN)
             acc1 = acc_undef(KIND, BN)
@@ -160,25 +181,16 @@ class PingPong(types.ModuleType):
                 pipe.consumer_wait(ring, s, ph)
                 slot = base + s * STAGE
                 acc0, acc1 = stage(acc0, acc1, slot, kb > 0)  # scale-d 0 first: no fill
-                wgmma_commit_group()
-                wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
-                if kb > 0 and ct == 0:
-                    pipe.consumer_release(ring, prev)
-                prev = s
-                s, ph = pipe.advance(s, ph)
-            if pass_turn:
-                turn_pass(cw)  # our stages are all waited for: the other may start its main loop
-            wgmma_wait_group(0)
-            if ct == 0:
-                pipe.consumer_release(ring, prev)
+                prev, s, ph = retire(ring, s, ph, prev, kb, ct)
+            close(ring, prev, ct, cw, pass_turn, True)
             s, ph = pipe.advance_by(s, ph, kblocks)  # skip the other warpgroup's tile
             return acc0, acc1, s, ph
 
         self.load, self.start, self.tile = load, start, tile
         if A_MN and B_MN:
-            self.ragged = self._ragged(stage)
+            self.ragged = self._ragged(stage, retire, close)
 
-    def _ragged(self, stage):
+    def _ragged(self, stage, retire, close):
         """The ``ragged`` device function (both operands MN-major)."""
         pipe, KIND, STAGE, BN, BK = self.pipe, self.kind, self.STAGE_BYTES, self.BN, self.BK
         BOX = 64 * 128  # one 64 x 64 box of 16-bit values: 64 K-rows of 128 bytes
@@ -215,17 +227,8 @@ class PingPong(types.ModuleType):
                     fence_proxy_async_shared()  # generic stores -> the async proxy wgmma reads through
                     warpgroup_sync(cw)
                 acc0, acc1 = stage(acc0, acc1, slot, 1)
-                wgmma_commit_group()
-                wgmma_wait_group(1)  # the previous stage's wgmmas are done: release it
-                if kb > 0 and ct == 0:
-                    pipe.consumer_release(ring, prev)
-                prev = s
-                s, ph = pipe.advance(s, ph)
-            if pass_turn:
-                turn_pass(cw)  # our stages are all waited for: the other may start its main loop
-            wgmma_wait_group(0)
-            if kblocks > 0 and ct == 0:
-                pipe.consumer_release(ring, prev)
+                prev, s, ph = retire(ring, s, ph, prev, kb, ct)
+            close(ring, prev, ct, cw, pass_turn, kblocks > 0)
             return acc0, acc1
 
         return ragged
