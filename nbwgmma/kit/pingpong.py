@@ -37,11 +37,11 @@ import types
 from numba import cuda
 
 from ..errors import KitError
-from ..intrinsics import acc_undef, acc_zeros, desc_advance, fence_proxy_async_shared, make_desc, st_shared_v4_b32, \
-    tma_load_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group
+from ..intrinsics import acc_undef, acc_zeros, desc_advance, make_desc, tma_load_2d, wgmma_commit_group, wgmma_fence, \
+    wgmma_mma_async, wgmma_wait_group
 from ..layout import SWIZZLE_CODE, wgmma_kind
-from .device import inlined
 from .pipeline import TmaPipeline, check_stages
+from .short_rows import clear_rows
 from .warpgroup import turn_pass, turn_wait, warpgroup_sync
 
 __all__ = ["PingPong"]
@@ -195,18 +195,6 @@ class PingPong(types.ModuleType):
         pipe, KIND, STAGE, BN, BK = self.pipe, self.kind, self.STAGE_BYTES, self.BN, self.BK
         BOX = 64 * 128  # one 64 x 64 box of 16-bit values: 64 K-rows of 128 bytes
 
-        @inlined
-        def clear_tail(slot, valid, ct):
-            """Zeros in K-rows ``valid`` .. 63 of the stage's four boxes (A's two, B's two): in the
-            MN-major layout a K-row is one 128-byte row of a box (the 128-byte swizzle moves 16-byte
-            chunks only within a row), so each box's rows are one range of 16-byte chunks, 128
-            threads storing one chunk at a time."""
-            chunks = (BK - valid) * 8  # 16-byte chunks per box
-            first = slot + valid * 128
-            for box in range(4):
-                for i in range(ct, chunks, 128):
-                    st_shared_v4_b32(first + box * BOX + i * 16, 0, 0, 0, 0)
-
         @cuda.jit(device=True, inline=True)
         def ragged(ring, base, it, kblocks, rows, ct, cw, wait_turn, pass_turn):
             # Zeros, not undefined values with scale-d 0 at the first wgmma: a tile of no k-blocks
@@ -223,8 +211,10 @@ class PingPong(types.ModuleType):
                 slot = base + s * STAGE
                 valid = rows - kb * BK
                 if valid < BK:  # the last block: K-rows past ``rows`` (another group's) must not count
-                    clear_tail(slot, valid, ct)
-                    fence_proxy_async_shared()  # generic stores -> the async proxy wgmma reads through
+                    # In the MN-major layout a K-row is one 128-byte row of a box (the 128-byte
+                    # swizzle moves 16-byte chunks only within a row): rows valid .. 63 of the
+                    # stage's four boxes (A's two, B's two), then the fence the wgmmas read after.
+                    clear_rows(slot, BOX, 4, 128, valid, BK, ct, 128)
                     warpgroup_sync(cw)
                 acc0, acc1 = stage(acc0, acc1, slot, 1)
                 prev, s, ph = retire(ring, s, ph, prev, kb, ct)
