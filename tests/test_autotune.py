@@ -84,8 +84,9 @@ def test_narrow_tiles_where_the_default_fills_its_waves_poorly(sms_132):
     assert pick_narrow(1536, 7168, (128, 256), 132) is None  # 256-column defaults keep their tile
     assert pick_narrow(2048, 2048, (128, 128), 132) is None  # two full waves already
     assert pick_narrow(5000, 3000, (128, 192), 132) is None  # several waves
-    # 144 and 160 columns from 8 points more where M has 512 rows or more
-    assert pick_narrow(1514, 1600, (128, 192), 132) == {"bm": 128, "bn": 160}  # 0.82 -> 0.91 of one wave
+    # 144 and 160 columns from 8 points more in two waves where M has 512 rows or more
+    assert pick_narrow(1133, 4288, (128, 192), 132) == {"bm": 128, "bn": 160}  # 0.78 -> 0.92 of two waves
+    assert pick_narrow(1514, 1600, (128, 192), 132) is None  # 0.82 -> 0.91 of one wave: 15 points there
     assert pick_narrow(261, 12960, (128, 192), 132) is None  # 0.77 -> 0.92 of two, but 261 rows
 
 

@@ -148,7 +148,7 @@ def pick_narrow(m, n, tile, sms, input_bits=16, tma_out=True):
     narrower tiles of :data:`NARROW_BN` that need at most two waves (for inputs other than 16-bit
     without ``tma_out``, a TMA-stored out: at most :data:`NARROW_BN_FP8_MAX` columns and one wave),
     the one filling the waves best, where it fills them at least :data:`NARROW_PICK_GAIN` more
-    (:data:`NARROW_WIDE_PICK_GAIN` for 144 and 160 columns where M has at least
+    (:data:`NARROW_WIDE_PICK_GAIN` for 144 and 160 columns in two waves where M has at least
     :data:`NARROW_WIDE_MIN_M` rows); else None. Measured on an H100 in one process against the earlier choice (BENCHMARKS.md,
     2026-11-26; outputs bit-identical), with the stores from the registers: 1.03-1.13x at 384 x
     6144, 640 x 2048, 640 x 7168 and 768 x 1536 (bf16, e4m3 at 640 x 2048), 1.00-1.02x at 512 x
@@ -164,14 +164,18 @@ def pick_narrow(m, n, tile, sms, input_bits=16, tma_out=True):
     best = _best_narrow(m, n, tile, sms, 0.0, below=below, waves=2 if full else 1)
     if best is None:
         return None
-    wide = best["bn"] >= NARROW_WIDE_BN and m >= NARROW_WIDE_MIN_M
+    wide = best["bn"] >= NARROW_WIDE_BN and m >= NARROW_WIDE_MIN_M \
+        and math.ceil(m / 128) * math.ceil(n / best["bn"]) > sms  # (two waves)
     gain = NARROW_WIDE_PICK_GAIN if wide else NARROW_PICK_GAIN
     return best if wave_fill(m, n, 128, best["bn"], sms) >= wave_fill(m, n, *tile, sms) + gain else None
 
 
 #: The narrow tiles of at least :data:`NARROW_WIDE_BN` columns (144, 160) are taken from
-#: :data:`NARROW_WIDE_PICK_GAIN` more of the waves filled (not :data:`NARROW_PICK_GAIN`) where M
-#: has at least :data:`NARROW_WIDE_MIN_M` rows. Measured on an H200 (BENCHMARKS.md, 2026-12-05),
+#: :data:`NARROW_WIDE_PICK_GAIN` more of the waves filled (not :data:`NARROW_PICK_GAIN`) where they
+#: need two waves and M has at least :data:`NARROW_WIDE_MIN_M` rows. On an H100 (BENCHMARKS.md,
+#: 2026-12-05, 128 x 160 against 128 x 192 where the smaller gain changes the pick): 1.015-1.156x
+#: in all 9 two-wave problems of a draw; in one wave 0.935-1.131x, 12 of 29 slower (geometric mean
+#: 1.025), so one wave keeps :data:`NARROW_PICK_GAIN`. Measured on an H200 (BENCHMARKS.md, 2026-12-05),
 #: 128 x 160 forced against the default's 128 x 192 where it fills 0.09-0.15 more of the waves,
 #: bf16 at K = 4096 and e4m3 at K = 8192, ratio to cuBLAS in one process: 1.08-1.14x at 14 of 18
 #: problems (1514 x 1600: 0.840 -> 0.954), level at 2375 x 848 (1.02x / 0.99x), 0.95-0.98x at 261 x
