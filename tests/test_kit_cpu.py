@@ -913,6 +913,9 @@ def test_pingpong_operand_majors_and_ragged_tiles():
 
     pp = PingPong("f32.bf16.bf16", TmaPipeline(6, consumers=1), a_major="MN", b_major="MN")
     assert callable(pp.ragged) and "a_major='MN'" in repr(pp)
+    assert (pp.box_a, pp.box_b) == ((64, 64), (64, 64))  # two 64 x 64 boxes of each a stage
+    fp8 = PingPong("f32.e4m3.e4m3", TmaPipeline(4, consumers=1))
+    assert (fp8.box_a, fp8.box_b, fp8.bk) == ((128, 128), (128, 128), 128)  # 128 rows x 128 bytes of K
     with pytest.raises(KitError, match="f32.e4m3.e4m3 has no transpose: A must be K-major"):
         PingPong("f32.e4m3.e4m3", TmaPipeline(4, consumers=1), a_major="MN")
     with pytest.raises(KitError, match="a_major must be 'K' or 'MN'; got 'M'"):

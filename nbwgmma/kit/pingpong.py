@@ -19,10 +19,14 @@ the ring with the tiles in the order the consumers take them: tile ``2p`` for wa
 ``ragged`` is ``tile`` for tiles whose K lengths differ (a K-grouped product: each tile's K is
 its group's), with A and B both MN-major: a tile starts at the ring's ``it``-th fill (the caller
 counts the fills of both consumers' tiles), from zeros (``kblocks`` may be 0), and the K-rows of
-its last stage past ``rows`` are cleared in all four boxes before that stage's wgmmas.
+its last stage past ``rows`` (the tile's whole K length) are cleared in all four boxes before
+that stage's wgmmas. In the pair of tiles ``2p`` (warpgroup 0) and ``2p + 1`` (warpgroup 1) of
+k-blocks ``kb0`` and ``kb1``, after ``it`` fills: warpgroup 0 starts at ``it``, warpgroup 1 at
+``it + kb0``, and the next pair at ``it + kb0 + kb1``; ``nbwgmma/kernels/grouped_wgrad.py`` is
+a whole kernel.
 
-``tile`` waits for the turn (unless ``wait_turn`` is false: the first tile of warpgroup 0
-has nobody to wait for), runs the main loop with one wgmma group in flight, releases each
+``tile`` (and ``ragged``) waits for the turn (unless ``wait_turn`` is false: the first tile of
+warpgroup 0 has nobody to wait for; every other tile, warpgroup 1's first included, waits), runs the main loop with one wgmma group in flight, releases each
 stage after the ``wgmma_wait_group`` that completes it, passes the turn when ``pass_turn``
 (the other warpgroup has a tile left: a turn passed to nobody leaves a named barrier
 half-arrived), and skips the other warpgroup's stages (``advance_by``). The turn is what
@@ -59,12 +63,20 @@ class PingPong(types.ModuleType):
     columns x 128 bytes of K, likewise: ``b_major="K"`` one box of B [N, K], ``b_major="MN"`` two
     boxes of B [K, N]. ``BM``, ``BN``, ``A_BYTES`` and ``STAGE_BYTES`` give the tile and a
     stage's bytes, ``BK`` (also ``bk``) a stage's K: 64 for 16-bit inputs, 128 for fp8 (the
-    class's ``BK`` is the 16-bit one).
+    class's ``BK`` is the 16-bit one). ``box_a`` and ``box_b`` are the TMA boxes (rows, columns)
+    to build the tensor maps with: ``(128, BK)`` K-major, ``(BK, 64)`` MN-major (A [K, M] or B
+    [K, N], two boxes a stage).
     Device functions: ``load(slot, full, tmap_a, tmap_b, kcol, a_row, b_row)`` (the
-    producer's TMA loads of one stage), ``start(cw, kblocks) -> (s, ph)``, ``tile(ring,
-    base, s, ph, kblocks, ct, cw, wait_turn, pass_turn) -> (acc0, acc1, s, ph)`` (kblocks >= 1)
-    and, with both operands MN-major, ``ragged(ring, base, it, kblocks, rows, ct, cw, wait_turn,
-    pass_turn) -> (acc0, acc1)`` (the module's text)."""
+    producer's TMA loads of one stage: ``kcol`` the stage's first K index, ``a_row`` and ``b_row``
+    the tile's first row and column of the product, M and N indices whichever way the operands
+    are stored), ``start(cw, kblocks) -> (s, ph)``, ``tile(ring, base, s, ph, kblocks, ct, cw,
+    wait_turn, pass_turn) -> (acc0, acc1, s, ph)`` (kblocks >= 1) and, with both operands
+    MN-major, ``ragged(ring, base, it, kblocks, rows, ct, cw, wait_turn, pass_turn) -> (acc0,
+    acc1)``: ``rows`` the tile's K length (its group's K-rows), ``kblocks`` ``ceil(rows / BK)``
+    (not checked: a smaller ``rows`` clears nothing it should), ``it`` the ring's fills before
+    the tile's first stage (every tile's k-blocks, both warpgroups', in the producer's order);
+    no ``start`` before it and no ``(s, ph)`` after it, as ``it`` places each tile (the
+    module's text)."""
 
     BM = 128
     BK = 64
@@ -86,6 +98,7 @@ class PingPong(types.ModuleType):
             raise KitError(f"PingPong: pipe must be a TmaPipeline with consumers=1 and no cluster; got {pipe!r}")
         check_stages("PingPong", pipe)
         self.BK = self.bk = 1024 // k.input_bits  # a stage's 128 bytes of K (64 bf16, 128 fp8)
+        self.box_a, self.box_b = ((self.BK, 64) if major == "MN" else (128, self.BK) for major in (a_major, b_major))
         super().__init__(f"PingPong({kind})")
         self.kind, self.pipe, self.a_major, self.b_major = kind, pipe, a_major, b_major
         self._build()
