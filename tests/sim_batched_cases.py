@@ -250,6 +250,10 @@ def test_k_zero_and_empty_batches():
     assert (out.copy_to_host() == 0).all()
     c = matmul(cuda.to_device(np.ones((0, 5, 8), np.float16)), cuda.to_device(np.ones((0, 8, 7), np.float16)))
     assert c.shape == (0, 5, 7)
+    # with a bias and an activation: their values over the zero product, in every matrix
+    bias = np.arange(7, dtype=np.float16) - 3
+    got = matmul(a, b, bias=cuda.to_device(bias), activation="relu", out_dtype="f32").copy_to_host()
+    np.testing.assert_array_equal(got, np.broadcast_to(np.maximum(bias, 0), (2, 5, 7)))
 
 
 @pytest.mark.parametrize("a_shape, b_shape, kw, says", [

@@ -475,20 +475,35 @@ def test_every_epilogue_call_runs_on_the_library_gemm(monkeypatch):
             matmul(a, w.T, in_dtype="bf16", out=out, out_dtype="e4m3", amax=amax, **kw)
 
 
+def _k0_user(v, row, col, w):
+    return v + row * 2.0 - col + w
+
+
 def test_k_zero_with_an_fp8_output_or_an_epilogue():
-    """K = 0: an fp8 output alone is zeros (amax left as it is); a bias or C is refused clearly."""
-    a, b = cuda.to_device(np.zeros((64, 0), np.uint16)), cuda.to_device(np.zeros((0, 72), np.uint16))
-    out = cuda.to_device(np.full((64, 72), 0xAA, np.uint8))
+    """K = 0: the product is zeros, and the epilogue still runs on them: an fp8 output alone is
+    zeros (amax left as it is); a bias, an activation, C and your function give their values
+    (a product of zeros of K = 16 stands in), amax the largest of them."""
+    m, n = 64, 72
+    a, b = cuda.to_device(np.zeros((m, 0), np.uint16)), cuda.to_device(np.zeros((0, n), np.uint16))
+    out = cuda.to_device(np.full((m, n), 0xAA, np.uint8))
     amax = cuda.to_device(np.full(1, 3.0, np.float32))
     matmul(a, b, in_dtype="bf16", out=out, out_dtype="e4m3", amax=amax, scale_out=0.5)
     assert (out.copy_to_host() == 0).all() and amax.copy_to_host()[0] == 3.0
-    with pytest.raises(MatmulError, match="need K > 0 so far; got K = 0"):
-        matmul(a, b, in_dtype="bf16", bias=cuda.to_device(np.zeros(72, np.float32)))
-    c = cuda.to_device(np.full((64, 72), np.nan, np.float32))
-    with pytest.raises(MatmulError, match="need K > 0 so far; got K = 0"):
-        matmul(a, b, in_dtype="bf16", c=c)
-    out = cuda.to_device(np.full((64, 72), np.nan, np.float32))  # beta = 0: C unread, zeros as a batch gives
-    matmul(a, b, in_dtype="bf16", c=c, beta=0, out=out, out_dtype="f32")
+    bias = np.arange(n, dtype=np.float32) - 30
+    got = matmul(a, b, in_dtype="bf16", bias=cuda.to_device(bias), activation="relu", out_dtype="f32")
+    np.testing.assert_array_equal(got.copy_to_host(), np.broadcast_to(np.maximum(bias, 0), (m, n)))
+    c = RNG.integers(-8, 8, (m, n)).astype(np.float32)
+    out = cuda.to_device(np.full((m, n), np.nan, np.float32))
+    matmul(a, b, in_dtype="bf16", c=cuda.to_device(c), beta=0.5, alpha=3.0, out=out, epilogue=_k0_user,
+           epilogue_args=(2.0,))
+    np.testing.assert_array_equal(out.copy_to_host(), 0.5 * c + 2.0 * np.arange(m)[:, None] - np.arange(n) + 2.0)
+    amax = cuda.to_device(np.zeros(1, np.float32))
+    codes = matmul(a, b, in_dtype="bf16", bias=cuda.to_device(bias), out_dtype="e4m3", amax=amax)
+    assert amax.copy_to_host()[0] == 41.0
+    assert (codes.copy_to_host() == encode_elements(np.broadcast_to(bias, (m, n)), "e4m3")).all()
+    out = cuda.to_device(np.full((m, n), np.nan, np.float32))  # beta = 0: C unread, zeros as a batch gives
+    matmul(a, b, in_dtype="bf16", c=cuda.to_device(np.full((m, n), np.nan, np.float32)), beta=0, out=out,
+           out_dtype="f32")
     assert (out.copy_to_host() == 0).all()
 
 

@@ -225,10 +225,10 @@ def test_zero_rows_and_a_width_of_40_bytes_are_taken():
     got = grouped_matmul(cuda.to_device(np.ones((16, 0), np.float16)).T, cuda.to_device(np.ones((16, 8), np.float16)),
                          ends)
     assert got.shape == (2, 0, 8)
-    # K = 0 with rows to write is refused as such, not as B's layout (its zero strides)
-    with pytest.raises(MatmulError, match="K = 0 is not supported so far"):
-        grouped_matmul(cuda.device_array((2, 8, 0), np.float16), cuda.device_array((2, 0, 8), np.float16),
-                       cuda.to_device(np.array([3, 5], np.int32)))
+    # K = 0 with rows to write: zeros in the groups' rows (B's zero strides not taken for a layout)
+    got = grouped_matmul(cuda.device_array((2, 8, 0), np.float16), cuda.device_array((2, 0, 8), np.float16),
+                         cuda.to_device(np.array([3, 5], np.int32))).copy_to_host()
+    assert (got[0, :3] == 0).all() and (got[1, :5] == 0).all()
     x = RNG.integers(-3, 4, (40, 64)).astype(np.float16)
     w = RNG.integers(-3, 4, (2, 20, 64)).astype(np.float16)
     offs = cuda.to_device(np.array([15, 40], np.int32))
@@ -238,3 +238,23 @@ def test_zero_rows_and_a_width_of_40_bytes_are_taken():
     padded = cuda.to_device(np.full((40, 24), np.nan, np.float16))
     grouped_matmul(cuda.to_device(x), _swap(cuda.to_device(w)), offs, out=padded[:, :20])
     np.testing.assert_array_equal(padded.copy_to_host()[:, :20], want)
+
+
+def test_k_zero_writes_the_bias_and_activation_of_a_zero_product():
+    """K = 0: each group's rows get ``activation(bias[g])`` (zeros without a bias), in the
+    row-stacked and the masked layouts; rows past the last end are left as they were."""
+    n = 24
+    bias = (np.arange(3 * n, dtype=np.float32).reshape(3, n) % 11) - 5
+    out = cuda.to_device(np.full((12, n), np.nan, np.float16))
+    grouped_matmul(cuda.device_array((12, 0), np.float16), cuda.device_array((3, 0, n), np.float16),
+                   cuda.to_device(np.array([3, 3, 9], np.int32)), out=out, bias=cuda.to_device(bias),
+                   activation="relu")
+    got = out.copy_to_host().astype(np.float64)
+    want = np.concatenate([np.repeat(np.maximum(bias[g], 0)[None], rows, 0) for g, rows in enumerate((3, 0, 6))])
+    np.testing.assert_array_equal(got[:9], want)
+    assert np.isnan(got[9:]).all()
+    got = grouped_matmul(cuda.device_array((3, 4, 0), np.float16), cuda.device_array((3, 0, n), np.float16),
+                         cuda.to_device(np.array([4, 2, 0], np.int32)), bias=cuda.to_device(bias),
+                         out_dtype="f32").copy_to_host()
+    np.testing.assert_array_equal(got[0], np.broadcast_to(bias[0], (4, n)))
+    np.testing.assert_array_equal(got[1, :2], np.broadcast_to(bias[1], (2, n)))

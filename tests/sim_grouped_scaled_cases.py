@@ -151,3 +151,20 @@ def test_masked_layout_with_no_groups_is_an_empty_output():
     out = grouped_matmul(a, b, cuda.to_device(np.zeros(0, np.int32)), in_dtype="e4m3", out_dtype="f32",
                          scale_a=sa, scale_b=sb)
     assert out.shape == (0, t, n)
+
+
+def test_k_zero_writes_the_bias_and_activation_of_a_zero_product():
+    """K = 0 with fp8 operands: the scales (of KB = 0 blocks) are checked, and each group's rows
+    get ``activation(bias[g])``, as the 16-bit form gives them."""
+    n = 24
+    bias = (np.arange(3 * n, dtype=np.float32).reshape(3, n) % 11) - 5
+    got = grouped_matmul(cuda.device_array((12, 0), np.uint8), cuda.device_array((3, 0, n), np.uint8),
+                         cuda.to_device(np.array([3, 3, 9], np.int32)), in_dtype="e4m3",
+                         scale_a=cuda.device_array((12, 0), np.float32), scale_b=cuda.device_array((3, 1, 0), np.float32),
+                         bias=cuda.to_device(bias), activation="relu", out_dtype="f32").copy_to_host()
+    want = np.concatenate([np.repeat(np.maximum(bias[g], 0)[None], rows, 0) for g, rows in enumerate((3, 0, 6))])
+    np.testing.assert_array_equal(got[:9], want)
+    with pytest.raises(MatmulError, match="scale_b must have shape"):
+        grouped_matmul(cuda.device_array((12, 0), np.uint8), cuda.device_array((3, 0, n), np.uint8),
+                       cuda.to_device(np.array([3, 3, 9], np.int32)), in_dtype="e4m3",
+                       scale_a=cuda.device_array((12, 0), np.float32), scale_b=cuda.device_array((3, 1, 1), np.float32))

@@ -350,6 +350,20 @@ def test_empty_products_with_scale_arrays_and_a_one_row_weight_scale():
     np.testing.assert_array_equal(got, reference(a, w, sa, sw))  # (KB, NB): 128 x 128 blocks
 
 
+def test_k_zero_with_scale_arrays_writes_the_bias_and_activation():
+    """K = 0 with per-row and per-column or 1 x 128 block scales (KB = 0): zeros, or with a bias
+    and an activation their values (the epilogue over a product of zeros)."""
+    m, n = 16, 40
+    a0 = cuda.to_device(np.zeros((m, 0), np.uint8))
+    b0 = cuda.to_device(np.zeros((n, 0), np.uint8)).T
+    bias = np.arange(n, dtype=np.float32) - 20
+    for sa, sb in (((m, 1), (1, n)), ((m, 0), (1, 0))):
+        scales = dict(scale_a=cuda.to_device(np.ones(sa, np.float32)), scale_b=cuda.to_device(np.ones(sb, np.float32)))
+        np.testing.assert_array_equal(_run(a0, b0, m, n, "f32", **scales), np.zeros((m, n)))
+        got = _run(a0, b0, m, n, "f32", bias=cuda.to_device(bias), activation="relu", **scales)
+        np.testing.assert_array_equal(got, np.broadcast_to(np.maximum(bias, 0), (m, n)))
+
+
 def test_fp8_outputs_with_scale_arrays_are_a_matmul_error():
     """They were a bare ValueError from the kernel's configuration, scale_out and amax ignored."""
     m, n, k = 16, 32, 64

@@ -400,3 +400,25 @@ def test_strided_numba_vectors_are_copied(vtype):
     s.synchronize()
     ref = np.maximum(a.astype(np.float64) @ b + bias[:, 1], 0) + rows[:, 1:2]
     np.testing.assert_array_equal(out.copy_to_host().astype(np.float64), ref)
+
+
+def test_k_zero_products_run_their_epilogue():
+    """K = 0 with a bias, an activation, C or fp8 block scales: PyTorch's values for the empty
+    sum (``addmm`` of an empty product, ``gelu(bias)``), for 2-D products and batches."""
+    m, n = 96, 136
+    x, w = torch.empty(m, 0, device="cuda", dtype=torch.bfloat16), torch.empty(n, 0, device="cuda",
+                                                                              dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda")
+    got = matmul(x, w.t(), bias=bias, activation="gelu_tanh")
+    want = torch.nn.functional.gelu(bias.double(), approximate="tanh").expand(m, n)
+    assert float((got.double() - want).abs().max()) <= 1e-2
+    c = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    got = matmul(x, w.t(), c=c, beta=0.5, alpha=2.0)
+    torch.testing.assert_close(got, torch.addmm(c, x, w.t(), beta=0.5, alpha=2.0), rtol=0, atol=0)
+    xb = torch.empty(3, m, 0, device="cuda", dtype=torch.float16)
+    got = matmul(xb, torch.empty(3, 0, n, device="cuda", dtype=torch.float16), bias=bias.half(), activation="relu")
+    assert torch.equal(got, torch.relu(bias.half()).expand(3, m, n))
+    x8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+    got = matmul(x8, w8.t(), scale_a=torch.ones(m, 0, device="cuda"), scale_b=torch.ones(2, 0, device="cuda"),
+                 bias=bias, activation="relu", out_dtype="f32")
+    assert torch.equal(got, torch.relu(bias).expand(m, n))

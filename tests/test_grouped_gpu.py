@@ -1,6 +1,7 @@
 """grouped_matmul on the GPU: PyTorch tensors against float64 per-group products (uneven
 groups, empty groups, long K) and against torch._grouped_mm where PyTorch has it."""
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -221,3 +222,27 @@ def test_f32_out_with_bias_and_gelu_tanh():
                                               approximate="tanh") for i, (s, e) in enumerate(zip(sizes, ends))])
     rel = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert torch.isfinite(out).all() and rel <= 1e-5, rel
+
+
+def test_k_zero_groups_get_their_bias_and_activation():
+    """K = 0: each group's rows are ``activation(bias[g])`` (torch._grouped_mm gives zeros
+    without a bias), for bf16 and fp8 operands, PyTorch tensors and Numba arrays."""
+    from numba import cuda
+
+    sizes, n = [5, 0, 11], 40
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).int()
+    bias = torch.randn(3, n, device="cuda")
+    want = torch.cat([torch.relu(bias[g]).expand(s, n) for g, s in enumerate(sizes)])
+    x, w = torch.empty(16, 0, device="cuda", dtype=torch.bfloat16), torch.empty(3, n, 0, device="cuda",
+                                                                               dtype=torch.bfloat16)
+    got = grouped_matmul(x, w.transpose(1, 2), offs, bias=bias, activation="relu", out_dtype="f32")
+    assert torch.equal(got, want)
+    assert torch.equal(grouped_matmul(x, w.transpose(1, 2), offs), torch.zeros(16, n, device="cuda",
+                                                                                dtype=torch.bfloat16))
+    x8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+    got = grouped_matmul(x8, w8.transpose(1, 2), offs, scale_a=torch.ones(16, 0, device="cuda"),
+                         scale_b=torch.ones(3, 1, 0, device="cuda"), bias=bias, activation="relu", out_dtype="f32")
+    assert torch.equal(got, want)
+    got = grouped_matmul(cuda.device_array((16, 0), np.float16), cuda.device_array((3, 0, n), np.float16),
+                         cuda.as_cuda_array(offs), bias=cuda.as_cuda_array(bias), activation="relu", out_dtype="f32")
+    assert torch.equal(torch.as_tensor(got, device="cuda"), want)

@@ -422,6 +422,33 @@ def empty_like_lib(lib, ref, shape, t):
     return cuda.device_array(shape, dtype=NP_OF[t])
 
 
+def zero_operands(lib, ref, a_shape, b_lead, n, ta, tb):
+    """Zero operands in ``ref``'s library standing in for a K = 0 product whose epilogue still
+    writes something (a bias, an activation, C, a user function): A of ``a_shape`` with its last
+    dimension made 16 and B of ``b_lead + (16, n)``, K-major (each matrix the transpose of a
+    row-major n x 16 one). A product of K = 16 over zeros is exactly zero, so the epilogue sees
+    the values of the K = 0 product."""
+    a_shape, b_shape = (*a_shape[:-1], 16), (*b_lead, n, 16)
+    if lib == "torch":
+        return ref.new_zeros(a_shape, dtype=torch_dtype(ta)), \
+            ref.new_zeros(b_shape, dtype=torch_dtype(tb)).transpose(-1, -2)
+    if lib == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(ref.device.id):
+            return cupy.zeros(a_shape, dtype=NP_OF[ta]), cupy.zeros(b_shape, dtype=NP_OF[tb]).swapaxes(-1, -2)
+    za, zb = cuda.to_device(np.zeros(a_shape, dtype=NP_OF[ta])), cuda.to_device(np.zeros(b_shape, dtype=NP_OF[tb]))
+    if not b_lead:
+        return za, zb.T
+    if sim.enabled():  # (Numba transposes 2-D arrays only: the view is built from its strides)
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return za, FakeCUDAArray(np.zeros(b_shape, dtype=NP_OF[tb]).swapaxes(-1, -2))
+    st = zb.strides
+    return za, cuda.devicearray.DeviceNDArray((*b_lead, 16, n), (*st[:-2], st[-1], st[-2]), zb.dtype,
+                                              gpu_data=zb.gpu_data)
+
+
 def empty_rows16(lib, ref, shape, t):
     """:func:`empty_like_lib` with the last dimension's rows 16 bytes apart, as TMA stores need
     (``torch._grouped_mm`` pads its outputs so too): a view of the first ``shape[-1]`` columns."""

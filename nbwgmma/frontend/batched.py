@@ -40,9 +40,9 @@ from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from .args import (
     arrays_among, check_apart, check_c_apart, check_call, described, empty_rows16, holds, lib_of, real_arg,
-    scale_product, stream_of,
+    scale_product, stream_of, zero_operands,
 )
-from .arrays import ArrayInfo
+from .arrays import ArrayInfo, array_info
 from .fused import bias_operand, check_c, check_epilogue, check_fp8_out, epilogue_error, user_epilogue
 from .plan import Plan
 from .views import batch_dims, batched_view, numba_view, tma_view, zero_fill
@@ -264,7 +264,15 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
     scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
     if k == 0:
         if cb is not None or bias is not None or activation is not None or epilogue is not None or epilogue_args:
-            raise MatmulError("matmul: a bias, an activation, an epilogue function or C need K > 0 so far; got K = 0")
+            # the epilogue over a product of zeros of K = 16 (the value a K = 0 product has)
+            za, zb = zero_operands(lib, a, ia.shape, ib.shape[:-2] if bt.sb is not None else (), n, one_a.dtype,
+                                   one_b.dtype)
+            iza, izb = array_info(za), array_info(zb)
+            return batched_matmul(za, iza, zb, izb, batch_of(iza, izb), out=out, out_dtype=odt,
+                                  in_dtype=(one_a.dtype, one_b.dtype) if in_dtype is not None else None,
+                                  scale_a=scale_a, scale_b=scale_b, alpha=alpha, bias=bias, activation=activation, c=c,
+                                  beta=beta, scale_out=scale_out, amax=amax, stream=stream, config=None,
+                                  epilogue=epilogue, epilogue_args=epilogue_args)
         zero_fill_batch(out, io, st)
         return out, None, one_o, None
     # your function (value, row, col, *extras): row and col inside the product, the extras as a plain call's

@@ -36,7 +36,10 @@ from ..capture import call_captured, keep_if_captured, relaxed_call
 from ..errors import MatmulError, MatmulTypeError
 from ..kit import ACTIVATIONS, box_rows
 from ..kernels.grouped import SCHEDULES, SMEM, THREADS, grouped_kernel, units_bound
-from .args import NP_OF, arrays_among, check_apart, described, empty_rows16, lib_of, stand_in, stream_of, type_name, typed
+from .args import (
+    NP_OF, arrays_among, check_apart, described, empty_rows16, lib_of, stand_in, stream_of, type_name, typed,
+    zero_operands,
+)
 from .arrays import ArrayInfo
 from .grouped_scaled import FP8_TYPES, grouped_matmul_scaled
 from .grouped_wgrad import check_ends, grouped_matmul_wgrad, host_offs, out_type
@@ -102,6 +105,13 @@ def _call_stream(a, b, offs, *args, stream=None, **kwargs):
 
 
 @relaxed_call(_call_stream)  # (a call captured into a CUDA graph may compile, load and allocate: nbwgmma.capture)
+def _zero_product(a, a_shape, groups, n, offs, out, t, stream, bias, activation):
+    """A K = 0 grouped product into ``out``: the epilogue (zeros, or ``activation(bias[g])`` in
+    group g's rows) over a product of zeros of K = 16 in ``t`` (bf16 or f16)."""
+    za, zb = zero_operands(lib_of(a), a, a_shape, (groups,), n, t, t)
+    return grouped_matmul(za, zb, offs, out=out, in_dtype=t, stream=stream, bias=bias, activation=activation)
+
+
 def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, stream=None, validate=False, bias=None,
                    activation=None, scale_a=None, scale_b=None):
     """``out[rows of group g] = activation(a[rows of group g] @ b[g] + bias[g])`` for the groups
@@ -185,10 +195,15 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
 
     if ta in FP8_TYPES:
         bias32, gb = _group_bias(bias, groups, n, ia.device, lib_of(a))
-        return grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib_of(a), masked=masked,
-                                     t=t if masked else 0, ta=ta, tb=tb, out=out,
-                                     out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, stream=stream,
-                                     check_offs=check_offs, bias=(bias32, gb), activation=activation)
+        out = grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib_of(a), masked=masked,
+                                    t=t if masked else 0, ta=ta, tb=tb, out=out,
+                                    out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, stream=stream,
+                                    check_offs=check_offs, bias=(bias32, gb), activation=activation)
+        if k > 0 or 0 in out.shape:
+            return out
+        odt = "f16" if described(out, "out", "grouped_matmul").dtype == "f16" else "bf16"
+        return _zero_product(a, (groups, t, 0) if masked else (total, 0), groups, n, offs, out, odt, stream, bias,
+                             activation)
     if scale_a is not None or scale_b is not None:
         raise MatmulError("grouped_matmul: scale_a and scale_b apply to fp8 operands; got "
                           f"{ta} and {tb}")
@@ -235,7 +250,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     if total == 0 or n == 0 or groups == 0:
         return out
     if k == 0:
-        raise MatmulError("grouped_matmul: K = 0 is not supported so far")
+        return _zero_product(a, (groups, t, 0) if masked else (total, 0), groups, n, offs, out, ta, stream, bias,
+                             activation)
     es = ia.itemsize
     tma_a = tensor_map(a, ia.ptr, ta, (128, 64), ((total, k), (ia.strides[0] // es, 1)), keep=False)
     # Groups of 128 rows or more on average: the cooperative 128 x 256 tiles (both consumers on

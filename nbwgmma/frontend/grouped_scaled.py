@@ -73,7 +73,8 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     [total, K] (the masked layout already flattened, ``t`` its rows per group), ``ta``/``tb`` the
     operands' fp8 types, ``check_offs(total)`` the host check of ``validate=True`` (or None);
     ``bias`` the checked bias as the kernel takes it, ``(2-D f32 array, gb)`` or ``(None, 0)``;
-    ``activation`` a checked name or None."""
+    ``activation`` a checked name or None. With K = 0 everything is checked and ``out`` returned
+    unwritten: :func:`nbwgmma.grouped_matmul` writes the zero product's epilogue."""
     from ..launch import device_limits, launch
 
     (total, k), (groups, _, n) = ia.shape, ib.shape
@@ -83,12 +84,12 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     if odt not in OUTS:
         raise MatmulTypeError(f"grouped_matmul: fp8 operands give bf16, f16 or f32 out; got out_dtype={odt}")
     es = ib.itemsize
-    if not (ib.strides[1] == es and ib.strides[0] == n * ib.strides[2] and ib.strides[2] % 16 == 0
-            and ib.ptr % 16 == 0):
+    if 0 not in ib.shape and not (ib.strides[1] == es and ib.strides[0] == n * ib.strides[2]  # (empty: never read;
+                                  and ib.strides[2] % 16 == 0 and ib.ptr % 16 == 0):       # may have zero strides)
         raise MatmulError(f"grouped_matmul: fp8 B (G, K, N) must be the transpose of a contiguous (G, N, K) weight "
                           f"stack (w.transpose(1, 2): K contiguous, 16-byte aligned rows) so far; got strides "
                           f"{ib.strides} bytes")
-    if not (ia.strides[1] == ia.itemsize and ia.strides[0] % 16 == 0 and ia.ptr % 16 == 0):
+    if 0 not in ia.shape and not (ia.strides[1] == ia.itemsize and ia.strides[0] % 16 == 0 and ia.ptr % 16 == 0):
         raise MatmulError(f"grouped_matmul: A must be row-major with 16-byte aligned rows and base; got strides "
                           f"{ia.strides} bytes, base {ia.ptr % 16} bytes past a 16-byte boundary")
     kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
@@ -116,8 +117,8 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
         check_offs(total)
     if total == 0 or n == 0 or groups == 0:
         return out
-    if k == 0:
-        raise MatmulError("grouped_matmul: K = 0 is not supported so far")
+    if k == 0:  # (the caller writes the epilogue over a zero product)
+        return out
     tma_a = tensor_map(a, ia.ptr, ta, (BM, SCALE_BLOCK), ((total, k), (ia.strides[0], 1)), keep=False)
     # Decoding: tiles holding at most `short` of their group's rows load A in boxes of that many (the
     # masked layout's rows per group; else the groups' mean, rounded up to 8)

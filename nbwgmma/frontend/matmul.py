@@ -20,7 +20,7 @@ from ..capture import call_captured, calling, relaxed
 from ..errors import MatmulError
 from .args import (
     array_error, check_c_apart, check_call, check_reads_apart, described, empty_like_lib, empty_rows16, is_real,
-    lib_of, output, real_arg, scale_product, stream_of, torch_dtype, whole_strides,
+    lib_of, output, real_arg, scale_product, stream_of, torch_dtype, whole_strides, zero_operands,
 )
 from .arrays import ArrayInfo, array_info
 from .batched import batch_of, batched_matmul, check_batch_options, fold, forget_batched_plans, unfold
@@ -292,9 +292,16 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
                               f"{', amax' if amax is not None else ''})")
         if _TORCH_TENSOR is None and type(a) is type(b) and lib_of(a) == "torch":  # (the next call may be quick)
             _seen_torch(type(a))
-        return scaled_matmul(a, ia, b, ib, out, io, kind=kind, odt=odt, scale_a=scale_a, scale_b=scale_b,
-                             alpha=alpha, stream=stream, config=config, fused=with_epilogue, bias=bias,
-                             activation=activation, quick=skey)
+        k0 = ia.shape[1] == 0 and (bias is not None or activation is not None)  # (a bias over a zero product)
+        out = scaled_matmul(a, ia, b, ib, out, io, kind=kind, odt=odt, scale_a=scale_a, scale_b=scale_b,
+                            alpha=alpha, stream=stream, config=config, fused=with_epilogue,
+                            bias=None if k0 else bias, activation=None if k0 else activation,
+                            quick=None if k0 else skey)
+        if not k0:
+            return out
+        za, zb = zero_operands(lib_of(a), a, ia.shape, (), ib.shape[1], ia.dtype, ib.dtype)
+        return matmul(za, zb, bias=bias, activation=activation, out=out, out_dtype=odt, stream=stream,
+                      in_dtype=(ia.dtype, ib.dtype) if in_dtype is not None else None)
     (m, k), n = ia.shape, ib.shape[1]
     lib = lib_of(a)
     if lib == "torch" and _TORCH_TENSOR is None and type(a) is type(b):  # (a first call with a bias: the next
@@ -341,8 +348,12 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
                 check_c(c, beta, m, n, ia.device)
                 user_epilogue(epilogue, epilogue_args, m, n, ia.device)
             check_fp8_out(odt, scale_out, amax, ia.device)  # zeros (amax stays as it is); an empty output: nothing
-        else:
-            raise MatmulError("matmul: a bias, an activation, an epilogue function or C need K > 0 so far; got K = 0")
+        else:  # a bias, an activation, C or your function over a zero product: the epilogue over zeros of K = 16
+            za, zb = zero_operands(lib, a, ia.shape, (), n, ia.dtype, ib.dtype)
+            return matmul(za, zb, bias=bias, activation=activation, epilogue=epilogue, epilogue_args=epilogue_args,
+                          c=c, alpha=alpha, beta=beta, out=out, out_dtype=odt, scale_a=scale_a, scale_b=scale_b,
+                          stream=stream, in_dtype=(ia.dtype, ib.dtype) if in_dtype is not None else None,
+                          scale_out=scale_out, amax=amax)
     if m == 0 or n == 0:
         return out
     if k == 0:
