@@ -12,7 +12,8 @@ ROOT = pathlib.Path(__file__).parent.parent
 #: The examples' problem sizes under the sanitizer: their first arguments (each defaults to a
 #: benchmark size, up to 16384 tokens for the MoE layer, that takes the tools many minutes).
 SMALL = {"gemm_5_fused_epilogue": (256,), "gemm_6_sparse": (256,), "gemm_7_moe": (256, 256, 512),
-         "gemm_8_swiglu": (256, 256, 512), "gemm_9_w8a8": (256,), "gemm_11_dropout": (256,)}
+         "gemm_8_swiglu": (256, 256, 512), "gemm_9_w8a8": (256,), "gemm_11_dropout": (256,),
+         "gemm_12_wgrad": (256, 256, 1024)}
 
 
 def untimed():

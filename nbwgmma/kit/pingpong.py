@@ -1,6 +1,6 @@
 """Ping-pong consumers: two warpgroups that take 128 x BN tiles in turn.
 
-The consumer side of the ping-pong schedule as one block (the guide, "Two schedules"):
+The consumer side of the ping-pong schedule as one block (the guide, section 7, "Two schedules"):
 each consumer warpgroup computes a whole 128 x 128 tile (two m64n128 accumulators over a
 stage of 128 A rows and 128 B rows of 128 bytes of K each, 128-byte swizzle) and the two
 take tiles in turn, so one's epilogue runs under the other's main loop. The producer fills
@@ -9,11 +9,12 @@ the ring with the tiles in the order the consumers take them: tile ``2p`` for wa
 
     pp = PingPong("f32.bf16.bf16", TmaPipeline(6, consumers=1))
     ...
-    pp.load(slot, full, tmap_a, tmap_b, kb * 64, a_row, b_row)   # the producer, per stage
+    pp.load(slot, full, tmap_a, tmap_b, kb * pp.bk, a_row, b_row)   # the producer, per stage
     ...
     s, ph = pp.start(cw, kblocks)            # each consumer warpgroup, once
     for u in range(...):                     # its tiles
         acc0, acc1, s, ph = pp.tile(ring, base, s, ph, kblocks, ct, cw, u != first, other_has_next)
+        #   (u != first: all but warpgroup 0's first tile wait; other_has_next: the other has a tile after)
         ...                                  # epilogue of rows 0-63 (acc0) and 64-127 (acc1)
 
 ``ragged`` is ``tile`` for tiles whose K lengths differ (a K-grouped product: each tile's K is
@@ -22,8 +23,8 @@ counts the fills of both consumers' tiles), from zeros (``kblocks`` may be 0), a
 its last stage past ``rows`` (the tile's whole K length) are cleared in all four boxes before
 that stage's wgmmas. In the pair of tiles ``2p`` (warpgroup 0) and ``2p + 1`` (warpgroup 1) of
 k-blocks ``kb0`` and ``kb1``, after ``it`` fills: warpgroup 0 starts at ``it``, warpgroup 1 at
-``it + kb0``, and the next pair at ``it + kb0 + kb1``; ``nbwgmma/kernels/grouped_wgrad.py`` is
-a whole kernel.
+``it + kb0``, and the next pair at ``it + kb0 + kb1``; ``examples/gemm_12_wgrad.py`` is a whole
+kernel (its producer a loop of its own), ``nbwgmma/kernels/grouped_wgrad.py`` the library's.
 
 ``tile`` (and ``ragged``) waits for the turn (unless ``wait_turn`` is false: the first tile of
 warpgroup 0 has nobody to wait for; every other tile, warpgroup 1's first included, waits), runs the main loop with one wgmma group in flight, releases each
@@ -31,7 +32,7 @@ stage after the ``wgmma_wait_group`` that completes it, passes the turn when ``p
 (the other warpgroup has a tile left: a turn passed to nobody leaves a named barrier
 half-arrived), and skips the other warpgroup's stages (``advance_by``). The turn is what
 keeps the ring's parities right: a consumer waits on a "full" barrier only after every
-earlier fill was waited for (see the guide, "Two schedules").
+earlier fill was waited for (see the guide, section 7, "Two schedules").
 """
 
 from __future__ import annotations

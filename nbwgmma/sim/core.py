@@ -312,7 +312,8 @@ class PhasedBarrier:
     def wait(self, tok):
         th = current()
         with self.cl.lock:
-            self.cl.wait_for(lambda: self.gen > tok, f"waiting at the {self.name}", cond=self.cond)
+            self.cl.wait_for(lambda: self.gen > tok, lambda: f"waiting at the {self.name} ({self.count} of "
+                             f"{self.parties} threads arrived)", cond=self.cond)
             acquire(th, self.done.get(tok))
 
     def sync(self):

@@ -449,7 +449,9 @@ def _passed_by(th, m, parity):
     sites = ", ".join(m.done_sites.get(m.phase - 1, [])[:3])
     return (f". It missed phase {seen + 1}: phases {seen + 1}-{m.phase - 1} completed after the last one this "
             f"thread saw ({'none' if seen < 0 else seen}), and a parity wait sees only the latest: more arrivals "
-            f"than the {m.expected} a phase expects? (phase {m.phase - 1}'s came from {sites or 'unknown lines'})")
+            f"than the {m.expected} a phase expects, or this wait's stage and phase behind the ring's fills (a "
+            f"consumer's (s, ph), or the fill count PingPong.ragged's it gives, counted short)? (phase "
+            f"{m.phase - 1}'s came from {sites or 'unknown lines'})")
 
 
 def _mb_test(bar, state=None, parity=None):
