@@ -27,7 +27,6 @@ def test_kernel_compiles_clean_for_both_types():
 
     for rep in compile_reports([(grouped_wgrad_kernel(t), SIG) for t in ("bf16", "f16")]):
         assert rep.sass.get("HGMMA") == 8 and rep.sass_full.get("UTMASTG.3D") == 4, rep.sass
-        assert rep.sass_full.get("PREEXIT", 0) >= 1  # griddepcontrol.launch_dependents after the last load
         assert all("tnspA.tnspB" in line for line in rep.sass_text.splitlines() if "HGMMA" in line)
         assert rep.sass_full.get("STS.128", 0) >= 4 and rep.sass_full.get("FENCE.VIEW.ASYNC.S", 0) >= 2
         assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep

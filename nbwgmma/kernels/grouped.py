@@ -33,8 +33,7 @@ from numba import cuda
 
 from ..errors import ConfigError
 from ..intrinsics import (
-    acc_store, acc_to_bf16x2, acc_to_f16x2, griddep_launch_dependents, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d,
-    tma_load_3d,
+    acc_store, acc_to_bf16x2, acc_to_f16x2, setmaxnreg_dec, setmaxnreg_inc, tma_load_2d, tma_load_3d,
 )
 from ..kit import (Cooperative, EpilogueWarps, PingPong, TmaPipeline, acc_map, activation, clear_rows, group_walk,
                    inlined, no_epilogue_warps, short_map)
@@ -266,7 +265,6 @@ def _build(dtype, masked, GROUP_M, WAVE, BIAS, ACT, B_MAJOR, SCHEDULE, OUT, SHOR
                                 full = pipe.producer_acquire(ring, s, ph, tx)
                                 load(base + s * STAGE, full, ta, tmap_b, kb * BK, start + tm * BM, g, n, tn * BN)
                                 s, ph = pipe.advance(s, ph)
-                griddep_launch_dependents()  # (a pdl=True launch's next kernel may take the SMs we leave)
             elif COOP and tid >= 32:  # warps 1-3: the epilogue warps, storing each tile's rows in its group
                 eph = 0
                 for u in range(first, nunits, step):

@@ -39,8 +39,7 @@ import numpy as np
 from numba import cuda
 
 from ..errors import ConfigError
-from ..intrinsics import acc_to_bf16x2, acc_to_f16x2, bulk_wait_group, griddep_launch_dependents, setmaxnreg_dec, \
-    setmaxnreg_inc
+from ..intrinsics import acc_to_bf16x2, acc_to_f16x2, bulk_wait_group, setmaxnreg_dec, setmaxnreg_inc
 from ..kit import PingPong, TmaPipeline, inlined, tma_store_part_3d
 from ..launch import dynamic_smem_bytes
 
@@ -149,7 +148,6 @@ def _build(dtype):
                             # blocks aligned to the group's first row
                             pp.load(base + s * STAGE, full, tmap_a, tmap_b, start + kb * BK, tm * BM, tn * BN)
                             s, ph = pipe.advance(s, ph)
-                griddep_launch_dependents()  # (a pdl=True launch's next kernel may take the SMs we leave)
         else:  # two consumer warpgroups taking the CTA's tiles in turn
             setmaxnreg_inc(232)
             tiles_m, tiles_n, per_group, nunits, npairs = shape(offs, m, n)
