@@ -20,7 +20,9 @@ semantics, built from the same models the GPU tests check:
 * TMA copies go through the tensor map (box, swizzle, out-of-bounds fill, multicast to
   every CTA in the mask) and complete on the mbarrier with their byte count; mbarriers keep
   phases, pending arrivals and transaction counts; named barriers, ``syncthreads`` and
-  cluster barriers block the simulated threads.
+  cluster barriers block the simulated threads. A named barrier counts whole warps, as the
+  GPU does: a warp arrives once each of its threads that has not exited has arrived, so lane 0
+  of a warp whose other lanes returned arrives for its warp.
 
 The threads of a cluster run one at a time, each until it waits (:mod:`nbwgmma.sim.sched`).
 The simulator reports what the hardware leaves undefined (:class:`SimHazard`), whatever
@@ -33,7 +35,16 @@ order the threads run in, because it tracks happens-before with vector clocks
   not ordered before the write (a stage released before its ``wgmma_wait_group``);
 * an accumulator read before the ``wgmma_wait_group`` that covers its wgmma;
 * generic stores read by wgmma or a TMA store without ``fence_proxy_async`` by the writer,
-  or with no barrier ordering the write before the read;
+  with no barrier ordering the write before the read, or with the fence after the barrier or
+  arrival that orders the write (the fence must come between the stores and the release the
+  reader acquires). The wgmma instructions order nothing between a warpgroup's threads
+  (``.sync`` waits for the warp): stores of the warpgroup's threads that a wgmma reads must be
+  ordered before every thread's issue, and a thread's release after ``wgmma_wait_group``
+  covers the wgmma's reads and what each thread did before its issue, not the other threads'
+  loads after it (scales read for the promotion: each thread that reads a stage after its
+  issue releases it);
+* a wait for an mbarrier state token two or more phases after the token's phase (the ISA
+  defines it for the current phase and the one before: more arrivals than a phase expects);
 * shared memory a TMA load or a ``cp_async`` writes, read before the reader observed the
   barrier phase the copy completes on (a ``cp_async``'s bytes land at its thread's
   ``cp_async_mbarrier_arrive_noinc``);
@@ -131,6 +142,10 @@ identified by file and line, as in Numba's simulator; declare each on a line of 
 a load followed by another thread's unordered store or copy where the load was not the last
 read of those bytes (each byte keeps its last reader: a stage released by one thread while
 another, not the last to read it, still reads is compute-sanitizer's racecheck's to report),
+``ldmatrix``, ``stmatrix``, ``elect.sync`` and the shuffles as orderings between a warp's
+threads (they join the warp's clocks here: a store of one lane read by another through them
+with no ``syncwarp`` between is not flagged), a wgmma's TMA-loaded operands observed by one
+thread of the warpgroup only (accepted: the wgmma waits for every warp's issue),
 a named barrier left with arrivals pending when the kernel ends, programmatic dependent
 launch (``griddep_wait`` and ``griddep_launch_dependents`` do nothing here and grids run one
 after another, so a kernel reading its inputs before ``griddep_wait`` in a ``pdl=True`` launch

@@ -136,7 +136,8 @@ class Cluster:
         self.slots = itertools.count(nctas * nthreads)
         self.barrier_at = {}  # (CTA rank, offset) -> the latest mbarrier initialized there (its slot is reused)
         self.barrier = PhasedBarrier(self, nctas * nthreads, "cluster barrier")
-        self.fence_epoch = np.full(nctas * nthreads, -1, np.int64)  # own clock entry at the last fence.proxy.async
+        # per thread (cluster id): its own clock entry at each fence.proxy.async, ascending, and the fence's line
+        self.fences = {}
 
     def new_clock(self):
         return np.zeros(self.clock_len, np.int64)
@@ -407,6 +408,8 @@ class SimThread(greenlet.greenlet):
         finally:
             with self.cl.lock:
                 self.cta.exited.add(self.thread_id)
+                for bar in list(self.cta.named.values()):  # (a warp's last running threads may be waiting there)
+                    bar.thread_exited(self)
             self.cl.sched.progress += 1  # a collective's members that wait see it
             self.cta.syncthreads.exit()
             self.cl.barrier.exit()

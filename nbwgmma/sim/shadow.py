@@ -42,18 +42,27 @@ TYPE_OF_MARK = {1: "f16", 2: "bf16", 3: "f32", 4: "e4m3", 5: "e5m2"}
 
 
 class AsyncRead:
-    """One asynchronous read of shared memory (a wgmma's operands, a TMA store's source)."""
+    """One asynchronous read of shared memory (a wgmma's operands, a TMA store's source).
+    ``done_by``: (thread, its clock entry, line) of each wait that saw it complete (every thread
+    of a warpgroup passing the ``wgmma_wait_group`` that covers a wgmma); a write after it must
+    be ordered after one of them. ``issue_clock``: a wgmma's, the join of its threads' clocks at
+    issue, which its wait passes on (:mod:`nbwgmma.sim.wgmma`)."""
 
-    __slots__ = ("what", "where", "done", "done_gid", "done_epoch", "done_where")
+    __slots__ = ("what", "where", "done", "done_by", "issue_clock")
 
     def __init__(self, what, where):
         self.what, self.where = what, where
         self.done = False
-        self.done_gid = self.done_epoch = None
-        self.done_where = None
+        self.done_by = []
+        self.issue_clock = None
 
     def complete(self, th):
-        self.done, self.done_gid, self.done_epoch, self.done_where = True, th.gid, int(th.clock[th.gid]), th.where
+        self.done = True
+        self.done_by.append((th.gid, int(th.clock[th.gid]), th.where))
+
+    def seen_by(self, th) -> bool:
+        """Whether ``th`` is ordered after a wait that saw this read complete."""
+        return any(th.clock[g] >= e for g, e, _ in self.done_by)
 
 
 class AsyncWrite:
@@ -256,11 +265,11 @@ class Shadow:
                     f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at "
                     f"{self._addr(idx, seqs, q)} while {op.what} issued at {op.where} still reads it: "
                     f"{_finish_advice(key)} before the memory is released for rewriting{_STRAY_COPY if copy else ''}")
-            if th.clock[op.done_gid] < op.done_epoch:
+            if not op.seen_by(th):
                 raise SimHazard(
                     f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at "
                     f"{self._addr(idx, seqs, q)} that {op.what} issued at {op.where} reads; that read is "
-                    f"waited for at {op.done_where}, but nothing orders that wait before this write "
+                    f"waited for at {op.done_by[0][2]}, but nothing orders that wait before this write "
                     f"(the release that let this write happen comes before the wait{_release_sites(th)})")
 
     def check_observed(self, th, idx, what, generic=False):
@@ -358,8 +367,12 @@ class Shadow:
         i = int(np.flatnonzero(bad)[0])
         return i, int(got[i])
 
-    def check_proxy(self, th, idx, what):
-        """An async-proxy read of ``idx`` needs its generic writes fenced and ordered before it."""
+    def check_proxy(self, th, idx, what, note=""):
+        """An async-proxy read of ``idx`` needs each byte's generic write followed by a
+        ``fence.proxy.async`` of its writer, and that fence ordered before the read (a release
+        after the fence that the reader acquired: the write alone ordered before the read, with
+        the fence after the release, leaves the async proxy free to read the old bytes). ``note``
+        ends each report (what the reader is)."""
         idx1 = np.atleast_1d(idx)
         tids = self.gw_tid[idx1]
         sel = tids > 0
@@ -367,22 +380,44 @@ class Shadow:
             return
         writers = tids[sel] - 1
         epochs = self.gw_epoch[idx1][sel]
-        fenced = self.cta.cl.fence_epoch[writers] >= epochs
-        ordered = th.clock[writers] >= epochs
-        if fenced.all() and ordered.all():
+        fence = np.full(writers.shape, -1, np.int64)  # the writer's first fence at or after the write
+        fences = self.cta.cl.fences
+        for w in np.unique(writers):
+            f = fences.get(int(w))
+            if f is None:
+                continue
+            on = writers == w
+            at = np.searchsorted(f[0], epochs[on])
+            fence[on] = np.where(at < len(f[0]), np.asarray(f[0] + [-1])[at], -1)
+        seen = th.clock[writers]
+        fenced, ordered = fence >= 0, seen >= epochs
+        fence_seen = seen > fence  # the writer's clock entry moved past the fence's epoch
+        ok = fenced & ordered & fence_seen
+        if ok.all():
             return
-        first = int(np.flatnonzero(~fenced | ~ordered)[0])
+        first = int(np.flatnonzero(~ok)[0])
         b = int(idx1[np.flatnonzero(sel)[first]])  # the first byte at fault
         if not fenced[first]:
             raise SimHazard(
                 f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} through the async "
                 f"proxy, but {self._writer_at(b)} wrote it with generic stores and issued no fence_proxy_async "
                 f"after them (each writing thread fences, then a barrier: the documented pattern; a fence by the "
-                f"reading thread alone is not accepted, the PTX memory model defines no ordering for it)")
+                f"reading thread alone is not accepted, the PTX memory model defines no ordering for it){note}")
+        if not ordered[first]:
+            raise SimHazard(
+                f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that "
+                f"{self._writer_at(b)} wrote, with nothing ordering that write before this read (a barrier between "
+                f"them is missing, or the two threads should not share that memory)"
+                f"{self._placed(b, th.gid, int(self.gw_tid[b]) - 1)}{note}")
+        w = int(writers[first])
+        f = fences[w]
+        site = f[1][f[0].index(int(fence[first]))]
         raise SimHazard(
-            f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that {self._writer_at(b)} "
-            f"wrote, with nothing ordering that write before this read (a barrier between them is missing, or the "
-            f"two threads should not share that memory){self._placed(b, th.gid, int(self.gw_tid[b]) - 1)}")
+            f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} through the async proxy; "
+            f"{self._writer_at(b)} wrote it and fenced it (fence_proxy_async at {site}), but nothing orders that "
+            f"fence before this read: the barrier or release that orders the write comes before the fence. Each "
+            f"writing thread fences between its stores and the barrier (or arrive) the reader waits for"
+            f"{self._placed(b, th.gid, w)}{note}")
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from .address import addr_of, mapa, split, split_local
 from .core import (PhasedBarrier, SimHazard, SimStopped, acquire, collective, me, release, warp_members,
                    warpgroup_members)
 from .declare import IMPLS, impl
+from .sched import current
 from .shadow import note_remote
 
 
@@ -26,10 +27,13 @@ for _n in ("fence_acq_rel_gpu", "fence_acq_rel_cluster", "fence_acq_rel_cta", "f
 
 @impl("fence_proxy_async", "fence_proxy_async_shared", "fence_proxy_async_global")
 def _fence_proxy_async():
-    """Generic-proxy writes of this thread before the fence become visible to the async proxy."""
+    """Generic-proxy writes of this thread before the fence become visible to the async proxy
+    (to a reader that the fence is ordered before: :meth:`~nbwgmma.sim.shadow.Shadow.check_proxy`)."""
     th = me()
     with th.cl.lock:
-        th.cl.fence_epoch[th.gid] = th.clock[th.gid]
+        epochs, sites = th.cl.fences.setdefault(th.gid, ([], []))
+        epochs.append(int(th.clock[th.gid]))
+        sites.append(th.where)
         th.clock[th.gid] += 1
 
 
@@ -53,6 +57,68 @@ def _cluster_ctaid(axis):
     return np.uint32(me().cta.local["xyz".index(axis)])
 
 
+class NamedBarrier(PhasedBarrier):
+    """A named barrier of ``parties`` threads (``bar.sync`` / ``bar.arrive`` with a thread
+    count). The GPU counts whole warps (PTX ISA, bar/barrier: the instruction "causes executing
+    thread to wait for all non-exited threads from its warp and marks warps' arrival"): a warp
+    arrives, counting the warp size, once every thread of it that has not exited has executed
+    the instruction, so a warp whose other threads returned arrives with its remaining ones.
+    Exited threads do not arrive. A waiting thread passes when the generation its warp was
+    counted in completes."""
+
+    def __init__(self, cta, parties, name):
+        super().__init__(cta.cl, parties, name)
+        self.cta = cta
+        self.lanes = {}  # warp -> {thread id: its clock at arrival} of its threads arrived, warp not yet counted
+        self.counted = {}  # thread id -> the generation its warp was counted in (until it waits past it)
+
+    def arrive(self):
+        th = current()
+        with self.cl.lock:
+            self.lanes.setdefault(th.thread_id // 32, {})[th.thread_id] = th.clock.copy()
+            th.clock[th.gid] += 1
+            self.settle(th.thread_id // 32)
+
+    def settle(self, w):
+        """Count warp ``w`` if every thread of it still running has arrived (under the lock)."""
+        got = self.lanes.get(w)
+        if not got:
+            return
+        ex = self.cta.exited
+        if any(t not in got and t not in ex for t in range(32 * w, min(32 * w + 32, self.cl.nthreads))):
+            return
+        del self.lanes[w]
+        for t, c in got.items():
+            np.maximum(self.clock, c, out=self.clock)
+            self.counted[t] = self.gen
+            self.arrived.add(self.cta.rank * self.cl.nthreads + t)
+        self.count += 32
+        self._check()
+
+    def wait(self, tok=None):
+        th = current()
+        t = th.thread_id
+        with self.cl.lock:
+            self.cl.wait_for(lambda: t in self.counted and self.gen > self.counted[t], self._stuck_text,
+                             cond=self.cond)
+            acquire(th, self.done.get(self.counted.pop(t)))
+
+    def sync(self):
+        self.arrive()
+        self.wait()
+
+    def thread_exited(self, th):
+        """``th`` returned: its warp may now be whole here."""
+        self.settle(th.thread_id // 32)
+
+    def _stuck_text(self):
+        part = "".join(f"; warp {w} has {len(got)} of its threads here, and the GPU counts a warp only when all "
+                       f"its threads that have not exited arrive (threads "
+                       f"{[t for t in range(32 * w, 32 * w + 32) if t not in got and t not in self.cta.exited][:4]} "
+                       f"are elsewhere)" for w, got in list(self.lanes.items())[:2])
+        return f"waiting at the {self.name} ({self.count} of {self.parties} threads arrived, in whole warps{part})"
+
+
 @impl("named_barrier_sync")
 def _named(barrier_id, nthreads, _wait=True):
     th = me()
@@ -64,18 +130,18 @@ def _named(barrier_id, nthreads, _wait=True):
     with th.cl.lock:
         bar = th.cta.named.get(barrier_id)
         if bar is None or bar.parties != nthreads:
-            if bar is not None and bar.count:
+            if bar is not None and (bar.count or bar.lanes):
                 raise SimHazard(f"thread {th.thread_id} at {th.where}: named barrier {barrier_id} is in use with "
                                 f"{bar.parties} threads; this call says {nthreads}")
             old = bar
-            bar = th.cta.named[barrier_id] = PhasedBarrier(th.cl, nthreads, f"named barrier {barrier_id}")
+            bar = th.cta.named[barrier_id] = NamedBarrier(th.cta, nthreads, f"named barrier {barrier_id}")
             bar.users = {}  # generation -> {thread: the line of its arrival} (this one and the last)
             if old is not None and old.gen:  # the id's last generation at its other count: the GPU's same barrier
                 bar.users[-1], bar.done[-1] = old.users.get(old.gen - 1, {}), old.done[old.gen - 1]
         _check_users(th, bar, barrier_id, nthreads)
-    tok = bar.arrive()
+    bar.arrive()
     if _wait:
-        bar.wait(tok)
+        bar.wait()
 
 
 def _check_users(th, bar, barrier_id, nthreads):
@@ -342,10 +408,25 @@ class MBarrier:
     def completed(self, state=None, parity=None):
         """The completed phase a wait for ``state``/``parity`` returns on, or None."""
         if parity is None:
-            return int(state) if self.phase != int(state) else None
+            s = int(state)
+            return s if self.phase != s else None
         if (self.phase & 1) != (int(parity) & 1):
             return self.phase - 1  # -1: the phase "before phase 0", complete from the start
         return None
+
+    def check_token(self, th, state):
+        """A wait of ``th`` for ``state`` that found it complete: the ISA defines the test of a
+        state only in the phase after it (mbarrier.test_wait: the current phase or the one
+        before); two or more phases on, the GPU compares the phase's parity and may wait on."""
+        s = int(state)
+        if self.phase - s >= 2:
+            sites = ", ".join(self.done_sites.get(self.phase - 1, [])[:3])
+            raise SimHazard(
+                f"thread {th.thread_id} at {th.where}: tests {self.label()} with the state of phase {s} (its "
+                f"arrival's token), but phases {s}-{self.phase - 1} have completed: the PTX ISA defines the test "
+                f"only for the current phase or the one before it (mbarrier.test_wait), and on the GPU the wait "
+                f"can see phase {s} as not complete and hang. More arrivals than the {self.expected} a phase "
+                f"expects? (phase {self.phase - 1}'s came from {sites or 'unknown lines'})")
 
 
 def mbar(bar, create=None, peer=False):
@@ -466,6 +547,8 @@ def _mb_test(bar, state=None, parity=None):
                                                f"{_wanted(state, parity)} again and again; {m.state()}"
                                                f"{_passed_by(th, m, parity)}", m.cond):
             done = m.completed(state, parity)
+        if done is not None and state is not None:
+            m.check_token(th, state)
         _observe(th, m, done)
         return done is not None
 
@@ -484,6 +567,8 @@ def _mb_wait(bar, state=None, parity=None, timeout_s=None):
                                     f"{_passed_by(th, m, parity)}{m.arrivers_gone()}", timeout_s,
                             cond=m.cond)
         if ok:
+            if state is not None:
+                m.check_token(th, state)
             _observe(th, m, m.completed(state, parity))
     return ok if timeout_s is not None else None
 

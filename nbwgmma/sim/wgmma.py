@@ -23,7 +23,7 @@ from ..layout.fragment import a_frag_coords, acc_value_coords
 from ..layout.kinds import wgmma_kind, wgmma_sp_kind
 from ..layout.sparse import read_sparse_a_registers, wgmma_sp_reference
 from ..layout.wgmma_model import decode_elements, operand_addresses, wgmma_reference
-from .core import SimHazard, collective, me, warpgroup_members
+from .core import SimHazard, acquire, collective, me, warpgroup_members
 from .declare import IMPLS
 from .shadow import AsyncRead, unique_offsets
 from .site import where
@@ -108,6 +108,12 @@ def _uniform(vals, i, what):
     return int(first)
 
 
+#: the end of a report of a wgmma's operand bytes stored, but not ordered before every issuing thread
+_WHOLE = (". A wgmma reads for its whole warpgroup and is no barrier between its warps: the stores must be "
+          "fenced and ordered before every thread's issue (fence_proxy_async by each writer, then a barrier of "
+          "the warpgroup)")
+
+
 def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=0, satfinite=0, rs=False,
            sparse=None):
     """One wgmma of the calling thread's warpgroup; ``sparse`` = (this thread's metadata
@@ -120,7 +126,8 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
     spsel = sparse[1] if sparse else 0
     imms = (name, kind, n, scale_a, scale_b, trans_a, trans_b, satfinite, spsel)
     a_val = tuple(int(x) for x in a) if rs else int(a)
-    mine = (raw_acc(acc), a_val, int(b), bool(scale_d), int(sparse[0]) & 0xFFFFFFFF if sparse else 0)
+    mine = (raw_acc(acc), a_val, int(b), bool(scale_d), int(sparse[0]) & 0xFFFFFFFF if sparse else 0,
+            th.clock.copy())
 
     def compute(vals):
         me_ = me()
@@ -150,8 +157,19 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
             reads.append(operand_addresses(da, 64, k.a_cols, k.atype, "MN" if trans_a else "K"))
             layouts.append((reads[1], decode_desc(da)["swizzle"], k.atype, "A"))
         idx = unique_offsets(reads)
-        cta.shadow.check_observed(me_, idx, name)
-        cta.shadow.check_proxy(me_, idx, name)
+        clocks = [v[5] for v in vals]
+        own = me_.clock
+        try:
+            # copies (TMA) into the operands: observed (their mbarrier phase waited for) by a member
+            me_.clock = joined = np.maximum.reduce(clocks)
+            cta.shadow.check_observed(me_, idx, name)
+            # generic stores into them: fenced and ordered before every member's issue (the
+            # instruction is no barrier between the warpgroup's warps: PTX ISA, wgmma.mma_async,
+            # .sync.aligned waits for the threads of the warp)
+            me_.clock = np.minimum.reduce(clocks)
+            cta.shadow.check_proxy(me_, idx, name, _WHOLE)
+        finally:
+            me_.clock = own
         for addrs, swizzle, elem, operand in layouts:
             cta.shadow.check_layout(me_, addrs.reshape(-1), swizzle, elem, name, operand)
         if sparse:
@@ -165,6 +183,7 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
             d = wgmma_reference(cta.image, kind, n, da, db, trans_a=trans_a, trans_b=trans_b,
                                 scale_a=scale_a, scale_b=scale_b, a_values=a_values)
         op = AsyncRead(f"the {name} ({kind}, N={n}) of warpgroup {me_.thread_id // 128}", me_.where)
+        op.issue_clock = joined
         cta.shadow.async_read(("wgmma", me_.thread_id // 128), idx, op)
         _state(me_).open.append(op)
         r, c = thread_coords(np.arange(128)[:, None], n // 2)
@@ -175,7 +194,8 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
             out = np.clip(out, -(2 ** 31), 2 ** 31 - 1)
         return [Acc(acc_pack(row, k), op) for row in out]
 
-    res = collective(*warpgroup_members(th), imms, mine, compute)
+    # (orders=False: none of the wgmma instructions orders memory between the warpgroup's threads)
+    res = collective(*warpgroup_members(th), imms, mine, compute, orders=False)
     return res[th.thread_id % 128]
 
 
@@ -194,7 +214,7 @@ IMPLS["wgmma_mma_async_sp_rs"] = lambda acc, a, b, meta, kind, spsel=0, scale_d=
 def _fence():
     def compute(vals):
         _state(me()).fenced = True
-    collective(*warpgroup_members(me()), ("wgmma_fence",), None, compute)
+    collective(*warpgroup_members(me()), ("wgmma_fence",), None, compute, orders=False)
 
 
 def _commit():
@@ -202,19 +222,27 @@ def _commit():
         st = _state(me())
         st.groups.append(st.open)  # an empty group counts for wait_group too
         st.open = []
-    collective(*warpgroup_members(me()), ("wgmma_commit_group",), None, compute)
+    collective(*warpgroup_members(me()), ("wgmma_commit_group",), None, compute, orders=False)
 
 
 def _wait(n):
     n = int(n)
 
     def compute(vals):
-        th = me()
-        st = _state(th)
+        st = _state(me())
+        done = []
         while len(st.groups) > n:
-            for op in st.groups.pop(0):
-                op.complete(th)
-    collective(*warpgroup_members(me()), ("wgmma_wait_group", n), None, compute)
+            done.extend(st.groups.pop(0))
+        return done
+
+    th = me()
+    for op in collective(*warpgroup_members(th), ("wgmma_wait_group", n), None, compute, orders=False):
+        # Each thread past the wait has seen the reads complete (a release by any one covers
+        # them), and what every thread did before its issue: the wgmma could not start before
+        # the last thread issued it, with its registers (a sparse wgmma's metadata words loaded
+        # from the stage, say) ready. What a thread does after its issue stays its own.
+        acquire(th, op.issue_clock)
+        op.complete(th)
 
 
 IMPLS["wgmma_fence"] = _fence
