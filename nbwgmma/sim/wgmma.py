@@ -126,8 +126,8 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
     spsel = sparse[1] if sparse else 0
     imms = (name, kind, n, scale_a, scale_b, trans_a, trans_b, satfinite, spsel)
     a_val = tuple(int(x) for x in a) if rs else int(a)
-    mine = (raw_acc(acc), a_val, int(b), bool(scale_d), int(sparse[0]) & 0xFFFFFFFF if sparse else 0,
-            th.clock.copy())
+    # (its clock itself, not a copy: compute() runs once every member waits in the collective)
+    mine = (raw_acc(acc), a_val, int(b), bool(scale_d), int(sparse[0]) & 0xFFFFFFFF if sparse else 0, th.clock)
 
     def compute(vals):
         me_ = me()
