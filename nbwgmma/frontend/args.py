@@ -19,7 +19,7 @@ from .arrays import ArrayInfo, array_info
 
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
            "check_out", "check_apart", "check_reads_apart", "arrays_among", "whole_strides", "check_c_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "empty_rows16",
-           "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "output",
+           "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "F32_MAX", "output",
            "stand_in", "stream_scratch", "typed", "type_name", "holds"]
 
 
@@ -173,20 +173,29 @@ def array_error(named, err: TypeError) -> MatmulTypeError:
     return MatmulTypeError(f"matmul: {err}")
 
 
+F32_MAX = float(np.finfo(np.float32).max)  # (a kernel's alpha, beta and scalar extras are f32)
+
+
 def is_real(x) -> bool:
     """Whether ``x`` is a real number (Python's or NumPy's; a bool is not)."""
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
 
 
 def real_arg(x, name: str) -> float:
-    """``x`` as a float, or the :class:`MatmulTypeError` naming the argument ``name``."""
+    """``x`` as a float, or the :class:`MatmulTypeError` naming the argument ``name`` (not a real
+    number), or the :class:`MatmulError` (NaN, infinite or past the f32 range: the kernel takes it
+    as an f32, where it would be inf and give inf or NaN where the product is finite)."""
     if not is_real(x):
         raise MatmulTypeError(f"matmul: {name} must be a real number; got {type(x).__name__}")
     try:
-        return float(x)
+        v = float(x)
     except OverflowError:  # (a Python int past the floats)
         raise MatmulError(f"matmul: {name} must be a finite f32 number; got an integer of {int(x).bit_length()} "
                           f"bits") from None
+    if not abs(v) <= F32_MAX:  # (NaN fails this too)
+        raise MatmulError(f"matmul: {name} must be a finite f32 number (at most {F32_MAX:.7g} in magnitude); got "
+                          f"{x!r}")
+    return v
 
 
 def described(x, name: str, who: str = "matmul") -> ArrayInfo:

@@ -20,7 +20,7 @@ from ..capture import call_captured, calling, relaxed
 from ..errors import MatmulError
 from .args import (
     array_error, check_c_apart, check_call, check_reads_apart, described, empty_like_lib, empty_rows16, is_real,
-    lib_of, output, real_arg, scale_product, stream_of, torch_dtype, whole_strides, zero_operands,
+    lib_of, output, real_arg, F32_MAX, scale_product, stream_of, torch_dtype, whole_strides, zero_operands,
 )
 from .arrays import ArrayInfo, array_info
 from .batched import batch_of, batched_matmul, check_batch_options, fold, forget_batched_plans, unfold
@@ -169,6 +169,7 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
                    None if out is None else (out.dtype, out.shape, out.stride(), out.data_ptr() & 15, out.get_device()))
         try:
             scale = float((1.0 if scale_a is None else scale_a) * (1.0 if scale_b is None else scale_b))
+            quick = abs(scale) <= F32_MAX  # (NaN, inf or past the f32 range: the full path says so)
         except OverflowError:  # (an int past the floats: the full path's checks say so)
             quick = False
     if quick and type(a) is _TORCH_TENSOR and type(b) is _TORCH_TENSOR:
@@ -360,7 +361,8 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
         zero_fill(io, out, st)
         return out
 
-    alpha = float(alpha) * scale_product(scale_a, scale_b)
+    if scale_a is not None or scale_b is not None:  # (folded into alpha, an f32 in the kernel)
+        alpha = real_arg(float(alpha) * scale_product(scale_a, scale_b), "alpha * scale_a * scale_b")
     scaled = fp8 or alpha != 1.0
     key = (kind, odt, ia.shape, ia.strides, ia.ptr % 16, ib.shape, ib.strides, ib.ptr % 16, io.strides, io.ptr % 16,
            ia.device, "auto" if auto else tuple(sorted(opts.items())) if opts else (), tuple(sorted(epi.items())),

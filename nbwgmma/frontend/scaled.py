@@ -49,7 +49,7 @@ from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..kernels.scaled import ScaledConfig, scaled_kernel, strip_units
 from ..kit import SCALE_BLOCK, WIDE_COLS
 from ..launch import array_arg_types, array_arg_values, device_limits
-from .args import NP_OF, check_reads_apart, described, lib_of, output, stand_in, stream_key, stream_of, stream_scratch, torch_dtype
+from .args import NP_OF, check_reads_apart, described, lib_of, output, real_arg, stand_in, stream_key, stream_of, stream_scratch, torch_dtype
 from .arrays import ArrayInfo, numba_layout
 from .fused import bias_operand, check_epilogue
 from .views import numba_view, tensor_map, zero_fill
@@ -401,8 +401,7 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         raise MatmulError("matmul: an epilogue function or C do not take tensor scales yet; got both")
     if config is not None:
         raise MatmulError("matmul: config applies to calls without tensor scales so far; got both")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
-        raise MatmulTypeError(f"matmul: alpha must be a real number; got {type(alpha).__name__}")
+    alpha = real_arg(alpha, "alpha")
     dev = ia.device
     bi = described(bias, "bias") if bias is not None else None
     where = check_epilogue(activation, bi, m, n, dev)  # the bias's kind: "col", "row" or None
@@ -419,6 +418,7 @@ def scaled_matmul(a, ia, b, ib, out, io, *, kind, odt, scale_a, scale_b, alpha, 
         else:
             alpha = float(alpha) * _per_tensor(x, info, f"scale_{side.lower()}")
             kinds.append((None, None, None))
+    alpha = real_arg(alpha, "alpha * scale_a * scale_b")  # (a per-tensor scale folded in: still an f32)
     bt = ArrayInfo(ib.ptr, (n, k), (ib.strides[1], ib.strides[0]), *tuple(ib)[3:])  # B^T = w [N, K]
     for name, info in (("A", ia), ("B (as w.T with w [N, K] row-major)", bt)):
         if not _tma_rows(info) and 0 not in info.shape:  # (an empty operand is never read: no kernel runs)
