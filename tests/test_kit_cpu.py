@@ -870,6 +870,76 @@ def _pair_atomic_without_tid(out, buf):
     _ADD_ROWS((np.float32(1), np.float32(2)), out)
 
 
+def _inline_true_blocks():
+    """Kernels calling the kit's ``inline=True`` blocks with arguments that do not bind: Numba's
+    inlining pass, which runs before typing, raised its raw "Cannot bind" TypingError for them."""
+    from nbwgmma.kit import Cooperative, EpilogueWarps, PingPong, tile_producer
+
+    pipe, pipe1 = TmaPipeline(4, consumers=2), TmaPipeline(4, consumers=1)
+    coop = Cooperative("f32.bf16.bf16", pipe, 128, 128)
+    pp = PingPong("f32.bf16.bf16", pipe1)
+    ew = EpilogueWarps(None, 128, 128)
+
+    @cuda.jit(device=True)
+    def load(slot, full, kb, tm, tn, args):
+        pass
+
+    produce = tile_producer(pipe, TileScheduler(128, 128, 64), coop.stage_bytes, load)
+
+    @cuda.jit
+    def coop_tile(out, buf):
+        acc, s, ph = coop.tile(np.uint32(buf[0]), 0, 0, 0)
+        out[0] = s
+
+    @cuda.jit
+    def coop_drain(out, buf):
+        coop.drain(np.uint32(buf[0]))
+
+    @cuda.jit
+    def coop_load_tile(out, buf):
+        coop.load_tile(np.uint32(buf[0]), np.uint32(buf[1]), np.uint64(0), np.uint64(0), 0, 0, 0, 9)
+
+    @cuda.jit
+    def pp_tile(out, buf):
+        acc, s, ph = pp.tile(np.uint32(buf[0]), np.uint32(buf[1]), 0, 0)
+        out[0] = s
+
+    @cuda.jit
+    def pipe_setup(out, buf):
+        base, ring = pipe.setup(5)
+        out[0] = base
+
+    @cuda.jit
+    def ew_setup(out, buf):
+        ew.setup(1)
+
+    @cuda.jit
+    def produce_short(out, buf):
+        produce(np.uint32(buf[0]), np.uint32(buf[1]), 4)
+
+    return [(coop_tile, "coop.tile(", r"kit\.Cooperative\.tile: missing a required argument: 'kb0': its signature is "
+             r"tile\(ring, base, s, ph, kb0, kb1, cw, ct\); got tile\(uint32, 0, 0, 0\)"),
+            (coop_drain, "coop.drain(", r"kit\.Cooperative\.drain: missing a required argument: 'ct'"),
+            (coop_load_tile, "coop.load_tile(", r"kit\.Cooperative\.load_tile: too many positional arguments"),
+            (pp_tile, "pp.tile(", r"kit\.PingPong\.tile: missing a required argument: 'kblocks'"),
+            (pipe_setup, "pipe.setup(", r"kit\.TmaPipeline\.setup: too many positional arguments: its signature is "
+             r"setup\(\); got setup\(5\)"),
+            (ew_setup, "ew.setup(", r"kit\.EpilogueWarps\.setup: too many positional arguments"),
+            (produce_short, "produce(", r"kit\.produce: missing a required argument: 'kblocks': its signature is "
+             r"produce\(ring, base, nunits, kblocks, tiles_mc, tiles_n, args\)")]
+
+
+def test_an_inline_kit_block_given_arguments_it_cannot_bind_names_itself_at_the_users_line():
+    """Blocks declared ``cuda.jit(device=True, inline=True)`` (Cooperative's, PingPong's, the
+    pipeline's and epilogue warps' setup, tile_producer's function): their calls are left to the
+    typing of the call, whose error names the block, its signature and the user's line."""
+    for kernel, call, message in _inline_true_blocks():
+        with pytest.raises(NbwgmmaTypingError, match=message) as exc:
+            compile_report(kernel, (types.float32[::1], types.uint16[::1]))
+        assert str(exc.value).startswith(f"{__file__}:{_line_of(kernel, call)}: "), str(exc.value)
+        assert "\x1b[" not in str(exc.value)
+
+
 @pytest.mark.parametrize("kernel, call, message", [
     (_row_reduce_without_ncols, "_ROW_MAX(", r"kit\.acc_row_reduce\('max', 256\): missing a required argument: "
      r"'ncols': it takes \(acc, tid, row0, col0, ncols, \*args\); got \(UniTuple\(float32 x 128\), "),

@@ -335,6 +335,28 @@ def _wrap_resolve(resolve, typing_errors):
     return resolve_with_location
 
 
+def _wrap_inline_function(inline_function, callee_args, typing_errors, guard_exception):
+    """``InlineWorker.inline_function`` that leaves a call of one of nbwgmma's ``inline=True``
+    device functions (the kit's blocks) uninlined where its arguments do not bind to the
+    function's signature: Numba's inlining pass, which runs before type inference, would raise
+    its raw "Cannot bind ..." error naming neither the block nor the kernel's line; left as a
+    call, the call's typing fails in :func:`_wrap_resolve`, which reports it as
+    :func:`_device_function_bind_hint` words it, at the kernel's line. Calls that bind are
+    inlined as before (the generated code is the same)."""
+    def inline_unless_unbound(self, caller_ir, block, i, function, arg_typs=None):
+        made = getattr(getattr(function, "__code__", None), "co_filename", None)
+        if arg_typs is None and made is not None and own_source(made):
+            instr = block.body[i]
+            try:
+                callee_args(instr.value, function, instr.loc, caller_ir)  # (binds as the inlining would)
+            except typing_errors:
+                raise guard_exception() from None  # (the inlining pass's guard: the call stays a call)
+        return inline_function(self, caller_ir, block, i, function, arg_typs=arg_typs)
+
+    inline_unless_unbound.wrapped_inline_function = inline_function
+    return inline_unless_unbound
+
+
 def shortened(error: NbwgmmaTypingError) -> NbwgmmaTypingError:
     """``error`` without the frames of Numba's compiler it passed through (a hundred lines and
     more before its one line of message), for the entry points that compile a user's kernel
@@ -347,17 +369,25 @@ def shortened(error: NbwgmmaTypingError) -> NbwgmmaTypingError:
 
 def install() -> None:
     """Wrap numba-cuda's ``CallConstraint.resolve`` (once) so nbwgmma's typing errors
-    are reported at the kernel's call. Without numba-cuda's type inference (the CUDA
-    simulator runs kernels as Python) there is nothing to wrap."""
+    are reported at the kernel's call, and its inliner's ``InlineWorker.inline_function`` so
+    that a kit block's call with arguments that do not bind reaches the typing of the call
+    (:func:`_wrap_inline_function`). Without numba-cuda's type inference (the CUDA simulator
+    runs kernels as Python) there is nothing to wrap."""
     from numba import config
 
     if config.ENABLE_CUDASIM:
         return
     from numba.cuda.core import errors as cuda_errors
+    from numba.cuda.core import inline_closurecall
+    from numba.cuda.core.ir_utils import GuardException
     from numba.cuda.core.typeinfer import CallConstraint
 
+    # numba.core's TypingError (raised by the intrinsic machinery) and numba-cuda's
+    # own; never ForceLiteralArg, with which Numba asks to retype with literals.
+    typing_errors = (TypingError, cuda_errors.TypingError)
     if not hasattr(CallConstraint.resolve, "wrapped_resolve"):
-        # numba.core's TypingError (raised by the intrinsic machinery) and numba-cuda's
-        # own; never ForceLiteralArg, with which Numba asks to retype with literals.
-        typing_errors = (TypingError, cuda_errors.TypingError)
         CallConstraint.resolve = _wrap_resolve(CallConstraint.resolve, typing_errors)
+    worker = inline_closurecall.InlineWorker
+    if not hasattr(worker.inline_function, "wrapped_inline_function"):
+        worker.inline_function = _wrap_inline_function(worker.inline_function, inline_closurecall._get_callee_args,
+                                                       typing_errors, GuardException)
