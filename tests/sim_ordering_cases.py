@@ -14,7 +14,12 @@ correct twin that must give the exact answer:
   acquires, not after it;
 * a named barrier counts whole warps (PTX ISA, bar/barrier: a warp arrives once its threads
   that have not exited have);
-* a state token may be tested only in the phase after its arrival (mbarrier.test_wait).
+* a state token may be tested only in the phase after its arrival (mbarrier.test_wait);
+* barrier 0 is the one ``syncthreads`` uses: a named barrier 0 of the whole block is the same
+  barrier, one of fewer threads beside it is a barrier with two counts;
+* ``setmaxnreg``: ``.inc`` to at least, ``.dec`` to at most what the warpgroup owns; a thread
+  arrives at the cluster barrier once before it waits; a shuffle from a lane that exited reads
+  an undefined value (the poison, here).
 """
 
 import os
@@ -25,9 +30,10 @@ from numba import config, cuda
 
 from nbwgmma import sim
 from nbwgmma.intrinsics import (
-    acc_store, acc_zeros, bulk_commit_group, bulk_wait_group, dynamic_smem_base, fence_mbarrier_init,
-    fence_proxy_async_shared, mbarrier_arrive, mbarrier_init, mbarrier_wait, mbarrier_wait_parity, named_barrier_sync,
-    smem_addr, tma_store_2d, wgmma_commit_group, wgmma_fence, wgmma_mma_async, wgmma_wait_group,
+    acc_store, acc_zeros, bulk_commit_group, bulk_wait_group, cluster_arrive, cluster_wait, dynamic_smem_base,
+    fence_mbarrier_init, fence_proxy_async_shared, mbarrier_arrive, mbarrier_init, mbarrier_wait, mbarrier_wait_parity,
+    named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc, smem_addr, tma_store_2d, wgmma_commit_group, wgmma_fence,
+    wgmma_mma_async, wgmma_wait_group,
 )
 from nbwgmma.kernels.wgmma_tile import TileProblem
 from nbwgmma.launch import dynamic_smem_bytes, launch
@@ -302,3 +308,85 @@ def test_a_state_token_two_phases_old_is_a_hazard():
             launch(_token_kernel(32), 1, 64, (out,))
     finally:
         os.environ.pop("NBWGMMA_SIM_SCHEDULE", None)
+
+
+# --- barrier 0, setmaxnreg, the cluster barrier, shuffles -----------------------------------
+
+def _bar0_kernel(count):
+    @cuda.jit
+    def kernel(out):
+        vals = cuda.shared.array(256, np.int32)
+        tid = cuda.threadIdx.x
+        vals[tid] = tid
+        if tid < 128:
+            cuda.syncthreads()
+        else:
+            named_barrier_sync(0, count)
+        out[tid] = vals[(tid + 128) % 256]
+    return kernel
+
+
+def test_named_barrier_0_of_the_whole_block_is_syncthreads(schedule):
+    out = cuda.to_device(np.zeros(256, np.int32))
+    launch(_bar0_kernel(256), 1, 256, (out,))
+    np.testing.assert_array_equal(out.copy_to_host(), (np.arange(256) + 128) % 256)
+
+
+def test_named_barrier_0_of_fewer_threads_beside_syncthreads_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"named barrier 0 with 128 threads while threads wait at syncthreads, the "
+                                            r"same hardware barrier with all 256: one barrier with two thread counts"):
+        launch(_bar0_kernel(128), 1, 256, (cuda.to_device(np.zeros(256, np.int32)),))
+
+
+def _regs_kernel(inc):
+    @cuda.jit(launch_bounds=(384, 1))
+    def kernel(out):
+        tid = cuda.threadIdx.x
+        if tid < 128:
+            setmaxnreg_dec(40)
+        else:
+            setmaxnreg_inc(inc)
+        out[tid] = tid
+    return kernel
+
+
+def test_setmaxnreg_within_the_pool_runs():
+    out = cuda.to_device(np.zeros(384, np.int32))
+    launch(_regs_kernel(232), 1, 384, (out,))
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(384))
+
+
+def test_setmaxnreg_inc_below_what_a_warpgroup_owns_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"setmaxnreg_inc\(160\) in warpgroup [12], which owns 168 registers per "
+                                            r"thread: .inc must ask for at least what it owns"):
+        launch(_regs_kernel(160), 1, 384, (cuda.to_device(np.zeros(384, np.int32)),))
+
+
+@cuda.jit
+def _arrives_twice(out):
+    cluster_arrive()
+    cluster_arrive()
+    cluster_wait()
+    out[cuda.blockIdx.x, cuda.threadIdx.x] = 1
+
+
+def test_a_second_cluster_arrival_before_the_wait_is_a_hazard():
+    with pytest.raises(sim.SimHazard, match=r"at .*sim_ordering_cases.py:\d+: cluster_arrive a second time with no "
+                                            r"cluster_wait after its first"):
+        launch(_arrives_twice, 2, 32, (cuda.to_device(np.zeros((2, 32), np.int32)),), cluster=(2, 1, 1))
+
+
+@cuda.jit
+def _shuffle_down(out):
+    lane = cuda.threadIdx.x
+    if lane >= 16:
+        return
+    out[lane] = cuda.shfl_down_sync(0xFFFFFFFF, np.int32(lane + 100), 8)
+
+
+def test_a_shuffle_from_a_lane_that_exited_reads_the_poison(schedule):
+    out = cuda.to_device(np.zeros(32, np.int32))
+    launch(_shuffle_down, 1, 32, (out,))
+    got = out.copy_to_host()
+    np.testing.assert_array_equal(got[:8], np.arange(8, 16) + 100)  # from lanes 8-15, which run
+    assert np.all(got[8:16] == -1)  # from lanes 16-23, which returned: undefined on the GPU

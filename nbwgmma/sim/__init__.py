@@ -45,6 +45,12 @@ order the threads run in, because it tracks happens-before with vector clocks
   issue releases it);
 * a wait for an mbarrier state token two or more phases after the token's phase (the ISA
   defines it for the current phase and the one before: more arrivals than a phase expects);
+* named barrier 0 of fewer threads than the block while threads wait at ``syncthreads``, or the
+  other way round (one hardware barrier with two counts; of the whole block it is the barrier
+  ``syncthreads`` uses, and the two forms meet there);
+* ``setmaxnreg_inc`` to fewer registers than the warpgroup owns, ``setmaxnreg_dec`` to more
+  (from its last ``setmaxnreg``, or from the launch bounds' count where they bind below 248);
+* a second ``cluster_arrive`` of a thread before its ``cluster_wait``;
 * shared memory a TMA load or a ``cp_async`` writes, read before the reader observed the
   barrier phase the copy completes on (a ``cp_async``'s bytes land at its thread's
   ``cp_async_mbarrier_arrive_noinc``);
@@ -120,7 +126,9 @@ order the threads run in, because it tracks happens-before with vector clocks
 
 Numba's warp functions (``shfl_sync`` ..., ``ballot_sync``, ``match_any_sync``,
 ``syncwarp``) run over the mask's lanes that exist and have not exited, as CUDA specifies
-for non-exited threads; ``activemask`` gives the warp's existing lanes. A view of a shared
+for non-exited threads; a shuffle reading a lane outside them gets the poison (NaN, every bit
+set for an integer: the ISA leaves the value undefined); ``activemask`` gives the warp's
+existing lanes. A view of a shared
 array (a row, a slice) is an address, not a load: its elements are checked when read or
 written.
 
@@ -146,7 +154,8 @@ another, not the last to read it, still reads is compute-sanitizer's racecheck's
 threads (they join the warp's clocks here: a store of one lane read by another through them
 with no ``syncwarp`` between is not flagged), a wgmma's TMA-loaded operands observed by one
 thread of the warpgroup only (accepted: the wgmma waits for every warp's issue),
-a named barrier left with arrivals pending when the kernel ends, programmatic dependent
+a named barrier left with arrivals pending when the kernel ends, two ``setmaxnreg`` of a
+warpgroup with no barrier of its warps between them (the instruction is collective here), programmatic dependent
 launch (``griddep_wait`` and ``griddep_launch_dependents`` do nothing here and grids run one
 after another, so a kernel reading its inputs before ``griddep_wait`` in a ``pdl=True`` launch
 is not reported), a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma

@@ -415,6 +415,11 @@ class SimThread(greenlet.greenlet):
             self.cl.barrier.exit()
 
     def syncthreads(self):
+        bar0 = self.cta.named.get(0)  # (named barrier 0 of fewer threads: the same hardware barrier)
+        if bar0 is not None and (bar0.count or bar0.lanes):
+            raise SimHazard(f"thread {self.thread_id} at {where()}: syncthreads while threads wait at named barrier 0 "
+                            f"with {bar0.parties} threads, the same hardware barrier: one barrier with two thread "
+                            f"counts (give the named barrier another id)")
         self.cta.syncthreads.sync()
 
     def _syncthreads_reduce(self, name, val, op):

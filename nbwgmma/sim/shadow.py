@@ -191,10 +191,11 @@ class Shadow:
         for i in np.unique(hit):
             aw = self.writes[int(i) - 1]
             if th.clock[aw.slot] < aw.phase + 1:
-                wait = f"without having waited for phase {aw.phase} of {aw.name}, on which that copy completes"
+                wait = (f"before {aw.name}" if aw.phase == PENDING else
+                        f"without having waited for phase {aw.phase} of {aw.name}, on which that copy completes")
                 if not store:
                     last = th.last_phase
-                    other = "" if last is None or last[0].slot == aw.slot else (
+                    other = "" if last is None or last[0].slot == aw.slot or aw.phase == PENDING else (
                         f". This thread last waited on {last[0].label()} (phase {last[1]}): if the read is that "
                         f"stage's, it reaches past the stage's copies into another's (a K step or descriptor too "
                         f"far, boxes smaller than the wgmma reads, a stage of another size than the copies')")

@@ -127,7 +127,14 @@ def _named(barrier_id, nthreads, _wait=True):
         raise SimHazard(f"thread {th.thread_id} at {th.where}: named barrier {barrier_id} waits for {nthreads} "
                         f"threads, but the block has {th.cl.nthreads}: it can never complete"
                         f"{th.cl.fewer_threads_than_bounds()}")
+    if barrier_id == 0 and nthreads == th.cl.nthreads:  # the barrier syncthreads is (bar.sync 0): one barrier
+        th.cta.syncthreads.arrive() if not _wait else th.syncthreads()
+        return
     with th.cl.lock:
+        if barrier_id == 0 and th.cta.syncthreads.count:
+            raise SimHazard(f"thread {th.thread_id} at {th.where}: named barrier 0 with {nthreads} threads while "
+                            f"threads wait at syncthreads, the same hardware barrier with all {th.cl.nthreads}: "
+                            f"one barrier with two thread counts (give the named barrier another id)")
         bar = th.cta.named.get(barrier_id)
         if bar is None or bar.parties != nthreads:
             if bar is not None and (bar.count or bar.lanes):
@@ -186,6 +193,10 @@ def _whole_warp(th, op, aligned):
 @impl("cluster_arrive", "cluster_arrive_relaxed")
 def _cluster_arrive(aligned=True):
     th = me()
+    if th.cluster_token is not None:  # (PTX ISA, barrier.cluster: "each thread must arrive at the barrier only once
+        # before the barrier completes"; a second arrival may complete a generation its peers have not reached)
+        raise SimHazard(f"thread {th.thread_id} at {th.where}: cluster_arrive a second time with no cluster_wait "
+                        f"after its first: each thread arrives once per phase of the cluster barrier, then waits")
     _whole_warp(th, "barrier.cluster.arrive", aligned)
     th.cluster_token = th.cl.barrier.arrive()
 
@@ -231,6 +242,15 @@ def _registers(th, count, inc):
     with cl.lock:
         if key in cta.reg_done:
             return
+        owned = cta.reg_of.get(wg, cta.reg_start)
+        # (the count at launch is the launch bounds' only where they bind below what ptxas would
+        # give anyway: checked from there, or from the warpgroup's last setmaxnreg)
+        known = wg in cta.reg_of or cta.reg_start < 248
+        if known and ((count < owned) if inc else (count > owned)):  # PTX ISA, setmaxnreg: otherwise undefined
+            raise SimHazard(
+                f"thread {th.thread_id} at {th.where}: setmaxnreg_{'inc' if inc else 'dec'}({count}) in warpgroup {wg}, "
+                f"which owns {owned} registers per thread: .{'inc' if inc else 'dec'} must ask for "
+                f"{'at least' if inc else 'at most'} what it owns (the ISA leaves it undefined otherwise)")
         nwg = -(-cl.nthreads // 128)
 
         def used(new):

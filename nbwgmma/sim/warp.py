@@ -99,8 +99,26 @@ def _shfl(name, pick):
     def fn(mask, value, arg):
         by_lane, lane = _exchange(name, mask, value)
         src = pick(lane, int(arg))
-        return by_lane.get(src, value) if 0 <= src < 32 else value
+        if not 0 <= src < 32:  # (past the warp's width: the lane's own value, as the ISA's clamp gives)
+            return value
+        if src not in by_lane:  # PTX ISA, shfl.sync: undefined from a lane that is inactive or not in the mask
+            return _undefined(value)
+        return by_lane[src]
     return fn
+
+
+def _undefined(value):
+    """What a shuffle reads from a lane that exited, is not in the mask or does not exist: the
+    ISA leaves it undefined, so the poison of shared memory (NaN; every bit set for an
+    integer). A lane whose result goes unused is no mistake; one that uses it computes garbage,
+    as it may on the GPU."""
+    if isinstance(value, (bool, np.bool_)):
+        return value
+    if isinstance(value, (float, np.floating)):
+        return type(value)("nan")
+    if isinstance(value, np.integer):
+        return np.array(-1).astype(type(value))[()]
+    return -1
 
 
 def _mask(bits):
