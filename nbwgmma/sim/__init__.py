@@ -189,7 +189,7 @@ import sys
 
 import numpy as np
 
-from . import arith, sync, wgmma  # noqa: F401  importing them registers their implementations
+from . import arith, barriers, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
 from .core import Cluster, SimError, SimHazard, SimStopped, SimThread, enabled, kernel_line
 from .cta import CTA, SharedArray
@@ -364,7 +364,7 @@ def _launch_bounds(kernel):
 
 def _launch_registers(bounds):
     """The most registers per thread launch bounds ``(threads, blocks)`` allow (168 for 384
-    threads), or None without bounds: what a ``setmaxnreg`` increase past it starts from (sim.sync)."""
+    threads), or None without bounds: what a ``setmaxnreg`` increase past it starts from (sim.barriers)."""
     if bounds is None:
         return None
     threads, blocks = bounds

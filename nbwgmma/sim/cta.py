@@ -157,7 +157,7 @@ class CTA:
         self.threads = {}  # thread id -> SimThread
         self.wgmma = {}  # warpgroup -> wgmma issue state (nbwgmma.sim.wgmma)
         self.syncthreads = PhasedBarrier(cluster, nthreads, "syncthreads barrier")
-        self.reg_start = None  # registers per thread at launch, setmaxnreg's pool (nbwgmma.sim.sync): set by run()
+        self.reg_start = None  # registers per thread at launch, setmaxnreg's pool (nbwgmma.sim.barriers): set by run()
         self.reg_of, self.reg_done = {}, set()
 
     def array(self, shape, dtype, caller):
