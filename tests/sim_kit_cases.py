@@ -537,6 +537,25 @@ def test_a_kit_block_called_with_arguments_its_signature_cannot_bind_is_refused_
     assert out.copy_to_host().tolist() == [0, 1]
 
 
+def test_warpgroup_sync_past_warpgroup_3_is_refused_at_the_kernels_line():
+    """``warpgroup_sync(g)`` with ``g`` outside 0-3 synced warpgroup 3's barrier (named barrier 4);
+    a compiled kernel refuses such a constant at typing, the simulator the value at the call."""
+    from nbwgmma.intrinsics.errors import NbwgmmaTypingError
+    from nbwgmma.kit import warpgroup_sync
+
+    @cuda.jit
+    def past(out):
+        warpgroup_sync(16)
+        out[0] = 1
+
+    out = cuda.to_device(np.zeros(1, np.int32))
+    with pytest.raises(NbwgmmaTypingError, match=r"kit\.warpgroup_sync: g must be an integer in \[0, 3\] .*got 16") \
+            as exc:
+        launch(past, 1, 128, (out,))
+    assert str(exc.value).startswith(f"{__file__}:"), str(exc.value)
+    assert out.copy_to_host()[0] == 0
+
+
 def test_a_builders_function_called_with_too_few_arguments_names_the_builder_at_the_kernels_line():
     """From a newcomer's trial: a reduction (made by acc_row_reduce) or a pair_atomic called without
     an argument crashed inside nbwgmma's own message code (the generated function has no

@@ -2,6 +2,7 @@
 sm_90a (PTX, SASS after ptxas), and their typing errors. Small kernels: seconds each."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from nbwgmma.intrinsics import acc_load, acc_store, acc_zeros, smem_addr
 from nbwgmma.intrinsics.errors import NbwgmmaTypingError
 from nbwgmma.errors import KitError
 from nbwgmma.kit import (TileScheduler, TmaPipeline, acc_absmax, acc_col_reduce, acc_map, acc_row_reduce, col_values,
-                         pair_atomic, pair_store, store_rows_part, tma_store_part)
+                         pair_atomic, pair_store, store_rows_part, tma_store_part, warpgroup_sync)
 from nbwgmma.report import compile_report
 
 PIPE = TmaPipeline(4, consumers=2)
@@ -461,6 +462,42 @@ def test_wave_order_is_a_bijection_running_neighbours_together(nunits, ctas):
     assert first == list(range(len(first)))  # the first consumers of the first wave: tiles 0, 1, 2 ...
 
 
+def _grouped_order(t, tiles_m, tiles_n, group_m):
+    """The walk tile_order gave before a group took at most tiles_m rows (Python integers)."""
+    g = t // (group_m * tiles_n)
+    rows = min(tiles_m - g * group_m, group_m)
+    r = t - g * group_m * tiles_n
+    return g * group_m + r % rows, r // rows
+
+
+def test_tile_order_of_a_group_past_m_walks_as_one_group_of_m_rows():
+    """A group's tiles, group_m * tiles_n, are held at 2^32 - 1: the same walk as before for every
+    group_m, and a group_m whose product with tiles_n passes 32 bits (it wrapped: a division by
+    zero at 2^32) walks as one group of tiles_m rows, every tile once."""
+    from nbwgmma.kit import tile_order
+
+    order = tile_order.py_func
+    for tiles_m in range(1, 10):
+        for tiles_n in range(1, 6):
+            n = tiles_m * tiles_n
+            for group_m in range(1, 13):
+                assert [order(t, tiles_m, tiles_n, group_m) for t in range(n)] == \
+                    [_grouped_order(t, tiles_m, tiles_n, group_m) for t in range(n)], (tiles_m, tiles_n, group_m)
+            one = [order(t, tiles_m, tiles_n, tiles_m) for t in range(n)]
+            assert sorted(one) == sorted((i, j) for i in range(tiles_m) for j in range(tiles_n))
+            for group_m in (2 ** 30, 2 ** 31 - 1):  # (group_m * tiles_n wrapped in 32 bits)
+                assert [order(t, tiles_m, tiles_n, group_m) for t in range(n)] == one
+    # a group_m past int64 compiles (the kernel's constant is clamped to 2^31 - 1, past any tiles_m)
+    sched = TileScheduler(128, 128, 64, group_m=10 ** 30)
+
+    @cuda.jit
+    def walk(out, u):
+        out[0], out[1] = sched.tile(u[0], u[1], u[2], 0)
+
+    rep = compile_report(walk, (types.int32[::1], types.int32[::1]))
+    assert rep.local_memory_ops == 0 and sched.group_m == 10 ** 30
+
+
 def test_pipeline_counts_its_arrivals():
     """``producers`` and ``consumers`` are the arrivals a fill and a release take (threads that
     copy into a slot themselves, threads that read it themselves); out of range is refused."""
@@ -547,6 +584,68 @@ def test_epilogue_warps_check_their_arguments():
                            ((3, 128, 256), {}, "fn must be")]:
         with pytest.raises(ValueError, match=what):
             EpilogueWarps(*args, **kw)
+    # sizes that are not integers: a string gave Python's "not all arguments converted", a float
+    # was taken (a tile of 32768.0 bytes, 2.0 consumers)
+    for args, kw, what in [((relu, "128", 256), {}, r"bm must be 64, 128, 192 or 256 .*got '128'"),
+                           ((relu, 128.0, 256), {}, r"bm must be .*got 128\.0"),
+                           ((relu, 128, 256.0), {}, r"bn must be a multiple of 64 up to 256; got 256\.0"),
+                           ((relu, 128, 256), {"consumers": 2.0}, r"consumers must be bm / 64 = 2 .*got 2\.0")]:
+        with pytest.raises(KitError, match=what):
+            EpilogueWarps(*args, **kw)
+    ew = EpilogueWarps(None, np.int64(128), np.int64(128), consumers=np.int32(2))
+    assert type(ew.bm) is int and type(ew.tile_bytes) is int and type(ew.consumers) is int
+
+
+_WG = 7
+
+
+@cuda.jit
+def _sync_a_fifth_warpgroup(out, buf):
+    warpgroup_sync(4)
+
+
+@cuda.jit
+def _sync_a_global_past_3(out, buf):
+    warpgroup_sync(g=_WG)
+
+
+@cuda.jit
+def _sync_in_range_and_at_run_time(out, buf):
+    h = 9  # typed first as the constant 9, then as a value known at run time: no error
+    for i in range(3):
+        h = i
+    warpgroup_sync(h)
+    warpgroup_sync(3)
+    warpgroup_sync(np.int32(buf[0]))
+
+
+def test_warpgroup_sync_of_a_constant_past_3_is_a_typing_error_at_the_call():
+    """It synced warpgroup 3's barrier (named barrier 4) for any other value."""
+    for kernel, got in ((_sync_a_fifth_warpgroup, 4), (_sync_a_global_past_3, 7)):
+        with pytest.raises(NbwgmmaTypingError, match=rf"kit\.warpgroup_sync: g must be an integer in \[0, 3\] "
+                                                     rf"\(the warpgroup whose named barrier 1 \+ g it syncs\); got {got}"
+                           ) as exc:
+            compile_report(kernel, (types.float32[::1], types.uint16[::1]))
+        assert str(exc.value).startswith(f"{__file__}:{_line_of(kernel, 'warpgroup_sync(')}: "), str(exc.value)
+    rep = compile_report(_sync_in_range_and_at_run_time, (types.float32[::1], types.uint16[::1]))
+    assert rep.sass.get("BAR", 0) >= 3
+
+
+def test_cooperative_blocks_and_stream_fixup_rows_apart_are_integers():
+    """``Cooperative(blocks=1.0)`` was taken; ``StreamFixup(rows_apart=...)`` was never checked
+    (it guards the rows of the second fragment that are parked and gathered)."""
+    from nbwgmma.kit import Cooperative, StreamFixup
+
+    for blocks in (1.0, "1", True):
+        with pytest.raises(KitError, match=rf"Cooperative: blocks .* must be 1, or 2 .*got blocks={blocks!r}"):
+            Cooperative("f32.bf16.bf16", TmaPipeline(3, 2), 128, 128, blocks=blocks)
+    assert Cooperative("f32.bf16.bf16", TmaPipeline(3, 1), 128, 128, blocks=np.int64(2)).blocks == 2
+    for apart in (-5, 0, 100, "x", 128.0, None):
+        with pytest.raises(KitError, match=rf"StreamFixup: rows_apart .* must be a positive multiple of 64 .*; got "
+                                           rf"{re.escape(repr(apart))}$"):
+            StreamFixup("f32.bf16.bf16", 128, fragments=2, rows_apart=apart)
+    for apart in (64, 128, np.int64(192)):
+        assert StreamFixup("f32.bf16.bf16", 128, fragments=2, rows_apart=apart).rows_apart == apart
 
 
 def test_stream_k_shares_store_every_tile_once_with_its_parts_in_k_order():

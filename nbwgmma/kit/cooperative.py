@@ -188,7 +188,7 @@ class Cooperative(types.ModuleType):
         bm, bn = int(bm), int(bn)  # (NumPy integers: the block's sizes and byte counts are Python ints)
         if bn not in k.n_values:
             raise KitError(f"Cooperative: bn must be a wgmma N for {kind}; got {bn!r}")
-        if blocks not in (1, 2) or bm % (64 * blocks):
+        if not is_int(blocks) or blocks not in (1, 2) or bm % (64 * blocks):
             raise KitError(f"Cooperative: blocks (64-row blocks per consumer warpgroup) must be 1, or 2 with bm 128 "
                              f"or 256; got blocks={blocks!r} with bm={bm}")
         if pipe.consumers != bm // (64 * blocks):
@@ -197,7 +197,7 @@ class Cooperative(types.ModuleType):
         check_stages("Cooperative", pipe)
         super().__init__(f"Cooperative({kind})")
         self.kind, self.pipe, self.bm, self.bn, self.a_major, self.b_major = kind, pipe, bm, bn, a_major, b_major
-        self.blocks, self.multicast, self.broadcast = blocks, multicast, broadcast
+        self.blocks, self.multicast, self.broadcast = int(blocks), multicast, broadcast
         self.esize = int(ELEMENT_BYTES[k.atype])
         self.bk = 128 // self.esize  # K elements per stage: one 128-byte swizzle row
         self.a_bytes = bm * 128

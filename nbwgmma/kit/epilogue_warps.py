@@ -53,7 +53,7 @@ import types
 import numpy as np
 from numba import cuda
 
-from ..errors import KitError
+from ..errors import KitError, is_int
 from ..intrinsics import (
     X2_FORMATS, acc_stmatrix_swizzled, f32_to_x2, fence_mbarrier_init, ld_shared_v4_b32, mbarrier_arrive, mbarrier_init,
     mbarrier_name, mbarrier_wait_parity, smem_addr, st_global_v4_b32, x2_to_f32,
@@ -98,14 +98,16 @@ class EpilogueWarps(types.ModuleType):
     def __init__(self, fn, bm: int, bn: int, dtype: str = "bf16", *, consumers: int | None = None):
         if dtype not in X2_FORMATS:
             raise KitError(f"EpilogueWarps: dtype must be one of {X2_FORMATS}; got {dtype!r}")
-        if bm % 64 or not 64 <= bm <= 256:
+        if not is_int(bm) or bm % 64 or not 64 <= bm <= 256:
             raise KitError(f"EpilogueWarps: bm must be 64, 128, 192 or 256 (64 rows per consumer); got {bm!r}")
-        if bn % 64 or not 64 <= bn <= 256:
+        if not is_int(bn) or bn % 64 or not 64 <= bn <= 256:
             raise KitError(f"EpilogueWarps: bn must be a multiple of 64 up to 256; got {bn!r}")
+        bm, bn = int(bm), int(bn)
         if consumers is None:
             consumers = bm // 64
-        if consumers != bm // 64:
+        if not is_int(consumers) or consumers != bm // 64:
             raise KitError(f"EpilogueWarps: consumers must be bm / 64 = {bm // 64} (64 rows each); got {consumers!r}")
+        consumers = int(consumers)
         if fn is not None and not callable(fn):
             raise KitError(f"EpilogueWarps: fn must be a device function of one value or None; got {fn!r}")
         super().__init__(f"EpilogueWarps({getattr(fn, '__name__', fn)}, {bm}x{bn}, {dtype})")

@@ -39,7 +39,7 @@ def group_walk(masked: bool, bm: int, group_m: int, wave: bool):
     tn)``, unit ``u``'s group, that group's first unit, its rows and the unit's tile in it (``u``
     must never decrease between the calls a thread makes: the walk goes on from the ``g`` and
     ``gbase`` of its last call, starting from 0, 0)."""
-    BM, GROUP_M, WAVE = bm, group_m, wave
+    BM, GROUP_M, WAVE = bm, min(group_m, 2 ** 31 - 1), wave  # (past M's tile rows: the same walk, tile_order)
     if masked:
         @inlined
         def group_rows(offs, g, total, t):

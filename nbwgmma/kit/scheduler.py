@@ -45,8 +45,12 @@ __all__ = ["TileScheduler", "tile_order", "wave_order", "stream_range", "stream_
 def tile_order(t, tiles_m, tiles_n, group_m):
     """Tile ``t`` -> (tile row, tile col), walking ``group_m`` tile rows at a time. Divided as
     unsigned 32-bit integers: Numba widens signed ones to 64 bits, whose division is a call
-    to a slow routine (four of them a tile)."""
-    per_group = np.uint32(group_m * tiles_n)
+    to a slow routine (four of them a tile). A group's tiles, ``group_m * tiles_n``, are held
+    at 2^32 - 1 (where more, ``t`` lies in the first group, as it does then, and that group holds
+    every row: the walk of one group of ``tiles_m`` rows): the product wrapped in 32 bits (a
+    division by zero at 2^32). ``group_m`` must be below 2^31 (:class:`TileScheduler` holds it
+    there: a group of ``tiles_m`` rows or more is the same walk)."""
+    per_group = np.uint32(min(np.int64(group_m) * tiles_n, 0xFFFFFFFF))  # (64 bits in the simulator too)
     g = np.uint32(t) // per_group
     first = np.int32(g) * group_m
     rows = np.uint32(min(tiles_m - first, group_m))
@@ -240,7 +244,9 @@ class TileScheduler(types.ModuleType):
         CTAS = CL * self.cluster_k  # CTAs that take one unit together
         ALONG_N = self.along == "N" and CL > 1
         CL_M = 1 if ALONG_N else CL  # tile rows of a cluster
-        GROUP_MC = max(1, self.group_m // CL_M)  # tile rows per group, counted in cluster rows
+        # tile rows per group, counted in cluster rows; past 2^31 - 1 (more than M's tile rows can
+        # be) the walk is the same (tile_order), and the constant stays in 32 bits
+        GROUP_MC = max(1, min(self.group_m, 2 ** 31 - 1) // CL_M)
 
         @inlined
         def shape(m, n, k):

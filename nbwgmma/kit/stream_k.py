@@ -53,10 +53,10 @@ __all__ = ["StreamFixup"]
 class StreamFixup(types.ModuleType):
     """The fix-up of consumer warpgroups holding ``fragments`` 64 x ``bn`` fragments of
     ``kind`` each (the tile: ``consumers`` warpgroups times ``fragments`` blocks of 64 rows,
-    fragment ``f`` of every warpgroup ``rows_apart`` rows below fragment ``f - 1``'s). The
-    consumers are the ``128 * consumers`` threads from thread ``first_thread``; the counters
-    are read and written by the first and broadcast through ``flag`` between two syncs of
-    named barrier ``barrier``. Device functions:
+    fragment ``f`` of every warpgroup ``rows_apart`` rows below fragment ``f - 1``'s: a positive
+    multiple of 64). The consumers are the ``128 * consumers`` threads from thread
+    ``first_thread``; the counters are read and written by the first and broadcast through
+    ``flag`` between two syncs of named barrier ``barrier``. Device functions:
 
     * ``count(counters, t, others, flag, tid, add) -> bool``: after this CTA's part of tile
       ``t`` is parked (``add`` 1: made visible GPU-wide first, then counted), True in every
@@ -83,7 +83,10 @@ class StreamFixup(types.ModuleType):
         if not is_int(first_thread) or first_thread < 0 or first_thread % 128:
             raise KitError(f"StreamFixup: first_thread must be a warpgroup's first thread (a multiple of 128); "
                              f"got {first_thread!r}")
-        first_thread = int(first_thread)
+        if not is_int(rows_apart) or rows_apart < 64 or rows_apart % 64:
+            raise KitError(f"StreamFixup: rows_apart (rows from a warpgroup's first fragment to its second) must be "
+                           f"a positive multiple of 64 (a fragment's rows); got {rows_apart!r}")
+        first_thread, rows_apart = int(first_thread), int(rows_apart)
         super().__init__(f"StreamFixup({kind}, {bn})")
         self.kind, self.bn, self.consumers, self.fragments = kind, bn, consumers, fragments
         self.rows_apart, self.first_thread, self.barrier = rows_apart, first_thread, barrier

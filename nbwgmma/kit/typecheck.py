@@ -21,7 +21,7 @@ from .. import backend
 from ..errors import KitError, is_int
 from ..intrinsics.errors import NbwgmmaTypingError
 
-__all__ = ["wgmma_n", "fragment_check", "count_check", "vector_check", "number_check", "integer_check", "address_check",
+__all__ = ["wgmma_n", "fragment_check", "count_check", "vector_check", "number_check", "integer_check", "index_check", "address_check",
            "f32_array_check", "store_vector_check",
            "VECTOR_ELEMENTS"]
 
@@ -238,6 +238,47 @@ def integer_check(what: str, name: str, why: str):
             message(f"{type(x).__name__} {x!r}"[:80])
 
     return _check(typed, valued)
+
+
+def index_check(fn, what: str, name: str, count: int, why: str):
+    """Make the :func:`~nbwgmma.kit.inlined` kit function ``fn`` (named ``what`` in messages)
+    refuse an argument ``name`` that is a constant outside ``0 .. count - 1`` (``why`` says what
+    it picks), which the function would take for another value (a barrier of another
+    warpgroup), with an :class:`~nbwgmma.intrinsics.errors.NbwgmmaTypingError` at the kernel's
+    line. Compiled: when the call is typed (a constant reaches ``fn``'s dispatcher as its
+    literal type; a value known only at run time is not checked). Simulated: when it is called,
+    by the check this returns, which ``fn``'s body calls on the argument (through a module-level
+    name; compiled, an identity that generates nothing)."""
+    import inspect
+
+    def message(v):
+        return f"{what}: {name} must be an integer in [0, {count - 1}] ({why}); got {v!r}"
+
+    def valued(x):
+        return message(x) if is_int(x) and not 0 <= x < count else None
+
+    check = _check(lambda x: None, valued)
+    if backend.active():
+        return check
+    position = list(inspect.signature(fn.py_func).parameters).index(name)
+    resolve = fn.get_call_template
+
+    def get_call_template(args, kws):
+        kws = dict(kws)
+        ty = kws.get(name) if name in kws else (args[position] if position < len(args) else None)
+        if isinstance(ty, types.IntegerLiteral) and not 0 <= ty.literal_value < count:
+            # Noted for the call (not raised): the call fails with it where the argument is a
+            # constant of the kernel, not a variable whose first value Numba's typing sees first
+            # (``final``: intrinsics.errors); typed meanwhile as a value known at run time.
+            NbwgmmaTypingError(message(ty.literal_value), final=(position, name))
+            if name in kws:
+                kws[name] = types.unliteral(ty)
+            else:
+                args = tuple(args[:position]) + (types.unliteral(ty),) + tuple(args[position + 1:])
+        return resolve(args, kws)
+
+    fn.get_call_template = get_call_template  # (the typing of a call: the literal's value is seen here)
+    return check
 
 
 def f32_array_check(what: str, name: str, why: str):

@@ -22,6 +22,7 @@ from numba import cuda
 
 from ..intrinsics import named_barrier_arrive, named_barrier_sync
 from .device import inlined
+from .typecheck import index_check
 
 __all__ = ["launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync", "WARPGROUP_BARRIERS", "turn_wait",
            "turn_pass", "TURN_BARRIERS"]
@@ -56,11 +57,13 @@ def warpgroup_thread():
 
 @inlined
 def warpgroup_sync(g):
-    """Barrier of the 128 threads of warpgroup ``g`` (0-3): named barrier ``1 + g``. The kit's
-    stores call it with the consumer's index ``cw`` (0 for the first consumer warpgroup): a kernel
-    syncing a consumer itself passes the same ``cw``, or uses an id from 7 up."""
+    """Barrier of the 128 threads of warpgroup ``g`` (0-3; a constant outside is a typing error at
+    the call): named barrier ``1 + g``. The kit's stores call it with the consumer's index ``cw``
+    (0 for the first consumer warpgroup): a kernel syncing a consumer itself passes the same
+    ``cw``, or uses an id from 7 up."""
     # A uniform branch per id (one warpgroup, one path), as the library GEMM was measured
     # with; named_barrier_sync_id(1 + g, 128) does the same with the id in a register.
+    _SYNC_INDEX(g)  # (simulated: a value outside 0-3 is refused, as a constant is at typing)
     if g == 0:
         named_barrier_sync(1, 128)
     elif g == 1:
@@ -69,6 +72,10 @@ def warpgroup_sync(g):
         named_barrier_sync(3, 128)
     else:
         named_barrier_sync(4, 128)
+
+
+_SYNC_INDEX = index_check(warpgroup_sync, "kit.warpgroup_sync", "g", WARPGROUP_BARRIERS,
+                          "the warpgroup whose named barrier 1 + g it syncs")
 
 
 #: Named barrier ids of :func:`turn_wait` / :func:`turn_pass` (warpgroup 0 waits on the first).
