@@ -17,6 +17,8 @@ import math
 import struct
 import threading
 
+import numpy as np
+
 from . import cudriver
 from .errors import KernelStoppedError, LaunchError, is_int
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
@@ -280,6 +282,31 @@ def _refuse_tensor_maps(args, what: str) -> None:
                               f"intrinsics take): tmap.address")
 
 
+def _check_call(kernel, args, stream, pdl, what: str) -> None:
+    """The :class:`LaunchError` (named ``what``, or "launch of <kernel>") for a ``kernel`` that is
+    not a ``@cuda.jit`` kernel, ``args`` its signature cannot bind, a ``stream`` that is none or
+    a ``pdl`` that is not a bool: checked alike for the simulator and the GPU, before either."""
+    py_func = getattr(kernel, "py_func", None)
+    device = getattr(kernel, "targetoptions", {}).get("device") or getattr(kernel, "_device", False)
+    if not callable(py_func) or device is True:
+        raise LaunchError(f"{what}: kernel must be a @cuda.jit kernel (a Numba dispatcher, not a device function); "
+                          f"got {'a device function' if device is True else type(kernel).__name__} {kernel!r}"[:200])
+    what = f"launch of {py_func.__qualname__}" if what == "launch" else what
+    import inspect
+
+    try:
+        inspect.signature(py_func).bind(*args)
+    except TypeError as e:
+        raise LaunchError(f"{what}: {e}: the kernel takes {py_func.__name__}{inspect.signature(py_func)}; got "
+                          f"{len(args)} argument(s)") from None
+    bad = stream_handle(stream) is None and not type(stream).__module__.startswith(("numba.", "cuda."))
+    if bad or (is_int(stream) and not 0 <= stream < 1 << 64):  # (Numba's, cuda.core's objects as they are)
+        raise LaunchError(f"{what}: stream must be 0, a raw handle (an integer in [0, 2^64)), a Numba or PyTorch "
+                          f"stream or an object with __cuda_stream__; got {type(stream).__name__} {stream!r}"[:200])
+    if not (isinstance(pdl, (bool, np.bool_)) or (is_int(pdl) and pdl in (0, 1))):
+        raise LaunchError(f"{what}: pdl must be a bool (or 0 or 1); got {type(pdl).__name__} {pdl!r}"[:200])
+
+
 def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, pdl: bool = False):
     """Launch ``kernel`` (a ``@cuda.jit`` dispatcher) on ``args``.
 
@@ -332,6 +359,9 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     block = _dim3(block, "block")
     if not is_int(smem) or smem < 0:
         raise LaunchError(f"launch: smem must be a non-negative integer (bytes); got {smem!r}")
+    if is_int(stream) and type(stream) is not int:  # (a NumPy integer: a raw handle)
+        stream = int(stream)
+    _check_call(kernel, tuple(args), stream, pdl, "launch")
     if sim.enabled():  # Numba's CUDA simulator: the intrinsics run as Python (nbwgmma.sim)
         # The GPU's checks against an H100's limits. The simulator does not compile, so
         # static shared memory (a few mbarriers in nbwgmma's kernels) is known only as the
@@ -463,6 +493,7 @@ class PreparedKernel:
 
         if sim.enabled():
             raise LaunchError("prepare() needs the GPU: in Numba's CUDA simulator use launch()")
+        _check_call(kernel, tuple(args), 0, pdl, "prepare()")
         _refuse_tensor_maps(args, "prepare()")
         grid, block = _dim3(grid, "grid"), _dim3(block, "block")
         kinds = [arg_kind(a) for a in args]

@@ -95,6 +95,14 @@ def test_explicit_configs(cfg):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("group_m", [2 ** 31, 2 ** 32, 10 ** 12])
+def test_a_group_of_more_tile_rows_than_m_has_walks_every_tile(group_m):
+    """group_m * tiles_n past 32 bits wrapped in the tile walk (the simulator stopped inside the
+    kernel; the GPU divided by zero): such a group is one group of M's tile rows."""
+    got, want = run("bf16", 200, 64, 300, odt="f32", config={"group_m": group_m, "bm": 64, "bn": 64}, seed=5)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("cluster, a_k", [(2, False), (4, False), (4, True)])
 def test_clusters_sharing_a_pick_a_tile_whose_rows_split(cluster, a_k):
     """``{"cluster": c, "multicast": "A"}`` without a tile: the tile model's pick, or the first
@@ -279,6 +287,34 @@ def test_launch_holds_kernels_to_an_h100s_limits(kw, msg):
     with pytest.raises(LaunchError, match=msg):
         launch(_write_one, kw.pop("grid", 1), kw.pop("block", 32), (x,), **kw)
     assert x.copy_to_host()[0] == 0  # refused before running
+
+
+@cuda.jit(device=True)
+def _a_device_function(x):
+    return x
+
+
+@pytest.mark.parametrize("call, msg", [
+    (lambda x: launch(lambda x: None, 1, 32, (x,)), r"^launch: kernel must be a @cuda\.jit kernel \(a Numba "
+     r"dispatcher, not a device function\); got function"),
+    (lambda x: launch(_a_device_function, 1, 32, (x,)), r"^launch: kernel must be .*got a device function"),
+    (lambda x: launch(_write_one, 1, 32, ()), r"^launch of _write_one: missing a required argument: 'x': the kernel "
+     r"takes _write_one\(x\); got 0 argument\(s\)"),
+    (lambda x: launch(_write_one, 1, 32, (x, x)), r"^launch of _write_one: too many positional arguments"),
+    (lambda x: launch(_write_one, 1, 32, (x,), stream="junk"), r"^launch of _write_one: stream must be 0, a raw "
+     r"handle .*; got str 'junk'"),
+    (lambda x: launch(_write_one, 1, 32, (x,), stream=True), r"stream must be .*got bool True"),
+    (lambda x: launch(_write_one, 1, 32, (x,), pdl="no"), r"^launch of _write_one: pdl must be a bool \(or 0 or "
+     r"1\); got str 'no'"),
+], ids=["not-a-kernel", "device-function", "too-few-args", "too-many-args", "stream-string", "stream-bool",
+        "pdl-string"])
+def test_launch_refuses_what_the_gpu_path_refuses_before_running(call, msg):
+    """A LaunchError naming the launch, as on the GPU's path, before the kernel runs (the
+    simulator ran a bad stream or pdl, and raised its own TypeError for an argument count)."""
+    x = cuda.to_device(np.zeros(4, np.int32))
+    with pytest.raises(LaunchError, match=msg):
+        call(x)
+    assert x.copy_to_host()[0] == 0
 
 
 def test_launch_at_an_h100s_limits_runs():

@@ -115,3 +115,47 @@ def test_a_tensor_map_passed_itself_is_refused_naming_its_address():
 
     with pytest.raises(LaunchError, match=r"launch\(\): argument 0 is a TensorMap; pass its address .*tmap.address"):
         launch(kernel, 1, 128, (tm, 3))
+
+
+def _launch_errors():
+    """(call, message) of launches refused before the simulator or the driver sees them."""
+    import numpy as np
+    from numba import cuda
+
+    from nbwgmma.launch import launch, prepare
+
+    @cuda.jit
+    def k(x):
+        x[0] = 1
+
+    @cuda.jit(device=True)
+    def dev(x):
+        return x
+
+    x = np.zeros(4, np.float32)
+    return [
+        (lambda: launch(lambda x: None, 1, 32, (x,)), r"^launch: kernel must be a @cuda\.jit kernel \(a Numba "
+         r"dispatcher, not a device function\); got function"),
+        (lambda: launch(dev, 1, 32, (x,)), r"^launch: kernel must be a @cuda\.jit kernel .*got a device function"),
+        (lambda: launch(k, 1, 32, ()), r"^launch of .*k: missing a required argument: 'x': the kernel takes k\(x\); "
+         r"got 0 argument\(s\)"),
+        (lambda: launch(k, 1, 32, (x, x)), r"^launch of .*k: too many positional arguments: the kernel takes k\(x\); "
+         r"got 2 argument\(s\)"),
+        (lambda: launch(k, 1, 32, (x,), stream="junk"), r"^launch of .*k: stream must be 0, a raw handle \(an integer "
+         r"in \[0, 2\^64\)\), a Numba or PyTorch stream or an object with __cuda_stream__; got str 'junk'"),
+        (lambda: launch(k, 1, 32, (x,), stream=True), r"stream must be .*got bool True"),
+        (lambda: launch(k, 1, 32, (x,), stream=-1), r"stream must be .*got int -1"),
+        (lambda: launch(k, 1, 32, (x,), pdl="no"), r"^launch of .*k: pdl must be a bool \(or 0 or 1\); got str 'no'"),
+        (lambda: launch(k, 1, 32, (x,), pdl=2), r"pdl must be a bool \(or 0 or 1\); got int 2"),
+        (lambda: prepare(lambda x: None, 1, 32, (x,)), r"^prepare\(\): kernel must be a @cuda\.jit kernel"),
+        (lambda: prepare(k, 1, 32, (x,), pdl="yes"), r"^prepare\(\): pdl must be a bool"),
+    ]
+
+
+def test_a_launch_of_something_not_a_kernel_the_wrong_arguments_a_bad_stream_or_pdl_is_refused():
+    """They were AttributeErrors (no dispatcher), the simulator's TypeError (the argument count),
+    Numba's TypeError (a stream) or taken (a string as pdl: programmatic dependent launch on).
+    The same cases run in the simulator (tests/sim_frontend_cases.py)."""
+    for call, message in _launch_errors():
+        with pytest.raises(LaunchError, match=message):
+            call()
