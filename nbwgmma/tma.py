@@ -93,6 +93,9 @@ def validate(p: TensorMapParams) -> None:
         if not 1 <= d <= 2**32:
             fail(f"shape[{last - i}] must be in [1, 2^32]", d)
     for i, s in enumerate(p.strides):  # the stride of array dimension last - 1 - i
+        if s < 0:  # (the driver takes unsigned strides: a reversed view's cannot be encoded)
+            fail(f"the stride of dimension {last - 1 - i} (in bytes) must not be negative (TMA reads an array "
+                 f"forwards: copy a reversed view first)", f"{s} bytes")
         if s % 16:
             fail(f"the stride of dimension {last - 1 - i} (from one index of it to the next, in bytes) must be a "
                  f"multiple of 16 bytes (rows TMA cannot address: load them another way, and store a GEMM's C "

@@ -35,6 +35,10 @@ RULES = [
     (dict(astrides=(250, 2)), "the stride of dimension 0 (from one index of it to the next, in bytes) must be a "
                               "multiple of 16"),
     (dict(astrides=(2**41, 2)), "< 2^40"),
+    # a reversed view (rows read backwards): the driver's encode failed with a bare OverflowError
+    (dict(astrides=(-256, 2), ptr=0x7F0000000000 + 255 * 256), "the stride of dimension 0 (in bytes) must not be "
+                                                               "negative (TMA reads an array forwards: copy a reversed "
+                                                               "view first); got -256 bytes"),
     (dict(astrides=(256, 4)), "innermost dimension must be contiguous"),
     (dict(box=(300, 64)), "box[0] must be in [1, 256]"),
     (dict(box=(64, 0)), "box[1] must be in [1, 256]"),
