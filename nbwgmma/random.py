@@ -60,16 +60,30 @@ def philox4x32(c0, c1, c2, c3, k0, k1):
     return tuple(np.broadcast_arrays(*c)[i].astype(np.uint32) for i in range(4))
 
 
-def _key(seed):
-    s = np.asarray(seed).astype(np.int64).astype(np.uint64)  # a negative seed as its 64-bit pattern
+def _integers(x, name: str):
+    """``x`` as a NumPy array of integers, or the :class:`~nbwgmma.errors.KitError` naming the
+    argument ``name`` (a float was cut to an integer, a draw of another key or counter)."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        from .errors import KitError
+
+        got = f"{type(x).__name__} {x!r}" if a.ndim == 0 else f"an array of {a.dtype}"
+        raise KitError(f"nbwgmma.random: {name} must be an integer or an array of integers (a 64-bit key or "
+                       f"counter); got {got}"[:200])
+    return a
+
+
+def _key(seed, name: str = "seed"):
+    s = _integers(seed, name).astype(np.int64).astype(np.uint64)  # a negative seed as its 64-bit pattern
     return s & _MASK, s >> np.uint64(32)
 
 
 def randint4x(seed, offset):
     """The four uint32 words at counter ``(offset's low word, its high word, 0, 0)`` under ``seed``
-    (both 64-bit integers; negative ones as their two's-complement bits)."""
+    (both 64-bit integers, or arrays of them; negative ones as their two's-complement bits; a
+    float is a :class:`~nbwgmma.errors.KitError`)."""
     k0, k1 = _key(seed)
-    o0, o1 = _key(offset)
+    o0, o1 = _key(offset, "offset")
     return philox4x32(o0, o1, 0, 0, k0, k1)
 
 
@@ -97,6 +111,7 @@ def rand4x_2x2(seed, rows, cols, *, ld=None, offset=0):
     < 8``, ``c`` even) takes the four words of the draw at ``offset + r * ld + c``, in that
     order. (Tiles start at rows that are multiples of 16 and even columns.)"""
     ld = cols if ld is None else ld
+    _integers(seed, "seed"), _integers(offset, "offset"), _integers(ld, "ld")
     i, j = np.indices((rows, cols))
     low = (i % 16) >= 8
     r, c = i - 8 * low, j - j % 2

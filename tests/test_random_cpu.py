@@ -131,3 +131,18 @@ def test_a_group_function_returning_three_values_is_a_typing_error_at_the_call()
                                                  r"tuple of 4 values \(the four values of its 2 x 2 group\); got a "
                                                  r"tuple of 3"):
         compile_report(kernel, "(float32[:],)")
+
+
+def test_a_float_seed_or_offset_is_refused():
+    """A float was cut to an integer: rand(1.5, 0) gave rand(1, 0), rand(1, 2.7) rand(1, 2)."""
+    from nbwgmma.errors import KitError
+    from nbwgmma.random import rand, rand4x_2x2, randint4x
+
+    for call, name, got in ((lambda: rand(1.5, 0), "seed", "float 1.5"), (lambda: rand(1, 2.7), "offset", "float 2.7"),
+                            (lambda: randint4x(True, 0), "seed", "bool True"),
+                            (lambda: rand(1, np.array([0.0, 1.0])), "offset", "an array of float64"),
+                            (lambda: rand4x_2x2(2.0, 16, 2), "seed", "float 2.0")):
+        with pytest.raises(KitError, match=rf"^nbwgmma\.random: {name} must be an integer or an array of integers "
+                                           rf"\(a 64-bit key or counter\); got {got}$"):
+            call()
+    assert rand(np.int32(1), np.uint64(2)) == rand(1, 2)
