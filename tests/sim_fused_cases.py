@@ -234,6 +234,52 @@ def test_bad_epilogue_arguments_are_refused():
         assert "\n" not in str(e.value)
 
 
+def _undefined_name(v, row, col):
+    return v + UNDEFINED_NAME  # noqa: F821
+
+
+def _adds_text(v, row, col):
+    return v + "a"
+
+
+def _returns_a_pair(v, row, col):
+    return v, v
+
+
+def _kernel_only(v, row, col):  # cuda.threadIdx exists in a kernel only: left to the launch, which runs it
+    return v + cuda.threadIdx.x * 0
+
+
+def _line(fn, text):
+    import inspect
+
+    src, first = inspect.getsourcelines(fn)
+    return first + next(i for i, x in enumerate(src) if text in x)
+
+
+def test_an_epilogue_that_cannot_run_is_refused_before_the_launch_naming_its_line():
+    """The simulator ran the kernel and failed in it with the function's own NameError (the
+    compiled path refused the call before any launch), and a result that is not one number was
+    reported at nbwgmma's kit/typecheck.py and acc_map; both are now refused before the launch,
+    naming the function and its line, as the compiled path does."""
+    import re
+
+    a, w = _bits(np.ones((64, 32)), "bf16"), _bits(np.ones((48, 32)), "bf16")
+    for fn, reason, text in ((_undefined_name, "NameError: name 'UNDEFINED_NAME' is not defined", "UNDEFINED_NAME"),
+                             (_adds_text, "TypeError: ", '"a"'), (_returns_a_pair, "it returns tuple, not a number",
+                                                                   "def _returns_a_pair")):
+        out = cuda.to_device(np.full((64, 48), np.nan, np.float32))
+        with pytest.raises(MatmulError, match=rf"^matmul: the epilogue function {fn.__name__} does not compile with "
+                                              rf"arguments \(value: f32, row: int64, col: int64\): "
+                                              rf"\w*{re.escape(reason)}.* \(at {re.escape(__file__)}:"
+                                              rf"{_line(fn, text)}\)$") as exc:
+            matmul(a, w.T, in_dtype="bf16", out=out, epilogue=fn)
+        assert "\n" not in str(exc.value)
+        assert np.isnan(out.copy_to_host()).all()  # refused before the launch
+    out = matmul(a, w.T, in_dtype="bf16", out_dtype="f32", epilogue=_kernel_only)
+    np.testing.assert_array_equal(out.copy_to_host(), np.full((64, 48), 32.0))
+
+
 def test_alpha_beta_c_any_strides_and_in_place():
     t, (m, n, k) = "bf16", (136, 72, 72)  # |results| < 256: integers exact in bf16
     a, w = RNG.integers(-1, 2, (m, k)).astype(np.float64), RNG.integers(-1, 2, (n, k)).astype(np.float64)

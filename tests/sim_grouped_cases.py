@@ -112,6 +112,14 @@ def test_bad_bias_and_activation_are_refused():
         grouped_matmul(a, _swap(w), ends, in_dtype="bf16", out=out, bias=out[:2])
 
 
+def test_a_bad_stream_is_refused_naming_grouped_matmul():
+    """The message named matmul."""
+    ga, gb = cuda.to_device(np.ones((24, 16), np.float16)), cuda.to_device(np.ones((2, 16, 8), np.float16))
+    with pytest.raises(MatmulTypeError, match=r"^grouped_matmul: stream must be a CUDA stream object or a raw "
+                                              r"handle; got str$"):
+        grouped_matmul(ga, gb, cuda.to_device(np.array([10, 24], np.int32)), stream="default")
+
+
 def _swap(dw):
     """B[g] = w[g]^T as a view (G, K, N) of the (G, N, K) stack."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray

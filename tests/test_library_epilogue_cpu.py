@@ -1,6 +1,8 @@
 """The library GEMM's fused epilogue (a bias, an activation, beta * C) on CPU: the configuration's
 checks, the plan's kernel signature, and ptxas's view of the kernels matmul builds for it."""
 
+import re
+
 import numpy as np
 import pytest
 from numba import cuda, types
@@ -180,16 +182,28 @@ def test_a_user_function_is_typed_alone_before_the_kernel(monkeypatch):
     def pair(v, row, col, s):
         return v, s
 
-    with pytest.raises(MatmulError, match=r"the epilogue function broken does not compile with arguments "
-                                          r"\(value: f32, row: int64, col: int64\): Failed in cuda mode"):
+    def adds_text(v, row, col):
+        return v + "a"
+
+    # Numba's reason and the function's line, in one line without terminal escapes (it kept only
+    # Numba's first line: "Failed in cuda mode pipeline (step: nopython frontend)")
+    line = broken.__code__.co_firstlineno + 1
+    with pytest.raises(MatmulError, match=rf"the epilogue function broken does not compile with arguments "
+                                          rf"\(value: f32, row: int64, col: int64\): NameError: name 'undefined_name' "
+                                          rf"is not defined \(at {re.escape(__file__)}:{line}\)$"):
         user_epilogue(broken, (), 64, 48, 0)
+    with pytest.raises(MatmulError, match=r"the epilogue function adds_text does not compile .*: No implementation of "
+                                          r"function Function\(<built-in function add>\) found for signature: >>> "
+                                          r"add\(float32, .*str.*\) \(at .*:\d+\)$") as exc:
+        user_epilogue(adds_text, (), 64, 48, 0)
+    assert "\x1b" not in str(exc.value) and "\n" not in str(exc.value)
     with pytest.raises(MatmulError, match=r"the epilogue function pair does not compile .*col: int64, f32\): "
                                           r"it returns UniTuple\(float32 x 2\), not a number"):
         user_epilogue(cuda.jit(device=True)(pair), (2.0,), 64, 48, 0)
     for _ in range(2):
         fn, kinds, infos = user_epilogue(_scale_shift, (2.0, 1.0, 0.5), 64, 48, 0)
     assert kinds == ("scalar",) * 3 and infos == (None,) * 3 and fn.py_func is _scale_shift
-    assert compiled == [(broken, True), (pair, True), (_scale_shift, True)], compiled
+    assert compiled == [(broken, True), (adds_text, True), (pair, True), (_scale_shift, True)], compiled
 
 
 def test_user_function_signature_and_swapped_extras(monkeypatch):

@@ -531,12 +531,13 @@ def stream_scratch(floats: int, tiles: int, captured=None) -> tuple:
     return ws, counters, values
 
 
-def stream_of(lib, stream) -> int:
-    """The raw ``CUstream`` handle of ``stream`` (None: the current stream of ``lib``)."""
+def stream_of(lib, stream, who: str = "matmul") -> int:
+    """The raw ``CUstream`` handle of ``stream`` (None: the current stream of ``lib``); a
+    :class:`MatmulTypeError` naming the function ``who`` it was given to for one that is none."""
     if stream is not None:
         if isinstance(stream, int):
             if isinstance(stream, bool) or not 0 <= stream < 1 << 64:
-                raise MatmulTypeError(f"matmul: stream must be a CUDA stream object or a raw handle (an integer in "
+                raise MatmulTypeError(f"{who}: stream must be a CUDA stream object or a raw handle (an integer in "
                                       f"[0, 2^64)); got {stream!r}")
             return stream
         handle = None
@@ -553,7 +554,7 @@ def stream_of(lib, stream) -> int:
         except (TypeError, ValueError, IndexError):
             handle = None
         if handle is None or not 0 <= handle < 1 << 64:
-            raise MatmulTypeError(f"matmul: stream must be a CUDA stream object or a raw handle; got "
+            raise MatmulTypeError(f"{who}: stream must be a CUDA stream object or a raw handle; got "
                                   f"{type(stream).__name__}" + ("" if handle is None else f" with handle {handle}"))
         return handle
     if lib == "torch":

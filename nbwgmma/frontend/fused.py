@@ -23,8 +23,10 @@ there, where inside the whole GEMM kernel Numba took two and a half minutes to s
 from __future__ import annotations
 
 import contextlib
+import dis
 import inspect
 import math
+import re
 
 import numpy as np
 from numba import config, cuda, types
@@ -119,13 +121,14 @@ def user_epilogue(fn, args, m, n, device):
 def _compiles_alone(fn, kinds):
     """Raise the :func:`epilogue_error` of a user function that does not compile for the types the
     kernel calls it with (value, row, col, extras: f32, int64, int64, f32...) or returns no number.
-    (In the simulator, which has no compiler and runs the function as Python, only whether it
-    takes that many arguments.)"""
+    (In the simulator, which has no compiler and runs the function as Python: that it takes that
+    many arguments, and a call on the host with such values, :func:`_runs_on_the_host`.)"""
     if config.ENABLE_CUDASIM:
         try:
             inspect.signature(fn.py_func).bind(*range(3 + len(kinds)))
         except TypeError as e:
             raise epilogue_error(fn, kinds, e) from None
+        _runs_on_the_host(fn, kinds)
         return
     if (fn, len(kinds)) in _TYPED:
         return
@@ -139,6 +142,30 @@ def _compiles_alone(fn, kinds):
     if len(_TYPED) >= 256:
         _TYPED.clear()
     _TYPED.add((fn, len(kinds)))
+
+
+def _runs_on_the_host(fn, kinds):
+    """The simulator's stand-in for compiling ``fn`` alone: one call of its Python function with
+    values of the kernel's types (1.0 as f32, row and column 0, each extra 1.0 as f32), before
+    the launch. What no value would change is refused as the compiled path refuses it: a name
+    that is not defined, an operation on the wrong types (raised in ``fn``'s own code), a
+    result that is no number. Errors of the values (a logarithm of 0) and calls that run only
+    in a kernel are left to the launch."""
+    py = fn.py_func
+    try:
+        with np.errstate(all="ignore"):
+            got = py(np.float32(1), np.int64(0), np.int64(0), *(np.float32(1),) * len(kinds))
+    except (NameError, TypeError) as e:  # (not AttributeError: cuda.threadIdx, cuda.fma exist in a kernel only)
+        tb = e.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb.tb_frame.f_code.co_filename == py.__code__.co_filename:  # (raised in the user's code)
+            raise epilogue_error(fn, kinds, e, tb.tb_lineno) from None
+        return
+    except Exception:  # noqa: BLE001 - value-dependent, or a call that runs in a kernel only
+        return
+    if not isinstance(got, (int, float, bool, np.number, np.bool_)):
+        raise epilogue_error(fn, kinds, f"it returns {type(got).__name__}, not a number")
 
 
 def bias_vector(bias, info, stream=None):
@@ -220,10 +247,37 @@ def bias_operand(bias, info: ArrayInfo, stream=None):
     return vi._replace(shape=(length,), strides=(4,)), vec
 
 
-def epilogue_error(fn, kinds, e) -> MatmulError:
-    """The error of a user epilogue ``fn`` (extras of ``kinds``) that Numba could not compile."""
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def epilogue_error(fn, kinds, e, line: int | None = None) -> MatmulError:
+    """The error of a user epilogue ``fn`` (extras of ``kinds``) that Numba could not compile (or
+    the simulator could not run): ``e``, Numba's error (or the exception, or a reason), as its
+    reason in one line (Numba's terminal escapes and its pass names left out; for a call of no
+    implementation, the signature it was called with), and where: the line ``line`` of ``fn``'s
+    file, else the line that uses the undefined name, else the line of its ``def``."""
+    text = _ANSI.sub("", str(e))
+    lines = [x.strip() for x in text.splitlines()]
+    lines = [x for x in lines if x and not x.startswith(("Failed in ", "During: "))]
+    if not lines:
+        reason = type(e).__name__
+    elif lines[0].startswith("No implementation of function"):  # "... found for signature:", then ">>> add(...)"
+        reason = " ".join([lines[0]] + [x for x in lines[1:2] if x.startswith(">>>")])
+    else:
+        reason = lines[0]
+    if isinstance(e, Exception) and not isinstance(e, NumbaError) and not reason.startswith(type(e).__name__):
+        reason = f"{type(e).__name__}: {reason}"
+    py = getattr(fn, "py_func", fn)
+    code = getattr(py, "__code__", None)
+    where = ""
+    if code is not None:
+        if line is None:
+            name = re.search(r"name '(\w+)' is not defined|[Uu]ntyped global name '(\w+)'", reason)
+            line = next((i.positions.lineno for i in dis.get_instructions(code)
+                         if name and i.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF")
+                         and i.argval == (name.group(1) or name.group(2)) and i.positions), None)
+        where = f" (at {code.co_filename}:{line or code.co_firstlineno})"
     return MatmulError(f"matmul: the epilogue function {getattr(fn, '__name__', fn)!s} does not compile with "
                        f"arguments (value: f32, row: int64, col: int64"
                        f"{''.join(', ' + ('f32' if k == 'scalar' else 'f32 (its ' + k + ')') for k in kinds)}): "
-                       f"{first}")
+                       f"{reason}{where}")

@@ -101,7 +101,7 @@ def _validate(offs, lib, masked, total, groups):
 
 
 def _call_stream(a, b, offs, *args, stream=None, **kwargs):
-    return 0 if _SIM else stream_of(lib_of(a), stream)
+    return 0 if _SIM else stream_of(lib_of(a), stream, "grouped_matmul")
 
 
 @relaxed_call(_call_stream)  # (a call captured into a CUDA graph may compile, load and allocate: nbwgmma.capture)
@@ -293,6 +293,6 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                             b_major=b_major, schedule=schedule, out=odt, short=short > 0)
     launch(kernel, grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, np.int32(n), np.int32(k), np.int32(total // groups), bias_arg,
-            np.int32(gb), tma_as.address, np.int32(short)), stream=stream_of(lib, stream), smem=SMEM[schedule],
-           pdl=True)
+            np.int32(gb), tma_as.address, np.int32(short)), stream=stream_of(lib, stream, "grouped_matmul"),
+           smem=SMEM[schedule], pdl=True)
     return out

@@ -136,5 +136,5 @@ def grouped_matmul_scaled(a, b, offs, ia, ib, io_, lib, *, masked, t, ta, tb, ou
     launch(kernel, grid, THREADS,
            (tma_a.address, tma_b.address, view, offs, sa, sb, np.int32(n), np.int32(k), np.int32(t),
             stand_in(ia.device) if bias32 is None else bias32, np.int32(gb), tma_as.address, np.int32(short)),
-           stream=stream_of(lib, stream), smem=SMEM, pdl=True)
+           stream=stream_of(lib, stream, "grouped_matmul"), smem=SMEM, pdl=True)
     return out

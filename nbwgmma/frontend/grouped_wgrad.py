@@ -161,7 +161,7 @@ def grouped_matmul_wgrad(a, b, offs, ia: ArrayInfo, ib: ArrayInfo, io_: ArrayInf
                                              f"form: one weight per group of A's rows is a 3-D B, (G, K, N))")
     if groups == 0 or m == 0 or n == 0:
         return out
-    st = stream_of(lib, stream)
+    st = stream_of(lib, stream, "grouped_matmul")
     if total == 0:
         _zero(out, io, lib, st)
         return out
