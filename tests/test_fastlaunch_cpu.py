@@ -361,20 +361,31 @@ def test_a_prepared_kernel_packs_new_arguments_and_checks_their_kinds(driver):
     assert len(rec.calls) == n  # nothing launched for a wrong call
 
 
+class _StandIn:
+    """A @cuda.jit kernel as launch() checks one before its full path: a dispatcher's py_func."""
+
+    targetoptions = {}
+
+    @staticmethod
+    def py_func(x, scale):
+        pass
+
+
 def test_launch_repeats_through_prepared_kernels_by_argument_types(driver, monkeypatch):
     from nbwgmma import launch as L
 
     args = (_tensor(1000), np.float32(2))
     pk, rec = _prepared(driver, args, exact=True)
     monkeypatch.setattr(L, "_QUICK", {})
-    key = (id("kernel"), 4, 128, 0, None, False, *map(type, args))  # (pdl False)
+    kernel = _StandIn()
+    key = (id(kernel), 4, 128, 0, None, False, *map(type, args))  # (pdl False)
     L._remember(key, pk)
-    L.launch("kernel", 4, 128, (_tensor(10, ptr=4096), np.float32(3)))
+    L.launch(kernel, 4, 128, (_tensor(10, ptr=4096), np.float32(3)))
     assert rec.calls[-1]["values"] == (0, 0, 10, 4, 4096, 10, 4, 3.0)
     # another element type: not this prepared kernel's; launch() goes on to its full path
     slow = []
     monkeypatch.setattr(L, "_repeat_launch", lambda *a: slow.append(a) or True)
-    L.launch("kernel", 4, 128, (_tensor(10, dtype="torch.float64"), np.float32(3)))
+    L.launch(kernel, 4, 128, (_tensor(10, dtype="torch.float64"), np.float32(3)))
     assert len(slow) == 1 and len(rec.calls) == 1
-    L.launch("kernel", [4], 128, args)  # an unhashable grid: the full path too
+    L.launch(kernel, [4], 128, args)  # an unhashable grid: the full path too
     assert len(slow) == 2
