@@ -522,7 +522,9 @@ def _tile_problem():
     return TileProblem(KIND, 8, 2, rng.integers(-4, 5, (64, 32)), rng.integers(-4, 5, (8, 32)), swizzle="none")
 
 
-def _tile_kernel(fence=True, wait=True, peek=False, wgmma_fenced=True):
+def _tile_kernel(fence=True, wait=True, peek=False, wgmma_fenced=True, barrier=True):
+    """The warpgroup stages the operands with generic stores (each thread its bytes), then
+    issues the wgmmas. ``fence``: True (before the barrier), False (none) or "late" (after it)."""
     @cuda.jit
     def kernel(image, desc_a, desc_b, out):
         dyn = cuda.shared.array(0, np.uint8)
@@ -530,9 +532,12 @@ def _tile_kernel(fence=True, wait=True, peek=False, wgmma_fenced=True):
         off = base - smem_addr(dyn)
         for i in range(cuda.threadIdx.x, image.size, 128):
             dyn[off + i] = image[i]
-        if fence:
+        if fence is True:
             fence_proxy_async_shared()
-        cuda.syncthreads()
+        if barrier:
+            cuda.syncthreads()
+        if fence == "late":
+            fence_proxy_async_shared()
         acc = acc_zeros(KIND, 8)
         if wgmma_fenced:
             wgmma_fence()
@@ -555,7 +560,12 @@ def _run_tile(**flags):
     return out.copy_to_host(), p.reference()
 
 
-def test_fixed_tile_kernel_is_exact():
+SCHEDULES = ["fifo", "random:1", "random:2"]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fixed_tile_kernel_is_exact(schedule, monkeypatch):
+    monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", schedule)
     got, ref = _run_tile()
     assert np.abs(ref).sum() > 0
     np.testing.assert_array_equal(got, ref.astype(np.float32))
@@ -583,6 +593,28 @@ def test_generic_stores_read_by_wgmma_without_proxy_fence_is_a_hazard():
                                             r"shared-memory store at .*sim_hazard_cases.py:\d+\) wrote it with generic "
                                             r"stores and issued no fence_proxy_async"):
         _run_tile(fence=False)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_wgmma_reading_other_warps_stores_with_no_barrier_is_a_hazard(schedule, monkeypatch):
+    """The wgmma instructions are no barrier between a warpgroup's warps (PTX ISA,
+    wgmma.mma_async: ``.sync`` waits for the threads of the warp)."""
+    monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", schedule)
+    with pytest.raises(sim.SimHazard, match=r"wgmma_mma_async at .*sim_hazard_cases.py:\d+\) reads shared memory "
+                                            r"at 0x[0-9a-f]+ that thread \d+ \(a shared-memory store at "
+                                            r".*sim_hazard_cases.py:\d+\) wrote, with nothing ordering that write "
+                                            r"before this read"):
+        _run_tile(barrier=False)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_proxy_fence_after_the_barrier_is_a_hazard(schedule, monkeypatch):
+    monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", schedule)
+    with pytest.raises(sim.SimHazard, match=r"reads shared memory at 0x[0-9a-f]+ through the async proxy; thread \d+ "
+                                            r"\(a shared-memory store at .*\) wrote it and fenced it "
+                                            r"\(fence_proxy_async at .*sim_hazard_cases.py:\d+\), but nothing "
+                                            r"orders that fence before this read"):
+        _run_tile(fence="late")
 
 
 # --- TMA: a destination read too early, bytes the barrier does not expect -----------------

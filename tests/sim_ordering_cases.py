@@ -7,9 +7,10 @@ Each mistake has a kernel the simulator must report, whatever order the threads 
 correct twin that must give the exact answer:
 
 * the wgmma instructions are no barrier between a warpgroup's warps (PTX ISA, wgmma.mma_async:
-  ``.sync`` waits for the threads of the warp): stores of other warps that a wgmma reads need
-  a barrier after them, and a stage that every thread reads after its issue needs every
-  thread's release (what a thread did before its issue, its wait passes on);
+  ``.sync`` waits for the threads of the warp): a stage that every thread reads after its
+  issue needs every thread's release (what a thread did before its issue, its wait passes
+  on); stores of other warps that a wgmma reads, with no barrier or with the proxy fence after
+  it, are tests/sim_hazard_cases.py's tile cases;
 * ``fence.proxy.async`` must come between a thread's stores and the release the async reader
   acquires, not after it;
 * a named barrier counts whole warps (PTX ISA, bar/barrier: a warp arrives once its threads
@@ -49,70 +50,6 @@ SCHEDULES = ["fifo", "random:1", "random:2"]
 def schedule(request, monkeypatch):
     monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", request.param)
     return request.param
-
-
-# --- a wgmma reading the warpgroup's stores -------------------------------------------------
-
-def _problem():
-    rng = np.random.default_rng(5)
-    return TileProblem(KIND, 8, 2, rng.integers(-4, 5, (64, 32)), rng.integers(-4, 5, (8, 32)), swizzle="none")
-
-
-def _staged_wgmma(order):
-    """A warpgroup stages the operands with generic stores (each thread its bytes), then issues
-    the wgmma. ``order``: "barrier" (fence, then a barrier: correct), "none" (fence, no barrier),
-    "fence_late" (barrier, then the fence)."""
-    @cuda.jit
-    def kernel(image, desc_a, desc_b, out):
-        dyn = cuda.shared.array(0, np.uint8)
-        base = dynamic_smem_base(dyn, 1024)
-        off = base - smem_addr(dyn)
-        for i in range(cuda.threadIdx.x, image.size, 128):
-            dyn[off + i] = image[i]
-        if order != "fence_late":
-            fence_proxy_async_shared()
-        if order != "none":
-            named_barrier_sync(1, 128)
-        if order == "fence_late":
-            fence_proxy_async_shared()
-        acc = acc_zeros(KIND, 8)
-        wgmma_fence()
-        for s in range(2):
-            acc = wgmma_mma_async(acc, desc_a[s] + (base >> 4), desc_b[s] + (base >> 4), KIND)
-        wgmma_commit_group()
-        wgmma_wait_group(0)
-        acc_store(acc, KIND, out, cuda.threadIdx.x, 0, 0)
-    return kernel
-
-
-def _run_staged(order):
-    p = _problem()
-    out = cuda.to_device(np.full((64, 8), np.nan, np.float32))
-    launch(_staged_wgmma(order), 1, 128, (cuda.to_device(p.image), cuda.to_device(p.desc_a), cuda.to_device(p.desc_b),
-                                          out), smem=dynamic_smem_bytes(p.image.size))
-    return out.copy_to_host(), p.reference()
-
-
-def test_a_wgmma_after_a_fence_and_a_barrier_is_exact(schedule):
-    got, ref = _run_staged("barrier")
-    assert np.abs(ref).sum() > 0
-    np.testing.assert_array_equal(got, ref.astype(np.float32))
-
-
-def test_a_wgmma_reading_other_warps_stores_with_no_barrier_is_a_hazard(schedule):
-    with pytest.raises(sim.SimHazard, match=r"wgmma_mma_async at .*sim_ordering_cases.py:\d+\) reads shared memory "
-                                            r"at 0x[0-9a-f]+ that thread \d+ \(a shared-memory store at "
-                                            r".*sim_ordering_cases.py:\d+\) wrote, with nothing ordering that write "
-                                            r"before this read"):
-        _run_staged("none")
-
-
-def test_a_proxy_fence_after_the_barrier_is_a_hazard(schedule):
-    with pytest.raises(sim.SimHazard, match=r"reads shared memory at 0x[0-9a-f]+ through the async proxy; thread \d+ "
-                                            r"\(a shared-memory store at .*\) wrote it and fenced it "
-                                            r"\(fence_proxy_async at .*sim_ordering_cases.py:\d+\), but nothing "
-                                            r"orders that fence before this read"):
-        _run_staged("fence_late")
 
 
 # --- a TMA store of a block the CTA's threads wrote ----------------------------------------
@@ -166,7 +103,13 @@ def test_a_block_fenced_after_the_barrier_is_a_hazard(schedule):
         _run_block(True)
 
 
-# --- a stage released after the wgmma, by one thread or by all -------------------------------
+# --- a stage released after its wgmma (the wgmma's own ordering, other warps' stores with no
+# barrier and a proxy fence after the barrier, is tested on tests/sim_hazard_cases.py's tile) --
+
+def _problem():
+    rng = np.random.default_rng(5)
+    return TileProblem(KIND, 8, 2, rng.integers(-4, 5, (64, 32)), rng.integers(-4, 5, (8, 32)), swizzle="none")
+
 
 def _release_kernel(readers, count):
     """Warpgroup 0 stages the operands, issues its wgmma and waits for it; with ``readers``

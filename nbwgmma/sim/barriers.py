@@ -89,7 +89,6 @@ class NamedBarrier(PhasedBarrier):
         for t, c in got.items():
             np.maximum(self.clock, c, out=self.clock)
             self.counted[t] = self.gen
-            self.arrived.add(self.cta.rank * self.cl.nthreads + t)
         self.count += 32
         self._check()
 
@@ -126,7 +125,10 @@ def _named(barrier_id, nthreads, _wait=True):
                         f"threads, but the block has {th.cl.nthreads}: it can never complete"
                         f"{th.cl.fewer_threads_than_bounds()}")
     if barrier_id == 0 and nthreads == th.cl.nthreads:  # the barrier syncthreads is (bar.sync 0): one barrier
-        th.cta.syncthreads.arrive() if not _wait else th.syncthreads()
+        if _wait:
+            th.syncthreads()
+        else:
+            th.cta.syncthreads.arrive()
         return
     with th.cl.lock:
         if barrier_id == 0 and th.cta.syncthreads.count:
