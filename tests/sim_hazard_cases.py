@@ -715,7 +715,7 @@ def test_a_collective_stop_says_where_the_missing_threads_are():
     from types import SimpleNamespace
 
     cta = SimpleNamespace(threads={t: SimpleNamespace(where="k.py:7" if t < 70 else None) for t in range(64, 128)})
-    text = sim.core.whereabouts(cta, list(range(64, 128)))
+    text = sim.collective.whereabouts(cta, list(range(64, 128)))
     assert text == "; they are at k.py:7 (thread(s) [64, 65, 66, 67]...); between intrinsics (thread(s) [70, 71, 72, 73]...)"
 
 

@@ -189,7 +189,7 @@ import sys
 
 import numpy as np
 
-from . import arith, barriers, sync, wgmma  # noqa: F401  importing them registers their implementations
+from . import arith, barriers, collective, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
 from .core import Cluster, SimError, SimHazard, SimStopped, SimThread, enabled, kernel_line
 from .cta import CTA, SharedArray
@@ -331,13 +331,13 @@ def _module_class():
             current().syncthreads()
 
         def syncthreads_count(self, val):
-            return current().syncthreads_count(val)
+            return collective.syncthreads_count(val)
 
         def syncthreads_and(self, val):
-            return current().syncthreads_and(val)
+            return collective.syncthreads_and(val)
 
         def syncthreads_or(self, val):
-            return current().syncthreads_or(val)
+            return collective.syncthreads_or(val)
 
     for name, f in {**WARP_FUNCTIONS, **BIT_FUNCTIONS}.items():
         setattr(SimCUDAModule, name, staticmethod(f))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import PhasedBarrier, SimHazard, SimStopped, acquire, collective, me, warp_members, warpgroup_members
+from .collective import collective, warp_members, warpgroup_members
+from .core import PhasedBarrier, SimHazard, SimStopped, acquire, me
 from .declare import IMPLS, impl
 from .sched import current
 

@@ -8,7 +8,8 @@ import numpy as np
 
 from ..layout.fragment import ldmatrix_lane_map
 from .address import split_local
-from .core import SimHazard, collective, me, warp_members
+from .collective import collective, warp_members
+from .core import SimHazard, me
 from .declare import impl
 
 

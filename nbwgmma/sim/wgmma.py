@@ -23,7 +23,8 @@ from ..layout.fragment import a_frag_coords, acc_value_coords
 from ..layout.kinds import wgmma_kind, wgmma_sp_kind
 from ..layout.sparse import read_sparse_a_registers, wgmma_sp_reference
 from ..layout.wgmma_model import decode_elements, operand_addresses, wgmma_reference
-from .core import SimHazard, acquire, collective, me, warpgroup_members
+from .collective import collective, warpgroup_members
+from .core import SimHazard, acquire, me
 from .declare import IMPLS
 from .shadow import AsyncRead, unique_offsets
 from .site import where
