@@ -34,6 +34,7 @@ class MBarrier:
             # the phases counted on past the earlier barrier's (whose completions clocks still hold),
             # from an even number (the parities restart at 0, as after an init on the GPU)
             self.phase, self.slot = prev.phase + (prev.phase & 1), prev.slot
+        self.first = self.phase  # its first phase: a parity wait for it needs no earlier one seen
         cta.cl.barrier_at[(cta.rank, off)] = self
         self.clock = cta.cl.new_clock()
         self.done = {}  # completed phase -> clock
@@ -250,12 +251,31 @@ IMPLS["mbarrier_arrive_cluster"] = lambda bar, cta, scope="cta": (mb_update(mapa
                                                                            None)[1]
 
 
-def _observe(th, m, done):
+def _observe(th, m, done, parity=None):
+    if parity is not None and done is not None and done > m.first:
+        _check_parity_known(th, m, done, int(parity))
     if done is not None and done >= 0:
         acquire(th, m.done.get(done))
         th.last_phase = (m, done)  # what a hazard of its next writes can name (nbwgmma.sim.shadow)
         seen = th.__dict__.setdefault("mb_seen", {})
         seen[m] = max(done, seen.get(m, -1))
+
+
+def _check_parity_known(th, m, done, parity):
+    """A parity wait tells phase ``done`` from ``done - 2`` only where the waiter knows phase
+    ``done - 1`` complete (a wait of its own, or a barrier or turn after another thread's):
+    otherwise the threads may run so that the barrier is still in phase ``done - 1`` when it
+    waits, and the same wait returns at once on phase ``done - 2``, whatever order this run took."""
+    if th.clock[m.slot] >= done:  # (a completed phase p's clock holds p + 1 in the barrier's entry)
+        return
+    earlier = "the state before its first phase" if done - 2 < m.first else f"phase {done - 2}"
+    raise SimHazard(
+        f"thread {th.thread_id} at {th.where}: waits on {m.label()} for parity {parity} and passes on the "
+        f"completion of phase {done}, but nothing orders the completion of phase {done - 1} before this wait: "
+        f"the threads may run so that the barrier is still in phase {done - 1} here, and then the wait passes at "
+        f"once, on {earlier} (a parity wait sees only the latest completion). Wait for every phase of the barrier "
+        f"(a consumer skipping another's stages with advance_by must take its turn first: turn_wait, "
+        f"PingPong.tile's wait_turn), or check the (s, ph) this wait is given")
 
 
 def _passed_by(th, m, parity):
@@ -291,7 +311,7 @@ def _mb_test(bar, state=None, parity=None):
             done = m.completed(state, parity)
         if done is not None and state is not None:
             m.check_token(th, state)
-        _observe(th, m, done)
+        _observe(th, m, done, parity)
         return done is not None
 
 
@@ -311,7 +331,7 @@ def _mb_wait(bar, state=None, parity=None, timeout_s=None):
         if ok:
             if state is not None:
                 m.check_token(th, state)
-            _observe(th, m, m.completed(state, parity))
+            _observe(th, m, m.completed(state, parity), parity)
     return ok if timeout_s is not None else None
 
 
