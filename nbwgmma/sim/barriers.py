@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .collective import collective, warp_members, warpgroup_members
-from .core import PhasedBarrier, SimHazard, SimStopped, acquire, me
+from .core import CTA_EXIT_CHECKS, PhasedBarrier, SimHazard, SimStopped, acquire, me
 from .declare import IMPLS, impl
 from .sched import current
 
@@ -68,51 +68,66 @@ class NamedBarrier(PhasedBarrier):
     def __init__(self, cta, parties, name):
         super().__init__(cta.cl, parties, name)
         self.cta = cta
-        self.lanes = {}  # warp -> {thread id: its clock at arrival} of its threads arrived, warp not yet counted
-        self.counted = {}  # thread id -> the generation its warp was counted in (until it waits past it)
+        # warp -> its arrivals not yet counted, oldest first: each {thread id: (its clock at arrival,
+        # the arrival's token)}; a thread arriving again before its warp was counted (two bar.arrive
+        # in a row, the second run before the warp's other threads ran the first) is in the next one
+        self.lanes = {}
+        self.counted = {}  # arrival token -> the generation its warp was counted in (until it waits past it)
+        self.tokens = 0
 
     def arrive(self):
         th = current()
+        w = th.thread_id // 32
         with self.cl.lock:
-            self.lanes.setdefault(th.thread_id // 32, {})[th.thread_id] = th.clock.copy()
+            self.tokens += 1
+            rounds = self.lanes.setdefault(w, [])
+            for got in rounds:
+                if th.thread_id not in got:
+                    break
+            else:
+                got = {}
+                rounds.append(got)
+            got[th.thread_id] = (th.clock.copy(), self.tokens)
             th.clock[th.gid] += 1
-            self.settle(th.thread_id // 32)
+            self.settle(w)
+            return self.tokens
 
     def settle(self, w):
-        """Count warp ``w`` if every thread of it still running has arrived (under the lock)."""
-        got = self.lanes.get(w)
-        if not got:
-            return
+        """Count warp ``w``'s oldest arrivals while every thread of it still running has made them
+        (under the lock)."""
+        rounds = self.lanes.get(w)
         ex = self.cta.exited
-        if any(t not in got and t not in ex for t in range(32 * w, min(32 * w + 32, self.cl.nthreads))):
-            return
-        del self.lanes[w]
-        for t, c in got.items():
-            np.maximum(self.clock, c, out=self.clock)
-            self.counted[t] = self.gen
-        self.count += 32
-        self._check()
+        while rounds:
+            got = rounds[0]
+            if any(t not in got and t not in ex for t in range(32 * w, min(32 * w + 32, self.cl.nthreads))):
+                return
+            rounds.pop(0)
+            if not rounds:
+                del self.lanes[w]
+            for c, tok in got.values():
+                np.maximum(self.clock, c, out=self.clock)
+                self.counted[tok] = self.gen
+            self.count += 32
+            self._check()
 
     def wait(self, tok=None):
         th = current()
-        t = th.thread_id
         with self.cl.lock:
-            self.cl.wait_for(lambda: t in self.counted and self.gen > self.counted[t], self._stuck_text,
+            self.cl.wait_for(lambda: tok in self.counted and self.gen > self.counted[tok], self._stuck_text,
                              cond=self.cond)
-            acquire(th, self.done.get(self.counted.pop(t)))
+            acquire(th, self.done.get(self.counted.pop(tok)))
 
     def sync(self):
-        self.arrive()
-        self.wait()
+        self.wait(self.arrive())
 
     def thread_exited(self, th):
         """``th`` returned: its warp may now be whole here."""
         self.settle(th.thread_id // 32)
 
     def _stuck_text(self):
-        part = "".join(f"; warp {w} has {len(got)} of its threads here, and the GPU counts a warp only when all "
+        part = "".join(f"; warp {w} has {len(got[0])} of its threads here, and the GPU counts a warp only when all "
                        f"its threads that have not exited arrive (threads "
-                       f"{[t for t in range(32 * w, 32 * w + 32) if t not in got and t not in self.cta.exited][:4]} "
+                       f"{[t for t in range(32 * w, 32 * w + 32) if t not in got[0] and t not in self.cta.exited][:4]} "
                        f"are elsewhere)" for w, got in list(self.lanes.items())[:2])
         return f"waiting at the {self.name} ({self.count} of {self.parties} threads arrived, in whole warps{part})"
 
@@ -147,9 +162,9 @@ def _named(barrier_id, nthreads, _wait=True):
             if old is not None and old.gen:  # the id's last generation at its other count: the GPU's same barrier
                 bar.users[-1], bar.done[-1] = old.users.get(old.gen - 1, {}), old.done[old.gen - 1]
         _check_users(th, bar, barrier_id, nthreads)
-    bar.arrive()
+    tok = bar.arrive()
     if _wait:
-        bar.wait()
+        bar.wait(tok)
 
 
 def _check_users(th, bar, barrier_id, nthreads):
@@ -173,6 +188,28 @@ def _check_users(th, bar, barrier_id, nthreads):
 
 
 IMPLS["named_barrier_arrive"] = lambda barrier_id, nthreads: _named(barrier_id, nthreads, _wait=False)
+
+
+def _named_barriers_complete_at_exit(cta):
+    """No named barrier of ``cta`` is left part-way (arrivals, no completion) when its last thread
+    returns: a ``bar.arrive`` nobody completes (a turn passed to a warpgroup that takes none)."""
+    for barrier_id, bar in sorted(cta.named.items()):
+        if not (bar.count or bar.lanes):
+            continue
+        users = getattr(bar, "users", {}).get(bar.gen, {})
+        sites = sorted(set(users.values()))
+        ids = sorted(users)
+        who = f"threads {ids[0]}-{ids[-1]}" if len(ids) > 1 else f"thread {ids[0]}" if ids else "threads"
+        raise SimHazard(
+            f"CTA rank {cta.rank} exits (its threads have all returned) with named barrier {barrier_id} "
+            f"({bar.parties} threads) part-way: {bar.count} of its {bar.parties} threads arrived ({who}, at "
+            f"{'; '.join(sites[:3]) or 'unknown lines'}) and none completed it. A named barrier left half-arrived "
+            f"at exit is undefined (the next CTA on the SM may find it so); arrive only where the other threads "
+            f"will sync (turn_pass only where the other warpgroup takes a turn after it: PingPong.tile's pass_turn "
+            f"false for the last tile of the pair)")
+
+
+CTA_EXIT_CHECKS.append(_named_barriers_complete_at_exit)
 
 
 @impl("named_barrier_sync_id")
@@ -271,10 +308,30 @@ def _registers(th, count, inc):
             cl.cond.notify_all()
 
 
+def _synced_since_last(th, op):
+    """PTX ISA, setmaxnreg: after one, all warps of the warpgroup must synchronize explicitly before
+    the next. ``th``, at its warpgroup's ``n``-th, must be ordered after every thread's ``n - 1``-th
+    (a barrier of the warpgroup or the CTA between them); its own is noted for the next."""
+    wg = th.thread_id // 128
+    n = th.rounds[("setmaxnreg sync", wg)] = th.rounds.get(("setmaxnreg sync", wg), 0) + 1
+    marks = th.cta.reg_marks
+    with th.cl.lock:
+        for gid, (epoch, at) in marks.get((wg, n - 1), {}).items():
+            if gid != th.gid and th.clock[gid] < epoch:
+                raise SimHazard(
+                    f"thread {th.thread_id} at {th.where}: {op} in warpgroup {wg} with nothing ordering after it "
+                    f"the warpgroup's previous setmaxnreg (at {at}) in thread {gid % th.cl.nthreads}: the PTX ISA "
+                    f"requires the warps of the warpgroup to synchronize explicitly between two setmaxnreg (a "
+                    f"barrier of the warpgroup, warpgroup_sync, between them)")
+        marks.setdefault((wg, n), {})[th.gid] = (int(th.clock[th.gid]), th.where)
+        marks.pop((wg, n - 2), None)
+
+
 @impl("setmaxnreg_inc")
 def _setmaxnreg_inc(count):
     th = me()
     collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None, orders=False)  # (registers: no memory order)
+    _synced_since_last(th, f"setmaxnreg_inc({int(count)})")
     _registers(th, int(count), True)
 
 
@@ -282,6 +339,7 @@ def _setmaxnreg_inc(count):
 def _setmaxnreg_dec(count):
     th = me()
     collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None, orders=False)  # (registers: no memory order)
+    _synced_since_last(th, f"setmaxnreg_dec({int(count)})")
     _registers(th, int(count), False)
 
 

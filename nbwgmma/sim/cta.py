@@ -159,6 +159,7 @@ class CTA:
         self.syncthreads = PhasedBarrier(cluster, nthreads, "syncthreads barrier")
         self.reg_start = None  # registers per thread at launch, setmaxnreg's pool (nbwgmma.sim.barriers): set by run()
         self.reg_of, self.reg_done = {}, set()
+        self.reg_marks = {}  # (warpgroup, n) -> {thread gid: (its clock entry, line) at its n-th setmaxnreg}
 
     def array(self, shape, dtype, caller):
         """A shared array over this CTA's image: dynamic (shape 0) or one static array per
