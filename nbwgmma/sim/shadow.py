@@ -123,6 +123,14 @@ class Shadow:
         note_remote(th, self.cta, what)
         self.check_write(th, idx, what)
         self.check_copies(th, idx, what, store=True)
+        b = _first_unordered(th, idx, self.gw_tid, self.gw_epoch)
+        if b is not None:
+            raise SimHazard(
+                f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at 0x{b:x} that "
+                f"{self._writer_at(b)} also wrote, with nothing ordering that write before this one: which value "
+                f"stays is up to the order the threads run in (two threads or warpgroups writing the same bytes: "
+                f"an index, a consumer's cw or a part of a tile given twice?)"
+                f"{self._placed(b, th.gid, int(self.gw_tid[b]) - 1)}")
         self.atomics.check(th, idx, what)
         self.atomics.clear(idx)
         self.gw_swizzle[idx] = FRAGMENT_SWIZZLE_MARK.get(swizzle, 0)
