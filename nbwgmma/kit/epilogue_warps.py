@@ -59,6 +59,7 @@ from ..intrinsics import (
     mbarrier_name, mbarrier_wait_parity, smem_addr, st_global_v4_b32, x2_to_f32,
 )
 from .device import inlined
+from .typecheck import index_check
 
 __all__ = ["EpilogueWarps", "THREADS", "no_epilogue_warps"]
 
@@ -156,6 +157,7 @@ class EpilogueWarps(types.ModuleType):
 
         @inlined
         def write(regs, cbuf, cw, j, ct):
+            write_cw(cw)  # (simulated: a consumer index past the tile's is refused, as a constant is at typing)
             acc_stmatrix_swizzled(regs, cbuf + (cw * PARTS + j) * _BLOCK, ct, 128, "128B")
 
         @inlined
@@ -186,6 +188,7 @@ class EpilogueWarps(types.ModuleType):
 
         @inlined
         def drain_to(ebar, cbuf, c, eph, ht, row0, col0, m, n):
+            drain_ht(ht)  # (simulated: a thread index outside 0-95 is refused: tid - 32, not tid)
             mbarrier_wait_parity(ebar, eph)
             for i in range(ht, CHUNKS, THREADS):
                 # chunk i: 16 bytes of block b at row r of the block, physical chunk q % 8 of the
@@ -200,5 +203,9 @@ class EpilogueWarps(types.ModuleType):
             mbarrier_arrive(ebar + 8)  # this thread has read its chunks: the consumers may rewrite them
             return eph ^ 1
 
+        write_cw = index_check(write, "EpilogueWarps.write", "cw", self.consumers,
+                               "the consumer warpgroup, 64 rows of the tile each")
+        drain_ht = index_check(drain_to, "EpilogueWarps.drain_to", "ht", THREADS,
+                               "the epilogue thread, tid - 32 for warps 1-3 of warpgroup 0")
         self.setup, self.acquire, self.write, self.commit, self.stage = setup, acquire, write, commit, stage
         self.drain_to = drain_to

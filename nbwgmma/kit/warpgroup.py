@@ -85,6 +85,7 @@ TURN_BARRIERS = (5, 6)
 @inlined
 def turn_wait(g):
     """Consumer warpgroup ``g`` (0 or 1) waits until the other passed it the turn."""
+    _TURN_WAIT_INDEX(g)  # (simulated: a value outside 0-1 is refused, as a constant is at typing)
     if g == 0:
         named_barrier_sync(5, 256)
     else:
@@ -95,7 +96,14 @@ def turn_wait(g):
 def turn_pass(g):
     """Consumer warpgroup ``g`` (0 or 1) passes the turn to the other (does not wait). Pass
     only a turn the other will take: a barrier left half-arrived at exit is undefined."""
+    _TURN_PASS_INDEX(g)
     if g == 0:
         named_barrier_arrive(6, 256)
     else:
         named_barrier_arrive(5, 256)
+
+
+_TURN_WAIT_INDEX = index_check(turn_wait, "kit.turn_wait", "g", len(TURN_BARRIERS),
+                               "the consumer warpgroup taking the turn: cw, not the warpgroup's index in the block")
+_TURN_PASS_INDEX = index_check(turn_pass, "kit.turn_pass", "g", len(TURN_BARRIERS),
+                               "the consumer warpgroup passing the turn: cw, not the warpgroup's index in the block")
