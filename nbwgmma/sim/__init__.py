@@ -105,6 +105,19 @@ order the threads run in, because it tracks happens-before with vector clocks
 * a ``setmaxnreg_inc`` the CTA's register pool never satisfies (with launch bounds, the pool
   is ``65536 / threads`` rounded down to 8, times the threads: 168 x 384 for 384 threads, so
   128 x 48 + 256 x 232 registers wait forever): it waits, and stops with the counts;
+* a generic store over bytes another thread stored to, with nothing ordering that store first
+  (which value stays depends on the order the threads run in: two consumers writing one part of
+  a tile);
+* a parity wait (``mbarrier_wait_parity``, ``try_wait_parity``) passing on phase ``p`` of a
+  barrier whose phase ``p - 1`` nothing orders before it complete (no wait of the thread's own,
+  no barrier or turn after another thread's): the threads may run so that the barrier is still
+  in phase ``p - 1`` there, and the same wait passes at once on ``p - 2`` (a ping-pong consumer
+  skipping the other's stages without its turn, a phase not carried from one tile to the next);
+* a named barrier left part-way (arrivals, no completion) when its CTA exits (a turn passed to
+  a warpgroup that takes none), and a thread's second ``bar.arrive`` before its warp's other
+  threads made the first counted as its warp's next arrival, as on the GPU;
+* two ``setmaxnreg`` of a warpgroup with nothing ordering every thread's first before the
+  second (PTX ISA: the warps synchronize explicitly between them);
 * a generic store over bytes a TMA, bulk or ``cp_async`` copy still writes (the storing thread
   has not observed the phase the copy completes on, nor has any thread ordered before it): the
   async write and the store are unordered;
@@ -133,7 +146,7 @@ array (a row, a slice) is an address, not a load: its elements are checked when 
 written.
 
 What it does not model: register writes that Python cannot see (rebinding a fragment
-variable while its wgmma is in flight is not flagged), races between two generic stores,
+variable while its wgmma is in flight is not flagged),
 races on global memory between threads of one CTA (nor between CTAs: see below), a TMA or
 bulk store's global bytes read before the ``bulk_wait_group`` that covers it, the memory
 ordering of ``.relaxed`` operations (``cluster_arrive_relaxed`` and ``mbarrier_expect_tx`` act
@@ -154,13 +167,13 @@ another, not the last to read it, still reads is compute-sanitizer's racecheck's
 threads (they join the warp's clocks here: a store of one lane read by another through them
 with no ``syncwarp`` between is not flagged), a wgmma's TMA-loaded operands observed by one
 thread of the warpgroup only (accepted: the wgmma waits for every warp's issue),
-a named barrier left with arrivals pending when the kernel ends, two ``setmaxnreg`` of a
-warpgroup with no barrier of its warps between them (the instruction is collective here), programmatic dependent
+programmatic dependent
 launch (``griddep_wait`` and ``griddep_launch_dependents`` do nothing here and grids run one
 after another, so a kernel reading its inputs before ``griddep_wait`` in a ``pdl=True`` launch
 is not reported), a missing ``wgmma_fence`` after the first (checked before a warpgroup's first wgmma
 only: register accesses are invisible here), copies finishing out of order (a TMA
-load lands when it is issued, so a pipeline turn passed too early cannot show), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
+load lands when it is issued; a turn passed too early shows as a parity wait that nothing ordered
+after the barrier's previous phase, above), a tensor map whose swizzle differs from the one the shared tile was written with (both give wrong numbers,
 not a report), synchronization through memory (a flag stored with release semantics and read with acquire
 semantics orders nothing here: an mbarrier initialized and published that way is reported
 as unordered; use a barrier), and memory ordering weaker than sequential consistency (fences other than the proxy fence
