@@ -1391,6 +1391,34 @@ def test_a_store_over_another_thread_s_unordered_read_is_a_hazard(mode):
 
 
 @cuda.jit
+def _every_thread_stores_the_flag(out, same):
+    from nbwgmma.intrinsics import ld_shared_f32, st_shared_f32
+
+    buf = cuda.shared.array(2, np.float32)
+    t = cuda.threadIdx.x
+    v = np.float32(7.0) if same else np.float32(t)
+    buf[0] = v  # every thread, unordered
+    st_shared_f32(smem_addr(buf) + 4, v)  # the same through the intrinsic
+    cuda.syncthreads()
+    if t == 0:
+        out[0] = buf[0]
+        out[1] = ld_shared_f32(smem_addr(buf) + 4)
+
+
+def test_unordered_stores_of_one_value_are_not_reported_of_two_are():
+    """Threads storing the same bytes unordered: when every one stores the same value (a flag),
+    the result is that value in every order, so the run is exact; when the values differ, which
+    stays is up to the order, a hazard naming both stores' lines."""
+    out = cuda.to_device(np.full(2, -1, np.float32))
+    launch(_every_thread_stores_the_flag, 1, 64, (out, np.int32(1)))
+    assert out.copy_to_host().tolist() == [7.0, 7.0]
+    with pytest.raises(sim.SimHazard, match=r"thread \d+ \(a shared-memory store at .*sim_hazard_cases.py:\d+\) "
+                                            r"writes shared memory at 0x[0-9a-f]+ that thread \d+ \(a shared-memory "
+                                            r"store at .*sim_hazard_cases.py:\d+\) also wrote, with nothing ordering"):
+        launch(_every_thread_stores_the_flag, 1, 64, (cuda.to_device(np.zeros(2, np.float32)), np.int32(0)))
+
+
+@cuda.jit
 def _one_id_two_counts_in_turn(out):
     from nbwgmma.intrinsics import mbarrier_wait_parity_timeout, named_barrier_sync
 

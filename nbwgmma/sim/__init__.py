@@ -107,7 +107,8 @@ order the threads run in, because it tracks happens-before with vector clocks
   128 x 48 + 256 x 232 registers wait forever): it waits, and stops with the counts;
 * a generic store over bytes another thread stored to, with nothing ordering that store first
   (which value stays depends on the order the threads run in: two consumers writing one part of
-  a tile);
+  a tile); bytes stored with the value they already hold are not (threads all storing one flag's
+  value: every order leaves the same bytes);
 * a parity wait (``mbarrier_wait_parity``, ``try_wait_parity``) passing on phase ``p`` of a
   barrier whose phase ``p - 1`` nothing orders before it complete (no wait of the thread's own,
   no barrier or turn after another thread's): the threads may run so that the barrier is still

@@ -119,7 +119,8 @@ def _st_cluster(addr, value):
     th = me()
     cta, off = split(addr)
     with th.cl.lock:
-        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared::cluster")
+        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared::cluster",
+                                  data=lambda: _bytes_of([value], np.uint32))
     cta.image[off:off + 4].view(np.uint32)[0] = np.uint32(value)
 
 
@@ -138,7 +139,8 @@ def _place(addr, op, align):
 def _st_v4(addr, x, y, z, w):
     th, cta, off = _place(addr, "st.shared.v4.b32", 16)
     with th.cl.lock:
-        cta.shadow.generic_write(th, np.arange(off, off + 16), "st.shared.v4.b32")
+        cta.shadow.generic_write(th, np.arange(off, off + 16), "st.shared.v4.b32",
+                                  data=lambda: _bytes_of([x, y, z, w], np.uint32))
     cta.image[off:off + 16].view(np.uint32)[:] = np.array([x, y, z, w], np.uint32)
 
 
@@ -204,7 +206,7 @@ def _ld_b32(addr):
 def _st_f32(addr, v):
     th, cta, off = _place(addr, "st.shared.f32", 4)
     with th.cl.lock:
-        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared.f32")
+        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared.f32", data=lambda: _bytes_of([v], np.float32))
     cta.image[off:off + 4].view(np.float32)[0] = np.float32(v)
 
 
@@ -215,3 +217,8 @@ def _ld_cluster(addr):
     with th.cl.lock:
         cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared::cluster", generic=True)
     return np.uint32(cta.image[off:off + 4].view(np.uint32)[0])
+
+
+def _bytes_of(values, dtype):
+    """The bytes a store of ``values`` as ``dtype`` writes (for the shadow's same-value rule)."""
+    return np.array(values, dtype).view(np.uint8)

@@ -111,8 +111,14 @@ class SharedArray(np.ndarray):
             idx, cta = self._bytes(index)
             if idx is not None:
                 with _located(th), th.cl.lock:
-                    cta.shadow.generic_write(th, idx, "a shared-memory store")
+                    cta.shadow.generic_write(th, idx, "a shared-memory store", data=lambda: self._stored(index, value))
         super().__setitem__(index, value)
+
+    def _stored(self, index, value):
+        """The bytes ``self[index] = value`` writes, in :meth:`_bytes`' order."""
+        new = np.array(np.ndarray.__getitem__(self.view(np.ndarray), index))
+        new[...] = value
+        return new.reshape(-1).view(np.uint8)
 
 
 def _sim_thread():

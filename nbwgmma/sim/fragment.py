@@ -142,7 +142,8 @@ def _store_smem(th, base, offs, esize, vals, dtype, what, swizzle=None):
     cta, off0 = split_local(int(base))
     idx = (off0 + np.asarray(offs, np.int64))[:, None] + np.arange(esize)
     with th.cl.lock:
-        cta.shadow.generic_write(th, idx.reshape(-1), what, swizzle)
+        cta.shadow.generic_write(th, idx.reshape(-1), what, swizzle,
+                                  data=lambda: np.asarray(vals, dtype).view(np.uint8).reshape(-1))
         for i, row in enumerate(idx):
             cta.image[row[0]:row[0] + esize].view(dtype)[0] = vals[i]
 

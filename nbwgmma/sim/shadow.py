@@ -117,13 +117,19 @@ class Shadow:
 
     # -- records -------------------------------------------------------------------------
 
-    def generic_write(self, th, idx, what, swizzle=None):
+    def generic_write(self, th, idx, what, swizzle=None, data=None):
         """``th`` writes ``idx`` through the generic proxy; ``swizzle``: the layout a swizzled
-        fragment store (``acc_stmatrix_swizzled``, ...) gave the bytes."""
+        fragment store (``acc_stmatrix_swizzled``, ...) gave the bytes. ``data``: a function
+        giving the bytes stored (uint8, in ``idx``'s order), called only when another thread's
+        store to these bytes is unordered with this one: bytes it leaves as they are (every
+        thread storing one flag's value) are not reported, whatever the order, the result is one."""
         note_remote(th, self.cta, what)
         self.check_write(th, idx, what)
         self.check_copies(th, idx, what, store=True)
         b = _first_unordered(th, idx, self.gw_tid, self.gw_epoch)
+        if b is not None and data is not None:
+            idx1 = np.atleast_1d(idx)
+            b = _first_unordered(th, idx1[self.cta.image[idx1] != data()], self.gw_tid, self.gw_epoch)
         if b is not None:
             raise SimHazard(
                 f"thread {th.thread_id} ({what} at {th.where}) writes shared memory at 0x{b:x} that "
