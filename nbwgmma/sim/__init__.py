@@ -111,7 +111,8 @@ order the threads run in, because it tracks happens-before with vector clocks
   value: every order leaves the same bytes);
 * a parity wait (``mbarrier_wait_parity``, ``try_wait_parity``) passing on phase ``p`` of a
   barrier whose phase ``p - 1`` nothing orders before it complete (no wait of the thread's own,
-  no barrier or turn after another thread's): the threads may run so that the barrier is still
+  no barrier or turn after another thread's, no arrival of its own that completed it, every
+  other arrival of that phase ordered before it and no transaction bytes in it): the threads may run so that the barrier is still
   in phase ``p - 1`` there, and the same wait passes at once on ``p - 2`` (a ping-pong consumer
   skipping the other's stages without its turn, a phase not carried from one tile to the next);
 * a named barrier left part-way (arrivals, no completion) when its CTA exits (a turn passed to

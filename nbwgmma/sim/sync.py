@@ -105,6 +105,7 @@ class MBarrier:
         if arrivals or tx > 0:
             self.arrivers.setdefault((th.cta, th.thread_id), th.where)
         self.tx += tx
+        own = self._completes_alone(th, arrivals)
         self.pending -= arrivals
         if arrivals:
             release(th, self.clock)
@@ -113,7 +114,22 @@ class MBarrier:
         else:  # bytes or expect_tx alone: the issuer's past joins the phase, no release of its own
             np.maximum(self.clock, th.clock, out=self.clock)
         self._check(th)
+        if own:  # (its own arrival completed the phase: a later parity wait of it knows that)
+            th.clock[self.slot] = max(th.clock[self.slot], state + 1)
         return np.uint64(state)
+
+    def _completes_alone(self, th, arrivals):
+        """Whether ``th``'s ``arrivals`` complete the phase with every other arrival of it ordered
+        before them and no transaction bytes in it: in every order of the threads the phase then
+        completes at this arrival, so the arriving thread knows it complete (a count-1 barrier a
+        thread arrives on again and again before one parity wait for the last phase: the barrier
+        state a later wait of the same thread reads, PTX ISA, mbarrier: phase completion when the
+        pending count reaches zero). The thread must know the phase before complete too (else in
+        another order its arrival counts there). Bytes land asynchronously: a phase with any is
+        not known."""
+        return bool(arrivals and arrivals == self.pending and self.tx == 0 and self.expected_bytes == 0
+                    and not self.expects and (self.phase == self.first or th.clock[self.slot] >= self.phase)
+                    and np.all(th.clock >= self.clock))
 
     def _check_expects(self, th, arrivals):
         """A standalone expect_tx must be ordered before one of its phase's arrivals (program order
