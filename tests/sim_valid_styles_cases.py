@@ -23,6 +23,8 @@ is reported.
 * threads storing one value to a flag, lanes storing distinct bytes of one word.
 """
 
+import re
+
 import numpy as np
 import pytest
 from numba import config, cuda
@@ -424,3 +426,55 @@ def test_a_wait_for_the_last_of_another_thread_s_phases_is_reported():
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("NBWGMMA_SIM_SCHEDULE", s)
                 launch(_self_signal(False), 1, 64, (cuda.to_device(np.zeros(1, np.int64)),))
+
+
+# --- a barrier's phases completed by two threads, the wait ordered by counting -----------------
+
+def _counted(mine):
+    """Thread 0 makes ``mine`` arrivals on a barrier of count 1 and thread 32 the other K - mine,
+    unordered with it; then thread 0 waits for phase K - 1's parity. With mine = K - 1 the
+    arrivals ordered before the wait complete phase K - 2 in any order of the threads, so the
+    wait tells phase K - 1 from K - 3: correct, though no wait or barrier of thread 0 saw phase
+    K - 2. With mine = K - 2 the barrier may still be in phase K - 2 at the wait (thread 32 not
+    yet arrived), and the wait passes at once: reported in every order."""
+    @cuda.jit
+    def kernel(out):
+        bars = cuda.shared.array(1, np.uint64)
+        bar = smem_addr(bars)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            mbarrier_init(bar, 1)
+            fence_mbarrier_init()
+        cuda.syncthreads()
+        if tid == 32:
+            for k in range(K - mine):
+                mbarrier_arrive(bar)
+        if tid == 0:
+            for k in range(mine):
+                mbarrier_arrive(bar)
+            mbarrier_wait_parity(bar, (K - 1) & 1)
+            out[0] = 1
+    return kernel
+
+
+def test_a_wait_ordered_by_counting_arrivals_runs(schedule):
+    out = cuda.to_device(np.zeros(1, np.int64))
+    launch(_counted(K - 1), 1, 64, (out,))
+    assert out.copy_to_host()[0] == 1
+
+
+def test_a_wait_the_counted_arrivals_do_not_order_is_reported():
+    """(In the first-come order thread 0's arrivals and wait all come before thread 32's: the wait
+    passes on phase K - 3, ordered by thread 0's own arrivals, and nothing reads what K - 1 would
+    publish; where thread 32 goes first it passes on phase K - 1, which the count does not order.)"""
+    reported = 0
+    for s in SCHEDULES:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("NBWGMMA_SIM_SCHEDULE", s)
+            try:
+                launch(_counted(K - 2), 1, 64, (cuda.to_device(np.zeros(1, np.int64)),))
+            except sim.SimHazard as e:
+                assert re.search(r"sim_valid_styles_cases.py:\d+: waits on .* nothing orders the completion of "
+                                 r"phase", str(e)), e
+                reported += 1
+    assert reported >= 1

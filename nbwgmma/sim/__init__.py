@@ -115,9 +115,9 @@ order the threads run in, because it tracks happens-before with vector clocks
   other arrival of that phase ordered before it and no transaction bytes in it): the threads may run so that the barrier is still
   in phase ``p - 1`` there, and the same wait passes at once on ``p - 2`` (a ping-pong consumer
   skipping the other's stages without its turn, a phase not carried from one tile to the next).
-  Ordering known only by counting is not followed: a thread that makes all but one of a count-1
-  barrier's arrivals while another thread makes the last, unordered, and then waits on the last
-  phase, is correct but may be reported in some thread orders (wait on each phase instead);
+  Arrivals ordered before the wait that are enough to complete phase ``p - 1`` in any order
+  (phases of arrivals alone, no bytes) order it too: a thread making all but one of a count-1
+  barrier's arrivals, another thread the last, unordered, then a wait on the last phase;
 * a named barrier left part-way (arrivals, no completion) when its CTA exits (a turn passed to
   a warpgroup that takes none), and a thread's second ``bar.arrive`` before its warp's other
   threads made the first counted as its warp's next arrival, as on the GPU;

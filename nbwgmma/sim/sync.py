@@ -14,6 +14,10 @@ from .shadow import note_remote
 
 # mbarriers ------------------------------------------------------------------------------
 
+#: Arrivals an mbarrier keeps for the parity check's count; past it, a parity wait must know the
+#: previous phase complete from a wait, a barrier or its own completing arrival.
+ARRIVALS_KEPT = 1 << 16
+
 
 class MBarrier:
     """An mbarrier's state: phase (completed phases so far), pending arrivals, transaction
@@ -38,6 +42,9 @@ class MBarrier:
         cta.cl.barrier_at[(cta.rank, off)] = self
         self.clock = cta.cl.new_clock()
         self.done = {}  # completed phase -> clock
+        # every arrival since the init, (gid, epoch, count), for the parity check's count (None
+        # past ARRIVALS_KEPT), and the completed phases that had transaction bytes
+        self.arrival_log, self.byte_phases = [], set()
         self.sites, self.done_sites = [], {}  # the arrivals' lines: this phase's, and by completed phase
         self.expects = []  # this phase's standalone expect_tx no arrival is ordered after yet: (gid, epoch, tid, line)
         self.landed = {}  # this phase's copies: (what, issuing line, bytes) -> how many
@@ -78,6 +85,8 @@ class MBarrier:
             self.done[self.phase] = c
             self.done.pop(self.phase - 4, None)
             self.done_sites[self.phase] = self.sites
+            if self.expected_bytes or self.arrived_bytes:
+                self.byte_phases.add(self.phase)
             self.done_sites.pop(self.phase - 4, None)
             self.sites, self.expects, self.landed = [], [], {}
             self.clock = self.cta.cl.new_clock()
@@ -107,6 +116,10 @@ class MBarrier:
         self.tx += tx
         own = self._completes_alone(th, arrivals)
         self.pending -= arrivals
+        if arrivals and self.arrival_log is not None:
+            self.arrival_log.append((th.gid, int(th.clock[th.gid]), arrivals))
+            if len(self.arrival_log) > ARRIVALS_KEPT:
+                self.arrival_log = None
         if arrivals:
             release(th, self.clock)
             if th.where not in self.sites:
@@ -284,6 +297,8 @@ def _check_parity_known(th, m, done, parity):
     waits, and the same wait returns at once on phase ``done - 2``, whatever order this run took."""
     if th.clock[m.slot] >= done:  # (a completed phase p's clock holds p + 1 in the barrier's entry)
         return
+    if _completed_by_count(th, m, done):
+        return
     earlier = "the state before its first phase" if done - 2 < m.first else f"phase {done - 2}"
     raise SimHazard(
         f"thread {th.thread_id} at {th.where}: waits on {m.label()} for parity {parity} and passes on the "
@@ -292,6 +307,18 @@ def _check_parity_known(th, m, done, parity):
         f"once, on {earlier} (a parity wait sees only the latest completion). Wait for every phase of the barrier "
         f"(a consumer skipping another's stages with advance_by must take its turn first: turn_wait, "
         f"PingPong.tile's wait_turn), or check the (s, ph) this wait is given")
+
+
+def _completed_by_count(th, m, done):
+    """Whether the arrivals ordered before ``th`` are enough to complete every phase before
+    ``done`` in any order of the threads: phases of arrivals alone (bytes land asynchronously),
+    the count fixed since the init (a thread making all but one of a barrier's arrivals, another
+    thread the last, unordered, before a wait on the last phase)."""
+    log = m.arrival_log
+    if log is None or any(m.first <= p < done for p in m.byte_phases):
+        return False
+    seen = sum(n for gid, epoch, n in log if th.clock[gid] >= epoch)
+    return seen >= (done - m.first) * m.expected
 
 
 def _passed_by(th, m, parity):
