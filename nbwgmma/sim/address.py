@@ -118,10 +118,10 @@ def mapa(addr, cta):
 def _st_cluster(addr, value):
     th = me()
     cta, off = split(addr)
+    word = np.array([value], np.uint32)
     with th.cl.lock:
-        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared::cluster",
-                                  data=lambda: _bytes_of([value], np.uint32))
-    cta.image[off:off + 4].view(np.uint32)[0] = np.uint32(value)
+        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared::cluster", data=lambda: word.view(np.uint8))
+    cta.image[off:off + 4].view(np.uint32)[:] = word
 
 
 def _place(addr, op, align):
@@ -138,10 +138,10 @@ def _place(addr, op, align):
 @impl("st_shared_v4_b32")
 def _st_v4(addr, x, y, z, w):
     th, cta, off = _place(addr, "st.shared.v4.b32", 16)
+    words = np.array([x, y, z, w], np.uint32)
     with th.cl.lock:
-        cta.shadow.generic_write(th, np.arange(off, off + 16), "st.shared.v4.b32",
-                                  data=lambda: _bytes_of([x, y, z, w], np.uint32))
-    cta.image[off:off + 16].view(np.uint32)[:] = np.array([x, y, z, w], np.uint32)
+        cta.shadow.generic_write(th, np.arange(off, off + 16), "st.shared.v4.b32", data=lambda: words.view(np.uint8))
+    cta.image[off:off + 16].view(np.uint32)[:] = words
 
 
 @impl("ld_shared_v4_b32")
@@ -205,9 +205,10 @@ def _ld_b32(addr):
 @impl("st_shared_f32")
 def _st_f32(addr, v):
     th, cta, off = _place(addr, "st.shared.f32", 4)
+    word = np.array([v], np.float32)
     with th.cl.lock:
-        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared.f32", data=lambda: _bytes_of([v], np.float32))
-    cta.image[off:off + 4].view(np.float32)[0] = np.float32(v)
+        cta.shadow.generic_write(th, np.arange(off, off + 4), "st.shared.f32", data=lambda: word.view(np.uint8))
+    cta.image[off:off + 4].view(np.float32)[:] = word
 
 
 @impl("ld_shared_cluster_u32")
@@ -217,8 +218,3 @@ def _ld_cluster(addr):
     with th.cl.lock:
         cta.shadow.check_observed(th, np.arange(off, off + 4), "ld.shared::cluster", generic=True)
     return np.uint32(cta.image[off:off + 4].view(np.uint32)[0])
-
-
-def _bytes_of(values, dtype):
-    """The bytes a store of ``values`` as ``dtype`` writes (for the shadow's same-value rule)."""
-    return np.array(values, dtype).view(np.uint8)

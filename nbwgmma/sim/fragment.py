@@ -140,12 +140,11 @@ acc_to_f16x2 = _pack16("acc_to_f16x2", "f16")
 
 def _store_smem(th, base, offs, esize, vals, dtype, what, swizzle=None):
     cta, off0 = split_local(int(base))
-    idx = (off0 + np.asarray(offs, np.int64))[:, None] + np.arange(esize)
+    idx = ((off0 + np.asarray(offs, np.int64))[:, None] + np.arange(esize)).reshape(-1)
+    data = np.asarray(vals, dtype).view(np.uint8).reshape(-1)  # (element by element, idx's order)
     with th.cl.lock:
-        cta.shadow.generic_write(th, idx.reshape(-1), what, swizzle,
-                                  data=lambda: np.asarray(vals, dtype).view(np.uint8).reshape(-1))
-        for i, row in enumerate(idx):
-            cta.image[row[0]:row[0] + esize].view(dtype)[0] = vals[i]
+        cta.shadow.generic_write(th, idx, what, swizzle, data=lambda: data)
+        cta.image[idx] = data
 
 
 def acc_store_swizzled(acc, kind, base, tid, row_bytes, swizzle):

@@ -67,9 +67,9 @@ def _stmatrix(addr, regs, trans=0):
             reg = int(reg)
             for h, (r, c) in enumerate(_lane_elements(trans)[lane]):
                 cta, idx = _element_bytes(addrs[8 * j + r] + 2 * c)
-                cta.shadow.generic_write(th, idx, "stmatrix", data=lambda: np.array(
-                    [(reg >> (16 * h)) & 0xFFFF], np.uint16).view(np.uint8))
-                cta.image[idx[0]:idx[0] + 2].view(np.uint16)[0] = (reg >> (16 * h)) & 0xFFFF
+                half = np.array([(reg >> (16 * h)) & 0xFFFF], np.uint16)
+                cta.shadow.generic_write(th, idx, "stmatrix", data=lambda: half.view(np.uint8))
+                cta.image[idx[0]:idx[0] + 2].view(np.uint16)[:] = half
 
 
 # Numba's warp intrinsics (cuda.shfl_sync, cuda.ballot_sync, ...) -----------------------
