@@ -79,14 +79,15 @@ def test_tall_plan_swaps_to_256_row_tiles_and_its_fused_kernel_compiles_clean(mo
 
 
 def test_bias_gelu_kernel_compiles_like_the_plain_one(monkeypatch):
-    """128 x 256 tiles (8192^3): the same HGMMAs, TMA stores and stmatrix as the plain kernel (whose
-    stores, beside the next tile's stages, are written out in three places), one
-    MUFU per value for gelu_tanh (tanh.approx, a 16-bit output), no spills, the bf16 bias's 64 values per thread loaded once per
-    tile, between the last stage's wgmmas and the wait for them (two code paths: the vector
-    covering the tile or not); with C added too, spills (240 bytes) only in the epilogue, none in
+    """128 x 256 tiles (4096^3; 8192^3 takes 128 x 192, see test_matmul_cpu): the same HGMMAs, TMA
+    stores and stmatrix as the plain kernel (whose stores, beside the next tile's stages, are written
+    out in three places), one MUFU per value for gelu_tanh (tanh.approx, a 16-bit output), no spills,
+    the bf16 bias's 64 values per thread loaded once per tile, between the last stage's wgmmas and the
+    wait for them (two code paths: the vector covering the tile or not); with C added too, spills
+    (240 bytes) only in the epilogue, none in
     the main loop."""
-    plain = _plan(8192, 8192, 8192, {}, None, monkeypatch)
-    fused = _plan(8192, 8192, 8192, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, None, monkeypatch)
+    plain = _plan(4096, 4096, 4096, {}, None, monkeypatch)
+    fused = _plan(4096, 4096, 4096, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, None, monkeypatch)
     rp = compile_report(gemm_kernel(plain.cfg), plain.signature())
     rf = compile_report(gemm_kernel(fused.cfg), fused.signature())
     for op, copies in (("HGMMA", 1), ("UTMASTG", 3), ("STSM", 3)):  # (the plain kernel's stores: in three places)
@@ -99,7 +100,7 @@ def test_bias_gelu_kernel_compiles_like_the_plain_one(monkeypatch):
     drained = min(i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line and i > last)
     loads = [i for i, line in enumerate(lines) if "LDG.E.U16" in line]  # (the bias's bf16 elements)
     assert len(loads) == 2 * 64 and all(last < i < drained for i in loads), (len(loads), last, drained, loads[:4])
-    with_c = _plan(8192, 8192, 8192, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, "bf16", monkeypatch)
+    with_c = _plan(4096, 4096, 4096, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, "bf16", monkeypatch)
     rc = compile_report(gemm_kernel(with_c.cfg), with_c.signature())
     assert rc.sass.get("HGMMA") == rp.sass.get("HGMMA") and rc.spill_bytes <= 240, rc
     lines = rc.sass_text.splitlines()
@@ -230,8 +231,8 @@ def test_user_function_kernel_keeps_the_main_loop(monkeypatch):
     from numba import cuda
 
     fn = cuda.jit(device=True, inline=True)(_scale_shift)
-    plain = _plan(8192, 8192, 8192, {}, None, monkeypatch)
-    user = _plan(8192, 8192, 8192, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16", "user": fn,
+    plain = _plan(4096, 4096, 4096, {}, None, monkeypatch)
+    user = _plan(4096, 4096, 4096, {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16", "user": fn,
                                     "extras": (("scalar", "f32"), ("col", "bf16"), ("row", "f32"))}, None, monkeypatch)
     rp = compile_report(gemm_kernel(plain.cfg), plain.signature())
     ru = compile_report(gemm_kernel(user.cfg), user.signature())

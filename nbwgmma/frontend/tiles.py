@@ -14,7 +14,7 @@ from ..kit.cluster_k import ClusterSplitK  # (their exchange buffer with K in ha
 __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m", "swapped_config", "SWAP_M",
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
            "narrow_tile", "narrow_config", "NARROW_WIDE_BN", "NARROW_WIDE_PICK_GAIN", "NARROW_WIDE_MIN_M", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
-           "pick_narrow", "PAD_GAIN", "padded_pick", "padded_score",
+           "pick_narrow", "pick_192", "FILL192_GAIN", "FILL192_MIN_K", "PAD_GAIN", "padded_pick", "padded_score",
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES"]
@@ -297,6 +297,31 @@ def work_fill(m, n, bm, bn, sms):
     work: :func:`wave_fill` less the padding of its last tile row and column."""
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
     return m * n / (math.ceil(tiles / sms) * sms * bm * bn)
+
+
+#: :func:`pick_192`: how much more real work per SM slot (:func:`work_fill`) 128 x 192 tiles must do
+#: than the model's 128 x 256, and the least K. On an H100 (BENCHMARKS.md, 2026-12-05), the two tiles
+#: in one process, ratio 128 x 192 / 128 x 256 over two runs: at 8192^3 (1.6% more work per slot:
+#: 15.5 waves of 128 x 256 tiles against 20.8 of 128 x 192) bf16 1.011-1.017, f16 1.003-1.024, KN
+#: 1.016-1.025, e4m3 1.008-1.015; on 20 problems of random draws where the gain is at least 1.5%,
+#: 1.012 (geometric mean), at K >= 2048 0.996-1.117 (e4m3 8574 x 6992 x 8192 1.05, 14786 x 2096 x 4096
+#: 1.11), at K = 1024 0.987-1.017 (short main loops: more tiles cost more there), tf32 8192^3 0.986
+#: / 1.009. Where both fill their waves alike 128 x 256 stays ahead (6144 x 12288 x 8192: 0.98x), as
+#: the model's 0.95 for 128 x 192 in :data:`TILES` says; that share is from early kernels and is
+#: low where the fills differ, but raising it moves picks of the 256-row and wide tiles too.
+FILL192_GAIN = 1.015
+FILL192_MIN_K = 2048
+
+
+def pick_192(m, n, k, tile, sms, input_bits=16):
+    """``{"bm": 128, "bn": 192}`` in place of the model's 128 x 256 ``tile`` for 16-bit and fp8 inputs at K
+    of at least :data:`FILL192_MIN_K` where 128 x 192 tiles do :data:`FILL192_GAIN` more real work per
+    SM slot (:func:`work_fill`: their fuller last wave against their padding past N); else None."""
+    if tuple(tile) != (128, 256) or input_bits > 16 or k < FILL192_MIN_K:
+        return None
+    if work_fill(m, n, 128, 192, sms) >= FILL192_GAIN * work_fill(m, n, 128, 256, sms):
+        return {"bm": 128, "bn": 192}
+    return None
 
 
 def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True):
