@@ -362,12 +362,15 @@ def on_a_gpu_of(monkeypatch, sms, order):
 
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("sms, m, n, k, bm", [(3, 96, 128, 128, 64), (5, 96, 128, 192, 64), (3, 64, 64, 320, 64),
-                                              (3, 96, 128, 64, 64), (4, 130, 64, 192, 128)])
+                                              (3, 96, 128, 64, 64), (4, 130, 64, 192, 128), (2, 192, 192, 192, 64),
+                                              (3, 256, 128, 128, 64), (2, 260, 128, 128, 128)])
 def test_stream_k_parts_summed_in_k_order(monkeypatch, sms, m, n, k, bm, order):
     """Stream-K on a GPU of a few SMs: the tiles' k-blocks cut evenly over the CTAs, so shares
     cover whole tiles and parts of others (4 tiles of 2 or 3 k-blocks on 3 or 5 SMs; one tile of
     5 k-blocks shared by 3 CTAs; single k-blocks, all whole; 128-row tiles, the second
-    consumer's part); exact. CTAs in increasing order: a shared tile's first CTA comes first,
+    consumer's part); with two waves of tiles or more, every full wave but the last taken whole
+    first (9 tiles on 2 SMs: 6 whole, 3 shared; 8 on 3: 3 whole; 128-row tiles, the last row
+    partial, 6 on 2: 4 whole); exact. CTAs in increasing order: a shared tile's first CTA comes first,
     parks its part, and the last to count sums them all; in decreasing order it comes last,
     finds the others counted and adds their parts to its own, parking nothing."""
     on_a_gpu_of(monkeypatch, sms, order)

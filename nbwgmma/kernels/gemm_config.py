@@ -64,9 +64,11 @@ class GemmConfig:
     more arguments: ``ws``, a 1-D f32 array of at least ``tiles x split x BM x BN``
     elements, and ``counters``, an int32 array of one zero per tile (each count is reset to zero by
     the tile's last slice, ready for the next launch).
-    ``stream_k`` (no clusters, no ``split``) cuts the tiles' k-blocks, in tile order, evenly
-    over the CTAs of the grid (stream-K: a problem of few tiles still fills every SM). A CTA
-    stores the tiles its share covers whole; a tile shared by several CTAs gets each one's
+    ``stream_k`` (no clusters, no ``split``) takes every full wave of tiles but the last whole
+    (:func:`~nbwgmma.kit.stream_whole_units`; CTA ``c`` tiles ``c``, ``c + grid``, ...) and cuts
+    the other tiles' k-blocks, in tile order, evenly over the CTAs of the grid (stream-K: the
+    last waves, or a problem of few tiles, still fill every SM). A CTA stores the tiles its
+    share covers whole; a tile shared by several CTAs gets each one's
     partial tile parked in ``ws`` (two slots per CTA: its share's first and last tiles), and the
     CTA that counts last sums them in K order and stores C. The grid must be at most the
     number of k-blocks (``tiles x ceil(K / BK)``); ``ws`` holds ``2 x grid x BM x BN`` f32
