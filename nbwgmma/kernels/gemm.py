@@ -60,7 +60,7 @@ from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
 from ..kit.epilogue import col_values, store_rows_part
 from ..kit.pipeline import TmaPipeline
-from ..kit.scheduler import TileScheduler, stream_range, stream_segment, stream_whole_units
+from ..kit.scheduler import TileScheduler, stream_range, stream_segment, stream_walk, stream_whole_units
 from ..kit.stream_k import StreamFixup
 from ..kit.warpgroup import warpgroup_sync
 from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
@@ -316,6 +316,30 @@ def _build(key):
 
     finish_blocks = finish_one if cfg.blocks == 1 else finish_two
 
+    # Stream-K's producer walks the CTA's tiles with kit.stream_walk (whole tiles in waves, then
+    # its share of the rest's k-blocks); the consumers walk alike, written out in the kernel.
+    @inlined
+    def fill_tile(st, tm, tn, kb0, kb1, a):
+        ring, base, tmap_a, tmap_b = a
+        it = st[0]
+        a_row, b_row, dst = coop.share(tm, tn, 0)
+        for kb in range(kb0, kb1):
+            s, ph = pipe.stage_of(it)
+            full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
+            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
+            it += 1
+        return (it,)
+
+    @inlined
+    def fill_whole(st, tm, tn, kblocks, a):
+        return fill_tile(st, tm, tn, 0, kblocks, a)
+
+    @inlined
+    def fill_piece(st, t, tm, tn, kb0, kb1, kblocks, first, total, a):
+        return fill_tile(st, tm, tn, kb0, kb1, a)
+
+    fill_walk = stream_walk(sched, fill_whole, fill_piece) if STREAM else None
+
     @inlined
     def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax, batches):
         dyn = cuda.shared.array(0, np.uint8)
@@ -360,27 +384,7 @@ def _build(key):
                 # registers with clusters).
                 it = 0
                 if STREAM:  # whole tiles in waves, then this CTA's share of the rest's k-blocks, tile by tile
-                    whole = stream_whole_units(tiles_m * tiles_n, cuda.gridDim.x)
-                    for u in range(cuda.blockIdx.x, whole, cuda.gridDim.x):
-                        pm, pn = sched.tile(u, tiles_mc, tiles_n, 0)
-                        a_row, b_row, dst = coop.share(pm, pn, 0)
-                        for kb in range(kblocks):
-                            s, ph = pipe.stage_of(it)
-                            full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
-                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
-                            it += 1
-                    total = (tiles_m * tiles_n - whole) * kblocks
-                    g, g1 = stream_range(cuda.blockIdx.x, cuda.gridDim.x, total)
-                    while g < g1:
-                        t, kb0, kb1 = stream_segment(g, g1, kblocks)  # (t counted from the first shared tile)
-                        pm, pn = sched.tile(whole + t, tiles_mc, tiles_n, 0)
-                        a_row, b_row, dst = coop.share(pm, pn, 0)
-                        for kb in range(kb0, kb1):
-                            s, ph = pipe.stage_of(it)
-                            full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
-                            coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
-                            it += 1
-                        g += kb1 - kb0
+                    fill_walk((0,), nunits, kblocks, tiles_mc, tiles_n, (ring, base, tmap_a, tmap_b))
                 else:
                     for w in range(first, walk, step):
                         bt, u = sched.batch_unit(w, nunits) if BATCHED else (0, w)
