@@ -9,7 +9,8 @@ from numba import types
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
 from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
-                                    pick_tile, wave_fill, work_fill)
+                                    pick_tile, padded_score, wave_fill, work_fill, SWAP256_EFF, SWAP256_GAIN,
+                                    TILE256_BN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -115,6 +116,14 @@ def test_tall_products_swap_to_256_row_tiles_that_fill_their_waves(sms_132):
     for m, n in ((5632, 2624), (17920, 1920), (7936, 1664), (6144, 5120), (4096, 3000), (8192, 8192),
                  (16384, 8192), (3000, 5000), (4096, 1000)):
         assert pick_swap_wide(m, n, 16, 132, "any") is None, (m, n)
+    # from 2048 columns weighed against the tile pick_tile takes (measured 1.03-1.19x the swapped
+    # tiles at these), narrower products against the wave model's first (the swapped tiles won there)
+    for m, n in ((7957, 2576), (16024, 2352), (11659, 2896), (5438, 2672)):
+        assert pick_swap_wide(m, n, 16, 132, "any") is None, (m, n)
+        assert padded_score(m, n, 132, "any") * SWAP256_GAIN > max(
+            SWAP256_EFF * work_fill(n, m, 256, w, 132) for w in TILE256_BN), (m, n)
+    for (m, n), tile in (((14017, 592), (256, 160)), ((9635, 896), (256, 152))):
+        assert pick_swap_wide(m, n, 16, 132, "any") == tile, (m, n)
     # fp8 or tf32 inputs, or an out not stored by TMA as 16-bit values: never
     assert pick_swap_wide(5000, 3000, 8, 132, "any") is None and pick_swap_wide(5000, 3000, 32, 132, "any") is None
     assert pick_swap_wide(5000, 3000, 16, 132, "any", tma_out=False) is None

@@ -17,7 +17,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "pick_narrow", "pick_192", "FILL192_GAIN", "FILL192_MIN_K", "PAD_GAIN", "padded_pick", "padded_score",
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
-           "WIDE4_BN", "WIDE4_MIN_WAVES"]
+           "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -324,13 +324,20 @@ def pick_192(m, n, k, tile, sms, input_bits=16):
     return None
 
 
+
+#: Columns from which :func:`pick_swap_wide` weighs the swapped tiles against the unswapped tile
+#: :func:`pick_tile` takes (:func:`padded_score`); narrower products against the wave model's first.
+SWAP256_PADDED_MIN_N = 2048
+
+
 def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True):
     """The swapped 256-row tile (bm, bn) for a tall 16-bit product (M > N; the caller checks that A,
     the swapped kernel's B, is K-major) whose out TMA stores as 16-bit values (``tma_out``): the
     width of :data:`TILE256_BN` (more than one wave) whose tiles do the most real work per SM slot
     (:data:`SWAP256_EFF` times :func:`work_fill`), where that is at least :data:`SWAP256_GAIN` times
-    the best unswapped tile's (:func:`pick_tile`'s with ``widths``, its efficiency times its
-    :func:`work_fill`); else None. cuBLAS's choice at
+    the unswapped tile's: from :data:`SWAP256_PADDED_MIN_N` columns the one :func:`pick_tile` takes
+    with ``widths`` (:func:`padded_score`), below them the wave model's first (its efficiency times
+    its :func:`work_fill`); else None. cuBLAS's choice at
     5000 x 3000 x 4000: 256 x 152 tiles across M fill 3 waves of 132 SMs exactly where nbwgmma's
     best unswapped ones fill 96%. The padding counts: a swapped tile row mostly past N wastes
     what its waves gain (5632 x 2624 in 256 x 160 tiles: 3 waves exactly, the last of 11 tile rows
@@ -339,11 +346,22 @@ def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True):
     1.035 (15 problems) it won in every one, 1.008-1.378x (5000 x 3000 x 4000 0.932 -> 0.961-0.968x
     cuBLAS, 5000 x 3072 x 4096 0.920 -> 0.989, 19200 x 512 x 1024 0.693 -> 0.955); at 1.016 it won
     1.015x (16384 x 3000 x 4096); at 0.968-1.008 it lost in all four, 0.895-0.975x (17920 x 1920 x
-    2048, 5632 x 2624 x 8192, 6144 x 5120 x 4096, 7936 x 1664 x 8192)."""
+    2048, 5632 x 2624 x 8192, 6144 x 5120 x 4096, 7936 x 1664 x 8192). The baseline was the wave
+    model's first tile until :func:`padded_pick` (2026-12-04) made pick_tile take another where it
+    does more real work: against that first tile 9 problems of 1,044 drawn at random swapped where
+    the tile pick_tile takes does as much real work. On an H100 (BENCHMARKS.md, 2026-12-05), two
+    runs, that tile over the swapped one: 7957 x 2576 x 8192 1.066, 16024 x 2352 x 4096 1.19,
+    11659 x 2896 x 2048 1.085, 5438 x 2672 x 4096 1.025, level at 5315 x 4608 and 12033 x 3232; but
+    0.949-0.989 at the three narrow ones (14017 x 592 x 4096, 9635 x 896 x 1024, 9502 x 1232 x
+    2048), and 14720 x 576 x 4096 swapped had won 1.31x, so narrow products keep the first
+    baseline."""
     if input_bits != 16 or m <= n or not tma_out or sim.enabled():
         return None
-    score, (bm, bn) = _scored(m, n, 1, sms, widths)[0]
-    useful = score / wave_fill(m, n, bm, bn, sms) * work_fill(m, n, bm, bn, sms)
+    if n >= SWAP256_PADDED_MIN_N:
+        useful = padded_score(m, n, sms, widths)
+    else:
+        score, (bm, bn) = _scored(m, n, 1, sms, widths)[0]
+        useful = score / wave_fill(m, n, bm, bn, sms) * work_fill(m, n, bm, bn, sms)
     swapped = [(SWAP256_EFF * work_fill(n, m, 256, w, sms), w) for w in TILE256_BN
                if math.ceil(n / 256) * math.ceil(m / w) > sms]
     if not swapped:
