@@ -9,8 +9,8 @@ from numba import types
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
 from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
-                                    pick_tile, padded_score, wave_fill, work_fill, SWAP256_EFF, SWAP256_GAIN,
-                                    TILE256_BN)
+                                    pick_tall, pick_tile, padded_score, wave_fill, work_fill, SWAP256_EFF,
+                                    SWAP256_GAIN, TALL_EFF, TALL_GAIN, TILE256_BN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -410,10 +410,10 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
     (12184, 320, (256, 160, 0)),    # 2.29x (128 x 256 before: the second column tile 25% used)
     (8947, 592, (128, 192, 1)),     # 1.38x, swapped (128 x 256 before)
     (2089, 5904, (128, 192, 0)),    # 1.28x (256 x 136 before: 17 tile rows of 256 past 2089 rows)
-    (8320, 1288, (128, 224, 0)),    # 1.23x (128 x 256)
+    (8320, 1288, (192, 144, 0)),    # 1.23x in 128 x 224 (128 x 256 before); 192 x 144 since pick_tall
     (2176, 5568, (128, 256, 0)),    # 1.16x (256 x 128)
     (8024, 8192, (128, 192, 0)),    # 1.04x in 128 x 256 (256 x 160 before); 128 x 192 since pick_192
-    (10317, 2368, (128, 216, 0)),   # 0.995x (128 x 192): the worst bf16 problem of the draw
+    (10317, 2368, (192, 144, 0)),   # 0.995x in 128 x 216 (128 x 192 before); 192 x 144 since pick_tall
     (5000, 3000, (256, 152, 1)),    # unchanged: the sweep's swapped 256 x 152
 ])
 def test_the_padding_aware_default_tiles_measured_on_the_gpu(sms_132, m, n, tile):
@@ -423,3 +423,17 @@ def test_the_padding_aware_default_tiles_measured_on_the_gpu(sms_132, m, n, tile
 
     plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=4096)
     assert (plan.cfg.bm, plan.cfg.bn, int(plan.swap)) == tile
+
+
+def test_192_row_tiles_where_they_do_enough_more_real_work(sms_132):
+    """pick_tall: 192 x 144 tiles (three consumers of 64 rows) where they do TALL_GAIN more real work
+    per SM slot than pick_tile's tile: 432 columns in 3 tiles, not 2 of 256 mostly padding (measured
+    1.19x on an H100); not where both fill alike (8192^3), where the last 192-row tile row is mostly
+    padding (1741 x 6784), for fp8 or tf32 inputs, or for MN-major B (widths "64")."""
+    for m, n in ((7623, 432), (2070, 4960), (7957, 2576), (14464, 2160), (6779, 15264)):
+        assert pick_tall(m, n, 132, "any") == {"bm": 192, "bn": 144}, (m, n)
+        assert TALL_EFF * work_fill(m, n, 192, 144, 132) >= TALL_GAIN * padded_score(m, n, 132, "any")
+    for m, n in ((8192, 8192), (1741, 6784), (2207, 5488), (4096, 4096), (512, 8192)):
+        assert pick_tall(m, n, 132, "any") is None, (m, n)
+    assert pick_tall(7623, 432, 132, "64") is None and pick_tall(7623, 432, 132, None) is None
+    assert pick_tall(7623, 432, 132, "any", 8) is None and pick_tall(7623, 432, 132, "any", 32) is None

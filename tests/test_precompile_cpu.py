@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from nbwgmma import precompile
-from nbwgmma.frontend.tiles import pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
+from nbwgmma.frontend.tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tall,
+                                    pick_tile)
 from nbwgmma.kernels.gemm import GemmConfig
 
 DIMS = (1, 16, 64, 100, 128, 200, 256, 300, 512, 1000, 1024, 2048, 3000, 4096, 5000, 8192, 14336, 16384, 28672)
@@ -32,6 +33,7 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
                     widths = "any" if lay[1] == "K" else "64"
                     cfg = small if small is not None else dict(zip(("bm", "bn"), pick_tile(m, n, 1, widths)))
                     if small is None and dt != "tf32":  # (tf32's f32 out: not by TMA in 16 bits)
+                        cfg = pick_tall(m, n, sms, widths, bits) or cfg
                         cfg = pick_192(m, n, k, (cfg["bm"], cfg["bn"]), sms, bits) or cfg
                 narrow = None if small is not None or swap or wide or lay[1] != "K" else \
                     pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms, bits, dt != "tf32")

@@ -49,7 +49,7 @@ from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
-from .tiles import pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tile
+from .tiles import pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tall, pick_tile
 from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view,
                     transposed)
 
@@ -142,6 +142,10 @@ class Plan:
                         break
                 if opts.get("cluster_k", 1) != 1 and (opts["bm"] != 128 or opts["bn"] > 192):
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
+                # 192 x 144 where it does enough more real work (16-bit outputs by TMA; not with beta * C
+                # or a user function: with C its epilogue spills 424 bytes)
+                if free and not opts.get("swap") and tma16 and c_info is None and opts.get("user") is None:
+                    opts.update(pick_tall(m, n, sms, widths, wk.input_bits) or {})
                 # 128 x 192 for 128 x 256 where it fills the waves enough better (16-bit outputs by TMA)
                 if free and not opts.get("swap") and tma16:
                     opts.update(pick_192(m, n, k, (opts["bm"], opts["bn"]), sms, wk.input_bits) or {})

@@ -17,7 +17,8 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "pick_narrow", "pick_192", "FILL192_GAIN", "FILL192_MIN_K", "PAD_GAIN", "padded_pick", "padded_score",
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
-           "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N"]
+           "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
+           "pick_tall", "TALL_TILE", "TALL_EFF", "TALL_GAIN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -321,6 +322,37 @@ def pick_192(m, n, k, tile, sms, input_bits=16):
         return None
     if work_fill(m, n, 128, 192, sms) >= FILL192_GAIN * work_fill(m, n, 128, 256, sms):
         return {"bm": 128, "bn": 192}
+    return None
+
+
+#: :func:`pick_tall`'s tile: 192 rows (three consumer warpgroups of 64) by 144 columns (K-major B),
+#: its share of a 128 x 256 tile's rate, and how much more real work per SM slot than the tile
+#: picked it must do. cuBLAS runs tiles of about that shape where it leads most (7623 x 432 x 8192:
+#: 144 x 192; BENCHMARKS.md, 2026-12-05). On an H100 (same day, one process, ratio to cuBLAS):
+#: 7623 x 432 x 8192 0.972 against the default's 128 x 256 0.808 (432 columns in 3 tiles, not 2 of 256
+#: mostly padding, in one wave of 120 tiles), 2070 x 4960 x 1024 0.926 against 128 x 224 0.850, 7957 x
+#: 2576 x 8192 1.017 against 128 x 216 0.977, 14464 x 2160 x 8192 0.943 against 256 x 136 0.902, 6779 x
+#: 15264 x 4096 0.990 against 256 x 160 0.971; where it fills no better it lost (8192^3 1.017 against
+#: 128 x 192 1.050; 2207 x 5488 x 1024 0.877 against 128 x 256 0.982, 1741 x 6784 x 8192 0.780 against
+#: 0.969: a last tile row mostly padding). Its rate per filled slot was level with 128 x 256's at
+#: K >= 4096 (0.99-1.04x), hence a share of 1.0. 192 x 128, 160 and 176 ran slower; 192 x 192 spills.
+#: Then 32 problems of three random draws where the rule takes it, against the tile taken before in
+#: one process: bf16 1.030x (geometric mean of 22; 7623 x 432 x 8192 1.186x, 2070 x 4960 x 1024
+#: 1.096x, three slower: 0.954x at 8660 x 8736 x 1024, 0.978x, 0.986x), e4m3 1.008x (of 10: 0.945x
+#: at 1981 x 3408 x 8192, 0.953x at 661 x 14144 x 4096), so 16-bit inputs only.
+TALL_TILE = (192, 144)
+TALL_EFF = 1.0
+TALL_GAIN = 1.02
+
+
+def pick_tall(m, n, sms, widths, input_bits=16):
+    """``{"bm": 192, "bn": 144}`` (:data:`TALL_TILE`) for 16-bit inputs with K-major B (``widths``
+    "any") where its real work per SM slot (:data:`TALL_EFF` times :func:`work_fill`) is
+    :data:`TALL_GAIN` times that of the tile :func:`pick_tile` takes (:func:`padded_score`); else None."""
+    if widths != "any" or input_bits != 16 or sim.enabled():
+        return None
+    if TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= TALL_GAIN * padded_score(m, n, sms, widths):
+        return {"bm": TALL_TILE[0], "bn": TALL_TILE[1]}
     return None
 
 
