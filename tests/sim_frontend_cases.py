@@ -141,6 +141,19 @@ def test_tall_tiles_two_blocks_per_consumer(t, m, k, n, a_k, odt, cfg):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("t, m, n", [("bf16", 200, 160), ("f16", 130, 152)])
+def test_192_row_tiles_three_consumers(t, m, n):
+    """192 x 144 tiles (``tiles.pick_tall``'s): three consumer warpgroups of 64 rows, rows past M in
+    the last ones (200 rows: the second tile row's third block all padding), a last tile column of
+    16 or 8 columns, stored by one unswizzled TMA box per block."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    got, want = run(t, m, 72, n, odt=t, config={"bm": 192, "bn": 144}, seed=m)
+    c = last_plan().cfg
+    assert (c.bm, c.bn, c.consumers, c.blocks, c.epilogue) == (192, 144, 3, 1, "tma"), c
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("n, odt, parts", [(72, "bf16", 1), (136, "f16", 1), (208, "bf16", 2)])
 def test_narrow_tiles_tma_epilogue(n, odt, parts):
     """A 128-row tile of a width that is not a multiple of 64 stores each consumer's block with

@@ -8,7 +8,7 @@ from numba import types
 
 from nbwgmma import MatmulError, matmul
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
-from nbwgmma.frontend.tiles import TILES, pick_small_m, pick_tile
+from nbwgmma.frontend.tiles import TALL_TILE, TILES, pick_small_m, pick_tile
 
 
 class Fake:
@@ -272,9 +272,10 @@ def test_clusters_sharing_a_load_a_share_of_a_and_compile_clean():
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
 
 
-@pytest.mark.parametrize("bm, bn", [pytest.param(*t, marks=DEFAULT_GEMM) if t == (128, 256) else t for t in TILES])
+@pytest.mark.parametrize("bm, bn", [pytest.param(*t, marks=DEFAULT_GEMM) if t == (128, 256) else t
+                                    for t in (*TILES, TALL_TILE)])
 def test_every_automatic_tile_compiles_clean(bm, bn, report_once, report_batch):
-    """The tiles matmul picks by shape (smaller ones for small M x N)."""
+    """The tiles matmul picks by shape (smaller ones for small M x N; 192 x 144: three consumers)."""
     sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
 
     def job(bm, bn):
