@@ -437,3 +437,16 @@ def test_192_row_tiles_where_they_do_enough_more_real_work(sms_132):
         assert pick_tall(m, n, 132, "any") is None, (m, n)
     assert pick_tall(7623, 432, 132, "64") is None and pick_tall(7623, 432, 132, None) is None
     assert pick_tall(7623, 432, 132, "any", 8) is None and pick_tall(7623, 432, 132, "any", 32) is None
+
+
+def test_auto_times_192_row_tiles_where_the_model_has_them_level(sms_132):
+    """config="auto" times 192 x 144 tiles for 16-bit inputs stored by TMA where the model has them
+    doing at least the real work of the default's tile (2457 x 9568: 1.016x, short of pick_tall's
+    2%), not where they do less (8192^3), not for fp8 or direct stores; precompile lists them."""
+    tall = {"bm": 192, "bn": 144}
+    assert pick_tall(2457, 9568, 132, "any") is None
+    assert tall in autotune.candidates("f32.bf16.bf16", 2457, 9568, 4096, "tma", {"bm": 128, "bn": 256})
+    assert tall not in autotune.candidates("f32.bf16.bf16", 8192, 8192, 8192, "tma", {"bm": 128, "bn": 192})
+    assert tall not in autotune.candidates("f32.e4m3.e4m3", 2457, 9568, 4096, "tma", {"bm": 128, "bn": 256})
+    assert tall not in autotune.candidates("f32.bf16.bf16", 2457, 9568, 4096, "direct", {"bm": 128, "bn": 256})
+    assert tall in autotune.challengers("f32.f16.f16") and tall not in autotune.challengers("f32.e4m3.e4m3")

@@ -53,8 +53,8 @@ import time
 
 from ..capture import is_capturing
 from ..layout.kinds import wgmma_kind
-from .tiles import (NARROW_BN, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile, pick_small_m, rank_tiles,
-                    swapped_config)
+from .tiles import (NARROW_BN, TALL_EFF, TALL_TILE, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile,
+                    padded_score, pick_small_m, rank_tiles, swapped_config, work_fill)
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
            "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S", "BUILT_S"]
@@ -112,7 +112,10 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     8 (more bytes in flight for bandwidth-bound shapes: 128 x 8192 x 8192 ran 9% faster with 8
     than with 4 on an H100); with K-major B (``b_major``), second, a narrow tile where it fills
     the waves better than the default's (:func:`nbwgmma.frontend.tiles.narrow_config`: where the
-    default path has not taken it itself, :func:`nbwgmma.frontend.tiles.pick_narrow`).
+    default path has not taken it itself, :func:`nbwgmma.frontend.tiles.pick_narrow`), and for
+    16-bit inputs stored by TMA 192 x 144 tiles where the model has them doing at least the real
+    work of the tile the default path takes (it takes them itself from 2% more:
+    :func:`nbwgmma.frontend.tiles.pick_tall`).
     Where the default path swaps a tall product (``swapped``: :func:`nbwgmma.frontend.tiles.pick_swap`,
     :func:`nbwgmma.frontend.tiles.pick_swap_wide`; ``default`` is then the unswapped plan's config),
     the unswapped default (``{"swap": 0}``) is the first challenger, so a swap that loses is undone.
@@ -130,9 +133,15 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     out = [{"bm": bm, "bn": bn} for bm, bn in tiles]
     if b_major == "K":
         dflt = (default["bm"], default["bn"]) if default and {"bm", "bn"} <= set(default) else tiles[0]
-        narrow = narrow_config(m, n, dflt, device_limits()["multiprocessors"])
+        sms = device_limits()["multiprocessors"]
+        narrow = narrow_config(m, n, dflt, sms)
         if narrow is not None:
             out.insert(1, narrow)
+        # 192 x 144 (tiles.pick_tall's) where the model has it doing as much real work as the tile taken
+        tall = {"bm": TALL_TILE[0], "bn": TALL_TILE[1]}
+        if wgmma_kind(kind).input_bits == 16 and epilogue == "tma" and tall not in out \
+                and TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= padded_score(m, n, sms, "any"):
+            out.insert(1, tall)
     # each CTA of a cluster multicasts whole 64-column shares of B
     pairable = [(bm, bn) for bm, bn in tiles if bn % 128 == 0 and math.ceil(m / bm) >= 2]
     if pairable:
@@ -167,6 +176,8 @@ def challengers(kind, epilogue="tma") -> list:
     the tile model (``python -m nbwgmma precompile --autotune`` builds them ahead of time)."""
     out = []
     out += [narrow_tile(bn) for bn in NARROW_BN]  # (K-major B only)
+    if wgmma_kind(kind).input_bits == 16:  # (K-major B)
+        out.append({"bm": TALL_TILE[0], "bn": TALL_TILE[1]})
     for bm, bn in [(256, bn) for bn in TILE256_BN] + [(128, bn) for bn in WIDE_BN]:  # (the tile model's others)
         out += ([{"bm": bm, "bn": bn}] if bn % 64 else []) + [{"bm": bm, "bn": bn, "group_m": 16}]
     out += [{"bm": 256, "bn": bn, "cluster": 2} for bn in TILE256_BN if bn % 128 == 0]
