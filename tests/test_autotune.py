@@ -437,6 +437,9 @@ def test_192_row_tiles_where_they_do_enough_more_real_work(sms_132):
         assert pick_tall(m, n, 132, "any") is None, (m, n)
     assert pick_tall(7623, 432, 132, "64") is None and pick_tall(7623, 432, 132, None) is None
     assert pick_tall(7623, 432, 132, "any", 8) is None and pick_tall(7623, 432, 132, "any", 32) is None
+    # fewer than two tile rows or columns: not measured, not taken (132 x 16096: one tile row 69% padding)
+    for m, n in ((132, 16096), (19336, 16), (19336, 64), (383, 8192), (8192, 287)):
+        assert pick_tall(m, n, 132, "any") is None, (m, n)
 
 
 def test_auto_times_192_row_tiles_where_the_model_has_them_level(sms_132):
@@ -449,4 +452,6 @@ def test_auto_times_192_row_tiles_where_the_model_has_them_level(sms_132):
     assert tall not in autotune.candidates("f32.bf16.bf16", 8192, 8192, 8192, "tma", {"bm": 128, "bn": 192})
     assert tall not in autotune.candidates("f32.e4m3.e4m3", 2457, 9568, 4096, "tma", {"bm": 128, "bn": 256})
     assert tall not in autotune.candidates("f32.bf16.bf16", 2457, 9568, 4096, "direct", {"bm": 128, "bn": 256})
+    assert tall not in autotune.candidates("f32.bf16.bf16", 2457, 9568, 4096, "tma", {"bm": 128, "bn": 256},
+                                           a_major="MN")
     assert tall in autotune.challengers("f32.f16.f16") and tall not in autotune.challengers("f32.e4m3.e4m3")

@@ -33,7 +33,7 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
                     widths = "any" if lay[1] == "K" else "64"
                     cfg = small if small is not None else dict(zip(("bm", "bn"), pick_tile(m, n, 1, widths)))
                     if small is None and dt != "tf32":  # (tf32's f32 out: not by TMA in 16 bits)
-                        cfg = pick_tall(m, n, sms, widths, bits) or cfg
+                        cfg = (lay[0] == "K" and pick_tall(m, n, sms, widths, bits)) or cfg
                         cfg = pick_192(m, n, k, (cfg["bm"], cfg["bn"]), sms, bits) or cfg
                 narrow = None if small is not None or swap or wide or lay[1] != "K" else \
                     pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms, bits, dt != "tf32")

@@ -112,10 +112,11 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     8 (more bytes in flight for bandwidth-bound shapes: 128 x 8192 x 8192 ran 9% faster with 8
     than with 4 on an H100); with K-major B (``b_major``), second, a narrow tile where it fills
     the waves better than the default's (:func:`nbwgmma.frontend.tiles.narrow_config`: where the
-    default path has not taken it itself, :func:`nbwgmma.frontend.tiles.pick_narrow`), and for
-    16-bit inputs stored by TMA 192 x 144 tiles where the model has them doing at least the real
-    work of the tile the default path takes (it takes them itself from 2% more:
-    :func:`nbwgmma.frontend.tiles.pick_tall`).
+    default path has not taken it itself, :func:`nbwgmma.frontend.tiles.pick_narrow`), then (second
+    without one) for 16-bit inputs, K-major A and the TMA epilogue 192 x 144 tiles where the model
+    has them doing at least the real work of the tile the default path takes (it takes them itself
+    from 2% more: :func:`nbwgmma.frontend.tiles.pick_tall`; a config the kernel refuses, as for an
+    f32 or fp8 out, is skipped when timed, as a narrow tile is).
     Where the default path swaps a tall product (``swapped``: :func:`nbwgmma.frontend.tiles.pick_swap`,
     :func:`nbwgmma.frontend.tiles.pick_swap_wide`; ``default`` is then the unswapped plan's config),
     the unswapped default (``{"swap": 0}``) is the first challenger, so a swap that loses is undone.
@@ -139,9 +140,9 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
             out.insert(1, narrow)
         # 192 x 144 (tiles.pick_tall's) where the model has it doing as much real work as the tile taken
         tall = {"bm": TALL_TILE[0], "bn": TALL_TILE[1]}
-        if wgmma_kind(kind).input_bits == 16 and epilogue == "tma" and tall not in out \
+        if wgmma_kind(kind).input_bits == 16 and epilogue == "tma" and a_major == "K" and tall not in out \
                 and TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= padded_score(m, n, sms, "any"):
-            out.insert(1, tall)
+            out.insert(1 + (narrow is not None), tall)
     # each CTA of a cluster multicasts whole 64-column shares of B
     pairable = [(bm, bn) for bm, bn in tiles if bn % 128 == 0 and math.ceil(m / bm) >= 2]
     if pairable:

@@ -347,14 +347,14 @@ TALL_GAIN = 1.02
 
 def pick_tall(m, n, sms, widths, input_bits=16):
     """``{"bm": 192, "bn": 144}`` (:data:`TALL_TILE`) for 16-bit inputs with K-major B (``widths``
-    "any") where its real work per SM slot (:data:`TALL_EFF` times :func:`work_fill`) is
+    "any"; the caller checks that A is K-major too: the products measured) and at least two tile rows
+    and columns (smaller products were not measured) where its real work per SM slot (:data:`TALL_EFF` times :func:`work_fill`) is
     :data:`TALL_GAIN` times that of the tile :func:`pick_tile` takes (:func:`padded_score`); else None."""
-    if widths != "any" or input_bits != 16 or sim.enabled():
+    if widths != "any" or input_bits != 16 or m < 2 * TALL_TILE[0] or n < 2 * TALL_TILE[1] or sim.enabled():
         return None
     if TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= TALL_GAIN * padded_score(m, n, sms, widths):
         return {"bm": TALL_TILE[0], "bn": TALL_TILE[1]}
     return None
-
 
 
 #: Columns from which :func:`pick_swap_wide` weighs the swapped tiles against the unswapped tile
