@@ -108,6 +108,7 @@ def test_strided_numba_vectors_are_copied():
     (64, 96, 32, None, None, "bf16", None, "alpha"),                # alpha alone: the scaled kernel
     (96, 56, 32, "row", "relu", "tf32", None, "plain"),             # f32 inputs as tf32, f32 out
     (256, 160, 64, "col", "relu", "bf16", {"bm": 256, "bn": 160}, "plain"),  # 5 parts through two slots
+    (200, 160, 40, "col", "relu", "bf16", {"bm": 192, "bn": 144}, "plain"),  # three consumers (pick_tall's tile)
     (200, 160, 40, "col", "relu", "bf16", {"bm": 128, "bn": 160, "epilogue": "tma"}, "f32 out"),  # f32 by TMA
     (96, 64, 32, "row", "relu", "tf32", {"bm": 64, "bn": 64, "epilogue": "tma"}, "plain"),
 ])
