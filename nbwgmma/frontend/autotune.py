@@ -54,7 +54,7 @@ import time
 from ..capture import is_capturing
 from ..layout.kinds import wgmma_kind
 from .tiles import (NARROW_BN, TALL_EFF, TALL_TILE, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile,
-                    padded_score, pick_small_m, rank_tiles, swapped_config, work_fill)
+                    padded_score, pick_small_m, rank_tiles, swapped_config, tall_tile, work_fill)
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
            "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S", "BUILT_S"]
@@ -139,7 +139,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
         if narrow is not None:
             out.insert(1, narrow)
         # 192 x 144 (tiles.pick_tall's) where the model has it doing as much real work as the tile taken
-        tall = {"bm": TALL_TILE[0], "bn": TALL_TILE[1]}
+        tall = tall_tile()
         if wgmma_kind(kind).input_bits == 16 and epilogue == "tma" and a_major == "K" and tall not in out \
                 and TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= padded_score(m, n, sms, "any"):
             out.insert(1 + (narrow is not None), tall)
@@ -178,7 +178,7 @@ def challengers(kind, epilogue="tma") -> list:
     out = []
     out += [narrow_tile(bn) for bn in NARROW_BN]  # (K-major B only)
     if wgmma_kind(kind).input_bits == 16:  # (K-major B)
-        out.append({"bm": TALL_TILE[0], "bn": TALL_TILE[1]})
+        out.append(tall_tile())
     for bm, bn in [(256, bn) for bn in TILE256_BN] + [(128, bn) for bn in WIDE_BN]:  # (the tile model's others)
         out += ([{"bm": bm, "bn": bn}] if bn % 64 else []) + [{"bm": bm, "bn": bn, "group_m": 16}]
     out += [{"bm": 256, "bn": bn, "cluster": 2} for bn in TILE256_BN if bn % 128 == 0]

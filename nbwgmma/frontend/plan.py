@@ -98,8 +98,8 @@ class Plan:
         if "bm" not in opts and "bn" not in opts:
             cluster = opts.get("cluster", 1)  # one GemmConfig rejects below: pick as for no cluster
             wk = wgmma_kind(kind)
-            swappable = opts.get("swap", 1) != 0 and "epilogue" not in opts and batch is None \
-                and _operand_path(ia, False, wk.transposable)[0] == "K"
+            a_kmajor = _operand_path(ia, False, wk.transposable)[0] == "K"
+            swappable = opts.get("swap", 1) != 0 and "epilogue" not in opts and batch is None and a_kmajor
             small = None if "split" in opts or opts.get("cluster_k", 1) != 1 or batch else pick_small_m(m, n, k, wk.input_bits, cluster, a_kmajor=swappable)
             if small is not None:
                 opts.update({key: v for key, v in small.items() if key not in opts})
@@ -144,8 +144,7 @@ class Plan:
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
                 # 192 x 144 where it does enough more real work (K-major A, 16-bit outputs by TMA; not
                 # with beta * C or a user function: with C its epilogue spills 272-276 bytes)
-                if free and not opts.get("swap") and tma16 and c_info is None and opts.get("user") is None \
-                        and _operand_path(ia, False, wk.transposable)[0] == "K":
+                if free and not opts.get("swap") and tma16 and c_info is None and opts.get("user") is None and a_kmajor:
                     opts.update(pick_tall(m, n, sms, widths, wk.input_bits) or {})
                 # 128 x 192 for 128 x 256 where it fills the waves enough better (16-bit outputs by TMA)
                 if free and not opts.get("swap") and tma16:

@@ -18,7 +18,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
-           "pick_tall", "TALL_TILE", "TALL_EFF", "TALL_GAIN"]
+           "pick_tall", "tall_tile", "TALL_TILE", "TALL_EFF", "TALL_GAIN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -345,15 +345,21 @@ TALL_EFF = 1.0
 TALL_GAIN = 1.02
 
 
+def tall_tile():
+    """The config of :data:`TALL_TILE` (``{"bm": 192, "bn": 144}``)."""
+    return {"bm": TALL_TILE[0], "bn": TALL_TILE[1]}
+
+
 def pick_tall(m, n, sms, widths, input_bits=16):
     """``{"bm": 192, "bn": 144}`` (:data:`TALL_TILE`) for 16-bit inputs with K-major B (``widths``
     "any"; the caller checks that A is K-major too: the products measured) and at least two tile rows
-    and columns (smaller products were not measured) where its real work per SM slot (:data:`TALL_EFF` times :func:`work_fill`) is
-    :data:`TALL_GAIN` times that of the tile :func:`pick_tile` takes (:func:`padded_score`); else None."""
+    and columns (smaller products were not measured) where its real work per SM slot
+    (:data:`TALL_EFF` times :func:`work_fill`) is :data:`TALL_GAIN` times that of the tile
+    :func:`pick_tile` takes (:func:`padded_score`); else None."""
     if widths != "any" or input_bits != 16 or m < 2 * TALL_TILE[0] or n < 2 * TALL_TILE[1] or sim.enabled():
         return None
     if TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= TALL_GAIN * padded_score(m, n, sms, widths):
-        return {"bm": TALL_TILE[0], "bn": TALL_TILE[1]}
+        return tall_tile()
     return None
 
 
