@@ -21,7 +21,8 @@ HERE = pathlib.Path(__file__).parent
 @pytest.mark.parametrize("cases", ["sim_cases.py", "sim_hazard_cases.py", "sim_kit_cases.py", "sim_fused_cases.py",
                                    "sim_grouped_cases.py", "sim_scaled_cases.py", "sim_sparse_cases.py",
                                    "sim_grouped_scaled_cases.py", "sim_batched_cases.py", "sim_ordering_cases.py",
-                                   "sim_kit_mutation_cases.py", "sim_valid_styles_cases.py"])
+                                   "sim_kit_mutation_cases.py", "sim_valid_styles_cases.py",
+                                   "sim_fuzz_cases.py"])
 def test_in_the_cuda_simulator(cases):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env.setdefault("NBWGMMA_SIM_WS_RUNS", "1")

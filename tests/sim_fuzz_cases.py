@@ -1,0 +1,228 @@
+"""Seeded random ``nbwgmma.matmul`` calls in Numba's CUDA simulator (run by tests/test_sim.py in a
+child process with NUMBA_ENABLE_CUDASIM=1; also by hand: NUMBA_ENABLE_CUDASIM=1 python -m pytest
+tests/sim_fuzz_cases.py).
+
+Each case draws from its own seed: input types (mixed fp8 included), operand layouts, views with a
+padded leading dimension and an element offset, a batch (B per product or one for all), an output
+type and array (new, given, every other column of a wider one, padded rows), a ``config`` of random
+keys (tiles, stages, clusters, multicast, split-K, stream-K, K halves, swaps, epilogue kinds, C in
+parts, consumers), and an epilogue: ``alpha``, ``beta * c`` (``c`` may be ``out``), a bias per
+row or column, any activation, a user function with or without an extra vector, fp8 outputs with
+``scale_out`` and ``amax``, fp8 scales as numbers or per row and column. A case passes when the
+call is refused with a :class:`nbwgmma.MatmulError` (a config or combination not built says so) or
+its output matches a float64 reference: exactly (small integers) where nothing rounds but the
+output type, within the activation's tolerance where one is drawn; ``amax`` likewise. Any other
+exception, a simulator report (a hazard, a hang) or a wrong value fails.
+
+``NBWGMMA_SIM_FUZZ_CASES`` (default 12) cases from ``NBWGMMA_SIM_FUZZ_SEED``; a failure names its
+seed: ``NBWGMMA_SIM_FUZZ_SEED=<seed> NBWGMMA_SIM_FUZZ_CASES=1`` replays it.
+"""
+
+import math
+import os
+
+import numpy as np
+from numba import config, cuda
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+from nbwgmma import MatmulError, matmul
+from nbwgmma.layout.wgmma_model import decode_elements, encode_elements
+
+assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
+
+CASES = int(os.environ.get("NBWGMMA_SIM_FUZZ_CASES", "12"))
+SEED = int(os.environ.get("NBWGMMA_SIM_FUZZ_SEED", "20261205"))
+
+RAW = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}
+POISON = {np.uint16: 0x7FC0, np.uint8: 0x7F}  # bf16 NaN, fp8 NaN (e4m3) / a large value (e5m2)
+FP8 = ("e4m3", "e5m2")
+TILES = [(64, 8), (64, 40), (64, 64), (64, 128), (64, 256), (128, 64), (128, 72), (128, 96), (128, 128), (128, 144),
+         (128, 160), (128, 176), (128, 192), (128, 208), (128, 256), (192, 128), (192, 144), (256, 128), (256, 136),
+         (256, 160)]
+#: config keys drawn: (key, probability, values)
+KEYS = [("stages", .15, [2, 3, 4, 6]), ("group_m", .1, [1, 2, 8]), ("cluster", .15, [2, 4]), ("multicast", .08, ["A", "B"]),
+        ("split", .1, [2, 3, 4]), ("swap", .12, [0, 1]), ("stream_k", .08, [1]), ("cluster_k", .05, [2]),
+        ("epilogue", .15, ["direct", "tma", "rows"]), ("c_parts", .06, [2, 4]), ("c_slots", .04, [2]),
+        ("consumers", .05, [1, 2, 3])]
+#: config keys a batch refuses (drawn for single products only)
+BATCH_REFUSES = ("split", "stream_k", "cluster_k", "swap")
+ACTIVATIONS = {
+    "relu": lambda x: np.maximum(x, 0),
+    "gelu": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))),
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
+    "silu": lambda x: x / (1 + np.exp(-np.maximum(x, -700))),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-np.maximum(x, -700))),
+}
+#: relative tolerance per output type where an activation other than relu rounds in f32 (and
+#: gelu_tanh runs on tanh.approx): the output's rounding and a margin
+TOL = {"f32": 1e-4, "bf16": 1e-2, "f16": 2e-3, "e4m3": 1.3e-1, "e5m2": 2.6e-1}
+
+
+def user_fn(v, row, col):
+    return v * 2.0 + row - col
+
+
+def user_fn_x(v, row, col, x):
+    return v - x
+
+
+def draw(seed):
+    r = np.random.default_rng(seed)
+    t = str(r.choice(["bf16", "f16", "f32", "e4m3", "e5m2"], p=[.35, .25, .1, .2, .1]))
+    tb = str(r.choice(FP8)) if t in FP8 and r.random() < .3 else t
+    batch = int(r.choice([0, 0, 0, 2, 3]))
+
+    def size(hi):
+        return int(r.integers(1, 17) if r.random() < .2 else r.integers(1, hi))
+
+    m, n, k = size(200 if batch else 400), size(200 if batch else 400), size(300)
+    c = dict(seed=seed, t=t, tb=tb, m=m, n=n, k=k, batch=batch, b_shared=bool(batch and r.random() < .3),
+             a_k=bool(r.random() < .6), b_k=bool(r.random() < .6),
+             pad_a=int(r.choice([0, 0, 8, r.integers(1, 9)])), pad_b=int(r.choice([0, 0, 8, r.integers(1, 9)])),
+             off_a=int(r.choice([0, 0, 0, r.integers(1, 5)])), off_b=int(r.choice([0, 0, 0, r.integers(1, 5)])))
+    outs = ["bf16", "f16", "f32", "e4m3", "e5m2"] if t in FP8 else ["f32"] if t == "f32" else [t, t, "f32", "e4m3"]
+    c["odt"] = str(r.choice(outs))
+    c["out"] = str(r.choice(["new", "given", "given", "strided", "padded"]))
+    cfg = {}
+    if r.random() < .6:
+        bm, bn = TILES[r.integers(len(TILES))]
+        cfg.update(bm=int(bm), bn=int(bn))
+    for key, p, values in KEYS:
+        if r.random() < p and not (batch and key in BATCH_REFUSES):
+            v = values[r.integers(len(values))]
+            cfg[key] = v if isinstance(v, str) else int(v)
+    c["config"] = cfg or None
+    c["activation"] = str(r.choice(list(ACTIVATIONS))) if r.random() < .3 else None
+    c["bias"] = str(r.choice(["col", "row"])) if r.random() < .3 else None
+    c["bias_type"] = str(r.choice(["f32", "f16"]))
+    c["alpha"] = float(r.choice([0.5, 2.0, -1.0])) if r.random() < .2 else None
+    c["c"] = str(r.choice(["f32", "out type", "out"])) if r.random() < .2 else None
+    c["beta"] = float(r.choice([1.0, 0.5, -2.0]))
+    c["user"] = int(r.choice([1, 2])) if r.random() < .15 else 0
+    fp8_out = c["odt"] in FP8
+    c["scale_out"] = float(r.choice([0.5, 1.0, 4.0])) if fp8_out and r.random() < .6 else None
+    c["amax"] = bool(fp8_out and r.random() < .5)
+    c["scales"] = str(r.choice(["numbers", "none"] + ([] if batch else ["vectors"]))) if t in FP8 else "none"
+    return c
+
+
+def bits(x, t):
+    if t in ("f16", "f32"):
+        return x.astype(RAW[t])
+    return encode_elements(x, t).view(RAW[t]).reshape(x.shape)
+
+
+def rounded(x, t):
+    """float64 ``x`` as type ``t`` rounds it (nearest even; fp8 saturated)."""
+    if t in ("f16", "f32"):
+        return x.astype(RAW[t]).astype(np.float64)
+    return decode_elements(encode_elements(x.astype(np.float32).astype(np.float64), t), t).reshape(x.shape)
+
+
+def operand(x, t, k_major, is_b, pad, off):
+    """``x`` ([..., rows, cols]) as a simulator view, K contiguous or not, inside a poisoned buffer
+    whose rows are ``pad`` elements longer, starting ``off`` elements in."""
+    h = bits(x, t)
+    if k_major == is_b:  # (A K-major and B N-major have their last dimension contiguous)
+        h = np.swapaxes(h, -1, -2)
+    *lead, rows, cols = h.shape
+    flat = np.full(int(np.prod(lead, dtype=np.int64)) * rows * (cols + pad) + off, POISON.get(h.dtype.type, np.nan), h.dtype)
+    flat[off:].reshape(*lead, rows, cols + pad)[..., :cols] = h
+    view = cuda.to_device(flat)[off:].reshape(*lead, rows, cols + pad)[..., :cols]
+    if k_major != is_b:
+        return view
+    return view.T if not lead else FakeCUDAArray(view._ary.transpose(0, 2, 1))
+
+
+def run_case(c):
+    """Run case ``c``: True where it ran and matched, False where refused; raises where wrong."""
+    r = np.random.default_rng(c["seed"] + 1)
+    m, n, k, odt = c["m"], c["n"], c["k"], c["odt"]
+    lead = (c["batch"],) if c["batch"] else ()
+    a = r.integers(-3, 4, lead + (m, k)).astype(np.float64)
+    b = r.integers(-3, 4, ((k, n) if c["b_shared"] else lead + (k, n))).astype(np.float64)
+    want = a @ b
+    kw = {}
+    if c["scales"] == "numbers":
+        kw.update(scale_a=0.5, scale_b=2.0)
+    elif c["scales"] == "vectors":
+        sa, sb = 2.0 ** r.integers(-1, 2, (m, 1)), 2.0 ** r.integers(-1, 2, (1, n))
+        kw.update(scale_a=cuda.to_device(sa.astype(np.float32)), scale_b=cuda.to_device(sb.astype(np.float32)))
+        want = want * sa * sb
+    if c["alpha"] is not None:
+        kw["alpha"] = c["alpha"]
+        want = want * c["alpha"]
+    fp8_out = odt in FP8
+    store = np.uint8 if fp8_out else RAW[odt]
+    out = None
+    if c["out"] != "new":
+        width = {"given": n, "strided": 2 * n + 1, "padded": n + 3}[c["out"]]
+        wide = cuda.to_device(np.full(want.shape[:-1] + (width,), POISON.get(store, np.nan), store))
+        out = kw["out"] = wide[..., 1:2 * n + 1:2] if c["out"] == "strided" else wide[..., :n]
+    if out is None or store in (np.uint8, np.uint16):
+        kw["out_dtype"] = odt
+    if c["c"]:
+        cv = r.integers(-4, 5, want.shape).astype(np.float64)
+        if c["c"] == "out" and out is not None and not fp8_out:
+            out.copy_to_device(bits(cv, odt)) if c["out"] == "given" else None
+            kw["c"] = out if c["out"] == "given" else cuda.to_device(bits(cv, odt))
+        else:
+            kw["c"] = cuda.to_device(bits(cv, "f32" if c["c"] == "f32" or fp8_out else odt))
+        kw["beta"] = c["beta"]
+        want = want + c["beta"] * cv
+    if c["bias"]:
+        bv = r.integers(-4, 5, (n,) if c["bias"] == "col" else (m, 1)).astype(np.float64)
+        kw["bias"] = cuda.to_device(bv.astype(RAW[c["bias_type"]]))
+        want = want + bv
+    exact = c["activation"] in (None, "relu")
+    if c["activation"]:
+        kw["activation"] = c["activation"]
+        want = ACTIVATIONS[c["activation"]](want)
+    if c["user"] == 1:
+        kw["epilogue"] = user_fn
+        want = want * 2.0 + np.arange(m)[:, None] - np.arange(n)[None, :]
+    elif c["user"] == 2:
+        xv = r.integers(-4, 5, (n,)).astype(np.float64)
+        kw.update(epilogue=user_fn_x, epilogue_args=(cuda.to_device(xv.astype(np.float32)),))
+        want = want - xv
+    amax = float(np.abs(want).max()) if want.size else 0.0
+    if fp8_out:
+        if c["scale_out"] is not None:
+            kw["scale_out"] = c["scale_out"]
+            want = want * c["scale_out"]
+        if c["amax"]:
+            kw["amax"] = cuda.to_device(np.zeros(1, np.float32))
+    raw = c["t"] in ("bf16",) + FP8
+    try:
+        got = matmul(operand(a, c["t"], c["a_k"], False, c["pad_a"], c["off_a"]),
+                     operand(b, c["tb"], c["b_k"], True, c["pad_b"], c["off_b"]),
+                     in_dtype=(c["t"], c["tb"]) if raw else None, config=c["config"], **kw)
+    except MatmulError:
+        return False
+    assert out is None or got is out
+    h = got.copy_to_host()
+    if odt == "bf16" or fp8_out:
+        h = decode_elements(np.ascontiguousarray(h).reshape(-1).view(np.uint8), odt).reshape(want.shape)
+    h = np.asarray(h, np.float64)
+    want = rounded(want, odt)  # (fp8 saturated)
+    bad = h != want if exact else ~(np.abs(h - want) <= TOL[odt] * np.abs(want) + 2e-2)
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{int(bad.sum())} of {h.size} wrong; first at {i}: got {h[i]}, want {want[i]}")
+    if c["amax"]:
+        got_amax = float(kw["amax"].copy_to_host()[0])
+        assert abs(got_amax - amax) <= (0 if exact else 1e-3 * amax + 1e-3), f"amax {got_amax}, want {amax}"
+    return True
+
+
+def test_random_calls_are_refused_or_right():
+    failures, ran = [], 0
+    for seed in range(SEED, SEED + CASES):
+        c = draw(seed)
+        try:
+            ran += run_case(c)
+        except Exception as e:  # noqa: BLE001 - collected, each naming its seed
+            failures.append(f"seed {seed}: {type(e).__name__}: {str(e)[:1500]}\n  case {c}")
+    print(f"sim fuzz: {CASES} cases from seed {SEED}, {ran} ran, {len(failures)} failed")
+    assert not failures, "replay with NBWGMMA_SIM_FUZZ_SEED=<seed> NBWGMMA_SIM_FUZZ_CASES=1:\n" + "\n".join(failures)
+    assert ran >= CASES // 3, f"only {ran} of {CASES} cases ran (the rest refused): the draw needs mending"
