@@ -8,11 +8,17 @@ type and array (new, given, every other column of a wider one, padded rows), a `
 keys (tiles, stages, clusters, multicast, split-K, stream-K, K halves, swaps, epilogue kinds, C in
 parts, consumers), and an epilogue: ``alpha``, ``beta * c`` (``c`` may be ``out``), a bias per
 row or column, any activation, a user function with or without an extra vector, fp8 outputs with
-``scale_out`` and ``amax``, fp8 scales as numbers or per row and column. A case passes when the
-call is refused with a :class:`nbwgmma.MatmulError` (a config or combination not built says so) or
-its output matches a float64 reference: exactly (small integers) where nothing rounds but the
-output type, within the activation's tolerance where one is drawn; ``amax`` likewise. Any other
-exception, a simulator report (a hazard, a hang) or a wrong value fails.
+``scale_out`` and ``amax``, fp8 scales as numbers, per row and column or per 1 x 128 and 128 x 128
+block (the block-scaled kernel). ``grouped_matmul``'s cases draw its three forms (groups of rows,
+the masked layout, the K-grouped weight gradients), groups of any size (empty ones included),
+ends past A's rows, trailing rows no group covers, both layouts of B, a bias per group or for
+all, any activation, block-scaled fp8 groups, and either schedule.
+
+A case passes when the call is refused with a :class:`nbwgmma.MatmulError` (a config or
+combination not built says so) or its output matches a float64 reference: exactly (small
+integers, power-of-two scales) where nothing rounds but the output type, within the activation's
+tolerance where one is drawn; ``amax`` likewise; rows no group computes keep their poison. Any
+other exception, a simulator report (a hazard, a hang) or a wrong value fails.
 
 ``NBWGMMA_SIM_FUZZ_CASES`` (default 12) cases from ``NBWGMMA_SIM_FUZZ_SEED``; a failure names its
 seed: ``NBWGMMA_SIM_FUZZ_SEED=<seed> NBWGMMA_SIM_FUZZ_CASES=1`` replays it.
@@ -102,7 +108,16 @@ def draw(seed):
     fp8_out = c["odt"] in FP8
     c["scale_out"] = float(r.choice([0.5, 1.0, 4.0])) if fp8_out and r.random() < .6 else None
     c["amax"] = bool(fp8_out and r.random() < .5)
-    c["scales"] = str(r.choice(["numbers", "none"] + ([] if batch else ["vectors"]))) if t in FP8 else "none"
+    c["scales"] = str(r.choice(["numbers", "none"] + ([] if batch else ["tensors"] * 2))) if t in FP8 else "none"
+    if c["scales"] == "tensors":  # A's scale per row or 1 x 128 block, B's per column or 128 x 128 block (in
+        # b's order, or a weight's (NB, KB) seen transposed); the kernel reads K-major operands, K 16-byte aligned
+        c["scale_a"], c["scale_b"] = str(r.choice(["row", "block"])), str(r.choice(["col", "block", "weight block"]))
+        if r.random() < .8:  # (rows 16-byte aligned: padded by 16 elements or none, no offset)
+            c.update(a_k=True, b_k=True, k=-(-k // 16) * 16, pad_a=int(r.choice([0, 16])), pad_b=int(r.choice([0, 16])),
+                     off_a=0, off_b=0)
+        if r.random() < .9:  # (what tensor scales refuse so far: a config, fp8 outputs, C, a user function)
+            c.update(config=None, c=None, user=0, scale_out=None, amax=False,
+                     odt=c["odt"] if c["odt"] not in FP8 else "bf16")
     return c
 
 
@@ -145,10 +160,17 @@ def run_case(c):
     kw = {}
     if c["scales"] == "numbers":
         kw.update(scale_a=0.5, scale_b=2.0)
-    elif c["scales"] == "vectors":
-        sa, sb = 2.0 ** r.integers(-1, 2, (m, 1)), 2.0 ** r.integers(-1, 2, (1, n))
-        kw.update(scale_a=cuda.to_device(sa.astype(np.float32)), scale_b=cuda.to_device(sb.astype(np.float32)))
-        want = want * sa * sb
+    elif c["scales"] == "tensors":
+        kb, nb = -(-k // 128), -(-n // 128)
+        sa = 2.0 ** r.integers(-1, 2, (m, 1) if c["scale_a"] == "row" else (m, kb))
+        sb = 2.0 ** r.integers(-1, 2, (1, n) if c["scale_b"] == "col" else (kb, nb))
+        per_a = np.repeat(sa, 128, axis=1)[:, :k] if c["scale_a"] == "block" else sa  # (M, K) or (M, 1)
+        per_b = np.repeat(np.repeat(sb, 128, axis=0)[:k], 128, axis=1)[:, :n] if c["scale_b"] != "col" else sb
+        want = (a * per_a) @ (b * per_b)
+        sb_dev = cuda.to_device(sb.astype(np.float32))
+        if c["scale_b"] == "weight block":  # (NB, KB) row-major, passed as its transpose
+            sb_dev = cuda.to_device(np.ascontiguousarray(sb.T).astype(np.float32)).T
+        kw.update(scale_a=cuda.to_device(sa.astype(np.float32)), scale_b=sb_dev)
     if c["alpha"] is not None:
         kw["alpha"] = c["alpha"]
         want = want * c["alpha"]
@@ -224,5 +246,153 @@ def test_random_calls_are_refused_or_right():
         except Exception as e:  # noqa: BLE001 - collected, each naming its seed
             failures.append(f"seed {seed}: {type(e).__name__}: {str(e)[:1500]}\n  case {c}")
     print(f"sim fuzz: {CASES} cases from seed {SEED}, {ran} ran, {len(failures)} failed")
+    assert not failures, "replay with NBWGMMA_SIM_FUZZ_SEED=<seed> NBWGMMA_SIM_FUZZ_CASES=1:\n" + "\n".join(failures)
+    assert ran >= CASES // 3, f"only {ran} of {CASES} cases ran (the rest refused): the draw needs mending"
+
+
+def draw_grouped(seed):
+    r = np.random.default_rng(seed)
+    form = str(r.choice(["rows", "masked", "wgrad"], p=[.55, .25, .2]))
+    t = str(r.choice(["bf16", "f16", "e4m3"], p=[.45, .3, .25])) if form != "wgrad" else str(r.choice(["bf16", "f16"]))
+    groups = int(r.integers(1, 5))
+    sizes = [int(r.choice([0, r.integers(1, 17), r.integers(1, 260)], p=[.15, .25, .6])) for _ in range(groups)]
+    step = 16 if t == "e4m3" else 8  # (16-byte rows, which the grouped GEMM needs of B and A, mostly)
+
+    def aligned(hi):
+        v = int(r.integers(1, hi))
+        return v if r.random() < .1 else -(-v // step) * step
+
+    c = dict(seed=seed, form=form, t=t, groups=groups, sizes=sizes, k=aligned(300), n=aligned(300),
+             m=aligned(200),
+             b_nk=bool(r.random() < .6), a_m=bool(r.random() < .7), b_n=bool(r.random() < .7),
+             tail=int(r.choice([0, 0, r.integers(1, 20)])), over=bool(r.random() < .15),
+             odt=str(r.choice([t if t != "e4m3" else "bf16"] * (4 if form == "wgrad" else 1) + ["f32"])),
+             out_given=bool(r.random() < .6),
+             bias=str(r.choice(["group", "all"])) if form != "wgrad" and r.random() < .35 else None,
+             activation=str(r.choice(list(ACTIVATIONS))) if form != "wgrad" and r.random() < .3 else None,
+             cooperative_rows=int(r.choice([0, 128, 10 ** 9])))
+    return c
+
+
+def _pow2(r, shape):
+    return np.exp2(r.integers(-2, 3, shape)).astype(np.float64)
+
+
+def _block_scaled(a, w, sa, sw):
+    """float64 ``sum_kb (a_kb @ w_kb^T) * sa[:, kb] * sw[nb, kb]``: one group, w [N, K]."""
+    out = np.zeros((a.shape[0], w.shape[0]))
+    for kb in range(-(-a.shape[1] // 128)):
+        blk = slice(128 * kb, 128 * kb + 128)
+        out += (a[:, blk] @ w[:, blk].T) * sa[:, kb][:, None] * np.repeat(sw[:, kb], 128)[:w.shape[0]][None, :]
+    return out
+
+
+def run_grouped_case(c):
+    """Run grouped case ``c``: True where it ran and matched, False where refused; raises where wrong."""
+    from nbwgmma import grouped_matmul
+    import nbwgmma.frontend.grouped as grouped
+
+    r = np.random.default_rng(c["seed"] + 1)
+    g_n, n, k, t, odt = c["groups"], c["n"], c["k"], c["t"], c["odt"]
+    kw = dict(in_dtype=t if t != "f16" else None, out_dtype=odt)
+    if c["form"] == "wgrad":
+        ends = np.cumsum(c["sizes"])
+        total = int(ends[-1]) + c["tail"]
+        a = r.integers(-3, 4, (c["m"], total)).astype(np.float64)
+        b = r.integers(-3, 4, (total, n)).astype(np.float64)
+        args = (operand(a, t, not c["a_m"], False, 0, 0), operand(b, t, not c["b_n"], True, 0, 0))
+        want = np.stack([a[:, s:e] @ b[s:e] for s, e in zip(np.r_[0, ends[:-1]], ends)])
+        live = np.ones(want.shape, bool)
+    else:
+        if c["form"] == "masked":
+            tt = max(c["sizes"] + [1])
+            counts = np.array([min(s, tt) for s in c["sizes"]], np.int64)
+            ends = counts + (np.r_[0:g_n] * tt)  # (the rows each group computes, as a flat [G * T])
+            rows = g_n * tt
+            offs = np.array([min(s + (5 if c["over"] else 0), tt) if c["over"] else s for s in counts], np.int64)
+        else:
+            ends = np.cumsum(c["sizes"])
+            rows = int(ends[-1]) + c["tail"]
+            offs = ends.copy()
+            if c["over"]:  # an end past A's rows: clamped
+                offs[-1] = rows + 7
+        starts = (np.r_[0:g_n] * max(c["sizes"] + [1])) if c["form"] == "masked" else np.r_[0, ends[:-1]]
+        a = r.integers(-3, 4, (rows, k)).astype(np.float64)
+        w = r.integers(-3, 4, (g_n, n, k)).astype(np.float64)  # each group's weight [N, K]
+        live = np.zeros(rows, bool)
+        want = np.zeros((rows, n))
+        if t == "e4m3":
+            sa, sw = _pow2(r, (rows, -(-k // 128))), _pow2(r, (g_n, -(-n // 128), -(-k // 128)))
+            kw.update(scale_a=cuda.to_device(sa.astype(np.float32)), scale_b=cuda.to_device(sw.astype(np.float32)))
+        for g in range(g_n):
+            s, e = int(starts[g]), int(min(starts[g] + (offs[g] if c["form"] == "masked" else ends[g] - starts[g]),
+                                           rows))
+            if c["form"] == "rows" and g == g_n - 1 and c["over"]:
+                e = rows
+            live[s:e] = True
+            want[s:e] = _block_scaled(a[s:e], w[g], sa[s:e], sw[g]) if t == "e4m3" else a[s:e] @ w[g].T
+        if c["bias"]:
+            bv = r.integers(-4, 5, (g_n, n) if c["bias"] == "group" else (n,)).astype(np.float64)
+            kw["bias"] = cuda.to_device(bv.astype(np.float32))
+            group_of = np.zeros(rows, int)
+            for g in range(g_n):
+                group_of[int(starts[g]):] = g
+            want = want + (bv[group_of] if c["bias"] == "group" else bv)
+        if c["activation"]:
+            kw["activation"] = c["activation"]
+            want = ACTIVATIONS[c["activation"]](want)
+        b_arr = bits(w, t)  # (G, N, K): B is its transpose (K contiguous), or a (G, K, N) copy
+        if c["b_nk"] or t == "e4m3":
+            b_dev = FakeCUDAArray(cuda.to_device(b_arr)._ary.transpose(0, 2, 1))
+        else:
+            b_dev = cuda.to_device(np.ascontiguousarray(b_arr.transpose(0, 2, 1)))
+        a_dev = cuda.to_device(bits(a, t))
+        if c["form"] == "masked":
+            a_dev = a_dev.reshape(g_n, rows // g_n, k)
+        args = (a_dev, b_dev)
+        offs_dev = offs
+    if c["form"] == "wgrad":
+        offs_dev = ends
+    exact = c["activation"] in (None, "relu")
+    store = RAW[odt]
+    out_shape = want.shape if c["form"] != "masked" else (g_n, rows // g_n, n)
+    if c["out_given"]:
+        kw["out"] = cuda.to_device(np.full(out_shape, POISON.get(store, np.nan), store))
+    if kw["in_dtype"] is None:
+        kw.pop("in_dtype")
+    saved = grouped.COOPERATIVE_ROWS
+    grouped.COOPERATIVE_ROWS = c["cooperative_rows"]
+    try:
+        got = grouped_matmul(*args, cuda.to_device(np.asarray(offs_dev, np.int32)), **kw)
+    except MatmulError:
+        return False
+    finally:
+        grouped.COOPERATIVE_ROWS = saved
+    h = got.copy_to_host()
+    if odt == "bf16":
+        h = decode_elements(np.ascontiguousarray(h).reshape(-1).view(np.uint8), "bf16").reshape(h.shape)
+    h = np.asarray(h, np.float64).reshape(want.shape)
+    want = rounded(want, odt)
+    bad = h != want if exact else ~(np.abs(h - want) <= TOL[odt] * np.abs(want) + 2e-2)
+    live = np.broadcast_to(live if live.ndim == h.ndim else live[:, None], h.shape)
+    bad &= live
+    if c["out_given"]:  # rows no group computes keep the poison
+        dead = ~live & ~np.isnan(h)
+        assert not dead.any(), f"{int(dead.sum())} values written outside the groups' rows"
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{int(bad.sum())} of {h.size} wrong; first at {i}: got {h[i]}, want {want[i]}")
+    return True
+
+
+def test_random_grouped_calls_are_refused_or_right():
+    failures, ran = [], 0
+    for seed in range(SEED, SEED + CASES):
+        c = draw_grouped(seed)
+        try:
+            ran += run_grouped_case(c)
+        except Exception as e:  # noqa: BLE001 - collected, each naming its seed
+            failures.append(f"seed {seed}: {type(e).__name__}: {str(e)[:1500]}\n  case {c}")
+    print(f"grouped sim fuzz: {CASES} cases from seed {SEED}, {ran} ran, {len(failures)} failed")
     assert not failures, "replay with NBWGMMA_SIM_FUZZ_SEED=<seed> NBWGMMA_SIM_FUZZ_CASES=1:\n" + "\n".join(failures)
     assert ran >= CASES // 3, f"only {ran} of {CASES} cases ran (the rest refused): the draw needs mending"
