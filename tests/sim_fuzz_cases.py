@@ -29,18 +29,16 @@ import os
 
 import numpy as np
 from numba import config, cuda
-from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
 from nbwgmma import MatmulError, matmul
 from nbwgmma.layout.wgmma_model import decode_elements, encode_elements
 
-assert config.ENABLE_CUDASIM, "run with NUMBA_ENABLE_CUDASIM=1"
 
 CASES = int(os.environ.get("NBWGMMA_SIM_FUZZ_CASES", "12"))
 SEED = int(os.environ.get("NBWGMMA_SIM_FUZZ_SEED", "20261205"))
 
 RAW = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "e4m3": np.uint8, "e5m2": np.uint8}
-POISON = {np.uint16: 0x7FC0, np.uint8: 0x7F}  # bf16 NaN, fp8 NaN (e4m3) / a large value (e5m2)
+POISON = {np.uint16: 0x7FC0, np.uint8: 0x7F}  # NaN as bf16, e4m3 and e5m2
 FP8 = ("e4m3", "e5m2")
 TILES = [(64, 8), (64, 40), (64, 64), (64, 128), (64, 256), (128, 64), (128, 72), (128, 96), (128, 128), (128, 144),
          (128, 160), (128, 176), (128, 192), (128, 208), (128, 256), (192, 128), (192, 144), (256, 128), (256, 136),
@@ -127,6 +125,18 @@ def bits(x, t):
     return encode_elements(x, t).view(RAW[t]).reshape(x.shape)
 
 
+def swap_last(d):
+    """Device array ``d`` (G, R, C) seen as (G, C, R), no copy (in the simulator or on a GPU)."""
+    if config.ENABLE_CUDASIM:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return FakeCUDAArray(d._ary.transpose(0, 2, 1))
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    (g, r, c), (sg, sr, sc) = d.shape, d.strides
+    return DeviceNDArray((g, c, r), (sg, sc, sr), d.dtype, gpu_data=d.gpu_data)
+
+
 def rounded(x, t):
     """float64 ``x`` as type ``t`` rounds it (nearest even; fp8 saturated)."""
     if t in ("f16", "f32"):
@@ -146,7 +156,7 @@ def operand(x, t, k_major, is_b, pad, off):
     view = cuda.to_device(flat)[off:].reshape(*lead, rows, cols + pad)[..., :cols]
     if k_major != is_b:
         return view
-    return view.T if not lead else FakeCUDAArray(view._ary.transpose(0, 2, 1))
+    return view.T if not lead else swap_last(view)
 
 
 def run_case(c):
@@ -237,18 +247,23 @@ def run_case(c):
     return True
 
 
-def test_random_calls_are_refused_or_right():
+def check_cases(draw_case, run, cases, seed, label):
+    """Run ``run(draw_case(s))`` for ``cases`` seeds from ``seed``; fail naming every failing seed, or
+    where fewer than a third of the cases ran (the rest refused: the draw then needs mending)."""
     failures, ran = [], 0
-    for seed in range(SEED, SEED + CASES):
-        c = draw(seed)
+    for s in range(seed, seed + cases):
+        c = draw_case(s)
         try:
-            ran += run_case(c)
+            ran += run(c)
         except Exception as e:  # noqa: BLE001 - collected, each naming its seed
-            failures.append(f"seed {seed}: {type(e).__name__}: {str(e)[:1500]}\n  case {c}")
-    print(f"sim fuzz: {CASES} cases from seed {SEED}, {ran} ran, {len(failures)} failed")
+            failures.append(f"seed {s}: {type(e).__name__}: {str(e)[:1500]}\n  case {c}")
+    print(f"{label} fuzz: {cases} cases from seed {seed}, {ran} ran, {len(failures)} failed")
     assert not failures, "replay with NBWGMMA_SIM_FUZZ_SEED=<seed> NBWGMMA_SIM_FUZZ_CASES=1:\n" + "\n".join(failures)
-    assert ran >= CASES // 3, f"only {ran} of {CASES} cases ran (the rest refused): the draw needs mending"
+    assert ran >= cases // 3, f"only {ran} of {cases} cases ran (the rest refused): the draw needs mending"
 
+
+def test_random_calls_are_refused_or_right():
+    check_cases(draw, run_case, CASES, SEED, "matmul")
 
 def draw_grouped(seed):
     r = np.random.default_rng(seed)
@@ -343,7 +358,7 @@ def run_grouped_case(c):
             want = ACTIVATIONS[c["activation"]](want)
         b_arr = bits(w, t)  # (G, N, K): B is its transpose (K contiguous), or a (G, K, N) copy
         if c["b_nk"] or t == "e4m3":
-            b_dev = FakeCUDAArray(cuda.to_device(b_arr)._ary.transpose(0, 2, 1))
+            b_dev = swap_last(cuda.to_device(b_arr))
         else:
             b_dev = cuda.to_device(np.ascontiguousarray(b_arr.transpose(0, 2, 1)))
         a_dev = cuda.to_device(bits(a, t))
@@ -386,13 +401,4 @@ def run_grouped_case(c):
 
 
 def test_random_grouped_calls_are_refused_or_right():
-    failures, ran = [], 0
-    for seed in range(SEED, SEED + CASES):
-        c = draw_grouped(seed)
-        try:
-            ran += run_grouped_case(c)
-        except Exception as e:  # noqa: BLE001 - collected, each naming its seed
-            failures.append(f"seed {seed}: {type(e).__name__}: {str(e)[:1500]}\n  case {c}")
-    print(f"grouped sim fuzz: {CASES} cases from seed {SEED}, {ran} ran, {len(failures)} failed")
-    assert not failures, "replay with NBWGMMA_SIM_FUZZ_SEED=<seed> NBWGMMA_SIM_FUZZ_CASES=1:\n" + "\n".join(failures)
-    assert ran >= CASES // 3, f"only {ran} of {CASES} cases ran (the rest refused): the draw needs mending"
+    check_cases(draw_grouped, run_grouped_case, CASES, SEED, "grouped_matmul")

@@ -1,0 +1,26 @@
+"""The simulator fuzz's random calls (tests/sim_fuzz_cases.py) on the GPU: ``matmul`` with random
+layouts, views, batches, ``config`` keys and epilogues, block-scaled fp8, and ``grouped_matmul``'s
+three forms, each refused with a :class:`nbwgmma.MatmulError` or right against float64 (small
+integers: exact). The default path picks the GPU's tiles here (the tile model's, the few-row
+paths'), not the simulator's smallest. ``NBWGMMA_GPU_FUZZ_CASES`` (default 40) cases of each kind
+from ``NBWGMMA_SIM_FUZZ_SEED``; a failure names its seed (replay it with
+``NBWGMMA_SIM_FUZZ_SEED=<seed> NBWGMMA_GPU_FUZZ_CASES=1``). The cases run in one child process
+with a deadline (a hang fails this test, not the suite)."""
+
+import os
+
+import pytest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.isolated(timeout=1500)]
+
+CASES = int(os.environ.get("NBWGMMA_GPU_FUZZ_CASES", "40"))
+
+
+@pytest.mark.parametrize("kind", ["matmul", "grouped"])
+def test_random_calls_on_the_gpu_are_refused_or_right(kind):
+    from tests import sim_fuzz_cases as f
+
+    if kind == "matmul":
+        f.check_cases(f.draw, f.run_case, CASES, f.SEED, "matmul (GPU)")
+    else:
+        f.check_cases(f.draw_grouped, f.run_grouped_case, CASES, f.SEED, "grouped_matmul (GPU)")
