@@ -109,7 +109,9 @@ def encode_elements(x: np.ndarray, t: str) -> np.ndarray:
         raw = np.packbits(x.astype(np.uint8), axis=-1, bitorder="little")
     else:
         raise LayoutError(f"unknown element type {t!r}")
-    return np.ascontiguousarray(raw).reshape(x.shape[0], -1)
+    raw = np.ascontiguousarray(raw)
+    # (no rows: each row's bytes from the last axis, which -1 cannot infer from zero elements)
+    return raw.reshape(x.shape[0], -1) if raw.size else raw.reshape(x.shape[0], raw.shape[-1] if raw.ndim > 1 else 0)
 
 
 def decode_elements(raw: np.ndarray, t: str) -> np.ndarray:
