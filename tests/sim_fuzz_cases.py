@@ -12,7 +12,9 @@ row or column, any activation, a user function with or without an extra vector, 
 block (the block-scaled kernel). ``grouped_matmul``'s cases draw its three forms (groups of rows,
 the masked layout, the K-grouped weight gradients), groups of any size (empty ones included),
 ends past A's rows, trailing rows no group covers, both layouts of B, a bias per group or for
-all, any activation, block-scaled fp8 groups, and either schedule.
+all, any activation, block-scaled fp8 groups, and either schedule; the 2:4 sparse cases both forms
+(``w24 @ y``, ``x @ w24.t()``), bf16, f16 and e4m3 weights, either layout of the dense operand and
+the sparse config keys (``bn``, ``stages``, ``group_m``, ``out_blocks``, ``cluster``).
 
 A case passes when the call is refused with a :class:`nbwgmma.MatmulError` (a config or
 combination not built says so) or its output matches a float64 reference: exactly (small
@@ -120,6 +122,7 @@ def draw(seed):
 
 
 def bits(x, t):
+    x = np.ascontiguousarray(x)
     if t in ("f16", "f32"):
         return x.astype(RAW[t])
     return encode_elements(x, t).view(RAW[t]).reshape(x.shape)
@@ -399,6 +402,69 @@ def run_grouped_case(c):
         raise AssertionError(f"{int(bad.sum())} of {h.size} wrong; first at {i}: got {h[i]}, want {want[i]}")
     return True
 
+
+
+def draw_sparse(seed):
+    r = np.random.default_rng(seed)
+    t = str(r.choice(["bf16", "f16", "e4m3"], p=[.45, .3, .25]))
+    left = bool(r.random() < .4)
+    cfg = {}
+    for key, p, values in [("bn", .4, [64, 128, 256]), ("stages", .15, [2, 3, 4]), ("group_m", .1, [1, 4]),
+                           ("out_blocks", .25, [0, 1, 2]), ("cluster", .15, [2, 4])]:
+        if r.random() < p and not (key == "out_blocks" and left):  # (out_blocks: the x @ w24.t() form's)
+            cfg[key] = int(values[r.integers(len(values))])
+    step = 16 if t == "e4m3" else 8  # (the dense operand's rows 16-byte aligned, mostly)
+
+    def aligned(v, p):
+        return -(-v // step) * step if r.random() < p else v
+
+    return dict(seed=seed, t=t, left=left, m=int(r.integers(1, 300)),
+                k=aligned(4 * int(r.integers(1, 80)), .85), n=aligned(int(r.integers(1, 17) if r.random() < .3
+                                                                         else r.integers(1, 200)), .7),
+                x_k=bool(r.random() < (.9 if t == "e4m3" else .6)),
+                pad=int(r.choice([0, 16, r.integers(1, 9)], p=[.6, .3, .1])),
+                off=int(r.choice([0, 16, r.integers(1, 5)], p=[.8, .1, .1])), out_given=bool(r.random() < .6),
+                config=cfg or None)
+
+
+def run_sparse_case(c):
+    """Run 2:4 sparse case ``c`` (``w24 @ y`` or ``x @ w24.t()``, the weight [M, K]): True where it
+    ran and matched, False where refused; raises where wrong."""
+    from nbwgmma import Sparse24
+    from nbwgmma.layout import prune_24
+
+    r = np.random.default_rng(c["seed"] + 1)
+    t, m, k, n = c["t"], c["m"], c["k"], c["n"]
+    w = prune_24(r.integers(-3, 4, (m, k)).astype(np.float64))
+    raw = t != "f16"
+    w24 = Sparse24.from_dense(cuda.to_device(bits(w, t)), dtype=t if raw else None)
+    x = r.integers(-3, 4, (n, k)).astype(np.float64)  # the dense operand's values, [N, K]
+    odt = "bf16" if t == "e4m3" else t
+    kw = dict(in_dtype=t if raw else None, config=c["config"])
+    if c["left"]:  # w24 @ y, y [K, N]: K contiguous (x.T's view) or N contiguous
+        dense, want = operand(x.T, t, c["x_k"], True, c["pad"], c["off"]), w @ x.T
+    else:  # x @ w24.t(), x [N, K]
+        dense, want = operand(x, t, c["x_k"], False, c["pad"], c["off"]), x @ w.T
+    if c["out_given"]:
+        kw["out"] = out = cuda.to_device(np.full(want.shape, POISON[np.uint16] if odt == "bf16" else np.nan, RAW[odt]))
+    try:
+        got = matmul(w24, dense, **kw) if c["left"] else matmul(dense, w24.t(), **kw)
+    except MatmulError:
+        return False
+    assert not c["out_given"] or got is out
+    h = got.copy_to_host()
+    if odt == "bf16":
+        h = decode_elements(np.ascontiguousarray(h).reshape(-1).view(np.uint8), "bf16").reshape(want.shape)
+    h, want = np.asarray(h, np.float64), rounded(want, odt)
+    bad = h != want
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{int(bad.sum())} of {h.size} wrong; first at {i}: got {h[i]}, want {want[i]}")
+    return True
+
+
+def test_random_sparse_calls_are_refused_or_right():
+    check_cases(draw_sparse, run_sparse_case, CASES, SEED, "2:4 sparse matmul")
 
 def test_random_grouped_calls_are_refused_or_right():
     check_cases(draw_grouped, run_grouped_case, CASES, SEED, "grouped_matmul")
