@@ -154,6 +154,20 @@ def test_left_side_f16_cluster_of_two_row_major_y():
     np.testing.assert_array_equal(values(out, "f16"), dense @ y)
 
 
+def test_a_cluster_given_alone_widens_the_default_tile_of_an_n_major_b():
+    """From the simulator fuzz: ``{"cluster": 4}`` alone with y row-major (B N-major) was refused
+    (the default 64-column tile does not split into four 64-column boxes); the default tile is now
+    as wide as the cluster needs (256 columns here), where ``bn`` is not given."""
+    rng = np.random.default_rng(31)
+    dense = prune_24(ints(rng, (70, 64)))
+    w24 = Sparse24.from_dense(cuda.to_device(dense.astype(np.float16)))
+    y = ints(rng, (64, 40))
+    out = nbwgmma.matmul(w24, cuda.to_device(y.astype(np.float16)), config={"cluster": 4})
+    np.testing.assert_array_equal(values(out, "f16"), dense @ y)
+    with pytest.raises(MatmulError, match="a cluster of 4 splits B's 64 rows"):  # a bn given is kept, and refused
+        nbwgmma.matmul(w24, cuda.to_device(y.astype(np.float16)), config={"cluster": 4, "bn": 64})
+
+
 def test_one_row_dense_operand_with_an_unaligned_row_stride():
     """From a fuzz: a dense operand of one row whose (never stepped) row stride is no multiple of
     16 bytes raised the tensor map's internal error; its map now takes the row's own length."""

@@ -15,7 +15,9 @@ K or its other dimension is contiguous (K only for fp8) with 16-byte aligned row
 PyTorch or CuPy operand is copied K-major first; the output has the weight's type (bf16 for
 fp8), any strides. ``out``, ``out_dtype``, ``stream``, ``in_dtype`` (raw bits of the dense
 operand) and ``config`` (``bn``, ``stages``, ``group_m``, ``out_blocks``, ``cluster``) apply; the rest of ``matmul``'s
-options are refused. Every check raises a :class:`~nbwgmma.errors.MatmulError` before launch.
+options are refused. Where ``bn`` is not given the tile is 64, 128 or 256 columns wide (the
+narrowest that holds N), and with a ``cluster`` and an N-major dense operand at least 64 per CTA
+of the cluster (each loads whole 64-column boxes of B's tile). Every check raises a :class:`~nbwgmma.errors.MatmulError` before launch.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ def _staged(x, ix: ArrayInfo, lib: str, left: bool):
 
 def _config(dtype, b_major, n, opts, paired, tma_out):
     bn = opts.get("bn", 64 if n <= 64 else 128 if n <= 128 else 256)
+    if "bn" not in opts and b_major == "MN":  # (a cluster splits an MN-major B tile into 64-column boxes, whole per CTA)
+        bn = max(bn, 64 * opts.get("cluster", CLUSTER))
     blocks = opts.get("out_blocks", OUT_BLOCKS if tma_out else 0)
     if blocks and not tma_out:
         raise MatmulError(f"matmul: config {opts}: out_blocks needs the x @ w24.t() form with a row-major out "
