@@ -54,7 +54,7 @@ KEYS = [("stages", .15, [2, 3, 4, 6]), ("group_m", .1, [1, 2, 8]), ("cluster", .
 BATCH_REFUSES = ("split", "stream_k", "cluster_k", "swap")
 ACTIVATIONS = {
     "relu": lambda x: np.maximum(x, 0),
-    "gelu": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))),
+    "gelu": lambda x: 0.5 * x * (1 + np.vectorize(math.erf, otypes=[float])(x / math.sqrt(2))),
     "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
     "silu": lambda x: x / (1 + np.exp(-np.maximum(x, -700))),
     "sigmoid": lambda x: 1 / (1 + np.exp(-np.maximum(x, -700))),
