@@ -9,7 +9,8 @@ keys (tiles, stages, clusters, multicast, split-K, stream-K, K halves, swaps, ep
 parts, consumers), and an epilogue: ``alpha``, ``beta * c`` (``c`` may be ``out``), a bias per
 row or column, any activation, a user function with or without an extra vector, fp8 outputs with
 ``scale_out`` and ``amax``, fp8 scales as numbers, per row and column or per 1 x 128 and 128 x 128
-block (the block-scaled kernel). ``grouped_matmul``'s cases draw its three forms (groups of rows,
+block (the block-scaled kernel); in the simulator also a GPU of a few SMs (persistent CTAs walking
+several tiles) and either order of the clusters. ``grouped_matmul``'s cases draw its three forms (groups of rows,
 the masked layout, the K-grouped weight gradients), groups of any size (empty ones included),
 ends past A's rows, trailing rows no group covers, both layouts of B, a bias per group or for
 all, any activation, block-scaled fp8 groups, and either schedule; the 2:4 sparse cases both forms
@@ -26,6 +27,7 @@ other exception, a simulator report (a hazard, a hang) or a wrong value fails.
 seed: ``NBWGMMA_SIM_FUZZ_SEED=<seed> NBWGMMA_SIM_FUZZ_CASES=1`` replays it.
 """
 
+import contextlib
 import math
 import os
 
@@ -118,6 +120,9 @@ def draw(seed):
         if r.random() < .9:  # (what tensor scales refuse so far: a config, fp8 outputs, C, a user function)
             c.update(config=None, c=None, user=0, scale_out=None, amax=False,
                      odt=c["odt"] if c["odt"] not in FP8 else "bf16")
+    # in the simulator, a GPU of a few SMs (persistent CTAs walking several tiles) and the clusters'
+    # order (NBWGMMA_SIM_ORDER): a shared tile's parts summed in either order
+    c["sms"], c["order"] = int(r.choice([132, 132, 1, 2, 3, 5])), str(r.choice(["forward", "reverse"]))
     return c
 
 
@@ -138,6 +143,28 @@ def swap_last(d):
 
     (g, r, c), (sg, sr, sc) = d.shape, d.strides
     return DeviceNDArray((g, c, r), (sg, sc, sr), d.dtype, gpu_data=d.gpu_data)
+
+
+@contextlib.contextmanager
+def gpu_of(sms, order):
+    """In the simulator: what runs inside sees a GPU of ``sms`` SMs and runs the clusters in
+    ``order`` (NBWGMMA_SIM_ORDER); on a GPU, nothing changes."""
+    if not config.ENABLE_CUDASIM:
+        yield
+        return
+    import nbwgmma.launch
+
+    real, before = nbwgmma.launch.device_limits, os.environ.get("NBWGMMA_SIM_ORDER")
+    nbwgmma.launch.device_limits = lambda device=None: {**real(device), "multiprocessors": sms}
+    os.environ["NBWGMMA_SIM_ORDER"] = order
+    try:
+        yield
+    finally:
+        nbwgmma.launch.device_limits = real
+        if before is None:
+            os.environ.pop("NBWGMMA_SIM_ORDER")
+        else:
+            os.environ["NBWGMMA_SIM_ORDER"] = before
 
 
 def rounded(x, t):
@@ -229,9 +256,10 @@ def run_case(c):
             kw["amax"] = cuda.to_device(np.zeros(1, np.float32))
     raw = c["t"] in ("bf16",) + FP8
     try:
-        got = matmul(operand(a, c["t"], c["a_k"], False, c["pad_a"], c["off_a"]),
-                     operand(b, c["tb"], c["b_k"], True, c["pad_b"], c["off_b"]),
-                     in_dtype=(c["t"], c["tb"]) if raw else None, config=c["config"], **kw)
+        with gpu_of(c["sms"], c["order"]):
+            got = matmul(operand(a, c["t"], c["a_k"], False, c["pad_a"], c["off_a"]),
+                         operand(b, c["tb"], c["b_k"], True, c["pad_b"], c["off_b"]),
+                         in_dtype=(c["t"], c["tb"]) if raw else None, config=c["config"], **kw)
     except MatmulError:
         return False
     assert out is None or got is out
