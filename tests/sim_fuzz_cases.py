@@ -18,7 +18,8 @@ all, any activation, block-scaled fp8 groups, and either schedule; the 2:4 spars
 the sparse config keys (``bn``, ``stages``, ``group_m``, ``out_blocks``, ``cluster``).
 
 A case passes when the call is refused with a :class:`nbwgmma.MatmulError` (a config or
-combination not built says so) or its output matches a float64 reference: exactly (small
+combination not built says so; a refusal of the default path's own kernel, a config error with no
+``config`` given, fails) or its output matches a float64 reference: exactly (small
 integers, power-of-two scales) where nothing rounds but the output type, within the activation's
 tolerance where one is drawn; ``amax`` likewise; rows no group computes keep their poison. Any
 other exception, a simulator report (a hazard, a hang) or a wrong value fails.
@@ -260,8 +261,8 @@ def run_case(c):
             got = matmul(operand(a, c["t"], c["a_k"], False, c["pad_a"], c["off_a"]),
                          operand(b, c["tb"], c["b_k"], True, c["pad_b"], c["off_b"]),
                          in_dtype=(c["t"], c["tb"]) if raw else None, config=c["config"], **kw)
-    except MatmulError:
-        return False
+    except MatmulError as e:
+        return refused(e, c["config"])
     assert out is None or got is out
     h = got.copy_to_host()
     if odt == "bf16" or fp8_out:
@@ -276,6 +277,14 @@ def run_case(c):
         got_amax = float(kw["amax"].copy_to_host()[0])
         assert abs(got_amax - amax) <= (0 if exact else 1e-3 * amax + 1e-3), f"amax {got_amax}, want {amax}"
     return True
+
+
+def refused(error, given):
+    """False (the case did not run) for a refusal; raises where the default path (no ``config``)
+    refused its own choice of kernel."""
+    if given is None and "config" in str(error):
+        raise AssertionError(f"the default path refused its own kernel: {error}") from None
+    return False
 
 
 def check_cases(draw_case, run, cases, seed, label):
@@ -477,8 +486,8 @@ def run_sparse_case(c):
         kw["out"] = out = cuda.to_device(np.full(want.shape, POISON[np.uint16] if odt == "bf16" else np.nan, RAW[odt]))
     try:
         got = matmul(w24, dense, **kw) if c["left"] else matmul(dense, w24.t(), **kw)
-    except MatmulError:
-        return False
+    except MatmulError as e:
+        return refused(e, c["config"])
     assert not c["out_given"] or got is out
     h = got.copy_to_host()
     if odt == "bf16":
