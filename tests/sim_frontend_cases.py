@@ -391,6 +391,14 @@ def test_stream_k_parts_summed_in_k_order(monkeypatch, sms, m, n, k, bm, order):
     np.testing.assert_array_equal(got, want)
 
 
+def test_a_cluster_larger_than_the_gpu_is_a_matmul_error(monkeypatch):
+    """From the simulator fuzz: K halves on a cluster of 2 CTAs on a GPU of one SM launched a grid
+    of 0 CTAs (a LaunchError about the grid); no cluster fits, which the error now says."""
+    on_a_gpu_of(monkeypatch, 1, "forward")
+    with pytest.raises(MatmulError, match=r"no cluster of 2 CTAs of this kernel fits the GPU at once \(1 SMs\)"):
+        run("bf16", 64, 128, 64, odt="f32", config={"cluster_k": 2})
+
+
 def test_an_unknown_cta_order_is_refused(monkeypatch):
     """``NBWGMMA_SIM_ORDER`` other than forward or reverse: a SimError naming the variable, the
     values it takes and the value got, before any thread runs."""

@@ -458,6 +458,9 @@ class Plan:
         slots = device_limits()["multiprocessors"] // cl
         if cl > 1 and not _SIM:  # clusters sit whole in a GPC: maybe fewer fit
             slots = max_active_clusters(kernel, args, cfg.threads, (cl, 1, 1), smem=smem)
+        if slots < 1:  # (the launch would have no CTA to run: say why, not that a grid of 0 is refused)
+            raise MatmulError(f"matmul: config {self.config}: no cluster of {cl} CTAs of this kernel fits the GPU "
+                              f"at once ({device_limits()['multiprocessors']} SMs); use a smaller cluster")
         units = work_units(m, n, self.mnk[2], cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, cfg.stream_k,
                            "N" if cfg.multicast == "A" else "M")
         if self.batch is not None:
