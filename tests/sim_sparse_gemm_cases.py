@@ -154,7 +154,7 @@ def test_left_side_f16_cluster_of_two_row_major_y():
     np.testing.assert_array_equal(values(out, "f16"), dense @ y)
 
 
-def test_a_cluster_given_alone_widens_the_default_tile_of_an_n_major_b():
+def test_a_cluster_given_alone_widens_the_default_tile_and_auto_takes_the_default():
     """From the simulator fuzz: ``{"cluster": 4}`` alone with y row-major (B N-major) was refused
     (the default 64-column tile does not split into four 64-column boxes); the default tile is now
     as wide as the cluster needs (256 columns here), where ``bn`` is not given."""
@@ -166,6 +166,9 @@ def test_a_cluster_given_alone_widens_the_default_tile_of_an_n_major_b():
     np.testing.assert_array_equal(values(out, "f16"), dense @ y)
     with pytest.raises(MatmulError, match="a cluster of 4 splits B's 64 rows"):  # a bn given is kept, and refused
         nbwgmma.matmul(w24, cuda.to_device(y.astype(np.float16)), config={"cluster": 4, "bn": 64})
+    # config="auto" (no tuned classes for sparse products): the default path; it was refused
+    out = nbwgmma.matmul(w24, cuda.to_device(y.astype(np.float16)), config="auto")
+    np.testing.assert_array_equal(values(out, "f16"), dense @ y)
 
 
 def test_one_row_dense_operand_with_an_unaligned_row_stride():

@@ -138,7 +138,8 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     rows of 16-bit inputs (32 of fp8) with a row-major A; 0 never swaps),
     or is ``"auto"``: the configuration tuned for this problem class, timed on the first
     such call and kept on disk (:mod:`nbwgmma.frontend.autotune`; ``NBWGMMA_AUTOTUNE=1`` makes
-    ``"auto"`` the default). The operand layouts and the output type are always taken
+    ``"auto"`` the default; calls with scale arrays and 2:4 sparse calls, which have no tuned
+    classes, take their default path). The operand layouts and the output type are always taken
     from the arrays.
 
     ``in_dtype`` names the element type of A and B (or a pair, A's and B's) where their
@@ -295,7 +296,8 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
             _seen_torch(type(a))
         k0 = ia.shape[1] == 0 and (bias is not None or activation is not None)  # (a bias over a zero product)
         out = scaled_matmul(a, ia, b, ib, out, io, kind=kind, odt=odt, scale_a=scale_a, scale_b=scale_b,
-                            alpha=alpha, stream=stream, config=config, fused=with_epilogue,
+                            alpha=alpha, stream=stream, config=None if config == "auto" else config,
+                            fused=with_epilogue,
                             bias=None if k0 else bias, activation=None if k0 else activation,
                             quick=None if k0 else skey)
         if not k0:

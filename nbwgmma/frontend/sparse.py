@@ -59,7 +59,7 @@ def _options(config, **given):
             shown = repr(v) if type(v) in (int, float, tuple, str, bool) else f"a {type(v).__name__}"
             raise MatmulError(f"matmul: with a Sparse24 operand, {name} is not taken so far (out, out_dtype, "
                               f"stream, in_dtype, config are); got {name}={shown}")
-    if config is None:
+    if config is None or (isinstance(config, str) and config == "auto"):  # (no tuned classes: the default)
         return {}
     if not isinstance(config, dict) or set(config) - set(_CONFIG_KEYS):
         raise MatmulError(f"matmul: with a Sparse24 operand, config is a dict with keys among {list(_CONFIG_KEYS)}; "
