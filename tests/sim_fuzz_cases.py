@@ -10,7 +10,8 @@ parts, consumers), and an epilogue: ``alpha``, ``beta * c`` (``c`` may be ``out`
 row or column, any activation, a user function with or without an extra vector, fp8 outputs with
 ``scale_out`` and ``amax``, fp8 scales as numbers, per row and column or per 1 x 128 and 128 x 128
 block (the block-scaled kernel); in the simulator also a GPU of a few SMs (persistent CTAs walking
-several tiles) and either order of the clusters. ``grouped_matmul``'s cases draw its three forms (groups of rows,
+several tiles) and either order of the clusters; and an out that shares A's buffer, its columns
+beside A's (it must run, A untouched) or over A's last column (it must be refused). ``grouped_matmul``'s cases draw its three forms (groups of rows,
 the masked layout, the K-grouped weight gradients), groups of any size (empty ones included),
 ends past A's rows, trailing rows no group covers, both layouts of B, a bias per group or for
 all, any activation, block-scaled fp8 groups, and either schedule; the 2:4 sparse cases both forms
@@ -126,6 +127,10 @@ def draw(seed):
     c["sms"], c["order"] = int(r.choice([132, 132, 1, 2, 3, 5])), str(r.choice(["forward", "reverse"]))
     if c["config"] is None and r.random() < .1:
         c["config"] = "auto"  # (nothing to time in the simulator: the tile model's pick)
+    # out beside A in one buffer (its columns after A's: apart, so it runs) or over A's last column
+    # (refused); 16-bit and f32 products into their own type
+    shared = not batch and c["a_k"] and t in ("bf16", "f16", "f32") and c["odt"] == t and c["scales"] == "none"
+    c["alias"] = str(r.choice(["beside", "over"])) if shared and r.random() < .15 else None
     return c
 
 
@@ -220,7 +225,13 @@ def run_case(c):
     fp8_out = odt in FP8
     store = np.uint8 if fp8_out else RAW[odt]
     out = None
-    if c["out"] != "new":
+    a_dev = operand(a, c["t"], c["a_k"], False, c["pad_a"], c["off_a"])
+    if c["alias"]:  # A [M, K] and out [M, N] columns of one row-major buffer [M, K + N]
+        whole = np.concatenate([bits(a, odt), np.full((m, n), POISON.get(store, np.nan), store)], axis=1)
+        buf = cuda.to_device(whole)
+        a_dev, out = buf[:, :k], buf[:, k - (c["alias"] == "over"):][:, :n]
+        kw["out"] = out
+    elif c["out"] != "new":
         width = {"given": n, "strided": 2 * n + 1, "padded": n + 3}[c["out"]]
         wide = cuda.to_device(np.full(want.shape[:-1] + (width,), POISON.get(store, np.nan), store))
         out = kw["out"] = wide[..., 1:2 * n + 1:2] if c["out"] == "strided" else wide[..., :n]
@@ -260,11 +271,14 @@ def run_case(c):
     raw = c["t"] in ("bf16",) + FP8
     try:
         with gpu_of(c["sms"], c["order"]):
-            got = matmul(operand(a, c["t"], c["a_k"], False, c["pad_a"], c["off_a"]),
-                         operand(b, c["tb"], c["b_k"], True, c["pad_b"], c["off_b"]),
+            got = matmul(a_dev, operand(b, c["tb"], c["b_k"], True, c["pad_b"], c["off_b"]),
                          in_dtype=(c["t"], c["tb"]) if raw else None, config=c["config"], **kw)
     except MatmulError as e:
         return refused(e, c["config"])
+    assert c["alias"] != "over" or 0 in (m, n), "an out over A's last column was not refused"
+    if c["alias"]:  # A as it was: no store reached it
+        back = a_dev.copy_to_host()
+        assert np.array_equal(back, bits(a, odt)), "the product wrote into A"
     assert out is None or got is out
     h = got.copy_to_host()
     if odt == "bf16" or fp8_out:
