@@ -3,7 +3,7 @@ child process with NUMBA_ENABLE_CUDASIM=1; also by hand: NUMBA_ENABLE_CUDASIM=1 
 tests/sim_fuzz_cases.py).
 
 Each case draws from its own seed: input types (mixed fp8 included), operand layouts, views with a
-padded leading dimension and an element offset, a batch (B per product or one for all), an output
+padded leading dimension and an element offset, a batch (A or B per product or one for all), an output
 type and array (new, given, every other column of a wider one, padded rows), a ``config`` of random
 keys (tiles, stages, clusters, multicast, split-K, stream-K, K halves, swaps, epilogue kinds, C in
 parts, consumers), and an epilogue: ``alpha``, ``beta * c`` (``c`` may be ``out``), a bias per
@@ -125,6 +125,7 @@ def draw(seed):
     # in the simulator, a GPU of a few SMs (persistent CTAs walking several tiles) and the clusters'
     # order (NBWGMMA_SIM_ORDER): a shared tile's parts summed in either order
     c["sms"], c["order"] = int(r.choice([132, 132, 1, 2, 3, 5])), str(r.choice(["forward", "reverse"]))
+    c["a_shared"] = bool(batch and not c["b_shared"] and r.random() < .25)  # (M, K) @ (batch, K, N)
     if c["config"] is None and r.random() < .1:
         c["config"] = "auto"  # (nothing to time in the simulator: the tile model's pick)
     # out beside A in one buffer (its columns after A's: apart, so it runs) or over A's last column
@@ -202,7 +203,7 @@ def run_case(c):
     r = np.random.default_rng(c["seed"] + 1)
     m, n, k, odt = c["m"], c["n"], c["k"], c["odt"]
     lead = (c["batch"],) if c["batch"] else ()
-    a = r.integers(-3, 4, lead + (m, k)).astype(np.float64)
+    a = r.integers(-3, 4, ((m, k) if c["a_shared"] else lead + (m, k))).astype(np.float64)
     b = r.integers(-3, 4, ((k, n) if c["b_shared"] else lead + (k, n))).astype(np.float64)
     want = a @ b
     kw = {}
