@@ -110,8 +110,10 @@ def encode_elements(x: np.ndarray, t: str) -> np.ndarray:
     else:
         raise LayoutError(f"unknown element type {t!r}")
     raw = np.ascontiguousarray(raw)
-    # (no rows: each row's bytes from the last axis, which -1 cannot infer from zero elements)
-    return raw.reshape(x.shape[0], -1) if raw.size else raw.reshape(x.shape[0], raw.shape[-1] if raw.ndim > 1 else 0)
+    # each row's bytes: what follows the first axis, which every branch keeps (a vector's elements are
+    # its rows); not reshape's -1, which cannot infer it from zero rows
+    width = int(np.prod(raw.shape[1:], dtype=np.int64)) if raw.ndim > 1 else raw.size // max(x.shape[0], 1)
+    return raw.reshape(x.shape[0], width)
 
 
 def decode_elements(raw: np.ndarray, t: str) -> np.ndarray:
