@@ -35,6 +35,7 @@ import os
 
 import numpy as np
 from numba import config, cuda
+from numba.core.errors import NumbaError
 
 from nbwgmma import MatmulError, matmul
 from nbwgmma.layout.wgmma_model import decode_elements, encode_elements
@@ -231,6 +232,27 @@ def rounded(x, t):
     return decode_elements(encode_elements(x.astype(np.float32).astype(np.float64), t), t).reshape(x.shape)
 
 
+def values(got, odt, shape):
+    """The float64 values of the device output ``got`` of type ``odt`` (bf16 and fp8 from their bits)."""
+    h = got.copy_to_host()
+    if odt == "bf16" or odt in FP8:
+        h = decode_elements(np.ascontiguousarray(h).reshape(-1).view(np.uint8), odt)
+    return np.asarray(h, np.float64).reshape(shape)
+
+
+def check_values(h, want, odt, slack=None, where=None):
+    """Fail unless ``h`` equals float64 ``want`` rounded to ``odt`` (fp8 saturated), or, given the
+    ``slack`` of an activation's f32 error, lies within an ulp of it plus ``slack``; only ``where``
+    (a mask) where given."""
+    want = rounded(want, odt)
+    bad = h != want if slack is None else ~(np.abs(h - want) <= ulp(want, odt) + slack)
+    if where is not None:
+        bad &= where
+    if bad.any():
+        i = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{int(bad.sum())} of {h.size} wrong; first at {i}: got {h[i]}, want {want[i]}")
+
+
 def operand(x, t, k_major, is_b, pad, off):
     """``x`` ([..., rows, cols]) as a device view, K contiguous or not, inside a poisoned buffer
     whose rows are ``pad`` elements longer, starting ``off`` elements in."""
@@ -337,8 +359,6 @@ def run_case(c):
     except MatmulError as e:
         if c["alias"] == "beside" and "overlap" in str(e):
             raise AssertionError(f"an out beside A (no shared element) was refused: {e}") from None
-        from numba.core.errors import NumbaError
-
         if c["user"] and isinstance(e.__cause__, NumbaError):  # (user_fn compiles: the kernel around it did not)
             raise AssertionError(f"a valid epilogue function was refused: {e}") from None
         return refused(e, given)
@@ -346,17 +366,8 @@ def run_case(c):
     assert out is None or got is out
     if buf is not None:  # nothing outside out's elements written: A beside it, the columns between, the padding
         assert buf.stray() == 0, f"{buf.stray()} elements outside out were written"
-    h = got.copy_to_host()
-    if odt == "bf16" or fp8_out:
-        h = decode_elements(np.ascontiguousarray(h).reshape(-1).view(np.uint8), odt).reshape(want.shape)
-    h = np.asarray(h, np.float64)
-    if exact:
-        bad = h != rounded(want, odt)  # (fp8 saturated)
-    else:  # an ulp of the output's rounding, and the f32 activation's error (scaled by what follows it)
-        bad = ~(np.abs(h - rounded(want, odt)) <= ulp(rounded(want, odt), odt) + 1e-5 * after * (1 + np.abs(pre)))
-    if bad.any():
-        i = tuple(np.argwhere(bad)[0])
-        raise AssertionError(f"{int(bad.sum())} of {h.size} wrong; first at {i}: got {h[i]}, want {want[i]}")
+    # (not exact: the f32 activation's error, scaled by what follows it)
+    check_values(values(got, odt, want.shape), want, odt, None if exact else 1e-5 * after * (1 + np.abs(pre)))
     if c["amax"]:
         got_amax = float(kw["amax"].copy_to_host()[0])
         assert abs(got_amax - amax) <= (0 if exact else 1e-3 * amax + 1e-3), f"amax {got_amax}, want {amax}"
@@ -506,20 +517,12 @@ def run_grouped_case(c):
         return refused(e, None)
     finally:
         grouped.COOPERATIVE_ROWS = saved
-    h = got.copy_to_host()
-    if odt == "bf16":
-        h = decode_elements(np.ascontiguousarray(h).reshape(-1).view(np.uint8), "bf16").reshape(h.shape)
-    h = np.asarray(h, np.float64).reshape(want.shape)
-    want = rounded(want, odt)
-    bad = h != want if exact else ~(np.abs(h - want) <= ulp(want, odt) + 1e-5 * (1 + np.abs(pre)))
+    h = values(got, odt, want.shape)
     live = np.broadcast_to(live if live.ndim == h.ndim else live[:, None], h.shape)
-    bad &= live
     if c["out_given"]:  # rows no group computes keep the poison
         dead = ~live & ~np.isnan(h)
         assert not dead.any(), f"{int(dead.sum())} values written outside the groups' rows"
-    if bad.any():
-        i = tuple(np.argwhere(bad)[0])
-        raise AssertionError(f"{int(bad.sum())} of {h.size} wrong; first at {i}: got {h[i]}, want {want[i]}")
+    check_values(h, want, odt, None if exact else 1e-5 * (1 + np.abs(pre)), where=live)
     return True
 
 
@@ -572,14 +575,7 @@ def run_sparse_case(c):
     except MatmulError as e:
         return refused(e, c["config"])
     assert not c["out_given"] or got is out
-    h = got.copy_to_host()
-    if odt == "bf16":
-        h = decode_elements(np.ascontiguousarray(h).reshape(-1).view(np.uint8), "bf16").reshape(want.shape)
-    h, want = np.asarray(h, np.float64), rounded(want, odt)
-    bad = h != want
-    if bad.any():
-        i = tuple(np.argwhere(bad)[0])
-        raise AssertionError(f"{int(bad.sum())} of {h.size} wrong; first at {i}: got {h[i]}, want {want[i]}")
+    check_values(values(got, odt, want.shape), want, odt)
     return True
 
 
