@@ -9,7 +9,7 @@ from numba import types
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
 from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
-                                    pick_tall, pick_tile, padded_score, wave_fill, work_fill, SWAP256_EFF,
+                                    pick_tall, pick_tile, padded_score, tall_over_swap, wave_fill, work_fill, SWAP256_EFF,
                                     SWAP256_GAIN, TALL_EFF, TALL_GAIN, TILE256_BN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
@@ -415,6 +415,10 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
     (8024, 8192, (128, 192, 0)),    # 1.04x in 128 x 256 (256 x 160 before); 128 x 192 since pick_192
     (10317, 2368, (192, 144, 0)),   # 0.995x in 128 x 216 (128 x 192 before); 192 x 144 since pick_tall
     (5000, 3000, (256, 152, 1)),    # unchanged: the sweep's swapped 256 x 152
+    # measured on an H100 (2026-12-05 and -06): 192 x 144 over the swapped 256-row tile taken before
+    (15831, 856, (192, 144, 0)),    # 1.17x (swapped 256 x 152 before)
+    (12610, 1040, (192, 144, 0)),   # 1.12x, held out (swapped 256 x 160 before)
+    (14017, 592, (128, 192, 1)),    # 192 x 144 lost 0.76x here (less real work than the swapped tile)
 ])
 def test_the_padding_aware_default_tiles_measured_on_the_gpu(sms_132, m, n, tile):
     """The bf16 default plan's (bm, bn, swapped) for K-major operands and a bf16 out, built from the
@@ -440,6 +444,22 @@ def test_192_row_tiles_where_they_do_enough_more_real_work(sms_132):
     # fewer than two tile rows or columns: not measured, not taken (132 x 16096: one tile row 69% padding)
     for m, n in ((132, 16096), (19336, 16), (19336, 64), (383, 8192), (8192, 287)):
         assert pick_tall(m, n, 132, "any") is None, (m, n)
+
+
+def test_192_row_tiles_over_swapped_ones_where_they_do_enough_more_real_work(sms_132):
+    """tall_over_swap: 192 x 144 unswapped in place of pick_swap_wide's swapped tile where it does
+    TALL_GAIN more real work per SM slot (measured 1.05-1.17x at five of six problems on an H100, 0.986x at
+    the sixth); not where it does less (14017 x 592, 15153 x 1792: 0.76x and 0.89x measured), for fp8
+    inputs, or for MN-major B."""
+    for m, n in ((15831, 856), (14520, 784), (15480, 1152), (12610, 1040), (8865, 1568), (9382, 2256)):
+        wide = pick_swap_wide(m, n, 16, 132, "any")
+        assert wide is not None, (m, n)
+        assert tall_over_swap(m, n, wide, 132, "any") == {"bm": 192, "bn": 144}, (m, n)
+        assert TALL_EFF * work_fill(m, n, 192, 144, 132) >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *wide, 132)
+    for m, n, wide in ((14017, 592, (256, 160)), (15153, 1792, (256, 136))):
+        assert tall_over_swap(m, n, wide, 132, "any") is None, (m, n)
+    assert tall_over_swap(15831, 856, (256, 152), 132, "64") is None
+    assert tall_over_swap(15831, 856, (256, 152), 132, "any", 8) is None
 
 
 def test_auto_times_192_row_tiles_where_the_model_has_them_level(sms_132):

@@ -7,7 +7,7 @@ import pytest
 
 from nbwgmma import precompile
 from nbwgmma.frontend.tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tall,
-                                    pick_tile)
+                                    pick_tile, tall_over_swap)
 from nbwgmma.kernels.gemm import GemmConfig
 
 DIMS = (1, 16, 64, 100, 128, 200, 256, 300, 512, 1000, 1024, 2048, 3000, 4096, 5000, 8192, 14336, 16384, 28672)
@@ -25,7 +25,10 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
                 swap = small is None and lay[0] == "K" and pick_swap(m, n, k, bits, sms)
                 wide = small is None and not swap and lay[0] == "K" and \
                     pick_swap_wide(m, n, bits, sms, "any" if lay[1] == "K" else "64")
-                if swap:
+                tall = wide and tall_over_swap(m, n, wide, sms, "any" if lay[1] == "K" else "64", bits)
+                if tall:
+                    wide, cfg = None, tall
+                elif swap:
                     cfg = {"swap": 1} | dict(zip(("bm", "bn"), pick_tile(n, m)))
                 elif wide:
                     cfg = {"swap": 1, "bm": wide[0], "bn": wide[1]}
@@ -35,7 +38,7 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
                     if small is None and dt != "tf32":  # (tf32's f32 out: not by TMA in 16 bits)
                         cfg = (lay[0] == "K" and pick_tall(m, n, sms, widths, bits)) or cfg
                         cfg = pick_192(m, n, k, (cfg["bm"], cfg["bn"]), sms, bits) or cfg
-                narrow = None if small is not None or swap or wide or lay[1] != "K" else \
+                narrow = None if small is not None or swap or wide or tall or lay[1] != "K" else \
                     pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms, bits, dt != "tf32")
                 cfg = narrow or cfg
                 key = (dt, lay, tuple(sorted(cfg.items())))

@@ -49,7 +49,8 @@ from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
-from .tiles import pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tall, pick_tile
+from .tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tall, pick_tile,
+                    tall_over_swap)
 from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view,
                     transposed)
 
@@ -127,10 +128,16 @@ class Plan:
                 # not with beta * C or a user function: their epilogue parts there spill 0.7-1.4 KB, unmeasured)
                 wide = free and swappable and not opts.get("swap") and c_info is None and opts.get("user") is None \
                     and pick_swap_wide(m, n, wk.input_bits, sms, widths, tma16)
+                # ... unless 192 x 144 tiles unswapped do enough more real work than the swapped ones
+                tall = wide and tall_over_swap(m, n, wide, sms, widths, wk.input_bits)
+                if tall:
+                    wide = None
+                    opts.update(tall)
                 if wide:
                     opts["swap"] = 1
-                opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths,
-                                                           batch[0] if batch else 1)
+                if not tall:
+                    opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths,
+                                                               batch[0] if batch else 1)
                 if cluster in (2, 4) and opts.get("multicast") == "A":
                     a_major = _operand_path(ia, False, wk.transposable)[0]
                     for bm, bn in ((opts["bm"], opts["bn"]), (128, 256), (256, 128)):

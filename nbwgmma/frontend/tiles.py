@@ -18,7 +18,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
-           "pick_tall", "tall_tile", "TALL_TILE", "TALL_EFF", "TALL_GAIN"]
+           "pick_tall", "tall_over_swap", "tall_tile", "TALL_TILE", "TALL_EFF", "TALL_GAIN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -406,6 +406,25 @@ def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True):
         return None
     best, w = max(swapped)
     return (256, w) if best >= SWAP256_GAIN * useful else None
+
+
+def tall_over_swap(m, n, swapped, sms, widths, input_bits=16):
+    """:data:`TALL_TILE` unswapped (``{"bm": 192, "bn": 144}``) in place of :func:`pick_swap_wide`'s
+    ``swapped`` tile (bm, bn of the N x M problem) where its real work per SM slot (:data:`TALL_EFF`
+    times :func:`work_fill`) is :data:`TALL_GAIN` times the swapped tile's (:data:`SWAP256_EFF` times
+    its :func:`work_fill`), for the products :func:`pick_tall` takes (16-bit inputs, K-major B, two
+    tile rows and columns); else None. On an H100 (BENCHMARKS.md, 2026-12-05), 192 x 144 against the
+    swapped tile in one process, ratio to cuBLAS: 15831 x 856 x 4096 0.806 -> 0.944 (1.11x the real
+    work by the model), level at 14743 x 720 x 8192 (1.04x); where it does less it lost (14017 x 592 x
+    4096 0.893 -> 0.680, 15153 x 1792 x 4096 0.972 -> 0.862). Then, held out, the five problems of
+    1,760 drawn at random where the rule changes the pick (2026-12-06, two runs each): 14520 x 784 x
+    8192 1.05x, 15480 x 1152 x 4096 1.05x, 12610 x 1040 x 8192 1.12x, 8865 x 1568 x 1024 1.09x, 9382 x
+    2256 x 4096 0.986x (geometric mean 1.058x)."""
+    if widths != "any" or input_bits != 16 or m < 2 * TALL_TILE[0] or n < 2 * TALL_TILE[1] or sim.enabled():
+        return None
+    if TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *swapped, sms):
+        return tall_tile()
+    return None
 
 
 #: Rows up to which :func:`pick_small_m` decides.
