@@ -8,7 +8,8 @@ the tile model (:data:`nbwgmma.frontend.tiles.TILES`, the 256-row tiles of
 :data:`nbwgmma.frontend.tiles.TILE256_BN` and the wide ones of :data:`nbwgmma.frontend.tiles.WIDE_BN`), the
 narrow tiles of
 :func:`nbwgmma.frontend.tiles.pick_narrow` (K-major B), the tiles of a swapped tall product
-(:func:`nbwgmma.frontend.tiles.pick_swap`, :func:`nbwgmma.frontend.tiles.pick_swap_wide`) and each choice of
+(:func:`nbwgmma.frontend.tiles.pick_swap`, :func:`nbwgmma.frontend.tiles.pick_swap_wide`), the one-wave
+tiles of :func:`nbwgmma.frontend.tiles.pick_one_wave` (K-major A and B, swapped or not) and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
 fp8, f32 for tf32). Worker processes share the list (one per CPU core by default, at most
 16), each running small products with an explicit ``config`` on the current GPU, which compiles
@@ -39,8 +40,8 @@ import sys
 import time
 
 from .errors import ConfigError
-from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, SWAP_BN, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN, narrow_tile,
-                             swapped_config, tall_tile)
+from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, ONE_WAVE_BN, SWAP_BN, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN,
+                             narrow_tile, swapped_config, tall_tile)
 
 __all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
 
@@ -103,6 +104,9 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             if sixteen and lay[0] == "K":  # tall products swapped for their tiles' fill (pick_swap, pick_swap_wide)
                 out += [(dt, lay, {"swap": 1, "bm": bm, "bn": bn}) for bm, bn in TILES]
                 out += [(dt, lay, {"swap": 1, "bm": 256, "bn": bn}) for bn in TILE256_BN]
+            if dt != "tf32" and lay == "KK":  # one wave of 128-row tiles (pick_one_wave: K-major A and B)
+                one = [{"bm": 128, "bn": bn} | swap for swap in ({}, {"swap": 1}) for bn in ONE_WAVE_BN]
+                out += [(dt, lay, c) for c in one if (dt, lay, c) not in out]
     return out
 
 

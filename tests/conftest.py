@@ -180,6 +180,7 @@ BATCHED = {
     "tests/test_matmul_cpu.py::test_every_automatic_tile_compiles_clean": 1,
     "tests/test_autotune.py::test_deeper_pipelines_compile_clean": 1,
     "tests/test_autotune.py::test_narrow_tiles_compile_clean": 1,
+    "tests/test_autotune.py::test_one_wave_tiles_compile_clean": 1,
     "tests/intrinsics/test_wgmma_cpu.py::test_every_legal_form_assembles": 6,
     "tests/intrinsics/test_wgmma_sp_cpu.py::test_sparse_forms_assemble": 2,
     "tests/intrinsics/test_sync_cpu.py::test_ptx_and_sass": 3,

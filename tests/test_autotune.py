@@ -9,8 +9,9 @@ from numba import types
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
 from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
-                                    pick_tall, pick_tile, padded_score, tall_over_swap, wave_fill, work_fill, SWAP256_EFF,
-                                    SWAP256_GAIN, TALL_EFF, TALL_GAIN, TILE256_BN)
+                                    pick_one_wave, pick_tall, pick_tile, padded_score, tall_over_swap, wave_fill, work_fill, SWAP256_EFF,
+                                    SWAP256_GAIN, TALL_EFF, TALL_GAIN, TILE256_BN, ONE_WAVE_BN,
+                                    ONE_WAVE_GAIN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -188,6 +189,26 @@ def test_narrow_tiles_compile_clean(kind, bn, report_batch):
     gmma = "QGMMA" if kind.endswith("e4m3") else "HGMMA"
     assert any(f"{gmma}.64x{bn}x" in op for op in rep.sass_full), rep.sass_full
     assert rep.sass[gmma] == 4 and rep.spill_bytes == 0 and rep.local_memory_ops == 0
+    assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+
+
+@pytest.mark.parametrize("kind, bn, transposed", [("f32.bf16.bf16", 136, True), ("f32.e4m3.e4m3", 136, True),
+                                                  ("f32.e4m3.e4m3", 208, False), ("f32.f16.f16", 184, True),
+                                                  ("f32.bf16.bf16", 216, False)])
+def test_one_wave_tiles_compile_clean(kind, bn, transposed, report_batch):
+    """pick_one_wave's tiles (128 x bn, bn in steps of 8; swapped ones store C^T transposed by TMA): the
+    wgmmas of that N, no spills, no serialization (all of ONE_WAVE_BN compiled so for bf16 and e4m3, either
+    store, when the rule was made)."""
+    def job(kind, bn, transposed):
+        cfg = GemmConfig(kind, scaled=kind.endswith("e4m3"), bm=128, bn=bn, epilogue="tma", c_transposed=transposed,
+                         out="f16" if "f16" in kind else "bf16")
+        return gemm_kernel(cfg), (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32,
+                                  types.float32), None
+
+    rep = report_batch(job)
+    gmma = "QGMMA" if kind.endswith("e4m3") else "HGMMA"
+    assert any(f"{gmma}.64x{bn}x" in op for op in rep.sass_full), rep.sass_full
+    assert rep.spill_bytes == 0 and rep.local_memory_ops == 0
     assert not rep.wgmma_serialized and not rep.setmaxnreg_ignored
 
 
@@ -460,6 +481,32 @@ def test_192_row_tiles_over_swapped_ones_where_they_do_enough_more_real_work(sms
         assert tall_over_swap(m, n, wide, 132, "any") is None, (m, n)
     assert tall_over_swap(15831, 856, (256, 152), 132, "64") is None
     assert tall_over_swap(15831, 856, (256, 152), 132, "any", 8) is None
+
+
+def test_one_wave_of_128_row_tiles_where_it_does_much_more_real_work(sms_132):
+    """pick_one_wave: the 128 x bn tile (bn of ONE_WAVE_BN, swapped or not) whose one wave does the most real
+    work, where that is ONE_WAVE_GAIN times the tile taken's: e4m3 798 x 2704 in swapped 128 x 136 tiles (132
+    tiles, 94% real work; cuBLASLt's tile there) for 128 x 192 (105 tiles, 67%); not where the tile taken
+    fills its waves about as well (8192^3, 5000 x 3000), nor swapped where the caller says it cannot be."""
+    assert pick_one_wave(798, 2704, (128, 192), 0, 132) == {"bm": 128, "bn": 136, "swap": 1}
+    assert work_fill(2704, 798, 128, 136, 132) >= ONE_WAVE_GAIN * work_fill(798, 2704, 128, 192, 132)
+    assert pick_one_wave(263, 8096, (128, 192), 0, 132) == {"bm": 128, "bn": 136, "swap": 1}
+    assert pick_one_wave(1363, 2368, (128, 256), 0, 132) == {"bm": 128, "bn": 200, "swap": 0}
+    assert pick_one_wave(2535, 1264, (128, 256), 0, 132) == {"bm": 128, "bn": 200, "swap": 1}
+    # unswapped only: the best unswapped width, or none where it does not gain enough
+    assert pick_one_wave(2535, 1264, (128, 256), 0, 132, swappable=False) == {"bm": 128, "bn": 216, "swap": 0}
+    assert pick_one_wave(1363, 2368, (128, 256), 0, 132, swappable=False) == {"bm": 128, "bn": 200, "swap": 0}
+    for m, n, tile, swapped in ((8192, 8192, (128, 192), 0), (5000, 3000, (256, 152), 1), (4096, 4096, (128, 256), 0),
+                                (512, 8192, (128, 256), 0), (2048, 2048, (128, 128), 0)):
+        assert pick_one_wave(m, n, tile, swapped, 132) is None, (m, n)
+    # the plan takes it for K-major A and B and a 16-bit out stored by TMA; never narrower than 128
+    from nbwgmma.precompile import cpu_plan
+
+    plan = cpu_plan("e4m3", "KK", {}, rows=798, n=2704, k=8192)
+    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (128, 136, True)
+    plan = cpu_plan("bf16", "KN", {}, rows=798, n=2704, k=8192)
+    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (128, 192, False)
+    assert min(ONE_WAVE_BN) == 128 and all(bn % 8 == 0 for bn in ONE_WAVE_BN)
 
 
 def test_auto_times_192_row_tiles_where_the_model_has_them_level(sms_132):

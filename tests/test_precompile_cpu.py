@@ -7,7 +7,7 @@ import pytest
 
 from nbwgmma import precompile
 from nbwgmma.frontend.tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tall,
-                                    pick_tile, tall_over_swap)
+                                    pick_one_wave, pick_tile, tall_over_swap)
 from nbwgmma.kernels.gemm import GemmConfig
 
 DIMS = (1, 16, 64, 100, 128, 200, 256, 300, 512, 1000, 1024, 2048, 3000, 4096, 5000, 8192, 14336, 16384, 28672)
@@ -41,6 +41,9 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
                 narrow = None if small is not None or swap or wide or tall or lay[1] != "K" else \
                     pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms, bits, dt != "tf32")
                 cfg = narrow or cfg
+                if small is None and lay == "KK" and dt != "tf32":
+                    one = pick_one_wave(m, n, (cfg["bm"], cfg["bn"]), cfg.get("swap", 0), sms)
+                    cfg = {k_: v for k_, v in (one or cfg).items() if (k_, v) != ("swap", 0)}
                 key = (dt, lay, tuple(sorted(cfg.items())))
                 assert key in listed, key
                 seen.add(key)

@@ -49,8 +49,8 @@ from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
-from .tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tall, pick_tile,
-                    tall_over_swap)
+from .tiles import (pick_192, pick_narrow, pick_one_wave, pick_small_m, pick_swap, pick_swap_wide, pick_tall,
+                    pick_tile, tall_over_swap)
 from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view,
                     transposed)
 
@@ -159,6 +159,12 @@ class Plan:
                 # a tile that fills its one or two waves poorly: a narrower one (B K-major)
                 if free and not opts.get("swap") and b_kmajor and odt not in FP8_OUTS:
                     opts.update(pick_narrow(m, n, (opts["bm"], opts["bn"]), sms, wk.input_bits, tma_out) or {})
+                # a tile that fills one wave much better: 128 rows by a width in steps of 8, swapped or not
+                # (K-major A and B, 16-bit outputs by TMA; not with beta * C or a user function: unmeasured)
+                if free and tma16 and b_kmajor and a_kmajor and c_info is None and opts.get("user") is None:
+                    one = pick_one_wave(m, n, (opts["bm"], opts["bn"]), opts.get("swap", 0), sms, swappable)
+                    if one is not None:
+                        opts.update(one)
                 # 16-bit rows TMA cannot write (an odd N) go out a row per warp (the "rows" epilogue
                 # below): 256 x 128 tiles for 128 x 256 ones, as many; on an H200, with the rows epilogue,
                 # 0.99-1.21x 128 x 256 (BENCHMARKS.md, 2026-12-04)

@@ -18,7 +18,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
-           "pick_tall", "tall_over_swap", "tall_tile", "TALL_TILE", "TALL_EFF", "TALL_GAIN"]
+           "pick_tall", "tall_over_swap", "pick_one_wave", "ONE_WAVE_BN", "ONE_WAVE_GAIN", "tall_tile", "TALL_TILE", "TALL_EFF", "TALL_GAIN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -425,6 +425,42 @@ def tall_over_swap(m, n, swapped, sms, widths, input_bits=16):
     if TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *swapped, sms):
         return tall_tile()
     return None
+
+
+#: :func:`pick_one_wave`'s widths (128-row tiles, K-major B), and how much more real work per SM
+#: slot (:func:`work_fill`) than the tile taken before its one wave must do. cuBLASLt runs 128 x 136
+#: tiles at e4m3 798 x 2704 x 8192, swapped or not as a tile of 128 rows fills the one wave best
+#: (2704 x 798 in swapped 128 x 136 tiles: 132 tiles, 94% of the slots real work; the default's
+#: 128 x 192: 105 tiles, 67%). Measured on an H100 (BENCHMARKS.md, 2026-12-06), the widest fill of
+#: 128 x bn (bn any multiple of 8) against the default, 16 random problems where it does 1.15x the
+#: real work, two runs: 1.10-1.60x at 13 (bf16 263 x 8096 x 8192 swapped in 128 x 136: 0.57 ->
+#: 0.91x cuBLAS; e4m3 798 x 2704 x 8192 0.82 -> 0.96x), 1.00-1.10x at 1896 x 1264 x 2048 (swapped 128 x
+#: 152), and the two 128 x 104 ones 0.95-1.01x (narrow tiles load more bytes per FLOP), hence 128
+#: columns or more.
+ONE_WAVE_BN = tuple(range(128, 257, 8))
+ONE_WAVE_GAIN = 1.15
+
+
+def pick_one_wave(m, n, tile, swapped, sms, swappable=True):
+    """The config of the 128 x bn tile (bn of :data:`ONE_WAVE_BN`; the product swapped, C^T = B^T A^T,
+    where ``swappable`` and that fills better) whose tiles fit one wave and do the most real work
+    per SM slot (:func:`work_fill`; the wider at a tie), where that is :data:`ONE_WAVE_GAIN` times the
+    real work of ``tile`` (bm, bn; of the N x M problem where ``swapped``); else None. For K-major A
+    and B and 16-bit outputs stored by TMA (the caller checks)."""
+    if sim.enabled():
+        return None
+    now = work_fill(n, m, *tile, sms) if swapped else work_fill(m, n, *tile, sms)
+    best = None
+    for swap in ((0, 1) if swappable else (0,)):
+        rows, cols = (n, m) if swap else (m, n)
+        for bn in ONE_WAVE_BN:
+            if math.ceil(rows / 128) * math.ceil(cols / bn) <= sms:
+                fill = work_fill(rows, cols, 128, bn, sms)
+                if best is None or fill > best[0]:
+                    best = (fill, swap, bn)
+    if best is None or best[0] < ONE_WAVE_GAIN * now:
+        return None
+    return {"bm": 128, "bn": best[2], "swap": best[1]}
 
 
 #: Rows up to which :func:`pick_small_m` decides.
