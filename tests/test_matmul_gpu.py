@@ -188,6 +188,31 @@ def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
     assert torch.equal(out.double(), ref.to(torch.bfloat16).double()) and ref.abs().sum() > 0
 
 
+@pytest.mark.parametrize("dtype, m, n, bn, swapped", [("e4m3", 798, 2704, 136, True), ("bf16", 263, 8096, 136, True),
+                                                   ("bf16", 1363, 2368, 200, False), ("f16", 783, 4160, 200, True)])
+def test_default_path_takes_one_wave_tiles(dtype, m, n, bn, swapped):
+    """Where 128 x bn tiles (bn in steps of 8, swapped or not) fill one wave with much more real work, the
+    default path runs them (tiles.pick_one_wave), swapped ones stored transposed by TMA: exact on small
+    integers, nothing written outside out."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
+    odt = torch.float16 if dtype == "f16" else torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(m)
+    a = torch.randint(-3, 4, (m, 264), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, 264), device="cuda", generator=g).to(tdt).t()
+    big = torch.full((m + 2, n + 16), float("nan"), device="cuda", dtype=odt)
+    out = big[1:m + 1, 8:n + 8]  # (rows and base 16-byte aligned: TMA stores it)
+    matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
+    plan = last_plan()
+    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (128, bn, swapped), plan.config
+    ref = a.double() @ b.double()
+    assert torch.equal(out.double(), ref.to(odt).double()) and ref.abs().sum() > 0
+    frame = big.clone()
+    frame[1:m + 1, 8:n + 8] = 0
+    assert torch.isnan(frame).sum() == big.numel() - out.numel()
+
+
 @pytest.mark.parametrize("dtype, layout, m, n, k, bn, odt", [
     ("bf16", "KK", 2048, 11008, 264, 168, "bf16"), ("f16", "MK", 1536, 7104, 200, 168, "f16"),
     ("e4m3", "KK", 2000, 7168, 520, 152, "bf16"), ("bf16", "KK", 1000, 5120, 136, 160, "f32"),
