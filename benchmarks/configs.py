@@ -7,6 +7,10 @@ the kernel refuses for a problem is reported and skipped. Prints the ratio of ea
         [--configs '{"stream_k": 1}' '{"bm": 256, "bn": 128}' ...] [--repeats 10]
 
 Default problems: ``sweep.MID``; default configs: stream-K (128 x 128), 256 x 128, 128 x 192.
+
+``--file PATH``: configs per problem instead, a line each, ``DTYPE:LAYOUT:MxNxK|{config}|{config}...``
+(``#`` starts a comment), e.g. ``benchmarks/one_wave_heldout.txt``. ``--runs N`` repeats the whole
+list N times in the process.
 """
 import argparse
 import json
@@ -26,44 +30,68 @@ def parse_problem(text):
     return dtype, layout, m, n, k
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--problems", help="comma-separated DTYPE:LAYOUT:MxNxK (default: sweep.MID)")
-    p.add_argument("--configs", nargs="*", default=CONFIGS, help="JSON dicts of matmul's config")
-    p.add_argument("--repeats", type=int, default=10)
-    args = p.parse_args()
+def read_file(path):
+    """[(problem, [config, ...])] of a ``--file``."""
+    items = []
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            first, *rest = line.split("|")
+            items.append((parse_problem(first), [json.loads(c) for c in rest]))
+    return items
+
+
+def measure(problem_, configs, repeats):
+    """One problem: its default path, each config and cuBLAS timed in turn; prints the ratios to cuBLAS."""
     import torch
 
     from nbwgmma import NbwgmmaError
     from nbwgmma.bench import device_times, problem
 
-    problems = [parse_problem(t) for t in args.problems.split(",")] if args.problems else MID
-    configs = [json.loads(c) for c in args.configs]
-    print("problem                     default  " + "  ".join(f"{json.dumps(c):>24s}" for c in configs))
-    for dtype, layout, m, n, k in problems:
-        _, _, ours, cublas = problem(m, n, k, dtype, layout)
-        default = ours()
-        ref = default().float()
-        fns, diffs = [default], []
-        for cfg in configs:
-            fn = ours(cfg)
-            try:
-                out = fn().float()
-            except NbwgmmaError as e:
-                print(f"  {dtype}:{layout}:{m}x{n}x{k} {json.dumps(cfg)}: refused ({e})")
-                fns.append(None)
-                diffs.append(None)
-                continue
-            fns.append(fn)
-            diffs.append(float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)))
-        live = [f for f in fns if f is not None] + [cublas]
-        times = iter(device_times(torch, live, 3, args.repeats))
-        ms = [next(times) if f is not None else None for f in fns]
-        t_cublas = next(times)
-        cells = [f"{t_cublas / t:.3f}" if t else "-" for t in ms]
-        print(f"{dtype:>5} {layout} {m:>5}x{n:>5}x{k:>5}  " + "  ".join(f"{c:>7s}" for c in cells[:1])
-              + "  " + "  ".join(f"{c:>15s} (d {d:.0e})" if d is not None else f"{c:>24s}"
-                                 for c, d in zip(cells[1:], diffs)), flush=True)
+    dtype, layout, m, n, k = problem_
+    _, _, ours, cublas = problem(m, n, k, dtype, layout)
+    default = ours()
+    ref = default().float()
+    fns, diffs = [default], []
+    for cfg in configs:
+        fn = ours(cfg)
+        try:
+            out = fn().float()
+        except NbwgmmaError as e:
+            print(f"  {dtype}:{layout}:{m}x{n}x{k} {json.dumps(cfg)}: refused ({e})")
+            fns.append(None)
+            diffs.append(None)
+            continue
+        fns.append(fn)
+        diffs.append(float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)))
+    live = [f for f in fns if f is not None] + [cublas]
+    times = iter(device_times(torch, live, 3, repeats))
+    ms = [next(times) if f is not None else None for f in fns]
+    t_cublas = next(times)
+    cells = [f"{t_cublas / t:.3f}" if t else "-" for t in ms]
+    print(f"{dtype:>5} {layout} {m:>5}x{n:>5}x{k:>5}  " + "  ".join(f"{c:>7s}" for c in cells[:1])
+          + "  " + "  ".join(f"{json.dumps(cfg)} {c} (d {d:.0e})" if d is not None else f"{json.dumps(cfg)} {c}"
+                             for cfg, c, d in zip(configs, cells[1:], diffs)), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--problems", help="comma-separated DTYPE:LAYOUT:MxNxK (default: sweep.MID)")
+    p.add_argument("--configs", nargs="*", default=CONFIGS, help="JSON dicts of matmul's config")
+    p.add_argument("--file", help="lines of DTYPE:LAYOUT:MxNxK|{config}|...: configs per problem")
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=10)
+    args = p.parse_args()
+    if args.file:
+        items = read_file(args.file)
+    else:
+        configs = [json.loads(c) for c in args.configs]
+        problems = [parse_problem(t) for t in args.problems.split(",")] if args.problems else MID
+        items = [(pr, configs) for pr in problems]
+    for run in range(args.runs):
+        print(f"run {run + 1}: problem, default, then each config; ratios to cuBLAS")
+        for problem_, configs in items:
+            measure(problem_, configs, args.repeats)
 
 
 if __name__ == "__main__":
