@@ -9,8 +9,8 @@ from numba import types
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
 from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
-                                    pick_one_wave, pick_tall, pick_tile, padded_score, tall_over_swap, wave_fill, work_fill, SWAP256_EFF,
-                                    SWAP256_GAIN, TALL_EFF, TALL_GAIN, TILE256_BN, ONE_WAVE_BN,
+                                    pick_one_wave, pick_tall, pick_tile, padded_score, tall_over_swap, wave_fill,
+                                    work_fill, SWAP256_EFF, SWAP256_GAIN, TALL_EFF, TALL_GAIN, TILE256_BN, ONE_WAVE_BN,
                                     ONE_WAVE_GAIN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 

@@ -131,11 +131,10 @@ class Plan:
                 # ... unless 192 x 144 tiles unswapped do enough more real work than the swapped ones
                 tall = wide and tall_over_swap(m, n, wide, sms, widths, wk.input_bits)
                 if tall:
-                    wide = None
                     opts.update(tall)
-                if wide:
-                    opts["swap"] = 1
-                if not tall:
+                else:
+                    if wide:
+                        opts["swap"] = 1
                     opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths,
                                                                batch[0] if batch else 1)
                 if cluster in (2, 4) and opts.get("multicast") == "A":

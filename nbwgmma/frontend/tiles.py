@@ -18,7 +18,8 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
-           "pick_tall", "tall_over_swap", "pick_one_wave", "ONE_WAVE_BN", "ONE_WAVE_GAIN", "tall_tile", "TALL_TILE", "TALL_EFF", "TALL_GAIN"]
+           "pick_tall", "tall_over_swap", "pick_one_wave", "ONE_WAVE_BN", "ONE_WAVE_GAIN", "tall_tile", "TALL_TILE",
+           "TALL_EFF", "TALL_GAIN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -350,13 +351,20 @@ def tall_tile():
     return {"bm": TALL_TILE[0], "bn": TALL_TILE[1]}
 
 
+def _tall_fits(m, n, widths, input_bits):
+    """Whether :data:`TALL_TILE` may be taken at all: 16-bit inputs, K-major B (``widths`` "any"), at
+    least two tile rows and columns (smaller products were not measured), not in the simulator."""
+    return widths == "any" and input_bits == 16 and m >= 2 * TALL_TILE[0] and n >= 2 * TALL_TILE[1] \
+        and not sim.enabled()
+
+
 def pick_tall(m, n, sms, widths, input_bits=16):
     """``{"bm": 192, "bn": 144}`` (:data:`TALL_TILE`) for 16-bit inputs with K-major B (``widths``
     "any"; the caller checks that A is K-major too: the products measured) and at least two tile rows
     and columns (smaller products were not measured) where its real work per SM slot
     (:data:`TALL_EFF` times :func:`work_fill`) is :data:`TALL_GAIN` times that of the tile
     :func:`pick_tile` takes (:func:`padded_score`); else None."""
-    if widths != "any" or input_bits != 16 or m < 2 * TALL_TILE[0] or n < 2 * TALL_TILE[1] or sim.enabled():
+    if not _tall_fits(m, n, widths, input_bits):
         return None
     if TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= TALL_GAIN * padded_score(m, n, sms, widths):
         return tall_tile()
@@ -420,7 +428,7 @@ def tall_over_swap(m, n, swapped, sms, widths, input_bits=16):
     1,760 drawn at random where the rule changes the pick (2026-12-06, two runs each): 14520 x 784 x
     8192 1.05x, 15480 x 1152 x 4096 1.05x, 12610 x 1040 x 8192 1.12x, 8865 x 1568 x 1024 1.09x, 9382 x
     2256 x 4096 0.986x (geometric mean 1.058x)."""
-    if widths != "any" or input_bits != 16 or m < 2 * TALL_TILE[0] or n < 2 * TALL_TILE[1] or sim.enabled():
+    if not _tall_fits(m, n, widths, input_bits):
         return None
     if TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *swapped, sms):
         return tall_tile()
