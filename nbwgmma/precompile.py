@@ -40,8 +40,8 @@ import sys
 import time
 
 from .errors import ConfigError
-from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, ONE_WAVE_BN, SWAP_BN, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN,
-                             narrow_tile, swapped_config, tall_tile)
+from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, ONE_WAVE_BN, SWAP_BN, SWAP_M_FP8, TALL_WIDER, TILE256_BN, TILES,
+                             WIDE_BN, narrow_tile, swapped_config, tall_tile)
 
 __all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
 
@@ -99,8 +99,8 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             out += [(dt, lay, c) for c in configs if lay[1] == "K" or c.get("bn", 64) % 64 == 0]
             if dt != "tf32" and lay[0] == "K":  # swapped small-M products: A's rows are the narrow tile's K-major B
                 out += [(dt, lay, dict(c)) for c in (_SWAPPED if sixteen else _SWAPPED_FP8)]
-            if sixteen and lay == "KK" and tall_tile() not in configs:  # 192-row tiles (pick_tall: K-major A and B)
-                out.append((dt, lay, tall_tile()))
+            if sixteen and lay == "KK":  # 192-row tiles (pick_tall: K-major A and B)
+                out += [(dt, lay, tall_tile(bn)) for bn in (144, *TALL_WIDER) if tall_tile(bn) not in configs]
             if sixteen and lay[0] == "K":  # tall products swapped for their tiles' fill (pick_swap, pick_swap_wide)
                 out += [(dt, lay, {"swap": 1, "bm": bm, "bn": bn}) for bm, bn in TILES]
                 out += [(dt, lay, {"swap": 1, "bm": 256, "bn": bn}) for bn in TILE256_BN]

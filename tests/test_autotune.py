@@ -8,10 +8,10 @@ from numba import types
 
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
-from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
+from nbwgmma.frontend.tiles import (best_tall, narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
                                     pick_one_wave, pick_tall, pick_tile, padded_score, tall_over_swap, wave_fill,
-                                    work_fill, SWAP256_EFF, SWAP256_GAIN, TALL_EFF, TALL_GAIN, TILE256_BN, ONE_WAVE_BN,
-                                    ONE_WAVE_GAIN)
+                                    work_fill, SWAP256_EFF, SWAP256_GAIN, TALL_EFF, TALL_GAIN, TALL_WIDER, TILE256_BN,
+                                    ONE_WAVE_BN, ONE_WAVE_GAIN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -428,7 +428,7 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
 
 @pytest.mark.parametrize("m, n, tile", [
     # measured on an H200 against the wave model's tile (BENCHMARKS.md, 2026-12-04): after / before
-    (12184, 320, (256, 160, 0)),    # 2.29x (128 x 256 before: the second column tile 25% used)
+    (12184, 320, (192, 160, 0)),    # 2.29x in 256 x 160 (128 x 256 before: the second column tile 25% used)
     (8947, 592, (128, 192, 1)),     # 1.38x, swapped (128 x 256 before)
     (2089, 5904, (128, 192, 0)),    # 1.28x (256 x 136 before: 17 tile rows of 256 past 2089 rows)
     (8320, 1288, (192, 144, 0)),    # 1.23x in 128 x 224 (128 x 256 before); 192 x 144 since pick_tall
@@ -438,7 +438,7 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
     (5000, 3000, (256, 152, 1)),    # unchanged: the sweep's swapped 256 x 152
     # measured on an H100 (2026-12-05 and -06): 192 x 144 over the swapped 256-row tile taken before
     (15831, 856, (192, 144, 0)),    # 1.17x (swapped 256 x 152 before)
-    (12610, 1040, (192, 144, 0)),   # 1.12x, held out (swapped 256 x 160 before)
+    (12610, 1040, (192, 176, 0)),   # 1.12x in 192 x 144, held out (swapped 256 x 160 before)
     (14017, 592, (128, 192, 1)),    # 192 x 144 lost 0.76x here (less real work than the swapped tile)
 ])
 def test_the_padding_aware_default_tiles_measured_on_the_gpu(sms_132, m, n, tile):
@@ -467,6 +467,22 @@ def test_192_row_tiles_where_they_do_enough_more_real_work(sms_132):
         assert pick_tall(m, n, 132, "any") is None, (m, n)
 
 
+def test_wider_192_row_tiles_for_plain_products_where_they_fill_better(sms_132):
+    """best_tall: a plain product takes 192 x 160 or 192 x 176 (TALL_WIDER) where that does more real
+    work per SM slot, its share of 128 x 256's rate counted (14520 x 784: 380 tiles of 192 x 160, 94% of
+    the slots, against 456 of 192 x 144, 78%); a fused bias or activation keeps 192 x 144 (wider
+    epilogues spill); at a tie the narrower."""
+    assert best_tall(14520, 784, 132)[1] == {"bm": 192, "bn": 160}
+    assert best_tall(12610, 1040, 132)[1] == {"bm": 192, "bn": 176}
+    assert work_fill(14520, 784, 192, 160, 132) > 1.19 * work_fill(14520, 784, 192, 144, 132)
+    for m, n in ((14520, 784), (12610, 1040), (7623, 432)):
+        assert best_tall(m, n, 132, plain=False)[1] == {"bm": 192, "bn": 144}
+    assert pick_tall(7623, 432, 132, "any", plain=False) == pick_tall(7623, 432, 132, "any") == {"bm": 192, "bn": 144}
+    assert best_tall(7623, 432, 132)[1] == {"bm": 192, "bn": 144}  # 432 = 3 x 144: none fills better
+    score, tile = best_tall(12610, 1040, 132)
+    assert score == TALL_WIDER[176] * work_fill(12610, 1040, 192, 176, 132) and set(TALL_WIDER) == {160, 176}
+
+
 def test_192_row_tiles_over_swapped_ones_where_they_do_enough_more_real_work(sms_132):
     """tall_over_swap: 192 x 144 unswapped in place of pick_swap_wide's swapped tile where it does
     TALL_GAIN more real work per SM slot (measured 1.05-1.17x at five of six problems on an H100, 0.986x at
@@ -475,8 +491,9 @@ def test_192_row_tiles_over_swapped_ones_where_they_do_enough_more_real_work(sms
     for m, n in ((15831, 856), (14520, 784), (15480, 1152), (12610, 1040), (8865, 1568), (9382, 2256)):
         wide = pick_swap_wide(m, n, 16, 132, "any")
         assert wide is not None, (m, n)
-        assert tall_over_swap(m, n, wide, 132, "any") == {"bm": 192, "bn": 144}, (m, n)
+        assert tall_over_swap(m, n, wide, 132, "any", plain=False) == {"bm": 192, "bn": 144}, (m, n)
         assert TALL_EFF * work_fill(m, n, 192, 144, 132) >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *wide, 132)
+        assert tall_over_swap(m, n, wide, 132, "any") == best_tall(m, n, 132)[1], (m, n)  # (plain: maybe wider)
     for m, n, wide in ((14017, 592, (256, 160)), (15153, 1792, (256, 136))):
         assert tall_over_swap(m, n, wide, 132, "any") is None, (m, n)
     assert tall_over_swap(15831, 856, (256, 152), 132, "64") is None
@@ -514,7 +531,7 @@ def test_auto_times_192_row_tiles_where_the_model_has_them_level(sms_132):
     doing at least the real work of the default's tile (2457 x 9568: 1.016x, short of pick_tall's
     2%), not where they do less (8192^3), not for fp8 or direct stores; precompile lists them."""
     tall = {"bm": 192, "bn": 144}
-    assert pick_tall(2457, 9568, 132, "any") is None
+    assert pick_tall(2457, 9568, 132, "any", plain=False) is None  # (plain: 192 x 160 fills 1.07x better)
     assert tall in autotune.candidates("f32.bf16.bf16", 2457, 9568, 4096, "tma", {"bm": 128, "bn": 256})
     assert tall not in autotune.candidates("f32.bf16.bf16", 8192, 8192, 8192, "tma", {"bm": 128, "bn": 192})
     assert tall not in autotune.candidates("f32.e4m3.e4m3", 2457, 9568, 4096, "tma", {"bm": 128, "bn": 256})

@@ -213,6 +213,35 @@ def test_default_path_takes_one_wave_tiles(dtype, m, n, bn, swapped):
     assert torch.isnan(frame).sum() == big.numel() - out.numel()
 
 
+@pytest.mark.parametrize("dtype, m, n, fused, bn", [("bf16", 14520, 784, False, 160), ("f16", 12610, 1040, False, 176),
+                                                    ("bf16", 7623, 432, False, 144), ("bf16", 14520, 784, True, 144)])
+def test_default_path_takes_192_row_tiles(dtype, m, n, fused, bn):
+    """Where a 192-row tile does enough more real work per SM slot, the default path runs it
+    (tiles.best_tall): 192 x 144, or for plain products a wider one (160, 176) where that fills the
+    waves better; with a fused bias and activation 192 x 144 only. Exact on small integers (plain),
+    within the output type's rounding against float64 (fused); nothing written outside out."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(m + n)
+    a = torch.randint(-3, 4, (m, 264), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, 264), device="cuda", generator=g).to(tdt).t()
+    bias = torch.randint(-3, 4, (n,), device="cuda", generator=g).to(tdt)
+    big = torch.full((m + 2, n + 16), float("nan"), device="cuda", dtype=tdt)
+    out = big[1:m + 1, 8:n + 8]
+    matmul(a, b, out=out, **({"bias": bias, "activation": "gelu_tanh"} if fused else {}))
+    plan = last_plan()
+    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (192, bn, False), plan.config
+    ref = a.double() @ b.double()
+    if fused:
+        ref = torch.nn.functional.gelu(ref + bias.double(), approximate="tanh")
+        assert torch.allclose(out.double(), ref, rtol=1e-2, atol=1e-2)
+    else:
+        assert torch.equal(out.double(), ref.to(tdt).double()) and ref.abs().sum() > 0
+    frame = big.clone()
+    frame[1:m + 1, 8:n + 8] = 0
+    assert torch.isnan(frame).sum() == big.numel() - out.numel()
+
 @pytest.mark.parametrize("dtype, layout, m, n, k, bn, odt", [
     ("bf16", "KK", 2048, 11008, 264, 168, "bf16"), ("f16", "MK", 1536, 7104, 200, 168, "f16"),
     ("e4m3", "KK", 2000, 7168, 520, 152, "bf16"), ("bf16", "KK", 1000, 5120, 136, 160, "f32"),

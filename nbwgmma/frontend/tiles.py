@@ -19,7 +19,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
            "pick_tall", "tall_over_swap", "pick_one_wave", "ONE_WAVE_BN", "ONE_WAVE_GAIN", "tall_tile", "TALL_TILE",
-           "TALL_EFF", "TALL_GAIN"]
+           "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "best_tall"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -344,31 +344,51 @@ def pick_192(m, n, k, tile, sms, input_bits=16):
 TALL_TILE = (192, 144)
 TALL_EFF = 1.0
 TALL_GAIN = 1.02
+#: The wider 192-row tiles :func:`best_tall` weighs beside :data:`TALL_TILE`, with their shares of a
+#: 128 x 256 tile's rate, for plain products only (no fused bias or activation: their epilogues
+#: there spill 32-80 bytes, 192 x 160 with gelu and 192 x 176 with a bias). Divided by their real
+#: work per SM slot (:func:`work_fill`), the runs above put 192 x 160 at 0.985-1.081x 192 x 144's
+#: rate (mean 1.025, eight problems) and 192 x 176 at 0.920-1.045x (mean 0.979); 192 x 152 and 168
+#: fit only 3 stages. So each is taken where it fills the waves better: bf16 14520 x 784 x 8192 in
+#: 192 x 160 tiles is 380 tiles, 2.9 waves with 94% of the slots real work, against 192 x 144's 456
+#: tiles, 3.5 waves and 78%.
+TALL_WIDER = {160: 1.0, 176: 0.97}
 
 
-def tall_tile():
-    """The config of :data:`TALL_TILE` (``{"bm": 192, "bn": 144}``)."""
-    return {"bm": TALL_TILE[0], "bn": TALL_TILE[1]}
+def tall_tile(bn=TALL_TILE[1]):
+    """The config of a 192-row tile ``bn`` wide (``{"bm": 192, "bn": 144}``: :data:`TALL_TILE`)."""
+    return {"bm": TALL_TILE[0], "bn": bn}
+
+
+def best_tall(m, n, sms, plain=True):
+    """(real work per SM slot times the tile's share of 128 x 256's rate, config) of the best 192-row
+    tile for an M x N product: :data:`TALL_TILE`, or where ``plain`` (no fused bias or activation)
+    one of :data:`TALL_WIDER` that does more."""
+    best = (TALL_EFF * work_fill(m, n, *TALL_TILE, sms), TALL_TILE[1])
+    for bn, eff in (TALL_WIDER.items() if plain else ()):
+        best = max(best, (eff * work_fill(m, n, TALL_TILE[0], bn, sms), bn), key=lambda t: t[0])
+    return best[0], tall_tile(best[1])
 
 
 def _tall_fits(m, n, widths, input_bits):
-    """Whether :data:`TALL_TILE` may be taken at all: 16-bit inputs, K-major B (``widths`` "any"), at
-    least two tile rows and columns (smaller products were not measured), not in the simulator."""
+    """Whether 192-row tiles may be taken at all: 16-bit inputs, K-major B (``widths`` "any"), at
+    least two tile rows and columns of :data:`TALL_TILE` (smaller products were not measured), not
+    in the simulator."""
     return widths == "any" and input_bits == 16 and m >= 2 * TALL_TILE[0] and n >= 2 * TALL_TILE[1] \
         and not sim.enabled()
 
 
-def pick_tall(m, n, sms, widths, input_bits=16):
-    """``{"bm": 192, "bn": 144}`` (:data:`TALL_TILE`) for 16-bit inputs with K-major B (``widths``
-    "any"; the caller checks that A is K-major too: the products measured) and at least two tile rows
-    and columns (smaller products were not measured) where its real work per SM slot
-    (:data:`TALL_EFF` times :func:`work_fill`) is :data:`TALL_GAIN` times that of the tile
-    :func:`pick_tile` takes (:func:`padded_score`); else None."""
+def pick_tall(m, n, sms, widths, input_bits=16, plain=True):
+    """The config of :func:`best_tall`'s 192-row tile (``{"bm": 192, "bn": 144}`` or, where ``plain``,
+    a wider one) for 16-bit inputs with K-major B (``widths`` "any"; the caller checks that A is
+    K-major too: the products measured) and at least two tile rows and columns (smaller products
+    were not measured) where its real work per SM slot (its share of 128 x 256's rate times
+    :func:`work_fill`) is :data:`TALL_GAIN` times that of the tile :func:`pick_tile` takes
+    (:func:`padded_score`); else None."""
     if not _tall_fits(m, n, widths, input_bits):
         return None
-    if TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= TALL_GAIN * padded_score(m, n, sms, widths):
-        return tall_tile()
-    return None
+    score, tile = best_tall(m, n, sms, plain)
+    return tile if score >= TALL_GAIN * padded_score(m, n, sms, widths) else None
 
 
 #: Columns from which :func:`pick_swap_wide` weighs the swapped tiles against the unswapped tile
@@ -416,10 +436,10 @@ def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True):
     return (256, w) if best >= SWAP256_GAIN * useful else None
 
 
-def tall_over_swap(m, n, swapped, sms, widths, input_bits=16):
-    """:data:`TALL_TILE` unswapped (``{"bm": 192, "bn": 144}``) in place of :func:`pick_swap_wide`'s
-    ``swapped`` tile (bm, bn of the N x M problem) where its real work per SM slot (:data:`TALL_EFF`
-    times :func:`work_fill`) is :data:`TALL_GAIN` times the swapped tile's (:data:`SWAP256_EFF` times
+def tall_over_swap(m, n, swapped, sms, widths, input_bits=16, plain=True):
+    """:func:`best_tall`'s 192-row tile unswapped (``{"bm": 192, "bn": 144}``, or where ``plain`` a
+    wider one) in place of :func:`pick_swap_wide`'s ``swapped`` tile (bm, bn of the N x M problem)
+    where its real work per SM slot (its share of 128 x 256's rate times :func:`work_fill`) is :data:`TALL_GAIN` times the swapped tile's (:data:`SWAP256_EFF` times
     its :func:`work_fill`), for the products :func:`pick_tall` takes (16-bit inputs, K-major B, two
     tile rows and columns); else None. On an H100 (BENCHMARKS.md, 2026-12-05), 192 x 144 against the
     swapped tile in one process, ratio to cuBLAS: 15831 x 856 x 4096 0.806 -> 0.944 (1.11x the real
@@ -430,9 +450,8 @@ def tall_over_swap(m, n, swapped, sms, widths, input_bits=16):
     2256 x 4096 0.986x (geometric mean 1.058x)."""
     if not _tall_fits(m, n, widths, input_bits):
         return None
-    if TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *swapped, sms):
-        return tall_tile()
-    return None
+    score, tile = best_tall(m, n, sms, plain)
+    return tile if score >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *swapped, sms) else None
 
 
 #: :func:`pick_one_wave`'s widths (128-row tiles, K-major B), and how much more real work per SM
