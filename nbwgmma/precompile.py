@@ -8,7 +8,8 @@ the tile model (:data:`nbwgmma.frontend.tiles.TILES`, the 256-row tiles of
 :data:`nbwgmma.frontend.tiles.TILE256_BN` and the wide ones of :data:`nbwgmma.frontend.tiles.WIDE_BN`), the
 narrow tiles of
 :func:`nbwgmma.frontend.tiles.pick_narrow` (K-major B), the tiles of a swapped tall product
-(:func:`nbwgmma.frontend.tiles.pick_swap`, :func:`nbwgmma.frontend.tiles.pick_swap_wide`), the one-wave
+(:func:`nbwgmma.frontend.tiles.pick_swap`, :func:`nbwgmma.frontend.tiles.pick_swap_wide`), the 192-row
+tiles of :func:`nbwgmma.frontend.tiles.pick_tall` (192 x 144, 160 and 176; K-major A and B), the one-wave
 tiles of :func:`nbwgmma.frontend.tiles.pick_one_wave` (K-major A and B, swapped or not) and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
 fp8, f32 for tf32). Worker processes share the list (one per CPU core by default, at most
@@ -40,8 +41,8 @@ import sys
 import time
 
 from .errors import ConfigError
-from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, ONE_WAVE_BN, SWAP_BN, SWAP_M_FP8, TALL_WIDER, TILE256_BN, TILES,
-                             WIDE_BN, narrow_tile, swapped_config, tall_tile)
+from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, ONE_WAVE_BN, SWAP_BN, SWAP_M_FP8, TALL_WIDER, TILE256_BN,
+                             TILES, WIDE_BN, narrow_tile, swapped_config, tall_tile)
 
 __all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
 

@@ -8,9 +8,9 @@ from numba import types
 
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
-from nbwgmma.frontend.tiles import (best_tall, narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
-                                    pick_one_wave, pick_tall, pick_tile, padded_score, tall_over_swap, wave_fill,
-                                    work_fill, SWAP256_EFF, SWAP256_GAIN, TALL_EFF, TALL_GAIN, TALL_WIDER, TILE256_BN,
+from nbwgmma.frontend.tiles import (best_tall, narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap,
+                                    pick_swap_wide, pick_one_wave, pick_tall, pick_tile, padded_score, tall_over_swap,
+                                    wave_fill, work_fill, SWAP256_EFF, SWAP256_GAIN, TALL_EFF, TALL_GAIN, TALL_WIDER, TILE256_BN,
                                     ONE_WAVE_BN, ONE_WAVE_GAIN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
@@ -428,7 +428,8 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
 
 @pytest.mark.parametrize("m, n, tile", [
     # measured on an H200 against the wave model's tile (BENCHMARKS.md, 2026-12-04): after / before
-    (12184, 320, (192, 160, 0)),    # 2.29x in 256 x 160 (128 x 256 before: the second column tile 25% used)
+    (12184, 320, (192, 160, 0)),    # 2.29x in 256 x 160 (128 x 256 before: the second column tile 25% used);
+    #                                 192 x 160 (tiles.TALL_WIDER) 1.20-1.24x that (2026-12-06, an H200)
     (8947, 592, (128, 192, 1)),     # 1.38x, swapped (128 x 256 before)
     (2089, 5904, (128, 192, 0)),    # 1.28x (256 x 136 before: 17 tile rows of 256 past 2089 rows)
     (8320, 1288, (192, 144, 0)),    # 1.23x in 128 x 224 (128 x 256 before); 192 x 144 since pick_tall
@@ -438,7 +439,7 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
     (5000, 3000, (256, 152, 1)),    # unchanged: the sweep's swapped 256 x 152
     # measured on an H100 (2026-12-05 and -06): 192 x 144 over the swapped 256-row tile taken before
     (15831, 856, (192, 144, 0)),    # 1.17x (swapped 256 x 152 before)
-    (12610, 1040, (192, 176, 0)),   # 1.12x in 192 x 144, held out (swapped 256 x 160 before)
+    (12610, 1040, (192, 176, 0)),   # 1.12x in 192 x 144, held out (swapped 256 x 160 before); 192 x 176 1.13x that
     (14017, 592, (128, 192, 1)),    # 192 x 144 lost 0.76x here (less real work than the swapped tile)
 ])
 def test_the_padding_aware_default_tiles_measured_on_the_gpu(sms_132, m, n, tile):

@@ -351,7 +351,11 @@ TALL_GAIN = 1.02
 #: rate (mean 1.025, eight problems) and 192 x 176 at 0.920-1.045x (mean 0.979); 192 x 152 and 168
 #: fit only 3 stages. So each is taken where it fills the waves better: bf16 14520 x 784 x 8192 in
 #: 192 x 160 tiles is 380 tiles, 2.9 waves with 94% of the slots real work, against 192 x 144's 456
-#: tiles, 3.5 waves and 78%.
+#: tiles, 3.5 waves and 78%. Held out (BENCHMARKS.md, 2026-12-06, an H200, two runs, the tile taken
+#: before forced in the same process; ``benchmarks/tall_wider_heldout.txt``): 19 problems where the
+#: rule changes the pick, four per K of random draws and three named ones, 0.98-1.29x, geometric mean
+#: 1.067x (14520 x 784 x 8192 1.19x, 12610 x 1040 x 8192 1.13x, 11267 x 336 x 2048 1.29x; slower:
+#: 5044 x 10048 x 4096 0.98x against 256 x 128, 12246 x 7744 x 2048 0.995x against 128 x 192).
 TALL_WIDER = {160: 1.0, 176: 0.97}
 
 
@@ -439,8 +443,8 @@ def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True):
 def tall_over_swap(m, n, swapped, sms, widths, input_bits=16, plain=True):
     """:func:`best_tall`'s 192-row tile unswapped (``{"bm": 192, "bn": 144}``, or where ``plain`` a
     wider one) in place of :func:`pick_swap_wide`'s ``swapped`` tile (bm, bn of the N x M problem)
-    where its real work per SM slot (its share of 128 x 256's rate times :func:`work_fill`) is :data:`TALL_GAIN` times the swapped tile's (:data:`SWAP256_EFF` times
-    its :func:`work_fill`), for the products :func:`pick_tall` takes (16-bit inputs, K-major B, two
+    where its real work per SM slot (its share of 128 x 256's rate times :func:`work_fill`) is
+    :data:`TALL_GAIN` times the swapped tile's (:data:`SWAP256_EFF` times its :func:`work_fill`), for the products :func:`pick_tall` takes (16-bit inputs, K-major B, two
     tile rows and columns); else None. On an H100 (BENCHMARKS.md, 2026-12-05), 192 x 144 against the
     swapped tile in one process, ratio to cuBLAS: 15831 x 856 x 4096 0.806 -> 0.944 (1.11x the real
     work by the model), level at 14743 x 720 x 8192 (1.04x); where it does less it lost (14017 x 592 x
