@@ -128,8 +128,8 @@ class Plan:
                 # not with beta * C or a user function: their epilogue parts there spill 0.7-1.4 KB, unmeasured)
                 wide = free and swappable and not opts.get("swap") and c_info is None and opts.get("user") is None \
                     and pick_swap_wide(m, n, wk.input_bits, sms, widths, tma16)
-                # ... unless 192-row tiles (tiles.best_tall) unswapped do enough more real work than the swapped ones
-                # (wider 192-row tiles for plain products: with a bias or activation they spill)
+                # ... unless a 192-row tile (tiles.best_tall) unswapped does enough more real work than the
+                # swapped ones (the wider 192-row tiles for plain products: with a bias or activation they spill)
                 plain = not opts.get("bias") and opts.get("act") is None
                 tall = wide and tall_over_swap(m, n, wide, sms, widths, wk.input_bits, plain)
                 if tall:
@@ -150,8 +150,9 @@ class Plan:
                         break
                 if opts.get("cluster_k", 1) != 1 and (opts["bm"] != 128 or opts["bn"] > 192):
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
-                # 192 x 144 (or wider, plain) where it does enough more real work (K-major A, 16-bit outputs by TMA; not
-                # with beta * C or a user function: with C its epilogue spills 272-276 bytes)
+                # a 192-row tile (192 x 144, or wider where plain) where it does enough more real work (K-major
+                # A, 16-bit outputs by TMA; not with beta * C or a user function: with C its epilogue spills
+                # 272-276 bytes)
                 if free and not opts.get("swap") and tma16 and c_info is None and opts.get("user") is None and a_kmajor:
                     opts.update(pick_tall(m, n, sms, widths, wk.input_bits, plain) or {})
                 # 128 x 192 for 128 x 256 where it fills the waves enough better (16-bit outputs by TMA)

@@ -444,8 +444,9 @@ def tall_over_swap(m, n, swapped, sms, widths, input_bits=16, plain=True):
     """:func:`best_tall`'s 192-row tile unswapped (``{"bm": 192, "bn": 144}``, or where ``plain`` a
     wider one) in place of :func:`pick_swap_wide`'s ``swapped`` tile (bm, bn of the N x M problem)
     where its real work per SM slot (its share of 128 x 256's rate times :func:`work_fill`) is
-    :data:`TALL_GAIN` times the swapped tile's (:data:`SWAP256_EFF` times its :func:`work_fill`), for the products :func:`pick_tall` takes (16-bit inputs, K-major B, two
-    tile rows and columns); else None. On an H100 (BENCHMARKS.md, 2026-12-05), 192 x 144 against the
+    :data:`TALL_GAIN` times the swapped tile's (:data:`SWAP256_EFF` times its :func:`work_fill`), for
+    the products :func:`pick_tall` takes (16-bit inputs, K-major B, two tile rows and columns); else
+    None. On an H100 (BENCHMARKS.md, 2026-12-05), 192 x 144 against the
     swapped tile in one process, ratio to cuBLAS: 15831 x 856 x 4096 0.806 -> 0.944 (1.11x the real
     work by the model), level at 14743 x 720 x 8192 (1.04x); where it does less it lost (14017 x 592 x
     4096 0.893 -> 0.680, 15153 x 1792 x 4096 0.972 -> 0.862). Then, held out, the five problems of
