@@ -141,16 +141,18 @@ def test_tall_tiles_two_blocks_per_consumer(t, m, k, n, a_k, odt, cfg):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("t, m, n", [("bf16", 200, 160), ("f16", 130, 152)])
-def test_192_row_tiles_three_consumers(t, m, n):
-    """192 x 144 tiles (``tiles.pick_tall``'s): three consumer warpgroups of 64 rows, rows past M in
-    the last ones (200 rows: the second tile row's third block all padding), a last tile column of
-    16 or 8 columns, stored by one unswizzled TMA box per block."""
+@pytest.mark.parametrize("t, m, n, bn, parts", [("bf16", 200, 160, 144, 1), ("f16", 130, 152, 144, 1),
+                                                ("bf16", 200, 336, 160, 2), ("f16", 130, 184, 176, 2)])
+def test_192_row_tiles_three_consumers(t, m, n, bn, parts):
+    """192-row tiles (``tiles.pick_tall``'s: 192 x 144, and 160 or 176 for plain products): three
+    consumer warpgroups of 64 rows, rows past M in the last ones (200 rows: the second tile row's
+    third block all padding), a last tile column of 16 or 8 columns, stored by one unswizzled TMA box
+    per block or (160, 176) per half block."""
     from nbwgmma.frontend.matmul import last_plan
 
-    got, want = run(t, m, 72, n, odt=t, config={"bm": 192, "bn": 144}, seed=m)
+    got, want = run(t, m, 72, n, odt=t, config={"bm": 192, "bn": bn}, seed=m)
     c = last_plan().cfg
-    assert (c.bm, c.bn, c.consumers, c.blocks, c.epilogue) == (192, 144, 3, 1, "tma"), c
+    assert (c.bm, c.bn, c.consumers, c.blocks, c.epilogue, c.c_parts) == (192, bn, 3, 1, "tma", parts), c
     np.testing.assert_array_equal(got, want)
 
 

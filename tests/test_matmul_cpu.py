@@ -8,7 +8,7 @@ from numba import types
 
 from nbwgmma import MatmulError, matmul
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
-from nbwgmma.frontend.tiles import TALL_TILE, TILES, pick_small_m, pick_tile
+from nbwgmma.frontend.tiles import TALL_TILE, TALL_WIDER, TILES, pick_small_m, pick_tile
 
 
 class Fake:
@@ -273,9 +273,10 @@ def test_clusters_sharing_a_load_a_share_of_a_and_compile_clean():
 
 
 @pytest.mark.parametrize("bm, bn", [pytest.param(*t, marks=DEFAULT_GEMM) if t == (128, 256) else t
-                                    for t in (*TILES, TALL_TILE)])
+                                    for t in (*TILES, TALL_TILE, *((192, w) for w in TALL_WIDER))])
 def test_every_automatic_tile_compiles_clean(bm, bn, report_once, report_batch):
-    """The tiles matmul picks by shape (smaller ones for small M x N; 192 x 144: three consumers)."""
+    """The tiles matmul picks by shape (smaller ones for small M x N; 192 x 144, 160 and 176: three
+    consumers)."""
     sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
 
     def job(bm, bn):
@@ -285,6 +286,20 @@ def test_every_automatic_tile_compiles_clean(bm, bn, report_once, report_batch):
     rep = report_once(*job(bm, bn)[:2]) if (bm, bn) == (128, 256) else report_batch(job)
     assert rep.sass["HGMMA"] == 4 and rep.sass["UTMALDG"] >= 1 and rep.sass["UTMASTG"] >= 1
     assert rep.spill_bytes == 0 and not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+
+
+def test_192_row_tile_with_a_fused_bias_and_activation_compiles_clean():
+    """A fused product's 192-row tile (192 x 144: the wider ones spill there, so tiles.best_tall keeps
+    them to plain products) with a bias per column, read as matmul passes it (a contiguous vector),
+    and gelu_tanh: no spills, no local memory."""
+    from nbwgmma.report import compile_report
+
+    cfg = GemmConfig("f32.bf16.bf16", bm=192, bn=144, epilogue="tma", bias="col", act="gelu_tanh",
+                     bias_type="bf16")
+    sig = (types.int64, types.int64, types.int64, types.int32, types.int32, types.int32, types.float32,
+           types.Array(types.uint16, 1, "C"))
+    rep = compile_report(gemm_kernel(cfg), sig)
+    assert rep.sass["HGMMA"] >= 1 and rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
 
 
 def test_tile_choice_by_shape(monkeypatch):
