@@ -144,7 +144,7 @@ def test_tall_tiles_two_blocks_per_consumer(t, m, k, n, a_k, odt, cfg):
 @pytest.mark.parametrize("t, m, n, bn, parts", [("bf16", 200, 160, 144, 1), ("f16", 130, 152, 144, 1),
                                                 ("bf16", 200, 336, 160, 2), ("f16", 130, 184, 176, 2)])
 def test_192_row_tiles_three_consumers(t, m, n, bn, parts):
-    """192-row tiles (``tiles.pick_tall``'s: 192 x 144, and 160 or 176 for plain products): three
+    """192-row tiles (``tall_tiles.pick_tall``'s: 192 x 144, and 160 or 176 for plain products): three
     consumer warpgroups of 64 rows, rows past M in the last ones (200 rows: the second tile row's
     third block all padding), a last tile column of 16 or 8 columns, stored by one unswizzled TMA box
     per block or (160, 176) per half block."""

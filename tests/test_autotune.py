@@ -8,10 +8,10 @@ from numba import types
 
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
-from nbwgmma.frontend.tiles import (best_tall, narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap,
-                                    pick_swap_wide, pick_one_wave, pick_tall, pick_tile, padded_score, tall_over_swap,
-                                    wave_fill, work_fill, SWAP256_EFF, SWAP256_GAIN, TALL_EFF, TALL_GAIN, TALL_WIDER, TILE256_BN,
-                                    ONE_WAVE_BN, ONE_WAVE_GAIN)
+from nbwgmma.frontend.tall_tiles import TALL_EFF, TALL_GAIN, TALL_WIDER, best_tall, pick_tall, tall_over_swap
+from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
+                                    pick_one_wave, pick_tile, padded_score, wave_fill, work_fill, SWAP256_EFF,
+                                    SWAP256_GAIN, TILE256_BN, ONE_WAVE_BN, ONE_WAVE_GAIN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -429,7 +429,7 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
 @pytest.mark.parametrize("m, n, tile", [
     # measured on an H200 against the wave model's tile (BENCHMARKS.md, 2026-12-04): after / before
     (12184, 320, (192, 160, 0)),    # 2.29x in 256 x 160 (128 x 256 before: the second column tile 25% used);
-    #                                 192 x 160 (tiles.TALL_WIDER) 1.20-1.24x that (2026-12-06, an H200)
+    #                                 192 x 160 (tall_tiles.TALL_WIDER) 1.20-1.24x that (2026-12-06, an H200)
     (8947, 592, (128, 192, 1)),     # 1.38x, swapped (128 x 256 before)
     (2089, 5904, (128, 192, 0)),    # 1.28x (256 x 136 before: 17 tile rows of 256 past 2089 rows)
     (8320, 1288, (192, 144, 0)),    # 1.23x in 128 x 224 (128 x 256 before); 192 x 144 since pick_tall

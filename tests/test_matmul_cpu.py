@@ -8,7 +8,8 @@ from numba import types
 
 from nbwgmma import MatmulError, matmul
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
-from nbwgmma.frontend.tiles import TALL_TILE, TALL_WIDER, TILES, pick_small_m, pick_tile
+from nbwgmma.frontend.tall_tiles import TALL_TILE, TALL_WIDER
+from nbwgmma.frontend.tiles import TILES, pick_small_m, pick_tile
 
 
 class Fake:
@@ -289,7 +290,7 @@ def test_every_automatic_tile_compiles_clean(bm, bn, report_once, report_batch):
 
 
 def test_192_row_tile_with_a_fused_bias_and_activation_compiles_clean():
-    """A fused product's 192-row tile (192 x 144: the wider ones spill there, so tiles.best_tall keeps
+    """A fused product's 192-row tile (192 x 144: the wider ones spill there, so tall_tiles.best_tall keeps
     them to plain products) with a bias per column, read as matmul passes it (a contiguous vector),
     and gelu_tanh: no spills, no local memory."""
     from nbwgmma.report import compile_report

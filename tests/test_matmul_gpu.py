@@ -217,7 +217,7 @@ def test_default_path_takes_one_wave_tiles(dtype, m, n, bn, swapped):
                                                     ("bf16", 7623, 432, False, 144), ("bf16", 14520, 784, True, 144)])
 def test_default_path_takes_192_row_tiles(dtype, m, n, fused, bn):
     """Where a 192-row tile does enough more real work per SM slot, the default path runs it
-    (tiles.best_tall): 192 x 144, or for plain products a wider one (160, 176) where that fills the
+    (tall_tiles.best_tall): 192 x 144, or for plain products a wider one (160, 176) where that fills the
     waves better; with a fused bias and activation 192 x 144 only. Exact on small integers (plain),
     within the output type's rounding against float64 (fused); nothing written outside out."""
     from nbwgmma.frontend.matmul import last_plan

@@ -6,8 +6,9 @@ import sys
 import pytest
 
 from nbwgmma import precompile
-from nbwgmma.frontend.tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_tall,
-                                    pick_one_wave, pick_tile, tall_over_swap)
+from nbwgmma.frontend.tall_tiles import pick_tall, tall_over_swap
+from nbwgmma.frontend.tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_one_wave,
+                                    pick_tile)
 from nbwgmma.kernels.gemm import GemmConfig
 
 DIMS = (1, 16, 64, 100, 128, 200, 256, 300, 512, 1000, 1024, 2048, 3000, 4096, 5000, 8192, 14336, 16384, 28672)

@@ -53,8 +53,9 @@ import time
 
 from ..capture import is_capturing
 from ..layout.kinds import wgmma_kind
-from .tiles import (NARROW_BN, TALL_EFF, TALL_TILE, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile,
-                    padded_score, pick_small_m, rank_tiles, swapped_config, tall_tile, work_fill)
+from .tall_tiles import best_tall, tall_tile
+from .tiles import (NARROW_BN, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile, padded_score, pick_small_m,
+                    rank_tiles, swapped_config)
 
 __all__ = ["candidates", "challengers", "enabled", "budget", "choices", "choices_path", "clear", "last", "problem_key",
            "choose", "time_candidates", "warm_within_budget", "pick", "MIN_MARGIN", "COMPILE_S", "BUILT_S"]
@@ -115,7 +116,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     default path has not taken it itself, :func:`nbwgmma.frontend.tiles.pick_narrow`), then (second
     without one) for 16-bit inputs, K-major A and the TMA epilogue 192 x 144 tiles where the model
     has them doing at least the real work of the tile the default path takes (it takes them itself
-    from 2% more: :func:`nbwgmma.frontend.tiles.pick_tall`; a config the kernel refuses, as for an
+    from 2% more: :func:`nbwgmma.frontend.tall_tiles.pick_tall`; a config the kernel refuses, as for an
     f32 or fp8 out, is skipped when timed, as a narrow tile is).
     Where the default path swaps a tall product (``swapped``: :func:`nbwgmma.frontend.tiles.pick_swap`,
     :func:`nbwgmma.frontend.tiles.pick_swap_wide`; ``default`` is then the unswapped plan's config),
@@ -138,10 +139,10 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
         narrow = narrow_config(m, n, dflt, sms)
         if narrow is not None:
             out.insert(1, narrow)
-        # 192 x 144 (tiles.pick_tall's) where the model has it doing as much real work as the tile taken
-        tall = tall_tile()
+        # 192 x 144 (tall_tiles.pick_tall's) where the model has it doing as much real work as the tile taken
+        score, tall = best_tall(m, n, sms, plain=False)
         if wgmma_kind(kind).input_bits == 16 and epilogue == "tma" and a_major == "K" and tall not in out \
-                and TALL_EFF * work_fill(m, n, *TALL_TILE, sms) >= padded_score(m, n, sms, "any"):
+                and score >= padded_score(m, n, sms, "any"):
             out.insert(1 + (narrow is not None), tall)
     # each CTA of a cluster multicasts whole 64-column shares of B
     pairable = [(bm, bn) for bm, bn in tiles if bn % 128 == 0 and math.ceil(m / bm) >= 2]

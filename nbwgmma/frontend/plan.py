@@ -49,8 +49,8 @@ from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
-from .tiles import (pick_192, pick_narrow, pick_one_wave, pick_small_m, pick_swap, pick_swap_wide, pick_tall,
-                    pick_tile, tall_over_swap)
+from .tall_tiles import pick_tall, tall_over_swap
+from .tiles import pick_192, pick_narrow, pick_one_wave, pick_small_m, pick_swap, pick_swap_wide, pick_tile
 from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view,
                     transposed)
 
@@ -128,7 +128,7 @@ class Plan:
                 # not with beta * C or a user function: their epilogue parts there spill 0.7-1.4 KB, unmeasured)
                 wide = free and swappable and not opts.get("swap") and c_info is None and opts.get("user") is None \
                     and pick_swap_wide(m, n, wk.input_bits, sms, widths, tma16)
-                # ... unless a 192-row tile (tiles.best_tall) unswapped does enough more real work than the
+                # ... unless a 192-row tile (tall_tiles.best_tall) unswapped does enough more real work than the
                 # swapped ones (the wider 192-row tiles for plain products: with a bias or activation they spill)
                 plain = not opts.get("bias") and opts.get("act") is None
                 tall = wide and tall_over_swap(m, n, wide, sms, widths, wk.input_bits, plain)
