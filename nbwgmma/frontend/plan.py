@@ -150,9 +150,8 @@ class Plan:
                         break
                 if opts.get("cluster_k", 1) != 1 and (opts["bm"] != 128 or opts["bn"] > 192):
                     opts["bm"], opts["bn"] = 128, 128  # (K halves: 128-row tiles; wider ones leave 2-3 stages)
-                # a 192-row tile (192 x 144, or wider where plain) where it does enough more real work (K-major
-                # A, 16-bit outputs by TMA; not with beta * C or a user function: with C its epilogue spills
-                # 272-276 bytes)
+                # a 192-row tile (192 x 144, wider where plain) where it does enough more real work (K-major A,
+                # 16-bit outputs by TMA; not with beta * C or a user function: with C it spills 272-276 bytes)
                 if free and not opts.get("swap") and tma16 and c_info is None and opts.get("user") is None and a_kmajor:
                     opts.update(pick_tall(m, n, sms, widths, wk.input_bits, plain) or {})
                 # 128 x 192 for 128 x 256 where it fills the waves enough better (16-bit outputs by TMA)
