@@ -132,3 +132,24 @@ def test_a_call_asks_the_driver_once_and_each_call_asks_anew(driver):
     capture.calling(0x1234)
     assert not capture.call_captured() and driver.calls.count(("is", 0x1234)) == 2
     capture.calling(0)
+
+
+def test_grouped_matmul_runs_relaxed_on_a_capturing_stream(driver, monkeypatch):
+    """grouped_matmul's whole body (its checks, its kernel's compile and load, its allocations)
+    runs with the thread's mode relaxed where its stream is capturing, and only there."""
+    from nbwgmma.frontend import grouped
+
+    modes = []
+
+    def described(x, name, fn):  # (the body's first step: note the mode, then stop)
+        modes.append(driver.mode)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(grouped, "lib_of", lambda a: "numba")
+    monkeypatch.setattr(grouped, "stream_of", lambda lib, stream, fn: stream)
+    monkeypatch.setattr(grouped, "described", described)
+    for stream, mode in ((0x1234, 2), (0x99, 0)):
+        with pytest.raises(RuntimeError, match="stop"):
+            grouped.grouped_matmul(None, None, None, stream=stream)
+    assert modes == [2, 0] and driver.mode == 0
+    capture.calling(0)

@@ -263,8 +263,22 @@ def test_host_reads_are_refused_in_a_capture():
 
 @pytest.mark.parametrize("form", ["moe", "masked", "wgrad"])
 def test_grouped_first_call_captured(form):
-    """grouped_matmul captured as the first call of its shape (its kernel loaded, offs passed to
-    the launch, inside the capture) in each form, new values and counts at each replay."""
+    """grouped_matmul captured as the first call of its kind in a fresh process (its kernel
+    compiled or read from the disk cache and loaded, offs passed to the launch, all inside the
+    capture) in each form, new values and counts at each replay. (In this process another test
+    may have loaded the kernel already, and the capture would not load it.)"""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = f"from tests.test_graphs_gpu import grouped_first_call_captured as f; f({form!r}); print('ok')"
+    r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=root, timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[-1:] == ["ok"], r.stderr[-3000:]
+
+
+def grouped_first_call_captured(form):
+    """The body of :func:`test_grouped_first_call_captured`, run in a fresh process."""
     from nbwgmma import grouped_matmul
 
     g_, n, k = 3, 136, 200

@@ -104,7 +104,6 @@ def _call_stream(a, b, offs, *args, stream=None, **kwargs):
     return 0 if _SIM else stream_of(lib_of(a), stream, "grouped_matmul")
 
 
-@relaxed_call(_call_stream)  # (a call captured into a CUDA graph may compile, load and allocate: nbwgmma.capture)
 def _zero_product(a, a_shape, groups, n, offs, out, t, stream, bias, activation):
     """A K = 0 grouped product into ``out``: the epilogue (zeros, or ``activation(bias[g])`` in
     group g's rows) over a product of zeros of K = 16 in ``t`` (bf16 or f16)."""
@@ -112,6 +111,7 @@ def _zero_product(a, a_shape, groups, n, offs, out, t, stream, bias, activation)
     return grouped_matmul(za, zb, offs, out=out, in_dtype=t, stream=stream, bias=bias, activation=activation)
 
 
+@relaxed_call(_call_stream)  # (a call captured into a CUDA graph may compile, load and allocate: nbwgmma.capture)
 def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, stream=None, validate=False, bias=None,
                    activation=None, scale_a=None, scale_b=None):
     """``out[rows of group g] = activation(a[rows of group g] @ b[g] + bias[g])`` for the groups
