@@ -20,6 +20,7 @@ import threading
 import numpy as np
 
 from . import cudriver
+from .capture import is_capturing, relaxed
 from .errors import KernelStoppedError, LaunchError, is_int
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
                          stream_handle)
@@ -383,10 +384,15 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     from cuda.core import LaunchConfig
     from cuda.core import launch as core_launch
 
-    kern, cufunc = _compiled(kernel, args, 0)  # the limit is raised once the request is checked
-    kern.bind()
-    smem, cluster = _check_request(grid, block, smem, cufunc.attrs.shared, cufunc.attrs.maxthreads, cluster, kernel)
-    _raise_smem_limit(cufunc, smem)
+    handle = stream_handle(stream)
+    # a first launch inside a CUDA graph's capture compiles and loads the kernel: with the
+    # thread's capture mode relaxed, as PyTorch's "global" mode forbids module loads (nbwgmma.capture)
+    with relaxed(handle is not None and is_capturing(handle)):
+        kern, cufunc = _compiled(kernel, args, 0)  # the limit is raised once the request is checked
+        kern.bind()
+        smem, cluster = _check_request(grid, block, smem, cufunc.attrs.shared, cufunc.attrs.maxthreads, cluster,
+                                       kernel)
+        _raise_smem_limit(cufunc, smem)
     cfg = dict(grid=grid, block=block, shmem_size=smem)
     if cluster is not None:
         # cuda.core (0.4 on) counts the grid in clusters where a cluster is given; ``grid`` counts CTAs
@@ -396,7 +402,6 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     if fast is not None:  # through the prepared kernel it keeps for the signature, as later launches go
         prepared = PreparedKernel._of_compiled(kernel, kern, cufunc, grid, block, args, fast[-1], smem, cluster,
                                                pdl=pdl)
-        handle = stream_handle(stream)
         if prepared is not None and handle is not None:
             try:
                 prepared._launch(handle, prepared.values(args))

@@ -153,3 +153,29 @@ def test_grouped_matmul_runs_relaxed_on_a_capturing_stream(driver, monkeypatch):
             grouped.grouped_matmul(None, None, None, stream=stream)
     assert modes == [2, 0] and driver.mode == 0
     capture.calling(0)
+
+
+def test_a_first_launch_compiles_and_loads_relaxed_on_a_capturing_stream(driver, monkeypatch):
+    """``launch()``'s first launch of a signature (compile, module load, shared memory limit)
+    runs with the thread's mode relaxed where its stream is capturing, and only there."""
+    import numpy as np
+    from numba import cuda
+
+    import nbwgmma.launch as ln
+
+    @cuda.jit
+    def k(x):
+        x[0] = 1
+
+    modes = []
+
+    def compiled(kernel, args, smem):  # (where the kernel would be compiled and loaded: note the mode, stop)
+        modes.append(driver.mode)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(ln, "_compiled", compiled)
+    monkeypatch.setattr(ln, "_repeat_launch", lambda *a: None)
+    for stream in (0x1234, 0x99):
+        with pytest.raises(RuntimeError, match="stop"):
+            ln.launch(k, 1, 32, (np.int32(3),), stream=stream)
+    assert modes == [2, 0] and driver.mode == 0

@@ -382,3 +382,34 @@ def test_cupy_capture_of_a_first_launch():
         graph.launch(stream=s)
         s.synchronize()
         assert np.array_equal(cupy.asnumpy(y), 3.0 * hx + hy)
+
+
+def test_torch_capture_of_a_first_launch():
+    """A user kernel's first ``launch()`` inside ``torch.cuda.graph`` (PyTorch's "global" capture
+    mode, in which a module load invalidates the capture): compiled and loaded with the mode
+    relaxed; each replay follows new values."""
+    from numba import cuda
+
+    from nbwgmma.launch import launch
+
+    @cuda.jit  # (defined here: no earlier launch can have loaded it)
+    def axpy(x, y, alpha, n):
+        i = cuda.grid(1)
+        if i < n:
+            y[i] = alpha * x[i] + y[i]
+
+    n = 1000
+    x = torch.empty(n, device="cuda")
+    y = torch.empty(n, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch(axpy, (n + 127) // 128, 128, (x, y, 3.0, n), stream=torch.cuda.current_stream())
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    for _ in range(2):
+        hx = torch.randint(-8, 8, (n,), device="cuda", generator=gen).float()
+        hy = torch.randint(-8, 8, (n,), device="cuda", generator=gen).float()
+        x.copy_(hx)
+        y.copy_(hy)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, 3.0 * hx + hy)
