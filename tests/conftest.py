@@ -55,8 +55,9 @@ def run_skip_reason(config):
 #: Single tests scheduled first, so that under pytest-xdist (``-n auto`` in pyproject.toml) the
 #: workers share out the short rest at the end and finish together: the modules whose tests
 #: run child processes for tens of seconds. (xdist's loadgroup hands out its groups, the
-#: batches of compiles (``BATCHED``), before any single test, largest first.)
-SLOW_FIRST = ("test_sim.py", "test_sim_frontend.py", "test_debug_wait.py")
+#: batches of compiles (``BATCHED``), before any single test, largest first.) The examples' GPU
+#: runs, a child process each, ran last in the GPU suite and made its tail (2026-12-06).
+SLOW_FIRST = ("test_sim.py", "test_sim_frontend.py", "test_debug_wait.py", "test_examples.py")
 
 
 def _schedule_rank(item) -> int:
