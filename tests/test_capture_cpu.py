@@ -179,3 +179,22 @@ def test_a_first_launch_compiles_and_loads_relaxed_on_a_capturing_stream(driver,
         with pytest.raises(RuntimeError, match="stop"):
             ln.launch(k, 1, 32, (np.int32(3),), stream=stream)
     assert modes == [2, 0] and driver.mode == 0
+
+
+def test_matmul_runs_its_full_path_relaxed_on_a_capturing_stream(driver, monkeypatch):
+    """matmul's full path (checks, plan, compile, load, allocations) runs with the thread's mode
+    relaxed where its call is captured, and only there."""
+    from nbwgmma.frontend import matmul as mm
+
+    modes = []
+
+    def full(*args):  # (the full path: note the mode, then stop)
+        modes.append(driver.mode)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(mm, "_capturing", lambda a, stream: stream == 0x1234)
+    monkeypatch.setattr(mm, "_full", full)
+    for stream in (0x1234, 0x99):
+        with pytest.raises(RuntimeError, match="stop"):
+            mm.matmul(None, None, stream=stream)
+    assert modes == [2, 0] and driver.mode == 0
