@@ -166,7 +166,9 @@ class CompileReport:
         calls = self.runtime_calls
         if calls:
             lines.append("runtime calls " + ", ".join(f"{k}={v}" for k, v in calls.most_common())
-                         + (" (div_s64/rem_s64: a signed 64-bit // or %; see the guide's Numba pitfalls)"
+                         + (" (div_s64/rem_s64: a signed 64-bit // or % in a loop costs a call each time; a "
+                            "`range` with a run-time step, as in a persistent tile walk, calls it once, at the "
+                            "loop's start; see the guide's Numba pitfalls)"
                             if any("_s64" in k or "_u64" in k for k in calls) else ""))
         if self.warnings:
             lines.append("ptxas warnings:")

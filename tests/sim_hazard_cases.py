@@ -1252,6 +1252,18 @@ def test_two_warpgroups_sharing_a_named_barrier_is_a_hazard_in_any_order(schedul
         mod.simulate()
 
 
+@pytest.mark.parametrize("schedule", ["fifo", "random:1", "random:2"])
+def test_one_c_block_for_both_parts_is_a_hazard_that_says_two(schedule, monkeypatch):
+    """The SwiGLU example's second 64-column part staged in the first part's C block: the block is
+    written again while the first part's TMA store still reads it. Reported at the example's
+    lines, with the hint that tma_store_part wants two blocks used in turn."""
+    monkeypatch.setenv("NBWGMMA_SIM_SCHEDULE", schedule)
+    mod = _edited_example("gemm_8_swiglu", "tma_store_part(h1, c1, ct, cw, tmap_o, col0 + 64, row0)",
+                          "tma_store_part(h1, c0, ct, cw, tmap_o, col0 + 64, row0)", "epilogue")
+    with pytest.raises(sim.SimHazard, match=r"gemm_8_swiglu.py:\d+.*two, used in turn"):
+        mod.simulate()
+
+
 @cuda.jit
 def _two_groups_on_one_id(out):
     from nbwgmma.intrinsics import named_barrier_sync

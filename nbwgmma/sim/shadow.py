@@ -422,7 +422,9 @@ class Shadow:
             raise SimHazard(
                 f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that "
                 f"{self._writer_at(b)} wrote, with nothing ordering that write before this read (a barrier between "
-                f"them is missing, or the two threads should not share that memory)"
+                f"them is missing, or the two threads should not share that memory; a C block written again for "
+                f"the next part while this store still reads it: one block where tma_store_part wants two, used in "
+                f"turn?)"
                 f"{self._placed(b, th.gid, int(self.gw_tid[b]) - 1)}{note}")
         w = int(writers[first])
         f = fences[w]
