@@ -348,6 +348,34 @@ def test_bad_c_and_beta_are_refused():
             matmul(a, w.T, in_dtype="bf16", **kw)
 
 
+def test_uint16_out_and_c_are_bf16_bits_and_refused_with_f16_values():
+    """A uint16 array holds bf16 bits (NumPy has no bf16). With f16 operands given as uint16 bits
+    (in_dtype="f16") a uint16 out or C might as well be f16 bits, so it is refused (it was written
+    or read as bf16: wrong numbers and no error); float16 arrays, or out_dtype="bf16" said, take
+    the call (float16 operands with a uint16 out: bf16 bits, as before)."""
+    from nbwgmma import MatmulTypeError
+
+    rng = np.random.default_rng(3)
+    x, w, cv = rng.integers(-2, 3, (64, 32)), rng.integers(-2, 3, (48, 32)), rng.integers(-8, 9, (64, 48))
+    from nbwgmma.layout import to_bits
+
+    a, wt = cuda.to_device(to_bits(x, "f16")), cuda.to_device(to_bits(w, "f16")).T  # raw uint16, as documented
+    raw = cuda.to_device(np.zeros((64, 48), np.uint16))
+    with pytest.raises(MatmulTypeError, match=r"out is uint16, which nbwgmma reads as bf16 bits, and A or B holds f16 bits"):
+        matmul(a, wt, in_dtype="f16", out=raw)
+    with pytest.raises(MatmulTypeError, match=r"c is uint16, which nbwgmma reads as bf16 bits, and A or B holds f16 bits"):
+        matmul(a, wt, in_dtype="f16", c=cuda.to_device(to_bits(cv, "f16")), beta=1.0)
+    with pytest.raises(MatmulTypeError, match=r"got u16 \(a uint16 array's values cannot be told apart"):
+        matmul(a, wt, in_dtype="f16", bias=cuda.to_device(np.zeros(48, np.uint16)))
+    want = x @ w.T + cv
+    out = cuda.to_device(np.full((64, 48), np.nan, np.float16))
+    matmul(a, wt, in_dtype="f16", out=out, c=cuda.to_device(cv.astype(np.float16)), beta=1.0)
+    np.testing.assert_array_equal(out.copy_to_host().astype(np.float64), want)
+    raw = cuda.to_device(np.full((64, 48), 0x7FC0, np.uint16))
+    matmul(a, wt, in_dtype="f16", out=raw, out_dtype="bf16")  # said: bf16 bits
+    np.testing.assert_array_equal(_f32(raw.copy_to_host(), "bf16"), x @ w.T)
+
+
 def _row_shift(v, row, col):  # grows with the row: padding rows past M would raise amax
     return v + row
 

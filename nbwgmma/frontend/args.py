@@ -20,7 +20,7 @@ from .arrays import ArrayInfo, array_info
 __all__ = ["MatmulError", "MatmulTypeError", "FP8", "NP_OF", "CONFIG_KEYS", "check_call", "check_config",
            "check_out", "check_apart", "check_reads_apart", "arrays_among", "whole_strides", "check_c_apart", "array_error", "described", "config_error", "scale_product", "lib_of", "empty_like_lib", "empty_rows16",
            "torch_dtype", "stream_of", "stream_key", "PER_THREAD_STREAM", "is_real", "real_arg", "F32_MAX", "output",
-           "stand_in", "stream_scratch", "typed", "type_name", "holds"]
+           "stand_in", "stream_scratch", "typed", "type_name", "holds", "raw_f16"]
 
 
 FP8 = ("e4m3", "e5m2")
@@ -79,6 +79,12 @@ def typed(info: ArrayInfo, name: str, t, who: str = "matmul") -> ArrayInfo:
     return info._replace(dtype=t)
 
 
+def raw_f16(given, typed_as) -> bool:
+    """Whether an operand among ``given`` (their descriptions) is uint16 read as f16 (``typed_as``,
+    after ``in_dtype``): a uint16 out or C of such a call might hold f16 bits as well as bf16's."""
+    return any(g.dtype == "u16" and t.dtype == "f16" for g, t in zip(given, typed_as))
+
+
 def _check_device(info, name, device):
     if device is not None and info.device is not None and info.device != device:
         raise MatmulError(f"matmul: {name} is on device {info.device}, A on device {device}")
@@ -103,6 +109,7 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
         ta, tb = in_dtype
     else:
         ta = tb = in_dtype
+    raw = raw_f16((ia, ib), (typed(ia, "A", ta), typed(ib, "B", tb)))
     ia, ib = typed(ia, "A", ta), typed(ib, "B", tb)
     kind = _kind(ia.dtype, ib.dtype)
     fp8 = ia.dtype in FP8
@@ -111,6 +118,10 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
     if (scale_a is not None or scale_b is not None) and not fp8:
         raise MatmulError("matmul: scale_a/scale_b apply to fp8 inputs only")
     if out_dtype is None and io is not None:  # like torch's out=: the array says the type
+        if io.dtype == "u16" and raw:  # (uint16 is bf16's bits; with f16 operands as bits it might be f16's)
+            raise MatmulTypeError("matmul: out is uint16, which nbwgmma reads as bf16 bits, and A or B holds f16 "
+                                  "bits (in_dtype='f16'): give out as float16 for an f16 result (f16 bits as "
+                                  ".view(np.float16)), or say out_dtype='bf16' for a bf16 one")
         out_dtype = {"u16": "bf16"}.get(io.dtype, io.dtype)
     odt = type_name(out_dtype or ("bf16" if fp8 else ia.dtype))
     if odt not in _OUT_TYPES:

@@ -39,7 +39,7 @@ from numba.core.errors import NumbaError
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from .args import (
-    arrays_among, check_apart, check_c_apart, check_call, described, empty_rows16, holds, lib_of, real_arg,
+    arrays_among, check_apart, check_c_apart, check_call, described, empty_rows16, holds, lib_of, raw_f16, real_arg,
     scale_product, stream_of, zero_operands,
 )
 from .arrays import ArrayInfo, array_info
@@ -218,12 +218,12 @@ def forget_batched_plans() -> None:
     _PLANS.clear()
 
 
-def _batch_c(c, beta, bt: Batch, device):
+def _batch_c(c, beta, bt: Batch, device, raw16=False):
     """``(C as the kernel reads it: (description of a (count, M, N) view, owner), or None; beta)``
     of a batched call: ``c`` of the output's shape (its batch in one stride) or (M, N), added to
     every product (``torch.baddbmm``'s broadcast)."""
     m, n = bt.a.shape[0], bt.b.shape[1]
-    info, beta = check_c(c, beta, m, n, device, shapes=(bt.lead + (m, n), (m, n)))
+    info, beta = check_c(c, beta, m, n, device, shapes=(bt.lead + (m, n), (m, n)), raw_f16=raw16)
     if info is None:
         return None, beta
     _, sc, _ = _merged(info, "c") if len(info.shape) > 2 else (bt.count, 0, ())
@@ -255,7 +255,7 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
     epi, vec, fp8_out = {}, None, (1.0, None)
-    cb, beta = _batch_c(c, beta, bt, ia.device)
+    cb, beta = _batch_c(c, beta, bt, ia.device, raw_f16((bt.a, bt.b), (one_a, one_b)))
     if m == 0 or n == 0 or bt.count == 0:  # an empty output: nothing runs, but the options are checked
         check_fp8_out(odt, scale_out, amax, ia.device)
         user_epilogue(epilogue, epilogue_args, m, n, ia.device)

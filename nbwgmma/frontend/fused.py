@@ -54,7 +54,9 @@ def check_epilogue(activation, bias_info: ArrayInfo | None, m: int, n: int, devi
     if bias_info is None:
         return None
     if bias_info.dtype not in ("f32", "bf16", "f16"):
-        raise MatmulTypeError(f"matmul: bias must be f32, bf16 or f16; got {bias_info.dtype}")
+        raw = " (a uint16 array's values cannot be told apart: give bf16 values as float32)" \
+            if bias_info.dtype == "u16" else ""
+        raise MatmulTypeError(f"matmul: bias must be f32, bf16 or f16; got {bias_info.dtype}{raw}")
     if bias_info.device != device:
         raise MatmulError(f"matmul: bias must be on device {device} like A; got device {bias_info.device}")
     shape = bias_info.shape
@@ -194,10 +196,12 @@ def bias_vector(bias, info, stream=None):
 _C_TYPES = {"bf16": "bf16", "u16": "bf16", "f16": "f16", "f32": "f32"}
 
 
-def check_c(c, beta, m, n, device, shapes=None):
+def check_c(c, beta, m, n, device, shapes=None, raw_f16=False):
     """``(info of C or None, beta as a float)``: C of shape (M, N) (or one of ``shapes``) on A's
     device, bf16, f16 or f32, any strides; ``beta`` a real number, 1 by default where C is given
-    (C checked but not read where beta is 0)."""
+    (C checked but not read where beta is 0). A uint16 C holds bf16 bits: refused where the
+    call's operands are f16 given as uint16 bits (``raw_f16``: :func:`~.args.raw_f16`), whose
+    bits it might as well be."""
     if c is None:
         if beta is not None and not is_real(beta):
             raise MatmulTypeError(f"matmul: beta must be a real number; got {type(beta).__name__}")
@@ -210,6 +214,9 @@ def check_c(c, beta, m, n, device, shapes=None):
         raise MatmulError(f"matmul: c must have shape {want} like the output; got {info.shape}")
     if info.dtype not in _C_TYPES:
         raise MatmulTypeError(f"matmul: c must be bf16, f16 or f32; got {info.dtype}")
+    if info.dtype == "u16" and raw_f16:
+        raise MatmulTypeError("matmul: c is uint16, which nbwgmma reads as bf16 bits, and A or B holds f16 bits "
+                              "(in_dtype='f16'): give C as float16 (f16 bits as .view(np.float16))")
     if info.device != device:
         raise MatmulError(f"matmul: c must be on device {device} like A; got device {info.device}")
     beta = real_arg(1.0 if beta is None else beta, "beta")

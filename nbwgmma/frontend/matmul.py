@@ -20,7 +20,7 @@ from ..capture import call_captured, calling, relaxed
 from ..errors import MatmulError
 from .args import (
     array_error, check_c_apart, check_call, check_reads_apart, described, empty_like_lib, empty_rows16, is_real,
-    lib_of, output, real_arg, F32_MAX, scale_product, stream_of, torch_dtype, whole_strides, zero_operands,
+    lib_of, output, raw_f16, real_arg, F32_MAX, scale_product, stream_of, torch_dtype, whole_strides, zero_operands,
 )
 from .arrays import ArrayInfo, array_info
 from .batched import batch_of, batched_matmul, check_batch_options, fold, forget_batched_plans, unfold
@@ -282,9 +282,11 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
         raise array_error((("out", out),), e) from None
     if io is not None:
         whole_strides(io, "out")
+    given = (ia, ib)
     ia, ib, kind, fp8, auto, opts, odt = check_call(ia, ib, io, in_dtype=in_dtype, out_dtype=out_dtype,
                                                     scale_a=scale_a, scale_b=scale_b, config=config,
                                                     autotune_default=config is None and _autotune_enabled())
+    raw16 = raw_f16(given, (ia, ib))  # (a uint16 C then is ambiguous: fused.check_c)
     if is_tensor_scale(scale_a) or is_tensor_scale(scale_b):  # per row, column or block: nbwgmma.frontend.scaled
         with_epilogue = any(x is not None for x in (epilogue, c, beta)) or bool(epilogue_args)
         if odt in ("e4m3", "e5m2") or scale_out is not None or amax is not None:
@@ -321,7 +323,7 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
             scale, iamax = check_fp8_out(odt, scale_out, amax, ia.device)
             bi = described(bias, "bias") if bias is not None else None
             where = check_epilogue(activation, bi, m, n, ia.device)
-            ic, beta_c = check_c(c, beta, m, n, ia.device)
+            ic, beta_c = check_c(c, beta, m, n, ia.device, raw_f16=raw16)
             ufn, kinds, infos = user_epilogue(epilogue, epilogue_args, m, n, ia.device)
             if given:  # (vectors the epilogue reads: another tile may already have written them)
                 check_reads_apart(io, (("bias", bi), ("amax", iamax),
@@ -344,11 +346,11 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
                 epi["amax"] = True
             fp8_out = (scale, None if iamax is None else (iamax, amax))
         elif bias is None and activation is None and epilogue is None and not epilogue_args \
-                and (c is None and beta is None or c is not None and check_c(c, beta, m, n, ia.device)[0] is None) \
+                and (c is None and beta is None or c is not None and check_c(c, beta, m, n, ia.device, raw_f16=raw16)[0] is None) \
                 or m == 0 or n == 0:  # K = 0 and only an fp8 output, alpha or a C that beta = 0 leaves unread:
             if m == 0 or n == 0:  # an empty output: nothing runs, but the options are checked as in any call
                 check_epilogue(activation, described(bias, "bias") if bias is not None else None, m, n, ia.device)
-                check_c(c, beta, m, n, ia.device)
+                check_c(c, beta, m, n, ia.device, raw_f16=raw16)
                 user_epilogue(epilogue, epilogue_args, m, n, ia.device)
             check_fp8_out(odt, scale_out, amax, ia.device)  # zeros (amax stays as it is); an empty output: nothing
         else:  # a bias, an activation, C or your function over a zero product: the epilogue over zeros of K = 16
