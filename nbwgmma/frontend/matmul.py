@@ -145,7 +145,9 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     ``in_dtype`` names the element type of A and B (or a pair, A's and B's) where their
     arrays hold raw bits: NumPy, hence Numba and CuPy, has no bf16 or fp8 type, so a
     ``uint16`` array of bf16 bits is ``in_dtype="bf16"``, ``uint8`` fp8 bytes ``"e4m3"`` or
-    ``"e5m2"``. In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) A, B and ``out``
+    ``"e5m2"``. A ``uint16`` ``out`` or ``c`` holds bf16 bits; f16 has NumPy's ``float16`` (where
+    A or B is f16 given as ``uint16`` bits, a ``uint16`` out or C is refused as ambiguous:
+    give it as ``float16``, or say ``out_dtype="bf16"``). In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) A, B and ``out``
     are the simulator's arrays and the kernel runs thread by thread (slow: keep problems
     to a few tiles), with the same checks as on the GPU.
     """
