@@ -446,6 +446,8 @@ def test_bad_fp8_output_arguments_are_refused():
         (dict(out=out8, out_dtype="e4m3", amax=cuda.to_device(np.zeros(2, np.float32))),
          r"amax must be a one-element f32 array"),
         (dict(out=out8, out_dtype="e4m3", scale_out="2"), "scale_out must be a real number"),
+        (dict(out=out8, out_dtype="e4m3", amax=cuda.to_device(np.zeros(1, np.float64))),
+         r"amax must be a one-element f32 array; got f64"),
     ]
     for kw, msg in cases:
         with pytest.raises(MatmulError, match=msg):

@@ -235,9 +235,11 @@ def check_fp8_out(odt, scale_out, amax, device):
     if amax is None:
         return scale, None
     info = described(amax, "amax")
-    if info.dtype != "f32" or info.shape not in ((1,), ()) or info.device != device:
-        raise MatmulError(f"matmul: amax must be a one-element f32 array on device {device}; got {info.dtype} of "
-                          f"shape {info.shape} on device {info.device}")
+    if info.dtype != "f32":  # (the wrong type: TypeError's side, as for the other arrays)
+        raise MatmulTypeError(f"matmul: amax must be a one-element f32 array; got {info.dtype}")
+    if info.shape not in ((1,), ()) or info.device != device:
+        raise MatmulError(f"matmul: amax must be a one-element f32 array on device {device}; got shape {info.shape} "
+                          f"on device {info.device}")
     return scale, info
 
 
