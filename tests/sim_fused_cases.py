@@ -239,6 +239,12 @@ def _undefined_name(v, row, col):
     return v + UNDEFINED_NAME  # noqa: F821
 
 
+def _undefined_in_a_branch(v, row, col):  # (a call with row 0 never reaches the name)
+    if row > 5:
+        return v + NOT_DEFINED_EITHER  # noqa: F821
+    return v
+
+
 def _adds_text(v, row, col):
     return v + "a"
 
@@ -267,6 +273,8 @@ def test_an_epilogue_that_cannot_run_is_refused_before_the_launch_naming_its_lin
 
     a, w = _bits(np.ones((64, 32)), "bf16"), _bits(np.ones((48, 32)), "bf16")
     for fn, reason, text in ((_undefined_name, "NameError: name 'UNDEFINED_NAME' is not defined", "UNDEFINED_NAME"),
+                             (_undefined_in_a_branch, "NameError: name 'NOT_DEFINED_EITHER' is not defined",
+                              "NOT_DEFINED_EITHER"),
                              (_adds_text, "TypeError: ", '"a"'), (_returns_a_pair, "it returns tuple, not a number",
                                                                    "def _returns_a_pair")):
         out = cuda.to_device(np.full((64, 48), np.nan, np.float32))

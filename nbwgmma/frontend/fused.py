@@ -22,6 +22,7 @@ there, where inside the whole GEMM kernel Numba took two and a half minutes to s
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dis
 import inspect
@@ -130,6 +131,9 @@ def _compiles_alone(fn, kinds):
             inspect.signature(fn.py_func).bind(*range(3 + len(kinds)))
         except TypeError as e:
             raise epilogue_error(fn, kinds, e) from None
+        missing = _undefined_globals(fn.py_func)
+        if missing:  # (in any branch, as the compiler finds them; one call would find only its path's)
+            raise epilogue_error(fn, kinds, NameError(f"name '{missing[0]}' is not defined"))
         _runs_on_the_host(fn, kinds)
         return
     if (fn, len(kinds)) in _TYPED:
@@ -144,6 +148,13 @@ def _compiles_alone(fn, kinds):
     if len(_TYPED) >= 256:
         _TYPED.clear()
     _TYPED.add((fn, len(kinds)))
+
+
+def _undefined_globals(py) -> list:
+    """The global names ``py``'s code reads that neither its module nor Python's builtins define
+    (what Numba refuses as "untyped global name" when it compiles the function)."""
+    names = {i.argval for i in dis.get_instructions(py) if i.opname == "LOAD_GLOBAL"}
+    return sorted(x for x in names if x not in py.__globals__ and not hasattr(builtins, x))
 
 
 def _runs_on_the_host(fn, kinds):
