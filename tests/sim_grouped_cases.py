@@ -104,9 +104,13 @@ def test_bad_bias_and_activation_are_refused():
     ends = cuda.to_device(np.array([4, 8], np.int32))
     for kw, msg in ((dict(activation="tanh"), "activation must be one of"),
                     (dict(bias=cuda.to_device(np.ones((3, 24), np.float32))), r"bias must have shape \(2, 24\)"),
-                    (dict(bias=cuda.to_device(np.ones(24, np.int32))), "bias must be f32, bf16 or f16")):
+                    (dict(bias=cuda.to_device(np.ones(24, np.int32))), "bias must be f32, bf16 or f16"),
+                    (dict(bias=cuda.to_device(np.ones(24, np.float16))),
+                     r"bias must be f32, bf16 or f16 \(a Numba array: f32, .*\); got f16"),
+                    (dict(in_dtype="f16", out=cuda.to_device(np.zeros((8, 24), np.uint16))),
+                     r"out must be an f16 array \(float16: a uint16 array holds bf16 bits")):
         with pytest.raises(MatmulError, match=msg):
-            grouped_matmul(a, _swap(w), ends, in_dtype="bf16", **kw)
+            grouped_matmul(a, _swap(w), ends, **({"in_dtype": "bf16"} | kw))
     out = cuda.to_device(np.full((8, 24), np.nan, np.float32))  # a bias in out's own first rows: read after a
     with pytest.raises(MatmulError, match="out overlaps bias"):  # tile wrote them (a wrong answer before)
         grouped_matmul(a, _swap(w), ends, in_dtype="bf16", out=out, bias=out[:2])

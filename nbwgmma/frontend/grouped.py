@@ -67,8 +67,9 @@ def _group_bias(bias, groups, n, device, lib):
     if bias is None:
         return None, 0
     info = described(bias, "bias", "grouped_matmul")
-    if info.dtype not in ("f32", "bf16", "f16"):
-        raise MatmulTypeError(f"grouped_matmul: bias must be f32, bf16 or f16; got {info.dtype}")
+    if info.dtype not in ("f32", "bf16", "f16") or (lib == "numba" and info.dtype != "f32"):
+        raise MatmulTypeError(f"grouped_matmul: bias must be f32, bf16 or f16 (a Numba array: f32, its library "
+                              f"cannot convert it here); got {info.dtype}")
     if info.device != device:
         raise MatmulError(f"grouped_matmul: bias must be on device {device} like A; got device {info.device}")
     if info.shape not in ((groups, n), (n,), (1, n)):
@@ -79,10 +80,7 @@ def _group_bias(bias, groups, n, device, lib):
         f32 = bias.reshape(rows, n).float().contiguous()
     elif lib == "cupy":  # (a graph's kernel reads the copy at every replay: nbwgmma.capture)
         f32 = keep_if_captured(bias.reshape(rows, n).astype(np.float32))
-    elif info.dtype != "f32":
-        raise MatmulTypeError(f"grouped_matmul: a Numba bias must be f32 (its library cannot convert it here); got "
-                              f"{info.dtype}")
-    else:
+    else:  # (a Numba bias is f32: checked above)
         f32 = bias.reshape(rows, n)
     return f32, int(rows > 1)
 
@@ -116,7 +114,9 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
                    activation=None, scale_a=None, scale_b=None):
     """``out[rows of group g] = activation(a[rows of group g] @ b[g] + bias[g])`` for the groups
     of rows ``offs`` delimits (see the module's text); returns ``out`` (allocated when not
-    given). ``in_dtype``: the element type of raw integer operands (NumPy, Numba and CuPy have
+    given). ``offs`` is read on the device only and not checked unless ``validate=True`` (a host
+    read): ends past A's rows or below 0 are clamped into [0, total], and decreasing ends make
+    groups overlap: a wrong product, with no error. Rows past the last end are left as they are. ``in_dtype``: the element type of raw integer operands (NumPy, Numba and CuPy have
     no bf16 or fp8: ``uint16`` bits with "bf16" or "f16", ``uint8`` with "e4m3" or "e5m2";
     :func:`nbwgmma.layout.to_bits` makes them); PyTorch tensors carry their type. ``bias``: (G, N) (one row per group: each expert's bias) or (N,) (one for all), f32,
     bf16 or f16 (a Numba array: f32); ``activation``: one of ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``
@@ -133,7 +133,7 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     pass over the operand), never refused. bf16 or f16, out of the input type: a given ``out``
     must be (G, M, N) with N contiguous and 16-byte aligned rows (an allocated one pads its rows
     to 16 bytes, as PyTorch's does). One launch, ``offs`` read on the device only (clamped into
-    [0, total], as above; ``validate=True`` checks it on the host);
+    [0, total], as in the 3-D form; ``validate=True`` checks it on the host);
     ``bias`` and ``activation`` are refused in this form.
 
     fp8 A and B (e4m3 or e5m2; PyTorch float8 tensors, or uint8 bytes with ``in_dtype``) run the

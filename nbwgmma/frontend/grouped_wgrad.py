@@ -113,7 +113,8 @@ def out_type(io: ArrayInfo, odt: str):
     """A grouped product's ``out`` holds ``odt`` (:func:`~nbwgmma.frontend.args.holds`); else a
     :class:`MatmulTypeError`."""
     if not holds(io.dtype, odt):
-        bits = " (uint16 for bf16 bits)" if odt == "bf16" else ""
+        bits = {"bf16": " (uint16 for bf16 bits)",
+                "f16": " (float16: a uint16 array holds bf16 bits; f16 bits as .view(np.float16))"}.get(odt, "")
         article = "an" if odt[0] in "ef" else "a"
         raise MatmulTypeError(f"grouped_matmul: out must be {article} {odt} array{bits}; got {io.dtype}")
 

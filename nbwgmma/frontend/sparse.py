@@ -145,7 +145,8 @@ def sparse_matmul(a, b, *, out=None, out_dtype=None, stream=None, config=None, i
     if in_dtype is not None:
         if in_dtype != w.dtype or ix.dtype not in (in_dtype, _RAW_OK.get(in_dtype)):  # (its own type: a no-op)
             raise MatmulTypeError(f"matmul: in_dtype names the raw bits of the dense operand of a {w.dtype} Sparse24 "
-                                  f"(uint16 for bf16, uint8 for fp8); got in_dtype={in_dtype!r} with {ix.dtype}")
+                                  f"(uint16 for bf16, uint8 for fp8), so it is in_dtype={w.dtype!r} or left out; got "
+                                  f"in_dtype={in_dtype!r} with {ix.dtype}")
         ix = ix._replace(dtype=in_dtype)
     fp8 = w.dtype in _FP8
     if ix.dtype != w.dtype:
