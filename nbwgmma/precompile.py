@@ -191,7 +191,7 @@ def cpu_plan(dtype, layout, cfg, rows=256, n=256, k=1024):
     fp8 = dtype in ("e4m3", "e5m2")
     ia = info(1 << 40, rows, k, layout[0] == "K", es, name)
     ib = info(2 << 40, k, n, layout[1] != "K", es, name)
-    ia, ib, kind, fp8, _, opts, odt = check_call(
+    ia, ib, kind, fp8, _, opts, odt, _ = check_call(
         ia, ib, None, in_dtype=None, out_dtype="bf16" if fp8 else None, scale_a=1.0 if fp8 else None,
         scale_b=1.0 if fp8 else None, config=dict(cfg), autotune_default=False)
     oes = 4 if odt == "f32" else 2

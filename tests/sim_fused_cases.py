@@ -369,9 +369,11 @@ def test_uint16_out_and_c_are_bf16_bits_and_refused_with_f16_values():
 
     a, wt = cuda.to_device(to_bits(x, "f16")), cuda.to_device(to_bits(w, "f16")).T  # raw uint16, as documented
     raw = cuda.to_device(np.zeros((64, 48), np.uint16))
-    with pytest.raises(MatmulTypeError, match=r"out is uint16, which nbwgmma reads as bf16 bits, and A or B holds f16 bits"):
+    with pytest.raises(MatmulTypeError,
+                       match=r"out is uint16, which nbwgmma reads as bf16 bits, and A or B holds f16 bits"):
         matmul(a, wt, in_dtype="f16", out=raw)
-    with pytest.raises(MatmulTypeError, match=r"c is uint16, which nbwgmma reads as bf16 bits, and A or B holds f16 bits"):
+    with pytest.raises(MatmulTypeError,
+                       match=r"c is uint16, which nbwgmma reads as bf16 bits, and A or B holds f16 bits"):
         matmul(a, wt, in_dtype="f16", c=cuda.to_device(to_bits(cv, "f16")), beta=1.0)
     with pytest.raises(MatmulTypeError, match=r"got u16 \(a uint16 array's values cannot be told apart"):
         matmul(a, wt, in_dtype="f16", bias=cuda.to_device(np.zeros(48, np.uint16)))

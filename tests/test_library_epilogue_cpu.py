@@ -257,8 +257,8 @@ def test_fp8_output_kernels_store_codes_by_tma(monkeypatch):
     def plan(epi, odt):
         a = _row_major(1 << 40, 8192, 8192, 1, "e4m3")
         b = ArrayInfo(2 << 40, (8192, 8192), (1, 8192), 1, "e4m3", 0, "numba")
-        a, b, kind, _, _, opts, odt = check_call(a, b, None, in_dtype=None, out_dtype=odt, scale_a=1.0, scale_b=1.0,
-                                                 config=None, autotune_default=False)
+        a, b, kind, _, _, opts, odt, _ = check_call(a, b, None, in_dtype=None, out_dtype=odt, scale_a=1.0,
+                                                    scale_b=1.0, config=None, autotune_default=False)
         return Plan(kind, odt, a, b, _row_major(3 << 40, 8192, 8192, 1 if odt == "e4m3" else 2, odt),
                     {**opts, **epi}, True)
 

@@ -92,8 +92,9 @@ def _check_device(info, name, device):
 
 def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, autotune_default):
     """Check a call's operands and options before any allocation. Returns
-    ``(ia, ib, kind, fp8, auto, opts, odt)``: the operands with their element types, the
-    wgmma kind, whether they are fp8, whether to autotune, the config dict, the output type."""
+    ``(ia, ib, kind, fp8, auto, opts, odt, raw16)``: the operands with their element types, the
+    wgmma kind, whether they are fp8, whether to autotune, the config dict, the output type, and
+    whether an operand is f16 given as uint16 bits (:func:`raw_f16`: a uint16 C is then refused)."""
     if len(ia.shape) != 2 or len(ib.shape) != 2:
         raise MatmulError(f"matmul: A and B must be 2-D; got shapes {ia.shape} and {ib.shape}")
     if ia.shape[1] != ib.shape[0]:
@@ -109,8 +110,8 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
         ta, tb = in_dtype
     else:
         ta = tb = in_dtype
-    raw = raw_f16((ia, ib), (typed(ia, "A", ta), typed(ib, "B", tb)))
-    ia, ib = typed(ia, "A", ta), typed(ib, "B", tb)
+    given, (ia, ib) = (ia, ib), (typed(ia, "A", ta), typed(ib, "B", tb))
+    raw = raw_f16(given, (ia, ib))
     kind = _kind(ia.dtype, ib.dtype)
     fp8 = ia.dtype in FP8
     auto = config == "auto" or (config is None and autotune_default)
@@ -129,7 +130,7 @@ def check_call(ia, ib, io, *, in_dtype, out_dtype, scale_a, scale_b, config, aut
                               f"{out_dtype}")
     if ia.dtype == "f32" and odt != "f32":
         raise MatmulTypeError(f"matmul: f32 (tf32) inputs give f32 outputs; got out_dtype={odt}")
-    return ia, ib, kind, fp8, auto, opts, odt
+    return ia, ib, kind, fp8, auto, opts, odt, raw
 
 
 def check_config(config) -> dict:

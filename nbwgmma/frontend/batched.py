@@ -39,7 +39,7 @@ from numba.core.errors import NumbaError
 from .. import sim
 from ..errors import MatmulError, MatmulTypeError
 from .args import (
-    arrays_among, check_apart, check_c_apart, check_call, described, empty_rows16, holds, lib_of, raw_f16, real_arg,
+    arrays_among, check_apart, check_c_apart, check_call, described, empty_rows16, holds, lib_of, real_arg,
     scale_product, stream_of, zero_operands,
 )
 from .arrays import ArrayInfo, array_info
@@ -239,7 +239,7 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
     Returns (out, the plan or None where nothing was launched, one matrix of out, the bias as
     the kernel reads it or None)."""
     io = described(out, "out") if out is not None else None  # (check_call reads its type)
-    one_a, one_b, kind, fp8, auto, opts, odt = check_call(
+    one_a, one_b, kind, fp8, auto, opts, odt, raw16 = check_call(
         bt.a, bt.b, io, in_dtype=in_dtype, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b,
         config=None if config == "auto" else config, autotune_default=False)
     (m, k), n = one_a.shape, one_b.shape[1]
@@ -255,7 +255,7 @@ def batched_matmul(a, ia, b, ib, bt: Batch, *, out, out_dtype, in_dtype, scale_a
     st = stream_of(lib, stream)
     alpha = real_arg(alpha, "alpha")
     epi, vec, fp8_out = {}, None, (1.0, None)
-    cb, beta = _batch_c(c, beta, bt, ia.device, raw_f16((bt.a, bt.b), (one_a, one_b)))
+    cb, beta = _batch_c(c, beta, bt, ia.device, raw16)
     if m == 0 or n == 0 or bt.count == 0:  # an empty output: nothing runs, but the options are checked
         check_fp8_out(odt, scale_out, amax, ia.device)
         user_epilogue(epilogue, epilogue_args, m, n, ia.device)

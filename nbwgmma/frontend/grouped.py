@@ -116,7 +116,8 @@ def grouped_matmul(a, b, offs, *, out=None, out_dtype=None, in_dtype=None, strea
     of rows ``offs`` delimits (see the module's text); returns ``out`` (allocated when not
     given). ``offs`` is read on the device only and not checked unless ``validate=True`` (a host
     read): ends past A's rows or below 0 are clamped into [0, total], and decreasing ends make
-    groups overlap: a wrong product, with no error. Rows past the last end are left as they are. ``in_dtype``: the element type of raw integer operands (NumPy, Numba and CuPy have
+    groups overlap: a wrong product, with no error. Rows past the last end are left as they are.
+    ``in_dtype``: the element type of raw integer operands (NumPy, Numba and CuPy have
     no bf16 or fp8: ``uint16`` bits with "bf16" or "f16", ``uint8`` with "e4m3" or "e5m2";
     :func:`nbwgmma.layout.to_bits` makes them); PyTorch tensors carry their type. ``bias``: (G, N) (one row per group: each expert's bias) or (N,) (one for all), f32,
     bf16 or f16 (a Numba array: f32); ``activation``: one of ``relu``, ``gelu``, ``gelu_tanh``, ``silu``, ``sigmoid``

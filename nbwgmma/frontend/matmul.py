@@ -20,7 +20,7 @@ from ..capture import call_captured, calling, relaxed
 from ..errors import MatmulError
 from .args import (
     array_error, check_c_apart, check_call, check_reads_apart, described, empty_like_lib, empty_rows16, is_real,
-    lib_of, output, raw_f16, real_arg, F32_MAX, scale_product, stream_of, torch_dtype, whole_strides, zero_operands,
+    lib_of, output, real_arg, F32_MAX, scale_product, stream_of, torch_dtype, whole_strides, zero_operands,
 )
 from .arrays import ArrayInfo, array_info
 from .batched import batch_of, batched_matmul, check_batch_options, fold, forget_batched_plans, unfold
@@ -147,9 +147,9 @@ def matmul(a, b, *, bias=None, activation=None, epilogue=None, epilogue_args=(),
     ``uint16`` array of bf16 bits is ``in_dtype="bf16"``, ``uint8`` fp8 bytes ``"e4m3"`` or
     ``"e5m2"``. A ``uint16`` ``out`` or ``c`` holds bf16 bits; f16 has NumPy's ``float16`` (where
     A or B is f16 given as ``uint16`` bits, a ``uint16`` out or C is refused as ambiguous:
-    give it as ``float16``, or say ``out_dtype="bf16"``). In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) A, B and ``out``
-    are the simulator's arrays and the kernel runs thread by thread (slow: keep problems
-    to a few tiles), with the same checks as on the GPU.
+    give it as ``float16``, or say ``out_dtype="bf16"``). In Numba's CUDA simulator
+    (``NUMBA_ENABLE_CUDASIM=1``) A, B and ``out`` are the simulator's arrays and the kernel runs
+    thread by thread (slow: keep problems to a few tiles), with the same checks as on the GPU.
     """
     if type(a) in SPARSE_TYPES or type(b) in SPARSE_TYPES:  # a 2:4-sparse weight: nbwgmma.frontend.sparse
         kw = dict(locals())  # (a copy: a tracer reading the frame's locals adds to the live dict)
@@ -284,11 +284,9 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
         raise array_error((("out", out),), e) from None
     if io is not None:
         whole_strides(io, "out")
-    given = (ia, ib)
-    ia, ib, kind, fp8, auto, opts, odt = check_call(ia, ib, io, in_dtype=in_dtype, out_dtype=out_dtype,
-                                                    scale_a=scale_a, scale_b=scale_b, config=config,
-                                                    autotune_default=config is None and _autotune_enabled())
-    raw16 = raw_f16(given, (ia, ib))  # (a uint16 C then is ambiguous: fused.check_c)
+    ia, ib, kind, fp8, auto, opts, odt, raw16 = check_call(
+        ia, ib, io, in_dtype=in_dtype, out_dtype=out_dtype, scale_a=scale_a, scale_b=scale_b, config=config,
+        autotune_default=config is None and _autotune_enabled())
     if is_tensor_scale(scale_a) or is_tensor_scale(scale_b):  # per row, column or block: nbwgmma.frontend.scaled
         with_epilogue = any(x is not None for x in (epilogue, c, beta)) or bool(epilogue_args)
         if odt in ("e4m3", "e5m2") or scale_out is not None or amax is not None:
@@ -348,7 +346,8 @@ def _full(a, b, bias, activation, epilogue, epilogue_args, c, alpha, beta, out, 
                 epi["amax"] = True
             fp8_out = (scale, None if iamax is None else (iamax, amax))
         elif bias is None and activation is None and epilogue is None and not epilogue_args \
-                and (c is None and beta is None or c is not None and check_c(c, beta, m, n, ia.device, raw_f16=raw16)[0] is None) \
+                and (c is None and beta is None
+                     or c is not None and check_c(c, beta, m, n, ia.device, raw_f16=raw16)[0] is None) \
                 or m == 0 or n == 0:  # K = 0 and only an fp8 output, alpha or a C that beta = 0 leaves unread:
             if m == 0 or n == 0:  # an empty output: nothing runs, but the options are checked as in any call
                 check_epilogue(activation, described(bias, "bias") if bias is not None else None, m, n, ia.device)
