@@ -9,7 +9,8 @@ the tile model (:data:`nbwgmma.frontend.tiles.TILES`, the 256-row tiles of
 narrow tiles of
 :func:`nbwgmma.frontend.tiles.pick_narrow` (K-major B), the tiles of a swapped tall product
 (:func:`nbwgmma.frontend.tiles.pick_swap`, :func:`nbwgmma.frontend.tiles.pick_swap_wide`), the 192-row
-tiles of :func:`nbwgmma.frontend.tall_tiles.pick_tall` (192 x 144, 160 and 176; K-major A and B), the one-wave
+tiles of :func:`nbwgmma.frontend.tall_tiles.pick_tall` (192 x 144, 160 and 176; K-major A and B), swapped
+too (:func:`nbwgmma.frontend.tall_tiles.pick_swapped_tall`), the one-wave
 tiles of :func:`nbwgmma.frontend.tiles.pick_one_wave` (K-major A and B, swapped or not) and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
 fp8, f32 for tf32). Worker processes share the list (one per CPU core by default, at most
@@ -101,8 +102,9 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             out += [(dt, lay, c) for c in configs if lay[1] == "K" or c.get("bn", 64) % 64 == 0]
             if dt != "tf32" and lay[0] == "K":  # swapped small-M products: A's rows are the narrow tile's K-major B
                 out += [(dt, lay, dict(c)) for c in (_SWAPPED if sixteen else _SWAPPED_FP8)]
-            if sixteen and lay == "KK":  # 192-row tiles (pick_tall: K-major A and B)
+            if sixteen and lay == "KK":  # 192-row tiles (pick_tall: K-major A and B), swapped too (pick_swapped_tall)
                 out += [(dt, lay, tall_tile(bn)) for bn in (TALL_TILE[1], *TALL_WIDER) if tall_tile(bn) not in configs]
+                out += [(dt, lay, {"swap": 1, **tall_tile(bn)}) for bn in (TALL_TILE[1], *TALL_WIDER)]
             if sixteen and lay[0] == "K":  # tall products swapped for their tiles' fill (pick_swap, pick_swap_wide)
                 out += [(dt, lay, {"swap": 1, "bm": bm, "bn": bn}) for bm, bn in TILES]
                 out += [(dt, lay, {"swap": 1, "bm": 256, "bn": bn}) for bn in TILE256_BN]

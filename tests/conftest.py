@@ -57,7 +57,8 @@ def run_skip_reason(config):
 #: run child processes for tens of seconds. (xdist's loadgroup hands out its groups, the
 #: batches of compiles (``BATCHED``), before any single test, largest first.) The examples' GPU
 #: runs, a child process each, ran last in the GPU suite and made its tail (2026-12-06).
-SLOW_FIRST = ("test_sim.py", "test_sim_frontend.py", "test_debug_wait.py", "test_examples.py")
+SLOW_FIRST = ("test_sim.py", "test_sim_frontend.py", "test_debug_wait.py", "test_examples.py",
+              "test_config_fuzz_gpu.py")
 
 
 def _schedule_rank(item) -> int:

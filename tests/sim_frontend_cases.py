@@ -177,14 +177,17 @@ def test_narrow_tiles_tma_epilogue(n, odt, parts):
                                           ("f16", 170, 264, {"swap": 1, "bm": 256, "bn": 152, "c_parts": 5,
                                                              "c_slots": 2}),
                                           ("bf16", 200, 264, {"swap": 1, "bm": 256, "bn": 136, "b_rows": 1}),
-                                          ("f16", 200, 136, {"swap": 1, "bm": 128, "bn": 144})],
+                                          ("f16", 200, 136, {"swap": 1, "bm": 128, "bn": 144}),
+                                          ("bf16", 200, 400, {"swap": 1, "bm": 192, "bn": 144}),
+                                          ("f16", 190, 408, {"swap": 1, "bm": 192, "bn": 176})],
                          ids=["128x128", "128x64", "256x128", "128x128-parts", "256x152", "256x152-5parts-2slots",
-                              "256x136-Bmn", "128x144"])
+                              "256x136-Bmn", "128x144", "192x144", "192x176-thirds"])
 def test_swapped_tiles_stored_transposed_by_tma(t, m, n, cfg):
     """A swapped product (C^T = B^T A^T) into a 16-bit row-major out stores each consumer's block
     transposed through shared memory (stmatrix.trans) with TMA boxes of out, clipped at its edges;
     a width that is not a multiple of 64 in parts of a multiple of 8 but the last (152: 80 and 72,
-    or 32, 32, 32, 32 and 24 through two slots), in boxes of 8 rows of out."""
+    or 32, 32, 32, 32 and 24 through two slots), in boxes of 8 rows of out; 192-row tiles (three
+    consumers, tall_tiles.pick_swapped_tall's) with rows past N in the last tile row."""
     from nbwgmma.frontend.matmul import last_plan
 
     cfg = dict(cfg)
@@ -194,6 +197,8 @@ def test_swapped_tiles_stored_transposed_by_tma(t, m, n, cfg):
     assert c.c_transposed and c.epilogue == "tma" and c.a_major == ("MN" if b_rows else "K")
     if cfg["bn"] == 144:  # one part of 144 columns: boxes of 16 rows
         assert c.c_widths == (144,) and c.c_box == 16
+    if cfg["bn"] == 176:  # three consumers: in thirds (in halves it spilled)
+        assert c.consumers == 3 and c.c_widths == (64, 64, 48) and c.c_box == 16
     if cfg["bn"] == 152:
         assert c.c_box == 8 and c.c_widths == ((80, 72) if "c_parts" not in cfg else (32, 32, 32, 32, 24))
     np.testing.assert_array_equal(got, want)

@@ -8,7 +8,8 @@ from numba import types
 
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
-from nbwgmma.frontend.tall_tiles import TALL_EFF, TALL_GAIN, TALL_WIDER, best_tall, pick_tall, tall_over_swap
+from nbwgmma.frontend.tall_tiles import (SWAPPED_TALL_GAIN, TALL_EFF, TALL_GAIN, TALL_WIDER, best_tall, pick_swapped_tall,
+                                         pick_tall, tall_over_swap)
 from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
                                     pick_one_wave, pick_tile, padded_score, wave_fill, work_fill, SWAP256_EFF,
                                     SWAP256_GAIN, TILE256_BN, ONE_WAVE_BN, ONE_WAVE_GAIN)
@@ -441,6 +442,10 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
     (15831, 856, (192, 144, 0)),    # 1.17x (swapped 256 x 152 before)
     (12610, 1040, (192, 176, 0)),   # 1.12x in 192 x 144, held out (swapped 256 x 160 before); 192 x 176 1.13x that
     (14017, 592, (128, 192, 1)),    # 192 x 144 lost 0.76x here (less real work than the swapped tile)
+    # measured on an H100 (2026-12-06): swapped 192-row tiles (tall_tiles.pick_swapped_tall)
+    (12977, 1328, (192, 144, 1)),   # 1.16x (192 x 160 before; cuBLAS's tile there is 176 x 192)
+    (14271, 576, (192, 176, 1)),    # 1.24x, held out (192 x 144 before)
+    (14520, 784, (192, 160, 0)),    # swapped it fills worse: 0.67-0.70x measured
 ])
 def test_the_padding_aware_default_tiles_measured_on_the_gpu(sms_132, m, n, tile):
     """The bf16 default plan's (bm, bn, swapped) for K-major operands and a bf16 out, built from the
@@ -499,6 +504,24 @@ def test_192_row_tiles_over_swapped_ones_where_they_do_enough_more_real_work(sms
         assert tall_over_swap(m, n, wide, 132, "any") is None, (m, n)
     assert tall_over_swap(15831, 856, (256, 152), 132, "64") is None
     assert tall_over_swap(15831, 856, (256, 152), 132, "any", 8) is None
+
+
+def test_swapped_192_row_tiles_where_they_do_enough_more_real_work(sms_132):
+    """pick_swapped_tall: a tall plain 16-bit product swapped into 192-row tiles along N where they do
+    SWAPPED_TALL_GAIN more real work per SM slot than the tile taken (12977 x 1328: N's 7 tiles of 192
+    99% filled against 9 of 160; measured 1.16x on an H100); not where they fill worse (14520 x 784),
+    for products wider than tall, fp8 inputs, or fewer than two tile rows and columns."""
+    assert pick_swapped_tall(12977, 1328, 132, (192, 160), 0) == {"swap": 1, "bm": 192, "bn": 144}
+    assert best_tall(1328, 12977, 132)[0] >= SWAPPED_TALL_GAIN * work_fill(12977, 1328, 192, 160, 132)
+    assert pick_swapped_tall(10230, 1328, 132, (256, 160), 1) == {"swap": 1, "bm": 192, "bn": 144}
+    assert pick_swapped_tall(14271, 576, 132, (192, 144), 0) == {"swap": 1, "bm": 192, "bn": 176}
+    assert pick_swapped_tall(14520, 784, 132, (192, 160), 0) is None
+    assert pick_swapped_tall(1328, 12977, 132, (128, 256), 0) is None  # (wider than tall)
+    assert pick_swapped_tall(12977, 1328, 132, (192, 160), 0, input_bits=8) is None
+    assert pick_swapped_tall(12977, 380, 132, (128, 256), 0) is None  # (N of fewer than two 192-row tiles)
+    # where the tile taken fills as well, it stays (8192^3, 5000 x 3000's swapped 256 x 152)
+    assert pick_swapped_tall(8192, 8192, 132, (128, 192), 0) is None
+    assert pick_swapped_tall(5000, 3000, 132, (256, 152), 1) is None
 
 
 def test_one_wave_of_128_row_tiles_where_it_does_much_more_real_work(sms_132):

@@ -7,6 +7,7 @@ import pytest
 from numba import types
 
 from nbwgmma import MatmulError, matmul
+from nbwgmma.errors import ConfigError
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 from nbwgmma.frontend.tall_tiles import TALL_TILE, TALL_WIDER
 from nbwgmma.frontend.tiles import TILES, pick_small_m, pick_tile
@@ -273,20 +274,32 @@ def test_clusters_sharing_a_load_a_share_of_a_and_compile_clean():
     assert rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
 
 
-@pytest.mark.parametrize("bm, bn", [pytest.param(*t, marks=DEFAULT_GEMM) if t == (128, 256) else t
-                                    for t in (*TILES, TALL_TILE, *((192, w) for w in TALL_WIDER))])
-def test_every_automatic_tile_compiles_clean(bm, bn, report_once, report_batch):
+@pytest.mark.parametrize("bm, bn, swapped", [
+    pytest.param(*t, False, marks=DEFAULT_GEMM) if t == (128, 256) else (*t, False)
+    for t in (*TILES, TALL_TILE, *((192, w) for w in TALL_WIDER))] + [(192, w, True) for w in (TALL_TILE[1], *TALL_WIDER)])
+def test_every_automatic_tile_compiles_clean(bm, bn, swapped, report_once, report_batch):
     """The tiles matmul picks by shape (smaller ones for small M x N; 192 x 144, 160 and 176: three
-    consumers)."""
+    consumers, also swapped, their C^T stored transposed: tall_tiles.pick_swapped_tall)."""
     sig = (types.uint64, types.uint64, types.uint64, types.int32, types.int32, types.int32, types.float32)
 
-    def job(bm, bn):
-        return gemm_kernel(GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, epilogue="tma")), sig, None
+    def job(bm, bn, swapped):
+        return gemm_kernel(GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, epilogue="tma", c_transposed=swapped)), sig, None
 
     # the default tile is shared with other tests; the others compile together (tests/conftest.py)
-    rep = report_once(*job(bm, bn)[:2]) if (bm, bn) == (128, 256) else report_batch(job)
+    rep = report_once(*job(bm, bn, swapped)[:2]) if (bm, bn) == (128, 256) else report_batch(job)
     assert rep.sass["HGMMA"] == 4 and rep.sass["UTMALDG"] >= 1 and rep.sass["UTMASTG"] >= 1
     assert rep.spill_bytes == 0 and not rep.wgmma_serialized and not rep.setmaxnreg_ignored
+
+
+def test_192_row_tiles_wider_than_176_columns_are_refused():
+    """Three consumers of 64 rows spill from 184 columns and do not compile at 208: a clear ConfigError,
+    not ptxas's failure at the launch. A transposed C of 176 columns goes out in thirds (in halves it
+    spilled 72 bytes)."""
+    for bn in (184, 192, 208, 256):
+        with pytest.raises(ConfigError, match="at most 176 columns"):
+            GemmConfig("f32.bf16.bf16", bm=192, bn=bn, epilogue="tma")
+    assert GemmConfig("f32.bf16.bf16", bm=192, bn=176, epilogue="tma", c_transposed=True).c_widths == (64, 64, 48)
+    assert GemmConfig("f32.bf16.bf16", bm=192, bn=160, epilogue="tma", c_transposed=True).c_parts == 2
 
 
 def test_192_row_tile_with_a_fused_bias_and_activation_compiles_clean():

@@ -213,13 +213,16 @@ def test_default_path_takes_one_wave_tiles(dtype, m, n, bn, swapped):
     assert torch.isnan(frame).sum() == big.numel() - out.numel()
 
 
-@pytest.mark.parametrize("dtype, m, n, fused, bn", [("bf16", 14520, 784, False, 160), ("f16", 12610, 1040, False, 176),
-                                                    ("bf16", 7623, 432, False, 144), ("bf16", 14520, 784, True, 144)])
-def test_default_path_takes_192_row_tiles(dtype, m, n, fused, bn):
+@pytest.mark.parametrize("dtype, m, n, fused, bn, swapped", [
+    ("bf16", 14520, 784, False, 160, False), ("f16", 12610, 1040, False, 176, False),
+    ("bf16", 7623, 432, False, 144, False), ("bf16", 14520, 784, True, 144, False),
+    ("bf16", 12977, 1328, False, 144, True), ("f16", 14271, 576, False, 176, True)])
+def test_default_path_takes_192_row_tiles(dtype, m, n, fused, bn, swapped):
     """Where a 192-row tile does enough more real work per SM slot, the default path runs it
     (tall_tiles.best_tall): 192 x 144, or for plain products a wider one (160, 176) where that fills the
-    waves better; with a fused bias and activation 192 x 144 only. Exact on small integers (plain),
-    within the output type's rounding against float64 (fused); nothing written outside out."""
+    waves better; with a fused bias and activation 192 x 144 only; swapped, its rows along N, its C^T
+    stored transposed (tall_tiles.pick_swapped_tall; 176 columns in thirds). Exact on small integers
+    (plain), within the output type's rounding against float64 (fused); nothing written outside out."""
     from nbwgmma.frontend.matmul import last_plan
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
@@ -231,7 +234,7 @@ def test_default_path_takes_192_row_tiles(dtype, m, n, fused, bn):
     out = big[1:m + 1, 8:n + 8]
     matmul(a, b, out=out, **({"bias": bias, "activation": "gelu_tanh"} if fused else {}))
     plan = last_plan()
-    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (192, bn, False), plan.config
+    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (192, bn, swapped), plan.config
     ref = a.double() @ b.double()
     if fused:
         ref = torch.nn.functional.gelu(ref + bias.double(), approximate="tanh")

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from nbwgmma import precompile
-from nbwgmma.frontend.tall_tiles import pick_tall, tall_over_swap
+from nbwgmma.frontend.tall_tiles import pick_swapped_tall, pick_tall, tall_over_swap
 from nbwgmma.frontend.tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_one_wave,
                                     pick_tile)
 from nbwgmma.kernels.gemm import GemmConfig
@@ -45,6 +45,7 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
                 if small is None and lay == "KK" and dt != "tf32":
                     one = pick_one_wave(m, n, (cfg["bm"], cfg["bn"]), cfg.get("swap", 0), sms)
                     cfg = {k_: v for k_, v in (one or cfg).items() if (k_, v) != ("swap", 0)}
+                    cfg = pick_swapped_tall(m, n, sms, (cfg["bm"], cfg["bn"]), cfg.get("swap", 0), bits) or cfg
                 key = (dt, lay, tuple(sorted(cfg.items())))
                 assert key in listed, key
                 seen.add(key)

@@ -1,14 +1,15 @@
 """The 192-row tiles of the tile model (three consumer warpgroups of 64 rows, K-major A and B): which
 of 192 x 144, 160 and 176 an M x N product would take (:func:`best_tall`), and where the default
-path takes it over the tile :mod:`.tiles` picks (:func:`pick_tall`) or over a swapped 256-row tile
-(:func:`tall_over_swap`)."""
+path takes it over the tile :mod:`.tiles` picks (:func:`pick_tall`), over a swapped 256-row tile
+(:func:`tall_over_swap`), or swapped itself, its 192 rows along N (:func:`pick_swapped_tall`)."""
 
 from __future__ import annotations
 
 from .. import sim
 from .tiles import SWAP256_EFF, padded_score, work_fill
 
-__all__ = ["TALL_TILE", "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "tall_tile", "best_tall", "pick_tall", "tall_over_swap"]
+__all__ = ["TALL_TILE", "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "tall_tile", "best_tall", "pick_tall", "tall_over_swap",
+           "pick_swapped_tall", "SWAPPED_TALL_GAIN"]
 
 
 #: :func:`pick_tall`'s tile: 192 rows (three consumer warpgroups of 64) by 144 columns (K-major B),
@@ -42,6 +43,8 @@ TALL_GAIN = 1.02
 #: 1.067x (14520 x 784 x 8192 1.19x, 12610 x 1040 x 8192 1.13x, 11267 x 336 x 2048 1.29x; slower:
 #: 5044 x 10048 x 4096 0.98x against 256 x 128, 12246 x 7744 x 2048 0.995x against 128 x 192).
 TALL_WIDER = {160: 1.0, 176: 0.97}
+#: How much more real work per SM slot :func:`pick_swapped_tall`'s tile must do than the tile taken.
+SWAPPED_TALL_GAIN = 1.05
 
 
 def tall_tile(bn=TALL_TILE[1]):
@@ -98,3 +101,23 @@ def tall_over_swap(m, n, swapped, sms, widths, input_bits=16, plain=True):
         return None
     score, tile = best_tall(m, n, sms, plain)
     return tile if score >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *swapped, sms) else None
+
+
+
+def pick_swapped_tall(m, n, sms, tile, swapped, input_bits=16):
+    """The swapped 192-row tile (``{"swap": 1, "bm": 192, "bn": ...}``: :func:`best_tall` of the N x M
+    problem, its 192 rows along N) for a tall (M > N) plain 16-bit product with K-major A and B (the
+    caller checks them) where its real work per SM slot (its share of 128 x 256's rate times
+    :func:`.tiles.work_fill`) is :data:`SWAPPED_TALL_GAIN` times the real work per slot of the ``tile`` taken
+    (bm, bn; ``swapped``: of the N x M problem), its share left out (the model's shares of the tiles
+    the later rules take are not measured against the 192-row ones); else None. cuBLAS's tile at bf16 12977 x 1328 x 4096 is of
+    this shape (176 rows by 192 columns: N's 7 tiles 99% filled); on an H100 (BENCHMARKS.md,
+    2026-12-06, one process, two runs, ratio to cuBLAS) the swapped 192 x 144 ran at 0.959 / 0.960 and
+    192 x 176 at 0.993 / 0.993 where the default's 192 x 160 ran at 0.826 / 0.840 (N's 9 tiles, the
+    last 30% used); swapped where it fills worse it lost (14520 x 784: 0.67-0.70 against 0.98)."""
+    if m <= n or not _tall_fits(n, m, "any", input_bits):
+        return None
+    rows, cols = (n, m) if swapped else (m, n)
+    taken = work_fill(rows, cols, *tile, sms)
+    score, tall = best_tall(n, m, sms)
+    return {"swap": 1, **tall} if score >= SWAPPED_TALL_GAIN * taken else None

@@ -270,6 +270,9 @@ class GemmConfig:
             raise ConfigError("bn", f"consumers of 128 rows in clusters take tiles of at most 160 columns (the "
                                     f"producer keeps 40 registers, 232 each for them: 256 x 168 spilled 136 bytes); "
                                     f"got bn={bn} with cluster={cluster}")
+        if consumers == 3 and bn > 176:
+            raise ConfigError("bn", f"three consumers of 64 rows (a 192-row tile) take tiles of at most 176 columns "
+                                    f"(wider ones spill: 12 bytes at 184, 424 at 192; 208 does not compile); got bn={bn}")
         if consumers == 4 and bn > 128:
             raise ConfigError("bn", f"four consumers of 64 rows (a 256-row tile with split or stream_k) take tiles of at "
                                     f"most 128 columns (about 100 registers each: wider ones do not compile); got bn={bn}")
@@ -347,6 +350,9 @@ class GemmConfig:
                     if splits(p) and (smem - c_bytes(p, 2)) // self.stage_bytes >= want:  # slots leave room
                         c_parts, c_slots = p, 2
                         break
+            if c_transposed and self.consumers == 3 and bn > 160 and c_slots is None:
+                # (three consumers' transposed C of 176 columns in halves spilled 72 bytes, in thirds none)
+                c_parts = 3
             if fp8_out and amax and epilogue == "tma" and bn > 128 and self.fused:
                 # fp8 codes with amax and a fused epilogue in parts of 64 columns (a whole 256-column
                 # part spilled 1288-2100 bytes: its maxima beside the mapped values)
