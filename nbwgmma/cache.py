@@ -217,10 +217,19 @@ def _stored_or_compiled(dispatcher, sig, key, cc):
 
 def _compiled(dispatcher, sig, cc, path):
     stats["misses"] += 1
-    lib = dispatcher.compile(tuple(sig))._codelibrary
-    if getattr(lib, "_setup_functions", None):
-        return None
-    cubin = lib.get_cubin(cc=_arch(cc))
+    try:
+        lib = dispatcher.compile(tuple(sig))._codelibrary
+        if getattr(lib, "_setup_functions", None):
+            return None
+        cubin = lib.get_cubin(cc=_arch(cc))
+    except Exception as e:  # noqa: BLE001 - the CUDA toolkit's assembler or linker failed: say so
+        if not type(e).__module__.startswith("cuda.") and "link" not in type(e).__name__.lower():
+            raise
+        from .errors import ToolchainError
+
+        arch = "sm_%d%d%s" % _arch(cc)
+        raise ToolchainError(f"kernel {getattr(dispatcher, '__name__', dispatcher)} did not assemble for {arch}: "
+                             f"{str(e).strip()[:1500]}") from e
     name, cubin = lib._entry_name, bytes(getattr(cubin, "code", cubin))  # bytes or a cuda.core ObjectCode
     if path is not None:
         _write(path, name, cubin)

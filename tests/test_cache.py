@@ -116,6 +116,31 @@ def test_kernels_with_load_time_setup_are_not_cached(cdir):
     assert not cdir.exists() or not list(cdir.glob("*.cubin"))
 
 
+def test_an_assembler_failure_is_a_toolchain_error_and_other_errors_pass(cdir):
+    """A kernel ptxas or the linker cannot build (the CUDA toolkit's exception, raised at the compile) is
+    nbwgmma's ToolchainError naming the kernel and the architecture, the assembler's words kept; any
+    other error (a typing error in the user's code) passes as it is. Nothing is cached."""
+    from nbwgmma.errors import ToolchainError
+
+    link_error = type("nvJitLinkError", (RuntimeError,), {"__module__": "cuda.bindings.nvjitlink"})
+
+    class Failing(FakeDispatcher):
+        __name__ = "gemm"
+
+        def __init__(self, exc):
+            super().__init__()
+            self.exc = exc
+
+        def compile(self, sig):
+            raise self.exc
+
+    with pytest.raises(ToolchainError, match=r"kernel gemm did not assemble for sm_90a: .*Insufficient registers"):
+        cache.cached_cubin(Failing(link_error("ptxas fatal: Insufficient registers (128)")), ("u64",), "k", (9, 0))
+    with pytest.raises(KeyError, match="typing"):
+        cache.cached_cubin(Failing(KeyError("typing")), ("u64",), "k", (9, 0))
+    assert not cdir.exists() or not list(cdir.glob("*.cubin"))
+
+
 def test_clear_removes_the_files(cdir):
     for i in range(3):
         cache.cached_cubin(FakeDispatcher(), ("u64",), ("k", i), (9, 0))
