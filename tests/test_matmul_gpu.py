@@ -188,12 +188,14 @@ def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
     assert torch.equal(out.double(), ref.to(torch.bfloat16).double()) and ref.abs().sum() > 0
 
 
-@pytest.mark.parametrize("dtype, m, n, bn, swapped", [("e4m3", 798, 2704, 136, True), ("bf16", 263, 8096, 136, True),
-                                                   ("bf16", 1363, 2368, 200, False), ("f16", 783, 4160, 200, True)])
-def test_default_path_takes_one_wave_tiles(dtype, m, n, bn, swapped):
-    """Where 128 x bn tiles (bn in steps of 8, swapped or not) fill one wave with much more real work, the
-    default path runs them (tiles.pick_one_wave), swapped ones stored transposed by TMA: exact on small
-    integers, nothing written outside out."""
+@pytest.mark.parametrize("dtype, m, n, bm, bn, swapped", [
+    ("e4m3", 798, 2704, 128, 136, True), ("bf16", 263, 8096, 128, 136, True), ("bf16", 1363, 2368, 128, 200, False),
+    ("f16", 783, 4160, 128, 200, True), ("bf16", 1862, 2768, 256, 160, True), ("f16", 264, 15456, 256, 136, True),
+    ("bf16", 9848, 496, 256, 152, True)])
+def test_default_path_takes_one_wave_tiles(dtype, m, n, bm, bn, swapped):
+    """Where 128 x bn tiles (bn in steps of 8, swapped or not) or swapped 256-row tiles fill one wave with
+    much more real work, the default path runs them (tiles.pick_one_wave, tiles.pick_one_wave_256),
+    swapped ones stored transposed by TMA: exact on small integers, nothing written outside out."""
     from nbwgmma.frontend.matmul import last_plan
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
@@ -205,7 +207,7 @@ def test_default_path_takes_one_wave_tiles(dtype, m, n, bn, swapped):
     out = big[1:m + 1, 8:n + 8]  # (rows and base 16-byte aligned: TMA stores it)
     matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
     plan = last_plan()
-    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (128, bn, swapped), plan.config
+    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (bm, bn, swapped), plan.config
     ref = a.double() @ b.double()
     assert torch.equal(out.double(), ref.to(odt).double()) and ref.abs().sum() > 0
     frame = big.clone()

@@ -8,7 +8,7 @@ import pytest
 from nbwgmma import precompile
 from nbwgmma.frontend.tall_tiles import pick_swapped_tall, pick_tall, tall_over_swap
 from nbwgmma.frontend.tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_one_wave,
-                                    pick_tile)
+                                    pick_one_wave_256, pick_tile)
 from nbwgmma.kernels.gemm import GemmConfig
 
 DIMS = (1, 16, 64, 100, 128, 200, 256, 300, 512, 1000, 1024, 2048, 3000, 4096, 5000, 8192, 14336, 16384, 28672)
@@ -45,6 +45,7 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
                 if small is None and lay == "KK" and dt != "tf32":
                     one = pick_one_wave(m, n, (cfg["bm"], cfg["bn"]), cfg.get("swap", 0), sms)
                     cfg = {k_: v for k_, v in (one or cfg).items() if (k_, v) != ("swap", 0)}
+                    cfg = pick_one_wave_256(m, n, (cfg["bm"], cfg["bn"]), cfg.get("swap", 0), sms, bits) or cfg
                     cfg = pick_swapped_tall(m, n, sms, (cfg["bm"], cfg["bn"]), cfg.get("swap", 0), bits) or cfg
                 key = (dt, lay, tuple(sorted(cfg.items())))
                 assert key in listed, key

@@ -50,7 +50,8 @@ from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
 from .tall_tiles import pick_swapped_tall, pick_tall, tall_over_swap
-from .tiles import pick_192, pick_narrow, pick_one_wave, pick_small_m, pick_swap, pick_swap_wide, pick_tile
+from .tiles import (pick_192, pick_narrow, pick_one_wave, pick_one_wave_256, pick_small_m, pick_swap,
+                    pick_swap_wide, pick_tile)
 from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view,
                     transposed)
 
@@ -166,6 +167,10 @@ class Plan:
                     one = pick_one_wave(m, n, (opts["bm"], opts["bn"]), opts.get("swap", 0), sms, swappable)
                     if one is not None:
                         opts.update(one)
+                    # ... or one wave of swapped 256-row tiles (16-bit inputs)
+                    if swappable:
+                        opts.update(pick_one_wave_256(m, n, (opts["bm"], opts["bn"]), opts.get("swap", 0), sms,
+                                                      wk.input_bits) or {})
                 # a 192-row tile swapped, its rows along N, where it does enough more real work than the tile
                 # taken (tall plain products, K-major A and B, 16-bit outputs by TMA)
                 if free and swappable and plain and tma16 and b_kmajor and c_info is None and opts.get("user") is None:
