@@ -2,6 +2,8 @@
 tests/test_sim.py in a child process with NUMBA_ENABLE_CUDASIM=1): exact on small integers
 against float64, and the bad inputs refused before any launch."""
 
+import math
+
 import numpy as np
 import pytest
 from numba import config, cuda
@@ -287,6 +289,28 @@ def test_an_epilogue_that_cannot_run_is_refused_before_the_launch_naming_its_lin
         assert np.isnan(out.copy_to_host()).all()  # refused before the launch
     out = matmul(a, w.T, in_dtype="bf16", out_dtype="f32", epilogue=_kernel_only)
     np.testing.assert_array_equal(out.copy_to_host(), np.full((64, 48), 32.0))
+
+
+def _log_of_the_value(v, row, col):  # (a logarithm raises for v <= 0 in Python; a kernel gives -inf or NaN)
+    return math.log(v) if row >= 4 else v
+
+
+def test_an_epilogue_python_arithmetic_rejects_is_a_sim_error_at_its_line():
+    """A user epilogue whose arithmetic Python refuses for some values (a logarithm of a negative
+    number, here from row 4; row 0, the check before the launch, is fine) raised Python's bare
+    ValueError mid-launch, where the compiled kernel gives NaN without an error: the simulator
+    cannot model that call and now says so, as a SimError naming the function's line, its arguments
+    and the error."""
+    import re
+
+    from nbwgmma.sim import SimError
+
+    a, w = _bits(-np.ones((64, 32)), "bf16"), _bits(np.ones((48, 32)), "bf16")
+    with pytest.raises(SimError, match=rf"^{re.escape(__file__)}:{_line(_log_of_the_value, 'math.log')}: "
+                                       r"_log_of_the_value\(np\.float32\(-32\.0\), np\.int64\(\d+\), "
+                                       r"np\.int64\(\d+\)\) raised ValueError: math domain error\. A compiled "
+                                       r"kernel raises no error there"):
+        matmul(a, w.T, in_dtype="bf16", out_dtype="f32", epilogue=_log_of_the_value)
 
 
 def test_alpha_beta_c_any_strides_and_in_place():
