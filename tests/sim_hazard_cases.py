@@ -5,6 +5,7 @@ NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/sim_hazard_cases.py).
 Each hazard has a deliberately broken kernel that the simulator must report, with the
 message described in nbwgmma.sim, and the fixed kernel, which must give the exact answer."""
 
+import math
 import os
 
 import numpy as np
@@ -1841,6 +1842,32 @@ def test_an_index_past_an_array_is_a_hazard_at_the_kernel_line():
     line = first + next(i for i, s in enumerate(src) if "OUT OF BOUNDS" in s)
     with pytest.raises(sim.SimHazard, match=rf"at .*sim_hazard_cases.py:{line}: an index outside its array"):
         launch(_atomic_past_the_end, 1, 4, (cuda.to_device(np.zeros(32, np.float32)),))
+
+
+@cuda.jit
+def _log_in_place(x):
+    t = cuda.threadIdx.x
+    x[t] = math.log(x[t])  # LOG: of -1.0 for thread 1
+
+
+@cuda.jit
+def _divides_by_the_thread(x):
+    x[cuda.threadIdx.x] = 1.0 / cuda.threadIdx.x  # DIVIDES: by 0 for thread 0
+
+
+def test_python_arithmetic_errors_at_a_kernel_line_are_sim_errors():
+    """Python's arithmetic raised its bare error mid-launch (a logarithm of -1, a division by zero)
+    where a compiled kernel computes NaN or infinity without one: the simulator cannot model that
+    line for those values, and says so with a SimError naming the thread and the line."""
+    import inspect
+
+    for kernel, text, err, values in ((_log_in_place, "LOG:", "ValueError: math domain error", [1.0, -1.0, 2.0, 3.0]),
+                                      (_divides_by_the_thread, "DIVIDES:", "ZeroDivisionError", [0.0] * 4)):
+        src, first = inspect.getsourcelines(kernel.py_func)
+        line = first + next(i for i, s in enumerate(src) if text in s)
+        with pytest.raises(sim.SimError, match=rf"^thread \d+ of block \(0, 0, 0\) at .*sim_hazard_cases.py:{line}: "
+                                               rf"Python's arithmetic raised {err}.* A compiled kernel raises no error"):
+            launch(kernel, 1, 4, (cuda.to_device(np.array(values, np.float32)),))
 
 
 @cuda.jit

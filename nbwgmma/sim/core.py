@@ -403,6 +403,8 @@ class SimThread(greenlet.greenlet):
             raise
         except IndexError as e:  # an index past an array of the kernel's, which the GPU does not check
             self.cl.fail(_unchecked_index(self, e))
+        except (ArithmeticError, ValueError) as e:  # Python's arithmetic refusing what a kernel computes
+            self.cl.fail(_python_only(self, e))
         except BaseException as e:  # raised by run(), a KeyboardInterrupt as it is
             self.cl.fail(e)
         finally:
@@ -444,6 +446,25 @@ def _unchecked_index(th, e):
     err = SimHazard(f"thread {th.thread_id} of block {tuple(th.blockIdx)} at {where_from(f, th)}: an index outside "
                     f"its array ({e}): the GPU does not check it, so a load reads whatever lies there and a store "
                     f"overwrites another array's data or faults; guard the access with the array's size")
+    err.__cause__ = e
+    return err
+
+
+def _python_only(th, e):
+    """An error Python's arithmetic raised at a line of the user's kernel (a logarithm or square root
+    of a negative number, a division by zero), where a compiled kernel raises none (IEEE arithmetic
+    gives an infinity or NaN), as a :class:`SimError` naming the line: the simulator cannot model that
+    line for those values. Any other (raised in nbwgmma's own code or Numba's) stays as it is."""
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    f = tb.tb_frame
+    if file_bits(f.f_code.co_filename) & (IN_OWN | IN_NUMBA):
+        return e
+    err = SimError(f"thread {th.thread_id} of block {tuple(th.blockIdx)} at {where_from(f, th)}: Python's arithmetic "
+                   f"raised {type(e).__name__}: {e}. A compiled kernel raises no error there (IEEE arithmetic gives "
+                   f"an infinity or NaN); the simulator cannot model this line for these values. Guard the value, "
+                   f"or run this case on a GPU.")
     err.__cause__ = e
     return err
 
