@@ -1855,6 +1855,17 @@ def _divides_by_the_thread(x):
     x[cuda.threadIdx.x] = 1.0 / cuda.threadIdx.x  # DIVIDES: by 0 for thread 0
 
 
+@cuda.jit
+def _integer_division_by_the_thread(x):
+    x[cuda.threadIdx.x] = 7 // cuda.threadIdx.x  # INT DIVIDES: by 0 for thread 0
+
+
+@cuda.jit
+def _unpacks_three_into_two(x):
+    a, b = (x[0], x[1], x[2])
+    x[0] = a + b
+
+
 def test_python_arithmetic_errors_at_a_kernel_line_are_sim_errors():
     """Python's arithmetic raised its bare error mid-launch (a logarithm of -1, a division by zero)
     where a compiled kernel computes NaN or infinity without one: the simulator cannot model that
@@ -1862,12 +1873,16 @@ def test_python_arithmetic_errors_at_a_kernel_line_are_sim_errors():
     import inspect
 
     for kernel, text, err, values in ((_log_in_place, "LOG:", "ValueError: math domain error", [1.0, -1.0, 2.0, 3.0]),
-                                      (_divides_by_the_thread, "DIVIDES:", "ZeroDivisionError", [0.0] * 4)):
+                                      (_divides_by_the_thread, "DIVIDES:", "ZeroDivisionError", [0.0] * 4),
+                                      (_integer_division_by_the_thread, "INT DIVIDES:", "ZeroDivisionError", [0.0] * 4)):
         src, first = inspect.getsourcelines(kernel.py_func)
         line = first + next(i for i, s in enumerate(src) if text in s)
         with pytest.raises(sim.SimError, match=rf"^thread \d+ of block \(0, 0, 0\) at .*sim_hazard_cases.py:{line}: "
                                                rf"Python's arithmetic raised {err}.* A compiled kernel raises no error"):
             launch(kernel, 1, 4, (cuda.to_device(np.array(values, np.float32)),))
+    # any other ValueError (here one the compiler refuses as a typing error) stays Python's own
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        launch(_unpacks_three_into_two, 1, 1, (cuda.to_device(np.zeros(3, np.float32)),))
 
 
 @cuda.jit

@@ -127,11 +127,11 @@ class Plan:
                 share_b = cluster in (2, 4) and opts.get("multicast", "B") == "B"
                 # a tall product whose swapped 256-row tiles fill the waves better (stored transposed by TMA;
                 # not with beta * C or a user function: their epilogue parts there spill 0.7-1.4 KB, unmeasured)
+                plain = not opts.get("bias") and opts.get("act") is None
                 wide = free and swappable and not opts.get("swap") and c_info is None and opts.get("user") is None \
-                    and pick_swap_wide(m, n, wk.input_bits, sms, widths, tma16)
+                    and pick_swap_wide(m, n, wk.input_bits, sms, widths, tma16, plain)
                 # ... unless a 192-row tile (tall_tiles.best_tall) unswapped does enough more real work than the
                 # swapped ones (the wider 192-row tiles for plain products: with a bias or activation they spill)
-                plain = not opts.get("bias") and opts.get("act") is None
                 tall = wide and tall_over_swap(m, n, wide, sms, widths, wk.input_bits, plain)
                 if tall:
                     opts.update(tall)
@@ -168,7 +168,7 @@ class Plan:
                     if one is not None:
                         opts.update(one)
                     # ... or one wave of swapped 256-row tiles (16-bit inputs)
-                    if swappable:
+                    if swappable and plain:  # (with a fused bias and activation 256 x 160 spills there)
                         opts.update(pick_one_wave_256(m, n, (opts["bm"], opts["bn"]), opts.get("swap", 0), sms,
                                                       wk.input_bits) or {})
                 # a 192-row tile swapped, its rows along N, where it does enough more real work than the tile

@@ -15,7 +15,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
            "narrow_tile", "narrow_config", "NARROW_WIDE_BN", "NARROW_WIDE_PICK_GAIN", "NARROW_WIDE_MIN_M", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
            "pick_narrow", "pick_192", "FILL192_GAIN", "FILL192_MIN_K", "PAD_GAIN", "padded_pick", "padded_score",
-           "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
+           "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_FUSED_MAX_BN", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
            "pick_one_wave", "pick_one_wave_256", "ONE_WAVE_BN", "ONE_WAVE_GAIN"]
@@ -330,10 +330,17 @@ def pick_192(m, n, k, tile, sms, input_bits=16):
 SWAP256_PADDED_MIN_N = 2048
 
 
-def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True):
+#: The widest swapped 256-row tile :func:`pick_swap_wide` takes for a product with a fused bias or
+#: activation (their transposed parts spilled from 160 columns with a bias and gelu_tanh: 68 bytes,
+#: 208 at 168).
+SWAP256_FUSED_MAX_BN = 152
+
+
+def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True, plain=True):
     """The swapped 256-row tile (bm, bn) for a tall 16-bit product (M > N; the caller checks that A,
     the swapped kernel's B, is K-major) whose out TMA stores as 16-bit values (``tma_out``): the
-    width of :data:`TILE256_BN` (more than one wave) whose tiles do the most real work per SM slot
+    width of :data:`TILE256_BN` (more than one wave; not ``plain``, a fused bias or activation: at most
+    :data:`SWAP256_FUSED_MAX_BN`) whose tiles do the most real work per SM slot
     (:data:`SWAP256_EFF` times :func:`work_fill`), where that is at least :data:`SWAP256_GAIN` times
     the unswapped tile's: from :data:`SWAP256_PADDED_MIN_N` columns the one :func:`pick_tile` takes
     with ``widths`` (:func:`padded_score`), below them the wave model's first (its efficiency times
@@ -363,7 +370,7 @@ def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True):
         score, (bm, bn) = _scored(m, n, 1, sms, widths)[0]
         useful = score / wave_fill(m, n, bm, bn, sms) * work_fill(m, n, bm, bn, sms)
     swapped = [(SWAP256_EFF * work_fill(n, m, 256, w, sms), w) for w in TILE256_BN
-               if math.ceil(n / 256) * math.ceil(m / w) > sms]
+               if math.ceil(n / 256) * math.ceil(m / w) > sms and (plain or w <= SWAP256_FUSED_MAX_BN)]
     if not swapped:
         return None
     best, w = max(swapped)

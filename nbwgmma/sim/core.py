@@ -404,7 +404,7 @@ class SimThread(greenlet.greenlet):
         except IndexError as e:  # an index past an array of the kernel's, which the GPU does not check
             self.cl.fail(_unchecked_index(self, e))
         except (ArithmeticError, ValueError) as e:  # Python's arithmetic refusing what a kernel computes
-            self.cl.fail(_python_only(self, e))
+            self.cl.fail(python_only(e) or e)
         except BaseException as e:  # raised by run(), a KeyboardInterrupt as it is
             self.cl.fail(e)
         finally:
@@ -450,21 +450,28 @@ def _unchecked_index(th, e):
     return err
 
 
-def _python_only(th, e):
-    """An error Python's arithmetic raised at a line of the user's kernel (a logarithm or square root
-    of a negative number, a division by zero), where a compiled kernel raises none (IEEE arithmetic
-    gives an infinity or NaN), as a :class:`SimError` naming the line: the simulator cannot model that
-    line for those values. Any other (raised in nbwgmma's own code or Numba's) stays as it is."""
+def python_only(e, call=""):
+    """The :class:`SimError` for ``e`` where it is Python's arithmetic refusing, at a line of the user's
+    code, what a compiled kernel computes without an error (Numba's NumPy error model: a logarithm or
+    square root of a negative number, a float division by zero give an infinity or NaN, an integer
+    division by zero gives 0): the simulator cannot model that line for those values. ``call``: the
+    user's device function and its arguments, where ``e`` came from one. None for any other error
+    (a ``ValueError`` other than a math domain error, one raised in nbwgmma's, Numba's, NumPy's or the
+    standard library's code)."""
+    if not (isinstance(e, ArithmeticError) or isinstance(e, ValueError) and str(e) == "math domain error"):
+        return None
     tb = e.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
     f = tb.tb_frame
-    if file_bits(f.f_code.co_filename) & (IN_OWN | IN_NUMBA):
-        return e
-    err = SimError(f"thread {th.thread_id} of block {tuple(th.blockIdx)} at {where_from(f, th)}: Python's arithmetic "
-                   f"raised {type(e).__name__}: {e}. A compiled kernel raises no error there (IEEE arithmetic gives "
-                   f"an infinity or NaN); the simulator cannot model this line for these values. Guard the value, "
-                   f"or run this case on a GPU.")
+    if file_bits(f.f_code.co_filename) or f"{os.sep}numpy{os.sep}" in f.f_code.co_filename:
+        return None
+    th = current()
+    at = f"thread {th.thread_id} of block {tuple(th.blockIdx)} at {where_from(f, th)}" \
+        if isinstance(th, SimThread) else f"{f.f_code.co_filename}:{f.f_lineno}"
+    err = SimError(f"{at}{call}: Python's arithmetic raised {type(e).__name__}: {e}. A compiled kernel raises no "
+                   f"error there (a float result is an infinity or NaN, an integer division by zero gives 0); the "
+                   f"simulator cannot model this line for these values. Guard the value, or run this case on a GPU.")
     err.__cause__ = e
     return err
 

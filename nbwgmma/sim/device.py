@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
+import numpy as np
+
 from numba.cuda.simulator.kernel import BlockThread, FakeCUDAKernel
 from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
@@ -36,8 +38,14 @@ class SimDeviceFunction(FakeCUDAKernel):
                 if e.__traceback__.tb_next is None and own_source(self.fn.__code__.co_filename):
                     raise _bind_error(self.fn, args, kwargs) or e from None
                 raise
-            except _PYTHON_ONLY as e:
-                raise _unmodelled(self.fn, args, e) or e from None
+            except (ArithmeticError, ValueError) as e:  # Python's arithmetic refusing what a kernel computes
+                from .core import python_only
+
+                shown = ", ".join(repr(a) if isinstance(a, (int, float, np.number)) else _shown(a) for a in args)
+                err = python_only(e, f" in {self.fn.__qualname__}({shown})")
+                if err is None:
+                    raise
+                raise err
         if isinstance(threading.current_thread(), BlockThread) and own_source(self.fn.__code__.co_filename):
             # a kit block in a kernel Numba's own simulator launched (its threads are BlockThreads;
             # from the host it is a plain call)
@@ -47,30 +55,6 @@ class SimDeviceFunction(FakeCUDAKernel):
                            f"with nbwgmma.launch.launch(kernel, grid, block, args, smem=...); kernel[grid, block](...) "
                            f"runs Numba's own simulator, which has none of nbwgmma's intrinsics")
         return super().__call__(*args, **kwargs)
-
-
-#: Errors Python's arithmetic raises where a compiled kernel raises none (a logarithm or square root of
-#: a negative number, a division by zero: IEEE infinities and NaNs there).
-_PYTHON_ONLY = (ArithmeticError, ValueError)
-
-
-def _unmodelled(fn, args, e):
-    """The :class:`~nbwgmma.sim.core.SimError` for ``e``, an arithmetic error raised in the user's own
-    device function ``fn`` (not a kit block, not a function it calls): the simulator, which runs the
-    function as Python, cannot model that call; None where ``e`` came from elsewhere."""
-    tb = e.__traceback__
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    code = tb.tb_frame.f_code
-    if own_source(code.co_filename) or code.co_filename != fn.__code__.co_filename:
-        return None
-    from .core import SimError
-
-    given = ", ".join(repr(a) for a in args)
-    return SimError(f"{code.co_filename}:{tb.tb_lineno}: {fn.__qualname__}({given}) raised "
-                    f"{type(e).__name__}: {e}. A compiled kernel raises no error there (IEEE arithmetic gives "
-                    f"an infinity or NaN); the simulator runs the function as Python and cannot model this call. "
-                    f"Guard the value in the function, or run this case on a GPU.")
 
 
 def _shown(v) -> str:
