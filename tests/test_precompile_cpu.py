@@ -6,12 +6,27 @@ import sys
 import pytest
 
 from nbwgmma import precompile
-from nbwgmma.frontend.tall_tiles import pick_swapped_tall, pick_tall, tall_over_swap
-from nbwgmma.frontend.tiles import (pick_192, pick_narrow, pick_small_m, pick_swap, pick_swap_wide, pick_one_wave,
-                                    pick_one_wave_256, pick_tile)
+from nbwgmma.frontend.arrays import ArrayInfo
+from nbwgmma.frontend.default_tile import pick_default
 from nbwgmma.kernels.gemm import GemmConfig
 
 DIMS = (1, 16, 64, 100, 128, 200, 256, 300, 512, 1000, 1024, 2048, 3000, 4096, 5000, 8192, 14336, 16384, 28672)
+
+
+KINDS = {"bf16": "f32.bf16.bf16", "f16": "f32.f16.f16", "e4m3": "f32.e4m3.e4m3", "tf32": "f32.tf32.tf32"}
+
+
+def _default_config(dt, lay, m, n, k):
+    """The config the default path takes for a plain product of ``dt`` operands in layout ``lay`` into
+    a row-major out of the input type's (bf16 for fp8, f32 for tf32) that TMA can store: the plan's own
+    rules (frontend.default_tile.pick_default), not a copy of them."""
+    odt = {"tf32": "f32", "e4m3": "bf16"}.get(dt, dt)
+    size = 4 if odt == "f32" else 2
+    io = ArrayInfo(1 << 20, (m, n), (n * size, size), size, odt, 0, "cupy")
+    opts = {}
+    pick_default(opts, {}, KINDS[dt], m, n, k, "K" if lay[0] == "K" else "MN", "K" if lay[1] == "K" else "MN", io,
+                 odt, odt != "f32")
+    return {key: v for key, v in opts.items() if (key, v) != ("swap", 0)}
 
 
 @pytest.mark.parametrize("sms", [132, 114, 78])  # H100 SXM, H100 PCIe, a partitioned GPU
@@ -19,35 +34,10 @@ def test_every_default_choice_is_in_the_list(monkeypatch, sms):
     monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": sms})
     listed = {(dt, lay, tuple(sorted(c.items()))) for dt, lay, c in precompile.kernel_list()}
     seen = set()
-    for dt, bits in (("bf16", 16), ("f16", 16), ("e4m3", 8), ("tf32", 32)):
+    for dt in KINDS:
         for m, n, k in itertools.product(DIMS, DIMS, (64, 512, 4096, 16384)):
-            for lay in (("KK", "KN", "MK", "MN") if bits == 16 else ("KK",)):
-                small = pick_small_m(m, n, k, bits, a_kmajor=lay[0] == "K")
-                swap = small is None and lay[0] == "K" and pick_swap(m, n, k, bits, sms)
-                wide = small is None and not swap and lay[0] == "K" and \
-                    pick_swap_wide(m, n, bits, sms, "any" if lay[1] == "K" else "64")
-                tall = wide and tall_over_swap(m, n, wide, sms, "any" if lay[1] == "K" else "64", bits)
-                if tall:
-                    wide, cfg = None, tall
-                elif swap:
-                    cfg = {"swap": 1} | dict(zip(("bm", "bn"), pick_tile(n, m)))
-                elif wide:
-                    cfg = {"swap": 1, "bm": wide[0], "bn": wide[1]}
-                else:
-                    widths = "any" if lay[1] == "K" else "64"
-                    cfg = small if small is not None else dict(zip(("bm", "bn"), pick_tile(m, n, 1, widths)))
-                    if small is None and dt != "tf32":  # (tf32's f32 out: not by TMA in 16 bits)
-                        cfg = (lay[0] == "K" and pick_tall(m, n, sms, widths, bits)) or cfg
-                        cfg = pick_192(m, n, k, (cfg["bm"], cfg["bn"]), sms, bits) or cfg
-                narrow = None if small is not None or swap or wide or tall or lay[1] != "K" else \
-                    pick_narrow(m, n, (cfg["bm"], cfg["bn"]), sms, bits, dt != "tf32")
-                cfg = narrow or cfg
-                if small is None and lay == "KK" and dt != "tf32":
-                    one = pick_one_wave(m, n, (cfg["bm"], cfg["bn"]), cfg.get("swap", 0), sms)
-                    cfg = {k_: v for k_, v in (one or cfg).items() if (k_, v) != ("swap", 0)}
-                    cfg = pick_one_wave_256(m, n, (cfg["bm"], cfg["bn"]), cfg.get("swap", 0), sms, bits) or cfg
-                    cfg = pick_swapped_tall(m, n, sms, (cfg["bm"], cfg["bn"]), cfg.get("swap", 0), bits) or cfg
-                key = (dt, lay, tuple(sorted(cfg.items())))
+            for lay in (("KK", "KN", "MK", "MN") if dt in ("bf16", "f16") else ("KK",)):
+                key = (dt, lay, tuple(sorted(_default_config(dt, lay, m, n, k).items())))
                 assert key in listed, key
                 seen.add(key)
     assert len(seen) >= len(listed) // 2  # the list is not padded with kernels nothing picks
