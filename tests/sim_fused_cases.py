@@ -278,7 +278,7 @@ def test_an_epilogue_that_cannot_run_is_refused_before_the_launch_naming_its_lin
                              (_undefined_in_a_branch, "NameError: name 'NOT_DEFINED_EITHER' is not defined",
                               "NOT_DEFINED_EITHER"),
                              (_adds_text, "TypeError: ", '"a"'), (_returns_a_pair, "it returns tuple, not a number",
-                                                                   "def _returns_a_pair")):
+                                                                   "return v, v")):
         out = cuda.to_device(np.full((64, 48), np.nan, np.float32))
         with pytest.raises(MatmulError, match=rf"^matmul: the epilogue function {fn.__name__} does not compile with "
                                               rf"arguments \(value: f32, row: int64, col: int64\): "

@@ -199,7 +199,8 @@ def test_a_user_function_is_typed_alone_before_the_kernel(monkeypatch):
         user_epilogue(adds_text, (), 64, 48, 0)
     assert "\x1b" not in str(exc.value) and "\n" not in str(exc.value)
     with pytest.raises(MatmulError, match=r"the epilogue function pair does not compile .*col: int64, f32\): "
-                                          r"it returns UniTuple\(float32 x 2\), not a number"):
+                                          rf"it returns UniTuple\(float32 x 2\), not a number \(at "
+                                          rf"{re.escape(__file__)}:{pair.__code__.co_firstlineno + 1}\)$"):
         user_epilogue(cuda.jit(device=True)(pair), (2.0,), 64, 48, 0)
     for _ in range(2):
         fn, kinds, infos = user_epilogue(_scale_shift, (2.0, 1.0, 0.5), 64, 48, 0)

@@ -144,7 +144,7 @@ def _compiles_alone(fn, kinds):
     except NumbaError as e:
         raise epilogue_error(fn, kinds, e) from e
     if not isinstance(resty, (types.Number, types.Boolean)):
-        raise epilogue_error(fn, kinds, f"it returns {resty}, not a number")
+        raise epilogue_error(fn, kinds, f"it returns {resty}, not a number", _return_line(fn.py_func.__code__))
     if len(_TYPED) >= 256:
         _TYPED.clear()
     _TYPED.add((fn, len(kinds)))
@@ -178,7 +178,7 @@ def _runs_on_the_host(fn, kinds):
     except Exception:  # noqa: BLE001 - value-dependent, or a call that runs in a kernel only
         return
     if not isinstance(got, (int, float, bool, np.number, np.bool_)):
-        raise epilogue_error(fn, kinds, f"it returns {type(got).__name__}, not a number")
+        raise epilogue_error(fn, kinds, f"it returns {type(got).__name__}, not a number", _return_line(py.__code__))
 
 
 def bias_vector(bias, info, stream=None):
@@ -268,6 +268,22 @@ def bias_operand(bias, info: ArrayInfo, stream=None):
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _return_line(code) -> int | None:
+    """The line of the first ``return`` of a tuple in ``code`` (``return v, s``), else of its first
+    ``return``: where a function that returns no number says so; None where there is none."""
+    first = None
+    prev = None
+    for i in dis.get_instructions(code):
+        if i.opname in ("RETURN_VALUE", "RETURN_CONST") and i.positions and i.positions.lineno:
+            first = first or i.positions.lineno
+            value = i.argval if i.opname == "RETURN_CONST" else prev.argval if prev and prev.opname == "LOAD_CONST" \
+                else None
+            if isinstance(value, tuple) or (i.opname == "RETURN_VALUE" and prev and prev.opname == "BUILD_TUPLE"):
+                return i.positions.lineno
+        prev = i
+    return first
 
 
 def epilogue_error(fn, kinds, e, line: int | None = None) -> MatmulError:
