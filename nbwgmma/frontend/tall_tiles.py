@@ -41,7 +41,9 @@ TALL_GAIN = 1.02
 #: before forced in the same process; ``benchmarks/tall_wider_heldout.txt``): 19 problems where the
 #: rule changes the pick, four per K of random draws and three named ones, 0.98-1.29x, geometric mean
 #: 1.067x (14520 x 784 x 8192 1.19x, 12610 x 1040 x 8192 1.13x, 11267 x 336 x 2048 1.29x; slower:
-#: 5044 x 10048 x 4096 0.98x against 256 x 128, 12246 x 7744 x 2048 0.995x against 128 x 192).
+#: 5044 x 10048 x 4096 0.98x against 256 x 128, 12246 x 7744 x 2048 0.995x against 128 x 192); again
+#: on an H100 (same day): 0.956-1.288x, geometric mean 1.068x (12977 x 1328 x 4096 0.956x, which
+#: :func:`pick_swapped_tall` now takes swapped).
 TALL_WIDER = {160: 1.0, 176: 0.97}
 #: How much more real work per SM slot :func:`pick_swapped_tall`'s tile must do than the tile taken.
 SWAPPED_TALL_GAIN = 1.05
