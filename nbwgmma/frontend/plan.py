@@ -20,9 +20,11 @@ Which path runs:
   shared memory into boxes of ``out``); so do fp8 codes and an f32 ``out`` (tiles of 32-column
   multiples, not swapped); any other ``out`` (any strides) and a swapped small M's narrow tiles
   get element-wise stores from the registers.
+* The tile, where ``config`` names none: :func:`.default_tile.pick_default`, the tile model's rules.
 * Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`,
-  and for tall 16-bit products whose swapped tiles fill the waves better: :func:`.tiles.pick_swap`, and
-  :func:`.tiles.pick_swap_wide` for 256-row ones)
+  and for 16-bit products whose swapped tiles fill the waves better: :func:`.tiles.pick_swap`,
+  :func:`.tiles.pick_swap_wide` and :func:`.tiles.pick_one_wave_256` for 256-row ones,
+  :func:`.tall_tiles.pick_swapped_tall` for 192-row ones)
   compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
   written through its transposed view.
 * In Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the same plan runs through
