@@ -162,6 +162,14 @@ def test_activations_match_their_definitions():
     for name, f in ACTIVATIONS.items():
         got = np.array([float(f(np.float32(v))) for v in x])
         np.testing.assert_allclose(got, np.asarray(ref[name], np.float64), rtol=1e-5, atol=1e-6, err_msg=name)
+    # gelu's negative tail, relative: 1 + erf(x) in f32 cancels to nothing there (errors up to 100%); the
+    # kit's gelu takes erfc(-x) instead
+    from math import erfc
+
+    tail = np.linspace(-12, -4, 33).astype(np.float32)
+    got = np.array([float(ACTIVATIONS["gelu"](np.float32(v))) for v in tail])
+    np.testing.assert_allclose(got, [0.5 * v * erfc(-v / math.sqrt(2)) for v in tail.astype(np.float64)], rtol=2e-5,
+                               atol=0)
 
 
 @SIM_ONLY
