@@ -290,3 +290,27 @@ def test_the_default_fused_kernels_of_the_common_tiles_compile_clean(monkeypatch
     assert [(p.cfg.bm, p.cfg.bn, p.swap) for p in plans] == [tile for _, _, tile in cases]
     for p, r in zip(plans, compile_reports([(gemm_kernel(p.cfg), p.signature()) for p in plans])):
         assert r.spill_bytes == 0 and r.local_memory_ops == 0 and r.sass.get("HGMMA", 0) >= 1, (p.cfg, r)
+
+
+def test_fused_products_take_swapped_256_row_tiles_that_compile_clean(monkeypatch):
+    """With a fused bias and activation the default path takes swapped 256-row tiles of at most 152
+    columns (tiles.SWAP256_FUSED_MAX_BN: their transposed parts spilled from 160 with gelu_tanh), and
+    never one wave of them (tiles.pick_one_wave_256, plain products only); the widest it takes, with a
+    bias per column and gelu_tanh, compiles with no spills and no local memory."""
+    from nbwgmma.frontend.tiles import SWAP256_FUSED_MAX_BN
+    from nbwgmma.report import compile_report
+
+    def plan(m, n, epi):
+        return _plan(m, n, 4096, epi, None, monkeypatch)
+
+    fused = {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}
+    # 8000 x 5368: swapped 256 x 160 plain, 256 x 144 fused; 7832 x 7656: 256 x 152 fused (the widest);
+    # 1862 x 2768: one wave of swapped 256 x 160 for a plain product only
+    assert [(q.cfg.bm, q.cfg.bn, q.swap) for q in (plan(8000, 5368, {}), plan(8000, 5368, fused))] == \
+        [(256, 160, True), (256, 144, True)]
+    p = plan(7832, 7656, fused)
+    assert (p.cfg.bm, p.cfg.bn, p.swap) == (256, SWAP256_FUSED_MAX_BN, True)
+    assert (plan(1862, 2768, {}).cfg.bm, plan(1862, 2768, {}).swap) == (256, True)
+    assert not plan(1862, 2768, fused).swap
+    rep = compile_report(gemm_kernel(p.cfg), p.signature())
+    assert rep.sass["HGMMA"] >= 1 and rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
