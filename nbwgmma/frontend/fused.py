@@ -273,14 +273,16 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def _return_line(code) -> int | None:
     """The line of the first ``return`` of a tuple in ``code`` (``return v, s``), else of its first
     ``return``: where a function that returns no number says so; None where there is none."""
-    first = None
-    prev = None
+    first = prev = None
     for i in dis.get_instructions(code):
         if i.opname in ("RETURN_VALUE", "RETURN_CONST") and i.positions and i.positions.lineno:
             first = first or i.positions.lineno
-            value = i.argval if i.opname == "RETURN_CONST" else prev.argval if prev and prev.opname == "LOAD_CONST" \
-                else None
-            if isinstance(value, tuple) or (i.opname == "RETURN_VALUE" and prev and prev.opname == "BUILD_TUPLE"):
+            if i.opname == "RETURN_CONST":  # (3.12: a constant returned directly)
+                pair = isinstance(i.argval, tuple)
+            else:  # (the value the return takes: a tuple built, or a constant one loaded)
+                pair = prev is not None and (prev.opname == "BUILD_TUPLE"
+                                             or prev.opname == "LOAD_CONST" and isinstance(prev.argval, tuple))
+            if pair:
                 return i.positions.lineno
         prev = i
     return first

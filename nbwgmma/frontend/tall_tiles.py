@@ -105,15 +105,15 @@ def tall_over_swap(m, n, swapped, sms, widths, input_bits=16, plain=True):
     return tile if score >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *swapped, sms) else None
 
 
-
 def pick_swapped_tall(m, n, sms, tile, swapped, input_bits=16):
     """The swapped 192-row tile (``{"swap": 1, "bm": 192, "bn": ...}``: :func:`best_tall` of the N x M
     problem, its 192 rows along N) for a tall (M > N) plain 16-bit product with K-major A and B (the
     caller checks them) where its real work per SM slot (its share of 128 x 256's rate times
-    :func:`.tiles.work_fill`) is :data:`SWAPPED_TALL_GAIN` times the real work per slot of the ``tile`` taken
-    (bm, bn; ``swapped``: of the N x M problem), its share left out (the model's shares of the tiles
-    the later rules take are not measured against the 192-row ones); else None. cuBLAS's tile at bf16 12977 x 1328 x 4096 is of
-    this shape (176 rows by 192 columns: N's 7 tiles 99% filled); on an H100 (BENCHMARKS.md,
+    :func:`.tiles.work_fill`) is :data:`SWAPPED_TALL_GAIN` times the real work per slot of the
+    ``tile`` taken (bm, bn; ``swapped``: of the N x M problem), its share left out (the model's
+    shares of the tiles the later rules take are not measured against the 192-row ones); else None.
+    cuBLAS's tile at bf16 12977 x 1328 x 4096 is of this shape (176 rows by 192 columns: N's 7 tiles
+    99% filled); on an H100 (BENCHMARKS.md,
     2026-12-06, one process, two runs, ratio to cuBLAS) the swapped 192 x 144 ran at 0.959 / 0.960 and
     192 x 176 at 0.993 / 0.993 where the default's 192 x 160 ran at 0.826 / 0.840 (N's 9 tiles, the
     last 30% used); swapped where it fills worse it lost (14520 x 784: 0.67-0.70 against 0.98)."""
