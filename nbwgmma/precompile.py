@@ -11,7 +11,8 @@ narrow tiles of
 (:func:`nbwgmma.frontend.tiles.pick_swap`, :func:`nbwgmma.frontend.tiles.pick_swap_wide`), the 192-row
 tiles of :func:`nbwgmma.frontend.tall_tiles.pick_tall` (192 x 144, 160 and 176; K-major A and B), swapped
 too (:func:`nbwgmma.frontend.tall_tiles.pick_swapped_tall`), the one-wave
-tiles of :func:`nbwgmma.frontend.tiles.pick_one_wave` (K-major A and B, swapped or not) and each choice of
+tiles of :func:`nbwgmma.frontend.tiles.pick_one_wave` (K-major A and B, swapped or not), the swapped
+256-row tiles of fp8 products (:func:`nbwgmma.frontend.tiles.pick_swapped_256`) and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
 fp8, f32 for tf32). Worker processes share the list (one per CPU core by default, at most
 16), each running small products with an explicit ``config`` on the current GPU, which compiles
@@ -111,6 +112,8 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             if dt != "tf32" and lay == "KK":  # one wave of 128-row tiles (pick_one_wave: K-major A and B)
                 one = [{"bm": 128, "bn": bn} | swap for swap in ({}, {"swap": 1}) for bn in ONE_WAVE_BN]
                 out += [(dt, lay, c) for c in one if (dt, lay, c) not in out]
+            if not sixteen and dt != "tf32" and lay == "KK":  # fp8 swapped into 256-row tiles (pick_swapped_256)
+                out += [(dt, lay, {"swap": 1, "bm": 256, "bn": bn}) for bn in TILE256_BN]
     return out
 
 

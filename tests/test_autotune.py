@@ -1,6 +1,7 @@
 """nbwgmma.frontend.autotune without a GPU: candidate sets, the choice, its file."""
 
 import json
+import math
 import sys
 
 import pytest
@@ -10,9 +11,9 @@ from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
 from nbwgmma.frontend.tall_tiles import (SWAPPED_TALL_GAIN, TALL_EFF, TALL_GAIN, TALL_WIDER, best_tall, pick_swapped_tall,
                                          pick_tall, tall_over_swap)
-from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_one_wave_256, pick_small_m, pick_swap,
-                                    pick_swap_wide, pick_one_wave, pick_tile, padded_score, wave_fill, work_fill, SWAP256_EFF,
-                                    SWAP256_GAIN, TILE256_BN, ONE_WAVE_BN, ONE_WAVE_GAIN)
+from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
+                                    pick_swapped_256, pick_one_wave, pick_tile, padded_score, wave_fill, work_fill,
+                                    SWAP256_EFF, SWAP256_GAIN, SWAPPED_256_GAIN, TILE256_BN, ONE_WAVE_BN, ONE_WAVE_GAIN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -446,9 +447,12 @@ def test_the_tiles_padding_counts_where_it_costs_another_tile_much_real_work(sms
     (12977, 1328, (192, 144, 1)),   # 1.16x (192 x 160 before; cuBLAS's tile there is 176 x 192)
     (14271, 576, (192, 176, 1)),    # 1.24x, held out (192 x 144 before)
     (14520, 784, (192, 160, 0)),    # swapped it fills worse: 0.67-0.70x measured
-    # one wave of swapped 256-row tiles (tiles.pick_one_wave_256), measured on an H100 (2026-12-06)
+    # swapped 256-row tiles that fill the waves better (tiles.pick_swapped_256), measured on an H100 (2026-12-06)
     (1862, 2768, (256, 160, 1)),    # 1.15x (128 x 192 before; cuBLAS's tile there is 160 x 256)
     (264, 15456, (256, 136, 1)),    # 1.62x, held out (128 x 192 before)
+    (2353, 8880, (256, 160, 1)),    # 1.21x (256 x 136 before: two waves and more)
+    (5355, 992, (256, 168, 1)),     # 1.33x, held out (128 x 192 before)
+    (3758, 7056, (192, 160, 0)),    # the swapped 256 x 136 does 1.9% more real work: not enough
 ])
 def test_the_padding_aware_default_tiles_measured_on_the_gpu(sms_132, m, n, tile):
     """The bf16 default plan's (bm, bn, swapped) for K-major operands and a bf16 out, built from the
@@ -509,19 +513,25 @@ def test_192_row_tiles_over_swapped_ones_where_they_do_enough_more_real_work(sms
     assert tall_over_swap(15831, 856, (256, 152), 132, "any", 8) is None
 
 
-def test_one_wave_of_swapped_256_row_tiles_where_it_does_much_more_real_work(sms_132):
-    """pick_one_wave_256: one wave of swapped 256 x bn tiles (bn of TILE256_BN, rows along N) where it does
-    ONE_WAVE_GAIN times the real work of the tile taken (1862 x 2768: 132 tiles of 256 x 160, 95%, against
-    128 x 192's 225 in two waves, 79%; cuBLAS's tile there; measured 1.15x on an H100); not where the tile
-    taken fills as well, for fp8 inputs, or where the swapped tiles need two waves."""
-    assert pick_one_wave_256(1862, 2768, (128, 192), 0, 132) == {"bm": 256, "bn": 160, "swap": 1}
-    assert work_fill(2768, 1862, 256, 160, 132) >= ONE_WAVE_GAIN * work_fill(1862, 2768, 128, 192, 132)
-    assert pick_one_wave_256(9848, 496, (128, 192), 0, 132) == {"bm": 256, "bn": 152, "swap": 1}
-    assert pick_one_wave_256(264, 15456, (128, 192), 0, 132) == {"bm": 256, "bn": 136, "swap": 1}
-    assert pick_one_wave_256(1862, 2768, (128, 192), 0, 132, input_bits=8) is None
-    for m, n, tile, swapped in ((8192, 8192, (128, 192), 0), (5000, 3000, (256, 152), 1), (2048, 2048, (128, 128), 0),
-                                (1862, 2768, (256, 160), 1)):
-        assert pick_one_wave_256(m, n, tile, swapped, 132) is None, (m, n)
+def test_swapped_256_row_tiles_where_they_do_enough_more_real_work(sms_132):
+    """pick_swapped_256: swapped 256 x bn tiles (bn of TILE256_BN, rows along N) where, their SWAP256_EFF
+    counted, they do SWAPPED_256_GAIN times the real work per SM slot of the tile taken, in one wave (1862 x
+    2768: 132 tiles of 256 x 160, 95%, against 128 x 192's 225 in two waves, 79%; cuBLAS's tile there;
+    measured 1.15x on an H100) or more (2353 x 8880: 525 tiles of 256 x 160 against 660 of 256 x 136;
+    1.21x); for fp8 inputs too (e4m3 9442 x 496: 1.38x); not where the tile taken fills about as well, or
+    for tf32 inputs."""
+    assert pick_swapped_256(1862, 2768, (128, 192), 0, 132) == {"bm": 256, "bn": 160, "swap": 1}
+    assert work_fill(2768, 1862, 256, 160, 132) >= 1.15 * work_fill(1862, 2768, 128, 192, 132)
+    assert pick_swapped_256(9848, 496, (128, 192), 0, 132) == {"bm": 256, "bn": 152, "swap": 1}
+    assert pick_swapped_256(264, 15456, (128, 192), 0, 132) == {"bm": 256, "bn": 136, "swap": 1}
+    assert pick_swapped_256(2353, 8880, (256, 136), 0, 132) == {"bm": 256, "bn": 160, "swap": 1}
+    assert math.ceil(8880 / 256) * math.ceil(2353 / 160) > 3 * 132  # (four waves)
+    assert SWAP256_EFF * work_fill(8880, 2353, 256, 160, 132) >= SWAPPED_256_GAIN * work_fill(2353, 8880, 256, 136, 132)
+    assert pick_swapped_256(9442, 496, (128, 192), 0, 132, input_bits=8) == {"bm": 256, "bn": 144, "swap": 1}
+    assert pick_swapped_256(1862, 2768, (128, 192), 0, 132, input_bits=32) is None
+    for m, n, tile, swapped in ((8192, 8192, (128, 256), 0), (5000, 3000, (256, 152), 1), (2048, 2048, (128, 128), 0),
+                                (1862, 2768, (256, 160), 1), (3758, 7056, (192, 160), 0), (512, 8192, (128, 256), 0)):
+        assert pick_swapped_256(m, n, tile, swapped, 132) is None, (m, n)
 
 
 def test_swapped_192_row_tiles_where_they_do_enough_more_real_work(sms_132):

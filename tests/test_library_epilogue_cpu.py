@@ -295,7 +295,7 @@ def test_the_default_fused_kernels_of_the_common_tiles_compile_clean(monkeypatch
 def test_fused_products_take_swapped_256_row_tiles_that_compile_clean(monkeypatch):
     """With a fused bias and activation the default path takes swapped 256-row tiles of at most 152
     columns (tiles.SWAP256_FUSED_MAX_BN: their transposed parts spilled from 160 with gelu_tanh), and
-    never one wave of them (tiles.pick_one_wave_256, plain products only); the widest it takes, with a
+    never those of tiles.pick_swapped_256 (plain products only); the widest it takes, with a
     bias per column and gelu_tanh, compiles with no spills and no local memory."""
     from nbwgmma.frontend.tiles import SWAP256_FUSED_MAX_BN
     from nbwgmma.report import compile_report

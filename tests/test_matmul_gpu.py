@@ -191,11 +191,13 @@ def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
 @pytest.mark.parametrize("dtype, m, n, bm, bn, swapped", [
     ("e4m3", 798, 2704, 128, 136, True), ("bf16", 263, 8096, 128, 136, True), ("bf16", 1363, 2368, 128, 200, False),
     ("f16", 783, 4160, 128, 200, True), ("bf16", 1862, 2768, 256, 160, True), ("f16", 264, 15456, 256, 136, True),
-    ("bf16", 9848, 496, 256, 152, True)])
+    ("bf16", 9848, 496, 256, 152, True), ("bf16", 2353, 8880, 256, 160, True), ("f16", 7178, 752, 256, 168, True),
+    ("e4m3", 9442, 496, 256, 144, True)])
 def test_default_path_takes_one_wave_tiles(dtype, m, n, bm, bn, swapped):
-    """Where 128 x bn tiles (bn in steps of 8, swapped or not) or swapped 256-row tiles fill one wave with
-    much more real work, the default path runs them (tiles.pick_one_wave, tiles.pick_one_wave_256),
-    swapped ones stored transposed by TMA: exact on small integers, nothing written outside out."""
+    """Where 128 x bn tiles (bn in steps of 8, swapped or not) fill one wave with much more real work, or
+    swapped 256-row tiles fill one wave or more with more, the default path runs them
+    (tiles.pick_one_wave, tiles.pick_swapped_256), swapped ones stored transposed by TMA: exact on small
+    integers, nothing written outside out."""
     from nbwgmma.frontend.matmul import last_plan
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]

@@ -55,8 +55,9 @@ def test_the_list_builds_valid_configs_once_each(autotune):
         majors = ["K" if x == "K" else "MN" for x in lay]
         if c.pop("swap", 0):  # the kernel's A is B^T, its B is A^T; the output a transposed view
             assert lay[0] == "K" and dt != "tf32"
-            # (tiles of 128 rows or more into a 16-bit out: stored transposed by TMA, as the plan does)
-            tma = c.get("bm", 64) >= 128 and dt in ("bf16", "f16")
+            # (tiles of 128 rows or more into a 16-bit out, bf16 for fp8 inputs: stored transposed by TMA, as
+            # the plan does)
+            tma = c.get("bm", 64) >= 128
             GemmConfig(kinds[dt], a_major=majors[1], b_major=majors[0], scaled=dt in ("e4m3", "e5m2"), out="bf16",
                        epilogue="tma" if tma else "direct", c_transposed=tma, **c)
             continue

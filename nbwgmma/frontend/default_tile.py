@@ -3,8 +3,9 @@
 (:mod:`.tiles`, :mod:`.tall_tiles`): the few-row paths; a swap where the swapped problem tiles better;
 the swapped 256-row tiles of tall products, or a 192-row tile over them; the wave and padding model's
 tile; clusters' shares; the 192-row tiles; 128 x 192 over 128 x 256; narrow tiles for poorly filled
-waves; one wave of 128-row or swapped 256-row tiles; swapped 192-row tiles for tall products; 256 x
-128 for the row-by-row epilogue. Each rule's measurements are in its docstring and BENCHMARKS.md."""
+waves; one wave of 128-row tiles; swapped 256-row tiles that fill the waves better; swapped 192-row
+tiles for tall products; 256 x 128 for the row-by-row epilogue. Each rule's measurements are in its
+docstring and BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from ..kernels.gemm_config import FP8_OUTS
 from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .tall_tiles import pick_swapped_tall, pick_tall, tall_over_swap
-from .tiles import (pick_192, pick_narrow, pick_one_wave, pick_one_wave_256, pick_small_m, pick_swap,
-                    pick_swap_wide, pick_tile)
+from .tiles import (pick_192, pick_narrow, pick_one_wave, pick_small_m, pick_swap, pick_swap_wide,
+                    pick_swapped_256, pick_tile)
 
 __all__ = ["pick_default"]
 
@@ -96,10 +97,10 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
             one = pick_one_wave(m, n, (opts["bm"], opts["bn"]), opts.get("swap", 0), sms, swappable)
             if one is not None:
                 opts.update(one)
-            # ... or one wave of swapped 256-row tiles (16-bit inputs)
+            # ... or swapped 256-row tiles, their rows along N, that do enough more real work (16-bit or fp8 inputs)
             if swappable and plain:  # (with a fused bias and activation 256 x 160 spills there)
-                opts.update(pick_one_wave_256(m, n, (opts["bm"], opts["bn"]), opts.get("swap", 0), sms,
-                                              wk.input_bits) or {})
+                opts.update(pick_swapped_256(m, n, (opts["bm"], opts["bn"]), opts.get("swap", 0), sms,
+                                             wk.input_bits) or {})
         # a 192-row tile swapped, its rows along N, where it does enough more real work than the tile
         # taken (tall plain products, K-major A and B, 16-bit outputs by TMA)
         if free and swappable and plain and tma16 and b_kmajor and c_info is None and opts.get("user") is None:

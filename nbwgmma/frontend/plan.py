@@ -23,7 +23,7 @@ Which path runs:
 * The tile, where ``config`` names none: :func:`.default_tile.pick_default`, the tile model's rules.
 * Swapped plans (``config["swap"]``, the default for a few rows: :func:`.tiles.swapped_small_m`,
   and for 16-bit products whose swapped tiles fill the waves better: :func:`.tiles.pick_swap`,
-  :func:`.tiles.pick_swap_wide` and :func:`.tiles.pick_one_wave_256` for 256-row ones,
+  :func:`.tiles.pick_swap_wide` and :func:`.tiles.pick_swapped_256` for 256-row ones,
   :func:`.tall_tiles.pick_swapped_tall` for 192-row ones)
   compute C^T = B^T A^T: the operands trade places, the kind's types too, and the output is
   written through its transposed view.

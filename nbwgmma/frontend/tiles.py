@@ -18,7 +18,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_FUSED_MAX_BN", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
-           "pick_one_wave", "pick_one_wave_256", "ONE_WAVE_BN", "ONE_WAVE_GAIN"]
+           "pick_one_wave", "pick_swapped_256", "SWAPPED_256_GAIN", "ONE_WAVE_BN", "ONE_WAVE_GAIN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -415,25 +415,34 @@ def pick_one_wave(m, n, tile, swapped, sms, swappable=True):
     return {"bm": 128, "bn": best[2], "swap": best[1]}
 
 
-def pick_one_wave_256(m, n, tile, swapped, sms, input_bits=16):
-    """The config of the swapped 256 x bn tile (bn of :data:`TILE256_BN`, its 256 rows along N) whose
-    tiles fit one wave and do the most real work per SM slot (:func:`work_fill`), where that is
-    :data:`ONE_WAVE_GAIN` times the real work of ``tile`` (bm, bn; of the N x M problem where
-    ``swapped``); else None. For 16-bit inputs, K-major A and B and 16-bit outputs stored by TMA (the
-    caller checks). cuBLAS's tile at bf16 1862 x 2768 x 4096 is of this shape (160 rows by 256
-    columns: 132 tiles, 95% real work, against 128 x 192's 225 tiles in two waves, 79%). On an H100
-    (BENCHMARKS.md, 2026-12-06, one process, two runs, ratio to cuBLAS), seven problems of a random draw
-    where it does 1.18-1.26x the real work: 1.12-1.30x the tile taken (1862 x 2768 x 4096 0.84 ->
-    0.97, 9848 x 496 x 1024 0.77 -> 1.01); unswapped, 256-row tiles along M lost where measured (430 x
-    8960 x 2048: 0.92x)."""
-    if input_bits != 16 or sim.enabled():
+#: How much more real work per SM slot than the tile taken the swapped 256-row tiles of
+#: :func:`pick_swapped_256` must do, their :data:`SWAP256_EFF` counted. cuBLAS's tile at bf16 1862 x
+#: 2768 x 4096 is a swapped 256 x 160 in nbwgmma's terms (160 rows by 256 columns: 132 tiles, 95% real
+#: work, against 128 x 192's 225 tiles in two waves, 79%). On an H100 (BENCHMARKS.md, 2026-12-06, one
+#: process, two runs, ratio to cuBLAS), first where they fill one wave with 1.15x the real work: seven
+#: problems of a random draw 1.12-1.30x the tile taken (1862 x 2768 x 4096 0.84 -> 0.97, 9848 x 496 x
+#: 1024 0.77 -> 1.01), then 19 held out 0.94-1.62x, geometric mean 1.17x; then where the model rates
+#: them 1.02-1.13x, in one wave or more, M above or below N, twelve problems of other draws 1.02-1.60x
+#: (2353 x 8880 x 1024 in 256 x 160 0.82 -> 0.99 where unswapped 256 x 136 ran; 281 x 13600 x 4096 0.60
+#: -> 0.97); with this margin, 29 held out 0.99-1.33x, geometric mean 1.11x (0.89 -> 0.99 against
+#: cuBLAS). e4m3 inputs (bf16 out) alike: nine probed 1.03-1.46x (281 x 13904 x 4096 0.70 -> 1.02), 26
+#: held out 0.96-1.38x, geometric mean 1.10x (the two slower at K = 1024). Unswapped, 256-row tiles
+#: along M lost where measured (430 x 8960 x 2048: 0.92x).
+SWAPPED_256_GAIN = 1.05
+
+
+def pick_swapped_256(m, n, tile, swapped, sms, input_bits=16):
+    """The config of the swapped 256 x bn tile (bn of :data:`TILE256_BN`, its 256 rows along N) that
+    does the most real work per SM slot (:func:`work_fill`; the wider at a tie), where that, times
+    :data:`SWAP256_EFF`, is :data:`SWAPPED_256_GAIN` times the real work of ``tile`` (bm, bn; of the
+    N x M problem where ``swapped``); else None. For 16-bit and fp8 inputs, K-major A and B, 16-bit
+    outputs stored by TMA and no fused bias or activation (their transposed parts spill from 160
+    columns; the caller checks)."""
+    if input_bits > 16 or sim.enabled():
         return None
     now = work_fill(n, m, *tile, sms) if swapped else work_fill(m, n, *tile, sms)
-    fits = [(work_fill(n, m, 256, bn, sms), bn) for bn in TILE256_BN
-            if math.ceil(n / 256) * math.ceil(m / bn) <= sms]
-    if not fits or max(fits)[0] < ONE_WAVE_GAIN * now:
-        return None
-    return {"bm": 256, "bn": max(fits)[1], "swap": 1}
+    fill, bn = max((work_fill(n, m, 256, w, sms), w) for w in TILE256_BN)
+    return {"bm": 256, "bn": bn, "swap": 1} if SWAP256_EFF * fill >= SWAPPED_256_GAIN * now else None
 
 
 #: Rows up to which :func:`pick_small_m` decides.
