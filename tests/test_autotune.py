@@ -13,7 +13,8 @@ from nbwgmma.frontend.tall_tiles import (SWAPPED_TALL_GAIN, TALL_EFF, TALL_GAIN,
                                          pick_tall, tall_over_swap)
 from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
                                     pick_swapped_256, pick_one_wave, pick_tile, padded_score, wave_fill, work_fill,
-                                    SWAP256_EFF, SWAP256_GAIN, SWAPPED_256_GAIN, TILE256_BN, ONE_WAVE_BN, ONE_WAVE_GAIN)
+                                    SWAP256_EFF, SWAP256_GAIN, SWAPPED_256_GAIN, SWAPPED_256_MIN_K, TILE256_BN,
+                                    ONE_WAVE_BN, ONE_WAVE_GAIN)
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
@@ -518,20 +519,31 @@ def test_swapped_256_row_tiles_where_they_do_enough_more_real_work(sms_132):
     counted, they do SWAPPED_256_GAIN times the real work per SM slot of the tile taken, in one wave (1862 x
     2768: 132 tiles of 256 x 160, 95%, against 128 x 192's 225 in two waves, 79%; cuBLAS's tile there;
     measured 1.15x on an H100) or more (2353 x 8880: 525 tiles of 256 x 160 against 660 of 256 x 136;
-    1.21x); for fp8 inputs too (e4m3 9442 x 496: 1.38x); not where the tile taken fills about as well, or
-    for tf32 inputs."""
-    assert pick_swapped_256(1862, 2768, (128, 192), 0, 132) == {"bm": 256, "bn": 160, "swap": 1}
+    1.21x); for fp8 inputs too (e4m3 9442 x 496: 1.38x); not where the tile taken fills about as well, for
+    tf32 inputs, or outside the problems measured (at most SMALL_M rows, K under SWAPPED_256_MIN_K)."""
+    assert pick_swapped_256(1862, 2768, 4096, (128, 192), 0, 132) == {"bm": 256, "bn": 160, "swap": 1}
     assert work_fill(2768, 1862, 256, 160, 132) >= 1.15 * work_fill(1862, 2768, 128, 192, 132)
-    assert pick_swapped_256(9848, 496, (128, 192), 0, 132) == {"bm": 256, "bn": 152, "swap": 1}
-    assert pick_swapped_256(264, 15456, (128, 192), 0, 132) == {"bm": 256, "bn": 136, "swap": 1}
-    assert pick_swapped_256(2353, 8880, (256, 136), 0, 132) == {"bm": 256, "bn": 160, "swap": 1}
+    assert pick_swapped_256(9848, 496, 4096, (128, 192), 0, 132) == {"bm": 256, "bn": 152, "swap": 1}
+    assert pick_swapped_256(264, 15456, 4096, (128, 192), 0, 132) == {"bm": 256, "bn": 136, "swap": 1}
+    assert pick_swapped_256(2353, 8880, 4096, (256, 136), 0, 132) == {"bm": 256, "bn": 160, "swap": 1}
     assert math.ceil(8880 / 256) * math.ceil(2353 / 160) > 3 * 132  # (four waves)
     assert SWAP256_EFF * work_fill(8880, 2353, 256, 160, 132) >= SWAPPED_256_GAIN * work_fill(2353, 8880, 256, 136, 132)
-    assert pick_swapped_256(9442, 496, (128, 192), 0, 132, input_bits=8) == {"bm": 256, "bn": 144, "swap": 1}
-    assert pick_swapped_256(1862, 2768, (128, 192), 0, 132, input_bits=32) is None
+    assert pick_swapped_256(9442, 496, 4096, (128, 192), 0, 132, input_bits=8) == {"bm": 256, "bn": 144, "swap": 1}
+    assert pick_swapped_256(1862, 2768, 4096, (128, 192), 0, 132, input_bits=32) is None
     for m, n, tile, swapped in ((8192, 8192, (128, 256), 0), (5000, 3000, (256, 152), 1), (2048, 2048, (128, 128), 0),
                                 (1862, 2768, (256, 160), 1), (3758, 7056, (192, 160), 0), (512, 8192, (128, 256), 0)):
-        assert pick_swapped_256(m, n, tile, swapped, 132) is None, (m, n)
+        assert pick_swapped_256(m, n, 4096, tile, swapped, 132) is None, (m, n)
+    # the problems measured: more than SMALL_M rows, K of at least SWAPPED_256_MIN_K
+    assert pick_swapped_256(264, 15456, SWAPPED_256_MIN_K, (128, 192), 0, 132) is not None
+    assert pick_swapped_256(264, 15456, 512, (128, 192), 0, 132) is None
+    assert pick_swapped_256(144, 32000, 4096, (128, 256), 0, 132) is None
+    # the plans the default path builds (e4m3 into bf16 too)
+    from nbwgmma.precompile import cpu_plan
+
+    for dt, m, n, tile in (("e4m3", 9442, 496, (256, 144, 1)), ("f16", 2353, 8880, (256, 160, 1)),
+                           ("e4m3", 144, 32000, (128, 256, 0))):
+        plan = cpu_plan(dt, "KK", {}, rows=m, n=n, k=4096)
+        assert (plan.cfg.bm, plan.cfg.bn, int(plan.swap)) == tile, (dt, m, n)
 
 
 def test_swapped_192_row_tiles_where_they_do_enough_more_real_work(sms_132):

@@ -305,7 +305,7 @@ def test_fused_products_take_swapped_256_row_tiles_that_compile_clean(monkeypatc
 
     fused = {"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}
     # 8000 x 5368: swapped 256 x 160 plain, 256 x 144 fused; 7832 x 7656: 256 x 152 fused (the widest);
-    # 1862 x 2768: one wave of swapped 256 x 160 for a plain product only
+    # 1862 x 2768: swapped 256 x 160 (tiles.pick_swapped_256) for a plain product only
     assert [(q.cfg.bm, q.cfg.bn, q.swap) for q in (plan(8000, 5368, {}), plan(8000, 5368, fused))] == \
         [(256, 160, True), (256, 144, True)]
     p = plan(7832, 7656, fused)
@@ -314,3 +314,14 @@ def test_fused_products_take_swapped_256_row_tiles_that_compile_clean(monkeypatc
     assert not plan(1862, 2768, fused).swap
     rep = compile_report(gemm_kernel(p.cfg), p.signature())
     assert rep.sass["HGMMA"] >= 1 and rep.spill_bytes == 0 and rep.local_memory_ops == 0, rep
+
+
+def test_swapped_256_row_tiles_only_for_plain_products(monkeypatch):
+    """tiles.pick_swapped_256 (2353 x 8880: swapped 256 x 160 tiles for a plain product, four waves) is not
+    taken with a fused bias or activation (there 160 columns spill) or with beta * C (unmeasured)."""
+    plain = _plan(2353, 8880, 4096, {}, None, monkeypatch)
+    assert (plain.cfg.bm, plain.cfg.bn, plain.swap) == (256, 160, True)
+    for epi, c in (({"bias": "col", "act": "gelu_tanh", "bias_type": "bf16"}, None), ({"act": "relu"}, None),
+                   ({}, "bf16"), ({}, "f32")):
+        p = _plan(2353, 8880, 4096, epi, c, monkeypatch)
+        assert not p.swap, (epi, c, p.cfg)  # (the unswapped tile taken before the rule)

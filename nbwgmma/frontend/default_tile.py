@@ -99,7 +99,7 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
                 opts.update(one)
             # ... or swapped 256-row tiles, their rows along N, that do enough more real work (16-bit or fp8 inputs)
             if swappable and plain:  # (with a fused bias and activation 256 x 160 spills there)
-                opts.update(pick_swapped_256(m, n, (opts["bm"], opts["bn"]), opts.get("swap", 0), sms,
+                opts.update(pick_swapped_256(m, n, k, (opts["bm"], opts["bn"]), opts.get("swap", 0), sms,
                                              wk.input_bits) or {})
         # a 192-row tile swapped, its rows along N, where it does enough more real work than the tile
         # taken (tall plain products, K-major A and B, 16-bit outputs by TMA)

@@ -18,7 +18,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_FUSED_MAX_BN", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
-           "pick_one_wave", "pick_swapped_256", "SWAPPED_256_GAIN", "ONE_WAVE_BN", "ONE_WAVE_GAIN"]
+           "pick_one_wave", "pick_swapped_256", "SWAPPED_256_GAIN", "SWAPPED_256_MIN_K", "ONE_WAVE_BN", "ONE_WAVE_GAIN"]
 
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
@@ -427,18 +427,23 @@ def pick_one_wave(m, n, tile, swapped, sms, swappable=True):
 #: -> 0.97); with this margin, 29 held out 0.99-1.33x, geometric mean 1.11x (0.89 -> 0.99 against
 #: cuBLAS). e4m3 inputs (bf16 out) alike: nine probed 1.03-1.46x (281 x 13904 x 4096 0.70 -> 1.02), 26
 #: held out 0.96-1.38x, geometric mean 1.10x (the two slower at K = 1024). Unswapped, 256-row tiles
-#: along M lost where measured (430 x 8960 x 2048: 0.92x).
+#: along M lost where measured (430 x 8960 x 2048: 0.92x). Every problem measured had more than
+#: :data:`SMALL_M` rows and K of at least :data:`SWAPPED_256_MIN_K`; the rule keeps to them.
 SWAPPED_256_GAIN = 1.05
+#: The least K of :func:`pick_swapped_256` (the shortest measured).
+SWAPPED_256_MIN_K = 1024
 
 
-def pick_swapped_256(m, n, tile, swapped, sms, input_bits=16):
+def pick_swapped_256(m, n, k, tile, swapped, sms, input_bits=16):
     """The config of the swapped 256 x bn tile (bn of :data:`TILE256_BN`, its 256 rows along N) that
     does the most real work per SM slot (:func:`work_fill`; the wider at a tie), where that, times
     :data:`SWAP256_EFF`, is :data:`SWAPPED_256_GAIN` times the real work of ``tile`` (bm, bn; of the
-    N x M problem where ``swapped``); else None. For 16-bit and fp8 inputs, K-major A and B, 16-bit
-    outputs stored by TMA and no fused bias or activation (their transposed parts spill from 160
-    columns; the caller checks)."""
-    if input_bits > 16 or sim.enabled():
+    N x M problem where ``swapped``), for more than :data:`SMALL_M` rows and K of at least
+    :data:`SWAPPED_256_MIN_K` (the problems measured); else None. For 16-bit and fp8 inputs (measured:
+    bf16, f16 and e4m3 into bf16; e5m2 and mixed fp8 alike, unmeasured), K-major A and B, 16-bit
+    outputs stored by TMA, no fused bias or activation (their transposed parts spill from 160
+    columns), beta * C or user function (unmeasured); the caller checks all but the sizes."""
+    if input_bits > 16 or m <= SMALL_M or k < SWAPPED_256_MIN_K or sim.enabled():
         return None
     now = work_fill(n, m, *tile, sms) if swapped else work_fill(m, n, *tile, sms)
     fill, bn = max((work_fill(n, m, 256, w, sms), w) for w in TILE256_BN)
