@@ -193,7 +193,7 @@ def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
     ("f16", 783, 4160, 128, 200, True), ("bf16", 1862, 2768, 256, 160, True), ("f16", 264, 15456, 256, 136, True),
     ("bf16", 9848, 496, 256, 152, True), ("bf16", 2353, 8880, 256, 160, True), ("f16", 7178, 752, 256, 168, True),
     ("e4m3", 9442, 496, 256, 144, True)])
-def test_default_path_takes_one_wave_tiles(dtype, m, n, bm, bn, swapped):
+def test_default_path_takes_one_wave_and_swapped_256_row_tiles(dtype, m, n, bm, bn, swapped):
     """Where 128 x bn tiles (bn in steps of 8, swapped or not) fill one wave with much more real work, or
     swapped 256-row tiles fill one wave or more with more, the default path runs them
     (tiles.pick_one_wave, tiles.pick_swapped_256), swapped ones stored transposed by TMA: exact on small
@@ -203,8 +203,9 @@ def test_default_path_takes_one_wave_tiles(dtype, m, n, bm, bn, swapped):
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
     odt = torch.float16 if dtype == "f16" else torch.bfloat16
     g = torch.Generator(device="cuda").manual_seed(m)
-    a = torch.randint(-3, 4, (m, 264), device="cuda", generator=g).to(tdt)
-    b = torch.randint(-3, 4, (n, 264), device="cuda", generator=g).to(tdt).t()
+    # (K = 1024: pick_swapped_256 keeps to K of at least SWAPPED_256_MIN_K)
+    a = torch.randint(-3, 4, (m, 1024), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, 1024), device="cuda", generator=g).to(tdt).t()
     big = torch.full((m + 2, n + 16), float("nan"), device="cuda", dtype=odt)
     out = big[1:m + 1, 8:n + 8]  # (rows and base 16-byte aligned: TMA stores it)
     matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
