@@ -10,7 +10,9 @@ Default problems: ``sweep.MID``; default configs: stream-K (128 x 128), 256 x 12
 
 ``--file PATH``: configs per problem instead, a line each, ``DTYPE:LAYOUT:MxNxK|{config}|{config}...``
 (``#`` starts a comment), e.g. ``benchmarks/one_wave_heldout.txt``. ``--runs N`` repeats the whole
-list N times in the process.
+list N times in the process. The default's tile is printed beside its ratio (``s`` for a swapped
+product). ``--json PATH`` also writes every measurement (problem, tile or config, ratio to cuBLAS)
+for ``benchmarks/fit_shares.py``.
 """
 import argparse
 import json
@@ -41,17 +43,21 @@ def read_file(path):
     return items
 
 
-def measure(problem_, configs, repeats):
-    """One problem: its default path, each config and cuBLAS timed in turn; prints the ratios to cuBLAS."""
+def measure(problem_, configs, repeats, records=None):
+    """One problem: its default path, each config and cuBLAS timed in turn; prints the ratios to cuBLAS
+    and appends a record of each (the default's as its plan's tile) to ``records`` where given."""
     import torch
 
     from nbwgmma import NbwgmmaError
     from nbwgmma.bench import device_times, problem
+    from nbwgmma.frontend.matmul import last_plan
 
     dtype, layout, m, n, k = problem_
     _, _, ours, cublas = problem(m, n, k, dtype, layout)
     default = ours()
     ref = default().float()
+    plan = last_plan()
+    tile = {"bm": plan.cfg.bm, "bn": plan.cfg.bn, "swap": int(plan.swap)}
     fns, diffs = [default], []
     for cfg in configs:
         fn = ours(cfg)
@@ -69,7 +75,11 @@ def measure(problem_, configs, repeats):
     ms = [next(times) if f is not None else None for f in fns]
     t_cublas = next(times)
     cells = [f"{t_cublas / t:.3f}" if t else "-" for t in ms]
-    print(f"{dtype:>5} {layout} {m:>5}x{n:>5}x{k:>5}  " + "  ".join(f"{c:>7s}" for c in cells[:1])
+    if records is not None:
+        records += [{"problem": [dtype, layout, m, n, k], "config": c, "default": i == 0, "ratio": t_cublas / t}
+                    for i, (c, t) in enumerate(zip([tile, *configs], ms)) if t]
+    shown = f"{cells[0]} [{'s' if tile['swap'] else ''}{tile['bm']}x{tile['bn']}]"
+    print(f"{dtype:>5} {layout} {m:>5}x{n:>5}x{k:>5}  {shown:>16s}"
           + "  " + "  ".join(f"{json.dumps(cfg)} {c} (d {d:.0e})" if d is not None else f"{json.dumps(cfg)} {c}"
                              for cfg, c, d in zip(configs, cells[1:], diffs)), flush=True)
 
@@ -81,6 +91,7 @@ def main():
     p.add_argument("--file", help="lines of DTYPE:LAYOUT:MxNxK|{config}|...: configs per problem")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--json", help="write every measurement here (for benchmarks/fit_shares.py)")
     args = p.parse_args()
     if args.file:
         items = read_file(args.file)
@@ -88,10 +99,14 @@ def main():
         configs = [json.loads(c) for c in args.configs]
         problems = [parse_problem(t) for t in args.problems.split(",")] if args.problems else MID
         items = [(pr, configs) for pr in problems]
+    records = []
     for run in range(args.runs):
-        print(f"run {run + 1}: problem, default, then each config; ratios to cuBLAS")
+        print(f"run {run + 1}: problem, default [its tile], then each config; ratios to cuBLAS")
         for problem_, configs in items:
-            measure(problem_, configs, args.repeats)
+            measure(problem_, configs, args.repeats, records)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(records, f)
 
 
 if __name__ == "__main__":
