@@ -1,6 +1,6 @@
 """Each tile's share of a 128 x 256 tile's rate, fitted from measurements of ``benchmarks/configs.py
 --json``: the tile model (``nbwgmma.frontend.tiles``) rates a tile by its share times the real work it
-does per SM slot (``work_fill``), so a measured ratio to cuBLAS is taken as
+does per SM slot (``work_fill``, ``taken_fill``), so a measured ratio to cuBLAS is taken as
 
     log(ratio) = log(work_fill) + log(share of the tile) + (a term per problem)
 
@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from nbwgmma.frontend.tiles import work_fill  # noqa: E402
+from nbwgmma.frontend.tiles import taken_fill  # noqa: E402
 
 REFERENCE = "128x256"
 
@@ -53,8 +53,7 @@ def fit(records, sms=132):
     y = np.zeros(len(rows))
     count = {}
     for row, ((p, name, bm, bn, swap), rs) in enumerate(rows):
-        m, n = p[2], p[3]
-        filled = work_fill(n, m, bm, bn, sms) if swap else work_fill(m, n, bm, bn, sms)
+        filled = taken_fill(p[2], p[3], (bm, bn), swap, sms)
         a[row, pi[p]] = 1
         if name != REFERENCE:
             a[row, ni[name]] = 1

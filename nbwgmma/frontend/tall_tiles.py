@@ -6,7 +6,7 @@ path takes it over the tile :mod:`.tiles` picks (:func:`pick_tall`), over a swap
 from __future__ import annotations
 
 from .. import sim
-from .tiles import SWAP256_EFF, padded_score, work_fill
+from .tiles import SWAP256_EFF, padded_score, taken_fill, work_fill
 
 __all__ = ["TALL_TILE", "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "tall_tile", "best_tall", "pick_tall", "tall_over_swap",
            "pick_swapped_tall", "SWAPPED_TALL_GAIN"]
@@ -119,7 +119,5 @@ def pick_swapped_tall(m, n, sms, tile, swapped, input_bits=16):
     last 30% used); swapped where it fills worse it lost (14520 x 784: 0.67-0.70 against 0.98)."""
     if m <= n or not _tall_fits(n, m, "any", input_bits):
         return None
-    rows, cols = (n, m) if swapped else (m, n)
-    taken = work_fill(rows, cols, *tile, sms)
     score, tall = best_tall(n, m, sms)
-    return {"swap": 1, **tall} if score >= SWAPPED_TALL_GAIN * taken else None
+    return {"swap": 1, **tall} if score >= SWAPPED_TALL_GAIN * taken_fill(m, n, tile, swapped, sms) else None

@@ -15,7 +15,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "SWAP_M_FP8", "SWAP_BN", "STAGE_BUDGET", "NARROW_BN", "NARROW_BN_FP8_MAX", "NARROW_GAIN", "NARROW_PICK_GAIN",
            "narrow_tile", "narrow_config", "NARROW_WIDE_BN", "NARROW_WIDE_PICK_GAIN", "NARROW_WIDE_MIN_M", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
            "pick_narrow", "pick_192", "FILL192_GAIN", "FILL192_MIN_K", "PAD_GAIN", "padded_pick", "padded_score",
-           "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_FUSED_MAX_BN", "SWAP256_EFF", "SWAP256_GAIN", "work_fill",
+           "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_FUSED_MAX_BN", "SWAP256_EFF", "SWAP256_GAIN", "work_fill", "taken_fill",
            "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
            "pick_one_wave", "pick_swapped_256", "SWAPPED_256_GAIN", "SWAPPED_256_MIN_K", "ONE_WAVE_BN", "ONE_WAVE_GAIN"]
@@ -300,6 +300,12 @@ def work_fill(m, n, bm, bn, sms):
     return m * n / (math.ceil(tiles / sms) * sms * bm * bn)
 
 
+def taken_fill(m, n, tile, swapped, sms):
+    """:func:`work_fill` of the ``tile`` (bm, bn) an M x N product runs, in the N x M problem where
+    ``swapped`` (C^T = B^T A^T): the real work per SM slot the later rules weigh theirs against."""
+    return work_fill(n, m, *tile, sms) if swapped else work_fill(m, n, *tile, sms)
+
+
 #: :func:`pick_192`: how much more real work per SM slot (:func:`work_fill`) 128 x 192 tiles must do
 #: than the model's 128 x 256, and the least K. On an H100 (BENCHMARKS.md, 2026-12-05), the two tiles
 #: in one process, ratio 128 x 192 / 128 x 256 over two runs: at 8192^3 (1.6% more work per slot:
@@ -401,7 +407,7 @@ def pick_one_wave(m, n, tile, swapped, sms, swappable=True):
     and B and 16-bit outputs stored by TMA (the caller checks)."""
     if sim.enabled():
         return None
-    now = work_fill(n, m, *tile, sms) if swapped else work_fill(m, n, *tile, sms)
+    now = taken_fill(m, n, tile, swapped, sms)
     best = None
     for swap in ((0, 1) if swappable else (0,)):
         rows, cols = (n, m) if swap else (m, n)
@@ -445,7 +451,7 @@ def pick_swapped_256(m, n, k, tile, swapped, sms, input_bits=16):
     columns), beta * C or user function (unmeasured); the caller checks all but the sizes."""
     if input_bits > 16 or m <= SMALL_M or k < SWAPPED_256_MIN_K or sim.enabled():
         return None
-    now = work_fill(n, m, *tile, sms) if swapped else work_fill(m, n, *tile, sms)
+    now = taken_fill(m, n, tile, swapped, sms)
     fill, bn = max((work_fill(n, m, 256, w, sms), w) for w in TILE256_BN)
     return {"bm": 256, "bn": bn, "swap": 1} if SWAP256_EFF * fill >= SWAPPED_256_GAIN * now else None
 

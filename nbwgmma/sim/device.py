@@ -19,6 +19,7 @@ from numba.cuda.simulator.kernel import BlockThread, FakeCUDAKernel
 from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
 from ..errors import bad_call_message, own_source
+from .core import python_only
 
 __all__ = ["SimDeviceFunction", "fast_device_function", "device_modules_held"]
 
@@ -39,8 +40,6 @@ class SimDeviceFunction(FakeCUDAKernel):
                     raise _bind_error(self.fn, args, kwargs) or e from None
                 raise
             except (ArithmeticError, ValueError) as e:  # Python's arithmetic refusing what a kernel computes
-                from .core import python_only
-
                 shown = ", ".join(repr(a) if isinstance(a, (int, float, np.number)) else _shown(a) for a in args)
                 err = python_only(e, f" in {self.fn.__qualname__}({shown})")
                 if err is None:
