@@ -41,7 +41,10 @@ class AtomicMarks:
         """A plain access of ``idx`` by ``th`` must come after every other thread's atomic on
         those bytes."""
         idx = np.atleast_1d(idx)
-        for b in idx[self.hit[idx]].tolist():
+        hit = self.hit[idx]
+        if not hit.any():
+            return
+        for b in idx[hit].tolist():
             v = self.clocks[b]
             late = np.flatnonzero(th.clock[:len(v)] < v)
             late = late[late != th.gid]
@@ -55,9 +58,11 @@ class AtomicMarks:
     def clear(self, idx):
         """A plain store or a copy replaced the bytes ``idx``."""
         idx = np.atleast_1d(idx)
-        hits = idx[self.hit[idx]]
-        if hits.size:
-            self.hit[hits] = False
-            for b in hits.tolist():
-                self.clocks.pop(b, None)
-                self.sites.pop(b, None)
+        hit = self.hit[idx]
+        if not hit.any():
+            return
+        hits = idx[hit]
+        self.hit[hits] = False
+        for b in hits.tolist():
+            self.clocks.pop(b, None)
+            self.sites.pop(b, None)

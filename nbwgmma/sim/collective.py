@@ -60,10 +60,12 @@ def collective(key, members, op, value, compute=None, orders=True, exited_ok=Fal
         n = th.rounds[key] = th.rounds.get(key, 0) + 1
         r = rz.rounds.get(n)
         if r is None:
-            r = rz.rounds[n] = {"vals": {}, "ops": {}, "clock": cl.new_clock(), "waiters": []}
+            r = rz.rounds[n] = {"vals": {}, "ops": {}, "clock": None, "waiters": []}  # (clock: an ordering member's)
         r["vals"][th.thread_id] = value
         r["ops"][th.thread_id] = (op, th)  # (its line read if the ops differ: each member is still in this call)
         if orders:
+            if r["clock"] is None:
+                r["clock"] = cl.new_clock()
             np.maximum(r["clock"], th.clock, out=r["clock"])
         last = complete(r)
         if last:
@@ -86,7 +88,8 @@ def collective(key, members, op, value, compute=None, orders=True, exited_ok=Fal
             if "result" in r:
                 return True
             # (set operations first: a thread's exit is the rare case to look for)
-            if not cta.exited.isdisjoint(members) and any(m not in r["vals"] for m in cta.exited.intersection(members)):
+            ex = cta.exited
+            if ex and not ex.isdisjoint(members) and any(m not in r["vals"] for m in ex.intersection(members)):
                 if not exited_ok:
                     raise SimStopped(f"block {tuple(th.blockIdx)} thread {th.thread_id} at {th.where or where()}: "
                                      + missing_text())

@@ -30,8 +30,12 @@ def _validated(name, params, imms, arguments, validate, kinds):
     ``kinds``: (name, is an immediate) of each parameter."""
     from numba import typeof
 
-    key = (name,) + tuple((len(v), type(tuple.__getitem__(v, 0)) if v else None) if isinstance(v, tuple)
-                          else v if imm else type(v) for pname, imm in kinds for v in (arguments[pname],))
+    key = [name]
+    for pname, imm in kinds:
+        v = arguments[pname]
+        key.append((len(v), type(tuple.__getitem__(v, 0)) if v else None) if isinstance(v, tuple)
+                   else v if imm else type(v))
+    key = tuple(key)
     if key in _VALID:
         return
     values = {p.name: arguments[p.name] for p in imms}
@@ -93,15 +97,16 @@ def declare(name, params, imms, doc, validate=None):
 
     def fn(*args, **kwargs):
         arguments = bind(args, kwargs)
-        try:
-            for p in imms:
-                p.check(arguments[p.name], name)
-        except Exception as e:
-            from ..intrinsics.errors import NbwgmmaTypingError  # (here: the intrinsics import after the simulator)
+        if imms:
+            try:
+                for p in imms:
+                    p.check(arguments[p.name], name)
+            except Exception as e:
+                from ..intrinsics.errors import NbwgmmaTypingError  # (here: the intrinsics import after the simulator)
 
-            if isinstance(e, NbwgmmaTypingError):
-                raise typing_error(e.message) from None
-            raise
+                if isinstance(e, NbwgmmaTypingError):
+                    raise typing_error(e.message) from None
+                raise
         if validate is not None:
             _validated(name, params, imms, arguments, validate, kinds)
         f = IMPLS.get(name)

@@ -5,6 +5,8 @@ and writes shared memory through the shadow (a store over memory an async read h
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from ..layout.fragment import exchange_offset, tile_block_offset, transposed_block_offset
@@ -76,10 +78,30 @@ def _half_bits(x, t):
     return encode_elements(x.reshape(-1, 1), t).view(np.uint16).reshape(x.shape)
 
 
+_F32, _U32, _F16, _U16 = (struct.Struct(f"<{c}") for c in "fIeH")
+
+
+def _half_bits_f32(v, t):
+    """:func:`_half_bits` of one ``np.float32`` as an int, in plain Python (the same bits: the
+    f32 value is exact as a double, so ``struct``'s half packs it with the one rounding
+    ``cvt.rn`` makes; one it overflows is the infinity NumPy gives)."""
+    if v != v:
+        return 0x7FFF
+    if t == "bf16":
+        u = _U32.unpack(_F32.pack(v))[0]
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+    try:
+        return _U16.unpack(_F16.pack(v))[0]
+    except OverflowError:
+        return 0xFC00 if v < 0 else 0x7C00
+
+
 def _to_dtype(v, dt):
     if dt == np.uint16:  # bf16 bits
-        return _half_bits(v, "bf16")[()]
+        return np.uint16(_half_bits_f32(v, "bf16")) if type(v) is np.float32 else _half_bits(v, "bf16")[()]
     if dt == np.float16:
+        if type(v) is np.float32:
+            return np.uint16(_half_bits_f32(v, "f16")).view(np.float16)
         return _half_bits(v, "f16").view(np.float16)[()]
     return np.dtype(dt).type(v)
 
@@ -127,7 +149,11 @@ acc_scale = _map("acc_scale", np.multiply)
 
 def _pack16(name, t):
     def fn(acc):
-        a = np.asarray(read_acc(acc, name), np.float32)
+        vals = read_acc(acc, name)
+        if 0 < len(vals) <= 8 and not len(vals) % 2 and all(type(v) is np.float32 for v in vals):
+            bits = [_half_bits_f32(v, t) for v in vals]  # (acc_map's pairs: in Python, NumPy costs more per call)
+            return tuple(np.uint32(lo | hi << 16) for lo, hi in zip(bits[0::2], bits[1::2]))
+        a = np.asarray(vals, np.float32)
         bits = _half_bits(a, t).astype(np.uint32)
         return tuple((bits[0::2] | (bits[1::2] << 16)).astype(np.uint32))
     fn.__name__ = name

@@ -202,6 +202,8 @@ class Shadow:
         ISA, "Memory Consistency Model", proxies: which of the two lands last is undefined)."""
         w = self.aw[idx]
         hit = w[w > 0] if np.ndim(w) else (np.array([w]) if w else ())
+        if not len(hit):
+            return
         for i in np.unique(hit):
             aw = self.writes[int(i) - 1]
             if th.clock[aw.slot] < aw.phase + 1:
@@ -246,6 +248,8 @@ class Shadow:
         or a static array (the image beyond them is out of bounds on the GPU)."""
         idx1 = np.atleast_1d(idx)
         inside = (idx1 >= 0) & (idx1 < SMEM_BYTES)  # (past the image: an access running off its end)
+        if inside.all() and self.cta.valid[idx1].all():
+            return
         valid = inside.copy()
         valid[inside] = self.cta.valid[idx1[inside]]
         if np.all(valid):
@@ -310,8 +314,9 @@ class Shadow:
             self.gr_tid[idx] = th.gid + 1
             self.gr_epoch[idx] = th.clock[th.gid]
             self.gr_site[idx] = self._site(what, th.where)
+            return  # (its own load of bytes nothing wrote reads the poison)
         fresh = ~self.written[idx]
-        if not generic and np.any(fresh):  # a thread's own load of such bytes reads the poison
+        if np.any(fresh):
             b = int(np.atleast_1d(idx)[np.atleast_1d(fresh)][0])
             raise SimHazard(
                 f"thread {th.thread_id} ({what} at {th.where}) reads shared memory at 0x{b:x} that nothing has "
@@ -481,10 +486,10 @@ def _first_unordered(th, idx, tid_of, epoch_of):
     idx1 = np.atleast_1d(idx)
     tids = tid_of[idx1]
     sel = (tids > 0) & (tids != th.gid + 1)  # (a thread's own accesses are in program order)
-    if not np.any(sel):
+    if not sel.any():
         return None
     late = th.clock[tids[sel] - 1] < epoch_of[idx1][sel]
-    if not np.any(late):
+    if not late.any():
         return None
     return int(idx1[np.flatnonzero(sel)[np.flatnonzero(late)[0]]])
 

@@ -47,17 +47,19 @@ class Acc(tuple):
                 f"then wait with wgmma_wait_group(n) for n smaller than the number of groups issued after it)")
 
     def __getitem__(self, i):
-        self.check("an accumulator register read")
+        if not self.op.done:
+            self.check("an accumulator register read")
         return tuple.__getitem__(self, i)
 
     def __iter__(self):
-        self.check("an accumulator register read")
+        if not self.op.done:
+            self.check("an accumulator register read")
         return tuple.__iter__(self)
 
 
 def read_acc(acc, what):
     """The values of fragment ``acc`` as a list, after checking that its wgmma is complete."""
-    if isinstance(acc, Acc):
+    if isinstance(acc, Acc) and not acc.op.done:
         acc.check(what)
     return list(tuple.__iter__(acc))
 
@@ -86,17 +88,31 @@ def _acc_values(vals, k):
     return a.astype(np.float64)
 
 
-def acc_pack(vals, k):
+def _registers(vals, k):
+    """The registers of values ``vals`` (in value order, f16 pairs packed), along the last axis."""
     if k.dtype == "f16":
-        return tuple(np.asarray(vals, np.float16).view(np.uint32))
+        return np.asarray(vals, np.float16).view(np.uint32)
     if k.dtype == "s32":
-        return tuple(np.asarray(np.asarray(vals, np.int64) & 0xFFFFFFFF, np.uint32).view(np.int32))
-    return tuple(np.asarray(vals, np.float32))
+        return np.asarray(np.asarray(vals, np.int64) & 0xFFFFFFFF, np.uint32).view(np.int32)
+    return np.asarray(vals, np.float32)
+
+
+def acc_pack(vals, k):
+    return tuple(_registers(vals, k))
 
 
 def thread_coords(t, nvals):
 
     return acc_value_coords(t, np.arange(nvals))
+
+
+def _fold(ufunc, clocks):
+    """``ufunc.reduce`` of the clocks ``clocks`` (a new array): one element-wise call per clock,
+    without stacking them."""
+    out = clocks[0].copy()
+    for c in clocks[1:]:
+        ufunc(out, c, out=out)
+    return out
 
 
 def _uniform(vals, i, what):
@@ -162,12 +178,12 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
         own = me_.clock
         try:
             # copies (TMA) into the operands: observed (their mbarrier phase waited for) by a member
-            me_.clock = joined = np.maximum.reduce(clocks)
+            me_.clock = joined = _fold(np.maximum, clocks)
             cta.shadow.check_observed(me_, idx, name)
             # generic stores into them: fenced and ordered before every member's issue (the
             # instruction is no barrier between the warpgroup's warps: PTX ISA, wgmma.mma_async,
             # .sync.aligned waits for the threads of the warp)
-            me_.clock = np.minimum.reduce(clocks)
+            me_.clock = _fold(np.minimum, clocks)
             cta.shadow.check_proxy(me_, idx, name, _WHOLE)
         finally:
             me_.clock = own
@@ -193,7 +209,12 @@ def _wgmma(acc, a, b, kind, scale_d=1, scale_a=1, scale_b=1, trans_a=0, trans_b=
             out = out + np.array([_acc_values(v[0], k) for v in vals])
         if satfinite and k.dtype == "s32":
             out = np.clip(out, -(2 ** 31), 2 ** 31 - 1)
-        return [Acc(acc_pack(row, k), op) for row in out]
+        try:
+            with np.errstate(all="raise"):  # (a value the conversion warns of: row by row, as ever)
+                regs = _registers(out, k)
+        except FloatingPointError:
+            regs = [acc_pack(row, k) for row in out]
+        return [Acc(tuple(row), op) for row in regs]
 
     # (orders=False: none of the wgmma instructions orders memory between the warpgroup's threads)
     res = collective(*warpgroup_members(th), imms, mine, compute, orders=False)
