@@ -8,7 +8,9 @@ and the shares are the least-squares fit over every problem measured with two ti
 with its standard error. A tile is its rows x columns, ``s`` in front where the product is swapped;
 a config with other keys (clusters, stages, split-K ...) counts as a tile of its own.
 
-    python benchmarks/fit_shares.py RUN.json [RUN.json ...] [--sms 132]
+    python benchmarks/fit_shares.py RUN.json [RUN.json ...] [--sms 132] [--by-k]
+
+``--by-k`` fits each K of the runs on its own as well (a tile whose share moves with K shows there).
 """
 import argparse
 import json
@@ -74,12 +76,18 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", help="files of configs.py --json")
     p.add_argument("--sms", type=int, default=132, help="the GPU's SMs (132: an H100 SXM)")
+    p.add_argument("--by-k", action="store_true", help="also fit each K on its own")
     args = p.parse_args()
     records = [r for path in args.runs for r in json.load(open(path))]
-    shares, rms = fit(records, args.sms)
-    print(f"{len(records)} measurements; residual {rms:.3f} (log scale, root mean square)")
-    for name, (share, err, n) in sorted(shares.items(), key=lambda t: -t[1][0]):
-        print(f"{name:>24s}  share {share:.3f} +- {err:.3f}  ({n} problems)")
+    groups = [("", records)]
+    if args.by_k:
+        groups += [(f"K = {k}: ", [r for r in records if r["problem"][4] == k])
+                   for k in sorted({r["problem"][4] for r in records})]
+    for label, group in groups:
+        shares, rms = fit(group, args.sms)
+        print(f"{label}{len(group)} measurements; residual {rms:.3f} (log scale, root mean square)")
+        for name, (share, err, n) in sorted(shares.items(), key=lambda t: -t[1][0]):
+            print(f"{name:>24s}  share {share:.3f} +- {err:.3f}  ({n} problems)")
 
 
 if __name__ == "__main__":
