@@ -603,3 +603,28 @@ def test_auto_times_192_row_tiles_where_the_model_has_them_level(sms_132):
     assert tall not in autotune.candidates("f32.bf16.bf16", 2457, 9568, 4096, "tma", {"bm": 128, "bn": 256},
                                            a_major="MN")
     assert tall in autotune.challengers("f32.f16.f16") and tall not in autotune.challengers("f32.e4m3.e4m3")
+
+
+@pytest.mark.parametrize("m, n, short, long", [
+    # held out on an H100 (2026-12-06): the short-K pick against the long-K one, both forced, at K = 2048
+    (2522, 12128, (128, 192, 0), (256, 160, 0)),
+    (8199, 9568, (128, 256, 0), (192, 144, 0)),
+    (4738, 14272, (256, 160, 0), (192, 144, 0)),
+])
+def test_short_k_takes_its_own_shares(sms_132, m, n, short, long):
+    """tiles.share / tall_tiles.best_tall: at K <= SHORT_K the tile model rates 128 x 192, 256 x 160 and the
+    192-row tiles by SHORT_K_SHARES and TALL_SHORT_K (a short main loop weighs the bigger tiles' fixed
+    costs more); above it by TILES, TILE256_FAST and TALL_EFF / TALL_WIDER as before."""
+    from nbwgmma.frontend.tall_tiles import TALL_SHORT_K
+    from nbwgmma.frontend.tiles import SHORT_K, SHORT_K_SHARES, TILE256_FAST, TILES, share
+    from nbwgmma.precompile import cpu_plan
+
+    assert share((128, 192), SHORT_K) == SHORT_K_SHARES[(128, 192)] != share((128, 192), SHORT_K + 1) \
+        == share((128, 192)) == TILES[(128, 192)]
+    assert share((256, 160), SHORT_K) == SHORT_K_SHARES[(256, 160)] != share((256, 160)) == TILE256_FAST[160]
+    assert share((128, 256), SHORT_K) == share((128, 256)) == 1.0
+    assert best_tall(7623, 432, 132, k=SHORT_K)[0] == pytest.approx(
+        TALL_SHORT_K[144] / TALL_EFF * best_tall(7623, 432, 132)[0])
+    for k, tile in ((SHORT_K, short), (1024, short), (4096, long), (8192, long)):
+        plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=k)
+        assert (plan.cfg.bm, plan.cfg.bn, int(plan.swap)) == tile, k

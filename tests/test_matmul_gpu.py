@@ -191,7 +191,7 @@ def test_default_path_takes_narrow_tiles_for_one_wave(dtype, m, n, bn):
 @pytest.mark.parametrize("dtype, m, n, bm, bn, swapped", [
     ("e4m3", 798, 2704, 128, 136, True), ("bf16", 263, 8096, 128, 136, True), ("bf16", 1363, 2368, 128, 200, False),
     ("f16", 783, 4160, 128, 200, True), ("bf16", 1862, 2768, 256, 160, True), ("f16", 264, 15456, 256, 136, True),
-    ("bf16", 9848, 496, 256, 152, True), ("bf16", 2353, 8880, 256, 160, True), ("f16", 7178, 752, 256, 168, True),
+    ("bf16", 9848, 496, 256, 152, True), ("bf16", 2353, 8880, 128, 192, False), ("f16", 7178, 752, 256, 168, True),
     ("e4m3", 9442, 496, 256, 144, True)])
 def test_default_path_takes_one_wave_and_swapped_256_row_tiles(dtype, m, n, bm, bn, swapped):
     """Where 128 x bn tiles (bn in steps of 8, swapped or not) fill one wave with much more real work, or
@@ -203,7 +203,8 @@ def test_default_path_takes_one_wave_and_swapped_256_row_tiles(dtype, m, n, bm, 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
     odt = torch.float16 if dtype == "f16" else torch.bfloat16
     g = torch.Generator(device="cuda").manual_seed(m)
-    # (K = 1024: pick_swapped_256 keeps to K of at least SWAPPED_256_MIN_K)
+    # (K = 1024: pick_swapped_256 keeps to K of at least SWAPPED_256_MIN_K; short enough for the tile
+    # model's short-K shares, tiles.SHORT_K, under which 2353 x 8880 takes 128 x 192)
     a = torch.randint(-3, 4, (m, 1024), device="cuda", generator=g).to(tdt)
     b = torch.randint(-3, 4, (n, 1024), device="cuda", generator=g).to(tdt).t()
     big = torch.full((m + 2, n + 16), float("nan"), device="cuda", dtype=odt)
@@ -221,7 +222,7 @@ def test_default_path_takes_one_wave_and_swapped_256_row_tiles(dtype, m, n, bm, 
 @pytest.mark.parametrize("dtype, m, n, fused, bn, swapped", [
     ("bf16", 14520, 784, False, 160, False), ("f16", 12610, 1040, False, 176, False),
     ("bf16", 7623, 432, False, 144, False), ("bf16", 14520, 784, True, 144, False),
-    ("bf16", 12977, 1328, False, 144, True), ("f16", 14271, 576, False, 176, True)])
+    ("bf16", 12977, 1328, False, 176, True), ("f16", 14271, 576, False, 176, True)])
 def test_default_path_takes_192_row_tiles(dtype, m, n, fused, bn, swapped):
     """Where a 192-row tile does enough more real work per SM slot, the default path runs it
     (tall_tiles.best_tall): 192 x 144, or for plain products a wider one (160, 176) where that fills the

@@ -60,17 +60,17 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
         # not with beta * C or a user function: their epilogue parts there spill 0.7-1.4 KB, unmeasured)
         plain = not opts.get("bias") and opts.get("act") is None
         wide = free and swappable and not opts.get("swap") and c_info is None and opts.get("user") is None \
-            and pick_swap_wide(m, n, wk.input_bits, sms, widths, tma16, plain)
+            and pick_swap_wide(m, n, wk.input_bits, sms, widths, tma16, plain, k)
         # ... unless a 192-row tile (tall_tiles.best_tall) unswapped does enough more real work than the
         # swapped ones (the wider 192-row tiles for plain products: with a bias or activation they spill)
-        tall = wide and tall_over_swap(m, n, wide, sms, widths, wk.input_bits, plain)
+        tall = wide and tall_over_swap(m, n, wide, sms, widths, wk.input_bits, plain, k)
         if tall:
             opts.update(tall)
         else:
             if wide:
                 opts["swap"] = 1
             opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths,
-                                                       batch[0] if batch else 1)
+                                                       batch[0] if batch else 1, k)
         if cluster in (2, 4) and opts.get("multicast") == "A":
             for bm, bn in ((opts["bm"], opts["bn"]), (128, 256), (256, 128)):
                 try:
@@ -84,7 +84,7 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
         # a 192-row tile (192 x 144, wider where plain) where it does enough more real work (K-major A,
         # 16-bit outputs by TMA; not with beta * C or a user function: with C it spills 272-276 bytes)
         if free and not opts.get("swap") and tma16 and c_info is None and opts.get("user") is None and a_kmajor:
-            opts.update(pick_tall(m, n, sms, widths, wk.input_bits, plain) or {})
+            opts.update(pick_tall(m, n, sms, widths, wk.input_bits, plain, k) or {})
         # 128 x 192 for 128 x 256 where it fills the waves enough better (16-bit outputs by TMA)
         if free and not opts.get("swap") and tma16:
             opts.update(pick_192(m, n, k, (opts["bm"], opts["bn"]), sms, wk.input_bits) or {})
@@ -105,7 +105,7 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
         # taken (tall plain products, K-major A and B, 16-bit outputs by TMA)
         if free and swappable and plain and tma16 and b_kmajor and c_info is None and opts.get("user") is None:
             opts.update(pick_swapped_tall(m, n, sms, (opts["bm"], opts["bn"]), opts.get("swap", 0),
-                                          wk.input_bits) or {})
+                                          wk.input_bits, k) or {})
         # 16-bit rows TMA cannot write (an odd N) go out a row per warp (the "rows" epilogue
         # below): 256 x 128 tiles for 128 x 256 ones, as many; on an H200, with the rows epilogue,
         # 0.99-1.21x 128 x 256 (BENCHMARKS.md, 2026-12-04)

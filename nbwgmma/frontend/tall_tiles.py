@@ -6,9 +6,9 @@ path takes it over the tile :mod:`.tiles` picks (:func:`pick_tall`), over a swap
 from __future__ import annotations
 
 from .. import sim
-from .tiles import SWAP256_EFF, padded_score, taken_fill, work_fill
+from .tiles import SHORT_K, SWAP256_EFF, padded_score, taken_fill, work_fill
 
-__all__ = ["TALL_TILE", "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "tall_tile", "best_tall", "pick_tall", "tall_over_swap",
+__all__ = ["TALL_TILE", "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "TALL_SHORT_K", "tall_tile", "best_tall", "pick_tall", "tall_over_swap",
            "pick_swapped_tall", "SWAPPED_TALL_GAIN"]
 
 
@@ -45,6 +45,9 @@ TALL_GAIN = 1.02
 #: on an H100 (same day): 0.956-1.288x, geometric mean 1.068x (12977 x 1328 x 4096 0.956x, which
 #: :func:`pick_swapped_tall` now takes swapped).
 TALL_WIDER = {160: 1.0, 176: 0.97}
+#: The 192-row tiles' shares (by width) where K <= :data:`.tiles.SHORT_K`, over :data:`TALL_EFF` and
+#: :data:`TALL_WIDER` (fitted and held out with :data:`.tiles.SHORT_K_SHARES`).
+TALL_SHORT_K = {144: 0.973, 160: 0.982}
 #: How much more real work per SM slot :func:`pick_swapped_tall`'s tile must do than the tile taken.
 SWAPPED_TALL_GAIN = 1.05
 
@@ -54,11 +57,14 @@ def tall_tile(bn=TALL_TILE[1]):
     return {"bm": TALL_TILE[0], "bn": bn}
 
 
-def best_tall(m, n, sms, plain=True):
+def best_tall(m, n, sms, plain=True, k=None):
     """(real work per SM slot times the tile's share of 128 x 256's rate, config) of the best 192-row
     tile for an M x N product: :data:`TALL_TILE`, or where ``plain`` (no fused bias or activation)
-    one of :data:`TALL_WIDER` that does more."""
+    one of :data:`TALL_WIDER` that does more; with K (``k``) at most :data:`.tiles.SHORT_K`, the
+    shares of :data:`TALL_SHORT_K`."""
     shares = {TALL_TILE[1]: TALL_EFF, **(TALL_WIDER if plain else {})}
+    if k is not None and k <= SHORT_K:
+        shares.update({bn: eff for bn, eff in TALL_SHORT_K.items() if bn in shares})
     # (max keeps the first of equal scores: the narrower tile at a tie)
     score, bn = max(((eff * work_fill(m, n, TALL_TILE[0], bn, sms), bn) for bn, eff in shares.items()),
                     key=lambda t: t[0])
@@ -73,7 +79,7 @@ def _tall_fits(m, n, widths, input_bits):
         and not sim.enabled()
 
 
-def pick_tall(m, n, sms, widths, input_bits=16, plain=True):
+def pick_tall(m, n, sms, widths, input_bits=16, plain=True, k=None):
     """The config of :func:`best_tall`'s 192-row tile (``{"bm": 192, "bn": 144}`` or, where ``plain``,
     a wider one) for 16-bit inputs with K-major B (``widths`` "any"; the caller checks that A is
     K-major too: the products measured) and at least two tile rows and columns (smaller products
@@ -82,11 +88,11 @@ def pick_tall(m, n, sms, widths, input_bits=16, plain=True):
     (:func:`.tiles.padded_score`); else None."""
     if not _tall_fits(m, n, widths, input_bits):
         return None
-    score, tile = best_tall(m, n, sms, plain)
-    return tile if score >= TALL_GAIN * padded_score(m, n, sms, widths) else None
+    score, tile = best_tall(m, n, sms, plain, k)
+    return tile if score >= TALL_GAIN * padded_score(m, n, sms, widths, k) else None
 
 
-def tall_over_swap(m, n, swapped, sms, widths, input_bits=16, plain=True):
+def tall_over_swap(m, n, swapped, sms, widths, input_bits=16, plain=True, k=None):
     """:func:`best_tall`'s 192-row tile unswapped (``{"bm": 192, "bn": 144}``, or where ``plain`` a
     wider one) in place of :func:`.tiles.pick_swap_wide`'s ``swapped`` tile (bm, bn of the N x M problem)
     where its real work per SM slot (its share of 128 x 256's rate times :func:`.tiles.work_fill`) is
@@ -101,11 +107,11 @@ def tall_over_swap(m, n, swapped, sms, widths, input_bits=16, plain=True):
     2256 x 4096 0.986x (geometric mean 1.058x)."""
     if not _tall_fits(m, n, widths, input_bits):
         return None
-    score, tile = best_tall(m, n, sms, plain)
+    score, tile = best_tall(m, n, sms, plain, k)
     return tile if score >= TALL_GAIN * SWAP256_EFF * work_fill(n, m, *swapped, sms) else None
 
 
-def pick_swapped_tall(m, n, sms, tile, swapped, input_bits=16):
+def pick_swapped_tall(m, n, sms, tile, swapped, input_bits=16, k=None):
     """The swapped 192-row tile (``{"swap": 1, "bm": 192, "bn": ...}``: :func:`best_tall` of the N x M
     problem, its 192 rows along N) for a tall (M > N) plain 16-bit product with K-major A and B (the
     caller checks them) where its real work per SM slot (its share of 128 x 256's rate times
@@ -119,5 +125,5 @@ def pick_swapped_tall(m, n, sms, tile, swapped, input_bits=16):
     last 30% used); swapped where it fills worse it lost (14520 x 784: 0.67-0.70 against 0.98)."""
     if m <= n or not _tall_fits(n, m, "any", input_bits):
         return None
-    score, tall = best_tall(n, m, sms)
+    score, tall = best_tall(n, m, sms, k=k)
     return {"swap": 1, **tall} if score >= SWAPPED_TALL_GAIN * taken_fill(m, n, tile, swapped, sms) else None

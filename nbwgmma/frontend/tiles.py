@@ -16,7 +16,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "narrow_tile", "narrow_config", "NARROW_WIDE_BN", "NARROW_WIDE_PICK_GAIN", "NARROW_WIDE_MIN_M", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
            "pick_narrow", "pick_192", "FILL192_GAIN", "FILL192_MIN_K", "PAD_GAIN", "padded_pick", "padded_score",
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_FUSED_MAX_BN", "SWAP256_EFF", "SWAP256_GAIN", "work_fill", "taken_fill",
-           "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
+           "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "SHORT_K", "SHORT_K_SHARES", "share", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
            "pick_one_wave", "pick_swapped_256", "SWAPPED_256_GAIN", "SWAPPED_256_MIN_K", "ONE_WAVE_BN", "ONE_WAVE_GAIN"]
 
@@ -42,6 +42,20 @@ TILE256_EFF = 0.95
 #: 232), in one wave 1024 x 5120 x 4096 1.005 / 0.965 (128 x 160) and 512 x 10240 x 4096 1.007 /
 #: 0.969 (128 x 256); 8192^3 0.996 / 1.020 (128 x 256).
 TILE256_FAST = {160: 0.99}
+#: K at or below which the tile model rates tiles by :data:`SHORT_K_SHARES` (and the 192-row tiles by
+#: :data:`~.tall_tiles.TALL_SHORT_K`): a short main loop weighs each tile's fixed costs more. Fitted
+#: (``benchmarks/fit_shares.py --by-k``) on 30 bf16 problems with eight tiles forced on an H100
+#: (``benchmarks/shares_h100.json``, 2026-12-06), shares of 128 x 256's rate at K = 1024 / 2048 / 4096 /
+#: 8192: 128 x 192 0.966 / 0.995 / 0.989 / 0.979, 256 x 160 0.940 / 0.956 / 0.976 / 0.998, 192 x 144
+#: 0.971 / 0.974 / 0.980 / 0.963, 192 x 160 0.957 / 0.979 / 0.986 / 0.992. Those shares fitted over
+#: every K (128 x 192 0.985, 256 x 160 0.971, 192 x 144 0.973, 192 x 160 0.982), tried on the 175
+#: problems of ten random draws where they change the pick (the two tiles forced in one process),
+#: gained 1.014x at K <= 2048 (85 problems) and 0.995x at K >= 4096 (90), hence for short K only.
+#: Held out afresh (``benchmarks/short_k_heldout.txt``: the 109 problems of twelve other draws where
+#: the short-K shares change the pick): 0.92-1.10x, geometric mean 1.007x (K = 1024 1.010x, 2048
+#: 1.002x); 256 x 160 given up for 128 x 256 1.05x (eight problems), for 128 x 192 1.017x (17).
+SHORT_K = 2048
+SHORT_K_SHARES = {(128, 192): 0.985, (256, 160): 0.971}
 #: Wide tiles: 128 rows by 200-248 columns (K-major B; 4 stages beside the C tile for 200 and 208,
 #: for 224 and 240 with C in halves, else 3), offered where they need at least
 #: :data:`WIDE_MIN_WAVES` waves.
@@ -62,7 +76,18 @@ WIDE4_BN = (208, 224, 240)
 WIDE4_MIN_WAVES = 2
 
 
-def pick_tile(m, n, cluster=1, widths=None, count=1):
+def share(tile, k=None):
+    """A tile's (bm, bn) share of a 128 x 256 tile's rate in a product of inner dimension ``k`` (None:
+    a long one): :data:`TILES`, :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`WIDE_EFF`
+    for the wide 128-row tiles, and :data:`SHORT_K_SHARES` over them where ``k`` <= :data:`SHORT_K`."""
+    if k is not None and k <= SHORT_K and tile in SHORT_K_SHARES:
+        return SHORT_K_SHARES[tile]
+    if tile in TILES:
+        return TILES[tile]
+    return TILE256_FAST.get(tile[1], TILE256_EFF) if tile[0] == 256 else WIDE_EFF
+
+
+def pick_tile(m, n, cluster=1, widths=None, count=1, k=None):
     """The tile with the most useful work per SM-slot: its throughput share times the
     filled fraction of the waves it needs (tiles / (waves x SMs)), so a tile that leaves a
     last wave nearly empty, or most SMs idle, loses to a smaller one; and where the tiles' padding
@@ -74,7 +99,8 @@ def pick_tile(m, n, cluster=1, widths=None, count=1):
     tiles of :data:`WIDE_BN` (:data:`WIDE_MIN_WAVES` waves or more) compete: ``"any"`` (K-major
     B) all of them, ``"64"`` (MN-major B) those whose width is a multiple of 64.
 
-    Problems of at most 256 rows that leave SMs idle take :func:`pick_small_m` first.
+    Problems of at most 256 rows that leave SMs idle take :func:`pick_small_m` first. ``k``: the
+    product's K (the shares, :func:`share`; None: a long K).
 
     A batch of ``count`` products fills the waves with the tiles of all of them, and since its
     products' edges repeat, what a tile computes past an edge weighs too: its score is also the
@@ -84,12 +110,12 @@ def pick_tile(m, n, cluster=1, widths=None, count=1):
     In the simulator, where every thread is a Python thread and nothing is timed, the
     smallest usable tile (fewest threads and the least wgmma work per tile)."""
     if sim.enabled():
-        return min(rank_tiles(m, n, cluster, widths, count), key=lambda t: t[0] * t[1])
+        return min(rank_tiles(m, n, cluster, widths, count, k), key=lambda t: t[0] * t[1])
     if count != 1:  # (a batch's score counts the padding already)
-        return rank_tiles(m, n, cluster, widths, count)[0]
+        return rank_tiles(m, n, cluster, widths, count, k)[0]
     from ..launch import device_limits
 
-    return padded_pick(m, n, cluster, device_limits()["multiprocessors"], widths)
+    return padded_pick(m, n, cluster, device_limits()["multiprocessors"], widths, k)
 
 
 #: Narrow tiles: 128 rows by an N that is not a multiple of 64, B K-major only, stored by the TMA
@@ -187,13 +213,13 @@ NARROW_WIDE_PICK_GAIN = 0.08
 NARROW_WIDE_MIN_M = 512
 
 
-def rank_tiles(m, n, cluster=1, widths=None, count=1):
+def rank_tiles(m, n, cluster=1, widths=None, count=1, k=None):
     """Every tile of ``TILES`` (and with ``widths`` of :data:`TILE256_BN` and :data:`WIDE_BN`, see
     :func:`pick_tile`) a cluster of ``cluster`` can use, best score first (ties keep the larger
     tile)."""
     from ..launch import device_limits
 
-    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], widths, count)]
+    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], widths, count, k)]
 
 
 #: How much more real work per SM slot (:func:`work_fill`: the padding of the last tile row and
@@ -209,9 +235,9 @@ def rank_tiles(m, n, cluster=1, widths=None, count=1):
 PAD_GAIN = 1.02
 
 
-def _padded(m, n, cluster, sms, widths=None):
+def _padded(m, n, cluster, sms, widths=None, k=None):
     """(:func:`padded_pick`'s tile, the real work per SM slot it does)."""
-    scored = _scored(m, n, cluster, sms, widths)
+    scored = _scored(m, n, cluster, sms, widths, k=k)
     real = {t: s / wave_fill(m, n, *t, sms) * work_fill(m, n, *t, sms) for s, t in scored}
     first = scored[0][1]
     best = max(real, key=lambda t: (real[t], t[0] * t[1]))
@@ -219,21 +245,21 @@ def _padded(m, n, cluster, sms, widths=None):
     return tile, real[tile]
 
 
-def padded_pick(m, n, cluster, sms, widths=None):
+def padded_pick(m, n, cluster, sms, widths=None, k=None):
     """:func:`pick_tile`'s choice of a plain problem: the tile the wave model ranks first, or the
     one doing the most real work per SM slot (its efficiency times :func:`work_fill`) where that
     is at least :data:`PAD_GAIN` times as much as the first's."""
-    return _padded(m, n, cluster, sms, widths)[0]
+    return _padded(m, n, cluster, sms, widths, k)[0]
 
 
-def padded_score(m, n, sms, widths=None):
+def padded_score(m, n, sms, widths=None, k=None):
     """The real work per SM slot (efficiency times :func:`work_fill`) of :func:`padded_pick`'s tile."""
-    return _padded(m, n, 1, sms, widths)[1]
+    return _padded(m, n, 1, sms, widths, k)[1]
 
 
-def _scored(m, n, cluster, sms, widths=None, count=1):
-    """(score, tile) of every usable tile, best first: the throughput share times the filled
-    fraction of the waves (:func:`pick_tile`; a batch's: times the share of useful elements)."""
+def _scored(m, n, cluster, sms, widths=None, count=1, k=None):
+    """(score, tile) of every usable tile, best first: the throughput share (:func:`share`) times the
+    filled fraction of the waves (:func:`pick_tile`; a batch's: times the share of useful elements)."""
     def score(tile):
         (bm, bn), eff = tile
         if count == 1:
@@ -241,11 +267,11 @@ def _scored(m, n, cluster, sms, widths=None, count=1):
         tiles = math.ceil(m / bm) * math.ceil(n / bn)
         return eff * tiles * count / (math.ceil(tiles * count / sms) * sms) * m * n / (tiles * bm * bn)
 
-    usable = [(t, e) for t, e in TILES.items() if (t[1] // 64) % cluster == 0]
+    usable = [(t, share(t, k)) for t in TILES if (t[1] // 64) % cluster == 0]
     if widths in ("any", "64") and cluster == 1:
-        more = [((256, bn), TILE256_FAST.get(bn, TILE256_EFF), 1 if bn in TILE256_FAST else 2)
-                for bn in TILE256_BN]
-        more += [((128, bn), WIDE_EFF, WIDE4_MIN_WAVES if bn in WIDE4_BN else WIDE_MIN_WAVES) for bn in WIDE_BN]
+        more = [((256, bn), share((256, bn), k), 1 if bn in TILE256_FAST else 2) for bn in TILE256_BN]
+        more += [((128, bn), share((128, bn), k), WIDE4_MIN_WAVES if bn in WIDE4_BN else WIDE_MIN_WAVES)
+                 for bn in WIDE_BN]
         usable += [((bm, bn), e) for (bm, bn), e, waves in more if (widths == "any" or bn % 64 == 0)
                    and math.ceil(m / bm) * math.ceil(n / bn) > (waves - 1) * sms]
     return [(score(te), te[0]) for te in sorted(usable, key=score, reverse=True)]
@@ -280,8 +306,8 @@ def pick_swap(m, n, k, input_bits, sms, tma_out=True):
     1.03-1.04x (BENCHMARKS.md, 2026-12-04)."""
     if input_bits != 16 or m <= n or (k < SWAP_MIN_K and not tma_out) or sim.enabled():
         return False
-    return _scored(n, m, 1, sms)[0][0] >= _scored(m, n, 1, sms)[0][0] + SWAP_GAIN \
-        or padded_score(n, m, sms) >= padded_score(m, n, sms) + SWAP_GAIN
+    return _scored(n, m, 1, sms, k=k)[0][0] >= _scored(m, n, 1, sms, k=k)[0][0] + SWAP_GAIN \
+        or padded_score(n, m, sms, k=k) >= padded_score(m, n, sms, k=k) + SWAP_GAIN
 
 
 #: Swapped 256-row tiles (the tile's 256 rows along N, a width of :data:`TILE256_BN` along M, C^T
@@ -342,7 +368,7 @@ SWAP256_PADDED_MIN_N = 2048
 SWAP256_FUSED_MAX_BN = 152
 
 
-def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True, plain=True):
+def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True, plain=True, k=None):
     """The swapped 256-row tile (bm, bn) for a tall 16-bit product (M > N; the caller checks that A,
     the swapped kernel's B, is K-major) whose out TMA stores as 16-bit values (``tma_out``): the
     width of :data:`TILE256_BN` (more than one wave; not ``plain``, a fused bias or activation: at most
@@ -371,9 +397,9 @@ def pick_swap_wide(m, n, input_bits, sms, widths, tma_out=True, plain=True):
     if input_bits != 16 or m <= n or not tma_out or sim.enabled():
         return None
     if n >= SWAP256_PADDED_MIN_N:
-        useful = padded_score(m, n, sms, widths)
+        useful = padded_score(m, n, sms, widths, k)
     else:
-        score, (bm, bn) = _scored(m, n, 1, sms, widths)[0]
+        score, (bm, bn) = _scored(m, n, 1, sms, widths, k=k)[0]
         useful = score / wave_fill(m, n, bm, bn, sms) * work_fill(m, n, bm, bn, sms)
     swapped = [(SWAP256_EFF * work_fill(n, m, 256, w, sms), w) for w in TILE256_BN
                if math.ceil(n / 256) * math.ceil(m / w) > sms and (plain or w <= SWAP256_FUSED_MAX_BN)]
