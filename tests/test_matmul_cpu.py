@@ -536,14 +536,18 @@ def test_default_plan_takes_narrow_tiles_for_one_wave(monkeypatch):
     for p in (plan(640, 2048, b_kmajor=False), plan(640, 2048, stages=4), plan(640, 2048, cluster=2)):
         assert (p.cfg.bm, p.cfg.bn) == (128, 128), p.cfg
     assert plan(640, 2048, epilogue="tma").cfg.epilogue == "tma"
-    assert (plan(2048, 2048).cfg.bn, plan(8192, 8192).cfg.bn) == (256, 256)
+    assert (plan(2048, 2048).cfg.bn, plan(8192, 8192, k=4096, stages=4).cfg.bn) == (256, 256)
     # 128 x 192 for 128 x 256 where its fuller last wave does 1.5% more real work per SM slot (pick_192:
     # 8192^3, 20.8 waves against 15.5), from K = 2048, for 16-bit outputs by TMA, B either way, no tile
     # given; not where the two fill alike (6144 x 12288) or the padding costs more (16384 x 4096)
     assert plan(8192, 8192, k=4096).config == {"bm": 128, "bn": 192}
     assert plan(8192, 8192, k=4096, b_kmajor=False).cfg.bn == 192
-    for p in (plan(8192, 8192, k=1024), plan(8192, 8192, k=4096, f32_out=True), plan(8192, 8192, k=4096, stages=4)):
+    for p in (plan(8192, 8192, k=4096, f32_out=True), plan(8192, 8192, k=4096, stages=4)):
         assert (p.cfg.bm, p.cfg.bn) == (128, 256), p.config
+    # below K = 2048 pick_192 stays out, but the tile model's short-K share of 128 x 192 (tiles.SHORT_K_SHARES)
+    # takes it there itself
+    for k in (512, 1024):
+        assert plan(8192, 8192, k=k).cfg.bn == 192
     assert plan(16384, 4096, k=4096).cfg.bn == 256 and plan(6144, 12288, k=4096).cfg.bn == 160  # (256 x 160)
     # 128 x 256 tiles filling their waves poorly over several (2048 x 11008: 6 waves, 87%) become 256 x 168
     # tiles (4 waves, 100%) in two consumers of 128 rows; 256 x 128 only with B N-major (128 x 256 there)
