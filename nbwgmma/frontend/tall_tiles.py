@@ -6,7 +6,7 @@ path takes it over the tile :mod:`.tiles` picks (:func:`pick_tall`), over a swap
 from __future__ import annotations
 
 from .. import sim
-from .tiles import SHORT_K, SWAP256_EFF, padded_score, taken_fill, work_fill
+from .tiles import SWAP256_EFF, padded_score, short_k, taken_fill, work_fill
 
 __all__ = ["TALL_TILE", "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "TALL_SHORT_K", "tall_tile", "best_tall", "pick_tall", "tall_over_swap",
            "pick_swapped_tall", "SWAPPED_TALL_GAIN"]
@@ -63,7 +63,7 @@ def best_tall(m, n, sms, plain=True, k=None):
     one of :data:`TALL_WIDER` that does more; with K (``k``) at most :data:`.tiles.SHORT_K`, the
     shares of :data:`TALL_SHORT_K`."""
     shares = {TALL_TILE[1]: TALL_EFF, **(TALL_WIDER if plain else {})}
-    if k is not None and k <= SHORT_K:
+    if short_k(k):
         shares.update({bn: eff for bn, eff in TALL_SHORT_K.items() if bn in shares})
     # (max keeps the first of equal scores: the narrower tile at a tie)
     score, bn = max(((eff * work_fill(m, n, TALL_TILE[0], bn, sms), bn) for bn, eff in shares.items()),

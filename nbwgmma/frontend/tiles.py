@@ -16,7 +16,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "narrow_tile", "narrow_config", "NARROW_WIDE_BN", "NARROW_WIDE_PICK_GAIN", "NARROW_WIDE_MIN_M", "SPLIT2_MAX_BYTES", "SPLIT_MIN_KBLOCKS", "HALVES_MIN_FILL", "wave_fill",
            "pick_narrow", "pick_192", "FILL192_GAIN", "FILL192_MIN_K", "PAD_GAIN", "padded_pick", "padded_score",
            "pick_swap", "SWAP_GAIN", "SWAP_MIN_K", "pick_swap_wide", "SWAP256_FUSED_MAX_BN", "SWAP256_EFF", "SWAP256_GAIN", "work_fill", "taken_fill",
-           "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "SHORT_K", "SHORT_K_SHARES", "share", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
+           "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "SHORT_K", "SHORT_K_SHARES", "short_k", "share", "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES",
            "WIDE4_BN", "WIDE4_MIN_WAVES", "SWAP256_PADDED_MIN_N",
            "pick_one_wave", "pick_swapped_256", "SWAPPED_256_GAIN", "SWAPPED_256_MIN_K", "ONE_WAVE_BN", "ONE_WAVE_GAIN"]
 
@@ -44,16 +44,12 @@ TILE256_EFF = 0.95
 TILE256_FAST = {160: 0.99}
 #: K at or below which the tile model rates tiles by :data:`SHORT_K_SHARES` (and the 192-row tiles by
 #: :data:`~.tall_tiles.TALL_SHORT_K`): a short main loop weighs each tile's fixed costs more. Fitted
-#: (``benchmarks/fit_shares.py --by-k``) on 30 bf16 problems with eight tiles forced on an H100
-#: (``benchmarks/shares_h100.json``, 2026-12-06), shares of 128 x 256's rate at K = 1024 / 2048 / 4096 /
-#: 8192: 128 x 192 0.966 / 0.995 / 0.989 / 0.979, 256 x 160 0.940 / 0.956 / 0.976 / 0.998, 192 x 144
-#: 0.971 / 0.974 / 0.980 / 0.963, 192 x 160 0.957 / 0.979 / 0.986 / 0.992. Those shares fitted over
-#: every K (128 x 192 0.985, 256 x 160 0.971, 192 x 144 0.973, 192 x 160 0.982), tried on the 175
-#: problems of ten random draws where they change the pick (the two tiles forced in one process),
-#: gained 1.014x at K <= 2048 (85 problems) and 0.995x at K >= 4096 (90), hence for short K only.
-#: Held out afresh (``benchmarks/short_k_heldout.txt``: the 109 problems of twelve other draws where
-#: the short-K shares change the pick): 0.92-1.10x, geometric mean 1.007x (K = 1024 1.010x, 2048
-#: 1.002x); 256 x 160 given up for 128 x 256 1.05x (eight problems), for 128 x 192 1.017x (17).
+#: (``benchmarks/fit_shares.py --by-k``) on bf16 problems with eight tiles forced on an H100
+#: (``benchmarks/shares_h100.json``, 2026-12-06; 256 x 160's share 0.940 / 0.956 / 0.976 / 0.998 of 128 x
+#: 256's at K = 1024 / 2048 / 4096 / 8192); over every K those shares gained 1.014x at K <= 2048 and
+#: 0.995x above it, hence short K only. Held out afresh (``benchmarks/short_k_heldout.txt``: 109
+#: problems where they change the pick): 0.92-1.10x, geometric mean 1.007x; 256 x 160 given up for
+#: 128 x 256 1.05x (eight problems), for 128 x 192 1.017x (17; BENCHMARKS.md, 2026-12-06).
 SHORT_K = 2048
 SHORT_K_SHARES = {(128, 192): 0.985, (256, 160): 0.971}
 #: Wide tiles: 128 rows by 200-248 columns (K-major B; 4 stages beside the C tile for 200 and 208,
@@ -76,11 +72,17 @@ WIDE4_BN = (208, 224, 240)
 WIDE4_MIN_WAVES = 2
 
 
+def short_k(k):
+    """Whether a product of inner dimension ``k`` takes the short-K shares (``k`` <= :data:`SHORT_K`;
+    None: a long K)."""
+    return k is not None and k <= SHORT_K
+
+
 def share(tile, k=None):
     """A tile's (bm, bn) share of a 128 x 256 tile's rate in a product of inner dimension ``k`` (None:
     a long one): :data:`TILES`, :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`WIDE_EFF`
     for the wide 128-row tiles, and :data:`SHORT_K_SHARES` over them where ``k`` <= :data:`SHORT_K`."""
-    if k is not None and k <= SHORT_K and tile in SHORT_K_SHARES:
+    if short_k(k) and tile in SHORT_K_SHARES:
         return SHORT_K_SHARES[tile]
     if tile in TILES:
         return TILES[tile]
@@ -449,18 +451,13 @@ def pick_one_wave(m, n, tile, swapped, sms, swappable=True):
 
 #: How much more real work per SM slot than the tile taken the swapped 256-row tiles of
 #: :func:`pick_swapped_256` must do, their :data:`SWAP256_EFF` counted. cuBLAS's tile at bf16 1862 x
-#: 2768 x 4096 is a swapped 256 x 160 in nbwgmma's terms (160 rows by 256 columns: 132 tiles, 95% real
-#: work, against 128 x 192's 225 tiles in two waves, 79%). On an H100 (BENCHMARKS.md, 2026-12-06, one
-#: process, two runs, ratio to cuBLAS), first where they fill one wave with 1.15x the real work: seven
-#: problems of a random draw 1.12-1.30x the tile taken (1862 x 2768 x 4096 0.84 -> 0.97, 9848 x 496 x
-#: 1024 0.77 -> 1.01), then 19 held out 0.94-1.62x, geometric mean 1.17x; then where the model rates
-#: them 1.02-1.13x, in one wave or more, M above or below N, twelve problems of other draws 1.02-1.60x
-#: (2353 x 8880 x 1024 in 256 x 160 0.82 -> 0.99 where unswapped 256 x 136 ran; 281 x 13600 x 4096 0.60
-#: -> 0.97); with this margin, 29 held out 0.99-1.33x, geometric mean 1.11x (0.89 -> 0.99 against
-#: cuBLAS). e4m3 inputs (bf16 out) alike: nine probed 1.03-1.46x (281 x 13904 x 4096 0.70 -> 1.02), 26
-#: held out 0.96-1.38x, geometric mean 1.10x (the two slower at K = 1024). Unswapped, 256-row tiles
-#: along M lost where measured (430 x 8960 x 2048: 0.92x). Every problem measured had more than
-#: :data:`SMALL_M` rows and K of at least :data:`SWAPPED_256_MIN_K`; the rule keeps to them.
+#: 2768 x 4096 is a swapped 256 x 160 in nbwgmma's terms (132 tiles, 95% real work, against 128 x
+#: 192's 225 in two waves, 79%). On an H100 (BENCHMARKS.md, 2026-12-06, ratio to the tile taken),
+#: first in one wave: seven probed 1.12-1.30x, 19 held out 0.94-1.62x (geometric mean 1.17x); then in
+#: one wave or more, twelve probed 1.02-1.60x, and with this margin 29 held out 0.99-1.33x (1.11x;
+#: 0.89 -> 0.99 against cuBLAS); e4m3 inputs (bf16 out) alike, 26 held out 0.96-1.38x (1.10x).
+#: Unswapped, 256-row tiles along M lost where measured (430 x 8960 x 2048: 0.92x). Every problem
+#: measured had more than :data:`SMALL_M` rows and K of at least :data:`SWAPPED_256_MIN_K`.
 SWAPPED_256_GAIN = 1.05
 #: The least K of :func:`pick_swapped_256` (the shortest measured).
 SWAPPED_256_MIN_K = 1024
