@@ -628,3 +628,29 @@ def test_short_k_takes_its_own_shares(sms_132, m, n, short, long):
     for k, tile in ((SHORT_K, short), (1024, short), (4096, long), (8192, long)):
         plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=k)
         assert (plan.cfg.bm, plan.cfg.bn, int(plan.swap)) == tile, k
+
+
+def test_k_halves_for_products_of_few_tiles(sms_132):
+    """pick_k_halves: 128 x 128 tiles with K in halves on clusters of two in place of 64 x 128 tiles, for
+    16-bit inputs at K >= K_HALVES_MIN_K, where the halves make at least as many CTAs and fit one wave
+    (1876 x 480: 60 tiles of 128 x 128, 120 halves, as many as the 64 x 128 tiles); not for fp8 inputs,
+    shorter K, other tiles (439 x 320's 64 x 64) or more than a wave; the default path's plans in every
+    layout, not with a given config."""
+    from nbwgmma.frontend.k_halves import K_HALVES_MIN_K, K_HALVES_TILE, pick_k_halves
+    from nbwgmma.precompile import cpu_plan
+
+    assert K_HALVES_TILE == {"bm": 128, "bn": 128, "cluster_k": 2}
+    assert pick_k_halves(1876, 480, 8192, (64, 128), 132) == K_HALVES_TILE
+    assert pick_k_halves(8192, 128, 16384, (64, 128), 132) == K_HALVES_TILE
+    assert pick_k_halves(1876, 480, K_HALVES_MIN_K - 1024, (64, 128), 132) is None
+    assert pick_k_halves(1876, 480, 8192, (64, 128), 132, input_bits=8) is None
+    assert pick_k_halves(1876, 480, 8192, (64, 64), 132) is None
+    assert pick_k_halves(1876, 480, 8192, (128, 128), 132) is None
+    assert pick_k_halves(1876, 480, 8192, (64, 128), 114) is None  # (120 halves: more than a wave)
+    assert pick_k_halves(2140, 480, 8192, (64, 128), 132) is None  # (34 tile rows of 64: 132 tiles; 17 of 128: 136 halves)
+    for dt, lay, m, n, k, want in (("bf16", "KK", 1876, 480, 8192, (128, 128, 2)), ("f16", "MN", 2673, 320, 8192, (128, 128, 2)),
+                                   ("bf16", "KN", 953, 800, 16384, (128, 128, 2)), ("bf16", "KK", 1876, 480, 4096, (64, 128, 1)),
+                                   ("e4m3", "KK", 1876, 480, 8192, (64, 128, 1)), ("bf16", "KK", 439, 320, 8192, (64, 64, 1))):
+        plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
+        assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.cluster_k) == want, (dt, lay, m, n, k, plan.config)
+    assert cpu_plan("bf16", "KK", {"stages": 4}, rows=1876, n=480, k=8192).cfg.cluster_k == 1

@@ -219,6 +219,33 @@ def test_default_path_takes_one_wave_and_swapped_256_row_tiles(dtype, m, n, bm, 
     assert torch.isnan(frame).sum() == big.numel() - out.numel()
 
 
+@pytest.mark.parametrize("dtype, layout, m, n, k, halves", [
+    ("bf16", "KK", 1876, 480, 8192, True), ("f16", "MN", 2673, 320, 8192, True), ("bf16", "KN", 953, 800, 16384, True),
+    ("bf16", "KK", 1876, 480, 4096, False)])
+def test_default_path_takes_k_halves_for_few_tiles(dtype, layout, m, n, k, halves):
+    """Where the tile model takes 64 x 128 tiles and K is long, the default path runs 128 x 128 tiles with
+    K in halves on clusters of two (k_halves.pick_k_halves), in every operand layout: exact on small
+    integers (each half's f32 sum exact, then their sum), nothing written outside out."""
+    from nbwgmma.frontend.matmul import last_plan
+
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(m)
+    a = torch.randint(-3, 4, (m, k) if layout[0] == "K" else (k, m), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, k) if layout[1] == "K" else (k, n), device="cuda", generator=g).to(tdt)
+    a = a if layout[0] == "K" else a.t()
+    b = b.t() if layout[1] == "K" else b
+    big = torch.full((m + 2, n + 16), float("nan"), device="cuda", dtype=tdt)
+    out = big[1:m + 1, 8:n + 8]
+    matmul(a, b, out=out)
+    cfg = last_plan().cfg
+    assert (cfg.bm, cfg.bn, cfg.cluster_k) == ((128, 128, 2) if halves else (64, 128, 1)), last_plan().config
+    ref = a.double() @ b.double()
+    assert torch.equal(out.double(), ref.to(tdt).double()) and ref.abs().sum() > 0
+    frame = big.clone()
+    frame[1:m + 1, 8:n + 8] = 0
+    assert torch.isnan(frame).sum() == big.numel() - out.numel()
+
+
 @pytest.mark.parametrize("dtype, m, n, fused, bn, swapped", [
     ("bf16", 14520, 784, False, 160, False), ("f16", 12610, 1040, False, 176, False),
     ("bf16", 7623, 432, False, 144, False), ("bf16", 14520, 784, True, 144, False),
