@@ -13,7 +13,8 @@ tiles of :func:`nbwgmma.frontend.tall_tiles.pick_tall` (192 x 144, 160 and 176; 
 too (:func:`nbwgmma.frontend.tall_tiles.pick_swapped_tall`), the one-wave
 tiles of :func:`nbwgmma.frontend.tiles.pick_one_wave` (K-major A and B, swapped or not), the swapped
 256-row tiles of fp8 products (:func:`nbwgmma.frontend.tiles.pick_swapped_256`), the K halves of
-:func:`nbwgmma.frontend.k_halves.pick_k_halves` and each choice of
+:func:`nbwgmma.frontend.few_tiles.pick_k_halves`, the K slices of
+:func:`nbwgmma.frontend.few_tiles.pick_k_split` and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
 fp8, f32 for tf32). Worker processes share the list (one per CPU core by default, at most
 16), each running small products with an explicit ``config`` on the current GPU, which compiles
@@ -44,7 +45,7 @@ import sys
 import time
 
 from .errors import ConfigError
-from .frontend.k_halves import K_HALVES_TILE
+from .frontend.few_tiles import K_HALVES_TILE, K_SPLIT_TILE
 from .frontend.tall_tiles import TALL_TILE, TALL_WIDER, tall_tile
 from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, ONE_WAVE_BN, SWAP_BN, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN,
                              narrow_tile, swapped_config)
@@ -88,8 +89,8 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
         configs = [{"bm": bm, "bn": bn} for bm, bn in TILES] + [dict(c) for c in _NARROW
                                                                 if dt != "tf32" or c["bn"] <= NARROW_BN_FP8_MAX]
         configs += [{"bm": 256, "bn": bn} for bn in TILE256_BN] + [{"bm": 128, "bn": bn} for bn in WIDE_BN]
-        if sixteen:  # (and pick_k_halves's 128 x 128 tiles with K in halves)
-            configs += [dict(c) for c in _SMALL_M] + [dict(K_HALVES_TILE)]
+        if sixteen:  # (and the K halves and slices of products of few tiles: frontend.few_tiles)
+            configs += [dict(c) for c in _SMALL_M] + [dict(K_HALVES_TILE), dict(K_SPLIT_TILE)]
         elif dt in ("e4m3", "e5m2"):
             configs += [dict(_SMALL_M[0]), dict(_SMALL_M[-1])]
         else:  # tf32's f32 out: from the registers in one wave, through TMA from two (Plan._configure)

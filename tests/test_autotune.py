@@ -636,7 +636,7 @@ def test_k_halves_for_products_of_few_tiles(sms_132):
     (1876 x 480: 60 tiles of 128 x 128, 120 halves, as many as the 64 x 128 tiles); not for fp8 inputs,
     shorter K, other tiles (439 x 320's 64 x 64) or more than a wave; the default path's plans in every
     layout, not with a given config."""
-    from nbwgmma.frontend.k_halves import K_HALVES_MIN_K, K_HALVES_TILE, pick_k_halves
+    from nbwgmma.frontend.few_tiles import K_HALVES_MIN_K, K_HALVES_TILE, pick_k_halves
     from nbwgmma.precompile import cpu_plan
 
     assert K_HALVES_TILE == {"bm": 128, "bn": 128, "cluster_k": 2}
@@ -654,3 +654,25 @@ def test_k_halves_for_products_of_few_tiles(sms_132):
         plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
         assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.cluster_k) == want, (dt, lay, m, n, k, plan.config)
     assert cpu_plan("bf16", "KK", {"stages": 4}, rows=1876, n=480, k=8192).cfg.cluster_k == 1
+
+
+def test_k_slices_for_products_of_few_64_column_tiles(sms_132):
+    """pick_k_split: 64 x 64 tiles in two split-K slices (8 stages) in place of 64 x 64 tiles, for 16-bit
+    inputs at K >= K_SPLIT_MIN_K, where both slices of every tile fit one wave (340 x 208: 24 tiles, 48
+    CTAs); not for fp8 inputs, shorter K, other tiles or more than a wave (2215 x 96: 70 tiles); the
+    default path's plans in every layout."""
+    from nbwgmma.frontend.few_tiles import K_SPLIT_MIN_K, K_SPLIT_TILE, pick_k_split
+    from nbwgmma.precompile import cpu_plan
+
+    assert K_SPLIT_TILE == {"bm": 64, "bn": 64, "stages": 8, "split": 2}
+    assert pick_k_split(340, 208, 8192, (64, 64), 132) == K_SPLIT_TILE
+    assert pick_k_split(1255, 176, 16384, (64, 64), 132) == K_SPLIT_TILE  # (60 tiles: 120 CTAs)
+    assert pick_k_split(340, 208, K_SPLIT_MIN_K - 1024, (64, 64), 132) is None
+    assert pick_k_split(340, 208, 8192, (64, 64), 132, input_bits=8) is None
+    assert pick_k_split(340, 208, 8192, (64, 128), 132) is None
+    assert pick_k_split(2215, 96, 8192, (64, 64), 132) is None
+    for dt, lay, m, n, k, want in (("bf16", "KK", 340, 208, 8192, (64, 64, 2)), ("f16", "MN", 1358, 16, 8192, (64, 64, 2)),
+                                   ("bf16", "KN", 1255, 176, 16384, (64, 64, 2)), ("bf16", "KK", 518, 272, 4096, (64, 64, 1)),
+                                   ("e4m3", "KK", 340, 208, 8192, (64, 64, 1)), ("bf16", "KK", 2215, 96, 8192, (64, 64, 1))):
+        plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
+        assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.split) == want, (dt, lay, m, n, k, plan.config)

@@ -391,6 +391,7 @@ def test_small_m_choice(monkeypatch):
 @pytest.mark.parametrize("kind, out, epilogue, bm, bn, split", [
     ("f32.bf16.bf16", "bf16", "tma", 128, 256, 4), ("f32.bf16.bf16", "bf16", "tma", 128, 128, 2),
     ("f32.f16.f16", "f32", "direct", 128, 256, 3), ("f32.bf16.bf16", "bf16", "tma", 128, 192, 3),
+    ("f32.bf16.bf16", "bf16", "tma", 64, 64, 2),  # (few_tiles.pick_k_split's)
 ])
 def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, report_batch):
     """Split-K: the same main loop (4 HGMMA, no spills), one atomic per slice for the tile

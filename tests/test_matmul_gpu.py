@@ -219,13 +219,16 @@ def test_default_path_takes_one_wave_and_swapped_256_row_tiles(dtype, m, n, bm, 
     assert torch.isnan(frame).sum() == big.numel() - out.numel()
 
 
-@pytest.mark.parametrize("dtype, layout, m, n, k, halves", [
-    ("bf16", "KK", 1876, 480, 8192, True), ("f16", "MN", 2673, 320, 8192, True), ("bf16", "KN", 953, 800, 16384, True),
-    ("bf16", "KK", 1876, 480, 4096, False)])
-def test_default_path_takes_k_halves_for_few_tiles(dtype, layout, m, n, k, halves):
-    """Where the tile model takes 64 x 128 tiles and K is long, the default path runs 128 x 128 tiles with
-    K in halves on clusters of two (k_halves.pick_k_halves), in every operand layout: exact on small
-    integers (each half's f32 sum exact, then their sum), nothing written outside out."""
+@pytest.mark.parametrize("dtype, layout, m, n, k, want", [
+    ("bf16", "KK", 1876, 480, 8192, (128, 128, 2, 1)), ("f16", "MN", 2673, 320, 8192, (128, 128, 2, 1)),
+    ("bf16", "KN", 953, 800, 16384, (128, 128, 2, 1)), ("bf16", "KK", 1876, 480, 4096, (64, 128, 1, 1)),
+    ("bf16", "KK", 340, 208, 8192, (64, 64, 1, 2)), ("f16", "MN", 1358, 16, 8192, (64, 64, 1, 2)),
+    ("bf16", "KN", 1255, 176, 16384, (64, 64, 1, 2)), ("bf16", "KK", 518, 272, 4096, (64, 64, 1, 1))])
+def test_default_path_cuts_k_for_few_tiles(dtype, layout, m, n, k, want):
+    """Where the tile model takes 64-row tiles filling few SMs and K is long, the default path cuts K
+    (few_tiles): 128 x 128 tiles with K in halves on clusters of two for 64 x 128 ones, two split-K slices
+    of 64 x 64 tiles; in every operand layout: exact on small integers (each part's f32 sum exact, then
+    their sum), nothing written outside out."""
     from nbwgmma.frontend.matmul import last_plan
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
@@ -238,7 +241,7 @@ def test_default_path_takes_k_halves_for_few_tiles(dtype, layout, m, n, k, halve
     out = big[1:m + 1, 8:n + 8]
     matmul(a, b, out=out)
     cfg = last_plan().cfg
-    assert (cfg.bm, cfg.bn, cfg.cluster_k) == ((128, 128, 2) if halves else (64, 128, 1)), last_plan().config
+    assert (cfg.bm, cfg.bn, cfg.cluster_k, cfg.split) == want, last_plan().config
     ref = a.double() @ b.double()
     assert torch.equal(out.double(), ref.to(tdt).double()) and ref.abs().sum() > 0
     frame = big.clone()
@@ -341,8 +344,9 @@ def test_default_path_takes_256_row_tiles(dtype, m, n, bn, parts, slots, odt):
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
     g = torch.Generator(device="cuda").manual_seed(n)
-    a = torch.randint(-3, 4, (m, 520), device="cuda", generator=g).to(tdt)
-    b = torch.randint(-3, 4, (n, 520), device="cuda", generator=g).to(tdt).t()
+    # (K = 2056: above tiles.SHORT_K, whose shares take 128 x 192 at 5000 x 3000; no multiple of 64)
+    a = torch.randint(-3, 4, (m, 2056), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (n, 2056), device="cuda", generator=g).to(tdt).t()
     out = torch.full((m, n), float("nan"), device="cuda", dtype={"bf16": torch.bfloat16, "f32": torch.float32}[odt])
     matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
     cfg = last_plan().cfg

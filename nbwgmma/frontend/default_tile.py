@@ -4,9 +4,8 @@
 the swapped 256-row tiles of tall products, or a 192-row tile over them; the wave and padding model's
 tile; clusters' shares; the 192-row tiles; 128 x 192 over 128 x 256; narrow tiles for poorly filled
 waves; one wave of 128-row tiles; swapped 256-row tiles that fill the waves better; swapped 192-row
-tiles for tall products; K in halves for products of few tiles; 256 x 128 for the row-by-row
-epilogue. Each rule's measurements are in its
-docstring and BENCHMARKS.md."""
+tiles for tall products; K cut for products of few tiles; 256 x 128 for the row-by-row epilogue.
+Each rule's measurements are in its docstring and BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from .. import sim
 from ..kernels.gemm_config import FP8_OUTS
 from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
-from .k_halves import pick_k_halves
+from .few_tiles import pick_k_halves, pick_k_split
 from .tall_tiles import pick_swapped_tall, pick_tall, tall_over_swap
 from .tiles import (pick_192, pick_narrow, pick_one_wave, pick_small_m, pick_swap, pick_swap_wide,
                     pick_swapped_256, pick_tile)
@@ -108,10 +107,12 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
         if free and swappable and plain and tma16 and b_kmajor and c_info is None and opts.get("user") is None:
             opts.update(pick_swapped_tall(m, n, sms, (opts["bm"], opts["bn"]), opts.get("swap", 0),
                                           wk.input_bits, k) or {})
-        # 64 x 128 tiles of a long K: 128 x 128 tiles with K in halves on clusters of two (16-bit outputs
-        # by TMA, plain products: measured so)
+        # 64-row tiles of a long K filling few SMs: K cut (few_tiles; 16-bit outputs by TMA, plain products:
+        # measured so)
         if free and not opts.get("swap") and tma16 and plain and c_info is None and opts.get("user") is None:
-            opts.update(pick_k_halves(m, n, k, (opts["bm"], opts["bn"]), sms, wk.input_bits) or {})
+            tile = (opts["bm"], opts["bn"])
+            opts.update(pick_k_halves(m, n, k, tile, sms, wk.input_bits) or pick_k_split(m, n, k, tile, sms, wk.input_bits)
+                        or {})
         # 16-bit rows TMA cannot write (an odd N) go out a row per warp (the "rows" epilogue
         # below): 256 x 128 tiles for 128 x 256 ones, as many; on an H200, with the rows epilogue,
         # 0.99-1.21x 128 x 256 (BENCHMARKS.md, 2026-12-04)

@@ -1,0 +1,59 @@
+"""Products of few tiles (more than :data:`~.tiles.SMALL_M` rows; fewer take :func:`~.tiles.pick_small_m`):
+K cut so that more SMs share it, where the tile model takes 64-row tiles at a long K.
+
+* :func:`pick_k_halves`: in place of 64 x 128 tiles, 128 x 128 tiles whose K the two CTAs of a cluster
+  share (``cluster_k``: :class:`~nbwgmma.kit.ClusterSplitK`, the halves summed through distributed shared
+  memory): as many CTAs, each with the same multiply-adds, two consumer warpgroups in place of one.
+* :func:`pick_k_split`: in place of 64 x 64 tiles that fill at most half the SMs, the same tiles with K in
+  two split-K slices: twice the CTAs, each streaming half of K (such a CTA is bound by the bytes it can
+  pull, not by its tensor cores)."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["K_HALVES_MIN_K", "K_HALVES_TILE", "pick_k_halves", "K_SPLIT_MIN_K", "K_SPLIT_TILE", "pick_k_split"]
+
+#: The config :func:`pick_k_halves` takes.
+K_HALVES_TILE = {"bm": 128, "bn": 128, "cluster_k": 2}
+#: Shortest K for which it takes them. Probed on an H100 (BENCHMARKS.md, 2026-12-06, "K split in clusters
+#: of two"), bf16 in 64 x 128 tiles against 128 x 128 with ``cluster_k`` 2, ratio to cuBLAS in one process:
+#: at K = 8192 2035 x 512 0.88-0.90 -> 1.04-1.05, 2673 x 320 0.76 -> 1.00-1.02, 1844 x 288 0.73 -> 0.98-0.99,
+#: 1893 x 480 0.75 -> 0.89, 1262 x 512 0.78 -> 0.88; at K = 4096 within 1-4% (2764 x 384, 1267 x 608); at
+#: K = 2048 slower; fp8 slower everywhere (0.75-0.88x).
+K_HALVES_MIN_K = 8192
+
+
+def pick_k_halves(m, n, k, tile, sms, input_bits=16):
+    """:data:`K_HALVES_TILE` in place of ``tile`` (the tile model's (bm, bn)) where that is 64 x 128 for a
+    16-bit product of K >= :data:`K_HALVES_MIN_K` whose K halves of 128 x 128 tiles fit one wave of ``sms``
+    (as many CTAs as the 64 x 128 tiles, or one tile row's more where M has an odd count of 64-row
+    tiles); else None. Per CTA the multiply-adds are the same (64 x 128 x K or 128 x 128 x K / 2); two
+    consumer warpgroups keep the tensor cores busier than one, and the halves' sum costs one exchange per
+    tile."""
+    if input_bits != 16 or tuple(tile) != (64, 128) or k < K_HALVES_MIN_K:
+        return None
+    if 2 * math.ceil(m / 128) * math.ceil(n / 128) > sms:
+        return None
+    return dict(K_HALVES_TILE)
+
+
+#: The config :func:`pick_k_split` takes (8 stages, as :func:`~.tiles.pick_small_m`'s).
+K_SPLIT_TILE = {"bm": 64, "bn": 64, "stages": 8, "split": 2}
+#: Shortest K for which it takes it. Probed on an H100 (BENCHMARKS.md, 2026-12-06), bf16 problems whose
+#: default took 64 x 64 tiles filling at most half the SMs, ratio to cuBLAS, the default / 64 x 64 in two
+#: slices: K = 8192: 340 x 208 0.61 / 0.90, 1358 x 16 0.45 / 0.62, 279 x 384 0.61 / 0.90, 507 x 160 0.53 /
+#: 0.77; K = 16384: 1245 x 32 0.30 / 0.63, 311 x 368 0.40 / 0.70, 1255 x 176 0.40 / 0.75; K = 4096: 518 x 272
+#: 1.04-1.06 / 1.06 (level).
+K_SPLIT_MIN_K = 8192
+
+
+def pick_k_split(m, n, k, tile, sms, input_bits=16):
+    """:data:`K_SPLIT_TILE` in place of ``tile`` (the tile model's (bm, bn)) where that is 64 x 64 for a
+    16-bit product of K >= :data:`K_SPLIT_MIN_K` whose two slices of every tile fit one wave of ``sms``;
+    else None."""
+    if input_bits != 16 or tuple(tile) != (64, 64) or k < K_SPLIT_MIN_K:
+        return None
+    if 2 * math.ceil(m / 64) * math.ceil(n / 64) > sms:
+        return None
+    return dict(K_SPLIT_TILE)
