@@ -20,7 +20,9 @@ K_HALVES_TILE = {"bm": 128, "bn": 128, "cluster_k": 2}
 #: of two"), bf16 in 64 x 128 tiles against 128 x 128 with ``cluster_k`` 2, ratio to cuBLAS in one process:
 #: at K = 8192 2035 x 512 0.88-0.90 -> 1.04-1.05, 2673 x 320 0.76 -> 1.00-1.02, 1844 x 288 0.73 -> 0.98-0.99,
 #: 1893 x 480 0.75 -> 0.89, 1262 x 512 0.78 -> 0.88; at K = 4096 within 1-4% (2764 x 384, 1267 x 608); at
-#: K = 2048 slower; fp8 slower everywhere (0.75-0.88x).
+#: K = 2048 slower; fp8 slower everywhere (0.75-0.88x). Held out (same day, an H100, 29 fresh bf16/f16
+#: problems where the rule takes them, every layout, 64 x 128 forced beside them): 0.96-1.54x, geometric
+#: mean 1.19x (slower only at 560 x 1008, whose 128-row tiles pad M most); forced at K = 4096 0.77-1.16x.
 K_HALVES_MIN_K = 8192
 
 
@@ -44,7 +46,9 @@ K_SPLIT_TILE = {"bm": 64, "bn": 64, "stages": 8, "split": 2}
 #: default took 64 x 64 tiles filling at most half the SMs, ratio to cuBLAS, the default / 64 x 64 in two
 #: slices: K = 8192: 340 x 208 0.61 / 0.90, 1358 x 16 0.45 / 0.62, 279 x 384 0.61 / 0.90, 507 x 160 0.53 /
 #: 0.77; K = 16384: 1245 x 32 0.30 / 0.63, 311 x 368 0.40 / 0.70, 1255 x 176 0.40 / 0.75; K = 4096: 518 x 272
-#: 1.04-1.06 / 1.06 (level).
+#: 1.04-1.06 / 1.06 (level). Held out (same day, an H100, 22 fresh bf16/f16 problems where the rule takes
+#: it, every layout, the 64 x 64 tile forced beside it): 1.03-2.07x, geometric mean 1.45x (bf16 1935 x 48 x
+#: 16384 0.49 -> 1.01x cuBLAS); forced at K = 4096 0.97-1.17x (5), at K = 2048 0.86-1.00x (3).
 K_SPLIT_MIN_K = 8192
 
 
