@@ -20,9 +20,10 @@ K_HALVES_TILE = {"bm": 128, "bn": 128, "cluster_k": 2}
 #: of two"), bf16 in 64 x 128 tiles against 128 x 128 with ``cluster_k`` 2, ratio to cuBLAS in one process:
 #: at K = 8192 2035 x 512 0.88-0.90 -> 1.04-1.05, 2673 x 320 0.76 -> 1.00-1.02, 1844 x 288 0.73 -> 0.98-0.99,
 #: 1893 x 480 0.75 -> 0.89, 1262 x 512 0.78 -> 0.88; at K = 4096 within 1-4% (2764 x 384, 1267 x 608); at
-#: K = 2048 slower; fp8 slower everywhere (0.75-0.88x). Held out (same day, an H100, 29 fresh bf16/f16
+#: K = 2048 slower; fp8 slower there (0.75-0.88x). Held out (same day, an H100, 29 fresh bf16/f16
 #: problems where the rule takes them, every layout, 64 x 128 forced beside them): 0.96-1.54x, geometric
-#: mean 1.19x (slower only at 560 x 1008, whose 128-row tiles pad M most); forced at K = 4096 0.77-1.16x.
+#: mean 1.19x (slower only at 560 x 1008, whose 128-row tiles pad M most); forced at K = 4096 0.77-1.16x,
+#: for four e4m3 problems 0.83-1.22x (too few for fp8 to take them).
 K_HALVES_MIN_K = 8192
 
 
