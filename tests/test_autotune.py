@@ -632,8 +632,8 @@ def test_short_k_takes_its_own_shares(sms_132, m, n, short, long):
 
 def test_k_halves_for_products_of_few_tiles(sms_132):
     """pick_k_halves: 128 x 128 tiles with K in halves on clusters of two in place of 64 x 128 tiles, for
-    16-bit inputs at K >= K_HALVES_MIN_K, where the halves make at least as many CTAs and fit one wave
-    (1876 x 480: 60 tiles of 128 x 128, 120 halves, as many as the 64 x 128 tiles); not for fp8 inputs,
+    16-bit inputs at K >= K_HALVES_MIN_K, where the halves fit one wave (as many CTAs as the 64 x 128 tiles,
+    or one tile row's more; 1876 x 480: 60 tiles of 128 x 128, 120 halves, as many); not for fp8 inputs,
     shorter K, other tiles (439 x 320's 64 x 64) or more than a wave; the default path's plans in every
     layout, not with a given config."""
     from nbwgmma.frontend.few_tiles import K_HALVES_MIN_K, K_HALVES_TILE, pick_k_halves
