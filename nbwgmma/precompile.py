@@ -4,8 +4,8 @@ A new problem class costs its first call a compile (2-3 s on an H100 machine, se
 BENCHMARKS.md); a kernel in the disk cache (:mod:`nbwgmma.cache`) costs 0.03-0.05 s. This
 command fills the cache with every kernel ``matmul``'s default path can pick for plain
 products (no ``config``, no epilogue): for each input type and operand layout, each tile of
-the tile model (:data:`nbwgmma.frontend.tiles.TILES`, the 256-row tiles of
-:data:`nbwgmma.frontend.tiles.TILE256_BN` and the wide ones of :data:`nbwgmma.frontend.tiles.WIDE_BN`), the
+the tile model (:data:`nbwgmma.frontend.shares.TILES`, the 256-row tiles of
+:data:`nbwgmma.frontend.shares.TILE256_BN` and the wide ones of :data:`nbwgmma.frontend.shares.WIDE_BN`), the
 narrow tiles of
 :func:`nbwgmma.frontend.tiles.pick_narrow` (K-major B), the tiles of a swapped tall product
 (:func:`nbwgmma.frontend.tiles.pick_swap`, :func:`nbwgmma.frontend.tiles.pick_swap_wide`), the 192-row
