@@ -122,10 +122,18 @@ def test_tall_products_swap_to_256_row_tiles_that_fill_their_waves(sms_132):
         assert pick_swap_wide(m, n, 16, 132, "any") is None, (m, n)
     # from 2048 columns weighed against the tile pick_tile takes (measured 1.03-1.19x the swapped
     # tiles at these), narrower products against the wave model's first (the swapped tiles won there)
-    for m, n in ((7957, 2576), (16024, 2352), (11659, 2896), (5438, 2672)):
+    for m, n in ((16024, 2352), (11659, 2896), (5438, 2672)):
         assert pick_swap_wide(m, n, 16, 132, "any") is None, (m, n)
         assert padded_score(m, n, 132, "any") * SWAP256_GAIN > max(
             SWAP256_EFF * work_fill(n, m, 256, w, 132) for w in TILE256_BN), (m, n)
+    # 7957 x 2576: measured with 128 x 216 as pick_tile's tile (1.066x the swapped one); rated by
+    # shares.WIDE_LOW since, pick_tile takes 256 x 168 and the swapped tiles outscore it, but the default
+    # path runs 192 x 144 there either way (tall_tiles.tall_over_swap)
+    from nbwgmma.precompile import cpu_plan
+
+    assert pick_swap_wide(7957, 2576, 16, 132, "any") == (256, 168)
+    plan = cpu_plan("bf16", "KK", {}, rows=7957, n=2576, k=8192)
+    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (192, 144, False)
     for (m, n), tile in (((14017, 592), (256, 160)), ((9635, 896), (256, 152))):
         assert pick_swap_wide(m, n, 16, 132, "any") == tile, (m, n)
     # fp8 or tf32 inputs, or an out not stored by TMA as 16-bit values: never
@@ -628,6 +636,34 @@ def test_short_k_takes_its_own_shares(sms_132, m, n, short, long):
     for k, tile in ((SHORT_K, short), (1024, short), (4096, long), (8192, long)):
         plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=k)
         assert (plan.cfg.bm, plan.cfg.bn, int(plan.swap)) == tile, k
+
+
+@pytest.mark.parametrize("dtype, m, n, k, before, after", [
+    # held out on an H100 (2026-12-06), the tile before and after forced: 1.16x, 1.09x, 1.08x
+    ("bf16", 1138, 15552, 2048, (128, 216, 0), (192, 144, 0)),
+    ("bf16", 1285, 13856, 8192, (128, 232, 0), (192, 160, 0)),
+    ("e4m3", 3504, 10032, 8192, (128, 216, 0), (256, 152, 0)),
+])
+def test_wide_widths_take_their_own_shares(sms_132, monkeypatch, dtype, m, n, k, before, after):
+    """shares.WIDE_LOW: the wide 128-row tiles of 200, 216, 232, 240 and 248 columns are rated below
+    WIDE_EFF (at every K: the short-K shares do not name them), 208 and 224 at it; without the table the
+    default path took the wide tile, with it the tile that measured faster."""
+    from nbwgmma.frontend import shares
+    from nbwgmma.precompile import cpu_plan
+
+    assert set(shares.WIDE_LOW) == set(shares.WIDE_BN) - {208, 224}
+    for bn in shares.WIDE_BN:
+        want = shares.WIDE_LOW.get(bn, shares.WIDE_EFF)
+        assert shares.share((128, bn)) == shares.share((128, bn), shares.SHORT_K) == want
+        assert (want < shares.WIDE_EFF) == (bn in shares.WIDE_LOW)
+
+    def tile():
+        plan = cpu_plan(dtype, "KK", {}, rows=m, n=n, k=k)
+        return plan.cfg.bm, plan.cfg.bn, int(plan.swap)
+
+    assert tile() == after
+    monkeypatch.setattr(shares, "WIDE_LOW", {})
+    assert tile() == before
 
 
 def test_k_halves_for_products_of_few_tiles(sms_132):

@@ -6,7 +6,7 @@ and :mod:`.tall_tiles`."""
 from __future__ import annotations
 
 __all__ = ["TILES", "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "SHORT_K", "SHORT_K_SHARES", "short_k", "share",
-           "WIDE_BN", "WIDE_EFF", "WIDE_MIN_WAVES", "WIDE4_BN", "WIDE4_MIN_WAVES"]
+           "WIDE_BN", "WIDE_EFF", "WIDE_LOW", "WIDE_MIN_WAVES", "WIDE4_BN", "WIDE4_MIN_WAVES"]
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
 #: from bf16 runs on an H100 (BENCHMARKS.md, log steps 9 and 11): smaller tiles load
@@ -57,6 +57,12 @@ WIDE_MIN_WAVES = 4
 #: process; an earlier run had them level, 0.998x; BENCHMARKS.md, 2026-11-26).
 WIDE4_BN = (208, 224, 240)
 WIDE4_MIN_WAVES = 2
+#: Wide widths below :data:`WIDE_EFF`, with their shares: fitted (``benchmarks/fit_shares.py``) on the bf16
+#: and e4m3 designs measured on an H100 (``benchmarks/shares_h100.json``, ``shares_fp8_h100.json``,
+#: 2026-12-06; 618 measurements), where 128 x 208 and 128 x 224 came out at 0.98 (0.981 +- 0.008, 0.978 +-
+#: 0.011; left at :data:`WIDE_EFF`, below the fit as the model's 128 x 192 is) and these at 0.91-0.93
+#: (bf16 0.92-0.94, e4m3 0.89-0.91). Held out: see BENCHMARKS.md, 2026-12-06.
+WIDE_LOW = {200: 0.927, 216: 0.913, 232: 0.920, 240: 0.931, 248: 0.930}
 
 
 def short_k(k):
@@ -68,9 +74,9 @@ def short_k(k):
 def share(tile, k=None):
     """A tile's (bm, bn) share of a 128 x 256 tile's rate in a product of inner dimension ``k`` (None:
     a long one): :data:`TILES`, :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`WIDE_EFF`
-    for the wide 128-row tiles, and :data:`SHORT_K_SHARES` over them where ``k`` <= :data:`SHORT_K`."""
+    for the wide 128-row tiles (:data:`WIDE_LOW` for some widths), and :data:`SHORT_K_SHARES` over them where ``k`` <= :data:`SHORT_K`."""
     if short_k(k) and tile in SHORT_K_SHARES:
         return SHORT_K_SHARES[tile]
     if tile in TILES:
         return TILES[tile]
-    return TILE256_FAST.get(tile[1], TILE256_EFF) if tile[0] == 256 else WIDE_EFF
+    return TILE256_FAST.get(tile[1], TILE256_EFF) if tile[0] == 256 else WIDE_LOW.get(tile[1], WIDE_EFF)
