@@ -12,7 +12,8 @@ Default problems: ``sweep.MID``; default configs: stream-K (128 x 128), 256 x 12
 (``#`` starts a comment), e.g. ``benchmarks/one_wave_heldout.txt``. ``--runs N`` repeats the whole
 list N times in the process. The default's tile is printed beside its ratio (``s`` for a swapped
 product). ``--json PATH`` also writes every measurement (problem, tile or config, ratio to cuBLAS)
-for ``benchmarks/fit_shares.py``.
+for ``benchmarks/fit_shares.py``, and for ``benchmarks/heldout.py``, which summarises a hold-out (the
+tile after over the tile before, by input type and K).
 """
 import argparse
 import json
