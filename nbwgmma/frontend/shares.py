@@ -60,8 +60,11 @@ WIDE4_MIN_WAVES = 2
 #: Wide widths below :data:`WIDE_EFF`, with their shares: fitted (``benchmarks/fit_shares.py``) on the bf16
 #: and e4m3 designs measured on an H100 (``benchmarks/shares_h100.json``, ``shares_fp8_h100.json``,
 #: 2026-12-06; 618 measurements), where 128 x 208 and 128 x 224 came out at 0.98 (0.981 +- 0.008, 0.978 +-
-#: 0.011; left at :data:`WIDE_EFF`, below the fit as the model's 128 x 192 is) and these at 0.91-0.93
-#: (bf16 0.92-0.94, e4m3 0.89-0.91). Held out: see BENCHMARKS.md, 2026-12-06.
+#: 0.011; left at :data:`WIDE_EFF`, below the fit as the model's 128 x 192 is: raised, they would take
+#: 8192^3 in 128 x 224 tiles, 1-4% slower there than 128 x 192) and these at 0.91-0.93 (bf16 0.92-0.94,
+#: e4m3 0.89-0.91). Held out on an H100 (``benchmarks/wide_shares_heldout.txt``: 38 problems where they
+#: change the pick, before and after forced): 0.88-1.16x, geometric mean 1.018x; 1.03x at K <= 4096,
+#: 0.99x at K = 8192 (BENCHMARKS.md, 2026-12-06).
 WIDE_LOW = {200: 0.927, 216: 0.913, 232: 0.920, 240: 0.931, 248: 0.930}
 
 
@@ -73,8 +76,9 @@ def short_k(k):
 
 def share(tile, k=None):
     """A tile's (bm, bn) share of a 128 x 256 tile's rate in a product of inner dimension ``k`` (None:
-    a long one): :data:`TILES`, :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`WIDE_EFF`
-    for the wide 128-row tiles (:data:`WIDE_LOW` for some widths), and :data:`SHORT_K_SHARES` over them where ``k`` <= :data:`SHORT_K`."""
+    a long one): :data:`TILES`, :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`WIDE_LOW`
+    or :data:`WIDE_EFF` for the wide 128-row tiles, and :data:`SHORT_K_SHARES` over them where ``k`` <=
+    :data:`SHORT_K`."""
     if short_k(k) and tile in SHORT_K_SHARES:
         return SHORT_K_SHARES[tile]
     if tile in TILES:
