@@ -1,21 +1,16 @@
 """benchmarks/fit_shares.py without a GPU: shares fitted from synthetic measurements come back."""
 
-import importlib.util
 import math
-import os
 import random
 import sys
 
 import pytest
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "fit_shares.py")
+from tests.scripts import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("fit_shares", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks", "fit_shares")
 
 
 def test_shares_of_synthetic_measurements_are_recovered():

@@ -1,19 +1,14 @@
 """benchmarks/heldout.py without a GPU: a hold-out's ratios and summary from synthetic records."""
 
-import importlib.util
 import math
-import os
 
 import pytest
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "heldout.py")
+from tests.scripts import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("heldout", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks", "heldout")
 
 
 def _measure(problem, default, configs):
