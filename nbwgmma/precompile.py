@@ -92,7 +92,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
         if sixteen:  # (and the K halves and slices of products of few tiles: frontend.few_tiles)
             configs += [dict(c) for c in _SMALL_M] + [dict(K_HALVES_TILE), dict(K_SPLIT_TILE)]
         elif dt in ("e4m3", "e5m2"):
-            configs += [dict(_SMALL_M[0]), dict(_SMALL_M[-1])]
+            configs += [dict(_SMALL_M[0]), dict(_SMALL_M[-1]), dict(K_HALVES_TILE)]
         else:  # tf32's f32 out: from the registers in one wave, through TMA from two (Plan._configure)
             configs += [dict(c, epilogue="tma") for c in configs if c["bn"] % 32 == 0]
         if autotune:

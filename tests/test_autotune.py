@@ -122,18 +122,19 @@ def test_tall_products_swap_to_256_row_tiles_that_fill_their_waves(sms_132):
         assert pick_swap_wide(m, n, 16, 132, "any") is None, (m, n)
     # from 2048 columns weighed against the tile pick_tile takes (measured 1.03-1.19x the swapped
     # tiles at these), narrower products against the wave model's first (the swapped tiles won there)
-    for m, n in ((16024, 2352), (11659, 2896), (5438, 2672)):
+    for m, n in ((7957, 2576), (16024, 2352), (11659, 2896), (5438, 2672)):
         assert pick_swap_wide(m, n, 16, 132, "any") is None, (m, n)
         assert padded_score(m, n, 132, "any") * SWAP256_GAIN > max(
             SWAP256_EFF * work_fill(n, m, 256, w, 132) for w in TILE256_BN), (m, n)
-    # 7957 x 2576: measured with 128 x 216 as pick_tile's tile (1.066x the swapped one); rated by
-    # shares.WIDE_LOW since, pick_tile takes 256 x 168 and the swapped tiles outscore it, but the default
-    # path runs 192 x 144 there either way (tall_tiles.tall_over_swap)
+    # 7957 x 2576 (measured with 128 x 216 as pick_tile's tile, 1.066x the swapped one) at a K where
+    # shares.WIDE_LOW rates the wide tiles: pick_tile takes 256 x 168 and the swapped tiles outscore it,
+    # but the default path runs 192 x 144 there either way (tall_tiles.tall_over_swap)
     from nbwgmma.precompile import cpu_plan
 
-    assert pick_swap_wide(7957, 2576, 16, 132, "any") == (256, 168)
-    plan = cpu_plan("bf16", "KK", {}, rows=7957, n=2576, k=8192)
-    assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (192, 144, False)
+    assert pick_swap_wide(7957, 2576, 16, 132, "any", k=4096) == (256, 168)
+    for k in (4096, 8192):
+        plan = cpu_plan("bf16", "KK", {}, rows=7957, n=2576, k=k)
+        assert (plan.cfg.bm, plan.cfg.bn, plan.swap) == (192, 144, False), k
     for (m, n), tile in (((14017, 592), (256, 160)), ((9635, 896), (256, 152))):
         assert pick_swap_wide(m, n, 16, 132, "any") == tile, (m, n)
     # fp8 or tf32 inputs, or an out not stored by TMA as 16-bit values: never
@@ -639,22 +640,28 @@ def test_short_k_takes_its_own_shares(sms_132, m, n, short, long):
 
 
 @pytest.mark.parametrize("dtype, m, n, k, before, after", [
-    # held out on an H100 (2026-12-06), the tile before and after forced: 1.16x, 1.09x, 1.08x
+    # held out on an H100 (2026-12-06), the tile before and after forced: 1.16x, 1.08x, 1.05x
     ("bf16", 1138, 15552, 2048, (128, 216, 0), (192, 144, 0)),
-    ("bf16", 1285, 13856, 8192, (128, 232, 0), (192, 160, 0)),
-    ("e4m3", 3504, 10032, 8192, (128, 216, 0), (256, 152, 0)),
+    ("bf16", 1179, 11152, 4096, (128, 216, 0), (256, 144, 0)),
+    ("e4m3", 4021, 7488, 4096, (128, 232, 0), (256, 160, 0)),
+    # K = 8192: held out twice, 0.99x over 52 problems; these took WIDE_LOW's tiles at 0.93x and 0.95x
+    ("e4m3", 3394, 6224, 8192, (128, 216, 0), (128, 216, 0)),
+    ("bf16", 5165, 4400, 8192, (128, 232, 0), (128, 232, 0)),
 ])
 def test_wide_widths_take_their_own_shares(sms_132, monkeypatch, dtype, m, n, k, before, after):
-    """shares.WIDE_LOW: the wide 128-row tiles of 200, 216, 232, 240 and 248 columns are rated below
-    WIDE_EFF (at every K: the short-K shares do not name them), 208 and 224 at it; without the table the
-    default path took the wide tile, with it the tile that measured faster."""
+    """shares.WIDE_LOW: at K <= WIDE_LOW_MAX_K the wide 128-row tiles of 200, 216, 232, 240 and 248 columns
+    are rated below WIDE_EFF (the short-K shares do not name them), 208 and 224 at it; at a longer K (or
+    none given) all at WIDE_EFF. Without the table the default path took the wide tile, with it the tile
+    that measured faster; at K = 8192 it keeps the wide one."""
     from nbwgmma.frontend import shares
     from nbwgmma.precompile import cpu_plan
 
     assert set(shares.WIDE_LOW) == set(shares.WIDE_BN) - {208, 224}
+    assert shares.SHORT_K < shares.WIDE_LOW_MAX_K < 8192
     for bn in shares.WIDE_BN:
         want = shares.WIDE_LOW.get(bn, shares.WIDE_EFF)
-        assert shares.share((128, bn)) == shares.share((128, bn), shares.SHORT_K) == want
+        assert shares.share((128, bn), shares.WIDE_LOW_MAX_K) == shares.share((128, bn), shares.SHORT_K) == want
+        assert shares.share((128, bn)) == shares.share((128, bn), shares.WIDE_LOW_MAX_K + 1) == shares.WIDE_EFF
         assert (want < shares.WIDE_EFF) == (bn in shares.WIDE_LOW)
 
     def tile():
@@ -668,11 +675,11 @@ def test_wide_widths_take_their_own_shares(sms_132, monkeypatch, dtype, m, n, k,
 
 def test_k_halves_for_products_of_few_tiles(sms_132):
     """pick_k_halves: 128 x 128 tiles with K in halves on clusters of two in place of 64 x 128 tiles, for
-    16-bit inputs at K >= K_HALVES_MIN_K, where the halves fit one wave (as many CTAs as the 64 x 128 tiles,
-    or one tile row's more; 1876 x 480: 60 tiles of 128 x 128, 120 halves, as many); not for fp8 inputs,
-    shorter K, other tiles (439 x 320's 64 x 64) or more than a wave; the default path's plans in every
-    layout, not with a given config."""
-    from nbwgmma.frontend.few_tiles import K_HALVES_MIN_K, K_HALVES_TILE, pick_k_halves
+    16-bit inputs (fp8 ones of N <= K_HALVES_FP8_MAX_N) at K >= K_HALVES_MIN_K, where the halves fit one
+    wave (as many CTAs as the 64 x 128 tiles, or one tile row's more; 1876 x 480: 60 tiles of 128 x 128,
+    120 halves, as many); not for wider fp8 products, tf32 inputs, shorter K, other tiles (439 x 320's
+    64 x 64) or more than a wave; the default path's plans in every layout, not with a given config."""
+    from nbwgmma.frontend.few_tiles import K_HALVES_FP8_MAX_N, K_HALVES_MIN_K, K_HALVES_TILE, pick_k_halves
     from nbwgmma.precompile import cpu_plan
 
     assert K_HALVES_TILE == {"bm": 128, "bn": 128, "cluster_k": 2}
@@ -680,13 +687,22 @@ def test_k_halves_for_products_of_few_tiles(sms_132):
     assert pick_k_halves(8192, 128, 16384, (64, 128), 132) == K_HALVES_TILE
     assert pick_k_halves(1876, 480, K_HALVES_MIN_K - 1024, (64, 128), 132) is None
     assert pick_k_halves(1876, 480, 8192, (64, 128), 132, input_bits=8) is None
+    assert pick_k_halves(1876, 480, 8192, (64, 128), 132, input_bits=32) is None
+    # fp8: held out on an H100 (2026-12-06) 1.46x, 1.45x the 64 x 128 tiles; wider ones lost (896 x 1040 0.84x)
+    assert K_HALVES_FP8_MAX_N == 320
+    assert pick_k_halves(3067, 176, 16384, (64, 128), 132, input_bits=8) == K_HALVES_TILE
+    assert pick_k_halves(1930, 320, 8192, (64, 128), 132, input_bits=8) == K_HALVES_TILE
+    assert pick_k_halves(1930, 321, 8192, (64, 128), 132, input_bits=8) is None
+    assert pick_k_halves(896, 1040, 8192, (64, 128), 132, input_bits=8) is None
+    assert pick_k_halves(3067, 176, 4096, (64, 128), 132, input_bits=8) is None
     assert pick_k_halves(1876, 480, 8192, (64, 64), 132) is None
     assert pick_k_halves(1876, 480, 8192, (128, 128), 132) is None
     assert pick_k_halves(1876, 480, 8192, (64, 128), 114) is None  # (120 halves: more than a wave)
     assert pick_k_halves(2140, 480, 8192, (64, 128), 132) is None  # (34 tile rows of 64: 132 tiles; 17 of 128: 136 halves)
     for dt, lay, m, n, k, want in (("bf16", "KK", 1876, 480, 8192, (128, 128, 2)), ("f16", "MN", 2673, 320, 8192, (128, 128, 2)),
                                    ("bf16", "KN", 953, 800, 16384, (128, 128, 2)), ("bf16", "KK", 1876, 480, 4096, (64, 128, 1)),
-                                   ("e4m3", "KK", 1876, 480, 8192, (64, 128, 1)), ("bf16", "KK", 439, 320, 8192, (64, 64, 1))):
+                                   ("e4m3", "KK", 1876, 480, 8192, (64, 128, 1)), ("bf16", "KK", 439, 320, 8192, (64, 64, 1)),
+                                   ("e4m3", "KK", 3067, 176, 16384, (128, 128, 2)), ("e4m3", "KK", 2296, 272, 16384, (128, 128, 2))):
         plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
         assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.cluster_k) == want, (dt, lay, m, n, k, plan.config)
     assert cpu_plan("bf16", "KK", {"stages": 4}, rows=1876, n=480, k=8192).cfg.cluster_k == 1

@@ -223,27 +223,29 @@ def test_default_path_takes_one_wave_and_swapped_256_row_tiles(dtype, m, n, bm, 
     ("bf16", "KK", 1876, 480, 8192, (128, 128, 2, 1)), ("f16", "MN", 2673, 320, 8192, (128, 128, 2, 1)),
     ("bf16", "KN", 953, 800, 16384, (128, 128, 2, 1)), ("bf16", "KK", 1876, 480, 4096, (64, 128, 1, 1)),
     ("bf16", "KK", 340, 208, 8192, (64, 64, 1, 2)), ("f16", "MN", 1358, 16, 8192, (64, 64, 1, 2)),
-    ("bf16", "KN", 1255, 176, 16384, (64, 64, 1, 2)), ("bf16", "KK", 518, 272, 4096, (64, 64, 1, 1))])
+    ("bf16", "KN", 1255, 176, 16384, (64, 64, 1, 2)), ("bf16", "KK", 518, 272, 4096, (64, 64, 1, 1)),
+    ("e4m3", "KK", 3067, 176, 8192, (128, 128, 2, 1)), ("e4m3", "KK", 896, 1040, 8192, (64, 128, 1, 1))])
 def test_default_path_cuts_k_for_few_tiles(dtype, layout, m, n, k, want):
     """Where the tile model takes 64-row tiles filling few SMs and K is long, the default path cuts K
-    (few_tiles): 128 x 128 tiles with K in halves on clusters of two for 64 x 128 ones, two split-K slices
-    of 64 x 64 tiles; in every operand layout: exact on small integers (each part's f32 sum exact, then
-    their sum), nothing written outside out."""
+    (few_tiles): 128 x 128 tiles with K in halves on clusters of two for 64 x 128 ones (fp8 inputs where N
+    <= 320), two split-K slices of 64 x 64 tiles; in every operand layout: exact on small integers (each
+    part's f32 sum exact, then their sum), nothing written outside out."""
     from nbwgmma.frontend.matmul import last_plan
 
-    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
+    odt = torch.bfloat16 if dtype == "e4m3" else tdt
     g = torch.Generator(device="cuda").manual_seed(m)
     a = torch.randint(-3, 4, (m, k) if layout[0] == "K" else (k, m), device="cuda", generator=g).to(tdt)
     b = torch.randint(-3, 4, (n, k) if layout[1] == "K" else (k, n), device="cuda", generator=g).to(tdt)
     a = a if layout[0] == "K" else a.t()
     b = b.t() if layout[1] == "K" else b
-    big = torch.full((m + 2, n + 16), float("nan"), device="cuda", dtype=tdt)
+    big = torch.full((m + 2, n + 16), float("nan"), device="cuda", dtype=odt)
     out = big[1:m + 1, 8:n + 8]
-    matmul(a, b, out=out)
+    matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
     cfg = last_plan().cfg
     assert (cfg.bm, cfg.bn, cfg.cluster_k, cfg.split) == want, last_plan().config
     ref = a.double() @ b.double()
-    assert torch.equal(out.double(), ref.to(tdt).double()) and ref.abs().sum() > 0
+    assert torch.equal(out.double(), ref.to(odt).double()) and ref.abs().sum() > 0
     frame = big.clone()
     frame[1:m + 1, 8:n + 8] = 0
     assert torch.isnan(frame).sum() == big.numel() - out.numel()

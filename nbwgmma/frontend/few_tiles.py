@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["K_HALVES_MIN_K", "K_HALVES_TILE", "pick_k_halves", "K_SPLIT_MIN_K", "K_SPLIT_TILE", "pick_k_split"]
+__all__ = ["K_HALVES_MIN_K", "K_HALVES_FP8_MAX_N", "K_HALVES_TILE", "pick_k_halves", "K_SPLIT_MIN_K", "K_SPLIT_TILE", "pick_k_split"]
 
 #: The config :func:`pick_k_halves` takes.
 K_HALVES_TILE = {"bm": 128, "bn": 128, "cluster_k": 2}
@@ -23,18 +23,27 @@ K_HALVES_TILE = {"bm": 128, "bn": 128, "cluster_k": 2}
 #: K = 2048 slower; fp8 slower there (0.75-0.88x). Held out (same day, an H100, 29 fresh bf16/f16
 #: problems where the rule takes them, every layout, 64 x 128 forced beside them): 0.96-1.54x, geometric
 #: mean 1.19x (slower only at 560 x 1008, whose 128-row tiles pad M most); forced at K = 4096 0.77-1.16x,
-#: for four e4m3 problems 0.83-1.22x (too few for fp8 to take them).
+#: for four e4m3 problems 0.83-1.22x (too few for fp8 to take them then; see :data:`K_HALVES_FP8_MAX_N`).
 K_HALVES_MIN_K = 8192
+#: Widest N for which fp8 inputs take them. Probed on an H100 (BENCHMARKS.md, 2026-12-06): 16 e4m3 problems
+#: (``benchmarks/k_halves_e4m3_probe.txt`` and the four above), ratio to 64 x 128: N <= 288 all faster,
+#: 1.03-1.29x; 869 x 1024 1.12x but 896 x 1040 0.84x, 614 x 960 0.83x, 1733 x 448 0.97x. Held out (same
+#: day, second session; ``benchmarks/k_halves_e4m3_heldout.txt``, 16 fresh e4m3 problems of N <= 320 at K
+#: = 8192-16384, 64 x 128 forced beside them): 0.99-1.46x, geometric mean 1.135x, none slower by 2%.
+#: e5m2 takes them by the same rule (the same bytes and instructions; not measured apart).
+K_HALVES_FP8_MAX_N = 320
 
 
 def pick_k_halves(m, n, k, tile, sms, input_bits=16):
     """:data:`K_HALVES_TILE` in place of ``tile`` (the tile model's (bm, bn)) where that is 64 x 128 for a
-    16-bit product of K >= :data:`K_HALVES_MIN_K` whose K halves of 128 x 128 tiles fit one wave of ``sms``
-    (as many CTAs as the 64 x 128 tiles, or one tile row's more where M has an odd count of 64-row
-    tiles); else None. Per CTA the multiply-adds are the same (64 x 128 x K or 128 x 128 x K / 2); two
-    consumer warpgroups keep the tensor cores busier than one, and the halves' sum costs one exchange per
-    tile."""
-    if input_bits != 16 or tuple(tile) != (64, 128) or k < K_HALVES_MIN_K:
+    16-bit product, or an fp8 one of N <= :data:`K_HALVES_FP8_MAX_N`, of K >= :data:`K_HALVES_MIN_K` whose
+    K halves of 128 x 128 tiles fit one wave of ``sms`` (as many CTAs as the 64 x 128 tiles, or one tile
+    row's more where M has an odd count of 64-row tiles); else None. Per CTA the multiply-adds are the
+    same (64 x 128 x K or 128 x 128 x K / 2); two consumer warpgroups keep the tensor cores busier than
+    one, and the halves' sum costs one exchange per tile."""
+    if tuple(tile) != (64, 128) or k < K_HALVES_MIN_K:
+        return None
+    if input_bits != 16 and not (input_bits == 8 and n <= K_HALVES_FP8_MAX_N):
         return None
     if 2 * math.ceil(m / 128) * math.ceil(n / 128) > sms:
         return None

@@ -6,7 +6,7 @@ and :mod:`.tall_tiles`."""
 from __future__ import annotations
 
 __all__ = ["TILES", "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "SHORT_K", "SHORT_K_SHARES", "short_k", "share",
-           "WIDE_BN", "WIDE_EFF", "WIDE_LOW", "WIDE_MIN_WAVES", "WIDE4_BN", "WIDE4_MIN_WAVES"]
+           "WIDE_BN", "WIDE_EFF", "WIDE_LOW", "WIDE_LOW_MAX_K", "WIDE_MIN_WAVES", "WIDE4_BN", "WIDE4_MIN_WAVES"]
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
 #: from bf16 runs on an H100 (BENCHMARKS.md, log steps 9 and 11): smaller tiles load
@@ -64,8 +64,14 @@ WIDE4_MIN_WAVES = 2
 #: 8192^3 in 128 x 224 tiles, 1-4% slower there than 128 x 192) and these at 0.91-0.93 (bf16 0.92-0.94,
 #: e4m3 0.89-0.91). Held out on an H100 (``benchmarks/wide_shares_heldout.txt``: 38 problems where they
 #: change the pick, before and after forced): 0.88-1.16x, geometric mean 1.018x; 1.03x at K <= 4096,
-#: 0.99x at K = 8192 (BENCHMARKS.md, 2026-12-06).
+#: 0.99x at K = 8192 (BENCHMARKS.md, 2026-12-06). Hence at K <= :data:`WIDE_LOW_MAX_K` only.
 WIDE_LOW = {200: 0.927, 216: 0.913, 232: 0.920, 240: 0.931, 248: 0.930}
+#: Longest K for which :data:`WIDE_LOW` rates the wide tiles (longer ones, and a K not given, take
+#: :data:`WIDE_EFF`). A second hold-out at K = 8192 on an H100 (``benchmarks/wide_low_8192_heldout.txt``:
+#: the 39 picks it changes among 40 fresh draws, before and after forced) measured 0.93-1.05x, geometric
+#: mean 0.993x, 11 slower by 2% or more (BENCHMARKS.md, 2026-12-06, second session): with the first
+#: hold-out's 13, 52 problems at K = 8192 and no gain.
+WIDE_LOW_MAX_K = 4096
 
 
 def short_k(k):
@@ -77,10 +83,12 @@ def short_k(k):
 def share(tile, k=None):
     """A tile's (bm, bn) share of a 128 x 256 tile's rate in a product of inner dimension ``k`` (None:
     a long one): :data:`TILES`, :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`WIDE_LOW`
-    or :data:`WIDE_EFF` for the wide 128-row tiles, and :data:`SHORT_K_SHARES` over them where ``k`` <=
-    :data:`SHORT_K`."""
+    (where ``k`` <= :data:`WIDE_LOW_MAX_K`) or :data:`WIDE_EFF` for the wide 128-row tiles, and
+    :data:`SHORT_K_SHARES` over them where ``k`` <= :data:`SHORT_K`."""
     if short_k(k) and tile in SHORT_K_SHARES:
         return SHORT_K_SHARES[tile]
     if tile in TILES:
         return TILES[tile]
-    return TILE256_FAST.get(tile[1], TILE256_EFF) if tile[0] == 256 else WIDE_LOW.get(tile[1], WIDE_EFF)
+    if tile[0] == 256:
+        return TILE256_FAST.get(tile[1], TILE256_EFF)
+    return WIDE_LOW.get(tile[1], WIDE_EFF) if k is not None and k <= WIDE_LOW_MAX_K else WIDE_EFF
