@@ -311,21 +311,24 @@ def test_256_row_tiles_small_integers_exact(dtype, layout, m, n, k, bn, odt):
     assert torch.equal(out.double(), want) and ref.abs().sum() > 0
 
 
+@pytest.mark.parametrize("k, bn", [(136, 224), (4160, 216)])
 @pytest.mark.parametrize("dtype, odt", [("bf16", "bf16"), ("f16", "f32"), ("e4m3", "bf16")])
-def test_default_path_takes_wide_tiles(dtype, odt):
+def test_default_path_takes_wide_tiles(dtype, odt, k, bn):
     """Where 128-row tiles of 200-248 columns fill four or more waves best (6000 x 3000: 128 x 216,
-    99% of 5 waves), the default path runs them: exact on small integers, TMA and register stores."""
+    99% of 5 waves, where K > shares.WIDE_LOW_MAX_K; at a shorter K, where WIDE_LOW rates 216 lower,
+    128 x 224), the default path runs them: exact on small integers, TMA and register stores (an f32
+    out of 128 x 216 from the registers; of 128 x 224 by TMA in parts)."""
     from nbwgmma.frontend.matmul import last_plan
 
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
     g = torch.Generator(device="cuda").manual_seed(5000)
-    a = torch.randint(-3, 4, (6000, 136), device="cuda", generator=g).to(tdt)
-    b = torch.randint(-3, 4, (3000, 136), device="cuda", generator=g).to(tdt).t()
+    a = torch.randint(-3, 4, (6000, k), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (3000, k), device="cuda", generator=g).to(tdt).t()
     out = torch.full((6000, 3000), float("nan"), device="cuda",
                      dtype={"bf16": torch.bfloat16, "f32": torch.float32}[odt])
     matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if dtype == "e4m3" else {}))
     cfg = last_plan().cfg
-    assert (cfg.bm, cfg.bn, cfg.epilogue) == (128, 216, "tma" if odt == "bf16" else "direct"), cfg
+    assert (cfg.bm, cfg.bn, cfg.epilogue) == (128, bn, "direct" if (odt, bn) == ("f32", 216) else "tma"), cfg
     ref = a.double() @ b.double()
     assert torch.equal(out.double(), ref.to(out.dtype).double()) and ref.abs().sum() > 0
 
