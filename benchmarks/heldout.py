@@ -33,7 +33,7 @@ def pairs(records, before="first", after="last"):
             groups[-1][2].append(r["ratio"])
     for problem, default, configs in groups:
         ratios = ([default] if before == "default" else []) + configs + ([default] if after == "default" else [])
-        if len(ratios) < 2 or (before == "first" and not configs) or (after == "last" and not configs):
+        if len(ratios) < 2:  # (no config measured, or only one where both ends are configs)
             continue
         out[problem].append(ratios[-1] / ratios[0])
     return dict(out)
@@ -66,9 +66,10 @@ def main():
     p.add_argument("--after", choices=("last", "default"), default="last")
     p.add_argument("--loss", type=float, default=0.98, help="a ratio below this counts as a loss")
     args = p.parse_args()
-    if args.before == args.after == "default":
-        p.error("--before default and --after default: the same tile")
-    per_problem = pairs(json.load(open(args.run)), args.before, args.after)
+    try:
+        per_problem = pairs(json.load(open(args.run)), args.before, args.after)
+    except ValueError as e:
+        p.error(str(e))
     for prob, rs in sorted(per_problem.items(), key=lambda kv: geo(kv[1])):
         dtype, layout, m, n, k = prob
         print(f"{dtype:>5} {layout} {m:>5}x{n:>5}x{k:>5}  {geo(rs):.3f}  ({' / '.join(f'{r:.3f}' for r in rs)})")
