@@ -6,10 +6,11 @@ path takes it over the tile :mod:`.tiles` picks (:func:`pick_tall`), over a swap
 from __future__ import annotations
 
 from .. import sim
+from .shares import share
 from .tiles import SWAP256_EFF, padded_score, short_k, taken_fill, work_fill
 
 __all__ = ["TALL_TILE", "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "TALL_SHORT_K", "tall_tile", "best_tall", "pick_tall", "tall_over_swap",
-           "pick_swapped_tall", "SWAPPED_TALL_GAIN"]
+           "pick_swapped_tall", "SWAPPED_TALL_GAIN", "tall_shares", "tile_share"]
 
 
 #: :func:`pick_tall`'s tile: 192 rows (three consumer warpgroups of 64) by 144 columns (K-major B),
@@ -57,16 +58,31 @@ def tall_tile(bn=TALL_TILE[1]):
     return {"bm": TALL_TILE[0], "bn": bn}
 
 
+def tall_shares(plain=True, k=None):
+    """{bn: share of a 128 x 256 tile's rate} of the 192-row tiles :func:`best_tall` weighs: :data:`TALL_TILE`'s
+    :data:`TALL_EFF`, where ``plain`` (no fused bias or activation) :data:`TALL_WIDER` too; with K (``k``) at
+    most :data:`.tiles.SHORT_K`, the shares of :data:`TALL_SHORT_K`."""
+    shares = {TALL_TILE[1]: TALL_EFF, **(TALL_WIDER if plain else {})}
+    if short_k(k):
+        shares.update({bn: eff for bn, eff in TALL_SHORT_K.items() if bn in shares})
+    return shares
+
+
+def tile_share(tile, k=None):
+    """A tile's (bm, bn) share of a 128 x 256 tile's rate in a product of inner dimension ``k`` (None: a long
+    one): :func:`tall_shares`' for 192 rows, else :func:`.shares.share`."""
+    if tile[0] == TALL_TILE[0]:
+        return tall_shares(k=k).get(tile[1], TALL_EFF)
+    return share(tuple(tile), k)
+
+
 def best_tall(m, n, sms, plain=True, k=None):
     """(real work per SM slot times the tile's share of 128 x 256's rate, config) of the best 192-row
     tile for an M x N product: :data:`TALL_TILE`, or where ``plain`` (no fused bias or activation)
     one of :data:`TALL_WIDER` that does more; with K (``k``) at most :data:`.tiles.SHORT_K`, the
-    shares of :data:`TALL_SHORT_K`."""
-    shares = {TALL_TILE[1]: TALL_EFF, **(TALL_WIDER if plain else {})}
-    if short_k(k):
-        shares.update({bn: eff for bn, eff in TALL_SHORT_K.items() if bn in shares})
+    shares of :data:`TALL_SHORT_K` (:func:`tall_shares`)."""
     # (max keeps the first of equal scores: the narrower tile at a tie)
-    score, bn = max(((eff * work_fill(m, n, TALL_TILE[0], bn, sms), bn) for bn, eff in shares.items()),
+    score, bn = max(((eff * work_fill(m, n, TALL_TILE[0], bn, sms), bn) for bn, eff in tall_shares(plain, k).items()),
                     key=lambda t: t[0])
     return score, tall_tile(bn)
 

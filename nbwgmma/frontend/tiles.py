@@ -397,18 +397,22 @@ SWAPPED_256_GAIN = 1.05
 SWAPPED_256_MIN_K = 1024
 
 
-def pick_swapped_256(m, n, k, tile, swapped, sms, input_bits=16):
+def pick_swapped_256(m, n, k, tile, swapped, sms, input_bits=16, share=1.0):
     """The config of the swapped 256 x bn tile (bn of :data:`TILE256_BN`, its 256 rows along N) that
     does the most real work per SM slot (:func:`work_fill`; the wider at a tie), where that, times
     :data:`SWAP256_EFF`, is :data:`SWAPPED_256_GAIN` times the real work of ``tile`` (bm, bn; of the
-    N x M problem where ``swapped``), for more than :data:`SMALL_M` rows and K of at least
-    :data:`SWAPPED_256_MIN_K` (the problems measured); else None. For 16-bit and fp8 inputs (measured:
-    bf16, f16 and e4m3 into bf16; e5m2 and mixed fp8 alike, unmeasured), K-major A and B, 16-bit
-    outputs stored by TMA, no fused bias or activation (their transposed parts spill from 160
-    columns), beta * C or user function (unmeasured); the caller checks all but the sizes."""
+    N x M problem where ``swapped``) times ``share``, that tile's share of a 128 x 256 tile's rate (the
+    caller's :func:`~.tall_tiles.tile_share`; 1.0 for a swapped tile), for more than :data:`SMALL_M`
+    rows and K of at least :data:`SWAPPED_256_MIN_K` (the problems measured); else None. For 16-bit and
+    fp8 inputs (measured: bf16, f16 and e4m3 into bf16; e5m2 and mixed fp8 alike, unmeasured), K-major
+    A and B, 16-bit outputs stored by TMA, no fused bias or activation (their transposed parts spill
+    from 160 columns), beta * C or user function (unmeasured); the caller checks all but the sizes.
+    The share: on an H100 (BENCHMARKS.md, 2026-12-06, third session), the 16 problems of 580 drawn at
+    random whose pick it changes (``benchmarks/swapped_256_share_heldout.txt``: 256 x 152-160, 128 x
+    192-224 unswapped before) ran 0.998-1.119x as fast, geometric mean 1.041x, none slower by 2%."""
     if input_bits > 16 or m <= SMALL_M or k < SWAPPED_256_MIN_K or sim.enabled():
         return None
-    now = taken_fill(m, n, tile, swapped, sms)
+    now = share * taken_fill(m, n, tile, swapped, sms)
     fill, bn = max((work_fill(n, m, 256, w, sms), w) for w in TILE256_BN)
     return {"bm": 256, "bn": bn, "swap": 1} if SWAP256_EFF * fill >= SWAPPED_256_GAIN * now else None
 
