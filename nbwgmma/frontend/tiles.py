@@ -408,7 +408,7 @@ def pick_swapped_256(m, n, k, tile, swapped, sms, input_bits=16, share=1.0):
     A and B, 16-bit outputs stored by TMA, no fused bias or activation (their transposed parts spill
     from 160 columns), beta * C or user function (unmeasured); the caller checks all but the sizes.
     The share: on an H100 (BENCHMARKS.md, 2026-12-06, third session), the 16 problems of 580 drawn at
-    random whose pick it changes (``benchmarks/swapped_256_share_heldout.txt``: 256 x 152-160, 128 x
+    random whose pick it changes (``benchmarks/swapped_256_share_heldout.txt``: 256 x 144-160, 128 x
     192-224 unswapped before) ran 0.998-1.119x as fast, geometric mean 1.041x, none slower by 2%."""
     if input_bits > 16 or m <= SMALL_M or k < SWAPPED_256_MIN_K or sim.enabled():
         return None
