@@ -46,7 +46,8 @@ import time
 
 from .errors import ConfigError
 from .frontend.few_tiles import K_HALVES_TILE, K_SPLIT_TILE
-from .frontend.tall_tiles import TALL_TILE, TALL_WIDER, tall_tile
+from .frontend.shares import TALL_WIDER
+from .frontend.tall_tiles import TALL_TILE, tall_tile
 from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, ONE_WAVE_BN, SWAP_BN, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN,
                              narrow_tile, swapped_config)
 

@@ -9,8 +9,8 @@ from numba import types
 
 from nbwgmma.frontend import autotune
 from nbwgmma.frontend.args import CONFIG_KEYS
-from nbwgmma.frontend.tall_tiles import (SWAPPED_TALL_GAIN, TALL_EFF, TALL_GAIN, TALL_WIDER, best_tall, pick_swapped_tall,
-                                         pick_tall, tall_over_swap)
+from nbwgmma.frontend.shares import TALL_EFF, TALL_WIDER
+from nbwgmma.frontend.tall_tiles import SWAPPED_TALL_GAIN, TALL_GAIN, best_tall, pick_swapped_tall, pick_tall, tall_over_swap
 from nbwgmma.frontend.tiles import (narrow_config, narrow_tile, pick_narrow, pick_small_m, pick_swap, pick_swap_wide,
                                     pick_swapped_256, pick_one_wave, pick_tile, padded_score, wave_fill, work_fill,
                                     SWAP256_EFF, SWAP256_GAIN, SWAPPED_256_GAIN, SWAPPED_256_MIN_K, TILE256_BN,
@@ -566,24 +566,25 @@ def test_swapped_256_row_tiles_where_they_do_enough_more_real_work(sms_132):
 ])
 def test_swapped_256_weighs_the_share_of_the_tile_taken(sms_132, dtype, m, n, k, before, after):
     """pick_swapped_256's ``share``: the default path weighs the real work of the unswapped tile taken by
-    its share of a 128 x 256 tile's rate (tall_tiles.tile_share: the 192-row tiles' by tall_shares, the
-    rest by shares.share), so the swapped 256-row tile need not do SWAPPED_256_GAIN times the work of a
+    its share of a 128 x 256 tile's rate (shares.share, which rates the 192-row tiles by TALL_EFF,
+    TALL_WIDER and TALL_SHORT_K), so the swapped 256-row tile need not do SWAPPED_256_GAIN times the work of a
     tile the model rates below 1.0; by its real work alone (share 1.0) the tile before stays."""
-    from nbwgmma.frontend.shares import share
-    from nbwgmma.frontend.tall_tiles import TALL_EFF, TALL_SHORT_K, TALL_WIDER, tile_share
-    from nbwgmma.frontend.tiles import SHORT_K
+    from nbwgmma.frontend.shares import SHORT_K, TALL_SHORT_K, share
+    from nbwgmma.frontend.tall_tiles import tall_shares
     from nbwgmma.precompile import cpu_plan
 
-    assert tile_share((192, 144)) == TALL_EFF and tile_share((192, 176), 8192) == TALL_WIDER[176]
-    assert tile_share((192, 160), SHORT_K) == TALL_SHORT_K[160] and tile_share((192, 160)) == TALL_WIDER[160]
-    assert tile_share((128, 192), 4096) == share((128, 192), 4096) and tile_share((256, 160)) == share((256, 160))
+    assert share((192, 144)) == TALL_EFF and share((192, 176), 8192) == share((192, 176), SHORT_K) == TALL_WIDER[176]
+    assert share((192, 160), SHORT_K) == TALL_SHORT_K[160] and share([192, 160]) == TALL_WIDER[160]
+    assert share((192, 144), SHORT_K + 1) == TALL_EFF and share((192, 144), SHORT_K) == TALL_SHORT_K[144]
+    assert tall_shares(k=SHORT_K) == {144: TALL_SHORT_K[144], 160: TALL_SHORT_K[160], 176: TALL_WIDER[176]}
+    assert tall_shares(plain=False) == {144: TALL_EFF}
     plan = cpu_plan(dtype, "KK", {}, rows=m, n=n, k=k)
     assert (plan.cfg.bm, plan.cfg.bn, int(plan.swap)) == after
     bits = 8 if dtype == "e4m3" else 16
     tile = before[:2]
-    assert tile_share(tile, k) < 1.0
+    assert share(tile, k) < 1.0
     assert pick_swapped_256(m, n, k, tile, 0, 132, bits) is None
-    assert pick_swapped_256(m, n, k, tile, 0, 132, bits, tile_share(tile, k)) == {"bm": 256, "bn": after[1], "swap": 1}
+    assert pick_swapped_256(m, n, k, tile, 0, 132, bits, share(tile, k)) == {"bm": 256, "bn": after[1], "swap": 1}
 
 
 def test_swapped_192_row_tiles_where_they_do_enough_more_real_work(sms_132):
@@ -657,7 +658,7 @@ def test_short_k_takes_its_own_shares(sms_132, m, n, short, long):
     """tiles.share / tall_tiles.best_tall: at K <= SHORT_K the tile model rates 128 x 192, 256 x 160 and the
     192-row tiles by SHORT_K_SHARES and TALL_SHORT_K (a short main loop weighs the bigger tiles' fixed
     costs more); above it by TILES, TILE256_FAST and TALL_EFF / TALL_WIDER as before."""
-    from nbwgmma.frontend.tall_tiles import TALL_SHORT_K
+    from nbwgmma.frontend.shares import TALL_SHORT_K
     from nbwgmma.frontend.tiles import SHORT_K, SHORT_K_SHARES, TILE256_FAST, TILES, share
     from nbwgmma.precompile import cpu_plan
 

@@ -9,7 +9,8 @@ from numba import types
 from nbwgmma import MatmulError, matmul
 from nbwgmma.errors import ConfigError
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
-from nbwgmma.frontend.tall_tiles import TALL_TILE, TALL_WIDER
+from nbwgmma.frontend.shares import TALL_WIDER
+from nbwgmma.frontend.tall_tiles import TALL_TILE
 from nbwgmma.frontend.tiles import TILES, pick_small_m, pick_tile
 
 

@@ -14,7 +14,8 @@ from ..kernels.gemm_config import FP8_OUTS
 from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
 from .few_tiles import pick_k_halves, pick_k_split
-from .tall_tiles import pick_swapped_tall, pick_tall, tall_over_swap, tile_share
+from .shares import share
+from .tall_tiles import pick_swapped_tall, pick_tall, tall_over_swap
 from .tiles import (pick_192, pick_narrow, pick_one_wave, pick_small_m, pick_swap, pick_swap_wide,
                     pick_swapped_256, pick_tile)
 
@@ -102,7 +103,7 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
             if swappable and plain:  # (with a fused bias and activation 256 x 160 spills there)
                 tile, swapped = (opts["bm"], opts["bn"]), opts.get("swap", 0)
                 opts.update(pick_swapped_256(m, n, k, tile, swapped, sms, wk.input_bits,
-                                             1.0 if swapped else tile_share(tile, k)) or {})
+                                             1.0 if swapped else share(tile, k)) or {})
         # a 192-row tile swapped, its rows along N, where it does enough more real work than the tile
         # taken (tall plain products, K-major A and B, 16-bit outputs by TMA)
         if free and swappable and plain and tma16 and b_kmajor and c_info is None and opts.get("user") is None:

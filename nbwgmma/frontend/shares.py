@@ -1,12 +1,13 @@
 """The tile shares: each CTA tile's share of a 128 x 256 tile's throughput per SM, measured on an
-H100, by which the tile model (:mod:`.tiles`) weighs the real work per SM slot of its tiles. Tables
-and :func:`share`, the one function that reads them; the rules that use them live in :mod:`.tiles`
-and :mod:`.tall_tiles`."""
+H100, by which the tile model (:mod:`.tiles`, :mod:`.tall_tiles`) weighs the real work per SM slot of
+its tiles. Tables and :func:`share`, the one function that reads them, for every tile the model
+offers (128, 192 and 256 rows); the rules that use them live in :mod:`.tiles` and :mod:`.tall_tiles`."""
 
 from __future__ import annotations
 
 __all__ = ["TILES", "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "SHORT_K", "SHORT_K_SHARES", "short_k", "share",
-           "WIDE_BN", "WIDE_EFF", "WIDE_LOW", "WIDE_LOW_MAX_K", "WIDE_MIN_WAVES", "WIDE4_BN", "WIDE4_MIN_WAVES"]
+           "WIDE_BN", "WIDE_EFF", "WIDE_LOW", "WIDE_LOW_MAX_K", "WIDE_MIN_WAVES", "WIDE4_BN", "WIDE4_MIN_WAVES",
+           "TALL_BM", "TALL_EFF", "TALL_WIDER", "TALL_SHORT_K"]
 
 #: CTA tiles (BM, BN) and the share of the large tile's throughput per SM each reaches,
 #: from bf16 runs on an H100 (BENCHMARKS.md, log steps 9 and 11): smaller tiles load
@@ -30,7 +31,7 @@ TILE256_EFF = 0.95
 #: 0.969 (128 x 256); 8192^3 0.996 / 1.020 (128 x 256).
 TILE256_FAST = {160: 0.99}
 #: K at or below which the tile model rates tiles by :data:`SHORT_K_SHARES` (and the 192-row tiles by
-#: :data:`~.tall_tiles.TALL_SHORT_K`): a short main loop weighs each tile's fixed costs more. Fitted
+#: :data:`TALL_SHORT_K`): a short main loop weighs each tile's fixed costs more. Fitted
 #: (``benchmarks/fit_shares.py --by-k``) on bf16 problems with eight tiles forced on an H100
 #: (``benchmarks/shares_h100.json``, 2026-12-06; 256 x 160's share 0.940 / 0.956 / 0.976 / 0.998 of 128 x
 #: 256's at K = 1024 / 2048 / 4096 / 8192); over every K those shares gained 1.014x at K <= 2048 and
@@ -72,6 +73,19 @@ WIDE_LOW = {200: 0.927, 216: 0.913, 232: 0.920, 240: 0.931, 248: 0.930}
 #: mean 0.993x, 11 slower by 2% or more (BENCHMARKS.md, 2026-12-06, second session): with the first
 #: hold-out's 13, 52 problems at K = 8192 and no gain.
 WIDE_LOW_MAX_K = 4096
+#: The 192-row tiles' rows (three consumer warpgroups of 64, K-major A and B; :mod:`.tall_tiles`).
+TALL_BM = 192
+#: 192 x 144's share (:data:`.tall_tiles.TALL_TILE`): its rate per filled slot was level with 128 x 256's
+#: at K >= 4096 on an H100 (0.99-1.04x; BENCHMARKS.md, 2026-12-05; the runs are in ``TALL_TILE``'s notes).
+TALL_EFF = 1.0
+#: The wider 192-row tiles' shares (:func:`.tall_tiles.best_tall` weighs them for plain products):
+#: divided by their real work per SM slot (:func:`.tiles.work_fill`), the runs of :data:`TALL_EFF` put
+#: 192 x 160 at 0.985-1.081x 192 x 144's rate (mean 1.025, eight problems) and 192 x 176 at 0.920-1.045x
+#: (mean 0.979); their hold-outs are in :func:`.tall_tiles.best_tall`'s notes.
+TALL_WIDER = {160: 1.0, 176: 0.97}
+#: The 192-row tiles' shares (by width) where K <= :data:`SHORT_K`, over :data:`TALL_EFF` and
+#: :data:`TALL_WIDER` (fitted and held out with :data:`SHORT_K_SHARES`).
+TALL_SHORT_K = {144: 0.973, 160: 0.982}
 
 
 def short_k(k):
@@ -82,9 +96,15 @@ def short_k(k):
 
 def share(tile, k=None):
     """A tile's (bm, bn) share of a 128 x 256 tile's rate in a product of inner dimension ``k`` (None:
-    a long one): :data:`TILES`, :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`WIDE_LOW`
-    (where ``k`` <= :data:`WIDE_LOW_MAX_K`) or :data:`WIDE_EFF` for the wide 128-row tiles, and
-    :data:`SHORT_K_SHARES` over them where ``k`` <= :data:`SHORT_K`."""
+    a long one): :data:`TILES`, :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`TALL_WIDER`
+    or :data:`TALL_EFF` for 192 rows, :data:`WIDE_LOW` (where ``k`` <= :data:`WIDE_LOW_MAX_K`) or
+    :data:`WIDE_EFF` for the wide 128-row tiles, and :data:`SHORT_K_SHARES` (:data:`TALL_SHORT_K` for 192
+    rows) over them where ``k`` <= :data:`SHORT_K`."""
+    tile = tuple(tile)
+    if tile[0] == TALL_BM:
+        if short_k(k) and tile[1] in TALL_SHORT_K:
+            return TALL_SHORT_K[tile[1]]
+        return TALL_WIDER.get(tile[1], TALL_EFF)
     if short_k(k) and tile in SHORT_K_SHARES:
         return SHORT_K_SHARES[tile]
     if tile in TILES:

@@ -6,11 +6,11 @@ path takes it over the tile :mod:`.tiles` picks (:func:`pick_tall`), over a swap
 from __future__ import annotations
 
 from .. import sim
-from .shares import share
-from .tiles import SWAP256_EFF, padded_score, short_k, taken_fill, work_fill
+from .shares import TALL_BM, TALL_WIDER, share
+from .tiles import SWAP256_EFF, padded_score, taken_fill, work_fill
 
-__all__ = ["TALL_TILE", "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "TALL_SHORT_K", "tall_tile", "best_tall", "pick_tall", "tall_over_swap",
-           "pick_swapped_tall", "SWAPPED_TALL_GAIN", "tall_shares", "tile_share"]
+__all__ = ["TALL_TILE", "TALL_GAIN", "tall_tile", "best_tall", "pick_tall", "tall_over_swap", "pick_swapped_tall",
+           "SWAPPED_TALL_GAIN", "tall_shares"]
 
 
 #: :func:`pick_tall`'s tile: 192 rows (three consumer warpgroups of 64) by 144 columns (K-major B),
@@ -23,32 +23,13 @@ __all__ = ["TALL_TILE", "TALL_EFF", "TALL_GAIN", "TALL_WIDER", "TALL_SHORT_K", "
 #: 15264 x 4096 0.990 against 256 x 160 0.971; where it fills no better it lost (8192^3 1.017 against
 #: 128 x 192 1.050; 2207 x 5488 x 1024 0.877 against 128 x 256 0.982, 1741 x 6784 x 8192 0.780 against
 #: 0.969: a last tile row mostly padding). Its rate per filled slot was level with 128 x 256's at
-#: K >= 4096 (0.99-1.04x), hence a share of 1.0. 192 x 128, 160 and 176 ran slower; 192 x 192 spills.
+#: K >= 4096 (0.99-1.04x), hence :data:`.shares.TALL_EFF`, 1.0. 192 x 128, 160 and 176 ran slower; 192 x 192 spills.
 #: Then 32 problems of three random draws where the rule takes it, against the tile taken before in
 #: one process: bf16 1.030x (geometric mean of 22; 7623 x 432 x 8192 1.186x, 2070 x 4960 x 1024
 #: 1.096x, three slower: 0.954x at 8660 x 8736 x 1024, 0.978x, 0.986x), e4m3 1.008x (of 10: 0.945x
 #: at 1981 x 3408 x 8192, 0.953x at 661 x 14144 x 4096), so 16-bit inputs only.
-TALL_TILE = (192, 144)
-TALL_EFF = 1.0
+TALL_TILE = (TALL_BM, 144)
 TALL_GAIN = 1.02
-#: The wider 192-row tiles :func:`best_tall` weighs beside :data:`TALL_TILE`, with their shares of a
-#: 128 x 256 tile's rate, for plain products only (no fused bias or activation: their epilogues
-#: there spill 32-80 bytes, 192 x 160 with gelu and 192 x 176 with a bias). Divided by their real
-#: work per SM slot (:func:`.tiles.work_fill`), the runs above put 192 x 160 at 0.985-1.081x 192 x 144's
-#: rate (mean 1.025, eight problems) and 192 x 176 at 0.920-1.045x (mean 0.979); 192 x 152 and 168
-#: fit only 3 stages. So each is taken where it fills the waves better: bf16 14520 x 784 x 8192 in
-#: 192 x 160 tiles is 380 tiles, 2.9 waves with 94% of the slots real work, against 192 x 144's 456
-#: tiles, 3.5 waves and 78%. Held out (BENCHMARKS.md, 2026-12-06, an H200, two runs, the tile taken
-#: before forced in the same process; ``benchmarks/tall_wider_heldout.txt``): 19 problems where the
-#: rule changes the pick, four per K of random draws and three named ones, 0.98-1.29x, geometric mean
-#: 1.067x (14520 x 784 x 8192 1.19x, 12610 x 1040 x 8192 1.13x, 11267 x 336 x 2048 1.29x; slower:
-#: 5044 x 10048 x 4096 0.98x against 256 x 128, 12246 x 7744 x 2048 0.995x against 128 x 192); again
-#: on an H100 (same day): 0.956-1.288x, geometric mean 1.068x (12977 x 1328 x 4096 0.956x, which
-#: :func:`pick_swapped_tall` now takes swapped).
-TALL_WIDER = {160: 1.0, 176: 0.97}
-#: The 192-row tiles' shares (by width) where K <= :data:`.tiles.SHORT_K`, over :data:`TALL_EFF` and
-#: :data:`TALL_WIDER` (fitted and held out with :data:`.tiles.SHORT_K_SHARES`).
-TALL_SHORT_K = {144: 0.973, 160: 0.982}
 #: How much more real work per SM slot :func:`pick_swapped_tall`'s tile must do than the tile taken.
 SWAPPED_TALL_GAIN = 1.05
 
@@ -59,30 +40,29 @@ def tall_tile(bn=TALL_TILE[1]):
 
 
 def tall_shares(plain=True, k=None):
-    """{bn: share of a 128 x 256 tile's rate} of the 192-row tiles :func:`best_tall` weighs: :data:`TALL_TILE`'s
-    :data:`TALL_EFF`, where ``plain`` (no fused bias or activation) :data:`TALL_WIDER` too; with K (``k``) at
-    most :data:`.tiles.SHORT_K`, the shares of :data:`TALL_SHORT_K`."""
-    shares = {TALL_TILE[1]: TALL_EFF, **(TALL_WIDER if plain else {})}
-    if short_k(k):
-        shares.update({bn: eff for bn, eff in TALL_SHORT_K.items() if bn in shares})
-    return shares
-
-
-def tile_share(tile, k=None):
-    """A tile's (bm, bn) share of a 128 x 256 tile's rate in a product of inner dimension ``k`` (None: a long
-    one): :func:`tall_shares`' for 192 rows, else :func:`.shares.share`."""
-    if tile[0] == TALL_TILE[0]:
-        return tall_shares(k=k).get(tile[1], TALL_EFF)
-    return share(tuple(tile), k)
+    """{bn: share of a 128 x 256 tile's rate} of the 192-row tiles :func:`best_tall` weighs in a product of
+    inner dimension ``k`` (:func:`.shares.share`): :data:`TALL_TILE`, and where ``plain`` (no fused bias or
+    activation) the widths of :data:`.shares.TALL_WIDER` too."""
+    return {bn: share((TALL_BM, bn), k) for bn in (TALL_TILE[1], *(TALL_WIDER if plain else ()))}
 
 
 def best_tall(m, n, sms, plain=True, k=None):
     """(real work per SM slot times the tile's share of 128 x 256's rate, config) of the best 192-row
-    tile for an M x N product: :data:`TALL_TILE`, or where ``plain`` (no fused bias or activation)
-    one of :data:`TALL_WIDER` that does more; with K (``k``) at most :data:`.tiles.SHORT_K`, the
-    shares of :data:`TALL_SHORT_K` (:func:`tall_shares`)."""
+    tile for an M x N product of inner dimension ``k``: :data:`TALL_TILE`, or where ``plain`` (no fused
+    bias or activation) one of :data:`.shares.TALL_WIDER` that does more, each weighed by its share
+    (:func:`tall_shares`). The wider ones are for plain products only: their epilogues there spill
+    32-80 bytes (192 x 160 with gelu, 192 x 176 with a bias); 192 x 152 and 168 fit only 3 stages.
+    Each is taken where it fills the waves better: bf16 14520 x 784 x 8192 in 192 x 160 tiles is 380
+    tiles, 2.9 waves with 94% of the slots real work, against 192 x 144's 456 tiles, 3.5 waves and
+    78%. Held out (BENCHMARKS.md, 2026-12-06, an H200, two runs, the tile taken before forced in the
+    same process; ``benchmarks/tall_wider_heldout.txt``): 19 problems where the rule changes the pick,
+    four per K of random draws and three named ones, 0.98-1.29x, geometric mean 1.067x (14520 x 784 x
+    8192 1.19x, 12610 x 1040 x 8192 1.13x, 11267 x 336 x 2048 1.29x; slower: 5044 x 10048 x 4096 0.98x
+    against 256 x 128, 12246 x 7744 x 2048 0.995x against 128 x 192); again on an H100 (same day):
+    0.956-1.288x, geometric mean 1.068x (12977 x 1328 x 4096 0.956x, which :func:`pick_swapped_tall`
+    now takes swapped)."""
     # (max keeps the first of equal scores: the narrower tile at a tie)
-    score, bn = max(((eff * work_fill(m, n, TALL_TILE[0], bn, sms), bn) for bn, eff in tall_shares(plain, k).items()),
+    score, bn = max(((eff * work_fill(m, n, TALL_BM, bn, sms), bn) for bn, eff in tall_shares(plain, k).items()),
                     key=lambda t: t[0])
     return score, tall_tile(bn)
 

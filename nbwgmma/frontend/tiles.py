@@ -402,7 +402,7 @@ def pick_swapped_256(m, n, k, tile, swapped, sms, input_bits=16, share=1.0):
     does the most real work per SM slot (:func:`work_fill`; the wider at a tie), where that, times
     :data:`SWAP256_EFF`, is :data:`SWAPPED_256_GAIN` times the real work of ``tile`` (bm, bn; of the
     N x M problem where ``swapped``) times ``share``, that tile's share of a 128 x 256 tile's rate (the
-    caller's :func:`~.tall_tiles.tile_share`; 1.0 for a swapped tile), for more than :data:`SMALL_M`
+    caller's :func:`.shares.share`; 1.0 for a swapped tile), for more than :data:`SMALL_M`
     rows and K of at least :data:`SWAPPED_256_MIN_K` (the problems measured); else None. For 16-bit and
     fp8 inputs (measured: bf16, f16 and e4m3 into bf16; e5m2 and mixed fp8 alike, unmeasured), K-major
     A and B, 16-bit outputs stored by TMA, no fused bias or activation (their transposed parts spill
