@@ -2,11 +2,13 @@
 path matmul can take, its fused epilogue, the grouped GEMM's schedules, the block-scaled
 fp8 GEMM's two ways with the scales, on small problems. ``python tests/sanitize_targets.py`` runs them all."""
 
-import importlib.util
 import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).parent.parent
+if __package__ in (None, ""):  # run as a script: the repository's root on the path, for tests.scripts
+    sys.path.insert(0, str(ROOT))
+from tests.scripts import load_script  # noqa: E402
 
 
 #: The examples' problem sizes under the sanitizer: their first arguments (each defaults to a
@@ -32,9 +34,7 @@ def examples():
     for path in sorted((ROOT / "examples").glob("*.py")):
         if path.stem.startswith("debug_"):
             continue  # deliberately broken
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = load_script("examples", path.stem)
         params = mod.main.__code__.co_varnames[:mod.main.__code__.co_argcount]
         kw = {"time_it": False} if "time_it" in params else {}
         args = SMALL.get(path.stem, (256,) if "size" in params else ())

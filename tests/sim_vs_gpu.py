@@ -8,7 +8,6 @@ of a shared array) and save every output; then compare.
     python tests/sim_vs_gpu.py --compare sim.npz gpu.npz
 """
 
-import importlib.util
 import pathlib
 import sys
 
@@ -21,15 +20,17 @@ from nbwgmma.kit import TileScheduler
 from nbwgmma.launch import launch
 from nbwgmma.tma import TensorMap
 
-EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
+ROOT = pathlib.Path(__file__).parent.parent
+if __package__ in (None, ""):  # run as a script: the repository's root on the path, for tests.scripts
+    sys.path.insert(0, str(ROOT))
+from tests.scripts import load_script  # noqa: E402
+
+EXAMPLES = ROOT / "examples"
 
 
 def load_example(name):
     """The module ``examples/<name>.py``, loaded from its file (the examples are scripts)."""
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("examples", name)
 
 
 def bf16_bits(x):
