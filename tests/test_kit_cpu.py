@@ -527,6 +527,12 @@ def test_tile_producer_checks_its_blocks():
         tile_producer(pipe, sched, 1000, load)
     with pytest.raises(ValueError, match="pipe must be a TmaPipeline"):
         tile_producer(sched, pipe, 49152, load)
+    # load's arity is checked at the call, not in the kernel's typing
+    with pytest.raises(KitError, match=r"tile_producer: load load\(slot, full, kb, tm, tn, args\) must take 7 "
+                                       r"arguments \(slot, full, kb, tm, tn, args, batch\)"):
+        tile_producer(pipe, sched, 49152, load, batched=True)
+    with pytest.raises(KitError, match=r"tile_producer: load <lambda>\(slot, full\) must take 6 arguments"):
+        tile_producer(pipe, sched, 49152, lambda slot, full: None)
 
 
 def test_short_boxes_take_the_rows_m_has():
@@ -1210,6 +1216,45 @@ def test_reduction_and_producer_builders_refuse_bad_parameters():
         acc_row_reduce("max", 64, masked="no")
     with pytest.raises(KitError, match=r"fill_stages: load must be a device function"):
         fill_stages(PIPE, 1024, None)
+
+
+def test_a_plain_def_load_compiles_in_a_kernel():
+    """tile_producer's ``load`` given as a plain ``def`` (no decorator) is made a device function: the
+    kernel compiles (before, Numba's typing stopped at "Untyped global name 'load'", which named no
+    line of the user's) with its wgmmas and no local memory."""
+    from nbwgmma.intrinsics import setmaxnreg_dec, setmaxnreg_inc
+    from nbwgmma.kit import Cooperative, tile_producer, warpgroup_index
+
+    coop = Cooperative("f32.bf16.bf16", PIPE, 128, 128)
+    sched = TileScheduler(128, 128, coop.bk)
+
+    def load(slot, full, kb, tm, tn, args):
+        coop.load_tile(slot, full, args[0], args[1], kb, tm, tn)
+
+    produce = tile_producer(PIPE, sched, coop.stage_bytes, load)
+
+    @cuda.jit(launch_bounds=(384, 1))
+    def kernel(tmap_a, tmap_b, out, m, n, k):
+        base, ring = PIPE.setup()
+        tid = cuda.threadIdx.x
+        tiles_m, tiles_mc, tiles_n, kblocks, nsplit, nunits = sched.shape(m, n, k)
+        if tid < 128:
+            setmaxnreg_dec(40)
+            if tid == 0:
+                produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, (tmap_a, tmap_b))
+        else:
+            setmaxnreg_inc(232)
+            cw, ct = warpgroup_index() - 1, tid % 128
+            s, ph = 0, 0
+            for u in range(sched.first(), nunits, sched.step()):
+                acc, s, ph = coop.tile(ring, base, s, ph, 0, kblocks, cw, ct)
+                out[u, cw * 128 + ct] = acc[0] + acc[63]
+        PIPE.teardown()
+
+    r = compile_report(kernel, (types.uint64, types.uint64, types.float32[:, :], types.int32, types.int32,
+                                types.int32))
+    assert r.sass.get("HGMMA", 0) > 0 and r.sass.get("UTMALDG", 0) >= 2
+    assert r.spill_bytes == 0 and r.local_memory_ops == 0
 
 
 def test_a_batched_kernel_on_3d_maps_compiles_without_local_memory():

@@ -37,7 +37,7 @@ from ..capture import keep_if_captured
 from ..errors import MatmulError, MatmulTypeError
 from ..kernels.gemm_config import FP8_OUTS, MAX_EXTRAS
 from ..kit import ACTIVATIONS
-from ..kit.epilogue import plain_device_function
+from ..kit.device import plain_device_function
 from .args import described, is_real, real_arg
 from .arrays import ArrayInfo, array_info
 from .views import vector_f32

@@ -41,7 +41,7 @@ from ..intrinsics import (
     fence_proxy_async_shared, ld_shared_b32, rcp_approx, st_global_b16, st_global_b16x2, tanh_approx, tma_store_2d,
     tma_store_3d,
 )
-from .device import inlined
+from .device import check_fn_arity, inlined, plain_device_function
 from .typecheck import count_check, fragment_check, number_check, vector_check, wgmma_n
 from .warpgroup import warpgroup_sync
 
@@ -297,40 +297,6 @@ def _col_loads(n: int, load: str, vec: str, name: str) -> list:
     lines += [f"        {name.format(k)} = {load.format(f'{vec}[lc + {c}]')} if lc + {c} < len({vec}) else T(0)"
               for k, c in enumerate(cols)]
     return lines
-
-
-def check_fn_arity(block: str, fn, count: int, what: str):
-    """A :class:`KitError` (at the user's call of the builder ``block``, not deep in a kernel's
-    typing) where the device function ``fn`` cannot take ``count`` positional arguments (``what``
-    names them)."""
-    if not callable(fn):
-        raise KitError(f"{block}: fn must be a device function (@cuda.jit(device=True)) taking {count} arguments "
-                       f"{what}; got {type(fn).__name__} {fn!r}")
-    py = getattr(fn, "py_func", fn)
-    try:
-        sig = inspect.signature(py)
-    except (TypeError, ValueError):  # a builtin or an object without a Python signature: let Numba judge
-        return
-    try:
-        sig.bind(*range(count))
-    except TypeError as e:
-        raise KitError(f"{block}: fn {getattr(py, '__name__', py)}{sig} must take {count} arguments {what}; "
-                         f"{e}") from None
-
-
-_PLAIN: dict = {}  # plain Python functions given to acc_map -> their device functions
-
-
-def plain_device_function(fn):
-    """``fn``, a plain Python function (a ``def`` or a lambda), as the inlined device function a
-    kernel can call (once per function: Numba compiled a plain global it met in a kernel with
-    "Untyped global name"). :func:`~nbwgmma.kit.inlined`, not Numba's ``inline=True``: a mapped
-    function is called once per fragment value, and copying its IR at each of 128-256 calls
-    took 40% of the compile of a 64 x 256 log-sum-exp (the same SASS either way)."""
-    dev = _PLAIN.get(fn)
-    if dev is None:
-        dev = _PLAIN[fn] = inlined(fn)
-    return dev
 
 
 def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, pairs: int = 0, nextra: int = 0, dtype: str = "f32",

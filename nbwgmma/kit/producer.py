@@ -42,10 +42,13 @@ as this grid's leave (on an H100 that saves a few microseconds between back-to-b
 
 from __future__ import annotations
 
+import inspect
+
 from numba import cuda
 
 from ..errors import KitError, is_int
 from ..intrinsics import cluster_ctarank, griddep_launch_dependents
+from .device import check_fn_arity
 from .pipeline import TmaPipeline
 from .scheduler import TileScheduler, stream_walk
 
@@ -61,6 +64,17 @@ def _check_stage(owner: str, pipe, stage_bytes) -> int:
     return int(stage_bytes)
 
 
+def _device_load(owner: str, load, batched: bool = False):
+    """``load`` as a device function taking the stage's arguments (and the product's index where
+    ``batched``): a plain ``def`` or lambda is made one (inlined by Numba, as the examples declare
+    theirs), its arity checked here, at the builder's call, not in the kernel's typing."""
+    if inspect.isfunction(load):
+        load = cuda.jit(device=True, inline=True)(load)
+    check_fn_arity(owner, load, 7 if batched else 6, "(slot, full, kb, tm, tn, args" + (", batch)" if batched else ")"),
+                   name="load")
+    return load
+
+
 def _check_stage_tx(owner: str, stage_tx, batched: bool = False):
     if stage_tx is not None and (batched or not callable(stage_tx)):
         raise KitError(f"{owner}: stage_tx must be a device function stage_tx(args) -> bytes, and a batched "
@@ -71,8 +85,8 @@ def fill_stages(pipe: TmaPipeline, stage_bytes: int, load, *, stage_tx=None):
     """The device function ``fill(ring, base, s, ph, tm, tn, kb0, kb1, args) -> (s, ph)`` of one
     producer thread: for each k-block ``kb`` of ``kb0 .. kb1 - 1`` it takes the ring's next slot
     (``pipe.producer_acquire``: the "empty" wait, the "full" barrier armed with ``stage_bytes``),
-    calls ``load(slot, full, kb, tm, tn, args)`` (your TMA loads of the stage; the slot at
-    ``base + s * stage_bytes``) and advances, returning the ring's position for the next call.
+    calls ``load(slot, full, kb, tm, tn, args)`` (your TMA loads of the stage, a device function
+    or a plain ``def``, which is made one; the slot at ``base + s * stage_bytes``) and advances, returning the ring's position for the next call.
     ``tm`` and ``tn`` reach ``load`` as they are: a tuple such as ``(batch, tile_row)`` passes
     through. The loop of :func:`tile_producer`, for a walk of your own (a batch, a triangle of
     causal tiles): walk the same units in the producer and in the consumers (one device
@@ -81,8 +95,7 @@ def fill_stages(pipe: TmaPipeline, stage_bytes: int, load, *, stage_tx=None):
     ``stage_tx(args) -> bytes``, gives the bytes a stage's barrier expects where they are known
     only at run time (a box of :func:`~nbwgmma.kit.box_rows` rows; default: ``stage_bytes``)."""
     STAGE = _check_stage("fill_stages", pipe, stage_bytes)
-    if not callable(load):
-        raise KitError(f"fill_stages: load must be a device function load(slot, full, kb, tm, tn, args); got {load!r}")
+    load = _device_load("fill_stages", load)
     _check_stage_tx("fill_stages", stage_tx)
     if stage_tx is None:
         @cuda.jit(device=True, inline=True)
@@ -105,7 +118,7 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
                   stream: bool = False, batched: bool = False, stage_tx=None):
     """The device function ``produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args)`` of
     one producer thread (see the module's text): ``load(slot, full, kb, tm, tn, args)`` is a
-    device function issuing the TMA loads of k-block ``kb`` of tile (``tm``, ``tn``) into the
+    device function (a plain ``def`` is made one) issuing the TMA loads of k-block ``kb`` of tile (``tm``, ``tn``) into the
     slot at shared address ``slot`` on barrier ``full``; ``args`` (a tuple: tensor maps, sizes)
     reaches it unchanged. Slots are ``stage_bytes`` apart from ``base``. The walk is
     ``sched``'s (the CTA's cluster rank; units without K slices), over pairs with ``pairs``,
@@ -132,6 +145,8 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     if stream and (pairs or sched.cluster > 1 or sched.split > 1):
         raise KitError(f"tile_producer: stream-K's walk takes no pairs, clusters or K slices; got pairs={pairs!r}, "
                          f"{sched!r}")
+    _check_stage_tx("tile_producer", stage_tx, batched)
+    load = _device_load("tile_producer", load, batched)
     CL = sched.cluster
     if batched:  # the stage loads take the product's index, which fill passes in its args
         user_load = load
@@ -140,7 +155,6 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         def load(slot, full, kb, tm, tn, args_batch):
             user_load(slot, full, kb, tm, tn, args_batch[0], args_batch[1])
 
-    _check_stage_tx("tile_producer", stage_tx, batched)
     fill = fill_stages(pipe, stage_bytes, load, stage_tx=stage_tx)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
 
     @cuda.jit(device=True, inline=True)

@@ -44,7 +44,7 @@ from numba import cuda
 
 from ..errors import KitError, is_int
 from .device import inlined, select
-from .epilogue import check_fn_arity, plain_device_function
+from .device import check_fn_arity, plain_device_function
 from .typecheck import count_check, fragment_check, number_check, store_vector_check, wgmma_n
 
 __all__ = ["acc_row_reduce", "acc_col_reduce", "pair_store", "pair_atomic", "PAIR_ATOMICS", "REDUCE_OPS"]
