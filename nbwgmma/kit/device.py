@@ -1,6 +1,6 @@
 """Device functions that cost little to compile: :func:`inlined`; plain Python functions given to the
 kit's builders made device functions (:func:`plain_device_function`), their arity checked at the
-builder's call (:func:`check_fn_arity`).
+builder's call (:func:`check_fn_arity`; both in turn: :func:`device_function`).
 
 Numba inlines a device function declared ``inline=True`` into its Numba IR, copying the
 function's IR at every call site and running Numba's passes on each copy again; a fused
@@ -23,7 +23,7 @@ from numba import config, cuda
 
 from ..errors import KitError
 
-__all__ = ["inlined", "select", "plain_device_function", "check_fn_arity"]
+__all__ = ["inlined", "select", "plain_device_function", "check_fn_arity", "device_function"]
 
 
 def inlined(fn):
@@ -76,3 +76,14 @@ def plain_device_function(fn):
     if dev is None:
         dev = _PLAIN[fn] = inlined(fn)
     return dev
+
+
+def device_function(block: str, fn, count: int, what: str, name: str = "fn"):
+    """``fn`` as a kit builder ``block`` calls it in a kernel: a plain ``def`` or lambda made a device
+    function (:func:`plain_device_function`), its arity checked at the builder's call
+    (:func:`check_fn_arity`: ``count`` positional arguments, ``what`` names them; ``name`` the
+    builder's argument)."""
+    if inspect.isfunction(fn):
+        fn = plain_device_function(fn)
+    check_fn_arity(block, fn, count, what, name)
+    return fn

@@ -29,8 +29,6 @@ The activations are device functions of one value.
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 from numba import cuda
 
@@ -41,7 +39,7 @@ from ..intrinsics import (
     fence_proxy_async_shared, ld_shared_b32, rcp_approx, st_global_b16, st_global_b16x2, tanh_approx, tma_store_2d,
     tma_store_3d,
 )
-from .device import check_fn_arity, inlined, plain_device_function
+from .device import device_function, inlined
 from .typecheck import count_check, fragment_check, number_check, vector_check, wgmma_n
 from .warpgroup import warpgroup_sync
 
@@ -361,11 +359,10 @@ def acc_map(fn, n: int, *, cols: int = 0, rows: int = 0, pairs: int = 0, nextra:
     if dtype == "s32" and "bf16" in vtypes:
         raise KitError(f"acc_map: vtype 'bf16' reads bf16 bits as floats, which dtype='s32' would cut to integers; "
                        f"give dtype='f32' (an s32 accumulator's values then reach fn as f32); got vtype={vtype!r}")
-    if inspect.isfunction(fn):  # a plain def or lambda, as matmul's epilogue= takes: made a device function
-        fn = plain_device_function(fn)
-    check_fn_arity("acc_map", fn, 3 + cols + rows + pairs + nextra, f"(value, row, col{', a column value' * cols}"
-                   f"{', a row value' * rows}{', a row pair value' * pairs}{', an extra' * nextra}) for cols={cols}, "
-                   f"rows={rows}{f', pairs={pairs}' if pairs else ''}, nextra={nextra}")
+    # (a plain def or lambda, as matmul's epilogue= takes, is made a device function)
+    fn = device_function("acc_map", fn, 3 + cols + rows + pairs + nextra, f"(value, row, col{', a column value' * cols}"
+                         f"{', a row value' * rows}{', a row pair value' * pairs}{', an extra' * nextra}) for "
+                         f"cols={cols}, rows={rows}{f', pairs={pairs}' if pairs else ''}, nextra={nextra}")
     vecs = [f"v{j}" for j in range(cols + rows)]
     extra = [f"e{j}" for j in range(nextra)]
     # The vectors and extras come as *args, counted at typing (a wrong count is a typing error
@@ -448,10 +445,8 @@ def acc_map4(fn, n: int, *, nextra: int = 0, dtype: str = "f32", pack: str | Non
     if not is_int(nextra) or not 0 <= nextra <= 8:
         raise KitError(f"acc_map4: nextra must be an integer in [0, 8]; got {nextra!r}")
     nextra = int(nextra)
-    if inspect.isfunction(fn):
-        fn = plain_device_function(fn)
-    check_fn_arity("acc_map4", fn, 6 + nextra, f"(v00, v01, v10, v11, row, col{', an extra' * nextra}) for "
-                   f"nextra={nextra}")
+    fn = device_function("acc_map4", fn, 6 + nextra, f"(v00, v01, v10, v11, row, col{', an extra' * nextra}) for "
+                         f"nextra={nextra}")
     extra = "".join(f", args[{j}]" for j in range(nextra))
     lines = ["def mapped(acc, tid, row0, col0, *args):", "    check(acc)", "    count(args)",
              "    r = row0 + ((tid >> 5) << 4) + ((tid >> 2) & 7)",

@@ -42,13 +42,11 @@ as this grid's leave (on an H100 that saves a few microseconds between back-to-b
 
 from __future__ import annotations
 
-import inspect
-
 from numba import cuda
 
 from ..errors import KitError, is_int
 from ..intrinsics import cluster_ctarank, griddep_launch_dependents
-from .device import check_fn_arity
+from .device import device_function
 from .pipeline import TmaPipeline
 from .scheduler import TileScheduler, stream_walk
 
@@ -66,13 +64,10 @@ def _check_stage(owner: str, pipe, stage_bytes) -> int:
 
 def _device_load(owner: str, load, batched: bool = False):
     """``load`` as a device function taking the stage's arguments (and the product's index where
-    ``batched``): a plain ``def`` or lambda is made one (inlined by Numba, as the examples declare
-    theirs), its arity checked here, at the builder's call, not in the kernel's typing."""
-    if inspect.isfunction(load):
-        load = cuda.jit(device=True, inline=True)(load)
-    check_fn_arity(owner, load, 7 if batched else 6, "(slot, full, kb, tm, tn, args" + (", batch)" if batched else ")"),
-                   name="load")
-    return load
+    ``batched``): :func:`~.device.device_function` (a plain ``def`` or lambda made one, its arity
+    checked here, at the builder's call, not in the kernel's typing)."""
+    return device_function(owner, load, 7 if batched else 6,
+                           "(slot, full, kb, tm, tn, args" + (", batch)" if batched else ")"), name="load")
 
 
 def _check_stage_tx(owner: str, stage_tx, batched: bool = False):

@@ -36,15 +36,13 @@ the element's row. The fragment must hold f32 values (an s32 accumulator: map it
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import numpy as np
 from numba import cuda
 
 from ..errors import KitError, is_int
-from .device import inlined, select
-from .device import check_fn_arity, plain_device_function
+from .device import device_function, inlined, select
 from .typecheck import count_check, fragment_check, number_check, store_vector_check, wgmma_n
 
 __all__ = ["acc_row_reduce", "acc_col_reduce", "pair_store", "pair_atomic", "PAIR_ATOMICS", "REDUCE_OPS"]
@@ -67,10 +65,8 @@ def _common(what: str, op, n, fn, pairs: int, nextra: int, masked):
         given = f"pairs={pairs} and nextra={nextra} count" if pairs else f"nextra={nextra} counts"
         raise KitError(f"{what}: {given} arguments for fn; without fn there is none to give them to")
     if fn is not None:
-        if inspect.isfunction(fn):  # a plain def or lambda: made a device function, as acc_map does
-            fn = plain_device_function(fn)
-        check_fn_arity(what, fn, 3 + pairs + nextra, f"(value, row, col{', a row pair value' * pairs}"
-                       f"{', an extra' * nextra}) for pairs={pairs}, nextra={nextra}")
+        fn = device_function(what, fn, 3 + pairs + nextra, f"(value, row, col{', a row pair value' * pairs}"
+                             f"{', an extra' * nextra}) for pairs={pairs}, nextra={nextra}")
     if not isinstance(masked, bool):
         raise KitError(f"{what}: masked must be True or False; got {masked!r}")
     return n, fn, int(pairs), int(nextra)
