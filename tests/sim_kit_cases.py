@@ -616,8 +616,7 @@ def _stream_k_gemm():
     sched = TileScheduler(128, 128, coop.bk)
     fix = StreamFixup(kind, 128)
 
-    @cuda.jit(device=True, inline=True)
-    def load(slot, full, kb, tm, tn, maps):
+    def load(slot, full, kb, tm, tn, maps):  # a plain def: tile_producer makes it a device function
         coop.load_tile(slot, full, maps[0], maps[1], kb, tm, tn)
 
     produce = tile_producer(pipe, sched, coop.stage_bytes, load, stream=True)
@@ -886,8 +885,7 @@ def _causal_gemm():
     coop = Cooperative(kind, pipe, 128, 128)
     sched = TileScheduler(128, 128, 64)
 
-    @cuda.jit(device=True, inline=True)
-    def load(slot, full, kb, tm, tn, maps):  # tm, tn: global tile rows of Q and K
+    def load(slot, full, kb, tm, tn, maps):  # tm, tn: global tile rows of Q and K; a plain def (fill_stages wraps it)
         coop.load(slot, full, maps[0], maps[1], kb * 64, tm * 128, tn * 128, coop.a_bytes)
 
     fill = fill_stages(pipe, coop.stage_bytes, load)
