@@ -158,6 +158,18 @@ _ELSEWHERE = {
 }
 
 
+def roles_unfilled(name, nthreads, bound, where="") -> str:
+    """The message of a launch of a kernel that sets its warpgroups' registers (``setmaxnreg``,
+    ``where`` the first such call if known) with a block of ``nthreads`` below its launch
+    bounds' ``bound``: its warpgroups have roles, and a missing one leaves its part undone
+    (CUDA runs it; the output would be wrong without an error)."""
+    missing = f"warpgroup {nthreads // 128}" if nthreads % 128 == 0 and bound - nthreads == 128 else \
+        f"threads {nthreads}-{bound - 1}"
+    return (f"launch of {name}: block of {nthreads} threads is below the {bound} of its launch bounds, and the kernel "
+            f"sets its warpgroups' registers (setmaxnreg{where}), so each warpgroup has a role: {missing} would not "
+            f"exist and its part of the work would be left undone; launch it with block={bound}")
+
+
 def __getattr__(name):
     mod = _ELSEWHERE.get(name)
     if mod is None:
@@ -171,3 +183,4 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_ELSEWHERE))
+

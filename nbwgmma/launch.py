@@ -21,7 +21,7 @@ import numpy as np
 
 from . import cudriver
 from .capture import is_capturing, relaxed
-from .errors import KernelStoppedError, LaunchError, is_int
+from .errors import KernelStoppedError, LaunchError, is_int, roles_unfilled
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
                          stream_handle)
 from .intrinsics.errors import NbwgmmaTypingError, shortened
@@ -156,6 +156,26 @@ def _compiled(kernel, args, smem):
     cufunc = kern._codelibrary.get_cufunc()
     _raise_smem_limit(cufunc, smem)
     return kern, cufunc
+
+
+def bound_threads(kernel) -> int | None:
+    """The threads of ``kernel``'s launch bounds (``@cuda.jit(launch_bounds=(384, 1))``: 384),
+    or None where it declares none."""
+    bounds = getattr(kernel, "launch_bounds", None)
+    if bounds is None:
+        bounds = getattr(kernel, "targetoptions", {}).get("launch_bounds")
+    if not bounds:
+        return None
+    return int(bounds if is_int(bounds) else bounds[0])
+
+
+def _check_roles(kernel, kern, block):
+    """Refuse a block below the launch bounds of a kernel compiled (``kern``) with ``setmaxnreg``:
+    see :func:`roles_unfilled`. Costs nothing where the block fills the bounds."""
+    bound, nthreads = bound_threads(kern) or bound_threads(kernel), math.prod(block)
+    if bound is None or nthreads >= bound or "setmaxnreg" not in kern.inspect_llvm():
+        return
+    raise LaunchError(roles_unfilled(getattr(kernel.py_func, "__qualname__", "the kernel"), nthreads, bound))
 
 
 def _check_request(grid, block, smem, static_smem, kernel_max_threads, cluster, kernel=None):
@@ -368,8 +388,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
         # static shared memory (a few mbarriers in nbwgmma's kernels) is known only as the
         # kernel allocates it: sim.run checks it then; the launch bounds are those the kernel
         # was declared with.
-        bounds = getattr(kernel, "launch_bounds", None)
-        max_threads = (bounds if isinstance(bounds, int) else bounds[0]) if bounds else 0
+        max_threads = bound_threads(kernel) or 0
         smem, cluster = _check_request(grid, block, smem, 0, max_threads, cluster, kernel)
         sim.run(kernel, grid, block, args, smem=smem, cluster=cluster,
                 smem_limit=device_limits()["max_smem_optin"])
@@ -389,6 +408,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
     # thread's capture mode relaxed, as PyTorch's "global" mode forbids module loads (nbwgmma.capture)
     with relaxed(handle is not None and is_capturing(handle)):
         kern, cufunc = _compiled(kernel, args, 0)  # the limit is raised once the request is checked
+        _check_roles(kernel, kern, block)
         kern.bind()
         smem, cluster = _check_request(grid, block, smem, cufunc.attrs.shared, cufunc.attrs.maxthreads, cluster,
                                        kernel)
@@ -507,6 +527,7 @@ class PreparedKernel:
             raise LaunchError(f"prepare(): argument {bad[0]} ({type(args[bad[0]]).__name__}) is not a CUDA array or "
                               f"an int/float/NumPy number; launch() takes it")
         kern, cufunc = _compiled(kernel, args, 0)
+        _check_roles(kernel, kern, block)
         self._setup(kernel, kern, cufunc, grid, block, args, [k[0] for k in kinds], smem, cluster, pdl, exact=False)
 
     @classmethod

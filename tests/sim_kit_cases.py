@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from numba import config, cuda
 
-from nbwgmma.intrinsics import acc_store, acc_zeros, smem_addr
+from nbwgmma.intrinsics import acc_store, acc_zeros, setmaxnreg_dec, setmaxnreg_inc, smem_addr
 from nbwgmma.layout import acc_value_coords
-from nbwgmma.errors import KitError
+from nbwgmma.errors import KitError, LaunchError
 from nbwgmma.kit import (ACTIVATIONS, TileScheduler, TmaPipeline, acc_col_reduce, acc_map, acc_map4, acc_row_reduce,
                          pair_store, rand, rand4x, randint, randint4x)
 from nbwgmma.launch import dynamic_smem_bytes, launch
@@ -1195,3 +1195,32 @@ def test_pair_atomic_combines_the_tiles_row_results(op):
     got = out.copy_to_host()
     np.testing.assert_array_equal(got[:100], want[:100].astype(np.float32))
     assert np.isnan(got[100:]).all()
+
+
+@cuda.jit(launch_bounds=(384, 1))
+def _three_roles(out):
+    """A producer warpgroup gives up registers, two consumers take them and write a row of 128
+    values each: a kernel whose warpgroups have roles."""
+    tid = cuda.threadIdx.x
+    if tid < 128:
+        setmaxnreg_dec(40)
+    else:
+        setmaxnreg_inc(232)
+        out[tid // 128 - 1, tid % 128] = tid
+
+
+def test_a_block_below_the_bounds_of_a_kernel_with_warpgroup_roles_is_refused():
+    """From a newcomer's trial: a 384-thread warp-specialized kernel launched with 256 threads
+    ran without an error and left the second consumer's rows unwritten. launch now refuses it
+    (from the compiled code on the GPU, at the first setmaxnreg in the simulator), naming the
+    kernel, the bounds and the block; 384 threads fill both rows."""
+    out = cuda.to_device(np.full((2, 128), -1, np.int32))
+    with pytest.raises(LaunchError, match=r"launch of _three_roles: block of 256 threads is below the 384 of its "
+                                          r"launch bounds.*setmaxnreg.*warpgroup 2 would not exist.*block=384"):
+        launch(_three_roles, 1, 256, (out,))
+    if not config.ENABLE_CUDASIM:  # (prepare() needs the GPU)
+        from nbwgmma.launch import prepare
+        with pytest.raises(LaunchError, match=r"block of 128 threads is below the 384.*threads 128-383"):
+            prepare(_three_roles, 1, 128, (out,))
+    launch(_three_roles, 1, 384, (out,))
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(128, 384).reshape(2, 128))

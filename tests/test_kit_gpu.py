@@ -26,6 +26,7 @@ from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
     test_random_draws_are_the_host_models_bit_for_bit, test_dropout_in_acc_map_keeps_the_host_models_mask,
     test_acc_map4_gives_each_group_its_four_values_and_corner,
     test_a_batched_gemm_on_3d_maps_is_exact_and_stays_in_each_matrix, test_pair_atomic_combines_the_tiles_row_results,
+    test_a_block_below_the_bounds_of_a_kernel_with_warpgroup_roles_is_refused,
 )
 
 pytestmark = pytest.mark.gpu

@@ -416,7 +416,7 @@ def run(kernel, grid, block, args, smem=0, cluster=None, smem_limit=None):
         raise SimError(f"NBWGMMA_SIM_ORDER must be 'forward' or 'reverse'; got {how!r}")
     with _push_kernel_context(mod), swapped_cuda_module(fn, mod), device_modules_held(mod):
         for cidx in (reversed(order) if how == "reverse" else order):
-            cl = Cluster(int(np.prod(cluster)), nthreads, bounds[0] if bounds else None)
+            cl = Cluster(int(np.prod(cluster)), nthreads, bounds[0] if bounds else None, fn.__qualname__)
             threads = []
             ctas = []
             for local in itertools.product(*(range(c) for c in reversed(cluster))):

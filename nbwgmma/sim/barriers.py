@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import LaunchError, roles_unfilled
 from .collective import collective, warp_members, warpgroup_members
 from .core import CTA_EXIT_CHECKS, PhasedBarrier, SimHazard, SimStopped, acquire, me
 from .declare import IMPLS, impl
@@ -308,6 +309,15 @@ def _registers(th, count, inc):
             cl.cond.notify_all()
 
 
+def _roles_filled(th):
+    """A kernel with ``setmaxnreg`` gives its warpgroups roles: a block below its launch bounds
+    leaves one without threads, its part undone (the GPU runs it; ``launch`` refuses it there
+    from the compiled code, here at the first ``setmaxnreg``)."""
+    cl = th.cl
+    if cl.bound_threads is not None and cl.nthreads < cl.bound_threads:
+        raise LaunchError(roles_unfilled(cl.kernel_name, cl.nthreads, cl.bound_threads, f" at {th.where}"))
+
+
 def _synced_since_last(th, op):
     """PTX ISA, setmaxnreg: after one, all warps of the warpgroup must synchronize explicitly before
     the next. ``th``, at its warpgroup's ``n``-th, must be ordered after every thread's ``n - 1``-th
@@ -330,6 +340,7 @@ def _synced_since_last(th, op):
 @impl("setmaxnreg_inc")
 def _setmaxnreg_inc(count):
     th = me()
+    _roles_filled(th)
     collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None, orders=False)  # (registers: no memory order)
     _synced_since_last(th, f"setmaxnreg_inc({int(count)})")
     _registers(th, int(count), True)
@@ -338,6 +349,7 @@ def _setmaxnreg_inc(count):
 @impl("setmaxnreg_dec")
 def _setmaxnreg_dec(count):
     th = me()
+    _roles_filled(th)
     collective(*warpgroup_members(th), ("setmaxnreg", int(count)), None, orders=False)  # (registers: no memory order)
     _synced_since_last(th, f"setmaxnreg_dec({int(count)})")
     _registers(th, int(count), False)

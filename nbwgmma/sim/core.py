@@ -123,9 +123,10 @@ class _Section:
 
 
 class Cluster:
-    def __init__(self, nctas, nthreads, bound_threads=None):
+    def __init__(self, nctas, nthreads, bound_threads=None, kernel_name="the kernel"):
         self.lock = _Section()
         self.bound_threads = bound_threads  # the kernel's launch bounds' threads, if it has bounds
+        self.kernel_name = kernel_name
         self.sched = Scheduler(schedule_rng())
         self.cond = WaitQueue(self.sched)  # the default wait queue
         self.ctas = []
