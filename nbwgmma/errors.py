@@ -60,20 +60,26 @@ def own_source(filename: str) -> bool:
     return (filename if os.path.isabs(filename) else os.path.abspath(filename)).startswith(_PACKAGE)
 
 
-def bad_call_message(fn, exc: TypeError, given: str) -> str:
+def bad_call_message(fn, exc: TypeError, given: str, npos: int | None = None) -> str:
     """The message for a call of nbwgmma's device function ``fn`` (a kit block, or one a kit
     class made: named as ``kit.TmaPipeline.consumer_wait``) whose arguments ``given`` (as
-    written) its signature cannot bind, ``exc`` the binding's error."""
+    written; ``npos`` of them positional) its signature cannot bind, ``exc`` the binding's error."""
     import inspect
 
+    sig = inspect.signature(fn)
+    npar = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in sig.parameters.values())
+    if npos and npos < npar and "missing a required argument" in str(exc):
+        # (Python names the first parameter left unbound; the argument left out may be any earlier one)
+        exc = (f"{exc} ({npos} argument{'' if npos == 1 else 's'} given where it takes {npar}: the one left out may be "
+               f"any of them)")
     made = getattr(getattr(fn, "__code__", None), "co_filename", "")
     if made.startswith("<nbwgmma.") and made.endswith(">"):  # made by a builder (acc_row_reduce('max', 256), ...)
         name = made[len("<nbwgmma."):-1]
-        return f"{name}: {exc}: it takes {inspect.signature(fn)}; got ({given})"
+        return f"{name}: {exc}: it takes {sig}; got ({given})"
     owner = fn.__qualname__.split(".")[0]
     name = ("kit." if (getattr(fn, "__module__", None) or "").startswith("nbwgmma.kit") else "") + \
         (f"{owner}.{fn.__name__}" if owner[:1].isupper() and owner != fn.__name__ else fn.__name__)
-    return f"{name}: {exc}: its signature is {fn.__name__}{inspect.signature(fn)}; got {fn.__name__}({given})"
+    return f"{name}: {exc}: its signature is {fn.__name__}{sig}; got {fn.__name__}({given})"
 
 
 def is_int(v) -> bool:

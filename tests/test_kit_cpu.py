@@ -1022,7 +1022,8 @@ def _inline_true_blocks():
     def produce_short(out, buf):
         produce(np.uint32(buf[0]), np.uint32(buf[1]), 4)
 
-    return [(coop_tile, "coop.tile(", r"kit\.Cooperative\.tile: missing a required argument: 'kb0': its signature is "
+    return [(coop_tile, "coop.tile(", r"kit\.Cooperative\.tile: missing a required argument: 'kb0' \(4 arguments given "
+             r"where it takes 8: the one left out may be any of them\): its signature is "
              r"tile\(ring, base, s, ph, kb0, kb1, cw, ct\); got tile\(uint32, 0, 0, 0\)"),
             (coop_drain, "coop.drain(", r"kit\.Cooperative\.drain: missing a required argument: 'ct'"),
             (coop_load_tile, "coop.load_tile(", r"kit\.Cooperative\.load_tile: too many positional arguments"),
@@ -1030,7 +1031,7 @@ def _inline_true_blocks():
             (pipe_setup, "pipe.setup(", r"kit\.TmaPipeline\.setup: too many positional arguments: its signature is "
              r"setup\(\); got setup\(5\)"),
             (ew_setup, "ew.setup(", r"kit\.EpilogueWarps\.setup: too many positional arguments"),
-            (produce_short, "produce(", r"kit\.produce: missing a required argument: 'kblocks': its signature is "
+            (produce_short, "produce(", r"kit\.produce: missing a required argument: 'kblocks' \(.*\): its signature is "
              r"produce\(ring, base, nunits, kblocks, tiles_mc, tiles_n, args\)")]
 
 
@@ -1047,10 +1048,11 @@ def test_an_inline_kit_block_given_arguments_it_cannot_bind_names_itself_at_the_
 
 @pytest.mark.parametrize("kernel, call, message", [
     (_row_reduce_without_ncols, "_ROW_MAX(", r"kit\.acc_row_reduce\('max', 256\): missing a required argument: "
-     r"'ncols': it takes \(acc, tid, row0, col0, ncols, \*args\); got \(UniTuple\(float32 x 128\), "),
-    (_pair_atomic_without_tid, "_ADD_ROWS(", r"kit\.pair_atomic\('add'\): missing a required argument: 'tid': it "
+     r"'ncols' \(4 arguments given where it takes 5: the one left out may be any of them\): it takes \(acc, tid, row0, col0, ncols, \*args\); got \(UniTuple\(float32 x 128\), "),
+    (_pair_atomic_without_tid, "_ADD_ROWS(", r"kit\.pair_atomic\('add'\): missing a required argument: 'tid' \(.*\): it "
      r"takes \(pair, vec, tid\); got \(UniTuple\(float32 x 2\), array\(float32"),
-    (_store_part_missing_args, "tma_store_part(", r"kit\.tma_store_part: missing a required argument: 'tmap_c': its "
+    (_store_part_missing_args, "tma_store_part(", r"kit\.tma_store_part: missing a required argument: 'tmap_c' \(4 "
+     r"arguments given where it takes 7: the one left out may be any of them\): its "
      r"signature is tma_store_part\(regs, buf, ct, cw, tmap_c, col, row\); got tma_store_part\(float32, array\(uint16"),
     (_consumer_wait_unknown_keyword, "PIPE.consumer_wait(", r"kit\.TmaPipeline\.consumer_wait: got an unexpected "
      r"keyword argument 'parity': its signature is consumer_wait\(ring, s, ph\)"),

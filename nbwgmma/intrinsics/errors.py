@@ -227,7 +227,7 @@ def _device_function_bind_hint(constraint, typevars, fnty):
         sig.bind(*args, **kws)
     except TypeError as e:
         given = ", ".join([_shown(a) for a in args] + [f"{k}={_shown(v)}" for k, v in kws.items()])
-        return bad_call_message(py_func, e, given)
+        return bad_call_message(py_func, e, given, len(args))
     return None
 
 

@@ -58,9 +58,22 @@ def check_fn_arity(block: str, fn, count: int, what: str, name: str = "fn"):
         return
     try:
         sig.bind(*range(count))
-    except TypeError as e:
+    except TypeError:
         raise KitError(f"{block}: {name} {getattr(py, '__name__', py)}{sig} must take {count} arguments {what}; "
-                         f"{e}") from None
+                       f"it takes {_positional(sig)}") from None
+
+
+def _positional(sig) -> str:
+    """How many positional arguments a signature takes, said as a user counts them."""
+    ps = sig.parameters.values()
+    pos = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    need = sum(p.default is p.empty for p in pos)
+    kw = [p.name for p in ps if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
+    if any(p.kind == p.VAR_POSITIONAL for p in ps):
+        said = f"{need} or more"
+    else:
+        said = f"{need}" if need == len(pos) else f"{need} to {len(pos)}"
+    return said + (f", and keyword-only {', '.join(kw)} without a default (a kit block passes none)" if kw else "")
 
 
 _PLAIN: dict = {}  # plain Python functions given to acc_map and the like -> their device functions

@@ -80,7 +80,7 @@ def _bind_error(fn, args, kwargs):
         inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as e:
         given = ", ".join([_shown(a) for a in args] + [f"{k}={_shown(v)}" for k, v in kwargs.items()])
-        return typing_error(bad_call_message(fn, e, given))
+        return typing_error(bad_call_message(fn, e, given, len(args)))
     return None
 
 
