@@ -31,7 +31,7 @@ import os
 import re
 import sys
 
-from .errors import NbwgmmaError
+from .errors import NbwgmmaError, own_source
 
 #: what ``--help`` prints above the commands (the module docstring is reStructuredText)
 _DESCRIPTION = """\
@@ -96,6 +96,20 @@ def _cannot(cmd, why):
     return 1
 
 
+def _failed_at(e) -> str:
+    """" at FILE:LINE" of the last line of the user's code an exception passed through (where a
+    check of nbwgmma's refused the user's call), or "" where none did."""
+    if isinstance(e, SyntaxError) and e.filename and e.lineno:
+        return f" at {e.filename}:{e.lineno}"
+    tb, site = e.__traceback__, ""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not own_source(name) and not name.startswith("<") and "importlib" not in name:
+            site = f" at {name}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return site
+
+
 def _import_target(mod_name: str):
     """The module of an ``inspect`` target: a file path or an importable name."""
     if mod_name.endswith(".py"):
@@ -112,9 +126,9 @@ def _import_target(mod_name: str):
     except ModuleNotFoundError as e:
         if e.name and (mod_name + ".").startswith(e.name + "."):  # the target or a package above it
             raise NbwgmmaError(f"no module named {mod_name!r} (give a path ending in .py, or an importable name)")
-        raise NbwgmmaError(f"importing {mod_name} failed: {type(e).__name__}: {_one_line(e)}") from None
+        raise NbwgmmaError(f"importing {mod_name} failed{_failed_at(e)}: {type(e).__name__}: {_one_line(e)}") from None
     except Exception as e:  # noqa: BLE001 - the user's module failed: say how, in one line
-        raise NbwgmmaError(f"importing {mod_name} failed: {type(e).__name__}: {_one_line(e)}") from None
+        raise NbwgmmaError(f"importing {mod_name} failed{_failed_at(e)}: {type(e).__name__}: {_one_line(e)}") from None
     return mod if mod_name.endswith(".py") else got
 
 

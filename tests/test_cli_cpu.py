@@ -36,6 +36,8 @@ def kmod(tmp_path_factory):
     d = tmp_path_factory.mktemp("targets")
     (d / "kmod.py").write_text(KMOD)
     (d / "broken.py").write_text("raise RuntimeError('broken on import')\n")
+    (d / "badmap.py").write_text("from nbwgmma.kit import acc_map\n\n\ndef f(v, row, col):\n    return v\n\n\n"
+                                 "M = acc_map(f, 64, rows=1)\n")
     return d
 
 
@@ -80,7 +82,8 @@ def test_console_script_names_itself():
 
 
 # (arguments, exit status, what the one line on stderr says); "{d}" is a folder holding
-# kmod.py (a kernel k, no SIG) and broken.py (raises on import).
+# kmod.py (a kernel k, no SIG), broken.py (raises on import) and badmap.py (a kit block refuses its
+# function at line 8).
 MISTAKES = {
     "no-command": (["frob"], 2, "invalid choice: 'frob'"),
     "bench-dtype": (["bench", "--dtype", "f64"], 2, "argument --dtype: invalid choice: 'f64'"),
@@ -101,7 +104,9 @@ MISTAKES = {
     "inspect-missing-kernel": (["inspect", "{d}/kmod.py:missing"], 1, "kmod.py has no kernel 'missing'"),
     "inspect-missing-file": (["inspect", "{d}/nonexistent.py:k"], 1, "inspect: no such file:"),
     "inspect-missing-module": (["inspect", "no_such_module.sub:k"], 1, "no module named 'no_such_module.sub'"),
-    "inspect-broken-module": (["inspect", "{d}/broken.py:k"], 1, "failed: RuntimeError: broken on import"),
+    "inspect-broken-module": (["inspect", "{d}/broken.py:k"], 1, "broken.py:1: RuntimeError: broken on import"),
+    "inspect-kit-refusal": (["inspect", "{d}/badmap.py:k"], 1, "badmap.py:8: KitError: acc_map: fn f(v, row, col) must "
+                            "take 4 arguments"),
     "inspect-no-sig": (["inspect", "{d}/kmod.py:k"], 1, "defines no SIG: give --sig"),
     "inspect-bad-sig": (["inspect", "{d}/kmod.py:k", "--sig", "(float32[:]"], 1, "is not a Numba signature"),
     "inspect-sig-count": (["inspect", "{d}/kmod.py:k", "--sig", "(float32[:], int32)"], 1,
