@@ -593,7 +593,9 @@ def _bytes_never_come(out):
 
 def test_a_hang_names_every_place_where_threads_wait():
     """The longest waiting thread is often not the one whose wait shows the mistake: the report
-    lists the other places too, with their threads and what they wait for."""
+    lists the other places too, with their threads and what they wait for, and leads with the
+    wait that shows the cause (here the consumers' barrier, every arrival in and the bytes short;
+    a newcomer's hang with a box too small was led by the producer's wait for a slot)."""
     import inspect
 
     out = cuda.to_device(np.zeros(64, np.int32))
@@ -607,6 +609,8 @@ def test_a_hang_names_every_place_where_threads_wait():
     assert "mbarrier 'full[0]'" in msg and "1024 transaction bytes pending" in msg, msg
     assert "mbarrier 'empty[0]'" in msg and "32 of 32 arrivals pending" in msg, msg
     assert "No thread has arrived on this barrier or armed it yet, in any phase" in msg, msg
+    head = msg.split(". Waiting elsewhere")[0]
+    assert f"sim_cases.py:{line['CONSUMERS']}" in head and "every arrival is in, the bytes are short" in head, msg
 
 
 #: f32 bit patterns: NaNs whose payload rounding would carry into the exponent (0xFFFFFFFF is

@@ -359,7 +359,8 @@ MUTATIONS = [
     ("pingpong", "producer phase not flipped", HAZARD, r"writes shared memory at 0x[0-9a-f]+ that a copy issued at .*"
                                                        + HERE),
     ("pingpong", "tx short", HAZARD, HERE + r"\): mbarrier 'full\[0\]' .* received 1024 more transaction bytes"),
-    ("pingpong", "tx long", STOPPED, HANG),
+    ("pingpong", "tx long", STOPPED, HANG + r"\)?: mbarrier 'full\[\d\]'(?:(?!Waiting elsewhere).)*every arrival is in, "
+                                           r"the bytes are short"),
     ("pingpong", "setmaxnreg past the pool", STOPPED, HERE + r": setmaxnreg_inc\(240\) waits for registers"),
     ("pingpong", "setmaxnreg twice", HAZARD, HERE + r": setmaxnreg_dec\(24\) in warpgroup 0 with nothing ordering after "
                                                     r"it the warpgroup's previous setmaxnreg"),

@@ -201,19 +201,23 @@ class Cluster:
 
     def stuck(self, th, what):
         """The :class:`SimStopped` of thread ``th`` waiting for ``what`` where no thread can run;
-        led instead by a thread waiting for registers, where one does (a ``setmaxnreg_inc`` the
-        pool never satisfies is the cause, the other waits its consequences)."""
+        led instead by the wait that shows the cause, where another thread waits there: for
+        registers (a ``setmaxnreg_inc`` the pool never satisfies; the other waits are its
+        consequences), else on an mbarrier whose arrivals are all in and whose bytes are short
+        (a box that brings fewer bytes than the stage counts; a producer waiting for a slot is
+        its consequence)."""
         text = what() if callable(what) else what
         at = th.where or where()
         first = (th, at, text)  # the thread that found the hang, a wait site of its own if another leads
-        if not text.startswith("setmaxnreg_inc("):
-            for t in self.sched.blocked:
-                if t is th or not isinstance(t, SimThread):
-                    continue
-                t_at, told = _wait_site(t)
-                if told is not None and told.startswith("setmaxnreg_inc("):
-                    th, text, at = t, told, t_at
-                    break
+        rank = _cause_rank(text)
+        for t in self.sched.blocked:
+            if rank == 0:
+                break
+            if t is th or not isinstance(t, SimThread):
+                continue
+            t_at, told = _wait_site(t)
+            if told is not None and _cause_rank(told) < rank:
+                th, text, at, rank = t, told, t_at, _cause_rank(told)
         return SimStopped(
             f"simulated wait can never finish (every thread of the cluster waits or has exited; on the GPU "
             f"the kernel hangs): block {tuple(th.blockIdx)} thread {th.thread_id} (warp {th.thread_id // 32}) "
@@ -260,6 +264,16 @@ class Cluster:
         if self.error is None:
             self.error = exc
         self.sched.wake_all()
+
+
+#: what a wait's description says where it shows a hang's cause, most telling first (sim.barriers'
+#: register waits; sim.sync's mbarrier whose bytes are short)
+CAUSES = ("setmaxnreg_inc(", "every arrival is in, the bytes are short")
+
+
+def _cause_rank(told: str) -> int:
+    """The place of the first of :data:`CAUSES` a wait's description shows, len(CAUSES) for none."""
+    return next((i for i, c in enumerate(CAUSES) if (told.startswith(c) if i == 0 else c in told)), len(CAUSES))
 
 
 def _wait_site(t):
