@@ -707,6 +707,37 @@ def test_wide_widths_take_their_own_shares(sms_132, monkeypatch, dtype, m, n, k,
     assert tile() == before
 
 
+@pytest.mark.parametrize("dtype, m, n, k, before, after", [
+    # the second hold-out's bf16 picks (1.060x over 16 on an H100): the tile before, the tile now
+    ("bf16", 9787, 1312, 2048, (256, 136, 0), (192, 176, 1)),
+    ("bf16", 16250, 1616, 1024, (256, 136, 0), (128, 208, 0)),
+    ("bf16", 674, 11664, 1024, (256, 136, 0), (256, 136, 1)),
+    ("f16", 4452, 8864, 1024, (256, 136, 0), (128, 192, 0)),
+    # e4m3 keeps 256 x 136 (0.995x over 5, 1.006x over 11: no gain)
+    ("e4m3", 7471, 1072, 2048, (256, 136, 0), (256, 136, 0)),
+    ("e4m3", 12269, 2160, 1024, (256, 136, 0), (256, 136, 0)),
+])
+def test_unswapped_256_by_136_takes_its_own_share_for_16_bit_inputs(sms_132, monkeypatch, dtype, m, n, k, before,
+                                                                     after):
+    """shares.TILE256_LOW: unswapped 256 x 136 tiles of 16-bit inputs are rated at 0.90 of a 128 x 256 tile's rate
+    (fp8 ones and every other 256-row width keep TILE256_EFF / TILE256_FAST); without the table the default path
+    took 256 x 136 in each of these, with it the tile that measured faster (bf16; fp8 unchanged)."""
+    from nbwgmma.frontend import shares
+    from nbwgmma.precompile import cpu_plan
+
+    assert shares.share((256, 136), 1024) == shares.share((256, 136)) == shares.TILE256_LOW[136] == 0.90
+    assert shares.share((256, 136), bits=8) == shares.share((256, 144), bits=16) == shares.TILE256_EFF
+    assert shares.share((256, 160), bits=16) == shares.TILE256_FAST[160]
+
+    def tile():
+        plan = cpu_plan(dtype, "KK", {}, rows=m, n=n, k=k)
+        return plan.cfg.bm, plan.cfg.bn, int(plan.swap)
+
+    assert tile() == after
+    monkeypatch.setattr(shares, "TILE256_LOW", {})
+    assert tile() == before
+
+
 def test_k_halves_for_products_of_few_tiles(sms_132):
     """pick_k_halves: 128 x 128 tiles with K in halves on clusters of two in place of 64 x 128 tiles, for
     16-bit inputs (fp8 ones of N <= K_HALVES_FP8_MAX_N) at K >= K_HALVES_MIN_K, where the halves fit one

@@ -131,7 +131,7 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     from ..kernels.gemm_config import GemmConfig
     from ..launch import device_limits
 
-    tiles = rank_tiles(m, n, 1, "any" if b_major == "K" else "64")[:3]
+    tiles = rank_tiles(m, n, 1, "any" if b_major == "K" else "64", bits=wgmma_kind(kind).input_bits)[:3]
     out = [{"bm": bm, "bn": bn} for bm, bn in tiles]
     if b_major == "K":
         dflt = (default["bm"], default["bn"]) if default and {"bm", "bn"} <= set(default) else tiles[0]

@@ -72,7 +72,7 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
             if wide:
                 opts["swap"] = 1
             opts["bm"], opts["bn"] = wide or pick_tile(rows, cols, cluster if share_b else 1, widths,
-                                                       batch[0] if batch else 1, k)
+                                                       batch[0] if batch else 1, k, wk.input_bits)
         if cluster in (2, 4) and opts.get("multicast") == "A":
             for bm, bn in ((opts["bm"], opts["bn"]), (128, 256), (256, 128)):
                 try:
@@ -103,7 +103,7 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
             if swappable and plain:  # (with a fused bias and activation 256 x 160 spills there)
                 tile, swapped = (opts["bm"], opts["bn"]), opts.get("swap", 0)
                 opts.update(pick_swapped_256(m, n, k, tile, swapped, sms, wk.input_bits,
-                                             1.0 if swapped else share(tile, k)) or {})
+                                             1.0 if swapped else share(tile, k, wk.input_bits)) or {})
         # a 192-row tile swapped, its rows along N, where it does enough more real work than the tile
         # taken (tall plain products, K-major A and B, 16-bit outputs by TMA)
         if free and swappable and plain and tma16 and b_kmajor and c_info is None and opts.get("user") is None:

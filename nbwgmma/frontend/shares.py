@@ -5,7 +5,7 @@ offers (128, 192 and 256 rows); the rules that use them live in :mod:`.tiles` an
 
 from __future__ import annotations
 
-__all__ = ["TILES", "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "SHORT_K", "SHORT_K_SHARES", "short_k", "share",
+__all__ = ["TILES", "TILE256_BN", "TILE256_EFF", "TILE256_FAST", "TILE256_LOW", "SHORT_K", "SHORT_K_SHARES", "short_k", "share",
            "WIDE_BN", "WIDE_EFF", "WIDE_LOW", "WIDE_LOW_MAX_K", "WIDE_MIN_WAVES", "WIDE4_BN", "WIDE4_MIN_WAVES",
            "TALL_BM", "TALL_EFF", "TALL_WIDER", "TALL_SHORT_K"]
 
@@ -30,6 +30,13 @@ TILE256_EFF = 0.95
 #: 232), in one wave 1024 x 5120 x 4096 1.005 / 0.965 (128 x 160) and 512 x 10240 x 4096 1.007 /
 #: 0.969 (128 x 256); 8192^3 0.996 / 1.020 (128 x 256).
 TILE256_FAST = {160: 0.99}
+#: Unswapped 256-row widths below :data:`TILE256_EFF` for 16-bit inputs, with their shares: the fit of
+#: 1,080 H100 measurements (``benchmarks/fit_shares.py``, 2026-12-06) put 256 x 136 at 0.903 +- 0.010
+#: of 128 x 256's rate. Held out twice on an H100, the picks the share changes against the tile before,
+#: both forced in one process (``benchmarks/tile256_136_heldout.txt``, ``tile256_136_heldout2.txt``;
+#: BENCHMARKS.md, 2026-12-06 and 2026-12-07): bf16 1.027x over 11 and 1.060x over 16 (0.959-1.180, one
+#: slower by 2% or more); e4m3 1.006x over 11 and 0.995x over 5 (six slower by 2-6.5%), so 16-bit only.
+TILE256_LOW = {136: 0.90}
 #: K at or below which the tile model rates tiles by :data:`SHORT_K_SHARES` (and the 192-row tiles by
 #: :data:`TALL_SHORT_K`): a short main loop weighs each tile's fixed costs more. Fitted
 #: (``benchmarks/fit_shares.py --by-k``) on bf16 problems with eight tiles forced on an H100
@@ -94,9 +101,10 @@ def short_k(k):
     return k is not None and k <= SHORT_K
 
 
-def share(tile, k=None):
+def share(tile, k=None, bits=16):
     """A tile's (bm, bn) share of a 128 x 256 tile's rate in a product of inner dimension ``k`` (None:
-    a long one): :data:`TILES`, :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`TALL_WIDER`
+    a long one) and ``bits``-bit inputs: :data:`TILES`, :data:`TILE256_LOW` (16-bit inputs),
+    :data:`TILE256_FAST` or :data:`TILE256_EFF` for 256 rows, :data:`TALL_WIDER`
     or :data:`TALL_EFF` for 192 rows, :data:`WIDE_LOW` (where ``k`` <= :data:`WIDE_LOW_MAX_K`) or
     :data:`WIDE_EFF` for the wide 128-row tiles, and :data:`SHORT_K_SHARES` (:data:`TALL_SHORT_K` for 192
     rows) over them where ``k`` <= :data:`SHORT_K`."""
@@ -110,5 +118,7 @@ def share(tile, k=None):
     if tile in TILES:
         return TILES[tile]
     if tile[0] == 256:
+        if bits == 16 and tile[1] in TILE256_LOW:
+            return TILE256_LOW[tile[1]]
         return TILE256_FAST.get(tile[1], TILE256_EFF)
     return WIDE_LOW.get(tile[1], WIDE_EFF) if k is not None and k <= WIDE_LOW_MAX_K else WIDE_EFF

@@ -23,7 +23,7 @@ __all__ = ["TILES", "pick_tile", "rank_tiles", "pick_small_m", "swapped_small_m"
            "pick_one_wave", "pick_swapped_256", "SWAPPED_256_GAIN", "SWAPPED_256_MIN_K", "ONE_WAVE_BN", "ONE_WAVE_GAIN"]
 
 
-def pick_tile(m, n, cluster=1, widths=None, count=1, k=None):
+def pick_tile(m, n, cluster=1, widths=None, count=1, k=None, bits=16):
     """The tile with the most useful work per SM-slot: its throughput share times the
     filled fraction of the waves it needs (tiles / (waves x SMs)), so a tile that leaves a
     last wave nearly empty, or most SMs idle, loses to a smaller one; and where the tiles' padding
@@ -36,7 +36,7 @@ def pick_tile(m, n, cluster=1, widths=None, count=1, k=None):
     B) all of them, ``"64"`` (MN-major B) those whose width is a multiple of 64.
 
     Problems of at most 256 rows that leave SMs idle take :func:`pick_small_m` first. ``k``: the
-    product's K (the shares, :func:`share`; None: a long K).
+    product's K and ``bits`` its inputs' width (the shares, :func:`share`; None: a long K).
 
     A batch of ``count`` products fills the waves with the tiles of all of them, and since its
     products' edges repeat, what a tile computes past an edge weighs too: its score is also the
@@ -46,12 +46,12 @@ def pick_tile(m, n, cluster=1, widths=None, count=1, k=None):
     In the simulator, where every thread is a Python thread and nothing is timed, the
     smallest usable tile (fewest threads and the least wgmma work per tile)."""
     if sim.enabled():
-        return min(rank_tiles(m, n, cluster, widths, count, k), key=lambda t: t[0] * t[1])
+        return min(rank_tiles(m, n, cluster, widths, count, k, bits), key=lambda t: t[0] * t[1])
     if count != 1:  # (a batch's score counts the padding already)
-        return rank_tiles(m, n, cluster, widths, count, k)[0]
+        return rank_tiles(m, n, cluster, widths, count, k, bits)[0]
     from ..launch import device_limits
 
-    return padded_pick(m, n, cluster, device_limits()["multiprocessors"], widths, k)
+    return padded_pick(m, n, cluster, device_limits()["multiprocessors"], widths, k, bits)
 
 
 #: Narrow tiles: 128 rows by an N that is not a multiple of 64, B K-major only, stored by the TMA
@@ -149,13 +149,13 @@ NARROW_WIDE_PICK_GAIN = 0.08
 NARROW_WIDE_MIN_M = 512
 
 
-def rank_tiles(m, n, cluster=1, widths=None, count=1, k=None):
+def rank_tiles(m, n, cluster=1, widths=None, count=1, k=None, bits=16):
     """Every tile of ``TILES`` (and with ``widths`` of :data:`TILE256_BN` and :data:`WIDE_BN`, see
     :func:`pick_tile`) a cluster of ``cluster`` can use, best score first (ties keep the larger
     tile)."""
     from ..launch import device_limits
 
-    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], widths, count, k)]
+    return [t for _, t in _scored(m, n, cluster, device_limits()["multiprocessors"], widths, count, k, bits)]
 
 
 #: How much more real work per SM slot (:func:`work_fill`: the padding of the last tile row and
@@ -171,9 +171,9 @@ def rank_tiles(m, n, cluster=1, widths=None, count=1, k=None):
 PAD_GAIN = 1.02
 
 
-def _padded(m, n, cluster, sms, widths=None, k=None):
+def _padded(m, n, cluster, sms, widths=None, k=None, bits=16):
     """(:func:`padded_pick`'s tile, the real work per SM slot it does)."""
-    scored = _scored(m, n, cluster, sms, widths, k=k)
+    scored = _scored(m, n, cluster, sms, widths, k=k, bits=bits)
     real = {t: s / wave_fill(m, n, *t, sms) * work_fill(m, n, *t, sms) for s, t in scored}
     first = scored[0][1]
     best = max(real, key=lambda t: (real[t], t[0] * t[1]))
@@ -181,11 +181,11 @@ def _padded(m, n, cluster, sms, widths=None, k=None):
     return tile, real[tile]
 
 
-def padded_pick(m, n, cluster, sms, widths=None, k=None):
+def padded_pick(m, n, cluster, sms, widths=None, k=None, bits=16):
     """:func:`pick_tile`'s choice of a plain problem: the tile the wave model ranks first, or the
     one doing the most real work per SM slot (its efficiency times :func:`work_fill`) where that
     is at least :data:`PAD_GAIN` times as much as the first's."""
-    return _padded(m, n, cluster, sms, widths, k)[0]
+    return _padded(m, n, cluster, sms, widths, k, bits)[0]
 
 
 def padded_score(m, n, sms, widths=None, k=None):
@@ -193,7 +193,7 @@ def padded_score(m, n, sms, widths=None, k=None):
     return _padded(m, n, 1, sms, widths, k)[1]
 
 
-def _scored(m, n, cluster, sms, widths=None, count=1, k=None):
+def _scored(m, n, cluster, sms, widths=None, count=1, k=None, bits=16):
     """(score, tile) of every usable tile, best first: the throughput share (:func:`share`) times the
     filled fraction of the waves (:func:`pick_tile`; a batch's: times the share of useful elements)."""
     def score(tile):
@@ -203,10 +203,10 @@ def _scored(m, n, cluster, sms, widths=None, count=1, k=None):
         tiles = math.ceil(m / bm) * math.ceil(n / bn)
         return eff * tiles * count / (math.ceil(tiles * count / sms) * sms) * m * n / (tiles * bm * bn)
 
-    usable = [(t, share(t, k)) for t in TILES if (t[1] // 64) % cluster == 0]
+    usable = [(t, share(t, k, bits)) for t in TILES if (t[1] // 64) % cluster == 0]
     if widths in ("any", "64") and cluster == 1:
-        more = [((256, bn), share((256, bn), k), 1 if bn in TILE256_FAST else 2) for bn in TILE256_BN]
-        more += [((128, bn), share((128, bn), k), WIDE4_MIN_WAVES if bn in WIDE4_BN else WIDE_MIN_WAVES)
+        more = [((256, bn), share((256, bn), k, bits), 1 if bn in TILE256_FAST else 2) for bn in TILE256_BN]
+        more += [((128, bn), share((128, bn), k, bits), WIDE4_MIN_WAVES if bn in WIDE4_BN else WIDE_MIN_WAVES)
                  for bn in WIDE_BN]
         usable += [((bm, bn), e) for (bm, bn), e, waves in more if (widths == "any" or bn % 64 == 0)
                    and math.ceil(m / bm) * math.ceil(n / bn) > (waves - 1) * sms]
