@@ -46,7 +46,7 @@ def load(slot, full, kb, tm, tn, maps):
     coop.load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn)
 
 
-produce = tile_producer(pipe, sched, coop.stage_bytes, load)
+produce = tile_producer(pipe, sched, coop, load)
 row_max = acc_row_reduce("max", BN)  # (lo, hi): the thread's rows lr and lr + 8
 # exp(v - max) as 2^(v log2 e - max log2 e): one FFMA (max log2 e computed once a row) and one MUFU a value
 row_sumexp = acc_row_reduce("sum", BN, fn=lambda v, r, c, mx: ex2_approx(v * LOG2E - mx * LOG2E), pairs=1)

@@ -44,7 +44,7 @@ def load(slot, full, kb, tm, tn, maps):
     coop.load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn)
 
 
-produce = tile_producer(pipe, sched, coop.stage_bytes, load)
+produce = tile_producer(pipe, sched, coop, load)
 
 
 @inlined

@@ -51,7 +51,7 @@ def load(slot, full, kb, tm, tn, maps):  # the producer's TMA loads of one stage
     coop.load_tile(slot, full, tmap_a, tmap_b, kb, tm, tn)
 
 
-produce = tile_producer(pipe, sched, coop.stage_bytes, load)  # the producer thread's walk over the tiles
+produce = tile_producer(pipe, sched, coop, load)  # the producer thread's walk over the tiles
 bias_values = col_values(BN)  # a thread's 32 bias values of a 128-column tile
 
 

@@ -56,7 +56,7 @@ def load(slot, full, kb, tm, tn, maps):  # one stage: x's 128 rows, Wg's 128 row
     tma_load_2d(slot + A_BYTES + W_BYTES, tmap_u, full, kc, tn * BN)
 
 
-produce = tile_producer(pipe, sched, coop.stage_bytes, load)
+produce = tile_producer(pipe, sched, coop, load)
 
 
 def make_kernel(act):

@@ -48,7 +48,7 @@ def load(slot, full, kb, tm, tn, maps):
     tma_load_2d(slot + coop.a_bytes, tmap_b, full, kb * BK, tn * BN)
 
 
-produce = tile_producer(pipe, sched, coop.stage_bytes, load)
+produce = tile_producer(pipe, sched, coop, load)
 
 
 @inlined

@@ -533,6 +533,13 @@ def test_tile_producer_checks_its_blocks():
         tile_producer(pipe, sched, 49152, load, batched=True)
     with pytest.raises(KitError, match=r"tile_producer: load <lambda>\(slot, full\) must take 6 arguments"):
         tile_producer(pipe, sched, 49152, lambda slot, full: None)
+    # the consumers' Cooperative in place of stage_bytes: its stage, and its k-block checked against the walk's
+    from nbwgmma.kit import Cooperative
+    coop = Cooperative("f32.bf16.bf16", pipe, 128, 128)
+    assert callable(tile_producer(pipe, TileScheduler(128, 128, coop.bk), coop, load))
+    with pytest.raises(KitError, match=r"tile_producer: the scheduler's k-block \(128\) must be the consumers' \(64: "
+                                       r"Cooperative\.bk\).*TileScheduler\(128x128x128"):
+        tile_producer(pipe, TileScheduler(128, 128, 128), coop, load)
 
 
 def test_short_boxes_take_the_rows_m_has():

@@ -54,8 +54,11 @@ __all__ = ["tile_producer", "fill_stages"]
 
 
 def _check_stage(owner: str, pipe, stage_bytes) -> int:
+    """The slots' stride: ``stage_bytes``, or the ``stage_bytes`` of a consumer block given in its place
+    (a :class:`~nbwgmma.kit.Cooperative`), checked."""
     if not isinstance(pipe, TmaPipeline):
         raise KitError(f"{owner}: pipe must be a TmaPipeline; got {pipe!r}")
+    stage_bytes = getattr(stage_bytes, "stage_bytes", stage_bytes)
     if not is_int(stage_bytes) or stage_bytes <= 0 or stage_bytes % 1024:
         raise KitError(f"{owner}: stage_bytes must be a positive multiple of 1024 (the slots' "
                        f"alignment); got {stage_bytes!r}")
@@ -115,7 +118,9 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
     one producer thread (see the module's text): ``load(slot, full, kb, tm, tn, args)`` is a
     device function (a plain ``def`` is made one) issuing the TMA loads of k-block ``kb`` of tile (``tm``, ``tn``) into the
     slot at shared address ``slot`` on barrier ``full``; ``args`` (a tuple: tensor maps, sizes)
-    reaches it unchanged. Slots are ``stage_bytes`` apart from ``base``. The walk is
+    reaches it unchanged. Slots are ``stage_bytes`` apart from ``base``; given the consumers' block
+    (``coop``, a :class:`~nbwgmma.kit.Cooperative`) in its place, its
+    ``stage_bytes``, and ``sched.bk`` must be its ``bk`` (a ``KitError`` otherwise). The walk is
     ``sched``'s (the CTA's cluster rank; units without K slices), over pairs with ``pairs``,
     stream-K's share of the units' k-blocks with ``stream``. With ``batched`` it walks a batch
     of products: ``produce(ring, base, nunits, kblocks, tiles_mc, tiles_n, args, batches)`` takes
@@ -126,6 +131,11 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         raise KitError(f"tile_producer: pipe must be a TmaPipeline and sched a TileScheduler; got {pipe!r}, "
                          f"{sched!r}")
     _check_stage("tile_producer", pipe, stage_bytes)
+    bk = getattr(stage_bytes, "bk", None)  # a consumer block given for its stage: its k-block and the walk's agree
+    if bk is not None and bk != sched.bk:
+        raise KitError(f"tile_producer: the scheduler's k-block ({sched.bk}) must be the consumers' ({bk}: "
+                       f"{type(stage_bytes).__name__}.bk), or the walk counts K in other steps than the consumers' "
+                       f"wgmmas take it; got {sched!r}")
     if pipe.cluster != sched.cluster:
         raise KitError(f"tile_producer: the pipe's cluster ({pipe.cluster}) and the scheduler's ({sched.cluster}) "
                          f"must be the same")
@@ -150,7 +160,7 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         def load(slot, full, kb, tm, tn, args_batch):
             user_load(slot, full, kb, tm, tn, args_batch[0], args_batch[1])
 
-    fill = fill_stages(pipe, stage_bytes, load, stage_tx=stage_tx)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
+    fill = fill_stages(pipe, getattr(stage_bytes, "stage_bytes", stage_bytes), load, stage_tx=stage_tx)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
 
     @cuda.jit(device=True, inline=True)
     def stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args):  # unit u's k-blocks
