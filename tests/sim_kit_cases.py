@@ -619,7 +619,7 @@ def _stream_k_gemm():
     def load(slot, full, kb, tm, tn, maps):  # a plain def: tile_producer makes it a device function
         coop.load_tile(slot, full, maps[0], maps[1], kb, tm, tn)
 
-    produce = tile_producer(pipe, sched, coop.stage_bytes, load, stream=True)
+    produce = tile_producer(pipe, sched, coop, load, stream=True)
 
     @inlined
     def whole(state, tm, tn, kblocks, args):
