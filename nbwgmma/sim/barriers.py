@@ -207,7 +207,8 @@ def _named_barriers_complete_at_exit(cta):
             f"{'; '.join(sites[:3]) or 'unknown lines'}) and none completed it. A named barrier left half-arrived "
             f"at exit is undefined (the next CTA on the SM may find it so); arrive only where the other threads "
             f"will sync (turn_pass only where the other warpgroup takes a turn after it: PingPong.tile's pass_turn "
-            f"false for the last tile of the pair)")
+            f"false for the last tile of the pair), and sync wherever a turn is passed to you (turn_wait before "
+            f"each tile but warpgroup 0's first: PingPong.tile's wait_turn true there)")
 
 
 CTA_EXIT_CHECKS.append(_named_barriers_complete_at_exit)
