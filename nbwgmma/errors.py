@@ -189,4 +189,3 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_ELSEWHERE))
-

@@ -158,21 +158,17 @@ def _compiled(kernel, args, smem):
     return kern, cufunc
 
 
-def bound_threads(kernel) -> int | None:
+def _bound_threads(kernel) -> int | None:
     """The threads of ``kernel``'s launch bounds (``@cuda.jit(launch_bounds=(384, 1))``: 384),
-    or None where it declares none."""
-    bounds = getattr(kernel, "launch_bounds", None)
-    if bounds is None:
-        bounds = getattr(kernel, "targetoptions", {}).get("launch_bounds")
-    if not bounds:
-        return None
-    return int(bounds if is_int(bounds) else bounds[0])
+    or None where it declares none (a dispatcher keeps them in its target options)."""
+    bounds = getattr(kernel, "launch_bounds", None) or getattr(kernel, "targetoptions", {}).get("launch_bounds")
+    return int(bounds if is_int(bounds) else bounds[0]) if bounds else None
 
 
 def _check_roles(kernel, kern, block):
     """Refuse a block below the launch bounds of a kernel compiled (``kern``) with ``setmaxnreg``:
     see :func:`roles_unfilled`. Costs nothing where the block fills the bounds."""
-    bound, nthreads = bound_threads(kern) or bound_threads(kernel), math.prod(block)
+    bound, nthreads = _bound_threads(kern) or _bound_threads(kernel), math.prod(block)
     if bound is None or nthreads >= bound or "setmaxnreg" not in kern.inspect_llvm():
         return
     raise LaunchError(roles_unfilled(getattr(kernel.py_func, "__qualname__", "the kernel"), nthreads, bound))
@@ -388,7 +384,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
         # static shared memory (a few mbarriers in nbwgmma's kernels) is known only as the
         # kernel allocates it: sim.run checks it then; the launch bounds are those the kernel
         # was declared with.
-        max_threads = bound_threads(kernel) or 0
+        max_threads = _bound_threads(kernel) or 0
         smem, cluster = _check_request(grid, block, smem, 0, max_threads, cluster, kernel)
         sim.run(kernel, grid, block, args, smem=smem, cluster=cluster,
                 smem_limit=device_limits()["max_smem_optin"])

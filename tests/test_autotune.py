@@ -35,6 +35,14 @@ def fresh(tmp_path, monkeypatch):
     return tmp_path
 
 
+def _default_tile(dtype, m, n, k):
+    """(bm, bn, swap) of the default path's plan of a K-major dtype product on the CPU."""
+    from nbwgmma.precompile import cpu_plan
+
+    plan = cpu_plan(dtype, "KK", {}, rows=m, n=n, k=k)
+    return plan.cfg.bm, plan.cfg.bn, int(plan.swap)
+
+
 @pytest.mark.parametrize("m, n, k", [(4096, 50257, 768), (200, 50257, 768), (100, 777, 513), (1000, 777, 512)])
 def test_candidates_of_outputs_stored_a_row_per_warp(sms_132, m, n, k):
     """A problem whose 16-bit out TMA cannot write (the rows epilogue) has candidates: the stage
@@ -571,15 +579,13 @@ def test_swapped_256_weighs_the_share_of_the_tile_taken(sms_132, dtype, m, n, k,
     tile the model rates below 1.0; by its real work alone (share 1.0) the tile before stays."""
     from nbwgmma.frontend.shares import SHORT_K, TALL_SHORT_K, share
     from nbwgmma.frontend.tall_tiles import tall_shares
-    from nbwgmma.precompile import cpu_plan
 
     assert share((192, 144)) == TALL_EFF and share((192, 176), 8192) == share((192, 176), SHORT_K) == TALL_WIDER[176]
     assert share((192, 160), SHORT_K) == TALL_SHORT_K[160] and share([192, 160]) == TALL_WIDER[160]
     assert share((192, 144), SHORT_K + 1) == TALL_EFF and share((192, 144), SHORT_K) == TALL_SHORT_K[144]
     assert tall_shares(k=SHORT_K) == {144: TALL_SHORT_K[144], 160: TALL_SHORT_K[160], 176: TALL_WIDER[176]}
     assert tall_shares(plain=False) == {144: TALL_EFF}
-    plan = cpu_plan(dtype, "KK", {}, rows=m, n=n, k=k)
-    assert (plan.cfg.bm, plan.cfg.bn, int(plan.swap)) == after
+    assert _default_tile(dtype, m, n, k) == after
     bits = 8 if dtype == "e4m3" else 16
     tile = before[:2]
     assert share(tile, k) < 1.0
@@ -660,7 +666,6 @@ def test_short_k_takes_its_own_shares(sms_132, m, n, short, long):
     costs more); above it by TILES, TILE256_FAST and TALL_EFF / TALL_WIDER as before."""
     from nbwgmma.frontend.shares import TALL_SHORT_K
     from nbwgmma.frontend.tiles import SHORT_K, SHORT_K_SHARES, TILE256_FAST, TILES, share
-    from nbwgmma.precompile import cpu_plan
 
     assert share((128, 192), SHORT_K) == SHORT_K_SHARES[(128, 192)] != share((128, 192), SHORT_K + 1) \
         == share((128, 192)) == TILES[(128, 192)]
@@ -669,8 +674,7 @@ def test_short_k_takes_its_own_shares(sms_132, m, n, short, long):
     assert best_tall(7623, 432, 132, k=SHORT_K)[0] == pytest.approx(
         TALL_SHORT_K[144] / TALL_EFF * best_tall(7623, 432, 132)[0])
     for k, tile in ((SHORT_K, short), (1024, short), (4096, long), (8192, long)):
-        plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=k)
-        assert (plan.cfg.bm, plan.cfg.bn, int(plan.swap)) == tile, k
+        assert _default_tile("bf16", m, n, k) == tile, k
 
 
 @pytest.mark.parametrize("dtype, m, n, k, before, after", [
@@ -688,7 +692,6 @@ def test_wide_widths_take_their_own_shares(sms_132, monkeypatch, dtype, m, n, k,
     none given) all at WIDE_EFF. Without the table the default path took the wide tile, with it the tile
     that measured faster; at K = 8192 it keeps the wide one."""
     from nbwgmma.frontend import shares
-    from nbwgmma.precompile import cpu_plan
 
     assert set(shares.WIDE_LOW) == set(shares.WIDE_BN) - {208, 224}
     assert shares.SHORT_K < shares.WIDE_LOW_MAX_K < 8192
@@ -698,13 +701,9 @@ def test_wide_widths_take_their_own_shares(sms_132, monkeypatch, dtype, m, n, k,
         assert shares.share((128, bn)) == shares.share((128, bn), shares.WIDE_LOW_MAX_K + 1) == shares.WIDE_EFF
         assert (want < shares.WIDE_EFF) == (bn in shares.WIDE_LOW)
 
-    def tile():
-        plan = cpu_plan(dtype, "KK", {}, rows=m, n=n, k=k)
-        return plan.cfg.bm, plan.cfg.bn, int(plan.swap)
-
-    assert tile() == after
+    assert _default_tile(dtype, m, n, k) == after
     monkeypatch.setattr(shares, "WIDE_LOW", {})
-    assert tile() == before
+    assert _default_tile(dtype, m, n, k) == before
 
 
 @pytest.mark.parametrize("dtype, m, n, k, before, after", [
@@ -723,19 +722,14 @@ def test_unswapped_256_by_136_takes_its_own_share_for_16_bit_inputs(sms_132, mon
     (fp8 ones and every other 256-row width keep TILE256_EFF / TILE256_FAST); without the table the default path
     took 256 x 136 in each of these, with it the tile that measured faster (bf16; fp8 unchanged)."""
     from nbwgmma.frontend import shares
-    from nbwgmma.precompile import cpu_plan
 
     assert shares.share((256, 136), 1024) == shares.share((256, 136)) == shares.TILE256_LOW[136] == 0.90
     assert shares.share((256, 136), bits=8) == shares.share((256, 144), bits=16) == shares.TILE256_EFF
     assert shares.share((256, 160), bits=16) == shares.TILE256_FAST[160]
 
-    def tile():
-        plan = cpu_plan(dtype, "KK", {}, rows=m, n=n, k=k)
-        return plan.cfg.bm, plan.cfg.bn, int(plan.swap)
-
-    assert tile() == after
+    assert _default_tile(dtype, m, n, k) == after
     monkeypatch.setattr(shares, "TILE256_LOW", {})
-    assert tile() == before
+    assert _default_tile(dtype, m, n, k) == before
 
 
 def test_k_halves_for_products_of_few_tiles(sms_132):

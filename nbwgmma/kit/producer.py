@@ -160,7 +160,7 @@ def tile_producer(pipe: TmaPipeline, sched: TileScheduler, stage_bytes: int, loa
         def load(slot, full, kb, tm, tn, args_batch):
             user_load(slot, full, kb, tm, tn, args_batch[0], args_batch[1])
 
-    fill = fill_stages(pipe, getattr(stage_bytes, "stage_bytes", stage_bytes), load, stage_tx=stage_tx)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
+    fill = fill_stages(pipe, stage_bytes, load, stage_tx=stage_tx)  # tile (tm, tn)'s k-blocks kb0 .. kb1 - 1
 
     @cuda.jit(device=True, inline=True)
     def stages(ring, base, s, ph, u, kblocks, tiles_mc, tiles_n, args):  # unit u's k-blocks
