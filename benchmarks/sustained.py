@@ -13,7 +13,12 @@ fused example (``examples/gemm_5_fused_epilogue.py``), beside both plain product
 
     python benchmarks/sustained.py [--seconds 3] [N ...]       (N^3 products; default 8192)
     python benchmarks/sustained.py --fused 4096 14336 4096
+    python benchmarks/sustained.py --configs '{"bm": 128, "bn": 256}' ... [--dtype bf16] [N ...]
+
+``--configs``: the dense product alone, the default path and each ``config`` given beside cuBLAS
+(the energy each tile or cluster costs a product).
 """
+import json
 import argparse
 import subprocess
 import time
@@ -58,9 +63,13 @@ def main():
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--fused", nargs=3, type=int, metavar=("M", "N", "K"),
                    help="bias + gelu_tanh (bf16) at this size instead of the dense and sparse N^3 products")
+    p.add_argument("--configs", nargs="+", metavar="JSON", help="dense products only: the default and these configs")
+    p.add_argument("--dtype", default="bf16", choices=sorted(TDT), help="with --configs: the inputs' type")
     a = p.parse_args()
     if a.fused:
         return fused(*a.fused, a.seconds)
+    if a.configs:
+        return configs(a.sizes, a.dtype, [json.loads(c) for c in a.configs], a.seconds)
     from torch.sparse import to_sparse_semi_structured
 
     print(f"{'product':42s} {'us/call':>9s} {'MHz':>6s} {'W':>5s} {'J/call':>7s}  throttle")
@@ -78,6 +87,20 @@ def main():
                              (f"{t} {size}^3 sparse cuSPARSELt", lambda: F.linear(x, ws))):
                 us, mhz, watts, why = sustained(fn, a.seconds)
                 print(f"{name:42s} {us:9.1f} {mhz:6.0f} {watts:5.0f} {watts * us * 1e-6:7.3f}  {why}", flush=True)
+
+
+def configs(sizes, dtype, cfgs, seconds):
+    from nbwgmma.bench import problem
+
+    print(f"{'product':60s} {'us/call':>9s} {'MHz':>6s} {'W':>5s} {'J/call':>7s} {'cuBLAS/this':>11s}  throttle")
+    for size in sizes:
+        _, _, ours, cublas = problem(size, size, size, dtype, "KK")
+        fns = [(f"{dtype} {size}^3 " + (json.dumps(c) if c else "default"), ours(c)) for c in [None] + cfgs]
+        rows = [(name, sustained(fn, seconds)) for name, fn in fns + [(f"{dtype} {size}^3 cuBLAS", cublas)]]
+        t_cublas = rows[-1][1][0]
+        for name, (us, mhz, watts, why) in rows:
+            print(f"{name:60s} {us:9.1f} {mhz:6.0f} {watts:5.0f} {watts * us * 1e-6:7.3f} {t_cublas / us:11.3f}  {why}",
+                  flush=True)
 
 
 def fused(m, n, k, seconds):
