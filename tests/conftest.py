@@ -253,3 +253,9 @@ def rng():
     import numpy as np
 
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def sms_132(monkeypatch):
+    """The device limits plans read, as an H100's 132 SMs (tile picks on a machine without a GPU)."""
+    monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})

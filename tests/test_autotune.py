@@ -2,7 +2,6 @@
 
 import json
 import math
-import sys
 
 import pytest
 from numba import types
@@ -19,11 +18,6 @@ from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 
 SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000, 4000), (256, 256, 256),
           (1, 1, 1)]
-
-
-@pytest.fixture
-def sms_132(monkeypatch):
-    monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
 
 
 @pytest.fixture

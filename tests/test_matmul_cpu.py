@@ -665,26 +665,26 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
     st = views.StagedCopy(one, False)
     for ptr, stream in ((0x1000, 7), (0x9000, 7), (0x5000, 9)):
         assert st(one._replace(ptr=ptr), stream) is st.dst
-    assert st.dst.shape == (300, 520) and len(prepared) == 1 and prepared[0][0] is pad_copy_kernel
-    flat = (300, 520, 1, 513, 0, 513, 1, 1, 0, 0, 0)  # rows padded to 16 bytes
+    assert st.dst.shape == (300, 576) and len(prepared) == 1 and prepared[0][0] is pad_copy_kernel
+    flat = (300, 576, 1, 513, 0, 513, 1, 1, 0, 0, 0)  # rows padded to 128 bytes (1026 -> 1152)
     assert [(c[0]["data"][0], c[0]["shape"], c[2], c[3]) for c in calls] == [
         (0x1000, (153900,), flat, 7), (0x9000, (153900,), flat, 7), (0x5000, (153900,), flat, 9)]
-    assert len({id(c[1]) for c in calls}) == 1 and calls[0][1].shape == (300 * 520,)
+    assert len({id(c[1]) for c in calls}) == 1 and calls[0][1].shape == (300 * 576,)
     # a batch of B (K x N, N contiguous) in two strides, copied transposed: (count, N, Kpad)
     b = ArrayInfo(0x2000, (513, 72), (144, 2), 2, "bf16", 0, "torch")
     bt = views.StagedCopy(b, True, (6, ((2, 400000), (3, 100000))))
     bt(b, 0)
-    assert bt.dst.shape == (6, 72, 520) and calls[-1][0]["shape"] == (200000 + 100000 + 512 * 72 + 72,)
-    assert calls[-1][2] == (72, 520, 6, 513, 0, 72, 1, 3, 200000, 50000, 1)
+    assert bt.dst.shape == (6, 72, 576) and calls[-1][0]["shape"] == (200000 + 100000 + 512 * 72 + 72,)
+    assert calls[-1][2] == (72, 576, 6, 513, 0, 72, 1, 3, 200000, 50000, 1)
     # B = w.t() of a row-major w (72, 513): K contiguous, read through w itself, not transposed
     wt = ArrayInfo(0x3000, (513, 72), (2, 1026), 2, "bf16", 0, "torch")
     views.StagedCopy(wt, True)(wt, 0)
-    assert calls[-1][2] == (72, 520, 1, 513, 0, 513, 1, 1, 0, 0, 0)
+    assert calls[-1][2] == (72, 576, 1, 513, 0, 513, 1, 1, 0, 0, 0)
     # rows in reverse (a negative stride): from the lowest row, its first element 299 rows up
     rev = ArrayInfo(0x400000, (300, 513), (-1026, 2), 2, "bf16", 0, "cupy")
     views.StagedCopy(rev, False)(rev, 0)
     assert prepared[-1][0] is pad_copy_wide_kernel and calls[-1][0]["data"][0] == 0x400000 - 299 * 1026
-    assert calls[-1][2] == (300, 520, 1, 513, 299 * 513, -513, 1, 1, 0, 0, 0)
+    assert calls[-1][2] == (300, 576, 1, 513, 299 * 513, -513, 1, 1, 0, 0, 0)
     # a stride that is not a whole number of elements: refused
     with pytest.raises(ValueError, match="not multiples of its element size"):
         views.StagedCopy(one._replace(strides=(1027, 2)), False)
@@ -692,6 +692,30 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
     monkeypatch.setattr(views, "STAGING_KEEP_BYTES", 0)
     loose = views.StagedCopy(one, False)
     assert not loose.kept and loose(one, 0) is not loose(one, 0)
+
+
+@pytest.mark.parametrize("dtype, layout, m, n, k, staged", [
+    ("bf16", "KK", 4096, 4096, 4072, (True, True)),     # rows of 8144 bytes: 16 off the 32-byte sectors
+    ("bf16", "KK", 4096, 1024, 4072, (False, True)),    # A's N below MISALIGNED_STAGE_MIN: A read in place
+    ("bf16", "KK", 1920, 512, 8136, (False, False)),    # a product too small to pay for either copy
+    ("bf16", "KK", 4096, 4096, 4000, (False, False)),   # 8000-byte rows: 64-byte aligned, read in place
+    ("bf16", "KK", 4096, 4096, 4096, (False, False)),
+    ("bf16", "KN", 5000, 3000, 4000, (False, True)),    # N-major B of 6000-byte rows: its K-major copy
+    ("e4m3", "KK", 4096, 4096, 4112, (True, True)),     # 1-byte elements: 4112 = 16 mod 32
+    ("tf32", "KK", 4096, 4096, 4100, (True, True)),     # 4-byte elements: 16400 = 16 mod 32
+])
+def test_operands_whose_rows_lie_off_the_sectors_are_staged_where_that_pays(sms_132, dtype, layout, m, n, k,
+                                                                             staged):
+    """An operand TMA could read in place but whose rows start 16 bytes off the 32-byte sectors
+    (frontend.views.misaligned_rows) is read through its K-major staging copy (128-byte rows) where
+    the product's other dimension is at least MISALIGNED_STAGE_MIN; other operands are read in place."""
+    from nbwgmma.precompile import cpu_plan
+
+    plan = cpu_plan(dtype, layout, {}, rows=m, n=n, k=k)
+    # (a swapped plan's A is the caller's B)
+    a_path, b_path = (plan.b_path, plan.a_path) if plan.swap else (plan.a_path, plan.b_path)
+    assert (a_path[1] is None, b_path[1] is None) == staged
+    assert all(p[0] == "K" for p, s in zip((a_path, b_path), staged) if s)
 
 
 def test_padded_copy_kernels_compile_to_tiles():

@@ -82,6 +82,34 @@ def test_small_integers_exact():
     assert torch.equal(c.double(), ref) and ref.abs().sum() > 0
 
 
+@pytest.mark.parametrize("dtype, layout, m, n, k", [("bf16", "KK", 2048, 2048, 2040), ("f16", "KN", 2048, 3000, 512),
+                                                  ("e4m3", "KK", 2048, 2304, 1040)])
+def test_rows_off_the_sectors_staged_exact(dtype, layout, m, n, k):
+    """Operands TMA could read in place but whose rows lie 16 bytes off the 32-byte sectors (K of
+    2040 bf16, an N-major B of 3000 f16 beside an A read in place, K of 1040 e4m3) go through their staging copies
+    (frontend.views.misaligned_rows): exact on small integers into a poisoned out, the plan's
+    staged paths checked."""
+    from nbwgmma.frontend.matmul import forget_plans, last_plan
+
+    g = torch.Generator(device="cuda").manual_seed(11)
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "e4m3": torch.float8_e4m3fn}[dtype]
+    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).to(tdt)
+    b = torch.randint(-3, 4, (k, n), device="cuda", generator=g).to(tdt)
+    if layout == "KK":
+        b = b.t().contiguous().t()  # B [K, N] K-major: rows of k elements
+    out = torch.full((m, n), float("nan"), device="cuda")
+    forget_plans()
+    fp8 = dtype == "e4m3"
+    for _ in range(2):  # the first call's plan, then the call through the same plan
+        out.fill_(float("nan"))
+        matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if fp8 else {}))
+        ref = a.double() @ b.double()
+        assert torch.equal(out.double(), ref) and ref.abs().sum() > 0
+    plan = last_plan()
+    a_path, b_path = (plan.b_path, plan.a_path) if plan.swap else (plan.a_path, plan.b_path)
+    assert b_path[1] is None and (a_path[1] is None) == (layout == "KK")
+
+
 def test_padded_leading_dimensions_and_offset_views():
     g = torch.Generator(device="cuda").manual_seed(5)
     big = torch.randn(300, 520, device="cuda", generator=g).to(torch.bfloat16)

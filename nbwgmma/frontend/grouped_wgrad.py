@@ -45,7 +45,7 @@ def _in_place(info: ArrayInfo, inner: int, outer: int):
 
 def _copied(x, info: ArrayInfo, transpose: bool, stream, name: str):
     """A fresh [rows, cols_pad] copy of ``x`` (or ``x.T`` with ``transpose``), its rows padded
-    to 16 bytes with zeros, and its TMA view; an operand the copy cannot step (strides not whole
+    to 128 bytes with zeros, and its TMA view; an operand the copy cannot step (strides not whole
     elements) is a MatmulError naming it (``name``)."""
     try:
         params = copy_params(info, transpose)

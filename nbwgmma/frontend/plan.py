@@ -11,8 +11,10 @@ Which path runs:
   works for bf16/f16, whose wgmma reads either layout through its transpose
   bit. Anything else (fp8/tf32 MN-major operands, odd leading dimensions,
   misaligned or strided views) is first copied into a fresh K-major buffer
-  whose rows are padded to 16 bytes with zeros: the same answer for one extra
-  pass over that operand.
+  whose rows are padded to 128 bytes with zeros: the same answer for one extra
+  pass over that operand. So are operands TMA could read but whose rows lie 16 bytes off
+  the 32-byte sectors, where the product is large enough to pay for the copy
+  (:func:`.views.misaligned_rows`).
 * ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned base and row
   pitch) gets the TMA-store epilogue (a tile whose width is not a multiple of 64, as the narrow
   tiles of :func:`.tiles.pick_narrow` and the 256-row tiles of :func:`.tiles.pick_tile`, in one
@@ -51,8 +53,8 @@ from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
 from .default_tile import pick_default
-from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, tensor_map, tma_view,
-                    transposed)
+from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, misaligned_rows, nb_stream, numba_view,
+                    tensor_map, tma_view, transposed)
 
 __all__ = ["Plan", "work_units", "EPILOGUE_OPTIONS"]
 
@@ -98,8 +100,8 @@ class Plan:
             opts["bm"], opts["bn"] = (64 if m <= 64 else 128), 128
         if "bm" not in opts and "bn" not in opts:
             transposable = wgmma_kind(kind).transposable
-            pick_default(opts, given, kind, m, n, k, _operand_path(ia, False, transposable)[0],
-                         _operand_path(ib, True, transposable)[0], io, odt, tma_out, batch, c_info)
+            pick_default(opts, given, kind, m, n, k, _operand_path(ia, False, transposable, n)[0],
+                         _operand_path(ib, True, transposable, m)[0], io, odt, tma_out, batch, c_info)
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
         self.swap = bool(opts.pop("swap", 0))
@@ -153,8 +155,9 @@ class Plan:
         transposable = probe.k.transposable
         # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
         # [N, K] with its strides swapped.
-        self.a_path = _operand_path(ia, False, transposable)
-        self.b_path = _operand_path(ib, True, transposable)
+        m, n, _ = self.mnk
+        self.a_path = _operand_path(ia, False, transposable, n)
+        self.b_path = _operand_path(ib, True, transposable, m)
         if self.batch is not None:  # the batch's 3-D views; a batch TMA cannot read is staged K-major
             paths = []
             for i, (path, info) in enumerate(((self.a_path, ia), (self.b_path, ib))):
@@ -500,18 +503,20 @@ def work_units(m, n, k, bm, bn, bk, cluster=1, split=1, stream_k=False, along="M
     return TileScheduler(bm, bn, bk, cluster=cluster, split=split, along=along).units(m, n, k)
 
 
-def _operand_path(info: ArrayInfo, is_b, transposable):
-    """("K" | "MN", TMA view or None for a staging copy) of A ([M, K]) or B ([K, N])."""
+def _operand_path(info: ArrayInfo, is_b, transposable, other):
+    """("K" | "MN", TMA view or None for a staging copy) of A ([M, K]) or B ([K, N]); ``other``, the
+    product's other dimension (N for A, M for B), decides whether rows TMA reads slowly are staged
+    (:func:`~.views.misaligned_rows`)."""
     (rows, k), (s_rows, s_k) = info.shape, info.strides
     if is_b:
         (k, rows), (s_k, s_rows) = info.shape, info.strides
     v = tma_view(info, rows, k, s_rows, s_k)
     if v is not None:
-        return "K", v
+        return ("K", None) if misaligned_rows(v, info.itemsize, other) else ("K", v)
     if transposable:
         v = tma_view(info, k, rows, s_k, s_rows)
         if v is not None:
-            return "MN", v
+            return ("K", None) if misaligned_rows(v, info.itemsize, other) else ("MN", v)
     return "K", None
 
 

@@ -15,7 +15,8 @@ from .args import NP_OF
 from .arrays import ArrayInfo, host_view, numpy_dtype
 
 __all__ = ["numba_view", "tma_view", "batched_view", "padded_shape", "batch_dims", "kmajor_copy", "copy_source",
-           "copy_params", "launch_copy", "StagedCopy", "STAGING_KEEP_BYTES", "l2_promotion", "tensor_map", "transposed",
+           "copy_params", "launch_copy", "StagedCopy", "STAGING_KEEP_BYTES", "l2_promotion", "misaligned_rows",
+           "MISALIGNED_STAGE_MIN", "COPY_ROW_BYTES", "tensor_map", "transposed",
            "nb_stream", "vector_f32", "zero_fill"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
@@ -44,6 +45,27 @@ def tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride:
     return (rows, cols), (row_stride // es, 1)
 
 
+#: The least other dimension of a product (N for A, M for B) at which an operand whose rows TMA
+#: reads slowly is staged (:func:`misaligned_rows`). Rows 16 bytes off the 32-byte sectors (a row
+#: pitch of 16 modulo 32 bytes) put each 128-byte box row across five sectors: on an H100 bf16
+#: products with such K-major rows ran at 0.66-0.67x cuBLAS (8192 x 8192 x 8136, 4096 x 4096 x
+#: 4072; 1.0-1.04 with K a multiple of 64), N-major rows of 6000 bytes 26-29% slower than rows of
+#: 6144 (BENCHMARKS.md, 2026-11-28 and 2026-12-07). The staging copy moves about twice the
+#: operand's bytes at about 2.3 TB/s; from this size on that costs at most about 0.6 of the time
+#: the misaligned rows lose (and 0.3 at twice it). Rows 64 bytes off the 128-byte lines cost
+#: 0-3% at these sizes and are read in place.
+MISALIGNED_STAGE_MIN = 2048
+
+
+def misaligned_rows(view, itemsize: int, other: int) -> bool:
+    """Whether an operand TMA can read in place as ``view`` (``(rows, cols), (pitch, 1)`` in
+    elements of ``itemsize`` bytes) is better read through its K-major staging copy: more than one
+    row, rows 16 bytes off the 32-byte sectors, and the product's other dimension ``other`` at
+    least :data:`MISALIGNED_STAGE_MIN`."""
+    (rows, _), (pitch, _) = view
+    return rows > 1 and pitch * itemsize % 32 == 16 and other >= MISALIGNED_STAGE_MIN
+
+
 def batched_view(view, count: int, stride: int, itemsize: int, reads: bool = False):
     """A TMA view of one matrix extended to a batch of ``count`` of them ``stride`` bytes apart (a 3-D
     view: the matrix's dimensions inside), or None where TMA cannot use it so: the stride not a
@@ -59,12 +81,18 @@ def batched_view(view, count: int, stride: int, itemsize: int, reads: bool = Fal
     return (count, rows, cols), (stride // itemsize, pitch, one)
 
 
+#: The row pitch of the K-major staging copies, in bytes: a whole 128-byte swizzle row, so that each
+#: TMA box row of a copy lies in four 32-byte sectors (TMA needs 16; rows 16 bytes off the sectors
+#: read up to a third slower, :func:`misaligned_rows`).
+COPY_ROW_BYTES = 128
+
+
 def padded_shape(info: ArrayInfo, transpose: bool) -> tuple:
     """(rows, cols, kpad) of the K-major copy of ``info`` (or its transpose): its rows, the columns
-    it holds, and those columns padded to a multiple of 16 bytes."""
+    it holds, and those columns padded to a multiple of :data:`COPY_ROW_BYTES` bytes."""
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
     es = info.itemsize
-    return rows, cols, -(-cols * es // 16) * 16 // es
+    return rows, cols, -(-cols * es // COPY_ROW_BYTES) * COPY_ROW_BYTES // es
 
 
 def batch_dims(count: int, step) -> tuple:
@@ -75,7 +103,7 @@ def batch_dims(count: int, step) -> tuple:
 
 def kmajor_copy(x, info: ArrayInfo, transpose: bool, batch=None):
     """In the simulator (host memory: numpy copies at once where the copy kernel would take a
-    Python thread per element): a fresh [rows, Kpad] K-major copy (zero-padded to 16-byte rows) of
+    Python thread per element): a fresh [rows, Kpad] K-major copy (zero-padded to 128-byte rows) of
     ``x`` or ``x.T``; with ``batch`` = (count, the bytes from one matrix to the next, or ((d0, s0),
     (d1, s1)): two batch dimensions and their strides), ``info`` describing the first matrix, a
     [count, rows, Kpad] copy of the batch. On the GPU: :class:`StagedCopy`."""
@@ -157,8 +185,8 @@ def launch_copy(params: tuple, itemsize: int, dst, stream_handle: int):
 
 
 class StagedCopy:
-    """The K-major staging copy (zero-padded to 16-byte rows) of one operand TMA cannot read in
-    place, for one plan, stream and host thread: the buffer allocated once and rewritten by each
+    """The K-major staging copy (zero-padded to 128-byte rows) of one operand TMA cannot read in
+    place (or reads slowly: :func:`misaligned_rows`), for one plan, stream and host thread: the buffer allocated once and rewritten by each
     call (launches on a stream run in order, so a call's copy overwrites it only after the GEMM
     before has read it; one per host thread, since two threads' copy-then-GEMM pairs on one stream
     may interleave), up to :data:`STAGING_KEEP_BYTES` kept in all; the copy kernel prepared once
