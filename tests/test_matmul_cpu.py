@@ -695,20 +695,24 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype, layout, m, n, k, staged", [
-    ("bf16", "KK", 4096, 4096, 4072, (True, True)),     # rows of 8144 bytes: 16 off the 32-byte sectors
-    ("bf16", "KK", 4096, 1024, 4072, (False, True)),    # A's N below MISALIGNED_STAGE_MIN: A read in place
-    ("bf16", "KK", 1920, 512, 8136, (False, False)),    # a product too small to pay for either copy
-    ("bf16", "KK", 4096, 4096, 4000, (False, False)),   # 8000-byte rows: 64-byte aligned, read in place
+    ("bf16", "KK", 8192, 8192, 8136, (True, True)),     # rows of 16272 bytes: 16 off the 32-byte sectors
+    ("bf16", "KK", 16384, 4096, 4104, (True, True)),    # copies' share 650/4096 + 650/16384 = 0.20
+    ("bf16", "KK", 4096, 4096, 4072, (True, False)),    # 0.16 each: one copy within 0.25 (a tie: A first)
+    ("bf16", "KK", 4096, 1024, 4072, (False, True)),    # A's copy (650/1024) alone would pass 0.25
+    ("bf16", "KK", 2048, 2048, 2040, (False, False)),   # 0.32 for either copy
+    ("bf16", "KK", 1920, 512, 8136, (False, False)),
+    ("bf16", "KK", 8192, 8192, 8000, (False, False)),   # 16000-byte rows: 64-byte aligned, read in place
     ("bf16", "KK", 4096, 4096, 4096, (False, False)),
     ("bf16", "KN", 5000, 3000, 4000, (False, True)),    # N-major B of 6000-byte rows: its K-major copy
-    ("e4m3", "KK", 4096, 4096, 4112, (True, True)),     # 1-byte elements: 4112 = 16 mod 32
-    ("tf32", "KK", 4096, 4096, 4100, (True, True)),     # 4-byte elements: 16400 = 16 mod 32
+    ("e4m3", "KK", 8192, 8192, 8208, (True, True)),     # 1-byte elements: 8208 = 16 mod 32
+    ("tf32", "KK", 8192, 8192, 8196, (True, True)),     # 4-byte elements: 32784 = 16 mod 32
 ])
 def test_operands_whose_rows_lie_off_the_sectors_are_staged_where_that_pays(sms_132, dtype, layout, m, n, k,
                                                                              staged):
     """An operand TMA could read in place but whose rows start 16 bytes off the 32-byte sectors
-    (frontend.views.misaligned_rows) is read through its K-major staging copy (128-byte rows) where
-    the product's other dimension is at least MISALIGNED_STAGE_MIN; other operands are read in place."""
+    (frontend.views.misaligned_rows) is read through its K-major staging copy (128-byte rows) while
+    the copies' estimated share of the product's time stays within MAX_COPY_SHARE, the cheaper copy
+    first; other operands are read in place."""
     from nbwgmma.precompile import cpu_plan
 
     plan = cpu_plan(dtype, layout, {}, rows=m, n=n, k=k)

@@ -82,13 +82,14 @@ def test_small_integers_exact():
     assert torch.equal(c.double(), ref) and ref.abs().sum() > 0
 
 
-@pytest.mark.parametrize("dtype, layout, m, n, k", [("bf16", "KK", 2048, 2048, 2040), ("f16", "KN", 2048, 3000, 512),
-                                                  ("e4m3", "KK", 2048, 2304, 1040)])
-def test_rows_off_the_sectors_staged_exact(dtype, layout, m, n, k):
+@pytest.mark.parametrize("dtype, layout, m, n, k, staged", [("bf16", "KK", 2048, 8192, 2040, (True, False)),
+                                                          ("f16", "KN", 4096, 3000, 512, (False, True)),
+                                                          ("e4m3", "KK", 4096, 4096, 1040, (True, False))])
+def test_rows_off_the_sectors_staged_exact(dtype, layout, m, n, k, staged):
     """Operands TMA could read in place but whose rows lie 16 bytes off the 32-byte sectors (K of
-    2040 bf16, an N-major B of 3000 f16 beside an A read in place, K of 1040 e4m3) go through their staging copies
-    (frontend.views.misaligned_rows): exact on small integers into a poisoned out, the plan's
-    staged paths checked."""
+    2040 bf16, an N-major B of 3000 f16, K of 1040 e4m3) go through their staging copies where the
+    copies pay (frontend.views.misaligned_rows, MAX_COPY_SHARE), the others are read in place:
+    exact on small integers into a poisoned out, through the first call's path and the next's."""
     from nbwgmma.frontend.matmul import forget_plans, last_plan
 
     g = torch.Generator(device="cuda").manual_seed(11)
@@ -97,17 +98,17 @@ def test_rows_off_the_sectors_staged_exact(dtype, layout, m, n, k):
     b = torch.randint(-3, 4, (k, n), device="cuda", generator=g).to(tdt)
     if layout == "KK":
         b = b.t().contiguous().t()  # B [K, N] K-major: rows of k elements
-    out = torch.full((m, n), float("nan"), device="cuda")
+    out = torch.empty((m, n), device="cuda")
     forget_plans()
     fp8 = dtype == "e4m3"
+    ref = a.double() @ b.double()
     for _ in range(2):  # the first call's plan, then the call through the same plan
         out.fill_(float("nan"))
         matmul(a, b, out=out, **({"scale_a": 1.0, "scale_b": 1.0} if fp8 else {}))
-        ref = a.double() @ b.double()
         assert torch.equal(out.double(), ref) and ref.abs().sum() > 0
     plan = last_plan()
     a_path, b_path = (plan.b_path, plan.a_path) if plan.swap else (plan.a_path, plan.b_path)
-    assert b_path[1] is None and (a_path[1] is None) == (layout == "KK")
+    assert (a_path[1] is None, b_path[1] is None) == staged
 
 
 def test_padded_leading_dimensions_and_offset_views():

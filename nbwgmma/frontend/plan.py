@@ -14,7 +14,7 @@ Which path runs:
   whose rows are padded to 128 bytes with zeros: the same answer for one extra
   pass over that operand. So are operands TMA could read but whose rows lie 16 bytes off
   the 32-byte sectors, where the product is large enough to pay for the copy
-  (:func:`.views.misaligned_rows`).
+  (:func:`.views.misaligned_rows`, :data:`.views.MAX_COPY_SHARE`).
 * ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned base and row
   pitch) gets the TMA-store epilogue (a tile whose width is not a multiple of 64, as the narrow
   tiles of :func:`.tiles.pick_narrow` and the 256-row tiles of :func:`.tiles.pick_tile`, in one
@@ -53,8 +53,8 @@ from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
 from .default_tile import pick_default
-from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, misaligned_rows, nb_stream, numba_view,
-                    tensor_map, tma_view, transposed)
+from .views import (MAX_COPY_SHARE, StagedCopy, batched_view, copy_params, copy_share, kmajor_copy, misaligned_rows,
+                    nb_stream, numba_view, tensor_map, tma_view, transposed)
 
 __all__ = ["Plan", "work_units", "EPILOGUE_OPTIONS"]
 
@@ -100,8 +100,8 @@ class Plan:
             opts["bm"], opts["bn"] = (64 if m <= 64 else 128), 128
         if "bm" not in opts and "bn" not in opts:
             transposable = wgmma_kind(kind).transposable
-            pick_default(opts, given, kind, m, n, k, _operand_path(ia, False, transposable, n)[0],
-                         _operand_path(ib, True, transposable, m)[0], io, odt, tma_out, batch, c_info)
+            a_path, b_path = _operand_paths(ia, ib, transposable, m, n)
+            pick_default(opts, given, kind, m, n, k, a_path[0], b_path[0], io, odt, tma_out, batch, c_info)
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
         self.swap = bool(opts.pop("swap", 0))
@@ -156,8 +156,7 @@ class Plan:
         # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
         # [N, K] with its strides swapped.
         m, n, _ = self.mnk
-        self.a_path = _operand_path(ia, False, transposable, n)
-        self.b_path = _operand_path(ib, True, transposable, m)
+        self.a_path, self.b_path = _operand_paths(ia, ib, transposable, m, n)
         if self.batch is not None:  # the batch's 3-D views; a batch TMA cannot read is staged K-major
             paths = []
             for i, (path, info) in enumerate(((self.a_path, ia), (self.b_path, ib))):
@@ -503,21 +502,35 @@ def work_units(m, n, k, bm, bn, bk, cluster=1, split=1, stream_k=False, along="M
     return TileScheduler(bm, bn, bk, cluster=cluster, split=split, along=along).units(m, n, k)
 
 
-def _operand_path(info: ArrayInfo, is_b, transposable, other):
-    """("K" | "MN", TMA view or None for a staging copy) of A ([M, K]) or B ([K, N]); ``other``, the
-    product's other dimension (N for A, M for B), decides whether rows TMA reads slowly are staged
-    (:func:`~.views.misaligned_rows`)."""
+def _operand_path(info: ArrayInfo, is_b, transposable):
+    """("K" | "MN", TMA view or None for a staging copy) of A ([M, K]) or B ([K, N])."""
     (rows, k), (s_rows, s_k) = info.shape, info.strides
     if is_b:
         (k, rows), (s_k, s_rows) = info.shape, info.strides
     v = tma_view(info, rows, k, s_rows, s_k)
     if v is not None:
-        return ("K", None) if misaligned_rows(v, info.itemsize, other) else ("K", v)
+        return "K", v
     if transposable:
         v = tma_view(info, k, rows, s_k, s_rows)
         if v is not None:
-            return ("K", None) if misaligned_rows(v, info.itemsize, other) else ("MN", v)
+            return "MN", v
     return "K", None
+
+
+def _operand_paths(ia: ArrayInfo, ib: ArrayInfo, transposable, m, n) -> list:
+    """[A's path, B's path] (:func:`_operand_path`), where operands whose rows TMA reads slowly
+    (:func:`~.views.misaligned_rows`) are staged instead, the cheaper copy first (the larger other
+    dimension: N for A, M for B), while the copies' estimated share of the product's time
+    (:func:`~.views.copy_share`) stays within :data:`~.views.MAX_COPY_SHARE`."""
+    paths = [_operand_path(ia, False, transposable), _operand_path(ib, True, transposable)]
+    others, share = (n, m), 0.0
+    for i in sorted((0, 1), key=lambda i: -others[i]):
+        view = paths[i][1]
+        if view is not None and misaligned_rows(view, (ia, ib)[i].itemsize) \
+                and share + copy_share(others[i]) <= MAX_COPY_SHARE:
+            paths[i] = ("K", None)
+            share += copy_share(others[i])
+    return paths
 
 
 _TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")  # maps of A, B, C; m, n, k; alpha

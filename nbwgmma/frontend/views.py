@@ -16,7 +16,7 @@ from .arrays import ArrayInfo, host_view, numpy_dtype
 
 __all__ = ["numba_view", "tma_view", "batched_view", "padded_shape", "batch_dims", "kmajor_copy", "copy_source",
            "copy_params", "launch_copy", "StagedCopy", "STAGING_KEEP_BYTES", "l2_promotion", "misaligned_rows",
-           "MISALIGNED_STAGE_MIN", "COPY_ROW_BYTES", "tensor_map", "transposed",
+           "copy_share", "MAX_COPY_SHARE", "COPY_SHARE_SCALE", "COPY_ROW_BYTES", "tensor_map", "transposed",
            "nb_stream", "vector_f32", "zero_fill"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
@@ -45,25 +45,37 @@ def tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride:
     return (rows, cols), (row_stride // es, 1)
 
 
-#: The least other dimension of a product (N for A, M for B) at which an operand whose rows TMA
-#: reads slowly is staged (:func:`misaligned_rows`). Rows 16 bytes off the 32-byte sectors (a row
-#: pitch of 16 modulo 32 bytes) put each 128-byte box row across five sectors: on an H100 bf16
-#: products with such K-major rows ran at 0.66-0.67x cuBLAS (8192 x 8192 x 8136, 4096 x 4096 x
-#: 4072; 1.0-1.04 with K a multiple of 64), N-major rows of 6000 bytes 26-29% slower than rows of
-#: 6144 (BENCHMARKS.md, 2026-11-28 and 2026-12-07). The staging copy moves about twice the
-#: operand's bytes at about 2.3 TB/s; from this size on that costs at most about 0.6 of the time
-#: the misaligned rows lose (and 0.3 at twice it). Rows 64 bytes off the 128-byte lines cost
-#: 0-3% at these sizes and are read in place.
-MISALIGNED_STAGE_MIN = 2048
+#: The staging copies' share of a product's time (:func:`copy_share`) that operands whose rows TMA
+#: reads slowly (:func:`misaligned_rows`) may cost in all. Rows 16 bytes off the 32-byte sectors (a
+#: row pitch of 16 modulo 32 bytes) put each 128-byte box row across five sectors: on an H100 such
+#: products ran at 0.65-0.78x cuBLAS read in place (bf16 8192 x 8192 x 8136, 4096 x 4096 x 4072,
+#: 16384 x 4096 x 4104; e4m3 8192 x 8192 x 8208; tf32 4096 x 4096 x 4100; 0.99-1.04 with K a multiple
+#: of 64) and 1.05-1.33x faster through the copies where they took up to 0.21 of it; bf16 2048 x
+#: 2048 x 2040 (0.32) ran 0.75x and e4m3 4096 x 4096 x 4112 (both copies, 0.32) 0.88x as fast staged
+#: (BENCHMARKS.md, 2026-11-28 and 2026-12-07). Rows 64 bytes off the 128-byte lines cost 0-3% at
+#: these sizes and are read in place.
+MAX_COPY_SHARE = 0.25
+#: :func:`copy_share`'s constant: a staging copy moves twice the operand's bytes at about 2 TB/s,
+#: while the tensor cores take about 650 x 10^12 operand bytes a second per product column (the
+#: bytes and the rate scale alike with the element size), so a copy costs about this over the
+#: product's other dimension of its time.
+COPY_SHARE_SCALE = 650
 
 
-def misaligned_rows(view, itemsize: int, other: int) -> bool:
+def misaligned_rows(view, itemsize: int) -> bool:
     """Whether an operand TMA can read in place as ``view`` (``(rows, cols), (pitch, 1)`` in
-    elements of ``itemsize`` bytes) is better read through its K-major staging copy: more than one
-    row, rows 16 bytes off the 32-byte sectors, and the product's other dimension ``other`` at
-    least :data:`MISALIGNED_STAGE_MIN`."""
+    elements of ``itemsize`` bytes) has more than one row and rows 16 bytes off the 32-byte
+    sectors (such operands are read through their staging copies where that pays:
+    :data:`MAX_COPY_SHARE`)."""
     (rows, _), (pitch, _) = view
-    return rows > 1 and pitch * itemsize % 32 == 16 and other >= MISALIGNED_STAGE_MIN
+    return rows > 1 and pitch * itemsize % 32 == 16
+
+
+def copy_share(other: int) -> float:
+    """The estimated share of a product's time that the staging copy of one operand costs,
+    ``other`` being the product's other dimension (N for A, M for B): :data:`COPY_SHARE_SCALE` /
+    ``other``."""
+    return COPY_SHARE_SCALE / max(other, 1)
 
 
 def batched_view(view, count: int, stride: int, itemsize: int, reads: bool = False):
@@ -83,7 +95,7 @@ def batched_view(view, count: int, stride: int, itemsize: int, reads: bool = Fal
 
 #: The row pitch of the K-major staging copies, in bytes: a whole 128-byte swizzle row, so that each
 #: TMA box row of a copy lies in four 32-byte sectors (TMA needs 16; rows 16 bytes off the sectors
-#: read up to a third slower, :func:`misaligned_rows`).
+#: read up to a third slower: :func:`misaligned_rows`).
 COPY_ROW_BYTES = 128
 
 
