@@ -519,17 +519,15 @@ def _operand_path(info: ArrayInfo, is_b, transposable):
 
 def _operand_paths(ia: ArrayInfo, ib: ArrayInfo, transposable, m, n) -> list:
     """[A's path, B's path] (:func:`_operand_path`), where operands whose rows TMA reads slowly
-    (:func:`~.views.misaligned_rows`) are staged instead, the cheaper copy first (the larger other
-    dimension: N for A, M for B), while the copies' estimated share of the product's time
-    (:func:`~.views.copy_share`) stays within :data:`~.views.MAX_COPY_SHARE`."""
+    (:func:`~.views.misaligned_rows`) are staged instead: those whose copy's estimated share of the
+    product's time (:func:`~.views.copy_share` of the other dimension: N for A, M for B) is within
+    :data:`~.views.MAX_COPY_SHARE`, where their shares together are too; else none."""
     paths = [_operand_path(ia, False, transposable), _operand_path(ib, True, transposable)]
-    others, share = (n, m), 0.0
-    for i in sorted((0, 1), key=lambda i: -others[i]):
-        view = paths[i][1]
-        if view is not None and misaligned_rows(view, (ia, ib)[i].itemsize) \
-                and share + copy_share(others[i]) <= MAX_COPY_SHARE:
+    shares = {i: copy_share(other) for i, (p, info, other) in enumerate(zip(paths, (ia, ib), (n, m)))
+              if p[1] is not None and misaligned_rows(p[1], info.itemsize) and copy_share(other) <= MAX_COPY_SHARE}
+    if sum(shares.values()) <= MAX_COPY_SHARE:
+        for i in shares:
             paths[i] = ("K", None)
-            share += copy_share(others[i])
     return paths
 
 

@@ -46,14 +46,15 @@ def tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride:
 
 
 #: The staging copies' share of a product's time (:func:`copy_share`) that operands whose rows TMA
-#: reads slowly (:func:`misaligned_rows`) may cost in all. Rows 16 bytes off the 32-byte sectors (a
-#: row pitch of 16 modulo 32 bytes) put each 128-byte box row across five sectors: on an H100 such
-#: products ran at 0.65-0.78x cuBLAS read in place (bf16 8192 x 8192 x 8136, 4096 x 4096 x 4072,
-#: 16384 x 4096 x 4104; e4m3 8192 x 8192 x 8208; tf32 4096 x 4096 x 4100; 0.99-1.04 with K a multiple
-#: of 64) and 1.05-1.33x faster through the copies where they took up to 0.21 of it; bf16 2048 x
-#: 2048 x 2040 (0.32) ran 0.75x and e4m3 4096 x 4096 x 4112 (both copies, 0.32) 0.88x as fast staged
-#: (BENCHMARKS.md, 2026-11-28 and 2026-12-07). Rows 64 bytes off the 128-byte lines cost 0-3% at
-#: these sizes and are read in place.
+#: reads slowly (:func:`misaligned_rows`) may cost, each and together. Rows 16 bytes off the 32-byte
+#: sectors (a row pitch of 16 modulo 32 bytes) put each 128-byte box row across five sectors: on an
+#: H100 such products ran at 0.65-0.78x cuBLAS read in place (bf16 8192 x 8192 x 8136, 4096 x 4096 x
+#: 4072, 16384 x 4096 x 4104; e4m3 8192 x 8192 x 8208; tf32 4096 x 4096 x 4100; 0.99-1.04 with K a
+#: multiple of 64), and 1.05-1.33x as fast through the copies where those came to 0.13-0.21 (B's
+#: copy alone at 4096 x 1024 x 4072, 0.16: 1.15x); at 0.32 bf16 and tf32 4096^3-sized products
+#: still gained (1.12x, 1.21x) but e4m3 4096 x 4096 x 4112 lost (0.88x), and bf16 2048 x 2048 x 2040
+#: (0.64) lost (0.75x) (BENCHMARKS.md, 2026-11-28 and 2026-12-07). Rows 64 bytes off the 128-byte
+#: lines cost 0-3% at these sizes and are read in place.
 MAX_COPY_SHARE = 0.25
 #: :func:`copy_share`'s constant: a staging copy moves twice the operand's bytes at about 2 TB/s,
 #: while the tensor cores take about 650 x 10^12 operand bytes a second per product column (the
