@@ -20,6 +20,7 @@ import threading
 import numpy as np
 
 from . import cudriver
+from .bounds import launch_bounds
 from .capture import is_capturing, relaxed
 from .errors import KernelStoppedError, LaunchError, is_int, roles_unfilled
 from .fastlaunch import (LaunchCache, Mismatch, arg_kind, array_arg_types, array_arg_values, reader, slots_of,
@@ -159,10 +160,8 @@ def _compiled(kernel, args, smem):
 
 
 def _bound_threads(kernel) -> int | None:
-    """The threads of ``kernel``'s launch bounds (``@cuda.jit(launch_bounds=(384, 1))``: 384),
-    or None where it declares none (a dispatcher keeps them in its target options)."""
-    bounds = getattr(kernel, "launch_bounds", None) or getattr(kernel, "targetoptions", {}).get("launch_bounds")
-    return int(bounds if is_int(bounds) else bounds[0]) if bounds else None
+    """The threads of ``kernel``'s launch bounds (:func:`~.bounds.launch_bounds`), or None without."""
+    return (launch_bounds(kernel) or (None,))[0]
 
 
 def _check_roles(kernel, kern, block):

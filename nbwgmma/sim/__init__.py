@@ -207,6 +207,7 @@ import sys
 
 import numpy as np
 
+from ..bounds import launch_bounds
 from . import arith, barriers, collective, sync, wgmma  # noqa: F401  importing them registers their implementations
 from .copy import register_tensor_map
 from .core import Cluster, SimError, SimHazard, SimStopped, SimThread, enabled, kernel_line
@@ -372,14 +373,6 @@ def _kernel_arg(a):
     return a
 
 
-def _launch_bounds(kernel):
-    """(threads, blocks) of a kernel's launch bounds, or None without bounds."""
-    bounds = getattr(kernel, "launch_bounds", None)
-    if not bounds:
-        return None
-    return (bounds, 1) if isinstance(bounds, int) else (bounds[0], bounds[1] if len(bounds) > 1 else 1)
-
-
 def _launch_registers(bounds):
     """The most registers per thread launch bounds ``(threads, blocks)`` allow (168 for 384
     threads), or None without bounds: what a ``setmaxnreg`` increase past it starts from (sim.barriers)."""
@@ -405,7 +398,7 @@ def run(kernel, grid, block, args, smem=0, cluster=None, smem_limit=None):
     mod = _module_class()(grid, block, 0)
     kargs = [_kernel_arg(a) for a in args]
     nthreads = int(np.prod(block))
-    bounds = _launch_bounds(kernel)
+    bounds = launch_bounds(kernel)
     regs = _launch_registers(bounds)
     clustered = cluster is not None
     cluster = tuple(cluster) if clustered else (1, 1, 1)
