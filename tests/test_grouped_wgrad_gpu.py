@@ -54,7 +54,7 @@ def test_weight_gradient_layout_matches_per_group_products(sizes, m, n, dtype):
 
 def test_copied_layouts():
     """A row-major (M, total) and B K-contiguous (x^T's transpose) are copied into the kernel's
-    layouts; M and N that are not multiples of 8 (rows padded to 16 bytes in the copies, out's
+    layouts; M and N that are not multiples of 8 (rows padded to 128 bytes in the copies, out's
     rows padded like torch._grouped_mm's)."""
     sizes, m, n = [200, 0, 77, 130], 100, 90
     dtype = torch.bfloat16

@@ -705,14 +705,19 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
     ("bf16", "KK", 4096, 4096, 4096, (False, False)),
     ("bf16", "KN", 5000, 3000, 4000, (False, True)),    # N-major B of 6000-byte rows: its K-major copy
     ("e4m3", "KK", 8192, 8192, 8208, (True, True)),     # 1-byte elements: 8208 = 16 mod 32
-    ("tf32", "KK", 8192, 8192, 8196, (True, True)),     # 4-byte elements: 32784 = 16 mod 32
+    ("tf32", "KK", 4096, 16384, 4100, (True, True)),    # 4-byte elements: 16400 = 16 mod 32
+    ("tf32", "KK", 8192, 8192, 8196, (False, False)),   # copies of 539 MB together: past half the kept bytes
+    ("bf16", "KK", 8192, 8192, 8, (False, False)),      # rows of 16 bytes: shorter than a box row
+    ("bf16", "KN", 8192, 40, 8192, (False, False)),     # N-major B of 80-byte rows: the same
+    ("bf16", "KK", 16384, 16384, 16392, (False, False)),  # copies of 1 GiB together: the same
 ])
-def test_operands_whose_rows_lie_off_the_sectors_are_staged_where_that_pays(sms_132, dtype, layout, m, n, k,
-                                                                             staged):
+def test_operands_whose_rows_lie_off_the_sectors_are_staged_where_that_pays(sms_132, monkeypatch, dtype, layout, m,
+                                                                             n, k, staged):
     """An operand TMA could read in place but whose rows start 16 bytes off the 32-byte sectors
-    (frontend.views.misaligned_rows) is read through its K-major staging copy (128-byte rows) while
-    the copies' estimated share of the product's time stays within MAX_COPY_SHARE, the cheaper copy
-    first; other operands are read in place."""
+    (frontend.views.misaligned_rows) is read through its K-major staging copy (128-byte rows) where
+    its copy's estimated share of the product's time is within MAX_COPY_SHARE and the shares of all
+    such copies are too, and their bytes within half of STAGING_KEEP_BYTES (else none); other
+    operands are read in place. MAX_COPY_SHARE = 0 turns it off."""
     from nbwgmma.precompile import cpu_plan
 
     plan = cpu_plan(dtype, layout, {}, rows=m, n=n, k=k)
@@ -720,6 +725,12 @@ def test_operands_whose_rows_lie_off_the_sectors_are_staged_where_that_pays(sms_
     a_path, b_path = (plan.b_path, plan.a_path) if plan.swap else (plan.a_path, plan.b_path)
     assert (a_path[1] is None, b_path[1] is None) == staged
     assert all(p[0] == "K" for p, s in zip((a_path, b_path), staged) if s)
+    if any(staged):
+        from nbwgmma.frontend import views
+
+        monkeypatch.setattr(views, "MAX_COPY_SHARE", 0)
+        plan = cpu_plan(dtype, layout, {}, rows=m, n=n, k=k)
+        assert plan.a_path[1] is not None and plan.b_path[1] is not None
 
 
 def test_padded_copy_kernels_compile_to_tiles():

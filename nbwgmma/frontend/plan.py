@@ -14,7 +14,7 @@ Which path runs:
   whose rows are padded to 128 bytes with zeros: the same answer for one extra
   pass over that operand. So are operands TMA could read but whose rows lie 16 bytes off
   the 32-byte sectors, where the product is large enough to pay for the copy
-  (:func:`.views.misaligned_rows`, :data:`.views.MAX_COPY_SHARE`).
+  (:func:`.views.staged_for_speed`).
 * ``out``: a bf16/f16 ``out`` that TMA can write (row-major, 16-byte aligned base and row
   pitch) gets the TMA-store epilogue (a tile whose width is not a multiple of 64, as the narrow
   tiles of :func:`.tiles.pick_narrow` and the 256-row tiles of :func:`.tiles.pick_tile`, in one
@@ -53,8 +53,8 @@ from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
 from .default_tile import pick_default
-from .views import (MAX_COPY_SHARE, StagedCopy, batched_view, copy_params, copy_share, kmajor_copy, misaligned_rows,
-                    nb_stream, numba_view, tensor_map, tma_view, transposed)
+from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, staged_for_speed,
+                    tensor_map, tma_view, transposed)
 
 __all__ = ["Plan", "work_units", "EPILOGUE_OPTIONS"]
 
@@ -138,7 +138,7 @@ class Plan:
         self.odt = odt
         self.launcher = None  # a PreparedLaunch of the kernel after the first call
         self.workspaces = {}  # split-K: stream (args.stream_key) -> (f32 partial tiles, int32 tile counters)
-        self._staged = {}  # (operand, stream, thread) -> [StagedCopy, its tensor map]: operands TMA cannot read
+        self._staged = {}  # (operand, stream, thread) -> [StagedCopy, its tensor map]: operands read through copies
         self._operands = (ia, ib)  # A and B as the kernel reads them (the first call's; again() staging others)
         # TMA boxes: K-major [rows, BK] (the shared operand: this CTA's share of the tile's rows),
         # MN-major [BK, 64]; the kit's Cooperative loads them (GemmConfig.loads)
@@ -373,7 +373,7 @@ class Plan:
 
     def again(self, a, pa, b, pb, out, io, stream_handle, alpha=1.0, bias=None):
         """A repeat of the plan's first call with new pointers, operands of the same shapes and
-        strides (``bias`` as :meth:`__call__` takes it); an operand TMA cannot read is staged again."""
+        strides (``bias`` as :meth:`__call__` takes it); an operand read through a copy is staged again."""
         calling(stream_handle)
         if self.swap:
             a, pa, b, pb, io = b, pb, a, pa, transposed(io)
@@ -518,16 +518,12 @@ def _operand_path(info: ArrayInfo, is_b, transposable):
 
 
 def _operand_paths(ia: ArrayInfo, ib: ArrayInfo, transposable, m, n) -> list:
-    """[A's path, B's path] (:func:`_operand_path`), where operands whose rows TMA reads slowly
-    (:func:`~.views.misaligned_rows`) are staged instead: those whose copy's estimated share of the
-    product's time (:func:`~.views.copy_share` of the other dimension: N for A, M for B) is within
-    :data:`~.views.MAX_COPY_SHARE`, where their shares together are too; else none."""
+    """[A's path, B's path] (:func:`_operand_path`), where operands whose rows TMA reads slowly are
+    staged instead where the copies pay (:func:`~.views.staged_for_speed`; the other dimension of
+    A is N, of B M)."""
     paths = [_operand_path(ia, False, transposable), _operand_path(ib, True, transposable)]
-    shares = {i: copy_share(other) for i, (p, info, other) in enumerate(zip(paths, (ia, ib), (n, m)))
-              if p[1] is not None and misaligned_rows(p[1], info.itemsize) and copy_share(other) <= MAX_COPY_SHARE}
-    if sum(shares.values()) <= MAX_COPY_SHARE:
-        for i in shares:
-            paths[i] = ("K", None)
+    for i in staged_for_speed([(p[1], info.itemsize, other) for p, info, other in zip(paths, (ia, ib), (n, m))]):
+        paths[i] = ("K", None)
     return paths
 
 

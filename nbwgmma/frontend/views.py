@@ -16,7 +16,7 @@ from .arrays import ArrayInfo, host_view, numpy_dtype
 
 __all__ = ["numba_view", "tma_view", "batched_view", "padded_shape", "batch_dims", "kmajor_copy", "copy_source",
            "copy_params", "launch_copy", "StagedCopy", "STAGING_KEEP_BYTES", "l2_promotion", "misaligned_rows",
-           "copy_share", "MAX_COPY_SHARE", "COPY_SHARE_SCALE", "COPY_ROW_BYTES", "tensor_map", "transposed",
+           "copy_share", "staged_for_speed", "MAX_COPY_SHARE", "COPY_SHARE_SCALE", "COPY_ROW_BYTES", "tensor_map", "transposed",
            "nb_stream", "vector_f32", "zero_fill"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
@@ -65,11 +65,11 @@ COPY_SHARE_SCALE = 650
 
 def misaligned_rows(view, itemsize: int) -> bool:
     """Whether an operand TMA can read in place as ``view`` (``(rows, cols), (pitch, 1)`` in
-    elements of ``itemsize`` bytes) has more than one row and rows 16 bytes off the 32-byte
-    sectors (such operands are read through their staging copies where that pays:
-    :data:`MAX_COPY_SHARE`)."""
-    (rows, _), (pitch, _) = view
-    return rows > 1 and pitch * itemsize % 32 == 16
+    elements of ``itemsize`` bytes) has more than one row, rows longer than one 128-byte box row
+    (shorter ones are read whole anyway) and rows 16 bytes off the 32-byte sectors (such operands
+    are read through their staging copies where that pays: :func:`staged_for_speed`)."""
+    (rows, cols), (pitch, _) = view
+    return rows > 1 and cols * itemsize > COPY_ROW_BYTES and pitch * itemsize % 32 == 16
 
 
 def copy_share(other: int) -> float:
@@ -77,6 +77,23 @@ def copy_share(other: int) -> float:
     ``other`` being the product's other dimension (N for A, M for B): :data:`COPY_SHARE_SCALE` /
     ``other``."""
     return COPY_SHARE_SCALE / max(other, 1)
+
+
+def staged_for_speed(operands) -> set:
+    """The indices of ``operands`` (``(view or None, itemsize, other dimension)`` each: A's and B's
+    paths) to read through their staging copies although TMA could read them in place: those with
+    :func:`misaligned_rows` whose :func:`copy_share` is within :data:`MAX_COPY_SHARE`, where the shares
+    of all of them are too and their copies (rows padded to :data:`COPY_ROW_BYTES`) come to at most half of
+    :data:`STAGING_KEEP_BYTES` (a larger copy would be allocated afresh at each call); else none. The
+    module's values are read at each call (set ``MAX_COPY_SHARE`` to 0 to read every such operand in place)."""
+    picked, share, nbytes = set(), 0.0, 0
+    for i, (view, itemsize, other) in enumerate(operands):
+        if view is not None and misaligned_rows(view, itemsize) and copy_share(other) <= MAX_COPY_SHARE:
+            (rows, cols), _ = view
+            picked.add(i)
+            share += copy_share(other)
+            nbytes += rows * (-(-cols * itemsize // COPY_ROW_BYTES) * COPY_ROW_BYTES)
+    return picked if share <= MAX_COPY_SHARE and nbytes <= STAGING_KEEP_BYTES // 2 else set()
 
 
 def batched_view(view, count: int, stride: int, itemsize: int, reads: bool = False):
