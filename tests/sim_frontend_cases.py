@@ -85,6 +85,27 @@ def test_ragged_sizes_small_integers_exact(t, tb, a_k, b_k, odt):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("t, k, a_k, b_k, staged", [
+    ("bf16", 72, True, True, (True, True)),     # rows of 144 bytes: 16 off the 32-byte sectors
+    ("bf16", 64, True, False, (False, True)),   # A read in place; B N-major, rows of 136 x 2 = 272 bytes
+    ("e4m3", 144, True, True, (True, True)),    # fp8 rows of 144 bytes
+], ids=["bf16-KK", "bf16-KN", "e4m3-KK"])
+def test_rows_off_the_sectors_read_through_staging_copies(monkeypatch, t, k, a_k, b_k, staged):
+    """Operands TMA could read in place but whose rows lie 16 bytes off the 32-byte sectors, staged
+    (frontend.views.staged_for_speed; its share scale lowered so that a small product pays for the
+    copies): the staged paths taken, the copies' 128-byte rows read exactly."""
+    from nbwgmma.frontend import views
+    from nbwgmma.frontend.matmul import forget_plans, last_plan
+
+    monkeypatch.setattr(views, "COPY_SHARE_SCALE", 1)
+    forget_plans()
+    got, want = run(t, 100, k, 136, a_k, b_k, odt="f32", hi=1)
+    np.testing.assert_array_equal(got, want)
+    plan = last_plan()
+    a_path, b_path = (plan.b_path, plan.a_path) if plan.swap else (plan.a_path, plan.b_path)
+    assert (a_path[1] is None, b_path[1] is None) == staged
+
+
 @pytest.mark.parametrize("cfg", [{"bm": 64, "bn": 64}, {"cluster": 2}, {"split": 2, "bm": 64, "bn": 64}, "auto",
                                  {"bm": 128, "bn": 96, "epilogue": "direct", "stages": 8},
                                  {"cluster": 2, "multicast": "A"}],
