@@ -733,6 +733,24 @@ def test_operands_whose_rows_lie_off_the_sectors_are_staged_where_that_pays(sms_
         assert plan.a_path[1] is not None and plan.b_path[1] is not None
 
 
+@pytest.mark.parametrize("count, broadcast_b, staged", [(1, False, True), (2, False, True), (4, False, False),
+                                                     (4, True, True)])
+def test_a_batchs_copies_count_every_matrix(sms_132, count, broadcast_b, staged):
+    """A batch of bf16 4096 x 16384 x 4104 products (rows 16 bytes off the sectors; the copies' share
+    0.20) stages its operands while the copies of every matrix come to at most half of
+    STAGING_KEEP_BYTES (A 34 MB and B 136 MB a product; a B broadcast to every product copied once)."""
+    from nbwgmma.frontend.arrays import ArrayInfo
+    from nbwgmma.frontend.plan import Plan
+
+    m, n, k = 4096, 16384, 4104
+    ia = ArrayInfo(1 << 40, (m, k), (k * 2, 2), 2, "bf16", 0, "numba")
+    ib = ArrayInfo(2 << 40, (k, n), (2, k * 2), 2, "bf16", 0, "numba")  # K-major B
+    io = ArrayInfo(3 << 40, (m, n), (n * 2, 2), 2, "bf16", 0, "numba")
+    batch = (count, m * k * 2 + 64, 0 if broadcast_b else n * k * 2 + 64, m * n * 2)
+    plan = Plan("f32.bf16.bf16", "bf16", ia, ib, io, {}, False, batch=batch)
+    assert (plan.a_path[1] is None, plan.b_path[1] is None) == (staged, staged)
+
+
 def test_padded_copy_kernels_compile_to_tiles():
     """The staging copies' kernels (64 x 64 tiles, a transposed source through shared memory)
     compile for sm_90a with no spills and at most 64 registers (4 blocks of 256 threads an SM):

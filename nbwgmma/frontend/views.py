@@ -80,19 +80,20 @@ def copy_share(other: int) -> float:
 
 
 def staged_for_speed(operands) -> set:
-    """The indices of ``operands`` (``(view or None, itemsize, other dimension)`` each: A's and B's
-    paths) to read through their staging copies although TMA could read them in place: those with
+    """The indices of ``operands`` (``(view or None, itemsize, other dimension, matrices)`` each: A's
+    and B's paths, a batch's count of each) to read through their staging copies although TMA could
+    read them in place: those with
     :func:`misaligned_rows` whose :func:`copy_share` is within :data:`MAX_COPY_SHARE`, where the shares
     of all of them are too and their copies (rows padded to :data:`COPY_ROW_BYTES`) come to at most half of
     :data:`STAGING_KEEP_BYTES` (a larger copy would be allocated afresh at each call); else none. The
     module's values are read at each call (set ``MAX_COPY_SHARE`` to 0 to read every such operand in place)."""
     picked, share, nbytes = set(), 0.0, 0
-    for i, (view, itemsize, other) in enumerate(operands):
+    for i, (view, itemsize, other, count) in enumerate(operands):
         if view is not None and misaligned_rows(view, itemsize) and copy_share(other) <= MAX_COPY_SHARE:
             (rows, cols), _ = view
             picked.add(i)
             share += copy_share(other)
-            nbytes += rows * (-(-cols * itemsize // COPY_ROW_BYTES) * COPY_ROW_BYTES)
+            nbytes += count * rows * (-(-cols * itemsize // COPY_ROW_BYTES) * COPY_ROW_BYTES)
     return picked if share <= MAX_COPY_SHARE and nbytes <= STAGING_KEEP_BYTES // 2 else set()
 
 
