@@ -18,8 +18,8 @@ fused example (``examples/gemm_5_fused_epilogue.py``), beside both plain product
 ``--configs``: the dense product alone, the default path and each ``config`` given beside cuBLAS
 (the energy each tile or cluster costs a product).
 """
-import json
 import argparse
+import json
 import subprocess
 import time
 

@@ -159,15 +159,10 @@ def _compiled(kernel, args, smem):
     return kern, cufunc
 
 
-def _bound_threads(kernel) -> int | None:
-    """The threads of ``kernel``'s launch bounds (:func:`~.bounds.launch_bounds`), or None without."""
-    return (launch_bounds(kernel) or (None,))[0]
-
-
 def _check_roles(kernel, kern, block):
     """Refuse a block below the launch bounds of a kernel compiled (``kern``) with ``setmaxnreg``:
     see :func:`roles_unfilled`. Costs nothing where the block fills the bounds."""
-    bound, nthreads = _bound_threads(kern) or _bound_threads(kernel), math.prod(block)
+    bound, nthreads = (launch_bounds(kern) or launch_bounds(kernel) or (None,))[0], math.prod(block)
     if bound is None or nthreads >= bound or "setmaxnreg" not in kern.inspect_llvm():
         return
     raise LaunchError(roles_unfilled(getattr(kernel.py_func, "__qualname__", "the kernel"), nthreads, bound))
@@ -383,7 +378,7 @@ def launch(kernel, grid, block, args, *, stream=0, smem: int = 0, cluster=None, 
         # static shared memory (a few mbarriers in nbwgmma's kernels) is known only as the
         # kernel allocates it: sim.run checks it then; the launch bounds are those the kernel
         # was declared with.
-        max_threads = _bound_threads(kernel) or 0
+        max_threads = (launch_bounds(kernel) or (0,))[0]
         smem, cluster = _check_request(grid, block, smem, 0, max_threads, cluster, kernel)
         sim.run(kernel, grid, block, args, smem=smem, cluster=cluster,
                 smem_limit=device_limits()["max_smem_optin"])

@@ -100,8 +100,7 @@ class Plan:
             opts["bm"], opts["bn"] = (64 if m <= 64 else 128), 128
         if "bm" not in opts and "bn" not in opts:
             transposable = wgmma_kind(kind).transposable
-            counts = (1, 1) if batch is None else tuple(1 if st == 0 else batch[0] for st in batch[1:3])
-            a_path, b_path = _operand_paths(ia, ib, transposable, m, n, counts)
+            a_path, b_path = _operand_paths(ia, ib, transposable, m, n, batch)
             pick_default(opts, given, kind, m, n, k, a_path[0], b_path[0], io, odt, tma_out, batch, c_info)
         # swap: the kernel computes C^T = B^T A^T (B's columns fill the wgmma's 64-row blocks,
         # A's few rows its N): every call swaps its operands and transposes its output view.
@@ -157,8 +156,7 @@ class Plan:
         # f32 operands are read by the tensor cores as tf32. A is [M, K]; B is [K, N], seen as
         # [N, K] with its strides swapped.
         m, n, _ = self.mnk
-        counts = (1, 1) if self.batch is None else (self._depth(0)[0], self._depth(1)[0])
-        self.a_path, self.b_path = _operand_paths(ia, ib, transposable, m, n, counts)
+        self.a_path, self.b_path = _operand_paths(ia, ib, transposable, m, n, self.batch)
         if self.batch is not None:  # the batch's 3-D views; a batch TMA cannot read is staged K-major
             paths = []
             for i, (path, info) in enumerate(((self.a_path, ia), (self.b_path, ib))):
@@ -519,11 +517,13 @@ def _operand_path(info: ArrayInfo, is_b, transposable):
     return "K", None
 
 
-def _operand_paths(ia: ArrayInfo, ib: ArrayInfo, transposable, m, n, counts=(1, 1)) -> list:
+def _operand_paths(ia: ArrayInfo, ib: ArrayInfo, transposable, m, n, batch=None) -> list:
     """[A's path, B's path] (:func:`_operand_path`), where operands whose rows TMA reads slowly are
     staged instead where the copies pay (:func:`~.views.staged_for_speed`; the other dimension of
-    A is N, of B M; ``counts``: the matrices of each in a batch)."""
+    A is N, of B M; a ``batch`` as :class:`Plan` takes it counts each operand's matrices, one where
+    it is broadcast)."""
     paths = [_operand_path(ia, False, transposable), _operand_path(ib, True, transposable)]
+    counts = (1, 1) if batch is None else tuple(1 if st == 0 else batch[0] for st in batch[1:3])
     for i in staged_for_speed([(p[1], info.itemsize, other, count)
                                for p, info, other, count in zip(paths, (ia, ib), (n, m), counts)]):
         paths[i] = ("K", None)

@@ -14,10 +14,10 @@ from ..capture import hold
 from .args import NP_OF
 from .arrays import ArrayInfo, host_view, numpy_dtype
 
-__all__ = ["numba_view", "tma_view", "batched_view", "padded_shape", "batch_dims", "kmajor_copy", "copy_source",
-           "copy_params", "launch_copy", "StagedCopy", "STAGING_KEEP_BYTES", "l2_promotion", "misaligned_rows",
-           "copy_share", "staged_for_speed", "MAX_COPY_SHARE", "COPY_SHARE_SCALE", "COPY_ROW_BYTES", "tensor_map", "transposed",
-           "nb_stream", "vector_f32", "zero_fill"]
+__all__ = ["numba_view", "tma_view", "batched_view", "padded_cols", "padded_shape", "batch_dims", "kmajor_copy",
+           "copy_source", "copy_params", "launch_copy", "StagedCopy", "STAGING_KEEP_BYTES", "l2_promotion",
+           "misaligned_rows", "copy_share", "staged_for_speed", "MAX_COPY_SHARE", "COPY_SHARE_SCALE", "COPY_ROW_BYTES",
+           "tensor_map", "transposed", "nb_stream", "vector_f32", "zero_fill"]
 
 _SIM = sim.enabled()  # Numba's CUDA simulator (chosen once, when Numba is imported)
 
@@ -82,18 +82,19 @@ def copy_share(other: int) -> float:
 def staged_for_speed(operands) -> set:
     """The indices of ``operands`` (``(view or None, itemsize, other dimension, matrices)`` each: A's
     and B's paths, a batch's count of each) to read through their staging copies although TMA could
-    read them in place: those with
-    :func:`misaligned_rows` whose :func:`copy_share` is within :data:`MAX_COPY_SHARE`, where the shares
-    of all of them are too and their copies (rows padded to :data:`COPY_ROW_BYTES`) come to at most half of
-    :data:`STAGING_KEEP_BYTES` (a larger copy would be allocated afresh at each call); else none. The
-    module's values are read at each call (set ``MAX_COPY_SHARE`` to 0 to read every such operand in place)."""
+    read them in place: those with :func:`misaligned_rows` whose :func:`copy_share` is within
+    :data:`MAX_COPY_SHARE`, where the shares of all of them are too and their copies
+    (:func:`padded_cols`) come to at most half of :data:`STAGING_KEEP_BYTES` (a larger copy would be
+    allocated afresh at each call); else none. The module's values are read at each call (set
+    ``MAX_COPY_SHARE`` to 0 to read every such operand in place)."""
     picked, share, nbytes = set(), 0.0, 0
     for i, (view, itemsize, other, count) in enumerate(operands):
-        if view is not None and misaligned_rows(view, itemsize) and copy_share(other) <= MAX_COPY_SHARE:
+        one = copy_share(other)
+        if view is not None and misaligned_rows(view, itemsize) and one <= MAX_COPY_SHARE:
             (rows, cols), _ = view
             picked.add(i)
-            share += copy_share(other)
-            nbytes += count * rows * (-(-cols * itemsize // COPY_ROW_BYTES) * COPY_ROW_BYTES)
+            share += one
+            nbytes += count * rows * padded_cols(cols, itemsize) * itemsize
     return picked if share <= MAX_COPY_SHARE and nbytes <= STAGING_KEEP_BYTES // 2 else set()
 
 
@@ -118,12 +119,17 @@ def batched_view(view, count: int, stride: int, itemsize: int, reads: bool = Fal
 COPY_ROW_BYTES = 128
 
 
+def padded_cols(cols: int, itemsize: int) -> int:
+    """``cols`` elements of ``itemsize`` bytes padded to a multiple of :data:`COPY_ROW_BYTES` bytes: a
+    staging copy's row, in elements."""
+    return -(-cols * itemsize // COPY_ROW_BYTES) * COPY_ROW_BYTES // itemsize
+
+
 def padded_shape(info: ArrayInfo, transpose: bool) -> tuple:
     """(rows, cols, kpad) of the K-major copy of ``info`` (or its transpose): its rows, the columns
-    it holds, and those columns padded to a multiple of :data:`COPY_ROW_BYTES` bytes."""
+    it holds, and those columns padded (:func:`padded_cols`)."""
     rows, cols = (info.shape[1], info.shape[0]) if transpose else info.shape
-    es = info.itemsize
-    return rows, cols, -(-cols * es // COPY_ROW_BYTES) * COPY_ROW_BYTES // es
+    return rows, cols, padded_cols(cols, info.itemsize)
 
 
 def batch_dims(count: int, step) -> tuple:
@@ -217,8 +223,8 @@ def launch_copy(params: tuple, itemsize: int, dst, stream_handle: int):
 
 class StagedCopy:
     """The K-major staging copy (zero-padded to 128-byte rows) of one operand TMA cannot read in
-    place (or reads slowly: :func:`misaligned_rows`), for one plan, stream and host thread: the buffer allocated once and rewritten by each
-    call (launches on a stream run in order, so a call's copy overwrites it only after the GEMM
+    place (or reads slowly: :func:`misaligned_rows`), for one plan, stream and host thread: the
+    buffer allocated once and rewritten by each call (launches on a stream run in order, so a call's copy overwrites it only after the GEMM
     before has read it; one per host thread, since two threads' copy-then-GEMM pairs on one stream
     may interleave), up to :data:`STAGING_KEEP_BYTES` kept in all; the copy kernel prepared once
     (:func:`nbwgmma.launch.prepare`). Allocated and launched through Numba at each call, a bf16
