@@ -781,3 +781,21 @@ def test_k_slices_for_products_of_few_64_column_tiles(sms_132):
                                    ("e4m3", "KK", 340, 208, 8192, (64, 64, 1)), ("bf16", "KK", 2215, 96, 8192, (64, 64, 1))):
         plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
         assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.split) == want, (dt, lay, m, n, k, plan.config)
+
+
+def test_the_class_tells_a_staged_operand_from_one_read_in_place(sms_132, monkeypatch):
+    """problem_key: an operand read through its K-major staging copy (rows 16 bytes off the sectors, K
+    = 8136) is keyed "K*", one read in place "K", so a choice timed on one never serves the other."""
+    import types as pytypes
+
+    from numba import cuda
+
+    from nbwgmma.precompile import cpu_plan
+
+    monkeypatch.setattr(cuda, "get_current_device", lambda: pytypes.SimpleNamespace(name=b"NVIDIA H100 80GB HBM3"))
+    staged = cpu_plan("bf16", "KK", {}, rows=8192, n=8192, k=8136)
+    assert staged.a_path[1] is None and staged.b_path[1] is None  # (the staging rule takes both at this size)
+    in_place = cpu_plan("bf16", "KK", {}, rows=8192, n=8192, k=8128)
+    keys = [autotune.problem_key("f32.bf16.bf16", "bf16", p.a_path, p.b_path, "tma", 8192, 8192, 8136)
+            for p in (staged, in_place)]
+    assert "|K*/K*-major|" in keys[0] and "|K/K-major|" in keys[1], keys

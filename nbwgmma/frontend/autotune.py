@@ -3,7 +3,8 @@
 ``matmul(a, b, config="auto")`` (or every ``matmul`` without a ``config`` when the
 environment sets ``NBWGMMA_AUTOTUNE=1``) looks up the configuration tuned for the
 call's *problem class*: GPU (name and SM count), operand types, operand layouts
-(K- or MN-major), output type and epilogue, and the exact M, N, K. The first time a
+(K- or MN-major, and whether each is read in place or through a K-major staging copy), output
+type and epilogue, and the exact M, N, K. The first time a
 class is seen, :func:`candidates` lists the default (``{}``: what ``matmul`` runs
 without a ``config``) and a few challengers (the tile model's other good tiles, a narrow
 tile that fills the waves better, a 2-CTA cluster, a wider tile-row group, a deeper pipeline
@@ -194,14 +195,17 @@ def challengers(kind, epilogue="tma") -> list:
     return out
 
 
-def problem_key(kind, odt, a_major, b_major, epilogue, m, n, k) -> str:
-    """The problem class a choice is kept for (see the module docstring)."""
+def problem_key(kind, odt, a_path, b_path, epilogue, m, n, k) -> str:
+    """The problem class a choice is kept for (see the module docstring); ``a_path`` and ``b_path`` are
+    the plan's operand paths, ``(major, view)``, a view of None where the operand is read through its
+    K-major staging copy (keyed "K*": a copy's reads cost what its padded rows cost, not the caller's)."""
     from numba import cuda
 
     from ..launch import device_limits
 
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    a_major, b_major = (major + ("*" if view is None else "") for major, view in (a_path, b_path))
     return (f"{name}/{device_limits()['multiprocessors']}sm|{kind}->{odt}|{a_major}/{b_major}-major|"
             f"{epilogue}|{m}x{n}x{k}")
 

@@ -75,7 +75,7 @@ def _tuned_config(kind, odt, ia, ib, io, fp8, st, run):
     # the class's epilogue: the one its plan takes (TMA where out allows it; an f32 out's only
     # from more tiles than SMs)
     epilogue = probe.cfg.epilogue
-    key = autotune.problem_key(kind, odt, probe.a_path[0], probe.b_path[0], epilogue, m, n, k)
+    key = autotune.problem_key(kind, odt, probe.a_path, probe.b_path, epilogue, m, n, k)
 
     def built(config):
         """Whether ``config``'s kernel for these arrays runs without a compile."""
