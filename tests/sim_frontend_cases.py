@@ -116,6 +116,62 @@ def test_explicit_configs(cfg):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("m, k, n, cfg", [
+    (96, 128, 200, {"bm": 64, "bn": 128, "stages": 2}),              # the last column's 72 rows, slots reused
+    (130, 200, 136, {"bm": 64, "bn": 64, "split": 2}),               # K slices: 8 rows in the last column
+    (64, 320, 100, {"bm": 64, "bn": 64, "cluster_k": 2}),            # K halves in a cluster
+    (200, 128, 300, {"bm": 256, "bn": 128, "cluster": 2, "multicast": "A"}),  # clusters sharing A, past N
+    (300, 256, 72, {"swap": 1, "bm": 128, "bn": 128}),               # swapped: the caller's M is the tail
+    (80, 128, 72, {"bm": 64, "bn": 64, "epilogue": "direct"}),       # the register stores
+], ids=["reused-slots", "split", "cluster-k", "cluster-sharing-a", "swapped", "direct"])
+def test_the_last_tile_column_through_its_own_map_is_exact(monkeypatch, m, k, n, cfg):
+    """Where N leaves a partial last tile column, B's rows there come through a map of the rows N
+    has (frontend.plan.B_TAIL_MAP): the stage's rows past them hold an earlier tile's B rows (zeros
+    before any), which only feed C's padding columns. Exact into a poisoned out, f32 and bf16."""
+    from nbwgmma.frontend import plan as plan_mod
+    from nbwgmma.frontend.matmul import forget_plans, last_plan
+
+    monkeypatch.setattr(plan_mod, "B_TAIL_MAP", True)
+    forget_plans()
+    for odt in ("f32", "bf16"):
+        got, want = run("bf16", m, k, n, odt=odt, config=cfg, hi=1, seed=m)
+        np.testing.assert_array_equal(got, want)
+        assert last_plan().cfg.b_tail and last_plan().swap == bool(cfg.get("swap"))
+
+
+def test_an_amax_does_not_count_the_stale_rows_of_the_last_column(monkeypatch):
+    """One CTA (an SM count of 1) takes a whole tile, then the last column's through its own map, K
+    in three k-blocks through two stages: the stage rows past N then hold the first tile's B rows of
+    another k-block, so the padding columns sum products that are in no column of C. Built so that
+    they come to 128 (A's first and last k-blocks 1, B's stale rows 1 in the middle k-block, 0 in
+    the others) while C stays smaller: the fp8 codes are exact and amax is the largest |C| inside."""
+    from nbwgmma import launch as launch_mod
+    from nbwgmma.frontend import plan as plan_mod
+    from nbwgmma.frontend.matmul import forget_plans, last_plan
+    from nbwgmma.layout.wgmma_model import float_to_fp8
+
+    monkeypatch.setattr(plan_mod, "B_TAIL_MAP", True)
+    monkeypatch.setattr(launch_mod, "device_limits", lambda device=None: dict(launch_mod.H100_LIMITS, multiprocessors=1))
+    forget_plans()
+    rng = np.random.default_rng(7)
+    m, n, k = 64, 200, 192
+    a = np.zeros((m, k))
+    a[:, :64] = a[:, 128:] = 1
+    b = rng.integers(-1, 2, (k, n)).astype(np.float64)
+    b[:, 72:128] = 0
+    b[64:128, 72:128] = 1  # the second k-block's rows 72-127: what the second tile's stages keep past N
+    out = cuda.to_device(np.full((m, n), 0xAA, np.uint8))
+    amax = cuda.to_device(np.zeros(1, np.float32))
+    matmul(operand(a, "bf16", True, False), operand(b, "bf16", True, True), out=out, out_dtype="e4m3",
+           in_dtype="bf16", scale_out=0.25, amax=amax, config={"bm": 64, "bn": 128, "stages": 2})
+    cfg = last_plan().cfg
+    assert cfg.b_tail and cfg.amax and not cfg.zero_padding
+    ref = a @ b
+    assert 0 < np.abs(ref).max() < 128  # (the padding columns' 128 would have shown)
+    np.testing.assert_array_equal(out.copy_to_host(), float_to_fp8(ref * 0.25, "e4m3"))
+    assert amax.copy_to_host()[0] == np.abs(ref).max()
+
+
 @pytest.mark.parametrize("group_m", [2 ** 31, 2 ** 32, 10 ** 12])
 def test_a_group_of_more_tile_rows_than_m_has_walks_every_tile(group_m):
     """group_m * tiles_n past 32 bits wrapped in the tile walk (the simulator stopped inside the

@@ -49,6 +49,7 @@ from ..errors import ConfigError, MatmulError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..launch import array_arg_types, array_arg_values
 from ..kernels.gemm_config import FP8_OUTS
+from ..kit.short_rows import box_rows
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
@@ -145,7 +146,7 @@ class Plan:
         self.boxes = (cfg.loads[0][0], cfg.loads[1][0])
         if batch is not None:  # 3-D: one matrix of the batch per box (the paths' views are 3-D: _configure)
             self.boxes = ((1,) + self.boxes[0], (1,) + self.boxes[1])
-        self._memo = [None, None, None]  # (pointer, tensor map) last used for A, B, C
+        self._memo = [None, None, None, None]  # (pointer, tensor map) last used for A, B, C, B's last tile column
 
     def _configure(self, kind, odt, ia, ib, io, opts, fp8):
         """Operand paths, output view and kernel configuration (``GemmConfig`` checks ``opts``)."""
@@ -212,6 +213,15 @@ class Plan:
                 raise
             # a C tile the caller's stages or c_parts leave no room for: the register stores
             self.cfg = config("direct")
+        cfg = self.cfg
+        n = self.mnk[1]
+        if B_TAIL_MAP and n % cfg.bn and self.b_path[0] == "K" and self.b_path[1] is not None and not cfg.batched \
+                and not cfg.stream_k and (cfg.cluster == 1 or cfg.multicast == "A"):
+            # B's last tile column through a map of the rows N has there (GemmConfig.b_tail)
+            opts["b_tail"] = True
+            self.cfg = config(cfg.epilogue)
+        #: the box of B's last tile column (b_tail): the rows N has there, rounded up to 8
+        self.tail_box = (box_rows(n - (n - 1) // cfg.bn * cfg.bn, cfg.bn), cfg.bk) if self.cfg.b_tail else None
 
     def _map(self, slot, x, ptr, view, tdt, box, swizzle="128B"):
         """The tensor map of operand ``slot`` read in place at ``ptr`` (the last one is kept at hand)."""
@@ -299,13 +309,14 @@ class Plan:
         cfg = self.cfg
         ta = self.maps(a, ia, False, stream_handle)
         tb = self.maps(b, ib, True, stream_handle)
+        tail = (self._map(3, b, ib.ptr, self.b_path[1], self.tdt[1], self.tail_box).address,) if cfg.b_tail else ()
         tma_c = cfg.epilogue == "tma"
         c_map = self.c_map(out, io) if tma_c else 0
         work = None  # (the scratch asked once: a captured call's is made anew at each ask)
         if self.launcher is None or DEBUG_WAIT_TIMEOUT_S is not None:  # (never set in the simulator)
             self.check_expect_tx(ta, tb)
             c_arg = c_map if tma_c else numba_view(self.c_info._replace(ptr=io.ptr), out)
-            args = (ta.address, tb.address, c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
+            args = (ta.address, tb.address) + tail + (c_arg, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
             if cfg.bias:
                 args += (numba_view(*bias),)
             if cfg.with_c:
@@ -330,10 +341,10 @@ class Plan:
                 return
             self.launcher = self._prepare(args)
         self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, c, beta, extras, scale_out, amax,
-                     work)
+                     work, tail)
 
     def _launch(self, stream_handle, ta, tb, c_map, io, alpha, bias=None, c=None, beta=0.0, extras=(), scale_out=1.0,
-                amax=None, work=None):
+                amax=None, work=None, tail=()):
         m, n, k = self.mnk
         cfg = self.cfg
         values = _array_values
@@ -350,10 +361,10 @@ class Plan:
         if self.batch is not None:
             ws += (self.batch[0],)
         if c_map:
-            self.launcher(stream_handle, ta, tb, c_map, m, n, k, alpha, *ws)
+            self.launcher(stream_handle, ta, tb, *tail, c_map, m, n, k, alpha, *ws)
         else:
             ci = self.c_info  # (its shape and strides: out's, or out^T's)
-            self.launcher(stream_handle, ta, tb, *array_arg_values(io.ptr, ci.shape, ci.strides, io.itemsize),
+            self.launcher(stream_handle, ta, tb, *tail, *array_arg_values(io.ptr, ci.shape, ci.strides, io.itemsize),
                           m, n, k, alpha, *ws)
 
     def workspace(self, stream_handle):
@@ -386,7 +397,8 @@ class Plan:
         else:
             tb = self.maps(b, self._operands[1]._replace(ptr=pb), True, stream_handle)
         c_map = self.c_map(out, io) if self.cfg.epilogue == "tma" else 0
-        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias)
+        tail = (self._map(3, b, pb, self.b_path[1], self.tdt[1], self.tail_box).address,) if self.cfg.b_tail else ()
+        self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, tail=tail)
 
     def launch_shape(self, kernel, args):
         """(grid, cluster shape or None, dynamic shared memory bytes): one CTA per SM, in
@@ -437,6 +449,8 @@ class Plan:
             + (_WS_ARGS if cfg.uses_workspace else ())
         direct = _TMA_ARGS[:2] + array_arg_types(len(self.c_info.shape)) + _TMA_ARGS[3:]  # (C a 2-D or 3-D array)
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else direct) + ws + (("i32",) if self.batch else ())
+        if cfg.b_tail:  # (B's last tile column's map after B's)
+            arg_types = arg_types[:2] + ("u64",) + arg_types[2:]
         # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
         # it with griddep_wait before touching memory)
         return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster, pdl=True)
@@ -477,7 +491,7 @@ class Plan:
                    for kind, t in self.cfg.extras)
         fp8 = ((types.float32,) + ((types.Array(types.float32, 1, "C"),) if self.cfg.amax else ())) \
             if self.cfg.out in FP8_OUTS else ()
-        return (types.int64, types.int64, c) + scalars + vec + cb + xs + fp8 + (ws if self.cfg.uses_workspace else ()) \
+        return (types.int64, types.int64) + ((types.int64,) if self.cfg.b_tail else ()) + (c,) + scalars + vec + cb + xs + fp8 + (ws if self.cfg.uses_workspace else ()) \
             + ((types.int32,) if self.batch else ())
 
     def check_expect_tx(self, ta, tb):
@@ -531,6 +545,9 @@ def _operand_paths(ia: ArrayInfo, ib: ArrayInfo, transposable, m, n, batch=None)
 
 
 _TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")  # maps of A, B, C; m, n, k; alpha
+#: B's last tile column through a map of the rows N has there, where B is read in place K-major and N is
+#: not a multiple of the tile's width (GemmConfig.b_tail; False: through B's map, rows past N as zeros)
+B_TAIL_MAP = False
 _WS_ARGS = array_arg_types(1) * 2  # split-K: partials, counters
 _BIAS_ARGS = array_arg_types(1)  # a fused bias: the vector
 _C_ARGS = array_arg_types(2) + ("f32",)  # beta * C: C, beta

@@ -61,6 +61,7 @@ from ..kit.device import inlined
 from ..kit.epilogue import col_values, store_rows_part
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_range, stream_segment, stream_walk, stream_whole_units
+from ..kit.short_rows import box_rows_device, clear_rows, short_map
 from ..kit.stream_k import StreamFixup
 from ..kit.warpgroup import warpgroup_sync
 from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
@@ -340,8 +341,23 @@ def _build(key):
 
     fill_walk = stream_walk(sched, fill_whole, fill_piece) if STREAM else None
 
+    B_TAIL = cfg.b_tail
+    A_BYTES = cfg.a_bytes
+    THREADS = cfg.threads
+    if B_TAIL:
+        @inlined
+        def b_source(pn, tiles_n, tmap_b, tmap_bt, b_rows):
+            """(B's map, the stage's bytes) of tile column ``pn``: the last one through the map whose box
+            holds the ``b_rows`` rows N has there (TMA moves a box's rows past N as zeros at the cost of
+            real ones, and the last column's CTAs fell behind: kit.short_rows)."""
+            return short_map(pn == tiles_n - 1, tmap_b, tmap_bt, STAGE_BYTES, BN, b_rows, 128)
+    else:
+        @inlined
+        def b_source(pn, tiles_n, tmap_b, tmap_bt, b_rows):
+            return tmap_b, STAGE_BYTES
+
     @inlined
-    def body(tmap_a, tmap_b, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax, batches):
+    def body(tmap_a, tmap_b, tmap_bt, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax, batches):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
@@ -357,6 +373,11 @@ def _build(key):
             pipe.init(ring)
             if KC > 1:
                 ck.init(xbars)
+        b_rows = BN
+        if B_TAIL:  # the rows of B the last tile column has; the stages' rows past them zeroed once
+            b_rows = box_rows_device(n - (n - 1) // BN * BN, BN)
+            if b_rows < BN:
+                clear_rows(base + A_BYTES, STAGE_BYTES, STAGES, 128, b_rows, BN, tid, THREADS)
         if CL * KC == 1:
             cuda.syncthreads()
         else:
@@ -401,14 +422,15 @@ def _build(key):
                         kb0, kb1 = sched.k_range(sp, kblocks, nsplit)
                         if KC > 1:  # this CTA's half of the tile's k-blocks (the peer loads the same rows)
                             kb0, kb1 = ck.k_half(kblocks, half)
+                        tmb, nbytes = b_source(pn, tiles_n, tmap_b, tmap_bt, b_rows)
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
-                            full = pipe.producer_acquire(ring, s, ph, STAGE_BYTES)
+                            full = pipe.producer_acquire(ring, s, ph, nbytes)
                             if BATCHED:
-                                coop.load_3d(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst,
+                                coop.load_3d(base + s * STAGE_BYTES, full, tmap_a, tmb, kb * BK, a_row, b_row, dst,
                                              bt)
                             else:
-                                coop.load(base + s * STAGE_BYTES, full, tmap_a, tmap_b, kb * BK, a_row, b_row, dst)
+                                coop.load(base + s * STAGE_BYTES, full, tmap_a, tmb, kb * BK, a_row, b_row, dst)
                             it += 1
                 # Every load issued: the next kernel may be scheduled (its CTAs take SMs as ours leave).
                 griddep_launch_dependents()
@@ -513,10 +535,12 @@ def _build(key):
     ws = SPLIT > 1 or STREAM
     xs = [f"x{j}" for j in range(len(cfg.extras))]
     fp8 = (["scale_out"] + (["amax"] if AMAX else [])) if FP8_OUT else []
-    params = ["tmap_a", "tmap_b", "c", "m", "n", "k", "alpha"] + (["vec"] if cfg.bias else []) \
+    params = ["tmap_a", "tmap_b"] + (["tmap_bt"] if B_TAIL else []) + ["c", "m", "n", "k", "alpha"] \
+        + (["vec"] if cfg.bias else []) \
         + (["cmat", "beta"] if cfg.with_c else []) + xs + fp8 + (["ws", "counters"] if ws else []) \
         + (["batches"] if BATCHED else [])
-    passed = ", ".join(params[:7] + (["ws", "counters"] if ws else ["c", "m"]) + (["vec"] if cfg.bias else ["m"])
+    passed = ", ".join(["tmap_a", "tmap_b", "tmap_bt" if B_TAIL else "tmap_b", "c", "m", "n", "k", "alpha"]
+                       + (["ws", "counters"] if ws else ["c", "m"]) + (["vec"] if cfg.bias else ["m"])
                        + (["cmat", "beta"] if cfg.with_c else ["c", "alpha"]) + [f"({''.join(x + ', ' for x in xs)})"]
                        + ["scale_out" if FP8_OUT else "alpha", "amax" if AMAX else "m", "batches" if BATCHED else "m"])
     src = [f"def gemm({', '.join(params)}):", f"    body({passed})"]
