@@ -123,20 +123,29 @@ def test_explicit_configs(cfg):
     (200, 128, 300, {"bm": 256, "bn": 128, "cluster": 2, "multicast": "A"}),  # clusters sharing A, past N
     (300, 256, 72, {"swap": 1, "bm": 128, "bn": 128}),               # swapped: the caller's M is the tail
     (80, 128, 72, {"bm": 64, "bn": 64, "epilogue": "direct"}),       # the register stores
-], ids=["reused-slots", "split", "cluster-k", "cluster-sharing-a", "swapped", "direct"])
-def test_the_last_tile_column_through_its_own_map_is_exact(monkeypatch, m, k, n, cfg):
-    """Where N leaves a partial last tile column, B's rows there come through a map of the rows N
-    has (frontend.plan.B_TAIL_MAP): the stage's rows past them hold an earlier tile's B rows (zeros
-    before any), which only feed C's padding columns. Exact into a poisoned out, f32 and bf16."""
+    (200, 192, 128, {"bm": 128, "bn": 128, "stages": 2}),            # A's last tile row alone
+    (200, 256, 128, {"bm": 128, "bn": 64, "cluster": 2}),            # clusters sharing B: A's tail
+], ids=["reused-slots", "split", "cluster-k", "cluster-sharing-a", "swapped", "direct", "a-alone", "cluster-sharing-b"])
+def test_the_last_tile_column_and_row_through_their_own_maps_are_exact(monkeypatch, m, k, n, cfg):
+    """Where N (M) leaves a partial last tile column (row), B's (A's) rows there come through a map of
+    the rows N (M) has (frontend.plan.B_TAIL_MAP, A_TAIL_MAP): the stage's rows past them hold an
+    earlier tile's rows (zeros before any), which only feed C's padding columns (rows). Exact into a
+    poisoned out, f32 and bf16."""
     from nbwgmma.frontend import plan as plan_mod
     from nbwgmma.frontend.matmul import forget_plans, last_plan
 
     monkeypatch.setattr(plan_mod, "B_TAIL_MAP", True)
+    monkeypatch.setattr(plan_mod, "A_TAIL_MAP", True)
     forget_plans()
     for odt in ("f32", "bf16"):
         got, want = run("bf16", m, k, n, odt=odt, config=cfg, hi=1, seed=m)
         np.testing.assert_array_equal(got, want)
-        assert last_plan().cfg.b_tail and last_plan().swap == bool(cfg.get("swap"))
+        plan = last_plan()
+        km, kn, _ = plan.mnk
+        sharing_a = cfg.get("multicast") == "A"
+        assert plan.cfg.b_tail == (kn % plan.cfg.bn != 0 and (cfg.get("cluster", 1) == 1 or sharing_a))
+        assert plan.cfg.a_tail == (km % plan.cfg.bm != 0 and not sharing_a)
+        assert plan.swap == bool(cfg.get("swap"))
 
 
 def test_an_amax_does_not_count_the_stale_rows_of_the_last_column(monkeypatch):

@@ -146,7 +146,7 @@ class Plan:
         self.boxes = (cfg.loads[0][0], cfg.loads[1][0])
         if batch is not None:  # 3-D: one matrix of the batch per box (the paths' views are 3-D: _configure)
             self.boxes = ((1,) + self.boxes[0], (1,) + self.boxes[1])
-        self._memo = [None, None, None, None]  # (pointer, tensor map) last used for A, B, C, B's last tile column
+        self._memo = [None] * 5  # (pointer, tensor map) last used for A, B, C, B's last tile column, A's last tile row
 
     def _configure(self, kind, odt, ia, ib, io, opts, fp8):
         """Operand paths, output view and kernel configuration (``GemmConfig`` checks ``opts``)."""
@@ -214,14 +214,21 @@ class Plan:
             # a C tile the caller's stages or c_parts leave no room for: the register stores
             self.cfg = config("direct")
         cfg = self.cfg
-        n = self.mnk[1]
-        if B_TAIL_MAP and n % cfg.bn and self.b_path[0] == "K" and self.b_path[1] is not None and not cfg.batched \
-                and not cfg.stream_k and (cfg.cluster == 1 or cfg.multicast == "A"):
+        m, n, _ = self.mnk
+        plain = not cfg.batched and not cfg.stream_k
+        if B_TAIL_MAP and n % cfg.bn and self.b_path[0] == "K" and self.b_path[1] is not None and plain \
+                and (cfg.cluster == 1 or cfg.multicast == "A"):
             # B's last tile column through a map of the rows N has there (GemmConfig.b_tail)
             opts["b_tail"] = True
+        if A_TAIL_MAP and m % cfg.bm and self.a_path[0] == "K" and self.a_path[1] is not None and plain \
+                and (cfg.cluster == 1 or cfg.multicast == "B"):
+            opts["a_tail"] = True  # A's last tile row alike (GemmConfig.a_tail)
+        if opts.get("b_tail") or opts.get("a_tail"):
             self.cfg = config(cfg.epilogue)
-        #: the box of B's last tile column (b_tail): the rows N has there, rounded up to 8
+        #: the boxes of B's last tile column and A's last tile row (b_tail, a_tail): the rows N (M) has
+        #: there, rounded up to 8
         self.tail_box = (box_rows(n - (n - 1) // cfg.bn * cfg.bn, cfg.bn), cfg.bk) if self.cfg.b_tail else None
+        self.a_tail_box = (box_rows(m - (m - 1) // cfg.bm * cfg.bm, cfg.bm), cfg.bk) if self.cfg.a_tail else None
 
     def _map(self, slot, x, ptr, view, tdt, box, swizzle="128B"):
         """The tensor map of operand ``slot`` read in place at ``ptr`` (the last one is kept at hand)."""
@@ -231,6 +238,13 @@ class Plan:
         tm = tensor_map(x, ptr, tdt, box, view, keep=False, swizzle=swizzle)
         self._memo[slot] = (ptr, tm)
         return tm
+
+    def tail_maps(self, a, pa, b, pb) -> tuple:
+        """The addresses of the maps of B's last tile column and A's last tile row, those the kernel
+        takes (``cfg.b_tail``, ``cfg.a_tail``), in its order (after B's map)."""
+        cfg = self.cfg
+        return ((self._map(3, b, pb, self.b_path[1], self.tdt[1], self.tail_box).address,) if cfg.b_tail else ()) \
+            + ((self._map(4, a, pa, self.a_path[1], self.tdt[0], self.a_tail_box).address,) if cfg.a_tail else ())
 
     def c_map(self, out, io):
         """The address of C's tensor map for the TMA epilogue: (64, 64) boxes in 128-byte swizzled
@@ -309,7 +323,7 @@ class Plan:
         cfg = self.cfg
         ta = self.maps(a, ia, False, stream_handle)
         tb = self.maps(b, ib, True, stream_handle)
-        tail = (self._map(3, b, ib.ptr, self.b_path[1], self.tdt[1], self.tail_box).address,) if cfg.b_tail else ()
+        tail = self.tail_maps(a, ia.ptr, b, ib.ptr)
         tma_c = cfg.epilogue == "tma"
         c_map = self.c_map(out, io) if tma_c else 0
         work = None  # (the scratch asked once: a captured call's is made anew at each ask)
@@ -397,7 +411,7 @@ class Plan:
         else:
             tb = self.maps(b, self._operands[1]._replace(ptr=pb), True, stream_handle)
         c_map = self.c_map(out, io) if self.cfg.epilogue == "tma" else 0
-        tail = (self._map(3, b, pb, self.b_path[1], self.tdt[1], self.tail_box).address,) if self.cfg.b_tail else ()
+        tail = self.tail_maps(a, pa, b, pb)
         self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, tail=tail)
 
     def launch_shape(self, kernel, args):
@@ -449,8 +463,8 @@ class Plan:
             + (_WS_ARGS if cfg.uses_workspace else ())
         direct = _TMA_ARGS[:2] + array_arg_types(len(self.c_info.shape)) + _TMA_ARGS[3:]  # (C a 2-D or 3-D array)
         arg_types = (_TMA_ARGS if cfg.epilogue == "tma" else direct) + ws + (("i32",) if self.batch else ())
-        if cfg.b_tail:  # (B's last tile column's map after B's)
-            arg_types = arg_types[:2] + ("u64",) + arg_types[2:]
+        tails = int(cfg.b_tail) + int(cfg.a_tail)  # (the last tile column's and row's maps after B's)
+        arg_types = arg_types[:2] + ("u64",) * tails + arg_types[2:]
         # pdl: the kernel may start while the previous kernel of the stream ends (it waits for
         # it with griddep_wait before touching memory)
         return PreparedLaunch(kern, grid, cfg.threads, arg_types, smem=smem, cluster=cluster, pdl=True)
@@ -491,7 +505,7 @@ class Plan:
                    for kind, t in self.cfg.extras)
         fp8 = ((types.float32,) + ((types.Array(types.float32, 1, "C"),) if self.cfg.amax else ())) \
             if self.cfg.out in FP8_OUTS else ()
-        return (types.int64, types.int64) + ((types.int64,) if self.cfg.b_tail else ()) + (c,) + scalars + vec + cb + xs + fp8 + (ws if self.cfg.uses_workspace else ()) \
+        return (types.int64,) * (2 + int(self.cfg.b_tail) + int(self.cfg.a_tail)) + (c,) + scalars + vec + cb + xs + fp8 + (ws if self.cfg.uses_workspace else ()) \
             + ((types.int32,) if self.batch else ())
 
     def check_expect_tx(self, ta, tb):
@@ -548,6 +562,8 @@ _TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")  # maps of A, B, C
 #: B's last tile column through a map of the rows N has there, where B is read in place K-major and N is
 #: not a multiple of the tile's width (GemmConfig.b_tail; False: through B's map, rows past N as zeros)
 B_TAIL_MAP = False
+#: the same for A's last tile row (GemmConfig.a_tail)
+A_TAIL_MAP = False
 _WS_ARGS = array_arg_types(1) * 2  # split-K: partials, counters
 _BIAS_ARGS = array_arg_types(1)  # a fused bias: the vector
 _C_ARGS = array_arg_types(2) + ("f32",)  # beta * C: C, beta

@@ -342,8 +342,19 @@ def _build(key):
     fill_walk = stream_walk(sched, fill_whole, fill_piece) if STREAM else None
 
     B_TAIL = cfg.b_tail
+    A_TAIL = cfg.a_tail
     A_BYTES = cfg.a_bytes
     THREADS = cfg.threads
+    if A_TAIL:
+        @inlined
+        def a_source(pm, tiles_m, tmap_a, tmap_at, a_rows, nbytes):
+            """(A's map, the stage's bytes) of tile row ``pm``: the last one through the map of the
+            ``a_rows`` rows M has there (``nbytes``: the stage's bytes as B's column leaves them)."""
+            return short_map(pm == tiles_m - 1, tmap_a, tmap_at, nbytes, BM, a_rows, 128)
+    else:
+        @inlined
+        def a_source(pm, tiles_m, tmap_a, tmap_at, a_rows, nbytes):
+            return tmap_a, nbytes
     if B_TAIL:
         @inlined
         def b_source(pn, tiles_n, tmap_b, tmap_bt, b_rows):
@@ -357,7 +368,7 @@ def _build(key):
             return tmap_b, STAGE_BYTES
 
     @inlined
-    def body(tmap_a, tmap_b, tmap_bt, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax, batches):
+    def body(tmap_a, tmap_b, tmap_at, tmap_bt, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax, batches):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
@@ -378,6 +389,11 @@ def _build(key):
             b_rows = box_rows_device(n - (n - 1) // BN * BN, BN)
             if b_rows < BN:
                 clear_rows(base + A_BYTES, STAGE_BYTES, STAGES, 128, b_rows, BN, tid, THREADS)
+        a_rows = BM
+        if A_TAIL:  # the same for A's last tile row
+            a_rows = box_rows_device(m - (m - 1) // BM * BM, BM)
+            if a_rows < BM:
+                clear_rows(base, STAGE_BYTES, STAGES, 128, a_rows, BM, tid, THREADS)
         if CL * KC == 1:
             cuda.syncthreads()
         else:
@@ -423,14 +439,15 @@ def _build(key):
                         if KC > 1:  # this CTA's half of the tile's k-blocks (the peer loads the same rows)
                             kb0, kb1 = ck.k_half(kblocks, half)
                         tmb, nbytes = b_source(pn, tiles_n, tmap_b, tmap_bt, b_rows)
+                        tma, nbytes = a_source(pm, tiles_m, tmap_a, tmap_at, a_rows, nbytes)
                         for kb in range(kb0, kb1):
                             s, ph = pipe.stage_of(it)
                             full = pipe.producer_acquire(ring, s, ph, nbytes)
                             if BATCHED:
-                                coop.load_3d(base + s * STAGE_BYTES, full, tmap_a, tmb, kb * BK, a_row, b_row, dst,
+                                coop.load_3d(base + s * STAGE_BYTES, full, tma, tmb, kb * BK, a_row, b_row, dst,
                                              bt)
                             else:
-                                coop.load(base + s * STAGE_BYTES, full, tmap_a, tmb, kb * BK, a_row, b_row, dst)
+                                coop.load(base + s * STAGE_BYTES, full, tma, tmb, kb * BK, a_row, b_row, dst)
                             it += 1
                 # Every load issued: the next kernel may be scheduled (its CTAs take SMs as ours leave).
                 griddep_launch_dependents()
@@ -535,11 +552,13 @@ def _build(key):
     ws = SPLIT > 1 or STREAM
     xs = [f"x{j}" for j in range(len(cfg.extras))]
     fp8 = (["scale_out"] + (["amax"] if AMAX else [])) if FP8_OUT else []
-    params = ["tmap_a", "tmap_b"] + (["tmap_bt"] if B_TAIL else []) + ["c", "m", "n", "k", "alpha"] \
+    params = ["tmap_a", "tmap_b"] + (["tmap_bt"] if B_TAIL else []) + (["tmap_at"] if A_TAIL else []) \
+        + ["c", "m", "n", "k", "alpha"] \
         + (["vec"] if cfg.bias else []) \
         + (["cmat", "beta"] if cfg.with_c else []) + xs + fp8 + (["ws", "counters"] if ws else []) \
         + (["batches"] if BATCHED else [])
-    passed = ", ".join(["tmap_a", "tmap_b", "tmap_bt" if B_TAIL else "tmap_b", "c", "m", "n", "k", "alpha"]
+    passed = ", ".join(["tmap_a", "tmap_b", "tmap_at" if A_TAIL else "tmap_a", "tmap_bt" if B_TAIL else "tmap_b", "c",
+                        "m", "n", "k", "alpha"]
                        + (["ws", "counters"] if ws else ["c", "m"]) + (["vec"] if cfg.bias else ["m"])
                        + (["cmat", "beta"] if cfg.with_c else ["c", "alpha"]) + [f"({''.join(x + ', ' for x in xs)})"]
                        + ["scale_out" if FP8_OUT else "alpha", "amax" if AMAX else "m", "batches" if BATCHED else "m"])

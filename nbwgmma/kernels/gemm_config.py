@@ -128,7 +128,9 @@ class GemmConfig:
     rounded up to 8: :func:`nbwgmma.kit.box_rows`), and loads that column through it, the stage
     expecting only those bytes (TMA moves a box's rows past N as zeros, at a cost); the stages'
     rows past them are zeroed once at the start and later keep earlier tiles' B rows, which feed
-    only C's padding columns (never stored; an amax masks them).
+    only C's padding columns (never stored; an amax masks them). ``a_tail`` (K-major A, no batch,
+    stream-K or cluster sharing A): the same for A's last tile row (its map after B's and B's
+    last column's), the rows past M feeding only C's padding rows.
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -139,7 +141,8 @@ class GemmConfig:
                  producer_regs=None, consumer_regs=None, a_major="K", b_major="K", out="bf16",
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
                  c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False, user=None,
-                 extras=(), user_t=False, amax=False, multicast="B", batched=False, broadcast="", b_tail=False):
+                 extras=(), user_t=False, amax=False, multicast="B", batched=False, broadcast="", b_tail=False,
+                 a_tail=False):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -269,7 +272,14 @@ class GemmConfig:
         #: stage keep an earlier tile's B rows (zeros before any), so the padding columns of C hold
         #: values that are never stored
         self.b_tail = bool(b_tail)
-        if self.b_tail:
+        if a_tail and (a_major != "K" or batched or stream_k or (cluster > 1 and multicast == "A")):
+            raise ConfigError("a_tail", f"a_tail (A's last tile row through a map of the rows M has) takes K-major "
+                                        f"A, no batch, no stream_k and no cluster sharing A; got a_major={a_major!r}, "
+                                        f"batched={batched}, stream_k={stream_k}, cluster={cluster}, "
+                                        f"multicast={multicast!r}")
+        #: the same for A's last tile row (the kernel's argument after B's map, and B's last column's)
+        self.a_tail = bool(a_tail)
+        if self.b_tail or self.a_tail:
             self.zero_padding = False
         if consumers is None:  # 256 rows: two consumers of 128 (four of 64 spill and ran slower)
             consumers = 2 if bm == 256 and split == 1 and not stream_k and cluster_k == 1 else bm // 64
@@ -455,7 +465,7 @@ class GemmConfig:
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
                 self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c, self.user,
                 self.extras, self.user_t, self.amax, self.multicast) + (
-            (self.batched, self.broadcast, True) if self.b_tail else
+            (self.batched, self.broadcast, self.b_tail, self.a_tail) if self.b_tail or self.a_tail else
             ((True,) if self.batched else ()) + ((self.broadcast,) if self.broadcast else ()))  # (as before otherwise)
 
     def __repr__(self):
@@ -468,6 +478,6 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
-                f"{', batched' if self.batched else ''}{', B tail map' if self.b_tail else ''}{' over one ' + self.broadcast if self.broadcast else ''}"
+                f"{', batched' if self.batched else ''}{', B tail map' if self.b_tail else ''}{', A tail map' if self.a_tail else ''}{' over one ' + self.broadcast if self.broadcast else ''}"
                 f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', beta * C' if self.with_c else ''}{', ' + self.act if self.act else ''}"
                 f"{', epilogue ' + getattr(self.user, '__name__', '?') if self.user else ''})")
