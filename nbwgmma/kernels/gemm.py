@@ -51,7 +51,7 @@ from ..intrinsics import (
     acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
-    griddep_wait, setmaxnreg_dec,
+    griddep_wait, prefetch_tensormap, setmaxnreg_dec,
     setmaxnreg_inc, smem_addr, tma_store_2d, tma_store_3d,
 )
 from ..kit.amax import acc_absmax, amax_flush, amax_note, amax_start
@@ -416,6 +416,10 @@ def _build(key):
         if wg == 0:
             setmaxnreg_dec(PREGS)
             if tid == 0:
+                if B_TAIL:  # (their first use may come in the middle of the walk)
+                    prefetch_tensormap(tmap_bt)
+                if A_TAIL:
+                    prefetch_tensormap(tmap_at)
                 # One k-block count, slot and phase derived from it (the consumers advance the
                 # two as counters; here those cost ptxas an 8-byte spill in the producer's 40
                 # registers with clusters).
