@@ -86,9 +86,9 @@ def test_ragged_sizes_small_integers_exact(t, tb, a_k, b_k, odt):
 
 
 @pytest.mark.parametrize("t, k, a_k, b_k, staged", [
-    ("bf16", 72, True, True, (True, True)),     # rows of 144 bytes: 16 off the 32-byte sectors
+    ("bf16", 72, True, True, (False, True)),    # rows of 144 bytes: 16 off the 32-byte sectors; B's copy
     ("bf16", 64, True, False, (False, True)),   # A read in place; B N-major, rows of 136 x 2 = 272 bytes
-    ("e4m3", 144, True, True, (True, True)),    # fp8 rows of 144 bytes
+    ("e4m3", 144, True, True, (False, True)),   # fp8 rows of 144 bytes
 ], ids=["bf16-KK", "bf16-KN", "e4m3-KK"])
 def test_rows_off_the_sectors_read_through_staging_copies(monkeypatch, t, k, a_k, b_k, staged):
     """Operands TMA could read in place but whose rows lie 16 bytes off the 32-byte sectors, staged
@@ -128,14 +128,14 @@ def test_explicit_configs(cfg):
 ], ids=["reused-slots", "split", "cluster-k", "cluster-sharing-a", "swapped", "direct", "a-alone", "cluster-sharing-b"])
 def test_the_last_tile_column_and_row_through_their_own_maps_are_exact(monkeypatch, m, k, n, cfg):
     """Where N (M) leaves a partial last tile column (row), B's (A's) rows there come through a map of
-    the rows N (M) has (frontend.plan.B_TAIL_MAP, A_TAIL_MAP): the stage's rows past them hold an
+    the rows N (M) has (frontend.plan.B_TAIL_MAP, A_TAIL_MAP; tail_pays' limits lifted): the stage's rows past them hold an
     earlier tile's rows (zeros before any), which only feed C's padding columns (rows). Exact into a
     poisoned out, f32 and bf16."""
     from nbwgmma.frontend import plan as plan_mod
     from nbwgmma.frontend.matmul import forget_plans, last_plan
 
-    monkeypatch.setattr(plan_mod, "B_TAIL_MAP", True)
-    monkeypatch.setattr(plan_mod, "A_TAIL_MAP", True)
+    monkeypatch.setattr(plan_mod, "TAIL_MIN_ROWS", 1)  # (wherever there is padding)
+    monkeypatch.setattr(plan_mod, "TAIL_MAX_WAVES", 1 << 30)
     forget_plans()
     for odt in ("f32", "bf16"):
         got, want = run("bf16", m, k, n, odt=odt, config=cfg, hi=1, seed=m)
@@ -159,7 +159,8 @@ def test_an_amax_does_not_count_the_stale_rows_of_the_last_column(monkeypatch):
     from nbwgmma.frontend.matmul import forget_plans, last_plan
     from nbwgmma.layout.wgmma_model import float_to_fp8
 
-    monkeypatch.setattr(plan_mod, "B_TAIL_MAP", True)
+    monkeypatch.setattr(plan_mod, "TAIL_MIN_ROWS", 1)
+    monkeypatch.setattr(plan_mod, "TAIL_MAX_WAVES", 1 << 30)
     monkeypatch.setattr(launch_mod, "device_limits", lambda device=None: dict(launch_mod.H100_LIMITS, multiprocessors=1))
     forget_plans()
     rng = np.random.default_rng(7)

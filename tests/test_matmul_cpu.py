@@ -695,29 +695,29 @@ def test_staged_copy_keeps_its_buffer_and_prepared_kernel(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype, layout, m, n, k, staged", [
-    ("bf16", "KK", 8192, 8192, 8136, (True, True)),     # rows of 16272 bytes: 16 off the 32-byte sectors
-    ("bf16", "KK", 16384, 4096, 4104, (True, True)),    # copies' share 650/4096 + 650/16384 = 0.20
-    ("bf16", "KK", 4096, 4096, 4072, (False, False)),   # 0.16 each, 0.32 together: neither
-    ("bf16", "KK", 4096, 1024, 4072, (False, True)),    # A's copy (650/1024) alone passes 0.25: B's only
-    ("bf16", "KK", 2048, 2048, 2040, (False, False)),   # 0.32 for either copy
+    ("bf16", "KK", 8192, 8192, 8136, (False, True)),    # rows of 16272 bytes: 16 off the 32-byte sectors; B's copy
+    ("bf16", "KK", 16384, 4096, 4104, (False, True)),   # B's copy's share 650/16384
+    ("bf16", "KK", 4096, 4096, 4072, (False, True)),    # 0.16
+    ("bf16", "KK", 4096, 1024, 4072, (False, True)),
+    ("bf16", "KK", 2048, 2048, 2040, (False, False)),   # 0.32: past 0.25, and A is not staged instead
     ("bf16", "KK", 1920, 512, 8136, (False, False)),
     ("bf16", "KK", 8192, 8192, 8000, (False, False)),   # 16000-byte rows: 64-byte aligned, read in place
     ("bf16", "KK", 4096, 4096, 4096, (False, False)),
-    ("bf16", "KN", 5000, 3000, 4000, (False, True)),    # N-major B of 6000-byte rows: its K-major copy
-    ("e4m3", "KK", 8192, 8192, 8208, (True, True)),     # 1-byte elements: 8208 = 16 mod 32
-    ("tf32", "KK", 4096, 16384, 4100, (True, True)),    # 4-byte elements: 16400 = 16 mod 32
-    ("tf32", "KK", 8192, 8192, 8196, (False, False)),   # copies of 539 MB together: past half the kept bytes
+    ("bf16", "KN", 5000, 3000, 4000, (False, True)),    # N-major B of 6000-byte rows (swapped: the kernel's A)
+    ("e4m3", "KK", 8192, 8192, 8208, (False, True)),    # 1-byte elements: 8208 = 16 mod 32
+    ("tf32", "KK", 4096, 16384, 4100, (False, True)),   # 4-byte elements: 16400 = 16 mod 32
+    ("tf32", "KK", 8192, 8192, 8196, (False, True)),    # B's copy of 269 MB, within half the kept bytes
     ("bf16", "KK", 8192, 8192, 8, (False, False)),      # rows of 16 bytes: shorter than a box row
     ("bf16", "KN", 8192, 40, 8192, (False, False)),     # N-major B of 80-byte rows: the same
-    ("bf16", "KK", 16384, 16384, 16392, (False, False)),  # copies of 1 GiB together: the same
+    ("bf16", "KK", 16384, 16384, 16392, (False, False)),  # B's copy of 539 MB: past half the kept bytes
 ])
 def test_operands_whose_rows_lie_off_the_sectors_are_staged_where_that_pays(sms_132, monkeypatch, dtype, layout, m,
                                                                              n, k, staged):
     """An operand TMA could read in place but whose rows start 16 bytes off the 32-byte sectors
     (frontend.views.misaligned_rows) is read through its K-major staging copy (128-byte rows) where
-    its copy's estimated share of the product's time is within MAX_COPY_SHARE and the shares of all
-    such copies are too, and their bytes within half of STAGING_KEEP_BYTES (else none); other
-    operands are read in place. MAX_COPY_SHARE = 0 turns it off."""
+    its copy's estimated share of the product's time is within MAX_COPY_SHARE and its bytes within
+    half of STAGING_KEEP_BYTES: the kernel's B, or its A where B's rows are aligned, never both;
+    other operands are read in place. MAX_COPY_SHARE = 0 turns it off."""
     from nbwgmma.precompile import cpu_plan
 
     plan = cpu_plan(dtype, layout, {}, rows=m, n=n, k=k)
@@ -736,9 +736,9 @@ def test_operands_whose_rows_lie_off_the_sectors_are_staged_where_that_pays(sms_
 @pytest.mark.parametrize("count, broadcast_b, staged", [(1, False, True), (2, False, True), (4, False, False),
                                                      (4, True, True)])
 def test_a_batchs_copies_count_every_matrix(sms_132, count, broadcast_b, staged):
-    """A batch of bf16 4096 x 16384 x 4104 products (rows 16 bytes off the sectors; the copies' share
-    0.20) stages its operands while the copies of every matrix come to at most half of
-    STAGING_KEEP_BYTES (A 34 MB and B 136 MB a product; a B broadcast to every product copied once)."""
+    """A batch of bf16 4096 x 16384 x 4104 products (rows 16 bytes off the sectors; B's copy's share
+    0.16) stages B while its copies of every matrix come to at most half of STAGING_KEEP_BYTES (136 MB
+    a product; a B broadcast to every product copied once); A is read in place."""
     from nbwgmma.frontend.arrays import ArrayInfo
     from nbwgmma.frontend.plan import Plan
 
@@ -748,7 +748,7 @@ def test_a_batchs_copies_count_every_matrix(sms_132, count, broadcast_b, staged)
     io = ArrayInfo(3 << 40, (m, n), (n * 2, 2), 2, "bf16", 0, "numba")
     batch = (count, m * k * 2 + 64, 0 if broadcast_b else n * k * 2 + 64, m * n * 2)
     plan = Plan("f32.bf16.bf16", "bf16", ia, ib, io, {}, False, batch=batch)
-    assert (plan.a_path[1] is None, plan.b_path[1] is None) == (staged, staged)
+    assert (plan.a_path[1] is None, plan.b_path[1] is None) == (False, staged)
 
 
 def test_padded_copy_kernels_compile_to_tiles():

@@ -82,13 +82,14 @@ def test_small_integers_exact():
     assert torch.equal(c.double(), ref) and ref.abs().sum() > 0
 
 
-@pytest.mark.parametrize("dtype, layout, m, n, k, staged", [("bf16", "KK", 2048, 8192, 2040, (True, False)),
+@pytest.mark.parametrize("dtype, layout, m, n, k, staged", [("bf16", "KK", 8192, 2048, 2040, (False, True)),
+                                                          ("bf16", "KK", 2048, 8192, 2040, (False, False)),
                                                           ("f16", "KN", 4096, 3000, 512, (False, True)),
-                                                          ("e4m3", "KK", 4096, 8192, 1040, (True, True))])
+                                                          ("e4m3", "KK", 4096, 8192, 1040, (False, True))])
 def test_rows_off_the_sectors_staged_exact(dtype, layout, m, n, k, staged):
     """Operands TMA could read in place but whose rows lie 16 bytes off the 32-byte sectors (K of
     2040 bf16, an N-major B of 3000 f16, K of 1040 e4m3) go through their staging copies where the
-    copies pay (frontend.views.misaligned_rows, MAX_COPY_SHARE), the others are read in place:
+    copy pays (frontend.views.misaligned_rows, MAX_COPY_SHARE: B's, never both), the others are read in place:
     exact on small integers into a poisoned out, through the first call's path and the next's."""
     from nbwgmma.frontend.matmul import forget_plans, last_plan
 
@@ -109,6 +110,28 @@ def test_rows_off_the_sectors_staged_exact(dtype, layout, m, n, k, staged):
     plan = last_plan()
     a_path, b_path = (plan.b_path, plan.a_path) if plan.swap else (plan.a_path, plan.b_path)
     assert (a_path[1] is None, b_path[1] is None) == staged
+
+
+@pytest.mark.parametrize("m, n, k, tails", [(263, 11088, 4096, (True, True)), (1876, 480, 8192, (True, False)),
+                                        (538, 2432, 2048, (True, True)), (300, 500, 200, (False, False))])
+def test_last_tile_row_and_column_through_their_own_maps_exact(m, n, k, tails):
+    """One-wave products whose last tile column (row) would bring many rows past N (M) read it through a
+    map of the rows N (M) has (frontend.plan.tail_pays): exact on small integers into a poisoned out,
+    twice through one plan, with the (b_tail, a_tail) the rule gives."""
+    from nbwgmma.frontend.matmul import forget_plans, last_plan
+
+    g = torch.Generator(device="cuda").manual_seed(13)
+    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randint(-3, 4, (k, n), device="cuda", generator=g).to(torch.bfloat16).t().contiguous().t()
+    out = torch.empty((m, n), device="cuda")
+    ref = a.double() @ b.double()
+    forget_plans()
+    for _ in range(2):
+        out.fill_(float("nan"))
+        matmul(a, b, out=out)
+        assert torch.equal(out.double(), ref) and ref.abs().sum() > 0
+    cfg = last_plan().cfg
+    assert (cfg.b_tail, cfg.a_tail) == tails, cfg
 
 
 def test_padded_leading_dimensions_and_offset_views():

@@ -4,6 +4,8 @@ the configuration's rules, the kernels' SASS, the plans that take it and their m
 simulator runs it in tests/sim_frontend_cases.py (exact results, an amax that must not count the
 stale rows)."""
 
+import math
+
 import pytest
 from numba import types
 
@@ -73,12 +75,12 @@ def test_b_tail_kernels_compile_clean():
 ])
 def test_plans_take_the_tail_maps_where_n_or_m_leave_partial_tiles(sms_132, monkeypatch, m, n, k, layout, tail,
                                                                    a_tail):
-    """With ``frontend.plan.B_TAIL_MAP`` (``A_TAIL_MAP``) a plan reads B's last tile column (A's last
-    tile row) through a map of the rows N (M) has there, rounded up to 8, where the operand is read in
+    """With ``frontend.plan.B_TAIL_MAP`` (``A_TAIL_MAP``) and :func:`~nbwgmma.frontend.plan.tail_pays`
+    a plan reads B's last tile column (A's last tile row) through a map of the rows N (M) has there, rounded up to 8, where the operand is read in
     place K-major and the kernel's N (M) is not a multiple of the tile's width (height); its kernel
     then takes one more map for each after B's (a swapped plan: its kernel's M and N are N and M)."""
-    monkeypatch.setattr(plan_mod, "B_TAIL_MAP", True)
-    monkeypatch.setattr(plan_mod, "A_TAIL_MAP", True)
+    monkeypatch.setattr(plan_mod, "TAIL_MIN_ROWS", 1)  # (wherever there is padding: the rule is tested below)
+    monkeypatch.setattr(plan_mod, "TAIL_MAX_WAVES", math.inf)
     plan = cpu_plan("bf16", layout, {}, rows=m, n=n, k=k)
     cfg = plan.cfg
     assert cfg.b_tail == (tail is not None) and plan.tail_box == tail, (cfg, plan.tail_box)
@@ -95,3 +97,20 @@ def test_the_tail_maps_can_be_turned_off(sms_132, monkeypatch):
     monkeypatch.setattr(plan_mod, "A_TAIL_MAP", False)
     plan = cpu_plan("bf16", "KK", {}, rows=263, n=11088, k=4096)
     assert not plan.cfg.b_tail and not plan.cfg.a_tail and plan.tail_box is None and len(plan.signature()) == 7
+
+
+@pytest.mark.parametrize("m, n, k, b_tail, a_tail", [
+    (263, 11088, 4096, True, True),     # one wave; A's last row 5280 padding rows a stage, B's column 528
+    (768, 1536, 4096, True, False),     # 128 x 72, one wave: 48 x 6 = 288
+    (1876, 480, 8192, True, False),     # 128 x 128, K halves in clusters: 32 x 15 = 480
+    (384, 6144, 4096, False, False),    # 128 x 144, one wave: 48 x 3 = 144 (0.97x measured)
+    (8192, 8192, 8192, False, False),   # 128 x 192: 21 waves
+    (2692, 8720, 4096, False, False),   # 5.8 waves (0.99x measured)
+])
+def test_tail_maps_where_they_pay(sms_132, m, n, k, b_tail, a_tail):
+    """The default takes a tail map where the product is one wave and the padding rows it saves come
+    to TAIL_MIN_ROWS a stage or more: the measured gains (1.11-2.03x), not the measured losses."""
+    plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=k)
+    assert (plan.cfg.b_tail, plan.cfg.a_tail) == (b_tail, a_tail), plan.cfg
+    assert plan_mod.tail_pays(480, 128, 30, 1.0) and not plan_mod.tail_pays(512, 128, 30, 1.0)
+    assert not plan_mod.tail_pays(480, 128, 30, 1.01) and not plan_mod.tail_pays(6144, 144, 3, 0.98)

@@ -45,16 +45,21 @@ def tma_view(info: ArrayInfo, rows: int, cols: int, row_stride: int, col_stride:
     return (rows, cols), (row_stride // es, 1)
 
 
-#: The staging copies' share of a product's time (:func:`copy_share`) that operands whose rows TMA
-#: reads slowly (:func:`misaligned_rows`) may cost, each and together. Rows 16 bytes off the 32-byte
+#: The staging copy's share of a product's time (:func:`copy_share`) that an operand whose rows TMA
+#: reads slowly (:func:`misaligned_rows`) may cost. Rows 16 bytes off the 32-byte
 #: sectors (a row pitch of 16 modulo 32 bytes) put each 128-byte box row across five sectors: on an
 #: H100 such products ran at 0.65-0.78x cuBLAS read in place (bf16 8192 x 8192 x 8136, 4096 x 4096 x
 #: 4072, 16384 x 4096 x 4104; e4m3 8192 x 8192 x 8208; tf32 4096 x 4096 x 4100; 0.99-1.04 with K a
 #: multiple of 64), and 1.05-1.33x as fast through the copies where those came to 0.13-0.21 (B's
 #: copy alone at 4096 x 1024 x 4072, 0.16: 1.15x); at 0.32 bf16 and tf32 4096^3-sized products
 #: still gained (1.12x, 1.21x) but e4m3 4096 x 4096 x 4112 lost (0.88x), and bf16 2048 x 2048 x 2040
-#: (0.64) lost (0.75x) (BENCHMARKS.md, 2026-11-28 and 2026-12-07). Rows 64 bytes off the 128-byte
-#: lines cost 0-3% at these sizes and are read in place.
+#: (0.64) lost (0.75x) (BENCHMARKS.md, 2026-11-28 and 2026-12-07). Staging B's copy alone did better
+#: than both at every size measured since (H100, ratio to cuBLAS, none / B / both): bf16 8192 x 8192 x
+#: 8136 0.68 / 0.96 / 0.89, 16384 x 4096 x 4104 0.70 / 0.98 / 0.85, 4096 x 4096 x 4072 0.68 / 0.89 /
+#: 0.77; e4m3 8192 x 8192 x 8208 0.79 / 1.01 / 0.95, 4096 x 4096 x 4112 0.95 / 1.04 / 0.84; tf32 4096 x
+#: 4096 x 4100 0.73 / 0.99 / 0.87 (A's alone: 0.71, 0.87, 0.80 at the 4096^2 ones), so where B is
+#: staged A is read in place. Rows 64 bytes off the 128-byte lines cost 0-3% at these sizes and are
+#: read in place.
 MAX_COPY_SHARE = 0.25
 #: :func:`copy_share`'s constant: a staging copy moves twice the operand's bytes at about 2 TB/s,
 #: while the tensor cores take about 650 x 10^12 operand bytes a second per product column (the
@@ -82,20 +87,21 @@ def copy_share(other: int) -> float:
 def staged_for_speed(operands) -> set:
     """The indices of ``operands`` (``(view or None, itemsize, other dimension, matrices)`` each: A's
     and B's paths, a batch's count of each) to read through their staging copies although TMA could
-    read them in place: those with :func:`misaligned_rows` whose :func:`copy_share` is within
-    :data:`MAX_COPY_SHARE`, where the shares of all of them are too and their copies
-    (:func:`padded_cols`) come to at most half of :data:`STAGING_KEEP_BYTES` (a larger copy would be
-    allocated afresh at each call); else none. The module's values are read at each call (set
-    ``MAX_COPY_SHARE`` to 0 to read every such operand in place)."""
-    picked, share, nbytes = set(), 0.0, 0
-    for i, (view, itemsize, other, count) in enumerate(operands):
-        one = copy_share(other)
-        if view is not None and misaligned_rows(view, itemsize) and one <= MAX_COPY_SHARE:
+    read them in place: B's (index 1) where its rows are :func:`misaligned_rows`, else A's where its
+    are, where that copy's :func:`copy_share` is within :data:`MAX_COPY_SHARE` and the copy (every
+    matrix of a batch, :func:`padded_cols`) within half of :data:`STAGING_KEEP_BYTES` (a larger one
+    would be allocated afresh at each call); never both (B's alone ran faster, see
+    :data:`MAX_COPY_SHARE`). The module's values are read at each call (set ``MAX_COPY_SHARE`` to 0
+    to read every such operand in place)."""
+    for i in (1, 0):
+        if i >= len(operands):
+            continue
+        view, itemsize, other, count = operands[i]
+        if view is not None and misaligned_rows(view, itemsize):
             (rows, cols), _ = view
-            picked.add(i)
-            share += one
-            nbytes += count * rows * padded_cols(cols, itemsize) * itemsize
-    return picked if share <= MAX_COPY_SHARE and nbytes <= STAGING_KEEP_BYTES // 2 else set()
+            nbytes = count * rows * padded_cols(cols, itemsize) * itemsize
+            return {i} if copy_share(other) <= MAX_COPY_SHARE and nbytes <= STAGING_KEEP_BYTES // 2 else set()
+    return set()
 
 
 def batched_view(view, count: int, stride: int, itemsize: int, reads: bool = False):
