@@ -368,7 +368,8 @@ def _build(key):
             return tmap_b, STAGE_BYTES
 
     @inlined
-    def body(tmap_a, tmap_b, tmap_at, tmap_bt, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax, batches):
+    def body(tmap_a, tmap_b, tmap_at, tmap_bt, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax,
+             batches):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
