@@ -128,14 +128,14 @@ def test_explicit_configs(cfg):
 ], ids=["reused-slots", "split", "cluster-k", "cluster-sharing-a", "swapped", "direct", "a-alone", "cluster-sharing-b"])
 def test_the_last_tile_column_and_row_through_their_own_maps_are_exact(monkeypatch, m, k, n, cfg):
     """Where N (M) leaves a partial last tile column (row), B's (A's) rows there come through a map of
-    the rows N (M) has (frontend.plan.B_TAIL_MAP, A_TAIL_MAP; tail_pays' limits lifted): the stage's rows past them hold an
+    the rows N (M) has (frontend.tails.B_TAIL_MAP, A_TAIL_MAP; tail_pays' limits lifted): the stage's rows past them hold an
     earlier tile's rows (zeros before any), which only feed C's padding columns (rows). Exact into a
     poisoned out, f32 and bf16."""
-    from nbwgmma.frontend import plan as plan_mod
+    from nbwgmma.frontend import tails as tails_mod
     from nbwgmma.frontend.matmul import forget_plans, last_plan
 
-    monkeypatch.setattr(plan_mod, "TAIL_MIN_ROWS", 1)  # (wherever there is padding)
-    monkeypatch.setattr(plan_mod, "TAIL_MAX_WAVES", 1 << 30)
+    monkeypatch.setattr(tails_mod, "TAIL_MIN_ROWS", 1)  # (wherever there is padding)
+    monkeypatch.setattr(tails_mod, "TAIL_MAX_WAVES", 1 << 30)
     forget_plans()
     for odt in ("f32", "bf16"):
         got, want = run("bf16", m, k, n, odt=odt, config=cfg, hi=1, seed=m)
@@ -155,12 +155,12 @@ def test_an_amax_does_not_count_the_stale_rows_of_the_last_column(monkeypatch):
     they come to 128 (A's first and last k-blocks 1, B's stale rows 1 in the middle k-block, 0 in
     the others) while C stays smaller: the fp8 codes are exact and amax is the largest |C| inside."""
     from nbwgmma import launch as launch_mod
-    from nbwgmma.frontend import plan as plan_mod
+    from nbwgmma.frontend import tails as tails_mod
     from nbwgmma.frontend.matmul import forget_plans, last_plan
     from nbwgmma.layout.wgmma_model import float_to_fp8
 
-    monkeypatch.setattr(plan_mod, "TAIL_MIN_ROWS", 1)
-    monkeypatch.setattr(plan_mod, "TAIL_MAX_WAVES", 1 << 30)
+    monkeypatch.setattr(tails_mod, "TAIL_MIN_ROWS", 1)
+    monkeypatch.setattr(tails_mod, "TAIL_MAX_WAVES", 1 << 30)
     monkeypatch.setattr(launch_mod, "device_limits", lambda device=None: dict(launch_mod.H100_LIMITS, multiprocessors=1))
     forget_plans()
     rng = np.random.default_rng(7)

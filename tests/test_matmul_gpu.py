@@ -116,7 +116,7 @@ def test_rows_off_the_sectors_staged_exact(dtype, layout, m, n, k, staged):
                                         (538, 2432, 2048, (True, True)), (300, 500, 200, (False, False))])
 def test_last_tile_row_and_column_through_their_own_maps_exact(m, n, k, tails):
     """One-wave products whose last tile column (row) would bring many rows past N (M) read it through a
-    map of the rows N (M) has (frontend.plan.tail_pays): exact on small integers into a poisoned out,
+    map of the rows N (M) has (frontend.tails.tail_pays): exact on small integers into a poisoned out,
     twice through one plan, with the (b_tail, a_tail) the rule gives."""
     from nbwgmma.frontend.matmul import forget_plans, last_plan
 

@@ -10,7 +10,7 @@ import pytest
 from numba import types
 
 from nbwgmma.errors import ConfigError
-from nbwgmma.frontend import plan as plan_mod
+from nbwgmma.frontend import tails as tails_mod
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 from nbwgmma.precompile import cpu_plan
 from nbwgmma.report import compile_reports
@@ -75,12 +75,12 @@ def test_b_tail_kernels_compile_clean():
 ])
 def test_plans_take_the_tail_maps_where_n_or_m_leave_partial_tiles(sms_132, monkeypatch, m, n, k, layout, tail,
                                                                    a_tail):
-    """With ``frontend.plan.B_TAIL_MAP`` (``A_TAIL_MAP``) and :func:`~nbwgmma.frontend.plan.tail_pays`
+    """With ``frontend.tails.B_TAIL_MAP`` (``A_TAIL_MAP``) and :func:`~nbwgmma.frontend.tails.tail_pays`
     a plan reads B's last tile column (A's last tile row) through a map of the rows N (M) has there, rounded up to 8, where the operand is read in
     place K-major and the kernel's N (M) is not a multiple of the tile's width (height); its kernel
     then takes one more map for each after B's (a swapped plan: its kernel's M and N are N and M)."""
-    monkeypatch.setattr(plan_mod, "TAIL_MIN_ROWS", 1)  # (wherever there is padding: the rule is tested below)
-    monkeypatch.setattr(plan_mod, "TAIL_MAX_WAVES", math.inf)
+    monkeypatch.setattr(tails_mod, "TAIL_MIN_ROWS", 1)  # (wherever there is padding: the rule is tested below)
+    monkeypatch.setattr(tails_mod, "TAIL_MAX_WAVES", math.inf)
     plan = cpu_plan("bf16", layout, {}, rows=m, n=n, k=k)
     cfg = plan.cfg
     assert cfg.b_tail == (tail is not None) and plan.tail_box == tail, (cfg, plan.tail_box)
@@ -91,10 +91,10 @@ def test_plans_take_the_tail_maps_where_n_or_m_leave_partial_tiles(sms_132, monk
 
 
 def test_the_tail_maps_can_be_turned_off(sms_132, monkeypatch):
-    """``frontend.plan.B_TAIL_MAP = A_TAIL_MAP = False`` read the last column and row through the
+    """``frontend.tails.B_TAIL_MAP = A_TAIL_MAP = False`` read the last column and row through the
     operands' own maps, as before."""
-    monkeypatch.setattr(plan_mod, "B_TAIL_MAP", False)
-    monkeypatch.setattr(plan_mod, "A_TAIL_MAP", False)
+    monkeypatch.setattr(tails_mod, "B_TAIL_MAP", False)
+    monkeypatch.setattr(tails_mod, "A_TAIL_MAP", False)
     plan = cpu_plan("bf16", "KK", {}, rows=263, n=11088, k=4096)
     assert not plan.cfg.b_tail and not plan.cfg.a_tail and plan.tail_box is None and len(plan.signature()) == 7
 
@@ -112,5 +112,5 @@ def test_tail_maps_where_they_pay(sms_132, m, n, k, b_tail, a_tail):
     to TAIL_MIN_ROWS a stage or more: the measured gains (1.11-2.03x), not the measured losses."""
     plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=k)
     assert (plan.cfg.b_tail, plan.cfg.a_tail) == (b_tail, a_tail), plan.cfg
-    assert plan_mod.tail_pays(480, 128, 30, 1.0) and not plan_mod.tail_pays(512, 128, 30, 1.0)
-    assert not plan_mod.tail_pays(480, 128, 30, 1.01) and not plan_mod.tail_pays(6144, 144, 3, 0.98)
+    assert tails_mod.tail_pays(480, 128, 30, 1.0) and not tails_mod.tail_pays(512, 128, 30, 1.0)
+    assert not tails_mod.tail_pays(480, 128, 30, 1.01) and not tails_mod.tail_pays(6144, 144, 3, 0.98)

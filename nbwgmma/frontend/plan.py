@@ -54,6 +54,7 @@ from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
 from .default_tile import pick_default
+from .tails import tail_maps
 from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, staged_for_speed,
                     tensor_map, tma_view, transposed)
 
@@ -215,22 +216,10 @@ class Plan:
             self.cfg = config("direct")
         cfg = self.cfg
         m, n, k = self.mnk
-        plain = not cfg.batched and not cfg.stream_k
-        waves = math.inf
-        if plain and (m % cfg.bm or n % cfg.bn):  # (the units of one CTA per SM, in clusters)
-            from ..launch import device_limits
-
-            units = work_units(m, n, k, cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, False,
-                               "N" if cfg.multicast == "A" else "M")
-            waves = units / max(1, device_limits()["multiprocessors"] // cfg.cta_cluster)
-        if B_TAIL_MAP and self.b_path[0] == "K" and self.b_path[1] is not None and plain \
-                and (cfg.cluster == 1 or cfg.multicast == "A") and tail_pays(n, cfg.bn, -(-m // cfg.bm), waves):
-            # B's last tile column through a map of the rows N has there (GemmConfig.b_tail)
-            opts["b_tail"] = True
-        if A_TAIL_MAP and self.a_path[0] == "K" and self.a_path[1] is not None and plain \
-                and (cfg.cluster == 1 or cfg.multicast == "B") and tail_pays(m, cfg.bm, -(-n // cfg.bn), waves):
-            opts["a_tail"] = True  # A's last tile row alike (GemmConfig.a_tail)
-        if opts.get("b_tail") or opts.get("a_tail"):
+        # B's last tile column and A's last tile row through maps of the rows N and M have there
+        tails = tail_maps(cfg, m, n, k, self.a_path, self.b_path)
+        if tails:
+            opts.update(tails)
             self.cfg = config(cfg.epilogue)
         #: the boxes of B's last tile column and A's last tile row (b_tail, a_tail): the rows N (M) has
         #: there, rounded up to 8
@@ -566,29 +555,6 @@ def _operand_paths(ia: ArrayInfo, ib: ArrayInfo, transposable, m, n, batch=None)
 
 
 _TMA_ARGS = ("u64", "u64", "u64", "i32", "i32", "i32", "f32")  # maps of A, B, C; m, n, k; alpha
-#: B's last tile column through a map of the rows N has there, where B is read in place K-major and N is
-#: not a multiple of the tile's width (GemmConfig.b_tail; False: through B's map, rows past N as zeros)
-B_TAIL_MAP = True
-#: the same for A's last tile row (GemmConfig.a_tail)
-A_TAIL_MAP = True
-#: :func:`tail_pays`' limits: the waves of work units the grid runs, and the rows past the tensor that
-#: the last tile row's (column's) boxes would bring in each stage, summed over its tiles
-TAIL_MAX_WAVES = 1
-TAIL_MIN_ROWS = 256
-
-
-def tail_pays(size: int, tile: int, tiles: int, waves: float) -> bool:
-    """Whether the last of an operand's ``tile``-row blocks (``size`` rows in all; ``tiles`` tiles
-    along the other dimension take it) is loaded through a map of the rows it has
-    (:data:`B_TAIL_MAP`, :data:`A_TAIL_MAP`): where the product runs in at most
-    :data:`TAIL_MAX_WAVES` waves and those tiles' boxes would bring at least :data:`TAIL_MIN_ROWS`
-    rows past the tensor a stage. On an H100 (bf16, BENCHMARKS.md, 2026-12-07) one-wave products
-    whose padding rows came to 288-5324 a stage ran 1.11-2.03x as fast so (1920 x 480 x 8192 in 64 x
-    128 tiles: 960 rows, 1.29-1.45x; A's last tile row of 263 x 11088 x 4096 in 128 x 256 tiles: 5324,
-    1.21x), those with 144-240 0.97-1.02x, and products of several waves 0.99-1.01x."""
-    rem = size - (size - 1) // tile * tile
-    padding = (tile - box_rows(rem, tile)) * tiles
-    return rem < tile and waves <= TAIL_MAX_WAVES and padding >= TAIL_MIN_ROWS
 _WS_ARGS = array_arg_types(1) * 2  # split-K: partials, counters
 _BIAS_ARGS = array_arg_types(1)  # a fused bias: the vector
 _C_ARGS = array_arg_types(2) + ("f32",)  # beta * C: C, beta
