@@ -181,10 +181,12 @@ def worker(items) -> tuple:
     return cache.stats["misses"], cache.stats["hits"], failed
 
 
-def cpu_plan(dtype, layout, cfg, rows=256, n=256, k=1024):
+def cpu_plan(dtype, layout, cfg, rows=256, n=256, k=1024, tails=False):
     """The :class:`nbwgmma.frontend.plan.Plan` that :func:`worker`'s product of ``rows`` x ``n`` x
     ``k`` builds, from descriptions of its arrays alone (no GPU, no memory): A, B in ``layout``,
-    a new row-major out of the default output type."""
+    a new row-major out of the default output type. Its kernel loads whole tiles (the kernels built
+    ahead of time) unless ``tails``: then the last tile row and column take maps of their own where
+    a call's plan would (:mod:`nbwgmma.frontend.tails`; such a kernel is built at its first call)."""
     import numpy as np
 
     from .frontend.args import check_call
@@ -204,6 +206,8 @@ def cpu_plan(dtype, layout, cfg, rows=256, n=256, k=1024):
         ia, ib, None, in_dtype=None, out_dtype="bf16" if fp8 else None, scale_a=1.0 if fp8 else None,
         scale_b=1.0 if fp8 else None, config=dict(cfg), autotune_default=False)
     oes = 4 if odt == "f32" else 2
+    if not tails:
+        opts.update(a_tail=False, b_tail=False)
     return Plan(kind, odt, ia, ib, info(3 << 40, rows, n, True, oes, odt), opts, fp8)
 
 

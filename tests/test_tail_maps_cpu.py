@@ -81,7 +81,7 @@ def test_plans_take_the_tail_maps_where_n_or_m_leave_partial_tiles(sms_132, monk
     then takes one more map for each after B's (a swapped plan: its kernel's M and N are N and M)."""
     monkeypatch.setattr(tails_mod, "TAIL_MIN_ROWS", 1)  # (wherever there is padding: the rule is tested below)
     monkeypatch.setattr(tails_mod, "TAIL_MAX_WAVES", math.inf)
-    plan = cpu_plan("bf16", layout, {}, rows=m, n=n, k=k)
+    plan = cpu_plan("bf16", layout, {}, rows=m, n=n, k=k, tails=True)
     cfg = plan.cfg
     assert cfg.b_tail == (tail is not None) and plan.tail_box == tail, (cfg, plan.tail_box)
     assert cfg.a_tail == (a_tail is not None) and plan.a_tail_box == a_tail, (cfg, plan.a_tail_box)
@@ -90,12 +90,19 @@ def test_plans_take_the_tail_maps_where_n_or_m_leave_partial_tiles(sms_132, monk
     assert len(sig) == 5 + maps and sig[:maps] == (types.int64,) * maps
 
 
+def test_kernels_built_ahead_of_time_load_whole_tiles(sms_132):
+    """precompile's plans (cpu_plan without ``tails``) build the kernels of whole tiles, those a class
+    runs at every size but the one-wave ones the tail rule takes."""
+    plan = cpu_plan("bf16", "KK", {}, rows=263, n=11088, k=4096)
+    assert not plan.cfg.b_tail and not plan.cfg.a_tail and len(plan.signature()) == 7
+
+
 def test_the_tail_maps_can_be_turned_off(sms_132, monkeypatch):
     """``frontend.tails.B_TAIL_MAP = A_TAIL_MAP = False`` read the last column and row through the
     operands' own maps, as before."""
     monkeypatch.setattr(tails_mod, "B_TAIL_MAP", False)
     monkeypatch.setattr(tails_mod, "A_TAIL_MAP", False)
-    plan = cpu_plan("bf16", "KK", {}, rows=263, n=11088, k=4096)
+    plan = cpu_plan("bf16", "KK", {}, rows=263, n=11088, k=4096, tails=True)
     assert not plan.cfg.b_tail and not plan.cfg.a_tail and plan.tail_box is None and len(plan.signature()) == 7
 
 
@@ -110,7 +117,7 @@ def test_the_tail_maps_can_be_turned_off(sms_132, monkeypatch):
 def test_tail_maps_where_they_pay(sms_132, m, n, k, b_tail, a_tail):
     """The default takes a tail map where the product is one wave and the padding rows it saves come
     to TAIL_MIN_ROWS a stage or more: the measured gains (1.11-2.03x), not the measured losses."""
-    plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=k)
+    plan = cpu_plan("bf16", "KK", {}, rows=m, n=n, k=k, tails=True)
     assert (plan.cfg.b_tail, plan.cfg.a_tail) == (b_tail, a_tail), plan.cfg
     assert tails_mod.tail_pays(480, 128, 30, 1.0) and not tails_mod.tail_pays(512, 128, 30, 1.0)
     assert not tails_mod.tail_pays(480, 128, 30, 1.01) and not tails_mod.tail_pays(6144, 144, 3, 0.98)

@@ -217,7 +217,7 @@ class Plan:
         cfg = self.cfg
         m, n, k = self.mnk
         # B's last tile column and A's last tile row through maps of the rows N and M have there
-        tails = tail_maps(cfg, m, n, k, self.a_path, self.b_path)
+        tails = tail_maps(cfg, m, n, k, self.a_path, self.b_path) if "b_tail" not in opts else {}
         if tails:
             opts.update(tails)
             self.cfg = config(cfg.epilogue)
