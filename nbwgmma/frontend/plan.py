@@ -49,12 +49,11 @@ from ..errors import ConfigError, MatmulError
 from ..intrinsics.mbarrier import DEBUG_WAIT_TIMEOUT_S
 from ..launch import array_arg_types, array_arg_values
 from ..kernels.gemm_config import FP8_OUTS
-from ..kit.short_rows import box_rows
 from ..layout.kinds import wgmma_kind
 from .args import NP_OF, config_error, stream_key, stream_scratch
 from .arrays import ArrayInfo, array_info, numba_layout, numpy_dtype
 from .default_tile import pick_default
-from .tails import tail_maps
+from .tails import tail_maps, tail_rows
 from .views import (StagedCopy, batched_view, copy_params, kmajor_copy, nb_stream, numba_view, staged_for_speed,
                     tensor_map, tma_view, transposed)
 
@@ -223,8 +222,8 @@ class Plan:
             self.cfg = config(cfg.epilogue)
         #: the boxes of B's last tile column and A's last tile row (b_tail, a_tail): the rows N (M) has
         #: there, rounded up to 8
-        self.tail_box = (box_rows(n - (n - 1) // cfg.bn * cfg.bn, cfg.bn), cfg.bk) if self.cfg.b_tail else None
-        self.a_tail_box = (box_rows(m - (m - 1) // cfg.bm * cfg.bm, cfg.bm), cfg.bk) if self.cfg.a_tail else None
+        self.tail_box = (tail_rows(n, cfg.bn), cfg.bk) if self.cfg.b_tail else None
+        self.a_tail_box = (tail_rows(m, cfg.bm), cfg.bk) if self.cfg.a_tail else None
 
     def _map(self, slot, x, ptr, view, tdt, box, swizzle="128B"):
         """The tensor map of operand ``slot`` read in place at ``ptr`` (the last one is kept at hand)."""
@@ -501,7 +500,8 @@ class Plan:
                    for kind, t in self.cfg.extras)
         fp8 = ((types.float32,) + ((types.Array(types.float32, 1, "C"),) if self.cfg.amax else ())) \
             if self.cfg.out in FP8_OUTS else ()
-        return (types.int64,) * (2 + int(self.cfg.b_tail) + int(self.cfg.a_tail)) + (c,) + scalars + vec + cb + xs + fp8 + (ws if self.cfg.uses_workspace else ()) \
+        maps = (types.int64,) * (2 + int(self.cfg.b_tail) + int(self.cfg.a_tail))  # A, B, the tail maps
+        return maps + (c,) + scalars + vec + cb + xs + fp8 + (ws if self.cfg.uses_workspace else ()) \
             + ((types.int32,) if self.batch else ())
 
     def check_expect_tx(self, ta, tb):

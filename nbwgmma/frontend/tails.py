@@ -14,7 +14,7 @@ import math
 from ..kit.scheduler import TileScheduler
 from ..kit.short_rows import box_rows
 
-__all__ = ["B_TAIL_MAP", "A_TAIL_MAP", "TAIL_MAX_WAVES", "TAIL_MIN_ROWS", "tail_pays", "tail_maps"]
+__all__ = ["B_TAIL_MAP", "A_TAIL_MAP", "TAIL_MAX_WAVES", "TAIL_MIN_ROWS", "tail_rows", "tail_pays", "tail_maps"]
 
 #: B's last tile column through a map of the rows N has there, where B is read in place K-major and
 #: :func:`tail_pays` (False: through B's own map, the rows past N as zeros)
@@ -27,6 +27,13 @@ TAIL_MAX_WAVES = 1
 TAIL_MIN_ROWS = 256
 
 
+def tail_rows(size: int, tile: int) -> int:
+    """The rows of the box of an operand's last ``tile``-row block (``size`` rows in all): the rows
+    the operand has there, rounded up to 8 (:func:`~nbwgmma.kit.box_rows`); ``tile`` where it is whole.
+    The kernel works out the same with ``box_rows_device``."""
+    return box_rows(size - (size - 1) // tile * tile, tile)
+
+
 def tail_pays(size: int, tile: int, tiles: int, waves: float) -> bool:
     """Whether the last of an operand's ``tile``-row blocks (``size`` rows in all; ``tiles`` tiles
     along the other dimension take it) is loaded through a map of the rows it has: where the product
@@ -36,9 +43,8 @@ def tail_pays(size: int, tile: int, tiles: int, waves: float) -> bool:
     480 x 8192 in 64 x 128 tiles: 960 rows, 1.29-1.45x; A's last tile row of 263 x 11088 x 4096 in
     128 x 256 tiles: 5280, 1.21x), those with 144-224 0.97-1.02x, and products of several waves
     0.99-1.01x. A rule fitted to twelve problems, not yet held out."""
-    rem = size - (size - 1) // tile * tile
-    padding = (tile - box_rows(rem, tile)) * tiles
-    return rem < tile and waves <= TAIL_MAX_WAVES and padding >= TAIL_MIN_ROWS
+    padding = (tile - tail_rows(size, tile)) * tiles
+    return size % tile != 0 and waves <= TAIL_MAX_WAVES and padding >= TAIL_MIN_ROWS
 
 
 def tail_maps(cfg, m: int, n: int, k: int, a_path, b_path) -> dict:

@@ -94,8 +94,6 @@ def staged_for_speed(operands) -> set:
     :data:`MAX_COPY_SHARE`). The module's values are read at each call (set ``MAX_COPY_SHARE`` to 0
     to read every such operand in place)."""
     for i in (1, 0):
-        if i >= len(operands):
-            continue
         view, itemsize, other, count = operands[i]
         if view is not None and misaligned_rows(view, itemsize):
             (rows, cols), _ = view

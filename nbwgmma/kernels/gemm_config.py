@@ -262,23 +262,18 @@ class GemmConfig:
                                            f"{'' if batched else ' without batched'}")
         #: the operands of a batch that are one matrix for every product (their maps one matrix deep)
         self.broadcast = broadcast
-        if b_tail and (b_major != "K" or batched or stream_k or (cluster > 1 and multicast == "B")):
-            raise ConfigError("b_tail", f"b_tail (B's last tile column through a map of the rows N has) takes K-major "
-                                        f"B, no batch, no stream_k and no cluster sharing B; got b_major={b_major!r}, "
-                                        f"batched={batched}, stream_k={stream_k}, cluster={cluster}, "
-                                        f"multicast={multicast!r}")
-        #: the last tile column of B is loaded through a second map (the kernel's argument after B's)
-        #: whose box holds only the rows N has (:func:`nbwgmma.kit.box_rows`): the rows past them in the
-        #: stage keep an earlier tile's B rows (zeros before any), so the padding columns of C hold
-        #: values that are never stored
-        self.b_tail = bool(b_tail)
-        if a_tail and (a_major != "K" or batched or stream_k or (cluster > 1 and multicast == "A")):
-            raise ConfigError("a_tail", f"a_tail (A's last tile row through a map of the rows M has) takes K-major "
-                                        f"A, no batch, no stream_k and no cluster sharing A; got a_major={a_major!r}, "
-                                        f"batched={batched}, stream_k={stream_k}, cluster={cluster}, "
-                                        f"multicast={multicast!r}")
-        #: the same for A's last tile row (the kernel's argument after B's map, and B's last column's)
-        self.a_tail = bool(a_tail)
+        for name, on, op, major, block, size in (("b_tail", b_tail, "B", b_major, "column", "N"),
+                                                 ("a_tail", a_tail, "A", a_major, "row", "M")):
+            if on and (major != "K" or batched or stream_k or (cluster > 1 and multicast == op)):
+                raise ConfigError(name, f"{name} ({op}'s last tile {block} through a map of the rows {size} has) "
+                                        f"takes K-major {op}, no batch, no stream_k and no cluster sharing {op}; got "
+                                        f"{op.lower()}_major={major!r}, batched={batched}, stream_k={stream_k}, "
+                                        f"cluster={cluster}, multicast={multicast!r}")
+        #: the last tile column of B (row of A) is loaded through a second map (the kernel's arguments
+        #: after B's map: B's, then A's) whose box holds only the rows N (M) has (:func:`nbwgmma.kit.box_rows`):
+        #: the rows past them in the stage keep an earlier tile's rows (zeros before any), so the padding
+        #: columns (rows) of C hold values that are never stored
+        self.b_tail, self.a_tail = bool(b_tail), bool(a_tail)
         if self.b_tail or self.a_tail:
             self.zero_padding = False
         if consumers is None:  # 256 rows: two consumers of 128 (four of 64 spill and ran slower)
