@@ -1224,3 +1224,62 @@ def test_a_block_below_the_bounds_of_a_kernel_with_warpgroup_roles_is_refused():
             prepare(_three_roles, 1, 128, (out,))
     launch(_three_roles, 1, 384, (out,))
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(128, 384).reshape(2, 128))
+
+
+@cuda.jit
+def _timeline_kernel(rec, out):
+    from nbwgmma.kit import timeline_cta, timeline_stamp, timeline_start
+
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        timeline_start(rec)
+    out[timeline_cta() * cuda.blockDim.x + tid] = tid + 1
+    cuda.syncthreads()
+    if tid == 0:
+        timeline_stamp(rec, 2)
+        if cuda.blockIdx.x % 2 == 0:
+            timeline_stamp(rec, 3)
+
+
+def test_a_timeline_records_each_ctas_sm_and_its_events_in_order():
+    """timeline_start writes the CTA's SM and start, timeline_stamp an event's time, each into the CTA's
+    row; a column a CTA did not write stays the poison (NaN in times, counted missing in the summary).
+    The simulator's SM is the CTA's index modulo its 132 SMs."""
+    from nbwgmma.timeline import Timeline
+
+    tl = Timeline(6, ("written", "even CTAs"))
+    out = cuda.to_device(np.zeros(6 * 64, np.int32))
+    launch(_timeline_kernel, 6, 64, (tl.array, out))
+    assert (out.copy_to_host() == np.tile(np.arange(1, 65), 6)).all()
+    rows = tl.read()
+    sm, t = tl.times()
+    assert (rows[:, 1:3] > 0).all() and (sm >= 0).all() and (sm == rows[:, 0]).all()
+    if config.ENABLE_CUDASIM:
+        assert sm.tolist() == list(range(6))
+    assert np.nanmin(t[:, 0]) == 0 and (t[:, 1] >= t[:, 0]).all()
+    assert not np.isnan(t[0::2, 2]).any() and (t[0::2, 2] >= t[0::2, 1]).all()
+    assert np.isnan(t[1::2, 2]).all() and (rows[1::2, 3] == -1).all()
+    text = tl.summary()
+    assert text.startswith("6 CTAs on") and "(3 CTAs missing)" in text and "CTA " in text
+
+
+def test_the_library_gemm_traced_is_exact_and_records_its_events_in_causal_order():
+    """GemmConfig(trace=True): the product is unchanged (small integers, exact), and each CTA's row
+    holds its SM, start and TRACE_EVENTS in the order they must happen (the producer's first load
+    before the first stage lands, that before the tiles are done, the stores after them). Three
+    CTAs over twelve 64 x 64 tiles: each takes four in turn."""
+    from nbwgmma.kernels.gemm_config import TRACE_EVENTS
+    from nbwgmma.timeline import Timeline
+    from tests.sim_vs_gpu import run_library_gemm
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(-3, 4, (200, 128)).astype(np.float64)
+    b = rng.integers(-3, 4, (136, 128)).astype(np.float64)
+    tl = Timeline(3, TRACE_EVENTS)
+    got = run_library_gemm(a, b, 1, "tma", bm=64, bn=64, timeline=tl, grid=3)
+    np.testing.assert_array_equal(got, (a @ b.T).astype(np.float32))
+    rows = tl.read()
+    assert (rows[:, 1:] > 0).all(), rows
+    start, loads, landed, issued, done, stored = rows[:, 1:].T
+    assert (start <= loads).all() and (loads <= landed).all() and (landed <= done).all()
+    assert (loads <= issued).all() and (done <= stored).all()

@@ -37,14 +37,16 @@ def bf16_bits(x):
     return encode_elements(x, "bf16").view(np.uint16).reshape(x.shape)
 
 
-def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256, multicast="B"):
+def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256, multicast="B", timeline=None, grid=None):
     """C = A B^T through the library's persistent kernel (bf16 in; bf16 out for the TMA
     epilogue, f32 for the direct one), as the simulator or the GPU computes it; clusters share
-    ``multicast``'s tile, one CTA per cluster tile."""
+    ``multicast``'s tile, one CTA per cluster tile (``grid``: that many CTAs, each taking tiles in turn).
+    ``timeline``: a :class:`nbwgmma.timeline.Timeline` the kernel records into (``trace=True``)."""
     m, k = a.shape
     n = b.shape[0]
     cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, cluster=cluster, epilogue=epilogue,
-                     out="bf16" if epilogue == "tma" else "f32", multicast=multicast)
+                     out="bf16" if epilogue == "tma" else "f32", multicast=multicast,
+                     trace=timeline is not None)
     share_a = multicast == "A"
     ta = TensorMap(cuda.to_device(bf16_bits(a)), (cfg.bm // (cluster if share_a else 1), cfg.bk), dtype="bf16")
     tb = TensorMap(cuda.to_device(bf16_bits(b)), (cfg.bn // (1 if share_a else cluster), cfg.bk), dtype="bf16")
@@ -55,8 +57,9 @@ def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256, multicast=
         c = cuda.to_device(np.full((m, n), np.nan, np.float32))
         carg = c
     tiles = TileScheduler(cfg.bm, cfg.bn, cfg.bk, cluster=cluster, along="N" if share_a else "M").units(m, n, k)
-    launch(gemm_kernel(cfg), cluster * tiles, cfg.threads,
-           (ta.address, tb.address, carg, np.int32(m), np.int32(n), np.int32(k), np.float32(1)),
+    launch(gemm_kernel(cfg), grid or cluster * tiles, cfg.threads,
+           (ta.address, tb.address, carg, np.int32(m), np.int32(n), np.int32(k), np.float32(1))
+           + ((timeline.array,) if timeline is not None else ()),
            smem=cfg.smem_bytes + 1023, cluster=(cluster, 1, 1) if cluster > 1 else None)
     out = c.copy_to_host()
     return (out.astype(np.uint32) << 16).view(np.float32) if epilogue == "tma" else out

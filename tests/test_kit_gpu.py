@@ -27,6 +27,8 @@ from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
     test_acc_map4_gives_each_group_its_four_values_and_corner,
     test_a_batched_gemm_on_3d_maps_is_exact_and_stays_in_each_matrix, test_pair_atomic_combines_the_tiles_row_results,
     test_a_block_below_the_bounds_of_a_kernel_with_warpgroup_roles_is_refused,
+    test_a_timeline_records_each_ctas_sm_and_its_events_in_order,
+    test_the_library_gemm_traced_is_exact_and_records_its_events_in_causal_order,
 )
 
 pytestmark = pytest.mark.gpu

@@ -13,7 +13,7 @@ simulator each intrinsic is the Python function :mod:`nbwgmma.sim` registers for
 """
 
 from . import (address, async_copy, control, convert, descriptor, fastmath, fence, fragment, fragment_smem, matrix,
-               mbarrier, random, tma, wgmma)
+               mbarrier, random, timer, tma, wgmma)
 from .address import *  # noqa: F401,F403
 from .async_copy import *  # noqa: F401,F403
 from .control import *  # noqa: F401,F403
@@ -26,13 +26,14 @@ from .fragment_smem import *  # noqa: F401,F403
 from .matrix import *  # noqa: F401,F403
 from .mbarrier import *  # noqa: F401,F403
 from .random import *  # noqa: F401,F403
+from .timer import *  # noqa: F401,F403
 from .tma import *  # noqa: F401,F403
 from .wgmma import *  # noqa: F401,F403
 
 __all__ = (
     address.__all__ + async_copy.__all__ + control.__all__ + convert.__all__ + descriptor.__all__ + fastmath.__all__
     + fence.__all__ + fragment.__all__ + fragment_smem.__all__ + matrix.__all__ + mbarrier.__all__ + random.__all__
-    + tma.__all__
+    + timer.__all__ + tma.__all__
     + wgmma.__all__
 )
 

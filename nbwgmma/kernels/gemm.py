@@ -51,7 +51,7 @@ from ..intrinsics import (
     acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
-    griddep_wait, prefetch_tensormap, setmaxnreg_dec,
+    griddep_wait, mbarrier_wait_parity_timeout, prefetch_tensormap, setmaxnreg_dec,
     setmaxnreg_inc, smem_addr, tma_store_2d, tma_store_3d,
 )
 from ..kit.amax import acc_absmax, amax_flush, amax_note, amax_start
@@ -63,6 +63,7 @@ from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_range, stream_segment, stream_walk, stream_whole_units
 from ..kit.short_rows import box_rows_device, clear_rows, short_map
 from ..kit.stream_k import StreamFixup
+from ..kit.timeline import timeline_stamp, timeline_start
 from ..kit.warpgroup import warpgroup_sync
 from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
 from .gemm_epilogue import fused_epilogue, parts_hook, parts_store
@@ -345,6 +346,7 @@ def _build(key):
     A_TAIL = cfg.a_tail
     A_BYTES = cfg.a_bytes
     THREADS = cfg.threads
+    TRACE = cfg.trace
     if A_TAIL:
         @inlined
         def a_source(pm, tiles_m, tmap_a, tmap_at, a_rows, nbytes):
@@ -369,7 +371,7 @@ def _build(key):
 
     @inlined
     def body(tmap_a, tmap_b, tmap_at, tmap_bt, c, m, n, k, alpha, ws, counters, vec, cmat, beta, xs, scale_out, amax,
-             batches):
+             batches, trace):
         dyn = cuda.shared.array(0, np.uint8)
         bars = cuda.shared.array(NBARS, np.uint64)
         flag = cuda.shared.array(1, np.int32)
@@ -381,6 +383,8 @@ def _build(key):
         tid = cuda.threadIdx.x
         wg = tid // 128
         ep = (vec, m, n, cmat, beta, xs, scale_out, biggest)  # what the epilogue reads (unused ones: stand-ins)
+        if TRACE and tid == 0:  # (the timeline: kit.timeline, TRACE_EVENTS from column 2)
+            timeline_start(trace)
         if tid == 0:
             pipe.init(ring)
             if KC > 1:
@@ -421,6 +425,8 @@ def _build(key):
                     prefetch_tensormap(tmap_bt)
                 if A_TAIL:
                     prefetch_tensormap(tmap_at)
+                if TRACE:
+                    timeline_stamp(trace, 2)
                 # One k-block count, slot and phase derived from it (the consumers advance the
                 # two as counters; here those cost ptxas an 8-byte spill in the producer's 40
                 # registers with clusters).
@@ -454,8 +460,15 @@ def _build(key):
                             else:
                                 coop.load(base + s * STAGE_BYTES, full, tma, tmb, kb * BK, a_row, b_row, dst)
                             it += 1
+                if TRACE:
+                    timeline_stamp(trace, 4)
                 # Every load issued: the next kernel may be scheduled (its CTAs take SMs as ours leave).
                 griddep_launch_dependents()
+            elif TRACE and tid == 32 and not STREAM and KC == 1 and first < walk:
+                # A thread of an idle warp sees the first stage land (a wait in a consumer made ptxas
+                # spill its registers); it gives up after a millisecond (the event then missing).
+                if mbarrier_wait_parity_timeout(ring, 0, 1000000):
+                    timeline_stamp(trace, 3)
             elif CL > 1:
                 # The idle threads leave now: waiting at the closing cluster barrier beside the
                 # producer thread of their warp, they slowed its loop (clusters 12-20% slower on an
@@ -543,8 +556,12 @@ def _build(key):
                     if pm < tiles_m and pn < tiles_n:
                         finish_blocks(acc, alpha, (c, bt) if BATCHED else c, ws, counters, flag, tid, ctid, cw, t, sp,
                                       nsplit, pm * BM + cw * CROWS, pn * BN, cbase, m, product_ep(ept, bt))
+            if TRACE and cw == 0 and ctid == 0:
+                timeline_stamp(trace, 5)
             if TMA_EPI and ctid == 0:
                 bulk_wait_group(0)
+            if TRACE and cw == 0 and ctid == 0:
+                timeline_stamp(trace, 6)
             if AMAX:
                 amax_flush(amax, biggest, tid - 128)  # the warp's maximum of all its tiles: one atomic
         if CL * KC > 1:
@@ -561,12 +578,12 @@ def _build(key):
         + ["c", "m", "n", "k", "alpha"] \
         + (["vec"] if cfg.bias else []) \
         + (["cmat", "beta"] if cfg.with_c else []) + xs + fp8 + (["ws", "counters"] if ws else []) \
-        + (["batches"] if BATCHED else [])
+        + (["batches"] if BATCHED else []) + (["trace"] if TRACE else [])
     passed = ", ".join(["tmap_a", "tmap_b", "tmap_at" if A_TAIL else "tmap_a", "tmap_bt" if B_TAIL else "tmap_b", "c",
                         "m", "n", "k", "alpha"]
                        + (["ws", "counters"] if ws else ["c", "m"]) + (["vec"] if cfg.bias else ["m"])
                        + (["cmat", "beta"] if cfg.with_c else ["c", "alpha"]) + [f"({''.join(x + ', ' for x in xs)})"]
-                       + ["scale_out" if FP8_OUT else "alpha", "amax" if AMAX else "m", "batches" if BATCHED else "m"])
+                       + ["scale_out" if FP8_OUT else "alpha", "amax" if AMAX else "m", "batches" if BATCHED else "m", "trace" if TRACE else "m"])
     src = [f"def gemm({', '.join(params)}):", f"    body({passed})"]
     ns = {"body": body, "__name__": __name__}  # (the kernel's symbol names this module)
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm kernel>", "exec"), ns)

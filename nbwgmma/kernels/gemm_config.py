@@ -18,7 +18,8 @@ from ..kit.warpgroup import launch_regs
 from ..layout.kinds import wgmma_kind
 from ..layout.wgmma_model import ELEMENT_BYTES
 
-__all__ = ["GemmConfig", "DEFAULT_STAGES", "NARROW_STAGES", "STAGE_BUDGET", "MAX_EXTRAS", "EXTRA_KINDS", "FP8_OUTS"]
+__all__ = ["GemmConfig", "DEFAULT_STAGES", "NARROW_STAGES", "STAGE_BUDGET", "MAX_EXTRAS", "EXTRA_KINDS", "FP8_OUTS",
+           "TRACE_EVENTS"]
 
 #: Shared memory for a kernel's stages and C tile: the opt-in 227 KiB less the dynamic base's
 #: alignment slack and the barriers.
@@ -27,6 +28,10 @@ STAGE_BUDGET = 227 * 1024 - 1023 - 64
 _OUT_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
 #: output types stored as fp8 codes (scaled by ``scale_out``, optionally with ``amax``)
 FP8_OUTS = FP8_FORMATS
+#: what a traced kernel (``trace=True``) records after its SM and start, one column each from column 2:
+#: the producer's first load issued, the first stage's bytes landed (seen by the first consumer),
+#: the producer's last load issued, the first consumer's last tile computed, its stores done
+TRACE_EVENTS = ("loads start", "first stage in", "loads issued", "tiles done", "stores done")
 #: Default stages per (bm, bn) where more than 4 pay: 128 x 128 tiles (32 KiB stages) with 6
 #: ran 3-9% faster than with 4 on an H100 at 384-2048 rows, 16-bit and fp8, long K most
 #: (BENCHMARKS.md, 2026-11-25); narrow tiles (a width that is not a multiple of 64) take as many
@@ -131,6 +136,9 @@ class GemmConfig:
     only C's padding columns (never stored; an amax masks them). ``a_tail`` (K-major A, no batch,
     stream-K or cluster sharing A): the same for A's last tile row (its map after B's and B's
     last column's), the rows past M feeding only C's padding rows.
+    ``trace``: the kernel takes a last argument, an int64 array of one row per CTA and 2 +
+    ``len(TRACE_EVENTS)`` columns (:class:`nbwgmma.timeline.Timeline`), and records its timeline in it
+    (:mod:`nbwgmma.kit.timeline`): the SM, the start and :data:`TRACE_EVENTS`.
     ``producer_regs``/``consumer_regs`` split the CTA's registers with ``setmaxnreg``
     (default 40 for the producer, 24 for consumers of 128 rows, 48 for a cluster of 4 with MN-major
     B, 56 for some split-K kernels and for ``cluster_k``; the rest shared out among the consumers,
@@ -142,7 +150,7 @@ class GemmConfig:
                  epilogue="direct", c_parts=None, cluster=1, split=1, stream_k=0, cluster_k=1, consumers=None,
                  c_transposed=False, c_slots=None, bias=None, act=None, bias_type="f32", with_c=False, user=None,
                  extras=(), user_t=False, amax=False, multicast="B", batched=False, broadcast="", b_tail=False,
-                 a_tail=False):
+                 a_tail=False, trace=False):
         self.kind = kind
         self.k = wgmma_kind(kind)
         if self.k.dtype != "f32":
@@ -274,6 +282,8 @@ class GemmConfig:
         #: the rows past them in the stage keep an earlier tile's rows (zeros before any), so the padding
         #: columns (rows) of C hold values that are never stored
         self.b_tail, self.a_tail = bool(b_tail), bool(a_tail)
+        #: the kernel records its timeline (a last argument: :data:`TRACE_EVENTS`)
+        self.trace = bool(trace)
         if self.b_tail or self.a_tail:
             self.zero_padding = False
         if consumers is None:  # 256 rows: two consumers of 128 (four of 64 spill and ran slower)
@@ -460,7 +470,8 @@ class GemmConfig:
                 self.c_parts, self.cluster, self.split, self.stream_k, self.cluster_k, self.consumers,
                 self.c_transposed, self.c_slots, self.bias, self.act, self.bias_type, self.with_c, self.user,
                 self.extras, self.user_t, self.amax, self.multicast) + (
-            (self.batched, self.broadcast, self.b_tail, self.a_tail) if self.b_tail or self.a_tail else
+            (self.batched, self.broadcast, self.b_tail, self.a_tail) + ((True,) if self.trace else ())
+            if self.b_tail or self.a_tail or self.trace else
             ((True,) if self.batched else ()) + ((self.broadcast,) if self.broadcast else ()))  # (as before otherwise)
 
     def __repr__(self):
@@ -473,6 +484,6 @@ class GemmConfig:
                 f"{', split=' + str(self.split) if self.split > 1 else ''}"
                 f"{', stream_k' if self.stream_k else ''}{', cluster_k=2' if self.cluster_k == 2 else ''}"
                 f"{', 128 rows each' if self.blocks == 2 else ''}{', C transposed' if self.c_transposed else ''}"
-                f"{', batched' if self.batched else ''}{', B tail map' if self.b_tail else ''}{', A tail map' if self.a_tail else ''}{' over one ' + self.broadcast if self.broadcast else ''}"
+                f"{', batched' if self.batched else ''}{', B tail map' if self.b_tail else ''}{', A tail map' if self.a_tail else ''}{' over one ' + self.broadcast if self.broadcast else ''}{', traced' if self.trace else ''}"
                 f"{', ' + self.bias_type + ' bias per ' + self.bias if self.bias else ''}{', beta * C' if self.with_c else ''}{', ' + self.act if self.act else ''}"
                 f"{', epilogue ' + getattr(self.user, '__name__', '?') if self.user else ''})")

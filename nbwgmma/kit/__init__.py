@@ -44,6 +44,9 @@
 * :mod:`~nbwgmma.kit.random`: :func:`rand` and its kin, counter-based random numbers
   (Philox-4x32-10 keyed by a seed, counted by an offset; Triton's ``tl.rand``): dropout and
   other draws in an epilogue, regenerated on the host by :mod:`nbwgmma.random`;
+* :mod:`~nbwgmma.kit.timeline`: :func:`timeline_start` and :func:`timeline_stamp`, each CTA's SM and
+  the times it reached the points you mark (read back by :class:`nbwgmma.timeline.Timeline`): which
+  CTA of a wave fell behind, and where;
 * :mod:`~nbwgmma.kit.device`: :func:`inlined`, device functions the compiler inlines
   (quick to compile; Numba's ``inline=True`` copies their IR at every call); :func:`select`,
   a conditional value without a branch in Numba's IR;
@@ -78,6 +81,7 @@ from .scheduler import (TileScheduler, stream_owner, stream_range, stream_segmen
 from .short_rows import box_rows, box_rows_device, clear_rows, short_map
 from .sparse import SparseConsumers
 from .stream_k import StreamFixup
+from .timeline import timeline_cta, timeline_stamp, timeline_start
 from .warpgroup import launch_regs, turn_pass, turn_wait, warpgroup_index, warpgroup_sync, warpgroup_thread
 
 __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "EpilogueWarps", "no_epilogue_warps", "PingPong", "SparseConsumers",
@@ -85,4 +89,4 @@ __all__ = ["TmaPipeline", "Cooperative", "operand_loads", "ClusterSplitK", "Epil
            "acc_row_reduce", "acc_col_reduce", "pair_store", "pair_atomic", "PAIR_ATOMICS", "REDUCE_OPS", "rand", "rand4x", "randint", "randint4x",
            "tma_store_block", "activation", "ACTIVATIONS", "gelu_tanh_approx", "launch_regs", "warpgroup_index", "warpgroup_thread", "warpgroup_sync",
            "turn_wait", "turn_pass", "acc_absmax", "amax_start", "amax_note", "amax_flush", "box_rows", "box_rows_device",
-           "clear_rows", "short_map"]
+           "clear_rows", "short_map", "timeline_start", "timeline_stamp", "timeline_cta"]

@@ -426,6 +426,7 @@ def run(kernel, grid, block, args, smem=0, cluster=None, smem_limit=None):
                 for t in itertools.product(*(range(b) for b in reversed(block))):
                     threads.append(SimThread(fn, kargs, cta, bidx, tuple(reversed(t)), block))
             cl.dims = tuple(cluster)
+            cl.grid = tuple(grid)
             cl.clustered = clustered
             cl.sched.run(threads)
             if cl.error is not None:

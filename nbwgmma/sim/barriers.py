@@ -1,10 +1,12 @@
 """Simulated barriers and warpgroup controls: named barriers (whole warps, as the GPU counts
-them), the cluster barrier, fences, ``elect.sync``, cluster ids, ``setmaxnreg`` (the CTA's
-register pool), ``trap``, ``griddepcontrol`` (no-ops: grids run one after another). The CTA
+them), the cluster barrier, fences, ``elect.sync``, cluster ids, the timers, SM numbers and CTA
+index, ``setmaxnreg`` (the CTA's register pool), ``trap``, ``griddepcontrol`` (no-ops: grids run one after another). The CTA
 barrier ``syncthreads`` is :class:`~nbwgmma.sim.core.PhasedBarrier`; mbarriers are
 :mod:`nbwgmma.sim.sync`'s."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -35,6 +37,34 @@ def _fence_proxy_async():
         epochs.append(int(th.clock[th.gid]))
         sites.append(th.where)
         th.clock[th.gid] += 1
+
+
+#: the SMs of the simulated GPU (an H100 SXM's): ``smid`` is a CTA's linear index in the grid modulo it
+SIM_SMS = 132
+
+
+@impl("globaltimer", "clock64")
+def _timer():
+    """The host's nanosecond counter: a thread's reads never go back, and they order its events; their
+    differences say nothing of the GPU's time."""
+    return np.uint64(time.perf_counter_ns())
+
+
+@impl("cta_index")
+def _cta_index():
+    th = me()
+    g, b = th.cl.grid, th.blockIdx
+    return np.uint32(b.x + g[0] * (b.y + g[1] * b.z))
+
+
+@impl("smid")
+def _smid():
+    return np.uint32(_cta_index() % SIM_SMS)
+
+
+@impl("nsmid")
+def _nsmid():
+    return np.uint32(SIM_SMS)
 
 
 @impl("cluster_ctarank")

@@ -131,6 +131,7 @@ class Cluster:
         self.cond = WaitQueue(self.sched)  # the default wait queue
         self.ctas = []
         self.clustered = True  # launched with cluster dimensions (sim.run sets it)
+        self.grid = (1, 1, 1)  # the launch's grid (sim.run sets it)
         self.error = None
         self.nthreads = nthreads
         self.clock_len = nctas * nthreads + BARRIER_SLOTS
