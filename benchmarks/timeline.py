@@ -6,7 +6,7 @@ what the records cost (the traced kernel's time against the same kernel without 
         '{"bm":64,"bn":120,"stages":8}' [--runs 5] [--json OUT.json]
     python benchmarks/timeline.py --resolution     # the steps %globaltimer moves in
 
-bf16, A and B K-major, C bf16 through the TMA epilogue, one CTA per SM over the work units (direct
+bf16, A and B K-major (a config may take ``b_tail`` / ``a_tail``), C bf16 through the TMA epilogue, one CTA per SM over the work units (direct
 launches). Per config: the untraced and traced kernels' times (device_times), then over ``--runs``
 traced launches the spread of each event across CTAs (the median run's summary printed), and how
 the CTAs that finished last differ from the rest: their start, the first stage's wait, their main
@@ -22,6 +22,7 @@ from nbwgmma.bench import device_times
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 from nbwgmma.kernels.gemm_config import TRACE_EVENTS
 from nbwgmma.kit.scheduler import TileScheduler
+from nbwgmma.kit.short_rows import box_rows
 from nbwgmma.launch import device_limits, launch
 from nbwgmma.timeline import Timeline
 from nbwgmma.tma import TensorMap
@@ -40,8 +41,15 @@ def setup(m, n, k, conf, trace):
     units = TileScheduler(cfg.bm, cfg.bn, cfg.bk, cluster=cfg.cluster, split=cfg.split).units(m, n, k)
     grid = min(device_limits()["multiprocessors"], units)
     tl = Timeline(grid, TRACE_EVENTS) if trace else None
-    args = (ta.address, tb.address, tc.address, np.int32(m), np.int32(n), np.int32(k), np.float32(1)) + \
-        ((tl.array,) if trace else ())
+    tails = ()  # (b_tail, a_tail: the maps of B's last tile column and A's last tile row)
+    if cfg.b_tail:
+        tails += (TensorMap(b.view(torch.int16), (box_rows(n - (n - 1) // cfg.bn * cfg.bn, cfg.bn), cfg.bk),
+                            dtype="bf16"),)
+    if cfg.a_tail:
+        tails += (TensorMap(a.view(torch.int16), (box_rows(m - (m - 1) // cfg.bm * cfg.bm, cfg.bm), cfg.bk),
+                            dtype="bf16"),)
+    args = (ta.address, tb.address) + tuple(t.address for t in tails) + \
+        (tc.address, np.int32(m), np.int32(n), np.int32(k), np.float32(1)) + ((tl.array,) if trace else ())
     kern = gemm_kernel(cfg)
 
     def run():
@@ -50,7 +58,7 @@ def setup(m, n, k, conf, trace):
     torch.cuda.synchronize()
     ref = (a.double() @ b.double().T)
     err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
-    return run, out, tl, err, (a, b, ta, tb, tc)
+    return run, out, tl, err, (a, b, ta, tb, tc, tails)
 
 
 def resolution():
