@@ -14,7 +14,7 @@ from nbwgmma.intrinsics import acc_store, acc_zeros, setmaxnreg_dec, setmaxnreg_
 from nbwgmma.layout import acc_value_coords
 from nbwgmma.errors import KitError, LaunchError
 from nbwgmma.kit import (ACTIVATIONS, TileScheduler, TmaPipeline, acc_col_reduce, acc_map, acc_map4, acc_row_reduce,
-                         pair_store, rand, rand4x, randint, randint4x)
+                         pair_store, rand, rand4x, randint, randint4x, timeline_cta, timeline_stamp, timeline_start)
 from nbwgmma.launch import dynamic_smem_bytes, launch
 
 SIM_ONLY = pytest.mark.skipif(not config.ENABLE_CUDASIM,
@@ -1228,8 +1228,6 @@ def test_a_block_below_the_bounds_of_a_kernel_with_warpgroup_roles_is_refused():
 
 @cuda.jit
 def _timeline_kernel(rec, out):
-    from nbwgmma.kit import timeline_cta, timeline_stamp, timeline_start
-
     tid = cuda.threadIdx.x
     if tid == 0:
         timeline_start(rec)
