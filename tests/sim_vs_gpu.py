@@ -37,19 +37,28 @@ def bf16_bits(x):
     return encode_elements(x, "bf16").view(np.uint16).reshape(x.shape)
 
 
-def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256, multicast="B", timeline=None, grid=None):
+def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256, multicast="B", timeline=None, grid=None,
+                     tails=False):
     """C = A B^T through the library's persistent kernel (bf16 in; bf16 out for the TMA
     epilogue, f32 for the direct one), as the simulator or the GPU computes it; clusters share
     ``multicast``'s tile, one CTA per cluster tile (``grid``: that many CTAs, each taking tiles in turn).
-    ``timeline``: a :class:`nbwgmma.timeline.Timeline` the kernel records into (``trace=True``)."""
+    ``timeline``: a :class:`nbwgmma.timeline.Timeline` the kernel records into (``trace=True``);
+    ``tails``: B's last tile column and A's last tile row through maps of their rows (b_tail, a_tail)."""
     m, k = a.shape
     n = b.shape[0]
     cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, cluster=cluster, epilogue=epilogue,
                      out="bf16" if epilogue == "tma" else "f32", multicast=multicast,
-                     trace=timeline is not None)
+                     trace=timeline is not None, b_tail=tails, a_tail=tails)
     share_a = multicast == "A"
-    ta = TensorMap(cuda.to_device(bf16_bits(a)), (cfg.bm // (cluster if share_a else 1), cfg.bk), dtype="bf16")
-    tb = TensorMap(cuda.to_device(bf16_bits(b)), (cfg.bn // (1 if share_a else cluster), cfg.bk), dtype="bf16")
+    da, db = cuda.to_device(bf16_bits(a)), cuda.to_device(bf16_bits(b))
+    ta = TensorMap(da, (cfg.bm // (cluster if share_a else 1), cfg.bk), dtype="bf16")
+    tb = TensorMap(db, (cfg.bn // (1 if share_a else cluster), cfg.bk), dtype="bf16")
+    maps = (ta, tb)
+    if tails:
+        from nbwgmma.kit import box_rows
+
+        maps += (TensorMap(db, (box_rows(n - (n - 1) // cfg.bn * cfg.bn, cfg.bn), cfg.bk), dtype="bf16"),
+                 TensorMap(da, (box_rows(m - (m - 1) // cfg.bm * cfg.bm, cfg.bm), cfg.bk), dtype="bf16"))
     if epilogue == "tma":
         c = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))  # bf16 NaN
         carg = TensorMap(c, (64, 64), dtype="bf16").address
@@ -58,7 +67,7 @@ def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256, multicast=
         carg = c
     tiles = TileScheduler(cfg.bm, cfg.bn, cfg.bk, cluster=cluster, along="N" if share_a else "M").units(m, n, k)
     launch(gemm_kernel(cfg), grid or cluster * tiles, cfg.threads,
-           (ta.address, tb.address, carg, np.int32(m), np.int32(n), np.int32(k), np.float32(1))
+           tuple(t.address for t in maps) + (carg, np.int32(m), np.int32(n), np.int32(k), np.float32(1))
            + ((timeline.array,) if timeline is not None else ()),
            smem=cfg.smem_bytes + 1023, cluster=(cluster, 1, 1) if cluster > 1 else None)
     out = c.copy_to_host()

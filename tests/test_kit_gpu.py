@@ -29,6 +29,7 @@ from .sim_kit_cases import (  # noqa: F401  collected here as GPU tests
     test_a_block_below_the_bounds_of_a_kernel_with_warpgroup_roles_is_refused,
     test_a_timeline_records_each_ctas_sm_and_its_events_in_order,
     test_the_library_gemm_traced_is_exact_and_records_its_events_in_causal_order,
+    test_tail_maps_are_exact_whoever_zeroes_the_rows_past_them,
 )
 
 pytestmark = pytest.mark.gpu

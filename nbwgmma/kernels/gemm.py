@@ -51,7 +51,7 @@ from ..intrinsics import (
     acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
-    griddep_wait, mbarrier_wait_parity_timeout, setmaxnreg_dec,
+    griddep_wait, mbarrier_wait_parity_timeout, prefetch_tensormap, setmaxnreg_dec,
     setmaxnreg_inc, smem_addr, tma_store_2d, tma_store_3d,
 )
 from ..kit.amax import acc_absmax, amax_flush, amax_note, amax_start
@@ -389,15 +389,26 @@ def _build(key):
             pipe.init(ring)
             if KC > 1:
                 ck.init(xbars)
-        b_rows = BN
-        if B_TAIL:  # the rows of B the last tile column has; the stages' rows past them zeroed once
+        b_rows = BN  # the rows of B the last tile column has (A's last tile row: a_rows)
+        if B_TAIL:
             b_rows = box_rows_device(n - (n - 1) // BN * BN, BN)
-            if b_rows < BN:
-                clear_rows(base + A_BYTES, STAGE_BYTES, STAGES, 128, b_rows, BN, tid, THREADS)
         a_rows = BM
-        if A_TAIL:  # the same for A's last tile row
+        if A_TAIL:
             a_rows = box_rows_device(m - (m - 1) // BM * BM, BM)
-            if a_rows < BM:
+        if B_TAIL or A_TAIL:
+            # The stages' rows past the tail boxes are zeroed once, where a tail tile may read them
+            # before any whole box wrote them: unless the CTA's first tile is whole and fills every
+            # stage (then a later tail tile reads earlier tiles' rows). Zeroing them in every CTA held
+            # every first load back by 0.7 us (1876 x 480 x 8192 on an H100, kit.timeline).
+            tm, tmc, tn, kbs, ns, units = sched.shape(m, n, k)
+            u0 = sched.first()
+            t0, sp0 = sched.split_unit(u0, ns)
+            pm0, pn0 = sched.tile(t0, tmc, tn, cluster_ctarank() if CL > 1 else 0)
+            kb0, kb1 = sched.k_range(sp0, kbs, ns)
+            fills = KC == 1 and u0 < units and kb1 - kb0 >= STAGES
+            if b_rows < BN and not (fills and pn0 < tn - 1):
+                clear_rows(base + A_BYTES, STAGE_BYTES, STAGES, 128, b_rows, BN, tid, THREADS)
+            if a_rows < BM and not (fills and pm0 < tm - 1):
                 clear_rows(base, STAGE_BYTES, STAGES, 128, a_rows, BM, tid, THREADS)
         if CL * KC == 1:
             cuda.syncthreads()
@@ -421,8 +432,10 @@ def _build(key):
         if wg == 0:
             setmaxnreg_dec(PREGS)
             if tid == 0:
-                # (The tail maps are not prefetched: a prefetch here held the first load back by
-                # 0.7 us on an H100, kit.timeline's record of 1876 x 480 x 8192 with b_tail.)
+                if B_TAIL:  # (their first use may come in the middle of the walk)
+                    prefetch_tensormap(tmap_bt)
+                if A_TAIL:
+                    prefetch_tensormap(tmap_at)
                 if TRACE:
                     timeline_stamp(trace, 2)
                 # One k-block count, slot and phase derived from it (the consumers advance the
