@@ -51,7 +51,7 @@ from ..intrinsics import (
     acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
     acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
     cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
-    griddep_wait, mbarrier_wait_parity_timeout, prefetch_tensormap, setmaxnreg_dec,
+    griddep_wait, mbarrier_wait_parity_timeout, named_barrier_sync, prefetch_tensormap, setmaxnreg_dec,
     setmaxnreg_inc, smem_addr, tma_store_2d, tma_store_3d,
 )
 from ..kit.amax import acc_absmax, amax_flush, amax_note, amax_start
@@ -114,6 +114,7 @@ def _build(key):
     SPLIT = cfg.split
     STREAM = cfg.stream_k
     ALL_CONS = 128 * NCONS  # threads of the consumer warpgroups
+    CLEAR_BAR = 7  # the consumers' barrier after zeroing the tail rows (1-4: warpgroup_sync; 5: StreamFixup)
     # A batch of products (3-D maps of A, B and C): the walk covers batches x units; the C map
     # reaches the stores as (map, the product's index)
     BATCHED = cfg.batched
@@ -395,21 +396,32 @@ def _build(key):
         a_rows = BM
         if A_TAIL:
             a_rows = box_rows_device(m - (m - 1) // BM * BM, BM)
+        clear_b = False  # the consumers zero the stages' rows past B's (A's) tail box beside the first loads
+        clear_a = False
         if B_TAIL or A_TAIL:
             # The stages' rows past the tail boxes are zeroed once, where a tail tile may read them
-            # before any whole box wrote them: unless the CTA's first tile is whole and fills every
-            # stage (then a later tail tile reads earlier tiles' rows). Zeroing them in every CTA held
-            # every first load back by 0.7 us (1876 x 480 x 8192 on an H100, kit.timeline).
+            # before any whole box wrote them. Where the CTA's first tile fills every stage: not at all
+            # if that tile is whole (a later tail tile reads earlier tiles' rows), by the consumers
+            # while the first loads fly if it is the tail tile (its boxes leave those rows alone, and a
+            # later box waits for the consumers' release); else by every thread before the loads start.
+            # (Zeroing in every CTA first held every first load back by 0.7 us: 1876 x 480 x 8192 on
+            # an H100, kit.timeline.)
             tm, tmc, tn, kbs, ns, units = sched.shape(m, n, k)
             u0 = sched.first()
             t0, sp0 = sched.split_unit(u0, ns)
             pm0, pn0 = sched.tile(t0, tmc, tn, cluster_ctarank() if CL > 1 else 0)
             kb0, kb1 = sched.k_range(sp0, kbs, ns)
             fills = KC == 1 and u0 < units and kb1 - kb0 >= STAGES
-            if b_rows < BN and not (fills and pn0 < tn - 1):
-                clear_rows(base + A_BYTES, STAGE_BYTES, STAGES, 128, b_rows, BN, tid, THREADS)
-            if a_rows < BM and not (fills and pm0 < tm - 1):
-                clear_rows(base, STAGE_BYTES, STAGES, 128, a_rows, BM, tid, THREADS)
+            if b_rows < BN:
+                if not fills:
+                    clear_rows(base + A_BYTES, STAGE_BYTES, STAGES, 128, b_rows, BN, tid, THREADS)
+                else:
+                    clear_b = pn0 >= tn - 1
+            if a_rows < BM:
+                if not fills:
+                    clear_rows(base, STAGE_BYTES, STAGES, 128, a_rows, BM, tid, THREADS)
+                else:
+                    clear_a = pm0 >= tm - 1
         if CL * KC == 1:
             cuda.syncthreads()
         else:
@@ -494,6 +506,12 @@ def _build(key):
             cbase = base + C_OFF + cw * C_CONS
             s = 0  # the slot of the next k-block, and the parity of its "full" phase
             ph = 0
+            if (B_TAIL or A_TAIL) and (clear_a or clear_b):  # (every consumer of the CTA alike)
+                if clear_b:
+                    clear_rows(base + A_BYTES, STAGE_BYTES, STAGES, 128, b_rows, BN, tid - 128, ALL_CONS)
+                if clear_a:
+                    clear_rows(base, STAGE_BYTES, STAGES, 128, a_rows, BM, tid - 128, ALL_CONS)
+                named_barrier_sync(CLEAR_BAR, ALL_CONS)  # (all of them before any consumer's first wgmma)
             if STREAM:
                 cta, ctas = cuda.blockIdx.x, cuda.gridDim.x
                 # (kit.stream_whole_units: every full wave but the last whole, so the tiles running
