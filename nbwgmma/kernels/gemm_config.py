@@ -132,7 +132,8 @@ class GemmConfig:
     B after B's, whose box holds the rows of B's last tile column that N has (N - (tiles_n - 1) x bn,
     rounded up to 8: :func:`nbwgmma.kit.box_rows`), and loads that column through it, the stage
     expecting only those bytes (TMA moves a box's rows past N as zeros, at a cost); the stages'
-    rows past them are zeroed once at the start and later keep earlier tiles' B rows, which feed
+    rows past them are zeroed once where a tail tile could read them first (not where the CTA's first
+    tile is whole and fills every stage) and later keep earlier tiles' B rows, which feed
     only C's padding columns (never stored; an amax masks them). ``a_tail`` (K-major A, no batch,
     stream-K or cluster sharing A): the same for A's last tile row (its map after B's and B's
     last column's), the rows past M feeding only C's padding rows.
