@@ -35,6 +35,14 @@ class Timeline:
         #: the device array the kernel records into: int64, one row per CTA, poisoned with -1
         self.array = cuda.to_device(np.full((self.ctas, 2 + len(events)), -1, np.int64))
 
+    def column(self, event: str) -> int:
+        """The column of ``event`` (a name given when made): what the kernel's ``timeline_stamp(rec,
+        col)`` takes for it. A column past the row is not checked on the GPU (a store out of bounds),
+        so pass the kernel these rather than counting."""
+        if event not in self.events:
+            raise KitError(f"Timeline.column: no event {event!r}; this timeline's events are {self.events!r}")
+        return 2 + self.events.index(event)
+
     def read(self) -> np.ndarray:
         """The rows as the kernel left them (int64; -1 where nothing was written)."""
         return self.array.copy_to_host()

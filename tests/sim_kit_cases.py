@@ -1259,6 +1259,9 @@ def test_a_timeline_records_each_ctas_sm_and_its_events_in_order():
     assert np.isnan(t[1::2, 2]).all() and (rows[1::2, 3] == -1).all()
     text = tl.summary()
     assert text.startswith("6 CTAs on") and "(3 CTAs missing)" in text and "CTA " in text
+    assert tl.column("written") == 2 and tl.column("even CTAs") == 3
+    with pytest.raises(KitError, match="no event 'odd'"):
+        tl.column("odd")
 
 
 def test_the_library_gemm_traced_is_exact_and_records_its_events_in_causal_order():

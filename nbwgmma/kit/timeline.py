@@ -45,5 +45,6 @@ def timeline_start(rec):
 
 @inlined
 def timeline_stamp(rec, col):
-    """Record the time now in column ``col`` (2 or more) of this CTA's row of ``rec``."""
+    """Record the time now in column ``col`` (2 or more, below the row's length: not checked on the
+    GPU; :meth:`nbwgmma.timeline.Timeline.column` gives an event's) of this CTA's row of ``rec``."""
     rec[timeline_cta(), col] = globaltimer()
