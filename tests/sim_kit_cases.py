@@ -1286,18 +1286,27 @@ def test_the_library_gemm_traced_is_exact_and_records_its_events_in_causal_order
     assert (loads <= issued).all() and (done <= stored).all()
 
 
-@pytest.mark.parametrize("k, grid", [(320, 3), (128, 3), (320, 12)])
-def test_tail_maps_are_exact_whoever_zeroes_the_rows_past_them(k, grid):
+@pytest.mark.parametrize("m, n, k, grid, kw", [
+    (200, 136, 320, 3, {}), (200, 136, 128, 3, {}), (200, 136, 320, 12, {}),
+    (200, 136, 320, 2, dict(bm=128, bn=64)),                                     # two consumers zero
+    (200, 136, 320, 2, dict(cluster=2, multicast="A", tails="b")),               # a cluster's walk sharing A
+    (136, 200, 320, None, dict(cluster=2, multicast="B", tails="a")),            # sharing B, a CTA past M
+])
+def test_tail_maps_are_exact_whoever_zeroes_the_rows_past_them(m, n, k, grid, kw):
     """b_tail and a_tail (8 rows of B's last tile column, 8 of A's last tile row): a CTA zeroes the
-    stages' rows past the tail boxes only where its first tile is a tail tile or leaves stages unfilled
-    (K = 128: two k-blocks of four stages); elsewhere a later tail tile reads an earlier whole tile's
-    rows, which feed only C's padding. Three CTAs over twelve 64 x 64 tiles (each walking four, tail
-    tiles among later ones) and twelve CTAs (one each): exact on small integers, C poisoned."""
+    stages' rows past the tail boxes only where its first tile is a tail tile (its consumers, beside
+    the first loads) or leaves stages unfilled (K = 128: two k-blocks of four stages; all threads,
+    before them); elsewhere a later tail tile reads an earlier whole tile's rows, which feed only C's
+    padding. Three CTAs over twelve 64 x 64 tiles (each walking four, tail tiles among later ones),
+    twelve CTAs (one each), two consumers, clusters sharing the operand without a tail map: exact on
+    small integers, C poisoned."""
     from tests.sim_vs_gpu import run_library_gemm
 
-    rng = np.random.default_rng(k + grid)
-    a = rng.integers(-1, 2, (200, k)).astype(np.float64)  # (sums within bf16's exact integers)
-    b = rng.integers(-1, 2, (136, k)).astype(np.float64)
-    got = run_library_gemm(a, b, 1, "tma", bm=64, bn=64, grid=grid, tails=True)
+    rng = np.random.default_rng(k + (grid or 0) + m)
+    a = rng.integers(-1, 2, (m, k)).astype(np.float64)  # (sums within bf16's exact integers)
+    b = rng.integers(-1, 2, (n, k)).astype(np.float64)
+    kw = dict(dict(bm=64, bn=64, tails=True), **kw)
+    cluster = kw.pop("cluster", 1)
+    got = run_library_gemm(a, b, cluster, "tma", grid=grid, **kw)
     assert np.abs(a @ b.T).max() <= 256
     np.testing.assert_array_equal(got, (a @ b.T).astype(np.float32))

@@ -43,22 +43,25 @@ def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256, multicast=
     epilogue, f32 for the direct one), as the simulator or the GPU computes it; clusters share
     ``multicast``'s tile, one CTA per cluster tile (``grid``: that many CTAs, each taking tiles in turn).
     ``timeline``: a :class:`nbwgmma.timeline.Timeline` the kernel records into (``trace=True``);
-    ``tails``: B's last tile column and A's last tile row through maps of their rows (b_tail, a_tail)."""
+    ``tails``: B's last tile column and A's last tile row through maps of their rows (b_tail, a_tail;
+    True or ``"ab"`` both, ``"b"`` or ``"a"`` one)."""
     m, k = a.shape
     n = b.shape[0]
     cfg = GemmConfig("f32.bf16.bf16", bm=bm, bn=bn, cluster=cluster, epilogue=epilogue,
                      out="bf16" if epilogue == "tma" else "f32", multicast=multicast,
-                     trace=timeline is not None, b_tail=tails, a_tail=tails)
+                     trace=timeline is not None, b_tail=tails is True or "b" in (tails or ""),
+                     a_tail=tails is True or "a" in (tails or ""))
     share_a = multicast == "A"
     da, db = cuda.to_device(bf16_bits(a)), cuda.to_device(bf16_bits(b))
     ta = TensorMap(da, (cfg.bm // (cluster if share_a else 1), cfg.bk), dtype="bf16")
     tb = TensorMap(db, (cfg.bn // (1 if share_a else cluster), cfg.bk), dtype="bf16")
     maps = (ta, tb)
-    if tails:
-        from nbwgmma.kit import box_rows
+    from nbwgmma.kit import box_rows
 
-        maps += (TensorMap(db, (box_rows(n - (n - 1) // cfg.bn * cfg.bn, cfg.bn), cfg.bk), dtype="bf16"),
-                 TensorMap(da, (box_rows(m - (m - 1) // cfg.bm * cfg.bm, cfg.bm), cfg.bk), dtype="bf16"))
+    if cfg.b_tail:
+        maps += (TensorMap(db, (box_rows(n - (n - 1) // cfg.bn * cfg.bn, cfg.bn), cfg.bk), dtype="bf16"),)
+    if cfg.a_tail:
+        maps += (TensorMap(da, (box_rows(m - (m - 1) // cfg.bm * cfg.bm, cfg.bm), cfg.bk), dtype="bf16"),)
     if epilogue == "tma":
         c = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))  # bf16 NaN
         carg = TensorMap(c, (64, 64), dtype="bf16").address
