@@ -408,10 +408,13 @@ def _build(key):
             # an H100, kit.timeline.)
             tm, tmc, tn, kbs, ns, units = sched.shape(m, n, k)
             u0 = sched.first()
-            t0, sp0 = sched.split_unit(u0, ns)
-            pm0, pn0 = sched.tile(t0, tmc, tn, cluster_ctarank() if CL > 1 else 0)
-            kb0, kb1 = sched.k_range(sp0, kbs, ns)
-            fills = KC == 1 and u0 < units and kb1 - kb0 >= STAGES
+            fills = False
+            pm0 = pn0 = 0
+            if KC == 1 and u0 < units:  # (no unit, as at K = 0: nothing to split or place)
+                t0, sp0 = sched.split_unit(u0, ns)
+                pm0, pn0 = sched.tile(t0, tmc, tn, cluster_ctarank() if CL > 1 else 0)
+                kb0, kb1 = sched.k_range(sp0, kbs, ns)
+                fills = kb1 - kb0 >= STAGES
             if b_rows < BN:
                 if not fills:
                     clear_rows(base + A_BYTES, STAGE_BYTES, STAGES, 128, b_rows, BN, tid, THREADS)
