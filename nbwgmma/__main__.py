@@ -73,7 +73,8 @@ With --arch sm_90a no GPU is needed (a build machine filling a container image o
 shared cache directory: NBWGMMA_CACHE_DIR); the compilers there must be the ones the GPU
 machines run, as nbwgmma's version must. With --arch sm_90a --prebuilt the kernels go into
 the package itself (nbwgmma/prebuilt), shipped in a wheel built after it: looked up after
-the user's cache, whichever compilers the machine has."""
+the user's cache, whichever compilers the machine has. With --tails also the kernels with tail
+maps that one-wave products whose last tile row or column is mostly padding run."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -232,7 +233,8 @@ def cmd_precompile(args):
         raise NbwgmmaError("needs the sm_90 GPU (H100/H200) the kernels are built for; none found "
                            "(--arch sm_90a builds them without one)")
     try:
-        summary = precompile.run(dtypes, layouts, args.jobs, args.autotune, arch=args.arch, prebuilt=args.prebuilt)
+        summary = precompile.run(dtypes, layouts, args.jobs, args.autotune, arch=args.arch, prebuilt=args.prebuilt,
+                                 tails=args.tails)
     except RuntimeError as e:
         raise NbwgmmaError(str(e).removeprefix("precompile: ")) from None
     return 1 if summary["failed"] else 0
@@ -398,6 +400,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p_p.add_argument("--prebuilt", action="store_true",
                      help="with --arch: into the package's shipped kernels (nbwgmma/prebuilt) instead of "
                           "the cache, before building a wheel")
+    p_p.add_argument("--tails", action="store_true",
+                     help="also the kernels with tail maps that one-wave products whose last tile row or column is "
+                          "mostly padding run (three more per kernel that is not swapped)")
     p_p.set_defaults(func=cmd_precompile)
     return parser
 

@@ -33,6 +33,11 @@ container image or a cache directory shared by GPU machines can be filled on a b
 without a GPU (the compilers and nbwgmma's sources must be the same as where it runs: they are
 in the key).
 
+With ``--tails`` it also builds, for each such kernel that is not swapped, its variants with tail maps
+(B's last tile column, A's last tile row or both through maps of the rows they have:
+:mod:`nbwgmma.frontend.tails`): the kernels a product of one wave whose last tile row or column is
+mostly padding runs (:func:`tail_shapes` gives the products that take them).
+
 Fused epilogues, block-scaled, grouped and sparse kernels are not covered: their first
 call still compiles.
 """
@@ -51,7 +56,8 @@ from .frontend.tall_tiles import TALL_TILE, tall_tile
 from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, ONE_WAVE_BN, SWAP_BN, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN,
                              narrow_tile, swapped_config)
 
-__all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "worker"]
+__all__ = ["ARCHS", "DTYPES", "LAYOUTS", "check_target", "cpu_plan", "cpu_worker", "kernel_list", "run", "tail_shapes",
+           "worker"]
 
 #: targets ``--arch`` builds for without a GPU: name -> (Numba's compute capability, the one a GPU reports)
 ARCHS = {"sm_90a": ((9, 0, "a"), (9, 0))}
@@ -131,6 +137,23 @@ def _rows_of(cfg) -> tuple:
     return (256, 1) if cfg.get("swap") else (256,)
 
 
+def tail_shapes(cfg, tails=False) -> tuple:
+    """``((rows, n), ...)``: the products (``rows`` x ``n`` x 1024) that build ``cfg``'s kernel: one of
+    256 x 256 (whole tiles), and with ``tails`` three more, one wave each, whose last tile column, last
+    tile row or both are padding enough that :func:`nbwgmma.frontend.tails.tail_pays` takes their maps
+    (8 rows of the tile there, the padding summed over at least 256 rows a stage). A swapped config, or
+    one without a tile, builds its whole-tile kernel only."""
+    whole = ((256, 256),)
+    if not tails or cfg.get("swap") or "bm" not in cfg or "bn" not in cfg:
+        return whole
+    from .frontend.tails import TAIL_MIN_ROWS
+
+    bm, bn = cfg["bm"], cfg["bn"]
+    rm = -(-TAIL_MIN_ROWS // (bn - 8))  # tile rows, each saving bn - 8 rows of B's last column
+    cn = -(-TAIL_MIN_ROWS // (bm - 8))
+    return whole + ((bm * rm, bn * cn + 8), (bm * rm + 8, bn * cn), (bm * rm + 8, bn * cn + 8))
+
+
 def _strides(rows, cols, row_major, itemsize) -> tuple:
     return (cols * itemsize, itemsize) if row_major else (itemsize, rows * itemsize)
 
@@ -159,9 +182,9 @@ def _operands(dtype, layout, m, n, k):
     return a, b, ({"in_dtype": dtype} if dtype in ("bf16", "e4m3", "e5m2") else {})
 
 
-def worker(items) -> tuple:
-    """Run one small product per item (compiling its kernel or finding it cached):
-    ``(compiled, found in the cache, failures as (item, message))``."""
+def worker(items, tails=False) -> tuple:
+    """Run one small product per item (compiling its kernel or finding it cached), and with ``tails``
+    those of :func:`tail_shapes`: ``(compiled, found in the cache, failures as (item, message))``."""
     from numba import cuda
 
     from . import cache
@@ -169,8 +192,8 @@ def worker(items) -> tuple:
 
     failed = []
     for dtype, layout, cfg in items:
-        for rows in _rows_of(cfg):
-            a, b, kw = _operands(dtype, layout, rows, 256, 1024)
+        for rows, n in [(r, 256) for r in _rows_of(cfg)] + list(tail_shapes(cfg, tails)[1:]):
+            a, b, kw = _operands(dtype, layout, rows, n, 1024)
             if dtype in ("e4m3", "e5m2"):
                 kw.update(scale_a=1.0, scale_b=1.0, out_dtype="bf16")
             try:
@@ -211,12 +234,13 @@ def cpu_plan(dtype, layout, cfg, rows=256, n=256, k=1024, tails=False):
     return Plan(kind, odt, ia, ib, info(3 << 40, rows, n, True, oes, odt), opts, fp8)
 
 
-def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False) -> tuple:
+def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False, tails=False) -> tuple:
     """Build :func:`worker`'s kernels without a GPU (see the module docstring), for ``arch`` (one of
     :data:`ARCHS`) and a GPU of ``sms`` multiprocessors (the tile choice of a config without a tile
     depends on it), into the user's cache or with ``prebuilt`` among the kernels shipped with
     the package (:data:`nbwgmma.cache.PREBUILT`): ``(compiled, found in the cache, failures as
-    (item, message))``. Run it in a process of its own: it sets the device limits plans read."""
+    (item, message))``; with ``tails`` also the kernels of :func:`tail_shapes`. Run it in a process of
+    its own: it sets the device limits plans read."""
     from . import cache, launch
     from .kernels.gemm import gemm_kernel
     from .report import compile_cubin
@@ -226,9 +250,10 @@ def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False) -> tuple:
     compiled = hits = 0
     failed = []
     for dtype, layout, cfg in items:
-        for rows in _rows_of(cfg):
+        shapes = [(r, 256, False) for r in _rows_of(cfg)] + [(r, n, True) for r, n in tail_shapes(cfg, tails)[1:]]
+        for rows, n, with_tails in shapes:
             try:
-                plan = cpu_plan(dtype, layout, cfg, rows)
+                plan = cpu_plan(dtype, layout, cfg, rows, n, tails=with_tails)
                 key, sig = ("gemm", plan.cfg.key()), plan.signature()
                 if cache.lookup(key, sig, reported, prebuilt) is not None:
                     hits += 1
@@ -253,11 +278,12 @@ def check_target(arch, prebuilt):
 
 
 def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, autotune=False, echo=print,
-        arch=None, prebuilt=False) -> dict:
+        arch=None, prebuilt=False, tails=False) -> dict:
     """Build :func:`kernel_list`'s kernels in ``jobs`` worker processes (default: one per CPU
     core, at most 16: each holds a CUDA context and about 0.5 GB of host memory), on the
     current GPU or, with ``arch`` (one of :data:`ARCHS`), without one (:func:`cpu_worker`),
-    with ``prebuilt`` (``arch`` only) into the package's shipped kernels; returns a summary
+    with ``prebuilt`` (``arch`` only) into the package's shipped kernels, with ``tails`` also the tail
+    maps' kernels (:func:`tail_shapes`); returns a summary
     (kernels, compiled, cached, failures, seconds, cache directory)."""
     import json
 
@@ -270,7 +296,8 @@ def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, auto
     items = kernel_list(tuple(dtypes), tuple(layouts), autotune)
     jobs = max(1, min(jobs or min(os.cpu_count() or 1, 16), len(items)))
     t = time.perf_counter()
-    where = [] if arch is None else ["--arch", arch] + (["--prebuilt"] if prebuilt else [])
+    where = ([] if arch is None else ["--arch", arch] + (["--prebuilt"] if prebuilt else [])) \
+        + (["--tails"] if tails else [])
     procs = [subprocess.Popen([sys.executable, "-m", "nbwgmma.precompile", *where, json.dumps(items[i::jobs])],
                               stdout=subprocess.PIPE, text=True) for i in range(jobs)]
     compiled = cached = 0
@@ -293,10 +320,12 @@ def run(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, jobs=None, auto
     return summary
 
 
-if __name__ == "__main__":  # a worker: python -m nbwgmma.precompile [--arch sm_90a [--prebuilt]] '<json list of items>'
+if __name__ == "__main__":  # a worker: python -m nbwgmma.precompile [--arch sm_90a [--prebuilt]] [--tails] '<items>'
     import json
 
     todo = [tuple(x) for x in json.loads(sys.argv[-1])]
-    done, hits, bad = worker(todo) if len(sys.argv) == 2 else cpu_worker(todo, sys.argv[2],
-                                                                         prebuilt="--prebuilt" in sys.argv)
+    flags = sys.argv[1:-1]
+    with_tails = "--tails" in flags
+    done, hits, bad = worker(todo, with_tails) if "--arch" not in flags else \
+        cpu_worker(todo, flags[flags.index("--arch") + 1], prebuilt="--prebuilt" in flags, tails=with_tails)
     print(json.dumps({"compiled": done, "cached": hits, "failed": bad}))

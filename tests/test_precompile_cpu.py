@@ -130,3 +130,45 @@ def test_a_kernel_built_without_a_gpu_is_stored_under_its_key(tmp_path):
         assert shipped[0] == name and shipped[1][:4] == b"\x7fELF" and len(shipped[1]) == len(cubin)
     finally:
         monkey.undo()
+
+
+def test_tail_shapes_take_the_tail_maps_they_are_for(monkeypatch):
+    """``precompile --tails``: each kernel that is not swapped gets three more products, one wave each,
+    whose plans take B's tail map, A's, and both (K-major operands read in place; an MN-major B takes
+    none, so its products build A's variant or the whole-tile kernel again, found in the cache)."""
+    monkeypatch.setattr(sys.modules["nbwgmma.launch"], "device_limits", lambda device=None: {"multiprocessors": 132})
+    assert precompile.tail_shapes({"bm": 128, "bn": 256}) == ((256, 256),)
+    assert precompile.tail_shapes({"swap": 1, "bm": 128, "bn": 64}, tails=True) == ((256, 256),)
+    checked = 0
+    for dt, lay, cfg in precompile.kernel_list(("bf16", "e4m3"), ("KK", "KN")):
+        shapes = precompile.tail_shapes(cfg, tails=True)
+        if cfg.get("swap"):
+            assert len(shapes) == 1
+            continue
+        got = []
+        for rows, n in shapes[1:]:
+            plan = precompile.cpu_plan(dt, lay, cfg, rows, n, tails=True)
+            assert (plan.cfg.bm, plan.cfg.bn) == (cfg["bm"], cfg["bn"]), (dt, lay, cfg)
+            got.append((plan.cfg.b_tail, plan.cfg.a_tail))
+        want = [(True, False), (False, True), (True, True)] if lay == "KK" else [(False, False), (False, True),
+                                                                                 (False, True)]
+        if cfg.get("stream_k") or cfg.get("cluster", 1) > 1:
+            continue  # (stream-K takes no tail map; a cluster takes that of the operand it does not share)
+        assert got == want, (dt, lay, cfg, got)
+        checked += 1
+    assert checked > 40
+
+
+def test_a_tails_worker_builds_the_tail_maps_kernels(tmp_path):
+    """``python -m nbwgmma.precompile --arch sm_90a --tails``: the whole-tile kernel and its three tail-map
+    variants, each under the key a GPU process of the class looks up."""
+    import json
+    import os
+    import subprocess
+
+    item = ("bf16", "KK", {"bm": 64, "bn": 64})
+    env = dict(os.environ, NBWGMMA_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-m", "nbwgmma.precompile", "--arch", "sm_90a", "--tails", json.dumps([item])],
+                       capture_output=True, text=True, env=env, check=True)
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"compiled": 4, "cached": 0, "failed": []}
+    assert len(list((tmp_path / "cache").glob("*.cubin"))) == 4

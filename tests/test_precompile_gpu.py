@@ -92,3 +92,21 @@ def test_a_shipped_kernel_is_what_a_first_call_loads_with_an_empty_cache(tmp_pat
     before = cache.stats["prebuilt"]
     _first_call_of_the_class("bf16", "KK", cfg)
     assert cache.stats["prebuilt"] == before + 1
+
+
+@pytest.mark.parametrize("arch", [None, "sm_90a"])
+def test_kernels_built_with_tails_are_what_a_padded_first_call_loads(tmp_path, monkeypatch, arch):
+    """``precompile --tails`` (on the GPU, and without one): a one-wave product whose last tile row and
+    column are mostly padding (304 x 520 x 200 in 128 x 128 tiles takes both tail maps) loads its
+    kernel from the cache, compiles nothing, and is exact."""
+    monkeypatch.setenv("NBWGMMA_CACHE_DIR", str(tmp_path))
+    cfg = {"bm": 128, "bn": 128}
+    where = [] if arch is None else ["--arch", arch]
+    r = subprocess.run([sys.executable, "-m", "nbwgmma.precompile", *where, "--tails",
+                        json.dumps([("bf16", "KK", cfg)])], capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout.strip().splitlines()[-1])["failed"] == []
+    forget_plans()
+    _first_call("bf16", "KK", cfg, 304)
+    from nbwgmma.frontend.matmul import last_plan
+
+    assert last_plan().cfg.b_tail and last_plan().cfg.a_tail
