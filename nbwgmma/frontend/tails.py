@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-from ..kit.scheduler import TileScheduler
 from ..kit.short_rows import box_rows
 
 __all__ = ["B_TAIL_MAP", "A_TAIL_MAP", "TAIL_MAX_WAVES", "TAIL_MIN_ROWS", "tail_rows", "tail_pays", "tail_maps"]
@@ -47,17 +46,16 @@ def tail_pays(size: int, tile: int, tiles: int, waves: float) -> bool:
     return size % tile != 0 and waves <= TAIL_MAX_WAVES and padding >= TAIL_MIN_ROWS
 
 
-def tail_maps(cfg, m: int, n: int, k: int, a_path, b_path) -> dict:
+def tail_maps(cfg, m: int, n: int, k: int, a_path, b_path, units: int) -> dict:
     """The ``GemmConfig`` options (``{"b_tail": True, "a_tail": True}`` or fewer) of a plan of ``cfg``
     for the kernel's ``m`` x ``n`` x ``k`` whose operands take ``a_path`` and ``b_path`` (``(major,
-    view)``, a view of None for a staging copy): an operand read in place K-major, outside a batch,
+    view)``, a view of None for a staging copy) and whose grid shares out ``units`` work units
+    (:func:`nbwgmma.frontend.plan.work_units`): an operand read in place K-major, outside a batch,
     stream-K and a cluster that shares it, where :func:`tail_pays`."""
     if cfg.batched or cfg.stream_k or not (m % cfg.bm or n % cfg.bn):
         return {}
     from ..launch import device_limits
 
-    along = "N" if cfg.multicast == "A" else "M"
-    units = TileScheduler(cfg.bm, cfg.bn, cfg.bk, cluster=cfg.cluster, split=cfg.split, along=along).units(m, n, k)
     waves = units / max(1, device_limits()["multiprocessors"] // cfg.cta_cluster)
     opts = {}
     in_place = (a_path[0] == "K" and a_path[1] is not None, b_path[0] == "K" and b_path[1] is not None)
