@@ -58,6 +58,7 @@ __all__ = [
     "Pred",
     "Reg",
     "ptx_intrinsic",
+    "special_register",
     "ranged",
     "CONSTRAINTS",
     "NbwgmmaTypingError",
@@ -512,3 +513,12 @@ def ptx_intrinsic(
     fn.ptx_template = template
     fn.params = params
     return fn
+
+
+def special_register(name: str, reg: str, ty=u32, doc: str | None = None, volatile: bool = False):
+    """An intrinsic ``name()`` reading the PTX special register ``reg`` (PTX ISA: Special Registers)
+    as ``ty`` (``u32`` or ``u64``: ``mov.u32`` / ``mov.u64``). ``volatile``: each call reads it anew
+    where it is written (a side effect and a memory clobber: timers); otherwise the compiler may merge
+    or move reads (ids that do not change while the kernel runs)."""
+    return ptx_intrinsic(name, f"mov.u{ty.bitwidth} $value, {reg};", outs=[Out("value", ty)],
+                         memory=volatile, side_effect=volatile, doc=doc)

@@ -10,7 +10,7 @@ addresses (``u32``): what ``mbarrier``, ``ldmatrix``, ``stmatrix``, TMA and the
 
 from __future__ import annotations
 
-from ._asm import ArrayPtr, Imm, Out, Reg, f32, ptx_intrinsic, u32, u64
+from ._asm import ArrayPtr, Imm, Out, Reg, f32, ptx_intrinsic, special_register, u32, u64
 
 __all__ = [
     "smem_addr",
@@ -66,20 +66,13 @@ and.b32 $addr, %nbw_s, {(~(align - 1)) & 0xFFFFFFFF};
 )
 
 
-def _special(name, reg, doc):
-    return ptx_intrinsic(
-        name, f"mov.u32 $value, {reg};", outs=[Out("value", u32)],
-        memory=False, side_effect=False, doc=doc,
-    )
-
-
-cluster_ctarank = _special(
+cluster_ctarank = special_register(
     "cluster_ctarank", "%cluster_ctarank",
-    "``mov.u32 r, %cluster_ctarank`` (PTX ISA: Special Registers). This CTA's rank in its cluster.",
+    doc="``mov.u32 r, %cluster_ctarank`` (PTX ISA: Special Registers). This CTA's rank in its cluster.",
 )
-cluster_nctarank = _special(
+cluster_nctarank = special_register(
     "cluster_nctarank", "%cluster_nctarank",
-    "``mov.u32 r, %cluster_nctarank`` (PTX ISA: Special Registers). The number of CTAs in the cluster.",
+    doc="``mov.u32 r, %cluster_nctarank`` (PTX ISA: Special Registers). The number of CTAs in the cluster.",
 )
 
 _AXIS = Imm("axis", choices=("x", "y", "z"), default="x")

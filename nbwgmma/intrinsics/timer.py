@@ -13,40 +13,30 @@ between the loads and stores around it (it is not merged with another read nor m
 
 from __future__ import annotations
 
-from ._asm import Out, ptx_intrinsic, u32, u64
+from ._asm import Out, ptx_intrinsic, special_register, u32, u64
 
 __all__ = ["globaltimer", "clock64", "smid", "nsmid", "cta_index"]
 
-globaltimer = ptx_intrinsic(
-    "globaltimer",
-    "mov.u64 $value, %globaltimer;",
-    outs=[Out("value", u64)],
+globaltimer = special_register(
+    "globaltimer", "%globaltimer", u64, volatile=True,
     doc="``mov.u64 r, %globaltimer`` (PTX ISA: Special Registers, %globaltimer). The GPU's "
     "nanosecond timer, the same on every SM: the times of two CTAs compare.",
 )
 
-clock64 = ptx_intrinsic(
-    "clock64",
-    "mov.u64 $value, %clock64;",
-    outs=[Out("value", u64)],
+clock64 = special_register(
+    "clock64", "%clock64", u64, volatile=True,
     doc="``mov.u64 r, %clock64`` (PTX ISA: Special Registers, %clock64). The cycles counted by "
     "the SM the thread runs on: differences on one SM are cycles, values of two SMs do not compare.",
 )
 
-smid = ptx_intrinsic(
-    "smid",
-    "mov.u32 $value, %smid;",
-    outs=[Out("value", u32)],
+smid = special_register(
+    "smid", "%smid", volatile=True,
     doc="``mov.u32 r, %smid`` (PTX ISA: Special Registers, %smid). The number of the SM the "
     "thread runs on, in [0, nsmid()).",
 )
 
-nsmid = ptx_intrinsic(
-    "nsmid",
-    "mov.u32 $value, %nsmid;",
-    outs=[Out("value", u32)],
-    memory=False,
-    side_effect=False,
+nsmid = special_register(
+    "nsmid", "%nsmid",
     doc="``mov.u32 r, %nsmid`` (PTX ISA: Special Registers, %nsmid). One more than the largest "
     "SM number (the numbers need not be contiguous).",
 )
