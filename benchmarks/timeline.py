@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from nbwgmma.bench import device_times
+from nbwgmma.frontend.plan import work_units
+from nbwgmma.frontend.tails import tail_rows
 from nbwgmma.kernels.gemm import GemmConfig, gemm_kernel
 from nbwgmma.kernels.gemm_config import TRACE_EVENTS
-from nbwgmma.kit.scheduler import TileScheduler
-from nbwgmma.kit.short_rows import box_rows
 from nbwgmma.launch import device_limits, launch
 from nbwgmma.timeline import Timeline
 from nbwgmma.tma import TensorMap
@@ -38,16 +38,14 @@ def setup(m, n, k, conf, trace):
     ta = TensorMap(a.view(torch.int16), (cfg.bm, cfg.bk), dtype="bf16")
     tb = TensorMap(b.view(torch.int16), (cfg.bn, cfg.bk), dtype="bf16")
     tc = TensorMap(out.view(torch.int16), (64, cfg.c_box), dtype="bf16", swizzle="128B" if cfg.c_box == 64 else "none")
-    units = TileScheduler(cfg.bm, cfg.bn, cfg.bk, cluster=cfg.cluster, split=cfg.split).units(m, n, k)
+    units = work_units(m, n, k, cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split)
     grid = min(device_limits()["multiprocessors"], units)
     tl = Timeline(grid, TRACE_EVENTS) if trace else None
     tails = ()  # (b_tail, a_tail: the maps of B's last tile column and A's last tile row)
     if cfg.b_tail:
-        tails += (TensorMap(b.view(torch.int16), (box_rows(n - (n - 1) // cfg.bn * cfg.bn, cfg.bn), cfg.bk),
-                            dtype="bf16"),)
+        tails += (TensorMap(b.view(torch.int16), (tail_rows(n, cfg.bn), cfg.bk), dtype="bf16"),)
     if cfg.a_tail:
-        tails += (TensorMap(a.view(torch.int16), (box_rows(m - (m - 1) // cfg.bm * cfg.bm, cfg.bm), cfg.bk),
-                            dtype="bf16"),)
+        tails += (TensorMap(a.view(torch.int16), (tail_rows(m, cfg.bm), cfg.bk), dtype="bf16"),)
     args = (ta.address, tb.address) + tuple(t.address for t in tails) + \
         (tc.address, np.int32(m), np.int32(n), np.int32(k), np.float32(1)) + ((tl.array,) if trace else ())
     kern = gemm_kernel(cfg)

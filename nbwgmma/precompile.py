@@ -137,21 +137,19 @@ def _rows_of(cfg) -> tuple:
     return (256, 1) if cfg.get("swap") else (256,)
 
 
-def tail_shapes(cfg, tails=False) -> tuple:
-    """``((rows, n), ...)``: the products (``rows`` x ``n`` x 1024) that build ``cfg``'s kernel: one of
-    256 x 256 (whole tiles), and with ``tails`` three more, one wave each, whose last tile column, last
-    tile row or both are padding enough that :func:`nbwgmma.frontend.tails.tail_pays` takes their maps
-    (8 rows of the tile there, the padding summed over at least 256 rows a stage). A swapped config, or
-    one without a tile, builds its whole-tile kernel only."""
-    whole = ((256, 256),)
-    if not tails or cfg.get("swap") or "bm" not in cfg or "bn" not in cfg:
-        return whole
+def tail_shapes(cfg) -> tuple:
+    """``((rows, n), ...)``: the products (``rows`` x ``n`` x 1024) that build ``cfg``'s kernels with tail
+    maps (``--tails``): three, one wave each, whose last tile column, last tile row or both are padding
+    enough that :func:`nbwgmma.frontend.tails.tail_pays` takes their maps (8 rows of the tile there, the
+    padding summed over at least 256 rows a stage). None for a swapped config or one without a tile."""
+    if cfg.get("swap") or "bm" not in cfg or "bn" not in cfg:
+        return ()
     from .frontend.tails import TAIL_MIN_ROWS
 
     bm, bn = cfg["bm"], cfg["bn"]
     rm = -(-TAIL_MIN_ROWS // (bn - 8))  # tile rows, each saving bn - 8 rows of B's last column
     cn = -(-TAIL_MIN_ROWS // (bm - 8))
-    return whole + ((bm * rm, bn * cn + 8), (bm * rm + 8, bn * cn), (bm * rm + 8, bn * cn + 8))
+    return (bm * rm, bn * cn + 8), (bm * rm + 8, bn * cn), (bm * rm + 8, bn * cn + 8)
 
 
 def _strides(rows, cols, row_major, itemsize) -> tuple:
@@ -192,7 +190,7 @@ def worker(items, tails=False) -> tuple:
 
     failed = []
     for dtype, layout, cfg in items:
-        for rows, n in [(r, 256) for r in _rows_of(cfg)] + list(tail_shapes(cfg, tails)[1:]):
+        for rows, n in [(r, 256) for r in _rows_of(cfg)] + list(tail_shapes(cfg) if tails else ()):
             a, b, kw = _operands(dtype, layout, rows, n, 1024)
             if dtype in ("e4m3", "e5m2"):
                 kw.update(scale_a=1.0, scale_b=1.0, out_dtype="bf16")
@@ -250,7 +248,8 @@ def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False, tails=False) -> tu
     compiled = hits = 0
     failed = []
     for dtype, layout, cfg in items:
-        shapes = [(r, 256, False) for r in _rows_of(cfg)] + [(r, n, True) for r, n in tail_shapes(cfg, tails)[1:]]
+        shapes = [(r, 256, False) for r in _rows_of(cfg)] \
+            + [(r, n, True) for r, n in (tail_shapes(cfg) if tails else ())]
         for rows, n, with_tails in shapes:
             try:
                 plan = cpu_plan(dtype, layout, cfg, rows, n, tails=with_tails)

@@ -56,12 +56,12 @@ def run_library_gemm(a, b, cluster=1, epilogue="tma", bm=128, bn=256, multicast=
     ta = TensorMap(da, (cfg.bm // (cluster if share_a else 1), cfg.bk), dtype="bf16")
     tb = TensorMap(db, (cfg.bn // (1 if share_a else cluster), cfg.bk), dtype="bf16")
     maps = (ta, tb)
-    from nbwgmma.kit import box_rows
+    from nbwgmma.frontend.tails import tail_rows
 
     if cfg.b_tail:
-        maps += (TensorMap(db, (box_rows(n - (n - 1) // cfg.bn * cfg.bn, cfg.bn), cfg.bk), dtype="bf16"),)
+        maps += (TensorMap(db, (tail_rows(n, cfg.bn), cfg.bk), dtype="bf16"),)
     if cfg.a_tail:
-        maps += (TensorMap(da, (box_rows(m - (m - 1) // cfg.bm * cfg.bm, cfg.bm), cfg.bk), dtype="bf16"),)
+        maps += (TensorMap(da, (tail_rows(m, cfg.bm), cfg.bk), dtype="bf16"),)
     if epilogue == "tma":
         c = cuda.to_device(np.full((m, n), 0x7FC0, np.uint16))  # bf16 NaN
         carg = TensorMap(c, (64, 64), dtype="bf16").address

@@ -216,7 +216,7 @@ class Plan:
         cfg = self.cfg
         m, n, k = self.mnk
         # B's last tile column and A's last tile row through maps of the rows N and M have there
-        tails = {} if "b_tail" in opts or cfg.batched or cfg.stream_k else tail_maps(
+        tails = {} if "b_tail" in opts else tail_maps(
             cfg, m, n, k, self.a_path, self.b_path,
             work_units(m, n, k, cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, along="N" if cfg.multicast == "A" else "M"))
         if tails:
