@@ -47,18 +47,16 @@ import numpy as np
 from numba import cuda
 
 from ..intrinsics import (
-    acc_add_strided, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store,
-    acc_store_fp8, acc_store_fp8_swizzled, acc_store_strided, acc_store_swizzled,
-    acc_to_bf16x2, acc_to_f16x2, acc_zeros, bulk_commit_group, bulk_wait_group, bulk_wait_group_read,
-    cluster_ctarank, cluster_sync, dynamic_smem_base, fence_proxy_async_shared, griddep_launch_dependents,
-    griddep_wait, mbarrier_wait_parity_timeout, named_barrier_sync, prefetch_tensormap, setmaxnreg_dec,
-    setmaxnreg_inc, smem_addr, tma_store_2d, tma_store_3d,
+    acc_add_strided, acc_scale, acc_store, acc_store_fp8, acc_store_strided, acc_zeros, bulk_wait_group,
+    cluster_ctarank, cluster_sync, dynamic_smem_base, griddep_launch_dependents, griddep_wait,
+    mbarrier_wait_parity_timeout, named_barrier_sync, prefetch_tensormap, setmaxnreg_dec, setmaxnreg_inc,
+    smem_addr,
 )
 from ..kit.amax import acc_absmax, amax_flush, amax_note, amax_start
 from ..kit.cluster_k import ClusterSplitK
 from ..kit.cooperative import Cooperative
 from ..kit.device import inlined
-from ..kit.epilogue import col_values, store_rows_part
+from ..kit.epilogue import col_values
 from ..kit.pipeline import TmaPipeline
 from ..kit.scheduler import TileScheduler, stream_range, stream_segment, stream_walk, stream_whole_units
 from ..kit.short_rows import box_rows_device, clear_rows, short_map
@@ -66,7 +64,7 @@ from ..kit.stream_k import StreamFixup
 from ..kit.timeline import timeline_stamp, timeline_start
 from ..kit.warpgroup import warpgroup_sync
 from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
-from .gemm_epilogue import fused_epilogue, parts_hook, parts_store
+from .gemm_epilogue import fused_epilogue, part_writers, parts_hook, parts_store
 
 __all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES", "NARROW_STAGES"]
 
@@ -92,12 +90,7 @@ def _build(key):
     VALUES = FP8_OUT or F32_OUT  # parts of f32 values (converted as they are stored), not packed 16-bit pairs
     SLOT_BYTES = 64 * PART_COLS * (1 if FP8_OUT else 4 if F32_OUT else 2) if not ROWS else 8192  # a part's tile
     C_CONS = cfg.c_slots * SLOT_BYTES
-    SWIZZLED_C = cfg.c_box == 64  # else one unswizzled (64, PART_COLS) box: a narrow tile
-    ROW_BYTES_C = 2 * PART_COLS
-    C_T = cfg.c_transposed
-    C_BOX = cfg.c_box  # (transposed: rows of out per box)
     C_SLOTS = cfg.c_slots
-    BF16_OUT = cfg.out == "bf16"
     CL = cfg.cluster
     pipe = TmaPipeline(STAGES, NCONS, cluster=CL)
     MC_A = cfg.multicast == "A"  # clusters along N sharing A (else along M sharing B)
@@ -156,7 +149,6 @@ def _build(key):
     TILE_FLOATS = BM * BN
     CONS_FLOATS = 64 * BN
 
-    largest_part = acc_absmax(PART_COLS, not cfg.zero_padding) if AMAX else None
     largest_all = acc_absmax(BN, not cfg.zero_padding) if AMAX else None
     SLOTS = ALL_CONS // 32 if AMAX else 1  # a running |value| maximum per consumer warp (amax)
 
@@ -188,75 +180,7 @@ def _build(key):
         def store_direct(acc, c, ctid, cw, row0, col0, cbase, ep):
             store_matrix(acc, c[0][c[1]], ctid, cw, row0, col0, cbase, ep)
 
-    if BATCHED:
-        @inlined
-        def store_box(smem, tmc, x, y):
-            tma_store_3d(smem, tmc[0], x, y, tmc[1])
-    else:
-        @inlined
-        def store_box(smem, tmc, x, y):
-            tma_store_2d(smem, tmc, x, y)
-
-    @inlined
-    def put_part(regs, tmap_c, ctid, cw, row0, col0, cbase, first, ep):
-        # The TMA stores must have read the part's shared tile before it is rewritten: a block's
-        # first part waits for all (the block before went through the same tiles), the next
-        # ones for all but the last (with two slots, the part before is in the other one).
-        if ctid == 0:
-            if first or C_SLOTS == 1:
-                bulk_wait_group_read(0)
-            else:
-                bulk_wait_group_read(1)
-        big = largest_part(regs, ctid, row0, col0, ep[1], ep[2]) if AMAX else 0.0  # (first: regs die at the store)
-        warpgroup_sync(cw)
-        if FP8_OUT:  # codes of 64 x 64 bytes per block, 64B-swizzled, blocks one after the other
-            acc_store_fp8_swizzled(acc_scale(regs, ep[6]), cbase, ctid, 64, "64B", FMT)
-        elif F32_OUT:  # 64 x 32 values per block, 128B-swizzled, blocks one after the other
-            acc_store_swizzled(regs, KIND, cbase, ctid, 128, "128B")
-        elif C_T:  # C^T's rows, 128 bytes each (the stored rows are C's columns)
-            acc_stmatrix_transposed(regs, cbase, ctid)
-        elif SWIZZLED_C:
-            acc_stmatrix_swizzled(regs, cbase, ctid, 128, "128B")
-        else:
-            acc_stmatrix_swizzled(regs, cbase, ctid, ROW_BYTES_C, "none")
-        # Generic-proxy writes of every thread become visible to the TMA unit.
-        fence_proxy_async_shared()
-        warpgroup_sync(cw)
-        if ctid == 0:
-            if FP8_OUT:
-                for j in range(PART_COLS // 64):
-                    store_box(cbase + j * 4096, tmap_c, col0 + j * 64, row0)
-            elif F32_OUT:
-                for j in range(PART_COLS // 32):
-                    store_box(cbase + j * 8192, tmap_c, col0 + j * 32, row0)
-            elif C_T:  # boxes of C_BOX rows of out (this part's width: 4 columns a register)
-                for j in range(len(regs) * 4 // C_BOX):
-                    store_box(cbase + j * 128 * C_BOX, tmap_c, row0, col0 + j * C_BOX)
-            elif SWIZZLED_C:
-                for j in range(PART_COLS // 64):
-                    store_box(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
-            else:
-                store_box(cbase, tmap_c, col0, row0)
-            bulk_commit_group()
-        if AMAX:
-            amax_note(big, ep[7], ctid + 128 * cw)
-
-    @inlined
-    def packed(acc):
-        if VALUES:
-            return acc
-        if BF16_OUT:
-            return acc_to_bf16x2(acc)
-        return acc_to_f16x2(acc)
-
-    if BATCHED:  # (c: the 3-D out and the tile's product: its matrix)
-        @inlined
-        def put_rows(regs, c, ctid, cw, row0, col0, cbase, first, ep):
-            store_rows_part(regs, cbase, ctid, cw, c[0][c[1]], row0, col0)
-    else:
-        @inlined
-        def put_rows(regs, c, ctid, cw, row0, col0, cbase, first, ep):
-            store_rows_part(regs, cbase, ctid, cw, c, row0, col0)
+    put_part, packed, put_rows = part_writers(cfg)
 
     store = parts_store(WIDTHS, 2 if VALUES else 4, SLOT_BYTES, C_SLOTS, put_part, packed, epi_parts) \
         if TMA_EPI else parts_store(WIDTHS, 4, SLOT_BYTES, 1, put_rows, packed, epi_parts) if ROWS else store_direct

@@ -1,18 +1,25 @@
 """The library GEMM's epilogue pieces, generated per configuration: the fused epilogue of a part
-(bias, activation, beta * C, a user function), a 64-row block stored in parts, a tile's packed parts
-stored during the next tile's first stages (the fp8 output's |value| maxima: :mod:`nbwgmma.kit.amax`).
+(bias, activation, beta * C, a user function), a part's trip through shared memory to TMA stores (or
+row by row), a 64-row block stored in parts, a tile's packed parts stored during the next tile's first
+stages (the fp8 output's |value| maxima: :mod:`nbwgmma.kit.amax`).
 :mod:`nbwgmma.kernels.gemm` builds its kernels from them."""
 
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
 
-from ..intrinsics import acc_add, acc_load, acc_scale
+from ..intrinsics import (
+    acc_add, acc_load, acc_scale, acc_stmatrix_swizzled, acc_stmatrix_transposed, acc_store_fp8_swizzled,
+    acc_store_swizzled, acc_to_bf16x2, acc_to_f16x2, bulk_commit_group, bulk_wait_group_read,
+    fence_proxy_async_shared, tma_store_2d, tma_store_3d,
+)
+from ..kit.amax import acc_absmax, amax_note
 from ..kit.device import inlined
-from ..kit.epilogue import acc_map, activation
+from ..kit.epilogue import acc_map, activation, store_rows_part
+from ..kit.warpgroup import warpgroup_sync
+from .gemm_config import FP8_OUTS
 
-__all__ = ["fused_epilogue", "parts_hook", "parts_store"]
+__all__ = ["fused_epilogue", "part_writers", "parts_hook", "parts_store"]
 
 
 def fused_epilogue(cfg, width, pack, offset=None):
@@ -70,6 +77,96 @@ def fused_epilogue(cfg, width, pack, offset=None):
     ns = {"mapped": mapped, "acc_add": acc_add, "acc_scale": acc_scale, "acc_load": acc_load}
     exec(compile("\n".join(src), "<nbwgmma.kernels.gemm epilogue parts>", "exec"), ns)
     return inlined(ns["epi"])
+
+
+def part_writers(cfg):
+    """``(put_part, packed, put_rows)`` of ``cfg``'s epilogue: ``put_part(regs, tmap_c, ctid, cw,
+    row0, col0, cbase, first, ep)`` writes a part of a 64-row block (16-bit pairs, fp8 codes or f32
+    values) into the consumer's shared tile at ``cbase`` (one of ``cfg.c_slots``) and hands it to TMA stores, after the stores of the part before have read it (``first``: a
+    block's first part waits for all); ``packed(acc)`` the values as ``put_part`` takes them;
+    ``put_rows`` the row-by-row epilogue's part (:func:`nbwgmma.kit.store_rows_part`)."""
+    KIND, C_SLOTS, AMAX, C_T, C_BOX, BATCHED = cfg.kind, cfg.c_slots, cfg.amax, cfg.c_transposed, cfg.c_box, cfg.batched
+    PART_COLS = cfg.c_widths[0]
+    FP8_OUT = cfg.out in FP8_OUTS
+    FMT = cfg.out if FP8_OUT else "e4m3"
+    F32_OUT = cfg.out == "f32"
+    VALUES = FP8_OUT or F32_OUT
+    BF16_OUT = cfg.out == "bf16"
+    SWIZZLED_C = C_BOX == 64
+    ROW_BYTES_C = 2 * PART_COLS
+    largest_part = acc_absmax(PART_COLS, not cfg.zero_padding) if AMAX else None
+
+    if BATCHED:
+        @inlined
+        def store_box(smem, tmc, x, y):
+            tma_store_3d(smem, tmc[0], x, y, tmc[1])
+    else:
+        @inlined
+        def store_box(smem, tmc, x, y):
+            tma_store_2d(smem, tmc, x, y)
+
+    @inlined
+    def put_part(regs, tmap_c, ctid, cw, row0, col0, cbase, first, ep):
+        # The TMA stores must have read the part's shared tile before it is rewritten: a block's
+        # first part waits for all (the block before went through the same tiles), the next
+        # ones for all but the last (with two slots, the part before is in the other one).
+        if ctid == 0:
+            if first or C_SLOTS == 1:
+                bulk_wait_group_read(0)
+            else:
+                bulk_wait_group_read(1)
+        big = largest_part(regs, ctid, row0, col0, ep[1], ep[2]) if AMAX else 0.0  # (first: regs die at the store)
+        warpgroup_sync(cw)
+        if FP8_OUT:  # codes of 64 x 64 bytes per block, 64B-swizzled, blocks one after the other
+            acc_store_fp8_swizzled(acc_scale(regs, ep[6]), cbase, ctid, 64, "64B", FMT)
+        elif F32_OUT:  # 64 x 32 values per block, 128B-swizzled, blocks one after the other
+            acc_store_swizzled(regs, KIND, cbase, ctid, 128, "128B")
+        elif C_T:  # C^T's rows, 128 bytes each (the stored rows are C's columns)
+            acc_stmatrix_transposed(regs, cbase, ctid)
+        elif SWIZZLED_C:
+            acc_stmatrix_swizzled(regs, cbase, ctid, 128, "128B")
+        else:
+            acc_stmatrix_swizzled(regs, cbase, ctid, ROW_BYTES_C, "none")
+        # Generic-proxy writes of every thread become visible to the TMA unit.
+        fence_proxy_async_shared()
+        warpgroup_sync(cw)
+        if ctid == 0:
+            if FP8_OUT:
+                for j in range(PART_COLS // 64):
+                    store_box(cbase + j * 4096, tmap_c, col0 + j * 64, row0)
+            elif F32_OUT:
+                for j in range(PART_COLS // 32):
+                    store_box(cbase + j * 8192, tmap_c, col0 + j * 32, row0)
+            elif C_T:  # boxes of C_BOX rows of out (this part's width: 4 columns a register)
+                for j in range(len(regs) * 4 // C_BOX):
+                    store_box(cbase + j * 128 * C_BOX, tmap_c, row0, col0 + j * C_BOX)
+            elif SWIZZLED_C:
+                for j in range(PART_COLS // 64):
+                    store_box(cbase + j * 8192, tmap_c, col0 + j * 64, row0)
+            else:
+                store_box(cbase, tmap_c, col0, row0)
+            bulk_commit_group()
+        if AMAX:
+            amax_note(big, ep[7], ctid + 128 * cw)
+
+    @inlined
+    def packed(acc):
+        if VALUES:
+            return acc
+        if BF16_OUT:
+            return acc_to_bf16x2(acc)
+        return acc_to_f16x2(acc)
+
+    if BATCHED:  # (c: the 3-D out and the tile's product: its matrix)
+        @inlined
+        def put_rows(regs, c, ctid, cw, row0, col0, cbase, first, ep):
+            store_rows_part(regs, cbase, ctid, cw, c[0][c[1]], row0, col0)
+    else:
+        @inlined
+        def put_rows(regs, c, ctid, cw, row0, col0, cbase, first, ep):
+            store_rows_part(regs, cbase, ctid, cw, c, row0, col0)
+
+    return put_part, packed, put_rows
 
 
 def _put_calls(widths, slot_bytes, slots, regs_of):
