@@ -141,7 +141,8 @@ def tail_shapes(cfg) -> tuple:
     """``((rows, n), ...)``: the products (``rows`` x ``n`` x 1024) that build ``cfg``'s kernels with tail
     maps (``--tails``): three, one wave each, whose last tile column, last tile row or both are padding
     enough that :func:`nbwgmma.frontend.tails.tail_pays` takes their maps (8 rows of the tile there, the
-    padding summed over at least 256 rows a stage). None for a swapped config or one without a tile."""
+    padding summed over at least 256 rows a stage); none (an empty tuple) for a swapped config or one
+    without a tile."""
     if cfg.get("swap") or "bm" not in cfg or "bn" not in cfg:
         return ()
     from .frontend.tails import TAIL_MIN_ROWS

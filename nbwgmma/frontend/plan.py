@@ -216,9 +216,7 @@ class Plan:
         cfg = self.cfg
         m, n, k = self.mnk
         # B's last tile column and A's last tile row through maps of the rows N and M have there
-        tails = {} if "b_tail" in opts else tail_maps(
-            cfg, m, n, k, self.a_path, self.b_path,
-            work_units(m, n, k, cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, along="N" if cfg.multicast == "A" else "M"))
+        tails = {} if "b_tail" in opts else tail_maps(cfg, m, n, k, self.a_path, self.b_path, self.work_units())
         if tails:
             opts.update(tails)
             self.cfg = config(cfg.epilogue)
@@ -411,6 +409,12 @@ class Plan:
         tail = self.tail_maps(a, pa, b, pb)
         self._launch(stream_handle, ta.address, tb.address, c_map, io, alpha, bias, tail=tail)
 
+    def work_units(self) -> int:
+        """:func:`work_units` of the kernel's product (one of a batch) in the plan's tiles."""
+        cfg = self.cfg
+        return work_units(*self.mnk, cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, cfg.stream_k,
+                          "N" if cfg.multicast == "A" else "M")
+
     def launch_shape(self, kernel, args):
         """(grid, cluster shape or None, dynamic shared memory bytes): one CTA per SM, in
         whole clusters (each takes ``cluster`` adjacent tiles at a time, or with
@@ -418,7 +422,6 @@ class Plan:
         ``kernel`` and ``args`` as :func:`nbwgmma.launch.max_active_clusters` takes them."""
         from ..launch import device_limits, max_active_clusters
 
-        m, n, _ = self.mnk
         cfg = self.cfg
         cl = cfg.cta_cluster
         smem = cfg.smem_bytes + 1023
@@ -428,8 +431,7 @@ class Plan:
         if slots < 1:  # (the launch would have no CTA to run: say why, not that a grid of 0 is refused)
             raise MatmulError(f"matmul: config {self.config}: no cluster of {cl} CTAs of this kernel fits the GPU "
                               f"at once ({device_limits()['multiprocessors']} SMs); use a smaller cluster")
-        units = work_units(m, n, self.mnk[2], cfg.bm, cfg.bn, cfg.bk, cfg.cluster, cfg.split, cfg.stream_k,
-                           "N" if cfg.multicast == "A" else "M")
+        units = self.work_units()
         if self.batch is not None:
             units *= self.batch[0]
         grid = cl * min(slots, units)

@@ -82,9 +82,10 @@ def fused_epilogue(cfg, width, pack, offset=None):
 def part_writers(cfg):
     """``(put_part, packed, put_rows)`` of ``cfg``'s epilogue: ``put_part(regs, tmap_c, ctid, cw,
     row0, col0, cbase, first, ep)`` writes a part of a 64-row block (16-bit pairs, fp8 codes or f32
-    values) into the consumer's shared tile at ``cbase`` (one of ``cfg.c_slots``) and hands it to TMA stores, after the stores of the part before have read it (``first``: a
-    block's first part waits for all); ``packed(acc)`` the values as ``put_part`` takes them;
-    ``put_rows`` the row-by-row epilogue's part (:func:`nbwgmma.kit.store_rows_part`)."""
+    values) into the consumer's shared tile at ``cbase`` (one of ``cfg.c_slots``) and hands it to TMA
+    stores, after the stores of the part before have read it (``first``: a block's first part waits
+    for all); ``packed(acc)`` the values as ``put_part`` takes them; ``put_rows`` the row-by-row
+    epilogue's part (:func:`nbwgmma.kit.store_rows_part`)."""
     KIND, C_SLOTS, AMAX, C_T, C_BOX, BATCHED = cfg.kind, cfg.c_slots, cfg.amax, cfg.c_transposed, cfg.c_box, cfg.batched
     PART_COLS = cfg.c_widths[0]
     FP8_OUT = cfg.out in FP8_OUTS
