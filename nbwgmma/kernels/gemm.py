@@ -63,7 +63,7 @@ from ..kit.short_rows import box_rows_device, clear_rows, short_map
 from ..kit.stream_k import StreamFixup
 from ..kit.timeline import timeline_stamp, timeline_start
 from ..kit.warpgroup import warpgroup_sync
-from .gemm_config import DEFAULT_STAGES, FP8_OUTS, NARROW_STAGES, GemmConfig
+from .gemm_config import DEFAULT_STAGES, NARROW_STAGES, GemmConfig
 from .gemm_epilogue import fused_epilogue, part_writers, parts_hook, parts_store
 
 __all__ = ["GemmConfig", "gemm_kernel", "DEFAULT_STAGES", "NARROW_STAGES"]
@@ -83,10 +83,9 @@ def _build(key):
     C_OFF = STAGES * STAGE_BYTES
     WIDTHS = cfg.c_widths  # each part's columns (all alike but a transposed C's last)
     PART_COLS = WIDTHS[0]
-    FP8_OUT = cfg.out in FP8_OUTS  # fp8 codes: one byte each, f32 values until they are stored
+    FP8_OUT, F32_OUT = cfg.fp8_out, cfg.f32_out
     FMT = cfg.out if FP8_OUT else "e4m3"
     AMAX = cfg.amax
-    F32_OUT = cfg.out == "f32"  # f32 values: 128-byte swizzled blocks of 32 columns
     VALUES = FP8_OUT or F32_OUT  # parts of f32 values (converted as they are stored), not packed 16-bit pairs
     SLOT_BYTES = 64 * PART_COLS * (1 if FP8_OUT else 4 if F32_OUT else 2) if not ROWS else 8192  # a part's tile
     C_CONS = cfg.c_slots * SLOT_BYTES

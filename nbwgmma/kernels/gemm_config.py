@@ -212,6 +212,9 @@ class GemmConfig:
                                           f"columns, without cluster_k; got out={out}, bn={bn}, cluster_k={cluster_k}")
         if amax and not fp8_out:
             raise ConfigError("amax", f"amax goes with an fp8 output (out e4m3 or e5m2); got out={out}")
+        #: the output's kind as the epilogue writes it: fp8 codes (one byte each, scaled by ``scale_out``)
+        #: or f32 values (both kept as f32 values until they are stored), else packed 16-bit pairs
+        self.fp8_out, self.f32_out = fp8_out, f32_out
         #: the largest |value| of C (before ``scale_out``) is kept in an f32 argument (fp8 outputs)
         self.amax = bool(amax)
         #: the values of a tile's padding (rows past M, columns past N: zeros loaded by TMA) stay

@@ -17,7 +17,6 @@ from ..kit.amax import acc_absmax, amax_note
 from ..kit.device import inlined
 from ..kit.epilogue import acc_map, activation, store_rows_part
 from ..kit.warpgroup import warpgroup_sync
-from .gemm_config import FP8_OUTS
 
 __all__ = ["fused_epilogue", "part_writers", "parts_hook", "parts_store"]
 
@@ -88,9 +87,8 @@ def part_writers(cfg):
     epilogue's part (:func:`nbwgmma.kit.store_rows_part`)."""
     KIND, C_SLOTS, AMAX, C_T, C_BOX, BATCHED = cfg.kind, cfg.c_slots, cfg.amax, cfg.c_transposed, cfg.c_box, cfg.batched
     PART_COLS = cfg.c_widths[0]
-    FP8_OUT = cfg.out in FP8_OUTS
+    FP8_OUT, F32_OUT = cfg.fp8_out, cfg.f32_out
     FMT = cfg.out if FP8_OUT else "e4m3"
-    F32_OUT = cfg.out == "f32"
     VALUES = FP8_OUT or F32_OUT
     BF16_OUT = cfg.out == "bf16"
     SWIZZLED_C = C_BOX == 64
