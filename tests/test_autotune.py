@@ -783,6 +783,38 @@ def test_k_slices_for_products_of_few_64_column_tiles(sms_132):
         assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.split) == want, (dt, lay, m, n, k, plan.config)
 
 
+def test_k_slices_for_one_wave_of_few_128_row_tiles(sms_132):
+    """pick_k_slices: 128-row tiles of a width in steps of 8 with K in 2-4 split-K slices in place of one wave of
+    128 x 128 tiles (K in halves or whole) or 64 x 128 tiles, where they fill the wave K_SLICES_GAIN times better
+    (1169 x 408 x 8192: 40 tiles of 128 x 128 in halves, 80 CTAs, 0.44 of the slots' work; 30 tiles of 128 x 136 in
+    four slices, 120 CTAs, 0.83), for 16-bit inputs at K >= K_SLICES_MIN_K (at 4096 the hold-out's six all lost) and
+    M >= K_SLICES_MIN_M; not for fp8, other tiles, products that fill their wave or overflow it; the default path's
+    plans with K-major A and B only (held out so)."""
+    from nbwgmma.frontend.few_tiles import (K_SLICES_GAIN, K_SLICES_MIN_K, K_SLICES_MIN_M, pick_k_slices,
+                                            slices_fill)
+    from nbwgmma.precompile import cpu_plan
+
+    assert (K_SLICES_MIN_K, K_SLICES_MIN_M, K_SLICES_GAIN) == (8192, 513, 1.25)
+    assert abs(slices_fill(1169, 408, 8192, 128, 128, 2, 132) - 0.441) < 1e-3
+    assert abs(slices_fill(1169, 408, 8192, 128, 136, 4, 132) - 0.830) < 1e-3
+    assert slices_fill(1169, 408, 8192, 128, 64, 4, 132) == 0.0  # (280 CTAs: more than a wave)
+    assert pick_k_slices(1169, 408, 8192, (128, 128), True, 132) == {"bm": 128, "bn": 136, "split": 4}
+    assert pick_k_slices(1344, 432, 8192, (128, 128), True, 132) == {"bm": 128, "bn": 144, "split": 4}
+    assert pick_k_slices(2211, 200, 16384, (128, 128), True, 132) == {"bm": 128, "bn": 104, "split": 3}
+    assert pick_k_slices(1169, 408, 4096, (128, 128), True, 132) is None
+    assert pick_k_slices(1169, 408, 8192, (128, 128), True, 132, input_bits=8) is None
+    assert pick_k_slices(500, 408, 8192, (128, 128), True, 132) is None
+    assert pick_k_slices(1169, 408, 8192, (64, 64), False, 132) is None
+    assert pick_k_slices(1876, 480, 8192, (128, 128), True, 132) is None  # (0.67 filled: 0.89 is not 1.25x)
+    assert pick_k_slices(8192, 8192, 8192, (128, 128), False, 132) is None  # (many waves)
+    for dt, lay, m, n, k, want in (("bf16", "KK", 1169, 408, 8192, (128, 136, 4, 1)), ("f16", "KK", 971, 760, 16384, (128, 192, 4, 1)),
+                                   ("bf16", "KN", 1169, 408, 8192, (128, 128, 1, 2)), ("bf16", "KK", 1169, 408, 4096, (64, 128, 1, 1)),
+                                   ("bf16", "KK", 1876, 480, 8192, (128, 128, 1, 2))):
+        plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
+        assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.split, plan.cfg.cluster_k) == want, (dt, lay, m, n, k, plan.config)
+    assert cpu_plan("bf16", "KK", {"stages": 4}, rows=1169, n=408, k=8192).cfg.split == 1
+
+
 def test_the_class_tells_a_staged_operand_from_one_read_in_place(sms_132, monkeypatch):
     """problem_key: an operand read through its K-major staging copy (rows 16 bytes off the sectors, K
     = 8136) is keyed "K*", one read in place "K", so a choice timed on one never serves the other."""

@@ -6,13 +6,17 @@ K cut so that more SMs share it, where the tile model takes 64-row tiles at a lo
   memory): as many CTAs, each with the same multiply-adds, two consumer warpgroups in place of one.
 * :func:`pick_k_split`: in place of 64 x 64 tiles that fill at most half the SMs, the same tiles with K in
   two split-K slices: twice the CTAs, each streaming half of K (such a CTA is bound by the bytes it can
-  pull, not by its tensor cores)."""
+  pull, not by its tensor cores).
+* :func:`pick_k_slices`: in place of one wave of 128 x 128 tiles (K in halves or whole) or 64 x 128 tiles
+  that leaves much of the SMs' time idle, 128-row tiles of a width in steps of 8 with K in 2-4 split-K
+  slices that fill the wave with more real work."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["K_HALVES_MIN_K", "K_HALVES_FP8_MAX_N", "K_HALVES_TILE", "pick_k_halves", "K_SPLIT_MIN_K", "K_SPLIT_TILE", "pick_k_split"]
+__all__ = ["K_HALVES_MIN_K", "K_HALVES_FP8_MAX_N", "K_HALVES_TILE", "pick_k_halves", "K_SPLIT_MIN_K", "K_SPLIT_TILE", "pick_k_split",
+           "K_SLICES_MIN_K", "K_SLICES_MIN_M", "K_SLICES_GAIN", "K_SLICES_TILES", "slices_fill", "pick_k_slices"]
 
 #: The config :func:`pick_k_halves` takes.
 K_HALVES_TILE = {"bm": 128, "bn": 128, "cluster_k": 2}
@@ -71,3 +75,46 @@ def pick_k_split(m, n, k, tile, sms, input_bits=16):
     if 2 * math.ceil(m / 64) * math.ceil(n / 64) > sms:
         return None
     return dict(K_SPLIT_TILE)
+
+
+#: Shortest K, fewest rows and least gain in real work per SM slot (:func:`slices_fill`) for which
+#: :func:`pick_k_slices` takes K slices. Probed on an H100 (BENCHMARKS.md, 2026-12-07, "K slices"), bf16,
+#: ratio to cuBLAS, the default then the rule's choice: 1169 x 408 x 8192 0.68 -> 0.87, 828 x 656 x 8192
+#: 0.95 -> 1.09, 990 x 680 x 16384 0.98 -> 1.22, 1765 x 272 x 8192 0.71 -> 0.80, 549 x 976 x 8192 0.80 ->
+#: 0.88, 872 x 872 x 8192 level, 1492 x 472 x 8192 0.67 -> 0.61. Held out (same call,
+#: ``benchmarks/k_slices_heldout.txt``, 24 fresh bf16/f16 products drawn where the rule, then for K >= 4096,
+#: takes slices; one round): at K >= 8192 (18, the default's 128 x 128 tiles, K in halves or whole) 0.96-1.19x,
+#: geometric mean 1.071x, two slower (836 x 840 and 878 x 848 in 128 x 96 with two slices, 0.97x and 0.96x);
+#: at K = 4096 (6, the default's 64 x 128 tiles) all slower, 0.77-0.87x: so K >= 8192.
+K_SLICES_MIN_K = 8192
+K_SLICES_MIN_M = 513
+K_SLICES_GAIN = 1.25
+#: The configs :func:`pick_k_slices` chooses among.
+K_SLICES_TILES = tuple({"bm": 128, "bn": w, "split": s} for w in range(64, 257, 8) for s in (2, 3, 4))
+
+
+def slices_fill(m, n, k, bm, bn, slices, sms):
+    """The real work per SM slot of an M x N x K product in bm x bn tiles with K in ``slices`` parts of
+    whole 64-element k-blocks (0 where its CTAs overflow one wave of ``sms``): M N K over ``sms`` times
+    one CTA's padded work."""
+    ctas = math.ceil(m / bm) * math.ceil(n / bn) * slices
+    if ctas > sms:
+        return 0.0
+    return m * n * k / (sms * bm * bn * math.ceil(math.ceil(k / 64) / slices) * 64)
+
+
+def pick_k_slices(m, n, k, tile, halves, sms, input_bits=16):
+    """``{"bm": 128, "bn": w, "split": s}`` (w from 64 to 256 in steps of 8, s from 2 to 4: the most real
+    work per SM slot, :func:`slices_fill`) in place of ``tile`` (128 x 128, its K in halves where
+    ``halves``, or 64 x 128) where that runs one wave of ``sms`` and the slices fill it at least
+    :data:`K_SLICES_GAIN` times better; for 16-bit products of K >= :data:`K_SLICES_MIN_K` and M >=
+    :data:`K_SLICES_MIN_M`; else None."""
+    if input_bits != 16 or k < K_SLICES_MIN_K or m < K_SLICES_MIN_M or tuple(tile) not in ((128, 128), (64, 128)):
+        return None
+    now = slices_fill(m, n, k, *tile, 2 if halves else 1, sms)
+    if now == 0.0:
+        return None
+    best = max((slices_fill(m, n, k, 128, c["bn"], c["split"], sms), c["bn"], c["split"]) for c in K_SLICES_TILES)
+    if best[0] < K_SLICES_GAIN * now:
+        return None
+    return {"bm": 128, "bn": best[1], "split": best[2]}
