@@ -14,7 +14,8 @@ too (:func:`nbwgmma.frontend.tall_tiles.pick_swapped_tall`), the one-wave
 tiles of :func:`nbwgmma.frontend.tiles.pick_one_wave` (K-major A and B, swapped or not), the swapped
 256-row tiles of fp8 products (:func:`nbwgmma.frontend.tiles.pick_swapped_256`), the K halves of
 :func:`nbwgmma.frontend.few_tiles.pick_k_halves`, the K slices of
-:func:`nbwgmma.frontend.few_tiles.pick_k_split` and :func:`nbwgmma.frontend.few_tiles.pick_k_slices`, and each choice of
+:func:`nbwgmma.frontend.few_tiles.pick_k_split`, :func:`nbwgmma.frontend.few_tiles.pick_k_slices` and
+:func:`nbwgmma.frontend.few_tiles.pick_k_slices_64`, and each choice of
 :func:`nbwgmma.frontend.tiles.pick_small_m`, with the output of the input type (bf16 for
 fp8, f32 for tf32). Worker processes share the list (one per CPU core by default, at most
 16), each running small products with an explicit ``config`` on the current GPU, which compiles
@@ -50,7 +51,7 @@ import sys
 import time
 
 from .errors import ConfigError
-from .frontend.few_tiles import K_HALVES_TILE, K_SLICES_TILES, K_SPLIT_TILE
+from .frontend.few_tiles import K_HALVES_TILE, K_SLICES_64_TILES, K_SLICES_TILES, K_SPLIT_TILE
 from .frontend.shares import TALL_WIDER
 from .frontend.tall_tiles import TALL_TILE, tall_tile
 from .frontend.tiles import (NARROW_BN, NARROW_BN_FP8_MAX, ONE_WAVE_BN, SWAP_BN, SWAP_M_FP8, TILE256_BN, TILES, WIDE_BN,
@@ -119,8 +120,8 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
             if sixteen and lay[0] == "K":  # tall products swapped for their tiles' fill (pick_swap, pick_swap_wide)
                 out += [(dt, lay, {"swap": 1, "bm": bm, "bn": bn}) for bm, bn in TILES]
                 out += [(dt, lay, {"swap": 1, "bm": 256, "bn": bn}) for bn in TILE256_BN]
-            if sixteen and lay == "KK":  # one wave of 128-row tiles in K slices (pick_k_slices: K-major A and B)
-                out += [(dt, lay, dict(c)) for c in K_SLICES_TILES]
+            if sixteen and lay == "KK":  # one wave of tiles in K slices (pick_k_slices, pick_k_slices_64: K-major A and B)
+                out += [(dt, lay, dict(c)) for c in K_SLICES_TILES + K_SLICES_64_TILES]
             if dt != "tf32" and lay == "KK":  # one wave of 128-row tiles (pick_one_wave: K-major A and B)
                 one = [{"bm": 128, "bn": bn} | swap for swap in ({}, {"swap": 1}) for bn in ONE_WAVE_BN]
                 out += [(dt, lay, c) for c in one if (dt, lay, c) not in out]

@@ -13,7 +13,7 @@ from .. import sim
 from ..kernels.gemm_config import FP8_OUTS
 from ..kit.pipeline import check_shares
 from ..layout.kinds import wgmma_kind
-from .few_tiles import pick_k_halves, pick_k_slices, pick_k_split
+from .few_tiles import pick_k_halves, pick_k_slices, pick_k_slices_64, pick_k_split
 from .shares import share
 from .tall_tiles import pick_swapped_tall, pick_tall, tall_over_swap
 from .tiles import (pick_192, pick_narrow, pick_one_wave, pick_small_m, pick_swap, pick_swap_wide,
@@ -115,11 +115,16 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
             tile = (opts["bm"], opts["bn"])
             opts.update(pick_k_halves(m, n, k, tile, sms, wk.input_bits) or pick_k_split(m, n, k, tile, sms, wk.input_bits)
                         or {})
-            # ... or 128-row tiles with K in 2-4 slices that fill the one wave better (K-major A and B)
-            slices = a_kmajor and b_kmajor and "split" not in opts and \
-                pick_k_slices(m, n, k, (opts["bm"], opts["bn"]), opts.get("cluster_k", 1) == 2, sms, wk.input_bits)
+            # ... or tiles with K in 2-4 slices that fill the one wave better (K-major A and B): 128-row ones
+            # for 128 x 128 or 64 x 128, 64-row ones for 64 x 64 (K whole or in two slices; the stages then
+            # as many as fit)
+            tile = (opts["bm"], opts["bn"])
+            slices = a_kmajor and b_kmajor and (
+                "split" not in opts and pick_k_slices(m, n, k, tile, opts.get("cluster_k", 1) == 2, sms, wk.input_bits)
+                or pick_k_slices_64(m, n, k, tile, opts.get("split", 1), sms, wk.input_bits))
             if slices:
-                opts.pop("cluster_k", None)
+                for key in ("cluster_k", "stages"):
+                    opts.pop(key, None)
                 opts.update(slices)
         # 16-bit rows TMA cannot write (an odd N) go out a row per warp (the "rows" epilogue
         # below): 256 x 128 tiles for 128 x 256 ones, as many; on an H200, with the rows epilogue,

@@ -9,14 +9,18 @@ K cut so that more SMs share it, where the tile model takes 64-row tiles at a lo
   pull, not by its tensor cores).
 * :func:`pick_k_slices`: in place of one wave of 128 x 128 tiles (K in halves or whole) or 64 x 128 tiles
   that leaves much of the SMs' time idle, 128-row tiles of a width in steps of 8 with K in 2-4 split-K
-  slices that fill the wave with more real work."""
+  slices that fill the wave with more real work.
+* :func:`pick_k_slices_64`: in place of one wave of 64 x 64 tiles (K whole or in two slices) that leaves
+  much of the SMs' time idle, 64-row tiles of a width in steps of 8 with K in 2-4 split-K slices that
+  fill the wave with more real work."""
 
 from __future__ import annotations
 
 import math
 
 __all__ = ["K_HALVES_MIN_K", "K_HALVES_FP8_MAX_N", "K_HALVES_TILE", "pick_k_halves", "K_SPLIT_MIN_K", "K_SPLIT_TILE", "pick_k_split",
-           "K_SLICES_MIN_K", "K_SLICES_MIN_M", "K_SLICES_GAIN", "K_SLICES_TILES", "slices_fill", "pick_k_slices"]
+           "K_SLICES_MIN_K", "K_SLICES_MIN_M", "K_SLICES_GAIN", "K_SLICES_TILES", "slices_fill", "pick_k_slices",
+           "K_SLICES_64_TILES", "pick_k_slices_64"]
 
 #: The config :func:`pick_k_halves` takes.
 K_HALVES_TILE = {"bm": 128, "bn": 128, "cluster_k": 2}
@@ -118,3 +122,26 @@ def pick_k_slices(m, n, k, tile, halves, sms, input_bits=16):
     if best[0] < K_SLICES_GAIN * now:
         return None
     return {"bm": 128, "bn": best[1], "split": best[2]}
+
+
+#: The configs :func:`pick_k_slices_64` chooses among.
+K_SLICES_64_TILES = tuple({"bm": 64, "bn": w, "split": s} for w in range(64, 257, 8) for s in (2, 3, 4))
+
+
+def pick_k_slices_64(m, n, k, tile, split, sms, input_bits=16):
+    """``{"bm": 64, "bn": w, "split": s}`` (w from 64 to 256 in steps of 8, s from 2 to 4: the most real
+    work per SM slot, :func:`slices_fill`, the fewest slices among equals) in place of ``tile`` where that
+    is 64 x 64 with K in ``split`` slices (1 or 2, :func:`pick_k_split`) running one wave of ``sms``,
+    and the slices fill it at least :data:`K_SLICES_GAIN` times better; for 16-bit products of K >=
+    :data:`K_SLICES_MIN_K` and M >= :data:`K_SLICES_MIN_M`; else None. One consumer warpgroup streams
+    a 64-row tile's whole width (the wider wgmma reads less shared memory per multiply-add than two
+    consumers of a 128-row tile half as wide)."""
+    if input_bits != 16 or k < K_SLICES_MIN_K or m < K_SLICES_MIN_M or tuple(tile) != (64, 64):
+        return None
+    now = slices_fill(m, n, k, 64, 64, split, sms)
+    if now == 0.0:
+        return None
+    best = max((slices_fill(m, n, k, 64, c["bn"], c["split"], sms), -c["split"], -c["bn"]) for c in K_SLICES_64_TILES)
+    if best[0] < K_SLICES_GAIN * now:
+        return None
+    return {"bm": 64, "bn": -best[2], "split": -best[1]}
