@@ -121,7 +121,7 @@ def kernel_list(dtypes=("bf16", "f16", "e4m3", "tf32"), layouts=LAYOUTS, autotun
                 out += [(dt, lay, {"swap": 1, "bm": bm, "bn": bn}) for bm, bn in TILES]
                 out += [(dt, lay, {"swap": 1, "bm": 256, "bn": bn}) for bn in TILE256_BN]
             if sixteen and lay == "KK":  # one wave of tiles in K slices (pick_k_slices, pick_k_slices_64: K-major A and B)
-                out += [(dt, lay, dict(c)) for c in K_SLICES_TILES + K_SLICES_64_TILES]
+                out += [(dt, lay, dict(c)) for c in K_SLICES_TILES + K_SLICES_64_TILES if c not in configs]
             if dt != "tf32" and lay == "KK":  # one wave of 128-row tiles (pick_one_wave: K-major A and B)
                 one = [{"bm": 128, "bn": bn} | swap for swap in ({}, {"swap": 1}) for bn in ONE_WAVE_BN]
                 out += [(dt, lay, c) for c in one if (dt, lay, c) not in out]

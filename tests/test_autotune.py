@@ -838,27 +838,33 @@ def test_k_slices_for_one_wave_of_few_64_row_tiles(sms_132):
     """pick_k_slices_64: 64-row tiles of a width in steps of 8 with K in 2-4 split-K slices in place of one wave of
     64 x 64 tiles (K whole or in pick_k_split's two slices), where they fill the wave K_SLICES_GAIN times better
     (1893 x 136 x 8192: 90 tiles of 64 x 64, K whole, 0.48 of the slots' work; 30 tiles of 64 x 136 in four
-    slices, 120 CTAs, 0.90), the fewest slices among equals; 16-bit inputs, K >= K_SLICES_MIN_K, M >=
+    slices, 120 CTAs, 0.90); among those within K_SLICES_64_NEAR of the best fill, the one whose CTAs pull the
+    fewest operand rows (1634 x 160 x 8192: 64 x 80 in two slices and 64 x 160 in four fill it alike, 144 x 64
+    rows a CTA against 224 x 32); 64 x 64 ones with 8 stages; 16-bit inputs, K >= K_SLICES_MIN_K, M >=
     K_SLICES_MIN_M; not for fp8, other tiles, products that overflow the wave; the default path's plans with
-    K-major A and B only, their stages as many as fit (not pick_k_split's 8 kept for wider tiles)."""
-    from nbwgmma.frontend.few_tiles import pick_k_slices_64, slices_fill
+    K-major A and B only, their stages as many as fit where wider than 64."""
+    from nbwgmma.frontend.few_tiles import K_SLICES_64_NEAR, pick_k_slices_64, slices_fill
     from nbwgmma.precompile import cpu_plan
 
+    assert K_SLICES_64_NEAR == 0.95
     assert abs(slices_fill(1893, 136, 8192, 64, 64, 1, 132) - 0.476) < 1e-3
     assert abs(slices_fill(1893, 136, 8192, 64, 136, 4, 132) - 0.896) < 1e-3
     assert pick_k_slices_64(1893, 136, 8192, (64, 64), 1, 132) == {"bm": 64, "bn": 136, "split": 4}
-    assert pick_k_slices_64(2050, 56, 8192, (64, 64), 2, 132) == {"bm": 64, "bn": 64, "split": 4}
-    # (64 x 88 in two slices and 64 x 176 in four fill it alike: the fewer slices)
-    assert pick_k_slices_64(704, 528, 8192, (64, 64), 1, 132) == {"bm": 64, "bn": 88, "split": 2}
+    assert pick_k_slices_64(2050, 56, 8192, (64, 64), 2, 132) == {"bm": 64, "bn": 64, "split": 4, "stages": 8}
+    assert pick_k_slices_64(1634, 160, 8192, (64, 64), 1, 132) == {"bm": 64, "bn": 160, "split": 4}
+    # (64 x 112 in three slices fills 0.856 against 64 x 72 in two 0.888: near enough, and 176 x 64 rows a CTA
+    # against 136 x 96)
+    assert pick_k_slices_64(823, 328, 12288, (64, 64), 1, 132) == {"bm": 64, "bn": 112, "split": 3}
     assert pick_k_slices_64(1893, 136, 4096, (64, 64), 1, 132) is None
     assert pick_k_slices_64(1893, 136, 8192, (64, 64), 1, 132, input_bits=8) is None
     assert pick_k_slices_64(500, 136, 8192, (64, 64), 1, 132) is None
     assert pick_k_slices_64(1893, 136, 8192, (64, 128), 1, 132) is None
     assert pick_k_slices_64(8192, 136, 8192, (64, 64), 1, 132) is None  # (many waves)
     for dt, lay, m, n, k, want in (("bf16", "KK", 1893, 136, 8192, (64, 136, 4)), ("f16", "KK", 2050, 56, 8192, (64, 64, 4)),
-                                   ("bf16", "KK", 704, 528, 8192, (64, 88, 2)), ("f16", "KK", 2563, 112, 8192, (64, 112, 3)),
+                                   ("bf16", "KK", 704, 528, 8192, (64, 176, 4)), ("f16", "KK", 2563, 112, 8192, (64, 112, 3)),
                                    ("bf16", "KN", 1893, 136, 8192, (64, 64, 1)), ("f16", "MN", 1358, 16, 8192, (64, 64, 2)),
                                    ("bf16", "KK", 340, 208, 8192, (64, 64, 2)), ("bf16", "KK", 1893, 136, 4096, (64, 64, 1))):
         plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
         assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.split) == want, (dt, lay, m, n, k, plan.config)
+    assert cpu_plan("bf16", "KK", {}, rows=2050, n=56, k=8192).cfg.stages == 8
     assert cpu_plan("bf16", "KK", {}, rows=2078, n=200, k=8192).cfg.stages < 8  # (64 x 200: 8 stages do not fit)

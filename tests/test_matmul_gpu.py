@@ -282,7 +282,7 @@ def test_default_path_takes_one_wave_and_swapped_256_row_tiles(dtype, m, n, bm, 
     ("bf16", "KK", 1169, 408, 8192, (128, 136, 1, 4)), ("f16", "KK", 971, 760, 16384, (128, 192, 1, 4)),
     ("bf16", "KK", 2211, 200, 16384, (128, 104, 1, 3)), ("bf16", "KK", 555, 976, 8192, (128, 80, 1, 2)),
     ("bf16", "KK", 1893, 136, 8192, (64, 136, 1, 4)), ("f16", "KK", 2050, 56, 8192, (64, 64, 1, 4)),
-    ("bf16", "KK", 704, 528, 8192, (64, 88, 1, 2)), ("f16", "KK", 2563, 112, 8192, (64, 112, 1, 3))])
+    ("bf16", "KK", 704, 528, 8192, (64, 176, 1, 4)), ("f16", "KK", 2563, 112, 8192, (64, 112, 1, 3))])
 def test_default_path_cuts_k_for_few_tiles(dtype, layout, m, n, k, want):
     """Where the tile model takes 64-row tiles filling few SMs and K is long, the default path cuts K
     (few_tiles): 128 x 128 tiles with K in halves on clusters of two for 64 x 128 ones (fp8 inputs where N

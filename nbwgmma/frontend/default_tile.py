@@ -116,8 +116,8 @@ def pick_default(opts, given, kind, m, n, k, a_major, b_major, io, odt, tma_out,
             opts.update(pick_k_halves(m, n, k, tile, sms, wk.input_bits) or pick_k_split(m, n, k, tile, sms, wk.input_bits)
                         or {})
             # ... or tiles with K in 2-4 slices that fill the one wave better (K-major A and B): 128-row ones
-            # for 128 x 128 or 64 x 128, 64-row ones for 64 x 64 (K whole or in two slices; the stages then
-            # as many as fit)
+            # for 128 x 128 or 64 x 128, 64-row ones for 64 x 64 (K whole or in two slices; 8 stages for 64 x 64,
+            # else as many as fit)
             tile = (opts["bm"], opts["bn"])
             slices = a_kmajor and b_kmajor and (
                 "split" not in opts and pick_k_slices(m, n, k, tile, opts.get("cluster_k", 1) == 2, sms, wk.input_bits)

@@ -20,7 +20,7 @@ import math
 
 __all__ = ["K_HALVES_MIN_K", "K_HALVES_FP8_MAX_N", "K_HALVES_TILE", "pick_k_halves", "K_SPLIT_MIN_K", "K_SPLIT_TILE", "pick_k_split",
            "K_SLICES_MIN_K", "K_SLICES_MIN_M", "K_SLICES_GAIN", "K_SLICES_TILES", "slices_fill", "pick_k_slices",
-           "K_SLICES_64_TILES", "pick_k_slices_64"]
+           "K_SLICES_64_TILES", "K_SLICES_64_NEAR", "pick_k_slices_64"]
 
 #: The config :func:`pick_k_halves` takes.
 K_HALVES_TILE = {"bm": 128, "bn": 128, "cluster_k": 2}
@@ -124,24 +124,42 @@ def pick_k_slices(m, n, k, tile, halves, sms, input_bits=16):
     return {"bm": 128, "bn": best[1], "split": best[2]}
 
 
-#: The configs :func:`pick_k_slices_64` chooses among.
-K_SLICES_64_TILES = tuple({"bm": 64, "bn": w, "split": s} for w in range(64, 257, 8) for s in (2, 3, 4))
+
+#: The configs :func:`pick_k_slices_64` chooses among (64 x 64 ones with :func:`pick_k_split`'s 8 stages).
+K_SLICES_64_TILES = tuple({"bm": 64, "bn": w, "split": s} | ({"stages": 8} if w == 64 else {})
+                          for w in range(64, 257, 8) for s in (2, 3, 4))
+#: How near the most real work per SM slot a choice of :func:`pick_k_slices_64` must come; among those
+#: that do, it takes the one whose CTAs pull the fewest bytes.
+K_SLICES_64_NEAR = 0.95
 
 
 def pick_k_slices_64(m, n, k, tile, split, sms, input_bits=16):
-    """``{"bm": 64, "bn": w, "split": s}`` (w from 64 to 256 in steps of 8, s from 2 to 4: the most real
-    work per SM slot, :func:`slices_fill`, the fewest slices among equals) in place of ``tile`` where that
-    is 64 x 64 with K in ``split`` slices (1 or 2, :func:`pick_k_split`) running one wave of ``sms``,
-    and the slices fill it at least :data:`K_SLICES_GAIN` times better; for 16-bit products of K >=
-    :data:`K_SLICES_MIN_K` and M >= :data:`K_SLICES_MIN_M`; else None. One consumer warpgroup streams
-    a 64-row tile's whole width (the wider wgmma reads less shared memory per multiply-add than two
-    consumers of a 128-row tile half as wide)."""
+    """A config of :data:`K_SLICES_64_TILES` (``{"bm": 64, "bn": w, "split": s}``, w from 64 to 256 in
+    steps of 8, s from 2 to 4) in place of ``tile`` where that is 64 x 64 with K in ``split`` slices (1,
+    or 2 by :func:`pick_k_split`) running one wave of ``sms``, and the slices fill it at least
+    :data:`K_SLICES_GAIN` times better (:func:`slices_fill`); of those within :data:`K_SLICES_64_NEAR`
+    of the best fill, the one whose CTAs each pull the fewest operand rows, (64 + w) times its k-blocks
+    (fewer slices among equals): such products are bound by the bytes a CTA pulls more than by its
+    multiply-adds. For 16-bit products of K >= :data:`K_SLICES_MIN_K` and M >= :data:`K_SLICES_MIN_M`;
+    else None.
+
+    Probed on an H100 (BENCHMARKS.md, 2026-12-08, "64-row tiles in K slices"; 16 problems,
+    ``benchmarks/k_slices_64_probe.txt``) and held out (20 fresh products, seed 9800,
+    ``benchmarks/k_slices_64_heldout.txt``). The probe chose the two refinements of the draft (the most
+    fill, fewest slices among equals, 64 x 64 with the stages that fit): 64 x 64 tiles ran faster with 8
+    stages than with 4 (0.82 -> 0.97x cuBLAS at 2050 x 56 x 8192), and among alike fills the wider tile
+    in more slices (1634 x 160 x 8192: 64 x 160 in four 1.28x cuBLAS, 64 x 80 in two 1.15x). The
+    hold-out, the rule as revised: 0.98-1.90x the former default (64 x 64, K whole or in two slices),
+    geometric mean 1.33x, one slower (2264 x 64 x 8192, 0.98x)."""
     if input_bits != 16 or k < K_SLICES_MIN_K or m < K_SLICES_MIN_M or tuple(tile) != (64, 64):
         return None
     now = slices_fill(m, n, k, 64, 64, split, sms)
     if now == 0.0:
         return None
-    best = max((slices_fill(m, n, k, 64, c["bn"], c["split"], sms), -c["split"], -c["bn"]) for c in K_SLICES_64_TILES)
-    if best[0] < K_SLICES_GAIN * now:
+    fills = [(slices_fill(m, n, k, 64, c["bn"], c["split"], sms), c) for c in K_SLICES_64_TILES]
+    best = max(f for f, _ in fills)
+    if best < K_SLICES_GAIN * now:
         return None
-    return {"bm": 64, "bn": -best[2], "split": -best[1]}
+    kb = math.ceil(k / 64)
+    near = [c for f, c in fills if f >= K_SLICES_64_NEAR * best]
+    return dict(min(near, key=lambda c: ((64 + c["bn"]) * math.ceil(kb / c["split"]), c["split"])))
