@@ -14,6 +14,11 @@ list N times in the process. The default's tile is printed beside its ratio (``s
 product). ``--json PATH`` also writes every measurement (problem, tile or config, ratio to cuBLAS)
 for ``benchmarks/fit_shares.py``, and for ``benchmarks/heldout.py``, which summarises a hold-out (the
 tile after over the tile before, by input type and K).
+
+``--build DIR`` (no GPU needed) compiles, for sm_90a and a GPU of 132 SMs, the kernels the list's calls
+load (each problem's default path and each config, in ``--jobs`` processes) into DIR as shipped kernels, and
+exits; a run on the GPU machine with ``NBWGMMA_PREBUILT_DIR=DIR`` then loads them instead of compiling
+(the same nbwgmma sources and numba-cuda version: the kernels' key holds both).
 """
 import argparse
 import json
@@ -86,6 +91,50 @@ def measure(problem_, configs, repeats, records=None):
                              for cfg, c, d in zip(configs, cells[1:], diffs)), flush=True)
 
 
+def build_one(item, directory):
+    """Compile one (problem, config)'s kernel without a GPU into ``directory``, as shipped kernels (this
+    process's lookups of them look there after): "built", "found" or the error."""
+    import pathlib
+
+    from nbwgmma import cache, launch
+    from nbwgmma.kernels.gemm import gemm_kernel
+    from nbwgmma.precompile import ARCHS, cpu_plan
+    from nbwgmma.report import compile_cubin
+
+    (dtype, layout, m, n, k), config = item
+    cc, reported = ARCHS["sm_90a"]
+    cache.PREBUILT = pathlib.Path(directory)
+    launch.device_limits = lambda device=None: dict(launch.H100_LIMITS, multiprocessors=132)
+    try:
+        plan = cpu_plan(dtype, layout, config, m, n, k, tails=True)
+        key, sig = ("gemm", plan.cfg.key()), plan.signature()
+        if cache.lookup(key, sig, reported, prebuilt=True) is not None:
+            return "found"
+        name, cubin = compile_cubin(gemm_kernel(plan.cfg), sig, cc)
+        return "built" if cache.store(key, sig, reported, name, cubin, prebuilt=True) else "not written"
+    except Exception as e:  # noqa: BLE001 - reported; a config the kernel refuses is skipped on the GPU too
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def build(items, directory, jobs):
+    """:func:`build_one` for every problem's default path and each of its configs, in ``jobs``
+    processes (in this one for 1); prints a line per kernel that was not built or found."""
+    import functools
+    from concurrent.futures import ProcessPoolExecutor
+
+    todo = [(pr, c) for pr, configs in items for c in [{}] + configs]
+    one = functools.partial(build_one, directory=os.path.abspath(directory))
+    if jobs == 1:
+        got = [one(t) for t in todo]
+    else:
+        with ProcessPoolExecutor(jobs) as ex:
+            got = list(ex.map(one, todo))
+    for (pr, c), why in zip(todo, got):
+        if why not in ("built", "found"):
+            print(f"  {pr} {c}: {why}")
+    print(f"{len(todo)} kernels: {got.count('built')} built, {got.count('found')} found, into {directory}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--problems", help="comma-separated DTYPE:LAYOUT:MxNxK (default: sweep.MID)")
@@ -94,6 +143,8 @@ def main():
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--json", help="write every measurement here (for benchmarks/fit_shares.py)")
+    p.add_argument("--build", metavar="DIR", help="compile the kernels into DIR without a GPU, and exit")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for --build")
     args = p.parse_args()
     if args.file:
         items = read_file(args.file)
@@ -101,6 +152,9 @@ def main():
         configs = [json.loads(c) for c in args.configs]
         problems = [parse_problem(t) for t in args.problems.split(",")] if args.problems else MID
         items = [(pr, configs) for pr in problems]
+    if args.build:
+        build(items, args.build, args.jobs)
+        return
     records = []
     for run in range(args.runs):
         print(f"run {run + 1}: problem, default [its tile], then each config; ratios to cuBLAS")
