@@ -366,7 +366,8 @@ def test_precompile_lists_every_challenger(sms_132):
     kinds = {"bf16": "f32.bf16.bf16", "f16": "f32.f16.f16", "e4m3": "f32.e4m3.e4m3", "tf32": "f32.tf32.tf32"}
     for dt, kind in kinds.items():
         epilogue = "direct" if dt == "tf32" else "tma"
-        for m, n, k in SHAPES + [(64, 8192, 8192), (1000, 1000, 1000), (16384, 4096, 4096)]:
+        for m, n, k in SHAPES + [(64, 8192, 8192), (1000, 1000, 1000), (16384, 4096, 4096), (1169, 408, 8192),
+                                 (1893, 136, 8192)]:
             for c in autotune.candidates(kind, m, n, k, epilogue)[1:]:
                 assert (dt, "KK", tuple(sorted(c.items()))) in listed, (dt, m, n, c)
 
@@ -868,3 +869,28 @@ def test_k_slices_for_one_wave_of_few_64_row_tiles(sms_132):
         assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.split) == want, (dt, lay, m, n, k, plan.config)
     assert cpu_plan("bf16", "KK", {}, rows=2050, n=56, k=8192).cfg.stages == 8
     assert cpu_plan("bf16", "KK", {}, rows=2078, n=200, k=8192).cfg.stages < 8  # (64 x 200: 8 stages do not fit)
+
+
+def test_k_slices_are_challengers_for_one_wave_of_few_tiles(sms_132):
+    """For a 16-bit product of K-major A and B at K >= 8192 and M > 512 stored by TMA, unswapped, the best K
+    slices of 64-row and 128-row tiles (few_tiles.best_slices_64, best_slices) are the first challengers where
+    they fit one wave, the default's own left out (1169 x 408 x 8192: the default takes 128 x 136 in four slices,
+    64 x 208 in three ran faster on an H100); none for fp8, MN-major operands, other epilogues, a swapped
+    default, shorter K, fewer rows or products of many waves."""
+    kind = "f32.bf16.bf16"
+    assert autotune.candidates(kind, 1169, 408, 8192, "tma", {"bm": 128, "bn": 136, "split": 4, "swap": 0})[1] == \
+        {"bm": 64, "bn": 208, "split": 3}
+    assert autotune.candidates(kind, 1893, 136, 8192, "tma", {"bm": 64, "bn": 136, "split": 4, "swap": 0})[1] == \
+        {"bm": 128, "bn": 72, "split": 4}
+    assert autotune.candidates(kind, 1893, 136, 8192, "tma", {"bm": 64, "bn": 64})[1:3] == \
+        [{"bm": 64, "bn": 136, "split": 4}, {"bm": 128, "bn": 72, "split": 4}]
+    args = (1169, 408, 8192, "tma", {"bm": 128, "bn": 136, "split": 4})
+    assert autotune.slices_challengers(kind, *args, "K", "K", False) == [{"bm": 64, "bn": 208, "split": 3}]
+    assert autotune.slices_challengers("f32.e4m3.e4m3", *args, "K", "K", False) == []
+    assert autotune.slices_challengers(kind, *args, "MN", "K", False) == []
+    assert autotune.slices_challengers(kind, *args, "K", "MN", False) == []
+    assert autotune.slices_challengers(kind, *args, "K", "K", True) == []
+    assert autotune.slices_challengers(kind, 1169, 408, 8192, "direct", None, "K", "K", False) == []
+    assert autotune.slices_challengers(kind, 1169, 408, 4096, "tma", None, "K", "K", False) == []
+    assert autotune.slices_challengers(kind, 500, 408, 8192, "tma", None, "K", "K", False) == []
+    assert autotune.slices_challengers(kind, 8192, 8192, 8192, "tma", None, "K", "K", False) == []

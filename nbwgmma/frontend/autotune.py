@@ -8,7 +8,7 @@ type and epilogue, and the exact M, N, K. The first time a
 class is seen, :func:`candidates` lists the default (``{}``: what ``matmul`` runs
 without a ``config``) and a few challengers (the tile model's other good tiles, a narrow
 tile that fills the waves better, a 2-CTA cluster, a wider tile-row group, a deeper pipeline
-for one-consumer tiles); each is
+for one-consumer tiles, K slices for one wave of few tiles at a long K); each is
 compiled and timed on the call's own arrays, on its stream, and the choice is kept in
 memory and in ``autotune-<code hash>.json`` in the kernel cache directory
 (:mod:`nbwgmma.cache`; nothing is written when that cache is off). Later calls and later
@@ -54,6 +54,7 @@ import time
 
 from ..capture import is_capturing
 from ..layout.kinds import wgmma_kind
+from .few_tiles import K_SLICES_MIN_K, K_SLICES_MIN_M, best_slices, best_slices_64
 from .tall_tiles import best_tall, tall_tile
 from .tiles import (NARROW_BN, TILE256_BN, TILES, WIDE_BN, narrow_config, narrow_tile, padded_score, pick_small_m,
                     rank_tiles, swapped_config)
@@ -119,6 +120,8 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
     has them doing at least the real work of the tile the default path takes (it takes them itself
     from 2% more: :func:`nbwgmma.frontend.tall_tiles.pick_tall`; a config the kernel refuses, as for an
     f32 or fp8 out, is skipped when timed, as a narrow tile is).
+    For a 16-bit product of K-major A and B at a long K (one wave of few tiles), the best K slices of
+    64- and 128-row tiles come first (:func:`slices_challengers`).
     Where the default path swaps a tall product (``swapped``: :func:`nbwgmma.frontend.tiles.pick_swap`,
     :func:`nbwgmma.frontend.tiles.pick_swap_wide`; ``default`` is then the unswapped plan's config),
     the unswapped default (``{"swap": 0}``) is the first challenger, so a swap that loses is undone.
@@ -161,6 +164,8 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
         if deepest is not None and deepest > default_stages:
             out.append({"bm": bm, "bn": bn, "stages": deepest})
     bits = wgmma_kind(kind).input_bits
+    # one wave of few tiles at a long K: the best K slices of 64- and of 128-row tiles, first (few_tiles)
+    out[:0] = slices_challengers(kind, m, n, k, epilogue, default, b_major, a_major, swapped)
     taken = pick_small_m(m, n, k, bits, a_kmajor=a_major == "K")  # the default path's choice for few rows
     if not (taken or {}).get("swap"):
         return [{}] + ([{"swap": 0}] if swapped else []) + [c for c in out if c != default]
@@ -172,6 +177,25 @@ def candidates(kind, m, n, k, epilogue="tma", default=None, b_major="K", a_major
         cuts.append(swapped_config(taken["bn"], halves=True))
     swapped = [c for c in cuts if c != taken]
     return [{}] + swapped + out
+
+
+def slices_challengers(kind, m, n, k, epilogue, default, b_major, a_major, swapped) -> list:
+    """The challengers :func:`candidates` tries first for a 16-bit product of K-major A and B, K >=
+    :data:`~.few_tiles.K_SLICES_MIN_K` and M >= :data:`~.few_tiles.K_SLICES_MIN_M` stored by TMA and not
+    swapped: :func:`~.few_tiles.best_slices_64`'s and :func:`~.few_tiles.best_slices`'s configs where they
+    fit one wave, other than the default's (``default``: its config). The default path takes one of them
+    only where it fills the wave 1.25x better than its tile; where it does not, the other may still pay
+    (on an H100, 1169 x 408 x 8192: the default's 128 x 136 in four slices 0.84x cuBLAS, 64 x 208 in three
+    0.94x; BENCHMARKS.md, 2026-12-08)."""
+    if wgmma_kind(kind).input_bits != 16 or (a_major, b_major) != ("K", "K") or epilogue != "tma" or swapped \
+            or k < K_SLICES_MIN_K or m < K_SLICES_MIN_M:
+        return []
+    from ..launch import device_limits
+
+    sms = device_limits()["multiprocessors"]
+    taken = tuple((default or {}).get(key, 1) for key in ("bm", "bn", "split"))
+    return [c for fill, c in (best_slices_64(m, n, k, sms), best_slices(m, n, k, sms))
+            if fill > 0 and (c["bm"], c["bn"], c["split"]) != taken]
 
 
 def challengers(kind, epilogue="tma") -> list:

@@ -20,7 +20,7 @@ import math
 
 __all__ = ["K_HALVES_MIN_K", "K_HALVES_FP8_MAX_N", "K_HALVES_TILE", "pick_k_halves", "K_SPLIT_MIN_K", "K_SPLIT_TILE", "pick_k_split",
            "K_SLICES_MIN_K", "K_SLICES_MIN_M", "K_SLICES_GAIN", "K_SLICES_TILES", "slices_fill", "pick_k_slices",
-           "K_SLICES_64_TILES", "K_SLICES_64_NEAR", "pick_k_slices_64"]
+           "K_SLICES_64_TILES", "K_SLICES_64_NEAR", "pick_k_slices_64", "best_slices", "best_slices_64"]
 
 #: The config :func:`pick_k_halves` takes.
 K_HALVES_TILE = {"bm": 128, "bn": 128, "cluster_k": 2}
@@ -118,11 +118,15 @@ def pick_k_slices(m, n, k, tile, halves, sms, input_bits=16):
     now = slices_fill(m, n, k, *tile, 2 if halves else 1, sms)
     if now == 0.0:
         return None
-    best = max((slices_fill(m, n, k, 128, c["bn"], c["split"], sms), c["bn"], c["split"]) for c in K_SLICES_TILES)
-    if best[0] < K_SLICES_GAIN * now:
-        return None
-    return {"bm": 128, "bn": best[1], "split": best[2]}
+    fill, c = best_slices(m, n, k, sms)
+    return c if fill >= K_SLICES_GAIN * now else None
 
+
+def best_slices(m, n, k, sms):
+    """``(fill, config)``: the config of :data:`K_SLICES_TILES` with the most real work per SM slot
+    (:func:`slices_fill`; fill 0 where none fits one wave of ``sms``), as :func:`pick_k_slices` takes."""
+    fill, w, s = max((slices_fill(m, n, k, 128, c["bn"], c["split"], sms), c["bn"], c["split"]) for c in K_SLICES_TILES)
+    return fill, {"bm": 128, "bn": w, "split": s}
 
 
 #: The configs :func:`pick_k_slices_64` chooses among (64 x 64 ones with :func:`pick_k_split`'s 8 stages).
@@ -156,10 +160,16 @@ def pick_k_slices_64(m, n, k, tile, split, sms, input_bits=16):
     now = slices_fill(m, n, k, 64, 64, split, sms)
     if now == 0.0:
         return None
+    fill, c = best_slices_64(m, n, k, sms)
+    return c if fill >= K_SLICES_GAIN * now else None
+
+
+def best_slices_64(m, n, k, sms):
+    """``(fill, config)``: :func:`pick_k_slices_64`'s choice among :data:`K_SLICES_64_TILES` wherever the
+    product (fill: the most real work per SM slot of them, :func:`slices_fill`, 0 where none fits one
+    wave of ``sms``)."""
     fills = [(slices_fill(m, n, k, 64, c["bn"], c["split"], sms), c) for c in K_SLICES_64_TILES]
     best = max(f for f, _ in fills)
-    if best < K_SLICES_GAIN * now:
-        return None
     kb = math.ceil(k / 64)
     near = [c for f, c in fills if f >= K_SLICES_64_NEAR * best]
-    return dict(min(near, key=lambda c: ((64 + c["bn"]) * math.ceil(kb / c["split"]), c["split"])))
+    return best, dict(min(near, key=lambda c: ((64 + c["bn"]) * math.ceil(kb / c["split"]), c["split"])))
