@@ -393,6 +393,7 @@ def test_small_m_choice(monkeypatch):
     ("f32.bf16.bf16", "bf16", "tma", 128, 256, 4), ("f32.bf16.bf16", "bf16", "tma", 128, 128, 2),
     ("f32.f16.f16", "f32", "direct", 128, 256, 3), ("f32.bf16.bf16", "bf16", "tma", 128, 192, 3),
     ("f32.bf16.bf16", "bf16", "tma", 64, 64, 2),  # (few_tiles.pick_k_split's)
+    ("f32.bf16.bf16", "bf16", "tma", 64, 248, 4), ("f32.f16.f16", "bf16", "tma", 128, 136, 3),  # (pick_k_slices_64's, pick_k_slices')
 ])
 def test_split_k_kernels_compile_clean(kind, out, epilogue, bm, bn, split, report_batch):
     """Split-K: the same main loop (4 HGMMA, no spills), one atomic per slice for the tile
