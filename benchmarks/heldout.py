@@ -3,12 +3,13 @@ the tile before (both timed in the same call, so the ratio of their ratios to cu
 over the runs; then the geometric mean, range and count of losses over all problems, by input type and
 by K.
 
-    python benchmarks/heldout.py RUN.json [--before first|default] [--after last|default] [--loss 0.98]
+    python benchmarks/heldout.py RUN.json [--before first|last|default] [--after last|first|default] [--loss 0.98]
 
-Before is each problem's first config of the ``--file`` line (``--before first``, the default) or the
-default path's tile (``--before default``: a probe, the candidate forced beside the default); after is its
-last config (``--after last``, the default: a line ``problem|{before}|{after}``) or the default path's tile
-(``--after default``: a line ``problem|{before}`` measured with the rule in place).
+Before is each problem's first config of the ``--file`` line (``--before first``, the default), its last
+(``--before last``: a line ``problem|{after}|...|{before}``, the tile before the rule last) or the default
+path's tile (``--before default``: a probe, the candidate forced beside the default); after is its last
+config (``--after last``, the default: a line ``problem|{before}|{after}``), its first, or the default
+path's tile (``--after default``: a line ``problem|{before}`` measured with the rule in place).
 """
 import argparse
 import json
@@ -22,8 +23,9 @@ def pairs(records, before="first", after="last"):
     starts a problem's measurement; the configs that follow in the records are that measurement's, in the
     order of the ``--file`` line (a config the kernel refused has no record: such a measurement is left
     out)."""
-    if before == after == "default":
-        raise ValueError("before and after are both the default's tile: no pair")
+    if before == after:
+        raise ValueError(f"before and after are both the {'default' if before == 'default' else before + ' config'}'s "
+                         "tile: no pair")
     out = defaultdict(list)
     groups = []
     for r in records:
@@ -32,10 +34,12 @@ def pairs(records, before="first", after="last"):
         elif groups and tuple(r["problem"]) == groups[-1][0]:
             groups[-1][2].append(r["ratio"])
     for problem, default, configs in groups:
-        ratios = ([default] if before == "default" else []) + configs + ([default] if after == "default" else [])
-        if len(ratios) < 2:  # (no config measured, or only one where both ends are configs)
+        ends = {"default": default, "first": configs[0] if configs else None,
+                "last": configs[-1] if configs else None}
+        # (no config measured, or only one where both ends are configs)
+        if ends[before] is None or ends[after] is None or (len(configs) < 2 and "default" not in (before, after)):
             continue
-        out[problem].append(ratios[-1] / ratios[0])
+        out[problem].append(ends[after] / ends[before])
     return dict(out)
 
 
@@ -62,8 +66,8 @@ def summary(per_problem, loss=0.98):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run", help="a file of configs.py --json")
-    p.add_argument("--before", choices=("first", "default"), default="first")
-    p.add_argument("--after", choices=("last", "default"), default="last")
+    p.add_argument("--before", choices=("first", "last", "default"), default="first")
+    p.add_argument("--after", choices=("last", "first", "default"), default="last")
     p.add_argument("--loss", type=float, default=0.98, help="a ratio below this counts as a loss")
     args = p.parse_args()
     try:

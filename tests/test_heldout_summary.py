@@ -39,6 +39,12 @@ def test_pairs_and_summary_of_two_runs():
     assert h.pairs(recs, before="default")[P2] == pytest.approx([0.9, 1.0])
     with pytest.raises(ValueError, match="both the default"):
         h.pairs(recs, before="default", after="default")
+    with pytest.raises(ValueError, match="both the last config"):
+        h.pairs(recs, before="last", after="last")
+    # a line problem|{rule}|{alternative}|{tile before}: the rule (the default path's, or the first config) over the last
+    assert h.pairs(recs, before="last", after="default")[P1] == pytest.approx([1 / 0.88, 1 / 0.90])
+    assert h.pairs(recs, before="last", after="first")[P2] == pytest.approx([0.9 / 0.81, 1.0 / 0.9])
+    assert P3 not in h.pairs(run1, before="last", after="first")  # (run 1 measured no config there)
     rows = {c: rest for c, *rest in h.summary(got)}
     g1, g2, g3 = math.sqrt(1.10 * 1.125), 0.9, 1.2
     assert list(rows) == ["all", "bf16", "e4m3", "K = 4096", "K = 8192"]
