@@ -92,26 +92,19 @@ def measure(problem_, configs, repeats, records=None):
 
 
 def build_one(item, directory):
-    """Compile one (problem, config)'s kernel without a GPU into ``directory``, as shipped kernels (this
-    process's lookups of them look there after): "built", "found" or the error."""
+    """Compile one (problem, config)'s kernel without a GPU into ``directory``, as shipped kernels
+    (``precompile.cpu_build``; this process's lookups of them look there after): "built", "found" or
+    the error."""
     import pathlib
 
     from nbwgmma import cache, launch
-    from nbwgmma.kernels.gemm import gemm_kernel
-    from nbwgmma.precompile import ARCHS, cpu_plan
-    from nbwgmma.report import compile_cubin
+    from nbwgmma.precompile import cpu_build
 
     (dtype, layout, m, n, k), config = item
-    cc, reported = ARCHS["sm_90a"]
     cache.PREBUILT = pathlib.Path(directory)
     launch.device_limits = lambda device=None: dict(launch.H100_LIMITS, multiprocessors=132)
     try:
-        plan = cpu_plan(dtype, layout, config, m, n, k, tails=True)
-        key, sig = ("gemm", plan.cfg.key()), plan.signature()
-        if cache.lookup(key, sig, reported, prebuilt=True) is not None:
-            return "found"
-        name, cubin = compile_cubin(gemm_kernel(plan.cfg), sig, cc)
-        return "built" if cache.store(key, sig, reported, name, cubin, prebuilt=True) else "not written"
+        return "built" if cpu_build(dtype, layout, config, m, n, k, tails=True, prebuilt=True) else "found"
     except Exception as e:  # noqa: BLE001 - reported; a config the kernel refuses is skipped on the GPU too
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 

@@ -236,6 +236,27 @@ def cpu_plan(dtype, layout, cfg, rows=256, n=256, k=1024, tails=False):
     return Plan(kind, odt, ia, ib, info(3 << 40, rows, n, True, oes, odt), opts, fp8)
 
 
+def cpu_build(dtype, layout, cfg, rows, n, k=1024, tails=False, arch="sm_90a", prebuilt=False) -> bool:
+    """Build the kernel of :func:`cpu_plan`'s plan (the same arguments) without a GPU for ``arch`` (one of
+    :data:`ARCHS`), into the user's cache or with ``prebuilt`` among the shipped kernels
+    (:data:`nbwgmma.cache.PREBUILT`): True where compiled, False where already there; raises where the
+    plan or the compile fails or the cubin could not be written. The plan reads the device limits
+    (:func:`nbwgmma.launch.device_limits`): set them for the GPU it is for."""
+    from . import cache
+    from .kernels.gemm import gemm_kernel
+    from .report import compile_cubin
+
+    cc, reported = ARCHS[arch]
+    plan = cpu_plan(dtype, layout, cfg, rows, n, k, tails=tails)
+    key, sig = ("gemm", plan.cfg.key()), plan.signature()
+    if cache.lookup(key, sig, reported, prebuilt) is not None:
+        return False
+    name, cubin = compile_cubin(gemm_kernel(plan.cfg), sig, cc)
+    if not cache.store(key, sig, reported, name, cubin, prebuilt):
+        raise OSError("the cubin could not be written")
+    return True
+
+
 def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False, tails=False) -> tuple:
     """Build :func:`worker`'s kernels without a GPU (see the module docstring), for ``arch`` (one of
     :data:`ARCHS`) and a GPU of ``sms`` multiprocessors (the tile choice of a config without a tile
@@ -243,11 +264,8 @@ def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False, tails=False) -> tu
     the package (:data:`nbwgmma.cache.PREBUILT`): ``(compiled, found in the cache, failures as
     (item, message))``; with ``tails`` also the kernels of :func:`tail_shapes`. Run it in a process of
     its own: it sets the device limits plans read."""
-    from . import cache, launch
-    from .kernels.gemm import gemm_kernel
-    from .report import compile_cubin
+    from . import launch
 
-    cc, reported = ARCHS[arch]
     launch.device_limits = lambda device=None: dict(launch.H100_LIMITS, multiprocessors=sms)
     compiled = hits = 0
     failed = []
@@ -256,15 +274,10 @@ def cpu_worker(items, arch="sm_90a", sms=132, prebuilt=False, tails=False) -> tu
             + [(r, n, True) for r, n in (tail_shapes(cfg) if tails else ())]
         for rows, n, with_tails in shapes:
             try:
-                plan = cpu_plan(dtype, layout, cfg, rows, n, tails=with_tails)
-                key, sig = ("gemm", plan.cfg.key()), plan.signature()
-                if cache.lookup(key, sig, reported, prebuilt) is not None:
+                if cpu_build(dtype, layout, cfg, rows, n, tails=with_tails, arch=arch, prebuilt=prebuilt):
+                    compiled += 1
+                else:
                     hits += 1
-                    continue
-                name, cubin = compile_cubin(gemm_kernel(plan.cfg), sig, cc)
-                if not cache.store(key, sig, reported, name, cubin, prebuilt):
-                    raise OSError("the cubin could not be written")
-                compiled += 1
             except Exception as e:  # noqa: BLE001 - reported, the others still build
                 failed.append(_failure((dtype, layout, cfg), e))
     return compiled, hits, failed
