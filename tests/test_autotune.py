@@ -20,6 +20,16 @@ SHAPES = [(8192, 8192, 8192), (128, 8192, 8192), (512, 8192, 8192), (5000, 3000,
           (1, 1, 1)]
 
 
+
+def assert_default_tiles(cases, *fields):
+    """Each case ``(dtype, layout, m, n, k, want)``: the default path's plan of that product (no GPU,
+    precompile.cpu_plan) has ``want`` as its kernel config's ``fields``."""
+    from nbwgmma.precompile import cpu_plan
+
+    for dt, lay, m, n, k, want in cases:
+        plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
+        assert tuple(getattr(plan.cfg, f) for f in fields) == want, (dt, lay, m, n, k, plan.config)
+
 @pytest.fixture
 def fresh(tmp_path, monkeypatch):
     """An empty choice store in a cache directory of this test's own."""
@@ -753,12 +763,11 @@ def test_k_halves_for_products_of_few_tiles(sms_132):
     assert pick_k_halves(1876, 480, 8192, (128, 128), 132) is None
     assert pick_k_halves(1876, 480, 8192, (64, 128), 114) is None  # (120 halves: more than a wave)
     assert pick_k_halves(2140, 480, 8192, (64, 128), 132) is None  # (34 tile rows of 64: 132 tiles; 17 of 128: 136 halves)
-    for dt, lay, m, n, k, want in (("bf16", "KK", 1876, 480, 8192, (128, 128, 2)), ("f16", "MN", 2673, 320, 8192, (128, 128, 2)),
-                                   ("bf16", "KN", 953, 800, 16384, (128, 128, 2)), ("bf16", "KK", 1876, 480, 4096, (64, 128, 1)),
-                                   ("e4m3", "KK", 1876, 480, 8192, (64, 128, 1)), ("bf16", "KK", 439, 320, 8192, (64, 64, 1)),
-                                   ("e4m3", "KK", 3067, 176, 16384, (128, 128, 2)), ("e4m3", "KK", 2296, 272, 16384, (128, 128, 2))):
-        plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
-        assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.cluster_k) == want, (dt, lay, m, n, k, plan.config)
+    assert_default_tiles((("bf16", "KK", 1876, 480, 8192, (128, 128, 2)), ("f16", "MN", 2673, 320, 8192, (128, 128, 2)),
+                          ("bf16", "KN", 953, 800, 16384, (128, 128, 2)), ("bf16", "KK", 1876, 480, 4096, (64, 128, 1)),
+                          ("e4m3", "KK", 1876, 480, 8192, (64, 128, 1)), ("bf16", "KK", 439, 320, 8192, (64, 64, 1)),
+                          ("e4m3", "KK", 3067, 176, 16384, (128, 128, 2)), ("e4m3", "KK", 2296, 272, 16384, (128, 128, 2))),
+                         "bm", "bn", "cluster_k")
     assert cpu_plan("bf16", "KK", {"stages": 4}, rows=1876, n=480, k=8192).cfg.cluster_k == 1
 
 
@@ -768,7 +777,6 @@ def test_k_slices_for_products_of_few_64_column_tiles(sms_132):
     CTAs); not for fp8 inputs, shorter K, other tiles or more than a wave (2215 x 96: 70 tiles); the
     default path's plans in every layout."""
     from nbwgmma.frontend.few_tiles import K_SPLIT_MIN_K, K_SPLIT_TILE, pick_k_split
-    from nbwgmma.precompile import cpu_plan
 
     assert K_SPLIT_TILE == {"bm": 64, "bn": 64, "stages": 8, "split": 2}
     assert pick_k_split(340, 208, 8192, (64, 64), 132) == K_SPLIT_TILE
@@ -777,12 +785,11 @@ def test_k_slices_for_products_of_few_64_column_tiles(sms_132):
     assert pick_k_split(340, 208, 8192, (64, 64), 132, input_bits=8) is None
     assert pick_k_split(340, 208, 8192, (64, 128), 132) is None
     assert pick_k_split(2215, 96, 8192, (64, 64), 132) is None
-    for dt, lay, m, n, k, want in (("bf16", "KK", 340, 208, 8192, (64, 64, 2)), ("f16", "MN", 1358, 16, 8192, (64, 64, 2)),
-                                   ("bf16", "KN", 1255, 176, 16384, (64, 64, 2)), ("bf16", "KK", 518, 272, 4096, (64, 64, 1)),
-                                   ("e4m3", "KK", 340, 208, 8192, (64, 64, 1)), ("bf16", "KN", 2215, 96, 8192, (64, 64, 1)),
-                                   ("bf16", "KK", 2215, 96, 8192, (64, 96, 3))):  # (pick_k_slices_64, K-major A and B)
-        plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
-        assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.split) == want, (dt, lay, m, n, k, plan.config)
+    assert_default_tiles((("bf16", "KK", 340, 208, 8192, (64, 64, 2)), ("f16", "MN", 1358, 16, 8192, (64, 64, 2)),
+                          ("bf16", "KN", 1255, 176, 16384, (64, 64, 2)), ("bf16", "KK", 518, 272, 4096, (64, 64, 1)),
+                          ("e4m3", "KK", 340, 208, 8192, (64, 64, 1)), ("bf16", "KN", 2215, 96, 8192, (64, 64, 1)),
+                          ("bf16", "KK", 2215, 96, 8192, (64, 96, 3))),
+                         "bm", "bn", "split")  # (pick_k_slices_64, K-major A and B)
 
 
 def test_k_slices_for_one_wave_of_few_128_row_tiles(sms_132):
@@ -809,11 +816,10 @@ def test_k_slices_for_one_wave_of_few_128_row_tiles(sms_132):
     assert pick_k_slices(1169, 408, 8192, (64, 64), False, 132) is None
     assert pick_k_slices(1876, 480, 8192, (128, 128), True, 132) is None  # (0.67 filled: 0.89 is not 1.25x)
     assert pick_k_slices(8192, 8192, 8192, (128, 128), False, 132) is None  # (many waves)
-    for dt, lay, m, n, k, want in (("bf16", "KK", 1169, 408, 8192, (128, 136, 4, 1)), ("f16", "KK", 971, 760, 16384, (128, 192, 4, 1)),
-                                   ("bf16", "KN", 1169, 408, 8192, (128, 128, 1, 2)), ("bf16", "KK", 1169, 408, 4096, (64, 128, 1, 1)),
-                                   ("bf16", "KK", 1876, 480, 8192, (128, 128, 1, 2))):
-        plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
-        assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.split, plan.cfg.cluster_k) == want, (dt, lay, m, n, k, plan.config)
+    assert_default_tiles((("bf16", "KK", 1169, 408, 8192, (128, 136, 4, 1)), ("f16", "KK", 971, 760, 16384, (128, 192, 4, 1)),
+                          ("bf16", "KN", 1169, 408, 8192, (128, 128, 1, 2)), ("bf16", "KK", 1169, 408, 4096, (64, 128, 1, 1)),
+                          ("bf16", "KK", 1876, 480, 8192, (128, 128, 1, 2))),
+                         "bm", "bn", "split", "cluster_k")
     assert cpu_plan("bf16", "KK", {"stages": 4}, rows=1169, n=408, k=8192).cfg.split == 1
 
 
@@ -861,12 +867,11 @@ def test_k_slices_for_one_wave_of_few_64_row_tiles(sms_132):
     assert pick_k_slices_64(500, 136, 8192, (64, 64), 1, 132) is None
     assert pick_k_slices_64(1893, 136, 8192, (64, 128), 1, 132) is None
     assert pick_k_slices_64(8192, 136, 8192, (64, 64), 1, 132) is None  # (many waves)
-    for dt, lay, m, n, k, want in (("bf16", "KK", 1893, 136, 8192, (64, 136, 4)), ("f16", "KK", 2050, 56, 8192, (64, 64, 4)),
-                                   ("bf16", "KK", 704, 528, 8192, (64, 176, 4)), ("f16", "KK", 2563, 112, 8192, (64, 112, 3)),
-                                   ("bf16", "KN", 1893, 136, 8192, (64, 64, 1)), ("f16", "MN", 1358, 16, 8192, (64, 64, 2)),
-                                   ("bf16", "KK", 340, 208, 8192, (64, 64, 2)), ("bf16", "KK", 1893, 136, 4096, (64, 64, 1))):
-        plan = cpu_plan(dt, lay, {}, rows=m, n=n, k=k)
-        assert (plan.cfg.bm, plan.cfg.bn, plan.cfg.split) == want, (dt, lay, m, n, k, plan.config)
+    assert_default_tiles((("bf16", "KK", 1893, 136, 8192, (64, 136, 4)), ("f16", "KK", 2050, 56, 8192, (64, 64, 4)),
+                          ("bf16", "KK", 704, 528, 8192, (64, 176, 4)), ("f16", "KK", 2563, 112, 8192, (64, 112, 3)),
+                          ("bf16", "KN", 1893, 136, 8192, (64, 64, 1)), ("f16", "MN", 1358, 16, 8192, (64, 64, 2)),
+                          ("bf16", "KK", 340, 208, 8192, (64, 64, 2)), ("bf16", "KK", 1893, 136, 4096, (64, 64, 1))),
+                         "bm", "bn", "split")
     assert cpu_plan("bf16", "KK", {}, rows=2050, n=56, k=8192).cfg.stages == 8
     assert cpu_plan("bf16", "KK", {}, rows=2078, n=200, k=8192).cfg.stages < 8  # (64 x 200: 8 stages do not fit)
 
